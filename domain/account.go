@@ -1,0 +1,427 @@
+package domain
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// EventRef names one written event in a reply.
+type EventRef struct {
+	ID       uuid.UUID `json:"id"`
+	Stream   string    `json:"stream"`
+	Revision uint64    `json:"revision"`
+	Type     string    `json:"type"`
+}
+
+// AccountView is the account as a reply shows it.
+type AccountView struct {
+	AccountID string `json:"account_id"`
+	Currency  string `json:"currency"`
+	Balance   int64  `json:"balance"`
+	Held      int64  `json:"held"`
+	Available int64  `json:"available"`
+	Revision  uint64 `json:"revision"`
+}
+
+// KeyRecord is what an aggregate remembers of every key it decided: enough to
+// answer a retry with the original outcome, forever, without reading history.
+type KeyRecord struct {
+	Key         string
+	Command     CommandType
+	RequestHash string
+	Request     []byte // canonical request JSON
+	Status      Status
+	Code        Code
+	Message     string
+	Events      []EventRef
+	After       AccountView // the account right after the command (account streams)
+	Position    string      // global position of the command's last event in this stream
+	// Amount and Refunded track refundable originals (deposits and withdrawals).
+	Amount   int64
+	Refunded int64
+}
+
+// Duplicate compares a retry's request with the recorded one: duplicate when equal,
+// otherwise the differing fields (idempotency_key_conflict).
+func (r *KeyRecord) Duplicate(req Request) (duplicate bool, conflict []string) {
+	if r.RequestHash == req.Hash() {
+		return true, nil
+	}
+	orig, err := ParseRequest(r.Request)
+	if err != nil {
+		return false, []string{"request"}
+	}
+	fields := DiffFields(orig, req)
+	if len(fields) == 0 { // hashes differ but fields do not: report the whole request
+		fields = []string{"request"}
+	}
+	return false, fields
+}
+
+// HoldStatus is the life of a hold.
+type HoldStatus string
+
+const (
+	HoldStatusActive   HoldStatus = "active"
+	HoldStatusCaptured HoldStatus = "captured"
+	HoldStatusReleased HoldStatus = "released"
+	HoldStatusExpired  HoldStatus = "expired"
+)
+
+// Hold is reserved money on an account.
+type Hold struct {
+	ID        string
+	Amount    int64
+	ExpiresAt time.Time // zero: never
+	Status    HoldStatus
+	Key       string // the key that placed it
+}
+
+// Account is the state of an account stream. Revision is -1 before any event.
+type Account struct {
+	ID             string
+	Opened         bool
+	Closed         bool
+	Currency       string
+	OverdraftLimit int64
+	Metadata       map[string]string
+	Balance        int64
+	Held           int64
+	Holds          map[string]*Hold
+	Revision       int64
+	Keys           map[string]*KeyRecord
+}
+
+// NewAccount is the state of an account stream that has no events.
+func NewAccount(id string) *Account {
+	return &Account{ID: id, Revision: -1, Holds: map[string]*Hold{}, Keys: map[string]*KeyRecord{}}
+}
+
+// Available is balance minus held.
+func (a *Account) Available() int64 { return a.Balance - a.Held }
+
+// View is the account as replies show it.
+func (a *Account) View() AccountView {
+	rev := uint64(0)
+	if a.Revision >= 0 {
+		rev = uint64(a.Revision)
+	}
+	return AccountView{AccountID: a.ID, Currency: a.Currency, Balance: a.Balance, Held: a.Held, Available: a.Available(), Revision: rev}
+}
+
+// Decision is what Decide concluded. Exactly one of Events (applied, or a recorded
+// rejection whose single event is CommandRejected), Rejection without events (not
+// recorded) or Invalid is meaningful.
+type Decision struct {
+	Events    []NewEvent
+	Rejection *Rejection
+	Invalid   *InvalidError
+}
+
+// Applied reports whether the decision moves money or changes state.
+func (d Decision) Applied() bool { return d.Rejection == nil && d.Invalid == nil }
+
+func reject(cmd Command, code Code, recorded bool, format string, args ...any) Decision {
+	r := &Rejection{Code: code, Message: fmt.Sprintf(format, args...), Recorded: recorded}
+	d := Decision{Rejection: r}
+	if recorded {
+		d.Events = []NewEvent{{Type: EvCommandRejected, Data: CommandRejected{Command: string(cmd.Type), Code: code, Message: r.Message}}}
+	}
+	return d
+}
+
+func apply(events ...NewEvent) Decision { return Decision{Events: events} }
+
+// DecideAccount decides a command against an account. It does not look at keys:
+// the caller answers known keys from a.Keys first (KeyRecord.Duplicate).
+func DecideAccount(a *Account, cmd Command) Decision {
+	if cmd.Type == CmdOpenAccount {
+		if a.Opened {
+			return reject(cmd, CodeAccountExists, true, "account %s already exists", a.ID)
+		}
+		return apply(NewEvent{EvAccountOpened, AccountOpened{AccountID: cmd.AccountID, Currency: cmd.Currency, OverdraftLimit: cmd.OverdraftLimit, Metadata: cmd.Metadata}})
+	}
+	if !a.Opened {
+		return reject(cmd, CodeAccountNotFound, false, "account %s does not exist", a.ID)
+	}
+	switch cmd.Type {
+	case CmdDeposit, CmdTransferCredit:
+		reason := cmd.Reason
+		if cmd.Type == CmdDeposit {
+			reason = ReasonDeposit
+		}
+		return a.decideCredit(cmd, cmd.Amount, cmd.Currency, reason, cmd.Ref, false)
+	case CmdTransferCompensate:
+		// Compensation returns money that left this account; it is never refused,
+		// not even by a close that happened in between.
+		return a.decideCredit(cmd, cmd.Amount, cmd.Currency, cmd.Reason, cmd.Ref, true)
+	case CmdWithdraw, CmdTransferDebit:
+		reason := cmd.Reason
+		if cmd.Type == CmdWithdraw {
+			reason = ReasonWithdrawal
+		}
+		return a.decideDebit(cmd, cmd.Amount, cmd.Currency, reason, cmd.Ref)
+	case CmdPlaceHold:
+		return a.decidePlaceHold(cmd)
+	case CmdCaptureHold:
+		return a.decideCaptureHold(cmd)
+	case CmdReleaseHold, CmdExpireHold:
+		return a.decideReleaseHold(cmd)
+	case CmdRefund:
+		return a.decideRefund(cmd)
+	case CmdCloseAccount:
+		if a.Closed {
+			return reject(cmd, CodeAccountClosed, true, "account %s is already closed", a.ID)
+		}
+		if a.Balance != 0 || a.Held != 0 {
+			return reject(cmd, CodeAccountNotEmpty, true, "account %s has balance %d and held %d", a.ID, a.Balance, a.Held)
+		}
+		return apply(NewEvent{EvAccountClosed, AccountClosed{AccountID: a.ID}})
+	}
+	return Decision{Invalid: invalid("type", "command %s does not apply to an account", cmd.Type)}
+}
+
+func (a *Account) decideCredit(cmd Command, amount int64, currency, reason, ref string, compensation bool) Decision {
+	if a.Closed && !compensation {
+		return reject(cmd, CodeAccountClosed, true, "account %s is closed", a.ID)
+	}
+	if currency != a.Currency {
+		return reject(cmd, CodeCurrencyMismatch, true, "account %s holds %s, not %s", a.ID, a.Currency, currency)
+	}
+	bal, ok := addMinor(a.Balance, amount)
+	if !ok {
+		return reject(cmd, CodeAmountOverflow, true, "balance of %s would leave the int64 range", a.ID)
+	}
+	return apply(NewEvent{EvCredited, Credited{Amount: amount, Currency: currency, Reason: reason, Ref: ref, BalanceAfter: bal}})
+}
+
+func (a *Account) decideDebit(cmd Command, amount int64, currency, reason, ref string) Decision {
+	if a.Closed {
+		return reject(cmd, CodeAccountClosed, true, "account %s is closed", a.ID)
+	}
+	if currency != a.Currency {
+		return reject(cmd, CodeCurrencyMismatch, true, "account %s holds %s, not %s", a.ID, a.Currency, currency)
+	}
+	bal, ok := subMinor(a.Balance, amount)
+	if !ok {
+		return reject(cmd, CodeAmountOverflow, true, "balance of %s would leave the int64 range", a.ID)
+	}
+	if !a.withinOverdraft(bal - a.Held) {
+		return reject(cmd, CodeInsufficientFunds, true, "account %s has %d available (overdraft limit %d), %d requested", a.ID, a.Available(), a.OverdraftLimit, amount)
+	}
+	return apply(NewEvent{EvDebited, Debited{Amount: amount, Currency: currency, Reason: reason, Ref: ref, BalanceAfter: bal}})
+}
+
+// withinOverdraft reports whether an available amount respects the overdraft limit.
+func (a *Account) withinOverdraft(available int64) bool { return available >= -a.OverdraftLimit }
+
+func (a *Account) decidePlaceHold(cmd Command) Decision {
+	if a.Closed {
+		return reject(cmd, CodeAccountClosed, true, "account %s is closed", a.ID)
+	}
+	if cmd.Currency != a.Currency {
+		return reject(cmd, CodeCurrencyMismatch, true, "account %s holds %s, not %s", a.ID, a.Currency, cmd.Currency)
+	}
+	if _, exists := a.Holds[cmd.HoldID]; exists {
+		return reject(cmd, CodeHoldExists, true, "hold %s already exists on %s", cmd.HoldID, a.ID)
+	}
+	if !cmd.ExpiresAt.IsZero() && !cmd.ExpiresAt.After(cmd.At) {
+		return Decision{Invalid: invalid("expires_at", "must be in the future (the ledger's time is %s)", cmd.At.UTC().Format(time.RFC3339))}
+	}
+	held, ok := addMinor(a.Held, cmd.Amount)
+	if !ok {
+		return reject(cmd, CodeAmountOverflow, true, "held amount of %s would leave the int64 range", a.ID)
+	}
+	if avail, ok := subMinor(a.Balance, held); !ok || !a.withinOverdraft(avail) {
+		return reject(cmd, CodeInsufficientFunds, true, "account %s has %d available, hold of %d requested", a.ID, a.Available(), cmd.Amount)
+	}
+	ev := HoldPlaced{HoldID: cmd.HoldID, Amount: cmd.Amount, Currency: cmd.Currency, HeldAfter: held}
+	if !cmd.ExpiresAt.IsZero() {
+		t := cmd.ExpiresAt.UTC()
+		ev.ExpiresAt = &t
+	}
+	return apply(NewEvent{EvHoldPlaced, ev})
+}
+
+// expired reports whether an active hold has passed its expiry at t.
+func (h *Hold) expired(t time.Time) bool { return !h.ExpiresAt.IsZero() && !t.Before(h.ExpiresAt) }
+
+func (a *Account) decideCaptureHold(cmd Command) Decision {
+	h, ok := a.Holds[cmd.HoldID]
+	if !ok {
+		return reject(cmd, CodeHoldNotFound, true, "hold %s does not exist on %s", cmd.HoldID, a.ID)
+	}
+	if h.Status == HoldStatusExpired || (h.Status == HoldStatusActive && h.expired(cmd.At)) {
+		return reject(cmd, CodeHoldExpired, true, "hold %s expired at %s", h.ID, h.ExpiresAt.Format(time.RFC3339))
+	}
+	if h.Status != HoldStatusActive {
+		return reject(cmd, CodeHoldNotActive, true, "hold %s is %s", h.ID, h.Status)
+	}
+	amount := h.Amount
+	if cmd.HasAmount {
+		if cmd.Amount > h.Amount {
+			return reject(cmd, CodeInsufficientFunds, true, "capture of %d exceeds hold %s of %d", cmd.Amount, h.ID, h.Amount)
+		}
+		amount = cmd.Amount
+	}
+	return apply(NewEvent{EvHoldCaptured, HoldCaptured{
+		HoldID: h.ID, Amount: amount, Released: h.Amount - amount, Currency: a.Currency,
+		BalanceAfter: a.Balance - amount, HeldAfter: a.Held - h.Amount,
+	}})
+}
+
+func (a *Account) decideReleaseHold(cmd Command) Decision {
+	internal := cmd.Type == CmdExpireHold
+	h, ok := a.Holds[cmd.HoldID]
+	if !ok {
+		return reject(cmd, CodeHoldNotFound, !internal, "hold %s does not exist on %s", cmd.HoldID, a.ID)
+	}
+	if h.Status != HoldStatusActive {
+		return reject(cmd, CodeHoldNotActive, !internal, "hold %s is %s", h.ID, h.Status)
+	}
+	reason := ReasonHoldReleased
+	if internal {
+		if !h.expired(cmd.At) {
+			return reject(cmd, CodeHoldNotActive, false, "hold %s does not expire before %s", h.ID, h.ExpiresAt.Format(time.RFC3339))
+		}
+		reason = ReasonHoldExpired
+	}
+	return apply(NewEvent{EvHoldReleased, HoldReleased{HoldID: h.ID, Amount: h.Amount, Reason: reason, HeldAfter: a.Held - h.Amount}})
+}
+
+// decideRefund refunds a deposit (money goes back out) or a withdrawal (money
+// comes back in) that this account decided under cmd.OriginalKey.
+func (a *Account) decideRefund(cmd Command) Decision {
+	orig, ok := a.Keys[cmd.OriginalKey]
+	if !ok {
+		return reject(cmd, CodeOriginalNotFound, false, "no command with key %q on %s", cmd.OriginalKey, a.ID)
+	}
+	if orig.Status != StatusApplied || (orig.Command != CmdDeposit && orig.Command != CmdWithdraw) {
+		return reject(cmd, CodeNotRefundable, true, "%s %q (%s) cannot be refunded", orig.Command, cmd.OriginalKey, orig.Status)
+	}
+	remaining := orig.Amount - orig.Refunded
+	amount := remaining
+	if cmd.HasAmount {
+		amount = cmd.Amount
+	}
+	if amount <= 0 || amount > remaining {
+		return reject(cmd, CodeRefundExceedsOriginal, true, "refund of %d exceeds the %d still refundable of %q", amount, remaining, cmd.OriginalKey)
+	}
+	if orig.Command == CmdDeposit {
+		return a.decideDebit(cmd, amount, a.Currency, ReasonRefund, cmd.OriginalKey)
+	}
+	if a.Closed {
+		return reject(cmd, CodeAccountClosed, true, "account %s is closed", a.ID)
+	}
+	return a.decideCredit(cmd, amount, a.Currency, ReasonRefund, cmd.OriginalKey, false)
+}
+
+// EvolveAccount applies a stored event to the account, in place: an aggregate that
+// remembers every key is too large to copy per event. Events must come in stream
+// order; a gap or a foreign stream is an error (the caller's invariant broke).
+func EvolveAccount(a *Account, ev StoredEvent) error {
+	if int64(ev.Revision) != a.Revision+1 {
+		return fmt.Errorf("domain: %s: event at revision %d after revision %d", ev.Stream, ev.Revision, a.Revision)
+	}
+	payload, err := DecodeEvent(ev.Type, ev.Data)
+	if err != nil {
+		return err
+	}
+	if err := a.evolve(payload, ev.Metadata); err != nil {
+		return fmt.Errorf("domain: %s@%d: %w", ev.Stream, ev.Revision, err)
+	}
+	a.Revision = int64(ev.Revision)
+	a.record(ev)
+	return nil
+}
+
+func (a *Account) evolve(payload any, m Metadata) error {
+	switch e := payload.(type) {
+	case *AccountOpened:
+		a.Opened, a.Currency, a.OverdraftLimit, a.Metadata = true, e.Currency, e.OverdraftLimit, e.Metadata
+	case *Credited:
+		bal, ok := addMinor(a.Balance, e.Amount)
+		if !ok || bal != e.BalanceAfter {
+			return fmt.Errorf("credit of %d to %d does not give balance_after %d", e.Amount, a.Balance, e.BalanceAfter)
+		}
+		a.Balance = bal
+		a.noteRefund(e.Reason, e.Ref, e.Amount)
+	case *Debited:
+		bal, ok := subMinor(a.Balance, e.Amount)
+		if !ok || bal != e.BalanceAfter {
+			return fmt.Errorf("debit of %d from %d does not give balance_after %d", e.Amount, a.Balance, e.BalanceAfter)
+		}
+		a.Balance = bal
+		a.noteRefund(e.Reason, e.Ref, e.Amount)
+	case *HoldPlaced:
+		h := &Hold{ID: e.HoldID, Amount: e.Amount, Status: HoldStatusActive, Key: m.Key}
+		if e.ExpiresAt != nil {
+			h.ExpiresAt = *e.ExpiresAt
+		}
+		a.Holds[e.HoldID] = h
+		a.Held += e.Amount
+	case *HoldCaptured:
+		h, ok := a.Holds[e.HoldID]
+		if !ok || h.Status != HoldStatusActive || e.Amount+e.Released != h.Amount {
+			return fmt.Errorf("capture of hold %s does not match the hold", e.HoldID)
+		}
+		a.Balance -= e.Amount
+		a.Held -= h.Amount
+		h.Status = HoldStatusCaptured
+	case *HoldReleased:
+		h, ok := a.Holds[e.HoldID]
+		if !ok || h.Status != HoldStatusActive || e.Amount != h.Amount {
+			return fmt.Errorf("release of hold %s does not match the hold", e.HoldID)
+		}
+		a.Held -= h.Amount
+		h.Status = HoldStatusReleased
+		if e.Reason == ReasonHoldExpired {
+			h.Status = HoldStatusExpired
+		}
+	case *AccountClosed:
+		a.Closed = true
+	case *CommandRejected:
+	default:
+		return fmt.Errorf("event %T does not belong to an account stream", payload)
+	}
+	return nil
+}
+
+func (a *Account) noteRefund(reason, originalKey string, amount int64) {
+	if reason != ReasonRefund {
+		return
+	}
+	if orig, ok := a.Keys[originalKey]; ok {
+		orig.Refunded += amount
+	}
+}
+
+// record adds an event to the key record of the command that wrote it.
+func (a *Account) record(ev StoredEvent) {
+	m := ev.Metadata
+	rec := a.Keys[m.Key]
+	if rec == nil || m.Index == 0 {
+		rec = &KeyRecord{Key: m.Key, Command: CommandType(m.Command), RequestHash: m.RequestHash, Request: m.Request, Status: StatusApplied, Code: CodeOK}
+		a.Keys[m.Key] = rec
+	}
+	rec.Events = append(rec.Events, EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type})
+	rec.Position = ev.Position
+	switch ev.Type {
+	case EvCommandRejected:
+		var r CommandRejected
+		if json.Unmarshal(ev.Data, &r) == nil {
+			rec.Status, rec.Code, rec.Message = StatusRejected, r.Code, r.Message
+		}
+	case EvCredited, EvDebited:
+		if rec.Command == CmdDeposit || rec.Command == CmdWithdraw {
+			var c Credited
+			if json.Unmarshal(ev.Data, &c) == nil {
+				rec.Amount = c.Amount
+			}
+		}
+	}
+	rec.After = a.View()
+}

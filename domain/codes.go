@@ -1,0 +1,48 @@
+package domain
+
+// Status is the outcome class of a command (PROTOCOL.md §3).
+type Status string
+
+const (
+	StatusApplied  Status = "applied"  // money moved or state changed
+	StatusRejected Status = "rejected" // a business rule said no; recorded
+	StatusInvalid  Status = "invalid"  // the request is malformed; nothing recorded
+	StatusError    Status = "error"    // infrastructure failure; retry with the same key
+)
+
+// Code is a typed outcome code, never matched as free text.
+type Code string
+
+const (
+	CodeOK                     Code = "ok"
+	CodeInvalidRequest         Code = "invalid_request"
+	CodeIdempotencyKeyConflict Code = "idempotency_key_conflict"
+	CodeAccountNotFound        Code = "account_not_found"
+	CodeAccountExists          Code = "account_exists"
+	CodeAccountClosed          Code = "account_closed"
+	CodeAccountNotEmpty        Code = "account_not_empty"
+	CodeCurrencyMismatch       Code = "currency_mismatch"
+	CodeInsufficientFunds      Code = "insufficient_funds"
+	CodeAmountOverflow         Code = "amount_overflow"
+	CodeSameAccount            Code = "same_account"
+	CodeTransferExists         Code = "transfer_exists"
+	CodeTransferNotFound       Code = "transfer_not_found"
+	CodeHoldNotFound           Code = "hold_not_found"
+	CodeHoldExists             Code = "hold_exists"
+	CodeHoldExpired            Code = "hold_expired"
+	CodeHoldNotActive          Code = "hold_not_active"
+	CodeOriginalNotFound       Code = "original_not_found"
+	CodeRefundExceedsOriginal  Code = "refund_exceeds_original"
+	CodeNotRefundable          Code = "not_refundable"
+	CodeInternalError          Code = "internal_error"
+	CodeNotFound               Code = "not_found" // queries only
+)
+
+// Rejection is a business refusal: a typed code and a human message.
+type Rejection struct {
+	Code    Code
+	Message string
+	// Recorded is false for refusals that concern something that does not exist
+	// (an account or an original): those are not written, so a retry re-decides.
+	Recorded bool
+}

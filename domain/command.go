@@ -1,0 +1,469 @@
+package domain
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// CommandType names a command; client commands are the subjects' last token.
+type CommandType string
+
+// Client commands (PROTOCOL.md §2).
+const (
+	CmdOpenAccount  CommandType = "open_account"
+	CmdDeposit      CommandType = "deposit"
+	CmdWithdraw     CommandType = "withdraw"
+	CmdTransfer     CommandType = "transfer"
+	CmdPlaceHold    CommandType = "place_hold"
+	CmdCaptureHold  CommandType = "capture_hold"
+	CmdReleaseHold  CommandType = "release_hold"
+	CmdRefund       CommandType = "refund"
+	CmdCloseAccount CommandType = "close_account"
+)
+
+// Internal commands: saga steps and schedulers. They never arrive from a client;
+// their keys are derived (StepKey) from the key of the command that caused them.
+const (
+	CmdTransferDebit      CommandType = "transfer_debit"
+	CmdTransferCredit     CommandType = "transfer_credit"
+	CmdTransferCompensate CommandType = "transfer_compensate"
+	CmdExpireHold         CommandType = "expire_hold"
+)
+
+// ClientCommandTypes lists the commands a client may send, in protocol order.
+var ClientCommandTypes = []CommandType{
+	CmdOpenAccount, CmdDeposit, CmdWithdraw, CmdTransfer, CmdPlaceHold,
+	CmdCaptureHold, CmdReleaseHold, CmdRefund, CmdCloseAccount,
+}
+
+// IsClient reports whether t is a command a client may send.
+func (t CommandType) IsClient() bool {
+	for _, c := range ClientCommandTypes {
+		if c == t {
+			return true
+		}
+	}
+	return false
+}
+
+// Command is one decoded, validated command. Optional fields carry a Has flag so
+// that "absent" and "zero" never blur.
+type Command struct {
+	Type           CommandType
+	IdempotencyKey string
+
+	AccountID      string
+	Currency       string
+	Amount         int64
+	HasAmount      bool
+	OverdraftLimit int64
+	Metadata       map[string]string
+	TransferID     string
+	From, To       string
+	HoldID         string
+	ExpiresAt      time.Time // zero: no expiry
+	OriginalKey    string
+
+	// At is the time the ledger accepted the command. It is not part of the
+	// request: a retry carries a later At and is still the same intent.
+	At time.Time
+	// Origin is, for an internal step, the client key that caused it.
+	Origin string
+	// Ref names what a step belongs to (a transfer or refund), for the statement.
+	Ref string
+	// Reason labels a money movement made by an internal step (for example
+	// "transfer_out", "refund_in"); empty for client commands.
+	Reason string
+}
+
+// Limits of command bodies (PROTOCOL.md §1–2). Every limit is explicit.
+const (
+	MaxBodyBytes         = 64 << 10
+	MaxMetadataEntries   = 32
+	MaxMetadataKeyLen    = 64
+	MaxMetadataValueLen  = 256
+)
+
+// InvalidError is a malformed request: status invalid, code invalid_request.
+type InvalidError struct {
+	Field   string // the offending field ("" for the body as a whole)
+	Message string
+}
+
+func (e *InvalidError) Error() string {
+	if e.Field == "" {
+		return e.Message
+	}
+	return e.Field + ": " + e.Message
+}
+
+func invalid(field, format string, args ...any) *InvalidError {
+	return &InvalidError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// field kinds of the strict decoder.
+type fieldKind uint8
+
+const (
+	fID fieldKind = iota
+	fKey
+	fCurrency
+	fAmount
+	fLimit
+	fMetadata
+	fTime
+)
+
+type fieldSpec struct {
+	name     string
+	kind     fieldKind
+	required bool
+}
+
+var commandFields = map[CommandType][]fieldSpec{
+	CmdOpenAccount:  {{"account_id", fID, true}, {"currency", fCurrency, true}, {"overdraft_limit", fLimit, false}, {"metadata", fMetadata, false}},
+	CmdDeposit:      {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}},
+	CmdWithdraw:     {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}},
+	CmdTransfer:     {{"transfer_id", fID, true}, {"from", fID, true}, {"to", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}},
+	CmdPlaceHold:    {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"expires_at", fTime, false}},
+	CmdCaptureHold:  {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, false}},
+	CmdReleaseHold:  {{"account_id", fID, true}, {"hold_id", fID, true}},
+	CmdRefund:       {{"original_key", fKey, true}, {"amount", fAmount, false}},
+	CmdCloseAccount: {{"account_id", fID, true}},
+}
+
+// DecodeCommand decodes a client command body strictly: a JSON object, valid
+// UTF-8, at most MaxBodyBytes, no unknown or repeated fields, integers only for
+// amounts, every field within its limits.
+func DecodeCommand(t CommandType, body []byte) (Command, *InvalidError) {
+	specs, ok := commandFields[t]
+	if !ok {
+		return Command{}, invalid("type", "unknown command type %q", string(t))
+	}
+	if len(body) > MaxBodyBytes {
+		return Command{}, invalid("", "body is %d bytes, over the limit of %d", len(body), MaxBodyBytes)
+	}
+	if !utf8.Valid(body) {
+		return Command{}, invalid("", "body is not valid UTF-8")
+	}
+	fields, ierr := decodeObject(body)
+	if ierr != nil {
+		return Command{}, ierr
+	}
+	cmd := Command{Type: t}
+	rawKey, ok := fields["idempotency_key"]
+	if !ok {
+		return Command{}, invalid("idempotency_key", "is required")
+	}
+	if err := decodeString(rawKey, &cmd.IdempotencyKey); err != nil || !ValidKey(cmd.IdempotencyKey) {
+		return Command{}, invalid("idempotency_key", "must be 1-%d printable ASCII characters", MaxKeyLen)
+	}
+	known := map[string]bool{"idempotency_key": true}
+	for _, s := range specs {
+		known[s.name] = true
+	}
+	for _, name := range sortedKeys(fields) {
+		if !known[name] {
+			return Command{}, invalid(name, "unknown field for %s", t)
+		}
+	}
+	for _, s := range specs {
+		raw, present := fields[s.name]
+		if !present || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+			if s.required {
+				return Command{}, invalid(s.name, "is required")
+			}
+			continue
+		}
+		if err := cmd.setField(s, raw); err != nil {
+			return Command{}, err
+		}
+	}
+	return cmd, nil
+}
+
+func (c *Command) setField(s fieldSpec, raw json.RawMessage) *InvalidError {
+	switch s.kind {
+	case fID:
+		var v string
+		if decodeString(raw, &v) != nil || !ValidID(v) {
+			return invalid(s.name, "must be 1-%d characters of [A-Za-z0-9._:-]", MaxIDLen)
+		}
+		switch s.name {
+		case "account_id":
+			c.AccountID = v
+		case "transfer_id":
+			c.TransferID = v
+		case "from":
+			c.From = v
+		case "to":
+			c.To = v
+		case "hold_id":
+			c.HoldID = v
+		}
+	case fKey:
+		var v string
+		if decodeString(raw, &v) != nil || !ValidKey(v) {
+			return invalid(s.name, "must be 1-%d printable ASCII characters", MaxKeyLen)
+		}
+		c.OriginalKey = v
+	case fCurrency:
+		if decodeString(raw, &c.Currency) != nil || !ValidCurrency(c.Currency) {
+			return invalid(s.name, "must be three upper-case letters (ISO 4217 style)")
+		}
+	case fAmount:
+		v, err := decodeInteger(raw, 1, MaxAmount)
+		if err != nil {
+			return invalid(s.name, "must be an integer of minor units from 1 to %d: %s", MaxAmount, err)
+		}
+		c.Amount, c.HasAmount = v, true
+	case fLimit:
+		v, err := decodeInteger(raw, 0, MaxAmount)
+		if err != nil {
+			return invalid(s.name, "must be an integer of minor units from 0 to %d: %s", MaxAmount, err)
+		}
+		c.OverdraftLimit = v
+	case fMetadata:
+		m, ierr := decodeMetadata(raw)
+		if ierr != nil {
+			return ierr
+		}
+		c.Metadata = m
+	case fTime:
+		var v string
+		if decodeString(raw, &v) != nil {
+			return invalid(s.name, "must be an RFC 3339 timestamp string")
+		}
+		ts, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return invalid(s.name, "must be an RFC 3339 timestamp: %v", err)
+		}
+		c.ExpiresAt = ts.UTC()
+	}
+	return nil
+}
+
+// decodeObject reads one JSON object, rejecting repeated names and trailing data.
+func decodeObject(body []byte) (map[string]json.RawMessage, *InvalidError) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, invalid("", "malformed JSON: %v", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, invalid("", "body must be a JSON object")
+	}
+	fields := make(map[string]json.RawMessage)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, invalid("", "malformed JSON: %v", err)
+		}
+		name, ok := tok.(string)
+		if !ok {
+			return nil, invalid("", "malformed JSON: object key expected")
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, invalid(name, "malformed JSON value: %v", err)
+		}
+		if _, dup := fields[name]; dup {
+			return nil, invalid(name, "appears more than once")
+		}
+		fields[name] = raw
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, invalid("", "malformed JSON: %v", err)
+	}
+	if _, err := dec.Token(); err == nil {
+		return nil, invalid("", "trailing data after the JSON object")
+	}
+	return fields, nil
+}
+
+func decodeString(raw json.RawMessage, v *string) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '"' {
+		return fmt.Errorf("not a string")
+	}
+	return json.Unmarshal(raw, v)
+}
+
+// decodeInteger accepts only a JSON integer literal: no fraction, no exponent, no string.
+func decodeInteger(raw json.RawMessage, lo, hi int64) (int64, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return 0, fmt.Errorf("empty")
+	}
+	for i, c := range raw {
+		if !(c >= '0' && c <= '9') && !(i == 0 && c == '-') {
+			return 0, fmt.Errorf("%s is not an integer literal", truncate(string(raw), 32))
+		}
+	}
+	v, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil || v < lo || v > hi {
+		return 0, fmt.Errorf("%s is out of range", truncate(string(raw), 32))
+	}
+	return v, nil
+}
+
+func decodeMetadata(raw json.RawMessage) (map[string]string, *InvalidError) {
+	fields, ierr := decodeObject(raw)
+	if ierr != nil {
+		return nil, invalid("metadata", "must be an object of string values")
+	}
+	if len(fields) > MaxMetadataEntries {
+		return nil, invalid("metadata", "has %d entries, over the limit of %d", len(fields), MaxMetadataEntries)
+	}
+	m := make(map[string]string, len(fields))
+	for k, rv := range fields {
+		var v string
+		if decodeString(rv, &v) != nil {
+			return nil, invalid("metadata", "value of %q must be a string", truncate(k, 32))
+		}
+		if len(k) == 0 || len(k) > MaxMetadataKeyLen || len(v) > MaxMetadataValueLen {
+			return nil, invalid("metadata", "keys must be 1-%d bytes and values at most %d bytes", MaxMetadataKeyLen, MaxMetadataValueLen)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Request is the canonical form of a command's request: the fields that define the
+// intent, with defaults applied, without the key and the time. Two requests are the
+// same intent exactly when their canonical forms are equal.
+type Request map[string]any
+
+// Request returns the canonical request of a command.
+func (c Command) Request() Request {
+	r := Request{"type": string(c.Type)}
+	set := func(name, v string) {
+		if v != "" {
+			r[name] = v
+		}
+	}
+	set("account_id", c.AccountID)
+	set("currency", c.Currency)
+	set("transfer_id", c.TransferID)
+	set("from", c.From)
+	set("to", c.To)
+	set("hold_id", c.HoldID)
+	set("original_key", c.OriginalKey)
+	if c.HasAmount {
+		r["amount"] = c.Amount
+	}
+	if c.Type == CmdOpenAccount {
+		r["overdraft_limit"] = c.OverdraftLimit
+		md := map[string]any{}
+		for k, v := range c.Metadata {
+			md[k] = v
+		}
+		r["metadata"] = md
+	}
+	if !c.ExpiresAt.IsZero() {
+		r["expires_at"] = c.ExpiresAt.UTC().Format(time.RFC3339Nano)
+	}
+	return r
+}
+
+// CanonicalJSON is the request as JSON with sorted keys and integers exact.
+func (r Request) CanonicalJSON() []byte {
+	b, err := json.Marshal(map[string]any(r))
+	if err != nil {
+		panic("domain: canonical request does not marshal: " + err.Error())
+	}
+	return b
+}
+
+// Hash is the hex SHA-256 of the canonical JSON.
+func (r Request) Hash() string {
+	sum := sha256.Sum256(r.CanonicalJSON())
+	return hex.EncodeToString(sum[:])
+}
+
+// ParseRequest reads a canonical request back from its JSON.
+func ParseRequest(b []byte) (Request, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	return normalize(m).(map[string]any), nil
+}
+
+// normalize turns json.Number into int64 so that parsed and built requests compare equal.
+func normalize(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		return x.String()
+	case map[string]any:
+		for k, e := range x {
+			x[k] = normalize(e)
+		}
+		return x
+	}
+	return v
+}
+
+// DiffFields lists, sorted, the fields whose values differ between two requests.
+func DiffFields(a, b Request) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, m := range []Request{a, b} {
+		for k := range m {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			av, aok := a[k]
+			bv, bok := b[k]
+			if aok != bok || !sameJSON(av, bv) {
+				out = append(out, k)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sameJSON(a, b any) bool {
+	ab, err1 := json.Marshal(normalizeCopy(a))
+	bb, err2 := json.Marshal(normalizeCopy(b))
+	return err1 == nil && err2 == nil && bytes.Equal(ab, bb)
+}
+
+func normalizeCopy(v any) any {
+	if n, ok := v.(json.Number); ok {
+		if i, err := n.Int64(); err == nil {
+			return i
+		}
+	}
+	return v
+}

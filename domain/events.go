@@ -1,0 +1,195 @@
+package domain
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Event types of account streams.
+const (
+	EvAccountOpened   = "AccountOpened"
+	EvCredited        = "Credited"
+	EvDebited         = "Debited"
+	EvHoldPlaced      = "HoldPlaced"
+	EvHoldCaptured    = "HoldCaptured"
+	EvHoldReleased    = "HoldReleased"
+	EvAccountClosed   = "AccountClosed"
+	EvCommandRejected = "CommandRejected"
+	// EvKeyClaimed is the single event of a key stream: it binds a client key to one
+	// request (its hash and canonical form) and names the stream that decides it.
+	EvKeyClaimed = "KeyClaimed"
+)
+
+// Reasons of money movements (the statement's "why").
+const (
+	ReasonDeposit            = "deposit"
+	ReasonWithdrawal         = "withdrawal"
+	ReasonTransferOut        = "transfer_out"
+	ReasonTransferIn         = "transfer_in"
+	ReasonTransferCompensate = "transfer_compensation"
+	ReasonRefund             = "refund"
+	ReasonRefundOut          = "refund_out"
+	ReasonRefundIn           = "refund_in"
+	ReasonRefundCompensate   = "refund_compensation"
+	ReasonHoldExpired        = "expired"
+	ReasonHoldReleased       = "released"
+)
+
+// AccountOpened opens an account.
+type AccountOpened struct {
+	AccountID      string            `json:"account_id"`
+	Currency       string            `json:"currency"`
+	OverdraftLimit int64             `json:"overdraft_limit"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+}
+
+// Credited and Debited move money into or out of an account. BalanceAfter is the
+// fold's result, written so that statements need no fold and audits can check it.
+type Credited struct {
+	Amount       int64  `json:"amount"`
+	Currency     string `json:"currency"`
+	Reason       string `json:"reason"`
+	Ref          string `json:"ref,omitempty"` // transfer id or original key
+	BalanceAfter int64  `json:"balance_after"`
+}
+
+// Debited: see Credited.
+type Debited Credited
+
+// HoldPlaced reserves funds.
+type HoldPlaced struct {
+	HoldID    string     `json:"hold_id"`
+	Amount    int64      `json:"amount"`
+	Currency  string     `json:"currency"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	HeldAfter int64      `json:"held_after"`
+}
+
+// HoldCaptured debits captured funds and releases the rest of the hold.
+type HoldCaptured struct {
+	HoldID       string `json:"hold_id"`
+	Amount       int64  `json:"amount"`   // debited
+	Released     int64  `json:"released"` // returned to available
+	Currency     string `json:"currency"`
+	BalanceAfter int64  `json:"balance_after"`
+	HeldAfter    int64  `json:"held_after"`
+}
+
+// HoldReleased returns held funds to available (released or expired).
+type HoldReleased struct {
+	HoldID    string `json:"hold_id"`
+	Amount    int64  `json:"amount"`
+	Reason    string `json:"reason"`
+	HeldAfter int64  `json:"held_after"`
+}
+
+// AccountClosed closes an account.
+type AccountClosed struct {
+	AccountID string `json:"account_id"`
+}
+
+// CommandRejected records a business refusal so that a retry gets it again.
+type CommandRejected struct {
+	Command string `json:"command"`
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+// KeyClaimed binds a client key to one request forever.
+type KeyClaimed struct {
+	Key         string          `json:"key"`
+	Command     string          `json:"command"`
+	RequestHash string          `json:"request_hash"`
+	Request     json.RawMessage `json:"request"`
+	Stream      string          `json:"stream"` // the stream that decides the command
+}
+
+// Metadata travels with every event the ledger writes.
+type Metadata struct {
+	Key         string    `json:"key"`                // idempotency key (derived for saga steps)
+	Command     string    `json:"command"`            // command type
+	RequestHash string    `json:"request_hash"`       // hex SHA-256 of the canonical request
+	Index       int       `json:"i"`                  // index of the event within the command's write to its stream
+	Count       int       `json:"n"`                  // events the command wrote to this stream
+	At          time.Time `json:"at"`                 // when the ledger accepted the command
+	Origin      string    `json:"origin,omitempty"`   // the client key that caused a saga step
+	Request     []byte    `json:"request,omitempty"`  // canonical request, on the first event only
+	Chain       string    `json:"chain,omitempty"`    // tamper-evidence hash chain (read side)
+	Schema      int       `json:"schema,omitempty"`   // payload schema version
+	Producer    string    `json:"producer,omitempty"` // instance that wrote it, for diagnostics
+}
+
+// NewEvent is an event decided but not yet written.
+type NewEvent struct {
+	Type string
+	Data any
+}
+
+// StoredEvent is an event as the domain reads it back (decoupled from eventstore).
+type StoredEvent struct {
+	ID       uuid.UUID
+	Stream   string
+	Revision uint64
+	Position string // global position, as the event store renders it
+	Type     string
+	Data     []byte
+	Metadata Metadata
+}
+
+// DecodeMetadata parses event metadata.
+func DecodeMetadata(b []byte) (Metadata, error) {
+	var m Metadata
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("domain: metadata: %w", err)
+	}
+	return m, nil
+}
+
+// DecodeEvent parses an event's data into its typed payload.
+func DecodeEvent(typ string, data []byte) (any, error) {
+	var v any
+	switch typ {
+	case EvAccountOpened:
+		v = &AccountOpened{}
+	case EvCredited:
+		v = &Credited{}
+	case EvDebited:
+		v = &Debited{}
+	case EvHoldPlaced:
+		v = &HoldPlaced{}
+	case EvHoldCaptured:
+		v = &HoldCaptured{}
+	case EvHoldReleased:
+		v = &HoldReleased{}
+	case EvAccountClosed:
+		v = &AccountClosed{}
+	case EvCommandRejected:
+		v = &CommandRejected{}
+	case EvKeyClaimed:
+		v = &KeyClaimed{}
+	default:
+		if d, ok := decodeTransferEvent(typ); ok {
+			v = d
+			break
+		}
+		return nil, fmt.Errorf("domain: unknown event type %q", typ)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return nil, fmt.Errorf("domain: %s: %w", typ, err)
+	}
+	return v, nil
+}
+
+// transferEventDecoders is filled by transfer.go: event type -> new payload.
+var transferEventDecoders = map[string]func() any{}
+
+func decodeTransferEvent(typ string) (any, bool) {
+	f, ok := transferEventDecoders[typ]
+	if !ok {
+		return nil, false
+	}
+	return f(), true
+}

@@ -1,0 +1,269 @@
+package eventstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Revision is the zero-based index of an event in its stream.
+type Revision = uint64
+
+// Position is a point in the global order of "all". It is a pair so that every
+// backend can express its own order: KurrentDB's (commit, prepare) positions, and
+// the PostgreSQL store's (transaction id, sequence) pair. Positions compare
+// lexicographically; the zero Position is the start of "all" (before any event).
+type Position struct {
+	Commit  uint64 `json:"commit"`
+	Prepare uint64 `json:"prepare"`
+}
+
+// Start is the position before the first event of "all".
+var Start = Position{}
+
+// Compare returns -1, 0 or +1 as p is before, equal to or after q.
+func (p Position) Compare(q Position) int {
+	switch {
+	case p.Commit < q.Commit:
+		return -1
+	case p.Commit > q.Commit:
+		return 1
+	case p.Prepare < q.Prepare:
+		return -1
+	case p.Prepare > q.Prepare:
+		return 1
+	}
+	return 0
+}
+
+// String renders the position as "commit/prepare", the form clients see.
+func (p Position) String() string { return fmt.Sprintf("%d/%d", p.Commit, p.Prepare) }
+
+// ParsePosition parses the "commit/prepare" form of String.
+func ParsePosition(s string) (Position, error) {
+	c, pr, ok := strings.Cut(s, "/")
+	commit, err1 := strconv.ParseUint(c, 10, 64)
+	prepare, err2 := strconv.ParseUint(pr, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return Position{}, fmt.Errorf("eventstore: position %q is not of the form commit/prepare", s)
+	}
+	return Position{Commit: commit, Prepare: prepare}, nil
+}
+
+// ExpectedRevision is the optimistic-concurrency condition of an append.
+type ExpectedRevision struct {
+	kind expectedKind
+	rev  Revision
+}
+
+type expectedKind uint8
+
+const (
+	expectAny expectedKind = iota
+	expectNoStream
+	expectStreamExists
+	expectExact
+)
+
+var (
+	// Any appends whatever the stream's state. Idempotent only when the first event's
+	// ID is among the stream's recently written IDs: never rely on it.
+	Any = ExpectedRevision{kind: expectAny}
+	// NoStream requires that the stream has no events (an exact revision of "-1").
+	NoStream = ExpectedRevision{kind: expectNoStream}
+	// StreamExists requires that the stream has at least one event.
+	StreamExists = ExpectedRevision{kind: expectStreamExists}
+)
+
+// Exact requires that the stream's last event is at revision r.
+func Exact(r Revision) ExpectedRevision { return ExpectedRevision{kind: expectExact, rev: r} }
+
+// ExactOrNoStream is Exact(uint64(last)) for last >= 0, NoStream for last == -1:
+// the expected revision of a decision made on a stream whose last revision was last.
+func ExactOrNoStream(last int64) ExpectedRevision {
+	if last < 0 {
+		return NoStream
+	}
+	return Exact(uint64(last))
+}
+
+// IsAny, IsNoStream, IsStreamExists report the kind; Exact returns (r, true) for exact.
+func (e ExpectedRevision) IsAny() bool          { return e.kind == expectAny }
+func (e ExpectedRevision) IsNoStream() bool     { return e.kind == expectNoStream }
+func (e ExpectedRevision) IsStreamExists() bool { return e.kind == expectStreamExists }
+func (e ExpectedRevision) Exact() (Revision, bool) {
+	return e.rev, e.kind == expectExact
+}
+
+// LastBefore is the revision the stream's head must have for the append to be a
+// fresh write: -1 for NoStream, r for Exact(r). ok is false for Any and StreamExists.
+func (e ExpectedRevision) LastBefore() (last int64, ok bool) {
+	switch e.kind {
+	case expectNoStream:
+		return -1, true
+	case expectExact:
+		return int64(e.rev), true
+	}
+	return 0, false
+}
+
+func (e ExpectedRevision) String() string {
+	switch e.kind {
+	case expectAny:
+		return "any"
+	case expectNoStream:
+		return "no_stream"
+	case expectStreamExists:
+		return "stream_exists"
+	}
+	return fmt.Sprintf("%d", e.rev)
+}
+
+// EventData is an event to append. ID must be set by the caller: the ledger derives
+// it deterministically so that the same intent always writes the same IDs.
+type EventData struct {
+	ID       uuid.UUID
+	Type     string
+	Data     []byte // JSON
+	Metadata []byte // JSON
+}
+
+// RecordedEvent is an event as stored.
+type RecordedEvent struct {
+	ID       uuid.UUID
+	Stream   string
+	Revision Revision
+	Position Position
+	Type     string
+	Data     []byte
+	Metadata []byte
+	Created  time.Time
+}
+
+// AppendResult describes a successful append. For an idempotent re-append it
+// describes the original write.
+type AppendResult struct {
+	FirstRevision Revision
+	LastRevision  Revision
+	// Position is the global position of the last event written.
+	Position Position
+}
+
+// StreamAppend is one stream's part of a multi-stream append.
+type StreamAppend struct {
+	Stream   string
+	Expected ExpectedRevision
+	Events   []EventData
+}
+
+// Appender appends events to one stream with an expected revision.
+//
+// Idempotency follows KurrentDB's IndexWriter rules for Exact and NoStream:
+//   - expected equal to the head: the events are written, without idempotency check;
+//   - expected beyond the head: *WrongExpectedRevisionError;
+//   - expected before the head: event i must already sit at revision expected+1+i.
+//     All match: success, returning the original revisions and position. The first
+//     does not match, a later one does not, or the batch runs past the head:
+//     *WrongExpectedRevisionError.
+//
+// With Any, a batch whose first event ID is already in the stream returns the
+// original write (only from a bounded recent-ID window on KurrentDB).
+type Appender interface {
+	Append(ctx context.Context, stream string, expected ExpectedRevision, events []EventData) (AppendResult, error)
+}
+
+// MultiAppender appends to several streams atomically: all or none. Each stream's
+// part follows the rules of Appender. The PostgreSQL and memory stores implement
+// it; KurrentDB (through the v4 client) does not, and callers fall back to ordered
+// single-stream appends whose steps are each idempotent.
+type MultiAppender interface {
+	AppendMulti(ctx context.Context, parts []StreamAppend) ([]AppendResult, error)
+}
+
+// Direction of a read.
+type Direction uint8
+
+const (
+	Forwards Direction = iota
+	Backwards
+)
+
+// StreamReader reads one stream. A stream that has no events returns
+// ErrStreamNotFound.
+type StreamReader interface {
+	// ReadStream returns up to max events (max <= 0: all) starting at from,
+	// in the given direction. Backwards with from == EndOfStream starts at the head.
+	ReadStream(ctx context.Context, stream string, from Revision, dir Direction, max int) ([]RecordedEvent, error)
+}
+
+// EndOfStream as the from of a backwards read starts at the last event.
+const EndOfStream Revision = ^Revision(0)
+
+// AllReader reads "all" in global order. Events strictly after from are returned;
+// a reader must never skip an event that becomes visible later at an earlier
+// position (see the postgres backend).
+type AllReader interface {
+	ReadAll(ctx context.Context, after Position, max int) ([]RecordedEvent, error)
+}
+
+// Subscriber subscribes to "all" from a position (exclusive): catch-up, then live.
+type Subscriber interface {
+	SubscribeAll(ctx context.Context, after Position, opts SubscribeOptions) (Subscription, error)
+}
+
+// SubscribeOptions filter and shape a subscription.
+type SubscribeOptions struct {
+	// StreamPrefixes, when non-empty, keeps only events whose stream starts with one of them.
+	StreamPrefixes []string
+	// BufferSize bounds the events held for a slow consumer (default 512).
+	BufferSize int
+}
+
+// Subscription delivers events in global order. Events is closed when the
+// subscription ends; Err then tells why (nil after Close or context cancellation).
+type Subscription interface {
+	Events() <-chan RecordedEvent
+	Err() error
+	Close() error
+}
+
+// Store is the full contract a backend provides.
+type Store interface {
+	Appender
+	StreamReader
+	AllReader
+	Subscriber
+	// Head returns the position of the last event in "all" visible to readers.
+	Head(ctx context.Context) (Position, error)
+	Close() error
+}
+
+// ErrStreamNotFound is returned by ReadStream for a stream that has no events.
+var ErrStreamNotFound = errors.New("eventstore: stream not found")
+
+// ErrWrongExpectedRevision matches every *WrongExpectedRevisionError with errors.Is.
+var ErrWrongExpectedRevision = errors.New("eventstore: wrong expected revision")
+
+// ErrUnavailable marks infrastructure failures worth retrying (connection lost,
+// deadline without an answer). Backends wrap their transport errors with it.
+var ErrUnavailable = errors.New("eventstore: unavailable")
+
+// WrongExpectedRevisionError carries the stream, what the append expected and the
+// stream's actual last revision (-1 when it has no events).
+type WrongExpectedRevisionError struct {
+	Stream   string
+	Expected ExpectedRevision
+	Actual   int64
+}
+
+func (e *WrongExpectedRevisionError) Error() string {
+	return fmt.Sprintf("eventstore: wrong expected revision on %q: expected %s, actual %d", e.Stream, e.Expected, e.Actual)
+}
+
+// Is makes errors.Is(err, ErrWrongExpectedRevision) true.
+func (e *WrongExpectedRevisionError) Is(target error) bool { return target == ErrWrongExpectedRevision }

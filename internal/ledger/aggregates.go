@@ -1,0 +1,126 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+)
+
+// streamLocks serialises work on one stream inside this process. Entries are
+// reference-counted so the map holds only streams in use.
+type streamLocks struct {
+	mu    sync.Mutex
+	locks map[string]*streamLock
+}
+
+type streamLock struct {
+	ch   chan struct{} // a one-slot semaphore: holding the slot is holding the lock
+	refs int
+}
+
+func newStreamLocks() *streamLocks { return &streamLocks{locks: map[string]*streamLock{}} }
+
+// lock takes the stream's lock, or gives up when ctx ends first.
+func (l *streamLocks) lock(ctx context.Context, stream string) (unlock func(), err error) {
+	l.mu.Lock()
+	sl := l.locks[stream]
+	if sl == nil {
+		sl = &streamLock{ch: make(chan struct{}, 1)}
+		l.locks[stream] = sl
+	}
+	sl.refs++
+	l.mu.Unlock()
+	release := func() {
+		l.mu.Lock()
+		sl.refs--
+		if sl.refs == 0 {
+			delete(l.locks, stream)
+		}
+		l.mu.Unlock()
+	}
+	select {
+	case sl.ch <- struct{}{}:
+		return func() { <-sl.ch; release() }, nil
+	case <-ctx.Done():
+		release()
+		return nil, ctx.Err()
+	}
+}
+
+// accountCache keeps recently used account aggregates, so that deciding a command
+// and answering a duplicate cost a map lookup however long the stream is. An entry
+// is only touched under its stream's lock. A stale entry (another instance wrote)
+// is caught by the append's expected revision and refreshed by catching up.
+type accountCache struct {
+	c *lru.Cache[string, *domain.Account]
+}
+
+func newAccountCache(size int) *accountCache {
+	c, err := lru.New[string, *domain.Account](size)
+	if err != nil {
+		panic(err)
+	}
+	return &accountCache{c: c}
+}
+
+// readPage bounds one read of a stream while catching up.
+const readPage = 4096
+
+// loadAccount returns the cached aggregate caught up to the store's head when
+// refresh is set or it is not cached; otherwise the cached one as is.
+func (s *Service) loadAccount(ctx context.Context, stream, id string, refresh bool) (*domain.Account, error) {
+	acc, ok := s.accounts.c.Get(stream)
+	if ok && !refresh {
+		return acc, nil
+	}
+	if !ok {
+		acc = domain.NewAccount(id)
+	}
+	if err := catchUp(ctx, s.store, stream, acc.Revision, func(ev domain.StoredEvent) error { return domain.EvolveAccount(acc, ev) }); err != nil {
+		s.accounts.c.Remove(stream)
+		return nil, err
+	}
+	s.accounts.c.Add(stream, acc)
+	return acc, nil
+}
+
+// catchUp reads a stream forward from after+1 and hands each event to apply.
+func catchUp(ctx context.Context, r eventstore.StreamReader, stream string, after int64, apply func(domain.StoredEvent) error) error {
+	next := uint64(after + 1)
+	for {
+		evs, err := r.ReadStream(ctx, stream, next, eventstore.Forwards, readPage)
+		if errors.Is(err, eventstore.ErrStreamNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for _, re := range evs {
+			ev, err := toStored(re)
+			if err != nil {
+				return err
+			}
+			if err := apply(ev); err != nil {
+				return err
+			}
+		}
+		if len(evs) < readPage {
+			return nil
+		}
+		next = evs[len(evs)-1].Revision + 1
+	}
+}
+
+func toStored(re eventstore.RecordedEvent) (domain.StoredEvent, error) {
+	m, err := domain.DecodeMetadata(re.Metadata)
+	if err != nil {
+		return domain.StoredEvent{}, fmt.Errorf("%s@%d: %w", re.Stream, re.Revision, err)
+	}
+	return domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Position: re.Position.String(), Type: re.Type, Data: re.Data, Metadata: m}, nil
+}

@@ -1,0 +1,264 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+)
+
+// Store is what the command handler needs of an event store. A store that also
+// implements eventstore.MultiAppender writes a key claim and its decision in one
+// transaction; otherwise the claim is written first (each step is idempotent).
+type Store interface {
+	eventstore.Appender
+	eventstore.StreamReader
+}
+
+// Options configure a Service. Zero values take the defaults.
+type Options struct {
+	// Clock gives the time a command is accepted at (default time.Now). Tests
+	// drive it; the domain never reads a clock itself.
+	Clock func() time.Time
+	// MaxAttempts bounds decide-and-append attempts on concurrent writes (default 8).
+	MaxAttempts int
+	// CacheSize bounds the number of account aggregates kept in memory (default 100,000).
+	CacheSize int
+	// Producer names this instance in event metadata (diagnostics only).
+	Producer string
+	Logger   *slog.Logger
+}
+
+// Service decides commands. It is safe for concurrent use; commands for one
+// stream are serialised, different streams proceed in parallel.
+type Service struct {
+	store    Store
+	multi    eventstore.MultiAppender
+	opts     Options
+	log      *slog.Logger
+	locks    *streamLocks
+	accounts *accountCache
+	claims   *claimCache
+}
+
+// New returns a Service over store.
+func New(store Store, opts Options) *Service {
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = 8
+	}
+	if opts.CacheSize <= 0 {
+		opts.CacheSize = 100_000
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), accounts: newAccountCache(opts.CacheSize), claims: newClaimCache(opts.CacheSize)}
+	if m, ok := store.(eventstore.MultiAppender); ok {
+		s.multi = m
+	}
+	return s
+}
+
+// ErrTooManyConflicts means concurrent writers kept winning for MaxAttempts rounds.
+var ErrTooManyConflicts = errors.New("ledger: too many concurrent writes to the same stream")
+
+// HandleRaw decodes a client command body strictly and handles it.
+func (s *Service) HandleRaw(ctx context.Context, typ string, body []byte) Reply {
+	cmd, ierr := domain.DecodeCommand(domain.CommandType(typ), body)
+	if ierr != nil {
+		return invalidReply(keyOf(body), ierr)
+	}
+	return s.Handle(ctx, cmd)
+}
+
+// keyOf extracts the idempotency key of a malformed body for the reply, if it can.
+func keyOf(body []byte) string {
+	var k struct {
+		Key string `json:"idempotency_key"`
+	}
+	if len(body) <= domain.MaxBodyBytes && json.Unmarshal(body, &k) == nil && domain.ValidKey(k.Key) {
+		return k.Key
+	}
+	return ""
+}
+
+// Handle decides one validated client command and replies.
+func (s *Service) Handle(ctx context.Context, cmd domain.Command) Reply {
+	if cmd.At.IsZero() {
+		cmd.At = s.opts.Clock().UTC()
+	}
+	var (
+		r   Reply
+		err error
+	)
+	switch cmd.Type {
+	case domain.CmdTransfer:
+		r, err = s.handleTransfer(ctx, cmd)
+	case domain.CmdRefund:
+		r, err = s.handleRefund(ctx, cmd)
+	default:
+		if !cmd.Type.IsClient() {
+			return invalidReply(cmd.IdempotencyKey, &domain.InvalidError{Field: "type", Message: fmt.Sprintf("unknown command type %q", cmd.Type)})
+		}
+		r, err = s.handleAccountCommand(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID)
+	}
+	if err != nil {
+		s.log.Warn("command failed", "type", cmd.Type, "key", cmd.IdempotencyKey, "err", err)
+		return errorReply(cmd.IdempotencyKey, err)
+	}
+	return r
+}
+
+// handleAccountCommand decides a client command whose home is an account stream.
+func (s *Service) handleAccountCommand(ctx context.Context, cmd domain.Command, stream, accountID string) (Reply, error) {
+	unlock, err := s.locks.lock(ctx, stream)
+	if err != nil {
+		return Reply{}, err
+	}
+	defer unlock()
+	req := cmd.Request()
+	refresh := false
+	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
+		acc, err := s.loadAccount(ctx, stream, accountID, refresh)
+		if err != nil {
+			return Reply{}, err
+		}
+		if rec, ok := acc.Keys[cmd.IdempotencyKey]; ok {
+			return answerKnown(rec, req), nil
+		}
+		d := domain.DecideAccount(acc, cmd)
+		if d.Invalid != nil {
+			return invalidReply(cmd.IdempotencyKey, d.Invalid), nil
+		}
+		if len(d.Events) == 0 {
+			return notRecordedReply(cmd.IdempotencyKey, d.Rejection), nil
+		}
+		res, err := s.appendDecision(ctx, cmd, req, stream, acc.Revision, d.Events)
+		var conflict *claimConflict
+		switch {
+		case errors.As(err, &conflict):
+			return conflictReply(cmd.IdempotencyKey, conflict.fields), nil
+		case errors.Is(err, eventstore.ErrWrongExpectedRevision):
+			refresh = true // another instance wrote: catch up and decide again
+			continue
+		case err != nil:
+			return Reply{}, err
+		}
+		if err := s.applyWritten(ctx, stream, acc, res); err != nil {
+			return Reply{}, err
+		}
+		rec, ok := acc.Keys[cmd.IdempotencyKey]
+		if !ok {
+			return Reply{}, fmt.Errorf("ledger: %s: key %q not found after its own append", stream, cmd.IdempotencyKey)
+		}
+		return recordReply(rec, false), nil
+	}
+	return Reply{}, ErrTooManyConflicts
+}
+
+// answerKnown answers a key the aggregate already decided: the original outcome, or
+// a conflict when the request differs.
+func answerKnown(rec *domain.KeyRecord, req domain.Request) Reply {
+	dup, fields := rec.Duplicate(req)
+	if !dup {
+		return conflictReply(rec.Key, fields)
+	}
+	return recordReply(rec, true)
+}
+
+// written is a successful append: the events as they now stand in the stream.
+type written struct {
+	events []domain.StoredEvent
+}
+
+// applyWritten folds freshly written events into the cached aggregate. Should the
+// cache be behind (another instance wrote just before), it catches up instead.
+func (s *Service) applyWritten(ctx context.Context, stream string, acc *domain.Account, w written) error {
+	if len(w.events) > 0 && int64(w.events[0].Revision) != acc.Revision+1 {
+		_, err := s.loadAccount(ctx, stream, acc.ID, true)
+		return err
+	}
+	for _, ev := range w.events {
+		if err := domain.EvolveAccount(acc, ev); err != nil {
+			s.accounts.c.Remove(stream)
+			return err
+		}
+	}
+	return nil
+}
+
+// encodeEvents turns decided events into event data with deterministic IDs and
+// metadata; the first event carries the canonical request.
+func (s *Service) encodeEvents(cmd domain.Command, req domain.Request, key, stream string, events []domain.NewEvent) ([]eventstore.EventData, []domain.Metadata, error) {
+	out := make([]eventstore.EventData, len(events))
+	metas := make([]domain.Metadata, len(events))
+	hash := req.Hash()
+	for i, ev := range events {
+		data, err := json.Marshal(ev.Data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("ledger: encode %s: %w", ev.Type, err)
+		}
+		m := domain.Metadata{Key: key, Command: string(cmd.Type), RequestHash: hash, Index: i, Count: len(events), At: cmd.At, Origin: cmd.Origin, Producer: s.opts.Producer, Schema: 1}
+		if i == 0 {
+			m.Request = req.CanonicalJSON()
+		}
+		meta, err := json.Marshal(m)
+		if err != nil {
+			return nil, nil, err
+		}
+		out[i] = eventstore.EventData{ID: domain.EventID(key, stream, i), Type: ev.Type, Data: data, Metadata: meta}
+		metas[i] = m
+	}
+	return out, metas, nil
+}
+
+// appendDecision writes a client command's decision to its home stream together
+// with the claim of its key (see claims.go).
+func (s *Service) appendDecision(ctx context.Context, cmd domain.Command, req domain.Request, stream string, last int64, events []domain.NewEvent) (written, error) {
+	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, events)
+	if err != nil {
+		return written{}, err
+	}
+	claim, err := s.claimPart(cmd, req, stream)
+	if err != nil {
+		return written{}, err
+	}
+	home := eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(last), Events: data}
+	res, err := s.appendWithClaim(ctx, claim, home, req)
+	if err != nil {
+		return written{}, err
+	}
+	return writtenFrom(stream, res, data, metas), nil
+}
+
+// appendStep writes an internal step's decision (a derived key: no claim).
+func (s *Service) appendStep(ctx context.Context, cmd domain.Command, req domain.Request, stream string, last int64, events []domain.NewEvent) (written, error) {
+	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, events)
+	if err != nil {
+		return written{}, err
+	}
+	res, err := s.store.Append(ctx, stream, eventstore.ExactOrNoStream(last), data)
+	if err != nil {
+		return written{}, err
+	}
+	return writtenFrom(stream, res, data, metas), nil
+}
+
+func writtenFrom(stream string, res eventstore.AppendResult, data []eventstore.EventData, metas []domain.Metadata) written {
+	w := written{events: make([]domain.StoredEvent, len(data))}
+	for i, d := range data {
+		w.events[i] = domain.StoredEvent{ID: d.ID, Stream: stream, Revision: res.FirstRevision + uint64(i), Type: d.Type, Data: d.Data, Metadata: metas[i]}
+	}
+	if n := len(w.events); n > 0 {
+		w.events[n-1].Position = res.Position.String()
+	}
+	return w
+}
