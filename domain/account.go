@@ -93,6 +93,8 @@ type Account struct {
 	Holds          map[string]*Hold
 	Revision       int64
 	Keys           map[string]*KeyRecord
+	// LastChain is the tamper-evidence chain hash of the last event (ChainHash).
+	LastChain string
 }
 
 // NewAccount is the state of an account stream that has no events.
@@ -334,6 +336,7 @@ func EvolveAccount(a *Account, ev StoredEvent) error {
 		return fmt.Errorf("domain: %s@%d: %w", ev.Stream, ev.Revision, err)
 	}
 	a.Revision = int64(ev.Revision)
+	a.LastChain = ev.Metadata.Chain
 	a.record(ev)
 	return nil
 }

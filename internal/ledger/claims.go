@@ -52,13 +52,16 @@ func (s *Service) claimPart(cmd domain.Command, req domain.Request, home string)
 	if err != nil {
 		return eventstore.StreamAppend{}, err
 	}
-	meta, err := json.Marshal(domain.Metadata{Key: cmd.IdempotencyKey, Command: string(cmd.Type), RequestHash: hash, Count: 1, At: cmd.At, Producer: s.opts.Producer, Schema: 1})
+	ks := domain.KeyStream(cmd.IdempotencyKey)
+	id := domain.EventID(claimEventKey(cmd.IdempotencyKey, hash), ks, 0)
+	m := domain.Metadata{Key: cmd.IdempotencyKey, Command: string(cmd.Type), RequestHash: hash, Count: 1, At: cmd.At, Producer: s.opts.Producer, Schema: 1}
+	m.Chain = domain.ChainHash("", domain.StoredEvent{ID: id, Stream: ks, Type: domain.EvKeyClaimed, Data: data, Metadata: m})
+	meta, err := json.Marshal(m)
 	if err != nil {
 		return eventstore.StreamAppend{}, err
 	}
-	ks := domain.KeyStream(cmd.IdempotencyKey)
 	return eventstore.StreamAppend{Stream: ks, Expected: eventstore.NoStream, Events: []eventstore.EventData{{
-		ID: domain.EventID(claimEventKey(cmd.IdempotencyKey, hash), ks, 0), Type: domain.EvKeyClaimed, Data: data, Metadata: meta,
+		ID: id, Type: domain.EvKeyClaimed, Data: data, Metadata: meta,
 	}}}, nil
 }
 

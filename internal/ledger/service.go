@@ -141,7 +141,7 @@ func (s *Service) handleAccountCommand(ctx context.Context, cmd domain.Command, 
 		if len(d.Events) == 0 {
 			return notRecordedReply(cmd.IdempotencyKey, d.Rejection), nil
 		}
-		res, err := s.appendDecision(ctx, cmd, req, stream, acc.Revision, d.Events)
+		res, err := s.appendDecision(ctx, cmd, req, stream, acc.Revision, acc.LastChain, d.Events)
 		var conflict *claimConflict
 		switch {
 		case errors.As(err, &conflict):
@@ -196,8 +196,10 @@ func (s *Service) applyWritten(ctx context.Context, stream string, acc *domain.A
 }
 
 // encodeEvents turns decided events into event data with deterministic IDs and
-// metadata; the first event carries the canonical request.
-func (s *Service) encodeEvents(cmd domain.Command, req domain.Request, key, stream string, events []domain.NewEvent) ([]eventstore.EventData, []domain.Metadata, error) {
+// metadata; the first event carries the canonical request. Each event's metadata
+// carries its chain hash, linked to prevChain, the chain of the stream's event at
+// revision first-1 ("" when first is 0).
+func (s *Service) encodeEvents(cmd domain.Command, req domain.Request, key, stream string, first uint64, prevChain string, events []domain.NewEvent) ([]eventstore.EventData, []domain.Metadata, error) {
 	out := make([]eventstore.EventData, len(events))
 	metas := make([]domain.Metadata, len(events))
 	hash := req.Hash()
@@ -210,11 +212,14 @@ func (s *Service) encodeEvents(cmd domain.Command, req domain.Request, key, stre
 		if i == 0 {
 			m.Request = req.CanonicalJSON()
 		}
+		id := domain.EventID(key, stream, i)
+		m.Chain = domain.ChainHash(prevChain, domain.StoredEvent{ID: id, Stream: stream, Revision: first + uint64(i), Type: ev.Type, Data: data, Metadata: m})
+		prevChain = m.Chain
 		meta, err := json.Marshal(m)
 		if err != nil {
 			return nil, nil, err
 		}
-		out[i] = eventstore.EventData{ID: domain.EventID(key, stream, i), Type: ev.Type, Data: data, Metadata: meta}
+		out[i] = eventstore.EventData{ID: id, Type: ev.Type, Data: data, Metadata: meta}
 		metas[i] = m
 	}
 	return out, metas, nil
@@ -222,8 +227,8 @@ func (s *Service) encodeEvents(cmd domain.Command, req domain.Request, key, stre
 
 // appendDecision writes a client command's decision to its home stream together
 // with the claim of its key (see claims.go).
-func (s *Service) appendDecision(ctx context.Context, cmd domain.Command, req domain.Request, stream string, last int64, events []domain.NewEvent) (written, error) {
-	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, events)
+func (s *Service) appendDecision(ctx context.Context, cmd domain.Command, req domain.Request, stream string, last int64, prevChain string, events []domain.NewEvent) (written, error) {
+	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, uint64(last+1), prevChain, events)
 	if err != nil {
 		return written{}, err
 	}
@@ -240,8 +245,8 @@ func (s *Service) appendDecision(ctx context.Context, cmd domain.Command, req do
 }
 
 // appendStep writes an internal step's decision (a derived key: no claim).
-func (s *Service) appendStep(ctx context.Context, cmd domain.Command, req domain.Request, stream string, last int64, events []domain.NewEvent) (written, error) {
-	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, events)
+func (s *Service) appendStep(ctx context.Context, cmd domain.Command, req domain.Request, stream string, last int64, prevChain string, events []domain.NewEvent) (written, error) {
+	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, uint64(last+1), prevChain, events)
 	if err != nil {
 		return written{}, err
 	}
