@@ -169,6 +169,28 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	return nil
 }
 
+// StopDir stops the server running on the cluster in dir, if any, without
+// starting anything: the clean-up of a cluster whose owner died.
+func StopDir(ctx context.Context, dir string, logger *slog.Logger) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	c := &Cluster{dir: dir, dataDir: filepath.Join(dir, dataSubdir), log: logger.With("component", "pgcluster", "dir", dir)}
+	if c.binDir, err = FindBinDir(); err != nil {
+		return err
+	}
+	if os.Geteuid() == 0 {
+		if c.cred, err = postgresCredential(); err != nil {
+			return err
+		}
+	}
+	return c.Stop(ctx)
+}
+
 // FindBinDir locates the PostgreSQL server binaries: $LEDGER_PG_BINDIR, then
 // `pg_config --bindir`, then the newest /usr/lib/postgresql/*/bin, then $PATH.
 func FindBinDir() (string, error) {
