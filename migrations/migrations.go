@@ -1,0 +1,64 @@
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// FS is the embedded migration files.
+func FS() fs.FS { return files }
+
+// lockID is the session advisory lock serialising concurrent Up calls. It is
+// goose's own default lock ID, so that goose's CLI run with its session locker
+// excludes Up as well.
+const lockID = lock.DefaultLockID
+
+// Up applies every migration not yet applied to the database at databaseURL. Two
+// processes may call it at once: the second waits on a PostgreSQL advisory lock
+// (as long as ctx allows) and then finds nothing left to do.
+func Up(ctx context.Context, databaseURL string) (err error) {
+	db, err := sql.Open("pgx", databaseURL)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	defer db.Close() // also ends the session holding the lock, should unlocking fail
+
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: connect: %w", err)
+	}
+	defer conn.Close()
+	// A blocking lock, not goose's polling session locker (which retries every few
+	// seconds): a waiting process goes on the moment the first one is done.
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", lockID); err != nil {
+		return fmt.Errorf("migrations: lock: %w", err)
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, uerr := conn.ExecContext(uctx, "SELECT pg_advisory_unlock($1)", lockID); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("migrations: unlock: %w", uerr))
+		}
+	}()
+
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("migrations: up: %w", err)
+	}
+	return nil
+}
