@@ -1,0 +1,159 @@
+package domain
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDecodeCommandRejectsBadInput(t *testing.T) {
+	big := `{"idempotency_key":"k","account_id":"a","amount":1,"currency":"EUR","x":"` + strings.Repeat("a", MaxBodyBytes) + `"}`
+	cases := []struct {
+		name, typ, body, field string
+	}{
+		{"malformed JSON", "deposit", `{"idempotency_key":`, "idempotency_key"},
+		{"malformed JSON object", "deposit", `{"idempotency_key" "k"}`, "idempotency_key"},
+		{"malformed JSON start", "deposit", `{,}`, ""},
+		{"not an object", "deposit", `[1,2]`, ""},
+		{"trailing data", "deposit", `{"idempotency_key":"k","account_id":"a","amount":1,"currency":"EUR"} {}`, ""},
+		{"unknown field", "deposit", `{"idempotency_key":"k","account_id":"a","amount":1,"currency":"EUR","memo":"x"}`, "memo"},
+		{"repeated field", "deposit", `{"idempotency_key":"k","account_id":"a","amount":1,"amount":2,"currency":"EUR"}`, "amount"},
+		{"missing key", "deposit", `{"account_id":"a","amount":1,"currency":"EUR"}`, "idempotency_key"},
+		{"empty key", "deposit", `{"idempotency_key":"","account_id":"a","amount":1,"currency":"EUR"}`, "idempotency_key"},
+		{"key too long", "deposit", `{"idempotency_key":"` + strings.Repeat("k", 129) + `","account_id":"a","amount":1,"currency":"EUR"}`, "idempotency_key"},
+		{"key not printable", "deposit", `{"idempotency_key":"k\u0001","account_id":"a","amount":1,"currency":"EUR"}`, "idempotency_key"},
+		{"amount 0", "deposit", `{"idempotency_key":"k","account_id":"a","amount":0,"currency":"EUR"}`, "amount"},
+		{"amount -1", "deposit", `{"idempotency_key":"k","account_id":"a","amount":-1,"currency":"EUR"}`, "amount"},
+		{"amount 1.5", "deposit", `{"idempotency_key":"k","account_id":"a","amount":1.5,"currency":"EUR"}`, "amount"},
+		{"amount 10.0", "deposit", `{"idempotency_key":"k","account_id":"a","amount":10.0,"currency":"EUR"}`, "amount"},
+		{"amount string", "deposit", `{"idempotency_key":"k","account_id":"a","amount":"10","currency":"EUR"}`, "amount"},
+		{"amount exponent", "deposit", `{"idempotency_key":"k","account_id":"a","amount":1e3,"currency":"EUR"}`, "amount"},
+		{"amount 2^53", "deposit", `{"idempotency_key":"k","account_id":"a","amount":9007199254740992,"currency":"EUR"}`, "amount"},
+		{"amount beyond int64", "deposit", `{"idempotency_key":"k","account_id":"a","amount":99999999999999999999999,"currency":"EUR"}`, "amount"},
+		{"missing amount", "deposit", `{"idempotency_key":"k","account_id":"a","currency":"EUR"}`, "amount"},
+		{"lower-case currency", "deposit", `{"idempotency_key":"k","account_id":"a","amount":1,"currency":"eur"}`, "currency"},
+		{"four-letter currency", "deposit", `{"idempotency_key":"k","account_id":"a","amount":1,"currency":"EURO"}`, "currency"},
+		{"bad account id", "deposit", `{"idempotency_key":"k","account_id":"a b","amount":1,"currency":"EUR"}`, "account_id"},
+		{"account id too long", "deposit", `{"idempotency_key":"k","account_id":"` + strings.Repeat("a", 65) + `","amount":1,"currency":"EUR"}`, "account_id"},
+		{"account id number", "deposit", `{"idempotency_key":"k","account_id":7,"amount":1,"currency":"EUR"}`, "account_id"},
+		{"body over 64 KiB", "deposit", big, ""},
+		{"invalid UTF-8", "deposit", "{\"idempotency_key\":\"k\xff\",\"account_id\":\"a\",\"amount\":1,\"currency\":\"EUR\"}", ""},
+		{"unknown command type", "mint", `{"idempotency_key":"k"}`, "type"},
+		{"metadata not strings", "open_account", `{"idempotency_key":"k","account_id":"a","currency":"EUR","metadata":{"a":1}}`, "metadata"},
+		{"negative overdraft", "open_account", `{"idempotency_key":"k","account_id":"a","currency":"EUR","overdraft_limit":-5}`, "overdraft_limit"},
+		{"bad expires_at", "place_hold", `{"idempotency_key":"k","account_id":"a","hold_id":"h","amount":1,"currency":"EUR","expires_at":"tomorrow"}`, "expires_at"},
+		{"refund without original", "refund", `{"idempotency_key":"k"}`, "original_key"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := DecodeCommand(CommandType(c.typ), []byte(c.body))
+			if err == nil {
+				t.Fatalf("decoded %q without error", c.body)
+			}
+			if err.Field != c.field {
+				t.Fatalf("field = %q, want %q (message %q)", err.Field, c.field, err.Message)
+			}
+			if c.field != "" && !strings.Contains(err.Error(), c.field) {
+				t.Fatalf("message %q does not name the field %q", err.Error(), c.field)
+			}
+		})
+	}
+}
+
+func TestDecodeCommandAccepts(t *testing.T) {
+	cmd, err := DecodeCommand(CmdPlaceHold, []byte(`{"idempotency_key":"k-1","account_id":"alice","hold_id":"h.1","amount":9007199254740991,"currency":"EUR","expires_at":"2026-01-02T03:04:05+01:00"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmd.Amount != MaxAmount || !cmd.HasAmount || cmd.AccountID != "alice" || cmd.HoldID != "h.1" {
+		t.Fatalf("decoded %+v", cmd)
+	}
+	if want := time.Date(2026, 1, 2, 2, 4, 5, 0, time.UTC); !cmd.ExpiresAt.Equal(want) || cmd.ExpiresAt.Location() != time.UTC {
+		t.Fatalf("expires_at = %v, want %v in UTC", cmd.ExpiresAt, want)
+	}
+	cap, err := DecodeCommand(CmdCaptureHold, []byte(`{"idempotency_key":"k","account_id":"a","hold_id":"h","amount":null}`))
+	if err != nil || cap.HasAmount {
+		t.Fatalf("null optional amount: %+v, %v", cap, err)
+	}
+}
+
+func TestRequestHashAndDiff(t *testing.T) {
+	dec := func(body string) Command {
+		c, err := DecodeCommand(CmdOpenAccount, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a := dec(`{"idempotency_key":"k","account_id":"a","currency":"EUR"}`)
+	b := dec(`{"currency":"EUR","overdraft_limit":0,"metadata":{},"account_id":"a","idempotency_key":"other"}`)
+	if a.Request().Hash() != b.Request().Hash() {
+		t.Fatal("defaults, field order and the key must not change the request hash")
+	}
+	c := dec(`{"idempotency_key":"k","account_id":"b","currency":"USD","metadata":{"x":"y"}}`)
+	got := DiffFields(a.Request(), c.Request())
+	want := []string{"account_id", "currency", "metadata"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("diff = %v, want %v", got, want)
+	}
+	parsed, err := ParseRequest(c.Request().CanonicalJSON())
+	if err != nil || len(DiffFields(parsed, c.Request())) != 0 {
+		t.Fatalf("a parsed canonical request differs from the original: %v %v", err, DiffFields(parsed, c.Request()))
+	}
+}
+
+func TestEventIDIsDeterministic(t *testing.T) {
+	a, b := EventID("k", "account-a", 0), EventID("k", "account-a", 0)
+	if a != b {
+		t.Fatal("same key, stream and index gave different IDs")
+	}
+	for _, other := range []string{EventID("k", "account-a", 1).String(), EventID("k2", "account-a", 0).String(), EventID("k", "account-b", 0).String()} {
+		if other == a.String() {
+			t.Fatal("different intent gave the same ID")
+		}
+	}
+	if a.Version() != 5 {
+		t.Fatalf("version %d, want UUIDv5", a.Version())
+	}
+}
+
+// FuzzDecodeCommand: the decoder never panics, and whatever it accepts respects
+// every limit of PROTOCOL.md §1 and re-encodes to a request with the same hash.
+func FuzzDecodeCommand(f *testing.F) {
+	for _, s := range []string{
+		`{"idempotency_key":"k","account_id":"a","amount":1,"currency":"EUR"}`,
+		`{"idempotency_key":"k","account_id":"a","currency":"EUR","overdraft_limit":10,"metadata":{"a":"b"}}`,
+		`{"idempotency_key":"k","transfer_id":"t","from":"a","to":"b","amount":5,"currency":"EUR"}`,
+		`{"idempotency_key":"k","account_id":"a","hold_id":"h","amount":1,"currency":"EUR","expires_at":"2030-01-01T00:00:00Z"}`,
+		`{"idempotency_key":"k","original_key":"o","amount":3}`,
+		`{"idempotency_key":"k","amount":1e3}`, `{"amount":-0}`, `{"a":{"b":[1,2,{"c":null}]}}`, "\xff", `{}`, `null`,
+	} {
+		for _, t := range []string{"deposit", "open_account", "transfer", "place_hold", "refund", "capture_hold"} {
+			f.Add(t, []byte(s))
+		}
+	}
+	f.Fuzz(func(t *testing.T, typ string, body []byte) {
+		cmd, err := DecodeCommand(CommandType(typ), body)
+		if err != nil {
+			return
+		}
+		if !ValidKey(cmd.IdempotencyKey) || len(body) > MaxBodyBytes {
+			t.Fatalf("accepted an invalid key or an oversized body: %+v", cmd)
+		}
+		if cmd.HasAmount && (cmd.Amount < 1 || cmd.Amount > MaxAmount) {
+			t.Fatalf("accepted amount %d", cmd.Amount)
+		}
+		if cmd.Currency != "" && !ValidCurrency(cmd.Currency) {
+			t.Fatalf("accepted currency %q", cmd.Currency)
+		}
+		for _, id := range []string{cmd.AccountID, cmd.TransferID, cmd.From, cmd.To, cmd.HoldID} {
+			if id != "" && !ValidID(id) {
+				t.Fatalf("accepted id %q", id)
+			}
+		}
+		parsed, perr := ParseRequest(cmd.Request().CanonicalJSON())
+		if perr != nil || len(DiffFields(parsed, cmd.Request())) != 0 {
+			t.Fatalf("canonical request does not round-trip: %v", perr)
+		}
+	})
+}
