@@ -1,0 +1,60 @@
+package kurrentdb_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
+	"github.com/ledgerworks/ledger/eventstore/storetest"
+)
+
+// realServerEnv names a real KurrentDB for the conformance suite, for example
+// kurrentdb://127.0.0.1:2113?tls=false (see docs/kurrentdb.md).
+const realServerEnv = "LEDGER_TEST_KURRENTDB_URL"
+
+func open(t *testing.T, url string, opts ...kurrentdb.Option) *kurrentdb.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := kurrentdb.Open(ctx, url, opts...)
+	if err != nil {
+		t.Fatalf("open %s: %v", url, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return s
+}
+
+// TestConformance runs the event-store suite against the in-process test server,
+// a fresh one for every subtest.
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) eventstore.Store {
+		_, url := kurrenttest.Start(t)
+		return open(t, url)
+	})
+}
+
+// TestConformanceSharedServer runs the suite with every subtest on one server
+// and its own connection, as against a real KurrentDB.
+func TestConformanceSharedServer(t *testing.T) {
+	_, url := kurrenttest.Start(t)
+	storetest.Run(t, func(t *testing.T) eventstore.Store { return open(t, url) })
+}
+
+// TestConformanceRealServer runs the suite against the KurrentDB named by
+// LEDGER_TEST_KURRENTDB_URL, so that the test server is checked against the
+// real one wherever one runs.
+func TestConformanceRealServer(t *testing.T) {
+	url := os.Getenv(realServerEnv)
+	if url == "" {
+		t.Skip(realServerEnv + " is unset: no real KurrentDB to run the suite against")
+	}
+	storetest.Run(t, func(t *testing.T) eventstore.Store { return open(t, url) })
+}

@@ -1,0 +1,370 @@
+package kurrenttest
+
+import (
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// deletedStream is KurrentDB's EventNumber.DeletedStream: the revision of a
+// tombstone and the "current version" of a tombstoned stream.
+const deletedStream = math.MaxInt64
+
+// firstLogPosition is where the first event of a fresh log sits. A real log starts
+// with epoch and system records, so positions never start at zero.
+const firstLogPosition = 1 << 10
+
+// ticksPerSecond: .NET ticks are 100 ns.
+const ticksPerSecond = int64(time.Second / 100)
+
+type record struct {
+	id          uuid.UUID
+	stream      string
+	revision    int64 // deletedStream for a tombstone
+	pos         uint64
+	eventType   string
+	contentType string
+	data        []byte
+	meta        []byte
+	created     int64 // 100 ns ticks since the Unix epoch
+}
+
+type streamState struct {
+	events     []*record // events[i].revision == i
+	tombstoned bool
+}
+
+// last returns the stream's last event number: -1 when it has no events,
+// deletedStream when it is tombstoned (IndexWriter.GetStreamLastEventNumber).
+func (s *streamState) last() int64 {
+	if s == nil {
+		return -1
+	}
+	if s.tombstoned {
+		return deletedStream
+	}
+	return int64(len(s.events)) - 1
+}
+
+type expectedKind uint8
+
+const (
+	expectAny expectedKind = iota
+	expectNoStream
+	expectStreamExists
+	expectRevision
+)
+
+type expected struct {
+	kind expectedKind
+	rev  uint64
+}
+
+// version is the expected version as the server's IndexWriter sees it:
+// -1 for no stream, the revision for an exact one.
+func (e expected) version() int64 {
+	if e.kind == expectNoStream {
+		return -1
+	}
+	return int64(e.rev)
+}
+
+type proposed struct {
+	id          uuid.UUID
+	eventType   string
+	contentType string
+	data        []byte
+	meta        []byte
+}
+
+type decision uint8
+
+const (
+	decisionOK decision = iota
+	decisionIdempotent
+	decisionWrongExpectedVersion
+	decisionCorruptedIdempotency // answered as a wrong expected version
+	decisionDeleted
+)
+
+type appendOutcome struct {
+	decision decision
+	current  int64 // the stream's last event number before the append (-1: none)
+	first    int64 // first and last event numbers written (or originally written)
+	last     int64
+	pos      uint64 // the last event's log position
+	hasPos   bool
+}
+
+type idInfo struct {
+	stream   string
+	revision int64
+}
+
+// idCache is the IndexWriter's committed-events cache: a bounded map of recently
+// written event IDs. The real one is bounded by memory (ESConsts.CommitedEventsMemCacheLimit,
+// 8 MiB); this one by a count. Only Any and StreamExists appends consult it.
+type idCache struct {
+	capacity int
+	byID     map[uuid.UUID]idInfo
+	order    []uuid.UUID // insertion order, for eviction
+}
+
+func newIDCache(capacity int) *idCache {
+	return &idCache{capacity: capacity, byID: make(map[uuid.UUID]idInfo)}
+}
+
+func (c *idCache) put(id uuid.UUID, info idInfo) {
+	if c.capacity <= 0 {
+		return
+	}
+	if _, ok := c.byID[id]; !ok {
+		c.order = append(c.order, id)
+	}
+	c.byID[id] = info // PutRecord(throwOnDuplicate: false): the latest write wins
+	for len(c.order) > c.capacity {
+		delete(c.byID, c.order[0])
+		c.order = c.order[1:]
+	}
+}
+
+func (c *idCache) get(id uuid.UUID) (idInfo, bool) {
+	info, ok := c.byID[id]
+	return info, ok
+}
+
+// db is the server's log: every event in commit order, indexed by stream.
+type db struct {
+	mu      sync.Mutex
+	all     []*record // in log order; all[i].pos strictly increasing
+	streams map[string]*streamState
+	nextPos uint64
+	ids     *idCache
+	now     func() time.Time
+	changed chan struct{} // closed and replaced on every write
+}
+
+func newDB(idCacheSize int) *db {
+	return &db{
+		streams: make(map[string]*streamState),
+		nextPos: firstLogPosition,
+		ids:     newIDCache(idCacheSize),
+		now:     time.Now,
+		changed: make(chan struct{}),
+	}
+}
+
+// recordSize approximates a prepare record's size on disk, so that positions
+// advance by uneven steps as they do in a real transaction file.
+func recordSize(stream, eventType string, data, meta []byte) uint64 {
+	const header = 85 // flags, positions, ids, timestamps, lengths
+	return uint64(header + 2*len(stream) + 2*len(eventType) + len(data) + len(meta))
+}
+
+func ticks(t time.Time) int64 {
+	return t.UnixNano() / 100
+}
+
+// writeLocked appends records to the log. The caller holds d.mu.
+func (d *db) writeLocked(stream string, firstRev int64, events []proposed) (last *record) {
+	s := d.streams[stream]
+	if s == nil {
+		s = &streamState{}
+		d.streams[stream] = s
+	}
+	created := ticks(d.now())
+	for i, e := range events {
+		r := &record{
+			id:          e.id,
+			stream:      stream,
+			revision:    firstRev + int64(i),
+			pos:         d.nextPos,
+			eventType:   e.eventType,
+			contentType: e.contentType,
+			data:        e.data,
+			meta:        e.meta,
+			created:     created,
+		}
+		d.nextPos += recordSize(stream, e.eventType, e.data, e.meta)
+		s.events = append(s.events, r)
+		d.all = append(d.all, r)
+		d.ids.put(e.id, idInfo{stream: stream, revision: r.revision})
+		last = r
+	}
+	if len(events) > 0 {
+		close(d.changed)
+		d.changed = make(chan struct{})
+	}
+	return last
+}
+
+// append applies KurrentDB's IndexWriter.CheckCommit rules, then writes when the
+// decision is OK.
+func (d *db) append(stream string, exp expected, events []proposed) appendOutcome {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	out := d.checkCommitLocked(stream, exp, events)
+	if out.decision != decisionOK {
+		return out
+	}
+	cur := out.current
+	if len(events) == 0 {
+		out.first, out.last = cur, cur
+		return out
+	}
+	last := d.writeLocked(stream, cur+1, events)
+	out.first, out.last = cur+1, last.revision
+	out.pos, out.hasPos = last.pos, true
+	return out
+}
+
+// checkCommitLocked is IndexWriter.CheckCommit for a single-node, fully
+// replicated log (no IdempotentNotReady). The caller holds d.mu.
+func (d *db) checkCommitLocked(stream string, exp expected, events []proposed) appendOutcome {
+	s := d.streams[stream]
+	cur := s.last()
+	wrong := func(dec decision) appendOutcome { return appendOutcome{decision: dec, current: cur, first: -1, last: -1} }
+	if cur == deletedStream {
+		return wrong(decisionDeleted)
+	}
+
+	if exp.kind == expectStreamExists && cur < 0 {
+		// A stream whose metadata stream exists counts as existing.
+		if d.streams["$$"+stream].last() < 0 {
+			return wrong(decisionWrongExpectedVersion)
+		}
+	}
+
+	if exp.kind == expectAny || exp.kind == expectStreamExists {
+		// Idempotency from the bounded cache of recently written IDs only.
+		first := true
+		var start, end int64 = -1, -1
+		for _, e := range events {
+			info, ok := d.ids.get(e.id)
+			if !ok || info.stream != stream {
+				if first {
+					return appendOutcome{decision: decisionOK, current: cur}
+				}
+				return wrong(decisionCorruptedIdempotency)
+			}
+			if first {
+				start = info.revision
+			}
+			end = info.revision
+			first = false
+		}
+		if first { // no data in the transaction
+			return appendOutcome{decision: decisionOK, current: cur}
+		}
+		return d.idempotentLocked(s, cur, start, end)
+	}
+
+	expV := exp.version()
+	if expV < cur {
+		n := expV
+		for _, e := range events {
+			n++
+			if n <= cur && s.events[n].id == e.id {
+				continue
+			}
+			if n != expV+1 {
+				return wrong(decisionCorruptedIdempotency)
+			}
+			return wrong(decisionWrongExpectedVersion)
+		}
+		if n == expV { // no data in the transaction
+			return wrong(decisionWrongExpectedVersion)
+		}
+		return d.idempotentLocked(s, cur, expV+1, n)
+	}
+	if expV > cur {
+		return wrong(decisionWrongExpectedVersion)
+	}
+	return appendOutcome{decision: decisionOK, current: cur}
+}
+
+func (d *db) idempotentLocked(s *streamState, cur, start, end int64) appendOutcome {
+	out := appendOutcome{decision: decisionIdempotent, current: cur, first: start, last: end}
+	if s != nil && end >= 0 && end < int64(len(s.events)) {
+		out.pos, out.hasPos = s.events[end].pos, true
+	}
+	return out
+}
+
+// tombstone writes a $streamDeleted record and marks the stream deleted forever.
+func (d *db) tombstone(stream string, exp expected) (appendOutcome, *record) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.streams[stream]
+	cur := s.last()
+	out := appendOutcome{current: cur, first: -1, last: -1}
+	switch {
+	case cur == deletedStream:
+		out.decision = decisionDeleted
+		return out, nil
+	case exp.kind == expectAny:
+	case exp.kind == expectStreamExists && cur >= 0:
+	case exp.kind == expectNoStream && cur == -1:
+	case exp.kind == expectRevision && int64(exp.rev) == cur:
+	default:
+		out.decision = decisionWrongExpectedVersion
+		return out, nil
+	}
+	if s == nil {
+		s = &streamState{}
+		d.streams[stream] = s
+	}
+	r := &record{
+		id:          uuid.New(),
+		stream:      stream,
+		revision:    deletedStream,
+		pos:         d.nextPos,
+		eventType:   "$streamDeleted",
+		contentType: "application/octet-stream",
+		created:     ticks(d.now()),
+	}
+	d.nextPos += recordSize(stream, r.eventType, nil, nil)
+	s.tombstoned = true
+	d.all = append(d.all, r)
+	close(d.changed)
+	d.changed = make(chan struct{})
+	return out, r
+}
+
+// snapshot returns the log as it is now and the channel closed on the next write.
+func (d *db) snapshot() ([]*record, <-chan struct{}) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.all[:len(d.all):len(d.all)], d.changed
+}
+
+// streamEvents returns a stream's events and state.
+func (d *db) stream(name string) (events []*record, exists, tombstoned bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.streams[name]
+	if s == nil {
+		return nil, false, false
+	}
+	return s.events[:len(s.events):len(s.events)], len(s.events) > 0 || s.tombstoned, s.tombstoned
+}
+
+// firstAtOrAfter returns the index in all of the first record whose position is >= pos.
+func firstAtOrAfter(all []*record, pos uint64) int {
+	lo, hi := 0, len(all)
+	for lo < hi {
+		m := (lo + hi) / 2
+		if all[m].pos < pos {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+func isSystemStream(s string) bool { return strings.HasPrefix(s, "$") }

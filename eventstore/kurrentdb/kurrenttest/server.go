@@ -1,0 +1,302 @@
+package kurrenttest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/gossip"
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/serverfeatures"
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
+	api "github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+)
+
+// ServerVersion is what the server reports through ServerFeatures.
+const ServerVersion = "24.10.0"
+
+// Full gRPC method names, for FailNext.
+const (
+	MethodAppend              = api.Streams_Append_FullMethodName
+	MethodRead                = api.Streams_Read_FullMethodName
+	MethodTombstone           = api.Streams_Tombstone_FullMethodName
+	MethodGetSupportedMethods = serverfeatures.ServerFeatures_GetSupportedMethods_FullMethodName
+	MethodGossipRead          = gossip.Gossip_Read_FullMethodName
+)
+
+// DefaultIDCacheSize bounds the recently-written event IDs that Any and
+// StreamExists appends consult for idempotency.
+const DefaultIDCacheSize = 1 << 16
+
+// Option configures a Server.
+type Option func(*config)
+
+type config struct {
+	idCacheSize int
+	now         func() time.Time
+}
+
+// WithIDCacheSize bounds the recent-ID cache consulted by Any/StreamExists
+// appends (the server's 8 MiB committed-events cache). Zero disables it.
+func WithIDCacheSize(n int) Option { return func(c *config) { c.idCacheSize = n } }
+
+// WithClock sets the clock that stamps the "created" metadata.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+// Server is an in-process KurrentDB speaking the gRPC protocol of
+// EventStore-Client-Go/v4: Streams (Append, Read, Tombstone), ServerFeatures
+// and Gossip, on 127.0.0.1 only.
+type Server struct {
+	db    *db
+	grpc  *grpc.Server
+	lis   net.Listener
+	done  chan struct{}
+	id    uuid.UUID
+	serve error
+
+	mu          sync.Mutex
+	unavailable bool
+	failNext    map[string][]codes.Code
+	stalls      []bool // one per stalled append to come; true: commit before stalling
+	subs        map[*subscription]struct{}
+	subsChanged chan struct{}
+	requests    map[string]int
+}
+
+// New starts a server on 127.0.0.1 with an ephemeral port.
+func New(opts ...Option) (*Server, error) {
+	cfg := config{idCacheSize: DefaultIDCacheSize, now: time.Now}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("kurrenttest: listen: %w", err)
+	}
+	s := &Server{
+		db:          newDB(cfg.idCacheSize),
+		lis:         lis,
+		done:        make(chan struct{}),
+		id:          uuid.New(),
+		failNext:    make(map[string][]codes.Code),
+		subs:        make(map[*subscription]struct{}),
+		subsChanged: make(chan struct{}),
+		requests:    make(map[string]int),
+	}
+	s.db.now = cfg.now
+	s.grpc = grpc.NewServer(
+		grpc.UnaryInterceptor(s.unaryFaults),
+		grpc.StreamInterceptor(s.streamFaults),
+		// The client pings every 10 s, also without calls in flight.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+	)
+	api.RegisterStreamsServer(s.grpc, &streamsServer{s: s})
+	serverfeatures.RegisterServerFeaturesServer(s.grpc, &featuresServer{})
+	gossip.RegisterGossipServer(s.grpc, &gossipServer{s: s})
+	go func() {
+		defer close(s.done)
+		s.serve = s.grpc.Serve(lis)
+	}()
+	return s, nil
+}
+
+// Start starts a server for the test and stops it at the test's end. It returns
+// the server and its connection URL (kurrentdb://127.0.0.1:PORT?tls=false).
+func Start(t testing.TB, opts ...Option) (*Server, string) {
+	t.Helper()
+	s, err := New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s, s.URL()
+}
+
+// Addr is the host:port the server listens on.
+func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// URL is the ledger's connection URL for this server.
+func (s *Server) URL() string { return "kurrentdb://" + s.Addr() + "?tls=false" }
+
+// ConnectionString is the EventStore-Client-Go connection string for this server.
+func (s *Server) ConnectionString() string { return "esdb://" + s.Addr() + "?tls=false" }
+
+// Stop closes every connection and the listener.
+func (s *Server) Stop() {
+	s.grpc.Stop()
+	<-s.done
+}
+
+// SetUnavailable makes every new call, including the client's connect-time
+// ServerFeatures call, fail with codes.Unavailable ("Server Is Not Ready") while on.
+// Open subscriptions are not touched: see DropSubscriptions.
+func (s *Server) SetUnavailable(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unavailable = on
+}
+
+// FailNext makes the next n calls of method (a full gRPC method name, see
+// MethodAppend and friends) fail with code before doing anything.
+func (s *Server) FailNext(method string, n int, code codes.Code) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for range n {
+		s.failNext[method] = append(s.failNext[method], code)
+	}
+}
+
+// StallAppends makes the next n appends go unanswered until the caller's deadline
+// or cancellation. With commit the events are written first: the reply is lost
+// (an indefinite outcome); without, the request is lost.
+func (s *Server) StallAppends(n int, commit bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for range n {
+		s.stalls = append(s.stalls, commit)
+	}
+}
+
+// DropSubscriptions ends every open subscription with codes.Unavailable, as a
+// node restart or a cut connection would, and reports how many it ended.
+func (s *Server) DropSubscriptions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for sub := range s.subs {
+		select {
+		case sub.drop <- status.Error(codes.Unavailable, "subscription dropped by the test server"):
+			n++
+		default: // already being dropped
+		}
+	}
+	return n
+}
+
+// Subscriptions reports how many subscriptions are open.
+func (s *Server) Subscriptions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.subs)
+}
+
+// Requests reports how many calls of method (a full gRPC method name) the
+// server has received, failed ones included.
+func (s *Server) Requests(method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests[method]
+}
+
+// Head is the log position of the last record, 0 when the log is empty.
+func (s *Server) Head() uint64 {
+	all, _ := s.db.snapshot()
+	if len(all) == 0 {
+		return 0
+	}
+	return all[len(all)-1].pos
+}
+
+func (s *Server) fault(method string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests[method]++
+	if q := s.failNext[method]; len(q) > 0 {
+		s.failNext[method] = q[1:]
+		return status.Error(q[0], "fault injected by the test server")
+	}
+	if s.unavailable {
+		return status.Error(codes.Unavailable, "Server Is Not Ready")
+	}
+	return nil
+}
+
+func (s *Server) nextStall() (stall, commit bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.stalls) == 0 {
+		return false, false
+	}
+	commit = s.stalls[0]
+	s.stalls = s.stalls[1:]
+	return true, commit
+}
+
+func (s *Server) unaryFaults(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := s.fault(info.FullMethod); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (s *Server) streamFaults(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := s.fault(info.FullMethod); err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}
+
+type subscription struct {
+	drop chan error
+}
+
+func (s *Server) register() *subscription {
+	sub := &subscription{drop: make(chan error, 1)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.subs[sub] = struct{}{}
+	return sub
+}
+
+func (s *Server) unregister(sub *subscription) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.subs, sub)
+}
+
+type featuresServer struct {
+	serverfeatures.UnimplementedServerFeaturesServer
+}
+
+// GetSupportedMethods answers the client's connect-time probe. BatchAppend and
+// persistent subscriptions are not offered, so the client never uses them.
+func (featuresServer) GetSupportedMethods(context.Context, *shared.Empty) (*serverfeatures.SupportedMethods, error) {
+	const svc = "event_store.client.streams.streams"
+	return &serverfeatures.SupportedMethods{
+		EventStoreServerVersion: ServerVersion,
+		Methods: []*serverfeatures.SupportedMethod{
+			{ServiceName: svc, MethodName: "read"},
+			{ServiceName: svc, MethodName: "append"},
+			{ServiceName: svc, MethodName: "tombstone"},
+			{ServiceName: "event_store.client.gossip.gossip", MethodName: "read"},
+			{ServiceName: "event_store.client.server_features.serverfeatures", MethodName: "getsupportedmethods"},
+		},
+	}, nil
+}
+
+type gossipServer struct {
+	gossip.UnimplementedGossipServer
+	s *Server
+}
+
+// Read describes a one-node cluster whose leader is this server, for clients
+// that connect with gossip seeds or esdb+discover.
+func (g *gossipServer) Read(context.Context, *shared.Empty) (*gossip.ClusterInfo, error) {
+	host, portStr, _ := net.SplitHostPort(g.s.Addr())
+	port, _ := strconv.Atoi(portStr)
+	return &gossip.ClusterInfo{Members: []*gossip.MemberInfo{{
+		InstanceId:   uuidToProto(g.s.id, false),
+		TimeStamp:    ticks(time.Now()),
+		State:        gossip.MemberInfo_Leader,
+		IsAlive:      true,
+		HttpEndPoint: &gossip.EndPoint{Address: host, Port: uint32(port)},
+	}}}, nil
+}

@@ -1,0 +1,885 @@
+package kurrenttest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
+	api "github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// --- helpers -----------------------------------------------------------------
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func raw(t *testing.T, s *Server) api.StreamsClient {
+	t.Helper()
+	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return api.NewStreamsClient(conn)
+}
+
+func client(t *testing.T, s *Server) *esdb.Client {
+	t.Helper()
+	cfg, err := esdb.ParseConnectionString(s.ConnectionString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = esdb.NoopLogging()
+	c, err := esdb.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func ids(n int) []uuid.UUID {
+	out := make([]uuid.UUID, n)
+	for i := range out {
+		out[i] = uuid.New()
+	}
+	return out
+}
+
+func events(idList ...uuid.UUID) []esdb.EventData {
+	out := make([]esdb.EventData, len(idList))
+	for i, id := range idList {
+		out[i] = esdb.EventData{EventID: id, EventType: "Test", ContentType: esdb.ContentTypeJson, Data: []byte(fmt.Sprintf(`{"i":%d}`, i))}
+	}
+	return out
+}
+
+func mustAppend(t *testing.T, c *esdb.Client, stream string, exp esdb.ExpectedRevision, idList ...uuid.UUID) *esdb.WriteResult {
+	t.Helper()
+	wr, err := c.AppendToStream(ctxT(t), stream, esdb.AppendToStreamOptions{ExpectedRevision: exp}, events(idList...)...)
+	if err != nil {
+		t.Fatalf("append to %s (%T %v): %v", stream, exp, exp, err)
+	}
+	return wr
+}
+
+// rawAppend appends through the generated client, so the test sees the response as sent.
+func rawAppend(t *testing.T, c api.StreamsClient, stream string, opt *api.AppendReq_Options, idList ...uuid.UUID) *api.AppendResp {
+	t.Helper()
+	resp, err := rawAppendErr(ctxT(t), c, stream, opt, idList...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func rawAppendErr(ctx context.Context, c api.StreamsClient, stream string, opt *api.AppendReq_Options, idList ...uuid.UUID) (*api.AppendResp, error) {
+	ac, err := c.Append(ctx)
+	if err != nil {
+		return nil, err
+	}
+	opt.StreamIdentifier = &shared.StreamIdentifier{StreamName: []byte(stream)}
+	if err := ac.Send(&api.AppendReq{Content: &api.AppendReq_Options_{Options: opt}}); err != nil {
+		if errors.Is(err, io.EOF) { // the server answered early: the status comes with the reply
+			return ac.CloseAndRecv()
+		}
+		return nil, err
+	}
+	for _, id := range idList {
+		err := ac.Send(&api.AppendReq{Content: &api.AppendReq_ProposedMessage_{ProposedMessage: &api.AppendReq_ProposedMessage{
+			Id:       uuidToProto(id, false),
+			Metadata: map[string]string{"type": "Test", "content-type": "application/json"},
+			Data:     []byte(`{}`),
+		}}})
+		if errors.Is(err, io.EOF) {
+			return ac.CloseAndRecv()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return ac.CloseAndRecv()
+}
+
+func expRev(r uint64) *api.AppendReq_Options {
+	return &api.AppendReq_Options{ExpectedStreamRevision: &api.AppendReq_Options_Revision{Revision: r}}
+}
+
+func expNoStream() *api.AppendReq_Options {
+	return &api.AppendReq_Options{ExpectedStreamRevision: &api.AppendReq_Options_NoStream{NoStream: &shared.Empty{}}}
+}
+
+func expAny() *api.AppendReq_Options {
+	return &api.AppendReq_Options{ExpectedStreamRevision: &api.AppendReq_Options_Any{Any: &shared.Empty{}}}
+}
+
+func expStreamExists() *api.AppendReq_Options {
+	return &api.AppendReq_Options{ExpectedStreamRevision: &api.AppendReq_Options_StreamExists{StreamExists: &shared.Empty{}}}
+}
+
+// readAllRaw collects every response of a finite read.
+func readAllRaw(t *testing.T, rc api.Streams_ReadClient) []*api.ReadResp {
+	t.Helper()
+	var out []*api.ReadResp
+	for {
+		m, err := rc.Recv()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+}
+
+func structured() *api.ReadReq_Options_UUIDOption {
+	return &api.ReadReq_Options_UUIDOption{Content: &api.ReadReq_Options_UUIDOption_Structured{Structured: &shared.Empty{}}}
+}
+
+func streamReadReq(stream string, from uint64, backwards bool, count uint64) *api.ReadReq {
+	dir := api.ReadReq_Options_Forwards
+	if backwards {
+		dir = api.ReadReq_Options_Backwards
+	}
+	return &api.ReadReq{Options: &api.ReadReq_Options{
+		StreamOption: &api.ReadReq_Options_Stream{Stream: &api.ReadReq_Options_StreamOptions{
+			StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(stream)},
+			RevisionOption:   &api.ReadReq_Options_StreamOptions_Revision{Revision: from},
+		}},
+		ReadDirection: dir,
+		CountOption:   &api.ReadReq_Options_Count{Count: count},
+		FilterOption:  &api.ReadReq_Options_NoFilter{NoFilter: &shared.Empty{}},
+		UuidOption:    structured(),
+	}}
+}
+
+func subAllReq(from *api.ReadReq_Options_AllOptions, filter *api.ReadReq_Options_FilterOptions) *api.ReadReq {
+	req := &api.ReadReq{Options: &api.ReadReq_Options{
+		StreamOption: &api.ReadReq_Options_All{All: from},
+		CountOption:  &api.ReadReq_Options_Subscription{Subscription: &api.ReadReq_Options_SubscriptionOptions{}},
+		FilterOption: &api.ReadReq_Options_NoFilter{NoFilter: &shared.Empty{}},
+		UuidOption:   structured(),
+	}}
+	if filter != nil {
+		req.Options.FilterOption = &api.ReadReq_Options_Filter{Filter: filter}
+	}
+	return req
+}
+
+func allStart() *api.ReadReq_Options_AllOptions {
+	return &api.ReadReq_Options_AllOptions{AllOption: &api.ReadReq_Options_AllOptions_Start{Start: &shared.Empty{}}}
+}
+
+func allAt(pos uint64) *api.ReadReq_Options_AllOptions {
+	return &api.ReadReq_Options_AllOptions{AllOption: &api.ReadReq_Options_AllOptions_Position{
+		Position: &api.ReadReq_Options_Position{CommitPosition: pos, PreparePosition: pos}}}
+}
+
+func prefixFilter(window, multiplier uint32, prefixes ...string) *api.ReadReq_Options_FilterOptions {
+	return &api.ReadReq_Options_FilterOptions{
+		Filter:                       &api.ReadReq_Options_FilterOptions_StreamIdentifier{StreamIdentifier: &api.ReadReq_Options_FilterOptions_Expression{Prefix: prefixes}},
+		Window:                       &api.ReadReq_Options_FilterOptions_Max{Max: window},
+		CheckpointIntervalMultiplier: multiplier,
+	}
+}
+
+// kind names a ReadResp's content for compact assertions: "event:<stream>/<rev>",
+// "checkpoint:<pos>", "confirmation", "caught_up", "stream_not_found".
+func kind(m *api.ReadResp) string {
+	switch c := m.Content.(type) {
+	case *api.ReadResp_Event:
+		e := c.Event.GetEvent()
+		return fmt.Sprintf("event:%s/%d", e.GetStreamIdentifier().GetStreamName(), e.GetStreamRevision())
+	case *api.ReadResp_Checkpoint_:
+		return fmt.Sprintf("checkpoint:%d", c.Checkpoint.GetCommitPosition())
+	case *api.ReadResp_Confirmation:
+		return "confirmation"
+	case *api.ReadResp_CaughtUp_:
+		return "caught_up"
+	case *api.ReadResp_StreamNotFound_:
+		return "stream_not_found"
+	case *api.ReadResp_LastStreamPosition:
+		return fmt.Sprintf("last_stream_position:%d", c.LastStreamPosition)
+	}
+	return fmt.Sprintf("%T", m.Content)
+}
+
+// recvKinds receives n messages from a subscription.
+func recvKinds(t *testing.T, rc api.Streams_ReadClient, n int) []string {
+	t.Helper()
+	out := make([]string, 0, n)
+	for len(out) < n {
+		m, err := rc.Recv()
+		if err != nil {
+			t.Fatalf("after %v: %v", out, err)
+		}
+		out = append(out, kind(m))
+	}
+	return out
+}
+
+func equal(t *testing.T, got, want []string) {
+	t.Helper()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got  %v\nwant %v", got, want)
+	}
+}
+
+// eventually polls cond every few milliseconds until it holds or the time is up.
+func eventually(t *testing.T, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// --- connection ----------------------------------------------------------------
+
+func TestClientConnectsAndRoundTrips(t *testing.T) {
+	s, url := Start(t)
+	if url != "kurrentdb://"+s.Addr()+"?tls=false" {
+		t.Fatalf("url %q", url)
+	}
+	c := client(t, s)
+	id := uuid.New()
+	wr := mustAppend(t, c, "acct-1", esdb.NoStream{}, id)
+	if wr.NextExpectedVersion != 0 || wr.CommitPosition == 0 || wr.CommitPosition != wr.PreparePosition {
+		t.Fatalf("write result %+v", wr)
+	}
+	rs, err := c.ReadStream(ctxT(t), "acct-1", esdb.ReadStreamOptions{}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	ev, err := rs.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ev.OriginalEvent()
+	if got.EventID != id || got.EventType != "Test" || got.ContentType != "application/json" || got.StreamID != "acct-1" ||
+		got.Position.Commit != wr.CommitPosition || string(got.Data) != `{"i":0}` {
+		t.Fatalf("read back %+v", got)
+	}
+	if _, err := rs.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("want EOF, got %v", err)
+	}
+	if s.Requests(MethodGetSupportedMethods) != 1 {
+		t.Fatalf("the client probes ServerFeatures once on connect, got %d", s.Requests(MethodGetSupportedMethods))
+	}
+}
+
+func TestGossipDiscovery(t *testing.T) {
+	s, _ := Start(t)
+	// Two gossip seeds put the client in cluster mode: it reads gossip first.
+	cfg, err := esdb.ParseConnectionString("esdb://" + s.Addr() + "," + s.Addr() + "?tls=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = esdb.NoopLogging()
+	c, err := esdb.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	mustAppend(t, c, "acct-g", esdb.Any{}, uuid.New())
+	if s.Requests(MethodGossipRead) == 0 {
+		t.Fatal("gossip was not read")
+	}
+}
+
+// --- IndexWriter rules -------------------------------------------------------------
+
+func TestAppendExactAtHeadWritesWithoutIdempotencyCheck(t *testing.T) {
+	s, _ := Start(t)
+	c := client(t, s)
+	a := ids(2)
+	mustAppend(t, c, "s", esdb.NoStream{}, a...)
+	// The same IDs again, expecting the head (1): written again, at 2 and 3.
+	wr := mustAppend(t, c, "s", esdb.Revision(1), a...)
+	if wr.NextExpectedVersion != 3 {
+		t.Fatalf("current revision %d, want 3", wr.NextExpectedVersion)
+	}
+}
+
+func TestAppendExactBeyondHeadIsWrongExpectedVersion(t *testing.T) {
+	s, _ := Start(t)
+	rc := raw(t, s)
+	rawAppend(t, rc, "s", expNoStream(), ids(2)...)
+	resp := rawAppend(t, rc, "s", expRev(5), ids(1)...)
+	w := resp.GetWrongExpectedVersion()
+	if w == nil || w.GetCurrentRevision() != 1 || w.GetExpectedRevision() != 5 || w.GetCurrentRevision_20_6_0() != 1 {
+		t.Fatalf("response %v", resp)
+	}
+	// Exact on a missing stream: current is no_stream.
+	resp = rawAppend(t, rc, "missing", expRev(0), ids(1)...)
+	if resp.GetWrongExpectedVersion().GetCurrentNoStream() == nil {
+		t.Fatalf("response %v", resp)
+	}
+}
+
+func TestAppendIdempotentBeforeHeadReturnsOriginalWrite(t *testing.T) {
+	s, _ := Start(t)
+	rc := raw(t, s)
+	first := ids(3)
+	orig := rawAppend(t, rc, "s", expNoStream(), first...).GetSuccess()
+	rawAppend(t, rc, "s", expRev(2), ids(2)...) // the stream moves on to 4
+
+	// The whole batch again at its original expected revision: the original answer.
+	again := rawAppend(t, rc, "s", expNoStream(), first...).GetSuccess()
+	if again == nil || again.GetCurrentRevision() != 2 || again.GetPosition().GetCommitPosition() != orig.GetPosition().GetCommitPosition() ||
+		again.GetPosition().GetPreparePosition() != orig.GetPosition().GetPreparePosition() {
+		t.Fatalf("idempotent answer %v, original %v", again, orig)
+	}
+	// A prefix of the batch: the original revisions and the position of its last event.
+	mid := rawAppend(t, rc, "s", expRev(0), first[1]).GetSuccess()
+	if mid == nil || mid.GetCurrentRevision() != 1 {
+		t.Fatalf("idempotent answer %v", mid)
+	}
+	// Nothing was written by the re-appends.
+	msgs := readAllRaw(t, mustRead(t, rc, streamReadReq("s", 0, false, 100)))
+	if len(msgs) != 5 {
+		t.Fatalf("stream has %d events, want 5", len(msgs))
+	}
+}
+
+func mustRead(t *testing.T, rc api.StreamsClient, req *api.ReadReq) api.Streams_ReadClient {
+	t.Helper()
+	r, err := rc.Read(ctxT(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestAppendIdempotencyMismatches(t *testing.T) {
+	s, _ := Start(t)
+	rc := raw(t, s)
+	a := ids(3)
+	rawAppend(t, rc, "s", expNoStream(), a...)
+
+	cases := []struct {
+		name string
+		opt  *api.AppendReq_Options
+		ids  []uuid.UUID
+	}{
+		{"first differs", expNoStream(), []uuid.UUID{uuid.New(), a[1]}},
+		{"later differs (corrupted idempotency)", expNoStream(), []uuid.UUID{a[0], uuid.New()}},
+		{"batch runs past the head", expRev(1), []uuid.UUID{a[2], uuid.New()}},
+		{"right IDs, wrong offset", expRev(0), []uuid.UUID{a[0]}},
+		{"no events before the head", expRev(0), nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := rawAppend(t, rc, "s", tc.opt, tc.ids...)
+			if w := resp.GetWrongExpectedVersion(); w == nil || w.GetCurrentRevision() != 2 {
+				t.Fatalf("want wrong expected version with current 2, got %v", resp)
+			}
+		})
+	}
+	if n := len(readAllRaw(t, mustRead(t, rc, streamReadReq("s", 0, false, 100)))); n != 3 {
+		t.Fatalf("stream has %d events, want 3", n)
+	}
+}
+
+func TestAppendAnyIdempotencyFromRecentIDsOnly(t *testing.T) {
+	s, _ := Start(t, WithIDCacheSize(4))
+	rc := raw(t, s)
+	a := ids(2)
+	orig := rawAppend(t, rc, "s", expAny(), a...).GetSuccess()
+
+	again := rawAppend(t, rc, "s", expAny(), a...).GetSuccess()
+	if again.GetCurrentRevision() != 1 || again.GetPosition().GetCommitPosition() != orig.GetPosition().GetCommitPosition() {
+		t.Fatalf("Any re-append: %v, original %v", again, orig)
+	}
+	// First ID known, second not: corrupted idempotency, answered as wrong expected version.
+	if w := rawAppend(t, rc, "s", expAny(), a[0], uuid.New()).GetWrongExpectedVersion(); w == nil || w.GetExpectedAny() == nil || w.GetCurrentRevision() != 1 {
+		t.Fatal("want wrong expected version for a half-known batch")
+	}
+	// Push the IDs out of the bounded cache: the same batch is written again.
+	rawAppend(t, rc, "other", expAny(), ids(4)...)
+	dup := rawAppend(t, rc, "s", expAny(), a...).GetSuccess()
+	if dup.GetCurrentRevision() != 3 {
+		t.Fatalf("after eviction Any writes again: current %d, want 3", dup.GetCurrentRevision())
+	}
+	// A known ID of another stream does not make an append to this one idempotent.
+	b := ids(1)
+	rawAppend(t, rc, "x", expAny(), b...)
+	if got := rawAppend(t, rc, "y", expAny(), b...).GetSuccess(); got.GetCurrentRevision() != 0 {
+		t.Fatalf("append to y: %v", got)
+	}
+}
+
+func TestAppendStreamExists(t *testing.T) {
+	s, _ := Start(t)
+	rc := raw(t, s)
+	resp := rawAppend(t, rc, "s", expStreamExists(), ids(1)...)
+	if w := resp.GetWrongExpectedVersion(); w == nil || w.GetCurrentNoStream() == nil || w.GetExpectedStreamExists() == nil {
+		t.Fatalf("StreamExists on a missing stream: %v", resp)
+	}
+	// A stream with metadata counts as existing.
+	rawAppend(t, rc, "$$s", expAny(), ids(1)...)
+	if got := rawAppend(t, rc, "s", expStreamExists(), ids(1)...).GetSuccess(); got.GetCurrentRevision() != 0 {
+		t.Fatalf("StreamExists after metadata: %v", got)
+	}
+	a := ids(1)
+	rawAppend(t, rc, "s", expStreamExists(), a...)
+	if got := rawAppend(t, rc, "s", expStreamExists(), a...).GetSuccess(); got.GetCurrentRevision() != 1 {
+		t.Fatalf("StreamExists re-append is idempotent from recent IDs: %v", got)
+	}
+}
+
+func TestAppendNextRevisionIsNotDeduped(t *testing.T) {
+	s, _ := Start(t)
+	c := client(t, s)
+	a := ids(1)
+	mustAppend(t, c, "s", esdb.NoStream{}, a...)
+	// A retry that reloaded the stream expects the new head: written again.
+	if wr := mustAppend(t, c, "s", esdb.Revision(0), a...); wr.NextExpectedVersion != 1 {
+		t.Fatalf("current %d, want 1", wr.NextExpectedVersion)
+	}
+}
+
+func TestAppendRequiresTypeAndContentType(t *testing.T) {
+	s, _ := Start(t)
+	rc := raw(t, s)
+	ac, err := rc.Append(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := expAny()
+	opt.StreamIdentifier = &shared.StreamIdentifier{StreamName: []byte("s")}
+	_ = ac.Send(&api.AppendReq{Content: &api.AppendReq_Options_{Options: opt}})
+	_ = ac.Send(&api.AppendReq{Content: &api.AppendReq_ProposedMessage_{ProposedMessage: &api.AppendReq_ProposedMessage{
+		Id: uuidToProto(uuid.New(), false), Metadata: map[string]string{"type": "T"},
+	}}})
+	if _, err := ac.CloseAndRecv(); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("want InvalidArgument, got %v", err)
+	}
+}
+
+func TestWrongExpectedVersionThroughClient(t *testing.T) {
+	s, _ := Start(t)
+	c := client(t, s)
+	mustAppend(t, c, "s", esdb.NoStream{}, ids(3)...)
+	_, err := c.AppendToStream(ctxT(t), "s", esdb.AppendToStreamOptions{ExpectedRevision: esdb.Revision(7)}, events(uuid.New())...)
+	var e *esdb.Error
+	if !errors.As(err, &e) || e.Code() != esdb.ErrorCodeWrongExpectedVersion {
+		t.Fatalf("want wrong expected version, got %v", err)
+	}
+	if want := "expecting '7' but got '2'"; !contains(err.Error(), want) {
+		t.Fatalf("error %q lacks %q", err, want)
+	}
+}
+
+func contains(s, sub string) bool { return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0) }
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+// --- metadata --------------------------------------------------------------------
+
+func TestCreatedIsTicksSinceUnixEpoch(t *testing.T) {
+	at := time.Date(2024, 5, 6, 7, 8, 9, 123456700, time.UTC)
+	s, _ := Start(t, WithClock(func() time.Time { return at }))
+	rc := raw(t, s)
+	rawAppend(t, rc, "s", expAny(), ids(1)...)
+	msgs := readAllRaw(t, mustRead(t, rc, streamReadReq("s", 0, false, 1)))
+	md := msgs[0].GetEvent().GetEvent().GetMetadata()
+	if md["created"] != strconv.FormatInt(at.UnixNano()/100, 10) || md["type"] != "Test" || md["content-type"] != "application/json" {
+		t.Fatalf("metadata %v", md)
+	}
+	c := client(t, s)
+	rs, err := c.ReadStream(ctxT(t), "s", esdb.ReadStreamOptions{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	ev, err := rs.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ev.OriginalEvent().CreatedDate.Equal(at) {
+		t.Fatalf("created %v, want %v", ev.OriginalEvent().CreatedDate, at)
+	}
+}
+
+// --- reads ---------------------------------------------------------------------------
+
+func TestReadStreamNotFound(t *testing.T) {
+	s, _ := Start(t)
+	rc := raw(t, s)
+	msgs := readAllRaw(t, mustRead(t, rc, streamReadReq("nope", 0, false, 10)))
+	if len(msgs) != 1 || kind(msgs[0]) != "stream_not_found" || string(msgs[0].GetStreamNotFound().GetStreamIdentifier().GetStreamName()) != "nope" {
+		t.Fatalf("messages %v", msgs)
+	}
+	c := client(t, s)
+	rs, err := c.ReadStream(ctxT(t), "nope", esdb.ReadStreamOptions{}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	_, err = rs.Recv()
+	var e *esdb.Error
+	if !errors.As(err, &e) || e.Code() != esdb.ErrorCodeResourceNotFound {
+		t.Fatalf("want ResourceNotFound, got %v", err)
+	}
+}
+
+func TestReadStreamDirectionsAndCounts(t *testing.T) {
+	s, _ := Start(t)
+	rc := raw(t, s)
+	rawAppend(t, rc, "s", expNoStream(), ids(5)...)
+	read := func(req *api.ReadReq) []string {
+		var out []string
+		for _, m := range readAllRaw(t, mustRead(t, rc, req)) {
+			out = append(out, kind(m))
+		}
+		return out
+	}
+	equal(t, read(streamReadReq("s", 1, false, 2)), []string{"event:s/1", "event:s/2"})
+	equal(t, read(streamReadReq("s", 3, true, 10)), []string{"event:s/3", "event:s/2", "event:s/1", "event:s/0"})
+	equal(t, read(streamReadReq("s", 99, true, 2)), []string{"event:s/4", "event:s/3"})
+	equal(t, read(streamReadReq("s", 9, false, 10)), nil) // past the end of an existing stream: nothing
+	equal(t, read(streamReadReq("s", 0, false, 0)), nil)  // a count of zero reads nothing
+	end := streamReadReq("s", 0, true, 1)
+	end.Options.GetStream().RevisionOption = &api.ReadReq_Options_StreamOptions_End{End: &shared.Empty{}}
+	equal(t, read(end), []string{"event:s/4"})
+	// last_stream_position only for clients that ask for it (this client would panic on it).
+	compat := streamReadReq("s", 0, false, 1)
+	compat.Options.ControlOption = &api.ReadReq_Options_ControlOption{Compatibility: 1}
+	equal(t, read(compat), []string{"event:s/0", "last_stream_position:4"})
+}
+
+func TestReadAllPositions(t *testing.T) {
+	s, _ := Start(t)
+	rc := raw(t, s)
+	var pos []uint64
+	for i := range 4 {
+		r := rawAppend(t, rc, fmt.Sprintf("s%d", i), expNoStream(), ids(1)...)
+		pos = append(pos, r.GetSuccess().GetPosition().GetCommitPosition())
+	}
+	if !(pos[0] > 0 && pos[0] < pos[1] && pos[1] < pos[2] && pos[2] < pos[3]) {
+		t.Fatalf("positions %v", pos)
+	}
+	readAll := func(from *api.ReadReq_Options_AllOptions, backwards bool, count uint64) []string {
+		req := &api.ReadReq{Options: &api.ReadReq_Options{
+			StreamOption: &api.ReadReq_Options_All{All: from},
+			CountOption:  &api.ReadReq_Options_Count{Count: count},
+			FilterOption: &api.ReadReq_Options_NoFilter{NoFilter: &shared.Empty{}},
+			UuidOption:   structured(),
+		}}
+		if backwards {
+			req.Options.ReadDirection = api.ReadReq_Options_Backwards
+		}
+		var out []string
+		for _, m := range readAllRaw(t, mustRead(t, rc, req)) {
+			out = append(out, kind(m))
+		}
+		return out
+	}
+	equal(t, readAll(allStart(), false, 2), []string{"event:s0/0", "event:s1/0"})
+	equal(t, readAll(allAt(pos[1]), false, 10), []string{"event:s1/0", "event:s2/0", "event:s3/0"}) // forwards: inclusive
+	equal(t, readAll(allAt(pos[2]), true, 10), []string{"event:s1/0", "event:s0/0"})                // backwards: exclusive
+	end := &api.ReadReq_Options_AllOptions{AllOption: &api.ReadReq_Options_AllOptions_End{End: &shared.Empty{}}}
+	equal(t, readAll(end, true, 1), []string{"event:s3/0"})
+	equal(t, readAll(end, false, 1), nil)
+}
+
+func TestReadRequiresUUIDOption(t *testing.T) {
+	s, _ := Start(t)
+	rc := raw(t, s)
+	req := streamReadReq("s", 0, false, 1)
+	req.Options.UuidOption = nil
+	r, err := rc.Read(ctxT(t), req)
+	if err == nil {
+		_, err = r.Recv()
+	}
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("want InvalidArgument, got %v", err)
+	}
+}
+
+// --- subscriptions ---------------------------------------------------------------------
+
+func TestSubscribeAllConfirmationFirstExclusiveStartAndCaughtUp(t *testing.T) {
+	s, _ := Start(t)
+	rc := raw(t, s)
+	p0 := rawAppend(t, rc, "a", expNoStream(), ids(1)...).GetSuccess().GetPosition().GetCommitPosition()
+	rawAppend(t, rc, "b", expNoStream(), ids(1)...)
+
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	sub, err := rc.Read(ctx, subAllReq(allAt(p0), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, recvKinds(t, sub, 3), []string{"confirmation", "event:b/0", "caught_up"})
+	rawAppend(t, rc, "c", expNoStream(), ids(1)...)
+	equal(t, recvKinds(t, sub, 1), []string{"event:c/0"})
+	eventually(t, 2*time.Second, func() bool { return s.Subscriptions() == 1 })
+	cancel()
+	eventually(t, 2*time.Second, func() bool { return s.Subscriptions() == 0 })
+}
+
+func TestSubscribeAllFilteredCheckpoints(t *testing.T) {
+	s, _ := Start(t)
+	rc := raw(t, s)
+	var pos []uint64
+	// Ten events: acct-0..acct-9 at even indexes are "acct-", odd ones "other-".
+	for i := range 10 {
+		stream := fmt.Sprintf("other-%d", i)
+		if i%2 == 0 {
+			stream = fmt.Sprintf("acct-%d", i)
+		}
+		pos = append(pos, rawAppend(t, rc, stream, expNoStream(), ids(1)...).GetSuccess().GetPosition().GetCommitPosition())
+	}
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	// Window 3, multiplier 1: a checkpoint every 3 considered events.
+	sub, err := rc.Read(ctx, subAllReq(allStart(), prefixFilter(3, 1, "acct-")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Catch-up pages [0..2] [3..5] [6..8] [9]: a checkpoint after each full page that
+	// is not the last, at the last event sent in it (or where it began).
+	equal(t, recvKinds(t, sub, 10), []string{
+		"confirmation",
+		"event:acct-0/0", "event:acct-2/0", fmt.Sprintf("checkpoint:%d", pos[2]),
+		"event:acct-4/0", fmt.Sprintf("checkpoint:%d", pos[4]),
+		"event:acct-6/0", "event:acct-8/0", fmt.Sprintf("checkpoint:%d", pos[8]),
+		"caught_up",
+	})
+	// Live: 10 events considered so far, counter at 1 (10 mod 3); two more non-matching
+	// events reach 3: a checkpoint at the last of them.
+	rawAppend(t, rc, "other-x", expNoStream(), ids(1)...)
+	last := rawAppend(t, rc, "other-y", expNoStream(), ids(1)...).GetSuccess().GetPosition().GetCommitPosition()
+	equal(t, recvKinds(t, sub, 1), []string{fmt.Sprintf("checkpoint:%d", last)})
+	rawAppend(t, rc, "acct-z", expNoStream(), ids(1)...)
+	equal(t, recvKinds(t, sub, 1), []string{"event:acct-z/0"})
+}
+
+func TestSubscribeAllEventTypeAndRegexFilters(t *testing.T) {
+	s, _ := Start(t)
+	c := client(t, s)
+	mustAppend(t, c, "a", esdb.Any{}, uuid.New())
+	_, err := c.AppendToStream(ctxT(t), "b", esdb.AppendToStreamOptions{}, esdb.EventData{EventID: uuid.New(), EventType: "$system", ContentType: esdb.ContentTypeJson})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, c, "c", esdb.Any{}, uuid.New())
+	for _, tc := range []struct {
+		name   string
+		filter *esdb.SubscriptionFilter
+		want   []string
+	}{
+		{"exclude system event types", esdb.ExcludeSystemEventsFilter(), []string{"a", "c"}},
+		{"event type prefix", &esdb.SubscriptionFilter{Type: esdb.EventFilterType, Prefixes: []string{"$sys"}}, []string{"b"}},
+		{"stream regex", &esdb.SubscriptionFilter{Type: esdb.StreamFilterType, Regex: "^[bc]$"}, []string{"b", "c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sub, err := c.SubscribeToAll(ctxT(t), esdb.SubscribeToAllOptions{From: esdb.Start{}, Filter: tc.filter})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			var got []string
+			for {
+				ev := sub.Recv()
+				if ev.SubscriptionDropped != nil {
+					t.Fatal(ev.SubscriptionDropped.Error)
+				}
+				if ev.CaughtUp != nil {
+					break
+				}
+				if ev.EventAppeared != nil {
+					got = append(got, ev.EventAppeared.OriginalEvent().StreamID)
+				}
+			}
+			equal(t, got, tc.want)
+		})
+	}
+}
+
+func TestSubscribeAllRejectsZeroCheckpointMultiplier(t *testing.T) {
+	s, _ := Start(t)
+	rc := raw(t, s)
+	sub, err := rc.Read(ctxT(t), subAllReq(allStart(), prefixFilter(3, 0, "a")))
+	if err == nil {
+		_, err = sub.Recv()
+	}
+	if status.Code(err) == codes.OK {
+		t.Fatal("want an error")
+	}
+}
+
+func TestSubscribeStream(t *testing.T) {
+	s, _ := Start(t)
+	c := client(t, s)
+	mustAppend(t, c, "s", esdb.NoStream{}, ids(3)...)
+	sub, err := c.SubscribeToStream(ctxT(t), "s", esdb.SubscribeToStreamOptions{From: esdb.Revision(0)})
+	if err != nil {
+		t.Fatal(err) // the client itself requires the confirmation first
+	}
+	defer sub.Close()
+	next := func() string {
+		ev := sub.Recv()
+		switch {
+		case ev.EventAppeared != nil:
+			return fmt.Sprintf("event:%d", ev.EventAppeared.OriginalEvent().EventNumber)
+		case ev.CaughtUp != nil:
+			return "caught_up"
+		case ev.SubscriptionDropped != nil:
+			return "dropped:" + ev.SubscriptionDropped.Error.Error()
+		}
+		return "?"
+	}
+	equal(t, []string{next(), next(), next()}, []string{"event:1", "event:2", "caught_up"})
+	mustAppend(t, c, "s", esdb.Revision(2), uuid.New())
+	equal(t, []string{next()}, []string{"event:3"})
+}
+
+// --- tombstones ------------------------------------------------------------------------
+
+func TestTombstone(t *testing.T) {
+	s, _ := Start(t)
+	c := client(t, s)
+	mustAppend(t, c, "s", esdb.NoStream{}, ids(2)...)
+	if _, err := c.TombstoneStream(ctxT(t), "s", esdb.TombstoneStreamOptions{ExpectedRevision: esdb.Revision(0)}); err == nil {
+		t.Fatal("tombstone with a wrong expected revision succeeded")
+	}
+	if _, err := c.TombstoneStream(ctxT(t), "s", esdb.TombstoneStreamOptions{ExpectedRevision: esdb.Revision(1)}); err != nil {
+		t.Fatal(err)
+	}
+	// Reads and appends fail with FailedPrecondition and the stream-deleted trailers.
+	rc := raw(t, s)
+	var trailer metadata.MD
+	r, err := rc.Read(ctxT(t), streamReadReq("s", 0, false, 10), grpc.Trailer(&trailer))
+	if err == nil {
+		_, err = r.Recv()
+	}
+	if status.Code(err) != codes.FailedPrecondition || trailer.Get("exception")[0] != "stream-deleted" || trailer.Get("stream-name")[0] != "s" {
+		t.Fatalf("read of a tombstoned stream: %v, trailers %v", err, trailer)
+	}
+	rs, err := c.ReadStream(ctxT(t), "s", esdb.ReadStreamOptions{}, 10)
+	if err == nil {
+		_, err = rs.Recv()
+		rs.Close()
+	}
+	var e *esdb.Error
+	if !errors.As(err, &e) || e.Code() != esdb.ErrorCodeStreamDeleted {
+		t.Fatalf("client read: %v", err)
+	}
+	_, err = c.AppendToStream(ctxT(t), "s", esdb.AppendToStreamOptions{}, events(uuid.New())...)
+	if !errors.As(err, &e) || e.Code() != esdb.ErrorCodeStreamDeleted {
+		t.Fatalf("client append: %v", err)
+	}
+	// The tombstone itself is in $all.
+	rs, err = c.ReadAll(ctxT(t), esdb.ReadAllOptions{Direction: esdb.Backwards, From: esdb.End{}}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	ev, err := rs.Recv()
+	if err != nil || ev.OriginalEvent().EventType != "$streamDeleted" || ev.OriginalEvent().EventNumber != uint64(deletedStream) {
+		t.Fatalf("last of $all: %+v, %v", ev, err)
+	}
+}
+
+// --- faults --------------------------------------------------------------------------
+
+func TestUnavailable(t *testing.T) {
+	s, _ := Start(t)
+	rc := raw(t, s)
+	s.SetUnavailable(true)
+	if _, err := rawAppendErr(ctxT(t), rc, "s", expAny(), ids(1)...); status.Code(err) != codes.Unavailable {
+		t.Fatalf("want Unavailable, got %v", err)
+	}
+	s.SetUnavailable(false)
+	rawAppend(t, rc, "s", expAny(), ids(1)...)
+
+	s.FailNext(MethodAppend, 2, codes.Unavailable)
+	for range 2 {
+		if _, err := rawAppendErr(ctxT(t), rc, "s", expAny(), ids(1)...); status.Code(err) != codes.Unavailable {
+			t.Fatalf("want Unavailable, got %v", err)
+		}
+	}
+	rawAppend(t, rc, "s", expAny(), ids(1)...)
+}
+
+func TestStallAppends(t *testing.T) {
+	s, _ := Start(t)
+	rc := raw(t, s)
+	for _, commit := range []bool{false, true} {
+		t.Run(fmt.Sprintf("commit=%v", commit), func(t *testing.T) {
+			stream := fmt.Sprintf("s-%v", commit)
+			s.StallAppends(1, commit)
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			if _, err := rawAppendErr(ctx, rc, stream, expNoStream(), ids(1)...); status.Code(err) != codes.DeadlineExceeded {
+				t.Fatalf("want DeadlineExceeded, got %v", err)
+			}
+			msgs := readAllRaw(t, mustRead(t, rc, streamReadReq(stream, 0, false, 10)))
+			wantKind := "stream_not_found"
+			if commit {
+				wantKind = "event:" + stream + "/0"
+			}
+			if len(msgs) != 1 || kind(msgs[0]) != wantKind {
+				t.Fatalf("after the stalled append: %v", msgs)
+			}
+		})
+	}
+}
+
+func TestDropSubscriptions(t *testing.T) {
+	s, _ := Start(t)
+	c := client(t, s)
+	mustAppend(t, c, "s", esdb.NoStream{}, uuid.New())
+	sub, err := c.SubscribeToAll(ctxT(t), esdb.SubscribeToAllOptions{From: esdb.Start{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if ev := sub.Recv(); ev.EventAppeared == nil {
+		t.Fatalf("want the event, got %+v", ev)
+	}
+	eventually(t, 2*time.Second, func() bool { return s.Subscriptions() == 1 })
+	if n := s.DropSubscriptions(); n != 1 {
+		t.Fatalf("dropped %d", n)
+	}
+	for {
+		ev := sub.Recv()
+		if ev.SubscriptionDropped != nil {
+			if status.Code(ev.SubscriptionDropped.Error) != codes.Unavailable {
+				t.Fatalf("dropped with %v", ev.SubscriptionDropped.Error)
+			}
+			break
+		}
+	}
+	eventually(t, 2*time.Second, func() bool { return s.Subscriptions() == 0 })
+}

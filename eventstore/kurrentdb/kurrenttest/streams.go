@@ -1,0 +1,736 @@
+package kurrenttest
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
+	api "github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// readBatchSize is the server's page size (Enumerators.ReadBatchSize) and the
+// default search window of a filtered subscription.
+const readBatchSize = 32
+
+type streamsServer struct {
+	api.UnimplementedStreamsServer
+	s *Server
+}
+
+// streamDeleted is RpcExceptions.StreamDeleted: FailedPrecondition with the
+// trailers the client turns into ErrorCodeStreamDeleted.
+func streamDeleted(ctx context.Context, setTrailer func(metadata.MD), stream string) error {
+	setTrailer(metadata.Pairs("exception", "stream-deleted", "stream-name", stream))
+	return status.Errorf(codes.FailedPrecondition, "Event stream '%s' is deleted.", stream)
+}
+
+func wrongExpectedVersionTrailer(stream string, exp expected, actual int64) metadata.MD {
+	return metadata.Pairs(
+		"exception", "wrong-expected-version",
+		"stream-name", stream,
+		"expected-version", strconv.FormatInt(exp.version(), 10),
+		"actual-version", strconv.FormatInt(actual, 10),
+	)
+}
+
+func uuidFromProto(u *shared.UUID) (uuid.UUID, error) {
+	switch v := u.GetValue().(type) {
+	case *shared.UUID_Structured_:
+		var b [16]byte
+		binary.BigEndian.PutUint64(b[:8], uint64(v.Structured.GetMostSignificantBits()))
+		binary.BigEndian.PutUint64(b[8:], uint64(v.Structured.GetLeastSignificantBits()))
+		return uuid.UUID(b), nil
+	case *shared.UUID_String_:
+		return uuid.Parse(v.String_)
+	}
+	return uuid.Nil, errors.New("missing event id")
+}
+
+func uuidToProto(id uuid.UUID, asString bool) *shared.UUID {
+	if asString {
+		return &shared.UUID{Value: &shared.UUID_String_{String_: id.String()}}
+	}
+	return &shared.UUID{Value: &shared.UUID_Structured_{Structured: &shared.UUID_Structured{
+		MostSignificantBits:  int64(binary.BigEndian.Uint64(id[:8])),
+		LeastSignificantBits: int64(binary.BigEndian.Uint64(id[8:])),
+	}}}
+}
+
+// Append implements Streams.Append with the server's IndexWriter rules.
+func (ss *streamsServer) Append(srv api.Streams_AppendServer) error {
+	first, err := srv.Recv()
+	if err != nil {
+		return err
+	}
+	opts := first.GetOptions()
+	if opts == nil {
+		return status.Error(codes.Unknown, "Operation is not valid due to the current state of the object.")
+	}
+	stream := string(opts.GetStreamIdentifier().GetStreamName())
+	var exp expected
+	switch v := opts.GetExpectedStreamRevision().(type) {
+	case *api.AppendReq_Options_Revision:
+		exp = expected{kind: expectRevision, rev: v.Revision}
+	case *api.AppendReq_Options_NoStream:
+		exp = expected{kind: expectNoStream}
+	case *api.AppendReq_Options_Any:
+		exp = expected{kind: expectAny}
+	case *api.AppendReq_Options_StreamExists:
+		exp = expected{kind: expectStreamExists}
+	default:
+		return status.Errorf(codes.InvalidArgument, "'%v' is not a valid expected stream revision", v)
+	}
+
+	var events []proposed
+	for {
+		req, err := srv.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		msg := req.GetProposedMessage()
+		if msg == nil {
+			return status.Error(codes.Unknown, "Operation is not valid due to the current state of the object.")
+		}
+		for _, key := range []string{"type", "content-type"} {
+			if _, ok := msg.GetMetadata()[key]; !ok {
+				srv.SetTrailer(metadata.Pairs("exception", "missing-required-metadata-property", "required-metadata-properties", "type,content-type"))
+				return status.Errorf(codes.InvalidArgument, "Required Metadata Property '%s' is missing", key)
+			}
+		}
+		id, err := uuidFromProto(msg.GetId())
+		if err != nil {
+			return status.Errorf(codes.InvalidArgument, "invalid event id: %v", err)
+		}
+		events = append(events, proposed{
+			id:          id,
+			eventType:   msg.GetMetadata()["type"],
+			contentType: msg.GetMetadata()["content-type"],
+			data:        msg.GetData(),
+			meta:        msg.GetCustomMetadata(),
+		})
+	}
+
+	ctx := srv.Context()
+	if stall, commit := ss.s.nextStall(); stall {
+		if commit {
+			ss.s.db.append(stream, exp, events)
+		}
+		<-ctx.Done()
+		return status.FromContextError(ctx.Err()).Err()
+	}
+
+	out := ss.s.db.append(stream, exp, events)
+	resp := &api.AppendResp{}
+	switch out.decision {
+	case decisionDeleted:
+		return streamDeleted(ctx, srv.SetTrailer, stream)
+	case decisionOK, decisionIdempotent:
+		success := &api.AppendResp_Success{}
+		if out.last == -1 {
+			success.CurrentRevisionOption = &api.AppendResp_Success_NoStream{NoStream: &shared.Empty{}}
+		} else {
+			success.CurrentRevisionOption = &api.AppendResp_Success_CurrentRevision{CurrentRevision: uint64(out.last)}
+		}
+		if out.hasPos {
+			success.PositionOption = &api.AppendResp_Success_Position{Position: &api.AppendResp_Position{
+				CommitPosition: out.pos, PreparePosition: out.pos,
+			}}
+		} else {
+			success.PositionOption = &api.AppendResp_Success_NoPosition{NoPosition: &shared.Empty{}}
+		}
+		resp.Result = &api.AppendResp_Success_{Success: success}
+	case decisionWrongExpectedVersion, decisionCorruptedIdempotency:
+		// Corrupted idempotency (part of the batch matches, part does not) is
+		// answered as a wrong expected version, as the server does.
+		resp.Result = &api.AppendResp_WrongExpectedVersion_{WrongExpectedVersion: wrongExpectedVersion(exp, out.current)}
+	}
+	return srv.SendAndClose(resp)
+}
+
+func wrongExpectedVersion(exp expected, current int64) *api.AppendResp_WrongExpectedVersion {
+	w := &api.AppendResp_WrongExpectedVersion{}
+	empty := &shared.Empty{}
+	switch exp.kind {
+	case expectAny:
+		w.ExpectedRevisionOption = &api.AppendResp_WrongExpectedVersion_ExpectedAny{ExpectedAny: empty}
+		w.ExpectedRevisionOption_20_6_0 = &api.AppendResp_WrongExpectedVersion_Any_20_6_0{Any_20_6_0: empty}
+	case expectStreamExists:
+		w.ExpectedRevisionOption = &api.AppendResp_WrongExpectedVersion_ExpectedStreamExists{ExpectedStreamExists: empty}
+		w.ExpectedRevisionOption_20_6_0 = &api.AppendResp_WrongExpectedVersion_StreamExists_20_6_0{StreamExists_20_6_0: empty}
+	case expectNoStream:
+		w.ExpectedRevisionOption = &api.AppendResp_WrongExpectedVersion_ExpectedNoStream{ExpectedNoStream: empty}
+		w.ExpectedRevisionOption_20_6_0 = &api.AppendResp_WrongExpectedVersion_ExpectedRevision_20_6_0{ExpectedRevision_20_6_0: ^uint64(0)}
+	case expectRevision:
+		w.ExpectedRevisionOption = &api.AppendResp_WrongExpectedVersion_ExpectedRevision{ExpectedRevision: exp.rev}
+		w.ExpectedRevisionOption_20_6_0 = &api.AppendResp_WrongExpectedVersion_ExpectedRevision_20_6_0{ExpectedRevision_20_6_0: exp.rev}
+	}
+	if current == -1 {
+		w.CurrentRevisionOption = &api.AppendResp_WrongExpectedVersion_CurrentNoStream{CurrentNoStream: empty}
+		w.CurrentRevisionOption_20_6_0 = &api.AppendResp_WrongExpectedVersion_NoStream_20_6_0{NoStream_20_6_0: empty}
+	} else {
+		w.CurrentRevisionOption = &api.AppendResp_WrongExpectedVersion_CurrentRevision{CurrentRevision: uint64(current)}
+		w.CurrentRevisionOption_20_6_0 = &api.AppendResp_WrongExpectedVersion_CurrentRevision_20_6_0{CurrentRevision_20_6_0: uint64(current)}
+	}
+	return w
+}
+
+// Tombstone implements Streams.Tombstone: a $streamDeleted record, after which
+// the stream can be neither read nor written.
+func (ss *streamsServer) Tombstone(ctx context.Context, req *api.TombstoneReq) (*api.TombstoneResp, error) {
+	opts := req.GetOptions()
+	stream := string(opts.GetStreamIdentifier().GetStreamName())
+	var exp expected
+	switch v := opts.GetExpectedStreamRevision().(type) {
+	case *api.TombstoneReq_Options_Revision:
+		exp = expected{kind: expectRevision, rev: v.Revision}
+	case *api.TombstoneReq_Options_NoStream:
+		exp = expected{kind: expectNoStream}
+	case *api.TombstoneReq_Options_Any:
+		exp = expected{kind: expectAny}
+	case *api.TombstoneReq_Options_StreamExists:
+		exp = expected{kind: expectStreamExists}
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "'%v' is not a valid expected stream revision", v)
+	}
+	setTrailer := func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) }
+	out, r := ss.s.db.tombstone(stream, exp)
+	switch out.decision {
+	case decisionDeleted:
+		return nil, streamDeleted(ctx, setTrailer, stream)
+	case decisionWrongExpectedVersion:
+		setTrailer(wrongExpectedVersionTrailer(stream, exp, out.current))
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"Delete failed due to WrongExpectedVersion. Stream: %s, Expected version: %d, Actual version: %d",
+			stream, exp.version(), out.current)
+	}
+	return &api.TombstoneResp{PositionOption: &api.TombstoneResp_Position_{Position: &api.TombstoneResp_Position{
+		CommitPosition: r.pos, PreparePosition: r.pos,
+	}}}, nil
+}
+
+// readOptions is a decoded ReadReq.
+type readOptions struct {
+	all          bool
+	stream       string
+	backwards    bool
+	subscription bool
+	count        uint64
+	uuidString   bool
+	compat       uint32
+
+	// stream start: fromStart, fromEnd or revision
+	// all start: fromStart, fromEnd or (commit, prepare)
+	fromStart, fromEnd bool
+	revision           uint64
+	commit, prepare    uint64
+
+	filter   *eventFilter
+	window   uint32 // filtered: max search window
+	interval uint32 // filtered: checkpoint interval in considered events
+}
+
+type eventFilter struct {
+	onType   bool // false: on the stream name
+	prefixes []string
+	re       *regexp.Regexp
+}
+
+func (f *eventFilter) match(r *record) bool {
+	if f == nil {
+		return true
+	}
+	subject := r.stream
+	if f.onType {
+		subject = r.eventType
+	}
+	if f.re != nil {
+		return f.re.MatchString(subject)
+	}
+	for _, p := range f.prefixes {
+		if strings.HasPrefix(subject, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func decodeRead(req *api.ReadReq) (*readOptions, error) {
+	o := req.GetOptions()
+	if o == nil {
+		return nil, status.Error(codes.InvalidArgument, "'options' is a required argument")
+	}
+	if o.GetUuidOption() == nil {
+		return nil, status.Error(codes.InvalidArgument, "'uuidOption' is a required argument of type UUIDOption")
+	}
+	ro := &readOptions{
+		backwards:  o.GetReadDirection() == api.ReadReq_Options_Backwards,
+		uuidString: o.GetUuidOption().GetString_() != nil,
+		compat:     o.GetControlOption().GetCompatibility(),
+	}
+	switch c := o.GetCountOption().(type) {
+	case *api.ReadReq_Options_Count:
+		ro.count = c.Count
+	case *api.ReadReq_Options_Subscription:
+		ro.subscription = true
+	default:
+		return nil, status.Error(codes.InvalidArgument, "a count or subscription option is required")
+	}
+	switch so := o.GetStreamOption().(type) {
+	case *api.ReadReq_Options_Stream:
+		ro.stream = string(so.Stream.GetStreamIdentifier().GetStreamName())
+		switch rv := so.Stream.GetRevisionOption().(type) {
+		case *api.ReadReq_Options_StreamOptions_Start:
+			ro.fromStart = true
+		case *api.ReadReq_Options_StreamOptions_End:
+			ro.fromEnd = true
+		case *api.ReadReq_Options_StreamOptions_Revision:
+			ro.revision = rv.Revision
+		default:
+			return nil, status.Error(codes.InvalidArgument, "a stream revision option is required")
+		}
+	case *api.ReadReq_Options_All:
+		ro.all = true
+		switch p := so.All.GetAllOption().(type) {
+		case *api.ReadReq_Options_AllOptions_Start:
+			ro.fromStart = true
+		case *api.ReadReq_Options_AllOptions_End:
+			ro.fromEnd = true
+		case *api.ReadReq_Options_AllOptions_Position:
+			ro.commit, ro.prepare = p.Position.GetCommitPosition(), p.Position.GetPreparePosition()
+			if ro.commit == ^uint64(0) && ro.prepare == ^uint64(0) {
+				ro.fromEnd = true
+			}
+		default:
+			return nil, status.Error(codes.InvalidArgument, "an $all position option is required")
+		}
+	default:
+		return nil, status.Error(codes.InvalidArgument, "a stream option is required")
+	}
+
+	if f := o.GetFilter(); f != nil {
+		if !ro.all {
+			return nil, status.Errorf(codes.InvalidArgument, "The combination of (Stream, %v, %v, Filter) is invalid.", countCase(ro), o.GetReadDirection())
+		}
+		var expr *api.ReadReq_Options_FilterOptions_Expression
+		ef := &eventFilter{}
+		switch {
+		case f.GetStreamIdentifier() != nil:
+			expr = f.GetStreamIdentifier()
+		case f.GetEventType() != nil:
+			expr = f.GetEventType()
+			ef.onType = true
+		default:
+			return nil, status.Error(codes.InvalidArgument, "a filter needs a stream identifier or an event type expression")
+		}
+		if expr.GetRegex() != "" {
+			re, err := regexp.Compile(expr.GetRegex())
+			if err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "invalid filter regex: %v", err)
+			}
+			ef.re = re
+		} else {
+			ef.prefixes = expr.GetPrefix()
+		}
+		ro.filter = ef
+		switch w := f.GetWindow().(type) {
+		case *api.ReadReq_Options_FilterOptions_Max:
+			ro.window = w.Max
+		case *api.ReadReq_Options_FilterOptions_Count:
+			ro.window = readBatchSize
+		default:
+			return nil, status.Errorf(codes.InvalidArgument, "'%v' is not a valid window", w)
+		}
+		if ro.window == 0 {
+			ro.window = readBatchSize
+		}
+		if ro.subscription {
+			if f.GetCheckpointIntervalMultiplier() == 0 {
+				// ArgumentOutOfRangeException in AllSubscriptionFiltered's constructor.
+				return nil, status.Error(codes.Unknown, "Specified argument was out of the range of valid values. (Parameter 'checkpointIntervalMultiplier')")
+			}
+			ro.interval = f.GetCheckpointIntervalMultiplier() * ro.window
+		}
+	}
+	if ro.subscription && ro.backwards {
+		return nil, status.Errorf(codes.InvalidArgument, "The combination of (%v, Subscription, Backwards, %v) is invalid.", streamCase(ro), filterCase(ro))
+	}
+	return ro, nil
+}
+
+func countCase(ro *readOptions) string {
+	if ro.subscription {
+		return "Subscription"
+	}
+	return "Count"
+}
+
+func streamCase(ro *readOptions) string {
+	if ro.all {
+		return "All"
+	}
+	return "Stream"
+}
+
+func filterCase(ro *readOptions) string {
+	if ro.filter != nil {
+		return "Filter"
+	}
+	return "NoFilter"
+}
+
+func eventResp(r *record, uuidString bool) *api.ReadResp {
+	contentType := "application/octet-stream"
+	if r.contentType == "application/json" {
+		contentType = "application/json"
+	}
+	return &api.ReadResp{Content: &api.ReadResp_Event{Event: &api.ReadResp_ReadEvent{
+		Event: &api.ReadResp_ReadEvent_RecordedEvent{
+			Id:               uuidToProto(r.id, uuidString),
+			StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(r.stream)},
+			StreamRevision:   uint64(r.revision),
+			// Self-committed events: commit position == prepare position.
+			PreparePosition: r.pos,
+			CommitPosition:  r.pos,
+			Metadata: map[string]string{
+				"type":         r.eventType,
+				"created":      strconv.FormatInt(r.created, 10),
+				"content-type": contentType,
+			},
+			Data:           r.data,
+			CustomMetadata: r.meta,
+		},
+		Position: &api.ReadResp_ReadEvent_CommitPosition{CommitPosition: r.pos},
+	}}}
+}
+
+// Read implements Streams.Read: stream and $all reads and subscriptions.
+func (ss *streamsServer) Read(req *api.ReadReq, srv api.Streams_ReadServer) error {
+	ro, err := decodeRead(req)
+	if err != nil {
+		return err
+	}
+	switch {
+	case ro.subscription && ro.all:
+		return ss.subscribeAll(ro, srv)
+	case ro.subscription:
+		return ss.subscribeStream(ro, srv)
+	case ro.all:
+		return ss.readAll(ro, srv)
+	default:
+		return ss.readStream(ro, srv)
+	}
+}
+
+func (ss *streamsServer) readStream(ro *readOptions, srv api.Streams_ReadServer) error {
+	events, exists, tombstoned := ss.s.db.stream(ro.stream)
+	if tombstoned {
+		return streamDeleted(srv.Context(), srv.SetTrailer, ro.stream)
+	}
+	if !exists {
+		return srv.Send(&api.ReadResp{Content: &api.ReadResp_StreamNotFound_{StreamNotFound: &api.ReadResp_StreamNotFound{
+			StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(ro.stream)},
+		}}})
+	}
+	last := int64(len(events)) - 1
+	var sent uint64
+	send := func(r *record) error {
+		sent++
+		return srv.Send(eventResp(r, ro.uuidString))
+	}
+	if ro.backwards {
+		from := last
+		if !ro.fromEnd && !ro.fromStart && int64(ro.revision) < last {
+			from = int64(ro.revision)
+		}
+		if ro.fromStart {
+			from = min(0, last)
+		}
+		for i := from; i >= 0 && sent < ro.count; i-- {
+			if err := send(events[i]); err != nil {
+				return err
+			}
+		}
+	} else if !ro.fromEnd {
+		from := uint64(0)
+		if !ro.fromStart {
+			from = ro.revision
+		}
+		for i := from; i < uint64(len(events)) && sent < ro.count; i++ {
+			if err := send(events[i]); err != nil {
+				return err
+			}
+		}
+	}
+	if ro.compat >= 1 {
+		return srv.Send(&api.ReadResp{Content: &api.ReadResp_LastStreamPosition{LastStreamPosition: uint64(last)}})
+	}
+	return nil
+}
+
+// before reports whether r, at (pos, pos), sits strictly before (commit, prepare).
+func before(r *record, commit, prepare uint64) bool {
+	return r.pos < commit || (r.pos == commit && r.pos < prepare)
+}
+
+// after reports whether r, at (pos, pos), sits strictly after (commit, prepare).
+func after(r *record, commit, prepare uint64) bool {
+	return r.pos > commit || (r.pos == commit && r.pos > prepare)
+}
+
+func (ss *streamsServer) readAll(ro *readOptions, srv api.Streams_ReadServer) error {
+	all, _ := ss.s.db.snapshot()
+	var sent uint64
+	visit := func(r *record) (bool, error) {
+		if sent >= ro.count {
+			return false, nil
+		}
+		if !ro.filter.match(r) {
+			return true, nil
+		}
+		sent++
+		return true, srv.Send(eventResp(r, ro.uuidString))
+	}
+	if ro.backwards {
+		// Backwards from a position: the records before it.
+		i := len(all)
+		switch {
+		case ro.fromStart:
+			i = 0
+		case ro.fromEnd:
+		default:
+			i = firstAtOrAfter(all, ro.commit)
+			for i < len(all) && before(all[i], ro.commit, ro.prepare) {
+				i++
+			}
+		}
+		for i--; i >= 0; i-- {
+			more, err := visit(all[i])
+			if err != nil || !more {
+				return err
+			}
+		}
+		return nil
+	}
+	// Forwards from a position: the record at it, then the ones after.
+	i := 0
+	switch {
+	case ro.fromStart:
+	case ro.fromEnd:
+		i = len(all)
+	default:
+		i = firstAtOrAfter(all, ro.commit)
+		for i < len(all) && before(all[i], ro.commit, ro.prepare) {
+			i++
+		}
+	}
+	for ; i < len(all); i++ {
+		more, err := visit(all[i])
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// sender sends read responses unless the subscription was dropped or the
+// caller went away.
+type sender struct {
+	srv api.Streams_ReadServer
+	sub *subscription
+}
+
+func (s sender) send(resp *api.ReadResp) error {
+	select {
+	case err := <-s.sub.drop:
+		return err
+	case <-s.srv.Context().Done():
+		return status.FromContextError(s.srv.Context().Err()).Err()
+	default:
+	}
+	return s.srv.Send(resp)
+}
+
+// wait blocks until changed is closed, the subscription is dropped or the caller
+// goes away.
+func (s sender) wait(changed <-chan struct{}) error {
+	select {
+	case <-changed:
+		return nil
+	case err := <-s.sub.drop:
+		return err
+	case <-s.srv.Context().Done():
+		return status.FromContextError(s.srv.Context().Err()).Err()
+	}
+}
+
+func (ss *streamsServer) confirm(srv api.Streams_ReadServer) (sender, func(), error) {
+	sub := ss.s.register()
+	done := func() { ss.s.unregister(sub) }
+	snd := sender{srv: srv, sub: sub}
+	err := snd.send(&api.ReadResp{Content: &api.ReadResp_Confirmation{Confirmation: &api.ReadResp_SubscriptionConfirmation{
+		SubscriptionId: uuid.NewString(),
+	}}})
+	return snd, done, err
+}
+
+var caughtUp = &api.ReadResp{Content: &api.ReadResp_CaughtUp_{CaughtUp: &api.ReadResp_CaughtUp{}}}
+
+func checkpoint(pos uint64) *api.ReadResp {
+	return &api.ReadResp{Content: &api.ReadResp_Checkpoint_{Checkpoint: &api.ReadResp_Checkpoint{
+		CommitPosition: pos, PreparePosition: pos,
+	}}}
+}
+
+// subscribeAll is the $all catch-up subscription (Enumerators.AllSubscription and
+// AllSubscriptionFiltered): confirmation first; then history in pages of the
+// search window, with a checkpoint whenever a multiple of the checkpoint interval
+// of events has been considered; caught_up; then live events, with a checkpoint
+// at every interval-th considered event. The start position is exclusive.
+func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServer) error {
+	snd, done, err := ss.confirm(srv)
+	defer done()
+	if err != nil {
+		return err
+	}
+	all, _ := ss.s.db.snapshot()
+	next := 0
+	switch {
+	case ro.fromStart:
+	case ro.fromEnd:
+		next = len(all)
+	default:
+		// Exclusive: the first event strictly after the start position.
+		next = firstAtOrAfter(all, ro.commit)
+		for next < len(all) && !after(all[next], ro.commit, ro.prepare) {
+			next++
+		}
+	}
+
+	var considered uint32
+	// Catch-up, page by page.
+	for {
+		all, _ = ss.s.db.snapshot()
+		if next >= len(all) {
+			break
+		}
+		if ro.filter == nil {
+			for ; next < len(all); next++ {
+				if err := snd.send(eventResp(all[next], ro.uuidString)); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		end := min(next+int(ro.window), len(all))
+		page := all[next:end]
+		// The checkpoint of a page is the last event sent, else where the page began.
+		cp := page[0].pos
+		for _, r := range page {
+			if ro.filter.match(r) {
+				if err := snd.send(eventResp(r, ro.uuidString)); err != nil {
+					return err
+				}
+				cp = r.pos
+			}
+		}
+		next = end
+		considered += uint32(len(page))
+		if next >= len(all) { // end of stream: go live
+			break
+		}
+		if considered >= ro.interval {
+			considered %= ro.interval
+			if err := snd.send(checkpoint(cp)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := snd.send(caughtUp); err != nil {
+		return err
+	}
+	// Live.
+	for {
+		all, changed := ss.s.db.snapshot()
+		for ; next < len(all); next++ {
+			r := all[next]
+			if ro.filter.match(r) {
+				if err := snd.send(eventResp(r, ro.uuidString)); err != nil {
+					return err
+				}
+			}
+			if ro.filter != nil {
+				considered++
+				if considered >= ro.interval {
+					considered = 0
+					if err := snd.send(checkpoint(r.pos)); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if err := snd.wait(changed); err != nil {
+			return err
+		}
+	}
+}
+
+// subscribeStream is the stream catch-up subscription: confirmation, the events
+// after the start revision (exclusive), caught_up, then live events.
+func (ss *streamsServer) subscribeStream(ro *readOptions, srv api.Streams_ReadServer) error {
+	snd, done, err := ss.confirm(srv)
+	defer done()
+	if err != nil {
+		return err
+	}
+	events, _, _ := ss.s.db.stream(ro.stream)
+	next := uint64(0)
+	switch {
+	case ro.fromStart:
+	case ro.fromEnd:
+		next = uint64(len(events))
+	default:
+		next = ro.revision + 1
+	}
+	isCaughtUp := false
+	for {
+		_, changed := ss.s.db.snapshot()
+		events, _, tombstoned := ss.s.db.stream(ro.stream)
+		for ; next < uint64(len(events)); next++ {
+			if err := snd.send(eventResp(events[next], ro.uuidString)); err != nil {
+				return err
+			}
+		}
+		if tombstoned {
+			return streamDeleted(srv.Context(), srv.SetTrailer, ro.stream)
+		}
+		if !isCaughtUp {
+			isCaughtUp = true
+			if err := snd.send(caughtUp); err != nil {
+				return err
+			}
+		}
+		if err := snd.wait(changed); err != nil {
+			return err
+		}
+	}
+}
+
+// Delete (soft delete) and BatchAppend are not offered: the ledger's backend
+// never uses them, and ServerFeatures does not advertise BatchAppend.
+func (ss *streamsServer) Delete(context.Context, *api.DeleteReq) (*api.DeleteResp, error) {
+	return nil, status.Error(codes.Unimplemented, fmt.Sprintf("%s is not implemented by the test server", api.Streams_Delete_FullMethodName))
+}

@@ -1,0 +1,579 @@
+package kurrentdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ledgerworks/ledger/eventstore"
+)
+
+// ErrStreamDeleted marks an operation on a tombstoned stream. Reads of such a
+// stream also match eventstore.ErrStreamNotFound.
+var ErrStreamDeleted = errors.New("kurrentdb: stream deleted")
+
+// errClosed is returned by every call after Close.
+var errClosed = errors.New("kurrentdb: store closed")
+
+// Defaults, each overridable with an Option.
+const (
+	DefaultBackoffMin          = 50 * time.Millisecond
+	DefaultBackoffMax          = 5 * time.Second
+	DefaultResubscribeAttempts = 20 // consecutive failed resubscriptions before a subscription ends
+	DefaultSearchWindow        = 32 // events the server scans per filtered page
+	DefaultCheckpointMultiple  = 1  // a checkpoint every DefaultSearchWindow considered events
+	defaultBufferSize          = 512
+	closeDrainTimeout          = 5 * time.Second
+	headPageSize               = 32
+)
+
+// Option configures a Store.
+type Option func(*options)
+
+type options struct {
+	logger              *slog.Logger
+	backoffMin          time.Duration
+	backoffMax          time.Duration
+	resubscribeAttempts int
+	searchWindow        int
+	checkpointMultiple  int
+}
+
+// WithLogger sends the client library's log lines to l (debug and info at Debug,
+// warnings and errors at Warn). Without it they are discarded.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithResubscribe sets the back-off between resubscriptions after a dropped
+// subscription (doubling from min up to max) and how many consecutive failed
+// attempts end the subscription (its Err then wraps eventstore.ErrUnavailable).
+func WithResubscribe(min, max time.Duration, attempts int) Option {
+	return func(o *options) { o.backoffMin, o.backoffMax, o.resubscribeAttempts = min, max, attempts }
+}
+
+// WithCheckpointWindow sets the server-side filter's search window and the
+// checkpoint interval multiplier: the server sends a checkpoint every
+// window*multiple considered events.
+func WithCheckpointWindow(window, multiple int) Option {
+	return func(o *options) { o.searchWindow, o.checkpointMultiple = window, multiple }
+}
+
+// ConnectionString turns a ledger URL (kurrentdb://, kurrentdb+discover://,
+// kurrent://, esdb://, esdb+discover://) into EventStore-Client-Go's connection
+// string, keeping hosts, credentials and query options such as tls=false.
+func ConnectionString(url string) (string, error) {
+	scheme, rest, ok := strings.Cut(url, "://")
+	if !ok {
+		return "", fmt.Errorf("kurrentdb: %q is not a URL", url)
+	}
+	switch strings.ToLower(scheme) {
+	case "kurrentdb", "kurrent", "esdb":
+		return "esdb://" + rest, nil
+	case "kurrentdb+discover", "kurrent+discover", "esdb+discover":
+		return "esdb+discover://" + rest, nil
+	}
+	return "", fmt.Errorf("kurrentdb: unsupported scheme %q (want kurrentdb:// or esdb://)", scheme)
+}
+
+// Store is eventstore.Store over one KurrentDB node or cluster.
+type Store struct {
+	cfg  esdb.Configuration
+	opts options
+
+	mu       sync.Mutex
+	client   *esdb.Client
+	dead     map[*esdb.Client]bool // clients whose connection loop has ended
+	closed   bool
+	inflight int
+	drained  chan struct{}
+
+	subCtx    context.Context
+	cancelSub context.CancelFunc
+	subs      sync.WaitGroup
+}
+
+var _ eventstore.Store = (*Store)(nil)
+
+// Open connects to the server named by url and checks that it answers.
+func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
+	cs, err := ConnectionString(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := esdb.ParseConnectionString(cs)
+	if err != nil {
+		return nil, fmt.Errorf("kurrentdb: %w", err)
+	}
+	o := options{
+		backoffMin:          DefaultBackoffMin,
+		backoffMax:          DefaultBackoffMax,
+		resubscribeAttempts: DefaultResubscribeAttempts,
+		searchWindow:        DefaultSearchWindow,
+		checkpointMultiple:  DefaultCheckpointMultiple,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cfg.Logger = clientLogger(o.logger)
+	s := &Store{cfg: *cfg, opts: o, dead: make(map[*esdb.Client]bool)}
+	s.subCtx, s.cancelSub = context.WithCancel(context.Background())
+	if s.client, err = s.newClient(); err != nil {
+		return nil, err
+	}
+	if _, err := s.readAllPage(ctx, esdb.End{}, esdb.Backwards, 1); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("kurrentdb: connect to %s: %w", redact(url), err)
+	}
+	return s, nil
+}
+
+func redact(url string) string {
+	if scheme, rest, ok := strings.Cut(url, "://"); ok {
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			return scheme + "://***@" + rest[at+1:]
+		}
+	}
+	return url
+}
+
+func clientLogger(l *slog.Logger) esdb.LoggingFunc {
+	if l == nil {
+		return esdb.NoopLogging()
+	}
+	return func(level esdb.LogLevel, format string, args ...any) {
+		lvl := slog.LevelDebug
+		if level == esdb.LogWarn || level == esdb.LogError {
+			lvl = slog.LevelWarn
+		}
+		l.Log(context.Background(), lvl, "kurrentdb client: "+fmt.Sprintf(format, args...))
+	}
+}
+
+func (s *Store) newClient() (*esdb.Client, error) {
+	cfg := s.cfg
+	c, err := esdb.NewClient(&cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kurrentdb: %w", err)
+	}
+	return c, nil
+}
+
+// acquire returns the client to use and counts the call in flight.
+func (s *Store) acquire() (*esdb.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errClosed
+	}
+	s.inflight++
+	return s.client, nil
+}
+
+func (s *Store) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflight--
+	if s.inflight == 0 && s.drained != nil {
+		close(s.drained)
+		s.drained = nil
+	}
+}
+
+// noteError replaces a client whose connection loop has ended. The client's loop
+// ends for good when node discovery fails MaxDiscoverAttempts times; every later
+// call then fails with ErrorCodeConnectionClosed. Such a client is never closed:
+// a call that failed with Unavailable after its loop ended is blocked sending a
+// reconnect message to it, and closing the loop's channel would panic that call.
+func (s *Store) noteError(c *esdb.Client, err error) {
+	var e *esdb.Error
+	if !errors.As(err, &e) {
+		return
+	}
+	dead := e.Code() == esdb.ErrorCodeConnectionClosed ||
+		strings.Contains(err.Error(), "maximum discovery attempt count reached")
+	if !dead {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dead[c] = true
+	if s.closed || s.client != c {
+		return
+	}
+	if nc, err := s.newClient(); err == nil {
+		s.client = nc
+	}
+}
+
+// do runs op with the current client and returns when op does or ctx ends. The
+// client ignores ctx while it (re)discovers the node, so op runs on its own
+// goroutine; it still gets ctx, so its gRPC call is abandoned with the caller.
+func (s *Store) do(ctx context.Context, op func(*esdb.Client) error) error {
+	if err := ctx.Err(); err != nil {
+		return err // nothing is sent for a caller that has already gone
+	}
+	c, err := s.acquire()
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer s.release()
+		err := op(c)
+		if err != nil {
+			s.noteError(c, err)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		select {
+		case err := <-done: // finished at the same moment: keep its outcome
+			return err
+		default:
+		}
+		return ctx.Err()
+	}
+}
+
+// Close ends every subscription and closes the connection.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	drained := make(chan struct{})
+	if s.inflight == 0 {
+		close(drained)
+	} else {
+		s.drained = drained
+	}
+	c := s.client
+	dead := s.dead[c]
+	s.mu.Unlock()
+
+	s.cancelSub()
+	s.subs.Wait()
+	select {
+	case <-drained:
+	case <-time.After(closeDrainTimeout):
+		// A call is still inside the client: closing now could panic it (see noteError).
+		return errors.New("kurrentdb: close: calls still in flight, connection left open")
+	}
+	if !dead {
+		return c.Close()
+	}
+	return nil
+}
+
+// mapError turns a client or transport error into the contract's errors.
+func mapError(ctx context.Context, err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		if errors.Is(ctxErr, context.DeadlineExceeded) {
+			return fmt.Errorf("kurrentdb: %s: %w: %w", what, eventstore.ErrUnavailable, ctxErr)
+		}
+		return fmt.Errorf("kurrentdb: %s: %w", what, ctxErr)
+	}
+	if errors.Is(err, errClosed) {
+		return err
+	}
+	var e *esdb.Error
+	if errors.As(err, &e) {
+		switch e.Code() {
+		case esdb.ErrorCodeStreamDeleted:
+			return fmt.Errorf("kurrentdb: %s: %w", what, ErrStreamDeleted)
+		case esdb.ErrorUnavailable, esdb.ErrorCodeDeadlineExceeded, esdb.ErrorCodeConnectionClosed,
+			esdb.ErrorCodeNotLeader, esdb.ErrorAborted:
+			return fmt.Errorf("kurrentdb: %s: %w: %w", what, eventstore.ErrUnavailable, err)
+		}
+	}
+	if transient(err) {
+		return fmt.Errorf("kurrentdb: %s: %w: %w", what, eventstore.ErrUnavailable, err)
+	}
+	return fmt.Errorf("kurrentdb: %s: %w", what, err)
+}
+
+// transient reports whether a gRPC failure is worth retrying. The server answers
+// its own timeouts with Aborted ("Operation timed out").
+func transient(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted:
+		return true
+	}
+	return false
+}
+
+func toESDBExpected(e eventstore.ExpectedRevision) esdb.ExpectedRevision {
+	switch {
+	case e.IsNoStream():
+		return esdb.NoStream{}
+	case e.IsStreamExists():
+		return esdb.StreamExists{}
+	}
+	if r, ok := e.Exact(); ok {
+		return esdb.Revision(r)
+	}
+	return esdb.Any{}
+}
+
+// The client keeps the server's current revision only in the error's text:
+// "wrong expected version: expecting '%s' but got '%s'".
+var actualRevision = regexp.MustCompile(`but got '([^']*)'`)
+
+func parseActual(err error) (int64, bool) {
+	m := actualRevision.FindStringSubmatch(err.Error())
+	if m == nil {
+		return 0, false
+	}
+	if m[1] == "no_stream" {
+		return -1, true
+	}
+	n, perr := strconv.ParseInt(m[1], 10, 64)
+	return n, perr == nil
+}
+
+// Append appends events with an expected revision. The server applies the
+// IndexWriter rules; for an idempotent re-append it answers with the original
+// write's last revision and position, which this maps to the original result.
+func (s *Store) Append(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events []eventstore.EventData) (eventstore.AppendResult, error) {
+	if len(events) == 0 {
+		return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append to %q: no events", stream)
+	}
+	data := make([]esdb.EventData, len(events))
+	for i, e := range events {
+		if e.ID == uuid.Nil {
+			// The client would make up a random ID, and with it a new intent.
+			return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append to %q: event %d has no ID", stream, i)
+		}
+		data[i] = esdb.EventData{
+			EventID:     e.ID,
+			EventType:   e.Type,
+			ContentType: esdb.ContentTypeJson,
+			Data:        e.Data,
+			Metadata:    e.Metadata,
+		}
+	}
+	var wr *esdb.WriteResult
+	err := s.do(ctx, func(c *esdb.Client) error {
+		var err error
+		wr, err = c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: toESDBExpected(expected)}, data...)
+		return err
+	})
+	if err != nil {
+		var e *esdb.Error
+		if errors.As(err, &e) && e.Code() == esdb.ErrorCodeWrongExpectedVersion {
+			actual, ok := parseActual(e)
+			if !ok {
+				actual = s.lastRevision(ctx, stream)
+			}
+			return eventstore.AppendResult{}, &eventstore.WrongExpectedRevisionError{Stream: stream, Expected: expected, Actual: actual}
+		}
+		return eventstore.AppendResult{}, mapError(ctx, err, "append to "+stream)
+	}
+	last := wr.NextExpectedVersion
+	res := eventstore.AppendResult{
+		FirstRevision: last + 1 - uint64(len(events)),
+		LastRevision:  last,
+		Position:      eventstore.Position{Commit: wr.CommitPosition, Prepare: wr.PreparePosition},
+	}
+	if res.Position == eventstore.Start {
+		// The server answered without a position (no_position): read it back.
+		evs, err := s.ReadStream(ctx, stream, last, eventstore.Backwards, 1)
+		if err == nil && len(evs) == 1 && evs[0].Revision == last {
+			res.Position = evs[0].Position
+		}
+	}
+	return res, nil
+}
+
+// lastRevision is the stream's last revision, -1 when it has none or when it
+// cannot be read.
+func (s *Store) lastRevision(ctx context.Context, stream string) int64 {
+	evs, err := s.ReadStream(ctx, stream, eventstore.EndOfStream, eventstore.Backwards, 1)
+	if err != nil || len(evs) == 0 {
+		return -1
+	}
+	return int64(evs[0].Revision)
+}
+
+func toRecorded(r *esdb.RecordedEvent) eventstore.RecordedEvent {
+	return eventstore.RecordedEvent{
+		ID:       r.EventID,
+		Stream:   r.StreamID,
+		Revision: r.EventNumber,
+		Position: eventstore.Position{Commit: r.Position.Commit, Prepare: r.Position.Prepare},
+		Type:     r.EventType,
+		Data:     r.Data,
+		Metadata: r.UserMetadata,
+		Created:  r.CreatedDate,
+	}
+}
+
+// isSystem reports a KurrentDB system record: a $-prefixed stream ($$metadata,
+// $stats, $users, ...) or event type ($streamDeleted, $metadata, ...).
+func isSystem(stream, eventType string) bool {
+	return strings.HasPrefix(stream, "$") || strings.HasPrefix(eventType, "$")
+}
+
+// ReadStream reads up to max events (max <= 0: all) of one stream.
+func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.Revision, dir eventstore.Direction, max int) ([]eventstore.RecordedEvent, error) {
+	opts := esdb.ReadStreamOptions{Direction: esdb.Forwards, From: esdb.Revision(from)}
+	if dir == eventstore.Backwards {
+		opts.Direction = esdb.Backwards
+		if from == eventstore.EndOfStream {
+			opts.From = esdb.End{}
+		}
+	}
+	count := uint64(math.MaxUint64)
+	if max > 0 {
+		count = uint64(max)
+	}
+	var out []eventstore.RecordedEvent
+	err := s.do(ctx, func(c *esdb.Client) error {
+		rs, err := c.ReadStream(ctx, stream, opts, count)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		for {
+			ev, err := rs.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			out = append(out, toRecorded(ev.OriginalEvent()))
+		}
+	})
+	if err != nil {
+		var e *esdb.Error
+		if errors.As(err, &e) {
+			switch e.Code() {
+			case esdb.ErrorCodeResourceNotFound:
+				return nil, fmt.Errorf("kurrentdb: read %q: %w", stream, eventstore.ErrStreamNotFound)
+			case esdb.ErrorCodeStreamDeleted:
+				return nil, fmt.Errorf("kurrentdb: read %q: %w: %w", stream, eventstore.ErrStreamNotFound, ErrStreamDeleted)
+			}
+		}
+		return nil, mapError(ctx, err, fmt.Sprintf("read %q", stream))
+	}
+	return out, nil
+}
+
+// readAllPage reads up to count records of $all, system records included.
+func (s *Store) readAllPage(ctx context.Context, from esdb.AllPosition, dir esdb.Direction, count uint64) ([]eventstore.RecordedEvent, error) {
+	var out []eventstore.RecordedEvent
+	err := s.do(ctx, func(c *esdb.Client) error {
+		rs, err := c.ReadAll(ctx, esdb.ReadAllOptions{Direction: dir, From: from}, count)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		for {
+			ev, err := rs.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			out = append(out, toRecorded(ev.OriginalEvent()))
+		}
+	})
+	if err != nil {
+		return nil, mapError(ctx, err, "read $all")
+	}
+	return out, nil
+}
+
+func allFrom(p eventstore.Position) esdb.AllPosition {
+	if p == eventstore.Start {
+		return esdb.Start{}
+	}
+	return esdb.Position{Commit: p.Commit, Prepare: p.Prepare}
+}
+
+// ReadAll returns up to max events (max <= 0: all) strictly after the position,
+// in commit order, leaving out system records. KurrentDB commits in log order,
+// so a later-visible event never lands at an earlier position.
+func (s *Store) ReadAll(ctx context.Context, after eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
+	var out []eventstore.RecordedEvent
+	last, haveLast := after, after != eventstore.Start
+	for {
+		want := uint64(math.MaxUint64)
+		if max > 0 {
+			want = uint64(max-len(out)) + 1 // +1: a read from a position includes it
+		}
+		from := esdb.AllPosition(esdb.Start{})
+		if haveLast {
+			from = allFrom(last)
+		}
+		page, err := s.readAllPage(ctx, from, esdb.Forwards, want)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range page {
+			if haveLast && e.Position.Compare(last) <= 0 {
+				continue
+			}
+			last, haveLast = e.Position, true
+			if isSystem(e.Stream, e.Type) {
+				continue
+			}
+			out = append(out, e)
+			if max > 0 && len(out) == max {
+				return out, nil
+			}
+		}
+		if uint64(len(page)) < want {
+			return out, nil
+		}
+	}
+}
+
+// Head is the position of the last non-system event of $all (Start when none).
+func (s *Store) Head(ctx context.Context) (eventstore.Position, error) {
+	from := esdb.AllPosition(esdb.End{})
+	var bound eventstore.Position
+	haveBound := false
+	for {
+		page, err := s.readAllPage(ctx, from, esdb.Backwards, headPageSize)
+		if err != nil {
+			return eventstore.Position{}, err
+		}
+		progressed := false
+		for _, e := range page {
+			if haveBound && e.Position.Compare(bound) >= 0 {
+				continue
+			}
+			bound, haveBound, progressed = e.Position, true, true
+			if !isSystem(e.Stream, e.Type) {
+				return e.Position, nil
+			}
+		}
+		if len(page) < headPageSize || !progressed {
+			return eventstore.Start, nil
+		}
+		from = allFrom(bound)
+	}
+}

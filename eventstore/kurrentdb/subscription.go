@@ -1,0 +1,286 @@
+package kurrentdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ledgerworks/ledger/eventstore"
+)
+
+// Subscription is a $all catch-up subscription that resubscribes after a drop.
+//
+// It resumes from the last position it may skip: the position of the last event
+// it delivered (or left out as a system record), or the last checkpoint the
+// server sent after it, whichever is later. A checkpoint comes only after every
+// event before it was sent, and events are delivered in order, so nothing
+// between the two is lost; a resubscription never repeats a delivered event.
+type Subscription struct {
+	store  *Store
+	filter *esdb.SubscriptionFilter
+	events chan eventstore.RecordedEvent
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu         sync.Mutex
+	err        error
+	checkpoint eventstore.Position
+	drops      int
+}
+
+var _ eventstore.Subscription = (*Subscription)(nil)
+
+// Events delivers the events in global order; it is closed when the subscription ends.
+func (s *Subscription) Events() <-chan eventstore.RecordedEvent { return s.events }
+
+// Err tells why the subscription ended: nil after Close or cancellation of its
+// context, an error wrapping eventstore.ErrUnavailable when resubscribing failed
+// too many times in a row, or the server's refusal.
+func (s *Subscription) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Close ends the subscription and waits for it to stop.
+func (s *Subscription) Close() error {
+	s.cancel()
+	<-s.done
+	return nil
+}
+
+// Checkpoint is the position up to which every event of the filter was
+// delivered: the last delivered event's or a later server checkpoint's. A
+// consumer whose prefixes match rarely may store it to resume without rescanning.
+func (s *Subscription) Checkpoint() eventstore.Position {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.checkpoint
+}
+
+// Drops counts the times the subscription was dropped and resubscribed.
+func (s *Subscription) Drops() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.drops
+}
+
+// SubscribeAll subscribes to $all after the position (exclusive), catch-up then
+// live, filtered on the server by opts.StreamPrefixes (system events are always
+// left out). The first subscription is made before it returns, so a server that
+// cannot be reached is reported here.
+func (s *Store) SubscribeAll(ctx context.Context, after eventstore.Position, opts eventstore.SubscribeOptions) (eventstore.Subscription, error) {
+	size := opts.BufferSize
+	if size <= 0 {
+		size = defaultBufferSize
+	}
+	filter := esdb.ExcludeSystemEventsFilter()
+	if len(opts.StreamPrefixes) > 0 {
+		filter = &esdb.SubscriptionFilter{Type: esdb.StreamFilterType, Prefixes: append([]string(nil), opts.StreamPrefixes...)}
+	}
+	subCtx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.subCtx, cancel) // Store.Close ends it too
+	sub := &Subscription{
+		store:      s,
+		filter:     filter,
+		events:     make(chan eventstore.RecordedEvent, size),
+		ctx:        subCtx,
+		cancel:     cancel,
+		done:       make(chan struct{}),
+		checkpoint: after,
+	}
+	es, err := s.subscribe(subCtx, after, filter)
+	if err != nil {
+		stop()
+		cancel()
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = es.Close()
+		stop()
+		cancel()
+		return nil, errClosed
+	}
+	s.subs.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.subs.Done()
+		defer stop()
+		sub.run(es, after)
+	}()
+	return sub, nil
+}
+
+func (s *Store) subscribe(ctx context.Context, from eventstore.Position, filter *esdb.SubscriptionFilter) (*esdb.Subscription, error) {
+	var es *esdb.Subscription
+	err := s.do(ctx, func(c *esdb.Client) error {
+		var err error
+		es, err = c.SubscribeToAll(ctx, esdb.SubscribeToAllOptions{
+			From:               allFrom(from),
+			Filter:             filter,
+			MaxSearchWindow:    s.opts.searchWindow,
+			CheckpointInterval: s.opts.checkpointMultiple,
+		})
+		if err != nil && es != nil {
+			_ = es.Close()
+		}
+		return err
+	})
+	if err != nil {
+		return nil, mapError(ctx, err, "subscribe to $all")
+	}
+	return es, nil
+}
+
+func (sub *Subscription) finish(err error) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if sub.ctx.Err() != nil {
+		err = nil // closed or cancelled: not a failure
+	}
+	sub.err = err
+}
+
+func (sub *Subscription) setCheckpoint(p eventstore.Position) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	sub.checkpoint = p
+}
+
+// permanent reports a drop that resubscribing cannot cure.
+func permanent(err error) bool {
+	if errors.Is(err, io.EOF) {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.Unimplemented, codes.FailedPrecondition:
+		return true
+	}
+	return false
+}
+
+func (sub *Subscription) run(es *esdb.Subscription, after eventstore.Position) {
+	defer close(sub.done)
+	defer close(sub.events)
+	defer func() {
+		if es != nil {
+			_ = es.Close()
+		}
+	}()
+	o := sub.store.opts
+	// handled: the last event delivered or skipped; resume: handled or a later checkpoint.
+	handled, haveHandled := after, after != eventstore.Start
+	resume, fromCheckpoint := after, false
+	attempts := 0
+	for {
+		ev := es.Recv()
+		switch {
+		case ev.EventAppeared != nil:
+			attempts = 0
+			rec := toRecorded(ev.EventAppeared.OriginalEvent())
+			if haveHandled && rec.Position.Compare(handled) <= 0 {
+				continue // already delivered before a resubscription
+			}
+			if !isSystem(rec.Stream, rec.Type) {
+				select {
+				case sub.events <- rec:
+				case <-sub.ctx.Done():
+					sub.finish(nil)
+					return
+				}
+			}
+			handled, haveHandled = rec.Position, true
+			resume, fromCheckpoint = rec.Position, false
+			sub.setCheckpoint(rec.Position)
+		case ev.CheckPointReached != nil:
+			attempts = 0
+			p := eventstore.Position{Commit: ev.CheckPointReached.Commit, Prepare: ev.CheckPointReached.Prepare}
+			if p.Compare(resume) > 0 {
+				resume, fromCheckpoint = p, true
+				sub.setCheckpoint(p)
+			}
+		case ev.CaughtUp != nil, ev.FellBehind != nil:
+			attempts = 0
+		case ev.SubscriptionDropped != nil:
+			_ = es.Close()
+			es = nil
+			cause := ev.SubscriptionDropped.Error
+			if sub.ctx.Err() != nil {
+				sub.finish(nil)
+				return
+			}
+			if permanent(cause) {
+				sub.finish(mapError(sub.ctx, cause, "subscription to $all"))
+				return
+			}
+			sub.mu.Lock()
+			sub.drops++
+			sub.mu.Unlock()
+			for es == nil {
+				attempts++
+				if o.resubscribeAttempts > 0 && attempts > o.resubscribeAttempts {
+					sub.finish(fmt.Errorf("kurrentdb: subscription to $all: %d resubscriptions failed: %w: %w",
+						attempts-1, eventstore.ErrUnavailable, cause))
+					return
+				}
+				if !sleep(sub.ctx, backoff(o.backoffMin, o.backoffMax, attempts)) {
+					sub.finish(nil)
+					return
+				}
+				from := resume
+				if fromCheckpoint {
+					from = sub.safeResume(resume, handled)
+				}
+				var err error
+				if es, err = sub.store.subscribe(sub.ctx, from, sub.filter); err != nil {
+					cause = err
+					if errors.Is(err, errClosed) || sub.ctx.Err() != nil {
+						sub.finish(nil)
+						return
+					}
+				}
+			}
+		}
+	}
+}
+
+// safeResume returns cp when an event sits exactly at it, else handled. The
+// server starts a subscription after the first event at or after its start
+// position, so a checkpoint that lies between events would skip the next one.
+func (sub *Subscription) safeResume(cp, handled eventstore.Position) eventstore.Position {
+	page, err := sub.store.readAllPage(sub.ctx, allFrom(cp), esdb.Forwards, 1)
+	if err == nil && (len(page) == 0 || page[0].Position == cp) {
+		return cp
+	}
+	return handled
+}
+
+// backoff is lo doubled per attempt after the first, capped at hi.
+func backoff(lo, hi time.Duration, attempt int) time.Duration {
+	d := lo
+	for i := 1; i < attempt && d < hi; i++ {
+		d *= 2
+	}
+	return min(d, hi)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
