@@ -1,0 +1,515 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ledgerworks/ledger/eventstore"
+)
+
+// ErrDuplicateEventID is returned when an append would store an event ID that is
+// already stored outside the idempotency rules (in another stream, at another
+// revision, or twice in one append): event IDs are unique, as in the PostgreSQL
+// store.
+var ErrDuplicateEventID = errors.New("eventstore/memory: duplicate event ID")
+
+// ErrClosed is returned by every operation after Close.
+var ErrClosed = errors.New("eventstore/memory: store closed")
+
+var (
+	_ eventstore.Store         = (*Store)(nil)
+	_ eventstore.MultiAppender = (*Store)(nil)
+)
+
+// Store is an in-memory event store, safe for concurrent use.
+type Store struct {
+	mu      sync.Mutex
+	all     []eventstore.RecordedEvent // all[i] is at Position{i+1, i+1}
+	streams map[string][]int           // indexes into all, by revision
+	ids     map[uuid.UUID]int          // index into all
+	held    map[string]bool            // streams locked by an AppendHeld
+	changed chan struct{}              // closed (and replaced) on every change
+	done    chan struct{}              // closed by Close
+	closed  bool
+	subs    sync.WaitGroup
+}
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{
+		streams: map[string][]int{},
+		ids:     map[uuid.UUID]int{},
+		held:    map[string]bool{},
+		changed: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+}
+
+// Close ends the subscriptions and waits for them.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	s.broadcastLocked()
+	s.mu.Unlock()
+	s.subs.Wait()
+	return nil
+}
+
+func (s *Store) broadcastLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func position(i int) eventstore.Position {
+	return eventstore.Position{Commit: uint64(i + 1), Prepare: uint64(i + 1)}
+}
+
+func wrongRevision(p eventstore.StreamAppend, actual int64) error {
+	return &eventstore.WrongExpectedRevisionError{Stream: p.Stream, Expected: p.Expected, Actual: actual}
+}
+
+// ---- append ----
+
+// Append implements eventstore.Appender.
+func (s *Store) Append(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events []eventstore.EventData) (eventstore.AppendResult, error) {
+	res, err := s.AppendMulti(ctx, []eventstore.StreamAppend{{Stream: stream, Expected: expected, Events: events}})
+	if err != nil {
+		return eventstore.AppendResult{}, err
+	}
+	return res[0], nil
+}
+
+// AppendMulti implements eventstore.MultiAppender: all parts or none.
+func (s *Store) AppendMulti(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	if err := validate(parts); err != nil {
+		return nil, err
+	}
+	if err := s.lockFree(ctx, parts); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	plans, err := s.decideLocked(parts)
+	if err != nil {
+		return nil, err
+	}
+	return s.applyLocked(plans), nil
+}
+
+// AppendHeld decides an append and keeps it pending, its stream locked (appends
+// to it wait), until commit or rollback: the test capability of a transaction
+// held open across a later commit. The events get their position at commit.
+func (s *Store) AppendHeld(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events []eventstore.EventData) (commit func() error, rollback func() error, err error) {
+	parts := []eventstore.StreamAppend{{Stream: stream, Expected: expected, Events: events}}
+	if err := validate(parts); err != nil {
+		return nil, nil, err
+	}
+	if err := s.lockFree(ctx, parts); err != nil {
+		return nil, nil, err
+	}
+	plans, err := s.decideLocked(parts)
+	if err == nil {
+		s.held[stream] = true
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	ended := false
+	end := func(apply bool) error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if ended {
+			return errors.New("eventstore/memory: held append already ended")
+		}
+		ended = true
+		delete(s.held, stream)
+		defer s.broadcastLocked()
+		if !apply {
+			return nil
+		}
+		if s.closed {
+			return ErrClosed
+		}
+		// The stream was locked, but its IDs may have been taken elsewhere meanwhile.
+		if err := s.checkIDsLocked(plans); err != nil {
+			return err
+		}
+		s.applyLocked(plans)
+		return nil
+	}
+	return func() error { return end(true) }, func() error { return end(false) }, nil
+}
+
+func validate(parts []eventstore.StreamAppend) error {
+	if len(parts) == 0 {
+		return errors.New("eventstore/memory: append of no streams")
+	}
+	seen := make(map[string]bool, len(parts))
+	for _, p := range parts {
+		if p.Stream == "" {
+			return errors.New("eventstore/memory: append to an empty stream name")
+		}
+		if seen[p.Stream] {
+			return fmt.Errorf("eventstore/memory: stream %q appears twice in one append", p.Stream)
+		}
+		seen[p.Stream] = true
+		if len(p.Events) == 0 {
+			return fmt.Errorf("eventstore/memory: append of no events to %q", p.Stream)
+		}
+	}
+	return nil
+}
+
+// lockFree locks s.mu once none of the parts' streams is held, or fails with
+// ctx's error. On success the caller holds s.mu.
+func (s *Store) lockFree(ctx context.Context, parts []eventstore.StreamAppend) error {
+	s.mu.Lock()
+	for {
+		if s.closed {
+			s.mu.Unlock()
+			return ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			s.mu.Unlock()
+			return fmt.Errorf("eventstore/memory: append: %w", err)
+		}
+		free := true
+		for _, p := range parts {
+			free = free && !s.held[p.Stream]
+		}
+		if free {
+			return nil
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-changed:
+		}
+		s.mu.Lock()
+	}
+}
+
+type plan struct {
+	part   eventstore.StreamAppend
+	head   int64
+	write  bool
+	result eventstore.AppendResult
+}
+
+// matchAtLocked reports whether events sit at revisions first.. of stream.
+func (s *Store) matchAtLocked(stream string, first int64, events []eventstore.EventData) (eventstore.AppendResult, bool) {
+	idx := s.streams[stream]
+	n := int64(len(events))
+	if first < 0 || first+n > int64(len(idx)) {
+		return eventstore.AppendResult{}, false
+	}
+	for i, e := range events {
+		if s.all[idx[first+int64(i)]].ID != e.ID {
+			return eventstore.AppendResult{}, false
+		}
+	}
+	return eventstore.AppendResult{
+		FirstRevision: uint64(first),
+		LastRevision:  uint64(first + n - 1),
+		Position:      position(idx[first+n-1]),
+	}, true
+}
+
+// decideLocked applies KurrentDB's IndexWriter rules (see eventstore.Appender).
+func (s *Store) decideLocked(parts []eventstore.StreamAppend) ([]plan, error) {
+	plans := make([]plan, len(parts))
+	for i, p := range parts {
+		head := int64(len(s.streams[p.Stream])) - 1
+		pl := plan{part: p, head: head}
+		n := int64(len(p.Events))
+		if last, ok := p.Expected.LastBefore(); ok {
+			switch {
+			case last == head:
+				pl.write = true
+			case last > head, last+n > head:
+				return nil, wrongRevision(p, head)
+			default:
+				res, ok := s.matchAtLocked(p.Stream, last+1, p.Events)
+				if !ok {
+					return nil, wrongRevision(p, head)
+				}
+				pl.result = res
+			}
+		} else {
+			if p.Expected.IsStreamExists() && head < 0 {
+				return nil, wrongRevision(p, head)
+			}
+			j, found := s.ids[p.Events[0].ID]
+			if found && s.all[j].Stream == p.Stream {
+				res, ok := s.matchAtLocked(p.Stream, int64(s.all[j].Revision), p.Events)
+				if !ok {
+					return nil, wrongRevision(p, head)
+				}
+				pl.result = res
+			} else {
+				pl.write = true
+			}
+		}
+		plans[i] = pl
+	}
+	if err := s.checkIDsLocked(plans); err != nil {
+		return nil, err
+	}
+	return plans, nil
+}
+
+func (s *Store) checkIDsLocked(plans []plan) error {
+	seen := map[uuid.UUID]bool{}
+	for _, pl := range plans {
+		if !pl.write {
+			continue
+		}
+		for _, e := range pl.part.Events {
+			if _, dup := s.ids[e.ID]; dup || seen[e.ID] {
+				return fmt.Errorf("%w: %s (appending to %q)", ErrDuplicateEventID, e.ID, pl.part.Stream)
+			}
+			seen[e.ID] = true
+		}
+	}
+	return nil
+}
+
+func (s *Store) applyLocked(plans []plan) []eventstore.AppendResult {
+	now := time.Now().UTC()
+	res := make([]eventstore.AppendResult, len(plans))
+	wrote := false
+	for i, pl := range plans {
+		if !pl.write {
+			res[i] = pl.result
+			continue
+		}
+		for j, e := range pl.part.Events {
+			idx := len(s.all)
+			s.all = append(s.all, eventstore.RecordedEvent{
+				ID:       e.ID,
+				Stream:   pl.part.Stream,
+				Revision: uint64(pl.head + 1 + int64(j)),
+				Position: position(idx),
+				Type:     e.Type,
+				Data:     slices.Clone(nonNil(e.Data)),
+				Metadata: slices.Clone(nonNil(e.Metadata)),
+				Created:  now,
+			})
+			s.streams[pl.part.Stream] = append(s.streams[pl.part.Stream], idx)
+			s.ids[e.ID] = idx
+		}
+		last := len(s.all) - 1
+		res[i] = eventstore.AppendResult{
+			FirstRevision: uint64(pl.head + 1),
+			LastRevision:  s.all[last].Revision,
+			Position:      position(last),
+		}
+		wrote = true
+	}
+	if wrote {
+		s.broadcastLocked()
+	}
+	return res
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+func clone(e eventstore.RecordedEvent) eventstore.RecordedEvent {
+	e.Data = slices.Clone(e.Data)
+	e.Metadata = slices.Clone(e.Metadata)
+	return e
+}
+
+// ---- reads ----
+
+// ReadStream implements eventstore.StreamReader.
+func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.Revision, dir eventstore.Direction, max int) ([]eventstore.RecordedEvent, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("eventstore/memory: read stream: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	idx := s.streams[stream]
+	if len(idx) == 0 {
+		return nil, fmt.Errorf("%w: %q", eventstore.ErrStreamNotFound, stream)
+	}
+	var out []eventstore.RecordedEvent
+	add := func(i int) bool {
+		out = append(out, clone(s.all[idx[i]]))
+		return max <= 0 || len(out) < max
+	}
+	if dir == eventstore.Backwards {
+		start := len(idx) - 1
+		if from < uint64(len(idx)) {
+			start = int(from)
+		}
+		for i := start; i >= 0 && add(i); i-- {
+		}
+	} else {
+		for i := from; i < uint64(len(idx)) && add(int(i)); i++ {
+		}
+	}
+	return out, nil
+}
+
+// ReadAll implements eventstore.AllReader (max <= 0: all).
+func (s *Store) ReadAll(ctx context.Context, after eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("eventstore/memory: read all: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	return s.readAllLocked(after, max), nil
+}
+
+func (s *Store) readAllLocked(after eventstore.Position, max int) []eventstore.RecordedEvent {
+	i := sort.Search(len(s.all), func(i int) bool { return s.all[i].Position.Compare(after) > 0 })
+	end := len(s.all)
+	if max > 0 && i+max < end {
+		end = i + max
+	}
+	out := make([]eventstore.RecordedEvent, 0, end-i)
+	for ; i < end; i++ {
+		out = append(out, clone(s.all[i]))
+	}
+	return out
+}
+
+// Head implements eventstore.Store.
+func (s *Store) Head(ctx context.Context) (eventstore.Position, error) {
+	if err := ctx.Err(); err != nil {
+		return eventstore.Position{}, fmt.Errorf("eventstore/memory: head: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return eventstore.Position{}, ErrClosed
+	}
+	if len(s.all) == 0 {
+		return eventstore.Start, nil
+	}
+	return position(len(s.all) - 1), nil
+}
+
+// ---- subscriptions ----
+
+const (
+	subscribeBatch = 256
+	defaultBuffer  = 512
+)
+
+type subscription struct {
+	events chan eventstore.RecordedEvent
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (sub *subscription) Events() <-chan eventstore.RecordedEvent { return sub.events }
+
+// Err is always nil: an in-memory subscription cannot fail.
+func (sub *subscription) Err() error { return nil }
+
+func (sub *subscription) Close() error {
+	sub.cancel()
+	<-sub.done
+	return nil
+}
+
+// SubscribeAll implements eventstore.Subscriber.
+func (s *Store) SubscribeAll(ctx context.Context, after eventstore.Position, opts eventstore.SubscribeOptions) (eventstore.Subscription, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("eventstore/memory: subscribe: %w", err)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s.subs.Add(1)
+	s.mu.Unlock()
+	size := opts.BufferSize
+	if size <= 0 {
+		size = defaultBuffer
+	}
+	prefixes := slices.Clone(opts.StreamPrefixes)
+	ctx, cancel := context.WithCancel(ctx)
+	sub := &subscription{events: make(chan eventstore.RecordedEvent, size), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer s.subs.Done()
+		defer close(sub.done)
+		defer close(sub.events)
+		defer cancel()
+		pos := after
+		for {
+			s.mu.Lock()
+			if s.closed {
+				s.mu.Unlock()
+				return
+			}
+			batch := s.readAllLocked(pos, subscribeBatch)
+			changed := s.changed
+			s.mu.Unlock()
+			for _, e := range batch {
+				pos = e.Position
+				if !matches(e.Stream, prefixes) {
+					continue
+				}
+				select {
+				case sub.events <- e:
+				case <-ctx.Done():
+					return
+				case <-s.done:
+					return
+				}
+			}
+			if len(batch) == subscribeBatch {
+				continue
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return
+			case <-s.done:
+				return
+			}
+		}
+	}()
+	return sub, nil
+}
+
+func matches(stream string, prefixes []string) bool {
+	if len(prefixes) == 0 {
+		return true
+	}
+	for _, p := range prefixes {
+		if strings.HasPrefix(stream, p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,1012 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ledgerworks/ledger/eventstore"
+)
+
+// HeldAppender is an optional test capability: AppendHeld performs an append and
+// returns before committing it, with the stream locked (appends to it wait) until
+// commit or rollback ends it. The suite uses it to hold a transaction open across
+// a later commit, the case in which a naive "all" reader skips an event.
+type HeldAppender interface {
+	AppendHeld(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events []eventstore.EventData) (commit func() error, rollback func() error, err error)
+}
+
+// waitTimeout bounds every wait of the suite: nothing waits forever.
+const waitTimeout = 15 * time.Second
+
+// Run runs the conformance suite. newStore is called once per subtest; the store
+// may be fresh or shared (a KurrentDB server): every subtest works on streams of
+// its own random prefix and reads "all" from the head it found at its start, so
+// other writers do not disturb it. Subtests run in parallel.
+func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
+	tests := []struct {
+		name string
+		f    func(t *testing.T, s eventstore.Store, p string)
+	}{
+		{"AppendAndRead", testAppendAndRead},
+		{"WrongExpectedRevision", testWrongExpectedRevision},
+		{"ConcurrentAppendsOneWinnerPerRevision", testConcurrentAppends},
+		{"IdempotentReappend", testIdempotentReappend},
+		{"PartialOverlapIsAConflict", testPartialOverlap},
+		{"ReappendAtNextRevisionIsNotDeduped", testReappendAtNextRevision},
+		{"AnyWithKnownFirstIDIsIdempotent", testAnyIdempotent},
+		{"GlobalOrder", testGlobalOrder},
+		{"HeldTransactionIsNotSkipped", testHeldTransaction},
+		{"SubscribeCatchUpThenLive", testCatchUpThenLive},
+		{"SubscribePrefixFilter", testPrefixFilter},
+		{"ContextCancellation", testContextCancellation},
+		{"ReadStreamDirectionsAndMax", testReadStreamDirections},
+		{"MultiStreamAppend", testMultiAppend},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			tc.f(t, s, prefix())
+		})
+	}
+}
+
+// ---- helpers ----
+
+func prefix() string {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return "st" + hex.EncodeToString(b) + "-"
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// event returns an event with a fresh ID. Its data is JSON with odd key order and
+// spacing: stores must keep the exact bytes.
+func event(typ string, n int) eventstore.EventData {
+	return eventstore.EventData{
+		ID:       uuid.New(),
+		Type:     typ,
+		Data:     []byte(fmt.Sprintf(`{"z": %d,  "a":[1, 2],"m":"é"}`, n)),
+		Metadata: []byte(fmt.Sprintf(`{"n":%d}`, n)),
+	}
+}
+
+func events(typ string, n int) []eventstore.EventData {
+	out := make([]eventstore.EventData, n)
+	for i := range out {
+		out[i] = event(typ, i)
+	}
+	return out
+}
+
+func mustAppend(t *testing.T, s eventstore.Store, stream string, exp eventstore.ExpectedRevision, evs ...eventstore.EventData) eventstore.AppendResult {
+	t.Helper()
+	res, err := s.Append(ctxT(t), stream, exp, evs)
+	if err != nil {
+		t.Fatalf("append %d to %s at %s: %v", len(evs), stream, exp, err)
+	}
+	return res
+}
+
+func head(t *testing.T, s eventstore.Store) eventstore.Position {
+	t.Helper()
+	p, err := s.Head(ctxT(t))
+	if err != nil {
+		t.Fatalf("head: %v", err)
+	}
+	return p
+}
+
+func readStream(t *testing.T, s eventstore.Store, stream string) []eventstore.RecordedEvent {
+	t.Helper()
+	evs, err := s.ReadStream(ctxT(t), stream, 0, eventstore.Forwards, 0)
+	if err != nil {
+		t.Fatalf("read %s: %v", stream, err)
+	}
+	return evs
+}
+
+func ids(evs []eventstore.RecordedEvent) []uuid.UUID {
+	out := make([]uuid.UUID, len(evs))
+	for i, e := range evs {
+		out[i] = e.ID
+	}
+	return out
+}
+
+func dataIDs(evs []eventstore.EventData) []uuid.UUID {
+	out := make([]uuid.UUID, len(evs))
+	for i, e := range evs {
+		out[i] = e.ID
+	}
+	return out
+}
+
+func equalIDs(a, b []uuid.UUID) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// readAllOnce pages through "all" after `after` once, keeping events of streams
+// with prefix p; it returns them and the position it stopped at (the last event
+// seen, whatever its stream).
+func readAllOnce(t *testing.T, s eventstore.Store, after eventstore.Position, p string) ([]eventstore.RecordedEvent, eventstore.Position) {
+	t.Helper()
+	var out []eventstore.RecordedEvent
+	for {
+		page, err := s.ReadAll(ctxT(t), after, 7) // a small page: paging is exercised
+		if err != nil {
+			t.Fatalf("read all after %s: %v", after, err)
+		}
+		for _, e := range page {
+			if e.Position.Compare(after) <= 0 {
+				t.Fatalf("read all after %s returned %s (not strictly after)", after, e.Position)
+			}
+			after = e.Position
+			if strings.HasPrefix(e.Stream, p) {
+				out = append(out, e)
+			}
+		}
+		if len(page) < 7 {
+			return out, after
+		}
+	}
+}
+
+// readAllUntil reads "all" after `after` until n events of prefix p are there
+// (the PostgreSQL store shows a commit only once no older transaction runs).
+func readAllUntil(t *testing.T, s eventstore.Store, after eventstore.Position, p string, n int) []eventstore.RecordedEvent {
+	t.Helper()
+	var got []eventstore.RecordedEvent
+	eventually(t, fmt.Sprintf("%d events of %s in all", n, p), func() bool {
+		got, _ = readAllOnce(t, s, after, p)
+		return len(got) >= n
+	})
+	if len(got) != n {
+		t.Fatalf("all has %d events of %s, want %d", len(got), p, n)
+	}
+	return got
+}
+
+// eventually polls cond until it holds, failing t after waitTimeout.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// receive takes n events from sub, failing t if they do not come in time.
+func receive(t *testing.T, sub eventstore.Subscription, n int) []eventstore.RecordedEvent {
+	t.Helper()
+	var out []eventstore.RecordedEvent
+	timeout := time.After(waitTimeout)
+	for len(out) < n {
+		select {
+		case e, ok := <-sub.Events():
+			if !ok {
+				t.Fatalf("subscription ended after %d of %d events: %v", len(out), n, sub.Err())
+			}
+			out = append(out, e)
+		case <-timeout:
+			t.Fatalf("received %d of %d events in %s", len(out), n, waitTimeout)
+		}
+	}
+	return out
+}
+
+// receiveUntil takes events from sub until one has ID last.
+func receiveUntil(t *testing.T, sub eventstore.Subscription, last uuid.UUID) []eventstore.RecordedEvent {
+	t.Helper()
+	var out []eventstore.RecordedEvent
+	timeout := time.After(waitTimeout)
+	for {
+		select {
+		case e, ok := <-sub.Events():
+			if !ok {
+				t.Fatalf("subscription ended after %d events: %v", len(out), sub.Err())
+			}
+			out = append(out, e)
+			if e.ID == last {
+				return out
+			}
+		case <-timeout:
+			t.Fatalf("event %s not received in %s (got %d events)", last, waitTimeout, len(out))
+		}
+	}
+}
+
+func subscribe(t *testing.T, s eventstore.Store, after eventstore.Position, prefixes ...string) eventstore.Subscription {
+	t.Helper()
+	sub, err := s.SubscribeAll(ctxT(t), after, eventstore.SubscribeOptions{StreamPrefixes: prefixes})
+	if err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	return sub
+}
+
+func increasing(t *testing.T, what string, evs []eventstore.RecordedEvent) {
+	t.Helper()
+	for i := 1; i < len(evs); i++ {
+		if evs[i].Position.Compare(evs[i-1].Position) <= 0 {
+			t.Fatalf("%s: position %s at %d after %s: not strictly increasing", what, evs[i].Position, i, evs[i-1].Position)
+		}
+	}
+}
+
+func wantWrongRevision(t *testing.T, err error, stream string, exp eventstore.ExpectedRevision, actual int64) {
+	t.Helper()
+	var wer *eventstore.WrongExpectedRevisionError
+	if !errors.As(err, &wer) || !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		t.Fatalf("append to %s at %s: got %v, want a WrongExpectedRevisionError", stream, exp, err)
+	}
+	if wer.Stream != stream || wer.Expected != exp || wer.Actual != actual {
+		t.Fatalf("WrongExpectedRevisionError{%q, %s, %d}, want {%q, %s, %d}", wer.Stream, wer.Expected, wer.Actual, stream, exp, actual)
+	}
+}
+
+func wantLen(t *testing.T, s eventstore.Store, stream string, n int) []eventstore.RecordedEvent {
+	t.Helper()
+	evs, err := s.ReadStream(ctxT(t), stream, 0, eventstore.Forwards, 0)
+	if n == 0 {
+		if !errors.Is(err, eventstore.ErrStreamNotFound) {
+			t.Fatalf("read %s: got %d events, %v; want ErrStreamNotFound", stream, len(evs), err)
+		}
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("read %s: %v", stream, err)
+	}
+	if len(evs) != n {
+		t.Fatalf("%s has %d events, want %d", stream, len(evs), n)
+	}
+	for i, e := range evs {
+		if e.Revision != uint64(i) || e.Stream != stream {
+			t.Fatalf("%s: event %d is %s@%d", stream, i, e.Stream, e.Revision)
+		}
+	}
+	return evs
+}
+
+func wantResult(t *testing.T, what string, got eventstore.AppendResult, first, last uint64, pos eventstore.Position) {
+	t.Helper()
+	if got.FirstRevision != first || got.LastRevision != last || got.Position != pos {
+		t.Fatalf("%s: got revisions %d..%d at %s, want %d..%d at %s", what, got.FirstRevision, got.LastRevision, got.Position, first, last, pos)
+	}
+}
+
+// ---- tests ----
+
+func testAppendAndRead(t *testing.T, s eventstore.Store, p string) {
+	stream := p + "a"
+	evs := events("Opened", 3)
+	evs[2].Metadata = nil
+	before := time.Now().Add(-time.Hour)
+	res := mustAppend(t, s, stream, eventstore.NoStream, evs...)
+	if res.FirstRevision != 0 || res.LastRevision != 2 || res.Position == eventstore.Start {
+		t.Fatalf("first append: %+v", res)
+	}
+	got := wantLen(t, s, stream, 3)
+	for i, e := range got {
+		if e.ID != evs[i].ID || e.Type != evs[i].Type || !bytes.Equal(e.Data, evs[i].Data) || !bytes.Equal(e.Metadata, evs[i].Metadata) {
+			t.Fatalf("event %d read back as %s %s %q %q, appended %s %s %q %q",
+				i, e.ID, e.Type, e.Data, e.Metadata, evs[i].ID, evs[i].Type, evs[i].Data, evs[i].Metadata)
+		}
+		if e.Created.Before(before) || e.Created.After(time.Now().Add(time.Hour)) {
+			t.Fatalf("event %d created %s", i, e.Created)
+		}
+	}
+	increasing(t, "stream", got)
+	if got[2].Position != res.Position {
+		t.Fatalf("append returned %s, last event is at %s", res.Position, got[2].Position)
+	}
+
+	res2 := mustAppend(t, s, stream, eventstore.Exact(2), events("Credited", 2)...)
+	if res2.FirstRevision != 3 || res2.LastRevision != 4 || res2.Position.Compare(res.Position) <= 0 {
+		t.Fatalf("exact append: %+v after %+v", res2, res)
+	}
+	if r := mustAppend(t, s, stream, eventstore.StreamExists, event("Credited", 5)); r.FirstRevision != 5 || r.LastRevision != 5 {
+		t.Fatalf("stream-exists append: %+v", r)
+	}
+	if r := mustAppend(t, s, stream, eventstore.Any, event("Credited", 6)); r.FirstRevision != 6 || r.LastRevision != 6 {
+		t.Fatalf("any append: %+v", r)
+	}
+	if r := mustAppend(t, s, p+"b", eventstore.Any, event("Opened", 0)); r.FirstRevision != 0 {
+		t.Fatalf("any append to a new stream: %+v", r)
+	}
+	all := increasingStreamRead(t, s, stream, 7)
+	headReaches(t, s, all[6].Position)
+	wantLen(t, s, p+"missing", 0)
+}
+
+func increasingStreamRead(t *testing.T, s eventstore.Store, stream string, n int) []eventstore.RecordedEvent {
+	t.Helper()
+	evs := wantLen(t, s, stream, n)
+	increasing(t, stream, evs)
+	return evs
+}
+
+// headReaches waits until Head is at or after p.
+func headReaches(t *testing.T, s eventstore.Store, p eventstore.Position) {
+	t.Helper()
+	eventually(t, "head to reach "+p.String(), func() bool { return head(t, s).Compare(p) >= 0 })
+}
+
+func testWrongExpectedRevision(t *testing.T, s eventstore.Store, p string) {
+	ctx := ctxT(t)
+	stream, missing := p+"a", p+"missing"
+	mustAppend(t, s, stream, eventstore.NoStream, events("E", 2)...)
+
+	cases := []struct {
+		name   string
+		stream string
+		exp    eventstore.ExpectedRevision
+		actual int64
+	}{
+		{"NoStream on an existing stream", stream, eventstore.NoStream, 1},
+		{"Exact beyond the head", stream, eventstore.Exact(5), 1},
+		{"Exact one beyond the head", stream, eventstore.Exact(2), 1},
+		{"Exact before the head, other IDs", stream, eventstore.Exact(0), 1},
+		{"StreamExists on a missing stream", missing, eventstore.StreamExists, -1},
+		{"Exact on a missing stream", missing, eventstore.Exact(0), -1},
+	}
+	for _, c := range cases {
+		_, err := s.Append(ctx, c.stream, c.exp, []eventstore.EventData{event("X", 0)})
+		if err == nil {
+			t.Fatalf("%s: append succeeded", c.name)
+		}
+		wantWrongRevision(t, err, c.stream, c.exp, c.actual)
+	}
+	wantLen(t, s, stream, 2)
+	wantLen(t, s, missing, 0)
+}
+
+// testConcurrentAppends: 16 appenders race at the same expected revision with
+// different IDs, several rounds: exactly one wins each revision, the others get
+// WrongExpectedRevision naming the winner's revision.
+func testConcurrentAppends(t *testing.T, s eventstore.Store, p string) {
+	const writers, rounds = 16, 5
+	stream := p + "race"
+	ctx := ctxT(t)
+	var winners []uuid.UUID
+	for r := range rounds {
+		exp := eventstore.ExactOrNoStream(int64(r) - 1)
+		start := make(chan struct{})
+		errs := make([]error, writers)
+		evs := make([]eventstore.EventData, writers)
+		var wg sync.WaitGroup
+		for w := range writers {
+			evs[w] = event("Raced", w)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				res, err := s.Append(ctx, stream, exp, []eventstore.EventData{evs[w]})
+				if err == nil && (res.FirstRevision != uint64(r) || res.LastRevision != uint64(r)) {
+					err = fmt.Errorf("won at revisions %d..%d, want %d", res.FirstRevision, res.LastRevision, r)
+				}
+				errs[w] = err
+			}()
+		}
+		close(start)
+		wg.Wait()
+		won := -1
+		for w, err := range errs {
+			if err == nil {
+				if won >= 0 {
+					t.Fatalf("round %d: writers %d and %d both won", r, won, w)
+				}
+				won = w
+				continue
+			}
+			wantWrongRevision(t, err, stream, exp, int64(r))
+		}
+		if won < 0 {
+			t.Fatalf("round %d: nobody won", r)
+		}
+		winners = append(winners, evs[won].ID)
+	}
+	if got := ids(wantLen(t, s, stream, rounds)); !equalIDs(got, winners) {
+		t.Fatalf("stream holds %v, winners were %v", got, winners)
+	}
+}
+
+// testIdempotentReappend: re-appending events at the expected revision they were
+// first appended with returns the original revisions and position, even after
+// the stream grew, and writes nothing.
+func testIdempotentReappend(t *testing.T, s eventstore.Store, p string) {
+	stream := p + "a"
+	abc := events("E", 3)
+	d := event("E", 3)
+	r1 := mustAppend(t, s, stream, eventstore.NoStream, abc...)
+	r2 := mustAppend(t, s, stream, eventstore.Exact(2), d)
+	evs := wantLen(t, s, stream, 4)
+
+	wantResult(t, "abc again at no_stream", mustAppend(t, s, stream, eventstore.NoStream, abc...), 0, 2, r1.Position)
+	wantResult(t, "ab again at no_stream", mustAppend(t, s, stream, eventstore.NoStream, abc[:2]...), 0, 1, evs[1].Position)
+	wantResult(t, "bc again at 0", mustAppend(t, s, stream, eventstore.Exact(0), abc[1:]...), 1, 2, r1.Position)
+	wantResult(t, "d again at 2", mustAppend(t, s, stream, eventstore.Exact(2), d), 3, 3, r2.Position)
+	if got := ids(wantLen(t, s, stream, 4)); !equalIDs(got, append(dataIDs(abc), d.ID)) {
+		t.Fatalf("stream changed: %v", got)
+	}
+}
+
+// testPartialOverlap: a re-append that only partly matches what is there is a
+// conflict, not a success, and writes nothing.
+func testPartialOverlap(t *testing.T, s eventstore.Store, p string) {
+	stream := p + "a"
+	abc := events("E", 3)
+	mustAppend(t, s, stream, eventstore.NoStream, abc...)
+	x, d := event("E", 10), event("E", 11)
+	cases := []struct {
+		name string
+		exp  eventstore.ExpectedRevision
+		evs  []eventstore.EventData
+	}{
+		{"first matches, second differs", eventstore.NoStream, []eventstore.EventData{abc[0], x}},
+		{"first differs, second matches", eventstore.NoStream, []eventstore.EventData{x, abc[1]}},
+		{"batch runs past the head", eventstore.Exact(0), []eventstore.EventData{abc[1], abc[2], d}},
+		{"last matches, batch runs past the head", eventstore.Exact(1), []eventstore.EventData{abc[2], d}},
+	}
+	for _, c := range cases {
+		_, err := s.Append(ctxT(t), stream, c.exp, c.evs)
+		if err == nil {
+			t.Fatalf("%s: append succeeded", c.name)
+		}
+		wantWrongRevision(t, err, stream, c.exp, 2)
+	}
+	if got := ids(wantLen(t, s, stream, 3)); !equalIDs(got, dataIDs(abc)) {
+		t.Fatalf("stream changed: %v", got)
+	}
+}
+
+// testReappendAtNextRevision: the same events appended again at the stream's new
+// head are NOT recognised as a duplicate: KurrentDB writes them a second time, a
+// store with unique event IDs refuses them; neither returns the original write.
+// This is why the domain dedupes command keys itself (ARCHITECTURE decision 4): a
+// retry that reloaded the stream expects the new head.
+func testReappendAtNextRevision(t *testing.T, s eventstore.Store, p string) {
+	stream := p + "a"
+	ab := events("E", 2)
+	mustAppend(t, s, stream, eventstore.NoStream, ab...)
+	res, err := s.Append(ctxT(t), stream, eventstore.Exact(1), ab)
+	if err == nil {
+		if res.FirstRevision != 2 || res.LastRevision != 3 {
+			t.Fatalf("re-append at the next revision returned %+v: deduped, or written at the wrong revisions", res)
+		}
+		evs := wantLen(t, s, stream, 4)
+		if !equalIDs(ids(evs[2:]), dataIDs(ab)) {
+			t.Fatalf("written again, but not as the same events: %v", ids(evs))
+		}
+		t.Logf("store wrote the events a second time (at 2..3)")
+		return
+	}
+	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		t.Fatalf("re-append at the right revision reported a wrong revision: %v", err)
+	}
+	wantLen(t, s, stream, 2)
+	t.Logf("store refused the duplicate IDs: %v", err)
+}
+
+// testAnyIdempotent: with Any (and StreamExists), a batch whose first event is
+// already in the stream returns the original write.
+func testAnyIdempotent(t *testing.T, s eventstore.Store, p string) {
+	stream := p + "a"
+	ab := events("E", 2)
+	r1 := mustAppend(t, s, stream, eventstore.NoStream, ab...)
+	mustAppend(t, s, stream, eventstore.Exact(1), event("E", 2))
+	evs := wantLen(t, s, stream, 3)
+
+	wantResult(t, "ab again with any", mustAppend(t, s, stream, eventstore.Any, ab...), 0, 1, r1.Position)
+	wantResult(t, "a again with any", mustAppend(t, s, stream, eventstore.Any, ab[0]), 0, 0, evs[0].Position)
+	wantResult(t, "ab again with stream_exists", mustAppend(t, s, stream, eventstore.StreamExists, ab...), 0, 1, r1.Position)
+	wantLen(t, s, stream, 3)
+	if r := mustAppend(t, s, stream, eventstore.Any, event("E", 3)); r.FirstRevision != 3 {
+		t.Fatalf("a new event with any was written at %d, want 3", r.FirstRevision)
+	}
+	wantLen(t, s, stream, 4)
+}
+
+// testGlobalOrder: concurrent optimistic writers on a few streams, and
+// unconditional (Any) writers on one hot stream; "all" then holds
+// every event once, in strictly increasing positions, each stream's events in
+// revision order, at the positions the appends returned; reads after a position
+// are exclusive.
+func testGlobalOrder(t *testing.T, s eventstore.Store, p string) {
+	const writers, appends, nstreams = 8, 6, 4
+	start := head(t, s)
+	ctx := ctxT(t)
+	type written struct {
+		stream string
+		res    eventstore.AppendResult
+		n      int
+	}
+	var mu sync.Mutex
+	var all []written
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for i := range appends {
+				stream := fmt.Sprintf("%ss%d", p, (w+i)%nstreams)
+				n := 1 + (w+i)%2
+				// Unconditional appends to one hot stream: nothing but the store's
+				// own serialisation orders them.
+				hot := p + "hot"
+				res, err := s.Append(ctx, hot, eventstore.Any, events("E", 1))
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				all = append(all, written{hot, res, 1})
+				mu.Unlock()
+				for attempt := 0; ; attempt++ {
+					exp := eventstore.NoStream
+					if last, err := s.ReadStream(ctx, stream, eventstore.EndOfStream, eventstore.Backwards, 1); err == nil {
+						exp = eventstore.Exact(last[0].Revision)
+					} else if !errors.Is(err, eventstore.ErrStreamNotFound) {
+						errs <- err
+						return
+					}
+					res, err := s.Append(ctx, stream, exp, events("E", n))
+					if errors.Is(err, eventstore.ErrWrongExpectedRevision) && attempt < 200 {
+						continue
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					all = append(all, written{stream, res, n})
+					mu.Unlock()
+					break
+				}
+			}
+			errs <- nil
+		}()
+	}
+	total := 0
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, w := range all {
+		total += w.n
+	}
+
+	got := readAllUntil(t, s, start, p, total)
+	increasing(t, "all", got)
+	next := map[string]uint64{}
+	at := map[string]eventstore.Position{}
+	for _, e := range got {
+		if e.Revision != next[e.Stream] {
+			t.Fatalf("all: %s@%d where %s@%d was due: stream order broken", e.Stream, e.Revision, e.Stream, next[e.Stream])
+		}
+		next[e.Stream]++
+		at[fmt.Sprintf("%s@%d", e.Stream, e.Revision)] = e.Position
+	}
+	for _, w := range all {
+		if pos := at[fmt.Sprintf("%s@%d", w.stream, w.res.LastRevision)]; pos != w.res.Position {
+			t.Fatalf("append to %s returned %s, all has its last event at %s", w.stream, w.res.Position, pos)
+		}
+	}
+	// Exclusive reads after every position give the tail.
+	for i := 0; i < len(got); i += 5 {
+		tail, _ := readAllOnce(t, s, got[i].Position, p)
+		if len(tail) != len(got)-i-1 || (len(tail) > 0 && tail[0].ID != got[i+1].ID) {
+			t.Fatalf("read after event %d (%s) returned %d events, want the %d after it", i, got[i].Position, len(tail), len(got)-i-1)
+		}
+	}
+	headReaches(t, s, got[len(got)-1].Position)
+}
+
+// testHeldTransaction: A's transaction stays open while B commits. Whatever a
+// reader of "all" (and a subscriber) sees meanwhile, once A commits it must
+// deliver A and B exactly once each, in strictly increasing positions: a reader
+// that delivered B, then A at an earlier position, would have skipped A forever.
+func testHeldTransaction(t *testing.T, s eventstore.Store, p string) {
+	ha, ok := s.(HeldAppender)
+	if !ok {
+		t.Skip("the store cannot hold an append open (no AppendHeld)")
+	}
+	ctx := ctxT(t)
+	start := head(t, s)
+	sub := subscribe(t, s, start, p)
+
+	a, b := event("A", 0), event("B", 0)
+	commitA, rollbackA, err := ha.AppendHeld(ctx, p+"a", eventstore.NoStream, []eventstore.EventData{a})
+	if err != nil {
+		t.Fatalf("held append: %v", err)
+	}
+	defer rollbackA() // no-op once committed
+	resB := mustAppend(t, s, p+"b", eventstore.NoStream, b)
+
+	// A reader checkpointing as it goes: what it sees before A commits.
+	seen, checkpoint := readAllOnce(t, s, start, p)
+	for _, e := range seen {
+		if e.ID == a.ID {
+			t.Fatal("all shows A before its transaction committed")
+		}
+	}
+	// Give the subscriber time to poll while A is held (an observation window
+	// for the bug to show, not a synchronisation: nothing waits on it).
+	var delivered []eventstore.RecordedEvent
+	window := time.After(150 * time.Millisecond)
+observe:
+	for {
+		select {
+		case e, ok := <-sub.Events():
+			if !ok {
+				t.Fatalf("subscription ended: %v", sub.Err())
+			}
+			if e.ID == a.ID {
+				t.Fatal("subscriber delivered A before its transaction committed")
+			}
+			delivered = append(delivered, e)
+		case <-window:
+			break observe
+		}
+	}
+
+	if err := commitA(); err != nil {
+		t.Fatalf("commit A: %v", err)
+	}
+	// The reader goes on from its checkpoint and must find A (and B if not yet).
+	var rest []eventstore.RecordedEvent
+	eventually(t, "A in all after its commit", func() bool {
+		rest, _ = readAllOnce(t, s, checkpoint, p)
+		for _, e := range rest {
+			if e.ID == a.ID {
+				return true
+			}
+		}
+		return false
+	})
+	checkExactlyOnce(t, "reader", append(seen, rest...), a.ID, b.ID)
+	// The subscriber likewise.
+	timeout := time.After(waitTimeout)
+	for !contains(delivered, a.ID) || !contains(delivered, b.ID) {
+		select {
+		case e, ok := <-sub.Events():
+			if !ok {
+				t.Fatalf("subscription ended: %v", sub.Err())
+			}
+			delivered = append(delivered, e)
+		case <-timeout:
+			t.Fatalf("subscriber did not deliver A and B in %s after A committed (got %d events)", waitTimeout, len(delivered))
+		}
+	}
+	checkExactlyOnce(t, "subscriber", delivered, a.ID, b.ID)
+	// Nothing after: both were delivered once; B's position is the one Append returned.
+	for _, e := range delivered {
+		if e.ID == b.ID && e.Position != resB.Position {
+			t.Fatalf("B delivered at %s, appended at %s", e.Position, resB.Position)
+		}
+	}
+}
+
+func contains(evs []eventstore.RecordedEvent, id uuid.UUID) bool {
+	for _, e := range evs {
+		if e.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+func checkExactlyOnce(t *testing.T, who string, evs []eventstore.RecordedEvent, want ...uuid.UUID) {
+	t.Helper()
+	increasing(t, who, evs)
+	count := map[uuid.UUID]int{}
+	for _, e := range evs {
+		count[e.ID]++
+	}
+	for _, id := range want {
+		if count[id] != 1 {
+			t.Fatalf("%s delivered %s %d times, want once (delivered %d events)", who, id, count[id], len(evs))
+		}
+	}
+	if len(evs) != len(want) {
+		t.Fatalf("%s delivered %d events, want %d", who, len(evs), len(want))
+	}
+}
+
+func testCatchUpThenLive(t *testing.T, s eventstore.Store, p string) {
+	stream := p + "a"
+	start := head(t, s)
+	for i := range 5 {
+		mustAppend(t, s, stream, eventstore.ExactOrNoStream(int64(i)-1), event("E", i))
+	}
+	sub := subscribe(t, s, start, p)
+	got := receive(t, sub, 5)
+	for i := range 5 {
+		mustAppend(t, s, stream, eventstore.Exact(uint64(4+i)), event("E", 5+i))
+	}
+	got = append(got, receive(t, sub, 5)...)
+	increasing(t, "subscription", got)
+	if want := ids(wantLen(t, s, stream, 10)); !equalIDs(ids(got), want) {
+		t.Fatalf("subscription delivered %v, stream holds %v", ids(got), want)
+	}
+
+	// From a position: exclusive.
+	from := subscribe(t, s, got[2].Position, p)
+	if tail := receive(t, from, 7); !equalIDs(ids(tail), ids(got[3:])) {
+		t.Fatalf("subscription after event 2 delivered %v, want %v", ids(tail), ids(got[3:]))
+	}
+
+	// Close ends it: the channel is closed, Err is nil.
+	if err := sub.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if _, ok := <-sub.Events(); ok {
+		for range sub.Events() {
+		}
+	}
+	if err := sub.Err(); err != nil {
+		t.Fatalf("Err after Close: %v", err)
+	}
+}
+
+func testPrefixFilter(t *testing.T, s eventstore.Store, p string) {
+	start := head(t, s)
+	streams := []string{p + "acct-1", p + "xfer-1", p + "acct-2", p + "other", p + "acctx"}
+	revs := map[string]int64{}
+	var order []eventstore.EventData
+	var names []string
+	for i := range 15 {
+		stream := streams[i%len(streams)]
+		e := event("E", i)
+		mustAppend(t, s, stream, eventstore.ExactOrNoStream(revs[stream]-1), e)
+		revs[stream]++
+		order = append(order, e)
+		names = append(names, stream)
+	}
+	sentinel := event("E", 99)
+	mustAppend(t, s, p+"acct-zz", eventstore.NoStream, sentinel)
+	order, names = append(order, sentinel), append(names, p+"acct-zz")
+
+	check := func(prefixes ...string) {
+		t.Helper()
+		sub := subscribe(t, s, start, prefixes...)
+		got := receiveUntil(t, sub, sentinel.ID)
+		var want []uuid.UUID
+		for i, e := range order {
+			for _, pre := range prefixes {
+				if strings.HasPrefix(names[i], pre) {
+					want = append(want, e.ID)
+					break
+				}
+			}
+		}
+		if !equalIDs(ids(got), want) {
+			t.Fatalf("prefixes %v: delivered %d events %v, want %d %v", prefixes, len(got), ids(got), len(want), want)
+		}
+		increasing(t, "filtered subscription", got)
+		sub.Close()
+	}
+	check(p + "acct-")
+	check(p+"acct-", p+"xfer-")
+}
+
+func testContextCancellation(t *testing.T, s eventstore.Store, p string) {
+	stream := p + "a"
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Append(cancelled, stream, eventstore.NoStream, []eventstore.EventData{event("E", 0)}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("append with a cancelled context: %v", err)
+	}
+	wantLen(t, s, stream, 0)
+	mustAppend(t, s, stream, eventstore.NoStream, event("E", 0))
+	if _, err := s.ReadStream(cancelled, stream, 0, eventstore.Forwards, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("read stream with a cancelled context: %v", err)
+	}
+	if _, err := s.ReadAll(cancelled, eventstore.Start, 10); !errors.Is(err, context.Canceled) {
+		t.Fatalf("read all with a cancelled context: %v", err)
+	}
+	if sub, err := s.SubscribeAll(cancelled, eventstore.Start, eventstore.SubscribeOptions{}); err == nil {
+		waitClosed(t, sub)
+	}
+
+	// Cancelling a live subscription's context ends it promptly, Err nil.
+	ctx, cancelSub := context.WithCancel(context.Background())
+	sub, err := s.SubscribeAll(ctx, head(t, s), eventstore.SubscribeOptions{StreamPrefixes: []string{p}})
+	if err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	mustAppend(t, s, stream, eventstore.Exact(0), event("E", 1))
+	receive(t, sub, 1)
+	cancelSub()
+	waitClosed(t, sub)
+	if err := sub.Err(); err != nil {
+		t.Fatalf("Err after cancellation: %v", err)
+	}
+
+	// An append waiting for a stream another append holds ends at its deadline.
+	ha, ok := s.(HeldAppender)
+	if !ok {
+		return
+	}
+	held := p + "held"
+	_, rollback, err := ha.AppendHeld(ctxT(t), held, eventstore.NoStream, []eventstore.EventData{event("E", 0)})
+	if err != nil {
+		t.Fatalf("held append: %v", err)
+	}
+	short, cancelShort := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancelShort()
+	began := time.Now()
+	_, err = s.Append(short, held, eventstore.Any, []eventstore.EventData{event("E", 1)})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("append blocked behind a held append: %v, want the deadline", err)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Fatalf("append took %s to notice its deadline", took)
+	}
+	if err := rollback(); err != nil {
+		t.Fatalf("rollback: %v", err)
+	}
+	wantLen(t, s, held, 0)
+	mustAppend(t, s, held, eventstore.NoStream, event("E", 2)) // the lock is gone
+}
+
+func waitClosed(t *testing.T, sub eventstore.Subscription) {
+	t.Helper()
+	timeout := time.After(waitTimeout)
+	for {
+		select {
+		case _, ok := <-sub.Events():
+			if !ok {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("subscription not ended %s after its context was cancelled", waitTimeout)
+		}
+	}
+}
+
+func testReadStreamDirections(t *testing.T, s eventstore.Store, p string) {
+	ctx := ctxT(t)
+	stream := p + "a"
+	mustAppend(t, s, stream, eventstore.NoStream, events("E", 10)...)
+	revs := func(evs []eventstore.RecordedEvent) []int {
+		out := make([]int, len(evs))
+		for i, e := range evs {
+			out[i] = int(e.Revision)
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		from eventstore.Revision
+		dir  eventstore.Direction
+		max  int
+		want []int
+	}{
+		{"forwards from 3, max 4", 3, eventstore.Forwards, 4, []int{3, 4, 5, 6}},
+		{"forwards from 0, no max", 0, eventstore.Forwards, 0, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+		{"forwards from 8, max 5", 8, eventstore.Forwards, 5, []int{8, 9}},
+		{"forwards past the end", 10, eventstore.Forwards, 0, []int{}},
+		{"backwards from the end, max 3", eventstore.EndOfStream, eventstore.Backwards, 3, []int{9, 8, 7}},
+		{"backwards from 5, no max", 5, eventstore.Backwards, 0, []int{5, 4, 3, 2, 1, 0}},
+		{"backwards from beyond the end, max 2", 100, eventstore.Backwards, 2, []int{9, 8}},
+	}
+	for _, c := range cases {
+		got, err := s.ReadStream(ctx, stream, c.from, c.dir, c.max)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if fmt.Sprint(revs(got)) != fmt.Sprint(c.want) {
+			t.Fatalf("%s: revisions %v, want %v", c.name, revs(got), c.want)
+		}
+	}
+	if _, err := s.ReadStream(ctx, p+"missing", 0, eventstore.Forwards, 0); !errors.Is(err, eventstore.ErrStreamNotFound) {
+		t.Fatalf("missing stream, forwards: %v", err)
+	}
+	if _, err := s.ReadStream(ctx, p+"missing", eventstore.EndOfStream, eventstore.Backwards, 0); !errors.Is(err, eventstore.ErrStreamNotFound) {
+		t.Fatalf("missing stream, backwards: %v", err)
+	}
+}
+
+func testMultiAppend(t *testing.T, s eventstore.Store, p string) {
+	ma, ok := s.(eventstore.MultiAppender)
+	if !ok {
+		t.Skip("the store has no multi-stream append")
+	}
+	ctx := ctxT(t)
+	start := head(t, s)
+	x, y, z := p+"x", p+"y", p+"z"
+	xs, ys := events("E", 2), events("E", 1)
+	parts := []eventstore.StreamAppend{
+		{Stream: x, Expected: eventstore.NoStream, Events: xs},
+		{Stream: y, Expected: eventstore.NoStream, Events: ys},
+	}
+	res, err := ma.AppendMulti(ctx, parts)
+	if err != nil {
+		t.Fatalf("multi append: %v", err)
+	}
+	if len(res) != 2 || res[0].FirstRevision != 0 || res[0].LastRevision != 1 || res[1].FirstRevision != 0 || res[1].LastRevision != 0 {
+		t.Fatalf("multi append results %+v", res)
+	}
+	got := readAllUntil(t, s, start, p, 3)
+	increasing(t, "all", got)
+	pos := map[uuid.UUID]eventstore.Position{}
+	for _, e := range got {
+		pos[e.ID] = e.Position
+	}
+	if pos[xs[1].ID] != res[0].Position || pos[ys[0].ID] != res[1].Position {
+		t.Fatalf("multi append returned %s, %s; all has %s, %s", res[0].Position, res[1].Position, pos[xs[1].ID], pos[ys[0].ID])
+	}
+
+	// Idempotent as a whole.
+	again, err := ma.AppendMulti(ctx, parts)
+	if err != nil || len(again) != 2 || again[0] != res[0] || again[1] != res[1] {
+		t.Fatalf("multi re-append: %+v, %v; want %+v", again, err, res)
+	}
+
+	// All or none: the conflict on x leaves z unwritten.
+	_, err = ma.AppendMulti(ctx, []eventstore.StreamAppend{
+		{Stream: z, Expected: eventstore.NoStream, Events: events("E", 1)},
+		{Stream: x, Expected: eventstore.NoStream, Events: events("E", 1)},
+	})
+	wantWrongRevision(t, err, x, eventstore.NoStream, 1)
+	wantLen(t, s, z, 0)
+	wantLen(t, s, x, 2)
+
+	// Appends sharing streams in opposite orders do not deadlock.
+	const writers, rounds = 8, 10
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for range rounds {
+				a, b := p+"s1", p+"s2"
+				if w%2 == 1 {
+					a, b = b, a
+				}
+				if _, err := ma.AppendMulti(ctx, []eventstore.StreamAppend{
+					{Stream: a, Expected: eventstore.Any, Events: events("E", 1)},
+					{Stream: b, Expected: eventstore.Any, Events: events("E", 1)},
+				}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatalf("crossed multi appends: %v", err)
+		}
+	}
+	wantLen(t, s, p+"s1", writers*rounds)
+	wantLen(t, s, p+"s2", writers*rounds)
+}
