@@ -1,0 +1,249 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/postgres"
+	"github.com/ledgerworks/ledger/eventstore/storetest"
+	"github.com/ledgerworks/ledger/internal/pgtest"
+	"github.com/ledgerworks/ledger/migrations"
+)
+
+var _ storetest.HeldAppender = (*postgres.Store)(nil)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// migrated returns the URL of a fresh database with the migrations applied.
+func migrated(t *testing.T) string {
+	t.Helper()
+	url := pgtest.URL(t)
+	if err := migrations.Up(ctxT(t), url); err != nil {
+		t.Fatal(err)
+	}
+	return url
+}
+
+func open(t *testing.T, url string) *postgres.Store {
+	t.Helper()
+	s, err := postgres.Open(ctxT(t), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestConformance runs the suite with one store per subtest on one shared
+// database: the suite is written for shared stores (a KurrentDB server), and
+// sharing saves a CREATE DATABASE per subtest.
+func TestConformance(t *testing.T) {
+	url := migrated(t)
+	storetest.Run(t, func(t *testing.T) eventstore.Store { return open(t, url) })
+}
+
+func ev() eventstore.EventData {
+	return eventstore.EventData{ID: uuid.New(), Type: "E", Data: []byte(`{}`), Metadata: []byte(`{}`)}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestNaiveReaderSkipsHeldTransaction shows the gap at the SQL level: A inserts
+// first (smaller position) but commits after B. A reader of `ORDER BY position`
+// that checkpoints at B never sees A; the store's reader holds B back until A has
+// committed and then delivers A, B in order.
+func TestNaiveReaderSkipsHeldTransaction(t *testing.T) {
+	ctx := ctxT(t)
+	url := migrated(t)
+	s := open(t, url)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	naive := func(after int64) (ids []uuid.UUID, last int64) {
+		rows, err := conn.Query(ctx, "SELECT position, event_id FROM events WHERE position > $1 ORDER BY position", after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var id uuid.UUID
+		last = after
+		if _, err := pgx.ForEachRow(rows, []any{&last, &id}, func() error { ids = append(ids, id); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return ids, last
+	}
+
+	a, b := ev(), ev()
+	commitA, rollbackA, err := s.AppendHeld(ctx, "a", eventstore.NoStream, []eventstore.EventData{a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rollbackA()
+	if _, err := s.Append(ctx, "b", eventstore.NoStream, []eventstore.EventData{b}); err != nil {
+		t.Fatal(err)
+	}
+
+	seen, checkpoint := naive(0)
+	if len(seen) != 1 || seen[0] != b.ID {
+		t.Fatalf("naive reader saw %v before A committed, want just B", seen)
+	}
+	if got, err := s.ReadAll(ctx, eventstore.Start, 0); err != nil || len(got) != 0 {
+		t.Fatalf("store reader before A committed: %d events, %v; want none (A's transaction is older than B's)", len(got), err)
+	}
+	if h, err := s.Head(ctx); err != nil || h != eventstore.Start {
+		t.Fatalf("head before A committed: %s, %v", h, err)
+	}
+
+	if err := commitA(); err != nil {
+		t.Fatal(err)
+	}
+	if seen, _ := naive(checkpoint); len(seen) != 0 {
+		t.Fatalf("naive reader after its checkpoint: %v", seen)
+	}
+	var posA int64
+	if err := conn.QueryRow(ctx, "SELECT position FROM events WHERE event_id = $1", a.ID).Scan(&posA); err != nil {
+		t.Fatal(err)
+	}
+	if posA >= checkpoint {
+		t.Fatalf("A at position %d, checkpoint %d: the gap did not happen", posA, checkpoint)
+	}
+	t.Logf("naive reader skipped A for good: A at position %d, below its checkpoint %d", posA, checkpoint)
+
+	var got []eventstore.RecordedEvent
+	eventually(t, "A and B in all", func() bool {
+		got, err = s.ReadAll(ctx, eventstore.Start, 0)
+		return err == nil && len(got) == 2
+	})
+	if got[0].ID != a.ID || got[1].ID != b.ID || got[0].Position.Compare(got[1].Position) >= 0 {
+		t.Fatalf("store reader: %s@%s, %s@%s; want A then B", got[0].ID, got[0].Position, got[1].ID, got[1].Position)
+	}
+	if got[0].Position.Prepare != uint64(posA) {
+		t.Fatalf("A's position %s does not carry its row position %d", got[0].Position, posA)
+	}
+}
+
+// TestXidAssignedAfterStreamLock: an append that waits for its stream's lock gets
+// its transaction id only once it holds the lock, so "all" (xid order) keeps the
+// stream's revision order. D waits behind held A on stream s while C commits on
+// another stream: D's xid must be above C's (it would be below, were the xid
+// taken before the wait).
+func TestXidAssignedAfterStreamLock(t *testing.T) {
+	ctx := ctxT(t)
+	url := migrated(t)
+	s := open(t, url)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+
+	commitA, rollbackA, err := s.AppendHeld(ctx, "s", eventstore.NoStream, []eventstore.EventData{ev()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rollbackA()
+	type result struct {
+		res eventstore.AppendResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := s.Append(ctx, "s", eventstore.Exact(0), []eventstore.EventData{ev()})
+		done <- result{res, err}
+	}()
+	eventually(t, "D to wait for the stream lock", func() bool {
+		var waiting int
+		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").Scan(&waiting)
+		return err == nil && waiting == 1
+	})
+	resC, err := s.Append(ctx, "c", eventstore.NoStream, []eventstore.EventData{ev()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := commitA(); err != nil {
+		t.Fatal(err)
+	}
+	var d result
+	select {
+	case d = <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("D did not finish after A committed")
+	}
+	if d.err != nil {
+		t.Fatal(d.err)
+	}
+	if d.res.Position.Commit <= resC.Position.Commit {
+		t.Fatalf("D's xid %d is not above C's %d: taken before the stream lock", d.res.Position.Commit, resC.Position.Commit)
+	}
+	var all []eventstore.RecordedEvent
+	eventually(t, "three events in all", func() bool {
+		all, err = s.ReadAll(ctx, eventstore.Start, 0)
+		return err == nil && len(all) == 3
+	})
+	if all[0].Stream != "s" || all[0].Revision != 0 || all[2].Stream != "s" || all[2].Revision != 1 {
+		t.Fatalf("all: %s@%d, %s@%d, %s@%d", all[0].Stream, all[0].Revision, all[1].Stream, all[1].Revision, all[2].Stream, all[2].Revision)
+	}
+}
+
+func TestDuplicateEventIDInAnotherStream(t *testing.T) {
+	ctx := ctxT(t)
+	s := open(t, migrated(t))
+	e := ev()
+	if _, err := s.Append(ctx, "x", eventstore.NoStream, []eventstore.EventData{e}); err != nil {
+		t.Fatal(err)
+	}
+	for _, exp := range []eventstore.ExpectedRevision{eventstore.NoStream, eventstore.Any} {
+		_, err := s.Append(ctx, "y", exp, []eventstore.EventData{e})
+		if !errors.Is(err, postgres.ErrDuplicateEventID) || errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+			t.Fatalf("same ID in another stream at %s: %v, want ErrDuplicateEventID", exp, err)
+		}
+	}
+	if _, err := s.Append(ctx, "z", eventstore.NoStream, []eventstore.EventData{ev(), e}); !errors.Is(err, postgres.ErrDuplicateEventID) {
+		t.Fatalf("a batch containing a known ID: %v", err)
+	}
+	if _, err := s.ReadStream(ctx, "y", 0, eventstore.Forwards, 0); !errors.Is(err, eventstore.ErrStreamNotFound) {
+		t.Fatalf("y after the refused appends: %v", err)
+	}
+}
+
+// TestUnavailable: a server that cannot be reached is ErrUnavailable.
+func TestUnavailable(t *testing.T) {
+	s := open(t, migrated(t))
+	s.Pool().Close() // every later use of the pool fails like a lost server
+	_, err := s.Append(ctxT(t), "x", eventstore.NoStream, []eventstore.EventData{ev()})
+	if !errors.Is(err, eventstore.ErrUnavailable) {
+		t.Fatalf("append on a closed pool: %v, want ErrUnavailable", err)
+	}
+	if _, err := s.ReadAll(ctxT(t), eventstore.Start, 1); !errors.Is(err, eventstore.ErrUnavailable) {
+		t.Fatalf("read all on a closed pool: %v, want ErrUnavailable", err)
+	}
+
+	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = postgres.Open(short, "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1")
+	if !errors.Is(err, eventstore.ErrUnavailable) {
+		t.Fatalf("open on a closed port: %v, want ErrUnavailable", err)
+	}
+}
