@@ -44,6 +44,11 @@ type Service struct {
 	locks    *streamLocks
 	accounts *accountCache
 	claims   *claimCache
+	// transfers caches transfer aggregates (transfer.go), like accounts.
+	transfers *transferCache
+	// failpoint, when set (by tests only), is called between the steps of a saga
+	// with the step's name; an error aborts the handler there, as a crash would.
+	failpoint func(step string) error
 }
 
 // New returns a Service over store.
@@ -60,7 +65,7 @@ func New(store Store, opts Options) *Service {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), accounts: newAccountCache(opts.CacheSize), claims: newClaimCache(opts.CacheSize)}
+	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), accounts: newAccountCache(opts.CacheSize), claims: newClaimCache(opts.CacheSize), transfers: newTransferCache(opts.CacheSize)}
 	if m, ok := store.(eventstore.MultiAppender); ok {
 		s.multi = m
 	}
@@ -119,9 +124,30 @@ func (s *Service) Handle(ctx context.Context, cmd domain.Command) Reply {
 
 // handleAccountCommand decides a client command whose home is an account stream.
 func (s *Service) handleAccountCommand(ctx context.Context, cmd domain.Command, stream, accountID string) (Reply, error) {
+	rec, dup, r, err := s.decideOnAccount(ctx, cmd, stream, accountID, true)
+	if err != nil || r != nil {
+		return deref(r), err
+	}
+	return recordReply(rec, dup), nil
+}
+
+func deref(r *Reply) Reply {
+	if r == nil {
+		return Reply{}
+	}
+	return *r
+}
+
+// decideOnAccount decides cmd against an account stream under the stream's lock:
+// a known key is answered from its record (duplicate), otherwise the command is
+// decided and appended with the revision it was decided on, claiming the key when
+// claim is set (client commands; saga steps and schedulers use derived keys and
+// write no claim). It returns a copy of the key's record, or, for outcomes that
+// leave no record (invalid, refused without record, key conflict), the reply.
+func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, stream, accountID string, claim bool) (rec *domain.KeyRecord, duplicate bool, r *Reply, err error) {
 	unlock, err := s.locks.lock(ctx, stream)
 	if err != nil {
-		return Reply{}, err
+		return nil, false, nil, err
 	}
 	defer unlock()
 	req := cmd.Request()
@@ -129,39 +155,62 @@ func (s *Service) handleAccountCommand(ctx context.Context, cmd domain.Command, 
 	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
 		acc, err := s.loadAccount(ctx, stream, accountID, refresh)
 		if err != nil {
-			return Reply{}, err
+			return nil, false, nil, err
 		}
 		if rec, ok := acc.Keys[cmd.IdempotencyKey]; ok {
-			return answerKnown(rec, req), nil
+			if dup, fields := rec.Duplicate(req); !dup {
+				r := conflictReply(cmd.IdempotencyKey, fields)
+				return nil, false, &r, nil
+			}
+			return copyRecord(rec), true, nil, nil
 		}
 		d := domain.DecideAccount(acc, cmd)
 		if d.Invalid != nil {
-			return invalidReply(cmd.IdempotencyKey, d.Invalid), nil
+			r := invalidReply(cmd.IdempotencyKey, d.Invalid)
+			return nil, false, &r, nil
 		}
 		if len(d.Events) == 0 {
-			return notRecordedReply(cmd.IdempotencyKey, d.Rejection), nil
+			r := notRecordedReply(cmd.IdempotencyKey, d.Rejection)
+			return nil, false, &r, nil
 		}
-		res, err := s.appendDecision(ctx, cmd, req, stream, acc.Revision, acc.LastChain, d.Events)
+		var res written
+		if claim {
+			res, err = s.appendDecision(ctx, cmd, req, stream, acc.Revision, acc.LastChain, d.Events)
+		} else {
+			res, err = s.appendStep(ctx, cmd, req, stream, acc.Revision, acc.LastChain, d.Events)
+		}
 		var conflict *claimConflict
 		switch {
 		case errors.As(err, &conflict):
-			return conflictReply(cmd.IdempotencyKey, conflict.fields), nil
+			r := conflictReply(cmd.IdempotencyKey, conflict.fields)
+			return nil, false, &r, nil
 		case errors.Is(err, eventstore.ErrWrongExpectedRevision):
 			refresh = true // another instance wrote: catch up and decide again
 			continue
 		case err != nil:
-			return Reply{}, err
+			return nil, false, nil, err
 		}
 		if err := s.applyWritten(ctx, stream, acc, res); err != nil {
-			return Reply{}, err
+			return nil, false, nil, err
+		}
+		if acc, err = s.loadAccount(ctx, stream, accountID, false); err != nil {
+			return nil, false, nil, err
 		}
 		rec, ok := acc.Keys[cmd.IdempotencyKey]
 		if !ok {
-			return Reply{}, fmt.Errorf("ledger: %s: key %q not found after its own append", stream, cmd.IdempotencyKey)
+			return nil, false, nil, fmt.Errorf("ledger: %s: key %q not found after its own append", stream, cmd.IdempotencyKey)
 		}
-		return recordReply(rec, false), nil
+		return copyRecord(rec), false, nil, nil
 	}
-	return Reply{}, ErrTooManyConflicts
+	return nil, false, nil, ErrTooManyConflicts
+}
+
+// copyRecord copies a record out of a cached aggregate, so that it can be read
+// after the stream's lock is released.
+func copyRecord(rec *domain.KeyRecord) *domain.KeyRecord {
+	c := *rec
+	c.Events = append([]domain.EventRef(nil), rec.Events...)
+	return &c
 }
 
 // answerKnown answers a key the aggregate already decided: the original outcome, or
