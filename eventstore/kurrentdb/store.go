@@ -297,6 +297,10 @@ func mapError(ctx context.Context, err error, what string) error {
 		return err
 	}
 	var e *esdb.Error
+	if status.Code(err) == codes.DeadlineExceeded || (errors.As(err, &e) && e.Code() == esdb.ErrorCodeDeadlineExceeded) {
+		// gRPC may report the caller's deadline before ctx.Err() turns non-nil.
+		return fmt.Errorf("kurrentdb: %s: %w: %w: %w", what, eventstore.ErrUnavailable, context.DeadlineExceeded, err)
+	}
 	if errors.As(err, &e) {
 		switch e.Code() {
 		case esdb.ErrorCodeStreamDeleted:
@@ -305,6 +309,12 @@ func mapError(ctx context.Context, err error, what string) error {
 			esdb.ErrorCodeNotLeader, esdb.ErrorAborted:
 			return fmt.Errorf("kurrentdb: %s: %w: %w", what, eventstore.ErrUnavailable, err)
 		}
+	}
+	if errors.Is(err, io.EOF) {
+		// The server ended an append before the client had sent it all; the client
+		// lost its status on the way (it reports Send's io.EOF). Nothing was committed:
+		// the server commits only after the whole request, so a retry is safe.
+		return fmt.Errorf("kurrentdb: %s: call ended early by the server: %w: %w", what, eventstore.ErrUnavailable, err)
 	}
 	if transient(err) {
 		return fmt.Errorf("kurrentdb: %s: %w: %w", what, eventstore.ErrUnavailable, err)

@@ -227,7 +227,9 @@ func (d *db) append(stream string, exp expected, events []proposed) appendOutcom
 func (d *db) checkCommitLocked(stream string, exp expected, events []proposed) appendOutcome {
 	s := d.streams[stream]
 	cur := s.last()
-	wrong := func(dec decision) appendOutcome { return appendOutcome{decision: dec, current: cur, first: -1, last: -1} }
+	wrong := func(dec decision) appendOutcome {
+		return appendOutcome{decision: dec, current: cur, first: -1, last: -1}
+	}
 	if cur == deletedStream {
 		return wrong(decisionDeleted)
 	}

@@ -69,6 +69,7 @@ type Server struct {
 	subs        map[*subscription]struct{}
 	subsChanged chan struct{}
 	requests    map[string]int
+	starts      []string
 }
 
 // New starts a server on 127.0.0.1 with an ephemeral port.
@@ -186,6 +187,20 @@ func (s *Server) Subscriptions() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.subs)
+}
+
+// SubscriptionStarts lists where every $all subscription so far started:
+// "start", "end" or the exclusive "commit/prepare" position.
+func (s *Server) SubscriptionStarts() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.starts...)
+}
+
+func (s *Server) noteStart(from string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.starts = append(s.starts, from)
 }
 
 // Requests reports how many calls of method (a full gRPC method name) the

@@ -610,9 +610,12 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 	next := 0
 	switch {
 	case ro.fromStart:
+		ss.s.noteStart("start")
 	case ro.fromEnd:
+		ss.s.noteStart("end")
 		next = len(all)
 	default:
+		ss.s.noteStart(fmt.Sprintf("%d/%d", ro.commit, ro.prepare))
 		// Exclusive: the first event strictly after the start position.
 		next = firstAtOrAfter(all, ro.commit)
 		for next < len(all) && !after(all[next], ro.commit, ro.prepare) {
