@@ -81,7 +81,7 @@ type Process struct {
 	cpRev   int64  // revision of the last checkpoint known (-1: none)
 	cpChain string // its chain hash
 	cpPos   eventstore.Position
-	cpAt    time.Time
+	cpAt    time.Time // wall time of the last checkpoint attempt (pacing only)
 }
 
 // processView is what the process knows of "all" up to Position.
@@ -206,7 +206,8 @@ func (p *Process) consume(ctx context.Context, sub eventstore.Subscription, tick
 		case <-tick:
 			p.mu.Lock()
 			p.sweepLocked(ctx, p.svc.opts.Clock())
-			if p.svc.opts.Clock().Sub(p.cpAt) >= p.opts.CheckpointInterval {
+			if time.Since(p.cpAt) >= p.opts.CheckpointInterval { // pacing: wall time
+
 				p.checkpointLocked(ctx)
 			}
 			p.mu.Unlock()
@@ -429,11 +430,11 @@ func (p *Process) checkpointLocked(ctx context.Context) {
 	}
 	if len(data) > p.opts.MaxCheckpointBytes {
 		p.log.Warn("view too large to checkpoint; the previous checkpoint stays", "bytes", len(data), "limit", p.opts.MaxCheckpointBytes)
-		p.cpAt = now
+		p.cpAt = time.Now()
 		return
 	}
 	stream, rev := p.opts.CheckpointStream, uint64(p.cpRev+1)
-	key := "process-checkpoint:" + strconv.FormatUint(rev, 10)
+	key := stream + ":" + strconv.FormatUint(rev, 10) // unique per checkpoint, as is its event ID
 	id := domain.EventID(key, stream, 0)
 	m := domain.Metadata{Key: key, Command: "process_checkpoint", Count: 1, At: now, Producer: p.svc.opts.Producer, Schema: 1}
 	m.Chain = domain.ChainHash(p.cpChain, domain.StoredEvent{ID: id, Stream: stream, Revision: rev, Type: EvProcessCheckpoint, Data: data, Metadata: m})
@@ -443,7 +444,7 @@ func (p *Process) checkpointLocked(ctx context.Context) {
 		return
 	}
 	_, err = p.store.Append(ctx, stream, eventstore.ExactOrNoStream(p.cpRev), []eventstore.EventData{{ID: id, Type: EvProcessCheckpoint, Data: data, Metadata: meta}})
-	p.cpAt = now
+	p.cpAt = time.Now()
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		// Another instance checkpointed: learn its head and write next time.
 		if evs, rerr := p.store.ReadStream(ctx, stream, eventstore.EndOfStream, eventstore.Backwards, 1); rerr == nil && len(evs) == 1 {

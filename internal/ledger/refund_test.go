@@ -1,0 +1,223 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/ledgerworks/ledger/domain"
+)
+
+func refundBody(key, orig string, amount int64) []any {
+	b := []any{"idempotency_key", key, "original_key", orig}
+	if amount > 0 {
+		b = append(b, "amount", amount)
+	}
+	return b
+}
+
+// Refunds of deposits and withdrawals: overrun, the same key twice, a rejected original.
+func TestRefundsOfAccountCommands(t *testing.T) {
+	sagaStores(t, func(t *testing.T, st ProcessStore) {
+		clk := newFakeClock()
+		s := newSagaService(st, clk)
+		openFunded(t, s, "alice", "EUR", 0)
+		must(t, s, "deposit", "idempotency_key", "d1", "account_id", "alice", "amount", 100, "currency", "EUR")
+		first := must(t, s, "refund", refundBody("r1", "d1", 60)...)
+		if first.Account.Balance != 40 {
+			t.Fatalf("refund: %+v", first)
+		}
+		// The same key twice: one refund.
+		if again := send(newSagaService(st, clk), "refund", refundBody("r1", "d1", 60)...); !again.Duplicate || !sameReply(again, first) {
+			t.Fatalf("double refund: %+v", again)
+		}
+		// Overrun, then the rest by default.
+		r := send(s, "refund", refundBody("r2", "d1", 41)...)
+		if r.Status != domain.StatusRejected || r.Code != domain.CodeRefundExceedsOriginal {
+			t.Fatalf("overrun: %+v", r)
+		}
+		if r = must(t, s, "refund", refundBody("r3", "d1", 0)...); r.Account.Balance != 0 {
+			t.Fatalf("rest: %+v", r)
+		}
+		// A rejected original.
+		r = send(s, "withdraw", "idempotency_key", "w-poor", "account_id", "alice", "amount", 5, "currency", "EUR")
+		if r.Code != domain.CodeInsufficientFunds {
+			t.Fatalf("withdraw: %+v", r)
+		}
+		if r = send(s, "refund", refundBody("r4", "w-poor", 0)...); r.Code != domain.CodeNotRefundable {
+			t.Fatalf("refund of a rejected withdrawal: %+v", r)
+		}
+		if r = send(s, "refund", refundBody("r5", "nothing", 0)...); r.Code != domain.CodeOriginalNotFound || len(r.Events) != 0 {
+			t.Fatalf("unknown original: %+v", r)
+		}
+		if n := countOf(streamEventsOf(t, st, "account-alice"), domain.EvDebited); n != 2 {
+			t.Fatalf("%d refund debits", n)
+		}
+		audit(t, st, true)
+	})
+}
+
+// Refunds of transfers: full, partial, overrun, the same key twice, a refund of a
+// refund, a rejected original, a refused debit and a refused credit compensated.
+func TestRefundsOfTransfers(t *testing.T) {
+	sagaStores(t, func(t *testing.T, st ProcessStore) {
+		clk := newFakeClock()
+		s := newSagaService(st, clk)
+		openFunded(t, s, "alice", "EUR", 1000)
+		openFunded(t, s, "bob", "EUR", 0)
+
+		// Full, by default amount.
+		must(t, s, "transfer", transferBody("t-full", "full", "alice", "bob", 100)...)
+		r := must(t, s, "refund", refundBody("rf-full", "t-full", 0)...)
+		want := []string{"transfer-full:TransferRefundRequested", "bob:Debited", "alice:Credited", "transfer-full:RefundCompleted"}
+		if !reflect.DeepEqual(eventTypes(r), want) || r.Transfer.Status != "completed" || r.Account.AccountID != "bob" || r.Account.Balance != 0 {
+			t.Fatalf("full refund: %v %+v", eventTypes(r), r)
+		}
+		if again := send(newSagaService(st, clk), "refund", refundBody("rf-full", "t-full", 0)...); !again.Duplicate || !sameReply(again, r) {
+			t.Fatalf("double refund:\n%+v\n%+v", again, r)
+		}
+		if got, found, err := s.Lookup(context.Background(), "rf-full"); err != nil || !found || !reflect.DeepEqual(got, r) {
+			t.Fatalf("lookup: %v %v %+v", found, err, got)
+		}
+		if r = send(s, "refund", refundBody("rf-more", "t-full", 0)...); r.Code != domain.CodeRefundExceedsOriginal || r.Transfer.Status != "completed" {
+			t.Fatalf("nothing left: %+v", r)
+		}
+
+		// Partial, then overrun, then the rest.
+		must(t, s, "transfer", transferBody("t-part", "part", "alice", "bob", 100)...)
+		must(t, s, "refund", refundBody("rp-1", "t-part", 30)...)
+		if r = send(s, "refund", refundBody("rp-2", "t-part", 71)...); r.Code != domain.CodeRefundExceedsOriginal ||
+			!reflect.DeepEqual(eventTypes(r), []string{"transfer-part:RefundRejected"}) {
+			t.Fatalf("overrun: %+v", r)
+		}
+		if again := send(s, "refund", refundBody("rp-2", "t-part", 71)...); !again.Duplicate || !sameReply(again, r) {
+			t.Fatalf("overrun again: %+v", again)
+		}
+		must(t, s, "refund", refundBody("rp-3", "t-part", 70)...)
+		// A refund is not refundable; nor is a refused transfer.
+		if r = send(s, "refund", refundBody("rp-4", "rp-1", 0)...); r.Code != domain.CodeNotRefundable {
+			t.Fatalf("refund of a refund: %+v", r)
+		}
+		if r = send(s, "transfer", transferBody("t-poor", "poor", "bob", "alice", 1_000_000)...); r.Code != domain.CodeInsufficientFunds {
+			t.Fatalf("poor transfer: %+v", r)
+		}
+		if r = send(s, "refund", refundBody("rp-5", "t-poor", 0)...); r.Code != domain.CodeNotRefundable || r.Transfer.Status != "rejected" {
+			t.Fatalf("refund of a rejected transfer: %+v", r)
+		}
+		// The refund key reused with another request.
+		if r = send(s, "refund", refundBody("rp-3", "t-part", 1)...); r.Code != domain.CodeIdempotencyKeyConflict {
+			t.Fatalf("refund key conflict: %+v", r)
+		}
+
+		// The destination spent the money: the refund's debit is refused and its
+		// reservation released, so a later refund may take it.
+		must(t, s, "transfer", transferBody("t-spent", "spent", "alice", "bob", 50)...)
+		must(t, s, "withdraw", "idempotency_key", "bob-spends", "account_id", "bob", "amount", 50, "currency", "EUR")
+		r = send(s, "refund", refundBody("rs-1", "t-spent", 50)...)
+		if r.Code != domain.CodeInsufficientFunds || r.Transfer.Status != "completed" ||
+			!reflect.DeepEqual(eventTypes(r), []string{"transfer-spent:TransferRefundRequested", "bob:CommandRejected", "transfer-spent:RefundRejected"}) {
+			t.Fatalf("refused debit: %v %+v", eventTypes(r), r)
+		}
+		must(t, s, "deposit", "idempotency_key", "bob-earns", "account_id", "bob", "amount", 50, "currency", "EUR")
+		must(t, s, "refund", refundBody("rs-2", "t-spent", 50)...)
+
+		// The source closed meanwhile: the refund's credit is refused, the
+		// destination compensated, the refund failed and its reservation released.
+		openFunded(t, s, "carol", "EUR", 40)
+		must(t, s, "transfer", transferBody("t-closed", "closed", "carol", "bob", 40)...)
+		must(t, s, "close_account", "idempotency_key", "close-carol", "account_id", "carol")
+		r = send(s, "refund", refundBody("rc-1", "t-closed", 0)...)
+		want = []string{"transfer-closed:TransferRefundRequested", "bob:Debited", "carol:CommandRejected", "transfer-closed:RefundCreditRefused", "bob:Credited", "transfer-closed:RefundFailed"}
+		if r.Status != domain.StatusRejected || r.Code != domain.CodeAccountClosed || r.Transfer.Status != "completed" || !reflect.DeepEqual(eventTypes(r), want) {
+			t.Fatalf("refused credit: %v %+v", eventTypes(r), r)
+		}
+		if again := send(newSagaService(st, clk), "refund", refundBody("rc-1", "t-closed", 0)...); !again.Duplicate || !sameReply(again, r) {
+			t.Fatalf("failed refund again: %+v", again)
+		}
+		if r = send(s, "refund", refundBody("rc-2", "t-closed", 40)...); r.Code != domain.CodeAccountClosed {
+			t.Fatalf("second try after release: %+v", r)
+		}
+
+		a := audit(t, st, true)
+		// alice: 1000 - 100 + 100 - 100 + 30 + 70 - 50 + 50; bob: 0 + 100 - 100 + 100 - 100 + 50 - 50 + 50 - 50 + 40
+		if a.balance("alice") != 1000 || a.balance("bob") != 40 || a.balance("carol") != 0 {
+			t.Fatalf("balances alice %d bob %d carol %d", a.balance("alice"), a.balance("bob"), a.balance("carol"))
+		}
+		tr := a.transfers["part"]
+		if tr.Reserved != 100 || len(tr.RefundOrder) != 4 { // rp-1, rp-2 (overrun), rp-3, rp-4 (of a refund)
+			t.Fatalf("part: reserved %d refunds %v", tr.Reserved, tr.RefundOrder)
+		}
+	})
+}
+
+// A crash at every step of a refund's saga, then the process finishes it; and a
+// refund that arrives while its transfer is still in flight waits for it.
+func TestRefundCrashAtEveryStep(t *testing.T) {
+	sagaStores(t, func(t *testing.T, st ProcessStore) {
+		clk := newFakeClock()
+		setup := newSagaService(st, clk)
+		openFunded(t, setup, "alice", "EUR", 10_000)
+		openFunded(t, setup, "bob", "EUR", 0)
+		paths := []struct {
+			name  string
+			steps []string
+			code  domain.Code
+		}{
+			{"completed", []string{"refund/requested", "refund/debit", "refund/credit", "refund/complete"}, domain.CodeOK},
+			{"rejected", []string{"refund/debit", "refund/reject"}, domain.CodeInsufficientFunds},
+			{"failed", []string{"refund/credit", "refund/refuse", "refund/compensate", "refund/fail"}, domain.CodeAccountClosed},
+		}
+		n := 0
+		for _, path := range paths {
+			for _, step := range path.steps {
+				n++
+				id := fmt.Sprintf("%s-%d", path.name, n)
+				src, dst := "src-"+id, "dst-"+id
+				openFunded(t, setup, src, "EUR", 10)
+				openFunded(t, setup, dst, "EUR", 0)
+				must(t, setup, "transfer", transferBody("t-"+id, id, src, dst, 10)...)
+				switch path.name {
+				case "rejected": // the destination spent the money
+					must(t, setup, "withdraw", "idempotency_key", "spend-"+id, "account_id", dst, "amount", 10, "currency", "EUR")
+				case "failed": // the source closed
+					must(t, setup, "close_account", "idempotency_key", "close-"+id, "account_id", src)
+				}
+				crashing := newSagaService(st, clk)
+				crashAt(crashing, step)
+				if r := send(crashing, "refund", refundBody("r-"+id, "t-"+id, 0)...); r.Status != domain.StatusError {
+					t.Fatalf("%s at %s: no crash: %+v", id, step, r)
+				}
+				audit(t, st, false)
+				clk.Advance(time.Minute)
+				recoverPass(t, NewProcess(newSagaService(st, clk), st, ProcessOptions{Grace: time.Second}))
+				r, found, err := crashing.Lookup(context.Background(), "r-"+id)
+				if err != nil || !found || r.Code != path.code {
+					t.Fatalf("%s after recovery: %v %v %+v", id, found, err, r)
+				}
+				if again := send(crashing, "refund", refundBody("r-"+id, "t-"+id, 0)...); !again.Duplicate || !sameReply(again, r) {
+					t.Fatalf("%s retry: %+v", id, again)
+				}
+				a := audit(t, st, true)
+				want := map[string][2]int64{"completed": {10, 0}, "rejected": {0, 0}, "failed": {0, 10}}[path.name]
+				if a.balance(src) != want[0] || a.balance(dst) != want[1] {
+					t.Fatalf("%s: src %d dst %d", id, a.balance(src), a.balance(dst))
+				}
+				audit(t, st, true)
+			}
+		}
+
+		// A refund of a transfer still in flight drives the transfer first.
+		crashing := newSagaService(st, clk)
+		crashAt(crashing, "transfer/debit")
+		if r := send(crashing, "transfer", transferBody("t-inflight", "inflight", "alice", "bob", 10)...); r.Status != domain.StatusError {
+			t.Fatalf("no crash: %+v", r)
+		}
+		r := must(t, newSagaService(st, clk), "refund", refundBody("r-inflight", "t-inflight", 0)...)
+		if r.Transfer.Status != "completed" {
+			t.Fatalf("refund of an in-flight transfer: %+v", r)
+		}
+		audit(t, st, true)
+	})
+}
