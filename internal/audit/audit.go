@@ -1,0 +1,316 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/projections"
+)
+
+// Store is what an audit reads: "all" and its head.
+type Store = projections.Store
+
+// Options configure Run.
+type Options struct {
+	// Account, when set, limits the per-account checks and the read-model
+	// comparison to that account (the fold still reads all of "all": money
+	// conservation is a property of the whole ledger).
+	Account string
+	// VerifyChain recomputes every stream's hash chain (tamper evidence).
+	VerifyChain bool
+	// ReadModels, when set, is the read-model database: every read model is
+	// compared with the fold (invariant 4). Nil checks the event store alone.
+	ReadModels *pgxpool.Pool
+	// BatchSize bounds the events read per request (default 5000).
+	BatchSize int
+	// MaxViolations bounds the violations listed (all are counted; default 1000).
+	MaxViolations int
+	// Progress, when set, is told the events folded so far.
+	Progress func(events int64)
+}
+
+// ReadModelCheck is one projection's comparison with the fold.
+type ReadModelCheck struct {
+	Projection string      `json:"projection"`
+	Generation int         `json:"generation"`
+	Position   string      `json:"checkpoint"`
+	Tables     []TableDiff `json:"tables"`
+}
+
+// Report is the outcome of an audit.
+type Report struct {
+	Head           string           `json:"head"`
+	Events         int64            `json:"events"`
+	Streams        int              `json:"streams"`
+	Accounts       int              `json:"accounts"`
+	Transfers      int              `json:"transfers"`
+	Keys           int              `json:"keys"`
+	Account        string           `json:"account,omitempty"`
+	ChainVerified  bool             `json:"chain_verified"`
+	Totals         []Totals         `json:"totals"`
+	ReadModels     []ReadModelCheck `json:"read_models,omitempty"`
+	Violations     []Violation      `json:"violations"`
+	ViolationCount int              `json:"violation_count"`
+}
+
+// OK reports whether no invariant is broken.
+func (r *Report) OK() bool { return r.ViolationCount == 0 }
+
+// Has reports whether a violation of the given invariant and kind ("" for any) was found.
+func (r *Report) Has(invariant int, kind string) bool {
+	for _, v := range r.Violations {
+		if v.Invariant == invariant && (kind == "" || v.Kind == kind) {
+			return true
+		}
+	}
+	return false
+}
+
+// Run audits the ledger: it folds "all" up to the head it sees when it starts,
+// checks the invariants, and compares each read model, as of its checkpoint, with
+// the fold as of the same position (the tables and checkpoints are read in one
+// snapshot).
+func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 5000
+	}
+	f := NewFold()
+	f.VerifyChain = opts.VerifyChain
+	if opts.MaxViolations > 0 {
+		f.MaxViolations = opts.MaxViolations
+	}
+
+	// The read models' snapshot comes first, so that the store's head is at or
+	// after every checkpoint.
+	var (
+		tx    pgx.Tx
+		lives []liveGen
+	)
+	if opts.ReadModels != nil {
+		var err error
+		tx, err = opts.ReadModels.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return nil, fmt.Errorf("audit: read models: %w", err)
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx))
+		if lives, err = liveGenerations(ctx, tx); err != nil {
+			return nil, err
+		}
+	}
+	head, err := store.Head(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("audit: head: %w", err)
+	}
+	expected := make([]map[string]map[string]string, len(lives))
+	snapshot := func(next *eventstore.Position) {
+		for i, l := range lives {
+			if expected[i] == nil && (next == nil || next.Compare(l.pos) > 0) {
+				expected[i] = f.Expected(l.name, opts.Account)
+			}
+		}
+	}
+	if err := foldUntil(ctx, store, f, head, opts.BatchSize, snapshot, opts.Progress); err != nil {
+		return nil, err
+	}
+	snapshot(nil)
+	totals := f.Finish()
+
+	rep := &Report{
+		Head: head.String(), Events: f.Events, Streams: len(f.streams), Accounts: len(f.Accounts),
+		Transfers: len(f.Transfers), Keys: len(f.homes), Account: opts.Account, ChainVerified: opts.VerifyChain, Totals: totals,
+	}
+	for i, l := range lives {
+		if l.pos.Compare(f.Last) > 0 {
+			f.violate(Violation{Invariant: InvReadModel, Kind: "checkpoint_ahead", Message: fmt.Sprintf(
+				"read model %s is at %s, after the store's head %s: it was built from another store", l.name, l.pos, f.Last)})
+		}
+		check := ReadModelCheck{Projection: l.name, Generation: l.gen, Position: l.pos.String()}
+		for _, table := range ProjectionTables[l.name] {
+			actual, err := ReadTable(ctx, tx, table, 0, opts.Account)
+			if err != nil {
+				return nil, err
+			}
+			d := CompareTable(table, expected[i][table], actual)
+			check.Tables = append(check.Tables, d)
+			if !d.OK() {
+				f.violate(Violation{Invariant: InvReadModel, Kind: "read_model_mismatch", Message: fmt.Sprintf(
+					"read model %s (generation %d, at %s) differs from the fold of the event store: %s", l.name, l.gen, l.pos, d.Describe(5))})
+			}
+		}
+		rep.ReadModels = append(rep.ReadModels, check)
+	}
+	rep.Violations, rep.ViolationCount = f.Violations, f.ViolationCount()
+	if opts.Account != "" {
+		rep.Violations, rep.ViolationCount = f.forAccount(opts.Account)
+	}
+	return rep, nil
+}
+
+// forAccount keeps the violations that concern the account, and the global ones.
+func (f *Fold) forAccount(account string) ([]Violation, int) {
+	var out []Violation
+	for _, v := range f.Violations {
+		keep := v.Stream == "" || v.Stream == domain.AccountStream(account)
+		if id, ok := strings.CutPrefix(v.Stream, domain.TransferStreamPrefix); ok {
+			if t := f.Transfers[id]; t != nil && (t.From == account || t.To == account) {
+				keep = true
+			}
+		}
+		if keep {
+			out = append(out, v)
+		}
+	}
+	return out, len(out)
+}
+
+type liveGen struct {
+	name string
+	gen  int
+	pos  eventstore.Position
+}
+
+func liveGenerations(ctx context.Context, q Querier) ([]liveGen, error) {
+	rows, err := q.Query(ctx, `SELECT name, generation, commit_position, prepare_position FROM readmodel.checkpoints WHERE state = 'live' ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("audit: checkpoints: %w", err)
+	}
+	var out []liveGen
+	var (
+		l    liveGen
+		c, p int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&l.name, &l.gen, &c, &p}, func() error {
+		l.pos = eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}
+		out = append(out, l)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: checkpoints: %w", err)
+	}
+	return out, nil
+}
+
+// foldUntil folds "all" up to and including position until. before, when set,
+// is called with each event's position before the event is folded.
+func foldUntil(ctx context.Context, store eventstore.AllReader, f *Fold, until eventstore.Position, batch int, before func(*eventstore.Position), progress func(int64)) error {
+	from := eventstore.Start
+	for from.Compare(until) < 0 {
+		recs, err := store.ReadAll(ctx, from, batch)
+		if err != nil {
+			return fmt.Errorf("audit: read all after %s: %w", from, err)
+		}
+		for _, re := range recs {
+			if re.Position.Compare(until) > 0 {
+				return nil
+			}
+			if before != nil {
+				before(&re.Position)
+			}
+			f.Apply(re)
+		}
+		if progress != nil {
+			progress(f.Events)
+		}
+		if len(recs) < batch {
+			return nil
+		}
+		from = recs[len(recs)-1].Position
+	}
+	return nil
+}
+
+// ErrGenerationMismatch is returned by VerifyGeneration for a generation that
+// does not equal the fold of the event store.
+var ErrGenerationMismatch = errors.New("audit: generation differs from the event store")
+
+// VerifyGeneration checks a built generation of a projection against the fold of
+// the event store up to its checkpoint: row counts and a digest of every table,
+// with the first differing rows named. It is projections.RebuildOptions.Verify.
+func VerifyGeneration(pool *pgxpool.Pool, store Store) func(context.Context, projections.Verification) error {
+	return func(ctx context.Context, v projections.Verification) error {
+		f := NewFold()
+		if err := foldUntil(ctx, store, f, v.Position, 5000, nil, nil); err != nil {
+			return err
+		}
+		expected := f.Expected(v.Projection, "")
+		var faults []string
+		for _, table := range ProjectionTables[v.Projection] {
+			actual, err := ReadTable(ctx, pool, table, v.Generation, "")
+			if err != nil {
+				return err
+			}
+			if d := CompareTable(table, expected[table], actual); !d.OK() {
+				faults = append(faults, d.Describe(5))
+			}
+		}
+		if len(faults) == 0 {
+			return nil
+		}
+		for _, vi := range f.Violations { // a broken stream explains a mismatch
+			if len(faults) > 10 {
+				break
+			}
+			faults = append(faults, "event store: "+vi.String())
+		}
+		return fmt.Errorf("%w: %s", ErrGenerationMismatch, strings.Join(faults, "; "))
+	}
+}
+
+// Write prints the report for people.
+func (r *Report) Write(w io.Writer) {
+	scope := "the whole ledger"
+	if r.Account != "" {
+		scope = "account " + r.Account
+	}
+	fmt.Fprintf(w, "Audit of %s, up to position %s\n", scope, r.Head)
+	fmt.Fprintf(w, "  %d events in %d streams: %d accounts, %d transfers, %d client keys\n", r.Events, r.Streams, r.Accounts, r.Transfers, r.Keys)
+	chain := "not verified (use --verify-chain)"
+	if r.ChainVerified {
+		chain = "verified"
+	}
+	fmt.Fprintf(w, "  hash chains: %s\n", chain)
+	fmt.Fprintln(w, "Money per currency (invariant 2: balances + in flight = deposits - withdrawals - refunds out + refunds in):")
+	for _, t := range r.Totals {
+		fmt.Fprintf(w, "  %s  balances %d + in flight %d (%d pending sagas) = %d;  deposits %d - withdrawals %d - refunds out %d + refunds in %d = %d  (%d accounts)\n",
+			t.Currency, t.Balances, t.InFlight, t.PendingSaga, t.Balances+t.InFlight,
+			t.Deposits, t.Withdrawals, t.RefundsOut, t.RefundsIn, t.Deposits-t.Withdrawals-t.RefundsOut+t.RefundsIn, t.Accounts)
+	}
+	if len(r.ReadModels) > 0 {
+		fmt.Fprintln(w, "Read models (invariant 4: each equals a fold of the event store at its checkpoint):")
+		for _, c := range r.ReadModels {
+			var parts []string
+			ok := true
+			for _, d := range c.Tables {
+				parts = append(parts, fmt.Sprintf("%s %d rows", d.Table, d.Rows))
+				ok = ok && d.OK()
+			}
+			verdict := "ok"
+			if !ok {
+				verdict = "MISMATCH"
+			}
+			fmt.Fprintf(w, "  %-9s generation %d at %s: %s: %s\n", c.Projection, c.Generation, c.Position, strings.Join(parts, ", "), verdict)
+		}
+	}
+	if r.OK() {
+		fmt.Fprintln(w, "OK: invariants 1, 2, 3, 5 hold"+map[bool]string{true: ", 4 holds", false: ""}[len(r.ReadModels) > 0]+map[bool]string{true: ", chains intact", false: ""}[r.ChainVerified])
+		return
+	}
+	fmt.Fprintf(w, "VIOLATIONS: %d\n", r.ViolationCount)
+	byInv := append([]Violation(nil), r.Violations...)
+	sort.SliceStable(byInv, func(i, j int) bool { return byInv[i].Invariant < byInv[j].Invariant })
+	for _, v := range byInv {
+		fmt.Fprintf(w, "  %s\n", v)
+	}
+	if n := r.ViolationCount - len(r.Violations); n > 0 {
+		fmt.Fprintf(w, "  ... and %d more\n", n)
+	}
+}

@@ -1,0 +1,127 @@
+package audit_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ledgerworks/ledger/internal/audit"
+	"github.com/ledgerworks/ledger/internal/pgtest"
+	"github.com/ledgerworks/ledger/projections"
+	"github.com/ledgerworks/ledger/projections/projtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// projected runs a workload and projects it.
+func projected(t *testing.T, w projtest.Workload) *projtest.Env {
+	t.Helper()
+	env := projtest.New(t)
+	env.Run(t, w)
+	r, err := projections.NewRunner(env.Pool, env.Store, projections.Options{BatchSize: 37})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		n, err := r.Step(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return env
+		}
+	}
+}
+
+func run(t *testing.T, env *projtest.Env, opts audit.Options) *audit.Report {
+	t.Helper()
+	opts.ReadModels = env.Pool
+	rep, err := audit.Run(context.Background(), env.Store, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	rep.Write(&b)
+	t.Log("\n" + b.String())
+	return rep
+}
+
+func exec(t *testing.T, env *projtest.Env, sql string, args ...any) {
+	t.Helper()
+	ct, err := env.Pool.Exec(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct.RowsAffected() != 1 {
+		t.Fatalf("%s: %d rows", sql, ct.RowsAffected())
+	}
+}
+
+func TestAuditPassesOnACleanLedger(t *testing.T) {
+	env := projected(t, projtest.Workload{Commands: 300, Seed: 1})
+	rep := run(t, env, audit.Options{VerifyChain: true})
+	if !rep.OK() {
+		t.Fatalf("violations on a clean ledger: %v", rep.Violations)
+	}
+	if rep.Events == 0 || len(rep.ReadModels) != 4 {
+		t.Fatalf("report: %+v", rep)
+	}
+	rep = run(t, env, audit.Options{Account: "w-acct-1"})
+	if !rep.OK() {
+		t.Fatalf("violations for one account: %v", rep.Violations)
+	}
+}
+
+func TestAuditNamesAnEditedEvent(t *testing.T) {
+	env := projected(t, projtest.Workload{Commands: 100, Seed: 2})
+	// Raise the amount of one credit, keeping its JSON well-formed.
+	var pos int64
+	var stream string
+	var rev int64
+	if err := env.Pool.QueryRow(context.Background(), `SELECT position, stream, revision FROM events
+		WHERE type = 'Credited' ORDER BY position LIMIT 1`).Scan(&pos, &stream, &rev); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, env, `UPDATE events SET data = convert_to(replace(convert_from(data, 'UTF8'), '"amount":', '"amount":1'), 'UTF8') WHERE position = $1`, pos)
+
+	rep := run(t, env, audit.Options{})
+	if rep.OK() || !rep.Has(audit.InvBalance, "") {
+		t.Fatalf("an edited credit passed the audit: %v", rep.Violations)
+	}
+	rep = run(t, env, audit.Options{VerifyChain: true})
+	found := false
+	for _, v := range rep.Violations {
+		if v.Invariant == audit.InvChain && v.Stream == stream && v.Revision == rev {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("--verify-chain did not name %s@%d: %v", stream, rev, rep.Violations)
+	}
+}
+
+func TestAuditNamesADeletedReadModelRow(t *testing.T) {
+	env := projected(t, projtest.Workload{Commands: 100, Seed: 3})
+	var id string
+	if err := env.Pool.QueryRow(context.Background(), `SELECT event_id::text FROM readmodel.entries ORDER BY at DESC LIMIT 1`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, env, `DELETE FROM readmodel.entries WHERE event_id = $1`, id)
+	rep := run(t, env, audit.Options{})
+	if !rep.Has(audit.InvReadModel, "read_model_mismatch") || !strings.Contains(rep.Violations[0].Message, id) {
+		t.Fatalf("a deleted entry was not named: %v", rep.Violations)
+	}
+}
+
+func TestAuditNamesAChangedBalance(t *testing.T) {
+	env := projected(t, projtest.Workload{Commands: 100, Seed: 4})
+	exec(t, env, `UPDATE readmodel.accounts SET balance = balance + 1 WHERE account_id = 'w-acct-2'`)
+	rep := run(t, env, audit.Options{})
+	if !rep.Has(audit.InvReadModel, "read_model_mismatch") || !strings.Contains(rep.Violations[0].Message, `"w-acct-2"`) {
+		t.Fatalf("a changed balance was not named: %v", rep.Violations)
+	}
+}

@@ -1,0 +1,224 @@
+package projections
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ledgerworks/ledger/domain"
+)
+
+// accountsProjection maintains readmodel.accounts and readmodel.holds.
+//
+// A batch is folded in memory into one row per account and one per hold (the
+// balance and held amounts are absolute in the events: balance_after and
+// held_after), then written with two multi-row statements. Every update is
+// guarded by the stream revision, every insert is ON CONFLICT, so applying a batch
+// a second time changes nothing.
+type accountsProjection struct{}
+
+func (accountsProjection) Name() string { return Accounts }
+
+type accountRow struct {
+	id                   string
+	opened               bool // AccountOpened is in this batch: the row is complete
+	currency             string
+	overdraft            int64
+	metadata             string
+	balance, held        int64
+	hasBalance, hasHeld  bool
+	closed               bool
+	revision             int64
+	openedAt, updatedAt  time.Time
+}
+
+type holdRow struct {
+	account, hold       string
+	placed              bool // HoldPlaced is in this batch: the row is complete
+	amount              int64
+	currency            string
+	status              string
+	captured            int64
+	expiresAt           *time.Time
+	key                 string
+	revision            int64
+	placedAt, updatedAt time.Time
+}
+
+func (accountsProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events []*Event) error {
+	accounts := map[string]*accountRow{}
+	holds := map[[2]string]*holdRow{}
+	for _, ev := range events {
+		id, ok := ev.AccountID()
+		if !ok {
+			continue
+		}
+		if ev.DecodeErr != nil {
+			return fmt.Errorf("projections: accounts: %s@%d: %w", ev.Stream, ev.Revision, ev.DecodeErr)
+		}
+		a := accounts[id]
+		if a == nil {
+			a = &accountRow{id: id}
+			accounts[id] = a
+		}
+		a.revision = int64(ev.Revision)
+		a.updatedAt = ev.Meta.At
+		hold := func(holdID string) *holdRow {
+			k := [2]string{id, holdID}
+			h := holds[k]
+			if h == nil {
+				h = &holdRow{account: id, hold: holdID}
+				holds[k] = h
+			}
+			h.revision, h.updatedAt = int64(ev.Revision), ev.Meta.At
+			return h
+		}
+		switch p := ev.Payload.(type) {
+		case *domain.AccountOpened:
+			md, err := json.Marshal(p.Metadata)
+			if err != nil {
+				return err
+			}
+			if p.Metadata == nil {
+				md = []byte("{}")
+			}
+			a.opened, a.currency, a.overdraft, a.metadata, a.openedAt = true, p.Currency, p.OverdraftLimit, string(md), ev.Meta.At
+		case *domain.Credited:
+			a.balance, a.hasBalance = p.BalanceAfter, true
+		case *domain.Debited:
+			a.balance, a.hasBalance = p.BalanceAfter, true
+		case *domain.HoldPlaced:
+			a.held, a.hasHeld = p.HeldAfter, true
+			h := hold(p.HoldID)
+			h.placed, h.amount, h.currency, h.status, h.key, h.placedAt = true, p.Amount, p.Currency, string(domain.HoldStatusActive), ev.Meta.Key, ev.Meta.At
+			h.expiresAt = p.ExpiresAt
+		case *domain.HoldCaptured:
+			a.balance, a.hasBalance, a.held, a.hasHeld = p.BalanceAfter, true, p.HeldAfter, true
+			h := hold(p.HoldID)
+			h.status, h.captured = string(domain.HoldStatusCaptured), p.Amount
+		case *domain.HoldReleased:
+			a.held, a.hasHeld = p.HeldAfter, true
+			h := hold(p.HoldID)
+			h.status = string(domain.HoldStatusReleased)
+			if p.Reason == domain.ReasonHoldExpired {
+				h.status = string(domain.HoldStatusExpired)
+			}
+		case *domain.AccountClosed:
+			a.closed = true
+		case *domain.CommandRejected:
+		default:
+			return fmt.Errorf("projections: accounts: %s@%d: event %s does not belong to an account stream", ev.Stream, ev.Revision, ev.Type)
+		}
+	}
+	if len(accounts) == 0 {
+		return nil
+	}
+	if err := writeAccounts(ctx, tx, gen, accounts); err != nil {
+		return err
+	}
+	if len(holds) > 0 {
+		return writeHolds(ctx, tx, gen, holds)
+	}
+	return nil
+}
+
+func writeAccounts(ctx context.Context, tx pgx.Tx, gen int, rows map[string]*accountRow) error {
+	ids := make([]string, 0, len(rows))
+	for id := range rows {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids) // one lock order for every writer
+	n := len(ids)
+	var (
+		opened, closed, hasBal, hasHeld = make([]bool, n), make([]bool, n), make([]bool, n), make([]bool, n)
+		currency, metadata              = make([]string, n), make([]string, n)
+		overdraft, balance, held, rev   = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		openedAt, updatedAt             = make([]time.Time, n), make([]time.Time, n)
+	)
+	for i, id := range ids {
+		a := rows[id]
+		opened[i], closed[i], hasBal[i], hasHeld[i] = a.opened, a.closed, a.hasBalance, a.hasHeld
+		currency[i], metadata[i], overdraft[i] = a.currency, a.metadata, a.overdraft
+		balance[i], held[i], rev[i] = a.balance, a.held, a.revision
+		openedAt[i], updatedAt[i] = a.openedAt, a.updatedAt
+		if metadata[i] == "" {
+			metadata[i] = "{}"
+		}
+	}
+	t := Table("accounts", gen)
+	sql := fmt.Sprintf(`WITH u AS (
+	SELECT * FROM unnest($1::text[], $2::bool[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::bool[],
+		$8::bigint[], $9::bool[], $10::bool[], $11::bigint[], $12::timestamptz[], $13::timestamptz[])
+		AS u(account_id, opened, currency, overdraft_limit, metadata, balance, has_balance, held, has_held, closed, revision, opened_at, updated_at)
+), ins AS (
+	INSERT INTO %[1]s AS a (account_id, currency, overdraft_limit, metadata, status, balance, held, revision, opened_at, updated_at)
+	SELECT account_id, currency, overdraft_limit, metadata::jsonb, CASE WHEN closed THEN 'closed' ELSE 'open' END,
+		balance, held, revision, opened_at, updated_at
+	FROM u WHERE opened
+	ON CONFLICT (account_id) DO UPDATE SET status = excluded.status, balance = excluded.balance, held = excluded.held,
+		revision = excluded.revision, updated_at = excluded.updated_at
+	WHERE a.revision < excluded.revision
+)
+UPDATE %[1]s AS a SET
+	balance = CASE WHEN u.has_balance THEN u.balance ELSE a.balance END,
+	held = CASE WHEN u.has_held THEN u.held ELSE a.held END,
+	status = CASE WHEN u.closed THEN 'closed' ELSE a.status END,
+	revision = u.revision, updated_at = u.updated_at
+FROM u WHERE NOT u.opened AND a.account_id = u.account_id AND a.revision < u.revision`, t)
+	_, err := tx.Exec(ctx, sql, ids, opened, currency, overdraft, metadata, balance, hasBal, held, hasHeld, closed, rev, openedAt, updatedAt)
+	if err != nil {
+		return fmt.Errorf("projections: accounts: %w", err)
+	}
+	return nil
+}
+
+func writeHolds(ctx context.Context, tx pgx.Tx, gen int, rows map[[2]string]*holdRow) error {
+	keys := make([][2]string, 0, len(rows))
+	for k := range rows {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i][0] != keys[j][0] {
+			return keys[i][0] < keys[j][0]
+		}
+		return keys[i][1] < keys[j][1]
+	})
+	n := len(keys)
+	var (
+		account, hold, currency, status, key = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		placed                               = make([]bool, n)
+		amount, captured, rev                = make([]int64, n), make([]int64, n), make([]int64, n)
+		expires                              = make([]*time.Time, n)
+		placedAt, updatedAt                  = make([]time.Time, n), make([]time.Time, n)
+	)
+	for i, k := range keys {
+		h := rows[k]
+		account[i], hold[i], currency[i], status[i], key[i] = h.account, h.hold, h.currency, h.status, h.key
+		placed[i], amount[i], captured[i], rev[i], expires[i] = h.placed, h.amount, h.captured, h.revision, h.expiresAt
+		placedAt[i], updatedAt[i] = h.placedAt, h.updatedAt
+	}
+	t := Table("holds", gen)
+	sql := fmt.Sprintf(`WITH u AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bool[], $4::bigint[], $5::text[], $6::text[], $7::bigint[],
+		$8::timestamptz[], $9::text[], $10::bigint[], $11::timestamptz[], $12::timestamptz[])
+		AS u(account_id, hold_id, placed, amount, currency, status, captured, expires_at, idempotency_key, revision, placed_at, updated_at)
+), ins AS (
+	INSERT INTO %[1]s AS h (account_id, hold_id, amount, currency, status, captured, expires_at, idempotency_key, revision, placed_at, updated_at)
+	SELECT account_id, hold_id, amount, currency, status, captured, expires_at, idempotency_key, revision, placed_at, updated_at
+	FROM u WHERE placed
+	ON CONFLICT (account_id, hold_id) DO UPDATE SET status = excluded.status, captured = excluded.captured,
+		revision = excluded.revision, updated_at = excluded.updated_at
+	WHERE h.revision < excluded.revision
+)
+UPDATE %[1]s AS h SET status = u.status, captured = u.captured, revision = u.revision, updated_at = u.updated_at
+FROM u WHERE NOT u.placed AND h.account_id = u.account_id AND h.hold_id = u.hold_id AND h.revision < u.revision`, t)
+	_, err := tx.Exec(ctx, sql, account, hold, placed, amount, currency, status, captured, expires, key, rev, placedAt, updatedAt)
+	if err != nil {
+		return fmt.Errorf("projections: holds: %w", err)
+	}
+	return nil
+}

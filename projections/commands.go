@@ -1,0 +1,291 @@
+package projections
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/ledger"
+)
+
+// commandsProjection maintains readmodel.commands: per client idempotency key, the
+// reply the ledger gave when it decided the command (duplicate false), rebuilt
+// from the events alone. It serves ledger.v1.query.command.
+//
+// An account command's reply shows the account right after it, so the projection
+// keeps its own fold of every account (readmodel.command_accounts: currency,
+// balance, held, revision); an event at or below that revision was applied
+// already and is skipped, which makes a redelivered batch a no-op.
+type commandsProjection struct{}
+
+func (commandsProjection) Name() string { return Commands }
+
+type cmdAccount struct {
+	currency               string
+	balance, held, revision int64
+	dirty                  bool
+}
+
+type cmdRow struct {
+	key, stream, command string
+	reset                bool // the command's first event is in this batch
+	reply                ledger.Reply
+	firstRev, lastRev    int64
+	at                   time.Time
+}
+
+// clientCommand reports whether an event was written by a client's command under
+// the client's own key (not by a saga step under a derived key).
+func clientCommand(m domain.Metadata) bool {
+	return m.Origin == "" && domain.CommandType(m.Command).IsClient()
+}
+
+func (commandsProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events []*Event) error {
+	accounts, err := loadCmdAccounts(ctx, tx, gen, events)
+	if err != nil {
+		return err
+	}
+	parts, err := loadParts(ctx, tx, gen, events)
+	if err != nil {
+		return err
+	}
+	rows := map[string]*cmdRow{}
+	var order []string
+	row := func(ev *Event) *cmdRow {
+		m := ev.Meta
+		r := rows[m.Key]
+		if r == nil || m.Index == 0 {
+			if r == nil {
+				order = append(order, m.Key)
+			}
+			r = &cmdRow{key: m.Key, stream: ev.Stream, command: m.Command, reset: m.Index == 0, firstRev: int64(ev.Revision), at: m.At}
+			r.reply = ledger.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: m.Key, Events: []domain.EventRef{}}
+			rows[m.Key] = r
+		}
+		r.lastRev = int64(ev.Revision)
+		r.reply.Events = append(r.reply.Events, domain.EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type})
+		r.reply.Position = ev.Position.String()
+		return r
+	}
+	decided := func(r *cmdRow) {
+		if rows[r.key] == nil {
+			order = append(order, r.key)
+		}
+		rows[r.key] = r
+	}
+	for _, ev := range events {
+		if id, ok := ev.AccountID(); ok {
+			if ev.DecodeErr != nil {
+				return fmt.Errorf("projections: commands: %s@%d: %w", ev.Stream, ev.Revision, ev.DecodeErr)
+			}
+			a := accounts[id]
+			if a == nil {
+				a = &cmdAccount{revision: -1}
+				accounts[id] = a
+			}
+			if int64(ev.Revision) <= a.revision {
+				continue // applied by an earlier batch
+			}
+			evolveCmdAccount(a, ev)
+			view := &domain.AccountView{
+				AccountID: id, Currency: a.currency, Balance: a.balance, Held: a.held,
+				Available: a.balance - a.held, Revision: uint64(a.revision),
+			}
+			if sagaStep(ev.Meta) {
+				parts.step(ev, view)
+				continue
+			}
+			if !clientCommand(ev.Meta) {
+				continue
+			}
+			r := row(ev)
+			if p, ok := ev.Payload.(*domain.CommandRejected); ok {
+				r.reply.Status, r.reply.Code, r.reply.Message = domain.StatusRejected, p.Code, p.Message
+			}
+			r.reply.Account = view
+			continue
+		}
+		if strings.HasPrefix(ev.Stream, domain.TransferStreamPrefix) {
+			if ev.DecodeErr != nil {
+				return fmt.Errorf("projections: commands: %s@%d: %w", ev.Stream, ev.Revision, ev.DecodeErr)
+			}
+			if err := parts.transferEvent(ev, decided); err != nil {
+				return err
+			}
+		}
+	}
+	if err := writeCmdAccounts(ctx, tx, gen, accounts); err != nil {
+		return err
+	}
+	if err := parts.write(ctx, tx, gen); err != nil {
+		return err
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	return writeCommands(ctx, tx, gen, rows, order)
+}
+
+// evolveCmdAccount folds what a reply shows of an account. Balance and held are
+// absolute in the events (balance_after, held_after).
+func evolveCmdAccount(a *cmdAccount, ev *Event) {
+	switch p := ev.Payload.(type) {
+	case *domain.AccountOpened:
+		a.currency = p.Currency
+	case *domain.Credited:
+		a.balance = p.BalanceAfter
+	case *domain.Debited:
+		a.balance = p.BalanceAfter
+	case *domain.HoldPlaced:
+		a.held = p.HeldAfter
+	case *domain.HoldCaptured:
+		a.balance, a.held = p.BalanceAfter, p.HeldAfter
+	case *domain.HoldReleased:
+		a.held = p.HeldAfter
+	}
+	a.revision = int64(ev.Revision)
+	a.dirty = true
+}
+
+func loadCmdAccounts(ctx context.Context, tx pgx.Tx, gen int, events []*Event) (map[string]*cmdAccount, error) {
+	seen := map[string]bool{}
+	var ids []string
+	for _, ev := range events {
+		if id, ok := ev.AccountID(); ok && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	out := make(map[string]*cmdAccount, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT account_id, currency, balance, held, revision FROM %s WHERE account_id = ANY($1)`, Table("command_accounts", gen)), ids)
+	if err != nil {
+		return nil, fmt.Errorf("projections: commands: %w", err)
+	}
+	var (
+		id string
+		a  cmdAccount
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &a.currency, &a.balance, &a.held, &a.revision}, func() error {
+		c := a
+		out[id] = &c
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projections: commands: %w", err)
+	}
+	return out, nil
+}
+
+func writeCmdAccounts(ctx context.Context, tx pgx.Tx, gen int, accounts map[string]*cmdAccount) error {
+	var ids []string
+	for id, a := range accounts {
+		if a.dirty {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	sort.Strings(ids)
+	n := len(ids)
+	currency := make([]string, n)
+	balance, held, rev := make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, id := range ids {
+		a := accounts[id]
+		currency[i], balance[i], held[i], rev[i] = a.currency, a.balance, a.held, a.revision
+	}
+	sql := fmt.Sprintf(`INSERT INTO %s AS a (account_id, currency, balance, held, revision)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[])
+ON CONFLICT (account_id) DO UPDATE SET currency = excluded.currency, balance = excluded.balance, held = excluded.held, revision = excluded.revision
+WHERE a.revision < excluded.revision`, Table("command_accounts", gen))
+	if _, err := tx.Exec(ctx, sql, ids, currency, balance, held, rev); err != nil {
+		return fmt.Errorf("projections: commands: %w", err)
+	}
+	return nil
+}
+
+func writeCommands(ctx context.Context, tx pgx.Tx, gen int, rows map[string]*cmdRow, order []string) error {
+	sort.Strings(order)
+	if err := mergeContinuations(ctx, tx, gen, rows, order); err != nil {
+		return err
+	}
+	n := len(order)
+	var (
+		keys, streams, commands, statuses, codes = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		first, last                              = make([]int64, n), make([]int64, n)
+		replies                                  = make([]string, n)
+		ats                                      = make([]time.Time, n)
+	)
+	for i, k := range order {
+		r := rows[k]
+		b, err := json.Marshal(r.reply)
+		if err != nil {
+			return fmt.Errorf("projections: commands: %w", err)
+		}
+		keys[i], streams[i], commands[i], statuses[i], codes[i] = r.key, r.stream, r.command, string(r.reply.Status), string(r.reply.Code)
+		first[i], last[i], replies[i], ats[i] = r.firstRev, r.lastRev, string(b), r.at
+	}
+	sql := fmt.Sprintf(`INSERT INTO %s AS c (idempotency_key, stream, command, status, code, first_revision, last_revision, reply, at)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::json[], $9::timestamptz[])
+ON CONFLICT (idempotency_key) DO UPDATE SET status = excluded.status, code = excluded.code,
+	first_revision = excluded.first_revision, last_revision = excluded.last_revision, reply = excluded.reply, at = excluded.at
+WHERE c.stream = excluded.stream AND c.last_revision < excluded.last_revision`, Table("commands", gen))
+	if _, err := tx.Exec(ctx, sql, keys, streams, commands, statuses, codes, first, last, replies, ats); err != nil {
+		return fmt.Errorf("projections: commands: %w", err)
+	}
+	return nil
+}
+
+// mergeContinuations completes the rows of commands whose events were split
+// between batches (the first event in an earlier one): the reply written then
+// gets this batch's events appended.
+func mergeContinuations(ctx context.Context, tx pgx.Tx, gen int, rows map[string]*cmdRow, order []string) error {
+	var keys []string
+	for _, k := range order {
+		if !rows[k].reset {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	q, err := tx.Query(ctx, fmt.Sprintf(`SELECT idempotency_key, stream, first_revision, last_revision, reply::text, at FROM %s WHERE idempotency_key = ANY($1)`, Table("commands", gen)), keys)
+	if err != nil {
+		return fmt.Errorf("projections: commands: %w", err)
+	}
+	var (
+		key, stream, reply string
+		first, last        int64
+		at                 time.Time
+	)
+	_, err = pgx.ForEachRow(q, []any{&key, &stream, &first, &last, &reply, &at}, func() error {
+		r := rows[key]
+		if r == nil || r.stream != stream || last >= r.firstRev {
+			return nil // another stream's key, or applied already: the upsert's guard skips it
+		}
+		var prev ledger.Reply
+		if err := json.Unmarshal([]byte(reply), &prev); err != nil {
+			return fmt.Errorf("projections: commands: reply of %q: %w", key, err)
+		}
+		prev.Events = append(prev.Events, r.reply.Events...)
+		prev.Account, prev.Transfer, prev.Position = r.reply.Account, r.reply.Transfer, r.reply.Position
+		if r.reply.Status != domain.StatusApplied {
+			prev.Status, prev.Code, prev.Message = r.reply.Status, r.reply.Code, r.reply.Message
+		}
+		r.reply, r.firstRev, r.at, r.reset = prev, first, at, true
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("projections: commands: %w", err)
+	}
+	return nil
+}

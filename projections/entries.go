@@ -1,0 +1,93 @@
+package projections
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ledgerworks/ledger/domain"
+)
+
+// entriesProjection maintains readmodel.entries, the statement: one row per money
+// event of an account (Credited, Debited, HoldCaptured), keyed by event ID, with
+// the signed amount and the balance after it.
+type entriesProjection struct{}
+
+func (entriesProjection) Name() string { return Entries }
+
+// Entry is one statement row as the entries projection derives it from an event.
+type Entry struct {
+	EventID        uuid.UUID
+	AccountID      string
+	Revision       int64
+	Type           string
+	Reason         string
+	Ref            string
+	Amount         int64 // signed: credits positive, debits negative
+	Currency       string
+	BalanceAfter   int64
+	IdempotencyKey string
+	At             time.Time
+}
+
+// EntryOf returns the statement row of a money event, ok false for other events.
+func EntryOf(ev *Event) (Entry, bool) {
+	id, ok := ev.AccountID()
+	if !ok {
+		return Entry{}, false
+	}
+	e := Entry{EventID: ev.ID, AccountID: id, Revision: int64(ev.Revision), Type: ev.Type, IdempotencyKey: ev.Meta.Key, At: ev.Meta.At}
+	switch p := ev.Payload.(type) {
+	case *domain.Credited:
+		e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter = p.Reason, p.Ref, p.Amount, p.Currency, p.BalanceAfter
+	case *domain.Debited:
+		e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter = p.Reason, p.Ref, -p.Amount, p.Currency, p.BalanceAfter
+	case *domain.HoldCaptured:
+		e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter = "hold_capture", p.HoldID, -p.Amount, p.Currency, p.BalanceAfter
+	default:
+		return Entry{}, false
+	}
+	return e, true
+}
+
+func (entriesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events []*Event) error {
+	var (
+		ids                                      []uuid.UUID
+		accounts, types, reasons, refs, curr, ks []string
+		revs, amounts, balances                  []int64
+		ats                                      []time.Time
+	)
+	for _, ev := range events {
+		if _, ok := ev.AccountID(); ok && ev.DecodeErr != nil {
+			return fmt.Errorf("projections: entries: %s@%d: %w", ev.Stream, ev.Revision, ev.DecodeErr)
+		}
+		e, ok := EntryOf(ev)
+		if !ok {
+			continue
+		}
+		ids = append(ids, e.EventID)
+		accounts = append(accounts, e.AccountID)
+		revs = append(revs, e.Revision)
+		types = append(types, e.Type)
+		reasons = append(reasons, e.Reason)
+		refs = append(refs, e.Ref)
+		amounts = append(amounts, e.Amount)
+		curr = append(curr, e.Currency)
+		balances = append(balances, e.BalanceAfter)
+		ks = append(ks, e.IdempotencyKey)
+		ats = append(ats, e.At)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	sql := fmt.Sprintf(`INSERT INTO %s (event_id, account_id, revision, type, reason, ref, amount, currency, balance_after, idempotency_key, at)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::bigint[], $10::text[], $11::timestamptz[])
+ON CONFLICT (event_id) DO NOTHING`, Table("entries", gen))
+	if _, err := tx.Exec(ctx, sql, ids, accounts, revs, types, reasons, refs, amounts, curr, balances, ks, ats); err != nil {
+		return fmt.Errorf("projections: entries: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,113 @@
+package projections
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+)
+
+// Event is one event of "all", decoded once per batch and shared by every
+// projection of the batch.
+type Event struct {
+	eventstore.RecordedEvent
+	Meta domain.Metadata
+	// Payload is the typed domain payload (a pointer, as domain.DecodeEvent
+	// returns it), nil when DecodeErr is set.
+	Payload   any
+	DecodeErr error
+}
+
+// Decode decodes a recorded event. Metadata that does not parse is an error: every
+// event the ledger writes has it. A payload of a type this build does not know is
+// kept with DecodeErr set; a projection that needs it fails on it.
+func Decode(re eventstore.RecordedEvent) (*Event, error) {
+	ev := &Event{RecordedEvent: re}
+	m, err := domain.DecodeMetadata(re.Metadata)
+	if err != nil {
+		return nil, fmt.Errorf("projections: %s@%d: %w", re.Stream, re.Revision, err)
+	}
+	ev.Meta = m
+	ev.Payload, ev.DecodeErr = domain.DecodeEvent(re.Type, re.Data)
+	return ev, nil
+}
+
+// DecodeAll decodes a batch.
+func DecodeAll(res []eventstore.RecordedEvent) ([]*Event, error) {
+	out := make([]*Event, len(res))
+	for i, re := range res {
+		ev, err := Decode(re)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = ev
+	}
+	return out, nil
+}
+
+// AccountID returns the account of an account-stream event, ok false for other streams.
+func (e *Event) AccountID() (string, bool) {
+	return strings.CutPrefix(e.Stream, domain.AccountStreamPrefix)
+}
+
+// Projection is one read model: a name and how a batch of events changes its
+// tables of a given generation. Apply is called inside the batch's transaction
+// with the events after the projection's checkpoint, in the order of "all"; it
+// must be idempotent (rows keyed by event ID, updates guarded by stream revision)
+// because a batch may reach it again after a crash of its caller.
+type Projection interface {
+	Name() string
+	Apply(ctx context.Context, tx pgx.Tx, gen int, events []*Event) error
+}
+
+// Names of the projections.
+const (
+	Accounts  = "accounts"
+	Entries   = "entries"
+	Transfers = "transfers"
+	Commands  = "commands"
+)
+
+// Names lists every projection, in the order their checkpoints are locked.
+var Names = []string{Accounts, Commands, Entries, Transfers}
+
+// ByName returns the projection called name.
+func ByName(name string) (Projection, error) {
+	switch name {
+	case Accounts:
+		return accountsProjection{}, nil
+	case Entries:
+		return entriesProjection{}, nil
+	case Transfers:
+		return transfersProjection{}, nil
+	case Commands:
+		return commandsProjection{}, nil
+	}
+	return nil, fmt.Errorf("projections: unknown projection %q (known: %s)", name, strings.Join(Names, ", "))
+}
+
+// Table is the quoted name of a read-model table of a generation, e.g.
+// readmodel.accounts_g3.
+func Table(base string, gen int) string {
+	return pgx.Identifier{"readmodel", fmt.Sprintf("%s_g%d", base, gen)}.Sanitize()
+}
+
+// View is the quoted name of the view readers use, e.g. readmodel.accounts.
+func View(base string) string { return pgx.Identifier{"readmodel", base}.Sanitize() }
+
+// posArgs converts a position to the two bigint columns that store it.
+func posArgs(p eventstore.Position) (int64, int64, error) {
+	if p.Commit > math.MaxInt64 || p.Prepare > math.MaxInt64 {
+		return 0, 0, fmt.Errorf("projections: position %s does not fit in bigint columns", p)
+	}
+	return int64(p.Commit), int64(p.Prepare), nil
+}
+
+func position(commit, prepare int64) eventstore.Position {
+	return eventstore.Position{Commit: uint64(commit), Prepare: uint64(prepare)}
+}

@@ -1,0 +1,319 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ledgerworks/ledger/eventstore"
+)
+
+// Verification names a generation to check before it goes live: its tables must
+// equal a fold of the event store up to Position.
+type Verification struct {
+	Projection string
+	Generation int
+	Position   eventstore.Position
+}
+
+// RebuildOptions configure Rebuild. Zero values take the defaults.
+type RebuildOptions struct {
+	// Projections names the projections to rebuild (default: all of Names).
+	Projections []string
+	// BatchSize bounds the events per transaction (default 5000).
+	BatchSize int
+	// Verify checks a built generation before the switch (internal/audit's
+	// VerifyGeneration); an error refuses the generation, which is dropped. Nil
+	// skips the check: only tests that check otherwise should do that.
+	Verify func(ctx context.Context, v Verification) error
+	// Progress, when set, is called after each batch with the events consumed so far.
+	Progress func(events int64)
+	// Hook, when set, runs in every build batch's transaction before its commit.
+	Hook Hook
+	// AfterBatch, when set, is called after each committed build batch (tests use
+	// it to write, or tamper, while the build runs).
+	AfterBatch func(ctx context.Context, gens map[string]int) error
+	// LockTimeout bounds how long the switch waits for readers and the live
+	// runner to release the tables (default 30s).
+	LockTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// RebuildResult describes one projection's rebuild.
+type RebuildResult struct {
+	Projection string
+	Previous   int // the generation dropped
+	Generation int // the generation now live
+	Events     int64
+	Position   eventstore.Position
+	Duration   time.Duration
+}
+
+// ErrRebuildRunning means another rebuild holds the rebuild lock.
+var ErrRebuildRunning = errors.New("projections: another rebuild is running")
+
+// rebuildLockID is the session advisory lock held for the length of a rebuild.
+const rebuildLockID int64 = 0x6c6564676572 // "ledger"
+
+// Rebuild builds a new generation of each named projection from the start of
+// "all", beside the live one (readers and the live runner go on), checks it with
+// opts.Verify, and then switches to it in one transaction: the switch locks the
+// live checkpoint (so the live runner pauses), applies whatever the live runner
+// applied meanwhile, makes the new generation's checkpoint live, points the views
+// at its tables and drops the old generation. A generation that fails the check
+// is dropped and the live one is left as it was.
+func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildOptions) ([]RebuildResult, error) {
+	if len(opts.Projections) == 0 {
+		opts.Projections = Names
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 5000
+	}
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	names := append([]string(nil), opts.Projections...)
+	sort.Strings(names)
+	var projs []Projection
+	for i, n := range names {
+		if i > 0 && names[i-1] == n {
+			continue
+		}
+		p, err := ByName(n)
+		if err != nil {
+			return nil, err
+		}
+		projs = append(projs, p)
+	}
+
+	lock, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("projections: rebuild: %w", err)
+	}
+	defer lock.Release()
+	var got bool
+	if err := lock.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, rebuildLockID).Scan(&got); err != nil {
+		return nil, fmt.Errorf("projections: rebuild lock: %w", err)
+	}
+	if !got {
+		return nil, ErrRebuildRunning
+	}
+	defer lock.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, rebuildLockID)
+
+	if err := DropStaleBuilds(ctx, pool); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	slots := make([]*slot, 0, len(projs))
+	gens := map[string]int{}
+	for _, p := range projs {
+		gen, err := createGeneration(ctx, pool, p.Name())
+		if err != nil {
+			dropBuilds(ctx, pool, slots)
+			return nil, err
+		}
+		slots = append(slots, &slot{proj: p, gen: gen})
+		gens[p.Name()] = gen
+		opts.Logger.Info("rebuild: building", "projection", p.Name(), "generation", gen)
+	}
+	// Build until caught up with what "all" shows now.
+	var consumed int64
+	for {
+		from := minPos(slots)
+		recs, err := store.ReadAll(ctx, from, opts.BatchSize)
+		if err != nil {
+			dropBuilds(ctx, pool, slots)
+			return nil, fmt.Errorf("projections: rebuild: read all after %s: %w", from, err)
+		}
+		if len(recs) > 0 {
+			events, err := DecodeAll(recs)
+			if err == nil {
+				err = applyBatch(ctx, pool, slots, events, opts.Hook)
+			}
+			if err != nil {
+				dropBuilds(ctx, pool, slots)
+				return nil, fmt.Errorf("projections: rebuild: %w", err)
+			}
+			consumed += int64(len(recs))
+			if opts.Progress != nil {
+				opts.Progress(consumed)
+			}
+			if opts.AfterBatch != nil {
+				if err := opts.AfterBatch(ctx, gens); err != nil {
+					dropBuilds(ctx, pool, slots)
+					return nil, err
+				}
+			}
+		}
+		if len(recs) < opts.BatchSize {
+			break
+		}
+	}
+
+	var results []RebuildResult
+	var errs []error
+	for _, s := range slots {
+		if opts.Verify != nil {
+			v := Verification{Projection: s.proj.Name(), Generation: s.gen, Position: s.pos}
+			if err := opts.Verify(ctx, v); err != nil {
+				dropBuilds(ctx, pool, []*slot{s})
+				errs = append(errs, fmt.Errorf("projections: rebuild of %s refused: generation %d does not match the event store: %w", s.proj.Name(), s.gen, err))
+				continue
+			}
+		}
+		prev, err := switchGeneration(ctx, pool, store, s, opts.BatchSize, opts.LockTimeout)
+		if err != nil {
+			dropBuilds(ctx, pool, []*slot{s})
+			errs = append(errs, err)
+			continue
+		}
+		opts.Logger.Info("rebuild: switched", "projection", s.proj.Name(), "generation", s.gen, "previous", prev, "position", s.pos.String())
+		results = append(results, RebuildResult{Projection: s.proj.Name(), Previous: prev, Generation: s.gen, Events: s.events, Position: s.pos, Duration: time.Since(start)})
+	}
+	return results, errors.Join(errs...)
+}
+
+// createGeneration creates the tables and the building checkpoint of a new
+// generation of a projection.
+func createGeneration(ctx context.Context, pool *pgxpool.Pool, name string) (int, error) {
+	var gen int
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT nextval('readmodel.generation_seq')::int`).Scan(&gen); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT readmodel.create_generation($1, $2)`, name, gen); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO readmodel.checkpoints (name, generation, state) VALUES ($1, $2, 'building')`, name, gen)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("projections: create generation of %s: %w", name, err)
+	}
+	return gen, nil
+}
+
+// DropStaleBuilds drops the generations left 'building' by a rebuild that died.
+// Call it only while holding the rebuild lock (Rebuild does).
+func DropStaleBuilds(ctx context.Context, pool *pgxpool.Pool) error {
+	rows, err := pool.Query(ctx, `SELECT name, generation FROM readmodel.checkpoints WHERE state = 'building'`)
+	if err != nil {
+		return fmt.Errorf("projections: stale builds: %w", err)
+	}
+	type build struct {
+		name string
+		gen  int
+	}
+	var builds []build
+	var b build
+	if _, err := pgx.ForEachRow(rows, []any{&b.name, &b.gen}, func() error { builds = append(builds, b); return nil }); err != nil {
+		return fmt.Errorf("projections: stale builds: %w", err)
+	}
+	for _, b := range builds {
+		if err := dropGeneration(ctx, pool, b.name, b.gen); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func dropGeneration(ctx context.Context, pool *pgxpool.Pool, name string, gen int) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM readmodel.checkpoints WHERE name = $1 AND generation = $2 AND state = 'building'`, name, gen); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT readmodel.drop_generation($1, $2)`, name, gen)
+		return err
+	})
+}
+
+// dropBuilds drops unfinished generations, best effort (a later rebuild drops
+// whatever is left).
+func dropBuilds(ctx context.Context, pool *pgxpool.Pool, slots []*slot) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	for _, s := range slots {
+		_ = dropGeneration(dctx, pool, s.proj.Name(), s.gen)
+	}
+}
+
+// switchGeneration makes a built generation live in one transaction and drops the
+// previous one; it returns the previous generation.
+func switchGeneration(ctx context.Context, pool *pgxpool.Pool, store Store, s *slot, batch int, lockTimeout time.Duration) (int, error) {
+	name := s.proj.Name()
+	var prev int
+	var applied int64
+	pos := s.pos
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, lockTimeout.Milliseconds())); err != nil {
+			return err
+		}
+		var lc, lp int64
+		// The live checkpoint's row lock holds back the live runner's next batch.
+		err := tx.QueryRow(ctx, `SELECT generation, commit_position, prepare_position FROM readmodel.checkpoints
+			WHERE name = $1 AND state = 'live' FOR UPDATE`, name).Scan(&prev, &lc, &lp)
+		if err != nil {
+			return fmt.Errorf("live checkpoint: %w", err)
+		}
+		var bc, bp int64
+		err = tx.QueryRow(ctx, `SELECT commit_position, prepare_position FROM readmodel.checkpoints
+			WHERE name = $1 AND generation = $2 AND state = 'building' FOR UPDATE`, name, s.gen).Scan(&bc, &bp)
+		if err != nil {
+			return fmt.Errorf("building checkpoint: %w", err)
+		}
+		if got := position(bc, bp); got != pos {
+			return fmt.Errorf("building checkpoint at %s, expected %s", got, pos)
+		}
+		live := position(lc, lp)
+		// Catch up with the live generation, in this transaction.
+		for pos.Compare(live) < 0 {
+			recs, err := store.ReadAll(ctx, pos, batch)
+			if err != nil {
+				return err
+			}
+			if len(recs) == 0 {
+				return fmt.Errorf("the store shows nothing after %s, the live checkpoint is %s", pos, live)
+			}
+			events, err := DecodeAll(recs)
+			if err != nil {
+				return err
+			}
+			if err := s.proj.Apply(ctx, tx, s.gen, events); err != nil {
+				return err
+			}
+			pos = recs[len(recs)-1].Position
+			applied += int64(len(recs))
+		}
+		c, p, err := posArgs(pos)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM readmodel.checkpoints WHERE name = $1 AND generation = $2`, name, prev); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE readmodel.checkpoints SET state = 'live', commit_position = $3, prepare_position = $4,
+			events = events + $5, updated_at = now() WHERE name = $1 AND generation = $2`, name, s.gen, c, p, applied); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT readmodel.publish_generation($1, $2)`, name, s.gen); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT readmodel.drop_generation($1, $2)`, name, prev)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("projections: switch %s to generation %d: %w", name, s.gen, err)
+	}
+	s.pos = pos
+	s.events += applied
+	return prev, nil
+}

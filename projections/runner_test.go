@@ -1,0 +1,368 @@
+package projections_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/postgres"
+	"github.com/ledgerworks/ledger/internal/audit"
+	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/pgtest"
+	"github.com/ledgerworks/ledger/projections"
+	"github.com/ledgerworks/ledger/projections/projtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func newRunner(t *testing.T, env *projtest.Env, opts projections.Options) *projections.Runner {
+	t.Helper()
+	r, err := projections.NewRunner(env.Pool, env.Store, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// catchUp steps a runner until it has read everything.
+func catchUp(t *testing.T, r *projections.Runner) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		n, err := r.Step(ctx)
+		if err != nil {
+			t.Fatalf("step: %v", err)
+		}
+		if n == 0 {
+			return
+		}
+	}
+}
+
+// snapshot renders every read-model table.
+func snapshot(t *testing.T, env *projtest.Env) map[string]map[string]string {
+	t.Helper()
+	out := map[string]map[string]string{}
+	for _, tables := range audit.ProjectionTables {
+		for _, table := range tables {
+			rows, err := audit.ReadTable(context.Background(), env.Pool, table, 0, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[table] = rows
+		}
+	}
+	return out
+}
+
+func sameSnapshot(t *testing.T, what string, a, b map[string]map[string]string) {
+	t.Helper()
+	for table := range a {
+		if d := audit.CompareTable(table, a[table], b[table]); !d.OK() {
+			t.Fatalf("%s: %s", what, d.Describe(5))
+		}
+	}
+}
+
+// auditOK runs the audit with the read models and fails t on any violation.
+func auditOK(t *testing.T, env *projtest.Env) *audit.Report {
+	t.Helper()
+	rep, err := audit.Run(context.Background(), env.Store, audit.Options{ReadModels: env.Pool, VerifyChain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("audit: %d violations: %v", rep.ViolationCount, rep.Violations)
+	}
+	return rep
+}
+
+func checkpoints(t *testing.T, env *projtest.Env) map[string]eventstore.Position {
+	t.Helper()
+	cps, err := projections.Checkpoints(context.Background(), env.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cps
+}
+
+// eventsConsumed is the events column of the live checkpoints: it grows only
+// with a successful compare-and-set, so it counts each applied event once.
+func eventsConsumed(t *testing.T, env *projtest.Env) map[string]int64 {
+	t.Helper()
+	rows, err := env.Pool.Query(context.Background(), `SELECT name, events FROM readmodel.checkpoints WHERE state = 'live'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	var (
+		name string
+		n    int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error { out[name] = n; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func storeEvents(t *testing.T, env *projtest.Env) int64 {
+	t.Helper()
+	var n int64
+	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM events`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func readAll(t *testing.T, env *projtest.Env) []*projections.Event {
+	t.Helper()
+	var out []eventstore.RecordedEvent
+	from := eventstore.Start
+	for {
+		recs, err := env.Store.ReadAll(context.Background(), from, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, recs...)
+		if len(recs) < 1000 {
+			break
+		}
+		from = recs[len(recs)-1].Position
+	}
+	evs, err := projections.DecodeAll(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+func TestProjectsAMixedWorkload(t *testing.T) {
+	env := projtest.New(t)
+	keys := env.Run(t, projtest.Workload{Commands: 400, Seed: 7})
+	r := newRunner(t, env, projections.Options{BatchSize: 13}) // batches split commands
+	catchUp(t, r)
+	auditOK(t, env)
+	if got, want := eventsConsumed(t, env), storeEvents(t, env); got[projections.Accounts] != want || got[projections.Commands] != want {
+		t.Fatalf("events consumed %v, store holds %d", got, want)
+	}
+	// The commands read model answers what the ledger itself answers.
+	ctx := context.Background()
+	for _, k := range keys {
+		want, found, err := env.Ledger.Lookup(ctx, k)
+		if err != nil || !found {
+			t.Fatalf("ledger lookup %q: %v %v", k, found, err)
+		}
+		var raw string
+		if err := env.Pool.QueryRow(ctx, `SELECT reply::text FROM readmodel.commands WHERE idempotency_key = $1`, k).Scan(&raw); err != nil {
+			t.Fatalf("read model has no reply for %q (%s): %v", k, want.Status, err)
+		}
+		var got ledger.Reply
+		if err := json.Unmarshal([]byte(raw), &got); err != nil {
+			t.Fatal(err)
+		}
+		wantJSON, _ := json.Marshal(want)
+		if !reflect.DeepEqual(got, want) || raw != string(wantJSON) {
+			t.Fatalf("reply of %q:\n read model %s\n ledger     %s", k, raw, wantJSON)
+		}
+	}
+}
+
+func TestReplayingABatchChangesNothing(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 200, Seed: 8})
+	events := readAll(t, env)
+	ctx := context.Background()
+	apply := func(evs []*projections.Event) {
+		t.Helper()
+		err := pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
+			for _, name := range projections.Names {
+				p, _ := projections.ByName(name)
+				if err := p.Apply(ctx, tx, 1, evs); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	half := len(events) / 2
+	apply(events[:half])
+	first := snapshot(t, env)
+	apply(events[:half]) // the same batch again
+	sameSnapshot(t, "a batch applied twice", first, snapshot(t, env))
+	apply(events[half/2 : half]) // its second half again
+	sameSnapshot(t, "a half batch applied again", first, snapshot(t, env))
+	apply(events[half:])
+	all := snapshot(t, env)
+	apply(events) // everything again
+	sameSnapshot(t, "everything applied twice", all, snapshot(t, env))
+	for _, ev := range events { // and one event at a time
+		apply([]*projections.Event{ev})
+	}
+	sameSnapshot(t, "everything applied again event by event", all, snapshot(t, env))
+}
+
+// errCrash is the failpoint's "process died between its write and its checkpoint".
+var errCrash = errors.New("failpoint: crashed before commit")
+
+func TestCrashBetweenWriteAndCheckpointDoubleCountsNothing(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 300, Seed: 9})
+	var batches atomic.Int64
+	hook := func(ctx context.Context, tx pgx.Tx) error {
+		if batches.Add(1)%3 == 0 {
+			// Die as a killed process does: the connection drops mid-transaction.
+			tx.Conn().PgConn().Close(context.Background())
+			return errCrash
+		}
+		return nil
+	}
+	crashing := newRunner(t, env, projections.Options{BatchSize: 20, Hook: hook})
+	ctx := context.Background()
+	crashes := 0
+	for {
+		n, err := crashing.Step(ctx)
+		if err != nil {
+			crashes++
+			// A new process starts from the checkpoint in the database.
+			crashing = newRunner(t, env, projections.Options{BatchSize: 20, Hook: hook})
+			continue
+		}
+		if n == 0 {
+			break
+		}
+	}
+	if crashes == 0 {
+		t.Fatal("the failpoint never fired")
+	}
+	auditOK(t, env)
+	if got, want := eventsConsumed(t, env), storeEvents(t, env); got[projections.Entries] != want {
+		t.Fatalf("events consumed %v, store holds %d", got, want)
+	}
+	t.Logf("%d crashes", crashes)
+}
+
+func TestTwoRunnersNeverDoubleApply(t *testing.T) {
+	env := projtest.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	runners := make([]*projections.Runner, 2)
+	for i := range runners {
+		runners[i] = newRunner(t, env, projections.Options{BatchSize: 7, PollInterval: time.Millisecond, MinBackoff: time.Millisecond})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := runners[i].Run(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	env.Run(t, projtest.Workload{Commands: 300, Seed: 10, Prefix: "a"})
+	env.Run(t, projtest.Workload{Commands: 300, Seed: 11, Prefix: "b"})
+	waitCaughtUp(t, env)
+	cancel()
+	wg.Wait()
+	auditOK(t, env)
+	if got, want := eventsConsumed(t, env), storeEvents(t, env); got[projections.Accounts] != want || got[projections.Transfers] != want {
+		t.Fatalf("events consumed %v, store holds %d: a batch was applied twice", got, want)
+	}
+}
+
+// waitCaughtUp waits until every live checkpoint is at the store's head.
+func waitCaughtUp(t *testing.T, env *projtest.Env) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		head, err := env.Store.Head(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := true
+		for _, p := range checkpoints(t, env) {
+			if p.Compare(head) < 0 {
+				done = false
+			}
+		}
+		if done {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the projector did not catch up within a minute")
+}
+
+func TestRunnerSurvivesLostConnections(t *testing.T) {
+	env := projtest.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The runner has its own sessions (read-model pool and event store), named so
+	// that only they are cut.
+	url := env.URL + "&application_name=projector-under-test"
+	if !strings.Contains(env.URL, "?") {
+		url = env.URL + "?application_name=projector-under-test"
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	st, err := postgres.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r, err := projections.NewRunner(pool, st, projections.Options{BatchSize: 10, PollInterval: time.Millisecond, MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	stop := make(chan struct{})
+	var kills atomic.Int64
+	go func() { // the database "restarts": every session but ours is cut, again and again
+		admin, err := pgx.Connect(context.Background(), env.URL)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer admin.Close(context.Background())
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(15 * time.Millisecond):
+			}
+			ct, err := admin.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+				WHERE application_name = 'projector-under-test'`)
+			if err == nil {
+				kills.Add(ct.RowsAffected())
+			}
+		}
+	}()
+	for i := range 5 {
+		env.Run(t, projtest.Workload{Commands: 40, Seed: uint64(20 + i), Prefix: fmt.Sprintf("r%d", i), DupRate: 0.1})
+	}
+	close(stop)
+	waitCaughtUp(t, env)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	auditOK(t, env)
+	t.Logf("%d sessions cut", kills.Load())
+}

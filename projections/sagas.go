@@ -1,0 +1,338 @@
+package projections
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/ledger"
+)
+
+// The reply of a transfer or of a refund of a transfer is written when its saga is
+// decided, and it gathers events from several streams: the saga's events in the
+// transfer stream and the records of its steps (debit, credit, compensation) in
+// account streams, which arrive earlier in "all". Until the decision, the commands
+// projection keeps these parts in readmodel.command_parts:
+//
+//	transfer/<id>  the transfer stream's last applied revision and its own saga's stage
+//	saga/<key>     a saga's events so far and its stage
+//	step/<key>     a step's record: its events and the account right after it
+//
+// The reply is assembled as the ledger assembles it (internal/ledger sagaReply).
+
+type part struct {
+	revision int64
+	// step and saga
+	Status domain.Status       `json:"status,omitempty"`
+	Events []domain.EventRef   `json:"events,omitempty"`
+	After  *domain.AccountView `json:"after,omitempty"`
+	// saga
+	TransferID string           `json:"transfer_id,omitempty"`
+	Command    string           `json:"command,omitempty"`
+	Refund     bool             `json:"refund,omitempty"`
+	Outright   bool             `json:"outright,omitempty"`
+	Stage      domain.SagaStage `json:"stage,omitempty"`
+	Code       domain.Code      `json:"code,omitempty"`
+	Message    string           `json:"message,omitempty"`
+	Position   string           `json:"position,omitempty"`
+	FirstRev   int64            `json:"first_revision,omitempty"`
+	At         time.Time        `json:"at,omitzero"`
+	// transfer: its own saga's key (Stage is the transfer's stage)
+	SagaKey string `json:"saga_key,omitempty"`
+}
+
+type cmdParts struct {
+	m       map[string]*part
+	dirty   map[string]bool
+	deleted map[string]bool
+}
+
+// sagaStep reports whether an account event was written by a step of a transfer saga.
+func sagaStep(m domain.Metadata) bool {
+	if m.Origin == "" {
+		return false
+	}
+	switch domain.CommandType(m.Command) {
+	case domain.CmdTransferDebit, domain.CmdTransferCredit, domain.CmdTransferCompensate:
+		return true
+	}
+	return false
+}
+
+// sagaKeyOf names the saga a transfer-stream event belongs to.
+func sagaKeyOf(ev *Event) string {
+	switch p := ev.Payload.(type) {
+	case *domain.TransferRefundRequested:
+		return p.RefundKey
+	case *domain.RefundRejected:
+		return p.RefundKey
+	case *domain.RefundCreditRefused:
+		return p.RefundKey
+	case *domain.RefundCompleted:
+		return p.RefundKey
+	case *domain.RefundFailed:
+		return p.RefundKey
+	}
+	if ev.Meta.Origin != "" {
+		return ev.Meta.Origin
+	}
+	return ev.Meta.Key
+}
+
+func loadParts(ctx context.Context, tx pgx.Tx, gen int, events []*Event) (*cmdParts, error) {
+	ps := &cmdParts{m: map[string]*part{}, dirty: map[string]bool{}, deleted: map[string]bool{}}
+	seen := map[string]bool{}
+	var keys []string
+	add := func(k string) {
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	for _, ev := range events {
+		if _, ok := ev.AccountID(); ok {
+			if sagaStep(ev.Meta) {
+				add("step/" + ev.Meta.Key)
+			}
+			continue
+		}
+		id, ok := strings.CutPrefix(ev.Stream, domain.TransferStreamPrefix)
+		if !ok || ev.DecodeErr != nil {
+			continue
+		}
+		add("transfer/" + id)
+		sk := sagaKeyOf(ev)
+		add("saga/" + sk)
+		for _, step := range []string{domain.StepDebit, domain.StepCredit, domain.StepCompensate} {
+			add("step/" + domain.StepKey(sk, step))
+		}
+	}
+	if len(keys) == 0 {
+		return ps, nil
+	}
+	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT key, revision, data::text FROM %s WHERE key = ANY($1)`, Table("command_parts", gen)), keys)
+	if err != nil {
+		return nil, fmt.Errorf("projections: commands: %w", err)
+	}
+	var (
+		key, data string
+		rev       int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&key, &rev, &data}, func() error {
+		p := &part{}
+		if err := json.Unmarshal([]byte(data), p); err != nil {
+			return fmt.Errorf("part %q: %w", key, err)
+		}
+		p.revision = rev
+		ps.m[key] = p
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projections: commands: %w", err)
+	}
+	return ps, nil
+}
+
+func (ps *cmdParts) touch(key string) { ps.dirty[key] = true; delete(ps.deleted, key) }
+
+// step records a saga step's event in an account stream.
+func (ps *cmdParts) step(ev *Event, view *domain.AccountView) {
+	key := "step/" + ev.Meta.Key
+	p := ps.m[key]
+	if p == nil || ev.Meta.Index == 0 {
+		p = &part{Status: domain.StatusApplied}
+		ps.m[key] = p
+	}
+	p.Events = append(p.Events, domain.EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type})
+	if _, ok := ev.Payload.(*domain.CommandRejected); ok {
+		p.Status = domain.StatusRejected
+	}
+	p.After = view
+	p.revision = int64(ev.Revision)
+	ps.touch(key)
+}
+
+// transferEvent applies an event of a transfer stream; a saga it decides gets its
+// reply row through decided.
+func (ps *cmdParts) transferEvent(ev *Event, decided func(*cmdRow)) error {
+	id := strings.TrimPrefix(ev.Stream, domain.TransferStreamPrefix)
+	tkey := "transfer/" + id
+	tp := ps.m[tkey]
+	if tp == nil {
+		tp = &part{revision: -1}
+		ps.m[tkey] = tp
+	}
+	if int64(ev.Revision) <= tp.revision {
+		return nil // applied by an earlier batch
+	}
+	tp.revision = int64(ev.Revision)
+	ps.touch(tkey)
+
+	m := ev.Meta
+	sk := sagaKeyOf(ev)
+	skey := "saga/" + sk
+	s := ps.m[skey]
+	newSaga := func(refund bool) *part {
+		s = &part{TransferID: id, Command: m.Command, Refund: refund, Stage: domain.SagaPending, FirstRev: int64(ev.Revision), At: m.At}
+		ps.m[skey] = s
+		return s
+	}
+	bad := func() error {
+		return fmt.Errorf("projections: commands: %s@%d: %s does not follow its saga %q", ev.Stream, ev.Revision, ev.Type, sk)
+	}
+	advance := func(to domain.SagaStage, code domain.Code, msg string) error {
+		if s == nil {
+			return bad()
+		}
+		s.Stage, s.Code, s.Message = to, code, msg
+		return nil
+	}
+	var err error
+	switch p := ev.Payload.(type) {
+	case *domain.TransferRequested:
+		newSaga(false)
+		tp.SagaKey = sk
+	case *domain.TransferRejected:
+		if s != nil && m.Key == sk {
+			s.Outright = true
+		}
+		err = advance(domain.SagaRejected, p.Code, p.Message)
+	case *domain.TransferCreditRefused:
+		err = advance(domain.SagaCompensating, p.Code, p.Message)
+	case *domain.TransferCompleted:
+		err = advance(domain.SagaCompleted, domain.CodeOK, "")
+	case *domain.TransferFailed:
+		err = advance(domain.SagaFailed, p.Code, p.Message)
+	case *domain.TransferRefundRequested:
+		newSaga(true)
+	case *domain.RefundRejected:
+		if s == nil {
+			newSaga(true).Outright = true
+		}
+		err = advance(domain.SagaRejected, p.Code, p.Message)
+	case *domain.RefundCreditRefused:
+		err = advance(domain.SagaCompensating, p.Code, p.Message)
+	case *domain.RefundCompleted:
+		err = advance(domain.SagaCompleted, domain.CodeOK, "")
+	case *domain.RefundFailed:
+		err = advance(domain.SagaFailed, p.Code, p.Message)
+	default:
+		return fmt.Errorf("projections: commands: %s@%d: event %s does not belong to a transfer stream", ev.Stream, ev.Revision, ev.Type)
+	}
+	if err != nil {
+		return err
+	}
+	s.Events = append(s.Events, domain.EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type})
+	s.Position = ev.Position.String()
+	s.revision = int64(ev.Revision)
+	ps.touch(skey)
+	if !s.Refund {
+		tp.Stage = s.Stage
+	}
+	if !s.Stage.Decided() {
+		return nil
+	}
+	decided(&cmdRow{
+		key: sk, stream: ev.Stream, command: s.Command, reset: true, firstRev: s.FirstRev, lastRev: int64(ev.Revision), at: s.At,
+		reply: ps.reply(sk, s, tp.Stage.Status()),
+	})
+	// Decided: its parts are no longer needed.
+	for _, k := range []string{skey, "step/" + domain.StepKey(sk, domain.StepDebit), "step/" + domain.StepKey(sk, domain.StepCredit), "step/" + domain.StepKey(sk, domain.StepCompensate)} {
+		delete(ps.dirty, k)
+		ps.deleted[k] = true
+	}
+	return nil
+}
+
+// reply assembles a decided saga's reply as the ledger does: the saga's events in
+// the transfer stream, each marker preceded by the step records it concludes, and
+// the account the money left, right after the saga's last step on it.
+func (ps *cmdParts) reply(sk string, s *part, transferStatus string) ledger.Reply {
+	r := ledger.Reply{
+		Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: sk, Events: []domain.EventRef{},
+		Transfer: &ledger.TransferView{TransferID: s.TransferID, Status: transferStatus}, Position: s.Position,
+	}
+	if s.Stage != domain.SagaCompleted {
+		r.Status, r.Code, r.Message = domain.StatusRejected, s.Code, s.Message
+	}
+	var debit, credit, compensate *part
+	if !s.Outright {
+		debit = ps.m["step/"+domain.StepKey(sk, domain.StepDebit)]
+		if debit != nil && debit.Status == domain.StatusApplied {
+			credit = ps.m["step/"+domain.StepKey(sk, domain.StepCredit)]
+		}
+		if s.Stage == domain.SagaFailed {
+			compensate = ps.m["step/"+domain.StepKey(sk, domain.StepCompensate)]
+		}
+	}
+	last := debit
+	if compensate != nil {
+		last = compensate
+	}
+	add := func(p **part) {
+		if *p != nil {
+			r.Events = append(r.Events, (*p).Events...)
+			*p = nil
+		}
+	}
+	for _, ev := range s.Events {
+		switch ev.Type {
+		case domain.EvTransferRejected, domain.EvRefundRejected:
+			add(&debit)
+		case domain.EvTransferCompleted, domain.EvRefundCompleted, domain.EvTransferCreditRefused, domain.EvRefundCreditRefused:
+			add(&debit)
+			add(&credit)
+		case domain.EvTransferFailed, domain.EvRefundFailed:
+			add(&compensate)
+		}
+		r.Events = append(r.Events, ev)
+	}
+	if last != nil && last.After != nil {
+		after := *last.After
+		r.Account = &after
+	}
+	return r
+}
+
+func (ps *cmdParts) write(ctx context.Context, tx pgx.Tx, gen int) error {
+	t := Table("command_parts", gen)
+	if len(ps.dirty) > 0 {
+		keys := make([]string, 0, len(ps.dirty))
+		for k := range ps.dirty {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		revs := make([]int64, len(keys))
+		data := make([]string, len(keys))
+		for i, k := range keys {
+			b, err := json.Marshal(ps.m[k])
+			if err != nil {
+				return fmt.Errorf("projections: commands: %w", err)
+			}
+			revs[i], data[i] = ps.m[k].revision, string(b)
+		}
+		_, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s AS p (key, revision, data)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::json[])
+ON CONFLICT (key) DO UPDATE SET revision = excluded.revision, data = excluded.data WHERE p.revision < excluded.revision`, t), keys, revs, data)
+		if err != nil {
+			return fmt.Errorf("projections: commands: parts: %w", err)
+		}
+	}
+	if len(ps.deleted) > 0 {
+		keys := make([]string, 0, len(ps.deleted))
+		for k := range ps.deleted {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE key = ANY($1)`, t), keys); err != nil {
+			return fmt.Errorf("projections: commands: parts: %w", err)
+		}
+	}
+	return nil
+}
