@@ -24,16 +24,16 @@ type accountsProjection struct{}
 func (accountsProjection) Name() string { return Accounts }
 
 type accountRow struct {
-	id                   string
-	opened               bool // AccountOpened is in this batch: the row is complete
-	currency             string
-	overdraft            int64
-	metadata             string
-	balance, held        int64
-	hasBalance, hasHeld  bool
-	closed               bool
-	revision             int64
-	openedAt, updatedAt  time.Time
+	id                  string
+	opened              bool // AccountOpened is in this batch: the row is complete
+	currency            string
+	overdraft           int64
+	metadata            string
+	balance, held       int64
+	hasBalance, hasHeld bool
+	closed              bool
+	revision            int64
+	openedAt, updatedAt time.Time
 }
 
 type holdRow struct {

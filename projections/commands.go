@@ -27,9 +27,9 @@ type commandsProjection struct{}
 func (commandsProjection) Name() string { return Commands }
 
 type cmdAccount struct {
-	currency               string
+	currency                string
 	balance, held, revision int64
-	dirty                  bool
+	dirty                   bool
 }
 
 type cmdRow struct {

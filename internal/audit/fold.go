@@ -77,12 +77,12 @@ type claim struct {
 // Totals are one currency's money flows as the fold sees them.
 type Totals struct {
 	Currency    string `json:"currency"`
-	Balances    int64  `json:"balances"`     // sum of account balances
-	Deposits    int64  `json:"deposits"`     // credited from outside
-	Withdrawals int64  `json:"withdrawals"`  // debited to outside (captures included)
-	RefundsOut  int64  `json:"refunds_out"`  // refunds of deposits: back to outside
-	RefundsIn   int64  `json:"refunds_in"`   // refunds of withdrawals: back from outside
-	InFlight    int64  `json:"in_flight"`    // debited by pending transfer sagas, not yet credited
+	Balances    int64  `json:"balances"`    // sum of account balances
+	Deposits    int64  `json:"deposits"`    // credited from outside
+	Withdrawals int64  `json:"withdrawals"` // debited to outside (captures included)
+	RefundsOut  int64  `json:"refunds_out"` // refunds of deposits: back to outside
+	RefundsIn   int64  `json:"refunds_in"`  // refunds of withdrawals: back from outside
+	InFlight    int64  `json:"in_flight"`   // debited by pending transfer sagas, not yet credited
 	Accounts    int    `json:"accounts"`
 	PendingSaga int    `json:"pending_sagas"`
 }
@@ -110,7 +110,7 @@ type Fold struct {
 	badStream map[string]bool       // streams whose fold failed: no further checks
 
 	entries  map[string]entryExp // event ID -> the statement row's digest
-	commands map[string]string // client key -> canonical reply
+	commands map[string]string   // client key -> canonical reply
 	// stepRecords keeps the records of saga steps until their saga is decided.
 	stepRecords map[string]*domain.KeyRecord
 

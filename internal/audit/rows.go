@@ -282,8 +282,8 @@ func scanRow(table string, rows pgx.Rows) (key, r string, err error) {
 type TableDiff struct {
 	Table          string
 	Rows, Expected int
-	Digest         string // of the table's rows
-	ExpectedDigest string // of the fold's rows
+	Digest         string   // of the table's rows
+	ExpectedDigest string   // of the fold's rows
 	Missing        []string // row keys the fold has and the table lacks
 	Extra          []string // row keys the table has and the fold does not
 	Differ         []string // row keys whose content differs
