@@ -70,7 +70,7 @@ func (s *Service) claimPart(cmd domain.Command, req domain.Request, home string)
 // of the same request passes through idempotently).
 func (s *Service) appendWithClaim(ctx context.Context, claim, home eventstore.StreamAppend, req domain.Request) (eventstore.AppendResult, error) {
 	if s.multi != nil {
-		res, err := s.multi.AppendMulti(ctx, []eventstore.StreamAppend{claim, home})
+		res, err := s.appendParts(ctx, []eventstore.StreamAppend{claim, home})
 		if err != nil {
 			return eventstore.AppendResult{}, s.claimError(ctx, claim.Stream, req, err)
 		}
@@ -80,6 +80,14 @@ func (s *Service) appendWithClaim(ctx context.Context, claim, home eventstore.St
 		return eventstore.AppendResult{}, s.claimError(ctx, claim.Stream, req, err)
 	}
 	return s.store.Append(ctx, home.Stream, home.Expected, home.Events)
+}
+
+// appendParts appends atomically through group commit when it is on.
+func (s *Service) appendParts(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	if s.batch != nil {
+		return s.batch.submit(ctx, parts)
+	}
+	return s.multi.AppendMulti(ctx, parts)
 }
 
 // claimError turns a refusal on the key stream into a claimConflict.

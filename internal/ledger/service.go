@@ -32,6 +32,11 @@ type Options struct {
 	// Producer names this instance in event metadata (diagnostics only).
 	Producer string
 	Logger   *slog.Logger
+	// DisableGroupCommit appends each command in its own transaction even when the
+	// store can carry several (group commit is on by default for such stores).
+	DisableGroupCommit bool
+	// Batch bounds group commit.
+	Batch BatchOptions
 }
 
 // Service decides commands. It is safe for concurrent use; commands for one
@@ -39,6 +44,7 @@ type Options struct {
 type Service struct {
 	store    Store
 	multi    eventstore.MultiAppender
+	batch    *batcher
 	opts     Options
 	log      *slog.Logger
 	locks    *streamLocks
@@ -68,8 +74,19 @@ func New(store Store, opts Options) *Service {
 	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), accounts: newAccountCache(opts.CacheSize), claims: newClaimCache(opts.CacheSize), transfers: newTransferCache(opts.CacheSize)}
 	if m, ok := store.(eventstore.MultiAppender); ok {
 		s.multi = m
+		if !opts.DisableGroupCommit {
+			s.batch = newBatcher(m, opts.Batch)
+		}
 	}
 	return s
+}
+
+// Close stops group commit after the appends already queued are answered. The
+// caller stops sending commands first; the store is the caller's to close.
+func (s *Service) Close() {
+	if s.batch != nil {
+		s.batch.close()
+	}
 }
 
 // ErrTooManyConflicts means concurrent writers kept winning for MaxAttempts rounds.
@@ -170,6 +187,12 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 			return nil, false, &r, nil
 		}
 		if len(d.Events) == 0 {
+			if !refresh {
+				// Nothing is written, so no expected revision would catch a cache
+				// that another instance left behind: decide again on the store's head.
+				refresh = true
+				continue
+			}
 			r := notRecordedReply(cmd.IdempotencyKey, d.Rejection)
 			return nil, false, &r, nil
 		}
@@ -299,8 +322,15 @@ func (s *Service) appendStep(ctx context.Context, cmd domain.Command, req domain
 	if err != nil {
 		return written{}, err
 	}
-	res, err := s.store.Append(ctx, stream, eventstore.ExactOrNoStream(last), data)
-	if err != nil {
+	part := eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(last), Events: data}
+	var res eventstore.AppendResult
+	if s.batch != nil {
+		rs, err := s.batch.submit(ctx, []eventstore.StreamAppend{part})
+		if err != nil {
+			return written{}, err
+		}
+		res = rs[0]
+	} else if res, err = s.store.Append(ctx, stream, part.Expected, data); err != nil {
 		return written{}, err
 	}
 	return writtenFrom(stream, res, data, metas), nil

@@ -31,6 +31,11 @@ func backends(t *testing.T, run func(t *testing.T, newStore func() testStore)) {
 	t.Run("memory", func(t *testing.T) {
 		run(t, func() testStore { return memory.New() })
 	})
+	// A store without multi-stream appends (as KurrentDB through its v4 client):
+	// the handler claims the key first and then writes the decision.
+	t.Run("single-stream", func(t *testing.T) {
+		run(t, func() testStore { return singleStreamStore{memory.New()} })
+	})
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.URL(t)
 		ctx := context.Background()
@@ -50,6 +55,19 @@ func backends(t *testing.T, run func(t *testing.T, newStore func() testStore)) {
 			return st
 		})
 	})
+}
+
+// singleStreamStore hides the memory store's MultiAppender.
+type singleStreamStore struct{ st *memory.Store }
+
+func (s singleStreamStore) Append(ctx context.Context, stream string, e eventstore.ExpectedRevision, evs []eventstore.EventData) (eventstore.AppendResult, error) {
+	return s.st.Append(ctx, stream, e, evs)
+}
+func (s singleStreamStore) ReadStream(ctx context.Context, stream string, from eventstore.Revision, d eventstore.Direction, max int) ([]eventstore.RecordedEvent, error) {
+	return s.st.ReadStream(ctx, stream, from, d, max)
+}
+func (s singleStreamStore) ReadAll(ctx context.Context, after eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
+	return s.st.ReadAll(ctx, after, max)
 }
 
 var clock = func() time.Time { return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC) }
