@@ -1,0 +1,185 @@
+package projections_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ledgerworks/ledger/internal/audit"
+	"github.com/ledgerworks/ledger/projections"
+	"github.com/ledgerworks/ledger/projections/projtest"
+)
+
+func rebuild(t *testing.T, env *projtest.Env, opts projections.RebuildOptions) ([]projections.RebuildResult, error) {
+	t.Helper()
+	if opts.Verify == nil {
+		opts.Verify = audit.VerifyGeneration(env.Pool, env.Store)
+	}
+	return projections.Rebuild(context.Background(), env.Pool, env.Store, opts)
+}
+
+func liveGenerations(t *testing.T, env *projtest.Env) map[string]int {
+	t.Helper()
+	st, err := projections.ReadStatus(context.Background(), env.Pool, env.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, s := range st {
+		if s.State != "live" {
+			t.Fatalf("a generation is left %s: %+v", s.State, s)
+		}
+		out[s.Projection] = s.Generation
+	}
+	return out
+}
+
+func TestReadModelsEqualARebuild(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 500, DupRate: 0.3, Seed: 30})
+	catchUp(t, newRunner(t, env, projections.Options{BatchSize: 11}))
+	live := snapshot(t, env)
+	before := liveGenerations(t, env)
+
+	var progress atomic.Int64
+	res, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 64, Progress: func(n int64) { progress.Store(n) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != len(projections.Names) || progress.Load() != storeEvents(t, env) {
+		t.Fatalf("results %+v, progress %d", res, progress.Load())
+	}
+	after := liveGenerations(t, env)
+	for name, g := range after {
+		if g <= before[name] {
+			t.Fatalf("%s: generation %d after the rebuild, %d before", name, g, before[name])
+		}
+	}
+	sameSnapshot(t, "live read models vs a rebuild from scratch", live, snapshot(t, env))
+	// The runner goes on with the new generation.
+	env.Run(t, projtest.Workload{Commands: 50, Seed: 31, Prefix: "x"})
+	catchUp(t, newRunner(t, env, projections.Options{}))
+	auditOK(t, env)
+
+	// One projection alone.
+	res, err = rebuild(t, env, projections.RebuildOptions{Projections: []string{projections.Entries}})
+	if err != nil || len(res) != 1 || res[0].Projection != projections.Entries || res[0].Previous != after[projections.Entries] {
+		t.Fatalf("rebuild of entries: %+v, %v", res, err)
+	}
+	auditOK(t, env)
+}
+
+func TestRebuildUnderLiveTraffic(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 300, Seed: 40, Prefix: "p"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runner := newRunner(t, env, projections.Options{BatchSize: 50, PollInterval: 2 * time.Millisecond})
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { // the live projector
+		defer wg.Done()
+		runner.Run(ctx)
+	}()
+	trafficDone := make(chan struct{})
+	go func() { // live traffic
+		defer wg.Done()
+		defer close(trafficDone)
+		for i := 0; ctx.Err() == nil && i < 40; i++ {
+			env.Run(t, projtest.Workload{Commands: 30, Accounts: 3, Seed: uint64(41 + i), Prefix: fmt.Sprintf("l%d", i)})
+		}
+	}()
+	var reads atomic.Int64
+	readerErr := make(chan error, 1)
+	go func() { // readers: never a half-built model (counts never go down), never an error
+		defer wg.Done()
+		var maxAccounts, maxEntries, maxCommands int64
+		for ctx.Err() == nil {
+			var a, e, c int64
+			err := env.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM readmodel.accounts), (SELECT count(*) FROM readmodel.entries),
+				(SELECT count(*) FROM readmodel.commands)`).Scan(&a, &e, &c)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				readerErr <- fmt.Errorf("query during the rebuild: %w", err)
+				return
+			}
+			if a < maxAccounts || e < maxEntries || c < maxCommands {
+				readerErr <- fmt.Errorf("a reader saw %d accounts, %d entries, %d commands after %d, %d, %d", a, e, c, maxAccounts, maxEntries, maxCommands)
+				return
+			}
+			maxAccounts, maxEntries, maxCommands = a, e, c
+			reads.Add(1)
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	res, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-trafficDone
+	waitCaughtUp(t, env)
+	cancel()
+	wg.Wait()
+	select {
+	case err := <-readerErr:
+		t.Fatal(err)
+	default:
+	}
+	auditOK(t, env)
+	if got, want := eventsConsumed(t, env), storeEvents(t, env); got[projections.Accounts] != want || got[projections.Commands] != want {
+		t.Fatalf("events consumed %v, store holds %d", got, want)
+	}
+	t.Logf("%d reads during the rebuild; %+v", reads.Load(), res)
+}
+
+func TestRebuildRefusesATamperedGeneration(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 200, Seed: 50})
+	catchUp(t, newRunner(t, env, projections.Options{}))
+	live := snapshot(t, env)
+	before := liveGenerations(t, env)
+	var tampered atomic.Bool
+	_, err := rebuild(t, env, projections.RebuildOptions{
+		BatchSize: 30,
+		AfterBatch: func(ctx context.Context, gens map[string]int) error {
+			if tampered.Load() {
+				return nil
+			}
+			ct, err := env.Pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET amount = amount + 1
+				WHERE event_id = (SELECT event_id FROM %[1]s ORDER BY event_id LIMIT 1)`, projections.Table("entries", gens[projections.Entries])))
+			if err != nil {
+				return err
+			}
+			tampered.Store(ct.RowsAffected() == 1)
+			return nil
+		},
+	})
+	if !tampered.Load() {
+		t.Fatal("nothing was tampered with")
+	}
+	if !errors.Is(err, audit.ErrGenerationMismatch) || !strings.Contains(err.Error(), "entries") || !strings.Contains(err.Error(), "differing row") {
+		t.Fatalf("the rebuild took a tampered generation: %v", err)
+	}
+	t.Log(err)
+	// The live generations stay; the tampered one is gone; the others switched.
+	after := liveGenerations(t, env)
+	if after[projections.Entries] != before[projections.Entries] {
+		t.Fatalf("entries switched to generation %d", after[projections.Entries])
+	}
+	if after[projections.Accounts] == before[projections.Accounts] {
+		t.Fatal("the untampered projections did not switch")
+	}
+	var left int
+	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'readmodel' AND tablename LIKE 'entries_g%'`).Scan(&left); err != nil || left != 1 {
+		t.Fatalf("%d entries generations left (%v)", left, err)
+	}
+	sameSnapshot(t, "read models after a refused rebuild", live, snapshot(t, env))
+	auditOK(t, env)
+}
