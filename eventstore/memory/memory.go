@@ -374,7 +374,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 	return out, nil
 }
 
-// ReadAll implements eventstore.AllReader (max <= 0: all).
+// ReadAll implements eventstore.AllReader: up to max (max <= 0: all) events after `after`.
 func (s *Store) ReadAll(ctx context.Context, after eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("eventstore/memory: read all: %w", err)

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -245,5 +246,69 @@ func TestUnavailable(t *testing.T) {
 	_, err = postgres.Open(short, "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1")
 	if !errors.Is(err, eventstore.ErrUnavailable) {
 		t.Fatalf("open on a closed port: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestXidOrderIsNumeric: "all" orders by the xid as a number. Two events whose
+// xids straddle a power of ten (9xxx, 10000) would swap in a text order.
+func TestXidOrderIsNumeric(t *testing.T) {
+	ctx := ctxT(t)
+	url := migrated(t)
+	s := open(t, url)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var next uint64
+	if err := conn.QueryRow(ctx, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+	bound := uint64(10)
+	for bound <= next+1 {
+		bound *= 10
+	}
+	if bound-next > 50_000 {
+		t.Skipf("next xid %d is too far from %d to burn through", next, bound)
+	}
+	// Burn xids (one committed transaction each) up to just below the bound.
+	burn := func(until uint64) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, `DO $$
+			BEGIN
+				WHILE pg_snapshot_xmax(pg_current_snapshot())::text::bigint < `+strconv.FormatUint(until, 10)+` LOOP
+					PERFORM pg_current_xact_id();
+					COMMIT;
+				END LOOP;
+			END $$`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	burn(bound - 2)
+	a, err := s.Append(ctx, "a", eventstore.NoStream, []eventstore.EventData{ev()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	burn(bound)
+	b, err := s.Append(ctx, "b", eventstore.NoStream, []eventstore.EventData{ev()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(strconv.FormatUint(a.Position.Commit, 10)) == len(strconv.FormatUint(b.Position.Commit, 10)) {
+		t.Fatalf("xids %d and %d do not straddle %d", a.Position.Commit, b.Position.Commit, bound)
+	}
+	var all []eventstore.RecordedEvent
+	eventually(t, "both events in all", func() bool {
+		all, err = s.ReadAll(ctx, eventstore.Start, 0)
+		return err == nil && len(all) == 2
+	})
+	if all[0].Stream != "a" || all[1].Stream != "b" {
+		t.Fatalf("all: %s@%s then %s@%s", all[0].Stream, all[0].Position, all[1].Stream, all[1].Position)
+	}
+	if rest, err := s.ReadAll(ctx, a.Position, 0); err != nil || len(rest) != 1 || rest[0].Stream != "b" {
+		t.Fatalf("after A: %d events, %v", len(rest), err)
+	}
+	if h, err := s.Head(ctx); err != nil || h != b.Position {
+		t.Fatalf("head %s, %v; want %s", h, err, b.Position)
 	}
 }

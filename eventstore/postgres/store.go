@@ -343,7 +343,7 @@ type stored struct {
 
 // storedRange returns the stream's events at revisions from..to.
 func storedRange(ctx context.Context, tx pgx.Tx, stream string, from, to int64) ([]stored, error) {
-	rows, err := tx.Query(ctx, `SELECT revision, event_id, transaction_id::text, position FROM events
+	rows, err := tx.Query(ctx, `SELECT revision, event_id, transaction_id::text AS xid, position FROM events
 		WHERE stream = $1 AND revision BETWEEN $2 AND $3 ORDER BY revision`, stream, from, to)
 	if err != nil {
 		return nil, classify(ctx, "read stream", err)
@@ -468,7 +468,7 @@ func insert(ctx context.Context, tx pgx.Tx, plans []plan) error {
 		FROM unnest($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::bytea[], $6::bytea[])
 			WITH ORDINALITY AS u(stream, revision, event_id, type, data, metadata, n)
 		ORDER BY u.n
-		RETURNING stream, revision, position, transaction_id::text`,
+		RETURNING stream, revision, position, transaction_id::text AS xid`,
 		streams, revisions, ids, types, data, metadata)
 	if err != nil {
 		return insertErr(ctx, err)
@@ -529,7 +529,9 @@ func position(xid string, pos int64) (eventstore.Position, error) {
 
 // ---- reads ----
 
-const eventColumns = `position, transaction_id::text, stream, revision, event_id, type, data, metadata, created`
+// eventColumns are read by scanEvents. The text form of the xid has its own name:
+// named transaction_id, it would be what ORDER BY transaction_id sorts on (as text!).
+const eventColumns = `position, transaction_id::text AS xid, stream, revision, event_id, type, data, metadata, created`
 
 func scanEvents(rows pgx.Rows) ([]eventstore.RecordedEvent, error) {
 	var out []eventstore.RecordedEvent
@@ -575,24 +577,32 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 	} else {
 		q = `SELECT ` + eventColumns + ` FROM events WHERE stream = $1 AND revision >= $2 ORDER BY revision LIMIT $3`
 	}
-	rows, err := s.pool.Query(ctx, q, stream, start, limit(max))
-	if err != nil {
-		return nil, classify(ctx, "read stream", err)
-	}
-	out, err := scanEvents(rows)
-	if err != nil {
-		return nil, classify(ctx, "read stream", err)
-	}
-	if len(out) == 0 {
-		var exists bool
-		if err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM events WHERE stream = $1)", stream).Scan(&exists); err != nil {
+	read := func() ([]eventstore.RecordedEvent, error) {
+		rows, err := s.pool.Query(ctx, q, stream, start, limit(max))
+		if err != nil {
 			return nil, classify(ctx, "read stream", err)
 		}
-		if !exists {
-			return nil, fmt.Errorf("%w: %q", eventstore.ErrStreamNotFound, stream)
+		out, err := scanEvents(rows)
+		if err != nil {
+			return nil, classify(ctx, "read stream", err)
 		}
+		return out, nil
 	}
-	return out, nil
+	out, err := read()
+	if err != nil || len(out) > 0 {
+		return out, err
+	}
+	// Nothing read: a missing stream, or a range beyond its head. The stream may
+	// have been created between the two statements; then read again: streams
+	// never shrink, so what that read returns is consistent with "exists".
+	var exists bool
+	if err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM events WHERE stream = $1)", stream).Scan(&exists); err != nil {
+		return nil, classify(ctx, "read stream", err)
+	}
+	if !exists {
+		return nil, fmt.Errorf("%w: %q", eventstore.ErrStreamNotFound, stream)
+	}
+	return read()
 }
 
 // visibleBelow is the gap-safe horizon of "all" (ARCHITECTURE decision 8): every
@@ -600,12 +610,14 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 // it. Rows at or above it are left for a later read, even when already
 // committed, because a smaller running xid may yet commit events before them.
 // The scalar subquery is evaluated once per statement, from the statement's own
-// snapshot.
+// snapshot. The price: xids are cluster-wide, so any long write transaction on
+// the cluster (in any database) holds "all" readers back until it ends.
 const visibleBelow = `(SELECT pg_snapshot_xmin(pg_current_snapshot()))`
 
-// ReadAll implements eventstore.AllReader: events strictly after `after` in
-// (transaction id, position) order, only from transactions below the oldest one
-// still running, so that an event committed late is never skipped.
+// ReadAll implements eventstore.AllReader: up to max (max <= 0: all) events
+// strictly after `after` in (transaction id, position) order, only from
+// transactions below the oldest one still running, so that an event committed
+// late is never skipped.
 func (s *Store) ReadAll(ctx context.Context, after eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
 	if s.closed() {
 		return nil, ErrClosed
@@ -644,7 +656,7 @@ func (s *Store) Head(ctx context.Context) (eventstore.Position, error) {
 	}
 	var xid string
 	var pos int64
-	err := s.pool.QueryRow(ctx, `SELECT transaction_id::text, position FROM events
+	err := s.pool.QueryRow(ctx, `SELECT transaction_id::text AS xid, position FROM events
 		WHERE transaction_id < `+visibleBelow+`
 		ORDER BY transaction_id DESC, position DESC LIMIT 1`).Scan(&xid, &pos)
 	if errors.Is(err, pgx.ErrNoRows) {

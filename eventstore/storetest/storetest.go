@@ -572,6 +572,10 @@ func testGlobalOrder(t *testing.T, s eventstore.Store, p string) {
 				for attempt := 0; ; attempt++ {
 					exp := eventstore.NoStream
 					if last, err := s.ReadStream(ctx, stream, eventstore.EndOfStream, eventstore.Backwards, 1); err == nil {
+						if len(last) != 1 {
+							errs <- fmt.Errorf("backwards read of the last event of %s returned %d events and no error", stream, len(last))
+							return
+						}
 						exp = eventstore.Exact(last[0].Revision)
 					} else if !errors.Is(err, eventstore.ErrStreamNotFound) {
 						errs <- err
