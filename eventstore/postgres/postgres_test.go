@@ -312,3 +312,77 @@ func TestXidOrderIsNumeric(t *testing.T) {
 		t.Fatalf("head %s, %v; want %s", h, err, b.Position)
 	}
 }
+
+// TestSubscriptionRetriesTransientErrors: the server ends every connection of the
+// store (as on a failover); the subscription reconnects and goes on.
+func TestSubscriptionRetriesTransientErrors(t *testing.T) {
+	ctx := ctxT(t)
+	url := migrated(t)
+	s := open(t, url)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	sub, err := s.SubscribeAll(ctx, eventstore.Start, eventstore.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	next := func(rev uint64) {
+		t.Helper()
+		select {
+		case e, ok := <-sub.Events():
+			if !ok || e.Revision != rev {
+				t.Fatalf("got %v (open %v), want revision %d; err %v", e.Revision, ok, rev, sub.Err())
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("revision %d not delivered", rev)
+		}
+	}
+	if _, err := s.Append(ctx, "x", eventstore.NoStream, []eventstore.EventData{ev()}); err != nil {
+		t.Fatal(err)
+	}
+	next(0)
+	var ended int
+	if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&ended); err != nil || ended == 0 {
+		t.Fatalf("terminated %d connections: %v", ended, err)
+	}
+	// The pool may hand out a dead connection once; the append is retried like a client would.
+	eventually(t, "an append after the connections were ended", func() bool {
+		_, err := s.Append(ctx, "x", eventstore.Exact(0), []eventstore.EventData{ev()})
+		if err != nil && !errors.Is(err, eventstore.ErrUnavailable) {
+			t.Fatalf("append after termination: %v", err)
+		}
+		return err == nil
+	})
+	next(1)
+}
+
+// TestSubscriptionFailsOnPermanentError: a failure that retrying cannot cure ends
+// the subscription with Err set.
+func TestSubscriptionFailsOnPermanentError(t *testing.T) {
+	ctx := ctxT(t)
+	url := migrated(t)
+	s := open(t, url)
+	sub, err := s.SubscribeAll(ctx, eventstore.Start, eventstore.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if _, err := s.Pool().Exec(ctx, "ALTER TABLE events RENAME TO events_gone"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case _, ok := <-sub.Events():
+		if ok {
+			t.Fatal("an event from an empty store")
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("subscription still running on a missing table")
+	}
+	if err := sub.Err(); err == nil || errors.Is(err, eventstore.ErrUnavailable) {
+		t.Fatalf("Err = %v, want a permanent error", err)
+	}
+}

@@ -103,6 +103,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := c.prepareDirs(); err != nil {
 		return nil, err
 	}
+	unlock, err := c.lockDir(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	if err := c.initdb(ctx, opts.Fsync); err != nil {
 		return nil, err
 	}
@@ -313,6 +318,31 @@ func (c *Cluster) ensureTraversable(uid, gid int) error {
 		}
 		if p == filepath.Dir(p) {
 			return nil
+		}
+	}
+}
+
+// lockDir serialises Starts on one Dir (two `ledger dev` at once): an flock on
+// Dir/start.lock, held until Start returns, waited for as long as ctx allows.
+func (c *Cluster) lockDir(ctx context.Context) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(c.dir, "start.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: %w", err)
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil // closing releases the lock
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("pgcluster: lock %s: %w", f.Name(), err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("pgcluster: waiting for another Start on %s: %w", c.dir, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

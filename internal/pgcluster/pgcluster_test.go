@@ -229,3 +229,34 @@ func postmasterPID(t *testing.T, dir string) int {
 	}
 	return pid
 }
+
+// TestConcurrentStart: two Starts on one Dir at once (two `ledger dev`) both get
+// the one server.
+func TestConcurrentStart(t *testing.T) {
+	t.Parallel()
+	dir := testDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	type res struct {
+		c   *Cluster
+		err error
+	}
+	out := make(chan res, 2)
+	for range 2 {
+		go func() {
+			c, err := Start(ctx, Options{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
+			out <- res{c, err}
+		}()
+	}
+	a, b := <-out, <-out
+	if a.err != nil || b.err != nil {
+		t.Fatalf("starts: %v, %v", a.err, b.err)
+	}
+	t.Cleanup(func() { a.c.Stop(context.Background()) })
+	if a.c.Port() != b.c.Port() {
+		t.Fatalf("two servers: ports %d and %d", a.c.Port(), b.c.Port())
+	}
+	if got := query(t, b.c.URL(), "SELECT 'ok'"); got != "ok" {
+		t.Fatal(got)
+	}
+}
