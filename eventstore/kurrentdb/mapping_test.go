@@ -1,15 +1,19 @@
 package kurrentdb
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
@@ -161,4 +165,19 @@ func TestBackoff(t *testing.T) {
 			t.Errorf("backoff(10, 100, %d) = %d, want %d", attempt, got, want)
 		}
 	}
+}
+
+func TestClientLoggerQuietsCancellations(t *testing.T) {
+	var buf bytes.Buffer
+	log := clientLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	log(esdb.LogError, "subscription has dropped. Reason: %v", status.Error(codes.Canceled, "context canceled"))
+	log(esdb.LogInfo, "discovery attempt %v/%v", 1, 10)
+	if buf.Len() != 0 {
+		t.Fatalf("logged at Info or above: %s", buf.String())
+	}
+	log(esdb.LogError, "unexpected exception: %v", status.Error(codes.Unavailable, "down"))
+	if !strings.Contains(buf.String(), "level=WARN") || !strings.Contains(buf.String(), "down") {
+		t.Fatalf("log %q", buf.String())
+	}
+	clientLogger(nil)(esdb.LogError, "ignored %v", 1) // no logger: discarded
 }

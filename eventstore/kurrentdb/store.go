@@ -154,11 +154,22 @@ func clientLogger(l *slog.Logger) esdb.LoggingFunc {
 	}
 	return func(level esdb.LogLevel, format string, args ...any) {
 		lvl := slog.LevelDebug
-		if level == esdb.LogWarn || level == esdb.LogError {
+		if (level == esdb.LogWarn || level == esdb.LogError) && !cancellation(args) {
 			lvl = slog.LevelWarn
 		}
 		l.Log(context.Background(), lvl, "kurrentdb client: "+fmt.Sprintf(format, args...))
 	}
+}
+
+// cancellation reports a log line about a call its caller cancelled: the client
+// logs every closed subscription as an error.
+func cancellation(args []any) bool {
+	for _, a := range args {
+		if err, ok := a.(error); ok && (errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Store) newClient() (*esdb.Client, error) {
@@ -400,8 +411,13 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		return eventstore.AppendResult{}, mapError(ctx, err, "append to "+stream)
 	}
 	last := wr.NextExpectedVersion
+	n := uint64(len(events))
+	if last+1 < n {
+		// Only an Any re-append matched from the server's ID cache could answer so.
+		return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append %d events to %q: the server answered revision %d", n, stream, last)
+	}
 	res := eventstore.AppendResult{
-		FirstRevision: last + 1 - uint64(len(events)),
+		FirstRevision: last + 1 - n,
 		LastRevision:  last,
 		Position:      eventstore.Position{Commit: wr.CommitPosition, Prepare: wr.PreparePosition},
 	}

@@ -474,6 +474,33 @@ func TestSubscriptionResumesFromCheckpoint(t *testing.T) {
 	}
 }
 
+// TestSubscribeAfterPositionBetweenEvents: a start position that is not an
+// event's (a stored checkpoint, say) must not cost the next event.
+func TestSubscribeAfterPositionBetweenEvents(t *testing.T) {
+	srv, url := kurrenttest.Start(t)
+	s := open(t, url)
+	a := mustAppend(t, s, "acct-1", eventstore.NoStream, ev("E"))
+	b := ev("E")
+	mustAppend(t, s, "acct-2", eventstore.NoStream, b)
+	between := eventstore.Position{Commit: a.Position.Commit + 1, Prepare: a.Position.Prepare + 1}
+	sub, err := s.SubscribeAll(ctxT(t), between, eventstore.SubscribeOptions{StreamPrefixes: []string{"acct-"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	sameIDs(t, receive(t, sub, 1), []eventstore.EventData{b})
+	if starts := srv.SubscriptionStarts(); len(starts) != 1 || starts[0] != a.Position.String() {
+		t.Fatalf("subscribed at %v, want at the event before the position (%s)", starts, a.Position)
+	}
+	// At an event's position the subscription starts there, exclusive.
+	sub2, err := s.SubscribeAll(ctxT(t), a.Position, eventstore.SubscribeOptions{StreamPrefixes: []string{"acct-"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub2.Close()
+	sameIDs(t, receive(t, sub2, 1), []eventstore.EventData{b})
+}
+
 func TestSubscriptionGivesUpAfterBoundedAttempts(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
 	s := open(t, url+"&maxDiscoverAttempts=1&discoveryInterval=1",

@@ -97,7 +97,7 @@ func (s *Store) SubscribeAll(ctx context.Context, after eventstore.Position, opt
 		done:       make(chan struct{}),
 		checkpoint: after,
 	}
-	es, err := s.subscribe(subCtx, after, filter)
+	es, err := s.subscribeAfter(subCtx, after, filter)
 	if err != nil {
 		stop()
 		cancel()
@@ -119,6 +119,43 @@ func (s *Store) SubscribeAll(ctx context.Context, after eventstore.Position, opt
 		sub.run(es, after)
 	}()
 	return sub, nil
+}
+
+// subscribeAfter subscribes so that the server delivers every event strictly
+// after p (and perhaps some before it, which run drops). The server starts after
+// the first event at or after its start position: exclusive when an event sits at
+// p, but when none does (a checkpoint between events, say) it would skip the next
+// event. So p is used only when an event sits at it; otherwise the subscription
+// starts from the last event before p.
+func (s *Store) subscribeAfter(ctx context.Context, p eventstore.Position, filter *esdb.SubscriptionFilter) (*esdb.Subscription, error) {
+	from, err := s.startFor(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return s.subscribe(ctx, from, filter)
+}
+
+func (s *Store) startFor(ctx context.Context, p eventstore.Position) (eventstore.Position, error) {
+	if p == eventstore.Start {
+		return p, nil
+	}
+	at, err := s.readAllPage(ctx, allFrom(p), esdb.Forwards, 1)
+	if err != nil {
+		return p, err
+	}
+	if len(at) == 1 && at[0].Position == p {
+		return p, nil
+	}
+	prev, err := s.readAllPage(ctx, allFrom(p), esdb.Backwards, 2)
+	if err != nil {
+		return p, err
+	}
+	for _, e := range prev {
+		if e.Position.Compare(p) < 0 {
+			return e.Position, nil
+		}
+	}
+	return eventstore.Start, nil
 }
 
 func (s *Store) subscribe(ctx context.Context, from eventstore.Position, filter *esdb.SubscriptionFilter) (*esdb.Subscription, error) {
@@ -178,9 +215,10 @@ func (sub *Subscription) run(es *esdb.Subscription, after eventstore.Position) {
 		}
 	}()
 	o := sub.store.opts
-	// handled: the last event delivered or skipped; resume: handled or a later checkpoint.
-	handled, haveHandled := after, after != eventstore.Start
-	resume, fromCheckpoint := after, false
+	// resume: the last position the subscription may skip: the last event delivered
+	// (or left out as a system record), or a later checkpoint. Nothing at or before
+	// it is delivered again.
+	resume, haveResume := after, after != eventstore.Start
 	attempts := 0
 	for {
 		ev := es.Recv()
@@ -188,8 +226,8 @@ func (sub *Subscription) run(es *esdb.Subscription, after eventstore.Position) {
 		case ev.EventAppeared != nil:
 			attempts = 0
 			rec := toRecorded(ev.EventAppeared.OriginalEvent())
-			if haveHandled && rec.Position.Compare(handled) <= 0 {
-				continue // already delivered before a resubscription
+			if haveResume && rec.Position.Compare(resume) <= 0 {
+				continue // before the start, or delivered before a resubscription
 			}
 			if !isSystem(rec.Stream, rec.Type) {
 				select {
@@ -199,14 +237,13 @@ func (sub *Subscription) run(es *esdb.Subscription, after eventstore.Position) {
 					return
 				}
 			}
-			handled, haveHandled = rec.Position, true
-			resume, fromCheckpoint = rec.Position, false
+			resume, haveResume = rec.Position, true
 			sub.setCheckpoint(rec.Position)
 		case ev.CheckPointReached != nil:
 			attempts = 0
 			p := eventstore.Position{Commit: ev.CheckPointReached.Commit, Prepare: ev.CheckPointReached.Prepare}
 			if p.Compare(resume) > 0 {
-				resume, fromCheckpoint = p, true
+				resume, haveResume = p, true
 				sub.setCheckpoint(p)
 			}
 		case ev.CaughtUp != nil, ev.FellBehind != nil:
@@ -237,12 +274,8 @@ func (sub *Subscription) run(es *esdb.Subscription, after eventstore.Position) {
 					sub.finish(nil)
 					return
 				}
-				from := resume
-				if fromCheckpoint {
-					from = sub.safeResume(resume, handled)
-				}
 				var err error
-				if es, err = sub.store.subscribe(sub.ctx, from, sub.filter); err != nil {
+				if es, err = sub.store.subscribeAfter(sub.ctx, resume, sub.filter); err != nil {
 					cause = err
 					if errors.Is(err, errClosed) || sub.ctx.Err() != nil {
 						sub.finish(nil)
@@ -252,17 +285,6 @@ func (sub *Subscription) run(es *esdb.Subscription, after eventstore.Position) {
 			}
 		}
 	}
-}
-
-// safeResume returns cp when an event sits exactly at it, else handled. The
-// server starts a subscription after the first event at or after its start
-// position, so a checkpoint that lies between events would skip the next one.
-func (sub *Subscription) safeResume(cp, handled eventstore.Position) eventstore.Position {
-	page, err := sub.store.readAllPage(sub.ctx, allFrom(cp), esdb.Forwards, 1)
-	if err == nil && (len(page) == 0 || page[0].Position == cp) {
-		return cp
-	}
-	return handled
 }
 
 // backoff is lo doubled per attempt after the first, capped at hi.

@@ -649,6 +649,24 @@ func TestSubscribeAllConfirmationFirstExclusiveStartAndCaughtUp(t *testing.T) {
 	eventually(t, 2*time.Second, func() bool { return s.Subscriptions() == 0 })
 }
 
+// TestSubscribeAllFromBetweenEvents: the server starts after the first event at
+// or after the start position, so a start position between events loses the next
+// event. Clients must start from event positions.
+func TestSubscribeAllFromBetweenEvents(t *testing.T) {
+	s, _ := Start(t)
+	rc := raw(t, s)
+	p0 := rawAppend(t, rc, "a", expNoStream(), ids(1)...).GetSuccess().GetPosition().GetCommitPosition()
+	rawAppend(t, rc, "b", expNoStream(), ids(1)...)
+	rawAppend(t, rc, "c", expNoStream(), ids(1)...)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	sub, err := rc.Read(ctx, subAllReq(allAt(p0+1), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, recvKinds(t, sub, 3), []string{"confirmation", "event:c/0", "caught_up"})
+}
+
 func TestSubscribeAllFilteredCheckpoints(t *testing.T) {
 	s, _ := Start(t)
 	rc := raw(t, s)

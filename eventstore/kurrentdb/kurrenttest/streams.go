@@ -486,11 +486,6 @@ func before(r *record, commit, prepare uint64) bool {
 	return r.pos < commit || (r.pos == commit && r.pos < prepare)
 }
 
-// after reports whether r, at (pos, pos), sits strictly after (commit, prepare).
-func after(r *record, commit, prepare uint64) bool {
-	return r.pos > commit || (r.pos == commit && r.pos > prepare)
-}
-
 func (ss *streamsServer) readAll(ro *readOptions, srv api.Streams_ReadServer) error {
 	all, _ := ss.s.db.snapshot()
 	var sent uint64
@@ -599,7 +594,8 @@ func checkpoint(pos uint64) *api.ReadResp {
 // AllSubscriptionFiltered): confirmation first; then history in pages of the
 // search window, with a checkpoint whenever a multiple of the checkpoint interval
 // of events has been considered; caught_up; then live events, with a checkpoint
-// at every interval-th considered event. The start position is exclusive.
+// at every interval-th considered event. The start position is exclusive when an
+// event sits at it (see below for when none does).
 func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServer) error {
 	snd, done, err := ss.confirm(srv)
 	defer done()
@@ -616,9 +612,14 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 		next = len(all)
 	default:
 		ss.s.noteStart(fmt.Sprintf("%d/%d", ro.commit, ro.prepare))
-		// Exclusive: the first event strictly after the start position.
+		// As the server does (ReadAllEventsForward(start, 1).NextPos): skip the first
+		// event at or after the start position. That makes the start exclusive when
+		// an event sits at it, and loses the next event when none does.
 		next = firstAtOrAfter(all, ro.commit)
-		for next < len(all) && !after(all[next], ro.commit, ro.prepare) {
+		for next < len(all) && before(all[next], ro.commit, ro.prepare) {
+			next++
+		}
+		if next < len(all) {
 			next++
 		}
 	}
