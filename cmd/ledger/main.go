@@ -1,0 +1,77 @@
+// Command ledger is the payment ledger's command-side program: `serve` runs the
+// command service, `dev` runs everything on a laptop, `post` sends one command.
+// Other files of this package add subcommands (replay, audit) and background
+// runners (the transfer process, the projector) from their init functions.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/ledgerworks/ledger/internal/node"
+)
+
+// subcommands are the commands of `ledger`: each file appends its own in init().
+var subcommands []*cli.Command
+
+// devRunners run inside `ledger dev` (the transfer process, the projector, ...):
+// append to it in init(). serveRunners run inside `ledger serve` as well as
+// `ledger dev` (the transfer process belongs to the command service).
+var (
+	devRunners   []node.Runner
+	serveRunners []node.Runner
+)
+
+func newApp() *cli.Command {
+	cmds := append([]*cli.Command(nil), subcommands...)
+	sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name < cmds[j].Name })
+	return &cli.Command{
+		Name:  "ledger",
+		Usage: "an event-sourced payment ledger over NATS (see PROTOCOL.md)",
+		Description: "Every flag can also be set by the environment variable shown in its help.\n" +
+			"Start with `ledger dev`, then `ledger post open_account --key k1 --account alice --currency EUR`.",
+		Commands:              cmds,
+		EnableShellCompletion: true,
+		// Exit codes are chosen by the commands (see exitError); main prints.
+		ExitErrHandler: func(context.Context, *cli.Command, error) {},
+	}
+}
+
+// exitError carries an exit status out of an action; its message (if any) is
+// printed to stderr by main.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return ""
+	}
+	return e.err.Error()
+}
+func (e *exitError) Unwrap() error { return e.err }
+func (e *exitError) ExitCode() int { return e.code }
+
+func exitWith(code int, err error) error { return &exitError{code: code, err: err} }
+
+func main() {
+	err := newApp().Run(context.Background(), os.Args)
+	if err == nil {
+		return
+	}
+	code := 1
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		code = ec.ExitCode()
+	}
+	if msg := err.Error(); msg != "" {
+		fmt.Fprintln(os.Stderr, "ledger:", msg)
+	}
+	os.Exit(code)
+}

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/urfave/cli/v3"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/config"
+	"github.com/ledgerworks/ledger/internal/natsapi"
+)
+
+func init() { subcommands = append(subcommands, postCommand()) }
+
+// Exit statuses of `ledger post`.
+const (
+	exitApplied  = 0 // the ledger answered applied
+	exitAnswered = 1 // the ledger answered something else (printed)
+	exitUsage    = 2 // the command line is wrong
+	exitNoReply  = 3 // no answer: the outcome is unknown, retry with the same key
+)
+
+// postField maps a flag to a body field.
+type postField struct {
+	flag, field, usage string
+	integer            bool
+}
+
+var postFields = []postField{
+	{"account", "account_id", "account_id", false},
+	{"amount", "amount", "amount in minor units (an integer)", true},
+	{"currency", "currency", "currency (three upper-case letters)", false},
+	{"from", "from", "source account of a transfer", false},
+	{"to", "to", "destination account of a transfer", false},
+	{"transfer", "transfer_id", "transfer_id", false},
+	{"hold", "hold_id", "hold_id", false},
+	{"original-key", "original_key", "idempotency key of the command a refund reverses", false},
+	{"overdraft-limit", "overdraft_limit", "overdraft limit of a new account, in minor units (an integer)", true},
+	{"expires-at", "expires_at", "expiry of a hold (RFC 3339)", false},
+}
+
+func postCommand() *cli.Command {
+	types := make([]string, len(domain.ClientCommandTypes))
+	for i, t := range domain.ClientCommandTypes {
+		types[i] = string(t)
+	}
+	flags := []cli.Flag{
+		&cli.StringFlag{Name: "key", Aliases: []string{"k"}, Usage: "idempotency key (required unless --json carries one)", Sources: cli.EnvVars("LEDGER_POST_KEY")},
+	}
+	for _, f := range postFields {
+		flags = append(flags, &cli.StringFlag{Name: f.flag, Category: "body", Usage: f.usage, Sources: cli.EnvVars("LEDGER_POST_" + envName(f.flag))})
+	}
+	flags = append(flags,
+		&cli.StringSliceFlag{Name: "metadata", Category: "body", Usage: "metadata entry key=value of a new account (repeat the flag)", Sources: cli.EnvVars("LEDGER_POST_METADATA")},
+		&cli.StringFlag{Name: "json", Category: "body", Usage: "the body as JSON: sent as is, or with the field flags merged into it", Sources: cli.EnvVars("LEDGER_POST_JSON")},
+		&cli.BoolFlag{Name: "jetstream", Usage: "publish durably to LEDGER_COMMANDS and wait for the stream's ack only (read the outcome later with --query)", Sources: cli.EnvVars("LEDGER_POST_JETSTREAM")},
+		&cli.BoolFlag{Name: "query", Usage: "ask ledger.v1.query.command for the outcome of --key instead of posting", Sources: cli.EnvVars("LEDGER_POST_QUERY")},
+		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "how long to wait for the reply", Sources: cli.EnvVars("LEDGER_POST_TIMEOUT")},
+		&cli.BoolFlag{Name: "compact", Usage: "print the reply on one line", Sources: cli.EnvVars("LEDGER_POST_COMPACT")},
+		config.DataDirFlag(""),
+	)
+	flags = append(flags, config.NATSFlags()...)
+	return &cli.Command{
+		Name:      "post",
+		Usage:     "post one command and print the reply",
+		ArgsUsage: "<type>   (" + strings.Join(types, ", ") + ")",
+		Description: "Sends ledger.v1.cmd.<type> as a NATS request and prints the ledger's reply (PROTOCOL.md §3).\n" +
+			"Amounts are sent as JSON integers of minor units. Exit status: 0 applied, 1 any other\n" +
+			"answer (printed), 2 bad command line, 3 no answer (unknown outcome: run it again, same key).\n\n" +
+			"Example:\n  ledger post deposit --key dep-1 --account alice --amount 1000 --currency EUR",
+		Flags:  flags,
+		Action: runPost,
+	}
+}
+
+func envName(flag string) string { return strings.ToUpper(strings.ReplaceAll(flag, "-", "_")) }
+
+func runPost(ctx context.Context, cmd *cli.Command) error {
+	out := cmd.Root().Writer
+	if out == nil {
+		out = os.Stdout
+	}
+	natsURL, err := config.FromDataDir(cmd, config.FlagNATSURL, func(i config.DevInfo) string { return i.NATSURL })
+	if err != nil {
+		return exitWith(exitUsage, err)
+	}
+	nopts := config.NATSFromCommand(cmd)
+	nopts.URL = natsURL
+	ctx, cancel := context.WithTimeout(ctx, cmd.Duration("timeout"))
+	defer cancel()
+
+	if cmd.Bool("query") {
+		if cmd.Args().Len() > 0 || cmd.String("key") == "" {
+			return exitWith(exitUsage, errors.New("--query takes --key and no command type"))
+		}
+		nc, err := nopts.Connect("ledger-post")
+		if err != nil {
+			return exitWith(exitNoReply, err)
+		}
+		defer nc.Close()
+		q, _ := json.Marshal(natsapi.CommandQuery{IdempotencyKey: cmd.String("key")})
+		reply, err := natsapi.Query(ctx, nc, "command", q)
+		if err != nil {
+			return exitWith(exitNoReply, err)
+		}
+		return printReply(out, reply, cmd.Bool("compact"))
+	}
+
+	if cmd.Args().Len() != 1 {
+		return exitWith(exitUsage, errors.New("usage: ledger post <type> --key K [--field value ...] (see --help)"))
+	}
+	typ := cmd.Args().First()
+	body, err := postBody(cmd)
+	if err != nil {
+		return exitWith(exitUsage, err)
+	}
+	nc, err := nopts.Connect("ledger-post")
+	if err != nil {
+		return exitWith(exitNoReply, err)
+	}
+	defer nc.Close()
+	hdr := nats.Header{}
+	hdr.Set(jetstream.MsgIDHeader, msgID(body))
+
+	if cmd.Bool("jetstream") {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return exitWith(exitNoReply, err)
+		}
+		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: natsapi.CommandSubject(typ), Data: body, Header: hdr})
+		if err != nil {
+			return exitWith(exitNoReply, fmt.Errorf("publish to %s: %w (unknown whether it is stored: publish again, same key)", natsapi.StreamName, err))
+		}
+		b, _ := json.Marshal(ack)
+		return printReply(out, b, cmd.Bool("compact"))
+	}
+
+	reply, err := natsapi.Request(ctx, nc, typ, body, hdr)
+	if err != nil {
+		var nr *natsapi.ErrNoReply
+		if errors.As(err, &nr) {
+			return exitWith(exitNoReply, err)
+		}
+		return exitWith(exitNoReply, err)
+	}
+	return printReply(out, reply, cmd.Bool("compact"))
+}
+
+// postBody builds the command body from --json and the field flags.
+func postBody(cmd *cli.Command) ([]byte, error) {
+	raw := cmd.String("json")
+	fieldsSet := cmd.IsSet("key") || len(cmd.StringSlice("metadata")) > 0
+	for _, f := range postFields {
+		fieldsSet = fieldsSet || cmd.IsSet(f.flag)
+	}
+	if raw != "" && !fieldsSet {
+		return []byte(raw), nil // as is, even when malformed: the ledger judges it
+	}
+	body := map[string]any{}
+	if raw != "" {
+		dec := json.NewDecoder(strings.NewReader(raw))
+		dec.UseNumber()
+		if err := dec.Decode(&body); err != nil {
+			return nil, fmt.Errorf("--json must be a JSON object to merge the field flags into: %w", err)
+		}
+	}
+	if k := cmd.String("key"); k != "" {
+		body["idempotency_key"] = k
+	}
+	if _, ok := body["idempotency_key"]; !ok {
+		return nil, errors.New("--key is required")
+	}
+	for _, f := range postFields {
+		if !cmd.IsSet(f.flag) {
+			continue
+		}
+		v := cmd.String(f.flag)
+		if f.integer {
+			if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+				return nil, fmt.Errorf("--%s must be an integer of minor units, got %q", f.flag, v)
+			}
+			body[f.field] = json.Number(v)
+			continue
+		}
+		body[f.field] = v
+	}
+	if md := cmd.StringSlice("metadata"); len(md) > 0 {
+		m := map[string]string{}
+		for _, kv := range md {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return nil, fmt.Errorf("--metadata wants key=value, got %q", kv)
+			}
+			m[k] = v
+		}
+		body["metadata"] = m
+	}
+	return json.Marshal(body)
+}
+
+// msgID is the courtesy Nats-Msg-Id: the key and a hash of the body, so that the
+// stream drops a resent copy of the same request but never a different request
+// that reuses a key (the ledger must see it to answer idempotency_key_conflict).
+func msgID(body []byte) string {
+	var k struct {
+		Key string `json:"idempotency_key"`
+	}
+	_ = json.Unmarshal(body, &k)
+	sum := sha256.Sum256(body)
+	return k.Key + "/" + hex.EncodeToString(sum[:8])
+}
+
+func printReply(w interface{ Write([]byte) (int, error) }, reply []byte, compact bool) error {
+	var buf bytes.Buffer
+	if compact {
+		if err := json.Compact(&buf, reply); err != nil {
+			buf.Reset()
+			buf.Write(reply)
+		}
+	} else if err := json.Indent(&buf, reply, "", "  "); err != nil {
+		buf.Reset()
+		buf.Write(reply)
+	}
+	buf.WriteByte('\n')
+	if _, err := w.Write(buf.Bytes()); err != nil {
+		return err
+	}
+	var r struct {
+		Status string `json:"status"`
+		Stream string `json:"stream"`
+	}
+	_ = json.Unmarshal(reply, &r)
+	if r.Status == string(domain.StatusApplied) || (r.Status == "" && r.Stream != "") {
+		return nil
+	}
+	if r.Status == "" { // a query's reply: found is success
+		var q struct {
+			Code string `json:"code"`
+		}
+		_ = json.Unmarshal(reply, &q)
+		if q.Code != string(domain.CodeNotFound) && q.Code != "" {
+			return nil
+		}
+	}
+	return exitWith(exitAnswered, nil)
+}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/ledgerworks/ledger/internal/config"
+	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/natsapi"
+	"github.com/ledgerworks/ledger/internal/node"
+	"github.com/ledgerworks/ledger/migrations"
+)
+
+func init() { subcommands = append(subcommands, serveCommand()) }
+
+// Flags of the command service, shared by serve and dev.
+const (
+	flagInstance        = "instance-name"
+	flagQueueGroup      = "queue-group"
+	flagMaxInFlight     = "max-in-flight"
+	flagCommandTimeout  = "command-timeout"
+	flagCacheSize       = "cache-size"
+	flagCommandQuery    = "serve-command-query"
+	flagJetStream       = "jetstream"
+	flagDurable         = "jetstream-durable"
+	flagBackOff         = "jetstream-backoff"
+	flagMaxDeliver      = "jetstream-max-deliver"
+	flagLanes           = "jetstream-lanes"
+	flagGrace           = "jetstream-grace"
+	flagReplicas        = "jetstream-replicas"
+	flagShutdownTimeout = "shutdown-timeout"
+	flagMigrate         = "migrate"
+)
+
+func serviceFlags() []cli.Flag {
+	cat := "command service"
+	return []cli.Flag{
+		&cli.StringFlag{Name: flagInstance, Category: cat, Usage: "name of this instance (NATS connection name, event metadata); default ledger-<host>-<pid>", Sources: cli.EnvVars("LEDGER_INSTANCE_NAME")},
+		&cli.StringFlag{Name: flagQueueGroup, Category: cat, Value: natsapi.DefaultQueueGroup, Usage: "NATS queue group shared by the instances", Sources: cli.EnvVars("LEDGER_QUEUE_GROUP")},
+		&cli.IntFlag{Name: flagMaxInFlight, Category: cat, Value: 64, Usage: "request-reply commands handled at once (back-pressure beyond)", Sources: cli.EnvVars("LEDGER_MAX_IN_FLIGHT")},
+		&cli.DurationFlag{Name: flagCommandTimeout, Category: cat, Value: 15 * time.Second, Usage: "bound on handling one command", Sources: cli.EnvVars("LEDGER_COMMAND_TIMEOUT")},
+		&cli.IntFlag{Name: flagCacheSize, Category: cat, Value: 100_000, Usage: "account aggregates kept in memory", Sources: cli.EnvVars("LEDGER_CACHE_SIZE")},
+		&cli.BoolFlag{Name: flagCommandQuery, Category: cat, Value: true, Usage: "answer ledger.v1.query.command from the event store", Sources: cli.EnvVars("LEDGER_SERVE_COMMAND_QUERY")},
+		&cli.BoolFlag{Name: flagJetStream, Category: cat, Value: true, Usage: "declare LEDGER_COMMANDS and consume it durably", Sources: cli.EnvVars("LEDGER_JETSTREAM")},
+		&cli.StringFlag{Name: flagDurable, Category: cat, Value: natsapi.DefaultDurable, Usage: "name of the durable pull consumer", Sources: cli.EnvVars("LEDGER_JETSTREAM_DURABLE")},
+		&cli.StringFlag{Name: flagBackOff, Category: cat, Value: "10s,30s,1m,2m,5m,10m", Usage: "redelivery back-off; the first value is the AckWait", Sources: cli.EnvVars("LEDGER_JETSTREAM_BACKOFF")},
+		&cli.IntFlag{Name: flagMaxDeliver, Category: cat, Value: 20, Usage: "deliveries of a message before it goes to the DLQ", Sources: cli.EnvVars("LEDGER_JETSTREAM_MAX_DELIVER")},
+		&cli.IntFlag{Name: flagLanes, Category: cat, Value: 16, Usage: "JetStream workers (one account's commands share a lane)", Sources: cli.EnvVars("LEDGER_JETSTREAM_LANES")},
+		&cli.DurationFlag{Name: flagGrace, Category: cat, Value: 2 * time.Second, Usage: "age a stream message reaches before its first delivery is handled (lets request-reply decide first)", Sources: cli.EnvVars("LEDGER_JETSTREAM_GRACE")},
+		&cli.IntFlag{Name: flagReplicas, Category: cat, Value: 1, Usage: "replicas of the LEDGER_COMMANDS and LEDGER_DLQ streams", Sources: cli.EnvVars("LEDGER_JETSTREAM_REPLICAS")},
+		&cli.DurationFlag{Name: flagShutdownTimeout, Category: cat, Value: 30 * time.Second, Usage: "bound on a graceful stop", Sources: cli.EnvVars("LEDGER_SHUTDOWN_TIMEOUT")},
+	}
+}
+
+// serviceOptions reads serviceFlags into node options.
+func serviceOptions(cmd *cli.Command, log *slog.Logger) (node.Options, error) {
+	backoff, err := parseDurations(cmd.String(flagBackOff))
+	if err != nil {
+		return node.Options{}, fmt.Errorf("--%s: %w", flagBackOff, err)
+	}
+	grace := cmd.Duration(flagGrace)
+	if grace == 0 {
+		grace = -1 // zero means "no grace" on the command line
+	}
+	return node.Options{
+		Name:                cmd.String(flagInstance),
+		DisableCommandQuery: !cmd.Bool(flagCommandQuery),
+		Ledger:              ledger.Options{CacheSize: cmd.Int(flagCacheSize)},
+		Intake: natsapi.Options{
+			QueueGroup:       cmd.String(flagQueueGroup),
+			MaxInFlight:      cmd.Int(flagMaxInFlight),
+			CommandTimeout:   cmd.Duration(flagCommandTimeout),
+			DisableJetStream: !cmd.Bool(flagJetStream),
+			Durable:          cmd.String(flagDurable),
+			BackOff:          backoff,
+			MaxDeliver:       cmd.Int(flagMaxDeliver),
+			Lanes:            cmd.Int(flagLanes),
+			Grace:            grace,
+			Replicas:         cmd.Int(flagReplicas),
+		},
+		Logger: log,
+	}, nil
+}
+
+func parseDurations(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("%q is not a positive duration", f)
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("at least one duration is needed")
+	}
+	return out, nil
+}
+
+func serveCommand() *cli.Command {
+	flags := []cli.Flag{
+		&cli.StringFlag{Name: config.FlagEventStoreURL, Usage: "event store: postgres://..., kurrentdb://... or esdb://... (default: --database-url)", Sources: cli.EnvVars(config.EnvEventStoreURL)},
+		&cli.StringFlag{Name: config.FlagDatabaseURL, Usage: "PostgreSQL of the read models (postgres://...)", Sources: cli.EnvVars(config.EnvDatabaseURL)},
+		&cli.StringFlag{Name: config.FlagHTTPAddr, Value: "127.0.0.1:8080", Usage: "address of /healthz, /readyz and /metrics (empty: none)", Sources: cli.EnvVars(config.EnvHTTPAddr)},
+		&cli.BoolFlag{Name: flagMigrate, Value: true, Usage: "apply the PostgreSQL migrations at start", Sources: cli.EnvVars("LEDGER_MIGRATE")},
+	}
+	flags = append(flags, config.NATSFlags()...)
+	flags = append(flags, serviceFlags()...)
+	flags = append(flags, config.LogFlags()...)
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the command service against NATS and an event store",
+		Description: "Takes commands on ledger.v1.cmd.<type> (request-reply, queue group) and from the\n" +
+			"LEDGER_COMMANDS JetStream stream, decides them against the event store and replies.\n" +
+			"Start as many instances as you like on the same NATS and event store.",
+		Flags:  flags,
+		Action: runServe,
+	}
+}
+
+func runServe(ctx context.Context, cmd *cli.Command) error {
+	log, err := config.LoggerFromCommand(cmd, os.Stderr)
+	if err != nil {
+		return exitWith(2, err)
+	}
+	esURL := cmd.String(config.FlagEventStoreURL)
+	dbURL := cmd.String(config.FlagDatabaseURL)
+	if esURL == "" {
+		esURL = dbURL
+	}
+	if esURL == "" {
+		return exitWith(2, fmt.Errorf("no event store: set %s (or %s)", config.EnvEventStoreURL, config.EnvDatabaseURL))
+	}
+	backend, err := config.EventStoreBackend(esURL)
+	if err != nil {
+		return exitWith(2, err)
+	}
+	opts, err := serviceOptions(cmd, log)
+	if err != nil {
+		return exitWith(2, err)
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if cmd.Bool(flagMigrate) {
+		for _, u := range uniqueNonEmpty(dbURL, postgresOnly(esURL, backend)) {
+			if err := migrations.Up(ctx, u); err != nil {
+				return err
+			}
+			log.Info("migrations applied", "database", config.Redact(u))
+		}
+	}
+	opts.NATS = config.NATSFromCommand(cmd)
+	opts.EventStoreURL = esURL
+	opts.DatabaseURL = dbURL
+	opts.HTTPAddr = cmd.String(config.FlagHTTPAddr)
+	opts.Runners = append(opts.Runners, serveRunners...)
+	n, err := node.Start(ctx, opts)
+	if err != nil {
+		return err
+	}
+	log.Info("ledger serving", "nats", config.Redact(n.NC.ConnectedUrl()), "eventstore", config.Redact(esURL), "http", n.HTTPURL())
+	var cause error
+	select {
+	case <-ctx.Done():
+		log.Info("stopping", "reason", "signal")
+	case cause = <-n.Done():
+		log.Error("stopping", "reason", cause)
+	}
+	stop() // a second signal kills at once
+	sctx, cancel := context.WithTimeout(context.Background(), cmd.Duration(flagShutdownTimeout))
+	defer cancel()
+	if err := n.Stop(sctx); err != nil {
+		return errors.Join(cause, err)
+	}
+	log.Info("stopped")
+	return cause
+}
+
+func postgresOnly(u string, b config.Backend) string {
+	if b == config.BackendPostgres {
+		return u
+	}
+	return ""
+}
+
+func uniqueNonEmpty(ss ...string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, s := range ss {
+		if s != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,73 @@
+package config
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestRedact(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"postgres://ledger:s3cret@db:5432/ledger?sslmode=disable", "postgres://ledger:xxxxx@db:5432/ledger?sslmode=disable"},
+		{"postgres://ledger@db/ledger", "postgres://ledger@db/ledger"},
+		{"postgres://db/ledger?user=u&password=s3cret", "postgres://db/ledger?password=xxxxx&user=u"},
+		{"host=db user=ledger password=s3cret dbname=ledger", "host=db user=ledger password=xxxxx dbname=ledger"},
+		{"host=db password='s3 cret' dbname=ledger", "host=db password=xxxxx dbname=ledger"},
+		{"nats://tok3n@nats:4222", "nats://xxxxx@nats:4222"},
+		{"nats://u:p@a:4222,nats://u:p@b:4222", "nats://u:xxxxx@a:4222,nats://u:xxxxx@b:4222"},
+		{"kurrentdb://admin:changeit@kdb:2113?tls=false", "kurrentdb://admin:xxxxx@kdb:2113?tls=false"},
+		{"esdb://kdb:2113", "esdb://kdb:2113"},
+		{"", ""},
+	} {
+		got := Redact(c.in)
+		if got != c.want {
+			t.Errorf("Redact(%q) = %q, want %q", c.in, got, c.want)
+		}
+		if strings.Contains(got, "s3cret") || strings.Contains(got, "tok3n") || strings.Contains(got, "changeit") {
+			t.Errorf("Redact(%q) leaks a secret: %q", c.in, got)
+		}
+	}
+}
+
+func TestDevInfoRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	if _, _, err := ReadDevInfo(dir); err == nil {
+		t.Fatal("empty dir has dev.json")
+	}
+	in := DevInfo{PID: os.Getpid(), NATSURL: "nats://127.0.0.1:4222", DatabaseURL: "postgres://x/y", EventStoreURL: "postgres://x/y", HTTPURL: "http://127.0.0.1:8080"}
+	if err := WriteDevInfo(dir, in); err != nil {
+		t.Fatal(err)
+	}
+	out, running, err := ReadDevInfo(dir)
+	if err != nil || !running || out.NATSURL != in.NATSURL || out.HTTPURL != in.HTTPURL {
+		t.Fatalf("read back %+v running=%v err=%v", out, running, err)
+	}
+	if err := RemoveDevInfo(dir, os.Getpid()+1); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ReadDevInfo(dir); err != nil {
+		t.Fatal("removed by another pid")
+	}
+	if err := RemoveDevInfo(dir, os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ReadDevInfo(dir); err == nil {
+		t.Fatal("dev.json survived its removal")
+	}
+}
+
+func TestEventStoreBackend(t *testing.T) {
+	for in, want := range map[string]Backend{
+		"postgres://h/db": BackendPostgres, "postgresql://h/db": BackendPostgres,
+		"kurrentdb://h:2113": BackendKurrentDB, "esdb://h:2113": BackendKurrentDB, "esdb+discover://h:2113": BackendKurrentDB,
+	} {
+		if got, err := EventStoreBackend(in); err != nil || got != want {
+			t.Errorf("%s: %v %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{"mysql://h/db", "h/db", ""} {
+		if _, err := EventStoreBackend(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

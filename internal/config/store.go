@@ -1,0 +1,70 @@
+package config
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
+	"github.com/ledgerworks/ledger/eventstore/postgres"
+)
+
+// Backend names the event store a URL selects.
+type Backend string
+
+const (
+	BackendPostgres  Backend = "postgres"
+	BackendKurrentDB Backend = "kurrentdb"
+)
+
+// EventStoreBackend tells which backend an event-store URL names: postgres:// and
+// postgresql:// select PostgreSQL; kurrentdb://, kurrentdb+discover://, esdb:// and
+// esdb+discover:// select KurrentDB.
+func EventStoreBackend(rawURL string) (Backend, error) {
+	scheme, _, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return "", fmt.Errorf("config: event store URL %q has no scheme (postgres://, kurrentdb:// or esdb://)", Redact(rawURL))
+	}
+	switch strings.ToLower(scheme) {
+	case "postgres", "postgresql":
+		return BackendPostgres, nil
+	case "kurrentdb", "kurrentdb+discover", "kurrent", "kurrent+discover", "esdb", "esdb+discover":
+		return BackendKurrentDB, nil
+	}
+	return "", fmt.Errorf("config: event store URL scheme %q: want postgres://, kurrentdb:// or esdb://", scheme)
+}
+
+// OpenEventStore opens the event store that rawURL names. The PostgreSQL store's
+// schema must exist (migrations.Up).
+func OpenEventStore(ctx context.Context, rawURL string, logger *slog.Logger) (eventstore.Store, error) {
+	b, err := EventStoreBackend(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	switch b {
+	case BackendPostgres:
+		s, err := postgres.Open(ctx, rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("config: open event store %s: %w", Redact(rawURL), err)
+		}
+		return s, nil
+	default:
+		s, err := kurrentdb.Open(ctx, rawURL, kurrentdb.WithLogger(logger))
+		if err != nil {
+			return nil, fmt.Errorf("config: open event store %s: %w", Redact(rawURL), err)
+		}
+		return s, nil
+	}
+}
+
+// IsPostgresURL reports whether u is a postgres:// URL (not a keyword/value DSN).
+func IsPostgresURL(u string) bool {
+	p, err := url.Parse(u)
+	return err == nil && (p.Scheme == "postgres" || p.Scheme == "postgresql")
+}

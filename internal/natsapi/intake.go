@@ -1,0 +1,330 @@
+package natsapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/ledger"
+)
+
+// Handler decides a raw command: ledger.Service implements it.
+type Handler interface {
+	HandleRaw(ctx context.Context, typ string, body []byte) ledger.Reply
+}
+
+// CommandLookup answers the outcome of a decided key: ledger.Service implements it
+// from the event store; the read side may serve it from its read models.
+type CommandLookup interface {
+	Lookup(ctx context.Context, key string) (r ledger.Reply, found bool, err error)
+}
+
+// Options configure an Intake. Zero values take the defaults.
+type Options struct {
+	// QueueGroup shares request-reply commands and queries among instances (default "ledger").
+	QueueGroup string
+	// MaxInFlight bounds the request-reply commands handled at once (default 64).
+	// When all slots are busy the subscription stops being read and its pending
+	// buffer (PendingLimit) absorbs the burst: back-pressure, not more goroutines.
+	MaxInFlight int
+	// PendingLimit bounds the messages buffered by the command subscription (default 4096).
+	PendingLimit int
+	// CommandTimeout bounds the handling of one command (default 15s).
+	CommandTimeout time.Duration
+
+	// DisableJetStream leaves out the stream, the consumer and the DLQ.
+	DisableJetStream bool
+	// Durable names the pull consumer (default "ledger").
+	Durable string
+	// BackOff is the redelivery schedule: its first value is the consumer's AckWait,
+	// delivery n waits BackOff[min(n, len)-1] for its ack before being redelivered, and
+	// a command that failed for an infrastructure reason is nak'ed with the same delay
+	// (default 10s, 30s, 1m, 2m, 5m, 10m).
+	BackOff []time.Duration
+	// MaxDeliver bounds the deliveries of a message (default 20); the last failure
+	// copies it to the DLQ with reason max_deliveries.
+	MaxDeliver int
+	// MaxAckPending bounds the consumer's unacknowledged messages (default 1024).
+	MaxAckPending int
+	// Lanes is the number of JetStream workers (default 16). A message goes to the
+	// lane of its account (or transfer source), so that one instance handles the
+	// commands of an account in stream order.
+	Lanes int
+	// Grace delays the first delivery of a stream message until it is this old
+	// (default 2s; negative: no delay). A command sent by request-reply is also
+	// captured by the stream: the grace lets the request-reply path decide it first,
+	// so that its requester never sees its own command as a duplicate; the consumer
+	// then only confirms it from the record.
+	Grace time.Duration
+	// Replicas of the streams (default 1).
+	Replicas int
+	// CommandMaxAge bounds how long LEDGER_COMMANDS keeps a message (default 7 days).
+	CommandMaxAge time.Duration
+	// DLQMaxAge bounds how long LEDGER_DLQ keeps a dead letter (default 30 days).
+	DLQMaxAge time.Duration
+
+	// Lookup, when set, answers ledger.v1.query.command.
+	Lookup CommandLookup
+
+	Metrics *Metrics
+	Logger  *slog.Logger
+
+	// beforeAck, in tests, runs after a JetStream command's outcome is known and
+	// before it is settled; returning false leaves the message unsettled (a
+	// consumer that died before its ack).
+	beforeAck func(m jetstream.Msg, r ledger.Reply) bool
+}
+
+func (o *Options) defaults() {
+	if o.QueueGroup == "" {
+		o.QueueGroup = DefaultQueueGroup
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 64
+	}
+	if o.PendingLimit <= 0 {
+		o.PendingLimit = 4096
+	}
+	if o.CommandTimeout <= 0 {
+		o.CommandTimeout = 15 * time.Second
+	}
+	if o.Durable == "" {
+		o.Durable = DefaultDurable
+	}
+	if len(o.BackOff) == 0 {
+		o.BackOff = []time.Duration{10 * time.Second, 30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute}
+	}
+	if o.MaxDeliver <= 0 {
+		o.MaxDeliver = 20
+	}
+	if o.MaxDeliver < len(o.BackOff) {
+		o.MaxDeliver = len(o.BackOff)
+	}
+	if o.MaxAckPending <= 0 {
+		o.MaxAckPending = 1024
+	}
+	if o.Lanes <= 0 {
+		o.Lanes = 16
+	}
+	if o.Grace == 0 {
+		o.Grace = 2 * time.Second
+	}
+	if o.Replicas <= 0 {
+		o.Replicas = 1
+	}
+	if o.CommandMaxAge <= 0 {
+		o.CommandMaxAge = 7 * 24 * time.Hour
+	}
+	if o.DLQMaxAge <= 0 {
+		o.DLQMaxAge = 30 * 24 * time.Hour
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Intake feeds commands from NATS to a Handler and replies.
+type Intake struct {
+	nc   *nats.Conn
+	h    Handler
+	opts Options
+	log  *slog.Logger
+
+	// work is the context of command handling: it outlives Stop's draining and is
+	// cancelled only when Stop gives up (its ctx ends).
+	work       context.Context
+	cancelWork context.CancelFunc
+
+	sem     chan struct{} // request-reply slots
+	qsem    chan struct{} // query slots
+	wg      sync.WaitGroup
+	subs    []*nats.Subscription
+	js      jetstream.JetStream
+	cons    *consumerLoop
+	mu      sync.Mutex
+	started bool
+	stopped bool
+}
+
+// New returns an Intake on nc; Start subscribes.
+func New(nc *nats.Conn, h Handler, opts Options) *Intake {
+	opts.defaults()
+	work, cancel := context.WithCancel(context.Background())
+	return &Intake{
+		nc: nc, h: h, opts: opts, log: opts.Logger.With("component", "intake"),
+		work: work, cancelWork: cancel,
+		sem: make(chan struct{}, opts.MaxInFlight), qsem: make(chan struct{}, opts.MaxInFlight),
+	}
+}
+
+// Start makes sure the streams and the consumer exist (creating or updating them)
+// and subscribes. ctx bounds the set-up only.
+func (in *Intake) Start(ctx context.Context) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.started {
+		return errors.New("natsapi: intake already started")
+	}
+	in.started = true
+	if !in.opts.DisableJetStream {
+		js, err := jetstream.New(in.nc)
+		if err != nil {
+			return fmt.Errorf("natsapi: jetstream: %w", err)
+		}
+		in.js = js
+		if err := EnsureStreams(ctx, js, StreamOptions{Replicas: in.opts.Replicas, CommandMaxAge: in.opts.CommandMaxAge, DLQMaxAge: in.opts.DLQMaxAge}); err != nil {
+			return err
+		}
+	}
+	sub, err := in.nc.QueueSubscribe(CommandSubjects, in.opts.QueueGroup, in.onRequest)
+	if err != nil {
+		return fmt.Errorf("natsapi: subscribe %s: %w", CommandSubjects, err)
+	}
+	if err := sub.SetPendingLimits(in.opts.PendingLimit, 64<<20); err != nil {
+		return err
+	}
+	in.subs = append(in.subs, sub)
+	if in.opts.Lookup != nil {
+		q, err := in.nc.QueueSubscribe(CommandQuerySubject, in.opts.QueueGroup, in.onCommandQuery)
+		if err != nil {
+			return fmt.Errorf("natsapi: subscribe %s: %w", CommandQuerySubject, err)
+		}
+		in.subs = append(in.subs, q)
+	}
+	if in.js != nil {
+		c, err := startConsumer(ctx, in)
+		if err != nil {
+			return err
+		}
+		in.cons = c
+	}
+	if err := in.nc.FlushTimeout(10 * time.Second); err != nil {
+		return fmt.Errorf("natsapi: flush: %w", err)
+	}
+	in.log.Info("intake started", "subjects", CommandSubjects, "queue", in.opts.QueueGroup, "jetstream", in.js != nil, "max_in_flight", in.opts.MaxInFlight)
+	return nil
+}
+
+// Ready reports whether the intake is started and its connection is up.
+func (in *Intake) Ready() error {
+	in.mu.Lock()
+	started, stopped := in.started, in.stopped
+	in.mu.Unlock()
+	switch {
+	case !started:
+		return errors.New("intake not started")
+	case stopped:
+		return errors.New("intake stopped")
+	case !in.nc.IsConnected():
+		return fmt.Errorf("nats %s", in.nc.Status())
+	}
+	return nil
+}
+
+// Stop stops taking commands and finishes those in flight: the subscriptions are
+// drained (what they had buffered is still handled), the consumer stops pulling and
+// naks what it had fetched but not started, and Stop waits for every command being
+// handled to reply or settle. When ctx ends first, in-flight commands are cancelled
+// (their JetStream messages are redelivered) and ctx's error is returned.
+func (in *Intake) Stop(ctx context.Context) error {
+	in.mu.Lock()
+	if in.stopped || !in.started {
+		in.stopped = true
+		in.mu.Unlock()
+		return nil
+	}
+	in.stopped = true
+	in.mu.Unlock()
+
+	for _, s := range in.subs {
+		if err := s.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			in.log.Warn("drain subscription", "subject", s.Subject, "err", err)
+		}
+	}
+	if in.cons != nil {
+		in.cons.stop()
+	}
+	done := make(chan struct{})
+	go func() {
+		for _, s := range in.subs {
+			for s.IsValid() && in.nc.IsConnected() { // drained: IsValid turns false
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		if in.cons != nil {
+			in.cons.wait()
+		}
+		in.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		in.cancelWork()
+		in.log.Info("intake stopped")
+		return nil
+	case <-ctx.Done():
+		in.cancelWork()
+		<-done
+		return fmt.Errorf("natsapi: stop: %w", ctx.Err())
+	}
+}
+
+// onRequest runs on the subscription's goroutine: it takes a slot (waiting when all
+// are busy) and handles the command on its own goroutine.
+func (in *Intake) onRequest(msg *nats.Msg) {
+	if msg.Reply == "" {
+		// A plain publish: no one waits for a reply. The stream captured it and the
+		// consumer decides it, with an ack, which is the durable path.
+		return
+	}
+	select {
+	case in.sem <- struct{}{}:
+	case <-in.work.Done():
+		return
+	}
+	in.wg.Add(1)
+	in.opts.Metrics.inFlightAdd(SourceRequest, 1)
+	go func() {
+		defer func() {
+			in.opts.Metrics.inFlightAdd(SourceRequest, -1)
+			<-in.sem
+			in.wg.Done()
+		}()
+		in.handleRequest(msg)
+	}()
+}
+
+func (in *Intake) handleRequest(msg *nats.Msg) {
+	typ := commandType(msg.Subject)
+	ctx, cancel := context.WithTimeout(in.work, in.opts.CommandTimeout)
+	defer cancel()
+	start := time.Now()
+	r := in.h.HandleRaw(ctx, typ, msg.Data)
+	in.opts.Metrics.command(typ, SourceRequest, r, time.Since(start))
+	in.logOutcome(SourceRequest, typ, r, time.Since(start))
+	b, err := json.Marshal(r)
+	if err != nil {
+		in.log.Error("encode reply", "err", err)
+		return
+	}
+	if err := msg.Respond(b); err != nil {
+		in.log.Warn("reply", "err", err, "key", r.IdempotencyKey)
+	}
+}
+
+func (in *Intake) logOutcome(source, typ string, r ledger.Reply, took time.Duration) {
+	lvl := slog.LevelDebug
+	if r.Status == domain.StatusError {
+		lvl = slog.LevelWarn
+	}
+	in.log.Log(context.Background(), lvl, "command", "source", source, "type", typ, "key", r.IdempotencyKey,
+		"status", r.Status, "code", r.Code, "duplicate", r.Duplicate, "took", took)
+}

@@ -1,0 +1,318 @@
+package natsapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/devenv/devtest"
+	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// rig is one ledger (service + intake) on a real NATS and PostgreSQL.
+type rig struct {
+	t     *testing.T
+	store eventstore.Store
+	svc   *ledger.Service
+	nc    *nats.Conn // the client's connection
+	url   string     // NATS URL
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	ns := devtest.NATS(t)
+	store := devtest.Store(t, devtest.DatabaseURL(t))
+	return &rig{t: t, store: store, svc: ledger.New(store, ledger.Options{}), nc: devtest.Connect(t, ns), url: ns.ClientURL()}
+}
+
+// intake starts an intake on its own connection; it is stopped when the test ends.
+func (r *rig) intake(opts Options) (*Intake, *nats.Conn) {
+	r.t.Helper()
+	nc, err := nats.Connect(r.url)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if opts.Lookup == nil {
+		opts.Lookup = r.svc
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	in := New(nc, r.svc, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := in.Start(ctx); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := in.Stop(ctx); err != nil {
+			r.t.Error(err)
+		}
+		nc.Close()
+	})
+	return in, nc
+}
+
+func (r *rig) request(typ string, body []byte) ledger.Reply {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := Request(ctx, r.nc, typ, body, nil)
+	if err != nil {
+		r.t.Fatalf("%s: %v", typ, err)
+	}
+	var rep ledger.Reply
+	if err := json.Unmarshal(b, &rep); err != nil {
+		r.t.Fatalf("%s: reply %s: %v", typ, b, err)
+	}
+	return rep
+}
+
+// events reads "all".
+func (r *rig) events() []eventstore.RecordedEvent {
+	r.t.Helper()
+	var out []eventstore.RecordedEvent
+	after := eventstore.Start
+	for {
+		evs, err := r.store.ReadAll(context.Background(), after, 1000)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		out = append(out, evs...)
+		if len(evs) < 1000 {
+			return out
+		}
+		after = evs[len(evs)-1].Position
+	}
+}
+
+// eventsOfKey are the events of "all" whose metadata names key, outside key streams.
+func (r *rig) eventsOfKey(key string) []eventstore.RecordedEvent {
+	var out []eventstore.RecordedEvent
+	for _, ev := range r.events() {
+		m, err := domain.DecodeMetadata(ev.Metadata)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if m.Key == key && !strings.HasPrefix(ev.Stream, domain.KeyStreamPrefix) {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func body(fields map[string]any) []byte {
+	b, err := json.Marshal(fields)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func TestBadInputIsInvalidAndWritesNothing(t *testing.T) {
+	r := newRig(t)
+	r.intake(Options{Grace: -1, BackOff: []time.Duration{time.Second}})
+	if rep := r.request("open_account", body(map[string]any{"idempotency_key": "open-acc", "account_id": "acc", "currency": "EUR"})); rep.Status != domain.StatusApplied {
+		t.Fatalf("open_account: %+v", rep)
+	}
+	before := len(r.events())
+
+	deposit := func(extra string) []byte {
+		return []byte(`{"idempotency_key":"bad-1","account_id":"acc","currency":"EUR",` + extra + `}`)
+	}
+	big := `{"idempotency_key":"bad-big","account_id":"acc","amount":1,"currency":"EUR","pad":"` + strings.Repeat("x", 64<<10) + `"}`
+	rows := []struct {
+		name, typ, body string
+		field           string // named in the message
+	}{
+		{"malformed JSON", "deposit", `{"idempotency_key":"bad-1","account_id":`, "JSON"},
+		{"unknown field", "deposit", `{"idempotency_key":"bad-1","account_id":"acc","amount":1,"currency":"EUR","colour":"red"}`, "colour"},
+		{"missing key", "deposit", `{"account_id":"acc","amount":1,"currency":"EUR"}`, "idempotency_key"},
+		{"key too long", "deposit", `{"idempotency_key":"` + strings.Repeat("k", 129) + `","account_id":"acc","amount":1,"currency":"EUR"}`, "idempotency_key"},
+		{"amount 0", "deposit", string(deposit(`"amount":0`)), "amount"},
+		{"amount -1", "deposit", string(deposit(`"amount":-1`)), "amount"},
+		{"amount 1.5", "deposit", string(deposit(`"amount":1.5`)), "amount"},
+		{`amount "10"`, "deposit", string(deposit(`"amount":"10"`)), "amount"},
+		{"amount 1e3", "deposit", string(deposit(`"amount":1e3`)), "amount"},
+		{"amount 2^53", "deposit", string(deposit(`"amount":9007199254740992`)), "amount"},
+		{"lower-case currency", "deposit", `{"idempotency_key":"bad-1","account_id":"acc","amount":1,"currency":"eur"}`, "currency"},
+		{"bad account id", "deposit", `{"idempotency_key":"bad-1","account_id":"acc ount!","amount":1,"currency":"EUR"}`, "account_id"},
+		{"body over 64 KiB", "deposit", big, "body"},
+		{"invalid UTF-8", "deposit", "{\"idempotency_key\":\"bad-1\",\"account_id\":\"acc\",\"amount\":1,\"currency\":\"EUR\",\"x\":\"\xff\xfe\"}", "UTF-8"},
+		{"unknown command type", "teleport", `{"idempotency_key":"bad-1","account_id":"acc","amount":1,"currency":"EUR"}`, "type"},
+	}
+	for _, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			rep := r.request(row.typ, []byte(row.body))
+			if rep.Status != domain.StatusInvalid || rep.Code != domain.CodeInvalidRequest {
+				t.Fatalf("status %q code %q, want invalid/invalid_request: %+v", rep.Status, rep.Code, rep)
+			}
+			if !strings.Contains(rep.Message, row.field) {
+				t.Fatalf("message %q does not name %q", rep.Message, row.field)
+			}
+			if len(rep.Events) != 0 || rep.Duplicate {
+				t.Fatalf("events or duplicate on an invalid reply: %+v", rep)
+			}
+		})
+	}
+	if rep := r.request("teleport", []byte(rows[len(rows)-1].body)); len(rep.Fields) != 1 || rep.Fields[0] != "type" {
+		t.Errorf("unknown type: fields %v, want [type]", rep.Fields)
+	}
+
+	// The stream captured every row; the consumer dead-letters each, with its reason.
+	js, err := jetstream.New(r.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dlq, err := js.Stream(ctx, DLQStreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := uint64(len(rows) + 1)
+	devtest.Eventually(t, 20*time.Second, "every bad row dead-lettered", func() bool {
+		info, err := dlq.Info(ctx)
+		return err == nil && info.State.Msgs == want
+	})
+	m, err := dlq.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Header.Get(HeaderDLQReason) != string(domain.CodeInvalidRequest) || m.Header.Get(HeaderDLQSubject) == "" || m.Header.Get(HeaderDLQMessage) == "" {
+		t.Errorf("dead letter headers: %v", m.Header)
+	}
+	if after := len(r.events()); after != before {
+		t.Fatalf("bad input appended %d events", after-before)
+	}
+}
+
+func TestJetStreamTwiceAndAfterAKilledConsumerIsAppliedOnce(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	js, err := jetstream.New(r.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureStreams(ctx, js, StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	open := body(map[string]any{"idempotency_key": "open-alice", "account_id": "alice", "currency": "EUR"})
+	dep := body(map[string]any{"idempotency_key": "dep-1", "account_id": "alice", "amount": 1500, "currency": "EUR"})
+	for _, m := range []struct {
+		typ  string
+		body []byte
+	}{{"open_account", open}, {"deposit", dep}, {"deposit", dep}} {
+		if _, err := js.Publish(ctx, CommandSubject(m.typ), m.body); err != nil { // no Nats-Msg-Id: both copies are stored
+			t.Fatal(err)
+		}
+	}
+
+	// Consumer A decides the first copy of dep-1, then dies before its ack.
+	var killed sync.Once
+	died := make(chan struct{})
+	aConn := make(chan *nats.Conn, 1)
+	backoff := []time.Duration{time.Second}
+	_, nc := r.intake(Options{Grace: -1, BackOff: backoff, beforeAck: func(m jetstream.Msg, rep ledger.Reply) bool {
+		if rep.IdempotencyKey != "dep-1" {
+			return true
+		}
+		if rep.Status != domain.StatusApplied {
+			t.Errorf("first delivery of dep-1: %+v", rep)
+		}
+		killed.Do(func() { (<-aConn).Close(); close(died) })
+		return false
+	}})
+	aConn <- nc
+	select {
+	case <-died:
+	case <-time.After(20 * time.Second):
+		t.Fatal("consumer A never handled dep-1")
+	}
+
+	// One more copy while no ledger runs, then consumer B takes over the durable.
+	if _, err := js.Publish(ctx, CommandSubject("deposit"), dep); err != nil {
+		t.Fatal(err)
+	}
+	r.intake(Options{Grace: -1, BackOff: backoff})
+	cons, err := js.Consumer(ctx, StreamName, DefaultDurable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devtest.Eventually(t, 30*time.Second, "every copy acked", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= 4
+	})
+
+	evs := r.eventsOfKey("dep-1")
+	if len(evs) != 1 || evs[0].Type != domain.EvCredited {
+		t.Fatalf("dep-1 wrote %d events, want one Credited: %+v", len(evs), evs)
+	}
+	q, err := Query(ctx, r.nc, "command", body(map[string]any{"idempotency_key": "dep-1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep ledger.Reply
+	if err := json.Unmarshal(q, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Status != domain.StatusApplied || rep.Duplicate || rep.Account == nil || rep.Account.Balance != 1500 || len(rep.Events) != 1 || rep.Events[0].ID != evs[0].ID {
+		t.Fatalf("query.command: %s", q)
+	}
+	q, err = Query(ctx, r.nc, "command", body(map[string]any{"idempotency_key": "never-sent"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nf QueryError
+	if err := json.Unmarshal(q, &nf); err != nil || nf.Code != domain.CodeNotFound {
+		t.Fatalf("unknown key: %s", q)
+	}
+}
+
+func TestRequestReplyIsNotSeenAsDuplicateByItsSender(t *testing.T) {
+	r := newRig(t)
+	r.intake(Options{})
+	r.request("open_account", body(map[string]any{"idempotency_key": "open-a", "account_id": "a", "currency": "EUR"}))
+	for i := range 20 {
+		rep := r.request("deposit", body(map[string]any{"idempotency_key": fmt.Sprintf("d-%d", i), "account_id": "a", "amount": 1, "currency": "EUR"}))
+		if rep.Status != domain.StatusApplied || rep.Duplicate {
+			t.Fatalf("first send of d-%d: %+v", i, rep)
+		}
+	}
+	rep := r.request("deposit", body(map[string]any{"idempotency_key": "d-0", "account_id": "a", "amount": 1, "currency": "EUR"}))
+	if !rep.Duplicate || rep.Status != domain.StatusApplied {
+		t.Fatalf("resend of d-0: %+v", rep)
+	}
+}
+
+func TestParsePubAck(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want bool
+	}{
+		{`{"stream":"LEDGER_COMMANDS","seq":3}`, true},
+		{`{"stream":"LEDGER_COMMANDS","seq":3,"duplicate":true}`, true},
+		{`{"error":{"code":503,"description":"x"}}`, true},
+		{`{"status":"applied","code":"ok","duplicate":false}`, false},
+		{`{"code":"not_found"}`, false},
+		{`not json`, false},
+	} {
+		if _, got := ParsePubAck([]byte(c.in)); got != c.want {
+			t.Errorf("ParsePubAck(%s) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
