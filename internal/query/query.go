@@ -1,0 +1,425 @@
+// Package query answers the read side's queries (PROTOCOL.md §4) from the read
+// models: ledger.v1.query.account|entries|transfer|command over NATS, and the same
+// over HTTP (GET /v1/accounts/{id}, /v1/accounts/{id}/entries, /v1/transfers/{id},
+// /v1/commands/{key}). A query that passes min_position waits, up to a bounded
+// time, until the projection serving it has reached that position.
+package query
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/projections"
+)
+
+// Names of the queries (the last token of their subjects).
+const (
+	QueryAccount  = "account"
+	QueryEntries  = "entries"
+	QueryTransfer = "transfer"
+	QueryCommand  = "command"
+)
+
+// Queries lists every query.
+var Queries = []string{QueryAccount, QueryEntries, QueryTransfer, QueryCommand}
+
+// Limits of the entries query.
+const (
+	DefaultEntriesLimit = 100
+	MaxEntriesLimit     = 1000
+)
+
+// CodeProjectionBehind is the code of a query whose min_position the projection
+// did not reach within the wait bound: retry, or read without min_position.
+const CodeProjectionBehind domain.Code = "projection_behind"
+
+// Options configure a Service. Zero values take the defaults.
+type Options struct {
+	// MaxWait bounds how long a query waits for its min_position (default 5s).
+	MaxWait time.Duration
+	// PollInterval is how often a waiting query looks at the checkpoint (default 10ms).
+	PollInterval time.Duration
+	Logger       *slog.Logger
+	Metrics      *Metrics
+}
+
+// Service answers queries from the read models in pool.
+type Service struct {
+	pool *pgxpool.Pool
+	opts Options
+	log  *slog.Logger
+}
+
+// New returns a Service over the read-model database.
+func New(pool *pgxpool.Pool, opts Options) *Service {
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = 5 * time.Second
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 10 * time.Millisecond
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Service{pool: pool, opts: opts, log: opts.Logger}
+}
+
+// AccountRequest is the body of ledger.v1.query.account.
+type AccountRequest struct {
+	AccountID   string `json:"account_id"`
+	MinPosition string `json:"min_position,omitempty"`
+}
+
+// EntriesRequest is the body of ledger.v1.query.entries.
+type EntriesRequest struct {
+	AccountID     string `json:"account_id"`
+	AfterRevision *int64 `json:"after_revision,omitempty"` // default: from the first
+	Limit         *int   `json:"limit,omitempty"`          // default 100, at most 1000
+	MinPosition   string `json:"min_position,omitempty"`
+}
+
+// TransferRequest is the body of ledger.v1.query.transfer.
+type TransferRequest struct {
+	TransferID  string `json:"transfer_id"`
+	MinPosition string `json:"min_position,omitempty"`
+}
+
+// CommandRequest is the body of ledger.v1.query.command.
+type CommandRequest struct {
+	IdempotencyKey string `json:"idempotency_key"`
+	MinPosition    string `json:"min_position,omitempty"`
+}
+
+// Account is the reply of the account query: the account object of a command
+// reply, plus its status and the position the accounts projection has reached.
+type Account struct {
+	AccountID         string `json:"account_id"`
+	Currency          string `json:"currency"`
+	Balance           int64  `json:"balance"`
+	Held              int64  `json:"held"`
+	Available         int64  `json:"available"`
+	Revision          uint64 `json:"revision"`
+	Status            string `json:"status"` // open or closed
+	ProjectedPosition string `json:"projected_position"`
+}
+
+// Entry is one statement line.
+type Entry struct {
+	EventID        string `json:"event_id"`
+	Revision       int64  `json:"revision"`
+	Type           string `json:"type"`
+	Amount         int64  `json:"amount"` // signed
+	BalanceAfter   int64  `json:"balance_after"`
+	IdempotencyKey string `json:"idempotency_key"`
+	At             string `json:"at"` // RFC 3339, UTC
+}
+
+// Entries is the reply of the entries query, oldest first.
+type Entries struct {
+	Entries           []Entry `json:"entries"`
+	ProjectedPosition string  `json:"projected_position"`
+}
+
+// Transfer is the reply of the transfer query.
+type Transfer struct {
+	TransferID        string `json:"transfer_id"`
+	From              string `json:"from"`
+	To                string `json:"to"`
+	Amount            int64  `json:"amount"`
+	Currency          string `json:"currency"`
+	Status            string `json:"status"` // pending, completed, rejected, failed
+	ProjectedPosition string `json:"projected_position"`
+}
+
+// Error is the reply of a query that found nothing or could not be answered. Its
+// shape is that of the ledger's own command-query errors.
+type Error struct {
+	Status            domain.Status `json:"status,omitempty"`
+	Code              domain.Code   `json:"code"`
+	Message           string        `json:"message"`
+	IdempotencyKey    string        `json:"idempotency_key,omitempty"`
+	Fields            []string      `json:"fields,omitempty"`
+	ProjectedPosition string        `json:"projected_position,omitempty"`
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+func invalid(field, format string, args ...any) *Error {
+	e := &Error{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: fmt.Sprintf(format, args...)}
+	if field != "" {
+		e.Fields = []string{field}
+		e.Message = field + ": " + e.Message
+	}
+	return e
+}
+
+func internal(err error) *Error {
+	return &Error{Status: domain.StatusError, Code: domain.CodeInternalError, Message: "read model unavailable, retry: " + err.Error()}
+}
+
+func notFound(format string, args ...any) *Error {
+	return &Error{Code: domain.CodeNotFound, Message: fmt.Sprintf(format, args...)}
+}
+
+// Answer decodes a query body strictly and answers it: the reply, or an *Error.
+func (s *Service) Answer(ctx context.Context, query string, body []byte) (any, *Error) {
+	start := time.Now()
+	reply, qerr := s.answer(ctx, query, body)
+	code := "ok"
+	if qerr != nil {
+		code = string(qerr.Code)
+	}
+	s.opts.Metrics.observe(query, code, time.Since(start))
+	return reply, qerr
+}
+
+func (s *Service) answer(ctx context.Context, query string, body []byte) (any, *Error) {
+	switch query {
+	case QueryAccount:
+		var q AccountRequest
+		if err := decode(body, &q); err != nil {
+			return nil, err
+		}
+		return s.Account(ctx, q)
+	case QueryEntries:
+		var q EntriesRequest
+		if err := decode(body, &q); err != nil {
+			return nil, err
+		}
+		return s.Entries(ctx, q)
+	case QueryTransfer:
+		var q TransferRequest
+		if err := decode(body, &q); err != nil {
+			return nil, err
+		}
+		return s.Transfer(ctx, q)
+	case QueryCommand:
+		var q CommandRequest
+		if err := decode(body, &q); err != nil {
+			return nil, err
+		}
+		return s.Command(ctx, q)
+	}
+	return nil, invalid("", "unknown query %q", query)
+}
+
+func decode(body []byte, v any) *Error {
+	if len(body) > domain.MaxBodyBytes {
+		return invalid("", "body is %d bytes, over the limit of %d", len(body), domain.MaxBodyBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return invalid("", "body: %v", err)
+	}
+	if dec.More() {
+		return invalid("", "body: trailing data after the JSON object")
+	}
+	return nil
+}
+
+// Account answers the account query.
+func (s *Service) Account(ctx context.Context, q AccountRequest) (*Account, *Error) {
+	if !domain.ValidID(q.AccountID) {
+		return nil, invalid("account_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
+	}
+	pos, qerr := s.wait(ctx, projections.Accounts, q.MinPosition)
+	if qerr != nil {
+		return nil, qerr
+	}
+	var (
+		a      Account
+		id     *string
+		rev    *int64
+		c, p   int64
+		curr   *string
+		status *string
+		bal    *int64
+		held   *int64
+		avail  *int64
+	)
+	// One statement: the row and the checkpoint come from one snapshot.
+	err := s.pool.QueryRow(ctx, `SELECT a.account_id, a.currency, a.balance, a.held, a.available, a.revision, a.status,
+			c.commit_position, c.prepare_position
+		FROM readmodel.checkpoints c LEFT JOIN readmodel.accounts a ON a.account_id = $1
+		WHERE c.name = 'accounts' AND c.state = 'live'`, q.AccountID).Scan(&id, &curr, &bal, &held, &avail, &rev, &status, &c, &p)
+	if err != nil {
+		return nil, internal(err)
+	}
+	pos = position(c, p)
+	if id == nil {
+		e := notFound("account %s does not exist (the accounts read model is at %s)", q.AccountID, pos)
+		e.ProjectedPosition = pos.String()
+		return nil, e
+	}
+	a = Account{AccountID: *id, Currency: *curr, Balance: *bal, Held: *held, Available: *avail, Revision: uint64(*rev), Status: *status, ProjectedPosition: pos.String()}
+	return &a, nil
+}
+
+// Entries answers the entries query.
+func (s *Service) Entries(ctx context.Context, q EntriesRequest) (*Entries, *Error) {
+	if !domain.ValidID(q.AccountID) {
+		return nil, invalid("account_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
+	}
+	after := int64(-1)
+	if q.AfterRevision != nil {
+		if *q.AfterRevision < -1 {
+			return nil, invalid("after_revision", "must be -1 or more")
+		}
+		after = *q.AfterRevision
+	}
+	limit := DefaultEntriesLimit
+	if q.Limit != nil {
+		if *q.Limit < 1 || *q.Limit > MaxEntriesLimit {
+			return nil, invalid("limit", "must be 1-%d", MaxEntriesLimit)
+		}
+		limit = *q.Limit
+	}
+	if _, qerr := s.wait(ctx, projections.Entries, q.MinPosition); qerr != nil {
+		return nil, qerr
+	}
+	out := &Entries{Entries: []Entry{}}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var c, p int64
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT commit_position, prepare_position,
+				EXISTS (SELECT 1 FROM readmodel.entries WHERE account_id = $1) OR EXISTS (SELECT 1 FROM readmodel.accounts WHERE account_id = $1)
+			FROM readmodel.checkpoints WHERE name = 'entries' AND state = 'live'`, q.AccountID).Scan(&c, &p, &exists); err != nil {
+			return err
+		}
+		out.ProjectedPosition = position(c, p).String()
+		if !exists {
+			return errNotFound
+		}
+		rows, err := tx.Query(ctx, `SELECT event_id::text, revision, type, amount, balance_after, idempotency_key, at
+			FROM readmodel.entries WHERE account_id = $1 AND revision > $2 ORDER BY revision LIMIT $3`, q.AccountID, after, limit)
+		if err != nil {
+			return err
+		}
+		var e Entry
+		var at time.Time
+		_, err = pgx.ForEachRow(rows, []any{&e.EventID, &e.Revision, &e.Type, &e.Amount, &e.BalanceAfter, &e.IdempotencyKey, &at}, func() error {
+			e.At = at.UTC().Format(time.RFC3339Nano)
+			out.Entries = append(out.Entries, e)
+			return nil
+		})
+		return err
+	})
+	if errors.Is(err, errNotFound) {
+		e := notFound("account %s has no statement (the entries read model is at %s)", q.AccountID, out.ProjectedPosition)
+		e.ProjectedPosition = out.ProjectedPosition
+		return nil, e
+	}
+	if err != nil {
+		return nil, internal(err)
+	}
+	return out, nil
+}
+
+var errNotFound = errors.New("not found")
+
+// Transfer answers the transfer query.
+func (s *Service) Transfer(ctx context.Context, q TransferRequest) (*Transfer, *Error) {
+	if !domain.ValidID(q.TransferID) {
+		return nil, invalid("transfer_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
+	}
+	if _, qerr := s.wait(ctx, projections.Transfers, q.MinPosition); qerr != nil {
+		return nil, qerr
+	}
+	var (
+		id, from, to, curr, status *string
+		amount                     *int64
+		c, p                       int64
+	)
+	err := s.pool.QueryRow(ctx, `SELECT t.transfer_id, t.from_account, t.to_account, t.amount, t.currency, t.status,
+			c.commit_position, c.prepare_position
+		FROM readmodel.checkpoints c LEFT JOIN readmodel.transfers t ON t.transfer_id = $1
+		WHERE c.name = 'transfers' AND c.state = 'live'`, q.TransferID).Scan(&id, &from, &to, &amount, &curr, &status, &c, &p)
+	if err != nil {
+		return nil, internal(err)
+	}
+	pos := position(c, p).String()
+	if id == nil {
+		e := notFound("transfer %s does not exist (the transfers read model is at %s)", q.TransferID, pos)
+		e.ProjectedPosition = pos
+		return nil, e
+	}
+	return &Transfer{TransferID: *id, From: *from, To: *to, Amount: *amount, Currency: *curr, Status: *status, ProjectedPosition: pos}, nil
+}
+
+// Command answers the command query: the original reply of the command, exactly
+// as the ledger encoded it (duplicate false).
+func (s *Service) Command(ctx context.Context, q CommandRequest) (json.RawMessage, *Error) {
+	if !domain.ValidKey(q.IdempotencyKey) {
+		e := invalid("idempotency_key", "must be 1-%d printable ASCII characters", domain.MaxKeyLen)
+		return nil, e
+	}
+	if _, qerr := s.wait(ctx, projections.Commands, q.MinPosition); qerr != nil {
+		qerr.IdempotencyKey = q.IdempotencyKey
+		return nil, qerr
+	}
+	var reply *string
+	var c, p int64
+	err := s.pool.QueryRow(ctx, `SELECT k.reply::text, c.commit_position, c.prepare_position
+		FROM readmodel.checkpoints c LEFT JOIN readmodel.commands k ON k.idempotency_key = $1
+		WHERE c.name = 'commands' AND c.state = 'live'`, q.IdempotencyKey).Scan(&reply, &c, &p)
+	if err != nil {
+		return nil, internal(err)
+	}
+	if reply == nil {
+		pos := position(c, p).String()
+		return nil, &Error{Code: domain.CodeNotFound, IdempotencyKey: q.IdempotencyKey, ProjectedPosition: pos,
+			Message: fmt.Sprintf("no command was decided with this idempotency key (the commands read model is at %s)", pos)}
+	}
+	return json.RawMessage(*reply), nil
+}
+
+// wait returns once the projection's live checkpoint is at or after min (a
+// position as a command reply gives it, "commit/prepare"); at once when min is "".
+func (s *Service) wait(ctx context.Context, projection, min string) (eventstore.Position, *Error) {
+	if min == "" {
+		return eventstore.Position{}, nil
+	}
+	want, err := eventstore.ParsePosition(min)
+	if err != nil {
+		return eventstore.Position{}, invalid("min_position", "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.MaxWait)
+	defer cancel()
+	var got eventstore.Position
+	for {
+		var c, p int64
+		err := s.pool.QueryRow(ctx, `SELECT commit_position, prepare_position FROM readmodel.checkpoints WHERE name = $1 AND state = 'live'`, projection).Scan(&c, &p)
+		if err == nil {
+			got = position(c, p)
+			if got.Compare(want) >= 0 {
+				return got, nil
+			}
+		}
+		t := time.NewTimer(s.opts.PollInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return got, internal(err)
+			}
+			return got, &Error{Status: domain.StatusError, Code: CodeProjectionBehind, ProjectedPosition: got.String(),
+				Message: fmt.Sprintf("the %s read model has not reached %s within %s (it is at %s); retry", projection, want, s.opts.MaxWait, got)}
+		case <-t.C:
+		}
+	}
+}
+
+func position(c, p int64) eventstore.Position {
+	return eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}
+}

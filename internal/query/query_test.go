@@ -1,0 +1,256 @@
+package query_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"reflect"
+	"sort"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/ledgerworks/ledger/internal/pgtest"
+	"github.com/ledgerworks/ledger/internal/query"
+	"github.com/ledgerworks/ledger/projections"
+	"github.com/ledgerworks/ledger/projections/projtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type fixture struct {
+	env    *projtest.Env
+	runner *projections.Runner
+	nc     *nats.Conn
+	http   *httptest.Server
+}
+
+func setup(t *testing.T, maxWait time.Duration) *fixture {
+	t.Helper()
+	env := projtest.New(t)
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	svc := query.New(env.Pool, query.Options{MaxWait: maxWait})
+	resp, err := svc.Subscribe(nc, query.NATSOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(resp.Stop)
+	mux := http.NewServeMux()
+	svc.Routes(mux)
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	r, err := projections.NewRunner(env.Pool, env.Store, projections.Options{PollInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{env: env, runner: r, nc: nc, http: hs}
+}
+
+// start runs the projector until the test ends.
+func (f *fixture) start(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.runner.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func (f *fixture) ask(t *testing.T, q string, body any) map[string]any {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	msg, err := f.nc.Request(query.SubjectPrefix+q, b, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(msg.Data, &out); err != nil {
+		t.Fatalf("%s: %s: %v", q, msg.Data, err)
+	}
+	return out
+}
+
+func (f *fixture) get(t *testing.T, path string) (int, map[string]any, []byte) {
+	t.Helper()
+	res, err := http.Get(f.http.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("GET %s: %s: %v", path, b, err)
+	}
+	return res.StatusCode, out, b
+}
+
+func keys(m map[string]any) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestQueriesOverNATSAndHTTP(t *testing.T) {
+	f := setup(t, 5*time.Second)
+	f.start(t)
+	env := f.env
+	env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o1", "account_id": "alice", "currency": "EUR"})
+	env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o2", "account_id": "bob", "currency": "EUR"})
+	env.MustApply(t, "deposit", map[string]any{"idempotency_key": "d1", "account_id": "alice", "amount": 1000, "currency": "EUR"})
+	env.MustApply(t, "place_hold", map[string]any{"idempotency_key": "h1", "account_id": "alice", "hold_id": "h1", "amount": 100, "currency": "EUR"})
+	tr := env.MustApply(t, "transfer", map[string]any{"idempotency_key": "t1", "transfer_id": "t1", "from": "alice", "to": "bob", "amount": 300, "currency": "EUR"})
+	if tr.Transfer == nil || tr.Transfer.Status != "completed" {
+		t.Fatalf("transfer: %+v", tr)
+	}
+	min := tr.Position
+
+	// account
+	acc := f.ask(t, "account", map[string]any{"account_id": "alice", "min_position": min})
+	want := []string{"account_id", "available", "balance", "currency", "held", "projected_position", "revision", "status"}
+	if !reflect.DeepEqual(keys(acc), want) || acc["balance"] != 700.0 || acc["held"] != 100.0 || acc["available"] != 600.0 || acc["status"] != "open" {
+		t.Fatalf("account: %v", acc)
+	}
+	code, hacc, _ := f.get(t, "/v1/accounts/alice?min_position="+url.QueryEscape(min))
+	if code != 200 || !reflect.DeepEqual(hacc, acc) {
+		t.Fatalf("GET account: %d %v, NATS %v", code, hacc, acc)
+	}
+
+	// entries
+	ent := f.ask(t, "entries", map[string]any{"account_id": "alice", "min_position": min})
+	list := ent["entries"].([]any)
+	if len(list) != 2 {
+		t.Fatalf("entries: %v", ent)
+	}
+	e0, e1 := list[0].(map[string]any), list[1].(map[string]any)
+	if !reflect.DeepEqual(keys(e0), []string{"amount", "at", "balance_after", "event_id", "idempotency_key", "revision", "type"}) ||
+		e0["amount"] != 1000.0 || e1["amount"] != -300.0 || e1["balance_after"] != 700.0 || e1["idempotency_key"] != "t1:debit" {
+		t.Fatalf("entries: %v", list)
+	}
+	page := f.ask(t, "entries", map[string]any{"account_id": "alice", "after_revision": e0["revision"], "limit": 1})
+	if l := page["entries"].([]any); len(l) != 1 || l[0].(map[string]any)["event_id"] != e1["event_id"] {
+		t.Fatalf("entries after %v: %v", e0["revision"], page)
+	}
+	code, hent, _ := f.get(t, "/v1/accounts/alice/entries?limit=1&after_revision=0")
+	if code != 200 || len(hent["entries"].([]any)) != 1 {
+		t.Fatalf("GET entries: %d %v", code, hent)
+	}
+
+	// transfer
+	tq := f.ask(t, "transfer", map[string]any{"transfer_id": "t1", "min_position": min})
+	if !reflect.DeepEqual(keys(tq), []string{"amount", "currency", "from", "projected_position", "status", "to", "transfer_id"}) ||
+		tq["status"] != "completed" || tq["from"] != "alice" || tq["to"] != "bob" || tq["amount"] != 300.0 {
+		t.Fatalf("transfer: %v", tq)
+	}
+	if code, ht, _ := f.get(t, "/v1/transfers/t1"); code != 200 || !reflect.DeepEqual(ht, tq) {
+		t.Fatalf("GET transfer: %d %v", code, ht)
+	}
+
+	// command: the ledger's original reply, byte for byte
+	for _, k := range []string{"o1", "d1", "h1", "t1"} {
+		orig, found, err := env.Ledger.Lookup(context.Background(), k)
+		if err != nil || !found {
+			t.Fatal(k, found, err)
+		}
+		wantJSON, _ := json.Marshal(orig)
+		b, _ := json.Marshal(map[string]any{"idempotency_key": k, "min_position": min})
+		msg, err := f.nc.Request(query.SubjectPrefix+"command", b, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(msg.Data) != string(wantJSON) {
+			t.Fatalf("command %s:\n got  %s\n want %s", k, msg.Data, wantJSON)
+		}
+		code, _, raw := f.get(t, "/v1/commands/"+k)
+		if code != 200 || string(raw) != string(wantJSON)+"\n" {
+			t.Fatalf("GET command %s: %d %s", k, code, raw)
+		}
+	}
+
+	// not found, invalid
+	for _, c := range []struct {
+		q    string
+		body any
+		code string
+	}{
+		{"account", map[string]any{"account_id": "nobody"}, "not_found"},
+		{"transfer", map[string]any{"transfer_id": "none"}, "not_found"},
+		{"command", map[string]any{"idempotency_key": "never"}, "not_found"},
+		{"entries", map[string]any{"account_id": "nobody"}, "not_found"},
+		{"account", map[string]any{"account_id": "alice", "extra": 1}, "invalid_request"},
+		{"account", map[string]any{"account_id": "no spaces"}, "invalid_request"},
+		{"entries", map[string]any{"account_id": "alice", "limit": 1001}, "invalid_request"},
+		{"entries", map[string]any{"account_id": "alice", "limit": 0}, "invalid_request"},
+		{"account", map[string]any{"account_id": "alice", "min_position": "12"}, "invalid_request"},
+	} {
+		if got := f.ask(t, c.q, c.body); got["code"] != c.code {
+			t.Errorf("%s %v: %v, want %s", c.q, c.body, got, c.code)
+		}
+	}
+	if code, body, _ := f.get(t, "/v1/accounts/nobody"); code != 404 || body["code"] != "not_found" {
+		t.Fatalf("GET unknown account: %d %v", code, body)
+	}
+	if code, body, _ := f.get(t, "/v1/accounts/alice/entries?limit=5000"); code != 400 || body["code"] != "invalid_request" {
+		t.Fatalf("GET entries limit 5000: %d %v", code, body)
+	}
+}
+
+func TestMinPositionWaitsForTheProjector(t *testing.T) {
+	f := setup(t, 300*time.Millisecond)
+	env := f.env
+	env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o1", "account_id": "alice", "currency": "EUR"})
+	r := env.MustApply(t, "deposit", map[string]any{"idempotency_key": "d1", "account_id": "alice", "amount": 5, "currency": "EUR"})
+
+	// No projector: the wait is bounded and says so.
+	start := time.Now()
+	got := f.ask(t, "account", map[string]any{"account_id": "alice", "min_position": r.Position})
+	if got["code"] != "projection_behind" || time.Since(start) < 300*time.Millisecond || time.Since(start) > 5*time.Second {
+		t.Fatalf("behind: %v after %s", got, time.Since(start))
+	}
+	if code, body, _ := f.get(t, "/v1/accounts/alice?min_position="+url.QueryEscape(r.Position)); code != 503 || body["code"] != "projection_behind" {
+		t.Fatalf("GET behind: %d %v", code, body)
+	}
+	// Without min_position the (empty) read model answers at once.
+	if got := f.ask(t, "account", map[string]any{"account_id": "alice"}); got["code"] != "not_found" || got["projected_position"] != "0/0" {
+		t.Fatalf("no min_position: %v", got)
+	}
+
+	// The projector starts while a query waits: the query sees its write.
+	done := make(chan map[string]any, 1)
+	go func() {
+		b, _ := json.Marshal(map[string]any{"account_id": "alice", "min_position": r.Position})
+		msg, err := f.nc.Request(query.SubjectPrefix+"account", b, 10*time.Second)
+		if err != nil {
+			done <- map[string]any{"err": err.Error()}
+			return
+		}
+		var out map[string]any
+		json.Unmarshal(msg.Data, &out)
+		done <- out
+	}()
+	time.Sleep(50 * time.Millisecond)
+	f.start(t)
+	got = <-done
+	if got["balance"] != 5.0 || got["projected_position"] == "0/0" {
+		t.Fatalf("after waiting: %v", got)
+	}
+}
