@@ -215,4 +215,3 @@ func (m *Metrics) observe(query, code string, d time.Duration) {
 	m.queries.WithLabelValues(query, code).Inc()
 	m.seconds.WithLabelValues(query).Observe(d.Seconds())
 }
-
