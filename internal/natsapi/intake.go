@@ -310,7 +310,7 @@ func (in *Intake) handleRequest(msg *nats.Msg) {
 	r := in.h.HandleRaw(ctx, typ, msg.Data)
 	in.opts.Metrics.command(typ, SourceRequest, r, time.Since(start))
 	in.logOutcome(SourceRequest, typ, r, time.Since(start))
-	b, err := json.Marshal(r)
+	b, err := json.Marshal(wire(r))
 	if err != nil {
 		in.log.Error("encode reply", "err", err)
 		return
@@ -327,4 +327,36 @@ func (in *Intake) logOutcome(source, typ string, r ledger.Reply, took time.Durat
 	}
 	in.log.Log(context.Background(), lvl, "command", "source", source, "type", typ, "key", r.IdempotencyKey,
 		"status", r.Status, "code", r.Code, "duplicate", r.Duplicate, "took", took)
+}
+
+// WireReply is a command reply as the intake sends it: the ledger's reply plus the
+// fields that make it a valid JetStream publish acknowledgement. The stream captures
+// the command subjects, so a js.Publish of a command reaches this intake too, and
+// its reply may reach the publisher before the stream's PubAck; the publisher then
+// takes it as its ack (a stronger one: the outcome is durable) or, when nothing
+// was applied or recorded, as a publish error (code 400 for status invalid, 503 for
+// status error: publish again, same key).
+type WireReply struct {
+	ledger.Reply
+	// Stream names the stream that captured the command (PubAck compatibility).
+	Stream string `json:"stream"`
+	// Error is set when status is invalid or error.
+	Error *WireError `json:"error,omitempty"`
+}
+
+// WireError is the "error" of a JetStream API response.
+type WireError struct {
+	Code        int    `json:"code"`
+	Description string `json:"description"`
+}
+
+func wire(r ledger.Reply) WireReply {
+	w := WireReply{Reply: r, Stream: StreamName}
+	switch r.Status {
+	case domain.StatusInvalid:
+		w.Error = &WireError{Code: 400, Description: string(r.Code) + ": " + r.Message}
+	case domain.StatusError:
+		w.Error = &WireError{Code: 503, Description: string(r.Code) + ": " + r.Message}
+	}
+	return w
 }

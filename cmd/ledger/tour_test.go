@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/ledgerworks/ledger/internal/config"
+	"github.com/ledgerworks/ledger/internal/pgtest"
+)
+
+// tourStep is one `ledger post` line of the README's tour and what it shows.
+type tourStep struct {
+	line   string
+	args   []string
+	expect map[string]any
+}
+
+// readTour extracts the tour from README.md: each `go run ./cmd/ledger post ...`
+// line of the tour's code block, and the `#  → "k": v, ...` line under it.
+func readTour(t *testing.T) []tourStep {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	if !strings.HasPrefix(text, "# ledger\n\n```sh\ngo run ./cmd/ledger dev ") || !strings.Contains(text, "\nbash .ci/run ") {
+		t.Fatal("README.md does not start with the two set-up commands")
+	}
+	start := strings.Index(text, "## A five-minute tour")
+	if start < 0 {
+		t.Fatal("README.md has no tour")
+	}
+	text = text[start:]
+	text = text[strings.Index(text, "```sh\n")+6:]
+	text = text[:strings.Index(text, "```")]
+	var steps []tourStep
+	const prefix = "go run ./cmd/ledger post "
+	for _, line := range strings.Split(text, "\n") {
+		switch {
+		case strings.HasPrefix(line, prefix):
+			steps = append(steps, tourStep{line: line, args: strings.Fields(strings.TrimPrefix(line, prefix))})
+		case strings.HasPrefix(line, "#  → "):
+			if len(steps) == 0 {
+				t.Fatalf("expectation before any command: %s", line)
+			}
+			var exp map[string]any
+			if err := json.Unmarshal([]byte("{"+strings.TrimPrefix(line, "#  → ")+"}"), &exp); err != nil {
+				t.Fatalf("README tour: %q: %v", line, err)
+			}
+			steps[len(steps)-1].expect = exp
+		case strings.TrimSpace(line) != "":
+			t.Fatalf("README tour: unexpected line %q", line)
+		}
+	}
+	if len(steps) < 5 {
+		t.Fatalf("README tour has %d steps", len(steps))
+	}
+	return steps
+}
+
+// holds reports whether v, or any value nested in it, has key with the value want.
+func holds(v any, key string, want any) bool {
+	switch x := v.(type) {
+	case map[string]any:
+		if got, ok := x[key]; ok && reflect.DeepEqual(got, want) {
+			return true
+		}
+		for _, e := range x {
+			if holds(e, key, want) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if holds(e, key, want) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// The README's tour, run line by line against `ledger dev` as a newcomer would
+// (`ledger post` finds the dev through the data dir; here LEDGER_DATA_DIR).
+func TestReadmeTour(t *testing.T) {
+	steps := readTour(t)
+	dir := t.TempDir()
+	dev := startDev(t, dir, []string{"--nats-addr", "127.0.0.1:0"}, []string{config.EnvDatabaseURL + "=" + pgtest.URL(t)})
+	env := []string{config.EnvDataDir + "=" + dir}
+	for _, s := range steps {
+		reply, out, code := postCLI(t, env, s.args...)
+		if reply == nil {
+			t.Fatalf("%s\nno reply (exit %d):\n%s", s.line, code, out)
+		}
+		for k, want := range s.expect {
+			if !holds(reply, k, want) {
+				t.Errorf("%s\nwant %q: %v in\n%s", s.line, k, want, out)
+			}
+		}
+		wantCode := exitAnswered
+		if reply["status"] == "applied" {
+			wantCode = exitApplied
+		}
+		if code != wantCode {
+			t.Errorf("%s\nexit status %d, want %d", s.line, code, wantCode)
+		}
+	}
+	dev.stop()
+	if _, _, err := config.ReadDevInfo(dir); err == nil {
+		t.Error("dev.json left after a clean stop")
+	}
+}
