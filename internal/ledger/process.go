@@ -486,7 +486,7 @@ func (s *Service) ExpireHold(ctx context.Context, accountID, holdID, placingKey 
 		return false, err
 	}
 	defer unlock()
-	acc, err := s.loadAccount(ctx, stream, accountID, false)
+	acc, err := s.loadAccount(ctx, stream, accountID, true)
 	if err != nil {
 		return false, err
 	}

@@ -405,7 +405,9 @@ func (s *Service) refundTransfer(ctx context.Context, cmd domain.Command, orig *
 	}
 	defer unlock()
 	req := cmd.Request()
-	refresh, wrote := false, false
+	// A refund starts from the store's head: the cache may miss this key's own
+	// decision or the transfer's, made by another instance (one short read).
+	refresh, wrote := true, false
 	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
 		t, err := s.loadTransfer(ctx, stream, id, refresh)
 		if err != nil {
@@ -415,10 +417,6 @@ func (s *Service) refundTransfer(ctx context.Context, cmd domain.Command, orig *
 		if sg, ok := t.SagaOf(cmd.IdempotencyKey); ok {
 			if r, ok := sagaConflict(sg, req); !ok {
 				return r, nil
-			}
-			if !sg.Stage.Decided() && !wrote && attempt == 0 {
-				refresh = true
-				continue
 			}
 			if t, err = s.driveSaga(ctx, stream, id, cmd.IdempotencyKey); err != nil {
 				return Reply{}, err
