@@ -17,6 +17,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/internal/config"
 	"github.com/ledgerworks/ledger/internal/devenv/devtest"
 	"github.com/ledgerworks/ledger/internal/ledger"
@@ -273,4 +274,38 @@ func fold(t *testing.T, store eventstore.Store, id string) int64 {
 		}
 	}
 	return acc.Balance
+}
+
+// The same node on the KurrentDB backend (an in-process emulation of its gRPC API),
+// selected by the event store URL's scheme.
+func TestNodeOnKurrentDB(t *testing.T) {
+	ns := devtest.NATS(t)
+	_, kurrentURL := kurrenttest.Start(t)
+	n, err := node.Start(context.Background(), node.Options{
+		NATS:          config.NATS{URL: ns.ClientURL()},
+		EventStoreURL: kurrentURL,
+		Logger:        slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := n.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	nc := devtest.Connect(t, ns)
+	open := cmd("open_account", map[string]any{"idempotency_key": "open-k", "account_id": "k", "currency": "EUR"})
+	dep := cmd("deposit", map[string]any{"idempotency_key": "dep-k", "account_id": "k", "amount": 42, "currency": "EUR"})
+	for _, c := range []command{open, dep} {
+		if r := send(t, nc, c); r.Status != domain.StatusApplied || r.Duplicate {
+			t.Fatalf("%s: %+v", c.key, r)
+		}
+	}
+	if r := send(t, nc, dep); !r.Duplicate || r.Account == nil || r.Account.Balance != 42 {
+		t.Fatalf("resend: %+v", r)
+	}
+	checkAppliedOnce(t, n.Store)
 }

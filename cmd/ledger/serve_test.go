@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ledgerworks/ledger/internal/config"
+	"github.com/ledgerworks/ledger/internal/devenv/devtest"
+	"github.com/ledgerworks/ledger/internal/pgtest"
+)
+
+// `ledger serve` on an external NATS and PostgreSQL: applies the migrations, takes
+// commands, never logs a password, and stops cleanly on SIGTERM.
+func TestServe(t *testing.T) {
+	ns := devtest.NATS(t)
+	db, err := url.Parse(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.User = url.UserPassword(db.User.Username(), "s3cret-pw") // trust auth ignores it
+	httpPort := freePort(t)
+	cmd := exec.Command(ledgerBinary(t), "serve", "--log-format", "json", "--jetstream-grace", "100ms")
+	cmd.Env = append(os.Environ(),
+		config.EnvNATSURL+"="+ns.ClientURL(),
+		config.EnvDatabaseURL+"="+db.String(),
+		config.EnvHTTPAddr+"="+fmt.Sprintf("127.0.0.1:%d", httpPort),
+	)
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	devtest.Eventually(t, time.Minute, "serve ready", func() bool {
+		return strings.Contains(out.String(), "intake started")
+	})
+
+	env := []string{config.EnvNATSURL + "=" + ns.ClientURL(), config.EnvDataDir + "=" + t.TempDir()}
+	if r, o, code := postCLI(t, env, "open_account", "--key", "o-1", "--account", "a", "--currency", "EUR"); code != 0 || r["status"] != "applied" {
+		t.Fatalf("open_account: exit %d\n%s", code, o)
+	}
+	if r, o, code := postCLI(t, env, "deposit", "--key", "d-1", "--account", "a", "--amount", "250", "--currency", "EUR"); code != 0 || r["status"] != "applied" {
+		t.Fatalf("deposit: exit %d\n%s", code, o)
+	}
+	if r, o, code := postCLI(t, env, "--query", "--key", "d-1"); code != 0 || r["idempotency_key"] != "d-1" {
+		t.Fatalf("query: exit %d\n%s", code, o)
+	}
+	if r, o, code := postCLI(t, env, "deposit", "--key", "d-2", "--json", `{"idempotency_key":"d-2","account_id":"a","amount":1.5,"currency":"EUR"}`); code != exitAnswered || r["code"] != "invalid_request" {
+		t.Fatalf("invalid deposit: exit %d\n%s", code, o)
+	}
+	if _, o, code := postCLI(t, env, "deposit", "--account", "a"); code != exitUsage {
+		t.Fatalf("post without --key: exit %d\n%s", code, o)
+	}
+
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve exited with %v:\n%s", err, out.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("serve did not stop:\n%s", out.String())
+	}
+	logs := out.String()
+	if strings.Contains(logs, "s3cret-pw") {
+		t.Fatalf("a password reached the log:\n%s", logs)
+	}
+	if !strings.Contains(logs, `"msg":"stopped"`) || !bytes.Contains([]byte(logs), []byte("xxxxx@")) {
+		t.Fatalf("log lacks the clean stop or the redacted URL:\n%s", logs)
+	}
+}

@@ -1,0 +1,64 @@
+package natsapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/embednats"
+	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/natsapi"
+)
+
+// echo stands in for ledger.Service: it applies every well-formed command.
+type echo struct{}
+
+func (echo) HandleRaw(_ context.Context, typ string, body []byte) ledger.Reply {
+	cmd, ierr := domain.DecodeCommand(domain.CommandType(typ), body)
+	if ierr != nil {
+		return ledger.Reply{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: ierr.Error()}
+	}
+	return ledger.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: cmd.IdempotencyKey}
+}
+
+// A command sent as a request is also captured by LEDGER_COMMANDS, so its reply
+// subject receives the stream's PubAck as well as the ledger's reply; Request
+// returns the ledger's.
+func ExampleRequest() {
+	dir, _ := os.MkdirTemp("", "example-")
+	defer os.RemoveAll(dir)
+	srv, err := embednats.Start(embednats.Options{Addr: "127.0.0.1:0", StoreDir: dir})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Shutdown()
+	nc, _ := nats.Connect(srv.ClientURL())
+	defer nc.Close()
+
+	in := natsapi.New(nc, echo{}, natsapi.Options{Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := in.Start(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer in.Stop(ctx)
+
+	body := []byte(`{"idempotency_key":"dep-1","account_id":"alice","amount":1000,"currency":"EUR"}`)
+	raw, err := natsapi.Request(ctx, nc, "deposit", body, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var r ledger.Reply
+	_ = json.Unmarshal(raw, &r)
+	fmt.Println(r.Status, r.Code, r.IdempotencyKey)
+	// Output: applied ok dep-1
+}
