@@ -1,0 +1,541 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/audit"
+	"github.com/ledgerworks/ledger/projections"
+)
+
+// Checks C1..C8 (issue 8).
+const nChecks = 8
+
+var checkNames = [nChecks + 1]string{"", "C1 acked keys have one set of events", "C2 no duplicate key or event ID",
+	"C3 no events for unsent or failed keys", "C4 money and balances", "C5 streams and replay",
+	"C6 read models and checkpoints", "C7 request hashes", "C8 faults happened"}
+
+// Evidence of the faults a scenario injected (C8).
+type Evidence struct {
+	Required     bool // false for scenarios that inject nothing (0, 9)
+	Redeliveries int
+	Indefinite   int
+	Reconnects   int
+	Kills        int
+	Restarts     int
+	Other        int // e.g. held transactions, proxy faults, DLQ entries
+}
+
+func (e Evidence) any() bool {
+	return e.Redeliveries+e.Indefinite+e.Reconnects+e.Kills+e.Restarts+e.Other > 0
+}
+
+// Report is the checker's verdict.
+type Report struct {
+	Failures [nChecks + 1][]string
+	Events   int
+	Keys     int
+}
+
+func (r *Report) fail(c int, format string, args ...any) {
+	if len(r.Failures[c]) < 20 {
+		r.Failures[c] = append(r.Failures[c], fmt.Sprintf(format, args...))
+	} else if len(r.Failures[c]) == 20 {
+		r.Failures[c] = append(r.Failures[c], "...")
+	}
+}
+
+// Failed lists the checks that failed.
+func (r *Report) Failed() []int {
+	var out []int
+	for c := 1; c <= nChecks; c++ {
+		if len(r.Failures[c]) > 0 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (r *Report) OK() bool { return len(r.Failed()) == 0 }
+
+func (r *Report) has(c int) bool { return len(r.Failures[c]) > 0 }
+
+func (r *Report) String() string {
+	var b strings.Builder
+	for c := 1; c <= nChecks; c++ {
+		for _, f := range r.Failures[c] {
+			fmt.Fprintf(&b, "    C%d: %s\n", c, f)
+		}
+	}
+	return b.String()
+}
+
+// stored is one row of the events table with its metadata.
+type stored struct {
+	eventstore.RecordedEvent
+	meta  domain.Metadata
+	mErr  error
+	index int // in "all" order
+}
+
+// clientKey is the client key an event belongs to.
+func (e *stored) clientKey() string {
+	if k, ok := strings.CutPrefix(e.Stream, domain.KeyStreamPrefix); ok {
+		return k
+	}
+	if e.meta.Origin != "" {
+		return e.meta.Origin
+	}
+	return e.meta.Key
+}
+
+// own reports whether the event was written by a client's own command (not a step).
+func (e *stored) own() bool {
+	return e.meta.Origin == "" && domain.CommandType(e.meta.Command).IsClient() && !strings.HasPrefix(e.Stream, domain.KeyStreamPrefix)
+}
+
+// Querier is what the checker reads through (a transaction in the self-test, so
+// that corruptions can be rolled back).
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func readEvents(ctx context.Context, q Querier) ([]*stored, error) {
+	rows, err := q.Query(ctx, `SELECT position, transaction_id::text AS xid, stream, revision, event_id, type, data, metadata, created
+		FROM events ORDER BY transaction_id, position`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*stored
+	for rows.Next() {
+		var (
+			e   stored
+			pos int64
+			xid string
+			rev int64
+		)
+		if err := rows.Scan(&pos, &xid, &e.Stream, &rev, &e.ID, &e.Type, &e.Data, &e.Metadata, &e.Created); err != nil {
+			return nil, err
+		}
+		c, err := strconv.ParseUint(xid, 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		e.Position = eventstore.Position{Commit: c, Prepare: uint64(pos)}
+		e.Revision = uint64(rev)
+		e.meta, e.mErr = domain.DecodeMetadata(e.Metadata)
+		e.index = len(out)
+		out = append(out, &e)
+	}
+	return out, rows.Err()
+}
+
+type liveGen struct {
+	name string
+	pos  eventstore.Position
+}
+
+func readCheckpoints(ctx context.Context, q Querier) ([]liveGen, error) {
+	rows, err := q.Query(ctx, `SELECT name, commit_position, prepare_position FROM readmodel.checkpoints WHERE state = 'live' ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []liveGen
+	for rows.Next() {
+		var l liveGen
+		var c, p int64
+		if err := rows.Scan(&l.name, &c, &p); err != nil {
+			return nil, err
+		}
+		l.pos = eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+// Check runs C1..C8 over the history, the event store and the read models, all
+// read through q (one snapshot when q is a repeatable-read transaction).
+func Check(ctx context.Context, q Querier, h *History, ev Evidence) (*Report, error) {
+	r := &Report{}
+	events, err := readEvents(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	r.Events = len(events)
+	keys := h.Keys()
+	r.Keys = len(keys)
+	byID := map[uuid.UUID][]*stored{}
+	for _, e := range events {
+		byID[e.ID] = append(byID[e.ID], e)
+		if e.mErr != nil {
+			r.fail(5, "event %s in %s@%d: undecodable metadata: %v", e.ID, e.Stream, e.Revision, e.mErr)
+		}
+	}
+
+	// C2: duplicates, counted directly over the rows (never trusting constraints).
+	groups := map[[3]string]int{} // (stream, key, index) -> rows
+	for id, es := range byID {
+		if len(es) > 1 {
+			r.fail(2, "event ID %s stored %d times (%s@%d)", id, len(es), es[0].Stream, es[0].Revision)
+		}
+	}
+	for _, e := range events {
+		groups[[3]string{e.Stream, e.meta.Key, strconv.Itoa(e.meta.Index)}]++
+	}
+	for g, n := range groups {
+		if n > 1 {
+			r.fail(2, "key %q wrote event %s of %s %d times", g[1], g[2], g[0], n)
+		}
+	}
+
+	// C5 (first half): every stream's revisions run 0..n-1, each once.
+	revs := map[string][]uint64{}
+	for _, e := range events {
+		revs[e.Stream] = append(revs[e.Stream], e.Revision)
+	}
+	for stream, rs := range revs {
+		sort.Slice(rs, func(i, j int) bool { return rs[i] < rs[j] })
+		for i, rv := range rs {
+			if rv != uint64(i) {
+				r.fail(5, "stream %s: revision %d where %d was due (revisions %v...)", stream, rv, i, head(rs, 8))
+				break
+			}
+		}
+	}
+
+	// The fold of the audit library: invariants, and the read models' expected rows
+	// as of each live checkpoint.
+	lives, err := readCheckpoints(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoints: %w", err)
+	}
+	f := audit.NewFold()
+	expected := make([]map[string]map[string]string, len(lives))
+	snap := func(next *eventstore.Position) {
+		for i, l := range lives {
+			if expected[i] == nil && (next == nil || next.Compare(l.pos) > 0) {
+				expected[i] = f.Expected(l.name, "")
+			}
+		}
+	}
+	for _, e := range events {
+		snap(&e.Position)
+		f.Apply(e.RecordedEvent)
+	}
+	snap(nil)
+	totals := f.Finish()
+	for _, v := range f.Violations {
+		switch v.Invariant {
+		case audit.InvKeyOnce:
+			r.fail(1, "audit: %s", v)
+		case audit.InvConservation, audit.InvBalance:
+			r.fail(4, "audit: %s", v)
+		case audit.InvStreams:
+			if v.Kind == "duplicate_event_id" {
+				r.fail(2, "audit: %s", v)
+			} else {
+				r.fail(5, "audit: %s", v)
+			}
+		default:
+			r.fail(5, "audit: %s", v)
+		}
+	}
+
+	// Events of each client key, and its own decisions (home streams).
+	byKey := map[string][]*stored{}
+	homes := map[string]map[string]int{} // key -> home stream -> index-0 events
+	for _, e := range events {
+		k := e.clientKey()
+		byKey[k] = append(byKey[k], e)
+		if e.own() && e.meta.Index == 0 {
+			if homes[k] == nil {
+				homes[k] = map[string]int{}
+			}
+			homes[k][e.Stream]++
+		}
+	}
+
+	// C1: every acked key has exactly one set of events: every definite reply names
+	// the same events, each stored where the reply says, and an applied or
+	// recorded outcome has its events.
+	for _, ks := range keys {
+		if len(ks.acked) == 0 {
+			continue
+		}
+		var want string
+		for i, rep := range ks.acked {
+			ids := make([]string, 0, len(rep.Events))
+			for _, ref := range rep.Events {
+				ids = append(ids, ref.ID.String())
+				es := byID[ref.ID]
+				if len(es) == 0 {
+					r.fail(1, "key %q: acknowledged event %s (%s@%d, %s) is not in the store", ks.key, ref.ID, ref.Stream, ref.Revision, ref.Type)
+					continue
+				}
+				if es[0].Stream != ref.Stream || es[0].Revision != ref.Revision || es[0].Type != ref.Type {
+					r.fail(1, "key %q: acknowledged event %s was %s@%d %s, the store holds %s@%d %s", ks.key, ref.ID, ref.Stream, ref.Revision, ref.Type, es[0].Stream, es[0].Revision, es[0].Type)
+				}
+				if es[0].clientKey() != ks.key {
+					r.fail(1, "key %q: acknowledged event %s belongs to key %q in the store", ks.key, ref.ID, es[0].clientKey())
+				}
+			}
+			sort.Strings(ids)
+			set := strings.Join(ids, ",")
+			if i == 0 {
+				want = set
+			} else if set != want {
+				r.fail(1, "key %q: replies name different events: [%s] and [%s]", ks.key, want, set)
+			}
+			if rep.Status == domain.StatusApplied && len(rep.Events) == 0 {
+				r.fail(1, "key %q: applied without events", ks.key)
+			}
+		}
+		if ks.acked[0].Status == domain.StatusApplied && len(homes[ks.key]) != 1 {
+			r.fail(1, "key %q: applied, decided in %d streams", ks.key, len(homes[ks.key]))
+		}
+	}
+
+	// C3: no events for keys never sent; none for failed keys; every key (the
+	// indefinite ones included) decided at most once.
+	for k, es := range byKey {
+		ks := keys[k]
+		if ks == nil {
+			r.fail(3, "%d events (first %s@%d %s) for key %q, which no client sent", len(es), es[0].Stream, es[0].Revision, es[0].Type, k)
+			continue
+		}
+		if ks.failed > 0 && len(ks.acked) == 0 && ks.indefinite == 0 {
+			r.fail(3, "key %q failed (invalid) yet has %d events", k, len(es))
+		}
+		if n := len(homes[k]); n > 1 {
+			r.fail(3, "key %q decided in %d streams", k, n)
+		}
+		for stream, n := range homes[k] {
+			if n > 1 {
+				r.fail(3, "key %q decided %d times in %s", k, n, stream)
+			}
+		}
+	}
+
+	// C4: money conserved (the fold above), every read-model balance equals its
+	// entries and the fold, none below its overdraft limit.
+	for _, t := range totals {
+		if t.PendingSaga > 0 {
+			r.fail(4, "%s: %d transfer sagas still pending after the run settled (%d in flight)", t.Currency, t.PendingSaga, t.InFlight)
+		}
+	}
+	if err := checkBalances(ctx, q, f, r); err != nil {
+		return nil, err
+	}
+
+	// C5 (second half): a pure replay of the domain reproduces every decision.
+	replay(events, keys, r)
+
+	// C6: each read model equals a rebuild (the fold as of its checkpoint), and
+	// every checkpoint reached the head.
+	if len(lives) != len(projections.Names) {
+		r.fail(6, "%d live projections, want %d", len(lives), len(projections.Names))
+	}
+	for i, l := range lives {
+		if l.pos.Compare(f.Last) != 0 {
+			r.fail(6, "projection %s checkpoint %s is not the head %s", l.name, l.pos, f.Last)
+		}
+		for _, table := range audit.ProjectionTables[l.name] {
+			actual, err := audit.ReadTable(ctx, q, table, 0, "")
+			if err != nil {
+				return nil, err
+			}
+			if d := audit.CompareTable(table, expected[i][table], actual); !d.OK() {
+				r.fail(6, "read model %s (checkpoint %s) differs from a rebuild: %s", table, l.pos, d.Describe(3))
+			}
+		}
+	}
+
+	// C7: every stored request hash is the hash of the key's first request.
+	for _, e := range events {
+		ks := keys[e.clientKey()]
+		if ks == nil || ks.firstHash == "" {
+			continue
+		}
+		if strings.HasPrefix(e.Stream, domain.KeyStreamPrefix) {
+			var c domain.KeyClaimed
+			if json.Unmarshal(e.Data, &c) == nil && c.RequestHash != ks.firstHash {
+				r.fail(7, "key %q claimed for request hash %.12s, its first request has %.12s", ks.key, c.RequestHash, ks.firstHash)
+			}
+			continue
+		}
+		if e.own() && e.meta.RequestHash != ks.firstHash {
+			r.fail(7, "key %q: event %s@%d carries request hash %.12s, the first request has %.12s", ks.key, e.Stream, e.Revision, e.meta.RequestHash, ks.firstHash)
+		}
+	}
+
+	// C8: the faults really happened.
+	if ev.Required && !ev.any() {
+		r.fail(8, "vacuous: no redelivery, indefinite outcome, reconnect, kill or restart happened")
+	}
+	return r, nil
+}
+
+func head(rs []uint64, n int) []uint64 {
+	if len(rs) > n {
+		return rs[:n]
+	}
+	return rs
+}
+
+// checkBalances compares the accounts read model with its entries and with the fold.
+func checkBalances(ctx context.Context, q Querier, f *audit.Fold, r *Report) error {
+	rows, err := q.Query(ctx, `SELECT a.account_id, a.balance, a.held, a.available,
+		coalesce((SELECT sum(e.amount) FROM readmodel.entries e WHERE e.account_id = a.account_id), 0)::bigint,
+		coalesce((SELECT e.balance_after FROM readmodel.entries e WHERE e.account_id = a.account_id ORDER BY e.revision DESC LIMIT 1), 0)::bigint
+		FROM readmodel.accounts a`)
+	if err != nil {
+		return fmt.Errorf("read balances: %w", err)
+	}
+	defer rows.Close()
+	seen := map[string]bool{}
+	for rows.Next() {
+		var id string
+		var bal, held, avail, sum, last int64
+		if err := rows.Scan(&id, &bal, &held, &avail, &sum, &last); err != nil {
+			return err
+		}
+		seen[id] = true
+		if bal != sum {
+			r.fail(4, "account %s: balance %d, its entries sum to %d", id, bal, sum)
+		}
+		if bal != last {
+			r.fail(4, "account %s: balance %d, its last entry says %d", id, bal, last)
+		}
+		if avail != bal-held {
+			r.fail(4, "account %s: available %d != balance %d - held %d", id, avail, bal, held)
+		}
+		if a := f.Accounts[id]; a == nil {
+			r.fail(4, "account %s is in the read model, not in the event store", id)
+		} else {
+			if a.Balance != bal {
+				r.fail(4, "account %s: read model balance %d, the events fold to %d", id, bal, a.Balance)
+			}
+			if a.Balance < -a.OverdraftLimit {
+				r.fail(4, "account %s: balance %d below its overdraft limit %d", id, a.Balance, a.OverdraftLimit)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for id, a := range f.Accounts {
+		if a.Opened && !seen[id] {
+			r.fail(4, "account %s is in the event store, not in the read model", id)
+		}
+	}
+	return nil
+}
+
+// replay re-decides every client command of every account stream with the
+// domain's pure DecideAccount on the state folded so far and compares the events
+// it yields with the stored ones, and its outcome with the history's replies.
+func replay(events []*stored, keys map[string]*keyState, r *Report) {
+	streams := map[string][]*stored{}
+	var order []string
+	for _, e := range events {
+		if !strings.HasPrefix(e.Stream, domain.AccountStreamPrefix) || e.mErr != nil {
+			continue
+		}
+		if streams[e.Stream] == nil {
+			order = append(order, e.Stream)
+		}
+		streams[e.Stream] = append(streams[e.Stream], e)
+	}
+	for _, stream := range order {
+		es := streams[stream]
+		sort.SliceStable(es, func(i, j int) bool { return es[i].Revision < es[j].Revision })
+		a := domain.NewAccount(strings.TrimPrefix(stream, domain.AccountStreamPrefix))
+		for i := 0; i < len(es); {
+			e := es[i]
+			n := e.meta.Count
+			if n < 1 || i+n > len(es) {
+				n = 1
+			}
+			group := es[i : i+n]
+			if e.own() && e.meta.Index == 0 && len(e.meta.Request) > 0 {
+				replayGroup(a, group, keys, r)
+			}
+			broken := false
+			for _, g := range group {
+				if err := domain.EvolveAccount(a, domain.StoredEvent{ID: g.ID, Stream: g.Stream, Revision: g.Revision, Position: g.Position.String(), Type: g.Type, Data: g.Data, Metadata: g.meta}); err != nil {
+					r.fail(5, "replay of %s@%d: %v", g.Stream, g.Revision, err)
+					broken = true
+					break
+				}
+			}
+			if broken {
+				break
+			}
+			i += n
+		}
+	}
+}
+
+func replayGroup(a *domain.Account, group []*stored, keys map[string]*keyState, r *Report) {
+	e := group[0]
+	req, err := domain.ParseRequest(e.meta.Request)
+	if err != nil {
+		r.fail(5, "%s@%d: stored request: %v", e.Stream, e.Revision, err)
+		return
+	}
+	fields := map[string]any{}
+	for k, v := range req {
+		if k != "type" {
+			fields[k] = v
+		}
+	}
+	fields["idempotency_key"] = e.meta.Key
+	b, _ := json.Marshal(fields)
+	cmd, inv := domain.DecodeCommand(domain.CommandType(e.meta.Command), b)
+	if inv != nil {
+		r.fail(5, "%s@%d: stored request of %q does not decode: %v", e.Stream, e.Revision, e.meta.Key, inv)
+		return
+	}
+	cmd.At = e.meta.At
+	d := domain.DecideAccount(a, cmd)
+	if len(d.Events) != len(group) {
+		r.fail(5, "%s@%d: replaying %s %q yields %d events, the store has %d", e.Stream, e.Revision, cmd.Type, cmd.IdempotencyKey, len(d.Events), len(group))
+		return
+	}
+	for i, ne := range d.Events {
+		g := group[i]
+		want, _ := json.Marshal(ne.Data)
+		var x, y any
+		json.Unmarshal(want, &x)
+		json.Unmarshal(g.Data, &y)
+		if ne.Type != g.Type || !reflect.DeepEqual(x, y) {
+			r.fail(5, "%s@%d: replaying %s %q yields %s %s, the store has %s %s", g.Stream, g.Revision, cmd.Type, cmd.IdempotencyKey, ne.Type, want, g.Type, g.Data)
+		}
+	}
+	// The history's definite replies agree with the replayed decision.
+	ks := keys[e.meta.Key]
+	if ks == nil || len(ks.acked) == 0 {
+		return
+	}
+	rep := ks.acked[0]
+	wantStatus, wantCode := domain.StatusApplied, domain.CodeOK
+	if d.Rejection != nil {
+		wantStatus, wantCode = domain.StatusRejected, d.Rejection.Code
+	}
+	if rep.Status != wantStatus || rep.Code != wantCode {
+		r.fail(5, "key %q: the client was told %s/%s, a replay decides %s/%s", ks.key, rep.Status, rep.Code, wantStatus, wantCode)
+	}
+}

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/natsapi"
+)
+
+// Outcomes of one client attempt.
+const (
+	OK         = "ok"         // a definite reply: applied or rejected
+	Failed     = "failed"     // a definite failure: invalid, nothing recorded
+	Indefinite = "indefinite" // no reply, or an infrastructure error: it may or may not have happened
+)
+
+// Attempt is one client attempt, as the history records it.
+type Attempt struct {
+	Key      string
+	Type     string
+	Body     []byte
+	Via      string // "request" or "jetstream"
+	Outcome  string
+	Reply    *ledger.Reply
+	Err      string
+	Start    time.Time
+	Duration time.Duration
+}
+
+// History is every attempt of a scenario, and for each key the first request
+// sent with it (the one whose hash the store must hold).
+type History struct {
+	mu       sync.Mutex
+	attempts []Attempt
+	first    map[string][]byte // key -> first body
+	firstTyp map[string]string
+}
+
+func newHistory() *History {
+	return &History{first: map[string][]byte{}, firstTyp: map[string]string{}}
+}
+
+// noteSent records the body before it is sent, so that "first" is the first sent.
+func (h *History) noteSent(key, typ string, body []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.first[key]; !ok {
+		h.first[key] = body
+		h.firstTyp[key] = typ
+	}
+}
+
+func (h *History) add(a Attempt) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.attempts = append(h.attempts, a)
+}
+
+// Attempts returns a copy of the attempts.
+func (h *History) Attempts() []Attempt {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Attempt(nil), h.attempts...)
+}
+
+// keyState summarises the history of one key.
+type keyState struct {
+	key        string
+	typ        string
+	firstBody  []byte
+	firstHash  string
+	acked      []*ledger.Reply // definite replies to the first request
+	conflicts  int             // definite idempotency_key_conflict replies
+	failed     int             // definite invalid replies to the first request
+	indefinite int
+}
+
+// definite reports whether some attempt of the first request got a definite answer.
+func (k *keyState) definite() bool { return len(k.acked) > 0 || k.failed > 0 }
+
+// requestHash is the hash the ledger stores for a body (its canonical request).
+func requestHash(typ string, body []byte) (string, bool) {
+	cmd, inv := domain.DecodeCommand(domain.CommandType(typ), body)
+	if inv != nil {
+		return "", false
+	}
+	return cmd.Request().Hash(), true
+}
+
+// Keys summarises the history by key.
+func (h *History) Keys() map[string]*keyState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]*keyState{}
+	for k, b := range h.first {
+		ks := &keyState{key: k, typ: h.firstTyp[k], firstBody: b}
+		ks.firstHash, _ = requestHash(ks.typ, b)
+		out[k] = ks
+	}
+	for i := range h.attempts {
+		a := &h.attempts[i]
+		ks := out[a.Key]
+		if ks == nil {
+			continue
+		}
+		same := string(a.Body) == string(ks.firstBody)
+		switch a.Outcome {
+		case OK:
+			if same {
+				ks.acked = append(ks.acked, a.Reply)
+			}
+		case Failed:
+			if a.Reply != nil && a.Reply.Code == domain.CodeIdempotencyKeyConflict {
+				ks.conflicts++
+			} else if same {
+				ks.failed++
+			}
+		case Indefinite:
+			if same {
+				ks.indefinite++
+			}
+		}
+	}
+	return out
+}
+
+// Stats are a scenario's figures from its history.
+type Stats struct {
+	Commands, Keys, Acked, Indefinite, Failed, Duplicates, Conflicts int
+}
+
+func (h *History) Stats() Stats {
+	var st Stats
+	for _, a := range h.Attempts() {
+		st.Commands++
+		switch a.Outcome {
+		case OK:
+			if a.Reply.Duplicate {
+				st.Duplicates++
+			}
+		case Failed:
+			if a.Reply != nil && a.Reply.Code == domain.CodeIdempotencyKeyConflict {
+				st.Conflicts++
+			}
+		case Indefinite:
+			st.Indefinite++
+		}
+	}
+	for _, ks := range h.Keys() {
+		st.Keys++
+		if len(ks.acked) > 0 {
+			st.Acked++
+		}
+		if ks.failed > 0 && len(ks.acked) == 0 {
+			st.Failed++
+		}
+	}
+	return st
+}
+
+// client sends commands and records every attempt.
+type client struct {
+	nc      *nats.Conn
+	h       *History
+	timeout time.Duration
+}
+
+// body builds a command body with its key.
+func body(key string, fields map[string]any) []byte {
+	m := map[string]any{"idempotency_key": key}
+	for k, v := range fields {
+		m[k] = v
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// send makes one attempt by request-reply, bounded by the client's timeout.
+func (c *client) send(ctx context.Context, key, typ string, b []byte) Attempt {
+	c.h.noteSent(key, typ, b)
+	a := Attempt{Key: key, Type: typ, Body: b, Via: "request", Start: time.Now()}
+	rctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	hdr := nats.Header{}
+	raw, err := natsapi.Request(rctx, c.nc, typ, b, hdr)
+	a.Duration = time.Since(a.Start)
+	if err != nil {
+		a.Outcome, a.Err = Indefinite, err.Error()
+		c.h.add(a)
+		return a
+	}
+	var r ledger.Reply
+	if err := json.Unmarshal(raw, &r); err != nil {
+		a.Outcome, a.Err = Indefinite, fmt.Sprintf("undecodable reply: %v", err)
+		c.h.add(a)
+		return a
+	}
+	a.Reply = &r
+	switch r.Status {
+	case domain.StatusApplied, domain.StatusRejected:
+		a.Outcome = OK
+	case domain.StatusInvalid:
+		a.Outcome = Failed
+	default: // error: infrastructure, retry with the same key
+		a.Outcome = Indefinite
+		a.Err = string(r.Code) + ": " + r.Message
+	}
+	c.h.add(a)
+	return a
+}
+
+// publish makes one attempt through JetStream (js.Publish): the ack says the
+// command is stored, not decided, so it is recorded as indefinite unless the
+// ledger's own reply won the race to the ack inbox.
+func (c *client) publish(ctx context.Context, js nats.JetStreamContext, key, typ string, b []byte) Attempt {
+	c.h.noteSent(key, typ, b)
+	a := Attempt{Key: key, Type: typ, Body: b, Via: "jetstream", Start: time.Now(), Outcome: Indefinite}
+	_, err := js.Publish(natsapi.CommandSubject(typ), b, nats.Context(ctx), nats.AckWait(c.timeout))
+	a.Duration = time.Since(a.Start)
+	if err != nil {
+		a.Err = err.Error()
+	}
+	c.h.add(a)
+	return a
+}
+
+// settle sends a key until it gets a definite answer, at most attempts times.
+func (c *client) settle(ctx context.Context, key, typ string, b []byte, attempts int) Attempt {
+	var a Attempt
+	wait := 100 * time.Millisecond
+	for i := 0; i < attempts; i++ {
+		if ctx.Err() != nil {
+			break
+		}
+		a = c.send(ctx, key, typ, b)
+		if a.Outcome != Indefinite {
+			return a
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		if wait < 2*time.Second {
+			wait *= 2
+		}
+	}
+	return a
+}
+
+// settleAll drives every key of the history whose first request has no definite
+// answer yet to one (bounded): the client's duty after an indefinite outcome.
+func (c *client) settleAll(ctx context.Context, attempts int) (unsettled []string) {
+	keys := c.h.Keys()
+	var pending []*keyState
+	for _, ks := range keys {
+		if !ks.definite() {
+			pending = append(pending, ks)
+		}
+	}
+	sort.Slice(pending, func(i, j int) bool { return pending[i].key < pending[j].key })
+	var mu sync.Mutex
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for _, ks := range pending {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(ks *keyState) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if a := c.settle(ctx, ks.key, ks.typ, ks.firstBody, attempts); a.Outcome == Indefinite {
+				mu.Lock()
+				unsettled = append(unsettled, ks.key)
+				mu.Unlock()
+			}
+		}(ks)
+	}
+	wg.Wait()
+	return unsettled
+}
+

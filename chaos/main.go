@@ -1,0 +1,212 @@
+// Command chaos is the ledger's fault-injection suite, modelled on Jepsen's bank
+// and idempotence workloads: it runs nats-server, `ledger serve`, `projector run`
+// and PostgreSQL as separate processes on loopback, attacks them (kills,
+// restarts, redeliveries, partitions through its own TCP proxy), records every
+// client attempt (ok, failed, indefinite) and checks, from the event store and
+// the read models, that nothing was lost or doubled (checks C1..C8).
+//
+//	go run ./chaos            # the full suite (≤ 10 min)
+//	go run ./chaos --quick    # scaled down (≤ 3 min), what CI runs
+//	go run ./chaos --seed N   # replay a run
+//
+// Every run prints its seed; the last line is "N passed, M failed".
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ledgerworks/ledger/internal/pgcluster"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "nats-server" {
+		os.Exit(natsServerMain(os.Args[2:]))
+	}
+	os.Exit(run())
+}
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// result is one scenario's figures and verdict.
+type result struct {
+	id, name   string
+	err        error
+	report     *Report
+	stats      Stats
+	ev         Evidence
+	recoverMax time.Duration
+	took       time.Duration
+	notes      []string
+}
+
+func (r *result) ok() bool { return r.err == nil && r.report != nil && r.report.OK() }
+
+type scenario struct {
+	id   string
+	name string
+	run  func(ctx context.Context, s *suite, res *result) error
+}
+
+func run() int {
+	var (
+		seed    = flag.Uint64("seed", 0, "seed of the run (0: a random one, printed)")
+		quick   = flag.Bool("quick", false, "scaled-down run (CI)")
+		only    = flag.String("only", "", "comma-separated scenario numbers to run (default: all)")
+		dir     = flag.String("dir", "", "working directory (default: a temporary one, removed after a passing run)")
+		verbose = flag.Bool("v", false, "print progress")
+		fuzz    = flag.Duration("fuzz", 0, "time of go test -fuzz in scenario 9 (default 30s, 10s with --quick)")
+	)
+	flag.Parse()
+	if *seed == 0 {
+		*seed = rand.Uint64() % 1_000_000_000
+	}
+	mode := "full"
+	if *quick {
+		mode = "quick"
+	}
+	fmt.Printf("chaos: seed %d (%s run; replay with --seed %d%s)\n", *seed, mode, *seed, map[bool]string{true: " --quick", false: ""}[*quick])
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	budget := 10 * time.Minute
+	if *quick {
+		budget = 3 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, budget+2*time.Minute) // a hard stop beyond the budget
+	defer cancel()
+
+	workDir := *dir
+	keep := workDir != ""
+	if workDir == "" {
+		d, err := os.MkdirTemp("", "ledger-chaos-")
+		if err != nil {
+			fmt.Println(err)
+			fmt.Println("0 passed, 1 failed")
+			return 1
+		}
+		workDir = d
+	}
+	if err := os.MkdirAll(workDir, 0o755); err != nil {
+		fmt.Println(err)
+		fmt.Println("0 passed, 1 failed")
+		return 1
+	}
+	s := &suite{dir: workDir, quick: *quick, seed: *seed, verbose: *verbose, fuzzTime: *fuzz}
+	if s.fuzzTime == 0 {
+		s.fuzzTime = 30 * time.Second
+		if *quick {
+			s.fuzzTime = 10 * time.Second
+		}
+	}
+	began := time.Now()
+	var err error
+	s.ledgerBin, s.projectorBin, s.self, err = buildBinaries(ctx, filepath.Join(workDir, "bin"))
+	if err == nil {
+		s.pgDir = filepath.Join(workDir, "pg")
+		if s.pgPort, err = freePort(); err == nil {
+			s.pg, err = pgcluster.Start(ctx, pgcluster.Options{Dir: s.pgDir, Port: s.pgPort, Fsync: true, Logger: quietLogger()})
+		}
+	}
+	if err != nil {
+		fmt.Printf("setup: %v\n", err)
+		fmt.Println("0 passed, 1 failed")
+		return 1
+	}
+	defer func() {
+		sctx, c := context.WithTimeout(context.Background(), 30*time.Second)
+		defer c()
+		s.cluster().Stop(sctx)
+	}()
+	fmt.Printf("chaos: binaries built and PostgreSQL up in %s; work dir %s\n", time.Since(began).Round(time.Millisecond), workDir)
+
+	var want []string
+	if *only != "" {
+		want = strings.Split(*only, ",")
+	}
+	var results []*result
+	for _, sc := range scenarios() {
+		if want != nil && !slices.Contains(want, sc.id) {
+			continue
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		res := &result{id: sc.id, name: sc.name}
+		t0 := time.Now()
+		res.err = sc.run(ctx, s, res)
+		res.took = time.Since(t0)
+		printResult(res)
+		results = append(results, res)
+	}
+	passed, failed := 0, 0
+	for _, r := range results {
+		if r.ok() {
+			passed++
+		} else {
+			failed++
+		}
+	}
+	total := time.Since(began)
+	fmt.Printf("chaos: seed %d, %s in total (budget %s)\n", *seed, total.Round(time.Second), budget)
+	if total > budget {
+		fmt.Printf("chaos: over the time budget\n")
+		failed++
+	}
+	if failed == 0 && !keep {
+		os.RemoveAll(workDir)
+	} else {
+		fmt.Printf("chaos: logs kept in %s\n", workDir)
+	}
+	fmt.Printf("%d passed, %d failed\n", passed, failed)
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+func printResult(r *result) {
+	verdict := "PASS"
+	if !r.ok() {
+		verdict = "FAIL"
+	}
+	recov := "-"
+	if r.recoverMax > 0 {
+		recov = r.recoverMax.Round(time.Millisecond).String()
+	}
+	fmt.Printf("scenario %-2s %-44s %s  commands=%d acked=%d indefinite=%d failed=%d duplicates=%d conflicts=%d redeliveries=%d kills=%d restarts=%d recover=%s events=%d took=%s\n",
+		r.id, r.name, verdict, r.stats.Commands, r.stats.Acked, r.stats.Indefinite, r.stats.Failed, r.stats.Duplicates, r.stats.Conflicts,
+		r.ev.Redeliveries, r.ev.Kills, r.ev.Restarts, recov, eventsOf(r.report), r.took.Round(100*time.Millisecond))
+	for _, n := range r.notes {
+		fmt.Printf("    %s\n", n)
+	}
+	if r.err != nil {
+		fmt.Printf("    error: %v\n", r.err)
+	}
+	if r.report != nil && !r.report.OK() {
+		fmt.Print(r.report.String())
+	}
+}
+
+func eventsOf(r *Report) int {
+	if r == nil {
+		return 0
+	}
+	return r.Events
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func scenarios() []scenario {
+	return []scenario{
+		{"0", "checker self-test", scenarioSelfTest},
+		{"1", "bank: resends and key reuse", scenarioBank},
+		{"2", "JetStream redelivery, faults, DLQ", scenarioRedelivery},
+		{"3", "SIGKILL of the ledger", scenarioKillLedger},
+		{"4", "SIGKILL of the projector, two projectors", scenarioKillProjector},
+		{"5", "PostgreSQL restart -m immediate", scenarioPostgresRestart},
+		{"6", "nats-server SIGKILL", scenarioKillNATS},
+		{"7", "partitions through a TCP proxy", scenarioPartitions},
+		{"8", "commit-order race of the PostgreSQL store", scenarioCommitOrder},
+		{"9", "bad input and fuzzing the decoder", scenarioBadInput},
+		{"10", "mixed soak", scenarioSoak},
+	}
+}
+
+// size picks the full or the quick figure.
+func (s *suite) size(full, quick int) int {
+	if s.quick {
+		return quick
+	}
+	return full
+}
+
+func (s *suite) rng(id string) *rand.Rand {
+	var h uint64
+	for _, c := range id {
+		h = h*31 + uint64(c)
+	}
+	return rand.New(rand.NewPCG(s.seed, h))
+}
+
+func (s *suite) logf(format string, args ...any) {
+	if s.verbose {
+		fmt.Printf("  "+time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
+	}
+}
+
+// bank is the shape of a workload scenario.
+type bank struct {
+	ledgers, projectors int
+	ledgerArgs          []string
+	accounts            int
+	producers           int
+	commands            int
+	resend, reuse, js   float64
+	retries             int
+	timeout             time.Duration
+	pace                time.Duration
+	// setup runs after the system is up (e.g. to interpose proxies).
+	setup func(ctx context.Context, sys *system) error
+	// faults runs beside the workload until its context ends.
+	faults func(ctx context.Context, sys *system, res *result)
+	// evidence, when set, adds scenario-specific evidence before the check.
+	evidence func(ctx context.Context, sys *system, res *result)
+	// required: C8 demands evidence of faults.
+	required bool
+	// settleTimeout bounds the final quiesce.
+	settleTimeout time.Duration
+}
+
+// runBank runs a bank workload against a fresh system with faults beside it,
+// settles every key, waits for quiet and checks.
+func runBank(ctx context.Context, s *suite, res *result, b bank) error {
+	sys, err := newSystem(ctx, s, "s"+res.id)
+	if err != nil {
+		return err
+	}
+	defer sys.down()
+	sys.ledgerArgs = b.ledgerArgs
+	if b.setup != nil {
+		if err := b.setup(ctx, sys); err != nil {
+			return err
+		}
+	}
+	if err := sys.up(ctx, max(b.ledgers, 1), b.projectors); err != nil {
+		return err
+	}
+	h := newHistory()
+	timeout := b.timeout
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	c := &client{nc: sys.nc, h: h, timeout: timeout}
+	retries := b.retries
+	if retries == 0 {
+		retries = 8
+	}
+	w := &workload{prefix: "s" + res.id, accounts: hotAccounts("s"+res.id, b.accounts), producers: b.producers, commands: b.commands,
+		resend: b.resend, reuse: b.reuse, jetstream: b.js, retries: retries, pace: b.pace, seed: s.seed ^ uint64(len(res.id))<<32 ^ uint64(res.id[0])}
+	if err := w.open(ctx, c); err != nil {
+		return err
+	}
+	s.logf("scenario %s: accounts open", res.id)
+	fctx, fcancel := context.WithCancel(ctx)
+	var fwg sync.WaitGroup
+	if b.faults != nil {
+		fwg.Add(1)
+		go func() { defer fwg.Done(); b.faults(fctx, sys, res) }()
+	}
+	w.run(ctx, c)
+	fcancel()
+	fwg.Wait()
+	s.logf("scenario %s: workload done", res.id)
+	if err := sys.heal(ctx); err != nil {
+		return err
+	}
+	if left := c.settleAll(ctx, 30); len(left) > 0 {
+		res.notes = append(res.notes, fmt.Sprintf("%d keys never got a definite answer (e.g. %s)", len(left), left[0]))
+	}
+	settle := b.settleTimeout
+	if settle == 0 {
+		settle = 90 * time.Second
+	}
+	if err := sys.quiesce(ctx, settle); err != nil {
+		return err
+	}
+	return sys.finish(ctx, h, res, b.required, b.evidence)
+}
+
+// heal restarts whatever a fault left dead.
+func (sys *system) heal(ctx context.Context) error {
+	if !sys.nats.running() {
+		if err := sys.startNATS(ctx); err != nil {
+			return err
+		}
+	}
+	for _, v := range append(append([]*svc(nil), sys.ledgers...), sys.projectors...) {
+		if !v.running() {
+			if err := sys.startSvc(ctx, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// finish gathers the evidence and runs the checker in one snapshot.
+func (sys *system) finish(ctx context.Context, h *History, res *result, required bool, extra func(context.Context, *system, *result)) error {
+	res.stats = h.Stats()
+	res.ev.Required = required
+	res.ev.Indefinite = res.stats.Indefinite
+	res.ev.Reconnects += int(sys.reconnects.Load())
+	res.ev.Kills += int(sys.kills.Load())
+	if info, err := sys.consumerInfo(ctx); err == nil {
+		// Every delivery advances the consumer sequence, every first delivery the
+		// stream sequence: the difference is the redeliveries.
+		if d := int(info.Delivered.Consumer) - int(info.Delivered.Stream); d > 0 {
+			res.ev.Redeliveries += d
+		}
+	}
+	if extra != nil {
+		extra(ctx, sys, res)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	tx, err := sys.pool.BeginTx(cctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+	rep, err := Check(cctx, tx, h, res.ev)
+	if err != nil {
+		return err
+	}
+	res.report = rep
+	return nil
+}
+
+// ---- scenario 1 ----
+
+func scenarioBank(ctx context.Context, s *suite, res *result) error {
+	return runBank(ctx, s, res, bank{
+		ledgers: 1, projectors: 1, accounts: 20, producers: 8,
+		commands: s.size(5000, 800), resend: 0.10, reuse: 0.02, required: true,
+		evidence: func(_ context.Context, _ *system, res *result) {
+			// The faults of this scenario are the client's own: resends and reuse.
+			res.ev.Other += res.stats.Duplicates + res.stats.Conflicts
+		},
+	})
+}

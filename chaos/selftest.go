@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/projections"
+)
+
+// corruption is one injected fault of the checker self-test: it alters the
+// event store or the read models inside a transaction that is rolled back after
+// the checker read through it.
+type corruption struct {
+	name  string
+	check int // the check that must catch it
+	apply func(ctx context.Context, tx pgx.Tx) error
+}
+
+// scenarioSelfTest shows that the checker fails: a clean history passes, and each
+// corruption is caught by the check made for it.
+func scenarioSelfTest(ctx context.Context, s *suite, res *result) error {
+	sys, err := newSystem(ctx, s, "s0")
+	if err != nil {
+		return err
+	}
+	defer sys.down()
+	if err := sys.up(ctx, 1, 1); err != nil {
+		return err
+	}
+	h := newHistory()
+	c := &client{nc: sys.nc, h: h, timeout: 5 * time.Second}
+	w := &workload{prefix: "s0", accounts: hotAccounts("s0", 6), producers: 4, commands: s.size(400, 200), resend: 0.1, reuse: 0.02, retries: 8, seed: s.seed}
+	if err := w.open(ctx, c); err != nil {
+		return err
+	}
+	w.run(ctx, c)
+	if err := sys.quiesce(ctx, 60*time.Second); err != nil {
+		return err
+	}
+	res.stats = h.Stats()
+
+	check := func(ev Evidence, corrupt func(context.Context, pgx.Tx) error) (*Report, error) {
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		tx, err := sys.pool.BeginTx(cctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		if err != nil {
+			return nil, err
+		}
+		defer tx.Rollback(context.Background())
+		if corrupt != nil {
+			if err := corrupt(cctx, tx); err != nil {
+				return nil, fmt.Errorf("corrupt: %w", err)
+			}
+		}
+		return Check(cctx, tx, h, ev)
+	}
+
+	clean, err := check(Evidence{}, nil)
+	if err != nil {
+		return err
+	}
+	res.report = &Report{Events: clean.Events, Keys: clean.Keys}
+	if !clean.OK() {
+		res.report.fail(8, "the clean history fails the checker:\n%s", clean)
+		return nil
+	}
+	res.notes = append(res.notes, fmt.Sprintf("clean history (%d keys, %d events): passes", clean.Keys, clean.Events))
+
+	// Two acknowledged deposits of different accounts and amounts.
+	deps := ackedDeposits(h)
+	if len(deps) < 2 {
+		return errors.New("self-test: too few acknowledged deposits")
+	}
+	d1, d2 := deps[0], deps[1]
+	for _, d := range deps[1:] {
+		if d.stream != d1.stream && d.amount != d1.amount {
+			d2 = d
+			break
+		}
+	}
+	gen := func(ctx context.Context, tx pgx.Tx, name string) (int, error) {
+		var g int
+		err := tx.QueryRow(ctx, `SELECT generation FROM readmodel.checkpoints WHERE name = $1 AND state = 'live'`, name).Scan(&g)
+		return g, err
+	}
+	cs := []corruption{
+		{"a duplicated event", 2, func(ctx context.Context, tx pgx.Tx) error {
+			// The constraints would refuse it: drop them (rolled back), so that the
+			// check has to count.
+			if _, err := tx.Exec(ctx, `ALTER TABLE events DROP CONSTRAINT events_event_id_key, DROP CONSTRAINT events_stream_revision_key`); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO events (stream, revision, event_id, type, data, metadata)
+				SELECT stream, revision, event_id, type, data, metadata FROM events WHERE event_id = $1`, d1.id)
+			return err
+		}},
+		{"a deleted acknowledged event", 1, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `DELETE FROM events WHERE event_id = $1`, d1.id)
+			return err
+		}},
+		{"a phantom event", 3, func(ctx context.Context, tx pgx.Tx) error {
+			var rev int64
+			if err := tx.QueryRow(ctx, `SELECT max(revision) FROM events WHERE stream = $1`, d1.stream).Scan(&rev); err != nil {
+				return err
+			}
+			key := "phantom-key"
+			req := domain.Request{"type": "deposit", "account_id": strings.TrimPrefix(d1.stream, domain.AccountStreamPrefix), "amount": int64(777), "currency": d1.currency}
+			m := domain.Metadata{Key: key, Command: "deposit", RequestHash: req.Hash(), Index: 0, Count: 1, At: time.Now().UTC(), Request: req.CanonicalJSON(), Schema: 1}
+			mb, _ := json.Marshal(m)
+			db, _ := json.Marshal(domain.Credited{Amount: 777, Currency: d1.currency, Reason: domain.ReasonDeposit, BalanceAfter: 0})
+			_, err := tx.Exec(ctx, `INSERT INTO events (stream, revision, event_id, type, data, metadata) VALUES ($1, $2, $3, $4, $5, $6)`,
+				d1.stream, rev+1, domain.EventID(key, d1.stream, 0), domain.EvCredited, db, mb)
+			return err
+		}},
+		{"a balance off by one", 4, func(ctx context.Context, tx pgx.Tx) error {
+			g, err := gen(ctx, tx, projections.Accounts)
+			if err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `UPDATE `+projections.Table("accounts", g)+` SET balance = balance + 1 WHERE account_id = $1`,
+				strings.TrimPrefix(d1.stream, domain.AccountStreamPrefix))
+			return err
+		}},
+		{"a swapped payload", 5, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `UPDATE events e SET data = o.data FROM events o
+				WHERE (e.event_id, o.event_id) IN (($1::uuid, $2::uuid), ($2::uuid, $1::uuid))`, d1.id, d2.id)
+			return err
+		}},
+	}
+	caught := 0
+	for _, cr := range cs {
+		rep, err := check(Evidence{}, cr.apply)
+		if err != nil {
+			return fmt.Errorf("%s: %w", cr.name, err)
+		}
+		caught += selfVerdict(res, cr.name, cr.check, rep)
+	}
+	// A vacuous run: the clean history, but faults were required.
+	rep, err := check(Evidence{Required: true}, nil)
+	if err != nil {
+		return err
+	}
+	caught += selfVerdict(res, "a vacuous run (no fault happened)", 8, rep)
+
+	// A checkpoint past an unapplied event: stop the projector, let the ledger
+	// write once more, then move the checkpoints to the head.
+	sys.projectors[0].stop(10 * time.Second)
+	key := "s0-after-projector"
+	if a := c.settle(ctx, key, "deposit", body(key, map[string]any{"account_id": strings.TrimPrefix(d1.stream, domain.AccountStreamPrefix), "amount": 5, "currency": d1.currency}), 10); a.Outcome != OK {
+		return fmt.Errorf("deposit with the projector stopped: %s %s", a.Outcome, a.Err)
+	}
+	rep, err = check(Evidence{}, func(ctx context.Context, tx pgx.Tx) error {
+		var xid string
+		var pos int64
+		if err := tx.QueryRow(ctx, `SELECT transaction_id::text AS xid, position FROM events ORDER BY transaction_id DESC, position DESC LIMIT 1`).Scan(&xid, &pos); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE readmodel.checkpoints SET commit_position = $1::text::bigint, prepare_position = $2 WHERE state = 'live'`, xid, pos)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	caught += selfVerdict(res, "a checkpoint past an unapplied event", 6, rep)
+	res.notes = append(res.notes, fmt.Sprintf("%d of 7 corruptions caught by the right check", caught))
+	res.stats = h.Stats()
+	return nil
+}
+
+// selfVerdict records whether rep caught a corruption with the expected check.
+func selfVerdict(res *result, name string, want int, rep *Report) int {
+	failed := rep.Failed()
+	var names []string
+	for _, c := range failed {
+		names = append(names, fmt.Sprintf("C%d", c))
+	}
+	if rep.has(want) {
+		first := rep.Failures[want][0]
+		if len(first) > 140 {
+			first = first[:140] + "..."
+		}
+		res.notes = append(res.notes, fmt.Sprintf("%-38s caught by C%d (fired: %s): %s", name+":", want, strings.Join(names, " "), first))
+		return 1
+	}
+	res.report.fail(8, "self-test: %s was not caught by C%d (fired: %v)\n%s", name, want, names, rep)
+	return 0
+}
+
+type depositRef struct {
+	id       uuid.UUID
+	stream   string
+	currency string
+	amount   int64
+}
+
+// ackedDeposits lists the Credited events of acknowledged applied deposits.
+func ackedDeposits(h *History) []depositRef {
+	var out []depositRef
+	keys := h.Keys()
+	for _, a := range h.Attempts() {
+		if a.Type != "deposit" || a.Outcome != OK || a.Reply.Status != domain.StatusApplied || a.Reply.Duplicate || a.Reply.Account == nil {
+			continue
+		}
+		if ks := keys[a.Key]; ks == nil || string(ks.firstBody) != string(a.Body) {
+			continue
+		}
+		var f struct {
+			Amount   int64  `json:"amount"`
+			Currency string `json:"currency"`
+		}
+		json.Unmarshal(a.Body, &f)
+		for _, e := range a.Reply.Events {
+			if e.Type == domain.EvCredited {
+				out = append(out, depositRef{id: e.ID, stream: e.Stream, currency: f.Currency, amount: f.Amount})
+			}
+		}
+	}
+	return out
+}

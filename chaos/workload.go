@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// account of the workload.
+type account struct {
+	id, currency string
+}
+
+// workload is a seeded bank workload: deposits, withdrawals and transfers on a
+// few hot accounts, with exact resends (some concurrent) and key reuse.
+type workload struct {
+	prefix    string
+	accounts  []account
+	producers int
+	commands  int     // in total, over all producers
+	resend    float64 // share of commands resent with the same key and body
+	reuse     float64 // share of commands that reuse an acked key with another payload
+	jetstream float64 // share sent with js.Publish instead of a request
+	retries   int     // attempts per command while the outcome is indefinite
+	pace      time.Duration
+	seed      uint64
+}
+
+func hotAccounts(prefix string, n int) []account {
+	out := make([]account, n)
+	for i := range out {
+		cur := "EUR"
+		if i%5 == 4 {
+			cur = "USD"
+		}
+		out[i] = account{id: fmt.Sprintf("%s-acc-%02d", prefix, i), currency: cur}
+	}
+	return out
+}
+
+type sentCmd struct {
+	key, typ string
+	fields   map[string]any
+}
+
+// open opens the accounts and gives each a starting balance (settled, bounded).
+func (w *workload) open(ctx context.Context, c *client) error {
+	for _, a := range w.accounts {
+		key := "open-" + a.id
+		if r := c.settle(ctx, key, "open_account", body(key, map[string]any{"account_id": a.id, "currency": a.currency}), 20); r.Outcome != OK {
+			return fmt.Errorf("open %s: %s %s", a.id, r.Outcome, r.Err)
+		}
+		key = "seed-" + a.id
+		if r := c.settle(ctx, key, "deposit", body(key, map[string]any{"account_id": a.id, "amount": 5000, "currency": a.currency}), 20); r.Outcome != OK {
+			return fmt.Errorf("seed %s: %s %s", a.id, r.Outcome, r.Err)
+		}
+	}
+	return nil
+}
+
+// run runs the producers until each sent its share (or ctx ends).
+func (w *workload) run(ctx context.Context, c *client) {
+	var js nats.JetStreamContext
+	if w.jetstream > 0 {
+		js, _ = c.nc.JetStream()
+	}
+	var wg sync.WaitGroup
+	per := w.commands / w.producers
+	for p := 0; p < w.producers; p++ {
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(w.seed, uint64(p)+1))
+			var acked []sentCmd
+			for i := 0; i < per && ctx.Err() == nil; i++ {
+				cmd := w.next(rng, p, i)
+				b := body(cmd.key, cmd.fields)
+				if js != nil && rng.Float64() < w.jetstream {
+					pctx, cancel := context.WithTimeout(ctx, c.timeout)
+					c.publish(pctx, js, cmd.key, cmd.typ, b)
+					cancel()
+					continue
+				}
+				x := rng.Float64()
+				switch {
+				case x < w.resend/2: // concurrent exact resend
+					var inner sync.WaitGroup
+					inner.Add(1)
+					go func() { defer inner.Done(); c.settle(ctx, cmd.key, cmd.typ, b, w.retries) }()
+					a := c.settle(ctx, cmd.key, cmd.typ, b, w.retries)
+					inner.Wait()
+					if a.Outcome == OK {
+						acked = append(acked, cmd)
+					}
+				case x < w.resend: // sequential exact resend
+					a := c.settle(ctx, cmd.key, cmd.typ, b, w.retries)
+					c.settle(ctx, cmd.key, cmd.typ, b, w.retries)
+					if a.Outcome == OK {
+						acked = append(acked, cmd)
+					}
+				case x < w.resend+w.reuse && len(acked) > 0: // key reuse with another payload
+					old := acked[rng.IntN(len(acked))]
+					f := map[string]any{}
+					for k, v := range old.fields {
+						f[k] = v
+					}
+					f["amount"] = f["amount"].(int) + 1 + rng.IntN(50)
+					c.send(ctx, old.key, old.typ, body(old.key, f))
+				default:
+					if a := c.settle(ctx, cmd.key, cmd.typ, b, w.retries); a.Outcome == OK {
+						acked = append(acked, cmd)
+					}
+				}
+				if w.pace > 0 {
+					time.Sleep(w.pace)
+				}
+			}
+		}(p)
+	}
+	wg.Wait()
+}
+
+func (w *workload) next(rng *rand.Rand, p, i int) sentCmd {
+	key := fmt.Sprintf("%s-p%d-%05d", w.prefix, p, i)
+	a := w.accounts[rng.IntN(len(w.accounts))]
+	x := rng.Float64()
+	switch {
+	case x < 0.35:
+		return sentCmd{key, "deposit", map[string]any{"account_id": a.id, "amount": 1 + rng.IntN(1000), "currency": a.currency}}
+	case x < 0.60:
+		return sentCmd{key, "withdraw", map[string]any{"account_id": a.id, "amount": 1 + rng.IntN(1500), "currency": a.currency}}
+	default:
+		b := w.accounts[rng.IntN(len(w.accounts))]
+		for tries := 0; tries < 10 && (b.currency != a.currency || b.id == a.id); tries++ {
+			b = w.accounts[rng.IntN(len(w.accounts))]
+		}
+		return sentCmd{key, "transfer", map[string]any{"transfer_id": "t-" + key, "from": a.id, "to": b.id, "amount": 1 + rng.IntN(1200), "currency": a.currency}}
+	}
+}
