@@ -278,4 +278,3 @@ func mkCrashCmd(typ, key, account string, effect int64, fields map[string]any) c
 	}
 	return crashCmd{typ: typ, key: key, account: account, amount: effect, body: b}
 }
-

@@ -22,6 +22,17 @@ import (
 
 func init() { subcommands = append(subcommands, serveCommand()) }
 
+// transferProcessRunner runs the transfer process (internal/ledger/process.go) on
+// every instance, in `serve` and `dev`: it finishes sagas left half-way by a crash
+// and expires holds. Every step it takes is idempotent, so one per instance is
+// harmless. --transfer-process=false leaves it out.
+var transferProcessRunner = node.Runner{
+	Name: "transfer-process",
+	Run: func(ctx context.Context, n *node.Node) error {
+		return ledger.NewProcess(n.Ledger, n.Store, ledger.ProcessOptions{}).Run(ctx)
+	},
+}
+
 // Flags of the command service, shared by serve and dev.
 const (
 	flagInstance        = "instance-name"
@@ -39,6 +50,7 @@ const (
 	flagReplicas        = "jetstream-replicas"
 	flagShutdownTimeout = "shutdown-timeout"
 	flagMigrate         = "migrate"
+	flagTransferProcess = "transfer-process"
 )
 
 func serviceFlags() []cli.Flag {
@@ -57,6 +69,7 @@ func serviceFlags() []cli.Flag {
 		&cli.IntFlag{Name: flagLanes, Category: cat, Value: 16, Usage: "JetStream workers (one account's commands share a lane)", Sources: cli.EnvVars("LEDGER_JETSTREAM_LANES")},
 		&cli.DurationFlag{Name: flagGrace, Category: cat, Value: 2 * time.Second, Usage: "age a stream message reaches before its first delivery is handled (lets request-reply decide first)", Sources: cli.EnvVars("LEDGER_JETSTREAM_GRACE")},
 		&cli.IntFlag{Name: flagReplicas, Category: cat, Value: 1, Usage: "replicas of the LEDGER_COMMANDS and LEDGER_DLQ streams", Sources: cli.EnvVars("LEDGER_JETSTREAM_REPLICAS")},
+		&cli.BoolFlag{Name: flagTransferProcess, Category: cat, Value: true, Usage: "run the transfer process (finishes sagas a crash left half-way, expires holds)", Sources: cli.EnvVars("LEDGER_TRANSFER_PROCESS")},
 		&cli.DurationFlag{Name: flagShutdownTimeout, Category: cat, Value: 30 * time.Second, Usage: "bound on a graceful stop", Sources: cli.EnvVars("LEDGER_SHUTDOWN_TIMEOUT")},
 	}
 }
@@ -71,7 +84,12 @@ func serviceOptions(cmd *cli.Command, log *slog.Logger) (node.Options, error) {
 	if grace == 0 {
 		grace = -1 // zero means "no grace" on the command line
 	}
+	var runners []node.Runner
+	if cmd.Bool(flagTransferProcess) {
+		runners = append(runners, transferProcessRunner)
+	}
 	return node.Options{
+		Runners:             runners,
 		Name:                cmd.String(flagInstance),
 		DisableCommandQuery: !cmd.Bool(flagCommandQuery),
 		Ledger:              ledger.Options{CacheSize: cmd.Int(flagCacheSize)},
