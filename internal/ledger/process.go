@@ -78,8 +78,9 @@ type Process struct {
 	mu      sync.Mutex
 	loaded  bool
 	view    processView
-	cpRev   int64  // revision of the last checkpoint known (-1: none)
-	cpChain string // its chain hash
+	retry   map[string]retryState // transfers whose last resume failed (not checkpointed)
+	cpRev   int64                 // revision of the last checkpoint known (-1: none)
+	cpChain string                // its chain hash
 	cpPos   eventstore.Position
 	cpAt    time.Time // wall time of the last checkpoint attempt (pacing only)
 }
@@ -105,6 +106,16 @@ type expiringHold struct {
 	Key       string    `json:"key"` // the key that placed it
 	ExpiresAt time.Time `json:"expires_at"`
 }
+
+// retryState spaces out the resumes of a transfer that keeps failing (a saga
+// that cannot go on needs an operator; it should not flood the log meanwhile).
+type retryState struct {
+	failures int
+	next     time.Time
+}
+
+// maxRetryDelay caps the back-off between resumes of a failing transfer.
+const maxRetryDelay = time.Minute
 
 // SweepStats counts what one sweep did.
 type SweepStats struct {
@@ -139,7 +150,7 @@ func NewProcess(svc *Service, store ProcessStore, opts ProcessOptions) *Process 
 	if opts.MaxResubscribeDelay <= 0 {
 		opts.MaxResubscribeDelay = 5 * time.Second
 	}
-	return &Process{svc: svc, store: store, opts: opts, log: svc.log.With("component", "transfer-process"), cpRev: -1, view: newView()}
+	return &Process{svc: svc, store: store, opts: opts, log: svc.log.With("component", "transfer-process"), cpRev: -1, view: newView(), retry: map[string]retryState{}}
 }
 
 func newView() processView {
@@ -333,15 +344,20 @@ func (p *Process) sweepLocked(ctx context.Context, now time.Time) SweepStats {
 		if ctx.Err() != nil {
 			break
 		}
-		if now.Sub(p.view.Transfers[id].LastAt) < p.opts.Grace {
+		if now.Sub(p.view.Transfers[id].LastAt) < p.opts.Grace || now.Before(p.retry[id].next) {
 			continue
 		}
 		pending, err := p.svc.ResumeTransfer(ctx, id)
 		if err != nil {
 			st.Errors++
-			p.log.Warn("resuming a transfer failed", "transfer_id", id, "err", err)
+			r := p.retry[id]
+			r.failures++
+			r.next = now.Add(min(time.Second<<min(r.failures-1, 16), maxRetryDelay))
+			p.retry[id] = r
+			p.log.Warn("resuming a transfer failed", "transfer_id", id, "failures", r.failures, "err", err)
 			continue
 		}
+		delete(p.retry, id)
 		st.Resumed++
 		if pending == 0 {
 			delete(p.view.Transfers, id)
@@ -398,19 +414,23 @@ func (p *Process) loadLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m, err := domain.DecodeMetadata(evs[0].Metadata)
 	var cp checkpointData
-	if err := json.Unmarshal(evs[0].Data, &cp); err != nil || evs[0].Type != EvProcessCheckpoint || cp.Version != 1 {
-		return fmt.Errorf("ledger: %s@%d is not a checkpoint of version 1 (%s): %v", evs[0].Stream, evs[0].Revision, evs[0].Type, err)
+	if err == nil {
+		err = json.Unmarshal(evs[0].Data, &cp)
+	}
+	if err != nil || evs[0].Type != EvProcessCheckpoint || cp.Version != 1 {
+		// Unreadable (another version, damage): rebuild the view from the start of
+		// "all", which is always correct, and checkpoint after the last one.
+		p.log.Warn("checkpoint unreadable, rebuilding the view from the start", "stream", evs[0].Stream, "revision", evs[0].Revision, "type", evs[0].Type, "err", err)
+		p.view, p.cpRev, p.cpChain, p.cpPos, p.loaded = newView(), int64(evs[0].Revision), m.Chain, eventstore.Start, true
+		return nil
 	}
 	if cp.View.Transfers == nil {
 		cp.View.Transfers = map[string]*pendingTransfer{}
 	}
 	if cp.View.Holds == nil {
 		cp.View.Holds = map[string]*expiringHold{}
-	}
-	m, err := domain.DecodeMetadata(evs[0].Metadata)
-	if err != nil {
-		return err
 	}
 	p.view, p.cpRev, p.cpChain, p.cpPos, p.loaded = cp.View, int64(evs[0].Revision), m.Chain, cp.View.Position, true
 	return nil

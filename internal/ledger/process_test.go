@@ -255,3 +255,30 @@ func TestProcessCheckpointKeepsPendingWork(t *testing.T) {
 		}
 	})
 }
+
+// An unreadable checkpoint (another version, damage) costs a full scan, nothing more.
+func TestProcessUnreadableCheckpoint(t *testing.T) {
+	sagaStores(t, func(t *testing.T, st ProcessStore) {
+		clk := newFakeClock()
+		s := newSagaService(st, clk)
+		openFunded(t, s, "alice", "EUR", 100)
+		openFunded(t, s, "bob", "EUR", 0)
+		crashAt(s, "transfer/debit")
+		if r := send(s, "transfer", transferBody("t-1", "t1", "alice", "bob", 30)...); r.Status != domain.StatusError {
+			t.Fatalf("no crash: %+v", r)
+		}
+		junk := eventstore.EventData{ID: domain.EventID("junk", "ledger-process-checkpoint", 0), Type: "ProcessCheckpointV9", Data: []byte(`{"version":9}`), Metadata: []byte(`{"key":"junk","i":0,"n":1}`)}
+		if _, err := st.Append(context.Background(), "ledger-process-checkpoint", eventstore.NoStream, []eventstore.EventData{junk}); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Hour)
+		p := NewProcess(newSagaService(st, clk), st, ProcessOptions{})
+		if got := recoverPass(t, p); got.Resumed != 1 || got.Pending != 0 {
+			t.Fatalf("pass: %+v", got)
+		}
+		if evs := streamEventsOf(t, st, "ledger-process-checkpoint"); len(evs) != 2 || evs[1].Type != EvProcessCheckpoint {
+			t.Fatalf("checkpoint stream: %d events", len(evs))
+		}
+		audit(t, st, true)
+	})
+}

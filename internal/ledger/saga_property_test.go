@@ -30,9 +30,9 @@ func TestPropertySagas(t *testing.T) {
 		}
 	}
 	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		ops := 600
-		if testing.Short() || t.Name() == "TestPropertySagas/postgres" {
-			ops = 400
+		ops := map[string]int{"TestPropertySagas/memory": 600, "TestPropertySagas/postgres": 400}[t.Name()]
+		if ops == 0 || testing.Short() {
+			ops = 200 // over gRPC (kurrentdb), or -short
 		}
 		t.Logf("seed %d, %d ops per worker", seed, ops)
 		runSagaProperty(t, st, seed, 4, ops)

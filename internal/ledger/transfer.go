@@ -74,7 +74,10 @@ func (s *Service) applyTransferWritten(ctx context.Context, stream string, t *do
 	return nil
 }
 
-// fail calls the test failpoint, if any.
+// fail calls the test failpoint, if any, with the name of the step just done:
+// "transfer/" or "refund/" followed by "requested" (the request is written),
+// "debit", "credit", "compensate" (an account step) or "reject", "complete",
+// "refuse", "fail" (a marker).
 func (s *Service) fail(step string) error {
 	if s.failpoint == nil {
 		return nil

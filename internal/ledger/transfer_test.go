@@ -14,6 +14,8 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/eventstore/memory"
 	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/pgtest"
@@ -31,6 +33,17 @@ func sagaStores(t *testing.T, run func(t *testing.T, st ProcessStore)) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		run(t, openPostgres(t))
+	})
+	// KurrentDB (an in-process server with its append rules) has no multi-stream
+	// append: claims are written first, each step idempotent on its own.
+	t.Run("kurrentdb", func(t *testing.T) {
+		_, url := kurrenttest.Start(t)
+		st, err := kurrentdb.Open(context.Background(), url, kurrentdb.WithLogger(quietLog))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		run(t, st)
 	})
 }
 
