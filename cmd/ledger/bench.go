@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/ledgerworks/ledger/internal/bench"
+	"github.com/ledgerworks/ledger/internal/config"
+)
+
+func init() { subcommands = append(subcommands, benchCommand()) }
+
+const (
+	flagBenchQuick        = "quick"
+	flagBenchClients      = "clients"
+	flagBenchAccounts     = "accounts"
+	flagBenchDupRatio     = "duplicate-ratio"
+	flagBenchSkew         = "skew"
+	flagBenchDuration     = "duration"
+	flagBenchWarmup       = "warmup"
+	flagBenchSystems      = "systems"
+	flagBenchJSMessages   = "jetstream-messages"
+	flagBenchKeyEvents    = "key-check-events"
+	flagBenchKeySamples   = "key-check-samples"
+	flagBenchProjTimeout  = "projection-timeout"
+	flagBenchCapture      = "capture"
+	flagBenchGrace        = "grace"
+	flagBenchMaxInFlight  = "max-in-flight"
+	flagBenchLanes        = "lanes"
+	flagBenchBatchMax     = "batch-max"
+	flagBenchBatchWait    = "batch-wait"
+	flagBenchCommitters   = "committers"
+	flagBenchNoGroup      = "no-group-commit"
+	flagBenchPoolSize     = "baseline-pool-size"
+	flagBenchCPUProfile   = "cpuprofile"
+	flagBenchJSON         = "json"
+	flagBenchProgress     = "progress-interval"
+	flagBenchLedgerDB     = "ledger-database-url"
+	flagBenchBaselineDB   = "baseline-database-url"
+	flagBenchComponentLog = "component-log-level"
+)
+
+func benchEnv(name string) cli.ValueSourceChain {
+	return cli.EnvVars("LEDGER_BENCH_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
+}
+
+func benchCommand() *cli.Command {
+	d := bench.Defaults()
+	load, sut, out := "load", "systems under test", "output"
+	flags := []cli.Flag{
+		&cli.BoolFlag{Name: flagBenchQuick, Usage: "a run of under a minute: 1,000 accounts, 4s phases, a 10,000-event key-check stream, plain request-reply without the JetStream capture and phases (flags set explicitly still win)", Sources: benchEnv(flagBenchQuick)},
+		&cli.IntFlag{Name: flagBenchClients, Category: load, Value: d.Clients, Usage: "concurrent clients, each with one command in flight", Sources: benchEnv(flagBenchClients)},
+		&cli.IntFlag{Name: flagBenchAccounts, Category: load, Value: d.Accounts, Usage: "accounts the commands spread over", Sources: benchEnv(flagBenchAccounts)},
+		&cli.FloatFlag{Name: flagBenchDupRatio, Category: load, Value: d.DuplicateRatio, Usage: "share of the load phase's commands that resend an answered key", Sources: benchEnv(flagBenchDupRatio)},
+		&cli.FloatFlag{Name: flagBenchSkew, Category: load, Value: d.Skew, Usage: "account skew: the account of rank i gets weight 1/i^skew (0: uniform; 1: Zipf)", Sources: benchEnv(flagBenchSkew)},
+		&cli.DurationFlag{Name: flagBenchDuration, Category: load, Value: d.Duration, Usage: "length of the load phase (the duplicates and half-load phases take half)", Sources: benchEnv(flagBenchDuration)},
+		&cli.DurationFlag{Name: flagBenchWarmup, Category: load, Value: d.Warmup, Usage: "unrecorded load before the load phase", Sources: benchEnv(flagBenchWarmup)},
+		&cli.IntFlag{Name: flagBenchJSMessages, Category: load, Value: d.JetStreamMessages, Usage: "commands of each JetStream phase (0: skip them)", Sources: benchEnv(flagBenchJSMessages)},
+		&cli.IntFlag{Name: flagBenchKeyEvents, Category: load, Value: d.KeyCheckEvents, Usage: "events of the long stream of the key-check phase (0: skip it)", Sources: benchEnv(flagBenchKeyEvents)},
+		&cli.IntFlag{Name: flagBenchKeySamples, Category: load, Value: d.KeyCheckSamples, Usage: "timed commands per kind and stream in the key-check phase", Sources: benchEnv(flagBenchKeySamples)},
+		&cli.DurationFlag{Name: flagBenchProjTimeout, Category: load, Value: d.ProjectionTimeout, Usage: "bound on the projection phase (0: skip it)", Sources: benchEnv(flagBenchProjTimeout)},
+		&cli.StringFlag{Name: flagBenchSystems, Category: sut, Value: "ledger,baseline", Usage: "systems to drive, comma-separated: ledger, baseline", Sources: benchEnv(flagBenchSystems)},
+		&cli.BoolFlag{Name: flagBenchCapture, Category: sut, Value: d.Capture, Usage: "declare LEDGER_COMMANDS so that JetStream stores every command and the consumer confirms it, as ledger dev does, for both systems (default on; --quick: off)", Sources: benchEnv(flagBenchCapture)},
+		&cli.DurationFlag{Name: flagBenchGrace, Category: sut, Value: d.Grace, Usage: "the intakes' JetStream grace (default: as ledger dev)", Sources: benchEnv(flagBenchGrace)},
+		&cli.IntFlag{Name: flagBenchMaxInFlight, Category: sut, Value: d.MaxInFlight, Usage: "request-reply commands each intake handles at once", Sources: benchEnv(flagBenchMaxInFlight)},
+		&cli.IntFlag{Name: flagBenchLanes, Category: sut, Value: d.Lanes, Usage: "JetStream consumer workers of each intake", Sources: benchEnv(flagBenchLanes)},
+		&cli.IntFlag{Name: flagBenchBatchMax, Category: sut, Usage: "ledger group commit: commands per transaction (0: the ledger's default)", Sources: benchEnv(flagBenchBatchMax)},
+		&cli.DurationFlag{Name: flagBenchBatchWait, Category: sut, Usage: "ledger group commit: extra wait for a batch to fill (0: the ledger's default)", Sources: benchEnv(flagBenchBatchWait)},
+		&cli.IntFlag{Name: flagBenchCommitters, Category: sut, Usage: "ledger group commit: transactions in flight (0: the ledger's default)", Sources: benchEnv(flagBenchCommitters)},
+		&cli.BoolFlag{Name: flagBenchNoGroup, Category: sut, Usage: "ledger: one transaction per command", Sources: benchEnv(flagBenchNoGroup)},
+		&cli.IntFlag{Name: flagBenchPoolSize, Category: sut, Usage: "baseline: PostgreSQL connections (0: max-in-flight + lanes)", Sources: benchEnv(flagBenchPoolSize)},
+		&cli.StringFlag{Name: config.FlagDataDir, Category: sut, Usage: "directory of the private PostgreSQL cluster and the NATS stores, kept afterwards (default: a temporary directory, removed at the end)", Sources: benchEnv(config.FlagDataDir), TakesFile: true},
+		&cli.StringFlag{Name: flagBenchLedgerDB, Category: sut, Usage: "use this PostgreSQL database for the ledger instead of a private cluster", Sources: benchEnv(flagBenchLedgerDB)},
+		&cli.StringFlag{Name: flagBenchBaselineDB, Category: sut, Usage: "use this PostgreSQL database for the baseline (needed with --ledger-database-url)", Sources: benchEnv(flagBenchBaselineDB)},
+		&cli.StringFlag{Name: flagBenchCPUProfile, Category: out, Usage: "write a CPU profile of the whole run (clients, NATS, ledger, baseline handler) to this file", Sources: benchEnv(flagBenchCPUProfile), TakesFile: true},
+		&cli.StringFlag{Name: flagBenchJSON, Category: out, Usage: "also write the report as JSON to this file", Sources: benchEnv(flagBenchJSON), TakesFile: true},
+		&cli.DurationFlag{Name: flagBenchProgress, Category: out, Value: d.ProgressInterval, Usage: "period of the progress lines on stderr (0: none)", Sources: benchEnv(flagBenchProgress)},
+		&cli.StringFlag{Name: flagBenchComponentLog, Category: out, Value: "warn", Usage: "log level of the started components (NATS, PostgreSQL, ledger node, intakes)", Sources: benchEnv(flagBenchComponentLog)},
+	}
+	flags = append(flags, config.LogFlags()...)
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "measure the ledger against the idempotency-table baseline over NATS",
+		Description: "Starts everything in this process, as `ledger dev` does (an embedded NATS server, a private\n" +
+			"PostgreSQL cluster with fsync on, the migrations, the ledger with its NATS intake), opens the\n" +
+			"accounts and drives the ledger over NATS request-reply with --clients clients: a load phase\n" +
+			"(--duplicate-ratio of resends), a duplicates phase (only resends), a half-load phase (open loop\n" +
+			"at half the load phase's rate) and two JetStream phases (js.Publish; publish for the consumer).\n" +
+			"Then the baseline, the seed documents' idempotency-key table (one transaction per command),\n" +
+			"behind the same intake on its own NATS server and its own database of the same cluster, through\n" +
+			"the same phases. Then the key check on streams of 10 and --key-check-events events, and the\n" +
+			"projector over everything written. Progress goes to stderr; the report to stdout, whose last\n" +
+			"line is `ratio ledger/baseline commands/s: <number>`. Ctrl-C stops the run cleanly.",
+		Flags:  flags,
+		Action: runBench,
+	}
+}
+
+func runBench(ctx context.Context, cmd *cli.Command) error {
+	progress, err := config.LoggerFromCommand(cmd, os.Stderr)
+	if err != nil {
+		return exitWith(2, err)
+	}
+	components, err := config.NewLogger(os.Stderr, cmd.String(config.FlagLogFormat), cmd.String(flagBenchComponentLog))
+	if err != nil {
+		return exitWith(2, err)
+	}
+	cfg, err := benchConfig(cmd)
+	if err != nil {
+		return exitWith(2, err)
+	}
+	cfg.Logger, cfg.Progress = components.With("component", "bench-env"), progress
+
+	if p := cmd.String(flagBenchCPUProfile); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			return exitWith(2, err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	rep, runErr := bench.Run(ctx, cfg)
+	stop()
+	pprof.StopCPUProfile()
+	if p := cmd.String(flagBenchJSON); p != "" && rep != nil {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(p, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			progress.Error("write JSON report", "err", err)
+		}
+	}
+	if runErr != nil {
+		if rep != nil && len(rep.Phases) > 0 {
+			rep.Print(cmd.Root().Writer)
+		}
+		if ctx.Err() != nil {
+			return exitWith(130, fmt.Errorf("bench interrupted after %s: %w", time.Since(start).Round(time.Second), runErr))
+		}
+		return runErr
+	}
+	progress.Info("bench done", "took", time.Since(start).Round(time.Second))
+	rep.Print(cmd.Root().Writer)
+	return nil
+}
+
+// benchConfig reads the flags: the defaults, shrunk by --quick, then every flag
+// set explicitly (on the command line or in the environment).
+func benchConfig(cmd *cli.Command) (bench.Config, error) {
+	cfg := bench.Defaults()
+	if cmd.Bool(flagBenchQuick) {
+		cfg = cfg.Quick()
+	}
+	set := func(name string, apply func()) {
+		if cmd.IsSet(name) {
+			apply()
+		}
+	}
+	set(flagBenchClients, func() { cfg.Clients = cmd.Int(flagBenchClients) })
+	set(flagBenchAccounts, func() { cfg.Accounts = cmd.Int(flagBenchAccounts) })
+	set(flagBenchDupRatio, func() { cfg.DuplicateRatio = cmd.Float(flagBenchDupRatio) })
+	set(flagBenchSkew, func() { cfg.Skew = cmd.Float(flagBenchSkew) })
+	set(flagBenchDuration, func() { cfg.Duration = cmd.Duration(flagBenchDuration) })
+	set(flagBenchWarmup, func() { cfg.Warmup = cmd.Duration(flagBenchWarmup) })
+	set(flagBenchJSMessages, func() { cfg.JetStreamMessages = cmd.Int(flagBenchJSMessages) })
+	set(flagBenchKeyEvents, func() { cfg.KeyCheckEvents = cmd.Int(flagBenchKeyEvents) })
+	set(flagBenchKeySamples, func() { cfg.KeyCheckSamples = cmd.Int(flagBenchKeySamples) })
+	set(flagBenchProjTimeout, func() { cfg.ProjectionTimeout = cmd.Duration(flagBenchProjTimeout) })
+	set(flagBenchCapture, func() { cfg.Capture = cmd.Bool(flagBenchCapture) })
+	set(flagBenchGrace, func() { cfg.Grace = cmd.Duration(flagBenchGrace) })
+	set(flagBenchMaxInFlight, func() { cfg.MaxInFlight = cmd.Int(flagBenchMaxInFlight) })
+	set(flagBenchLanes, func() { cfg.Lanes = cmd.Int(flagBenchLanes) })
+	cfg.BatchMax = cmd.Int(flagBenchBatchMax)
+	cfg.BatchWait = cmd.Duration(flagBenchBatchWait)
+	cfg.Committers = cmd.Int(flagBenchCommitters)
+	cfg.DisableGroupCommit = cmd.Bool(flagBenchNoGroup)
+	cfg.BaselinePoolSize = cmd.Int(flagBenchPoolSize)
+	cfg.ProgressInterval = cmd.Duration(flagBenchProgress)
+	cfg.LedgerDatabaseURL = cmd.String(flagBenchLedgerDB)
+	cfg.BaselineDatabaseURL = cmd.String(flagBenchBaselineDB)
+	cfg.DataDir = cmd.String(config.FlagDataDir)
+	cfg.Systems = nil
+	for _, s := range strings.Split(cmd.String(flagBenchSystems), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			cfg.Systems = append(cfg.Systems, s)
+		}
+	}
+	if cfg.Clients <= 0 || cfg.Accounts <= 0 || cfg.Duration <= 0 {
+		return cfg, errors.New("--clients, --accounts and --duration must be positive")
+	}
+	if cfg.Grace < 0 {
+		return cfg, errors.New("--grace must not be negative")
+	}
+	return cfg, nil
+}

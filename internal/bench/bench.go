@@ -1,0 +1,497 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/devenv"
+	"github.com/ledgerworks/ledger/internal/embednats"
+	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/natsapi"
+	"github.com/ledgerworks/ledger/internal/node"
+)
+
+// BaselineDatabase is the database of the baseline on the private cluster.
+const BaselineDatabase = "bench_baseline"
+
+// stopTimeout bounds the shutdown of what a run started.
+const stopTimeout = 2 * time.Minute
+
+// Run starts the environment (as `ledger dev` does: embedded NATS, PostgreSQL,
+// migrations, the ledger node with its intake), drives the ledger and then the
+// baseline through the same phases, and measures the key check and the projector.
+// It stops everything it started before returning, also when ctx ends (then with
+// what was measured so far and an error). Print the report with Report.Print.
+func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	log := cfg.Progress
+	runID := strconv.FormatInt(time.Now().UnixNano()/1e6%(36*36*36*36*36), 36)
+	w := newWorkload(runID, cfg.Accounts, cfg.Skew)
+	rep = &Report{Started: time.Now(), Machine: machine(), Config: ReportConfig{
+		Clients: cfg.Clients, Accounts: cfg.Accounts, DuplicateRatio: cfg.DuplicateRatio, Skew: cfg.Skew,
+		HottestShare: w.hottestShare(), Duration: cfg.Duration.String(), Capture: cfg.Capture, Grace: cfg.Grace.String(),
+		MaxInFlight: cfg.MaxInFlight, GroupCommit: !cfg.DisableGroupCommit, BatchMax: cfg.BatchMax, Committers: cfg.Committers,
+		BaselinePoolSize: cfg.BaselinePoolSize, JetStreamMessages: cfg.JetStreamMessages, KeyCheckEvents: cfg.KeyCheckEvents,
+	}}
+	if cfg.BatchWait > 0 {
+		rep.Config.BatchWait = cfg.BatchWait.String()
+	}
+	defer func() {
+		rep.Seconds = time.Since(rep.Started).Seconds()
+		rep.Machine.LoadAfter = loadAvg()
+	}()
+
+	dir := cfg.DataDir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "ledger-bench-"); err != nil {
+			return rep, err
+		}
+		defer os.RemoveAll(dir)
+	}
+	grace := cfg.Grace
+	env, err := devenv.Start(ctx, devenv.Options{
+		DataDir:     dir,
+		NATSAddr:    "127.0.0.1:0",
+		DatabaseURL: cfg.LedgerDatabaseURL,
+		NoFsync:     cfg.NoFsync,
+		Logger:      cfg.Logger,
+		Node: node.Options{
+			Name:                "bench-ledger",
+			DisableCommandQuery: true,
+			Ledger: ledger.Options{
+				CacheSize:          max(100_000, 2*cfg.Accounts),
+				DisableGroupCommit: cfg.DisableGroupCommit,
+				Batch:              ledger.BatchOptions{MaxBatch: cfg.BatchMax, MaxWait: cfg.BatchWait, Committers: cfg.Committers},
+			},
+			Intake: intakeOptions(cfg, grace, cfg.Logger),
+		},
+	})
+	if err != nil {
+		return rep, fmt.Errorf("bench: start the ledger's environment: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+		defer cancel()
+		if serr := env.Stop(sctx); serr != nil {
+			log.Warn("bench: stop environment", "err", serr)
+		}
+	}()
+	pm := 0
+	if env.PG != nil {
+		pm = postmasterPID(filepath.Join(env.PG.Dir(), "data"))
+	}
+	if err := describeDatabase(ctx, env.DatabaseURL, &rep.Machine); err != nil {
+		return rep, err
+	}
+	prog := &progress{log: log, interval: cfg.ProgressInterval}
+
+	for _, sys := range cfg.Systems {
+		var (
+			natsURL string
+			stop    func()
+		)
+		switch sys {
+		case SystemLedger:
+			natsURL = env.NATSURL
+			stop = func() {
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+				defer cancel()
+				_ = env.Node.Stop(sctx) // its intake, consumer and store; NATS and PostgreSQL stay up
+			}
+		case SystemBaseline:
+			b, err := startBaseline(ctx, cfg, env, dir, grace)
+			if err != nil {
+				return rep, err
+			}
+			natsURL, stop = b.natsURL, b.stop
+		}
+		log.Info("bench: driving", "system", sys, "nats", natsURL)
+		phases, err := runSystem(ctx, cfg, sys, natsURL, w, pm, prog)
+		stop()
+		rep.Phases = append(rep.Phases, phases...)
+		if err != nil {
+			return rep, fmt.Errorf("bench: %s: %w", sys, err)
+		}
+	}
+	if l, b := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemBaseline, PhaseLoad); l != nil && b != nil {
+		rep.Ratio = ratio(l.CommandsPerSec, b.CommandsPerSec)
+	}
+
+	if cfg.KeyCheckEvents > 0 {
+		log.Info("bench: key check", "events", cfg.KeyCheckEvents)
+		rep.KeyCheck, err = keyCheck(ctx, env.EventStoreURL, runID, cfg.KeyCheckEvents, cfg.KeyCheckSamples, func(msg string, args ...any) { log.Info("bench: "+msg, args...) })
+		if err != nil {
+			return rep, fmt.Errorf("bench: key check: %w", err)
+		}
+	}
+	if cfg.ProjectionTimeout > 0 {
+		log.Info("bench: projection")
+		before := sampleCPU(pm)
+		rep.Projection, err = projectAll(ctx, env.DatabaseURL, cfg.ProjectionTimeout, cfg.Logger, log)
+		if rep.Projection != nil {
+			rep.Projection.CPU = cpuBetween(before, sampleCPU(pm), runtime.NumCPU())
+		}
+		if err != nil {
+			return rep, fmt.Errorf("bench: projection: %w", err)
+		}
+	}
+	return rep, nil
+}
+
+func intakeOptions(cfg Config, grace time.Duration, log *slog.Logger) natsapi.Options {
+	return natsapi.Options{
+		MaxInFlight:      cfg.MaxInFlight,
+		DisableJetStream: !cfg.Capture,
+		Lanes:            cfg.Lanes,
+		Grace:            grace,
+		Logger:           log,
+	}
+}
+
+// baselineServer is the baseline behind its own embedded NATS server (the intake's
+// subjects are fixed, so each system gets a server of its own, alike in all).
+type baselineServer struct {
+	natsURL string
+	stop    func()
+}
+
+func startBaseline(ctx context.Context, cfg Config, env *devenv.Env, dir string, grace time.Duration) (_ *baselineServer, err error) {
+	log := cfg.Logger // the components' logger
+	url := cfg.BaselineDatabaseURL
+	if url == "" {
+		if env.PG == nil {
+			return nil, errors.New("bench: no database for the baseline: set the baseline database URL")
+		}
+		admin := env.PG.URLFor("postgres")
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			return nil, err
+		}
+		name := pgx.Identifier{BaselineDatabase}.Sanitize()
+		_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		if err == nil {
+			_, err = conn.Exec(ctx, "CREATE DATABASE "+name)
+		}
+		conn.Close(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("bench: baseline database: %w", err)
+		}
+		url = env.PG.URLFor(BaselineDatabase)
+	}
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	pcfg.MaxConns = int32(cfg.BaselinePoolSize)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		ns *server.Server
+		nc *nats.Conn
+		in *natsapi.Intake
+	)
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+		defer cancel()
+		if in != nil {
+			_ = in.Stop(sctx)
+		}
+		if nc != nil {
+			nc.Close()
+		}
+		if ns != nil {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+		}
+		pool.Close()
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	b, err := NewBaseline(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	ns, err = embednats.Start(embednats.Options{Addr: "127.0.0.1:0", StoreDir: filepath.Join(dir, "nats-baseline"), Name: "bench-baseline", Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	nc, err = nats.Connect(ns.ClientURL(), nats.Name("bench-baseline"), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, err
+	}
+	in = natsapi.New(nc, b, intakeOptions(cfg, grace, log))
+	if err := in.Start(ctx); err != nil {
+		return nil, err
+	}
+	return &baselineServer{natsURL: ns.ClientURL(), stop: stop}, nil
+}
+
+// runSystem drives one system through the phases.
+func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload, pm int, prog *progress) ([]PhaseResult, error) {
+	log := cfg.Progress
+	t, err := dialTarget(sys, natsURL, cfg.Clients)
+	if err != nil {
+		return nil, err
+	}
+	defer t.close()
+	var base uint64 // the stream's last sequence before this run (a reused data dir)
+	if cfg.Capture {
+		p, err := newJSProbe(ctx, natsURL, nil, 0)
+		if err != nil {
+			return nil, err
+		}
+		base, err = p.lastSeq(ctx)
+		p.close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	start := time.Now()
+	rrStart := start
+	if err := openAccounts(ctx, t, w, cfg.Clients); err != nil {
+		return nil, err
+	}
+	log.Info("bench: accounts open", "system", sys, "accounts", len(w.accounts), "took", time.Since(start).Round(time.Millisecond))
+
+	gens := func(phase string) []*clientGen {
+		g := make([]*clientGen, cfg.Clients)
+		for i := range g {
+			g[i] = newClientGen(w, sys[:1]+phase, i)
+		}
+		return g
+	}
+	var out []PhaseResult
+	phase := func(name string, g []*clientGen, spec loadSpec) (*PhaseResult, error) {
+		spec.system, spec.phase, spec.record = sys, name, true
+		before := sampleCPU(pm)
+		run, err := drive(ctx, t, g, spec, prog)
+		if err != nil {
+			return nil, err
+		}
+		res := resultOf(run)
+		res.CPU = cpuBetween(before, sampleCPU(pm), runtime.NumCPU())
+		out = append(out, res)
+		log.Info("bench: phase done", "system", sys, "phase", name, "commands_per_sec", int(res.CommandsPerSec), "p99_ms", res.P99Ms, "errors", res.Errors)
+		return &out[len(out)-1], nil
+	}
+
+	if cfg.Warmup > 0 {
+		if _, err := drive(ctx, t, gens("warm"), loadSpec{system: sys, phase: "warm-up", duration: cfg.Warmup, dupRatio: cfg.DuplicateRatio}, prog); err != nil {
+			return out, err
+		}
+	}
+	load := gens("load")
+	lr, err := phase(PhaseLoad, load, loadSpec{duration: cfg.Duration, dupRatio: cfg.DuplicateRatio})
+	if err != nil {
+		return out, err
+	}
+	lr.Mode = fmt.Sprintf("closed loop, %d clients", cfg.Clients)
+	loadRate := lr.CommandsPerSec
+
+	dups := gens("dups")
+	for i := range dups {
+		dups[i].inherit(load[i])
+	}
+	dr, err := phase(PhaseDuplicates, dups, loadSpec{duration: cfg.Duration / 2, dupRatio: 1})
+	if err != nil {
+		return out, err
+	}
+	dr.Mode = fmt.Sprintf("closed loop, %d clients, every command a resend", cfg.Clients)
+
+	if loadRate > 0 {
+		rate := loadRate / 2
+		hr, err := phase(PhaseHalfLoad, gens("half"), loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio, rate: rate})
+		if err != nil {
+			return out, err
+		}
+		hr.TargetRate = rate
+		hr.Mode = fmt.Sprintf("open loop at %.0f/s, %d clients", rate, cfg.Clients)
+	}
+
+	if !cfg.Capture {
+		return out, nil
+	}
+	p, err := newJSProbe(ctx, natsURL, log, cfg.ProgressInterval)
+	if err != nil {
+		return out, err
+	}
+	defer p.close()
+	// The capture: JetStream stored every request-reply command, and the consumer
+	// confirms each (after the grace). Measure how long both take to catch up
+	// with what the request-reply phases sent; the JetStream phases, and the next
+	// system, start on an idle server.
+	rrEnd := time.Now()
+	want := base + uint64(t.sent.Load())
+	stored, err := p.waitStored(ctx, want, 10*time.Second)
+	if err != nil {
+		return out, err
+	}
+	storedAt := time.Now()
+	if err := p.waitSettled(ctx, stored, settleTimeout(int(stored-base)), nil); err != nil {
+		return out, err
+	}
+	settledAt := time.Now()
+	n := int64(stored - base)
+	cr := PhaseResult{System: sys, Phase: PhaseCapture, Commands: n, NewApplied: 0,
+		Seconds: storedAt.Sub(rrStart).Seconds(), Errors: int64(want - stored),
+		Mode: fmt.Sprintf("stream stored all %.1fs after the last reply, consumer confirmed all %.1fs after", storedAt.Sub(rrEnd).Seconds(), settledAt.Sub(rrEnd).Seconds())}
+	cr.CommandsPerSec = float64(n) / cr.Seconds
+	out = append(out, cr)
+	log.Info("bench: capture caught up", "system", sys, "stored", n, "sent", want-base, "stored_per_sec", int(cr.CommandsPerSec),
+		"stored_after", storedAt.Sub(rrEnd).Round(time.Millisecond), "confirmed_after", settledAt.Sub(rrEnd).Round(time.Millisecond))
+	if cfg.JetStreamMessages <= 0 {
+		return out, nil
+	}
+	settle := func() error {
+		last, err := p.lastSeq(ctx)
+		if err != nil {
+			return err
+		}
+		return p.waitSettled(ctx, last, settleTimeout(int(last-base)), nil)
+	}
+	for _, js := range []struct {
+		name string
+		run  func(context.Context, *jsProbe, []*clientGen, int) (PhaseResult, error)
+	}{{PhaseJSPublish, jsPublish}, {PhaseJSConsume, jsConsume}} {
+		log.Info("bench", "phase", sys+"/"+js.name, "messages", cfg.JetStreamMessages)
+		before := sampleCPU(pm)
+		res, err := js.run(ctx, p, gens(js.name), cfg.JetStreamMessages)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", js.name, err)
+		}
+		res.System, res.Phase = sys, js.name
+		res.CPU = cpuBetween(before, sampleCPU(pm), runtime.NumCPU())
+		out = append(out, res)
+		log.Info("bench: phase done", "system", sys, "phase", js.name, "commands_per_sec", int(res.CommandsPerSec), "errors", res.Errors)
+		if err := settle(); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+func resultOf(run *phaseRun) PhaseResult {
+	s := run.elapsed.Seconds()
+	c := &run.c
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	r := PhaseResult{
+		System: run.spec.system, Phase: run.spec.phase, Seconds: s,
+		Commands: c.answered.Load(), Duplicates: c.duplicates.Load(), NewApplied: c.newApplied.Load(),
+		Rejected: c.rejected.Load(), Errors: c.errors.Load(), Anomalies: c.anomalies.Load(),
+		P50Ms: ms(percentile(run.lats, 50)), P99Ms: ms(percentile(run.lats, 99)), P999Ms: ms(percentile(run.lats, 99.9)),
+		ErrorSamples: run.errs,
+	}
+	if len(run.lats) > 0 {
+		r.MaxMs = ms(run.lats[len(run.lats)-1])
+	}
+	if s > 0 {
+		r.CommandsPerSec = float64(r.Commands) / s
+		r.DuplicatesPerSec = float64(r.Duplicates) / s
+	}
+	return r
+}
+
+// openAccounts opens every account of w (unmeasured): a duplicate answer is fine
+// (a data dir reused), any other outcome is an error.
+func openAccounts(ctx context.Context, t *target, w *workload, clients int) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := 0; i < clients; i++ {
+		req, err := t.requester(i)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer req.close()
+			for ctx.Err() == nil {
+				k := int(next.Add(1)) - 1
+				if k >= len(w.accounts) {
+					return
+				}
+				acc := w.accounts[k]
+				key := "open-" + acc
+				rep, err := req.do(command{typ: domain.CmdOpenAccount, key: key, body: openBody(key, acc, w.currency)})
+				if err == nil && rep.Status != domain.StatusApplied {
+					err = fmt.Errorf("%s %s: %s", rep.Status, rep.Code, rep.Message)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("bench: open %s: %w", acc, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+func machine() Machine {
+	m := Machine{Cores: runtime.NumCPU(), GoVersion: runtime.Version(), LoadBefore: loadAvg()}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				m.MemoryMB = kb / 1024
+			}
+		}
+	}
+	return m
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// describeDatabase records the server's version and whether it fsyncs.
+func describeDatabase(ctx context.Context, url string, m *Machine) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	var fsync, syncCommit, version string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit'), current_setting('server_version')`).Scan(&fsync, &syncCommit, &version); err != nil {
+		return err
+	}
+	m.Fsync = fsync == "on" && syncCommit != "off"
+	m.PostgresVer = version
+	return nil
+}

@@ -1,0 +1,224 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// PhaseResult is one driven phase of one system.
+type PhaseResult struct {
+	System string `json:"system"`
+	Phase  string `json:"phase"`
+	Mode   string `json:"mode"`
+	// Seconds is the measured wall time.
+	Seconds float64 `json:"seconds"`
+	// Commands answered (applied or rejected, duplicates included).
+	Commands       int64   `json:"commands"`
+	CommandsPerSec float64 `json:"commands_per_sec"`
+	// Duplicates answered with duplicate: true.
+	Duplicates       int64   `json:"duplicates"`
+	DuplicatesPerSec float64 `json:"duplicates_per_sec"`
+	NewApplied       int64   `json:"new_applied"`
+	Rejected         int64   `json:"rejected"`
+	Errors           int64   `json:"errors"`
+	// Anomalies: a resend not answered as a duplicate, a new key answered as one.
+	Anomalies int64 `json:"anomalies"`
+	// TargetRate is the offered rate of an open-loop phase.
+	TargetRate   float64  `json:"target_rate,omitempty"`
+	P50Ms        float64  `json:"p50_ms"`
+	P99Ms        float64  `json:"p99_ms"`
+	P999Ms       float64  `json:"p999_ms"`
+	MaxMs        float64  `json:"max_ms"`
+	CPU          *CPUUse  `json:"cpu,omitempty"`
+	ErrorSamples []string `json:"error_samples,omitempty"`
+}
+
+// Phases of each system.
+const (
+	PhaseLoad       = "load"
+	PhaseDuplicates = "duplicates"
+	PhaseHalfLoad   = "half-load"
+	PhaseCapture    = "capture"
+	PhaseJSPublish  = "js-publish"
+	PhaseJSConsume  = "js-consume"
+)
+
+// Machine describes where the run happened.
+type Machine struct {
+	Cores       int      `json:"cores"`
+	MemoryMB    int64    `json:"memory_mb"`
+	GoVersion   string   `json:"go_version"`
+	LoadBefore  string   `json:"loadavg_before"`
+	LoadAfter   string   `json:"loadavg_after"`
+	Fsync       bool     `json:"fsync"`
+	PostgresVer string   `json:"postgres_version,omitempty"`
+	Notes       []string `json:"notes,omitempty"`
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	Started    time.Time         `json:"started"`
+	Seconds    float64           `json:"seconds"`
+	Config     ReportConfig      `json:"config"`
+	Machine    Machine           `json:"machine"`
+	Phases     []PhaseResult     `json:"phases"`
+	KeyCheck   *KeyCheckReport   `json:"key_check,omitempty"`
+	Projection *ProjectionReport `json:"projection,omitempty"`
+	// Ratio is ledger/baseline commands per second in the load phase (0 when
+	// either was not driven).
+	Ratio float64 `json:"ratio_ledger_baseline"`
+}
+
+// ReportConfig is the part of Config a reader needs to reproduce a run.
+type ReportConfig struct {
+	Clients           int     `json:"clients"`
+	Accounts          int     `json:"accounts"`
+	DuplicateRatio    float64 `json:"duplicate_ratio"`
+	Skew              float64 `json:"skew"`
+	HottestShare      float64 `json:"hottest_account_share"`
+	Duration          string  `json:"duration"`
+	Capture           bool    `json:"capture"`
+	Grace             string  `json:"grace"`
+	MaxInFlight       int     `json:"max_in_flight"`
+	GroupCommit       bool    `json:"group_commit"`
+	BatchMax          int     `json:"batch_max,omitempty"`
+	BatchWait         string  `json:"batch_wait,omitempty"`
+	Committers        int     `json:"committers,omitempty"`
+	BaselinePoolSize  int     `json:"baseline_pool_size"`
+	JetStreamMessages int     `json:"jetstream_messages"`
+	KeyCheckEvents    int     `json:"key_check_events"`
+}
+
+// Phase returns the result of a system's phase, or nil.
+func (r *Report) Phase(system, phase string) *PhaseResult {
+	for i := range r.Phases {
+		if r.Phases[i].System == system && r.Phases[i].Phase == phase {
+			return &r.Phases[i]
+		}
+	}
+	return nil
+}
+
+// RatioLine is the last line of the printed report.
+func (r *Report) RatioLine() string {
+	return fmt.Sprintf("ratio ledger/baseline commands/s: %.2f", r.Ratio)
+}
+
+func fmtCPU(c *CPUUse) string {
+	if c == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f/%.2f/%.2f", c.Bench, c.Postgres, c.Other)
+}
+
+// Print writes the report as text: the table of phases, the key check, the
+// projection, the targets of issue 7, and last the ratio line.
+func (r *Report) Print(w io.Writer) {
+	c := r.Config
+	fmt.Fprintf(w, "\nledger bench: %d clients, %d accounts (skew %.2f, hottest account %.2f%% of commands), duplicate ratio %.2f, %s per load phase\n",
+		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.Duration)
+	fmt.Fprintf(w, "machine: %d cores, %d MiB, %s, fsync %v; load average before %s, after %s\n",
+		r.Machine.Cores, r.Machine.MemoryMB, r.Machine.GoVersion, onOff(r.Machine.Fsync), r.Machine.LoadBefore, r.Machine.LoadAfter)
+	capture := "off (plain request-reply)"
+	if c.Capture {
+		capture = "on (LEDGER_COMMANDS stores every command; the consumer confirms each after " + c.Grace + ")"
+	}
+	fmt.Fprintf(w, "JetStream capture of request-reply: %s\n\n", capture)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "system\tphase\tcommands/s\tp50 ms\tp99 ms\tp99.9 ms\tduplicates/s\tapplied\terrors\tanomalies\tcpu bench/pg/other\tmode\t")
+	for _, p := range r.Phases {
+		lat := func(v float64) string {
+			if p.P50Ms == 0 && p.P99Ms == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f", v)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%.0f\t%d\t%d\t%d\t%s\t%s\t\n",
+			p.System, p.Phase, p.CommandsPerSec, lat(p.P50Ms), lat(p.P99Ms), lat(p.P999Ms), p.DuplicatesPerSec,
+			p.NewApplied, p.Errors, p.Anomalies, fmtCPU(p.CPU), p.Mode)
+	}
+	tw.Flush()
+	for _, p := range r.Phases {
+		for _, e := range p.ErrorSamples {
+			fmt.Fprintf(w, "  %s/%s error: %s\n", p.System, p.Phase, e)
+		}
+	}
+
+	if k := r.KeyCheck; k != nil {
+		fmt.Fprintf(w, "\nkey check (ledger.Service on the PostgreSQL store, %d samples per kind and stream):\n", k.Samples)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "events\tcold load ms\tduplicate p50 µs\tduplicate p99 µs\tdecide+append p50 µs\tdecide+append p99 µs\tdecide only ns\tseeded in s\t")
+		for _, s := range []KeyCheckStream{k.Short, k.Long} {
+			fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t%.1f\t\n", s.Events, s.ColdLoadMs, s.DuplicateP50Us, s.DuplicateP99Us,
+				s.DecideP50Us, s.DecideP99Us, s.DecideOnlyNs, s.SeedSeconds)
+		}
+		tw.Flush()
+		fmt.Fprintf(w, "long/short: duplicate p50 %.2fx, decide+append p50 %.2fx, decide only %.2fx\n", k.DuplicateRatio, k.DecideRatio, k.DecideOnlyRatio)
+	}
+	if p := r.Projection; p != nil {
+		state := "caught up"
+		if !p.CaughtUp {
+			state = "stopped by its time bound before catching up"
+		}
+		fmt.Fprintf(w, "\nprojection: %d events in %.1fs = %.0f events/s (%d projections, %s; cpu bench/pg/other %s)\n",
+			p.Events, p.Seconds, p.EventsPerSec, p.Projections, state, fmtCPU(p.CPU))
+		if p.ErrorSample != "" {
+			fmt.Fprintf(w, "  projection error: %s\n", p.ErrorSample)
+		}
+	}
+	r.printTargets(w)
+	fmt.Fprintf(w, "\n%s\n", r.RatioLine())
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// printTargets compares the run with the targets of issue 7.
+func (r *Report) printTargets(w io.Writer) {
+	type target struct {
+		name     string
+		want     string
+		got      float64
+		ok       bool
+		measured bool
+		unit     string
+	}
+	var ts []target
+	if p := r.Phase(SystemLedger, PhaseLoad); p != nil {
+		ts = append(ts, target{"commands/s over NATS", ">= 15000", p.CommandsPerSec, p.CommandsPerSec >= 15000, true, "/s"})
+	}
+	if r.Ratio > 0 {
+		ts = append(ts, target{"ledger/baseline commands/s", ">= 5", r.Ratio, r.Ratio >= 5, true, "x"})
+	}
+	if p := r.Phase(SystemLedger, PhaseDuplicates); p != nil {
+		ts = append(ts, target{"duplicates/s", ">= 30000", p.DuplicatesPerSec, p.DuplicatesPerSec >= 30000, true, "/s"})
+	}
+	if p := r.Phase(SystemLedger, PhaseHalfLoad); p != nil {
+		ts = append(ts, target{"p99 at half of max load (ms)", "<= 10", p.P99Ms, p.P99Ms <= 10, true, "ms"})
+	}
+	if k := r.KeyCheck; k != nil {
+		worst := max(k.DuplicateRatio, k.DecideRatio)
+		ts = append(ts, target{fmt.Sprintf("key check %d/%d events (worst p50 ratio)", k.Long.Events, k.Short.Events), "<= 1.2", worst, worst <= 1.2, true, "x"})
+	}
+	if len(ts) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\ntargets (issue 7):\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, t := range ts {
+		verdict := "met"
+		if !t.ok {
+			verdict = "MISSED"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", t.name, t.want, strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", t.got), "0"), "."), verdict)
+	}
+	tw.Flush()
+}
