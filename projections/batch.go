@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,21 +35,22 @@ const casSQL = `UPDATE readmodel.checkpoints
 SET commit_position = $3, prepare_position = $4, events = events + $7, updated_at = now()
 WHERE name = $1 AND generation = $2 AND commit_position = $5 AND prepare_position = $6`
 
-// applyBatch applies events to every slot whose checkpoint is before the batch's
-// end, in one transaction: first the compare-and-set of each slot's checkpoint
-// (in slot order, so that two runners lock the rows in the same order and the
-// loser waits, then finds the checkpoint moved), then the read-model writes, then
-// hook, then the commit. On success the slots' checkpoints are advanced in memory.
+// applyBatch applies a batch to every slot whose checkpoint is before the batch's
+// end. Each slot's rows and its checkpoint commit in one transaction of their own,
+// and the slots' transactions run in parallel (each projection owns its
+// checkpoint, so they need not wait for one another). On success a slot's
+// checkpoint is advanced in memory; on failure it is left as it was (the caller
+// reloads from the database).
 func applyBatch(ctx context.Context, pool *pgxpool.Pool, slots []*slot, events []*Event, hook Hook) error {
 	if len(events) == 0 {
 		return nil
 	}
 	end := events[len(events)-1].Position
-	type part struct {
-		s      *slot
-		events []*Event
-	}
-	var parts []part
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
 	for _, s := range slots {
 		if s.pos.Compare(end) >= 0 {
 			continue
@@ -57,51 +59,47 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, slots []*slot, events [
 		for i < len(events) && events[i].Position.Compare(s.pos) <= 0 {
 			i++
 		}
-		parts = append(parts, part{s, events[i:]})
+		wg.Add(1)
+		go func(s *slot, evs []*Event) {
+			defer wg.Done()
+			if err := applySlot(ctx, pool, s, evs, end, hook); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}(s, events[i:])
 	}
-	if len(parts) == 0 {
-		return nil
-	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// applySlot applies events to one slot in one transaction: first the
+// compare-and-set of its checkpoint (so that a second runner waits on the row
+// lock and then finds the checkpoint moved, before any work), then the
+// read-model writes, then hook, then the commit.
+func applySlot(ctx context.Context, pool *pgxpool.Pool, s *slot, events []*Event, end eventstore.Position, hook Hook) error {
 	endC, endP, err := posArgs(end)
+	if err != nil {
+		return err
+	}
+	oc, op, err := posArgs(s.pos)
 	if err != nil {
 		return err
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("projections: begin: %w", err)
+		return fmt.Errorf("projections: %s: begin: %w", s.proj.Name(), err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-
-	b := &pgx.Batch{}
-	for _, p := range parts {
-		oc, op, err := posArgs(p.s.pos)
-		if err != nil {
-			return err
-		}
-		b.Queue(casSQL, p.s.proj.Name(), p.s.gen, endC, endP, oc, op, int64(len(p.events)))
+	ct, err := tx.Exec(ctx, casSQL, s.proj.Name(), s.gen, endC, endP, oc, op, int64(len(events)))
+	if err != nil {
+		return fmt.Errorf("projections: %s: checkpoint: %w", s.proj.Name(), err)
 	}
-	br := tx.SendBatch(ctx, b)
-	moved := false
-	for range parts {
-		ct, err := br.Exec()
-		if err != nil {
-			br.Close()
-			return fmt.Errorf("projections: checkpoint: %w", err)
-		}
-		if ct.RowsAffected() != 1 {
-			moved = true
-		}
+	if ct.RowsAffected() != 1 {
+		return fmt.Errorf("%w: %s generation %d is no longer at %s", ErrCheckpointMoved, s.proj.Name(), s.gen, s.pos)
 	}
-	if err := br.Close(); err != nil {
-		return fmt.Errorf("projections: checkpoint: %w", err)
-	}
-	if moved {
-		return ErrCheckpointMoved
-	}
-	for _, p := range parts {
-		if err := p.s.proj.Apply(ctx, tx, p.s.gen, p.events); err != nil {
-			return err
-		}
+	if err := s.proj.Apply(ctx, tx, s.gen, events); err != nil {
+		return err
 	}
 	if hook != nil {
 		if err := hook(ctx, tx); err != nil {
@@ -109,12 +107,10 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, slots []*slot, events [
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("projections: commit: %w", err)
+		return fmt.Errorf("projections: %s: commit: %w", s.proj.Name(), err)
 	}
-	for _, p := range parts {
-		p.s.pos = end
-		p.s.events += int64(len(p.events))
-	}
+	s.pos = end
+	s.events += int64(len(events))
 	return nil
 }
 

@@ -218,28 +218,40 @@ func writeCommands(ctx context.Context, tx pgx.Tx, gen int, rows map[string]*cmd
 	if err := mergeContinuations(ctx, tx, gen, rows, order); err != nil {
 		return err
 	}
-	n := len(order)
-	var (
-		keys, streams, commands, statuses, codes = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		first, last                              = make([]int64, n), make([]int64, n)
-		replies                                  = make([]string, n)
-		ats                                      = make([]time.Time, n)
-	)
+	replies := make([]string, len(order))
 	for i, k := range order {
-		r := rows[k]
-		b, err := json.Marshal(r.reply)
+		b, err := json.Marshal(rows[k].reply)
 		if err != nil {
 			return fmt.Errorf("projections: commands: %w", err)
 		}
-		keys[i], streams[i], commands[i], statuses[i], codes[i] = r.key, r.stream, r.command, string(r.reply.Status), string(r.reply.Code)
-		first[i], last[i], replies[i], ats[i] = r.firstRev, r.lastRev, string(b), r.at
+		replies[i] = string(b)
 	}
-	sql := fmt.Sprintf(`INSERT INTO %s AS c (idempotency_key, stream, command, status, code, first_revision, last_revision, reply, at)
+	// A command's row is new unless the batch, or its first part, was applied before.
+	cols := []string{"idempotency_key", "stream", "command", "status", "code", "first_revision", "last_revision", "reply", "at"}
+	n := len(order)
+	err := copyOrUpsert(ctx, tx, "commands", gen, cols, n, func(i int) []any {
+		r := rows[order[i]]
+		return []any{r.key, r.stream, r.command, string(r.reply.Status), string(r.reply.Code), r.firstRev, r.lastRev, replies[i], r.at}
+	}, func() error {
+		var (
+			keys, streams, commands, statuses, codes = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+			first, last                              = make([]int64, n), make([]int64, n)
+			ats                                      = make([]time.Time, n)
+		)
+		for i, k := range order {
+			r := rows[k]
+			keys[i], streams[i], commands[i], statuses[i], codes[i] = r.key, r.stream, r.command, string(r.reply.Status), string(r.reply.Code)
+			first[i], last[i], ats[i] = r.firstRev, r.lastRev, r.at
+		}
+		sql := fmt.Sprintf(`INSERT INTO %s AS c (idempotency_key, stream, command, status, code, first_revision, last_revision, reply, at)
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::json[], $9::timestamptz[])
 ON CONFLICT (idempotency_key) DO UPDATE SET status = excluded.status, code = excluded.code,
 	first_revision = excluded.first_revision, last_revision = excluded.last_revision, reply = excluded.reply, at = excluded.at
 WHERE c.stream = excluded.stream AND c.last_revision < excluded.last_revision`, Table("commands", gen))
-	if _, err := tx.Exec(ctx, sql, keys, streams, commands, statuses, codes, first, last, replies, ats); err != nil {
+		_, err := tx.Exec(ctx, sql, keys, streams, commands, statuses, codes, first, last, replies, ats)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("projections: commands: %w", err)
 	}
 	return nil

@@ -54,39 +54,41 @@ func EntryOf(ev *Event) (Entry, bool) {
 }
 
 func (entriesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events []*Event) error {
-	var (
-		ids                                      []uuid.UUID
-		accounts, types, reasons, refs, curr, ks []string
-		revs, amounts, balances                  []int64
-		ats                                      []time.Time
-	)
+	var rows []Entry
 	for _, ev := range events {
 		if _, ok := ev.AccountID(); ok && ev.DecodeErr != nil {
 			return fmt.Errorf("projections: entries: %s@%d: %w", ev.Stream, ev.Revision, ev.DecodeErr)
 		}
-		e, ok := EntryOf(ev)
-		if !ok {
-			continue
+		if e, ok := EntryOf(ev); ok {
+			rows = append(rows, e)
 		}
-		ids = append(ids, e.EventID)
-		accounts = append(accounts, e.AccountID)
-		revs = append(revs, e.Revision)
-		types = append(types, e.Type)
-		reasons = append(reasons, e.Reason)
-		refs = append(refs, e.Ref)
-		amounts = append(amounts, e.Amount)
-		curr = append(curr, e.Currency)
-		balances = append(balances, e.BalanceAfter)
-		ks = append(ks, e.IdempotencyKey)
-		ats = append(ats, e.At)
 	}
-	if len(ids) == 0 {
+	if len(rows) == 0 {
 		return nil
 	}
-	sql := fmt.Sprintf(`INSERT INTO %s (event_id, account_id, revision, type, reason, ref, amount, currency, balance_after, idempotency_key, at)
+	cols := []string{"event_id", "account_id", "revision", "type", "reason", "ref", "amount", "currency", "balance_after", "idempotency_key", "at"}
+	err := copyOrUpsert(ctx, tx, "entries", gen, cols, len(rows), func(i int) []any {
+		e := &rows[i]
+		return []any{e.EventID, e.AccountID, e.Revision, e.Type, e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter, e.IdempotencyKey, e.At}
+	}, func() error {
+		n := len(rows)
+		var (
+			ids                                           = make([]uuid.UUID, n)
+			accounts, types, reasons, refs, currency, key = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+			revs, amounts, balances                       = make([]int64, n), make([]int64, n), make([]int64, n)
+			ats                                           = make([]time.Time, n)
+		)
+		for i, e := range rows {
+			ids[i], accounts[i], revs[i], types[i], reasons[i], refs[i] = e.EventID, e.AccountID, e.Revision, e.Type, e.Reason, e.Ref
+			amounts[i], currency[i], balances[i], key[i], ats[i] = e.Amount, e.Currency, e.BalanceAfter, e.IdempotencyKey, e.At
+		}
+		sql := fmt.Sprintf(`INSERT INTO %s (event_id, account_id, revision, type, reason, ref, amount, currency, balance_after, idempotency_key, at)
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::bigint[], $10::text[], $11::timestamptz[])
 ON CONFLICT (event_id) DO NOTHING`, Table("entries", gen))
-	if _, err := tx.Exec(ctx, sql, ids, accounts, revs, types, reasons, refs, amounts, curr, balances, ks, ats); err != nil {
+		_, err := tx.Exec(ctx, sql, ids, accounts, revs, types, reasons, refs, amounts, currency, balances, key, ats)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("projections: entries: %w", err)
 	}
 	return nil

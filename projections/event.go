@@ -2,11 +2,13 @@ package projections
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
@@ -25,9 +27,13 @@ type Event struct {
 
 // Decode decodes a recorded event. Metadata that does not parse is an error: every
 // event the ledger writes has it. A payload of a type this build does not know is
-// kept with DecodeErr set; a projection that needs it fails on it.
+// kept with DecodeErr set; a projection that needs it fails on it. Events of key
+// streams, which no projection reads, are not decoded (Meta and Payload stay zero).
 func Decode(re eventstore.RecordedEvent) (*Event, error) {
 	ev := &Event{RecordedEvent: re}
+	if strings.HasPrefix(re.Stream, domain.KeyStreamPrefix) {
+		return ev, nil
+	}
 	m, err := domain.DecodeMetadata(re.Metadata)
 	if err != nil {
 		return nil, fmt.Errorf("projections: %s@%d: %w", re.Stream, re.Revision, err)
@@ -110,4 +116,28 @@ func posArgs(p eventstore.Position) (int64, int64, error) {
 
 func position(commit, prepare int64) eventstore.Position {
 	return eventstore.Position{Commit: uint64(commit), Prepare: uint64(prepare)}
+}
+
+// copyOrUpsert writes n rows to a generation's table: first with COPY straight
+// into it, the fastest way in, inside a savepoint; should a row already be there
+// (a unique violation: the batch, or part of it, was applied before), the
+// savepoint is rolled back and fallback writes the rows with its conflict rules.
+func copyOrUpsert(ctx context.Context, tx pgx.Tx, base string, gen int, columns []string, n int, row func(i int) []any, fallback func() error) error {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	table := fmt.Sprintf("%s_g%d", base, gen)
+	_, err = sp.CopyFrom(ctx, pgx.Identifier{"readmodel", table}, columns, pgx.CopyFromSlice(n, func(i int) ([]any, error) { return row(i), nil }))
+	if err == nil {
+		return sp.Commit(ctx)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" { // unique_violation
+		return err
+	}
+	if err := sp.Rollback(ctx); err != nil {
+		return err
+	}
+	return fallback()
 }

@@ -125,25 +125,44 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 		gens[p.Name()] = gen
 		opts.Logger.Info("rebuild: building", "projection", p.Name(), "generation", gen)
 	}
-	// Build until caught up with what "all" shows now.
-	var consumed int64
+	// Build until caught up with what "all" shows now, reading each batch ahead
+	// while the previous one is written.
+	var (
+		consumed int64
+		ahead    *prefetched
+	)
+	defer func() {
+		if ahead != nil {
+			<-ahead.done
+		}
+	}()
 	for {
 		from := minPos(slots)
-		recs, err := store.ReadAll(ctx, from, opts.BatchSize)
+		var events []*Event
+		var err error
+		if ahead != nil {
+			<-ahead.done
+			if ahead.from == from {
+				events, err = ahead.events, ahead.err
+			} else {
+				events, err = readBatch(ctx, store, from, opts.BatchSize)
+			}
+			ahead = nil
+		} else {
+			events, err = readBatch(ctx, store, from, opts.BatchSize)
+		}
+		if err == nil && len(events) == opts.BatchSize {
+			ahead = startPrefetch(ctx, store, events[len(events)-1].Position, opts.BatchSize)
+		}
+		if err == nil && len(events) > 0 {
+			err = applyBatch(ctx, pool, slots, events, opts.Hook)
+		}
 		if err != nil {
 			dropBuilds(ctx, pool, slots)
-			return nil, fmt.Errorf("projections: rebuild: read all after %s: %w", from, err)
+			return nil, fmt.Errorf("projections: rebuild: %w", err)
 		}
-		if len(recs) > 0 {
-			events, err := DecodeAll(recs)
-			if err == nil {
-				err = applyBatch(ctx, pool, slots, events, opts.Hook)
-			}
-			if err != nil {
-				dropBuilds(ctx, pool, slots)
-				return nil, fmt.Errorf("projections: rebuild: %w", err)
-			}
-			consumed += int64(len(recs))
+		if len(events) > 0 {
+			consumed += int64(len(events))
 			if opts.Progress != nil {
 				opts.Progress(consumed)
 			}
@@ -154,7 +173,7 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 				}
 			}
 		}
-		if len(recs) < opts.BatchSize {
+		if len(events) < opts.BatchSize {
 			break
 		}
 	}

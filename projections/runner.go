@@ -75,10 +75,13 @@ type Runner struct {
 	opts  Options
 	projs []Projection
 
-	mu     sync.Mutex
-	slots  []*slot // nil: reload from the database
-	lagSec float64
-	head   eventstore.Position
+	// slots and prefetch belong to the goroutine that calls Step.
+	slots    []*slot // nil: reload from the database
+	prefetch *prefetched
+
+	mu        sync.Mutex
+	lagSec    float64
+	positions map[string]eventstore.Position
 }
 
 // NewRunner returns a runner of opts.Projections over the read-model database pool
@@ -101,11 +104,18 @@ func NewRunner(pool *pgxpool.Pool, store Store, opts Options) (*Runner, error) {
 	return r, nil
 }
 
-// Run applies batches until ctx ends, then returns nil. Failures (the database or
+// Run applies batches until ctx ends, then returns nil. Step and Run must not be
+// called at once. Failures (the database or
 // the store restarting) are logged and retried with bounded back-off; an event
 // that a projection cannot apply (a broken invariant) is retried the same way
 // and logged as an error, so that an operator sees it and the runner never skips it.
 func (r *Runner) Run(ctx context.Context) error {
+	defer func() { // the read ahead ends with ctx
+		if r.prefetch != nil {
+			<-r.prefetch.done
+			r.prefetch = nil
+		}
+	}()
 	backoff := time.Duration(0)
 	for {
 		n, err := r.Step(ctx)
@@ -140,59 +150,99 @@ func (r *Runner) Run(ctx context.Context) error {
 
 // Step reads and applies one batch; it returns the number of events read.
 // ErrCheckpointMoved means another runner (or a switch) got there first.
+//
+// While a full batch is applied, the next one is read and decoded (it starts
+// where this one ends; it is dropped should the checkpoints turn out elsewhere).
 func (r *Runner) Step(ctx context.Context) (int, error) {
-	r.mu.Lock()
 	slots := r.slots
-	r.mu.Unlock()
 	if slots == nil {
 		var err error
 		if slots, err = loadSlots(ctx, r.pool, r.projs, "live", 0); err != nil {
 			return 0, err
 		}
-		r.setSlots(slots)
+		r.slots = slots
 	}
 	from := minPos(slots)
-	recs, err := r.store.ReadAll(ctx, from, r.opts.BatchSize)
-	if err != nil {
-		return 0, fmt.Errorf("projections: read all after %s: %w", from, err)
+	var (
+		events []*Event
+		err    error
+	)
+	if p := r.prefetch; p != nil {
+		<-p.done
+		r.prefetch = nil
+		if p.from == from {
+			events, err = p.events, p.err
+		}
 	}
-	if len(recs) == 0 {
-		r.caughtUp(ctx, slots)
-		return 0, nil
+	if events == nil && err == nil {
+		events, err = readBatch(ctx, r.store, from, r.opts.BatchSize)
 	}
-	events, err := DecodeAll(recs)
 	if err != nil {
 		return 0, err
+	}
+	if len(events) == 0 {
+		r.record(slots, 0, 0, 0)
+		return 0, nil
+	}
+	if len(events) == r.opts.BatchSize {
+		r.prefetch = startPrefetch(ctx, r.store, events[len(events)-1].Position, r.opts.BatchSize)
+	}
+	before := make([]int64, len(slots))
+	for i, s := range slots {
+		before[i] = s.events
 	}
 	start := time.Now()
 	if err := applyBatch(ctx, r.pool, slots, events, r.opts.Hook); err != nil {
-		r.setSlots(nil) // whatever happened, trust only the database
+		r.slots = nil // whatever happened, trust only the database
 		return 0, err
 	}
-	last := recs[len(recs)-1]
+	for i, s := range slots {
+		r.opts.Metrics.applied(s.proj.Name(), int(s.events-before[i]))
+	}
 	lag := 0.0
-	if len(recs) == r.opts.BatchSize {
-		lag = time.Since(last.Created).Seconds()
+	if len(events) == r.opts.BatchSize {
+		lag = max(time.Since(events[len(events)-1].Created).Seconds(), 0)
+	}
+	r.record(slots, len(events), time.Since(start), lag)
+	return len(events), nil
+}
+
+// prefetched is a batch read ahead.
+type prefetched struct {
+	from   eventstore.Position
+	events []*Event
+	err    error
+	done   chan struct{}
+}
+
+func startPrefetch(ctx context.Context, store Store, from eventstore.Position, n int) *prefetched {
+	p := &prefetched{from: from, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.events, p.err = readBatch(ctx, store, from, n)
+	}()
+	return p
+}
+
+// readBatch reads and decodes up to n events after from.
+func readBatch(ctx context.Context, store Store, from eventstore.Position, n int) ([]*Event, error) {
+	recs, err := store.ReadAll(ctx, from, n)
+	if err != nil {
+		return nil, fmt.Errorf("projections: read all after %s: %w", from, err)
+	}
+	return DecodeAll(recs)
+}
+
+// record publishes the runner's progress (Positions, LagSeconds, metrics).
+func (r *Runner) record(slots []*slot, n int, d time.Duration, lag float64) {
+	pos := make(map[string]eventstore.Position, len(slots))
+	for _, s := range slots {
+		pos[s.proj.Name()] = s.pos
 	}
 	r.mu.Lock()
-	r.lagSec = max(lag, 0)
+	r.lagSec, r.positions = lag, pos
 	r.mu.Unlock()
-	r.opts.Metrics.batch(slots, len(recs), time.Since(start), r.lagSec)
-	return len(recs), nil
-}
-
-func (r *Runner) setSlots(s []*slot) {
-	r.mu.Lock()
-	r.slots = s
-	r.mu.Unlock()
-}
-
-// caughtUp records that the runner has read everything visible.
-func (r *Runner) caughtUp(ctx context.Context, slots []*slot) {
-	r.mu.Lock()
-	r.lagSec = 0
-	r.mu.Unlock()
-	r.opts.Metrics.batch(slots, 0, 0, 0)
+	r.opts.Metrics.batch(slots, n, d, lag)
 }
 
 // LagSeconds is the age of the oldest event the runner had not applied when it
@@ -208,9 +258,9 @@ func (r *Runner) LagSeconds() float64 {
 func (r *Runner) Positions() map[string]eventstore.Position {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := map[string]eventstore.Position{}
-	for _, s := range r.slots {
-		out[s.proj.Name()] = s.pos
+	out := make(map[string]eventstore.Position, len(r.positions))
+	for k, v := range r.positions {
+		out[k] = v
 	}
 	return out
 }

@@ -1,0 +1,102 @@
+package projections_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ledgerworks/ledger/internal/audit"
+	"github.com/ledgerworks/ledger/projections"
+	"github.com/ledgerworks/ledger/projections/projtest"
+)
+
+// Projection throughput, in events/s, over the PostgreSQL event store:
+//
+//	go test ./projections -run '^$' -bench . -benchtime 3x
+//	LEDGER_BENCH_EVENTS=1000000 go test ./projections -run '^$' -bench Rebuild -benchtime 1x -timeout 30m
+//
+// LEDGER_BENCH_EVENTS sets the events written (default 100,000; half of them are
+// key claims, which every projection reads and skips), LEDGER_BENCH_BATCH the
+// batch size (default: the runner's).
+
+func benchInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// resetReadModels empties the live generations and rewinds their checkpoints.
+func resetReadModels(b *testing.B, env *projtest.Env) {
+	b.Helper()
+	_, err := env.Pool.Exec(context.Background(), `DO $$
+DECLARE r record; t text;
+BEGIN
+	FOR r IN SELECT name, generation FROM readmodel.checkpoints WHERE state = 'live' LOOP
+		FOR t IN SELECT * FROM readmodel.generation_tables(r.name, r.generation) LOOP
+			EXECUTE format('TRUNCATE readmodel.%I', t);
+		END LOOP;
+	END LOOP;
+	UPDATE readmodel.checkpoints SET commit_position = 0, prepare_position = 0, events = 0;
+END $$`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := env.Pool.Exec(context.Background(), `VACUUM ANALYZE`); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func BenchmarkProjection(b *testing.B) {
+	env := projtest.New(b)
+	total := env.Synthetic(b, benchInt("LEDGER_BENCH_EVENTS", 100_000), 1)
+	var elapsed time.Duration
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		resetReadModels(b, env)
+		r, err := projections.NewRunner(env.Pool, env.Store, projections.Options{BatchSize: benchInt("LEDGER_BENCH_BATCH", 0)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		for {
+			n, err := r.Step(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n == 0 {
+				break
+			}
+		}
+		elapsed += time.Since(start)
+	}
+	b.StopTimer()
+	var consumed int64
+	if err := env.Pool.QueryRow(context.Background(), `SELECT min(events) FROM readmodel.checkpoints`).Scan(&consumed); err != nil || consumed != int64(total) {
+		b.Fatalf("projected %d of %d events (%v)", consumed, total, err)
+	}
+	b.ReportMetric(float64(total*b.N)/elapsed.Seconds(), "events/s")
+}
+
+func BenchmarkRebuild(b *testing.B) {
+	env := projtest.New(b)
+	total := env.Synthetic(b, benchInt("LEDGER_BENCH_EVENTS", 100_000), 2)
+	var elapsed time.Duration
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		_, err := projections.Rebuild(context.Background(), env.Pool, env.Store, projections.RebuildOptions{
+			BatchSize: benchInt("LEDGER_BENCH_BATCH", 0), Verify: audit.VerifyGeneration(env.Pool, env.Store),
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		elapsed += time.Since(start)
+	}
+	b.ReportMetric(float64(total*b.N)/elapsed.Seconds(), "events/s")
+	b.ReportMetric(elapsed.Seconds()/float64(b.N), "s/rebuild")
+}
