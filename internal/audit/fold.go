@@ -26,6 +26,10 @@ const (
 	maxKeptPerStream = 1 // chain faults named per stream (the first)
 )
 
+// SystemStreamPrefix starts the streams of the ledger's own bookkeeping, such as
+// the transfer process's checkpoints (ledger-process-checkpoint).
+const SystemStreamPrefix = "ledger-"
+
 // Violation is one broken invariant, named.
 type Violation struct {
 	Invariant int    `json:"invariant"`
@@ -212,6 +216,12 @@ func (f *Fold) Apply(re eventstore.RecordedEvent) {
 		f.applyTransfer(re, ev)
 	case strings.HasPrefix(re.Stream, domain.KeyStreamPrefix):
 		f.applyClaim(re, ev)
+	case re.Type == ledger.EvProcessCheckpoint:
+		// The transfer process keeps its checkpoints in the event store
+		// (ledger.Process): no money and no keys, only revisions and the chain.
+	case strings.HasPrefix(re.Stream, SystemStreamPrefix):
+		// The ledger's own bookkeeping (the transfer process's checkpoints): no
+		// money, checked for invariant 5 and the chain only.
 	default:
 		f.eventViolation(InvStreams, "unknown_stream", re, "stream %q is none of the ledger's", re.Stream)
 	}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ledgerworks/ledger/internal/node"
+	"github.com/ledgerworks/ledger/internal/query"
+	"github.com/ledgerworks/ledger/projections"
+)
+
+// `ledger dev` runs the read side in-process.
+func init() { devRunners = append(devRunners, projectorRunner()) }
+
+// projectorRunner runs the read side inside a ledger node: the projector on the
+// node's event store and database, the NATS queries account, entries and transfer
+// (command is answered by the node's intake from the event store, which is never
+// behind), and the HTTP queries under /v1/ on the node's HTTP server.
+func projectorRunner() node.Runner {
+	return node.Runner{Name: "projector", Run: func(ctx context.Context, n *node.Node) error {
+		if n.DatabaseURL == "" {
+			return errors.New("projector: the node has no database URL for the read models")
+		}
+		pool, err := pgxpool.New(ctx, n.DatabaseURL)
+		if err != nil {
+			return fmt.Errorf("projector: %w", err)
+		}
+		defer pool.Close()
+		runner, err := projections.NewRunner(pool, n.Store, projections.Options{
+			Logger: n.Logger.With("component", "projector"), Metrics: projections.NewMetrics(n.Registry),
+		})
+		if err != nil {
+			return err
+		}
+		svc := query.New(pool, query.Options{Logger: n.Logger.With("component", "query"), Metrics: query.NewMetrics(n.Registry)})
+		resp, err := svc.Subscribe(n.NC, query.NATSOptions{Queries: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer}})
+		if err != nil {
+			return err
+		}
+		defer resp.Stop()
+		if n.HTTP != nil {
+			svc.Routes(n.HTTP)
+			n.HTTP.AddCheck("projector", func(ctx context.Context) error {
+				_, err := projections.Checkpoints(ctx, pool)
+				return err
+			})
+		}
+		return runner.Run(ctx)
+	}}
+}

@@ -1,0 +1,382 @@
+// Command projector keeps the ledger's read models (PostgreSQL) up to date with the
+// event store and answers queries from them: `run` projects continuously and
+// serves ledger.v1.query.* over NATS and /v1/... over HTTP, `rebuild` builds a new
+// generation of the read models beside the live one and switches to it once it
+// checks out, `status` shows each projection's checkpoint, lag and generation.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/schollz/progressbar/v3"
+	"github.com/urfave/cli/v3"
+
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/postgres"
+	"github.com/ledgerworks/ledger/internal/audit"
+	"github.com/ledgerworks/ledger/internal/config"
+	"github.com/ledgerworks/ledger/internal/httpapi"
+	"github.com/ledgerworks/ledger/internal/query"
+	"github.com/ledgerworks/ledger/migrations"
+	"github.com/ledgerworks/ledger/projections"
+)
+
+const (
+	flagProjection   = "projection"
+	flagBatchSize    = "batch-size"
+	flagPollInterval = "poll-interval"
+	flagMaxWait      = "max-wait"
+	flagQueries      = "queries"
+	flagQueueGroup   = "queue-group"
+	flagNATS         = "nats"
+	flagMigrate      = "migrate"
+	flagJSON         = "json"
+	flagShutdown     = "shutdown-timeout"
+)
+
+func storeFlags() []cli.Flag {
+	return []cli.Flag{
+		config.DataDirFlag(""),
+		&cli.StringFlag{Name: config.FlagDatabaseURL, Usage: "PostgreSQL of the read models (postgres://...)", Sources: cli.EnvVars(config.EnvDatabaseURL)},
+		&cli.StringFlag{Name: config.FlagEventStoreURL, Usage: "event store: postgres://..., kurrentdb://... or esdb://... (default: --database-url)", Sources: cli.EnvVars(config.EnvEventStoreURL)},
+	}
+}
+
+func projectionFlag() cli.Flag {
+	return &cli.StringSliceFlag{Name: flagProjection, Usage: "projection to act on, repeatable: " + strings.Join(projections.Names, ", ") + " (default: all)", Sources: cli.EnvVars("LEDGER_PROJECTOR_PROJECTIONS")}
+}
+
+func newApp() *cli.Command {
+	return &cli.Command{
+		Name:  "projector",
+		Usage: "keep the ledger's read models up to date and answer queries from them",
+		Description: "Every flag can also be set by the environment variable shown in its help. With\n" +
+			"--data-dir pointing at a running `ledger dev`, the URLs come from its dev.json.",
+		Commands:       []*cli.Command{runCommand(), rebuildCommand(), statusCommand()},
+		ExitErrHandler: func(context.Context, *cli.Command, error) {},
+	}
+}
+
+func main() {
+	err := newApp().Run(context.Background(), os.Args)
+	if err == nil {
+		return
+	}
+	code := 1
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		code = ec.ExitCode()
+	}
+	if msg := err.Error(); msg != "" {
+		fmt.Fprintln(os.Stderr, "projector:", msg)
+	}
+	os.Exit(code)
+}
+
+// usageError exits 2.
+type usageError struct{ error }
+
+func (usageError) ExitCode() int { return 2 }
+
+// conn is what every subcommand opens: the read-model pool and the event store.
+type conn struct {
+	dbURL, esURL string
+	pool         *pgxpool.Pool
+	store        eventstore.Store
+}
+
+func (c *conn) Close() {
+	if c.store != nil {
+		c.store.Close()
+	}
+	if c.pool != nil {
+		c.pool.Close()
+	}
+}
+
+func urls(cmd *cli.Command) (db, es string, err error) {
+	db, err = config.FromDataDir(cmd, config.FlagDatabaseURL, func(i config.DevInfo) string { return i.DatabaseURL })
+	if err != nil {
+		return "", "", err
+	}
+	es, err = config.FromDataDir(cmd, config.FlagEventStoreURL, func(i config.DevInfo) string { return i.EventStoreURL })
+	if err != nil {
+		return "", "", err
+	}
+	if db == "" {
+		return "", "", usageError{errors.New("no read-model database: set --database-url (LEDGER_DATABASE_URL) or --data-dir of a running `ledger dev`")}
+	}
+	if es == "" {
+		es = db
+	}
+	return db, es, nil
+}
+
+func open(ctx context.Context, cmd *cli.Command, log *slog.Logger, migrate bool) (*conn, error) {
+	db, es, err := urls(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if migrate {
+		if err := migrations.Up(ctx, db); err != nil {
+			return nil, err
+		}
+		if es != db && config.IsPostgresURL(es) {
+			if err := migrations.Up(ctx, es); err != nil {
+				return nil, err
+			}
+		}
+	}
+	c := &conn{dbURL: db, esURL: es}
+	if c.pool, err = pgxpool.New(ctx, db); err != nil {
+		return nil, fmt.Errorf("read-model database %s: %w", config.Redact(db), err)
+	}
+	if err := c.pool.Ping(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("read-model database %s: %w", config.Redact(db), err)
+	}
+	if c.store, err = config.OpenEventStore(ctx, es, log); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func runCommand() *cli.Command {
+	flags := append(storeFlags(),
+		projectionFlag(),
+		&cli.StringFlag{Name: config.FlagHTTPAddr, Value: "127.0.0.1:8081", Usage: "listen address of the HTTP queries, /healthz, /readyz and /metrics (empty: none)", Sources: cli.EnvVars("LEDGER_PROJECTOR_HTTP_ADDR")},
+		&cli.BoolFlag{Name: flagNATS, Value: true, Usage: "answer ledger.v1.query.* over NATS", Sources: cli.EnvVars("LEDGER_PROJECTOR_NATS")},
+		&cli.StringSliceFlag{Name: flagQueries, Value: query.Queries, Usage: "queries answered over NATS", Sources: cli.EnvVars("LEDGER_PROJECTOR_QUERIES")},
+		&cli.StringFlag{Name: flagQueueGroup, Value: query.DefaultQueueGroup, Usage: "NATS queue group of the query responders", Sources: cli.EnvVars("LEDGER_PROJECTOR_QUEUE_GROUP")},
+		&cli.IntFlag{Name: flagBatchSize, Value: 2000, Usage: "events per batch (one transaction)", Sources: cli.EnvVars("LEDGER_PROJECTOR_BATCH_SIZE")},
+		&cli.DurationFlag{Name: flagPollInterval, Value: 50 * time.Millisecond, Usage: "wait of a caught-up projector before it reads again", Sources: cli.EnvVars("LEDGER_PROJECTOR_POLL_INTERVAL")},
+		&cli.DurationFlag{Name: flagMaxWait, Value: 5 * time.Second, Usage: "longest wait of a query for its min_position", Sources: cli.EnvVars("LEDGER_QUERY_MAX_WAIT")},
+		&cli.BoolFlag{Name: flagMigrate, Value: true, Usage: "apply the PostgreSQL migrations at start", Sources: cli.EnvVars("LEDGER_MIGRATE")},
+		&cli.DurationFlag{Name: flagShutdown, Value: 30 * time.Second, Usage: "bound on a graceful stop", Sources: cli.EnvVars("LEDGER_SHUTDOWN_TIMEOUT")},
+	)
+	flags = append(flags, config.NATSFlags()...)
+	flags = append(flags, config.LogFlags()...)
+	return &cli.Command{
+		Name:  "run",
+		Usage: "project continuously and answer queries (NATS and HTTP)",
+		Description: "Follows the event store's \"all\" from each projection's checkpoint in batches; each\n" +
+			"batch's read-model rows and its checkpoint commit in one transaction that compare-and-sets\n" +
+			"the checkpoint, so several instances may run at once. Answers ledger.v1.query.account,\n" +
+			"entries, transfer and command over NATS and GET /v1/accounts/{id}, /v1/accounts/{id}/entries,\n" +
+			"/v1/transfers/{id} and /v1/commands/{key} over HTTP. Stops cleanly on SIGINT or SIGTERM.",
+		Flags:  flags,
+		Action: runRun,
+	}
+}
+
+func runRun(ctx context.Context, cmd *cli.Command) error {
+	log, err := config.LoggerFromCommand(cmd, os.Stderr)
+	if err != nil {
+		return usageError{err}
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c, err := open(ctx, cmd, log, cmd.Bool(flagMigrate))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	runner, err := projections.NewRunner(c.pool, c.store, projections.Options{
+		Projections: cmd.StringSlice(flagProjection), BatchSize: int(cmd.Int(flagBatchSize)), PollInterval: cmd.Duration(flagPollInterval),
+		Logger: log.With("component", "projector"), Metrics: projections.NewMetrics(reg),
+	})
+	if err != nil {
+		return usageError{err}
+	}
+	svc := query.New(c.pool, query.Options{MaxWait: cmd.Duration(flagMaxWait), Logger: log.With("component", "query"), Metrics: query.NewMetrics(reg)})
+
+	if cmd.Bool(flagNATS) {
+		natsURL, err := config.FromDataDir(cmd, config.FlagNATSURL, func(i config.DevInfo) string { return i.NATSURL })
+		if err != nil {
+			return err
+		}
+		nopts := config.NATSFromCommand(cmd)
+		nopts.URL = natsURL
+		nc, err := nopts.Connect("projector")
+		if err != nil {
+			return err
+		}
+		defer nc.Drain()
+		resp, err := svc.Subscribe(nc, query.NATSOptions{Queries: cmd.StringSlice(flagQueries), QueueGroup: cmd.String(flagQueueGroup)})
+		if err != nil {
+			return err
+		}
+		defer resp.Stop()
+		log.Info("answering queries over NATS", "url", config.Redact(nc.ConnectedUrl()), "queries", cmd.StringSlice(flagQueries))
+	}
+	var srv *httpapi.Server
+	if addr := cmd.String(config.FlagHTTPAddr); addr != "" {
+		srv = httpapi.New(httpapi.Options{Addr: addr, Gatherer: reg, Logger: log})
+		svc.Routes(srv)
+		srv.AddCheck("database", func(ctx context.Context) error { return c.pool.Ping(ctx) })
+		srv.AddCheck("eventstore", func(ctx context.Context) error { _, err := c.store.Head(ctx); return err })
+		if err := srv.Start(); err != nil {
+			return err
+		}
+		log.Info("answering queries over HTTP", "url", srv.URL())
+	}
+	log.Info("projector running", "database", config.Redact(c.dbURL), "eventstore", config.Redact(c.esURL))
+	err = runner.Run(ctx)
+	log.Info("stopping")
+	if srv != nil {
+		srv.SetDraining()
+		sctx, cancel := context.WithTimeout(context.Background(), cmd.Duration(flagShutdown))
+		defer cancel()
+		if serr := srv.Shutdown(sctx); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}
+	return err
+}
+
+func rebuildCommand() *cli.Command {
+	flags := append(storeFlags(),
+		projectionFlag(),
+		&cli.IntFlag{Name: flagBatchSize, Value: 5000, Usage: "events per batch (one transaction)", Sources: cli.EnvVars("LEDGER_PROJECTOR_REBUILD_BATCH_SIZE")},
+		&cli.BoolFlag{Name: "progress", Value: true, Usage: "show a progress bar on stderr", Sources: cli.EnvVars("LEDGER_PROJECTOR_PROGRESS")},
+	)
+	flags = append(flags, config.LogFlags()...)
+	return &cli.Command{
+		Name:  "rebuild",
+		Usage: "build the read models anew beside the live ones, check them, then switch",
+		Description: "Builds a new generation of each projection's tables from the start of the event store,\n" +
+			"while the live generation keeps answering queries (and a running projector keeps it\n" +
+			"current). The new generation is then checked against a fold of the event store (row\n" +
+			"counts and a digest of every table); only if it matches are readers switched to it, in one\n" +
+			"transaction, and the old generation dropped. A generation that does not match is dropped\n" +
+			"and the command exits 1 naming the first differing rows.",
+		Flags:  flags,
+		Action: runRebuild,
+	}
+}
+
+func runRebuild(ctx context.Context, cmd *cli.Command) error {
+	log, err := config.LoggerFromCommand(cmd, os.Stderr)
+	if err != nil {
+		return usageError{err}
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c, err := open(ctx, cmd, log, false)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var bar *progressbar.ProgressBar
+	opts := projections.RebuildOptions{
+		Projections: cmd.StringSlice(flagProjection), BatchSize: int(cmd.Int(flagBatchSize)),
+		Verify: audit.VerifyGeneration(c.pool, c.store), Logger: log,
+	}
+	if cmd.Bool("progress") {
+		total := int64(-1)
+		if ps, ok := c.store.(*postgres.Store); ok {
+			if err := ps.Pool().QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&total); err != nil {
+				total = -1
+			}
+		}
+		bar = progressbar.NewOptions64(total,
+			progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("rebuilding"),
+			progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("events"),
+			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionSetPredictTime(true),
+			progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
+		opts.Progress = func(n int64) {
+			if bar.GetMax64() >= 0 && n > bar.GetMax64() {
+				bar.ChangeMax64(n) // live traffic added events
+			}
+			_ = bar.Set64(n)
+		}
+	}
+	start := time.Now()
+	res, err := projections.Rebuild(ctx, c.pool, c.store, opts)
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	w := cmd.Root().Writer
+	if w == nil {
+		w = os.Stdout
+	}
+	for _, r := range res {
+		fmt.Fprintf(w, "%-9s generation %d -> %d: %d events, checked and live at %s\n", r.Projection, r.Previous, r.Generation, r.Events, r.Position)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "rebuilt in %s\n", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func statusCommand() *cli.Command {
+	flags := append(storeFlags(),
+		&cli.BoolFlag{Name: flagJSON, Usage: "print JSON", Sources: cli.EnvVars("LEDGER_PROJECTOR_STATUS_JSON")},
+	)
+	flags = append(flags, config.LogFlags()...)
+	return &cli.Command{
+		Name:   "status",
+		Usage:  "show each projection's checkpoint, lag and generation",
+		Flags:  flags,
+		Action: runStatus,
+	}
+}
+
+func runStatus(ctx context.Context, cmd *cli.Command) error {
+	log, err := config.LoggerFromCommand(cmd, os.Stderr)
+	if err != nil {
+		return usageError{err}
+	}
+	c, err := open(ctx, cmd, log, false)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	st, err := projections.ReadStatus(ctx, c.pool, c.store)
+	if err != nil {
+		return err
+	}
+	w := cmd.Root().Writer
+	if w == nil {
+		w = os.Stdout
+	}
+	if cmd.Bool(flagJSON) {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	printStatus(w, st)
+	return nil
+}
+
+func printStatus(w io.Writer, st []projections.Status) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROJECTION\tGENERATION\tSTATE\tCHECKPOINT\tHEAD\tLAG (EVENTS)\tLAG (S)\tEVENTS\tUPDATED")
+	for _, s := range st {
+		lag := fmt.Sprint(s.LagEvents)
+		if s.LagCapped {
+			lag = fmt.Sprintf(">=%d", s.LagEvents)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%.1f\t%d\t%s\n", s.Projection, s.Generation, s.State, s.Position, s.Head, lag, s.LagSeconds, s.Events, s.UpdatedAt.Format(time.RFC3339))
+	}
+	tw.Flush()
+}
