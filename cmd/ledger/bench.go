@@ -42,8 +42,10 @@ const (
 	flagBenchCommitters   = "committers"
 	flagBenchNoGroup      = "no-group-commit"
 	flagBenchPoolSize     = "baseline-pool-size"
+	flagBenchForUpdate    = "baseline-select-for-update"
 	flagBenchCPUProfile   = "cpuprofile"
 	flagBenchJSON         = "json"
+	flagBenchMarkdown     = "markdown"
 	flagBenchProgress     = "progress-interval"
 	flagBenchLedgerDB     = "ledger-database-url"
 	flagBenchBaselineDB   = "baseline-database-url"
@@ -79,11 +81,13 @@ func benchCommand() *cli.Command {
 		&cli.IntFlag{Name: flagBenchCommitters, Category: sut, Usage: "ledger group commit: transactions in flight (0: the ledger's default)", Sources: benchEnv(flagBenchCommitters)},
 		&cli.BoolFlag{Name: flagBenchNoGroup, Category: sut, Usage: "ledger: one transaction per command", Sources: benchEnv(flagBenchNoGroup)},
 		&cli.IntFlag{Name: flagBenchPoolSize, Category: sut, Usage: "baseline: PostgreSQL connections (0: max-in-flight + lanes)", Sources: benchEnv(flagBenchPoolSize)},
+		&cli.BoolFlag{Name: flagBenchForUpdate, Category: sut, Value: true, Usage: "baseline: read an existing key with SELECT ... FOR UPDATE (seed 000; default on); off: a plain SELECT (seed 002), which spares a duplicate its WAL flush", Sources: benchEnv(flagBenchForUpdate)},
 		&cli.StringFlag{Name: config.FlagDataDir, Category: sut, Usage: "directory of the private PostgreSQL cluster and the NATS stores, kept afterwards (default: a temporary directory, removed at the end)", Sources: benchEnv(config.FlagDataDir), TakesFile: true},
 		&cli.StringFlag{Name: flagBenchLedgerDB, Category: sut, Usage: "use this PostgreSQL database for the ledger instead of a private cluster", Sources: benchEnv(flagBenchLedgerDB)},
 		&cli.StringFlag{Name: flagBenchBaselineDB, Category: sut, Usage: "use this PostgreSQL database for the baseline (needed with --ledger-database-url)", Sources: benchEnv(flagBenchBaselineDB)},
 		&cli.StringFlag{Name: flagBenchCPUProfile, Category: out, Usage: "write a CPU profile of the whole run (clients, NATS, ledger, baseline handler) to this file", Sources: benchEnv(flagBenchCPUProfile), TakesFile: true},
 		&cli.StringFlag{Name: flagBenchJSON, Category: out, Usage: "also write the report as JSON to this file", Sources: benchEnv(flagBenchJSON), TakesFile: true},
+		&cli.StringFlag{Name: flagBenchMarkdown, Category: out, Usage: "also write the report as Markdown tables to this file (for BENCHMARKS.md)", Sources: benchEnv(flagBenchMarkdown), TakesFile: true},
 		&cli.DurationFlag{Name: flagBenchProgress, Category: out, Value: d.ProgressInterval, Usage: "period of the progress lines on stderr (0: none)", Sources: benchEnv(flagBenchProgress)},
 		&cli.StringFlag{Name: flagBenchComponentLog, Category: out, Value: "warn", Usage: "log level of the started components (NATS, PostgreSQL, ledger node, intakes)", Sources: benchEnv(flagBenchComponentLog)},
 	}
@@ -148,6 +152,13 @@ func runBench(ctx context.Context, cmd *cli.Command) error {
 			progress.Error("write JSON report", "err", err)
 		}
 	}
+	if p := cmd.String(flagBenchMarkdown); p != "" && rep != nil {
+		var b strings.Builder
+		rep.Markdown(&b)
+		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+			progress.Error("write Markdown report", "err", err)
+		}
+	}
 	if runErr != nil {
 		if rep != nil && len(rep.Phases) > 0 {
 			rep.Print(cmd.Root().Writer)
@@ -193,6 +204,7 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	cfg.Committers = cmd.Int(flagBenchCommitters)
 	cfg.DisableGroupCommit = cmd.Bool(flagBenchNoGroup)
 	cfg.BaselinePoolSize = cmd.Int(flagBenchPoolSize)
+	cfg.BaselinePlainRead = !cmd.Bool(flagBenchForUpdate)
 	cfg.ProgressInterval = cmd.Duration(flagBenchProgress)
 	cfg.LedgerDatabaseURL = cmd.String(flagBenchLedgerDB)
 	cfg.BaselineDatabaseURL = cmd.String(flagBenchBaselineDB)

@@ -73,14 +73,21 @@ const baselineActor = "ledger-baseline"
 // so that it sits behind the very intake the ledger uses.
 type Baseline struct {
 	pool *pgxpool.Pool
+	// plainRead reads an existing key with a plain SELECT instead of SELECT … FOR
+	// UPDATE (seed 002's variant). The lock is not needed for correctness here:
+	// INSERT … ON CONFLICT already waited for a concurrent writer of the key, and
+	// every write of an attempt commits together; but FOR UPDATE writes a row lock,
+	// so every duplicate's commit waits for a WAL flush.
+	plainRead bool
 }
 
 // NewBaseline creates the baseline's tables in pool's database (idempotently).
-func NewBaseline(ctx context.Context, pool *pgxpool.Pool) (*Baseline, error) {
+// plainRead selects seed 002's unlocked read of an existing key.
+func NewBaseline(ctx context.Context, pool *pgxpool.Pool, plainRead bool) (*Baseline, error) {
 	if _, err := pool.Exec(ctx, baselineSchema); err != nil {
 		return nil, fmt.Errorf("bench: baseline schema: %w", err)
 	}
-	return &Baseline{pool: pool}, nil
+	return &Baseline{pool: pool, plainRead: plainRead}, nil
 }
 
 // HandleRaw decodes a command as the ledger does and handles it.
@@ -120,8 +127,11 @@ func (b *Baseline) handle(ctx context.Context, cmd domain.Command) (r ledger.Rep
 				status     string
 				response   []byte
 			)
-			if err := tx.QueryRow(ctx, `SELECT request_hash, status, response FROM idempotency_keys WHERE key = $1 FOR UPDATE`,
-				cmd.IdempotencyKey).Scan(&storedHash, &status, &response); err != nil {
+			q := `SELECT request_hash, status, response FROM idempotency_keys WHERE key = $1 FOR UPDATE`
+			if b.plainRead {
+				q = `SELECT request_hash, status, response FROM idempotency_keys WHERE key = $1`
+			}
+			if err := tx.QueryRow(ctx, q, cmd.IdempotencyKey).Scan(&storedHash, &status, &response); err != nil {
 				return fmt.Errorf("select key: %w", err)
 			}
 			if storedHash != hash {

@@ -49,7 +49,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		Clients: cfg.Clients, Accounts: cfg.Accounts, DuplicateRatio: cfg.DuplicateRatio, Skew: cfg.Skew,
 		HottestShare: w.hottestShare(), Duration: cfg.Duration.String(), Capture: cfg.Capture, Grace: cfg.Grace.String(),
 		MaxInFlight: cfg.MaxInFlight, GroupCommit: !cfg.DisableGroupCommit, BatchMax: cfg.BatchMax, Committers: cfg.Committers,
-		BaselinePoolSize: cfg.BaselinePoolSize, JetStreamMessages: cfg.JetStreamMessages, KeyCheckEvents: cfg.KeyCheckEvents,
+		BaselinePoolSize: cfg.BaselinePoolSize, BaselineLockedRead: !cfg.BaselinePlainRead, JetStreamMessages: cfg.JetStreamMessages, KeyCheckEvents: cfg.KeyCheckEvents,
 	}}
 	if cfg.BatchWait > 0 {
 		rep.Config.BatchWait = cfg.BatchWait.String()
@@ -230,7 +230,7 @@ func startBaseline(ctx context.Context, cfg Config, env *devenv.Env, dir string,
 			stop()
 		}
 	}()
-	b, err := NewBaseline(ctx, pool)
+	b, err := NewBaseline(ctx, pool, cfg.BaselinePlainRead)
 	if err != nil {
 		return nil, err
 	}

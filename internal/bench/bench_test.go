@@ -67,6 +67,11 @@ func TestRunTiny(t *testing.T) {
 	if _, err := json.Marshal(rep); err != nil {
 		t.Fatal(err)
 	}
+	var md bytes.Buffer
+	rep.Markdown(&md)
+	if !strings.Contains(md.String(), "| ledger | load |") || !strings.Contains(md.String(), rep.RatioLine()) {
+		t.Errorf("markdown:\n%s", md.String())
+	}
 
 	phases := []string{PhaseLoad, PhaseDuplicates, PhaseHalfLoad, PhaseCapture, PhaseJSPublish, PhaseJSConsume}
 	if len(rep.Phases) != 2*len(phases) {

@@ -60,6 +60,9 @@ type Config struct {
 	DisableGroupCommit bool
 	// BaselinePoolSize is the baseline's connection pool (default MaxInFlight+Lanes).
 	BaselinePoolSize int
+	// BaselinePlainRead makes the baseline read an existing key with a plain SELECT
+	// (seed 002) instead of SELECT … FOR UPDATE (seed 000, the default).
+	BaselinePlainRead bool
 
 	// Logger receives what the started components log (NATS, PostgreSQL, the
 	// ledger node, the intakes, the projector).

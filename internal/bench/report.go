@@ -74,22 +74,24 @@ type Report struct {
 
 // ReportConfig is the part of Config a reader needs to reproduce a run.
 type ReportConfig struct {
-	Clients           int     `json:"clients"`
-	Accounts          int     `json:"accounts"`
-	DuplicateRatio    float64 `json:"duplicate_ratio"`
-	Skew              float64 `json:"skew"`
-	HottestShare      float64 `json:"hottest_account_share"`
-	Duration          string  `json:"duration"`
-	Capture           bool    `json:"capture"`
-	Grace             string  `json:"grace"`
-	MaxInFlight       int     `json:"max_in_flight"`
-	GroupCommit       bool    `json:"group_commit"`
-	BatchMax          int     `json:"batch_max,omitempty"`
-	BatchWait         string  `json:"batch_wait,omitempty"`
-	Committers        int     `json:"committers,omitempty"`
-	BaselinePoolSize  int     `json:"baseline_pool_size"`
-	JetStreamMessages int     `json:"jetstream_messages"`
-	KeyCheckEvents    int     `json:"key_check_events"`
+	Clients          int     `json:"clients"`
+	Accounts         int     `json:"accounts"`
+	DuplicateRatio   float64 `json:"duplicate_ratio"`
+	Skew             float64 `json:"skew"`
+	HottestShare     float64 `json:"hottest_account_share"`
+	Duration         string  `json:"duration"`
+	Capture          bool    `json:"capture"`
+	Grace            string  `json:"grace"`
+	MaxInFlight      int     `json:"max_in_flight"`
+	GroupCommit      bool    `json:"group_commit"`
+	BatchMax         int     `json:"batch_max,omitempty"`
+	BatchWait        string  `json:"batch_wait,omitempty"`
+	Committers       int     `json:"committers,omitempty"`
+	BaselinePoolSize int     `json:"baseline_pool_size"`
+	// BaselineLockedRead: the baseline reads an existing key with SELECT … FOR UPDATE.
+	BaselineLockedRead bool `json:"baseline_select_for_update"`
+	JetStreamMessages  int  `json:"jetstream_messages"`
+	KeyCheckEvents     int  `json:"key_check_events"`
 }
 
 // Phase returns the result of a system's phase, or nil.
@@ -126,7 +128,8 @@ func (r *Report) Print(w io.Writer) {
 	if c.Capture {
 		capture = "on (LEDGER_COMMANDS stores every command; the consumer confirms each after " + c.Grace + ")"
 	}
-	fmt.Fprintf(w, "JetStream capture of request-reply: %s\n\n", capture)
+	fmt.Fprintf(w, "JetStream capture of request-reply: %s\n", capture)
+	fmt.Fprintf(w, "baseline: %s; ledger group commit %s\n\n", baselineRead(c), groupCommit(c))
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "system\tphase\tcommands/s\tp50 ms\tp99 ms\tp99.9 ms\tduplicates/s\tapplied\terrors\tanomalies\tcpu bench/pg/other\tmode\t")
@@ -172,6 +175,24 @@ func (r *Report) Print(w io.Writer) {
 	}
 	r.printTargets(w)
 	fmt.Fprintf(w, "\n%s\n", r.RatioLine())
+}
+
+func baselineRead(c ReportConfig) string {
+	if c.BaselineLockedRead {
+		return fmt.Sprintf("an existing key is read with SELECT ... FOR UPDATE (seed 000), %d connections", c.BaselinePoolSize)
+	}
+	return fmt.Sprintf("an existing key is read with a plain SELECT (seed 002), %d connections", c.BaselinePoolSize)
+}
+
+func groupCommit(c ReportConfig) string {
+	if !c.GroupCommit {
+		return "off"
+	}
+	s := "on"
+	if c.BatchMax > 0 || c.BatchWait != "" || c.Committers > 0 {
+		s += fmt.Sprintf(" (max batch %d, wait %s, committers %d; 0: default)", c.BatchMax, c.BatchWait, c.Committers)
+	}
+	return s
 }
 
 func onOff(b bool) string {
@@ -221,4 +242,46 @@ func (r *Report) printTargets(w io.Writer) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", t.name, t.want, strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", t.got), "0"), "."), verdict)
 	}
 	tw.Flush()
+}
+
+// Markdown writes the report as Markdown tables (for BENCHMARKS.md).
+func (r *Report) Markdown(w io.Writer) {
+	c := r.Config
+	fmt.Fprintf(w, "%d clients, %d accounts (skew %.2f: the hottest account gets %.2f%% of the commands), duplicate ratio %.2f, load phase %s; "+
+		"JetStream capture %s (grace %s); baseline: %s; ledger group commit %s. Machine: %d cores, %d MiB, %s, PostgreSQL %s with fsync %s; "+
+		"load average before %s, after %s. Run took %.0fs, started %s.\n\n",
+		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.Duration, onOff(c.Capture), c.Grace, baselineRead(c), groupCommit(c),
+		r.Machine.Cores, r.Machine.MemoryMB, r.Machine.GoVersion, r.Machine.PostgresVer, onOff(r.Machine.Fsync),
+		r.Machine.LoadBefore, r.Machine.LoadAfter, r.Seconds, r.Started.UTC().Format(time.RFC3339))
+	fmt.Fprintln(w, "| system | phase | commands/s | p50 ms | p99 ms | p99.9 ms | duplicates/s | new applied | errors | anomalies | cores: bench / postgres / other | mode |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|")
+	for _, p := range r.Phases {
+		lat := func(v float64) string {
+			if p.P50Ms == 0 && p.P99Ms == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f", v)
+		}
+		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %s | %.0f | %d | %d | %d | %s | %s |\n", p.System, p.Phase, p.CommandsPerSec,
+			lat(p.P50Ms), lat(p.P99Ms), lat(p.P999Ms), p.DuplicatesPerSec, p.NewApplied, p.Errors, p.Anomalies, fmtCPU(p.CPU), p.Mode)
+	}
+	if k := r.KeyCheck; k != nil {
+		fmt.Fprintf(w, "\nKey check (ledger.Service on the PostgreSQL store, %d samples per kind and stream):\n\n", k.Samples)
+		fmt.Fprintln(w, "| events | cold load ms | duplicate p50 µs | duplicate p99 µs | decide+append p50 µs | decide+append p99 µs | decide only ns | seeded in s |")
+		fmt.Fprintln(w, "|--:|--:|--:|--:|--:|--:|--:|--:|")
+		for _, s := range []KeyCheckStream{k.Short, k.Long} {
+			fmt.Fprintf(w, "| %d | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %.1f |\n", s.Events, s.ColdLoadMs, s.DuplicateP50Us, s.DuplicateP99Us,
+				s.DecideP50Us, s.DecideP99Us, s.DecideOnlyNs, s.SeedSeconds)
+		}
+		fmt.Fprintf(w, "\nLong/short: duplicate p50 %.2fx, decide+append p50 %.2fx, decide only %.2fx.\n", k.DuplicateRatio, k.DecideRatio, k.DecideOnlyRatio)
+	}
+	if p := r.Projection; p != nil {
+		state := "caught up"
+		if !p.CaughtUp {
+			state = "stopped by its time bound"
+		}
+		fmt.Fprintf(w, "\nProjection: %d events in %.1fs = **%.0f events/s** (%d projections, %s; cores bench/postgres/other %s).\n",
+			p.Events, p.Seconds, p.EventsPerSec, p.Projections, state, fmtCPU(p.CPU))
+	}
+	fmt.Fprintf(w, "\n`%s`\n", r.RatioLine())
 }
