@@ -99,6 +99,16 @@ func (e *stored) clientKey() string {
 	return e.meta.Key
 }
 
+// ledgerStream reports whether the event is in an account, transfer or key stream.
+func (e *stored) ledgerStream() bool {
+	for _, p := range []string{domain.AccountStreamPrefix, domain.TransferStreamPrefix, domain.KeyStreamPrefix} {
+		if strings.HasPrefix(e.Stream, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // own reports whether the event was written by a client's own command (not a step).
 func (e *stored) own() bool {
 	return e.meta.Origin == "" && domain.CommandType(e.meta.Command).IsClient() && !strings.HasPrefix(e.Stream, domain.KeyStreamPrefix)
@@ -258,6 +268,9 @@ func Check(ctx context.Context, q Querier, h *History, ev Evidence) (*Report, er
 	byKey := map[string][]*stored{}
 	homes := map[string]map[string]int{} // key -> home stream -> index-0 events
 	for _, e := range events {
+		if !e.ledgerStream() {
+			continue // the transfer process's own checkpoints: no client key (the fold checks them)
+		}
 		k := e.clientKey()
 		byKey[k] = append(byKey[k], e)
 		if e.own() && e.meta.Index == 0 {

@@ -226,7 +226,7 @@ func (c *client) send(ctx context.Context, key, typ string, b []byte) Attempt {
 func (c *client) publish(ctx context.Context, js nats.JetStreamContext, key, typ string, b []byte) Attempt {
 	c.h.noteSent(key, typ, b)
 	a := Attempt{Key: key, Type: typ, Body: b, Via: "jetstream", Start: time.Now(), Outcome: Indefinite}
-	_, err := js.Publish(natsapi.CommandSubject(typ), b, nats.Context(ctx), nats.AckWait(c.timeout))
+	_, err := js.Publish(natsapi.CommandSubject(typ), b, nats.Context(ctx))
 	a.Duration = time.Since(a.Start)
 	if err != nil {
 		a.Err = err.Error()
@@ -288,4 +288,3 @@ func (c *client) settleAll(ctx context.Context, attempts int) (unsettled []strin
 	wg.Wait()
 	return unsettled
 }
-

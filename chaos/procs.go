@@ -148,14 +148,11 @@ func waitTCP(ctx context.Context, addr string, timeout time.Duration) error {
 func buildBinaries(ctx context.Context, dir string) (ledger, projector, self string, err error) {
 	ledger = filepath.Join(dir, "ledger")
 	projector = filepath.Join(dir, "projector")
-	for _, b := range []struct{ out, pkg string }{{ledger, "./cmd/ledger"}, {projector, "./cmd/projector"}} {
-		bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		cmd := exec.CommandContext(bctx, "go", "build", "-o", b.out, b.pkg)
-		out, berr := cmd.CombinedOutput()
-		cancel()
-		if berr != nil {
-			return "", "", "", fmt.Errorf("go build %s: %w\n%s", b.pkg, berr, out)
-		}
+	bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	out, berr := exec.CommandContext(bctx, "go", "build", "-o", dir+string(filepath.Separator), "./cmd/ledger", "./cmd/projector").CombinedOutput()
+	if berr != nil {
+		return "", "", "", fmt.Errorf("go build: %w\n%s", berr, out)
 	}
 	self, err = os.Executable()
 	if err != nil {

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ledgerworks/ledger/internal/natsapi"
 )
 
 func scenarios() []scenario {
@@ -117,6 +120,18 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 	if err := sys.heal(ctx); err != nil {
 		return err
 	}
+	// JetStream's ack promises a decision without any resend: wait for the
+	// consumer to drain, then every stored key must have an outcome.
+	if err := sys.waitConsumer(ctx, b.settleTimeoutOr(90*time.Second)); err != nil {
+		return err
+	}
+	undecided, stored, err := sys.storedDecided(ctx, h)
+	if err != nil {
+		return err
+	}
+	if b.js > 0 {
+		res.notes = append(res.notes, fmt.Sprintf("%d commands published to JetStream and acknowledged by it; %d of them undecided before any resend", stored, len(undecided)))
+	}
 	if left := c.settleAll(ctx, 30); len(left) > 0 {
 		res.notes = append(res.notes, fmt.Sprintf("%d keys never got a definite answer (e.g. %s)", len(left), left[0]))
 	}
@@ -127,7 +142,84 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 	if err := sys.quiesce(ctx, settle); err != nil {
 		return err
 	}
-	return sys.finish(ctx, h, res, b.required, b.evidence)
+	if err := sys.finish(ctx, h, res, b.required, b.evidence); err != nil {
+		return err
+	}
+	for _, k := range undecided {
+		res.report.fail(1, "key %q: JetStream acknowledged the command, the ledger never decided it", k)
+	}
+	return nil
+}
+
+func (b bank) settleTimeoutOr(d time.Duration) time.Duration {
+	if b.settleTimeout > 0 {
+		return b.settleTimeout
+	}
+	return d
+}
+
+// waitConsumer waits (bounded) until the durable consumer has nothing pending.
+func (sys *system) waitConsumer(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		info, err := sys.consumerInfo(ctx)
+		if err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("consumer: %d pending, %d awaiting ack", info.NumPending, info.NumAckPending)
+		}
+		last = err
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("consumer not drained after %s: %v", timeout, last)
+}
+
+// storedDecided asks ledger.v1.query.command for every key that JetStream
+// acknowledged and that has no definite reply yet.
+func (sys *system) storedDecided(ctx context.Context, h *History) (undecided []string, stored int, err error) {
+	keys := h.Keys()
+	for _, a := range h.Attempts() {
+		if a.Via != "jetstream" {
+			continue
+		}
+		if a.Err != "" {
+			sys.s.logf("publish %s: %s", a.Key, a.Err)
+			continue
+		}
+		ks := keys[a.Key]
+		if ks == nil || string(ks.firstBody) != string(a.Body) {
+			continue
+		}
+		stored++
+		if ks.definite() {
+			continue
+		}
+		var found bool
+		for i := 0; i < 5 && !found; i++ { // bounded
+			qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			raw, qerr := natsapi.Query(qctx, sys.nc, "command", []byte(fmt.Sprintf(`{"idempotency_key":%q}`, a.Key)))
+			cancel()
+			if qerr != nil {
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			var r struct {
+				Status string `json:"status"`
+				Code   string `json:"code"`
+			}
+			if json.Unmarshal(raw, &r) == nil && r.Status != "" && r.Status != "error" {
+				found = true
+			}
+			break
+		}
+		if !found {
+			undecided = append(undecided, a.Key)
+		}
+		keys[a.Key] = &keyState{key: a.Key, acked: ks.acked, failed: 1} // ask once per key
+	}
+	return undecided, stored, nil
 }
 
 // heal restarts whatever a fault left dead.

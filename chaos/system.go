@@ -26,17 +26,17 @@ import (
 // suite holds what every scenario shares: the built binaries and the PostgreSQL
 // cluster (each scenario gets a database of its own and a NATS of its own).
 type suite struct {
-	dir                         string
-	ledgerBin, projectorBin     string
-	self                        string
-	pgDir                       string
-	pgPort                      int
-	pgMu                        sync.Mutex
-	pg                          *pgcluster.Cluster
-	quick                       bool
-	seed                        uint64
-	verbose                     bool
-	fuzzTime                    time.Duration
+	dir                     string
+	ledgerBin, projectorBin string
+	self                    string
+	pgDir                   string
+	pgPort                  int
+	pgMu                    sync.Mutex
+	pg                      *pgcluster.Cluster
+	quick                   bool
+	seed                    uint64
+	verbose                 bool
+	fuzzTime                time.Duration
 }
 
 func (s *suite) cluster() *pgcluster.Cluster {
@@ -356,4 +356,27 @@ func (sys *system) quiet(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// dlqReasons counts the dead letters by their reason header (bounded read).
+func (sys *system) dlqReasons(ctx context.Context) (map[string]int, error) {
+	js, err := jetstream.New(sys.nc)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := js.OrderedConsumer(cctx, natsapi.DLQStreamName, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	batch, err := c.FetchNoWait(1000)
+	if err != nil {
+		return nil, err
+	}
+	for m := range batch.Messages() {
+		out[m.Headers().Get(natsapi.HeaderDLQReason)]++
+	}
+	return out, batch.Error()
 }
