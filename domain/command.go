@@ -85,10 +85,10 @@ type Command struct {
 
 // Limits of command bodies (PROTOCOL.md §1–2). Every limit is explicit.
 const (
-	MaxBodyBytes         = 64 << 10
-	MaxMetadataEntries   = 32
-	MaxMetadataKeyLen    = 64
-	MaxMetadataValueLen  = 256
+	MaxBodyBytes        = 64 << 10
+	MaxMetadataEntries  = 32
+	MaxMetadataKeyLen   = 64
+	MaxMetadataValueLen = 256
 )
 
 // InvalidError is a malformed request: status invalid, code invalid_request.
