@@ -81,7 +81,7 @@ func scenarioRedelivery(ctx context.Context, s *suite, res *result) error {
 	var dlq uint64
 	var stops, holds int
 	err := runBank(ctx, s, res, bank{
-		ledgers: 2, projectors: 1, accounts: 10, producers: 4, commands: s.size(1200, 300),
+		ledgers: 2, projectors: 1, accounts: 10, producers: 4, commands: s.size(1200, 200),
 		resend: 0.05, js: 0.6, retries: 10, timeout: 4 * time.Second,
 		// A short AckWait, a short grace: the consumer races request-reply.
 		ledgerArgs: []string{"--jetstream-backoff", "1s,1s,2s,2s", "--jetstream-grace", "100ms", "--jetstream-max-deliver", "20"},
@@ -189,7 +189,7 @@ func scenarioKillLedger(ctx context.Context, s *suite, res *result) error {
 	rng := s.rng("3")
 	n := s.size(10, 4)
 	return runBank(ctx, s, res, bank{
-		ledgers: 1, projectors: 1, accounts: 20, producers: 6, commands: s.size(2500, 500),
+		ledgers: 1, projectors: 1, accounts: 20, producers: 6, commands: s.size(2500, 300),
 		resend: 0.05, reuse: 0.01, js: 0.2, retries: 12, timeout: 3 * time.Second,
 		ledgerArgs: []string{"--jetstream-backoff", "2s,2s,4s", "--jetstream-grace", "300ms"},
 		required:   true,
@@ -212,7 +212,7 @@ func scenarioKillProjector(ctx context.Context, s *suite, res *result) error {
 	rng := s.rng("4")
 	n := s.size(10, 4)
 	return runBank(ctx, s, res, bank{
-		ledgers: 1, projectors: 2, accounts: 20, producers: 6, commands: s.size(2500, 500),
+		ledgers: 1, projectors: 2, accounts: 20, producers: 6, commands: s.size(2500, 300),
 		resend: 0.05, retries: 8, required: true,
 		faults: func(ctx context.Context, sys *system, res *result) {
 			killer(sys, res, rng, n, s.durScale(time.Second, 2*time.Second), s.durScale(2*time.Second, 4*time.Second), func() *svc { return sys.projectors[rng.IntN(len(sys.projectors))] })(ctx)
@@ -224,9 +224,9 @@ func scenarioKillProjector(ctx context.Context, s *suite, res *result) error {
 
 func scenarioPostgresRestart(ctx context.Context, s *suite, res *result) error {
 	rng := s.rng("5")
-	n := s.size(3, 2)
+	n := s.size(3, 1)
 	return runBank(ctx, s, res, bank{
-		ledgers: 1, projectors: 1, accounts: 20, producers: 6, commands: s.size(2500, 600),
+		ledgers: 1, projectors: 1, accounts: 20, producers: 6, commands: s.size(2500, 300),
 		resend: 0.05, js: 0.2, retries: 15, timeout: 4 * time.Second,
 		ledgerArgs: []string{"--jetstream-backoff", "2s,2s,4s", "--jetstream-grace", "300ms"},
 		required:   true,
@@ -256,7 +256,7 @@ func scenarioKillNATS(ctx context.Context, s *suite, res *result) error {
 	rng := s.rng("6")
 	n := s.size(3, 2)
 	return runBank(ctx, s, res, bank{
-		ledgers: 1, projectors: 1, accounts: 20, producers: 6, commands: s.size(2500, 600),
+		ledgers: 1, projectors: 1, accounts: 20, producers: 6, commands: s.size(2500, 300),
 		resend: 0.05, js: 0.3, retries: 15, timeout: 3 * time.Second,
 		ledgerArgs: []string{"--jetstream-backoff", "2s,2s,4s", "--jetstream-grace", "300ms"},
 		required:   true,
@@ -293,7 +293,7 @@ func scenarioSoak(ctx context.Context, s *suite, res *result) error {
 	rng := s.rng("10")
 	periods := s.size(8, 3)
 	return runBank(ctx, s, res, bank{
-		ledgers: 2, projectors: 2, accounts: 20, producers: 6, commands: s.size(3000, 600),
+		ledgers: 2, projectors: 2, accounts: 20, producers: 6, commands: s.size(3000, 300),
 		resend: 0.08, reuse: 0.02, js: 0.3, retries: 15, timeout: 3 * time.Second,
 		ledgerArgs: []string{"--jetstream-backoff", "2s,2s,4s", "--jetstream-grace", "300ms"},
 		required:   true,

@@ -110,7 +110,7 @@ func run() int {
 	if s.fuzzTime == 0 {
 		s.fuzzTime = 30 * time.Second
 		if *quick {
-			s.fuzzTime = 10 * time.Second
+			s.fuzzTime = 5 * time.Second
 		}
 	}
 	began := time.Now()

@@ -113,7 +113,10 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 		fwg.Add(1)
 		go func() { defer fwg.Done(); b.faults(fctx, sys, res) }()
 	}
-	w.run(ctx, c)
+	// Every workload is bounded in time as well as in commands.
+	wctx, wcancel := context.WithTimeout(ctx, s.durScale(10*time.Second, 50*time.Second))
+	w.run(wctx, c)
+	wcancel()
 	fcancel()
 	fwg.Wait()
 	s.logf("scenario %s: workload done", res.id)
@@ -276,7 +279,7 @@ func (sys *system) finish(ctx context.Context, h *History, res *result, required
 func scenarioBank(ctx context.Context, s *suite, res *result) error {
 	return runBank(ctx, s, res, bank{
 		ledgers: 1, projectors: 1, accounts: 20, producers: 8,
-		commands: s.size(5000, 800), resend: 0.10, reuse: 0.02, required: true,
+		commands: s.size(5000, 400), resend: 0.10, reuse: 0.02, required: true,
 		evidence: func(_ context.Context, _ *system, res *result) {
 			// The faults of this scenario are the client's own: resends and reuse.
 			res.ev.Other += res.stats.Duplicates + res.stats.Conflicts
