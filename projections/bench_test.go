@@ -100,3 +100,32 @@ func BenchmarkRebuild(b *testing.B) {
 	b.ReportMetric(float64(total*b.N)/elapsed.Seconds(), "events/s")
 	b.ReportMetric(elapsed.Seconds()/float64(b.N), "s/rebuild")
 }
+
+func BenchmarkAudit(b *testing.B) {
+	env := projtest.New(b)
+	total := env.Synthetic(b, benchInt("LEDGER_BENCH_EVENTS", 100_000), 3)
+	r, err := projections.NewRunner(env.Pool, env.Store, projections.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for {
+		n, err := r.Step(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		rep, err := audit.Run(context.Background(), env.Store, audit.Options{ReadModels: env.Pool, VerifyChain: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !rep.OK() {
+			b.Fatalf("%d violations: %v", rep.ViolationCount, rep.Violations[:min(5, len(rep.Violations))])
+		}
+	}
+	b.ReportMetric(float64(total*b.N)/b.Elapsed().Seconds(), "events/s")
+}

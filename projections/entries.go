@@ -69,7 +69,7 @@ func (entriesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events [
 	cols := []string{"event_id", "account_id", "revision", "type", "reason", "ref", "amount", "currency", "balance_after", "idempotency_key", "at"}
 	err := copyOrUpsert(ctx, tx, "entries", gen, cols, len(rows), func(i int) []any {
 		e := &rows[i]
-		return []any{e.EventID, e.AccountID, e.Revision, e.Type, e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter, e.IdempotencyKey, e.At}
+		return []any{[16]byte(e.EventID), e.AccountID, e.Revision, e.Type, e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter, e.IdempotencyKey, e.At}
 	}, func() error {
 		n := len(rows)
 		var (

@@ -2,10 +2,12 @@ package projections
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,6 +20,7 @@ import (
 // projection of the batch.
 type Event struct {
 	eventstore.RecordedEvent
+	// Meta is the metadata the projections use: key, command, i, n, at, origin.
 	Meta domain.Metadata
 	// Payload is the typed domain payload (a pointer, as domain.DecodeEvent
 	// returns it), nil when DecodeErr is set.
@@ -34,11 +37,20 @@ func Decode(re eventstore.RecordedEvent) (*Event, error) {
 	if strings.HasPrefix(re.Stream, domain.KeyStreamPrefix) {
 		return ev, nil
 	}
-	m, err := domain.DecodeMetadata(re.Metadata)
-	if err != nil {
-		return nil, fmt.Errorf("projections: %s@%d: %w", re.Stream, re.Revision, err)
+	// Only what the projections read of the metadata (not the request, whose
+	// base64 would cost more than the rest of the event).
+	var m struct {
+		Key     string    `json:"key"`
+		Command string    `json:"command"`
+		Index   int       `json:"i"`
+		Count   int       `json:"n"`
+		At      time.Time `json:"at"`
+		Origin  string    `json:"origin"`
 	}
-	ev.Meta = m
+	if err := json.Unmarshal(re.Metadata, &m); err != nil {
+		return nil, fmt.Errorf("projections: %s@%d: metadata: %w", re.Stream, re.Revision, err)
+	}
+	ev.Meta = domain.Metadata{Key: m.Key, Command: m.Command, Index: m.Index, Count: m.Count, At: m.At, Origin: m.Origin}
 	ev.Payload, ev.DecodeErr = domain.DecodeEvent(re.Type, re.Data)
 	return ev, nil
 }

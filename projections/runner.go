@@ -26,7 +26,7 @@ type Store interface {
 type Options struct {
 	// Projections names the projections to run (default: all of Names).
 	Projections []string
-	// BatchSize bounds the events read and applied per transaction (default 2000).
+	// BatchSize bounds the events read and applied per transaction (default 5000).
 	BatchSize int
 	// PollInterval is how long a caught-up runner waits before reading again
 	// (default 50ms).
@@ -47,7 +47,7 @@ func (o *Options) defaults() {
 		o.Projections = Names
 	}
 	if o.BatchSize <= 0 {
-		o.BatchSize = 2000
+		o.BatchSize = 5000
 	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = 50 * time.Millisecond

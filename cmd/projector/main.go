@@ -163,7 +163,7 @@ func runCommand() *cli.Command {
 		&cli.BoolFlag{Name: flagNATS, Value: true, Usage: "answer ledger.v1.query.* over NATS", Sources: cli.EnvVars("LEDGER_PROJECTOR_NATS")},
 		&cli.StringSliceFlag{Name: flagQueries, Value: query.Queries, Usage: "queries answered over NATS", Sources: cli.EnvVars("LEDGER_PROJECTOR_QUERIES")},
 		&cli.StringFlag{Name: flagQueueGroup, Value: query.DefaultQueueGroup, Usage: "NATS queue group of the query responders", Sources: cli.EnvVars("LEDGER_PROJECTOR_QUEUE_GROUP")},
-		&cli.IntFlag{Name: flagBatchSize, Value: 2000, Usage: "events per batch (one transaction)", Sources: cli.EnvVars("LEDGER_PROJECTOR_BATCH_SIZE")},
+		&cli.IntFlag{Name: flagBatchSize, Value: 5000, Usage: "events per batch (one transaction)", Sources: cli.EnvVars("LEDGER_PROJECTOR_BATCH_SIZE")},
 		&cli.DurationFlag{Name: flagPollInterval, Value: 50 * time.Millisecond, Usage: "wait of a caught-up projector before it reads again", Sources: cli.EnvVars("LEDGER_PROJECTOR_POLL_INTERVAL")},
 		&cli.DurationFlag{Name: flagMaxWait, Value: 5 * time.Second, Usage: "longest wait of a query for its min_position", Sources: cli.EnvVars("LEDGER_QUERY_MAX_WAIT")},
 		&cli.BoolFlag{Name: flagMigrate, Value: true, Usage: "apply the PostgreSQL migrations at start", Sources: cli.EnvVars("LEDGER_MIGRATE")},

@@ -557,6 +557,9 @@ func (f *Fold) Finish() []Totals {
 		t := f.Transfers[id]
 		check := func(s *domain.Saga) {
 			sagas[s.Key] = true
+			if f.badStream[domain.AccountStream(s.Out)] || f.badStream[domain.AccountStream(s.In)] || f.badStream[domain.TransferStream(id)] {
+				return // a stream it touches does not fold: that violation is named already
+			}
 			st := f.steps[s.Key]
 			if st == nil {
 				st = &sagaSteps{currency: s.Currency}

@@ -215,19 +215,29 @@ func TestQueriesOverNATSAndHTTP(t *testing.T) {
 }
 
 func TestMinPositionWaitsForTheProjector(t *testing.T) {
-	f := setup(t, 300*time.Millisecond)
+	f := setup(t, 10*time.Second)
 	env := f.env
 	env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o1", "account_id": "alice", "currency": "EUR"})
 	r := env.MustApply(t, "deposit", map[string]any{"idempotency_key": "d1", "account_id": "alice", "amount": 5, "currency": "EUR"})
 
 	// No projector: the wait is bounded and says so.
+	short := query.New(env.Pool, query.Options{MaxWait: 300 * time.Millisecond})
 	start := time.Now()
-	got := f.ask(t, "account", map[string]any{"account_id": "alice", "min_position": r.Position})
-	if got["code"] != "projection_behind" || time.Since(start) < 300*time.Millisecond || time.Since(start) > 5*time.Second {
-		t.Fatalf("behind: %v after %s", got, time.Since(start))
+	_, qerr := short.Account(context.Background(), query.AccountRequest{AccountID: "alice", MinPosition: r.Position})
+	if qerr == nil || qerr.Code != query.CodeProjectionBehind || qerr.ProjectedPosition != "0/0" || time.Since(start) < 300*time.Millisecond || time.Since(start) > 5*time.Second {
+		t.Fatalf("behind: %v after %s", qerr, time.Since(start))
 	}
-	if code, body, _ := f.get(t, "/v1/accounts/alice?min_position="+url.QueryEscape(r.Position)); code != 503 || body["code"] != "projection_behind" {
-		t.Fatalf("GET behind: %d %v", code, body)
+	mux := http.NewServeMux()
+	short.Routes(mux)
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	res, err := http.Get(hs.URL + "/v1/accounts/alice?min_position=" + url.QueryEscape(r.Position))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 503 || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("GET behind: %d", res.StatusCode)
 	}
 	// Without min_position the (empty) read model answers at once.
 	if got := f.ask(t, "account", map[string]any{"account_id": "alice"}); got["code"] != "not_found" || got["projected_position"] != "0/0" {
@@ -238,7 +248,7 @@ func TestMinPositionWaitsForTheProjector(t *testing.T) {
 	done := make(chan map[string]any, 1)
 	go func() {
 		b, _ := json.Marshal(map[string]any{"account_id": "alice", "min_position": r.Position})
-		msg, err := f.nc.Request(query.SubjectPrefix+"account", b, 10*time.Second)
+		msg, err := f.nc.Request(query.SubjectPrefix+"account", b, 20*time.Second)
 		if err != nil {
 			done <- map[string]any{"err": err.Error()}
 			return
@@ -247,9 +257,9 @@ func TestMinPositionWaitsForTheProjector(t *testing.T) {
 		json.Unmarshal(msg.Data, &out)
 		done <- out
 	}()
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
 	f.start(t)
-	got = <-done
+	got := <-done
 	if got["balance"] != 5.0 || got["projected_position"] == "0/0" {
 		t.Fatalf("after waiting: %v", got)
 	}
