@@ -65,7 +65,7 @@ func postCommand() *cli.Command {
 	flags = append(flags,
 		&cli.StringSliceFlag{Name: "metadata", Category: "body", Usage: "metadata entry key=value of a new account (repeat the flag)", Sources: cli.EnvVars("LEDGER_POST_METADATA")},
 		&cli.StringFlag{Name: "json", Category: "body", Usage: "the body as JSON: sent as is, or with the field flags merged into it", Sources: cli.EnvVars("LEDGER_POST_JSON")},
-		&cli.BoolFlag{Name: "jetstream", Usage: "publish durably to LEDGER_COMMANDS and wait for the stream's ack only (read the outcome later with --query)", Sources: cli.EnvVars("LEDGER_POST_JETSTREAM")},
+		&cli.BoolFlag{Name: "jetstream", Usage: "publish with js.Publish to LEDGER_COMMANDS; the ledger acknowledges once the outcome is durable (print it with --query)", Sources: cli.EnvVars("LEDGER_POST_JETSTREAM")},
 		&cli.BoolFlag{Name: "query", Usage: "ask ledger.v1.query.command for the outcome of --key instead of posting", Sources: cli.EnvVars("LEDGER_POST_QUERY")},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "how long to wait for the reply", Sources: cli.EnvVars("LEDGER_POST_TIMEOUT")},
 		&cli.BoolFlag{Name: "compact", Usage: "print the reply on one line", Sources: cli.EnvVars("LEDGER_POST_COMPACT")},

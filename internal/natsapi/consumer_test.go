@@ -2,6 +2,7 @@ package natsapi
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -100,14 +101,16 @@ func TestLongCommandIsNotRedelivered(t *testing.T) {
 		<-release
 		return ledger.Reply{Status: domain.StatusApplied, Code: domain.CodeOK}
 	})
-	nc := startIntake(t, h, Options{Grace: -1, BackOff: []time.Duration{600 * time.Millisecond}})
+	// AckWait 1.2 s: in-progress goes every 400 ms, so a loaded machine may stall
+	// a beat by 800 ms before the message is redelivered.
+	nc := startIntake(t, h, Options{Grace: -1, BackOff: []time.Duration{1200 * time.Millisecond}})
 	js := jsOf(t, nc)
 	ctx := context.Background()
 	if err := nc.Publish(CommandSubject("deposit"), []byte(`{"idempotency_key":"slow"}`)); err != nil {
 		t.Fatal(err)
 	}
 	devtest.Eventually(t, 10*time.Second, "handler called", func() bool { return calls.Load() == 1 })
-	time.Sleep(2 * time.Second) // more than three AckWaits
+	time.Sleep(3 * time.Second) // two and a half AckWaits: the time to be redelivered, not a synchronisation
 	close(release)
 	cons, err := js.Consumer(ctx, StreamName, DefaultDurable)
 	if err != nil {
@@ -185,4 +188,33 @@ func TestJetStreamPublisherAcceptsTheLedgerReplyAsItsAck(t *testing.T) {
 	if _, err := js.Publish(ctx, CommandSubject("withdraw"), []byte(`{}`)); err != nil && !strings.Contains(err.Error(), "invalid_request") {
 		t.Fatalf("invalid command: %v", err)
 	}
+}
+
+// A plain NATS request on a command subject, from any client, gets exactly one
+// answer: the ledger's §3 reply (the stream stores the command but never answers).
+// The command is stored all the same.
+func TestPlainRequestGetsTheLedgerReplyOnly(t *testing.T) {
+	h := handlerFunc(func(ctx context.Context, typ string, body []byte) ledger.Reply {
+		return ledger.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: "plain"}
+	})
+	nc := startIntake(t, h, Options{})
+	for i := range 20 {
+		m, err := nc.Request(CommandSubject("deposit"), []byte(`{"idempotency_key":"plain"}`), 10*time.Second)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		var r ledger.Reply
+		if err := json.Unmarshal(m.Data, &r); err != nil || r.Code != domain.CodeOK || r.Status != domain.StatusApplied {
+			t.Fatalf("request %d got %s, not the ledger's reply", i, m.Data)
+		}
+	}
+	// The reply does not wait for the stream's write: poll for it.
+	devtest.Eventually(t, 10*time.Second, "the 20 commands stored", func() bool {
+		st, err := jsOf(t, nc).Stream(context.Background(), StreamName)
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(context.Background())
+		return err == nil && info.State.Msgs == 20
+	})
 }

@@ -2,5 +2,5 @@
 // ledger.v1.cmd.<type> (a queue group shares them among instances) and, durably,
 // from the JetStream stream LEDGER_COMMANDS through a pull consumer that acks only
 // after the outcome is in the event store; the command query ledger.v1.query.command;
-// and the client side of both (Request skips the stream's PubAck).
+// and the client side of both (Request returns the ledger's reply).
 package natsapi

@@ -27,9 +27,8 @@ func (echo) HandleRaw(_ context.Context, typ string, body []byte) ledger.Reply {
 	return ledger.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: cmd.IdempotencyKey}
 }
 
-// A command sent as a request is also captured by LEDGER_COMMANDS, so its reply
-// subject receives the stream's PubAck as well as the ledger's reply; Request
-// returns the ledger's.
+// A command sent as a request is also stored in LEDGER_COMMANDS (which never
+// answers: NoAck); Request returns the ledger's reply.
 func ExampleRequest() {
 	dir, _ := os.MkdirTemp("", "example-")
 	defer os.RemoveAll(dir)

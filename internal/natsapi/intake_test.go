@@ -3,6 +3,7 @@ package natsapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -213,14 +214,28 @@ func TestJetStreamTwiceAndAfterAKilledConsumerIsAppliedOnce(t *testing.T) {
 	}
 	open := body(map[string]any{"idempotency_key": "open-alice", "account_id": "alice", "currency": "EUR"})
 	dep := body(map[string]any{"idempotency_key": "dep-1", "account_id": "alice", "amount": 1500, "currency": "EUR"})
+	// No ledger runs yet: the stream stores the commands and nobody answers (the
+	// stream has NoAck). Plain publishes carry no reply subject.
 	for _, m := range []struct {
 		typ  string
 		body []byte
 	}{{"open_account", open}, {"deposit", dep}, {"deposit", dep}} {
-		if _, err := js.Publish(ctx, CommandSubject(m.typ), m.body); err != nil { // no Nats-Msg-Id: both copies are stored
+		if err := r.nc.Publish(CommandSubject(m.typ), m.body); err != nil { // no Nats-Msg-Id: both copies are stored
 			t.Fatal(err)
 		}
 	}
+	stored := func(n uint64) {
+		t.Helper()
+		devtest.Eventually(t, 10*time.Second, fmt.Sprintf("%d commands stored", n), func() bool {
+			st, err := js.Stream(ctx, StreamName)
+			if err != nil {
+				return false
+			}
+			info, err := st.Info(ctx)
+			return err == nil && info.State.Msgs == n
+		})
+	}
+	stored(3)
 
 	// Consumer A decides the first copy of dep-1, then dies before its ack.
 	var killed sync.Once
@@ -244,10 +259,15 @@ func TestJetStreamTwiceAndAfterAKilledConsumerIsAppliedOnce(t *testing.T) {
 		t.Fatal("consumer A never handled dep-1")
 	}
 
-	// One more copy while no ledger runs, then consumer B takes over the durable.
-	if _, err := js.Publish(ctx, CommandSubject("deposit"), dep); err != nil {
-		t.Fatal(err)
+	// One more copy while no ledger runs: a js.Publish gets no answer (its outcome
+	// is indefinite: the client would retry with the same key), yet the command is
+	// stored. Then consumer B takes over the durable.
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := js.Publish(pctx, CommandSubject("deposit"), dep); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("publish with no ledger up: %v, want no answer", err)
 	}
+	stored(4)
 	r.intake(Options{Grace: -1, BackOff: backoff})
 	cons, err := js.Consumer(ctx, StreamName, DefaultDurable)
 	if err != nil {

@@ -35,12 +35,20 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions)
 		Name:        StreamName,
 		Description: "Ledger commands (PROTOCOL.md §2): acked by the ledger once decided",
 		Subjects:    []string{CommandSubjects},
-		Storage:     jetstream.FileStorage,
-		Retention:   jetstream.LimitsPolicy,
-		Discard:     jetstream.DiscardOld,
-		MaxAge:      o.CommandMaxAge,
-		Duplicates:  DuplicateWindow,
-		Replicas:    o.Replicas,
+		// NoAck: the stream stores every command but never answers its reply subject.
+		// A plain NATS request on a command subject then gets exactly one answer, the
+		// ledger's §3 reply, whatever client sends it; a js.Publish gets the same
+		// reply as its acknowledgement (WireReply is a valid PubAck), which comes
+		// only once the outcome is durable in the event store. With no ledger up the
+		// publish times out, the command stays stored and is decided when a ledger
+		// starts; the publisher retries with the same key.
+		NoAck:      true,
+		Storage:    jetstream.FileStorage,
+		Retention:  jetstream.LimitsPolicy,
+		Discard:    jetstream.DiscardOld,
+		MaxAge:     o.CommandMaxAge,
+		Duplicates: DuplicateWindow,
+		Replicas:   o.Replicas,
 	}, {
 		Name:        DLQStreamName,
 		Description: "Ledger commands that can never succeed, with the reason in headers",
