@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/audit"
 	"github.com/ledgerworks/ledger/internal/ledger"
@@ -365,4 +367,34 @@ func TestRunnerSurvivesLostConnections(t *testing.T) {
 	}
 	auditOK(t, env)
 	t.Logf("%d sessions cut", kills.Load())
+}
+
+// The projector and the audit work the same over KurrentDB (here its in-process
+// stand-in): positions are (commit, prepare) pairs of its own.
+func TestProjectsFromKurrentDB(t *testing.T) {
+	_, url := kurrenttest.Start(t)
+	ctx := context.Background()
+	st, err := kurrentdb.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	env := projtest.New(t)
+	env.Ledger = ledger.New(st, ledger.Options{})
+	env.Run(t, projtest.Workload{Commands: 150, Seed: 60})
+	r, err := projections.NewRunner(env.Pool, st, projections.Options{BatchSize: 17})
+	if err != nil {
+		t.Fatal(err)
+	}
+	catchUp(t, r)
+	rep, err := audit.Run(ctx, st, audit.Options{ReadModels: env.Pool, VerifyChain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.Events == 0 {
+		t.Fatalf("audit over KurrentDB: %d events, %v", rep.Events, rep.Violations)
+	}
+	if _, err := projections.Rebuild(ctx, env.Pool, st, projections.RebuildOptions{Verify: audit.VerifyGeneration(env.Pool, st)}); err != nil {
+		t.Fatal(err)
+	}
 }
