@@ -187,12 +187,12 @@ func (sys *system) holdStream(ctx context.Context, stream string, d time.Duratio
 
 func scenarioKillLedger(ctx context.Context, s *suite, res *result) error {
 	rng := s.rng("3")
-	n := s.size(10, 4)
+	n := s.size(10, 3)
 	return runBank(ctx, s, res, bank{
 		ledgers: 1, projectors: 1, accounts: 20, producers: 6, commands: s.size(2500, 300),
 		resend: 0.05, reuse: 0.01, js: 0.2, retries: 12, timeout: 3 * time.Second,
 		ledgerArgs: []string{"--jetstream-backoff", "2s,2s,4s", "--jetstream-grace", "300ms"},
-		required:   true,
+		required:   true, planned: true,
 		faults: func(ctx context.Context, sys *system, res *result) {
 			killer(sys, res, rng, n, s.durScale(1500*time.Millisecond, 3*time.Second), s.durScale(2500*time.Millisecond, 5*time.Second), func() *svc { return sys.ledgers[0] })(ctx)
 		},
@@ -210,10 +210,10 @@ func (s *suite) durScale(quick, full time.Duration) time.Duration {
 
 func scenarioKillProjector(ctx context.Context, s *suite, res *result) error {
 	rng := s.rng("4")
-	n := s.size(10, 4)
+	n := s.size(10, 2)
 	return runBank(ctx, s, res, bank{
 		ledgers: 1, projectors: 2, accounts: 20, producers: 6, commands: s.size(2500, 300),
-		resend: 0.05, retries: 8, required: true,
+		resend: 0.05, retries: 8, required: true, planned: true,
 		faults: func(ctx context.Context, sys *system, res *result) {
 			killer(sys, res, rng, n, s.durScale(time.Second, 2*time.Second), s.durScale(2*time.Second, 4*time.Second), func() *svc { return sys.projectors[rng.IntN(len(sys.projectors))] })(ctx)
 		},
@@ -229,7 +229,7 @@ func scenarioPostgresRestart(ctx context.Context, s *suite, res *result) error {
 		ledgers: 1, projectors: 1, accounts: 20, producers: 6, commands: s.size(2500, 300),
 		resend: 0.05, js: 0.2, retries: 15, timeout: 4 * time.Second,
 		ledgerArgs: []string{"--jetstream-backoff", "2s,2s,4s", "--jetstream-grace", "300ms"},
-		required:   true,
+		required:   true, planned: true,
 		faults: func(ctx context.Context, sys *system, res *result) {
 			for i := 0; i < n; i++ {
 				if !sleepCtx(ctx, between(rng, s.durScale(2*time.Second, 4*time.Second), s.durScale(4*time.Second, 8*time.Second))) {
@@ -259,7 +259,7 @@ func scenarioKillNATS(ctx context.Context, s *suite, res *result) error {
 		ledgers: 1, projectors: 1, accounts: 20, producers: 6, commands: s.size(2500, 300),
 		resend: 0.05, js: 0.3, retries: 15, timeout: 3 * time.Second,
 		ledgerArgs: []string{"--jetstream-backoff", "2s,2s,4s", "--jetstream-grace", "300ms"},
-		required:   true,
+		required:   true, planned: true,
 		faults: func(ctx context.Context, sys *system, res *result) {
 			for i := 0; i < n; i++ {
 				if !sleepCtx(ctx, between(rng, s.durScale(2*time.Second, 4*time.Second), s.durScale(4*time.Second, 8*time.Second))) {
@@ -291,12 +291,12 @@ func scenarioKillNATS(ctx context.Context, s *suite, res *result) error {
 
 func scenarioSoak(ctx context.Context, s *suite, res *result) error {
 	rng := s.rng("10")
-	periods := s.size(8, 3)
+	periods := s.size(8, 2)
 	return runBank(ctx, s, res, bank{
 		ledgers: 2, projectors: 2, accounts: 20, producers: 6, commands: s.size(3000, 300),
 		resend: 0.08, reuse: 0.02, js: 0.3, retries: 15, timeout: 3 * time.Second,
 		ledgerArgs: []string{"--jetstream-backoff", "2s,2s,4s", "--jetstream-grace", "300ms"},
-		required:   true,
+		required:   true, planned: true,
 		faults: func(ctx context.Context, sys *system, res *result) {
 			for p := 0; p < periods; p++ {
 				if !sleepCtx(ctx, between(rng, s.durScale(time.Second, 2*time.Second), s.durScale(2*time.Second, 4*time.Second))) {

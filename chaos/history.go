@@ -135,6 +135,9 @@ func (h *History) Keys() map[string]*keyState {
 // Stats are a scenario's figures from its history.
 type Stats struct {
 	Commands, Keys, Acked, Indefinite, Failed, Duplicates, Conflicts int
+	// RequestIndefinite counts indefinite request-reply attempts only (a
+	// JetStream publish is indefinite by nature, not by a fault).
+	RequestIndefinite int
 }
 
 func (h *History) Stats() Stats {
@@ -152,6 +155,9 @@ func (h *History) Stats() Stats {
 			}
 		case Indefinite:
 			st.Indefinite++
+			if a.Via != "jetstream" {
+				st.RequestIndefinite++
+			}
 		}
 	}
 	for _, ks := range h.Keys() {

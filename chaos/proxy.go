@@ -156,7 +156,7 @@ func scenarioPartitions(ctx context.Context, s *suite, res *result) error {
 		ledgers: 2, projectors: 1, accounts: 20, producers: 6, commands: s.size(2000, 200),
 		resend: 0.05, js: 0.2, retries: 15, timeout: 3 * time.Second,
 		ledgerArgs: []string{"--jetstream-backoff", "2s,2s,4s", "--jetstream-grace", "300ms", "--command-timeout", "5s"},
-		required:   true,
+		required:   true, planned: true,
 		setup: func(ctx context.Context, sys *system) error {
 			np, err := newProxy("nats", fmt.Sprintf("127.0.0.1:%d", sys.natsPort))
 			if err != nil {
@@ -172,8 +172,8 @@ func scenarioPartitions(ctx context.Context, s *suite, res *result) error {
 			return nil
 		},
 		faults: func(ctx context.Context, sys *system, res *result) {
-			for ctx.Err() == nil {
-				if !sleepCtx(ctx, between(rng, time.Second, 2*time.Second)) {
+			for i := 0; i < s.size(12, 4) && ctx.Err() == nil; i++ {
+				if !sleepCtx(ctx, between(rng, 500*time.Millisecond, 1500*time.Millisecond)) {
 					return
 				}
 				p := proxies[rng.IntN(len(proxies))]
@@ -181,7 +181,7 @@ func scenarioPartitions(ctx context.Context, s *suite, res *result) error {
 				lat := between(rng, 20*time.Millisecond, 200*time.Millisecond)
 				p.set(mode, lat)
 				s.logf("proxy %s: %s", p.name, modeNames[mode])
-				sleepCtx(ctx, between(rng, 500*time.Millisecond, 2500*time.Millisecond))
+				sleepCtx(ctx, between(rng, 500*time.Millisecond, 2*time.Second))
 				p.set(modePass, 0)
 			}
 		},

@@ -70,6 +70,9 @@ type bank struct {
 	evidence func(ctx context.Context, sys *system, res *result)
 	// required: C8 demands evidence of faults.
 	required bool
+	// planned: faults returns after a planned number of faults, and the load
+	// goes on until then.
+	planned bool
 	// settleTimeout bounds the final quiesce.
 	settleTimeout time.Duration
 }
@@ -109,12 +112,18 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 	s.logf("scenario %s: accounts open", res.id)
 	fctx, fcancel := context.WithCancel(ctx)
 	var fwg sync.WaitGroup
+	faultsDone := make(chan struct{})
 	if b.faults != nil {
 		fwg.Add(1)
-		go func() { defer fwg.Done(); b.faults(fctx, sys, res) }()
+		go func() { defer fwg.Done(); defer close(faultsDone); b.faults(fctx, sys, res) }()
+	} else {
+		close(faultsDone)
+	}
+	if b.planned {
+		w.until = faultsDone // the load lasts until the planned faults happened
 	}
 	// Every workload is bounded in time as well as in commands.
-	wctx, wcancel := context.WithTimeout(ctx, s.durScale(10*time.Second, 50*time.Second))
+	wctx, wcancel := context.WithTimeout(ctx, s.durScale(25*time.Second, 60*time.Second))
 	w.run(wctx, c)
 	wcancel()
 	fcancel()
@@ -246,7 +255,7 @@ func (sys *system) heal(ctx context.Context) error {
 func (sys *system) finish(ctx context.Context, h *History, res *result, required bool, extra func(context.Context, *system, *result)) error {
 	res.stats = h.Stats()
 	res.ev.Required = required
-	res.ev.Indefinite = res.stats.Indefinite
+	res.ev.Indefinite = res.stats.RequestIndefinite
 	res.ev.Reconnects += int(sys.reconnects.Load())
 	res.ev.Kills += int(sys.kills.Load())
 	if info, err := sys.consumerInfo(ctx); err == nil {

@@ -28,6 +28,8 @@ type workload struct {
 	retries   int     // attempts per command while the outcome is indefinite
 	pace      time.Duration
 	seed      uint64
+	// until, when set, keeps the producers going past their share until it closes.
+	until <-chan struct{}
 }
 
 func hotAccounts(prefix string, n int) []account {
@@ -76,7 +78,24 @@ func (w *workload) run(ctx context.Context, c *client) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(w.seed, uint64(p)+1))
 			var acked []sentCmd
-			for i := 0; i < per && ctx.Err() == nil; i++ {
+			more := func(i int) bool {
+				if ctx.Err() != nil {
+					return false
+				}
+				if i < per {
+					return true
+				}
+				if w.until == nil {
+					return false
+				}
+				select {
+				case <-w.until:
+					return false
+				default:
+					return true
+				}
+			}
+			for i := 0; more(i); i++ {
 				cmd := w.next(rng, p, i)
 				b := body(cmd.key, cmd.fields)
 				if js != nil && rng.Float64() < w.jetstream {
