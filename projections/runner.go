@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -304,4 +305,22 @@ func jitter(d time.Duration) time.Duration {
 		return d
 	}
 	return d/2 + rand.N(d/2+1)
+}
+
+// NewPool opens a pool on the read-model database sized for a runner (which
+// writes its projections in parallel) and the queries beside it: at least 16
+// connections unless the URL sets pool_max_conns.
+func NewPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("projections: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") && cfg.MaxConns < 16 {
+		cfg.MaxConns = 16
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("projections: %w", err)
+	}
+	return pool, nil
 }

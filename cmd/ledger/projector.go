@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/ledgerworks/ledger/internal/node"
 	"github.com/ledgerworks/ledger/internal/query"
 	"github.com/ledgerworks/ledger/projections"
@@ -24,7 +22,7 @@ func projectorRunner() node.Runner {
 		if n.DatabaseURL == "" {
 			return errors.New("projector: the node has no database URL for the read models")
 		}
-		pool, err := pgxpool.New(ctx, n.DatabaseURL)
+		pool, err := projections.NewPool(ctx, n.DatabaseURL)
 		if err != nil {
 			return fmt.Errorf("projector: %w", err)
 		}

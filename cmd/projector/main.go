@@ -142,7 +142,7 @@ func open(ctx context.Context, cmd *cli.Command, log *slog.Logger, migrate bool)
 		}
 	}
 	c := &conn{dbURL: db, esURL: es}
-	if c.pool, err = pgxpool.New(ctx, db); err != nil {
+	if c.pool, err = projections.NewPool(ctx, db); err != nil {
 		return nil, fmt.Errorf("read-model database %s: %w", config.Redact(db), err)
 	}
 	if err := c.pool.Ping(ctx); err != nil {
