@@ -122,9 +122,20 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 				return rep, err
 			}
 			natsURL, stop = b.natsURL, b.stop
+		case SystemEcho:
+			e, err := startEcho(dir)
+			if err != nil {
+				return rep, err
+			}
+			natsURL, stop = e.natsURL, e.stop
 		}
 		log.Info("bench: driving", "system", sys, "nats", natsURL)
-		phases, err := runSystem(ctx, cfg, sys, natsURL, w, pm, prog)
+		var phases []PhaseResult
+		if sys == SystemEcho {
+			phases, err = runEcho(ctx, cfg, natsURL, w, pm, prog)
+		} else {
+			phases, err = runSystem(ctx, cfg, sys, natsURL, w, pm, prog)
+		}
 		stop()
 		rep.Phases = append(rep.Phases, phases...)
 		if err != nil {
@@ -147,7 +158,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		before := sampleCPU(pm)
 		rep.Projection, err = projectAll(ctx, env.DatabaseURL, cfg.ProjectionTimeout, cfg.Logger, log)
 		if rep.Projection != nil {
-			rep.Projection.CPU = cpuBetween(before, sampleCPU(pm), runtime.NumCPU())
+			rep.Projection.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
 		}
 		if err != nil {
 			return rep, fmt.Errorf("bench: projection: %w", err)
@@ -155,6 +166,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	return rep, nil
 }
+
+func cpuCount() int { return runtime.NumCPU() }
 
 func intakeOptions(cfg Config, grace time.Duration, log *slog.Logger) natsapi.Options {
 	return natsapi.Options{
@@ -292,7 +305,7 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 			return nil, err
 		}
 		res := resultOf(run)
-		res.CPU = cpuBetween(before, sampleCPU(pm), runtime.NumCPU())
+		res.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
 		out = append(out, res)
 		log.Info("bench: phase done", "system", sys, "phase", name, "commands_per_sec", int(res.CommandsPerSec), "p99_ms", res.P99Ms, "errors", res.Errors)
 		return &out[len(out)-1], nil
@@ -383,7 +396,7 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 			return out, fmt.Errorf("%s: %w", js.name, err)
 		}
 		res.System, res.Phase = sys, js.name
-		res.CPU = cpuBetween(before, sampleCPU(pm), runtime.NumCPU())
+		res.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
 		out = append(out, res)
 		log.Info("bench: phase done", "system", sys, "phase", js.name, "commands_per_sec", int(res.CommandsPerSec), "errors", res.Errors)
 		if err := settle(); err != nil {

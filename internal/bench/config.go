@@ -29,7 +29,8 @@ type Config struct {
 	KeyCheckSamples int
 	// ProjectionTimeout bounds the projection phase (0: no phase).
 	ProjectionTimeout time.Duration
-	// Systems to drive: "ledger", "baseline" (default both).
+	// Systems to drive, in order: "ledger", "baseline", "echo" (default: ledger
+	// and baseline).
 	Systems []string
 
 	// DataDir holds the private PostgreSQL cluster and the NATS stores; empty: a
@@ -133,8 +134,8 @@ func (c *Config) defaults() error {
 		c.Systems = []string{SystemLedger, SystemBaseline}
 	}
 	for _, s := range c.Systems {
-		if s != SystemLedger && s != SystemBaseline {
-			return errors.New("bench: systems are ledger and baseline")
+		if s != SystemLedger && s != SystemBaseline && s != SystemEcho {
+			return errors.New("bench: systems are ledger, baseline and echo")
 		}
 	}
 	if c.Grace == 0 {
@@ -162,4 +163,6 @@ func (c *Config) defaults() error {
 const (
 	SystemLedger   = "ledger"
 	SystemBaseline = "baseline"
+	// SystemEcho answers every command with a fixed reply: the NATS ceiling.
+	SystemEcho = "echo"
 )
