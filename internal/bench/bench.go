@@ -414,6 +414,7 @@ func resultOf(run *phaseRun) PhaseResult {
 		System: run.spec.system, Phase: run.spec.phase, Seconds: s,
 		Commands: c.answered.Load(), Duplicates: c.duplicates.Load(), NewApplied: c.newApplied.Load(),
 		Rejected: c.rejected.Load(), Errors: c.errors.Load(), Anomalies: c.anomalies.Load(),
+		NewAnswered: c.newAnswered.Load(), EarlyDuplicates: c.early.Load(),
 		P50Ms: ms(percentile(run.lats, 50)), P99Ms: ms(percentile(run.lats, 99)), P999Ms: ms(percentile(run.lats, 99.9)),
 		ErrorSamples: run.errs,
 	}

@@ -40,7 +40,7 @@ func TestRunTiny(t *testing.T) {
 		KeyCheckSamples:     10,
 		ProjectionTimeout:   time.Minute,
 		Capture:             true,
-		Grace:               100 * time.Millisecond,
+		Grace:               500 * time.Millisecond,
 		DataDir:             t.TempDir(),
 		LedgerDatabaseURL:   pgtest.URL(t),
 		BaselineDatabaseURL: baselineURL,
@@ -93,18 +93,19 @@ func TestRunTiny(t *testing.T) {
 					t.Errorf("%s/%s latencies: %+v", sys, name, *p)
 				}
 				if sys == SystemBaseline {
-					rrNew += p.NewApplied
+					rrNew += p.NewAnswered
 				}
 			case PhaseJSPublish, PhaseJSConsume:
 				if sys == SystemBaseline {
-					jsNew += p.NewApplied
+					jsNew += p.NewAnswered
 				}
 			}
 		}
 		if d := rep.Phase(sys, PhaseDuplicates); d.Duplicates != d.Commands || d.NewApplied != 0 {
 			t.Errorf("%s duplicates phase: %+v", sys, *d)
 		}
-		if l := rep.Phase(sys, PhaseLoad); l.Duplicates == 0 || l.NewApplied == 0 || l.Duplicates+l.NewApplied != l.Commands {
+		if l := rep.Phase(sys, PhaseLoad); l.Duplicates == 0 || l.NewApplied == 0 || l.Duplicates+l.NewApplied != l.Commands ||
+			l.NewApplied+l.EarlyDuplicates != l.NewAnswered {
 			t.Errorf("%s load phase: %+v", sys, *l)
 		}
 		if h := rep.Phase(sys, PhaseHalfLoad); h.TargetRate <= 0 {

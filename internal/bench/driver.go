@@ -125,12 +125,16 @@ func (r *requester) do(c command) (reply, error) {
 
 // counters are a phase's live tallies (read by the progress reporter).
 type counters struct {
-	answered   atomic.Int64 // commands with an outcome (applied or rejected)
-	duplicates atomic.Int64 // answered with duplicate: true
-	newApplied atomic.Int64 // new keys answered applied, not duplicate
-	rejected   atomic.Int64 // answered rejected
-	errors     atomic.Int64 // status error/invalid, transport errors, timeouts
-	anomalies  atomic.Int64 // a resend not answered as duplicate, a new key answered as one, a conflict
+	answered    atomic.Int64 // commands with an outcome (applied or rejected)
+	duplicates  atomic.Int64 // answered with duplicate: true
+	newApplied  atomic.Int64 // new keys answered applied, not duplicate
+	newAnswered atomic.Int64 // new keys with an outcome (however it was flagged)
+	rejected    atomic.Int64 // answered rejected
+	errors      atomic.Int64 // status error/invalid, transport errors, timeouts
+	anomalies   atomic.Int64 // a resend not answered as a duplicate
+	// early counts new keys answered as duplicates: the JetStream consumer decided
+	// the captured copy before the request-reply path (its grace was too short).
+	early atomic.Int64
 }
 
 // worker is one client of a phase: its generator, its requester, its latencies.
@@ -167,8 +171,14 @@ func (w *worker) record(c *counters, cmd command, rep reply, err error, lat time
 	} else if rep.Status == domain.StatusApplied {
 		c.newApplied.Add(1)
 	}
-	if rep.Duplicate != cmd.dup {
+	switch {
+	case cmd.dup && !rep.Duplicate:
 		c.anomalies.Add(1)
+	case !cmd.dup && rep.Duplicate:
+		c.early.Add(1)
+	}
+	if !cmd.dup {
+		c.newAnswered.Add(1)
 	}
 	w.gen.answered(cmd)
 	if keep {

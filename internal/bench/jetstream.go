@@ -162,6 +162,7 @@ func jsPublish(ctx context.Context, p *jsProbe, gens []*clientGen, n int) (res P
 		case <-f.Ok():
 			res.Commands++
 			res.NewApplied++
+			res.NewAnswered++
 		case err := <-f.Err():
 			res.Errors++
 			if len(res.ErrorSamples) < 3 {
@@ -226,6 +227,7 @@ func jsConsume(ctx context.Context, p *jsProbe, gens []*clientGen, n int) (res P
 	decided := float64(target - firstFloor)
 	res.Commands = int64(n)
 	res.NewApplied = int64(n)
+	res.NewAnswered = int64(n)
 	res.Seconds = end.Sub(firstAt).Seconds()
 	res.CommandsPerSec = decided / res.Seconds
 	return res, nil

@@ -22,9 +22,15 @@ type PhaseResult struct {
 	Duplicates       int64   `json:"duplicates"`
 	DuplicatesPerSec float64 `json:"duplicates_per_sec"`
 	NewApplied       int64   `json:"new_applied"`
-	Rejected         int64   `json:"rejected"`
-	Errors           int64   `json:"errors"`
-	// Anomalies: a resend not answered as a duplicate, a new key answered as one.
+	// NewAnswered counts new keys that got an outcome (applied or rejected, by
+	// this path or, when EarlyDuplicates, by the JetStream consumer first).
+	NewAnswered int64 `json:"new_answered"`
+	// EarlyDuplicates: new keys answered as duplicates because the JetStream
+	// consumer decided the captured copy first (a grace shorter than the reply).
+	EarlyDuplicates int64 `json:"early_duplicates"`
+	Rejected        int64 `json:"rejected"`
+	Errors          int64 `json:"errors"`
+	// Anomalies: resends not answered as duplicates (an idempotency failure).
 	Anomalies int64 `json:"anomalies"`
 	// TargetRate is the offered rate of an open-loop phase.
 	TargetRate   float64  `json:"target_rate,omitempty"`
@@ -132,7 +138,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "baseline: %s; ledger group commit %s\n\n", baselineRead(c), groupCommit(c))
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\tphase\tcommands/s\tp50 ms\tp99 ms\tp99.9 ms\tduplicates/s\tapplied\terrors\tanomalies\tcpu bench/pg/other\tmode\t")
+	fmt.Fprintln(tw, "system\tphase\tcommands/s\tp50 ms\tp99 ms\tp99.9 ms\tduplicates/s\tapplied\terrors\tanomalies\tearly dups\tcpu bench/pg/other\tmode\t")
 	for _, p := range r.Phases {
 		lat := func(v float64) string {
 			if p.P50Ms == 0 && p.P99Ms == 0 {
@@ -140,9 +146,9 @@ func (r *Report) Print(w io.Writer) {
 			}
 			return fmt.Sprintf("%.2f", v)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%.0f\t%d\t%d\t%d\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%.0f\t%d\t%d\t%d\t%d\t%s\t%s\t\n",
 			p.System, p.Phase, p.CommandsPerSec, lat(p.P50Ms), lat(p.P99Ms), lat(p.P999Ms), p.DuplicatesPerSec,
-			p.NewApplied, p.Errors, p.Anomalies, fmtCPU(p.CPU), p.Mode)
+			p.NewApplied, p.Errors, p.Anomalies, p.EarlyDuplicates, fmtCPU(p.CPU), p.Mode)
 	}
 	tw.Flush()
 	for _, p := range r.Phases {
@@ -253,8 +259,8 @@ func (r *Report) Markdown(w io.Writer) {
 		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.Duration, onOff(c.Capture), c.Grace, baselineRead(c), groupCommit(c),
 		r.Machine.Cores, r.Machine.MemoryMB, r.Machine.GoVersion, r.Machine.PostgresVer, onOff(r.Machine.Fsync),
 		r.Machine.LoadBefore, r.Machine.LoadAfter, r.Seconds, r.Started.UTC().Format(time.RFC3339))
-	fmt.Fprintln(w, "| system | phase | commands/s | p50 ms | p99 ms | p99.9 ms | duplicates/s | new applied | errors | anomalies | cores: bench / postgres / other | mode |")
-	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|")
+	fmt.Fprintln(w, "| system | phase | commands/s | p50 ms | p99 ms | p99.9 ms | duplicates/s | new applied | errors | anomalies | early dups | cores: bench / postgres / other | mode |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|")
 	for _, p := range r.Phases {
 		lat := func(v float64) string {
 			if p.P50Ms == 0 && p.P99Ms == 0 {
@@ -262,8 +268,8 @@ func (r *Report) Markdown(w io.Writer) {
 			}
 			return fmt.Sprintf("%.2f", v)
 		}
-		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %s | %.0f | %d | %d | %d | %s | %s |\n", p.System, p.Phase, p.CommandsPerSec,
-			lat(p.P50Ms), lat(p.P99Ms), lat(p.P999Ms), p.DuplicatesPerSec, p.NewApplied, p.Errors, p.Anomalies, fmtCPU(p.CPU), p.Mode)
+		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %s | %.0f | %d | %d | %d | %d | %s | %s |\n", p.System, p.Phase, p.CommandsPerSec,
+			lat(p.P50Ms), lat(p.P99Ms), lat(p.P999Ms), p.DuplicatesPerSec, p.NewApplied, p.Errors, p.Anomalies, p.EarlyDuplicates, fmtCPU(p.CPU), p.Mode)
 	}
 	if k := r.KeyCheck; k != nil {
 		fmt.Fprintf(w, "\nKey check (ledger.Service on the PostgreSQL store, %d samples per kind and stream):\n\n", k.Samples)
