@@ -300,12 +300,17 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 	phase := func(name string, g []*clientGen, spec loadSpec) (*PhaseResult, error) {
 		spec.system, spec.phase, spec.record = sys, name, true
 		before := sampleCPU(pm)
+		tx0, cmds0 := batchTotals()
 		run, err := drive(ctx, t, g, spec, prog)
 		if err != nil {
 			return nil, err
 		}
 		res := resultOf(run)
 		res.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
+		if tx1, cmds1 := batchTotals(); sys == SystemLedger && tx1 > tx0 {
+			res.Transactions = int64(tx1 - tx0)
+			res.MeanBatch = (cmds1 - cmds0) / (tx1 - tx0)
+		}
 		out = append(out, res)
 		log.Info("bench: phase done", "system", sys, "phase", name, "commands_per_sec", int(res.CommandsPerSec), "p99_ms", res.P99Ms, "errors", res.Errors)
 		return &out[len(out)-1], nil
@@ -391,12 +396,17 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 	}{{PhaseJSPublish, jsPublish}, {PhaseJSConsume, jsConsume}} {
 		log.Info("bench", "phase", sys+"/"+js.name, "messages", cfg.JetStreamMessages)
 		before := sampleCPU(pm)
+		tx0, cmds0 := batchTotals()
 		res, err := js.run(ctx, p, gens(js.name), cfg.JetStreamMessages)
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", js.name, err)
 		}
 		res.System, res.Phase = sys, js.name
 		res.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
+		if tx1, cmds1 := batchTotals(); sys == SystemLedger && tx1 > tx0 {
+			res.Transactions = int64(tx1 - tx0)
+			res.MeanBatch = (cmds1 - cmds0) / (tx1 - tx0)
+		}
 		out = append(out, res)
 		log.Info("bench: phase done", "system", sys, "phase", js.name, "commands_per_sec", int(res.CommandsPerSec), "errors", res.Errors)
 		if err := settle(); err != nil {

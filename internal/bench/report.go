@@ -40,6 +40,17 @@ type PhaseResult struct {
 	MaxMs        float64  `json:"max_ms"`
 	CPU          *CPUUse  `json:"cpu,omitempty"`
 	ErrorSamples []string `json:"error_samples,omitempty"`
+	// Transactions and MeanBatch: the ledger's group-commit transactions in the
+	// phase and the commands each carried on average (0 for the baseline).
+	Transactions int64   `json:"transactions,omitempty"`
+	MeanBatch    float64 `json:"mean_batch,omitempty"`
+}
+
+func (p PhaseResult) batch() string {
+	if p.Transactions == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", p.MeanBatch)
 }
 
 // Phases of each system.
@@ -138,7 +149,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "baseline: %s; ledger group commit %s\n\n", baselineRead(c), groupCommit(c))
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\tphase\tcommands/s\tp50 ms\tp99 ms\tp99.9 ms\tduplicates/s\tapplied\terrors\tanomalies\tearly dups\tcpu bench/pg/other\tmode\t")
+	fmt.Fprintln(tw, "system\tphase\tcommands/s\tp50 ms\tp99 ms\tp99.9 ms\tduplicates/s\tapplied\terrors\tanomalies\tearly dups\tbatch\tcpu bench/pg/other\tmode\t")
 	for _, p := range r.Phases {
 		lat := func(v float64) string {
 			if p.P50Ms == 0 && p.P99Ms == 0 {
@@ -146,9 +157,9 @@ func (r *Report) Print(w io.Writer) {
 			}
 			return fmt.Sprintf("%.2f", v)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%.0f\t%d\t%d\t%d\t%d\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%.0f\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n",
 			p.System, p.Phase, p.CommandsPerSec, lat(p.P50Ms), lat(p.P99Ms), lat(p.P999Ms), p.DuplicatesPerSec,
-			p.NewApplied, p.Errors, p.Anomalies, p.EarlyDuplicates, fmtCPU(p.CPU), p.Mode)
+			p.NewApplied, p.Errors, p.Anomalies, p.EarlyDuplicates, p.batch(), fmtCPU(p.CPU), p.Mode)
 	}
 	tw.Flush()
 	for _, p := range r.Phases {
@@ -259,8 +270,8 @@ func (r *Report) Markdown(w io.Writer) {
 		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.Duration, onOff(c.Capture), c.Grace, baselineRead(c), groupCommit(c),
 		r.Machine.Cores, r.Machine.MemoryMB, r.Machine.GoVersion, r.Machine.PostgresVer, onOff(r.Machine.Fsync),
 		r.Machine.LoadBefore, r.Machine.LoadAfter, r.Seconds, r.Started.UTC().Format(time.RFC3339))
-	fmt.Fprintln(w, "| system | phase | commands/s | p50 ms | p99 ms | p99.9 ms | duplicates/s | new applied | errors | anomalies | early dups | cores: bench / postgres / other | mode |")
-	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|")
+	fmt.Fprintln(w, "| system | phase | commands/s | p50 ms | p99 ms | p99.9 ms | duplicates/s | new applied | errors | anomalies | early dups | commands per transaction | cores: bench / postgres / other | mode |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|")
 	for _, p := range r.Phases {
 		lat := func(v float64) string {
 			if p.P50Ms == 0 && p.P99Ms == 0 {
@@ -268,8 +279,8 @@ func (r *Report) Markdown(w io.Writer) {
 			}
 			return fmt.Sprintf("%.2f", v)
 		}
-		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %s | %.0f | %d | %d | %d | %d | %s | %s |\n", p.System, p.Phase, p.CommandsPerSec,
-			lat(p.P50Ms), lat(p.P99Ms), lat(p.P999Ms), p.DuplicatesPerSec, p.NewApplied, p.Errors, p.Anomalies, p.EarlyDuplicates, fmtCPU(p.CPU), p.Mode)
+		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %s | %.0f | %d | %d | %d | %d | %s | %s | %s |\n", p.System, p.Phase, p.CommandsPerSec,
+			lat(p.P50Ms), lat(p.P99Ms), lat(p.P999Ms), p.DuplicatesPerSec, p.NewApplied, p.Errors, p.Anomalies, p.EarlyDuplicates, p.batch(), fmtCPU(p.CPU), p.Mode)
 	}
 	if k := r.KeyCheck; k != nil {
 		fmt.Fprintf(w, "\nKey check (ledger.Service on the PostgreSQL store, %d samples per kind and stream):\n\n", k.Samples)
