@@ -7,6 +7,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -235,11 +236,24 @@ var ErrGenerationMismatch = errors.New("audit: generation differs from the event
 // VerifyGeneration checks a built generation of a projection against the fold of
 // the event store up to its checkpoint: row counts and a digest of every table,
 // with the first differing rows named. It is projections.RebuildOptions.Verify.
+//
+// The fold is kept between calls at the same position: a rebuild of several
+// projections checks them all against one fold.
 func VerifyGeneration(pool *pgxpool.Pool, store Store) func(context.Context, projections.Verification) error {
+	var (
+		mu     sync.Mutex
+		cached *Fold
+	)
 	return func(ctx context.Context, v projections.Verification) error {
-		f := NewFold()
-		if err := foldUntil(ctx, store, f, v.Position, 5000, nil, nil); err != nil {
-			return err
+		mu.Lock()
+		defer mu.Unlock()
+		f := cached
+		if f == nil || f.Last != v.Position {
+			f = NewFold()
+			if err := foldUntil(ctx, store, f, v.Position, 5000, nil, nil); err != nil {
+				return err
+			}
+			cached = f
 		}
 		expected := f.Expected(v.Projection, "")
 		var faults []string
