@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/projections"
 )
@@ -27,7 +25,7 @@ type ProjectionReport struct {
 // ledger's event store from its checkpoints until it has caught up or timeout
 // passes, and measures events applied per second.
 func projectAll(ctx context.Context, url string, timeout time.Duration, components, log *slog.Logger) (*ProjectionReport, error) {
-	pool, err := pgxpool.New(ctx, url)
+	pool, err := projections.NewPool(ctx, url) // as the projector sizes it
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +40,7 @@ func projectAll(ctx context.Context, url string, timeout time.Duration, componen
 	if err != nil {
 		return nil, err
 	}
-	rep := &ProjectionReport{Projections: len(projections.Names), BatchSize: 2000}
+	rep := &ProjectionReport{Projections: len(projections.Names)}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
