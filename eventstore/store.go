@@ -152,6 +152,10 @@ type AppendResult struct {
 	LastRevision  Revision
 	// Position is the global position of the last event written.
 	Position Position
+	// Idempotent is true when the events were already in the stream and nothing
+	// was written. The PostgreSQL and memory stores report it; the KurrentDB server
+	// answers a deduplicated append exactly like a fresh one, so there it is false.
+	Idempotent bool
 }
 
 // StreamAppend is one stream's part of a multi-stream append.

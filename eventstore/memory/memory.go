@@ -226,6 +226,7 @@ func (s *Store) matchAtLocked(stream string, first int64, events []eventstore.Ev
 		FirstRevision: uint64(first),
 		LastRevision:  uint64(first + n - 1),
 		Position:      position(idx[first+n-1]),
+		Idempotent:    true,
 	}, true
 }
 
@@ -513,3 +514,7 @@ func matches(stream string, prefixes []string) bool {
 	}
 	return false
 }
+
+// ReportsIdempotentAppends tells the conformance suite that AppendResult.Idempotent
+// is reported by this store.
+func (s *Store) ReportsIdempotentAppends() bool { return true }

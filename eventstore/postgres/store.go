@@ -410,6 +410,7 @@ func decide(ctx context.Context, tx pgx.Tx, p eventstore.StreamAppend, head int6
 			return pl, wrongRevision(p.Stream, p.Expected, head)
 		}
 		pl.result = res
+		pl.result.Idempotent = true
 		return pl, nil
 	}
 	if p.Expected.IsStreamExists() && head < 0 {
@@ -434,6 +435,7 @@ func decide(ctx context.Context, tx pgx.Tx, p eventstore.StreamAppend, head int6
 		return pl, wrongRevision(p.Stream, p.Expected, head)
 	}
 	pl.result = res
+	pl.result.Idempotent = true
 	return pl, nil
 }
 
@@ -806,3 +808,7 @@ func matches(stream string, prefixes []string) bool {
 	}
 	return false
 }
+
+// ReportsIdempotentAppends tells the conformance suite that AppendResult.Idempotent
+// is reported by this store.
+func (s *Store) ReportsIdempotentAppends() bool { return true }

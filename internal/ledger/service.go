@@ -223,7 +223,9 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 		if !ok {
 			return nil, false, nil, fmt.Errorf("ledger: %s: key %q not found after its own append", stream, cmd.IdempotencyKey)
 		}
-		return copyRecord(rec), false, nil, nil
+		// An append the store found already written was decided before: by another
+		// instance whose write this cache had not seen yet. Answer it as the duplicate it is.
+		return copyRecord(rec), res.idempotent, nil, nil
 	}
 	return nil, false, nil, ErrTooManyConflicts
 }
@@ -249,6 +251,8 @@ func answerKnown(rec *domain.KeyRecord, req domain.Request) Reply {
 // written is a successful append: the events as they now stand in the stream.
 type written struct {
 	events []domain.StoredEvent
+	// idempotent: the store already held these events and wrote nothing.
+	idempotent bool
 }
 
 // applyWritten folds freshly written events into the cached aggregate. Should the
@@ -337,7 +341,7 @@ func (s *Service) appendStep(ctx context.Context, cmd domain.Command, req domain
 }
 
 func writtenFrom(stream string, res eventstore.AppendResult, data []eventstore.EventData, metas []domain.Metadata) written {
-	w := written{events: make([]domain.StoredEvent, len(data))}
+	w := written{events: make([]domain.StoredEvent, len(data)), idempotent: res.Idempotent}
 	for i, d := range data {
 		w.events[i] = domain.StoredEvent{ID: d.ID, Stream: stream, Revision: res.FirstRevision + uint64(i), Type: d.Type, Data: d.Data, Metadata: metas[i]}
 	}
