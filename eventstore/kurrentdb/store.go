@@ -87,6 +87,10 @@ func ConnectionString(url string) (string, error) {
 	return "", fmt.Errorf("kurrentdb: unsupported scheme %q (want kurrentdb:// or esdb://)", scheme)
 }
 
+// DefaultMaxDiscoverAttempts bounds the client's rediscovery when the URL does not
+// (maxDiscoverAttempts=N): 3,000 attempts 100 ms apart, about five minutes.
+const DefaultMaxDiscoverAttempts = 3000
+
 // Store is eventstore.Store over one KurrentDB node or cluster.
 type Store struct {
 	cfg  esdb.Configuration
@@ -127,6 +131,13 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		opt(&o)
 	}
 	cfg.Logger = clientLogger(o.logger)
+	if !strings.Contains(strings.ToLower(cs), "maxdiscoverattempts=") {
+		// The client gives up its connection for good after MaxDiscoverAttempts
+		// failed discoveries (default 10, about a second), stranding calls inside
+		// it. Keep rediscovering through an outage of minutes instead: calls still
+		// return at their own deadline meanwhile.
+		cfg.MaxDiscoverAttempts = DefaultMaxDiscoverAttempts
+	}
 	s := &Store{cfg: *cfg, opts: o, dead: make(map[*esdb.Client]bool)}
 	s.subCtx, s.cancelSub = context.WithCancel(context.Background())
 	if s.client, err = s.newClient(); err != nil {

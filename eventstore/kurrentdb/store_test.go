@@ -548,3 +548,33 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 		t.Fatalf("second close: %v", err)
 	}
 }
+
+// TestOutageOfSecondsIsRidden: with the store's default rediscovery (not the
+// client's ten attempts) an outage longer than a second ends with the same client
+// working again, and Close leaves no call stranded.
+func TestOutageOfSecondsIsRidden(t *testing.T) {
+	srv, url := kurrenttest.Start(t)
+	s, err := kurrentdb.Open(ctxT(t), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, s, "a", eventstore.NoStream, evs(1)...)
+	srv.SetUnavailable(true)
+	outage := time.Now()
+	for time.Since(outage) < 2500*time.Millisecond { // the client's own limit is about one second
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		if _, err := s.ReadStream(ctx, "a", 0, eventstore.Forwards, 0); err == nil {
+			t.Fatal("read succeeded while the server was unavailable")
+		}
+		cancel()
+	}
+	srv.SetUnavailable(false)
+	eventually(t, "reads to work again", func() bool {
+		_, err := s.ReadStream(ctxT(t), "a", 0, eventstore.Forwards, 0)
+		return err == nil
+	})
+	mustAppend(t, s, "a", eventstore.Exact(0), evs(1)...)
+	if err := s.Close(); err != nil {
+		t.Fatalf("close after the outage: %v", err)
+	}
+}
