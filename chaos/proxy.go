@@ -16,7 +16,7 @@ import (
 const (
 	modePass      = iota
 	modeLatency   // every chunk is delayed
-	modeBlackhole // bytes are swallowed: the peers hang until their timeouts
+	modeBlackhole // bytes are held back: the peers hang until the heal or their timeouts
 	modeReset     // connections are closed, new ones refused
 )
 
@@ -121,9 +121,14 @@ func (p *proxy) pipe(dst, src net.Conn, done chan<- struct{}) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			// A blackhole holds the bytes back, as a network that drops packets
+			// does while TCP retransmits them: they arrive after the heal, or the
+			// peers give up on their own timeouts. (Swallowing them would corrupt
+			// the protocol streams, which no real partition does.)
+			for i := 0; i < 6000 && p.mode.Load() == modeBlackhole; i++ { // bounded: 60 s
+				time.Sleep(10 * time.Millisecond)
+			}
 			switch p.mode.Load() {
-			case modeBlackhole:
-				continue // swallowed
 			case modeLatency:
 				time.Sleep(time.Duration(p.latency.Load()))
 			case modeReset:

@@ -123,7 +123,7 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 		w.until = faultsDone // the load lasts until the planned faults happened
 	}
 	// Every workload is bounded in time as well as in commands.
-	wctx, wcancel := context.WithTimeout(ctx, s.durScale(25*time.Second, 60*time.Second))
+	wctx, wcancel := context.WithTimeout(ctx, s.durScale(25*time.Second, 45*time.Second))
 	w.run(wctx, c)
 	wcancel()
 	fcancel()
