@@ -12,6 +12,9 @@ import (
 	"github.com/ledgerworks/ledger/internal/natsapi"
 )
 
+// publishWindow bounds the unacknowledged publishes of the js-publish phase.
+const publishWindow = 512
+
 // jsPollInterval is how often the consumer's progress is read.
 const jsPollInterval = 20 * time.Millisecond
 
@@ -29,7 +32,7 @@ func newJSProbe(ctx context.Context, url string, log *slog.Logger, every time.Du
 	if err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1024))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(2*publishWindow))
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -132,32 +135,16 @@ func (p *jsProbe) waitStored(ctx context.Context, seq uint64, stallAfter time.Du
 // settleTimeout bounds the wait for n messages to be settled.
 func settleTimeout(n int) time.Duration { return 60*time.Second + time.Duration(n)*5*time.Millisecond }
 
-// jsPublish publishes n new commands with js.PublishAsync (a bounded window of
-// unacknowledged publishes) and measures publishes acknowledged per second. The
+// jsPublish publishes n new commands with js.PublishAsync, at most publishWindow
+// unacknowledged, and measures publishes acknowledged per second. The
 // stream captures the command subjects and the intake answers them too: a publish
 // is acknowledged by whichever comes first, the stream's PubAck or the ledger's
 // reply (natsapi.WireReply). Then the consumer's confirmations are awaited.
 func jsPublish(ctx context.Context, p *jsProbe, gens []*clientGen, n int) (res PhaseResult, err error) {
-	res.Mode = "jetstream publish, 1024 in flight"
+	res.Mode = fmt.Sprintf("js.PublishAsync, %d in flight", publishWindow)
 	futures := make([]jetstream.PubAckFuture, 0, n)
-	start := time.Now()
-	for i := 0; i < n; i++ {
-		cmd := gens[i%len(gens)].next(0)
-		f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: natsapi.CommandSubject(string(cmd.typ)), Data: cmd.body})
-		if err != nil {
-			return res, fmt.Errorf("bench: publish: %w", err)
-		}
-		futures = append(futures, f)
-	}
-	select {
-	case <-p.js.PublishAsyncComplete():
-	case <-time.After(settleTimeout(n)):
-		return res, fmt.Errorf("bench: %d publishes not acknowledged in time", p.js.PublishAsyncPending())
-	case <-ctx.Done():
-		return res, ctx.Err()
-	}
-	elapsed := time.Since(start)
-	for _, f := range futures {
+	settled := 0 // futures[:settled] are resolved
+	settle := func(f jetstream.PubAckFuture) error {
 		select {
 		case <-f.Ok():
 			res.Commands++
@@ -168,8 +155,34 @@ func jsPublish(ctx context.Context, p *jsProbe, gens []*clientGen, n int) (res P
 			if len(res.ErrorSamples) < 3 {
 				res.ErrorSamples = append(res.ErrorSamples, err.Error())
 			}
+		case <-time.After(settleTimeout(publishWindow)):
+			return fmt.Errorf("bench: a publish not acknowledged within %s", settleTimeout(publishWindow))
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		for len(futures)-settled >= publishWindow {
+			if err := settle(futures[settled]); err != nil {
+				return res, err
+			}
+			settled++
+		}
+		cmd := gens[i%len(gens)].next(0)
+		f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: natsapi.CommandSubject(string(cmd.typ)), Data: cmd.body})
+		if err != nil {
+			return res, fmt.Errorf("bench: publish: %w", err)
+		}
+		futures = append(futures, f)
+	}
+	for ; settled < len(futures); settled++ {
+		if err := settle(futures[settled]); err != nil {
+			return res, err
 		}
 	}
+	elapsed := time.Since(start)
 	res.Seconds = elapsed.Seconds()
 	res.CommandsPerSec = float64(res.Commands) / elapsed.Seconds()
 	return res, nil
