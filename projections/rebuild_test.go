@@ -134,7 +134,10 @@ func TestRebuildUnderLiveTraffic(t *testing.T) {
 	}
 	auditOK(t, env)
 	if got, want := eventsConsumed(t, env), storeEvents(t, env); got[projections.Accounts] != want || got[projections.Commands] != want {
-		t.Fatalf("events consumed %v, store holds %d", got, want)
+		var below, nonledger int64
+		cp := checkpoints(t, env)[projections.Accounts]
+		env.Pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE (transaction_id::text::numeric, position) <= ($1::numeric, $2)), count(*) FILTER (WHERE stream NOT LIKE 'account-%' AND stream NOT LIKE 'key-%' AND stream NOT LIKE 'transfer-%') FROM events`, cp.Commit, cp.Prepare).Scan(&below, &nonledger)
+		t.Fatalf("events consumed %v, store holds %d (%d at or below the checkpoint %s, %d of other streams); %+v", got, want, below, cp, nonledger, res)
 	}
 	t.Logf("%d reads during the rebuild; %+v", reads.Load(), res)
 }
