@@ -131,7 +131,7 @@ func transferRowOf(t *domain.Transfer) string {
 	return row(t.ID, t.From, t.To, t.Amount, t.Currency, t.Saga.Stage.Status(), refunded)
 }
 
-// replyRow is the canonical JSON of a reply (the digest of it).
+// replyRow is the digest of a reply as the ledger encodes it (duplicate false).
 func replyRow(r ledger.Reply) string {
 	r.Duplicate = false
 	b, _ := json.Marshal(r)
@@ -269,11 +269,8 @@ func scanRow(table string, rows pgx.Rows) (key, r string, err error) {
 		if err := rows.Scan(&key, &reply); err != nil {
 			return "", "", err
 		}
-		var r ledger.Reply
-		if err := json.Unmarshal([]byte(reply), &r); err != nil {
-			return key, "unparsable reply: " + err.Error(), nil
-		}
-		return key, replyRow(r), nil
+		// The read model holds the reply as the ledger encodes it, byte for byte.
+		return key, rowDigest(reply), nil
 	}
 	return "", "", fmt.Errorf("audit: unknown table %q", table)
 }
