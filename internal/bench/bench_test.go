@@ -113,7 +113,8 @@ func TestRunTiny(t *testing.T) {
 		}
 	}
 	if k := rep.KeyCheck; k == nil || k.Short.Events != 10 || k.Long.Events != 300 || k.Long.ColdLoadMs <= 0 ||
-		k.Long.DuplicateP50Us <= 0 || k.Long.DecideP50Us <= 0 || k.Long.DecideOnlyNs <= 0 || k.DuplicateRatio <= 0 {
+		k.Long.Duplicate10Ns <= 0 || k.Long.DuplicateSpreadNs <= 0 || k.Long.DecideP50Us <= 0 || k.Long.DecideOnly10Ns <= 0 ||
+		k.Long.DecideOnlySpreadNs <= 0 || k.LikeForLike() <= 0 || k.Spread() <= 0 || k.Long.SpreadKeys != 10 {
 		t.Errorf("key check: %+v", rep.KeyCheck)
 	}
 	if p := rep.Projection; p == nil || !p.CaughtUp || p.Events <= 0 || p.EventsPerSec <= 0 {
