@@ -91,6 +91,11 @@ func applySlot(ctx context.Context, pool *pgxpool.Pool, s *slot, events []*Event
 		return fmt.Errorf("projections: %s: begin: %w", s.proj.Name(), err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
+	// A read model can be rebuilt from the events: losing its last batches in a
+	// database crash loses their checkpoint with them, and they are applied again.
+	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+		return fmt.Errorf("projections: %s: %w", s.proj.Name(), err)
+	}
 	ct, err := tx.Exec(ctx, casSQL, s.proj.Name(), s.gen, endC, endP, oc, op, int64(len(events)))
 	if err != nil {
 		return fmt.Errorf("projections: %s: checkpoint: %w", s.proj.Name(), err)
