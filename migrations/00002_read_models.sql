@@ -13,6 +13,9 @@
 -- second runner, or a runner racing a switch, can never apply a batch twice.
 -- Positions are eventstore.Position (commit, prepare), compared as a row.
 --
+-- Tables updated in place (accounts, holds, transfers, the commands projection's
+-- account fold) leave room in each page (fillfactor) so that updates stay HOT.
+--
 -- The layout of a generation is the body of readmodel.create_generation: a later
 -- migration that changes a read model replaces that function (and the views), and
 -- `projector rebuild` then builds the new layout beside the old one.
@@ -57,7 +60,7 @@ BEGIN
                 revision        bigint      NOT NULL, -- the stream's last revision applied
                 opened_at       timestamptz NOT NULL,
                 updated_at      timestamptz NOT NULL
-            )$ddl$, 'accounts' || g);
+            ) WITH (fillfactor = 50)$ddl$, 'accounts' || g);
         EXECUTE format($ddl$
             CREATE TABLE readmodel.%I (
                 account_id      text        NOT NULL,
@@ -72,7 +75,7 @@ BEGIN
                 placed_at       timestamptz NOT NULL,
                 updated_at      timestamptz NOT NULL,
                 PRIMARY KEY (account_id, hold_id)
-            )$ddl$, 'holds' || g);
+            ) WITH (fillfactor = 70)$ddl$, 'holds' || g);
     WHEN 'entries' THEN
         EXECUTE format($ddl$
             CREATE TABLE readmodel.%I (
@@ -104,7 +107,7 @@ BEGIN
                 revision        bigint      NOT NULL,
                 requested_at    timestamptz NOT NULL,
                 updated_at      timestamptz NOT NULL
-            )$ddl$, 'transfers' || g);
+            ) WITH (fillfactor = 70)$ddl$, 'transfers' || g);
     WHEN 'commands' THEN
         EXECUTE format($ddl$
             CREATE TABLE readmodel.%I (
@@ -127,7 +130,7 @@ BEGIN
                 balance    bigint NOT NULL,
                 held       bigint NOT NULL,
                 revision   bigint NOT NULL
-            )$ddl$, 'command_accounts' || g);
+            ) WITH (fillfactor = 50)$ddl$, 'command_accounts' || g);
         -- Sagas not yet decided: their transfer-stream events and the records of
         -- their steps in account streams, until the decision writes the reply.
         EXECUTE format($ddl$
