@@ -161,7 +161,9 @@ func runCommand() *cli.Command {
 		projectionFlag(),
 		&cli.StringFlag{Name: config.FlagHTTPAddr, Value: "127.0.0.1:8081", Usage: "listen address of the HTTP queries, /healthz, /readyz and /metrics (empty: none)", Sources: cli.EnvVars("LEDGER_PROJECTOR_HTTP_ADDR")},
 		&cli.BoolFlag{Name: flagNATS, Value: true, Usage: "answer ledger.v1.query.* over NATS", Sources: cli.EnvVars("LEDGER_PROJECTOR_NATS")},
-		&cli.StringSliceFlag{Name: flagQueries, Value: query.Queries, Usage: "queries answered over NATS", Sources: cli.EnvVars("LEDGER_PROJECTOR_QUERIES")},
+		&cli.StringSliceFlag{Name: flagQueries, Value: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer},
+			Usage:   "queries answered over NATS; add command to answer ledger.v1.query.command from the read model (then run `ledger serve --serve-command-query=false`, which otherwise answers it from the event store: one responder per subject)",
+			Sources: cli.EnvVars("LEDGER_PROJECTOR_QUERIES")},
 		&cli.StringFlag{Name: flagQueueGroup, Value: query.DefaultQueueGroup, Usage: "NATS queue group of the query responders", Sources: cli.EnvVars("LEDGER_PROJECTOR_QUEUE_GROUP")},
 		&cli.IntFlag{Name: flagBatchSize, Value: 5000, Usage: "events per batch (one transaction)", Sources: cli.EnvVars("LEDGER_PROJECTOR_BATCH_SIZE")},
 		&cli.DurationFlag{Name: flagPollInterval, Value: 50 * time.Millisecond, Usage: "wait of a caught-up projector before it reads again", Sources: cli.EnvVars("LEDGER_PROJECTOR_POLL_INTERVAL")},
@@ -177,8 +179,9 @@ func runCommand() *cli.Command {
 		Description: "Follows the event store's \"all\" from each projection's checkpoint in batches; each\n" +
 			"batch's read-model rows and its checkpoint commit in one transaction that compare-and-sets\n" +
 			"the checkpoint, so several instances may run at once. Answers ledger.v1.query.account,\n" +
-			"entries, transfer and command over NATS and GET /v1/accounts/{id}, /v1/accounts/{id}/entries,\n" +
-			"/v1/transfers/{id} and /v1/commands/{key} over HTTP. Stops cleanly on SIGINT or SIGTERM.",
+			"entries and transfer (and command with --queries) over NATS and GET /v1/accounts/{id},\n" +
+			"/v1/accounts/{id}/entries, /v1/transfers/{id} and /v1/commands/{key} over HTTP. Stops\n" +
+			"cleanly on SIGINT or SIGTERM.",
 		Flags:  flags,
 		Action: runRun,
 	}
