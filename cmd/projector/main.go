@@ -162,7 +162,7 @@ func runCommand() *cli.Command {
 		&cli.StringFlag{Name: config.FlagHTTPAddr, Value: "127.0.0.1:8081", Usage: "listen address of the HTTP queries, /healthz, /readyz and /metrics (empty: none)", Sources: cli.EnvVars("LEDGER_PROJECTOR_HTTP_ADDR")},
 		&cli.BoolFlag{Name: flagNATS, Value: true, Usage: "answer ledger.v1.query.* over NATS", Sources: cli.EnvVars("LEDGER_PROJECTOR_NATS")},
 		&cli.StringSliceFlag{Name: flagQueries, Value: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer},
-			Usage:   "queries answered over NATS; add command to answer ledger.v1.query.command from the read model (then run `ledger serve --serve-command-query=false`, which otherwise answers it from the event store: one responder per subject)",
+			Usage:   "queries answered over NATS; add command to answer ledger.v1.query.command from the read model (then run ledger serve with --serve-command-query=false, which otherwise answers it from the event store: one responder per subject)",
 			Sources: cli.EnvVars("LEDGER_PROJECTOR_QUERIES")},
 		&cli.StringFlag{Name: flagQueueGroup, Value: query.DefaultQueueGroup, Usage: "NATS queue group of the query responders", Sources: cli.EnvVars("LEDGER_PROJECTOR_QUEUE_GROUP")},
 		&cli.IntFlag{Name: flagBatchSize, Value: 5000, Usage: "events per batch (one transaction)", Sources: cli.EnvVars("LEDGER_PROJECTOR_BATCH_SIZE")},
