@@ -245,12 +245,15 @@ func DropStaleBuilds(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
+// dropGeneration drops a generation that is being built, never a live one (a
+// switch whose commit was acknowledged late may have made it live after all).
 func dropGeneration(ctx context.Context, pool *pgxpool.Pool, name string, gen int) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `DELETE FROM readmodel.checkpoints WHERE name = $1 AND generation = $2 AND state = 'building'`, name, gen); err != nil {
+		ct, err := tx.Exec(ctx, `DELETE FROM readmodel.checkpoints WHERE name = $1 AND generation = $2 AND state = 'building'`, name, gen)
+		if err != nil || ct.RowsAffected() == 0 {
 			return err
 		}
-		_, err := tx.Exec(ctx, `SELECT readmodel.drop_generation($1, $2)`, name, gen)
+		_, err = tx.Exec(ctx, `SELECT readmodel.drop_generation($1, $2)`, name, gen)
 		return err
 	})
 }
