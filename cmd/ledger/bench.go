@@ -44,6 +44,7 @@ const (
 	flagBenchPoolSize     = "baseline-pool-size"
 	flagBenchForUpdate    = "baseline-select-for-update"
 	flagBenchCPUProfile   = "cpuprofile"
+	flagBenchProfPhase    = "cpuprofile-phase"
 	flagBenchJSON         = "json"
 	flagBenchMarkdown     = "markdown"
 	flagBenchProgress     = "progress-interval"
@@ -86,6 +87,7 @@ func benchCommand() *cli.Command {
 		&cli.StringFlag{Name: flagBenchLedgerDB, Category: sut, Usage: "use this PostgreSQL database for the ledger instead of a private cluster", Sources: benchEnv(flagBenchLedgerDB)},
 		&cli.StringFlag{Name: flagBenchBaselineDB, Category: sut, Usage: "use this PostgreSQL database for the baseline (needed with --ledger-database-url)", Sources: benchEnv(flagBenchBaselineDB)},
 		&cli.StringFlag{Name: flagBenchCPUProfile, Category: out, Usage: "write a CPU profile of the whole run (clients, NATS, ledger, baseline handler) to this file", Sources: benchEnv(flagBenchCPUProfile), TakesFile: true},
+		&cli.StringFlag{Name: flagBenchProfPhase, Category: out, Usage: "profile only this phase, as system/phase (e.g. ledger/load) instead of the whole run", Sources: benchEnv(flagBenchProfPhase)},
 		&cli.StringFlag{Name: flagBenchJSON, Category: out, Usage: "also write the report as JSON to this file", Sources: benchEnv(flagBenchJSON), TakesFile: true},
 		&cli.StringFlag{Name: flagBenchMarkdown, Category: out, Usage: "also write the report as Markdown tables to this file (for BENCHMARKS.md)", Sources: benchEnv(flagBenchMarkdown), TakesFile: true},
 		&cli.DurationFlag{Name: flagBenchProgress, Category: out, Value: d.ProgressInterval, Usage: "period of the progress lines on stderr (0: none)", Sources: benchEnv(flagBenchProgress)},
@@ -131,10 +133,25 @@ func runBench(ctx context.Context, cmd *cli.Command) error {
 			return exitWith(2, err)
 		}
 		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
+		if phase := cmd.String(flagBenchProfPhase); phase != "" {
+			cfg.PhaseHook = func(system, name string, start bool) {
+				if system+"/"+name != phase {
+					return
+				}
+				if start {
+					if err := pprof.StartCPUProfile(f); err != nil {
+						progress.Error("cpu profile", "err", err)
+					}
+					return
+				}
+				pprof.StopCPUProfile()
+			}
+		} else {
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+			defer pprof.StopCPUProfile()
 		}
-		defer pprof.StopCPUProfile()
 	}
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)

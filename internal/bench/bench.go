@@ -167,6 +167,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	return rep, nil
 }
 
+func hook(cfg Config, system, phase string, start bool) {
+	if cfg.PhaseHook != nil {
+		cfg.PhaseHook(system, phase, start)
+	}
+}
+
 func cpuCount() int { return runtime.NumCPU() }
 
 func intakeOptions(cfg Config, grace time.Duration, log *slog.Logger) natsapi.Options {
@@ -301,7 +307,9 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 		spec.system, spec.phase, spec.record = sys, name, true
 		before := sampleCPU(pm)
 		tx0, cmds0 := batchTotals()
+		hook(cfg, sys, name, true)
 		run, err := drive(ctx, t, g, spec, prog)
+		hook(cfg, sys, name, false)
 		if err != nil {
 			return nil, err
 		}
@@ -397,7 +405,9 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 		log.Info("bench", "phase", sys+"/"+js.name, "messages", cfg.JetStreamMessages)
 		before := sampleCPU(pm)
 		tx0, cmds0 := batchTotals()
+		hook(cfg, sys, js.name, true)
 		res, err := js.run(ctx, p, gens(js.name), cfg.JetStreamMessages)
+		hook(cfg, sys, js.name, false)
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", js.name, err)
 		}

@@ -68,6 +68,9 @@ type Config struct {
 	// Logger receives what the started components log (NATS, PostgreSQL, the
 	// ledger node, the intakes, the projector).
 	Logger *slog.Logger
+	// PhaseHook, when set, is called as each measured phase starts and ends (a
+	// profiler scoped to one phase).
+	PhaseHook func(system, phase string, start bool)
 	// Progress receives the benchmark's own lines: phases, progress, results.
 	Progress *slog.Logger
 	// ProgressInterval is the period of progress lines (0: none).

@@ -89,7 +89,9 @@ func runEcho(ctx context.Context, cfg Config, natsURL string, w *workload, pm in
 		}
 	}
 	before := sampleCPU(pm)
+	hook(cfg, SystemEcho, PhaseLoad, true)
 	run, err := drive(ctx, t, gens, loadSpec{system: SystemEcho, phase: PhaseLoad, duration: cfg.Duration, record: true}, prog)
+	hook(cfg, SystemEcho, PhaseLoad, false)
 	if err != nil {
 		return nil, err
 	}
