@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ledgerworks/ledger/internal/natsapi"
 	"github.com/ledgerworks/ledger/internal/pgcluster"
 )
 
@@ -52,6 +53,8 @@ type result struct {
 	recoverMax time.Duration
 	took       time.Duration
 	notes      []string
+	// failpoints counts the ledger's deaths by failpoint (scenario 3).
+	failpoints map[string]int
 }
 
 func (r *result) ok() bool { return r.err == nil && r.report != nil && r.report.OK() }
@@ -191,6 +194,11 @@ func printResult(r *result) {
 	fmt.Printf("scenario %-2s %-44s %s  commands=%d acked=%d indefinite=%d failed=%d duplicates=%d conflicts=%d redeliveries=%d kills=%d restarts=%d recover=%s events=%d took=%s\n",
 		r.id, r.name, verdict, r.stats.Commands, r.stats.Acked, r.stats.Indefinite, r.stats.Failed, r.stats.Duplicates, r.stats.Conflicts,
 		r.ev.Redeliveries, r.ev.Kills, r.ev.Restarts, recov, eventsOf(r.report), r.took.Round(100*time.Millisecond))
+	if r.failpoints != nil {
+		fmt.Printf("    failpoint deaths (each restarted): %s=%d %s=%d\n",
+			natsapi.FailpointAfterCommitBeforeAck, r.failpoints[natsapi.FailpointAfterCommitBeforeAck],
+			natsapi.FailpointAfterAckBeforeReply, r.failpoints[natsapi.FailpointAfterAckBeforeReply])
+	}
 	for _, n := range r.notes {
 		fmt.Printf("    %s\n", n)
 	}

@@ -75,6 +75,9 @@ type bank struct {
 	planned bool
 	// settleTimeout bounds the final quiesce.
 	settleTimeout time.Duration
+	// failpoints, when set, is the ledgers' LEDGER_FAILPOINTS: they die on
+	// purpose at those points, and a watcher restarts them until the check.
+	failpoints string
 }
 
 // runBank runs a bank workload against a fresh system with faults beside it,
@@ -86,6 +89,9 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 	}
 	defer sys.down()
 	sys.ledgerArgs = b.ledgerArgs
+	if b.failpoints != "" {
+		sys.ledgerEnv = []string{"LEDGER_FAILPOINTS=" + b.failpoints}
+	}
 	if b.setup != nil {
 		if err := b.setup(ctx, sys); err != nil {
 			return err
@@ -93,6 +99,17 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 	}
 	if err := sys.up(ctx, max(b.ledgers, 1), b.projectors); err != nil {
 		return err
+	}
+	if b.failpoints != "" {
+		// Runs before sys.down (defers run last in, first out).
+		wctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); sys.watchLedgers(wctx, res) }()
+		defer func() {
+			stop()
+			<-done
+			res.failpoints = sys.failpointDeaths()
+		}()
 	}
 	h := newHistory()
 	timeout := b.timeout
@@ -242,13 +259,22 @@ func (sys *system) heal(ctx context.Context) error {
 		}
 	}
 	for _, v := range append(append([]*svc(nil), sys.ledgers...), sys.projectors...) {
-		if !v.running() {
-			if err := sys.startSvc(ctx, v); err != nil {
-				return err
-			}
+		if _, err := sys.restartIfDead(ctx, v); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// restartIfDead starts v again if it is not running (and no one else is
+// restarting it), returning whether it did.
+func (sys *system) restartIfDead(ctx context.Context, v *svc) (bool, error) {
+	v.restart.Lock()
+	defer v.restart.Unlock()
+	if v.running() {
+		return false, nil
+	}
+	return true, sys.startSvc(ctx, v)
 }
 
 // finish gathers the evidence and runs the checker in one snapshot.

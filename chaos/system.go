@@ -95,6 +95,7 @@ type system struct {
 	svcDBURL   string
 
 	ledgerArgs []string
+	ledgerEnv  []string
 	ledgers    []*svc
 	projectors []*svc
 
@@ -109,6 +110,8 @@ type system struct {
 type svc struct {
 	*proc
 	port int
+	// restart serialises the restarts of the process (a killer's and a watcher's).
+	restart sync.Mutex
 }
 
 func (s *svc) readyURL() string { return fmt.Sprintf("http://127.0.0.1:%d/readyz", s.port) }
@@ -188,7 +191,7 @@ func (sys *system) newLedger(i int) (*svc, error) {
 		"--shutdown-timeout", "10s",
 	}
 	args = append(args, sys.ledgerArgs...)
-	p := &proc{name: fmt.Sprintf("ledger-%d", i), bin: sys.s.ledgerBin, args: args, log: filepath.Join(sys.dir, fmt.Sprintf("ledger-%d.log", i))}
+	p := &proc{name: fmt.Sprintf("ledger-%d", i), bin: sys.s.ledgerBin, args: args, env: sys.ledgerEnv, log: filepath.Join(sys.dir, fmt.Sprintf("ledger-%d.log", i))}
 	return &svc{proc: p, port: port}, nil
 }
 

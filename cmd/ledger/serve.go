@@ -149,6 +149,9 @@ func serveCommand() *cli.Command {
 	}
 }
 
+// envFailpoints names the test-only failpoint spec read by ledger serve.
+const envFailpoints = "LEDGER_FAILPOINTS"
+
 func runServe(ctx context.Context, cmd *cli.Command) error {
 	log, err := config.LoggerFromCommand(cmd, os.Stderr)
 	if err != nil {
@@ -169,6 +172,16 @@ func runServe(ctx context.Context, cmd *cli.Command) error {
 	opts, err := serviceOptions(cmd, log)
 	if err != nil {
 		return exitWith(2, err)
+	}
+	// Test-only: LEDGER_FAILPOINTS makes the intake exit (as SIGKILL) at the
+	// points it names, with their probabilities (README, operations).
+	fps, err := natsapi.ParseFailpoints(os.Getenv(envFailpoints))
+	if err != nil {
+		return exitWith(2, fmt.Errorf("%s: %w", envFailpoints, err))
+	}
+	if fps != nil {
+		opts.Intake.Failpoint = natsapi.FailpointHook(fps, os.Stderr, os.Exit)
+		log.Warn("failpoints enabled: this process will exit on purpose (test only)", "failpoints", natsapi.FailpointString(fps))
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()

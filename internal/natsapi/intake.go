@@ -77,6 +77,12 @@ type Options struct {
 	Metrics *Metrics
 	Logger  *slog.Logger
 
+	// Failpoint, when set (tests and the chaos suite only; off in production), is
+	// called at the named failpoints (FailpointAfterCommitBeforeAck,
+	// FailpointAfterAckBeforeReply) and may end the process there. See
+	// FailpointHook.
+	Failpoint func(name string)
+
 	// beforeAck, in tests, runs after a JetStream command's outcome is known and
 	// before it is settled; returning false leaves the message unsettled (a
 	// consumer that died before its ack).
@@ -310,6 +316,9 @@ func (in *Intake) handleRequest(msg *nats.Msg) {
 	r := in.h.HandleRaw(ctx, typ, msg.Data)
 	in.opts.Metrics.command(typ, SourceRequest, r, time.Since(start))
 	in.logOutcome(SourceRequest, typ, r, time.Since(start))
+	if durable(r) {
+		in.failpoint(FailpointAfterCommitBeforeAck) // the reply is request-reply's ack
+	}
 	b, err := json.Marshal(wire(r))
 	if err != nil {
 		in.log.Error("encode reply", "err", err)
@@ -317,6 +326,18 @@ func (in *Intake) handleRequest(msg *nats.Msg) {
 	}
 	if err := msg.Respond(b); err != nil {
 		in.log.Warn("reply", "err", err, "key", r.IdempotencyKey)
+	}
+}
+
+// durable reports whether r is an outcome the event store keeps (or that is final).
+func durable(r ledger.Reply) bool {
+	return r.Status == domain.StatusApplied || r.Status == domain.StatusRejected
+}
+
+// failpoint calls Options.Failpoint, if any.
+func (in *Intake) failpoint(name string) {
+	if in.opts.Failpoint != nil {
+		in.opts.Failpoint(name)
 	}
 }
 

@@ -262,10 +262,17 @@ func (c *consumerLoop) handle(m jetstream.Msg) {
 	}
 	switch r.Status {
 	case domain.StatusApplied, domain.StatusRejected:
+		in.failpoint(FailpointAfterCommitBeforeAck)
 		if err := m.Ack(); err != nil {
 			in.log.Warn("jetstream ack", "err", err, "key", r.IdempotencyKey, "seq", md.Sequence.Stream)
 		}
 		in.opts.Metrics.settled("ack")
+		if in.opts.Failpoint != nil {
+			// The ack is buffered: make sure it reached the server, so that the
+			// failpoint dies after the ack and not, in effect, before it.
+			_ = in.nc.FlushTimeout(5 * time.Second)
+			in.failpoint(FailpointAfterAckBeforeReply)
+		}
 	case domain.StatusInvalid:
 		c.deadLetter(ctx, m, md, string(r.Code), r.Message)
 	default:
