@@ -245,7 +245,7 @@ func scenarioKillLedger(ctx context.Context, s *suite, res *result) error {
 	// acked but not gone on. About 3 durable outcomes per command pass those
 	// points (request-reply, then the consumer's confirmation and its ack): the
 	// probabilities aim at ~10 deaths in the full run, ~4 in --quick.
-	p := 0.0008
+	p := 0.0013
 	if s.quick {
 		p = 0.004
 	}
