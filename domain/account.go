@@ -44,6 +44,14 @@ type KeyRecord struct {
 	Refunded int64
 }
 
+// EventsOrNone is the record's events; none for a nil record (a step that never ran).
+func (r *KeyRecord) EventsOrNone() []EventRef {
+	if r == nil {
+		return nil
+	}
+	return r.Events
+}
+
 // Duplicate compares a retry's request with the recorded one: duplicate when equal,
 // otherwise the differing fields (idempotency_key_conflict).
 func (r *KeyRecord) Duplicate(req Request) (duplicate bool, conflict []string) {

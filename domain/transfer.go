@@ -535,3 +535,30 @@ func (t *Transfer) advance(s *Saga, from, to SagaStage, code Code, msg string) e
 	}
 	return nil
 }
+
+// SagaReplyEvents orders the events of a decided saga's reply: the saga's own
+// events in the transfer stream, each marker preceded by the events of the step
+// records it concludes (the debit before a rejection or completion, the credit
+// before a completion or a refused credit, the compensation before a failure).
+// The ledger, the commands read model and the audit all build replies with it, so
+// a reply rebuilt from the events is byte for byte the one the ledger sent.
+func SagaReplyEvents(saga, debit, credit, compensate []EventRef) []EventRef {
+	out := []EventRef{}
+	add := func(step *[]EventRef) {
+		out = append(out, (*step)...)
+		*step = nil // once
+	}
+	for _, ev := range saga {
+		switch ev.Type {
+		case EvTransferRejected, EvRefundRejected:
+			add(&debit)
+		case EvTransferCompleted, EvRefundCompleted, EvTransferCreditRefused, EvRefundCreditRefused:
+			add(&debit)
+			add(&credit)
+		case EvTransferFailed, EvRefundFailed:
+			add(&compensate)
+		}
+		out = append(out, ev)
+	}
+	return out
+}

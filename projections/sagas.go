@@ -275,24 +275,7 @@ func (ps *cmdParts) reply(sk string, s *part, transferStatus string) ledger.Repl
 	if compensate != nil {
 		last = compensate
 	}
-	add := func(p **part) {
-		if *p != nil {
-			r.Events = append(r.Events, (*p).Events...)
-			*p = nil
-		}
-	}
-	for _, ev := range s.Events {
-		switch ev.Type {
-		case domain.EvTransferRejected, domain.EvRefundRejected:
-			add(&debit)
-		case domain.EvTransferCompleted, domain.EvRefundCompleted, domain.EvTransferCreditRefused, domain.EvRefundCreditRefused:
-			add(&debit)
-			add(&credit)
-		case domain.EvTransferFailed, domain.EvRefundFailed:
-			add(&compensate)
-		}
-		r.Events = append(r.Events, ev)
-	}
+	r.Events = domain.SagaReplyEvents(s.Events, partEvents(debit), partEvents(credit), partEvents(compensate))
 	if last != nil && last.After != nil {
 		after := *last.After
 		r.Account = &after
@@ -335,4 +318,12 @@ ON CONFLICT (key) DO UPDATE SET revision = excluded.revision, data = excluded.da
 		}
 	}
 	return nil
+}
+
+// partEvents is a step's events, none for a step that did not run.
+func partEvents(p *part) []domain.EventRef {
+	if p == nil {
+		return nil
+	}
+	return p.Events
 }

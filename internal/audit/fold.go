@@ -521,24 +521,7 @@ func (f *Fold) sagaReply(t *domain.Transfer, sg *domain.Saga) ledger.Reply {
 	if compensate != nil {
 		last = compensate
 	}
-	add := func(rec **domain.KeyRecord) {
-		if *rec != nil {
-			r.Events = append(r.Events, (*rec).Events...)
-			*rec = nil
-		}
-	}
-	for _, ev := range sg.Events {
-		switch ev.Type {
-		case domain.EvTransferRejected, domain.EvRefundRejected:
-			add(&debit)
-		case domain.EvTransferCompleted, domain.EvRefundCompleted, domain.EvTransferCreditRefused, domain.EvRefundCreditRefused:
-			add(&debit)
-			add(&credit)
-		case domain.EvTransferFailed, domain.EvRefundFailed:
-			add(&compensate)
-		}
-		r.Events = append(r.Events, ev)
-	}
+	r.Events = domain.SagaReplyEvents(sg.Events, debit.EventsOrNone(), credit.EventsOrNone(), compensate.EventsOrNone())
 	if last != nil {
 		after := last.After
 		r.Account = &after
