@@ -436,7 +436,7 @@ func resultOf(run *phaseRun) PhaseResult {
 		Rejected: c.rejected.Load(), Errors: c.errors.Load(), Anomalies: c.anomalies.Load(),
 		NewAnswered: c.newAnswered.Load(), EarlyDuplicates: c.early.Load(),
 		P50Ms: ms(percentile(run.lats, 50)), P99Ms: ms(percentile(run.lats, 99)), P999Ms: ms(percentile(run.lats, 99.9)),
-		ErrorSamples: run.errs,
+		ErrorSamples: run.errs, Timeline: run.timeline,
 	}
 	if len(run.lats) > 0 {
 		r.MaxMs = ms(run.lats[len(run.lats)-1])

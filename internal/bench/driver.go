@@ -142,6 +142,7 @@ type worker struct {
 	gen  *clientGen
 	req  *requester
 	lats []time.Duration
+	ends []time.Time // when each of lats ended
 	errs []string
 }
 
@@ -183,6 +184,7 @@ func (w *worker) record(c *counters, cmd command, rep reply, err error, lat time
 	w.gen.answered(cmd)
 	if keep {
 		w.lats = append(w.lats, lat)
+		w.ends = append(w.ends, time.Now())
 	}
 }
 
@@ -207,6 +209,8 @@ type phaseRun struct {
 	elapsed time.Duration
 	lats    []time.Duration
 	errs    []string
+	// timeline is the phase second by second (by when commands ended).
+	timeline []SecondStat
 }
 
 // drive runs spec with one worker per generator.
@@ -288,6 +292,7 @@ func drive(ctx context.Context, t *target, gens []*clientGen, spec loadSpec, pro
 	wg.Wait()
 	run.elapsed = time.Since(start)
 	stopProg()
+	run.timeline = timeline(start, workers)
 	for _, w := range workers {
 		run.lats = append(run.lats, w.lats...)
 		run.errs = append(run.errs, w.errs...)
@@ -297,6 +302,42 @@ func drive(ctx context.Context, t *target, gens []*clientGen, spec loadSpec, pro
 		run.errs = run.errs[:5]
 	}
 	return run, ctx.Err()
+}
+
+// SecondStat is one second of a phase: the commands that ended in it and their
+// latencies (a tail that comes in bursts shows here).
+type SecondStat struct {
+	Second   int     `json:"second"`
+	Commands int     `json:"commands"`
+	P50Ms    float64 `json:"p50_ms"`
+	P99Ms    float64 `json:"p99_ms"`
+	MaxMs    float64 `json:"max_ms"`
+}
+
+func timeline(start time.Time, workers []*worker) []SecondStat {
+	var buckets [][]time.Duration
+	for _, w := range workers {
+		for i, end := range w.ends {
+			sec := int(end.Sub(start) / time.Second)
+			if sec < 0 {
+				continue
+			}
+			for len(buckets) <= sec {
+				buckets = append(buckets, nil)
+			}
+			buckets[sec] = append(buckets[sec], w.lats[i])
+		}
+	}
+	out := make([]SecondStat, len(buckets))
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	for sec, b := range buckets {
+		slices.Sort(b)
+		out[sec] = SecondStat{Second: sec, Commands: len(b), P50Ms: ms(percentile(b, 50)), P99Ms: ms(percentile(b, 99))}
+		if len(b) > 0 {
+			out[sec].MaxMs = ms(b[len(b)-1])
+		}
+	}
+	return out
 }
 
 // percentile of sorted latencies (0 when there are none).

@@ -44,6 +44,8 @@ type PhaseResult struct {
 	// phase and the commands each carried on average (0 for the baseline).
 	Transactions int64   `json:"transactions,omitempty"`
 	MeanBatch    float64 `json:"mean_batch,omitempty"`
+	// Timeline is the phase second by second (request-reply phases).
+	Timeline []SecondStat `json:"timeline,omitempty"`
 }
 
 func (p PhaseResult) batch() string {
