@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +29,7 @@ const (
 	flagBenchSkew         = "skew"
 	flagBenchDuration     = "duration"
 	flagBenchWarmup       = "warmup"
+	flagBenchFractions    = "open-loop-fractions"
 	flagBenchSystems      = "systems"
 	flagBenchJSMessages   = "jetstream-messages"
 	flagBenchKeyEvents    = "key-check-events"
@@ -68,6 +70,7 @@ func benchCommand() *cli.Command {
 		&cli.FloatFlag{Name: flagBenchSkew, Category: load, Value: d.Skew, Usage: "account skew: the account of rank i gets weight 1/i^skew (0: uniform; 1: Zipf)", Sources: benchEnv(flagBenchSkew)},
 		&cli.DurationFlag{Name: flagBenchDuration, Category: load, Value: d.Duration, Usage: "length of the load phase (the duplicates and half-load phases take half)", Sources: benchEnv(flagBenchDuration)},
 		&cli.DurationFlag{Name: flagBenchWarmup, Category: load, Value: d.Warmup, Usage: "unrecorded load before the load phase", Sources: benchEnv(flagBenchWarmup)},
+		&cli.StringFlag{Name: flagBenchFractions, Category: load, Value: "0.5", Usage: "open-loop phases, as fractions of the load phase's rate, comma-separated (0.5 is the half-load phase)", Sources: benchEnv(flagBenchFractions)},
 		&cli.IntFlag{Name: flagBenchJSMessages, Category: load, Value: d.JetStreamMessages, Usage: "commands of each JetStream phase (0: skip them)", Sources: benchEnv(flagBenchJSMessages)},
 		&cli.IntFlag{Name: flagBenchKeyEvents, Category: load, Value: d.KeyCheckEvents, Usage: "events of the long stream of the key-check phase (0: skip it)", Sources: benchEnv(flagBenchKeyEvents)},
 		&cli.IntFlag{Name: flagBenchKeySamples, Category: load, Value: d.KeyCheckSamples, Usage: "timed commands per kind and stream in the key-check phase", Sources: benchEnv(flagBenchKeySamples)},
@@ -226,6 +229,17 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	cfg.LedgerDatabaseURL = cmd.String(flagBenchLedgerDB)
 	cfg.BaselineDatabaseURL = cmd.String(flagBenchBaselineDB)
 	cfg.DataDir = cmd.String(config.FlagDataDir)
+	cfg.OpenLoopFractions = nil
+	for _, f := range strings.Split(cmd.String(flagBenchFractions), ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil || v <= 0 || v > 1 {
+			return cfg, fmt.Errorf("--%s: %q is not a fraction in (0, 1]", flagBenchFractions, f)
+		}
+		cfg.OpenLoopFractions = append(cfg.OpenLoopFractions, v)
+	}
 	cfg.Systems = nil
 	for _, s := range strings.Split(cmd.String(flagBenchSystems), ",") {
 		if s = strings.TrimSpace(s); s != "" {

@@ -348,13 +348,25 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 	dr.Mode = fmt.Sprintf("closed loop, %d clients, every command a resend", cfg.Clients)
 
 	if loadRate > 0 {
-		rate := loadRate / 2
-		hr, err := phase(PhaseHalfLoad, gens("half"), loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio, rate: rate})
-		if err != nil {
-			return out, err
+		for _, f := range cfg.OpenLoopFractions {
+			rate := loadRate * f
+			name := PhaseHalfLoad
+			if f != 0.5 {
+				name = fmt.Sprintf("load@%g%%", 100*f)
+			}
+			// A second at the rate first, unrecorded: the switch from the previous
+			// (closed-loop) phase leaves a transient of its own.
+			g := gens(name)
+			if _, err := drive(ctx, t, g, loadSpec{system: sys, phase: name + " warm-up", duration: min(time.Second, cfg.Duration/4), dupRatio: cfg.DuplicateRatio, rate: rate}, prog); err != nil {
+				return out, err
+			}
+			hr, err := phase(name, g, loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio, rate: rate})
+			if err != nil {
+				return out, err
+			}
+			hr.TargetRate = rate
+			hr.Mode = fmt.Sprintf("open loop at %.0f/s (%g%% of the load phase), %d clients, after 1s unrecorded", rate, 100*f, cfg.Clients)
 		}
-		hr.TargetRate = rate
-		hr.Mode = fmt.Sprintf("open loop at %.0f/s, %d clients", rate, cfg.Clients)
 	}
 
 	if !cfg.Capture {

@@ -19,6 +19,9 @@ type Config struct {
 	Skew float64
 	// Duration of the load phase; the duplicates and half-load phases take half.
 	Duration time.Duration
+	// OpenLoopFractions are the open-loop phases, as fractions of the load
+	// phase's rate (default 0.5: the half-load phase).
+	OpenLoopFractions []float64
 	// Warmup runs before the load phase, unrecorded.
 	Warmup time.Duration
 	// JetStreamMessages is the number of commands of each JetStream phase (0: none).
@@ -129,6 +132,14 @@ func (c *Config) defaults() error {
 	}
 	if c.Duration <= 0 {
 		c.Duration = d.Duration
+	}
+	if c.OpenLoopFractions == nil {
+		c.OpenLoopFractions = []float64{0.5}
+	}
+	for _, f := range c.OpenLoopFractions {
+		if f <= 0 || f > 1 {
+			return errors.New("bench: open-loop fractions must be in (0, 1]")
+		}
 	}
 	if c.KeyCheckSamples <= 0 {
 		c.KeyCheckSamples = d.KeyCheckSamples
