@@ -324,10 +324,13 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 		return &out[len(out)-1], nil
 	}
 
+	var warmNew int64
 	if cfg.Warmup > 0 {
-		if _, err := drive(ctx, t, gens("warm"), loadSpec{system: sys, phase: "warm-up", duration: cfg.Warmup, dupRatio: cfg.DuplicateRatio}, prog); err != nil {
+		wr, err := drive(ctx, t, gens("warm"), loadSpec{system: sys, phase: "warm-up", duration: cfg.Warmup, dupRatio: cfg.DuplicateRatio}, prog)
+		if err != nil {
 			return out, err
 		}
+		warmNew = wr.c.newAnswered.Load()
 	}
 	load := gens("load")
 	lr, err := phase(PhaseLoad, load, loadSpec{duration: cfg.Duration, dupRatio: cfg.DuplicateRatio})
@@ -335,6 +338,7 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 		return out, err
 	}
 	lr.Mode = fmt.Sprintf("closed loop, %d clients", cfg.Clients)
+	lr.WarmupNewAnswered = warmNew
 	loadRate := lr.CommandsPerSec
 
 	dups := gens("dups")
@@ -357,7 +361,8 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 			// A second at the rate first, unrecorded: the switch from the previous
 			// (closed-loop) phase leaves a transient of its own.
 			g := gens(name)
-			if _, err := drive(ctx, t, g, loadSpec{system: sys, phase: name + " warm-up", duration: min(time.Second, cfg.Duration/4), dupRatio: cfg.DuplicateRatio, rate: rate}, prog); err != nil {
+			wr, err := drive(ctx, t, g, loadSpec{system: sys, phase: name + " warm-up", duration: min(time.Second, cfg.Duration/4), dupRatio: cfg.DuplicateRatio, rate: rate}, prog)
+			if err != nil {
 				return out, err
 			}
 			hr, err := phase(name, g, loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio, rate: rate})
@@ -365,6 +370,7 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 				return out, err
 			}
 			hr.TargetRate = rate
+			hr.WarmupNewAnswered = wr.c.newAnswered.Load()
 			hr.Mode = fmt.Sprintf("open loop at %.0f/s (%g%% of the load phase), %d clients, after 1s unrecorded", rate, 100*f, cfg.Clients)
 		}
 	}

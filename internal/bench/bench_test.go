@@ -35,6 +35,7 @@ func TestRunTiny(t *testing.T) {
 		DuplicateRatio:      0.3,
 		Skew:                1.1,
 		Duration:            time.Second,
+		Warmup:              200 * time.Millisecond,
 		JetStreamMessages:   40,
 		KeyCheckEvents:      300,
 		KeyCheckSamples:     10,
@@ -93,7 +94,7 @@ func TestRunTiny(t *testing.T) {
 					t.Errorf("%s/%s latencies: %+v", sys, name, *p)
 				}
 				if sys == SystemBaseline {
-					rrNew += p.NewAnswered
+					rrNew += p.NewAnswered + p.WarmupNewAnswered
 				}
 			case PhaseJSPublish, PhaseJSConsume:
 				if sys == SystemBaseline {

@@ -44,6 +44,9 @@ type PhaseResult struct {
 	// phase and the commands each carried on average (0 for the baseline).
 	Transactions int64   `json:"transactions,omitempty"`
 	MeanBatch    float64 `json:"mean_batch,omitempty"`
+	// WarmupNewAnswered counts the new commands answered by the unrecorded
+	// warm-up that preceded the phase (they were applied all the same).
+	WarmupNewAnswered int64 `json:"warmup_new_answered,omitempty"`
 	// Timeline is the phase second by second (request-reply phases).
 	Timeline []SecondStat `json:"timeline,omitempty"`
 }
