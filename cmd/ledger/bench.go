@@ -44,6 +44,7 @@ const (
 	flagBenchCommitters   = "committers"
 	flagBenchNoGroup      = "no-group-commit"
 	flagBenchPoolSize     = "baseline-pool-size"
+	flagBenchNoFsync      = "no-fsync"
 	flagBenchForUpdate    = "baseline-select-for-update"
 	flagBenchCPUProfile   = "cpuprofile"
 	flagBenchProfPhase    = "cpuprofile-phase"
@@ -83,6 +84,7 @@ func benchCommand() *cli.Command {
 		&cli.IntFlag{Name: flagBenchBatchMax, Category: sut, Usage: "ledger group commit: commands per transaction (0: the ledger's default)", Sources: benchEnv(flagBenchBatchMax)},
 		&cli.DurationFlag{Name: flagBenchBatchWait, Category: sut, Usage: "ledger group commit: extra wait for a batch to fill (0: the ledger's default)", Sources: benchEnv(flagBenchBatchWait)},
 		&cli.IntFlag{Name: flagBenchCommitters, Category: sut, Usage: "ledger group commit: transactions in flight (0: the ledger's default)", Sources: benchEnv(flagBenchCommitters)},
+		&cli.BoolFlag{Name: flagBenchNoFsync, Category: sut, Usage: "run the private PostgreSQL without fsync (an experiment: what the disk costs; never a figure to quote as the ledger's)", Sources: benchEnv(flagBenchNoFsync)},
 		&cli.BoolFlag{Name: flagBenchNoGroup, Category: sut, Usage: "ledger: one transaction per command", Sources: benchEnv(flagBenchNoGroup)},
 		&cli.IntFlag{Name: flagBenchPoolSize, Category: sut, Usage: "baseline: PostgreSQL connections (0: max-in-flight + lanes)", Sources: benchEnv(flagBenchPoolSize)},
 		&cli.BoolFlag{Name: flagBenchForUpdate, Category: sut, Value: true, Usage: "baseline: read an existing key with SELECT ... FOR UPDATE (seed 000; default on); off: a plain SELECT (seed 002), which spares a duplicate its WAL flush", Sources: benchEnv(flagBenchForUpdate)},
@@ -223,6 +225,7 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	cfg.BatchWait = cmd.Duration(flagBenchBatchWait)
 	cfg.Committers = cmd.Int(flagBenchCommitters)
 	cfg.DisableGroupCommit = cmd.Bool(flagBenchNoGroup)
+	cfg.NoFsync = cmd.Bool(flagBenchNoFsync)
 	cfg.BaselinePoolSize = cmd.Int(flagBenchPoolSize)
 	cfg.BaselinePlainRead = !cmd.Bool(flagBenchForUpdate)
 	cfg.ProgressInterval = cmd.Duration(flagBenchProgress)

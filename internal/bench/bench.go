@@ -132,7 +132,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		log.Info("bench: driving", "system", sys, "nats", natsURL)
 		var phases []PhaseResult
 		if sys == SystemEcho {
-			phases, err = runEcho(ctx, cfg, natsURL, w, pm, prog)
+			ref := 0.0
+			if l := rep.Phase(SystemLedger, PhaseLoad); l != nil {
+				ref = l.CommandsPerSec
+			}
+			phases, err = runEcho(ctx, cfg, natsURL, w, pm, prog, ref)
 		} else {
 			phases, err = runSystem(ctx, cfg, sys, natsURL, w, pm, prog)
 		}

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"time"
 
@@ -73,7 +74,11 @@ func shutdown(ns *server.Server) {
 
 // runEcho drives the echo system's load phase only (it remembers nothing, so
 // resends are not duplicates to it: it gets new commands only).
-func runEcho(ctx context.Context, cfg Config, natsURL string, w *workload, pm int, prog *progress) ([]PhaseResult, error) {
+//
+// Its open-loop phases run at the rates of the ledger's (refRate: the ledger's
+// load phase, when it ran before; otherwise its own), which shows what the
+// clients and NATS alone add to the latency at those rates.
+func runEcho(ctx context.Context, cfg Config, natsURL string, w *workload, pm int, prog *progress, refRate float64) ([]PhaseResult, error) {
 	t, err := dialTarget(SystemEcho, natsURL, cfg.Clients)
 	if err != nil {
 		return nil, err
@@ -98,5 +103,30 @@ func runEcho(ctx context.Context, cfg Config, natsURL string, w *workload, pm in
 	res := resultOf(run)
 	res.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
 	res.Mode = "closed loop, new commands only; the reply is fixed: NATS request-reply alone"
-	return []PhaseResult{res}, nil
+	out := []PhaseResult{res}
+	ref, of := refRate, "the ledger's"
+	if ref <= 0 {
+		ref, of = res.CommandsPerSec, "its own"
+	}
+	for _, f := range cfg.OpenLoopFractions {
+		rate := ref * f
+		name := PhaseHalfLoad
+		if f != 0.5 {
+			name = fmt.Sprintf("load@%g%%", 100*f)
+		}
+		if _, err := drive(ctx, t, gens, loadSpec{system: SystemEcho, phase: name + " warm-up", duration: min(time.Second, cfg.Duration/4), rate: rate}, prog); err != nil {
+			return out, err
+		}
+		before := sampleCPU(pm)
+		run, err := drive(ctx, t, gens, loadSpec{system: SystemEcho, phase: name, duration: cfg.Duration / 2, rate: rate, record: true}, prog)
+		if err != nil {
+			return out, err
+		}
+		r := resultOf(run)
+		r.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
+		r.TargetRate = rate
+		r.Mode = fmt.Sprintf("open loop at %.0f/s (%g%% of %s load phase), after 1s unrecorded", rate, 100*f, of)
+		out = append(out, r)
+	}
+	return out, nil
 }
