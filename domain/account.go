@@ -55,18 +55,34 @@ func (r *KeyRecord) EventsOrNone() []EventRef {
 // Duplicate compares a retry's request with the recorded one: duplicate when equal,
 // otherwise the differing fields (idempotency_key_conflict).
 func (r *KeyRecord) Duplicate(req Request) (duplicate bool, conflict []string) {
-	if r.RequestHash == req.Hash() {
+	return r.DuplicateOf(req.Canonical())
+}
+
+// DuplicateOf is Duplicate for a request already encoded and hashed: a duplicate
+// costs one string comparison.
+func (r *KeyRecord) DuplicateOf(req Canonical) (duplicate bool, conflict []string) {
+	if r.RequestHash == req.Hash {
 		return true, nil
 	}
-	orig, err := ParseRequest(r.Request)
+	return false, DiffCanonical(r.Request, req)
+}
+
+// DiffCanonical lists the fields in which req differs from a recorded canonical
+// request: the whole "request" when they cannot be compared field by field.
+func DiffCanonical(recorded []byte, req Canonical) []string {
+	orig, err := ParseRequest(recorded)
 	if err != nil {
-		return false, []string{"request"}
+		return []string{"request"}
 	}
-	fields := DiffFields(orig, req)
+	m, err := req.Request()
+	if err != nil {
+		return []string{"request"}
+	}
+	fields := DiffFields(orig, m)
 	if len(fields) == 0 { // hashes differ but fields do not: report the whole request
 		fields = []string{"request"}
 	}
-	return false, fields
+	return fields
 }
 
 // HoldStatus is the life of a hold.

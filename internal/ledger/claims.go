@@ -46,9 +46,9 @@ func (c *claimConflict) Error() string {
 // claimEventKey is the "key" from which the claim's event ID is derived.
 func claimEventKey(key, hash string) string { return key + "#" + hash }
 
-func (s *Service) claimPart(cmd domain.Command, req domain.Request, home string) (eventstore.StreamAppend, error) {
-	hash := req.Hash()
-	data, err := json.Marshal(domain.KeyClaimed{Key: cmd.IdempotencyKey, Command: string(cmd.Type), RequestHash: hash, Request: req.CanonicalJSON(), Stream: home})
+func (s *Service) claimPart(cmd domain.Command, req domain.Canonical, home string) (eventstore.StreamAppend, error) {
+	hash := req.Hash
+	data, err := json.Marshal(domain.KeyClaimed{Key: cmd.IdempotencyKey, Command: string(cmd.Type), RequestHash: hash, Request: req.JSON, Stream: home})
 	if err != nil {
 		return eventstore.StreamAppend{}, err
 	}
@@ -68,7 +68,7 @@ func (s *Service) claimPart(cmd domain.Command, req domain.Request, home string)
 // appendWithClaim writes the claim and the home stream's events: atomically when the
 // store can, otherwise claim first (a crash in between leaves a claim that the retry
 // of the same request passes through idempotently).
-func (s *Service) appendWithClaim(ctx context.Context, claim, home eventstore.StreamAppend, req domain.Request) (eventstore.AppendResult, error) {
+func (s *Service) appendWithClaim(ctx context.Context, claim, home eventstore.StreamAppend, req domain.Canonical) (eventstore.AppendResult, error) {
 	if s.multi != nil {
 		res, err := s.appendParts(ctx, []eventstore.StreamAppend{claim, home})
 		if err != nil {
@@ -91,7 +91,7 @@ func (s *Service) appendParts(ctx context.Context, parts []eventstore.StreamAppe
 }
 
 // claimError turns a refusal on the key stream into a claimConflict.
-func (s *Service) claimError(ctx context.Context, keyStream string, req domain.Request, err error) error {
+func (s *Service) claimError(ctx context.Context, keyStream string, req domain.Canonical, err error) error {
 	var wrong *eventstore.WrongExpectedRevisionError
 	if !errors.As(err, &wrong) || wrong.Stream != keyStream {
 		return err
@@ -103,18 +103,10 @@ func (s *Service) claimError(ctx context.Context, keyStream string, req domain.R
 	if c == nil {
 		return err // the claim vanished: treat as a plain conflict and retry
 	}
-	if c.RequestHash == req.Hash() {
+	if c.RequestHash == req.Hash {
 		return err // same request claimed by a racer: the retry finds its decision
 	}
-	orig, perr := domain.ParseRequest(c.Request)
-	if perr != nil {
-		return &claimConflict{fields: []string{"request"}}
-	}
-	fields := domain.DiffFields(orig, req)
-	if len(fields) == 0 {
-		fields = []string{"request"}
-	}
-	return &claimConflict{fields: fields}
+	return &claimConflict{fields: domain.DiffCanonical(c.Request, req)}
 }
 
 // readClaim returns the claim of a client key, or nil when the key was never claimed.

@@ -167,7 +167,7 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 		return nil, false, nil, err
 	}
 	defer unlock()
-	req := cmd.Request()
+	req := cmd.Canonical()
 	refresh := false
 	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
 		acc, err := s.loadAccount(ctx, stream, accountID, refresh)
@@ -175,7 +175,7 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 			return nil, false, nil, err
 		}
 		if rec, ok := acc.Keys[cmd.IdempotencyKey]; ok {
-			if dup, fields := rec.Duplicate(req); !dup {
+			if dup, fields := rec.DuplicateOf(req); !dup {
 				r := conflictReply(cmd.IdempotencyKey, fields)
 				return nil, false, &r, nil
 			}
@@ -240,8 +240,8 @@ func copyRecord(rec *domain.KeyRecord) *domain.KeyRecord {
 
 // answerKnown answers a key the aggregate already decided: the original outcome, or
 // a conflict when the request differs.
-func answerKnown(rec *domain.KeyRecord, req domain.Request) Reply {
-	dup, fields := rec.Duplicate(req)
+func answerKnown(rec *domain.KeyRecord, req domain.Canonical) Reply {
+	dup, fields := rec.DuplicateOf(req)
 	if !dup {
 		return conflictReply(rec.Key, fields)
 	}
@@ -275,10 +275,10 @@ func (s *Service) applyWritten(ctx context.Context, stream string, acc *domain.A
 // metadata; the first event carries the canonical request. Each event's metadata
 // carries its chain hash, linked to prevChain, the chain of the stream's event at
 // revision first-1 ("" when first is 0).
-func (s *Service) encodeEvents(cmd domain.Command, req domain.Request, key, stream string, first uint64, prevChain string, events []domain.NewEvent) ([]eventstore.EventData, []domain.Metadata, error) {
+func (s *Service) encodeEvents(cmd domain.Command, req domain.Canonical, key, stream string, first uint64, prevChain string, events []domain.NewEvent) ([]eventstore.EventData, []domain.Metadata, error) {
 	out := make([]eventstore.EventData, len(events))
 	metas := make([]domain.Metadata, len(events))
-	hash := req.Hash()
+	hash := req.Hash
 	for i, ev := range events {
 		data, err := json.Marshal(ev.Data)
 		if err != nil {
@@ -286,7 +286,7 @@ func (s *Service) encodeEvents(cmd domain.Command, req domain.Request, key, stre
 		}
 		m := domain.Metadata{Key: key, Command: string(cmd.Type), RequestHash: hash, Index: i, Count: len(events), At: cmd.At, Origin: cmd.Origin, Producer: s.opts.Producer, Schema: 1}
 		if i == 0 {
-			m.Request = req.CanonicalJSON()
+			m.Request = req.JSON
 		}
 		id := domain.EventID(key, stream, i)
 		m.Chain = domain.ChainHash(prevChain, domain.StoredEvent{ID: id, Stream: stream, Revision: first + uint64(i), Type: ev.Type, Data: data, Metadata: m})
@@ -303,7 +303,7 @@ func (s *Service) encodeEvents(cmd domain.Command, req domain.Request, key, stre
 
 // appendDecision writes a client command's decision to its home stream together
 // with the claim of its key (see claims.go).
-func (s *Service) appendDecision(ctx context.Context, cmd domain.Command, req domain.Request, stream string, last int64, prevChain string, events []domain.NewEvent) (written, error) {
+func (s *Service) appendDecision(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, last int64, prevChain string, events []domain.NewEvent) (written, error) {
 	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, uint64(last+1), prevChain, events)
 	if err != nil {
 		return written{}, err
@@ -321,7 +321,7 @@ func (s *Service) appendDecision(ctx context.Context, cmd domain.Command, req do
 }
 
 // appendStep writes an internal step's decision (a derived key: no claim).
-func (s *Service) appendStep(ctx context.Context, cmd domain.Command, req domain.Request, stream string, last int64, prevChain string, events []domain.NewEvent) (written, error) {
+func (s *Service) appendStep(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, last int64, prevChain string, events []domain.NewEvent) (written, error) {
 	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, uint64(last+1), prevChain, events)
 	if err != nil {
 		return written{}, err

@@ -94,7 +94,7 @@ func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply
 		return Reply{}, err
 	}
 	defer unlock()
-	req := cmd.Request()
+	req := cmd.Canonical()
 	refresh, wrote := false, false
 	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
 		t, err := s.loadTransfer(ctx, stream, cmd.TransferID, refresh)
@@ -157,9 +157,9 @@ func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply
 }
 
 // sagaConflict answers a known saga key sent with another request.
-func sagaConflict(sg *domain.Saga, req domain.Request) (Reply, bool) {
+func sagaConflict(sg *domain.Saga, req domain.Canonical) (Reply, bool) {
 	rec := domain.KeyRecord{Key: sg.Key, RequestHash: sg.RequestHash, Request: sg.Request}
-	if dup, fields := rec.Duplicate(req); !dup {
+	if dup, fields := rec.DuplicateOf(req); !dup {
 		return conflictReply(sg.Key, fields), false
 	}
 	return Reply{}, true
@@ -167,14 +167,14 @@ func sagaConflict(sg *domain.Saga, req domain.Request) (Reply, bool) {
 
 // transferExists answers a transfer whose id belongs to another key's transfer;
 // a key already bound to another request is a conflict first.
-func (s *Service) transferExists(ctx context.Context, cmd domain.Command, req domain.Request, t *domain.Transfer) (Reply, error) {
+func (s *Service) transferExists(ctx context.Context, cmd domain.Command, req domain.Canonical, t *domain.Transfer) (Reply, error) {
 	c, err := s.readClaim(ctx, cmd.IdempotencyKey)
 	if err != nil {
 		return Reply{}, err
 	}
-	if c != nil && c.RequestHash != req.Hash() {
+	if c != nil && c.RequestHash != req.Hash {
 		rec := domain.KeyRecord{Key: c.Key, RequestHash: c.RequestHash, Request: c.Request}
-		_, fields := rec.Duplicate(req)
+		_, fields := rec.DuplicateOf(req)
 		return conflictReply(cmd.IdempotencyKey, fields), nil
 	}
 	d := domain.DecideTransfer(t, cmd)
@@ -304,7 +304,7 @@ func (s *Service) appendMarker(ctx context.Context, stream string, t *domain.Tra
 		return fmt.Errorf("ledger: %s: request of %q: %w", stream, sg.Key, err)
 	}
 	cmd := domain.Command{Type: sg.Command, IdempotencyKey: key, At: s.opts.Clock().UTC(), Origin: sg.Key}
-	w, err := s.appendStep(ctx, cmd, req, stream, t.Revision, t.LastChain, events)
+	w, err := s.appendStep(ctx, cmd, req.Canonical(), stream, t.Revision, t.LastChain, events)
 	if err != nil {
 		return err
 	}
@@ -390,7 +390,7 @@ func (s *Service) refundTransfer(ctx context.Context, cmd domain.Command, orig *
 		return Reply{}, err
 	}
 	defer unlock()
-	req := cmd.Request()
+	req := cmd.Canonical()
 	// A refund starts from the store's head: the cache may miss this key's own
 	// decision or the transfer's, made by another instance (one short read).
 	refresh, wrote := true, false

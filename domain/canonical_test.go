@@ -1,0 +1,122 @@
+package domain
+
+import (
+	"bytes"
+	"math/rand"
+	"testing"
+	"time"
+)
+
+// pinnedCommands are commands whose canonical request and hash were recorded from
+// the map-and-json.Marshal encoder (Request().CanonicalJSON()) before Canonical
+// existed: stored metadata, key claims and the audit depend on these bytes.
+var pinnedCommands = []struct {
+	cmd  Command
+	json string
+	hash string
+}{
+	{Command{Type: CmdDeposit, IdempotencyKey: "k-1", AccountID: "acc-42", Amount: 1250, HasAmount: true, Currency: "EUR"},
+		"{\"account_id\":\"acc-42\",\"amount\":1250,\"currency\":\"EUR\",\"type\":\"deposit\"}", "4ddb418eda5b6bf005dd45fcb0586a44a98db9b9e649b17b1d2f0d80afe21d8f"},
+	{Command{Type: CmdOpenAccount, IdempotencyKey: "k-2", AccountID: "alice", Currency: "EUR", OverdraftLimit: 500, Metadata: map[string]string{"tier": "gold", "owner": "Al <&> \"ice\"\n\u2028é"}},
+		"{\"account_id\":\"alice\",\"currency\":\"EUR\",\"metadata\":{\"owner\":\"Al \\u003c\\u0026\\u003e \\\"ice\\\"\\n\\u2028é\",\"tier\":\"gold\"},\"overdraft_limit\":500,\"type\":\"open_account\"}", "25648e1ecf35387052e4e06778effaa54ee6d4a74393c9328eee9e81a4d888e0"},
+	{Command{Type: CmdOpenAccount, IdempotencyKey: "k-3", AccountID: "bob", Currency: "USD"},
+		"{\"account_id\":\"bob\",\"currency\":\"USD\",\"metadata\":{},\"overdraft_limit\":0,\"type\":\"open_account\"}", "b0eecbd6d17dd8ff8d8099add6b8e92c5313fa5139836fe7984efcbc3dd4e655"},
+	{Command{Type: CmdTransfer, IdempotencyKey: "k-4", TransferID: "t-1", From: "a", To: "b", Amount: 9, HasAmount: true, Currency: "EUR"},
+		"{\"amount\":9,\"currency\":\"EUR\",\"from\":\"a\",\"to\":\"b\",\"transfer_id\":\"t-1\",\"type\":\"transfer\"}", "2e43e2d820abb3d173a0db3202142e266d4a609bfb9f69bdcc71513cf5cf66b1"},
+	{Command{Type: CmdPlaceHold, IdempotencyKey: "k-5", AccountID: "a", HoldID: "h-1", Amount: 3, HasAmount: true, Currency: "EUR", ExpiresAt: time.Date(2030, 1, 2, 3, 4, 5, 600, time.UTC)},
+		"{\"account_id\":\"a\",\"amount\":3,\"currency\":\"EUR\",\"expires_at\":\"2030-01-02T03:04:05.0000006Z\",\"hold_id\":\"h-1\",\"type\":\"place_hold\"}", "f47b2b1e1403e3e9d947e71b97171158291a796c8f1ca748d21aa915f823ce96"},
+	{Command{Type: CmdRefund, IdempotencyKey: "k-6", OriginalKey: "orig<key>&\"x\""},
+		"{\"original_key\":\"orig\\u003ckey\\u003e\\u0026\\\"x\\\"\",\"type\":\"refund\"}", "2f5853df6b0df0d5e444ab79d5bd9a381668de8460e7fbeb33b15fe44e1598e4"},
+	{Command{Type: CmdCaptureHold, IdempotencyKey: "k-7", AccountID: "a", HoldID: "h-1"},
+		"{\"account_id\":\"a\",\"hold_id\":\"h-1\",\"type\":\"capture_hold\"}", "fd4153fed166dbfddd935cb8c876e66bf0ac6a123c3dbf0c786726ceb80182b5"},
+	{Command{Type: CmdTransferDebit, IdempotencyKey: "k-8:debit", AccountID: "a", Amount: 9, HasAmount: true, Currency: "EUR", Ref: "t-1", Reason: "transfer_out", Origin: "k-8"},
+		"{\"account_id\":\"a\",\"amount\":9,\"currency\":\"EUR\",\"type\":\"transfer_debit\"}", "7fd28a14e8b4ff188a0d672f56c824da3b7fddba3de17033a9db8461c974375b"},
+}
+
+func TestCanonicalPinned(t *testing.T) {
+	for _, p := range pinnedCommands {
+		c := p.cmd.Canonical()
+		if string(c.JSON) != p.json || c.Hash != p.hash {
+			t.Errorf("%s: Canonical() = %s %s, pinned %s %s", p.cmd.Type, c.JSON, c.Hash, p.json, p.hash)
+		}
+		r := p.cmd.Request()
+		if string(r.CanonicalJSON()) != p.json || r.Hash() != p.hash {
+			t.Errorf("%s: Request() = %s %s, pinned %s %s", p.cmd.Type, r.CanonicalJSON(), r.Hash(), p.json, p.hash)
+		}
+		if rc := r.Canonical(); !bytes.Equal(rc.JSON, c.JSON) || rc.Hash != c.Hash {
+			t.Errorf("%s: Request().Canonical() differs", p.cmd.Type)
+		}
+	}
+}
+
+// randomJSONString returns strings that exercise every escaping rule of
+// encoding/json: quotes, backslashes, control characters, HTML characters,
+// U+2028/U+2029, multi-byte runes and invalid UTF-8.
+func randomJSONString(rng *rand.Rand) string {
+	pieces := []string{"a", "Z", "0", "-", ".", ":", "_", " ", "\"", "\\", "/", "<", ">", "&", "\n", "\r", "\t", "\b", "\f", "\x00", "\x1f", "\x7f",
+		"é", "€", "\u2028", "\u2029", "😀", "\xff", "\xc3", "\xed\xa0\x80", "~", "{", "}", ","}
+	n := rng.Intn(8)
+	var b []byte
+	for range n {
+		b = append(b, pieces[rng.Intn(len(pieces))]...)
+	}
+	return string(b)
+}
+
+func TestCanonicalMatchesRequest(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	types := append(append([]CommandType{}, ClientCommandTypes...), CmdTransferDebit, CmdTransferCredit, CmdTransferCompensate, CmdExpireHold)
+	maybe := func() string {
+		if rng.Intn(3) == 0 {
+			return ""
+		}
+		return randomJSONString(rng)
+	}
+	for i := range 20000 {
+		c := Command{
+			Type: types[rng.Intn(len(types))], IdempotencyKey: maybe(),
+			AccountID: maybe(), Currency: maybe(), TransferID: maybe(), From: maybe(), To: maybe(),
+			HoldID: maybe(), OriginalKey: maybe(), Ref: maybe(), Reason: maybe(), Origin: maybe(),
+			At: time.Unix(rng.Int63n(4e9), rng.Int63n(1e9)),
+		}
+		if rng.Intn(2) == 0 {
+			c.Amount, c.HasAmount = rng.Int63()-rng.Int63(), true
+		}
+		if rng.Intn(2) == 0 {
+			c.OverdraftLimit = rng.Int63() - rng.Int63()
+		}
+		if rng.Intn(3) == 0 {
+			c.ExpiresAt = time.Unix(rng.Int63n(4e9), rng.Int63n(1e9)*int64(rng.Intn(2))).In(time.FixedZone("x", 3600*(rng.Intn(5)-2)))
+		}
+		if n := rng.Intn(4); n > 0 {
+			c.Metadata = map[string]string{}
+			for range n {
+				c.Metadata[randomJSONString(rng)] = randomJSONString(rng)
+			}
+		}
+		got, r := c.Canonical(), c.Request()
+		if want := r.CanonicalJSON(); !bytes.Equal(got.JSON, want) {
+			t.Fatalf("case %d (%+v):\n got %s\nwant %s", i, c, got.JSON, want)
+		}
+		if got.Hash != r.Hash() {
+			t.Fatalf("case %d: hash %s, want %s", i, got.Hash, r.Hash())
+		}
+	}
+}
+
+func TestDuplicateOf(t *testing.T) {
+	a := Command{Type: CmdDeposit, AccountID: "a", Amount: 5, HasAmount: true, Currency: "EUR"}
+	b := a
+	b.Amount = 6
+	ca := a.Canonical()
+	rec := &KeyRecord{RequestHash: ca.Hash, Request: ca.JSON}
+	if dup, f := rec.DuplicateOf(ca); !dup || f != nil {
+		t.Fatalf("same request: %v %v", dup, f)
+	}
+	if dup, f := rec.DuplicateOf(b.Canonical()); dup || len(f) != 1 || f[0] != "amount" {
+		t.Fatalf("different amount: %v %v", dup, f)
+	}
+	if dup, f := rec.Duplicate(b.Request()); dup || len(f) != 1 || f[0] != "amount" {
+		t.Fatalf("Duplicate: %v %v", dup, f)
+	}
+}
