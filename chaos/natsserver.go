@@ -12,7 +12,7 @@ import (
 )
 
 // natsServerMain is `chaos nats-server --store DIR --port P`: the embedded
-// nats-server (JetStream on disk, every write synced) as a process of its own, so
+// nats-server (JetStream on disk, fsynced every second as in ledger dev) as a process of its own, so
 // that the suite can SIGKILL it and start it again on its store directory.
 func natsServerMain(args []string) int {
 	fs := flag.NewFlagSet("nats-server", flag.ContinueOnError)

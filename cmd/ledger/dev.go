@@ -14,6 +14,7 @@ import (
 
 	"github.com/ledgerworks/ledger/internal/config"
 	"github.com/ledgerworks/ledger/internal/devenv"
+	"github.com/ledgerworks/ledger/internal/embednats"
 )
 
 func init() { subcommands = append(subcommands, devCommand()) }
@@ -22,6 +23,7 @@ func devCommand() *cli.Command {
 	flags := []cli.Flag{
 		config.DataDirFlag("directory of JetStream's files, the private PostgreSQL cluster and dev.json"),
 		&cli.StringFlag{Name: "nats-addr", Value: "127.0.0.1:4222", Usage: "listen address of the embedded NATS server (port 0: any free port)", Sources: cli.EnvVars("LEDGER_NATS_ADDR")},
+		&cli.StringFlag{Name: "nats-sync", Value: embednats.DefaultSyncInterval.String(), Usage: "how often JetStream fsyncs its files: a duration, or always (every message; caps the command stream at a few thousand messages/s). Acknowledged outcomes never depend on it: they are durable in the event store first", Sources: cli.EnvVars("LEDGER_NATS_SYNC")},
 		&cli.StringFlag{Name: config.FlagHTTPAddr, Value: "127.0.0.1:8080", Usage: "listen address of the HTTP API (port 0: any free port)", Sources: cli.EnvVars(config.EnvHTTPAddr)},
 		&cli.StringFlag{Name: config.FlagDatabaseURL, Usage: "use this PostgreSQL instead of a private cluster under --data-dir", Sources: cli.EnvVars(config.EnvDatabaseURL)},
 		&cli.StringFlag{Name: config.FlagEventStoreURL, Usage: "event store (default: the PostgreSQL database)", Sources: cli.EnvVars(config.EnvEventStoreURL)},
@@ -31,7 +33,7 @@ func devCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "dev",
 		Usage: "run everything in one process: NATS, PostgreSQL, the ledger, the HTTP API",
-		Description: "Starts an embedded NATS server (JetStream on disk, every write synced), PostgreSQL\n" +
+		Description: "Starts an embedded NATS server (JetStream on disk, synced every --nats-sync), PostgreSQL\n" +
 			"(LEDGER_DATABASE_URL, or a private cluster under --data-dir started from the local\n" +
 			"server binaries), applies the migrations and runs the ledger with its background\n" +
 			"processes. It writes <data-dir>/dev.json so that `ledger post --data-dir` and the other\n" +
@@ -64,17 +66,23 @@ func runDev(ctx context.Context, cmd *cli.Command) error {
 		return exitWith(2, err)
 	}
 	opts.Runners = append(append(opts.Runners, serveRunners...), devRunners...)
+	syncEvery, syncAlways, err := embednats.ParseSync(cmd.String("nats-sync"))
+	if err != nil {
+		return exitWith(2, err)
+	}
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	env, err := devenv.Start(ctx, devenv.Options{
-		DataDir:       dir,
-		NATSAddr:      cmd.String("nats-addr"),
-		HTTPAddr:      cmd.String(config.FlagHTTPAddr),
-		DatabaseURL:   cmd.String(config.FlagDatabaseURL),
-		EventStoreURL: cmd.String(config.FlagEventStoreURL),
-		Node:          opts,
-		Logger:        log,
+		DataDir:          dir,
+		NATSAddr:         cmd.String("nats-addr"),
+		NATSSyncInterval: syncEvery,
+		NATSSyncAlways:   syncAlways,
+		HTTPAddr:         cmd.String(config.FlagHTTPAddr),
+		DatabaseURL:      cmd.String(config.FlagDatabaseURL),
+		EventStoreURL:    cmd.String(config.FlagEventStoreURL),
+		Node:             opts,
+		Logger:           log,
 	})
 	if err != nil {
 		return err

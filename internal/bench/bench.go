@@ -47,7 +47,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	w := newWorkload(runID, cfg.Accounts, cfg.Skew)
 	rep = &Report{Started: time.Now(), Machine: machine(), Config: ReportConfig{
 		Clients: cfg.Clients, Accounts: cfg.Accounts, DuplicateRatio: cfg.DuplicateRatio, Skew: cfg.Skew,
-		HottestShare: w.hottestShare(), Duration: cfg.Duration.String(), Capture: cfg.Capture, Grace: cfg.Grace.String(),
+		HottestShare: w.hottestShare(), Duration: cfg.Duration.String(), Capture: cfg.Capture, Grace: cfg.Grace.String(), NATSSync: natsSync(cfg),
 		MaxInFlight: cfg.MaxInFlight, GroupCommit: !cfg.DisableGroupCommit, BatchMax: cfg.BatchMax, Committers: cfg.Committers,
 		BaselinePoolSize: cfg.BaselinePoolSize, BaselineLockedRead: !cfg.BaselinePlainRead, JetStreamMessages: cfg.JetStreamMessages, KeyCheckEvents: cfg.KeyCheckEvents,
 	}}
@@ -68,11 +68,13 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	grace := cfg.Grace
 	env, err := devenv.Start(ctx, devenv.Options{
-		DataDir:     dir,
-		NATSAddr:    "127.0.0.1:0",
-		DatabaseURL: cfg.LedgerDatabaseURL,
-		NoFsync:     cfg.NoFsync,
-		Logger:      cfg.Logger,
+		DataDir:          dir,
+		NATSAddr:         "127.0.0.1:0",
+		DatabaseURL:      cfg.LedgerDatabaseURL,
+		NoFsync:          cfg.NoFsync,
+		NATSSyncInterval: cfg.NATSSyncInterval,
+		NATSSyncAlways:   cfg.NATSSyncAlways,
+		Logger:           cfg.Logger,
 		Node: node.Options{
 			Name:                "bench-ledger",
 			DisableCommandQuery: true,
@@ -257,7 +259,7 @@ func startBaseline(ctx context.Context, cfg Config, env *devenv.Env, dir string,
 	if err != nil {
 		return nil, err
 	}
-	ns, err = embednats.Start(embednats.Options{Addr: "127.0.0.1:0", StoreDir: filepath.Join(dir, "nats-baseline"), Name: "bench-baseline", Logger: log})
+	ns, err = embednats.Start(embednats.Options{Addr: "127.0.0.1:0", StoreDir: filepath.Join(dir, "nats-baseline"), Name: "bench-baseline", SyncInterval: cfg.NATSSyncInterval, SyncAlways: cfg.NATSSyncAlways, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -554,4 +556,15 @@ func describeDatabase(ctx context.Context, url string, m *Machine) error {
 	m.Fsync = fsync == "on" && syncCommit != "off"
 	m.PostgresVer = version
 	return nil
+}
+
+// natsSync names the JetStream fsync setting of the run.
+func natsSync(cfg Config) string {
+	switch {
+	case cfg.NATSSyncAlways:
+		return "always"
+	case cfg.NATSSyncInterval > 0:
+		return "every " + cfg.NATSSyncInterval.String()
+	}
+	return "every " + embednats.DefaultSyncInterval.String()
 }

@@ -45,6 +45,10 @@ type Config struct {
 	BaselineDatabaseURL string
 	// NoFsync runs the private cluster without fsync (tests only).
 	NoFsync bool
+	// NATSSyncInterval and NATSSyncAlways set how the embedded NATS servers fsync
+	// JetStream (zero: as ledger dev, embednats.DefaultSyncInterval).
+	NATSSyncInterval time.Duration
+	NATSSyncAlways   bool
 
 	// Capture declares LEDGER_COMMANDS, so that request-reply commands are also
 	// stored by JetStream and confirmed by the consumer, as in `ledger dev` (and

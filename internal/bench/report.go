@@ -96,20 +96,22 @@ type Report struct {
 
 // ReportConfig is the part of Config a reader needs to reproduce a run.
 type ReportConfig struct {
-	Clients          int     `json:"clients"`
-	Accounts         int     `json:"accounts"`
-	DuplicateRatio   float64 `json:"duplicate_ratio"`
-	Skew             float64 `json:"skew"`
-	HottestShare     float64 `json:"hottest_account_share"`
-	Duration         string  `json:"duration"`
-	Capture          bool    `json:"capture"`
-	Grace            string  `json:"grace"`
-	MaxInFlight      int     `json:"max_in_flight"`
-	GroupCommit      bool    `json:"group_commit"`
-	BatchMax         int     `json:"batch_max,omitempty"`
-	BatchWait        string  `json:"batch_wait,omitempty"`
-	Committers       int     `json:"committers,omitempty"`
-	BaselinePoolSize int     `json:"baseline_pool_size"`
+	Clients        int     `json:"clients"`
+	Accounts       int     `json:"accounts"`
+	DuplicateRatio float64 `json:"duplicate_ratio"`
+	Skew           float64 `json:"skew"`
+	HottestShare   float64 `json:"hottest_account_share"`
+	Duration       string  `json:"duration"`
+	Capture        bool    `json:"capture"`
+	Grace          string  `json:"grace"`
+	// NATSSync is how JetStream fsyncs: "always" or an interval.
+	NATSSync         string `json:"nats_sync"`
+	MaxInFlight      int    `json:"max_in_flight"`
+	GroupCommit      bool   `json:"group_commit"`
+	BatchMax         int    `json:"batch_max,omitempty"`
+	BatchWait        string `json:"batch_wait,omitempty"`
+	Committers       int    `json:"committers,omitempty"`
+	BaselinePoolSize int    `json:"baseline_pool_size"`
 	// BaselineLockedRead: the baseline reads an existing key with SELECT … FOR UPDATE.
 	BaselineLockedRead bool `json:"baseline_select_for_update"`
 	JetStreamMessages  int  `json:"jetstream_messages"`
@@ -148,7 +150,7 @@ func (r *Report) Print(w io.Writer) {
 		r.Machine.Cores, r.Machine.MemoryMB, r.Machine.GoVersion, onOff(r.Machine.Fsync), r.Machine.LoadBefore, r.Machine.LoadAfter)
 	capture := "off (plain request-reply)"
 	if c.Capture {
-		capture = "on (LEDGER_COMMANDS stores every command; the consumer confirms each after " + c.Grace + ")"
+		capture = "on (LEDGER_COMMANDS stores every command, fsync " + c.NATSSync + "; the consumer confirms each after " + c.Grace + ")"
 	}
 	fmt.Fprintf(w, "JetStream capture of request-reply: %s\n", capture)
 	fmt.Fprintf(w, "baseline: %s; ledger group commit %s\n\n", baselineRead(c), groupCommit(c))
@@ -271,9 +273,9 @@ func (r *Report) printTargets(w io.Writer) {
 func (r *Report) Markdown(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "%d clients, %d accounts (skew %.2f: the hottest account gets %.2f%% of the commands), duplicate ratio %.2f, load phase %s; "+
-		"JetStream capture %s (grace %s); baseline: %s; ledger group commit %s. Machine: %d cores, %d MiB, %s, PostgreSQL %s with fsync %s; "+
+		"JetStream capture %s (grace %s, fsync %s); baseline: %s; ledger group commit %s. Machine: %d cores, %d MiB, %s, PostgreSQL %s with fsync %s; "+
 		"load average before %s, after %s. Run took %.0fs, started %s.\n\n",
-		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.Duration, onOff(c.Capture), c.Grace, baselineRead(c), groupCommit(c),
+		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.Duration, onOff(c.Capture), c.Grace, c.NATSSync, baselineRead(c), groupCommit(c),
 		r.Machine.Cores, r.Machine.MemoryMB, r.Machine.GoVersion, r.Machine.PostgresVer, onOff(r.Machine.Fsync),
 		r.Machine.LoadBefore, r.Machine.LoadAfter, r.Seconds, r.Started.UTC().Format(time.RFC3339))
 	fmt.Fprintln(w, "| system | phase | commands/s | p50 ms | p99 ms | p99.9 ms | duplicates/s | new applied | errors | anomalies | early dups | commands per transaction | cores: bench / postgres / other | mode |")

@@ -30,6 +30,10 @@ type Options struct {
 	DataDir string
 	// NATSAddr is the embedded server's listen address (port 0: a free one).
 	NATSAddr string
+	// NATSSyncInterval and NATSSyncAlways set how JetStream fsyncs its files
+	// (embednats.Options: default every second).
+	NATSSyncInterval time.Duration
+	NATSSyncAlways   bool
 	// HTTPAddr is where /healthz, /readyz, /metrics (and runners' routes) listen
 	// ("" for no HTTP; port 0: a free one).
 	HTTPAddr string
@@ -88,7 +92,7 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	if o.NATSAddr == "" {
 		o.NATSAddr = "127.0.0.1:4222"
 	}
-	env.NATS, err = embednats.Start(embednats.Options{Addr: o.NATSAddr, StoreDir: filepath.Join(dir, NATSSubdir), Logger: log})
+	env.NATS, err = embednats.Start(embednats.Options{Addr: o.NATSAddr, StoreDir: filepath.Join(dir, NATSSubdir), SyncInterval: o.NATSSyncInterval, SyncAlways: o.NATSSyncAlways, Logger: log})
 	if err != nil {
 		return env, err
 	}

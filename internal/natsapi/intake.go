@@ -52,7 +52,11 @@ type Options struct {
 	// MaxDeliver bounds the deliveries of a message (default 20); the last failure
 	// copies it to the DLQ with reason max_deliveries.
 	MaxDeliver int
-	// MaxAckPending bounds the consumer's unacknowledged messages (default 1024).
+	// MaxAckPending bounds the consumer's delivered and unacknowledged messages
+	// (default 20,000). Every command captured from request-reply waits out the
+	// Grace before it is confirmed, so this must exceed Grace times the command
+	// rate, or the consumer falls behind the stream (1,024 and a 2s grace confirm
+	// at most 512 commands/s).
 	MaxAckPending int
 	// Lanes is the number of JetStream workers (default 16). A message goes to the
 	// lane of its account (or transfer source), so that one instance handles the
@@ -115,7 +119,7 @@ func (o *Options) defaults() {
 		o.MaxDeliver = len(o.BackOff)
 	}
 	if o.MaxAckPending <= 0 {
-		o.MaxAckPending = 1024
+		o.MaxAckPending = 20_000
 	}
 	if o.Lanes <= 0 {
 		o.Lanes = 16

@@ -81,8 +81,8 @@ type consumerLoop struct {
 	adv   *nats.Subscription
 }
 
-// laneDepth bounds the messages waiting in one lane.
-const laneDepth = 8
+// pullBatch is the most messages one pull request asks for.
+const pullBatch = 256
 
 func startConsumer(ctx context.Context, in *Intake) (*consumerLoop, error) {
 	o := in.opts
@@ -100,8 +100,7 @@ func startConsumer(ctx context.Context, in *Intake) (*consumerLoop, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsapi: consumer %s: %w", o.Durable, err)
 	}
-	batch := o.Lanes * 2
-	it, err := cons.Messages(jetstream.PullMaxMessages(batch))
+	it, err := cons.Messages(jetstream.PullMaxMessages(min(pullBatch, o.MaxAckPending)))
 	if err != nil {
 		return nil, fmt.Errorf("natsapi: consume %s: %w", o.Durable, err)
 	}
@@ -114,7 +113,9 @@ func startConsumer(ctx context.Context, in *Intake) (*consumerLoop, error) {
 		return nil, fmt.Errorf("natsapi: subscribe %s: %w", adv, err)
 	}
 	for i := range c.lanes {
-		c.lanes[i] = make(chan jetstream.Msg, laneDepth)
+		// A lane can hold every message the server may have delivered and not yet
+		// seen acked (MaxAckPending), so the fetch loop never blocks on it.
+		c.lanes[i] = make(chan jetstream.Msg, o.MaxAckPending)
 		c.work.Add(1)
 		go c.lane(c.lanes[i])
 	}
@@ -177,20 +178,12 @@ func (c *consumerLoop) fetch() {
 			c.in.opts.Metrics.settled("nak")
 			continue
 		}
-		md, err := m.Metadata()
-		if err == nil && md.NumDelivered == 1 && c.in.opts.Grace > 0 {
-			if wait := time.Until(md.Timestamp.Add(c.in.opts.Grace)); wait > 0 {
-				t := time.NewTimer(wait)
-				select {
-				case <-t.C:
-				case <-c.quit:
-					t.Stop()
-					_ = m.Nak()
-					c.in.opts.Metrics.settled("nak")
-					continue
-				}
-			}
-		}
+		// Never wait here: the pull subscription's buffer holds one pull batch, and
+		// the server's heartbeats come through it too. A loop that stops reading
+		// (for the grace, or behind a busy lane) lets it overflow: the client drops
+		// messages ("slow consumer"), heartbeats among them, and the dropped
+		// deliveries come back only after AckWait. The lanes are deep enough to
+		// take everything the server may have outstanding (MaxAckPending).
 		c.lanes[laneOf(m.Data(), len(c.lanes))] <- m
 	}
 }
@@ -222,12 +215,37 @@ func laneOf(body []byte, n int) int {
 func (c *consumerLoop) lane(ch <-chan jetstream.Msg) {
 	defer c.work.Done()
 	for m := range ch {
-		if c.stopping() {
+		if c.stopping() || !c.graceOver(m) {
 			_ = m.Nak()
 			c.in.opts.Metrics.settled("nak")
 			continue
 		}
 		c.handle(m)
+	}
+}
+
+// graceOver waits until a first delivery is Grace old (see Options.Grace); it
+// reports false when the consumer stops first. Messages of a lane come in stream
+// order, so a lane waits for each message at most once.
+func (c *consumerLoop) graceOver(m jetstream.Msg) bool {
+	if c.in.opts.Grace <= 0 {
+		return true
+	}
+	md, err := m.Metadata()
+	if err != nil || md.NumDelivered != 1 {
+		return true
+	}
+	wait := time.Until(md.Timestamp.Add(c.in.opts.Grace))
+	if wait <= 0 {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.quit:
+		return false
 	}
 }
 
