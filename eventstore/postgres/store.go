@@ -49,6 +49,10 @@ type Store struct {
 	// PollInterval is how often a caught-up subscription looks for new events
 	// written by other processes (appends of this Store wake it at once).
 	PollInterval time.Duration
+
+	// beforeCommit, when set (by tests), runs between an append's two round
+	// trips, on its connection inside its open transaction.
+	beforeCommit func(ctx context.Context, conn *pgx.Conn)
 }
 
 // DefaultPollInterval is the default Store.PollInterval.
@@ -173,42 +177,68 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 // AppendMulti implements eventstore.MultiAppender: one transaction for all parts.
 // Parts whose events are already there (idempotent re-append) return the
 // original write; the others are written.
-func (s *Store) AppendMulti(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
-	tx, res, err := s.appendTx(ctx, parts)
+//
+// The common path costs two round trips (see begin and commit); an idempotent
+// or conflicting part may cost more to check; a failed INSERT costs one more for
+// the ROLLBACK.
+func (s *Store) AppendMulti(ctx context.Context, parts []eventstore.StreamAppend) (res []eventstore.AppendResult, err error) {
+	c, plans, err := s.begin(ctx, parts)
 	if err != nil {
 		return nil, err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		// The outcome is unknown when the connection broke during COMMIT: retrying
-		// with the same event IDs is safe (idempotent) and tells.
-		return nil, classify(ctx, "commit", err)
+	defer release(ctx, c)
+	if s.beforeCommit != nil {
+		s.beforeCommit(ctx, c.Conn())
+	}
+	if err := commit(ctx, c.Conn(), plans); err != nil {
+		return nil, err
 	}
 	s.notify()
-	return res, nil
+	return results(plans), nil
 }
 
 // AppendHeld performs an append in a transaction and returns without committing
 // it: commit or rollback ends it. It exists for tests that need a transaction
 // held open across a later commit (the "all" reader must not skip it). The
-// stream stays locked until then: appends to it wait.
+// stream stays locked until then: appends to it wait. It takes the slower path
+// (INSERT in a round trip of its own) and holds a pooled connection until ended.
 func (s *Store) AppendHeld(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events []eventstore.EventData) (commit func() error, rollback func() error, err error) {
-	tx, _, err := s.appendTx(ctx, []eventstore.StreamAppend{{Stream: stream, Expected: expected, Events: events}})
+	c, plans, err := s.begin(ctx, []eventstore.StreamAppend{{Stream: stream, Expected: expected, Events: events}})
 	if err != nil {
 		return nil, nil, err
 	}
+	if args := insertArgs(plans); args != nil {
+		rows, qerr := c.Conn().Query(ctx, insertSQL, args...)
+		if qerr == nil {
+			qerr = scanInserted(rows, plans)
+		}
+		if qerr != nil {
+			release(ctx, c)
+			return nil, nil, insertErr(ctx, qerr)
+		}
+	}
 	var once sync.Once
-	end := func(f func(context.Context) error, op string) error {
+	end := func(sql, op string) error {
 		err := errors.New("eventstore/postgres: held append already ended")
 		once.Do(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			err = classify(ctx, op, f(ctx))
-			s.notify()
+			defer release(ctx, c)
+			defer s.notify()
+			tag, xerr := c.Conn().Exec(ctx, sql)
+			if xerr != nil {
+				err = classify(ctx, op, xerr)
+				return
+			}
+			err = nil
+			if sql == "COMMIT" && tag.String() != "COMMIT" {
+				err = fmt.Errorf("eventstore/postgres: %s: %w (command tag %q)", op, pgx.ErrTxCommitRollback, tag)
+			}
 		})
 		return err
 	}
-	commit = func() error { return end(tx.Commit, "commit") }
-	rollback = func() error { return end(tx.Rollback, "rollback") }
+	commit = func() error { return end("COMMIT", "commit") }
+	rollback = func() error { return end("ROLLBACK", "rollback") }
 	return commit, rollback, nil
 }
 
@@ -220,8 +250,51 @@ type plan struct {
 	result eventstore.AppendResult
 }
 
-// appendTx runs an append up to (not including) COMMIT and returns the open
-// transaction; on error it has been rolled back.
+func results(plans []plan) []eventstore.AppendResult {
+	res := make([]eventstore.AppendResult, len(plans))
+	for i, pl := range plans {
+		res[i] = pl.result
+	}
+	return res
+}
+
+// querier is what the idempotency checks read through: the append's connection,
+// inside its transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+const (
+	// lockOneSQL and lockManySQL take the streams' transaction-level advisory
+	// locks. lockManySQL takes them one row at a time in the order of their keys:
+	// the subquery is sorted (DISTINCT keeps the planner from flattening it, and a
+	// volatile function is never pushed down into it), and the outer projection
+	// locks its rows as they come.
+	lockOneSQL  = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
+	lockManySQL = `SELECT pg_advisory_xact_lock(k) FROM (SELECT DISTINCT hashtextextended(s, 0) AS k FROM unnest($1::text[]) AS s ORDER BY k) AS keys`
+	headsSQL    = `SELECT s.stream, coalesce((SELECT max(e.revision) FROM events e WHERE e.stream = s.stream), -1)
+		FROM unnest($1::text[]) AS s(stream)`
+	insertSQL = `INSERT INTO events (stream, revision, event_id, type, data, metadata)
+		SELECT u.stream, u.revision, u.event_id, u.type, u.data, u.metadata
+		FROM unnest($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::bytea[], $6::bytea[])
+			WITH ORDINALITY AS u(stream, revision, event_id, type, data, metadata, n)
+		ORDER BY u.n
+		RETURNING stream, revision, position, transaction_id::text AS xid`
+)
+
+// begin opens an append's transaction on a connection of its own, locks the
+// streams, reads their heads and decides each part; on success the transaction
+// is open (nothing written yet) and the caller must release the connection, on
+// error nothing is left open.
+//
+// One round trip, one pipeline: BEGIN; the locks; the heads. The heads are read
+// by a statement of their own after the locks: under READ COMMITTED each
+// statement takes its snapshot when it starts, so theirs is taken after the locks
+// were granted and sees every commit of the appends that held them before us.
+// Should a statement fail (a lock timeout, a cancelled context), the server
+// skips the rest up to the pipeline's Sync and leaves the transaction aborted:
+// release rolls it back.
 //
 // Lock order and transaction ids. "All" is read in transaction-id (xid) order,
 // so within a stream xid order must equal revision order. PostgreSQL assigns a
@@ -233,7 +306,7 @@ type plan struct {
 // row taken *after* an xid was assigned would not give this.) A multi-stream
 // append locks all its streams in the order of their lock keys, so two appends
 // sharing streams cannot deadlock; colliding keys merely serialise.
-func (s *Store) appendTx(ctx context.Context, parts []eventstore.StreamAppend) (tx pgx.Tx, res []eventstore.AppendResult, err error) {
+func (s *Store) begin(ctx context.Context, parts []eventstore.StreamAppend) (c *pgxpool.Conn, plans []plan, err error) {
 	if s.closed() {
 		return nil, nil, ErrClosed
 	}
@@ -243,53 +316,116 @@ func (s *Store) appendTx(ctx context.Context, parts []eventstore.StreamAppend) (
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("eventstore/postgres: append: %w", err)
 	}
-	tx, err = s.pool.Begin(ctx)
+	acquired, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, classify(ctx, "begin", err)
 	}
 	defer func() {
 		if err != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = tx.Rollback(rctx)
-			tx = nil
+			release(ctx, acquired) // the returns below have set c to nil
 		}
 	}()
+	conn := acquired.Conn()
 
 	streams := make([]string, len(parts))
 	for i, p := range parts {
 		streams[i] = p.Stream
 	}
-	if err := lockStreams(ctx, tx, streams); err != nil {
-		return tx, nil, classify(ctx, "lock streams", err)
-	}
-
 	heads := make(map[string]int64, len(parts))
-	rows, err := tx.Query(ctx, `SELECT s.stream, coalesce((SELECT max(e.revision) FROM events e WHERE e.stream = s.stream), -1)
-		FROM unnest($1::text[]) AS s(stream)`, streams)
-	if err != nil {
-		return tx, nil, classify(ctx, "read heads", err)
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	if len(streams) == 1 {
+		b.Queue(lockOneSQL, streams[0])
+	} else {
+		b.Queue(lockManySQL, streams)
 	}
-	var name string
-	var head int64
-	if _, err := pgx.ForEachRow(rows, []any{&name, &head}, func() error { heads[name] = head; return nil }); err != nil {
-		return tx, nil, classify(ctx, "read heads", err)
+	b.Queue(headsSQL, streams).Query(func(rows pgx.Rows) error {
+		var name string
+		var head int64
+		_, err := pgx.ForEachRow(rows, []any{&name, &head}, func() error { heads[name] = head; return nil })
+		return err
+	})
+	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+		return nil, nil, classify(ctx, "lock streams", err)
+	}
+	if st := conn.PgConn().TxStatus(); st != 'T' {
+		return nil, nil, fmt.Errorf("eventstore/postgres: lock streams: connection in transaction status %q after BEGIN, want 'T'", st)
 	}
 
-	plans := make([]plan, len(parts))
+	plans = make([]plan, len(parts))
 	for i, p := range parts {
-		if plans[i], err = decide(ctx, tx, p, heads[p.Stream]); err != nil {
-			return tx, nil, err
+		if plans[i], err = decide(ctx, conn, p, heads[p.Stream]); err != nil {
+			return nil, nil, err
 		}
 	}
-	if err := insert(ctx, tx, plans); err != nil {
-		return tx, nil, err
+	return acquired, plans, nil
+}
+
+// commit ends an append begun by begin in one round trip, one pipeline: the
+// INSERT ... RETURNING of the parts to be written, and COMMIT. If the INSERT
+// fails, the server skips the COMMIT and the transaction is left aborted for
+// release to roll back. A COMMIT of a transaction that was already aborted is
+// answered ROLLBACK: that is an error too.
+//
+// A failure the server did not answer (a lost connection, a cancelled context)
+// leaves the outcome unknown: INSERT and COMMIT may both have run. Retrying with
+// the same event IDs is safe (idempotent) and tells.
+func commit(ctx context.Context, conn *pgx.Conn, plans []plan) error {
+	var b pgx.Batch
+	args := insertArgs(plans)
+	if args != nil {
+		b.Queue(insertSQL, args...)
 	}
-	res = make([]eventstore.AppendResult, len(plans))
-	for i, pl := range plans {
-		res[i] = pl.result
+	b.Queue("COMMIT")
+	br := conn.SendBatch(ctx, &b)
+	if args != nil {
+		rows, err := br.Query()
+		if err == nil {
+			err = scanInserted(rows, plans)
+		}
+		if err != nil {
+			br.Close()
+			return insertErr(ctx, outcome(err))
+		}
 	}
-	return tx, res, nil
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return classify(ctx, "commit", outcome(err))
+	}
+	if tag.String() != "COMMIT" {
+		return fmt.Errorf("eventstore/postgres: commit: %w (command tag %q)", pgx.ErrTxCommitRollback, tag)
+	}
+	return nil
+}
+
+// errUnknownOutcome marks a failure of the round trip carrying COMMIT that the
+// server did not answer: the transaction may have committed.
+var errUnknownOutcome = errors.New("outcome unknown, the append may have committed")
+
+func outcome(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
+		return err // answered by the server, or never sent: not committed
+	}
+	return fmt.Errorf("%w: %w", errUnknownOutcome, err)
+}
+
+// release returns c to the pool with no transaction left open on it: it rolls
+// back one still open (or aborted), and closes the connection when that fails;
+// the pool destroys a connection that is closed, busy or not idle.
+func release(ctx context.Context, c *pgxpool.Conn) {
+	conn := c.Conn()
+	if !conn.IsClosed() && !conn.PgConn().IsBusy() && conn.PgConn().TxStatus() != 'I' {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
+			_ = conn.Close(rctx)
+		}
+		cancel()
+	}
+	c.Release()
 }
 
 func validate(parts []eventstore.StreamAppend) error {
@@ -312,28 +448,6 @@ func validate(parts []eventstore.StreamAppend) error {
 	return nil
 }
 
-// lockStreams takes the streams' advisory transaction locks in key order.
-func lockStreams(ctx context.Context, tx pgx.Tx, streams []string) error {
-	if len(streams) == 1 {
-		_, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", streams[0])
-		return err
-	}
-	rows, err := tx.Query(ctx, "SELECT DISTINCT hashtextextended(s, 0) AS k FROM unnest($1::text[]) AS s ORDER BY k", streams)
-	if err != nil {
-		return err
-	}
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return err
-	}
-	// A batch runs its statements in order, in one round trip.
-	var b pgx.Batch
-	for _, k := range keys {
-		b.Queue("SELECT pg_advisory_xact_lock($1)", k)
-	}
-	return tx.SendBatch(ctx, &b).Close()
-}
-
 // stored is what the idempotency check needs of an event already in the stream.
 type stored struct {
 	revision int64
@@ -342,8 +456,8 @@ type stored struct {
 }
 
 // storedRange returns the stream's events at revisions from..to.
-func storedRange(ctx context.Context, tx pgx.Tx, stream string, from, to int64) ([]stored, error) {
-	rows, err := tx.Query(ctx, `SELECT revision, event_id, transaction_id::text AS xid, position FROM events
+func storedRange(ctx context.Context, q querier, stream string, from, to int64) ([]stored, error) {
+	rows, err := q.Query(ctx, `SELECT revision, event_id, transaction_id::text AS xid, position FROM events
 		WHERE stream = $1 AND revision BETWEEN $2 AND $3 ORDER BY revision`, stream, from, to)
 	if err != nil {
 		return nil, classify(ctx, "read stream", err)
@@ -366,9 +480,9 @@ func storedRange(ctx context.Context, tx pgx.Tx, stream string, from, to int64) 
 
 // matchAt reports whether events sit, in order, at revisions first.. of the
 // stream, and if so the AppendResult of their original write.
-func matchAt(ctx context.Context, tx pgx.Tx, stream string, first int64, events []eventstore.EventData) (eventstore.AppendResult, bool, error) {
+func matchAt(ctx context.Context, q querier, stream string, first int64, events []eventstore.EventData) (eventstore.AppendResult, bool, error) {
 	n := int64(len(events))
-	got, err := storedRange(ctx, tx, stream, first, first+n-1)
+	got, err := storedRange(ctx, q, stream, first, first+n-1)
 	if err != nil || int64(len(got)) != n {
 		return eventstore.AppendResult{}, false, err
 	}
@@ -386,7 +500,7 @@ func matchAt(ctx context.Context, tx pgx.Tx, stream string, first int64, events 
 
 // decide applies KurrentDB's IndexWriter rules (see eventstore.Appender) to one
 // part, under its stream's lock.
-func decide(ctx context.Context, tx pgx.Tx, p eventstore.StreamAppend, head int64) (plan, error) {
+func decide(ctx context.Context, q querier, p eventstore.StreamAppend, head int64) (plan, error) {
 	pl := plan{part: p, head: head}
 	n := int64(len(p.Events))
 	if last, ok := p.Expected.LastBefore(); ok { // NoStream, Exact
@@ -402,7 +516,7 @@ func decide(ctx context.Context, tx pgx.Tx, p eventstore.StreamAppend, head int6
 		if last+n > head {
 			return pl, wrongRevision(p.Stream, p.Expected, head)
 		}
-		res, ok, err := matchAt(ctx, tx, p.Stream, last+1, p.Events)
+		res, ok, err := matchAt(ctx, q, p.Stream, last+1, p.Events)
 		if err != nil {
 			return pl, err
 		}
@@ -419,7 +533,7 @@ func decide(ctx context.Context, tx pgx.Tx, p eventstore.StreamAppend, head int6
 	// Any, StreamExists: idempotent when the first event's ID is in this stream
 	// (and the rest follow it); written at the head otherwise.
 	var first int64
-	err := tx.QueryRow(ctx, "SELECT revision FROM events WHERE event_id = $1 AND stream = $2", p.Events[0].ID, p.Stream).Scan(&first)
+	err := q.QueryRow(ctx, "SELECT revision FROM events WHERE event_id = $1 AND stream = $2", p.Events[0].ID, p.Stream).Scan(&first)
 	if errors.Is(err, pgx.ErrNoRows) {
 		pl.write = true
 		return pl, nil
@@ -427,7 +541,7 @@ func decide(ctx context.Context, tx pgx.Tx, p eventstore.StreamAppend, head int6
 	if err != nil {
 		return pl, classify(ctx, "read event", err)
 	}
-	res, ok, err := matchAt(ctx, tx, p.Stream, first, p.Events)
+	res, ok, err := matchAt(ctx, q, p.Stream, first, p.Events)
 	if err != nil {
 		return pl, err
 	}
@@ -439,8 +553,9 @@ func decide(ctx context.Context, tx pgx.Tx, p eventstore.StreamAppend, head int6
 	return pl, nil
 }
 
-// insert writes the parts to be written in one statement and fills their results.
-func insert(ctx context.Context, tx pgx.Tx, plans []plan) error {
+// insertArgs are the arguments of insertSQL for the parts to be written, nil
+// when there are none.
+func insertArgs(plans []plan) []any {
 	var (
 		streams   []string
 		revisions []int64
@@ -465,31 +580,26 @@ func insert(ctx context.Context, tx pgx.Tx, plans []plan) error {
 	if len(streams) == 0 {
 		return nil
 	}
-	rows, err := tx.Query(ctx, `INSERT INTO events (stream, revision, event_id, type, data, metadata)
-		SELECT u.stream, u.revision, u.event_id, u.type, u.data, u.metadata
-		FROM unnest($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::bytea[], $6::bytea[])
-			WITH ORDINALITY AS u(stream, revision, event_id, type, data, metadata, n)
-		ORDER BY u.n
-		RETURNING stream, revision, position, transaction_id::text AS xid`,
-		streams, revisions, ids, types, data, metadata)
-	if err != nil {
-		return insertErr(ctx, err)
-	}
+	return []any{streams, revisions, ids, types, data, metadata}
+}
+
+// scanInserted reads what insertSQL returned and fills the written parts' results.
+func scanInserted(rows pgx.Rows, plans []plan) error {
 	type key struct {
 		stream   string
 		revision int64
 	}
-	written := make(map[key]eventstore.Position, len(streams))
+	written := make(map[key]eventstore.Position)
 	var k key
 	var pos int64
 	var xid string
-	_, err = pgx.ForEachRow(rows, []any{&k.stream, &k.revision, &pos, &xid}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&k.stream, &k.revision, &pos, &xid}, func() error {
 		p, err := position(xid, pos)
 		written[k] = p
 		return err
 	})
 	if err != nil {
-		return insertErr(ctx, err)
+		return err
 	}
 	for i := range plans {
 		pl := &plans[i]
@@ -497,10 +607,14 @@ func insert(ctx context.Context, tx pgx.Tx, plans []plan) error {
 			continue
 		}
 		last := pl.head + int64(len(pl.part.Events))
+		p, ok := written[key{pl.part.Stream, last}]
+		if !ok {
+			return fmt.Errorf("eventstore/postgres: insert returned no row for %q at revision %d", pl.part.Stream, last)
+		}
 		pl.result = eventstore.AppendResult{
 			FirstRevision: uint64(pl.head + 1),
 			LastRevision:  uint64(last),
-			Position:      written[key{pl.part.Stream, last}],
+			Position:      p,
 		}
 	}
 	return nil
