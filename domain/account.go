@@ -1,7 +1,6 @@
 package domain
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -349,20 +348,66 @@ func (a *Account) decideRefund(cmd Command) Decision {
 // remembers every key is too large to copy per event. Events must come in stream
 // order; a gap or a foreign stream is an error (the caller's invariant broke).
 func EvolveAccount(a *Account, ev StoredEvent) error {
-	if int64(ev.Revision) != a.Revision+1 {
-		return fmt.Errorf("domain: %s: event at revision %d after revision %d", ev.Stream, ev.Revision, a.Revision)
+	if err := a.nextRevision(ev); err != nil {
+		return err
 	}
 	payload, err := DecodeEvent(ev.Type, ev.Data)
 	if err != nil {
 		return err
 	}
+	return a.fold(ev, payload)
+}
+
+// EvolveAccountDecided is EvolveAccount for an event this process has just written:
+// payload is its decided data (the NewEvent's Data that ev.Data encodes, a value or
+// a pointer), folded as it is rather than decoded again from ev.Data.
+func EvolveAccountDecided(a *Account, ev StoredEvent, payload any) error {
+	if err := a.nextRevision(ev); err != nil {
+		return err
+	}
+	return a.fold(ev, payload)
+}
+
+func (a *Account) nextRevision(ev StoredEvent) error {
+	if int64(ev.Revision) != a.Revision+1 {
+		return fmt.Errorf("domain: %s: event at revision %d after revision %d", ev.Stream, ev.Revision, a.Revision)
+	}
+	return nil
+}
+
+func (a *Account) fold(ev StoredEvent, payload any) error {
+	payload = accountPayload(payload)
 	if err := a.evolve(payload, ev.Metadata); err != nil {
 		return fmt.Errorf("domain: %s@%d: %w", ev.Stream, ev.Revision, err)
 	}
 	a.Revision = int64(ev.Revision)
 	a.LastChain = ev.Metadata.Chain
-	a.record(ev)
+	a.record(ev, payload)
 	return nil
+}
+
+// accountPayload turns a decided payload (a value) into the pointer form that
+// DecodeEvent returns, so that evolve and record handle one form.
+func accountPayload(payload any) any {
+	switch e := payload.(type) {
+	case AccountOpened:
+		return &e
+	case Credited:
+		return &e
+	case Debited:
+		return &e
+	case HoldPlaced:
+		return &e
+	case HoldCaptured:
+		return &e
+	case HoldReleased:
+		return &e
+	case AccountClosed:
+		return &e
+	case CommandRejected:
+		return &e
+	}
+	return payload
 }
 
 func (a *Account) evolve(payload any, m Metadata) error {
@@ -426,8 +471,9 @@ func (a *Account) noteRefund(reason, originalKey string, amount int64) {
 	}
 }
 
-// record adds an event to the key record of the command that wrote it.
-func (a *Account) record(ev StoredEvent) {
+// record adds an event to the key record of the command that wrote it; payload is
+// the event's data, decoded or as decided.
+func (a *Account) record(ev StoredEvent, payload any) {
 	m := ev.Metadata
 	rec := a.Keys[m.Key]
 	if rec == nil || m.Index == 0 {
@@ -436,19 +482,20 @@ func (a *Account) record(ev StoredEvent) {
 	}
 	rec.Events = append(rec.Events, EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type})
 	rec.Position = ev.Position
-	switch ev.Type {
-	case EvCommandRejected:
-		var r CommandRejected
-		if json.Unmarshal(ev.Data, &r) == nil {
-			rec.Status, rec.Code, rec.Message = StatusRejected, r.Code, r.Message
-		}
-	case EvCredited, EvDebited:
-		if rec.Command == CmdDeposit || rec.Command == CmdWithdraw {
-			var c Credited
-			if json.Unmarshal(ev.Data, &c) == nil {
-				rec.Amount = c.Amount
-			}
-		}
+	switch e := payload.(type) {
+	case *CommandRejected:
+		rec.Status, rec.Code, rec.Message = StatusRejected, e.Code, e.Message
+	case *Credited:
+		rec.noteAmount(e.Amount)
+	case *Debited:
+		rec.noteAmount(e.Amount)
 	}
 	rec.After = a.View()
+}
+
+// noteAmount remembers the amount of a refundable original (deposits and withdrawals).
+func (rec *KeyRecord) noteAmount(amount int64) {
+	if rec.Command == CmdDeposit || rec.Command == CmdWithdraw {
+		rec.Amount = amount
+	}
 }

@@ -251,6 +251,8 @@ func answerKnown(rec *domain.KeyRecord, req domain.Canonical) Reply {
 // written is a successful append: the events as they now stand in the stream.
 type written struct {
 	events []domain.StoredEvent
+	// payloads are the events' decided data, in order (what events[i].Data encodes).
+	payloads []any
 	// idempotent: the store already held these events and wrote nothing.
 	idempotent bool
 }
@@ -262,8 +264,8 @@ func (s *Service) applyWritten(ctx context.Context, stream string, acc *domain.A
 		_, err := s.loadAccount(ctx, stream, acc.ID, true)
 		return err
 	}
-	for _, ev := range w.events {
-		if err := domain.EvolveAccount(acc, ev); err != nil {
+	for i, ev := range w.events {
+		if err := domain.EvolveAccountDecided(acc, ev, w.payloads[i]); err != nil {
 			s.accounts.c.Remove(stream)
 			return err
 		}
@@ -317,7 +319,7 @@ func (s *Service) appendDecision(ctx context.Context, cmd domain.Command, req do
 	if err != nil {
 		return written{}, err
 	}
-	return writtenFrom(stream, res, data, metas), nil
+	return writtenFrom(stream, res, data, metas, events), nil
 }
 
 // appendStep writes an internal step's decision (a derived key: no claim).
@@ -337,13 +339,14 @@ func (s *Service) appendStep(ctx context.Context, cmd domain.Command, req domain
 	} else if res, err = s.store.Append(ctx, stream, part.Expected, data); err != nil {
 		return written{}, err
 	}
-	return writtenFrom(stream, res, data, metas), nil
+	return writtenFrom(stream, res, data, metas, events), nil
 }
 
-func writtenFrom(stream string, res eventstore.AppendResult, data []eventstore.EventData, metas []domain.Metadata) written {
-	w := written{events: make([]domain.StoredEvent, len(data)), idempotent: res.Idempotent}
+func writtenFrom(stream string, res eventstore.AppendResult, data []eventstore.EventData, metas []domain.Metadata, decided []domain.NewEvent) written {
+	w := written{events: make([]domain.StoredEvent, len(data)), payloads: make([]any, len(data)), idempotent: res.Idempotent}
 	for i, d := range data {
 		w.events[i] = domain.StoredEvent{ID: d.ID, Stream: stream, Revision: res.FirstRevision + uint64(i), Type: d.Type, Data: d.Data, Metadata: metas[i]}
+		w.payloads[i] = decided[i].Data
 	}
 	if n := len(w.events); n > 0 {
 		w.events[n-1].Position = res.Position.String()

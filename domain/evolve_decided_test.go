@@ -1,0 +1,67 @@
+package domain
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// TestEvolveAccountDecidedMatchesStored folds the same decisions twice, once from
+// their encoded data (EvolveAccount, as read from a store) and once from the
+// decided payloads (EvolveAccountDecided, as the ledger does after its append),
+// and requires the same aggregate after every event, key records included.
+func TestEvolveAccountDecidedMatchesStored(t *testing.T) {
+	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	cmds := []Command{
+		{Type: CmdOpenAccount, AccountID: "a", Currency: "EUR", OverdraftLimit: 10, Metadata: map[string]string{"k": "v"}},
+		{Type: CmdDeposit, AccountID: "a", Amount: 100, HasAmount: true, Currency: "EUR"},
+		{Type: CmdWithdraw, AccountID: "a", Amount: 30, HasAmount: true, Currency: "EUR"},
+		{Type: CmdWithdraw, AccountID: "a", Amount: 1000, HasAmount: true, Currency: "EUR"}, // insufficient funds: recorded
+		{Type: CmdDeposit, AccountID: "a", Amount: 5, HasAmount: true, Currency: "USD"},     // currency mismatch: recorded
+		{Type: CmdPlaceHold, AccountID: "a", HoldID: "h1", Amount: 20, HasAmount: true, Currency: "EUR", ExpiresAt: at.Add(time.Hour)},
+		{Type: CmdPlaceHold, AccountID: "a", HoldID: "h2", Amount: 10, HasAmount: true, Currency: "EUR"},
+		{Type: CmdCaptureHold, AccountID: "a", HoldID: "h1", Amount: 15, HasAmount: true},
+		{Type: CmdReleaseHold, AccountID: "a", HoldID: "h2"},
+		{Type: CmdRefund, OriginalKey: "k1", Amount: 40, HasAmount: true},
+		{Type: CmdRefund, OriginalKey: "k2"},
+		{Type: CmdTransferCredit, AccountID: "a", Amount: 7, HasAmount: true, Currency: "EUR", Reason: ReasonTransferIn, Ref: "t"},
+		{Type: CmdTransferDebit, AccountID: "a", Amount: 7, HasAmount: true, Currency: "EUR", Reason: ReasonTransferOut, Ref: "t"},
+		{Type: CmdCloseAccount, AccountID: "a"}, // not empty: recorded
+	}
+	stored, decided := NewAccount("a"), NewAccount("a")
+	for i, cmd := range cmds {
+		cmd.IdempotencyKey, cmd.At = fmt.Sprintf("k%d", i), at
+		d := DecideAccount(decided, cmd)
+		if len(d.Events) == 0 {
+			t.Fatalf("%d %s: no events: %+v", i, cmd.Type, d)
+		}
+		req := cmd.Canonical()
+		for j, ne := range d.Events {
+			data, err := json.Marshal(ne.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := Metadata{Key: cmd.IdempotencyKey, Command: string(cmd.Type), RequestHash: req.Hash, Index: j, Count: len(d.Events), At: at, Chain: fmt.Sprint(i)}
+			if j == 0 {
+				m.Request = req.JSON
+			}
+			ev := StoredEvent{ID: uuid.New(), Stream: "account-a", Revision: uint64(stored.Revision + 1), Position: fmt.Sprint(i), Type: ne.Type, Data: data, Metadata: m}
+			if err := EvolveAccount(stored, ev); err != nil {
+				t.Fatal(err)
+			}
+			if err := EvolveAccountDecided(decided, ev, ne.Data); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(stored, decided) {
+				t.Fatalf("%d %s: aggregates differ:\nstored  %+v\ndecided %+v", i, ne.Type, stored, decided)
+			}
+		}
+	}
+	if decided.Keys["k13"].Code != CodeAccountNotEmpty || decided.Keys["k3"].Status != StatusRejected || decided.Keys["k1"].Refunded != 40 {
+		t.Fatalf("the sequence did not go as planned: %+v", decided)
+	}
+}
