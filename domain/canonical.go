@@ -66,13 +66,13 @@ func (c Command) Canonical() Canonical {
 	name("type")
 	b = appendJSONString(b, string(c.Type))
 	b = append(b, '}')
-	return Canonical{JSON: b, Hash: hashHex(b)}
+	return Canonical{JSON: b, Hash: hexSHA256(b)}
 }
 
 // Canonical encodes and hashes a request built as a map (ParseRequest's result).
 func (r Request) Canonical() Canonical {
 	b := r.CanonicalJSON()
-	return Canonical{JSON: b, Hash: hashHex(b), req: r}
+	return Canonical{JSON: b, Hash: hexSHA256(b), req: r}
 }
 
 // Request is the canonical request as a map, for DiffFields (conflicts only).
@@ -83,9 +83,12 @@ func (c Canonical) Request() (Request, error) {
 	return ParseRequest(c.JSON)
 }
 
-func hashHex(b []byte) string {
+// hexSHA256 is hex.EncodeToString of b's SHA-256, with one allocation.
+func hexSHA256(b []byte) string {
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	var dst [2 * sha256.Size]byte
+	hex.Encode(dst[:], sum[:])
+	return string(dst[:])
 }
 
 // appendStringMap appends m as encoding/json writes a map[string]string (or a

@@ -1,9 +1,7 @@
 package domain
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 )
 
 // ChainHash links an event to the previous event of its stream (prev is "" for the
@@ -11,22 +9,25 @@ import (
 // request hash, each length-prefixed. Changing any stored byte of an event, or
 // removing or reordering one, breaks the chain from that event on.
 func ChainHash(prev string, ev StoredEvent) string {
-	h := sha256.New()
-	field := func(b []byte) {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
-		h.Write(n[:])
-		h.Write(b)
-	}
 	var rev [8]byte
 	binary.BigEndian.PutUint64(rev[:], ev.Revision)
-	field([]byte(prev))
+	var stack [1024]byte
+	b := stack[:0]
+	field := func(p []byte) {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(p)))
+		b = append(b, p...)
+	}
+	fieldString := func(s string) {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	fieldString(prev)
 	field(ev.ID[:])
-	field([]byte(ev.Stream))
+	fieldString(ev.Stream)
 	field(rev[:])
-	field([]byte(ev.Type))
+	fieldString(ev.Type)
 	field(ev.Data)
-	field([]byte(ev.Metadata.Key))
-	field([]byte(ev.Metadata.RequestHash))
-	return hex.EncodeToString(h.Sum(nil))
+	fieldString(ev.Metadata.Key)
+	fieldString(ev.Metadata.RequestHash)
+	return hexSHA256(b)
 }

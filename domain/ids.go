@@ -1,7 +1,8 @@
 package domain
 
 import (
-	"strings"
+	"crypto/sha1"
+	"strconv"
 
 	"github.com/google/uuid"
 )
@@ -12,30 +13,22 @@ var Namespace = uuid.MustParse("5b0c6a52-3f1e-4f8e-9a57-2c9f1d7e8a10")
 
 // EventID is the ID of the i-th event that command key writes to stream
 // (ARCHITECTURE decision 2): the same intent always produces the same IDs.
+// It is uuid.NewSHA1(Namespace, key + "/" + stream + "/" + i), computed in a
+// stack buffer.
 func EventID(key, stream string, i int) uuid.UUID {
-	var b strings.Builder
-	b.Grow(len(key) + len(stream) + 8)
-	b.WriteString(key)
-	b.WriteByte('/')
-	b.WriteString(stream)
-	b.WriteByte('/')
-	writeInt(&b, i)
-	return uuid.NewSHA1(Namespace, []byte(b.String()))
-}
-
-func writeInt(b *strings.Builder, i int) {
-	var buf [20]byte
-	n := len(buf)
-	if i == 0 {
-		b.WriteByte('0')
-		return
-	}
-	for i > 0 {
-		n--
-		buf[n] = byte('0' + i%10)
-		i /= 10
-	}
-	b.Write(buf[n:])
+	var buf [256]byte
+	b := append(buf[:0], Namespace[:]...)
+	b = append(b, key...)
+	b = append(b, '/')
+	b = append(b, stream...)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(i), 10)
+	sum := sha1.Sum(b)
+	var id uuid.UUID
+	copy(id[:], sum[:])
+	id[6] = (id[6] & 0x0f) | 0x50 // version 5
+	id[8] = (id[8] & 0x3f) | 0x80 // RFC 4122 variant
+	return id
 }
 
 // Stream names.
