@@ -56,7 +56,7 @@ func (s *Service) claimPart(cmd domain.Command, req domain.Canonical, home strin
 	id := domain.EventID(claimEventKey(cmd.IdempotencyKey, hash), ks, 0)
 	m := domain.Metadata{Key: cmd.IdempotencyKey, Command: string(cmd.Type), RequestHash: hash, Count: 1, At: cmd.At, Producer: s.opts.Producer, Schema: 1}
 	m.Chain = domain.ChainHash("", domain.StoredEvent{ID: id, Stream: ks, Type: domain.EvKeyClaimed, Data: data, Metadata: m})
-	meta, err := json.Marshal(m)
+	meta, err := domain.EncodeMetadata(m)
 	if err != nil {
 		return eventstore.StreamAppend{}, err
 	}

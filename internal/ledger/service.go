@@ -293,7 +293,7 @@ func (s *Service) encodeEvents(cmd domain.Command, req domain.Canonical, key, st
 		id := domain.EventID(key, stream, i)
 		m.Chain = domain.ChainHash(prevChain, domain.StoredEvent{ID: id, Stream: stream, Revision: first + uint64(i), Type: ev.Type, Data: data, Metadata: m})
 		prevChain = m.Chain
-		meta, err := json.Marshal(m)
+		meta, err := domain.EncodeMetadata(m)
 		if err != nil {
 			return nil, nil, err
 		}

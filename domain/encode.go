@@ -1,0 +1,52 @@
+package domain
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"strconv"
+)
+
+// EncodeMetadata is json.Marshal(m), byte for byte, written field by field
+// without reflection (the ledger encodes metadata for every event it writes).
+func EncodeMetadata(m Metadata) ([]byte, error) {
+	size := 140 + len(m.Key) + len(m.Command) + len(m.RequestHash) + len(m.Origin) + len(m.Chain) + len(m.Producer) + base64.StdEncoding.EncodedLen(len(m.Request))
+	b := make([]byte, 0, size)
+	b = append(b, `{"key":`...)
+	b = appendJSONString(b, m.Key)
+	b = append(b, `,"command":`...)
+	b = appendJSONString(b, m.Command)
+	b = append(b, `,"request_hash":`...)
+	b = appendJSONString(b, m.RequestHash)
+	b = append(b, `,"i":`...)
+	b = strconv.AppendInt(b, int64(m.Index), 10)
+	b = append(b, `,"n":`...)
+	b = strconv.AppendInt(b, int64(m.Count), 10)
+	b = append(b, `,"at":"`...)
+	b, err := m.At.AppendText(b) // what Time.MarshalJSON writes between its quotes
+	if err != nil {
+		return json.Marshal(m) // json.Marshal's own error
+	}
+	b = append(b, '"')
+	if m.Origin != "" {
+		b = append(b, `,"origin":`...)
+		b = appendJSONString(b, m.Origin)
+	}
+	if len(m.Request) > 0 {
+		b = append(b, `,"request":"`...)
+		b = base64.StdEncoding.AppendEncode(b, m.Request)
+		b = append(b, '"')
+	}
+	if m.Chain != "" {
+		b = append(b, `,"chain":`...)
+		b = appendJSONString(b, m.Chain)
+	}
+	if m.Schema != 0 {
+		b = append(b, `,"schema":`...)
+		b = strconv.AppendInt(b, int64(m.Schema), 10)
+	}
+	if m.Producer != "" {
+		b = append(b, `,"producer":`...)
+		b = appendJSONString(b, m.Producer)
+	}
+	return append(b, '}'), nil
+}
