@@ -153,6 +153,15 @@ func DecodeCommand(t CommandType, body []byte) (Command, *InvalidError) {
 	if !utf8.Valid(body) {
 		return Command{}, invalid("", "body is not valid UTF-8")
 	}
+	if cmd, ok := decodeFast(t, specs, body); ok {
+		return cmd, nil
+	}
+	return decodeGeneral(t, specs, body)
+}
+
+// decodeGeneral is the strict decoder for every body: it accepts what decodeFast
+// accepts, and it is the one that says why a body is refused.
+func decodeGeneral(t CommandType, specs []fieldSpec, body []byte) (Command, *InvalidError) {
 	fields, ierr := decodeObject(body)
 	if ierr != nil {
 		return Command{}, ierr
@@ -196,18 +205,7 @@ func (c *Command) setField(s fieldSpec, raw json.RawMessage) *InvalidError {
 		if decodeString(raw, &v) != nil || !ValidID(v) {
 			return invalid(s.name, "must be 1-%d characters of [A-Za-z0-9._:-]", MaxIDLen)
 		}
-		switch s.name {
-		case "account_id":
-			c.AccountID = v
-		case "transfer_id":
-			c.TransferID = v
-		case "from":
-			c.From = v
-		case "to":
-			c.To = v
-		case "hold_id":
-			c.HoldID = v
-		}
+		c.setID(s.name, v)
 	case fKey:
 		var v string
 		if decodeString(raw, &v) != nil || !ValidKey(v) {
@@ -248,6 +246,25 @@ func (c *Command) setField(s fieldSpec, raw json.RawMessage) *InvalidError {
 		c.ExpiresAt = ts.UTC()
 	}
 	return nil
+}
+
+// setID sets the ID field called name; false for a name that is not an ID field.
+func (c *Command) setID(name, v string) bool {
+	switch name {
+	case "account_id":
+		c.AccountID = v
+	case "transfer_id":
+		c.TransferID = v
+	case "from":
+		c.From = v
+	case "to":
+		c.To = v
+	case "hold_id":
+		c.HoldID = v
+	default:
+		return false
+	}
+	return true
 }
 
 // decodeObject reads one JSON object, rejecting repeated names and trailing data.

@@ -133,6 +133,7 @@ func FuzzDecodeCommand(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, typ string, body []byte) {
+		checkFastDecode(t, CommandType(typ), body)
 		cmd, err := DecodeCommand(CommandType(typ), body)
 		if err != nil {
 			return
