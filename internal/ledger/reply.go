@@ -63,13 +63,20 @@ func notRecordedReply(key string, r *domain.Rejection) Reply {
 }
 
 // recordReply is the reply of a decided key, the same for the first answer and every
-// duplicate but for the duplicate flag.
+// duplicate but for the duplicate flag. It copies what it takes from rec.
 func recordReply(rec *domain.KeyRecord, duplicate bool) Reply {
-	events := make([]domain.EventRef, len(rec.Events))
-	copy(events, rec.Events)
-	after := rec.After
+	return ownedRecordReply(copyRecord(rec), duplicate)
+}
+
+// ownedRecordReply is recordReply for a record the caller owns (a copyRecord, out of
+// any cache): the reply shares its events and its account view, copying nothing.
+func ownedRecordReply(rec *domain.KeyRecord, duplicate bool) Reply {
+	events := rec.Events
+	if events == nil {
+		events = []domain.EventRef{}
+	}
 	return Reply{
 		Status: rec.Status, Code: rec.Code, Message: rec.Message, IdempotencyKey: rec.Key,
-		Duplicate: duplicate, Events: events, Account: &after, Position: rec.Position,
+		Duplicate: duplicate, Events: events, Account: &rec.After, Position: rec.Position,
 	}
 }

@@ -145,7 +145,7 @@ func (s *Service) handleAccountCommand(ctx context.Context, cmd domain.Command, 
 	if err != nil || r != nil {
 		return deref(r), err
 	}
-	return recordReply(rec, dup), nil
+	return ownedRecordReply(rec, dup), nil // decideOnAccount returns a copy
 }
 
 func deref(r *Reply) Reply {
