@@ -37,7 +37,7 @@ func (c Command) Canonical() Canonical {
 	str := func(n, v string) {
 		if v != "" {
 			name(n)
-			b = appendJSONString(b, v)
+			b = AppendJSONString(b, v)
 		}
 	}
 	// The names in sorted order, as encoding/json writes a map.
@@ -64,7 +64,7 @@ func (c Command) Canonical() Canonical {
 	str("to", c.To)
 	str("transfer_id", c.TransferID)
 	name("type")
-	b = appendJSONString(b, string(c.Type))
+	b = AppendJSONString(b, string(c.Type))
 	b = append(b, '}')
 	return Canonical{JSON: b, Hash: hexSHA256(b)}
 }
@@ -105,18 +105,19 @@ func appendStringMap(b []byte, m map[string]string) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, k)
+			b = AppendJSONString(b, k)
 			b = append(b, ':')
-			b = appendJSONString(b, m[k])
+			b = AppendJSONString(b, m[k])
 		}
 	}
 	return append(b, '}')
 }
 
-// appendJSONString appends s as a JSON string exactly as json.Marshal writes it.
+// AppendJSONString appends s as a JSON string exactly as json.Marshal writes it
+// (HTML characters, U+2028/U+2029 and invalid UTF-8 escaped or replaced alike).
 // Strings of printable ASCII without '"', '\\' and the HTML characters '<', '>',
 // '&' are written as they are; anything else goes through json.Marshal itself.
-func appendJSONString(b []byte, s string) []byte {
+func AppendJSONString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
 			enc, err := json.Marshal(s)

@@ -12,11 +12,11 @@ func EncodeMetadata(m Metadata) ([]byte, error) {
 	size := 140 + len(m.Key) + len(m.Command) + len(m.RequestHash) + len(m.Origin) + len(m.Chain) + len(m.Producer) + base64.StdEncoding.EncodedLen(len(m.Request))
 	b := make([]byte, 0, size)
 	b = append(b, `{"key":`...)
-	b = appendJSONString(b, m.Key)
+	b = AppendJSONString(b, m.Key)
 	b = append(b, `,"command":`...)
-	b = appendJSONString(b, m.Command)
+	b = AppendJSONString(b, m.Command)
 	b = append(b, `,"request_hash":`...)
-	b = appendJSONString(b, m.RequestHash)
+	b = AppendJSONString(b, m.RequestHash)
 	b = append(b, `,"i":`...)
 	b = strconv.AppendInt(b, int64(m.Index), 10)
 	b = append(b, `,"n":`...)
@@ -29,7 +29,7 @@ func EncodeMetadata(m Metadata) ([]byte, error) {
 	b = append(b, '"')
 	if m.Origin != "" {
 		b = append(b, `,"origin":`...)
-		b = appendJSONString(b, m.Origin)
+		b = AppendJSONString(b, m.Origin)
 	}
 	if len(m.Request) > 0 {
 		b = append(b, `,"request":"`...)
@@ -38,7 +38,7 @@ func EncodeMetadata(m Metadata) ([]byte, error) {
 	}
 	if m.Chain != "" {
 		b = append(b, `,"chain":`...)
-		b = appendJSONString(b, m.Chain)
+		b = AppendJSONString(b, m.Chain)
 	}
 	if m.Schema != 0 {
 		b = append(b, `,"schema":`...)
@@ -46,7 +46,7 @@ func EncodeMetadata(m Metadata) ([]byte, error) {
 	}
 	if m.Producer != "" {
 		b = append(b, `,"producer":`...)
-		b = appendJSONString(b, m.Producer)
+		b = AppendJSONString(b, m.Producer)
 	}
 	return append(b, '}'), nil
 }

@@ -2,7 +2,6 @@ package natsapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -323,7 +322,7 @@ func (in *Intake) handleRequest(msg *nats.Msg) {
 	if durable(r) {
 		in.failpoint(FailpointAfterCommitBeforeAck) // the reply is request-reply's ack
 	}
-	b, err := json.Marshal(wire(r))
+	b, err := encodeReply(r)
 	if err != nil {
 		in.log.Error("encode reply", "err", err)
 		return
