@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -50,6 +51,7 @@ const (
 	flagBenchForUpdate    = "baseline-select-for-update"
 	flagBenchCPUProfile   = "cpuprofile"
 	flagBenchProfPhase    = "cpuprofile-phase"
+	flagBenchMemProfile   = "memprofile"
 	flagBenchJSON         = "json"
 	flagBenchMarkdown     = "markdown"
 	flagBenchProgress     = "progress-interval"
@@ -94,6 +96,7 @@ func benchCommand() *cli.Command {
 		&cli.StringFlag{Name: config.FlagDataDir, Category: sut, Usage: "directory of the private PostgreSQL cluster and the NATS stores, kept afterwards (default: a temporary directory, removed at the end)", Sources: benchEnv(config.FlagDataDir), TakesFile: true},
 		&cli.StringFlag{Name: flagBenchLedgerDB, Category: sut, Usage: "use this PostgreSQL database for the ledger instead of a private cluster", Sources: benchEnv(flagBenchLedgerDB)},
 		&cli.StringFlag{Name: flagBenchBaselineDB, Category: sut, Usage: "use this PostgreSQL database for the baseline (needed with --ledger-database-url)", Sources: benchEnv(flagBenchBaselineDB)},
+		&cli.StringFlag{Name: flagBenchMemProfile, Category: out, Usage: "write a heap profile (live objects, after a GC) to this file as the phase of --cpuprofile-phase ends (default: ledger/load)", Sources: benchEnv(flagBenchMemProfile), TakesFile: true},
 		&cli.StringFlag{Name: flagBenchCPUProfile, Category: out, Usage: "write a CPU profile of the whole run (clients, NATS, ledger, baseline handler) to this file", Sources: benchEnv(flagBenchCPUProfile), TakesFile: true},
 		&cli.StringFlag{Name: flagBenchProfPhase, Category: out, Usage: "profile only this phase, as system/phase (e.g. ledger/load) instead of the whole run", Sources: benchEnv(flagBenchProfPhase)},
 		&cli.StringFlag{Name: flagBenchJSON, Category: out, Usage: "also write the report as JSON to this file", Sources: benchEnv(flagBenchJSON), TakesFile: true},
@@ -135,6 +138,32 @@ func runBench(ctx context.Context, cmd *cli.Command) error {
 	}
 	cfg.Logger, cfg.Progress = components.With("component", "bench-env"), progress
 
+	var hooks []func(system, name string, start bool)
+	cfg.PhaseHook = func(system, name string, start bool) {
+		for _, h := range hooks {
+			h(system, name, start)
+		}
+	}
+	if p := cmd.String(flagBenchMemProfile); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			return exitWith(2, err)
+		}
+		defer f.Close()
+		phase := cmd.String(flagBenchProfPhase)
+		if phase == "" {
+			phase = bench.SystemLedger + "/" + bench.PhaseLoad
+		}
+		hooks = append(hooks, func(system, name string, start bool) {
+			if start || system+"/"+name != phase {
+				return
+			}
+			runtime.GC() // the profile then shows what is live
+			if err := pprof.WriteHeapProfile(f); err != nil {
+				progress.Error("heap profile", "err", err)
+			}
+		})
+	}
 	if p := cmd.String(flagBenchCPUProfile); p != "" {
 		f, err := os.Create(p)
 		if err != nil {
@@ -142,7 +171,7 @@ func runBench(ctx context.Context, cmd *cli.Command) error {
 		}
 		defer f.Close()
 		if phase := cmd.String(flagBenchProfPhase); phase != "" {
-			cfg.PhaseHook = func(system, name string, start bool) {
+			hooks = append(hooks, func(system, name string, start bool) {
 				if system+"/"+name != phase {
 					return
 				}
@@ -153,7 +182,7 @@ func runBench(ctx context.Context, cmd *cli.Command) error {
 					return
 				}
 				pprof.StopCPUProfile()
-			}
+			})
 		} else {
 			if err := pprof.StartCPUProfile(f); err != nil {
 				return err
