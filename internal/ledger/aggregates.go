@@ -13,15 +13,19 @@ import (
 )
 
 // streamLocks serialises work on one stream inside this process. Entries are
-// reference-counted so the map holds only streams in use.
+// reference-counted so the map holds only streams in use; a released entry is
+// kept in a pool for the next stream, so that taking a lock allocates nothing.
 type streamLocks struct {
 	mu    sync.Mutex
 	locks map[string]*streamLock
+	free  sync.Pool // of *streamLock, unused
 }
 
 type streamLock struct {
-	ch   chan struct{} // a one-slot semaphore: holding the slot is holding the lock
-	refs int
+	ch     chan struct{} // a one-slot semaphore: holding the slot is holding the lock
+	refs   int
+	stream string
+	unlock func() // frees the slot and releases the entry
 }
 
 func newStreamLocks() *streamLocks { return &streamLocks{locks: map[string]*streamLock{}} }
@@ -31,26 +35,42 @@ func (l *streamLocks) lock(ctx context.Context, stream string) (unlock func(), e
 	l.mu.Lock()
 	sl := l.locks[stream]
 	if sl == nil {
-		sl = &streamLock{ch: make(chan struct{}, 1)}
+		sl = l.entry(stream)
 		l.locks[stream] = sl
 	}
 	sl.refs++
 	l.mu.Unlock()
-	release := func() {
-		l.mu.Lock()
-		sl.refs--
-		if sl.refs == 0 {
-			delete(l.locks, stream)
-		}
-		l.mu.Unlock()
-	}
 	select {
 	case sl.ch <- struct{}{}:
-		return func() { <-sl.ch; release() }, nil
+		return sl.unlock, nil
 	case <-ctx.Done():
-		release()
+		l.release(sl)
 		return nil, ctx.Err()
 	}
+}
+
+// entry returns an unused entry for stream, from the pool when it has one.
+func (l *streamLocks) entry(stream string) *streamLock {
+	if sl, ok := l.free.Get().(*streamLock); ok {
+		sl.stream = stream
+		return sl
+	}
+	sl := &streamLock{ch: make(chan struct{}, 1), stream: stream}
+	sl.unlock = func() { <-sl.ch; l.release(sl) }
+	return sl
+}
+
+// release drops one reference; the last one removes the entry and pools it (no
+// one else can hold it then: every holder and waiter counts as a reference).
+func (l *streamLocks) release(sl *streamLock) {
+	l.mu.Lock()
+	sl.refs--
+	if sl.refs == 0 {
+		delete(l.locks, sl.stream)
+		sl.stream = ""
+		l.free.Put(sl)
+	}
+	l.mu.Unlock()
 }
 
 // accountCache keeps recently used account aggregates, so that deciding a command
