@@ -50,3 +50,22 @@ func EncodeMetadata(m Metadata) ([]byte, error) {
 	}
 	return append(b, '}'), nil
 }
+
+// EncodeKeyClaimed is json.Marshal(KeyClaimed{Key: key, Command: command,
+// RequestHash: req.Hash, Request: req.JSON, Stream: stream}), byte for byte.
+// json.Marshal compacts a raw message (escaping HTML characters); req.JSON is
+// canonical JSON, already compact and escaped that way, so it goes in as it is.
+func EncodeKeyClaimed(key, command string, req Canonical, stream string) []byte {
+	b := make([]byte, 0, 64+len(key)+len(command)+len(req.Hash)+len(req.JSON)+len(stream))
+	b = append(b, `{"key":`...)
+	b = AppendJSONString(b, key)
+	b = append(b, `,"command":`...)
+	b = AppendJSONString(b, command)
+	b = append(b, `,"request_hash":`...)
+	b = AppendJSONString(b, req.Hash)
+	b = append(b, `,"request":`...)
+	b = append(b, req.JSON...)
+	b = append(b, `,"stream":`...)
+	b = AppendJSONString(b, stream)
+	return append(b, '}')
+}

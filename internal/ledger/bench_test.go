@@ -25,8 +25,9 @@ import (
 //     must answer without writing; over 10 keys spread over the stream (the same
 //     working set on both streams) or over 1,000 (the long stream's checks then
 //     touch records that are no longer in the CPU's caches);
-//   - decide: the pure decision on the cached aggregate (key lookup, request hash,
-//     DecideAccount), no I/O, over the same key sets;
+//   - decide: the pure decision on the cached aggregate (key lookup, request hash
+//     through Canonical as decideOnAccount computes it, DecideAccount), no I/O,
+//     over the same key sets;
 //   - decide+append: Handle of a new deposit (warm cache), including its append;
 //   - cold-load: a fresh Service answering one duplicate, i.e. reading and folding
 //     the whole stream once.
@@ -93,7 +94,7 @@ func BenchmarkKeyCheck(b *testing.B) {
 					if !ok {
 						b.Fatal("seeded key not in the aggregate")
 					}
-					if dup, _ := rec.Duplicate(known.Request()); !dup {
+					if dup, _ := rec.DuplicateOf(known.Canonical()); !dup {
 						b.Fatal("seeded key answered as a conflict")
 					}
 					if _, ok := acc.Keys[fresh.IdempotencyKey]; ok {

@@ -48,10 +48,7 @@ func claimEventKey(key, hash string) string { return key + "#" + hash }
 
 func (s *Service) claimPart(cmd domain.Command, req domain.Canonical, home string) (eventstore.StreamAppend, error) {
 	hash := req.Hash
-	data, err := json.Marshal(domain.KeyClaimed{Key: cmd.IdempotencyKey, Command: string(cmd.Type), RequestHash: hash, Request: req.JSON, Stream: home})
-	if err != nil {
-		return eventstore.StreamAppend{}, err
-	}
+	data := domain.EncodeKeyClaimed(cmd.IdempotencyKey, string(cmd.Type), req, home)
 	ks := domain.KeyStream(cmd.IdempotencyKey)
 	id := domain.EventID(claimEventKey(cmd.IdempotencyKey, hash), ks, 0)
 	m := domain.Metadata{Key: cmd.IdempotencyKey, Command: string(cmd.Type), RequestHash: hash, Count: 1, At: cmd.At, Producer: s.opts.Producer, Schema: 1}
