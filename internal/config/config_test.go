@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -68,6 +69,30 @@ func TestEventStoreBackend(t *testing.T) {
 	for _, bad := range []string{"mysql://h/db", "h/db", ""} {
 		if _, err := EventStoreBackend(bad); err == nil {
 			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestSetGOGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	for _, c := range []struct {
+		in   string
+		want int // -1: off
+	}{{"400", 400}, {"100", 100}, {"off", -1}} {
+		if err := SetGOGC(c.in); err != nil {
+			t.Fatalf("SetGOGC(%q): %v", c.in, err)
+		}
+		if got := debug.SetGCPercent(100); got != c.want {
+			t.Errorf("SetGOGC(%q) set %d, want %d", c.in, got, c.want)
+		}
+	}
+	for _, bad := range []string{"", "0", "-5", "fast", "1.5"} {
+		before := debug.SetGCPercent(123)
+		if err := SetGOGC(bad); err == nil {
+			t.Errorf("SetGOGC(%q) accepted", bad)
+		}
+		if got := debug.SetGCPercent(before); got != 123 {
+			t.Errorf("SetGOGC(%q) changed the target to %d though it failed", bad, got)
 		}
 	}
 }
