@@ -42,7 +42,12 @@ func (p Position) Compare(q Position) int {
 }
 
 // String renders the position as "commit/prepare", the form clients see.
-func (p Position) String() string { return fmt.Sprintf("%d/%d", p.Commit, p.Prepare) }
+func (p Position) String() string {
+	b := make([]byte, 0, 41)
+	b = strconv.AppendUint(b, p.Commit, 10)
+	b = append(b, '/')
+	return string(strconv.AppendUint(b, p.Prepare, 10))
+}
 
 // ParsePosition parses the "commit/prepare" form of String.
 func ParsePosition(s string) (Position, error) {
