@@ -27,11 +27,14 @@ type AccountView struct {
 
 // KeyRecord is what an aggregate remembers of every key it decided: enough to
 // answer a retry with the original outcome, forever, without reading history.
+// Aggregates keep one per key for good, so it holds no more than a duplicate's
+// answer needs: the request's raw hash, not its canonical JSON (a conflict, which
+// names the differing fields, reads the original request from the store: the
+// metadata of the key's first event, Events[0]).
 type KeyRecord struct {
 	Key         string
 	Command     CommandType
-	RequestHash string
-	Request     []byte // canonical request JSON
+	RequestHash Hash // SHA-256 of the canonical request; zero when the metadata's was not one
 	Status      Status
 	Code        Code
 	Message     string
@@ -51,19 +54,16 @@ func (r *KeyRecord) EventsOrNone() []EventRef {
 	return r.Events
 }
 
-// Duplicate compares a retry's request with the recorded one: duplicate when equal,
-// otherwise the differing fields (idempotency_key_conflict).
-func (r *KeyRecord) Duplicate(req Request) (duplicate bool, conflict []string) {
+// Duplicate reports whether a retry's request is the recorded one; when it is
+// not, the key is in conflict (DiffCanonical names the fields).
+func (r *KeyRecord) Duplicate(req Request) bool {
 	return r.DuplicateOf(req.Canonical())
 }
 
 // DuplicateOf is Duplicate for a request already encoded and hashed: a duplicate
-// costs one string comparison.
-func (r *KeyRecord) DuplicateOf(req Canonical) (duplicate bool, conflict []string) {
-	if r.RequestHash == req.Hash {
-		return true, nil
-	}
-	return false, DiffCanonical(r.Request, req)
+// costs one comparison of 32 bytes.
+func (r *KeyRecord) DuplicateOf(req Canonical) bool {
+	return r.RequestHash == req.Sum && !r.RequestHash.IsZero()
 }
 
 // DiffCanonical lists the fields in which req differs from a recorded canonical
@@ -477,7 +477,7 @@ func (a *Account) record(ev StoredEvent, payload any) {
 	m := ev.Metadata
 	rec := a.Keys[m.Key]
 	if rec == nil || m.Index == 0 {
-		rec = &KeyRecord{Key: m.Key, Command: CommandType(m.Command), RequestHash: m.RequestHash, Request: m.Request, Status: StatusApplied, Code: CodeOK}
+		rec = &KeyRecord{Key: m.Key, Command: CommandType(m.Command), RequestHash: ParseHash(m.RequestHash), Status: StatusApplied, Code: CodeOK}
 		a.Keys[m.Key] = rec
 	}
 	rec.Events = append(rec.Events, EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type})

@@ -15,6 +15,7 @@ import (
 type Canonical struct {
 	JSON []byte // canonical request JSON (Request.CanonicalJSON)
 	Hash string // hex SHA-256 of JSON (Request.Hash)
+	Sum  Hash   // the same SHA-256, raw
 	req  Request
 }
 
@@ -66,13 +67,12 @@ func (c Command) Canonical() Canonical {
 	name("type")
 	b = AppendJSONString(b, string(c.Type))
 	b = append(b, '}')
-	return Canonical{JSON: b, Hash: hexSHA256(b)}
+	return canonicalOf(b, nil)
 }
 
 // Canonical encodes and hashes a request built as a map (ParseRequest's result).
 func (r Request) Canonical() Canonical {
-	b := r.CanonicalJSON()
-	return Canonical{JSON: b, Hash: hexSHA256(b), req: r}
+	return canonicalOf(r.CanonicalJSON(), r)
 }
 
 // Request is the canonical request as a map, for DiffFields (conflicts only).
@@ -83,12 +83,49 @@ func (c Canonical) Request() (Request, error) {
 	return ParseRequest(c.JSON)
 }
 
+func canonicalOf(b []byte, r Request) Canonical {
+	sum := Hash(sha256.Sum256(b))
+	return Canonical{JSON: b, Hash: sum.String(), Sum: sum, req: r}
+}
+
 // hexSHA256 is hex.EncodeToString of b's SHA-256, with one allocation.
-func hexSHA256(b []byte) string {
-	sum := sha256.Sum256(b)
+func hexSHA256(b []byte) string { return Hash(sha256.Sum256(b)).String() }
+
+// Hash is a SHA-256 kept raw (32 bytes, comparable); metadata and stored bytes
+// carry it as lower-case hex (String).
+type Hash [sha256.Size]byte
+
+// String is the hash in lower-case hex, with one allocation.
+func (h Hash) String() string {
 	var dst [2 * sha256.Size]byte
-	hex.Encode(dst[:], sum[:])
+	hex.Encode(dst[:], h[:])
 	return string(dst[:])
+}
+
+// IsZero reports whether h is the zero hash: ParseHash's answer for what is not a hash.
+func (h Hash) IsZero() bool { return h == Hash{} }
+
+// ParseHash is the raw form of a hash written by String: 64 lower-case hex digits.
+// Anything else (which no canonical request's hash equals) gives the zero hash.
+func ParseHash(s string) Hash {
+	var h Hash
+	if len(s) != 2*sha256.Size {
+		return Hash{}
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		var v byte
+		switch {
+		case '0' <= c && c <= '9':
+			v = c - '0'
+		case 'a' <= c && c <= 'f':
+			v = c - 'a' + 10
+		default:
+			return Hash{}
+		}
+		h[i/2] = h[i/2]<<4 | v
+	}
+	return h
 }
 
 // appendStringMap appends m as encoding/json writes a map[string]string (or a

@@ -2,7 +2,10 @@ package domain
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"math/rand"
+	"strings"
 	"testing"
 	"time"
 )
@@ -101,6 +104,9 @@ func TestCanonicalMatchesRequest(t *testing.T) {
 		if got.Hash != r.Hash() {
 			t.Fatalf("case %d: hash %s, want %s", i, got.Hash, r.Hash())
 		}
+		if got.Sum.String() != got.Hash || r.Canonical().Sum != got.Sum {
+			t.Fatalf("case %d: raw hash %s, want %s", i, got.Sum, got.Hash)
+		}
 	}
 }
 
@@ -109,14 +115,36 @@ func TestDuplicateOf(t *testing.T) {
 	b := a
 	b.Amount = 6
 	ca := a.Canonical()
-	rec := &KeyRecord{RequestHash: ca.Hash, Request: ca.JSON}
-	if dup, f := rec.DuplicateOf(ca); !dup || f != nil {
-		t.Fatalf("same request: %v %v", dup, f)
+	rec := &KeyRecord{RequestHash: ParseHash(ca.Hash)}
+	if rec.RequestHash != ca.Sum {
+		t.Fatalf("ParseHash(%s) = %x, want %x", ca.Hash, rec.RequestHash, ca.Sum)
 	}
-	if dup, f := rec.DuplicateOf(b.Canonical()); dup || len(f) != 1 || f[0] != "amount" {
-		t.Fatalf("different amount: %v %v", dup, f)
+	if !rec.DuplicateOf(ca) || !rec.Duplicate(a.Request()) {
+		t.Fatal("same request is not a duplicate")
 	}
-	if dup, f := rec.Duplicate(b.Request()); dup || len(f) != 1 || f[0] != "amount" {
-		t.Fatalf("Duplicate: %v %v", dup, f)
+	if rec.DuplicateOf(b.Canonical()) || rec.Duplicate(b.Request()) {
+		t.Fatal("different amount is a duplicate")
+	}
+	if f := DiffCanonical(ca.JSON, b.Canonical()); len(f) != 1 || f[0] != "amount" {
+		t.Fatalf("different amount: %v", f)
+	}
+	// A record whose metadata carried no valid hash matches nothing.
+	if (&KeyRecord{}).DuplicateOf(ca) {
+		t.Fatal("a zero hash matched")
+	}
+}
+
+func TestParseHash(t *testing.T) {
+	sum := Hash(sha256.Sum256([]byte("x")))
+	if got := ParseHash(sum.String()); got != sum {
+		t.Fatalf("round trip: %x, want %x", got, sum)
+	}
+	if sum.String() != hex.EncodeToString(sum[:]) {
+		t.Fatalf("String %s, want %s", sum.String(), hex.EncodeToString(sum[:]))
+	}
+	for _, bad := range []string{"", "ab", strings.ToUpper(sum.String()), sum.String()[:63] + "g", sum.String() + "0"} {
+		if !ParseHash(bad).IsZero() {
+			t.Errorf("ParseHash(%q) is not zero", bad)
+		}
 	}
 }

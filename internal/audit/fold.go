@@ -359,7 +359,6 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) 
 		if rec := a.Keys[m.Key]; rec != nil && isSagaStep(m) {
 			c := *rec
 			c.Events = append([]domain.EventRef(nil), rec.Events...)
-			c.Request = nil
 			f.stepRecords[m.Key] = &c
 		}
 		// Decided: the reply is kept above; Evolve needs the key again only to

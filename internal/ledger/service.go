@@ -175,7 +175,11 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 			return nil, false, nil, err
 		}
 		if rec, ok := acc.Keys[cmd.IdempotencyKey]; ok {
-			if dup, fields := rec.DuplicateOf(req); !dup {
+			if !rec.DuplicateOf(req) {
+				fields, err := s.conflictFields(ctx, stream, rec, req)
+				if err != nil {
+					return nil, false, nil, err
+				}
 				r := conflictReply(cmd.IdempotencyKey, fields)
 				return nil, false, &r, nil
 			}
@@ -238,14 +242,27 @@ func copyRecord(rec *domain.KeyRecord) *domain.KeyRecord {
 	return &c
 }
 
-// answerKnown answers a key the aggregate already decided: the original outcome, or
-// a conflict when the request differs.
-func answerKnown(rec *domain.KeyRecord, req domain.Canonical) Reply {
-	dup, fields := rec.DuplicateOf(req)
-	if !dup {
-		return conflictReply(rec.Key, fields)
+// conflictFields names the fields in which req differs from the request a key was
+// decided for. Records keep only the request's hash: the request itself is read
+// from the metadata of the key's first event in the stream (one read, on this
+// rare path), the event the record was started from.
+func (s *Service) conflictFields(ctx context.Context, stream string, rec *domain.KeyRecord, req domain.Canonical) ([]string, error) {
+	if len(rec.Events) == 0 {
+		return domain.DiffCanonical(nil, req), nil
 	}
-	return recordReply(rec, true)
+	first := rec.Events[0]
+	evs, err := s.store.ReadStream(ctx, stream, first.Revision, eventstore.Forwards, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(evs) == 0 || evs[0].ID != first.ID {
+		return nil, fmt.Errorf("ledger: %s: the first event of key %q is not at revision %d", stream, rec.Key, first.Revision)
+	}
+	m, err := domain.DecodeMetadata(evs[0].Metadata)
+	if err != nil {
+		return nil, err
+	}
+	return domain.DiffCanonical(m.Request, req), nil
 }
 
 // written is a successful append: the events as they now stand in the stream.

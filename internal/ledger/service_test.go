@@ -256,6 +256,47 @@ func TestKeyReusedWithAnotherRequest(t *testing.T) {
 	})
 }
 
+// TestKeyConflictFieldsFromTheStore: records keep only the request's hash, so a
+// conflict reads the original request from the key's first event; the fields it
+// names are those of the recorded request, warm cache or cold, for a key in the
+// middle of a stream as for its first.
+func TestKeyConflictFieldsFromTheStore(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func() testStore) {
+		st := newStore()
+		s := newService(st)
+		mustApply(t, s, "open_account", `{"idempotency_key":"open-c","account_id":"c","currency":"EUR","metadata":{"tier":"gold"}}`)
+		for i := range 5 {
+			mustApply(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"dep-%d","account_id":"c","amount":%d,"currency":"EUR"}`, i, 10+i))
+		}
+		mustApply(t, s, "withdraw", `{"idempotency_key":"w","account_id":"c","amount":3,"currency":"EUR"}`)
+		before := len(readAll(t, st))
+		cases := []struct {
+			typ, body string
+			fields    []string
+		}{
+			{"deposit", `{"idempotency_key":"dep-2","account_id":"c","amount":99,"currency":"EUR"}`, []string{"amount"}},
+			{"withdraw", `{"idempotency_key":"dep-3","account_id":"c","amount":13,"currency":"EUR"}`, []string{"type"}},
+			{"withdraw", `{"idempotency_key":"w","account_id":"c","amount":4,"currency":"USD"}`, []string{"amount", "currency"}},
+			{"open_account", `{"idempotency_key":"open-c","account_id":"c","currency":"EUR","metadata":{"tier":"silver"}}`, []string{"metadata"}},
+		}
+		for _, svc := range []*Service{s, newService(st)} {
+			for _, c := range cases {
+				r := post(t, svc, c.typ, c.body)
+				if r.Code != domain.CodeIdempotencyKeyConflict || !reflect.DeepEqual(r.Fields, c.fields) || len(r.Events) != 0 || r.Account != nil {
+					t.Fatalf("%s %s: %+v, want fields %v", c.typ, c.body, r, c.fields)
+				}
+			}
+		}
+		// the original request still answers as a duplicate
+		if r := post(t, s, "deposit", `{"idempotency_key":"dep-2","account_id":"c","amount":12,"currency":"EUR"}`); !r.Duplicate {
+			t.Fatalf("original request: %+v", r)
+		}
+		if after := len(readAll(t, st)); after != before {
+			t.Fatalf("conflicts wrote %d events", after-before)
+		}
+	})
+}
+
 func contains(xs []string, x string) bool {
 	for _, s := range xs {
 		if s == x {

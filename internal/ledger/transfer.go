@@ -158,9 +158,8 @@ func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply
 
 // sagaConflict answers a known saga key sent with another request.
 func sagaConflict(sg *domain.Saga, req domain.Canonical) (Reply, bool) {
-	rec := domain.KeyRecord{Key: sg.Key, RequestHash: sg.RequestHash, Request: sg.Request}
-	if dup, fields := rec.DuplicateOf(req); !dup {
-		return conflictReply(sg.Key, fields), false
+	if sg.RequestHash != req.Hash {
+		return conflictReply(sg.Key, domain.DiffCanonical(sg.Request, req)), false
 	}
 	return Reply{}, true
 }
@@ -173,9 +172,7 @@ func (s *Service) transferExists(ctx context.Context, cmd domain.Command, req do
 		return Reply{}, err
 	}
 	if c != nil && c.RequestHash != req.Hash {
-		rec := domain.KeyRecord{Key: c.Key, RequestHash: c.RequestHash, Request: c.Request}
-		_, fields := rec.DuplicateOf(req)
-		return conflictReply(cmd.IdempotencyKey, fields), nil
+		return conflictReply(cmd.IdempotencyKey, domain.DiffCanonical(c.Request, req)), nil
 	}
 	d := domain.DecideTransfer(t, cmd)
 	return notRecordedReply(cmd.IdempotencyKey, d.Rejection), nil
