@@ -118,6 +118,9 @@ type Account struct {
 	Keys           map[string]*KeyRecord
 	// LastChain is the tamper-evidence chain hash of the last event (ChainHash).
 	LastChain string
+	// stream is the account's stream name as its first recorded event gave it: the
+	// key records' event references share it rather than each event's own copy.
+	stream string
 }
 
 // NewAccount is the state of an account stream that has no events.
@@ -477,10 +480,13 @@ func (a *Account) record(ev StoredEvent, payload any) {
 	m := ev.Metadata
 	rec := a.Keys[m.Key]
 	if rec == nil || m.Index == 0 {
-		rec = &KeyRecord{Key: m.Key, Command: CommandType(m.Command), RequestHash: ParseHash(m.RequestHash), Status: StatusApplied, Code: CodeOK}
+		rec = &KeyRecord{Key: m.Key, Command: internCommand(m.Command), RequestHash: ParseHash(m.RequestHash), Status: StatusApplied, Code: CodeOK}
 		a.Keys[m.Key] = rec
 	}
-	rec.Events = append(rec.Events, EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type})
+	if a.stream != ev.Stream {
+		a.stream = ev.Stream
+	}
+	rec.Events = append(rec.Events, EventRef{ID: ev.ID, Stream: a.stream, Revision: ev.Revision, Type: internEventType(ev.Type)})
 	rec.Position = ev.Position
 	switch e := payload.(type) {
 	case *CommandRejected:
@@ -497,5 +503,63 @@ func (a *Account) record(ev StoredEvent, payload any) {
 func (rec *KeyRecord) noteAmount(amount int64) {
 	if rec.Command == CmdDeposit || rec.Command == CmdWithdraw {
 		rec.Amount = amount
+	}
+}
+
+// internCommand is a command type as the package constant when it is one, so that
+// the records of an aggregate read from a store share it rather than each keeping
+// the copy its metadata was decoded into.
+func internCommand(c string) CommandType {
+	switch t := CommandType(c); t {
+	case CmdOpenAccount:
+		return CmdOpenAccount
+	case CmdDeposit:
+		return CmdDeposit
+	case CmdWithdraw:
+		return CmdWithdraw
+	case CmdPlaceHold:
+		return CmdPlaceHold
+	case CmdCaptureHold:
+		return CmdCaptureHold
+	case CmdReleaseHold:
+		return CmdReleaseHold
+	case CmdRefund:
+		return CmdRefund
+	case CmdCloseAccount:
+		return CmdCloseAccount
+	case CmdTransferDebit:
+		return CmdTransferDebit
+	case CmdTransferCredit:
+		return CmdTransferCredit
+	case CmdTransferCompensate:
+		return CmdTransferCompensate
+	case CmdExpireHold:
+		return CmdExpireHold
+	default:
+		return t
+	}
+}
+
+// internEventType is internCommand for the type of an account event.
+func internEventType(t string) string {
+	switch t {
+	case EvCredited:
+		return EvCredited
+	case EvDebited:
+		return EvDebited
+	case EvAccountOpened:
+		return EvAccountOpened
+	case EvHoldPlaced:
+		return EvHoldPlaced
+	case EvHoldCaptured:
+		return EvHoldCaptured
+	case EvHoldReleased:
+		return EvHoldReleased
+	case EvAccountClosed:
+		return EvAccountClosed
+	case EvCommandRejected:
+		return EvCommandRejected
+	default:
+		return t
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/uuid"
 )
@@ -63,5 +65,38 @@ func TestEvolveAccountDecidedMatchesStored(t *testing.T) {
 	}
 	if decided.Keys["k13"].Code != CodeAccountNotEmpty || decided.Keys["k3"].Status != StatusRejected || decided.Keys["k1"].Refunded != 40 {
 		t.Fatalf("the sequence did not go as planned: %+v", decided)
+	}
+}
+
+// TestKeyRecordsShareStrings: records folded from events whose strings are each
+// their own copy (as a store decodes them) share the stream name and the interned
+// command and event types, so that an aggregate keeps no string per record for them.
+func TestKeyRecordsShareStrings(t *testing.T) {
+	a := NewAccount("a")
+	opened, _ := json.Marshal(AccountOpened{AccountID: "a", Currency: "EUR"})
+	credited, _ := json.Marshal(Credited{Amount: 5, Currency: "EUR", Reason: ReasonDeposit, BalanceAfter: 5})
+	evs := []struct {
+		typ, cmd string
+		data     []byte
+	}{{EvAccountOpened, string(CmdOpenAccount), opened}, {EvCredited, string(CmdDeposit), credited}}
+	for i, e := range evs {
+		ev := StoredEvent{
+			ID: uuid.New(), Stream: strings.Clone(AccountStream("a")), Revision: uint64(i), Type: strings.Clone(e.typ), Data: e.data,
+			Metadata: Metadata{Key: fmt.Sprintf("k%d", i), Command: strings.Clone(e.cmd), RequestHash: strings.Repeat("ab", 32), Count: 1},
+		}
+		if err := EvolveAccount(a, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r0, r1 := a.Keys["k0"], a.Keys["k1"]
+	same := func(x, y string) bool { return unsafe.StringData(x) == unsafe.StringData(y) }
+	if !same(r0.Events[0].Stream, r1.Events[0].Stream) || r1.Events[0].Stream != AccountStream("a") {
+		t.Error("records keep a stream name each")
+	}
+	if !same(r1.Events[0].Type, EvCredited) || !same(string(r1.Command), string(CmdDeposit)) || !same(string(r0.Command), string(CmdOpenAccount)) {
+		t.Error("records keep their own type strings")
+	}
+	if r1.RequestHash != ParseHash(strings.Repeat("ab", 32)) || r1.RequestHash.IsZero() {
+		t.Errorf("request hash %x", r1.RequestHash)
 	}
 }
