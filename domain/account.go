@@ -480,7 +480,9 @@ func (a *Account) record(ev StoredEvent, payload any) {
 	m := ev.Metadata
 	rec := a.Keys[m.Key]
 	if rec == nil || m.Index == 0 {
-		rec = &KeyRecord{Key: m.Key, Command: internCommand(m.Command), RequestHash: ParseHash(m.RequestHash), Status: StatusApplied, Code: CodeOK}
+		h := &recordWithEvent{rec: KeyRecord{Key: m.Key, Command: internCommand(m.Command), RequestHash: ParseHash(m.RequestHash), Status: StatusApplied, Code: CodeOK}}
+		rec = &h.rec
+		rec.Events = h.first[:0:1]
 		a.Keys[m.Key] = rec
 	}
 	if a.stream != ev.Stream {
@@ -497,6 +499,13 @@ func (a *Account) record(ev StoredEvent, payload any) {
 		rec.noteAmount(e.Amount)
 	}
 	rec.After = a.View()
+}
+
+// recordWithEvent is a key record allocated with room for its first event: most
+// commands write one, which then lies beside the record (one object, not two).
+type recordWithEvent struct {
+	rec   KeyRecord
+	first [1]EventRef
 }
 
 // noteAmount remembers the amount of a refundable original (deposits and withdrawals).

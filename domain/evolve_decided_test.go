@@ -100,3 +100,31 @@ func TestKeyRecordsShareStrings(t *testing.T) {
 		t.Errorf("request hash %x", r1.RequestHash)
 	}
 }
+
+// TestKeyRecordOfSeveralEvents: a record keeps every event of its key's write in
+// order, past the first that is allocated with it.
+func TestKeyRecordOfSeveralEvents(t *testing.T) {
+	a := NewAccount("a")
+	opened, _ := json.Marshal(AccountOpened{AccountID: "a", Currency: "EUR"})
+	if err := EvolveAccount(a, StoredEvent{ID: uuid.New(), Stream: "account-a", Type: EvAccountOpened, Data: opened, Metadata: Metadata{Key: "o", Command: "open_account", Count: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []uuid.UUID
+	for i := range 3 {
+		data, _ := json.Marshal(Credited{Amount: 1, Currency: "EUR", Reason: ReasonDeposit, BalanceAfter: int64(i + 1)})
+		ev := StoredEvent{ID: uuid.New(), Stream: "account-a", Revision: uint64(i + 1), Position: fmt.Sprintf("%d/%d", i+1, i+1), Type: EvCredited, Data: data, Metadata: Metadata{Key: "k", Command: "deposit", Index: i, Count: 3}}
+		ids = append(ids, ev.ID)
+		if err := EvolveAccount(a, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := a.Keys["k"]
+	if len(rec.Events) != 3 || rec.Position != "3/3" || rec.After.Balance != 3 {
+		t.Fatalf("record %+v", rec)
+	}
+	for i, ev := range rec.Events {
+		if ev.ID != ids[i] || ev.Revision != uint64(i+1) || ev.Type != EvCredited || ev.Stream != "account-a" {
+			t.Fatalf("event %d: %+v", i, ev)
+		}
+	}
+}
