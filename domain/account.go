@@ -39,11 +39,36 @@ type KeyRecord struct {
 	Code        Code
 	Message     string
 	Events      []EventRef
-	After       AccountView // the account right after the command (account streams)
-	Position    string      // global position of the command's last event in this stream
+	// after and ident are the account right after the command (After): its
+	// balances here, its name and currency shared by all the account's records.
+	after    afterCounts
+	ident    *accountIdent
+	Position string // global position of the command's last event in this stream
 	// Amount and Refunded track refundable originals (deposits and withdrawals).
 	Amount   int64
 	Refunded int64
+}
+
+// afterCounts are the parts of an AccountView that change from command to command.
+type afterCounts struct {
+	balance, held int64
+	revision      uint64
+}
+
+// accountIdent is what an account's records share of its view: never changed
+// once made (an account that changes either gets a new one), so records copied
+// out of an aggregate read it without its lock.
+type accountIdent struct {
+	id, currency string
+}
+
+// After is the account right after the command (account streams), as replies show it.
+func (r *KeyRecord) After() AccountView {
+	v := AccountView{Balance: r.after.balance, Held: r.after.held, Available: r.after.balance - r.after.held, Revision: r.after.revision}
+	if r.ident != nil {
+		v.AccountID, v.Currency = r.ident.id, r.ident.currency
+	}
+	return v
 }
 
 // EventsOrNone is the record's events; none for a nil record (a step that never ran).
@@ -118,6 +143,8 @@ type Account struct {
 	Keys           map[string]*KeyRecord
 	// LastChain is the tamper-evidence chain hash of the last event (ChainHash).
 	LastChain string
+	// ident is the account's name and currency as its key records share them.
+	ident *accountIdent
 	// stream is the account's stream name as its first recorded event gave it: the
 	// key records' event references share it rather than each event's own copy.
 	stream string
@@ -498,7 +525,11 @@ func (a *Account) record(ev StoredEvent, payload any) {
 	case *Debited:
 		rec.noteAmount(e.Amount)
 	}
-	rec.After = a.View()
+	v := a.View()
+	if a.ident == nil || a.ident.id != v.AccountID || a.ident.currency != v.Currency {
+		a.ident = &accountIdent{id: v.AccountID, currency: v.Currency}
+	}
+	rec.after, rec.ident = afterCounts{balance: v.Balance, held: v.Held, revision: v.Revision}, a.ident
 }
 
 // recordWithEvent is a key record allocated with room for its first event: most

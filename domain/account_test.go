@@ -208,7 +208,7 @@ func TestKeyRecordsRememberOutcomes(t *testing.T) {
 	w.IdempotencyKey = "w"
 	f.refused(w, CodeInsufficientFunds, true)
 	rec := f.acc.Keys["w"]
-	if rec == nil || rec.Status != StatusRejected || rec.Code != CodeInsufficientFunds || len(rec.Events) != 1 || rec.After.Revision != 1 {
+	if rec == nil || rec.Status != StatusRejected || rec.Code != CodeInsufficientFunds || len(rec.Events) != 1 || rec.After().Revision != 1 {
 		t.Fatalf("record %+v", rec)
 	}
 	if !rec.Duplicate(w.Request()) {

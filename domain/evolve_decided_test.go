@@ -119,7 +119,7 @@ func TestKeyRecordOfSeveralEvents(t *testing.T) {
 		}
 	}
 	rec := a.Keys["k"]
-	if len(rec.Events) != 3 || rec.Position != "3/3" || rec.After.Balance != 3 {
+	if len(rec.Events) != 3 || rec.Position != "3/3" || rec.After().Balance != 3 {
 		t.Fatalf("record %+v", rec)
 	}
 	for i, ev := range rec.Events {

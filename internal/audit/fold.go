@@ -379,7 +379,7 @@ func isSagaStep(m domain.Metadata) bool {
 // accountReply is the reply the ledger gives for a key an account decided.
 func accountReply(rec *domain.KeyRecord) ledger.Reply {
 	events := append([]domain.EventRef{}, rec.Events...)
-	after := rec.After
+	after := rec.After()
 	return ledger.Reply{
 		Status: rec.Status, Code: rec.Code, Message: rec.Message, IdempotencyKey: rec.Key,
 		Events: events, Account: &after, Position: rec.Position,
@@ -522,7 +522,7 @@ func (f *Fold) sagaReply(t *domain.Transfer, sg *domain.Saga) ledger.Reply {
 	}
 	r.Events = domain.SagaReplyEvents(sg.Events, debit.EventsOrNone(), credit.EventsOrNone(), compensate.EventsOrNone())
 	if last != nil {
-		after := last.After
+		after := last.After()
 		r.Account = &after
 	}
 	return r

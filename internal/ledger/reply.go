@@ -70,13 +70,13 @@ func recordReply(rec *domain.KeyRecord, duplicate bool) Reply {
 
 // ownedRecordReply is recordReply for a record the caller owns (a copyRecord, out of
 // any cache): the reply shares its events and its account view, copying nothing.
-func ownedRecordReply(rec *domain.KeyRecord, duplicate bool) Reply {
+func ownedRecordReply(rec *ownedRecord, duplicate bool) Reply {
 	events := rec.Events
 	if events == nil {
 		events = []domain.EventRef{}
 	}
 	return Reply{
 		Status: rec.Status, Code: rec.Code, Message: rec.Message, IdempotencyKey: rec.Key,
-		Duplicate: duplicate, Events: events, Account: &rec.After, Position: rec.Position,
+		Duplicate: duplicate, Events: events, Account: &rec.after, Position: rec.Position,
 	}
 }

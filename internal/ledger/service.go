@@ -161,7 +161,7 @@ func deref(r *Reply) Reply {
 // claim is set (client commands; saga steps and schedulers use derived keys and
 // write no claim). It returns a copy of the key's record, or, for outcomes that
 // leave no record (invalid, refused without record, key conflict), the reply.
-func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, stream, accountID string, claim bool) (rec *domain.KeyRecord, duplicate bool, r *Reply, err error) {
+func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, stream, accountID string, claim bool) (rec *ownedRecord, duplicate bool, r *Reply, err error) {
 	unlock, err := s.locks.lock(ctx, stream)
 	if err != nil {
 		return nil, false, nil, err
@@ -234,12 +234,19 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 	return nil, false, nil, ErrTooManyConflicts
 }
 
+// ownedRecord is a key record copied out of a cached aggregate, with its account
+// view made once, so that a reply can point at both.
+type ownedRecord struct {
+	domain.KeyRecord
+	after domain.AccountView
+}
+
 // copyRecord copies a record out of a cached aggregate, so that it can be read
 // after the stream's lock is released.
-func copyRecord(rec *domain.KeyRecord) *domain.KeyRecord {
-	c := *rec
+func copyRecord(rec *domain.KeyRecord) *ownedRecord {
+	c := &ownedRecord{KeyRecord: *rec, after: rec.After()}
 	c.Events = append([]domain.EventRef(nil), rec.Events...)
-	return &c
+	return c
 }
 
 // conflictFields names the fields in which req differs from the request a key was

@@ -323,7 +323,7 @@ func (s *Service) stepRecord(ctx context.Context, accountID, key string) (*domai
 			return nil, err
 		}
 		if rec, ok := acc.Keys[key]; ok {
-			return copyRecord(rec), nil
+			return &copyRecord(rec).KeyRecord, nil
 		}
 	}
 	return nil, nil
@@ -370,7 +370,7 @@ func (s *Service) sagaReply(ctx context.Context, t *domain.Transfer, key string,
 	}
 	r.Events = domain.SagaReplyEvents(sg.Events, debit.EventsOrNone(), credit.EventsOrNone(), compensate.EventsOrNone())
 	if last != nil {
-		after := last.After
+		after := last.After()
 		r.Account = &after
 	}
 	return r, nil
