@@ -1,10 +1,14 @@
 package config
 
 import (
+	"context"
+	"io"
 	"os"
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v3"
 )
 
 func TestRedact(t *testing.T) {
@@ -94,5 +98,36 @@ func TestSetGOGC(t *testing.T) {
 		if got := debug.SetGCPercent(before); got != 123 {
 			t.Errorf("SetGOGC(%q) changed the target to %d though it failed", bad, got)
 		}
+	}
+}
+
+// --gogc left at its default does not override a GOGC the runtime took from the
+// environment; set explicitly, it wins.
+func TestGOGCFlagYieldsToTheEnvironment(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	run := func(args ...string) {
+		t.Helper()
+		cmd := &cli.Command{Name: "x", Flags: LogFlags(), Action: func(ctx context.Context, cmd *cli.Command) error {
+			_, err := LoggerFromCommand(cmd, io.Discard)
+			return err
+		}}
+		if err := cmd.Run(context.Background(), append([]string{"x"}, args...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("GOGC", "250")
+	debug.SetGCPercent(250) // as the runtime did at start
+	run()
+	if got := debug.SetGCPercent(250); got != 250 {
+		t.Errorf("default --gogc with GOGC=250 in the environment set %d", got)
+	}
+	run("--gogc", "300")
+	if got := debug.SetGCPercent(100); got != 300 {
+		t.Errorf("--gogc 300 set %d", got)
+	}
+	t.Setenv("GOGC", "")
+	run()
+	if got := debug.SetGCPercent(100); got != 400 {
+		t.Errorf("no GOGC, default --gogc set %d, want %s", got, DefaultGOGC)
 	}
 }

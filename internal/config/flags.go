@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -159,8 +160,11 @@ func (n NATS) Connect(name string, extra ...nats.Option) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// FlagGOGC is --gogc, read from GOGC like the Go runtime.
-const FlagGOGC = "gogc"
+// FlagGOGC is --gogc (LEDGER_GOGC).
+const (
+	FlagGOGC = "gogc"
+	EnvGOGC  = "LEDGER_GOGC"
+)
 
 // DefaultGOGC is the garbage collector's target of the programs, where Go's own
 // default is 100. The ledger keeps every account's key records in memory; with
@@ -176,7 +180,7 @@ func LogFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: FlagLogFormat, Value: "text", Usage: "log format: text or json", Sources: cli.EnvVars(EnvLogFormat)},
 		&cli.StringFlag{Name: FlagLogLevel, Value: "info", Usage: "log level: debug, info, warn or error", Sources: cli.EnvVars(EnvLogLevel)},
-		&cli.StringFlag{Name: FlagGOGC, Value: DefaultGOGC, Usage: "garbage collector target percentage, as Go's GOGC (a positive integer, or off); pair it with GOMEMLIMIT to bound memory", Sources: cli.EnvVars("GOGC")},
+		&cli.StringFlag{Name: FlagGOGC, Value: DefaultGOGC, Usage: "garbage collector target percentage, as Go's GOGC (a positive integer, or off; a GOGC in the environment wins over this default); pair it with GOMEMLIMIT to bound memory", Sources: cli.EnvVars(EnvGOGC)},
 	}
 }
 
@@ -210,10 +214,14 @@ func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("config: log format %q: want text or json", format)
 }
 
-// LoggerFromCommand builds the logger of cmd's LogFlags and applies --gogc.
+// LoggerFromCommand builds the logger of cmd's LogFlags and applies --gogc, unless
+// it was left at its default and the Go runtime already took GOGC from the
+// environment.
 func LoggerFromCommand(cmd *cli.Command, w io.Writer) (*slog.Logger, error) {
-	if err := SetGOGC(cmd.String(FlagGOGC)); err != nil {
-		return nil, err
+	if cmd.IsSet(FlagGOGC) || os.Getenv("GOGC") == "" {
+		if err := SetGOGC(cmd.String(FlagGOGC)); err != nil {
+			return nil, err
+		}
 	}
 	return NewLogger(w, cmd.String(FlagLogFormat), cmd.String(FlagLogLevel))
 }
