@@ -36,16 +36,12 @@ func badInputs() []struct{ name, typ, body string } {
 }
 
 func scenarioBadInput(ctx context.Context, s *suite, res *result) error {
-	sys, err := newSystem(ctx, s, "s9")
+	sys, c, err := upOne(ctx, s, "s9")
 	if err != nil {
 		return err
 	}
 	defer sys.down()
-	if err := sys.up(ctx, 1, 1); err != nil {
-		return err
-	}
-	h := newHistory()
-	c := &client{nc: sys.nc, h: h, timeout: 5 * time.Second}
+	h := c.h
 	w := &workload{prefix: "s9", accounts: hotAccounts("s9", 2), producers: 1, commands: 20, retries: 8, seed: s.seed}
 	if err := w.open(ctx, c); err != nil {
 		return err

@@ -61,16 +61,12 @@ func (h *heldStore) Append(ctx context.Context, stream string, expected eventsto
 // commits later events, many times, under a running projector: the projector
 // (and every "all" reader) must not skip the late commit (C6, C1).
 func scenarioCommitOrder(ctx context.Context, s *suite, res *result) error {
-	sys, err := newSystem(ctx, s, "s8")
+	sys, c, err := upOne(ctx, s, "s8")
 	if err != nil {
 		return err
 	}
 	defer sys.down()
-	if err := sys.up(ctx, 1, 1); err != nil {
-		return err
-	}
-	h := newHistory()
-	c := &client{nc: sys.nc, h: h, timeout: 5 * time.Second}
+	h := c.h
 	w := &workload{prefix: "s8", accounts: hotAccounts("s8", 8), producers: 2, commands: 40, retries: 8, seed: s.seed}
 	if err := w.open(ctx, c); err != nil {
 		return err

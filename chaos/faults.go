@@ -293,23 +293,35 @@ func scenarioPostgresRestart(ctx context.Context, s *suite, res *result) error {
 		ledgerArgs: []string{"--jetstream-backoff", "2s,2s,4s", "--jetstream-grace", "300ms"},
 		required:   true, planned: true,
 		faults: func(ctx context.Context, sys *system, res *result) {
-			for i := 0; i < n; i++ {
-				if !sleepCtx(ctx, between(rng, s.durScale(2*time.Second, 4*time.Second), s.durScale(4*time.Second, 8*time.Second))) {
-					return
-				}
+			repeatFault(ctx, s, rng, n, res, "postgres restart", "postgres restarted -m immediate", func(ctx context.Context) (time.Duration, error) {
 				d, err := s.restartPostgres(context.WithoutCancel(ctx))
-				if err != nil {
-					res.note("postgres restart failed: %v", err)
-					return
+				if err == nil {
+					res.ev.Restarts++
 				}
-				res.ev.Restarts++
-				resMu.Lock()
-				res.noteRecover(d)
-				resMu.Unlock()
-				s.logf("postgres restarted -m immediate (%s)", d.Round(time.Millisecond))
-			}
+				return d, err
+			})
 		},
 	})
+}
+
+// repeatFault runs fault n times, each after a pause of 2-8 s (scaled), and
+// records how long the system took to recover from each; it stops at the first
+// fault that fails ("<what> failed: ...") or when ctx ends.
+func repeatFault(ctx context.Context, s *suite, rng *rand.Rand, n int, res *result, what, done string, fault func(context.Context) (time.Duration, error)) {
+	for i := 0; i < n; i++ {
+		if !sleepCtx(ctx, between(rng, s.durScale(2*time.Second, 4*time.Second), s.durScale(4*time.Second, 8*time.Second))) {
+			return
+		}
+		d, err := fault(ctx)
+		if err != nil {
+			res.note("%s failed: %v", what, err)
+			return
+		}
+		resMu.Lock()
+		res.noteRecover(d)
+		resMu.Unlock()
+		s.logf("%s (%s)", done, d.Round(time.Millisecond))
+	}
 }
 
 // ---- scenario 6: nats-server SIGKILL ----
@@ -323,28 +335,20 @@ func scenarioKillNATS(ctx context.Context, s *suite, res *result) error {
 		ledgerArgs: []string{"--jetstream-backoff", "2s,2s,4s", "--jetstream-grace", "300ms"},
 		required:   true, planned: true,
 		faults: func(ctx context.Context, sys *system, res *result) {
-			for i := 0; i < n; i++ {
-				if !sleepCtx(ctx, between(rng, s.durScale(2*time.Second, 4*time.Second), s.durScale(4*time.Second, 8*time.Second))) {
-					return
-				}
+			repeatFault(ctx, s, rng, n, res, "nats restart", "nats-server killed and restarted", func(ctx context.Context) (time.Duration, error) {
 				began := time.Now()
 				sys.nats.kill()
 				sys.kills.Add(1)
 				time.Sleep(between(rng, 200*time.Millisecond, time.Second))
 				if err := sys.startNATS(context.WithoutCancel(ctx)); err != nil {
-					res.note("nats restart failed: %v", err)
-					return
+					return 0, err
 				}
 				// Recovered when the ledgers are ready again (connected, subscribed).
 				for _, l := range sys.ledgers {
 					waitHTTP(ctx, l.readyURL(), 60*time.Second, l.running)
 				}
-				d := time.Since(began)
-				resMu.Lock()
-				res.noteRecover(d)
-				resMu.Unlock()
-				s.logf("nats-server killed and restarted (%s)", d.Round(time.Millisecond))
-			}
+				return time.Since(began), nil
+			})
 		},
 	})
 }

@@ -24,19 +24,29 @@ type corruption struct {
 	apply func(ctx context.Context, tx pgx.Tx) error
 }
 
+// upOne starts a system of one ledger and one projector named by prefix, and a
+// client recording into a fresh history. The caller stops the system.
+func upOne(ctx context.Context, s *suite, prefix string) (*system, *client, error) {
+	sys, err := newSystem(ctx, s, prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := sys.up(ctx, 1, 1); err != nil {
+		sys.down()
+		return nil, nil, err
+	}
+	return sys, &client{nc: sys.nc, h: newHistory(), timeout: 5 * time.Second}, nil
+}
+
 // scenarioSelfTest shows that the checker fails: a clean history passes, and each
 // corruption is caught by the check made for it.
 func scenarioSelfTest(ctx context.Context, s *suite, res *result) error {
-	sys, err := newSystem(ctx, s, "s0")
+	sys, c, err := upOne(ctx, s, "s0")
 	if err != nil {
 		return err
 	}
 	defer sys.down()
-	if err := sys.up(ctx, 1, 1); err != nil {
-		return err
-	}
-	h := newHistory()
-	c := &client{nc: sys.nc, h: h, timeout: 5 * time.Second}
+	h := c.h
 	w := &workload{prefix: "s0", accounts: hotAccounts("s0", 6), producers: 4, commands: s.size(400, 200), resend: 0.1, reuse: 0.02, retries: 8, seed: s.seed}
 	if err := w.open(ctx, c); err != nil {
 		return err
