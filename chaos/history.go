@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/ledger"
 	"github.com/ledgerworks/ledger/internal/natsapi"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // Outcomes of one client attempt.
@@ -29,7 +29,7 @@ type Attempt struct {
 	Body     []byte
 	Via      string // "request" or "jetstream"
 	Outcome  string
-	Reply    *ledger.Reply
+	Reply    *reply.Reply
 	Err      string
 	Start    time.Time
 	Duration time.Duration
@@ -77,9 +77,9 @@ type keyState struct {
 	typ        string
 	firstBody  []byte
 	firstHash  string
-	acked      []*ledger.Reply // definite replies to the first request
-	conflicts  int             // definite idempotency_key_conflict replies
-	failed     int             // definite invalid replies to the first request
+	acked      []*reply.Reply // definite replies to the first request
+	conflicts  int            // definite idempotency_key_conflict replies
+	failed     int            // definite invalid replies to the first request
 	indefinite int
 }
 
@@ -206,7 +206,7 @@ func (c *client) send(ctx context.Context, key, typ string, b []byte) Attempt {
 		c.h.add(a)
 		return a
 	}
-	var r ledger.Reply
+	var r reply.Reply
 	if err := json.Unmarshal(raw, &r); err != nil {
 		a.Outcome, a.Err = Indefinite, fmt.Sprintf("undecodable reply: %v", err)
 		c.h.add(a)

@@ -32,6 +32,7 @@ import (
 	"github.com/ledgerworks/ledger/internal/node"
 	"github.com/ledgerworks/ledger/internal/pgtest"
 	"github.com/ledgerworks/ledger/internal/query"
+	"github.com/ledgerworks/ledger/internal/reply"
 	"github.com/ledgerworks/ledger/projections"
 )
 
@@ -211,16 +212,16 @@ func cmd(typ string, fields map[string]any) command {
 }
 
 // request sends c once over NATS and returns the ledger's reply.
-func request(nc *nats.Conn, c command) (ledger.Reply, error) {
+func request(nc *nats.Conn, c command) (reply.Reply, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout+10*time.Second)
 	defer cancel()
 	b, err := natsapi.Request(ctx, nc, c.typ, c.body, nil)
 	if err != nil {
-		return ledger.Reply{}, err
+		return reply.Reply{}, err
 	}
-	var r ledger.Reply
+	var r reply.Reply
 	if err := json.Unmarshal(b, &r); err != nil {
-		return ledger.Reply{}, fmt.Errorf("%s: %w", b, err)
+		return reply.Reply{}, fmt.Errorf("%s: %w", b, err)
 	}
 	return r, nil
 }
@@ -228,7 +229,7 @@ func request(nc *nats.Conn, c command) (ledger.Reply, error) {
 // decide sends c as a client does: again with the same key while the answer is an
 // infrastructure error or no answer came, within a bounded number of attempts. It
 // returns the final reply and the attempts that failed.
-func decide(nc *nats.Conn, c command) (ledger.Reply, int, error) {
+func decide(nc *nats.Conn, c command) (reply.Reply, int, error) {
 	const attempts = 60
 	failed := 0
 	var last error
@@ -245,10 +246,10 @@ func decide(nc *nats.Conn, c command) (ledger.Reply, int, error) {
 		// The client's retry policy: a short, growing pause between attempts.
 		time.Sleep(min(time.Duration(i+1)*20*time.Millisecond, 250*time.Millisecond))
 	}
-	return ledger.Reply{}, failed, fmt.Errorf("%s %s: no final answer in %d attempts: %w", c.typ, c.key, attempts, last)
+	return reply.Reply{}, failed, fmt.Errorf("%s %s: no final answer in %d attempts: %w", c.typ, c.key, attempts, last)
 }
 
-func (e *env) mustDecide(c command) ledger.Reply {
+func (e *env) mustDecide(c command) reply.Reply {
 	e.t.Helper()
 	r, _, err := decide(e.clients[0], c)
 	if err != nil {
@@ -263,7 +264,7 @@ func (e *env) mustDecide(c command) ledger.Reply {
 // connections (so through both instances, as the queue group hands them out).
 func (e *env) depositDuplicates(t *testing.T) {
 	c := cmd("deposit", map[string]any{"idempotency_key": "dep-1", "account_id": "alice", "amount": 1000, "currency": "EUR"})
-	var replies []ledger.Reply
+	var replies []reply.Reply
 	for i := range 10 {
 		r, err := request(e.clients[i%2], c)
 		if err != nil {
@@ -308,7 +309,7 @@ func (e *env) depositDuplicates(t *testing.T) {
 // client connection; the queue group spreads them over both instances.
 func (e *env) duplicateRace(t *testing.T) {
 	c := cmd("withdraw", map[string]any{"idempotency_key": "wd-race", "account_id": "alice", "amount": 300, "currency": "EUR"})
-	replies := make([]ledger.Reply, 20)
+	replies := make([]reply.Reply, 20)
 	errs := make([]error, 20)
 	var wg sync.WaitGroup
 	gate := make(chan struct{})
@@ -479,7 +480,7 @@ func (e *env) faults(t *testing.T) {
 	appendsBefore := e.ks.Requests(kurrenttest.MethodAppend)
 	var errorReplies atomic.Int64
 	var wg sync.WaitGroup
-	replies := make([]ledger.Reply, len(burst))
+	replies := make([]reply.Reply, len(burst))
 	errs := make([]error, len(burst))
 	for i, c := range burst {
 		wg.Go(func() {
@@ -1009,7 +1010,7 @@ func answered(t *testing.T, n *node.Node) float64 {
 
 // sameOutcome: two replies to one key report the same outcome (all but the
 // duplicate flag).
-func sameOutcome(a, b ledger.Reply) bool {
+func sameOutcome(a, b reply.Reply) bool {
 	a.Duplicate, b.Duplicate = false, false
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)

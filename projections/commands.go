@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // commandsProjection maintains readmodel.commands: per client idempotency key, the
@@ -35,7 +35,7 @@ type cmdAccount struct {
 type cmdRow struct {
 	key, stream, command string
 	reset                bool // the command's first event is in this batch
-	reply                ledger.Reply
+	reply                reply.Reply
 	firstRev, lastRev    int64
 	at                   time.Time
 }
@@ -65,7 +65,7 @@ func (commandsProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 				order = append(order, m.Key)
 			}
 			r = &cmdRow{key: m.Key, stream: ev.Stream, command: m.Command, reset: m.Index == 0, firstRev: int64(ev.Revision), at: m.At}
-			r.reply = ledger.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: m.Key, Events: []domain.EventRef{}}
+			r.reply = reply.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: m.Key, Events: []domain.EventRef{}}
 			rows[m.Key] = r
 		}
 		r.lastRev = int64(ev.Revision)
@@ -275,17 +275,17 @@ func mergeContinuations(ctx context.Context, tx pgx.Tx, gen int, rows map[string
 		return fmt.Errorf("projections: commands: %w", err)
 	}
 	var (
-		key, stream, reply string
-		first, last        int64
-		at                 time.Time
+		key, stream, stored string
+		first, last         int64
+		at                  time.Time
 	)
-	_, err = pgx.ForEachRow(q, []any{&key, &stream, &first, &last, &reply, &at}, func() error {
+	_, err = pgx.ForEachRow(q, []any{&key, &stream, &first, &last, &stored, &at}, func() error {
 		r := rows[key]
 		if r == nil || r.stream != stream || last >= r.firstRev {
 			return nil // another stream's key, or applied already: the upsert's guard skips it
 		}
-		var prev ledger.Reply
-		if err := json.Unmarshal([]byte(reply), &prev); err != nil {
+		var prev reply.Reply
+		if err := json.Unmarshal([]byte(stored), &prev); err != nil {
 			return fmt.Errorf("projections: commands: reply of %q: %w", key, err)
 		}
 		prev.Events = append(prev.Events, r.reply.Events...)

@@ -22,6 +22,7 @@ import (
 	"github.com/ledgerworks/ledger/internal/audit"
 	"github.com/ledgerworks/ledger/internal/ledger"
 	"github.com/ledgerworks/ledger/internal/pgtest"
+	"github.com/ledgerworks/ledger/internal/reply"
 	"github.com/ledgerworks/ledger/projections"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
@@ -170,7 +171,7 @@ func TestProjectsAMixedWorkload(t *testing.T) {
 		if err := env.Pool.QueryRow(ctx, `SELECT reply::text FROM readmodel.commands WHERE idempotency_key = $1`, k).Scan(&raw); err != nil {
 			t.Fatalf("read model has no reply for %q (%s): %v", k, want.Status, err)
 		}
-		var got ledger.Reply
+		var got reply.Reply
 		if err := json.Unmarshal([]byte(raw), &got); err != nil {
 			t.Fatal(err)
 		}

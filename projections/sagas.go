@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // The reply of a transfer or of a refund of a transfer is written when its saga is
@@ -250,36 +250,19 @@ func (ps *cmdParts) transferEvent(ev *Event, decided func(*cmdRow)) error {
 	return nil
 }
 
-// reply assembles a decided saga's reply as the ledger does: the saga's events in
-// the transfer stream, each marker preceded by the step records it concludes, and
-// the account the money left, right after the saga's last step on it.
-func (ps *cmdParts) reply(sk string, s *part, transferStatus string) ledger.Reply {
-	r := ledger.Reply{
-		Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: sk, Events: []domain.EventRef{},
-		Transfer: &ledger.TransferView{TransferID: s.TransferID, Status: transferStatus}, Position: s.Position,
+// reply is a decided saga's reply (reply.FromSaga), its steps read from the parts.
+func (ps *cmdParts) reply(sk string, s *part, transferStatus string) reply.Reply {
+	sg := reply.Saga{
+		Key: sk, TransferID: s.TransferID, TransferStatus: transferStatus, Stage: s.Stage, Code: s.Code, Message: s.Message,
+		Outright: s.Outright, Events: s.Events, Position: s.Position,
 	}
-	if s.Stage != domain.SagaCompleted {
-		r.Status, r.Code, r.Message = domain.StatusRejected, s.Code, s.Message
-	}
-	var debit, credit, compensate *part
-	if !s.Outright {
-		debit = ps.m["step/"+domain.StepKey(sk, domain.StepDebit)]
-		if debit != nil && debit.Status == domain.StatusApplied {
-			credit = ps.m["step/"+domain.StepKey(sk, domain.StepCredit)]
+	r, _ := reply.FromSaga(sg, false, func(_, stepKey string) (*reply.Step, error) {
+		p := ps.m["step/"+stepKey]
+		if p == nil {
+			return nil, nil
 		}
-		if s.Stage == domain.SagaFailed {
-			compensate = ps.m["step/"+domain.StepKey(sk, domain.StepCompensate)]
-		}
-	}
-	last := debit
-	if compensate != nil {
-		last = compensate
-	}
-	r.Events = domain.SagaReplyEvents(s.Events, partEvents(debit), partEvents(credit), partEvents(compensate))
-	if last != nil && last.After != nil {
-		after := *last.After
-		r.Account = &after
-	}
+		return &reply.Step{Status: p.Status, Events: p.Events, After: p.After}, nil
+	})
 	return r
 }
 
@@ -318,12 +301,4 @@ ON CONFLICT (key) DO UPDATE SET revision = excluded.revision, data = excluded.da
 		}
 	}
 	return nil
-}
-
-// partEvents is a step's events, none for a step that did not run.
-func partEvents(p *part) []domain.EventRef {
-	if p == nil {
-		return nil
-	}
-	return p.Events
 }

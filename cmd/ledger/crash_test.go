@@ -16,8 +16,8 @@ import (
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/postgres"
-	"github.com/ledgerworks/ledger/internal/ledger"
 	"github.com/ledgerworks/ledger/internal/natsapi"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 type crashCmd struct {
@@ -29,14 +29,14 @@ type crashCmd struct {
 }
 
 // outcome of sending a command once: definite (the ledger decided) or not.
-func sendOnce(nc *nats.Conn, c crashCmd, timeout time.Duration) (ledger.Reply, bool) {
+func sendOnce(nc *nats.Conn, c crashCmd, timeout time.Duration) (reply.Reply, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	b, err := natsapi.Request(ctx, nc, c.typ, c.body, nil)
 	if err != nil {
-		return ledger.Reply{}, false
+		return reply.Reply{}, false
 	}
-	var r ledger.Reply
+	var r reply.Reply
 	if json.Unmarshal(b, &r) != nil || r.Status == domain.StatusError || r.Status == "" {
 		return r, false
 	}
@@ -116,7 +116,7 @@ func TestCrashSafetyUnderSIGKILL(t *testing.T) {
 	}
 	var progress atomic.Int64
 	var mu sync.Mutex
-	definite := map[string]ledger.Reply{}
+	definite := map[string]reply.Reply{}
 	var indefinite atomic.Int64
 
 	work := make(chan crashCmd)

@@ -13,6 +13,7 @@ import (
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // Invariants of PROTOCOL.md §6 (Violation.Invariant), and 6 for the hash chain.
@@ -377,13 +378,9 @@ func isSagaStep(m domain.Metadata) bool {
 }
 
 // accountReply is the reply the ledger gives for a key an account decided.
-func accountReply(rec *domain.KeyRecord) ledger.Reply {
-	events := append([]domain.EventRef{}, rec.Events...)
+func accountReply(rec *domain.KeyRecord) reply.Reply {
 	after := rec.After()
-	return ledger.Reply{
-		Status: rec.Status, Code: rec.Code, Message: rec.Message, IdempotencyKey: rec.Key,
-		Events: events, Account: &after, Position: rec.Position,
-	}
+	return reply.Account(rec, append([]domain.EventRef{}, rec.Events...), &after, false)
 }
 
 // flow classifies a money movement for invariant 2.
@@ -495,36 +492,12 @@ func sagaKeyOf(typ string, data []byte, m domain.Metadata) string {
 	return m.Key
 }
 
-// sagaReply is the reply the ledger gives for a decided saga (internal/ledger
-// sagaReply): the saga's events, each marker preceded by the step records it
-// concludes, and the account the money left right after the saga's last step there.
-func (f *Fold) sagaReply(t *domain.Transfer, sg *domain.Saga) ledger.Reply {
-	r := ledger.Reply{
-		Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: sg.Key, Events: []domain.EventRef{},
-		Transfer: &ledger.TransferView{TransferID: t.ID, Status: t.Saga.Stage.Status()}, Position: sg.Position,
-	}
-	if sg.Stage != domain.SagaCompleted {
-		r.Status, r.Code, r.Message = domain.StatusRejected, sg.Code, sg.Message
-	}
-	var debit, credit, compensate *domain.KeyRecord
-	if !sg.Outright {
-		debit = f.stepRecords[domain.StepKey(sg.Key, domain.StepDebit)]
-		if debit != nil && debit.Status == domain.StatusApplied {
-			credit = f.stepRecords[domain.StepKey(sg.Key, domain.StepCredit)]
-		}
-		if sg.Stage == domain.SagaFailed {
-			compensate = f.stepRecords[domain.StepKey(sg.Key, domain.StepCompensate)]
-		}
-	}
-	last := debit
-	if compensate != nil {
-		last = compensate
-	}
-	r.Events = domain.SagaReplyEvents(sg.Events, debit.EventsOrNone(), credit.EventsOrNone(), compensate.EventsOrNone())
-	if last != nil {
-		after := last.After()
-		r.Account = &after
-	}
+// sagaReply is the reply the ledger gives for a decided saga (reply.FromSaga),
+// its steps read from the fold's records.
+func (f *Fold) sagaReply(t *domain.Transfer, sg *domain.Saga) reply.Reply {
+	r, _ := reply.FromSaga(reply.SagaOf(t, sg), false, func(_, stepKey string) (*reply.Step, error) {
+		return reply.StepOf(f.stepRecords[stepKey]), nil
+	})
 	return r
 }
 

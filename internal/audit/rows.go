@@ -17,7 +17,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
-	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/reply"
 	"github.com/ledgerworks/ledger/projections"
 )
 
@@ -132,7 +132,7 @@ func transferRowOf(t *domain.Transfer) string {
 }
 
 // replyRow is the digest of a reply as the ledger encodes it (duplicate false).
-func replyRow(r ledger.Reply) string {
+func replyRow(r reply.Reply) string {
 	r.Duplicate = false
 	b, _ := json.Marshal(r)
 	return rowDigest(string(b))

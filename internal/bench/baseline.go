@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // The baseline is the pattern of the seed documents (000, 002), implemented as a
@@ -91,26 +91,26 @@ func NewBaseline(ctx context.Context, pool *pgxpool.Pool, plainRead bool) (*Base
 }
 
 // HandleRaw decodes a command as the ledger does and handles it.
-func (b *Baseline) HandleRaw(ctx context.Context, typ string, body []byte) ledger.Reply {
+func (b *Baseline) HandleRaw(ctx context.Context, typ string, body []byte) reply.Reply {
 	cmd, ierr := domain.DecodeCommand(domain.CommandType(typ), body)
 	if ierr != nil {
-		return ledger.Reply{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: ierr.Error(), Events: []domain.EventRef{}}
+		return reply.Reply{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: ierr.Error(), Events: []domain.EventRef{}}
 	}
 	switch cmd.Type {
 	case domain.CmdOpenAccount, domain.CmdDeposit, domain.CmdWithdraw:
 	default:
-		return ledger.Reply{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, IdempotencyKey: cmd.IdempotencyKey,
+		return reply.Reply{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, IdempotencyKey: cmd.IdempotencyKey,
 			Message: "the baseline serves open_account, deposit and withdraw only", Events: []domain.EventRef{}}
 	}
 	r, err := b.handle(ctx, cmd)
 	if err != nil {
-		return ledger.Reply{Status: domain.StatusError, Code: domain.CodeInternalError, IdempotencyKey: cmd.IdempotencyKey,
+		return reply.Reply{Status: domain.StatusError, Code: domain.CodeInternalError, IdempotencyKey: cmd.IdempotencyKey,
 			Message: "infrastructure failure, retry with the same key: " + err.Error(), Events: []domain.EventRef{}}
 	}
 	return r
 }
 
-func (b *Baseline) handle(ctx context.Context, cmd domain.Command) (r ledger.Reply, err error) {
+func (b *Baseline) handle(ctx context.Context, cmd domain.Command) (r reply.Reply, err error) {
 	hash := cmd.Request().Hash()
 	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		// 1. Claim the key: a new key is inserted pending; a key that exists (or
@@ -135,7 +135,7 @@ func (b *Baseline) handle(ctx context.Context, cmd domain.Command) (r ledger.Rep
 				return fmt.Errorf("select key: %w", err)
 			}
 			if storedHash != hash {
-				r = ledger.Reply{Status: domain.StatusInvalid, Code: domain.CodeIdempotencyKeyConflict, IdempotencyKey: cmd.IdempotencyKey,
+				r = reply.Reply{Status: domain.StatusInvalid, Code: domain.CodeIdempotencyKeyConflict, IdempotencyKey: cmd.IdempotencyKey,
 					Fields: []string{"request"}, Message: "idempotency key was used with a different request", Events: []domain.EventRef{}}
 				return nil
 			}
@@ -179,9 +179,9 @@ func (b *Baseline) handle(ctx context.Context, cmd domain.Command) (r ledger.Rep
 	return r, err
 }
 
-func (b *Baseline) apply(ctx context.Context, tx pgx.Tx, cmd domain.Command) (ledger.Reply, error) {
-	r := ledger.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: cmd.IdempotencyKey, Events: []domain.EventRef{}}
-	reject := func(code domain.Code, format string, args ...any) (ledger.Reply, error) {
+func (b *Baseline) apply(ctx context.Context, tx pgx.Tx, cmd domain.Command) (reply.Reply, error) {
+	r := reply.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: cmd.IdempotencyKey, Events: []domain.EventRef{}}
+	reject := func(code domain.Code, format string, args ...any) (reply.Reply, error) {
 		r.Status, r.Code, r.Message = domain.StatusRejected, code, fmt.Sprintf(format, args...)
 		return r, nil
 	}

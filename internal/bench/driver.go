@@ -77,8 +77,8 @@ func (t *target) requester(i int) (*requester, error) {
 
 func (r *requester) close() { _ = r.sub.Unsubscribe() }
 
-// reply is what the driver reads of a ledger.Reply.
-type reply struct {
+// replyHead is what the driver reads of a reply.Reply.
+type replyHead struct {
 	Status         domain.Status `json:"status"`
 	Code           domain.Code   `json:"code"`
 	Message        string        `json:"message"`
@@ -94,27 +94,27 @@ var statusPrefix = []byte(`{"status"`)
 // the command subjects answers first with a PubAck on the same inbox: skipped, as
 // natsapi.Request does; a late reply to an earlier, timed-out command is skipped
 // by its key.
-func (r *requester) do(c command) (reply, error) {
+func (r *requester) do(c command) (replyHead, error) {
 	msg := &nats.Msg{Subject: natsapi.CommandSubject(string(c.typ)), Reply: r.inbox, Data: c.body}
 	if err := r.nc.PublishMsg(msg); err != nil {
-		return reply{}, err
+		return replyHead{}, err
 	}
 	r.sent.Add(1)
 	deadline := time.Now().Add(requestTimeout)
 	for {
 		m, err := r.sub.NextMsg(time.Until(deadline))
 		if err != nil {
-			return reply{}, err
+			return replyHead{}, err
 		}
 		if m.Header.Get("Status") == "503" {
-			return reply{}, errNoResponders
+			return replyHead{}, errNoResponders
 		}
 		if !bytes.HasPrefix(m.Data, statusPrefix) {
 			continue // a PubAck (or its error): the ledger's reply follows
 		}
-		var rep reply
+		var rep replyHead
 		if err := json.Unmarshal(m.Data, &rep); err != nil {
-			return reply{}, fmt.Errorf("bench: reply: %w", err)
+			return replyHead{}, fmt.Errorf("bench: reply: %w", err)
 		}
 		if rep.IdempotencyKey != c.key {
 			continue // a late reply to an earlier command of this client
@@ -146,7 +146,7 @@ type worker struct {
 	errs []string
 }
 
-func (w *worker) record(c *counters, cmd command, rep reply, err error, lat time.Duration, keep bool) {
+func (w *worker) record(c *counters, cmd command, rep replyHead, err error, lat time.Duration, keep bool) {
 	if err != nil {
 		c.errors.Add(1)
 		if len(w.errs) < 3 {

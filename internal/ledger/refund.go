@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // handleRefund finds the original by its key's claim and refunds it in the
@@ -16,7 +17,7 @@ func (s *Service) handleRefund(ctx context.Context, cmd domain.Command) (Reply, 
 		return Reply{}, err
 	}
 	if orig == nil {
-		return notRecordedReply(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeOriginalNotFound, Message: "no command with key " + quote(cmd.OriginalKey)}), nil
+		return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeOriginalNotFound, Message: "no command with key " + quote(cmd.OriginalKey)}), nil
 	}
 	switch {
 	case strings.HasPrefix(orig.Stream, domain.AccountStreamPrefix):
@@ -24,7 +25,7 @@ func (s *Service) handleRefund(ctx context.Context, cmd domain.Command) (Reply, 
 	case strings.HasPrefix(orig.Stream, domain.TransferStreamPrefix):
 		return s.refundTransfer(ctx, cmd, orig)
 	}
-	return notRecordedReply(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeNotRefundable, Message: orig.Command + " " + quote(cmd.OriginalKey) + " cannot be refunded"}), nil
+	return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeNotRefundable, Message: orig.Command + " " + quote(cmd.OriginalKey) + " cannot be refunded"}), nil
 }
 
 func quote(s string) string { return "\"" + s + "\"" }

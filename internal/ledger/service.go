@@ -10,6 +10,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // Store is what the command handler needs of an event store. A store that also
@@ -96,7 +97,7 @@ var ErrTooManyConflicts = errors.New("ledger: too many concurrent writes to the 
 func (s *Service) HandleRaw(ctx context.Context, typ string, body []byte) Reply {
 	cmd, ierr := domain.DecodeCommand(domain.CommandType(typ), body)
 	if ierr != nil {
-		return invalidReply(keyOf(body), ierr)
+		return reply.Invalid(keyOf(body), ierr)
 	}
 	return s.Handle(ctx, cmd)
 }
@@ -128,13 +129,13 @@ func (s *Service) Handle(ctx context.Context, cmd domain.Command) Reply {
 		r, err = s.handleRefund(ctx, cmd)
 	default:
 		if !cmd.Type.IsClient() {
-			return invalidReply(cmd.IdempotencyKey, &domain.InvalidError{Field: "type", Message: fmt.Sprintf("unknown command type %q", cmd.Type)})
+			return reply.Invalid(cmd.IdempotencyKey, &domain.InvalidError{Field: "type", Message: fmt.Sprintf("unknown command type %q", cmd.Type)})
 		}
 		r, err = s.handleAccountCommand(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID)
 	}
 	if err != nil {
 		s.log.Warn("command failed", "type", cmd.Type, "key", cmd.IdempotencyKey, "err", err)
-		return errorReply(cmd.IdempotencyKey, err)
+		return reply.Error(cmd.IdempotencyKey, err)
 	}
 	return r
 }
@@ -180,14 +181,14 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 				if err != nil {
 					return nil, false, nil, err
 				}
-				r := conflictReply(cmd.IdempotencyKey, fields)
+				r := reply.Conflict(cmd.IdempotencyKey, fields)
 				return nil, false, &r, nil
 			}
 			return copyRecord(rec), true, nil, nil
 		}
 		d := domain.DecideAccount(acc, cmd)
 		if d.Invalid != nil {
-			r := invalidReply(cmd.IdempotencyKey, d.Invalid)
+			r := reply.Invalid(cmd.IdempotencyKey, d.Invalid)
 			return nil, false, &r, nil
 		}
 		if len(d.Events) == 0 {
@@ -197,7 +198,7 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 				refresh = true
 				continue
 			}
-			r := notRecordedReply(cmd.IdempotencyKey, d.Rejection)
+			r := reply.NotRecorded(cmd.IdempotencyKey, d.Rejection)
 			return nil, false, &r, nil
 		}
 		var res written
@@ -209,7 +210,7 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 		var conflict *claimConflict
 		switch {
 		case errors.As(err, &conflict):
-			r := conflictReply(cmd.IdempotencyKey, conflict.fields)
+			r := reply.Conflict(cmd.IdempotencyKey, conflict.fields)
 			return nil, false, &r, nil
 		case errors.Is(err, eventstore.ErrWrongExpectedRevision):
 			refresh = true // another instance wrote: catch up and decide again

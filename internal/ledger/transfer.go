@@ -10,6 +10,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // Transfers and refunds of transfers are sagas (ARCHITECTURE decision 6, layout in
@@ -119,7 +120,7 @@ func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply
 		}
 		d := domain.DecideTransfer(t, cmd)
 		if len(d.Events) == 0 {
-			return notRecordedReply(cmd.IdempotencyKey, d.Rejection), nil
+			return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil
 		}
 		if d.Rejection == nil {
 			// A refusal that concerns an account that does not exist is not
@@ -130,7 +131,7 @@ func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply
 					return Reply{}, err
 				}
 				if !open {
-					return notRecordedReply(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s does not exist", id)}), nil
+					return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s does not exist", id)}), nil
 				}
 			}
 		}
@@ -138,7 +139,7 @@ func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply
 		var conflict *claimConflict
 		switch {
 		case errors.As(err, &conflict):
-			return conflictReply(cmd.IdempotencyKey, conflict.fields), nil
+			return reply.Conflict(cmd.IdempotencyKey, conflict.fields), nil
 		case errors.Is(err, eventstore.ErrWrongExpectedRevision):
 			refresh = true
 			continue
@@ -159,7 +160,7 @@ func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply
 // sagaConflict answers a known saga key sent with another request.
 func sagaConflict(sg *domain.Saga, req domain.Canonical) (Reply, bool) {
 	if sg.RequestHash != req.Hash {
-		return conflictReply(sg.Key, domain.DiffCanonical(sg.Request, req)), false
+		return reply.Conflict(sg.Key, domain.DiffCanonical(sg.Request, req)), false
 	}
 	return Reply{}, true
 }
@@ -172,10 +173,10 @@ func (s *Service) transferExists(ctx context.Context, cmd domain.Command, req do
 		return Reply{}, err
 	}
 	if c != nil && c.RequestHash != req.Hash {
-		return conflictReply(cmd.IdempotencyKey, domain.DiffCanonical(c.Request, req)), nil
+		return reply.Conflict(cmd.IdempotencyKey, domain.DiffCanonical(c.Request, req)), nil
 	}
 	d := domain.DecideTransfer(t, cmd)
-	return notRecordedReply(cmd.IdempotencyKey, d.Rejection), nil
+	return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil
 }
 
 // accountOpened reports whether an account exists. An account never disappears,
@@ -329,51 +330,17 @@ func (s *Service) stepRecord(ctx context.Context, accountID, key string) (*domai
 	return nil, nil
 }
 
-// sagaReply is the reply of a decided saga, the same for the first answer and
-// every duplicate but for the duplicate flag. Its events are every event the saga
-// wrote, in the order the saga wrote them: the request, the debit, the credit or
-// the refusal, the compensation, each followed by the marker that recorded it.
-// The account is the one the money left (the transfer's source, a refund's
-// destination), right after the saga's last step on it.
+// sagaReply is the reply of the decided saga of key (reply.FromSaga), its steps
+// read from the accounts.
 func (s *Service) sagaReply(ctx context.Context, t *domain.Transfer, key string, duplicate bool) (Reply, error) {
 	sg, ok := t.SagaOf(key)
 	if !ok || !sg.Stage.Decided() {
 		return Reply{}, fmt.Errorf("ledger: transfer %s: saga %q is not decided", t.ID, key)
 	}
-	r := Reply{
-		Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: key, Duplicate: duplicate,
-		Events: []domain.EventRef{}, Transfer: &TransferView{TransferID: t.ID, Status: t.Saga.Stage.Status()}, Position: sg.Position,
-	}
-	if sg.Stage != domain.SagaCompleted {
-		r.Status, r.Code, r.Message = domain.StatusRejected, sg.Code, sg.Message
-	}
-	var debit, credit, compensate *domain.KeyRecord
-	if !sg.Outright {
-		var err error
-		if debit, err = s.stepRecord(ctx, sg.Out, domain.StepKey(key, domain.StepDebit)); err != nil {
-			return Reply{}, err
-		}
-		if debit != nil && debit.Status == domain.StatusApplied {
-			if credit, err = s.stepRecord(ctx, sg.In, domain.StepKey(key, domain.StepCredit)); err != nil {
-				return Reply{}, err
-			}
-		}
-		if sg.Stage == domain.SagaFailed {
-			if compensate, err = s.stepRecord(ctx, sg.Out, domain.StepKey(key, domain.StepCompensate)); err != nil {
-				return Reply{}, err
-			}
-		}
-	}
-	last := debit
-	if compensate != nil {
-		last = compensate
-	}
-	r.Events = domain.SagaReplyEvents(sg.Events, debit.EventsOrNone(), credit.EventsOrNone(), compensate.EventsOrNone())
-	if last != nil {
-		after := last.After()
-		r.Account = &after
-	}
-	return r, nil
+	return reply.FromSaga(reply.SagaOf(t, sg), duplicate, func(account, stepKey string) (*reply.Step, error) {
+		rec, err := s.stepRecord(ctx, account, stepKey)
+		return reply.StepOf(rec), err
+	})
 }
 
 // refundTransfer refunds a transfer (orig is the claim of its key) in the
@@ -415,13 +382,13 @@ func (s *Service) refundTransfer(ctx context.Context, cmd domain.Command, orig *
 		}
 		d := domain.DecideTransferRefund(t, cmd)
 		if len(d.Events) == 0 {
-			return notRecordedReply(cmd.IdempotencyKey, d.Rejection), nil
+			return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil
 		}
 		res, err := s.appendDecision(ctx, cmd, req, stream, t.Revision, t.LastChain, d.Events)
 		var conflict *claimConflict
 		switch {
 		case errors.As(err, &conflict):
-			return conflictReply(cmd.IdempotencyKey, conflict.fields), nil
+			return reply.Conflict(cmd.IdempotencyKey, conflict.fields), nil
 		case errors.Is(err, eventstore.ErrWrongExpectedRevision):
 			refresh = true
 			continue

@@ -19,6 +19,7 @@ import (
 	"github.com/ledgerworks/ledger/eventstore/memory"
 	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/pgtest"
+	"github.com/ledgerworks/ledger/internal/reply"
 	"github.com/ledgerworks/ledger/migrations"
 )
 
@@ -384,7 +385,7 @@ func TestTransferCompletes(t *testing.T) {
 		openFunded(t, s, "bob", "EUR", 0)
 		first := send(s, "transfer", transferBody("t-1", "t1", "alice", "bob", 30)...)
 		if first.Status != domain.StatusApplied || first.Code != domain.CodeOK || first.Duplicate ||
-			first.Transfer == nil || *first.Transfer != (TransferView{TransferID: "t1", Status: "completed"}) {
+			first.Transfer == nil || *first.Transfer != (reply.TransferView{TransferID: "t1", Status: "completed"}) {
 			t.Fatalf("transfer: %+v", first)
 		}
 		want := []string{"transfer-t1:TransferRequested", "alice:Debited", "bob:Credited", "transfer-t1:TransferCompleted"}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/internal/devenv/devtest"
-	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // A steady stream of commands, each younger than the grace when it arrives, flows
@@ -31,11 +31,11 @@ func TestSteadyStreamWithinGraceIsConfirmedOnce(t *testing.T) {
 		handled = map[string]int{}
 		slow    atomic.Int32
 	)
-	h := handlerFunc(func(ctx context.Context, typ string, body []byte) ledger.Reply {
+	h := handlerFunc(func(ctx context.Context, typ string, body []byte) reply.Reply {
 		mu.Lock()
 		handled[string(body)]++
 		mu.Unlock()
-		return ledger.Reply{Status: domain.StatusApplied, Code: domain.CodeOK}
+		return reply.Reply{Status: domain.StatusApplied, Code: domain.CodeOK}
 	})
 	ns := devtest.NATS(t)
 	inc, err := nats.Connect(ns.ClientURL(), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {

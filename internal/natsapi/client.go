@@ -64,7 +64,7 @@ func (e *ErrNoReply) Error() string {
 func (e *ErrNoReply) Unwrap() error { return e.Err }
 
 // Request sends a command body on ledger.v1.cmd.<typ> and returns the ledger's
-// reply (the raw JSON of a ledger.Reply). LEDGER_COMMANDS is declared with NoAck, so
+// reply (the raw JSON of a reply.Reply). LEDGER_COMMANDS is declared with NoAck, so
 // no PubAck should come; one from a stream declared otherwise is skipped. hdr may carry
 // a Nats-Msg-Id (the stream's courtesy dedupe). ctx bounds the wait.
 func Request(ctx context.Context, nc *nats.Conn, typ string, body []byte, hdr nats.Header) ([]byte, error) {

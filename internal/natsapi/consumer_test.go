@@ -16,13 +16,13 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/internal/devenv/devtest"
-	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // handlerFunc adapts a function to Handler.
-type handlerFunc func(ctx context.Context, typ string, body []byte) ledger.Reply
+type handlerFunc func(ctx context.Context, typ string, body []byte) reply.Reply
 
-func (f handlerFunc) HandleRaw(ctx context.Context, typ string, body []byte) ledger.Reply {
+func (f handlerFunc) HandleRaw(ctx context.Context, typ string, body []byte) reply.Reply {
 	return f(ctx, typ, body)
 }
 
@@ -61,9 +61,9 @@ func jsOf(t *testing.T, nc *nats.Conn) jetstream.JetStream {
 // message goes to the DLQ with reason max_deliveries.
 func TestInfrastructureFailureIsRetriedThenDeadLettered(t *testing.T) {
 	var calls atomic.Int32
-	h := handlerFunc(func(ctx context.Context, typ string, body []byte) ledger.Reply {
+	h := handlerFunc(func(ctx context.Context, typ string, body []byte) reply.Reply {
 		calls.Add(1)
-		return ledger.Reply{Status: domain.StatusError, Code: domain.CodeInternalError, Message: "store down"}
+		return reply.Reply{Status: domain.StatusError, Code: domain.CodeInternalError, Message: "store down"}
 	})
 	nc := startIntake(t, h, Options{Grace: -1, BackOff: []time.Duration{300 * time.Millisecond}, MaxDeliver: 3})
 	js := jsOf(t, nc)
@@ -96,10 +96,10 @@ func TestInfrastructureFailureIsRetriedThenDeadLettered(t *testing.T) {
 func TestLongCommandIsNotRedelivered(t *testing.T) {
 	var calls atomic.Int32
 	release := make(chan struct{})
-	h := handlerFunc(func(ctx context.Context, typ string, body []byte) ledger.Reply {
+	h := handlerFunc(func(ctx context.Context, typ string, body []byte) reply.Reply {
 		calls.Add(1)
 		<-release
-		return ledger.Reply{Status: domain.StatusApplied, Code: domain.CodeOK}
+		return reply.Reply{Status: domain.StatusApplied, Code: domain.CodeOK}
 	})
 	// AckWait 1.2 s: in-progress goes every 400 ms, so a loaded machine may stall
 	// a beat by 800 ms before the message is redelivered.
@@ -128,7 +128,7 @@ func TestLongCommandIsNotRedelivered(t *testing.T) {
 // The request-reply path bounds the commands in flight.
 func TestInFlightIsBounded(t *testing.T) {
 	var cur, peak atomic.Int32
-	h := handlerFunc(func(ctx context.Context, typ string, body []byte) ledger.Reply {
+	h := handlerFunc(func(ctx context.Context, typ string, body []byte) reply.Reply {
 		n := cur.Add(1)
 		for {
 			p := peak.Load()
@@ -138,7 +138,7 @@ func TestInFlightIsBounded(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 		cur.Add(-1)
-		return ledger.Reply{Status: domain.StatusApplied, Code: domain.CodeOK}
+		return reply.Reply{Status: domain.StatusApplied, Code: domain.CodeOK}
 	})
 	ns := devtest.NATS(t)
 	in := New(devtest.Connect(t, ns), h, Options{MaxInFlight: 3, DisableJetStream: true, Logger: slog.New(slog.DiscardHandler)})
@@ -168,11 +168,11 @@ func TestInFlightIsBounded(t *testing.T) {
 // A js.Publish reaches the request-reply path too; whichever answers first, the
 // stream's PubAck or the ledger's reply, the publisher gets a valid ack.
 func TestJetStreamPublisherAcceptsTheLedgerReplyAsItsAck(t *testing.T) {
-	h := handlerFunc(func(ctx context.Context, typ string, body []byte) ledger.Reply {
+	h := handlerFunc(func(ctx context.Context, typ string, body []byte) reply.Reply {
 		if typ == "withdraw" {
-			return ledger.Reply{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: "amount: must be an integer"}
+			return reply.Reply{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: "amount: must be an integer"}
 		}
-		return ledger.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: "fast"}
+		return reply.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: "fast"}
 	})
 	nc := startIntake(t, h, Options{})
 	js := jsOf(t, nc)
@@ -194,8 +194,8 @@ func TestJetStreamPublisherAcceptsTheLedgerReplyAsItsAck(t *testing.T) {
 // answer: the ledger's §3 reply (the stream stores the command but never answers).
 // The command is stored all the same.
 func TestPlainRequestGetsTheLedgerReplyOnly(t *testing.T) {
-	h := handlerFunc(func(ctx context.Context, typ string, body []byte) ledger.Reply {
-		return ledger.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: "plain"}
+	h := handlerFunc(func(ctx context.Context, typ string, body []byte) reply.Reply {
+		return reply.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: "plain"}
 	})
 	nc := startIntake(t, h, Options{})
 	for i := range 20 {
@@ -203,7 +203,7 @@ func TestPlainRequestGetsTheLedgerReplyOnly(t *testing.T) {
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
-		var r ledger.Reply
+		var r reply.Reply
 		if err := json.Unmarshal(m.Data, &r); err != nil || r.Code != domain.CodeOK || r.Status != domain.StatusApplied {
 			t.Fatalf("request %d got %s, not the ledger's reply", i, m.Data)
 		}

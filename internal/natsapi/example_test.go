@@ -12,19 +12,19 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/internal/embednats"
-	"github.com/ledgerworks/ledger/internal/ledger"
 	"github.com/ledgerworks/ledger/internal/natsapi"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // echo stands in for ledger.Service: it applies every well-formed command.
 type echo struct{}
 
-func (echo) HandleRaw(_ context.Context, typ string, body []byte) ledger.Reply {
+func (echo) HandleRaw(_ context.Context, typ string, body []byte) reply.Reply {
 	cmd, ierr := domain.DecodeCommand(domain.CommandType(typ), body)
 	if ierr != nil {
-		return ledger.Reply{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: ierr.Error()}
+		return reply.Reply{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: ierr.Error()}
 	}
-	return ledger.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: cmd.IdempotencyKey}
+	return reply.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: cmd.IdempotencyKey}
 }
 
 // A command sent as a request is also stored in LEDGER_COMMANDS (which never
@@ -56,7 +56,7 @@ func ExampleRequest() {
 		fmt.Println(err)
 		return
 	}
-	var r ledger.Reply
+	var r reply.Reply
 	_ = json.Unmarshal(raw, &r)
 	fmt.Println(r.Status, r.Code, r.IdempotencyKey)
 	// Output: applied ok dep-1

@@ -12,18 +12,18 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // Handler decides a raw command: ledger.Service implements it.
 type Handler interface {
-	HandleRaw(ctx context.Context, typ string, body []byte) ledger.Reply
+	HandleRaw(ctx context.Context, typ string, body []byte) reply.Reply
 }
 
 // CommandLookup answers the outcome of a decided key: ledger.Service implements it
 // from the event store; the read side may serve it from its read models.
 type CommandLookup interface {
-	Lookup(ctx context.Context, key string) (r ledger.Reply, found bool, err error)
+	Lookup(ctx context.Context, key string) (r reply.Reply, found bool, err error)
 }
 
 // Options configure an Intake. Zero values take the defaults.
@@ -89,7 +89,7 @@ type Options struct {
 	// beforeAck, in tests, runs after a JetStream command's outcome is known and
 	// before it is settled; returning false leaves the message unsettled (a
 	// consumer that died before its ack).
-	beforeAck func(m jetstream.Msg, r ledger.Reply) bool
+	beforeAck func(m jetstream.Msg, r reply.Reply) bool
 }
 
 func (o *Options) defaults() {
@@ -367,7 +367,7 @@ func (in *Intake) handleRequest(msg *nats.Msg) {
 }
 
 // durable reports whether r is an outcome the event store keeps (or that is final).
-func durable(r ledger.Reply) bool {
+func durable(r reply.Reply) bool {
 	return r.Status == domain.StatusApplied || r.Status == domain.StatusRejected
 }
 
@@ -378,7 +378,7 @@ func (in *Intake) failpoint(name string) {
 	}
 }
 
-func (in *Intake) logOutcome(source, typ string, r ledger.Reply, took time.Duration) {
+func (in *Intake) logOutcome(source, typ string, r reply.Reply, took time.Duration) {
 	lvl := slog.LevelDebug
 	if r.Status == domain.StatusError {
 		lvl = slog.LevelWarn
@@ -395,7 +395,7 @@ func (in *Intake) logOutcome(source, typ string, r ledger.Reply, took time.Durat
 // was applied or recorded, as a publish error (code 400 for status invalid, 503 for
 // status error: publish again, same key).
 type WireReply struct {
-	ledger.Reply
+	reply.Reply
 	// Stream names the stream that captured the command (PubAck compatibility).
 	Stream string `json:"stream"`
 	// Error is set when status is invalid or error.
@@ -408,7 +408,7 @@ type WireError struct {
 	Description string `json:"description"`
 }
 
-func wire(r ledger.Reply) WireReply {
+func wire(r reply.Reply) WireReply {
 	w := WireReply{Reply: r, Stream: StreamName}
 	switch r.Status {
 	case domain.StatusInvalid:

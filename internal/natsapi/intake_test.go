@@ -19,6 +19,7 @@ import (
 	"github.com/ledgerworks/ledger/internal/devenv/devtest"
 	"github.com/ledgerworks/ledger/internal/ledger"
 	"github.com/ledgerworks/ledger/internal/pgtest"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -69,7 +70,7 @@ func (r *rig) intake(opts Options) (*Intake, *nats.Conn) {
 	return in, nc
 }
 
-func (r *rig) request(typ string, body []byte) ledger.Reply {
+func (r *rig) request(typ string, body []byte) reply.Reply {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -77,7 +78,7 @@ func (r *rig) request(typ string, body []byte) ledger.Reply {
 	if err != nil {
 		r.t.Fatalf("%s: %v", typ, err)
 	}
-	var rep ledger.Reply
+	var rep reply.Reply
 	if err := json.Unmarshal(b, &rep); err != nil {
 		r.t.Fatalf("%s: reply %s: %v", typ, b, err)
 	}
@@ -242,7 +243,7 @@ func TestJetStreamTwiceAndAfterAKilledConsumerIsAppliedOnce(t *testing.T) {
 	died := make(chan struct{})
 	aConn := make(chan *nats.Conn, 1)
 	backoff := []time.Duration{time.Second}
-	_, nc := r.intake(Options{Grace: -1, BackOff: backoff, beforeAck: func(m jetstream.Msg, rep ledger.Reply) bool {
+	_, nc := r.intake(Options{Grace: -1, BackOff: backoff, beforeAck: func(m jetstream.Msg, rep reply.Reply) bool {
 		if rep.IdempotencyKey != "dep-1" {
 			return true
 		}
@@ -286,7 +287,7 @@ func TestJetStreamTwiceAndAfterAKilledConsumerIsAppliedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep ledger.Reply
+	var rep reply.Reply
 	if err := json.Unmarshal(q, &rep); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // Sources of a command, the "source" label of the metrics.
@@ -66,7 +66,7 @@ func typeLabel(typ string) string {
 	return "unknown"
 }
 
-func (m *Metrics) command(typ, source string, r ledger.Reply, took time.Duration) {
+func (m *Metrics) command(typ, source string, r reply.Reply, took time.Duration) {
 	if m == nil {
 		return
 	}

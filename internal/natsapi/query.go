@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // CommandQuery is the body of ledger.v1.query.command.
@@ -80,7 +80,7 @@ func (in *Intake) onCommandQuery(msg *nats.Msg) {
 		switch a := ans.(type) {
 		case QueryError:
 			code = string(a.Code)
-		case ledger.Reply:
+		case reply.Reply:
 			code = "ok"
 		}
 		in.opts.Metrics.query("command", code)

@@ -7,13 +7,13 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // encodeReply is the bytes of a command reply on the wire, json.Marshal(wire(r))
 // byte for byte (field order, omitempty, escaping: compared in reply_test.go),
 // written without reflection: every command and every duplicate pays for it.
-func encodeReply(r ledger.Reply) ([]byte, error) {
+func encodeReply(r reply.Reply) ([]byte, error) {
 	w := wire(r)
 	b := make([]byte, 0, 320+len(r.Message)+100*len(r.Events))
 	b = append(b, `{"status":`...)

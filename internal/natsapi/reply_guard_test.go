@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // encodeReply is proven equal to json.Marshal(wire(r)) over random replies of
@@ -19,8 +19,8 @@ func TestEncodeReplyKnowsEveryField(t *testing.T) {
 	}{
 		{reflect.TypeFor[WireReply](), []string{"Reply", "Stream", "Error"}},
 		{reflect.TypeFor[WireError](), []string{"Code", "Description"}},
-		{reflect.TypeFor[ledger.Reply](), []string{"Status", "Code", "Message", "IdempotencyKey", "Duplicate", "Fields", "Events", "Account", "Transfer", "Position"}},
-		{reflect.TypeFor[ledger.TransferView](), []string{"TransferID", "Status"}},
+		{reflect.TypeFor[reply.Reply](), []string{"Status", "Code", "Message", "IdempotencyKey", "Duplicate", "Fields", "Events", "Account", "Transfer", "Position"}},
+		{reflect.TypeFor[reply.TransferView](), []string{"TransferID", "Status"}},
 		{reflect.TypeFor[domain.EventRef](), []string{"ID", "Stream", "Revision", "Type"}},
 		{reflect.TypeFor[domain.AccountView](), []string{"AccountID", "Currency", "Balance", "Held", "Available", "Revision"}},
 	} {

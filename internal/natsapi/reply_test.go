@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/ledger"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // randomText covers every escaping rule of encoding/json: quotes, backslashes,
@@ -25,10 +25,10 @@ func randomText(rng *rand.Rand) string {
 	return string(b)
 }
 
-func randomReply(rng *rand.Rand) ledger.Reply {
+func randomReply(rng *rand.Rand) reply.Reply {
 	statuses := []domain.Status{domain.StatusApplied, domain.StatusRejected, domain.StatusInvalid, domain.StatusError, domain.Status(randomText(rng))}
 	codes := []domain.Code{domain.CodeOK, domain.CodeInsufficientFunds, domain.CodeIdempotencyKeyConflict, domain.CodeInternalError, domain.Code(randomText(rng))}
-	r := ledger.Reply{
+	r := reply.Reply{
 		Status: statuses[rng.Intn(len(statuses))], Code: codes[rng.Intn(len(codes))], Message: randomText(rng),
 		IdempotencyKey: randomText(rng), Duplicate: rng.Intn(2) == 0, Position: randomText(rng),
 	}
@@ -53,7 +53,7 @@ func randomReply(rng *rand.Rand) ledger.Reply {
 			Available: rng.Int63() - rng.Int63(), Revision: rng.Uint64()}
 	}
 	if rng.Intn(3) == 0 {
-		r.Transfer = &ledger.TransferView{TransferID: randomText(rng), Status: randomText(rng)}
+		r.Transfer = &reply.TransferView{TransferID: randomText(rng), Status: randomText(rng)}
 	}
 	return r
 }

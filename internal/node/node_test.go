@@ -20,10 +20,10 @@ import (
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/internal/config"
 	"github.com/ledgerworks/ledger/internal/devenv/devtest"
-	"github.com/ledgerworks/ledger/internal/ledger"
 	"github.com/ledgerworks/ledger/internal/natsapi"
 	"github.com/ledgerworks/ledger/internal/node"
 	"github.com/ledgerworks/ledger/internal/pgtest"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -42,16 +42,16 @@ func cmd(typ string, fields map[string]any) command {
 	return command{typ: typ, body: b, key: fields["idempotency_key"].(string)}
 }
 
-func send(t *testing.T, nc *nats.Conn, c command) ledger.Reply {
+func send(t *testing.T, nc *nats.Conn, c command) reply.Reply {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, err := natsapi.Request(ctx, nc, c.typ, c.body, nil)
 	if err != nil {
 		t.Errorf("%s %s: %v", c.typ, c.key, err)
-		return ledger.Reply{}
+		return reply.Reply{}
 	}
-	var r ledger.Reply
+	var r reply.Reply
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Errorf("%s %s: %s: %v", c.typ, c.key, b, err)
 	}
@@ -125,7 +125,7 @@ func TestTwoInstancesApplyEveryKeyOnce(t *testing.T) {
 		}
 	}
 
-	replies := make([][2]ledger.Reply, len(cmds))
+	replies := make([][2]reply.Reply, len(cmds))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for i, c := range cmds {

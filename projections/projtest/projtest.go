@@ -18,6 +18,7 @@ import (
 	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/ledger"
 	"github.com/ledgerworks/ledger/internal/pgtest"
+	"github.com/ledgerworks/ledger/internal/reply"
 	"github.com/ledgerworks/ledger/migrations"
 )
 
@@ -59,7 +60,7 @@ func New(t testing.TB) *Env {
 func (e *Env) clock() time.Time { return time.UnixMilli(e.now.Add(1)).UTC() }
 
 // Post sends one command to the ledger and returns its reply.
-func (e *Env) Post(ctx context.Context, typ string, body map[string]any) ledger.Reply {
+func (e *Env) Post(ctx context.Context, typ string, body map[string]any) reply.Reply {
 	cmd, ierr := domain.DecodeCommand(domain.CommandType(typ), mustJSON(body))
 	if ierr != nil {
 		panic(fmt.Sprintf("projtest: %s %v: %v", typ, body, ierr))
@@ -68,7 +69,7 @@ func (e *Env) Post(ctx context.Context, typ string, body map[string]any) ledger.
 }
 
 // MustApply posts a command that must be applied.
-func (e *Env) MustApply(t testing.TB, typ string, body map[string]any) ledger.Reply {
+func (e *Env) MustApply(t testing.TB, typ string, body map[string]any) reply.Reply {
 	t.Helper()
 	r := e.Post(context.Background(), typ, body)
 	if r.Status != domain.StatusApplied {
@@ -115,7 +116,7 @@ func (e *Env) Run(t testing.TB, w Workload) []string {
 	var deposits []string
 	holds := map[string][]string{} // account -> active hold ids
 	n := 0
-	post := func(typ string, body map[string]any) ledger.Reply {
+	post := func(typ string, body map[string]any) reply.Reply {
 		n++
 		key := fmt.Sprintf("%s-k%d", w.Prefix, n)
 		body["idempotency_key"] = key

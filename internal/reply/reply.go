@@ -1,0 +1,174 @@
+// Package reply is the wire reply of a command (PROTOCOL.md §3) and the one place
+// that builds it. The command service answers with it, the read models store it
+// for ledger.v1.query.command, and the audit rebuilds it from the events alone to
+// check both; all three call these functions, so there is one answer to "what did
+// this key reply". It imports only domain.
+package reply
+
+import (
+	"strings"
+
+	"github.com/ledgerworks/ledger/domain"
+)
+
+// TransferView is the transfer as a reply shows it.
+type TransferView struct {
+	TransferID string `json:"transfer_id"`
+	Status     string `json:"status"`
+}
+
+// Reply is the answer to a command (PROTOCOL.md §3).
+type Reply struct {
+	Status         domain.Status       `json:"status"`
+	Code           domain.Code         `json:"code"`
+	Message        string              `json:"message"`
+	IdempotencyKey string              `json:"idempotency_key"`
+	Duplicate      bool                `json:"duplicate"`
+	Fields         []string            `json:"fields,omitempty"`
+	Events         []domain.EventRef   `json:"events"`
+	Account        *domain.AccountView `json:"account,omitempty"`
+	Transfer       *TransferView       `json:"transfer,omitempty"`
+	// Position is the global position of the command's last event (an extension):
+	// pass it as min_position to a query to read your own write.
+	Position string `json:"position,omitempty"`
+}
+
+// Invalid answers a malformed request: nothing is recorded.
+func Invalid(key string, err *domain.InvalidError) Reply {
+	r := Reply{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: err.Error(), IdempotencyKey: key, Events: []domain.EventRef{}}
+	if err.Field != "" {
+		r.Fields = []string{err.Field}
+	}
+	return r
+}
+
+// Error answers an infrastructure failure: the outcome is unknown, the client
+// retries with the same key.
+func Error(key string, err error) Reply {
+	return Reply{Status: domain.StatusError, Code: domain.CodeInternalError, Message: "infrastructure failure, retry with the same key: " + err.Error(), IdempotencyKey: key, Events: []domain.EventRef{}}
+}
+
+// Conflict answers a key used with a different request, naming the fields that differ.
+func Conflict(key string, fields []string) Reply {
+	return Reply{
+		Status: domain.StatusInvalid, Code: domain.CodeIdempotencyKeyConflict, IdempotencyKey: key, Fields: fields,
+		Message: "idempotency key was used with a different request; differing fields: " + strings.Join(fields, ", "),
+		Events:  []domain.EventRef{},
+	}
+}
+
+// NotRecorded answers a refusal that was not written (nothing exists to record it in).
+func NotRecorded(key string, r *domain.Rejection) Reply {
+	return Reply{Status: domain.StatusRejected, Code: r.Code, Message: r.Message, IdempotencyKey: key, Events: []domain.EventRef{}}
+}
+
+// Account is the reply of a key an account stream decided, the same for the first
+// answer and every duplicate but for the duplicate flag. It shares events and
+// after with the reply: callers pass values they own (copies out of any cache).
+func Account(rec *domain.KeyRecord, events []domain.EventRef, after *domain.AccountView, duplicate bool) Reply {
+	if events == nil {
+		events = []domain.EventRef{}
+	}
+	return Reply{
+		Status: rec.Status, Code: rec.Code, Message: rec.Message, IdempotencyKey: rec.Key,
+		Duplicate: duplicate, Events: events, Account: after, Position: rec.Position,
+	}
+}
+
+// Saga is a decided transfer or refund saga as a reply needs it.
+type Saga struct {
+	Key            string // the client key of the saga
+	TransferID     string
+	TransferStatus string // the transfer's status (domain.SagaStage.Status of the transfer's own saga)
+	Stage          domain.SagaStage
+	Code           domain.Code
+	Message        string
+	// Out and In name the accounts of the debit and the credit steps.
+	Out, In string
+	// Outright: refused before any account step ran.
+	Outright bool
+	// Events are the saga's own events in the transfer stream, in order.
+	Events   []domain.EventRef
+	Position string
+}
+
+// Step is an account step of a saga as a reply needs it; nil for a step that never ran.
+type Step struct {
+	Status domain.Status
+	Events []domain.EventRef
+	// After is the account right after the step (nil when unknown).
+	After *domain.AccountView
+}
+
+// StepLookup finds the record of a saga step by its derived key (domain.StepKey);
+// it returns nil for a step that never ran. The command service reads the
+// account, the read models their rows, the audit its fold.
+type StepLookup func(account, stepKey string) (*Step, error)
+
+// FromSaga is the reply of a decided saga, the same for the first answer and every
+// duplicate but for the duplicate flag. Its events are every event the saga wrote,
+// in the order the saga wrote them: the request, the debit, the credit or the
+// refusal, the compensation, each followed by the marker that recorded it. The
+// account is the one the money left (the transfer's source, a refund's
+// destination), right after the saga's last step on it.
+func FromSaga(sg Saga, duplicate bool, lookup StepLookup) (Reply, error) {
+	r := Reply{
+		Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: sg.Key, Duplicate: duplicate,
+		Events: []domain.EventRef{}, Transfer: &TransferView{TransferID: sg.TransferID, Status: sg.TransferStatus}, Position: sg.Position,
+	}
+	if sg.Stage != domain.SagaCompleted {
+		r.Status, r.Code, r.Message = domain.StatusRejected, sg.Code, sg.Message
+	}
+	var debit, credit, compensate *Step
+	if !sg.Outright {
+		var err error
+		if debit, err = lookup(sg.Out, domain.StepKey(sg.Key, domain.StepDebit)); err != nil {
+			return Reply{}, err
+		}
+		if debit != nil && debit.Status == domain.StatusApplied {
+			if credit, err = lookup(sg.In, domain.StepKey(sg.Key, domain.StepCredit)); err != nil {
+				return Reply{}, err
+			}
+		}
+		if sg.Stage == domain.SagaFailed {
+			if compensate, err = lookup(sg.Out, domain.StepKey(sg.Key, domain.StepCompensate)); err != nil {
+				return Reply{}, err
+			}
+		}
+	}
+	last := debit
+	if compensate != nil {
+		last = compensate
+	}
+	r.Events = domain.SagaReplyEvents(sg.Events, debit.events(), credit.events(), compensate.events())
+	if last != nil && last.After != nil {
+		after := *last.After
+		r.Account = &after
+	}
+	return r, nil
+}
+
+// events is the step's events, none for a step that never ran.
+func (s *Step) events() []domain.EventRef {
+	if s == nil {
+		return nil
+	}
+	return s.Events
+}
+
+// StepOf is the Step of an account's key record (nil for nil).
+func StepOf(rec *domain.KeyRecord) *Step {
+	if rec == nil {
+		return nil
+	}
+	after := rec.After()
+	return &Step{Status: rec.Status, Events: rec.Events, After: &after}
+}
+
+// SagaOf is a domain saga of transfer t as a reply needs it.
+func SagaOf(t *domain.Transfer, sg *domain.Saga) Saga {
+	return Saga{
+		Key: sg.Key, TransferID: t.ID, TransferStatus: t.Saga.Stage.Status(), Stage: sg.Stage, Code: sg.Code, Message: sg.Message,
+		Out: sg.Out, In: sg.In, Outright: sg.Outright, Events: sg.Events, Position: sg.Position,
+	}
+}
