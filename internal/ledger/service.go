@@ -187,16 +187,18 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 			return copyRecord(rec), true, nil, nil
 		}
 		d := domain.DecideAccount(acc, cmd)
-		if d.Invalid != nil {
-			r := reply.Invalid(cmd.IdempotencyKey, d.Invalid)
-			return nil, false, &r, nil
-		}
-		if len(d.Events) == 0 {
+		if d.Invalid != nil || len(d.Events) == 0 {
 			if !refresh {
 				// Nothing is written, so no expected revision would catch a cache
-				// that another instance left behind: decide again on the store's head.
+				// that another instance left behind (one that may hold this very
+				// key, or the state that makes the command valid): decide again on
+				// the store's head.
 				refresh = true
 				continue
+			}
+			if d.Invalid != nil {
+				r := reply.Invalid(cmd.IdempotencyKey, d.Invalid)
+				return nil, false, &r, nil
 			}
 			r := reply.NotRecorded(cmd.IdempotencyKey, d.Rejection)
 			return nil, false, &r, nil

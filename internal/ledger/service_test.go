@@ -506,3 +506,34 @@ func checkInvariants(t *testing.T, st testStore) {
 		}
 	}
 }
+
+// TestStaleCacheKnowsTheKeyBeforeInvalid: instance a cached an account, instance
+// b then placed a hold on it under key h, and the clock passed the hold's expiry.
+// The same request, and another request under h, sent to a must be answered from
+// h's record (the original reply, and a key conflict), not refused as invalid by
+// a decision taken on a's stale cache: the ledger decides again on the store's
+// head before it answers invalid.
+func TestStaleCacheKnowsTheKeyBeforeInvalid(t *testing.T) {
+	sagaStores(t, func(t *testing.T, st ProcessStore) {
+		clk := newFakeClock()
+		a, b := newSagaService(st, clk), newSagaService(st, clk)
+		must(t, a, "open_account", "idempotency_key", "open", "account_id", "a", "currency", "EUR")
+		must(t, a, "deposit", "idempotency_key", "dep", "account_id", "a", "amount", 500, "currency", "EUR")
+		hold := []any{"idempotency_key", "h", "account_id", "a", "hold_id", "h1", "amount", 100, "currency", "EUR",
+			"expires_at", clk.Now().Add(10 * time.Minute).Format(time.RFC3339)}
+		orig := must(t, b, "place_hold", hold...)
+		clk.Advance(time.Hour)
+		before := len(readAll(t, st))
+		r := send(a, "place_hold", hold...)
+		if r.Status != domain.StatusApplied || !r.Duplicate || !reflect.DeepEqual(r.Events, orig.Events) {
+			t.Fatalf("resend on the stale instance: %+v, want the original %+v", r, orig)
+		}
+		other := append(append([]any{}, hold...), "amount", 200)
+		if r := send(a, "place_hold", other...); r.Code != domain.CodeIdempotencyKeyConflict {
+			t.Fatalf("another request under the key on the stale instance: %+v", r)
+		}
+		if after := len(readAll(t, st)); after != before {
+			t.Fatalf("answers wrote %d events", after-before)
+		}
+	})
+}
