@@ -79,34 +79,16 @@ func (r *KeyRecord) EventsOrNone() []EventRef {
 	return r.Events
 }
 
-// Duplicate reports whether a retry's request is the recorded one; when it is
-// not, the key is in conflict (DiffCanonical names the fields).
-func (r *KeyRecord) Duplicate(req Request) bool {
-	return r.DuplicateOf(req.Canonical())
+// Verdict is JudgeKey for a request under the record's key.
+func (r *KeyRecord) Verdict(req Canonical) KeyVerdict {
+	return JudgeKey(r != nil, r.hash(), req)
 }
 
-// DuplicateOf is Duplicate for a request already encoded and hashed: a duplicate
-// costs one comparison of 32 bytes.
-func (r *KeyRecord) DuplicateOf(req Canonical) bool {
-	return r.RequestHash == req.Sum && !r.RequestHash.IsZero()
-}
-
-// DiffCanonical lists the fields in which req differs from a recorded canonical
-// request: the whole "request" when they cannot be compared field by field.
-func DiffCanonical(recorded []byte, req Canonical) []string {
-	orig, err := ParseRequest(recorded)
-	if err != nil {
-		return []string{"request"}
+func (r *KeyRecord) hash() Hash {
+	if r == nil {
+		return Hash{}
 	}
-	m, err := req.Request()
-	if err != nil {
-		return []string{"request"}
-	}
-	fields := DiffFields(orig, m)
-	if len(fields) == 0 { // hashes differ but fields do not: report the whole request
-		fields = []string{"request"}
-	}
-	return fields
+	return r.RequestHash
 }
 
 // HoldStatus is the life of a hold.

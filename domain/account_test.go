@@ -211,14 +211,14 @@ func TestKeyRecordsRememberOutcomes(t *testing.T) {
 	if rec == nil || rec.Status != StatusRejected || rec.Code != CodeInsufficientFunds || len(rec.Events) != 1 || rec.After().Revision != 1 {
 		t.Fatalf("record %+v", rec)
 	}
-	if !rec.Duplicate(w.Request()) {
+	if rec.Verdict(w.Canonical()) != KeyDuplicate {
 		t.Fatal("the same request is not a duplicate")
 	}
 	other := withdraw("a", 6)
-	if rec.Duplicate(other.Request()) {
+	if rec.Verdict(other.Canonical()) != KeyConflict {
 		t.Fatal("another amount is a duplicate")
 	}
-	if fields := DiffCanonical(w.Canonical().JSON, other.Canonical()); len(fields) != 1 || fields[0] != "amount" {
+	if fields := ConflictFields(w.Canonical().JSON, other.Canonical()); len(fields) != 1 || fields[0] != "amount" {
 		t.Fatalf("another amount: fields=%v", fields)
 	}
 }

@@ -110,7 +110,7 @@ func TestCanonicalMatchesRequest(t *testing.T) {
 	}
 }
 
-func TestDuplicateOf(t *testing.T) {
+func TestJudgeKey(t *testing.T) {
 	a := Command{Type: CmdDeposit, AccountID: "a", Amount: 5, HasAmount: true, Currency: "EUR"}
 	b := a
 	b.Amount = 6
@@ -119,17 +119,24 @@ func TestDuplicateOf(t *testing.T) {
 	if rec.RequestHash != ca.Sum {
 		t.Fatalf("ParseHash(%s) = %x, want %x", ca.Hash, rec.RequestHash, ca.Sum)
 	}
-	if !rec.DuplicateOf(ca) || !rec.Duplicate(a.Request()) {
+	if rec.Verdict(ca) != KeyDuplicate || rec.Verdict(a.Request().Canonical()) != KeyDuplicate {
 		t.Fatal("same request is not a duplicate")
 	}
-	if rec.DuplicateOf(b.Canonical()) || rec.Duplicate(b.Request()) {
-		t.Fatal("different amount is a duplicate")
+	if rec.Verdict(b.Canonical()) != KeyConflict || rec.Verdict(b.Request().Canonical()) != KeyConflict {
+		t.Fatal("different amount is not a conflict")
 	}
-	if f := DiffCanonical(ca.JSON, b.Canonical()); len(f) != 1 || f[0] != "amount" {
+	if v := (*KeyRecord)(nil).Verdict(ca); v != KeyNew {
+		t.Fatalf("no record: %s, want new", v)
+	}
+	claim := &KeyClaimed{RequestHash: ca.Hash}
+	if claim.Verdict(ca) != KeyDuplicate || claim.Verdict(b.Canonical()) != KeyConflict || (*KeyClaimed)(nil).Verdict(ca) != KeyNew {
+		t.Fatal("a claim's verdict differs from a record's")
+	}
+	if f := ConflictFields(ca.JSON, b.Canonical()); len(f) != 1 || f[0] != "amount" {
 		t.Fatalf("different amount: %v", f)
 	}
 	// A record whose metadata carried no valid hash matches nothing.
-	if (&KeyRecord{}).DuplicateOf(ca) {
+	if (&KeyRecord{}).Verdict(ca) != KeyConflict || (&KeyClaimed{RequestHash: "not a hash"}).Verdict(ca) != KeyConflict {
 		t.Fatal("a zero hash matched")
 	}
 }

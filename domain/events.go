@@ -107,6 +107,15 @@ type KeyClaimed struct {
 	Stream      string          `json:"stream"` // the stream that decides the command
 }
 
+// Verdict is JudgeKey for a request under the claimed key; a nil claim is a key
+// never claimed.
+func (c *KeyClaimed) Verdict(req Canonical) KeyVerdict {
+	if c == nil {
+		return KeyNew
+	}
+	return JudgeKeyHex(true, c.RequestHash, req)
+}
+
 // Metadata travels with every event the ledger writes.
 type Metadata struct {
 	Key         string    `json:"key"`                // idempotency key (derived for saga steps)

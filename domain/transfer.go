@@ -185,8 +185,8 @@ func (s SagaStage) Status() string {
 type Saga struct {
 	Key         string      // the client key: the transfer's or the refund's
 	Command     CommandType // CmdTransfer or CmdRefund
-	RequestHash string
-	Request     []byte // canonical request JSON
+	RequestHash Hash        // SHA-256 of the canonical request (JudgeKey)
+	Request     []byte      // canonical request JSON
 	Refund      bool
 	Out, In     string // account debited, account credited
 	Amount      int64
@@ -454,7 +454,7 @@ func (t *Transfer) evolve(payload any, m Metadata) (*Saga, error) {
 		}
 		t.Requested, t.From, t.To, t.Amount, t.Currency = true, e.From, e.To, e.Amount, e.Currency
 		t.Saga = &Saga{
-			Key: m.Key, Command: CommandType(m.Command), RequestHash: m.RequestHash, Request: m.Request,
+			Key: m.Key, Command: CommandType(m.Command), RequestHash: ParseHash(m.RequestHash), Request: m.Request,
 			Out: e.From, In: e.To, Amount: e.Amount, Currency: e.Currency, Stage: SagaPending, At: m.At,
 		}
 		return t.Saga, nil
@@ -512,7 +512,7 @@ func (t *Transfer) evolve(payload any, m Metadata) (*Saga, error) {
 
 func (t *Transfer) newRefund(key string, m Metadata) *Saga {
 	s := &Saga{
-		Key: key, Command: CommandType(m.Command), RequestHash: m.RequestHash, Request: m.Request, Refund: true,
+		Key: key, Command: CommandType(m.Command), RequestHash: ParseHash(m.RequestHash), Request: m.Request, Refund: true,
 		Out: t.To, In: t.From, Currency: t.Currency, Stage: SagaPending, At: m.At,
 	}
 	t.Refunds[key] = s

@@ -284,7 +284,7 @@ func decideOnly(acc *domain.Account, known, fresh domain.Command) error {
 	if !ok {
 		return errors.New("bench: key check: seeded key not in the aggregate")
 	}
-	if !rec.Duplicate(known.Request()) {
+	if rec.Verdict(known.Canonical()) != domain.KeyDuplicate {
 		return errors.New("bench: key check: seeded key answered as a conflict")
 	}
 	if _, ok := acc.Keys[fresh.IdempotencyKey]; ok {

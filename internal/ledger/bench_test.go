@@ -94,7 +94,7 @@ func BenchmarkKeyCheck(b *testing.B) {
 					if !ok {
 						b.Fatal("seeded key not in the aggregate")
 					}
-					if !rec.DuplicateOf(known.Canonical()) {
+					if rec.Verdict(known.Canonical()) != domain.KeyDuplicate {
 						b.Fatal("seeded key answered as a conflict")
 					}
 					if _, ok := acc.Keys[fresh.IdempotencyKey]; ok {

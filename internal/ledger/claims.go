@@ -100,10 +100,10 @@ func (s *Service) claimError(ctx context.Context, keyStream string, req domain.C
 	if c == nil {
 		return err // the claim vanished: treat as a plain conflict and retry
 	}
-	if c.RequestHash == req.Hash {
+	if c.Verdict(req) == domain.KeyDuplicate {
 		return err // same request claimed by a racer: the retry finds its decision
 	}
-	return &claimConflict{fields: domain.DiffCanonical(c.Request, req)}
+	return &claimConflict{fields: domain.ConflictFields(c.Request, req)}
 }
 
 // readClaim returns the claim of a client key, or nil when the key was never claimed.

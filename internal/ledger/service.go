@@ -175,15 +175,15 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 		if err != nil {
 			return nil, false, nil, err
 		}
-		if rec, ok := acc.Keys[cmd.IdempotencyKey]; ok {
-			if !rec.DuplicateOf(req) {
-				fields, err := s.conflictFields(ctx, stream, rec, req)
-				if err != nil {
-					return nil, false, nil, err
-				}
-				r := reply.Conflict(cmd.IdempotencyKey, fields)
-				return nil, false, &r, nil
+		switch rec := acc.Keys[cmd.IdempotencyKey]; rec.Verdict(req) {
+		case domain.KeyConflict:
+			fields, err := s.conflictFields(ctx, stream, rec, req)
+			if err != nil {
+				return nil, false, nil, err
 			}
+			r := reply.Conflict(cmd.IdempotencyKey, fields)
+			return nil, false, &r, nil
+		case domain.KeyDuplicate:
 			return copyRecord(rec), true, nil, nil
 		}
 		d := domain.DecideAccount(acc, cmd)
@@ -258,7 +258,7 @@ func copyRecord(rec *domain.KeyRecord) *ownedRecord {
 // rare path), the event the record was started from.
 func (s *Service) conflictFields(ctx context.Context, stream string, rec *domain.KeyRecord, req domain.Canonical) ([]string, error) {
 	if len(rec.Events) == 0 {
-		return domain.DiffCanonical(nil, req), nil
+		return domain.ConflictFields(nil, req), nil
 	}
 	first := rec.Events[0]
 	evs, err := s.store.ReadStream(ctx, stream, first.Revision, eventstore.Forwards, 1)
@@ -272,7 +272,7 @@ func (s *Service) conflictFields(ctx context.Context, stream string, rec *domain
 	if err != nil {
 		return nil, err
 	}
-	return domain.DiffCanonical(m.Request, req), nil
+	return domain.ConflictFields(m.Request, req), nil
 }
 
 // written is a successful append: the events as they now stand in the stream.

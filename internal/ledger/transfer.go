@@ -159,8 +159,8 @@ func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply
 
 // sagaConflict answers a known saga key sent with another request.
 func sagaConflict(sg *domain.Saga, req domain.Canonical) (Reply, bool) {
-	if sg.RequestHash != req.Hash {
-		return reply.Conflict(sg.Key, domain.DiffCanonical(sg.Request, req)), false
+	if domain.JudgeKey(true, sg.RequestHash, req) == domain.KeyConflict {
+		return reply.Conflict(sg.Key, domain.ConflictFields(sg.Request, req)), false
 	}
 	return Reply{}, true
 }
@@ -172,8 +172,8 @@ func (s *Service) transferExists(ctx context.Context, cmd domain.Command, req do
 	if err != nil {
 		return Reply{}, err
 	}
-	if c != nil && c.RequestHash != req.Hash {
-		return reply.Conflict(cmd.IdempotencyKey, domain.DiffCanonical(c.Request, req)), nil
+	if c.Verdict(req) == domain.KeyConflict {
+		return reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(c.Request, req)), nil
 	}
 	d := domain.DecideTransfer(t, cmd)
 	return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil
