@@ -199,6 +199,7 @@ func jsConsume(ctx context.Context, p *jsProbe, gens []*clientGen, n int) (res P
 	if err != nil {
 		return res, err
 	}
+	published := time.Now()
 	for i := 0; i < n; i++ {
 		cmd := gens[i%len(gens)].next(0)
 		if err := p.nc.Publish(natsapi.CommandSubject(string(cmd.typ)), cmd.body); err != nil {
@@ -234,8 +235,10 @@ func jsConsume(ctx context.Context, p *jsProbe, gens []*clientGen, n int) (res P
 		return res, err
 	}
 	end := time.Now()
-	if firstAt.IsZero() || !end.After(firstAt) {
-		firstAt, firstFloor = end.Add(-jsPollInterval), before
+	if firstAt.IsZero() || !end.After(firstAt) || firstFloor >= target {
+		// The consumer had decided them all before the first look: count from the
+		// first publish (a lower bound of its rate).
+		firstAt, firstFloor = published, before
 	}
 	decided := float64(target - firstFloor)
 	res.Commands = int64(n)
