@@ -187,7 +187,10 @@ type Appender interface {
 }
 
 // MultiAppender appends to several streams atomically: all or none. Each stream's
-// part follows the rules of Appender. The PostgreSQL and memory stores implement
+// part follows the rules of Appender. A stream may be named by several parts, in
+// revision order: each is decided on the head that the earlier parts leave, so
+// one append carries several commands of one stream (the pipelined write path's
+// group commit). The PostgreSQL and memory stores implement
 // it; KurrentDB (through the v4 client) does not, and callers fall back to ordered
 // single-stream appends whose steps are each idempotent.
 type MultiAppender interface {

@@ -157,15 +157,10 @@ func validate(parts []eventstore.StreamAppend) error {
 	if len(parts) == 0 {
 		return errors.New("eventstore/memory: append of no streams")
 	}
-	seen := make(map[string]bool, len(parts))
 	for _, p := range parts {
 		if p.Stream == "" {
 			return errors.New("eventstore/memory: append to an empty stream name")
 		}
-		if seen[p.Stream] {
-			return fmt.Errorf("eventstore/memory: stream %q appears twice in one append", p.Stream)
-		}
-		seen[p.Stream] = true
 		if len(p.Events) == 0 {
 			return fmt.Errorf("eventstore/memory: append of no events to %q", p.Stream)
 		}
@@ -233,8 +228,9 @@ func (s *Store) matchAtLocked(stream string, first int64, events []eventstore.Ev
 // decideLocked applies KurrentDB's IndexWriter rules (see eventstore.Appender).
 func (s *Store) decideLocked(parts []eventstore.StreamAppend) ([]plan, error) {
 	plans := make([]plan, len(parts))
+	ahead := map[string]int64{} // events that earlier parts of this append write to a stream
 	for i, p := range parts {
-		head := int64(len(s.streams[p.Stream])) - 1
+		head := int64(len(s.streams[p.Stream])) - 1 + ahead[p.Stream]
 		pl := plan{part: p, head: head}
 		n := int64(len(p.Events))
 		if last, ok := p.Expected.LastBefore(); ok {
@@ -264,6 +260,9 @@ func (s *Store) decideLocked(parts []eventstore.StreamAppend) ([]plan, error) {
 			} else {
 				pl.write = true
 			}
+		}
+		if pl.write {
+			ahead[p.Stream] += n
 		}
 		plans[i] = pl
 	}

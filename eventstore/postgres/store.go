@@ -357,6 +357,9 @@ func (s *Store) begin(ctx context.Context, parts []eventstore.StreamAppend) (c *
 		if plans[i], err = decide(ctx, conn, p, heads[p.Stream]); err != nil {
 			return nil, nil, err
 		}
+		if plans[i].write { // a later part of the same stream follows this one
+			heads[p.Stream] += int64(len(p.Events))
+		}
 	}
 	return acquired, plans, nil
 }
@@ -432,15 +435,10 @@ func validate(parts []eventstore.StreamAppend) error {
 	if len(parts) == 0 {
 		return errors.New("eventstore/postgres: append of no streams")
 	}
-	seen := make(map[string]bool, len(parts))
 	for _, p := range parts {
 		if p.Stream == "" {
 			return errors.New("eventstore/postgres: append to an empty stream name")
 		}
-		if seen[p.Stream] {
-			return fmt.Errorf("eventstore/postgres: stream %q appears twice in one append", p.Stream)
-		}
-		seen[p.Stream] = true
 		if len(p.Events) == 0 {
 			return fmt.Errorf("eventstore/postgres: append of no events to %q", p.Stream)
 		}

@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 		{"ContextCancellation", testContextCancellation},
 		{"ReadStreamDirectionsAndMax", testReadStreamDirections},
 		{"MultiStreamAppend", testMultiAppend},
+		{"MultiAppendChainsPartsOfOneStream", testMultiAppendChain},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -950,10 +951,7 @@ func testReadStreamDirections(t *testing.T, s eventstore.Store, p string) {
 }
 
 func testMultiAppend(t *testing.T, s eventstore.Store, p string) {
-	ma, ok := s.(eventstore.MultiAppender)
-	if !ok {
-		t.Skip("the store has no multi-stream append")
-	}
+	ma := multiAppender(t, s)
 	ctx := ctxT(t)
 	start := head(t, s)
 	x, y, z := p+"x", p+"y", p+"z"
@@ -1025,4 +1023,90 @@ func testMultiAppend(t *testing.T, s eventstore.Store, p string) {
 	}
 	wantLen(t, s, p+"s1", writers*rounds)
 	wantLen(t, s, p+"s2", writers*rounds)
+}
+
+// testMultiAppendChain: one append may name a stream in several parts, in
+// revision order, each decided on the head the earlier parts leave (several
+// commands of one account in one group commit); a part that does not follow
+// refuses the whole append.
+func testMultiAppendChain(t *testing.T, s eventstore.Store, p string) {
+	ma := multiAppender(t, s)
+	ctx := ctxT(t)
+	start := head(t, s)
+	x, k := p+"x", p+"k"
+	a, b, c := events("E", 2), events("E", 1), events("E", 2)
+	parts := []eventstore.StreamAppend{
+		{Stream: x, Expected: eventstore.NoStream, Events: a},
+		{Stream: k, Expected: eventstore.NoStream, Events: events("K", 1)},
+		{Stream: x, Expected: eventstore.Exact(1), Events: b},
+		{Stream: x, Expected: eventstore.Exact(2), Events: c},
+	}
+	res, err := ma.AppendMulti(ctx, parts)
+	if err != nil {
+		t.Fatalf("chained multi append: %v", err)
+	}
+	wantFirst := []uint64{0, 0, 2, 3}
+	wantLast := []uint64{1, 0, 2, 4}
+	for i, r := range res {
+		if r.FirstRevision != wantFirst[i] || r.LastRevision != wantLast[i] {
+			t.Fatalf("part %d: revisions %d..%d, want %d..%d", i, r.FirstRevision, r.LastRevision, wantFirst[i], wantLast[i])
+		}
+	}
+	got := wantLen(t, s, x, 5)
+	if want := append(append(dataIDs(a), dataIDs(b)...), dataIDs(c)...); !equalIDs(ids(got), want) {
+		t.Fatalf("stream %v, want %v", ids(got), want)
+	}
+	all := readAllUntil(t, s, start, p, 6)
+	increasing(t, "all", all)
+	pos := map[uuid.UUID]eventstore.Position{}
+	for _, e := range all {
+		pos[e.ID] = e.Position
+	}
+	if pos[a[1].ID] != res[0].Position || pos[b[0].ID] != res[2].Position || pos[c[1].ID] != res[3].Position {
+		t.Fatalf("parts report positions %s %s %s; all has %s %s %s", res[0].Position, res[2].Position, res[3].Position, pos[a[1].ID], pos[b[0].ID], pos[c[1].ID])
+	}
+
+	// The same chain again is idempotent part by part.
+	again, err := ma.AppendMulti(ctx, parts)
+	if err != nil {
+		t.Fatalf("chained re-append: %v", err)
+	}
+	for i := range again {
+		again[i].Idempotent = false
+		if again[i] != res[i] {
+			t.Fatalf("re-append part %d: %+v, want %+v", i, again[i], res[i])
+		}
+	}
+
+	// A written part then a new one: the new one follows the stored head.
+	d := events("E", 1)
+	res, err = ma.AppendMulti(ctx, []eventstore.StreamAppend{
+		{Stream: x, Expected: eventstore.Exact(2), Events: c},
+		{Stream: x, Expected: eventstore.Exact(4), Events: d},
+	})
+	if err != nil || !res[0].Idempotent || res[1].Idempotent || res[1].FirstRevision != 5 {
+		t.Fatalf("stored part then new part: %+v, %v", res, err)
+	}
+
+	// A part that does not follow the one before it refuses the whole append.
+	e, f := events("E", 1), events("E", 1)
+	_, err = ma.AppendMulti(ctx, []eventstore.StreamAppend{
+		{Stream: k, Expected: eventstore.Exact(0), Events: events("K", 1)},
+		{Stream: x, Expected: eventstore.Exact(5), Events: e},
+		{Stream: x, Expected: eventstore.Exact(5), Events: f},
+	})
+	wantWrongRevision(t, err, x, eventstore.Exact(5), 6)
+	wantLen(t, s, x, 6)
+	wantLen(t, s, k, 1)
+}
+
+// multiAppender is s as a MultiAppender; a store without one skips the test (it
+// has no such capability to check: KurrentDB through the v4 client).
+func multiAppender(t *testing.T, s eventstore.Store) eventstore.MultiAppender {
+	t.Helper()
+	ma, ok := s.(eventstore.MultiAppender)
+	if !ok {
+		t.Skip("the store has no multi-stream append")
+	}
+	return ma
 }
