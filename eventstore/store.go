@@ -190,7 +190,10 @@ type Appender interface {
 // part follows the rules of Appender. A stream may be named by several parts, in
 // revision order: each is decided on the head that the earlier parts leave, so
 // one append carries several commands of one stream (the pipelined write path's
-// group commit). The PostgreSQL and memory stores implement
+// group commit). A part to be written after one that was already stored
+// (idempotent) is refused (wrong expected revision): it was decided on the events
+// the earlier part carries, and the store holds events of those IDs, not
+// necessarily those. The PostgreSQL and memory stores implement
 // it; KurrentDB (through the v4 client) does not, and callers fall back to ordered
 // single-stream appends whose steps are each idempotent.
 type MultiAppender interface {

@@ -228,7 +228,8 @@ func (s *Store) matchAtLocked(stream string, first int64, events []eventstore.Ev
 // decideLocked applies KurrentDB's IndexWriter rules (see eventstore.Appender).
 func (s *Store) decideLocked(parts []eventstore.StreamAppend) ([]plan, error) {
 	plans := make([]plan, len(parts))
-	ahead := map[string]int64{} // events that earlier parts of this append write to a stream
+	ahead := map[string]int64{}  // events that earlier parts of this append write to a stream
+	matched := map[string]bool{} // streams with a part already stored
 	for i, p := range parts {
 		head := int64(len(s.streams[p.Stream])) - 1 + ahead[p.Stream]
 		pl := plan{part: p, head: head}
@@ -261,8 +262,13 @@ func (s *Store) decideLocked(parts []eventstore.StreamAppend) ([]plan, error) {
 				pl.write = true
 			}
 		}
-		if pl.write {
+		switch {
+		case pl.write && matched[p.Stream]:
+			return nil, wrongRevision(p, head)
+		case pl.write:
 			ahead[p.Stream] += n
+		default:
+			matched[p.Stream] = true
 		}
 		plans[i] = pl
 	}

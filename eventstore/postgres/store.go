@@ -353,12 +353,18 @@ func (s *Store) begin(ctx context.Context, parts []eventstore.StreamAppend) (c *
 	}
 
 	plans = make([]plan, len(parts))
+	matched := map[string]bool{} // streams with a part already stored
 	for i, p := range parts {
 		if plans[i], err = decide(ctx, conn, p, heads[p.Stream]); err != nil {
 			return nil, nil, err
 		}
-		if plans[i].write { // a later part of the same stream follows this one
+		switch {
+		case plans[i].write && matched[p.Stream]:
+			return nil, nil, wrongRevision(p.Stream, p.Expected, heads[p.Stream])
+		case plans[i].write: // a later part of the same stream follows this one
 			heads[p.Stream] += int64(len(p.Events))
+		default:
+			matched[p.Stream] = true
 		}
 	}
 	return acquired, plans, nil

@@ -93,21 +93,33 @@ func newAccountCache(size int) *accountCache {
 const readPage = 4096
 
 // loadAccount returns the cached aggregate caught up to the store's head when
-// refresh is set or it is not cached; otherwise the cached one as is.
+// refresh is set or it is not cached; otherwise the cached one as is. While
+// appends are in flight on the stream, it is their pending state.
 func (s *Service) loadAccount(ctx context.Context, stream, id string, refresh bool) (*domain.Account, error) {
+	acc, _, err := s.loadPending(ctx, stream, id, refresh)
+	return acc, err
+}
+
+// loadPending is loadAccount that also returns the pipeline chain of the pending
+// state it returns (pipeline.go), 0 when the state is durable.
+func (s *Service) loadPending(ctx context.Context, stream, id string, refresh bool) (*domain.Account, uint64, error) {
+	if acc, chain := s.pipes.pinned(stream); acc != nil {
+		return acc, chain, nil // the pending state is ahead of the store
+	}
+	s.dropStale(stream)
 	acc, ok := s.accounts.c.Get(stream)
 	if ok && !refresh {
-		return acc, nil
+		return acc, 0, nil
 	}
 	if !ok {
 		acc = domain.NewAccount(id)
 	}
 	if err := catchUp(ctx, s.store, stream, acc.Revision, func(ev domain.StoredEvent) error { return domain.EvolveAccount(acc, ev) }); err != nil {
 		s.accounts.c.Remove(stream)
-		return nil, err
+		return nil, 0, err
 	}
 	s.accounts.c.Add(stream, acc)
-	return acc, nil
+	return acc, 0, nil
 }
 
 // catchUp reads a stream forward from after+1 and hands each event to apply.

@@ -3,6 +3,8 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"sync"
 	"time"
 
@@ -18,10 +20,17 @@ import (
 // below MaxBatch, and commits. While one batch commits the next one fills, so under
 // load batches grow by themselves and a lone command waits for nobody.
 //
+// Several commands of one stream may share a transaction, in order, each part
+// expecting the revision the one before it leaves (the pipelined write path,
+// pipeline.go). A stream's requests all go to one committer (by the hash of their
+// home stream, the last part), so that they reach the store in the order they
+// were decided, batch after batch.
+//
 // A batch whose append is refused for one stream (wrong expected revision) hands
-// that error to the one command that owns the stream and commits the rest without
-// it; any other failure falls back to appending each command alone, so one bad
-// command never fails its batch-mates.
+// that error to the command that owns the stream, and to every later command of
+// the batch that shares a stream with it (each was decided on top of it), and
+// commits the rest without them; any other failure falls back to appending each
+// command alone, in order, so one bad command never fails its batch-mates.
 
 // BatchOptions bound group commit.
 type BatchOptions struct {
@@ -35,7 +44,14 @@ type appendReq struct {
 	ctx   context.Context
 	parts []eventstore.StreamAppend
 	done  chan appendResp
+	// chain names the pipeline chain the request was decided in (pipeline.go): the
+	// commands of one stream decided one on another's pending state, since the
+	// state was last read from the store. 0: none (decided on durable state).
+	chain uint64
 }
+
+// home is the stream whose committer carries the request: its last part's.
+func (r *appendReq) home() string { return r.parts[len(r.parts)-1].Stream }
 
 type appendResp struct {
 	res []eventstore.AppendResult
@@ -43,12 +59,12 @@ type appendResp struct {
 }
 
 type batcher struct {
-	multi eventstore.MultiAppender
-	opts  BatchOptions
-	queue chan *appendReq
-	wg    sync.WaitGroup
-	stop  chan struct{}
-	once  sync.Once
+	multi  eventstore.MultiAppender
+	opts   BatchOptions
+	queues []chan *appendReq // one per committer; a stream's requests all go to one
+	wg     sync.WaitGroup
+	stop   chan struct{}
+	once   sync.Once
 }
 
 var batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -69,10 +85,12 @@ func newBatcher(multi eventstore.MultiAppender, opts BatchOptions) *batcher {
 	if opts.QueueLen <= 0 {
 		opts.QueueLen = 4096
 	}
-	b := &batcher{multi: multi, opts: opts, queue: make(chan *appendReq, opts.QueueLen), stop: make(chan struct{})}
+	b := &batcher{multi: multi, opts: opts, stop: make(chan struct{})}
 	for i := 0; i < opts.Committers; i++ {
+		c := b.newCommitter()
+		b.queues = append(b.queues, c.queue)
 		b.wg.Add(1)
-		go b.loop()
+		go c.loop()
 	}
 	return b
 }
@@ -85,13 +103,9 @@ func (b *batcher) close() {
 
 // submit appends parts atomically, in a shared transaction when others are queued.
 func (b *batcher) submit(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
-	r := &appendReq{ctx: ctx, parts: parts, done: make(chan appendResp, 1)}
-	select {
-	case b.queue <- r:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-b.stop:
-		return nil, errBatcherClosed
+	r, err := b.enqueue(ctx, parts, 0)
+	if err != nil {
+		return nil, err
 	}
 	// Once queued, the outcome is waited for even if ctx ends: the append may
 	// commit, and the caller must learn it rather than guess.
@@ -99,31 +113,71 @@ func (b *batcher) submit(ctx context.Context, parts []eventstore.StreamAppend) (
 	return resp.res, resp.err
 }
 
+// enqueue queues parts for a transaction and returns at once; the outcome
+// arrives on the request's done channel. The parts' last stream is their home:
+// it names the committer, so that one stream's requests stay in order.
+func (b *batcher) enqueue(ctx context.Context, parts []eventstore.StreamAppend, chain uint64) (*appendReq, error) {
+	r := &appendReq{ctx: ctx, parts: parts, done: make(chan appendResp, 1), chain: chain}
+	q := b.queues[0]
+	if len(b.queues) > 1 {
+		h := fnv.New32a()
+		h.Write([]byte(r.home()))
+		q = b.queues[h.Sum32()%uint32(len(b.queues))]
+	}
+	select {
+	case q <- r:
+		return r, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-b.stop:
+		return nil, errBatcherClosed
+	}
+}
+
 var errBatcherClosed = errors.New("ledger: group commit is closed")
 
-func (b *batcher) loop() {
-	defer b.wg.Done()
+// committer commits the requests of its queue, one transaction at a time, so
+// that the requests of a stream reach the store in the order they were queued.
+type committer struct {
+	b     *batcher
+	queue chan *appendReq
+	// dead are the pipeline chains of a stream that a refused or failed request
+	// broke: the later requests of the chain were decided on a state the store
+	// does not hold, and are answered without being written. (Their expected
+	// revisions alone would not stop them: another instance's event may sit at
+	// the failed request's revision.) One entry per stream: a chain that follows
+	// is a new one.
+	dead map[string]uint64
+}
+
+func (b *batcher) newCommitter() *committer {
+	return &committer{b: b, queue: make(chan *appendReq, max(1, b.opts.QueueLen/b.opts.Committers)), dead: map[string]uint64{}}
+}
+
+func (c *committer) loop() {
+	defer c.b.wg.Done()
 	var carry []*appendReq // requests deferred because their streams overlapped a batch
 	for {
 		var batch []*appendReq
 		batch, carry = append(batch, carry...), nil
 		if len(batch) == 0 {
 			select {
-			case r := <-b.queue:
+			case r := <-c.queue:
 				batch = append(batch, r)
-			case <-b.stop:
-				b.drain()
+			case <-c.b.stop:
+				c.drain()
 				return
 			}
 		}
-		batch = b.fill(batch)
+		batch = c.fill(batch)
 		batch, carry = splitOverlaps(batch)
-		b.commit(batch)
+		c.commit(batch)
 	}
 }
 
 // fill adds queued requests up to MaxBatch, waiting at most MaxWait for more.
-func (b *batcher) fill(batch []*appendReq) []*appendReq {
+func (c *committer) fill(batch []*appendReq) []*appendReq {
+	b, queue := c.b, c.queue
 	var deadline <-chan time.Time
 	if b.opts.MaxWait > 0 {
 		t := time.NewTimer(b.opts.MaxWait)
@@ -132,7 +186,7 @@ func (b *batcher) fill(batch []*appendReq) []*appendReq {
 	}
 	for len(batch) < b.opts.MaxBatch {
 		select {
-		case r := <-b.queue:
+		case r := <-queue:
 			batch = append(batch, r)
 			continue
 		default:
@@ -141,7 +195,7 @@ func (b *batcher) fill(batch []*appendReq) []*appendReq {
 			return batch
 		}
 		select {
-		case r := <-b.queue:
+		case r := <-queue:
 			batch = append(batch, r)
 		case <-deadline:
 			return batch
@@ -150,34 +204,55 @@ func (b *batcher) fill(batch []*appendReq) []*appendReq {
 	return batch
 }
 
-// drain answers what is still queued at shutdown, one by one.
-func (b *batcher) drain() {
+// drain answers what is still queued at shutdown, one by one, in order.
+func (c *committer) drain() {
 	for {
 		select {
-		case r := <-b.queue:
-			b.commit([]*appendReq{r})
+		case r := <-c.queue:
+			c.commit([]*appendReq{r})
 		default:
 			return
 		}
 	}
 }
 
-// splitOverlaps keeps the first request for each stream in the batch and defers
-// the rest: one transaction may write a stream only once. (Commands for one
-// account are serialised before they get here; two different requests claiming
-// the same key are the case this guards.)
+// splitOverlaps keeps the requests that one transaction can carry and defers the
+// rest, in order: a request that names a stream already in the batch is kept only
+// when each such part follows the one before it (expects the revision it leaves:
+// pipelined commands of one account); otherwise it waits for the next batch, and
+// so does every later request of its streams. Two different requests claiming
+// the same key (both expect no stream) are the case the deferral guards.
 func splitOverlaps(batch []*appendReq) (keep, deferred []*appendReq) {
-	seen := map[string]bool{}
-next:
-	for _, r := range batch {
+	const unchainable = -2       // a part expecting no exact revision: nothing follows it
+	next := map[string]int64{}   // stream -> the last revision its kept parts leave
+	blocked := map[string]bool{} // streams of deferred requests
+	follows := func(r *appendReq) bool {
 		for _, p := range r.parts {
-			if seen[p.Stream] {
-				deferred = append(deferred, r)
-				continue next
+			if blocked[p.Stream] {
+				return false
+			}
+			if last, seen := next[p.Stream]; seen {
+				if exp, ok := p.Expected.LastBefore(); !ok || last == unchainable || exp != last {
+					return false
+				}
 			}
 		}
+		return true
+	}
+	for _, r := range batch {
+		if !follows(r) {
+			deferred = append(deferred, r)
+			for _, p := range r.parts {
+				blocked[p.Stream] = true
+			}
+			continue
+		}
 		for _, p := range r.parts {
-			seen[p.Stream] = true
+			if exp, ok := p.Expected.LastBefore(); ok {
+				next[p.Stream] = exp + int64(len(p.Events))
+			} else {
+				next[p.Stream] = unchainable
+			}
 		}
 		keep = append(keep, r)
 	}
@@ -185,16 +260,20 @@ next:
 }
 
 // commit appends a batch in one transaction, peeling off a request whose stream
-// refuses and retrying the rest, bounded by the batch's size.
-func (b *batcher) commit(batch []*appendReq) {
+// refuses (with the requests decided on top of it) and retrying the rest,
+// bounded by the batch's size.
+func (c *committer) commit(batch []*appendReq) {
 	for len(batch) > 0 {
 		live := batch[:0]
 		for _, r := range batch {
-			if r.ctx.Err() != nil { // nobody waits for it and nothing was written
-				r.done <- appendResp{err: r.ctx.Err()}
-				continue
+			switch {
+			case r.ctx.Err() != nil: // nobody waits for it and nothing was written
+				c.fail(r, r.ctx.Err())
+			case r.chain != 0 && c.dead[r.home()] == r.chain:
+				c.fail(r, errDecidedOnFailed)
+			default:
+				live = append(live, r)
 			}
-			live = append(live, r)
 		}
 		batch = live
 		if len(batch) == 0 {
@@ -206,33 +285,79 @@ func (b *batcher) commit(batch []*appendReq) {
 		}
 		// The transaction is not tied to one caller's context: it carries others.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		res, err := b.multi.AppendMulti(ctx, parts)
+		res, err := c.b.multi.AppendMulti(ctx, parts)
 		cancel()
 		if err == nil {
 			batchSize.Observe(float64(len(batch)))
 			for _, r := range batch {
-				r.done <- appendResp{res: res[:len(r.parts)]}
+				mine := res[:len(r.parts)]
 				res = res[len(r.parts):]
+				if r.chain != 0 && mine[len(mine)-1].Idempotent {
+					// Its events were stored already, by another instance: the
+					// rest of its chain was decided on this one's version of them.
+					c.dead[r.home()] = r.chain
+				}
+				r.done <- appendResp{res: mine}
 			}
 			return
 		}
 		var wrong *eventstore.WrongExpectedRevisionError
 		if errors.As(err, &wrong) {
 			if i := owner(batch, wrong.Stream); i >= 0 {
-				batch[i].done <- appendResp{err: err}
-				batch = append(batch[:i], batch[i+1:]...)
+				batch = c.peel(batch, i, err)
 				continue
 			}
 		}
 		if len(batch) == 1 {
-			batch[0].done <- appendResp{err: err}
+			c.fail(batch[0], err)
 			return
 		}
-		for _, r := range batch { // unknown culprit: each alone
-			b.commit([]*appendReq{r})
+		for _, r := range batch { // unknown culprit: each alone, in order
+			c.commit([]*appendReq{r})
 		}
 		return
 	}
+}
+
+// fail answers r with err; nothing of r was written, so the rest of its chain
+// must not be either.
+func (c *committer) fail(r *appendReq, err error) {
+	if r.chain != 0 {
+		c.dead[r.home()] = r.chain
+	}
+	r.done <- appendResp{err: err}
+}
+
+// errDecidedOnFailed answers a request that was decided on top of one that was
+// not written (a part of the same stream before it, in its transaction or its
+// pipeline chain): its expected revision cannot be trusted, so its caller
+// decides again on the store's head.
+var errDecidedOnFailed = fmt.Errorf("%w: an earlier command of the stream was not written", eventstore.ErrWrongExpectedRevision)
+
+// peel answers batch[i] with err, and every later request that shares a stream
+// with a request answered so with errDecidedOnFailed, and returns the rest.
+func (c *committer) peel(batch []*appendReq, i int, err error) []*appendReq {
+	failed := map[string]bool{}
+	keep := batch[:i:i]
+	for j, r := range batch[i:] {
+		shares := j == 0
+		for _, p := range r.parts {
+			shares = shares || failed[p.Stream]
+		}
+		if !shares {
+			keep = append(keep, r)
+			continue
+		}
+		for _, p := range r.parts {
+			failed[p.Stream] = true
+		}
+		if j == 0 {
+			c.fail(r, err)
+		} else {
+			c.fail(r, errDecidedOnFailed)
+		}
+	}
+	return keep
 }
 
 func owner(batch []*appendReq, stream string) int {

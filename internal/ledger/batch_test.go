@@ -82,7 +82,7 @@ func TestBatchPeelsOffARefusedCommand(t *testing.T) {
 		{ctx: context.Background(), parts: []eventstore.StreamAppend{{Stream: "taken", Expected: eventstore.NoStream, Events: ev("b")}}, done: make(chan appendResp, 1)},
 		{ctx: context.Background(), parts: []eventstore.StreamAppend{{Stream: "s2", Expected: eventstore.NoStream, Events: ev("c")}, {Stream: "s3", Expected: eventstore.NoStream, Events: ev("d")}}, done: make(chan appendResp, 1)},
 	}
-	b.commit(append([]*appendReq(nil), reqs...))
+	b.newCommitter().commit(append([]*appendReq(nil), reqs...))
 	for i, r := range reqs {
 		resp := <-r.done
 		if i == 1 {
@@ -114,5 +114,76 @@ func TestSplitOverlapsDefersTheSecondWriterOfAStream(t *testing.T) {
 	keep, deferred := splitOverlaps([]*appendReq{a, b, c})
 	if len(keep) != 2 || keep[0] != a || keep[1] != c || len(deferred) != 1 || deferred[0] != b {
 		t.Fatalf("keep %v deferred %v", keep, deferred)
+	}
+}
+
+// Pipelined commands of one account share a transaction when each part expects
+// the revision the one before leaves; one that does not follow waits for the next
+// batch, and so does every later request of its stream.
+func TestSplitOverlapsKeepsAChainOfOneStream(t *testing.T) {
+	mk := func(parts ...eventstore.StreamAppend) *appendReq { return &appendReq{parts: parts} }
+	part := func(s string, exp eventstore.ExpectedRevision, n int) eventstore.StreamAppend {
+		return eventstore.StreamAppend{Stream: s, Expected: exp, Events: make([]eventstore.EventData, n)}
+	}
+	r1 := mk(part("key-1", eventstore.NoStream, 1), part("account-a", eventstore.Exact(4), 1))
+	r2 := mk(part("key-2", eventstore.NoStream, 1), part("account-a", eventstore.Exact(5), 2))
+	r3 := mk(part("account-a", eventstore.Exact(9), 1)) // does not follow r2 (which leaves 7)
+	r4 := mk(part("account-a", eventstore.Exact(7), 1)) // follows r2, but behind the deferred r3
+	r5 := mk(part("key-3", eventstore.NoStream, 1), part("account-b", eventstore.Exact(0), 1))
+	r6 := mk(part("account-b", eventstore.Any, 1)) // after b's chain: an Any part follows nothing exactly
+	keep, deferred := splitOverlaps([]*appendReq{r1, r2, r3, r4, r5, r6})
+	if len(keep) != 3 || keep[0] != r1 || keep[1] != r2 || keep[2] != r5 {
+		t.Fatalf("keep %v", keep)
+	}
+	if len(deferred) != 3 || deferred[0] != r3 || deferred[1] != r4 || deferred[2] != r6 {
+		t.Fatalf("deferred %v", deferred)
+	}
+}
+
+// A refused command takes down with it the later commands decided on top of it
+// (same stream), answered so that their callers decide again; the others commit.
+func TestBatchPeelsTheCommandsDecidedOnARefusedOne(t *testing.T) {
+	st := memory.New()
+	b := newBatcher(st, BatchOptions{Committers: 1})
+	defer b.close()
+	ev := func(s string) []eventstore.EventData {
+		return []eventstore.EventData{{ID: uuid.NewSHA1(domain.Namespace, []byte(s)), Type: "T", Data: []byte(`{}`), Metadata: []byte(`{}`)}}
+	}
+	if _, err := st.Append(context.Background(), "hot", eventstore.NoStream, ev("other instance")); err != nil {
+		t.Fatal(err)
+	}
+	req := func(parts ...eventstore.StreamAppend) *appendReq {
+		return &appendReq{ctx: context.Background(), parts: parts, done: make(chan appendResp, 1)}
+	}
+	reqs := []*appendReq{
+		req(eventstore.StreamAppend{Stream: "cold", Expected: eventstore.NoStream, Events: ev("c")}),
+		req(eventstore.StreamAppend{Stream: "k1", Expected: eventstore.NoStream, Events: ev("k1")}, eventstore.StreamAppend{Stream: "hot", Expected: eventstore.NoStream, Events: ev("h0")}),
+		req(eventstore.StreamAppend{Stream: "k2", Expected: eventstore.NoStream, Events: ev("k2")}, eventstore.StreamAppend{Stream: "hot", Expected: eventstore.Exact(0), Events: ev("h1")}),
+		req(eventstore.StreamAppend{Stream: "cold2", Expected: eventstore.NoStream, Events: ev("c2")}),
+	}
+	b.newCommitter().commit(append([]*appendReq(nil), reqs...))
+	for i, r := range reqs {
+		resp := <-r.done
+		switch i {
+		case 1:
+			var wrong *eventstore.WrongExpectedRevisionError
+			if !errors.As(resp.err, &wrong) || wrong.Stream != "hot" {
+				t.Fatalf("refused command got %v", resp.err)
+			}
+		case 2:
+			if !errors.Is(resp.err, errDecidedOnFailed) || !errors.Is(resp.err, eventstore.ErrWrongExpectedRevision) {
+				t.Fatalf("command decided on the refused one got %v", resp.err)
+			}
+		default:
+			if resp.err != nil {
+				t.Fatalf("batch-mate %d: %v", i, resp.err)
+			}
+		}
+	}
+	for s, n := range map[string]int{"cold": 1, "cold2": 1, "hot": 1, "k1": 0, "k2": 0} {
+		evs, err := st.ReadStream(context.Background(), s, 0, eventstore.Forwards, 0)
+		if len(evs) != n || (n > 0 && err != nil) {
+			t.Fatalf("%s: %d events (%v), want %d", s, len(evs), err, n)
+		}
 	}
 }

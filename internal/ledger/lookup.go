@@ -16,20 +16,17 @@ func (s *Service) Lookup(ctx context.Context, key string) (r Reply, found bool, 
 	}
 	switch {
 	case strings.HasPrefix(c.Stream, domain.AccountStreamPrefix):
-		unlock, err := s.locks.lock(ctx, c.Stream)
-		if err != nil {
-			return Reply{}, false, err
-		}
-		defer unlock()
-		acc, err := s.loadAccount(ctx, c.Stream, strings.TrimPrefix(c.Stream, domain.AccountStreamPrefix), true)
-		if err != nil {
-			return Reply{}, false, err
-		}
-		rec, ok := acc.Keys[key]
-		if !ok {
-			return Reply{}, false, nil // claimed, but its decision is not written yet
-		}
-		return recordReply(rec, false), true, nil
+		err := s.whenSettled(ctx, c.Stream, func() error {
+			acc, err := s.loadAccount(ctx, c.Stream, strings.TrimPrefix(c.Stream, domain.AccountStreamPrefix), true)
+			if err != nil {
+				return err
+			}
+			if rec, ok := acc.Keys[key]; ok { // else claimed, but its decision is not written yet
+				r, found = recordReply(rec, false), true
+			}
+			return nil
+		})
+		return r, found, err
 	case strings.HasPrefix(c.Stream, domain.TransferStreamPrefix):
 		return s.lookupTransfer(ctx, key, c)
 	}

@@ -501,15 +501,14 @@ func (s *Service) ExpireHold(ctx context.Context, accountID, holdID, placingKey 
 		return false, fmt.Errorf("ledger: expiring hold %s on %s: %s: %s", holdID, accountID, r.Code, r.Message)
 	}
 	// Refused without a record: done unless the hold is still active.
-	unlock, err := s.locks.lock(ctx, stream)
-	if err != nil {
-		return false, err
-	}
-	defer unlock()
-	acc, err := s.loadAccount(ctx, stream, accountID, true)
-	if err != nil {
-		return false, err
-	}
-	h := acc.Holds[holdID]
-	return h == nil || h.Status != domain.HoldStatusActive, nil
+	var settled bool
+	err = s.whenSettled(ctx, stream, func() error {
+		acc, err := s.loadAccount(ctx, stream, accountID, true)
+		if err == nil {
+			h := acc.Holds[holdID]
+			settled = h == nil || h.Status != domain.HoldStatusActive
+		}
+		return err
+	})
+	return settled, err
 }

@@ -325,7 +325,7 @@ func (h *propHarness) check(typ string, kv []any, r Reply, resend bool) {
 		// Two racing first sends may both have written (idempotently): the
 		// duplicate flag may differ, nothing else.
 		if !sameReply(first, r) {
-			t.Errorf("%s %s answered differently:\n got %+v\nwant %+v", typ, body(kv...), r, first)
+			t.Errorf("%s %s answered differently:\n got %+v %+v\nwant %+v %+v", typ, body(kv...), r, r.Account, first, first.Account)
 		}
 		return
 	}

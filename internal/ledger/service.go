@@ -49,6 +49,7 @@ type Service struct {
 	opts     Options
 	log      *slog.Logger
 	locks    *streamLocks
+	pipes    *pipes
 	accounts *accountCache
 	claims   *claimCache
 	// transfers caches transfer aggregates (transfer.go), like accounts.
@@ -72,7 +73,7 @@ func New(store Store, opts Options) *Service {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), accounts: newAccountCache(opts.CacheSize), claims: newClaimCache(opts.CacheSize), transfers: newTransferCache(opts.CacheSize)}
+	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), pipes: newPipes(), accounts: newAccountCache(opts.CacheSize), claims: newClaimCache(opts.CacheSize), transfers: newTransferCache(opts.CacheSize)}
 	if m, ok := store.(eventstore.MultiAppender); ok {
 		s.multi = m
 		if !opts.DisableGroupCommit {
@@ -162,16 +163,26 @@ func deref(r *Reply) Reply {
 // claim is set (client commands; saga steps and schedulers use derived keys and
 // write no claim). It returns a copy of the key's record, or, for outcomes that
 // leave no record (invalid, refused without record, key conflict), the reply.
+//
+// On a store that group-commits, the append is pipelined (pipeline.go): the lock
+// is released while it commits, and the next command of the stream is decided on
+// the state it will leave.
 func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, stream, accountID string, claim bool) (rec *ownedRecord, duplicate bool, r *Reply, err error) {
-	unlock, err := s.locks.lock(ctx, stream)
-	if err != nil {
+	l := &heldLock{s: s, stream: stream}
+	if err := l.lock(ctx); err != nil {
 		return nil, false, nil, err
 	}
-	defer unlock()
+	defer l.unlock()
 	req := cmd.Canonical()
 	refresh := false
-	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
-		acc, err := s.loadAccount(ctx, stream, accountID, refresh)
+	for attempt := 0; attempt < s.opts.MaxAttempts; {
+		if wait := s.pipes.wait(stream, cmd.IdempotencyKey); wait != nil {
+			if err := l.waitFor(ctx, wait); err != nil {
+				return nil, false, nil, err
+			}
+			continue
+		}
+		acc, chain, err := s.loadPending(ctx, stream, accountID, refresh)
 		if err != nil {
 			return nil, false, nil, err
 		}
@@ -186,6 +197,7 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 		case domain.KeyDuplicate:
 			return copyRecord(rec), true, nil, nil
 		}
+		attempt++
 		d := domain.DecideAccount(acc, cmd)
 		if d.Invalid != nil || len(d.Events) == 0 {
 			if !refresh {
@@ -204,10 +216,10 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 			return nil, false, &r, nil
 		}
 		var res written
-		if claim {
-			res, err = s.appendDecision(ctx, cmd, req, stream, acc.Revision, acc.LastChain, d.Events)
+		if s.batch != nil {
+			res, err = s.appendPipelined(ctx, l, cmd, req, stream, acc, chain, d.Events, claim)
 		} else {
-			res, err = s.appendStep(ctx, cmd, req, stream, acc.Revision, acc.LastChain, d.Events)
+			res, err = s.appendAccount(ctx, cmd, req, stream, acc, d.Events, claim)
 		}
 		var conflict *claimConflict
 		switch {
@@ -220,21 +232,98 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 		case err != nil:
 			return nil, false, nil, err
 		}
-		if err := s.applyWritten(ctx, stream, acc, res); err != nil {
-			return nil, false, nil, err
-		}
-		if acc, err = s.loadAccount(ctx, stream, accountID, false); err != nil {
-			return nil, false, nil, err
+		if res.idempotent {
+			// The store already held this key's events: another instance decided
+			// it before this cache saw them. Answer it as the duplicate it is,
+			// from the store's own record.
+			refresh = true
+			continue
 		}
 		rec, ok := acc.Keys[cmd.IdempotencyKey]
 		if !ok {
 			return nil, false, nil, fmt.Errorf("ledger: %s: key %q not found after its own append", stream, cmd.IdempotencyKey)
 		}
-		// An append the store found already written was decided before: by another
-		// instance whose write this cache had not seen yet. Answer it as the duplicate it is.
-		return copyRecord(rec), res.idempotent, nil, nil
+		return copyRecord(rec), false, nil, nil
 	}
 	return nil, false, nil, ErrTooManyConflicts
+}
+
+// appendAccount appends a decision on an account and folds it into the cached
+// aggregate, holding the stream's lock throughout (a store without group commit).
+func (s *Service) appendAccount(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, acc *domain.Account, events []domain.NewEvent, claim bool) (written, error) {
+	var (
+		res written
+		err error
+	)
+	if claim {
+		res, err = s.appendDecision(ctx, cmd, req, stream, acc.Revision, acc.LastChain, events)
+	} else {
+		res, err = s.appendStep(ctx, cmd, req, stream, acc.Revision, acc.LastChain, events)
+	}
+	if err != nil || res.idempotent {
+		return res, err
+	}
+	return res, s.applyWritten(ctx, stream, acc, res)
+}
+
+// appendPipelined folds a decision into the pending aggregate, queues its append
+// behind the stream's appends in flight, and waits for it with the stream's lock
+// released. On return the lock is held again; on success the key's record in acc
+// is durable, its position set.
+func (s *Service) appendPipelined(ctx context.Context, l *heldLock, cmd domain.Command, req domain.Canonical, stream string, acc *domain.Account, chain uint64, events []domain.NewEvent, claim bool) (written, error) {
+	first := uint64(acc.Revision + 1)
+	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, first, acc.LastChain, events)
+	if err != nil {
+		return written{}, err
+	}
+	parts := []eventstore.StreamAppend{{Stream: stream, Expected: eventstore.ExactOrNoStream(acc.Revision), Events: data}}
+	if claim {
+		c, err := s.claimPart(cmd, req, stream)
+		if err != nil {
+			return written{}, err
+		}
+		parts = append([]eventstore.StreamAppend{c}, parts...)
+	}
+	w := writtenFrom(stream, eventstore.AppendResult{FirstRevision: first}, data, metas, events)
+	for i, ev := range w.events {
+		if err := domain.EvolveAccountDecided(acc, ev, w.payloads[i]); err != nil {
+			s.accounts.c.Remove(stream) // half folded: the store's state is read again
+			return written{}, err
+		}
+	}
+	chain = s.pipes.begin(stream, cmd.IdempotencyKey, acc, chain)
+	defer s.pipes.resolve(stream, cmd.IdempotencyKey) // with the lock held again
+	// Queued whatever becomes of ctx: the decision is folded into the pending
+	// state, and the commands decided on it after must find it in the queue (or
+	// the batcher closed, which refuses them too).
+	r, err := s.batch.enqueue(context.WithoutCancel(ctx), parts, chain)
+	if err != nil {
+		s.pipes.end(stream, false)
+		return written{}, err
+	}
+	// Once queued, the outcome is waited for even if ctx ends: the append may
+	// commit, and the pipeline must learn it rather than guess.
+	l.unlock()
+	resp := <-r.done
+	s.pipes.end(stream, resp.err == nil && !resp.res[len(parts)-1].Idempotent)
+	if err := l.lock(context.WithoutCancel(ctx)); err != nil {
+		return written{}, err
+	}
+	switch {
+	case resp.err != nil:
+		if claim {
+			return written{}, s.claimError(ctx, parts[0].Stream, req, resp.err)
+		}
+		return written{}, resp.err
+	}
+	home := resp.res[len(parts)-1]
+	if home.Idempotent {
+		return written{idempotent: true}, nil
+	}
+	if rec := acc.Keys[cmd.IdempotencyKey]; rec != nil {
+		rec.Position = home.Position.String()
+	}
+	return w, nil
 }
 
 // ownedRecord is a key record copied out of a cached aggregate, with its account

@@ -183,19 +183,18 @@ func (s *Service) transferExists(ctx context.Context, cmd domain.Command, req do
 // so a cached "open" is final; a cached "missing" is checked against the store.
 func (s *Service) accountOpened(ctx context.Context, id string) (bool, error) {
 	stream := domain.AccountStream(id)
-	unlock, err := s.locks.lock(ctx, stream)
-	if err != nil {
-		return false, err
-	}
-	defer unlock()
-	acc, err := s.loadAccount(ctx, stream, id, false)
-	if err == nil && !acc.Opened {
-		acc, err = s.loadAccount(ctx, stream, id, true)
-	}
-	if err != nil {
-		return false, err
-	}
-	return acc.Opened, nil
+	var opened bool
+	err := s.whenSettled(ctx, stream, func() error {
+		acc, err := s.loadAccount(ctx, stream, id, false)
+		if err == nil && !acc.Opened {
+			acc, err = s.loadAccount(ctx, stream, id, true)
+		}
+		if err == nil {
+			opened = acc.Opened
+		}
+		return err
+	})
+	return opened, err
 }
 
 // errStepNotRecorded is a saga step refused without a record. It cannot happen for
@@ -313,21 +312,21 @@ func (s *Service) appendMarker(ctx context.Context, stream string, t *domain.Tra
 // step never ran there. It writes nothing.
 func (s *Service) stepRecord(ctx context.Context, accountID, key string) (*domain.KeyRecord, error) {
 	stream := domain.AccountStream(accountID)
-	unlock, err := s.locks.lock(ctx, stream)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	for _, refresh := range []bool{false, true} {
-		acc, err := s.loadAccount(ctx, stream, accountID, refresh)
-		if err != nil {
-			return nil, err
+	var rec *domain.KeyRecord
+	err := s.whenSettled(ctx, stream, func() error {
+		for _, refresh := range []bool{false, true} {
+			acc, err := s.loadAccount(ctx, stream, accountID, refresh)
+			if err != nil {
+				return err
+			}
+			if r, ok := acc.Keys[key]; ok {
+				rec = &copyRecord(r).KeyRecord
+				return nil
+			}
 		}
-		if rec, ok := acc.Keys[key]; ok {
-			return &copyRecord(rec).KeyRecord, nil
-		}
-	}
-	return nil, nil
+		return nil
+	})
+	return rec, err
 }
 
 // sagaReply is the reply of the decided saga of key (reply.FromSaga), its steps

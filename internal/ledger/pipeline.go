@@ -1,0 +1,254 @@
+package ledger
+
+import (
+	"context"
+	"sync"
+
+	"github.com/ledgerworks/ledger/domain"
+)
+
+// Pipelined decisions (ARCHITECTURE: hot accounts). On a store that group-commits
+// (batch.go), a command on an account whose previous append is still in flight is
+// decided on the state that append will leave (the pending state) and queued
+// behind it, expecting the revision that follows; the stream's lock is held only
+// while deciding, not while the append commits. So a hot account costs what a
+// cold one costs: every command that arrives during one commit joins the next.
+//
+// Nothing is answered before it is durable: the caller of each command waits for
+// its own transaction. A key whose append is in flight is not answered from the
+// pending state either: a resend waits for the outcome. When an append fails (or
+// finds other events than the ones decided: another instance wrote), the pending
+// state is stale: the commands decided on top of it fail too (their expected
+// revisions cannot hold: the store refuses them), the stream drains, and the next
+// command reloads the account from the store and decides again, in order.
+
+// pipe is the pipeline state of one account stream, guarded by pipes.mu. It is
+// changed only by the holder of the stream's lock, except by end, which the
+// command whose append resolved calls before it takes the lock again.
+type pipe struct {
+	// acc is the pending aggregate, pinned while appends are in flight: loads
+	// return it rather than anything the cache evicted or the store holds.
+	acc      *domain.Account
+	inflight int
+	// pending are the keys whose append is in flight, each with a channel closed
+	// when it resolves.
+	pending map[string]chan struct{}
+	// stale: an append failed or found other events: acc is not the store's
+	// state. The next command waits for the stream to drain and reloads.
+	stale bool
+	// drained is closed when inflight drops to 0 (made when someone waits).
+	drained chan struct{}
+	// chain names the appends in flight, decided one on another's pending state
+	// since the state was last durable: group commit writes none of a chain
+	// after one of it failed (batch.go).
+	chain uint64
+}
+
+type pipes struct {
+	mu     sync.Mutex
+	m      map[string]*pipe
+	chains uint64 // the last chain named
+}
+
+func newPipes() *pipes { return &pipes{m: map[string]*pipe{}} }
+
+// wait returns a channel to wait on before the stream's state may be read for
+// key: the key's own append in flight, or a stale pipeline still draining; nil
+// when the state is ready.
+func (ps *pipes) wait(stream, key string) <-chan struct{} {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p := ps.m[stream]
+	if p == nil {
+		return nil
+	}
+	if ch, ok := p.pending[key]; ok {
+		return ch
+	}
+	if p.stale && p.inflight > 0 {
+		return p.drainedChan()
+	}
+	return nil
+}
+
+// settle returns a channel to wait on until nothing is in flight on the stream:
+// for readers that must see only durable state (lookups, saga step records, hold
+// expiry). Nil when nothing is in flight.
+func (ps *pipes) settle(stream string) <-chan struct{} {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p := ps.m[stream]
+	switch {
+	case p == nil:
+		return nil
+	case p.inflight > 0:
+		return p.drainedChan()
+	}
+	for _, ch := range p.pending { // durable, its owner not done with it yet
+		return ch
+	}
+	return nil
+}
+
+func (p *pipe) drainedChan() chan struct{} {
+	if p.drained == nil {
+		p.drained = make(chan struct{})
+	}
+	return p.drained
+}
+
+// takeStale reports whether the drained stream's state is stale and, if so,
+// clears it: the caller (holding the lock) reloads from the store.
+func (ps *pipes) takeStale(stream string) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p := ps.m[stream]
+	if p == nil || !p.stale || p.inflight > 0 {
+		return false
+	}
+	p.stale = false
+	ps.dropIdle(stream, p)
+	return true
+}
+
+// dropIdle forgets a pipe with nothing in flight, pending or stale.
+func (ps *pipes) dropIdle(stream string, p *pipe) {
+	if p.inflight == 0 && !p.stale && len(p.pending) == 0 {
+		delete(ps.m, stream)
+	}
+}
+
+// pinned is the pending aggregate of a stream with appends in flight, stale or
+// not, and the chain of those appends: it is never caught up from the store (the
+// store is behind it, or beside it); a decision taken on it joins its chain, so
+// that group commit refuses it if an append of the chain fails, even one that
+// resolves after this call. Nil and 0 when nothing is in flight.
+func (ps *pipes) pinned(stream string) (*domain.Account, uint64) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if p := ps.m[stream]; p != nil && p.inflight > 0 {
+		return p.acc, p.chain
+	}
+	return nil, 0
+}
+
+// begin records an append of key decided on acc as in flight and returns the
+// chain it belongs to: chain, the one acc was pinned by when it was loaded, or a
+// new one when acc was durable (chain 0).
+func (ps *pipes) begin(stream, key string, acc *domain.Account, chain uint64) uint64 {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p := ps.m[stream]
+	if p == nil {
+		p = &pipe{pending: map[string]chan struct{}{}}
+		ps.m[stream] = p
+	}
+	if chain == 0 {
+		ps.chains++
+		chain = ps.chains
+	}
+	p.chain = chain
+	p.acc = acc
+	p.inflight++
+	p.pending[key] = make(chan struct{})
+	return p.chain
+}
+
+// end records the outcome of an append: ok false makes the pending state stale.
+// The last append to resolve releases the pin. Its key stays pending until its
+// owner, holding the stream's lock again, has finished its record (resolve).
+func (ps *pipes) end(stream string, ok bool) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p := ps.m[stream]
+	p.inflight--
+	p.stale = p.stale || !ok
+	if p.inflight > 0 {
+		return
+	}
+	p.acc = nil
+	if p.drained != nil {
+		close(p.drained)
+		p.drained = nil
+	}
+	ps.dropIdle(stream, p)
+}
+
+// resolve ends key's pending state: whoever waits for it reads its record.
+func (ps *pipes) resolve(stream, key string) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p := ps.m[stream]
+	if ch, found := p.pending[key]; found {
+		close(ch)
+		delete(p.pending, key)
+	}
+	ps.dropIdle(stream, p)
+}
+
+// heldLock is a stream's lock that a pipelined command gives up while it waits.
+type heldLock struct {
+	s       *Service
+	stream  string
+	release func()
+}
+
+func (l *heldLock) lock(ctx context.Context) error {
+	u, err := l.s.locks.lock(ctx, l.stream)
+	if err != nil {
+		return err
+	}
+	l.release = u
+	return nil
+}
+
+// unlock releases the lock if it is held.
+func (l *heldLock) unlock() {
+	if l.release != nil {
+		l.release()
+		l.release = nil
+	}
+}
+
+// waitFor releases the lock, waits for ch, and takes the lock again; on error
+// (ctx ended) the lock is not held.
+func (l *heldLock) waitFor(ctx context.Context, ch <-chan struct{}) error {
+	l.unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return l.lock(ctx)
+}
+
+// whenSettled runs f under the stream's lock once no append is in flight on it,
+// so that f reads only durable state.
+func (s *Service) whenSettled(ctx context.Context, stream string, f func() error) error {
+	for {
+		unlock, err := s.locks.lock(ctx, stream)
+		if err != nil {
+			return err
+		}
+		wait := s.pipes.settle(stream)
+		if wait == nil {
+			defer unlock()
+			return f()
+		}
+		unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// dropStale forgets the cached state of a drained stream whose pending state went
+// stale (it holds decisions the store refused): the next load reads the store.
+// The caller holds the stream's lock.
+func (s *Service) dropStale(stream string) {
+	if s.pipes.takeStale(stream) {
+		s.accounts.c.Remove(stream)
+	}
+}
