@@ -111,13 +111,15 @@ func benchCommand() *cli.Command {
 		Description: "Starts everything in this process, as `ledger dev` does (an embedded NATS server, a private\n" +
 			"PostgreSQL cluster with fsync on, the migrations, the ledger with its NATS intake), opens the\n" +
 			"accounts and drives the ledger over NATS request-reply with --clients clients: a load phase\n" +
-			"(--duplicate-ratio of resends), a duplicates phase (only resends), a half-load phase (open loop\n" +
-			"at half the load phase's rate) and two JetStream phases (js.Publish; publish for the consumer).\n" +
+			"(--duplicate-ratio of resends), a hot phase (the same with every client on one account), a\n" +
+			"duplicates phase (only resends), a half-load phase (open loop at half the load phase's rate)\n" +
+			"and two JetStream phases (js.Publish; publish for the consumer).\n" +
 			"Then the baseline, the seed documents' idempotency-key table (one transaction per command),\n" +
 			"behind the same intake on its own NATS server and its own database of the same cluster, through\n" +
 			"the same phases. Then the key check on streams of 10 and --key-check-events events, and the\n" +
 			"projector over everything written. Progress goes to stderr; the report to stdout, whose last\n" +
-			"line is `ratio ledger/baseline commands/s: <number>`. Ctrl-C stops the run cleanly.",
+			"two lines are `ratio hot/uniform commands/s: <number>` (the ledger's hot phase over its load\n" +
+			"phase) and `ratio ledger/baseline commands/s: <number>`. Ctrl-C stops the run cleanly.",
 		Flags:  flags,
 		Action: runBench,
 	}

@@ -165,6 +165,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if l, b := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemBaseline, PhaseLoad); l != nil && b != nil {
 		rep.Ratio = ratio(l.CommandsPerSec, b.CommandsPerSec)
 	}
+	if l, h := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemLedger, PhaseHot); l != nil && h != nil {
+		rep.HotRatio = ratio(h.CommandsPerSec, l.CommandsPerSec)
+	}
 
 	if cfg.KeyCheckEvents > 0 {
 		log.Info("bench: key check", "events", cfg.KeyCheckEvents)
@@ -361,6 +364,18 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 	lr.Mode = fmt.Sprintf("closed loop, %d clients", cfg.Clients)
 	lr.WarmupNewAnswered = warmNew
 	loadRate := lr.CommandsPerSec
+
+	// The same load with every client on one account (a merchant's, a fee
+	// account): a hot account must cost what a cold one costs.
+	hot := make([]*clientGen, cfg.Clients)
+	for i := range hot {
+		hot[i] = newClientGen(w.hot(), sys[:1]+PhaseHot, i)
+	}
+	hr, err := phase(PhaseHot, hot, loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio})
+	if err != nil {
+		return out, err
+	}
+	hr.Mode = fmt.Sprintf("closed loop, %d clients, all on one account", cfg.Clients)
 
 	dups := gens("dups")
 	for i := range dups {

@@ -62,6 +62,12 @@ func TestRunTiny(t *testing.T) {
 	if !regexp.MustCompile(`^ratio ledger/baseline commands/s: [0-9]+\.[0-9]{2}$`).MatchString(last) || last != rep.RatioLine() {
 		t.Fatalf("last line %q", last)
 	}
+	if hot := lines[len(lines)-2]; !regexp.MustCompile(`^ratio hot/uniform commands/s: [0-9]+\.[0-9]{2}$`).MatchString(hot) || hot != rep.HotRatioLine() {
+		t.Fatalf("line before the last %q", hot)
+	}
+	if l, h := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemLedger, PhaseHot); rep.HotRatio <= 0 || rep.HotRatio != h.CommandsPerSec/l.CommandsPerSec {
+		t.Fatalf("hot ratio %v: hot %+v, load %+v", rep.HotRatio, h, l)
+	}
 	if rep.Ratio <= 0 {
 		t.Fatalf("ratio %v", rep.Ratio)
 	}
@@ -74,7 +80,7 @@ func TestRunTiny(t *testing.T) {
 		t.Errorf("markdown:\n%s", md.String())
 	}
 
-	phases := []string{PhaseLoad, PhaseDuplicates, PhaseHalfLoad, PhaseCapture, PhaseJSPublish, PhaseJSConsume}
+	phases := []string{PhaseLoad, PhaseHot, PhaseDuplicates, PhaseHalfLoad, PhaseCapture, PhaseJSPublish, PhaseJSConsume}
 	if len(rep.Phases) != 2*len(phases) {
 		t.Fatalf("%d phases: %+v", len(rep.Phases), rep.Phases)
 	}
@@ -89,7 +95,7 @@ func TestRunTiny(t *testing.T) {
 				t.Errorf("%s/%s: %+v", sys, name, *p)
 			}
 			switch name {
-			case PhaseLoad, PhaseDuplicates, PhaseHalfLoad:
+			case PhaseLoad, PhaseHot, PhaseDuplicates, PhaseHalfLoad:
 				if p.P50Ms <= 0 || p.P50Ms > p.P99Ms || p.P99Ms > p.P999Ms || p.P999Ms > p.MaxMs {
 					t.Errorf("%s/%s latencies: %+v", sys, name, *p)
 				}
@@ -113,7 +119,7 @@ func TestRunTiny(t *testing.T) {
 			t.Errorf("%s half-load phase: %+v", sys, *h)
 		}
 	}
-	if k := rep.KeyCheck; k == nil || k.Short.Events != 10 || k.Long.Events != 300 || k.Long.ColdLoadMs <= 0 ||
+	if k := rep.KeyCheck; k == nil || k.Short.Events != 10 || k.Long.Events != 300 || k.Long.ColdLoadMs <= 0 || k.Long.PeakHeapMB <= 0 || k.Long.HeldHeapMB <= 0 ||
 		k.Long.Duplicate10Ns <= 0 || k.Long.DuplicateSpreadNs <= 0 || k.Long.DecideP50Us <= 0 || k.Long.DecideOnly10Ns <= 0 ||
 		k.Long.DecideOnlySpreadNs <= 0 || k.LikeForLike() <= 0 || k.Spread() <= 0 || k.Long.SpreadKeys != 10 {
 		t.Errorf("key check: %+v", rep.KeyCheck)

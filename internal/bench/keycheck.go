@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"time"
@@ -22,6 +24,11 @@ type KeyCheckStream struct {
 	// ColdLoadMs is the first command on the stream by a fresh service: the
 	// stream read and folded once (the cost a cache miss pays); median of 3.
 	ColdLoadMs float64 `json:"cold_load_ms"`
+	// PeakHeapMB is the most heap in use during a cold load, over what was in use
+	// before it (sampled every few milliseconds, largest of the cold loads);
+	// HeldHeapMB what the loaded service still holds after a collection.
+	PeakHeapMB float64 `json:"cold_load_peak_heap_mb"`
+	HeldHeapMB float64 `json:"cold_load_held_heap_mb"`
 	// Duplicate10Ns: Handle of a known key, warm cache (nothing is written),
 	// cycling over 10 keys of the stream (spread over its length): the same
 	// working set on both streams, so only the stream's length differs.
@@ -151,10 +158,14 @@ func keyCheck(ctx context.Context, storeURL, runID string, long, samples int, lo
 	for i := range streams {
 		var cold []time.Duration
 		for k := 0; k < keyCheckColdLoads; k++ {
+			base := heapInUse(true)
+			peak := sampleHeapPeak()
 			svc := ledger.New(store, ledger.Options{})
 			start := time.Now()
 			err := handleDup(svc, spread[i][len(spread[i])-1])
 			cold = append(cold, time.Since(start))
+			out[i].PeakHeapMB = max(out[i].PeakHeapMB, mib(peak()-base))
+			out[i].HeldHeapMB = max(out[i].HeldHeapMB, mib(heapInUse(true)-base))
 			svc.Close()
 			if err != nil {
 				return nil, err
@@ -332,3 +343,39 @@ func foldAccount(ctx context.Context, store eventstore.StreamReader, stream, id 
 		next = evs[len(evs)-1].Revision + 1
 	}
 }
+
+var heapSample = []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+
+// heapInUse is the bytes of live and unswept heap objects, after a collection
+// when gc is set.
+func heapInUse(gc bool) int64 {
+	if gc {
+		runtime.GC()
+	}
+	s := []metrics.Sample{{Name: heapSample[0].Name}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64())
+}
+
+// sampleHeapPeak samples the heap in use every 2 ms until the returned function
+// is called, which stops sampling and returns the largest sample.
+func sampleHeapPeak() func() int64 {
+	stop, done := make(chan struct{}), make(chan int64)
+	go func() {
+		peak := heapInUse(false)
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				peak = max(peak, heapInUse(false))
+			case <-stop:
+				done <- max(peak, heapInUse(false))
+				return
+			}
+		}
+	}()
+	return func() int64 { close(stop); return <-done }
+}
+
+func mib(b int64) float64 { return float64(max(b, 0)) / (1 << 20) }

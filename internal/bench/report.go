@@ -60,7 +60,9 @@ func (p PhaseResult) batch() string {
 
 // Phases of each system.
 const (
-	PhaseLoad       = "load"
+	PhaseLoad = "load"
+	// PhaseHot is the load phase with every client on one account.
+	PhaseHot        = "hot"
 	PhaseDuplicates = "duplicates"
 	PhaseHalfLoad   = "half-load"
 	PhaseCapture    = "capture"
@@ -92,6 +94,9 @@ type Report struct {
 	// Ratio is ledger/baseline commands per second in the load phase (0 when
 	// either was not driven).
 	Ratio float64 `json:"ratio_ledger_baseline"`
+	// HotRatio is the ledger's commands per second in the hot phase over its
+	// load phase's (0 when either was not driven): what a hot account costs.
+	HotRatio float64 `json:"ratio_hot_uniform"`
 }
 
 // ReportConfig is the part of Config a reader needs to reproduce a run.
@@ -131,6 +136,11 @@ func (r *Report) Phase(system, phase string) *PhaseResult {
 // RatioLine is the last line of the printed report.
 func (r *Report) RatioLine() string {
 	return fmt.Sprintf("ratio ledger/baseline commands/s: %.2f", r.Ratio)
+}
+
+// HotRatioLine is the line before the last one.
+func (r *Report) HotRatioLine() string {
+	return fmt.Sprintf("ratio hot/uniform commands/s: %.2f", r.HotRatio)
 }
 
 func fmtCPU(c *CPUUse) string {
@@ -178,9 +188,9 @@ func (r *Report) Print(w io.Writer) {
 	if k := r.KeyCheck; k != nil {
 		fmt.Fprintf(w, "\nkey check (ledger.Service on the PostgreSQL store; duplicates and decide-only: best of %d rounds; decide+append and p99: %d timed commands):\n", keyCheckRounds, k.Samples)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "events\tcold load ms\tduplicate ns (10 keys)\tduplicate ns (spread)\tduplicate p99 µs\tdecide+append p50 µs\tdecide+append p99 µs\tdecide only ns (10 keys)\tdecide only ns (spread)\tseeded in s\t")
+		fmt.Fprintln(tw, "events\tcold load ms\tcold load peak heap MiB\theld heap MiB\tduplicate ns (10 keys)\tduplicate ns (spread)\tduplicate p99 µs\tdecide+append p50 µs\tdecide+append p99 µs\tdecide only ns (10 keys)\tdecide only ns (spread)\tseeded in s\t")
 		for _, s := range []KeyCheckStream{k.Short, k.Long} {
-			fmt.Fprintf(tw, "%d\t%.1f\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.1f\t\n", s.Events, s.ColdLoadMs, s.Duplicate10Ns, s.DuplicateSpreadNs,
+			fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.1f\t\n", s.Events, s.ColdLoadMs, s.PeakHeapMB, s.HeldHeapMB, s.Duplicate10Ns, s.DuplicateSpreadNs,
 				s.DuplicateP99Us, s.DecideP50Us, s.DecideP99Us, s.DecideOnly10Ns, s.DecideOnlySpreadNs, s.SeedSeconds)
 		}
 		tw.Flush()
@@ -199,7 +209,7 @@ func (r *Report) Print(w io.Writer) {
 		}
 	}
 	r.printTargets(w)
-	fmt.Fprintf(w, "\n%s\n", r.RatioLine())
+	fmt.Fprintf(w, "\n%s\n%s\n", r.HotRatioLine(), r.RatioLine())
 }
 
 func baselineRead(c ReportConfig) string {
@@ -227,7 +237,7 @@ func onOff(b bool) string {
 	return "off"
 }
 
-// printTargets compares the run with the targets of issue 7.
+// printTargets compares the run with the targets of issues 7 and 12.
 func (r *Report) printTargets(w io.Writer) {
 	type target struct {
 		name     string
@@ -244,6 +254,9 @@ func (r *Report) printTargets(w io.Writer) {
 	if r.Ratio > 0 {
 		ts = append(ts, target{"ledger/baseline commands/s", ">= 5", r.Ratio, r.Ratio >= 5, true, "x"})
 	}
+	if r.HotRatio > 0 {
+		ts = append(ts, target{"hot/uniform commands/s (one account / the load phase's)", ">= 0.8", r.HotRatio, r.HotRatio >= 0.8, true, "x"})
+	}
 	if p := r.Phase(SystemLedger, PhaseDuplicates); p != nil {
 		ts = append(ts, target{"duplicates/s", ">= 30000", p.DuplicatesPerSec, p.DuplicatesPerSec >= 30000, true, "/s"})
 	}
@@ -257,7 +270,7 @@ func (r *Report) printTargets(w io.Writer) {
 	if len(ts) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\ntargets (issue 7):\n")
+	fmt.Fprintf(w, "\ntargets (issues 7 and 12):\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, t := range ts {
 		verdict := "met"
@@ -292,10 +305,10 @@ func (r *Report) Markdown(w io.Writer) {
 	}
 	if k := r.KeyCheck; k != nil {
 		fmt.Fprintf(w, "\nKey check (ledger.Service on the PostgreSQL store; duplicates and decide-only: best of %d rounds; decide+append and p99: %d timed commands):\n\n", keyCheckRounds, k.Samples)
-		fmt.Fprintln(w, "| events | cold load ms | duplicate ns (10 keys) | duplicate ns (spread) | duplicate p99 µs | decide+append p50 µs | decide+append p99 µs | decide only ns (10 keys) | decide only ns (spread) | seeded in s |")
-		fmt.Fprintln(w, "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+		fmt.Fprintln(w, "| events | cold load ms | cold load peak heap MiB | held heap MiB | duplicate ns (10 keys) | duplicate ns (spread) | duplicate p99 µs | decide+append p50 µs | decide+append p99 µs | decide only ns (10 keys) | decide only ns (spread) | seeded in s |")
+		fmt.Fprintln(w, "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 		for _, s := range []KeyCheckStream{k.Short, k.Long} {
-			fmt.Fprintf(w, "| %d | %.1f | %.0f | %.0f | %.1f | %.0f | %.0f | %.0f | %.0f | %.1f |\n", s.Events, s.ColdLoadMs, s.Duplicate10Ns, s.DuplicateSpreadNs,
+			fmt.Fprintf(w, "| %d | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.0f | %.0f | %.0f | %.0f | %.1f |\n", s.Events, s.ColdLoadMs, s.PeakHeapMB, s.HeldHeapMB, s.Duplicate10Ns, s.DuplicateSpreadNs,
 				s.DuplicateP99Us, s.DecideP50Us, s.DecideP99Us, s.DecideOnly10Ns, s.DecideOnlySpreadNs, s.SeedSeconds)
 		}
 		fmt.Fprintf(w, "\nLong/short: duplicate %.2fx (10 keys), %.2fx (spread over %d keys); decide+append p50 %.2fx; decide only %.2fx (10 keys), %.2fx (spread).\n",
@@ -309,5 +322,5 @@ func (r *Report) Markdown(w io.Writer) {
 		fmt.Fprintf(w, "\nProjection: %d events in %.1fs = **%.0f events/s** (%d projections, %s; cores bench/postgres/other %s).\n",
 			p.Events, p.Seconds, p.EventsPerSec, p.Projections, state, fmtCPU(p.CPU))
 	}
-	fmt.Fprintf(w, "\n`%s`\n", r.RatioLine())
+	fmt.Fprintf(w, "\n`%s`\n\n`%s`\n", r.HotRatioLine(), r.RatioLine())
 }

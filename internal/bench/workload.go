@@ -55,6 +55,11 @@ func (w *workload) pick(r *rand.Rand) string {
 	return w.accounts[i]
 }
 
+// hot is the workload with every command on one account: the hottest one.
+func (w *workload) hot() *workload {
+	return &workload{runID: w.runID, accounts: w.accounts[:1], currency: w.currency}
+}
+
 // hottestShare is the share of commands that go to the most frequent account.
 func (w *workload) hottestShare() float64 {
 	if w.cdf == nil {
