@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -576,5 +577,35 @@ func TestOutageOfSecondsIsRidden(t *testing.T) {
 	mustAppend(t, s, "a", eventstore.Exact(0), evs(1)...)
 	if err := s.Close(); err != nil {
 		t.Fatalf("close after the outage: %v", err)
+	}
+}
+
+// TestSubscribeFromStartOnAlmostEmptyLog: on the releases with KDB-710 (24.2,
+// 24.6, 24.10.0-24.10.4), a filtered subscription from Start over a log whose
+// last catch-up page matches nothing (a fresh cluster: only other streams) gets a
+// checkpoint at the maximum position before caught_up. Adopted as the resume
+// point, it would drop every later event: the transfer process, which subscribes
+// from Start, would hear nothing until restarted. The subscription must still
+// deliver what is appended after, on that release and on the fixed one, and
+// never report a checkpoint beyond the log's head.
+func TestSubscribeFromStartOnAlmostEmptyLog(t *testing.T) {
+	for _, release := range []kurrenttest.Release{kurrenttest.Release24_10_4, kurrenttest.Release24_10_5} {
+		t.Run(string(release), func(t *testing.T) {
+			_, url := kurrenttest.Start(t, kurrenttest.WithRelease(release))
+			s := open(t, url, kurrentdb.WithCheckpointWindow(2, 1))
+			head := mustAppend(t, s, "other-0", eventstore.NoStream, ev("X"))
+			sub, err := s.SubscribeAll(ctxT(t), eventstore.Start, eventstore.SubscribeOptions{StreamPrefixes: []string{"acct-"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			a, b := ev("Opened"), ev("Opened")
+			mustAppend(t, s, "acct-1", eventstore.NoStream, a)
+			mustAppend(t, s, "acct-2", eventstore.NoStream, b)
+			sameIDs(t, receive(t, sub, 2), []eventstore.EventData{a, b})
+			if cp := sub.(*kurrentdb.Subscription).Checkpoint(); cp.Compare(head.Position) < 0 || cp.Commit == math.MaxUint64 {
+				t.Fatalf("checkpoint %s: before the first event, or beyond the log's head", cp)
+			}
+		})
 	}
 }

@@ -219,6 +219,11 @@ func (sub *Subscription) run(es *esdb.Subscription, after eventstore.Position) {
 	// (or left out as a system record), or a later checkpoint. Nothing at or before
 	// it is delivered again.
 	resume, haveResume := after, after != eventstore.Start
+	// seen: the furthest position known to exist in the log. A checkpoint beyond
+	// it is checked against the log's head before it is adopted: KDB-710 (24.2,
+	// 24.6, 24.10.0-24.10.4) sends one at the maximum position, and a resume
+	// point beyond the head would drop every event to come.
+	seen := after
 	attempts := 0
 	for {
 		ev := es.Recv()
@@ -238,11 +243,12 @@ func (sub *Subscription) run(es *esdb.Subscription, after eventstore.Position) {
 				}
 			}
 			resume, haveResume = rec.Position, true
+			seen = maxPosition(seen, rec.Position)
 			sub.setCheckpoint(rec.Position)
 		case ev.CheckPointReached != nil:
 			attempts = 0
 			p := eventstore.Position{Commit: ev.CheckPointReached.Commit, Prepare: ev.CheckPointReached.Prepare}
-			if p.Compare(resume) > 0 {
+			if p.Compare(resume) > 0 && sub.withinLog(p, &seen) {
 				resume, haveResume = p, true
 				sub.setCheckpoint(p)
 			}
@@ -285,6 +291,29 @@ func (sub *Subscription) run(es *esdb.Subscription, after eventstore.Position) {
 			}
 		}
 	}
+}
+
+// withinLog reports whether p is a position the log has reached: at or before
+// *seen, or else at or before the head read now (which moves *seen). A
+// checkpoint it refuses is left out, which costs nothing but a longer re-read
+// after a drop; when the head cannot be read, the checkpoint is left out too.
+func (sub *Subscription) withinLog(p eventstore.Position, seen *eventstore.Position) bool {
+	if p.Compare(*seen) <= 0 {
+		return true
+	}
+	head, err := sub.store.readAllPage(sub.ctx, esdb.End{}, esdb.Backwards, 1)
+	if err != nil || len(head) == 0 {
+		return false
+	}
+	*seen = maxPosition(*seen, head[0].Position)
+	return p.Compare(*seen) <= 0
+}
+
+func maxPosition(a, b eventstore.Position) eventstore.Position {
+	if a.Compare(b) >= 0 {
+		return a
+	}
+	return b
 }
 
 // backoff is lo doubled per attempt after the first, capped at hi.

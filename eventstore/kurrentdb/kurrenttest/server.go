@@ -42,7 +42,32 @@ type Option func(*config)
 type config struct {
 	idCacheSize int
 	now         func() time.Time
+	release     Release
 }
+
+// Release names the KurrentDB release whose behaviour the server reproduces
+// where releases differ. DefaultRelease is the newest one modelled.
+type Release string
+
+const (
+	// Release24_10_4 has KDB-710: a filtered $all subscription from Start whose
+	// catch-up reaches the end of the log on a page without a match sends a
+	// checkpoint at the maximum position (2^64-1/2^64-1) before caught_up
+	// (Enumerator.AllSubscriptionFiltered: ConvertCheckpoint(null) is
+	// TFPos(-1,-1), converted unsigned). So do 24.2, 24.6 and 24.10.0-24.10.4.
+	Release24_10_4 Release = "24.10.4"
+	// Release24_10_5 fixed KDB-710 (as did 25.0).
+	Release24_10_5 Release = "24.10.5"
+	// DefaultRelease is what New models unless WithRelease says otherwise.
+	DefaultRelease = Release24_10_5
+)
+
+// maxCheckpoint reports whether the release sends KDB-710's checkpoint.
+func (r Release) maxCheckpoint() bool { return r == Release24_10_4 }
+
+// WithRelease makes the server behave as the named release where the releases
+// modelled differ (see Release).
+func WithRelease(r Release) Option { return func(c *config) { c.release = r } }
 
 // WithIDCacheSize bounds the recent-ID cache consulted by Any/StreamExists
 // appends (the server's 8 MiB committed-events cache). Zero disables it.
@@ -55,12 +80,13 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 // EventStore-Client-Go/v4: Streams (Append, Read, Tombstone), ServerFeatures
 // and Gossip, on 127.0.0.1 only.
 type Server struct {
-	db    *db
-	grpc  *grpc.Server
-	lis   net.Listener
-	done  chan struct{}
-	id    uuid.UUID
-	serve error
+	release Release
+	db      *db
+	grpc    *grpc.Server
+	lis     net.Listener
+	done    chan struct{}
+	id      uuid.UUID
+	serve   error
 
 	mu          sync.Mutex
 	unavailable bool
@@ -74,7 +100,7 @@ type Server struct {
 
 // New starts a server on 127.0.0.1 with an ephemeral port.
 func New(opts ...Option) (*Server, error) {
-	cfg := config{idCacheSize: DefaultIDCacheSize, now: time.Now}
+	cfg := config{idCacheSize: DefaultIDCacheSize, now: time.Now, release: DefaultRelease}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -83,6 +109,7 @@ func New(opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("kurrenttest: listen: %w", err)
 	}
 	s := &Server{
+		release:     cfg.release,
 		db:          newDB(cfg.idCacheSize),
 		lis:         lis,
 		done:        make(chan struct{}),

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -625,6 +626,7 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 	}
 
 	var considered uint32
+	matched := false // the last page sent an event
 	// Catch-up, page by page.
 	for {
 		all, _ = ss.s.db.snapshot()
@@ -643,12 +645,13 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 		page := all[next:end]
 		// The checkpoint of a page is the last event sent, else where the page began.
 		cp := page[0].pos
+		matched = false
 		for _, r := range page {
 			if ro.filter.match(r) {
 				if err := snd.send(eventResp(r, ro.uuidString)); err != nil {
 					return err
 				}
-				cp = r.pos
+				cp, matched = r.pos, true
 			}
 		}
 		next = end
@@ -661,6 +664,11 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 			if err := snd.send(checkpoint(cp)); err != nil {
 				return err
 			}
+		}
+	}
+	if ro.filter != nil && ro.fromStart && !matched && ss.s.release.maxCheckpoint() {
+		if err := snd.send(checkpoint(math.MaxUint64)); err != nil { // KDB-710
+			return err
 		}
 	}
 	if err := snd.send(caughtUp); err != nil {
