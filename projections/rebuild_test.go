@@ -31,6 +31,9 @@ func liveGenerations(t *testing.T, env *projtest.Env) map[string]int {
 	}
 	out := map[string]int{}
 	for _, s := range st {
+		if strings.HasPrefix(s.Projection, "publisher:") {
+			continue // not a read model: a rebuild leaves it alone (TestRebuildNeverRepublishes)
+		}
 		if s.State != "live" {
 			t.Fatalf("a generation is left %s: %+v", s.State, s)
 		}

@@ -131,20 +131,7 @@ func storeEvents(t *testing.T, env *projtest.Env) int64 {
 
 func readAll(t *testing.T, env *projtest.Env) []*projections.Event {
 	t.Helper()
-	var out []eventstore.RecordedEvent
-	from := eventstore.Start
-	for {
-		recs, err := env.Store.ReadAll(context.Background(), from, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, recs...)
-		if len(recs) < 1000 {
-			break
-		}
-		from = recs[len(recs)-1].Position
-	}
-	evs, err := projections.DecodeAll(out)
+	evs, err := projections.DecodeAll(readAllStored(t, env))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,8 +55,14 @@ func Checkpoints(ctx context.Context, q interface {
 // ReadStatus reports every generation of every projection, live and building,
 // with its lag behind the store's head.
 func ReadStatus(ctx context.Context, pool *pgxpool.Pool, store Store) ([]Status, error) {
+	// The events publisher's checkpoint (publisher.go) is shown beside the
+	// projections', as "publisher:events".
 	rows, err := pool.Query(ctx, `SELECT name, generation, state, commit_position, prepare_position, events, updated_at
-		FROM readmodel.checkpoints ORDER BY name, state DESC, generation`)
+		FROM readmodel.checkpoints
+		UNION ALL
+		SELECT 'publisher:' || name, 0, 'live', commit_position, prepare_position, events, updated_at
+		FROM readmodel.publisher_checkpoints
+		ORDER BY 1, 3 DESC, 2`)
 	if err != nil {
 		return nil, fmt.Errorf("projections: status: %w", err)
 	}

@@ -14,7 +14,8 @@ import (
 func init() { devRunners = append(devRunners, projectorRunner()) }
 
 // projectorRunner runs the read side inside a ledger node: the projector on the
-// node's event store and database, the NATS queries account, entries and transfer
+// node's event store and database, the events publisher (LEDGER_EVENTS, PROTOCOL.md
+// §4.1) on the node's NATS connection, the NATS queries account, entries and transfer
 // (command is answered by the node's intake from the event store, which is never
 // behind), and the HTTP queries under /v1/ on the node's HTTP server.
 func projectorRunner() node.Runner {
@@ -33,6 +34,13 @@ func projectorRunner() node.Runner {
 		if err != nil {
 			return err
 		}
+		pub, err := projections.NewPublisher(pool, n.Store, n.NC, projections.PublisherOptions{
+			Logger: n.Logger.With("component", "publisher"), Registry: n.Registry,
+		})
+		if err != nil {
+			return err
+		}
+		defer pub.Start(ctx)()
 		svc := query.New(pool, query.Options{Logger: n.Logger.With("component", "query"), Metrics: query.NewMetrics(n.Registry)})
 		resp, err := svc.Subscribe(n.NC, query.NATSOptions{Queries: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer}})
 		if err != nil {

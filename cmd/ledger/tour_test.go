@@ -1,14 +1,21 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/internal/config"
 	"github.com/ledgerworks/ledger/internal/pgtest"
+	"github.com/ledgerworks/ledger/projections"
 )
 
 // tourStep is one `ledger post` line of the README's tour and what it shows.
@@ -109,8 +116,47 @@ func TestReadmeTour(t *testing.T) {
 			t.Errorf("%s\nexit status %d, want %d", s.line, code, wantCode)
 		}
 	}
+	checkTourEvents(t, dir)
 	dev.stop()
 	if _, _, err := config.ReadDevInfo(dir); err == nil {
 		t.Error("dev.json left after a clean stop")
+	}
+}
+
+// checkTourEvents: the tour's events reach LEDGER_EVENTS (PROTOCOL.md §4.1), the
+// last deposit among them, as the README says `nats sub` shows.
+func checkTourEvents(t *testing.T, dir string) {
+	t.Helper()
+	info, _, err := config.ReadDevInfo(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(info.NATSURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		s, err := js.Stream(ctx, projections.EventsStream)
+		if err == nil {
+			m, err := s.GetLastMsgForSubject(ctx, projections.EventSubject("account-alice", domain.EvHoldCaptured))
+			if err == nil {
+				var ev projections.EventMessage
+				if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Stream != "account-alice" || ev.IdempotencyKey != "cap-1" || m.Header.Get(jetstream.MsgIDHeader) != ev.ID.String() {
+					t.Fatalf("the tour's capture on LEDGER_EVENTS: %s (%v)", m.Data, err)
+				}
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the tour's capture never reached %s: %v", projections.EventsStream, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

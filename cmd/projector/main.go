@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/schollz/progressbar/v3"
@@ -46,6 +47,8 @@ const (
 	flagMigrate      = "migrate"
 	flagJSON         = "json"
 	flagShutdown     = "shutdown-timeout"
+	flagPublish      = "publish"
+	flagEventsMaxAge = "events-max-age"
 )
 
 func storeFlags() []cli.Flag {
@@ -161,6 +164,8 @@ func runCommand() *cli.Command {
 		projectionFlag(),
 		&cli.StringFlag{Name: config.FlagHTTPAddr, Value: "127.0.0.1:8081", Usage: "listen address of the HTTP queries, /healthz, /readyz and /metrics (empty: none)", Sources: cli.EnvVars("LEDGER_PROJECTOR_HTTP_ADDR")},
 		&cli.BoolFlag{Name: flagNATS, Value: true, Usage: "answer ledger.v1.query.* over NATS", Sources: cli.EnvVars("LEDGER_PROJECTOR_NATS")},
+		&cli.BoolFlag{Name: flagPublish, Value: true, Usage: "publish every event to the JetStream stream LEDGER_EVENTS (PROTOCOL.md §4.1; one publisher at a time holds a lease in the database)", Sources: cli.EnvVars("LEDGER_PROJECTOR_PUBLISH")},
+		&cli.DurationFlag{Name: flagEventsMaxAge, Value: 30 * 24 * time.Hour, Usage: "how long LEDGER_EVENTS keeps an event (the publisher declares the stream)", Sources: cli.EnvVars("LEDGER_EVENTS_MAX_AGE")},
 		&cli.StringSliceFlag{Name: flagQueries, Value: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer},
 			Usage:   "queries answered over NATS; add command to answer ledger.v1.query.command from the read model (then run ledger serve with --serve-command-query=false, which otherwise answers it from the event store: one responder per subject)",
 			Sources: cli.EnvVars("LEDGER_PROJECTOR_QUERIES")},
@@ -180,8 +185,12 @@ func runCommand() *cli.Command {
 			"batch's read-model rows and its checkpoint commit in one transaction that compare-and-sets\n" +
 			"the checkpoint, so several instances may run at once. Answers ledger.v1.query.account,\n" +
 			"entries and transfer (and command with --queries) over NATS and GET /v1/accounts/{id},\n" +
-			"/v1/accounts/{id}/entries, /v1/transfers/{id} and /v1/commands/{key} over HTTP. Stops\n" +
-			"cleanly on SIGINT or SIGTERM.",
+			"/v1/accounts/{id}/entries, /v1/transfers/{id} and /v1/commands/{key} over HTTP. With\n" +
+			"--publish (the default) it also publishes every event, in order and never before it is\n" +
+			"stored, to the JetStream stream LEDGER_EVENTS on ledger.v1.events.<category>.<type> with\n" +
+			"Nats-Msg-Id = the event ID (PROTOCOL.md §4.1); of several instances one publishes at a time\n" +
+			"(a lease in the database) and another takes over when it stops. Stops cleanly on SIGINT or\n" +
+			"SIGTERM.",
 		Flags:  flags,
 		Action: runRun,
 	}
@@ -211,24 +220,36 @@ func runRun(ctx context.Context, cmd *cli.Command) error {
 	}
 	svc := query.New(c.pool, query.Options{MaxWait: cmd.Duration(flagMaxWait), Logger: log.With("component", "query"), Metrics: query.NewMetrics(reg)})
 
-	if cmd.Bool(flagNATS) {
+	var nc *nats.Conn
+	if cmd.Bool(flagNATS) || cmd.Bool(flagPublish) {
 		natsURL, err := config.FromDataDir(cmd, config.FlagNATSURL, func(i config.DevInfo) string { return i.NATSURL })
 		if err != nil {
 			return err
 		}
 		nopts := config.NATSFromCommand(cmd)
 		nopts.URL = natsURL
-		nc, err := nopts.Connect("projector")
-		if err != nil {
+		if nc, err = nopts.Connect("projector"); err != nil {
 			return err
 		}
 		defer nc.Drain()
+	}
+	if cmd.Bool(flagNATS) {
 		resp, err := svc.Subscribe(nc, query.NATSOptions{Queries: cmd.StringSlice(flagQueries), QueueGroup: cmd.String(flagQueueGroup)})
 		if err != nil {
 			return err
 		}
 		defer resp.Stop()
 		log.Info("answering queries over NATS", "url", config.Redact(nc.ConnectedUrl()), "queries", cmd.StringSlice(flagQueries))
+	}
+	if cmd.Bool(flagPublish) {
+		pub, err := projections.NewPublisher(c.pool, c.store, nc, projections.PublisherOptions{
+			MaxAge: cmd.Duration(flagEventsMaxAge), Logger: log.With("component", "publisher"), Registry: reg,
+		})
+		if err != nil {
+			return err
+		}
+		defer pub.Start(ctx)()
+		log.Info("publishing events", "stream", projections.EventsStream, "url", config.Redact(nc.ConnectedUrl()))
 	}
 	var srv *httpapi.Server
 	if addr := cmd.String(config.FlagHTTPAddr); addr != "" {

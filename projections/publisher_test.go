@@ -1,0 +1,313 @@
+package projections_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/embednats"
+	"github.com/ledgerworks/ledger/projections"
+	"github.com/ledgerworks/ledger/projections/projtest"
+)
+
+// startNATS starts an embedded nats-server with JetStream under dir, on addr
+// ("127.0.0.1:0" for a free port).
+func startNATS(t *testing.T, dir, addr string) *server.Server {
+	t.Helper()
+	ns, err := embednats.Start(embednats.Options{Addr: addr, StoreDir: dir, Name: "publisher-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	return ns
+}
+
+func connect(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// publisherEnv is a database with a workload posted, and a NATS server.
+func publisherEnv(t *testing.T, commands int, seed uint64) (*projtest.Env, *nats.Conn) {
+	t.Helper()
+	env := projtest.New(t)
+	ns := startNATS(t, t.TempDir(), "127.0.0.1:0")
+	env.Run(t, projtest.Workload{Commands: commands, Seed: seed})
+	return env, connect(t, ns.ClientURL())
+}
+
+func newPublisher(t *testing.T, env *projtest.Env, nc *nats.Conn, opts projections.PublisherOptions) *projections.Publisher {
+	t.Helper()
+	p, err := projections.NewPublisher(env.Pool, env.Store, nc, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close) // its lease's connection goes back before the pool closes
+	return p
+}
+
+// publishAll steps a publisher until a round publishes nothing, retrying
+// failures (a NATS restart) for up to a minute.
+func publishAll(t *testing.T, p *projections.Publisher) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		n, err := p.Step(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, projections.ErrNoLease) {
+				t.Fatalf("publish: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if n == 0 {
+			return
+		}
+	}
+}
+
+// streamMessages reads every message of LEDGER_EVENTS, in stream order.
+func streamMessages(t *testing.T, nc *nats.Conn) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, projections.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("message %d: %v", seq, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// checkPublished is the consumer's view of PROTOCOL.md §4.1: deduplicated by
+// Nats-Msg-Id, the messages are exactly the stored events, each once, in the
+// order of "all" (so in revision order per stream), with the body and subject
+// the protocol names.
+func checkPublished(stored []eventstore.RecordedEvent, msgs []*jetstream.RawStreamMsg) error {
+	seen := map[string]bool{}
+	var got []*jetstream.RawStreamMsg
+	for _, m := range msgs {
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		if id == "" {
+			return fmt.Errorf("message %d has no %s", m.Sequence, jetstream.MsgIDHeader)
+		}
+		if !seen[id] {
+			seen[id] = true
+			got = append(got, m)
+		}
+	}
+	if len(got) != len(stored) {
+		return fmt.Errorf("%d distinct events published, %d stored", len(got), len(stored))
+	}
+	for i, re := range stored {
+		m := got[i]
+		var body projections.EventMessage
+		if err := json.Unmarshal(m.Data, &body); err != nil {
+			return fmt.Errorf("message %d: %w", m.Sequence, err)
+		}
+		if body.ID != re.ID || m.Header.Get(jetstream.MsgIDHeader) != re.ID.String() {
+			return fmt.Errorf("message %d is event %s, want %s (%s@%d): a gap or a reorder", m.Sequence, body.ID, re.ID, re.Stream, re.Revision)
+		}
+		if body.Stream != re.Stream || body.Revision != re.Revision || body.Type != re.Type || body.Position != re.Position.String() ||
+			string(body.Data) != string(re.Data) || m.Subject != projections.EventSubject(re.Stream, re.Type) {
+			return fmt.Errorf("message %d (%s@%d) does not carry its event: %+v on %s", m.Sequence, re.Stream, re.Revision, body, m.Subject)
+		}
+	}
+	return nil
+}
+
+func readAllStored(t *testing.T, env *projtest.Env) []eventstore.RecordedEvent {
+	t.Helper()
+	var out []eventstore.RecordedEvent
+	after := eventstore.Start
+	for {
+		recs, err := env.Store.ReadAll(context.Background(), after, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, recs...)
+		if len(recs) < 1000 {
+			return out
+		}
+		after = recs[len(recs)-1].Position
+	}
+}
+
+// TestPublisherPublishesEveryEventOnceInOrder: every stored event reaches
+// LEDGER_EVENTS once, in order, with its ID as Nats-Msg-Id; the checkpoint
+// follows; a publisher whose checkpoint row was lost (a crash between the
+// acknowledgements and the checkpoint) resumes after the stream's last message
+// and publishes nothing twice.
+func TestPublisherPublishesEveryEventOnceInOrder(t *testing.T) {
+	env, nc := publisherEnv(t, 150, 1)
+	p := newPublisher(t, env, nc, projections.PublisherOptions{BatchSize: 64})
+	publishAll(t, p)
+	p.Close()
+	stored := readAllStored(t, env)
+	if err := checkPublished(stored, streamMessages(t, nc)); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Position(); got != stored[len(stored)-1].Position {
+		t.Fatalf("publisher at %s, store's last event at %s", got, stored[len(stored)-1].Position)
+	}
+
+	// The checkpoint row goes back to the start; a new publisher trusts the stream.
+	if _, err := env.Pool.Exec(context.Background(), `UPDATE readmodel.publisher_checkpoints SET commit_position = 0, prepare_position = 0`); err != nil {
+		t.Fatal(err)
+	}
+	env.Run(t, projtest.Workload{Commands: 40, Seed: 2, Prefix: "v"})
+	p2 := newPublisher(t, env, nc, projections.PublisherOptions{BatchSize: 64})
+	publishAll(t, p2)
+	stored = readAllStored(t, env)
+	msgs := streamMessages(t, nc)
+	if len(msgs) != len(stored) {
+		t.Fatalf("%d messages for %d events: the new publisher published again", len(msgs), len(stored))
+	}
+	if err := checkPublished(stored, msgs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPublisherCheckerFindsAGap: the check used above fails when an event is
+// missing, repeated out of place, or reordered.
+func TestPublisherCheckerFindsAGap(t *testing.T) {
+	env, nc := publisherEnv(t, 20, 3)
+	publishAll(t, newPublisher(t, env, nc, projections.PublisherOptions{}))
+	stored, msgs := readAllStored(t, env), streamMessages(t, nc)
+	if err := checkPublished(stored, msgs); err != nil {
+		t.Fatal(err)
+	}
+	gap := append(append([]*jetstream.RawStreamMsg{}, msgs[:5]...), msgs[6:]...)
+	if err := checkPublished(stored, gap); err == nil {
+		t.Fatal("a gap passed the check")
+	}
+	swapped := append([]*jetstream.RawStreamMsg{}, msgs...)
+	swapped[3], swapped[4] = swapped[4], swapped[3]
+	if err := checkPublished(stored, swapped); err == nil {
+		t.Fatal("a reorder passed the check")
+	}
+	dup := append(append([]*jetstream.RawStreamMsg{}, msgs...), msgs[2])
+	if err := checkPublished(stored, dup); err != nil {
+		t.Fatalf("a redelivered copy (same Nats-Msg-Id) must be harmless: %v", err)
+	}
+}
+
+// TestPublisherSurvivesNATSRestart: NATS restarts (same JetStream directory)
+// while the publisher runs and commands flow; at the end every event is
+// published once, in order.
+func TestPublisherSurvivesNATSRestart(t *testing.T) {
+	env := projtest.New(t)
+	dir := t.TempDir()
+	ns := startNATS(t, dir, "127.0.0.1:0")
+	addr := ns.Addr().String()
+	nc := connect(t, ns.ClientURL())
+	p := newPublisher(t, env, nc, projections.PublisherOptions{BatchSize: 32, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, AckTimeout: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	env.Run(t, projtest.Workload{Commands: 100, Seed: 4})
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	env.Run(t, projtest.Workload{Commands: 100, Seed: 5, Prefix: "v"})
+	startNATS(t, dir, addr)
+	env.Run(t, projtest.Workload{Commands: 100, Seed: 6, Prefix: "u"})
+	stored := readAllStored(t, env)
+	last := stored[len(stored)-1].Position
+	deadline := time.Now().Add(time.Minute)
+	for p.Position() != last {
+		if time.Now().After(deadline) {
+			t.Fatalf("publisher at %s, the store's last event at %s", p.Position(), last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := checkPublished(stored, streamMessages(t, nc)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPublisherLease: of two publishers, one publishes; the other waits for the
+// lease and takes over when the first one's session ends.
+func TestPublisherLease(t *testing.T) {
+	env, nc := publisherEnv(t, 30, 7)
+	a := newPublisher(t, env, nc, projections.PublisherOptions{})
+	b := newPublisher(t, env, nc, projections.PublisherOptions{})
+	publishAll(t, a)
+	if _, err := b.Step(context.Background()); !errors.Is(err, projections.ErrNoLease) {
+		t.Fatalf("second publisher: %v, want ErrNoLease", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	doneA := make(chan error, 1)
+	go func() { doneA <- a.Run(ctx) }()
+	cancel() // a's Run ends and gives up the lease
+	if err := <-doneA; err != nil {
+		t.Fatal(err)
+	}
+	env.Run(t, projtest.Workload{Commands: 30, Seed: 8, Prefix: "v"})
+	publishAll(t, b)
+	if err := checkPublished(readAllStored(t, env), streamMessages(t, nc)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRebuildNeverRepublishes: a rebuild of the read models leaves the
+// publisher's checkpoint alone, and a publisher after it publishes nothing again.
+func TestRebuildNeverRepublishes(t *testing.T) {
+	env, nc := publisherEnv(t, 40, 9)
+	p := newPublisher(t, env, nc, projections.PublisherOptions{})
+	publishAll(t, p)
+	p.Close()
+	before := publisherRow(t, env)
+	if _, err := rebuild(t, env, projections.RebuildOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if after := publisherRow(t, env); after != before {
+		t.Fatalf("publisher checkpoint %q after the rebuild, %q before", after, before)
+	}
+	publishAll(t, newPublisher(t, env, nc, projections.PublisherOptions{}))
+	stored, msgs := readAllStored(t, env), streamMessages(t, nc)
+	if len(msgs) != len(stored) {
+		t.Fatalf("%d messages for %d events after a rebuild", len(msgs), len(stored))
+	}
+}
+
+func publisherRow(t *testing.T, env *projtest.Env) string {
+	t.Helper()
+	var c, p, n int64
+	if err := env.Pool.QueryRow(context.Background(), `SELECT commit_position, prepare_position, events FROM readmodel.publisher_checkpoints WHERE name = 'events'`).Scan(&c, &p, &n); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%d/%d (%d events)", c, p, n)
+}
