@@ -4,6 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/pbkdf2"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -27,7 +33,10 @@ import (
 // Database is the database Start creates and URL points at.
 const Database = "ledger"
 
-// Superuser is the cluster's superuser role (trust authentication on loopback).
+// Superuser is the cluster's superuser role. It authenticates with
+// scram-sha-256 and a password generated when the cluster is made, kept in
+// Dir/superuser.password (mode 0600) and in the URLs (config.Redact hides it in
+// logs): a private cluster on a shared machine is not open to every local user.
 const Superuser = "postgres"
 
 // Layout of Options.Dir.
@@ -36,6 +45,7 @@ const (
 	initSubdir = "data.init" // initdb target, renamed to data when complete
 	sockSubdir = "sock"      // unix_socket_directories (when the path is short enough)
 	logName    = "postgres.log"
+	pwName     = "superuser.password" // the superuser's password, mode 0600
 	confName   = "ledger.conf" // included at the end of postgresql.conf, rewritten on each start
 )
 
@@ -66,6 +76,7 @@ type Cluster struct {
 	port    int
 	log     *slog.Logger
 	cred    *syscall.Credential // non-nil when the server runs as another OS user
+	pw      string              // the superuser's password
 }
 
 // Start starts (initialising it first when needed) the cluster in opts.Dir and
@@ -108,6 +119,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	defer unlock()
+	if err := c.password(); err != nil {
+		return nil, err
+	}
 	if err := c.initdb(ctx, opts.Fsync); err != nil {
 		return nil, err
 	}
@@ -130,20 +144,139 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
+	if err := c.secure(ctx); err != nil {
+		return nil, err
+	}
 	if err := c.ensureDatabase(ctx); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// URL is the connection URL of the Database database (TCP, trust authentication).
+// password reads the superuser's password from Dir, or makes one (32 random
+// bytes, hex) when there is none.
+func (c *Cluster) password() error {
+	p := filepath.Join(c.dir, pwName)
+	b, err := os.ReadFile(p)
+	if err == nil {
+		if c.pw = strings.TrimSpace(string(b)); c.pw == "" {
+			return fmt.Errorf("pgcluster: %s is empty", p)
+		}
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	c.pw = hex.EncodeToString(raw[:])
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, []byte(c.pw+"\n"), 0o600); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	return nil
+}
+
+// hba is the cluster's pg_hba.conf: every connection authenticates with
+// scram-sha-256.
+const hba = `# Written by ledger's pgcluster: password authentication (scram-sha-256) only.
+local all all scram-sha-256
+host  all all 127.0.0.1/32 scram-sha-256
+host  all all ::1/128 scram-sha-256
+`
+
+// secure makes a cluster made before passwords (trust authentication) ask for
+// one: it sets the superuser's password and rewrites pg_hba.conf. A cluster
+// whose pg_hba.conf is already ours is left as it is.
+func (c *Cluster) secure(ctx context.Context) error {
+	p := filepath.Join(c.dataDir, "pg_hba.conf")
+	cur, err := os.ReadFile(p)
+	if err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	if string(cur) == hba {
+		return nil
+	}
+	if err := c.waitReady(ctx, c.port, 30*time.Second); err != nil {
+		return err
+	}
+	u := c.URLFor("postgres")
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	defer conn.Close(context.Background())
+	// The password travels as a SCRAM verifier computed here, not in clear text:
+	// the server never logs it (a statement error would show only the verifier).
+	verifier, err := scramVerifier(c.pw)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "ALTER ROLE "+pgx.Identifier{Superuser}.Sanitize()+" PASSWORD "+quoteLiteral(verifier)); err != nil {
+		return fmt.Errorf("pgcluster: set the superuser's password: %w", err)
+	}
+	if err := c.writeOwned(p, hba); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		return fmt.Errorf("pgcluster: reload: %w", err)
+	}
+	c.log.Info("password authentication on (scram-sha-256)", "password_file", filepath.Join(c.dir, pwName))
+	return nil
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// writeOwned writes a file of the server's (mode 0600, owned by the server's
+// OS user when that is another one).
+func (c *Cluster) writeOwned(p, content string) error {
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	if c.cred != nil {
+		if err := os.Lchown(p, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+			return fmt.Errorf("pgcluster: %w", err)
+		}
+	}
+	return nil
+}
+
+// scramVerifier is the SCRAM-SHA-256 verifier of a password as PostgreSQL stores
+// it (RFC 5802, 7677; 4096 iterations, a random 16-byte salt).
+func scramVerifier(password string) (string, error) {
+	const iterations = 4096
+	salt := make([]byte, 16)
+	if _, err := rand.Read(salt); err != nil {
+		return "", fmt.Errorf("pgcluster: %w", err)
+	}
+	salted, err := pbkdf2.Key(sha256.New, password, salt, iterations, sha256.Size)
+	if err != nil {
+		return "", fmt.Errorf("pgcluster: %w", err)
+	}
+	mac := func(key []byte, msg string) []byte {
+		h := hmac.New(sha256.New, key)
+		h.Write([]byte(msg))
+		return h.Sum(nil)
+	}
+	stored := sha256.Sum256(mac(salted, "Client Key"))
+	b64 := base64.StdEncoding.EncodeToString
+	return fmt.Sprintf("SCRAM-SHA-256$%d:%s$%s:%s", iterations, b64(salt), b64(stored[:]), b64(mac(salted, "Server Key"))), nil
+}
+
+// URL is the connection URL of the Database database (TCP, the superuser with
+// its password: log it only through config.Redact).
 func (c *Cluster) URL() string { return c.URLFor(Database) }
 
 // URLFor is the connection URL of another database of the cluster.
 func (c *Cluster) URLFor(database string) string {
 	u := url.URL{
 		Scheme:   "postgres",
-		User:     url.User(Superuser),
+		User:     url.UserPassword(Superuser, c.pw),
 		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(c.port)),
 		Path:     "/" + database,
 		RawQuery: "sslmode=disable",
@@ -369,13 +502,30 @@ func (c *Cluster) initdb(ctx context.Context, fsync bool) error {
 			return fmt.Errorf("pgcluster: %w", err)
 		}
 	}
-	args := []string{"-D", initDir, "-U", Superuser, "--auth=trust", "--encoding=UTF8", "--locale=C"}
+	// initdb reads the password from a file of the server's user, removed after.
+	pwFile := filepath.Join(c.dir, "initdb.pwfile")
+	if err := os.WriteFile(pwFile, []byte(c.pw+"\n"), 0o600); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	if c.cred != nil {
+		if err := os.Lchown(pwFile, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+			return fmt.Errorf("pgcluster: %w", err)
+		}
+	}
+	args := []string{"-D", initDir, "-U", Superuser, "--auth=scram-sha-256", "--pwfile=" + pwFile, "--encoding=UTF8", "--locale=C"}
 	if !fsync {
 		args = append(args, "--no-sync")
 	}
 	start := time.Now()
-	if out, err := c.run(ctx, "initdb", args...); err != nil {
+	out, err := c.run(ctx, "initdb", args...)
+	if rerr := os.Remove(pwFile); err == nil && rerr != nil {
+		err = rerr
+	}
+	if err != nil {
 		return fmt.Errorf("pgcluster: initdb: %w: %s", err, out)
+	}
+	if err := c.writeOwned(filepath.Join(initDir, "pg_hba.conf"), hba); err != nil {
+		return err
 	}
 	conf := filepath.Join(initDir, "postgresql.conf")
 	f, err := os.OpenFile(conf, os.O_APPEND|os.O_WRONLY, 0)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ledgerworks/ledger/internal/config"
 )
 
 func testDir(t *testing.T) string {
@@ -258,5 +260,88 @@ func TestConcurrentStart(t *testing.T) {
 	}
 	if got := query(t, b.c.URL(), "SELECT 'ok'"); got != "ok" {
 		t.Fatal(got)
+	}
+}
+
+// connectErr tries a connection and returns its error.
+func connectErr(t *testing.T, url string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err == nil {
+		conn.Close(ctx)
+	}
+	return err
+}
+
+// withPassword is the cluster's URL with another password.
+func withPassword(c *Cluster, pw string) string {
+	saved := c.pw
+	c.pw = pw
+	defer func() { c.pw = saved }()
+	return c.URL()
+}
+
+// TestPasswordAuthentication: the cluster asks for the superuser's password
+// (scram-sha-256), kept in a 0600 file and in the URL; a connection without it
+// or with another one is refused; nothing Start logs holds it, and the URL's
+// redacted form neither.
+func TestPasswordAuthentication(t *testing.T) {
+	dir := testDir(t)
+	var logs strings.Builder
+	c := start(t, Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	fi, err := os.Stat(filepath.Join(dir, pwName))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("password file: %v, mode %v", err, fi.Mode())
+	}
+	if len(c.pw) < 32 || !strings.Contains(c.URL(), c.pw) {
+		t.Fatalf("URL %q does not carry the password", c.URL())
+	}
+	if err := connectErr(t, c.URL()); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", "wrong"} {
+		if err := connectErr(t, withPassword(c, bad)); err == nil || !strings.Contains(err.Error(), "password") {
+			t.Fatalf("password %q: %v, want an authentication failure", bad, err)
+		}
+	}
+	if q := query(t, c.URLFor("postgres"), "SELECT (rolpassword LIKE 'SCRAM-SHA-256$%')::text FROM pg_authid WHERE rolname = 'postgres'"); q != "true" {
+		t.Fatalf("stored password is not a SCRAM verifier: %s", q)
+	}
+	if strings.Contains(logs.String(), c.pw) {
+		t.Fatal("Start logged the password")
+	}
+	if strings.Contains(config.Redact(c.URL()), c.pw) {
+		t.Fatal("the redacted URL holds the password")
+	}
+}
+
+// TestTrustClusterIsSecured: a cluster made before passwords (trust
+// authentication, no password file) asks for one after the next Start.
+func TestTrustClusterIsSecured(t *testing.T) {
+	dir := testDir(t)
+	c := start(t, Options{Dir: dir})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	trust := "local all all trust\nhost all all 127.0.0.1/32 trust\n"
+	if err := c.writeOwned(filepath.Join(dir, dataSubdir, "pg_hba.conf"), trust); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, pwName)); err != nil {
+		t.Fatal(err)
+	}
+	c2 := start(t, Options{Dir: dir})
+	if c2.pw == c.pw {
+		t.Fatal("no new password")
+	}
+	if err := connectErr(t, c2.URL()); err != nil {
+		t.Fatal(err)
+	}
+	if err := connectErr(t, withPassword(c2, "")); err == nil {
+		t.Fatal("a connection without the password got in after the upgrade")
 	}
 }
