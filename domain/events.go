@@ -38,6 +38,16 @@ const (
 	ReasonHoldReleased       = "released"
 )
 
+// TransferReason reports whether a money movement is a step of a transfer's saga
+// or of a transfer refund's: its ref is then the transfer's ID.
+func TransferReason(reason string) bool {
+	switch reason {
+	case ReasonTransferOut, ReasonTransferIn, ReasonTransferCompensate, ReasonRefundOut, ReasonRefundIn, ReasonRefundCompensate:
+		return true
+	}
+	return false
+}
+
 // AccountOpened opens an account.
 type AccountOpened struct {
 	AccountID      string            `json:"account_id"`

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -117,6 +121,7 @@ func TestReadmeTour(t *testing.T) {
 		}
 	}
 	checkTourEvents(t, dir)
+	checkTourStatement(t, env)
 	dev.stop()
 	if _, _, err := config.ReadDevInfo(dir); err == nil {
 		t.Error("dev.json left after a clean stop")
@@ -158,5 +163,48 @@ func checkTourEvents(t *testing.T, dir string) {
 			t.Fatalf("the tour's capture never reached %s: %v", projections.EventsStream, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkTourStatement: `ledger statement alice --csv` lists alice's money
+// movements of the tour between an opening balance of 0 and a closing balance
+// that the entries add up to and the account shows.
+func checkTourStatement(t *testing.T, env []string) {
+	t.Helper()
+	acct, out, code := postCLI(t, env, "--query", "--key", "ref-1") // the last write: the projector catches up to it below
+	if code != exitApplied || acct == nil {
+		t.Fatalf("query ref-1: %s", out)
+	}
+	var rows [][]string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cmd := exec.Command(ledgerBinary(t), "statement", "alice", "--csv")
+		cmd.Env = append(os.Environ(), env...)
+		b, err := cmd.Output()
+		if err == nil {
+			if rows, err = csv.NewReader(bytes.NewReader(b)).ReadAll(); err != nil {
+				t.Fatal(err)
+			}
+			if len(rows) == 7 || time.Now().After(deadline) { // header, opening, dep-1, transfer, capture, refund, closing
+				break
+			}
+		} else if time.Now().After(deadline) {
+			t.Fatalf("ledger statement: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(rows) != 7 || rows[1][3] != "opening_balance" || rows[1][5] != "0" || rows[6][3] != "closing_balance" {
+		t.Fatalf("statement rows: %v", rows)
+	}
+	sum := int64(0)
+	for _, r := range rows[2:6] {
+		n, err := strconv.ParseInt(r[4], 10, 64)
+		if err != nil {
+			t.Fatalf("row %v: %v", r, err)
+		}
+		sum += n
+	}
+	if rows[6][5] != strconv.FormatInt(sum, 10) || rows[5][5] != rows[6][5] || rows[3][7] != "tr-1" {
+		t.Fatalf("closing balance %s, entries add up to %d; rows %v", rows[6][5], sum, rows)
 	}
 }

@@ -80,7 +80,10 @@ type EntriesRequest struct {
 	AccountID     string `json:"account_id"`
 	AfterRevision *int64 `json:"after_revision,omitempty"` // default: from the first
 	Limit         *int   `json:"limit,omitempty"`          // default 100, at most 1000
-	MinPosition   string `json:"min_position,omitempty"`
+	// From and To (RFC 3339, v1.1) keep the entries with From <= at < To.
+	From        string `json:"from,omitempty"`
+	To          string `json:"to,omitempty"`
+	MinPosition string `json:"min_position,omitempty"`
 }
 
 // TransferRequest is the body of ledger.v1.query.transfer.
@@ -117,12 +120,17 @@ type Entry struct {
 	BalanceAfter   int64  `json:"balance_after"`
 	IdempotencyKey string `json:"idempotency_key"`
 	At             string `json:"at"` // RFC 3339, UTC
+	// TransferID names the transfer of a transfer's or a transfer refund's step (v1.1).
+	TransferID string `json:"transfer_id,omitempty"`
 }
 
 // Entries is the reply of the entries query, oldest first.
 type Entries struct {
-	Entries           []Entry `json:"entries"`
-	ProjectedPosition string  `json:"projected_position"`
+	Entries []Entry `json:"entries"`
+	// NextAfterRevision, when the page was cut by its limit, is the
+	// after_revision of the next page (v1.1).
+	NextAfterRevision *int64 `json:"next_after_revision,omitempty"`
+	ProjectedPosition string `json:"projected_position"`
 }
 
 // Transfer is the reply of the transfer query.
@@ -280,6 +288,17 @@ func (s *Service) Entries(ctx context.Context, q EntriesRequest) (*Entries, *Err
 		}
 		limit = *q.Limit
 	}
+	from, qerr := timeBound("from", q.From)
+	if qerr != nil {
+		return nil, qerr
+	}
+	to, qerr := timeBound("to", q.To)
+	if qerr != nil {
+		return nil, qerr
+	}
+	if from != nil && to != nil && !from.Before(*to) {
+		return nil, invalid("to", "must be after from")
+	}
 	if _, qerr := s.wait(ctx, projections.Entries, q.MinPosition); qerr != nil {
 		return nil, qerr
 	}
@@ -296,18 +315,31 @@ func (s *Service) Entries(ctx context.Context, q EntriesRequest) (*Entries, *Err
 		if !exists {
 			return errNotFound
 		}
-		rows, err := tx.Query(ctx, `SELECT event_id::text, revision, type, amount, balance_after, idempotency_key, at
-			FROM readmodel.entries WHERE account_id = $1 AND revision > $2 ORDER BY revision LIMIT $3`, q.AccountID, after, limit)
+		// One row more than the page tells whether there is a next page.
+		rows, err := tx.Query(ctx, `SELECT event_id::text, revision, type, amount, balance_after, idempotency_key, at, reason, ref
+			FROM readmodel.entries WHERE account_id = $1 AND revision > $2
+				AND ($4::timestamptz IS NULL OR at >= $4) AND ($5::timestamptz IS NULL OR at < $5)
+			ORDER BY revision LIMIT $3`, q.AccountID, after, limit+1, from, to)
 		if err != nil {
 			return err
 		}
 		var e Entry
 		var at time.Time
-		_, err = pgx.ForEachRow(rows, []any{&e.EventID, &e.Revision, &e.Type, &e.Amount, &e.BalanceAfter, &e.IdempotencyKey, &at}, func() error {
+		var reason, ref string
+		_, err = pgx.ForEachRow(rows, []any{&e.EventID, &e.Revision, &e.Type, &e.Amount, &e.BalanceAfter, &e.IdempotencyKey, &at, &reason, &ref}, func() error {
 			e.At = at.UTC().Format(time.RFC3339Nano)
+			e.TransferID = ""
+			if domain.TransferReason(reason) {
+				e.TransferID = ref
+			}
 			out.Entries = append(out.Entries, e)
 			return nil
 		})
+		if n := len(out.Entries); err == nil && n > limit {
+			out.Entries = out.Entries[:limit]
+			next := out.Entries[limit-1].Revision
+			out.NextAfterRevision = &next
+		}
 		return err
 	})
 	if errors.Is(err, errNotFound) {
@@ -322,6 +354,18 @@ func (s *Service) Entries(ctx context.Context, q EntriesRequest) (*Entries, *Err
 }
 
 var errNotFound = errors.New("not found")
+
+// timeBound parses an optional RFC 3339 time of a query.
+func timeBound(field, v string) (*time.Time, *Error) {
+	if v == "" {
+		return nil, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return nil, invalid(field, "%q is not an RFC 3339 time", v)
+	}
+	return &t, nil
+}
 
 // Transfer answers the transfer query.
 func (s *Service) Transfer(ctx context.Context, q TransferRequest) (*Transfer, *Error) {

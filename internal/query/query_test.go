@@ -3,12 +3,15 @@ package query_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"reflect"
 	"sort"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -262,5 +265,120 @@ func TestMinPositionWaitsForTheProjector(t *testing.T) {
 	got := <-done
 	if got["balance"] != 5.0 || got["projected_position"] == "0/0" {
 		t.Fatalf("after waiting: %v", got)
+	}
+}
+
+// TestStatementPagesAndTimeFilters: 10,000 entries of one account, paged by
+// next_after_revision, with and without from/to: no gap, no repeat, exactly the
+// entries with from <= at < to, transfer steps naming their transfer; bad bounds
+// are invalid_request naming the field.
+func TestStatementPagesAndTimeFilters(t *testing.T) {
+	f := setup(t, 10*time.Second)
+	ctx := context.Background()
+	f.env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-st", "account_id": "st", "currency": "EUR"})
+	f.env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-peer", "account_id": "peer", "currency": "EUR"})
+	const n, workers = 10_000, 16
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n-1; i += workers {
+				r := f.env.Post(ctx, "deposit", map[string]any{"idempotency_key": fmt.Sprintf("d-%d", i), "account_id": "st", "amount": i + 1, "currency": "EUR"})
+				if r.Status != "applied" {
+					t.Errorf("deposit %d: %+v", i, r)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	tr := f.env.MustApply(t, "transfer", map[string]any{"idempotency_key": "t-1", "transfer_id": "t-1", "from": "st", "to": "peer", "amount": 5, "currency": "EUR"})
+	f.start(t)
+
+	page := func(body map[string]any) []map[string]any {
+		t.Helper()
+		var all []map[string]any
+		for {
+			r := f.ask(t, "entries", body)
+			list, ok := r["entries"].([]any)
+			if !ok {
+				t.Fatalf("entries %v: %v", body, r)
+			}
+			for _, e := range list {
+				all = append(all, e.(map[string]any))
+			}
+			next, more := r["next_after_revision"]
+			if !more {
+				return all
+			}
+			if len(list) != body["limit"] {
+				t.Fatalf("a page of %d cut short with next_after_revision %v", len(list), next)
+			}
+			body["after_revision"] = next
+		}
+	}
+	wantRevisions := func(what string, got []map[string]any, keep func(map[string]any) bool, full []map[string]any) {
+		t.Helper()
+		var want []float64
+		for _, e := range full {
+			if keep(e) {
+				want = append(want, e["revision"].(float64))
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d entries, want %d", what, len(got), len(want))
+		}
+		for i, e := range got {
+			if e["revision"].(float64) != want[i] {
+				t.Fatalf("%s: entry %d at revision %v, want %v (a gap or a repeat)", what, i, e["revision"], want[i])
+			}
+		}
+	}
+	// Everything in pages of 1,000, once the projector reached the transfer.
+	full := page(map[string]any{"account_id": "st", "limit": 1000, "min_position": tr.Position})
+	wantRevisions("all", full, func(map[string]any) bool { return true }, full)
+	for i, e := range full {
+		if i > 0 && e["revision"].(float64) <= full[i-1]["revision"].(float64) {
+			t.Fatalf("entry %d at revision %v after %v", i, e["revision"], full[i-1]["revision"])
+		}
+	}
+	if last := full[n-1]; last["transfer_id"] != "t-1" || last["amount"].(float64) != -5 {
+		t.Fatalf("the transfer's debit: %v", last)
+	}
+	if full[0]["transfer_id"] != nil {
+		t.Fatalf("a deposit names a transfer: %v", full[0])
+	}
+	at := func(e map[string]any) time.Time {
+		ts, err := time.Parse(time.RFC3339Nano, e["at"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts
+	}
+	// Commands decided concurrently reach the stream in another order than
+	// their times: a period is not a range of revisions.
+	from, to := full[2500]["at"].(string), full[7500]["at"].(string)
+	tFrom, tTo := at(full[2500]), at(full[7500])
+	inPeriod := func(e map[string]any) bool { return !at(e).Before(tFrom) && at(e).Before(tTo) }
+	got := page(map[string]any{"account_id": "st", "limit": 700, "from": from, "to": to})
+	wantRevisions("from/to", got, inPeriod, full)
+	wantRevisions("from only", page(map[string]any{"account_id": "st", "limit": 1000, "from": to}), func(e map[string]any) bool { return !at(e).Before(tTo) }, full)
+	code, h, _ := f.get(t, "/v1/accounts/st/entries?limit=5&from="+url.QueryEscape(from)+"&to="+url.QueryEscape(to))
+	if l, _ := h["entries"].([]any); code != 200 || len(l) != 5 || l[0].(map[string]any)["revision"] != got[0]["revision"] || h["next_after_revision"] == nil {
+		t.Fatalf("GET entries with from/to: %d %v", code, h)
+	}
+	for _, bad := range []struct {
+		body  map[string]any
+		field string
+	}{
+		{map[string]any{"account_id": "st", "from": "yesterday"}, "from"},
+		{map[string]any{"account_id": "st", "to": "2026-13-01T00:00:00Z"}, "to"},
+		{map[string]any{"account_id": "st", "from": to, "to": from}, "to"},
+	} {
+		r := f.ask(t, "entries", bad.body)
+		if r["code"] != "invalid_request" || !strings.Contains(fmt.Sprint(r["fields"], r["message"]), bad.field) {
+			t.Fatalf("%v: %v, want invalid_request naming %s", bad.body, r, bad.field)
+		}
 	}
 }

@@ -118,7 +118,7 @@ type Router interface {
 // Routes registers the HTTP queries:
 //
 //	GET /v1/accounts/{id}                ?min_position=c/p
-//	GET /v1/accounts/{id}/entries        ?after_revision=N&limit=N&min_position=c/p
+//	GET /v1/accounts/{id}/entries        ?after_revision=N&limit=N&from=T&to=T&min_position=c/p
 //	GET /v1/transfers/{id}               ?min_position=c/p
 //	GET /v1/commands/{key}               ?min_position=c/p
 //
@@ -129,7 +129,8 @@ func (s *Service) Routes(r Router) {
 		return s.Account(req.Context(), AccountRequest{AccountID: req.PathValue("id"), MinPosition: req.URL.Query().Get("min_position")})
 	}))
 	r.Handle("GET /v1/accounts/{id}/entries", s.handle(QueryEntries, func(req *http.Request) (any, *Error) {
-		q := EntriesRequest{AccountID: req.PathValue("id"), MinPosition: req.URL.Query().Get("min_position")}
+		q := EntriesRequest{AccountID: req.PathValue("id"), MinPosition: req.URL.Query().Get("min_position"),
+			From: req.URL.Query().Get("from"), To: req.URL.Query().Get("to")}
 		if v := req.URL.Query().Get("after_revision"); v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
