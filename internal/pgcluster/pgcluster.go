@@ -46,7 +46,7 @@ const (
 	sockSubdir = "sock"      // unix_socket_directories (when the path is short enough)
 	logName    = "postgres.log"
 	pwName     = "superuser.password" // the superuser's password, mode 0600
-	confName   = "ledger.conf" // included at the end of postgresql.conf, rewritten on each start
+	confName   = "ledger.conf"        // included at the end of postgresql.conf, rewritten on each start
 )
 
 // maxSocketPath is the usable length of sun_path on Linux (108 bytes with the NUL).
