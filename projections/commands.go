@@ -132,36 +132,17 @@ func (commandsProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 	return writeCommands(ctx, tx, gen, rows, order)
 }
 
-// evolveCmdAccount folds what a reply shows of an account. Balance and held are
-// absolute in the events (balance_after, held_after).
+// evolveCmdAccount folds what a reply shows of an account (NextBalance).
 func evolveCmdAccount(a *cmdAccount, ev *Event) {
-	switch p := ev.Payload.(type) {
-	case *domain.AccountOpened:
-		a.currency = p.Currency
-	case *domain.Credited:
-		a.balance = p.BalanceAfter
-	case *domain.Debited:
-		a.balance = p.BalanceAfter
-	case *domain.HoldPlaced:
-		a.held = p.HeldAfter
-	case *domain.HoldCaptured:
-		a.balance, a.held = p.BalanceAfter, p.HeldAfter
-	case *domain.HoldReleased:
-		a.held = p.HeldAfter
+	if s, err := NextBalance(BalanceState{Currency: a.currency, Balance: a.balance, Held: a.held}, ev.Payload); err == nil {
+		a.currency, a.balance, a.held = s.Currency, s.Balance, s.Held
 	}
 	a.revision = int64(ev.Revision)
 	a.dirty = true
 }
 
 func loadCmdAccounts(ctx context.Context, tx pgx.Tx, gen int, events []*Event) (map[string]*cmdAccount, error) {
-	seen := map[string]bool{}
-	var ids []string
-	for _, ev := range events {
-		if id, ok := ev.AccountID(); ok && !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
-		}
-	}
+	ids := accountIDs(events)
 	out := make(map[string]*cmdAccount, len(ids))
 	if len(ids) == 0 {
 		return out, nil

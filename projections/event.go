@@ -90,10 +90,11 @@ const (
 	Entries   = "entries"
 	Transfers = "transfers"
 	Commands  = "commands"
+	Balances  = "balances"
 )
 
 // Names lists every projection, in the order their checkpoints are locked.
-var Names = []string{Accounts, Commands, Entries, Transfers}
+var Names = []string{Accounts, Balances, Commands, Entries, Transfers}
 
 // ByName returns the projection called name.
 func ByName(name string) (Projection, error) {
@@ -106,6 +107,8 @@ func ByName(name string) (Projection, error) {
 		return transfersProjection{}, nil
 	case Commands:
 		return commandsProjection{}, nil
+	case Balances:
+		return balancesProjection{}, nil
 	}
 	return nil, fmt.Errorf("projections: unknown projection %q (known: %s)", name, strings.Join(Names, ", "))
 }

@@ -42,7 +42,7 @@ func projectorRunner() node.Runner {
 		}
 		defer pub.Start(ctx)()
 		svc := query.New(pool, query.Options{Logger: n.Logger.With("component", "query"), Metrics: query.NewMetrics(n.Registry)})
-		resp, err := svc.Subscribe(n.NC, query.NATSOptions{Queries: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer}})
+		resp, err := svc.Subscribe(n.NC, query.NATSOptions{Queries: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer, query.QueryBalance}})
 		if err != nil {
 			return err
 		}

@@ -67,7 +67,7 @@ func TestAuditPassesOnACleanLedger(t *testing.T) {
 	if !rep.OK() {
 		t.Fatalf("violations on a clean ledger: %v", rep.Violations)
 	}
-	if rep.Events == 0 || len(rep.ReadModels) != 4 {
+	if rep.Events == 0 || len(rep.ReadModels) != len(projections.Names) {
 		t.Fatalf("report: %+v", rep)
 	}
 	rep = run(t, env, audit.Options{Account: "w-acct-1"})

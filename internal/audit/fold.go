@@ -116,6 +116,7 @@ type Fold struct {
 	badStream map[string]bool       // streams whose fold failed: no further checks
 
 	entries  map[string]entryExp // event ID -> the statement row's digest
+	history  map[string]entryExp // event ID -> the balance-history row's digest
 	commands map[string]string   // client key -> canonical reply
 	// stepRecords keeps the records of saga steps until their saga is decided.
 	stepRecords map[string]*domain.KeyRecord
@@ -133,7 +134,7 @@ func NewFold() *Fold {
 		streams: map[string]*streamState{}, ids: map[uuid.UUID]struct{}{}, groups: map[[16]byte]struct{}{},
 		homes: map[string]string{}, homeHash: map[string]string{}, claims: map[string]claim{},
 		steps: map[string]*sagaSteps{}, flows: map[string]*Totals{}, captured: map[[2]string]int64{},
-		badStream: map[string]bool{}, entries: map[string]entryExp{}, commands: map[string]string{}, stepRecords: map[string]*domain.KeyRecord{},
+		badStream: map[string]bool{}, entries: map[string]entryExp{}, history: map[string]entryExp{}, commands: map[string]string{}, stepRecords: map[string]*domain.KeyRecord{},
 		MaxViolations: 1000,
 	}
 }
@@ -351,6 +352,7 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) 
 	if e, ok := entryRow(re, m, payload, id, a.Balance); ok {
 		f.entries[re.ID.String()] = entryExp{account: a.ID, digest: e}
 	}
+	f.history[re.ID.String()] = entryExp{account: a.ID, digest: historyRow(re, m, a)}
 	if clientCommand(m) {
 		if rec := a.Keys[m.Key]; rec != nil {
 			f.commands[m.Key] = replyRow(accountReply(rec))

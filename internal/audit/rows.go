@@ -32,10 +32,11 @@ var ProjectionTables = map[string][]string{
 	projections.Entries:   {"entries"},
 	projections.Transfers: {"transfers"},
 	projections.Commands:  {"commands"},
+	projections.Balances:  {"balance_history"},
 }
 
 // hashedTables are kept as digests of their rows.
-var hashedTables = map[string]bool{"entries": true, "commands": true}
+var hashedTables = map[string]bool{"entries": true, "commands": true, "balance_history": true}
 
 func field(b *strings.Builder, v any) {
 	if b.Len() > 0 {
@@ -121,6 +122,20 @@ func entryString(id, account string, rev int64, typ, reason, ref string, amount 
 	return row(id, account, rev, typ, reason, ref, amount, currency, balance, key, at)
 }
 
+// historyRow renders the balance-history row of an account event: the account
+// as the fold has it after the event.
+func historyRow(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account) string {
+	status := "open"
+	if a.Closed {
+		status = "closed"
+	}
+	return rowDigest(historyString(a.ID, int64(re.Revision), re.ID.String(), re.Type, a.Currency, a.Balance, a.Held, status, m.At))
+}
+
+func historyString(account string, rev int64, id, typ, currency string, balance, held int64, status string, at time.Time) string {
+	return row(account, rev, id, typ, currency, balance, held, status, at)
+}
+
 func transferRowOf(t *domain.Transfer) string {
 	var refunded int64
 	for _, k := range t.RefundOrder {
@@ -163,6 +178,12 @@ func (f *Fold) Expected(projection, account string) map[string]map[string]string
 				out["entries"][id] = e.digest
 			}
 		}
+	case projections.Balances:
+		for id, e := range f.history {
+			if account == "" || e.account == account {
+				out["balance_history"][id] = e.digest
+			}
+		}
 	case projections.Transfers:
 		for id, t := range f.Transfers {
 			if t.Saga == nil || (account != "" && t.From != account && t.To != account) {
@@ -203,6 +224,8 @@ func ReadTable(ctx context.Context, q Querier, table string, gen int, account st
 		sql = `SELECT event_id, account_id, revision, type, reason, ref, amount, currency, balance_after, idempotency_key, at FROM %s WHERE $1 = '' OR account_id = $1`
 	case "transfers":
 		sql = `SELECT transfer_id, from_account, to_account, amount, currency, status, refunded FROM %s WHERE $1 = '' OR from_account = $1 OR to_account = $1`
+	case "balance_history":
+		sql = `SELECT account_id, revision, event_id, type, currency, balance, held, status, at FROM %s WHERE $1 = '' OR account_id = $1`
 	case "commands":
 		sql = `SELECT idempotency_key, reply::text FROM %s WHERE $1 = '' OR stream = 'account-' || $1`
 	default:
@@ -257,6 +280,15 @@ func scanRow(table string, rows pgx.Rows) (key, r string, err error) {
 			return "", "", err
 		}
 		return id.String(), rowDigest(entryString(id.String(), account, rev, typ, reason, ref, amount, currency, balance, key, at)), nil
+	case "balance_history":
+		var id uuid.UUID
+		var account, typ, currency, status string
+		var rev, balance, held int64
+		var at time.Time
+		if err := rows.Scan(&account, &rev, &id, &typ, &currency, &balance, &held, &status, &at); err != nil {
+			return "", "", err
+		}
+		return id.String(), rowDigest(historyString(account, rev, id.String(), typ, currency, balance, held, status, at)), nil
 	case "transfers":
 		var id, from, to, currency, status string
 		var amount, refunded int64

@@ -23,10 +23,11 @@ const (
 	QueryEntries  = "entries"
 	QueryTransfer = "transfer"
 	QueryCommand  = "command"
+	QueryBalance  = "balance"
 )
 
 // Queries lists every query.
-var Queries = []string{QueryAccount, QueryEntries, QueryTransfer, QueryCommand}
+var Queries = []string{QueryAccount, QueryEntries, QueryTransfer, QueryCommand, QueryBalance}
 
 // Limits of the entries query.
 const (
@@ -84,6 +85,23 @@ type EntriesRequest struct {
 	From        string `json:"from,omitempty"`
 	To          string `json:"to,omitempty"`
 	MinPosition string `json:"min_position,omitempty"`
+}
+
+// BalanceRequest is the body of ledger.v1.query.balance (v1.1): the account as
+// of a time (At, RFC 3339) or a revision; the current one when neither is given.
+type BalanceRequest struct {
+	AccountID   string `json:"account_id"`
+	At          string `json:"at,omitempty"`
+	Revision    *int64 `json:"revision,omitempty"`
+	MinPosition string `json:"min_position,omitempty"`
+}
+
+// Balance is the reply of the balance query: the account object as it stood
+// after the event at AsOfRevision, which happened at AsOf.
+type Balance struct {
+	Account
+	AsOfRevision uint64 `json:"as_of_revision"`
+	AsOf         string `json:"as_of"` // RFC 3339, UTC
 }
 
 // TransferRequest is the body of ledger.v1.query.transfer.
@@ -212,6 +230,12 @@ func (s *Service) answer(ctx context.Context, query string, body []byte) (any, *
 			return nil, err
 		}
 		return s.Command(ctx, q)
+	case QueryBalance:
+		var q BalanceRequest
+		if err := decode(body, &q); err != nil {
+			return nil, err
+		}
+		return s.Balance(ctx, q)
 	}
 	return nil, invalid("", "unknown query %q", query)
 }
@@ -267,6 +291,83 @@ func (s *Service) Account(ctx context.Context, q AccountRequest) (*Account, *Err
 	}
 	a = Account{AccountID: *id, Currency: *curr, Balance: *bal, Held: *held, Available: *avail, Revision: uint64(*rev), Status: *status, ProjectedPosition: pos.String()}
 	return &a, nil
+}
+
+// Balance answers the balance query from the balance history (one lookup by
+// (account, revision), or by (account, at) for a time: the last event at or
+// before it in time). A time before the account's first event is
+// account_not_found; a revision beyond its last one is invalid_request.
+func (s *Service) Balance(ctx context.Context, q BalanceRequest) (*Balance, *Error) {
+	if !domain.ValidID(q.AccountID) {
+		return nil, invalid("account_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
+	}
+	at, qerr := timeBound("at", q.At)
+	if qerr != nil {
+		return nil, qerr
+	}
+	if q.Revision != nil && *q.Revision < 0 {
+		return nil, invalid("revision", "must be 0 or more")
+	}
+	if at != nil && q.Revision != nil {
+		return nil, invalid("revision", "give at or revision, not both")
+	}
+	if _, qerr := s.wait(ctx, projections.Balances, q.MinPosition); qerr != nil {
+		return nil, qerr
+	}
+	const cols = `revision, currency, balance, held, status, at`
+	var (
+		out    Balance
+		last   *int64 // the account's last revision, nil: no such account
+		c, p   int64
+		found  bool
+		status string
+		when   time.Time
+	)
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT c.commit_position, c.prepare_position,
+				(SELECT max(revision) FROM readmodel.balance_history WHERE account_id = $1)
+			FROM readmodel.checkpoints c WHERE c.name = 'balances' AND c.state = 'live'`, q.AccountID).Scan(&c, &p, &last); err != nil {
+			return err
+		}
+		if last == nil {
+			return nil
+		}
+		var row pgx.Row
+		switch {
+		case q.Revision != nil:
+			row = tx.QueryRow(ctx, `SELECT `+cols+` FROM readmodel.balance_history WHERE account_id = $1 AND revision = $2`, q.AccountID, *q.Revision)
+		case at != nil:
+			row = tx.QueryRow(ctx, `SELECT `+cols+` FROM readmodel.balance_history WHERE account_id = $1 AND at <= $2
+				ORDER BY at DESC, revision DESC LIMIT 1`, q.AccountID, *at)
+		default:
+			row = tx.QueryRow(ctx, `SELECT `+cols+` FROM readmodel.balance_history WHERE account_id = $1 AND revision = $2`, q.AccountID, *last)
+		}
+		var rev int64
+		err := row.Scan(&rev, &out.Currency, &out.Balance, &out.Held, &status, &when)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		found, out.Revision, out.AsOfRevision = err == nil, uint64(rev), uint64(rev)
+		return err
+	})
+	if err != nil {
+		return nil, internal(err)
+	}
+	pos := position(c, p).String()
+	switch {
+	case last == nil:
+		e := notFound("account %s has no history (the balances read model is at %s)", q.AccountID, pos)
+		e.ProjectedPosition = pos
+		return nil, e
+	case !found && q.Revision != nil:
+		return nil, invalid("revision", "account %s is at revision %d (the balances read model is at %s)", q.AccountID, *last, pos)
+	case !found:
+		e := &Error{Status: domain.StatusRejected, Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s did not exist at %s", q.AccountID, q.At), ProjectedPosition: pos}
+		return nil, e
+	}
+	out.AccountID, out.Status, out.Available, out.ProjectedPosition = q.AccountID, status, out.Balance-out.Held, pos
+	out.AsOf = when.UTC().Format(time.RFC3339Nano)
+	return &out, nil
 }
 
 // Entries answers the entries query.

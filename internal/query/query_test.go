@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -18,6 +19,8 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/pgtest"
 	"github.com/ledgerworks/ledger/internal/query"
 	"github.com/ledgerworks/ledger/projections"
@@ -379,6 +382,122 @@ func TestStatementPagesAndTimeFilters(t *testing.T) {
 		r := f.ask(t, "entries", bad.body)
 		if r["code"] != "invalid_request" || !strings.Contains(fmt.Sprint(r["fields"], r["message"]), bad.field) {
 			t.Fatalf("%v: %v, want invalid_request naming %s", bad.body, r, bad.field)
+		}
+	}
+}
+
+// TestBalanceAsOfMatchesAFold: ledger.v1.query.balance at every revision, and at
+// times on, just before and just after every event, equals a fold of the
+// account's stream up to there, over a random history; before the account
+// opened it is account_not_found, beyond its last revision invalid_request.
+func TestBalanceAsOfMatchesAFold(t *testing.T) {
+	f := setup(t, 10*time.Second)
+	ctx := context.Background()
+	f.env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-b", "account_id": "b", "currency": "EUR", "overdraft_limit": 500})
+	rng := rand.New(rand.NewPCG(20261124, 7))
+	var holds []string
+	for i := range 300 {
+		key := fmt.Sprintf("k-%d", i)
+		amount := 1 + rng.IntN(400)
+		switch k := rng.IntN(10); {
+		case k < 4:
+			f.env.Post(ctx, "deposit", map[string]any{"idempotency_key": key, "account_id": "b", "amount": amount, "currency": "EUR"})
+		case k < 7:
+			f.env.Post(ctx, "withdraw", map[string]any{"idempotency_key": key, "account_id": "b", "amount": amount, "currency": "EUR"})
+		case k < 8:
+			id := "h-" + key
+			if r := f.env.Post(ctx, "place_hold", map[string]any{"idempotency_key": key, "account_id": "b", "hold_id": id, "amount": amount, "currency": "EUR"}); r.Status == "applied" {
+				holds = append(holds, id)
+			}
+		case len(holds) > 0:
+			id := holds[0]
+			holds = holds[1:]
+			typ := "release_hold"
+			if k == 9 {
+				typ = "capture_hold"
+			}
+			f.env.Post(ctx, typ, map[string]any{"idempotency_key": key, "account_id": "b", "hold_id": id})
+		}
+	}
+	last := f.env.MustApply(t, "deposit", map[string]any{"idempotency_key": "last", "account_id": "b", "amount": 1, "currency": "EUR"})
+	f.start(t)
+
+	recs, err := f.env.Store.ReadStream(ctx, "account-b", 0, eventstore.Forwards, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type state struct {
+		at                 time.Time
+		balance, held, rev int64
+	}
+	var states []state
+	acc := domain.NewAccount("b")
+	for _, re := range recs {
+		m, err := domain.DecodeMetadata(re.Metadata)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := domain.EvolveAccount(acc, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: m}); err != nil {
+			t.Fatal(err)
+		}
+		states = append(states, state{at: m.At, balance: acc.Balance, held: acc.Held, rev: acc.Revision})
+	}
+	check := func(what string, body map[string]any, want state) {
+		t.Helper()
+		r := f.ask(t, "balance", body)
+		if r["as_of_revision"] != float64(want.rev) || r["revision"] != float64(want.rev) || r["balance"] != float64(want.balance) ||
+			r["held"] != float64(want.held) || r["available"] != float64(want.balance-want.held) || r["account_id"] != "b" {
+			t.Fatalf("%s: %v, want %+v", what, r, want)
+		}
+	}
+	first := map[string]any{"account_id": "b", "revision": 0, "min_position": last.Position}
+	check("revision 0", first, states[0])
+	for _, s := range states {
+		check(fmt.Sprint("revision ", s.rev), map[string]any{"account_id": "b", "revision": s.rev}, s)
+	}
+	// As of a time: the state after the last event at or before it.
+	asOf := func(ts time.Time) (state, bool) {
+		var got state
+		ok := false
+		for _, s := range states {
+			if !s.at.After(ts) {
+				got, ok = s, true
+			}
+		}
+		return got, ok
+	}
+	for i, s := range states {
+		for _, ts := range []time.Time{s.at, s.at.Add(-time.Microsecond), s.at.Add(time.Microsecond)} {
+			want, ok := asOf(ts)
+			body := map[string]any{"account_id": "b", "at": ts.Format(time.RFC3339Nano)}
+			if !ok {
+				if r := f.ask(t, "balance", body); r["code"] != string(domain.CodeAccountNotFound) {
+					t.Fatalf("before the account opened (event %d): %v", i, r)
+				}
+				continue
+			}
+			check(fmt.Sprint("at ", ts.Format(time.RFC3339Nano)), body, want)
+		}
+	}
+	check("now", map[string]any{"account_id": "b"}, states[len(states)-1])
+	code, h, _ := f.get(t, fmt.Sprintf("/v1/accounts/b/balance?revision=%d", states[3].rev))
+	if code != 200 || h["balance"] != float64(states[3].balance) {
+		t.Fatalf("GET balance: %d %v", code, h)
+	}
+	for _, bad := range []struct {
+		body  map[string]any
+		code  string
+		field string
+	}{
+		{map[string]any{"account_id": "b", "revision": len(states)}, "invalid_request", "revision"},
+		{map[string]any{"account_id": "b", "revision": -1}, "invalid_request", "revision"},
+		{map[string]any{"account_id": "b", "at": "noon"}, "invalid_request", "at"},
+		{map[string]any{"account_id": "b", "at": states[0].at.Format(time.RFC3339Nano), "revision": 0}, "invalid_request", "revision"},
+		{map[string]any{"account_id": "nobody"}, "not_found", ""},
+	} {
+		r := f.ask(t, "balance", bad.body)
+		if r["code"] != bad.code || !strings.Contains(fmt.Sprint(r["fields"]), bad.field) {
+			t.Fatalf("%v: %v, want %s naming %q", bad.body, r, bad.code, bad.field)
 		}
 	}
 }

@@ -119,6 +119,7 @@ type Router interface {
 //
 //	GET /v1/accounts/{id}                ?min_position=c/p
 //	GET /v1/accounts/{id}/entries        ?after_revision=N&limit=N&from=T&to=T&min_position=c/p
+//	GET /v1/accounts/{id}/balance        ?at=T&revision=N&min_position=c/p
 //	GET /v1/transfers/{id}               ?min_position=c/p
 //	GET /v1/commands/{key}               ?min_position=c/p
 //
@@ -147,6 +148,17 @@ func (s *Service) Routes(r Router) {
 		}
 		return s.Entries(req.Context(), q)
 	}))
+	r.Handle("GET /v1/accounts/{id}/balance", s.handle(QueryBalance, func(req *http.Request) (any, *Error) {
+		q := BalanceRequest{AccountID: req.PathValue("id"), At: req.URL.Query().Get("at"), MinPosition: req.URL.Query().Get("min_position")}
+		if v := req.URL.Query().Get("revision"); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return nil, invalid("revision", "%q is not an integer", v)
+			}
+			q.Revision = &n
+		}
+		return s.Balance(req.Context(), q)
+	}))
 	r.Handle("GET /v1/transfers/{id}", s.handle(QueryTransfer, func(req *http.Request) (any, *Error) {
 		return s.Transfer(req.Context(), TransferRequest{TransferID: req.PathValue("id"), MinPosition: req.URL.Query().Get("min_position")})
 	}))
@@ -167,7 +179,7 @@ func (s *Service) handle(query string, answer func(*http.Request) (any, *Error))
 			switch qerr.Code {
 			case domain.CodeInvalidRequest:
 				status = http.StatusBadRequest
-			case domain.CodeNotFound:
+			case domain.CodeNotFound, domain.CodeAccountNotFound:
 				status = http.StatusNotFound
 			case CodeProjectionBehind:
 				status = http.StatusServiceUnavailable

@@ -1,0 +1,170 @@
+package projections
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ledgerworks/ledger/domain"
+)
+
+// balancesProjection maintains readmodel.balance_history: one row per event of
+// every account stream, with the account as it stood after the event (balance,
+// held, status), keyed by (account_id, revision). It answers
+// ledger.v1.query.balance: the account as of a revision or a time is one lookup
+// (migrations/00004_balance_history.sql).
+//
+// Events state the balance or the held amount they leave (balance_after,
+// held_after); the others leave both as they were (NextBalance, which the
+// commands projection folds with too), so a batch starts from each account's last
+// row and folds forward. Rows are inserted ON CONFLICT DO NOTHING:
+// applying a batch again changes nothing.
+type balancesProjection struct{}
+
+func (balancesProjection) Name() string { return Balances }
+
+// BalanceRow is one row of the balance history.
+type BalanceRow struct {
+	AccountID     string
+	Revision      int64
+	EventID       uuid.UUID
+	Type          string
+	Currency      string
+	Balance, Held int64
+	Status        string // open or closed
+	At            time.Time
+}
+
+// BalanceState is an account's state that the history carries from event to
+// event (the part of a BalanceRow that is not the event's own).
+type BalanceState struct {
+	Currency      string
+	Balance, Held int64
+	Closed        bool
+}
+
+// NextBalance is the state after an account event, from the state before it.
+func NextBalance(s BalanceState, payload any) (BalanceState, error) {
+	switch p := payload.(type) {
+	case *domain.AccountOpened:
+		s = BalanceState{Currency: p.Currency}
+	case *domain.Credited:
+		s.Balance = p.BalanceAfter
+	case *domain.Debited:
+		s.Balance = p.BalanceAfter
+	case *domain.HoldPlaced:
+		s.Held = p.HeldAfter
+	case *domain.HoldCaptured:
+		s.Balance, s.Held = p.BalanceAfter, p.HeldAfter
+	case *domain.HoldReleased:
+		s.Held = p.HeldAfter
+	case *domain.AccountClosed:
+		s.Closed = true
+	case *domain.CommandRejected:
+	default:
+		return s, fmt.Errorf("event %T does not belong to an account stream", payload)
+	}
+	return s, nil
+}
+
+// Status is the row's status: open or closed.
+func (s BalanceState) Status() string {
+	if s.Closed {
+		return "closed"
+	}
+	return "open"
+}
+
+// accountIDs lists the accounts whose streams the events are of, each once.
+func accountIDs(events []*Event) []string {
+	seen := map[string]bool{}
+	var ids []string
+	for _, ev := range events {
+		if id, ok := ev.AccountID(); ok && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+func (balancesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events []*Event) error {
+	ids := accountIDs(events)
+	if len(ids) == 0 {
+		return nil
+	}
+	state, last, err := lastBalances(ctx, tx, gen, ids)
+	if err != nil {
+		return err
+	}
+	var rows []BalanceRow
+	for _, ev := range events {
+		id, ok := ev.AccountID()
+		if !ok || int64(ev.Revision) <= last[id] {
+			continue // not an account's, or applied before
+		}
+		if ev.DecodeErr != nil {
+			return fmt.Errorf("projections: balances: %s@%d: %w", ev.Stream, ev.Revision, ev.DecodeErr)
+		}
+		s, err := NextBalance(state[id], ev.Payload)
+		if err != nil {
+			return fmt.Errorf("projections: balances: %s@%d: %w", ev.Stream, ev.Revision, err)
+		}
+		state[id], last[id] = s, int64(ev.Revision)
+		rows = append(rows, BalanceRow{AccountID: id, Revision: int64(ev.Revision), EventID: ev.ID, Type: ev.Type,
+			Currency: s.Currency, Balance: s.Balance, Held: s.Held, Status: s.Status(), At: ev.Meta.At})
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	n := len(rows)
+	var (
+		accounts, types, currencies, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		revs, balances, helds                 = make([]int64, n), make([]int64, n), make([]int64, n)
+		evIDs                                 = make([]uuid.UUID, n)
+		ats                                   = make([]time.Time, n)
+	)
+	for i, r := range rows {
+		accounts[i], revs[i], evIDs[i], types[i], currencies[i] = r.AccountID, r.Revision, r.EventID, r.Type, r.Currency
+		balances[i], helds[i], statuses[i], ats[i] = r.Balance, r.Held, r.Status, r.At
+	}
+	sql := fmt.Sprintf(`INSERT INTO %s (account_id, revision, event_id, type, currency, balance, held, status, at)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::text[], $9::timestamptz[])
+ON CONFLICT DO NOTHING`, Table("balance_history", gen))
+	if _, err := tx.Exec(ctx, sql, accounts, revs, evIDs, types, currencies, balances, helds, statuses, ats); err != nil {
+		return fmt.Errorf("projections: balances: %w", err)
+	}
+	return nil
+}
+
+// lastBalances reads the last row of each account: its state and revision (-1
+// and the zero state when it has none).
+func lastBalances(ctx context.Context, tx pgx.Tx, gen int, ids []string) (map[string]BalanceState, map[string]int64, error) {
+	state := make(map[string]BalanceState, len(ids))
+	last := make(map[string]int64, len(ids))
+	for _, id := range ids {
+		last[id] = -1
+	}
+	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT DISTINCT ON (account_id) account_id, revision, currency, balance, held, status
+		FROM %s WHERE account_id = ANY($1) ORDER BY account_id, revision DESC`, Table("balance_history", gen)), ids)
+	if err != nil {
+		return nil, nil, fmt.Errorf("projections: balances: %w", err)
+	}
+	var (
+		id, status string
+		rev        int64
+		s          BalanceState
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &rev, &s.Currency, &s.Balance, &s.Held, &status}, func() error {
+		s.Closed = status == "closed"
+		state[id], last[id] = s, rev
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("projections: balances: %w", err)
+	}
+	return state, last, nil
+}
