@@ -294,6 +294,10 @@ func (sys *system) finish(ctx context.Context, h *History, res *result, required
 	if extra != nil {
 		extra(ctx, sys, res)
 	}
+	pub, err := sys.published(ctx)
+	if err != nil {
+		return err
+	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	tx, err := sys.pool.BeginTx(cctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
@@ -301,7 +305,7 @@ func (sys *system) finish(ctx context.Context, h *History, res *result, required
 		return err
 	}
 	defer tx.Rollback(context.Background())
-	rep, err := Check(cctx, tx, h, res.ev)
+	rep, err := Check(cctx, tx, h, res.ev, pub)
 	if err != nil {
 		return err
 	}

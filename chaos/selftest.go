@@ -56,8 +56,12 @@ func scenarioSelfTest(ctx context.Context, s *suite, res *result) error {
 		return err
 	}
 	res.stats = h.Stats()
+	pub, err := sys.published(ctx)
+	if err != nil {
+		return err
+	}
 
-	check := func(ev Evidence, corrupt func(context.Context, pgx.Tx) error) (*Report, error) {
+	check := func(ev Evidence, corrupt func(context.Context, pgx.Tx) error, pub []Published) (*Report, error) {
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		tx, err := sys.pool.BeginTx(cctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
@@ -70,10 +74,10 @@ func scenarioSelfTest(ctx context.Context, s *suite, res *result) error {
 				return nil, fmt.Errorf("corrupt: %w", err)
 			}
 		}
-		return Check(cctx, tx, h, ev)
+		return Check(cctx, tx, h, ev, pub)
 	}
 
-	clean, err := check(Evidence{}, nil)
+	clean, err := check(Evidence{}, nil, pub)
 	if err != nil {
 		return err
 	}
@@ -147,14 +151,14 @@ func scenarioSelfTest(ctx context.Context, s *suite, res *result) error {
 	}
 	caught := 0
 	for _, cr := range cs {
-		rep, err := check(Evidence{}, cr.apply)
+		rep, err := check(Evidence{}, cr.apply, pub)
 		if err != nil {
 			return fmt.Errorf("%s: %w", cr.name, err)
 		}
 		caught += selfVerdict(res, cr.name, cr.check, rep)
 	}
 	// A vacuous run: the clean history, but faults were required.
-	rep, err := check(Evidence{Required: true}, nil)
+	rep, err := check(Evidence{Required: true}, nil, pub)
 	if err != nil {
 		return err
 	}
@@ -175,12 +179,30 @@ func scenarioSelfTest(ctx context.Context, s *suite, res *result) error {
 		}
 		_, err := tx.Exec(ctx, `UPDATE readmodel.checkpoints SET commit_position = $1::text::bigint, prepare_position = $2 WHERE state = 'live'`, xid, pos)
 		return err
-	})
+	}, nil)
 	if err != nil {
 		return err
 	}
 	caught += selfVerdict(res, "a checkpoint past an unapplied event", 6, rep)
-	res.notes = append(res.notes, fmt.Sprintf("%d of 7 corruptions caught by the right check", caught))
+
+	// LEDGER_EVENTS with an event missing, and with two events swapped.
+	if len(pub) < 4 {
+		return errors.New("self-test: too few published events")
+	}
+	gap := append(append([]Published{}, pub[:len(pub)/2]...), pub[len(pub)/2+1:]...)
+	swapped := append([]Published{}, pub...)
+	swapped[1], swapped[2] = swapped[2], swapped[1]
+	for _, bad := range []struct {
+		name string
+		pub  []Published
+	}{{"a gap in LEDGER_EVENTS", gap}, {"a reorder in LEDGER_EVENTS", swapped}} {
+		rep, err := check(Evidence{}, nil, bad.pub)
+		if err != nil {
+			return err
+		}
+		caught += selfVerdict(res, bad.name, 9, rep)
+	}
+	res.notes = append(res.notes, fmt.Sprintf("%d of 9 corruptions caught by the right check", caught))
 	res.stats = h.Stats()
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/natsapi"
 	"github.com/ledgerworks/ledger/internal/pgcluster"
@@ -358,7 +360,49 @@ func (sys *system) quiet(ctx context.Context) error {
 			return fmt.Errorf("projection %s at %s, head %s", name, p, head)
 		}
 	}
+	var c, p int64
+	if err := sys.pool.QueryRow(qctx, `SELECT commit_position, prepare_position FROM readmodel.publisher_checkpoints WHERE name = 'events'`).Scan(&c, &p); err != nil {
+		return err
+	}
+	if pub := (eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}); pub.Compare(head) != 0 {
+		return fmt.Errorf("events publisher at %s, head %s", pub, head)
+	}
 	return nil
+}
+
+// published reads every message of LEDGER_EVENTS, in stream order (nil when the
+// system runs no projector, whose processes publish).
+func (sys *system) published(ctx context.Context) ([]Published, error) {
+	if len(sys.projectors) == 0 {
+		return nil, nil
+	}
+	js, err := jetstream.New(sys.nc)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	st, err := js.Stream(cctx, projections.EventsStream)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", projections.EventsStream, err)
+	}
+	info, err := st.Info(cctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []Published{}
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(cctx, seq)
+		if err != nil {
+			return nil, fmt.Errorf("%s message %d: %w", projections.EventsStream, seq, err)
+		}
+		var body projections.EventMessage
+		if err := json.Unmarshal(m.Data, &body); err != nil {
+			return nil, fmt.Errorf("%s message %d: %w", projections.EventsStream, seq, err)
+		}
+		out = append(out, Published{Seq: seq, MsgID: m.Header.Get(jetstream.MsgIDHeader), ID: body.ID, Stream: body.Stream, Revision: body.Revision})
+	}
+	return out, nil
 }
 
 // dlqReasons counts the dead letters by their reason header (bounded read).
