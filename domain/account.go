@@ -232,7 +232,7 @@ func (a *Account) decideCredit(cmd Command, amount int64, currency, reason, ref 
 	if !ok {
 		return reject(cmd, CodeAmountOverflow, true, "balance of %s would leave the int64 range", a.ID)
 	}
-	return apply(NewEvent{EvCredited, Credited{Amount: amount, Currency: currency, Reason: reason, Ref: ref, BalanceAfter: bal}})
+	return apply(NewEvent{EvCredited, Credited{Amount: amount, Currency: currency, Reason: reason, Ref: ref, BalanceAfter: bal, Metadata: cmd.Metadata}})
 }
 
 func (a *Account) decideDebit(cmd Command, amount int64, currency, reason, ref string) Decision {
@@ -249,7 +249,7 @@ func (a *Account) decideDebit(cmd Command, amount int64, currency, reason, ref s
 	if !a.withinOverdraft(bal - a.Held) {
 		return reject(cmd, CodeInsufficientFunds, true, "account %s has %d available (overdraft limit %d), %d requested", a.ID, a.Available(), a.OverdraftLimit, amount)
 	}
-	return apply(NewEvent{EvDebited, Debited{Amount: amount, Currency: currency, Reason: reason, Ref: ref, BalanceAfter: bal}})
+	return apply(NewEvent{EvDebited, Debited{Amount: amount, Currency: currency, Reason: reason, Ref: ref, BalanceAfter: bal, Metadata: cmd.Metadata}})
 }
 
 // withinOverdraft reports whether an available amount respects the overdraft limit.
@@ -275,7 +275,7 @@ func (a *Account) decidePlaceHold(cmd Command) Decision {
 	if avail, ok := subMinor(a.Balance, held); !ok || !a.withinOverdraft(avail) {
 		return reject(cmd, CodeInsufficientFunds, true, "account %s has %d available, hold of %d requested", a.ID, a.Available(), cmd.Amount)
 	}
-	ev := HoldPlaced{HoldID: cmd.HoldID, Amount: cmd.Amount, Currency: cmd.Currency, HeldAfter: held}
+	ev := HoldPlaced{HoldID: cmd.HoldID, Amount: cmd.Amount, Currency: cmd.Currency, HeldAfter: held, Metadata: cmd.Metadata}
 	if !cmd.ExpiresAt.IsZero() {
 		t := cmd.ExpiresAt.UTC()
 		ev.ExpiresAt = &t
@@ -306,7 +306,7 @@ func (a *Account) decideCaptureHold(cmd Command) Decision {
 	}
 	return apply(NewEvent{EvHoldCaptured, HoldCaptured{
 		HoldID: h.ID, Amount: amount, Released: h.Amount - amount, Currency: a.Currency,
-		BalanceAfter: a.Balance - amount, HeldAfter: a.Held - h.Amount,
+		BalanceAfter: a.Balance - amount, HeldAfter: a.Held - h.Amount, Metadata: cmd.Metadata,
 	}})
 }
 

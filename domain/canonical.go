@@ -53,7 +53,7 @@ func (c Command) Canonical() Canonical {
 	}
 	str("from", c.From)
 	str("hold_id", c.HoldID)
-	if c.Type == CmdOpenAccount {
+	if c.canonicalMetadata() {
 		name("metadata")
 		b = appendStringMap(b, c.Metadata)
 	}

@@ -128,14 +128,15 @@ type fieldSpec struct {
 }
 
 var commandFields = map[CommandType][]fieldSpec{
-	CmdOpenAccount:  {{"account_id", fID, true}, {"currency", fCurrency, true}, {"overdraft_limit", fLimit, false}, {"metadata", fMetadata, false}},
-	CmdDeposit:      {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}},
-	CmdWithdraw:     {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}},
-	CmdTransfer:     {{"transfer_id", fID, true}, {"from", fID, true}, {"to", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}},
-	CmdPlaceHold:    {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"expires_at", fTime, false}},
-	CmdCaptureHold:  {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, false}},
+	CmdOpenAccount: {{"account_id", fID, true}, {"currency", fCurrency, true}, {"overdraft_limit", fLimit, false}, {"metadata", fMetadata, false}},
+	// v1.1: every command that moves or reserves money takes metadata too.
+	CmdDeposit:      {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}},
+	CmdWithdraw:     {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}},
+	CmdTransfer:     {{"transfer_id", fID, true}, {"from", fID, true}, {"to", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}},
+	CmdPlaceHold:    {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"expires_at", fTime, false}, {"metadata", fMetadata, false}},
+	CmdCaptureHold:  {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, false}, {"metadata", fMetadata, false}},
 	CmdReleaseHold:  {{"account_id", fID, true}, {"hold_id", fID, true}},
-	CmdRefund:       {{"original_key", fKey, true}, {"amount", fAmount, false}},
+	CmdRefund:       {{"original_key", fKey, true}, {"amount", fAmount, false}, {"metadata", fMetadata, false}},
 	CmdCloseAccount: {{"account_id", fID, true}},
 }
 
@@ -394,6 +395,8 @@ func (c Command) Request() Request {
 	}
 	if c.Type == CmdOpenAccount {
 		r["overdraft_limit"] = c.OverdraftLimit
+	}
+	if c.canonicalMetadata() {
 		md := map[string]any{}
 		for k, v := range c.Metadata {
 			md[k] = v
@@ -483,4 +486,11 @@ func normalizeCopy(v any) any {
 		}
 	}
 	return v
+}
+
+// canonicalMetadata reports whether the canonical request names metadata:
+// always for open_account (as since v1), for a money command only when it has
+// some (v1.1), so that the requests decided before v1.1 keep their hashes.
+func (c Command) canonicalMetadata() bool {
+	return c.Type == CmdOpenAccount || len(c.Metadata) > 0
 }

@@ -1,6 +1,8 @@
 package domain
 
 import (
+	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -157,4 +159,63 @@ func FuzzDecodeCommand(f *testing.F) {
 			t.Fatalf("canonical request does not round-trip: %v", perr)
 		}
 	})
+}
+
+// TestMoneyCommandsTakeMetadata (PROTOCOL.md v1.1 §2): every command that moves
+// or reserves money takes metadata, with open_account's limits; release_hold and
+// close_account do not. It is part of the request only when given, so requests
+// decided before v1.1 keep their hashes, and other metadata is a conflict naming
+// it.
+func TestMoneyCommandsTakeMetadata(t *testing.T) {
+	bodies := map[CommandType]string{
+		CmdDeposit:     `"account_id":"a","amount":5,"currency":"EUR"`,
+		CmdWithdraw:    `"account_id":"a","amount":5,"currency":"EUR"`,
+		CmdTransfer:    `"transfer_id":"t","from":"a","to":"b","amount":5,"currency":"EUR"`,
+		CmdPlaceHold:   `"account_id":"a","hold_id":"h","amount":5,"currency":"EUR"`,
+		CmdCaptureHold: `"account_id":"a","hold_id":"h"`,
+		CmdRefund:      `"original_key":"k0"`,
+	}
+	many := make([]string, 33)
+	for i := range many {
+		many[i] = fmt.Sprintf(`"k%d":"v"`, i)
+	}
+	for typ, fields := range bodies {
+		with := func(md string) string { return `{"idempotency_key":"k",` + fields + `,"metadata":` + md + `}` }
+		cmd, ierr := DecodeCommand(typ, []byte(with(`{"order":"o-1","channel":"web"}`)))
+		if ierr != nil || cmd.Metadata["order"] != "o-1" || len(cmd.Metadata) != 2 {
+			t.Fatalf("%s with metadata: %+v %v", typ, cmd.Metadata, ierr)
+		}
+		plain, ierr := DecodeCommand(typ, []byte(`{"idempotency_key":"k",`+fields+`}`))
+		if ierr != nil {
+			t.Fatal(ierr)
+		}
+		if bytes.Contains(plain.Canonical().JSON, []byte("metadata")) {
+			t.Fatalf("%s without metadata: the canonical request names it: %s", typ, plain.Canonical().JSON)
+		}
+		if f := ConflictFields(plain.Canonical().JSON, cmd.Canonical()); len(f) != 1 || f[0] != "metadata" {
+			t.Fatalf("%s: other metadata differs in %v, want [metadata]", typ, f)
+		}
+		if string(cmd.Canonical().JSON) != string(cmd.Request().CanonicalJSON()) {
+			t.Fatalf("%s: the two canonical encodings differ:\n%s\n%s", typ, cmd.Canonical().JSON, cmd.Request().CanonicalJSON())
+		}
+		for _, bad := range []string{
+			"{" + strings.Join(many, ",") + "}",        // 33 entries
+			`{"` + strings.Repeat("k", 65) + `":"v"}`,  // a 65-byte key
+			`{"k":"` + strings.Repeat("v", 257) + `"}`, // a 257-byte value
+			`{"k":1}`, `{"k":null}`, `["k"]`, `"k"`, `{"":"v"}`, // not string values, not an object, an empty key
+		} {
+			if _, ierr := DecodeCommand(typ, []byte(with(bad))); ierr == nil || ierr.Field != "metadata" {
+				t.Fatalf("%s with metadata %.40s: %v, want invalid_request naming metadata", typ, bad, ierr)
+			}
+		}
+	}
+	for _, typ := range []CommandType{CmdReleaseHold, CmdCloseAccount} {
+		body := `{"idempotency_key":"k","account_id":"a","hold_id":"h","metadata":{"a":"b"}}`
+		if typ == CmdCloseAccount {
+			body = `{"idempotency_key":"k","account_id":"a","metadata":{"a":"b"}}`
+		}
+		if _, ierr := DecodeCommand(typ, []byte(body)); ierr == nil || ierr.Field != "metadata" {
+			t.Fatalf("%s with metadata: %v, want invalid_request naming metadata", typ, ierr)
+		}
+	}
 }

@@ -64,6 +64,8 @@ type Credited struct {
 	Reason       string `json:"reason"`
 	Ref          string `json:"ref,omitempty"` // transfer id or original key
 	BalanceAfter int64  `json:"balance_after"`
+	// Metadata is the client's, of the command that moved the money (v1.1).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // Debited: see Credited.
@@ -71,11 +73,12 @@ type Debited Credited
 
 // HoldPlaced reserves funds.
 type HoldPlaced struct {
-	HoldID    string     `json:"hold_id"`
-	Amount    int64      `json:"amount"`
-	Currency  string     `json:"currency"`
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-	HeldAfter int64      `json:"held_after"`
+	HoldID    string            `json:"hold_id"`
+	Amount    int64             `json:"amount"`
+	Currency  string            `json:"currency"`
+	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
+	HeldAfter int64             `json:"held_after"`
+	Metadata  map[string]string `json:"metadata,omitempty"` // the client's (v1.1)
 }
 
 // HoldCaptured debits captured funds and releases the rest of the hold.
@@ -86,6 +89,8 @@ type HoldCaptured struct {
 	Currency     string `json:"currency"`
 	BalanceAfter int64  `json:"balance_after"`
 	HeldAfter    int64  `json:"held_after"`
+	// Metadata is the capture command's (v1.1).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // HoldReleased returns held funds to available (released or expired).

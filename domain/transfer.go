@@ -57,6 +57,8 @@ type TransferRequested struct {
 	To         string `json:"to"`
 	Amount     int64  `json:"amount"`
 	Currency   string `json:"currency"`
+	// Metadata is the client's (v1.1); the saga's steps carry it to the accounts.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // TransferRejected ends a transfer that was refused before any money moved.
@@ -82,8 +84,9 @@ type TransferCompleted struct {
 // TransferRefundRequested opens the saga of a refund of the transfer and
 // reserves its amount against the transfer's.
 type TransferRefundRequested struct {
-	RefundKey string `json:"refund_key"`
-	Amount    int64  `json:"amount"`
+	RefundKey string            `json:"refund_key"`
+	Amount    int64             `json:"amount"`
+	Metadata  map[string]string `json:"metadata,omitempty"` // the refund's (v1.1)
 }
 
 // RefundRejected ends a refund refused before any money moved (refused outright,
@@ -198,6 +201,8 @@ type Saga struct {
 	Code     Code   // the refusal, once refused
 	Message  string // its message
 	At       time.Time
+	// Metadata is the client's, of the transfer or the refund (v1.1).
+	Metadata map[string]string
 	// Events are the saga's events in the transfer stream, in stream order.
 	Events []EventRef
 	// Position is the global position of the saga's last event in the stream.
@@ -278,7 +283,7 @@ func DecideTransfer(t *Transfer, cmd Command) Decision {
 	if t.Requested || t.Revision >= 0 {
 		return reject(cmd, CodeTransferExists, false, "transfer %s already exists", t.ID)
 	}
-	req := NewEvent{EvTransferRequested, TransferRequested{TransferID: cmd.TransferID, From: cmd.From, To: cmd.To, Amount: cmd.Amount, Currency: cmd.Currency}}
+	req := NewEvent{EvTransferRequested, TransferRequested{TransferID: cmd.TransferID, From: cmd.From, To: cmd.To, Amount: cmd.Amount, Currency: cmd.Currency, Metadata: cmd.Metadata}}
 	if cmd.From == cmd.To {
 		msg := fmt.Sprintf("transfer %s names account %s as both source and destination", cmd.TransferID, cmd.From)
 		return Decision{
@@ -322,7 +327,7 @@ func DecideTransferRefund(t *Transfer, cmd Command) Decision {
 	if amount <= 0 || amount > remaining {
 		return rejected(CodeRefundExceedsOriginal, "refund of %d exceeds the %d still refundable of %q", amount, remaining, cmd.OriginalKey)
 	}
-	return apply(NewEvent{EvTransferRefundRequested, TransferRefundRequested{RefundKey: cmd.IdempotencyKey, Amount: amount}})
+	return apply(NewEvent{EvTransferRefundRequested, TransferRefundRequested{RefundKey: cmd.IdempotencyKey, Amount: amount, Metadata: cmd.Metadata}})
 }
 
 // StepCommand is the account command of a saga step (StepDebit, StepCredit or
@@ -331,7 +336,7 @@ func DecideTransferRefund(t *Transfer, cmd Command) Decision {
 func (t *Transfer) StepCommand(s *Saga, step string, at time.Time) Command {
 	cmd := Command{
 		IdempotencyKey: StepKey(s.Key, step), TransferID: t.ID, Amount: s.Amount, HasAmount: true,
-		Currency: s.Currency, At: at, Origin: s.Key, Ref: t.ID,
+		Currency: s.Currency, At: at, Origin: s.Key, Ref: t.ID, Metadata: s.Metadata,
 	}
 	out, in, comp := ReasonTransferOut, ReasonTransferIn, ReasonTransferCompensate
 	if s.Refund {
@@ -455,7 +460,7 @@ func (t *Transfer) evolve(payload any, m Metadata) (*Saga, error) {
 		t.Requested, t.From, t.To, t.Amount, t.Currency = true, e.From, e.To, e.Amount, e.Currency
 		t.Saga = &Saga{
 			Key: m.Key, Command: CommandType(m.Command), RequestHash: ParseHash(m.RequestHash), Request: m.Request,
-			Out: e.From, In: e.To, Amount: e.Amount, Currency: e.Currency, Stage: SagaPending, At: m.At,
+			Out: e.From, In: e.To, Amount: e.Amount, Currency: e.Currency, Stage: SagaPending, At: m.At, Metadata: e.Metadata,
 		}
 		return t.Saga, nil
 	case *TransferRejected:
@@ -477,7 +482,7 @@ func (t *Transfer) evolve(payload any, m Metadata) (*Saga, error) {
 			return nil, fmt.Errorf("refund %q of %d does not fit the %d refundable", e.RefundKey, e.Amount, t.Refundable())
 		}
 		s := t.newRefund(e.RefundKey, m)
-		s.Amount = e.Amount
+		s.Amount, s.Metadata = e.Amount, e.Metadata
 		t.Reserved += e.Amount
 		return s, nil
 	case *RefundRejected:

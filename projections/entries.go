@@ -2,6 +2,7 @@ package projections
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -31,6 +32,7 @@ type Entry struct {
 	BalanceAfter   int64
 	IdempotencyKey string
 	At             time.Time
+	Metadata       map[string]string // the client's (v1.1); never nil
 }
 
 // EntryOf returns the statement row of a money event, ok false for other events.
@@ -42,13 +44,16 @@ func EntryOf(ev *Event) (Entry, bool) {
 	e := Entry{EventID: ev.ID, AccountID: id, Revision: int64(ev.Revision), Type: ev.Type, IdempotencyKey: ev.Meta.Key, At: ev.Meta.At}
 	switch p := ev.Payload.(type) {
 	case *domain.Credited:
-		e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter = p.Reason, p.Ref, p.Amount, p.Currency, p.BalanceAfter
+		e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter, e.Metadata = p.Reason, p.Ref, p.Amount, p.Currency, p.BalanceAfter, p.Metadata
 	case *domain.Debited:
-		e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter = p.Reason, p.Ref, -p.Amount, p.Currency, p.BalanceAfter
+		e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter, e.Metadata = p.Reason, p.Ref, -p.Amount, p.Currency, p.BalanceAfter, p.Metadata
 	case *domain.HoldCaptured:
-		e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter = "hold_capture", p.HoldID, -p.Amount, p.Currency, p.BalanceAfter
+		e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter, e.Metadata = "hold_capture", p.HoldID, -p.Amount, p.Currency, p.BalanceAfter, p.Metadata
 	default:
 		return Entry{}, false
+	}
+	if e.Metadata == nil {
+		e.Metadata = map[string]string{}
 	}
 	return e, true
 }
@@ -66,10 +71,10 @@ func (entriesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events [
 	if len(rows) == 0 {
 		return nil
 	}
-	cols := []string{"event_id", "account_id", "revision", "type", "reason", "ref", "amount", "currency", "balance_after", "idempotency_key", "at"}
+	cols := []string{"event_id", "account_id", "revision", "type", "reason", "ref", "amount", "currency", "balance_after", "idempotency_key", "at", "metadata"}
 	err := copyOrUpsert(ctx, tx, "entries", gen, cols, len(rows), func(i int) []any {
 		e := &rows[i]
-		return []any{[16]byte(e.EventID), e.AccountID, e.Revision, e.Type, e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter, e.IdempotencyKey, e.At}
+		return []any{[16]byte(e.EventID), e.AccountID, e.Revision, e.Type, e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter, e.IdempotencyKey, e.At, e.Metadata}
 	}, func() error {
 		n := len(rows)
 		var (
@@ -77,15 +82,21 @@ func (entriesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events [
 			accounts, types, reasons, refs, currency, key = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 			revs, amounts, balances                       = make([]int64, n), make([]int64, n), make([]int64, n)
 			ats                                           = make([]time.Time, n)
+			metadata                                      = make([]string, n)
 		)
 		for i, e := range rows {
 			ids[i], accounts[i], revs[i], types[i], reasons[i], refs[i] = e.EventID, e.AccountID, e.Revision, e.Type, e.Reason, e.Ref
 			amounts[i], currency[i], balances[i], key[i], ats[i] = e.Amount, e.Currency, e.BalanceAfter, e.IdempotencyKey, e.At
+			md, err := json.Marshal(e.Metadata)
+			if err != nil {
+				return err
+			}
+			metadata[i] = string(md)
 		}
-		sql := fmt.Sprintf(`INSERT INTO %s (event_id, account_id, revision, type, reason, ref, amount, currency, balance_after, idempotency_key, at)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::bigint[], $10::text[], $11::timestamptz[])
+		sql := fmt.Sprintf(`INSERT INTO %s (event_id, account_id, revision, type, reason, ref, amount, currency, balance_after, idempotency_key, at, metadata)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::bigint[], $10::text[], $11::timestamptz[], $12::jsonb[])
 ON CONFLICT (event_id) DO NOTHING`, Table("entries", gen))
-		_, err := tx.Exec(ctx, sql, ids, accounts, revs, types, reasons, refs, amounts, currency, balances, key, ats)
+		_, err := tx.Exec(ctx, sql, ids, accounts, revs, types, reasons, refs, amounts, currency, balances, key, ats, metadata)
 		return err
 	})
 	if err != nil {

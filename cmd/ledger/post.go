@@ -63,7 +63,7 @@ func postCommand() *cli.Command {
 		flags = append(flags, &cli.StringFlag{Name: f.flag, Category: "body", Usage: f.usage, Sources: cli.EnvVars("LEDGER_POST_" + envName(f.flag))})
 	}
 	flags = append(flags,
-		&cli.StringSliceFlag{Name: "metadata", Category: "body", Usage: "metadata entry key=value of a new account (repeat the flag)", Sources: cli.EnvVars("LEDGER_POST_METADATA")},
+		&cli.StringSliceFlag{Name: "metadata", Category: "body", Usage: "metadata entry key=value (repeat the flag) of open_account or of a command that moves or reserves money", Sources: cli.EnvVars("LEDGER_POST_METADATA")},
 		&cli.StringFlag{Name: "json", Category: "body", Usage: "the body as JSON: sent as is, or with the field flags merged into it", Sources: cli.EnvVars("LEDGER_POST_JSON")},
 		&cli.BoolFlag{Name: "jetstream", Usage: "publish with js.Publish to LEDGER_COMMANDS; the ledger acknowledges once the outcome is durable (print it with --query)", Sources: cli.EnvVars("LEDGER_POST_JETSTREAM")},
 		&cli.BoolFlag{Name: "query", Usage: "ask ledger.v1.query.command for the outcome of --key instead of posting", Sources: cli.EnvVars("LEDGER_POST_QUERY")},

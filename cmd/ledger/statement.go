@@ -179,13 +179,21 @@ func (st *statement) writeTable(w io.Writer) {
 
 func (st *statement) writeCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
-	rows := [][]string{{"account_id", "at", "revision", "type", "amount", "balance_after", "idempotency_key", "transfer_id", "event_id"}}
-	rows = append(rows, []string{st.Account, st.From, "", "opening_balance", "", strconv.FormatInt(st.Opening, 10), "", "", ""})
+	rows := [][]string{{"account_id", "at", "revision", "type", "amount", "balance_after", "idempotency_key", "transfer_id", "event_id", "metadata"}}
+	rows = append(rows, []string{st.Account, st.From, "", "opening_balance", "", strconv.FormatInt(st.Opening, 10), "", "", "", ""})
 	for _, e := range st.Entries {
+		md := ""
+		if len(e.Metadata) > 0 {
+			b, err := json.Marshal(e.Metadata)
+			if err != nil {
+				return fmt.Errorf("statement: %w", err)
+			}
+			md = string(b)
+		}
 		rows = append(rows, []string{st.Account, e.At, strconv.FormatInt(e.Revision, 10), e.Type, strconv.FormatInt(e.Amount, 10),
-			strconv.FormatInt(e.BalanceAfter, 10), e.IdempotencyKey, e.TransferID, e.EventID})
+			strconv.FormatInt(e.BalanceAfter, 10), e.IdempotencyKey, e.TransferID, e.EventID, md})
 	}
-	rows = append(rows, []string{st.Account, st.To, "", "closing_balance", "", strconv.FormatInt(st.Closing, 10), "", "", ""})
+	rows = append(rows, []string{st.Account, st.To, "", "closing_balance", "", strconv.FormatInt(st.Closing, 10), "", "", "", ""})
 	if err := cw.WriteAll(rows); err != nil {
 		return fmt.Errorf("statement: %w", err)
 	}

@@ -105,21 +105,22 @@ func holdRowOf(account, currency string, h *domain.Hold, captured int64) string 
 func entryRow(re eventstore.RecordedEvent, m domain.Metadata, payload any, account string, balance int64) (string, bool) {
 	var reason, ref, currency string
 	var amount int64
+	var md map[string]string
 	switch p := payload.(type) {
 	case *domain.Credited:
-		reason, ref, currency, amount = p.Reason, p.Ref, p.Currency, p.Amount
+		reason, ref, currency, amount, md = p.Reason, p.Ref, p.Currency, p.Amount, p.Metadata
 	case *domain.Debited:
-		reason, ref, currency, amount = p.Reason, p.Ref, p.Currency, -p.Amount
+		reason, ref, currency, amount, md = p.Reason, p.Ref, p.Currency, -p.Amount, p.Metadata
 	case *domain.HoldCaptured:
-		reason, ref, currency, amount = "hold_capture", p.HoldID, p.Currency, -p.Amount
+		reason, ref, currency, amount, md = "hold_capture", p.HoldID, p.Currency, -p.Amount, p.Metadata
 	default:
 		return "", false
 	}
-	return rowDigest(entryString(re.ID.String(), account, int64(re.Revision), re.Type, reason, ref, amount, currency, balance, m.Key, m.At)), true
+	return rowDigest(entryString(re.ID.String(), account, int64(re.Revision), re.Type, reason, ref, amount, currency, balance, m.Key, m.At, md)), true
 }
 
-func entryString(id, account string, rev int64, typ, reason, ref string, amount int64, currency string, balance int64, key string, at time.Time) string {
-	return row(id, account, rev, typ, reason, ref, amount, currency, balance, key, at)
+func entryString(id, account string, rev int64, typ, reason, ref string, amount int64, currency string, balance int64, key string, at time.Time, md map[string]string) string {
+	return row(id, account, rev, typ, reason, ref, amount, currency, balance, key, at, metadataJSON(md))
 }
 
 // historyRow renders the balance-history row of an account event: the account
@@ -221,7 +222,7 @@ func ReadTable(ctx context.Context, q Querier, table string, gen int, account st
 	case "holds":
 		sql = `SELECT account_id, hold_id, amount, currency, status, captured, expires_at, idempotency_key FROM %s WHERE $1 = '' OR account_id = $1`
 	case "entries":
-		sql = `SELECT event_id, account_id, revision, type, reason, ref, amount, currency, balance_after, idempotency_key, at FROM %s WHERE $1 = '' OR account_id = $1`
+		sql = `SELECT event_id, account_id, revision, type, reason, ref, amount, currency, balance_after, idempotency_key, at, metadata::text FROM %s WHERE $1 = '' OR account_id = $1`
 	case "transfers":
 		sql = `SELECT transfer_id, from_account, to_account, amount, currency, status, refunded FROM %s WHERE $1 = '' OR from_account = $1 OR to_account = $1`
 	case "balance_history":
@@ -273,13 +274,17 @@ func scanRow(table string, rows pgx.Rows) (key, r string, err error) {
 		return account + "/" + hold, row(account, hold, amount, currency, status, captured, exp, key), nil
 	case "entries":
 		var id uuid.UUID
-		var account, typ, reason, ref, currency, key string
+		var account, typ, reason, ref, currency, key, mdText string
 		var rev, amount, balance int64
 		var at time.Time
-		if err := rows.Scan(&id, &account, &rev, &typ, &reason, &ref, &amount, &currency, &balance, &key, &at); err != nil {
+		if err := rows.Scan(&id, &account, &rev, &typ, &reason, &ref, &amount, &currency, &balance, &key, &at, &mdText); err != nil {
 			return "", "", err
 		}
-		return id.String(), rowDigest(entryString(id.String(), account, rev, typ, reason, ref, amount, currency, balance, key, at)), nil
+		var md map[string]string
+		if err := json.Unmarshal([]byte(mdText), &md); err != nil {
+			return "", "", err
+		}
+		return id.String(), rowDigest(entryString(id.String(), account, rev, typ, reason, ref, amount, currency, balance, key, at, md)), nil
 	case "balance_history":
 		var id uuid.UUID
 		var account, typ, currency, status string

@@ -140,6 +140,8 @@ type Entry struct {
 	At             string `json:"at"` // RFC 3339, UTC
 	// TransferID names the transfer of a transfer's or a transfer refund's step (v1.1).
 	TransferID string `json:"transfer_id,omitempty"`
+	// Metadata is the client's, of the command that moved the money (v1.1).
+	Metadata map[string]string `json:"metadata"`
 }
 
 // Entries is the reply of the entries query, oldest first.
@@ -417,7 +419,7 @@ func (s *Service) Entries(ctx context.Context, q EntriesRequest) (*Entries, *Err
 			return errNotFound
 		}
 		// One row more than the page tells whether there is a next page.
-		rows, err := tx.Query(ctx, `SELECT event_id::text, revision, type, amount, balance_after, idempotency_key, at, reason, ref
+		rows, err := tx.Query(ctx, `SELECT event_id::text, revision, type, amount, balance_after, idempotency_key, at, reason, ref, metadata
 			FROM readmodel.entries WHERE account_id = $1 AND revision > $2
 				AND ($4::timestamptz IS NULL OR at >= $4) AND ($5::timestamptz IS NULL OR at < $5)
 			ORDER BY revision LIMIT $3`, q.AccountID, after, limit+1, from, to)
@@ -427,13 +429,14 @@ func (s *Service) Entries(ctx context.Context, q EntriesRequest) (*Entries, *Err
 		var e Entry
 		var at time.Time
 		var reason, ref string
-		_, err = pgx.ForEachRow(rows, []any{&e.EventID, &e.Revision, &e.Type, &e.Amount, &e.BalanceAfter, &e.IdempotencyKey, &at, &reason, &ref}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&e.EventID, &e.Revision, &e.Type, &e.Amount, &e.BalanceAfter, &e.IdempotencyKey, &at, &reason, &ref, &e.Metadata}, func() error {
 			e.At = at.UTC().Format(time.RFC3339Nano)
 			e.TransferID = ""
 			if domain.TransferReason(reason) {
 				e.TransferID = ref
 			}
 			out.Entries = append(out.Entries, e)
+			e.Metadata = nil // the next row's decodes into a map of its own
 			return nil
 		})
 		if n := len(out.Entries); err == nil && n > limit {

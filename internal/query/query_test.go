@@ -148,7 +148,7 @@ func TestQueriesOverNATSAndHTTP(t *testing.T) {
 		t.Fatalf("entries: %v", ent)
 	}
 	e0, e1 := list[0].(map[string]any), list[1].(map[string]any)
-	if !reflect.DeepEqual(keys(e0), []string{"amount", "at", "balance_after", "event_id", "idempotency_key", "revision", "type"}) ||
+	if !reflect.DeepEqual(keys(e0), []string{"amount", "at", "balance_after", "event_id", "idempotency_key", "metadata", "revision", "type"}) ||
 		e0["amount"] != 1000.0 || e1["amount"] != -300.0 || e1["balance_after"] != 700.0 || e1["idempotency_key"] != "t1:debit" {
 		t.Fatalf("entries: %v", list)
 	}
@@ -498,6 +498,42 @@ func TestBalanceAsOfMatchesAFold(t *testing.T) {
 		r := f.ask(t, "balance", bad.body)
 		if r["code"] != bad.code || !strings.Contains(fmt.Sprint(r["fields"]), bad.field) {
 			t.Fatalf("%v: %v, want %s naming %q", bad.body, r, bad.code, bad.field)
+		}
+	}
+}
+
+// TestStatementShowsMetadata (PROTOCOL.md v1.1 §2): the metadata of a money
+// command is stored with its events and shown on its statement entries, on both
+// accounts of a transfer; the same key with other metadata is a conflict naming
+// it, and writes nothing.
+func TestStatementShowsMetadata(t *testing.T) {
+	f := setup(t, 10*time.Second)
+	ctx := context.Background()
+	for _, a := range []string{"m1", "m2"} {
+		f.env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-" + a, "account_id": a, "currency": "EUR"})
+	}
+	md := map[string]any{"order": "o-77", "channel": "web"}
+	f.env.MustApply(t, "deposit", map[string]any{"idempotency_key": "md-1", "account_id": "m1", "amount": 500, "currency": "EUR", "metadata": md})
+	tr := f.env.MustApply(t, "transfer", map[string]any{"idempotency_key": "mt-1", "transfer_id": "mt-1", "from": "m1", "to": "m2", "amount": 200, "currency": "EUR", "metadata": map[string]any{"invoice": "inv-9"}})
+	r := f.env.Post(ctx, "deposit", map[string]any{"idempotency_key": "md-1", "account_id": "m1", "amount": 500, "currency": "EUR", "metadata": map[string]any{"order": "o-78"}})
+	if r.Code != "idempotency_key_conflict" || !reflect.DeepEqual(r.Fields, []string{"metadata"}) {
+		t.Fatalf("other metadata under the key: %+v", r)
+	}
+	f.start(t)
+	entries := func(account string) []any {
+		e := f.ask(t, "entries", map[string]any{"account_id": account, "min_position": tr.Position})
+		return e["entries"].([]any)
+	}
+	m1, m2 := entries("m1"), entries("m2")
+	if len(m1) != 2 || len(m2) != 1 {
+		t.Fatalf("entries m1 %v, m2 %v", m1, m2)
+	}
+	if got := m1[0].(map[string]any)["metadata"]; !reflect.DeepEqual(got, md) {
+		t.Fatalf("deposit's entry metadata %v, want %v", got, md)
+	}
+	for _, e := range []any{m1[1], m2[0]} {
+		if got := e.(map[string]any)["metadata"]; !reflect.DeepEqual(got, map[string]any{"invoice": "inv-9"}) {
+			t.Fatalf("transfer step's entry metadata %v", e)
 		}
 	}
 }
