@@ -23,6 +23,7 @@ func devCommand() *cli.Command {
 	flags := []cli.Flag{
 		config.DataDirFlag("directory of JetStream's files, the private PostgreSQL cluster and dev.json"),
 		&cli.StringFlag{Name: "nats-addr", Value: "127.0.0.1:4222", Usage: "listen address of the embedded NATS server (port 0: any free port)", Sources: cli.EnvVars("LEDGER_NATS_ADDR")},
+		&cli.BoolFlag{Name: "nats-auth", Usage: "make the embedded NATS server require a user and a password, generated at start and written into the NATS URL of <data-dir>/dev.json (mode 0600), for a machine that is not yours alone", Sources: cli.EnvVars("LEDGER_DEV_NATS_AUTH")},
 		&cli.StringFlag{Name: "nats-sync", Value: embednats.DefaultSyncInterval.String(), Usage: "how often JetStream fsyncs its files: a duration, or always (every message; caps the command stream at a few thousand messages/s). Acknowledged outcomes never depend on it: they are durable in the event store first", Sources: cli.EnvVars("LEDGER_NATS_SYNC")},
 		&cli.StringFlag{Name: config.FlagHTTPAddr, Value: "127.0.0.1:8080", Usage: "listen address of the HTTP API (port 0: any free port)", Sources: cli.EnvVars(config.EnvHTTPAddr)},
 		&cli.StringFlag{Name: config.FlagDatabaseURL, Usage: "use this PostgreSQL instead of a private cluster under --data-dir", Sources: cli.EnvVars(config.EnvDatabaseURL)},
@@ -76,6 +77,7 @@ func runDev(ctx context.Context, cmd *cli.Command) error {
 	env, err := devenv.Start(ctx, devenv.Options{
 		DataDir:          dir,
 		NATSAddr:         cmd.String("nats-addr"),
+		NATSAuth:         cmd.Bool("nats-auth"),
 		NATSSyncInterval: syncEvery,
 		NATSSyncAlways:   syncAlways,
 		HTTPAddr:         cmd.String(config.FlagHTTPAddr),

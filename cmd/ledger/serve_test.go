@@ -6,10 +6,13 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/ledgerworks/ledger/internal/config"
 	"github.com/ledgerworks/ledger/internal/devenv/devtest"
@@ -81,5 +84,52 @@ func TestServe(t *testing.T) {
 	}
 	if !strings.Contains(logs, `"msg":"stopped"`) || !bytes.Contains([]byte(logs), []byte("xxxxx@")) {
 		t.Fatalf("log lacks the clean stop or the redacted URL:\n%s", logs)
+	}
+}
+
+// `ledger dev --nats-auth`: the embedded NATS server refuses a client without
+// the generated user and password; `ledger post` finds them in dev.json (mode
+// 0600) and gets its answer; the log (at info) never holds the password, nor the
+// private cluster's.
+func TestDevNATSAuth(t *testing.T) {
+	dir := t.TempDir()
+	dev := startDev(t, dir, []string{"--nats-addr", "127.0.0.1:0", "--nats-auth", "--log-level", "info"}, nil)
+	u, err := url.Parse(dev.info.NATSURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	password, ok := u.User.Password()
+	if !ok || len(password) < 32 {
+		t.Fatalf("dev.json's NATS URL carries no generated password: %s", config.Redact(dev.info.NATSURL))
+	}
+	fi, err := os.Stat(filepath.Join(dir, "dev.json"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("dev.json: %v %v", err, fi.Mode())
+	}
+	bare := *u
+	bare.User = nil
+	if nc, err := nats.Connect(bare.String()); err == nil {
+		nc.Close()
+		t.Fatal("a client without credentials got in")
+	}
+	env := []string{config.EnvDataDir + "=" + dir}
+	if r, o, code := postCLI(t, env, "open_account", "--key", "o-1", "--account", "a", "--currency", "EUR"); code != 0 || r["status"] != "applied" {
+		t.Fatalf("open_account through dev.json: exit %d\n%s", code, o)
+	}
+	wrong := append(env, config.EnvNATSURL+"="+bare.String(), config.EnvNATSUser+"=ledger", config.EnvNATSPassword+"=not-the-password")
+	if _, o, code := postCLI(t, wrong, "deposit", "--key", "d-1", "--account", "a", "--amount", "1", "--currency", "EUR"); code != exitNoReply ||
+		!strings.Contains(o, "auth: user ledger with a password") || strings.Contains(o, "not-the-password") {
+		t.Fatalf("a wrong password: exit %d, want %d with the mode named and no secret:\n%s", code, exitNoReply, o)
+	}
+	dev.stop()
+	logs := dev.out.String()
+	pgPassword, _ := os.ReadFile(filepath.Join(dir, "postgres", "superuser.password"))
+	for _, secret := range []string{password, strings.TrimSpace(string(pgPassword))} {
+		if secret != "" && strings.Contains(logs, secret) {
+			t.Fatalf("a password reached the log:\n%s", logs)
+		}
+	}
+	if !strings.Contains(logs, "nats-server ready") {
+		t.Fatalf("the log at info lacks the server's start (the test would pass vacuously):\n%s", logs)
 	}
 }

@@ -155,9 +155,37 @@ func (n NATS) Connect(name string, extra ...nats.Option) (*nats.Conn, error) {
 	base := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.Timeout(5 * time.Second)}
 	nc, err := nats.Connect(url, append(append(base, opts...), extra...)...)
 	if err != nil {
-		return nil, fmt.Errorf("config: connect to NATS at %s: %w", Redact(url), err)
+		return nil, fmt.Errorf("config: connect to NATS at %s (%s): %w", Redact(url), n.Mode(), err)
 	}
 	return nc, nil
+}
+
+// Mode names how the configuration authenticates, for errors and logs: never a
+// secret, only which settings are in use.
+func (n NATS) Mode() string {
+	var auth []string
+	switch {
+	case n.Creds != "":
+		auth = append(auth, "credentials file "+n.Creds)
+	case n.NKey != "":
+		auth = append(auth, "nkey seed file "+n.NKey)
+	}
+	if n.User != "" {
+		auth = append(auth, "user "+n.User+" with a password")
+	}
+	if n.Token != "" {
+		auth = append(auth, "token")
+	}
+	if len(auth) == 0 {
+		auth = append(auth, "no authentication")
+	}
+	switch {
+	case n.TLSCert != "":
+		auth = append(auth, "mutual TLS")
+	case n.TLSCA != "":
+		auth = append(auth, "TLS")
+	}
+	return "auth: " + strings.Join(auth, ", ")
 }
 
 // FlagGOGC is --gogc (LEDGER_GOGC).

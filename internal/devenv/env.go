@@ -2,9 +2,12 @@ package devenv
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -34,6 +37,9 @@ type Options struct {
 	// (embednats.Options: default every second).
 	NATSSyncInterval time.Duration
 	NATSSyncAlways   bool
+	// NATSAuth makes the embedded server require a user and a password, generated
+	// at start; they travel in NATSURL, which dev.json (mode 0600) holds.
+	NATSAuth bool
 	// HTTPAddr is where /healthz, /readyz, /metrics (and runners' routes) listen
 	// ("" for no HTTP; port 0: a free one).
 	HTTPAddr string
@@ -92,12 +98,28 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	if o.NATSAddr == "" {
 		o.NATSAddr = "127.0.0.1:4222"
 	}
-	env.NATS, err = embednats.Start(embednats.Options{Addr: o.NATSAddr, StoreDir: filepath.Join(dir, NATSSubdir), SyncInterval: o.NATSSyncInterval, SyncAlways: o.NATSSyncAlways, Logger: log})
+	nopt := embednats.Options{Addr: o.NATSAddr, StoreDir: filepath.Join(dir, NATSSubdir), SyncInterval: o.NATSSyncInterval, SyncAlways: o.NATSSyncAlways, Logger: log}
+	if o.NATSAuth {
+		var raw [24]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			return env, err
+		}
+		nopt.User, nopt.Password = "ledger", hex.EncodeToString(raw[:])
+	}
+	env.NATS, err = embednats.Start(nopt)
 	if err != nil {
 		return env, err
 	}
 	env.NATSURL = env.NATS.ClientURL()
-	log.Info("nats-server ready", "url", env.NATSURL, "jetstream", filepath.Join(dir, NATSSubdir))
+	if o.NATSAuth {
+		u, err := url.Parse(env.NATSURL)
+		if err != nil {
+			return env, err
+		}
+		u.User = url.UserPassword(nopt.User, nopt.Password)
+		env.NATSURL = u.String()
+	}
+	log.Info("nats-server ready", "url", config.Redact(env.NATSURL), "auth", o.NATSAuth, "jetstream", filepath.Join(dir, NATSSubdir))
 
 	env.DatabaseURL = o.DatabaseURL
 	if env.DatabaseURL == "" {

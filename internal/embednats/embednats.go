@@ -37,6 +37,8 @@ type Options struct {
 	SyncInterval time.Duration
 	SyncAlways   bool
 	Logger       *slog.Logger
+	// User and Password, when set, are required of every client.
+	User, Password string
 }
 
 // DefaultSyncInterval is Options.SyncInterval's default.
@@ -77,6 +79,8 @@ func Start(o Options) (*server.Server, error) {
 		// Leave room above the ledger's 64 KiB body limit so that an oversized
 		// command still arrives and gets its invalid_request reply.
 		MaxPayload: 1 << 20,
+		Username:   o.User,
+		Password:   o.Password,
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
