@@ -13,8 +13,6 @@ import (
 	"github.com/ledgerworks/ledger/internal/config"
 )
 
-func init() { subcommands = append(subcommands, auditCommand()) }
-
 func auditCommand() *cli.Command {
 	flags := append(eventStoreFlags(),
 		&cli.StringFlag{Name: "account", Usage: "check this account only (money conservation is still checked for the whole ledger)", Sources: cli.EnvVars("LEDGER_AUDIT_ACCOUNT")},

@@ -21,8 +21,6 @@ import (
 	"github.com/ledgerworks/ledger/internal/embednats"
 )
 
-func init() { subcommands = append(subcommands, benchCommand()) }
-
 const (
 	flagBenchQuick        = "quick"
 	flagBenchClients      = "clients"

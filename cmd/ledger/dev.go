@@ -17,8 +17,6 @@ import (
 	"github.com/ledgerworks/ledger/internal/embednats"
 )
 
-func init() { subcommands = append(subcommands, devCommand()) }
-
 func devCommand() *cli.Command {
 	flags := []cli.Flag{
 		config.DataDirFlag("directory of JetStream's files, the private PostgreSQL cluster and dev.json"),
@@ -66,7 +64,7 @@ func runDev(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return exitWith(2, err)
 	}
-	opts.Runners = append(append(opts.Runners, serveRunners...), devRunners...)
+	opts.Runners = append(opts.Runners, devRunners()...)
 	syncEvery, syncAlways, err := embednats.ParseSync(cmd.String("nats-sync"))
 	if err != nil {
 		return exitWith(2, err)

@@ -1,7 +1,7 @@
 // Command ledger is the payment ledger's command-side program: `serve` runs the
 // command service, `dev` runs everything on a laptop, `post` sends one command.
-// Other files of this package add subcommands (replay, audit) and background
-// runners (the transfer process, the projector) from their init functions.
+// Its subcommands are listed in one place (subcommands, below), each in a file
+// of its own.
 package main
 
 import (
@@ -9,27 +9,31 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/ledgerworks/ledger/internal/node"
 )
 
-// subcommands are the commands of `ledger`: each file appends its own in init().
-var subcommands []*cli.Command
+// subcommands are the commands of `ledger`, in the order `--help` lists them.
+func subcommands() []*cli.Command {
+	return []*cli.Command{
+		auditCommand(),     // audit.go
+		benchCommand(),     // bench.go
+		devCommand(),       // dev.go
+		postCommand(),      // post.go
+		replayCommand(),    // replay.go
+		serveCommand(),     // serve.go
+		statementCommand(), // statement.go
+	}
+}
 
-// devRunners run inside `ledger dev` (the transfer process, the projector, ...):
-// append to it in init(). serveRunners run inside `ledger serve` as well as
-// `ledger dev` (the transfer process belongs to the command service).
-var (
-	devRunners   []node.Runner
-	serveRunners []node.Runner
-)
+// devRunners run inside `ledger dev` beside the command service's own runners
+// (the transfer process, serviceOptions): the read side (projector.go).
+func devRunners() []node.Runner { return []node.Runner{projectorRunner()} }
 
 func newApp() *cli.Command {
-	cmds := append([]*cli.Command(nil), subcommands...)
-	sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name < cmds[j].Name })
+	cmds := subcommands()
 	return &cli.Command{
 		Name:  "ledger",
 		Usage: "an event-sourced payment ledger over NATS (see PROTOCOL.md)",

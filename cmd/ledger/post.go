@@ -22,8 +22,6 @@ import (
 	"github.com/ledgerworks/ledger/internal/natsapi"
 )
 
-func init() { subcommands = append(subcommands, postCommand()) }
-
 // Exit statuses of `ledger post`.
 const (
 	exitApplied  = 0 // the ledger answered applied

@@ -10,9 +10,6 @@ import (
 	"github.com/ledgerworks/ledger/projections"
 )
 
-// `ledger dev` runs the read side in-process.
-func init() { devRunners = append(devRunners, projectorRunner()) }
-
 // projectorRunner runs the read side inside a ledger node: the projector on the
 // node's event store and database, the events publisher (LEDGER_EVENTS, PROTOCOL.md
 // §4.1) on the node's NATS connection, the NATS queries account, entries and transfer

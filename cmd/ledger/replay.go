@@ -18,8 +18,6 @@ import (
 	"github.com/ledgerworks/ledger/internal/config"
 )
 
-func init() { subcommands = append(subcommands, replayCommand()) }
-
 // eventStoreFlags are the flags of the commands that read the event store alone.
 func eventStoreFlags() []cli.Flag {
 	return []cli.Flag{

@@ -20,8 +20,6 @@ import (
 	"github.com/ledgerworks/ledger/migrations"
 )
 
-func init() { subcommands = append(subcommands, serveCommand()) }
-
 // transferProcessRunner runs the transfer process (internal/ledger/process.go) on
 // every instance, in `serve` and `dev`: it finishes sagas left half-way by a crash
 // and expires holds. Every step it takes is idempotent, so one per instance is
@@ -198,7 +196,6 @@ func runServe(ctx context.Context, cmd *cli.Command) error {
 	opts.EventStoreURL = esURL
 	opts.DatabaseURL = dbURL
 	opts.HTTPAddr = cmd.String(config.FlagHTTPAddr)
-	opts.Runners = append(opts.Runners, serveRunners...)
 	n, err := node.Start(ctx, opts)
 	if err != nil {
 		return err

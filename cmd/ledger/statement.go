@@ -19,8 +19,6 @@ import (
 	"github.com/ledgerworks/ledger/internal/query"
 )
 
-func init() { subcommands = append(subcommands, statementCommand()) }
-
 func statementCommand() *cli.Command {
 	flags := []cli.Flag{
 		&cli.StringFlag{Name: "from", Usage: "start of the period, inclusive (RFC 3339; default: the account's first entry)", Sources: cli.EnvVars("LEDGER_STATEMENT_FROM")},
