@@ -282,6 +282,23 @@ func scenarioKillProjector(ctx context.Context, s *suite, res *result) error {
 	})
 }
 
+// ---- scenario 11: SIGKILL of the events publisher ----
+
+// scenarioKillPublisher kills the one projector, which holds the publisher's
+// lease, 10 times while commands flow (in --quick too, with shorter pauses): at
+// the end C9 demands every stored event on LEDGER_EVENTS once, in order, none
+// before it was stored.
+func scenarioKillPublisher(ctx context.Context, s *suite, res *result) error {
+	rng := s.rng("11")
+	return runBank(ctx, s, res, bank{
+		ledgers: 1, projectors: 1, accounts: 20, producers: 6, commands: s.size(4000, 1500),
+		resend: 0.05, retries: 8, required: true, planned: true,
+		faults: func(ctx context.Context, sys *system, res *result) {
+			killer(sys, res, rng, 10, s.durScale(300*time.Millisecond, time.Second), s.durScale(800*time.Millisecond, 3*time.Second), func() *svc { return sys.projectors[0] })(ctx)
+		},
+	})
+}
+
 // ---- scenario 5: PostgreSQL restart -m immediate ----
 
 func scenarioPostgresRestart(ctx context.Context, s *suite, res *result) error {

@@ -26,6 +26,7 @@ func scenarios() []scenario {
 		{"8", "commit-order race of the PostgreSQL store", scenarioCommitOrder},
 		{"9", "bad input and fuzzing the decoder", scenarioBadInput},
 		{"10", "mixed soak", scenarioSoak},
+		{"11", "SIGKILL of the events publisher", scenarioKillPublisher},
 	}
 }
 
