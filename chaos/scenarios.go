@@ -60,6 +60,7 @@ type bank struct {
 	producers           int
 	commands            int
 	resend, reuse, js   float64
+	hot                 float64 // share of the commands on one account
 	retries             int
 	timeout             time.Duration
 	pace                time.Duration
@@ -123,7 +124,7 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 		retries = 8
 	}
 	w := &workload{prefix: "s" + res.id, accounts: hotAccounts("s"+res.id, b.accounts), producers: b.producers, commands: b.commands,
-		resend: b.resend, reuse: b.reuse, jetstream: b.js, retries: retries, pace: b.pace, seed: s.seed ^ uint64(len(res.id))<<32 ^ uint64(res.id[0])}
+		resend: b.resend, reuse: b.reuse, jetstream: b.js, retries: retries, pace: b.pace, seed: s.seed ^ uint64(len(res.id))<<32 ^ uint64(res.id[0]), hot: b.hot}
 	if err := w.open(ctx, c); err != nil {
 		return err
 	}
@@ -319,7 +320,7 @@ func (sys *system) finish(ctx context.Context, h *History, res *result, required
 func scenarioBank(ctx context.Context, s *suite, res *result) error {
 	return runBank(ctx, s, res, bank{
 		ledgers: 1, projectors: 1, accounts: 20, producers: 8,
-		commands: s.size(5000, 400), resend: 0.10, reuse: 0.02, required: true,
+		commands: s.size(5000, 400), resend: 0.10, reuse: 0.02, hot: 0.5, required: true,
 		evidence: func(_ context.Context, _ *system, res *result) {
 			// The faults of this scenario are the client's own: resends and reuse.
 			res.ev.Other += res.stats.Duplicates + res.stats.Conflicts

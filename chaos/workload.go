@@ -28,6 +28,9 @@ type workload struct {
 	retries   int     // attempts per command while the outcome is indefinite
 	pace      time.Duration
 	seed      uint64
+	// hot is the share of commands on the first account (a merchant's or a fee
+	// account: most commands pipeline on it, issue 12).
+	hot float64
 	// until, when set, keeps the producers going past their share until it closes.
 	until <-chan struct{}
 }
@@ -146,6 +149,9 @@ func (w *workload) run(ctx context.Context, c *client) {
 func (w *workload) next(rng *rand.Rand, p, i int) sentCmd {
 	key := fmt.Sprintf("%s-p%d-%05d", w.prefix, p, i)
 	a := w.accounts[rng.IntN(len(w.accounts))]
+	if w.hot > 0 && rng.Float64() < w.hot {
+		a = w.accounts[0]
+	}
 	x := rng.Float64()
 	switch {
 	case x < 0.35:
