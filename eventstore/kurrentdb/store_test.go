@@ -476,9 +476,17 @@ func TestSubscriptionResumesFromCheckpoint(t *testing.T) {
 }
 
 // TestSubscribeAfterPositionBetweenEvents: a start position that is not an
-// event's (a stored checkpoint, say) must not cost the next event.
+// event's (a stored checkpoint, say) must not cost the next event, on a release
+// that starts strictly after the position and on 23.10, which skipped the first
+// event at or after it.
 func TestSubscribeAfterPositionBetweenEvents(t *testing.T) {
-	srv, url := kurrenttest.Start(t)
+	for _, release := range []kurrenttest.Release{kurrenttest.DefaultRelease, kurrenttest.Release23_10} {
+		t.Run(string(release), func(t *testing.T) { subscribeBetweenEvents(t, release) })
+	}
+}
+
+func subscribeBetweenEvents(t *testing.T, release kurrenttest.Release) {
+	srv, url := kurrenttest.Start(t, kurrenttest.WithRelease(release))
 	s := open(t, url)
 	a := mustAppend(t, s, "acct-1", eventstore.NoStream, ev("E"))
 	b := ev("E")

@@ -56,6 +56,12 @@ const (
 	// (Enumerator.AllSubscriptionFiltered: ConvertCheckpoint(null) is
 	// TFPos(-1,-1), converted unsigned). So do 24.2, 24.6 and 24.10.0-24.10.4.
 	Release24_10_4 Release = "24.10.4"
+	// Release23_10 starts a $all subscription after the first event at or after
+	// its start position (ReadAllEventsForward(start, 1).NextPos): exclusive when
+	// an event sits there, and losing the next event when none does. 24.2 and
+	// later send every event strictly after the position and skip nothing. It
+	// has no KDB-710.
+	Release23_10 Release = "23.10"
 	// Release24_10_5 fixed KDB-710 (as did 25.0).
 	Release24_10_5 Release = "24.10.5"
 	// DefaultRelease is what New models unless WithRelease says otherwise.
@@ -64,6 +70,10 @@ const (
 
 // maxCheckpoint reports whether the release sends KDB-710's checkpoint.
 func (r Release) maxCheckpoint() bool { return r == Release24_10_4 }
+
+// skipsAfterStart reports whether a $all subscription skips the first event at
+// or after its start position (23.10) rather than starting strictly after it.
+func (r Release) skipsAfterStart() bool { return r == Release23_10 }
 
 // WithRelease makes the server behave as the named release where the releases
 // modelled differ (see Release).

@@ -613,14 +613,16 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 		next = len(all)
 	default:
 		ss.s.noteStart(fmt.Sprintf("%d/%d", ro.commit, ro.prepare))
-		// As the server does (ReadAllEventsForward(start, 1).NextPos): skip the first
-		// event at or after the start position. That makes the start exclusive when
-		// an event sits at it, and loses the next event when none does.
+		// Strictly after the start position (24.2 and later); 23.10 skipped the
+		// first event at or after it (ReadAllEventsForward(start, 1).NextPos),
+		// which is exclusive when an event sits at it and loses the next event when
+		// none does.
 		next = firstAtOrAfter(all, ro.commit)
 		for next < len(all) && before(all[next], ro.commit, ro.prepare) {
 			next++
 		}
-		if next < len(all) {
+		atStart := next < len(all) && all[next].pos == ro.commit && ro.commit == ro.prepare
+		if next < len(all) && (atStart || ss.s.release.skipsAfterStart()) {
 			next++
 		}
 	}
