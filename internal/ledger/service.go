@@ -204,8 +204,14 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 				// Nothing is written, so no expected revision would catch a cache
 				// that another instance left behind (one that may hold this very
 				// key, or the state that makes the command valid): decide again on
-				// the store's head.
+				// the store's head, once the appends in flight have settled (a
+				// pending state is never caught up from the store).
 				refresh = true
+				if wait := s.pipes.settle(stream); wait != nil {
+					if err := l.waitFor(ctx, wait); err != nil {
+						return nil, false, nil, err
+					}
+				}
 				continue
 			}
 			if d.Invalid != nil {
