@@ -142,8 +142,8 @@ func TestDevNATSAuth(t *testing.T) {
 // commands and gets its replies from `ledger serve`, but can neither consume
 // LEDGER_COMMANDS nor publish to LEDGER_EVENTS (RELIABILITY.md, Security).
 func TestClientLeastPermissions(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir(),
+	ns := devtest.NATSWith(t, &server.Options{
+		JetStream: true, StoreDir: t.TempDir(),
 		Users: []*server.User{
 			{Username: "ledger", Password: "ledger-pw"},
 			{Username: "client", Password: "client-pw", Permissions: &server.Permissions{
@@ -152,14 +152,6 @@ func TestClientLeastPermissions(t *testing.T) {
 			}},
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
 	cmd := exec.Command(ledgerBinary(t), "serve", "--log-format", "json", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
 	cmd.Env = append(os.Environ(), config.EnvNATSURL+"="+ns.ClientURL(), config.EnvNATSUser+"=ledger", config.EnvNATSPassword+"=ledger-pw",
 		config.EnvDatabaseURL+"="+pgtest.URL(t))

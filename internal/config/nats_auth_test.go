@@ -19,22 +19,13 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+
+	"github.com/ledgerworks/ledger/internal/devenv/devtest"
 )
 
 // startAuthNATS starts a nats-server with opts (auth and TLS set by the caller).
 func startAuthNATS(t *testing.T, opts *server.Options) *server.Server {
-	t.Helper()
-	opts.Host, opts.Port, opts.NoLog, opts.NoSigs = "127.0.0.1", -1, true, true
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	return ns
+	return devtest.NATSWith(t, opts)
 }
 
 func writeFile(t *testing.T, name string, b []byte) string {

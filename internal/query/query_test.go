@@ -21,6 +21,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/devenv/devtest"
 	"github.com/ledgerworks/ledger/internal/pgtest"
 	"github.com/ledgerworks/ledger/internal/query"
 	"github.com/ledgerworks/ledger/projections"
@@ -39,15 +40,7 @@ type fixture struct {
 func setup(t *testing.T, maxWait time.Duration) *fixture {
 	t.Helper()
 	env := projtest.New(t)
-	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
+	ns := devtest.NATSWith(t, &natsserver.Options{})
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		t.Fatal(err)

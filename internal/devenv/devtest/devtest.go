@@ -28,6 +28,23 @@ func NATS(t testing.TB) *server.Server {
 	return s
 }
 
+// NATSWith starts a nats-server on a free port of 127.0.0.1 with the test's own
+// options (authentication, TLS, JetStream...), and stops it when t ends.
+func NATSWith(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
+	opts.Host, opts.Port, opts.NoLog, opts.NoSigs = "127.0.0.1", -1, true, true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	return s
+}
+
 // Connect connects to s; the connection is closed when t ends.
 func Connect(t testing.TB, s *server.Server, opts ...nats.Option) *nats.Conn {
 	t.Helper()
