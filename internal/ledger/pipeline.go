@@ -132,6 +132,17 @@ func (ps *pipes) pinned(stream string) (*domain.Account, uint64) {
 	return nil, 0
 }
 
+// poison marks the stream's pending state stale without an append of its own
+// (a decision that could not be folded into it): the next command waits for the
+// appends in flight to drain and reloads.
+func (ps *pipes) poison(stream string) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if p := ps.m[stream]; p != nil {
+		p.stale = true
+	}
+}
+
 // begin records an append of key decided on acc as in flight and returns the
 // chain it belongs to: chain, the one acc was pinned by when it was loaded, or a
 // new one when acc was durable (chain 0).

@@ -293,7 +293,10 @@ func (s *Service) appendPipelined(ctx context.Context, l *heldLock, cmd domain.C
 	w := writtenFrom(stream, eventstore.AppendResult{FirstRevision: first}, data, metas, events)
 	for i, ev := range w.events {
 		if err := domain.EvolveAccountDecided(acc, ev, w.payloads[i]); err != nil {
-			s.accounts.c.Remove(stream) // half folded: the store's state is read again
+			// Half folded: the store's state is read again, once the appends in
+			// flight on this pending state have drained.
+			s.accounts.c.Remove(stream)
+			s.pipes.poison(stream)
 			return written{}, err
 		}
 	}
