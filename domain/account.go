@@ -44,9 +44,9 @@ type KeyRecord struct {
 	after    afterCounts
 	ident    *accountIdent
 	Position string // global position of the command's last event in this stream
-	// Amount and Refunded track refundable originals (deposits and withdrawals).
-	Amount   int64
-	Refunded int64
+	// Amount is the amount of a refundable original (a deposit or withdrawal);
+	// what was refunded of it is the account's (Account.Refunded).
+	Amount int64
 }
 
 // afterCounts are the parts of an AccountView that change from command to command.
@@ -122,7 +122,22 @@ type Account struct {
 	Held           int64
 	Holds          map[string]*Hold
 	Revision       int64
-	Keys           map[string]*KeyRecord
+	// Keys are the records of the keys this aggregate decided most recently: all
+	// of them when KeyLimit is 0, otherwise at most KeyLimit, the oldest forgotten
+	// first. A key not here may still have been decided: the store knows
+	// (RecallKey rebuilds its record from its events).
+	Keys map[string]*KeyRecord
+	// KeyLimit bounds Keys (0: unbounded). Set it before folding events.
+	KeyLimit int
+	// keyOrder lists Keys in the order they were recorded, from keyHead on: the
+	// next to forget is keyOrder[keyHead].
+	keyOrder []string
+	keyHead  int
+	// Refunded is how much of each refunded original (a deposit or withdrawal,
+	// by its key) has been refunded so far. It lists only originals refunded at
+	// least once, so it grows with refunds, not with commands; it is part of
+	// the state (snapshots carry it), since an original's record may be forgotten.
+	Refunded map[string]int64
 	// LastChain is the tamper-evidence chain hash of the last event (ChainHash).
 	LastChain string
 	// ident is the account's name and currency as its key records share them.
@@ -134,7 +149,26 @@ type Account struct {
 
 // NewAccount is the state of an account stream that has no events.
 func NewAccount(id string) *Account {
-	return &Account{ID: id, Revision: -1, Holds: map[string]*Hold{}, Keys: map[string]*KeyRecord{}}
+	return &Account{ID: id, Revision: -1, Holds: map[string]*Hold{}, Keys: map[string]*KeyRecord{}, Refunded: map[string]int64{}}
+}
+
+// remember adds a key's record to Keys, forgetting the oldest beyond KeyLimit.
+func (a *Account) remember(rec *KeyRecord) {
+	if _, known := a.Keys[rec.Key]; !known {
+		a.keyOrder = append(a.keyOrder, rec.Key)
+	}
+	a.Keys[rec.Key] = rec
+	for a.KeyLimit > 0 && len(a.Keys) > a.KeyLimit {
+		old := a.keyOrder[a.keyHead]
+		a.keyOrder[a.keyHead] = ""
+		a.keyHead++
+		delete(a.Keys, old)
+	}
+	if a.keyHead > 0 && a.keyHead*2 >= len(a.keyOrder) { // reuse the forgotten half
+		n := copy(a.keyOrder, a.keyOrder[a.keyHead:])
+		clear(a.keyOrder[n:])
+		a.keyOrder, a.keyHead = a.keyOrder[:n], 0
+	}
 }
 
 // Available is balance minus held.
@@ -173,8 +207,23 @@ func reject(cmd Command, code Code, recorded bool, format string, args ...any) D
 func apply(events ...NewEvent) Decision { return Decision{Events: events} }
 
 // DecideAccount decides a command against an account. It does not look at keys:
-// the caller answers known keys from a.Keys first (KeyRecord.Duplicate).
+// the caller answers known keys from a.Keys first (KeyRecord.Verdict). A refund
+// reads its original's record from a.Keys: the caller recalls it there first
+// when the aggregate has forgotten it.
 func DecideAccount(a *Account, cmd Command) Decision {
+	d := decideAccount(a, cmd)
+	if len(d.Events) == 1 {
+		if r, ok := d.Events[0].Data.(CommandRejected); ok { // the account as the refusal leaves it
+			r.BalanceAfter, r.HeldAfter = ptr(a.Balance), ptr(a.Held)
+			d.Events[0].Data = r
+		}
+	}
+	return d
+}
+
+func ptr(v int64) *int64 { return &v }
+
+func decideAccount(a *Account, cmd Command) Decision {
 	if cmd.Type == CmdOpenAccount {
 		if a.Opened {
 			return reject(cmd, CodeAccountExists, true, "account %s already exists", a.ID)
@@ -232,7 +281,7 @@ func (a *Account) decideCredit(cmd Command, amount int64, currency, reason, ref 
 	if !ok {
 		return reject(cmd, CodeAmountOverflow, true, "balance of %s would leave the int64 range", a.ID)
 	}
-	return apply(NewEvent{EvCredited, Credited{Amount: amount, Currency: currency, Reason: reason, Ref: ref, BalanceAfter: bal, Metadata: cmd.Metadata}})
+	return apply(NewEvent{EvCredited, Credited{Amount: amount, Currency: currency, Reason: reason, Ref: ref, BalanceAfter: bal, HeldAfter: ptr(a.Held), Metadata: cmd.Metadata}})
 }
 
 func (a *Account) decideDebit(cmd Command, amount int64, currency, reason, ref string) Decision {
@@ -249,7 +298,7 @@ func (a *Account) decideDebit(cmd Command, amount int64, currency, reason, ref s
 	if !a.withinOverdraft(bal - a.Held) {
 		return reject(cmd, CodeInsufficientFunds, true, "account %s has %d available (overdraft limit %d), %d requested", a.ID, a.Available(), a.OverdraftLimit, amount)
 	}
-	return apply(NewEvent{EvDebited, Debited{Amount: amount, Currency: currency, Reason: reason, Ref: ref, BalanceAfter: bal, Metadata: cmd.Metadata}})
+	return apply(NewEvent{EvDebited, Debited{Amount: amount, Currency: currency, Reason: reason, Ref: ref, BalanceAfter: bal, HeldAfter: ptr(a.Held), Metadata: cmd.Metadata}})
 }
 
 // withinOverdraft reports whether an available amount respects the overdraft limit.
@@ -275,7 +324,7 @@ func (a *Account) decidePlaceHold(cmd Command) Decision {
 	if avail, ok := subMinor(a.Balance, held); !ok || !a.withinOverdraft(avail) {
 		return reject(cmd, CodeInsufficientFunds, true, "account %s has %d available, hold of %d requested", a.ID, a.Available(), cmd.Amount)
 	}
-	ev := HoldPlaced{HoldID: cmd.HoldID, Amount: cmd.Amount, Currency: cmd.Currency, HeldAfter: held, Metadata: cmd.Metadata}
+	ev := HoldPlaced{HoldID: cmd.HoldID, Amount: cmd.Amount, Currency: cmd.Currency, HeldAfter: held, BalanceAfter: ptr(a.Balance), Metadata: cmd.Metadata}
 	if !cmd.ExpiresAt.IsZero() {
 		t := cmd.ExpiresAt.UTC()
 		ev.ExpiresAt = &t
@@ -326,7 +375,7 @@ func (a *Account) decideReleaseHold(cmd Command) Decision {
 		}
 		reason = ReasonHoldExpired
 	}
-	return apply(NewEvent{EvHoldReleased, HoldReleased{HoldID: h.ID, Amount: h.Amount, Reason: reason, HeldAfter: a.Held - h.Amount}})
+	return apply(NewEvent{EvHoldReleased, HoldReleased{HoldID: h.ID, Amount: h.Amount, Reason: reason, HeldAfter: a.Held - h.Amount, BalanceAfter: ptr(a.Balance)}})
 }
 
 // decideRefund refunds a deposit (money goes back out) or a withdrawal (money
@@ -339,7 +388,7 @@ func (a *Account) decideRefund(cmd Command) Decision {
 	if orig.Status != StatusApplied || (orig.Command != CmdDeposit && orig.Command != CmdWithdraw) {
 		return reject(cmd, CodeNotRefundable, true, "%s %q (%s) cannot be refunded", orig.Command, cmd.OriginalKey, orig.Status)
 	}
-	remaining := orig.Amount - orig.Refunded
+	remaining := orig.Amount - a.Refunded[cmd.OriginalKey]
 	amount := remaining
 	if cmd.HasAmount {
 		amount = cmd.Amount
@@ -431,6 +480,9 @@ func (a *Account) evolve(payload any, m Metadata) error {
 		if !ok || bal != e.BalanceAfter {
 			return fmt.Errorf("credit of %d to %d does not give balance_after %d", e.Amount, a.Balance, e.BalanceAfter)
 		}
+		if err := a.stated("held_after", e.HeldAfter, a.Held); err != nil {
+			return err
+		}
 		a.Balance = bal
 		a.noteRefund(e.Reason, e.Ref, e.Amount)
 	case *Debited:
@@ -438,9 +490,15 @@ func (a *Account) evolve(payload any, m Metadata) error {
 		if !ok || bal != e.BalanceAfter {
 			return fmt.Errorf("debit of %d from %d does not give balance_after %d", e.Amount, a.Balance, e.BalanceAfter)
 		}
+		if err := a.stated("held_after", e.HeldAfter, a.Held); err != nil {
+			return err
+		}
 		a.Balance = bal
 		a.noteRefund(e.Reason, e.Ref, e.Amount)
 	case *HoldPlaced:
+		if err := a.stated("balance_after", e.BalanceAfter, a.Balance); err != nil {
+			return err
+		}
 		h := &Hold{ID: e.HoldID, Amount: e.Amount, Status: HoldStatusActive, Key: m.Key}
 		if e.ExpiresAt != nil {
 			h.ExpiresAt = *e.ExpiresAt
@@ -460,6 +518,9 @@ func (a *Account) evolve(payload any, m Metadata) error {
 		if !ok || h.Status != HoldStatusActive || e.Amount != h.Amount {
 			return fmt.Errorf("release of hold %s does not match the hold", e.HoldID)
 		}
+		if err := a.stated("balance_after", e.BalanceAfter, a.Balance); err != nil {
+			return err
+		}
 		a.Held -= h.Amount
 		h.Status = HoldStatusReleased
 		if e.Reason == ReasonHoldExpired {
@@ -468,18 +529,30 @@ func (a *Account) evolve(payload any, m Metadata) error {
 	case *AccountClosed:
 		a.Closed = true
 	case *CommandRejected:
+		if err := a.stated("balance_after", e.BalanceAfter, a.Balance); err != nil {
+			return err
+		}
+		if err := a.stated("held_after", e.HeldAfter, a.Held); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("event %T does not belong to an account stream", payload)
 	}
 	return nil
 }
 
-func (a *Account) noteRefund(reason, originalKey string, amount int64) {
-	if reason != ReasonRefund {
-		return
+// stated checks an amount an event states the account has (nil in events
+// written before it was stated) against the fold's.
+func (a *Account) stated(field string, stated *int64, fold int64) error {
+	if stated != nil && *stated != fold {
+		return fmt.Errorf("%s %d does not match the account's %d", field, *stated, fold)
 	}
-	if orig, ok := a.Keys[originalKey]; ok {
-		orig.Refunded += amount
+	return nil
+}
+
+func (a *Account) noteRefund(reason, originalKey string, amount int64) {
+	if reason == ReasonRefund {
+		a.Refunded[originalKey] += amount
 	}
 }
 
@@ -492,26 +565,23 @@ func (a *Account) record(ev StoredEvent, payload any) {
 		h := &recordWithEvent{rec: KeyRecord{Key: m.Key, Command: internCommand(m.Command), RequestHash: ParseHash(m.RequestHash), Status: StatusApplied, Code: CodeOK}}
 		rec = &h.rec
 		rec.Events = h.first[:0:1]
-		a.Keys[m.Key] = rec
+		a.remember(rec)
 	}
 	if a.stream != ev.Stream {
 		a.stream = ev.Stream
 	}
 	rec.Events = append(rec.Events, EventRef{ID: ev.ID, Stream: a.stream, Revision: ev.Revision, Type: internEventType(ev.Type)})
 	rec.Position = ev.Position
-	switch e := payload.(type) {
-	case *CommandRejected:
-		rec.Status, rec.Code, rec.Message = StatusRejected, e.Code, e.Message
-	case *Credited:
-		rec.noteAmount(e.Amount)
-	case *Debited:
-		rec.noteAmount(e.Amount)
+	rec.note(payload)
+	rec.after, rec.ident = afterCounts{balance: a.Balance, held: a.Held, revision: ev.Revision}, a.identity()
+}
+
+// identity is the account's name and currency as its records share them.
+func (a *Account) identity() *accountIdent {
+	if a.ident == nil || a.ident.id != a.ID || a.ident.currency != a.Currency {
+		a.ident = &accountIdent{id: a.ID, currency: a.Currency}
 	}
-	v := a.View()
-	if a.ident == nil || a.ident.id != v.AccountID || a.ident.currency != v.Currency {
-		a.ident = &accountIdent{id: v.AccountID, currency: v.Currency}
-	}
-	rec.after, rec.ident = afterCounts{balance: v.Balance, held: v.Held, revision: v.Revision}, a.ident
+	return a.ident
 }
 
 // recordWithEvent is a key record allocated with room for its first event: most

@@ -52,11 +52,12 @@ func EncodeMetadata(m Metadata) ([]byte, error) {
 }
 
 // EncodeKeyClaimed is json.Marshal(KeyClaimed{Key: key, Command: command,
-// RequestHash: req.Hash, Request: req.JSON, Stream: stream}), byte for byte.
+// RequestHash: req.Hash, Request: req.JSON, Stream: stream, Revision: &revision}),
+// byte for byte.
 // json.Marshal compacts a raw message (escaping HTML characters); req.JSON is
 // canonical JSON, already compact and escaped that way, so it goes in as it is.
-func EncodeKeyClaimed(key, command string, req Canonical, stream string) []byte {
-	b := make([]byte, 0, 64+len(key)+len(command)+len(req.Hash)+len(req.JSON)+len(stream))
+func EncodeKeyClaimed(key, command string, req Canonical, stream string, revision uint64) []byte {
+	b := make([]byte, 0, 96+len(key)+len(command)+len(req.Hash)+len(req.JSON)+len(stream))
 	b = append(b, `{"key":`...)
 	b = AppendJSONString(b, key)
 	b = append(b, `,"command":`...)
@@ -67,5 +68,7 @@ func EncodeKeyClaimed(key, command string, req Canonical, stream string) []byte 
 	b = append(b, req.JSON...)
 	b = append(b, `,"stream":`...)
 	b = AppendJSONString(b, stream)
+	b = append(b, `,"revision":`...)
+	b = strconv.AppendUint(b, revision, 10)
 	return append(b, '}')
 }

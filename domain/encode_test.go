@@ -59,19 +59,21 @@ func TestEncodeKeyClaimedMatchesMarshal(t *testing.T) {
 	for _, p := range pinnedCommands {
 		c := p.cmd.Canonical()
 		key, stream := randomJSONString(rng), randomJSONString(rng)
-		got := EncodeKeyClaimed(key, string(p.cmd.Type), c, stream)
-		v := KeyClaimed{Key: key, Command: string(p.cmd.Type), RequestHash: c.Hash, Request: c.JSON, Stream: stream}
+		rev := rng.Uint64() >> uint(rng.Intn(64))
+		got := EncodeKeyClaimed(key, string(p.cmd.Type), c, stream, rev)
+		v := KeyClaimed{Key: key, Command: string(p.cmd.Type), RequestHash: c.Hash, Request: c.JSON, Stream: stream, Revision: &rev}
 		sameEncoding(t, "key claim", v, got, nil)
 		if r, err := c.Request(); err != nil {
 			t.Fatal(err)
-		} else if rc := r.Canonical(); !bytes.Equal(EncodeKeyClaimed(key, "x", rc, stream), mustMarshal(t, KeyClaimed{Key: key, Command: "x", RequestHash: rc.Hash, Request: rc.JSON, Stream: stream})) {
+		} else if rc := r.Canonical(); !bytes.Equal(EncodeKeyClaimed(key, "x", rc, stream, rev), mustMarshal(t, KeyClaimed{Key: key, Command: "x", RequestHash: rc.Hash, Request: rc.JSON, Stream: stream, Revision: &rev})) {
 			t.Fatalf("key claim of a parsed request differs")
 		}
 	}
 	for range 5000 {
 		c := Command{Type: CmdOpenAccount, AccountID: randomJSONString(rng), Currency: randomJSONString(rng), Metadata: map[string]string{randomJSONString(rng): randomJSONString(rng)}}.Canonical()
 		key, stream := randomJSONString(rng), randomJSONString(rng)
-		sameEncoding(t, "key claim", KeyClaimed{Key: key, Command: "open_account", RequestHash: c.Hash, Request: c.JSON, Stream: stream}, EncodeKeyClaimed(key, "open_account", c, stream), nil)
+		var rev uint64
+		sameEncoding(t, "key claim", KeyClaimed{Key: key, Command: "open_account", RequestHash: c.Hash, Request: c.JSON, Stream: stream, Revision: &rev}, EncodeKeyClaimed(key, "open_account", c, stream, rev), nil)
 	}
 }
 
@@ -96,9 +98,10 @@ func BenchmarkHotEncode(b *testing.B) {
 		{"metadata/marshal", func() ([]byte, error) { return json.Marshal(m) }},
 		{"metadata/direct", func() ([]byte, error) { return EncodeMetadata(m) }},
 		{"keyclaim/marshal", func() ([]byte, error) {
-			return json.Marshal(KeyClaimed{Key: m.Key, Command: m.Command, RequestHash: req.Hash, Request: req.JSON, Stream: "account-acc-42"})
+			rev := uint64(123456)
+			return json.Marshal(KeyClaimed{Key: m.Key, Command: m.Command, RequestHash: req.Hash, Request: req.JSON, Stream: "account-acc-42", Revision: &rev})
 		}},
-		{"keyclaim/direct", func() ([]byte, error) { return EncodeKeyClaimed(m.Key, m.Command, req, "account-acc-42"), nil }},
+		{"keyclaim/direct", func() ([]byte, error) { return EncodeKeyClaimed(m.Key, m.Command, req, "account-acc-42", 123456), nil }},
 	}
 	for _, w := range ways {
 		b.Run(w.name, func(b *testing.B) {

@@ -18,7 +18,7 @@ func TestHandWrittenEncodersKnowEveryField(t *testing.T) {
 		fields  []string
 	}{
 		{reflect.TypeFor[Metadata](), "EncodeMetadata", []string{"Key", "Command", "RequestHash", "Index", "Count", "At", "Origin", "Request", "Chain", "Schema", "Producer"}},
-		{reflect.TypeFor[KeyClaimed](), "EncodeKeyClaimed", []string{"Key", "Command", "RequestHash", "Request", "Stream"}},
+		{reflect.TypeFor[KeyClaimed](), "EncodeKeyClaimed", []string{"Key", "Command", "RequestHash", "Request", "Stream", "Revision"}},
 		{reflect.TypeFor[Command](), "Command.Canonical", []string{"Type", "IdempotencyKey", "AccountID", "Currency", "Amount", "HasAmount", "OverdraftLimit", "Metadata", "TransferID", "From", "To", "HoldID", "ExpiresAt", "OriginalKey", "At", "Origin", "Ref", "Reason"}},
 	} {
 		if got := fieldNames(c.typ); !slices.Equal(got, c.fields) {

@@ -64,6 +64,10 @@ type Credited struct {
 	Reason       string `json:"reason"`
 	Ref          string `json:"ref,omitempty"` // transfer id or original key
 	BalanceAfter int64  `json:"balance_after"`
+	// HeldAfter is the held amount, unchanged by the movement: with BalanceAfter
+	// it is the whole account after the event, so that a reply can be rebuilt
+	// from the event alone (AfterOf). Nil in events written before it existed.
+	HeldAfter *int64 `json:"held_after,omitempty"`
 	// Metadata is the client's, of the command that moved the money (v1.1).
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
@@ -73,12 +77,14 @@ type Debited Credited
 
 // HoldPlaced reserves funds.
 type HoldPlaced struct {
-	HoldID    string            `json:"hold_id"`
-	Amount    int64             `json:"amount"`
-	Currency  string            `json:"currency"`
-	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
-	HeldAfter int64             `json:"held_after"`
-	Metadata  map[string]string `json:"metadata,omitempty"` // the client's (v1.1)
+	HoldID    string     `json:"hold_id"`
+	Amount    int64      `json:"amount"`
+	Currency  string     `json:"currency"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	HeldAfter int64      `json:"held_after"`
+	// BalanceAfter is the balance, unchanged by the hold (see Credited.HeldAfter).
+	BalanceAfter *int64            `json:"balance_after,omitempty"`
+	Metadata     map[string]string `json:"metadata,omitempty"` // the client's (v1.1)
 }
 
 // HoldCaptured debits captured funds and releases the rest of the hold.
@@ -99,6 +105,8 @@ type HoldReleased struct {
 	Amount    int64  `json:"amount"`
 	Reason    string `json:"reason"`
 	HeldAfter int64  `json:"held_after"`
+	// BalanceAfter is the balance, unchanged (see Credited.HeldAfter).
+	BalanceAfter *int64 `json:"balance_after,omitempty"`
 }
 
 // AccountClosed closes an account.
@@ -111,6 +119,11 @@ type CommandRejected struct {
 	Command string `json:"command"`
 	Code    Code   `json:"code"`
 	Message string `json:"message"`
+	// BalanceAfter and HeldAfter are the account as the refusal left it (as it
+	// was), so that the refusal's reply can be rebuilt from the event alone. Nil
+	// in events written before they existed, and on streams that are not accounts.
+	BalanceAfter *int64 `json:"balance_after,omitempty"`
+	HeldAfter    *int64 `json:"held_after,omitempty"`
 }
 
 // KeyClaimed binds a client key to one request forever.
@@ -120,6 +133,11 @@ type KeyClaimed struct {
 	RequestHash string          `json:"request_hash"`
 	Request     json.RawMessage `json:"request"`
 	Stream      string          `json:"stream"` // the stream that decides the command
+	// Revision is where the command's first event was to be written in Stream
+	// when the claim was made: exact where the claim and the decision are written
+	// together, a lower bound where the claim is written first (a decision taken
+	// again after a concurrent write lands later). Nil in older claims.
+	Revision *uint64 `json:"revision,omitempty"`
 }
 
 // Verdict is JudgeKey for a request under the claimed key; a nil claim is a key

@@ -18,22 +18,7 @@ import (
 // and requires the same aggregate after every event, key records included.
 func TestEvolveAccountDecidedMatchesStored(t *testing.T) {
 	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	cmds := []Command{
-		{Type: CmdOpenAccount, AccountID: "a", Currency: "EUR", OverdraftLimit: 10, Metadata: map[string]string{"k": "v"}},
-		{Type: CmdDeposit, AccountID: "a", Amount: 100, HasAmount: true, Currency: "EUR"},
-		{Type: CmdWithdraw, AccountID: "a", Amount: 30, HasAmount: true, Currency: "EUR"},
-		{Type: CmdWithdraw, AccountID: "a", Amount: 1000, HasAmount: true, Currency: "EUR"}, // insufficient funds: recorded
-		{Type: CmdDeposit, AccountID: "a", Amount: 5, HasAmount: true, Currency: "USD"},     // currency mismatch: recorded
-		{Type: CmdPlaceHold, AccountID: "a", HoldID: "h1", Amount: 20, HasAmount: true, Currency: "EUR", ExpiresAt: at.Add(time.Hour)},
-		{Type: CmdPlaceHold, AccountID: "a", HoldID: "h2", Amount: 10, HasAmount: true, Currency: "EUR"},
-		{Type: CmdCaptureHold, AccountID: "a", HoldID: "h1", Amount: 15, HasAmount: true},
-		{Type: CmdReleaseHold, AccountID: "a", HoldID: "h2"},
-		{Type: CmdRefund, OriginalKey: "k1", Amount: 40, HasAmount: true},
-		{Type: CmdRefund, OriginalKey: "k2"},
-		{Type: CmdTransferCredit, AccountID: "a", Amount: 7, HasAmount: true, Currency: "EUR", Reason: ReasonTransferIn, Ref: "t"},
-		{Type: CmdTransferDebit, AccountID: "a", Amount: 7, HasAmount: true, Currency: "EUR", Reason: ReasonTransferOut, Ref: "t"},
-		{Type: CmdCloseAccount, AccountID: "a"}, // not empty: recorded
-	}
+	cmds := sampleAccountCommands(at)
 	stored, decided := NewAccount("a"), NewAccount("a")
 	for i, cmd := range cmds {
 		cmd.IdempotencyKey, cmd.At = fmt.Sprintf("k%d", i), at
@@ -41,17 +26,8 @@ func TestEvolveAccountDecidedMatchesStored(t *testing.T) {
 		if len(d.Events) == 0 {
 			t.Fatalf("%d %s: no events: %+v", i, cmd.Type, d)
 		}
-		req := cmd.Canonical()
 		for j, ne := range d.Events {
-			data, err := json.Marshal(ne.Data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := Metadata{Key: cmd.IdempotencyKey, Command: string(cmd.Type), RequestHash: req.Hash, Index: j, Count: len(d.Events), At: at, Chain: fmt.Sprint(i)}
-			if j == 0 {
-				m.Request = req.JSON
-			}
-			ev := StoredEvent{ID: uuid.New(), Stream: "account-a", Revision: uint64(stored.Revision + 1), Position: fmt.Sprint(i), Type: ne.Type, Data: data, Metadata: m}
+			ev := storedOf(t, cmd, d.Events, j, uint64(stored.Revision+1), fmt.Sprint(i))
 			if err := EvolveAccount(stored, ev); err != nil {
 				t.Fatal(err)
 			}
@@ -63,7 +39,7 @@ func TestEvolveAccountDecidedMatchesStored(t *testing.T) {
 			}
 		}
 	}
-	if decided.Keys["k13"].Code != CodeAccountNotEmpty || decided.Keys["k3"].Status != StatusRejected || decided.Keys["k1"].Refunded != 40 {
+	if decided.Keys["k13"].Code != CodeAccountNotEmpty || decided.Keys["k3"].Status != StatusRejected || decided.Refunded["k1"] != 40 {
 		t.Fatalf("the sequence did not go as planned: %+v", decided)
 	}
 }
@@ -126,5 +102,44 @@ func TestKeyRecordOfSeveralEvents(t *testing.T) {
 		if ev.ID != ids[i] || ev.Revision != uint64(i+1) || ev.Type != EvCredited || ev.Stream != "account-a" {
 			t.Fatalf("event %d: %+v", i, ev)
 		}
+	}
+}
+
+// storedOf is event j of a decision on cmd as a store would return it, in
+// account a's stream at revision rev; pos is its position and the chain hash it
+// pretends to have.
+func storedOf(t *testing.T, cmd Command, events []NewEvent, j int, rev uint64, pos string) StoredEvent {
+	t.Helper()
+	data, err := json.Marshal(events[j].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := cmd.Canonical()
+	m := Metadata{Key: cmd.IdempotencyKey, Command: string(cmd.Type), RequestHash: req.Hash, Index: j, Count: len(events), At: cmd.At, Chain: pos}
+	if j == 0 {
+		m.Request = req.JSON
+	}
+	return StoredEvent{ID: uuid.New(), Stream: "account-a", Revision: rev, Position: pos, Type: events[j].Type, Data: data, Metadata: m}
+}
+
+// sampleAccountCommands is a life of account "a" that writes every kind of
+// account event, recorded refusals and a refund among them; command i is to be
+// sent under key "k<i>".
+func sampleAccountCommands(at time.Time) []Command {
+	return []Command{
+		{Type: CmdOpenAccount, AccountID: "a", Currency: "EUR", OverdraftLimit: 10, Metadata: map[string]string{"k": "v"}},
+		{Type: CmdDeposit, AccountID: "a", Amount: 100, HasAmount: true, Currency: "EUR"},
+		{Type: CmdWithdraw, AccountID: "a", Amount: 30, HasAmount: true, Currency: "EUR"},
+		{Type: CmdWithdraw, AccountID: "a", Amount: 1000, HasAmount: true, Currency: "EUR"}, // insufficient funds: recorded
+		{Type: CmdDeposit, AccountID: "a", Amount: 5, HasAmount: true, Currency: "USD"},     // currency mismatch: recorded
+		{Type: CmdPlaceHold, AccountID: "a", HoldID: "h1", Amount: 20, HasAmount: true, Currency: "EUR", ExpiresAt: at.Add(time.Hour)},
+		{Type: CmdPlaceHold, AccountID: "a", HoldID: "h2", Amount: 10, HasAmount: true, Currency: "EUR"},
+		{Type: CmdCaptureHold, AccountID: "a", HoldID: "h1", Amount: 15, HasAmount: true},
+		{Type: CmdReleaseHold, AccountID: "a", HoldID: "h2"},
+		{Type: CmdRefund, OriginalKey: "k1", Amount: 40, HasAmount: true},
+		{Type: CmdRefund, OriginalKey: "k2"},
+		{Type: CmdTransferCredit, AccountID: "a", Amount: 7, HasAmount: true, Currency: "EUR", Reason: ReasonTransferIn, Ref: "t"},
+		{Type: CmdTransferDebit, AccountID: "a", Amount: 7, HasAmount: true, Currency: "EUR", Reason: ReasonTransferOut, Ref: "t"},
+		{Type: CmdCloseAccount, AccountID: "a"}, // not empty: recorded
 	}
 }

@@ -282,3 +282,76 @@ func (e *WrongExpectedRevisionError) Error() string {
 
 // Is makes errors.Is(err, ErrWrongExpectedRevision) true.
 func (e *WrongExpectedRevisionError) Is(target error) bool { return target == ErrWrongExpectedRevision }
+
+// ErrDuplicateEventID means an append would store an event ID that the store
+// already holds outside the idempotency rules of Appender: in another stream, at
+// another revision of the same stream (a write at the head that repeats an
+// earlier one), or twice in one append. Stores that keep event IDs unique
+// (EventLocator) return it, as a *DuplicateEventIDError; KurrentDB would write
+// such an event a second time instead.
+var ErrDuplicateEventID = errors.New("eventstore: duplicate event ID")
+
+// DuplicateEventIDError names the event ID an append repeated, and the stream it
+// was appending it to.
+type DuplicateEventIDError struct {
+	ID     uuid.UUID
+	Stream string
+}
+
+func (e *DuplicateEventIDError) Error() string {
+	return fmt.Sprintf("%v: %s (appending to %q)", ErrDuplicateEventID, e.ID, e.Stream)
+}
+
+func (e *DuplicateEventIDError) Is(target error) bool { return target == ErrDuplicateEventID }
+
+// DuplicateIn is the error for an append of parts that repeated id: it names the
+// first part carrying id (the stream is "" when none does).
+func DuplicateIn(parts []StreamAppend, id uuid.UUID) *DuplicateEventIDError {
+	for _, p := range parts {
+		for _, e := range p.Events {
+			if e.ID == id {
+				return &DuplicateEventIDError{ID: id, Stream: p.Stream}
+			}
+		}
+	}
+	return &DuplicateEventIDError{ID: id}
+}
+
+// ErrEventNotFound is returned by EventLocator for an ID the store does not hold.
+var ErrEventNotFound = errors.New("eventstore: event not found")
+
+// EventLocator is a store whose event IDs are unique (a second event with an ID
+// it holds is refused with ErrDuplicateEventID, wherever it would go), and that
+// finds an event by its ID. The ledger derives an event's ID from the command's
+// key, its stream and its index, so a store that locates events answers "was this
+// key decided on this stream, and how" without the aggregate remembering every
+// key. The PostgreSQL and memory stores implement it; KurrentDB does not.
+type EventLocator interface {
+	ReadEventByID(ctx context.Context, id uuid.UUID) (RecordedEvent, error)
+}
+
+// Snapshot is a stream's state at a revision, opaque to the store: the ledger's
+// snapshots of account aggregates (domain.EncodeSnapshot).
+type Snapshot struct {
+	Stream   string
+	Revision Revision
+	Data     []byte
+	Taken    time.Time // set by the store
+}
+
+// ErrSnapshotNotFound is returned by SnapshotStore for a stream without one.
+var ErrSnapshotNotFound = errors.New("eventstore: no snapshot")
+
+// SnapshotStore keeps the latest snapshot of each stream beside the events. A
+// snapshot is an optimisation, never a source of truth: readers check it against
+// the stream and ignore it when it does not match. The PostgreSQL store keeps
+// them in a table, the memory store in a map; KurrentDB has none (yet).
+type SnapshotStore interface {
+	// WriteSnapshot keeps s unless the stream has a snapshot at a later revision.
+	WriteSnapshot(ctx context.Context, s Snapshot) error
+	// ReadSnapshot returns the stream's latest snapshot, or ErrSnapshotNotFound.
+	ReadSnapshot(ctx context.Context, stream string) (Snapshot, error)
+	// ReadSnapshots lists up to max snapshots of streams after `after`, in
+	// stream order (the audit's walk over all of them).
+	ReadSnapshots(ctx context.Context, after string, max int) ([]Snapshot, error)
+}

@@ -18,8 +18,8 @@ import (
 // ErrDuplicateEventID is returned when an append would store an event ID that is
 // already stored outside the idempotency rules (in another stream, at another
 // revision, or twice in one append): event IDs are unique, as in the PostgreSQL
-// store.
-var ErrDuplicateEventID = errors.New("eventstore/memory: duplicate event ID")
+// store. The error is an *eventstore.DuplicateEventIDError.
+var ErrDuplicateEventID = eventstore.ErrDuplicateEventID
 
 // ErrClosed is returned by every operation after Close.
 var ErrClosed = errors.New("eventstore/memory: store closed")
@@ -27,6 +27,8 @@ var ErrClosed = errors.New("eventstore/memory: store closed")
 var (
 	_ eventstore.Store         = (*Store)(nil)
 	_ eventstore.MultiAppender = (*Store)(nil)
+	_ eventstore.EventLocator  = (*Store)(nil)
+	_ eventstore.SnapshotStore = (*Store)(nil)
 )
 
 // Store is an in-memory event store, safe for concurrent use.
@@ -36,8 +38,9 @@ type Store struct {
 	streams map[string][]int           // indexes into all, by revision
 	ids     map[uuid.UUID]int          // index into all
 	held    map[string]bool            // streams locked by an AppendHeld
-	changed chan struct{}              // closed (and replaced) on every change
-	done    chan struct{}              // closed by Close
+	snaps   map[string]eventstore.Snapshot
+	changed chan struct{} // closed (and replaced) on every change
+	done    chan struct{} // closed by Close
 	closed  bool
 	subs    sync.WaitGroup
 }
@@ -48,6 +51,7 @@ func New() *Store {
 		streams: map[string][]int{},
 		ids:     map[uuid.UUID]int{},
 		held:    map[string]bool{},
+		snaps:   map[string]eventstore.Snapshot{},
 		changed: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -286,7 +290,7 @@ func (s *Store) checkIDsLocked(plans []plan) error {
 		}
 		for _, e := range pl.part.Events {
 			if _, dup := s.ids[e.ID]; dup || seen[e.ID] {
-				return fmt.Errorf("%w: %s (appending to %q)", ErrDuplicateEventID, e.ID, pl.part.Stream)
+				return &eventstore.DuplicateEventIDError{ID: e.ID, Stream: pl.part.Stream}
 			}
 			seen[e.ID] = true
 		}
@@ -523,3 +527,72 @@ func matches(stream string, prefixes []string) bool {
 // ReportsIdempotentAppends tells the conformance suite that AppendResult.Idempotent
 // is reported by this store.
 func (s *Store) ReportsIdempotentAppends() bool { return true }
+
+// ReadEventByID implements eventstore.EventLocator.
+func (s *Store) ReadEventByID(ctx context.Context, id uuid.UUID) (eventstore.RecordedEvent, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return eventstore.RecordedEvent{}, ErrClosed
+	}
+	i, ok := s.ids[id]
+	if !ok {
+		return eventstore.RecordedEvent{}, fmt.Errorf("%w: %s", eventstore.ErrEventNotFound, id)
+	}
+	return clone(s.all[i]), nil
+}
+
+// WriteSnapshot implements eventstore.SnapshotStore.
+func (s *Store) WriteSnapshot(ctx context.Context, snap eventstore.Snapshot) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if old, ok := s.snaps[snap.Stream]; ok && old.Revision > snap.Revision {
+		return nil
+	}
+	snap.Data, snap.Taken = slices.Clone(snap.Data), time.Now().UTC()
+	s.snaps[snap.Stream] = snap
+	return nil
+}
+
+// ReadSnapshot implements eventstore.SnapshotStore.
+func (s *Store) ReadSnapshot(ctx context.Context, stream string) (eventstore.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snap, ok := s.snaps[stream]
+	if !ok {
+		return eventstore.Snapshot{}, fmt.Errorf("%w: %q", eventstore.ErrSnapshotNotFound, stream)
+	}
+	snap.Data = slices.Clone(snap.Data)
+	return snap, nil
+}
+
+// ReadSnapshots implements eventstore.SnapshotStore.
+func (s *Store) ReadSnapshots(ctx context.Context, after string, max int) ([]eventstore.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []eventstore.Snapshot
+	for _, snap := range s.snaps {
+		if snap.Stream > after {
+			snap.Data = slices.Clone(snap.Data)
+			out = append(out, snap)
+		}
+	}
+	slices.SortFunc(out, func(a, b eventstore.Snapshot) int { return strings.Compare(a.Stream, b.Stream) })
+	if max > 0 && len(out) > max {
+		out = out[:max]
+	}
+	return out, nil
+}
+
+// CorruptSnapshot replaces the stored bytes of a stream's snapshot, as a broken
+// disk or a hand would (tests of the readers' checks).
+func (s *Store) CorruptSnapshot(stream string, data []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snap := s.snaps[stream]
+	snap.Stream, snap.Data = stream, slices.Clone(data)
+	s.snaps[stream] = snap
+}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,8 +22,9 @@ import (
 // ErrDuplicateEventID is returned when an append would store an event ID that is
 // already stored outside the idempotency rules: in another stream, at another
 // revision of the same stream, or twice in one append. Event IDs are unique in this
-// store (KurrentDB would write such an event a second time instead).
-var ErrDuplicateEventID = errors.New("eventstore/postgres: duplicate event ID")
+// store (KurrentDB would write such an event a second time instead). The error is
+// an *eventstore.DuplicateEventIDError naming the ID.
+var ErrDuplicateEventID = eventstore.ErrDuplicateEventID
 
 // ErrClosed is returned by every operation after Close.
 var ErrClosed = errors.New("eventstore/postgres: store closed")
@@ -30,6 +32,8 @@ var ErrClosed = errors.New("eventstore/postgres: store closed")
 var (
 	_ eventstore.Store         = (*Store)(nil)
 	_ eventstore.MultiAppender = (*Store)(nil)
+	_ eventstore.EventLocator  = (*Store)(nil)
+	_ eventstore.SnapshotStore = (*Store)(nil)
 )
 
 // Store is the PostgreSQL event store. It is safe for concurrent use.
@@ -214,7 +218,7 @@ func (s *Store) AppendHeld(ctx context.Context, stream string, expected eventsto
 		}
 		if qerr != nil {
 			release(ctx, c)
-			return nil, nil, insertErr(ctx, qerr)
+			return nil, nil, insertErr(ctx, plans, qerr)
 		}
 	}
 	var once sync.Once
@@ -394,7 +398,7 @@ func commit(ctx context.Context, conn *pgx.Conn, plans []plan) error {
 		}
 		if err != nil {
 			br.Close()
-			return insertErr(ctx, outcome(err))
+			return insertErr(ctx, plans, outcome(err))
 		}
 	}
 	tag, err := br.Exec()
@@ -624,10 +628,20 @@ func scanInserted(rows pgx.Rows, plans []plan) error {
 	return nil
 }
 
-func insertErr(ctx context.Context, err error) error {
+func insertErr(ctx context.Context, plans []plan, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "events_event_id_key" {
-		return fmt.Errorf("%w: %s", ErrDuplicateEventID, pgErr.Detail)
+		// Detail: Key (event_id)=(<uuid>) already exists.
+		_, rest, _ := strings.Cut(pgErr.Detail, ")=(")
+		id, perr := uuid.Parse(strings.TrimSuffix(strings.TrimSuffix(rest, "."), ") already exists"))
+		if perr != nil {
+			return fmt.Errorf("%w: %s", ErrDuplicateEventID, pgErr.Detail)
+		}
+		parts := make([]eventstore.StreamAppend, len(plans))
+		for i, pl := range plans {
+			parts[i] = pl.part
+		}
+		return eventstore.DuplicateIn(parts, id)
 	}
 	return classify(ctx, "insert", err)
 }
@@ -930,3 +944,72 @@ func matches(stream string, prefixes []string) bool {
 // ReportsIdempotentAppends tells the conformance suite that AppendResult.Idempotent
 // is reported by this store.
 func (s *Store) ReportsIdempotentAppends() bool { return true }
+
+// ReadEventByID implements eventstore.EventLocator (one lookup in the unique
+// index on event_id).
+func (s *Store) ReadEventByID(ctx context.Context, id uuid.UUID) (eventstore.RecordedEvent, error) {
+	if s.closed() {
+		return eventstore.RecordedEvent{}, ErrClosed
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE event_id = $1`, id)
+	if err != nil {
+		return eventstore.RecordedEvent{}, classify(ctx, "read event", err)
+	}
+	out, err := scanEvents(rows)
+	if err != nil {
+		return eventstore.RecordedEvent{}, classify(ctx, "read event", err)
+	}
+	if len(out) == 0 {
+		return eventstore.RecordedEvent{}, fmt.Errorf("%w: %s", eventstore.ErrEventNotFound, id)
+	}
+	return out[0], nil
+}
+
+// WriteSnapshot implements eventstore.SnapshotStore: one upsert that keeps the
+// later of two snapshots of a stream.
+func (s *Store) WriteSnapshot(ctx context.Context, snap eventstore.Snapshot) error {
+	if s.closed() {
+		return ErrClosed
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO snapshots (stream, revision, data) VALUES ($1, $2, $3)
+		ON CONFLICT (stream) DO UPDATE SET revision = EXCLUDED.revision, data = EXCLUDED.data, taken = now()
+		WHERE snapshots.revision <= EXCLUDED.revision`, snap.Stream, int64(snap.Revision), nonNil(snap.Data))
+	return classify(ctx, "write snapshot", err)
+}
+
+// ReadSnapshot implements eventstore.SnapshotStore.
+func (s *Store) ReadSnapshot(ctx context.Context, stream string) (eventstore.Snapshot, error) {
+	snaps, err := s.readSnapshots(ctx, `WHERE stream = $1`, stream)
+	if err != nil {
+		return eventstore.Snapshot{}, err
+	}
+	if len(snaps) == 0 {
+		return eventstore.Snapshot{}, fmt.Errorf("%w: %q", eventstore.ErrSnapshotNotFound, stream)
+	}
+	return snaps[0], nil
+}
+
+// ReadSnapshots implements eventstore.SnapshotStore.
+func (s *Store) ReadSnapshots(ctx context.Context, after string, max int) ([]eventstore.Snapshot, error) {
+	return s.readSnapshots(ctx, `WHERE stream > $1 ORDER BY stream LIMIT $2`, after, limit(max))
+}
+
+func (s *Store) readSnapshots(ctx context.Context, where string, args ...any) ([]eventstore.Snapshot, error) {
+	if s.closed() {
+		return nil, ErrClosed
+	}
+	rows, err := s.pool.Query(ctx, `SELECT stream, revision, data, taken FROM snapshots `+where, args...)
+	if err != nil {
+		return nil, classify(ctx, "read snapshot", err)
+	}
+	var (
+		snap eventstore.Snapshot
+		rev  int64
+	)
+	out, err := pgx.AppendRows([]eventstore.Snapshot(nil), rows, func(row pgx.CollectableRow) (eventstore.Snapshot, error) {
+		err := row.Scan(&snap.Stream, &rev, &snap.Data, &snap.Taken)
+		snap.Revision = uint64(rev)
+		return snap, err
+	})
+	return out, classify(ctx, "read snapshot", err)
+}

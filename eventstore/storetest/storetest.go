@@ -52,6 +52,8 @@ func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 		{"ReadStreamDirectionsAndMax", testReadStreamDirections},
 		{"MultiStreamAppend", testMultiAppend},
 		{"MultiAppendChainsPartsOfOneStream", testMultiAppendChain},
+		{"LocateEventsByIDAndRefuseRepeats", testLocateEvents},
+		{"SnapshotsKeepTheLatest", testSnapshots},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1110,4 +1112,84 @@ func multiAppender(t *testing.T, s eventstore.Store) eventstore.MultiAppender {
 		t.Skip("the store has no multi-stream append")
 	}
 	return ma
+}
+
+// testLocateEvents: a store that locates events (EventLocator) finds one by ID,
+// says when it holds none, and refuses an ID it holds when written at the head of
+// its own stream (a repeat of an earlier write), naming the ID and the stream.
+func testLocateEvents(t *testing.T, s eventstore.Store, p string) {
+	loc, ok := s.(eventstore.EventLocator)
+	if !ok {
+		t.Skip("the store does not locate events by ID")
+	}
+	ctx := ctxT(t)
+	a := p + "a"
+	evs := events("E", 3)
+	mustAppend(t, s, a, eventstore.NoStream, evs...)
+	got, err := loc.ReadEventByID(ctx, evs[1].ID)
+	if err != nil || got.Stream != a || got.Revision != 1 || got.ID != evs[1].ID || !bytes.Equal(got.Data, evs[1].Data) {
+		t.Fatalf("located %+v, %v", got, err)
+	}
+	if _, err := loc.ReadEventByID(ctx, uuid.New()); !errors.Is(err, eventstore.ErrEventNotFound) {
+		t.Fatalf("an unknown ID: %v", err)
+	}
+	_, err = s.Append(ctx, a, eventstore.Exact(2), []eventstore.EventData{event("E", 9), evs[0]})
+	var dup *eventstore.DuplicateEventIDError
+	if !errors.As(err, &dup) || dup.ID != evs[0].ID || dup.Stream != a || !errors.Is(err, eventstore.ErrDuplicateEventID) {
+		t.Fatalf("a repeated ID at the head: %v", err)
+	}
+	wantLen(t, s, a, 3)
+	if ma, ok := s.(eventstore.MultiAppender); ok {
+		_, err = ma.AppendMulti(ctx, []eventstore.StreamAppend{
+			{Stream: p + "b", Expected: eventstore.NoStream, Events: events("E", 1)},
+			{Stream: a, Expected: eventstore.Exact(2), Events: []eventstore.EventData{evs[2]}},
+		})
+		if !errors.As(err, &dup) || dup.ID != evs[2].ID || dup.Stream != a {
+			t.Fatalf("a repeated ID in a multi-stream append: %v", err)
+		}
+		wantLen(t, s, a, 3)
+	}
+}
+
+// testSnapshots: a store keeps the latest snapshot of each stream, never one
+// older than it holds, and lists them in stream order.
+func testSnapshots(t *testing.T, s eventstore.Store, p string) {
+	ss, ok := s.(eventstore.SnapshotStore)
+	if !ok {
+		t.Skip("the store keeps no snapshots")
+	}
+	ctx := ctxT(t)
+	if _, err := ss.ReadSnapshot(ctx, p+"a"); !errors.Is(err, eventstore.ErrSnapshotNotFound) {
+		t.Fatalf("no snapshot yet: %v", err)
+	}
+	write := func(stream string, rev uint64, data string) {
+		t.Helper()
+		if err := ss.WriteSnapshot(ctx, eventstore.Snapshot{Stream: stream, Revision: rev, Data: []byte(data)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(p+"b", 5, "b5")
+	write(p+"a", 10, "a10")
+	write(p+"a", 7, "a7") // older: ignored
+	write(p+"b", 9, "b9")
+	got, err := ss.ReadSnapshot(ctx, p+"a")
+	if err != nil || got.Revision != 10 || string(got.Data) != "a10" || got.Taken.IsZero() {
+		t.Fatalf("snapshot of a: %+v, %v", got, err)
+	}
+	list, err := ss.ReadSnapshots(ctx, p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine []string
+	for _, sn := range list {
+		if strings.HasPrefix(sn.Stream, p) {
+			mine = append(mine, fmt.Sprintf("%s@%d=%s", strings.TrimPrefix(sn.Stream, p), sn.Revision, sn.Data))
+		}
+	}
+	if strings.Join(mine, " ") != "a@10=a10 b@9=b9" {
+		t.Fatalf("listed %v", mine)
+	}
+	if one, err := ss.ReadSnapshots(ctx, p+"a", 1); err != nil || len(one) != 1 || one[0].Stream <= p+"a" {
+		t.Fatalf("listed after a, at most 1: %+v, %v", one, err)
+	}
 }

@@ -46,9 +46,11 @@ func (c *claimConflict) Error() string {
 // claimEventKey is the "key" from which the claim's event ID is derived.
 func claimEventKey(key, hash string) string { return key + "#" + hash }
 
-func (s *Service) claimPart(cmd domain.Command, req domain.Canonical, home string) (eventstore.StreamAppend, error) {
+// claimPart is the claim of cmd's key for its decision in home, whose first event
+// is to be written at revision first.
+func (s *Service) claimPart(cmd domain.Command, req domain.Canonical, home string, first uint64) (eventstore.StreamAppend, error) {
 	hash := req.Hash
-	data := domain.EncodeKeyClaimed(cmd.IdempotencyKey, string(cmd.Type), req, home)
+	data := domain.EncodeKeyClaimed(cmd.IdempotencyKey, string(cmd.Type), req, home, first)
 	ks := domain.KeyStream(cmd.IdempotencyKey)
 	id := domain.EventID(claimEventKey(cmd.IdempotencyKey, hash), ks, 0)
 	m := domain.Metadata{Key: cmd.IdempotencyKey, Command: string(cmd.Type), RequestHash: hash, Count: 1, At: cmd.At, Producer: s.opts.Producer, Schema: 1}

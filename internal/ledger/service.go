@@ -284,7 +284,7 @@ func (s *Service) appendPipelined(ctx context.Context, l *heldLock, cmd domain.C
 	}
 	parts := []eventstore.StreamAppend{{Stream: stream, Expected: eventstore.ExactOrNoStream(acc.Revision), Events: data}}
 	if claim {
-		c, err := s.claimPart(cmd, req, stream)
+		c, err := s.claimPart(cmd, req, stream, first)
 		if err != nil {
 			return written{}, err
 		}
@@ -435,7 +435,7 @@ func (s *Service) appendDecision(ctx context.Context, cmd domain.Command, req do
 	if err != nil {
 		return written{}, err
 	}
-	claim, err := s.claimPart(cmd, req, stream)
+	claim, err := s.claimPart(cmd, req, stream, uint64(last+1))
 	if err != nil {
 		return written{}, err
 	}

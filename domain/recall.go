@@ -1,0 +1,98 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Keys checked by the store (ARCHITECTURE: hot accounts and long histories). An
+// aggregate remembers only its most recent keys (Account.KeyLimit); the store
+// keeps every key's events, and each of them states the account it leaves, so
+// the record of a key of any age is rebuilt from its own events: a duplicate of
+// it gets its original reply, forever, without folding the history.
+
+// ErrNoAfterState means an event does not state the account it leaves: it was
+// written before events did. Its key's record is rebuilt by folding the stream
+// up to it instead (the caller's slower way).
+var ErrNoAfterState = errors.New("domain: the event does not state the account after it")
+
+// AfterOf is the balance and held amount an account event leaves, as the event
+// states them.
+func AfterOf(payload any) (balance, held int64, err error) {
+	var b, h *int64
+	switch e := accountPayload(payload).(type) {
+	case *AccountOpened, *AccountClosed: // opened empty; closed only when empty
+		return 0, 0, nil
+	case *Credited:
+		b, h = &e.BalanceAfter, e.HeldAfter
+	case *Debited:
+		b, h = &e.BalanceAfter, e.HeldAfter
+	case *HoldPlaced:
+		b, h = e.BalanceAfter, &e.HeldAfter
+	case *HoldCaptured:
+		b, h = &e.BalanceAfter, &e.HeldAfter
+	case *HoldReleased:
+		b, h = e.BalanceAfter, &e.HeldAfter
+	case *CommandRejected:
+		b, h = e.BalanceAfter, e.HeldAfter
+	default:
+		return 0, 0, fmt.Errorf("domain: event %T does not belong to an account stream", payload)
+	}
+	if b == nil || h == nil {
+		return 0, 0, ErrNoAfterState
+	}
+	return *b, *h, nil
+}
+
+// RecallKey rebuilds the record of a key the aggregate has forgotten from the
+// key's events as the store holds them (evs: its first event, metadata index 0,
+// and the rest of its write, in order), and remembers it. It reads nothing of
+// the account but its name and currency: each event states what it leaves.
+// An event that does not (ErrNoAfterState) leaves the aggregate unchanged.
+func (a *Account) RecallKey(evs []StoredEvent) (*KeyRecord, error) {
+	if len(evs) == 0 || evs[0].Metadata.Index != 0 || len(evs) != evs[0].Metadata.Count {
+		return nil, fmt.Errorf("domain: %s: a key's record needs all of its write's events, from the first", a.ID)
+	}
+	m := evs[0].Metadata
+	rec := &KeyRecord{Key: m.Key, Command: internCommand(m.Command), RequestHash: ParseHash(m.RequestHash), Status: StatusApplied, Code: CodeOK}
+	for i, ev := range evs {
+		if ev.Metadata.Key != m.Key || ev.Metadata.Index != i || (i > 0 && ev.Revision != evs[i-1].Revision+1) {
+			return nil, fmt.Errorf("domain: %s@%d is not event %d of key %q", ev.Stream, ev.Revision, i, m.Key)
+		}
+		payload, err := DecodeEvent(ev.Type, ev.Data)
+		if err != nil {
+			return nil, err
+		}
+		balance, held, err := AfterOf(payload)
+		if err != nil {
+			return nil, err
+		}
+		rec.Events = append(rec.Events, EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: internEventType(ev.Type)})
+		rec.Position = ev.Position
+		rec.note(payload)
+		rec.after = afterCounts{balance: balance, held: held, revision: ev.Revision}
+	}
+	rec.ident = a.identity()
+	a.remember(rec)
+	return rec, nil
+}
+
+// Remember adds a key's record rebuilt elsewhere (by folding another aggregate of
+// the same account up to it) to the aggregate's recent keys.
+func (a *Account) Remember(rec *KeyRecord) {
+	c := *rec
+	c.ident = a.identity()
+	a.remember(&c)
+}
+
+// note records what an event of the key tells its record beyond its reference.
+func (rec *KeyRecord) note(payload any) {
+	switch e := payload.(type) {
+	case *CommandRejected:
+		rec.Status, rec.Code, rec.Message = StatusRejected, e.Code, e.Message
+	case *Credited:
+		rec.noteAmount(e.Amount)
+	case *Debited:
+		rec.noteAmount(e.Amount)
+	}
+}

@@ -1,0 +1,175 @@
+package domain
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sampleStream decides sampleAccountCommands on account "a" and returns the
+// events as stored, and the events of each key.
+func sampleStream(t *testing.T) ([]StoredEvent, map[string][]StoredEvent) {
+	t.Helper()
+	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := NewAccount("a")
+	var all []StoredEvent
+	byKey := map[string][]StoredEvent{}
+	for i, cmd := range sampleAccountCommands(at) {
+		cmd.IdempotencyKey, cmd.At = fmt.Sprintf("k%d", i), at
+		d := DecideAccount(a, cmd)
+		for j := range d.Events {
+			ev := storedOf(t, cmd, d.Events, j, uint64(a.Revision+1), fmt.Sprintf("p%d", len(all)))
+			if err := EvolveAccount(a, ev); err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, ev)
+			byKey[cmd.IdempotencyKey] = append(byKey[cmd.IdempotencyKey], ev)
+		}
+	}
+	return all, byKey
+}
+
+func fold(t *testing.T, a *Account, evs []StoredEvent) *Account {
+	t.Helper()
+	for _, ev := range evs {
+		if err := EvolveAccount(a, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a
+}
+
+// sameRecord compares what a reply reads of two records.
+func sameRecord(t *testing.T, key string, got, want *KeyRecord) {
+	t.Helper()
+	if got.Key != want.Key || got.Command != want.Command || got.RequestHash != want.RequestHash || got.Status != want.Status ||
+		got.Code != want.Code || got.Message != want.Message || got.Position != want.Position || got.Amount != want.Amount ||
+		!reflect.DeepEqual(got.Events, want.Events) || got.After() != want.After() {
+		t.Fatalf("%s: recalled record %+v (after %+v)\nfolded record %+v (after %+v)", key, got, got.After(), want, want.After())
+	}
+}
+
+// TestBoundedKeysRecallFromEvents: an aggregate bounded to 3 keys holds the same
+// state as an unbounded one and only its 3 latest keys; every forgotten key's
+// record, rebuilt from its own events alone, is the record the unbounded fold
+// made (the reply of a duplicate of any age is the original one).
+func TestBoundedKeysRecallFromEvents(t *testing.T) {
+	all, byKey := sampleStream(t)
+	full := fold(t, NewAccount("a"), all)
+	bounded := NewAccount("a")
+	bounded.KeyLimit = 3
+	fold(t, bounded, all)
+	if len(bounded.Keys) != 3 || bounded.Keys["k13"] == nil || bounded.Keys["k11"] == nil || bounded.Keys["k10"] != nil {
+		t.Fatalf("bounded keys: %v", keysOf(bounded))
+	}
+	if ok, diff := SameState(bounded, full); !ok || bounded.Refunded["k1"] != 40 || bounded.Refunded["k2"] != 30 {
+		t.Fatalf("bounded state differs: %s (refunded %v)", diff, bounded.Refunded)
+	}
+	for key, evs := range byKey {
+		rec, err := bounded.RecallKey(evs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameRecord(t, key, rec, full.Keys[key])
+		if len(bounded.Keys) > 3 || bounded.Keys[key] != rec {
+			t.Fatalf("%s: recalled but not remembered, or the bound broke: %v", key, keysOf(bounded))
+		}
+	}
+	// A refund decided on the bounded aggregate of an original it recalled
+	// sees what was refunded of it already.
+	if _, err := bounded.RecallKey(byKey["k1"]); err != nil {
+		t.Fatal(err)
+	}
+	d := DecideAccount(bounded, Command{Type: CmdRefund, IdempotencyKey: "r", OriginalKey: "k1", Amount: 61, HasAmount: true})
+	if d.Rejection == nil || d.Rejection.Code != CodeRefundExceedsOriginal {
+		t.Fatalf("refund beyond the original's rest: %+v", d)
+	}
+}
+
+func keysOf(a *Account) []string {
+	var ks []string
+	for k := range a.Keys {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// TestRecallRefusesWhatItCannotRebuild: an event without its after-state (as
+// written before events stated it), a partial write, or events of two keys.
+func TestRecallRefusesWhatItCannotRebuild(t *testing.T) {
+	_, byKey := sampleStream(t)
+	legacy := append([]StoredEvent(nil), byKey["k1"]...)
+	var c Credited
+	if err := json.Unmarshal(legacy[0].Data, &c); err != nil {
+		t.Fatal(err)
+	}
+	c.HeldAfter = nil
+	legacy[0].Data, _ = json.Marshal(c)
+	a := NewAccount("a")
+	if _, err := a.RecallKey(legacy); !errors.Is(err, ErrNoAfterState) {
+		t.Fatalf("legacy event: %v", err)
+	}
+	if _, err := a.RecallKey(nil); err == nil {
+		t.Fatal("no events: recalled")
+	}
+	if _, err := a.RecallKey([]StoredEvent{byKey["k1"][0], byKey["k2"][0]}); err == nil {
+		t.Fatal("two keys: recalled")
+	}
+	if len(a.Keys) != 0 {
+		t.Fatalf("a refused recall remembered: %v", keysOf(a))
+	}
+}
+
+// TestSnapshotRoundTrip: a snapshot taken at any revision, with the events after
+// it folded on top, is the state of the whole fold; a snapshot that was
+// tampered with, of another version or of another stream is refused; SameState
+// sees a changed state.
+func TestSnapshotRoundTrip(t *testing.T) {
+	all, _ := sampleStream(t)
+	full := fold(t, NewAccount("a"), all)
+	for i := range all {
+		part := fold(t, NewAccount("a"), all[:i+1])
+		b, err := EncodeSnapshot("account-a", part)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, err := DecodeSnapshot("account-a", b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, diff := SameState(snap, part); !ok {
+			t.Fatalf("at %d: decoded snapshot differs: %s", i, diff)
+		}
+		if ok, diff := SameState(fold(t, snap, all[i+1:]), full); !ok {
+			t.Fatalf("from a snapshot at %d: %s", i, diff)
+		}
+	}
+	b, err := EncodeSnapshot("account-a", full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, broken := range map[string]string{
+		"tampered balance": strings.Replace(string(b), `"balance":45`, `"balance":46`, 1),
+		"other version":    strings.Replace(string(b), `"v":1`, `"v":2`, 1),
+		"other stream":     strings.Replace(string(b), `"stream":"account-a"`, `"stream":"account-b"`, 1),
+	} {
+		if broken == string(b) {
+			t.Fatalf("%s: nothing replaced in %s", name, b)
+		}
+		if _, err := DecodeSnapshot("account-a", []byte(broken)); err == nil {
+			t.Fatalf("%s: decoded", name)
+		}
+	}
+	changed := fold(t, NewAccount("a"), all)
+	changed.Holds["h2"].Status = HoldStatusActive
+	if ok, _ := SameState(changed, full); ok {
+		t.Fatal("SameState missed a hold's status")
+	}
+	if _, err := EncodeSnapshot("account-a", NewAccount("a")); err == nil {
+		t.Fatal("a snapshot of no events")
+	}
+}
