@@ -140,6 +140,10 @@ type Account struct {
 	Refunded map[string]int64
 	// LastChain is the tamper-evidence chain hash of the last event (ChainHash).
 	LastChain string
+	// SnapshotRevision is the revision of the latest snapshot of this aggregate
+	// that was loaded or taken, -1 for none: the ledger's bookkeeping of when the
+	// next one is due, not part of the state.
+	SnapshotRevision int64
 	// ident is the account's name and currency as its key records share them.
 	ident *accountIdent
 	// stream is the account's stream name as its first recorded event gave it: the
@@ -149,7 +153,26 @@ type Account struct {
 
 // NewAccount is the state of an account stream that has no events.
 func NewAccount(id string) *Account {
-	return &Account{ID: id, Revision: -1, Holds: map[string]*Hold{}, Keys: map[string]*KeyRecord{}, Refunded: map[string]int64{}}
+	return &Account{ID: id, Revision: -1, SnapshotRevision: -1, Holds: map[string]*Hold{}, Keys: map[string]*KeyRecord{}, Refunded: map[string]int64{}}
+}
+
+// Approximate heap bytes of an aggregate's parts, measured on the aggregate of
+// one account (internal/ledger's TestAggregateBytesPerPart prints them): the
+// cache's memory budget adds them up (ApproxBytes).
+const (
+	AccountBaseBytes  = 1024
+	KeyRecordBytes    = 400
+	HoldBytes         = 240
+	RefundedEntryByte = 96
+)
+
+// ApproxBytes estimates the heap an aggregate holds.
+func (a *Account) ApproxBytes() int64 {
+	n := AccountBaseBytes + len(a.Keys)*KeyRecordBytes + len(a.Holds)*HoldBytes + len(a.Refunded)*RefundedEntryByte
+	for k, v := range a.Metadata {
+		n += 32 + len(k) + len(v)
+	}
+	return int64(n)
 }
 
 // remember adds a key's record to Keys, forgetting the oldest beyond KeyLimit.

@@ -38,6 +38,9 @@ const (
 	flagMaxInFlight     = "max-in-flight"
 	flagCommandTimeout  = "command-timeout"
 	flagCacheSize       = "cache-size"
+	flagCacheMemory     = "cache-memory-mib"
+	flagRecentKeys      = "recent-keys"
+	flagSnapshotEvery   = "snapshot-every"
 	flagCommandQuery    = "serve-command-query"
 	flagJetStream       = "jetstream"
 	flagDurable         = "jetstream-durable"
@@ -59,6 +62,9 @@ func serviceFlags() []cli.Flag {
 		&cli.IntFlag{Name: flagMaxInFlight, Category: cat, Value: 64, Usage: "request-reply commands handled at once (back-pressure beyond)", Sources: cli.EnvVars("LEDGER_MAX_IN_FLIGHT")},
 		&cli.DurationFlag{Name: flagCommandTimeout, Category: cat, Value: 15 * time.Second, Usage: "bound on handling one command", Sources: cli.EnvVars("LEDGER_COMMAND_TIMEOUT")},
 		&cli.IntFlag{Name: flagCacheSize, Category: cat, Value: 100_000, Usage: "account aggregates kept in memory", Sources: cli.EnvVars("LEDGER_CACHE_SIZE")},
+		&cli.IntFlag{Name: flagCacheMemory, Category: cat, Value: 512, Usage: "estimated heap (MiB) the cached account aggregates may hold; 0: bounded by --cache-size only", Sources: cli.EnvVars("LEDGER_CACHE_MEMORY_MIB")},
+		&cli.IntFlag{Name: flagRecentKeys, Category: cat, Value: 1024, Usage: "key records each cached account keeps; older keys are answered from the event store (PostgreSQL); 0 keeps every key", Sources: cli.EnvVars("LEDGER_RECENT_KEYS")},
+		&cli.IntFlag{Name: flagSnapshotEvery, Category: cat, Value: 1000, Usage: "events between snapshots of an account (PostgreSQL); 0 takes none", Sources: cli.EnvVars("LEDGER_SNAPSHOT_EVERY")},
 		&cli.BoolFlag{Name: flagCommandQuery, Category: cat, Value: true, Usage: "answer ledger.v1.query.command from the event store", Sources: cli.EnvVars("LEDGER_SERVE_COMMAND_QUERY")},
 		&cli.BoolFlag{Name: flagJetStream, Category: cat, Value: true, Usage: "declare LEDGER_COMMANDS and consume it durably", Sources: cli.EnvVars("LEDGER_JETSTREAM")},
 		&cli.StringFlag{Name: flagDurable, Category: cat, Value: natsapi.DefaultDurable, Usage: "name of the durable pull consumer", Sources: cli.EnvVars("LEDGER_JETSTREAM_DURABLE")},
@@ -78,6 +84,11 @@ func serviceOptions(cmd *cli.Command, log *slog.Logger) (node.Options, error) {
 	if err != nil {
 		return node.Options{}, fmt.Errorf("--%s: %w", flagBackOff, err)
 	}
+	for _, f := range []string{flagCacheMemory, flagRecentKeys, flagSnapshotEvery} {
+		if cmd.Int(f) < 0 {
+			return node.Options{}, fmt.Errorf("--%s: %d is negative (0 means none)", f, cmd.Int(f))
+		}
+	}
 	grace := cmd.Duration(flagGrace)
 	if grace == 0 {
 		grace = -1 // zero means "no grace" on the command line
@@ -90,7 +101,12 @@ func serviceOptions(cmd *cli.Command, log *slog.Logger) (node.Options, error) {
 		Runners:             runners,
 		Name:                cmd.String(flagInstance),
 		DisableCommandQuery: !cmd.Bool(flagCommandQuery),
-		Ledger:              ledger.Options{CacheSize: cmd.Int(flagCacheSize)},
+		Ledger: ledger.Options{
+			CacheSize:     cmd.Int(flagCacheSize),
+			CacheBytes:    zeroMeansNone(int64(cmd.Int(flagCacheMemory))) << 20,
+			RecentKeys:    int(zeroMeansNone(int64(cmd.Int(flagRecentKeys)))),
+			SnapshotEvery: int(zeroMeansNone(int64(cmd.Int(flagSnapshotEvery)))),
+		},
 		Intake: natsapi.Options{
 			QueueGroup:       cmd.String(flagQueueGroup),
 			MaxInFlight:      cmd.Int(flagMaxInFlight),
@@ -105,6 +121,15 @@ func serviceOptions(cmd *cli.Command, log *slog.Logger) (node.Options, error) {
 		},
 		Logger: log,
 	}, nil
+}
+
+// zeroMeansNone maps a flag's 0 ("none", "no bound") to the options' negative
+// value of the same meaning (their 0 is "the default").
+func zeroMeansNone(v int64) int64 {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
 
 func parseDurations(s string) ([]time.Duration, error) {

@@ -587,12 +587,10 @@ func (s *Store) ReadSnapshots(ctx context.Context, after string, max int) ([]eve
 	return out, nil
 }
 
-// CorruptSnapshot replaces the stored bytes of a stream's snapshot, as a broken
-// disk or a hand would (tests of the readers' checks).
-func (s *Store) CorruptSnapshot(stream string, data []byte) {
+// CorruptSnapshot replaces a stream's snapshot with any bytes filed at any
+// revision, as a broken disk or a hand would (tests of the readers' checks).
+func (s *Store) CorruptSnapshot(stream string, revision eventstore.Revision, data []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	snap := s.snaps[stream]
-	snap.Stream, snap.Data = stream, slices.Clone(data)
-	s.snaps[stream] = snap
+	s.snaps[stream] = eventstore.Snapshot{Stream: stream, Revision: revision, Data: slices.Clone(data), Taken: time.Now().UTC()}
 }

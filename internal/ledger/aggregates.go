@@ -77,16 +77,67 @@ func (l *streamLocks) release(sl *streamLock) {
 // and answering a duplicate cost a map lookup however long the stream is. An entry
 // is only touched under its stream's lock. A stale entry (another instance wrote)
 // is caught by the append's expected revision and refreshed by catching up.
+//
+// It is bounded by count and by memory: each entry's size is estimated
+// (domain.Account.ApproxBytes) when it is added or has taken a command, and the
+// least recently used entries are dropped while the sum is over the budget. An
+// aggregate's own size is bounded too: its recent keys (Options.RecentKeys) and
+// its active holds; its history lives in the store.
 type accountCache struct {
-	c *lru.Cache[string, *domain.Account]
+	c      *lru.Cache[string, *domain.Account]
+	budget int64
+	mu     sync.Mutex
+	sizes  map[string]int64
+	total  int64
 }
 
-func newAccountCache(size int) *accountCache {
-	c, err := lru.New[string, *domain.Account](size)
+func newAccountCache(size int, budget int64) *accountCache {
+	ac := &accountCache{budget: budget, sizes: map[string]int64{}}
+	c, err := lru.NewWithEvict[string, *domain.Account](size, func(stream string, _ *domain.Account) { ac.forget(stream) })
 	if err != nil {
 		panic(err)
 	}
-	return &accountCache{c: c}
+	ac.c = c
+	return ac
+}
+
+func (ac *accountCache) forget(stream string) {
+	ac.mu.Lock()
+	ac.total -= ac.sizes[stream]
+	delete(ac.sizes, stream)
+	ac.mu.Unlock()
+}
+
+// add caches acc and accounts for its size.
+func (ac *accountCache) add(stream string, acc *domain.Account) {
+	ac.c.Add(stream, acc)
+	ac.resize(stream, acc)
+}
+
+// resize records the size of a cached aggregate (after it took a command) and
+// drops the least recently used entries while the cache is over its budget.
+func (ac *accountCache) resize(stream string, acc *domain.Account) {
+	size := acc.ApproxBytes()
+	ac.mu.Lock()
+	if old, ok := ac.sizes[stream]; ok || ac.c.Contains(stream) {
+		ac.total += size - old
+		ac.sizes[stream] = size
+	}
+	over := ac.budget > 0 && ac.total > ac.budget
+	ac.mu.Unlock()
+	for over && ac.c.Len() > 1 {
+		ac.c.RemoveOldest()
+		ac.mu.Lock()
+		over = ac.total > ac.budget
+		ac.mu.Unlock()
+	}
+	cachedBytes.Set(float64(ac.bytes()))
+}
+
+func (ac *accountCache) bytes() int64 {
+	ac.mu.Lock()
+	defer ac.mu.Unlock()
+	return ac.total
 }
 
 // readPage bounds one read of a stream while catching up.
@@ -112,13 +163,26 @@ func (s *Service) loadPending(ctx context.Context, stream, id string, refresh bo
 		return acc, 0, nil
 	}
 	if !ok {
-		acc = domain.NewAccount(id)
+		var err error
+		if acc, err = s.coldAccount(ctx, stream, id); err != nil {
+			return nil, 0, err
+		}
 	}
-	if err := catchUp(ctx, s.store, stream, acc.Revision, func(ev domain.StoredEvent) error { return domain.EvolveAccount(acc, ev) }); err != nil {
+	err := catchUp(ctx, s.store, stream, acc.Revision, func(ev domain.StoredEvent) error { return domain.EvolveAccount(acc, ev) })
+	if err != nil && !ok && acc.SnapshotRevision >= 0 && ctx.Err() == nil {
+		// The events after the snapshot do not fold on it (each states the
+		// account it leaves): the snapshot is not of this stream's history.
+		snapshotsIgnored.Inc()
+		s.log.Warn("account snapshot ignored: the events after it do not fold on it", "stream", stream, "revision", acc.SnapshotRevision, "err", err)
+		acc = s.newAccount(id)
+		err = catchUp(ctx, s.store, stream, acc.Revision, func(ev domain.StoredEvent) error { return domain.EvolveAccount(acc, ev) })
+	}
+	if err != nil {
 		s.accounts.c.Remove(stream)
 		return nil, 0, err
 	}
-	s.accounts.c.Add(stream, acc)
+	s.accounts.add(stream, acc)
+	s.snapshotIfDue(stream, acc)
 	return acc, 0, nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ledgerworks/ledger/eventstore"
@@ -308,6 +310,13 @@ func (c *committer) commit(batch []*appendReq) {
 				continue
 			}
 		}
+		var dup *eventstore.DuplicateEventIDError
+		if errors.As(err, &dup) {
+			if i := eventOwner(batch, dup.ID); i >= 0 {
+				batch = c.peel(batch, i, err)
+				continue
+			}
+		}
 		if len(batch) == 1 {
 			c.fail(batch[0], err)
 			return
@@ -365,6 +374,20 @@ func owner(batch []*appendReq, stream string) int {
 		for _, p := range r.parts {
 			if p.Stream == stream {
 				return i
+			}
+		}
+	}
+	return -1
+}
+
+// eventOwner is the index of the request in batch that carries the event id.
+func eventOwner(batch []*appendReq, id uuid.UUID) int {
+	for i, r := range batch {
+		for _, p := range r.parts {
+			for _, e := range p.Events {
+				if e.ID == id {
+					return i
+				}
 			}
 		}
 	}

@@ -21,10 +21,11 @@ func (s *Service) Lookup(ctx context.Context, key string) (r Reply, found bool, 
 			if err != nil {
 				return err
 			}
-			if rec, ok := acc.Keys[key]; ok { // else claimed, but its decision is not written yet
+			rec, err := s.keyRecord(ctx, c.Stream, acc, key)
+			if rec != nil { // else claimed, but its decision is not written yet
 				r, found = recordReply(rec, false), true
 			}
-			return nil
+			return err
 		})
 		return r, found, err
 	case strings.HasPrefix(c.Stream, domain.TransferStreamPrefix):

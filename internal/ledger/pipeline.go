@@ -132,6 +132,15 @@ func (ps *pipes) pinned(stream string) (*domain.Account, uint64) {
 	return nil, 0
 }
 
+// idle reports whether nothing is in flight on the stream and its state is not
+// stale: the cached aggregate is what the store holds.
+func (ps *pipes) idle(stream string) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p := ps.m[stream]
+	return p == nil || (p.inflight == 0 && !p.stale)
+}
+
 // poison marks the stream's pending state stale without an append of its own
 // (a decision that could not be folded into it): the next command waits for the
 // appends in flight to drain and reloads.

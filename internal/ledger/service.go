@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/ledgerworks/ledger/domain"
@@ -30,6 +31,18 @@ type Options struct {
 	MaxAttempts int
 	// CacheSize bounds the number of account aggregates kept in memory (default 100,000).
 	CacheSize int
+	// CacheBytes bounds the estimated heap of the cached account aggregates
+	// (default 512 MiB; negative: no bound but CacheSize).
+	CacheBytes int64
+	// RecentKeys bounds the key records each cached account keeps, on a store
+	// that locates events (older keys are answered from the store): default
+	// 1,024; negative keeps every key. A store that locates no events keeps
+	// every key whatever it says.
+	RecentKeys int
+	// SnapshotEvery is the number of events between snapshots of an account, on
+	// a store that keeps snapshots (default 1,000; negative: none are taken;
+	// existing ones are still read).
+	SnapshotEvery int
 	// Producer names this instance in event metadata (diagnostics only).
 	Producer string
 	Logger   *slog.Logger
@@ -54,6 +67,13 @@ type Service struct {
 	claims   *claimCache
 	// transfers caches transfer aggregates (transfer.go), like accounts.
 	transfers *transferCache
+	// locator and snaps are the store's, when it locates events and keeps
+	// snapshots (history.go); keyLimit is Account.KeyLimit for new aggregates.
+	locator   eventstore.EventLocator
+	snaps     eventstore.SnapshotStore
+	keyLimit  int
+	snapSlots chan struct{}
+	snapWG    sync.WaitGroup
 	// failpoint, when set (by tests only), is called between the steps of a saga
 	// with the step's name; an error aborts the handler there, as a crash would.
 	failpoint func(step string) error
@@ -70,10 +90,26 @@ func New(store Store, opts Options) *Service {
 	if opts.CacheSize <= 0 {
 		opts.CacheSize = 100_000
 	}
+	if opts.CacheBytes == 0 {
+		opts.CacheBytes = 512 << 20
+	}
+	if opts.RecentKeys == 0 {
+		opts.RecentKeys = 1024
+	}
+	if opts.SnapshotEvery == 0 {
+		opts.SnapshotEvery = 1000
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), pipes: newPipes(), accounts: newAccountCache(opts.CacheSize), claims: newClaimCache(opts.CacheSize), transfers: newTransferCache(opts.CacheSize)}
+	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), pipes: newPipes(), accounts: newAccountCache(opts.CacheSize, opts.CacheBytes), claims: newClaimCache(opts.CacheSize), transfers: newTransferCache(opts.CacheSize), snapSlots: make(chan struct{}, 4)}
+	if l, ok := store.(eventstore.EventLocator); ok {
+		s.locator = l
+		s.keyLimit = max(opts.RecentKeys, 0)
+	}
+	if ss, ok := store.(eventstore.SnapshotStore); ok {
+		s.snaps = ss
+	}
 	if m, ok := store.(eventstore.MultiAppender); ok {
 		s.multi = m
 		if !opts.DisableGroupCommit {
@@ -89,6 +125,7 @@ func (s *Service) Close() {
 	if s.batch != nil {
 		s.batch.close()
 	}
+	s.snapWG.Wait()
 }
 
 // ErrTooManyConflicts means concurrent writers kept winning for MaxAttempts rounds.
@@ -174,7 +211,9 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 	}
 	defer l.unlock()
 	req := cmd.Canonical()
-	refresh := false
+	// refresh: decide on the store's head; recall: the key may have been decided
+	// long ago, its record forgotten by the aggregate: look it up in the store.
+	refresh, recall := false, false
 	for attempt := 0; attempt < s.opts.MaxAttempts; {
 		if wait := s.pipes.wait(stream, cmd.IdempotencyKey); wait != nil {
 			if err := l.waitFor(ctx, wait); err != nil {
@@ -186,7 +225,13 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 		if err != nil {
 			return nil, false, nil, err
 		}
-		switch rec := acc.Keys[cmd.IdempotencyKey]; rec.Verdict(req) {
+		rec := acc.Keys[cmd.IdempotencyKey]
+		if rec == nil && recall {
+			if rec, err = s.keyRecord(ctx, stream, acc, cmd.IdempotencyKey); err != nil {
+				return nil, false, nil, err
+			}
+		}
+		switch rec.Verdict(req) {
 		case domain.KeyConflict:
 			fields, err := s.conflictFields(ctx, stream, rec, req)
 			if err != nil {
@@ -198,15 +243,20 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 			return copyRecord(rec), true, nil, nil
 		}
 		attempt++
+		if cmd.Type == domain.CmdRefund { // its original may be a key the aggregate forgot
+			if _, err := s.keyRecord(ctx, stream, acc, cmd.OriginalKey); err != nil {
+				return nil, false, nil, err
+			}
+		}
 		d := domain.DecideAccount(acc, cmd)
 		if d.Invalid != nil || len(d.Events) == 0 {
-			if !refresh {
+			if !refresh || !recall {
 				// Nothing is written, so no expected revision would catch a cache
 				// that another instance left behind (one that may hold this very
 				// key, or the state that makes the command valid): decide again on
 				// the store's head, once the appends in flight have settled (a
 				// pending state is never caught up from the store).
-				refresh = true
+				refresh, recall = true, true
 				if wait := s.pipes.settle(stream); wait != nil {
 					if err := l.waitFor(ctx, wait); err != nil {
 						return nil, false, nil, err
@@ -235,6 +285,11 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 		case errors.Is(err, eventstore.ErrWrongExpectedRevision):
 			refresh = true // another instance wrote: catch up and decide again
 			continue
+		case errors.Is(err, eventstore.ErrDuplicateEventID):
+			// The store holds this key's events already: it was decided long ago
+			// (the aggregate forgot it) or by another instance. Answer it from them.
+			refresh, recall = true, true
+			continue
 		case err != nil:
 			return nil, false, nil, err
 		}
@@ -242,16 +297,30 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 			// The store already held this key's events: another instance decided
 			// it before this cache saw them. Answer it as the duplicate it is,
 			// from the store's own record.
-			refresh = true
+			refresh, recall = true, true
 			continue
 		}
 		rec, ok := acc.Keys[cmd.IdempotencyKey]
 		if !ok {
 			return nil, false, nil, fmt.Errorf("ledger: %s: key %q not found after its own append", stream, cmd.IdempotencyKey)
 		}
+		s.tookCommand(stream, acc)
 		return copyRecord(rec), false, nil, nil
 	}
 	return nil, false, nil, ErrTooManyConflicts
+}
+
+// tookCommand accounts for an aggregate that took a command: its size in the
+// cache, and a snapshot when one is due and nothing is in flight on it (so that
+// it is durable). The caller holds the stream's lock.
+func (s *Service) tookCommand(stream string, acc *domain.Account) {
+	if cached, ok := s.accounts.c.Peek(stream); !ok || cached != acc {
+		return
+	}
+	s.accounts.resize(stream, acc)
+	if s.pipes.idle(stream) {
+		s.snapshotIfDue(stream, acc)
+	}
 }
 
 // appendAccount appends a decision on an account and folds it into the cached

@@ -356,12 +356,24 @@ func TestLookupReturnsTheOriginalReply(t *testing.T) {
 // checks PROTOCOL.md §6 invariants 1, 3 and 5 on each store and that both stores
 // end with the same events in every stream.
 func TestPropertyRandomCommands(t *testing.T) {
+	propertyRandomCommands(t, Options{Clock: clock})
+}
+
+// TestPropertyRandomCommandsForgetful is the same with aggregates that keep 3
+// keys, a cache of 2 accounts and a snapshot every 7 events: nearly every
+// resend is of a key the aggregate forgot, and nearly every load is cold, from a
+// snapshot (on the stores that locate events and keep snapshots).
+func TestPropertyRandomCommandsForgetful(t *testing.T) {
+	propertyRandomCommands(t, Options{Clock: clock, RecentKeys: 3, CacheSize: 2, SnapshotEvery: 7})
+}
+
+func propertyRandomCommands(t *testing.T, opts Options) {
 	const seed, n, workers = 20261122, 10_000, 4
 	perBackend := map[string]map[string][]string{}
 	var mu sync.Mutex
 	backends(t, func(t *testing.T, newStore func() testStore) {
 		st := newStore()
-		s := newService(st)
+		s := New(st, opts)
 		var wg sync.WaitGroup
 		for w := 0; w < workers; w++ {
 			wg.Add(1)

@@ -319,9 +319,12 @@ func (s *Service) stepRecord(ctx context.Context, accountID, key string) (*domai
 			if err != nil {
 				return err
 			}
-			if r, ok := acc.Keys[key]; ok {
-				rec = &copyRecord(r).KeyRecord
-				return nil
+			r, err := s.keyRecord(ctx, stream, acc, key)
+			if err != nil || r != nil {
+				if r != nil {
+					rec = &copyRecord(r).KeyRecord
+				}
+				return err
 			}
 		}
 		return nil

@@ -1,0 +1,206 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+)
+
+// Long histories (ARCHITECTURE: hot accounts and long histories). An account's
+// history costs no memory: its aggregate keeps the state, its active holds and
+// the records of its most recent keys (Options.RecentKeys); the record of an
+// older key is rebuilt from the key's own events, found by their derived IDs, on
+// a store that locates events (eventstore.EventLocator). A cold load reads the
+// account's latest snapshot and the events after it (eventstore.SnapshotStore),
+// and a snapshot is taken every Options.SnapshotEvery events.
+//
+// A store that locates no events (KurrentDB through the v4 client) keeps every
+// key in the aggregate and takes no snapshots, as before: a key's first event
+// cannot be found there without reading the stream.
+
+var (
+	snapshotsTaken = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ledger_snapshots_taken_total", Help: "Account snapshots written.",
+	})
+	snapshotsIgnored = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ledger_snapshots_ignored_total", Help: "Account snapshots found not to match their stream (version, hash or chain) and ignored.",
+	})
+	keysRecalled = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ledger_keys_recalled_total", Help: "Key records an aggregate had forgotten, rebuilt from the key's events.",
+	})
+	cachedBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ledger_account_cache_bytes", Help: "Estimated heap held by the cached account aggregates.",
+	})
+)
+
+func init() { prometheus.MustRegister(snapshotsTaken, snapshotsIgnored, keysRecalled, cachedBytes) }
+
+// newAccount is an empty aggregate bounded as this service bounds them.
+func (s *Service) newAccount(id string) *domain.Account {
+	acc := domain.NewAccount(id)
+	acc.KeyLimit = s.keyLimit
+	return acc
+}
+
+// coldAccount is the aggregate a cold load starts from: the stream's snapshot
+// when it has one that matches the stream, otherwise an empty aggregate.
+func (s *Service) coldAccount(ctx context.Context, stream, id string) (*domain.Account, error) {
+	if s.snaps == nil {
+		return s.newAccount(id), nil
+	}
+	snap, err := s.snaps.ReadSnapshot(ctx, stream)
+	if errors.Is(err, eventstore.ErrSnapshotNotFound) {
+		return s.newAccount(id), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	acc, err := s.checkSnapshot(ctx, stream, snap)
+	if err != nil {
+		snapshotsIgnored.Inc()
+		s.log.Warn("account snapshot ignored: folding the stream from its start", "stream", stream, "revision", snap.Revision, "err", err)
+		return s.newAccount(id), nil
+	}
+	acc.KeyLimit, acc.SnapshotRevision = s.keyLimit, acc.Revision
+	return acc, nil
+}
+
+// checkSnapshot decodes a snapshot and checks it against its stream: the event
+// at its revision must have the snapshot's chain hash (which chains every
+// earlier event of the stream).
+func (s *Service) checkSnapshot(ctx context.Context, stream string, snap eventstore.Snapshot) (*domain.Account, error) {
+	acc, err := domain.DecodeSnapshot(stream, snap.Data)
+	if err != nil {
+		return nil, err
+	}
+	if uint64(acc.Revision) != snap.Revision {
+		return nil, fmt.Errorf("ledger: snapshot of %s is filed at revision %d but holds %d", stream, snap.Revision, acc.Revision)
+	}
+	evs, err := s.store.ReadStream(ctx, stream, snap.Revision, eventstore.Forwards, 1)
+	if err != nil && !errors.Is(err, eventstore.ErrStreamNotFound) {
+		return nil, err
+	}
+	if len(evs) == 0 || evs[0].Revision != snap.Revision {
+		return nil, fmt.Errorf("ledger: snapshot of %s at revision %d is beyond the stream", stream, snap.Revision)
+	}
+	m, err := domain.DecodeMetadata(evs[0].Metadata)
+	if err != nil {
+		return nil, err
+	}
+	if m.Chain != acc.LastChain {
+		return nil, fmt.Errorf("ledger: snapshot of %s at revision %d has chain %s, the stream %s", stream, snap.Revision, acc.LastChain, m.Chain)
+	}
+	return acc, nil
+}
+
+// snapshotIfDue takes a snapshot of a durable aggregate (the caller holds the
+// stream's lock, and nothing is in flight on it) when SnapshotEvery events have
+// passed since the last one. It is encoded here and written in the background;
+// when the writes fall behind, it is skipped (the next one is due as many events
+// later).
+func (s *Service) snapshotIfDue(stream string, acc *domain.Account) {
+	if s.snaps == nil || s.opts.SnapshotEvery <= 0 || acc.Revision-acc.SnapshotRevision < int64(s.opts.SnapshotEvery) {
+		return
+	}
+	acc.SnapshotRevision = acc.Revision
+	data, err := domain.EncodeSnapshot(stream, acc)
+	if err != nil {
+		s.log.Warn("account snapshot not taken", "stream", stream, "err", err)
+		return
+	}
+	select {
+	case s.snapSlots <- struct{}{}:
+	default:
+		return
+	}
+	snap := eventstore.Snapshot{Stream: stream, Revision: uint64(acc.Revision), Data: data}
+	s.snapWG.Add(1)
+	go func() {
+		defer func() { <-s.snapSlots; s.snapWG.Done() }()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.snaps.WriteSnapshot(ctx, snap); err != nil {
+			s.log.Warn("account snapshot not written", "stream", stream, "revision", snap.Revision, "err", err)
+			return
+		}
+		snapshotsTaken.Inc()
+	}()
+}
+
+// keyRecord is the record of key in an account's aggregate, rebuilt from the
+// store when the aggregate has forgotten it (and then remembered again); nil
+// when the key was never decided on the stream. The caller holds the lock.
+func (s *Service) keyRecord(ctx context.Context, stream string, acc *domain.Account, key string) (*domain.KeyRecord, error) {
+	if rec := acc.Keys[key]; rec != nil || s.locator == nil {
+		return rec, nil
+	}
+	first, err := s.locator.ReadEventByID(ctx, domain.EventID(key, stream, 0))
+	if errors.Is(err, eventstore.ErrEventNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	m, err := domain.DecodeMetadata(first.Metadata)
+	if err != nil {
+		return nil, err
+	}
+	if first.Stream != stream || m.Key != key || m.Index != 0 || m.Count < 1 {
+		return nil, fmt.Errorf("ledger: event %s of key %q is %s@%d, event %d of key %q", first.ID, key, first.Stream, first.Revision, m.Index, m.Key)
+	}
+	evs := []eventstore.RecordedEvent{first}
+	if m.Count > 1 {
+		rest, err := s.store.ReadStream(ctx, stream, first.Revision+1, eventstore.Forwards, m.Count-1)
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, rest...)
+	}
+	stored := make([]domain.StoredEvent, len(evs))
+	for i, re := range evs {
+		if stored[i], err = toStored(re); err != nil {
+			return nil, err
+		}
+	}
+	keysRecalled.Inc()
+	rec, err := acc.RecallKey(stored)
+	if errors.Is(err, domain.ErrNoAfterState) {
+		return s.recallByFold(ctx, stream, acc, key, stored[len(stored)-1].Revision)
+	}
+	return rec, err
+}
+
+// errFolded stops a fold at the revision it was asked to reach.
+var errFolded = errors.New("ledger: folded far enough")
+
+// recallByFold rebuilds a key's record whose events do not state the account
+// they leave (written before events did) by folding the stream up to its last
+// event, with an aggregate that remembers one key: slow, but in constant memory.
+func (s *Service) recallByFold(ctx context.Context, stream string, acc *domain.Account, key string, last uint64) (*domain.KeyRecord, error) {
+	tmp := domain.NewAccount(acc.ID)
+	tmp.KeyLimit = 1
+	err := catchUp(ctx, s.store, stream, -1, func(ev domain.StoredEvent) error {
+		if err := domain.EvolveAccount(tmp, ev); err != nil {
+			return err
+		}
+		if ev.Revision == last {
+			return errFolded
+		}
+		return nil
+	})
+	if !errors.Is(err, errFolded) {
+		return nil, fmt.Errorf("ledger: %s: folding up to revision %d for key %q: %v", stream, last, key, err)
+	}
+	rec := tmp.Keys[key]
+	if rec == nil {
+		return nil, fmt.Errorf("ledger: %s: key %q has no record at revision %d", stream, key, last)
+	}
+	acc.Remember(rec)
+	return acc.Keys[key], nil
+}

@@ -1,0 +1,183 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore/memory"
+)
+
+// TestOldKeysAnswerAsTheFirstTime: an aggregate that keeps 2 keys answers a
+// resend of every key it forgot with the reply it gave the first time (applied
+// or recorded refusal, with the account as the command left it), warm and cold
+// (a new instance loading from a snapshot), refunds an original it forgot no
+// further than what is left of it, names the fields of a conflict under an old
+// key, and moves no money twice.
+func TestOldKeysAnswerAsTheFirstTime(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func() testStore) {
+		st := newStore()
+		var now atomic.Int64
+		now.Store(clock().Unix())
+		opts := Options{Clock: func() time.Time { return time.Unix(now.Load(), 0).UTC() }, RecentKeys: 2, SnapshotEvery: 4}
+		s := New(st, opts)
+		defer s.Close()
+		acc := "old-" + strings.ReplaceAll(t.Name(), "/", "-")
+		type sent struct{ typ, body string }
+		var cmds []sent
+		send := func(typ, body string) Reply {
+			cmds = append(cmds, sent{typ, body})
+			return post(t, s, typ, body)
+		}
+		send("open_account", fmt.Sprintf(`{"idempotency_key":"%s-open","account_id":"%s","currency":"EUR"}`, acc, acc))
+		for i := range 10 {
+			send("deposit", fmt.Sprintf(`{"idempotency_key":"%s-d%d","account_id":"%s","amount":%d,"currency":"EUR"}`, acc, i, acc, 100+i))
+		}
+		expires := time.Unix(now.Load(), 0).Add(time.Hour).UTC().Format(time.RFC3339)
+		send("place_hold", fmt.Sprintf(`{"idempotency_key":"%s-h","account_id":"%s","hold_id":"h1","amount":50,"currency":"EUR","expires_at":"%s"}`, acc, acc, expires))
+		if r := send("withdraw", fmt.Sprintf(`{"idempotency_key":"%s-big","account_id":"%s","amount":100000,"currency":"EUR"}`, acc, acc)); r.Code != domain.CodeInsufficientFunds {
+			t.Fatalf("overdraw: %+v", r)
+		}
+		for i := range 6 {
+			send("withdraw", fmt.Sprintf(`{"idempotency_key":"%s-w%d","account_id":"%s","amount":1,"currency":"EUR"}`, acc, i, acc))
+		}
+		var first []Reply
+		for i, c := range cmds { // the first replies, as resent right away by a client
+			if i < len(cmds)-2 {
+				r := post(t, s, c.typ, c.body)
+				r.Duplicate = false
+				first = append(first, r)
+			}
+		}
+		now.Add(2 * 3600) // the hold's expiry has passed: deciding it again would be invalid
+		for round, svc := range []*Service{s, New(st, opts)} {
+			for i, c := range cmds[:len(cmds)-2] {
+				r := post(t, svc, c.typ, c.body)
+				if !r.Duplicate {
+					t.Fatalf("round %d: resend of %s is not a duplicate: %+v", round, c.body, r)
+				}
+				r.Duplicate = false
+				if !reflect.DeepEqual(r, first[i]) {
+					t.Fatalf("round %d: resend of %s:\n got %+v\nwant %+v", round, c.body, r, first[i])
+				}
+			}
+		}
+		r := post(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"%s-d0","account_id":"%s","amount":7,"currency":"EUR"}`, acc, acc))
+		if r.Code != domain.CodeIdempotencyKeyConflict || !reflect.DeepEqual(r.Fields, []string{"amount"}) {
+			t.Fatalf("another request under an old key: %+v", r)
+		}
+		// d1 (101) is long forgotten: refund 60 of it, then 41 is too much, 40 is not.
+		for _, c := range []struct {
+			key    string
+			amount int
+			code   domain.Code
+		}{{"r1", 60, domain.CodeOK}, {"r2", 42, domain.CodeRefundExceedsOriginal}, {"r3", 41, domain.CodeOK}, {"r4", 1, domain.CodeRefundExceedsOriginal}} {
+			r := post(t, New(st, opts), "refund", fmt.Sprintf(`{"idempotency_key":"%s-%s","original_key":"%s-d1","amount":%d}`, acc, c.key, acc, c.amount))
+			if r.Code != c.code {
+				t.Fatalf("refund %s of %d: %+v", c.key, c.amount, r)
+			}
+		}
+		// The money moved once: the stream folds to the sum of what was applied.
+		want := int64(0)
+		for i := range 10 {
+			want += int64(100 + i)
+		}
+		want -= 6 + 101
+		folded := domain.NewAccount(acc)
+		for _, re := range streamEvents(t, st, domain.AccountStream(acc)) {
+			ev, err := toStored(re)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := domain.EvolveAccount(folded, ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if folded.Balance != want || folded.Revision != int64(len(cmds)+3) { // and 4 refunds
+			t.Fatalf("folded balance %d at revision %d, want %d at %d", folded.Balance, folded.Revision, want, len(cmds)+3)
+		}
+	})
+}
+
+// TestSnapshotThatDoesNotMatchIsIgnored: a cold load ignores a snapshot whose
+// bytes were changed (hash), that is of another version, that names a revision
+// beyond the stream, or whose chain is not the stream's at its revision (a
+// snapshot of another history), and decides on the fold of the stream: the
+// balance a corrupt snapshot claims is never spent.
+func TestSnapshotThatDoesNotMatchIsIgnored(t *testing.T) {
+	st := memory.New()
+	opts := Options{Clock: clock, SnapshotEvery: 3}
+	s := New(st, opts)
+	mustApply(t, s, "open_account", `{"idempotency_key":"o","account_id":"a","currency":"EUR"}`)
+	for i := range 5 {
+		mustApply(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"d%d","account_id":"a","amount":100,"currency":"EUR"}`, i))
+	}
+	s.Close()
+	ctx := context.Background()
+	good, err := st.ReadSnapshot(ctx, "account-a")
+	if err != nil || good.Revision != 5 {
+		t.Fatalf("snapshot: %+v, %v", good, err)
+	}
+	acc, err := domain.DecodeSnapshot("account-a", good.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rich := *acc
+	rich.Balance = 1_000_000
+	richBytes, err := domain.EncodeSnapshot("account-a", &rich) // a well-formed snapshot, its hash right
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherChain := strings.Replace(string(richBytes), fmt.Sprintf(`"chain":"%s"`, acc.LastChain), `"chain":"0000"`, 1)
+	beyond := *acc
+	beyond.Revision = 9
+	beyondBytes, err := domain.EncodeSnapshot("account-a", &beyond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{
+		"changed bytes": strings.Replace(string(good.Data), `"balance":500`, `"balance":900000`, 1),
+		"other version": strings.Replace(string(good.Data), `"v":1`, `"v":99`, 1),
+		"other chain":   otherChain,
+		"beyond head":   string(beyondBytes),
+	} {
+		if data == string(good.Data) || data == string(richBytes) {
+			t.Fatalf("%s: the snapshot was not changed", name)
+		}
+		st.CorruptSnapshot("account-a", 5, []byte(data))
+		ignored := counterValue(t, snapshotsIgnored)
+		r := post(t, New(st, opts), "withdraw", fmt.Sprintf(`{"idempotency_key":"w-%s","account_id":"a","amount":501,"currency":"EUR"}`, name))
+		if r.Code != domain.CodeInsufficientFunds || r.Account == nil || r.Account.Balance != 500 {
+			t.Fatalf("%s: withdrawal of 501 from 500: %+v", name, r)
+		}
+		if counterValue(t, snapshotsIgnored) != ignored+1 {
+			t.Fatalf("%s: the snapshot was not ignored", name)
+		}
+	}
+	// A well-formed snapshot with the stream's chain at its revision but a state
+	// its stream never had: the events after it state the account they leave, so
+	// folding them on it fails, and the load folds the stream from its start.
+	st.CorruptSnapshot("account-a", 5, richBytes)
+	ignored := counterValue(t, snapshotsIgnored)
+	loaded, err := New(st, opts).loadAccount(ctx, "account-a", "a", false)
+	if err != nil || loaded.Balance != 500 || counterValue(t, snapshotsIgnored) != ignored+1 {
+		t.Fatalf("a well-formed snapshot of a state the stream never had: balance %d, %v", loaded.Balance, err)
+	}
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
