@@ -133,6 +133,9 @@ type Account struct {
 	// next to forget is keyOrder[keyHead].
 	keyOrder []string
 	keyHead  int
+	// forgot: some key decided on the stream may not be in Keys (one was
+	// forgotten, or the aggregate was loaded from a snapshot, which has none).
+	forgot bool
 	// Refunded is how much of each refunded original (a deposit or withdrawal,
 	// by its key) has been refunded so far. It lists only originals refunded at
 	// least once, so it grows with refunds, not with commands; it is part of
@@ -175,6 +178,10 @@ func (a *Account) ApproxBytes() int64 {
 	return int64(n)
 }
 
+// Forgot reports whether a key decided on the stream may be missing from Keys:
+// when it does not, a key not in Keys was never decided here.
+func (a *Account) Forgot() bool { return a.forgot }
+
 // remember adds a key's record to Keys, forgetting the oldest beyond KeyLimit.
 func (a *Account) remember(rec *KeyRecord) {
 	if _, known := a.Keys[rec.Key]; !known {
@@ -186,6 +193,7 @@ func (a *Account) remember(rec *KeyRecord) {
 		a.keyOrder[a.keyHead] = ""
 		a.keyHead++
 		delete(a.Keys, old)
+		a.forgot = true
 	}
 	if a.keyHead > 0 && a.keyHead*2 >= len(a.keyOrder) { // reuse the forgotten half
 		n := copy(a.keyOrder, a.keyOrder[a.keyHead:])

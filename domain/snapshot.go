@@ -110,6 +110,7 @@ func DecodeSnapshot(stream string, b []byte) (*Account, error) {
 	a := NewAccount(st.ID)
 	a.Opened, a.Closed, a.Currency, a.OverdraftLimit, a.Metadata = st.Opened, st.Closed, st.Currency, st.OverdraftLimit, st.Metadata
 	a.Balance, a.Held, a.Revision, a.LastChain = st.Balance, st.Held, int64(s.Revision), s.Chain
+	a.forgot = true // a snapshot keeps no keys
 	for _, h := range st.Holds {
 		hold := &Hold{ID: h.ID, Amount: h.Amount, Status: h.Status, Key: h.Key}
 		if h.ExpiresAt != nil {

@@ -45,8 +45,9 @@ type KeyCheckStream struct {
 	DecideP50Us float64 `json:"decide_append_p50_us"`
 	DecideP99Us float64 `json:"decide_append_p99_us"`
 	// DecideOnly10Ns, DecideOnlySpreadNs: the pure decision on the cached
-	// aggregate, no I/O: look a known key up and compare its request (10 keys or
-	// spread keys), check that a new key is unknown, decide the new command.
+	// aggregate, no I/O: look a known key up and compare its request (the latest
+	// 10 keys, or the latest min(samples, 1,024): keys the aggregate remembers),
+	// check that a new key is unknown, decide the new command.
 	DecideOnly10Ns     float64 `json:"decide_only_10_keys_ns"`
 	DecideOnlySpreadNs float64 `json:"decide_only_spread_ns"`
 }
@@ -83,6 +84,9 @@ const (
 	keyCheckDecideOps  = 10000
 	keyCheckColdLoads  = 3
 	keyCheckWorkingSet = 10
+	// keyCheckRecentKeys is the service's default of the key records an
+	// aggregate keeps (ledger.Options.RecentKeys).
+	keyCheckRecentKeys = 1024
 )
 
 // keyCheck seeds an account stream of 10 events and one of long events in the
@@ -103,10 +107,10 @@ func keyCheck(ctx context.Context, storeURL, runID string, long, samples int, lo
 		start := time.Now()
 		last := time.Now()
 		st, err := seed.Account(ctx, store, "kc"+runID+"-"+strconv.Itoa(n), n, seed.Options{
-			Progress: func(copied, total int) {
+			Progress: func(done, total int) {
 				if time.Since(last) > 2*time.Second {
 					last = time.Now()
-					log("seeding key-check stream", "events", n, "copied", copied, "of", total)
+					log("seeding key-check stream", "events", n, "done", done, "of", total)
 				}
 			},
 		})
@@ -119,30 +123,24 @@ func keyCheck(ctx context.Context, storeURL, runID string, long, samples int, lo
 		log("seeded key-check stream", "stream", st.Stream, "events", n, "key_claims", st.Claims, "took", time.Since(start).Round(time.Millisecond))
 	}
 
-	// Known keys: n spread over each stream's whole length.
-	keysOf := func(st *seed.Stream, n int) ([]domain.Command, error) {
-		var cmds []domain.Command
-		step := max(1, len(st.Keys)/n)
-		for k := 0; k < len(st.Keys) && len(cmds) < n; k += step {
-			typ := domain.CmdDeposit
-			if k == 0 {
-				typ = domain.CmdOpenAccount
-			}
-			cmd, ierr := domain.DecodeCommand(typ, st.Bodies[k])
-			if ierr != nil {
-				return nil, ierr
-			}
-			cmds = append(cmds, cmd)
-		}
-		return cmds, nil
-	}
+	// Known keys: n spread over each stream's whole length (most of them keys its
+	// aggregate has forgotten: answered from the store), and the latest n (keys
+	// the aggregate remembers: the decide-only measures, which read no store).
 	ten := make([][]domain.Command, 2)
 	spread := make([][]domain.Command, 2)
+	latest10 := make([][]domain.Command, 2)
+	latest := make([][]domain.Command, 2)
 	for i, st := range streams {
-		if ten[i], err = keysOf(st, keyCheckWorkingSet); err != nil {
+		if ten[i], err = st.Spread(keyCheckWorkingSet); err != nil {
 			return nil, err
 		}
-		if spread[i], err = keysOf(st, samples); err != nil {
+		if spread[i], err = st.Spread(samples); err != nil {
+			return nil, err
+		}
+		if latest10[i], err = st.Latest(keyCheckWorkingSet); err != nil {
+			return nil, err
+		}
+		if latest[i], err = st.Latest(min(samples, keyCheckRecentKeys)); err != nil {
 			return nil, err
 		}
 		out[i].SpreadKeys = len(spread[i])
@@ -251,7 +249,7 @@ func keyCheck(ctx context.Context, storeURL, runID string, long, samples int, lo
 			for _, m := range []struct {
 				keys []domain.Command
 				out  *[]time.Duration
-			}{{ten[i], &decide10[i]}, {spread[i], &decideSpread[i]}} {
+			}{{latest10[i], &decide10[i]}, {latest[i], &decideSpread[i]}} {
 				start := time.Now()
 				for k := 0; k < keyCheckDecideOps; k++ {
 					if err := decideOnly(accs[i], m.keys[(round*keyCheckDecideOps+k)%len(m.keys)], fresh); err != nil {
@@ -316,9 +314,11 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// foldAccount reads a stream and folds it, as the service does on a cache miss.
+// foldAccount reads a stream and folds it into an aggregate that keeps as many
+// keys as the service's.
 func foldAccount(ctx context.Context, store eventstore.StreamReader, stream, id string) (*domain.Account, error) {
 	acc := domain.NewAccount(id)
+	acc.KeyLimit = keyCheckRecentKeys
 	next := uint64(0)
 	for {
 		evs, err := store.ReadStream(ctx, stream, next, eventstore.Forwards, 4096)

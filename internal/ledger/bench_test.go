@@ -126,18 +126,9 @@ func BenchmarkKeyCheck(b *testing.B) {
 // knownKeys decodes n of the stream's commands spread over its whole length.
 func knownKeys(b *testing.B, st *seed.Stream, n int) []domain.Command {
 	b.Helper()
-	step := max(1, len(st.Keys)/n)
-	var out []domain.Command
-	for i := 0; i < len(st.Keys) && len(out) < n; i += step {
-		typ := domain.CmdDeposit
-		if i == 0 {
-			typ = domain.CmdOpenAccount
-		}
-		cmd, ierr := domain.DecodeCommand(typ, st.Bodies[i])
-		if ierr != nil {
-			b.Fatal(ierr)
-		}
-		out = append(out, cmd)
+	out, err := st.Spread(n)
+	if err != nil {
+		b.Fatal(err)
 	}
 	return out
 }

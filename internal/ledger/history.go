@@ -176,6 +176,40 @@ func (s *Service) keyRecord(ctx context.Context, stream string, acc *domain.Acco
 	return rec, err
 }
 
+// noteForgetful remembers that the aggregate of stream forgot keys (a long or hot
+// account): from then on, a command's key is looked up in the store before it
+// is decided (decidedBefore). The caller holds the stream's lock.
+func (s *Service) noteForgetful(stream string, acc *domain.Account) {
+	if acc.Forgot() {
+		if _, known := s.forgetful.Load(stream); !known {
+			s.forgetful.Store(stream, struct{}{})
+		}
+	}
+}
+
+// decidedBefore reports whether the store holds events of key on stream, when
+// the stream's aggregate forgets keys (elsewhere a key the aggregate does not
+// hold is new: false). One indexed read, outside the stream's lock. Deciding an
+// old key again would be refused by the store anyway (its event IDs are taken),
+// but only at its append: the commands decided on top of it in the meantime
+// would fail with it and be decided again.
+func (s *Service) decidedBefore(ctx context.Context, stream, key string) (bool, error) {
+	if s.locator == nil {
+		return false, nil
+	}
+	if _, forgetful := s.forgetful.Load(stream); !forgetful {
+		return false, nil
+	}
+	_, err := s.locator.ReadEventByID(ctx, domain.EventID(key, stream, 0))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, eventstore.ErrEventNotFound):
+		return false, nil
+	}
+	return false, err
+}
+
 // errFolded stops a fold at the revision it was asked to reach.
 var errFolded = errors.New("ledger: folded far enough")
 

@@ -72,6 +72,7 @@ type Service struct {
 	locator   eventstore.EventLocator
 	snaps     eventstore.SnapshotStore
 	keyLimit  int
+	forgetful sync.Map // streams whose aggregate forgot keys: string -> struct{}
 	snapSlots chan struct{}
 	snapWG    sync.WaitGroup
 	// failpoint, when set (by tests only), is called between the steps of a saga
@@ -205,15 +206,19 @@ func deref(r *Reply) Reply {
 // is released while it commits, and the next command of the stream is decided on
 // the state it will leave.
 func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, stream, accountID string, claim bool) (rec *ownedRecord, duplicate bool, r *Reply, err error) {
+	// refresh: decide on the store's head; recall: the key may have been decided
+	// long ago, its record forgotten by the aggregate: look it up in the store.
+	refresh := false
+	recall, err := s.decidedBefore(ctx, stream, cmd.IdempotencyKey)
+	if err != nil {
+		return nil, false, nil, err
+	}
 	l := &heldLock{s: s, stream: stream}
 	if err := l.lock(ctx); err != nil {
 		return nil, false, nil, err
 	}
 	defer l.unlock()
 	req := cmd.Canonical()
-	// refresh: decide on the store's head; recall: the key may have been decided
-	// long ago, its record forgotten by the aggregate: look it up in the store.
-	refresh, recall := false, false
 	for attempt := 0; attempt < s.opts.MaxAttempts; {
 		if wait := s.pipes.wait(stream, cmd.IdempotencyKey); wait != nil {
 			if err := l.waitFor(ctx, wait); err != nil {
@@ -318,6 +323,7 @@ func (s *Service) tookCommand(stream string, acc *domain.Account) {
 		return
 	}
 	s.accounts.resize(stream, acc)
+	s.noteForgetful(stream, acc)
 	if s.pipes.idle(stream) {
 		s.snapshotIfDue(stream, acc)
 	}
