@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/audit"
 	"github.com/ledgerworks/ledger/internal/pgtest"
 	"github.com/ledgerworks/ledger/projections"
@@ -123,5 +125,69 @@ func TestAuditNamesAChangedBalance(t *testing.T) {
 	rep := run(t, env, audit.Options{})
 	if !rep.Has(audit.InvReadModel, "read_model_mismatch") || !strings.Contains(rep.Violations[0].Message, `"w-acct-2"`) {
 		t.Fatalf("a changed balance was not named: %v", rep.Violations)
+	}
+}
+
+// TestAuditChecksSnapshots: a snapshot that is its stream's fold passes; one
+// with a well-formed state the stream never had (its hash recomputed), one whose
+// bytes no longer match its hash, and one beyond its stream are each named
+// (invariant 7).
+func TestAuditChecksSnapshots(t *testing.T) {
+	env := projected(t, projtest.Workload{Commands: 200, Seed: 5})
+	ctx := context.Background()
+	stream := domain.AccountStream("w-acct-1")
+	evs, err := env.Store.ReadStream(ctx, stream, 0, eventstore.Forwards, 0)
+	if err != nil || len(evs) < 4 {
+		t.Fatalf("stream %s: %d events, %v", stream, len(evs), err)
+	}
+	acc := domain.NewAccount("w-acct-1")
+	for _, re := range evs[:len(evs)/2] {
+		m, err := domain.DecodeMetadata(re.Metadata)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := domain.EvolveAccount(acc, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(a *domain.Account, rev uint64, corrupt func([]byte) []byte) {
+		t.Helper()
+		b, err := domain.EncodeSnapshot(stream, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if corrupt != nil {
+			b = corrupt(b)
+		}
+		if _, err := env.Pool.Exec(ctx, `DELETE FROM snapshots WHERE stream = $1`, stream); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Store.WriteSnapshot(ctx, eventstore.Snapshot{Stream: stream, Revision: rev, Data: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rev := uint64(acc.Revision)
+	write(acc, rev, nil)
+	if rep := run(t, env, audit.Options{}); !rep.OK() || rep.Snapshots != 1 {
+		t.Fatalf("a true snapshot: %d checked, %v", rep.Snapshots, rep.Violations)
+	}
+	rich := *acc
+	rich.Balance += 1000
+	write(&rich, rev, nil)
+	if rep := run(t, env, audit.Options{}); !rep.Has(audit.InvSnapshot, "snapshot_mismatch") {
+		t.Fatalf("a snapshot of a state the stream never had: %v", rep.Violations)
+	}
+	write(acc, rev, func(b []byte) []byte { return bytes.Replace(b, []byte(`"held":`), []byte(`"held":1`), 1) })
+	if rep := run(t, env, audit.Options{}); !rep.Has(audit.InvSnapshot, "snapshot_unreadable") {
+		t.Fatalf("a snapshot whose bytes changed: %v", rep.Violations)
+	}
+	beyond := *acc
+	beyond.Revision = int64(len(evs) + 5)
+	write(&beyond, uint64(beyond.Revision), nil)
+	if rep := run(t, env, audit.Options{}); !rep.Has(audit.InvSnapshot, "snapshot_beyond_stream") {
+		t.Fatalf("a snapshot beyond its stream: %v", rep.Violations)
+	}
+	if rep := run(t, env, audit.Options{Account: "w-acct-2"}); !rep.OK() || rep.Snapshots != 0 {
+		t.Fatalf("another account's audit: %d snapshots checked, %v", rep.Snapshots, rep.Violations)
 	}
 }

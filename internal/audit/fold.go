@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -16,7 +18,9 @@ import (
 	"github.com/ledgerworks/ledger/internal/reply"
 )
 
-// Invariants of PROTOCOL.md §6 (Violation.Invariant), and 6 for the hash chain.
+// Invariants of PROTOCOL.md §6 (Violation.Invariant), 6 for the hash chain and 7
+// for the snapshots of account aggregates (each is the fold of its stream at its
+// revision).
 const (
 	InvKeyOnce       = 1
 	InvConservation  = 2
@@ -24,7 +28,7 @@ const (
 	InvReadModel     = 4
 	InvStreams       = 5
 	InvChain         = 6
-	invariantCount   = 6
+	InvSnapshot      = 7
 	maxKeptPerStream = 1 // chain faults named per stream (the first)
 )
 
@@ -120,6 +124,9 @@ type Fold struct {
 	commands map[string]string   // client key -> canonical reply
 	// stepRecords keeps the records of saga steps until their saga is decided.
 	stepRecords map[string]*domain.KeyRecord
+	// Snapshots are the account snapshots to check, by stream (CheckSnapshots):
+	// each is compared with the fold when it reaches the snapshot's revision.
+	snapshots map[string]snapshotCheck
 
 	Violations []Violation
 	violations int
@@ -321,6 +328,7 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) 
 		f.badStream[re.Stream] = true
 		return
 	}
+	f.checkSnapshot(re.Stream, a)
 	payload, _ := domain.DecodeEvent(re.Type, re.Data) // decoded by EvolveAccount already
 	// Invariant 3: the amounts the event states equal the fold's.
 	check := func(what string, stated, folded int64) {
@@ -506,6 +514,7 @@ func (f *Fold) sagaReply(t *domain.Transfer, sg *domain.Saga) reply.Reply {
 // Finish runs the checks that need the whole history: claims, sagas and money
 // conservation (invariants 1 and 2) and the final balances (invariant 3).
 func (f *Fold) Finish() []Totals {
+	f.finishSnapshots()
 	// Invariant 1: every decided client key is claimed by its request, for its stream.
 	keys := make([]string, 0, len(f.homes))
 	for k := range f.homes {
@@ -626,4 +635,50 @@ func (f *Fold) Finish() []Totals {
 		}
 	}
 	return out
+}
+
+// snapshotCheck is a snapshot waiting for the fold to reach its revision.
+type snapshotCheck struct {
+	revision uint64
+	acc      *domain.Account
+}
+
+// CheckSnapshots has the fold compare each snapshot with the account's fold at
+// the snapshot's revision (invariant 7). A snapshot that does not decode (its
+// version, stream or hash) is a violation at once; one the fold never reaches,
+// at Finish. Call it before the first Apply.
+func (f *Fold) CheckSnapshots(snaps []eventstore.Snapshot) {
+	if f.snapshots == nil {
+		f.snapshots = map[string]snapshotCheck{}
+	}
+	for _, sn := range snaps {
+		acc, err := domain.DecodeSnapshot(sn.Stream, sn.Data)
+		if err == nil && uint64(acc.Revision) != sn.Revision {
+			err = fmt.Errorf("filed at revision %d, holds revision %d", sn.Revision, acc.Revision)
+		}
+		if err != nil {
+			f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_unreadable", Stream: sn.Stream, Revision: int64(sn.Revision), Message: fmt.Sprintf("snapshot of %s: %v", sn.Stream, err)})
+			continue
+		}
+		f.snapshots[sn.Stream] = snapshotCheck{revision: sn.Revision, acc: acc}
+	}
+}
+
+func (f *Fold) checkSnapshot(stream string, a *domain.Account) {
+	sn, ok := f.snapshots[stream]
+	if !ok || int64(sn.revision) != a.Revision {
+		return
+	}
+	delete(f.snapshots, stream)
+	if same, diff := domain.SameState(sn.acc, a); !same {
+		f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_mismatch", Stream: stream, Revision: int64(sn.revision), Message: fmt.Sprintf("the snapshot of %s at revision %d is not the fold of its stream: %s", stream, sn.revision, diff)})
+	}
+}
+
+// finishSnapshots reports the snapshots the fold never reached.
+func (f *Fold) finishSnapshots() {
+	for _, s := range slices.Sorted(maps.Keys(f.snapshots)) {
+		sn := f.snapshots[s]
+		f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_beyond_stream", Stream: s, Revision: int64(sn.revision), Message: fmt.Sprintf("the snapshot of %s is at revision %d, beyond its stream (or of a stream that failed to fold)", s, sn.revision)})
+	}
 }
