@@ -27,7 +27,9 @@ func BenchmarkKeyRecordHeap(b *testing.B) {
 	const keys = 100_000
 	ctx := context.Background()
 	clock := func() time.Time { return time.Unix(1_700_000_000, 0).UTC() }
-	opts := ledger.Options{DisableGroupCommit: true, Clock: clock}
+	// Every key kept (RecentKeys -1): the cost of one record, which the default
+	// bound (1,024 recent keys) multiplies by at most 1,024.
+	opts := ledger.Options{DisableGroupCommit: true, Clock: clock, RecentKeys: -1}
 	for b.Loop() {
 		store := memory.New()
 		svc := ledger.New(store, opts)
