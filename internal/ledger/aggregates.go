@@ -182,7 +182,6 @@ func (s *Service) loadPending(ctx context.Context, stream, id string, refresh bo
 		return nil, 0, err
 	}
 	s.accounts.add(stream, acc)
-	s.noteForgetful(stream, acc)
 	s.snapshotIfDue(stream, acc)
 	return acc, 0, nil
 }

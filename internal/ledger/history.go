@@ -176,28 +176,35 @@ func (s *Service) keyRecord(ctx context.Context, stream string, acc *domain.Acco
 	return rec, err
 }
 
-// noteForgetful remembers that the aggregate of stream forgot keys (a long or hot
-// account): from then on, a command's key is looked up in the store before it
-// is decided (decidedBefore). The caller holds the stream's lock.
-func (s *Service) noteForgetful(stream string, acc *domain.Account) {
-	if acc.Forgot() {
-		if _, known := s.forgetful.Load(stream); !known {
-			s.forgetful.Store(stream, struct{}{})
-		}
-	}
+// oldKeyWindow is how long a stream stays in "resends of old keys arrive" mode
+// after one did: its commands' keys are looked up in the store before they are
+// decided (decidedBefore).
+const oldKeyWindow = 10 * time.Second
+
+// noteOldKey records that a command on stream was a resend of a key its
+// aggregate had forgotten (found by the store's refusal of its append).
+func (s *Service) noteOldKey(stream string) {
+	s.oldKeys.Store(stream, time.Now())
 }
 
-// decidedBefore reports whether the store holds events of key on stream, when
-// the stream's aggregate forgets keys (elsewhere a key the aggregate does not
-// hold is new: false). One indexed read, outside the stream's lock. Deciding an
-// old key again would be refused by the store anyway (its event IDs are taken),
-// but only at its append: the commands decided on top of it in the meantime
-// would fail with it and be decided again.
+// decidedBefore reports whether the store holds events of key on stream, while
+// resends of old keys arrive on it (for oldKeyWindow after the last one); false
+// otherwise without reading anything. One indexed read, outside the stream's
+// lock. An old key decided again is refused by the store anyway (its event IDs
+// are taken), but only at its append: the commands decided on top of it in the
+// meantime fail with it and are decided again, so in a burst of old resends
+// (a client replaying yesterday's file) the lookup first is cheaper; outside
+// one, new commands pay no read.
 func (s *Service) decidedBefore(ctx context.Context, stream, key string) (bool, error) {
 	if s.locator == nil {
 		return false, nil
 	}
-	if _, forgetful := s.forgetful.Load(stream); !forgetful {
+	seen, ok := s.oldKeys.Load(stream)
+	if !ok {
+		return false, nil
+	}
+	if time.Since(seen.(time.Time)) > oldKeyWindow {
+		s.oldKeys.CompareAndDelete(stream, seen)
 		return false, nil
 	}
 	_, err := s.locator.ReadEventByID(ctx, domain.EventID(key, stream, 0))

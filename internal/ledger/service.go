@@ -72,7 +72,7 @@ type Service struct {
 	locator   eventstore.EventLocator
 	snaps     eventstore.SnapshotStore
 	keyLimit  int
-	forgetful sync.Map // streams whose aggregate forgot keys: string -> struct{}
+	oldKeys   sync.Map // streams where resends of forgotten keys arrive: string -> time.Time
 	snapSlots chan struct{}
 	snapWG    sync.WaitGroup
 	// failpoint, when set (by tests only), is called between the steps of a saga
@@ -288,12 +288,16 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 			r := reply.Conflict(cmd.IdempotencyKey, conflict.fields)
 			return nil, false, &r, nil
 		case errors.Is(err, eventstore.ErrWrongExpectedRevision):
-			refresh = true // another instance wrote: catch up and decide again
+			// Another instance wrote, or a command this one was decided on top
+			// of failed (perhaps a resend of a key the aggregate forgot, as this
+			// one may be): catch up and decide again, the key looked up first.
+			refresh, recall = true, acc.Forgot()
 			continue
 		case errors.Is(err, eventstore.ErrDuplicateEventID):
 			// The store holds this key's events already: it was decided long ago
 			// (the aggregate forgot it) or by another instance. Answer it from them.
 			refresh, recall = true, true
+			s.noteOldKey(stream)
 			continue
 		case err != nil:
 			return nil, false, nil, err
@@ -323,7 +327,6 @@ func (s *Service) tookCommand(stream string, acc *domain.Account) {
 		return
 	}
 	s.accounts.resize(stream, acc)
-	s.noteForgetful(stream, acc)
 	if s.pipes.idle(stream) {
 		s.snapshotIfDue(stream, acc)
 	}
