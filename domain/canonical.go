@@ -62,12 +62,38 @@ func (c Command) Canonical() Canonical {
 		name("overdraft_limit")
 		b = strconv.AppendInt(b, c.OverdraftLimit, 10)
 	}
+	if len(c.Postings) > 0 {
+		name("postings")
+		b = appendPostings(b, c.Postings)
+	}
 	str("to", c.To)
+	str("transaction_id", c.TransactionID)
 	str("transfer_id", c.TransferID)
 	name("type")
 	b = AppendJSONString(b, string(c.Type))
 	b = append(b, '}')
 	return canonicalOf(b, nil)
+}
+
+// appendPostings appends postings as encoding/json writes []map[string]any of
+// them: each object's keys sorted (amount, currency, from, to).
+func appendPostings(b []byte, ps []Posting) []byte {
+	b = append(b, '[')
+	for i, p := range ps {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"amount":`...)
+		b = strconv.AppendInt(b, p.Amount, 10)
+		b = append(b, `,"currency":`...)
+		b = AppendJSONString(b, p.Currency)
+		b = append(b, `,"from":`...)
+		b = AppendJSONString(b, p.From)
+		b = append(b, `,"to":`...)
+		b = AppendJSONString(b, p.To)
+		b = append(b, '}')
+	}
+	return append(b, ']')
 }
 
 // Canonical encodes and hashes a request built as a map (ParseRequest's result).

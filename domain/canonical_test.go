@@ -80,7 +80,10 @@ func TestCanonicalMatchesRequest(t *testing.T) {
 			Type: types[rng.Intn(len(types))], IdempotencyKey: maybe(),
 			AccountID: maybe(), Currency: maybe(), TransferID: maybe(), From: maybe(), To: maybe(),
 			HoldID: maybe(), OriginalKey: maybe(), Ref: maybe(), Reason: maybe(), Origin: maybe(),
-			At: time.Unix(rng.Int63n(4e9), rng.Int63n(1e9)),
+			TransactionID: maybe(), At: time.Unix(rng.Int63n(4e9), rng.Int63n(1e9)),
+		}
+		for range rng.Intn(3) {
+			c.Postings = append(c.Postings, Posting{From: maybe(), To: maybe(), Amount: rng.Int63() - rng.Int63(), Currency: maybe()})
 		}
 		if rng.Intn(2) == 0 {
 			c.Amount, c.HasAmount = rng.Int63()-rng.Int63(), true

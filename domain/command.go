@@ -26,6 +26,8 @@ const (
 	CmdReleaseHold  CommandType = "release_hold"
 	CmdRefund       CommandType = "refund"
 	CmdCloseAccount CommandType = "close_account"
+	// CmdPostTransaction moves money along 1-64 postings at once, or not at all (v1.1).
+	CmdPostTransaction CommandType = "post_transaction"
 )
 
 // Internal commands: saga steps and schedulers. They never arrive from a client;
@@ -35,12 +37,15 @@ const (
 	CmdTransferCredit     CommandType = "transfer_credit"
 	CmdTransferCompensate CommandType = "transfer_compensate"
 	CmdExpireHold         CommandType = "expire_hold"
+	// CmdTransactionLeg is a transaction's movement in one of its accounts: written
+	// with the transaction, atomically, under StepKey(key, StepLeg).
+	CmdTransactionLeg CommandType = "transaction_leg"
 )
 
 // ClientCommandTypes lists the commands a client may send, in protocol order.
 var ClientCommandTypes = []CommandType{
 	CmdOpenAccount, CmdDeposit, CmdWithdraw, CmdTransfer, CmdPlaceHold,
-	CmdCaptureHold, CmdReleaseHold, CmdRefund, CmdCloseAccount,
+	CmdCaptureHold, CmdReleaseHold, CmdRefund, CmdCloseAccount, CmdPostTransaction,
 }
 
 // IsClient reports whether t is a command a client may send.
@@ -70,6 +75,8 @@ type Command struct {
 	HoldID         string
 	ExpiresAt      time.Time // zero: no expiry
 	OriginalKey    string
+	TransactionID  string
+	Postings       []Posting
 
 	// At is the time the ledger accepted the command. It is not part of the
 	// request: a retry carries a later At and is still the same intent.
@@ -83,8 +90,17 @@ type Command struct {
 	Reason string
 }
 
+// Posting is one leg of a transaction: amount moves from one account to another.
+type Posting struct {
+	From     string `json:"from"`
+	To       string `json:"to"`
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+}
+
 // Limits of command bodies (PROTOCOL.md §1–2). Every limit is explicit.
 const (
+	MaxPostings         = 64
 	MaxBodyBytes        = 64 << 10
 	MaxMetadataEntries  = 32
 	MaxMetadataKeyLen   = 64
@@ -119,6 +135,7 @@ const (
 	fLimit
 	fMetadata
 	fTime
+	fPostings
 )
 
 type fieldSpec struct {
@@ -130,14 +147,15 @@ type fieldSpec struct {
 var commandFields = map[CommandType][]fieldSpec{
 	CmdOpenAccount: {{"account_id", fID, true}, {"currency", fCurrency, true}, {"overdraft_limit", fLimit, false}, {"metadata", fMetadata, false}},
 	// v1.1: every command that moves or reserves money takes metadata too.
-	CmdDeposit:      {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}},
-	CmdWithdraw:     {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}},
-	CmdTransfer:     {{"transfer_id", fID, true}, {"from", fID, true}, {"to", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}},
-	CmdPlaceHold:    {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"expires_at", fTime, false}, {"metadata", fMetadata, false}},
-	CmdCaptureHold:  {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, false}, {"metadata", fMetadata, false}},
-	CmdReleaseHold:  {{"account_id", fID, true}, {"hold_id", fID, true}},
-	CmdRefund:       {{"original_key", fKey, true}, {"amount", fAmount, false}, {"metadata", fMetadata, false}},
-	CmdCloseAccount: {{"account_id", fID, true}},
+	CmdDeposit:         {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}},
+	CmdWithdraw:        {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}},
+	CmdTransfer:        {{"transfer_id", fID, true}, {"from", fID, true}, {"to", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}},
+	CmdPlaceHold:       {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"expires_at", fTime, false}, {"metadata", fMetadata, false}},
+	CmdCaptureHold:     {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, false}, {"metadata", fMetadata, false}},
+	CmdReleaseHold:     {{"account_id", fID, true}, {"hold_id", fID, true}},
+	CmdRefund:          {{"original_key", fKey, true}, {"amount", fAmount, false}, {"metadata", fMetadata, false}},
+	CmdCloseAccount:    {{"account_id", fID, true}},
+	CmdPostTransaction: {{"transaction_id", fID, true}, {"postings", fPostings, true}, {"metadata", fMetadata, false}},
 }
 
 // DecodeCommand decodes a client command body strictly: a JSON object, valid
@@ -245,8 +263,72 @@ func (c *Command) setField(s fieldSpec, raw json.RawMessage) *InvalidError {
 			return invalid(s.name, "must be an RFC 3339 timestamp: %v", err)
 		}
 		c.ExpiresAt = ts.UTC()
+	case fPostings:
+		p, ierr := decodePostings(raw)
+		if ierr != nil {
+			return ierr
+		}
+		c.Postings = p
 	}
 	return nil
+}
+
+// decodePostings reads a transaction's postings: a JSON array of 1-MaxPostings
+// objects, each exactly {"from", "to", "amount", "currency"}, from != to.
+func decodePostings(raw json.RawMessage) ([]Posting, *InvalidError) {
+	raw = bytes.TrimSpace(raw)
+	var items []json.RawMessage
+	if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &items) != nil {
+		return nil, invalid("postings", "must be an array of postings")
+	}
+	if len(items) == 0 || len(items) > MaxPostings {
+		return nil, invalid("postings", "has %d postings; a transaction has 1 to %d", len(items), MaxPostings)
+	}
+	out := make([]Posting, len(items))
+	for i, item := range items {
+		field := func(name string) string { return fmt.Sprintf("postings[%d].%s", i, name) }
+		fields, ierr := decodeObject(item)
+		if ierr != nil {
+			return nil, invalid(fmt.Sprintf("postings[%d]", i), "must be an object {from, to, amount, currency}")
+		}
+		for _, name := range sortedKeys(fields) {
+			if name != "from" && name != "to" && name != "amount" && name != "currency" {
+				return nil, invalid(field(name), "unknown field of a posting")
+			}
+		}
+		p := &out[i]
+		for _, f := range []struct {
+			name string
+			v    *string
+			ok   func(string) bool
+			msg  string
+		}{
+			{"from", &p.From, ValidID, fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9._:-]", MaxIDLen)},
+			{"to", &p.To, ValidID, fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9._:-]", MaxIDLen)},
+			{"currency", &p.Currency, ValidCurrency, "must be three upper-case letters (ISO 4217 style)"},
+		} {
+			rv, ok := fields[f.name]
+			if !ok {
+				return nil, invalid(field(f.name), "is required")
+			}
+			if decodeString(rv, f.v) != nil || !f.ok(*f.v) {
+				return nil, invalid(field(f.name), "%s", f.msg)
+			}
+		}
+		rv, ok := fields["amount"]
+		if !ok {
+			return nil, invalid(field("amount"), "is required")
+		}
+		v, err := decodeInteger(rv, 1, MaxAmount)
+		if err != nil {
+			return nil, invalid(field("amount"), "must be an integer of minor units from 1 to %d: %s", MaxAmount, err)
+		}
+		p.Amount = v
+		if p.From == p.To {
+			return nil, invalid(field("to"), "must differ from from (%s)", p.From)
+		}
+	}
+	return out, nil
 }
 
 // setID sets the ID field called name; false for a name that is not an ID field.
@@ -262,6 +344,8 @@ func (c *Command) setID(name, v string) bool {
 		c.To = v
 	case "hold_id":
 		c.HoldID = v
+	case "transaction_id":
+		c.TransactionID = v
 	default:
 		return false
 	}
@@ -390,6 +474,14 @@ func (c Command) Request() Request {
 	set("to", c.To)
 	set("hold_id", c.HoldID)
 	set("original_key", c.OriginalKey)
+	set("transaction_id", c.TransactionID)
+	if len(c.Postings) > 0 {
+		ps := make([]any, len(c.Postings))
+		for i, p := range c.Postings {
+			ps[i] = map[string]any{"from": p.From, "to": p.To, "amount": p.Amount, "currency": p.Currency}
+		}
+		r["postings"] = ps
+	}
 	if c.HasAmount {
 		r["amount"] = c.Amount
 	}
@@ -446,6 +538,11 @@ func normalize(v any) any {
 	case map[string]any:
 		for k, e := range x {
 			x[k] = normalize(e)
+		}
+		return x
+	case []any:
+		for i, e := range x {
+			x[i] = normalize(e)
 		}
 		return x
 	}

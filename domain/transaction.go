@@ -1,0 +1,180 @@
+package domain
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Transactions (PROTOCOL.md v1.1 §2.1). A transaction stream
+// (TransactionStream) holds one event, written under the client's key together
+// with every account's legs and the key's claim, in one atomic append:
+//
+//	TransactionPosted      the postings, every leg's event and every touched account after it
+//	TransactionRejected    the refusing posting's code and index, the accounts as they were
+//
+// The legs are Debited and Credited events in the account streams, under the
+// derived key StepKey(key, StepLeg), with reason transaction_out or
+// transaction_in and the transaction's ID as their ref. A transaction is posted
+// only where the store writes several streams at once (PostgreSQL, memory).
+
+// Event types of transaction streams.
+const (
+	EvTransactionPosted   = "TransactionPosted"
+	EvTransactionRejected = "TransactionRejected"
+)
+
+// TransactionStreamPrefix starts the stream of every transaction.
+const TransactionStreamPrefix = "transaction-"
+
+// TransactionStream is the stream of a transaction.
+func TransactionStream(id string) string { return TransactionStreamPrefix + id }
+
+// StepLeg derives the key of a transaction's legs (StepKey).
+const StepLeg = "leg"
+
+// Reasons of a transaction's legs.
+const (
+	ReasonTransactionOut = "transaction_out"
+	ReasonTransactionIn  = "transaction_in"
+)
+
+// Transaction statuses (the reply's transaction.status).
+const (
+	TransactionPostedStatus   = "posted"
+	TransactionRejectedStatus = "rejected"
+)
+
+// TransactionPosted records a posted transaction: its postings, the events of
+// its legs in the account streams, and every account it touched as the
+// transaction left it (ordered by account ID), so that its reply is rebuilt
+// from this event alone.
+type TransactionPosted struct {
+	TransactionID string            `json:"transaction_id"`
+	Postings      []Posting         `json:"postings"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+	Legs          []EventRef        `json:"legs"`
+	Accounts      []AccountView     `json:"accounts"`
+}
+
+// TransactionRejected records a refused transaction: the refusing posting, its
+// code, and the accounts as they were (nothing moved).
+type TransactionRejected struct {
+	TransactionID string            `json:"transaction_id"`
+	Postings      []Posting         `json:"postings"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+	Code          Code              `json:"code"`
+	Message       string            `json:"message"`
+	Posting       int               `json:"posting"`
+	Accounts      []AccountView     `json:"accounts"`
+}
+
+func init() {
+	transferEventDecoders[EvTransactionPosted] = func() any { return &TransactionPosted{} }
+	transferEventDecoders[EvTransactionRejected] = func() any { return &TransactionRejected{} }
+}
+
+// TransactionAccounts lists the accounts a transaction's postings touch, sorted.
+func TransactionAccounts(ps []Posting) []string {
+	var ids []string
+	for _, p := range ps {
+		ids = append(ids, p.From, p.To)
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// TransactionDecision is what DecideTransaction concluded: the transaction
+// stream's event (posted, or a recorded rejection), each account's leg events
+// (none when rejected), or a rejection not recorded (an account that does not
+// exist) with the posting that named it.
+type TransactionDecision struct {
+	Event     NewEvent              // the transaction stream's one event; zero when not recorded
+	Legs      map[string][]NewEvent // by account ID
+	Rejection *Rejection
+	Posting   int // the refusing posting's index, when Rejection is set
+}
+
+// DecideTransaction decides cmd (post_transaction, key set) against the
+// accounts its postings touch (by ID: every one of TransactionAccounts, an
+// unopened one as NewAccount gives it), applying the postings in order, each on
+// the balances the ones before it left, as transfers are allowed. Accounts are
+// not changed: the legs are folded once written.
+func DecideTransaction(accounts map[string]*Account, cmd Command) TransactionDecision {
+	scratch := map[string]*Account{}
+	for id, a := range accounts {
+		c := *a // balances change below; nothing the decisions read is shared
+		scratch[id] = &c
+	}
+	legs := map[string][]NewEvent{}
+	views := func() []AccountView {
+		out := make([]AccountView, 0, len(scratch))
+		for _, id := range TransactionAccounts(cmd.Postings) {
+			a := scratch[id]
+			v := a.View()
+			v.Revision = uint64(a.Revision + int64(len(legs[id])))
+			out = append(out, v)
+		}
+		return out
+	}
+	refuse := func(i int, r *Rejection) TransactionDecision {
+		r.Message = fmt.Sprintf("posting %d: %s", i, r.Message)
+		legs = map[string][]NewEvent{}
+		for id, a := range accounts { // the accounts as they are
+			c := *a
+			scratch[id] = &c
+		}
+		d := TransactionDecision{Rejection: r, Posting: i}
+		if r.Recorded {
+			d.Event = NewEvent{EvTransactionRejected, TransactionRejected{
+				TransactionID: cmd.TransactionID, Postings: cmd.Postings, Metadata: cmd.Metadata,
+				Code: r.Code, Message: r.Message, Posting: i, Accounts: views(),
+			}}
+		}
+		return d
+	}
+	for i, p := range cmd.Postings {
+		for _, id := range []string{p.From, p.To} {
+			if a := scratch[id]; a == nil || !a.Opened {
+				return refuse(i, &Rejection{Code: CodeAccountNotFound, Message: fmt.Sprintf("account %s does not exist", id)})
+			}
+		}
+		from, to := scratch[p.From], scratch[p.To]
+		debit := from.decideDebit(cmd, p.Amount, p.Currency, ReasonTransactionOut, cmd.TransactionID)
+		if debit.Rejection != nil {
+			return refuse(i, debit.Rejection)
+		}
+		credit := to.decideCredit(cmd, p.Amount, p.Currency, ReasonTransactionIn, cmd.TransactionID, false)
+		if credit.Rejection != nil {
+			return refuse(i, credit.Rejection)
+		}
+		from.Balance = debit.Events[0].Data.(Debited).BalanceAfter
+		to.Balance = credit.Events[0].Data.(Credited).BalanceAfter
+		legs[p.From] = append(legs[p.From], debit.Events[0])
+		legs[p.To] = append(legs[p.To], credit.Events[0])
+	}
+	posted := TransactionPosted{TransactionID: cmd.TransactionID, Postings: cmd.Postings, Metadata: cmd.Metadata, Accounts: views()}
+	for _, id := range TransactionAccounts(cmd.Postings) {
+		stream := AccountStream(id)
+		for j, ev := range legs[id] {
+			posted.Legs = append(posted.Legs, EventRef{
+				ID: EventID(StepKey(cmd.IdempotencyKey, StepLeg), stream, j), Stream: stream,
+				Revision: uint64(accounts[id].Revision + 1 + int64(j)), Type: ev.Type,
+			})
+		}
+	}
+	return TransactionDecision{Event: NewEvent{EvTransactionPosted, posted}, Legs: legs}
+}
+
+// TransactionLegCommand is the command under which a transaction's legs are
+// written to one account (their metadata): its key derived from the
+// transaction's, its origin the transaction's key.
+func TransactionLegCommand(tx Command, accountID string) Command {
+	return Command{
+		Type: CmdTransactionLeg, IdempotencyKey: StepKey(tx.IdempotencyKey, StepLeg), AccountID: accountID,
+		TransactionID: tx.TransactionID, At: tx.At, Origin: tx.IdempotencyKey, Ref: tx.TransactionID,
+	}
+}
+
+// IsTransactionStream reports whether a stream is a transaction's.
+func IsTransactionStream(stream string) bool { return strings.HasPrefix(stream, TransactionStreamPrefix) }
