@@ -27,6 +27,7 @@ const (
 	CodeSameAccount            Code = "same_account"
 	CodeTransferExists         Code = "transfer_exists"
 	CodeTransferNotFound       Code = "transfer_not_found"
+	CodeTransactionExists      Code = "transaction_exists" // v1.1
 	CodeHoldNotFound           Code = "hold_not_found"
 	CodeHoldExists             Code = "hold_exists"
 	CodeHoldExpired            Code = "hold_expired"

@@ -128,9 +128,10 @@ func FuzzDecodeCommand(f *testing.F) {
 		`{"idempotency_key":"k","transfer_id":"t","from":"a","to":"b","amount":5,"currency":"EUR"}`,
 		`{"idempotency_key":"k","account_id":"a","hold_id":"h","amount":1,"currency":"EUR","expires_at":"2030-01-01T00:00:00Z"}`,
 		`{"idempotency_key":"k","original_key":"o","amount":3}`,
+		`{"idempotency_key":"k","transaction_id":"t","postings":[{"from":"a","to":"b","amount":5,"currency":"EUR"},{"from":"b","to":"c","amount":1,"currency":"EUR"}],"metadata":{"m":"v"}}`,
 		`{"idempotency_key":"k","amount":1e3}`, `{"amount":-0}`, `{"a":{"b":[1,2,{"c":null}]}}`, "\xff", `{}`, `null`,
 	} {
-		for _, t := range []string{"deposit", "open_account", "transfer", "place_hold", "refund", "capture_hold"} {
+		for _, t := range []string{"deposit", "open_account", "transfer", "place_hold", "refund", "capture_hold", "post_transaction"} {
 			f.Add(t, []byte(s))
 		}
 	}
@@ -149,9 +150,17 @@ func FuzzDecodeCommand(f *testing.F) {
 		if cmd.Currency != "" && !ValidCurrency(cmd.Currency) {
 			t.Fatalf("accepted currency %q", cmd.Currency)
 		}
-		for _, id := range []string{cmd.AccountID, cmd.TransferID, cmd.From, cmd.To, cmd.HoldID} {
+		for _, id := range []string{cmd.AccountID, cmd.TransferID, cmd.From, cmd.To, cmd.HoldID, cmd.TransactionID} {
 			if id != "" && !ValidID(id) {
 				t.Fatalf("accepted id %q", id)
+			}
+		}
+		if cmd.Type == CmdPostTransaction && (len(cmd.Postings) < 1 || len(cmd.Postings) > MaxPostings) {
+			t.Fatalf("accepted %d postings", len(cmd.Postings))
+		}
+		for _, p := range cmd.Postings {
+			if !ValidID(p.From) || !ValidID(p.To) || p.From == p.To || p.Amount < 1 || p.Amount > MaxAmount || !ValidCurrency(p.Currency) {
+				t.Fatalf("accepted posting %+v", p)
 			}
 		}
 		parsed, perr := ParseRequest(cmd.Request().CanonicalJSON())

@@ -212,6 +212,10 @@ func DecodeEvent(typ string, data []byte) (any, error) {
 		v = &CommandRejected{}
 	case EvKeyClaimed:
 		v = &KeyClaimed{}
+	case EvTransactionPosted:
+		v = &TransactionPosted{}
+	case EvTransactionRejected:
+		v = &TransactionRejected{}
 	default:
 		if d, ok := decodeTransferEvent(typ); ok {
 			v = d

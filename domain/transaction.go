@@ -69,11 +69,6 @@ type TransactionRejected struct {
 	Accounts      []AccountView     `json:"accounts"`
 }
 
-func init() {
-	transferEventDecoders[EvTransactionPosted] = func() any { return &TransactionPosted{} }
-	transferEventDecoders[EvTransactionRejected] = func() any { return &TransactionRejected{} }
-}
-
 // TransactionAccounts lists the accounts a transaction's postings touch, sorted.
 func TransactionAccounts(ps []Posting) []string {
 	var ids []string
@@ -176,5 +171,19 @@ func TransactionLegCommand(tx Command, accountID string) Command {
 	}
 }
 
+// TransactionPayload is a decided transaction event's payload (a value) in the
+// pointer form DecodeEvent returns.
+func TransactionPayload(v any) any {
+	switch e := v.(type) {
+	case TransactionPosted:
+		return &e
+	case TransactionRejected:
+		return &e
+	}
+	return v
+}
+
 // IsTransactionStream reports whether a stream is a transaction's.
-func IsTransactionStream(stream string) bool { return strings.HasPrefix(stream, TransactionStreamPrefix) }
+func IsTransactionStream(stream string) bool {
+	return strings.HasPrefix(stream, TransactionStreamPrefix)
+}

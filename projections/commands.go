@@ -111,6 +111,19 @@ func (commandsProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 			r.reply.Account = view
 			continue
 		}
+		if domain.IsTransactionStream(ev.Stream) {
+			if ev.DecodeErr != nil {
+				return fmt.Errorf("projections: commands: %s@%d: %w", ev.Stream, ev.Revision, ev.DecodeErr)
+			}
+			ref := domain.EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type}
+			r, err := reply.Transaction(ev.Meta.Key, ref, ev.Payload, ev.Position.String(), false)
+			if err != nil {
+				return fmt.Errorf("projections: commands: %w", err)
+			}
+			decided(&cmdRow{key: ev.Meta.Key, stream: ev.Stream, command: ev.Meta.Command, reset: true, reply: r,
+				firstRev: int64(ev.Revision), lastRev: int64(ev.Revision), at: ev.Meta.At})
+			continue
+		}
 		if strings.HasPrefix(ev.Stream, domain.TransferStreamPrefix) {
 			if ev.DecodeErr != nil {
 				return fmt.Errorf("projections: commands: %s@%d: %w", ev.Stream, ev.Revision, ev.DecodeErr)

@@ -30,12 +30,12 @@ type Event struct {
 
 // Decode decodes a recorded event. Metadata that does not parse is an error: every
 // event the ledger writes has it. A payload of a type this build does not know is
-// kept with DecodeErr set; a projection that needs it fails on it. Only account
-// and transfer streams are decoded: the others (key claims, the ledger's own
-// bookkeeping) are read by no projection and keep Meta and Payload zero.
+// kept with DecodeErr set; a projection that needs it fails on it. Only account,
+// transfer and transaction streams are decoded: the others (key claims, the
+// ledger's own bookkeeping) are read by no projection and keep Meta and Payload zero.
 func Decode(re eventstore.RecordedEvent) (*Event, error) {
 	ev := &Event{RecordedEvent: re}
-	if !strings.HasPrefix(re.Stream, domain.AccountStreamPrefix) && !strings.HasPrefix(re.Stream, domain.TransferStreamPrefix) {
+	if !strings.HasPrefix(re.Stream, domain.AccountStreamPrefix) && !strings.HasPrefix(re.Stream, domain.TransferStreamPrefix) && !domain.IsTransactionStream(re.Stream) {
 		return ev, nil
 	}
 	// Only what the projections read of the metadata (not the request, whose

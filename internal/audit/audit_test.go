@@ -191,3 +191,26 @@ func TestAuditChecksSnapshots(t *testing.T) {
 		t.Fatalf("another account's audit: %d snapshots checked, %v", rep.Snapshots, rep.Violations)
 	}
 }
+
+// TestAuditChecksTransactions: a ledger with transactions passes; a posted
+// transaction whose recorded postings no longer match its legs (its amount
+// edited) is named (invariant 2: transaction_unbalanced).
+func TestAuditChecksTransactions(t *testing.T) {
+	env := projected(t, projtest.Workload{Commands: 300, Seed: 6})
+	ctx := context.Background()
+	var n int
+	if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE type = 'TransactionPosted'`).Scan(&n); err != nil || n == 0 {
+		t.Fatalf("the workload posted %d transactions: %v", n, err)
+	}
+	if rep := run(t, env, audit.Options{}); !rep.OK() {
+		t.Fatalf("violations with transactions: %v", rep.Violations)
+	}
+	var pos int64
+	if err := env.Pool.QueryRow(ctx, `SELECT position FROM events WHERE type = 'TransactionPosted' ORDER BY position LIMIT 1`).Scan(&pos); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, env, `UPDATE events SET data = convert_to(replace(convert_from(data, 'UTF8'), '"amount":', '"amount":1'), 'UTF8') WHERE position = $1`, pos)
+	if rep := run(t, env, audit.Options{}); !rep.Has(audit.InvConservation, "transaction_unbalanced") {
+		t.Fatalf("postings edited under their legs: %v", rep.Violations)
+	}
+}

@@ -124,6 +124,10 @@ type Fold struct {
 	commands map[string]string   // client key -> canonical reply
 	// stepRecords keeps the records of saga steps until their saga is decided.
 	stepRecords map[string]*domain.KeyRecord
+	// legs sums each transaction's legs in the accounts (by the transaction's
+	// key and currency); posted the same from its TransactionPosted (Finish
+	// checks that both agree and that each currency's debits equal its credits).
+	legs, posted map[[2]string]*legSums
 	// Snapshots are the account snapshots to check, by stream (CheckSnapshots):
 	// each is compared with the fold when it reaches the snapshot's revision.
 	snapshots map[string]snapshotCheck
@@ -141,6 +145,7 @@ func NewFold() *Fold {
 		streams: map[string]*streamState{}, ids: map[uuid.UUID]struct{}{}, groups: map[[16]byte]struct{}{},
 		homes: map[string]string{}, homeHash: map[string]string{}, claims: map[string]claim{},
 		steps: map[string]*sagaSteps{}, flows: map[string]*Totals{}, captured: map[[2]string]int64{},
+		legs: map[[2]string]*legSums{}, posted: map[[2]string]*legSums{},
 		badStream: map[string]bool{}, entries: map[string]entryExp{}, history: map[string]entryExp{}, commands: map[string]string{}, stepRecords: map[string]*domain.KeyRecord{},
 		MaxViolations: 1000,
 	}
@@ -224,6 +229,8 @@ func (f *Fold) Apply(re eventstore.RecordedEvent) {
 		f.applyAccount(re, ev)
 	case strings.HasPrefix(re.Stream, domain.TransferStreamPrefix):
 		f.applyTransfer(re, ev)
+	case domain.IsTransactionStream(re.Stream):
+		f.applyTransaction(re, ev)
 	case strings.HasPrefix(re.Stream, domain.KeyStreamPrefix):
 		f.applyClaim(re, ev)
 	case re.Type == ledger.EvProcessCheckpoint:
@@ -430,12 +437,14 @@ func (f *Fold) flow(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Ac
 		s := step()
 		s.compensate += amount
 		s.comps++
+	case domain.ReasonTransactionOut, domain.ReasonTransactionIn:
+		f.legSums(f.legs, m.Origin, currency).add(amount, credit)
 	default:
 		f.eventViolation(InvConservation, "unknown_reason", re, "money moved for reason %q", reason)
 	}
 	wantCredit := true
 	switch reason {
-	case domain.ReasonWithdrawal, domain.ReasonTransferOut, domain.ReasonRefundOut:
+	case domain.ReasonWithdrawal, domain.ReasonTransferOut, domain.ReasonRefundOut, domain.ReasonTransactionOut:
 		wantCredit = false
 	case domain.ReasonRefund:
 		wantCredit = credit
@@ -515,6 +524,7 @@ func (f *Fold) sagaReply(t *domain.Transfer, sg *domain.Saga) reply.Reply {
 // conservation (invariants 1 and 2) and the final balances (invariant 3).
 func (f *Fold) Finish() []Totals {
 	f.finishSnapshots()
+	f.finishTransactions()
 	// Invariant 1: every decided client key is claimed by its request, for its stream.
 	keys := make([]string, 0, len(f.homes))
 	for k := range f.homes {
@@ -680,5 +690,78 @@ func (f *Fold) finishSnapshots() {
 	for _, s := range slices.Sorted(maps.Keys(f.snapshots)) {
 		sn := f.snapshots[s]
 		f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_beyond_stream", Stream: s, Revision: int64(sn.revision), Message: fmt.Sprintf("the snapshot of %s is at revision %d, beyond its stream (or of a stream that failed to fold)", s, sn.revision)})
+	}
+}
+
+// legSums are a transaction's debits and credits in one currency.
+type legSums struct{ debits, credits int64 }
+
+func (l *legSums) add(amount int64, credit bool) {
+	if credit {
+		l.credits += amount
+	} else {
+		l.debits += amount
+	}
+}
+
+func (f *Fold) legSums(m map[[2]string]*legSums, key, currency string) *legSums {
+	k := [2]string{key, currency}
+	if m[k] == nil {
+		m[k] = &legSums{}
+	}
+	return m[k]
+}
+
+// applyTransaction folds a transaction stream's one event: the key's home, the
+// reply the commands read model must hold, and what its legs must sum to.
+func (f *Fold) applyTransaction(re eventstore.RecordedEvent, ev domain.StoredEvent) {
+	m := ev.Metadata
+	f.noteHome(re, m)
+	if re.Revision != 0 {
+		f.eventViolation(InvStreams, "transaction_rewritten", re, "a transaction stream holds one event; this is its revision %d", re.Revision)
+		return
+	}
+	payload, err := domain.DecodeEvent(re.Type, re.Data)
+	if err != nil {
+		f.eventViolation(InvStreams, "undecodable_event", re, "%v", err)
+		return
+	}
+	if p, ok := payload.(*domain.TransactionPosted); ok {
+		for _, ps := range p.Postings {
+			f.legSums(f.posted, m.Key, ps.Currency).debits += ps.Amount
+			f.legSums(f.posted, m.Key, ps.Currency).credits += ps.Amount
+		}
+	}
+	r, err := reply.Transaction(m.Key, domain.EventRef{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type}, payload, re.Position.String(), false)
+	if err != nil {
+		f.eventViolation(InvStreams, "undecodable_event", re, "%v", err)
+		return
+	}
+	f.commands[m.Key] = replyRow(r)
+}
+
+// finishTransactions checks every transaction's legs (invariant 2): in each
+// currency, its debits equal its credits and the postings of its
+// TransactionPosted, and no legs exist without one.
+func (f *Fold) finishTransactions() {
+	keys := map[[2]string]bool{}
+	for k := range f.legs {
+		keys[k] = true
+	}
+	for k := range f.posted {
+		keys[k] = true
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(keys), func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) }) {
+		legs, posted := f.legs[k], f.posted[k]
+		if legs == nil {
+			legs = &legSums{}
+		}
+		if posted == nil {
+			posted = &legSums{}
+		}
+		if legs.debits != legs.credits || *legs != *posted {
+			f.violate(Violation{Invariant: InvConservation, Kind: "transaction_unbalanced", Message: fmt.Sprintf(
+				"transaction of key %q in %s: legs debit %d and credit %d, its postings %d", k[0], k[1], legs.debits, legs.credits, posted.debits)})
+		}
 	}
 }

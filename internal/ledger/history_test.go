@@ -91,16 +91,7 @@ func TestOldKeysAnswerAsTheFirstTime(t *testing.T) {
 			want += int64(100 + i)
 		}
 		want -= 6 + 101
-		folded := domain.NewAccount(acc)
-		for _, re := range streamEvents(t, st, domain.AccountStream(acc)) {
-			ev, err := toStored(re)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := domain.EvolveAccount(folded, ev); err != nil {
-				t.Fatal(err)
-			}
-		}
+		folded := foldedAccount(t, st, acc)
 		if folded.Balance != want || folded.Revision != int64(len(cmds)+3) { // and 4 refunds
 			t.Fatalf("folded balance %d at revision %d, want %d at %d", folded.Balance, folded.Revision, want, len(cmds)+3)
 		}

@@ -30,6 +30,13 @@ func (s *Service) Lookup(ctx context.Context, key string) (r Reply, found bool, 
 		return r, found, err
 	case strings.HasPrefix(c.Stream, domain.TransferStreamPrefix):
 		return s.lookupTransfer(ctx, key, c)
+	case domain.IsTransactionStream(c.Stream):
+		ev, payload, err := s.readTransaction(ctx, c.Stream)
+		if err != nil || ev == nil || ev.Metadata.Key != key {
+			return Reply{}, false, err // claimed, but its decision is not written (or not this key's)
+		}
+		r, err := transactionReply(ev, payload, false)
+		return r, err == nil, err
 	}
 	return Reply{}, false, nil
 }

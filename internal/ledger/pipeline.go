@@ -132,6 +132,17 @@ func (ps *pipes) pinned(stream string) (*domain.Account, uint64) {
 	return nil, 0
 }
 
+// inflightChan returns a channel closed when no append is in flight on the
+// stream any more; nil when none is.
+func (ps *pipes) inflightChan(stream string) <-chan struct{} {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if p := ps.m[stream]; p != nil && p.inflight > 0 {
+		return p.drainedChan()
+	}
+	return nil
+}
+
 // idle reports whether nothing is in flight on the stream and its state is not
 // stale: the cached aggregate is what the store holds.
 func (ps *pipes) idle(stream string) bool {

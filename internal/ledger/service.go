@@ -166,6 +166,8 @@ func (s *Service) Handle(ctx context.Context, cmd domain.Command) Reply {
 		r, err = s.handleTransfer(ctx, cmd)
 	case domain.CmdRefund:
 		r, err = s.handleRefund(ctx, cmd)
+	case domain.CmdPostTransaction:
+		r, err = s.handleTransaction(ctx, cmd)
 	default:
 		if !cmd.Type.IsClient() {
 			return reply.Invalid(cmd.IdempotencyKey, &domain.InvalidError{Field: "type", Message: fmt.Sprintf("unknown command type %q", cmd.Type)})

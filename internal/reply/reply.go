@@ -6,6 +6,7 @@
 package reply
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/ledgerworks/ledger/domain"
@@ -15,6 +16,12 @@ import (
 type TransferView struct {
 	TransferID string `json:"transfer_id"`
 	Status     string `json:"status"`
+}
+
+// TransactionView is the reply's transaction (PROTOCOL.md v1.1 §2.1).
+type TransactionView struct {
+	TransactionID string `json:"transaction_id"`
+	Status        string `json:"status"`
 }
 
 // Reply is the answer to a command (PROTOCOL.md §3).
@@ -28,6 +35,12 @@ type Reply struct {
 	Events         []domain.EventRef   `json:"events"`
 	Account        *domain.AccountView `json:"account,omitempty"`
 	Transfer       *TransferView       `json:"transfer,omitempty"`
+	// Transaction, Accounts and Posting answer post_transaction (v1.1): the
+	// transaction's status, every account it touched as it left them (ordered by
+	// account_id), and for a refusal the index of the refusing posting.
+	Transaction *TransactionView     `json:"transaction,omitempty"`
+	Accounts    []domain.AccountView `json:"accounts,omitempty"`
+	Posting     *int                 `json:"posting,omitempty"`
 	// Position is the global position of the command's last event (an extension):
 	// pass it as min_position to a query to read your own write.
 	Position string `json:"position,omitempty"`
@@ -73,6 +86,37 @@ func Account(rec *domain.KeyRecord, events []domain.EventRef, after *domain.Acco
 		Status: rec.Status, Code: rec.Code, Message: rec.Message, IdempotencyKey: rec.Key,
 		Duplicate: duplicate, Events: events, Account: after, Position: rec.Position,
 	}
+}
+
+// Transaction is the reply of a key a transaction stream decided, from its one
+// event (ref, with its payload: *domain.TransactionPosted or
+// *domain.TransactionRejected), the same for the first answer and every
+// duplicate but for the duplicate flag; position is the event's.
+func Transaction(key string, ref domain.EventRef, payload any, position string, duplicate bool) (Reply, error) {
+	r := Reply{IdempotencyKey: key, Duplicate: duplicate, Position: position, Events: []domain.EventRef{ref}}
+	switch p := payload.(type) {
+	case *domain.TransactionPosted:
+		r.Status, r.Code = domain.StatusApplied, domain.CodeOK
+		r.Events = append(r.Events, p.Legs...)
+		r.Transaction = &TransactionView{TransactionID: p.TransactionID, Status: domain.TransactionPostedStatus}
+		r.Accounts = p.Accounts
+	case *domain.TransactionRejected:
+		r.Status, r.Code, r.Message = domain.StatusRejected, p.Code, p.Message
+		r.Transaction = &TransactionView{TransactionID: p.TransactionID, Status: domain.TransactionRejectedStatus}
+		r.Accounts, r.Posting = p.Accounts, &p.Posting
+	default:
+		return Reply{}, fmt.Errorf("reply: %s@%d holds %T, not a transaction's outcome", ref.Stream, ref.Revision, payload)
+	}
+	return r, nil
+}
+
+// TransactionNotRecorded answers a transaction refused without record (an
+// account that does not exist), naming the posting.
+func TransactionNotRecorded(key, transactionID string, r *domain.Rejection, posting int) Reply {
+	out := NotRecorded(key, r)
+	out.Transaction = &TransactionView{TransactionID: transactionID, Status: domain.TransactionRejectedStatus}
+	out.Posting = &posting
+	return out
 }
 
 // Saga is a decided transfer or refund saga as a reply needs it.

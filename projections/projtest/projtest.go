@@ -88,7 +88,8 @@ type Workload struct {
 }
 
 // Run posts a mixed workload: deposits, withdrawals (some refused), holds placed,
-// captured in part or released, refunds, transfers, closes, each sometimes
+// captured in part or released, refunds, transfers, transactions of 1-3
+// postings (on a store that posts them), closes, each sometimes
 // repeated with the same key. It returns the keys whose commands were decided.
 func (e *Env) Run(t testing.TB, w Workload) []string {
 	t.Helper()
@@ -183,6 +184,20 @@ func (e *Env) Run(t testing.TB, w Workload) []string {
 					body["amount"] = 1 + rng.IntN(50)
 				}
 				post("refund", body)
+			}
+		case k < 87:
+			var postings []any
+			for range 1 + rng.IntN(3) {
+				from, to := acct(rng.IntN(w.Accounts)), acct(rng.IntN(w.Accounts))
+				if from == to {
+					to = acct((rng.IntN(w.Accounts-1) + 1 + rng.IntN(1)) % w.Accounts)
+				}
+				if from != to {
+					postings = append(postings, map[string]any{"from": from, "to": to, "amount": 1 + rng.IntN(400), "currency": "EUR"})
+				}
+			}
+			if len(postings) > 0 {
+				post("post_transaction", map[string]any{"transaction_id": fmt.Sprintf("%s-x%d", w.Prefix, n+1), "postings": postings})
 			}
 		case k < 97:
 			b := acct(rng.IntN(w.Accounts))

@@ -1,0 +1,68 @@
+package domain
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// TestPostTransactionBadInput: every malformed transaction is invalid_request
+// naming its field (issue 13's list), and a well-formed one decodes.
+func TestPostTransactionBadInput(t *testing.T) {
+	p := func(from, to, amount, cur string) string {
+		return fmt.Sprintf(`{"from":%s,"to":%s,"amount":%s,"currency":%s}`, from, to, amount, cur)
+	}
+	ok := p(`"a"`, `"b"`, `5`, `"EUR"`)
+	body := func(postings string, extra ...string) string {
+		b := `{"idempotency_key":"k","transaction_id":"t","postings":` + postings
+		for _, e := range extra {
+			b += "," + e
+		}
+		return b + "}"
+	}
+	many := func(n int) string {
+		ps := make([]string, n)
+		for i := range ps {
+			ps[i] = ok
+		}
+		return "[" + strings.Join(ps, ",") + "]"
+	}
+	meta := func(n, klen, vlen int) string {
+		var es []string
+		for i := range n {
+			es = append(es, fmt.Sprintf(`"%s%d":"%s"`, strings.Repeat("k", klen), i, strings.Repeat("v", vlen)))
+		}
+		return `"metadata":{` + strings.Join(es, ",") + `}`
+	}
+	if cmd, ierr := DecodeCommand(CmdPostTransaction, []byte(body(many(64), meta(32, 10, 256)))); ierr != nil || len(cmd.Postings) != 64 || len(cmd.Metadata) != 32 {
+		t.Fatalf("64 postings, 32 metadata entries: %v", ierr)
+	}
+	for _, c := range []struct{ name, body, field string }{
+		{"no postings", body(`[]`), "postings"},
+		{"postings missing", `{"idempotency_key":"k","transaction_id":"t"}`, "postings"},
+		{"65 postings", body(many(65)), "postings"},
+		{"postings not an array", body(`{"from":"a"}`), "postings"},
+		{"from == to", body("[" + p(`"a"`, `"a"`, `5`, `"EUR"`) + "]"), "postings[0].to"},
+		{"amount 0", body("[" + ok + "," + p(`"a"`, `"b"`, `0`, `"EUR"`) + "]"), "postings[1].amount"},
+		{"amount negative", body("[" + p(`"a"`, `"b"`, `-5`, `"EUR"`) + "]"), "postings[0].amount"},
+		{"amount float", body("[" + p(`"a"`, `"b"`, `1.5`, `"EUR"`) + "]"), "postings[0].amount"},
+		{"amount string", body("[" + p(`"a"`, `"b"`, `"5"`, `"EUR"`) + "]"), "postings[0].amount"},
+		{"amount over 2^53-1", body("[" + p(`"a"`, `"b"`, `9007199254740992`, `"EUR"`) + "]"), "postings[0].amount"},
+		{"currency missing", body(`[{"from":"a","to":"b","amount":5}]`), "postings[0].currency"},
+		{"currency lower-case", body("[" + p(`"a"`, `"b"`, `5`, `"eur"`) + "]"), "postings[0].currency"},
+		{"unknown field in a posting", body(`[{"from":"a","to":"b","amount":5,"currency":"EUR","memo":"x"}]`), "postings[0].memo"},
+		{"posting not an object", body(`["a"]`), "postings[0]"},
+		{"bad account id", body("[" + p(`"a b"`, `"b"`, `5`, `"EUR"`) + "]"), "postings[0].from"},
+		{"transaction_id missing", `{"idempotency_key":"k","postings":[` + ok + `]}`, "transaction_id"},
+		{"metadata 33 entries", body("["+ok+"]", meta(33, 1, 1)), "metadata"},
+		{"metadata 65-byte key", body("["+ok+"]", `"metadata":{"`+strings.Repeat("k", 65)+`":"v"}`), "metadata"},
+		{"metadata 257-byte value", body("["+ok+"]", meta(1, 1, 257)), "metadata"},
+		{"metadata value not a string", body("["+ok+"]", `"metadata":{"k":5}`), "metadata"},
+		{"unknown field", body("["+ok+"]", `"memo":"x"`), "memo"},
+	} {
+		_, ierr := DecodeCommand(CmdPostTransaction, []byte(c.body))
+		if ierr == nil || ierr.Field != c.field {
+			t.Errorf("%s: %v, want an error on %s", c.name, ierr, c.field)
+		}
+	}
+}

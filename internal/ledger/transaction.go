@@ -1,0 +1,221 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/reply"
+)
+
+// Transactions (PROTOCOL.md v1.1 §2.1, domain/transaction.go): one decision over
+// every account a transaction touches, appended as one atomic write of the
+// key's claim, the transaction stream's event and every account's legs, each
+// stream with its expected revision. The accounts' locks are taken in a fixed
+// order (stream names sorted; a transaction never waits for a transfer's lock,
+// so no cycle), and the decision is taken on durable state: each account's
+// pipelined appends in flight are waited for first, with its lock held so that
+// no new one starts. A store that cannot write several streams at once
+// (KurrentDB) refuses the command: the reservation saga it would need there is
+// not built.
+
+// errNoMultiStream refuses post_transaction on a store without atomic multi-stream appends.
+var errNoMultiStream = &domain.InvalidError{Field: "type", Message: "post_transaction needs an event store that appends to several streams at once (PostgreSQL); this ledger's store cannot, and the reservation saga it would need is not built"}
+
+// handleTransaction decides a post_transaction command.
+func (s *Service) handleTransaction(ctx context.Context, cmd domain.Command) (Reply, error) {
+	if s.multi == nil {
+		return reply.Invalid(cmd.IdempotencyKey, errNoMultiStream), nil
+	}
+	req := cmd.Canonical()
+	txStream := domain.TransactionStream(cmd.TransactionID)
+	ids := domain.TransactionAccounts(cmd.Postings)
+	streams := []string{txStream}
+	for _, id := range ids {
+		streams = append(streams, domain.AccountStream(id))
+	}
+	slices.Sort(streams)
+	unlock, err := s.lockAll(ctx, streams)
+	if err != nil {
+		return Reply{}, err
+	}
+	defer unlock()
+	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
+		if r, done, err := s.decidedTransaction(ctx, txStream, cmd, req); err != nil || done {
+			return r, err
+		}
+		accs := map[string]*domain.Account{}
+		for _, id := range ids {
+			stream := domain.AccountStream(id)
+			if err := s.drain(ctx, stream); err != nil {
+				return Reply{}, err
+			}
+			// The first attempt decides on the cache; a refusal without record,
+			// or a write that found other events, on the store's head.
+			acc, err := s.loadAccount(ctx, stream, id, attempt > 0)
+			if err != nil {
+				return Reply{}, err
+			}
+			accs[id] = acc
+		}
+		d := domain.DecideTransaction(accs, cmd)
+		if d.Rejection != nil && !d.Rejection.Recorded {
+			if attempt == 0 {
+				continue
+			}
+			return reply.TransactionNotRecorded(cmd.IdempotencyKey, cmd.TransactionID, d.Rejection, d.Posting), nil
+		}
+		r, err := s.appendTransaction(ctx, cmd, req, txStream, accs, d)
+		var conflict *claimConflict
+		switch {
+		case errors.As(err, &conflict):
+			return reply.Conflict(cmd.IdempotencyKey, conflict.fields), nil
+		case errors.Is(err, eventstore.ErrWrongExpectedRevision), errors.Is(err, eventstore.ErrDuplicateEventID):
+			continue // another instance wrote one of the streams: decide again on the store's head
+		}
+		return r, err
+	}
+	return Reply{}, ErrTooManyConflicts
+}
+
+// lockAll takes the locks of streams in their order, or none.
+func (s *Service) lockAll(ctx context.Context, streams []string) (unlock func(), err error) {
+	var held []func()
+	unlock = func() {
+		for i := len(held) - 1; i >= 0; i-- {
+			held[i]()
+		}
+	}
+	for _, st := range streams {
+		u, err := s.locks.lock(ctx, st)
+		if err != nil {
+			unlock()
+			return nil, err
+		}
+		held = append(held, u)
+	}
+	return unlock, nil
+}
+
+// drain waits, holding the stream's lock, until no pipelined append is in
+// flight on it: its cached aggregate is then what the store holds (or stale,
+// and reloaded by the next load).
+func (s *Service) drain(ctx context.Context, stream string) error {
+	if ch := s.pipes.inflightChan(stream); ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// decidedTransaction answers a transaction whose stream already holds its
+// outcome: the original reply (duplicate), a conflict (the key with another
+// request), or transaction_exists (the ID under another key). done is false
+// when the transaction was never decided.
+func (s *Service) decidedTransaction(ctx context.Context, txStream string, cmd domain.Command, req domain.Canonical) (r Reply, done bool, err error) {
+	ev, payload, err := s.readTransaction(ctx, txStream)
+	if err != nil || ev == nil {
+		return Reply{}, false, err
+	}
+	if ev.Metadata.Key != cmd.IdempotencyKey {
+		c, err := s.readClaim(ctx, cmd.IdempotencyKey)
+		if err != nil {
+			return Reply{}, false, err
+		}
+		if c.Verdict(req) == domain.KeyConflict {
+			return reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(c.Request, req)), true, nil
+		}
+		return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeTransactionExists,
+			Message: fmt.Sprintf("transaction %s was posted under another key", cmd.TransactionID)}), true, nil
+	}
+	if domain.JudgeKeyHex(true, ev.Metadata.RequestHash, req) == domain.KeyConflict {
+		return reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(ev.Metadata.Request, req)), true, nil
+	}
+	r, err = transactionReply(ev, payload, true)
+	return r, err == nil, err
+}
+
+// readTransaction reads a transaction stream's one event, nil when the stream
+// does not exist.
+func (s *Service) readTransaction(ctx context.Context, txStream string) (*domain.StoredEvent, any, error) {
+	evs, err := s.store.ReadStream(ctx, txStream, 0, eventstore.Forwards, 1)
+	if errors.Is(err, eventstore.ErrStreamNotFound) || (err == nil && len(evs) == 0) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	ev, err := toStored(evs[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	payload, err := domain.DecodeEvent(ev.Type, ev.Data)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &ev, payload, nil
+}
+
+func transactionReply(ev *domain.StoredEvent, payload any, duplicate bool) (Reply, error) {
+	ref := domain.EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type}
+	return reply.Transaction(ev.Metadata.Key, ref, payload, ev.Position, duplicate)
+}
+
+// appendTransaction writes a decided transaction: the key's claim, the
+// transaction stream's event and, when posted, every account's legs, in one
+// append; then folds the legs into the cached aggregates.
+func (s *Service) appendTransaction(ctx context.Context, cmd domain.Command, req domain.Canonical, txStream string, accs map[string]*domain.Account, d domain.TransactionDecision) (Reply, error) {
+	claim, err := s.claimPart(cmd, req, txStream, 0)
+	if err != nil {
+		return Reply{}, err
+	}
+	txData, txMetas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, txStream, 0, "", []domain.NewEvent{d.Event})
+	if err != nil {
+		return Reply{}, err
+	}
+	parts := []eventstore.StreamAppend{claim, {Stream: txStream, Expected: eventstore.NoStream, Events: txData}}
+	type legPart struct {
+		id    string
+		data  []eventstore.EventData
+		metas []domain.Metadata
+	}
+	var legs []legPart
+	for _, id := range domain.TransactionAccounts(cmd.Postings) {
+		events := d.Legs[id]
+		if len(events) == 0 {
+			continue
+		}
+		acc, stream := accs[id], domain.AccountStream(id)
+		leg := domain.TransactionLegCommand(cmd, id)
+		data, metas, err := s.encodeEvents(leg, leg.Canonical(), leg.IdempotencyKey, stream, uint64(acc.Revision+1), acc.LastChain, events)
+		if err != nil {
+			return Reply{}, err
+		}
+		parts = append(parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(acc.Revision), Events: data})
+		legs = append(legs, legPart{id, data, metas})
+	}
+	res, err := s.multi.AppendMulti(ctx, parts)
+	if err != nil {
+		return Reply{}, s.claimError(ctx, claim.Stream, req, err)
+	}
+	if res[1].Idempotent {
+		return Reply{}, fmt.Errorf("%w: transaction %s was written meanwhile", eventstore.ErrWrongExpectedRevision, cmd.TransactionID)
+	}
+	for i, leg := range legs {
+		stream := domain.AccountStream(leg.id)
+		w := writtenFrom(stream, res[2+i], leg.data, leg.metas, d.Legs[leg.id])
+		if err := s.applyWritten(ctx, stream, accs[leg.id], w); err != nil {
+			return Reply{}, err
+		}
+		s.tookCommand(stream, accs[leg.id])
+	}
+	w := writtenFrom(txStream, res[1], txData, txMetas, []domain.NewEvent{d.Event})
+	payload := domain.TransactionPayload(d.Event.Data)
+	return transactionReply(&w.events[0], payload, false)
+}

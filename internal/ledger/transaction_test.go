@@ -1,0 +1,186 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+)
+
+func txBody(key, id string, postings ...string) string {
+	return fmt.Sprintf(`{"idempotency_key":%q,"transaction_id":%q,"postings":[%s]}`, key, id, strings.Join(postings, ","))
+}
+
+func posting(from, to string, amount int, cur string) string {
+	return fmt.Sprintf(`{"from":%q,"to":%q,"amount":%d,"currency":%q}`, from, to, amount, cur)
+}
+
+// foldedBalance folds an account's stream (checking every stated balance).
+func foldedBalance(t *testing.T, st testStore, id string) int64 {
+	t.Helper()
+	return foldedAccount(t, st, id).Balance
+}
+
+// foldedAccount is the fold of an account's stream (checking every stated amount).
+func foldedAccount(t *testing.T, st eventstore.StreamReader, id string) *domain.Account {
+	t.Helper()
+	a := domain.NewAccount(id)
+	for _, re := range streamEvents(t, st, domain.AccountStream(id)) {
+		ev, err := toStored(re)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := domain.EvolveAccount(a, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a
+}
+
+// TestTransactionAllOrNothing: a transaction with a fee leg moves money along
+// every posting; the same with its last posting overdrawing moves nothing, names
+// posting 2, and stays refused when resent after the account was funded; an ID
+// reused under another key is transaction_exists, the key with other postings a
+// conflict, an unknown account a refusal not recorded. On a store without
+// multi-stream appends the command is refused as invalid, nothing written.
+func TestTransactionAllOrNothing(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func() testStore) {
+		st := newStore()
+		s := New(st, Options{Clock: clock})
+		defer s.Close()
+		p := strings.NewReplacer("/", "-").Replace(t.Name()) + "-"
+		a, b, fee, usd := p+"a", p+"b", p+"fee", p+"usd"
+		for _, id := range []string{a, b, fee} {
+			mustApply(t, s, "open_account", fmt.Sprintf(`{"idempotency_key":"%sopen-%s","account_id":%q,"currency":"EUR"}`, p, id, id))
+		}
+		mustApply(t, s, "open_account", fmt.Sprintf(`{"idempotency_key":"%sopen-usd","account_id":%q,"currency":"USD"}`, p, usd))
+		mustApply(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"%sdep","account_id":%q,"amount":1000,"currency":"EUR"}`, p, a))
+
+		body := txBody(p+"tx1", p+"t1", posting(a, b, 300, "EUR"), posting(a, fee, 10, "EUR"), posting(b, fee, 5, "EUR"))
+		r := post(t, s, "post_transaction", body)
+		if strings.HasSuffix(t.Name(), "single-stream") {
+			if r.Status != domain.StatusInvalid || r.Code != domain.CodeInvalidRequest || len(streamEvents(t, st, domain.TransactionStream(p+"t1"))) != 0 {
+				t.Fatalf("on a store without multi-stream appends: %+v", r)
+			}
+			return
+		}
+		if r.Status != domain.StatusApplied || r.Transaction == nil || r.Transaction.Status != "posted" || len(r.Events) != 7 {
+			t.Fatalf("three postings: %+v", r)
+		}
+		var got []string
+		for _, v := range r.Accounts {
+			got = append(got, fmt.Sprintf("%s=%d@%d", strings.TrimPrefix(v.AccountID, p), v.Balance, v.Revision))
+		}
+		if strings.Join(got, " ") != "a=690@3 b=295@2 fee=15@2" {
+			t.Fatalf("accounts after: %v", got)
+		}
+		again := post(t, s, "post_transaction", body)
+		again.Duplicate, r.Duplicate = false, false
+		if !reflect.DeepEqual(again, r) {
+			t.Fatalf("resend:\n got %+v\nwant %+v", again, r)
+		}
+		if cold := post(t, New(st, Options{Clock: clock}), "post_transaction", body); !cold.Duplicate || cold.Transaction.Status != "posted" {
+			t.Fatalf("resend to a cold instance: %+v", cold)
+		}
+
+		over := txBody(p+"tx2", p+"t2", posting(a, b, 100, "EUR"), posting(b, fee, 50, "EUR"), posting(a, fee, 5000, "EUR"))
+		r2 := post(t, s, "post_transaction", over)
+		if r2.Status != domain.StatusRejected || r2.Code != domain.CodeInsufficientFunds || r2.Posting == nil || *r2.Posting != 2 || r2.Transaction.Status != "rejected" {
+			t.Fatalf("overdrawing third posting: %+v", r2)
+		}
+		mustApply(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"%sdep2","account_id":%q,"amount":10000,"currency":"EUR"}`, p, a))
+		if r := post(t, s, "post_transaction", over); !r.Duplicate || r.Code != domain.CodeInsufficientFunds || *r.Posting != 2 {
+			t.Fatalf("the refused transaction resent after funding: %+v", r)
+		}
+		if got := foldedBalance(t, st, a) + foldedBalance(t, st, b) + foldedBalance(t, st, fee); got != 11000 {
+			t.Fatalf("money in the three accounts: %d, want 11000", got)
+		}
+		if foldedBalance(t, st, b) != 295 {
+			t.Fatalf("b moved on a refused transaction: %d", foldedBalance(t, st, b))
+		}
+
+		for _, c := range []struct {
+			name, body string
+			code       domain.Code
+			fields     []string
+		}{
+			{"id under another key", txBody(p+"tx3", p+"t1", posting(a, b, 1, "EUR")), domain.CodeTransactionExists, nil},
+			{"key with other postings", txBody(p+"tx1", p+"t1", posting(a, b, 301, "EUR")), domain.CodeIdempotencyKeyConflict, []string{"postings"}},
+			{"unknown account", txBody(p+"tx4", p+"t4", posting(a, b, 1, "EUR"), posting(a, p+"ghost", 1, "EUR")), domain.CodeAccountNotFound, nil},
+		} {
+			r := post(t, s, "post_transaction", c.body)
+			if r.Code != c.code || (c.fields != nil && !reflect.DeepEqual(r.Fields, c.fields)) {
+				t.Fatalf("%s: %+v", c.name, r)
+			}
+		}
+		if evs := streamEvents(t, st, domain.TransactionStream(p+"t4")); len(evs) != 0 {
+			t.Fatalf("a refusal not recorded wrote %d events", len(evs))
+		}
+		r5 := post(t, s, "post_transaction", txBody(p+"tx5", p+"t5", posting(a, usd, 1, "EUR")))
+		if r5.Code != domain.CodeCurrencyMismatch || *r5.Posting != 0 || r5.Status != domain.StatusRejected {
+			t.Fatalf("a posting into an account of another currency: %+v", r5)
+		}
+		found, ok, err := New(st, Options{Clock: clock}).Lookup(context.Background(), p+"tx1")
+		if err != nil || !ok || found.Transaction == nil || !reflect.DeepEqual(found.Accounts, r.Accounts) {
+			t.Fatalf("lookup: %+v %v %v", found, ok, err)
+		}
+	})
+}
+
+// TestTransactionConcurrentSends: 50 sends of one transaction at once, to two
+// instances, while deposits pipeline on its accounts: it is posted once, every
+// send answers its one outcome, and no money is lost or made.
+func TestTransactionConcurrentSends(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func() testStore) {
+		if strings.HasSuffix(t.Name(), "single-stream") {
+			t.Skip("no transactions without multi-stream appends (TestTransactionAllOrNothing checks the refusal)")
+		}
+		st := newStore()
+		s1, s2 := New(st, Options{Clock: clock}), New(st, Options{Clock: clock})
+		defer s1.Close()
+		defer s2.Close()
+		p := strings.NewReplacer("/", "-").Replace(t.Name()) + "-"
+		for _, id := range []string{"a", "b"} {
+			mustApply(t, s1, "open_account", fmt.Sprintf(`{"idempotency_key":"%sopen-%s","account_id":"%s%s","currency":"EUR"}`, p, id, p, id))
+		}
+		mustApply(t, s1, "deposit", fmt.Sprintf(`{"idempotency_key":"%sdep","account_id":"%sa","amount":1000,"currency":"EUR"}`, p, p))
+		body := txBody(p+"tx", p+"t", posting(p+"a", p+"b", 70, "EUR"), posting(p+"b", p+"a", 20, "EUR"))
+		var wg sync.WaitGroup
+		replies := make([]Reply, 50)
+		for i := range replies {
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				replies[i] = post(t, []*Service{s1, s2}[i%2], "post_transaction", body)
+			}()
+			go func() { // a deposit on the same account, pipelining beside it
+				defer wg.Done()
+				r := post(t, []*Service{s2, s1}[i%2], "deposit", fmt.Sprintf(`{"idempotency_key":"%sd%d","account_id":"%sa","amount":1,"currency":"EUR"}`, p, i, p))
+				if r.Status != domain.StatusApplied {
+					t.Errorf("deposit %d: %+v", i, r)
+				}
+			}()
+		}
+		wg.Wait()
+		fresh := 0
+		for i, r := range replies {
+			if r.Status != domain.StatusApplied || r.Transaction == nil || r.Transaction.Status != "posted" {
+				t.Fatalf("send %d: %+v", i, r)
+			}
+			if !r.Duplicate {
+				fresh++
+			}
+		}
+		if fresh < 1 || len(streamEvents(t, st, domain.TransactionStream(p+"t"))) != 1 {
+			t.Fatalf("%d sends answered as the first, %d transaction events", fresh, len(streamEvents(t, st, domain.TransactionStream(p+"t"))))
+		}
+		if a, b := foldedBalance(t, st, p+"a"), foldedBalance(t, st, p+"b"); a != 1000+50-50 || b != 50 {
+			t.Fatalf("balances a=%d b=%d, want 1000 and 50", a, b)
+		}
+	})
+}
