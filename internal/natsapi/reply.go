@@ -58,19 +58,8 @@ func encodeReply(r reply.Reply) ([]byte, error) {
 		b = append(b, ']')
 	}
 	if a := r.Account; a != nil {
-		b = append(b, `,"account":{"account_id":`...)
-		b = domain.AppendJSONString(b, a.AccountID)
-		b = append(b, `,"currency":`...)
-		b = domain.AppendJSONString(b, a.Currency)
-		b = append(b, `,"balance":`...)
-		b = strconv.AppendInt(b, a.Balance, 10)
-		b = append(b, `,"held":`...)
-		b = strconv.AppendInt(b, a.Held, 10)
-		b = append(b, `,"available":`...)
-		b = strconv.AppendInt(b, a.Available, 10)
-		b = append(b, `,"revision":`...)
-		b = strconv.AppendUint(b, a.Revision, 10)
-		b = append(b, '}')
+		b = append(b, `,"account":`...)
+		b = appendAccount(b, a)
 	}
 	if t := r.Transfer; t != nil {
 		b = append(b, `,"transfer":{"transfer_id":`...)
@@ -78,6 +67,27 @@ func encodeReply(r reply.Reply) ([]byte, error) {
 		b = append(b, `,"status":`...)
 		b = domain.AppendJSONString(b, t.Status)
 		b = append(b, '}')
+	}
+	if t := r.Transaction; t != nil {
+		b = append(b, `,"transaction":{"transaction_id":`...)
+		b = domain.AppendJSONString(b, t.TransactionID)
+		b = append(b, `,"status":`...)
+		b = domain.AppendJSONString(b, t.Status)
+		b = append(b, '}')
+	}
+	if len(r.Accounts) > 0 {
+		b = append(b, `,"accounts":[`...)
+		for i := range r.Accounts {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendAccount(b, &r.Accounts[i])
+		}
+		b = append(b, ']')
+	}
+	if r.Posting != nil {
+		b = append(b, `,"posting":`...)
+		b = strconv.AppendInt(b, int64(*r.Posting), 10)
 	}
 	if r.Position != "" {
 		b = append(b, `,"position":`...)
@@ -93,6 +103,23 @@ func encodeReply(r reply.Reply) ([]byte, error) {
 		b = append(b, '}')
 	}
 	return append(b, '}'), nil
+}
+
+// appendAccount appends an account object.
+func appendAccount(b []byte, a *domain.AccountView) []byte {
+	b = append(b, `{"account_id":`...)
+	b = domain.AppendJSONString(b, a.AccountID)
+	b = append(b, `,"currency":`...)
+	b = domain.AppendJSONString(b, a.Currency)
+	b = append(b, `,"balance":`...)
+	b = strconv.AppendInt(b, a.Balance, 10)
+	b = append(b, `,"held":`...)
+	b = strconv.AppendInt(b, a.Held, 10)
+	b = append(b, `,"available":`...)
+	b = strconv.AppendInt(b, a.Available, 10)
+	b = append(b, `,"revision":`...)
+	b = strconv.AppendUint(b, a.Revision, 10)
+	return append(b, '}')
 }
 
 // appendUUID appends id as its canonical text (what uuid.UUID.MarshalText writes).

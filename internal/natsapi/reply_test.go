@@ -55,6 +55,16 @@ func randomReply(rng *rand.Rand) reply.Reply {
 	if rng.Intn(3) == 0 {
 		r.Transfer = &reply.TransferView{TransferID: randomText(rng), Status: randomText(rng)}
 	}
+	if rng.Intn(3) == 0 {
+		r.Transaction = &reply.TransactionView{TransactionID: randomText(rng), Status: randomText(rng)}
+		for range rng.Intn(3) {
+			r.Accounts = append(r.Accounts, domain.AccountView{AccountID: randomText(rng), Balance: rng.Int63() - rng.Int63(), Revision: rng.Uint64()})
+		}
+		if rng.Intn(2) == 0 {
+			p := rng.Intn(64)
+			r.Posting = &p
+		}
+	}
 	return r
 }
 
