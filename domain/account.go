@@ -244,9 +244,13 @@ func apply(events ...NewEvent) Decision { return Decision{Events: events} }
 // reads its original's record from a.Keys: the caller recalls it there first
 // when the aggregate has forgotten it.
 func DecideAccount(a *Account, cmd Command) Decision {
-	d := decideAccount(a, cmd)
+	return stampAfter(a, decideAccount(a, cmd))
+}
+
+// stampAfter writes into a recorded refusal the account as it leaves it.
+func stampAfter(a *Account, d Decision) Decision {
 	if len(d.Events) == 1 {
-		if r, ok := d.Events[0].Data.(CommandRejected); ok { // the account as the refusal leaves it
+		if r, ok := d.Events[0].Data.(CommandRejected); ok {
 			r.BalanceAfter, r.HeldAfter = ptr(a.Balance), ptr(a.Held)
 			d.Events[0].Data = r
 		}
@@ -334,6 +338,26 @@ func (a *Account) decideDebit(cmd Command, amount int64, currency, reason, ref s
 	return apply(NewEvent{EvDebited, Debited{Amount: amount, Currency: currency, Reason: reason, Ref: ref, BalanceAfter: bal, HeldAfter: ptr(a.Held), Metadata: cmd.Metadata}})
 }
 
+// DecideCaptureTo decides a capture_hold with `to` against the held account and
+// the account credited: the capture, and the credit of what it captures to `to`
+// (as a transfer's credit is allowed: open, same currency), or a refusal of both
+// recorded on the held account. Neither account is changed.
+func DecideCaptureTo(held, to *Account, cmd Command) (capture, credit Decision) {
+	capture = DecideAccount(held, cmd)
+	if len(capture.Events) != 1 || capture.Rejection != nil || capture.Invalid != nil {
+		return capture, Decision{}
+	}
+	if !to.Opened {
+		return reject(cmd, CodeAccountNotFound, false, "account %s does not exist", to.ID), Decision{}
+	}
+	c := capture.Events[0].Data.(HoldCaptured)
+	credit = to.decideCredit(Command{Metadata: cmd.Metadata}, c.Amount, c.Currency, ReasonCaptureIn, cmd.HoldID, false)
+	if r := credit.Rejection; r != nil {
+		return stampAfter(held, reject(cmd, r.Code, true, "capture to %s: %s", to.ID, r.Message)), Decision{}
+	}
+	return capture, credit
+}
+
 // withinOverdraft reports whether an available amount respects the overdraft limit.
 func (a *Account) withinOverdraft(available int64) bool { return available >= -a.OverdraftLimit }
 
@@ -388,7 +412,7 @@ func (a *Account) decideCaptureHold(cmd Command) Decision {
 	}
 	return apply(NewEvent{EvHoldCaptured, HoldCaptured{
 		HoldID: h.ID, Amount: amount, Released: h.Amount - amount, Currency: a.Currency,
-		BalanceAfter: a.Balance - amount, HeldAfter: a.Held - h.Amount, Metadata: cmd.Metadata,
+		BalanceAfter: a.Balance - amount, HeldAfter: a.Held - h.Amount, To: cmd.To, Metadata: cmd.Metadata,
 	}})
 }
 

@@ -40,6 +40,9 @@ const (
 	// CmdTransactionLeg is a transaction's movement in one of its accounts: written
 	// with the transaction, atomically, under StepKey(key, StepLeg).
 	CmdTransactionLeg CommandType = "transaction_leg"
+	// CmdCaptureCredit credits a capture's amount to its `to` account, written with
+	// the capture, atomically, under StepKey(key, StepCaptureTo).
+	CmdCaptureCredit CommandType = "capture_credit"
 )
 
 // ClientCommandTypes lists the commands a client may send, in protocol order.
@@ -151,7 +154,7 @@ var commandFields = map[CommandType][]fieldSpec{
 	CmdWithdraw:        {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}},
 	CmdTransfer:        {{"transfer_id", fID, true}, {"from", fID, true}, {"to", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}},
 	CmdPlaceHold:       {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"expires_at", fTime, false}, {"metadata", fMetadata, false}},
-	CmdCaptureHold:     {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, false}, {"metadata", fMetadata, false}},
+	CmdCaptureHold:     {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, false}, {"to", fID, false}, {"metadata", fMetadata, false}},
 	CmdReleaseHold:     {{"account_id", fID, true}, {"hold_id", fID, true}},
 	CmdRefund:          {{"original_key", fKey, true}, {"amount", fAmount, false}, {"metadata", fMetadata, false}},
 	CmdCloseAccount:    {{"account_id", fID, true}},
@@ -172,10 +175,17 @@ func DecodeCommand(t CommandType, body []byte) (Command, *InvalidError) {
 	if !utf8.Valid(body) {
 		return Command{}, invalid("", "body is not valid UTF-8")
 	}
-	if cmd, ok := decodeFast(t, specs, body); ok {
-		return cmd, nil
+	cmd, ok := decodeFast(t, specs, body)
+	if !ok {
+		var ierr *InvalidError
+		if cmd, ierr = decodeGeneral(t, specs, body); ierr != nil {
+			return Command{}, ierr
+		}
 	}
-	return decodeGeneral(t, specs, body)
+	if cmd.Type == CmdCaptureHold && cmd.To != "" && cmd.To == cmd.AccountID {
+		return Command{}, invalid("to", "must differ from account_id (%s)", cmd.AccountID)
+	}
+	return cmd, nil
 }
 
 // decodeGeneral is the strict decoder for every body: it accepts what decodeFast

@@ -35,7 +35,9 @@ const (
 	ReasonRefundIn           = "refund_in"
 	ReasonRefundCompensate   = "refund_compensation"
 	ReasonHoldExpired        = "expired"
-	ReasonHoldReleased       = "released"
+	// ReasonCaptureIn credits a captured hold's amount to the capture's `to` account.
+	ReasonCaptureIn    = "capture_in"
+	ReasonHoldReleased = "released"
 )
 
 // TransferReason reports whether a money movement is a step of a transfer's saga
@@ -95,6 +97,9 @@ type HoldCaptured struct {
 	Currency     string `json:"currency"`
 	BalanceAfter int64  `json:"balance_after"`
 	HeldAfter    int64  `json:"held_after"`
+	// To is the account the captured amount was credited to in the same write
+	// (v1.1); empty when it left the ledger.
+	To string `json:"to,omitempty"`
 	// Metadata is the capture command's (v1.1).
 	Metadata map[string]string `json:"metadata,omitempty"`
 }

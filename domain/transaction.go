@@ -171,6 +171,19 @@ func TransactionLegCommand(tx Command, accountID string) Command {
 	}
 }
 
+// StepCaptureTo derives the key of a capture's credit to its `to` account.
+const StepCaptureTo = "capture_to"
+
+// CaptureCreditCommand is the command under which a capture's credit is written
+// to its `to` account: its key derived from the capture's, its origin the
+// capture's key.
+func CaptureCreditCommand(capture Command) Command {
+	return Command{
+		Type: CmdCaptureCredit, IdempotencyKey: StepKey(capture.IdempotencyKey, StepCaptureTo), AccountID: capture.To,
+		HoldID: capture.HoldID, At: capture.At, Origin: capture.IdempotencyKey, Ref: capture.HoldID,
+	}
+}
+
 // TransactionPayload is a decided transaction event's payload (a value) in the
 // pointer form DecodeEvent returns.
 func TransactionPayload(v any) any {

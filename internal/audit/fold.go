@@ -353,7 +353,13 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) 
 	case *domain.HoldCaptured:
 		check("balance_after", p.BalanceAfter, a.Balance)
 		check("held_after", p.HeldAfter, a.Held)
-		f.totals(a.Currency).Withdrawals += p.Amount
+		if p.To == "" {
+			f.totals(a.Currency).Withdrawals += p.Amount
+		} else { // credited to p.To in the same write: the credit must match
+			f.legSums(f.legs, m.Key, p.Currency).add(p.Amount, false)
+			f.legSums(f.posted, m.Key, p.Currency).debits += p.Amount
+			f.legSums(f.posted, m.Key, p.Currency).credits += p.Amount
+		}
 		f.captured[[2]string{id, p.HoldID}] = p.Amount
 	case *domain.HoldReleased:
 		check("held_after", p.HeldAfter, a.Held)
@@ -437,7 +443,7 @@ func (f *Fold) flow(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Ac
 		s := step()
 		s.compensate += amount
 		s.comps++
-	case domain.ReasonTransactionOut, domain.ReasonTransactionIn:
+	case domain.ReasonTransactionOut, domain.ReasonTransactionIn, domain.ReasonCaptureIn:
 		f.legSums(f.legs, m.Origin, currency).add(amount, credit)
 	default:
 		f.eventViolation(InvConservation, "unknown_reason", re, "money moved for reason %q", reason)
@@ -742,7 +748,8 @@ func (f *Fold) applyTransaction(re eventstore.RecordedEvent, ev domain.StoredEve
 
 // finishTransactions checks every transaction's legs (invariant 2): in each
 // currency, its debits equal its credits and the postings of its
-// TransactionPosted, and no legs exist without one.
+// TransactionPosted, and no legs exist without one; the same for every capture
+// into an account (its HoldCaptured is the debit, the credit to `to` the credit).
 func (f *Fold) finishTransactions() {
 	keys := map[[2]string]bool{}
 	for k := range f.legs {
@@ -761,7 +768,7 @@ func (f *Fold) finishTransactions() {
 		}
 		if legs.debits != legs.credits || *legs != *posted {
 			f.violate(Violation{Invariant: InvConservation, Kind: "transaction_unbalanced", Message: fmt.Sprintf(
-				"transaction of key %q in %s: legs debit %d and credit %d, its postings %d", k[0], k[1], legs.debits, legs.credits, posted.debits)})
+				"transaction or capture of key %q in %s: legs debit %d and credit %d, its postings (or capture) %d", k[0], k[1], legs.debits, legs.credits, posted.debits)})
 		}
 	}
 }

@@ -168,6 +168,12 @@ func (s *Service) Handle(ctx context.Context, cmd domain.Command) Reply {
 		r, err = s.handleRefund(ctx, cmd)
 	case domain.CmdPostTransaction:
 		r, err = s.handleTransaction(ctx, cmd)
+	case domain.CmdCaptureHold:
+		if cmd.To != "" {
+			r, err = s.handleCaptureTo(ctx, cmd)
+			break
+		}
+		r, err = s.handleAccountCommand(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID)
 	default:
 		if !cmd.Type.IsClient() {
 			return reply.Invalid(cmd.IdempotencyKey, &domain.InvalidError{Field: "type", Message: fmt.Sprintf("unknown command type %q", cmd.Type)})

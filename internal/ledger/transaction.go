@@ -219,3 +219,121 @@ func (s *Service) appendTransaction(ctx context.Context, cmd domain.Command, req
 	payload := domain.TransactionPayload(d.Event.Data)
 	return transactionReply(&w.events[0], payload, false)
 }
+
+// errNoMultiStreamCapture refuses capture_hold with `to` on a store without
+// atomic multi-stream appends.
+var errNoMultiStreamCapture = &domain.InvalidError{Field: "to", Message: "capture into an account needs an event store that appends to several streams at once (PostgreSQL); this ledger's store cannot"}
+
+// handleCaptureTo decides a capture_hold with `to` (v1.1): the capture on the
+// held account and the credit of what it captures to `to`, in one append with
+// the key's claim, or a refusal of both recorded on the held account. The reply
+// is the held account's, as for any capture; the credit is in `to`'s stream
+// under StepKey(key, StepCaptureTo).
+func (s *Service) handleCaptureTo(ctx context.Context, cmd domain.Command) (Reply, error) {
+	if s.multi == nil {
+		return reply.Invalid(cmd.IdempotencyKey, errNoMultiStreamCapture), nil
+	}
+	held, to := domain.AccountStream(cmd.AccountID), domain.AccountStream(cmd.To)
+	streams := []string{held, to}
+	slices.Sort(streams)
+	unlock, err := s.lockAll(ctx, streams)
+	if err != nil {
+		return Reply{}, err
+	}
+	defer unlock()
+	req := cmd.Canonical()
+	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
+		for _, st := range streams {
+			if err := s.drain(ctx, st); err != nil {
+				return Reply{}, err
+			}
+		}
+		refresh := attempt > 0
+		a, err := s.loadAccount(ctx, held, cmd.AccountID, refresh)
+		if err != nil {
+			return Reply{}, err
+		}
+		b, err := s.loadAccount(ctx, to, cmd.To, refresh)
+		if err != nil {
+			return Reply{}, err
+		}
+		rec, err := s.keyRecord(ctx, held, a, cmd.IdempotencyKey)
+		if err != nil {
+			return Reply{}, err
+		}
+		switch rec.Verdict(req) {
+		case domain.KeyDuplicate:
+			return ownedRecordReply(copyRecord(rec), true), nil
+		case domain.KeyConflict:
+			fields, err := s.conflictFields(ctx, held, rec, req)
+			if err != nil {
+				return Reply{}, err
+			}
+			return reply.Conflict(cmd.IdempotencyKey, fields), nil
+		}
+		capture, credit := domain.DecideCaptureTo(a, b, cmd)
+		switch {
+		case capture.Invalid != nil:
+			return reply.Invalid(cmd.IdempotencyKey, capture.Invalid), nil
+		case len(capture.Events) == 0:
+			if attempt == 0 {
+				continue // decided on the cache: once more on the store's head
+			}
+			return reply.NotRecorded(cmd.IdempotencyKey, capture.Rejection), nil
+		}
+		err = s.appendCaptureTo(ctx, cmd, req, a, b, capture.Events, credit.Events)
+		var conflict *claimConflict
+		switch {
+		case errors.As(err, &conflict):
+			return reply.Conflict(cmd.IdempotencyKey, conflict.fields), nil
+		case errors.Is(err, eventstore.ErrWrongExpectedRevision), errors.Is(err, eventstore.ErrDuplicateEventID):
+			continue
+		case err != nil:
+			return Reply{}, err
+		}
+		return ownedRecordReply(copyRecord(a.Keys[cmd.IdempotencyKey]), false), nil
+	}
+	return Reply{}, ErrTooManyConflicts
+}
+
+// appendCaptureTo writes the claim, the held account's events and, when the
+// capture applies, the credit to `to`, in one append, and folds them.
+func (s *Service) appendCaptureTo(ctx context.Context, cmd domain.Command, req domain.Canonical, a, b *domain.Account, capture, credit []domain.NewEvent) error {
+	held, to := domain.AccountStream(a.ID), domain.AccountStream(b.ID)
+	claim, err := s.claimPart(cmd, req, held, uint64(a.Revision+1))
+	if err != nil {
+		return err
+	}
+	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, held, uint64(a.Revision+1), a.LastChain, capture)
+	if err != nil {
+		return err
+	}
+	parts := []eventstore.StreamAppend{claim, {Stream: held, Expected: eventstore.ExactOrNoStream(a.Revision), Events: data}}
+	var cdata []eventstore.EventData
+	var cmetas []domain.Metadata
+	if len(credit) > 0 {
+		leg := domain.CaptureCreditCommand(cmd)
+		if cdata, cmetas, err = s.encodeEvents(leg, leg.Canonical(), leg.IdempotencyKey, to, uint64(b.Revision+1), b.LastChain, credit); err != nil {
+			return err
+		}
+		parts = append(parts, eventstore.StreamAppend{Stream: to, Expected: eventstore.ExactOrNoStream(b.Revision), Events: cdata})
+	}
+	res, err := s.multi.AppendMulti(ctx, parts)
+	if err != nil {
+		return s.claimError(ctx, claim.Stream, req, err)
+	}
+	if res[1].Idempotent {
+		return fmt.Errorf("%w: capture %s was written meanwhile", eventstore.ErrWrongExpectedRevision, cmd.IdempotencyKey)
+	}
+	if err := s.applyWritten(ctx, held, a, writtenFrom(held, res[1], data, metas, capture)); err != nil {
+		return err
+	}
+	s.tookCommand(held, a)
+	if len(credit) > 0 {
+		if err := s.applyWritten(ctx, to, b, writtenFrom(to, res[2], cdata, cmetas, credit)); err != nil {
+			return err
+		}
+		s.tookCommand(to, b)
+	}
+	return nil
+}

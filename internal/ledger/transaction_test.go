@@ -184,3 +184,70 @@ func TestTransactionConcurrentSends(t *testing.T) {
 		}
 	})
 }
+
+// TestCaptureIntoAnAccount: authorise, then capture part of the hold into a
+// merchant's account in one write (the rest released); a capture into a closed
+// account or one of another currency is refused as a whole and recorded (the
+// hold stays active); into an unknown account, refused without record; `to`
+// equal to the held account is malformed; without multi-stream appends, invalid.
+func TestCaptureIntoAnAccount(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func() testStore) {
+		st := newStore()
+		s := New(st, Options{Clock: clock})
+		defer s.Close()
+		p := strings.NewReplacer("/", "-").Replace(t.Name()) + "-"
+		open := func(id, cur string) {
+			mustApply(t, s, "open_account", fmt.Sprintf(`{"idempotency_key":"%sopen-%s","account_id":"%s%s","currency":%q}`, p, id, p, id, cur))
+		}
+		open("payer", "EUR")
+		open("shop", "EUR")
+		open("gone", "EUR")
+		open("usd", "USD")
+		mustApply(t, s, "close_account", fmt.Sprintf(`{"idempotency_key":"%sclose","account_id":"%sgone"}`, p, p))
+		mustApply(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"%sdep","account_id":"%spayer","amount":1000,"currency":"EUR"}`, p, p))
+		for _, h := range []string{"h1", "h2"} {
+			mustApply(t, s, "place_hold", fmt.Sprintf(`{"idempotency_key":"%s%s","account_id":"%spayer","hold_id":%q,"amount":400,"currency":"EUR"}`, p, h, p, h))
+		}
+		capture := func(key, hold, to string, amount int) Reply {
+			return post(t, s, "capture_hold", fmt.Sprintf(`{"idempotency_key":"%s%s","account_id":"%spayer","hold_id":%q,"amount":%d,"to":"%s%s"}`, p, key, p, hold, amount, p, to))
+		}
+		r := capture("c1", "h1", "shop", 300)
+		if strings.HasSuffix(t.Name(), "single-stream") {
+			if r.Status != domain.StatusInvalid || !reflect.DeepEqual(r.Fields, []string{"to"}) {
+				t.Fatalf("capture into an account without multi-stream appends: %+v", r)
+			}
+			return
+		}
+		if r.Status != domain.StatusApplied || r.Account == nil || r.Account.Balance != 700 || r.Account.Held != 400 {
+			t.Fatalf("capture of 300 into the shop: %+v", r)
+		}
+		if again := capture("c1", "h1", "shop", 300); !again.Duplicate || !reflect.DeepEqual(again.Account, r.Account) {
+			t.Fatalf("resend: %+v", again)
+		}
+		if foldedBalance(t, st, p+"shop") != 300 {
+			t.Fatalf("the shop holds %d", foldedBalance(t, st, p+"shop"))
+		}
+		for _, c := range []struct {
+			key, to string
+			code    domain.Code
+			status  domain.Status
+		}{
+			{"c2", "gone", domain.CodeAccountClosed, domain.StatusRejected},
+			{"c3", "usd", domain.CodeCurrencyMismatch, domain.StatusRejected},
+			{"c4", "ghost", domain.CodeAccountNotFound, domain.StatusRejected},
+			{"c5", "payer", domain.CodeInvalidRequest, domain.StatusInvalid},
+		} {
+			r := capture(c.key, "h2", c.to, 100)
+			if r.Code != c.code || r.Status != c.status {
+				t.Fatalf("capture into %s: %+v", c.to, r)
+			}
+		}
+		// h2 is still active: captured in full into the shop.
+		if r := capture("c6", "h2", "shop", 400); r.Status != domain.StatusApplied || r.Account.Balance != 300 || r.Account.Held != 0 {
+			t.Fatalf("h2 after the refusals: %+v", r)
+		}
+		if got := foldedBalance(t, st, p+"payer") + foldedBalance(t, st, p+"shop"); got != 1000 {
+			t.Fatalf("money in payer and shop: %d", got)
+		}
+	})
+}

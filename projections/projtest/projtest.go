@@ -169,6 +169,9 @@ func (e *Env) Run(t testing.TB, w Workload) []string {
 				if rng.IntN(2) == 0 {
 					body["amount"] = 1
 				}
+				if to := acct(rng.IntN(w.Accounts)); to != a && rng.IntN(2) == 0 {
+					body["to"] = to // captured into another account (on a store that can)
+				}
 				post("capture_hold", body)
 			}
 		case k < 73:
