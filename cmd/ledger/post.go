@@ -41,8 +41,9 @@ var postFields = []postField{
 	{"amount", "amount", "amount in minor units (an integer)", true},
 	{"currency", "currency", "currency (three upper-case letters)", false},
 	{"from", "from", "source account of a transfer", false},
-	{"to", "to", "destination account of a transfer", false},
+	{"to", "to", "destination account of a transfer, or the account a capture_hold credits", false},
 	{"transfer", "transfer_id", "transfer_id", false},
+	{"transaction", "transaction_id", "transaction_id of post_transaction", false},
 	{"hold", "hold_id", "hold_id", false},
 	{"original-key", "original_key", "idempotency key of the command a refund reverses", false},
 	{"overdraft-limit", "overdraft_limit", "overdraft limit of a new account, in minor units (an integer)", true},
@@ -61,6 +62,7 @@ func postCommand() *cli.Command {
 		flags = append(flags, &cli.StringFlag{Name: f.flag, Category: "body", Usage: f.usage, Sources: cli.EnvVars("LEDGER_POST_" + envName(f.flag))})
 	}
 	flags = append(flags,
+		&cli.StringSliceFlag{Name: "posting", Category: "body", Usage: "a posting of post_transaction, from:to:amount:currency (repeat the flag, in order)", Sources: cli.EnvVars("LEDGER_POST_POSTING")},
 		&cli.StringSliceFlag{Name: "metadata", Category: "body", Usage: "metadata entry key=value (repeat the flag) of open_account or of a command that moves or reserves money", Sources: cli.EnvVars("LEDGER_POST_METADATA")},
 		&cli.StringFlag{Name: "json", Category: "body", Usage: "the body as JSON: sent as is, or with the field flags merged into it", Sources: cli.EnvVars("LEDGER_POST_JSON")},
 		&cli.BoolFlag{Name: "jetstream", Usage: "publish with js.Publish to LEDGER_COMMANDS; the ledger acknowledges once the outcome is durable (print it with --query)", Sources: cli.EnvVars("LEDGER_POST_JETSTREAM")},
@@ -159,7 +161,7 @@ func runPost(ctx context.Context, cmd *cli.Command) error {
 // postBody builds the command body from --json and the field flags.
 func postBody(cmd *cli.Command) ([]byte, error) {
 	raw := cmd.String("json")
-	fieldsSet := cmd.IsSet("key") || len(cmd.StringSlice("metadata")) > 0
+	fieldsSet := cmd.IsSet("key") || len(cmd.StringSlice("metadata")) > 0 || len(cmd.StringSlice("posting")) > 0
 	for _, f := range postFields {
 		fieldsSet = fieldsSet || cmd.IsSet(f.flag)
 	}
@@ -193,6 +195,20 @@ func postBody(cmd *cli.Command) ([]byte, error) {
 			continue
 		}
 		body[f.field] = v
+	}
+	if ps := cmd.StringSlice("posting"); len(ps) > 0 {
+		var postings []map[string]any
+		for _, p := range ps {
+			f := strings.Split(p, ":")
+			if len(f) != 4 {
+				return nil, fmt.Errorf("--posting wants from:to:amount:currency, got %q", p)
+			}
+			if _, err := strconv.ParseInt(f[2], 10, 64); err != nil {
+				return nil, fmt.Errorf("--posting %q: the amount must be an integer of minor units", p)
+			}
+			postings = append(postings, map[string]any{"from": f[0], "to": f[1], "amount": json.Number(f[2]), "currency": f[3]})
+		}
+		body["postings"] = postings
 	}
 	if md := cmd.StringSlice("metadata"); len(md) > 0 {
 		m := map[string]string{}

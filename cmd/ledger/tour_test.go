@@ -153,7 +153,7 @@ func checkTourEvents(t *testing.T, dir string) {
 			m, err := s.GetLastMsgForSubject(ctx, projections.EventSubject("account-alice", domain.EvHoldCaptured))
 			if err == nil {
 				var ev projections.EventMessage
-				if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Stream != "account-alice" || ev.IdempotencyKey != "cap-1" || m.Header.Get(jetstream.MsgIDHeader) != ev.ID.String() {
+				if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Stream != "account-alice" || ev.IdempotencyKey != "settle-1" || m.Header.Get(jetstream.MsgIDHeader) != ev.ID.String() {
 					t.Fatalf("the tour's capture on LEDGER_EVENTS: %s (%v)", m.Data, err)
 				}
 				return
@@ -171,9 +171,9 @@ func checkTourEvents(t *testing.T, dir string) {
 // that the entries add up to and the account shows.
 func checkTourStatement(t *testing.T, env []string) {
 	t.Helper()
-	acct, out, code := postCLI(t, env, "--query", "--key", "ref-1") // the last write: the projector catches up to it below
+	acct, out, code := postCLI(t, env, "--query", "--key", "settle-1") // the last write: the projector catches up to it below
 	if code != exitApplied || acct == nil {
-		t.Fatalf("query ref-1: %s", out)
+		t.Fatalf("query settle-1: %s", out)
 	}
 	var rows [][]string
 	deadline := time.Now().Add(30 * time.Second)
@@ -185,7 +185,7 @@ func checkTourStatement(t *testing.T, env []string) {
 			if rows, err = csv.NewReader(bytes.NewReader(b)).ReadAll(); err != nil {
 				t.Fatal(err)
 			}
-			if len(rows) == 7 || time.Now().After(deadline) { // header, opening, dep-1, transfer, capture, refund, closing
+			if len(rows) == 9 || time.Now().After(deadline) { // header, opening, dep-1, transfer, capture, refund, order-1, settle-1, closing
 				break
 			}
 		} else if time.Now().After(deadline) {
@@ -193,18 +193,18 @@ func checkTourStatement(t *testing.T, env []string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if len(rows) != 7 || rows[1][3] != "opening_balance" || rows[1][5] != "0" || rows[6][3] != "closing_balance" {
+	if len(rows) != 9 || rows[1][3] != "opening_balance" || rows[1][5] != "0" || rows[8][3] != "closing_balance" {
 		t.Fatalf("statement rows: %v", rows)
 	}
 	sum := int64(0)
-	for _, r := range rows[2:6] {
+	for _, r := range rows[2:8] {
 		n, err := strconv.ParseInt(r[4], 10, 64)
 		if err != nil {
 			t.Fatalf("row %v: %v", r, err)
 		}
 		sum += n
 	}
-	if rows[6][5] != strconv.FormatInt(sum, 10) || rows[5][5] != rows[6][5] || rows[3][7] != "tr-1" {
-		t.Fatalf("closing balance %s, entries add up to %d; rows %v", rows[6][5], sum, rows)
+	if rows[8][5] != strconv.FormatInt(sum, 10) || rows[7][5] != rows[8][5] || rows[3][7] != "tr-1" {
+		t.Fatalf("closing balance %s, entries add up to %d; rows %v", rows[8][5], sum, rows)
 	}
 }
