@@ -38,7 +38,7 @@ const (
 	CmdTransferCompensate CommandType = "transfer_compensate"
 	CmdExpireHold         CommandType = "expire_hold"
 	// CmdTransactionLeg is a transaction's movement in one of its accounts: written
-	// with the transaction, atomically, under StepKey(key, StepLeg).
+	// with the transaction, atomically, under LegKey(key, account).
 	CmdTransactionLeg CommandType = "transaction_leg"
 	// CmdCaptureCredit credits a capture's amount to its `to` account, written with
 	// the capture, atomically, under StepKey(key, StepCaptureTo).

@@ -14,7 +14,7 @@ import (
 //	TransactionRejected    the refusing posting's code and index, the accounts as they were
 //
 // The legs are Debited and Credited events in the account streams, under the
-// derived key StepKey(key, StepLeg), with reason transaction_out or
+// derived key LegKey(key, account), with reason transaction_out or
 // transaction_in and the transaction's ID as their ref. A transaction is posted
 // only where the store writes several streams at once (PostgreSQL, memory).
 
@@ -30,8 +30,12 @@ const TransactionStreamPrefix = "transaction-"
 // TransactionStream is the stream of a transaction.
 func TransactionStream(id string) string { return TransactionStreamPrefix + id }
 
-// StepLeg derives the key of a transaction's legs (StepKey).
+// StepLeg derives the key of a transaction's legs in one account (LegKey).
 const StepLeg = "leg"
+
+// LegKey is the key of a transaction's legs in one account: derived from the
+// transaction's key and the account, so that each key's events lie in one stream.
+func LegKey(key, accountID string) string { return StepKey(key, StepLeg+":"+accountID) }
 
 // Reasons of a transaction's legs.
 const (
@@ -153,7 +157,7 @@ func DecideTransaction(accounts map[string]*Account, cmd Command) TransactionDec
 		stream := AccountStream(id)
 		for j, ev := range legs[id] {
 			posted.Legs = append(posted.Legs, EventRef{
-				ID: EventID(StepKey(cmd.IdempotencyKey, StepLeg), stream, j), Stream: stream,
+				ID: EventID(LegKey(cmd.IdempotencyKey, id), stream, j), Stream: stream,
 				Revision: uint64(accounts[id].Revision + 1 + int64(j)), Type: ev.Type,
 			})
 		}
@@ -166,7 +170,7 @@ func DecideTransaction(accounts map[string]*Account, cmd Command) TransactionDec
 // transaction's, its origin the transaction's key.
 func TransactionLegCommand(tx Command, accountID string) Command {
 	return Command{
-		Type: CmdTransactionLeg, IdempotencyKey: StepKey(tx.IdempotencyKey, StepLeg), AccountID: accountID,
+		Type: CmdTransactionLeg, IdempotencyKey: LegKey(tx.IdempotencyKey, accountID), AccountID: accountID,
 		TransactionID: tx.TransactionID, At: tx.At, Origin: tx.IdempotencyKey, Ref: tx.TransactionID,
 	}
 }

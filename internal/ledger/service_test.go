@@ -433,7 +433,29 @@ func runWorker(t *testing.T, s *Service, rng *rand.Rand, w, n int) {
 		acct := accounts[rng.Intn(len(accounts))]
 		amt := rng.Intn(500) + 1
 		var typ, body string
-		switch x := rng.Intn(10); {
+		x := rng.Intn(10)
+		if s.multi != nil && rng.Intn(6) == 0 {
+			x = 10 + rng.Intn(2) // transactions and captures into accounts, where the store can
+		}
+		switch {
+		case x == 10:
+			var ps []string
+			for range 1 + rng.Intn(3) {
+				from, to := accounts[rng.Intn(len(accounts))], accounts[rng.Intn(len(accounts))]
+				if from != to {
+					ps = append(ps, fmt.Sprintf(`{"from":"%s","to":"%s","amount":%d,"currency":"EUR"}`, from, to, rng.Intn(300)+1))
+				}
+			}
+			if len(ps) == 0 {
+				continue
+			}
+			typ, body = "post_transaction", fmt.Sprintf(`{"idempotency_key":"%s","transaction_id":"x-%s","postings":[%s]}`, key, key, strings.Join(ps, ","))
+		case x == 11:
+			to := accounts[rng.Intn(len(accounts))]
+			if to == acct {
+				continue
+			}
+			typ, body = "capture_hold", fmt.Sprintf(`{"idempotency_key":"%s","account_id":"%s","hold_id":"h%d","to":"%s"}`, key, acct, rng.Intn(20), to)
 		case x < 4:
 			typ, body = "deposit", fmt.Sprintf(`{"idempotency_key":"%s","account_id":"%s","amount":%d,"currency":"EUR"}`, key, acct, amt)
 		case x < 7:
@@ -447,7 +469,11 @@ func runWorker(t *testing.T, s *Service, rng *rand.Rand, w, n int) {
 			if len(history) == 0 {
 				continue
 			}
-			typ, body = "refund", fmt.Sprintf(`{"idempotency_key":"%s","original_key":"%s","amount":%d}`, key, keyOf([]byte(history[rng.Intn(len(history))].body)), rng.Intn(100)+1)
+			orig := history[rng.Intn(len(history))]
+			if orig.typ == "post_transaction" {
+				continue // refunds of transactions are not built: refused without record
+			}
+			typ, body = "refund", fmt.Sprintf(`{"idempotency_key":"%s","original_key":"%s","amount":%d}`, key, keyOf([]byte(orig.body)), rng.Intn(100)+1)
 		}
 		r := post(t, s, typ, body)
 		if r.Status == domain.StatusError {
