@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // Lookup returns the original reply of a decided client key, from the event store:
@@ -39,4 +40,15 @@ func (s *Service) Lookup(ctx context.Context, key string) (r Reply, found bool, 
 		return r, err == nil, err
 	}
 	return Reply{}, false, nil
+}
+
+// LookupTransaction returns a transaction as its stream records it, from the
+// event store; found is false when no transaction has the ID.
+func (s *Service) LookupTransaction(ctx context.Context, id string) (reply.TransactionDetail, bool, error) {
+	ev, payload, err := s.readTransaction(ctx, domain.TransactionStream(id))
+	if err != nil || ev == nil {
+		return reply.TransactionDetail{}, false, err
+	}
+	d, err := reply.TransactionDetailOf(ev.Metadata.Key, payload, ev.Position)
+	return d, err == nil, err
 }

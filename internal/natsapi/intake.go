@@ -26,6 +26,13 @@ type CommandLookup interface {
 	Lookup(ctx context.Context, key string) (r reply.Reply, found bool, err error)
 }
 
+// TransactionLookup answers a transaction by its ID (ledger.v1.query.transaction):
+// ledger.Service implements it from the event store. An Intake whose Lookup
+// implements it answers that query too.
+type TransactionLookup interface {
+	LookupTransaction(ctx context.Context, id string) (reply.TransactionDetail, bool, error)
+}
+
 // Options configure an Intake. Zero values take the defaults.
 type Options struct {
 	// QueueGroup shares request-reply commands and queries among instances (default "ledger").
@@ -205,11 +212,19 @@ func (in *Intake) Start(ctx context.Context) error {
 	}
 	in.subs = append(in.subs, sub)
 	if in.opts.Lookup != nil {
-		q, err := in.nc.QueueSubscribe(CommandQuerySubject, in.opts.QueueGroup, in.onCommandQuery)
-		if err != nil {
-			return fmt.Errorf("natsapi: subscribe %s: %w", CommandQuerySubject, err)
+		queries := map[string]func(context.Context, []byte) any{
+			CommandQuerySubject: func(ctx context.Context, b []byte) any { return AnswerCommandQuery(ctx, in.opts.Lookup, b) },
 		}
-		in.subs = append(in.subs, q)
+		if tl, ok := in.opts.Lookup.(TransactionLookup); ok {
+			queries[TransactionQuerySubject] = func(ctx context.Context, b []byte) any { return AnswerTransactionQuery(ctx, tl, b) }
+		}
+		for subject, answer := range queries {
+			q, err := in.nc.QueueSubscribe(subject, in.opts.QueueGroup, func(msg *nats.Msg) { in.onQuery(msg, subject, answer) })
+			if err != nil {
+				return fmt.Errorf("natsapi: subscribe %s: %w", subject, err)
+			}
+			in.subs = append(in.subs, q)
+		}
 	}
 	if in.js != nil {
 		c, err := startConsumer(ctx, in)

@@ -337,3 +337,56 @@ func TestParsePubAck(t *testing.T) {
 		}
 	}
 }
+
+// TestTransactionQuery (ledger.v1.query.transaction, v1.1): a posted and a
+// refused transaction as their streams record them, not_found for an ID never
+// posted, invalid_request naming transaction_id for a malformed one.
+func TestTransactionQuery(t *testing.T) {
+	r := newRig(t)
+	r.intake(Options{})
+	for _, id := range []string{"a", "b"} {
+		r.request("open_account", body(map[string]any{"idempotency_key": "open-" + id, "account_id": id, "currency": "EUR"}))
+	}
+	r.request("deposit", body(map[string]any{"idempotency_key": "dep", "account_id": "a", "amount": 100, "currency": "EUR"}))
+	leg := func(from, to string, amount int) map[string]any {
+		return map[string]any{"from": from, "to": to, "amount": amount, "currency": "EUR"}
+	}
+	if rep := r.request("post_transaction", body(map[string]any{"idempotency_key": "tx-1", "transaction_id": "t-1", "postings": []any{leg("a", "b", 60)}, "metadata": map[string]string{"order": "7"}})); rep.Transaction == nil || len(rep.Accounts) != 2 {
+		t.Fatalf("post_transaction over NATS: %+v", rep)
+	}
+	r.request("post_transaction", body(map[string]any{"idempotency_key": "tx-2", "transaction_id": "t-2", "postings": []any{leg("a", "b", 10), leg("b", "a", 500)}}))
+	ctx := context.Background()
+	ask := func(b []byte, v any) {
+		t.Helper()
+		q, err := Query(ctx, r.nc, "transaction", b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(q, v); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var posted, refused reply.TransactionDetail
+	ask(body(map[string]any{"transaction_id": "t-1"}), &posted)
+	if posted.Status != "posted" || posted.IdempotencyKey != "tx-1" || len(posted.Postings) != 1 || posted.Postings[0].Amount != 60 || posted.Metadata["order"] != "7" || posted.Position == "" {
+		t.Fatalf("posted transaction: %+v", posted)
+	}
+	ask(body(map[string]any{"transaction_id": "t-2"}), &refused)
+	if refused.Status != "rejected" || refused.Code != domain.CodeInsufficientFunds || refused.Posting == nil || *refused.Posting != 1 {
+		t.Fatalf("refused transaction: %+v", refused)
+	}
+	for _, c := range []struct {
+		body []byte
+		code domain.Code
+	}{
+		{body(map[string]any{"transaction_id": "never"}), domain.CodeNotFound},
+		{body(map[string]any{"transaction_id": "a b"}), domain.CodeInvalidRequest},
+		{body(map[string]any{"transaction_id": "t-1", "extra": 1}), domain.CodeInvalidRequest},
+	} {
+		var qe QueryError
+		ask(c.body, &qe)
+		if qe.Code != c.code {
+			t.Fatalf("%s: %+v", c.body, qe)
+		}
+	}
+}

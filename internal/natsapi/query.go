@@ -5,12 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // CommandQuery is the body of ledger.v1.query.command.
@@ -30,22 +30,30 @@ type QueryError struct {
 	Fields         []string      `json:"fields,omitempty"`
 }
 
+// decodeQuery decodes a query body strictly into q.
+func decodeQuery(body []byte, q any) *QueryError {
+	if len(body) > domain.MaxBodyBytes {
+		return &QueryError{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: fmt.Sprintf("body is %d bytes, over the limit of %d", len(body), domain.MaxBodyBytes)}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(q); err != nil {
+		return &QueryError{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: "body: " + err.Error()}
+	}
+	if dec.More() {
+		return &QueryError{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: "body: trailing data after the JSON object"}
+	}
+	return nil
+}
+
 // AnswerCommandQuery answers a ledger.v1.query.command body: the original reply of
 // the command (PROTOCOL.md §3, duplicate false), code not_found for a key never
 // decided, invalid_request for a malformed body, internal_error when the lookup
 // fails (retry).
 func AnswerCommandQuery(ctx context.Context, l CommandLookup, body []byte) any {
 	var q CommandQuery
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if len(body) > domain.MaxBodyBytes {
-		return QueryError{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: fmt.Sprintf("body is %d bytes, over the limit of %d", len(body), domain.MaxBodyBytes)}
-	}
-	if err := dec.Decode(&q); err != nil {
-		return QueryError{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: "body: " + err.Error()}
-	}
-	if dec.More() {
-		return QueryError{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: "body: trailing data after the JSON object"}
+	if qerr := decodeQuery(body, &q); qerr != nil {
+		return *qerr
 	}
 	if !domain.ValidKey(q.IdempotencyKey) {
 		return QueryError{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Fields: []string{"idempotency_key"},
@@ -61,7 +69,39 @@ func AnswerCommandQuery(ctx context.Context, l CommandLookup, body []byte) any {
 	return r
 }
 
-func (in *Intake) onCommandQuery(msg *nats.Msg) {
+// TransactionQuery is the body of ledger.v1.query.transaction.
+type TransactionQuery struct {
+	TransactionID string `json:"transaction_id"`
+	// MinPosition is accepted for symmetry with the other queries; a transaction
+	// is read from the event store, which is never behind.
+	MinPosition string `json:"min_position,omitempty"`
+}
+
+// AnswerTransactionQuery answers a ledger.v1.query.transaction body: the
+// transaction as its stream records it (reply.TransactionDetail), not_found for
+// an ID never posted, invalid_request for a malformed body, internal_error when
+// the read fails (retry).
+func AnswerTransactionQuery(ctx context.Context, l TransactionLookup, body []byte) any {
+	var q TransactionQuery
+	if qerr := decodeQuery(body, &q); qerr != nil {
+		return *qerr
+	}
+	if !domain.ValidID(q.TransactionID) {
+		return QueryError{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Fields: []string{"transaction_id"},
+			Message: fmt.Sprintf("transaction_id: must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)}
+	}
+	d, found, err := l.LookupTransaction(ctx, q.TransactionID)
+	if err != nil {
+		return QueryError{Status: domain.StatusError, Code: domain.CodeInternalError, Message: "lookup failed, retry: " + err.Error()}
+	}
+	if !found {
+		return QueryError{Code: domain.CodeNotFound, Message: fmt.Sprintf("no transaction %s", q.TransactionID)}
+	}
+	return d
+}
+
+// onQuery answers one query message with answer, bounded like the others.
+func (in *Intake) onQuery(msg *nats.Msg, subject string, answer func(context.Context, []byte) any) {
 	if msg.Reply == "" {
 		return
 	}
@@ -75,15 +115,12 @@ func (in *Intake) onCommandQuery(msg *nats.Msg) {
 		defer func() { <-in.qsem; in.wg.Done() }()
 		ctx, cancel := context.WithTimeout(in.work, in.opts.CommandTimeout)
 		defer cancel()
-		ans := AnswerCommandQuery(ctx, in.opts.Lookup, msg.Data)
+		ans := answer(ctx, msg.Data)
 		code := "ok"
-		switch a := ans.(type) {
-		case QueryError:
+		if a, ok := ans.(QueryError); ok {
 			code = string(a.Code)
-		case reply.Reply:
-			code = "ok"
 		}
-		in.opts.Metrics.query("command", code)
+		in.opts.Metrics.query(strings.TrimPrefix(subject, QuerySubjectPrefix), code)
 		b, err := json.Marshal(ans)
 		if err != nil {
 			in.log.Error("encode query reply", "err", err)

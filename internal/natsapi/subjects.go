@@ -15,6 +15,8 @@ const (
 	QuerySubjectPrefix = "ledger.v1.query."
 	// CommandQuerySubject answers the outcome of a command by its key.
 	CommandQuerySubject = QuerySubjectPrefix + "command"
+	// TransactionQuerySubject answers a transaction by its ID (v1.1), from the event store.
+	TransactionQuerySubject = QuerySubjectPrefix + "transaction"
 	// DLQSubject receives copies of JetStream commands that can never succeed.
 	DLQSubject = "ledger.v1.dlq"
 

@@ -110,6 +110,43 @@ func Transaction(key string, ref domain.EventRef, payload any, position string, 
 	return r, nil
 }
 
+// TransactionDetail answers ledger.v1.query.transaction (PROTOCOL.md v1.1 §4):
+// the transaction as its stream records it; for a refused one, the code, the
+// message and the refusing posting (an extension), and the accounts as it left
+// them (also an extension).
+type TransactionDetail struct {
+	TransactionID  string               `json:"transaction_id"`
+	Status         string               `json:"status"`
+	Postings       []domain.Posting     `json:"postings"`
+	Metadata       map[string]string    `json:"metadata"`
+	IdempotencyKey string               `json:"idempotency_key"`
+	Code           domain.Code          `json:"code,omitempty"`
+	Message        string               `json:"message,omitempty"`
+	Posting        *int                 `json:"posting,omitempty"`
+	Accounts       []domain.AccountView `json:"accounts"`
+	Position       string               `json:"position"`
+}
+
+// TransactionDetailOf is the detail of a transaction from its stream's one
+// event (key, payload as DecodeEvent gives it, position).
+func TransactionDetailOf(key string, payload any, position string) (TransactionDetail, error) {
+	d := TransactionDetail{IdempotencyKey: key, Position: position, Metadata: map[string]string{}}
+	var md map[string]string
+	switch p := payload.(type) {
+	case *domain.TransactionPosted:
+		d.TransactionID, d.Status, d.Postings, d.Accounts, md = p.TransactionID, domain.TransactionPostedStatus, p.Postings, p.Accounts, p.Metadata
+	case *domain.TransactionRejected:
+		d.TransactionID, d.Status, d.Postings, d.Accounts, md = p.TransactionID, domain.TransactionRejectedStatus, p.Postings, p.Accounts, p.Metadata
+		d.Code, d.Message, d.Posting = p.Code, p.Message, &p.Posting
+	default:
+		return TransactionDetail{}, fmt.Errorf("reply: %T is not a transaction's outcome", payload)
+	}
+	for k, v := range md {
+		d.Metadata[k] = v
+	}
+	return d, nil
+}
+
 // TransactionNotRecorded answers a transaction refused without record (an
 // account that does not exist), naming the posting.
 func TransactionNotRecorded(key, transactionID string, r *domain.Rejection, posting int) Reply {
