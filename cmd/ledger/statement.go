@@ -165,20 +165,20 @@ func (st *statement) period() string {
 func (st *statement) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "statement of %s, %s (at < to)\n", st.Account, st.period())
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "AT\tREVISION\tTYPE\tAMOUNT\tBALANCE\tKEY\tTRANSFER")
-	fmt.Fprintf(tw, "\t\topening balance\t\t%d\t\t\n", st.Opening)
+	fmt.Fprintln(tw, "AT\tREVISION\tTYPE\tAMOUNT\tBALANCE\tKEY\tTRANSFER\tTRANSACTION")
+	fmt.Fprintf(tw, "\t\topening balance\t\t%d\t\t\t\n", st.Opening)
 	for _, e := range st.Entries {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%+d\t%d\t%s\t%s\n", e.At, e.Revision, e.Type, e.Amount, e.BalanceAfter, e.IdempotencyKey, e.TransferID)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%+d\t%d\t%s\t%s\t%s\n", e.At, e.Revision, e.Type, e.Amount, e.BalanceAfter, e.IdempotencyKey, e.TransferID, e.TransactionID)
 	}
-	fmt.Fprintf(tw, "\t\tclosing balance\t\t%d\t\t\n", st.Closing)
+	fmt.Fprintf(tw, "\t\tclosing balance\t\t%d\t\t\t\n", st.Closing)
 	tw.Flush()
 	fmt.Fprintf(w, "%d entries\n", len(st.Entries))
 }
 
 func (st *statement) writeCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
-	rows := [][]string{{"account_id", "at", "revision", "type", "amount", "balance_after", "idempotency_key", "transfer_id", "event_id", "metadata"}}
-	rows = append(rows, []string{st.Account, st.From, "", "opening_balance", "", strconv.FormatInt(st.Opening, 10), "", "", "", ""})
+	rows := [][]string{{"account_id", "at", "revision", "type", "amount", "balance_after", "idempotency_key", "transfer_id", "transaction_id", "event_id", "metadata"}}
+	rows = append(rows, []string{st.Account, st.From, "", "opening_balance", "", strconv.FormatInt(st.Opening, 10), "", "", "", "", ""})
 	for _, e := range st.Entries {
 		md := ""
 		if len(e.Metadata) > 0 {
@@ -189,9 +189,9 @@ func (st *statement) writeCSV(w io.Writer) error {
 			md = string(b)
 		}
 		rows = append(rows, []string{st.Account, e.At, strconv.FormatInt(e.Revision, 10), e.Type, strconv.FormatInt(e.Amount, 10),
-			strconv.FormatInt(e.BalanceAfter, 10), e.IdempotencyKey, e.TransferID, e.EventID, md})
+			strconv.FormatInt(e.BalanceAfter, 10), e.IdempotencyKey, e.TransferID, e.TransactionID, e.EventID, md})
 	}
-	rows = append(rows, []string{st.Account, st.To, "", "closing_balance", "", strconv.FormatInt(st.Closing, 10), "", "", "", ""})
+	rows = append(rows, []string{st.Account, st.To, "", "closing_balance", "", strconv.FormatInt(st.Closing, 10), "", "", "", "", ""})
 	if err := cw.WriteAll(rows); err != nil {
 		return fmt.Errorf("statement: %w", err)
 	}

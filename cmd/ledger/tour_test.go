@@ -204,7 +204,7 @@ func checkTourStatement(t *testing.T, env []string) {
 		}
 		sum += n
 	}
-	if rows[8][5] != strconv.FormatInt(sum, 10) || rows[7][5] != rows[8][5] || rows[3][7] != "tr-1" {
+	if rows[8][5] != strconv.FormatInt(sum, 10) || rows[7][5] != rows[8][5] || rows[3][7] != "tr-1" || rows[6][8] != "order-1" {
 		t.Fatalf("closing balance %s, entries add up to %d; rows %v", rows[8][5], sum, rows)
 	}
 }

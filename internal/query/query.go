@@ -140,6 +140,8 @@ type Entry struct {
 	At             string `json:"at"` // RFC 3339, UTC
 	// TransferID names the transfer of a transfer's or a transfer refund's step (v1.1).
 	TransferID string `json:"transfer_id,omitempty"`
+	// TransactionID names the transaction of a transaction's leg (v1.1).
+	TransactionID string `json:"transaction_id,omitempty"`
 	// Metadata is the client's, of the command that moved the money (v1.1).
 	Metadata map[string]string `json:"metadata"`
 }
@@ -431,9 +433,12 @@ func (s *Service) Entries(ctx context.Context, q EntriesRequest) (*Entries, *Err
 		var reason, ref string
 		_, err = pgx.ForEachRow(rows, []any{&e.EventID, &e.Revision, &e.Type, &e.Amount, &e.BalanceAfter, &e.IdempotencyKey, &at, &reason, &ref, &e.Metadata}, func() error {
 			e.At = at.UTC().Format(time.RFC3339Nano)
-			e.TransferID = ""
-			if domain.TransferReason(reason) {
+			e.TransferID, e.TransactionID = "", ""
+			switch {
+			case domain.TransferReason(reason):
 				e.TransferID = ref
+			case reason == domain.ReasonTransactionOut || reason == domain.ReasonTransactionIn:
+				e.TransactionID = ref
 			}
 			out.Entries = append(out.Entries, e)
 			e.Metadata = nil // the next row's decodes into a map of its own

@@ -289,7 +289,9 @@ func TestStatementPagesAndTimeFilters(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	tr := f.env.MustApply(t, "transfer", map[string]any{"idempotency_key": "t-1", "transfer_id": "t-1", "from": "st", "to": "peer", "amount": 5, "currency": "EUR"})
+	f.env.MustApply(t, "transfer", map[string]any{"idempotency_key": "t-1", "transfer_id": "t-1", "from": "st", "to": "peer", "amount": 5, "currency": "EUR"})
+	tr := f.env.MustApply(t, "post_transaction", map[string]any{"idempotency_key": "x-1", "transaction_id": "x-1",
+		"postings": []any{map[string]any{"from": "st", "to": "peer", "amount": 7, "currency": "EUR"}}})
 	f.start(t)
 
 	page := func(body map[string]any) []map[string]any {
@@ -331,7 +333,7 @@ func TestStatementPagesAndTimeFilters(t *testing.T) {
 			}
 		}
 	}
-	// Everything in pages of 1,000, once the projector reached the transfer.
+	// Everything in pages of 1,000, once the projector reached the transaction.
 	full := page(map[string]any{"account_id": "st", "limit": 1000, "min_position": tr.Position})
 	wantRevisions("all", full, func(map[string]any) bool { return true }, full)
 	for i, e := range full {
@@ -339,8 +341,11 @@ func TestStatementPagesAndTimeFilters(t *testing.T) {
 			t.Fatalf("entry %d at revision %v after %v", i, e["revision"], full[i-1]["revision"])
 		}
 	}
-	if last := full[n-1]; last["transfer_id"] != "t-1" || last["amount"].(float64) != -5 {
-		t.Fatalf("the transfer's debit: %v", last)
+	if e := full[n-1]; e["transfer_id"] != "t-1" || e["amount"].(float64) != -5 || e["transaction_id"] != nil {
+		t.Fatalf("the transfer's debit: %v", e)
+	}
+	if e := full[n]; e["transaction_id"] != "x-1" || e["amount"].(float64) != -7 || e["transfer_id"] != nil {
+		t.Fatalf("the transaction's leg: %v", e)
 	}
 	if full[0]["transfer_id"] != nil {
 		t.Fatalf("a deposit names a transfer: %v", full[0])
