@@ -338,6 +338,13 @@ func (a *Account) decideDebit(cmd Command, amount int64, currency, reason, ref s
 	return apply(NewEvent{EvDebited, Debited{Amount: amount, Currency: currency, Reason: reason, Ref: ref, BalanceAfter: bal, HeldAfter: ptr(a.Held), Metadata: cmd.Metadata}})
 }
 
+// RefuseStep is the recorded refusal of an internal step on an account, for a
+// reason found elsewhere (the other account of an atomic transfer refused its
+// part), with the account as it stands.
+func RefuseStep(a *Account, cmd Command, code Code, message string) Decision {
+	return stampAfter(a, reject(cmd, code, true, "%s", message))
+}
+
 // DecideCaptureTo decides a capture_hold with `to` against the held account and
 // the account credited: the capture, and the credit of what it captures to `to`
 // (as a transfer's credit is allowed: open, same currency), or a refusal of both

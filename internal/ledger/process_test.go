@@ -164,7 +164,7 @@ func TestHoldExpiryRace(t *testing.T) {
 // Run, fed by the subscription, finishes a crashed transfer and expires a hold;
 // a restarted process resumes from its checkpoint in the store.
 func TestProcessRun(t *testing.T) {
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
+	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
 		clk := newFakeClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
@@ -225,7 +225,7 @@ func TestProcessRun(t *testing.T) {
 // A transfer pending when the checkpoint was taken is in the checkpoint: a new
 // process that reads only what follows still finishes it.
 func TestProcessCheckpointKeepsPendingWork(t *testing.T) {
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
+	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
 		clk := newFakeClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
@@ -258,7 +258,7 @@ func TestProcessCheckpointKeepsPendingWork(t *testing.T) {
 
 // An unreadable checkpoint (another version, damage) costs a full scan, nothing more.
 func TestProcessUnreadableCheckpoint(t *testing.T) {
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
+	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
 		clk := newFakeClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)

@@ -155,7 +155,7 @@ func TestRefundsOfTransfers(t *testing.T) {
 // A crash at every step of a refund's saga, then the process finishes it; and a
 // refund that arrives while its transfer is still in flight waits for it.
 func TestRefundCrashAtEveryStep(t *testing.T) {
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
+	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
 		clk := newFakeClock()
 		setup := newSagaService(st, clk)
 		openFunded(t, setup, "alice", "EUR", 10_000)

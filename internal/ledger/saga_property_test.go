@@ -29,7 +29,7 @@ func TestPropertySagas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
+	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
 		ops := map[string]int{"TestPropertySagas/memory": 600, "TestPropertySagas/postgres": 400}[t.Name()]
 		if ops == 0 || testing.Short() {
 			ops = 200 // over gRPC (kurrentdb), or -short

@@ -337,3 +337,156 @@ func (s *Service) appendCaptureTo(ctx context.Context, cmd domain.Command, req d
 	}
 	return nil
 }
+
+// transferAtomically decides a new transfer on a store with atomic multi-stream
+// appends (PROTOCOL.md v1.1 §2.1): both accounts' steps are decided on their
+// durable states and written with the request, its claim and the saga's
+// marker in one append, so that the transfer is completed or rejected, never
+// debited and credited back. It writes exactly the events the saga writes on
+// its way to the same decision (a credit the destination would refuse is
+// recorded as the debit's refusal, with the destination's code), so that
+// every reader of transfer streams (replay, audit, read models, the transfer
+// process) meets nothing new. The caller holds the transfer stream's lock; done
+// is false when another instance wrote meanwhile (decide again).
+func (s *Service) transferAtomically(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, t *domain.Transfer, requested []domain.NewEvent) (r Reply, done bool, err error) {
+	from, to := domain.AccountStream(cmd.From), domain.AccountStream(cmd.To)
+	accounts := []string{from, to}
+	slices.Sort(accounts)
+	unlock, err := s.lockAll(ctx, accounts)
+	if err != nil {
+		return Reply{}, true, err
+	}
+	written, r, err := s.decideTransferAtomically(ctx, cmd, req, stream, t, requested)
+	unlock()
+	switch {
+	case err != nil:
+		return Reply{}, true, err
+	case !written:
+		return r, r.Status != "", nil // no answer: decide again
+	}
+	// The reply reads the steps' records from the accounts, as a saga's does,
+	// with the accounts' locks released (the transfer stream's lock first).
+	r, err = s.sagaReply(ctx, t, cmd.IdempotencyKey, false)
+	return r, true, err
+}
+
+// decideTransferAtomically is transferAtomically under the accounts' locks:
+// written reports an append; otherwise r is the answer (a refusal not recorded,
+// a conflict) or empty (decide again).
+func (s *Service) decideTransferAtomically(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, t *domain.Transfer, requested []domain.NewEvent) (wrote bool, r Reply, err error) {
+	accs := map[string]*domain.Account{}
+	for _, id := range []string{cmd.From, cmd.To} {
+		st := domain.AccountStream(id)
+		if err := s.drain(ctx, st); err != nil {
+			return false, Reply{}, err
+		}
+		acc, err := s.loadAccount(ctx, st, id, true)
+		if err != nil {
+			return false, Reply{}, err
+		}
+		if !acc.Opened {
+			return false, reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s does not exist", id)}), nil
+		}
+		accs[id] = acc
+	}
+	reqData, reqMetas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, 0, t.LastChain, requested)
+	if err != nil {
+		return false, Reply{}, err
+	}
+	// The saga as the request opens it, on a scratch transfer.
+	tmp := domain.NewTransfer(cmd.TransferID)
+	for _, ev := range writtenFrom(stream, eventstore.AppendResult{}, reqData, reqMetas, requested).events {
+		if err := domain.EvolveTransfer(tmp, ev); err != nil {
+			return false, Reply{}, err
+		}
+	}
+	sg, ok := tmp.SagaOf(cmd.IdempotencyKey)
+	if !ok {
+		return false, Reply{}, fmt.Errorf("ledger: %s: the request opened no saga", stream)
+	}
+	debitCmd, creditCmd := tmp.StepCommand(sg, domain.StepDebit, cmd.At), tmp.StepCommand(sg, domain.StepCredit, cmd.At)
+	src, dst := accs[cmd.From], accs[cmd.To]
+	debit := domain.DecideAccount(src, debitCmd)
+	var credit domain.Decision
+	step, outcome := domain.StepDebit, domain.StepOutcome{}
+	switch {
+	case len(debit.Events) == 0:
+		return false, Reply{}, fmt.Errorf("%w: debit of %s: %s", errStepNotRecorded, cmd.From, debit.Rejection.Code)
+	case debit.Rejection != nil:
+		outcome = domain.StepOutcome{Code: debit.Rejection.Code, Message: debit.Rejection.Message}
+	default:
+		credit = domain.DecideAccount(dst, creditCmd)
+		if r := credit.Rejection; r != nil { // refused as a whole: nothing leaves the source
+			debit, credit = domain.RefuseStep(src, debitCmd, r.Code, r.Message), domain.Decision{}
+			outcome = domain.StepOutcome{Code: r.Code, Message: r.Message}
+		} else {
+			step, outcome = domain.StepCredit, domain.StepOutcome{Applied: true}
+		}
+	}
+	mkey, marker, err := domain.DecideSagaMarker(tmp, sg, step, outcome)
+	if err != nil {
+		return false, Reply{}, err
+	}
+	markerCmd := domain.Command{Type: sg.Command, IdempotencyKey: mkey, At: cmd.At, Origin: sg.Key}
+	markerData, markerMetas, err := s.encodeEvents(markerCmd, req, mkey, stream, uint64(len(reqData)), reqMetas[len(reqMetas)-1].Chain, marker)
+	if err != nil {
+		return false, Reply{}, err
+	}
+	claim, err := s.claimPart(cmd, req, stream, 0)
+	if err != nil {
+		return false, Reply{}, err
+	}
+	type accountStep struct {
+		acc    *domain.Account
+		cmd    domain.Command
+		events []domain.NewEvent
+		data   []eventstore.EventData
+		metas  []domain.Metadata
+	}
+	steps := []*accountStep{{acc: src, cmd: debitCmd, events: debit.Events}}
+	if len(credit.Events) > 0 {
+		steps = append(steps, &accountStep{acc: dst, cmd: creditCmd, events: credit.Events})
+	}
+	// In the order the saga writes them, which readers of "all" rely on: the
+	// request, the steps, then the marker that decides the saga.
+	parts := []eventstore.StreamAppend{claim, {Stream: stream, Expected: eventstore.ExactOrNoStream(t.Revision), Events: reqData}}
+	for _, st := range steps {
+		acc := st.acc
+		if st.data, st.metas, err = s.encodeEvents(st.cmd, st.cmd.Canonical(), st.cmd.IdempotencyKey, domain.AccountStream(acc.ID), uint64(acc.Revision+1), acc.LastChain, st.events); err != nil {
+			return false, Reply{}, err
+		}
+		parts = append(parts, eventstore.StreamAppend{Stream: domain.AccountStream(acc.ID), Expected: eventstore.ExactOrNoStream(acc.Revision), Events: st.data})
+	}
+	parts = append(parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.Exact(uint64(t.Revision + int64(len(reqData)))), Events: markerData})
+	res, err := s.multi.AppendMulti(ctx, parts)
+	if err != nil {
+		err = s.claimError(ctx, claim.Stream, req, err)
+		var conflict *claimConflict
+		switch {
+		case errors.As(err, &conflict):
+			return false, reply.Conflict(cmd.IdempotencyKey, conflict.fields), nil
+		case errors.Is(err, eventstore.ErrWrongExpectedRevision), errors.Is(err, eventstore.ErrDuplicateEventID):
+			return false, Reply{}, nil
+		}
+		return false, Reply{}, err
+	}
+	if res[1].Idempotent {
+		return false, Reply{}, nil
+	}
+	for _, w := range []written{
+		writtenFrom(stream, res[1], reqData, reqMetas, requested),
+		writtenFrom(stream, res[len(res)-1], markerData, markerMetas, marker),
+	} {
+		if err := s.applyTransferWritten(ctx, stream, t, w); err != nil {
+			return false, Reply{}, err
+		}
+	}
+	for i, st := range steps {
+		as := domain.AccountStream(st.acc.ID)
+		if err := s.applyWritten(ctx, as, st.acc, writtenFrom(as, res[2+i], st.data, st.metas, st.events)); err != nil {
+			return false, Reply{}, err
+		}
+		s.tookCommand(as, st.acc)
+	}
+	return true, Reply{}, nil
+}

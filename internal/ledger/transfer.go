@@ -86,8 +86,10 @@ func (s *Service) fail(step string) error {
 	return s.failpoint(step)
 }
 
-// handleTransfer decides a transfer: the request is written with the claim of its
-// key, then the saga runs to its decision and the reply reports it.
+// handleTransfer decides a transfer: on a store with atomic multi-stream appends,
+// as one decision over both accounts written in one append (transferAtomically);
+// elsewhere the request is written with the claim of its key, then the saga
+// runs to its decision, and the reply reports it.
 func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply, error) {
 	stream := domain.TransferStream(cmd.TransferID)
 	unlock, err := s.locks.lock(ctx, stream)
@@ -121,6 +123,14 @@ func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply
 		d := domain.DecideTransfer(t, cmd)
 		if len(d.Events) == 0 {
 			return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil
+		}
+		if d.Rejection == nil && s.multi != nil { // one decision, one append (transaction.go)
+			r, done, err := s.transferAtomically(ctx, cmd, req, stream, t, d.Events)
+			if err != nil || done {
+				return r, err
+			}
+			refresh = true
+			continue
 		}
 		if d.Rejection == nil {
 			// A refusal that concerns an account that does not exist is not

@@ -27,13 +27,37 @@ import (
 
 // sagaStores runs a test against the memory store and a fresh PostgreSQL database.
 func sagaStores(t *testing.T, run func(t *testing.T, st ProcessStore)) {
-	t.Run("memory", func(t *testing.T) {
+	transferStores(t, true, run)
+}
+
+// sagaPathStores runs a test of the saga itself (its steps, its crash points,
+// the transfer process) on the stores where transfers are sagas: KurrentDB, and
+// the memory and PostgreSQL stores with their multi-stream append hidden.
+func sagaPathStores(t *testing.T, run func(t *testing.T, st ProcessStore)) {
+	transferStores(t, false, run)
+}
+
+// transferStores runs a test on every store that carries transfers, with the
+// stores that decide a transfer in one append (memory, PostgreSQL) when atomic
+// is set, and always on the saga stores.
+func transferStores(t *testing.T, atomic bool, run func(t *testing.T, st ProcessStore)) {
+	if atomic {
+		t.Run("memory", func(t *testing.T) {
+			st := memory.New()
+			t.Cleanup(func() { st.Close() })
+			run(t, st)
+		})
+		t.Run("postgres", func(t *testing.T) {
+			run(t, openPostgres(t))
+		})
+	}
+	t.Run("memory-saga", func(t *testing.T) {
 		st := memory.New()
 		t.Cleanup(func() { st.Close() })
-		run(t, st)
+		run(t, sagaOnly{st})
 	})
-	t.Run("postgres", func(t *testing.T) {
-		run(t, openPostgres(t))
+	t.Run("postgres-saga", func(t *testing.T) {
+		run(t, sagaOnly{openPostgres(t)})
 	})
 	// KurrentDB (an in-process server with its append rules) has no multi-stream
 	// append: claims are written first, each step idempotent on its own.
@@ -46,6 +70,17 @@ func sagaStores(t *testing.T, run func(t *testing.T, st ProcessStore)) {
 		t.Cleanup(func() { st.Close() })
 		run(t, st)
 	})
+}
+
+// sagaOnly hides every capability of a store but ProcessStore's (the
+// multi-stream append among them): the ledger then runs transfers as sagas, as
+// it does on KurrentDB.
+type sagaOnly struct{ ProcessStore }
+
+// atomicTransfers reports whether the ledger decides transfers on st in one append.
+func atomicTransfers(st ProcessStore) bool {
+	_, ok := st.(eventstore.MultiAppender)
+	return ok
 }
 
 func openPostgres(t testing.TB) *postgres.Store {
@@ -535,10 +570,14 @@ func TestTransferIntoClosedAccountFails(t *testing.T) {
 		openFunded(t, s, "usd", "USD", 0)
 		must(t, s, "close_account", "idempotency_key", "close-bob", "account_id", "bob")
 		r := send(s, "transfer", transferBody("t-1", "t1", "alice", "bob", 40)...)
-		if r.Status != domain.StatusRejected || r.Code != domain.CodeAccountClosed || r.Transfer.Status != "failed" {
+		status := "failed" // debited, refused by the destination, credited back
+		want := []string{"transfer-t1:TransferRequested", "alice:Debited", "bob:CommandRejected", "transfer-t1:TransferCreditRefused", "alice:Credited", "transfer-t1:TransferFailed"}
+		if atomicTransfers(st) { // one decision over both accounts: nothing leaves the source
+			status, want = "rejected", []string{"transfer-t1:TransferRequested", "alice:CommandRejected", "transfer-t1:TransferRejected"}
+		}
+		if r.Status != domain.StatusRejected || r.Code != domain.CodeAccountClosed || r.Transfer.Status != status {
 			t.Fatalf("reply %+v", r)
 		}
-		want := []string{"transfer-t1:TransferRequested", "alice:Debited", "bob:CommandRejected", "transfer-t1:TransferCreditRefused", "alice:Credited", "transfer-t1:TransferFailed"}
 		if got := eventTypes(r); !reflect.DeepEqual(got, want) {
 			t.Fatalf("events %v, want %v", got, want)
 		}
@@ -550,7 +589,7 @@ func TestTransferIntoClosedAccountFails(t *testing.T) {
 		}
 		// Another currency at the destination fails the same way.
 		r = send(s, "transfer", transferBody("t-2", "t2", "alice", "usd", 40)...)
-		if r.Code != domain.CodeCurrencyMismatch || r.Transfer.Status != "failed" || r.Account.Balance != 100 {
+		if r.Code != domain.CodeCurrencyMismatch || r.Transfer.Status != status || r.Account.Balance != 100 {
 			t.Fatalf("currency at destination: %+v", r)
 		}
 		a := audit(t, st, true)
@@ -572,7 +611,7 @@ func TestSameTransferTenTimesTwoInstances(t *testing.T) {
 		must(t, svcs[1], "close_account", "idempotency_key", "close-carol", "account_id", "carol")
 		for _, c := range []struct {
 			key, id, to, status string
-		}{{"t-1", "t1", "bob", "completed"}, {"t-2", "t2", "carol", "failed"}} {
+		}{{"t-1", "t1", "bob", "completed"}, {"t-2", "t2", "carol", map[bool]string{true: "rejected", false: "failed"}[atomicTransfers(st)]}} {
 			replies := make([]Reply, 10)
 			var wg sync.WaitGroup
 			for i := range replies {
@@ -594,7 +633,11 @@ func TestSameTransferTenTimesTwoInstances(t *testing.T) {
 			}
 		}
 		alice := streamEventsOf(t, st, "account-alice")
-		if n := countOf(alice, domain.EvDebited); n != 2 { // one per transfer
+		debits := 2 // one per transfer (the second credited back)
+		if atomicTransfers(st) {
+			debits = 1 // the refused one never debited
+		}
+		if n := countOf(alice, domain.EvDebited); n != debits {
 			t.Fatalf("%d debits of alice", n)
 		}
 		if n := countOf(streamEventsOf(t, st, "account-bob"), domain.EvCredited); n != 1 {
@@ -618,7 +661,7 @@ var (
 // (another instance) or by the client's retry: every transfer ends decided, no
 // money created or lost.
 func TestTransferCrashAtEveryStep(t *testing.T) {
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
+	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
 		clk := newFakeClock()
 		setup := newSagaService(st, clk)
 		openFunded(t, setup, "alice", "EUR", 1000)
