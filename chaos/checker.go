@@ -138,9 +138,9 @@ func (e *stored) clientKey() string {
 	return e.meta.Key
 }
 
-// ledgerStream reports whether the event is in an account, transfer or key stream.
+// ledgerStream reports whether the event is in an account, transfer, transaction or key stream.
 func (e *stored) ledgerStream() bool {
-	for _, p := range []string{domain.AccountStreamPrefix, domain.TransferStreamPrefix, domain.KeyStreamPrefix} {
+	for _, p := range []string{domain.AccountStreamPrefix, domain.TransferStreamPrefix, domain.TransactionStreamPrefix, domain.KeyStreamPrefix} {
 		if strings.HasPrefix(e.Stream, p) {
 			return true
 		}

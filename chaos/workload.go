@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -15,8 +16,9 @@ type account struct {
 	id, currency string
 }
 
-// workload is a seeded bank workload: deposits, withdrawals and transfers on a
-// few hot accounts, with exact resends (some concurrent) and key reuse.
+// workload is a seeded bank workload: deposits, withdrawals, transfers and
+// transactions (a payment with its fee leg) on a few hot accounts, with exact
+// resends (some concurrent) and key reuse.
 type workload struct {
 	prefix    string
 	accounts  []account
@@ -130,7 +132,11 @@ func (w *workload) run(ctx context.Context, c *client) {
 					for k, v := range old.fields {
 						f[k] = v
 					}
-					f["amount"] = f["amount"].(int) + 1 + rng.IntN(50)
+					if amount, ok := f["amount"].(int); ok {
+						f["amount"] = amount + 1 + rng.IntN(50)
+					} else { // a transaction: other metadata makes it another request
+						f["metadata"] = map[string]string{"reuse": strconv.Itoa(rng.IntN(1000))}
+					}
 					c.send(ctx, old.key, old.typ, body(old.key, f))
 				default:
 					if a := c.settle(ctx, cmd.key, cmd.typ, b, w.retries); a.Outcome == OK {
@@ -146,6 +152,15 @@ func (w *workload) run(ctx context.Context, c *client) {
 	wg.Wait()
 }
 
+// peer is another account of a's currency, when one is found in a few tries.
+func (w *workload) peer(rng *rand.Rand, a account) account {
+	b := w.accounts[rng.IntN(len(w.accounts))]
+	for tries := 0; tries < 10 && (b.currency != a.currency || b.id == a.id); tries++ {
+		b = w.accounts[rng.IntN(len(w.accounts))]
+	}
+	return b
+}
+
 func (w *workload) next(rng *rand.Rand, p, i int) sentCmd {
 	key := fmt.Sprintf("%s-p%d-%05d", w.prefix, p, i)
 	a := w.accounts[rng.IntN(len(w.accounts))]
@@ -158,11 +173,18 @@ func (w *workload) next(rng *rand.Rand, p, i int) sentCmd {
 		return sentCmd{key, "deposit", map[string]any{"account_id": a.id, "amount": 1 + rng.IntN(1000), "currency": a.currency}}
 	case x < 0.60:
 		return sentCmd{key, "withdraw", map[string]any{"account_id": a.id, "amount": 1 + rng.IntN(1500), "currency": a.currency}}
-	default:
-		b := w.accounts[rng.IntN(len(w.accounts))]
-		for tries := 0; tries < 10 && (b.currency != a.currency || b.id == a.id); tries++ {
-			b = w.accounts[rng.IntN(len(w.accounts))]
+	case x < 0.72: // a payment with its fee leg, all or nothing
+		b, c := w.peer(rng, a), w.peer(rng, a)
+		if b.id == a.id || c.id == b.id || b.currency != a.currency || c.currency != a.currency {
+			return sentCmd{key, "deposit", map[string]any{"account_id": a.id, "amount": 1 + rng.IntN(1000), "currency": a.currency}}
 		}
+		amount := 1 + rng.IntN(1200)
+		return sentCmd{key, "post_transaction", map[string]any{"transaction_id": "x-" + key, "postings": []any{
+			map[string]any{"from": a.id, "to": b.id, "amount": amount, "currency": a.currency},
+			map[string]any{"from": b.id, "to": c.id, "amount": 1 + amount/50, "currency": a.currency},
+		}}}
+	default:
+		b := w.peer(rng, a)
 		return sentCmd{key, "transfer", map[string]any{"transfer_id": "t-" + key, "from": a.id, "to": b.id, "amount": 1 + rng.IntN(1200), "currency": a.currency}}
 	}
 }
