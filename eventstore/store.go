@@ -328,6 +328,8 @@ var ErrEventNotFound = errors.New("eventstore: event not found")
 // key. The PostgreSQL and memory stores implement it; KurrentDB does not.
 type EventLocator interface {
 	ReadEventByID(ctx context.Context, id uuid.UUID) (RecordedEvent, error)
+	// EventsExist reports which of ids the store holds, in one request.
+	EventsExist(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]bool, error)
 }
 
 // Snapshot is a stream's state at a revision, opaque to the store: the ledger's

@@ -542,6 +542,22 @@ func (s *Store) ReadEventByID(ctx context.Context, id uuid.UUID) (eventstore.Rec
 	return clone(s.all[i]), nil
 }
 
+// EventsExist implements eventstore.EventLocator.
+func (s *Store) EventsExist(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	out := make(map[uuid.UUID]bool, len(ids))
+	for _, id := range ids {
+		if _, ok := s.ids[id]; ok {
+			out[id] = true
+		}
+	}
+	return out, nil
+}
+
 // WriteSnapshot implements eventstore.SnapshotStore.
 func (s *Store) WriteSnapshot(ctx context.Context, snap eventstore.Snapshot) error {
 	s.mu.Lock()

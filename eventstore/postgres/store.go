@@ -965,6 +965,25 @@ func (s *Store) ReadEventByID(ctx context.Context, id uuid.UUID) (eventstore.Rec
 	return out[0], nil
 }
 
+// EventsExist implements eventstore.EventLocator: one lookup of them all in the
+// unique index on event_id.
+func (s *Store) EventsExist(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
+	if s.closed() {
+		return nil, ErrClosed
+	}
+	rows, err := s.pool.Query(ctx, `SELECT event_id FROM events WHERE event_id = ANY($1)`, ids)
+	if err != nil {
+		return nil, classify(ctx, "read events", err)
+	}
+	out := make(map[uuid.UUID]bool, len(ids))
+	var id uuid.UUID
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		out[id] = true
+		return nil
+	})
+	return out, classify(ctx, "read events", err)
+}
+
 // WriteSnapshot implements eventstore.SnapshotStore: one upsert that keeps the
 // later of two snapshots of a stream.
 func (s *Store) WriteSnapshot(ctx context.Context, snap eventstore.Snapshot) error {

@@ -1133,6 +1133,11 @@ func testLocateEvents(t *testing.T, s eventstore.Store, p string) {
 	if _, err := loc.ReadEventByID(ctx, uuid.New()); !errors.Is(err, eventstore.ErrEventNotFound) {
 		t.Fatalf("an unknown ID: %v", err)
 	}
+	unknown := uuid.New()
+	exist, err := loc.EventsExist(ctx, []uuid.UUID{evs[0].ID, unknown, evs[2].ID})
+	if err != nil || len(exist) != 2 || !exist[evs[0].ID] || !exist[evs[2].ID] || exist[unknown] {
+		t.Fatalf("which exist: %v, %v", exist, err)
+	}
 	_, err = s.Append(ctx, a, eventstore.Exact(2), []eventstore.EventData{event("E", 9), evs[0]})
 	var dup *eventstore.DuplicateEventIDError
 	if !errors.As(err, &dup) || dup.ID != evs[0].ID || dup.Stream != a || !errors.Is(err, eventstore.ErrDuplicateEventID) {

@@ -37,9 +37,18 @@ var (
 	cachedBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "ledger_account_cache_bytes", Help: "Estimated heap held by the cached account aggregates.",
 	})
+	lookupBatch = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "ledger_key_lookup_batch", Help: "Keys looked up in the store per request, while resends of forgotten keys arrive.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+	})
 )
 
-func init() { prometheus.MustRegister(snapshotsTaken, snapshotsIgnored, keysRecalled, cachedBytes) }
+// readTimeout bounds one read the ledger makes on behalf of several commands.
+const readTimeout = 30 * time.Second
+
+func init() {
+	prometheus.MustRegister(snapshotsTaken, snapshotsIgnored, keysRecalled, cachedBytes, lookupBatch)
+}
 
 // newAccount is an empty aggregate bounded as this service bounds them.
 func (s *Service) newAccount(id string) *domain.Account {
@@ -190,7 +199,7 @@ func (s *Service) noteOldKey(stream string) {
 // decidedBefore reports whether the store holds events of key on stream, while
 // resends of old keys arrive on it (for oldKeyWindow after the last one); false
 // otherwise without reading anything. One indexed read, outside the stream's
-// lock. An old key decided again is refused by the store anyway (its event IDs
+// lock, shared with the concurrent commands' (keyLookups). An old key decided again is refused by the store anyway (its event IDs
 // are taken), but only at its append: the commands decided on top of it in the
 // meantime fail with it and are decided again, so in a burst of old resends
 // (a client replaying yesterday's file) the lookup first is cheaper; outside
@@ -207,14 +216,7 @@ func (s *Service) decidedBefore(ctx context.Context, stream, key string) (bool, 
 		s.oldKeys.CompareAndDelete(stream, seen)
 		return false, nil
 	}
-	_, err := s.locator.ReadEventByID(ctx, domain.EventID(key, stream, 0))
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, eventstore.ErrEventNotFound):
-		return false, nil
-	}
-	return false, err
+	return s.lookups.exists(ctx, domain.EventID(key, stream, 0))
 }
 
 // errFolded stops a fold at the revision it was asked to reach.

@@ -2,9 +2,11 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,4 +175,33 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestKeyLookupsAnswerEachCaller: concurrent lookups, asked of the store in
+// shared rounds, each get their own answer; after close, none is asked.
+func TestKeyLookupsAnswerEachCaller(t *testing.T) {
+	st := memory.New()
+	s := New(st, Options{Clock: clock})
+	mustApply(t, s, "open_account", `{"idempotency_key":"o","account_id":"a","currency":"EUR"}`)
+	for i := range 50 {
+		mustApply(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"d%d","account_id":"a","amount":1,"currency":"EUR"}`, i))
+	}
+	k := newKeyLookups(st)
+	var wg sync.WaitGroup
+	for i := range 100 { // d0..d49 exist, d50..d99 do not
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			found, err := k.exists(context.Background(), domain.EventID(fmt.Sprintf("d%d", i), "account-a", 0))
+			if err != nil || found != (i < 50) {
+				t.Errorf("d%d: found %v, %v", i, found, err)
+			}
+		}()
+	}
+	wg.Wait()
+	k.close()
+	if _, err := k.exists(context.Background(), domain.EventID("d0", "account-a", 0)); !errors.Is(err, errLookupsClosed) {
+		t.Fatalf("after close: %v", err)
+	}
+	s.Close()
 }

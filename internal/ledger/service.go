@@ -70,6 +70,7 @@ type Service struct {
 	// locator and snaps are the store's, when it locates events and keeps
 	// snapshots (history.go); keyLimit is Account.KeyLimit for new aggregates.
 	locator   eventstore.EventLocator
+	lookups   *keyLookups
 	snaps     eventstore.SnapshotStore
 	keyLimit  int
 	oldKeys   sync.Map // streams where resends of forgotten keys arrive: string -> time.Time
@@ -105,7 +106,7 @@ func New(store Store, opts Options) *Service {
 	}
 	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), pipes: newPipes(), accounts: newAccountCache(opts.CacheSize, opts.CacheBytes), claims: newClaimCache(opts.CacheSize), transfers: newTransferCache(opts.CacheSize), snapSlots: make(chan struct{}, 4)}
 	if l, ok := store.(eventstore.EventLocator); ok {
-		s.locator = l
+		s.locator, s.lookups = l, newKeyLookups(l)
 		s.keyLimit = max(opts.RecentKeys, 0)
 	}
 	if ss, ok := store.(eventstore.SnapshotStore); ok {
@@ -127,6 +128,9 @@ func (s *Service) Close() {
 		s.batch.close()
 	}
 	s.snapWG.Wait()
+	if s.lookups != nil {
+		s.lookups.close()
+	}
 }
 
 // ErrTooManyConflicts means concurrent writers kept winning for MaxAttempts rounds.
