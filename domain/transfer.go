@@ -567,3 +567,43 @@ func SagaReplyEvents(saga, debit, credit, compensate []EventRef) []EventRef {
 	}
 	return out
 }
+
+// AtomicTransfer is a transfer's saga decided at once over both accounts (a
+// store that appends to several streams in one write): the step commands and
+// their decisions (Credit is empty when the debit is refused) and the marker
+// that decides the saga, exactly as the saga would write them on its way to
+// the same outcome.
+type AtomicTransfer struct {
+	DebitCmd, CreditCmd Command
+	Debit, Credit       Decision
+	MarkerKey           string
+	Marker              []NewEvent
+}
+
+// DecideTransferAtomically decides saga s of t (just requested) on the source
+// and destination accounts at time at: the debit, then the credit on what the
+// debit leaves; a credit the destination refuses refuses the debit (recorded on
+// the source, with the destination's code), so nothing leaves the source.
+// Neither account is changed.
+func DecideTransferAtomically(t *Transfer, s *Saga, src, dst *Account, at time.Time) (AtomicTransfer, error) {
+	d := AtomicTransfer{DebitCmd: t.StepCommand(s, StepDebit, at), CreditCmd: t.StepCommand(s, StepCredit, at)}
+	d.Debit = DecideAccount(src, d.DebitCmd)
+	step, outcome := StepDebit, StepOutcome{}
+	switch {
+	case len(d.Debit.Events) == 0:
+		return AtomicTransfer{}, fmt.Errorf("domain: debit of %s refused without a record: %s", src.ID, d.Debit.Rejection.Code)
+	case d.Debit.Rejection != nil:
+		outcome = StepOutcome{Code: d.Debit.Rejection.Code, Message: d.Debit.Rejection.Message}
+	default:
+		d.Credit = DecideAccount(dst, d.CreditCmd)
+		if r := d.Credit.Rejection; r != nil {
+			d.Debit, d.Credit = RefuseStep(src, d.DebitCmd, r.Code, r.Message), Decision{}
+			outcome = StepOutcome{Code: r.Code, Message: r.Message}
+		} else {
+			step, outcome = StepCredit, StepOutcome{Applied: true}
+		}
+	}
+	var err error
+	d.MarkerKey, d.Marker, err = DecideSagaMarker(t, s, step, outcome)
+	return d, err
+}

@@ -242,22 +242,8 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 		if err != nil {
 			return nil, false, nil, err
 		}
-		rec := acc.Keys[cmd.IdempotencyKey]
-		if rec == nil && recall {
-			if rec, err = s.keyRecord(ctx, stream, acc, cmd.IdempotencyKey); err != nil {
-				return nil, false, nil, err
-			}
-		}
-		switch rec.Verdict(req) {
-		case domain.KeyConflict:
-			fields, err := s.conflictFields(ctx, stream, rec, req)
-			if err != nil {
-				return nil, false, nil, err
-			}
-			r := reply.Conflict(cmd.IdempotencyKey, fields)
-			return nil, false, &r, nil
-		case domain.KeyDuplicate:
-			return copyRecord(rec), true, nil, nil
+		if rec, dup, r, err := s.answerKnownKey(ctx, stream, acc, cmd, req, recall); err != nil || rec != nil || r != nil {
+			return rec, dup, r, err
 		}
 		attempt++
 		if cmd.Type == domain.CmdRefund { // its original may be a key the aggregate forgot
@@ -294,31 +280,10 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 		} else {
 			res, err = s.appendAccount(ctx, cmd, req, stream, acc, d.Events, claim)
 		}
-		var conflict *claimConflict
-		switch {
-		case errors.As(err, &conflict):
-			r := reply.Conflict(cmd.IdempotencyKey, conflict.fields)
-			return nil, false, &r, nil
-		case errors.Is(err, eventstore.ErrWrongExpectedRevision):
-			// Another instance wrote, or a command this one was decided on top
-			// of failed (perhaps a resend of a key the aggregate forgot, as this
-			// one may be): catch up and decide again, the key looked up first.
-			refresh, recall = true, acc.Forgot()
-			continue
-		case errors.Is(err, eventstore.ErrDuplicateEventID):
-			// The store holds this key's events already: it was decided long ago
-			// (the aggregate forgot it) or by another instance. Answer it from them.
-			refresh, recall = true, true
-			s.noteOldKey(stream)
-			continue
-		case err != nil:
-			return nil, false, nil, err
-		}
-		if res.idempotent {
-			// The store already held this key's events: another instance decided
-			// it before this cache saw them. Answer it as the duplicate it is,
-			// from the store's own record.
-			refresh, recall = true, true
+		if err != nil || res.idempotent {
+			if r, err := s.afterRefusedAppend(stream, cmd, acc, res, err, &refresh, &recall); err != nil || r != nil {
+				return nil, false, r, err
+			}
 			continue
 		}
 		rec, ok := acc.Keys[cmd.IdempotencyKey]
@@ -329,6 +294,62 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 		return copyRecord(rec), false, nil, nil
 	}
 	return nil, false, nil, ErrTooManyConflicts
+}
+
+// answerKnownKey answers a key the stream already decided, from the
+// aggregate's record or, when recall is set and the aggregate forgot it, from
+// the store: the record (duplicate) or the conflict's reply; all nil for a key
+// never decided.
+func (s *Service) answerKnownKey(ctx context.Context, stream string, acc *domain.Account, cmd domain.Command, req domain.Canonical, recall bool) (*ownedRecord, bool, *Reply, error) {
+	rec := acc.Keys[cmd.IdempotencyKey]
+	if rec == nil && recall {
+		var err error
+		if rec, err = s.keyRecord(ctx, stream, acc, cmd.IdempotencyKey); err != nil {
+			return nil, false, nil, err
+		}
+	}
+	switch rec.Verdict(req) {
+	case domain.KeyConflict:
+		fields, err := s.conflictFields(ctx, stream, rec, req)
+		if err != nil {
+			return nil, false, nil, err
+		}
+		r := reply.Conflict(cmd.IdempotencyKey, fields)
+		return nil, false, &r, nil
+	case domain.KeyDuplicate:
+		return copyRecord(rec), true, nil, nil
+	}
+	return nil, false, nil, nil
+}
+
+// afterRefusedAppend handles an append that wrote nothing (err, or res
+// idempotent): the reply when there is one to give, an error when the append
+// failed otherwise; else it sets how to decide again and the caller does.
+func (s *Service) afterRefusedAppend(stream string, cmd domain.Command, acc *domain.Account, res written, err error, refresh, recall *bool) (*Reply, error) {
+	var conflict *claimConflict
+	switch {
+	case errors.As(err, &conflict):
+		r := reply.Conflict(cmd.IdempotencyKey, conflict.fields)
+		return &r, nil
+	case errors.Is(err, eventstore.ErrWrongExpectedRevision):
+		// Another instance wrote, or a command this one was decided on top
+		// of failed (perhaps a resend of a key the aggregate forgot, as this
+		// one may be): catch up and decide again, the key looked up first.
+		*refresh, *recall = true, acc.Forgot()
+	case errors.Is(err, eventstore.ErrDuplicateEventID):
+		// The store holds this key's events already: it was decided long ago
+		// (the aggregate forgot it) or by another instance. Answer it from them.
+		*refresh, *recall = true, true
+		s.noteOldKey(stream)
+	case err != nil:
+		return nil, err
+	case res.idempotent:
+		// The store already held this key's events: another instance decided
+		// it before this cache saw them. Answer it as the duplicate it is,
+		// from the store's own record.
+		*refresh, *recall = true, true
+	}
+	return nil, nil
 }
 
 // tookCommand accounts for an aggregate that took a command: its size in the

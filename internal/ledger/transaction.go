@@ -371,7 +371,7 @@ func (s *Service) transferAtomically(ctx context.Context, cmd domain.Command, re
 }
 
 // decideTransferAtomically is transferAtomically under the accounts' locks:
-// written reports an append; otherwise r is the answer (a refusal not recorded,
+// wrote reports an append; otherwise r is the answer (a refusal not recorded,
 // a conflict) or empty (decide again).
 func (s *Service) decideTransferAtomically(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, t *domain.Transfer, requested []domain.NewEvent) (wrote bool, r Reply, err error) {
 	accs := map[string]*domain.Account{}
@@ -404,31 +404,30 @@ func (s *Service) decideTransferAtomically(ctx context.Context, cmd domain.Comma
 	if !ok {
 		return false, Reply{}, fmt.Errorf("ledger: %s: the request opened no saga", stream)
 	}
-	debitCmd, creditCmd := tmp.StepCommand(sg, domain.StepDebit, cmd.At), tmp.StepCommand(sg, domain.StepCredit, cmd.At)
-	src, dst := accs[cmd.From], accs[cmd.To]
-	debit := domain.DecideAccount(src, debitCmd)
-	var credit domain.Decision
-	step, outcome := domain.StepDebit, domain.StepOutcome{}
-	switch {
-	case len(debit.Events) == 0:
-		return false, Reply{}, fmt.Errorf("%w: debit of %s: %s", errStepNotRecorded, cmd.From, debit.Rejection.Code)
-	case debit.Rejection != nil:
-		outcome = domain.StepOutcome{Code: debit.Rejection.Code, Message: debit.Rejection.Message}
-	default:
-		credit = domain.DecideAccount(dst, creditCmd)
-		if r := credit.Rejection; r != nil { // refused as a whole: nothing leaves the source
-			debit, credit = domain.RefuseStep(src, debitCmd, r.Code, r.Message), domain.Decision{}
-			outcome = domain.StepOutcome{Code: r.Code, Message: r.Message}
-		} else {
-			step, outcome = domain.StepCredit, domain.StepOutcome{Applied: true}
-		}
-	}
-	mkey, marker, err := domain.DecideSagaMarker(tmp, sg, step, outcome)
+	d, err := domain.DecideTransferAtomically(tmp, sg, accs[cmd.From], accs[cmd.To], cmd.At)
 	if err != nil {
 		return false, Reply{}, err
 	}
-	markerCmd := domain.Command{Type: sg.Command, IdempotencyKey: mkey, At: cmd.At, Origin: sg.Key}
-	markerData, markerMetas, err := s.encodeEvents(markerCmd, req, mkey, stream, uint64(len(reqData)), reqMetas[len(reqMetas)-1].Chain, marker)
+	return s.appendTransferAtomically(ctx, cmd, req, stream, t, sg, accs, d, requested, reqData, reqMetas)
+}
+
+// accountStep is one account's part of an atomic write: its command, decided
+// events and their encoding.
+type accountStep struct {
+	acc    *domain.Account
+	cmd    domain.Command
+	events []domain.NewEvent
+	data   []eventstore.EventData
+	metas  []domain.Metadata
+}
+
+// appendTransferAtomically writes a transfer decided at once, in the order the
+// saga writes it (request, steps, marker: readers of "all" rely on it), with
+// the key's claim, in one append; then folds it into the cached aggregates.
+func (s *Service) appendTransferAtomically(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, t *domain.Transfer, sg *domain.Saga, accs map[string]*domain.Account,
+	d domain.AtomicTransfer, requested []domain.NewEvent, reqData []eventstore.EventData, reqMetas []domain.Metadata) (bool, Reply, error) {
+	markerCmd := domain.Command{Type: sg.Command, IdempotencyKey: d.MarkerKey, At: cmd.At, Origin: sg.Key}
+	markerData, markerMetas, err := s.encodeEvents(markerCmd, req, d.MarkerKey, stream, uint64(len(reqData)), reqMetas[len(reqMetas)-1].Chain, d.Marker)
 	if err != nil {
 		return false, Reply{}, err
 	}
@@ -436,19 +435,10 @@ func (s *Service) decideTransferAtomically(ctx context.Context, cmd domain.Comma
 	if err != nil {
 		return false, Reply{}, err
 	}
-	type accountStep struct {
-		acc    *domain.Account
-		cmd    domain.Command
-		events []domain.NewEvent
-		data   []eventstore.EventData
-		metas  []domain.Metadata
+	steps := []*accountStep{{acc: accs[cmd.From], cmd: d.DebitCmd, events: d.Debit.Events}}
+	if len(d.Credit.Events) > 0 {
+		steps = append(steps, &accountStep{acc: accs[cmd.To], cmd: d.CreditCmd, events: d.Credit.Events})
 	}
-	steps := []*accountStep{{acc: src, cmd: debitCmd, events: debit.Events}}
-	if len(credit.Events) > 0 {
-		steps = append(steps, &accountStep{acc: dst, cmd: creditCmd, events: credit.Events})
-	}
-	// In the order the saga writes them, which readers of "all" rely on: the
-	// request, the steps, then the marker that decides the saga.
 	parts := []eventstore.StreamAppend{claim, {Stream: stream, Expected: eventstore.ExactOrNoStream(t.Revision), Events: reqData}}
 	for _, st := range steps {
 		acc := st.acc
@@ -475,7 +465,7 @@ func (s *Service) decideTransferAtomically(ctx context.Context, cmd domain.Comma
 	}
 	for _, w := range []written{
 		writtenFrom(stream, res[1], reqData, reqMetas, requested),
-		writtenFrom(stream, res[len(res)-1], markerData, markerMetas, marker),
+		writtenFrom(stream, res[len(res)-1], markerData, markerMetas, d.Marker),
 	} {
 		if err := s.applyTransferWritten(ctx, stream, t, w); err != nil {
 			return false, Reply{}, err
