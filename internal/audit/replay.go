@@ -11,13 +11,15 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // Step is one event of a replayed stream and the stream's state right after it.
 type Step struct {
 	Event    eventstore.RecordedEvent `json:"-"`
 	Metadata domain.Metadata          `json:"-"`
-	// State is the state after the event: *AccountState, *TransferState or *ClaimState.
+	// State is the state after the event: *AccountState, *TransferState,
+	// *reply.TransactionDetail or *ClaimState.
 	State any `json:"state"`
 	// Err is set when the event does not fold (a broken stream): the replay stops.
 	Err error `json:"-"`
@@ -103,6 +105,20 @@ func Replay(ctx context.Context, r eventstore.StreamReader, stream string, toRev
 				return nil, err
 			}
 			return transferState(t), nil
+		}
+	case domain.IsTransactionStream(stream):
+		// A transaction stream holds one event: the state is the transaction as
+		// ledger.v1.query.transaction shows it.
+		fold = func(ev domain.StoredEvent) (any, error) {
+			if ev.Revision != 0 {
+				return nil, fmt.Errorf("audit: %s@%d: a transaction stream holds one event", ev.Stream, ev.Revision)
+			}
+			payload, err := domain.DecodeEvent(ev.Type, ev.Data)
+			if err != nil {
+				return nil, err
+			}
+			d, err := reply.TransactionDetailOf(ev.Metadata.Key, payload, ev.Position)
+			return &d, err
 		}
 	case strings.HasPrefix(stream, domain.KeyStreamPrefix):
 		fold = func(ev domain.StoredEvent) (any, error) {

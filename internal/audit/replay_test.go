@@ -7,6 +7,7 @@ import (
 
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/audit"
+	"github.com/ledgerworks/ledger/internal/reply"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
 
@@ -43,6 +44,13 @@ func TestReplayShowsTheStateAfterEachEvent(t *testing.T) {
 	var tr *audit.TransferState
 	if err := audit.Replay(ctx, env.Store, "transfer-t1", -1, func(s audit.Step) error { tr = s.State.(*audit.TransferState); return s.Err }); err != nil || tr.Status != "completed" || tr.Amount != 60 {
 		t.Fatalf("transfer: %+v, %v", tr, err)
+	}
+	env.MustApply(t, "post_transaction", map[string]any{"idempotency_key": "x1", "transaction_id": "x1",
+		"postings": []any{map[string]any{"from": "bob", "to": "alice", "amount": 25, "currency": "EUR"}}})
+	var tx *reply.TransactionDetail
+	if err := audit.Replay(ctx, env.Store, "transaction-x1", -1, func(s audit.Step) error { tx = s.State.(*reply.TransactionDetail); return s.Err }); err != nil ||
+		tx.Status != "posted" || tx.IdempotencyKey != "x1" || len(tx.Postings) != 1 || len(tx.Accounts) != 2 {
+		t.Fatalf("transaction: %+v, %v", tx, err)
 	}
 	var claim *audit.ClaimState
 	if err := audit.Replay(ctx, env.Store, "key-t1", -1, func(s audit.Step) error { claim = s.State.(*audit.ClaimState); return s.Err }); err != nil || claim.Stream != "transfer-t1" {
