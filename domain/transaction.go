@@ -3,6 +3,7 @@ package domain
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -186,6 +187,41 @@ func CaptureCreditCommand(capture Command) Command {
 		Type: CmdCaptureCredit, IdempotencyKey: StepKey(capture.IdempotencyKey, StepCaptureTo), AccountID: capture.To,
 		HoldID: capture.HoldID, At: capture.At, Origin: capture.IdempotencyKey, Ref: capture.HoldID,
 	}
+}
+
+// RefundTransactionID names the n-th refund of a transaction: a transaction of
+// its own. "~" is not a character of client IDs, so no client transaction
+// takes the name.
+func RefundTransactionID(txID string, n int) string { return txID + "~refund~" + strconv.Itoa(n) }
+
+// RefundOfTransaction is the transaction that refunds a posted one (the
+// refund command cmd, refunded already refunded by earlier refunds): every
+// posting reversed, the last first, in full; in part only for a transaction of
+// one posting. The refusal, when it may not be refunded so, is not recorded:
+// what was refunded only grows, so it stands. The caller names the transaction.
+func RefundOfTransaction(orig *TransactionPosted, cmd Command, refunded int64) (Command, *Rejection) {
+	total := int64(0)
+	for _, p := range orig.Postings {
+		total += p.Amount
+	}
+	tx := Command{Type: CmdRefund, IdempotencyKey: cmd.IdempotencyKey, OriginalKey: cmd.OriginalKey, Metadata: cmd.Metadata, At: cmd.At}
+	switch {
+	case cmd.HasAmount && len(orig.Postings) > 1:
+		return Command{}, &Rejection{Code: CodeNotRefundable, Message: fmt.Sprintf("transaction %s has %d postings: it is refunded in full, without an amount", orig.TransactionID, len(orig.Postings))}
+	case refunded >= total || (cmd.HasAmount && cmd.Amount > total-refunded):
+		return Command{}, &Rejection{Code: CodeRefundExceedsOriginal, Message: fmt.Sprintf("refund exceeds the %d still refundable of transaction %s", total-refunded, orig.TransactionID)}
+	}
+	for i := len(orig.Postings) - 1; i >= 0; i-- {
+		p := orig.Postings[i]
+		amount := p.Amount
+		if cmd.HasAmount {
+			amount = cmd.Amount
+		} else if len(orig.Postings) == 1 {
+			amount = total - refunded
+		}
+		tx.Postings = append(tx.Postings, Posting{From: p.To, To: p.From, Amount: amount, Currency: p.Currency})
+	}
+	return tx, nil
 }
 
 // TransactionPayload is a decided transaction event's payload (a value) in the

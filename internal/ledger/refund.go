@@ -10,7 +10,7 @@ import (
 
 // handleRefund finds the original by its key's claim and refunds it in the
 // original's home stream: an account for deposits and withdrawals, the transfer's
-// stream for transfers.
+// stream for transfers; a transaction's refund is a transaction of its own.
 func (s *Service) handleRefund(ctx context.Context, cmd domain.Command) (Reply, error) {
 	orig, err := s.readClaim(ctx, cmd.OriginalKey)
 	if err != nil {
@@ -24,6 +24,8 @@ func (s *Service) handleRefund(ctx context.Context, cmd domain.Command) (Reply, 
 		return s.handleAccountCommand(ctx, cmd, orig.Stream, strings.TrimPrefix(orig.Stream, domain.AccountStreamPrefix))
 	case strings.HasPrefix(orig.Stream, domain.TransferStreamPrefix):
 		return s.refundTransfer(ctx, cmd, orig)
+	case domain.IsTransactionStream(orig.Stream):
+		return s.refundTransaction(ctx, cmd, orig)
 	}
 	return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeNotRefundable, Message: orig.Command + " " + quote(cmd.OriginalKey) + " cannot be refunded"}), nil
 }

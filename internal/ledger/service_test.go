@@ -471,7 +471,7 @@ func runWorker(t *testing.T, s *Service, rng *rand.Rand, w, n int) {
 			}
 			orig := history[rng.Intn(len(history))]
 			if orig.typ == "post_transaction" {
-				continue // refunds of transactions are not built: refused without record
+				continue // their refusals are not recorded (what was refunded only grows): TestRefundOfATransaction
 			}
 			typ, body = "refund", fmt.Sprintf(`{"idempotency_key":"%s","original_key":"%s","amount":%d}`, key, keyOf([]byte(orig.body)), rng.Intn(100)+1)
 		}

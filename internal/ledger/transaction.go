@@ -32,13 +32,7 @@ func (s *Service) handleTransaction(ctx context.Context, cmd domain.Command) (Re
 	}
 	req := cmd.Canonical()
 	txStream := domain.TransactionStream(cmd.TransactionID)
-	ids := domain.TransactionAccounts(cmd.Postings)
-	streams := []string{txStream}
-	for _, id := range ids {
-		streams = append(streams, domain.AccountStream(id))
-	}
-	slices.Sort(streams)
-	unlock, err := s.lockAll(ctx, streams)
+	unlock, err := s.lockAll(ctx, transactionLocks(cmd.Postings, txStream))
 	if err != nil {
 		return Reply{}, err
 	}
@@ -47,38 +41,127 @@ func (s *Service) handleTransaction(ctx context.Context, cmd domain.Command) (Re
 		if r, done, err := s.decidedTransaction(ctx, txStream, cmd, req); err != nil || done {
 			return r, err
 		}
-		accs := map[string]*domain.Account{}
-		for _, id := range ids {
-			stream := domain.AccountStream(id)
-			if err := s.drain(ctx, stream); err != nil {
-				return Reply{}, err
-			}
-			// The first attempt decides on the cache; a refusal without record,
-			// or a write that found other events, on the store's head.
-			acc, err := s.loadAccount(ctx, stream, id, attempt > 0)
-			if err != nil {
-				return Reply{}, err
-			}
-			accs[id] = acc
+		r, retry, err := s.tryTransaction(ctx, cmd, req, txStream, attempt)
+		if err != nil || !retry {
+			return r, err
 		}
-		d := domain.DecideTransaction(accs, cmd)
-		if d.Rejection != nil && !d.Rejection.Recorded {
-			if attempt == 0 {
-				continue
-			}
-			return reply.TransactionNotRecorded(cmd.IdempotencyKey, cmd.TransactionID, d.Rejection, d.Posting), nil
-		}
-		r, err := s.appendTransaction(ctx, cmd, req, txStream, accs, d)
-		var conflict *claimConflict
-		switch {
-		case errors.As(err, &conflict):
-			return reply.Conflict(cmd.IdempotencyKey, conflict.fields), nil
-		case errors.Is(err, eventstore.ErrWrongExpectedRevision), errors.Is(err, eventstore.ErrDuplicateEventID):
-			continue // another instance wrote one of the streams: decide again on the store's head
-		}
-		return r, err
 	}
 	return Reply{}, ErrTooManyConflicts
+}
+
+// transactionLocks are the streams a transaction locks, sorted: its accounts'
+// and the streams named.
+func transactionLocks(ps []domain.Posting, streams ...string) []string {
+	for _, id := range domain.TransactionAccounts(ps) {
+		streams = append(streams, domain.AccountStream(id))
+	}
+	slices.Sort(streams)
+	return streams
+}
+
+// tryTransaction is one attempt at a transaction tx (a post_transaction, or a
+// refund shaped as one) whose client request is req, under the locks of its
+// accounts: it decides on their durable states (on the store's head after the
+// first attempt) and appends. retry is set when another instance wrote one of
+// the streams (decide again).
+func (s *Service) tryTransaction(ctx context.Context, tx domain.Command, req domain.Canonical, txStream string, attempt int) (r Reply, retry bool, err error) {
+	accs := map[string]*domain.Account{}
+	for _, id := range domain.TransactionAccounts(tx.Postings) {
+		stream := domain.AccountStream(id)
+		if err := s.drain(ctx, stream); err != nil {
+			return Reply{}, false, err
+		}
+		// The first attempt decides on the cache; a refusal without record,
+		// or a write that found other events, on the store's head.
+		acc, err := s.loadAccount(ctx, stream, id, attempt > 0)
+		if err != nil {
+			return Reply{}, false, err
+		}
+		accs[id] = acc
+	}
+	d := domain.DecideTransaction(accs, tx)
+	if d.Rejection != nil && !d.Rejection.Recorded {
+		if attempt == 0 {
+			return Reply{}, true, nil
+		}
+		return reply.TransactionNotRecorded(tx.IdempotencyKey, tx.TransactionID, d.Rejection, d.Posting), false, nil
+	}
+	r, err = s.appendTransaction(ctx, tx, req, txStream, accs, d)
+	var conflict *claimConflict
+	switch {
+	case errors.As(err, &conflict):
+		return reply.Conflict(tx.IdempotencyKey, conflict.fields), false, nil
+	case errors.Is(err, eventstore.ErrWrongExpectedRevision), errors.Is(err, eventstore.ErrDuplicateEventID):
+		return Reply{}, true, nil // another instance wrote one of the streams: decide again on the store's head
+	}
+	return r, false, err
+}
+
+// refundTransaction refunds a posted transaction (orig is the claim of its
+// key) as a transaction of its own: every posting reversed, last first, in
+// full, or in part for a transaction of one posting; the refunds of one
+// transaction never exceed it. Its stream is the original's next refund slot,
+// domain.RefundTransactionID(original, n): slots are taken in order (the
+// original's lock in this process, the slot's expected "no stream" across
+// instances), and what earlier slots posted is what was refunded.
+func (s *Service) refundTransaction(ctx context.Context, cmd domain.Command, orig *domain.KeyClaimed) (Reply, error) {
+	if s.multi == nil {
+		return reply.Invalid(cmd.IdempotencyKey, errNoMultiStream), nil
+	}
+	ev, payload, err := s.readTransaction(ctx, orig.Stream)
+	if err != nil {
+		return Reply{}, err
+	}
+	posted, ok := payload.(*domain.TransactionPosted)
+	if ev == nil || !ok || ev.Metadata.Command != string(domain.CmdPostTransaction) { // a refund is not refunded
+		return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeNotRefundable, Message: fmt.Sprintf("transaction of %q was not posted", cmd.OriginalKey)}), nil
+	}
+	req := cmd.Canonical()
+	unlock, err := s.lockAll(ctx, transactionLocks(posted.Postings, orig.Stream))
+	if err != nil {
+		return Reply{}, err
+	}
+	defer unlock()
+	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
+		slot, refunded, r, done, err := s.refundSlot(ctx, posted.TransactionID, cmd, req)
+		if err != nil || done {
+			return r, err
+		}
+		tx, rej := domain.RefundOfTransaction(posted, cmd, refunded)
+		if rej != nil {
+			return reply.NotRecorded(cmd.IdempotencyKey, rej), nil
+		}
+		tx.TransactionID = domain.RefundTransactionID(posted.TransactionID, slot)
+		r, retry, err := s.tryTransaction(ctx, tx, req, domain.TransactionStream(tx.TransactionID), attempt)
+		if err != nil || !retry {
+			return r, err
+		}
+	}
+	return Reply{}, ErrTooManyConflicts
+}
+
+// refundSlot reads the refund slots of a transaction in order: the first free
+// one and what the ones before it refunded; or, when one holds this key, its
+// answer (done).
+func (s *Service) refundSlot(ctx context.Context, txID string, cmd domain.Command, req domain.Canonical) (slot int, refunded int64, r Reply, done bool, err error) {
+	for slot = 0; ; slot++ {
+		ev, payload, err := s.readTransaction(ctx, domain.TransactionStream(domain.RefundTransactionID(txID, slot)))
+		if err != nil || ev == nil {
+			return slot, refunded, Reply{}, false, err
+		}
+		if ev.Metadata.Key == cmd.IdempotencyKey {
+			if domain.JudgeKeyHex(true, ev.Metadata.RequestHash, req) == domain.KeyConflict {
+				return 0, 0, reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(ev.Metadata.Request, req)), true, nil
+			}
+			r, err := transactionReply(ev, payload, true)
+			return 0, 0, r, true, err
+		}
+		if p, ok := payload.(*domain.TransactionPosted); ok {
+			for _, ps := range p.Postings {
+				refunded += ps.Amount
+			}
+		}
+	}
 }
 
 // lockAll takes the locks of streams in their order, or none.

@@ -251,3 +251,75 @@ func TestCaptureIntoAnAccount(t *testing.T) {
 		}
 	})
 }
+
+// TestRefundOfATransaction: a transaction of several postings is refunded in
+// full, once (every posting reversed, last first, as a transaction of its own);
+// an amount, or a second refund, is refused; a one-posting transaction is
+// refunded in parts up to its amount; a refund the reversal cannot pay (the
+// merchant spent it) is refused and recorded; resends answer the first reply.
+func TestRefundOfATransaction(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func() testStore) {
+		if strings.HasSuffix(t.Name(), "single-stream") {
+			t.Skip("no transactions without multi-stream appends (TestTransactionAllOrNothing checks the refusal)")
+		}
+		st := newStore()
+		s := New(st, Options{Clock: clock})
+		defer s.Close()
+		p := strings.NewReplacer("/", "-").Replace(t.Name()) + "-"
+		for _, id := range []string{"payer", "shop", "fees"} {
+			mustApply(t, s, "open_account", fmt.Sprintf(`{"idempotency_key":"%sopen-%s","account_id":"%s%s","currency":"EUR"}`, p, id, p, id))
+		}
+		mustApply(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"%sdep","account_id":"%spayer","amount":1000,"currency":"EUR"}`, p, p))
+		pay := txBody(p+"pay", p+"order", posting(p+"payer", p+"shop", 300, "EUR"), posting(p+"shop", p+"fees", 9, "EUR"))
+		mustApply(t, s, "post_transaction", pay)
+		refund := func(key, orig string, amount int) Reply {
+			b := fmt.Sprintf(`{"idempotency_key":"%s%s","original_key":"%s%s"}`, p, key, p, orig)
+			if amount > 0 {
+				b = fmt.Sprintf(`{"idempotency_key":"%s%s","original_key":"%s%s","amount":%d}`, p, key, p, orig, amount)
+			}
+			return post(t, s, "refund", b)
+		}
+		if r := refund("r0", "pay", 100); r.Code != domain.CodeNotRefundable {
+			t.Fatalf("part of a two-posting transaction: %+v", r)
+		}
+		r1 := refund("r1", "pay", 0)
+		if r1.Status != domain.StatusApplied || r1.Transaction == nil || r1.Transaction.TransactionID != p+"order~refund~0" {
+			t.Fatalf("full refund: %+v", r1)
+		}
+		if again := refund("r1", "pay", 0); !again.Duplicate || !reflect.DeepEqual(again.Accounts, r1.Accounts) {
+			t.Fatalf("resend of the refund: %+v", again)
+		}
+		if r := refund("r2", "pay", 0); r.Code != domain.CodeRefundExceedsOriginal {
+			t.Fatalf("a second full refund: %+v", r)
+		}
+		for id, want := range map[string]int64{"payer": 1000, "shop": 0, "fees": 0} {
+			if got := foldedBalance(t, st, p+id); got != want {
+				t.Fatalf("%s after the refund: %d, want %d", id, got, want)
+			}
+		}
+		// One posting: refunded in parts, never beyond it.
+		mustApply(t, s, "post_transaction", txBody(p+"one", p+"one", posting(p+"payer", p+"shop", 100, "EUR")))
+		for _, c := range []struct {
+			key    string
+			amount int
+			code   domain.Code
+		}{{"p1", 60, domain.CodeOK}, {"p2", 41, domain.CodeRefundExceedsOriginal}, {"p3", 40, domain.CodeOK}, {"p4", 1, domain.CodeRefundExceedsOriginal}} {
+			if r := refund(c.key, "one", c.amount); r.Code != c.code {
+				t.Fatalf("refund %s of %d: %+v", c.key, c.amount, r)
+			}
+		}
+		// The shop spent what it was paid: the reversal is refused, recorded.
+		mustApply(t, s, "post_transaction", txBody(p+"two", p+"two", posting(p+"payer", p+"shop", 50, "EUR")))
+		mustApply(t, s, "withdraw", fmt.Sprintf(`{"idempotency_key":"%sspend","account_id":"%sshop","amount":50,"currency":"EUR"}`, p, p))
+		r := refund("q1", "two", 0)
+		if r.Status != domain.StatusRejected || r.Code != domain.CodeInsufficientFunds || r.Posting == nil {
+			t.Fatalf("a refund the shop cannot pay: %+v", r)
+		}
+		if again := refund("q1", "two", 0); !again.Duplicate || again.Code != domain.CodeInsufficientFunds {
+			t.Fatalf("its resend: %+v", again)
+		}
+		if r := refund("q2", "r1", 0); r.Code != domain.CodeNotRefundable {
+			t.Fatalf("a refund of a refund: %+v", r)
+		}
+	})
+}

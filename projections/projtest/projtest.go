@@ -200,7 +200,10 @@ func (e *Env) Run(t testing.TB, w Workload) []string {
 				}
 			}
 			if len(postings) > 0 {
-				post("post_transaction", map[string]any{"transaction_id": fmt.Sprintf("%s-x%d", w.Prefix, n+1), "postings": postings})
+				r := post("post_transaction", map[string]any{"transaction_id": fmt.Sprintf("%s-x%d", w.Prefix, n+1), "postings": postings})
+				if r.Status == domain.StatusApplied {
+					deposits = append(deposits, r.IdempotencyKey) // refundable too (a transaction, in full)
+				}
 			}
 		case k < 97:
 			b := acct(rng.IntN(w.Accounts))
