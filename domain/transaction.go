@@ -192,7 +192,20 @@ func CaptureCreditCommand(capture Command) Command {
 // RefundTransactionID names the n-th refund of a transaction: a transaction of
 // its own. "~" is not a character of client IDs, so no client transaction
 // takes the name.
-func RefundTransactionID(txID string, n int) string { return txID + "~refund~" + strconv.Itoa(n) }
+func RefundTransactionID(txID string, n int) string { return txID + refundInfix + strconv.Itoa(n) }
+
+// ValidTransactionName reports whether id names a transaction: a client's
+// transaction ID, or a refund's (RefundTransactionID of one).
+func ValidTransactionName(id string) bool {
+	i := strings.LastIndex(id, refundInfix)
+	if i < 0 {
+		return ValidID(id)
+	}
+	n, err := strconv.Atoi(id[i+len(refundInfix):])
+	return err == nil && n >= 0 && RefundTransactionID(id[:i], n) == id && ValidTransactionName(id[:i])
+}
+
+const refundInfix = "~refund~"
 
 // RefundOfTransaction is the transaction that refunds a posted one (the
 // refund command cmd, refunded already refunded by earlier refunds): every

@@ -66,3 +66,14 @@ func TestPostTransactionBadInput(t *testing.T) {
 		}
 	}
 }
+
+func TestValidTransactionName(t *testing.T) {
+	for id, want := range map[string]bool{
+		"t-1": true, RefundTransactionID("t-1", 0): true, RefundTransactionID(RefundTransactionID("t-1", 3), 12): true,
+		"": false, "t 1": false, "t-1~refund~": false, "t-1~refund~x": false, "t-1~refund~01": false, "~refund~0": false, "t-1~other~0": false,
+	} {
+		if got := ValidTransactionName(id); got != want {
+			t.Errorf("%q: %v, want %v", id, got, want)
+		}
+	}
+}

@@ -375,11 +375,18 @@ func TestTransactionQuery(t *testing.T) {
 	if refused.Status != "rejected" || refused.Code != domain.CodeInsufficientFunds || refused.Posting == nil || *refused.Posting != 1 {
 		t.Fatalf("refused transaction: %+v", refused)
 	}
+	r.request("refund", body(map[string]any{"idempotency_key": "rf-1", "original_key": "tx-1", "amount": 10}))
+	var refund reply.TransactionDetail
+	ask(body(map[string]any{"transaction_id": "t-1~refund~0"}), &refund)
+	if refund.Status != "posted" || refund.IdempotencyKey != "rf-1" || len(refund.Postings) != 1 || refund.Postings[0].From != "b" || refund.Postings[0].Amount != 10 {
+		t.Fatalf("the refund, a transaction of its own: %+v", refund)
+	}
 	for _, c := range []struct {
 		body []byte
 		code domain.Code
 	}{
 		{body(map[string]any{"transaction_id": "never"}), domain.CodeNotFound},
+		{body(map[string]any{"transaction_id": "t-1~refund~x"}), domain.CodeInvalidRequest},
 		{body(map[string]any{"transaction_id": "a b"}), domain.CodeInvalidRequest},
 		{body(map[string]any{"transaction_id": "t-1", "extra": 1}), domain.CodeInvalidRequest},
 	} {

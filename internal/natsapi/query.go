@@ -86,9 +86,9 @@ func AnswerTransactionQuery(ctx context.Context, l TransactionLookup, body []byt
 	if qerr := decodeQuery(body, &q); qerr != nil {
 		return *qerr
 	}
-	if !domain.ValidID(q.TransactionID) {
+	if !domain.ValidTransactionName(q.TransactionID) {
 		return QueryError{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Fields: []string{"transaction_id"},
-			Message: fmt.Sprintf("transaction_id: must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)}
+			Message: fmt.Sprintf("transaction_id: must be 1-%d characters of [A-Za-z0-9._:-], or a refund's <id>~refund~<n>", domain.MaxIDLen)}
 	}
 	d, found, err := l.LookupTransaction(ctx, q.TransactionID)
 	if err != nil {
