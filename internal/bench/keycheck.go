@@ -8,6 +8,7 @@ import (
 	"runtime/metrics"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ledgerworks/ledger/domain"
@@ -40,6 +41,13 @@ type KeyCheckStream struct {
 	SpreadKeys        int     `json:"spread_keys"`
 	// DuplicateP99Us: p99 of individually timed duplicates (spread keys).
 	DuplicateP99Us float64 `json:"duplicate_p99_us"`
+	// FirstResendP50Us, FirstResendP99Us: the first resend of each of
+	// FirstResendKeys keys between the spread ones (on the long stream, keys
+	// the aggregate has forgotten: answered from the store), individually timed
+	// on the warm service, one after another.
+	FirstResendP50Us float64 `json:"first_resend_p50_us"`
+	FirstResendP99Us float64 `json:"first_resend_p99_us"`
+	FirstResendKeys  int     `json:"first_resend_keys"`
 	// DecideP50Us, DecideP99Us: Handle of a new deposit, warm cache, including its
 	// append to PostgreSQL (fsync as configured), individually timed.
 	DecideP50Us float64 `json:"decide_append_p50_us"`
@@ -231,6 +239,25 @@ func keyCheck(ctx context.Context, storeURL, runID string, long, samples int, lo
 		}
 	}
 
+	// First resends of keys never resent before in this run (between the spread ones).
+	for i, st := range streams {
+		keys, err := st.Between(samples)
+		if err != nil {
+			return nil, err
+		}
+		var lat []time.Duration
+		for _, cmd := range keys {
+			start := time.Now()
+			if err := handleDup(svc, cmd); err != nil {
+				return nil, err
+			}
+			lat = append(lat, time.Since(start))
+		}
+		slices.Sort(lat)
+		out[i].FirstResendKeys = len(lat)
+		out[i].FirstResendP50Us, out[i].FirstResendP99Us = us(percentile(lat, 50)), us(percentile(lat, 99))
+	}
+
 	// The pure decision, on aggregates folded from the store as a cache miss does.
 	accs := make([]*domain.Account, 2)
 	for i, st := range streams {
@@ -283,6 +310,16 @@ func keyCheck(ctx context.Context, storeURL, runID string, long, samples int, lo
 	rep.DecideOnly10Ratio = ratio(rep.Long.DecideOnly10Ns, rep.Short.DecideOnly10Ns)
 	rep.DecideOnlySpreadRatio = ratio(rep.Long.DecideOnlySpreadNs, rep.Short.DecideOnlySpreadNs)
 	return rep, nil
+}
+
+// FirstResendLine describes the first resends of a key check's streams, for
+// both renderings of the report.
+func (k *KeyCheckReport) FirstResendLine() string {
+	var parts []string
+	for _, s := range []KeyCheckStream{k.Short, k.Long} {
+		parts = append(parts, fmt.Sprintf("%d events: p50 %.1f µs, p99 %.1f µs over %d keys", s.Events, s.FirstResendP50Us, s.FirstResendP99Us, s.FirstResendKeys))
+	}
+	return "first resend of a key (forgotten on the long stream, answered from the store): " + strings.Join(parts, "; ")
 }
 
 // decideOnly is what the command handler does on a cached aggregate before it

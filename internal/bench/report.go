@@ -196,6 +196,7 @@ func (r *Report) Print(w io.Writer) {
 		tw.Flush()
 		fmt.Fprintf(w, "long/short: duplicate %.2fx (10 keys), %.2fx (spread over %d keys); decide+append p50 %.2fx; decide only %.2fx (10 keys), %.2fx (spread)\n",
 			k.Duplicate10Ratio, k.DuplicateSpreadRatio, k.Long.SpreadKeys, k.DecideRatio, k.DecideOnly10Ratio, k.DecideOnlySpreadRatio)
+		fmt.Fprintln(w, k.FirstResendLine())
 	}
 	if p := r.Projection; p != nil {
 		state := "caught up"
@@ -313,6 +314,7 @@ func (r *Report) Markdown(w io.Writer) {
 		}
 		fmt.Fprintf(w, "\nLong/short: duplicate %.2fx (10 keys), %.2fx (spread over %d keys); decide+append p50 %.2fx; decide only %.2fx (10 keys), %.2fx (spread).\n",
 			k.Duplicate10Ratio, k.DuplicateSpreadRatio, k.Long.SpreadKeys, k.DecideRatio, k.DecideOnly10Ratio, k.DecideOnlySpreadRatio)
+		fmt.Fprintf(w, "\n%s.\n", strings.ToUpper(k.FirstResendLine()[:1])+k.FirstResendLine()[1:])
 	}
 	if p := r.Projection; p != nil {
 		state := "caught up"

@@ -83,6 +83,21 @@ func (st *Stream) Spread(n int) ([]domain.Command, error) {
 	return out, nil
 }
 
+// Between is n commands between Spread(n)'s, halfway from each to the next:
+// keys Spread does not return (on a stream long enough).
+func (st *Stream) Between(n int) ([]domain.Command, error) {
+	step := max(1, st.Events/n)
+	var out []domain.Command
+	for i := step / 2; i < st.Events && len(out) < n; i += step {
+		cmd, err := st.Command(i)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cmd)
+	}
+	return out, nil
+}
+
 // Latest: see Spread.
 func (st *Stream) Latest(n int) ([]domain.Command, error) {
 	var out []domain.Command
