@@ -197,22 +197,15 @@ type liveGen struct {
 }
 
 func readCheckpoints(ctx context.Context, q Querier) ([]liveGen, error) {
-	rows, err := q.Query(ctx, `SELECT name, commit_position, prepare_position FROM readmodel.checkpoints WHERE state = 'live' ORDER BY name`)
+	live, err := projections.LiveCheckpoints(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []liveGen
-	for rows.Next() {
-		var l liveGen
-		var c, p int64
-		if err := rows.Scan(&l.name, &c, &p); err != nil {
-			return nil, err
-		}
-		l.pos = eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}
-		out = append(out, l)
+	out := make([]liveGen, len(live))
+	for i, l := range live {
+		out[i] = liveGen{name: l.Name, pos: l.Position}
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Check runs C1..C9 over the history, the event store and the read models, all

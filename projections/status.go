@@ -32,22 +32,52 @@ type Status struct {
 // LagCap bounds the events ReadStatus counts behind a checkpoint.
 const LagCap = 100_000
 
-// Checkpoints returns the live checkpoint of every projection.
-func Checkpoints(ctx context.Context, q interface {
+// LiveCheckpoint is the live generation of a projection and its checkpoint.
+type LiveCheckpoint struct {
+	Name       string
+	Generation int
+	Position   eventstore.Position
+}
+
+// Querier is what reading the read models needs: a pool, a connection or a
+// transaction (one snapshot for several reads).
+type Querier interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}) (map[string]eventstore.Position, error) {
-	rows, err := q.Query(ctx, `SELECT name, commit_position, prepare_position FROM readmodel.checkpoints WHERE state = 'live'`)
+}
+
+// LiveCheckpoints returns the live generation of every projection and its
+// checkpoint, ordered by name: the one reading of the checkpoint table for
+// every reader outside this package (the audit, the chaos checker, status).
+func LiveCheckpoints(ctx context.Context, q Querier) ([]LiveCheckpoint, error) {
+	rows, err := q.Query(ctx, `SELECT name, generation, commit_position, prepare_position FROM readmodel.checkpoints WHERE state = 'live' ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("projections: checkpoints: %w", err)
 	}
-	out := map[string]eventstore.Position{}
 	var (
-		name string
+		out  []LiveCheckpoint
+		l    LiveCheckpoint
 		c, p int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&name, &c, &p}, func() error { out[name] = position(c, p); return nil })
+	_, err = pgx.ForEachRow(rows, []any{&l.Name, &l.Generation, &c, &p}, func() error {
+		l.Position = position(c, p)
+		out = append(out, l)
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("projections: checkpoints: %w", err)
+	}
+	return out, nil
+}
+
+// Checkpoints returns the live checkpoint of every projection, by name.
+func Checkpoints(ctx context.Context, q Querier) (map[string]eventstore.Position, error) {
+	live, err := LiveCheckpoints(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]eventstore.Position, len(live))
+	for _, l := range live {
+		out[l.Name] = l.Position
 	}
 	return out, nil
 }

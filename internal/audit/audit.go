@@ -213,22 +213,13 @@ type liveGen struct {
 }
 
 func liveGenerations(ctx context.Context, q Querier) ([]liveGen, error) {
-	rows, err := q.Query(ctx, `SELECT name, generation, commit_position, prepare_position FROM readmodel.checkpoints WHERE state = 'live' ORDER BY name`)
+	live, err := projections.LiveCheckpoints(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("audit: checkpoints: %w", err)
+		return nil, fmt.Errorf("audit: %w", err)
 	}
-	var out []liveGen
-	var (
-		l    liveGen
-		c, p int64
-	)
-	_, err = pgx.ForEachRow(rows, []any{&l.name, &l.gen, &c, &p}, func() error {
-		l.pos = eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}
-		out = append(out, l)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("audit: checkpoints: %w", err)
+	out := make([]liveGen, len(live))
+	for i, l := range live {
+		out[i] = liveGen{name: l.Name, gen: l.Generation, pos: l.Position}
 	}
 	return out, nil
 }
