@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ledgerworks/ledger/domain"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -123,12 +125,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.draining.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "draining"})
+		WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "draining"})
 		return
 	}
 	s.mu.Lock()
@@ -157,14 +159,35 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		code, status = http.StatusServiceUnavailable, "not_ready"
 	}
-	writeJSON(w, code, map[string]any{"status": status, "checks": results})
+	WriteJSON(w, code, map[string]any{"status": status, "checks": results})
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
+// WriteJSON answers with status and v as JSON (one line).
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
+	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
+
+// StatusOf is the HTTP status of a query answered with code, the one mapping
+// every read route uses: a bad request is 400, something that does not exist
+// 404, a read model behind the asked position 503, anything else 500.
+func StatusOf(code domain.Code) int {
+	switch code {
+	case domain.CodeInvalidRequest:
+		return http.StatusBadRequest
+	case domain.CodeNotFound, domain.CodeAccountNotFound:
+		return http.StatusNotFound
+	case CodeProjectionBehind:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// CodeProjectionBehind is the code of a query whose min_position the read
+// model had not reached in time.
+const CodeProjectionBehind domain.Code = "projection_behind"
 
 type slogErrorLog struct{ l *slog.Logger }
 

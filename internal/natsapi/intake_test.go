@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -394,6 +396,23 @@ func TestTransactionQuery(t *testing.T) {
 		ask(c.body, &qe)
 		if qe.Code != c.code {
 			t.Fatalf("%s: %+v", c.body, qe)
+		}
+	}
+	// The same over HTTP (GET /v1/transactions/{id}).
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/transactions/{id}", TransactionHTTP(r.svc))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	for path, want := range map[string]int{"/v1/transactions/t-1": 200, "/v1/transactions/t-1~refund~0": 200, "/v1/transactions/never": 404, "/v1/transactions/a%20b": 400} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		err = json.NewDecoder(resp.Body).Decode(&got)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != want || (want == 200 && got["status"] != "posted") {
+			t.Fatalf("GET %s: %d %v (%v)", path, resp.StatusCode, got, err)
 		}
 	}
 }

@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/httpapi"
 )
 
 // CommandQuery is the body of ledger.v1.query.command.
@@ -134,3 +136,18 @@ func (in *Intake) onQuery(msg *nats.Msg, subject string, answer func(context.Con
 
 // queryTimeout is the default bound of a query from the client helpers.
 const queryTimeout = 10 * time.Second
+
+// TransactionHTTP serves GET /v1/transactions/{id}: ledger.v1.query.transaction
+// over HTTP, the same answer (AnswerTransactionQuery) with the HTTP status of
+// its code.
+func TransactionHTTP(l TransactionLookup) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := json.Marshal(TransactionQuery{TransactionID: req.PathValue("id")})
+		ans := AnswerTransactionQuery(req.Context(), l, body)
+		status := http.StatusOK
+		if qe, ok := ans.(QueryError); ok {
+			status = httpapi.StatusOf(qe.Code)
+		}
+		httpapi.WriteJSON(w, status, ans)
+	})
+}

@@ -162,6 +162,9 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 			return err
 		})
 		n.HTTP.AddCheck("intake", func(context.Context) error { return n.Intake.Ready() })
+		if tl, ok := iopts.Lookup.(natsapi.TransactionLookup); ok {
+			n.HTTP.Handle("GET /v1/transactions/{id}", natsapi.TransactionHTTP(tl))
+		}
 		if err := n.HTTP.Start(); err != nil {
 			return n, err
 		}

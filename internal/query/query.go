@@ -14,6 +14,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/httpapi"
 	"github.com/ledgerworks/ledger/projections"
 )
 
@@ -35,9 +36,9 @@ const (
 	MaxEntriesLimit     = 1000
 )
 
-// CodeProjectionBehind is the code of a query whose min_position the projection
-// did not reach within the wait bound: retry, or read without min_position.
-const CodeProjectionBehind domain.Code = "projection_behind"
+// CodeProjectionBehind is the code of a query whose min_position the read
+// model had not reached in time (its home is httpapi, which maps it to 503).
+const CodeProjectionBehind = httpapi.CodeProjectionBehind
 
 // Options configure a Service. Zero values take the defaults.
 type Options struct {

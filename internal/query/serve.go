@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/httpapi"
 )
 
 // SubjectPrefix + query name is a query's subject.
@@ -171,32 +171,16 @@ func (s *Service) handle(query string, answer func(*http.Request) (any, *Error))
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		start := time.Now()
 		reply, qerr := answer(req)
-		code := "ok"
-		status := http.StatusOK
+		code, status := "ok", http.StatusOK
 		var body any = reply
 		if qerr != nil {
-			code, body = string(qerr.Code), qerr
-			switch qerr.Code {
-			case domain.CodeInvalidRequest:
-				status = http.StatusBadRequest
-			case domain.CodeNotFound, domain.CodeAccountNotFound:
-				status = http.StatusNotFound
-			case CodeProjectionBehind:
-				status = http.StatusServiceUnavailable
+			code, body, status = string(qerr.Code), qerr, httpapi.StatusOf(qerr.Code)
+			if qerr.Code == CodeProjectionBehind {
 				w.Header().Set("Retry-After", "1")
-			default:
-				status = http.StatusInternalServerError
 			}
 		}
 		s.opts.Metrics.observe(query, code, time.Since(start))
-		b, err := json.Marshal(body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_, _ = w.Write(append(b, '\n'))
+		httpapi.WriteJSON(w, status, body)
 	})
 }
 
