@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
@@ -57,4 +58,17 @@ func TestConformanceRealServer(t *testing.T) {
 		t.Skip(realServerEnv + " is unset: no real KurrentDB to run the suite against")
 	}
 	storetest.Run(t, func(t *testing.T) eventstore.Store { return open(t, url) })
+}
+
+// TestSubscribeFromStartRealServer is TestSubscribeFromStartOnAlmostEmptyLog
+// against the KurrentDB named by LEDGER_TEST_KURRENTDB_URL, on streams of a
+// prefix of its own (the server may hold other data): on 24.2, 24.6 and
+// 24.10.0-24.10.4 (KDB-710) it shows the fix, on other releases that the
+// backend does what the test server's default release says.
+func TestSubscribeFromStartRealServer(t *testing.T) {
+	url := os.Getenv(realServerEnv)
+	if url == "" {
+		t.Skip(realServerEnv + " is unset: no real KurrentDB to subscribe to")
+	}
+	subscribeFromStartThenAppend(t, open(t, url, kurrentdb.WithCheckpointWindow(2, 1)), "acct-"+uuid.NewString()[:8]+"-")
 }

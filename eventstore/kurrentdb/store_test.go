@@ -600,20 +600,27 @@ func TestSubscribeFromStartOnAlmostEmptyLog(t *testing.T) {
 	for _, release := range []kurrenttest.Release{kurrenttest.Release24_10_4, kurrenttest.Release24_10_5} {
 		t.Run(string(release), func(t *testing.T) {
 			_, url := kurrenttest.Start(t, kurrenttest.WithRelease(release))
-			s := open(t, url, kurrentdb.WithCheckpointWindow(2, 1))
-			head := mustAppend(t, s, "other-0", eventstore.NoStream, ev("X"))
-			sub, err := s.SubscribeAll(ctxT(t), eventstore.Start, eventstore.SubscribeOptions{StreamPrefixes: []string{"acct-"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sub.Close()
-			a, b := ev("Opened"), ev("Opened")
-			mustAppend(t, s, "acct-1", eventstore.NoStream, a)
-			mustAppend(t, s, "acct-2", eventstore.NoStream, b)
-			sameIDs(t, receive(t, sub, 2), []eventstore.EventData{a, b})
-			if cp := sub.(*kurrentdb.Subscription).Checkpoint(); cp.Compare(head.Position) < 0 || cp.Commit == math.MaxUint64 {
-				t.Fatalf("checkpoint %s: before the first event, or beyond the log's head", cp)
-			}
+			subscribeFromStartThenAppend(t, open(t, url, kurrentdb.WithCheckpointWindow(2, 1)), "acct-")
 		})
+	}
+}
+
+// subscribeFromStartThenAppend subscribes s from Start to the streams of prefix,
+// of which the log holds none yet, appends two events to such streams and
+// expects exactly them, with the subscription's checkpoint never beyond the
+// log's head.
+func subscribeFromStartThenAppend(t *testing.T, s *kurrentdb.Store, prefix string) {
+	head := mustAppend(t, s, "other-"+uuid.NewString(), eventstore.NoStream, ev("X"))
+	sub, err := s.SubscribeAll(ctxT(t), eventstore.Start, eventstore.SubscribeOptions{StreamPrefixes: []string{prefix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	a, b := ev("Opened"), ev("Opened")
+	mustAppend(t, s, prefix+"1", eventstore.NoStream, a)
+	mustAppend(t, s, prefix+"2", eventstore.NoStream, b)
+	sameIDs(t, receive(t, sub, 2), []eventstore.EventData{a, b})
+	if cp := sub.(*kurrentdb.Subscription).Checkpoint(); cp.Compare(head.Position) < 0 || cp.Commit == math.MaxUint64 {
+		t.Fatalf("checkpoint %s: before the first event, or beyond the log's head", cp)
 	}
 }

@@ -22,6 +22,7 @@ func TestRedact(t *testing.T) {
 		{"nats://u:p@a:4222,nats://u:p@b:4222", "nats://u:xxxxx@a:4222,nats://u:xxxxx@b:4222"},
 		{"kurrentdb://admin:changeit@kdb:2113?tls=false", "kurrentdb://admin:xxxxx@kdb:2113?tls=false"},
 		{"esdb://kdb:2113", "esdb://kdb:2113"},
+		{"kurrentdb://admin:changeit@k1:2113,k2:2113,k3:2113?tlsCAFile=/certs/ca/ca.crt", "kurrentdb://admin:xxxxx@k1:2113,k2:2113,k3:2113?tlsCAFile=/certs/ca/ca.crt"},
 		{"", ""},
 	} {
 		got := Redact(c.in)
