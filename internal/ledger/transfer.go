@@ -92,45 +92,32 @@ func (s *Service) fail(step string) error {
 // runs to its decision, and the reply reports it.
 func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply, error) {
 	stream := domain.TransferStream(cmd.TransferID)
-	unlock, err := s.locks.lock(ctx, stream)
-	if err != nil {
-		return Reply{}, err
-	}
-	defer unlock()
 	req := cmd.Canonical()
-	refresh, wrote := false, false
-	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
-		t, err := s.loadTransfer(ctx, stream, cmd.TransferID, refresh)
-		if err != nil {
-			return Reply{}, err
-		}
+	return s.decideOnTransfer(ctx, cmd, stream, cmd.TransferID, false, "transfer/requested", func(t *domain.Transfer, fresh, wrote bool) (Reply, []domain.NewEvent, transferNext, error) {
 		if t.Requested {
 			if t.Key() != cmd.IdempotencyKey {
-				return s.transferExists(ctx, cmd, req, t)
+				r, err := s.transferExists(ctx, cmd, req, t)
+				return r, nil, answered, err
 			}
 			if r, ok := sagaConflict(t.Saga, req); !ok {
-				return r, nil
+				return r, nil, answered, nil
 			}
-			if !t.Saga.Stage.Decided() && !wrote && !refresh {
-				refresh = true // another instance may have gone on: start from the store
-				continue
+			if !t.Saga.Stage.Decided() && !wrote && !fresh {
+				return Reply{}, nil, again, nil // another instance may have gone on: start from the store
 			}
-			if t, err = s.driveSaga(ctx, stream, cmd.TransferID, cmd.IdempotencyKey); err != nil {
-				return Reply{}, err
-			}
-			return s.sagaReply(ctx, t, cmd.IdempotencyKey, !wrote)
+			r, err := s.finishSaga(ctx, stream, cmd.TransferID, cmd.IdempotencyKey, wrote)
+			return r, nil, answered, err
 		}
 		d := domain.DecideTransfer(t, cmd)
 		if len(d.Events) == 0 {
-			return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil
+			return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil, answered, nil
 		}
 		if d.Rejection == nil && s.multi != nil { // one decision, one append (transaction.go)
 			r, done, err := s.transferAtomically(ctx, cmd, req, stream, t, d.Events)
 			if err != nil || done {
-				return r, err
+				return r, nil, answered, err
 			}
-			refresh = true
-			continue
+			return Reply{}, nil, again, nil
 		}
 		if d.Rejection == nil {
 			// A refusal that concerns an account that does not exist is not
@@ -138,14 +125,57 @@ func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply
 			for _, id := range []string{cmd.From, cmd.To} {
 				open, err := s.accountOpened(ctx, id)
 				if err != nil {
-					return Reply{}, err
+					return Reply{}, nil, answered, err
 				}
 				if !open {
-					return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s does not exist", id)}), nil
+					return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s does not exist", id)}), nil, answered, nil
 				}
 			}
 		}
-		res, err := s.appendDecision(ctx, cmd, req, stream, t.Revision, t.LastChain, d.Events)
+		return Reply{}, d.Events, appendThem, nil
+	})
+}
+
+// transferNext is what a decision on a transfer stream asks of decideOnTransfer.
+type transferNext uint8
+
+const (
+	answered   transferNext = iota // the reply is the answer
+	again                          // decide again on the store's head
+	cached                         // decide again on the cached state
+	appendThem                     // append the events, fold them, and decide again
+)
+
+// decideOnTransfer is the load-decide-append loop of a client command whose home
+// is the transfer stream of transfer id: it holds the stream's lock, loads the
+// transfer (from the store when refresh, or when the last attempt asked to),
+// asks decide, appends the events it returns with the key's claim at the
+// transfer's revision, and answers a key conflict or retries a concurrent write,
+// at most Options.MaxAttempts times. decide learns whether the state is fresh
+// from the store and whether this call already wrote the command's request.
+func (s *Service) decideOnTransfer(ctx context.Context, cmd domain.Command, stream, id string, refresh bool, failpoint string,
+	decide func(t *domain.Transfer, fresh, wrote bool) (Reply, []domain.NewEvent, transferNext, error)) (Reply, error) {
+	unlock, err := s.locks.lock(ctx, stream)
+	if err != nil {
+		return Reply{}, err
+	}
+	defer unlock()
+	req := cmd.Canonical()
+	wrote := false
+	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
+		t, err := s.loadTransfer(ctx, stream, id, refresh)
+		if err != nil {
+			return Reply{}, err
+		}
+		r, events, next, err := decide(t, refresh, wrote)
+		refresh = next == again
+		if err != nil || next == answered {
+			return r, err
+		}
+		if next != appendThem {
+			continue
+		}
+		res, err := s.appendDecision(ctx, cmd, req, stream, t.Revision, t.LastChain, events)
 		var conflict *claimConflict
 		switch {
 		case errors.As(err, &conflict):
@@ -159,12 +189,22 @@ func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply
 		if err := s.applyTransferWritten(ctx, stream, t, res); err != nil {
 			return Reply{}, err
 		}
-		wrote, refresh = true, false
-		if err := s.fail("transfer/requested"); err != nil {
+		wrote = true
+		if err := s.fail(failpoint); err != nil {
 			return Reply{}, err
 		}
 	}
 	return Reply{}, ErrTooManyConflicts
+}
+
+// finishSaga drives the saga of key to its decision and answers it (a duplicate
+// unless this call wrote its request).
+func (s *Service) finishSaga(ctx context.Context, stream, transferID, key string, wrote bool) (Reply, error) {
+	t, err := s.driveSaga(ctx, stream, transferID, key)
+	if err != nil {
+		return Reply{}, err
+	}
+	return s.sagaReply(ctx, t, key, !wrote)
 }
 
 // sagaConflict answers a known saga key sent with another request.
@@ -361,61 +401,28 @@ func (s *Service) sagaReply(ctx context.Context, t *domain.Transfer, key string,
 func (s *Service) refundTransfer(ctx context.Context, cmd domain.Command, orig *domain.KeyClaimed) (Reply, error) {
 	stream := orig.Stream
 	id := strings.TrimPrefix(stream, domain.TransferStreamPrefix)
-	unlock, err := s.locks.lock(ctx, stream)
-	if err != nil {
-		return Reply{}, err
-	}
-	defer unlock()
 	req := cmd.Canonical()
 	// A refund starts from the store's head: the cache may miss this key's own
 	// decision or the transfer's, made by another instance (one short read).
-	refresh, wrote := true, false
-	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
-		t, err := s.loadTransfer(ctx, stream, id, refresh)
-		if err != nil {
-			return Reply{}, err
-		}
-		refresh = false
+	return s.decideOnTransfer(ctx, cmd, stream, id, true, "refund/requested", func(t *domain.Transfer, _, wrote bool) (Reply, []domain.NewEvent, transferNext, error) {
 		if sg, ok := t.SagaOf(cmd.IdempotencyKey); ok {
 			if r, ok := sagaConflict(sg, req); !ok {
-				return r, nil
+				return r, nil, answered, nil
 			}
-			if t, err = s.driveSaga(ctx, stream, id, cmd.IdempotencyKey); err != nil {
-				return Reply{}, err
-			}
-			return s.sagaReply(ctx, t, cmd.IdempotencyKey, !wrote)
+			r, err := s.finishSaga(ctx, stream, id, cmd.IdempotencyKey, wrote)
+			return r, nil, answered, err
 		}
 		if t.Saga != nil && t.Saga.Key == cmd.OriginalKey && !t.Saga.Stage.Decided() {
 			// A refund of a transfer in flight waits for its decision.
-			if _, err := s.driveSaga(ctx, stream, id, cmd.OriginalKey); err != nil {
-				return Reply{}, err
-			}
-			continue
+			_, err := s.driveSaga(ctx, stream, id, cmd.OriginalKey)
+			return Reply{}, nil, cached, err
 		}
 		d := domain.DecideTransferRefund(t, cmd)
 		if len(d.Events) == 0 {
-			return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil
+			return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil, answered, nil
 		}
-		res, err := s.appendDecision(ctx, cmd, req, stream, t.Revision, t.LastChain, d.Events)
-		var conflict *claimConflict
-		switch {
-		case errors.As(err, &conflict):
-			return reply.Conflict(cmd.IdempotencyKey, conflict.fields), nil
-		case errors.Is(err, eventstore.ErrWrongExpectedRevision):
-			refresh = true
-			continue
-		case err != nil:
-			return Reply{}, err
-		}
-		if err := s.applyTransferWritten(ctx, stream, t, res); err != nil {
-			return Reply{}, err
-		}
-		wrote = true
-		if err := s.fail("refund/requested"); err != nil {
-			return Reply{}, err
-		}
-	}
-	return Reply{}, ErrTooManyConflicts
+		return Reply{}, d.Events, appendThem, nil
+	})
 }
 
 // lookupTransfer answers query.command for a key whose home is a transfer stream:
