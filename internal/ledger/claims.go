@@ -11,6 +11,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/reply"
 )
 
 // A client key is bound to one request forever by the single KeyClaimed event of
@@ -87,6 +88,24 @@ func (s *Service) appendParts(ctx context.Context, parts []eventstore.StreamAppe
 		return s.batch.submit(ctx, parts)
 	}
 	return s.multi.AppendMulti(ctx, parts)
+}
+
+// refusedAppend classifies the error of a command's append: a key claimed by
+// another request is answered with the conflict; a concurrent write (a wrong
+// expected revision, or event IDs the store already holds) is retried, decided
+// again on the store's head; any other error is returned. A nil error is
+// neither answered nor retried.
+func refusedAppend(key string, err error) (r Reply, answered, retry bool, rerr error) {
+	var conflict *claimConflict
+	switch {
+	case err == nil:
+		return Reply{}, false, false, nil
+	case errors.As(err, &conflict):
+		return reply.Conflict(key, conflict.fields), true, false, nil
+	case errors.Is(err, eventstore.ErrWrongExpectedRevision), errors.Is(err, eventstore.ErrDuplicateEventID):
+		return Reply{}, false, true, nil
+	}
+	return Reply{}, false, false, err
 }
 
 // claimError turns a refusal on the key stream into a claimConflict.

@@ -32,21 +32,12 @@ func (s *Service) handleTransaction(ctx context.Context, cmd domain.Command) (Re
 	}
 	req := cmd.Canonical()
 	txStream := domain.TransactionStream(cmd.TransactionID)
-	unlock, err := s.lockAll(ctx, transactionLocks(cmd.Postings, txStream))
-	if err != nil {
-		return Reply{}, err
-	}
-	defer unlock()
-	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
+	return s.underLocks(ctx, transactionLocks(cmd.Postings, txStream), func(attempt int) (Reply, bool, error) {
 		if r, done, err := s.decidedTransaction(ctx, txStream, cmd, req); err != nil || done {
-			return r, err
+			return r, false, err
 		}
-		r, retry, err := s.tryTransaction(ctx, cmd, req, txStream, attempt)
-		if err != nil || !retry {
-			return r, err
-		}
-	}
-	return Reply{}, ErrTooManyConflicts
+		return s.tryTransaction(ctx, cmd, req, txStream, attempt)
+	})
 }
 
 // transactionLocks are the streams a transaction locks, sorted: its accounts'
@@ -87,14 +78,10 @@ func (s *Service) tryTransaction(ctx context.Context, tx domain.Command, req dom
 		return reply.TransactionNotRecorded(tx.IdempotencyKey, tx.TransactionID, d.Rejection, d.Posting), false, nil
 	}
 	r, err = s.appendTransaction(ctx, tx, req, txStream, accs, d)
-	var conflict *claimConflict
-	switch {
-	case errors.As(err, &conflict):
-		return reply.Conflict(tx.IdempotencyKey, conflict.fields), false, nil
-	case errors.Is(err, eventstore.ErrWrongExpectedRevision), errors.Is(err, eventstore.ErrDuplicateEventID):
-		return Reply{}, true, nil // another instance wrote one of the streams: decide again on the store's head
+	if refused, answered, retry, err := refusedAppend(tx.IdempotencyKey, err); answered || retry || err != nil {
+		return refused, retry, err
 	}
-	return r, false, err
+	return r, false, nil
 }
 
 // refundTransaction refunds a posted transaction (orig is the claim of its
@@ -117,27 +104,18 @@ func (s *Service) refundTransaction(ctx context.Context, cmd domain.Command, ori
 		return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeNotRefundable, Message: fmt.Sprintf("transaction of %q was not posted", cmd.OriginalKey)}), nil
 	}
 	req := cmd.Canonical()
-	unlock, err := s.lockAll(ctx, transactionLocks(posted.Postings, orig.Stream))
-	if err != nil {
-		return Reply{}, err
-	}
-	defer unlock()
-	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
+	return s.underLocks(ctx, transactionLocks(posted.Postings, orig.Stream), func(attempt int) (Reply, bool, error) {
 		slot, refunded, r, done, err := s.refundSlot(ctx, posted.TransactionID, cmd, req)
 		if err != nil || done {
-			return r, err
+			return r, false, err
 		}
 		tx, rej := domain.RefundOfTransaction(posted, cmd, refunded)
 		if rej != nil {
-			return reply.NotRecorded(cmd.IdempotencyKey, rej), nil
+			return reply.NotRecorded(cmd.IdempotencyKey, rej), false, nil
 		}
 		tx.TransactionID = domain.RefundTransactionID(posted.TransactionID, slot)
-		r, retry, err := s.tryTransaction(ctx, tx, req, domain.TransactionStream(tx.TransactionID), attempt)
-		if err != nil || !retry {
-			return r, err
-		}
-	}
-	return Reply{}, ErrTooManyConflicts
+		return s.tryTransaction(ctx, tx, req, domain.TransactionStream(tx.TransactionID), attempt)
+	})
 }
 
 // refundSlot reads the refund slots of a transaction in order: the first free
@@ -181,6 +159,27 @@ func (s *Service) lockAll(ctx context.Context, streams []string) (unlock func(),
 		held = append(held, u)
 	}
 	return unlock, nil
+}
+
+// underLocks is the attempts loop of a command decided under the locks of
+// several streams (a transaction, its refund, a capture into an account, a
+// transfer's request): it takes them in order, calls try until it answers
+// without asking to retry (retry: another instance wrote one of the streams, or
+// the decision is to be taken again on the store's head), at most
+// Options.MaxAttempts times, and releases them.
+func (s *Service) underLocks(ctx context.Context, streams []string, try func(attempt int) (r Reply, retry bool, err error)) (Reply, error) {
+	unlock, err := s.lockAll(ctx, streams)
+	if err != nil {
+		return Reply{}, err
+	}
+	defer unlock()
+	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
+		r, retry, err := try(attempt)
+		if err != nil || !retry {
+			return r, err
+		}
+	}
+	return Reply{}, ErrTooManyConflicts
 }
 
 // drain waits, holding the stream's lock, until no pipelined append is in
@@ -319,64 +318,46 @@ func (s *Service) handleCaptureTo(ctx context.Context, cmd domain.Command) (Repl
 	held, to := domain.AccountStream(cmd.AccountID), domain.AccountStream(cmd.To)
 	streams := []string{held, to}
 	slices.Sort(streams)
-	unlock, err := s.lockAll(ctx, streams)
-	if err != nil {
-		return Reply{}, err
-	}
-	defer unlock()
 	req := cmd.Canonical()
-	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
+	return s.underLocks(ctx, streams, func(attempt int) (Reply, bool, error) {
 		for _, st := range streams {
 			if err := s.drain(ctx, st); err != nil {
-				return Reply{}, err
+				return Reply{}, false, err
 			}
 		}
 		refresh := attempt > 0
 		a, err := s.loadAccount(ctx, held, cmd.AccountID, refresh)
 		if err != nil {
-			return Reply{}, err
+			return Reply{}, false, err
 		}
 		b, err := s.loadAccount(ctx, to, cmd.To, refresh)
 		if err != nil {
-			return Reply{}, err
+			return Reply{}, false, err
 		}
-		rec, err := s.keyRecord(ctx, held, a, cmd.IdempotencyKey)
-		if err != nil {
-			return Reply{}, err
-		}
-		switch rec.Verdict(req) {
-		case domain.KeyDuplicate:
-			return ownedRecordReply(copyRecord(rec), true), nil
-		case domain.KeyConflict:
-			fields, err := s.conflictFields(ctx, held, rec, req)
-			if err != nil {
-				return Reply{}, err
-			}
-			return reply.Conflict(cmd.IdempotencyKey, fields), nil
+		switch rec, dup, r, err := s.answerKnownKey(ctx, held, a, cmd, req, true); {
+		case err != nil:
+			return Reply{}, false, err
+		case rec != nil:
+			return ownedRecordReply(rec, dup), false, nil
+		case r != nil:
+			return *r, false, nil
 		}
 		capture, credit := domain.DecideCaptureTo(a, b, cmd)
 		switch {
 		case capture.Invalid != nil:
-			return reply.Invalid(cmd.IdempotencyKey, capture.Invalid), nil
+			return reply.Invalid(cmd.IdempotencyKey, capture.Invalid), false, nil
 		case len(capture.Events) == 0:
 			if attempt == 0 {
-				continue // decided on the cache: once more on the store's head
+				return Reply{}, true, nil // decided on the cache: once more on the store's head
 			}
-			return reply.NotRecorded(cmd.IdempotencyKey, capture.Rejection), nil
+			return reply.NotRecorded(cmd.IdempotencyKey, capture.Rejection), false, nil
 		}
 		err = s.appendCaptureTo(ctx, cmd, req, a, b, capture.Events, credit.Events)
-		var conflict *claimConflict
-		switch {
-		case errors.As(err, &conflict):
-			return reply.Conflict(cmd.IdempotencyKey, conflict.fields), nil
-		case errors.Is(err, eventstore.ErrWrongExpectedRevision), errors.Is(err, eventstore.ErrDuplicateEventID):
-			continue
-		case err != nil:
-			return Reply{}, err
+		if r, answered, retry, err := refusedAppend(cmd.IdempotencyKey, err); answered || retry || err != nil {
+			return r, retry, err
 		}
-		return ownedRecordReply(copyRecord(a.Keys[cmd.IdempotencyKey]), false), nil
-	}
-	return Reply{}, ErrTooManyConflicts
+		return ownedRecordReply(copyRecord(a.Keys[cmd.IdempotencyKey]), false), false, nil
+	})
 }
 
 // appendCaptureTo writes the claim, the held account's events and, when the
@@ -533,15 +514,8 @@ func (s *Service) appendTransferAtomically(ctx context.Context, cmd domain.Comma
 	parts = append(parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.Exact(uint64(t.Revision + int64(len(reqData)))), Events: markerData})
 	res, err := s.multi.AppendMulti(ctx, parts)
 	if err != nil {
-		err = s.claimError(ctx, claim.Stream, req, err)
-		var conflict *claimConflict
-		switch {
-		case errors.As(err, &conflict):
-			return false, reply.Conflict(cmd.IdempotencyKey, conflict.fields), nil
-		case errors.Is(err, eventstore.ErrWrongExpectedRevision), errors.Is(err, eventstore.ErrDuplicateEventID):
-			return false, Reply{}, nil
-		}
-		return false, Reply{}, err
+		r, _, _, err := refusedAppend(cmd.IdempotencyKey, s.claimError(ctx, claim.Stream, req, err))
+		return false, r, err // answered (a conflict), or to decide again
 	}
 	if res[1].Idempotent {
 		return false, Reply{}, nil

@@ -147,54 +147,40 @@ const (
 )
 
 // decideOnTransfer is the load-decide-append loop of a client command whose home
-// is the transfer stream of transfer id: it holds the stream's lock, loads the
+// is the transfer stream of transfer id (through underLocks): it loads the
 // transfer (from the store when refresh, or when the last attempt asked to),
 // asks decide, appends the events it returns with the key's claim at the
-// transfer's revision, and answers a key conflict or retries a concurrent write,
-// at most Options.MaxAttempts times. decide learns whether the state is fresh
-// from the store and whether this call already wrote the command's request.
+// transfer's revision, and answers a key conflict or retries a concurrent
+// write. decide learns whether the state is fresh from the store and whether
+// this call already wrote the command's request.
 func (s *Service) decideOnTransfer(ctx context.Context, cmd domain.Command, stream, id string, refresh bool, failpoint string,
 	decide func(t *domain.Transfer, fresh, wrote bool) (Reply, []domain.NewEvent, transferNext, error)) (Reply, error) {
-	unlock, err := s.locks.lock(ctx, stream)
-	if err != nil {
-		return Reply{}, err
-	}
-	defer unlock()
 	req := cmd.Canonical()
 	wrote := false
-	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
+	return s.underLocks(ctx, []string{stream}, func(int) (Reply, bool, error) {
 		t, err := s.loadTransfer(ctx, stream, id, refresh)
 		if err != nil {
-			return Reply{}, err
+			return Reply{}, false, err
 		}
 		r, events, next, err := decide(t, refresh, wrote)
 		refresh = next == again
 		if err != nil || next == answered {
-			return r, err
+			return r, false, err
 		}
 		if next != appendThem {
-			continue
+			return Reply{}, true, nil
 		}
 		res, err := s.appendDecision(ctx, cmd, req, stream, t.Revision, t.LastChain, events)
-		var conflict *claimConflict
-		switch {
-		case errors.As(err, &conflict):
-			return reply.Conflict(cmd.IdempotencyKey, conflict.fields), nil
-		case errors.Is(err, eventstore.ErrWrongExpectedRevision):
-			refresh = true
-			continue
-		case err != nil:
-			return Reply{}, err
+		if r, answered, retry, err := refusedAppend(cmd.IdempotencyKey, err); answered || retry || err != nil {
+			refresh = retry
+			return r, retry, err
 		}
 		if err := s.applyTransferWritten(ctx, stream, t, res); err != nil {
-			return Reply{}, err
+			return Reply{}, false, err
 		}
 		wrote = true
-		if err := s.fail(failpoint); err != nil {
-			return Reply{}, err
-		}
-	}
-	return Reply{}, ErrTooManyConflicts
+		return Reply{}, true, s.fail(failpoint)
+	})
 }
 
 // finishSaga drives the saga of key to its decision and answers it (a duplicate
