@@ -65,8 +65,8 @@ var included = []string{
 	"TestExpectations/ReadAllTests/readAllEventsWithCredentialsOverride",
 }
 
-// The suite's test modules, at the client's own versions; every other module
-// is at this module's version.
+// The modules the suite's tests import besides the client: not required by
+// this module, but in its build list (the client requires them).
 var testModules = []string{"github.com/stretchr/testify", "github.com/goombaio/namegenerator"}
 
 // datasetStream is the stream of the suite's dataset that cases read by count:
@@ -102,9 +102,12 @@ func suite(run string, verbose, keep bool) error {
 	if err != nil {
 		return err
 	}
-	theirs, err := goJSON[modFile](ctx, "", "mod", "edit", "-json", filepath.Join(client.Dir, "go.mod"))
-	if err != nil {
-		return err
+	for _, path := range testModules {
+		m, err := goJSON[module](ctx, "", "list", "-m", "-json", path)
+		if err != nil {
+			return err
+		}
+		ours.Require = append(ours.Require, requirement{m.Path, m.Version})
 	}
 	gomod, err := goEnv(ctx, "GOMOD")
 	if err != nil {
@@ -120,7 +123,7 @@ func suite(run string, verbose, keep bool) error {
 	} else {
 		defer os.RemoveAll(tmp)
 	}
-	if err := writeModule(tmp, client, ours, theirs, filepath.Join(filepath.Dir(gomod), "go.sum")); err != nil {
+	if err := writeModule(tmp, client, ours, filepath.Join(filepath.Dir(gomod), "go.sum")); err != nil {
 		return err
 	}
 
@@ -202,22 +205,20 @@ type module struct {
 
 type modFile struct {
 	Go      string
-	Require []struct{ Path, Version string }
+	Require []requirement
 }
 
-// writeModule lays out the temporary module: go.mod requiring this module's
-// requirements and the suite's test modules, this module's go.sum, and in
-// esdb/ the client's test files with the harness in place of containers_test.go.
-func writeModule(dir string, client module, ours, theirs modFile, gosum string) error {
+type requirement struct{ Path, Version string }
+
+// writeModule lays out the temporary module: go.mod with mod's requirements
+// (this module's, and the test modules at the versions of its build list), this
+// module's go.sum, and in esdb/ the client's test files with the harness in
+// place of containers_test.go.
+func writeModule(dir string, client module, mod modFile, gosum string) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "module clientsuite\n\ngo %s\n\nrequire (\n", ours.Go)
-	for _, r := range ours.Require {
+	fmt.Fprintf(&b, "module clientsuite\n\ngo %s\n\nrequire (\n", mod.Go)
+	for _, r := range mod.Require {
 		fmt.Fprintf(&b, "\t%s %s\n", r.Path, r.Version)
-	}
-	for _, r := range theirs.Require {
-		if slices.Contains(testModules, r.Path) {
-			fmt.Fprintf(&b, "\t%s %s\n", r.Path, r.Version)
-		}
 	}
 	b.WriteString(")\n")
 	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(b.String()), 0o644); err != nil {
