@@ -136,11 +136,13 @@ func NKeyUser(t testing.TB) (pub, seed string) {
 }
 
 // Operator is a NATS operator made for a test, with an in-memory resolver of
-// the accounts it signs (decentralized JWT authentication).
+// the accounts it signs (decentralized JWT authentication) and a system account
+// (JetStream needs one).
 type Operator struct {
 	kp       nkeys.KeyPair
 	claims   *jwt.OperatorClaims
 	resolver *server.MemAccResolver
+	system   string
 }
 
 // NewOperator makes an operator.
@@ -156,12 +158,14 @@ func NewOperator(t testing.TB) *Operator {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Operator{kp: kp, claims: claims, resolver: &server.MemAccResolver{}}
+	o := &Operator{kp: kp, claims: claims, resolver: &server.MemAccResolver{}}
+	o.system, _ = o.Account(t, false).PublicKey()
+	return o
 }
 
 // Trust makes the server of opts trust o and resolve its accounts.
 func (o *Operator) Trust(opts *server.Options) {
-	opts.TrustedOperators, opts.AccountResolver = []*jwt.OperatorClaims{o.claims}, o.resolver
+	opts.TrustedOperators, opts.AccountResolver, opts.SystemAccount = []*jwt.OperatorClaims{o.claims}, o.resolver, o.system
 }
 
 // Account makes an account signed by o, with JetStream allowed when

@@ -1,0 +1,344 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/ledgerworks/ledger/internal/config"
+	"github.com/ledgerworks/ledger/internal/devenv/devtest"
+	"github.com/ledgerworks/ledger/internal/pgtest"
+)
+
+// proc is a long-running program of a test (`ledger serve`, `projector run`),
+// its stdout and stderr collected together.
+type proc struct {
+	t    *testing.T
+	name string
+	cmd  *exec.Cmd
+	out  *lockedBuffer
+	done chan struct{}
+	err  error
+}
+
+// startProc starts bin with args, with env added to the test's environment, and
+// waits until its output holds ready. It is killed when t ends.
+func startProc(t *testing.T, bin string, args, env []string, ready string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: strings.Join(append([]string{bin}, args...), " "), out: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); <-p.done })
+	deadline := time.After(time.Minute)
+	for !strings.Contains(p.out.String(), ready) {
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited (%v) before %q:\n%s", p.name, p.err, ready, p.out.String())
+		case <-deadline:
+			t.Fatalf("%s: no %q within 1m:\n%s", p.name, ready, p.out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return p
+}
+
+// stop sends SIGTERM, requires a clean exit and returns the whole output.
+func (p *proc) stop() string {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(time.Minute):
+		p.t.Fatalf("%s did not stop within 1m:\n%s", p.name, p.out.String())
+	}
+	if p.err != nil {
+		p.t.Fatalf("%s stopped with %v:\n%s", p.name, p.err, p.out.String())
+	}
+	return p.out.String()
+}
+
+// runToExit runs bin with args and env until it exits (within a minute) and
+// returns its output and exit status.
+func runToExit(t *testing.T, bin string, args, env []string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &ee) && ctx.Err() == nil:
+		return string(out), ee.ExitCode()
+	}
+	t.Fatalf("%s %v: %v\n%s", bin, args, err, out)
+	return "", 0
+}
+
+// natsSettings are the set fields of cfg: each one's flag, variable and value.
+func natsSettings(cfg config.NATS) [][3]string {
+	var out [][3]string
+	for _, s := range [][3]string{
+		{config.FlagNATSURL, config.EnvNATSURL, cfg.URL}, {config.FlagNATSCreds, config.EnvNATSCreds, cfg.Creds},
+		{config.FlagNATSNKey, config.EnvNATSNKey, cfg.NKey}, {config.FlagNATSUser, config.EnvNATSUser, cfg.User},
+		{config.FlagNATSPassword, config.EnvNATSPassword, cfg.Password}, {config.FlagNATSToken, config.EnvNATSToken, cfg.Token},
+		{config.FlagNATSTLSCert, config.EnvNATSTLSCert, cfg.TLSCert}, {config.FlagNATSTLSKey, config.EnvNATSTLSKey, cfg.TLSKey},
+		{config.FlagNATSTLSCA, config.EnvNATSTLSCA, cfg.TLSCA},
+	} {
+		if s[2] != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// natsEnv is cfg as the LEDGER_NATS_* variables of every program.
+func natsEnv(cfg config.NATS) []string {
+	var env []string
+	for _, s := range natsSettings(cfg) {
+		env = append(env, s[1]+"="+s[2])
+	}
+	return env
+}
+
+// natsArgs is cfg as the --nats-* flags.
+func natsArgs(cfg config.NATS) []string {
+	var args []string
+	for _, s := range natsSettings(cfg) {
+		args = append(args, "--"+s[0], s[2])
+	}
+	return args
+}
+
+// natsMode is one way of authenticating that the NATS flags offer, with a
+// server that requires it.
+type natsMode struct {
+	name    string
+	server  *server.Options // without JetStream's store, added by the test
+	scheme  string          // of the server's URL: nats or tls
+	right   config.NATS     // connects (URL added by the test)
+	wrong   config.NATS     // is refused
+	flags   bool            // pass the settings as flags (else as LEDGER_* variables)
+	mode    string          // what the refusal names
+	secrets []string        // what must never be printed
+}
+
+// natsModes are the modes of RELIABILITY.md's Security table, each with its
+// material made here.
+func natsModes(t *testing.T) []natsMode {
+	nkPub, nkSeed := devtest.NKeyUser(t)
+	_, otherSeed := devtest.NKeyUser(t)
+	op := devtest.NewOperator(t)
+	creds, credsSeed := devtest.UserCreds(t, op.Account(t, true))
+	stranger, _ := nkeys.CreateAccount() // never signed by the operator
+	strangerCreds, strangerSeed := devtest.UserCreds(t, stranger)
+	jwtServer := &server.Options{}
+	op.Trust(jwtServer)
+	ca := devtest.NewCA(t)
+	serverCert := ca.Issue(t, "nats-server", true)
+	client := ca.Issue(t, "ledger", false)
+	caFile := devtest.WriteFile(t, "ca.pem", ca.CertPEM)
+	otherCA := devtest.NewCA(t)
+	otherClient := otherCA.Issue(t, "stranger", false)
+	return []natsMode{{
+		name:   "user and password",
+		server: &server.Options{Username: "ledger", Password: "pw-Right-7d1e"},
+		right:  config.NATS{User: "ledger", Password: "pw-Right-7d1e"}, wrong: config.NATS{User: "ledger", Password: "pw-Wrong-93ab"},
+		mode: "auth: user ledger with a password", secrets: []string{"pw-Right-7d1e", "pw-Wrong-93ab"},
+	}, {
+		name:   "token",
+		server: &server.Options{Authorization: "tok-Right-51c0"},
+		right:  config.NATS{Token: "tok-Right-51c0"}, wrong: config.NATS{Token: "tok-Wrong-e2f4"}, flags: true,
+		mode: "auth: token", secrets: []string{"tok-Right-51c0", "tok-Wrong-e2f4"},
+	}, {
+		name:   "nkey",
+		server: &server.Options{Nkeys: []*server.NkeyUser{{Nkey: nkPub}}},
+		right:  config.NATS{NKey: devtest.WriteFile(t, "user.nk", []byte(nkSeed))}, wrong: config.NATS{NKey: devtest.WriteFile(t, "other.nk", []byte(otherSeed))},
+		mode: "auth: nkey seed file", secrets: []string{nkSeed, otherSeed},
+	}, {
+		name:   "JWT credentials",
+		server: jwtServer,
+		right:  config.NATS{Creds: devtest.WriteFile(t, "user.creds", creds)}, wrong: config.NATS{Creds: devtest.WriteFile(t, "stranger.creds", strangerCreds)}, flags: true,
+		mode: "auth: credentials file", secrets: []string{credsSeed, strangerSeed},
+	}, {
+		name:   "TLS",
+		server: &server.Options{TLS: true, TLSConfig: ca.ServerTLS(t, serverCert, false), TLSTimeout: 2}, scheme: "tls",
+		right: config.NATS{TLSCA: caFile}, wrong: config.NATS{TLSCA: devtest.WriteFile(t, "other-ca.pem", otherCA.CertPEM)},
+		mode: "auth: no authentication, TLS",
+	}, {
+		name:   "mutual TLS",
+		server: &server.Options{TLS: true, TLSVerify: true, TLSConfig: ca.ServerTLS(t, serverCert, true), TLSTimeout: 2}, scheme: "tls",
+		right: config.NATS{TLSCA: caFile, TLSCert: devtest.WriteFile(t, "client.pem", client.CertPEM), TLSKey: devtest.WriteFile(t, "client-key.pem", client.KeyPEM)},
+		wrong: config.NATS{TLSCA: caFile, TLSCert: devtest.WriteFile(t, "s.pem", otherClient.CertPEM), TLSKey: devtest.WriteFile(t, "s-key.pem", otherClient.KeyPEM)},
+		flags: true, mode: "auth: no authentication, mutual TLS", secrets: []string{pemBody(client.KeyPEM), pemBody(otherClient.KeyPEM)},
+	}}
+}
+
+// pemBody is the base64 body of a PEM block: the secret part of a key file.
+func pemBody(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[1:len(lines)-1], "")
+}
+
+// noSecret fails t when out (the output of what) holds one of secrets, whole or
+// (a PEM body) any 16-character piece of it.
+func noSecret(t *testing.T, what, out string, secrets ...string) {
+	t.Helper()
+	flat := strings.ReplaceAll(out, "\n", "")
+	for _, s := range secrets {
+		if s == "" {
+			continue
+		}
+		pieces := []string{s}
+		if len(s) > 64 {
+			pieces = nil
+			for i := 0; i+16 <= len(s); i += 16 {
+				pieces = append(pieces, s[i:i+16])
+			}
+		}
+		for _, p := range pieces {
+			if strings.Contains(out, p) || strings.Contains(flat, p) {
+				t.Fatalf("%s printed a secret (%.6s...):\n%s", what, p, out)
+			}
+		}
+	}
+}
+
+// TestServeAndProjectorNATSModes runs `ledger serve`, `projector run` and
+// `ledger post` against a nats-server requiring each mode the NATS flags offer,
+// with the settings as flags or as LEDGER_* variables: with the right settings
+// the command is applied, its outcome answered by serve, the projector answers a
+// query and publishes to LEDGER_EVENTS; with wrong ones each program exits
+// non-zero naming the mode and printing none of the secrets.
+func TestServeAndProjectorNATSModes(t *testing.T) {
+	ledgerBin, projBin := ledgerBinary(t), projectorBinary(t)
+	for _, m := range natsModes(t) {
+		t.Run(m.name, func(t *testing.T) {
+			m.server.JetStream, m.server.StoreDir = true, t.TempDir()
+			ns := devtest.NATSWith(t, m.server)
+			url := ns.ClientURL()
+			if m.scheme == "tls" {
+				url = "tls://" + ns.Addr().String()
+			}
+			m.right.URL, m.wrong.URL = url, url
+			settings := func(cfg config.NATS) (args, env []string) {
+				if m.flags {
+					return natsArgs(cfg), nil
+				}
+				return nil, natsEnv(cfg)
+			}
+			dbURL := pgtest.URL(t)
+			db := []string{config.EnvDatabaseURL + "=" + dbURL, config.EnvEventStoreURL + "=" + dbURL, config.EnvDataDir + "=" + t.TempDir()}
+			serveArgs := []string{"serve", "--log-format", "json", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+			projArgs := []string{"run", "--log-format", "json", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+
+			args, env := settings(m.right)
+			env = append(env, db...)
+			serve := startProc(t, ledgerBin, append(serveArgs, args...), env, "intake started")
+			proj := startProc(t, projBin, append(projArgs, args...), env, "projector running")
+			post := func(pargs ...string) (map[string]any, string, int) {
+				t.Helper()
+				if m.flags {
+					// post takes its flags after the command type
+					pargs = append(pargs, args...)
+				}
+				return postCLI(t, env, pargs...)
+			}
+			if r, o, code := post("open_account", "--key", "o-1", "--account", "a", "--currency", "EUR"); code != 0 || r["status"] != "applied" {
+				t.Fatalf("open_account: exit %d\n%s", code, o)
+			}
+			r, o, code := post("deposit", "--key", "d-1", "--account", "a", "--amount", "250", "--currency", "EUR")
+			if code != 0 || r["status"] != "applied" {
+				t.Fatalf("deposit: exit %d\n%s", code, o)
+			}
+			if r, o, code := post("--query", "--key", "d-1"); code != 0 || r["idempotency_key"] != "d-1" {
+				t.Fatalf("query of the command: exit %d\n%s", code, o)
+			}
+			nc, err := m.right.Connect("test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			if acc := accountQuery(t, nc, "a", r["position"]); acc["balance"] != float64(250) {
+				t.Fatalf("the projector's account: %v", acc)
+			}
+			eventsPublished(t, nc, 2)
+
+			wargs, wenv := settings(m.wrong)
+			wenv = append(wenv, db...)
+			for _, run := range []struct {
+				what string
+				bin  string
+				args []string
+			}{
+				{"ledger serve", ledgerBin, append(serveArgs, wargs...)},
+				{"projector run", projBin, append(projArgs, wargs...)},
+				{"ledger post", ledgerBin, append([]string{"post", "deposit", "--key", "d-2", "--account", "a", "--amount", "1", "--currency", "EUR"}, wargs...)},
+			} {
+				out, code := runToExit(t, run.bin, run.args, wenv)
+				if code == 0 || !strings.Contains(out, m.mode) {
+					t.Fatalf("%s with wrong settings: exit %d, want non-zero naming %q:\n%s", run.what, code, m.mode, out)
+				}
+				if run.what == "ledger post" && code != exitNoReply {
+					t.Fatalf("ledger post with wrong settings: exit %d, want %d:\n%s", code, exitNoReply, out)
+				}
+				noSecret(t, run.what+" with wrong settings", out, m.secrets...)
+			}
+			noSecret(t, "ledger serve", serve.stop(), m.secrets...)
+			noSecret(t, "projector run", proj.stop(), m.secrets...)
+		})
+	}
+}
+
+// accountQuery asks ledger.v1.query.account for id once the read model reaches
+// position (a command reply's).
+func accountQuery(t *testing.T, nc *nats.Conn, id string, position any) map[string]any {
+	t.Helper()
+	req, _ := json.Marshal(map[string]any{"account_id": id, "min_position": position})
+	msg, err := nc.Request("ledger.v1.query.account", req, 10*time.Second)
+	if err != nil {
+		t.Fatalf("ledger.v1.query.account: %v", err)
+	}
+	var acc map[string]any
+	if err := json.Unmarshal(msg.Data, &acc); err != nil {
+		t.Fatalf("ledger.v1.query.account: %v: %s", err, msg.Data)
+	}
+	return acc
+}
+
+// eventsPublished waits until LEDGER_EVENTS holds at least n events.
+func eventsPublished(t *testing.T, nc *nats.Conn, n uint64) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devtest.Eventually(t, 30*time.Second, "events published to LEDGER_EVENTS", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := js.Stream(ctx, "LEDGER_EVENTS")
+		if err != nil {
+			return false
+		}
+		return s.CachedInfo().State.Msgs >= n
+	})
+}
