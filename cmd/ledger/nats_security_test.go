@@ -281,7 +281,7 @@ func TestServeAndProjectorNATSModes(t *testing.T) {
 			if acc := accountQuery(t, nc, "a", r["position"]); acc["balance"] != float64(250) {
 				t.Fatalf("the projector's account: %v", acc)
 			}
-			eventsPublished(t, nc, 2)
+			streamHolds(t, nc, "LEDGER_EVENTS", 2)
 
 			wargs, wenv := settings(m.wrong)
 			wenv = append(wenv, db...)
@@ -325,20 +325,147 @@ func accountQuery(t *testing.T, nc *nats.Conn, id string, position any) map[stri
 	return acc
 }
 
-// eventsPublished waits until LEDGER_EVENTS holds at least n events.
-func eventsPublished(t *testing.T, nc *nats.Conn, n uint64) {
+// streamHolds waits until the JetStream stream holds at least n messages.
+func streamHolds(t *testing.T, nc *nats.Conn, stream string, n uint64) {
 	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	devtest.Eventually(t, 30*time.Second, "events published to LEDGER_EVENTS", func() bool {
+	devtest.Eventually(t, 30*time.Second, fmt.Sprintf("%d messages in %s", n, stream), func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		s, err := js.Stream(ctx, "LEDGER_EVENTS")
-		if err != nil {
-			return false
-		}
-		return s.CachedInfo().State.Msgs >= n
+		s, err := js.Stream(ctx, stream)
+		return err == nil && s.CachedInfo().State.Msgs >= n
 	})
+}
+
+// The least NATS permissions of each program, as RELIABILITY.md's Security table
+// gives them.
+var (
+	clientPermissions = &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{"ledger.v1.cmd.>", "ledger.v1.query.>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+	}
+	servePermissions = &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: []string{"_INBOX.>", "ledger.v1.dlq", "$JS.API.>", "$JS.ACK.LEDGER_COMMANDS.>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"ledger.v1.cmd.>", "ledger.v1.query.command", "ledger.v1.query.transaction",
+			"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.LEDGER_COMMANDS.ledger", "_INBOX.>"}},
+	}
+	projectorPermissions = &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{"_INBOX.>", "ledger.v1.events.>", "$JS.API.>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"ledger.v1.query.>", "_INBOX.>"}},
+	}
+	readerPermissions = &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{"$JS.API.CONSUMER.*.LEDGER_EVENTS.>", "$JS.API.CONSUMER.MSG.NEXT.LEDGER_EVENTS.>", "$JS.ACK.LEDGER_EVENTS.>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+	}
+)
+
+// TestLeastPermissions runs `ledger serve` and `projector run`, each as a user
+// with exactly its documented permissions (RELIABILITY.md, Security), with a
+// client and an integration reading events, each with its own: a command posted
+// by request-reply and one through LEDGER_COMMANDS are applied, an invalid one is
+// dead-lettered, the commands' outcome and the projector's account are answered,
+// the events reach LEDGER_EVENTS and the reader; the server logs no violation.
+// Then the client can neither consume LEDGER_COMMANDS nor publish to
+// ledger.v1.events.>.
+func TestLeastPermissions(t *testing.T) {
+	user := func(name string, p *server.Permissions) *server.User {
+		return &server.User{Username: name, Password: name + "-pw", Permissions: p}
+	}
+	ns, nlog := devtest.NATSLogged(t, &server.Options{
+		JetStream: true, StoreDir: t.TempDir(),
+		Users: []*server.User{
+			user("admin", nil), user("ledger", servePermissions), user("projector", projectorPermissions),
+			user("client", clientPermissions), user("reader", readerPermissions),
+		},
+	})
+	as := func(name string) []string {
+		return natsEnv(config.NATS{URL: ns.ClientURL(), User: name, Password: name + "-pw"})
+	}
+	dbURL := pgtest.URL(t)
+	db := []string{config.EnvDatabaseURL + "=" + dbURL, config.EnvEventStoreURL + "=" + dbURL}
+	serve := startProc(t, ledgerBinary(t), []string{"serve", "--log-format", "json", "--jetstream-grace", "100ms", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))},
+		append(as("ledger"), db...), "intake started")
+	proj := startProc(t, projectorBinary(t), []string{"run", "--log-format", "json", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))},
+		append(as("projector"), db...), "projector running")
+
+	client := append(as("client"), config.EnvDataDir+"="+t.TempDir())
+	if r, o, code := postCLI(t, client, "open_account", "--key", "o-1", "--account", "a", "--currency", "EUR"); code != 0 || r["status"] != "applied" {
+		t.Fatalf("the client's command: exit %d\n%s", code, o)
+	}
+	if r, o, code := postCLI(t, client, "deposit", "--jetstream", "--key", "d-1", "--account", "a", "--amount", "250", "--currency", "EUR"); code != 0 || r["stream"] != "LEDGER_COMMANDS" {
+		t.Fatalf("the client's command through LEDGER_COMMANDS: exit %d\n%s", code, o)
+	}
+	if _, o, code := postCLI(t, client, "deposit", "--jetstream", "--key", "d-bad", "--json", `{"idempotency_key":"d-bad","account_id":"a","amount":1.5,"currency":"EUR"}`); !strings.Contains(o, "invalid_request") {
+		// The intake's reply, first, is the publish error; the stream keeps it.
+		t.Fatalf("an invalid command through LEDGER_COMMANDS: exit %d\n%s", code, o)
+	}
+	var outcome map[string]any
+	devtest.Eventually(t, 30*time.Second, "the command of LEDGER_COMMANDS applied and its outcome answered", func() bool {
+		r, _, code := postCLI(t, client, "--query", "--key", "d-1")
+		outcome = r
+		return code == 0 && r["status"] == "applied"
+	})
+	violations := make(chan error, 4)
+	cnc := devtest.Connect(t, ns, nats.UserInfo("client", "client-pw"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
+	if acc := accountQuery(t, cnc, "a", outcome["position"]); acc["balance"] != float64(250) {
+		t.Fatalf("the projector's account: %v", acc)
+	}
+	admin := devtest.Connect(t, ns, nats.UserInfo("admin", "admin-pw"))
+	streamHolds(t, admin, "LEDGER_EVENTS", 2)
+	streamHolds(t, admin, "LEDGER_DLQ", 1) // the invalid command
+
+	rnc := devtest.Connect(t, ns, nats.UserInfo("reader", "reader-pw"))
+	rjs, err := jetstream.New(rnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := rjs.CreateOrUpdateConsumer(ctx, "LEDGER_EVENTS", jetstream.ConsumerConfig{Durable: "integration", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatalf("the reader's consumer of LEDGER_EVENTS: %v", err)
+	}
+	batch, err := cons.Fetch(2, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var subjects []string
+	for m := range batch.Messages() {
+		subjects = append(subjects, m.Subject())
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatalf("the reader's ack: %v", err)
+		}
+	}
+	if len(subjects) != 2 || batch.Error() != nil {
+		t.Fatalf("the reader got %v (%v), want the account's two events", subjects, batch.Error())
+	}
+	serve.stop()
+	proj.stop()
+	if v := nlog.Matching("Violation"); len(v) > 0 {
+		t.Fatalf("the programs needed more than their documented permissions:\n%s", strings.Join(v, "\n"))
+	}
+
+	js, err := jetstream.New(cnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, "LEDGER_COMMANDS", jetstream.ConsumerConfig{Durable: "thief"}); err == nil {
+		t.Fatal("the client made a consumer of LEDGER_COMMANDS")
+	}
+	if err := cnc.Publish("ledger.v1.events.account.Credited", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	_ = cnc.Flush()
+	deadline := time.After(5 * time.Second)
+	for found := false; !found; {
+		select {
+		case err := <-violations:
+			found = strings.Contains(err.Error(), "ledger.v1.events.account.Credited")
+		case <-deadline:
+			t.Fatal("publishing to ledger.v1.events.> was not refused")
+		}
+	}
 }
