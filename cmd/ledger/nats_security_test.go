@@ -199,10 +199,10 @@ func pemBody(b []byte) string {
 	return strings.Join(lines[1:len(lines)-1], "")
 }
 
-// noSecret fails t when out (the output of what) holds one of secrets, whole or
-// (a PEM body) any 16-character piece of it.
-func noSecret(t *testing.T, what, out string, secrets ...string) {
-	t.Helper()
+// leak returns the first of secrets that out holds, whole or (one longer than
+// 64 characters: a PEM body) any run of 31 characters of it (it holds one of
+// its aligned 16-character pieces), even across a line break; or "" when none.
+func leak(out string, secrets ...string) string {
 	flat := strings.ReplaceAll(out, "\n", "")
 	for _, s := range secrets {
 		if s == "" {
@@ -217,9 +217,38 @@ func noSecret(t *testing.T, what, out string, secrets ...string) {
 		}
 		for _, p := range pieces {
 			if strings.Contains(out, p) || strings.Contains(flat, p) {
-				t.Fatalf("%s printed a secret (%.6s...):\n%s", what, p, out)
+				return p
 			}
 		}
+	}
+	return ""
+}
+
+// noSecret fails t when out (the output of what) holds one of secrets (leak).
+func noSecret(t *testing.T, what, out string, secrets ...string) {
+	t.Helper()
+	if p := leak(out, secrets...); p != "" {
+		t.Fatalf("%s printed a secret (%.6s...):\n%s", what, p, out)
+	}
+}
+
+// TestLeakFindsSecrets: the search of the logs finds a secret printed whole, a
+// piece of a key's PEM body, and one cut by a line break.
+func TestLeakFindsSecrets(t *testing.T) {
+	key := devtest.NewCA(t).Issue(t, "x", false).KeyPEM
+	body := pemBody(key)
+	for what, out := range map[string]string{
+		"a password":          `{"level":"DEBUG","msg":"connect","password":"pw-Leak-1"}`,
+		"a piece of a key":    "key: " + body[20:51],
+		"cut by a line break": `token tok-Le` + "\n" + `ak-2`,
+		"a key file as it is": string(key),
+	} {
+		if leak(out, "pw-Leak-1", "tok-Leak-2", body) == "" {
+			t.Errorf("%s: not found in %q", what, out)
+		}
+	}
+	if p := leak(`{"msg":"ledger serving","nats":"nats://xxxxx@127.0.0.1:4222"}`, "pw-Leak-1", "tok-Leak-2", body); p != "" {
+		t.Errorf("found %q where there is none", p)
 	}
 }
 
@@ -467,5 +496,76 @@ func TestLeastPermissions(t *testing.T) {
 		case <-deadline:
 			t.Fatal("publishing to ledger.v1.events.> was not refused")
 		}
+	}
+}
+
+// TestSecretsNotLogged runs `ledger serve`, `projector run` and `ledger post`
+// with every secret they take set at once: a NATS password and token, an nkey
+// seed, the key of a mutual TLS client certificate and the PostgreSQL password,
+// against a nats-server requiring the nkey and mutual TLS (it has no way to
+// require a password or a token beside them: they are sent and ignored). The
+// programs log at debug; a command is applied and answered; each program also
+// runs once with a wrong nkey. No output, log or error, holds a secret.
+// (`ledger dev` takes only its generated passwords: TestDevNATSAuth.)
+func TestSecretsNotLogged(t *testing.T) {
+	nkPub, nkSeed := devtest.NKeyUser(t)
+	_, otherSeed := devtest.NKeyUser(t)
+	ca := devtest.NewCA(t)
+	client := ca.Issue(t, "ledger", false)
+	ns := devtest.NATSWith(t, &server.Options{
+		JetStream: true, StoreDir: t.TempDir(), Nkeys: []*server.NkeyUser{{Nkey: nkPub}},
+		TLS: true, TLSVerify: true, TLSConfig: ca.ServerTLS(t, ca.Issue(t, "nats-server", true), true), TLSTimeout: 2,
+	})
+	dbURL, dbPassword := databaseWithPassword(t)
+	cfg := config.NATS{
+		URL: "tls://" + ns.Addr().String(), NKey: devtest.WriteFile(t, "user.nk", []byte(nkSeed)),
+		User: "ledger", Password: "pw-Every-4c2d", Token: "tok-Every-8e1f",
+		TLSCA: devtest.WriteFile(t, "ca.pem", ca.CertPEM), TLSCert: devtest.WriteFile(t, "client.pem", client.CertPEM),
+		TLSKey: devtest.WriteFile(t, "client-key.pem", client.KeyPEM),
+	}
+	wrong := cfg
+	wrong.NKey = devtest.WriteFile(t, "other.nk", []byte(otherSeed))
+	secrets := []string{"pw-Every-4c2d", "tok-Every-8e1f", nkSeed, otherSeed, pemBody(client.KeyPEM), dbPassword}
+	db := []string{config.EnvDatabaseURL + "=" + dbURL, config.EnvEventStoreURL + "=" + dbURL, config.EnvDataDir + "=" + t.TempDir()}
+	debug := []string{"--log-format", "json", "--log-level", "debug"}
+
+	// serve takes the settings from the environment, the others as flags.
+	serveArgs := append([]string{"serve", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, debug...)
+	serve := startProc(t, ledgerBinary(t), serveArgs, append(natsEnv(cfg), db...), "intake started")
+	projArgs := append([]string{"run", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, debug...)
+	proj := startProc(t, projectorBinary(t), append(projArgs, natsArgs(cfg)...), db, "projector running")
+	r, postOut, code := postCLI(t, db, append([]string{"open_account", "--key", "o-1", "--account", "a", "--currency", "EUR"}, natsArgs(cfg)...)...)
+	if code != 0 || r["status"] != "applied" {
+		t.Fatalf("open_account: exit %d\n%s", code, postOut)
+	}
+	nc, err := cfg.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if acc := accountQuery(t, nc, "a", r["position"]); acc["account_id"] != "a" {
+		t.Fatalf("the projector's account: %v", acc)
+	}
+	outputs := map[string]string{"ledger post": postOut, "ledger serve": serve.stop(), "projector run": proj.stop()}
+	if !strings.Contains(outputs["ledger serve"], `"level":"DEBUG"`) {
+		t.Fatalf("ledger serve logged nothing at debug (the search would be vacuous):\n%s", outputs["ledger serve"])
+	}
+	for what, run := range map[string]struct {
+		bin  string
+		args []string
+		env  []string
+	}{
+		"ledger serve with a wrong nkey":  {ledgerBinary(t), serveArgs, append(natsEnv(wrong), db...)},
+		"projector run with a wrong nkey": {projectorBinary(t), append(projArgs, natsArgs(wrong)...), db},
+		"ledger post with a wrong nkey":   {ledgerBinary(t), append([]string{"post", "deposit", "--key", "d-1", "--account", "a", "--amount", "1", "--currency", "EUR"}, natsArgs(wrong)...), db},
+	} {
+		out, code := runToExit(t, run.bin, run.args, run.env)
+		if code == 0 || !strings.Contains(out, "auth: nkey seed file") {
+			t.Fatalf("%s: exit %d, want non-zero naming the mode:\n%s", what, code, out)
+		}
+		outputs[what] = out
+	}
+	for what, out := range outputs {
+		noSecret(t, what, out, secrets...)
 	}
 }
