@@ -342,6 +342,9 @@ func TestServeAndProjectorNATSModes(t *testing.T) {
 // position (a command reply's).
 func accountQuery(t *testing.T, nc *nats.Conn, id string, position any) map[string]any {
 	t.Helper()
+	if p, _ := position.(string); p == "" {
+		t.Fatalf("no position to read at: %v", position)
+	}
 	req, _ := json.Marshal(map[string]any{"account_id": id, "min_position": position})
 	msg, err := nc.Request("ledger.v1.query.account", req, 10*time.Second)
 	if err != nil {
