@@ -24,12 +24,37 @@ import (
 	"github.com/ledgerworks/ledger/internal/pgtest"
 )
 
-var (
-	binDir   string
-	buildBin sync.Once
-	binPath  string
-	binErr   error
-)
+// binDir holds the programs the tests build (once per test binary).
+var binDir string
+
+// program is a command built for the tests.
+type program struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+var ledgerBin, projectorBin program
+
+// build builds the package at pkg (relative to this one) as name, once.
+func (p *program) build(t *testing.T, name, pkg string) string {
+	t.Helper()
+	p.once.Do(func() {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		p.path = filepath.Join(binDir, name)
+		out, err := exec.Command(goBin, "build", "-o", p.path, pkg).CombinedOutput()
+		if err != nil {
+			p.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		}
+	})
+	if p.err != nil {
+		t.Fatal(p.err)
+	}
+	return p.path
+}
 
 func TestMain(m *testing.M) {
 	var err error
@@ -43,24 +68,10 @@ func TestMain(m *testing.M) {
 }
 
 // ledgerBinary builds this command once per test binary.
-func ledgerBinary(t *testing.T) string {
-	t.Helper()
-	buildBin.Do(func() {
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		binPath = filepath.Join(binDir, "ledger")
-		out, err := exec.Command(goBin, "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+func ledgerBinary(t *testing.T) string { return ledgerBin.build(t, "ledger", ".") }
+
+// projectorBinary builds cmd/projector once per test binary.
+func projectorBinary(t *testing.T) string { return projectorBin.build(t, "projector", "../projector") }
 
 func freePort(t *testing.T) int {
 	t.Helper()

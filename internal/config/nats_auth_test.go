@@ -1,22 +1,9 @@
 package config
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
@@ -26,15 +13,6 @@ import (
 // startAuthNATS starts a nats-server with opts (auth and TLS set by the caller).
 func startAuthNATS(t *testing.T, opts *server.Options) *server.Server {
 	return devtest.NATSWith(t, opts)
-}
-
-func writeFile(t *testing.T, name string, b []byte) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // connects asserts that cfg connects, and that each wrong configuration is
@@ -85,157 +63,51 @@ func TestNATSAuthModes(t *testing.T) {
 		}, "tok-Secret-1", "tok-Wrong-2")
 	})
 	t.Run("nkey", func(t *testing.T) {
-		kp, _ := nkeys.CreateUser()
-		pub, _ := kp.PublicKey()
-		seed, _ := kp.Seed()
-		other, _ := nkeys.CreateUser()
-		otherSeed, _ := other.Seed()
+		pub, seed := devtest.NKeyUser(t)
+		_, otherSeed := devtest.NKeyUser(t)
 		ns := startAuthNATS(t, &server.Options{Nkeys: []*server.NkeyUser{{Nkey: pub}}})
 		url := ns.ClientURL()
-		connects(t, NATS{URL: url, NKey: writeFile(t, "user.nk", seed)}, map[string]NATS{
-			"another nkey": {URL: url, NKey: writeFile(t, "other.nk", otherSeed)},
+		connects(t, NATS{URL: url, NKey: devtest.WriteFile(t, "user.nk", []byte(seed))}, map[string]NATS{
+			"another nkey": {URL: url, NKey: devtest.WriteFile(t, "other.nk", []byte(otherSeed))},
 			"no nkey":      {URL: url},
-		}, string(seed), string(otherSeed))
+		}, seed, otherSeed)
 	})
 	t.Run("credentials", func(t *testing.T) {
-		opKP, _ := nkeys.CreateOperator()
-		opPub, _ := opKP.PublicKey()
-		op := jwt.NewOperatorClaims(opPub)
-		opJWT, err := op.Encode(opKP)
-		if err != nil {
-			t.Fatal(err)
-		}
-		opClaims, err := jwt.DecodeOperatorClaims(opJWT)
-		if err != nil {
-			t.Fatal(err)
-		}
-		accKP, _ := nkeys.CreateAccount()
-		accPub, _ := accKP.PublicKey()
-		acc := jwt.NewAccountClaims(accPub)
-		accJWT, err := acc.Encode(opKP)
-		if err != nil {
-			t.Fatal(err)
-		}
-		creds := func(signer nkeys.KeyPair, issuerAccount string) ([]byte, string) {
-			uKP, _ := nkeys.CreateUser()
-			uPub, _ := uKP.PublicKey()
-			u := jwt.NewUserClaims(uPub)
-			u.IssuerAccount = issuerAccount
-			uJWT, err := u.Encode(signer)
-			if err != nil {
-				t.Fatal(err)
-			}
-			seed, _ := uKP.Seed()
-			b, err := jwt.FormatUserConfig(uJWT, seed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b, string(seed)
-		}
-		good, goodSeed := creds(accKP, "")
-		strangerKP, _ := nkeys.CreateAccount() // an account the operator never signed
-		bad, badSeed := creds(strangerKP, "")
-		resolver := &server.MemAccResolver{}
-		if err := resolver.Store(accPub, accJWT); err != nil {
-			t.Fatal(err)
-		}
-		ns := startAuthNATS(t, &server.Options{TrustedOperators: []*jwt.OperatorClaims{opClaims}, AccountResolver: resolver})
+		op := devtest.NewOperator(t)
+		good, goodSeed := devtest.UserCreds(t, op.Account(t, false))
+		stranger, _ := nkeys.CreateAccount() // an account the operator never signed
+		bad, badSeed := devtest.UserCreds(t, stranger)
+		opts := &server.Options{}
+		op.Trust(opts)
+		ns := startAuthNATS(t, opts)
 		url := ns.ClientURL()
-		connects(t, NATS{URL: url, Creds: writeFile(t, "user.creds", good)}, map[string]NATS{
-			"a user of an unknown account": {URL: url, Creds: writeFile(t, "stranger.creds", bad)},
+		connects(t, NATS{URL: url, Creds: devtest.WriteFile(t, "user.creds", good)}, map[string]NATS{
+			"a user of an unknown account": {URL: url, Creds: devtest.WriteFile(t, "stranger.creds", bad)},
 			"no credentials":               {URL: url},
 		}, goodSeed, badSeed)
 	})
 
-	ca := newTestCA(t)
-	serverCert := ca.issue(t, "nats-server", true)
-	clientCert := ca.issue(t, "ledger", false)
-	caFile := writeFile(t, "ca.pem", ca.certPEM)
+	ca := devtest.NewCA(t)
+	serverCert := ca.Issue(t, "nats-server", true)
+	clientCert := ca.Issue(t, "ledger", false)
+	caFile := devtest.WriteFile(t, "ca.pem", ca.CertPEM)
 	t.Run("TLS", func(t *testing.T) {
-		cfg := &tls.Config{Certificates: []tls.Certificate{serverCert.pair(t)}, MinVersion: tls.VersionTLS12}
-		ns := startAuthNATS(t, &server.Options{TLS: true, TLSConfig: cfg, TLSTimeout: 2})
+		ns := startAuthNATS(t, &server.Options{TLS: true, TLSConfig: ca.ServerTLS(t, serverCert, false), TLSTimeout: 2})
 		url := "tls://" + ns.Addr().String()
 		connects(t, NATS{URL: url, TLSCA: caFile}, map[string]NATS{
 			"no CA":      {URL: url},
-			"another CA": {URL: url, TLSCA: writeFile(t, "other-ca.pem", newTestCA(t).certPEM)},
+			"another CA": {URL: url, TLSCA: devtest.WriteFile(t, "other-ca.pem", devtest.NewCA(t).CertPEM)},
 		})
 	})
 	t.Run("mutual TLS", func(t *testing.T) {
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(ca.certPEM)
-		cfg := &tls.Config{Certificates: []tls.Certificate{serverCert.pair(t)}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool, MinVersion: tls.VersionTLS12}
-		ns := startAuthNATS(t, &server.Options{TLS: true, TLSVerify: true, TLSConfig: cfg, TLSTimeout: 2})
+		ns := startAuthNATS(t, &server.Options{TLS: true, TLSVerify: true, TLSConfig: ca.ServerTLS(t, serverCert, true), TLSTimeout: 2})
 		url := "tls://" + ns.Addr().String()
-		certFile, keyFile := writeFile(t, "client.pem", clientCert.certPEM), writeFile(t, "client-key.pem", clientCert.keyPEM)
-		stranger := newTestCA(t).issue(t, "stranger", false)
+		certFile, keyFile := devtest.WriteFile(t, "client.pem", clientCert.CertPEM), devtest.WriteFile(t, "client-key.pem", clientCert.KeyPEM)
+		stranger := devtest.NewCA(t).Issue(t, "stranger", false)
 		connects(t, NATS{URL: url, TLSCA: caFile, TLSCert: certFile, TLSKey: keyFile}, map[string]NATS{
 			"no client certificate": {URL: url, TLSCA: caFile},
 			"a certificate of another CA": {URL: url, TLSCA: caFile,
-				TLSCert: writeFile(t, "s.pem", stranger.certPEM), TLSKey: writeFile(t, "s-key.pem", stranger.keyPEM)},
-		}, string(clientCert.keyPEM))
+				TLSCert: devtest.WriteFile(t, "s.pem", stranger.CertPEM), TLSKey: devtest.WriteFile(t, "s-key.pem", stranger.KeyPEM)},
+		}, string(clientCert.KeyPEM))
 	})
-}
-
-// testCA is a certificate authority made for a test.
-type testCA struct {
-	cert    *x509.Certificate
-	key     *ecdsa.PrivateKey
-	certPEM []byte
-}
-
-type testCert struct{ certPEM, keyPEM []byte }
-
-func (c testCert) pair(t *testing.T) tls.Certificate {
-	t.Helper()
-	p, err := tls.X509KeyPair(c.certPEM, c.keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ledger test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue makes a certificate for 127.0.0.1 (server) or a client certificate.
-func (ca *testCA) issue(t *testing.T, name string, server bool) testCert {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testCert{certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})}
 }

@@ -32,10 +32,26 @@ func NATS(t testing.TB) *server.Server {
 // options (authentication, TLS, JetStream...), and stops it when t ends.
 func NATSWith(t testing.TB, opts *server.Options) *server.Server {
 	t.Helper()
+	return natsWith(t, opts, nil)
+}
+
+// NATSLogged is NATSWith with the server's log (notice level and above, where
+// it reports authorization and permissions violations) kept for the test.
+func NATSLogged(t testing.TB, opts *server.Options) (*server.Server, *ServerLog) {
+	t.Helper()
+	log := &ServerLog{}
+	return natsWith(t, opts, log), log
+}
+
+func natsWith(t testing.TB, opts *server.Options, log server.Logger) *server.Server {
+	t.Helper()
 	opts.Host, opts.Port, opts.NoLog, opts.NoSigs = "127.0.0.1", -1, true, true
 	s, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if log != nil {
+		s.SetLogger(log, false, false)
 	}
 	go s.Start()
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
