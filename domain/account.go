@@ -39,6 +39,8 @@ type KeyRecord struct {
 	Code        Code
 	Message     string
 	Events      []EventRef
+	// pinned: never forgotten (Account.PinUnclaimedSteps).
+	pinned bool
 	// after and ident are the account right after the command (After): its
 	// balances here, its name and currency shared by all the account's records.
 	after    afterCounts
@@ -129,6 +131,14 @@ type Account struct {
 	Keys map[string]*KeyRecord
 	// KeyLimit bounds Keys (0: unbounded). Set it before folding events.
 	KeyLimit int
+	// PinUnclaimedSteps keeps, beyond KeyLimit, the records of saga steps
+	// written without a claim of their own (Metadata.Claimed unset): on a store
+	// that finds a forgotten key only by its claim (KurrentDB), nothing else
+	// could tell that such a step was decided. Set it with KeyLimit. Only steps
+	// written before steps claimed their keys are pinned, so their number stops
+	// growing. pinned counts them.
+	PinUnclaimedSteps bool
+	pinned            int
 	// keyOrder lists Keys in the order they were recorded, from keyHead on: the
 	// next to forget is keyOrder[keyHead].
 	keyOrder []string
@@ -186,11 +196,17 @@ func (a *Account) Forgot() bool { return a.forgot }
 
 // remember adds a key's record to Keys, forgetting the oldest beyond KeyLimit.
 func (a *Account) remember(rec *KeyRecord) {
-	if _, known := a.Keys[rec.Key]; !known {
-		a.keyOrder = append(a.keyOrder, rec.Key)
+	if old, known := a.Keys[rec.Key]; !known {
+		if rec.pinned {
+			a.pinned++
+		} else {
+			a.keyOrder = append(a.keyOrder, rec.Key)
+		}
+	} else {
+		rec.pinned = old.pinned // counted once, as first recorded
 	}
 	a.Keys[rec.Key] = rec
-	for a.KeyLimit > 0 && len(a.Keys) > a.KeyLimit {
+	for a.KeyLimit > 0 && len(a.Keys)-a.pinned > a.KeyLimit {
 		old := a.keyOrder[a.keyHead]
 		a.keyOrder[a.keyHead] = ""
 		a.keyHead++
@@ -626,7 +642,8 @@ func (a *Account) record(ev StoredEvent, payload any) {
 	m := ev.Metadata
 	rec := a.Keys[m.Key]
 	if rec == nil || m.Index == 0 {
-		h := &recordWithEvent{rec: KeyRecord{Key: m.Key, Command: internCommand(m.Command), RequestHash: ParseHash(m.RequestHash), Status: StatusApplied, Code: CodeOK}}
+		h := &recordWithEvent{rec: KeyRecord{Key: m.Key, Command: internCommand(m.Command), RequestHash: ParseHash(m.RequestHash), Status: StatusApplied, Code: CodeOK,
+			pinned: a.PinUnclaimedSteps && m.Origin != "" && !m.Claimed}}
 		rec = &h.rec
 		rec.Events = h.first[:0:1]
 		a.remember(rec)

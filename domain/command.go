@@ -91,6 +91,9 @@ type Command struct {
 	// Reason labels a money movement made by an internal step (for example
 	// "transfer_out", "refund_in"); empty for client commands.
 	Reason string
+	// Claimed: an internal step written with a claim of its own key
+	// (Metadata.Claimed), where the store recalls forgotten keys by their claims.
+	Claimed bool
 }
 
 // Posting is one leg of a transaction: amount moves from one account to another.

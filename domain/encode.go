@@ -9,7 +9,7 @@ import (
 // EncodeMetadata is json.Marshal(m), byte for byte, written field by field
 // without reflection (the ledger encodes metadata for every event it writes).
 func EncodeMetadata(m Metadata) ([]byte, error) {
-	size := 140 + len(m.Key) + len(m.Command) + len(m.RequestHash) + len(m.Origin) + len(m.Chain) + len(m.Producer) + base64.StdEncoding.EncodedLen(len(m.Request))
+	size := 155 + len(m.Key) + len(m.Command) + len(m.RequestHash) + len(m.Origin) + len(m.Chain) + len(m.Producer) + base64.StdEncoding.EncodedLen(len(m.Request))
 	b := make([]byte, 0, size)
 	b = append(b, `{"key":`...)
 	b = AppendJSONString(b, m.Key)
@@ -47,6 +47,9 @@ func EncodeMetadata(m Metadata) ([]byte, error) {
 	if m.Producer != "" {
 		b = append(b, `,"producer":`...)
 		b = AppendJSONString(b, m.Producer)
+	}
+	if m.Claimed {
+		b = append(b, `,"claimed":true`...)
 	}
 	return append(b, '}'), nil
 }

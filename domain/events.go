@@ -167,6 +167,10 @@ type Metadata struct {
 	Chain       string    `json:"chain,omitempty"`    // tamper-evidence hash chain (read side)
 	Schema      int       `json:"schema,omitempty"`   // payload schema version
 	Producer    string    `json:"producer,omitempty"` // instance that wrote it, for diagnostics
+	// Claimed: the key's claim (KeyClaimed in its key stream) was written before
+	// this write. Set on saga steps where the store finds a forgotten key by its
+	// claim (Account.PinUnclaimedSteps); a client key's write always has a claim.
+	Claimed bool `json:"claimed,omitempty"`
 }
 
 // NewEvent is an event decided but not yet written.

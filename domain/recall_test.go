@@ -173,3 +173,38 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		t.Fatal("a snapshot of no events")
 	}
 }
+
+// TestUnclaimedStepsArePinned: where forgotten keys are found only by their
+// claims (PinUnclaimedSteps), a saga step written without a claim of its own
+// (before steps claimed their keys) is never forgotten, and does not count
+// against KeyLimit; a claimed step and client keys are forgotten as usual.
+func TestUnclaimedStepsArePinned(t *testing.T) {
+	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, pin := range []bool{true, false} {
+		a := NewAccount("a")
+		a.KeyLimit, a.PinUnclaimedSteps = 2, pin
+		cmds := []Command{{Type: CmdOpenAccount, IdempotencyKey: "open", AccountID: "a", Currency: "EUR"}}
+		cmds = append(cmds, Command{Type: CmdTransferCredit, IdempotencyKey: "t1:credit", AccountID: "a", Amount: 10, HasAmount: true, Currency: "EUR", Origin: "t1", Reason: ReasonTransferIn})
+		cmds = append(cmds, Command{Type: CmdTransferCredit, IdempotencyKey: "t2:credit", AccountID: "a", Amount: 10, HasAmount: true, Currency: "EUR", Origin: "t2", Reason: ReasonTransferIn, Claimed: true})
+		for i := range 5 {
+			cmds = append(cmds, Command{Type: CmdDeposit, IdempotencyKey: fmt.Sprintf("d%d", i), AccountID: "a", Amount: 1, HasAmount: true, Currency: "EUR"})
+		}
+		for _, cmd := range cmds {
+			cmd.At = at
+			d := DecideAccount(a, cmd)
+			ev := storedOf(t, cmd, d.Events, 0, uint64(a.Revision+1), "p")
+			ev.Metadata.Origin, ev.Metadata.Claimed = cmd.Origin, cmd.Claimed
+			if err := EvolveAccount(a, ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, legacy := a.Keys["t1:credit"]
+		_, claimed := a.Keys["t2:credit"]
+		if legacy != pin || claimed || a.Keys["d4"] == nil || a.Keys["d3"] == nil || a.Keys["d2"] != nil || !a.Forgot() {
+			t.Fatalf("pin %v: keys %v", pin, keysOf(a))
+		}
+		if a.Balance != 25 {
+			t.Fatalf("pin %v: balance %d", pin, a.Balance)
+		}
+	}
+}

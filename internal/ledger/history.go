@@ -20,9 +20,12 @@ import (
 // account's latest snapshot and the events after it (eventstore.SnapshotStore),
 // and a snapshot is taken every Options.SnapshotEvery events.
 //
-// A store that locates no events (KurrentDB through the v4 client) keeps every
-// key in the aggregate and takes no snapshots, as before: a key's first event
-// cannot be found there without reading the stream.
+// A store that locates no events and appends to one stream at a time (KurrentDB
+// through the v4 client) finds a forgotten key through its claim instead
+// (firstEventOf): every decision on an account is written there after its key's
+// claim, a saga step's too (claimRecall), and a command on an aggregate that
+// forgot keys has its key looked up before it is decided, since that store
+// would not refuse a second event with the same ID. It takes no snapshots.
 
 var (
 	snapshotsTaken = prometheus.NewCounter(prometheus.CounterOpts{
@@ -53,7 +56,7 @@ func init() {
 // newAccount is an empty aggregate bounded as this service bounds them.
 func (s *Service) newAccount(id string) *domain.Account {
 	acc := domain.NewAccount(id)
-	acc.KeyLimit = s.keyLimit
+	acc.KeyLimit, acc.PinUnclaimedSteps = s.keyLimit, s.claimRecall
 	return acc
 }
 
@@ -76,7 +79,7 @@ func (s *Service) coldAccount(ctx context.Context, stream, id string) (*domain.A
 		s.log.Warn("account snapshot ignored: folding the stream from its start", "stream", stream, "revision", snap.Revision, "err", err)
 		return s.newAccount(id), nil
 	}
-	acc.KeyLimit, acc.SnapshotRevision = s.keyLimit, acc.Revision
+	acc.KeyLimit, acc.PinUnclaimedSteps, acc.SnapshotRevision = s.keyLimit, s.claimRecall, acc.Revision
 	return acc, nil
 }
 
@@ -146,10 +149,10 @@ func (s *Service) snapshotIfDue(stream string, acc *domain.Account) {
 // store when the aggregate has forgotten it (and then remembered again); nil
 // when the key was never decided on the stream. The caller holds the lock.
 func (s *Service) keyRecord(ctx context.Context, stream string, acc *domain.Account, key string) (*domain.KeyRecord, error) {
-	if rec := acc.Keys[key]; rec != nil || s.locator == nil {
+	if rec := acc.Keys[key]; rec != nil || !acc.Forgot() && s.claimRecall || s.locator == nil && !s.claimRecall {
 		return rec, nil
 	}
-	first, err := s.locator.ReadEventByID(ctx, domain.EventID(key, stream, 0))
+	first, err := s.firstEventOf(ctx, stream, key)
 	if errors.Is(err, eventstore.ErrEventNotFound) {
 		return nil, nil
 	}
@@ -183,6 +186,51 @@ func (s *Service) keyRecord(ctx context.Context, stream string, acc *domain.Acco
 		return s.recallByFold(ctx, stream, acc, key, stored[len(stored)-1].Revision)
 	}
 	return rec, err
+}
+
+// firstEventOf finds the first event key wrote to stream: by its derived ID on
+// a store that locates events, else through the key's claim (claimRecall),
+// which names the stream and the revision the decision was to be written at: a
+// lower bound, since a decision taken again after a concurrent write lands
+// later. The stream is read forward from there, a page at a time, to the key's
+// first event (a claim written before a crash, whose decision never was, reads
+// to the head and finds none). A claim made before claims held a revision is
+// read from the stream's start. ErrEventNotFound when the key wrote nothing there.
+func (s *Service) firstEventOf(ctx context.Context, stream, key string) (eventstore.RecordedEvent, error) {
+	id := domain.EventID(key, stream, 0)
+	if s.locator != nil {
+		return s.locator.ReadEventByID(ctx, id)
+	}
+	c, err := s.readClaim(ctx, key)
+	if err != nil {
+		return eventstore.RecordedEvent{}, err
+	}
+	if c == nil || c.Stream != stream {
+		return eventstore.RecordedEvent{}, eventstore.ErrEventNotFound
+	}
+	from := eventstore.Revision(0)
+	if c.Revision != nil {
+		from = *c.Revision
+	}
+	const page = 256
+	for {
+		evs, err := s.store.ReadStream(ctx, stream, from, eventstore.Forwards, page)
+		if errors.Is(err, eventstore.ErrStreamNotFound) {
+			return eventstore.RecordedEvent{}, eventstore.ErrEventNotFound
+		}
+		if err != nil {
+			return eventstore.RecordedEvent{}, err
+		}
+		for _, re := range evs {
+			if re.ID == id {
+				return re, nil
+			}
+		}
+		if len(evs) < page {
+			return eventstore.RecordedEvent{}, eventstore.ErrEventNotFound
+		}
+		from += page
+	}
 }
 
 // oldKeyWindow is how long a stream stays in "resends of old keys arrive" mode

@@ -69,13 +69,17 @@ type Service struct {
 	transfers *transferCache
 	// locator and snaps are the store's, when it locates events and keeps
 	// snapshots (history.go); keyLimit is Account.KeyLimit for new aggregates.
-	locator   eventstore.EventLocator
-	lookups   *keyLookups
-	snaps     eventstore.SnapshotStore
-	keyLimit  int
-	oldKeys   sync.Map // streams where resends of forgotten keys arrive: string -> time.Time
-	snapSlots chan struct{}
-	snapWG    sync.WaitGroup
+	// claimRecall: the store locates no events and writes no two streams at once
+	// (KurrentDB): every decision on an account, a saga step's too, is written
+	// after its key's claim, through which a forgotten key is found (history.go).
+	claimRecall bool
+	locator     eventstore.EventLocator
+	lookups     *keyLookups
+	snaps       eventstore.SnapshotStore
+	keyLimit    int
+	oldKeys     sync.Map // streams where resends of forgotten keys arrive: string -> time.Time
+	snapSlots   chan struct{}
+	snapWG      sync.WaitGroup
 	// failpoint, when set (by tests only), is called between the steps of a saga
 	// with the step's name; an error aborts the handler there, as a crash would.
 	failpoint func(step string) error
@@ -105,8 +109,12 @@ func New(store Store, opts Options) *Service {
 		opts.Logger = slog.Default()
 	}
 	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), pipes: newPipes(), accounts: newAccountCache(opts.CacheSize, opts.CacheBytes), claims: newClaimCache(opts.CacheSize), transfers: newTransferCache(opts.CacheSize), snapSlots: make(chan struct{}, 4)}
+	_, multi := store.(eventstore.MultiAppender)
 	if l, ok := store.(eventstore.EventLocator); ok {
 		s.locator, s.lookups = l, newKeyLookups(l)
+		s.keyLimit = max(opts.RecentKeys, 0)
+	} else if !multi {
+		s.claimRecall = true
 		s.keyLimit = max(opts.RecentKeys, 0)
 	}
 	if ss, ok := store.(eventstore.SnapshotStore); ok {
@@ -225,6 +233,9 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 	if err != nil {
 		return nil, false, nil, err
 	}
+	if !claim && s.claimRecall { // a saga step claims its key too: that is how it is found once forgotten
+		claim, cmd.Claimed = true, true
+	}
 	l := &heldLock{s: s, stream: stream}
 	if err := l.lock(ctx); err != nil {
 		return nil, false, nil, err
@@ -242,7 +253,7 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 		if err != nil {
 			return nil, false, nil, err
 		}
-		if rec, dup, r, err := s.answerKnownKey(ctx, stream, acc, cmd, req, recall); err != nil || rec != nil || r != nil {
+		if rec, dup, r, err := s.answerKnownKey(ctx, stream, acc, cmd, req, recall || (s.claimRecall && acc.Forgot())); err != nil || rec != nil || r != nil {
 			return rec, dup, r, err
 		}
 		attempt++
@@ -522,7 +533,7 @@ func (s *Service) encodeEvents(cmd domain.Command, req domain.Canonical, key, st
 		if err != nil {
 			return nil, nil, fmt.Errorf("ledger: encode %s: %w", ev.Type, err)
 		}
-		m := domain.Metadata{Key: key, Command: string(cmd.Type), RequestHash: hash, Index: i, Count: len(events), At: cmd.At, Origin: cmd.Origin, Producer: s.opts.Producer, Schema: 1}
+		m := domain.Metadata{Key: key, Command: string(cmd.Type), RequestHash: hash, Index: i, Count: len(events), At: cmd.At, Origin: cmd.Origin, Producer: s.opts.Producer, Schema: 1, Claimed: cmd.Claimed}
 		if i == 0 {
 			m.Request = req.JSON
 		}

@@ -659,8 +659,20 @@ var (
 
 // A crash at every step of every path, then a recovery by the transfer process
 // (another instance) or by the client's retry: every transfer ends decided, no
-// money created or lost.
+// money created or lost. Forgetful: the same where every aggregate keeps one
+// key, so that the steps a recovery runs again were forgotten (found by their
+// claims on the stores that locate no events, as KurrentDB).
 func TestTransferCrashAtEveryStep(t *testing.T) {
+	transferCrashAtEveryStep(t, func(st Store, clk *fakeClock) *Service { return newSagaService(st, clk) })
+}
+
+func TestTransferCrashAtEveryStepForgetful(t *testing.T) {
+	transferCrashAtEveryStep(t, func(st Store, clk *fakeClock) *Service {
+		return New(st, Options{Clock: clk.Now, Logger: quietLog, RecentKeys: 1})
+	})
+}
+
+func transferCrashAtEveryStep(t *testing.T, newSagaService func(Store, *fakeClock) *Service) {
 	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
 		clk := newFakeClock()
 		setup := newSagaService(st, clk)
