@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -40,9 +41,10 @@ const DefaultIDCacheSize = 1 << 16
 type Option func(*config)
 
 type config struct {
-	idCacheSize int
-	now         func() time.Time
-	release     Release
+	idCacheSize   int
+	now           func() time.Time
+	release       Release
+	commitTimeout time.Duration
 }
 
 // Release names the KurrentDB release whose behaviour the server reproduces
@@ -90,6 +92,7 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 // EventStore-Client-Go/v4: Streams (Append, Read, Tombstone), ServerFeatures
 // and Gossip, on 127.0.0.1 only.
 type Server struct {
+	cfg     config
 	release Release
 	db      *db
 	grpc    *grpc.Server
@@ -102,15 +105,18 @@ type Server struct {
 	unavailable bool
 	failNext    map[string][]codes.Code
 	stalls      []bool // one per stalled append to come; true: commit before stalling
+	afterWrite  []codes.Code
+	notLeader   []string // leader endpoints (host:port) of the NotLeader answers to come
 	subs        map[*subscription]struct{}
 	subsChanged chan struct{}
 	requests    map[string]int
 	starts      []string
+	leaderCalls int // calls that carried requires-leader: true
 }
 
 // New starts a server on 127.0.0.1 with an ephemeral port.
 func New(opts ...Option) (*Server, error) {
-	cfg := config{idCacheSize: DefaultIDCacheSize, now: time.Now, release: DefaultRelease}
+	cfg := config{idCacheSize: DefaultIDCacheSize, now: time.Now, release: DefaultRelease, commitTimeout: DefaultCommitTimeout}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -119,6 +125,7 @@ func New(opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("kurrenttest: listen: %w", err)
 	}
 	s := &Server{
+		cfg:         cfg,
 		release:     cfg.release,
 		db:          newDB(cfg.idCacheSize),
 		lis:         lis,
@@ -257,10 +264,21 @@ func (s *Server) Head() uint64 {
 	return all[len(all)-1].pos
 }
 
-func (s *Server) fault(method string) error {
+// RequiresLeaderCalls counts the calls that carried the requires-leader: true
+// header, which a follower answers NotLeader rather than forwarding the write.
+func (s *Server) RequiresLeaderCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leaderCalls
+}
+
+func (s *Server) fault(ctx context.Context, method string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.requests[method]++
+	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("requires-leader")) > 0 && md.Get("requires-leader")[0] == "true" {
+		s.leaderCalls++
+	}
 	if q := s.failNext[method]; len(q) > 0 {
 		s.failNext[method] = q[1:]
 		return status.Error(q[0], "fault injected by the test server")
@@ -283,14 +301,14 @@ func (s *Server) nextStall() (stall, commit bool) {
 }
 
 func (s *Server) unaryFaults(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := s.fault(info.FullMethod); err != nil {
+	if err := s.fault(ctx, info.FullMethod); err != nil {
 		return nil, err
 	}
 	return handler(ctx, req)
 }
 
 func (s *Server) streamFaults(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := s.fault(info.FullMethod); err != nil {
+	if err := s.fault(ss.Context(), info.FullMethod); err != nil {
 		return err
 	}
 	return handler(srv, ss)

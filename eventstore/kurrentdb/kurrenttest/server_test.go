@@ -911,3 +911,58 @@ func TestDropSubscriptions(t *testing.T) {
 	}
 	eventually(t, 2*time.Second, func() bool { return s.Subscriptions() == 0 })
 }
+
+// TestClientNeverSendsRequiresLeader: EventStore-Client-Go v4.2.0 puts the
+// requires-leader header into an incoming context (configureGrpcCall), so it
+// never reaches the server, even with RequiresLeader set: a real follower
+// forwards such a write to the leader instead of answering NotLeader. If this
+// fails after a client upgrade, followers will start answering NotLeader.
+func TestClientNeverSendsRequiresLeader(t *testing.T) {
+	s, _ := Start(t)
+	c := client(t, s)
+	opts := esdb.AppendToStreamOptions{ExpectedRevision: esdb.Any{}, RequiresLeader: true}
+	if _, err := c.AppendToStream(ctxT(t), "s", opts, events(uuid.New())...); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.RequiresLeaderCalls(); n != 0 {
+		t.Fatalf("%d calls carried requires-leader: the client now sends it", n)
+	}
+}
+
+func TestFaultsPastTheWrite(t *testing.T) {
+	s, _ := Start(t, WithCommitTimeout(20*time.Millisecond))
+	rc := raw(t, s)
+	id := ids(1)
+	s.FailAppendsAfterWrite(1, codes.Aborted)
+	if _, err := rawAppendErr(ctxT(t), rc, "a", expNoStream(), id...); status.Code(err) != codes.Aborted {
+		t.Fatalf("want Aborted after the write, got %v", err)
+	}
+	if resp := rawAppend(t, rc, "a", expNoStream(), id...); resp.GetSuccess().GetCurrentRevision() != 0 {
+		t.Fatalf("retry: %v", resp)
+	}
+
+	s.HoldReplication(true)
+	held := ids(1)
+	for range 2 { // the write, then its retry (IdempotentNotReady)
+		if _, err := rawAppendErr(ctxT(t), rc, "b", expNoStream(), held...); status.Code(err) != codes.Aborted {
+			t.Fatalf("want Aborted while replication is held, got %v", err)
+		}
+	}
+	if resp, err := rawAppendErr(ctxT(t), rc, "b", expNoStream(), ids(1)...); err != nil || resp.GetWrongExpectedVersion() == nil {
+		t.Fatalf("another batch at the held write's revision: %v, %v; want a wrong expected version", resp, err)
+	}
+	s.HoldReplication(false)
+	if resp := rawAppend(t, rc, "b", expNoStream(), held...); resp.GetSuccess().GetCurrentRevision() != 0 {
+		t.Fatalf("retry after replication: %v", resp)
+	}
+
+	// The leader's endpoint in the trailers is checked through the client
+	// (TestNotLeaderIsRetriedOnTheLeader in the backend's tests).
+	s.NotLeaderNext(1, "")
+	if _, err := rawAppendErr(ctxT(t), rc, "c", expAny(), ids(1)...); status.Code(err) != codes.NotFound {
+		t.Fatalf("want NotFound (leader info), got %v", err)
+	}
+	if msgs := readAllRaw(t, mustRead(t, rc, streamReadReq("c", 0, false, 10))); len(msgs) != 1 || kind(msgs[0]) != "stream_not_found" {
+		t.Fatalf("the refused append was written: %v", msgs)
+	}
+}

@@ -126,6 +126,9 @@ func (ss *streamsServer) Append(srv api.Streams_AppendServer) error {
 	}
 
 	ctx := srv.Context()
+	if err := ss.s.notLeaderAnswer(srv.SetTrailer); err != nil {
+		return err
+	}
 	if stall, commit := ss.s.nextStall(); stall {
 		if commit {
 			ss.s.db.append(stream, exp, events)
@@ -135,6 +138,9 @@ func (ss *streamsServer) Append(srv api.Streams_AppendServer) error {
 	}
 
 	out := ss.s.db.append(stream, exp, events)
+	if err := ss.afterWrite(ctx, out); err != nil {
+		return err
+	}
 	resp := &api.AppendResp{}
 	switch out.decision {
 	case decisionDeleted:
@@ -160,6 +166,28 @@ func (ss *streamsServer) Append(srv api.Streams_AppendServer) error {
 		resp.Result = &api.AppendResp_WrongExpectedVersion_{WrongExpectedVersion: wrongExpectedVersion(exp, out.current)}
 	}
 	return srv.SendAndClose(resp)
+}
+
+// afterWrite waits for a write to commit (see HoldReplication) and applies
+// FailAppendsAfterWrite. An IdempotentNotReady retry times out.
+func (ss *streamsServer) afterWrite(ctx context.Context, out appendOutcome) error {
+	switch {
+	case out.decision == decisionNotReady:
+		return ss.s.awaitTimeout(ctx)
+	case out.pending:
+		if err := ss.s.awaitCommit(ctx, out.pos); err != nil {
+			return err
+		}
+	}
+	if out.decision == decisionOK && out.hasPos {
+		if code, ok := ss.s.nextAfterWrite(); ok {
+			if code == codes.Aborted {
+				return commitTimedOut()
+			}
+			return status.Error(code, "fault injected by the test server after the write")
+		}
+	}
+	return nil
 }
 
 func wrongExpectedVersion(exp expected, current int64) *api.AppendResp_WrongExpectedVersion {
