@@ -25,6 +25,10 @@ import (
 // stream also match eventstore.ErrStreamNotFound.
 var ErrStreamDeleted = errors.New("kurrentdb: stream deleted")
 
+// ErrAppendTooLarge marks an append over the server's maximum append size
+// (MaxAppendSize, 1 MiB by default on 24.10). Retrying cannot help.
+var ErrAppendTooLarge = errors.New("kurrentdb: append over the maximum append size")
+
 // errClosed is returned by every call after Close.
 var errClosed = errors.New("kurrentdb: store closed")
 
@@ -35,9 +39,12 @@ const (
 	DefaultResubscribeAttempts = 20 // consecutive failed resubscriptions before a subscription ends
 	DefaultSearchWindow        = 32 // events the server scans per filtered page
 	DefaultCheckpointMultiple  = 1  // a checkpoint every DefaultSearchWindow considered events
-	defaultBufferSize          = 512
-	closeDrainTimeout          = 5 * time.Second
-	headPageSize               = 32
+	// DefaultMaxAppendSize is KurrentDB 24.10's MaxAppendSize: 1,048,576 bytes,
+	// counted as the server does (data, metadata and twice the type's length).
+	DefaultMaxAppendSize = 1 << 20
+	defaultBufferSize    = 512
+	closeDrainTimeout    = 5 * time.Second
+	headPageSize         = 32
 )
 
 // Option configures a Store.
@@ -50,6 +57,7 @@ type options struct {
 	resubscribeAttempts int
 	searchWindow        int
 	checkpointMultiple  int
+	maxAppendSize       int
 }
 
 // WithLogger sends the client library's log lines to l (debug and info at Debug,
@@ -69,6 +77,14 @@ func WithResubscribe(min, max time.Duration, attempts int) Option {
 func WithCheckpointWindow(window, multiple int) Option {
 	return func(o *options) { o.searchWindow, o.checkpointMultiple = window, multiple }
 }
+
+// WithMaxAppendSize sets the largest append the store sends, in bytes counted as
+// the server counts them; a larger one fails with ErrAppendTooLarge before it is
+// sent. Set it to the server's MaxAppendSize (larger on 25.x than 24.10's 1 MiB)
+// or below: the server refuses a larger append while the client is still
+// sending it, and the client then reports only io.EOF, which cannot be told from
+// a lost connection.
+func WithMaxAppendSize(bytes int) Option { return func(o *options) { o.maxAppendSize = bytes } }
 
 // ConnectionString turns a ledger URL (kurrentdb://, kurrentdb+discover://,
 // kurrent://, esdb://, esdb+discover://) into EventStore-Client-Go's connection
@@ -126,6 +142,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		resubscribeAttempts: DefaultResubscribeAttempts,
 		searchWindow:        DefaultSearchWindow,
 		checkpointMultiple:  DefaultCheckpointMultiple,
+		maxAppendSize:       DefaultMaxAppendSize,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -332,6 +349,9 @@ func mapError(ctx context.Context, err error, what string) error {
 			return fmt.Errorf("kurrentdb: %s: %w: %w", what, eventstore.ErrUnavailable, err)
 		}
 	}
+	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "Maximum Append Size") {
+		return fmt.Errorf("kurrentdb: %s: %w: %w", what, ErrAppendTooLarge, err)
+	}
 	if errors.Is(err, io.EOF) {
 		// The server ended an append before the client had sent it all; the client
 		// lost its status on the way (it reports Send's io.EOF). Nothing was committed:
@@ -390,22 +410,12 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 	if len(events) == 0 {
 		return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append to %q: no events", stream)
 	}
-	data := make([]esdb.EventData, len(events))
-	for i, e := range events {
-		if e.ID == uuid.Nil {
-			// The client would make up a random ID, and with it a new intent.
-			return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append to %q: event %d has no ID", stream, i)
-		}
-		data[i] = esdb.EventData{
-			EventID:     e.ID,
-			EventType:   e.Type,
-			ContentType: esdb.ContentTypeJson,
-			Data:        e.Data,
-			Metadata:    e.Metadata,
-		}
+	data, err := s.toESDBEvents(stream, events)
+	if err != nil {
+		return eventstore.AppendResult{}, err
 	}
 	var wr *esdb.WriteResult
-	err := s.do(ctx, func(c *esdb.Client) error {
+	err = s.do(ctx, func(c *esdb.Client) error {
 		var err error
 		wr, err = c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: toESDBExpected(expected)}, data...)
 		return err
@@ -440,6 +450,37 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		}
 	}
 	return res, nil
+}
+
+// toESDBEvents checks events as the server would before sending them: the
+// server refuses an event without ID or type, and an append over its maximum
+// size, while it reads the request, and the client then loses the status.
+func (s *Store) toESDBEvents(stream string, events []eventstore.EventData) ([]esdb.EventData, error) {
+	data := make([]esdb.EventData, len(events))
+	size := 0
+	for i, e := range events {
+		switch {
+		case e.ID == uuid.Nil:
+			// The client would make up a random ID, and with it a new intent.
+			return nil, fmt.Errorf("kurrentdb: append to %q: event %d has no ID", stream, i)
+		case e.Type == "":
+			return nil, fmt.Errorf("kurrentdb: append to %q: event %d has no type", stream, i)
+		}
+		// At least the server's count (Event.SizeOnDisk: the type in UTF-16).
+		size += len(e.Data) + len(e.Metadata) + 2*len(e.Type)
+		if size > s.opts.maxAppendSize {
+			return nil, fmt.Errorf("kurrentdb: append to %q: %w (%d bytes from event %d, limit %d)",
+				stream, ErrAppendTooLarge, size, i, s.opts.maxAppendSize)
+		}
+		data[i] = esdb.EventData{
+			EventID:     e.ID,
+			EventType:   e.Type,
+			ContentType: esdb.ContentTypeJson,
+			Data:        e.Data,
+			Metadata:    e.Metadata,
+		}
+	}
+	return data, nil
 }
 
 // lastRevision is the stream's last revision, -1 when it has none or when it

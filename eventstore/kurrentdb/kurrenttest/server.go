@@ -45,6 +45,7 @@ type config struct {
 	now           func() time.Time
 	release       Release
 	commitTimeout time.Duration
+	maxAppendSize int
 }
 
 // Release names the KurrentDB release whose behaviour the server reproduces
@@ -76,6 +77,16 @@ func (r Release) maxCheckpoint() bool { return r == Release24_10_4 }
 // skipsAfterStart reports whether a $all subscription skips the first event at
 // or after its start position (23.10) rather than starting strictly after it.
 func (r Release) skipsAfterStart() bool { return r == Release23_10 }
+
+// DefaultMaxAppendSize is the server's MaxAppendSize on the releases modelled
+// (23.10, 24.10): 1,048,576 bytes, counted as Event.SizeOnDisk (data, metadata
+// and twice the type's length). Later releases allow more: see WithMaxAppendSize.
+const DefaultMaxAppendSize = 1 << 20
+
+// WithMaxAppendSize sets the largest append the server takes, in bytes counted
+// as Event.SizeOnDisk; a larger one is refused with InvalidArgument and the
+// exception maximum-append-size-exceeded.
+func WithMaxAppendSize(bytes int) Option { return func(c *config) { c.maxAppendSize = bytes } }
 
 // WithRelease makes the server behave as the named release where the releases
 // modelled differ (see Release).
@@ -116,7 +127,7 @@ type Server struct {
 
 // New starts a server on 127.0.0.1 with an ephemeral port.
 func New(opts ...Option) (*Server, error) {
-	cfg := config{idCacheSize: DefaultIDCacheSize, now: time.Now, release: DefaultRelease, commitTimeout: DefaultCommitTimeout}
+	cfg := config{idCacheSize: DefaultIDCacheSize, now: time.Now, release: DefaultRelease, commitTimeout: DefaultCommitTimeout, maxAppendSize: DefaultMaxAppendSize}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -89,6 +89,22 @@ func rawAppend(t *testing.T, c api.StreamsClient, stream string, opt *api.Append
 }
 
 func rawAppendErr(ctx context.Context, c api.StreamsClient, stream string, opt *api.AppendReq_Options, idList ...uuid.UUID) (*api.AppendResp, error) {
+	msgs := make([]*api.AppendReq_ProposedMessage, len(idList))
+	for i, id := range idList {
+		msgs[i] = proposal(id, "Test", []byte(`{}`))
+	}
+	return rawAppendMsgs(ctx, c, stream, opt, msgs...)
+}
+
+func proposal(id uuid.UUID, eventType string, data []byte) *api.AppendReq_ProposedMessage {
+	return &api.AppendReq_ProposedMessage{
+		Id:       uuidToProto(id, false),
+		Metadata: map[string]string{"type": eventType, "content-type": "application/json"},
+		Data:     data,
+	}
+}
+
+func rawAppendMsgs(ctx context.Context, c api.StreamsClient, stream string, opt *api.AppendReq_Options, msgs ...*api.AppendReq_ProposedMessage) (*api.AppendResp, error) {
 	ac, err := c.Append(ctx)
 	if err != nil {
 		return nil, err
@@ -100,12 +116,8 @@ func rawAppendErr(ctx context.Context, c api.StreamsClient, stream string, opt *
 		}
 		return nil, err
 	}
-	for _, id := range idList {
-		err := ac.Send(&api.AppendReq{Content: &api.AppendReq_ProposedMessage_{ProposedMessage: &api.AppendReq_ProposedMessage{
-			Id:       uuidToProto(id, false),
-			Metadata: map[string]string{"type": "Test", "content-type": "application/json"},
-			Data:     []byte(`{}`),
-		}}})
+	for _, m := range msgs {
+		err := ac.Send(&api.AppendReq{Content: &api.AppendReq_ProposedMessage_{ProposedMessage: m}})
 		if errors.Is(err, io.EOF) {
 			return ac.CloseAndRecv()
 		}
@@ -964,5 +976,30 @@ func TestFaultsPastTheWrite(t *testing.T) {
 	}
 	if msgs := readAllRaw(t, mustRead(t, rc, streamReadReq("c", 0, false, 10))); len(msgs) != 1 || kind(msgs[0]) != "stream_not_found" {
 		t.Fatalf("the refused append was written: %v", msgs)
+	}
+}
+
+// TestAppendLimits: an append over the maximum size, counted as
+// Event.SizeOnDisk, and an event with an empty type are refused while the
+// server reads them, and nothing is written.
+func TestAppendLimits(t *testing.T) {
+	s, _ := Start(t, WithMaxAppendSize(100))
+	rc := raw(t, s)
+	// 2*len("Test") + 92 = 100: at the limit.
+	if _, err := rawAppendMsgs(ctxT(t), rc, "a", expAny(), proposal(uuid.New(), "Test", make([]byte, 92))); err != nil {
+		t.Fatalf("an append at the limit: %v", err)
+	}
+	over := []*api.AppendReq_ProposedMessage{proposal(uuid.New(), "Test", make([]byte, 50)), proposal(uuid.New(), "Test", make([]byte, 50))}
+	_, err := rawAppendMsgs(ctxT(t), rc, "b", expAny(), over...)
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() != "Maximum Append Size of 100 Exceeded." {
+		t.Fatalf("an append over the limit: %v", err)
+	}
+	if _, err := rawAppendMsgs(ctxT(t), rc, "c", expAny(), proposal(uuid.New(), "", nil)); status.Code(err) != codes.Unknown {
+		t.Fatalf("an event without type: %v", err)
+	}
+	for _, stream := range []string{"b", "c"} {
+		if msgs := readAllRaw(t, mustRead(t, rc, streamReadReq(stream, 0, false, 10))); len(msgs) != 1 || kind(msgs[0]) != "stream_not_found" {
+			t.Fatalf("%s was written: %v", stream, msgs)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	api "github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
@@ -93,36 +94,9 @@ func (ss *streamsServer) Append(srv api.Streams_AppendServer) error {
 		return status.Errorf(codes.InvalidArgument, "'%v' is not a valid expected stream revision", v)
 	}
 
-	var events []proposed
-	for {
-		req, err := srv.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		msg := req.GetProposedMessage()
-		if msg == nil {
-			return status.Error(codes.Unknown, "Operation is not valid due to the current state of the object.")
-		}
-		for _, key := range []string{"type", "content-type"} {
-			if _, ok := msg.GetMetadata()[key]; !ok {
-				srv.SetTrailer(metadata.Pairs("exception", "missing-required-metadata-property", "required-metadata-properties", "type,content-type"))
-				return status.Errorf(codes.InvalidArgument, "Required Metadata Property '%s' is missing", key)
-			}
-		}
-		id, err := uuidFromProto(msg.GetId())
-		if err != nil {
-			return status.Errorf(codes.InvalidArgument, "invalid event id: %v", err)
-		}
-		events = append(events, proposed{
-			id:          id,
-			eventType:   msg.GetMetadata()["type"],
-			contentType: msg.GetMetadata()["content-type"],
-			data:        msg.GetData(),
-			meta:        msg.GetCustomMetadata(),
-		})
+	events, err := ss.receiveEvents(srv)
+	if err != nil {
+		return err
 	}
 
 	ctx := srv.Context()
@@ -166,6 +140,62 @@ func (ss *streamsServer) Append(srv api.Streams_AppendServer) error {
 		resp.Result = &api.AppendResp_WrongExpectedVersion_{WrongExpectedVersion: wrongExpectedVersion(exp, out.current)}
 	}
 	return srv.SendAndClose(resp)
+}
+
+// receiveEvents reads the proposed events of an append, refusing them as the
+// server does while it reads (Streams.Append): a missing type or content type,
+// an empty type or ID (the Event constructor's ArgumentException, which reaches
+// the client as Unknown), and a request over the maximum append size, counted
+// with Event.SizeOnDisk. The refusal ends the call while the client may still be
+// sending, so the client can lose the status and see only io.EOF.
+func (ss *streamsServer) receiveEvents(srv api.Streams_AppendServer) ([]proposed, error) {
+	var events []proposed
+	size := 0
+	for {
+		req, err := srv.Recv()
+		if errors.Is(err, io.EOF) {
+			return events, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		msg := req.GetProposedMessage()
+		if msg == nil {
+			return nil, status.Error(codes.Unknown, "Operation is not valid due to the current state of the object.")
+		}
+		for _, key := range []string{"type", "content-type"} {
+			if _, ok := msg.GetMetadata()[key]; !ok {
+				srv.SetTrailer(metadata.Pairs("exception", "missing-required-metadata-property", "required-metadata-properties", "type,content-type"))
+				return nil, status.Errorf(codes.InvalidArgument, "Required Metadata Property '%s' is missing", key)
+			}
+		}
+		id, err := uuidFromProto(msg.GetId())
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "invalid event id: %v", err)
+		}
+		e := proposed{
+			id:          id,
+			eventType:   msg.GetMetadata()["type"],
+			contentType: msg.GetMetadata()["content-type"],
+			data:        msg.GetData(),
+			meta:        msg.GetCustomMetadata(),
+		}
+		size += sizeOnDisk(e)
+		if max := ss.s.cfg.maxAppendSize; size > max {
+			srv.SetTrailer(metadata.Pairs("exception", "maximum-append-size-exceeded", "maximum-append-size", strconv.Itoa(max)))
+			return nil, status.Errorf(codes.InvalidArgument, "Maximum Append Size of %d Exceeded.", max)
+		}
+		if e.eventType == "" || e.id == uuid.Nil {
+			return nil, status.Error(codes.Unknown, "Exception was thrown by handler.")
+		}
+		events = append(events, e)
+	}
+}
+
+// sizeOnDisk is what an event counts towards the maximum append size: its data,
+// its metadata and its type in UTF-16 (Event.SizeOnDisk).
+func sizeOnDisk(e proposed) int {
+	return len(e.data) + len(e.meta) + 2*len(utf16.Encode([]rune(e.eventType)))
 }
 
 // afterWrite waits for a write to commit (see HoldReplication) and applies

@@ -1,0 +1,66 @@
+package kurrentdb_test
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
+)
+
+// sized returns n events whose data make up about total bytes.
+func sized(n, total int) []eventstore.EventData {
+	out := make([]eventstore.EventData, n)
+	for i := range out {
+		out[i] = eventstore.EventData{ID: uuid.New(), Type: "E", Data: bytes.Repeat([]byte("x"), total/n)}
+	}
+	return out
+}
+
+// TestAppendOverTheMaximumSize: the server refuses an append over its maximum
+// size (1 MiB on 24.10) while it reads it, so the client, still sending, loses
+// the status and reports io.EOF, which the backend took for a retryable outage:
+// the ledger retried a too-large append forever. It is refused before it is
+// sent, with kurrentdb.ErrAppendTooLarge, and never as ErrUnavailable.
+func TestAppendOverTheMaximumSize(t *testing.T) {
+	srv, url := kurrenttest.Start(t)
+	s := open(t, url)
+	for _, batch := range [][]eventstore.EventData{sized(40, 2<<20), sized(1, 1<<20+1)} {
+		_, err := s.Append(ctxT(t), "acct-1", eventstore.Any, batch)
+		if !errors.Is(err, kurrentdb.ErrAppendTooLarge) || errors.Is(err, eventstore.ErrUnavailable) {
+			t.Fatalf("append of %d events over 1 MiB: %v, want ErrAppendTooLarge", len(batch), err)
+		}
+	}
+	// Just under the limit, counted as the server counts (type twice, metadata).
+	under := sized(4, 1<<20-4*(2+2)-4*2)
+	for i := range under {
+		under[i].Metadata = []byte("{}")
+	}
+	mustAppend(t, s, "acct-1", eventstore.Any, under...)
+	if srv.Head() == 0 {
+		t.Fatal("nothing written")
+	}
+}
+
+// TestAppendOfAnEventWithoutType: the server refuses an empty event type while
+// it reads the append (the Event constructor throws), so the client, still
+// sending the batch, reported io.EOF and the backend ErrUnavailable: retried
+// forever. It is refused before it is sent.
+func TestAppendOfAnEventWithoutType(t *testing.T) {
+	srv, url := kurrenttest.Start(t)
+	s := open(t, url)
+	batch := sized(40, 1<<19)
+	batch[0].Type = ""
+	_, err := s.Append(ctxT(t), "acct-1", eventstore.Any, batch)
+	if err == nil || errors.Is(err, eventstore.ErrUnavailable) || !strings.Contains(err.Error(), "event 0 has no type") {
+		t.Fatalf("append of an event without type: %v", err)
+	}
+	if n := srv.Requests(kurrenttest.MethodAppend); n != 0 {
+		t.Fatalf("%d appends sent", n)
+	}
+}
