@@ -92,13 +92,14 @@ func TestNotLeaderIsRetriedOnTheLeader(t *testing.T) {
 	leader, _ := kurrenttest.Start(t)
 	s := open(t, url)
 	batch := evs(2)
+	empty := follower.Head()
 	follower.NotLeaderNext(1, leader.Addr())
 	_, err := s.Append(ctxT(t), "acct-1", eventstore.NoStream, batch)
 	var e *esdb.Error
 	if !errors.Is(err, eventstore.ErrUnavailable) || !errors.As(err, &e) || e.Code() != esdb.ErrorCodeNotLeader {
 		t.Fatalf("append to a follower: %v, want ErrUnavailable from NotLeader", err)
 	}
-	if follower.Head() != 0 {
+	if follower.Head() != empty {
 		t.Fatal("the follower wrote the refused append")
 	}
 	res := mustAppend(t, s, "acct-1", eventstore.NoStream, batch...)

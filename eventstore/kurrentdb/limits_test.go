@@ -3,6 +3,7 @@ package kurrentdb_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -62,5 +63,52 @@ func TestAppendOfAnEventWithoutType(t *testing.T) {
 	}
 	if n := srv.Requests(kurrenttest.MethodAppend); n != 0 {
 		t.Fatalf("%d appends sent", n)
+	}
+}
+
+// TestFreshLogStartsWithSystemRecords: a real node's log begins with system
+// records (metadata, settings, users), one of them of a type without "$" that
+// the server's exclude-system-events filter lets through. "All" leaves every one
+// of them out: the head of a fresh log is Start, and a subscription from Start
+// delivers only the ledger's events.
+func TestFreshLogStartsWithSystemRecords(t *testing.T) {
+	srv, url := kurrenttest.Start(t)
+	if srv.Head() == 0 {
+		t.Fatal("the fresh log is empty")
+	}
+	s := open(t, url)
+	if head, err := s.Head(ctxT(t)); err != nil || head != eventstore.Start {
+		t.Fatalf("head of a fresh log %s, %v; want Start", head, err)
+	}
+	if all, err := s.ReadAll(ctxT(t), eventstore.Start, 0); err != nil || len(all) != 0 {
+		t.Fatalf("all of a fresh log: %+v, %v", all, err)
+	}
+	var appended []eventstore.EventData
+	for _, prefixes := range [][]string{nil, {"acct-", "$"}} {
+		sub, err := s.SubscribeAll(ctxT(t), eventstore.Start, eventstore.SubscribeOptions{StreamPrefixes: prefixes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := ev("Opened")
+		mustAppend(t, s, fmt.Sprintf("acct-%d", len(prefixes)), eventstore.NoStream, e)
+		appended = append(appended, e)
+		sameIDs(t, receive(t, sub, len(appended)), appended)
+		_ = sub.Close()
+	}
+}
+
+// TestReadFromAnInvalidPosition: a position inside a record is refused by the
+// server (InvalidArgument, "Trying to read from an invalid position."); the
+// backend says so with ErrInvalidPosition, not as a retryable outage.
+func TestReadFromAnInvalidPosition(t *testing.T) {
+	_, url := kurrenttest.Start(t)
+	s := open(t, url)
+	a := mustAppend(t, s, "acct-1", eventstore.NoStream, ev("Opened"))
+	inside := eventstore.Position{Commit: a.Position.Commit + 1, Prepare: a.Position.Prepare + 1}
+	if _, err := s.ReadAll(ctxT(t), inside, 0); !errors.Is(err, kurrentdb.ErrInvalidPosition) || errors.Is(err, eventstore.ErrUnavailable) {
+		t.Fatalf("read from inside a record: %v, want ErrInvalidPosition", err)
+	}
+	if _, err := s.SubscribeAll(ctxT(t), inside, eventstore.SubscribeOptions{}); !errors.Is(err, kurrentdb.ErrInvalidPosition) {
+		t.Fatalf("subscription from inside a record: %v, want ErrInvalidPosition", err)
 	}
 }

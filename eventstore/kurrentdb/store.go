@@ -29,6 +29,10 @@ var ErrStreamDeleted = errors.New("kurrentdb: stream deleted")
 // (MaxAppendSize, 1 MiB by default on 24.10). Retrying cannot help.
 var ErrAppendTooLarge = errors.New("kurrentdb: append over the maximum append size")
 
+// ErrInvalidPosition marks a $all read or subscription from a position the log
+// has no record at (inside a record): the server refuses it. Retrying cannot help.
+var ErrInvalidPosition = errors.New("kurrentdb: invalid $all position")
+
 // errClosed is returned by every call after Close.
 var errClosed = errors.New("kurrentdb: store closed")
 
@@ -351,6 +355,9 @@ func mapError(ctx context.Context, err error, what string) error {
 	}
 	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "Maximum Append Size") {
 		return fmt.Errorf("kurrentdb: %s: %w: %w", what, ErrAppendTooLarge, err)
+	}
+	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "invalid position") {
+		return fmt.Errorf("kurrentdb: %s: %w: %w", what, ErrInvalidPosition, err)
 	}
 	if errors.Is(err, io.EOF) {
 		// The server ended an append before the client had sent it all; the client

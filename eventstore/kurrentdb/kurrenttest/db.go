@@ -401,6 +401,22 @@ func (d *db) stream(name string) (events []*record, exists, tombstoned bool) {
 	return s.events[:n:n], n > 0 || s.tombstoned, s.tombstoned
 }
 
+// validPosition reports whether a $all read may start at the commit position:
+// the log's start, a record's start, or at or beyond the end of what is
+// committed. Within a record the server's chunk reader fails (InvalidReadException),
+// answered "Trying to read from an invalid position.".
+func (d *db) validPosition(commit uint64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	end := d.nextPos
+	if d.visible < len(d.all) {
+		end = d.all[d.visible].pos
+	}
+	all := d.all[:d.visible]
+	i := firstAtOrAfter(all, commit)
+	return commit == 0 || commit >= end || (i < len(all) && all[i].pos == commit)
+}
+
 // firstAtOrAfter returns the index in all of the first record whose position is >= pos.
 func firstAtOrAfter(all []*record, pos uint64) int {
 	lo, hi := 0, len(all)

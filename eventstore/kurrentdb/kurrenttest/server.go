@@ -46,6 +46,7 @@ type config struct {
 	release       Release
 	commitTimeout time.Duration
 	maxAppendSize int
+	emptyLog      bool
 }
 
 // Release names the KurrentDB release whose behaviour the server reproduces
@@ -148,6 +149,9 @@ func New(opts ...Option) (*Server, error) {
 		requests:    make(map[string]int),
 	}
 	s.db.now = cfg.now
+	if !cfg.emptyLog {
+		s.db.seed()
+	}
 	s.grpc = grpc.NewServer(
 		grpc.UnaryInterceptor(s.unaryFaults),
 		grpc.StreamInterceptor(s.streamFaults),

@@ -181,6 +181,15 @@ func streamReadReq(stream string, from uint64, backwards bool, count uint64) *ap
 	}}
 }
 
+func allReadReq(from *api.ReadReq_Options_AllOptions, count uint64) *api.ReadReq {
+	return &api.ReadReq{Options: &api.ReadReq_Options{
+		StreamOption: &api.ReadReq_Options_All{All: from},
+		CountOption:  &api.ReadReq_Options_Count{Count: count},
+		FilterOption: &api.ReadReq_Options_NoFilter{NoFilter: &shared.Empty{}},
+		UuidOption:   structured(),
+	}}
+}
+
 func subAllReq(from *api.ReadReq_Options_AllOptions, filter *api.ReadReq_Options_FilterOptions) *api.ReadReq {
 	req := &api.ReadReq{Options: &api.ReadReq_Options{
 		StreamOption: &api.ReadReq_Options_All{All: from},
@@ -198,9 +207,11 @@ func allStart() *api.ReadReq_Options_AllOptions {
 	return &api.ReadReq_Options_AllOptions{AllOption: &api.ReadReq_Options_AllOptions_Start{Start: &shared.Empty{}}}
 }
 
-func allAt(pos uint64) *api.ReadReq_Options_AllOptions {
+func allAt(pos uint64) *api.ReadReq_Options_AllOptions { return allAtPair(pos, pos) }
+
+func allAtPair(commit, prepare uint64) *api.ReadReq_Options_AllOptions {
 	return &api.ReadReq_Options_AllOptions{AllOption: &api.ReadReq_Options_AllOptions_Position{
-		Position: &api.ReadReq_Options_Position{CommitPosition: pos, PreparePosition: pos}}}
+		Position: &api.ReadReq_Options_Position{CommitPosition: commit, PreparePosition: prepare}}}
 }
 
 func prefixFilter(window, multiplier uint32, prefixes ...string) *api.ReadReq_Options_FilterOptions {
@@ -591,7 +602,7 @@ func TestReadStreamDirectionsAndCounts(t *testing.T) {
 }
 
 func TestReadAllPositions(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := Start(t, WithEmptyLog())
 	rc := raw(t, s)
 	var pos []uint64
 	for i := range 4 {
@@ -602,12 +613,7 @@ func TestReadAllPositions(t *testing.T) {
 		t.Fatalf("positions %v", pos)
 	}
 	readAll := func(from *api.ReadReq_Options_AllOptions, backwards bool, count uint64) []string {
-		req := &api.ReadReq{Options: &api.ReadReq_Options{
-			StreamOption: &api.ReadReq_Options_All{All: from},
-			CountOption:  &api.ReadReq_Options_Count{Count: count},
-			FilterOption: &api.ReadReq_Options_NoFilter{NoFilter: &shared.Empty{}},
-			UuidOption:   structured(),
-		}}
+		req := allReadReq(from, count)
 		if backwards {
 			req.Options.ReadDirection = api.ReadReq_Options_Backwards
 		}
@@ -663,8 +669,10 @@ func TestSubscribeAllConfirmationFirstExclusiveStartAndCaughtUp(t *testing.T) {
 
 // TestSubscribeAllFromBetweenEvents: since 24.2 the server sends every event
 // strictly after the start position; 23.10 started after the first event at or
-// after it, so a start position between events lost the next event (the backend
-// therefore starts from an event's position: eventstore/kurrentdb startFor).
+// after it, so a start position no event sits at ((commit, 0) before an event,
+// the form of a catch-up checkpoint) lost the next event (the backend therefore
+// starts from an event's position: eventstore/kurrentdb startFor). A position
+// inside a record is refused.
 func TestSubscribeAllFromBetweenEvents(t *testing.T) {
 	for release, want := range map[Release][]string{
 		DefaultRelease: {"confirmation", "event:b/0", "event:c/0", "caught_up"},
@@ -674,21 +682,37 @@ func TestSubscribeAllFromBetweenEvents(t *testing.T) {
 			s, _ := Start(t, WithRelease(release))
 			rc := raw(t, s)
 			p0 := rawAppend(t, rc, "a", expNoStream(), ids(1)...).GetSuccess().GetPosition().GetCommitPosition()
-			rawAppend(t, rc, "b", expNoStream(), ids(1)...)
+			p1 := rawAppend(t, rc, "b", expNoStream(), ids(1)...).GetSuccess().GetPosition().GetCommitPosition()
 			rawAppend(t, rc, "c", expNoStream(), ids(1)...)
 			ctx, cancel := context.WithCancel(ctxT(t))
 			defer cancel()
-			sub, err := rc.Read(ctx, subAllReq(allAt(p0+1), nil))
+			sub, err := rc.Read(ctx, subAllReq(allAtPair(p1, 0), nil))
 			if err != nil {
 				t.Fatal(err)
 			}
 			equal(t, recvKinds(t, sub, len(want)), want)
+
+			inside, err := rc.Read(ctx, subAllReq(allAt(p0+1), nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			equal(t, recvKinds(t, inside, 1), []string{"confirmation"})
+			if _, err := inside.Recv(); status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("a subscription from inside a record: %v, want InvalidArgument", err)
+			}
+			read, err := rc.Read(ctx, allReadReq(allAt(p0+1), 10))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := read.Recv(); status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("a read from inside a record: %v, want InvalidArgument", err)
+			}
 		})
 	}
 }
 
 func TestSubscribeAllFilteredCheckpoints(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := Start(t, WithEmptyLog())
 	rc := raw(t, s)
 	var pos []uint64
 	// Ten events: acct-0..acct-9 at even indexes are "acct-", odd ones "other-".
@@ -725,7 +749,7 @@ func TestSubscribeAllFilteredCheckpoints(t *testing.T) {
 }
 
 func TestSubscribeAllEventTypeAndRegexFilters(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := Start(t, WithEmptyLog())
 	c := client(t, s)
 	mustAppend(t, c, "a", esdb.Any{}, uuid.New())
 	_, err := c.AppendToStream(ctxT(t), "b", esdb.AppendToStreamOptions{}, esdb.EventData{EventID: uuid.New(), EventType: "$system", ContentType: esdb.ContentTypeJson})

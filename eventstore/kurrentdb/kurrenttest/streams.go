@@ -545,7 +545,18 @@ func before(r *record, commit, prepare uint64) bool {
 	return r.pos < commit || (r.pos == commit && r.pos < prepare)
 }
 
+// invalidPosition is RpcExceptions.InvalidPositionException.
+func invalidPosition() error {
+	return status.Error(codes.InvalidArgument, "Trying to read from an invalid position.")
+}
+
+// positional reports a $all read or subscription from a position (not Start or End).
+func (ro *readOptions) positional() bool { return ro.all && !ro.fromStart && !ro.fromEnd }
+
 func (ss *streamsServer) readAll(ro *readOptions, srv api.Streams_ReadServer) error {
+	if ro.positional() && !ss.s.db.validPosition(ro.commit) {
+		return invalidPosition()
+	}
 	all, _ := ss.s.db.snapshot()
 	var sent uint64
 	visit := func(r *record) (bool, error) {
@@ -660,6 +671,9 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 	defer done()
 	if err != nil {
 		return err
+	}
+	if ro.positional() && !ss.s.db.validPosition(ro.commit) {
+		return invalidPosition() // after the confirmation, as the server does
 	}
 	all, _ := ss.s.db.snapshot()
 	next := 0
