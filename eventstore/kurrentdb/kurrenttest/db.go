@@ -23,8 +23,9 @@ const ticksPerSecond = int64(time.Second / 100)
 type record struct {
 	id          uuid.UUID
 	stream      string
-	revision    int64 // deletedStream for a tombstone
-	pos         uint64
+	revision    int64  // deletedStream for a tombstone
+	pos         uint64 // where the record starts
+	end         uint64 // where the next one starts (its post-position)
 	eventType   string
 	contentType string
 	data        []byte
@@ -198,6 +199,7 @@ func (d *db) writeLocked(stream string, firstRev int64, events []proposed) (last
 			created:     created,
 		}
 		d.nextPos += recordSize(stream, e.eventType, e.data, e.meta)
+		r.end = d.nextPos
 		s.events = append(s.events, r)
 		d.all = append(d.all, r)
 		d.ids.put(e.id, idInfo{stream: stream, revision: r.revision})
@@ -373,6 +375,7 @@ func (d *db) tombstone(stream string, exp expected) (appendOutcome, *record) {
 		created:     ticks(d.now()),
 	}
 	d.nextPos += recordSize(stream, r.eventType, nil, nil)
+	r.end = d.nextPos
 	s.tombstoned = true
 	d.all = append(d.all, r)
 	d.commitLocked()

@@ -230,6 +230,9 @@ func kind(m *api.ReadResp) string {
 		e := c.Event.GetEvent()
 		return fmt.Sprintf("event:%s/%d", e.GetStreamIdentifier().GetStreamName(), e.GetStreamRevision())
 	case *api.ReadResp_Checkpoint_:
+		if c.Checkpoint.GetCommitPosition() != c.Checkpoint.GetPreparePosition() {
+			return fmt.Sprintf("checkpoint:%d/%d", c.Checkpoint.GetCommitPosition(), c.Checkpoint.GetPreparePosition())
+		}
 		return fmt.Sprintf("checkpoint:%d", c.Checkpoint.GetCommitPosition())
 	case *api.ReadResp_Confirmation:
 		return "confirmation"
@@ -626,6 +629,9 @@ func TestReadAllPositions(t *testing.T) {
 	equal(t, readAll(allStart(), false, 2), []string{"event:s0/0", "event:s1/0"})
 	equal(t, readAll(allAt(pos[1]), false, 10), []string{"event:s1/0", "event:s2/0", "event:s3/0"}) // forwards: inclusive
 	equal(t, readAll(allAt(pos[2]), true, 10), []string{"event:s1/0", "event:s0/0"})                // backwards: exclusive
+	// Backwards compares post-positions: from (X, 0) the record ending at X is left out.
+	equal(t, readAll(allAtPair(pos[2], 0), true, 10), []string{"event:s0/0"})
+	equal(t, readAll(allAtPair(pos[2], 0), false, 1), []string{"event:s2/0"})
 	end := &api.ReadReq_Options_AllOptions{AllOption: &api.ReadReq_Options_AllOptions_End{End: &shared.Empty{}}}
 	equal(t, readAll(end, true, 1), []string{"event:s3/0"})
 	equal(t, readAll(end, false, 1), nil)
@@ -714,22 +720,10 @@ func TestSubscribeAllFromBetweenEvents(t *testing.T) {
 func TestSubscribeAllFilteredCheckpoints(t *testing.T) {
 	s, _ := Start(t, WithEmptyLog())
 	rc := raw(t, s)
-	var pos []uint64
 	// Ten events: acct-0..acct-9 at even indexes are "acct-", odd ones "other-".
-	for i := range 10 {
-		stream := fmt.Sprintf("other-%d", i)
-		if i%2 == 0 {
-			stream = fmt.Sprintf("acct-%d", i)
-		}
-		pos = append(pos, rawAppend(t, rc, stream, expNoStream(), ids(1)...).GetSuccess().GetPosition().GetCommitPosition())
-	}
-	ctx, cancel := context.WithCancel(ctxT(t))
-	defer cancel()
+	pos := appendMixed(t, rc, 10, func(i int) bool { return i%2 == 0 })
 	// Window 3, multiplier 1: a checkpoint every 3 considered events.
-	sub, err := rc.Read(ctx, subAllReq(allStart(), prefixFilter(3, 1, "acct-")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := subscribeAcct(t, rc, 3)
 	// Catch-up pages [0..2] [3..5] [6..8] [9]: a checkpoint after each full page that
 	// is not the last, at the last event sent in it (or where it began).
 	equal(t, recvKinds(t, sub, 10), []string{
@@ -746,6 +740,52 @@ func TestSubscribeAllFilteredCheckpoints(t *testing.T) {
 	equal(t, recvKinds(t, sub, 1), []string{fmt.Sprintf("checkpoint:%d", last)})
 	rawAppend(t, rc, "acct-z", expNoStream(), ids(1)...)
 	equal(t, recvKinds(t, sub, 1), []string{"event:acct-z/0"})
+}
+
+// appendMixed appends one event to each of n streams, acct-i where acct(i) and
+// other-i elsewhere, and returns their positions.
+func appendMixed(t *testing.T, rc api.StreamsClient, n int, acct func(int) bool) []uint64 {
+	t.Helper()
+	var pos []uint64
+	for i := range n {
+		stream := fmt.Sprintf("other-%d", i)
+		if acct(i) {
+			stream = fmt.Sprintf("acct-%d", i)
+		}
+		pos = append(pos, rawAppend(t, rc, stream, expNoStream(), ids(1)...).GetSuccess().GetPosition().GetCommitPosition())
+	}
+	return pos
+}
+
+// subscribeAcct subscribes to $all from Start, filtered on the prefix "acct-"
+// with the search window and a checkpoint every window considered events.
+func subscribeAcct(t *testing.T, rc api.StreamsClient, window uint32) api.Streams_ReadClient {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctxT(t))
+	t.Cleanup(cancel)
+	sub, err := rc.Read(ctx, subAllReq(allStart(), prefixFilter(window, 1, "acct-")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+// TestSubscribeAllCheckpointWherePageWasReadFrom: a catch-up page without a
+// match checkpoints where it was read from, the previous page's NextPos:
+// (post-position of its last record, 0), a position no event sits at.
+func TestSubscribeAllCheckpointWherePageWasReadFrom(t *testing.T) {
+	s, _ := Start(t, WithEmptyLog())
+	rc := raw(t, s)
+	pos := appendMixed(t, rc, 7, func(i int) bool { return i == 0 })
+	sub := subscribeAcct(t, rc, 2)
+	// Pages [0 1] [2 3] [4 5] [6].
+	equal(t, recvKinds(t, sub, 6), []string{
+		"confirmation",
+		"event:acct-0/0", fmt.Sprintf("checkpoint:%d", pos[0]),
+		fmt.Sprintf("checkpoint:%d/0", pos[2]),
+		fmt.Sprintf("checkpoint:%d/0", pos[4]),
+		"caught_up",
+	})
 }
 
 func TestSubscribeAllEventTypeAndRegexFilters(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -570,17 +571,19 @@ func (ss *streamsServer) readAll(ro *readOptions, srv api.Streams_ReadServer) er
 		return true, srv.Send(eventResp(r, ro.uuidString))
 	}
 	if ro.backwards {
-		// Backwards from a position: the records before it.
+		// Backwards from a position: the records whose post-position is at or
+		// before it (ReadAllEventsBackwardInternal): the records before an
+		// event's position, but from (X, 0) not the record that ends at X.
 		i := len(all)
 		switch {
 		case ro.fromStart:
 			i = 0
 		case ro.fromEnd:
 		default:
-			i = firstAtOrAfter(all, ro.commit)
-			for i < len(all) && before(all[i], ro.commit, ro.prepare) {
-				i++
-			}
+			i = sort.Search(len(all), func(i int) bool {
+				r := all[i]
+				return r.end > ro.commit || (r.end == ro.commit && r.end > ro.prepare)
+			})
 		}
 		for i--; i >= 0; i-- {
 			more, err := visit(all[i])
@@ -654,9 +657,12 @@ func (ss *streamsServer) confirm(srv api.Streams_ReadServer) (sender, func(), er
 
 var caughtUp = &api.ReadResp{Content: &api.ReadResp_CaughtUp_{CaughtUp: &api.ReadResp_CaughtUp{}}}
 
-func checkpoint(pos uint64) *api.ReadResp {
+// position is a $all position: (commit, prepare).
+type position struct{ commit, prepare uint64 }
+
+func checkpoint(p position) *api.ReadResp {
 	return &api.ReadResp{Content: &api.ReadResp_Checkpoint_{Checkpoint: &api.ReadResp_Checkpoint{
-		CommitPosition: pos, PreparePosition: pos,
+		CommitPosition: p.commit, PreparePosition: p.prepare,
 	}}}
 }
 
@@ -701,6 +707,11 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 
 	var considered uint32
 	matched := false // the last page sent an event
+	first := true    // the next page is the first
+	start := position{}
+	if ro.positional() {
+		start = position{ro.commit, ro.prepare}
+	}
 	// Catch-up, page by page.
 	for {
 		all, _ = ss.s.db.snapshot()
@@ -717,15 +728,21 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 		}
 		end := min(next+int(ro.window), len(all))
 		page := all[next:end]
-		// The checkpoint of a page is the last event sent, else where the page began.
-		cp := page[0].pos
-		matched = false
+		// The checkpoint of a page is the last event sent, else where the page
+		// was read from (CatchUp: max(checkpoint, completed.CurrentPos)): the
+		// start position for the first page, then the previous page's NextPos,
+		// (post-position of its last record, 0), which no event sits at.
+		cp := position{commit: page[0].pos}
+		if first {
+			cp = start
+		}
+		first, matched = false, false
 		for _, r := range page {
 			if ro.filter.match(r) {
 				if err := snd.send(eventResp(r, ro.uuidString)); err != nil {
 					return err
 				}
-				cp, matched = r.pos, true
+				cp, matched = position{r.pos, r.pos}, true
 			}
 		}
 		next = end
@@ -741,7 +758,7 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 		}
 	}
 	if ro.filter != nil && ro.fromStart && !matched && ss.s.release.maxCheckpoint() {
-		if err := snd.send(checkpoint(math.MaxUint64)); err != nil { // KDB-710
+		if err := snd.send(checkpoint(position{math.MaxUint64, math.MaxUint64})); err != nil { // KDB-710
 			return err
 		}
 	}
@@ -762,7 +779,7 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 				considered++
 				if considered >= ro.interval {
 					considered = 0
-					if err := snd.send(checkpoint(r.pos)); err != nil {
+					if err := snd.send(checkpoint(position{r.pos, r.pos})); err != nil {
 						return err
 					}
 				}
