@@ -1,26 +1,17 @@
 package config
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
 	"github.com/ledgerworks/ledger/internal/devenv/devtest"
+	"github.com/ledgerworks/ledger/internal/testcert"
 )
 
 // startAuthNATS starts a nats-server with opts (auth and TLS set by the caller).
@@ -28,14 +19,7 @@ func startAuthNATS(t *testing.T, opts *server.Options) *server.Server {
 	return devtest.NATSWith(t, opts)
 }
 
-func writeFile(t *testing.T, name string, b []byte) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+func writeFile(t *testing.T, name string, b []byte) string { return testcert.WriteFile(t, name, b) }
 
 // connects asserts that cfg connects, and that each wrong configuration is
 // refused with an error naming the mode and holding none of the secrets.
@@ -147,95 +131,31 @@ func TestNATSAuthModes(t *testing.T) {
 		}, goodSeed, badSeed)
 	})
 
-	ca := newTestCA(t)
-	serverCert := ca.issue(t, "nats-server", true)
-	clientCert := ca.issue(t, "ledger", false)
-	caFile := writeFile(t, "ca.pem", ca.certPEM)
+	ca := testcert.NewCA(t)
+	serverCert := ca.Issue(t, "nats-server", true)
+	clientCert := ca.Issue(t, "ledger", false)
+	caFile := writeFile(t, "ca.pem", ca.CertPEM)
 	t.Run("TLS", func(t *testing.T) {
-		cfg := &tls.Config{Certificates: []tls.Certificate{serverCert.pair(t)}, MinVersion: tls.VersionTLS12}
+		cfg := &tls.Config{Certificates: []tls.Certificate{serverCert.Pair(t)}, MinVersion: tls.VersionTLS12}
 		ns := startAuthNATS(t, &server.Options{TLS: true, TLSConfig: cfg, TLSTimeout: 2})
 		url := "tls://" + ns.Addr().String()
 		connects(t, NATS{URL: url, TLSCA: caFile}, map[string]NATS{
 			"no CA":      {URL: url},
-			"another CA": {URL: url, TLSCA: writeFile(t, "other-ca.pem", newTestCA(t).certPEM)},
+			"another CA": {URL: url, TLSCA: writeFile(t, "other-ca.pem", testcert.NewCA(t).CertPEM)},
 		})
 	})
 	t.Run("mutual TLS", func(t *testing.T) {
 		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(ca.certPEM)
-		cfg := &tls.Config{Certificates: []tls.Certificate{serverCert.pair(t)}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool, MinVersion: tls.VersionTLS12}
+		pool.AppendCertsFromPEM(ca.CertPEM)
+		cfg := &tls.Config{Certificates: []tls.Certificate{serverCert.Pair(t)}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool, MinVersion: tls.VersionTLS12}
 		ns := startAuthNATS(t, &server.Options{TLS: true, TLSVerify: true, TLSConfig: cfg, TLSTimeout: 2})
 		url := "tls://" + ns.Addr().String()
-		certFile, keyFile := writeFile(t, "client.pem", clientCert.certPEM), writeFile(t, "client-key.pem", clientCert.keyPEM)
-		stranger := newTestCA(t).issue(t, "stranger", false)
+		certFile, keyFile := writeFile(t, "client.pem", clientCert.CertPEM), writeFile(t, "client-key.pem", clientCert.KeyPEM)
+		stranger := testcert.NewCA(t).Issue(t, "stranger", false)
 		connects(t, NATS{URL: url, TLSCA: caFile, TLSCert: certFile, TLSKey: keyFile}, map[string]NATS{
 			"no client certificate": {URL: url, TLSCA: caFile},
 			"a certificate of another CA": {URL: url, TLSCA: caFile,
-				TLSCert: writeFile(t, "s.pem", stranger.certPEM), TLSKey: writeFile(t, "s-key.pem", stranger.keyPEM)},
-		}, string(clientCert.keyPEM))
+				TLSCert: writeFile(t, "s.pem", stranger.CertPEM), TLSKey: writeFile(t, "s-key.pem", stranger.KeyPEM)},
+		}, string(clientCert.KeyPEM))
 	})
-}
-
-// testCA is a certificate authority made for a test.
-type testCA struct {
-	cert    *x509.Certificate
-	key     *ecdsa.PrivateKey
-	certPEM []byte
-}
-
-type testCert struct{ certPEM, keyPEM []byte }
-
-func (c testCert) pair(t *testing.T) tls.Certificate {
-	t.Helper()
-	p, err := tls.X509KeyPair(c.certPEM, c.keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ledger test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue makes a certificate for 127.0.0.1 (server) or a client certificate.
-func (ca *testCA) issue(t *testing.T, name string, server bool) testCert {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testCert{certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})}
 }
