@@ -33,6 +33,15 @@ var ErrAppendTooLarge = errors.New("kurrentdb: append over the maximum append si
 // has no record at (inside a record): the server refuses it. Retrying cannot help.
 var ErrInvalidPosition = errors.New("kurrentdb: invalid $all position")
 
+// ErrUnauthenticated marks a server that refused the credentials of the URL
+// (a wrong user or password). Retrying cannot help.
+var ErrUnauthenticated = errors.New("kurrentdb: authentication failed (check the user and password of the URL)")
+
+// ErrAccessDenied marks an operation the user may not do: without credentials
+// on a secure node, or reading $all without being in $admins (or an ACL
+// granting $all read). Retrying cannot help.
+var ErrAccessDenied = errors.New("kurrentdb: access denied")
+
 // errClosed is returned by every call after Close.
 var errClosed = errors.New("kurrentdb: store closed")
 
@@ -351,6 +360,13 @@ func mapError(ctx context.Context, err error, what string) error {
 		case esdb.ErrorUnavailable, esdb.ErrorCodeDeadlineExceeded, esdb.ErrorCodeConnectionClosed,
 			esdb.ErrorCodeNotLeader, esdb.ErrorAborted:
 			return fmt.Errorf("kurrentdb: %s: %w: %w", what, eventstore.ErrUnavailable, err)
+		case esdb.ErrorCodeUnauthenticated:
+			return fmt.Errorf("kurrentdb: %s: %w: %w", what, ErrUnauthenticated, err)
+		case esdb.ErrorCodeAccessDenied:
+			if strings.Contains(what, "$all") {
+				return fmt.Errorf("kurrentdb: %s: %w (reading $all needs $admins, or an ACL granting $all read, to the user of the URL): %w", what, ErrAccessDenied, err)
+			}
+			return fmt.Errorf("kurrentdb: %s: %w: %w", what, ErrAccessDenied, err)
 		}
 	}
 	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "Maximum Append Size") {

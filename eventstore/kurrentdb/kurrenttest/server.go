@@ -2,6 +2,7 @@ package kurrenttest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -47,6 +49,8 @@ type config struct {
 	commitTimeout time.Duration
 	maxAppendSize int
 	emptyLog      bool
+	tls           *tls.Certificate
+	users         map[string]User // nil: no authentication
 }
 
 // Release names the KurrentDB release whose behaviour the server reproduces
@@ -127,9 +131,9 @@ type Server struct {
 }
 
 // New starts a server on 127.0.0.1 with an ephemeral port.
-func New(opts ...Option) (*Server, error) {
+func New(options ...Option) (*Server, error) {
 	cfg := config{idCacheSize: DefaultIDCacheSize, now: time.Now, release: DefaultRelease, commitTimeout: DefaultCommitTimeout, maxAppendSize: DefaultMaxAppendSize}
-	for _, o := range opts {
+	for _, o := range options {
 		o(&cfg)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -152,12 +156,16 @@ func New(opts ...Option) (*Server, error) {
 	if !cfg.emptyLog {
 		s.db.seed()
 	}
-	s.grpc = grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.UnaryInterceptor(s.unaryFaults),
 		grpc.StreamInterceptor(s.streamFaults),
 		// The client pings every 10 s, also without calls in flight.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
-	)
+	}
+	if cfg.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{*cfg.tls}, MinVersion: tls.VersionTLS12})))
+	}
+	s.grpc = grpc.NewServer(opts...)
 	api.RegisterStreamsServer(s.grpc, &streamsServer{s: s})
 	serverfeatures.RegisterServerFeaturesServer(s.grpc, &featuresServer{})
 	gossip.RegisterGossipServer(s.grpc, &gossipServer{s: s})
@@ -183,11 +191,19 @@ func Start(t testing.TB, opts ...Option) (*Server, string) {
 // Addr is the host:port the server listens on.
 func (s *Server) Addr() string { return s.lis.Addr().String() }
 
-// URL is the ledger's connection URL for this server.
-func (s *Server) URL() string { return "kurrentdb://" + s.Addr() + "?tls=false" }
+// URL is the ledger's connection URL for this server: with ?tls=false unless
+// it speaks TLS (WithTLS), when the caller adds credentials and tlsCAFile.
+func (s *Server) URL() string { return "kurrentdb://" + s.Addr() + s.tlsQuery() }
 
 // ConnectionString is the EventStore-Client-Go connection string for this server.
-func (s *Server) ConnectionString() string { return "esdb://" + s.Addr() + "?tls=false" }
+func (s *Server) ConnectionString() string { return "esdb://" + s.Addr() + s.tlsQuery() }
+
+func (s *Server) tlsQuery() string {
+	if s.cfg.tls != nil {
+		return ""
+	}
+	return "?tls=false"
+}
 
 // Stop closes every connection and the listener.
 func (s *Server) Stop() {
@@ -319,6 +335,10 @@ func (s *Server) unaryFaults(ctx context.Context, req any, info *grpc.UnaryServe
 	if err := s.fault(ctx, info.FullMethod); err != nil {
 		return nil, err
 	}
+	ctx, err := s.authenticate(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
 	return handler(ctx, req)
 }
 
@@ -326,7 +346,11 @@ func (s *Server) streamFaults(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	if err := s.fault(ss.Context(), info.FullMethod); err != nil {
 		return err
 	}
-	return handler(srv, ss)
+	ctx, err := s.authenticate(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
+	}
+	return handler(srv, authedStream{ServerStream: ss, ctx: ctx})
 }
 
 type subscription struct {

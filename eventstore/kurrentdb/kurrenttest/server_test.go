@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/ledgerworks/ledger/internal/testcert"
 )
 
 // --- helpers -----------------------------------------------------------------
@@ -40,7 +42,12 @@ func raw(t *testing.T, s *Server) api.StreamsClient {
 
 func client(t *testing.T, s *Server) *esdb.Client {
 	t.Helper()
-	cfg, err := esdb.ParseConnectionString(s.ConnectionString())
+	return clientAt(t, s.ConnectionString())
+}
+
+func clientAt(t *testing.T, connectionString string) *esdb.Client {
+	t.Helper()
+	cfg, err := esdb.ParseConnectionString(connectionString)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1065,5 +1072,53 @@ func TestAppendLimits(t *testing.T) {
 		if msgs := readAllRaw(t, mustRead(t, rc, streamReadReq(stream, 0, false, 10))); len(msgs) != 1 || kind(msgs[0]) != "stream_not_found" {
 			t.Fatalf("%s was written: %v", stream, msgs)
 		}
+	}
+}
+
+// TestSecured: over TLS, with users, stream operations need credentials, a
+// wrong password is Unauthenticated, and $all is for $admins only.
+func TestSecured(t *testing.T) {
+	ca := testcert.NewCA(t)
+	s, _ := Start(t, WithTLS(ca.Issue(t, "kurrentdb", true).Pair(t)),
+		WithUsers(User{Name: "admin", Password: "a", Admin: true}, User{Name: "reader", Password: "r"}))
+	caFile := testcert.WriteFile(t, "ca.crt", ca.CertPEM)
+	connect := func(userinfo string) *esdb.Client {
+		return clientAt(t, "esdb://"+userinfo+s.Addr()+"?tlsCAFile="+caFile)
+	}
+	readAll := func(c *esdb.Client) error {
+		rs, err := c.ReadAll(ctxT(t), esdb.ReadAllOptions{}, 10)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		_, err = rs.Recv()
+		return err
+	}
+	code := func(err error) esdb.ErrorCode {
+		var e *esdb.Error
+		if !errors.As(err, &e) {
+			return esdb.ErrorCodeUnknown
+		}
+		return e.Code()
+	}
+	admin, reader := connect("admin:a@"), connect("reader:r@")
+	mustAppend(t, admin, "s", esdb.NoStream{}, uuid.New())
+	mustAppend(t, reader, "s", esdb.Revision(0), uuid.New())
+	if err := readAll(admin); err != nil {
+		t.Fatalf("admin reads $all: %v", err)
+	}
+	if err := readAll(reader); code(err) != esdb.ErrorCodeAccessDenied {
+		t.Fatalf("reader reads $all: %v, want access denied", err)
+	}
+	if _, err := reader.SubscribeToAll(ctxT(t), esdb.SubscribeToAllOptions{}); code(err) != esdb.ErrorCodeAccessDenied {
+		t.Fatalf("reader subscribes to $all: %v, want access denied", err)
+	}
+	_, err := connect("").AppendToStream(ctxT(t), "s", esdb.AppendToStreamOptions{}, events(uuid.New())...)
+	if code(err) != esdb.ErrorCodeAccessDenied {
+		t.Fatalf("anonymous append: %v, want access denied", err)
+	}
+	_, err = connect("admin:wrong@").AppendToStream(ctxT(t), "s", esdb.AppendToStreamOptions{}, events(uuid.New())...)
+	if code(err) != esdb.ErrorCodeUnauthenticated {
+		t.Fatalf("wrong password: %v, want unauthenticated", err)
 	}
 }

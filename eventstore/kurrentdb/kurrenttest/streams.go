@@ -80,6 +80,9 @@ func (ss *streamsServer) Append(srv api.Streams_AppendServer) error {
 	if opts == nil {
 		return status.Error(codes.Unknown, "Operation is not valid due to the current state of the object.")
 	}
+	if err := ss.s.authorize(srv.Context(), false); err != nil {
+		return err
+	}
 	stream := string(opts.GetStreamIdentifier().GetStreamName())
 	var exp expected
 	switch v := opts.GetExpectedStreamRevision().(type) {
@@ -251,6 +254,9 @@ func wrongExpectedVersion(exp expected, current int64) *api.AppendResp_WrongExpe
 // Tombstone implements Streams.Tombstone: a $streamDeleted record, after which
 // the stream can be neither read nor written.
 func (ss *streamsServer) Tombstone(ctx context.Context, req *api.TombstoneReq) (*api.TombstoneResp, error) {
+	if err := ss.s.authorize(ctx, false); err != nil {
+		return nil, err
+	}
 	opts := req.GetOptions()
 	stream := string(opts.GetStreamIdentifier().GetStreamName())
 	var exp expected
@@ -481,6 +487,9 @@ func eventResp(r *record, uuidString bool) *api.ReadResp {
 func (ss *streamsServer) Read(req *api.ReadReq, srv api.Streams_ReadServer) error {
 	ro, err := decodeRead(req)
 	if err != nil {
+		return err
+	}
+	if err := ss.s.authorize(srv.Context(), ro.all); err != nil {
 		return err
 	}
 	switch {
