@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/google/uuid"
 
 	"github.com/ledgerworks/ledger/eventstore"
@@ -110,5 +111,28 @@ func TestReadFromAnInvalidPosition(t *testing.T) {
 	}
 	if _, err := s.SubscribeAll(ctxT(t), inside, eventstore.SubscribeOptions{}); !errors.Is(err, kurrentdb.ErrInvalidPosition) {
 		t.Fatalf("subscription from inside a record: %v, want ErrInvalidPosition", err)
+	}
+}
+
+// TestReadOfATruncatedStream: KurrentDB leaves out of a stream read the events
+// its metadata truncates ($tb, $maxCount, $maxAge; scavenged ones alike), with
+// their revisions unchanged. The backend returned the rest as if it were the
+// whole history, so an account rebuilt from it had a wrong balance, silently; a
+// forward read whose first event is not at its start revision now fails with
+// ErrStreamTruncated.
+func TestReadOfATruncatedStream(t *testing.T) {
+	srv, url := kurrenttest.Start(t)
+	s := open(t, url)
+	mustAppend(t, s, "account-1", eventstore.NoStream, evs(3)...)
+	var m esdb.StreamMetadata
+	m.SetTruncateBefore(2)
+	if _, err := esdbClient(t, srv).SetStreamMetadata(ctxT(t), "account-1", esdb.AppendToStreamOptions{}, m); err != nil {
+		t.Fatal(err)
+	}
+	if evs, err := s.ReadStream(ctxT(t), "account-1", 0, eventstore.Forwards, 0); !errors.Is(err, kurrentdb.ErrStreamTruncated) {
+		t.Fatalf("read of a truncated stream from 0: %d events, %v; want ErrStreamTruncated", len(evs), err)
+	}
+	if evs, err := s.ReadStream(ctxT(t), "account-1", 2, eventstore.Forwards, 0); err != nil || len(evs) != 1 || evs[0].Revision != 2 {
+		t.Fatalf("read from the first readable revision: %+v, %v", evs, err)
 	}
 }

@@ -42,6 +42,12 @@ var ErrUnauthenticated = errors.New("kurrentdb: authentication failed (check the
 // granting $all read). Retrying cannot help.
 var ErrAccessDenied = errors.New("kurrentdb: access denied")
 
+// ErrStreamTruncated marks a forward stream read whose first event is not at
+// the revision asked for: the stream's metadata ($tb, $maxCount, $maxAge) or a
+// scavenge removed the events before it, and what is left is not the stream's
+// whole history. It is never retried.
+var ErrStreamTruncated = errors.New("kurrentdb: stream truncated")
+
 // errClosed is returned by every call after Close.
 var errClosed = errors.New("kurrentdb: store closed")
 
@@ -577,6 +583,10 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 			}
 		}
 		return nil, mapError(ctx, err, fmt.Sprintf("read %q", stream))
+	}
+	if dir == eventstore.Forwards && len(out) > 0 && out[0].Revision > from {
+		return nil, fmt.Errorf("kurrentdb: read %q from revision %d: %w: the first readable event is %d",
+			stream, from, ErrStreamTruncated, out[0].Revision)
 	}
 	return out, nil
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -1121,4 +1123,52 @@ func TestSecured(t *testing.T) {
 	if code(err) != esdb.ErrorCodeUnauthenticated {
 		t.Fatalf("wrong password: %v, want unauthenticated", err)
 	}
+}
+
+// TestStreamMetadataTruncatesReads: $tb, $maxCount and $maxAge leave events
+// out of stream reads (revisions unchanged); a soft delete ($tb at the deleted
+// marker) reads as not found.
+func TestStreamMetadataTruncatesReads(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	s, _ := Start(t, WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now }))
+	c := client(t, s)
+	mustAppend(t, c, "s", esdb.NoStream{}, ids(2)...)
+	mu.Lock()
+	now = now.Add(time.Hour)
+	mu.Unlock()
+	mustAppend(t, c, "s", esdb.Revision(1), ids(3)...)
+	rc := raw(t, s)
+	read := func(from uint64, backwards bool) []string {
+		var out []string
+		for _, m := range readAllRaw(t, mustRead(t, rc, streamReadReq("s", from, backwards, 10))) {
+			out = append(out, kind(m))
+		}
+		return out
+	}
+	setMeta := func(m esdb.StreamMetadata) {
+		t.Helper()
+		if _, err := c.SetStreamMetadata(ctxT(t), "s", esdb.AppendToStreamOptions{}, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setMeta(esdb.StreamMetadata{})
+	equal(t, read(0, false), []string{"event:s/0", "event:s/1", "event:s/2", "event:s/3", "event:s/4"})
+	var m esdb.StreamMetadata
+	m.SetTruncateBefore(3)
+	setMeta(m)
+	equal(t, read(0, false), []string{"event:s/3", "event:s/4"})
+	equal(t, read(4, true), []string{"event:s/4", "event:s/3"})
+	m = esdb.StreamMetadata{}
+	m.SetMaxCount(4)
+	setMeta(m)
+	equal(t, read(0, false), []string{"event:s/1", "event:s/2", "event:s/3", "event:s/4"})
+	m = esdb.StreamMetadata{}
+	m.SetMaxAge(30 * time.Minute)
+	setMeta(m)
+	equal(t, read(0, false), []string{"event:s/2", "event:s/3", "event:s/4"})
+	m = esdb.StreamMetadata{}
+	m.SetTruncateBefore(math.MaxInt64)
+	setMeta(m)
+	equal(t, read(0, false), []string{"stream_not_found"})
 }

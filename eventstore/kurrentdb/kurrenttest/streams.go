@@ -509,7 +509,8 @@ func (ss *streamsServer) readStream(ro *readOptions, srv api.Streams_ReadServer)
 	if tombstoned {
 		return streamDeleted(srv.Context(), srv.SetTrailer, ro.stream)
 	}
-	if !exists {
+	first, softDeleted := ss.s.db.readableFrom(ro.stream, events)
+	if !exists || softDeleted {
 		return srv.Send(&api.ReadResp{Content: &api.ReadResp_StreamNotFound_{StreamNotFound: &api.ReadResp_StreamNotFound{
 			StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(ro.stream)},
 		}}})
@@ -528,15 +529,15 @@ func (ss *streamsServer) readStream(ro *readOptions, srv api.Streams_ReadServer)
 		if ro.fromStart {
 			from = min(0, last)
 		}
-		for i := from; i >= 0 && sent < ro.count; i-- {
+		for i := from; i >= first && sent < ro.count; i-- {
 			if err := send(events[i]); err != nil {
 				return err
 			}
 		}
 	} else if !ro.fromEnd {
-		from := uint64(0)
+		from := uint64(first)
 		if !ro.fromStart {
-			from = ro.revision
+			from = max(ro.revision, uint64(first))
 		}
 		for i := from; i < uint64(len(events)) && sent < ro.count; i++ {
 			if err := send(events[i]); err != nil {
@@ -821,6 +822,9 @@ func (ss *streamsServer) subscribeStream(ro *readOptions, srv api.Streams_ReadSe
 	for {
 		_, changed := ss.s.db.snapshot()
 		events, _, tombstoned := ss.s.db.stream(ro.stream)
+		if first, _ := ss.s.db.readableFrom(ro.stream, events); !isCaughtUp {
+			next = max(next, uint64(first)) // catch-up reads leave out what metadata truncates
+		}
 		for ; next < uint64(len(events)); next++ {
 			if err := snd.send(eventResp(events[next], ro.uuidString)); err != nil {
 				return err
