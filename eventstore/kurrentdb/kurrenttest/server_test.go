@@ -1159,6 +1159,14 @@ func TestStreamMetadataTruncatesReads(t *testing.T) {
 	setMeta(m)
 	equal(t, read(0, false), []string{"event:s/3", "event:s/4"})
 	equal(t, read(4, true), []string{"event:s/4", "event:s/3"})
+	sub, err := c.SubscribeToStream(ctxT(t), "s", esdb.SubscribeToStreamOptions{From: esdb.Start{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := sub.Recv(); ev.EventAppeared == nil || ev.EventAppeared.OriginalEvent().EventNumber != 3 {
+		t.Fatalf("a subscription to the truncated stream began with %+v, want event 3", ev)
+	}
+	_ = sub.Close()
 	m = esdb.StreamMetadata{}
 	m.SetMaxCount(4)
 	setMeta(m)
