@@ -463,10 +463,10 @@ func TestSubscriptionResumesFromCheckpoint(t *testing.T) {
 	got := receive(t, sub, 1)
 	ks := sub.(*kurrentdb.Subscription)
 	// Pages of 2: [acct-1 other-0] [other-1 other-2] [other-3 other-4]
-	// [other-5 other-6] [other-7 other-8]. Each full page but the last checkpoints
-	// at its last event sent, else where it was read from: the last one at
-	// (other-5's commit position, 0).
-	cp := eventstore.Position{Commit: others[5].Position.Commit}
+	// [other-5 other-6] [other-7 other-8]. Each page checkpoints at its last event
+	// sent, else where it was read from (the last one as catch-up goes live): the
+	// last one at (other-7's commit position, 0).
+	cp := eventstore.Position{Commit: others[7].Position.Commit}
 	eventually(t, "the last catch-up checkpoint", func() bool { return ks.Checkpoint() == cp })
 	srv.DropSubscriptions()
 	eventually(t, "the resubscription", func() bool { return ks.Drops() == 1 && srv.Subscriptions() == 1 })
@@ -475,8 +475,8 @@ func TestSubscriptionResumesFromCheckpoint(t *testing.T) {
 	got = append(got, receive(t, sub, 1)...)
 	sameIDs(t, got, []eventstore.EventData{a, b})
 	starts := srv.SubscriptionStarts()
-	if len(starts) != 2 || starts[1] != others[4].Position.String() {
-		t.Fatalf("resubscribed at %v, want at the event before the checkpoint %s (%s)", starts, cp, others[4].Position)
+	if len(starts) != 2 || starts[1] != others[6].Position.String() {
+		t.Fatalf("resubscribed at %v, want at the event before the checkpoint %s (%s)", starts, cp, others[6].Position)
 	}
 }
 

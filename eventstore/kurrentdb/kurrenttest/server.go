@@ -79,6 +79,11 @@ const (
 // maxCheckpoint reports whether the release sends KDB-710's checkpoint.
 func (r Release) maxCheckpoint() bool { return r == Release24_10_4 }
 
+// liveCheckpoint reports whether a filtered $all subscription sends a
+// checkpoint when its catch-up reaches the end, before caught_up (CatchUp on
+// IsEndOfStream, 24.x). Not modelled for 23.10.
+func (r Release) liveCheckpoint() bool { return r != Release23_10 }
+
 // skipsAfterStart reports whether a $all subscription skips the first event at
 // or after its start position (23.10) rather than starting strictly after it.
 func (r Release) skipsAfterStart() bool { return r == Release23_10 }

@@ -734,12 +734,14 @@ func TestSubscribeAllFilteredCheckpoints(t *testing.T) {
 	// Window 3, multiplier 1: a checkpoint every 3 considered events.
 	sub := subscribeAcct(t, rc, 3)
 	// Catch-up pages [0..2] [3..5] [6..8] [9]: a checkpoint after each full page that
-	// is not the last, at the last event sent in it (or where it began).
-	equal(t, recvKinds(t, sub, 10), []string{
+	// is not the last, at the last event sent in it (or where it began), and one
+	// when catch-up goes live.
+	equal(t, recvKinds(t, sub, 11), []string{
 		"confirmation",
 		"event:acct-0/0", "event:acct-2/0", fmt.Sprintf("checkpoint:%d", pos[2]),
 		"event:acct-4/0", fmt.Sprintf("checkpoint:%d", pos[4]),
 		"event:acct-6/0", "event:acct-8/0", fmt.Sprintf("checkpoint:%d", pos[8]),
+		fmt.Sprintf("checkpoint:%d/0", pos[9]),
 		"caught_up",
 	})
 	// Live: 10 events considered so far, counter at 1 (10 mod 3); two more non-matching
@@ -787,14 +789,20 @@ func TestSubscribeAllCheckpointWherePageWasReadFrom(t *testing.T) {
 	rc := raw(t, s)
 	pos := appendMixed(t, rc, 7, func(i int) bool { return i == 0 })
 	sub := subscribeAcct(t, rc, 2)
-	// Pages [0 1] [2 3] [4 5] [6].
-	equal(t, recvKinds(t, sub, 6), []string{
+	// Pages [0 1] [2 3] [4 5] [6]; the last checkpoint is sent as catch-up goes live.
+	equal(t, recvKinds(t, sub, 7), []string{
 		"confirmation",
 		"event:acct-0/0", fmt.Sprintf("checkpoint:%d", pos[0]),
 		fmt.Sprintf("checkpoint:%d/0", pos[2]),
 		fmt.Sprintf("checkpoint:%d/0", pos[4]),
+		fmt.Sprintf("checkpoint:%d/0", pos[6]),
 		"caught_up",
 	})
+	// 23.10 is not modelled with the going-live checkpoint.
+	s23, _ := Start(t, WithEmptyLog(), WithRelease(Release23_10))
+	rc23 := raw(t, s23)
+	appendMixed(t, rc23, 3, func(i int) bool { return i == 0 })
+	equal(t, recvKinds(t, subscribeAcct(t, rc23, 2), 4)[3:], []string{"caught_up"})
 }
 
 func TestSubscribeAllEventTypeAndRegexFilters(t *testing.T) {

@@ -716,8 +716,9 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 	}
 
 	var considered uint32
-	matched := false // the last page sent an event
-	first := true    // the next page is the first
+	matched := false   // the last page sent an event
+	first := true      // the next page is the first
+	var live *position // the checkpoint sent when catch-up goes live
 	start := position{}
 	if ro.positional() {
 		start = position{ro.commit, ro.prepare}
@@ -742,9 +743,9 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 		// was read from (CatchUp: max(checkpoint, completed.CurrentPos)): the
 		// start position for the first page, then the previous page's NextPos,
 		// (post-position of its last record, 0), which no event sits at.
-		cp := position{commit: page[0].pos}
+		cp := &position{commit: page[0].pos}
 		if first {
-			cp = start
+			cp = &start
 		}
 		first, matched = false, false
 		for _, r := range page {
@@ -752,23 +753,31 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 				if err := snd.send(eventResp(r, ro.uuidString)); err != nil {
 					return err
 				}
-				cp, matched = position{r.pos, r.pos}, true
+				cp, matched = &position{r.pos, r.pos}, true
 			}
 		}
 		next = end
 		considered += uint32(len(page))
 		if next >= len(all) { // end of stream: go live
+			live = cp
 			break
 		}
 		if considered >= ro.interval {
 			considered %= ro.interval
-			if err := snd.send(checkpoint(cp)); err != nil {
+			if err := snd.send(checkpoint(*cp)); err != nil {
 				return err
 			}
 		}
 	}
-	if ro.filter != nil && ro.fromStart && !matched && ss.s.release.maxCheckpoint() {
-		if err := snd.send(checkpoint(position{math.MaxUint64, math.MaxUint64})); err != nil { // KDB-710
+	switch {
+	case ro.filter == nil:
+	case ro.fromStart && !matched && ss.s.release.maxCheckpoint():
+		live = &position{math.MaxUint64, math.MaxUint64} // KDB-710
+	case !ss.s.release.liveCheckpoint():
+		live = nil
+	}
+	if live != nil {
+		if err := snd.send(checkpoint(*live)); err != nil {
 			return err
 		}
 	}
