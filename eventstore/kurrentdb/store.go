@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
@@ -141,6 +142,8 @@ type Store struct {
 	subCtx    context.Context
 	cancelSub context.CancelFunc
 	subs      sync.WaitGroup
+
+	lastErr atomic.Pointer[string] // the client's last warning or error, password removed
 }
 
 var _ eventstore.Store = (*Store)(nil)
@@ -166,7 +169,6 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	cfg.Logger = clientLogger(o.logger)
 	if !strings.Contains(strings.ToLower(cs), "maxdiscoverattempts=") {
 		// The client gives up its connection for good after MaxDiscoverAttempts
 		// failed discoveries (default 10, about a second), stranding calls inside
@@ -175,13 +177,14 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		cfg.MaxDiscoverAttempts = DefaultMaxDiscoverAttempts
 	}
 	s := &Store{cfg: *cfg, opts: o, dead: make(map[*esdb.Client]bool)}
+	s.cfg.Logger = s.keepLastError(clientLogger(o.logger))
 	s.subCtx, s.cancelSub = context.WithCancel(context.Background())
 	if s.client, err = s.newClient(); err != nil {
 		return nil, err
 	}
 	if _, err := s.readAllPage(ctx, esdb.End{}, esdb.Backwards, 1); err != nil {
 		_ = s.Close()
-		return nil, fmt.Errorf("kurrentdb: connect to %s: %w", redact(url), err)
+		return nil, fmt.Errorf("kurrentdb: connect to %s: %w%s", redact(url), err, s.lastClientError(err))
 	}
 	return s, nil
 }
@@ -193,6 +196,32 @@ func redact(url string) string {
 		}
 	}
 	return url
+}
+
+// keepLastError wraps the client's logger to keep its last warning or error:
+// while the client rediscovers the node (a TLS handshake refused, say) the
+// call only sees the caller's deadline, and Open reports that line with it.
+func (s *Store) keepLastError(log esdb.LoggingFunc) esdb.LoggingFunc {
+	return func(level esdb.LogLevel, format string, args ...any) {
+		if level == esdb.LogWarn || level == esdb.LogError {
+			line := fmt.Sprintf(format, args...)
+			if s.cfg.Password != "" {
+				line = strings.ReplaceAll(line, s.cfg.Password, "***")
+			}
+			s.lastErr.Store(&line)
+		}
+		log(level, format, args...)
+	}
+}
+
+// lastClientError is the client's last warning or error, for an Open that
+// failed without an answer from the server.
+func (s *Store) lastClientError(err error) string {
+	line := s.lastErr.Load()
+	if line == nil || !errors.Is(err, eventstore.ErrUnavailable) {
+		return ""
+	}
+	return " (the client's last error: " + *line + ")"
 }
 
 func clientLogger(l *slog.Logger) esdb.LoggingFunc {
