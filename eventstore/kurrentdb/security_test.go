@@ -10,6 +10,7 @@ import (
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
+	"github.com/ledgerworks/ledger/eventstore/storetest"
 	"github.com/ledgerworks/ledger/internal/testcert"
 )
 
@@ -48,6 +49,14 @@ func TestSecureNode(t *testing.T) {
 	if head, err := s.Head(ctxT(t)); err != nil || head != res.Position {
 		t.Fatalf("head %s, %v; want %s", head, err, res.Position)
 	}
+}
+
+// TestConformanceSecureNode runs the event-store suite on one secure server,
+// as the admin, every subtest with its own connection.
+func TestConformanceSecureNode(t *testing.T) {
+	srv, caFile := secureServer(t)
+	url := "kurrentdb://admin:" + adminPassword + "@" + srv.Addr() + "?tlsCAFile=" + caFile
+	storetest.Run(t, func(t *testing.T) eventstore.Store { return open(t, url) })
 }
 
 // TestSecureNodeRefusesWrongSettings: without the right credentials, or
