@@ -19,8 +19,9 @@ const DefaultCommitTimeout = 2 * time.Second
 // HoldReplication) before it is answered Aborted.
 func WithCommitTimeout(d time.Duration) Option { return func(c *config) { c.commitTimeout = d } }
 
-// FailAppendsAfterWrite makes the next n appends write their events (durable
-// and visible) and then answer code instead of the result: a write whose
+// FailAppendsAfterWrite makes the next n appends that write events (an
+// idempotent repeat does not count) write them, durable and visible, and then
+// answer code instead of the result: a write whose
 // acknowledgement was lost, as when the leader answers a commit timeout
 // (codes.Aborted, "Operation timed out") for a write that still commits.
 func (s *Server) FailAppendsAfterWrite(n int, code codes.Code) {
