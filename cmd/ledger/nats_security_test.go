@@ -20,6 +20,7 @@ import (
 	"github.com/ledgerworks/ledger/internal/config"
 	"github.com/ledgerworks/ledger/internal/devenv/devtest"
 	"github.com/ledgerworks/ledger/internal/pgtest"
+	"github.com/ledgerworks/ledger/internal/testcert"
 )
 
 // proc is a long-running program of a test (`ledger serve`, `projector run`),
@@ -153,11 +154,11 @@ func natsModes(t *testing.T) []natsMode {
 	strangerCreds, strangerSeed := devtest.UserCreds(t, stranger)
 	jwtServer := &server.Options{}
 	op.Trust(jwtServer)
-	ca := devtest.NewCA(t)
+	ca := testcert.NewCA(t)
 	serverCert := ca.Issue(t, "nats-server", true)
 	client := ca.Issue(t, "ledger", false)
-	caFile := devtest.WriteFile(t, "ca.pem", ca.CertPEM)
-	otherCA := devtest.NewCA(t)
+	caFile := testcert.WriteFile(t, "ca.pem", ca.CertPEM)
+	otherCA := testcert.NewCA(t)
 	otherClient := otherCA.Issue(t, "stranger", false)
 	return []natsMode{{
 		name:   "user and password",
@@ -172,23 +173,23 @@ func natsModes(t *testing.T) []natsMode {
 	}, {
 		name:   "nkey",
 		server: &server.Options{Nkeys: []*server.NkeyUser{{Nkey: nkPub}}},
-		right:  config.NATS{NKey: devtest.WriteFile(t, "user.nk", []byte(nkSeed))}, wrong: config.NATS{NKey: devtest.WriteFile(t, "other.nk", []byte(otherSeed))},
+		right:  config.NATS{NKey: testcert.WriteFile(t, "user.nk", []byte(nkSeed))}, wrong: config.NATS{NKey: testcert.WriteFile(t, "other.nk", []byte(otherSeed))},
 		mode: "auth: nkey seed file", secrets: []string{nkSeed, otherSeed},
 	}, {
 		name:   "JWT credentials",
 		server: jwtServer,
-		right:  config.NATS{Creds: devtest.WriteFile(t, "user.creds", creds)}, wrong: config.NATS{Creds: devtest.WriteFile(t, "stranger.creds", strangerCreds)}, flags: true,
+		right:  config.NATS{Creds: testcert.WriteFile(t, "user.creds", creds)}, wrong: config.NATS{Creds: testcert.WriteFile(t, "stranger.creds", strangerCreds)}, flags: true,
 		mode: "auth: credentials file", secrets: []string{credsSeed, strangerSeed},
 	}, {
 		name:   "TLS",
 		server: &server.Options{TLS: true, TLSConfig: ca.ServerTLS(t, serverCert, false), TLSTimeout: 2}, scheme: "tls",
-		right: config.NATS{TLSCA: caFile}, wrong: config.NATS{TLSCA: devtest.WriteFile(t, "other-ca.pem", otherCA.CertPEM)},
+		right: config.NATS{TLSCA: caFile}, wrong: config.NATS{TLSCA: testcert.WriteFile(t, "other-ca.pem", otherCA.CertPEM)},
 		mode: "auth: no authentication, TLS",
 	}, {
 		name:   "mutual TLS",
 		server: &server.Options{TLS: true, TLSVerify: true, TLSConfig: ca.ServerTLS(t, serverCert, true), TLSTimeout: 2}, scheme: "tls",
-		right: config.NATS{TLSCA: caFile, TLSCert: devtest.WriteFile(t, "client.pem", client.CertPEM), TLSKey: devtest.WriteFile(t, "client-key.pem", client.KeyPEM)},
-		wrong: config.NATS{TLSCA: caFile, TLSCert: devtest.WriteFile(t, "s.pem", otherClient.CertPEM), TLSKey: devtest.WriteFile(t, "s-key.pem", otherClient.KeyPEM)},
+		right: config.NATS{TLSCA: caFile, TLSCert: testcert.WriteFile(t, "client.pem", client.CertPEM), TLSKey: testcert.WriteFile(t, "client-key.pem", client.KeyPEM)},
+		wrong: config.NATS{TLSCA: caFile, TLSCert: testcert.WriteFile(t, "s.pem", otherClient.CertPEM), TLSKey: testcert.WriteFile(t, "s-key.pem", otherClient.KeyPEM)},
 		flags: true, mode: "auth: no authentication, mutual TLS", secrets: []string{pemBody(client.KeyPEM), pemBody(otherClient.KeyPEM)},
 	}}
 }
@@ -235,7 +236,7 @@ func noSecret(t *testing.T, what, out string, secrets ...string) {
 // TestLeakFindsSecrets: the search of the logs finds a secret printed whole, a
 // piece of a key's PEM body, and one cut by a line break.
 func TestLeakFindsSecrets(t *testing.T) {
-	key := devtest.NewCA(t).Issue(t, "x", false).KeyPEM
+	key := testcert.NewCA(t).Issue(t, "x", false).KeyPEM
 	body := pemBody(key)
 	for what, out := range map[string]string{
 		"a password":          `{"level":"DEBUG","msg":"connect","password":"pw-Leak-1"}`,
@@ -513,7 +514,7 @@ func TestLeastPermissions(t *testing.T) {
 func TestSecretsNotLogged(t *testing.T) {
 	nkPub, nkSeed := devtest.NKeyUser(t)
 	_, otherSeed := devtest.NKeyUser(t)
-	ca := devtest.NewCA(t)
+	ca := testcert.NewCA(t)
 	client := ca.Issue(t, "ledger", false)
 	ns := devtest.NATSWith(t, &server.Options{
 		JetStream: true, StoreDir: t.TempDir(), Nkeys: []*server.NkeyUser{{Nkey: nkPub}},
@@ -521,13 +522,13 @@ func TestSecretsNotLogged(t *testing.T) {
 	})
 	dbURL, dbPassword := databaseWithPassword(t)
 	cfg := config.NATS{
-		URL: "tls://" + ns.Addr().String(), NKey: devtest.WriteFile(t, "user.nk", []byte(nkSeed)),
+		URL: "tls://" + ns.Addr().String(), NKey: testcert.WriteFile(t, "user.nk", []byte(nkSeed)),
 		User: "ledger", Password: "pw-Every-4c2d", Token: "tok-Every-8e1f",
-		TLSCA: devtest.WriteFile(t, "ca.pem", ca.CertPEM), TLSCert: devtest.WriteFile(t, "client.pem", client.CertPEM),
-		TLSKey: devtest.WriteFile(t, "client-key.pem", client.KeyPEM),
+		TLSCA: testcert.WriteFile(t, "ca.pem", ca.CertPEM), TLSCert: testcert.WriteFile(t, "client.pem", client.CertPEM),
+		TLSKey: testcert.WriteFile(t, "client-key.pem", client.KeyPEM),
 	}
 	wrong := cfg
-	wrong.NKey = devtest.WriteFile(t, "other.nk", []byte(otherSeed))
+	wrong.NKey = testcert.WriteFile(t, "other.nk", []byte(otherSeed))
 	secrets := []string{"pw-Every-4c2d", "tok-Every-8e1f", nkSeed, otherSeed, pemBody(client.KeyPEM), dbPassword}
 	db := []string{config.EnvDatabaseURL + "=" + dbURL, config.EnvEventStoreURL + "=" + dbURL, config.EnvDataDir + "=" + t.TempDir()}
 	debug := []string{"--log-format", "json", "--log-level", "debug"}

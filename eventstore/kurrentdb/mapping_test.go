@@ -124,6 +124,12 @@ func TestMapErrorUnwraps(t *testing.T) {
 		})
 	}
 
+	// A refused append over the maximum size, when its status reaches the client.
+	tooLarge := status.Error(codes.InvalidArgument, "Maximum Append Size of 1048576 Exceeded.")
+	if err := mapError(ctx, wrap(tooLarge), "op"); !errors.Is(err, ErrAppendTooLarge) || errors.Is(err, eventstore.ErrUnavailable) {
+		t.Fatalf("maximum append size: %v", err)
+	}
+
 	// Wrong expected version: the actual revision is read from the wrapped error.
 	wev := clientError(t, func(s *kurrenttest.Server) {}, func(ctx context.Context, c *esdb.Client) error {
 		if err := appendOne("s", esdb.NoStream{})(ctx, c); err != nil {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
@@ -25,6 +26,29 @@ import (
 // stream also match eventstore.ErrStreamNotFound.
 var ErrStreamDeleted = errors.New("kurrentdb: stream deleted")
 
+// ErrAppendTooLarge marks an append over the server's maximum append size
+// (MaxAppendSize, 1 MiB by default on 24.10). Retrying cannot help.
+var ErrAppendTooLarge = errors.New("kurrentdb: append over the maximum append size")
+
+// ErrInvalidPosition marks a $all read or subscription from a position the log
+// has no record at (inside a record): the server refuses it. Retrying cannot help.
+var ErrInvalidPosition = errors.New("kurrentdb: invalid $all position")
+
+// ErrUnauthenticated marks a server that refused the credentials of the URL
+// (a wrong user or password). Retrying cannot help.
+var ErrUnauthenticated = errors.New("kurrentdb: authentication failed (check the user and password of the URL)")
+
+// ErrAccessDenied marks an operation the user may not do: without credentials
+// on a secure node, or reading $all without being in $admins (or an ACL
+// granting $all read). Retrying cannot help.
+var ErrAccessDenied = errors.New("kurrentdb: access denied")
+
+// ErrStreamTruncated marks a forward stream read whose first event is not at
+// the revision asked for: the stream's metadata ($tb, $maxCount, $maxAge) or a
+// scavenge removed the events before it, and what is left is not the stream's
+// whole history. It is never retried.
+var ErrStreamTruncated = errors.New("kurrentdb: stream truncated")
+
 // errClosed is returned by every call after Close.
 var errClosed = errors.New("kurrentdb: store closed")
 
@@ -35,9 +59,12 @@ const (
 	DefaultResubscribeAttempts = 20 // consecutive failed resubscriptions before a subscription ends
 	DefaultSearchWindow        = 32 // events the server scans per filtered page
 	DefaultCheckpointMultiple  = 1  // a checkpoint every DefaultSearchWindow considered events
-	defaultBufferSize          = 512
-	closeDrainTimeout          = 5 * time.Second
-	headPageSize               = 32
+	// DefaultMaxAppendSize is KurrentDB 24.10's MaxAppendSize: 1,048,576 bytes,
+	// counted as the server does (data, metadata and twice the type's length).
+	DefaultMaxAppendSize = 1 << 20
+	defaultBufferSize    = 512
+	closeDrainTimeout    = 5 * time.Second
+	headPageSize         = 32
 )
 
 // Option configures a Store.
@@ -50,6 +77,7 @@ type options struct {
 	resubscribeAttempts int
 	searchWindow        int
 	checkpointMultiple  int
+	maxAppendSize       int
 }
 
 // WithLogger sends the client library's log lines to l (debug and info at Debug,
@@ -69,6 +97,14 @@ func WithResubscribe(min, max time.Duration, attempts int) Option {
 func WithCheckpointWindow(window, multiple int) Option {
 	return func(o *options) { o.searchWindow, o.checkpointMultiple = window, multiple }
 }
+
+// WithMaxAppendSize sets the largest append the store sends, in bytes counted as
+// the server counts them; a larger one fails with ErrAppendTooLarge before it is
+// sent. Set it to the server's MaxAppendSize (larger on 25.x than 24.10's 1 MiB)
+// or below: the server refuses a larger append while the client is still
+// sending it, and the client then reports only io.EOF, which cannot be told from
+// a lost connection.
+func WithMaxAppendSize(bytes int) Option { return func(o *options) { o.maxAppendSize = bytes } }
 
 // ConnectionString turns a ledger URL (kurrentdb://, kurrentdb+discover://,
 // kurrent://, esdb://, esdb+discover://) into EventStore-Client-Go's connection
@@ -106,6 +142,8 @@ type Store struct {
 	subCtx    context.Context
 	cancelSub context.CancelFunc
 	subs      sync.WaitGroup
+
+	lastErr atomic.Pointer[string] // the client's last warning or error, password removed
 }
 
 var _ eventstore.Store = (*Store)(nil)
@@ -126,11 +164,11 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		resubscribeAttempts: DefaultResubscribeAttempts,
 		searchWindow:        DefaultSearchWindow,
 		checkpointMultiple:  DefaultCheckpointMultiple,
+		maxAppendSize:       DefaultMaxAppendSize,
 	}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	cfg.Logger = clientLogger(o.logger)
 	if !strings.Contains(strings.ToLower(cs), "maxdiscoverattempts=") {
 		// The client gives up its connection for good after MaxDiscoverAttempts
 		// failed discoveries (default 10, about a second), stranding calls inside
@@ -139,13 +177,14 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		cfg.MaxDiscoverAttempts = DefaultMaxDiscoverAttempts
 	}
 	s := &Store{cfg: *cfg, opts: o, dead: make(map[*esdb.Client]bool)}
+	s.cfg.Logger = s.keepLastError(clientLogger(o.logger))
 	s.subCtx, s.cancelSub = context.WithCancel(context.Background())
 	if s.client, err = s.newClient(); err != nil {
 		return nil, err
 	}
 	if _, err := s.readAllPage(ctx, esdb.End{}, esdb.Backwards, 1); err != nil {
 		_ = s.Close()
-		return nil, fmt.Errorf("kurrentdb: connect to %s: %w", redact(url), err)
+		return nil, fmt.Errorf("kurrentdb: connect to %s: %w%s", redact(url), err, s.lastClientError(err))
 	}
 	return s, nil
 }
@@ -157,6 +196,32 @@ func redact(url string) string {
 		}
 	}
 	return url
+}
+
+// keepLastError wraps the client's logger to keep its last warning or error:
+// while the client rediscovers the node (a TLS handshake refused, say) the
+// call only sees the caller's deadline, and Open reports that line with it.
+func (s *Store) keepLastError(log esdb.LoggingFunc) esdb.LoggingFunc {
+	return func(level esdb.LogLevel, format string, args ...any) {
+		if level == esdb.LogWarn || level == esdb.LogError {
+			line := fmt.Sprintf(format, args...)
+			if s.cfg.Password != "" {
+				line = strings.ReplaceAll(line, s.cfg.Password, "***")
+			}
+			s.lastErr.Store(&line)
+		}
+		log(level, format, args...)
+	}
+}
+
+// lastClientError is the client's last warning or error, for an Open that
+// failed without an answer from the server.
+func (s *Store) lastClientError(err error) string {
+	line := s.lastErr.Load()
+	if line == nil || !errors.Is(err, eventstore.ErrUnavailable) {
+		return ""
+	}
+	return " (the client's last error: " + *line + ")"
 }
 
 func clientLogger(l *slog.Logger) esdb.LoggingFunc {
@@ -330,7 +395,20 @@ func mapError(ctx context.Context, err error, what string) error {
 		case esdb.ErrorUnavailable, esdb.ErrorCodeDeadlineExceeded, esdb.ErrorCodeConnectionClosed,
 			esdb.ErrorCodeNotLeader, esdb.ErrorAborted:
 			return fmt.Errorf("kurrentdb: %s: %w: %w", what, eventstore.ErrUnavailable, err)
+		case esdb.ErrorCodeUnauthenticated:
+			return fmt.Errorf("kurrentdb: %s: %w: %w", what, ErrUnauthenticated, err)
+		case esdb.ErrorCodeAccessDenied:
+			if strings.Contains(what, "$all") {
+				return fmt.Errorf("kurrentdb: %s: %w (reading $all needs $admins, or an ACL granting $all read, to the user of the URL): %w", what, ErrAccessDenied, err)
+			}
+			return fmt.Errorf("kurrentdb: %s: %w: %w", what, ErrAccessDenied, err)
 		}
+	}
+	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "Maximum Append Size") {
+		return fmt.Errorf("kurrentdb: %s: %w: %w", what, ErrAppendTooLarge, err)
+	}
+	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "invalid position") {
+		return fmt.Errorf("kurrentdb: %s: %w: %w", what, ErrInvalidPosition, err)
 	}
 	if errors.Is(err, io.EOF) {
 		// The server ended an append before the client had sent it all; the client
@@ -390,22 +468,12 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 	if len(events) == 0 {
 		return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append to %q: no events", stream)
 	}
-	data := make([]esdb.EventData, len(events))
-	for i, e := range events {
-		if e.ID == uuid.Nil {
-			// The client would make up a random ID, and with it a new intent.
-			return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append to %q: event %d has no ID", stream, i)
-		}
-		data[i] = esdb.EventData{
-			EventID:     e.ID,
-			EventType:   e.Type,
-			ContentType: esdb.ContentTypeJson,
-			Data:        e.Data,
-			Metadata:    e.Metadata,
-		}
+	data, err := s.toESDBEvents(stream, events)
+	if err != nil {
+		return eventstore.AppendResult{}, err
 	}
 	var wr *esdb.WriteResult
-	err := s.do(ctx, func(c *esdb.Client) error {
+	err = s.do(ctx, func(c *esdb.Client) error {
 		var err error
 		wr, err = c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: toESDBExpected(expected)}, data...)
 		return err
@@ -440,6 +508,37 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		}
 	}
 	return res, nil
+}
+
+// toESDBEvents checks events as the server would before sending them: the
+// server refuses an event without ID or type, and an append over its maximum
+// size, while it reads the request, and the client then loses the status.
+func (s *Store) toESDBEvents(stream string, events []eventstore.EventData) ([]esdb.EventData, error) {
+	data := make([]esdb.EventData, len(events))
+	size := 0
+	for i, e := range events {
+		switch {
+		case e.ID == uuid.Nil:
+			// The client would make up a random ID, and with it a new intent.
+			return nil, fmt.Errorf("kurrentdb: append to %q: event %d has no ID", stream, i)
+		case e.Type == "":
+			return nil, fmt.Errorf("kurrentdb: append to %q: event %d has no type", stream, i)
+		}
+		// At least the server's count (Event.SizeOnDisk: the type in UTF-16).
+		size += len(e.Data) + len(e.Metadata) + 2*len(e.Type)
+		if size > s.opts.maxAppendSize {
+			return nil, fmt.Errorf("kurrentdb: append to %q: %w (%d bytes from event %d, limit %d)",
+				stream, ErrAppendTooLarge, size, i, s.opts.maxAppendSize)
+		}
+		data[i] = esdb.EventData{
+			EventID:     e.ID,
+			EventType:   e.Type,
+			ContentType: esdb.ContentTypeJson,
+			Data:        e.Data,
+			Metadata:    e.Metadata,
+		}
+	}
+	return data, nil
 }
 
 // lastRevision is the stream's last revision, -1 when it has none or when it
@@ -513,6 +612,10 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 			}
 		}
 		return nil, mapError(ctx, err, fmt.Sprintf("read %q", stream))
+	}
+	if dir == eventstore.Forwards && len(out) > 0 && out[0].Revision > from {
+		return nil, fmt.Errorf("kurrentdb: read %q from revision %d: %w: the first readable event is %d",
+			stream, from, ErrStreamTruncated, out[0].Revision)
 	}
 	return out, nil
 }

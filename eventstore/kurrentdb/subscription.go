@@ -146,7 +146,9 @@ func (s *Store) startFor(ctx context.Context, p eventstore.Position) (eventstore
 	if len(at) == 1 && at[0].Position == p {
 		return p, nil
 	}
-	prev, err := s.readAllPage(ctx, allFrom(p), esdb.Backwards, 2)
+	// Backwards from (commit, commit): a read from (X, 0) leaves out the record
+	// that ends at X (the server compares post-positions), the very one wanted.
+	prev, err := s.readAllPage(ctx, allFrom(eventstore.Position{Commit: p.Commit, Prepare: max(p.Prepare, p.Commit)}), esdb.Backwards, 2)
 	if err != nil {
 		return p, err
 	}

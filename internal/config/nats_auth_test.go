@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/ledgerworks/ledger/internal/devenv/devtest"
+	"github.com/ledgerworks/ledger/internal/testcert"
 )
 
 // startAuthNATS starts a nats-server with opts (auth and TLS set by the caller).
@@ -67,8 +68,8 @@ func TestNATSAuthModes(t *testing.T) {
 		_, otherSeed := devtest.NKeyUser(t)
 		ns := startAuthNATS(t, &server.Options{Nkeys: []*server.NkeyUser{{Nkey: pub}}})
 		url := ns.ClientURL()
-		connects(t, NATS{URL: url, NKey: devtest.WriteFile(t, "user.nk", []byte(seed))}, map[string]NATS{
-			"another nkey": {URL: url, NKey: devtest.WriteFile(t, "other.nk", []byte(otherSeed))},
+		connects(t, NATS{URL: url, NKey: testcert.WriteFile(t, "user.nk", []byte(seed))}, map[string]NATS{
+			"another nkey": {URL: url, NKey: testcert.WriteFile(t, "other.nk", []byte(otherSeed))},
 			"no nkey":      {URL: url},
 		}, seed, otherSeed)
 	})
@@ -81,33 +82,33 @@ func TestNATSAuthModes(t *testing.T) {
 		op.Trust(opts)
 		ns := startAuthNATS(t, opts)
 		url := ns.ClientURL()
-		connects(t, NATS{URL: url, Creds: devtest.WriteFile(t, "user.creds", good)}, map[string]NATS{
-			"a user of an unknown account": {URL: url, Creds: devtest.WriteFile(t, "stranger.creds", bad)},
+		connects(t, NATS{URL: url, Creds: testcert.WriteFile(t, "user.creds", good)}, map[string]NATS{
+			"a user of an unknown account": {URL: url, Creds: testcert.WriteFile(t, "stranger.creds", bad)},
 			"no credentials":               {URL: url},
 		}, goodSeed, badSeed)
 	})
 
-	ca := devtest.NewCA(t)
+	ca := testcert.NewCA(t)
 	serverCert := ca.Issue(t, "nats-server", true)
 	clientCert := ca.Issue(t, "ledger", false)
-	caFile := devtest.WriteFile(t, "ca.pem", ca.CertPEM)
+	caFile := testcert.WriteFile(t, "ca.pem", ca.CertPEM)
 	t.Run("TLS", func(t *testing.T) {
 		ns := startAuthNATS(t, &server.Options{TLS: true, TLSConfig: ca.ServerTLS(t, serverCert, false), TLSTimeout: 2})
 		url := "tls://" + ns.Addr().String()
 		connects(t, NATS{URL: url, TLSCA: caFile}, map[string]NATS{
 			"no CA":      {URL: url},
-			"another CA": {URL: url, TLSCA: devtest.WriteFile(t, "other-ca.pem", devtest.NewCA(t).CertPEM)},
+			"another CA": {URL: url, TLSCA: testcert.WriteFile(t, "other-ca.pem", testcert.NewCA(t).CertPEM)},
 		})
 	})
 	t.Run("mutual TLS", func(t *testing.T) {
 		ns := startAuthNATS(t, &server.Options{TLS: true, TLSVerify: true, TLSConfig: ca.ServerTLS(t, serverCert, true), TLSTimeout: 2})
 		url := "tls://" + ns.Addr().String()
-		certFile, keyFile := devtest.WriteFile(t, "client.pem", clientCert.CertPEM), devtest.WriteFile(t, "client-key.pem", clientCert.KeyPEM)
-		stranger := devtest.NewCA(t).Issue(t, "stranger", false)
+		certFile, keyFile := testcert.WriteFile(t, "client.pem", clientCert.CertPEM), testcert.WriteFile(t, "client-key.pem", clientCert.KeyPEM)
+		stranger := testcert.NewCA(t).Issue(t, "stranger", false)
 		connects(t, NATS{URL: url, TLSCA: caFile, TLSCert: certFile, TLSKey: keyFile}, map[string]NATS{
 			"no client certificate": {URL: url, TLSCA: caFile},
 			"a certificate of another CA": {URL: url, TLSCA: caFile,
-				TLSCert: devtest.WriteFile(t, "s.pem", stranger.CertPEM), TLSKey: devtest.WriteFile(t, "s-key.pem", stranger.KeyPEM)},
+				TLSCert: testcert.WriteFile(t, "s.pem", stranger.CertPEM), TLSKey: testcert.WriteFile(t, "s-key.pem", stranger.KeyPEM)},
 		}, string(clientCert.KeyPEM))
 	})
 }

@@ -23,8 +23,9 @@ const ticksPerSecond = int64(time.Second / 100)
 type record struct {
 	id          uuid.UUID
 	stream      string
-	revision    int64 // deletedStream for a tombstone
-	pos         uint64
+	revision    int64  // deletedStream for a tombstone
+	pos         uint64 // where the record starts
+	end         uint64 // where the next one starts (its post-position)
 	eventType   string
 	contentType string
 	data        []byte
@@ -88,6 +89,9 @@ const (
 	decisionWrongExpectedVersion
 	decisionCorruptedIdempotency // answered as a wrong expected version
 	decisionDeleted
+	// decisionNotReady is IdempotentNotReady: the batch matches a write that is
+	// not yet replicated. Nothing is written and the request times out.
+	decisionNotReady
 )
 
 type appendOutcome struct {
@@ -97,6 +101,7 @@ type appendOutcome struct {
 	last     int64
 	pos      uint64 // the last event's log position
 	hasPos   bool
+	pending  bool // written but not yet replicated (see db.held)
 }
 
 type idInfo struct {
@@ -138,8 +143,13 @@ func (c *idCache) get(id uuid.UUID) (idInfo, bool) {
 
 // db is the server's log: every event in commit order, indexed by stream.
 type db struct {
-	mu      sync.Mutex
-	all     []*record // in log order; all[i].pos strictly increasing
+	mu  sync.Mutex
+	all []*record // in log order; all[i].pos strictly increasing
+	// visible counts the records of all that are committed (replicated to a
+	// quorum): readers and subscriptions see all[:visible] only. While held is
+	// set, writes stay pending beyond it.
+	visible int
+	held    bool
 	streams map[string]*streamState
 	nextPos uint64
 	ids     *idCache
@@ -189,16 +199,47 @@ func (d *db) writeLocked(stream string, firstRev int64, events []proposed) (last
 			created:     created,
 		}
 		d.nextPos += recordSize(stream, e.eventType, e.data, e.meta)
+		r.end = d.nextPos
 		s.events = append(s.events, r)
 		d.all = append(d.all, r)
 		d.ids.put(e.id, idInfo{stream: stream, revision: r.revision})
 		last = r
 	}
-	if len(events) > 0 {
-		close(d.changed)
-		d.changed = make(chan struct{})
-	}
+	d.commitLocked()
 	return last
+}
+
+// commitLocked makes every written record visible unless replication is held,
+// and wakes readers when that changed anything. The caller holds d.mu.
+func (d *db) commitLocked() {
+	if d.held || d.visible == len(d.all) {
+		return
+	}
+	d.visible = len(d.all)
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+// hold stops (on) or resumes (off) replication. Resuming commits every
+// pending write.
+func (d *db) hold(on bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.held = on
+	d.commitLocked()
+}
+
+// committed reports whether the record at pos is visible, and the channel
+// closed on the next change.
+func (d *db) committed(pos uint64) (bool, <-chan struct{}) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.visible > 0 && d.all[d.visible-1].pos >= pos, d.changed
+}
+
+// visibleLocked reports whether r is committed. The caller holds d.mu.
+func (d *db) visibleLocked(r *record) bool {
+	return d.visible > 0 && r.pos <= d.all[d.visible-1].pos
 }
 
 // append applies KurrentDB's IndexWriter.CheckCommit rules, then writes when the
@@ -219,6 +260,7 @@ func (d *db) append(stream string, exp expected, events []proposed) appendOutcom
 	last := d.writeLocked(stream, cur+1, events)
 	out.first, out.last = cur+1, last.revision
 	out.pos, out.hasPos = last.pos, true
+	out.pending = !d.visibleLocked(last)
 	return out
 }
 
@@ -293,6 +335,9 @@ func (d *db) idempotentLocked(s *streamState, cur, start, end int64) appendOutco
 	out := appendOutcome{decision: decisionIdempotent, current: cur, first: start, last: end}
 	if s != nil && end >= 0 && end < int64(len(s.events)) {
 		out.pos, out.hasPos = s.events[end].pos, true
+		if !d.visibleLocked(s.events[end]) {
+			out.decision = decisionNotReady
+		}
 	}
 	return out
 }
@@ -330,10 +375,10 @@ func (d *db) tombstone(stream string, exp expected) (appendOutcome, *record) {
 		created:     ticks(d.now()),
 	}
 	d.nextPos += recordSize(stream, r.eventType, nil, nil)
+	r.end = d.nextPos
 	s.tombstoned = true
 	d.all = append(d.all, r)
-	close(d.changed)
-	d.changed = make(chan struct{})
+	d.commitLocked()
 	return out, r
 }
 
@@ -341,7 +386,7 @@ func (d *db) tombstone(stream string, exp expected) (appendOutcome, *record) {
 func (d *db) snapshot() ([]*record, <-chan struct{}) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.all[:len(d.all):len(d.all)], d.changed
+	return d.all[:d.visible:d.visible], d.changed
 }
 
 // streamEvents returns a stream's events and state.
@@ -352,7 +397,27 @@ func (d *db) stream(name string) (events []*record, exists, tombstoned bool) {
 	if s == nil {
 		return nil, false, false
 	}
-	return s.events[:len(s.events):len(s.events)], len(s.events) > 0 || s.tombstoned, s.tombstoned
+	n := len(s.events)
+	for n > 0 && !d.visibleLocked(s.events[n-1]) {
+		n--
+	}
+	return s.events[:n:n], n > 0 || s.tombstoned, s.tombstoned
+}
+
+// validPosition reports whether a $all read may start at the commit position:
+// the log's start, a record's start, or at or beyond the end of what is
+// committed. Within a record the server's chunk reader fails (InvalidReadException),
+// answered "Trying to read from an invalid position.".
+func (d *db) validPosition(commit uint64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	end := d.nextPos
+	if d.visible < len(d.all) {
+		end = d.all[d.visible].pos
+	}
+	all := d.all[:d.visible]
+	i := firstAtOrAfter(all, commit)
+	return commit == 0 || commit >= end || (i < len(all) && all[i].pos == commit)
 }
 
 // firstAtOrAfter returns the index in all of the first record whose position is >= pos.

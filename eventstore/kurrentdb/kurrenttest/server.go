@@ -2,6 +2,7 @@ package kurrenttest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strconv"
@@ -16,7 +17,9 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -40,9 +43,14 @@ const DefaultIDCacheSize = 1 << 16
 type Option func(*config)
 
 type config struct {
-	idCacheSize int
-	now         func() time.Time
-	release     Release
+	idCacheSize   int
+	now           func() time.Time
+	release       Release
+	commitTimeout time.Duration
+	maxAppendSize int
+	emptyLog      bool
+	tls           *tls.Certificate
+	users         map[string]User // nil: no authentication
 }
 
 // Release names the KurrentDB release whose behaviour the server reproduces
@@ -71,9 +79,24 @@ const (
 // maxCheckpoint reports whether the release sends KDB-710's checkpoint.
 func (r Release) maxCheckpoint() bool { return r == Release24_10_4 }
 
+// liveCheckpoint reports whether a filtered $all subscription sends a
+// checkpoint when its catch-up reaches the end, before caught_up (CatchUp on
+// IsEndOfStream, 24.x). Not modelled for 23.10.
+func (r Release) liveCheckpoint() bool { return r != Release23_10 }
+
 // skipsAfterStart reports whether a $all subscription skips the first event at
 // or after its start position (23.10) rather than starting strictly after it.
 func (r Release) skipsAfterStart() bool { return r == Release23_10 }
+
+// DefaultMaxAppendSize is the server's MaxAppendSize on the releases modelled
+// (23.10, 24.10): 1,048,576 bytes, counted as Event.SizeOnDisk (data, metadata
+// and twice the type's length). Later releases allow more: see WithMaxAppendSize.
+const DefaultMaxAppendSize = 1 << 20
+
+// WithMaxAppendSize sets the largest append the server takes, in bytes counted
+// as Event.SizeOnDisk; a larger one is refused with InvalidArgument and the
+// exception maximum-append-size-exceeded.
+func WithMaxAppendSize(bytes int) Option { return func(c *config) { c.maxAppendSize = bytes } }
 
 // WithRelease makes the server behave as the named release where the releases
 // modelled differ (see Release).
@@ -90,6 +113,7 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 // EventStore-Client-Go/v4: Streams (Append, Read, Tombstone), ServerFeatures
 // and Gossip, on 127.0.0.1 only.
 type Server struct {
+	cfg     config
 	release Release
 	db      *db
 	grpc    *grpc.Server
@@ -102,16 +126,19 @@ type Server struct {
 	unavailable bool
 	failNext    map[string][]codes.Code
 	stalls      []bool // one per stalled append to come; true: commit before stalling
+	afterWrite  []codes.Code
+	notLeader   []string // leader endpoints (host:port) of the NotLeader answers to come
 	subs        map[*subscription]struct{}
 	subsChanged chan struct{}
 	requests    map[string]int
 	starts      []string
+	leaderCalls int // calls that carried requires-leader: true
 }
 
 // New starts a server on 127.0.0.1 with an ephemeral port.
-func New(opts ...Option) (*Server, error) {
-	cfg := config{idCacheSize: DefaultIDCacheSize, now: time.Now, release: DefaultRelease}
-	for _, o := range opts {
+func New(options ...Option) (*Server, error) {
+	cfg := config{idCacheSize: DefaultIDCacheSize, now: time.Now, release: DefaultRelease, commitTimeout: DefaultCommitTimeout, maxAppendSize: DefaultMaxAppendSize}
+	for _, o := range options {
 		o(&cfg)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -119,6 +146,7 @@ func New(opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("kurrenttest: listen: %w", err)
 	}
 	s := &Server{
+		cfg:         cfg,
 		release:     cfg.release,
 		db:          newDB(cfg.idCacheSize),
 		lis:         lis,
@@ -130,12 +158,19 @@ func New(opts ...Option) (*Server, error) {
 		requests:    make(map[string]int),
 	}
 	s.db.now = cfg.now
-	s.grpc = grpc.NewServer(
+	if !cfg.emptyLog {
+		s.db.seed()
+	}
+	opts := []grpc.ServerOption{
 		grpc.UnaryInterceptor(s.unaryFaults),
 		grpc.StreamInterceptor(s.streamFaults),
 		// The client pings every 10 s, also without calls in flight.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
-	)
+	}
+	if cfg.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{*cfg.tls}, MinVersion: tls.VersionTLS12})))
+	}
+	s.grpc = grpc.NewServer(opts...)
 	api.RegisterStreamsServer(s.grpc, &streamsServer{s: s})
 	serverfeatures.RegisterServerFeaturesServer(s.grpc, &featuresServer{})
 	gossip.RegisterGossipServer(s.grpc, &gossipServer{s: s})
@@ -161,11 +196,19 @@ func Start(t testing.TB, opts ...Option) (*Server, string) {
 // Addr is the host:port the server listens on.
 func (s *Server) Addr() string { return s.lis.Addr().String() }
 
-// URL is the ledger's connection URL for this server.
-func (s *Server) URL() string { return "kurrentdb://" + s.Addr() + "?tls=false" }
+// URL is the ledger's connection URL for this server: with ?tls=false unless
+// it speaks TLS (WithTLS), when the caller adds credentials and tlsCAFile.
+func (s *Server) URL() string { return "kurrentdb://" + s.Addr() + s.tlsQuery() }
 
 // ConnectionString is the EventStore-Client-Go connection string for this server.
-func (s *Server) ConnectionString() string { return "esdb://" + s.Addr() + "?tls=false" }
+func (s *Server) ConnectionString() string { return "esdb://" + s.Addr() + s.tlsQuery() }
+
+func (s *Server) tlsQuery() string {
+	if s.cfg.tls != nil {
+		return ""
+	}
+	return "?tls=false"
+}
 
 // Stop closes every connection and the listener.
 func (s *Server) Stop() {
@@ -257,10 +300,21 @@ func (s *Server) Head() uint64 {
 	return all[len(all)-1].pos
 }
 
-func (s *Server) fault(method string) error {
+// RequiresLeaderCalls counts the calls that carried the requires-leader: true
+// header, which a follower answers NotLeader rather than forwarding the write.
+func (s *Server) RequiresLeaderCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leaderCalls
+}
+
+func (s *Server) fault(ctx context.Context, method string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.requests[method]++
+	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("requires-leader")) > 0 && md.Get("requires-leader")[0] == "true" {
+		s.leaderCalls++
+	}
 	if q := s.failNext[method]; len(q) > 0 {
 		s.failNext[method] = q[1:]
 		return status.Error(q[0], "fault injected by the test server")
@@ -283,17 +337,25 @@ func (s *Server) nextStall() (stall, commit bool) {
 }
 
 func (s *Server) unaryFaults(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := s.fault(info.FullMethod); err != nil {
+	if err := s.fault(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	ctx, err := s.authenticate(ctx, info.FullMethod)
+	if err != nil {
 		return nil, err
 	}
 	return handler(ctx, req)
 }
 
 func (s *Server) streamFaults(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := s.fault(info.FullMethod); err != nil {
+	if err := s.fault(ss.Context(), info.FullMethod); err != nil {
 		return err
 	}
-	return handler(srv, ss)
+	ctx, err := s.authenticate(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
+	}
+	return handler(srv, authedStream{ServerStream: ss, ctx: ctx})
 }
 
 type subscription struct {

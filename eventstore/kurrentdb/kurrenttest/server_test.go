@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +20,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/ledgerworks/ledger/internal/testcert"
 )
 
 // --- helpers -----------------------------------------------------------------
@@ -40,7 +44,12 @@ func raw(t *testing.T, s *Server) api.StreamsClient {
 
 func client(t *testing.T, s *Server) *esdb.Client {
 	t.Helper()
-	cfg, err := esdb.ParseConnectionString(s.ConnectionString())
+	return clientAt(t, s.ConnectionString())
+}
+
+func clientAt(t *testing.T, connectionString string) *esdb.Client {
+	t.Helper()
+	cfg, err := esdb.ParseConnectionString(connectionString)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +98,22 @@ func rawAppend(t *testing.T, c api.StreamsClient, stream string, opt *api.Append
 }
 
 func rawAppendErr(ctx context.Context, c api.StreamsClient, stream string, opt *api.AppendReq_Options, idList ...uuid.UUID) (*api.AppendResp, error) {
+	msgs := make([]*api.AppendReq_ProposedMessage, len(idList))
+	for i, id := range idList {
+		msgs[i] = proposal(id, "Test", []byte(`{}`))
+	}
+	return rawAppendMsgs(ctx, c, stream, opt, msgs...)
+}
+
+func proposal(id uuid.UUID, eventType string, data []byte) *api.AppendReq_ProposedMessage {
+	return &api.AppendReq_ProposedMessage{
+		Id:       uuidToProto(id, false),
+		Metadata: map[string]string{"type": eventType, "content-type": "application/json"},
+		Data:     data,
+	}
+}
+
+func rawAppendMsgs(ctx context.Context, c api.StreamsClient, stream string, opt *api.AppendReq_Options, msgs ...*api.AppendReq_ProposedMessage) (*api.AppendResp, error) {
 	ac, err := c.Append(ctx)
 	if err != nil {
 		return nil, err
@@ -100,12 +125,8 @@ func rawAppendErr(ctx context.Context, c api.StreamsClient, stream string, opt *
 		}
 		return nil, err
 	}
-	for _, id := range idList {
-		err := ac.Send(&api.AppendReq{Content: &api.AppendReq_ProposedMessage_{ProposedMessage: &api.AppendReq_ProposedMessage{
-			Id:       uuidToProto(id, false),
-			Metadata: map[string]string{"type": "Test", "content-type": "application/json"},
-			Data:     []byte(`{}`),
-		}}})
+	for _, m := range msgs {
+		err := ac.Send(&api.AppendReq{Content: &api.AppendReq_ProposedMessage_{ProposedMessage: m}})
 		if errors.Is(err, io.EOF) {
 			return ac.CloseAndRecv()
 		}
@@ -169,6 +190,15 @@ func streamReadReq(stream string, from uint64, backwards bool, count uint64) *ap
 	}}
 }
 
+func allReadReq(from *api.ReadReq_Options_AllOptions, count uint64) *api.ReadReq {
+	return &api.ReadReq{Options: &api.ReadReq_Options{
+		StreamOption: &api.ReadReq_Options_All{All: from},
+		CountOption:  &api.ReadReq_Options_Count{Count: count},
+		FilterOption: &api.ReadReq_Options_NoFilter{NoFilter: &shared.Empty{}},
+		UuidOption:   structured(),
+	}}
+}
+
 func subAllReq(from *api.ReadReq_Options_AllOptions, filter *api.ReadReq_Options_FilterOptions) *api.ReadReq {
 	req := &api.ReadReq{Options: &api.ReadReq_Options{
 		StreamOption: &api.ReadReq_Options_All{All: from},
@@ -186,9 +216,11 @@ func allStart() *api.ReadReq_Options_AllOptions {
 	return &api.ReadReq_Options_AllOptions{AllOption: &api.ReadReq_Options_AllOptions_Start{Start: &shared.Empty{}}}
 }
 
-func allAt(pos uint64) *api.ReadReq_Options_AllOptions {
+func allAt(pos uint64) *api.ReadReq_Options_AllOptions { return allAtPair(pos, pos) }
+
+func allAtPair(commit, prepare uint64) *api.ReadReq_Options_AllOptions {
 	return &api.ReadReq_Options_AllOptions{AllOption: &api.ReadReq_Options_AllOptions_Position{
-		Position: &api.ReadReq_Options_Position{CommitPosition: pos, PreparePosition: pos}}}
+		Position: &api.ReadReq_Options_Position{CommitPosition: commit, PreparePosition: prepare}}}
 }
 
 func prefixFilter(window, multiplier uint32, prefixes ...string) *api.ReadReq_Options_FilterOptions {
@@ -207,6 +239,9 @@ func kind(m *api.ReadResp) string {
 		e := c.Event.GetEvent()
 		return fmt.Sprintf("event:%s/%d", e.GetStreamIdentifier().GetStreamName(), e.GetStreamRevision())
 	case *api.ReadResp_Checkpoint_:
+		if c.Checkpoint.GetCommitPosition() != c.Checkpoint.GetPreparePosition() {
+			return fmt.Sprintf("checkpoint:%d/%d", c.Checkpoint.GetCommitPosition(), c.Checkpoint.GetPreparePosition())
+		}
 		return fmt.Sprintf("checkpoint:%d", c.Checkpoint.GetCommitPosition())
 	case *api.ReadResp_Confirmation:
 		return "confirmation"
@@ -579,7 +614,7 @@ func TestReadStreamDirectionsAndCounts(t *testing.T) {
 }
 
 func TestReadAllPositions(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := Start(t, WithEmptyLog())
 	rc := raw(t, s)
 	var pos []uint64
 	for i := range 4 {
@@ -590,12 +625,7 @@ func TestReadAllPositions(t *testing.T) {
 		t.Fatalf("positions %v", pos)
 	}
 	readAll := func(from *api.ReadReq_Options_AllOptions, backwards bool, count uint64) []string {
-		req := &api.ReadReq{Options: &api.ReadReq_Options{
-			StreamOption: &api.ReadReq_Options_All{All: from},
-			CountOption:  &api.ReadReq_Options_Count{Count: count},
-			FilterOption: &api.ReadReq_Options_NoFilter{NoFilter: &shared.Empty{}},
-			UuidOption:   structured(),
-		}}
+		req := allReadReq(from, count)
 		if backwards {
 			req.Options.ReadDirection = api.ReadReq_Options_Backwards
 		}
@@ -608,6 +638,9 @@ func TestReadAllPositions(t *testing.T) {
 	equal(t, readAll(allStart(), false, 2), []string{"event:s0/0", "event:s1/0"})
 	equal(t, readAll(allAt(pos[1]), false, 10), []string{"event:s1/0", "event:s2/0", "event:s3/0"}) // forwards: inclusive
 	equal(t, readAll(allAt(pos[2]), true, 10), []string{"event:s1/0", "event:s0/0"})                // backwards: exclusive
+	// Backwards compares post-positions: from (X, 0) the record ending at X is left out.
+	equal(t, readAll(allAtPair(pos[2], 0), true, 10), []string{"event:s0/0"})
+	equal(t, readAll(allAtPair(pos[2], 0), false, 1), []string{"event:s2/0"})
 	end := &api.ReadReq_Options_AllOptions{AllOption: &api.ReadReq_Options_AllOptions_End{End: &shared.Empty{}}}
 	equal(t, readAll(end, true, 1), []string{"event:s3/0"})
 	equal(t, readAll(end, false, 1), nil)
@@ -651,8 +684,10 @@ func TestSubscribeAllConfirmationFirstExclusiveStartAndCaughtUp(t *testing.T) {
 
 // TestSubscribeAllFromBetweenEvents: since 24.2 the server sends every event
 // strictly after the start position; 23.10 started after the first event at or
-// after it, so a start position between events lost the next event (the backend
-// therefore starts from an event's position: eventstore/kurrentdb startFor).
+// after it, so a start position no event sits at ((commit, 0) before an event,
+// the form of a catch-up checkpoint) lost the next event (the backend therefore
+// starts from an event's position: eventstore/kurrentdb startFor). A position
+// inside a record is refused.
 func TestSubscribeAllFromBetweenEvents(t *testing.T) {
 	for release, want := range map[Release][]string{
 		DefaultRelease: {"confirmation", "event:b/0", "event:c/0", "caught_up"},
@@ -662,45 +697,51 @@ func TestSubscribeAllFromBetweenEvents(t *testing.T) {
 			s, _ := Start(t, WithRelease(release))
 			rc := raw(t, s)
 			p0 := rawAppend(t, rc, "a", expNoStream(), ids(1)...).GetSuccess().GetPosition().GetCommitPosition()
-			rawAppend(t, rc, "b", expNoStream(), ids(1)...)
+			p1 := rawAppend(t, rc, "b", expNoStream(), ids(1)...).GetSuccess().GetPosition().GetCommitPosition()
 			rawAppend(t, rc, "c", expNoStream(), ids(1)...)
 			ctx, cancel := context.WithCancel(ctxT(t))
 			defer cancel()
-			sub, err := rc.Read(ctx, subAllReq(allAt(p0+1), nil))
+			sub, err := rc.Read(ctx, subAllReq(allAtPair(p1, 0), nil))
 			if err != nil {
 				t.Fatal(err)
 			}
 			equal(t, recvKinds(t, sub, len(want)), want)
+
+			inside, err := rc.Read(ctx, subAllReq(allAt(p0+1), nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			equal(t, recvKinds(t, inside, 1), []string{"confirmation"})
+			if _, err := inside.Recv(); status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("a subscription from inside a record: %v, want InvalidArgument", err)
+			}
+			read, err := rc.Read(ctx, allReadReq(allAt(p0+1), 10))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := read.Recv(); status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("a read from inside a record: %v, want InvalidArgument", err)
+			}
 		})
 	}
 }
 
 func TestSubscribeAllFilteredCheckpoints(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := Start(t, WithEmptyLog())
 	rc := raw(t, s)
-	var pos []uint64
 	// Ten events: acct-0..acct-9 at even indexes are "acct-", odd ones "other-".
-	for i := range 10 {
-		stream := fmt.Sprintf("other-%d", i)
-		if i%2 == 0 {
-			stream = fmt.Sprintf("acct-%d", i)
-		}
-		pos = append(pos, rawAppend(t, rc, stream, expNoStream(), ids(1)...).GetSuccess().GetPosition().GetCommitPosition())
-	}
-	ctx, cancel := context.WithCancel(ctxT(t))
-	defer cancel()
+	pos := appendMixed(t, rc, 10, func(i int) bool { return i%2 == 0 })
 	// Window 3, multiplier 1: a checkpoint every 3 considered events.
-	sub, err := rc.Read(ctx, subAllReq(allStart(), prefixFilter(3, 1, "acct-")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := subscribeAcct(t, rc, 3)
 	// Catch-up pages [0..2] [3..5] [6..8] [9]: a checkpoint after each full page that
-	// is not the last, at the last event sent in it (or where it began).
-	equal(t, recvKinds(t, sub, 10), []string{
+	// is not the last, at the last event sent in it (or where it began), and one
+	// when catch-up goes live.
+	equal(t, recvKinds(t, sub, 11), []string{
 		"confirmation",
 		"event:acct-0/0", "event:acct-2/0", fmt.Sprintf("checkpoint:%d", pos[2]),
 		"event:acct-4/0", fmt.Sprintf("checkpoint:%d", pos[4]),
 		"event:acct-6/0", "event:acct-8/0", fmt.Sprintf("checkpoint:%d", pos[8]),
+		fmt.Sprintf("checkpoint:%d/0", pos[9]),
 		"caught_up",
 	})
 	// Live: 10 events considered so far, counter at 1 (10 mod 3); two more non-matching
@@ -712,8 +753,60 @@ func TestSubscribeAllFilteredCheckpoints(t *testing.T) {
 	equal(t, recvKinds(t, sub, 1), []string{"event:acct-z/0"})
 }
 
+// appendMixed appends one event to each of n streams, acct-i where acct(i) and
+// other-i elsewhere, and returns their positions.
+func appendMixed(t *testing.T, rc api.StreamsClient, n int, acct func(int) bool) []uint64 {
+	t.Helper()
+	var pos []uint64
+	for i := range n {
+		stream := fmt.Sprintf("other-%d", i)
+		if acct(i) {
+			stream = fmt.Sprintf("acct-%d", i)
+		}
+		pos = append(pos, rawAppend(t, rc, stream, expNoStream(), ids(1)...).GetSuccess().GetPosition().GetCommitPosition())
+	}
+	return pos
+}
+
+// subscribeAcct subscribes to $all from Start, filtered on the prefix "acct-"
+// with the search window and a checkpoint every window considered events.
+func subscribeAcct(t *testing.T, rc api.StreamsClient, window uint32) api.Streams_ReadClient {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctxT(t))
+	t.Cleanup(cancel)
+	sub, err := rc.Read(ctx, subAllReq(allStart(), prefixFilter(window, 1, "acct-")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+// TestSubscribeAllCheckpointWherePageWasReadFrom: a catch-up page without a
+// match checkpoints where it was read from, the previous page's NextPos:
+// (post-position of its last record, 0), a position no event sits at.
+func TestSubscribeAllCheckpointWherePageWasReadFrom(t *testing.T) {
+	s, _ := Start(t, WithEmptyLog())
+	rc := raw(t, s)
+	pos := appendMixed(t, rc, 7, func(i int) bool { return i == 0 })
+	sub := subscribeAcct(t, rc, 2)
+	// Pages [0 1] [2 3] [4 5] [6]; the last checkpoint is sent as catch-up goes live.
+	equal(t, recvKinds(t, sub, 7), []string{
+		"confirmation",
+		"event:acct-0/0", fmt.Sprintf("checkpoint:%d", pos[0]),
+		fmt.Sprintf("checkpoint:%d/0", pos[2]),
+		fmt.Sprintf("checkpoint:%d/0", pos[4]),
+		fmt.Sprintf("checkpoint:%d/0", pos[6]),
+		"caught_up",
+	})
+	// 23.10 is not modelled with the going-live checkpoint.
+	s23, _ := Start(t, WithEmptyLog(), WithRelease(Release23_10))
+	rc23 := raw(t, s23)
+	appendMixed(t, rc23, 3, func(i int) bool { return i == 0 })
+	equal(t, recvKinds(t, subscribeAcct(t, rc23, 2), 4)[3:], []string{"caught_up"})
+}
+
 func TestSubscribeAllEventTypeAndRegexFilters(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := Start(t, WithEmptyLog())
 	c := client(t, s)
 	mustAppend(t, c, "a", esdb.Any{}, uuid.New())
 	_, err := c.AppendToStream(ctxT(t), "b", esdb.AppendToStreamOptions{}, esdb.EventData{EventID: uuid.New(), EventType: "$system", ContentType: esdb.ContentTypeJson})
@@ -910,4 +1003,188 @@ func TestDropSubscriptions(t *testing.T) {
 		}
 	}
 	eventually(t, 2*time.Second, func() bool { return s.Subscriptions() == 0 })
+}
+
+// TestClientNeverSendsRequiresLeader: EventStore-Client-Go v4.2.0 puts the
+// requires-leader header into an incoming context (configureGrpcCall), so it
+// never reaches the server, even with RequiresLeader set: a real follower
+// forwards such a write to the leader instead of answering NotLeader. If this
+// fails after a client upgrade, followers will start answering NotLeader.
+func TestClientNeverSendsRequiresLeader(t *testing.T) {
+	s, _ := Start(t)
+	c := client(t, s)
+	opts := esdb.AppendToStreamOptions{ExpectedRevision: esdb.Any{}, RequiresLeader: true}
+	if _, err := c.AppendToStream(ctxT(t), "s", opts, events(uuid.New())...); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.RequiresLeaderCalls(); n != 0 {
+		t.Fatalf("%d calls carried requires-leader: the client now sends it", n)
+	}
+}
+
+func TestFaultsPastTheWrite(t *testing.T) {
+	s, _ := Start(t, WithCommitTimeout(20*time.Millisecond))
+	rc := raw(t, s)
+	id := ids(1)
+	s.FailAppendsAfterWrite(1, codes.Aborted)
+	if _, err := rawAppendErr(ctxT(t), rc, "a", expNoStream(), id...); status.Code(err) != codes.Aborted {
+		t.Fatalf("want Aborted after the write, got %v", err)
+	}
+	if resp := rawAppend(t, rc, "a", expNoStream(), id...); resp.GetSuccess().GetCurrentRevision() != 0 {
+		t.Fatalf("retry: %v", resp)
+	}
+
+	s.HoldReplication(true)
+	held := ids(1)
+	for range 2 { // the write, then its retry (IdempotentNotReady)
+		if _, err := rawAppendErr(ctxT(t), rc, "b", expNoStream(), held...); status.Code(err) != codes.Aborted {
+			t.Fatalf("want Aborted while replication is held, got %v", err)
+		}
+	}
+	if resp, err := rawAppendErr(ctxT(t), rc, "b", expNoStream(), ids(1)...); err != nil || resp.GetWrongExpectedVersion() == nil {
+		t.Fatalf("another batch at the held write's revision: %v, %v; want a wrong expected version", resp, err)
+	}
+	s.HoldReplication(false)
+	if resp := rawAppend(t, rc, "b", expNoStream(), held...); resp.GetSuccess().GetCurrentRevision() != 0 {
+		t.Fatalf("retry after replication: %v", resp)
+	}
+
+	// The leader's endpoint in the trailers is checked through the client
+	// (TestNotLeaderIsRetriedOnTheLeader in the backend's tests).
+	s.NotLeaderNext(1, "")
+	if _, err := rawAppendErr(ctxT(t), rc, "c", expAny(), ids(1)...); status.Code(err) != codes.NotFound {
+		t.Fatalf("want NotFound (leader info), got %v", err)
+	}
+	if msgs := readAllRaw(t, mustRead(t, rc, streamReadReq("c", 0, false, 10))); len(msgs) != 1 || kind(msgs[0]) != "stream_not_found" {
+		t.Fatalf("the refused append was written: %v", msgs)
+	}
+}
+
+// TestAppendLimits: an append over the maximum size, counted as
+// Event.SizeOnDisk, and an event with an empty type are refused while the
+// server reads them, and nothing is written.
+func TestAppendLimits(t *testing.T) {
+	s, _ := Start(t, WithMaxAppendSize(100))
+	rc := raw(t, s)
+	// 2*len("Test") + 92 = 100: at the limit.
+	if _, err := rawAppendMsgs(ctxT(t), rc, "a", expAny(), proposal(uuid.New(), "Test", make([]byte, 92))); err != nil {
+		t.Fatalf("an append at the limit: %v", err)
+	}
+	over := []*api.AppendReq_ProposedMessage{proposal(uuid.New(), "Test", make([]byte, 50)), proposal(uuid.New(), "Test", make([]byte, 50))}
+	_, err := rawAppendMsgs(ctxT(t), rc, "b", expAny(), over...)
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() != "Maximum Append Size of 100 Exceeded." {
+		t.Fatalf("an append over the limit: %v", err)
+	}
+	if _, err := rawAppendMsgs(ctxT(t), rc, "c", expAny(), proposal(uuid.New(), "", nil)); status.Code(err) != codes.Unknown {
+		t.Fatalf("an event without type: %v", err)
+	}
+	for _, stream := range []string{"b", "c"} {
+		if msgs := readAllRaw(t, mustRead(t, rc, streamReadReq(stream, 0, false, 10))); len(msgs) != 1 || kind(msgs[0]) != "stream_not_found" {
+			t.Fatalf("%s was written: %v", stream, msgs)
+		}
+	}
+}
+
+// TestSecured: over TLS, with users, stream operations need credentials, a
+// wrong password is Unauthenticated, and $all is for $admins only.
+func TestSecured(t *testing.T) {
+	ca := testcert.NewCA(t)
+	s, _ := Start(t, WithTLS(ca.Issue(t, "kurrentdb", true).Pair(t)),
+		WithUsers(User{Name: "admin", Password: "a", Admin: true}, User{Name: "reader", Password: "r"}))
+	caFile := testcert.WriteFile(t, "ca.crt", ca.CertPEM)
+	connect := func(userinfo string) *esdb.Client {
+		return clientAt(t, "esdb://"+userinfo+s.Addr()+"?tlsCAFile="+caFile)
+	}
+	readAll := func(c *esdb.Client) error {
+		rs, err := c.ReadAll(ctxT(t), esdb.ReadAllOptions{}, 10)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		_, err = rs.Recv()
+		return err
+	}
+	code := func(err error) esdb.ErrorCode {
+		var e *esdb.Error
+		if !errors.As(err, &e) {
+			return esdb.ErrorCodeUnknown
+		}
+		return e.Code()
+	}
+	admin, reader := connect("admin:a@"), connect("reader:r@")
+	mustAppend(t, admin, "s", esdb.NoStream{}, uuid.New())
+	mustAppend(t, reader, "s", esdb.Revision(0), uuid.New())
+	if err := readAll(admin); err != nil {
+		t.Fatalf("admin reads $all: %v", err)
+	}
+	if err := readAll(reader); code(err) != esdb.ErrorCodeAccessDenied {
+		t.Fatalf("reader reads $all: %v, want access denied", err)
+	}
+	if _, err := reader.SubscribeToAll(ctxT(t), esdb.SubscribeToAllOptions{}); code(err) != esdb.ErrorCodeAccessDenied {
+		t.Fatalf("reader subscribes to $all: %v, want access denied", err)
+	}
+	_, err := connect("").AppendToStream(ctxT(t), "s", esdb.AppendToStreamOptions{}, events(uuid.New())...)
+	if code(err) != esdb.ErrorCodeAccessDenied {
+		t.Fatalf("anonymous append: %v, want access denied", err)
+	}
+	_, err = connect("admin:wrong@").AppendToStream(ctxT(t), "s", esdb.AppendToStreamOptions{}, events(uuid.New())...)
+	if code(err) != esdb.ErrorCodeUnauthenticated {
+		t.Fatalf("wrong password: %v, want unauthenticated", err)
+	}
+}
+
+// TestStreamMetadataTruncatesReads: $tb, $maxCount and $maxAge leave events
+// out of stream reads (revisions unchanged); a soft delete ($tb at the deleted
+// marker) reads as not found.
+func TestStreamMetadataTruncatesReads(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	s, _ := Start(t, WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now }))
+	c := client(t, s)
+	mustAppend(t, c, "s", esdb.NoStream{}, ids(2)...)
+	mu.Lock()
+	now = now.Add(time.Hour)
+	mu.Unlock()
+	mustAppend(t, c, "s", esdb.Revision(1), ids(3)...)
+	rc := raw(t, s)
+	read := func(from uint64, backwards bool) []string {
+		var out []string
+		for _, m := range readAllRaw(t, mustRead(t, rc, streamReadReq("s", from, backwards, 10))) {
+			out = append(out, kind(m))
+		}
+		return out
+	}
+	setMeta := func(m esdb.StreamMetadata) {
+		t.Helper()
+		if _, err := c.SetStreamMetadata(ctxT(t), "s", esdb.AppendToStreamOptions{}, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setMeta(esdb.StreamMetadata{})
+	equal(t, read(0, false), []string{"event:s/0", "event:s/1", "event:s/2", "event:s/3", "event:s/4"})
+	var m esdb.StreamMetadata
+	m.SetTruncateBefore(3)
+	setMeta(m)
+	equal(t, read(0, false), []string{"event:s/3", "event:s/4"})
+	equal(t, read(4, true), []string{"event:s/4", "event:s/3"})
+	sub, err := c.SubscribeToStream(ctxT(t), "s", esdb.SubscribeToStreamOptions{From: esdb.Start{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := sub.Recv(); ev.EventAppeared == nil || ev.EventAppeared.OriginalEvent().EventNumber != 3 {
+		t.Fatalf("a subscription to the truncated stream began with %+v, want event 3", ev)
+	}
+	_ = sub.Close()
+	m = esdb.StreamMetadata{}
+	m.SetMaxCount(4)
+	setMeta(m)
+	equal(t, read(0, false), []string{"event:s/1", "event:s/2", "event:s/3", "event:s/4"})
+	m = esdb.StreamMetadata{}
+	m.SetMaxAge(30 * time.Minute)
+	setMeta(m)
+	equal(t, read(0, false), []string{"event:s/2", "event:s/3", "event:s/4"})
+	m = esdb.StreamMetadata{}
+	m.SetTruncateBefore(math.MaxInt64)
+	setMeta(m)
+	equal(t, read(0, false), []string{"stream_not_found"})
 }

@@ -8,8 +8,10 @@ import (
 	"io"
 	"math"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	api "github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
@@ -78,6 +80,9 @@ func (ss *streamsServer) Append(srv api.Streams_AppendServer) error {
 	if opts == nil {
 		return status.Error(codes.Unknown, "Operation is not valid due to the current state of the object.")
 	}
+	if err := ss.s.authorize(srv.Context(), false); err != nil {
+		return err
+	}
 	stream := string(opts.GetStreamIdentifier().GetStreamName())
 	var exp expected
 	switch v := opts.GetExpectedStreamRevision().(type) {
@@ -93,39 +98,15 @@ func (ss *streamsServer) Append(srv api.Streams_AppendServer) error {
 		return status.Errorf(codes.InvalidArgument, "'%v' is not a valid expected stream revision", v)
 	}
 
-	var events []proposed
-	for {
-		req, err := srv.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		msg := req.GetProposedMessage()
-		if msg == nil {
-			return status.Error(codes.Unknown, "Operation is not valid due to the current state of the object.")
-		}
-		for _, key := range []string{"type", "content-type"} {
-			if _, ok := msg.GetMetadata()[key]; !ok {
-				srv.SetTrailer(metadata.Pairs("exception", "missing-required-metadata-property", "required-metadata-properties", "type,content-type"))
-				return status.Errorf(codes.InvalidArgument, "Required Metadata Property '%s' is missing", key)
-			}
-		}
-		id, err := uuidFromProto(msg.GetId())
-		if err != nil {
-			return status.Errorf(codes.InvalidArgument, "invalid event id: %v", err)
-		}
-		events = append(events, proposed{
-			id:          id,
-			eventType:   msg.GetMetadata()["type"],
-			contentType: msg.GetMetadata()["content-type"],
-			data:        msg.GetData(),
-			meta:        msg.GetCustomMetadata(),
-		})
+	events, err := ss.receiveEvents(srv)
+	if err != nil {
+		return err
 	}
 
 	ctx := srv.Context()
+	if err := ss.s.notLeaderAnswer(srv.SetTrailer); err != nil {
+		return err
+	}
 	if stall, commit := ss.s.nextStall(); stall {
 		if commit {
 			ss.s.db.append(stream, exp, events)
@@ -135,6 +116,9 @@ func (ss *streamsServer) Append(srv api.Streams_AppendServer) error {
 	}
 
 	out := ss.s.db.append(stream, exp, events)
+	if err := ss.afterWrite(ctx, out); err != nil {
+		return err
+	}
 	resp := &api.AppendResp{}
 	switch out.decision {
 	case decisionDeleted:
@@ -160,6 +144,84 @@ func (ss *streamsServer) Append(srv api.Streams_AppendServer) error {
 		resp.Result = &api.AppendResp_WrongExpectedVersion_{WrongExpectedVersion: wrongExpectedVersion(exp, out.current)}
 	}
 	return srv.SendAndClose(resp)
+}
+
+// receiveEvents reads the proposed events of an append, refusing them as the
+// server does while it reads (Streams.Append): a missing type or content type,
+// an empty type or ID (the Event constructor's ArgumentException, which reaches
+// the client as Unknown), and a request over the maximum append size, counted
+// with Event.SizeOnDisk. The refusal ends the call while the client may still be
+// sending, so the client can lose the status and see only io.EOF.
+func (ss *streamsServer) receiveEvents(srv api.Streams_AppendServer) ([]proposed, error) {
+	var events []proposed
+	size := 0
+	for {
+		req, err := srv.Recv()
+		if errors.Is(err, io.EOF) {
+			return events, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		msg := req.GetProposedMessage()
+		if msg == nil {
+			return nil, status.Error(codes.Unknown, "Operation is not valid due to the current state of the object.")
+		}
+		for _, key := range []string{"type", "content-type"} {
+			if _, ok := msg.GetMetadata()[key]; !ok {
+				srv.SetTrailer(metadata.Pairs("exception", "missing-required-metadata-property", "required-metadata-properties", "type,content-type"))
+				return nil, status.Errorf(codes.InvalidArgument, "Required Metadata Property '%s' is missing", key)
+			}
+		}
+		id, err := uuidFromProto(msg.GetId())
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "invalid event id: %v", err)
+		}
+		e := proposed{
+			id:          id,
+			eventType:   msg.GetMetadata()["type"],
+			contentType: msg.GetMetadata()["content-type"],
+			data:        msg.GetData(),
+			meta:        msg.GetCustomMetadata(),
+		}
+		size += sizeOnDisk(e)
+		if max := ss.s.cfg.maxAppendSize; size > max {
+			srv.SetTrailer(metadata.Pairs("exception", "maximum-append-size-exceeded", "maximum-append-size", strconv.Itoa(max)))
+			return nil, status.Errorf(codes.InvalidArgument, "Maximum Append Size of %d Exceeded.", max)
+		}
+		if e.eventType == "" || e.id == uuid.Nil {
+			return nil, status.Error(codes.Unknown, "Exception was thrown by handler.")
+		}
+		events = append(events, e)
+	}
+}
+
+// sizeOnDisk is what an event counts towards the maximum append size: its data,
+// its metadata and its type in UTF-16 (Event.SizeOnDisk).
+func sizeOnDisk(e proposed) int {
+	return len(e.data) + len(e.meta) + 2*len(utf16.Encode([]rune(e.eventType)))
+}
+
+// afterWrite waits for a write to commit (see HoldReplication) and applies
+// FailAppendsAfterWrite. An IdempotentNotReady retry times out.
+func (ss *streamsServer) afterWrite(ctx context.Context, out appendOutcome) error {
+	switch {
+	case out.decision == decisionNotReady:
+		return ss.s.awaitTimeout(ctx)
+	case out.pending:
+		if err := ss.s.awaitCommit(ctx, out.pos); err != nil {
+			return err
+		}
+	}
+	if out.decision == decisionOK && out.hasPos {
+		if code, ok := ss.s.nextAfterWrite(); ok {
+			if code == codes.Aborted {
+				return commitTimedOut()
+			}
+			return status.Error(code, "fault injected by the test server after the write")
+		}
+	}
+	return nil
 }
 
 func wrongExpectedVersion(exp expected, current int64) *api.AppendResp_WrongExpectedVersion {
@@ -192,6 +254,9 @@ func wrongExpectedVersion(exp expected, current int64) *api.AppendResp_WrongExpe
 // Tombstone implements Streams.Tombstone: a $streamDeleted record, after which
 // the stream can be neither read nor written.
 func (ss *streamsServer) Tombstone(ctx context.Context, req *api.TombstoneReq) (*api.TombstoneResp, error) {
+	if err := ss.s.authorize(ctx, false); err != nil {
+		return nil, err
+	}
 	opts := req.GetOptions()
 	stream := string(opts.GetStreamIdentifier().GetStreamName())
 	var exp expected
@@ -424,6 +489,9 @@ func (ss *streamsServer) Read(req *api.ReadReq, srv api.Streams_ReadServer) erro
 	if err != nil {
 		return err
 	}
+	if err := ss.s.authorize(srv.Context(), ro.all); err != nil {
+		return err
+	}
 	switch {
 	case ro.subscription && ro.all:
 		return ss.subscribeAll(ro, srv)
@@ -441,7 +509,8 @@ func (ss *streamsServer) readStream(ro *readOptions, srv api.Streams_ReadServer)
 	if tombstoned {
 		return streamDeleted(srv.Context(), srv.SetTrailer, ro.stream)
 	}
-	if !exists {
+	first, softDeleted := ss.s.db.readableFrom(ro.stream, events)
+	if !exists || softDeleted {
 		return srv.Send(&api.ReadResp{Content: &api.ReadResp_StreamNotFound_{StreamNotFound: &api.ReadResp_StreamNotFound{
 			StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(ro.stream)},
 		}}})
@@ -460,15 +529,15 @@ func (ss *streamsServer) readStream(ro *readOptions, srv api.Streams_ReadServer)
 		if ro.fromStart {
 			from = min(0, last)
 		}
-		for i := from; i >= 0 && sent < ro.count; i-- {
+		for i := from; i >= first && sent < ro.count; i-- {
 			if err := send(events[i]); err != nil {
 				return err
 			}
 		}
 	} else if !ro.fromEnd {
-		from := uint64(0)
+		from := uint64(first)
 		if !ro.fromStart {
-			from = ro.revision
+			from = max(ro.revision, uint64(first))
 		}
 		for i := from; i < uint64(len(events)) && sent < ro.count; i++ {
 			if err := send(events[i]); err != nil {
@@ -487,7 +556,18 @@ func before(r *record, commit, prepare uint64) bool {
 	return r.pos < commit || (r.pos == commit && r.pos < prepare)
 }
 
+// invalidPosition is RpcExceptions.InvalidPositionException.
+func invalidPosition() error {
+	return status.Error(codes.InvalidArgument, "Trying to read from an invalid position.")
+}
+
+// positional reports a $all read or subscription from a position (not Start or End).
+func (ro *readOptions) positional() bool { return ro.all && !ro.fromStart && !ro.fromEnd }
+
 func (ss *streamsServer) readAll(ro *readOptions, srv api.Streams_ReadServer) error {
+	if ro.positional() && !ss.s.db.validPosition(ro.commit) {
+		return invalidPosition()
+	}
 	all, _ := ss.s.db.snapshot()
 	var sent uint64
 	visit := func(r *record) (bool, error) {
@@ -501,17 +581,19 @@ func (ss *streamsServer) readAll(ro *readOptions, srv api.Streams_ReadServer) er
 		return true, srv.Send(eventResp(r, ro.uuidString))
 	}
 	if ro.backwards {
-		// Backwards from a position: the records before it.
+		// Backwards from a position: the records whose post-position is at or
+		// before it (ReadAllEventsBackwardInternal): the records before an
+		// event's position, but from (X, 0) not the record that ends at X.
 		i := len(all)
 		switch {
 		case ro.fromStart:
 			i = 0
 		case ro.fromEnd:
 		default:
-			i = firstAtOrAfter(all, ro.commit)
-			for i < len(all) && before(all[i], ro.commit, ro.prepare) {
-				i++
-			}
+			i = sort.Search(len(all), func(i int) bool {
+				r := all[i]
+				return r.end > ro.commit || (r.end == ro.commit && r.end > ro.prepare)
+			})
 		}
 		for i--; i >= 0; i-- {
 			more, err := visit(all[i])
@@ -585,9 +667,12 @@ func (ss *streamsServer) confirm(srv api.Streams_ReadServer) (sender, func(), er
 
 var caughtUp = &api.ReadResp{Content: &api.ReadResp_CaughtUp_{CaughtUp: &api.ReadResp_CaughtUp{}}}
 
-func checkpoint(pos uint64) *api.ReadResp {
+// position is a $all position: (commit, prepare).
+type position struct{ commit, prepare uint64 }
+
+func checkpoint(p position) *api.ReadResp {
 	return &api.ReadResp{Content: &api.ReadResp_Checkpoint_{Checkpoint: &api.ReadResp_Checkpoint{
-		CommitPosition: pos, PreparePosition: pos,
+		CommitPosition: p.commit, PreparePosition: p.prepare,
 	}}}
 }
 
@@ -602,6 +687,9 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 	defer done()
 	if err != nil {
 		return err
+	}
+	if ro.positional() && !ss.s.db.validPosition(ro.commit) {
+		return invalidPosition() // after the confirmation, as the server does
 	}
 	all, _ := ss.s.db.snapshot()
 	next := 0
@@ -628,7 +716,13 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 	}
 
 	var considered uint32
-	matched := false // the last page sent an event
+	matched := false   // the last page sent an event
+	first := true      // the next page is the first
+	var live *position // the checkpoint sent when catch-up goes live
+	start := position{}
+	if ro.positional() {
+		start = position{ro.commit, ro.prepare}
+	}
 	// Catch-up, page by page.
 	for {
 		all, _ = ss.s.db.snapshot()
@@ -645,31 +739,45 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 		}
 		end := min(next+int(ro.window), len(all))
 		page := all[next:end]
-		// The checkpoint of a page is the last event sent, else where the page began.
-		cp := page[0].pos
-		matched = false
+		// The checkpoint of a page is the last event sent, else where the page
+		// was read from (CatchUp: max(checkpoint, completed.CurrentPos)): the
+		// start position for the first page, then the previous page's NextPos,
+		// (post-position of its last record, 0), which no event sits at.
+		cp := &position{commit: page[0].pos}
+		if first {
+			cp = &start
+		}
+		first, matched = false, false
 		for _, r := range page {
 			if ro.filter.match(r) {
 				if err := snd.send(eventResp(r, ro.uuidString)); err != nil {
 					return err
 				}
-				cp, matched = r.pos, true
+				cp, matched = &position{r.pos, r.pos}, true
 			}
 		}
 		next = end
 		considered += uint32(len(page))
 		if next >= len(all) { // end of stream: go live
+			live = cp
 			break
 		}
 		if considered >= ro.interval {
 			considered %= ro.interval
-			if err := snd.send(checkpoint(cp)); err != nil {
+			if err := snd.send(checkpoint(*cp)); err != nil {
 				return err
 			}
 		}
 	}
-	if ro.filter != nil && ro.fromStart && !matched && ss.s.release.maxCheckpoint() {
-		if err := snd.send(checkpoint(math.MaxUint64)); err != nil { // KDB-710
+	switch {
+	case ro.filter == nil:
+	case ro.fromStart && !matched && ss.s.release.maxCheckpoint():
+		live = &position{math.MaxUint64, math.MaxUint64} // KDB-710
+	case !ss.s.release.liveCheckpoint():
+		live = nil
+	}
+	if live != nil {
+		if err := snd.send(checkpoint(*live)); err != nil {
 			return err
 		}
 	}
@@ -690,7 +798,7 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 				considered++
 				if considered >= ro.interval {
 					considered = 0
-					if err := snd.send(checkpoint(r.pos)); err != nil {
+					if err := snd.send(checkpoint(position{r.pos, r.pos})); err != nil {
 						return err
 					}
 				}
@@ -723,6 +831,9 @@ func (ss *streamsServer) subscribeStream(ro *readOptions, srv api.Streams_ReadSe
 	for {
 		_, changed := ss.s.db.snapshot()
 		events, _, tombstoned := ss.s.db.stream(ro.stream)
+		if first, _ := ss.s.db.readableFrom(ro.stream, events); !isCaughtUp {
+			next = max(next, uint64(first)) // catch-up reads leave out what metadata truncates
+		}
 		for ; next < uint64(len(events)); next++ {
 			if err := snd.send(eventResp(events[next], ro.uuidString)); err != nil {
 				return err

@@ -1,0 +1,114 @@
+package kurrentdb_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
+	"google.golang.org/grpc/codes"
+
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
+)
+
+// appendUnavailable appends and expects an indefinite outcome (ErrUnavailable).
+func appendUnavailable(t *testing.T, s *kurrentdb.Store, stream string, exp eventstore.ExpectedRevision, batch []eventstore.EventData) {
+	t.Helper()
+	if _, err := s.Append(ctxT(t), stream, exp, batch); !errors.Is(err, eventstore.ErrUnavailable) {
+		t.Fatalf("append to %s: %v, want ErrUnavailable", stream, err)
+	}
+}
+
+// storedOnce checks that stream holds exactly batch, each event once, and that
+// res is the original write's answer: its revisions and its last position.
+func storedOnce(t *testing.T, s *kurrentdb.Store, stream string, batch []eventstore.EventData, res eventstore.AppendResult) {
+	t.Helper()
+	stored, err := s.ReadStream(ctxT(t), stream, 0, eventstore.Forwards, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameIDs(t, stored, batch)
+	last := stored[len(stored)-1]
+	if res.FirstRevision != 0 || res.LastRevision != last.Revision || res.Position != last.Position {
+		t.Fatalf("retry answered %+v; the original write is 0..%d at %s", res, last.Revision, last.Position)
+	}
+	all, err := s.ReadAll(ctxT(t), eventstore.Start, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameIDs(t, all, batch)
+}
+
+// TestRetryAfterAnErrorPastTheWrite: the leader wrote the batch, then answered
+// an error (a commit timeout for a write that still commits, a connection cut).
+// The backend reports an indefinite outcome, and the ledger's retry with the
+// same event IDs at the same expected revision is answered with the original
+// write: every event is stored once.
+func TestRetryAfterAnErrorPastTheWrite(t *testing.T) {
+	for _, code := range []codes.Code{codes.Aborted, codes.Unavailable, codes.DeadlineExceeded} {
+		t.Run(code.String(), func(t *testing.T) {
+			srv, url := kurrenttest.Start(t)
+			s := open(t, url)
+			batch := evs(2)
+			srv.FailAppendsAfterWrite(1, code)
+			appendUnavailable(t, s, "acct-1", eventstore.NoStream, batch)
+			storedOnce(t, s, "acct-1", batch, mustAppend(t, s, "acct-1", eventstore.NoStream, batch...))
+			mustAppend(t, s, "acct-1", eventstore.Exact(1), evs(1)...)
+		})
+	}
+}
+
+// TestRetryBeforeTheOriginalIsReplicated: the write reaches the leader but not
+// a quorum, so it is answered Aborted after the commit timeout; a retry that
+// arrives before replication matches the uncommitted write (IdempotentNotReady)
+// and times out too, writing nothing. Once replicated, the original commits and
+// the next retry gets its revisions and position.
+func TestRetryBeforeTheOriginalIsReplicated(t *testing.T) {
+	srv, url := kurrenttest.Start(t, kurrenttest.WithCommitTimeout(50*time.Millisecond))
+	s := open(t, url)
+	batch := evs(3)
+	srv.HoldReplication(true)
+	appendUnavailable(t, s, "acct-1", eventstore.NoStream, batch)
+	if _, err := s.ReadStream(ctxT(t), "acct-1", 0, eventstore.Forwards, 0); !errors.Is(err, eventstore.ErrStreamNotFound) {
+		t.Fatalf("an uncommitted write is visible: %v", err)
+	}
+	appendUnavailable(t, s, "acct-1", eventstore.NoStream, batch)
+	if head, err := s.Head(ctxT(t)); err != nil || head != eventstore.Start {
+		t.Fatalf("head %s, %v while nothing is committed", head, err)
+	}
+	srv.HoldReplication(false)
+	storedOnce(t, s, "acct-1", batch, mustAppend(t, s, "acct-1", eventstore.NoStream, batch...))
+}
+
+// TestNotLeaderIsRetriedOnTheLeader: a node that is not the leader answers a
+// write with NotLeader and the leader's endpoint, writing nothing. The client
+// reconnects to that endpoint; the backend reports ErrUnavailable, and the
+// retry is written once, on the leader.
+func TestNotLeaderIsRetriedOnTheLeader(t *testing.T) {
+	follower, url := kurrenttest.Start(t)
+	leader, _ := kurrenttest.Start(t)
+	s := open(t, url)
+	batch := evs(2)
+	empty := follower.Head()
+	follower.NotLeaderNext(1, leader.Addr())
+	_, err := s.Append(ctxT(t), "acct-1", eventstore.NoStream, batch)
+	var e *esdb.Error
+	if !errors.Is(err, eventstore.ErrUnavailable) || !errors.As(err, &e) || e.Code() != esdb.ErrorCodeNotLeader {
+		t.Fatalf("append to a follower: %v, want ErrUnavailable from NotLeader", err)
+	}
+	if follower.Head() != empty {
+		t.Fatal("the follower wrote the refused append")
+	}
+	res := mustAppend(t, s, "acct-1", eventstore.NoStream, batch...)
+	if leader.Requests(kurrenttest.MethodAppend) != 1 {
+		t.Fatalf("the retry did not reach the leader (%d appends there)", leader.Requests(kurrenttest.MethodAppend))
+	}
+	storedOnce(t, s, "acct-1", batch, res)
+	if _, err := s.Append(context.Background(), "acct-1", eventstore.NoStream, batch); err != nil {
+		t.Fatalf("a second retry: %v", err)
+	}
+	storedOnce(t, s, "acct-1", batch, res)
+}

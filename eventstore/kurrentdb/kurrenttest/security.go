@@ -1,0 +1,93 @@
+package kurrenttest
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"strings"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/gossip"
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/serverfeatures"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// User is an account of a secured server (WithUsers).
+type User struct {
+	Name, Password string
+	Admin          bool // a member of $admins
+}
+
+// WithTLS makes the server speak TLS only, with cert (made for 127.0.0.1), as a
+// secure node does.
+func WithTLS(cert tls.Certificate) Option { return func(c *config) { c.tls = &cert } }
+
+// WithUsers secures the stream operations as a secure node does with its
+// default ACLs: a call without credentials is refused (PermissionDenied "Access
+// Denied": anonymous stream access is off), one with a wrong user or password
+// is Unauthenticated, and $all ($systemStreamAcl) may be read and subscribed to
+// by $admins only; other streams by every user. ServerFeatures and Gossip stay
+// open, as the client calls them without credentials. The client sends
+// credentials over TLS only: use it with WithTLS.
+func WithUsers(users ...User) Option {
+	return func(c *config) {
+		c.users = make(map[string]User, len(users))
+		for _, u := range users {
+			c.users[u.Name] = u
+		}
+	}
+}
+
+type userKey struct{}
+
+// anonymous is the caller without credentials.
+var anonymous = &User{}
+
+// authenticate reads the basic-auth credentials of a call to a secured server.
+// Calls that need none pass with the anonymous user.
+func (s *Server) authenticate(ctx context.Context, method string) (context.Context, error) {
+	if s.cfg.users == nil || openMethod(method) {
+		return ctx, nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	auth := md.Get("authorization")
+	if len(auth) == 0 {
+		return context.WithValue(ctx, userKey{}, anonymous), nil
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(auth[0], "Basic "))
+	name, password, ok := strings.Cut(string(raw), ":")
+	u, known := s.cfg.users[name]
+	if err != nil || !ok || !known || u.Password != password {
+		return nil, status.Error(codes.Unauthenticated, "Bad credentials")
+	}
+	return context.WithValue(ctx, userKey{}, &u), nil
+}
+
+func openMethod(method string) bool {
+	return strings.HasPrefix(method, "/"+serverfeatures.ServerFeatures_ServiceDesc.ServiceName+"/") ||
+		strings.HasPrefix(method, "/"+gossip.Gossip_ServiceDesc.ServiceName+"/")
+}
+
+// authorize applies the default ACLs to a stream operation: anonymous callers
+// may do nothing, $all is for $admins.
+func (s *Server) authorize(ctx context.Context, all bool) error {
+	if s.cfg.users == nil {
+		return nil
+	}
+	u, _ := ctx.Value(userKey{}).(*User)
+	if u == nil || u == anonymous || (all && !u.Admin) {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("exception", "access-denied"))
+		return status.Error(codes.PermissionDenied, "Access Denied")
+	}
+	return nil
+}
+
+// authedStream carries the authenticated context into a streaming handler.
+type authedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (a authedStream) Context() context.Context { return a.ctx }
