@@ -54,6 +54,7 @@ var included = []string{
 	"TestStreams/AppendTests/metadataOperation",
 	"TestStreams/ReadStreamTests/readStreamReturnsEOFAfterCompletion",
 	"TestStreams/ReadStreamTests/readStreamNotFound",
+	"TestStreams/ReadStreamTests/readStreamWithMaxAge",
 	"TestStreams/SubscriptionTests/streamSubscriptionDeliversAllEventsInStreamAndListensForNewEvents",
 	"TestStreams/SubscriptionTests/subscriptionAllFilter",
 	"TestStreams/SubscriptionTests/connectionClosing",
@@ -62,7 +63,6 @@ var included = []string{
 	"TestStreams/DeleteTests/canTombstoneStream",
 	"TestStreams/DeleteTests/detectStreamDeleted",
 	"TestStreams/ConnectionTests/closeConnection",
-	"TestExpectations/ReadAllTests/readAllEventsWithCredentialsOverride",
 }
 
 // The modules the suite's tests import besides the client: not required by
