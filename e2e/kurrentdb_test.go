@@ -105,7 +105,7 @@ func TestKurrentDBEndToEnd(t *testing.T) {
 			Logger:        logger().With("node", i),
 		}
 		if i == 0 {
-			opts.Runners = []node.Runner{processRunner(ledger.ProcessOptions{
+			opts.Runners = []node.Runner{node.TransferProcess(ledger.ProcessOptions{
 				Grace: 500 * time.Millisecond, SweepInterval: 100 * time.Millisecond, CheckpointInterval: time.Hour,
 			})}
 		}
@@ -215,17 +215,6 @@ func (e *env) openStore() eventstore.Store {
 	}
 	e.t.Cleanup(func() { s.Close() })
 	return s
-}
-
-// processRunner runs the transfer process on the node's service and store.
-func processRunner(opts ledger.ProcessOptions) node.Runner {
-	return node.Runner{Name: "transfer-process", Run: func(ctx context.Context, n *node.Node) error {
-		ps, ok := n.Store.(ledger.ProcessStore)
-		if !ok {
-			return fmt.Errorf("%T cannot feed the transfer process", n.Store)
-		}
-		return ledger.NewProcess(n.Ledger, ps, opts).Run(ctx)
-	}}
 }
 
 // --- commands -----------------------------------------------------------------

@@ -20,17 +20,6 @@ import (
 	"github.com/ledgerworks/ledger/migrations"
 )
 
-// transferProcessRunner runs the transfer process (internal/ledger/process.go) on
-// every instance, in `serve` and `dev`: it finishes sagas left half-way by a crash
-// and expires holds. Every step it takes is idempotent, so one per instance is
-// harmless. --transfer-process=false leaves it out.
-var transferProcessRunner = node.Runner{
-	Name: "transfer-process",
-	Run: func(ctx context.Context, n *node.Node) error {
-		return ledger.NewProcess(n.Ledger, n.Store, ledger.ProcessOptions{}).Run(ctx)
-	},
-}
-
 // Flags of the command service, shared by serve and dev.
 const (
 	flagInstance        = "instance-name"
@@ -95,7 +84,7 @@ func serviceOptions(cmd *cli.Command, log *slog.Logger) (node.Options, error) {
 	}
 	var runners []node.Runner
 	if cmd.Bool(flagTransferProcess) {
-		runners = append(runners, transferProcessRunner)
+		runners = append(runners, node.TransferProcess(ledger.ProcessOptions{}))
 	}
 	return node.Options{
 		Runners:             runners,

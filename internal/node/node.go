@@ -28,6 +28,17 @@ type Runner struct {
 	Run  func(ctx context.Context, n *Node) error
 }
 
+// TransferProcess is the runner of the transfer process (internal/ledger's
+// Process) on the instance's command service and store: it finishes sagas left
+// half-way by a crash and expires holds. Every step it takes is idempotent, so
+// one per instance is harmless. `ledger serve` and `ledger dev` run it, and so
+// do the tests that start instances.
+func TransferProcess(opts ledger.ProcessOptions) Runner {
+	return Runner{Name: "transfer-process", Run: func(ctx context.Context, n *Node) error {
+		return ledger.NewProcess(n.Ledger, n.Store, opts).Run(ctx)
+	}}
+}
+
 // Options configure Start.
 type Options struct {
 	// Name names the instance: NATS connection name and event metadata producer
