@@ -554,16 +554,39 @@ func testAnyIdempotent(t *testing.T, s eventstore.Store, p string) {
 // revision order, at the positions the appends returned; reads after a position
 // are exclusive.
 func testGlobalOrder(t *testing.T, s eventstore.Store, p string) {
-	const writers, appends, nstreams = 8, 6, 4
 	start := head(t, s)
-	ctx := ctxT(t)
-	type written struct {
-		stream string
-		res    eventstore.AppendResult
-		n      int
+	all := writeConcurrently(t, s, p)
+	total := 0
+	for _, w := range all {
+		total += w.n
 	}
+	got := readAllUntil(t, s, start, p, total)
+	increasing(t, "all", got)
+	checkStreamOrderAndPositions(t, got, all)
+	checkExclusiveReads(t, s, p, got)
+	headReaches(t, s, got[len(got)-1].Position)
+}
+
+// appended is one append of testGlobalOrder: its stream, result and event count.
+type appended struct {
+	stream string
+	res    eventstore.AppendResult
+	n      int
+}
+
+// writeConcurrently runs 8 writers of 6 rounds each: a round appends one event
+// to the hot stream unconditionally, then 1 or 2 events to one of 4 streams at
+// the revision it read last (retrying a conflict). It returns every append.
+func writeConcurrently(t *testing.T, s eventstore.Store, p string) []appended {
+	const writers, appends, nstreams = 8, 6, 4
+	ctx := ctxT(t)
 	var mu sync.Mutex
-	var all []written
+	var all []appended
+	record := func(a appended) {
+		mu.Lock()
+		all = append(all, a)
+		mu.Unlock()
+	}
 	errs := make(chan error, writers)
 	for w := range writers {
 		go func() {
@@ -578,50 +601,51 @@ func testGlobalOrder(t *testing.T, s eventstore.Store, p string) {
 					errs <- err
 					return
 				}
-				mu.Lock()
-				all = append(all, written{hot, res, 1})
-				mu.Unlock()
-				for attempt := 0; ; attempt++ {
-					exp := eventstore.NoStream
-					if last, err := s.ReadStream(ctx, stream, eventstore.EndOfStream, eventstore.Backwards, 1); err == nil {
-						if len(last) != 1 {
-							errs <- fmt.Errorf("backwards read of the last event of %s returned %d events and no error", stream, len(last))
-							return
-						}
-						exp = eventstore.Exact(last[0].Revision)
-					} else if !errors.Is(err, eventstore.ErrStreamNotFound) {
-						errs <- err
-						return
-					}
-					res, err := s.Append(ctx, stream, exp, events("E", n))
-					if errors.Is(err, eventstore.ErrWrongExpectedRevision) && attempt < 200 {
-						continue
-					}
-					if err != nil {
-						errs <- err
-						return
-					}
-					mu.Lock()
-					all = append(all, written{stream, res, n})
-					mu.Unlock()
-					break
+				record(appended{hot, res, 1})
+				res, err = appendAtLastRevision(ctx, s, stream, n)
+				if err != nil {
+					errs <- err
+					return
 				}
+				record(appended{stream, res, n})
 			}
 			errs <- nil
 		}()
 	}
-	total := 0
 	for range writers {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, w := range all {
-		total += w.n
-	}
+	return all
+}
 
-	got := readAllUntil(t, s, start, p, total)
-	increasing(t, "all", got)
+// appendAtLastRevision appends n events to stream expecting the revision a
+// backwards read of its last event finds, and reads again after a conflict (up
+// to 200 times).
+func appendAtLastRevision(ctx context.Context, s eventstore.Store, stream string, n int) (eventstore.AppendResult, error) {
+	for attempt := 0; ; attempt++ {
+		exp := eventstore.NoStream
+		if last, err := s.ReadStream(ctx, stream, eventstore.EndOfStream, eventstore.Backwards, 1); err == nil {
+			if len(last) != 1 {
+				return eventstore.AppendResult{}, fmt.Errorf("backwards read of the last event of %s returned %d events and no error", stream, len(last))
+			}
+			exp = eventstore.Exact(last[0].Revision)
+		} else if !errors.Is(err, eventstore.ErrStreamNotFound) {
+			return eventstore.AppendResult{}, err
+		}
+		res, err := s.Append(ctx, stream, exp, events("E", n))
+		if errors.Is(err, eventstore.ErrWrongExpectedRevision) && attempt < 200 {
+			continue
+		}
+		return res, err
+	}
+}
+
+// checkStreamOrderAndPositions checks that "all" holds each stream's events in
+// revision order, and each append's last event at the position it returned.
+func checkStreamOrderAndPositions(t *testing.T, got []eventstore.RecordedEvent, all []appended) {
+	t.Helper()
 	next := map[string]uint64{}
 	at := map[string]eventstore.Position{}
 	for _, e := range got {
@@ -636,14 +660,18 @@ func testGlobalOrder(t *testing.T, s eventstore.Store, p string) {
 			t.Fatalf("append to %s returned %s, all has its last event at %s", w.stream, w.res.Position, pos)
 		}
 	}
-	// Exclusive reads after every position give the tail.
+}
+
+// checkExclusiveReads checks that a read of "all" after every fifth event's
+// position gives exactly the events after it.
+func checkExclusiveReads(t *testing.T, s eventstore.Store, p string, got []eventstore.RecordedEvent) {
+	t.Helper()
 	for i := 0; i < len(got); i += 5 {
 		tail, _ := readAllOnce(t, s, got[i].Position, p)
 		if len(tail) != len(got)-i-1 || (len(tail) > 0 && tail[0].ID != got[i+1].ID) {
 			t.Fatalf("read after event %d (%s) returned %d events, want the %d after it", i, got[i].Position, len(tail), len(got)-i-1)
 		}
 	}
-	headReaches(t, s, got[len(got)-1].Position)
 }
 
 // testHeldTransaction: A's transaction stays open while B commits. Whatever a
