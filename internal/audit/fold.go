@@ -337,7 +337,15 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) 
 	}
 	f.checkSnapshot(re.Stream, a)
 	payload, _ := domain.DecodeEvent(re.Type, re.Data) // decoded by EvolveAccount already
-	// Invariant 3: the amounts the event states equal the fold's.
+	f.checkAccountEvent(re, m, a, payload)
+	f.expectAccountRows(re, m, a, payload)
+}
+
+// checkAccountEvent checks an account event against the fold after it:
+// invariant 3, the amounts the event states equal the fold's and the balance
+// and held stay within their limits; and it classifies the money the event
+// moves for invariant 2.
+func (f *Fold) checkAccountEvent(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account, payload any) {
 	check := func(what string, stated, folded int64) {
 		if stated != folded {
 			f.eventViolation(InvBalance, "balance_mismatch", re, "%s %d stated by the event, %d by the fold", what, stated, folded)
@@ -360,17 +368,23 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) 
 			f.legSums(f.posted, m.Key, p.Currency).debits += p.Amount
 			f.legSums(f.posted, m.Key, p.Currency).credits += p.Amount
 		}
-		f.captured[[2]string{id, p.HoldID}] = p.Amount
+		f.captured[[2]string{a.ID, p.HoldID}] = p.Amount
 	case *domain.HoldReleased:
 		check("held_after", p.HeldAfter, a.Held)
 	}
 	if a.Balance < -a.OverdraftLimit {
-		f.eventViolation(InvBalance, "below_overdraft", re, "balance %d of %s is below minus its overdraft limit %d", a.Balance, id, a.OverdraftLimit)
+		f.eventViolation(InvBalance, "below_overdraft", re, "balance %d of %s is below minus its overdraft limit %d", a.Balance, a.ID, a.OverdraftLimit)
 	}
 	if a.Held < 0 {
-		f.eventViolation(InvBalance, "negative_held", re, "held %d of %s", a.Held, id)
+		f.eventViolation(InvBalance, "negative_held", re, "held %d of %s", a.Held, a.ID)
 	}
-	if e, ok := entryRow(re, m, payload, id, a.Balance); ok {
+}
+
+// expectAccountRows records the read-model rows an account event should leave:
+// its entry, its balance history, its command's reply; a saga step's record is
+// kept until its saga is decided.
+func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account, payload any) {
+	if e, ok := entryRow(re, m, payload, a.ID, a.Balance); ok {
 		f.entries[re.ID.String()] = entryExp{account: a.ID, digest: e}
 	}
 	f.history[re.ID.String()] = entryExp{account: a.ID, digest: historyRow(re, m, a)}
