@@ -702,25 +702,7 @@ func testHeldTransaction(t *testing.T, s eventstore.Store, p string) {
 			t.Fatal("all shows A before its transaction committed")
 		}
 	}
-	// Give the subscriber time to poll while A is held (an observation window
-	// for the bug to show, not a synchronisation: nothing waits on it).
-	var delivered []eventstore.RecordedEvent
-	window := time.After(150 * time.Millisecond)
-observe:
-	for {
-		select {
-		case e, ok := <-sub.Events():
-			if !ok {
-				t.Fatalf("subscription ended: %v", sub.Err())
-			}
-			if e.ID == a.ID {
-				t.Fatal("subscriber delivered A before its transaction committed")
-			}
-			delivered = append(delivered, e)
-		case <-window:
-			break observe
-		}
-	}
+	delivered := observeWhileHeld(t, sub, a.ID)
 
 	if err := commitA(); err != nil {
 		t.Fatalf("commit A: %v", err)
@@ -738,8 +720,45 @@ observe:
 	})
 	checkExactlyOnce(t, "reader", append(seen, rest...), a.ID, b.ID)
 	// The subscriber likewise.
+	delivered = receiveBoth(t, sub, delivered, a.ID, b.ID)
+	checkExactlyOnce(t, "subscriber", delivered, a.ID, b.ID)
+	// Nothing after: both were delivered once; B's position is the one Append returned.
+	for _, e := range delivered {
+		if e.ID == b.ID && e.Position != resB.Position {
+			t.Fatalf("B delivered at %s, appended at %s", e.Position, resB.Position)
+		}
+	}
+}
+
+// observeWhileHeld gives the subscriber time to poll while A is held (an
+// observation window for the bug to show, not a synchronisation: nothing waits
+// on it) and returns what it delivered, which must not be A.
+func observeWhileHeld(t *testing.T, sub eventstore.Subscription, a uuid.UUID) []eventstore.RecordedEvent {
+	t.Helper()
+	var delivered []eventstore.RecordedEvent
+	window := time.After(150 * time.Millisecond)
+	for {
+		select {
+		case e, ok := <-sub.Events():
+			if !ok {
+				t.Fatalf("subscription ended: %v", sub.Err())
+			}
+			if e.ID == a {
+				t.Fatal("subscriber delivered A before its transaction committed")
+			}
+			delivered = append(delivered, e)
+		case <-window:
+			return delivered
+		}
+	}
+}
+
+// receiveBoth receives until the subscriber has delivered A and B (A having
+// committed), within waitTimeout, and returns all it delivered.
+func receiveBoth(t *testing.T, sub eventstore.Subscription, delivered []eventstore.RecordedEvent, a, b uuid.UUID) []eventstore.RecordedEvent {
+	t.Helper()
 	timeout := time.After(waitTimeout)
-	for !contains(delivered, a.ID) || !contains(delivered, b.ID) {
+	for !contains(delivered, a) || !contains(delivered, b) {
 		select {
 		case e, ok := <-sub.Events():
 			if !ok {
@@ -750,13 +769,7 @@ observe:
 			t.Fatalf("subscriber did not deliver A and B in %s after A committed (got %d events)", waitTimeout, len(delivered))
 		}
 	}
-	checkExactlyOnce(t, "subscriber", delivered, a.ID, b.ID)
-	// Nothing after: both were delivered once; B's position is the one Append returned.
-	for _, e := range delivered {
-		if e.ID == b.ID && e.Position != resB.Position {
-			t.Fatalf("B delivered at %s, appended at %s", e.Position, resB.Position)
-		}
-	}
+	return delivered
 }
 
 func contains(evs []eventstore.RecordedEvent, id uuid.UUID) bool {
