@@ -1012,10 +1012,7 @@ func testMultiAppend(t *testing.T, s eventstore.Store, p string) {
 	}
 	got := readAllUntil(t, s, start, p, 3)
 	increasing(t, "all", got)
-	pos := map[uuid.UUID]eventstore.Position{}
-	for _, e := range got {
-		pos[e.ID] = e.Position
-	}
+	pos := positionsByID(got)
 	if pos[xs[1].ID] != res[0].Position || pos[ys[0].ID] != res[1].Position {
 		t.Fatalf("multi append returned %s, %s; all has %s, %s", res[0].Position, res[1].Position, pos[xs[1].ID], pos[ys[0].ID])
 	}
@@ -1038,7 +1035,13 @@ func testMultiAppend(t *testing.T, s eventstore.Store, p string) {
 	wantLen(t, s, z, 0)
 	wantLen(t, s, x, 2)
 
-	// Appends sharing streams in opposite orders do not deadlock.
+	checkCrossedMultiAppends(t, ctx, ma, s, p)
+}
+
+// checkCrossedMultiAppends checks that appends sharing two streams in opposite
+// orders do not deadlock: 8 writers of 10 appends each, all written.
+func checkCrossedMultiAppends(t *testing.T, ctx context.Context, ma eventstore.MultiAppender, s eventstore.Store, p string) {
+	t.Helper()
 	const writers, rounds = 8, 10
 	errs := make(chan error, writers)
 	for w := range writers {
@@ -1066,6 +1069,15 @@ func testMultiAppend(t *testing.T, s eventstore.Store, p string) {
 	}
 	wantLen(t, s, p+"s1", writers*rounds)
 	wantLen(t, s, p+"s2", writers*rounds)
+}
+
+// positionsByID maps each event's ID to its position.
+func positionsByID(evs []eventstore.RecordedEvent) map[uuid.UUID]eventstore.Position {
+	pos := make(map[uuid.UUID]eventstore.Position, len(evs))
+	for _, e := range evs {
+		pos[e.ID] = e.Position
+	}
+	return pos
 }
 
 // testMultiAppendChain: one append may name a stream in several parts, in
