@@ -1113,10 +1113,7 @@ func testMultiAppendChain(t *testing.T, s eventstore.Store, p string) {
 	}
 	all := readAllUntil(t, s, start, p, 6)
 	increasing(t, "all", all)
-	pos := map[uuid.UUID]eventstore.Position{}
-	for _, e := range all {
-		pos[e.ID] = e.Position
-	}
+	pos := positionsByID(all)
 	if pos[a[1].ID] != res[0].Position || pos[b[0].ID] != res[2].Position || pos[c[1].ID] != res[3].Position {
 		t.Fatalf("parts report positions %s %s %s; all has %s %s %s", res[0].Position, res[2].Position, res[3].Position, pos[a[1].ID], pos[b[0].ID], pos[c[1].ID])
 	}
@@ -1133,10 +1130,18 @@ func testMultiAppendChain(t *testing.T, s eventstore.Store, p string) {
 		}
 	}
 
+	checkChainRefusals(t, ctx, ma, s, x, k, c)
+}
+
+// checkChainRefusals checks, on the chain testMultiAppendChain wrote (x at 4,
+// k at 0, c the last part of x), that chains that do not follow are refused
+// whole, nothing written.
+func checkChainRefusals(t *testing.T, ctx context.Context, ma eventstore.MultiAppender, s eventstore.Store, x, k string, c []eventstore.EventData) {
+	t.Helper()
 	// A stored part then a new one: the new one was decided on the events the
 	// stored part carries, which the store may hold other versions of (the same
 	// IDs): refused, nothing written.
-	_, err = ma.AppendMulti(ctx, []eventstore.StreamAppend{
+	_, err := ma.AppendMulti(ctx, []eventstore.StreamAppend{
 		{Stream: k, Expected: eventstore.Exact(0), Events: events("K", 1)},
 		{Stream: x, Expected: eventstore.Exact(2), Events: c},
 		{Stream: x, Expected: eventstore.Exact(4), Events: events("E", 1)},
