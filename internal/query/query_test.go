@@ -24,6 +24,7 @@ import (
 	"github.com/ledgerworks/ledger/internal/devenv/devtest"
 	"github.com/ledgerworks/ledger/internal/pgtest"
 	"github.com/ledgerworks/ledger/internal/query"
+	"github.com/ledgerworks/ledger/internal/reply"
 	"github.com/ledgerworks/ledger/projections"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
@@ -270,101 +271,22 @@ func TestMinPositionWaitsForTheProjector(t *testing.T) {
 // are invalid_request naming the field.
 func TestStatementPagesAndTimeFilters(t *testing.T) {
 	f := setup(t, 10*time.Second)
-	ctx := context.Background()
-	f.env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-st", "account_id": "st", "currency": "EUR"})
-	f.env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-peer", "account_id": "peer", "currency": "EUR"})
-	const n, workers = 10_000, 16
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n-1; i += workers {
-				r := f.env.Post(ctx, "deposit", map[string]any{"idempotency_key": fmt.Sprintf("d-%d", i), "account_id": "st", "amount": i + 1, "currency": "EUR"})
-				if r.Status != "applied" {
-					t.Errorf("deposit %d: %+v", i, r)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	f.env.MustApply(t, "transfer", map[string]any{"idempotency_key": "t-1", "transfer_id": "t-1", "from": "st", "to": "peer", "amount": 5, "currency": "EUR"})
-	tr := f.env.MustApply(t, "post_transaction", map[string]any{"idempotency_key": "x-1", "transaction_id": "x-1",
-		"postings": []any{map[string]any{"from": "st", "to": "peer", "amount": 7, "currency": "EUR"}}})
+	const n = 10_000
+	tr := writeStatement(t, f, n)
 	f.start(t)
 
-	page := func(body map[string]any) []map[string]any {
-		t.Helper()
-		var all []map[string]any
-		for {
-			r := f.ask(t, "entries", body)
-			list, ok := r["entries"].([]any)
-			if !ok {
-				t.Fatalf("entries %v: %v", body, r)
-			}
-			for _, e := range list {
-				all = append(all, e.(map[string]any))
-			}
-			next, more := r["next_after_revision"]
-			if !more {
-				return all
-			}
-			if len(list) != body["limit"] {
-				t.Fatalf("a page of %d cut short with next_after_revision %v", len(list), next)
-			}
-			body["after_revision"] = next
-		}
-	}
-	wantRevisions := func(what string, got []map[string]any, keep func(map[string]any) bool, full []map[string]any) {
-		t.Helper()
-		var want []float64
-		for _, e := range full {
-			if keep(e) {
-				want = append(want, e["revision"].(float64))
-			}
-		}
-		if len(got) != len(want) {
-			t.Fatalf("%s: %d entries, want %d", what, len(got), len(want))
-		}
-		for i, e := range got {
-			if e["revision"].(float64) != want[i] {
-				t.Fatalf("%s: entry %d at revision %v, want %v (a gap or a repeat)", what, i, e["revision"], want[i])
-			}
-		}
-	}
 	// Everything in pages of 1,000, once the projector reached the transaction.
-	full := page(map[string]any{"account_id": "st", "limit": 1000, "min_position": tr.Position})
-	wantRevisions("all", full, func(map[string]any) bool { return true }, full)
-	for i, e := range full {
-		if i > 0 && e["revision"].(float64) <= full[i-1]["revision"].(float64) {
-			t.Fatalf("entry %d at revision %v after %v", i, e["revision"], full[i-1]["revision"])
-		}
-	}
-	if e := full[n-1]; e["transfer_id"] != "t-1" || e["amount"].(float64) != -5 || e["transaction_id"] != nil {
-		t.Fatalf("the transfer's debit: %v", e)
-	}
-	if e := full[n]; e["transaction_id"] != "x-1" || e["amount"].(float64) != -7 || e["transfer_id"] != nil {
-		t.Fatalf("the transaction's leg: %v", e)
-	}
-	if full[0]["transfer_id"] != nil {
-		t.Fatalf("a deposit names a transfer: %v", full[0])
-	}
-	at := func(e map[string]any) time.Time {
-		ts, err := time.Parse(time.RFC3339Nano, e["at"].(string))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ts
-	}
+	full := f.pageEntries(t, map[string]any{"account_id": "st", "limit": 1000, "min_position": tr.Position})
+	wantRevisions(t, "all", full, func(map[string]any) bool { return true }, full)
+	checkStatementOrderAndRefs(t, full, n)
 	// Commands decided concurrently reach the stream in another order than
 	// their times: a period is not a range of revisions.
 	from, to := full[2500]["at"].(string), full[7500]["at"].(string)
-	tFrom, tTo := at(full[2500]), at(full[7500])
-	inPeriod := func(e map[string]any) bool { return !at(e).Before(tFrom) && at(e).Before(tTo) }
-	got := page(map[string]any{"account_id": "st", "limit": 700, "from": from, "to": to})
-	wantRevisions("from/to", got, inPeriod, full)
-	wantRevisions("from only", page(map[string]any{"account_id": "st", "limit": 1000, "from": to}), func(e map[string]any) bool { return !at(e).Before(tTo) }, full)
+	tFrom, tTo := entryAt(t, full[2500]), entryAt(t, full[7500])
+	inPeriod := func(e map[string]any) bool { return !entryAt(t, e).Before(tFrom) && entryAt(t, e).Before(tTo) }
+	got := f.pageEntries(t, map[string]any{"account_id": "st", "limit": 700, "from": from, "to": to})
+	wantRevisions(t, "from/to", got, inPeriod, full)
+	wantRevisions(t, "from only", f.pageEntries(t, map[string]any{"account_id": "st", "limit": 1000, "from": to}), func(e map[string]any) bool { return !entryAt(t, e).Before(tTo) }, full)
 	code, h, _ := f.get(t, "/v1/accounts/st/entries?limit=5&from="+url.QueryEscape(from)+"&to="+url.QueryEscape(to))
 	if l, _ := h["entries"].([]any); code != 200 || len(l) != 5 || l[0].(map[string]any)["revision"] != got[0]["revision"] || h["next_after_revision"] == nil {
 		t.Fatalf("GET entries with from/to: %d %v", code, h)
@@ -382,6 +304,111 @@ func TestStatementPagesAndTimeFilters(t *testing.T) {
 			t.Fatalf("%v: %v, want invalid_request naming %s", bad.body, r, bad.field)
 		}
 	}
+}
+
+// writeStatement opens accounts st and peer and writes n entries on st: n-1
+// deposits by 16 concurrent writers, then a transfer's debit and a
+// transaction's leg. It returns the transaction's reply.
+func writeStatement(t *testing.T, f *fixture, n int) reply.Reply {
+	t.Helper()
+	ctx := context.Background()
+	f.env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-st", "account_id": "st", "currency": "EUR"})
+	f.env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-peer", "account_id": "peer", "currency": "EUR"})
+	const workers = 16
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n-1; i += workers {
+				r := f.env.Post(ctx, "deposit", map[string]any{"idempotency_key": fmt.Sprintf("d-%d", i), "account_id": "st", "amount": i + 1, "currency": "EUR"})
+				if r.Status != "applied" {
+					t.Errorf("deposit %d: %+v", i, r)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	f.env.MustApply(t, "transfer", map[string]any{"idempotency_key": "t-1", "transfer_id": "t-1", "from": "st", "to": "peer", "amount": 5, "currency": "EUR"})
+	return f.env.MustApply(t, "post_transaction", map[string]any{"idempotency_key": "x-1", "transaction_id": "x-1",
+		"postings": []any{map[string]any{"from": "st", "to": "peer", "amount": 7, "currency": "EUR"}}})
+}
+
+// pageEntries asks for entries page by page, following next_after_revision
+// (body is updated as it goes), and returns them all; a page with a next one
+// must be full.
+func (f *fixture) pageEntries(t *testing.T, body map[string]any) []map[string]any {
+	t.Helper()
+	var all []map[string]any
+	for {
+		r := f.ask(t, "entries", body)
+		list, ok := r["entries"].([]any)
+		if !ok {
+			t.Fatalf("entries %v: %v", body, r)
+		}
+		for _, e := range list {
+			all = append(all, e.(map[string]any))
+		}
+		next, more := r["next_after_revision"]
+		if !more {
+			return all
+		}
+		if len(list) != body["limit"] {
+			t.Fatalf("a page of %d cut short with next_after_revision %v", len(list), next)
+		}
+		body["after_revision"] = next
+	}
+}
+
+// wantRevisions checks that got holds exactly the entries of full that keep
+// keeps, in order: no gap, no repeat.
+func wantRevisions(t *testing.T, what string, got []map[string]any, keep func(map[string]any) bool, full []map[string]any) {
+	t.Helper()
+	var want []float64
+	for _, e := range full {
+		if keep(e) {
+			want = append(want, e["revision"].(float64))
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d entries, want %d", what, len(got), len(want))
+	}
+	for i, e := range got {
+		if e["revision"].(float64) != want[i] {
+			t.Fatalf("%s: entry %d at revision %v, want %v (a gap or a repeat)", what, i, e["revision"], want[i])
+		}
+	}
+}
+
+// checkStatementOrderAndRefs checks the statement writeStatement wrote: in
+// increasing revisions, the transfer's debit naming its transfer and the
+// transaction's leg its transaction, a deposit neither.
+func checkStatementOrderAndRefs(t *testing.T, full []map[string]any, n int) {
+	t.Helper()
+	for i, e := range full {
+		if i > 0 && e["revision"].(float64) <= full[i-1]["revision"].(float64) {
+			t.Fatalf("entry %d at revision %v after %v", i, e["revision"], full[i-1]["revision"])
+		}
+	}
+	if e := full[n-1]; e["transfer_id"] != "t-1" || e["amount"].(float64) != -5 || e["transaction_id"] != nil {
+		t.Fatalf("the transfer's debit: %v", e)
+	}
+	if e := full[n]; e["transaction_id"] != "x-1" || e["amount"].(float64) != -7 || e["transfer_id"] != nil {
+		t.Fatalf("the transaction's leg: %v", e)
+	}
+	if full[0]["transfer_id"] != nil {
+		t.Fatalf("a deposit names a transfer: %v", full[0])
+	}
+}
+
+// entryAt is an entry's time.
+func entryAt(t *testing.T, e map[string]any) time.Time {
+	ts, err := time.Parse(time.RFC3339Nano, e["at"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
 }
 
 // TestBalanceAsOfMatchesAFold: ledger.v1.query.balance at every revision, and at
