@@ -417,6 +417,44 @@ func entryAt(t *testing.T, e map[string]any) time.Time {
 // opened it is account_not_found, beyond its last revision invalid_request.
 func TestBalanceAsOfMatchesAFold(t *testing.T) {
 	f := setup(t, 10*time.Second)
+	last := writeRandomHistory(t, f)
+	f.start(t)
+
+	states := foldAccountStates(t, f, "account-b")
+	first := map[string]any{"account_id": "b", "revision": 0, "min_position": last.Position}
+	f.checkBalance(t, "revision 0", first, states[0])
+	for _, s := range states {
+		f.checkBalance(t, fmt.Sprint("revision ", s.rev), map[string]any{"account_id": "b", "revision": s.rev}, s)
+	}
+	checkBalanceAtTimes(t, f, states)
+	f.checkBalance(t, "now", map[string]any{"account_id": "b"}, states[len(states)-1])
+	code, h, _ := f.get(t, fmt.Sprintf("/v1/accounts/b/balance?revision=%d", states[3].rev))
+	if code != 200 || h["balance"] != float64(states[3].balance) {
+		t.Fatalf("GET balance: %d %v", code, h)
+	}
+	for _, bad := range []struct {
+		body  map[string]any
+		code  string
+		field string
+	}{
+		{map[string]any{"account_id": "b", "revision": len(states)}, "invalid_request", "revision"},
+		{map[string]any{"account_id": "b", "revision": -1}, "invalid_request", "revision"},
+		{map[string]any{"account_id": "b", "at": "noon"}, "invalid_request", "at"},
+		{map[string]any{"account_id": "b", "at": states[0].at.Format(time.RFC3339Nano), "revision": 0}, "invalid_request", "revision"},
+		{map[string]any{"account_id": "nobody"}, "not_found", ""},
+	} {
+		r := f.ask(t, "balance", bad.body)
+		if r["code"] != bad.code || !strings.Contains(fmt.Sprint(r["fields"]), bad.field) {
+			t.Fatalf("%v: %v, want %s naming %q", bad.body, r, bad.code, bad.field)
+		}
+	}
+}
+
+// writeRandomHistory opens account b (overdraft 500) and posts 300 random
+// deposits, withdrawals, holds placed and released or captured, then a last
+// deposit, whose reply it returns.
+func writeRandomHistory(t *testing.T, f *fixture) reply.Reply {
+	t.Helper()
 	ctx := context.Background()
 	f.env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-b", "account_id": "b", "currency": "EUR", "overdraft_limit": 500})
 	rng := rand.New(rand.NewPCG(20261124, 7))
@@ -444,19 +482,25 @@ func TestBalanceAsOfMatchesAFold(t *testing.T) {
 			f.env.Post(ctx, typ, map[string]any{"idempotency_key": key, "account_id": "b", "hold_id": id})
 		}
 	}
-	last := f.env.MustApply(t, "deposit", map[string]any{"idempotency_key": "last", "account_id": "b", "amount": 1, "currency": "EUR"})
-	f.start(t)
+	return f.env.MustApply(t, "deposit", map[string]any{"idempotency_key": "last", "account_id": "b", "amount": 1, "currency": "EUR"})
+}
 
-	recs, err := f.env.Store.ReadStream(ctx, "account-b", 0, eventstore.Forwards, 0)
+// balanceState is an account as the domain's fold leaves it after one event.
+type balanceState struct {
+	at                 time.Time
+	balance, held, rev int64
+}
+
+// foldAccountStates folds an account's stream with the domain's Evolve and
+// returns the state after each event.
+func foldAccountStates(t *testing.T, f *fixture, stream string) []balanceState {
+	t.Helper()
+	recs, err := f.env.Store.ReadStream(context.Background(), stream, 0, eventstore.Forwards, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	type state struct {
-		at                 time.Time
-		balance, held, rev int64
-	}
-	var states []state
-	acc := domain.NewAccount("b")
+	var states []balanceState
+	acc := domain.NewAccount(strings.TrimPrefix(stream, domain.AccountStreamPrefix))
 	for _, re := range recs {
 		m, err := domain.DecodeMetadata(re.Metadata)
 		if err != nil {
@@ -465,24 +509,29 @@ func TestBalanceAsOfMatchesAFold(t *testing.T) {
 		if err := domain.EvolveAccount(acc, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: m}); err != nil {
 			t.Fatal(err)
 		}
-		states = append(states, state{at: m.At, balance: acc.Balance, held: acc.Held, rev: acc.Revision})
+		states = append(states, balanceState{at: m.At, balance: acc.Balance, held: acc.Held, rev: acc.Revision})
 	}
-	check := func(what string, body map[string]any, want state) {
-		t.Helper()
-		r := f.ask(t, "balance", body)
-		if r["as_of_revision"] != float64(want.rev) || r["revision"] != float64(want.rev) || r["balance"] != float64(want.balance) ||
-			r["held"] != float64(want.held) || r["available"] != float64(want.balance-want.held) || r["account_id"] != "b" {
-			t.Fatalf("%s: %v, want %+v", what, r, want)
-		}
+	return states
+}
+
+// checkBalance asks the balance query and checks its answer is account b in
+// state want.
+func (f *fixture) checkBalance(t *testing.T, what string, body map[string]any, want balanceState) {
+	t.Helper()
+	r := f.ask(t, "balance", body)
+	if r["as_of_revision"] != float64(want.rev) || r["revision"] != float64(want.rev) || r["balance"] != float64(want.balance) ||
+		r["held"] != float64(want.held) || r["available"] != float64(want.balance-want.held) || r["account_id"] != "b" {
+		t.Fatalf("%s: %v, want %+v", what, r, want)
 	}
-	first := map[string]any{"account_id": "b", "revision": 0, "min_position": last.Position}
-	check("revision 0", first, states[0])
-	for _, s := range states {
-		check(fmt.Sprint("revision ", s.rev), map[string]any{"account_id": "b", "revision": s.rev}, s)
-	}
-	// As of a time: the state after the last event at or before it.
-	asOf := func(ts time.Time) (state, bool) {
-		var got state
+}
+
+// checkBalanceAtTimes asks the balance at, just before and just after every
+// event's time: the state after the last event at or before it, and
+// account_not_found before the first.
+func checkBalanceAtTimes(t *testing.T, f *fixture, states []balanceState) {
+	t.Helper()
+	asOf := func(ts time.Time) (balanceState, bool) {
+		var got balanceState
 		ok := false
 		for _, s := range states {
 			if !s.at.After(ts) {
@@ -501,28 +550,7 @@ func TestBalanceAsOfMatchesAFold(t *testing.T) {
 				}
 				continue
 			}
-			check(fmt.Sprint("at ", ts.Format(time.RFC3339Nano)), body, want)
-		}
-	}
-	check("now", map[string]any{"account_id": "b"}, states[len(states)-1])
-	code, h, _ := f.get(t, fmt.Sprintf("/v1/accounts/b/balance?revision=%d", states[3].rev))
-	if code != 200 || h["balance"] != float64(states[3].balance) {
-		t.Fatalf("GET balance: %d %v", code, h)
-	}
-	for _, bad := range []struct {
-		body  map[string]any
-		code  string
-		field string
-	}{
-		{map[string]any{"account_id": "b", "revision": len(states)}, "invalid_request", "revision"},
-		{map[string]any{"account_id": "b", "revision": -1}, "invalid_request", "revision"},
-		{map[string]any{"account_id": "b", "at": "noon"}, "invalid_request", "at"},
-		{map[string]any{"account_id": "b", "at": states[0].at.Format(time.RFC3339Nano), "revision": 0}, "invalid_request", "revision"},
-		{map[string]any{"account_id": "nobody"}, "not_found", ""},
-	} {
-		r := f.ask(t, "balance", bad.body)
-		if r["code"] != bad.code || !strings.Contains(fmt.Sprint(r["fields"]), bad.field) {
-			t.Fatalf("%v: %v, want %s naming %q", bad.body, r, bad.code, bad.field)
+			f.checkBalance(t, fmt.Sprint("at ", ts.Format(time.RFC3339Nano)), body, want)
 		}
 	}
 }
