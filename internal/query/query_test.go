@@ -135,7 +135,26 @@ func TestQueriesOverNATSAndHTTP(t *testing.T) {
 		t.Fatalf("GET account: %d %v, NATS %v", code, hacc, acc)
 	}
 
-	// entries
+	f.checkEntries(t, min)
+
+	// transfer
+	tq := f.ask(t, "transfer", map[string]any{"transfer_id": "t1", "min_position": min})
+	if !reflect.DeepEqual(keys(tq), []string{"amount", "currency", "from", "projected_position", "status", "to", "transfer_id"}) ||
+		tq["status"] != "completed" || tq["from"] != "alice" || tq["to"] != "bob" || tq["amount"] != 300.0 {
+		t.Fatalf("transfer: %v", tq)
+	}
+	if code, ht, _ := f.get(t, "/v1/transfers/t1"); code != 200 || !reflect.DeepEqual(ht, tq) {
+		t.Fatalf("GET transfer: %d %v", code, ht)
+	}
+
+	f.checkCommandReplies(t, min)
+	f.checkQueryRefusals(t)
+}
+
+// checkEntries checks the entries query over NATS, a page after a revision,
+// and over HTTP, on alice's deposit and transfer debit.
+func (f *fixture) checkEntries(t *testing.T, min string) {
+	t.Helper()
 	ent := f.ask(t, "entries", map[string]any{"account_id": "alice", "min_position": min})
 	list := ent["entries"].([]any)
 	if len(list) != 2 {
@@ -154,20 +173,14 @@ func TestQueriesOverNATSAndHTTP(t *testing.T) {
 	if code != 200 || len(hent["entries"].([]any)) != 1 {
 		t.Fatalf("GET entries: %d %v", code, hent)
 	}
+}
 
-	// transfer
-	tq := f.ask(t, "transfer", map[string]any{"transfer_id": "t1", "min_position": min})
-	if !reflect.DeepEqual(keys(tq), []string{"amount", "currency", "from", "projected_position", "status", "to", "transfer_id"}) ||
-		tq["status"] != "completed" || tq["from"] != "alice" || tq["to"] != "bob" || tq["amount"] != 300.0 {
-		t.Fatalf("transfer: %v", tq)
-	}
-	if code, ht, _ := f.get(t, "/v1/transfers/t1"); code != 200 || !reflect.DeepEqual(ht, tq) {
-		t.Fatalf("GET transfer: %d %v", code, ht)
-	}
-
-	// command: the ledger's original reply, byte for byte
+// checkCommandReplies checks that the command query answers the ledger's
+// original reply, byte for byte, over NATS and HTTP.
+func (f *fixture) checkCommandReplies(t *testing.T, min string) {
+	t.Helper()
 	for _, k := range []string{"o1", "d1", "h1", "t1"} {
-		orig, found, err := env.Ledger.Lookup(context.Background(), k)
+		orig, found, err := f.env.Ledger.Lookup(context.Background(), k)
 		if err != nil || !found {
 			t.Fatal(k, found, err)
 		}
@@ -185,8 +198,12 @@ func TestQueriesOverNATSAndHTTP(t *testing.T) {
 			t.Fatalf("GET command %s: %d %s", k, code, raw)
 		}
 	}
+}
 
-	// not found, invalid
+// checkQueryRefusals checks not_found and invalid_request answers over NATS
+// and HTTP.
+func (f *fixture) checkQueryRefusals(t *testing.T) {
+	t.Helper()
 	for _, c := range []struct {
 		q    string
 		body any
