@@ -338,58 +338,16 @@ func switchGeneration(ctx context.Context, pool *pgxpool.Pool, store Store, s *s
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, lockTimeout.Milliseconds())); err != nil {
 			return err
 		}
-		var lc, lp int64
-		// The live checkpoint's row lock holds back the live runner's next batch.
-		err := tx.QueryRow(ctx, `SELECT generation, commit_position, prepare_position FROM readmodel.checkpoints
-			WHERE name = $1 AND state = 'live' FOR UPDATE`, name).Scan(&prev, &lc, &lp)
-		if err != nil {
-			return fmt.Errorf("live checkpoint: %w", err)
+		var live eventstore.Position
+		var err error
+		if prev, live, err = lockCheckpoints(ctx, tx, name, s.gen, pos); err != nil {
+			return err
 		}
-		var bc, bp int64
-		err = tx.QueryRow(ctx, `SELECT commit_position, prepare_position FROM readmodel.checkpoints
-			WHERE name = $1 AND generation = $2 AND state = 'building' FOR UPDATE`, name, s.gen).Scan(&bc, &bp)
-		if err != nil {
-			return fmt.Errorf("building checkpoint: %w", err)
-		}
-		if got := position(bc, bp); got != pos {
-			return fmt.Errorf("building checkpoint at %s, expected %s", got, pos)
-		}
-		live := position(lc, lp)
 		// Catch up with the live generation, in this transaction.
-		for pos.Compare(live) < 0 {
-			recs, err := store.ReadAll(ctx, pos, batch)
-			if err != nil {
-				return err
-			}
-			if len(recs) == 0 {
-				return fmt.Errorf("the store shows nothing after %s, the live checkpoint is %s", pos, live)
-			}
-			events, err := DecodeAll(recs)
-			if err != nil {
-				return err
-			}
-			if err := s.proj.Apply(ctx, tx, s.gen, events); err != nil {
-				return err
-			}
-			pos = recs[len(recs)-1].Position
-			applied += int64(len(recs))
-		}
-		c, p, err := posArgs(pos)
-		if err != nil {
+		if pos, applied, err = catchUpInTx(ctx, tx, store, s, pos, live, batch); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM readmodel.checkpoints WHERE name = $1 AND generation = $2`, name, prev); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE readmodel.checkpoints SET state = 'live', commit_position = $3, prepare_position = $4,
-			events = events + $5, updated_at = now() WHERE name = $1 AND generation = $2`, name, s.gen, c, p, applied); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `SELECT readmodel.publish_generation($1, $2)`, name, s.gen); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `SELECT readmodel.drop_generation($1, $2)`, name, prev)
-		return err
+		return makeLive(ctx, tx, name, s.gen, prev, pos, applied)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("projections: switch %s to generation %d: %w", name, s.gen, err)
@@ -397,4 +355,73 @@ func switchGeneration(ctx context.Context, pool *pgxpool.Pool, store Store, s *s
 	s.pos = pos
 	s.events += applied
 	return prev, nil
+}
+
+// lockCheckpoints locks the live checkpoint of a projection (its row lock holds
+// back the live runner's next batch) and the building one of generation gen,
+// which must be at pos; it returns the live generation and its position.
+func lockCheckpoints(ctx context.Context, tx pgx.Tx, name string, gen int, pos eventstore.Position) (prev int, live eventstore.Position, err error) {
+	var lc, lp int64
+	err = tx.QueryRow(ctx, `SELECT generation, commit_position, prepare_position FROM readmodel.checkpoints
+		WHERE name = $1 AND state = 'live' FOR UPDATE`, name).Scan(&prev, &lc, &lp)
+	if err != nil {
+		return 0, eventstore.Position{}, fmt.Errorf("live checkpoint: %w", err)
+	}
+	var bc, bp int64
+	err = tx.QueryRow(ctx, `SELECT commit_position, prepare_position FROM readmodel.checkpoints
+		WHERE name = $1 AND generation = $2 AND state = 'building' FOR UPDATE`, name, gen).Scan(&bc, &bp)
+	if err != nil {
+		return 0, eventstore.Position{}, fmt.Errorf("building checkpoint: %w", err)
+	}
+	if got := position(bc, bp); got != pos {
+		return 0, eventstore.Position{}, fmt.Errorf("building checkpoint at %s, expected %s", got, pos)
+	}
+	return prev, position(lc, lp), nil
+}
+
+// catchUpInTx applies to the building generation of s, in tx, the events from
+// pos up to the live checkpoint; it returns the position reached and the
+// events applied.
+func catchUpInTx(ctx context.Context, tx pgx.Tx, store Store, s *slot, pos, live eventstore.Position, batch int) (eventstore.Position, int64, error) {
+	var applied int64
+	for pos.Compare(live) < 0 {
+		recs, err := store.ReadAll(ctx, pos, batch)
+		if err != nil {
+			return pos, applied, err
+		}
+		if len(recs) == 0 {
+			return pos, applied, fmt.Errorf("the store shows nothing after %s, the live checkpoint is %s", pos, live)
+		}
+		events, err := DecodeAll(recs)
+		if err != nil {
+			return pos, applied, err
+		}
+		if err := s.proj.Apply(ctx, tx, s.gen, events); err != nil {
+			return pos, applied, err
+		}
+		pos = recs[len(recs)-1].Position
+		applied += int64(len(recs))
+	}
+	return pos, applied, nil
+}
+
+// makeLive drops the checkpoint of generation prev, makes generation gen's
+// live at pos, points the views at its tables and drops prev's tables.
+func makeLive(ctx context.Context, tx pgx.Tx, name string, gen, prev int, pos eventstore.Position, applied int64) error {
+	c, p, err := posArgs(pos)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM readmodel.checkpoints WHERE name = $1 AND generation = $2`, name, prev); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE readmodel.checkpoints SET state = 'live', commit_position = $3, prepare_position = $4,
+		events = events + $5, updated_at = now() WHERE name = $1 AND generation = $2`, name, gen, c, p, applied); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `SELECT readmodel.publish_generation($1, $2)`, name, gen); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `SELECT readmodel.drop_generation($1, $2)`, name, prev)
+	return err
 }
