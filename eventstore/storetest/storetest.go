@@ -1035,12 +1035,12 @@ func testMultiAppend(t *testing.T, s eventstore.Store, p string) {
 	wantLen(t, s, z, 0)
 	wantLen(t, s, x, 2)
 
-	checkCrossedMultiAppends(t, ctx, ma, s, p)
+	checkCrossedMultiAppends(ctx, t, ma, s, p)
 }
 
 // checkCrossedMultiAppends checks that appends sharing two streams in opposite
 // orders do not deadlock: 8 writers of 10 appends each, all written.
-func checkCrossedMultiAppends(t *testing.T, ctx context.Context, ma eventstore.MultiAppender, s eventstore.Store, p string) {
+func checkCrossedMultiAppends(ctx context.Context, t *testing.T, ma eventstore.MultiAppender, s eventstore.Store, p string) {
 	t.Helper()
 	const writers, rounds = 8, 10
 	errs := make(chan error, writers)
@@ -1130,13 +1130,13 @@ func testMultiAppendChain(t *testing.T, s eventstore.Store, p string) {
 		}
 	}
 
-	checkChainRefusals(t, ctx, ma, s, x, k, c)
+	checkChainRefusals(ctx, t, ma, s, x, k, c)
 }
 
 // checkChainRefusals checks, on the chain testMultiAppendChain wrote (x at 4,
 // k at 0, c the last part of x), that chains that do not follow are refused
 // whole, nothing written.
-func checkChainRefusals(t *testing.T, ctx context.Context, ma eventstore.MultiAppender, s eventstore.Store, x, k string, c []eventstore.EventData) {
+func checkChainRefusals(ctx context.Context, t *testing.T, ma eventstore.MultiAppender, s eventstore.Store, x, k string, c []eventstore.EventData) {
 	t.Helper()
 	// A stored part then a new one: the new one was decided on the events the
 	// stored part carries, which the store may hold other versions of (the same
