@@ -60,58 +60,8 @@ func (accountsProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 		if ev.DecodeErr != nil {
 			return fmt.Errorf("projections: accounts: %s@%d: %w", ev.Stream, ev.Revision, ev.DecodeErr)
 		}
-		a := accounts[id]
-		if a == nil {
-			a = &accountRow{id: id}
-			accounts[id] = a
-		}
-		a.revision = int64(ev.Revision)
-		a.updatedAt = ev.Meta.At
-		hold := func(holdID string) *holdRow {
-			k := [2]string{id, holdID}
-			h := holds[k]
-			if h == nil {
-				h = &holdRow{account: id, hold: holdID}
-				holds[k] = h
-			}
-			h.revision, h.updatedAt = int64(ev.Revision), ev.Meta.At
-			return h
-		}
-		switch p := ev.Payload.(type) {
-		case *domain.AccountOpened:
-			md, err := json.Marshal(p.Metadata)
-			if err != nil {
-				return err
-			}
-			if p.Metadata == nil {
-				md = []byte("{}")
-			}
-			a.opened, a.currency, a.overdraft, a.metadata, a.openedAt = true, p.Currency, p.OverdraftLimit, string(md), ev.Meta.At
-		case *domain.Credited:
-			a.balance, a.hasBalance = p.BalanceAfter, true
-		case *domain.Debited:
-			a.balance, a.hasBalance = p.BalanceAfter, true
-		case *domain.HoldPlaced:
-			a.held, a.hasHeld = p.HeldAfter, true
-			h := hold(p.HoldID)
-			h.placed, h.amount, h.currency, h.status, h.key, h.placedAt = true, p.Amount, p.Currency, string(domain.HoldStatusActive), ev.Meta.Key, ev.Meta.At
-			h.expiresAt = p.ExpiresAt
-		case *domain.HoldCaptured:
-			a.balance, a.hasBalance, a.held, a.hasHeld = p.BalanceAfter, true, p.HeldAfter, true
-			h := hold(p.HoldID)
-			h.status, h.captured = string(domain.HoldStatusCaptured), p.Amount
-		case *domain.HoldReleased:
-			a.held, a.hasHeld = p.HeldAfter, true
-			h := hold(p.HoldID)
-			h.status = string(domain.HoldStatusReleased)
-			if p.Reason == domain.ReasonHoldExpired {
-				h.status = string(domain.HoldStatusExpired)
-			}
-		case *domain.AccountClosed:
-			a.closed = true
-		case *domain.CommandRejected:
-		default:
-			return fmt.Errorf("projections: accounts: %s@%d: event %s does not belong to an account stream", ev.Stream, ev.Revision, ev.Type)
+		if err := applyAccountEvent(accounts, holds, id, ev); err != nil {
+			return err
 		}
 	}
 	if len(accounts) == 0 {
@@ -124,6 +74,74 @@ func (accountsProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 		return writeHolds(ctx, tx, gen, holds)
 	}
 	return nil
+}
+
+// applyAccountEvent folds one event of account id into the account's row and,
+// for a hold's event, into the hold's row.
+func applyAccountEvent(accounts map[string]*accountRow, holds map[[2]string]*holdRow, id string, ev *Event) error {
+	a := accounts[id]
+	if a == nil {
+		a = &accountRow{id: id}
+		accounts[id] = a
+	}
+	a.revision = int64(ev.Revision)
+	a.updatedAt = ev.Meta.At
+	switch p := ev.Payload.(type) {
+	case *domain.AccountOpened:
+		return a.open(p, ev)
+	case *domain.Credited:
+		a.balance, a.hasBalance = p.BalanceAfter, true
+	case *domain.Debited:
+		a.balance, a.hasBalance = p.BalanceAfter, true
+	case *domain.HoldPlaced:
+		a.held, a.hasHeld = p.HeldAfter, true
+		h := holdRowOf(holds, id, p.HoldID, ev)
+		h.placed, h.amount, h.currency, h.status, h.key, h.placedAt = true, p.Amount, p.Currency, string(domain.HoldStatusActive), ev.Meta.Key, ev.Meta.At
+		h.expiresAt = p.ExpiresAt
+	case *domain.HoldCaptured:
+		a.balance, a.hasBalance, a.held, a.hasHeld = p.BalanceAfter, true, p.HeldAfter, true
+		h := holdRowOf(holds, id, p.HoldID, ev)
+		h.status, h.captured = string(domain.HoldStatusCaptured), p.Amount
+	case *domain.HoldReleased:
+		a.held, a.hasHeld = p.HeldAfter, true
+		h := holdRowOf(holds, id, p.HoldID, ev)
+		h.status = string(domain.HoldStatusReleased)
+		if p.Reason == domain.ReasonHoldExpired {
+			h.status = string(domain.HoldStatusExpired)
+		}
+	case *domain.AccountClosed:
+		a.closed = true
+	case *domain.CommandRejected:
+	default:
+		return fmt.Errorf("projections: accounts: %s@%d: event %s does not belong to an account stream", ev.Stream, ev.Revision, ev.Type)
+	}
+	return nil
+}
+
+// open records an account's opening: its currency, overdraft limit and
+// metadata ({} when it has none).
+func (a *accountRow) open(p *domain.AccountOpened, ev *Event) error {
+	md, err := json.Marshal(p.Metadata)
+	if err != nil {
+		return err
+	}
+	if p.Metadata == nil {
+		md = []byte("{}")
+	}
+	a.opened, a.currency, a.overdraft, a.metadata, a.openedAt = true, p.Currency, p.OverdraftLimit, string(md), ev.Meta.At
+	return nil
+}
+
+// holdRowOf returns the row of hold holdID of account id, advanced to ev.
+func holdRowOf(holds map[[2]string]*holdRow, id, holdID string, ev *Event) *holdRow {
+	k := [2]string{id, holdID}
+	h := holds[k]
+	if h == nil {
+		h = &holdRow{account: id, hold: holdID}
+		holds[k] = h
+	}
+	h.revision, h.updatedAt = int64(ev.Revision), ev.Meta.At
+	return h
 }
 
 func writeAccounts(ctx context.Context, tx pgx.Tx, gen int, rows map[string]*accountRow) error {

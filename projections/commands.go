@@ -55,82 +55,10 @@ func (commandsProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 	if err != nil {
 		return err
 	}
-	rows := map[string]*cmdRow{}
-	var order []string
-	row := func(ev *Event) *cmdRow {
-		m := ev.Meta
-		r := rows[m.Key]
-		if r == nil || m.Index == 0 {
-			if r == nil {
-				order = append(order, m.Key)
-			}
-			r = &cmdRow{key: m.Key, stream: ev.Stream, command: m.Command, reset: m.Index == 0, firstRev: int64(ev.Revision), at: m.At}
-			r.reply = reply.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: m.Key, Events: []domain.EventRef{}}
-			rows[m.Key] = r
-		}
-		r.lastRev = int64(ev.Revision)
-		r.reply.Events = append(r.reply.Events, domain.EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type})
-		r.reply.Position = ev.Position.String()
-		return r
-	}
-	decided := func(r *cmdRow) {
-		if rows[r.key] == nil {
-			order = append(order, r.key)
-		}
-		rows[r.key] = r
-	}
+	b := &cmdBatch{accounts: accounts, parts: parts, rows: map[string]*cmdRow{}}
 	for _, ev := range events {
-		if id, ok := ev.AccountID(); ok {
-			if ev.DecodeErr != nil {
-				return fmt.Errorf("projections: commands: %s@%d: %w", ev.Stream, ev.Revision, ev.DecodeErr)
-			}
-			a := accounts[id]
-			if a == nil {
-				a = &cmdAccount{revision: -1}
-				accounts[id] = a
-			}
-			if int64(ev.Revision) <= a.revision {
-				continue // applied by an earlier batch
-			}
-			evolveCmdAccount(a, ev)
-			view := &domain.AccountView{
-				AccountID: id, Currency: a.currency, Balance: a.balance, Held: a.held,
-				Available: a.balance - a.held, Revision: uint64(a.revision),
-			}
-			if sagaStep(ev.Meta) {
-				parts.step(ev, view)
-				continue
-			}
-			if !clientCommand(ev.Meta) {
-				continue
-			}
-			r := row(ev)
-			if p, ok := ev.Payload.(*domain.CommandRejected); ok {
-				r.reply.Status, r.reply.Code, r.reply.Message = domain.StatusRejected, p.Code, p.Message
-			}
-			r.reply.Account = view
-			continue
-		}
-		if domain.IsTransactionStream(ev.Stream) {
-			if ev.DecodeErr != nil {
-				return fmt.Errorf("projections: commands: %s@%d: %w", ev.Stream, ev.Revision, ev.DecodeErr)
-			}
-			ref := domain.EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type}
-			r, err := reply.Transaction(ev.Meta.Key, ref, ev.Payload, ev.Position.String(), false)
-			if err != nil {
-				return fmt.Errorf("projections: commands: %w", err)
-			}
-			decided(&cmdRow{key: ev.Meta.Key, stream: ev.Stream, command: ev.Meta.Command, reset: true, reply: r,
-				firstRev: int64(ev.Revision), lastRev: int64(ev.Revision), at: ev.Meta.At})
-			continue
-		}
-		if strings.HasPrefix(ev.Stream, domain.TransferStreamPrefix) {
-			if ev.DecodeErr != nil {
-				return fmt.Errorf("projections: commands: %s@%d: %w", ev.Stream, ev.Revision, ev.DecodeErr)
-			}
-			if err := parts.transferEvent(ev, decided); err != nil {
-				return err
-			}
+		if err := b.apply(ev); err != nil {
+			return err
 		}
 	}
 	if err := writeCmdAccounts(ctx, tx, gen, accounts); err != nil {
@@ -139,10 +67,121 @@ func (commandsProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 	if err := parts.write(ctx, tx, gen); err != nil {
 		return err
 	}
-	if len(order) == 0 {
+	if len(b.order) == 0 {
 		return nil
 	}
-	return writeCommands(ctx, tx, gen, rows, order)
+	return writeCommands(ctx, tx, gen, b.rows, b.order)
+}
+
+// cmdBatch is what the commands projection gathers from one batch: the accounts'
+// folds, the saga parts, and the reply rows by key in the order first seen.
+type cmdBatch struct {
+	accounts map[string]*cmdAccount
+	parts    *cmdParts
+	rows     map[string]*cmdRow
+	order    []string
+}
+
+// apply applies one event: an account event to its account's fold and to its
+// command's row or saga step, a transaction event as its decided row, a
+// transfer-stream event to its saga's parts. Other streams are not commands'.
+func (b *cmdBatch) apply(ev *Event) error {
+	if id, ok := ev.AccountID(); ok {
+		if ev.DecodeErr != nil {
+			return cmdDecodeErr(ev)
+		}
+		b.applyAccountEvent(id, ev)
+		return nil
+	}
+	if domain.IsTransactionStream(ev.Stream) {
+		if ev.DecodeErr != nil {
+			return cmdDecodeErr(ev)
+		}
+		return b.applyTransactionEvent(ev)
+	}
+	if strings.HasPrefix(ev.Stream, domain.TransferStreamPrefix) {
+		if ev.DecodeErr != nil {
+			return cmdDecodeErr(ev)
+		}
+		return b.parts.transferEvent(ev, b.decided)
+	}
+	return nil
+}
+
+// cmdDecodeErr is the error of an event the commands projection cannot decode.
+func cmdDecodeErr(ev *Event) error {
+	return fmt.Errorf("projections: commands: %s@%d: %w", ev.Stream, ev.Revision, ev.DecodeErr)
+}
+
+// applyAccountEvent folds an event of account id, unless an earlier batch did,
+// and records the account right after it in its saga step or in its client
+// command's reply.
+func (b *cmdBatch) applyAccountEvent(id string, ev *Event) {
+	a := b.accounts[id]
+	if a == nil {
+		a = &cmdAccount{revision: -1}
+		b.accounts[id] = a
+	}
+	if int64(ev.Revision) <= a.revision {
+		return // applied by an earlier batch
+	}
+	evolveCmdAccount(a, ev)
+	view := &domain.AccountView{
+		AccountID: id, Currency: a.currency, Balance: a.balance, Held: a.held,
+		Available: a.balance - a.held, Revision: uint64(a.revision),
+	}
+	if sagaStep(ev.Meta) {
+		b.parts.step(ev, view)
+		return
+	}
+	if !clientCommand(ev.Meta) {
+		return
+	}
+	r := b.rowOf(ev)
+	if p, ok := ev.Payload.(*domain.CommandRejected); ok {
+		r.reply.Status, r.reply.Code, r.reply.Message = domain.StatusRejected, p.Code, p.Message
+	}
+	r.reply.Account = view
+}
+
+// applyTransactionEvent records a transaction's event, which decides its
+// command in one write, as the command's row.
+func (b *cmdBatch) applyTransactionEvent(ev *Event) error {
+	ref := domain.EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type}
+	r, err := reply.Transaction(ev.Meta.Key, ref, ev.Payload, ev.Position.String(), false)
+	if err != nil {
+		return fmt.Errorf("projections: commands: %w", err)
+	}
+	b.decided(&cmdRow{key: ev.Meta.Key, stream: ev.Stream, command: ev.Meta.Command, reset: true, reply: r,
+		firstRev: int64(ev.Revision), lastRev: int64(ev.Revision), at: ev.Meta.At})
+	return nil
+}
+
+// rowOf returns the row of the client command an account event belongs to (a
+// new one at the command's first event) with the event added to its reply.
+func (b *cmdBatch) rowOf(ev *Event) *cmdRow {
+	m := ev.Meta
+	r := b.rows[m.Key]
+	if r == nil || m.Index == 0 {
+		if r == nil {
+			b.order = append(b.order, m.Key)
+		}
+		r = &cmdRow{key: m.Key, stream: ev.Stream, command: m.Command, reset: m.Index == 0, firstRev: int64(ev.Revision), at: m.At}
+		r.reply = reply.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: m.Key, Events: []domain.EventRef{}}
+		b.rows[m.Key] = r
+	}
+	r.lastRev = int64(ev.Revision)
+	r.reply.Events = append(r.reply.Events, domain.EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type})
+	r.reply.Position = ev.Position.String()
+	return r
+}
+
+// decided records the row of a command decided whole (a transaction, a saga).
+func (b *cmdBatch) decided(r *cmdRow) {
+	if b.rows[r.key] == nil {
+		b.order = append(b.order, r.key)
+	}
+	b.rows[r.key] = r
 }
 
 // evolveCmdAccount folds what a reply shows of an account (NextBalance).

@@ -69,19 +69,52 @@ const rebuildLockID int64 = 0x6c6564676572 // "ledger"
 // at its tables and drops the old generation. A generation that fails the check
 // is dropped and the live one is left as it was.
 func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildOptions) ([]RebuildResult, error) {
-	if len(opts.Projections) == 0 {
-		opts.Projections = Names
+	opts.defaults()
+	projs, err := rebuildProjections(opts.Projections)
+	if err != nil {
+		return nil, err
 	}
-	if opts.BatchSize <= 0 {
-		opts.BatchSize = 5000
+	unlock, err := lockRebuild(ctx, pool)
+	if err != nil {
+		return nil, err
 	}
-	if opts.LockTimeout <= 0 {
-		opts.LockTimeout = 30 * time.Second
+	defer unlock()
+
+	if err := DropStaleBuilds(ctx, pool); err != nil {
+		return nil, err
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+	start := time.Now()
+	slots, gens, err := createGenerations(ctx, pool, projs, opts.Logger)
+	if err != nil {
+		return nil, err
 	}
-	names := append([]string(nil), opts.Projections...)
+	if err := buildGenerations(ctx, pool, store, slots, gens, opts); err != nil {
+		dropBuilds(ctx, pool, slots)
+		return nil, err
+	}
+	return verifyAndSwitch(ctx, pool, store, slots, start, opts)
+}
+
+// defaults fills in the zero values of RebuildOptions.
+func (o *RebuildOptions) defaults() {
+	if len(o.Projections) == 0 {
+		o.Projections = Names
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = 5000
+	}
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = 30 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// rebuildProjections looks up the named projections, sorted by name and each
+// once.
+func rebuildProjections(names []string) ([]Projection, error) {
+	names = append([]string(nil), names...)
 	sort.Strings(names)
 	var projs []Projection
 	for i, n := range names {
@@ -94,39 +127,55 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 		}
 		projs = append(projs, p)
 	}
+	return projs, nil
+}
 
+// lockRebuild takes the rebuild's session advisory lock on a connection of its
+// own; the function it returns releases the lock and the connection.
+// ErrRebuildRunning means another rebuild holds it.
+func lockRebuild(ctx context.Context, pool *pgxpool.Pool) (unlock func(), err error) {
 	lock, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("projections: rebuild: %w", err)
 	}
-	defer lock.Release()
 	var got bool
 	if err := lock.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, rebuildLockID).Scan(&got); err != nil {
+		lock.Release()
 		return nil, fmt.Errorf("projections: rebuild lock: %w", err)
 	}
 	if !got {
+		lock.Release()
 		return nil, ErrRebuildRunning
 	}
-	defer lock.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, rebuildLockID)
+	return func() {
+		lock.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, rebuildLockID)
+		lock.Release()
+	}, nil
+}
 
-	if err := DropStaleBuilds(ctx, pool); err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	slots := make([]*slot, 0, len(projs))
-	gens := map[string]int{}
+// createGenerations creates a new generation of each projection, one slot each
+// at the start of "all"; gens maps each projection to its new generation. On
+// failure the generations already created are dropped.
+func createGenerations(ctx context.Context, pool *pgxpool.Pool, projs []Projection, logger *slog.Logger) (slots []*slot, gens map[string]int, err error) {
+	slots = make([]*slot, 0, len(projs))
+	gens = map[string]int{}
 	for _, p := range projs {
 		gen, err := createGeneration(ctx, pool, p.Name())
 		if err != nil {
 			dropBuilds(ctx, pool, slots)
-			return nil, err
+			return nil, nil, err
 		}
 		slots = append(slots, &slot{proj: p, gen: gen})
 		gens[p.Name()] = gen
-		opts.Logger.Info("rebuild: building", "projection", p.Name(), "generation", gen)
+		logger.Info("rebuild: building", "projection", p.Name(), "generation", gen)
 	}
-	// Build until caught up with what "all" shows now, reading each batch ahead
-	// while the previous one is written.
+	return slots, gens, nil
+}
+
+// buildGenerations applies "all" to the new generations, batch by batch, until
+// they have caught up with what "all" shows now, reading each batch ahead while
+// the previous one is written. The caller drops the generations on failure.
+func buildGenerations(ctx context.Context, pool *pgxpool.Pool, store Store, slots []*slot, gens map[string]int, opts RebuildOptions) error {
 	var (
 		consumed int64
 		ahead    *prefetched
@@ -137,20 +186,8 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 		}
 	}()
 	for {
-		from := minPos(slots)
-		var events []*Event
-		var err error
-		if ahead != nil {
-			<-ahead.done
-			if ahead.from == from {
-				events, err = ahead.events, ahead.err
-			} else {
-				events, err = readBatch(ctx, store, from, opts.BatchSize)
-			}
-			ahead = nil
-		} else {
-			events, err = readBatch(ctx, store, from, opts.BatchSize)
-		}
+		events, err := nextBuildBatch(ctx, store, ahead, minPos(slots), opts.BatchSize)
+		ahead = nil
 		if err == nil && len(events) == opts.BatchSize {
 			ahead = startPrefetch(ctx, store, events[len(events)-1].Position, opts.BatchSize)
 		}
@@ -158,26 +195,48 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 			err = applyBatch(ctx, pool, slots, events, opts.Hook)
 		}
 		if err != nil {
-			dropBuilds(ctx, pool, slots)
-			return nil, fmt.Errorf("projections: rebuild: %w", err)
+			return fmt.Errorf("projections: rebuild: %w", err)
 		}
 		if len(events) > 0 {
 			consumed += int64(len(events))
-			if opts.Progress != nil {
-				opts.Progress(consumed)
-			}
-			if opts.AfterBatch != nil {
-				if err := opts.AfterBatch(ctx, gens); err != nil {
-					dropBuilds(ctx, pool, slots)
-					return nil, err
-				}
+			if err := afterBuildBatch(ctx, opts, consumed, gens); err != nil {
+				return err
 			}
 		}
 		if len(events) < opts.BatchSize {
-			break
+			return nil
 		}
 	}
+}
 
+// nextBuildBatch returns the batch after from: the one read ahead when it
+// starts there, else one read now.
+func nextBuildBatch(ctx context.Context, store Store, ahead *prefetched, from eventstore.Position, n int) ([]*Event, error) {
+	if ahead != nil {
+		<-ahead.done
+		if ahead.from == from {
+			return ahead.events, ahead.err
+		}
+	}
+	return readBatch(ctx, store, from, n)
+}
+
+// afterBuildBatch reports the events consumed so far to opts.Progress and runs
+// opts.AfterBatch.
+func afterBuildBatch(ctx context.Context, opts RebuildOptions, consumed int64, gens map[string]int) error {
+	if opts.Progress != nil {
+		opts.Progress(consumed)
+	}
+	if opts.AfterBatch != nil {
+		return opts.AfterBatch(ctx, gens)
+	}
+	return nil
+}
+
+// verifyAndSwitch checks each built generation with opts.Verify and switches to
+// it; a generation that fails the check or the switch is dropped, and its error
+// joins the others while the remaining projections go on.
+func verifyAndSwitch(ctx context.Context, pool *pgxpool.Pool, store Store, slots []*slot, start time.Time, opts RebuildOptions) ([]RebuildResult, error) {
 	var results []RebuildResult
 	var errs []error
 	for _, s := range slots {
@@ -279,58 +338,16 @@ func switchGeneration(ctx context.Context, pool *pgxpool.Pool, store Store, s *s
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, lockTimeout.Milliseconds())); err != nil {
 			return err
 		}
-		var lc, lp int64
-		// The live checkpoint's row lock holds back the live runner's next batch.
-		err := tx.QueryRow(ctx, `SELECT generation, commit_position, prepare_position FROM readmodel.checkpoints
-			WHERE name = $1 AND state = 'live' FOR UPDATE`, name).Scan(&prev, &lc, &lp)
-		if err != nil {
-			return fmt.Errorf("live checkpoint: %w", err)
+		var live eventstore.Position
+		var err error
+		if prev, live, err = lockCheckpoints(ctx, tx, name, s.gen, pos); err != nil {
+			return err
 		}
-		var bc, bp int64
-		err = tx.QueryRow(ctx, `SELECT commit_position, prepare_position FROM readmodel.checkpoints
-			WHERE name = $1 AND generation = $2 AND state = 'building' FOR UPDATE`, name, s.gen).Scan(&bc, &bp)
-		if err != nil {
-			return fmt.Errorf("building checkpoint: %w", err)
-		}
-		if got := position(bc, bp); got != pos {
-			return fmt.Errorf("building checkpoint at %s, expected %s", got, pos)
-		}
-		live := position(lc, lp)
 		// Catch up with the live generation, in this transaction.
-		for pos.Compare(live) < 0 {
-			recs, err := store.ReadAll(ctx, pos, batch)
-			if err != nil {
-				return err
-			}
-			if len(recs) == 0 {
-				return fmt.Errorf("the store shows nothing after %s, the live checkpoint is %s", pos, live)
-			}
-			events, err := DecodeAll(recs)
-			if err != nil {
-				return err
-			}
-			if err := s.proj.Apply(ctx, tx, s.gen, events); err != nil {
-				return err
-			}
-			pos = recs[len(recs)-1].Position
-			applied += int64(len(recs))
-		}
-		c, p, err := posArgs(pos)
-		if err != nil {
+		if pos, applied, err = catchUpInTx(ctx, tx, store, s, pos, live, batch); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM readmodel.checkpoints WHERE name = $1 AND generation = $2`, name, prev); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE readmodel.checkpoints SET state = 'live', commit_position = $3, prepare_position = $4,
-			events = events + $5, updated_at = now() WHERE name = $1 AND generation = $2`, name, s.gen, c, p, applied); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `SELECT readmodel.publish_generation($1, $2)`, name, s.gen); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `SELECT readmodel.drop_generation($1, $2)`, name, prev)
-		return err
+		return makeLive(ctx, tx, name, s.gen, prev, pos, applied)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("projections: switch %s to generation %d: %w", name, s.gen, err)
@@ -338,4 +355,73 @@ func switchGeneration(ctx context.Context, pool *pgxpool.Pool, store Store, s *s
 	s.pos = pos
 	s.events += applied
 	return prev, nil
+}
+
+// lockCheckpoints locks the live checkpoint of a projection (its row lock holds
+// back the live runner's next batch) and the building one of generation gen,
+// which must be at pos; it returns the live generation and its position.
+func lockCheckpoints(ctx context.Context, tx pgx.Tx, name string, gen int, pos eventstore.Position) (prev int, live eventstore.Position, err error) {
+	var lc, lp int64
+	err = tx.QueryRow(ctx, `SELECT generation, commit_position, prepare_position FROM readmodel.checkpoints
+		WHERE name = $1 AND state = 'live' FOR UPDATE`, name).Scan(&prev, &lc, &lp)
+	if err != nil {
+		return 0, eventstore.Position{}, fmt.Errorf("live checkpoint: %w", err)
+	}
+	var bc, bp int64
+	err = tx.QueryRow(ctx, `SELECT commit_position, prepare_position FROM readmodel.checkpoints
+		WHERE name = $1 AND generation = $2 AND state = 'building' FOR UPDATE`, name, gen).Scan(&bc, &bp)
+	if err != nil {
+		return 0, eventstore.Position{}, fmt.Errorf("building checkpoint: %w", err)
+	}
+	if got := position(bc, bp); got != pos {
+		return 0, eventstore.Position{}, fmt.Errorf("building checkpoint at %s, expected %s", got, pos)
+	}
+	return prev, position(lc, lp), nil
+}
+
+// catchUpInTx applies to the building generation of s, in tx, the events from
+// pos up to the live checkpoint; it returns the position reached and the
+// events applied.
+func catchUpInTx(ctx context.Context, tx pgx.Tx, store Store, s *slot, pos, live eventstore.Position, batch int) (eventstore.Position, int64, error) {
+	var applied int64
+	for pos.Compare(live) < 0 {
+		recs, err := store.ReadAll(ctx, pos, batch)
+		if err != nil {
+			return pos, applied, err
+		}
+		if len(recs) == 0 {
+			return pos, applied, fmt.Errorf("the store shows nothing after %s, the live checkpoint is %s", pos, live)
+		}
+		events, err := DecodeAll(recs)
+		if err != nil {
+			return pos, applied, err
+		}
+		if err := s.proj.Apply(ctx, tx, s.gen, events); err != nil {
+			return pos, applied, err
+		}
+		pos = recs[len(recs)-1].Position
+		applied += int64(len(recs))
+	}
+	return pos, applied, nil
+}
+
+// makeLive drops the checkpoint of generation prev, makes generation gen's
+// live at pos, points the views at its tables and drops prev's tables.
+func makeLive(ctx context.Context, tx pgx.Tx, name string, gen, prev int, pos eventstore.Position, applied int64) error {
+	c, p, err := posArgs(pos)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM readmodel.checkpoints WHERE name = $1 AND generation = $2`, name, prev); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE readmodel.checkpoints SET state = 'live', commit_position = $3, prepare_position = $4,
+		events = events + $5, updated_at = now() WHERE name = $1 AND generation = $2`, name, gen, c, p, applied); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `SELECT readmodel.publish_generation($1, $2)`, name, gen); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `SELECT readmodel.drop_generation($1, $2)`, name, prev)
+	return err
 }

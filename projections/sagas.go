@@ -162,6 +162,37 @@ func (ps *cmdParts) step(ev *Event, view *domain.AccountView) {
 // reply row through decided.
 func (ps *cmdParts) transferEvent(ev *Event, decided func(*cmdRow)) error {
 	id := strings.TrimPrefix(ev.Stream, domain.TransferStreamPrefix)
+	tp, ok := ps.transferRevision(id, ev)
+	if !ok {
+		return nil // applied by an earlier batch
+	}
+	sk := sagaKeyOf(ev)
+	skey := "saga/" + sk
+	s, err := ps.sagaStage(ev, id, sk, tp)
+	if err != nil {
+		return err
+	}
+	s.Events = append(s.Events, domain.EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type})
+	s.Position = ev.Position.String()
+	s.revision = int64(ev.Revision)
+	ps.touch(skey)
+	if !s.Refund {
+		tp.Stage = s.Stage
+	}
+	if !s.Stage.Decided() {
+		return nil
+	}
+	decided(&cmdRow{
+		key: sk, stream: ev.Stream, command: s.Command, reset: true, firstRev: s.FirstRev, lastRev: int64(ev.Revision), at: s.At,
+		reply: ps.reply(sk, s, tp.Stage.Status()),
+	})
+	ps.dropDecided(sk)
+	return nil
+}
+
+// transferRevision advances transfer id's part to ev's revision and returns
+// it; false means an earlier batch applied ev already.
+func (ps *cmdParts) transferRevision(id string, ev *Event) (*part, bool) {
 	tkey := "transfer/" + id
 	tp := ps.m[tkey]
 	if tp == nil {
@@ -169,13 +200,18 @@ func (ps *cmdParts) transferEvent(ev *Event, decided func(*cmdRow)) error {
 		ps.m[tkey] = tp
 	}
 	if int64(ev.Revision) <= tp.revision {
-		return nil // applied by an earlier batch
+		return nil, false
 	}
 	tp.revision = int64(ev.Revision)
 	ps.touch(tkey)
+	return tp, true
+}
 
+// sagaStage applies a transfer-stream event to the stage of its saga sk, of
+// transfer id whose part is tp: a request starts the saga's part, a later event
+// moves its stage and must follow a part. It returns the saga's part.
+func (ps *cmdParts) sagaStage(ev *Event, id, sk string, tp *part) (*part, error) {
 	m := ev.Meta
-	sk := sagaKeyOf(ev)
 	skey := "saga/" + sk
 	s := ps.m[skey]
 	newSaga := func(refund bool) *part {
@@ -183,12 +219,9 @@ func (ps *cmdParts) transferEvent(ev *Event, decided func(*cmdRow)) error {
 		ps.m[skey] = s
 		return s
 	}
-	bad := func() error {
-		return fmt.Errorf("projections: commands: %s@%d: %s does not follow its saga %q", ev.Stream, ev.Revision, ev.Type, sk)
-	}
 	advance := func(to domain.SagaStage, code domain.Code, msg string) error {
 		if s == nil {
-			return bad()
+			return fmt.Errorf("projections: commands: %s@%d: %s does not follow its saga %q", ev.Stream, ev.Revision, ev.Type, sk)
 		}
 		s.Stage, s.Code, s.Message = to, code, msg
 		return nil
@@ -223,31 +256,21 @@ func (ps *cmdParts) transferEvent(ev *Event, decided func(*cmdRow)) error {
 	case *domain.RefundFailed:
 		err = advance(domain.SagaFailed, p.Code, p.Message)
 	default:
-		return fmt.Errorf("projections: commands: %s@%d: event %s does not belong to a transfer stream", ev.Stream, ev.Revision, ev.Type)
+		return nil, fmt.Errorf("projections: commands: %s@%d: event %s does not belong to a transfer stream", ev.Stream, ev.Revision, ev.Type)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	s.Events = append(s.Events, domain.EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type})
-	s.Position = ev.Position.String()
-	s.revision = int64(ev.Revision)
-	ps.touch(skey)
-	if !s.Refund {
-		tp.Stage = s.Stage
-	}
-	if !s.Stage.Decided() {
-		return nil
-	}
-	decided(&cmdRow{
-		key: sk, stream: ev.Stream, command: s.Command, reset: true, firstRev: s.FirstRev, lastRev: int64(ev.Revision), at: s.At,
-		reply: ps.reply(sk, s, tp.Stage.Status()),
-	})
-	// Decided: its parts are no longer needed.
-	for _, k := range []string{skey, "step/" + domain.StepKey(sk, domain.StepDebit), "step/" + domain.StepKey(sk, domain.StepCredit), "step/" + domain.StepKey(sk, domain.StepCompensate)} {
+	return s, nil
+}
+
+// dropDecided marks the parts of a decided saga sk (the saga's and its steps')
+// for deletion: its reply row holds them now.
+func (ps *cmdParts) dropDecided(sk string) {
+	for _, k := range []string{"saga/" + sk, "step/" + domain.StepKey(sk, domain.StepDebit), "step/" + domain.StepKey(sk, domain.StepCredit), "step/" + domain.StepKey(sk, domain.StepCompensate)} {
 		delete(ps.dirty, k)
 		ps.deleted[k] = true
 	}
-	return nil
 }
 
 // reply is a decided saga's reply (reply.FromSaga), its steps read from the parts.

@@ -47,29 +47,44 @@ func (transfersProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events
 			t = &transferRow{id: id}
 			rows[id] = t
 		}
-		t.revision, t.updatedAt = int64(ev.Revision), ev.Meta.At
-		switch p := ev.Payload.(type) {
-		case *domain.TransferRequested:
-			t.requested, t.from, t.to, t.amount, t.currency = true, p.From, p.To, p.Amount, p.Currency
-			t.status, t.key, t.requestedAt = domain.TransferStatusPending, ev.Meta.Key, ev.Meta.At
-		case *domain.TransferRejected:
-			t.status, t.code = domain.TransferStatusRejected, string(p.Code)
-		case *domain.TransferCreditRefused:
-			t.status, t.code = domain.TransferStatusPending, string(p.Code)
-		case *domain.TransferCompleted:
-			t.status = domain.TransferStatusCompleted
-		case *domain.TransferFailed:
-			t.status, t.code = domain.TransferStatusFailed, string(p.Code)
-		case *domain.RefundCompleted:
-			t.refunded += p.Amount
-		case *domain.TransferRefundRequested, *domain.RefundRejected, *domain.RefundCreditRefused, *domain.RefundFailed:
-		default:
-			return fmt.Errorf("projections: transfers: %s@%d: event %s does not belong to a transfer stream", ev.Stream, ev.Revision, ev.Type)
+		if err := t.apply(ev); err != nil {
+			return err
 		}
 	}
 	if len(rows) == 0 {
 		return nil
 	}
+	return writeTransfers(ctx, tx, gen, rows)
+}
+
+// apply folds one event of the transfer's stream into its row: the request,
+// the transfer's status and code, the amount refunded.
+func (t *transferRow) apply(ev *Event) error {
+	t.revision, t.updatedAt = int64(ev.Revision), ev.Meta.At
+	switch p := ev.Payload.(type) {
+	case *domain.TransferRequested:
+		t.requested, t.from, t.to, t.amount, t.currency = true, p.From, p.To, p.Amount, p.Currency
+		t.status, t.key, t.requestedAt = domain.TransferStatusPending, ev.Meta.Key, ev.Meta.At
+	case *domain.TransferRejected:
+		t.status, t.code = domain.TransferStatusRejected, string(p.Code)
+	case *domain.TransferCreditRefused:
+		t.status, t.code = domain.TransferStatusPending, string(p.Code)
+	case *domain.TransferCompleted:
+		t.status = domain.TransferStatusCompleted
+	case *domain.TransferFailed:
+		t.status, t.code = domain.TransferStatusFailed, string(p.Code)
+	case *domain.RefundCompleted:
+		t.refunded += p.Amount
+	case *domain.TransferRefundRequested, *domain.RefundRejected, *domain.RefundCreditRefused, *domain.RefundFailed:
+	default:
+		return fmt.Errorf("projections: transfers: %s@%d: event %s does not belong to a transfer stream", ev.Stream, ev.Revision, ev.Type)
+	}
+	return nil
+}
+
+// writeTransfers inserts the transfers requested in the batch and updates the
+// others, each only when the batch is past the row's revision.
+func writeTransfers(ctx context.Context, tx pgx.Tx, gen int, rows map[string]*transferRow) error {
 	ids := make([]string, 0, len(rows))
 	for id := range rows {
 		ids = append(ids, id)

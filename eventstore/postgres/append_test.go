@@ -248,113 +248,140 @@ func TestCancelDuringAppend(t *testing.T) {
 	ctx := ctxT(t)
 	url := migrated(t)
 	s, pool := openPool(t, url, 4, nil)
-	admin := connect(t, url)
-	waitFor := func(what, query string) {
-		t.Helper()
-		eventually(t, what, func() bool {
-			var n int
-			err := admin.QueryRow(ctx, query).Scan(&n)
-			return err == nil && n > 0
-		})
-	}
-	type result struct {
-		res []eventstore.AppendResult
-		err error
-	}
-	start := func(ctx context.Context, parts ...eventstore.StreamAppend) <-chan result {
-		done := make(chan result, 1)
-		go func() {
-			res, err := s.AppendMulti(ctx, parts)
-			done <- result{res, err}
-		}()
-		return done
-	}
-	wait := func(done <-chan result) result {
-		t.Helper()
-		select {
-		case r := <-done:
-			return r
-		case <-time.After(15 * time.Second):
-			t.Fatal("the cancelled append did not return")
-			return result{}
-		}
-	}
-
-	t.Run("waiting for a lock", func(t *testing.T) {
-		_, rollback, err := s.AppendHeld(ctx, "held", eventstore.NoStream, []eventstore.EventData{ev()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		done := start(cctx, part("other", eventstore.NoStream, 1), part("held", eventstore.Any, 2))
-		waitFor("the append to wait for the lock", "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
-		cancel()
-		if r := wait(done); !errors.Is(r.err, context.Canceled) {
-			t.Fatalf("cancelled while waiting for a lock: %+v, %v", r.res, r.err)
-		}
-		if err := rollback(); err != nil {
-			t.Fatal(err)
-		}
-		// The cancelled connection is closed (pgx ends it at the cancel): -1.
-		wantRecovered(t, s, pool, url, -1, []string{"held", "other"}, part("after-cancel", eventstore.NoStream, 1))
-	})
-
-	t.Run("between the round trips", func(t *testing.T) {
-		newConns := pool.Stat().NewConnsCount()
-		cctx, cancel := context.WithCancel(ctx)
-		postgres.SetBeforeCommit(s, func(context.Context, *pgx.Conn) { cancel() })
-		_, err := s.AppendMulti(cctx, []eventstore.StreamAppend{part("between", eventstore.NoStream, 2)})
-		postgres.SetBeforeCommit(s, nil)
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("cancelled before the second round trip: %v", err)
-		}
-		wantRecovered(t, s, pool, url, newConns, []string{"between"}, part("between", eventstore.NoStream, 1))
-	})
-
+	r := &cancelRig{ctx: ctx, url: url, s: s, pool: pool, admin: connect(t, url)}
+	t.Run("waiting for a lock", r.cancelWaitingForLock)
+	t.Run("between the round trips", r.cancelBetweenRoundTrips)
 	// Cancelled while the server runs the INSERT: the COMMIT is already on its
 	// way, so the outcome is unknown (all or nothing); a retry with the same
 	// event IDs settles it.
-	t.Run("during the insert", func(t *testing.T) {
-		if _, err := admin.Exec(ctx, `
-			CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$
-			BEGIN
-				IF NEW.type = 'Slow' THEN PERFORM pg_sleep(0.5); END IF;
-				RETURN NEW;
-			END $$;
-			CREATE TRIGGER slow BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION slow();`); err != nil {
-			t.Fatal(err)
-		}
-		slow := part("slow", eventstore.NoStream, 2)
-		slow.Events[0].Type = "Slow"
-		other := part("slow-other", eventstore.NoStream, 1)
-		cctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		done := start(cctx, slow, other)
-		waitFor("the insert to run", "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'")
-		cancel()
-		r := wait(done)
-		if !errors.Is(r.err, context.Canceled) {
-			t.Fatalf("cancelled during the insert: %+v, %v", r.res, r.err)
-		}
-		t.Log(r.err)
-		wantClean(t, pool, url)
+	t.Run("during the insert", r.cancelDuringInsert)
+}
+
+// cancelRig is TestCancelDuringAppend's store, its pool and an admin
+// connection that watches the server.
+type cancelRig struct {
+	ctx   context.Context
+	url   string
+	s     *postgres.Store
+	pool  *pgxpool.Pool
+	admin *pgx.Conn
+}
+
+// appendOutcome is what an append started in the background returned.
+type appendOutcome struct {
+	res []eventstore.AppendResult
+	err error
+}
+
+// waitFor waits until query, run on the admin connection, counts more than 0.
+func (r *cancelRig) waitFor(t *testing.T, what, query string) {
+	t.Helper()
+	eventually(t, what, func() bool {
 		var n int
-		if err := admin.QueryRow(ctx, "SELECT count(*) FROM events WHERE stream IN ('slow', 'slow-other')").Scan(&n); err != nil || (n != 0 && n != 3) {
-			t.Fatalf("%d events of the cancelled append written (%v): want all or none", n, err)
-		}
-		t.Logf("%d of 3 events written", n)
-		res, err := s.AppendMulti(ctx, []eventstore.StreamAppend{slow, other})
-		if err != nil {
-			t.Fatalf("retry: %v", err)
-		}
-		if res[0].Idempotent != (n == 3) || res[1].Idempotent != (n == 3) {
-			t.Fatalf("retry after %d events written: %+v", n, res)
-		}
-		if got, err := s.ReadStream(ctx, "slow", 0, eventstore.Forwards, 0); err != nil || len(got) != 2 {
-			t.Fatalf("slow after the retry: %d events, %v", len(got), err)
-		}
+		err := r.admin.QueryRow(r.ctx, query).Scan(&n)
+		return err == nil && n > 0
 	})
+}
+
+// start runs an append in the background.
+func (r *cancelRig) start(ctx context.Context, parts ...eventstore.StreamAppend) <-chan appendOutcome {
+	done := make(chan appendOutcome, 1)
+	go func() {
+		res, err := r.s.AppendMulti(ctx, parts)
+		done <- appendOutcome{res, err}
+	}()
+	return done
+}
+
+// wait waits (15s at the most) for a cancelled append to return.
+func (r *cancelRig) wait(t *testing.T, done <-chan appendOutcome) appendOutcome {
+	t.Helper()
+	select {
+	case o := <-done:
+		return o
+	case <-time.After(15 * time.Second):
+		t.Fatal("the cancelled append did not return")
+		return appendOutcome{}
+	}
+}
+
+// cancelWaitingForLock cancels an append that waits for a stream's lock.
+func (r *cancelRig) cancelWaitingForLock(t *testing.T) {
+	_, rollback, err := r.s.AppendHeld(r.ctx, "held", eventstore.NoStream, []eventstore.EventData{ev()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	done := r.start(cctx, part("other", eventstore.NoStream, 1), part("held", eventstore.Any, 2))
+	r.waitFor(t, "the append to wait for the lock", "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+	cancel()
+	if o := r.wait(t, done); !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("cancelled while waiting for a lock: %+v, %v", o.res, o.err)
+	}
+	if err := rollback(); err != nil {
+		t.Fatal(err)
+	}
+	// The cancelled connection is closed (pgx ends it at the cancel): -1.
+	wantRecovered(t, r.s, r.pool, r.url, -1, []string{"held", "other"}, part("after-cancel", eventstore.NoStream, 1))
+}
+
+// cancelBetweenRoundTrips cancels an append after its first round trip,
+// before the commit.
+func (r *cancelRig) cancelBetweenRoundTrips(t *testing.T) {
+	newConns := r.pool.Stat().NewConnsCount()
+	cctx, cancel := context.WithCancel(r.ctx)
+	postgres.SetBeforeCommit(r.s, func(context.Context, *pgx.Conn) { cancel() })
+	_, err := r.s.AppendMulti(cctx, []eventstore.StreamAppend{part("between", eventstore.NoStream, 2)})
+	postgres.SetBeforeCommit(r.s, nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled before the second round trip: %v", err)
+	}
+	wantRecovered(t, r.s, r.pool, r.url, newConns, []string{"between"}, part("between", eventstore.NoStream, 1))
+}
+
+// cancelDuringInsert cancels an append while a trigger slows its INSERT: all
+// or none of it is written, and a retry settles which.
+func (r *cancelRig) cancelDuringInsert(t *testing.T) {
+	ctx := r.ctx
+	if _, err := r.admin.Exec(ctx, `
+		CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.type = 'Slow' THEN PERFORM pg_sleep(0.5); END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER slow BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION slow();`); err != nil {
+		t.Fatal(err)
+	}
+	slow := part("slow", eventstore.NoStream, 2)
+	slow.Events[0].Type = "Slow"
+	other := part("slow-other", eventstore.NoStream, 1)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := r.start(cctx, slow, other)
+	r.waitFor(t, "the insert to run", "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'")
+	cancel()
+	o := r.wait(t, done)
+	if !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("cancelled during the insert: %+v, %v", o.res, o.err)
+	}
+	t.Log(o.err)
+	wantClean(t, r.pool, r.url)
+	var n int
+	if err := r.admin.QueryRow(ctx, "SELECT count(*) FROM events WHERE stream IN ('slow', 'slow-other')").Scan(&n); err != nil || (n != 0 && n != 3) {
+		t.Fatalf("%d events of the cancelled append written (%v): want all or none", n, err)
+	}
+	t.Logf("%d of 3 events written", n)
+	res, err := r.s.AppendMulti(ctx, []eventstore.StreamAppend{slow, other})
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if res[0].Idempotent != (n == 3) || res[1].Idempotent != (n == 3) {
+		t.Fatalf("retry after %d events written: %+v", n, res)
+	}
+	if got, err := r.s.ReadStream(ctx, "slow", 0, eventstore.Forwards, 0); err != nil || len(got) != 2 {
+		t.Fatalf("slow after the retry: %d events, %v", len(got), err)
+	}
 }
 
 // TestCrossedMultiAppends: appends that share some of their streams, each

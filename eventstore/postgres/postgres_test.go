@@ -83,18 +83,7 @@ func TestNaiveReaderSkipsHeldTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	naive := func(after int64) (ids []uuid.UUID, last int64) {
-		rows, err := conn.Query(ctx, "SELECT position, event_id FROM events WHERE position > $1 ORDER BY position", after)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var id uuid.UUID
-		last = after
-		if _, err := pgx.ForEachRow(rows, []any{&last, &id}, func() error { ids = append(ids, id); return nil }); err != nil {
-			t.Fatal(err)
-		}
-		return ids, last
-	}
+	naive := func(after int64) ([]uuid.UUID, int64) { return readNaively(ctx, t, conn, after) }
 
 	a, b := ev(), ev()
 	commitA, rollbackA, err := s.AppendHeld(ctx, "a", eventstore.NoStream, []eventstore.EventData{a})
@@ -143,6 +132,22 @@ func TestNaiveReaderSkipsHeldTransaction(t *testing.T) {
 	if got[0].Position.Prepare != uint64(posA) {
 		t.Fatalf("A's position %s does not carry its row position %d", got[0].Position, posA)
 	}
+}
+
+// readNaively is the naive reader of "all": the events after a row position,
+// in position order, and the last position it saw (its checkpoint).
+func readNaively(ctx context.Context, t *testing.T, conn *pgx.Conn, after int64) (ids []uuid.UUID, last int64) {
+	t.Helper()
+	rows, err := conn.Query(ctx, "SELECT position, event_id FROM events WHERE position > $1 ORDER BY position", after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id uuid.UUID
+	last = after
+	if _, err := pgx.ForEachRow(rows, []any{&last, &id}, func() error { ids = append(ids, id); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return ids, last
 }
 
 // TestXidAssignedAfterStreamLock: an append that waits for its stream's lock gets

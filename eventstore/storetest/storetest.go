@@ -554,16 +554,39 @@ func testAnyIdempotent(t *testing.T, s eventstore.Store, p string) {
 // revision order, at the positions the appends returned; reads after a position
 // are exclusive.
 func testGlobalOrder(t *testing.T, s eventstore.Store, p string) {
-	const writers, appends, nstreams = 8, 6, 4
 	start := head(t, s)
-	ctx := ctxT(t)
-	type written struct {
-		stream string
-		res    eventstore.AppendResult
-		n      int
+	all := writeConcurrently(t, s, p)
+	total := 0
+	for _, w := range all {
+		total += w.n
 	}
+	got := readAllUntil(t, s, start, p, total)
+	increasing(t, "all", got)
+	checkStreamOrderAndPositions(t, got, all)
+	checkExclusiveReads(t, s, p, got)
+	headReaches(t, s, got[len(got)-1].Position)
+}
+
+// appended is one append of testGlobalOrder: its stream, result and event count.
+type appended struct {
+	stream string
+	res    eventstore.AppendResult
+	n      int
+}
+
+// writeConcurrently runs 8 writers of 6 rounds each: a round appends one event
+// to the hot stream unconditionally, then 1 or 2 events to one of 4 streams at
+// the revision it read last (retrying a conflict). It returns every append.
+func writeConcurrently(t *testing.T, s eventstore.Store, p string) []appended {
+	const writers, appends, nstreams = 8, 6, 4
+	ctx := ctxT(t)
 	var mu sync.Mutex
-	var all []written
+	var all []appended
+	record := func(a appended) {
+		mu.Lock()
+		all = append(all, a)
+		mu.Unlock()
+	}
 	errs := make(chan error, writers)
 	for w := range writers {
 		go func() {
@@ -578,50 +601,51 @@ func testGlobalOrder(t *testing.T, s eventstore.Store, p string) {
 					errs <- err
 					return
 				}
-				mu.Lock()
-				all = append(all, written{hot, res, 1})
-				mu.Unlock()
-				for attempt := 0; ; attempt++ {
-					exp := eventstore.NoStream
-					if last, err := s.ReadStream(ctx, stream, eventstore.EndOfStream, eventstore.Backwards, 1); err == nil {
-						if len(last) != 1 {
-							errs <- fmt.Errorf("backwards read of the last event of %s returned %d events and no error", stream, len(last))
-							return
-						}
-						exp = eventstore.Exact(last[0].Revision)
-					} else if !errors.Is(err, eventstore.ErrStreamNotFound) {
-						errs <- err
-						return
-					}
-					res, err := s.Append(ctx, stream, exp, events("E", n))
-					if errors.Is(err, eventstore.ErrWrongExpectedRevision) && attempt < 200 {
-						continue
-					}
-					if err != nil {
-						errs <- err
-						return
-					}
-					mu.Lock()
-					all = append(all, written{stream, res, n})
-					mu.Unlock()
-					break
+				record(appended{hot, res, 1})
+				res, err = appendAtLastRevision(ctx, s, stream, n)
+				if err != nil {
+					errs <- err
+					return
 				}
+				record(appended{stream, res, n})
 			}
 			errs <- nil
 		}()
 	}
-	total := 0
 	for range writers {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, w := range all {
-		total += w.n
-	}
+	return all
+}
 
-	got := readAllUntil(t, s, start, p, total)
-	increasing(t, "all", got)
+// appendAtLastRevision appends n events to stream expecting the revision a
+// backwards read of its last event finds, and reads again after a conflict (up
+// to 200 times).
+func appendAtLastRevision(ctx context.Context, s eventstore.Store, stream string, n int) (eventstore.AppendResult, error) {
+	for attempt := 0; ; attempt++ {
+		exp := eventstore.NoStream
+		if last, err := s.ReadStream(ctx, stream, eventstore.EndOfStream, eventstore.Backwards, 1); err == nil {
+			if len(last) != 1 {
+				return eventstore.AppendResult{}, fmt.Errorf("backwards read of the last event of %s returned %d events and no error", stream, len(last))
+			}
+			exp = eventstore.Exact(last[0].Revision)
+		} else if !errors.Is(err, eventstore.ErrStreamNotFound) {
+			return eventstore.AppendResult{}, err
+		}
+		res, err := s.Append(ctx, stream, exp, events("E", n))
+		if errors.Is(err, eventstore.ErrWrongExpectedRevision) && attempt < 200 {
+			continue
+		}
+		return res, err
+	}
+}
+
+// checkStreamOrderAndPositions checks that "all" holds each stream's events in
+// revision order, and each append's last event at the position it returned.
+func checkStreamOrderAndPositions(t *testing.T, got []eventstore.RecordedEvent, all []appended) {
+	t.Helper()
 	next := map[string]uint64{}
 	at := map[string]eventstore.Position{}
 	for _, e := range got {
@@ -636,14 +660,18 @@ func testGlobalOrder(t *testing.T, s eventstore.Store, p string) {
 			t.Fatalf("append to %s returned %s, all has its last event at %s", w.stream, w.res.Position, pos)
 		}
 	}
-	// Exclusive reads after every position give the tail.
+}
+
+// checkExclusiveReads checks that a read of "all" after every fifth event's
+// position gives exactly the events after it.
+func checkExclusiveReads(t *testing.T, s eventstore.Store, p string, got []eventstore.RecordedEvent) {
+	t.Helper()
 	for i := 0; i < len(got); i += 5 {
 		tail, _ := readAllOnce(t, s, got[i].Position, p)
 		if len(tail) != len(got)-i-1 || (len(tail) > 0 && tail[0].ID != got[i+1].ID) {
 			t.Fatalf("read after event %d (%s) returned %d events, want the %d after it", i, got[i].Position, len(tail), len(got)-i-1)
 		}
 	}
-	headReaches(t, s, got[len(got)-1].Position)
 }
 
 // testHeldTransaction: A's transaction stays open while B commits. Whatever a
@@ -674,25 +702,7 @@ func testHeldTransaction(t *testing.T, s eventstore.Store, p string) {
 			t.Fatal("all shows A before its transaction committed")
 		}
 	}
-	// Give the subscriber time to poll while A is held (an observation window
-	// for the bug to show, not a synchronisation: nothing waits on it).
-	var delivered []eventstore.RecordedEvent
-	window := time.After(150 * time.Millisecond)
-observe:
-	for {
-		select {
-		case e, ok := <-sub.Events():
-			if !ok {
-				t.Fatalf("subscription ended: %v", sub.Err())
-			}
-			if e.ID == a.ID {
-				t.Fatal("subscriber delivered A before its transaction committed")
-			}
-			delivered = append(delivered, e)
-		case <-window:
-			break observe
-		}
-	}
+	delivered := observeWhileHeld(t, sub, a.ID)
 
 	if err := commitA(); err != nil {
 		t.Fatalf("commit A: %v", err)
@@ -710,8 +720,45 @@ observe:
 	})
 	checkExactlyOnce(t, "reader", append(seen, rest...), a.ID, b.ID)
 	// The subscriber likewise.
+	delivered = receiveBoth(t, sub, delivered, a.ID, b.ID)
+	checkExactlyOnce(t, "subscriber", delivered, a.ID, b.ID)
+	// Nothing after: both were delivered once; B's position is the one Append returned.
+	for _, e := range delivered {
+		if e.ID == b.ID && e.Position != resB.Position {
+			t.Fatalf("B delivered at %s, appended at %s", e.Position, resB.Position)
+		}
+	}
+}
+
+// observeWhileHeld gives the subscriber time to poll while A is held (an
+// observation window for the bug to show, not a synchronisation: nothing waits
+// on it) and returns what it delivered, which must not be A.
+func observeWhileHeld(t *testing.T, sub eventstore.Subscription, a uuid.UUID) []eventstore.RecordedEvent {
+	t.Helper()
+	var delivered []eventstore.RecordedEvent
+	window := time.After(150 * time.Millisecond)
+	for {
+		select {
+		case e, ok := <-sub.Events():
+			if !ok {
+				t.Fatalf("subscription ended: %v", sub.Err())
+			}
+			if e.ID == a {
+				t.Fatal("subscriber delivered A before its transaction committed")
+			}
+			delivered = append(delivered, e)
+		case <-window:
+			return delivered
+		}
+	}
+}
+
+// receiveBoth receives until the subscriber has delivered A and B (A having
+// committed), within waitTimeout, and returns all it delivered.
+func receiveBoth(t *testing.T, sub eventstore.Subscription, delivered []eventstore.RecordedEvent, a, b uuid.UUID) []eventstore.RecordedEvent {
+	t.Helper()
 	timeout := time.After(waitTimeout)
-	for !contains(delivered, a.ID) || !contains(delivered, b.ID) {
+	for !contains(delivered, a) || !contains(delivered, b) {
 		select {
 		case e, ok := <-sub.Events():
 			if !ok {
@@ -722,13 +769,7 @@ observe:
 			t.Fatalf("subscriber did not deliver A and B in %s after A committed (got %d events)", waitTimeout, len(delivered))
 		}
 	}
-	checkExactlyOnce(t, "subscriber", delivered, a.ID, b.ID)
-	// Nothing after: both were delivered once; B's position is the one Append returned.
-	for _, e := range delivered {
-		if e.ID == b.ID && e.Position != resB.Position {
-			t.Fatalf("B delivered at %s, appended at %s", e.Position, resB.Position)
-		}
-	}
+	return delivered
 }
 
 func contains(evs []eventstore.RecordedEvent, id uuid.UUID) bool {
@@ -971,10 +1012,7 @@ func testMultiAppend(t *testing.T, s eventstore.Store, p string) {
 	}
 	got := readAllUntil(t, s, start, p, 3)
 	increasing(t, "all", got)
-	pos := map[uuid.UUID]eventstore.Position{}
-	for _, e := range got {
-		pos[e.ID] = e.Position
-	}
+	pos := positionsByID(got)
 	if pos[xs[1].ID] != res[0].Position || pos[ys[0].ID] != res[1].Position {
 		t.Fatalf("multi append returned %s, %s; all has %s, %s", res[0].Position, res[1].Position, pos[xs[1].ID], pos[ys[0].ID])
 	}
@@ -997,7 +1035,13 @@ func testMultiAppend(t *testing.T, s eventstore.Store, p string) {
 	wantLen(t, s, z, 0)
 	wantLen(t, s, x, 2)
 
-	// Appends sharing streams in opposite orders do not deadlock.
+	checkCrossedMultiAppends(ctx, t, ma, s, p)
+}
+
+// checkCrossedMultiAppends checks that appends sharing two streams in opposite
+// orders do not deadlock: 8 writers of 10 appends each, all written.
+func checkCrossedMultiAppends(ctx context.Context, t *testing.T, ma eventstore.MultiAppender, s eventstore.Store, p string) {
+	t.Helper()
 	const writers, rounds = 8, 10
 	errs := make(chan error, writers)
 	for w := range writers {
@@ -1025,6 +1069,15 @@ func testMultiAppend(t *testing.T, s eventstore.Store, p string) {
 	}
 	wantLen(t, s, p+"s1", writers*rounds)
 	wantLen(t, s, p+"s2", writers*rounds)
+}
+
+// positionsByID maps each event's ID to its position.
+func positionsByID(evs []eventstore.RecordedEvent) map[uuid.UUID]eventstore.Position {
+	pos := make(map[uuid.UUID]eventstore.Position, len(evs))
+	for _, e := range evs {
+		pos[e.ID] = e.Position
+	}
+	return pos
 }
 
 // testMultiAppendChain: one append may name a stream in several parts, in
@@ -1060,10 +1113,7 @@ func testMultiAppendChain(t *testing.T, s eventstore.Store, p string) {
 	}
 	all := readAllUntil(t, s, start, p, 6)
 	increasing(t, "all", all)
-	pos := map[uuid.UUID]eventstore.Position{}
-	for _, e := range all {
-		pos[e.ID] = e.Position
-	}
+	pos := positionsByID(all)
 	if pos[a[1].ID] != res[0].Position || pos[b[0].ID] != res[2].Position || pos[c[1].ID] != res[3].Position {
 		t.Fatalf("parts report positions %s %s %s; all has %s %s %s", res[0].Position, res[2].Position, res[3].Position, pos[a[1].ID], pos[b[0].ID], pos[c[1].ID])
 	}
@@ -1080,10 +1130,18 @@ func testMultiAppendChain(t *testing.T, s eventstore.Store, p string) {
 		}
 	}
 
+	checkChainRefusals(ctx, t, ma, s, x, k, c)
+}
+
+// checkChainRefusals checks, on the chain testMultiAppendChain wrote (x at 4,
+// k at 0, c the last part of x), that chains that do not follow are refused
+// whole, nothing written.
+func checkChainRefusals(ctx context.Context, t *testing.T, ma eventstore.MultiAppender, s eventstore.Store, x, k string, c []eventstore.EventData) {
+	t.Helper()
 	// A stored part then a new one: the new one was decided on the events the
 	// stored part carries, which the store may hold other versions of (the same
 	// IDs): refused, nothing written.
-	_, err = ma.AppendMulti(ctx, []eventstore.StreamAppend{
+	_, err := ma.AppendMulti(ctx, []eventstore.StreamAppend{
 		{Stream: k, Expected: eventstore.Exact(0), Events: events("K", 1)},
 		{Stream: x, Expected: eventstore.Exact(2), Events: c},
 		{Stream: x, Expected: eventstore.Exact(4), Events: events("E", 1)},

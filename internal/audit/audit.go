@@ -87,7 +87,6 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 	}
 	f := NewFold()
 	f.VerifyChain = opts.VerifyChain
-	rep := &Report{}
 	if opts.MaxViolations > 0 {
 		f.MaxViolations = opts.MaxViolations
 	}
@@ -111,18 +110,57 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 	}
 	// Snapshots are listed before the head is read: each was taken of events
 	// already stored, so the fold up to the head reaches every one.
-	if ss, ok := store.(eventstore.SnapshotStore); ok {
-		snaps, err := readSnapshots(ctx, ss, opts.Account)
-		if err != nil {
-			return nil, err
-		}
-		f.CheckSnapshots(snaps)
-		rep.Snapshots = len(snaps)
+	snapshots, err := checkSnapshotsOf(ctx, store, f, opts.Account)
+	if err != nil {
+		return nil, err
 	}
 	head, err := store.Head(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("audit: head: %w", err)
 	}
+	expected, err := foldExpecting(ctx, store, f, head, lives, opts)
+	if err != nil {
+		return nil, err
+	}
+	totals := f.Finish()
+
+	rep := &Report{
+		Snapshots: snapshots, Head: head.String(), Events: f.Events, Streams: len(f.streams), Accounts: len(f.Accounts),
+		Transfers: len(f.Transfers), Keys: len(f.homes), Account: opts.Account, ChainVerified: opts.VerifyChain, Totals: totals,
+	}
+	for i, l := range lives {
+		check, err := checkReadModel(ctx, tx, f, l, expected[i], opts.Account)
+		if err != nil {
+			return nil, err
+		}
+		rep.ReadModels = append(rep.ReadModels, check)
+	}
+	rep.Violations, rep.ViolationCount = f.Violations, f.ViolationCount()
+	if opts.Account != "" {
+		rep.Violations, rep.ViolationCount = f.forAccount(opts.Account)
+	}
+	return rep, nil
+}
+
+// checkSnapshotsOf hands the fold the account snapshots of a store that keeps
+// them (only the account's, when set), to check as it reaches them; it returns
+// how many.
+func checkSnapshotsOf(ctx context.Context, store Store, f *Fold, account string) (int, error) {
+	ss, ok := store.(eventstore.SnapshotStore)
+	if !ok {
+		return 0, nil
+	}
+	snaps, err := readSnapshots(ctx, ss, account)
+	if err != nil {
+		return 0, err
+	}
+	f.CheckSnapshots(snaps)
+	return len(snaps), nil
+}
+
+// foldExpecting folds "all" up to head, taking on the way, for each live
+// generation, the rows the fold expects in its tables as of its checkpoint.
+func foldExpecting(ctx context.Context, store Store, f *Fold, head eventstore.Position, lives []liveGen, opts Options) ([]map[string]map[string]string, error) {
 	expected := make([]map[string]map[string]string, len(lives))
 	snapshot := func(next *eventstore.Position) {
 		for i, l := range lives {
@@ -135,37 +173,31 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 		return nil, err
 	}
 	snapshot(nil)
-	totals := f.Finish()
+	return expected, nil
+}
 
-	*rep = Report{
-		Snapshots: rep.Snapshots, Head: head.String(), Events: f.Events, Streams: len(f.streams), Accounts: len(f.Accounts),
-		Transfers: len(f.Transfers), Keys: len(f.homes), Account: opts.Account, ChainVerified: opts.VerifyChain, Totals: totals,
+// checkReadModel compares a live generation's tables with the rows the fold
+// expected as of its checkpoint (invariant 4); a checkpoint after the fold's
+// last event means the read model was built from another store.
+func checkReadModel(ctx context.Context, tx pgx.Tx, f *Fold, l liveGen, expected map[string]map[string]string, account string) (ReadModelCheck, error) {
+	if l.pos.Compare(f.Last) > 0 {
+		f.violate(Violation{Invariant: InvReadModel, Kind: "checkpoint_ahead", Message: fmt.Sprintf(
+			"read model %s is at %s, after the store's head %s: it was built from another store", l.name, l.pos, f.Last)})
 	}
-	for i, l := range lives {
-		if l.pos.Compare(f.Last) > 0 {
-			f.violate(Violation{Invariant: InvReadModel, Kind: "checkpoint_ahead", Message: fmt.Sprintf(
-				"read model %s is at %s, after the store's head %s: it was built from another store", l.name, l.pos, f.Last)})
+	check := ReadModelCheck{Projection: l.name, Generation: l.gen, Position: l.pos.String()}
+	for _, table := range ProjectionTables[l.name] {
+		actual, err := ReadTable(ctx, tx, table, 0, account)
+		if err != nil {
+			return ReadModelCheck{}, err
 		}
-		check := ReadModelCheck{Projection: l.name, Generation: l.gen, Position: l.pos.String()}
-		for _, table := range ProjectionTables[l.name] {
-			actual, err := ReadTable(ctx, tx, table, 0, opts.Account)
-			if err != nil {
-				return nil, err
-			}
-			d := CompareTable(table, expected[i][table], actual)
-			check.Tables = append(check.Tables, d)
-			if !d.OK() {
-				f.violate(Violation{Invariant: InvReadModel, Kind: "read_model_mismatch", Message: fmt.Sprintf(
-					"read model %s (generation %d, at %s) differs from the fold of the event store: %s", l.name, l.gen, l.pos, d.Describe(5))})
-			}
+		d := CompareTable(table, expected[table], actual)
+		check.Tables = append(check.Tables, d)
+		if !d.OK() {
+			f.violate(Violation{Invariant: InvReadModel, Kind: "read_model_mismatch", Message: fmt.Sprintf(
+				"read model %s (generation %d, at %s) differs from the fold of the event store: %s", l.name, l.gen, l.pos, d.Describe(5))})
 		}
-		rep.ReadModels = append(rep.ReadModels, check)
 	}
-	rep.Violations, rep.ViolationCount = f.Violations, f.ViolationCount()
-	if opts.Account != "" {
-		rep.Violations, rep.ViolationCount = f.forAccount(opts.Account)
-	}
-	return rep, nil
+	return check, nil
 }
 
 // readSnapshots lists every account snapshot (only the account's, when set).

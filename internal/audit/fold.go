@@ -337,7 +337,15 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) 
 	}
 	f.checkSnapshot(re.Stream, a)
 	payload, _ := domain.DecodeEvent(re.Type, re.Data) // decoded by EvolveAccount already
-	// Invariant 3: the amounts the event states equal the fold's.
+	f.checkAccountEvent(re, m, a, payload)
+	f.expectAccountRows(re, m, a, payload)
+}
+
+// checkAccountEvent checks an account event against the fold after it:
+// invariant 3, the amounts the event states equal the fold's and the balance
+// and held stay within their limits; and it classifies the money the event
+// moves for invariant 2.
+func (f *Fold) checkAccountEvent(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account, payload any) {
 	check := func(what string, stated, folded int64) {
 		if stated != folded {
 			f.eventViolation(InvBalance, "balance_mismatch", re, "%s %d stated by the event, %d by the fold", what, stated, folded)
@@ -360,17 +368,23 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) 
 			f.legSums(f.posted, m.Key, p.Currency).debits += p.Amount
 			f.legSums(f.posted, m.Key, p.Currency).credits += p.Amount
 		}
-		f.captured[[2]string{id, p.HoldID}] = p.Amount
+		f.captured[[2]string{a.ID, p.HoldID}] = p.Amount
 	case *domain.HoldReleased:
 		check("held_after", p.HeldAfter, a.Held)
 	}
 	if a.Balance < -a.OverdraftLimit {
-		f.eventViolation(InvBalance, "below_overdraft", re, "balance %d of %s is below minus its overdraft limit %d", a.Balance, id, a.OverdraftLimit)
+		f.eventViolation(InvBalance, "below_overdraft", re, "balance %d of %s is below minus its overdraft limit %d", a.Balance, a.ID, a.OverdraftLimit)
 	}
 	if a.Held < 0 {
-		f.eventViolation(InvBalance, "negative_held", re, "held %d of %s", a.Held, id)
+		f.eventViolation(InvBalance, "negative_held", re, "held %d of %s", a.Held, a.ID)
 	}
-	if e, ok := entryRow(re, m, payload, id, a.Balance); ok {
+}
+
+// expectAccountRows records the read-model rows an account event should leave:
+// its entry, its balance history, its command's reply; a saga step's record is
+// kept until its saga is decided.
+func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account, payload any) {
+	if e, ok := entryRow(re, m, payload, a.ID, a.Balance); ok {
 		f.entries[re.ID.String()] = entryExp{account: a.ID, digest: e}
 	}
 	f.history[re.ID.String()] = entryExp{account: a.ID, digest: historyRow(re, m, a)}
@@ -531,7 +545,16 @@ func (f *Fold) sagaReply(t *domain.Transfer, sg *domain.Saga) reply.Reply {
 func (f *Fold) Finish() []Totals {
 	f.finishSnapshots()
 	f.finishTransactions()
-	// Invariant 1: every decided client key is claimed by its request, for its stream.
+	f.finishClaims()
+	f.finishSagas()
+	out := f.finishConservation()
+	f.finishCommands()
+	return out
+}
+
+// finishClaims checks invariant 1: every decided client key is claimed by its
+// request, for its stream.
+func (f *Fold) finishClaims() {
 	keys := make([]string, 0, len(f.homes))
 	for k := range f.homes {
 		keys = append(keys, k)
@@ -548,7 +571,12 @@ func (f *Fold) Finish() []Totals {
 			f.violate(Violation{Invariant: InvKeyOnce, Kind: "claim_mismatch", Stream: f.homes[k], Message: fmt.Sprintf("key %q was decided for another request than its claim", k)})
 		}
 	}
-	// Invariant 2: each saga's steps agree with its stage; money in flight.
+}
+
+// finishSagas checks invariant 2 for sagas: each saga's steps agree with its
+// stage (adding up the money in flight), and no step belongs to a saga that no
+// transfer stream records.
+func (f *Fold) finishSagas() {
 	sagas := map[string]bool{}
 	tids := make([]string, 0, len(f.Transfers))
 	for id := range f.Transfers {
@@ -557,59 +585,13 @@ func (f *Fold) Finish() []Totals {
 	sort.Strings(tids)
 	for _, id := range tids {
 		t := f.Transfers[id]
-		check := func(s *domain.Saga) {
-			sagas[s.Key] = true
-			if f.badStream[domain.AccountStream(s.Out)] || f.badStream[domain.AccountStream(s.In)] || f.badStream[domain.TransferStream(id)] {
-				return // a stream it touches does not fold: that violation is named already
-			}
-			st := f.steps[s.Key]
-			if st == nil {
-				st = &sagaSteps{currency: s.Currency}
-			}
-			stream := domain.TransferStream(id)
-			bad := func(format string, args ...any) {
-				f.violate(Violation{Invariant: InvConservation, Kind: "saga_mismatch", Stream: stream, Message: fmt.Sprintf("saga %q: ", s.Key) + fmt.Sprintf(format, args...)})
-			}
-			if st.debits > 1 || st.credits > 1 || st.comps > 1 {
-				bad("a step moved money more than once (%d debits, %d credits, %d compensations)", st.debits, st.credits, st.comps)
-			}
-			for _, amt := range []struct {
-				n   int
-				sum int64
-			}{{st.debits, st.debit}, {st.credits, st.credit}, {st.comps, st.compensate}} {
-				if amt.n == 1 && amt.sum != s.Amount {
-					bad("a step moved %d of a saga of %d", amt.sum, s.Amount)
-				}
-			}
-			if st.currency != s.Currency {
-				bad("steps in %s for a saga in %s", st.currency, s.Currency)
-			}
-			switch s.Stage {
-			case domain.SagaCompleted:
-				if st.debits != 1 || st.credits != 1 || st.comps != 0 {
-					bad("completed with %d debits, %d credits, %d compensations", st.debits, st.credits, st.comps)
-				}
-			case domain.SagaRejected:
-				if st.debits != 0 || st.credits != 0 || st.comps != 0 {
-					bad("rejected, yet money moved (%d debits, %d credits, %d compensations)", st.debits, st.credits, st.comps)
-				}
-			case domain.SagaFailed:
-				if st.debits != 1 || st.credits != 0 || st.comps != 1 {
-					bad("failed with %d debits, %d credits, %d compensations", st.debits, st.credits, st.comps)
-				}
-			default:
-				f.totals(s.Currency).PendingSaga++
-				if st.credits+st.comps > st.debits {
-					bad("credited before it was debited")
-				}
-			}
-			f.totals(s.Currency).InFlight += st.debit - st.credit - st.compensate
-		}
 		if t.Saga != nil {
-			check(t.Saga)
+			sagas[t.Saga.Key] = true
+			f.checkSaga(id, t.Saga)
 		}
 		for _, k := range t.RefundOrder {
-			check(t.Refunds[k])
+			sagas[t.Refunds[k].Key] = true
+			f.checkSaga(id, t.Refunds[k])
 		}
 	}
 	orphans := make([]string, 0)
@@ -622,6 +604,69 @@ func (f *Fold) Finish() []Totals {
 	for _, k := range orphans {
 		f.violate(Violation{Invariant: InvConservation, Kind: "orphan_step", Message: fmt.Sprintf("money moved by a step of saga %q, which no transfer stream records", k)})
 	}
+}
+
+// checkSaga checks that the steps one saga of transfer id applied in account
+// streams agree with the saga: each at most once, for its amount and currency,
+// as its stage allows. A pending saga's money is in flight.
+func (f *Fold) checkSaga(id string, s *domain.Saga) {
+	if f.badStream[domain.AccountStream(s.Out)] || f.badStream[domain.AccountStream(s.In)] || f.badStream[domain.TransferStream(id)] {
+		return // a stream it touches does not fold: that violation is named already
+	}
+	st := f.steps[s.Key]
+	if st == nil {
+		st = &sagaSteps{currency: s.Currency}
+	}
+	stream := domain.TransferStream(id)
+	bad := func(format string, args ...any) {
+		f.violate(Violation{Invariant: InvConservation, Kind: "saga_mismatch", Stream: stream, Message: fmt.Sprintf("saga %q: ", s.Key) + fmt.Sprintf(format, args...)})
+	}
+	if st.debits > 1 || st.credits > 1 || st.comps > 1 {
+		bad("a step moved money more than once (%d debits, %d credits, %d compensations)", st.debits, st.credits, st.comps)
+	}
+	for _, amt := range []struct {
+		n   int
+		sum int64
+	}{{st.debits, st.debit}, {st.credits, st.credit}, {st.comps, st.compensate}} {
+		if amt.n == 1 && amt.sum != s.Amount {
+			bad("a step moved %d of a saga of %d", amt.sum, s.Amount)
+		}
+	}
+	if st.currency != s.Currency {
+		bad("steps in %s for a saga in %s", st.currency, s.Currency)
+	}
+	f.checkSagaStage(s, st, bad)
+	f.totals(s.Currency).InFlight += st.debit - st.credit - st.compensate
+}
+
+// checkSagaStage checks that the steps a saga applied are the ones its stage
+// allows; a saga not yet decided counts as pending.
+func (f *Fold) checkSagaStage(s *domain.Saga, st *sagaSteps, bad func(format string, args ...any)) {
+	switch s.Stage {
+	case domain.SagaCompleted:
+		if st.debits != 1 || st.credits != 1 || st.comps != 0 {
+			bad("completed with %d debits, %d credits, %d compensations", st.debits, st.credits, st.comps)
+		}
+	case domain.SagaRejected:
+		if st.debits != 0 || st.credits != 0 || st.comps != 0 {
+			bad("rejected, yet money moved (%d debits, %d credits, %d compensations)", st.debits, st.credits, st.comps)
+		}
+	case domain.SagaFailed:
+		if st.debits != 1 || st.credits != 0 || st.comps != 1 {
+			bad("failed with %d debits, %d credits, %d compensations", st.debits, st.credits, st.comps)
+		}
+	default:
+		f.totals(s.Currency).PendingSaga++
+		if st.credits+st.comps > st.debits {
+			bad("credited before it was debited")
+		}
+	}
+}
+
+// finishConservation adds the open accounts' balances to each currency's totals
+// and checks invariant 2, money conservation, per currency; it returns the
+// totals sorted by currency.
+func (f *Fold) finishConservation() []Totals {
 	for _, a := range f.Accounts {
 		if !a.Opened {
 			continue
@@ -643,14 +688,17 @@ func (f *Fold) Finish() []Totals {
 				t.Currency, t.Balances, t.InFlight, t.Balances+t.InFlight, t.Deposits, t.Withdrawals, t.RefundsOut, t.RefundsIn, want)})
 		}
 	}
-	// Invariant 1: a command whose events were cut short.
+	return out
+}
+
+// finishCommands checks invariant 1 for a command whose events were cut short.
+func (f *Fold) finishCommands() {
 	for stream, ss := range f.streams {
 		if ss.groupKey != "" && ss.groupNext < ss.groupCount {
 			f.violate(Violation{Invariant: InvKeyOnce, Kind: "incomplete_command", Stream: stream, Revision: int64(ss.next) - 1,
 				Message: fmt.Sprintf("key %q wrote %d of its %d events", ss.groupKey, ss.groupNext, ss.groupCount)})
 		}
 	}
-	return out
 }
 
 // snapshotCheck is a snapshot waiting for the fold to reach its revision.

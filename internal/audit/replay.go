@@ -88,48 +88,9 @@ var ErrUnknownStream = errors.New("audit: not an account-, transfer- or key- str
 // event and the state after it to fn. A stream that does not exist is
 // eventstore.ErrStreamNotFound.
 func Replay(ctx context.Context, r eventstore.StreamReader, stream string, toRevision int64, fn func(Step) error) error {
-	var fold func(domain.StoredEvent) (any, error)
-	switch {
-	case strings.HasPrefix(stream, domain.AccountStreamPrefix):
-		a := domain.NewAccount(strings.TrimPrefix(stream, domain.AccountStreamPrefix))
-		fold = func(ev domain.StoredEvent) (any, error) {
-			if err := domain.EvolveAccount(a, ev); err != nil {
-				return nil, err
-			}
-			return accountState(a), nil
-		}
-	case strings.HasPrefix(stream, domain.TransferStreamPrefix):
-		t := domain.NewTransfer(strings.TrimPrefix(stream, domain.TransferStreamPrefix))
-		fold = func(ev domain.StoredEvent) (any, error) {
-			if err := domain.EvolveTransfer(t, ev); err != nil {
-				return nil, err
-			}
-			return transferState(t), nil
-		}
-	case domain.IsTransactionStream(stream):
-		// A transaction stream holds one event: the state is the transaction as
-		// ledger.v1.query.transaction shows it.
-		fold = func(ev domain.StoredEvent) (any, error) {
-			if ev.Revision != 0 {
-				return nil, fmt.Errorf("audit: %s@%d: a transaction stream holds one event", ev.Stream, ev.Revision)
-			}
-			payload, err := domain.DecodeEvent(ev.Type, ev.Data)
-			if err != nil {
-				return nil, err
-			}
-			d, err := reply.TransactionDetailOf(ev.Metadata.Key, payload, ev.Position)
-			return &d, err
-		}
-	case strings.HasPrefix(stream, domain.KeyStreamPrefix):
-		fold = func(ev domain.StoredEvent) (any, error) {
-			var c domain.KeyClaimed
-			if ev.Type != domain.EvKeyClaimed || json.Unmarshal(ev.Data, &c) != nil || ev.Revision != 0 {
-				return nil, fmt.Errorf("audit: %s@%d: a key stream holds only its claim, not %s", ev.Stream, ev.Revision, ev.Type)
-			}
-			return &ClaimState{Key: c.Key, Command: c.Command, Stream: c.Stream, RequestHash: c.RequestHash, Request: c.Request}, nil
-		}
-	default:
-		return fmt.Errorf("%w: %q", ErrUnknownStream, stream)
+	fold, err := streamFold(stream)
+	if err != nil {
+		return err
 	}
 	next := uint64(0)
 	const page = 1000
@@ -158,6 +119,58 @@ func Replay(ctx context.Context, r eventstore.StreamReader, stream string, toRev
 		}
 		next = evs[len(evs)-1].Revision + 1
 	}
+}
+
+// streamFold returns the fold of a stream's kind: an event and the state
+// after it. ErrUnknownStream means the stream is of no known kind.
+func streamFold(stream string) (func(domain.StoredEvent) (any, error), error) {
+	switch {
+	case strings.HasPrefix(stream, domain.AccountStreamPrefix):
+		a := domain.NewAccount(strings.TrimPrefix(stream, domain.AccountStreamPrefix))
+		return func(ev domain.StoredEvent) (any, error) {
+			if err := domain.EvolveAccount(a, ev); err != nil {
+				return nil, err
+			}
+			return accountState(a), nil
+		}, nil
+	case strings.HasPrefix(stream, domain.TransferStreamPrefix):
+		t := domain.NewTransfer(strings.TrimPrefix(stream, domain.TransferStreamPrefix))
+		return func(ev domain.StoredEvent) (any, error) {
+			if err := domain.EvolveTransfer(t, ev); err != nil {
+				return nil, err
+			}
+			return transferState(t), nil
+		}, nil
+	case domain.IsTransactionStream(stream):
+		return foldTransaction, nil
+	case strings.HasPrefix(stream, domain.KeyStreamPrefix):
+		return foldClaim, nil
+	default:
+		return nil, fmt.Errorf("%w: %q", ErrUnknownStream, stream)
+	}
+}
+
+// foldTransaction folds a transaction stream, which holds one event: the
+// state is the transaction as ledger.v1.query.transaction shows it.
+func foldTransaction(ev domain.StoredEvent) (any, error) {
+	if ev.Revision != 0 {
+		return nil, fmt.Errorf("audit: %s@%d: a transaction stream holds one event", ev.Stream, ev.Revision)
+	}
+	payload, err := domain.DecodeEvent(ev.Type, ev.Data)
+	if err != nil {
+		return nil, err
+	}
+	d, err := reply.TransactionDetailOf(ev.Metadata.Key, payload, ev.Position)
+	return &d, err
+}
+
+// foldClaim folds a key stream, which holds only its claim.
+func foldClaim(ev domain.StoredEvent) (any, error) {
+	var c domain.KeyClaimed
+	if ev.Type != domain.EvKeyClaimed || json.Unmarshal(ev.Data, &c) != nil || ev.Revision != 0 {
+		return nil, fmt.Errorf("audit: %s@%d: a key stream holds only its claim, not %s", ev.Stream, ev.Revision, ev.Type)
+	}
+	return &ClaimState{Key: c.Key, Command: c.Command, Stream: c.Stream, RequestHash: c.RequestHash, Request: c.Request}, nil
 }
 
 func accountState(a *domain.Account) *AccountState {

@@ -303,6 +303,41 @@ func (s *Service) Account(ctx context.Context, q AccountRequest) (*Account, *Err
 // before it in time). A time before the account's first event is
 // account_not_found; a revision beyond its last one is invalid_request.
 func (s *Service) Balance(ctx context.Context, q BalanceRequest) (*Balance, *Error) {
+	at, qerr := balanceTimeOf(q)
+	if qerr != nil {
+		return nil, qerr
+	}
+	if _, qerr := s.wait(ctx, projections.Balances, q.MinPosition); qerr != nil {
+		return nil, qerr
+	}
+	var r balanceRead
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		return r.read(ctx, tx, q, at)
+	})
+	if err != nil {
+		return nil, internal(err)
+	}
+	pos := position(r.c, r.p).String()
+	switch {
+	case r.last == nil:
+		e := notFound("account %s has no history (the balances read model is at %s)", q.AccountID, pos)
+		e.ProjectedPosition = pos
+		return nil, e
+	case !r.found && q.Revision != nil:
+		return nil, invalid("revision", "account %s is at revision %d (the balances read model is at %s)", q.AccountID, *r.last, pos)
+	case !r.found:
+		e := &Error{Status: domain.StatusRejected, Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s did not exist at %s", q.AccountID, q.At), ProjectedPosition: pos}
+		return nil, e
+	}
+	out := r.out
+	out.AccountID, out.Status, out.Available, out.ProjectedPosition = q.AccountID, r.status, out.Balance-out.Held, pos
+	out.AsOf = r.when.UTC().Format(time.RFC3339Nano)
+	return &out, nil
+}
+
+// balanceTimeOf checks a balance query and returns the time it asks about
+// (nil: a revision, or the current balance).
+func balanceTimeOf(q BalanceRequest) (*time.Time, *Error) {
 	if !domain.ValidID(q.AccountID) {
 		return nil, invalid("account_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
 	}
@@ -316,141 +351,65 @@ func (s *Service) Balance(ctx context.Context, q BalanceRequest) (*Balance, *Err
 	if at != nil && q.Revision != nil {
 		return nil, invalid("revision", "give at or revision, not both")
 	}
-	if _, qerr := s.wait(ctx, projections.Balances, q.MinPosition); qerr != nil {
-		return nil, qerr
-	}
+	return at, nil
+}
+
+// balanceRead is what the balance query reads in one snapshot: the balances
+// read model's checkpoint, the account's last revision, and its row as of the
+// revision or time asked (found).
+type balanceRead struct {
+	out    Balance
+	last   *int64 // the account's last revision, nil: no such account
+	c, p   int64
+	found  bool
+	status string
+	when   time.Time
+}
+
+// read reads the checkpoint and the account's last revision, then the row of
+// the balance history the query names: by revision, the last at or before a
+// time, or the last.
+func (r *balanceRead) read(ctx context.Context, tx pgx.Tx, q BalanceRequest, at *time.Time) error {
 	const cols = `revision, currency, balance, held, status, at`
-	var (
-		out    Balance
-		last   *int64 // the account's last revision, nil: no such account
-		c, p   int64
-		found  bool
-		status string
-		when   time.Time
-	)
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT c.commit_position, c.prepare_position,
-				(SELECT max(revision) FROM readmodel.balance_history WHERE account_id = $1)
-			FROM readmodel.checkpoints c WHERE c.name = 'balances' AND c.state = 'live'`, q.AccountID).Scan(&c, &p, &last); err != nil {
-			return err
-		}
-		if last == nil {
-			return nil
-		}
-		var row pgx.Row
-		switch {
-		case q.Revision != nil:
-			row = tx.QueryRow(ctx, `SELECT `+cols+` FROM readmodel.balance_history WHERE account_id = $1 AND revision = $2`, q.AccountID, *q.Revision)
-		case at != nil:
-			row = tx.QueryRow(ctx, `SELECT `+cols+` FROM readmodel.balance_history WHERE account_id = $1 AND at <= $2
-				ORDER BY at DESC, revision DESC LIMIT 1`, q.AccountID, *at)
-		default:
-			row = tx.QueryRow(ctx, `SELECT `+cols+` FROM readmodel.balance_history WHERE account_id = $1 AND revision = $2`, q.AccountID, *last)
-		}
-		var rev int64
-		err := row.Scan(&rev, &out.Currency, &out.Balance, &out.Held, &status, &when)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		found, out.Revision, out.AsOfRevision = err == nil, uint64(rev), uint64(rev)
+	if err := tx.QueryRow(ctx, `SELECT c.commit_position, c.prepare_position,
+			(SELECT max(revision) FROM readmodel.balance_history WHERE account_id = $1)
+		FROM readmodel.checkpoints c WHERE c.name = 'balances' AND c.state = 'live'`, q.AccountID).Scan(&r.c, &r.p, &r.last); err != nil {
 		return err
-	})
-	if err != nil {
-		return nil, internal(err)
 	}
-	pos := position(c, p).String()
+	if r.last == nil {
+		return nil
+	}
+	var row pgx.Row
 	switch {
-	case last == nil:
-		e := notFound("account %s has no history (the balances read model is at %s)", q.AccountID, pos)
-		e.ProjectedPosition = pos
-		return nil, e
-	case !found && q.Revision != nil:
-		return nil, invalid("revision", "account %s is at revision %d (the balances read model is at %s)", q.AccountID, *last, pos)
-	case !found:
-		e := &Error{Status: domain.StatusRejected, Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s did not exist at %s", q.AccountID, q.At), ProjectedPosition: pos}
-		return nil, e
+	case q.Revision != nil:
+		row = tx.QueryRow(ctx, `SELECT `+cols+` FROM readmodel.balance_history WHERE account_id = $1 AND revision = $2`, q.AccountID, *q.Revision)
+	case at != nil:
+		row = tx.QueryRow(ctx, `SELECT `+cols+` FROM readmodel.balance_history WHERE account_id = $1 AND at <= $2
+			ORDER BY at DESC, revision DESC LIMIT 1`, q.AccountID, *at)
+	default:
+		row = tx.QueryRow(ctx, `SELECT `+cols+` FROM readmodel.balance_history WHERE account_id = $1 AND revision = $2`, q.AccountID, *r.last)
 	}
-	out.AccountID, out.Status, out.Available, out.ProjectedPosition = q.AccountID, status, out.Balance-out.Held, pos
-	out.AsOf = when.UTC().Format(time.RFC3339Nano)
-	return &out, nil
+	var rev int64
+	err := row.Scan(&rev, &r.out.Currency, &r.out.Balance, &r.out.Held, &r.status, &r.when)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	r.found, r.out.Revision, r.out.AsOfRevision = err == nil, uint64(rev), uint64(rev)
+	return err
 }
 
 // Entries answers the entries query.
 func (s *Service) Entries(ctx context.Context, q EntriesRequest) (*Entries, *Error) {
-	if !domain.ValidID(q.AccountID) {
-		return nil, invalid("account_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
-	}
-	after := int64(-1)
-	if q.AfterRevision != nil {
-		if *q.AfterRevision < -1 {
-			return nil, invalid("after_revision", "must be -1 or more")
-		}
-		after = *q.AfterRevision
-	}
-	limit := DefaultEntriesLimit
-	if q.Limit != nil {
-		if *q.Limit < 1 || *q.Limit > MaxEntriesLimit {
-			return nil, invalid("limit", "must be 1-%d", MaxEntriesLimit)
-		}
-		limit = *q.Limit
-	}
-	from, qerr := timeBound("from", q.From)
+	page, qerr := entriesPageOf(q)
 	if qerr != nil {
 		return nil, qerr
-	}
-	to, qerr := timeBound("to", q.To)
-	if qerr != nil {
-		return nil, qerr
-	}
-	if from != nil && to != nil && !from.Before(*to) {
-		return nil, invalid("to", "must be after from")
 	}
 	if _, qerr := s.wait(ctx, projections.Entries, q.MinPosition); qerr != nil {
 		return nil, qerr
 	}
 	out := &Entries{Entries: []Entry{}}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		var c, p int64
-		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT commit_position, prepare_position,
-				EXISTS (SELECT 1 FROM readmodel.entries WHERE account_id = $1) OR EXISTS (SELECT 1 FROM readmodel.accounts WHERE account_id = $1)
-			FROM readmodel.checkpoints WHERE name = 'entries' AND state = 'live'`, q.AccountID).Scan(&c, &p, &exists); err != nil {
-			return err
-		}
-		out.ProjectedPosition = position(c, p).String()
-		if !exists {
-			return errNotFound
-		}
-		// One row more than the page tells whether there is a next page.
-		rows, err := tx.Query(ctx, `SELECT event_id::text, revision, type, amount, balance_after, idempotency_key, at, reason, ref, metadata
-			FROM readmodel.entries WHERE account_id = $1 AND revision > $2
-				AND ($4::timestamptz IS NULL OR at >= $4) AND ($5::timestamptz IS NULL OR at < $5)
-			ORDER BY revision LIMIT $3`, q.AccountID, after, limit+1, from, to)
-		if err != nil {
-			return err
-		}
-		var e Entry
-		var at time.Time
-		var reason, ref string
-		_, err = pgx.ForEachRow(rows, []any{&e.EventID, &e.Revision, &e.Type, &e.Amount, &e.BalanceAfter, &e.IdempotencyKey, &at, &reason, &ref, &e.Metadata}, func() error {
-			e.At = at.UTC().Format(time.RFC3339Nano)
-			e.TransferID, e.TransactionID = "", ""
-			switch {
-			case domain.TransferReason(reason):
-				e.TransferID = ref
-			case reason == domain.ReasonTransactionOut || reason == domain.ReasonTransactionIn:
-				e.TransactionID = ref
-			}
-			out.Entries = append(out.Entries, e)
-			e.Metadata = nil // the next row's decodes into a map of its own
-			return nil
-		})
-		if n := len(out.Entries); err == nil && n > limit {
-			out.Entries = out.Entries[:limit]
-			next := out.Entries[limit-1].Revision
-			out.NextAfterRevision = &next
-		}
-		return err
+		return readEntries(ctx, tx, q.AccountID, page, out)
 	})
 	if errors.Is(err, errNotFound) {
 		e := notFound("account %s has no statement (the entries read model is at %s)", q.AccountID, out.ProjectedPosition)
@@ -461,6 +420,93 @@ func (s *Service) Entries(ctx context.Context, q EntriesRequest) (*Entries, *Err
 		return nil, internal(err)
 	}
 	return out, nil
+}
+
+// entriesPage is the page an entries query asks for: the entries after a
+// revision, at most limit of them, optionally within [from, to).
+type entriesPage struct {
+	after    int64
+	limit    int
+	from, to *time.Time
+}
+
+// entriesPageOf checks an entries query and returns its page, with the
+// defaults for what it leaves out.
+func entriesPageOf(q EntriesRequest) (entriesPage, *Error) {
+	if !domain.ValidID(q.AccountID) {
+		return entriesPage{}, invalid("account_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
+	}
+	page := entriesPage{after: -1, limit: DefaultEntriesLimit}
+	if q.AfterRevision != nil {
+		if *q.AfterRevision < -1 {
+			return entriesPage{}, invalid("after_revision", "must be -1 or more")
+		}
+		page.after = *q.AfterRevision
+	}
+	if q.Limit != nil {
+		if *q.Limit < 1 || *q.Limit > MaxEntriesLimit {
+			return entriesPage{}, invalid("limit", "must be 1-%d", MaxEntriesLimit)
+		}
+		page.limit = *q.Limit
+	}
+	var qerr *Error
+	if page.from, qerr = timeBound("from", q.From); qerr != nil {
+		return entriesPage{}, qerr
+	}
+	if page.to, qerr = timeBound("to", q.To); qerr != nil {
+		return entriesPage{}, qerr
+	}
+	if page.from != nil && page.to != nil && !page.from.Before(*page.to) {
+		return entriesPage{}, invalid("to", "must be after from")
+	}
+	return page, nil
+}
+
+// readEntries reads one page of an account's entries, and the entries read
+// model's checkpoint, into out; errNotFound means the account has neither
+// entries nor a row in the accounts read model.
+func readEntries(ctx context.Context, tx pgx.Tx, accountID string, page entriesPage, out *Entries) error {
+	var c, p int64
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT commit_position, prepare_position,
+			EXISTS (SELECT 1 FROM readmodel.entries WHERE account_id = $1) OR EXISTS (SELECT 1 FROM readmodel.accounts WHERE account_id = $1)
+		FROM readmodel.checkpoints WHERE name = 'entries' AND state = 'live'`, accountID).Scan(&c, &p, &exists); err != nil {
+		return err
+	}
+	out.ProjectedPosition = position(c, p).String()
+	if !exists {
+		return errNotFound
+	}
+	// One row more than the page tells whether there is a next page.
+	rows, err := tx.Query(ctx, `SELECT event_id::text, revision, type, amount, balance_after, idempotency_key, at, reason, ref, metadata
+		FROM readmodel.entries WHERE account_id = $1 AND revision > $2
+			AND ($4::timestamptz IS NULL OR at >= $4) AND ($5::timestamptz IS NULL OR at < $5)
+		ORDER BY revision LIMIT $3`, accountID, page.after, page.limit+1, page.from, page.to)
+	if err != nil {
+		return err
+	}
+	var e Entry
+	var at time.Time
+	var reason, ref string
+	_, err = pgx.ForEachRow(rows, []any{&e.EventID, &e.Revision, &e.Type, &e.Amount, &e.BalanceAfter, &e.IdempotencyKey, &at, &reason, &ref, &e.Metadata}, func() error {
+		e.At = at.UTC().Format(time.RFC3339Nano)
+		e.TransferID, e.TransactionID = "", ""
+		switch {
+		case domain.TransferReason(reason):
+			e.TransferID = ref
+		case reason == domain.ReasonTransactionOut || reason == domain.ReasonTransactionIn:
+			e.TransactionID = ref
+		}
+		out.Entries = append(out.Entries, e)
+		e.Metadata = nil // the next row's decodes into a map of its own
+		return nil
+	})
+	if n := len(out.Entries); err == nil && n > page.limit {
+		out.Entries = out.Entries[:page.limit]
+		next := out.Entries[page.limit-1].Revision
+		out.NextAfterRevision = &next
+	}
+	return err
 }
 
 var errNotFound = errors.New("not found")

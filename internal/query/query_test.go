@@ -24,6 +24,7 @@ import (
 	"github.com/ledgerworks/ledger/internal/devenv/devtest"
 	"github.com/ledgerworks/ledger/internal/pgtest"
 	"github.com/ledgerworks/ledger/internal/query"
+	"github.com/ledgerworks/ledger/internal/reply"
 	"github.com/ledgerworks/ledger/projections"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
@@ -134,7 +135,26 @@ func TestQueriesOverNATSAndHTTP(t *testing.T) {
 		t.Fatalf("GET account: %d %v, NATS %v", code, hacc, acc)
 	}
 
-	// entries
+	f.checkEntries(t, min)
+
+	// transfer
+	tq := f.ask(t, "transfer", map[string]any{"transfer_id": "t1", "min_position": min})
+	if !reflect.DeepEqual(keys(tq), []string{"amount", "currency", "from", "projected_position", "status", "to", "transfer_id"}) ||
+		tq["status"] != "completed" || tq["from"] != "alice" || tq["to"] != "bob" || tq["amount"] != 300.0 {
+		t.Fatalf("transfer: %v", tq)
+	}
+	if code, ht, _ := f.get(t, "/v1/transfers/t1"); code != 200 || !reflect.DeepEqual(ht, tq) {
+		t.Fatalf("GET transfer: %d %v", code, ht)
+	}
+
+	f.checkCommandReplies(t, min)
+	f.checkQueryRefusals(t)
+}
+
+// checkEntries checks the entries query over NATS, a page after a revision,
+// and over HTTP, on alice's deposit and transfer debit.
+func (f *fixture) checkEntries(t *testing.T, min string) {
+	t.Helper()
 	ent := f.ask(t, "entries", map[string]any{"account_id": "alice", "min_position": min})
 	list := ent["entries"].([]any)
 	if len(list) != 2 {
@@ -153,20 +173,14 @@ func TestQueriesOverNATSAndHTTP(t *testing.T) {
 	if code != 200 || len(hent["entries"].([]any)) != 1 {
 		t.Fatalf("GET entries: %d %v", code, hent)
 	}
+}
 
-	// transfer
-	tq := f.ask(t, "transfer", map[string]any{"transfer_id": "t1", "min_position": min})
-	if !reflect.DeepEqual(keys(tq), []string{"amount", "currency", "from", "projected_position", "status", "to", "transfer_id"}) ||
-		tq["status"] != "completed" || tq["from"] != "alice" || tq["to"] != "bob" || tq["amount"] != 300.0 {
-		t.Fatalf("transfer: %v", tq)
-	}
-	if code, ht, _ := f.get(t, "/v1/transfers/t1"); code != 200 || !reflect.DeepEqual(ht, tq) {
-		t.Fatalf("GET transfer: %d %v", code, ht)
-	}
-
-	// command: the ledger's original reply, byte for byte
+// checkCommandReplies checks that the command query answers the ledger's
+// original reply, byte for byte, over NATS and HTTP.
+func (f *fixture) checkCommandReplies(t *testing.T, min string) {
+	t.Helper()
 	for _, k := range []string{"o1", "d1", "h1", "t1"} {
-		orig, found, err := env.Ledger.Lookup(context.Background(), k)
+		orig, found, err := f.env.Ledger.Lookup(context.Background(), k)
 		if err != nil || !found {
 			t.Fatal(k, found, err)
 		}
@@ -184,8 +198,12 @@ func TestQueriesOverNATSAndHTTP(t *testing.T) {
 			t.Fatalf("GET command %s: %d %s", k, code, raw)
 		}
 	}
+}
 
-	// not found, invalid
+// checkQueryRefusals checks not_found and invalid_request answers over NATS
+// and HTTP.
+func (f *fixture) checkQueryRefusals(t *testing.T) {
+	t.Helper()
 	for _, c := range []struct {
 		q    string
 		body any
@@ -270,101 +288,22 @@ func TestMinPositionWaitsForTheProjector(t *testing.T) {
 // are invalid_request naming the field.
 func TestStatementPagesAndTimeFilters(t *testing.T) {
 	f := setup(t, 10*time.Second)
-	ctx := context.Background()
-	f.env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-st", "account_id": "st", "currency": "EUR"})
-	f.env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-peer", "account_id": "peer", "currency": "EUR"})
-	const n, workers = 10_000, 16
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n-1; i += workers {
-				r := f.env.Post(ctx, "deposit", map[string]any{"idempotency_key": fmt.Sprintf("d-%d", i), "account_id": "st", "amount": i + 1, "currency": "EUR"})
-				if r.Status != "applied" {
-					t.Errorf("deposit %d: %+v", i, r)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	f.env.MustApply(t, "transfer", map[string]any{"idempotency_key": "t-1", "transfer_id": "t-1", "from": "st", "to": "peer", "amount": 5, "currency": "EUR"})
-	tr := f.env.MustApply(t, "post_transaction", map[string]any{"idempotency_key": "x-1", "transaction_id": "x-1",
-		"postings": []any{map[string]any{"from": "st", "to": "peer", "amount": 7, "currency": "EUR"}}})
+	const n = 10_000
+	tr := writeStatement(t, f, n)
 	f.start(t)
 
-	page := func(body map[string]any) []map[string]any {
-		t.Helper()
-		var all []map[string]any
-		for {
-			r := f.ask(t, "entries", body)
-			list, ok := r["entries"].([]any)
-			if !ok {
-				t.Fatalf("entries %v: %v", body, r)
-			}
-			for _, e := range list {
-				all = append(all, e.(map[string]any))
-			}
-			next, more := r["next_after_revision"]
-			if !more {
-				return all
-			}
-			if len(list) != body["limit"] {
-				t.Fatalf("a page of %d cut short with next_after_revision %v", len(list), next)
-			}
-			body["after_revision"] = next
-		}
-	}
-	wantRevisions := func(what string, got []map[string]any, keep func(map[string]any) bool, full []map[string]any) {
-		t.Helper()
-		var want []float64
-		for _, e := range full {
-			if keep(e) {
-				want = append(want, e["revision"].(float64))
-			}
-		}
-		if len(got) != len(want) {
-			t.Fatalf("%s: %d entries, want %d", what, len(got), len(want))
-		}
-		for i, e := range got {
-			if e["revision"].(float64) != want[i] {
-				t.Fatalf("%s: entry %d at revision %v, want %v (a gap or a repeat)", what, i, e["revision"], want[i])
-			}
-		}
-	}
 	// Everything in pages of 1,000, once the projector reached the transaction.
-	full := page(map[string]any{"account_id": "st", "limit": 1000, "min_position": tr.Position})
-	wantRevisions("all", full, func(map[string]any) bool { return true }, full)
-	for i, e := range full {
-		if i > 0 && e["revision"].(float64) <= full[i-1]["revision"].(float64) {
-			t.Fatalf("entry %d at revision %v after %v", i, e["revision"], full[i-1]["revision"])
-		}
-	}
-	if e := full[n-1]; e["transfer_id"] != "t-1" || e["amount"].(float64) != -5 || e["transaction_id"] != nil {
-		t.Fatalf("the transfer's debit: %v", e)
-	}
-	if e := full[n]; e["transaction_id"] != "x-1" || e["amount"].(float64) != -7 || e["transfer_id"] != nil {
-		t.Fatalf("the transaction's leg: %v", e)
-	}
-	if full[0]["transfer_id"] != nil {
-		t.Fatalf("a deposit names a transfer: %v", full[0])
-	}
-	at := func(e map[string]any) time.Time {
-		ts, err := time.Parse(time.RFC3339Nano, e["at"].(string))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ts
-	}
+	full := f.pageEntries(t, map[string]any{"account_id": "st", "limit": 1000, "min_position": tr.Position})
+	wantRevisions(t, "all", full, func(map[string]any) bool { return true }, full)
+	checkStatementOrderAndRefs(t, full, n)
 	// Commands decided concurrently reach the stream in another order than
 	// their times: a period is not a range of revisions.
 	from, to := full[2500]["at"].(string), full[7500]["at"].(string)
-	tFrom, tTo := at(full[2500]), at(full[7500])
-	inPeriod := func(e map[string]any) bool { return !at(e).Before(tFrom) && at(e).Before(tTo) }
-	got := page(map[string]any{"account_id": "st", "limit": 700, "from": from, "to": to})
-	wantRevisions("from/to", got, inPeriod, full)
-	wantRevisions("from only", page(map[string]any{"account_id": "st", "limit": 1000, "from": to}), func(e map[string]any) bool { return !at(e).Before(tTo) }, full)
+	tFrom, tTo := entryAt(t, full[2500]), entryAt(t, full[7500])
+	inPeriod := func(e map[string]any) bool { return !entryAt(t, e).Before(tFrom) && entryAt(t, e).Before(tTo) }
+	got := f.pageEntries(t, map[string]any{"account_id": "st", "limit": 700, "from": from, "to": to})
+	wantRevisions(t, "from/to", got, inPeriod, full)
+	wantRevisions(t, "from only", f.pageEntries(t, map[string]any{"account_id": "st", "limit": 1000, "from": to}), func(e map[string]any) bool { return !entryAt(t, e).Before(tTo) }, full)
 	code, h, _ := f.get(t, "/v1/accounts/st/entries?limit=5&from="+url.QueryEscape(from)+"&to="+url.QueryEscape(to))
 	if l, _ := h["entries"].([]any); code != 200 || len(l) != 5 || l[0].(map[string]any)["revision"] != got[0]["revision"] || h["next_after_revision"] == nil {
 		t.Fatalf("GET entries with from/to: %d %v", code, h)
@@ -384,12 +323,155 @@ func TestStatementPagesAndTimeFilters(t *testing.T) {
 	}
 }
 
+// writeStatement opens accounts st and peer and writes n entries on st: n-1
+// deposits by 16 concurrent writers, then a transfer's debit and a
+// transaction's leg. It returns the transaction's reply.
+func writeStatement(t *testing.T, f *fixture, n int) reply.Reply {
+	t.Helper()
+	ctx := context.Background()
+	f.env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-st", "account_id": "st", "currency": "EUR"})
+	f.env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-peer", "account_id": "peer", "currency": "EUR"})
+	const workers = 16
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n-1; i += workers {
+				r := f.env.Post(ctx, "deposit", map[string]any{"idempotency_key": fmt.Sprintf("d-%d", i), "account_id": "st", "amount": i + 1, "currency": "EUR"})
+				if r.Status != "applied" {
+					t.Errorf("deposit %d: %+v", i, r)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	f.env.MustApply(t, "transfer", map[string]any{"idempotency_key": "t-1", "transfer_id": "t-1", "from": "st", "to": "peer", "amount": 5, "currency": "EUR"})
+	return f.env.MustApply(t, "post_transaction", map[string]any{"idempotency_key": "x-1", "transaction_id": "x-1",
+		"postings": []any{map[string]any{"from": "st", "to": "peer", "amount": 7, "currency": "EUR"}}})
+}
+
+// pageEntries asks for entries page by page, following next_after_revision
+// (body is updated as it goes), and returns them all; a page with a next one
+// must be full.
+func (f *fixture) pageEntries(t *testing.T, body map[string]any) []map[string]any {
+	t.Helper()
+	var all []map[string]any
+	for {
+		r := f.ask(t, "entries", body)
+		list, ok := r["entries"].([]any)
+		if !ok {
+			t.Fatalf("entries %v: %v", body, r)
+		}
+		for _, e := range list {
+			all = append(all, e.(map[string]any))
+		}
+		next, more := r["next_after_revision"]
+		if !more {
+			return all
+		}
+		if len(list) != body["limit"] {
+			t.Fatalf("a page of %d cut short with next_after_revision %v", len(list), next)
+		}
+		body["after_revision"] = next
+	}
+}
+
+// wantRevisions checks that got holds exactly the entries of full that keep
+// keeps, in order: no gap, no repeat.
+func wantRevisions(t *testing.T, what string, got []map[string]any, keep func(map[string]any) bool, full []map[string]any) {
+	t.Helper()
+	var want []float64
+	for _, e := range full {
+		if keep(e) {
+			want = append(want, e["revision"].(float64))
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d entries, want %d", what, len(got), len(want))
+	}
+	for i, e := range got {
+		if e["revision"].(float64) != want[i] {
+			t.Fatalf("%s: entry %d at revision %v, want %v (a gap or a repeat)", what, i, e["revision"], want[i])
+		}
+	}
+}
+
+// checkStatementOrderAndRefs checks the statement writeStatement wrote: in
+// increasing revisions, the transfer's debit naming its transfer and the
+// transaction's leg its transaction, a deposit neither.
+func checkStatementOrderAndRefs(t *testing.T, full []map[string]any, n int) {
+	t.Helper()
+	for i, e := range full {
+		if i > 0 && e["revision"].(float64) <= full[i-1]["revision"].(float64) {
+			t.Fatalf("entry %d at revision %v after %v", i, e["revision"], full[i-1]["revision"])
+		}
+	}
+	if e := full[n-1]; e["transfer_id"] != "t-1" || e["amount"].(float64) != -5 || e["transaction_id"] != nil {
+		t.Fatalf("the transfer's debit: %v", e)
+	}
+	if e := full[n]; e["transaction_id"] != "x-1" || e["amount"].(float64) != -7 || e["transfer_id"] != nil {
+		t.Fatalf("the transaction's leg: %v", e)
+	}
+	if full[0]["transfer_id"] != nil {
+		t.Fatalf("a deposit names a transfer: %v", full[0])
+	}
+}
+
+// entryAt is an entry's time.
+func entryAt(t *testing.T, e map[string]any) time.Time {
+	ts, err := time.Parse(time.RFC3339Nano, e["at"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
 // TestBalanceAsOfMatchesAFold: ledger.v1.query.balance at every revision, and at
 // times on, just before and just after every event, equals a fold of the
 // account's stream up to there, over a random history; before the account
 // opened it is account_not_found, beyond its last revision invalid_request.
 func TestBalanceAsOfMatchesAFold(t *testing.T) {
 	f := setup(t, 10*time.Second)
+	last := writeRandomHistory(t, f)
+	f.start(t)
+
+	states := foldAccountStates(t, f, "account-b")
+	first := map[string]any{"account_id": "b", "revision": 0, "min_position": last.Position}
+	f.checkBalance(t, "revision 0", first, states[0])
+	for _, s := range states {
+		f.checkBalance(t, fmt.Sprint("revision ", s.rev), map[string]any{"account_id": "b", "revision": s.rev}, s)
+	}
+	checkBalanceAtTimes(t, f, states)
+	f.checkBalance(t, "now", map[string]any{"account_id": "b"}, states[len(states)-1])
+	code, h, _ := f.get(t, fmt.Sprintf("/v1/accounts/b/balance?revision=%d", states[3].rev))
+	if code != 200 || h["balance"] != float64(states[3].balance) {
+		t.Fatalf("GET balance: %d %v", code, h)
+	}
+	for _, bad := range []struct {
+		body  map[string]any
+		code  string
+		field string
+	}{
+		{map[string]any{"account_id": "b", "revision": len(states)}, "invalid_request", "revision"},
+		{map[string]any{"account_id": "b", "revision": -1}, "invalid_request", "revision"},
+		{map[string]any{"account_id": "b", "at": "noon"}, "invalid_request", "at"},
+		{map[string]any{"account_id": "b", "at": states[0].at.Format(time.RFC3339Nano), "revision": 0}, "invalid_request", "revision"},
+		{map[string]any{"account_id": "nobody"}, "not_found", ""},
+	} {
+		r := f.ask(t, "balance", bad.body)
+		if r["code"] != bad.code || !strings.Contains(fmt.Sprint(r["fields"]), bad.field) {
+			t.Fatalf("%v: %v, want %s naming %q", bad.body, r, bad.code, bad.field)
+		}
+	}
+}
+
+// writeRandomHistory opens account b (overdraft 500) and posts 300 random
+// deposits, withdrawals, holds placed and released or captured, then a last
+// deposit, whose reply it returns.
+func writeRandomHistory(t *testing.T, f *fixture) reply.Reply {
+	t.Helper()
 	ctx := context.Background()
 	f.env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-b", "account_id": "b", "currency": "EUR", "overdraft_limit": 500})
 	rng := rand.New(rand.NewPCG(20261124, 7))
@@ -417,19 +499,25 @@ func TestBalanceAsOfMatchesAFold(t *testing.T) {
 			f.env.Post(ctx, typ, map[string]any{"idempotency_key": key, "account_id": "b", "hold_id": id})
 		}
 	}
-	last := f.env.MustApply(t, "deposit", map[string]any{"idempotency_key": "last", "account_id": "b", "amount": 1, "currency": "EUR"})
-	f.start(t)
+	return f.env.MustApply(t, "deposit", map[string]any{"idempotency_key": "last", "account_id": "b", "amount": 1, "currency": "EUR"})
+}
 
-	recs, err := f.env.Store.ReadStream(ctx, "account-b", 0, eventstore.Forwards, 0)
+// balanceState is an account as the domain's fold leaves it after one event.
+type balanceState struct {
+	at                 time.Time
+	balance, held, rev int64
+}
+
+// foldAccountStates folds an account's stream with the domain's Evolve and
+// returns the state after each event.
+func foldAccountStates(t *testing.T, f *fixture, stream string) []balanceState {
+	t.Helper()
+	recs, err := f.env.Store.ReadStream(context.Background(), stream, 0, eventstore.Forwards, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	type state struct {
-		at                 time.Time
-		balance, held, rev int64
-	}
-	var states []state
-	acc := domain.NewAccount("b")
+	var states []balanceState
+	acc := domain.NewAccount(strings.TrimPrefix(stream, domain.AccountStreamPrefix))
 	for _, re := range recs {
 		m, err := domain.DecodeMetadata(re.Metadata)
 		if err != nil {
@@ -438,24 +526,29 @@ func TestBalanceAsOfMatchesAFold(t *testing.T) {
 		if err := domain.EvolveAccount(acc, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: m}); err != nil {
 			t.Fatal(err)
 		}
-		states = append(states, state{at: m.At, balance: acc.Balance, held: acc.Held, rev: acc.Revision})
+		states = append(states, balanceState{at: m.At, balance: acc.Balance, held: acc.Held, rev: acc.Revision})
 	}
-	check := func(what string, body map[string]any, want state) {
-		t.Helper()
-		r := f.ask(t, "balance", body)
-		if r["as_of_revision"] != float64(want.rev) || r["revision"] != float64(want.rev) || r["balance"] != float64(want.balance) ||
-			r["held"] != float64(want.held) || r["available"] != float64(want.balance-want.held) || r["account_id"] != "b" {
-			t.Fatalf("%s: %v, want %+v", what, r, want)
-		}
+	return states
+}
+
+// checkBalance asks the balance query and checks its answer is account b in
+// state want.
+func (f *fixture) checkBalance(t *testing.T, what string, body map[string]any, want balanceState) {
+	t.Helper()
+	r := f.ask(t, "balance", body)
+	if r["as_of_revision"] != float64(want.rev) || r["revision"] != float64(want.rev) || r["balance"] != float64(want.balance) ||
+		r["held"] != float64(want.held) || r["available"] != float64(want.balance-want.held) || r["account_id"] != "b" {
+		t.Fatalf("%s: %v, want %+v", what, r, want)
 	}
-	first := map[string]any{"account_id": "b", "revision": 0, "min_position": last.Position}
-	check("revision 0", first, states[0])
-	for _, s := range states {
-		check(fmt.Sprint("revision ", s.rev), map[string]any{"account_id": "b", "revision": s.rev}, s)
-	}
-	// As of a time: the state after the last event at or before it.
-	asOf := func(ts time.Time) (state, bool) {
-		var got state
+}
+
+// checkBalanceAtTimes asks the balance at, just before and just after every
+// event's time: the state after the last event at or before it, and
+// account_not_found before the first.
+func checkBalanceAtTimes(t *testing.T, f *fixture, states []balanceState) {
+	t.Helper()
+	asOf := func(ts time.Time) (balanceState, bool) {
+		var got balanceState
 		ok := false
 		for _, s := range states {
 			if !s.at.After(ts) {
@@ -474,28 +567,7 @@ func TestBalanceAsOfMatchesAFold(t *testing.T) {
 				}
 				continue
 			}
-			check(fmt.Sprint("at ", ts.Format(time.RFC3339Nano)), body, want)
-		}
-	}
-	check("now", map[string]any{"account_id": "b"}, states[len(states)-1])
-	code, h, _ := f.get(t, fmt.Sprintf("/v1/accounts/b/balance?revision=%d", states[3].rev))
-	if code != 200 || h["balance"] != float64(states[3].balance) {
-		t.Fatalf("GET balance: %d %v", code, h)
-	}
-	for _, bad := range []struct {
-		body  map[string]any
-		code  string
-		field string
-	}{
-		{map[string]any{"account_id": "b", "revision": len(states)}, "invalid_request", "revision"},
-		{map[string]any{"account_id": "b", "revision": -1}, "invalid_request", "revision"},
-		{map[string]any{"account_id": "b", "at": "noon"}, "invalid_request", "at"},
-		{map[string]any{"account_id": "b", "at": states[0].at.Format(time.RFC3339Nano), "revision": 0}, "invalid_request", "revision"},
-		{map[string]any{"account_id": "nobody"}, "not_found", ""},
-	} {
-		r := f.ask(t, "balance", bad.body)
-		if r["code"] != bad.code || !strings.Contains(fmt.Sprint(r["fields"]), bad.field) {
-			t.Fatalf("%v: %v, want %s naming %q", bad.body, r, bad.code, bad.field)
+			f.checkBalance(t, fmt.Sprint("at ", ts.Format(time.RFC3339Nano)), body, want)
 		}
 	}
 }

@@ -93,6 +93,28 @@ type Workload struct {
 // repeated with the same key. It returns the keys whose commands were decided.
 func (e *Env) Run(t testing.TB, w Workload) []string {
 	t.Helper()
+	w.defaults()
+	r := &workloadRun{
+		e:     e,
+		w:     w,
+		ctx:   context.Background(),
+		rng:   rand.New(rand.NewPCG(w.Seed, 42)),
+		holds: map[string][]string{},
+	}
+	r.openAccounts(t)
+	for range w.Commands {
+		if len(r.history) > 0 && r.rng.Float64() < w.DupRate {
+			h := r.history[r.rng.IntN(len(r.history))]
+			e.Post(r.ctx, h.typ, h.body) // a retry: the original outcome
+			continue
+		}
+		r.postRandom()
+	}
+	return r.keys
+}
+
+// defaults fills in the zero values of Workload.
+func (w *Workload) defaults() {
 	if w.Accounts <= 0 {
 		w.Accounts = 8
 	}
@@ -105,114 +127,163 @@ func (e *Env) Run(t testing.TB, w Workload) []string {
 	if w.Prefix == "" {
 		w.Prefix = "w"
 	}
-	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(w.Seed, 42))
-	acct := func(i int) string { return fmt.Sprintf("%s-acct-%d", w.Prefix, i) }
-	var keys []string
-	type sent struct {
-		typ  string
-		body map[string]any
+}
+
+// workloadRun is the state of one Run: what was sent, the keys decided, the
+// deposits one may refund and the holds one may capture or release.
+type workloadRun struct {
+	e        *Env
+	w        Workload
+	ctx      context.Context
+	rng      *rand.Rand
+	keys     []string
+	history  []sentCommand
+	deposits []string
+	holds    map[string][]string // account -> active hold ids
+	n        int                 // commands posted
+}
+
+// sentCommand is a command as posted, to send again.
+type sentCommand struct {
+	typ  string
+	body map[string]any
+}
+
+func (r *workloadRun) acct(i int) string { return fmt.Sprintf("%s-acct-%d", r.w.Prefix, i) }
+
+// randomAcct picks one of the workload's accounts.
+func (r *workloadRun) randomAcct() string { return r.acct(r.rng.IntN(r.w.Accounts)) }
+
+// post sends a command under the next key, keeps the key when the command was
+// decided, and remembers the command to send it again.
+func (r *workloadRun) post(typ string, body map[string]any) reply.Reply {
+	r.n++
+	key := fmt.Sprintf("%s-k%d", r.w.Prefix, r.n)
+	body["idempotency_key"] = key
+	rep := r.e.Post(r.ctx, typ, body)
+	if rep.Status == domain.StatusApplied || rep.Status == domain.StatusRejected {
+		r.keys = append(r.keys, key)
 	}
-	var history []sent
-	var deposits []string
-	holds := map[string][]string{} // account -> active hold ids
-	n := 0
-	post := func(typ string, body map[string]any) reply.Reply {
-		n++
-		key := fmt.Sprintf("%s-k%d", w.Prefix, n)
-		body["idempotency_key"] = key
-		r := e.Post(ctx, typ, body)
-		if r.Status == domain.StatusApplied || r.Status == domain.StatusRejected {
-			keys = append(keys, key)
-		}
-		history = append(history, sent{typ, body})
-		return r
-	}
-	for i := range w.Accounts {
-		body := map[string]any{"account_id": acct(i), "currency": "EUR"}
+	r.history = append(r.history, sentCommand{typ, body})
+	return rep
+}
+
+// openAccounts opens the workload's accounts in EUR, every third with an
+// overdraft limit of 500.
+func (r *workloadRun) openAccounts(t testing.TB) {
+	t.Helper()
+	for i := range r.w.Accounts {
+		body := map[string]any{"account_id": r.acct(i), "currency": "EUR"}
 		if i%3 == 0 {
 			body["overdraft_limit"] = 500
 		}
-		if r := post("open_account", body); r.Status != domain.StatusApplied {
-			t.Fatalf("projtest: open: %+v", r)
+		if rep := r.post("open_account", body); rep.Status != domain.StatusApplied {
+			t.Fatalf("projtest: open: %+v", rep)
 		}
 	}
-	for range w.Commands {
-		if len(history) > 0 && rng.Float64() < w.DupRate {
-			h := history[rng.IntN(len(history))]
-			e.Post(ctx, h.typ, h.body) // a retry: the original outcome
-			continue
+}
+
+// postRandom posts one command on a random account, of a kind drawn by weight.
+func (r *workloadRun) postRandom() {
+	a := r.randomAcct()
+	amount := 1 + r.rng.IntN(1000)
+	switch k := r.rng.IntN(100); {
+	case k < 30:
+		rep := r.post("deposit", map[string]any{"account_id": a, "amount": amount, "currency": "EUR"})
+		if rep.Status == domain.StatusApplied {
+			r.deposits = append(r.deposits, rep.IdempotencyKey)
 		}
-		a := acct(rng.IntN(w.Accounts))
-		amount := 1 + rng.IntN(1000)
-		switch k := rng.IntN(100); {
-		case k < 30:
-			r := post("deposit", map[string]any{"account_id": a, "amount": amount, "currency": "EUR"})
-			if r.Status == domain.StatusApplied {
-				deposits = append(deposits, r.IdempotencyKey)
-			}
-		case k < 45:
-			post("withdraw", map[string]any{"account_id": a, "amount": amount, "currency": "EUR"})
-		case k < 50:
-			post("deposit", map[string]any{"account_id": a, "amount": amount, "currency": "USD"}) // currency_mismatch
-		case k < 60:
-			id := fmt.Sprintf("h%d", n+1)
-			r := post("place_hold", map[string]any{"account_id": a, "hold_id": id, "amount": amount, "currency": "EUR"})
-			if r.Status == domain.StatusApplied {
-				holds[a] = append(holds[a], id)
-			}
-		case k < 68:
-			if hs := holds[a]; len(hs) > 0 {
-				id := hs[0]
-				holds[a] = hs[1:]
-				body := map[string]any{"account_id": a, "hold_id": id}
-				if rng.IntN(2) == 0 {
-					body["amount"] = 1
-				}
-				if to := acct(rng.IntN(w.Accounts)); to != a && rng.IntN(2) == 0 {
-					body["to"] = to // captured into another account (on a store that can)
-				}
-				post("capture_hold", body)
-			}
-		case k < 73:
-			if hs := holds[a]; len(hs) > 0 {
-				id := hs[len(hs)-1]
-				holds[a] = hs[:len(hs)-1]
-				post("release_hold", map[string]any{"account_id": a, "hold_id": id})
-			}
-		case k < 80:
-			if len(deposits) > 0 {
-				body := map[string]any{"original_key": deposits[rng.IntN(len(deposits))]}
-				if rng.IntN(2) == 0 {
-					body["amount"] = 1 + rng.IntN(50)
-				}
-				post("refund", body)
-			}
-		case k < 87:
-			var postings []any
-			for range 1 + rng.IntN(3) {
-				from, to := acct(rng.IntN(w.Accounts)), acct(rng.IntN(w.Accounts))
-				if from == to {
-					to = acct((rng.IntN(w.Accounts-1) + 1 + rng.IntN(1)) % w.Accounts)
-				}
-				if from != to {
-					postings = append(postings, map[string]any{"from": from, "to": to, "amount": 1 + rng.IntN(400), "currency": "EUR"})
-				}
-			}
-			if len(postings) > 0 {
-				r := post("post_transaction", map[string]any{"transaction_id": fmt.Sprintf("%s-x%d", w.Prefix, n+1), "postings": postings})
-				if r.Status == domain.StatusApplied {
-					deposits = append(deposits, r.IdempotencyKey) // refundable too (a transaction, in full)
-				}
-			}
-		case k < 97:
-			b := acct(rng.IntN(w.Accounts))
-			post("transfer", map[string]any{"transfer_id": fmt.Sprintf("%s-t%d", w.Prefix, n+1), "from": a, "to": b, "amount": amount, "currency": "EUR"})
-		default:
-			post("close_account", map[string]any{"account_id": a})
+	case k < 45:
+		r.post("withdraw", map[string]any{"account_id": a, "amount": amount, "currency": "EUR"})
+	case k < 50:
+		r.post("deposit", map[string]any{"account_id": a, "amount": amount, "currency": "USD"}) // currency_mismatch
+	case k < 60:
+		r.placeHold(a, amount)
+	case k < 68:
+		r.captureOldestHold(a)
+	case k < 73:
+		r.releaseNewestHold(a)
+	case k < 80:
+		r.refundDeposit()
+	case k < 87:
+		r.postTransaction()
+	case k < 97:
+		b := r.randomAcct()
+		r.post("transfer", map[string]any{"transfer_id": fmt.Sprintf("%s-t%d", r.w.Prefix, r.n+1), "from": a, "to": b, "amount": amount, "currency": "EUR"})
+	default:
+		r.post("close_account", map[string]any{"account_id": a})
+	}
+}
+
+func (r *workloadRun) placeHold(a string, amount int) {
+	id := fmt.Sprintf("h%d", r.n+1)
+	rep := r.post("place_hold", map[string]any{"account_id": a, "hold_id": id, "amount": amount, "currency": "EUR"})
+	if rep.Status == domain.StatusApplied {
+		r.holds[a] = append(r.holds[a], id)
+	}
+}
+
+// captureOldestHold captures a's oldest active hold, sometimes in part,
+// sometimes into another account.
+func (r *workloadRun) captureOldestHold(a string) {
+	hs := r.holds[a]
+	if len(hs) == 0 {
+		return
+	}
+	id := hs[0]
+	r.holds[a] = hs[1:]
+	body := map[string]any{"account_id": a, "hold_id": id}
+	if r.rng.IntN(2) == 0 {
+		body["amount"] = 1
+	}
+	if to := r.randomAcct(); to != a && r.rng.IntN(2) == 0 {
+		body["to"] = to // captured into another account (on a store that can)
+	}
+	r.post("capture_hold", body)
+}
+
+func (r *workloadRun) releaseNewestHold(a string) {
+	hs := r.holds[a]
+	if len(hs) == 0 {
+		return
+	}
+	id := hs[len(hs)-1]
+	r.holds[a] = hs[:len(hs)-1]
+	r.post("release_hold", map[string]any{"account_id": a, "hold_id": id})
+}
+
+// refundDeposit refunds an applied deposit or transaction, sometimes in part.
+func (r *workloadRun) refundDeposit() {
+	if len(r.deposits) == 0 {
+		return
+	}
+	body := map[string]any{"original_key": r.deposits[r.rng.IntN(len(r.deposits))]}
+	if r.rng.IntN(2) == 0 {
+		body["amount"] = 1 + r.rng.IntN(50)
+	}
+	r.post("refund", body)
+}
+
+// postTransaction posts a transaction of 1-3 postings between distinct
+// accounts; an applied one may be refunded too (in full).
+func (r *workloadRun) postTransaction() {
+	var postings []any
+	for range 1 + r.rng.IntN(3) {
+		from, to := r.randomAcct(), r.randomAcct()
+		if from == to {
+			to = r.acct((r.rng.IntN(r.w.Accounts-1) + 1 + r.rng.IntN(1)) % r.w.Accounts)
+		}
+		if from != to {
+			postings = append(postings, map[string]any{"from": from, "to": to, "amount": 1 + r.rng.IntN(400), "currency": "EUR"})
 		}
 	}
-	return keys
+	if len(postings) == 0 {
+		return
+	}
+	rep := r.post("post_transaction", map[string]any{"transaction_id": fmt.Sprintf("%s-x%d", r.w.Prefix, r.n+1), "postings": postings})
+	if rep.Status == domain.StatusApplied {
+		r.deposits = append(r.deposits, rep.IdempotencyKey) // refundable too (a transaction, in full)
+	}
 }
 
 func mustJSON(v map[string]any) []byte {
