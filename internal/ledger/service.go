@@ -265,24 +265,13 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 		d := domain.DecideAccount(acc, cmd)
 		if d.Invalid != nil || len(d.Events) == 0 {
 			if !refresh || !recall {
-				// Nothing is written, so no expected revision would catch a cache
-				// that another instance left behind (one that may hold this very
-				// key, or the state that makes the command valid): decide again on
-				// the store's head, once the appends in flight have settled (a
-				// pending state is never caught up from the store).
 				refresh, recall = true, true
-				if wait := s.pipes.settle(stream); wait != nil {
-					if err := l.waitFor(ctx, wait); err != nil {
-						return nil, false, nil, err
-					}
+				if err := s.settleBeforeDecidingAgain(ctx, l, stream); err != nil {
+					return nil, false, nil, err
 				}
 				continue
 			}
-			if d.Invalid != nil {
-				r := reply.Invalid(cmd.IdempotencyKey, d.Invalid)
-				return nil, false, &r, nil
-			}
-			r := reply.NotRecorded(cmd.IdempotencyKey, d.Rejection)
+			r := unwrittenReply(cmd, d)
 			return nil, false, &r, nil
 		}
 		var res written
@@ -305,6 +294,28 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 		return copyRecord(rec), false, nil, nil
 	}
 	return nil, false, nil, ErrTooManyConflicts
+}
+
+// settleBeforeDecidingAgain waits, the stream's lock released, for its appends
+// in flight to settle, before a decision that writes nothing is taken again on
+// the store's head: nothing is written, so no expected revision would catch a
+// cache that another instance left behind (one that may hold this very key, or
+// the state that makes the command valid), and a pending state is never caught
+// up from the store.
+func (s *Service) settleBeforeDecidingAgain(ctx context.Context, l *heldLock, stream string) error {
+	if wait := s.pipes.settle(stream); wait != nil {
+		return l.waitFor(ctx, wait)
+	}
+	return nil
+}
+
+// unwrittenReply is the reply to a decision that writes nothing: invalid, or
+// refused without a record.
+func unwrittenReply(cmd domain.Command, d domain.Decision) Reply {
+	if d.Invalid != nil {
+		return reply.Invalid(cmd.IdempotencyKey, d.Invalid)
+	}
+	return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection)
 }
 
 // answerKnownKey answers a key the stream already decided, from the
