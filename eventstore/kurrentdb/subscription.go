@@ -216,7 +216,6 @@ func (sub *Subscription) run(es *esdb.Subscription, after eventstore.Position) {
 			_ = es.Close()
 		}
 	}()
-	o := sub.store.opts
 	// resume: the last position the subscription may skip: the last event delivered
 	// (or left out as a system record), or a later checkpoint. Nothing at or before
 	// it is delivered again.
@@ -271,26 +270,39 @@ func (sub *Subscription) run(es *esdb.Subscription, after eventstore.Position) {
 			sub.mu.Lock()
 			sub.drops++
 			sub.mu.Unlock()
-			for es == nil {
-				attempts++
-				if o.resubscribeAttempts > 0 && attempts > o.resubscribeAttempts {
-					sub.finish(fmt.Errorf("kurrentdb: subscription to $all: %d resubscriptions failed: %w: %w",
-						attempts-1, eventstore.ErrUnavailable, cause))
-					return
-				}
-				if !sleep(sub.ctx, backoff(o.backoffMin, o.backoffMax, attempts)) {
-					sub.finish(nil)
-					return
-				}
-				var err error
-				if es, err = sub.store.subscribeAfter(sub.ctx, resume, sub.filter); err != nil {
-					cause = err
-					if errors.Is(err, errClosed) || sub.ctx.Err() != nil {
-						sub.finish(nil)
-						return
-					}
-				}
+			if es, attempts = sub.resubscribe(resume, cause, attempts); es == nil {
+				return // finished
 			}
+		}
+	}
+}
+
+// resubscribe subscribes again after a drop (whose cause was cause), from
+// resume, with back-off, until it succeeds or the subscription finishes: the
+// attempts in a row run out (counted on from attempts), the store closes, or
+// the subscription is closed. It returns the new subscription and the attempts
+// made, or nil once it has finished the subscription.
+func (sub *Subscription) resubscribe(resume eventstore.Position, cause error, attempts int) (*esdb.Subscription, int) {
+	o := sub.store.opts
+	for {
+		attempts++
+		if o.resubscribeAttempts > 0 && attempts > o.resubscribeAttempts {
+			sub.finish(fmt.Errorf("kurrentdb: subscription to $all: %d resubscriptions failed: %w: %w",
+				attempts-1, eventstore.ErrUnavailable, cause))
+			return nil, attempts
+		}
+		if !sleep(sub.ctx, backoff(o.backoffMin, o.backoffMax, attempts)) {
+			sub.finish(nil)
+			return nil, attempts
+		}
+		es, err := sub.store.subscribeAfter(sub.ctx, resume, sub.filter)
+		if err == nil {
+			return es, attempts
+		}
+		cause = err
+		if errors.Is(err, errClosed) || sub.ctx.Err() != nil {
+			sub.finish(nil)
+			return nil, attempts
 		}
 	}
 }
