@@ -14,7 +14,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
-	"github.com/ledgerworks/ledger/internal/audit"
+	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/projections"
 )
 

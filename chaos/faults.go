@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/ledgerworks/ledger/internal/natsapi"
+	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 )
 
 // sleepCtx sleeps d or until ctx ends; it reports whether ctx is still live.

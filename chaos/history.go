@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/natsapi"
-	"github.com/ledgerworks/ledger/internal/reply"
+	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
+	"github.com/ledgerworks/ledger/internal/app/reply"
 )
 
 // Outcomes of one client attempt.

@@ -28,8 +28,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ledgerworks/ledger/internal/natsapi"
-	"github.com/ledgerworks/ledger/internal/pgcluster"
+	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
+	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
 )
 
 func main() {

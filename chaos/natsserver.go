@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/ledgerworks/ledger/internal/embednats"
+	"github.com/ledgerworks/ledger/internal/platform/embednats"
 )
 
 // natsServerMain is `chaos nats-server --store DIR --port P`: the embedded

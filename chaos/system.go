@@ -20,8 +20,8 @@ import (
 
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/postgres"
-	"github.com/ledgerworks/ledger/internal/natsapi"
-	"github.com/ledgerworks/ledger/internal/pgcluster"
+	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
+	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
 	"github.com/ledgerworks/ledger/projections"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ledgerworks/ledger/internal/audit"
+	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/projections"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/reply"
+	"github.com/ledgerworks/ledger/internal/app/reply"
 )
 
 // commandsProjection maintains readmodel.commands: per client idempotency key, the

@@ -28,7 +28,7 @@ type RebuildOptions struct {
 	Projections []string
 	// BatchSize bounds the events per transaction (default 5000).
 	BatchSize int
-	// Verify checks a built generation before the switch (internal/audit's
+	// Verify checks a built generation before the switch (internal/app/audit's
 	// VerifyGeneration); an error refuses the generation, which is dropped. Nil
 	// skips the check: only tests that check otherwise should do that.
 	Verify func(ctx context.Context, v Verification) error

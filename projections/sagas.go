@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/reply"
+	"github.com/ledgerworks/ledger/internal/app/reply"
 )
 
 // The reply of a transfer or of a refund of a transfer is written when its saga is
@@ -24,7 +24,7 @@ import (
 //	saga/<key>     a saga's events so far and its stage
 //	step/<key>     a step's record: its events and the account right after it
 //
-// The reply is assembled as the ledger assembles it (internal/ledger sagaReply).
+// The reply is assembled as the ledger assembles it (internal/app/ledger sagaReply).
 
 type part struct {
 	revision int64

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/urfave/cli/v3"
 
-	"github.com/ledgerworks/ledger/internal/audit"
-	"github.com/ledgerworks/ledger/internal/config"
+	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/internal/platform/config"
 )
 
 func auditCommand() *cli.Command {

@@ -16,9 +16,9 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/ledgerworks/ledger/internal/bench"
-	"github.com/ledgerworks/ledger/internal/config"
-	"github.com/ledgerworks/ledger/internal/embednats"
+	"github.com/ledgerworks/ledger/internal/platform/config"
+	"github.com/ledgerworks/ledger/internal/platform/embednats"
+	"github.com/ledgerworks/ledger/internal/testing/bench"
 )
 
 const (

@@ -16,8 +16,8 @@ import (
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/postgres"
-	"github.com/ledgerworks/ledger/internal/natsapi"
-	"github.com/ledgerworks/ledger/internal/reply"
+	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
+	"github.com/ledgerworks/ledger/internal/app/reply"
 )
 
 type crashCmd struct {

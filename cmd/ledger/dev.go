@@ -12,9 +12,9 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/ledgerworks/ledger/internal/config"
-	"github.com/ledgerworks/ledger/internal/devenv"
-	"github.com/ledgerworks/ledger/internal/embednats"
+	"github.com/ledgerworks/ledger/internal/platform/config"
+	"github.com/ledgerworks/ledger/internal/platform/devenv"
+	"github.com/ledgerworks/ledger/internal/platform/embednats"
 )
 
 func devCommand() *cli.Command {

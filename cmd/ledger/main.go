@@ -12,7 +12,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/ledgerworks/ledger/internal/node"
+	"github.com/ledgerworks/ledger/internal/platform/node"
 )
 
 // subcommands are the commands of `ledger`, in the order `--help` lists them.

@@ -19,9 +19,9 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/ledgerworks/ledger/internal/config"
-	"github.com/ledgerworks/ledger/internal/pgcluster"
-	"github.com/ledgerworks/ledger/internal/pgtest"
+	"github.com/ledgerworks/ledger/internal/platform/config"
+	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
+	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 )
 
 // binDir holds the programs the tests build (once per test binary).

@@ -17,10 +17,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
-	"github.com/ledgerworks/ledger/internal/config"
-	"github.com/ledgerworks/ledger/internal/devenv/devtest"
-	"github.com/ledgerworks/ledger/internal/pgtest"
-	"github.com/ledgerworks/ledger/internal/testcert"
+	"github.com/ledgerworks/ledger/internal/platform/config"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+	"github.com/ledgerworks/ledger/internal/testing/pgtest"
+	"github.com/ledgerworks/ledger/internal/testing/testcert"
 )
 
 // proc is a long-running program of a test (`ledger serve`, `projector run`),

@@ -18,8 +18,8 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/config"
-	"github.com/ledgerworks/ledger/internal/natsapi"
+	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
+	"github.com/ledgerworks/ledger/internal/platform/config"
 )
 
 // Exit statuses of `ledger post`.

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ledgerworks/ledger/internal/node"
-	"github.com/ledgerworks/ledger/internal/query"
+	"github.com/ledgerworks/ledger/internal/app/query"
+	"github.com/ledgerworks/ledger/internal/platform/node"
 	"github.com/ledgerworks/ledger/projections"
 )
 

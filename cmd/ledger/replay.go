@@ -14,8 +14,8 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
-	"github.com/ledgerworks/ledger/internal/audit"
-	"github.com/ledgerworks/ledger/internal/config"
+	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/internal/platform/config"
 )
 
 // eventStoreFlags are the flags of the commands that read the event store alone.

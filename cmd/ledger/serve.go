@@ -13,10 +13,10 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/ledgerworks/ledger/internal/config"
-	"github.com/ledgerworks/ledger/internal/ledger"
-	"github.com/ledgerworks/ledger/internal/natsapi"
-	"github.com/ledgerworks/ledger/internal/node"
+	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
+	"github.com/ledgerworks/ledger/internal/app/ledger"
+	"github.com/ledgerworks/ledger/internal/platform/config"
+	"github.com/ledgerworks/ledger/internal/platform/node"
 	"github.com/ledgerworks/ledger/migrations"
 )
 

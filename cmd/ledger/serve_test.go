@@ -14,9 +14,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/ledgerworks/ledger/internal/config"
-	"github.com/ledgerworks/ledger/internal/devenv/devtest"
-	"github.com/ledgerworks/ledger/internal/pgtest"
+	"github.com/ledgerworks/ledger/internal/platform/config"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 )
 
 // databaseWithPassword is a fresh database whose URL holds a password, and that

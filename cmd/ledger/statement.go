@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v3"
 
-	"github.com/ledgerworks/ledger/internal/config"
-	"github.com/ledgerworks/ledger/internal/query"
+	"github.com/ledgerworks/ledger/internal/app/query"
+	"github.com/ledgerworks/ledger/internal/platform/config"
 )
 
 func statementCommand() *cli.Command {

@@ -28,10 +28,10 @@ import (
 
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/postgres"
-	"github.com/ledgerworks/ledger/internal/audit"
-	"github.com/ledgerworks/ledger/internal/config"
-	"github.com/ledgerworks/ledger/internal/httpapi"
-	"github.com/ledgerworks/ledger/internal/query"
+	"github.com/ledgerworks/ledger/internal/adapters/httpapi"
+	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/internal/app/query"
+	"github.com/ledgerworks/ledger/internal/platform/config"
 	"github.com/ledgerworks/ledger/migrations"
 	"github.com/ledgerworks/ledger/projections"
 )

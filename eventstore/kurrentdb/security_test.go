@@ -11,7 +11,7 @@ import (
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/eventstore/storetest"
-	"github.com/ledgerworks/ledger/internal/testcert"
+	"github.com/ledgerworks/ledger/internal/testing/testcert"
 )
 
 const (

@@ -16,9 +16,9 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore/postgres"
-	"github.com/ledgerworks/ledger/internal/ledger"
-	"github.com/ledgerworks/ledger/internal/pgtest"
-	"github.com/ledgerworks/ledger/internal/reply"
+	"github.com/ledgerworks/ledger/internal/app/ledger"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 	"github.com/ledgerworks/ledger/migrations"
 )
 

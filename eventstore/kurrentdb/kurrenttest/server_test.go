@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/ledgerworks/ledger/internal/testcert"
+	"github.com/ledgerworks/ledger/internal/testing/testcert"
 )
 
 // --- helpers -----------------------------------------------------------------

@@ -1,0 +1,63 @@
+package natsapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+	"github.com/ledgerworks/ledger/internal/platform/embednats"
+)
+
+// echo stands in for ledger.Service: it applies every well-formed command.
+type echo struct{}
+
+func (echo) HandleRaw(_ context.Context, typ string, body []byte) reply.Reply {
+	cmd, ierr := domain.DecodeCommand(domain.CommandType(typ), body)
+	if ierr != nil {
+		return reply.Reply{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: ierr.Error()}
+	}
+	return reply.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: cmd.IdempotencyKey}
+}
+
+// A command sent as a request is also stored in LEDGER_COMMANDS (which never
+// answers: NoAck); Request returns the ledger's reply.
+func ExampleRequest() {
+	dir, _ := os.MkdirTemp("", "example-")
+	defer os.RemoveAll(dir)
+	srv, err := embednats.Start(embednats.Options{Addr: "127.0.0.1:0", StoreDir: dir})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Shutdown()
+	nc, _ := nats.Connect(srv.ClientURL())
+	defer nc.Close()
+
+	in := natsapi.New(nc, echo{}, natsapi.Options{Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := in.Start(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer in.Stop(ctx)
+
+	body := []byte(`{"idempotency_key":"dep-1","account_id":"alice","amount":1000,"currency":"EUR"}`)
+	raw, err := natsapi.Request(ctx, nc, "deposit", body, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var r reply.Reply
+	_ = json.Unmarshal(raw, &r)
+	fmt.Println(r.Status, r.Code, r.IdempotencyKey)
+	// Output: applied ok dep-1
+}

@@ -1,0 +1,138 @@
+package natsapi
+
+import (
+	"encoding/hex"
+	"strconv"
+
+	"github.com/google/uuid"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+)
+
+// encodeReply is the bytes of a command reply on the wire, json.Marshal(wire(r))
+// byte for byte (field order, omitempty, escaping: compared in reply_test.go),
+// written without reflection: every command and every duplicate pays for it.
+func encodeReply(r reply.Reply) ([]byte, error) {
+	w := wire(r)
+	b := make([]byte, 0, 320+len(r.Message)+100*len(r.Events))
+	b = append(b, `{"status":`...)
+	b = domain.AppendJSONString(b, string(r.Status))
+	b = append(b, `,"code":`...)
+	b = domain.AppendJSONString(b, string(r.Code))
+	b = append(b, `,"message":`...)
+	b = domain.AppendJSONString(b, r.Message)
+	b = append(b, `,"idempotency_key":`...)
+	b = domain.AppendJSONString(b, r.IdempotencyKey)
+	b = append(b, `,"duplicate":`...)
+	b = strconv.AppendBool(b, r.Duplicate)
+	if len(r.Fields) > 0 {
+		b = append(b, `,"fields":[`...)
+		for i, f := range r.Fields {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = domain.AppendJSONString(b, f)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"events":`...)
+	if r.Events == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, e := range r.Events {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"id":"`...)
+			b = appendUUID(b, e.ID)
+			b = append(b, `","stream":`...)
+			b = domain.AppendJSONString(b, e.Stream)
+			b = append(b, `,"revision":`...)
+			b = strconv.AppendUint(b, e.Revision, 10)
+			b = append(b, `,"type":`...)
+			b = domain.AppendJSONString(b, e.Type)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if a := r.Account; a != nil {
+		b = append(b, `,"account":`...)
+		b = appendAccount(b, a)
+	}
+	if t := r.Transfer; t != nil {
+		b = append(b, `,"transfer":{"transfer_id":`...)
+		b = domain.AppendJSONString(b, t.TransferID)
+		b = append(b, `,"status":`...)
+		b = domain.AppendJSONString(b, t.Status)
+		b = append(b, '}')
+	}
+	if t := r.Transaction; t != nil {
+		b = append(b, `,"transaction":{"transaction_id":`...)
+		b = domain.AppendJSONString(b, t.TransactionID)
+		b = append(b, `,"status":`...)
+		b = domain.AppendJSONString(b, t.Status)
+		b = append(b, '}')
+	}
+	if len(r.Accounts) > 0 {
+		b = append(b, `,"accounts":[`...)
+		for i := range r.Accounts {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendAccount(b, &r.Accounts[i])
+		}
+		b = append(b, ']')
+	}
+	if r.Posting != nil {
+		b = append(b, `,"posting":`...)
+		b = strconv.AppendInt(b, int64(*r.Posting), 10)
+	}
+	if r.Position != "" {
+		b = append(b, `,"position":`...)
+		b = domain.AppendJSONString(b, r.Position)
+	}
+	b = append(b, `,"stream":`...)
+	b = domain.AppendJSONString(b, w.Stream)
+	if e := w.Error; e != nil {
+		b = append(b, `,"error":{"code":`...)
+		b = strconv.AppendInt(b, int64(e.Code), 10)
+		b = append(b, `,"description":`...)
+		b = domain.AppendJSONString(b, e.Description)
+		b = append(b, '}')
+	}
+	return append(b, '}'), nil
+}
+
+// appendAccount appends an account object.
+func appendAccount(b []byte, a *domain.AccountView) []byte {
+	b = append(b, `{"account_id":`...)
+	b = domain.AppendJSONString(b, a.AccountID)
+	b = append(b, `,"currency":`...)
+	b = domain.AppendJSONString(b, a.Currency)
+	b = append(b, `,"balance":`...)
+	b = strconv.AppendInt(b, a.Balance, 10)
+	b = append(b, `,"held":`...)
+	b = strconv.AppendInt(b, a.Held, 10)
+	b = append(b, `,"available":`...)
+	b = strconv.AppendInt(b, a.Available, 10)
+	b = append(b, `,"revision":`...)
+	b = strconv.AppendUint(b, a.Revision, 10)
+	return append(b, '}')
+}
+
+// appendUUID appends id as its canonical text (what uuid.UUID.MarshalText writes).
+func appendUUID(b []byte, id uuid.UUID) []byte {
+	var buf [36]byte
+	hex.Encode(buf[0:8], id[0:4])
+	buf[8] = '-'
+	hex.Encode(buf[9:13], id[4:6])
+	buf[13] = '-'
+	hex.Encode(buf[14:18], id[6:8])
+	buf[18] = '-'
+	hex.Encode(buf[19:23], id[8:10])
+	buf[23] = '-'
+	hex.Encode(buf[24:], id[10:])
+	return append(b, buf[:]...)
+}

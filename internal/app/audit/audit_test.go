@@ -1,0 +1,216 @@
+package audit_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/internal/testing/pgtest"
+	"github.com/ledgerworks/ledger/projections"
+	"github.com/ledgerworks/ledger/projections/projtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// projected runs a workload and projects it.
+func projected(t *testing.T, w projtest.Workload) *projtest.Env {
+	t.Helper()
+	env := projtest.New(t)
+	env.Run(t, w)
+	r, err := projections.NewRunner(env.Pool, env.Store, projections.Options{BatchSize: 37})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		n, err := r.Step(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return env
+		}
+	}
+}
+
+func run(t *testing.T, env *projtest.Env, opts audit.Options) *audit.Report {
+	t.Helper()
+	opts.ReadModels = env.Pool
+	rep, err := audit.Run(context.Background(), env.Store, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	rep.Write(&b)
+	t.Log("\n" + b.String())
+	return rep
+}
+
+func exec(t *testing.T, env *projtest.Env, sql string, args ...any) {
+	t.Helper()
+	ct, err := env.Pool.Exec(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct.RowsAffected() != 1 {
+		t.Fatalf("%s: %d rows", sql, ct.RowsAffected())
+	}
+}
+
+func TestAuditPassesOnACleanLedger(t *testing.T) {
+	env := projected(t, projtest.Workload{Commands: 300, Seed: 1})
+	rep := run(t, env, audit.Options{VerifyChain: true})
+	if !rep.OK() {
+		t.Fatalf("violations on a clean ledger: %v", rep.Violations)
+	}
+	if rep.Events == 0 || len(rep.ReadModels) != len(projections.Names) {
+		t.Fatalf("report: %+v", rep)
+	}
+	rep = run(t, env, audit.Options{Account: "w-acct-1"})
+	if !rep.OK() {
+		t.Fatalf("violations for one account: %v", rep.Violations)
+	}
+}
+
+func TestAuditNamesAnEditedEvent(t *testing.T) {
+	env := projected(t, projtest.Workload{Commands: 100, Seed: 2})
+	// Raise the amount of one credit, keeping its JSON well-formed.
+	var pos int64
+	var stream string
+	var rev int64
+	if err := env.Pool.QueryRow(context.Background(), `SELECT position, stream, revision FROM events
+		WHERE type = 'Credited' ORDER BY position LIMIT 1`).Scan(&pos, &stream, &rev); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, env, `UPDATE events SET data = convert_to(replace(convert_from(data, 'UTF8'), '"amount":', '"amount":1'), 'UTF8') WHERE position = $1`, pos)
+
+	rep := run(t, env, audit.Options{})
+	if rep.OK() || !rep.Has(audit.InvBalance, "") {
+		t.Fatalf("an edited credit passed the audit: %v", rep.Violations)
+	}
+	rep = run(t, env, audit.Options{VerifyChain: true})
+	found := false
+	for _, v := range rep.Violations {
+		if v.Invariant == audit.InvChain && v.Stream == stream && v.Revision == rev {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("--verify-chain did not name %s@%d: %v", stream, rev, rep.Violations)
+	}
+}
+
+func TestAuditNamesADeletedReadModelRow(t *testing.T) {
+	env := projected(t, projtest.Workload{Commands: 100, Seed: 3})
+	var id string
+	if err := env.Pool.QueryRow(context.Background(), `SELECT event_id::text FROM readmodel.entries ORDER BY at DESC LIMIT 1`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, env, `DELETE FROM readmodel.entries WHERE event_id = $1`, id)
+	rep := run(t, env, audit.Options{})
+	if !rep.Has(audit.InvReadModel, "read_model_mismatch") || !strings.Contains(rep.Violations[0].Message, id) {
+		t.Fatalf("a deleted entry was not named: %v", rep.Violations)
+	}
+}
+
+func TestAuditNamesAChangedBalance(t *testing.T) {
+	env := projected(t, projtest.Workload{Commands: 100, Seed: 4})
+	exec(t, env, `UPDATE readmodel.accounts SET balance = balance + 1 WHERE account_id = 'w-acct-2'`)
+	rep := run(t, env, audit.Options{})
+	if !rep.Has(audit.InvReadModel, "read_model_mismatch") || !strings.Contains(rep.Violations[0].Message, `"w-acct-2"`) {
+		t.Fatalf("a changed balance was not named: %v", rep.Violations)
+	}
+}
+
+// TestAuditChecksSnapshots: a snapshot that is its stream's fold passes; one
+// with a well-formed state the stream never had (its hash recomputed), one whose
+// bytes no longer match its hash, and one beyond its stream are each named
+// (invariant 7).
+func TestAuditChecksSnapshots(t *testing.T) {
+	env := projected(t, projtest.Workload{Commands: 200, Seed: 5})
+	ctx := context.Background()
+	stream := domain.AccountStream("w-acct-1")
+	evs, err := env.Store.ReadStream(ctx, stream, 0, eventstore.Forwards, 0)
+	if err != nil || len(evs) < 4 {
+		t.Fatalf("stream %s: %d events, %v", stream, len(evs), err)
+	}
+	acc := domain.NewAccount("w-acct-1")
+	for _, re := range evs[:len(evs)/2] {
+		m, err := domain.DecodeMetadata(re.Metadata)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := domain.EvolveAccount(acc, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(a *domain.Account, rev uint64, corrupt func([]byte) []byte) {
+		t.Helper()
+		b, err := domain.EncodeSnapshot(stream, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if corrupt != nil {
+			b = corrupt(b)
+		}
+		if _, err := env.Pool.Exec(ctx, `DELETE FROM snapshots WHERE stream = $1`, stream); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Store.WriteSnapshot(ctx, eventstore.Snapshot{Stream: stream, Revision: rev, Data: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rev := uint64(acc.Revision)
+	write(acc, rev, nil)
+	if rep := run(t, env, audit.Options{}); !rep.OK() || rep.Snapshots != 1 {
+		t.Fatalf("a true snapshot: %d checked, %v", rep.Snapshots, rep.Violations)
+	}
+	rich := *acc
+	rich.Balance += 1000
+	write(&rich, rev, nil)
+	if rep := run(t, env, audit.Options{}); !rep.Has(audit.InvSnapshot, "snapshot_mismatch") {
+		t.Fatalf("a snapshot of a state the stream never had: %v", rep.Violations)
+	}
+	write(acc, rev, func(b []byte) []byte { return bytes.Replace(b, []byte(`"held":`), []byte(`"held":1`), 1) })
+	if rep := run(t, env, audit.Options{}); !rep.Has(audit.InvSnapshot, "snapshot_unreadable") {
+		t.Fatalf("a snapshot whose bytes changed: %v", rep.Violations)
+	}
+	beyond := *acc
+	beyond.Revision = int64(len(evs) + 5)
+	write(&beyond, uint64(beyond.Revision), nil)
+	if rep := run(t, env, audit.Options{}); !rep.Has(audit.InvSnapshot, "snapshot_beyond_stream") {
+		t.Fatalf("a snapshot beyond its stream: %v", rep.Violations)
+	}
+	if rep := run(t, env, audit.Options{Account: "w-acct-2"}); !rep.OK() || rep.Snapshots != 0 {
+		t.Fatalf("another account's audit: %d snapshots checked, %v", rep.Snapshots, rep.Violations)
+	}
+}
+
+// TestAuditChecksTransactions: a ledger with transactions passes; a posted
+// transaction whose recorded postings no longer match its legs (its amount
+// edited) is named (invariant 2: transaction_unbalanced).
+func TestAuditChecksTransactions(t *testing.T) {
+	env := projected(t, projtest.Workload{Commands: 300, Seed: 6})
+	ctx := context.Background()
+	var n int
+	if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE type = 'TransactionPosted'`).Scan(&n); err != nil || n == 0 {
+		t.Fatalf("the workload posted %d transactions: %v", n, err)
+	}
+	if rep := run(t, env, audit.Options{}); !rep.OK() {
+		t.Fatalf("violations with transactions: %v", rep.Violations)
+	}
+	var pos int64
+	if err := env.Pool.QueryRow(ctx, `SELECT position FROM events WHERE type = 'TransactionPosted' ORDER BY position LIMIT 1`).Scan(&pos); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, env, `UPDATE events SET data = convert_to(replace(convert_from(data, 'UTF8'), '"amount":', '"amount":1'), 'UTF8') WHERE position = $1`, pos)
+	if rep := run(t, env, audit.Options{}); !rep.Has(audit.InvConservation, "transaction_unbalanced") {
+		t.Fatalf("postings edited under their legs: %v", rep.Violations)
+	}
+}

@@ -1,0 +1,822 @@
+package audit
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/app/ledger"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+)
+
+// Invariants of PROTOCOL.md §6 (Violation.Invariant), 6 for the hash chain and 7
+// for the snapshots of account aggregates (each is the fold of its stream at its
+// revision).
+const (
+	InvKeyOnce       = 1
+	InvConservation  = 2
+	InvBalance       = 3
+	InvReadModel     = 4
+	InvStreams       = 5
+	InvChain         = 6
+	InvSnapshot      = 7
+	maxKeptPerStream = 1 // chain faults named per stream (the first)
+)
+
+// SystemStreamPrefix starts the streams of the ledger's own bookkeeping, such as
+// the transfer process's checkpoints (ledger-process-checkpoint).
+const SystemStreamPrefix = "ledger-"
+
+// Violation is one broken invariant, named.
+type Violation struct {
+	Invariant int    `json:"invariant"`
+	Kind      string `json:"kind"` // a short stable name, e.g. "balance_mismatch"
+	Stream    string `json:"stream,omitempty"`
+	Revision  int64  `json:"revision,omitempty"`
+	EventID   string `json:"event_id,omitempty"`
+	Message   string `json:"message"`
+}
+
+func (v Violation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "invariant %d (%s): %s", v.Invariant, v.Kind, v.Message)
+	if v.Stream != "" {
+		fmt.Fprintf(&b, " [%s@%d", v.Stream, v.Revision)
+		if v.EventID != "" {
+			fmt.Fprintf(&b, " event %s", v.EventID)
+		}
+		b.WriteString("]")
+	}
+	return b.String()
+}
+
+// saga steps seen in account streams, by saga key.
+type sagaSteps struct {
+	debit, credit, compensate int64 // amounts applied
+	debits, credits, comps    int   // applications (each must be at most one)
+	currency                  string
+}
+
+type streamState struct {
+	next  uint64 // next expected revision
+	chain string // stored chain of the last event
+	// the command group being read: key, next index, count
+	groupKey   string
+	groupNext  int
+	groupCount int
+	chainFault bool
+}
+
+type entryExp struct {
+	account, digest string
+}
+
+type claim struct {
+	stream, hash string
+}
+
+// Totals are one currency's money flows as the fold sees them.
+type Totals struct {
+	Currency    string `json:"currency"`
+	Balances    int64  `json:"balances"`    // sum of account balances
+	Deposits    int64  `json:"deposits"`    // credited from outside
+	Withdrawals int64  `json:"withdrawals"` // debited to outside (captures included)
+	RefundsOut  int64  `json:"refunds_out"` // refunds of deposits: back to outside
+	RefundsIn   int64  `json:"refunds_in"`  // refunds of withdrawals: back from outside
+	InFlight    int64  `json:"in_flight"`   // debited by pending transfer sagas, not yet credited
+	Accounts    int    `json:"accounts"`
+	PendingSaga int    `json:"pending_sagas"`
+}
+
+// Fold is the ledger's state folded from "all" with the domain's Evolve, together
+// with everything the invariants need and the rows each read model should hold.
+type Fold struct {
+	// VerifyChain recomputes every event's chain hash.
+	VerifyChain bool
+
+	Accounts  map[string]*domain.Account  // by account ID
+	Transfers map[string]*domain.Transfer // by transfer ID
+	Events    int64
+	Last      eventstore.Position
+
+	streams   map[string]*streamState
+	ids       map[uuid.UUID]struct{}
+	groups    map[[16]byte]struct{} // (stream, key) pairs whose command started
+	homes     map[string]string     // client key -> the stream that decided it
+	homeHash  map[string]string     // client key -> request hash
+	claims    map[string]claim      // client key -> its claim
+	steps     map[string]*sagaSteps // saga key -> steps applied in account streams
+	flows     map[string]*Totals    // by currency
+	captured  map[[2]string]int64   // (account, hold) -> captured amount
+	badStream map[string]bool       // streams whose fold failed: no further checks
+
+	entries  map[string]entryExp // event ID -> the statement row's digest
+	history  map[string]entryExp // event ID -> the balance-history row's digest
+	commands map[string]string   // client key -> canonical reply
+	// stepRecords keeps the records of saga steps until their saga is decided.
+	stepRecords map[string]*domain.KeyRecord
+	// legs sums each transaction's legs in the accounts (by the transaction's
+	// key and currency); posted the same from its TransactionPosted (Finish
+	// checks that both agree and that each currency's debits equal its credits).
+	legs, posted map[[2]string]*legSums
+	// Snapshots are the account snapshots to check, by stream (CheckSnapshots):
+	// each is compared with the fold when it reaches the snapshot's revision.
+	snapshots map[string]snapshotCheck
+
+	Violations []Violation
+	violations int
+	// MaxViolations bounds the violations kept (all are counted).
+	MaxViolations int
+}
+
+// NewFold returns an empty fold.
+func NewFold() *Fold {
+	return &Fold{
+		Accounts: map[string]*domain.Account{}, Transfers: map[string]*domain.Transfer{},
+		streams: map[string]*streamState{}, ids: map[uuid.UUID]struct{}{}, groups: map[[16]byte]struct{}{},
+		homes: map[string]string{}, homeHash: map[string]string{}, claims: map[string]claim{},
+		steps: map[string]*sagaSteps{}, flows: map[string]*Totals{}, captured: map[[2]string]int64{},
+		legs: map[[2]string]*legSums{}, posted: map[[2]string]*legSums{},
+		badStream: map[string]bool{}, entries: map[string]entryExp{}, history: map[string]entryExp{}, commands: map[string]string{}, stepRecords: map[string]*domain.KeyRecord{},
+		MaxViolations: 1000,
+	}
+}
+
+// ViolationCount is the number of violations found, kept or not.
+func (f *Fold) ViolationCount() int { return f.violations }
+
+func (f *Fold) violate(v Violation) {
+	f.violations++
+	if len(f.Violations) < f.MaxViolations {
+		f.Violations = append(f.Violations, v)
+	}
+}
+
+func (f *Fold) eventViolation(inv int, kind string, re eventstore.RecordedEvent, format string, args ...any) {
+	f.violate(Violation{Invariant: inv, Kind: kind, Stream: re.Stream, Revision: int64(re.Revision), EventID: re.ID.String(), Message: fmt.Sprintf(format, args...)})
+}
+
+func (f *Fold) totals(currency string) *Totals {
+	t := f.flows[currency]
+	if t == nil {
+		t = &Totals{Currency: currency}
+		f.flows[currency] = t
+	}
+	return t
+}
+
+func groupHash(stream, key string) [16]byte {
+	h := fnv.New128a()
+	h.Write([]byte(stream))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	var out [16]byte
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+// Apply folds the next event of "all".
+func (f *Fold) Apply(re eventstore.RecordedEvent) {
+	f.Events++
+	f.Last = re.Position
+	// Invariant 5: unique IDs, gapless revisions.
+	if _, dup := f.ids[re.ID]; dup {
+		f.eventViolation(InvStreams, "duplicate_event_id", re, "event ID %s is stored twice", re.ID)
+	}
+	f.ids[re.ID] = struct{}{}
+	ss := f.streams[re.Stream]
+	if ss == nil {
+		ss = &streamState{}
+		f.streams[re.Stream] = ss
+	}
+	if re.Revision != ss.next {
+		f.eventViolation(InvStreams, "revision_gap", re, "revision %d follows revision %d", re.Revision, int64(ss.next)-1)
+		f.badStream[re.Stream] = true
+	}
+	ss.next = re.Revision + 1
+
+	m, err := decodeMetadata(re.Metadata)
+	if err != nil {
+		f.eventViolation(InvStreams, "undecodable_metadata", re, "%v", err)
+		f.badStream[re.Stream] = true
+		return
+	}
+	ev := domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Position: re.Position.String(), Type: re.Type, Data: re.Data, Metadata: m}
+
+	// The hash chain: each event's chain links the stored chain of the one before.
+	if f.VerifyChain && !ss.chainFault {
+		want := domain.ChainHash(ss.chain, ev)
+		if m.Chain != want {
+			ss.chainFault = true
+			f.eventViolation(InvChain, "chain_mismatch", re, "stored content no longer matches its chain hash (type %s, key %q): the first altered event of %s", re.Type, m.Key, re.Stream)
+		}
+	}
+	ss.chain = m.Chain
+
+	f.checkGroup(ss, re, m)
+
+	switch {
+	case strings.HasPrefix(re.Stream, domain.AccountStreamPrefix):
+		f.applyAccount(re, ev)
+	case strings.HasPrefix(re.Stream, domain.TransferStreamPrefix):
+		f.applyTransfer(re, ev)
+	case domain.IsTransactionStream(re.Stream):
+		f.applyTransaction(re, ev)
+	case strings.HasPrefix(re.Stream, domain.KeyStreamPrefix):
+		f.applyClaim(re, ev)
+	case re.Type == ledger.EvProcessCheckpoint:
+		// The transfer process keeps its checkpoints in the event store
+		// (ledger.Process): no money and no keys, only revisions and the chain.
+	case strings.HasPrefix(re.Stream, SystemStreamPrefix):
+		// The ledger's own bookkeeping (the transfer process's checkpoints): no
+		// money, checked for invariant 5 and the chain only.
+	default:
+		f.eventViolation(InvStreams, "unknown_stream", re, "stream %q is none of the ledger's", re.Stream)
+	}
+}
+
+// decodeMetadata decodes what the fold and the chain need of an event's metadata:
+// all of it but the canonical request (whose base64 costs more than the rest).
+func decodeMetadata(b []byte) (domain.Metadata, error) {
+	var m struct {
+		Key         string    `json:"key"`
+		Command     string    `json:"command"`
+		RequestHash string    `json:"request_hash"`
+		Index       int       `json:"i"`
+		Count       int       `json:"n"`
+		At          time.Time `json:"at"`
+		Origin      string    `json:"origin"`
+		Chain       string    `json:"chain"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return domain.Metadata{}, fmt.Errorf("metadata: %w", err)
+	}
+	return domain.Metadata{Key: m.Key, Command: m.Command, RequestHash: m.RequestHash, Index: m.Index, Count: m.Count, At: m.At, Origin: m.Origin, Chain: m.Chain}, nil
+}
+
+// checkGroup checks invariant 1 within a stream: a key's events form one group,
+// indexes 0..n-1, written once.
+func (f *Fold) checkGroup(ss *streamState, re eventstore.RecordedEvent, m domain.Metadata) {
+	if m.Index == 0 {
+		if ss.groupKey != "" && ss.groupNext < ss.groupCount {
+			f.eventViolation(InvKeyOnce, "incomplete_command", re, "key %q wrote %d of its %d events", ss.groupKey, ss.groupNext, ss.groupCount)
+		}
+		g := groupHash(re.Stream, m.Key)
+		if _, again := f.groups[g]; again {
+			f.eventViolation(InvKeyOnce, "key_decided_twice", re, "key %q decided a second time in %s", m.Key, re.Stream)
+		}
+		f.groups[g] = struct{}{}
+		ss.groupKey, ss.groupNext, ss.groupCount = m.Key, 1, m.Count
+		return
+	}
+	if m.Key != ss.groupKey || m.Index != ss.groupNext {
+		f.eventViolation(InvKeyOnce, "command_out_of_group", re, "event %d of key %q does not follow event %d of key %q", m.Index, m.Key, ss.groupNext-1, ss.groupKey)
+	}
+	ss.groupKey, ss.groupNext = m.Key, m.Index+1
+}
+
+func (f *Fold) applyClaim(re eventstore.RecordedEvent, ev domain.StoredEvent) {
+	if re.Revision != 0 {
+		f.eventViolation(InvKeyOnce, "key_claimed_twice", re, "a key stream holds more than its claim")
+		return
+	}
+	var c domain.KeyClaimed
+	if re.Type != domain.EvKeyClaimed || json.Unmarshal(re.Data, &c) != nil {
+		f.eventViolation(InvKeyOnce, "bad_claim", re, "a key stream holds %s, not a claim", re.Type)
+		return
+	}
+	key := strings.TrimPrefix(re.Stream, domain.KeyStreamPrefix)
+	if c.Key != key {
+		f.eventViolation(InvKeyOnce, "bad_claim", re, "claim of %q in the stream of %q", c.Key, key)
+	}
+	f.claims[key] = claim{stream: c.Stream, hash: c.RequestHash}
+}
+
+// clientCommand reports whether an event was written by a client's own command.
+func clientCommand(m domain.Metadata) bool {
+	return m.Origin == "" && domain.CommandType(m.Command).IsClient()
+}
+
+func (f *Fold) noteHome(re eventstore.RecordedEvent, m domain.Metadata) {
+	if !clientCommand(m) {
+		return
+	}
+	if home, ok := f.homes[m.Key]; ok && home != re.Stream {
+		f.eventViolation(InvKeyOnce, "key_decided_twice", re, "key %q decided in %s and again in %s", m.Key, home, re.Stream)
+		return
+	}
+	f.homes[m.Key] = re.Stream
+	f.homeHash[m.Key] = m.RequestHash
+}
+
+func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) {
+	if f.badStream[re.Stream] {
+		return
+	}
+	id := strings.TrimPrefix(re.Stream, domain.AccountStreamPrefix)
+	a := f.Accounts[id]
+	if a == nil {
+		a = domain.NewAccount(id)
+		f.Accounts[id] = a
+	}
+	m := ev.Metadata
+	f.noteHome(re, m)
+	if err := domain.EvolveAccount(a, ev); err != nil {
+		f.eventViolation(InvBalance, "fold_failed", re, "%v", err)
+		f.badStream[re.Stream] = true
+		return
+	}
+	f.checkSnapshot(re.Stream, a)
+	payload, _ := domain.DecodeEvent(re.Type, re.Data) // decoded by EvolveAccount already
+	f.checkAccountEvent(re, m, a, payload)
+	f.expectAccountRows(re, m, a, payload)
+}
+
+// checkAccountEvent checks an account event against the fold after it:
+// invariant 3, the amounts the event states equal the fold's and the balance
+// and held stay within their limits; and it classifies the money the event
+// moves for invariant 2.
+func (f *Fold) checkAccountEvent(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account, payload any) {
+	check := func(what string, stated, folded int64) {
+		if stated != folded {
+			f.eventViolation(InvBalance, "balance_mismatch", re, "%s %d stated by the event, %d by the fold", what, stated, folded)
+		}
+	}
+	switch p := payload.(type) {
+	case *domain.Credited:
+		f.flow(re, m, a, p.Reason, p.Amount, p.Currency, true)
+	case *domain.Debited:
+		f.flow(re, m, a, p.Reason, p.Amount, p.Currency, false)
+	case *domain.HoldPlaced:
+		check("held_after", p.HeldAfter, a.Held)
+	case *domain.HoldCaptured:
+		check("balance_after", p.BalanceAfter, a.Balance)
+		check("held_after", p.HeldAfter, a.Held)
+		if p.To == "" {
+			f.totals(a.Currency).Withdrawals += p.Amount
+		} else { // credited to p.To in the same write: the credit must match
+			f.legSums(f.legs, m.Key, p.Currency).add(p.Amount, false)
+			f.legSums(f.posted, m.Key, p.Currency).debits += p.Amount
+			f.legSums(f.posted, m.Key, p.Currency).credits += p.Amount
+		}
+		f.captured[[2]string{a.ID, p.HoldID}] = p.Amount
+	case *domain.HoldReleased:
+		check("held_after", p.HeldAfter, a.Held)
+	}
+	if a.Balance < -a.OverdraftLimit {
+		f.eventViolation(InvBalance, "below_overdraft", re, "balance %d of %s is below minus its overdraft limit %d", a.Balance, a.ID, a.OverdraftLimit)
+	}
+	if a.Held < 0 {
+		f.eventViolation(InvBalance, "negative_held", re, "held %d of %s", a.Held, a.ID)
+	}
+}
+
+// expectAccountRows records the read-model rows an account event should leave:
+// its entry, its balance history, its command's reply; a saga step's record is
+// kept until its saga is decided.
+func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account, payload any) {
+	if e, ok := entryRow(re, m, payload, a.ID, a.Balance); ok {
+		f.entries[re.ID.String()] = entryExp{account: a.ID, digest: e}
+	}
+	f.history[re.ID.String()] = entryExp{account: a.ID, digest: historyRow(re, m, a)}
+	if clientCommand(m) {
+		if rec := a.Keys[m.Key]; rec != nil {
+			f.commands[m.Key] = replyRow(accountReply(rec))
+		}
+	}
+	if m.Index == m.Count-1 {
+		if rec := a.Keys[m.Key]; rec != nil && isSagaStep(m) {
+			c := *rec
+			c.Events = append([]domain.EventRef(nil), rec.Events...)
+			f.stepRecords[m.Key] = &c
+		}
+		// Decided: the reply is kept above; Evolve needs the key again only to
+		// count refunds of deposits, which does not touch balances.
+		delete(a.Keys, m.Key)
+	}
+}
+
+// isSagaStep reports whether an account event was written by a transfer saga's step.
+func isSagaStep(m domain.Metadata) bool {
+	switch domain.CommandType(m.Command) {
+	case domain.CmdTransferDebit, domain.CmdTransferCredit, domain.CmdTransferCompensate:
+		return m.Origin != ""
+	}
+	return false
+}
+
+// accountReply is the reply the ledger gives for a key an account decided.
+func accountReply(rec *domain.KeyRecord) reply.Reply {
+	after := rec.After()
+	return reply.Account(rec, append([]domain.EventRef{}, rec.Events...), &after, false)
+}
+
+// flow classifies a money movement for invariant 2.
+func (f *Fold) flow(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account, reason string, amount int64, currency string, credit bool) {
+	if currency != a.Currency {
+		f.eventViolation(InvBalance, "currency_mismatch", re, "%s moved on an account of %s", currency, a.Currency)
+	}
+	t := f.totals(a.Currency)
+	step := func() *sagaSteps {
+		s := f.steps[m.Origin]
+		if s == nil {
+			s = &sagaSteps{currency: a.Currency}
+			f.steps[m.Origin] = s
+		}
+		return s
+	}
+	switch reason {
+	case domain.ReasonDeposit:
+		t.Deposits += amount
+	case domain.ReasonWithdrawal:
+		t.Withdrawals += amount
+	case domain.ReasonRefund:
+		if credit {
+			t.RefundsIn += amount
+		} else {
+			t.RefundsOut += amount
+		}
+	case domain.ReasonTransferOut, domain.ReasonRefundOut:
+		s := step()
+		s.debit += amount
+		s.debits++
+	case domain.ReasonTransferIn, domain.ReasonRefundIn:
+		s := step()
+		s.credit += amount
+		s.credits++
+	case domain.ReasonTransferCompensate, domain.ReasonRefundCompensate:
+		s := step()
+		s.compensate += amount
+		s.comps++
+	case domain.ReasonTransactionOut, domain.ReasonTransactionIn, domain.ReasonCaptureIn:
+		f.legSums(f.legs, m.Origin, currency).add(amount, credit)
+	default:
+		f.eventViolation(InvConservation, "unknown_reason", re, "money moved for reason %q", reason)
+	}
+	wantCredit := true
+	switch reason {
+	case domain.ReasonWithdrawal, domain.ReasonTransferOut, domain.ReasonRefundOut, domain.ReasonTransactionOut:
+		wantCredit = false
+	case domain.ReasonRefund:
+		wantCredit = credit
+	}
+	if credit != wantCredit {
+		f.eventViolation(InvConservation, "wrong_direction", re, "a %s moved money the wrong way", reason)
+	}
+}
+
+func isSagaReason(r string) bool {
+	switch r {
+	case domain.ReasonTransferOut, domain.ReasonTransferIn, domain.ReasonTransferCompensate,
+		domain.ReasonRefundOut, domain.ReasonRefundIn, domain.ReasonRefundCompensate:
+		return true
+	}
+	return false
+}
+
+func (f *Fold) applyTransfer(re eventstore.RecordedEvent, ev domain.StoredEvent) {
+	if f.badStream[re.Stream] {
+		return
+	}
+	id := strings.TrimPrefix(re.Stream, domain.TransferStreamPrefix)
+	t := f.Transfers[id]
+	if t == nil {
+		t = domain.NewTransfer(id)
+		f.Transfers[id] = t
+	}
+	f.noteHome(re, ev.Metadata)
+	sk := sagaKeyOf(re.Type, re.Data, ev.Metadata)
+	wasDecided := false
+	if sg, ok := t.SagaOf(sk); ok {
+		wasDecided = sg.Stage.Decided()
+	}
+	if err := domain.EvolveTransfer(t, ev); err != nil {
+		f.eventViolation(InvConservation, "fold_failed", re, "%v", err)
+		f.badStream[re.Stream] = true
+		return
+	}
+	sg, ok := t.SagaOf(sk)
+	if !ok || wasDecided || !sg.Stage.Decided() {
+		return
+	}
+	f.commands[sk] = replyRow(f.sagaReply(t, sg))
+	for _, step := range []string{domain.StepDebit, domain.StepCredit, domain.StepCompensate} {
+		delete(f.stepRecords, domain.StepKey(sk, step))
+	}
+}
+
+// sagaKeyOf names the saga a transfer-stream event belongs to.
+func sagaKeyOf(typ string, data []byte, m domain.Metadata) string {
+	switch typ {
+	case domain.EvTransferRefundRequested, domain.EvRefundRejected, domain.EvRefundCreditRefused, domain.EvRefundCompleted, domain.EvRefundFailed:
+		var r struct {
+			RefundKey string `json:"refund_key"`
+		}
+		if json.Unmarshal(data, &r) == nil {
+			return r.RefundKey
+		}
+	}
+	if m.Origin != "" {
+		return m.Origin
+	}
+	return m.Key
+}
+
+// sagaReply is the reply the ledger gives for a decided saga (reply.FromSaga),
+// its steps read from the fold's records.
+func (f *Fold) sagaReply(t *domain.Transfer, sg *domain.Saga) reply.Reply {
+	r, _ := reply.FromSaga(reply.SagaOf(t, sg), false, func(_, stepKey string) (*reply.Step, error) {
+		return reply.StepOf(f.stepRecords[stepKey]), nil
+	})
+	return r
+}
+
+// Finish runs the checks that need the whole history: claims, sagas and money
+// conservation (invariants 1 and 2) and the final balances (invariant 3).
+func (f *Fold) Finish() []Totals {
+	f.finishSnapshots()
+	f.finishTransactions()
+	f.finishClaims()
+	f.finishSagas()
+	out := f.finishConservation()
+	f.finishCommands()
+	return out
+}
+
+// finishClaims checks invariant 1: every decided client key is claimed by its
+// request, for its stream.
+func (f *Fold) finishClaims() {
+	keys := make([]string, 0, len(f.homes))
+	for k := range f.homes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		c, ok := f.claims[k]
+		switch {
+		case !ok:
+			f.violate(Violation{Invariant: InvKeyOnce, Kind: "unclaimed_key", Stream: f.homes[k], Message: fmt.Sprintf("key %q was decided without a claim", k)})
+		case c.stream != f.homes[k]:
+			f.violate(Violation{Invariant: InvKeyOnce, Kind: "claim_mismatch", Stream: f.homes[k], Message: fmt.Sprintf("key %q is claimed for %s but decided in %s", k, c.stream, f.homes[k])})
+		case c.hash != f.homeHash[k]:
+			f.violate(Violation{Invariant: InvKeyOnce, Kind: "claim_mismatch", Stream: f.homes[k], Message: fmt.Sprintf("key %q was decided for another request than its claim", k)})
+		}
+	}
+}
+
+// finishSagas checks invariant 2 for sagas: each saga's steps agree with its
+// stage (adding up the money in flight), and no step belongs to a saga that no
+// transfer stream records.
+func (f *Fold) finishSagas() {
+	sagas := map[string]bool{}
+	tids := make([]string, 0, len(f.Transfers))
+	for id := range f.Transfers {
+		tids = append(tids, id)
+	}
+	sort.Strings(tids)
+	for _, id := range tids {
+		t := f.Transfers[id]
+		if t.Saga != nil {
+			sagas[t.Saga.Key] = true
+			f.checkSaga(id, t.Saga)
+		}
+		for _, k := range t.RefundOrder {
+			sagas[t.Refunds[k].Key] = true
+			f.checkSaga(id, t.Refunds[k])
+		}
+	}
+	orphans := make([]string, 0)
+	for k := range f.steps {
+		if !sagas[k] {
+			orphans = append(orphans, k)
+		}
+	}
+	sort.Strings(orphans)
+	for _, k := range orphans {
+		f.violate(Violation{Invariant: InvConservation, Kind: "orphan_step", Message: fmt.Sprintf("money moved by a step of saga %q, which no transfer stream records", k)})
+	}
+}
+
+// checkSaga checks that the steps one saga of transfer id applied in account
+// streams agree with the saga: each at most once, for its amount and currency,
+// as its stage allows. A pending saga's money is in flight.
+func (f *Fold) checkSaga(id string, s *domain.Saga) {
+	if f.badStream[domain.AccountStream(s.Out)] || f.badStream[domain.AccountStream(s.In)] || f.badStream[domain.TransferStream(id)] {
+		return // a stream it touches does not fold: that violation is named already
+	}
+	st := f.steps[s.Key]
+	if st == nil {
+		st = &sagaSteps{currency: s.Currency}
+	}
+	stream := domain.TransferStream(id)
+	bad := func(format string, args ...any) {
+		f.violate(Violation{Invariant: InvConservation, Kind: "saga_mismatch", Stream: stream, Message: fmt.Sprintf("saga %q: ", s.Key) + fmt.Sprintf(format, args...)})
+	}
+	if st.debits > 1 || st.credits > 1 || st.comps > 1 {
+		bad("a step moved money more than once (%d debits, %d credits, %d compensations)", st.debits, st.credits, st.comps)
+	}
+	for _, amt := range []struct {
+		n   int
+		sum int64
+	}{{st.debits, st.debit}, {st.credits, st.credit}, {st.comps, st.compensate}} {
+		if amt.n == 1 && amt.sum != s.Amount {
+			bad("a step moved %d of a saga of %d", amt.sum, s.Amount)
+		}
+	}
+	if st.currency != s.Currency {
+		bad("steps in %s for a saga in %s", st.currency, s.Currency)
+	}
+	f.checkSagaStage(s, st, bad)
+	f.totals(s.Currency).InFlight += st.debit - st.credit - st.compensate
+}
+
+// checkSagaStage checks that the steps a saga applied are the ones its stage
+// allows; a saga not yet decided counts as pending.
+func (f *Fold) checkSagaStage(s *domain.Saga, st *sagaSteps, bad func(format string, args ...any)) {
+	switch s.Stage {
+	case domain.SagaCompleted:
+		if st.debits != 1 || st.credits != 1 || st.comps != 0 {
+			bad("completed with %d debits, %d credits, %d compensations", st.debits, st.credits, st.comps)
+		}
+	case domain.SagaRejected:
+		if st.debits != 0 || st.credits != 0 || st.comps != 0 {
+			bad("rejected, yet money moved (%d debits, %d credits, %d compensations)", st.debits, st.credits, st.comps)
+		}
+	case domain.SagaFailed:
+		if st.debits != 1 || st.credits != 0 || st.comps != 1 {
+			bad("failed with %d debits, %d credits, %d compensations", st.debits, st.credits, st.comps)
+		}
+	default:
+		f.totals(s.Currency).PendingSaga++
+		if st.credits+st.comps > st.debits {
+			bad("credited before it was debited")
+		}
+	}
+}
+
+// finishConservation adds the open accounts' balances to each currency's totals
+// and checks invariant 2, money conservation, per currency; it returns the
+// totals sorted by currency.
+func (f *Fold) finishConservation() []Totals {
+	for _, a := range f.Accounts {
+		if !a.Opened {
+			continue
+		}
+		t := f.totals(a.Currency)
+		t.Balances += a.Balance
+		t.Accounts++
+	}
+	out := make([]Totals, 0, len(f.flows))
+	for _, t := range f.flows {
+		out = append(out, *t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Currency < out[j].Currency })
+	for _, t := range out {
+		want := t.Deposits - t.Withdrawals - t.RefundsOut + t.RefundsIn
+		if t.Balances+t.InFlight != want {
+			f.violate(Violation{Invariant: InvConservation, Kind: "money_not_conserved", Message: fmt.Sprintf(
+				"%s: balances %d + in flight %d = %d, but deposits %d - withdrawals %d - refunds out %d + refunds in %d = %d",
+				t.Currency, t.Balances, t.InFlight, t.Balances+t.InFlight, t.Deposits, t.Withdrawals, t.RefundsOut, t.RefundsIn, want)})
+		}
+	}
+	return out
+}
+
+// finishCommands checks invariant 1 for a command whose events were cut short.
+func (f *Fold) finishCommands() {
+	for stream, ss := range f.streams {
+		if ss.groupKey != "" && ss.groupNext < ss.groupCount {
+			f.violate(Violation{Invariant: InvKeyOnce, Kind: "incomplete_command", Stream: stream, Revision: int64(ss.next) - 1,
+				Message: fmt.Sprintf("key %q wrote %d of its %d events", ss.groupKey, ss.groupNext, ss.groupCount)})
+		}
+	}
+}
+
+// snapshotCheck is a snapshot waiting for the fold to reach its revision.
+type snapshotCheck struct {
+	revision uint64
+	acc      *domain.Account
+}
+
+// CheckSnapshots has the fold compare each snapshot with the account's fold at
+// the snapshot's revision (invariant 7). A snapshot that does not decode (its
+// version, stream or hash) is a violation at once; one the fold never reaches,
+// at Finish. Call it before the first Apply.
+func (f *Fold) CheckSnapshots(snaps []eventstore.Snapshot) {
+	if f.snapshots == nil {
+		f.snapshots = map[string]snapshotCheck{}
+	}
+	for _, sn := range snaps {
+		acc, err := domain.DecodeSnapshot(sn.Stream, sn.Data)
+		if err == nil && uint64(acc.Revision) != sn.Revision {
+			err = fmt.Errorf("filed at revision %d, holds revision %d", sn.Revision, acc.Revision)
+		}
+		if err != nil {
+			f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_unreadable", Stream: sn.Stream, Revision: int64(sn.Revision), Message: fmt.Sprintf("snapshot of %s: %v", sn.Stream, err)})
+			continue
+		}
+		f.snapshots[sn.Stream] = snapshotCheck{revision: sn.Revision, acc: acc}
+	}
+}
+
+func (f *Fold) checkSnapshot(stream string, a *domain.Account) {
+	sn, ok := f.snapshots[stream]
+	if !ok || int64(sn.revision) != a.Revision {
+		return
+	}
+	delete(f.snapshots, stream)
+	if same, diff := domain.SameState(sn.acc, a); !same {
+		f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_mismatch", Stream: stream, Revision: int64(sn.revision), Message: fmt.Sprintf("the snapshot of %s at revision %d is not the fold of its stream: %s", stream, sn.revision, diff)})
+	}
+}
+
+// finishSnapshots reports the snapshots the fold never reached.
+func (f *Fold) finishSnapshots() {
+	for _, s := range slices.Sorted(maps.Keys(f.snapshots)) {
+		sn := f.snapshots[s]
+		f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_beyond_stream", Stream: s, Revision: int64(sn.revision), Message: fmt.Sprintf("the snapshot of %s is at revision %d, beyond its stream (or of a stream that failed to fold)", s, sn.revision)})
+	}
+}
+
+// legSums are a transaction's debits and credits in one currency.
+type legSums struct{ debits, credits int64 }
+
+func (l *legSums) add(amount int64, credit bool) {
+	if credit {
+		l.credits += amount
+	} else {
+		l.debits += amount
+	}
+}
+
+func (f *Fold) legSums(m map[[2]string]*legSums, key, currency string) *legSums {
+	k := [2]string{key, currency}
+	if m[k] == nil {
+		m[k] = &legSums{}
+	}
+	return m[k]
+}
+
+// applyTransaction folds a transaction stream's one event: the key's home, the
+// reply the commands read model must hold, and what its legs must sum to.
+func (f *Fold) applyTransaction(re eventstore.RecordedEvent, ev domain.StoredEvent) {
+	m := ev.Metadata
+	f.noteHome(re, m)
+	if re.Revision != 0 {
+		f.eventViolation(InvStreams, "transaction_rewritten", re, "a transaction stream holds one event; this is its revision %d", re.Revision)
+		return
+	}
+	payload, err := domain.DecodeEvent(re.Type, re.Data)
+	if err != nil {
+		f.eventViolation(InvStreams, "undecodable_event", re, "%v", err)
+		return
+	}
+	if p, ok := payload.(*domain.TransactionPosted); ok {
+		for _, ps := range p.Postings {
+			f.legSums(f.posted, m.Key, ps.Currency).debits += ps.Amount
+			f.legSums(f.posted, m.Key, ps.Currency).credits += ps.Amount
+		}
+	}
+	r, err := reply.Transaction(m.Key, domain.EventRef{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type}, payload, re.Position.String(), false)
+	if err != nil {
+		f.eventViolation(InvStreams, "undecodable_event", re, "%v", err)
+		return
+	}
+	f.commands[m.Key] = replyRow(r)
+}
+
+// finishTransactions checks every transaction's legs (invariant 2): in each
+// currency, its debits equal its credits and the postings of its
+// TransactionPosted, and no legs exist without one; the same for every capture
+// into an account (its HoldCaptured is the debit, the credit to `to` the credit).
+func (f *Fold) finishTransactions() {
+	keys := map[[2]string]bool{}
+	for k := range f.legs {
+		keys[k] = true
+	}
+	for k := range f.posted {
+		keys[k] = true
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(keys), func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) }) {
+		legs, posted := f.legs[k], f.posted[k]
+		if legs == nil {
+			legs = &legSums{}
+		}
+		if posted == nil {
+			posted = &legSums{}
+		}
+		if legs.debits != legs.credits || *legs != *posted {
+			f.violate(Violation{Invariant: InvConservation, Kind: "transaction_unbalanced", Message: fmt.Sprintf(
+				"transaction or capture of key %q in %s: legs debit %d and credit %d, its postings (or capture) %d", k[0], k[1], legs.debits, legs.credits, posted.debits)})
+		}
+	}
+}

@@ -1,0 +1,392 @@
+package audit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+	"github.com/ledgerworks/ledger/projections"
+)
+
+// Each read-model row is compared as a canonical string: the fold renders what the
+// row should be, the reader renders what the table holds, with the same function.
+// Entries and commands, the large tables, are kept by the fold as digests of their
+// rows only.
+
+// ProjectionTables lists the tables of each projection compared with the fold.
+var ProjectionTables = map[string][]string{
+	projections.Accounts:  {"accounts", "holds"},
+	projections.Entries:   {"entries"},
+	projections.Transfers: {"transfers"},
+	projections.Commands:  {"commands"},
+	projections.Balances:  {"balance_history"},
+}
+
+// hashedTables are kept as digests of their rows.
+var hashedTables = map[string]bool{"entries": true, "commands": true, "balance_history": true}
+
+func field(b *strings.Builder, v any) {
+	if b.Len() > 0 {
+		b.WriteByte('|')
+	}
+	switch x := v.(type) {
+	case string:
+		b.WriteString(strconv.Quote(x))
+	case int64:
+		b.WriteString(strconv.FormatInt(x, 10))
+	case time.Time:
+		b.WriteString(ts(x))
+	case *time.Time:
+		if x == nil {
+			b.WriteString("null")
+		} else {
+			b.WriteString(ts(*x))
+		}
+	default:
+		fmt.Fprint(b, x)
+	}
+}
+
+// ts renders a time as PostgreSQL stores it: UTC, microseconds.
+func ts(t time.Time) string { return t.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano) }
+
+func row(fields ...any) string {
+	var b strings.Builder
+	for _, f := range fields {
+		field(&b, f)
+	}
+	return b.String()
+}
+
+func rowDigest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:16])
+}
+
+func metadataJSON(m map[string]string) string {
+	if m == nil {
+		m = map[string]string{}
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+func accountRowOf(a *domain.Account) string {
+	status := "open"
+	if a.Closed {
+		status = "closed"
+	}
+	return row(a.ID, a.Currency, a.OverdraftLimit, metadataJSON(a.Metadata), status, a.Balance, a.Held, a.Balance-a.Held, a.Revision)
+}
+
+func holdRowOf(account, currency string, h *domain.Hold, captured int64) string {
+	var exp *time.Time
+	if !h.ExpiresAt.IsZero() {
+		t := h.ExpiresAt
+		exp = &t
+	}
+	return row(account, h.ID, h.Amount, currency, string(h.Status), captured, exp, h.Key)
+}
+
+// entryRow renders the statement row of a money event, with the fold's balance.
+func entryRow(re eventstore.RecordedEvent, m domain.Metadata, payload any, account string, balance int64) (string, bool) {
+	var reason, ref, currency string
+	var amount int64
+	var md map[string]string
+	switch p := payload.(type) {
+	case *domain.Credited:
+		reason, ref, currency, amount, md = p.Reason, p.Ref, p.Currency, p.Amount, p.Metadata
+	case *domain.Debited:
+		reason, ref, currency, amount, md = p.Reason, p.Ref, p.Currency, -p.Amount, p.Metadata
+	case *domain.HoldCaptured:
+		reason, ref, currency, amount, md = "hold_capture", p.HoldID, p.Currency, -p.Amount, p.Metadata
+	default:
+		return "", false
+	}
+	return rowDigest(entryString(re.ID.String(), account, int64(re.Revision), re.Type, reason, ref, amount, currency, balance, m.Key, m.At, md)), true
+}
+
+func entryString(id, account string, rev int64, typ, reason, ref string, amount int64, currency string, balance int64, key string, at time.Time, md map[string]string) string {
+	return row(id, account, rev, typ, reason, ref, amount, currency, balance, key, at, metadataJSON(md))
+}
+
+// historyRow renders the balance-history row of an account event: the account
+// as the fold has it after the event.
+func historyRow(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account) string {
+	status := "open"
+	if a.Closed {
+		status = "closed"
+	}
+	return rowDigest(historyString(a.ID, int64(re.Revision), re.ID.String(), re.Type, a.Currency, a.Balance, a.Held, status, m.At))
+}
+
+func historyString(account string, rev int64, id, typ, currency string, balance, held int64, status string, at time.Time) string {
+	return row(account, rev, id, typ, currency, balance, held, status, at)
+}
+
+func transferRowOf(t *domain.Transfer) string {
+	var refunded int64
+	for _, k := range t.RefundOrder {
+		if r := t.Refunds[k]; r.Stage == domain.SagaCompleted {
+			refunded += r.Amount
+		}
+	}
+	return row(t.ID, t.From, t.To, t.Amount, t.Currency, t.Saga.Stage.Status(), refunded)
+}
+
+// replyRow is the digest of a reply as the ledger encodes it (duplicate false).
+func replyRow(r reply.Reply) string {
+	r.Duplicate = false
+	b, _ := json.Marshal(r)
+	return rowDigest(string(b))
+}
+
+// Expected renders the rows a projection's tables should hold now, by table and
+// row key. account, when set, keeps only the rows that concern that account.
+func (f *Fold) Expected(projection, account string) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for _, t := range ProjectionTables[projection] {
+		out[t] = map[string]string{}
+	}
+	keep := func(id string) bool { return account == "" || id == account }
+	switch projection {
+	case projections.Accounts:
+		for id, a := range f.Accounts {
+			if !a.Opened || !keep(id) {
+				continue
+			}
+			out["accounts"][id] = accountRowOf(a)
+			for hid, h := range a.Holds {
+				out["holds"][id+"/"+hid] = holdRowOf(id, a.Currency, h, f.captured[[2]string{id, hid}])
+			}
+		}
+	case projections.Entries:
+		for id, e := range f.entries {
+			if account == "" || e.account == account {
+				out["entries"][id] = e.digest
+			}
+		}
+	case projections.Balances:
+		for id, e := range f.history {
+			if account == "" || e.account == account {
+				out["balance_history"][id] = e.digest
+			}
+		}
+	case projections.Transfers:
+		for id, t := range f.Transfers {
+			if t.Saga == nil || (account != "" && t.From != account && t.To != account) {
+				continue
+			}
+			out["transfers"][id] = transferRowOf(t)
+		}
+	case projections.Commands:
+		for k, r := range f.commands {
+			if account == "" || f.homes[k] == domain.AccountStream(account) {
+				out["commands"][k] = r
+			}
+		}
+	}
+	return out
+}
+
+// Querier is what reading a read model needs: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// ReadTable renders the rows of a read-model table by row key: the live view when
+// gen is 0, else the table of generation gen. account, when set, keeps only the
+// rows that concern that account.
+func ReadTable(ctx context.Context, q Querier, table string, gen int, account string) (map[string]string, error) {
+	name := projections.View(table)
+	if gen > 0 {
+		name = projections.Table(table, gen)
+	}
+	var sql string
+	switch table {
+	case "accounts":
+		sql = `SELECT account_id, currency, overdraft_limit, metadata::text, status, balance, held, available, revision FROM %s WHERE $1 = '' OR account_id = $1`
+	case "holds":
+		sql = `SELECT account_id, hold_id, amount, currency, status, captured, expires_at, idempotency_key FROM %s WHERE $1 = '' OR account_id = $1`
+	case "entries":
+		sql = `SELECT event_id, account_id, revision, type, reason, ref, amount, currency, balance_after, idempotency_key, at, metadata::text FROM %s WHERE $1 = '' OR account_id = $1`
+	case "transfers":
+		sql = `SELECT transfer_id, from_account, to_account, amount, currency, status, refunded FROM %s WHERE $1 = '' OR from_account = $1 OR to_account = $1`
+	case "balance_history":
+		sql = `SELECT account_id, revision, event_id, type, currency, balance, held, status, at FROM %s WHERE $1 = '' OR account_id = $1`
+	case "commands":
+		sql = `SELECT idempotency_key, reply::text FROM %s WHERE $1 = '' OR stream = 'account-' || $1`
+	default:
+		return nil, fmt.Errorf("audit: unknown read-model table %q", table)
+	}
+	rows, err := q.Query(ctx, fmt.Sprintf(sql, name), account)
+	if err != nil {
+		return nil, fmt.Errorf("audit: read %s: %w", name, err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		key, r, err := scanRow(table, rows)
+		if err != nil {
+			return nil, fmt.Errorf("audit: read %s: %w", name, err)
+		}
+		out[key] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("audit: read %s: %w", name, err)
+	}
+	return out, nil
+}
+
+func scanRow(table string, rows pgx.Rows) (key, r string, err error) {
+	switch table {
+	case "accounts":
+		var id, currency, md, status string
+		var overdraft, balance, held, available, rev int64
+		if err := rows.Scan(&id, &currency, &overdraft, &md, &status, &balance, &held, &available, &rev); err != nil {
+			return "", "", err
+		}
+		var m map[string]string
+		if err := json.Unmarshal([]byte(md), &m); err != nil {
+			return "", "", err
+		}
+		return id, row(id, currency, overdraft, metadataJSON(m), status, balance, held, available, rev), nil
+	case "holds":
+		var account, hold, currency, status, key string
+		var amount, captured int64
+		var exp *time.Time
+		if err := rows.Scan(&account, &hold, &amount, &currency, &status, &captured, &exp, &key); err != nil {
+			return "", "", err
+		}
+		return account + "/" + hold, row(account, hold, amount, currency, status, captured, exp, key), nil
+	case "entries":
+		var id uuid.UUID
+		var account, typ, reason, ref, currency, key, mdText string
+		var rev, amount, balance int64
+		var at time.Time
+		if err := rows.Scan(&id, &account, &rev, &typ, &reason, &ref, &amount, &currency, &balance, &key, &at, &mdText); err != nil {
+			return "", "", err
+		}
+		var md map[string]string
+		if err := json.Unmarshal([]byte(mdText), &md); err != nil {
+			return "", "", err
+		}
+		return id.String(), rowDigest(entryString(id.String(), account, rev, typ, reason, ref, amount, currency, balance, key, at, md)), nil
+	case "balance_history":
+		var id uuid.UUID
+		var account, typ, currency, status string
+		var rev, balance, held int64
+		var at time.Time
+		if err := rows.Scan(&account, &rev, &id, &typ, &currency, &balance, &held, &status, &at); err != nil {
+			return "", "", err
+		}
+		return id.String(), rowDigest(historyString(account, rev, id.String(), typ, currency, balance, held, status, at)), nil
+	case "transfers":
+		var id, from, to, currency, status string
+		var amount, refunded int64
+		if err := rows.Scan(&id, &from, &to, &amount, &currency, &status, &refunded); err != nil {
+			return "", "", err
+		}
+		return id, row(id, from, to, amount, currency, status, refunded), nil
+	case "commands":
+		var key, reply string
+		if err := rows.Scan(&key, &reply); err != nil {
+			return "", "", err
+		}
+		// The read model holds the reply as the ledger encodes it, byte for byte.
+		return key, rowDigest(reply), nil
+	}
+	return "", "", fmt.Errorf("audit: unknown table %q", table)
+}
+
+// TableDiff is how a table differs from the fold.
+type TableDiff struct {
+	Table          string
+	Rows, Expected int
+	Digest         string   // of the table's rows
+	ExpectedDigest string   // of the fold's rows
+	Missing        []string // row keys the fold has and the table lacks
+	Extra          []string // row keys the table has and the fold does not
+	Differ         []string // row keys whose content differs
+}
+
+// OK reports whether the table equals the fold.
+func (d TableDiff) OK() bool { return len(d.Missing)+len(d.Extra)+len(d.Differ) == 0 }
+
+// Describe names the first differences.
+func (d TableDiff) Describe(max int) string {
+	var parts []string
+	add := func(what string, keys []string) {
+		for i, k := range keys {
+			if i == max {
+				parts = append(parts, fmt.Sprintf("%d more %s", len(keys)-max, what))
+				break
+			}
+			parts = append(parts, fmt.Sprintf("%s %q", what, k))
+		}
+	}
+	add("missing row", d.Missing)
+	add("unexpected row", d.Extra)
+	add("differing row", d.Differ)
+	return fmt.Sprintf("%s: %d rows (fold %d), digest %s (fold %s): %s", d.Table, d.Rows, d.Expected, short(d.Digest), short(d.ExpectedDigest), strings.Join(parts, ", "))
+}
+
+func short(s string) string {
+	if len(s) > 16 {
+		return s[:16]
+	}
+	return s
+}
+
+// CompareTable compares a table's rows with the fold's.
+func CompareTable(table string, expected, actual map[string]string) TableDiff {
+	d := TableDiff{Table: table, Rows: len(actual), Expected: len(expected), Digest: Digest(actual), ExpectedDigest: Digest(expected)}
+	for k, want := range expected {
+		got, ok := actual[k]
+		switch {
+		case !ok:
+			d.Missing = append(d.Missing, k)
+		case got != want:
+			d.Differ = append(d.Differ, k)
+		}
+	}
+	for k := range actual {
+		if _, ok := expected[k]; !ok {
+			d.Extra = append(d.Extra, k)
+		}
+	}
+	sort.Strings(d.Missing)
+	sort.Strings(d.Extra)
+	sort.Strings(d.Differ)
+	return d
+}
+
+// Digest is an order-independent digest of rows: the sum, lane by lane, of the
+// SHA-256 of each (key, row).
+func Digest(rows map[string]string) string {
+	var lanes [4]uint64
+	for k, r := range rows {
+		sum := sha256.Sum256([]byte(k + "\x00" + r))
+		for i := range lanes {
+			lanes[i] += binary.BigEndian.Uint64(sum[i*8:])
+		}
+	}
+	var out [32]byte
+	for i, l := range lanes {
+		binary.BigEndian.PutUint64(out[i*8:], l)
+	}
+	return hex.EncodeToString(out[:])
+}

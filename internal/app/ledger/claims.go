@@ -1,0 +1,148 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+)
+
+// A client key is bound to one request forever by the single KeyClaimed event of
+// its key stream (domain.KeyStream). The claim is written with the command's first
+// write to its home stream; its event ID is derived from the key and the request
+// hash, so the same request re-claims idempotently and a different request with the
+// same key is refused by the store itself (wrong expected revision on the key
+// stream), whichever account or transfer it names. This catches key reuse across
+// streams, which a per-stream aggregate cannot see.
+
+// claimCache keeps claims read from the store: a claim never changes once written.
+type claimCache struct {
+	c *lru.Cache[string, *domain.KeyClaimed]
+}
+
+func newClaimCache(size int) *claimCache {
+	c, err := lru.New[string, *domain.KeyClaimed](size)
+	if err != nil {
+		panic(err)
+	}
+	return &claimCache{c: c}
+}
+
+// claimConflict is an append refused because the key is claimed by another request.
+type claimConflict struct {
+	fields []string
+}
+
+func (c *claimConflict) Error() string {
+	return "ledger: idempotency key claimed by a different request: " + strings.Join(c.fields, ", ")
+}
+
+// claimEventKey is the "key" from which the claim's event ID is derived.
+func claimEventKey(key, hash string) string { return key + "#" + hash }
+
+// claimPart is the claim of cmd's key for its decision in home, whose first event
+// is to be written at revision first.
+func (s *Service) claimPart(cmd domain.Command, req domain.Canonical, home string, first uint64) (eventstore.StreamAppend, error) {
+	hash := req.Hash
+	data := domain.EncodeKeyClaimed(cmd.IdempotencyKey, string(cmd.Type), req, home, first)
+	ks := domain.KeyStream(cmd.IdempotencyKey)
+	id := domain.EventID(claimEventKey(cmd.IdempotencyKey, hash), ks, 0)
+	m := domain.Metadata{Key: cmd.IdempotencyKey, Command: string(cmd.Type), RequestHash: hash, Count: 1, At: cmd.At, Producer: s.opts.Producer, Schema: 1}
+	m.Chain = domain.ChainHash("", domain.StoredEvent{ID: id, Stream: ks, Type: domain.EvKeyClaimed, Data: data, Metadata: m})
+	meta, err := domain.EncodeMetadata(m)
+	if err != nil {
+		return eventstore.StreamAppend{}, err
+	}
+	return eventstore.StreamAppend{Stream: ks, Expected: eventstore.NoStream, Events: []eventstore.EventData{{
+		ID: id, Type: domain.EvKeyClaimed, Data: data, Metadata: meta,
+	}}}, nil
+}
+
+// appendWithClaim writes the claim and the home stream's events: atomically when the
+// store can, otherwise claim first (a crash in between leaves a claim that the retry
+// of the same request passes through idempotently).
+func (s *Service) appendWithClaim(ctx context.Context, claim, home eventstore.StreamAppend, req domain.Canonical) (eventstore.AppendResult, error) {
+	if s.multi != nil {
+		res, err := s.appendParts(ctx, []eventstore.StreamAppend{claim, home})
+		if err != nil {
+			return eventstore.AppendResult{}, s.claimError(ctx, claim.Stream, req, err)
+		}
+		return res[1], nil
+	}
+	if _, err := s.store.Append(ctx, claim.Stream, claim.Expected, claim.Events); err != nil {
+		return eventstore.AppendResult{}, s.claimError(ctx, claim.Stream, req, err)
+	}
+	return s.store.Append(ctx, home.Stream, home.Expected, home.Events)
+}
+
+// appendParts appends atomically through group commit when it is on.
+func (s *Service) appendParts(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	if s.batch != nil {
+		return s.batch.submit(ctx, parts)
+	}
+	return s.multi.AppendMulti(ctx, parts)
+}
+
+// refusedAppend classifies the error of a command's append: a key claimed by
+// another request is answered with the conflict; a concurrent write (a wrong
+// expected revision, or event IDs the store already holds) is retried, decided
+// again on the store's head; any other error is returned. A nil error is
+// neither answered nor retried.
+func refusedAppend(key string, err error) (r Reply, answered, retry bool, rerr error) {
+	var conflict *claimConflict
+	switch {
+	case err == nil:
+		return Reply{}, false, false, nil
+	case errors.As(err, &conflict):
+		return reply.Conflict(key, conflict.fields), true, false, nil
+	case errors.Is(err, eventstore.ErrWrongExpectedRevision), errors.Is(err, eventstore.ErrDuplicateEventID):
+		return Reply{}, false, true, nil
+	}
+	return Reply{}, false, false, err
+}
+
+// claimError turns a refusal on the key stream into a claimConflict.
+func (s *Service) claimError(ctx context.Context, keyStream string, req domain.Canonical, err error) error {
+	var wrong *eventstore.WrongExpectedRevisionError
+	if !errors.As(err, &wrong) || wrong.Stream != keyStream {
+		return err
+	}
+	c, rerr := s.readClaim(ctx, strings.TrimPrefix(keyStream, domain.KeyStreamPrefix))
+	if rerr != nil {
+		return rerr
+	}
+	if c == nil {
+		return err // the claim vanished: treat as a plain conflict and retry
+	}
+	if c.Verdict(req) == domain.KeyDuplicate {
+		return err // same request claimed by a racer: the retry finds its decision
+	}
+	return &claimConflict{fields: domain.ConflictFields(c.Request, req)}
+}
+
+// readClaim returns the claim of a client key, or nil when the key was never claimed.
+func (s *Service) readClaim(ctx context.Context, key string) (*domain.KeyClaimed, error) {
+	if c, ok := s.claims.c.Get(key); ok {
+		return c, nil
+	}
+	evs, err := s.store.ReadStream(ctx, domain.KeyStream(key), 0, eventstore.Forwards, 1)
+	if errors.Is(err, eventstore.ErrStreamNotFound) || (err == nil && len(evs) == 0) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var c domain.KeyClaimed
+	if err := json.Unmarshal(evs[0].Data, &c); err != nil || evs[0].Type != domain.EvKeyClaimed {
+		return nil, fmt.Errorf("ledger: key stream of %q holds %s, not a claim: %v", key, evs[0].Type, err)
+	}
+	s.claims.c.Add(key, &c)
+	return &c, nil
+}

@@ -1,0 +1,54 @@
+package ledger
+
+import (
+	"context"
+	"strings"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+)
+
+// Lookup returns the original reply of a decided client key, from the event store:
+// found is false when the key was never decided (or only refused without record).
+func (s *Service) Lookup(ctx context.Context, key string) (r Reply, found bool, err error) {
+	c, err := s.readClaim(ctx, key)
+	if err != nil || c == nil {
+		return Reply{}, false, err
+	}
+	switch {
+	case strings.HasPrefix(c.Stream, domain.AccountStreamPrefix):
+		err := s.whenSettled(ctx, c.Stream, func() error {
+			acc, err := s.loadAccount(ctx, c.Stream, strings.TrimPrefix(c.Stream, domain.AccountStreamPrefix), true)
+			if err != nil {
+				return err
+			}
+			rec, err := s.keyRecord(ctx, c.Stream, acc, key)
+			if rec != nil { // else claimed, but its decision is not written yet
+				r, found = recordReply(rec, false), true
+			}
+			return err
+		})
+		return r, found, err
+	case strings.HasPrefix(c.Stream, domain.TransferStreamPrefix):
+		return s.lookupTransfer(ctx, key, c)
+	case domain.IsTransactionStream(c.Stream):
+		ev, payload, err := s.readTransaction(ctx, c.Stream)
+		if err != nil || ev == nil || ev.Metadata.Key != key {
+			return Reply{}, false, err // claimed, but its decision is not written (or not this key's)
+		}
+		r, err := transactionReply(ev, payload, false)
+		return r, err == nil, err
+	}
+	return Reply{}, false, nil
+}
+
+// LookupTransaction returns a transaction as its stream records it, from the
+// event store; found is false when no transaction has the ID.
+func (s *Service) LookupTransaction(ctx context.Context, id string) (reply.TransactionDetail, bool, error) {
+	ev, payload, err := s.readTransaction(ctx, domain.TransactionStream(id))
+	if err != nil || ev == nil {
+		return reply.TransactionDetail{}, false, err
+	}
+	d, err := reply.TransactionDetailOf(ev.Metadata.Key, payload, ev.Position)
+	return d, err == nil, err
+}

@@ -1,0 +1,613 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+)
+
+// Store is what the command handler needs of an event store. A store that also
+// implements eventstore.MultiAppender writes a key claim and its decision in one
+// transaction; otherwise the claim is written first (each step is idempotent).
+type Store interface {
+	eventstore.Appender
+	eventstore.StreamReader
+}
+
+// Options configure a Service. Zero values take the defaults.
+type Options struct {
+	// Clock gives the time a command is accepted at (default time.Now). Tests
+	// drive it; the domain never reads a clock itself.
+	Clock func() time.Time
+	// MaxAttempts bounds decide-and-append attempts on concurrent writes (default 8).
+	MaxAttempts int
+	// CacheSize bounds the number of account aggregates kept in memory (default 100,000).
+	CacheSize int
+	// CacheBytes bounds the estimated heap of the cached account aggregates
+	// (default 512 MiB; negative: no bound but CacheSize).
+	CacheBytes int64
+	// RecentKeys bounds the key records each cached account keeps, on a store
+	// that locates events (older keys are answered from the store): default
+	// 1,024; negative keeps every key. A store that locates no events keeps
+	// every key whatever it says.
+	RecentKeys int
+	// SnapshotEvery is the number of events between snapshots of an account, on
+	// a store that keeps snapshots (default 1,000; negative: none are taken;
+	// existing ones are still read).
+	SnapshotEvery int
+	// Producer names this instance in event metadata (diagnostics only).
+	Producer string
+	Logger   *slog.Logger
+	// DisableGroupCommit appends each command in its own transaction even when the
+	// store can carry several (group commit is on by default for such stores).
+	DisableGroupCommit bool
+	// Batch bounds group commit.
+	Batch BatchOptions
+}
+
+// Service decides commands. It is safe for concurrent use; commands for one
+// stream are serialised, different streams proceed in parallel.
+type Service struct {
+	store    Store
+	multi    eventstore.MultiAppender
+	batch    *batcher
+	opts     Options
+	log      *slog.Logger
+	locks    *streamLocks
+	pipes    *pipes
+	accounts *accountCache
+	claims   *claimCache
+	// transfers caches transfer aggregates (transfer.go), like accounts.
+	transfers *transferCache
+	// locator and snaps are the store's, when it locates events and keeps
+	// snapshots (history.go); keyLimit is Account.KeyLimit for new aggregates.
+	// claimRecall: the store locates no events and writes no two streams at once
+	// (KurrentDB): every decision on an account, a saga step's too, is written
+	// after its key's claim, through which a forgotten key is found (history.go).
+	claimRecall bool
+	locator     eventstore.EventLocator
+	lookups     *keyLookups
+	snaps       eventstore.SnapshotStore
+	keyLimit    int
+	oldKeys     sync.Map // streams where resends of forgotten keys arrive: string -> time.Time
+	snapSlots   chan struct{}
+	snapWG      sync.WaitGroup
+	// failpoint, when set (by tests only), is called between the steps of a saga
+	// with the step's name; an error aborts the handler there, as a crash would.
+	failpoint func(step string) error
+}
+
+// New returns a Service over store.
+func New(store Store, opts Options) *Service {
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = 8
+	}
+	if opts.CacheSize <= 0 {
+		opts.CacheSize = 100_000
+	}
+	if opts.CacheBytes == 0 {
+		opts.CacheBytes = 512 << 20
+	}
+	if opts.RecentKeys == 0 {
+		opts.RecentKeys = 1024
+	}
+	if opts.SnapshotEvery == 0 {
+		opts.SnapshotEvery = 1000
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), pipes: newPipes(), accounts: newAccountCache(opts.CacheSize, opts.CacheBytes), claims: newClaimCache(opts.CacheSize), transfers: newTransferCache(opts.CacheSize), snapSlots: make(chan struct{}, 4)}
+	_, multi := store.(eventstore.MultiAppender)
+	if l, ok := store.(eventstore.EventLocator); ok {
+		s.locator, s.lookups = l, newKeyLookups(l)
+		s.keyLimit = max(opts.RecentKeys, 0)
+	} else if !multi {
+		s.claimRecall = true
+		s.keyLimit = max(opts.RecentKeys, 0)
+	}
+	if ss, ok := store.(eventstore.SnapshotStore); ok {
+		s.snaps = ss
+	}
+	if m, ok := store.(eventstore.MultiAppender); ok {
+		s.multi = m
+		if !opts.DisableGroupCommit {
+			s.batch = newBatcher(m, opts.Batch)
+		}
+	}
+	return s
+}
+
+// Close stops group commit after the appends already queued are answered. The
+// caller stops sending commands first; the store is the caller's to close.
+func (s *Service) Close() {
+	if s.batch != nil {
+		s.batch.close()
+	}
+	s.snapWG.Wait()
+	if s.lookups != nil {
+		s.lookups.close()
+	}
+}
+
+// ErrTooManyConflicts means concurrent writers kept winning for MaxAttempts rounds.
+var ErrTooManyConflicts = errors.New("ledger: too many concurrent writes to the same stream")
+
+// HandleRaw decodes a client command body strictly and handles it.
+func (s *Service) HandleRaw(ctx context.Context, typ string, body []byte) Reply {
+	cmd, ierr := domain.DecodeCommand(domain.CommandType(typ), body)
+	if ierr != nil {
+		return reply.Invalid(keyOf(body), ierr)
+	}
+	return s.Handle(ctx, cmd)
+}
+
+// keyOf extracts the idempotency key of a malformed body for the reply, if it can.
+func keyOf(body []byte) string {
+	var k struct {
+		Key string `json:"idempotency_key"`
+	}
+	if len(body) <= domain.MaxBodyBytes && json.Unmarshal(body, &k) == nil && domain.ValidKey(k.Key) {
+		return k.Key
+	}
+	return ""
+}
+
+// Handle decides one validated client command and replies.
+func (s *Service) Handle(ctx context.Context, cmd domain.Command) Reply {
+	if cmd.At.IsZero() {
+		cmd.At = s.opts.Clock().UTC()
+	}
+	var (
+		r   Reply
+		err error
+	)
+	switch cmd.Type {
+	case domain.CmdTransfer:
+		r, err = s.handleTransfer(ctx, cmd)
+	case domain.CmdRefund:
+		r, err = s.handleRefund(ctx, cmd)
+	case domain.CmdPostTransaction:
+		r, err = s.handleTransaction(ctx, cmd)
+	case domain.CmdCaptureHold:
+		if cmd.To != "" {
+			r, err = s.handleCaptureTo(ctx, cmd)
+			break
+		}
+		r, err = s.handleAccountCommand(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID)
+	default:
+		if !cmd.Type.IsClient() {
+			return reply.Invalid(cmd.IdempotencyKey, &domain.InvalidError{Field: "type", Message: fmt.Sprintf("unknown command type %q", cmd.Type)})
+		}
+		r, err = s.handleAccountCommand(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID)
+	}
+	if err != nil {
+		s.log.Warn("command failed", "type", cmd.Type, "key", cmd.IdempotencyKey, "err", err)
+		return reply.Error(cmd.IdempotencyKey, err)
+	}
+	return r
+}
+
+// handleAccountCommand decides a client command whose home is an account stream.
+func (s *Service) handleAccountCommand(ctx context.Context, cmd domain.Command, stream, accountID string) (Reply, error) {
+	rec, dup, r, err := s.decideOnAccount(ctx, cmd, stream, accountID, true)
+	if err != nil || r != nil {
+		return deref(r), err
+	}
+	return ownedRecordReply(rec, dup), nil // decideOnAccount returns a copy
+}
+
+func deref(r *Reply) Reply {
+	if r == nil {
+		return Reply{}
+	}
+	return *r
+}
+
+// decideOnAccount decides cmd against an account stream under the stream's lock:
+// a known key is answered from its record (duplicate), otherwise the command is
+// decided and appended with the revision it was decided on, claiming the key when
+// claim is set (client commands; saga steps and schedulers use derived keys and
+// write no claim). It returns a copy of the key's record, or, for outcomes that
+// leave no record (invalid, refused without record, key conflict), the reply.
+//
+// On a store that group-commits, the append is pipelined (pipeline.go): the lock
+// is released while it commits, and the next command of the stream is decided on
+// the state it will leave.
+func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, stream, accountID string, claim bool) (rec *ownedRecord, duplicate bool, r *Reply, err error) {
+	// refresh: decide on the store's head; recall: the key may have been decided
+	// long ago, its record forgotten by the aggregate: look it up in the store.
+	refresh := false
+	recall, err := s.decidedBefore(ctx, stream, cmd.IdempotencyKey)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	if !claim && s.claimRecall { // a saga step claims its key too: that is how it is found once forgotten
+		claim, cmd.Claimed = true, true
+	}
+	l := &heldLock{s: s, stream: stream}
+	if err := l.lock(ctx); err != nil {
+		return nil, false, nil, err
+	}
+	defer l.unlock()
+	req := cmd.Canonical()
+	for attempt := 0; attempt < s.opts.MaxAttempts; {
+		if wait := s.pipes.wait(stream, cmd.IdempotencyKey); wait != nil {
+			if err := l.waitFor(ctx, wait); err != nil {
+				return nil, false, nil, err
+			}
+			continue
+		}
+		acc, chain, err := s.loadPending(ctx, stream, accountID, refresh)
+		if err != nil {
+			return nil, false, nil, err
+		}
+		if rec, dup, r, err := s.answerKnownKey(ctx, stream, acc, cmd, req, recall || (s.claimRecall && acc.Forgot())); err != nil || rec != nil || r != nil {
+			return rec, dup, r, err
+		}
+		attempt++
+		if cmd.Type == domain.CmdRefund { // its original may be a key the aggregate forgot
+			if _, err := s.keyRecord(ctx, stream, acc, cmd.OriginalKey); err != nil {
+				return nil, false, nil, err
+			}
+		}
+		d := domain.DecideAccount(acc, cmd)
+		if d.Invalid != nil || len(d.Events) == 0 {
+			if !refresh || !recall {
+				refresh, recall = true, true
+				if err := s.settleBeforeDecidingAgain(ctx, l, stream); err != nil {
+					return nil, false, nil, err
+				}
+				continue
+			}
+			r := unwrittenReply(cmd, d)
+			return nil, false, &r, nil
+		}
+		var res written
+		if s.batch != nil {
+			res, err = s.appendPipelined(ctx, l, cmd, req, stream, acc, chain, d.Events, claim)
+		} else {
+			res, err = s.appendAccount(ctx, cmd, req, stream, acc, d.Events, claim)
+		}
+		if err != nil || res.idempotent {
+			if r, err := s.afterRefusedAppend(stream, cmd, acc, res, err, &refresh, &recall); err != nil || r != nil {
+				return nil, false, r, err
+			}
+			continue
+		}
+		rec, ok := acc.Keys[cmd.IdempotencyKey]
+		if !ok {
+			return nil, false, nil, fmt.Errorf("ledger: %s: key %q not found after its own append", stream, cmd.IdempotencyKey)
+		}
+		s.tookCommand(stream, acc)
+		return copyRecord(rec), false, nil, nil
+	}
+	return nil, false, nil, ErrTooManyConflicts
+}
+
+// settleBeforeDecidingAgain waits, the stream's lock released, for its appends
+// in flight to settle, before a decision that writes nothing is taken again on
+// the store's head: nothing is written, so no expected revision would catch a
+// cache that another instance left behind (one that may hold this very key, or
+// the state that makes the command valid), and a pending state is never caught
+// up from the store.
+func (s *Service) settleBeforeDecidingAgain(ctx context.Context, l *heldLock, stream string) error {
+	if wait := s.pipes.settle(stream); wait != nil {
+		return l.waitFor(ctx, wait)
+	}
+	return nil
+}
+
+// unwrittenReply is the reply to a decision that writes nothing: invalid, or
+// refused without a record.
+func unwrittenReply(cmd domain.Command, d domain.Decision) Reply {
+	if d.Invalid != nil {
+		return reply.Invalid(cmd.IdempotencyKey, d.Invalid)
+	}
+	return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection)
+}
+
+// answerKnownKey answers a key the stream already decided, from the
+// aggregate's record or, when recall is set and the aggregate forgot it, from
+// the store: the record (duplicate) or the conflict's reply; all nil for a key
+// never decided.
+func (s *Service) answerKnownKey(ctx context.Context, stream string, acc *domain.Account, cmd domain.Command, req domain.Canonical, recall bool) (*ownedRecord, bool, *Reply, error) {
+	rec := acc.Keys[cmd.IdempotencyKey]
+	if rec == nil && recall {
+		var err error
+		if rec, err = s.keyRecord(ctx, stream, acc, cmd.IdempotencyKey); err != nil {
+			return nil, false, nil, err
+		}
+	}
+	switch rec.Verdict(req) {
+	case domain.KeyConflict:
+		fields, err := s.conflictFields(ctx, stream, rec, req)
+		if err != nil {
+			return nil, false, nil, err
+		}
+		r := reply.Conflict(cmd.IdempotencyKey, fields)
+		return nil, false, &r, nil
+	case domain.KeyDuplicate:
+		return copyRecord(rec), true, nil, nil
+	}
+	return nil, false, nil, nil
+}
+
+// afterRefusedAppend handles an append that wrote nothing (err, or res
+// idempotent): the reply when there is one to give, an error when the append
+// failed otherwise; else it sets how to decide again and the caller does.
+func (s *Service) afterRefusedAppend(stream string, cmd domain.Command, acc *domain.Account, res written, err error, refresh, recall *bool) (*Reply, error) {
+	var conflict *claimConflict
+	switch {
+	case errors.As(err, &conflict):
+		r := reply.Conflict(cmd.IdempotencyKey, conflict.fields)
+		return &r, nil
+	case errors.Is(err, eventstore.ErrWrongExpectedRevision):
+		// Another instance wrote, or a command this one was decided on top
+		// of failed (perhaps a resend of a key the aggregate forgot, as this
+		// one may be): catch up and decide again, the key looked up first.
+		*refresh, *recall = true, acc.Forgot()
+	case errors.Is(err, eventstore.ErrDuplicateEventID):
+		// The store holds this key's events already: it was decided long ago
+		// (the aggregate forgot it) or by another instance. Answer it from them.
+		*refresh, *recall = true, true
+		s.noteOldKey(stream)
+	case err != nil:
+		return nil, err
+	case res.idempotent:
+		// The store already held this key's events: another instance decided
+		// it before this cache saw them. Answer it as the duplicate it is,
+		// from the store's own record.
+		*refresh, *recall = true, true
+	}
+	return nil, nil
+}
+
+// tookCommand accounts for an aggregate that took a command: its size in the
+// cache, and a snapshot when one is due and nothing is in flight on it (so that
+// it is durable). The caller holds the stream's lock.
+func (s *Service) tookCommand(stream string, acc *domain.Account) {
+	if cached, ok := s.accounts.c.Peek(stream); !ok || cached != acc {
+		return
+	}
+	s.accounts.resize(stream, acc)
+	if s.pipes.idle(stream) {
+		s.snapshotIfDue(stream, acc)
+	}
+}
+
+// appendAccount appends a decision on an account and folds it into the cached
+// aggregate, holding the stream's lock throughout (a store without group commit).
+func (s *Service) appendAccount(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, acc *domain.Account, events []domain.NewEvent, claim bool) (written, error) {
+	var (
+		res written
+		err error
+	)
+	if claim {
+		res, err = s.appendDecision(ctx, cmd, req, stream, acc.Revision, acc.LastChain, events)
+	} else {
+		res, err = s.appendStep(ctx, cmd, req, stream, acc.Revision, acc.LastChain, events)
+	}
+	if err != nil || res.idempotent {
+		return res, err
+	}
+	return res, s.applyWritten(ctx, stream, acc, res)
+}
+
+// appendPipelined folds a decision into the pending aggregate, queues its append
+// behind the stream's appends in flight, and waits for it with the stream's lock
+// released. On return the lock is held again; on success the key's record in acc
+// is durable, its position set.
+func (s *Service) appendPipelined(ctx context.Context, l *heldLock, cmd domain.Command, req domain.Canonical, stream string, acc *domain.Account, chain uint64, events []domain.NewEvent, claim bool) (written, error) {
+	first := uint64(acc.Revision + 1)
+	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, first, acc.LastChain, events)
+	if err != nil {
+		return written{}, err
+	}
+	parts := []eventstore.StreamAppend{{Stream: stream, Expected: eventstore.ExactOrNoStream(acc.Revision), Events: data}}
+	if claim {
+		c, err := s.claimPart(cmd, req, stream, first)
+		if err != nil {
+			return written{}, err
+		}
+		parts = append([]eventstore.StreamAppend{c}, parts...)
+	}
+	w := writtenFrom(stream, eventstore.AppendResult{FirstRevision: first}, data, metas, events)
+	for i, ev := range w.events {
+		if err := domain.EvolveAccountDecided(acc, ev, w.payloads[i]); err != nil {
+			// Half folded: the store's state is read again, once the appends in
+			// flight on this pending state have drained.
+			s.accounts.c.Remove(stream)
+			s.pipes.poison(stream)
+			return written{}, err
+		}
+	}
+	chain = s.pipes.begin(stream, cmd.IdempotencyKey, acc, chain)
+	defer s.pipes.resolve(stream, cmd.IdempotencyKey) // with the lock held again
+	// Queued whatever becomes of ctx: the decision is folded into the pending
+	// state, and the commands decided on it after must find it in the queue (or
+	// the batcher closed, which refuses them too).
+	r, err := s.batch.enqueue(context.WithoutCancel(ctx), parts, chain)
+	if err != nil {
+		s.pipes.end(stream, false)
+		return written{}, err
+	}
+	// Once queued, the outcome is waited for even if ctx ends: the append may
+	// commit, and the pipeline must learn it rather than guess.
+	l.unlock()
+	resp := <-r.done
+	s.pipes.end(stream, resp.err == nil && !resp.res[len(parts)-1].Idempotent)
+	if err := l.lock(context.WithoutCancel(ctx)); err != nil {
+		return written{}, err
+	}
+	switch {
+	case resp.err != nil:
+		if claim {
+			return written{}, s.claimError(ctx, parts[0].Stream, req, resp.err)
+		}
+		return written{}, resp.err
+	}
+	home := resp.res[len(parts)-1]
+	if home.Idempotent {
+		return written{idempotent: true}, nil
+	}
+	if rec := acc.Keys[cmd.IdempotencyKey]; rec != nil {
+		rec.Position = home.Position.String()
+	}
+	return w, nil
+}
+
+// ownedRecord is a key record copied out of a cached aggregate, with its account
+// view made once, so that a reply can point at both.
+type ownedRecord struct {
+	domain.KeyRecord
+	after domain.AccountView
+}
+
+// copyRecord copies a record out of a cached aggregate, so that it can be read
+// after the stream's lock is released.
+func copyRecord(rec *domain.KeyRecord) *ownedRecord {
+	c := &ownedRecord{KeyRecord: *rec, after: rec.After()}
+	c.Events = append([]domain.EventRef(nil), rec.Events...)
+	return c
+}
+
+// conflictFields names the fields in which req differs from the request a key was
+// decided for. Records keep only the request's hash: the request itself is read
+// from the metadata of the key's first event in the stream (one read, on this
+// rare path), the event the record was started from.
+func (s *Service) conflictFields(ctx context.Context, stream string, rec *domain.KeyRecord, req domain.Canonical) ([]string, error) {
+	if len(rec.Events) == 0 {
+		return domain.ConflictFields(nil, req), nil
+	}
+	first := rec.Events[0]
+	evs, err := s.store.ReadStream(ctx, stream, first.Revision, eventstore.Forwards, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(evs) == 0 || evs[0].ID != first.ID {
+		return nil, fmt.Errorf("ledger: %s: the first event of key %q is not at revision %d", stream, rec.Key, first.Revision)
+	}
+	m, err := domain.DecodeMetadata(evs[0].Metadata)
+	if err != nil {
+		return nil, err
+	}
+	return domain.ConflictFields(m.Request, req), nil
+}
+
+// written is a successful append: the events as they now stand in the stream.
+type written struct {
+	events []domain.StoredEvent
+	// payloads are the events' decided data, in order (what events[i].Data encodes).
+	payloads []any
+	// idempotent: the store already held these events and wrote nothing.
+	idempotent bool
+}
+
+// applyWritten folds freshly written events into the cached aggregate. Should the
+// cache be behind (another instance wrote just before), it catches up instead.
+func (s *Service) applyWritten(ctx context.Context, stream string, acc *domain.Account, w written) error {
+	if len(w.events) > 0 && int64(w.events[0].Revision) != acc.Revision+1 {
+		_, err := s.loadAccount(ctx, stream, acc.ID, true)
+		return err
+	}
+	for i, ev := range w.events {
+		if err := domain.EvolveAccountDecided(acc, ev, w.payloads[i]); err != nil {
+			s.accounts.c.Remove(stream)
+			return err
+		}
+	}
+	return nil
+}
+
+// encodeEvents turns decided events into event data with deterministic IDs and
+// metadata; the first event carries the canonical request. Each event's metadata
+// carries its chain hash, linked to prevChain, the chain of the stream's event at
+// revision first-1 ("" when first is 0).
+func (s *Service) encodeEvents(cmd domain.Command, req domain.Canonical, key, stream string, first uint64, prevChain string, events []domain.NewEvent) ([]eventstore.EventData, []domain.Metadata, error) {
+	out := make([]eventstore.EventData, len(events))
+	metas := make([]domain.Metadata, len(events))
+	hash := req.Hash
+	for i, ev := range events {
+		data, err := json.Marshal(ev.Data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("ledger: encode %s: %w", ev.Type, err)
+		}
+		m := domain.Metadata{Key: key, Command: string(cmd.Type), RequestHash: hash, Index: i, Count: len(events), At: cmd.At, Origin: cmd.Origin, Producer: s.opts.Producer, Schema: 1, Claimed: cmd.Claimed}
+		if i == 0 {
+			m.Request = req.JSON
+		}
+		id := domain.EventID(key, stream, i)
+		m.Chain = domain.ChainHash(prevChain, domain.StoredEvent{ID: id, Stream: stream, Revision: first + uint64(i), Type: ev.Type, Data: data, Metadata: m})
+		prevChain = m.Chain
+		meta, err := domain.EncodeMetadata(m)
+		if err != nil {
+			return nil, nil, err
+		}
+		out[i] = eventstore.EventData{ID: id, Type: ev.Type, Data: data, Metadata: meta}
+		metas[i] = m
+	}
+	return out, metas, nil
+}
+
+// appendDecision writes a client command's decision to its home stream together
+// with the claim of its key (see claims.go).
+func (s *Service) appendDecision(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, last int64, prevChain string, events []domain.NewEvent) (written, error) {
+	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, uint64(last+1), prevChain, events)
+	if err != nil {
+		return written{}, err
+	}
+	claim, err := s.claimPart(cmd, req, stream, uint64(last+1))
+	if err != nil {
+		return written{}, err
+	}
+	home := eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(last), Events: data}
+	res, err := s.appendWithClaim(ctx, claim, home, req)
+	if err != nil {
+		return written{}, err
+	}
+	return writtenFrom(stream, res, data, metas, events), nil
+}
+
+// appendStep writes an internal step's decision (a derived key: no claim).
+func (s *Service) appendStep(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, last int64, prevChain string, events []domain.NewEvent) (written, error) {
+	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, uint64(last+1), prevChain, events)
+	if err != nil {
+		return written{}, err
+	}
+	part := eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(last), Events: data}
+	var res eventstore.AppendResult
+	if s.batch != nil {
+		rs, err := s.batch.submit(ctx, []eventstore.StreamAppend{part})
+		if err != nil {
+			return written{}, err
+		}
+		res = rs[0]
+	} else if res, err = s.store.Append(ctx, stream, part.Expected, data); err != nil {
+		return written{}, err
+	}
+	return writtenFrom(stream, res, data, metas, events), nil
+}
+
+func writtenFrom(stream string, res eventstore.AppendResult, data []eventstore.EventData, metas []domain.Metadata, decided []domain.NewEvent) written {
+	w := written{events: make([]domain.StoredEvent, len(data)), payloads: make([]any, len(data)), idempotent: res.Idempotent}
+	for i, d := range data {
+		w.events[i] = domain.StoredEvent{ID: d.ID, Stream: stream, Revision: res.FirstRevision + uint64(i), Type: d.Type, Data: d.Data, Metadata: metas[i]}
+		w.payloads[i] = decided[i].Data
+	}
+	if n := len(w.events); n > 0 {
+		w.events[n-1].Position = res.Position.String()
+	}
+	return w
+}

@@ -1,0 +1,577 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/memory"
+	"github.com/ledgerworks/ledger/eventstore/postgres"
+	"github.com/ledgerworks/ledger/internal/testing/pgtest"
+	"github.com/ledgerworks/ledger/migrations"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type testStore interface {
+	Store
+	eventstore.AllReader
+}
+
+// backends runs a test against every store the handler supports here.
+func backends(t *testing.T, run func(t *testing.T, newStore func() testStore)) {
+	t.Run("memory", func(t *testing.T) {
+		run(t, func() testStore { return memory.New() })
+	})
+	// A store without multi-stream appends (as KurrentDB through its v4 client):
+	// the handler claims the key first and then writes the decision.
+	t.Run("single-stream", func(t *testing.T) {
+		run(t, func() testStore { return singleStreamStore{memory.New()} })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url := pgtest.URL(t)
+		ctx := context.Background()
+		if err := migrations.Up(ctx, url); err != nil {
+			t.Fatal(err)
+		}
+		var once sync.Once
+		var st *postgres.Store
+		run(t, func() testStore {
+			once.Do(func() {
+				var err error
+				if st, err = postgres.Open(ctx, url); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { st.Close() })
+			})
+			return st
+		})
+	})
+}
+
+// singleStreamStore hides the memory store's MultiAppender.
+type singleStreamStore struct{ st *memory.Store }
+
+func (s singleStreamStore) Append(ctx context.Context, stream string, e eventstore.ExpectedRevision, evs []eventstore.EventData) (eventstore.AppendResult, error) {
+	return s.st.Append(ctx, stream, e, evs)
+}
+func (s singleStreamStore) ReadStream(ctx context.Context, stream string, from eventstore.Revision, d eventstore.Direction, max int) ([]eventstore.RecordedEvent, error) {
+	return s.st.ReadStream(ctx, stream, from, d, max)
+}
+func (s singleStreamStore) ReadAll(ctx context.Context, after eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
+	return s.st.ReadAll(ctx, after, max)
+}
+
+var clock = func() time.Time { return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC) }
+
+func newService(st Store) *Service { return New(st, Options{Clock: clock}) }
+
+func post(t *testing.T, s *Service, typ, body string) Reply {
+	t.Helper()
+	return s.HandleRaw(context.Background(), typ, []byte(body))
+}
+
+func mustApply(t *testing.T, s *Service, typ, body string) Reply {
+	t.Helper()
+	r := post(t, s, typ, body)
+	if r.Status != domain.StatusApplied {
+		t.Fatalf("%s %s: %+v", typ, body, r)
+	}
+	return r
+}
+
+func readAll(t *testing.T, st eventstore.AllReader) []eventstore.RecordedEvent {
+	t.Helper()
+	var out []eventstore.RecordedEvent
+	after := eventstore.Start
+	for {
+		evs, err := st.ReadAll(context.Background(), after, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, evs...)
+		if len(evs) < 1000 {
+			return out
+		}
+		after = evs[len(evs)-1].Position
+	}
+}
+
+func streamEvents(t *testing.T, st eventstore.StreamReader, stream string) []eventstore.RecordedEvent {
+	t.Helper()
+	evs, err := st.ReadStream(context.Background(), stream, 0, eventstore.Forwards, 0)
+	if err != nil && !errors.Is(err, eventstore.ErrStreamNotFound) {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+func countType(evs []eventstore.RecordedEvent, typ string) int {
+	n := 0
+	for _, e := range evs {
+		if e.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
+func TestSameDepositTenTimes(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func() testStore) {
+		st := newStore()
+		s := newService(st)
+		mustApply(t, s, "open_account", `{"idempotency_key":"open-a","account_id":"a","currency":"EUR"}`)
+		var replies []Reply
+		for i := 0; i < 10; i++ {
+			replies = append(replies, post(t, s, "deposit", `{"idempotency_key":"dep-1","account_id":"a","amount":500,"currency":"EUR"}`))
+		}
+		if n := countType(streamEvents(t, st, "account-a"), domain.EvCredited); n != 1 {
+			t.Fatalf("%d Credited events, want 1", n)
+		}
+		dups := 0
+		for i, r := range replies {
+			if r.Status != domain.StatusApplied || !reflect.DeepEqual(r.Events, replies[0].Events) || !reflect.DeepEqual(r.Account, replies[0].Account) {
+				t.Fatalf("reply %d differs from the first: %+v vs %+v", i, r, replies[0])
+			}
+			if r.Duplicate {
+				dups++
+			}
+		}
+		if dups != 9 || replies[0].Duplicate {
+			t.Fatalf("%d duplicates (first duplicate=%v), want 9 after a fresh first", dups, replies[0].Duplicate)
+		}
+		if replies[0].Account.Balance != 500 || len(replies[0].Events) != 1 || replies[0].Events[0].Type != domain.EvCredited {
+			t.Fatalf("reply %+v", replies[0])
+		}
+	})
+}
+
+func TestConcurrentWithdrawal(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func() testStore) {
+		st := newStore()
+		s := newService(st)
+		mustApply(t, s, "open_account", `{"idempotency_key":"open-a","account_id":"a","currency":"EUR"}`)
+		mustApply(t, s, "deposit", `{"idempotency_key":"dep","account_id":"a","amount":1000,"currency":"EUR"}`)
+		replies := make([]Reply, 50)
+		var wg sync.WaitGroup
+		for i := range replies {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				replies[i] = post(t, s, "withdraw", `{"idempotency_key":"w-1","account_id":"a","amount":300,"currency":"EUR"}`)
+			}()
+		}
+		wg.Wait()
+		if n := countType(streamEvents(t, st, "account-a"), domain.EvDebited); n != 1 {
+			t.Fatalf("%d debits, want 1", n)
+		}
+		fresh := 0
+		for _, r := range replies {
+			if r.Status != domain.StatusApplied || !reflect.DeepEqual(r.Events, replies[0].Events) || r.Account.Balance != 700 {
+				t.Fatalf("reply %+v differs", r)
+			}
+			if !r.Duplicate {
+				fresh++
+			}
+		}
+		if fresh != 1 {
+			t.Fatalf("%d replies without duplicate, want 1", fresh)
+		}
+	})
+}
+
+// Two service instances over one store race on the same commands: the store's
+// expected revision and deterministic IDs keep each key to one set of events.
+func TestTwoInstancesRace(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func() testStore) {
+		st := newStore()
+		a, b := newService(st), newService(st)
+		mustApply(t, a, "open_account", `{"idempotency_key":"open-a","account_id":"a","currency":"EUR"}`)
+		var wg sync.WaitGroup
+		replies := make([][]Reply, 2)
+		for i, s := range []*Service{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := 0; k < 40; k++ {
+					replies[i] = append(replies[i], post(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"d-%d","account_id":"a","amount":%d,"currency":"EUR"}`, k, k+1)))
+				}
+			}()
+		}
+		wg.Wait()
+		evs := streamEvents(t, st, "account-a")
+		if n := countType(evs, domain.EvCredited); n != 40 {
+			t.Fatalf("%d credits, want 40", n)
+		}
+		// Both replies carry the same outcome, and exactly one is the original: when
+		// the two appends raced at the same revision, the store reports the second as
+		// idempotent and the handler answers it as a duplicate.
+		for k := 0; k < 40; k++ {
+			ra, rb := replies[0][k], replies[1][k]
+			if ra.Status != domain.StatusApplied || !reflect.DeepEqual(ra.Events, rb.Events) || !reflect.DeepEqual(ra.Account, rb.Account) || ra.Duplicate == rb.Duplicate {
+				t.Fatalf("key d-%d: replies differ or both fresh/duplicate:\n%+v\n%+v", k, ra, rb)
+			}
+		}
+		checkInvariants(t, st)
+	})
+}
+
+func TestKeyReusedWithAnotherRequest(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func() testStore) {
+		st := newStore()
+		s := newService(st)
+		mustApply(t, s, "open_account", `{"idempotency_key":"open-a","account_id":"a","currency":"EUR"}`)
+		mustApply(t, s, "open_account", `{"idempotency_key":"open-b","account_id":"b","currency":"EUR"}`)
+		mustApply(t, s, "deposit", `{"idempotency_key":"k","account_id":"a","amount":100,"currency":"EUR"}`)
+		before := len(readAll(t, st))
+		r := post(t, s, "deposit", `{"idempotency_key":"k","account_id":"a","amount":200,"currency":"EUR"}`)
+		if r.Code != domain.CodeIdempotencyKeyConflict || !reflect.DeepEqual(r.Fields, []string{"amount"}) || len(r.Events) != 0 {
+			t.Fatalf("same account: %+v", r)
+		}
+		// the same key on another account, and as another command type
+		r = post(t, s, "deposit", `{"idempotency_key":"k","account_id":"b","amount":100,"currency":"EUR"}`)
+		if r.Code != domain.CodeIdempotencyKeyConflict || !reflect.DeepEqual(r.Fields, []string{"account_id"}) {
+			t.Fatalf("other account: %+v", r)
+		}
+		r = post(t, s, "withdraw", `{"idempotency_key":"k","account_id":"b","amount":100,"currency":"EUR"}`)
+		if r.Code != domain.CodeIdempotencyKeyConflict || !contains(r.Fields, "type") {
+			t.Fatalf("other type: %+v", r)
+		}
+		// a fresh service (cold caches) sees the same
+		r = post(t, newService(st), "deposit", `{"idempotency_key":"k","account_id":"b","amount":100,"currency":"EUR"}`)
+		if r.Code != domain.CodeIdempotencyKeyConflict {
+			t.Fatalf("cold cache, other account: %+v", r)
+		}
+		if after := len(readAll(t, st)); after != before {
+			t.Fatalf("conflicts wrote %d events", after-before)
+		}
+	})
+}
+
+// TestKeyConflictFieldsFromTheStore: records keep only the request's hash, so a
+// conflict reads the original request from the key's first event; the fields it
+// names are those of the recorded request, warm cache or cold, for a key in the
+// middle of a stream as for its first.
+func TestKeyConflictFieldsFromTheStore(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func() testStore) {
+		st := newStore()
+		s := newService(st)
+		mustApply(t, s, "open_account", `{"idempotency_key":"open-c","account_id":"c","currency":"EUR","metadata":{"tier":"gold"}}`)
+		for i := range 5 {
+			mustApply(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"dep-%d","account_id":"c","amount":%d,"currency":"EUR"}`, i, 10+i))
+		}
+		mustApply(t, s, "withdraw", `{"idempotency_key":"w","account_id":"c","amount":3,"currency":"EUR"}`)
+		before := len(readAll(t, st))
+		cases := []struct {
+			typ, body string
+			fields    []string
+		}{
+			{"deposit", `{"idempotency_key":"dep-2","account_id":"c","amount":99,"currency":"EUR"}`, []string{"amount"}},
+			{"withdraw", `{"idempotency_key":"dep-3","account_id":"c","amount":13,"currency":"EUR"}`, []string{"type"}},
+			{"withdraw", `{"idempotency_key":"w","account_id":"c","amount":4,"currency":"USD"}`, []string{"amount", "currency"}},
+			{"open_account", `{"idempotency_key":"open-c","account_id":"c","currency":"EUR","metadata":{"tier":"silver"}}`, []string{"metadata"}},
+		}
+		for _, svc := range []*Service{s, newService(st)} {
+			for _, c := range cases {
+				r := post(t, svc, c.typ, c.body)
+				if r.Code != domain.CodeIdempotencyKeyConflict || !reflect.DeepEqual(r.Fields, c.fields) || len(r.Events) != 0 || r.Account != nil {
+					t.Fatalf("%s %s: %+v, want fields %v", c.typ, c.body, r, c.fields)
+				}
+			}
+		}
+		// the original request still answers as a duplicate
+		if r := post(t, s, "deposit", `{"idempotency_key":"dep-2","account_id":"c","amount":12,"currency":"EUR"}`); !r.Duplicate {
+			t.Fatalf("original request: %+v", r)
+		}
+		if after := len(readAll(t, st)); after != before {
+			t.Fatalf("conflicts wrote %d events", after-before)
+		}
+	})
+}
+
+func contains(xs []string, x string) bool {
+	for _, s := range xs {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}
+
+func TestRejectionIsRecordedForever(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func() testStore) {
+		st := newStore()
+		s := newService(st)
+		mustApply(t, s, "open_account", `{"idempotency_key":"open-a","account_id":"a","currency":"EUR"}`)
+		w := `{"idempotency_key":"w","account_id":"a","amount":50,"currency":"EUR"}`
+		first := post(t, s, "withdraw", w)
+		if first.Status != domain.StatusRejected || first.Code != domain.CodeInsufficientFunds || first.Duplicate || len(first.Events) != 1 {
+			t.Fatalf("first: %+v", first)
+		}
+		mustApply(t, s, "deposit", `{"idempotency_key":"d","account_id":"a","amount":100,"currency":"EUR"}`)
+		for _, svc := range []*Service{s, newService(st)} { // warm and cold
+			again := post(t, svc, "withdraw", w)
+			if again.Code != domain.CodeInsufficientFunds || !again.Duplicate || !reflect.DeepEqual(again.Events, first.Events) || !reflect.DeepEqual(again.Account, first.Account) {
+				t.Fatalf("retry after the deposit: %+v, first %+v", again, first)
+			}
+		}
+		// A refusal about an account that does not exist is not recorded: a retry
+		// after the account exists is decided afresh.
+		r := post(t, s, "deposit", `{"idempotency_key":"early","account_id":"z","amount":5,"currency":"EUR"}`)
+		if r.Code != domain.CodeAccountNotFound || len(streamEvents(t, st, "account-z")) != 0 {
+			t.Fatalf("not found: %+v", r)
+		}
+		mustApply(t, s, "open_account", `{"idempotency_key":"open-z","account_id":"z","currency":"EUR"}`)
+		mustApply(t, s, "deposit", `{"idempotency_key":"early","account_id":"z","amount":5,"currency":"EUR"}`)
+	})
+}
+
+func TestLookupReturnsTheOriginalReply(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func() testStore) {
+		st := newStore()
+		s := newService(st)
+		mustApply(t, s, "open_account", `{"idempotency_key":"open-a","account_id":"a","currency":"EUR"}`)
+		orig := mustApply(t, s, "deposit", `{"idempotency_key":"d","account_id":"a","amount":7,"currency":"EUR"}`)
+		mustApply(t, s, "deposit", `{"idempotency_key":"d2","account_id":"a","amount":8,"currency":"EUR"}`)
+		got, found, err := newService(st).Lookup(context.Background(), "d")
+		if err != nil || !found || !reflect.DeepEqual(got, orig) {
+			t.Fatalf("lookup: %v %v\n got %+v\nwant %+v", found, err, got, orig)
+		}
+		if _, found, err := s.Lookup(context.Background(), "never"); found || err != nil {
+			t.Fatalf("unknown key: found=%v err=%v", found, err)
+		}
+	})
+}
+
+// TestPropertyRandomCommands drives 10,000 seeded random commands, 20% of them
+// resends of earlier keys (some with another request), through both backends, and
+// checks PROTOCOL.md §6 invariants 1, 3 and 5 on each store and that both stores
+// end with the same events in every stream.
+func TestPropertyRandomCommands(t *testing.T) {
+	propertyRandomCommands(t, Options{Clock: clock})
+}
+
+// TestPropertyRandomCommandsForgetful is the same with aggregates that keep 3
+// keys, a cache of 2 accounts and a snapshot every 7 events: nearly every
+// resend is of a key the aggregate forgot, and nearly every load is cold, from a
+// snapshot (on the stores that locate events and keep snapshots).
+func TestPropertyRandomCommandsForgetful(t *testing.T) {
+	propertyRandomCommands(t, Options{Clock: clock, RecentKeys: 3, CacheSize: 2, SnapshotEvery: 7})
+}
+
+func propertyRandomCommands(t *testing.T, opts Options) {
+	const seed, n, workers = 20261122, 10_000, 4
+	perBackend := map[string]map[string][]string{}
+	var mu sync.Mutex
+	backends(t, func(t *testing.T, newStore func() testStore) {
+		st := newStore()
+		s := New(st, opts)
+		var wg sync.WaitGroup
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				runWorker(t, s, rand.New(rand.NewSource(seed+int64(w))), w, n/workers)
+			}()
+		}
+		wg.Wait()
+		checkInvariants(t, st)
+		mu.Lock()
+		perBackend[t.Name()] = streamDigest(t, st)
+		mu.Unlock()
+	})
+	var names []string
+	for k := range perBackend {
+		names = append(names, k)
+	}
+	if len(names) == 2 && !reflect.DeepEqual(perBackend[names[0]], perBackend[names[1]]) {
+		t.Fatalf("%s and %s hold different events", names[0], names[1])
+	}
+}
+
+// runWorker owns its accounts, so each stream sees the same commands in the same
+// order on every backend.
+func runWorker(t *testing.T, s *Service, rng *rand.Rand, w, n int) {
+	type sent struct{ typ, body string }
+	var history []sent
+	accounts := []string{}
+	for i := 0; i < 5; i++ {
+		id := fmt.Sprintf("w%d-%d", w, i)
+		accounts = append(accounts, id)
+		cur := "EUR"
+		if i == 4 {
+			cur = "USD"
+		}
+		body := fmt.Sprintf(`{"idempotency_key":"open-%s","account_id":"%s","currency":"%s","overdraft_limit":%d}`, id, id, cur, rng.Intn(3)*100)
+		mustApply(t, s, "open_account", body)
+	}
+	for i := 0; i < n; i++ {
+		if len(history) > 0 && rng.Intn(5) == 0 { // 20% resends
+			h := history[rng.Intn(len(history))]
+			body := h.body
+			if rng.Intn(10) == 0 { // some with another request under the same key
+				body = strings.Replace(body, `"currency":"EUR"`, `"currency":"GBP"`, 1)
+			}
+			r := post(t, s, h.typ, body)
+			if body == h.body && !r.Duplicate && r.Code != domain.CodeAccountNotFound {
+				t.Errorf("resend of %s was not a duplicate: %+v", body, r)
+			}
+			if body != h.body && r.Code != domain.CodeIdempotencyKeyConflict && r.Code != domain.CodeAccountNotFound {
+				t.Errorf("key reuse with another request was not a conflict: %+v", r)
+			}
+			continue
+		}
+		key := fmt.Sprintf("w%d-c%d", w, i)
+		acct := accounts[rng.Intn(len(accounts))]
+		amt := rng.Intn(500) + 1
+		var typ, body string
+		x := rng.Intn(10)
+		if s.multi != nil && rng.Intn(6) == 0 {
+			x = 10 + rng.Intn(2) // transactions and captures into accounts, where the store can
+		}
+		switch {
+		case x == 10:
+			var ps []string
+			for range 1 + rng.Intn(3) {
+				from, to := accounts[rng.Intn(len(accounts))], accounts[rng.Intn(len(accounts))]
+				if from != to {
+					ps = append(ps, fmt.Sprintf(`{"from":"%s","to":"%s","amount":%d,"currency":"EUR"}`, from, to, rng.Intn(300)+1))
+				}
+			}
+			if len(ps) == 0 {
+				continue
+			}
+			typ, body = "post_transaction", fmt.Sprintf(`{"idempotency_key":"%s","transaction_id":"x-%s","postings":[%s]}`, key, key, strings.Join(ps, ","))
+		case x == 11:
+			to := accounts[rng.Intn(len(accounts))]
+			if to == acct {
+				continue
+			}
+			typ, body = "capture_hold", fmt.Sprintf(`{"idempotency_key":"%s","account_id":"%s","hold_id":"h%d","to":"%s"}`, key, acct, rng.Intn(20), to)
+		case x < 4:
+			typ, body = "deposit", fmt.Sprintf(`{"idempotency_key":"%s","account_id":"%s","amount":%d,"currency":"EUR"}`, key, acct, amt)
+		case x < 7:
+			typ, body = "withdraw", fmt.Sprintf(`{"idempotency_key":"%s","account_id":"%s","amount":%d,"currency":"EUR"}`, key, acct, amt)
+		case x < 8:
+			typ, body = "place_hold", fmt.Sprintf(`{"idempotency_key":"%s","account_id":"%s","hold_id":"h%d","amount":%d,"currency":"EUR"}`, key, acct, rng.Intn(20), amt)
+		case x < 9:
+			op := []string{"capture_hold", "release_hold"}[rng.Intn(2)]
+			typ, body = op, fmt.Sprintf(`{"idempotency_key":"%s","account_id":"%s","hold_id":"h%d"}`, key, acct, rng.Intn(20))
+		default:
+			if len(history) == 0 {
+				continue
+			}
+			orig := history[rng.Intn(len(history))]
+			if orig.typ == "post_transaction" {
+				continue // their refusals are not recorded (what was refunded only grows): TestRefundOfATransaction
+			}
+			typ, body = "refund", fmt.Sprintf(`{"idempotency_key":"%s","original_key":"%s","amount":%d}`, key, keyOf([]byte(orig.body)), rng.Intn(100)+1)
+		}
+		r := post(t, s, typ, body)
+		if r.Status == domain.StatusError {
+			t.Errorf("%s %s: %+v", typ, body, r)
+		}
+		history = append(history, sent{typ, body})
+	}
+}
+
+// streamDigest maps each stream to its events' IDs, types and data, in order.
+func streamDigest(t *testing.T, st testStore) map[string][]string {
+	out := map[string][]string{}
+	for _, e := range readAll(t, st) {
+		out[e.Stream] = append(out[e.Stream], fmt.Sprintf("%d %s %s %s", e.Revision, e.ID, e.Type, e.Data))
+	}
+	return out
+}
+
+// checkInvariants checks PROTOCOL.md §6 invariants 1, 3 and 5 from the store alone.
+func checkInvariants(t *testing.T, st testStore) {
+	t.Helper()
+	all := readAll(t, st)
+	ids := map[string]bool{}
+	next := map[string]uint64{}
+	keyStream := map[string]string{}
+	accounts := map[string]*domain.Account{}
+	var last eventstore.Position
+	for i, e := range all {
+		if i > 0 && e.Position.Compare(last) <= 0 {
+			t.Fatalf("positions not increasing at %s@%d", e.Stream, e.Revision)
+		}
+		last = e.Position
+		if ids[e.ID.String()] {
+			t.Fatalf("event ID %s appears twice", e.ID)
+		}
+		ids[e.ID.String()] = true
+		if e.Revision != next[e.Stream] {
+			t.Fatalf("%s: revision %d after %d events (gap or reorder)", e.Stream, e.Revision, next[e.Stream])
+		}
+		next[e.Stream]++
+		ev, err := toStored(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Invariant 1: a key's events form one set, in one stream.
+		if prev, ok := keyStream[ev.Metadata.Key]; ok && prev != e.Stream && !strings.HasPrefix(e.Stream, domain.KeyStreamPrefix) && !strings.HasPrefix(prev, domain.KeyStreamPrefix) {
+			t.Fatalf("key %q wrote to %s and %s", ev.Metadata.Key, prev, e.Stream)
+		}
+		if !strings.HasPrefix(e.Stream, domain.KeyStreamPrefix) {
+			keyStream[ev.Metadata.Key] = e.Stream
+		}
+		if strings.HasPrefix(e.Stream, domain.AccountStreamPrefix) {
+			acc := accounts[e.Stream]
+			if acc == nil {
+				acc = domain.NewAccount(strings.TrimPrefix(e.Stream, domain.AccountStreamPrefix))
+				accounts[e.Stream] = acc
+			}
+			if rec, ok := acc.Keys[ev.Metadata.Key]; ok && ev.Metadata.Index == 0 {
+				t.Fatalf("key %q decided twice in %s (revisions %d and %d)", ev.Metadata.Key, e.Stream, rec.Events[0].Revision, e.Revision)
+			}
+			// Invariant 3: the fold (which checks every balance_after) and the overdraft floor.
+			if err := domain.EvolveAccount(acc, ev); err != nil {
+				t.Fatal(err)
+			}
+			if acc.Available() < -acc.OverdraftLimit {
+				t.Fatalf("%s: available %d below the overdraft limit %d", e.Stream, acc.Available(), acc.OverdraftLimit)
+			}
+		}
+	}
+}
+
+// TestStaleCacheKnowsTheKeyBeforeInvalid: instance a cached an account, instance
+// b then placed a hold on it under key h, and the clock passed the hold's expiry.
+// The same request, and another request under h, sent to a must be answered from
+// h's record (the original reply, and a key conflict), not refused as invalid by
+// a decision taken on a's stale cache: the ledger decides again on the store's
+// head before it answers invalid.
+func TestStaleCacheKnowsTheKeyBeforeInvalid(t *testing.T) {
+	sagaStores(t, func(t *testing.T, st ProcessStore) {
+		clk := newFakeClock()
+		a, b := newSagaService(st, clk), newSagaService(st, clk)
+		must(t, a, "open_account", "idempotency_key", "open", "account_id", "a", "currency", "EUR")
+		must(t, a, "deposit", "idempotency_key", "dep", "account_id", "a", "amount", 500, "currency", "EUR")
+		hold := []any{"idempotency_key", "h", "account_id", "a", "hold_id", "h1", "amount", 100, "currency", "EUR",
+			"expires_at", clk.Now().Add(10 * time.Minute).Format(time.RFC3339)}
+		orig := must(t, b, "place_hold", hold...)
+		clk.Advance(time.Hour)
+		before := len(readAll(t, st))
+		r := send(a, "place_hold", hold...)
+		if r.Status != domain.StatusApplied || !r.Duplicate || !reflect.DeepEqual(r.Events, orig.Events) {
+			t.Fatalf("resend on the stale instance: %+v, want the original %+v", r, orig)
+		}
+		other := append(append([]any{}, hold...), "amount", 200)
+		if r := send(a, "place_hold", other...); r.Code != domain.CodeIdempotencyKeyConflict {
+			t.Fatalf("another request under the key on the stale instance: %+v", r)
+		}
+		if after := len(readAll(t, st)); after != before {
+			t.Fatalf("answers wrote %d events", after-before)
+		}
+	})
+}

@@ -1,0 +1,539 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+)
+
+// Transactions (PROTOCOL.md v1.1 §2.1, domain/transaction.go): one decision over
+// every account a transaction touches, appended as one atomic write of the
+// key's claim, the transaction stream's event and every account's legs, each
+// stream with its expected revision. The accounts' locks are taken in a fixed
+// order (stream names sorted; a transaction never waits for a transfer's lock,
+// so no cycle), and the decision is taken on durable state: each account's
+// pipelined appends in flight are waited for first, with its lock held so that
+// no new one starts. A store that cannot write several streams at once
+// (KurrentDB) refuses the command: the reservation saga it would need there is
+// not built.
+
+// errNoMultiStream refuses post_transaction on a store without atomic multi-stream appends.
+var errNoMultiStream = &domain.InvalidError{Field: "type", Message: "post_transaction needs an event store that appends to several streams at once (PostgreSQL); this ledger's store cannot, and the reservation saga it would need is not built"}
+
+// handleTransaction decides a post_transaction command.
+func (s *Service) handleTransaction(ctx context.Context, cmd domain.Command) (Reply, error) {
+	if s.multi == nil {
+		return reply.Invalid(cmd.IdempotencyKey, errNoMultiStream), nil
+	}
+	req := cmd.Canonical()
+	txStream := domain.TransactionStream(cmd.TransactionID)
+	return s.underLocks(ctx, transactionLocks(cmd.Postings, txStream), func(attempt int) (Reply, bool, error) {
+		if r, done, err := s.decidedTransaction(ctx, txStream, cmd, req); err != nil || done {
+			return r, false, err
+		}
+		return s.tryTransaction(ctx, cmd, req, txStream, attempt)
+	})
+}
+
+// transactionLocks are the streams a transaction locks, sorted: its accounts'
+// and the streams named.
+func transactionLocks(ps []domain.Posting, streams ...string) []string {
+	for _, id := range domain.TransactionAccounts(ps) {
+		streams = append(streams, domain.AccountStream(id))
+	}
+	slices.Sort(streams)
+	return streams
+}
+
+// tryTransaction is one attempt at a transaction tx (a post_transaction, or a
+// refund shaped as one) whose client request is req, under the locks of its
+// accounts: it decides on their durable states (on the store's head after the
+// first attempt) and appends. retry is set when another instance wrote one of
+// the streams (decide again).
+func (s *Service) tryTransaction(ctx context.Context, tx domain.Command, req domain.Canonical, txStream string, attempt int) (r Reply, retry bool, err error) {
+	accs := map[string]*domain.Account{}
+	for _, id := range domain.TransactionAccounts(tx.Postings) {
+		stream := domain.AccountStream(id)
+		if err := s.drain(ctx, stream); err != nil {
+			return Reply{}, false, err
+		}
+		// The first attempt decides on the cache; a refusal without record,
+		// or a write that found other events, on the store's head.
+		acc, err := s.loadAccount(ctx, stream, id, attempt > 0)
+		if err != nil {
+			return Reply{}, false, err
+		}
+		accs[id] = acc
+	}
+	d := domain.DecideTransaction(accs, tx)
+	if d.Rejection != nil && !d.Rejection.Recorded {
+		if attempt == 0 {
+			return Reply{}, true, nil
+		}
+		return reply.TransactionNotRecorded(tx.IdempotencyKey, tx.TransactionID, d.Rejection, d.Posting), false, nil
+	}
+	r, err = s.appendTransaction(ctx, tx, req, txStream, accs, d)
+	if refused, answered, retry, err := refusedAppend(tx.IdempotencyKey, err); answered || retry || err != nil {
+		return refused, retry, err
+	}
+	return r, false, nil
+}
+
+// refundTransaction refunds a posted transaction (orig is the claim of its
+// key) as a transaction of its own: every posting reversed, last first, in
+// full, or in part for a transaction of one posting; the refunds of one
+// transaction never exceed it. Its stream is the original's next refund slot,
+// domain.RefundTransactionID(original, n): slots are taken in order (the
+// original's lock in this process, the slot's expected "no stream" across
+// instances), and what earlier slots posted is what was refunded.
+func (s *Service) refundTransaction(ctx context.Context, cmd domain.Command, orig *domain.KeyClaimed) (Reply, error) {
+	if s.multi == nil {
+		return reply.Invalid(cmd.IdempotencyKey, errNoMultiStream), nil
+	}
+	ev, payload, err := s.readTransaction(ctx, orig.Stream)
+	if err != nil {
+		return Reply{}, err
+	}
+	posted, ok := payload.(*domain.TransactionPosted)
+	if ev == nil || !ok || ev.Metadata.Command != string(domain.CmdPostTransaction) { // a refund is not refunded
+		return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeNotRefundable, Message: fmt.Sprintf("transaction of %q was not posted", cmd.OriginalKey)}), nil
+	}
+	req := cmd.Canonical()
+	return s.underLocks(ctx, transactionLocks(posted.Postings, orig.Stream), func(attempt int) (Reply, bool, error) {
+		slot, refunded, r, done, err := s.refundSlot(ctx, posted.TransactionID, cmd, req)
+		if err != nil || done {
+			return r, false, err
+		}
+		tx, rej := domain.RefundOfTransaction(posted, cmd, refunded)
+		if rej != nil {
+			return reply.NotRecorded(cmd.IdempotencyKey, rej), false, nil
+		}
+		tx.TransactionID = domain.RefundTransactionID(posted.TransactionID, slot)
+		return s.tryTransaction(ctx, tx, req, domain.TransactionStream(tx.TransactionID), attempt)
+	})
+}
+
+// refundSlot reads the refund slots of a transaction in order: the first free
+// one and what the ones before it refunded; or, when one holds this key, its
+// answer (done).
+func (s *Service) refundSlot(ctx context.Context, txID string, cmd domain.Command, req domain.Canonical) (slot int, refunded int64, r Reply, done bool, err error) {
+	for slot = 0; ; slot++ {
+		ev, payload, err := s.readTransaction(ctx, domain.TransactionStream(domain.RefundTransactionID(txID, slot)))
+		if err != nil || ev == nil {
+			return slot, refunded, Reply{}, false, err
+		}
+		if ev.Metadata.Key == cmd.IdempotencyKey {
+			if domain.JudgeKeyHex(true, ev.Metadata.RequestHash, req) == domain.KeyConflict {
+				return 0, 0, reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(ev.Metadata.Request, req)), true, nil
+			}
+			r, err := transactionReply(ev, payload, true)
+			return 0, 0, r, true, err
+		}
+		if p, ok := payload.(*domain.TransactionPosted); ok {
+			for _, ps := range p.Postings {
+				refunded += ps.Amount
+			}
+		}
+	}
+}
+
+// lockAll takes the locks of streams in their order, or none.
+func (s *Service) lockAll(ctx context.Context, streams []string) (unlock func(), err error) {
+	var held []func()
+	unlock = func() {
+		for i := len(held) - 1; i >= 0; i-- {
+			held[i]()
+		}
+	}
+	for _, st := range streams {
+		u, err := s.locks.lock(ctx, st)
+		if err != nil {
+			unlock()
+			return nil, err
+		}
+		held = append(held, u)
+	}
+	return unlock, nil
+}
+
+// underLocks is the attempts loop of a command decided under the locks of
+// several streams (a transaction, its refund, a capture into an account, a
+// transfer's request): it takes them in order, calls try until it answers
+// without asking to retry (retry: another instance wrote one of the streams, or
+// the decision is to be taken again on the store's head), at most
+// Options.MaxAttempts times, and releases them.
+func (s *Service) underLocks(ctx context.Context, streams []string, try func(attempt int) (r Reply, retry bool, err error)) (Reply, error) {
+	unlock, err := s.lockAll(ctx, streams)
+	if err != nil {
+		return Reply{}, err
+	}
+	defer unlock()
+	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
+		r, retry, err := try(attempt)
+		if err != nil || !retry {
+			return r, err
+		}
+	}
+	return Reply{}, ErrTooManyConflicts
+}
+
+// drain waits, holding the stream's lock, until no pipelined append is in
+// flight on it: its cached aggregate is then what the store holds (or stale,
+// and reloaded by the next load).
+func (s *Service) drain(ctx context.Context, stream string) error {
+	if ch := s.pipes.inflightChan(stream); ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// decidedTransaction answers a transaction whose stream already holds its
+// outcome: the original reply (duplicate), a conflict (the key with another
+// request), or transaction_exists (the ID under another key). done is false
+// when the transaction was never decided.
+func (s *Service) decidedTransaction(ctx context.Context, txStream string, cmd domain.Command, req domain.Canonical) (r Reply, done bool, err error) {
+	ev, payload, err := s.readTransaction(ctx, txStream)
+	if err != nil || ev == nil {
+		return Reply{}, false, err
+	}
+	if ev.Metadata.Key != cmd.IdempotencyKey {
+		c, err := s.readClaim(ctx, cmd.IdempotencyKey)
+		if err != nil {
+			return Reply{}, false, err
+		}
+		if c.Verdict(req) == domain.KeyConflict {
+			return reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(c.Request, req)), true, nil
+		}
+		return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeTransactionExists,
+			Message: fmt.Sprintf("transaction %s was posted under another key", cmd.TransactionID)}), true, nil
+	}
+	if domain.JudgeKeyHex(true, ev.Metadata.RequestHash, req) == domain.KeyConflict {
+		return reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(ev.Metadata.Request, req)), true, nil
+	}
+	r, err = transactionReply(ev, payload, true)
+	return r, err == nil, err
+}
+
+// readTransaction reads a transaction stream's one event, nil when the stream
+// does not exist.
+func (s *Service) readTransaction(ctx context.Context, txStream string) (*domain.StoredEvent, any, error) {
+	evs, err := s.store.ReadStream(ctx, txStream, 0, eventstore.Forwards, 1)
+	if errors.Is(err, eventstore.ErrStreamNotFound) || (err == nil && len(evs) == 0) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	ev, err := toStored(evs[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	payload, err := domain.DecodeEvent(ev.Type, ev.Data)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &ev, payload, nil
+}
+
+func transactionReply(ev *domain.StoredEvent, payload any, duplicate bool) (Reply, error) {
+	ref := domain.EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type}
+	return reply.Transaction(ev.Metadata.Key, ref, payload, ev.Position, duplicate)
+}
+
+// appendTransaction writes a decided transaction: the key's claim, the
+// transaction stream's event and, when posted, every account's legs, in one
+// append; then folds the legs into the cached aggregates.
+func (s *Service) appendTransaction(ctx context.Context, cmd domain.Command, req domain.Canonical, txStream string, accs map[string]*domain.Account, d domain.TransactionDecision) (Reply, error) {
+	claim, err := s.claimPart(cmd, req, txStream, 0)
+	if err != nil {
+		return Reply{}, err
+	}
+	txData, txMetas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, txStream, 0, "", []domain.NewEvent{d.Event})
+	if err != nil {
+		return Reply{}, err
+	}
+	parts := []eventstore.StreamAppend{claim, {Stream: txStream, Expected: eventstore.NoStream, Events: txData}}
+	type legPart struct {
+		id    string
+		data  []eventstore.EventData
+		metas []domain.Metadata
+	}
+	var legs []legPart
+	for _, id := range domain.TransactionAccounts(cmd.Postings) {
+		events := d.Legs[id]
+		if len(events) == 0 {
+			continue
+		}
+		acc, stream := accs[id], domain.AccountStream(id)
+		leg := domain.TransactionLegCommand(cmd, id)
+		data, metas, err := s.encodeEvents(leg, leg.Canonical(), leg.IdempotencyKey, stream, uint64(acc.Revision+1), acc.LastChain, events)
+		if err != nil {
+			return Reply{}, err
+		}
+		parts = append(parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(acc.Revision), Events: data})
+		legs = append(legs, legPart{id, data, metas})
+	}
+	res, err := s.multi.AppendMulti(ctx, parts)
+	if err != nil {
+		return Reply{}, s.claimError(ctx, claim.Stream, req, err)
+	}
+	if res[1].Idempotent {
+		return Reply{}, fmt.Errorf("%w: transaction %s was written meanwhile", eventstore.ErrWrongExpectedRevision, cmd.TransactionID)
+	}
+	for i, leg := range legs {
+		stream := domain.AccountStream(leg.id)
+		w := writtenFrom(stream, res[2+i], leg.data, leg.metas, d.Legs[leg.id])
+		if err := s.applyWritten(ctx, stream, accs[leg.id], w); err != nil {
+			return Reply{}, err
+		}
+		s.tookCommand(stream, accs[leg.id])
+	}
+	w := writtenFrom(txStream, res[1], txData, txMetas, []domain.NewEvent{d.Event})
+	payload := domain.TransactionPayload(d.Event.Data)
+	return transactionReply(&w.events[0], payload, false)
+}
+
+// errNoMultiStreamCapture refuses capture_hold with `to` on a store without
+// atomic multi-stream appends.
+var errNoMultiStreamCapture = &domain.InvalidError{Field: "to", Message: "capture into an account needs an event store that appends to several streams at once (PostgreSQL); this ledger's store cannot"}
+
+// handleCaptureTo decides a capture_hold with `to` (v1.1): the capture on the
+// held account and the credit of what it captures to `to`, in one append with
+// the key's claim, or a refusal of both recorded on the held account. The reply
+// is the held account's, as for any capture; the credit is in `to`'s stream
+// under StepKey(key, StepCaptureTo).
+func (s *Service) handleCaptureTo(ctx context.Context, cmd domain.Command) (Reply, error) {
+	if s.multi == nil {
+		return reply.Invalid(cmd.IdempotencyKey, errNoMultiStreamCapture), nil
+	}
+	held, to := domain.AccountStream(cmd.AccountID), domain.AccountStream(cmd.To)
+	streams := []string{held, to}
+	slices.Sort(streams)
+	req := cmd.Canonical()
+	return s.underLocks(ctx, streams, func(attempt int) (Reply, bool, error) {
+		for _, st := range streams {
+			if err := s.drain(ctx, st); err != nil {
+				return Reply{}, false, err
+			}
+		}
+		refresh := attempt > 0
+		a, err := s.loadAccount(ctx, held, cmd.AccountID, refresh)
+		if err != nil {
+			return Reply{}, false, err
+		}
+		b, err := s.loadAccount(ctx, to, cmd.To, refresh)
+		if err != nil {
+			return Reply{}, false, err
+		}
+		switch rec, dup, r, err := s.answerKnownKey(ctx, held, a, cmd, req, true); {
+		case err != nil:
+			return Reply{}, false, err
+		case rec != nil:
+			return ownedRecordReply(rec, dup), false, nil
+		case r != nil:
+			return *r, false, nil
+		}
+		capture, credit := domain.DecideCaptureTo(a, b, cmd)
+		switch {
+		case capture.Invalid != nil:
+			return reply.Invalid(cmd.IdempotencyKey, capture.Invalid), false, nil
+		case len(capture.Events) == 0:
+			if attempt == 0 {
+				return Reply{}, true, nil // decided on the cache: once more on the store's head
+			}
+			return reply.NotRecorded(cmd.IdempotencyKey, capture.Rejection), false, nil
+		}
+		err = s.appendCaptureTo(ctx, cmd, req, a, b, capture.Events, credit.Events)
+		if r, answered, retry, err := refusedAppend(cmd.IdempotencyKey, err); answered || retry || err != nil {
+			return r, retry, err
+		}
+		return ownedRecordReply(copyRecord(a.Keys[cmd.IdempotencyKey]), false), false, nil
+	})
+}
+
+// appendCaptureTo writes the claim, the held account's events and, when the
+// capture applies, the credit to `to`, in one append, and folds them.
+func (s *Service) appendCaptureTo(ctx context.Context, cmd domain.Command, req domain.Canonical, a, b *domain.Account, capture, credit []domain.NewEvent) error {
+	held, to := domain.AccountStream(a.ID), domain.AccountStream(b.ID)
+	claim, err := s.claimPart(cmd, req, held, uint64(a.Revision+1))
+	if err != nil {
+		return err
+	}
+	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, held, uint64(a.Revision+1), a.LastChain, capture)
+	if err != nil {
+		return err
+	}
+	parts := []eventstore.StreamAppend{claim, {Stream: held, Expected: eventstore.ExactOrNoStream(a.Revision), Events: data}}
+	var cdata []eventstore.EventData
+	var cmetas []domain.Metadata
+	if len(credit) > 0 {
+		leg := domain.CaptureCreditCommand(cmd)
+		if cdata, cmetas, err = s.encodeEvents(leg, leg.Canonical(), leg.IdempotencyKey, to, uint64(b.Revision+1), b.LastChain, credit); err != nil {
+			return err
+		}
+		parts = append(parts, eventstore.StreamAppend{Stream: to, Expected: eventstore.ExactOrNoStream(b.Revision), Events: cdata})
+	}
+	res, err := s.multi.AppendMulti(ctx, parts)
+	if err != nil {
+		return s.claimError(ctx, claim.Stream, req, err)
+	}
+	if res[1].Idempotent {
+		return fmt.Errorf("%w: capture %s was written meanwhile", eventstore.ErrWrongExpectedRevision, cmd.IdempotencyKey)
+	}
+	if err := s.applyWritten(ctx, held, a, writtenFrom(held, res[1], data, metas, capture)); err != nil {
+		return err
+	}
+	s.tookCommand(held, a)
+	if len(credit) > 0 {
+		if err := s.applyWritten(ctx, to, b, writtenFrom(to, res[2], cdata, cmetas, credit)); err != nil {
+			return err
+		}
+		s.tookCommand(to, b)
+	}
+	return nil
+}
+
+// transferAtomically decides a new transfer on a store with atomic multi-stream
+// appends (PROTOCOL.md v1.1 §2.1): both accounts' steps are decided on their
+// durable states and written with the request, its claim and the saga's
+// marker in one append, so that the transfer is completed or rejected, never
+// debited and credited back. It writes exactly the events the saga writes on
+// its way to the same decision (a credit the destination would refuse is
+// recorded as the debit's refusal, with the destination's code), so that
+// every reader of transfer streams (replay, audit, read models, the transfer
+// process) meets nothing new. The caller holds the transfer stream's lock; done
+// is false when another instance wrote meanwhile (decide again).
+func (s *Service) transferAtomically(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, t *domain.Transfer, requested []domain.NewEvent) (r Reply, done bool, err error) {
+	from, to := domain.AccountStream(cmd.From), domain.AccountStream(cmd.To)
+	accounts := []string{from, to}
+	slices.Sort(accounts)
+	unlock, err := s.lockAll(ctx, accounts)
+	if err != nil {
+		return Reply{}, true, err
+	}
+	written, r, err := s.decideTransferAtomically(ctx, cmd, req, stream, t, requested)
+	unlock()
+	switch {
+	case err != nil:
+		return Reply{}, true, err
+	case !written:
+		return r, r.Status != "", nil // no answer: decide again
+	}
+	// The reply reads the steps' records from the accounts, as a saga's does,
+	// with the accounts' locks released (the transfer stream's lock first).
+	r, err = s.sagaReply(ctx, t, cmd.IdempotencyKey, false)
+	return r, true, err
+}
+
+// decideTransferAtomically is transferAtomically under the accounts' locks:
+// wrote reports an append; otherwise r is the answer (a refusal not recorded,
+// a conflict) or empty (decide again).
+func (s *Service) decideTransferAtomically(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, t *domain.Transfer, requested []domain.NewEvent) (wrote bool, r Reply, err error) {
+	accs := map[string]*domain.Account{}
+	for _, id := range []string{cmd.From, cmd.To} {
+		st := domain.AccountStream(id)
+		if err := s.drain(ctx, st); err != nil {
+			return false, Reply{}, err
+		}
+		acc, err := s.loadAccount(ctx, st, id, true)
+		if err != nil {
+			return false, Reply{}, err
+		}
+		if !acc.Opened {
+			return false, reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s does not exist", id)}), nil
+		}
+		accs[id] = acc
+	}
+	reqData, reqMetas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, 0, t.LastChain, requested)
+	if err != nil {
+		return false, Reply{}, err
+	}
+	// The saga as the request opens it, on a scratch transfer.
+	tmp := domain.NewTransfer(cmd.TransferID)
+	for _, ev := range writtenFrom(stream, eventstore.AppendResult{}, reqData, reqMetas, requested).events {
+		if err := domain.EvolveTransfer(tmp, ev); err != nil {
+			return false, Reply{}, err
+		}
+	}
+	sg, ok := tmp.SagaOf(cmd.IdempotencyKey)
+	if !ok {
+		return false, Reply{}, fmt.Errorf("ledger: %s: the request opened no saga", stream)
+	}
+	d, err := domain.DecideTransferAtomically(tmp, sg, accs[cmd.From], accs[cmd.To], cmd.At)
+	if err != nil {
+		return false, Reply{}, err
+	}
+	return s.appendTransferAtomically(ctx, cmd, req, stream, t, sg, accs, d, requested, reqData, reqMetas)
+}
+
+// accountStep is one account's part of an atomic write: its command, decided
+// events and their encoding.
+type accountStep struct {
+	acc    *domain.Account
+	cmd    domain.Command
+	events []domain.NewEvent
+	data   []eventstore.EventData
+	metas  []domain.Metadata
+}
+
+// appendTransferAtomically writes a transfer decided at once, in the order the
+// saga writes it (request, steps, marker: readers of "all" rely on it), with
+// the key's claim, in one append; then folds it into the cached aggregates.
+func (s *Service) appendTransferAtomically(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, t *domain.Transfer, sg *domain.Saga, accs map[string]*domain.Account,
+	d domain.AtomicTransfer, requested []domain.NewEvent, reqData []eventstore.EventData, reqMetas []domain.Metadata) (bool, Reply, error) {
+	markerCmd := domain.Command{Type: sg.Command, IdempotencyKey: d.MarkerKey, At: cmd.At, Origin: sg.Key}
+	markerData, markerMetas, err := s.encodeEvents(markerCmd, req, d.MarkerKey, stream, uint64(len(reqData)), reqMetas[len(reqMetas)-1].Chain, d.Marker)
+	if err != nil {
+		return false, Reply{}, err
+	}
+	claim, err := s.claimPart(cmd, req, stream, 0)
+	if err != nil {
+		return false, Reply{}, err
+	}
+	steps := []*accountStep{{acc: accs[cmd.From], cmd: d.DebitCmd, events: d.Debit.Events}}
+	if len(d.Credit.Events) > 0 {
+		steps = append(steps, &accountStep{acc: accs[cmd.To], cmd: d.CreditCmd, events: d.Credit.Events})
+	}
+	parts := []eventstore.StreamAppend{claim, {Stream: stream, Expected: eventstore.ExactOrNoStream(t.Revision), Events: reqData}}
+	for _, st := range steps {
+		acc := st.acc
+		if st.data, st.metas, err = s.encodeEvents(st.cmd, st.cmd.Canonical(), st.cmd.IdempotencyKey, domain.AccountStream(acc.ID), uint64(acc.Revision+1), acc.LastChain, st.events); err != nil {
+			return false, Reply{}, err
+		}
+		parts = append(parts, eventstore.StreamAppend{Stream: domain.AccountStream(acc.ID), Expected: eventstore.ExactOrNoStream(acc.Revision), Events: st.data})
+	}
+	parts = append(parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.Exact(uint64(t.Revision + int64(len(reqData)))), Events: markerData})
+	res, err := s.multi.AppendMulti(ctx, parts)
+	if err != nil {
+		r, _, _, err := refusedAppend(cmd.IdempotencyKey, s.claimError(ctx, claim.Stream, req, err))
+		return false, r, err // answered (a conflict), or to decide again
+	}
+	if res[1].Idempotent {
+		return false, Reply{}, nil
+	}
+	for _, w := range []written{
+		writtenFrom(stream, res[1], reqData, reqMetas, requested),
+		writtenFrom(stream, res[len(res)-1], markerData, markerMetas, d.Marker),
+	} {
+		if err := s.applyTransferWritten(ctx, stream, t, w); err != nil {
+			return false, Reply{}, err
+		}
+	}
+	for i, st := range steps {
+		as := domain.AccountStream(st.acc.ID)
+		if err := s.applyWritten(ctx, as, st.acc, writtenFrom(as, res[2+i], st.data, st.metas, st.events)); err != nil {
+			return false, Reply{}, err
+		}
+		s.tookCommand(as, st.acc)
+	}
+	return true, Reply{}, nil
+}

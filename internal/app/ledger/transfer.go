@@ -1,0 +1,457 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+)
+
+// Transfers and refunds of transfers are sagas (ARCHITECTURE decision 6, layout in
+// domain/transfer.go). The handler writes the request to the transfer stream with
+// the claim of its key, then runs the steps inline: each step is an account
+// command with a key derived from the saga's, so running it again answers from the
+// account's record; each outcome is recorded in the transfer stream by a marker
+// appended at the exact revision it was decided on. A crash anywhere leaves a
+// state from which driveSaga, run again by a retry of the client or by the
+// transfer process (process.go), goes on to the same decision.
+//
+// Lock order: a transfer stream's lock is taken before an account stream's, and at
+// most one account lock is held at a time, so the saga cannot deadlock with
+// account commands or with itself.
+
+// transferCache keeps transfer aggregates; an entry is only touched under its
+// stream's lock. A stale entry is caught by the expected revision of the next
+// append and refreshed.
+type transferCache struct {
+	c *lru.Cache[string, *domain.Transfer]
+}
+
+func newTransferCache(size int) *transferCache {
+	c, err := lru.New[string, *domain.Transfer](size)
+	if err != nil {
+		panic(err)
+	}
+	return &transferCache{c: c}
+}
+
+// loadTransfer returns the cached transfer caught up to the store's head when
+// refresh is set or it is not cached; otherwise the cached one as is.
+func (s *Service) loadTransfer(ctx context.Context, stream, id string, refresh bool) (*domain.Transfer, error) {
+	t, ok := s.transfers.c.Get(stream)
+	if ok && !refresh {
+		return t, nil
+	}
+	if !ok {
+		t = domain.NewTransfer(id)
+	}
+	if err := catchUp(ctx, s.store, stream, t.Revision, func(ev domain.StoredEvent) error { return domain.EvolveTransfer(t, ev) }); err != nil {
+		s.transfers.c.Remove(stream)
+		return nil, err
+	}
+	s.transfers.c.Add(stream, t)
+	return t, nil
+}
+
+// applyTransferWritten folds freshly written events into the cached transfer, or
+// catches up when the cache was behind.
+func (s *Service) applyTransferWritten(ctx context.Context, stream string, t *domain.Transfer, w written) error {
+	if len(w.events) > 0 && int64(w.events[0].Revision) != t.Revision+1 {
+		_, err := s.loadTransfer(ctx, stream, t.ID, true)
+		return err
+	}
+	for _, ev := range w.events {
+		if err := domain.EvolveTransfer(t, ev); err != nil {
+			s.transfers.c.Remove(stream)
+			return err
+		}
+	}
+	return nil
+}
+
+// fail calls the test failpoint, if any, with the name of the step just done:
+// "transfer/" or "refund/" followed by "requested" (the request is written),
+// "debit", "credit", "compensate" (an account step) or "reject", "complete",
+// "refuse", "fail" (a marker).
+func (s *Service) fail(step string) error {
+	if s.failpoint == nil {
+		return nil
+	}
+	return s.failpoint(step)
+}
+
+// handleTransfer decides a transfer: on a store with atomic multi-stream appends,
+// as one decision over both accounts written in one append (transferAtomically);
+// elsewhere the request is written with the claim of its key, then the saga
+// runs to its decision, and the reply reports it.
+func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply, error) {
+	stream := domain.TransferStream(cmd.TransferID)
+	req := cmd.Canonical()
+	return s.decideOnTransfer(ctx, cmd, stream, cmd.TransferID, false, "transfer/requested", func(t *domain.Transfer, fresh, wrote bool) (Reply, []domain.NewEvent, transferNext, error) {
+		if t.Requested {
+			if t.Key() != cmd.IdempotencyKey {
+				r, err := s.transferExists(ctx, cmd, req, t)
+				return r, nil, answered, err
+			}
+			if r, ok := sagaConflict(t.Saga, req); !ok {
+				return r, nil, answered, nil
+			}
+			if !t.Saga.Stage.Decided() && !wrote && !fresh {
+				return Reply{}, nil, again, nil // another instance may have gone on: start from the store
+			}
+			r, err := s.finishSaga(ctx, stream, cmd.TransferID, cmd.IdempotencyKey, wrote)
+			return r, nil, answered, err
+		}
+		d := domain.DecideTransfer(t, cmd)
+		if len(d.Events) == 0 {
+			return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil, answered, nil
+		}
+		if d.Rejection == nil && s.multi != nil { // one decision, one append (transaction.go)
+			r, done, err := s.transferAtomically(ctx, cmd, req, stream, t, d.Events)
+			if err != nil || done {
+				return r, nil, answered, err
+			}
+			return Reply{}, nil, again, nil
+		}
+		if d.Rejection == nil {
+			// A refusal that concerns an account that does not exist is not
+			// recorded (PROTOCOL.md §3), and no money moves for it.
+			for _, id := range []string{cmd.From, cmd.To} {
+				open, err := s.accountOpened(ctx, id)
+				if err != nil {
+					return Reply{}, nil, answered, err
+				}
+				if !open {
+					return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s does not exist", id)}), nil, answered, nil
+				}
+			}
+		}
+		return Reply{}, d.Events, appendThem, nil
+	})
+}
+
+// transferNext is what a decision on a transfer stream asks of decideOnTransfer.
+type transferNext uint8
+
+const (
+	answered   transferNext = iota // the reply is the answer
+	again                          // decide again on the store's head
+	cached                         // decide again on the cached state
+	appendThem                     // append the events, fold them, and decide again
+)
+
+// decideOnTransfer is the load-decide-append loop of a client command whose home
+// is the transfer stream of transfer id (through underLocks): it loads the
+// transfer (from the store when refresh, or when the last attempt asked to),
+// asks decide, appends the events it returns with the key's claim at the
+// transfer's revision, and answers a key conflict or retries a concurrent
+// write. decide learns whether the state is fresh from the store and whether
+// this call already wrote the command's request.
+func (s *Service) decideOnTransfer(ctx context.Context, cmd domain.Command, stream, id string, refresh bool, failpoint string,
+	decide func(t *domain.Transfer, fresh, wrote bool) (Reply, []domain.NewEvent, transferNext, error)) (Reply, error) {
+	req := cmd.Canonical()
+	wrote := false
+	return s.underLocks(ctx, []string{stream}, func(int) (Reply, bool, error) {
+		t, err := s.loadTransfer(ctx, stream, id, refresh)
+		if err != nil {
+			return Reply{}, false, err
+		}
+		r, events, next, err := decide(t, refresh, wrote)
+		refresh = next == again
+		if err != nil || next == answered {
+			return r, false, err
+		}
+		if next != appendThem {
+			return Reply{}, true, nil
+		}
+		res, err := s.appendDecision(ctx, cmd, req, stream, t.Revision, t.LastChain, events)
+		if r, answered, retry, err := refusedAppend(cmd.IdempotencyKey, err); answered || retry || err != nil {
+			refresh = retry
+			return r, retry, err
+		}
+		if err := s.applyTransferWritten(ctx, stream, t, res); err != nil {
+			return Reply{}, false, err
+		}
+		wrote = true
+		return Reply{}, true, s.fail(failpoint)
+	})
+}
+
+// finishSaga drives the saga of key to its decision and answers it (a duplicate
+// unless this call wrote its request).
+func (s *Service) finishSaga(ctx context.Context, stream, transferID, key string, wrote bool) (Reply, error) {
+	t, err := s.driveSaga(ctx, stream, transferID, key)
+	if err != nil {
+		return Reply{}, err
+	}
+	return s.sagaReply(ctx, t, key, !wrote)
+}
+
+// sagaConflict answers a known saga key sent with another request.
+func sagaConflict(sg *domain.Saga, req domain.Canonical) (Reply, bool) {
+	if domain.JudgeKey(true, sg.RequestHash, req) == domain.KeyConflict {
+		return reply.Conflict(sg.Key, domain.ConflictFields(sg.Request, req)), false
+	}
+	return Reply{}, true
+}
+
+// transferExists answers a transfer whose id belongs to another key's transfer;
+// a key already bound to another request is a conflict first.
+func (s *Service) transferExists(ctx context.Context, cmd domain.Command, req domain.Canonical, t *domain.Transfer) (Reply, error) {
+	c, err := s.readClaim(ctx, cmd.IdempotencyKey)
+	if err != nil {
+		return Reply{}, err
+	}
+	if c.Verdict(req) == domain.KeyConflict {
+		return reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(c.Request, req)), nil
+	}
+	d := domain.DecideTransfer(t, cmd)
+	return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil
+}
+
+// accountOpened reports whether an account exists. An account never disappears,
+// so a cached "open" is final; a cached "missing" is checked against the store.
+func (s *Service) accountOpened(ctx context.Context, id string) (bool, error) {
+	stream := domain.AccountStream(id)
+	var opened bool
+	err := s.whenSettled(ctx, stream, func() error {
+		acc, err := s.loadAccount(ctx, stream, id, false)
+		if err == nil && !acc.Opened {
+			acc, err = s.loadAccount(ctx, stream, id, true)
+		}
+		if err == nil {
+			opened = acc.Opened
+		}
+		return err
+	})
+	return opened, err
+}
+
+// errStepNotRecorded is a saga step refused without a record. It cannot happen for
+// accounts that exist (checked before the request is written, and accounts are
+// never removed); going on would risk a decision that a later run contradicts, so
+// the saga stays pending instead.
+var errStepNotRecorded = errors.New("ledger: saga step refused without a record")
+
+// driveSaga runs the saga of key in a transfer stream to its decision, from
+// whatever state the stream is in. The caller holds the stream's lock.
+func (s *Service) driveSaga(ctx context.Context, stream, transferID, key string) (*domain.Transfer, error) {
+	refresh := false
+	for conflicts := 0; conflicts < s.opts.MaxAttempts; {
+		t, err := s.loadTransfer(ctx, stream, transferID, refresh)
+		if err != nil {
+			return nil, err
+		}
+		refresh = false
+		sg, ok := t.SagaOf(key)
+		if !ok {
+			return nil, fmt.Errorf("ledger: %s: no saga of key %q", stream, key)
+		}
+		if sg.Stage.Decided() {
+			return t, nil
+		}
+		kind := "transfer/"
+		if sg.Refund {
+			kind = "refund/"
+		}
+		var (
+			step string
+			o    domain.StepOutcome
+		)
+		switch sg.Stage {
+		case domain.SagaPending:
+			step = domain.StepDebit
+			if o, err = s.runStep(ctx, t, sg, step); err != nil {
+				return nil, err
+			}
+			if err := s.fail(kind + step); err != nil {
+				return nil, err
+			}
+			if o.Applied {
+				step = domain.StepCredit
+				if o, err = s.runStep(ctx, t, sg, step); err != nil {
+					return nil, err
+				}
+				if err := s.fail(kind + step); err != nil {
+					return nil, err
+				}
+			}
+		case domain.SagaCompensating:
+			step = domain.StepCompensate
+			if o, err = s.runStep(ctx, t, sg, step); err != nil {
+				return nil, err
+			}
+			if err := s.fail(kind + step); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, fmt.Errorf("ledger: %s: saga %q at stage %s", stream, key, sg.Stage)
+		}
+		mkey, events, err := domain.DecideSagaMarker(t, sg, step, o)
+		if err != nil {
+			return nil, err
+		}
+		err = s.appendMarker(ctx, stream, t, sg, mkey, events)
+		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+			conflicts++
+			refresh = true // another instance went on: continue from what it recorded
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := s.fail(kind + strings.TrimPrefix(mkey, sg.Key+":")); err != nil {
+			return nil, err
+		}
+	}
+	return nil, ErrTooManyConflicts
+}
+
+// runStep runs one account step of a saga and returns its recorded outcome.
+func (s *Service) runStep(ctx context.Context, t *domain.Transfer, sg *domain.Saga, step string) (domain.StepOutcome, error) {
+	cmd := t.StepCommand(sg, step, s.opts.Clock().UTC())
+	rec, _, r, err := s.decideOnAccount(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID, false)
+	if err != nil {
+		return domain.StepOutcome{}, err
+	}
+	if r != nil {
+		return domain.StepOutcome{}, fmt.Errorf("%w: %s %q on %s: %s: %s", errStepNotRecorded, cmd.Type, cmd.IdempotencyKey, cmd.AccountID, r.Code, r.Message)
+	}
+	return domain.StepOutcome{Applied: rec.Status == domain.StatusApplied, Code: rec.Code, Message: rec.Message}, nil
+}
+
+// appendMarker records a saga's progress in the transfer stream under the
+// marker's derived key, at the revision the saga's state was read at.
+func (s *Service) appendMarker(ctx context.Context, stream string, t *domain.Transfer, sg *domain.Saga, key string, events []domain.NewEvent) error {
+	if len(events) == 0 {
+		return nil
+	}
+	req, err := domain.ParseRequest(sg.Request)
+	if err != nil {
+		return fmt.Errorf("ledger: %s: request of %q: %w", stream, sg.Key, err)
+	}
+	cmd := domain.Command{Type: sg.Command, IdempotencyKey: key, At: s.opts.Clock().UTC(), Origin: sg.Key}
+	w, err := s.appendStep(ctx, cmd, req.Canonical(), stream, t.Revision, t.LastChain, events)
+	if err != nil {
+		return err
+	}
+	return s.applyTransferWritten(ctx, stream, t, w)
+}
+
+// stepRecord returns the record of a saga step in an account, or nil when the
+// step never ran there. It writes nothing.
+func (s *Service) stepRecord(ctx context.Context, accountID, key string) (*domain.KeyRecord, error) {
+	stream := domain.AccountStream(accountID)
+	var rec *domain.KeyRecord
+	err := s.whenSettled(ctx, stream, func() error {
+		for _, refresh := range []bool{false, true} {
+			acc, err := s.loadAccount(ctx, stream, accountID, refresh)
+			if err != nil {
+				return err
+			}
+			r, err := s.keyRecord(ctx, stream, acc, key)
+			if err != nil || r != nil {
+				if r != nil {
+					rec = &copyRecord(r).KeyRecord
+				}
+				return err
+			}
+		}
+		return nil
+	})
+	return rec, err
+}
+
+// sagaReply is the reply of the decided saga of key (reply.FromSaga), its steps
+// read from the accounts.
+func (s *Service) sagaReply(ctx context.Context, t *domain.Transfer, key string, duplicate bool) (Reply, error) {
+	sg, ok := t.SagaOf(key)
+	if !ok || !sg.Stage.Decided() {
+		return Reply{}, fmt.Errorf("ledger: transfer %s: saga %q is not decided", t.ID, key)
+	}
+	return reply.FromSaga(reply.SagaOf(t, sg), duplicate, func(account, stepKey string) (*reply.Step, error) {
+		rec, err := s.stepRecord(ctx, account, stepKey)
+		return reply.StepOf(rec), err
+	})
+}
+
+// refundTransfer refunds a transfer (orig is the claim of its key) in the
+// transfer's stream: the refund is requested there with the claim of its own key,
+// reserving its amount, then runs as a saga in the other direction.
+func (s *Service) refundTransfer(ctx context.Context, cmd domain.Command, orig *domain.KeyClaimed) (Reply, error) {
+	stream := orig.Stream
+	id := strings.TrimPrefix(stream, domain.TransferStreamPrefix)
+	req := cmd.Canonical()
+	// A refund starts from the store's head: the cache may miss this key's own
+	// decision or the transfer's, made by another instance (one short read).
+	return s.decideOnTransfer(ctx, cmd, stream, id, true, "refund/requested", func(t *domain.Transfer, _, wrote bool) (Reply, []domain.NewEvent, transferNext, error) {
+		if sg, ok := t.SagaOf(cmd.IdempotencyKey); ok {
+			if r, ok := sagaConflict(sg, req); !ok {
+				return r, nil, answered, nil
+			}
+			r, err := s.finishSaga(ctx, stream, id, cmd.IdempotencyKey, wrote)
+			return r, nil, answered, err
+		}
+		if t.Saga != nil && t.Saga.Key == cmd.OriginalKey && !t.Saga.Stage.Decided() {
+			// A refund of a transfer in flight waits for its decision.
+			_, err := s.driveSaga(ctx, stream, id, cmd.OriginalKey)
+			return Reply{}, nil, cached, err
+		}
+		d := domain.DecideTransferRefund(t, cmd)
+		if len(d.Events) == 0 {
+			return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil, answered, nil
+		}
+		return Reply{}, d.Events, appendThem, nil
+	})
+}
+
+// lookupTransfer answers query.command for a key whose home is a transfer stream:
+// the transfer's own key or one of its refunds'. A saga still in flight is not
+// decided yet: not found (the transfer process or a retry decides it).
+func (s *Service) lookupTransfer(ctx context.Context, key string, c *domain.KeyClaimed) (Reply, bool, error) {
+	stream := c.Stream
+	unlock, err := s.locks.lock(ctx, stream)
+	if err != nil {
+		return Reply{}, false, err
+	}
+	defer unlock()
+	t, err := s.loadTransfer(ctx, stream, strings.TrimPrefix(stream, domain.TransferStreamPrefix), true)
+	if err != nil {
+		return Reply{}, false, err
+	}
+	sg, ok := t.SagaOf(key)
+	if !ok || !sg.Stage.Decided() {
+		return Reply{}, false, nil
+	}
+	r, err := s.sagaReply(ctx, t, key, false)
+	return r, err == nil, err
+}
+
+// ResumeTransfer drives every saga of a transfer stream that was left undecided
+// (by a crash, or a handler that gave up) to its decision. It returns how many
+// sagas remain undecided (0 unless err is set).
+func (s *Service) ResumeTransfer(ctx context.Context, transferID string) (pending int, err error) {
+	stream := domain.TransferStream(transferID)
+	unlock, err := s.locks.lock(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	t, err := s.loadTransfer(ctx, stream, transferID, true)
+	if err != nil {
+		return 0, err
+	}
+	keys := t.Pending()
+	for i, k := range keys {
+		if t, err = s.driveSaga(ctx, stream, transferID, k); err != nil {
+			return len(keys) - i, err
+		}
+	}
+	return len(t.Pending()), nil
+}

@@ -1,0 +1,741 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
+	"github.com/ledgerworks/ledger/eventstore/memory"
+	"github.com/ledgerworks/ledger/eventstore/postgres"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+	"github.com/ledgerworks/ledger/internal/testing/pgtest"
+	"github.com/ledgerworks/ledger/migrations"
+)
+
+// ---- harness shared by the saga, hold, refund and process tests ----
+
+// sagaStores runs a test against the memory store and a fresh PostgreSQL database.
+func sagaStores(t *testing.T, run func(t *testing.T, st ProcessStore)) {
+	transferStores(t, true, run)
+}
+
+// sagaPathStores runs a test of the saga itself (its steps, its crash points,
+// the transfer process) on the stores where transfers are sagas: KurrentDB, and
+// the memory and PostgreSQL stores with their multi-stream append hidden.
+func sagaPathStores(t *testing.T, run func(t *testing.T, st ProcessStore)) {
+	transferStores(t, false, run)
+}
+
+// transferStores runs a test on every store that carries transfers, with the
+// stores that decide a transfer in one append (memory, PostgreSQL) when atomic
+// is set, and always on the saga stores.
+func transferStores(t *testing.T, atomic bool, run func(t *testing.T, st ProcessStore)) {
+	if atomic {
+		t.Run("memory", func(t *testing.T) {
+			st := memory.New()
+			t.Cleanup(func() { st.Close() })
+			run(t, st)
+		})
+		t.Run("postgres", func(t *testing.T) {
+			run(t, openPostgres(t))
+		})
+	}
+	t.Run("memory-saga", func(t *testing.T) {
+		st := memory.New()
+		t.Cleanup(func() { st.Close() })
+		run(t, sagaOnly{st})
+	})
+	t.Run("postgres-saga", func(t *testing.T) {
+		run(t, sagaOnly{openPostgres(t)})
+	})
+	// KurrentDB (an in-process server with its append rules) has no multi-stream
+	// append: claims are written first, each step idempotent on its own.
+	t.Run("kurrentdb", func(t *testing.T) {
+		_, url := kurrenttest.Start(t)
+		st, err := kurrentdb.Open(context.Background(), url, kurrentdb.WithLogger(quietLog))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		run(t, st)
+	})
+}
+
+// sagaOnly hides every capability of a store but ProcessStore's (the
+// multi-stream append among them): the ledger then runs transfers as sagas, as
+// it does on KurrentDB.
+type sagaOnly struct{ ProcessStore }
+
+// atomicTransfers reports whether the ledger decides transfers on st in one append.
+func atomicTransfers(st ProcessStore) bool {
+	_, ok := st.(eventstore.MultiAppender)
+	return ok
+}
+
+func openPostgres(t testing.TB) *postgres.Store {
+	t.Helper()
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	if err := migrations.Up(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	st, err := postgres.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// fakeClock is a controllable clock: it moves only when told to.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+var quietLog = slog.New(slog.DiscardHandler)
+
+func newSagaService(st Store, clk *fakeClock) *Service {
+	return New(st, Options{Clock: clk.Now, Logger: quietLog})
+}
+
+// body builds a command body from name/value pairs.
+func body(kv ...any) string {
+	m := map[string]any{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i].(string)] = kv[i+1]
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+func send(s *Service, typ string, kv ...any) Reply {
+	return s.HandleRaw(context.Background(), typ, []byte(body(kv...)))
+}
+
+func must(t *testing.T, s *Service, typ string, kv ...any) Reply {
+	t.Helper()
+	r := send(s, typ, kv...)
+	if r.Status != domain.StatusApplied {
+		t.Fatalf("%s %s: %+v", typ, body(kv...), r)
+	}
+	return r
+}
+
+func openFunded(t *testing.T, s *Service, id, currency string, amount int64) {
+	t.Helper()
+	must(t, s, "open_account", "idempotency_key", "open-"+id, "account_id", id, "currency", currency)
+	if amount > 0 {
+		must(t, s, "deposit", "idempotency_key", "fund-"+id, "account_id", id, "amount", amount, "currency", currency)
+	}
+}
+
+func transferBody(key, id, from, to string, amount int64) []any {
+	return []any{"idempotency_key", key, "transfer_id", id, "from", from, "to", to, "amount", amount, "currency", "EUR"}
+}
+
+// sameReply compares two replies but for the duplicate flag.
+func sameReply(a, b Reply) bool {
+	a.Duplicate, b.Duplicate = false, false
+	return reflect.DeepEqual(a, b)
+}
+
+func eventTypes(r Reply) []string {
+	var out []string
+	for _, e := range r.Events {
+		out = append(out, strings.TrimPrefix(e.Stream, "account-")+":"+e.Type)
+	}
+	return out
+}
+
+// errCrash is what a failpoint returns to abort a handler between two steps.
+var errCrash = errors.New("test: crash")
+
+// crashAt makes s abort at the named step, every time it gets there.
+func crashAt(s *Service, step string) {
+	s.failpoint = func(got string) error {
+		if got == step {
+			return errCrash
+		}
+		return nil
+	}
+}
+
+// ---- audit: the invariants of PROTOCOL.md §6 folded from the store ----
+
+type sagaMoves struct {
+	out, in, comp    int64
+	outN, inN, compN int
+}
+
+type ledgerAudit struct {
+	accounts  map[string]*domain.Account  // by account id
+	transfers map[string]*domain.Transfer // by transfer id
+	moves     map[string]*sagaMoves       // by saga key
+	external  map[string]int64            // money in minus money out of the ledger, by currency
+	inFlight  map[string]int64            // debited by undecided sagas and not yet credited, by currency
+}
+
+func (a *ledgerAudit) balance(id string) int64 { return a.accounts[id].Balance }
+
+// audit reads the whole store and checks invariants 1, 2, 3 and 5, and that every
+// saga moved exactly its amount the way its decision says. With decided set,
+// every saga must have reached its decision.
+func audit(t *testing.T, st eventstore.AllReader, decided bool) *ledgerAudit {
+	t.Helper()
+	a := &ledgerAudit{
+		accounts: map[string]*domain.Account{}, transfers: map[string]*domain.Transfer{},
+		moves: map[string]*sagaMoves{}, external: map[string]int64{}, inFlight: map[string]int64{},
+	}
+	type keyWrite struct {
+		stream string
+		next   int
+		count  int
+	}
+	keys := map[string]*keyWrite{}
+	ids := map[string]bool{}
+	next := map[string]uint64{}
+	var last eventstore.Position
+	after := eventstore.Start
+	for {
+		evs, err := st.ReadAll(context.Background(), after, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			// Invariant 5: gapless revisions, unique IDs, increasing positions.
+			if e.Position.Compare(last) <= 0 {
+				t.Fatalf("position %s of %s@%d not after %s", e.Position, e.Stream, e.Revision, last)
+			}
+			last = e.Position
+			if ids[e.ID.String()] {
+				t.Fatalf("event ID %s twice", e.ID)
+			}
+			ids[e.ID.String()] = true
+			if e.Revision != next[e.Stream] {
+				t.Fatalf("%s: revision %d after %d events", e.Stream, e.Revision, next[e.Stream])
+			}
+			next[e.Stream]++
+			ev, err := toStored(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := ev.Metadata
+			// Invariant 1: each key wrote one set of events, once, to one stream
+			// (besides the claim of a client key in its key stream).
+			if !strings.HasPrefix(e.Stream, domain.KeyStreamPrefix) {
+				kw := keys[m.Key]
+				if kw == nil {
+					kw = &keyWrite{stream: e.Stream, count: m.Count}
+					keys[m.Key] = kw
+				}
+				if kw.stream != e.Stream || m.Index != kw.next || m.Index >= kw.count || m.Count != kw.count {
+					t.Fatalf("key %q: event %d/%d in %s@%d after %d events in %s", m.Key, m.Index, m.Count, e.Stream, e.Revision, kw.next, kw.stream)
+				}
+				kw.next++
+			} else if e.Revision != 0 {
+				t.Fatalf("%s claimed twice", e.Stream)
+			}
+			switch {
+			case strings.HasPrefix(e.Stream, domain.AccountStreamPrefix):
+				a.foldAccount(t, ev)
+			case strings.HasPrefix(e.Stream, domain.TransferStreamPrefix):
+				id := strings.TrimPrefix(e.Stream, domain.TransferStreamPrefix)
+				tr := a.transfers[id]
+				if tr == nil {
+					tr = domain.NewTransfer(id)
+					a.transfers[id] = tr
+				}
+				if err := domain.EvolveTransfer(tr, ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if len(evs) < 1000 {
+			break
+		}
+		after = evs[len(evs)-1].Position
+	}
+	for k, kw := range keys {
+		if kw.next != kw.count {
+			t.Fatalf("key %q wrote %d of its %d events", k, kw.next, kw.count)
+		}
+	}
+	// Every saga moved money as its decision says; steps without a saga are a bug.
+	seen := map[string]bool{}
+	for _, tr := range a.transfers {
+		sagas := []*domain.Saga{}
+		if tr.Saga != nil {
+			sagas = append(sagas, tr.Saga)
+		}
+		for _, k := range tr.RefundOrder {
+			sagas = append(sagas, tr.Refunds[k])
+		}
+		for _, sg := range sagas {
+			seen[sg.Key] = true
+			mv := a.moves[sg.Key]
+			if mv == nil {
+				mv = &sagaMoves{}
+			}
+			ok := true
+			switch sg.Stage {
+			case domain.SagaCompleted:
+				ok = mv.outN == 1 && mv.inN == 1 && mv.compN == 0 && mv.out == sg.Amount && mv.in == sg.Amount
+			case domain.SagaFailed:
+				ok = mv.outN == 1 && mv.inN == 0 && mv.compN == 1 && mv.out == sg.Amount && mv.comp == sg.Amount
+			case domain.SagaRejected:
+				ok = mv.outN == 0 && mv.inN == 0 && mv.compN == 0
+			default:
+				if decided {
+					t.Fatalf("transfer %s: saga %q still %s", tr.ID, sg.Key, sg.Stage)
+				}
+				ok = mv.outN <= 1 && mv.inN+mv.compN <= mv.outN && mv.inN*mv.compN == 0 && (mv.outN == 0 || mv.out == sg.Amount)
+				a.inFlight[sg.Currency] += mv.out - mv.in - mv.comp
+			}
+			if !ok {
+				t.Fatalf("transfer %s: saga %q %s moved %+v of %d", tr.ID, sg.Key, sg.Stage, *mv, sg.Amount)
+			}
+		}
+	}
+	for k := range a.moves {
+		if !seen[k] {
+			t.Fatalf("money moved by %q, which is no saga", k)
+		}
+	}
+	// Invariant 2: per currency, the accounts plus the money in flight equal what
+	// came in minus what went out.
+	sums := map[string]int64{}
+	for _, acc := range a.accounts {
+		sums[acc.Currency] += acc.Balance
+	}
+	for cur := range mergeKeys(sums, a.external, a.inFlight) {
+		if sums[cur]+a.inFlight[cur] != a.external[cur] {
+			t.Fatalf("%s: accounts %d + in flight %d != deposits - withdrawals %d", cur, sums[cur], a.inFlight[cur], a.external[cur])
+		}
+	}
+	return a
+}
+
+func mergeKeys(ms ...map[string]int64) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range ms {
+		for k := range m {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// foldAccount folds an account event (invariant 3) and books its money.
+func (a *ledgerAudit) foldAccount(t *testing.T, ev domain.StoredEvent) {
+	t.Helper()
+	id := strings.TrimPrefix(ev.Stream, domain.AccountStreamPrefix)
+	acc := a.accounts[id]
+	if acc == nil {
+		acc = domain.NewAccount(id)
+		a.accounts[id] = acc
+	}
+	if err := domain.EvolveAccount(acc, ev); err != nil { // checks every balance_after
+		t.Fatal(err)
+	}
+	if acc.Available() < -acc.OverdraftLimit || acc.Available() != acc.Balance-acc.Held {
+		t.Fatalf("%s@%d: balance %d held %d below the overdraft limit %d", ev.Stream, ev.Revision, acc.Balance, acc.Held, acc.OverdraftLimit)
+	}
+	payload, err := domain.DecodeEvent(ev.Type, ev.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var amount int64
+	var reason string
+	switch e := payload.(type) {
+	case *domain.Credited:
+		amount, reason = e.Amount, e.Reason
+	case *domain.Debited:
+		amount, reason = -e.Amount, e.Reason
+	case *domain.HoldCaptured:
+		a.external[acc.Currency] -= e.Amount
+		return
+	default:
+		return
+	}
+	mv := a.moves[ev.Metadata.Origin]
+	switch reason {
+	case domain.ReasonDeposit, domain.ReasonWithdrawal, domain.ReasonRefund:
+		a.external[acc.Currency] += amount
+		return
+	}
+	if mv == nil {
+		mv = &sagaMoves{}
+		a.moves[ev.Metadata.Origin] = mv
+	}
+	switch reason {
+	case domain.ReasonTransferOut, domain.ReasonRefundOut:
+		mv.out, mv.outN = mv.out-amount, mv.outN+1
+	case domain.ReasonTransferIn, domain.ReasonRefundIn:
+		mv.in, mv.inN = mv.in+amount, mv.inN+1
+	case domain.ReasonTransferCompensate, domain.ReasonRefundCompensate:
+		mv.comp, mv.compN = mv.comp+amount, mv.compN+1
+	default:
+		t.Fatalf("%s@%d: unknown reason %q", ev.Stream, ev.Revision, reason)
+	}
+}
+
+// ---- transfers ----
+
+func TestTransferCompletes(t *testing.T) {
+	sagaStores(t, func(t *testing.T, st ProcessStore) {
+		clk := newFakeClock()
+		s := newSagaService(st, clk)
+		openFunded(t, s, "alice", "EUR", 100)
+		openFunded(t, s, "bob", "EUR", 0)
+		first := send(s, "transfer", transferBody("t-1", "t1", "alice", "bob", 30)...)
+		if first.Status != domain.StatusApplied || first.Code != domain.CodeOK || first.Duplicate ||
+			first.Transfer == nil || *first.Transfer != (reply.TransferView{TransferID: "t1", Status: "completed"}) {
+			t.Fatalf("transfer: %+v", first)
+		}
+		want := []string{"transfer-t1:TransferRequested", "alice:Debited", "bob:Credited", "transfer-t1:TransferCompleted"}
+		if got := eventTypes(first); !reflect.DeepEqual(got, want) {
+			t.Fatalf("events %v, want %v", got, want)
+		}
+		if first.Account == nil || first.Account.AccountID != "alice" || first.Account.Balance != 70 || first.Position == "" {
+			t.Fatalf("account %+v position %q", first.Account, first.Position)
+		}
+		// Duplicates, warm and cold, and the lookup: the same reply.
+		for i, svc := range []*Service{s, newSagaService(st, clk)} {
+			dup := send(svc, "transfer", transferBody("t-1", "t1", "alice", "bob", 30)...)
+			if !dup.Duplicate || !sameReply(dup, first) {
+				t.Fatalf("duplicate %d:\n got %+v\nwant %+v", i, dup, first)
+			}
+			got, found, err := svc.Lookup(context.Background(), "t-1")
+			if err != nil || !found || !reflect.DeepEqual(got, first) {
+				t.Fatalf("lookup %d: %v %v %+v", i, found, err, got)
+			}
+		}
+		a := audit(t, st, true)
+		if a.balance("alice") != 70 || a.balance("bob") != 30 {
+			t.Fatalf("balances %d %d", a.balance("alice"), a.balance("bob"))
+		}
+	})
+}
+
+func TestTransferRejections(t *testing.T) {
+	sagaStores(t, func(t *testing.T, st ProcessStore) {
+		clk := newFakeClock()
+		s := newSagaService(st, clk)
+		openFunded(t, s, "alice", "EUR", 100)
+		openFunded(t, s, "bob", "EUR", 0)
+		openFunded(t, s, "usd", "USD", 100)
+
+		// Refused by the source: recorded, the same forever.
+		poor := transferBody("t-poor", "poor", "alice", "bob", 500)
+		r := send(s, "transfer", poor...)
+		if r.Status != domain.StatusRejected || r.Code != domain.CodeInsufficientFunds || r.Transfer.Status != "rejected" {
+			t.Fatalf("insufficient: %+v", r)
+		}
+		if got := eventTypes(r); !reflect.DeepEqual(got, []string{"transfer-poor:TransferRequested", "alice:CommandRejected", "transfer-poor:TransferRejected"}) {
+			t.Fatalf("events %v", got)
+		}
+		must(t, s, "deposit", "idempotency_key", "more", "account_id", "alice", "amount", 1000, "currency", "EUR")
+		if again := send(newSagaService(st, clk), "transfer", poor...); !again.Duplicate || !sameReply(again, r) {
+			t.Fatalf("retry after the deposit: %+v", again)
+		}
+
+		// Other currency than the source's: rejected before money moved.
+		r = send(s, "transfer", "idempotency_key", "t-cur", "transfer_id", "cur", "from", "usd", "to", "bob", "amount", 5, "currency", "EUR")
+		if r.Code != domain.CodeCurrencyMismatch || r.Transfer.Status != "rejected" {
+			t.Fatalf("currency: %+v", r)
+		}
+		// To itself: recorded with the request.
+		r = send(s, "transfer", transferBody("t-self", "self", "alice", "alice", 5)...)
+		if r.Code != domain.CodeSameAccount || r.Transfer.Status != "rejected" || r.Account != nil ||
+			!reflect.DeepEqual(eventTypes(r), []string{"transfer-self:TransferRequested", "transfer-self:TransferRejected"}) {
+			t.Fatalf("same account: %+v", r)
+		}
+		if again := send(s, "transfer", transferBody("t-self", "self", "alice", "alice", 5)...); !again.Duplicate || !sameReply(again, r) {
+			t.Fatalf("same account again: %+v", again)
+		}
+
+		// A missing account: not recorded, so the retry after it exists goes through.
+		r = send(s, "transfer", transferBody("t-early", "early", "alice", "carol", 5)...)
+		if r.Code != domain.CodeAccountNotFound || len(r.Events) != 0 || len(streamEventsOf(t, st, "transfer-early")) != 0 {
+			t.Fatalf("missing destination: %+v", r)
+		}
+		openFunded(t, s, "carol", "EUR", 0)
+		if r = send(s, "transfer", transferBody("t-early", "early", "alice", "carol", 5)...); r.Status != domain.StatusApplied || r.Duplicate {
+			t.Fatalf("after open: %+v", r)
+		}
+		if r = send(s, "transfer", transferBody("t-nosrc", "nosrc", "dave", "carol", 5)...); r.Code != domain.CodeAccountNotFound {
+			t.Fatalf("missing source: %+v", r)
+		}
+
+		// The id of someone else's transfer, and a key bound to another request.
+		before := len(readAllEvents(t, st))
+		r = send(s, "transfer", transferBody("t-other", "early", "alice", "carol", 5)...)
+		if r.Code != domain.CodeTransferExists || r.Status != domain.StatusRejected || len(r.Events) != 0 {
+			t.Fatalf("used id: %+v", r)
+		}
+		r = send(s, "transfer", transferBody("t-early", "early", "alice", "carol", 6)...)
+		if r.Code != domain.CodeIdempotencyKeyConflict || !reflect.DeepEqual(r.Fields, []string{"amount"}) {
+			t.Fatalf("same key, other amount: %+v", r)
+		}
+		r = send(s, "transfer", transferBody("more", "fresh", "alice", "carol", 6)...)
+		if r.Code != domain.CodeIdempotencyKeyConflict {
+			t.Fatalf("deposit's key as a transfer: %+v", r)
+		}
+		r = send(s, "transfer", transferBody("more", "early", "alice", "carol", 6)...)
+		if r.Code != domain.CodeIdempotencyKeyConflict {
+			t.Fatalf("deposit's key on a used transfer id: %+v", r)
+		}
+		if after := len(readAllEvents(t, st)); after != before {
+			t.Fatalf("refusals wrote %d events", after-before)
+		}
+		audit(t, st, true)
+	})
+}
+
+func readAllEvents(t *testing.T, st eventstore.AllReader) []eventstore.RecordedEvent {
+	t.Helper()
+	var out []eventstore.RecordedEvent
+	after := eventstore.Start
+	for {
+		evs, err := st.ReadAll(context.Background(), after, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, evs...)
+		if len(evs) < 1000 {
+			return out
+		}
+		after = evs[len(evs)-1].Position
+	}
+}
+
+func streamEventsOf(t *testing.T, st eventstore.StreamReader, stream string) []eventstore.RecordedEvent {
+	t.Helper()
+	evs, err := st.ReadStream(context.Background(), stream, 0, eventstore.Forwards, 0)
+	if err != nil && !errors.Is(err, eventstore.ErrStreamNotFound) {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+func countOf(evs []eventstore.RecordedEvent, typ string) int {
+	n := 0
+	for _, e := range evs {
+		if e.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
+// The compensation path: the destination is closed, so the source is credited
+// back and the transfer ends failed, the source whole.
+func TestTransferIntoClosedAccountFails(t *testing.T) {
+	sagaStores(t, func(t *testing.T, st ProcessStore) {
+		clk := newFakeClock()
+		s := newSagaService(st, clk)
+		openFunded(t, s, "alice", "EUR", 100)
+		openFunded(t, s, "bob", "EUR", 0)
+		openFunded(t, s, "usd", "USD", 0)
+		must(t, s, "close_account", "idempotency_key", "close-bob", "account_id", "bob")
+		r := send(s, "transfer", transferBody("t-1", "t1", "alice", "bob", 40)...)
+		status := "failed" // debited, refused by the destination, credited back
+		want := []string{"transfer-t1:TransferRequested", "alice:Debited", "bob:CommandRejected", "transfer-t1:TransferCreditRefused", "alice:Credited", "transfer-t1:TransferFailed"}
+		if atomicTransfers(st) { // one decision over both accounts: nothing leaves the source
+			status, want = "rejected", []string{"transfer-t1:TransferRequested", "alice:CommandRejected", "transfer-t1:TransferRejected"}
+		}
+		if r.Status != domain.StatusRejected || r.Code != domain.CodeAccountClosed || r.Transfer.Status != status {
+			t.Fatalf("reply %+v", r)
+		}
+		if got := eventTypes(r); !reflect.DeepEqual(got, want) {
+			t.Fatalf("events %v, want %v", got, want)
+		}
+		if r.Account.AccountID != "alice" || r.Account.Balance != 100 {
+			t.Fatalf("source not whole: %+v", r.Account)
+		}
+		if dup := send(newSagaService(st, clk), "transfer", transferBody("t-1", "t1", "alice", "bob", 40)...); !dup.Duplicate || !sameReply(dup, r) {
+			t.Fatalf("duplicate %+v", dup)
+		}
+		// Another currency at the destination fails the same way.
+		r = send(s, "transfer", transferBody("t-2", "t2", "alice", "usd", 40)...)
+		if r.Code != domain.CodeCurrencyMismatch || r.Transfer.Status != status || r.Account.Balance != 100 {
+			t.Fatalf("currency at destination: %+v", r)
+		}
+		a := audit(t, st, true)
+		if a.balance("alice") != 100 || a.balance("bob") != 0 || a.balance("usd") != 0 {
+			t.Fatalf("balances alice %d bob %d usd %d", a.balance("alice"), a.balance("bob"), a.balance("usd"))
+		}
+	})
+}
+
+// The same transfer sent 10 times at once to two instances over one store: one
+// debit, one credit, and every reply the same.
+func TestSameTransferTenTimesTwoInstances(t *testing.T) {
+	sagaStores(t, func(t *testing.T, st ProcessStore) {
+		clk := newFakeClock()
+		svcs := []*Service{newSagaService(st, clk), newSagaService(st, clk)}
+		openFunded(t, svcs[0], "alice", "EUR", 100)
+		openFunded(t, svcs[1], "bob", "EUR", 0)
+		openFunded(t, svcs[0], "carol", "EUR", 0)
+		must(t, svcs[1], "close_account", "idempotency_key", "close-carol", "account_id", "carol")
+		for _, c := range []struct {
+			key, id, to, status string
+		}{{"t-1", "t1", "bob", "completed"}, {"t-2", "t2", "carol", map[bool]string{true: "rejected", false: "failed"}[atomicTransfers(st)]}} {
+			replies := make([]Reply, 10)
+			var wg sync.WaitGroup
+			for i := range replies {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					replies[i] = send(svcs[i%2], "transfer", transferBody(c.key, c.id, "alice", c.to, 30)...)
+				}()
+			}
+			wg.Wait()
+			for i, r := range replies {
+				if r.Transfer == nil || r.Transfer.Status != c.status || !sameReply(r, replies[0]) {
+					t.Fatalf("%s reply %d: %+v\nfirst %+v", c.key, i, r, replies[0])
+				}
+			}
+			got, _, err := svcs[0].Lookup(context.Background(), c.key)
+			if err != nil || !sameReply(got, replies[0]) {
+				t.Fatalf("lookup %+v %v", got, err)
+			}
+		}
+		alice := streamEventsOf(t, st, "account-alice")
+		debits := 2 // one per transfer (the second credited back)
+		if atomicTransfers(st) {
+			debits = 1 // the refused one never debited
+		}
+		if n := countOf(alice, domain.EvDebited); n != debits {
+			t.Fatalf("%d debits of alice", n)
+		}
+		if n := countOf(streamEventsOf(t, st, "account-bob"), domain.EvCredited); n != 1 {
+			t.Fatalf("%d credits of bob", n)
+		}
+		a := audit(t, st, true)
+		if a.balance("alice") != 70 || a.balance("bob") != 30 {
+			t.Fatalf("balances %d %d", a.balance("alice"), a.balance("bob"))
+		}
+	})
+}
+
+// sagaSteps are the failpoints of a transfer, by the path it takes.
+var (
+	completedSteps = []string{"transfer/requested", "transfer/debit", "transfer/credit", "transfer/complete"}
+	failedSteps    = []string{"transfer/requested", "transfer/debit", "transfer/credit", "transfer/refuse", "transfer/compensate", "transfer/fail"}
+	rejectedSteps  = []string{"transfer/requested", "transfer/debit", "transfer/reject"}
+)
+
+// A crash at every step of every path, then a recovery by the transfer process
+// (another instance) or by the client's retry: every transfer ends decided, no
+// money created or lost. Forgetful: the same where every aggregate keeps one
+// key, so that the steps a recovery runs again were forgotten (found by their
+// claims on the stores that locate no events, as KurrentDB).
+func TestTransferCrashAtEveryStep(t *testing.T) {
+	transferCrashAtEveryStep(t, func(st Store, clk *fakeClock) *Service { return newSagaService(st, clk) })
+}
+
+func TestTransferCrashAtEveryStepForgetful(t *testing.T) {
+	transferCrashAtEveryStep(t, func(st Store, clk *fakeClock) *Service {
+		return New(st, Options{Clock: clk.Now, Logger: quietLog, RecentKeys: 1})
+	})
+}
+
+func transferCrashAtEveryStep(t *testing.T, newSagaService func(Store, *fakeClock) *Service) {
+	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
+		clk := newFakeClock()
+		setup := newSagaService(st, clk)
+		openFunded(t, setup, "alice", "EUR", 1000)
+		openFunded(t, setup, "bob", "EUR", 0)
+		openFunded(t, setup, "closed", "EUR", 0)
+		must(t, setup, "close_account", "idempotency_key", "close", "account_id", "closed")
+		n := 0
+		for _, path := range []struct {
+			name   string
+			steps  []string
+			to     string
+			amount int64
+			status string
+		}{
+			{"completed", completedSteps, "bob", 10, "completed"},
+			{"failed", failedSteps, "closed", 10, "failed"},
+			{"rejected", rejectedSteps, "bob", 1_000_000, "rejected"},
+		} {
+			for _, step := range path.steps {
+				for _, by := range []string{"process", "retry"} {
+					n++
+					id := fmt.Sprintf("%s-%s-%d", path.name, by, n)
+					tb := transferBody("k-"+id, id, "alice", path.to, path.amount)
+					crashing := newSagaService(st, clk)
+					crashAt(crashing, step)
+					if r := send(crashing, "transfer", tb...); r.Status != domain.StatusError {
+						t.Fatalf("%s at %s: no crash: %+v", id, step, r)
+					}
+					audit(t, st, false) // half-way, money is in flight, never lost
+					var r Reply
+					if by == "process" {
+						clk.Advance(time.Minute) // past the grace period
+						p := NewProcess(newSagaService(st, clk), st, ProcessOptions{Grace: time.Second})
+						if _, err := p.Recover(context.Background()); err != nil {
+							t.Fatal(err)
+						}
+						var found bool
+						var err error
+						if r, found, err = crashing.Lookup(context.Background(), "k-"+id); err != nil || !found {
+							t.Fatalf("%s: lookup after recovery: %v %v", id, found, err)
+						}
+					} else {
+						crashing.failpoint = nil
+						r = send(crashing, "transfer", tb...)
+						if !r.Duplicate { // the request was written before the crash
+							t.Fatalf("%s: retry not a duplicate: %+v", id, r)
+						}
+					}
+					if r.Transfer == nil || r.Transfer.Status != path.status {
+						t.Fatalf("%s crashed at %s, recovered by %s: %+v", id, step, by, r)
+					}
+					if dup := send(newSagaService(st, clk), "transfer", tb...); !sameReply(dup, r) {
+						t.Fatalf("%s: later duplicate differs:\n%+v\n%+v", id, dup, r)
+					}
+					audit(t, st, true)
+				}
+			}
+		}
+		a := audit(t, st, true)
+		completed := int64(2 * len(completedSteps) * 10)
+		if a.balance("alice") != 1000-completed || a.balance("bob") != completed {
+			t.Fatalf("balances alice %d bob %d", a.balance("alice"), a.balance("bob"))
+		}
+	})
+}

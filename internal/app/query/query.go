@@ -1,0 +1,620 @@
+package query
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/adapters/httpapi"
+	"github.com/ledgerworks/ledger/projections"
+)
+
+// Names of the queries (the last token of their subjects).
+const (
+	QueryAccount  = "account"
+	QueryEntries  = "entries"
+	QueryTransfer = "transfer"
+	QueryCommand  = "command"
+	QueryBalance  = "balance"
+)
+
+// Queries lists every query.
+var Queries = []string{QueryAccount, QueryEntries, QueryTransfer, QueryCommand, QueryBalance}
+
+// Limits of the entries query.
+const (
+	DefaultEntriesLimit = 100
+	MaxEntriesLimit     = 1000
+)
+
+// CodeProjectionBehind is the code of a query whose min_position the read
+// model had not reached in time (its home is httpapi, which maps it to 503).
+const CodeProjectionBehind = httpapi.CodeProjectionBehind
+
+// Options configure a Service. Zero values take the defaults.
+type Options struct {
+	// MaxWait bounds how long a query waits for its min_position (default 5s).
+	MaxWait time.Duration
+	// PollInterval is how often a waiting query looks at the checkpoint (default 10ms).
+	PollInterval time.Duration
+	Logger       *slog.Logger
+	Metrics      *Metrics
+}
+
+// Service answers queries from the read models in pool.
+type Service struct {
+	pool *pgxpool.Pool
+	opts Options
+	log  *slog.Logger
+}
+
+// New returns a Service over the read-model database.
+func New(pool *pgxpool.Pool, opts Options) *Service {
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = 5 * time.Second
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 10 * time.Millisecond
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Service{pool: pool, opts: opts, log: opts.Logger}
+}
+
+// AccountRequest is the body of ledger.v1.query.account.
+type AccountRequest struct {
+	AccountID   string `json:"account_id"`
+	MinPosition string `json:"min_position,omitempty"`
+}
+
+// EntriesRequest is the body of ledger.v1.query.entries.
+type EntriesRequest struct {
+	AccountID     string `json:"account_id"`
+	AfterRevision *int64 `json:"after_revision,omitempty"` // default: from the first
+	Limit         *int   `json:"limit,omitempty"`          // default 100, at most 1000
+	// From and To (RFC 3339, v1.1) keep the entries with From <= at < To.
+	From        string `json:"from,omitempty"`
+	To          string `json:"to,omitempty"`
+	MinPosition string `json:"min_position,omitempty"`
+}
+
+// BalanceRequest is the body of ledger.v1.query.balance (v1.1): the account as
+// of a time (At, RFC 3339) or a revision; the current one when neither is given.
+type BalanceRequest struct {
+	AccountID   string `json:"account_id"`
+	At          string `json:"at,omitempty"`
+	Revision    *int64 `json:"revision,omitempty"`
+	MinPosition string `json:"min_position,omitempty"`
+}
+
+// Balance is the reply of the balance query: the account object as it stood
+// after the event at AsOfRevision, which happened at AsOf.
+type Balance struct {
+	Account
+	AsOfRevision uint64 `json:"as_of_revision"`
+	AsOf         string `json:"as_of"` // RFC 3339, UTC
+}
+
+// TransferRequest is the body of ledger.v1.query.transfer.
+type TransferRequest struct {
+	TransferID  string `json:"transfer_id"`
+	MinPosition string `json:"min_position,omitempty"`
+}
+
+// CommandRequest is the body of ledger.v1.query.command.
+type CommandRequest struct {
+	IdempotencyKey string `json:"idempotency_key"`
+	MinPosition    string `json:"min_position,omitempty"`
+}
+
+// Account is the reply of the account query: the account object of a command
+// reply, plus its status and the position the accounts projection has reached.
+type Account struct {
+	AccountID         string `json:"account_id"`
+	Currency          string `json:"currency"`
+	Balance           int64  `json:"balance"`
+	Held              int64  `json:"held"`
+	Available         int64  `json:"available"`
+	Revision          uint64 `json:"revision"`
+	Status            string `json:"status"` // open or closed
+	ProjectedPosition string `json:"projected_position"`
+}
+
+// Entry is one statement line.
+type Entry struct {
+	EventID        string `json:"event_id"`
+	Revision       int64  `json:"revision"`
+	Type           string `json:"type"`
+	Amount         int64  `json:"amount"` // signed
+	BalanceAfter   int64  `json:"balance_after"`
+	IdempotencyKey string `json:"idempotency_key"`
+	At             string `json:"at"` // RFC 3339, UTC
+	// TransferID names the transfer of a transfer's or a transfer refund's step (v1.1).
+	TransferID string `json:"transfer_id,omitempty"`
+	// TransactionID names the transaction of a transaction's leg (v1.1).
+	TransactionID string `json:"transaction_id,omitempty"`
+	// Metadata is the client's, of the command that moved the money (v1.1).
+	Metadata map[string]string `json:"metadata"`
+}
+
+// Entries is the reply of the entries query, oldest first.
+type Entries struct {
+	Entries []Entry `json:"entries"`
+	// NextAfterRevision, when the page was cut by its limit, is the
+	// after_revision of the next page (v1.1).
+	NextAfterRevision *int64 `json:"next_after_revision,omitempty"`
+	ProjectedPosition string `json:"projected_position"`
+}
+
+// Transfer is the reply of the transfer query.
+type Transfer struct {
+	TransferID        string `json:"transfer_id"`
+	From              string `json:"from"`
+	To                string `json:"to"`
+	Amount            int64  `json:"amount"`
+	Currency          string `json:"currency"`
+	Status            string `json:"status"` // pending, completed, rejected, failed
+	ProjectedPosition string `json:"projected_position"`
+}
+
+// Error is the reply of a query that found nothing or could not be answered. Its
+// shape is that of the ledger's own command-query errors.
+type Error struct {
+	Status            domain.Status `json:"status,omitempty"`
+	Code              domain.Code   `json:"code"`
+	Message           string        `json:"message"`
+	IdempotencyKey    string        `json:"idempotency_key,omitempty"`
+	Fields            []string      `json:"fields,omitempty"`
+	ProjectedPosition string        `json:"projected_position,omitempty"`
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+func invalid(field, format string, args ...any) *Error {
+	e := &Error{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: fmt.Sprintf(format, args...)}
+	if field != "" {
+		e.Fields = []string{field}
+		e.Message = field + ": " + e.Message
+	}
+	return e
+}
+
+func internal(err error) *Error {
+	return &Error{Status: domain.StatusError, Code: domain.CodeInternalError, Message: "read model unavailable, retry: " + err.Error()}
+}
+
+func notFound(format string, args ...any) *Error {
+	return &Error{Code: domain.CodeNotFound, Message: fmt.Sprintf(format, args...)}
+}
+
+// Answer decodes a query body strictly and answers it: the reply, or an *Error.
+func (s *Service) Answer(ctx context.Context, query string, body []byte) (any, *Error) {
+	start := time.Now()
+	reply, qerr := s.answer(ctx, query, body)
+	code := "ok"
+	if qerr != nil {
+		code = string(qerr.Code)
+	}
+	s.opts.Metrics.observe(query, code, time.Since(start))
+	return reply, qerr
+}
+
+func (s *Service) answer(ctx context.Context, query string, body []byte) (any, *Error) {
+	switch query {
+	case QueryAccount:
+		var q AccountRequest
+		if err := decode(body, &q); err != nil {
+			return nil, err
+		}
+		return s.Account(ctx, q)
+	case QueryEntries:
+		var q EntriesRequest
+		if err := decode(body, &q); err != nil {
+			return nil, err
+		}
+		return s.Entries(ctx, q)
+	case QueryTransfer:
+		var q TransferRequest
+		if err := decode(body, &q); err != nil {
+			return nil, err
+		}
+		return s.Transfer(ctx, q)
+	case QueryCommand:
+		var q CommandRequest
+		if err := decode(body, &q); err != nil {
+			return nil, err
+		}
+		return s.Command(ctx, q)
+	case QueryBalance:
+		var q BalanceRequest
+		if err := decode(body, &q); err != nil {
+			return nil, err
+		}
+		return s.Balance(ctx, q)
+	}
+	return nil, invalid("", "unknown query %q", query)
+}
+
+func decode(body []byte, v any) *Error {
+	if len(body) > domain.MaxBodyBytes {
+		return invalid("", "body is %d bytes, over the limit of %d", len(body), domain.MaxBodyBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return invalid("", "body: %v", err)
+	}
+	if dec.More() {
+		return invalid("", "body: trailing data after the JSON object")
+	}
+	return nil
+}
+
+// Account answers the account query.
+func (s *Service) Account(ctx context.Context, q AccountRequest) (*Account, *Error) {
+	if !domain.ValidID(q.AccountID) {
+		return nil, invalid("account_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
+	}
+	pos, qerr := s.wait(ctx, projections.Accounts, q.MinPosition)
+	if qerr != nil {
+		return nil, qerr
+	}
+	var (
+		a      Account
+		id     *string
+		rev    *int64
+		c, p   int64
+		curr   *string
+		status *string
+		bal    *int64
+		held   *int64
+		avail  *int64
+	)
+	// One statement: the row and the checkpoint come from one snapshot.
+	err := s.pool.QueryRow(ctx, `SELECT a.account_id, a.currency, a.balance, a.held, a.available, a.revision, a.status,
+			c.commit_position, c.prepare_position
+		FROM readmodel.checkpoints c LEFT JOIN readmodel.accounts a ON a.account_id = $1
+		WHERE c.name = 'accounts' AND c.state = 'live'`, q.AccountID).Scan(&id, &curr, &bal, &held, &avail, &rev, &status, &c, &p)
+	if err != nil {
+		return nil, internal(err)
+	}
+	pos = position(c, p)
+	if id == nil {
+		e := notFound("account %s does not exist (the accounts read model is at %s)", q.AccountID, pos)
+		e.ProjectedPosition = pos.String()
+		return nil, e
+	}
+	a = Account{AccountID: *id, Currency: *curr, Balance: *bal, Held: *held, Available: *avail, Revision: uint64(*rev), Status: *status, ProjectedPosition: pos.String()}
+	return &a, nil
+}
+
+// Balance answers the balance query from the balance history (one lookup by
+// (account, revision), or by (account, at) for a time: the last event at or
+// before it in time). A time before the account's first event is
+// account_not_found; a revision beyond its last one is invalid_request.
+func (s *Service) Balance(ctx context.Context, q BalanceRequest) (*Balance, *Error) {
+	at, qerr := balanceTimeOf(q)
+	if qerr != nil {
+		return nil, qerr
+	}
+	if _, qerr := s.wait(ctx, projections.Balances, q.MinPosition); qerr != nil {
+		return nil, qerr
+	}
+	var r balanceRead
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		return r.read(ctx, tx, q, at)
+	})
+	if err != nil {
+		return nil, internal(err)
+	}
+	pos := position(r.c, r.p).String()
+	switch {
+	case r.last == nil:
+		e := notFound("account %s has no history (the balances read model is at %s)", q.AccountID, pos)
+		e.ProjectedPosition = pos
+		return nil, e
+	case !r.found && q.Revision != nil:
+		return nil, invalid("revision", "account %s is at revision %d (the balances read model is at %s)", q.AccountID, *r.last, pos)
+	case !r.found:
+		e := &Error{Status: domain.StatusRejected, Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s did not exist at %s", q.AccountID, q.At), ProjectedPosition: pos}
+		return nil, e
+	}
+	out := r.out
+	out.AccountID, out.Status, out.Available, out.ProjectedPosition = q.AccountID, r.status, out.Balance-out.Held, pos
+	out.AsOf = r.when.UTC().Format(time.RFC3339Nano)
+	return &out, nil
+}
+
+// balanceTimeOf checks a balance query and returns the time it asks about
+// (nil: a revision, or the current balance).
+func balanceTimeOf(q BalanceRequest) (*time.Time, *Error) {
+	if !domain.ValidID(q.AccountID) {
+		return nil, invalid("account_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
+	}
+	at, qerr := timeBound("at", q.At)
+	if qerr != nil {
+		return nil, qerr
+	}
+	if q.Revision != nil && *q.Revision < 0 {
+		return nil, invalid("revision", "must be 0 or more")
+	}
+	if at != nil && q.Revision != nil {
+		return nil, invalid("revision", "give at or revision, not both")
+	}
+	return at, nil
+}
+
+// balanceRead is what the balance query reads in one snapshot: the balances
+// read model's checkpoint, the account's last revision, and its row as of the
+// revision or time asked (found).
+type balanceRead struct {
+	out    Balance
+	last   *int64 // the account's last revision, nil: no such account
+	c, p   int64
+	found  bool
+	status string
+	when   time.Time
+}
+
+// read reads the checkpoint and the account's last revision, then the row of
+// the balance history the query names: by revision, the last at or before a
+// time, or the last.
+func (r *balanceRead) read(ctx context.Context, tx pgx.Tx, q BalanceRequest, at *time.Time) error {
+	const cols = `revision, currency, balance, held, status, at`
+	if err := tx.QueryRow(ctx, `SELECT c.commit_position, c.prepare_position,
+			(SELECT max(revision) FROM readmodel.balance_history WHERE account_id = $1)
+		FROM readmodel.checkpoints c WHERE c.name = 'balances' AND c.state = 'live'`, q.AccountID).Scan(&r.c, &r.p, &r.last); err != nil {
+		return err
+	}
+	if r.last == nil {
+		return nil
+	}
+	var row pgx.Row
+	switch {
+	case q.Revision != nil:
+		row = tx.QueryRow(ctx, `SELECT `+cols+` FROM readmodel.balance_history WHERE account_id = $1 AND revision = $2`, q.AccountID, *q.Revision)
+	case at != nil:
+		row = tx.QueryRow(ctx, `SELECT `+cols+` FROM readmodel.balance_history WHERE account_id = $1 AND at <= $2
+			ORDER BY at DESC, revision DESC LIMIT 1`, q.AccountID, *at)
+	default:
+		row = tx.QueryRow(ctx, `SELECT `+cols+` FROM readmodel.balance_history WHERE account_id = $1 AND revision = $2`, q.AccountID, *r.last)
+	}
+	var rev int64
+	err := row.Scan(&rev, &r.out.Currency, &r.out.Balance, &r.out.Held, &r.status, &r.when)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	r.found, r.out.Revision, r.out.AsOfRevision = err == nil, uint64(rev), uint64(rev)
+	return err
+}
+
+// Entries answers the entries query.
+func (s *Service) Entries(ctx context.Context, q EntriesRequest) (*Entries, *Error) {
+	page, qerr := entriesPageOf(q)
+	if qerr != nil {
+		return nil, qerr
+	}
+	if _, qerr := s.wait(ctx, projections.Entries, q.MinPosition); qerr != nil {
+		return nil, qerr
+	}
+	out := &Entries{Entries: []Entry{}}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		return readEntries(ctx, tx, q.AccountID, page, out)
+	})
+	if errors.Is(err, errNotFound) {
+		e := notFound("account %s has no statement (the entries read model is at %s)", q.AccountID, out.ProjectedPosition)
+		e.ProjectedPosition = out.ProjectedPosition
+		return nil, e
+	}
+	if err != nil {
+		return nil, internal(err)
+	}
+	return out, nil
+}
+
+// entriesPage is the page an entries query asks for: the entries after a
+// revision, at most limit of them, optionally within [from, to).
+type entriesPage struct {
+	after    int64
+	limit    int
+	from, to *time.Time
+}
+
+// entriesPageOf checks an entries query and returns its page, with the
+// defaults for what it leaves out.
+func entriesPageOf(q EntriesRequest) (entriesPage, *Error) {
+	if !domain.ValidID(q.AccountID) {
+		return entriesPage{}, invalid("account_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
+	}
+	page := entriesPage{after: -1, limit: DefaultEntriesLimit}
+	if q.AfterRevision != nil {
+		if *q.AfterRevision < -1 {
+			return entriesPage{}, invalid("after_revision", "must be -1 or more")
+		}
+		page.after = *q.AfterRevision
+	}
+	if q.Limit != nil {
+		if *q.Limit < 1 || *q.Limit > MaxEntriesLimit {
+			return entriesPage{}, invalid("limit", "must be 1-%d", MaxEntriesLimit)
+		}
+		page.limit = *q.Limit
+	}
+	var qerr *Error
+	if page.from, qerr = timeBound("from", q.From); qerr != nil {
+		return entriesPage{}, qerr
+	}
+	if page.to, qerr = timeBound("to", q.To); qerr != nil {
+		return entriesPage{}, qerr
+	}
+	if page.from != nil && page.to != nil && !page.from.Before(*page.to) {
+		return entriesPage{}, invalid("to", "must be after from")
+	}
+	return page, nil
+}
+
+// readEntries reads one page of an account's entries, and the entries read
+// model's checkpoint, into out; errNotFound means the account has neither
+// entries nor a row in the accounts read model.
+func readEntries(ctx context.Context, tx pgx.Tx, accountID string, page entriesPage, out *Entries) error {
+	var c, p int64
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT commit_position, prepare_position,
+			EXISTS (SELECT 1 FROM readmodel.entries WHERE account_id = $1) OR EXISTS (SELECT 1 FROM readmodel.accounts WHERE account_id = $1)
+		FROM readmodel.checkpoints WHERE name = 'entries' AND state = 'live'`, accountID).Scan(&c, &p, &exists); err != nil {
+		return err
+	}
+	out.ProjectedPosition = position(c, p).String()
+	if !exists {
+		return errNotFound
+	}
+	// One row more than the page tells whether there is a next page.
+	rows, err := tx.Query(ctx, `SELECT event_id::text, revision, type, amount, balance_after, idempotency_key, at, reason, ref, metadata
+		FROM readmodel.entries WHERE account_id = $1 AND revision > $2
+			AND ($4::timestamptz IS NULL OR at >= $4) AND ($5::timestamptz IS NULL OR at < $5)
+		ORDER BY revision LIMIT $3`, accountID, page.after, page.limit+1, page.from, page.to)
+	if err != nil {
+		return err
+	}
+	var e Entry
+	var at time.Time
+	var reason, ref string
+	_, err = pgx.ForEachRow(rows, []any{&e.EventID, &e.Revision, &e.Type, &e.Amount, &e.BalanceAfter, &e.IdempotencyKey, &at, &reason, &ref, &e.Metadata}, func() error {
+		e.At = at.UTC().Format(time.RFC3339Nano)
+		e.TransferID, e.TransactionID = "", ""
+		switch {
+		case domain.TransferReason(reason):
+			e.TransferID = ref
+		case reason == domain.ReasonTransactionOut || reason == domain.ReasonTransactionIn:
+			e.TransactionID = ref
+		}
+		out.Entries = append(out.Entries, e)
+		e.Metadata = nil // the next row's decodes into a map of its own
+		return nil
+	})
+	if n := len(out.Entries); err == nil && n > page.limit {
+		out.Entries = out.Entries[:page.limit]
+		next := out.Entries[page.limit-1].Revision
+		out.NextAfterRevision = &next
+	}
+	return err
+}
+
+var errNotFound = errors.New("not found")
+
+// timeBound parses an optional RFC 3339 time of a query.
+func timeBound(field, v string) (*time.Time, *Error) {
+	if v == "" {
+		return nil, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return nil, invalid(field, "%q is not an RFC 3339 time", v)
+	}
+	return &t, nil
+}
+
+// Transfer answers the transfer query.
+func (s *Service) Transfer(ctx context.Context, q TransferRequest) (*Transfer, *Error) {
+	if !domain.ValidID(q.TransferID) {
+		return nil, invalid("transfer_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
+	}
+	if _, qerr := s.wait(ctx, projections.Transfers, q.MinPosition); qerr != nil {
+		return nil, qerr
+	}
+	var (
+		id, from, to, curr, status *string
+		amount                     *int64
+		c, p                       int64
+	)
+	err := s.pool.QueryRow(ctx, `SELECT t.transfer_id, t.from_account, t.to_account, t.amount, t.currency, t.status,
+			c.commit_position, c.prepare_position
+		FROM readmodel.checkpoints c LEFT JOIN readmodel.transfers t ON t.transfer_id = $1
+		WHERE c.name = 'transfers' AND c.state = 'live'`, q.TransferID).Scan(&id, &from, &to, &amount, &curr, &status, &c, &p)
+	if err != nil {
+		return nil, internal(err)
+	}
+	pos := position(c, p).String()
+	if id == nil {
+		e := notFound("transfer %s does not exist (the transfers read model is at %s)", q.TransferID, pos)
+		e.ProjectedPosition = pos
+		return nil, e
+	}
+	return &Transfer{TransferID: *id, From: *from, To: *to, Amount: *amount, Currency: *curr, Status: *status, ProjectedPosition: pos}, nil
+}
+
+// Command answers the command query: the original reply of the command, exactly
+// as the ledger encoded it (duplicate false).
+func (s *Service) Command(ctx context.Context, q CommandRequest) (json.RawMessage, *Error) {
+	if !domain.ValidKey(q.IdempotencyKey) {
+		e := invalid("idempotency_key", "must be 1-%d printable ASCII characters", domain.MaxKeyLen)
+		return nil, e
+	}
+	if _, qerr := s.wait(ctx, projections.Commands, q.MinPosition); qerr != nil {
+		qerr.IdempotencyKey = q.IdempotencyKey
+		return nil, qerr
+	}
+	var reply *string
+	var c, p int64
+	err := s.pool.QueryRow(ctx, `SELECT k.reply::text, c.commit_position, c.prepare_position
+		FROM readmodel.checkpoints c LEFT JOIN readmodel.commands k ON k.idempotency_key = $1
+		WHERE c.name = 'commands' AND c.state = 'live'`, q.IdempotencyKey).Scan(&reply, &c, &p)
+	if err != nil {
+		return nil, internal(err)
+	}
+	if reply == nil {
+		pos := position(c, p).String()
+		return nil, &Error{Code: domain.CodeNotFound, IdempotencyKey: q.IdempotencyKey, ProjectedPosition: pos,
+			Message: fmt.Sprintf("no command was decided with this idempotency key (the commands read model is at %s)", pos)}
+	}
+	return json.RawMessage(*reply), nil
+}
+
+// wait returns once the projection's live checkpoint is at or after min (a
+// position as a command reply gives it, "commit/prepare"); at once when min is "".
+func (s *Service) wait(ctx context.Context, projection, min string) (eventstore.Position, *Error) {
+	if min == "" {
+		return eventstore.Position{}, nil
+	}
+	want, err := eventstore.ParsePosition(min)
+	if err != nil {
+		return eventstore.Position{}, invalid("min_position", "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.MaxWait)
+	defer cancel()
+	var got eventstore.Position
+	for {
+		var c, p int64
+		err := s.pool.QueryRow(ctx, `SELECT commit_position, prepare_position FROM readmodel.checkpoints WHERE name = $1 AND state = 'live'`, projection).Scan(&c, &p)
+		if err == nil {
+			got = position(c, p)
+			if got.Compare(want) >= 0 {
+				return got, nil
+			}
+		}
+		t := time.NewTimer(s.opts.PollInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return got, internal(err)
+			}
+			return got, &Error{Status: domain.StatusError, Code: CodeProjectionBehind, ProjectedPosition: got.String(),
+				Message: fmt.Sprintf("the %s read model has not reached %s within %s (it is at %s); retry", projection, want, s.opts.MaxWait, got)}
+		case <-t.C:
+		}
+	}
+}
+
+func position(c, p int64) eventstore.Position {
+	return eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}
+}

@@ -1,0 +1,624 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
+	"github.com/ledgerworks/ledger/internal/app/ledger"
+	"github.com/ledgerworks/ledger/internal/platform/devenv"
+	"github.com/ledgerworks/ledger/internal/platform/embednats"
+	"github.com/ledgerworks/ledger/internal/platform/node"
+)
+
+// BaselineDatabase is the database of the baseline on the private cluster.
+const BaselineDatabase = "bench_baseline"
+
+// stopTimeout bounds the shutdown of what a run started.
+const stopTimeout = 2 * time.Minute
+
+// Run starts the environment (as `ledger dev` does: embedded NATS, PostgreSQL,
+// migrations, the ledger node with its intake), drives the ledger and then the
+// baseline through the same phases, and measures the key check and the projector.
+// It stops everything it started before returning, also when ctx ends (then with
+// what was measured so far and an error). Print the report with Report.Print.
+func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	log := cfg.Progress
+	runID := strconv.FormatInt(time.Now().UnixNano()/1e6%(36*36*36*36*36), 36)
+	w := newWorkload(runID, cfg.Accounts, cfg.Skew)
+	rep = &Report{Started: time.Now(), Machine: machine(), Config: ReportConfig{
+		Clients: cfg.Clients, Accounts: cfg.Accounts, DuplicateRatio: cfg.DuplicateRatio, Skew: cfg.Skew,
+		HottestShare: w.hottestShare(), Duration: cfg.Duration.String(), Capture: cfg.Capture, Grace: cfg.Grace.String(), NATSSync: natsSync(cfg),
+		MaxInFlight: cfg.MaxInFlight, GroupCommit: !cfg.DisableGroupCommit, BatchMax: cfg.BatchMax, Committers: cfg.Committers,
+		BaselinePoolSize: cfg.BaselinePoolSize, BaselineLockedRead: !cfg.BaselinePlainRead, JetStreamMessages: cfg.JetStreamMessages, KeyCheckEvents: cfg.KeyCheckEvents,
+	}}
+	if cfg.BatchWait > 0 {
+		rep.Config.BatchWait = cfg.BatchWait.String()
+	}
+	defer func() {
+		rep.Seconds = time.Since(rep.Started).Seconds()
+		rep.Machine.LoadAfter = loadAvg()
+	}()
+
+	dir := cfg.DataDir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "ledger-bench-"); err != nil {
+			return rep, err
+		}
+		defer os.RemoveAll(dir)
+	}
+	grace := cfg.Grace
+	env, err := devenv.Start(ctx, devenv.Options{
+		DataDir:          dir,
+		NATSAddr:         "127.0.0.1:0",
+		DatabaseURL:      cfg.LedgerDatabaseURL,
+		NoFsync:          cfg.NoFsync,
+		NATSSyncInterval: cfg.NATSSyncInterval,
+		NATSSyncAlways:   cfg.NATSSyncAlways,
+		Logger:           cfg.Logger,
+		Node: node.Options{
+			Name:                "bench-ledger",
+			DisableCommandQuery: true,
+			Ledger: ledger.Options{
+				CacheSize:          max(100_000, 2*cfg.Accounts),
+				DisableGroupCommit: cfg.DisableGroupCommit,
+				Batch:              ledger.BatchOptions{MaxBatch: cfg.BatchMax, MaxWait: cfg.BatchWait, Committers: cfg.Committers},
+			},
+			Intake: intakeOptions(cfg, grace, cfg.Logger),
+		},
+	})
+	if err != nil {
+		return rep, fmt.Errorf("bench: start the ledger's environment: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+		defer cancel()
+		if serr := env.Stop(sctx); serr != nil {
+			log.Warn("bench: stop environment", "err", serr)
+		}
+	}()
+	pm := 0
+	if env.PG != nil {
+		pm = postmasterPID(filepath.Join(env.PG.Dir(), "data"))
+	}
+	if err := describeDatabase(ctx, env.DatabaseURL, &rep.Machine); err != nil {
+		return rep, err
+	}
+	prog := &progress{log: log, interval: cfg.ProgressInterval}
+
+	var written []string // databases the systems driven so far wrote to
+	for _, sys := range cfg.Systems {
+		var (
+			natsURL string
+			stop    func()
+		)
+		if sys != SystemEcho {
+			// Each system starts on a settled cluster: the previous one's tables
+			// vacuumed and a checkpoint just taken. Otherwise the second system
+			// pays for the first's writes (autovacuum of its tables, a checkpoint
+			// and the full-page writes after it): the baseline measured after the
+			// ledger did 1,146 commands/s, first on a fresh cluster 2,036.
+			settle(ctx, written, env.DatabaseURL, log)
+		}
+		switch sys {
+		case SystemLedger:
+			natsURL = env.NATSURL
+			written = append(written, env.DatabaseURL)
+			if env.EventStoreURL != env.DatabaseURL {
+				written = append(written, env.EventStoreURL)
+			}
+			stop = func() {
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+				defer cancel()
+				_ = env.Node.Stop(sctx) // its intake, consumer and store; NATS and PostgreSQL stay up
+			}
+		case SystemBaseline:
+			b, err := startBaseline(ctx, cfg, env, dir, grace)
+			if err != nil {
+				return rep, err
+			}
+			natsURL, stop = b.natsURL, b.stop
+			written = append(written, b.dbURL)
+		case SystemEcho:
+			e, err := startEcho(dir)
+			if err != nil {
+				return rep, err
+			}
+			natsURL, stop = e.natsURL, e.stop
+		}
+		log.Info("bench: driving", "system", sys, "nats", natsURL)
+		var phases []PhaseResult
+		if sys == SystemEcho {
+			ref := 0.0
+			if l := rep.Phase(SystemLedger, PhaseLoad); l != nil {
+				ref = l.CommandsPerSec
+			}
+			phases, err = runEcho(ctx, cfg, natsURL, w, pm, prog, ref)
+		} else {
+			phases, err = runSystem(ctx, cfg, sys, natsURL, w, pm, prog)
+		}
+		stop()
+		rep.Phases = append(rep.Phases, phases...)
+		if err != nil {
+			return rep, fmt.Errorf("bench: %s: %w", sys, err)
+		}
+	}
+	if l, b := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemBaseline, PhaseLoad); l != nil && b != nil {
+		rep.Ratio = ratio(l.CommandsPerSec, b.CommandsPerSec)
+	}
+	if l, h := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemLedger, PhaseHot); l != nil && h != nil {
+		rep.HotRatio = ratio(h.CommandsPerSec, l.CommandsPerSec)
+	}
+
+	if cfg.KeyCheckEvents > 0 {
+		log.Info("bench: key check", "events", cfg.KeyCheckEvents)
+		rep.KeyCheck, err = keyCheck(ctx, env.EventStoreURL, runID, cfg.KeyCheckEvents, cfg.KeyCheckSamples, func(msg string, args ...any) { log.Info("bench: "+msg, args...) })
+		if err != nil {
+			return rep, fmt.Errorf("bench: key check: %w", err)
+		}
+	}
+	if cfg.ProjectionTimeout > 0 {
+		log.Info("bench: projection")
+		before := sampleCPU(pm)
+		rep.Projection, err = projectAll(ctx, env.DatabaseURL, cfg.ProjectionTimeout, cfg.Logger, log)
+		if rep.Projection != nil {
+			rep.Projection.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
+		}
+		if err != nil {
+			return rep, fmt.Errorf("bench: projection: %w", err)
+		}
+	}
+	return rep, nil
+}
+
+func hook(cfg Config, system, phase string, start bool) {
+	if cfg.PhaseHook != nil {
+		cfg.PhaseHook(system, phase, start)
+	}
+}
+
+func cpuCount() int { return runtime.NumCPU() }
+
+func intakeOptions(cfg Config, grace time.Duration, log *slog.Logger) natsapi.Options {
+	return natsapi.Options{
+		MaxInFlight:      cfg.MaxInFlight,
+		DisableJetStream: !cfg.Capture,
+		Lanes:            cfg.Lanes,
+		Grace:            grace,
+		Logger:           log,
+	}
+}
+
+// baselineServer is the baseline behind its own embedded NATS server (the intake's
+// subjects are fixed, so each system gets a server of its own, alike in all).
+type baselineServer struct {
+	natsURL string
+	dbURL   string
+	stop    func()
+}
+
+func startBaseline(ctx context.Context, cfg Config, env *devenv.Env, dir string, grace time.Duration) (_ *baselineServer, err error) {
+	log := cfg.Logger // the components' logger
+	url := cfg.BaselineDatabaseURL
+	if url == "" {
+		if env.PG == nil {
+			return nil, errors.New("bench: no database for the baseline: set the baseline database URL")
+		}
+		admin := env.PG.URLFor("postgres")
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			return nil, err
+		}
+		name := pgx.Identifier{BaselineDatabase}.Sanitize()
+		_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		if err == nil {
+			_, err = conn.Exec(ctx, "CREATE DATABASE "+name)
+		}
+		conn.Close(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("bench: baseline database: %w", err)
+		}
+		url = env.PG.URLFor(BaselineDatabase)
+	}
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	pcfg.MaxConns = int32(cfg.BaselinePoolSize)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		ns *server.Server
+		nc *nats.Conn
+		in *natsapi.Intake
+	)
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+		defer cancel()
+		if in != nil {
+			_ = in.Stop(sctx)
+		}
+		if nc != nil {
+			nc.Close()
+		}
+		if ns != nil {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+		}
+		pool.Close()
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	b, err := NewBaseline(ctx, pool, cfg.BaselinePlainRead)
+	if err != nil {
+		return nil, err
+	}
+	ns, err = embednats.Start(embednats.Options{Addr: "127.0.0.1:0", StoreDir: filepath.Join(dir, "nats-baseline"), Name: "bench-baseline", SyncInterval: cfg.NATSSyncInterval, SyncAlways: cfg.NATSSyncAlways, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	nc, err = nats.Connect(ns.ClientURL(), nats.Name("bench-baseline"), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, err
+	}
+	in = natsapi.New(nc, b, intakeOptions(cfg, grace, log))
+	if err := in.Start(ctx); err != nil {
+		return nil, err
+	}
+	return &baselineServer{natsURL: ns.ClientURL(), dbURL: url, stop: stop}, nil
+}
+
+// runSystem drives one system through the phases.
+func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload, pm int, prog *progress) ([]PhaseResult, error) {
+	log := cfg.Progress
+	t, err := dialTarget(sys, natsURL, cfg.Clients)
+	if err != nil {
+		return nil, err
+	}
+	defer t.close()
+	var base uint64 // the stream's last sequence before this run (a reused data dir)
+	if cfg.Capture {
+		p, err := newJSProbe(ctx, natsURL, nil, 0)
+		if err != nil {
+			return nil, err
+		}
+		base, err = p.lastSeq(ctx)
+		p.close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	start := time.Now()
+	rrStart := start
+	if err := openAccounts(ctx, t, w, cfg.Clients); err != nil {
+		return nil, err
+	}
+	log.Info("bench: accounts open", "system", sys, "accounts", len(w.accounts), "took", time.Since(start).Round(time.Millisecond))
+
+	gens := func(phase string) []*clientGen {
+		g := make([]*clientGen, cfg.Clients)
+		for i := range g {
+			g[i] = newClientGen(w, sys[:1]+phase, i)
+		}
+		return g
+	}
+	var out []PhaseResult
+	phase := func(name string, g []*clientGen, spec loadSpec) (*PhaseResult, error) {
+		spec.system, spec.phase, spec.record = sys, name, true
+		before := sampleCPU(pm)
+		tx0, cmds0 := batchTotals()
+		hook(cfg, sys, name, true)
+		run, err := drive(ctx, t, g, spec, prog)
+		hook(cfg, sys, name, false)
+		if err != nil {
+			return nil, err
+		}
+		res := resultOf(run)
+		res.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
+		if tx1, cmds1 := batchTotals(); sys == SystemLedger && tx1 > tx0 {
+			res.Transactions = int64(tx1 - tx0)
+			res.MeanBatch = (cmds1 - cmds0) / (tx1 - tx0)
+		}
+		out = append(out, res)
+		log.Info("bench: phase done", "system", sys, "phase", name, "commands_per_sec", int(res.CommandsPerSec), "p99_ms", res.P99Ms, "errors", res.Errors)
+		return &out[len(out)-1], nil
+	}
+
+	var warmNew int64
+	if cfg.Warmup > 0 {
+		wr, err := drive(ctx, t, gens("warm"), loadSpec{system: sys, phase: "warm-up", duration: cfg.Warmup, dupRatio: cfg.DuplicateRatio}, prog)
+		if err != nil {
+			return out, err
+		}
+		warmNew = wr.c.newAnswered.Load()
+	}
+	load := gens("load")
+	lr, err := phase(PhaseLoad, load, loadSpec{duration: cfg.Duration, dupRatio: cfg.DuplicateRatio})
+	if err != nil {
+		return out, err
+	}
+	lr.Mode = fmt.Sprintf("closed loop, %d clients", cfg.Clients)
+	lr.WarmupNewAnswered = warmNew
+	loadRate := lr.CommandsPerSec
+
+	// The same load with every client on one account (a merchant's, a fee
+	// account): a hot account must cost what a cold one costs.
+	hot := make([]*clientGen, cfg.Clients)
+	for i := range hot {
+		hot[i] = newClientGen(w.hot(), sys[:1]+PhaseHot, i)
+	}
+	hr, err := phase(PhaseHot, hot, loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio})
+	if err != nil {
+		return out, err
+	}
+	hr.Mode = fmt.Sprintf("closed loop, %d clients, all on one account", cfg.Clients)
+
+	dups := gens("dups")
+	for i := range dups {
+		dups[i].inherit(load[i])
+	}
+	dr, err := phase(PhaseDuplicates, dups, loadSpec{duration: cfg.Duration / 2, dupRatio: 1})
+	if err != nil {
+		return out, err
+	}
+	dr.Mode = fmt.Sprintf("closed loop, %d clients, every command a resend", cfg.Clients)
+
+	if loadRate > 0 {
+		for _, f := range cfg.OpenLoopFractions {
+			rate := loadRate * f
+			name := PhaseHalfLoad
+			if f != 0.5 {
+				name = fmt.Sprintf("load@%g%%", 100*f)
+			}
+			// A second at the rate first, unrecorded: the switch from the previous
+			// (closed-loop) phase leaves a transient of its own.
+			g := gens(name)
+			wr, err := drive(ctx, t, g, loadSpec{system: sys, phase: name + " warm-up", duration: min(time.Second, cfg.Duration/4), dupRatio: cfg.DuplicateRatio, rate: rate}, prog)
+			if err != nil {
+				return out, err
+			}
+			hr, err := phase(name, g, loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio, rate: rate})
+			if err != nil {
+				return out, err
+			}
+			hr.TargetRate = rate
+			hr.WarmupNewAnswered = wr.c.newAnswered.Load()
+			hr.Mode = fmt.Sprintf("open loop at %.0f/s (%g%% of the load phase), %d clients, after 1s unrecorded", rate, 100*f, cfg.Clients)
+		}
+	}
+
+	if !cfg.Capture {
+		return out, nil
+	}
+	p, err := newJSProbe(ctx, natsURL, log, cfg.ProgressInterval)
+	if err != nil {
+		return out, err
+	}
+	defer p.close()
+	// The capture: JetStream stored every request-reply command, and the consumer
+	// confirms each (after the grace). Measure how long both take to catch up
+	// with what the request-reply phases sent; the JetStream phases, and the next
+	// system, start on an idle server.
+	rrEnd := time.Now()
+	want := base + uint64(t.sent.Load())
+	stored, err := p.waitStored(ctx, want, 10*time.Second)
+	if err != nil {
+		return out, err
+	}
+	storedAt := time.Now()
+	if err := p.waitSettled(ctx, stored, settleTimeout(int(stored-base)), nil); err != nil {
+		return out, err
+	}
+	settledAt := time.Now()
+	n := int64(stored - base)
+	cr := PhaseResult{System: sys, Phase: PhaseCapture, Commands: n, NewApplied: 0,
+		Seconds: storedAt.Sub(rrStart).Seconds(), Errors: int64(want - stored),
+		Mode: fmt.Sprintf("the stream stored %d of the %d commands sent, the last %.1fs after the last reply; the consumer confirmed all %.1fs after",
+			stored-base, want-base, storedAt.Sub(rrEnd).Seconds(), settledAt.Sub(rrEnd).Seconds())}
+	if stored < want {
+		cr.Mode += " (errors: the commands JetStream dropped)"
+	}
+	cr.CommandsPerSec = float64(n) / cr.Seconds
+	out = append(out, cr)
+	log.Info("bench: capture caught up", "system", sys, "stored", n, "sent", want-base, "stored_per_sec", int(cr.CommandsPerSec),
+		"stored_after", storedAt.Sub(rrEnd).Round(time.Millisecond), "confirmed_after", settledAt.Sub(rrEnd).Round(time.Millisecond))
+	if cfg.JetStreamMessages <= 0 {
+		return out, nil
+	}
+	settle := func() error {
+		last, err := p.lastSeq(ctx)
+		if err != nil {
+			return err
+		}
+		return p.waitSettled(ctx, last, settleTimeout(int(last-base)), nil)
+	}
+	for _, js := range []struct {
+		name string
+		run  func(context.Context, *jsProbe, []*clientGen, int) (PhaseResult, error)
+	}{{PhaseJSPublish, jsPublish}, {PhaseJSConsume, jsConsume}} {
+		log.Info("bench", "phase", sys+"/"+js.name, "messages", cfg.JetStreamMessages)
+		before := sampleCPU(pm)
+		tx0, cmds0 := batchTotals()
+		hook(cfg, sys, js.name, true)
+		res, err := js.run(ctx, p, gens(js.name), cfg.JetStreamMessages)
+		hook(cfg, sys, js.name, false)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", js.name, err)
+		}
+		res.System, res.Phase = sys, js.name
+		res.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
+		if tx1, cmds1 := batchTotals(); sys == SystemLedger && tx1 > tx0 {
+			res.Transactions = int64(tx1 - tx0)
+			res.MeanBatch = (cmds1 - cmds0) / (tx1 - tx0)
+		}
+		out = append(out, res)
+		log.Info("bench: phase done", "system", sys, "phase", js.name, "commands_per_sec", int(res.CommandsPerSec), "errors", res.Errors)
+		if err := settle(); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+func resultOf(run *phaseRun) PhaseResult {
+	s := run.elapsed.Seconds()
+	c := &run.c
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	r := PhaseResult{
+		System: run.spec.system, Phase: run.spec.phase, Seconds: s,
+		Commands: c.answered.Load(), Duplicates: c.duplicates.Load(), NewApplied: c.newApplied.Load(),
+		Rejected: c.rejected.Load(), Errors: c.errors.Load(), Anomalies: c.anomalies.Load(),
+		NewAnswered: c.newAnswered.Load(), EarlyDuplicates: c.early.Load(),
+		P50Ms: ms(percentile(run.lats, 50)), P99Ms: ms(percentile(run.lats, 99)), P999Ms: ms(percentile(run.lats, 99.9)),
+		ErrorSamples: run.errs, Timeline: run.timeline,
+	}
+	if len(run.lats) > 0 {
+		r.MaxMs = ms(run.lats[len(run.lats)-1])
+	}
+	if s > 0 {
+		r.CommandsPerSec = float64(r.Commands) / s
+		r.DuplicatesPerSec = float64(r.Duplicates) / s
+	}
+	return r
+}
+
+// openAccounts opens every account of w (unmeasured): a duplicate answer is fine
+// (a data dir reused), any other outcome is an error.
+func openAccounts(ctx context.Context, t *target, w *workload, clients int) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := 0; i < clients; i++ {
+		req, err := t.requester(i)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer req.close()
+			for ctx.Err() == nil {
+				k := int(next.Add(1)) - 1
+				if k >= len(w.accounts) {
+					return
+				}
+				acc := w.accounts[k]
+				key := "open-" + acc
+				rep, err := req.do(command{typ: domain.CmdOpenAccount, key: key, body: openBody(key, acc, w.currency)})
+				if err == nil && rep.Status != domain.StatusApplied {
+					err = fmt.Errorf("%s %s: %s", rep.Status, rep.Code, rep.Message)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("bench: open %s: %w", acc, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+func machine() Machine {
+	m := Machine{Cores: runtime.NumCPU(), GoVersion: runtime.Version(), LoadBefore: loadAvg()}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				m.MemoryMB = kb / 1024
+			}
+		}
+	}
+	return m
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// describeDatabase records the server's version and whether it fsyncs.
+func describeDatabase(ctx context.Context, url string, m *Machine) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	var fsync, syncCommit, version string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit'), current_setting('server_version')`).Scan(&fsync, &syncCommit, &version); err != nil {
+		return err
+	}
+	m.Fsync = fsync == "on" && syncCommit != "off"
+	m.PostgresVer = version
+	return nil
+}
+
+// natsSync names the JetStream fsync setting of the run.
+func natsSync(cfg Config) string {
+	switch {
+	case cfg.NATSSyncAlways:
+		return "always"
+	case cfg.NATSSyncInterval > 0:
+		return "every " + cfg.NATSSyncInterval.String()
+	}
+	return "every " + embednats.DefaultSyncInterval.String()
+}
+
+// settle vacuums and analyzes the databases in vacuum, then takes a checkpoint
+// (through checkpointURL), so that the next system does not pay for what the
+// previous ones wrote and every system starts right after a checkpoint. What the
+// benchmark may not do (an external database without the rights) is logged and
+// skipped: the run goes on unsettled.
+func settle(ctx context.Context, vacuum []string, checkpointURL string, log *slog.Logger) {
+	start := time.Now()
+	exec := func(url, sql string) {
+		conn, err := pgx.Connect(ctx, url)
+		if err == nil {
+			_, err = conn.Exec(ctx, sql)
+			conn.Close(ctx)
+		}
+		if err != nil {
+			log.Warn("bench: settle", "sql", sql, "err", err)
+		}
+	}
+	for _, url := range vacuum {
+		exec(url, "VACUUM (ANALYZE)")
+	}
+	exec(checkpointURL, "CHECKPOINT")
+	log.Info("bench: settled PostgreSQL (VACUUM ANALYZE, CHECKPOINT)", "vacuumed", len(vacuum), "took", time.Since(start).Round(time.Millisecond))
+}

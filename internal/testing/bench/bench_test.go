@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ledgerworks/ledger/internal/testing/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// A tiny run end to end: both systems through every phase, the key check and the
+// projector. It checks the report's shape and, in the baseline's own tables, that
+// every new command was applied exactly once and every resend wrote nothing. No
+// figure is asserted: timings on a shared machine prove nothing.
+func TestRunTiny(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts NATS servers and PostgreSQL databases")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	baselineURL := pgtest.URL(t)
+	cfg := Config{
+		Clients:             4,
+		Accounts:            25,
+		DuplicateRatio:      0.3,
+		Skew:                1.1,
+		Duration:            time.Second,
+		Warmup:              200 * time.Millisecond,
+		JetStreamMessages:   40,
+		KeyCheckEvents:      300,
+		KeyCheckSamples:     10,
+		ProjectionTimeout:   time.Minute,
+		Capture:             true,
+		Grace:               500 * time.Millisecond,
+		DataDir:             t.TempDir(),
+		LedgerDatabaseURL:   pgtest.URL(t),
+		BaselineDatabaseURL: baselineURL,
+		NoFsync:             true,
+	}
+	if testing.Verbose() {
+		cfg.Progress = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var out bytes.Buffer
+	rep.Print(&out)
+	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+	last := lines[len(lines)-1]
+	if !regexp.MustCompile(`^ratio ledger/baseline commands/s: [0-9]+\.[0-9]{2}$`).MatchString(last) || last != rep.RatioLine() {
+		t.Fatalf("last line %q", last)
+	}
+	if hot := lines[len(lines)-2]; !regexp.MustCompile(`^ratio hot/uniform commands/s: [0-9]+\.[0-9]{2}$`).MatchString(hot) || hot != rep.HotRatioLine() {
+		t.Fatalf("line before the last %q", hot)
+	}
+	if l, h := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemLedger, PhaseHot); rep.HotRatio <= 0 || rep.HotRatio != h.CommandsPerSec/l.CommandsPerSec {
+		t.Fatalf("hot ratio %v: hot %+v, load %+v", rep.HotRatio, h, l)
+	}
+	if rep.Ratio <= 0 {
+		t.Fatalf("ratio %v", rep.Ratio)
+	}
+	if _, err := json.Marshal(rep); err != nil {
+		t.Fatal(err)
+	}
+	var md bytes.Buffer
+	rep.Markdown(&md)
+	if !strings.Contains(md.String(), "| ledger | load |") || !strings.Contains(md.String(), rep.RatioLine()) {
+		t.Errorf("markdown:\n%s", md.String())
+	}
+
+	phases := []string{PhaseLoad, PhaseHot, PhaseDuplicates, PhaseHalfLoad, PhaseCapture, PhaseJSPublish, PhaseJSConsume}
+	if len(rep.Phases) != 2*len(phases) {
+		t.Fatalf("%d phases: %+v", len(rep.Phases), rep.Phases)
+	}
+	var rrNew, jsNew int64 // new commands the baseline got, by request-reply and by JetStream
+	for _, sys := range []string{SystemLedger, SystemBaseline} {
+		for _, name := range phases {
+			p := rep.Phase(sys, name)
+			if p == nil {
+				t.Fatalf("no %s/%s", sys, name)
+			}
+			if p.Commands <= 0 || p.CommandsPerSec <= 0 || p.Seconds <= 0 || p.Errors != 0 || p.Anomalies != 0 || p.Mode == "" {
+				t.Errorf("%s/%s: %+v", sys, name, *p)
+			}
+			switch name {
+			case PhaseLoad, PhaseHot, PhaseDuplicates, PhaseHalfLoad:
+				if p.P50Ms <= 0 || p.P50Ms > p.P99Ms || p.P99Ms > p.P999Ms || p.P999Ms > p.MaxMs {
+					t.Errorf("%s/%s latencies: %+v", sys, name, *p)
+				}
+				if sys == SystemBaseline {
+					rrNew += p.NewAnswered + p.WarmupNewAnswered
+				}
+			case PhaseJSPublish, PhaseJSConsume:
+				if sys == SystemBaseline {
+					jsNew += p.NewAnswered
+				}
+			}
+		}
+		if d := rep.Phase(sys, PhaseDuplicates); d.Duplicates != d.Commands || d.NewApplied != 0 {
+			t.Errorf("%s duplicates phase: %+v", sys, *d)
+		}
+		if l := rep.Phase(sys, PhaseLoad); l.Duplicates == 0 || l.NewApplied == 0 || l.Duplicates+l.NewApplied != l.Commands ||
+			l.NewApplied+l.EarlyDuplicates != l.NewAnswered {
+			t.Errorf("%s load phase: %+v", sys, *l)
+		}
+		if h := rep.Phase(sys, PhaseHalfLoad); h.TargetRate <= 0 {
+			t.Errorf("%s half-load phase: %+v", sys, *h)
+		}
+	}
+	if k := rep.KeyCheck; k == nil || k.Short.Events != 10 || k.Long.Events != 300 || k.Long.ColdLoadMs <= 0 || k.Long.PeakHeapMB <= 0 || k.Long.HeldHeapMB <= 0 ||
+		k.Long.Duplicate10Ns <= 0 || k.Long.DuplicateSpreadNs <= 0 || k.Long.DecideP50Us <= 0 || k.Long.DecideOnly10Ns <= 0 ||
+		k.Long.DecideOnlySpreadNs <= 0 || k.LikeForLike() <= 0 || k.Spread() <= 0 || k.Long.SpreadKeys != 10 {
+		t.Errorf("key check: %+v", rep.KeyCheck)
+	}
+	if p := rep.Projection; p == nil || !p.CaughtUp || p.Events <= 0 || p.EventsPerSec <= 0 {
+		t.Errorf("projection: %+v", rep.Projection)
+	}
+
+	// The baseline's tables: every account opened once; every new deposit or
+	// withdrawal (request-reply or JetStream) completed with exactly one entry;
+	// no resend wrote anything; balances are the sums of their entries.
+	conn, err := pgx.Connect(ctx, baselineURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	count := func(q string) int64 {
+		t.Helper()
+		var n int64
+		if err := conn.QueryRow(ctx, q).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return n
+	}
+	if n := count(`SELECT count(*) FROM accounts`); n != int64(cfg.Accounts) {
+		t.Errorf("%d accounts, want %d", n, cfg.Accounts)
+	}
+	if n := count(`SELECT count(*) FROM idempotency_keys WHERE status <> 'completed'`); n != 0 {
+		t.Errorf("%d keys not completed", n)
+	}
+	want := rrNew + jsNew
+	if n := count(`SELECT count(*) FROM entries`); n != want {
+		t.Errorf("%d entries, want %d (%d by request-reply, %d by JetStream)", n, want, rrNew, jsNew)
+	}
+	if n := count(`SELECT count(*) FROM idempotency_keys k WHERE k.response->>'account' IS NOT NULL AND k.key NOT LIKE 'open-%'`); n != want {
+		t.Errorf("%d completed money keys, want %d", n, want)
+	}
+	if n := count(`SELECT count(*) FROM (SELECT idempotency_key FROM entries GROUP BY 1 HAVING count(*) > 1) d`); n != 0 {
+		t.Errorf("%d keys with more than one entry", n)
+	}
+	if n := count(`SELECT count(*) FROM entries e LEFT JOIN idempotency_keys k ON k.key = e.idempotency_key WHERE k.key IS NULL OR k.status <> 'completed'`); n != 0 {
+		t.Errorf("%d entries without a completed key", n)
+	}
+	if n := count(`SELECT count(*) FROM accounts a WHERE a.balance <> coalesce((SELECT sum(amount) FROM entries e WHERE e.account_id = a.account_id), 0)`); n != 0 {
+		t.Errorf("%d accounts whose balance is not the sum of their entries", n)
+	}
+}

@@ -1,0 +1,390 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
+)
+
+// requestTimeout bounds the wait for one reply (the intake's own bound is 15s).
+const requestTimeout = 30 * time.Second
+
+// clientsPerConn is how many clients share one NATS connection.
+const clientsPerConn = 8
+
+// target is a system under test as the clients see it: NATS connections to the
+// server whose intake answers ledger.v1.cmd.<type>.
+type target struct {
+	name  string
+	conns []*nats.Conn
+	// sent counts the commands published to the command subjects (the JetStream
+	// capture stores each one).
+	sent atomic.Int64
+}
+
+func dialTarget(name, url string, clients int) (*target, error) {
+	t := &target{name: name}
+	n := max(1, (clients+clientsPerConn-1)/clientsPerConn)
+	for i := 0; i < n; i++ {
+		nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("bench-%s-%d", name, i)), nats.MaxReconnects(-1))
+		if err != nil {
+			t.close()
+			return nil, fmt.Errorf("bench: connect %s: %w", url, err)
+		}
+		t.conns = append(t.conns, nc)
+	}
+	return t, nil
+}
+
+func (t *target) close() {
+	for _, nc := range t.conns {
+		nc.Close()
+	}
+}
+
+// requester sends one client's commands, one at a time, on its own inbox.
+type requester struct {
+	sent  *atomic.Int64
+	nc    *nats.Conn
+	inbox string
+	sub   *nats.Subscription
+}
+
+func (t *target) requester(i int) (*requester, error) {
+	nc := t.conns[i%len(t.conns)]
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return nil, err
+	}
+	return &requester{sent: &t.sent, nc: nc, inbox: inbox, sub: sub}, nil
+}
+
+func (r *requester) close() { _ = r.sub.Unsubscribe() }
+
+// replyHead is what the driver reads of a reply.Reply.
+type replyHead struct {
+	Status         domain.Status `json:"status"`
+	Code           domain.Code   `json:"code"`
+	Message        string        `json:"message"`
+	IdempotencyKey string        `json:"idempotency_key"`
+	Duplicate      bool          `json:"duplicate"`
+}
+
+var errNoResponders = errors.New("no responders")
+
+var statusPrefix = []byte(`{"status"`)
+
+// do sends a command and waits for its reply. The JetStream stream that captures
+// the command subjects answers first with a PubAck on the same inbox: skipped, as
+// natsapi.Request does; a late reply to an earlier, timed-out command is skipped
+// by its key.
+func (r *requester) do(c command) (replyHead, error) {
+	msg := &nats.Msg{Subject: natsapi.CommandSubject(string(c.typ)), Reply: r.inbox, Data: c.body}
+	if err := r.nc.PublishMsg(msg); err != nil {
+		return replyHead{}, err
+	}
+	r.sent.Add(1)
+	deadline := time.Now().Add(requestTimeout)
+	for {
+		m, err := r.sub.NextMsg(time.Until(deadline))
+		if err != nil {
+			return replyHead{}, err
+		}
+		if m.Header.Get("Status") == "503" {
+			return replyHead{}, errNoResponders
+		}
+		if !bytes.HasPrefix(m.Data, statusPrefix) {
+			continue // a PubAck (or its error): the ledger's reply follows
+		}
+		var rep replyHead
+		if err := json.Unmarshal(m.Data, &rep); err != nil {
+			return replyHead{}, fmt.Errorf("bench: reply: %w", err)
+		}
+		if rep.IdempotencyKey != c.key {
+			continue // a late reply to an earlier command of this client
+		}
+		return rep, nil
+	}
+}
+
+// counters are a phase's live tallies (read by the progress reporter).
+type counters struct {
+	answered    atomic.Int64 // commands with an outcome (applied or rejected)
+	duplicates  atomic.Int64 // answered with duplicate: true
+	newApplied  atomic.Int64 // new keys answered applied, not duplicate
+	newAnswered atomic.Int64 // new keys with an outcome (however it was flagged)
+	rejected    atomic.Int64 // answered rejected
+	errors      atomic.Int64 // status error/invalid, transport errors, timeouts
+	anomalies   atomic.Int64 // a resend not answered as a duplicate
+	// early counts new keys answered as duplicates: the JetStream consumer decided
+	// the captured copy before the request-reply path (its grace was too short).
+	early atomic.Int64
+}
+
+// worker is one client of a phase: its generator, its requester, its latencies.
+type worker struct {
+	gen  *clientGen
+	req  *requester
+	lats []time.Duration
+	ends []time.Time // when each of lats ended
+	errs []string
+}
+
+func (w *worker) record(c *counters, cmd command, rep replyHead, err error, lat time.Duration, keep bool) {
+	if err != nil {
+		c.errors.Add(1)
+		if len(w.errs) < 3 {
+			w.errs = append(w.errs, err.Error())
+		}
+		return
+	}
+	switch rep.Status {
+	case domain.StatusApplied, domain.StatusRejected:
+	default:
+		c.errors.Add(1)
+		if len(w.errs) < 3 {
+			w.errs = append(w.errs, fmt.Sprintf("%s %s: %s", rep.Status, rep.Code, rep.Message))
+		}
+		return
+	}
+	c.answered.Add(1)
+	if rep.Status == domain.StatusRejected {
+		c.rejected.Add(1)
+	}
+	if rep.Duplicate {
+		c.duplicates.Add(1)
+	} else if rep.Status == domain.StatusApplied {
+		c.newApplied.Add(1)
+	}
+	switch {
+	case cmd.dup && !rep.Duplicate:
+		c.anomalies.Add(1)
+	case !cmd.dup && rep.Duplicate:
+		c.early.Add(1)
+	}
+	if !cmd.dup {
+		c.newAnswered.Add(1)
+	}
+	w.gen.answered(cmd)
+	if keep {
+		w.lats = append(w.lats, lat)
+		w.ends = append(w.ends, time.Now())
+	}
+}
+
+// loadSpec is one driven phase.
+type loadSpec struct {
+	system   string
+	phase    string
+	duration time.Duration
+	dupRatio float64
+	// rate, when > 0, drives the phase open-loop at this many commands per second
+	// (latency is measured from each command's scheduled time, so that a stall
+	// counts for every command it delays); 0 drives it closed-loop, each client
+	// sending its next command when the previous one is answered.
+	rate float64
+	// record is false for a warm-up.
+	record bool
+}
+
+type phaseRun struct {
+	spec    loadSpec
+	c       counters
+	elapsed time.Duration
+	lats    []time.Duration
+	errs    []string
+	// timeline is the phase second by second (by when commands ended).
+	timeline []SecondStat
+}
+
+// drive runs spec with one worker per generator.
+func drive(ctx context.Context, t *target, gens []*clientGen, spec loadSpec, prog *progress) (*phaseRun, error) {
+	run := &phaseRun{spec: spec}
+	workers := make([]*worker, len(gens))
+	for i, g := range gens {
+		req, err := t.requester(i)
+		if err != nil {
+			return nil, err
+		}
+		defer req.close()
+		workers[i] = &worker{gen: g, req: req}
+	}
+	for _, nc := range t.conns {
+		if err := nc.Flush(); err != nil {
+			return nil, err
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, spec.duration)
+	defer cancel()
+	stopProg := prog.start(spec.system+"/"+spec.phase, spec.duration, &run.c)
+	start := time.Now()
+	var wg sync.WaitGroup
+	if spec.rate <= 0 {
+		for _, w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for pctx.Err() == nil {
+					cmd := w.gen.next(spec.dupRatio)
+					t0 := time.Now()
+					rep, err := w.req.do(cmd)
+					w.record(&run.c, cmd, rep, err, time.Since(t0), spec.record)
+				}
+			}()
+		}
+	} else {
+		due := make(chan time.Time, 1<<16)
+		for _, w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for at := range due {
+					cmd := w.gen.next(spec.dupRatio)
+					rep, err := w.req.do(cmd)
+					w.record(&run.c, cmd, rep, err, time.Since(at), spec.record)
+				}
+			}()
+		}
+		interval := time.Duration(float64(time.Second) / spec.rate)
+	schedule:
+		for i := 0; ; i++ {
+			at := start.Add(time.Duration(i) * interval)
+			if wait := time.Until(at); wait > 0 {
+				select {
+				case <-pctx.Done():
+					break schedule
+				case <-time.After(wait):
+				}
+			}
+			if pctx.Err() != nil {
+				break
+			}
+			select {
+			case due <- at:
+			default:
+				// The backlog is full: the system is far below the rate. Wait
+				// rather than drop, and let the latencies show it.
+				select {
+				case due <- at:
+				case <-pctx.Done():
+					break schedule
+				}
+			}
+		}
+		close(due)
+	}
+	wg.Wait()
+	run.elapsed = time.Since(start)
+	stopProg()
+	run.timeline = timeline(start, workers)
+	for _, w := range workers {
+		run.lats = append(run.lats, w.lats...)
+		run.errs = append(run.errs, w.errs...)
+	}
+	slices.Sort(run.lats)
+	if len(run.errs) > 5 {
+		run.errs = run.errs[:5]
+	}
+	return run, ctx.Err()
+}
+
+// SecondStat is one second of a phase: the commands that ended in it and their
+// latencies (a tail that comes in bursts shows here).
+type SecondStat struct {
+	Second   int     `json:"second"`
+	Commands int     `json:"commands"`
+	P50Ms    float64 `json:"p50_ms"`
+	P99Ms    float64 `json:"p99_ms"`
+	MaxMs    float64 `json:"max_ms"`
+}
+
+func timeline(start time.Time, workers []*worker) []SecondStat {
+	var buckets [][]time.Duration
+	for _, w := range workers {
+		for i, end := range w.ends {
+			sec := int(end.Sub(start) / time.Second)
+			if sec < 0 {
+				continue
+			}
+			for len(buckets) <= sec {
+				buckets = append(buckets, nil)
+			}
+			buckets[sec] = append(buckets[sec], w.lats[i])
+		}
+	}
+	out := make([]SecondStat, len(buckets))
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	for sec, b := range buckets {
+		slices.Sort(b)
+		out[sec] = SecondStat{Second: sec, Commands: len(b), P50Ms: ms(percentile(b, 50)), P99Ms: ms(percentile(b, 99))}
+		if len(b) > 0 {
+			out[sec].MaxMs = ms(b[len(b)-1])
+		}
+	}
+	return out
+}
+
+// percentile of sorted latencies (0 when there are none).
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p / 100 * float64(len(sorted)))
+	if i >= len(sorted) {
+		i = len(sorted) - 1
+	}
+	return sorted[i]
+}
+
+// progress prints a line per interval while a phase runs.
+type progress struct {
+	log      *slog.Logger
+	interval time.Duration
+}
+
+func (p *progress) start(name string, total time.Duration, c *counters) (stop func()) {
+	if p == nil || p.log == nil || p.interval <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(p.interval)
+		defer t.Stop()
+		start := time.Now()
+		last, lastAt := int64(0), start
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				n := c.answered.Load()
+				rate := float64(n-last) / now.Sub(lastAt).Seconds()
+				last, lastAt = n, now
+				el := now.Sub(start)
+				p.log.Info("bench", "phase", name, "elapsed", el.Round(time.Second).String()+"/"+total.String(),
+					"pct", fmt.Sprintf("%.0f%%", 100*min(1, el.Seconds()/total.Seconds())),
+					"commands", n, "rate", fmt.Sprintf("%.0f/s", rate), "duplicates", c.duplicates.Load(), "errors", c.errors.Load())
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
