@@ -426,7 +426,7 @@ func (e *env) holdExpires(t *testing.T) {
 		t.Fatalf("place_hold: %+v", r)
 	}
 	expire := domain.StepKey("hold-1", domain.StepExpire)
-	eventually(t, 30*time.Second, "the transfer process releases the expired hold", func() bool {
+	devtest.Eventually(t, 30*time.Second, "the transfer process releases the expired hold", func() bool {
 		return e.count("account-bob", expire, domain.EvHoldReleased) > 0
 	})
 	if n := e.count("account-bob", expire, domain.EvHoldReleased); n != 1 {
@@ -530,7 +530,7 @@ func (e *env) faults(t *testing.T) {
 	// the old client never return, and Close reports them (noteError in
 	// eventstore/kurrentdb/store.go).
 	const maxOutage = 500 * time.Millisecond
-	eventually(t, 30*time.Second, "the burst starts writing", func() bool {
+	devtest.Eventually(t, 30*time.Second, "the burst starts writing", func() bool {
 		return e.ks.Requests(kurrenttest.MethodAppend) >= appendsBefore+8
 	})
 	e.ks.SetUnavailable(true)
@@ -683,7 +683,7 @@ func (e *env) processResumes(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- ledger.NewProcess(svc, ps, ledger.ProcessOptions{}).Run(rctx) }()
 	want := cp.View.Position.String()
-	eventually(t, 30*time.Second, "the process subscribes from its checkpoint "+want, func() bool {
+	devtest.Eventually(t, 30*time.Second, "the process subscribes from its checkpoint "+want, func() bool {
 		return slices.Contains(e.ks.SubscriptionStarts()[startsBefore:], want)
 	})
 	stop()
@@ -737,7 +737,7 @@ func (p *projector) stop() {
 func (e *env) caughtUp(t *testing.T) eventstore.Position {
 	t.Helper()
 	var head eventstore.Position
-	eventually(t, time.Minute, "the projector catches up with the store's head", func() bool {
+	devtest.Eventually(t, time.Minute, "the projector catches up with the store's head", func() bool {
 		var err error
 		if head, err = e.store.Head(context.Background()); err != nil {
 			t.Fatal(err)
@@ -979,7 +979,7 @@ func (e *env) waitCommandsConsumed() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	eventually(e.t, time.Minute, "the JetStream consumer settles every captured command", func() bool {
+	devtest.Eventually(e.t, time.Minute, "the JetStream consumer settles every captured command", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		c, err := js.Consumer(ctx, natsapi.StreamName, natsapi.DefaultDurable)
@@ -1005,7 +1005,7 @@ func (e *env) waitCommandsConsumed() {
 // waitProcessCheckpoint waits until the transfer process has written n checkpoints.
 func (e *env) waitProcessCheckpoint(n int) {
 	e.t.Helper()
-	eventually(e.t, 30*time.Second, "the transfer process checkpoints", func() bool {
+	devtest.Eventually(e.t, 30*time.Second, "the transfer process checkpoints", func() bool {
 		return len(e.streamEvents(processCheckpoint)) >= n
 	})
 }
@@ -1046,16 +1046,4 @@ func mustPosition(t *testing.T, s string) eventstore.Position {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// eventually polls cond every 10ms until it holds, failing t after timeout.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

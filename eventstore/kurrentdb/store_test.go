@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
@@ -24,18 +26,6 @@ func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*waitFor)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// eventually polls cond until it holds, failing t after waitFor.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func ev(typ string) eventstore.EventData {
@@ -270,7 +260,7 @@ func TestCancelledCallReturnsPromptly(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := s.Append(ctx, "a", eventstore.Any, evs(1)); done <- err }()
-	eventually(t, "the append to reach the server", func() bool { return srv.Requests(kurrenttest.MethodAppend) == 1 })
+	devtest.Eventually(t, waitFor, "the append to reach the server", func() bool { return srv.Requests(kurrenttest.MethodAppend) == 1 })
 	cancel()
 	select {
 	case err := <-done:
@@ -300,7 +290,7 @@ func TestClientReplacedAfterDiscoveryFails(t *testing.T) {
 		t.Fatal("the client did not try to rediscover the node")
 	}
 	srv.SetUnavailable(false)
-	eventually(t, "reads to work again", func() bool {
+	devtest.Eventually(t, waitFor, "reads to work again", func() bool {
 		_, err := s.ReadStream(ctxT(t), "a", 0, eventstore.Forwards, 0)
 		return err == nil
 	})
@@ -387,13 +377,13 @@ func TestSubscriptionResubscribesAfterDrop(t *testing.T) {
 	}
 	defer sub.Close()
 	got := receive(t, sub, 3)
-	eventually(t, "the subscription on the server", func() bool { return srv.Subscriptions() == 1 })
+	devtest.Eventually(t, waitFor, "the subscription on the server", func() bool { return srv.Subscriptions() == 1 })
 
 	if n := srv.DropSubscriptions(); n != 1 {
 		t.Fatalf("dropped %d subscriptions", n)
 	}
 	ks := sub.(*kurrentdb.Subscription)
-	eventually(t, "the resubscription", func() bool { return ks.Drops() == 1 && srv.Subscriptions() == 1 })
+	devtest.Eventually(t, waitFor, "the resubscription", func() bool { return ks.Drops() == 1 && srv.Subscriptions() == 1 })
 	second := evs(3)
 	mustAppend(t, s, "acct-1", eventstore.Exact(2), second...)
 	got = append(got, receive(t, sub, 3)...)
@@ -467,9 +457,9 @@ func TestSubscriptionResumesFromCheckpoint(t *testing.T) {
 	// sent, else where it was read from (the last one as catch-up goes live): the
 	// last one at (other-7's commit position, 0).
 	cp := eventstore.Position{Commit: others[7].Position.Commit}
-	eventually(t, "the last catch-up checkpoint", func() bool { return ks.Checkpoint() == cp })
+	devtest.Eventually(t, waitFor, "the last catch-up checkpoint", func() bool { return ks.Checkpoint() == cp })
 	srv.DropSubscriptions()
-	eventually(t, "the resubscription", func() bool { return ks.Drops() == 1 && srv.Subscriptions() == 1 })
+	devtest.Eventually(t, waitFor, "the resubscription", func() bool { return ks.Drops() == 1 && srv.Subscriptions() == 1 })
 	b := ev("Opened")
 	mustAppend(t, s, "acct-2", eventstore.NoStream, b)
 	got = append(got, receive(t, sub, 1)...)
@@ -525,7 +515,7 @@ func TestSubscriptionGivesUpAfterBoundedAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the subscription on the server", func() bool { return srv.Subscriptions() == 1 })
+	devtest.Eventually(t, waitFor, "the subscription on the server", func() bool { return srv.Subscriptions() == 1 })
 	srv.SetUnavailable(true)
 	srv.DropSubscriptions()
 	waitClosed(t, sub)
@@ -585,7 +575,7 @@ func TestOutageOfSecondsIsRidden(t *testing.T) {
 		cancel()
 	}
 	srv.SetUnavailable(false)
-	eventually(t, "reads to work again", func() bool {
+	devtest.Eventually(t, waitFor, "reads to work again", func() bool {
 		_, err := s.ReadStream(ctxT(t), "a", 0, eventstore.Forwards, 0)
 		return err == nil
 	})

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -82,10 +84,10 @@ func connect(t *testing.T, url string) *pgx.Conn {
 func wantClean(t *testing.T, pool *pgxpool.Pool, url string) {
 	t.Helper()
 	// A connection the pool destroys counts as acquired until it is closed.
-	eventually(t, "no connection acquired", func() bool { return pool.Stat().AcquiredConns() == 0 })
+	devtest.Eventually(t, 15*time.Second, "no connection acquired", func() bool { return pool.Stat().AcquiredConns() == 0 })
 	ctx := ctxT(t)
 	conn := connect(t, url)
-	eventually(t, "no session in a transaction and no advisory lock", func() bool {
+	devtest.Eventually(t, 15*time.Second, "no session in a transaction and no advisory lock", func() bool {
 		var open, locks int
 		err := conn.QueryRow(ctx, `SELECT
 			(SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL),
@@ -276,7 +278,7 @@ type appendOutcome struct {
 // waitFor waits until query, run on the admin connection, counts more than 0.
 func (r *cancelRig) waitFor(t *testing.T, what, query string) {
 	t.Helper()
-	eventually(t, what, func() bool {
+	devtest.Eventually(t, 15*time.Second, what, func() bool {
 		var n int
 		err := r.admin.QueryRow(r.ctx, query).Scan(&n)
 		return err == nil && n > 0
@@ -420,7 +422,7 @@ func TestCrossedMultiAppends(t *testing.T) {
 	}
 	var all []eventstore.RecordedEvent
 	var err error
-	eventually(t, "every event in all", func() bool {
+	devtest.Eventually(t, 15*time.Second, "every event in all", func() bool {
 		all, err = s.ReadAll(ctx, eventstore.Start, 0)
 		return err == nil && len(all) == writers*rounds*width
 	})
@@ -473,7 +475,7 @@ func TestLocksTakenInKeyOrder(t *testing.T) {
 		done <- err
 	}()
 	var pid int
-	eventually(t, "the append to wait for the median key", func() bool {
+	devtest.Eventually(t, 15*time.Second, "the append to wait for the median key", func() bool {
 		err := admin.QueryRow(ctx, "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").Scan(&pid)
 		return err == nil
 	})

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -57,17 +59,6 @@ func TestConformance(t *testing.T) {
 
 func ev() eventstore.EventData {
 	return eventstore.EventData{ID: uuid.New(), Type: "E", Data: []byte(`{}`), Metadata: []byte(`{}`)}
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // TestNaiveReaderSkipsHeldTransaction shows the gap at the SQL level: A inserts
@@ -122,7 +113,7 @@ func TestNaiveReaderSkipsHeldTransaction(t *testing.T) {
 	t.Logf("naive reader skipped A for good: A at position %d, below its checkpoint %d", posA, checkpoint)
 
 	var got []eventstore.RecordedEvent
-	eventually(t, "A and B in all", func() bool {
+	devtest.Eventually(t, 15*time.Second, "A and B in all", func() bool {
 		got, err = s.ReadAll(ctx, eventstore.Start, 0)
 		return err == nil && len(got) == 2
 	})
@@ -179,7 +170,7 @@ func TestXidAssignedAfterStreamLock(t *testing.T) {
 		res, err := s.Append(ctx, "s", eventstore.Exact(0), []eventstore.EventData{ev()})
 		done <- result{res, err}
 	}()
-	eventually(t, "D to wait for the stream lock", func() bool {
+	devtest.Eventually(t, 15*time.Second, "D to wait for the stream lock", func() bool {
 		var waiting int
 		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").Scan(&waiting)
 		return err == nil && waiting == 1
@@ -204,7 +195,7 @@ func TestXidAssignedAfterStreamLock(t *testing.T) {
 		t.Fatalf("D's xid %d is not above C's %d: taken before the stream lock", d.res.Position.Commit, resC.Position.Commit)
 	}
 	var all []eventstore.RecordedEvent
-	eventually(t, "three events in all", func() bool {
+	devtest.Eventually(t, 15*time.Second, "three events in all", func() bool {
 		all, err = s.ReadAll(ctx, eventstore.Start, 0)
 		return err == nil && len(all) == 3
 	})
@@ -303,7 +294,7 @@ func TestXidOrderIsNumeric(t *testing.T) {
 		t.Fatalf("xids %d and %d do not straddle %d", a.Position.Commit, b.Position.Commit, bound)
 	}
 	var all []eventstore.RecordedEvent
-	eventually(t, "both events in all", func() bool {
+	devtest.Eventually(t, 15*time.Second, "both events in all", func() bool {
 		all, err = s.ReadAll(ctx, eventstore.Start, 0)
 		return err == nil && len(all) == 2
 	})
@@ -355,7 +346,7 @@ func TestSubscriptionRetriesTransientErrors(t *testing.T) {
 		t.Fatalf("terminated %d connections: %v", ended, err)
 	}
 	// The pool may hand out a dead connection once; the append is retried like a client would.
-	eventually(t, "an append after the connections were ended", func() bool {
+	devtest.Eventually(t, 15*time.Second, "an append after the connections were ended", func() bool {
 		_, err := s.Append(ctx, "x", eventstore.Exact(0), []eventstore.EventData{ev()})
 		if err != nil && !errors.Is(err, eventstore.ErrUnavailable) {
 			t.Fatalf("append after termination: %v", err)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+
 	"github.com/google/uuid"
 
 	"github.com/ledgerworks/ledger/eventstore"
@@ -185,7 +187,7 @@ func readAllOnce(t *testing.T, s eventstore.Store, after eventstore.Position, p 
 func readAllUntil(t *testing.T, s eventstore.Store, after eventstore.Position, p string, n int) []eventstore.RecordedEvent {
 	t.Helper()
 	var got []eventstore.RecordedEvent
-	eventually(t, fmt.Sprintf("%d events of %s in all", n, p), func() bool {
+	devtest.Eventually(t, waitTimeout, fmt.Sprintf("%d events of %s in all", n, p), func() bool {
 		got, _ = readAllOnce(t, s, after, p)
 		return len(got) >= n
 	})
@@ -193,18 +195,6 @@ func readAllUntil(t *testing.T, s eventstore.Store, after eventstore.Position, p
 		t.Fatalf("all has %d events of %s, want %d", len(got), p, n)
 	}
 	return got
-}
-
-// eventually polls cond until it holds, failing t after waitTimeout.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // receive takes n events from sub, failing t if they do not come in time.
@@ -361,7 +351,7 @@ func increasingStreamRead(t *testing.T, s eventstore.Store, stream string, n int
 // headReaches waits until Head is at or after p.
 func headReaches(t *testing.T, s eventstore.Store, p eventstore.Position) {
 	t.Helper()
-	eventually(t, "head to reach "+p.String(), func() bool { return head(t, s).Compare(p) >= 0 })
+	devtest.Eventually(t, waitTimeout, "head to reach "+p.String(), func() bool { return head(t, s).Compare(p) >= 0 })
 }
 
 func testWrongExpectedRevision(t *testing.T, s eventstore.Store, p string) {
@@ -709,7 +699,7 @@ func testHeldTransaction(t *testing.T, s eventstore.Store, p string) {
 	}
 	// The reader goes on from its checkpoint and must find A (and B if not yet).
 	var rest []eventstore.RecordedEvent
-	eventually(t, "A in all after its commit", func() bool {
+	devtest.Eventually(t, waitTimeout, "A in all after its commit", func() bool {
 		rest, _ = readAllOnce(t, s, checkpoint, p)
 		for _, e := range rest {
 			if e.ID == a.ID {

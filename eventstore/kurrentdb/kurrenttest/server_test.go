@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	api "github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
@@ -273,18 +275,6 @@ func equal(t *testing.T, got, want []string) {
 	t.Helper()
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("got  %v\nwant %v", got, want)
-	}
-}
-
-// eventually polls cond every few milliseconds until it holds or the time is up.
-func eventually(t *testing.T, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", within)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -677,9 +667,9 @@ func TestSubscribeAllConfirmationFirstExclusiveStartAndCaughtUp(t *testing.T) {
 	equal(t, recvKinds(t, sub, 3), []string{"confirmation", "event:b/0", "caught_up"})
 	rawAppend(t, rc, "c", expNoStream(), ids(1)...)
 	equal(t, recvKinds(t, sub, 1), []string{"event:c/0"})
-	eventually(t, 2*time.Second, func() bool { return s.Subscriptions() == 1 })
+	devtest.Eventually(t, 2*time.Second, "one subscription", func() bool { return s.Subscriptions() == 1 })
 	cancel()
-	eventually(t, 2*time.Second, func() bool { return s.Subscriptions() == 0 })
+	devtest.Eventually(t, 2*time.Second, "no subscription", func() bool { return s.Subscriptions() == 0 })
 }
 
 // TestSubscribeAllFromBetweenEvents: since 24.2 the server sends every event
@@ -989,7 +979,7 @@ func TestDropSubscriptions(t *testing.T) {
 	if ev := sub.Recv(); ev.EventAppeared == nil {
 		t.Fatalf("want the event, got %+v", ev)
 	}
-	eventually(t, 2*time.Second, func() bool { return s.Subscriptions() == 1 })
+	devtest.Eventually(t, 2*time.Second, "one subscription", func() bool { return s.Subscriptions() == 1 })
 	if n := s.DropSubscriptions(); n != 1 {
 		t.Fatalf("dropped %d", n)
 	}
@@ -1002,7 +992,7 @@ func TestDropSubscriptions(t *testing.T) {
 			break
 		}
 	}
-	eventually(t, 2*time.Second, func() bool { return s.Subscriptions() == 0 })
+	devtest.Eventually(t, 2*time.Second, "no subscription", func() bool { return s.Subscriptions() == 0 })
 }
 
 // TestClientNeverSendsRequiresLeader: EventStore-Client-Go v4.2.0 puts the

@@ -7,21 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 )
-
-// eventually polls cond until it holds or the bound passes: never a bare sleep.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 func recoverPass(t *testing.T, p *Process) SweepStats {
 	t.Helper()
@@ -181,7 +171,7 @@ func TestProcessRun(t *testing.T) {
 		}
 		must(t, s, "place_hold", holdBody("h1", "alice", "h1", 10, "expires_at", clk.Now().Add(time.Hour).Format(time.RFC3339))...)
 		// Within the grace period nothing happens: the handler may still be at work.
-		eventually(t, "the process to see the transfer", func() bool {
+		devtest.Eventually(t, 20*time.Second, "the process to see the transfer", func() bool {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			return p.view.Transfers["t1"] != nil && p.view.Holds["alice/h1"] != nil
@@ -190,15 +180,15 @@ func TestProcessRun(t *testing.T) {
 			t.Fatal("transfer decided within the grace period")
 		}
 		clk.Advance(2 * time.Hour)
-		eventually(t, "the transfer to be decided", func() bool {
+		devtest.Eventually(t, 20*time.Second, "the transfer to be decided", func() bool {
 			r, found, err := s.Lookup(ctx, "t-1")
 			return err == nil && found && r.Transfer.Status == "completed"
 		})
-		eventually(t, "the hold to expire", func() bool {
+		devtest.Eventually(t, 20*time.Second, "the hold to expire", func() bool {
 			evs := streamEventsOf(t, st, "account-alice")
 			return evs[len(evs)-1].Type == domain.EvHoldReleased
 		})
-		eventually(t, "a checkpoint past the hold's expiry", func() bool {
+		devtest.Eventually(t, 20*time.Second, "a checkpoint past the hold's expiry", func() bool {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			return len(p.view.Holds) == 0 && len(p.view.Transfers) == 0 && p.cpPos.Compare(p.view.Position) == 0

@@ -95,7 +95,8 @@ func Store(t testing.TB, url string) *postgres.Store {
 	return s
 }
 
-// Eventually polls cond every 20ms until it holds, failing t after timeout.
+// Eventually polls cond every 5ms until it holds, failing t after timeout: the
+// one such helper of the tests.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -103,6 +104,6 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		if time.Now().After(deadline) {
 			t.Fatalf("not within %s: %s", timeout, what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 }
