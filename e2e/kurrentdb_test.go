@@ -834,31 +834,12 @@ func (e *env) query(t *testing.T, name string, req, out any) {
 
 func (e *env) all() []eventstore.RecordedEvent {
 	e.t.Helper()
-	var out []eventstore.RecordedEvent
-	after := eventstore.Start
-	for {
-		evs, err := e.store.ReadAll(context.Background(), after, 500)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		out = append(out, evs...)
-		if len(evs) < 500 {
-			return out
-		}
-		after = evs[len(evs)-1].Position
-	}
+	return devtest.ReadAll(e.t, e.store)
 }
 
 func (e *env) streamEvents(stream string) []eventstore.RecordedEvent {
 	e.t.Helper()
-	evs, err := e.store.ReadStream(context.Background(), stream, 0, eventstore.Forwards, 0)
-	if errors.Is(err, eventstore.ErrStreamNotFound) {
-		return nil
-	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return evs
+	return devtest.StreamEvents(e.t, e.store, stream)
 }
 
 func metadata(t testing.TB, re eventstore.RecordedEvent) domain.Metadata {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -145,23 +147,6 @@ func checkPublished(stored []eventstore.RecordedEvent, msgs []*jetstream.RawStre
 	return nil
 }
 
-func readAllStored(t *testing.T, env *projtest.Env) []eventstore.RecordedEvent {
-	t.Helper()
-	var out []eventstore.RecordedEvent
-	after := eventstore.Start
-	for {
-		recs, err := env.Store.ReadAll(context.Background(), after, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, recs...)
-		if len(recs) < 1000 {
-			return out
-		}
-		after = recs[len(recs)-1].Position
-	}
-}
-
 // TestPublisherPublishesEveryEventOnceInOrder: every stored event reaches
 // LEDGER_EVENTS once, in order, with its ID as Nats-Msg-Id; the checkpoint
 // follows; a publisher whose checkpoint row was lost (a crash between the
@@ -172,7 +157,7 @@ func TestPublisherPublishesEveryEventOnceInOrder(t *testing.T) {
 	p := newPublisher(t, env, nc, projections.PublisherOptions{BatchSize: 64})
 	publishAll(t, p)
 	p.Close()
-	stored := readAllStored(t, env)
+	stored := devtest.ReadAll(t, env.Store)
 	if err := checkPublished(stored, streamMessages(t, nc)); err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +172,7 @@ func TestPublisherPublishesEveryEventOnceInOrder(t *testing.T) {
 	env.Run(t, projtest.Workload{Commands: 40, Seed: 2, Prefix: "v"})
 	p2 := newPublisher(t, env, nc, projections.PublisherOptions{BatchSize: 64})
 	publishAll(t, p2)
-	stored = readAllStored(t, env)
+	stored = devtest.ReadAll(t, env.Store)
 	msgs := streamMessages(t, nc)
 	if len(msgs) != len(stored) {
 		t.Fatalf("%d messages for %d events: the new publisher published again", len(msgs), len(stored))
@@ -202,7 +187,7 @@ func TestPublisherPublishesEveryEventOnceInOrder(t *testing.T) {
 func TestPublisherCheckerFindsAGap(t *testing.T) {
 	env, nc := publisherEnv(t, 20, 3)
 	publishAll(t, newPublisher(t, env, nc, projections.PublisherOptions{}))
-	stored, msgs := readAllStored(t, env), streamMessages(t, nc)
+	stored, msgs := devtest.ReadAll(t, env.Store), streamMessages(t, nc)
 	if err := checkPublished(stored, msgs); err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +225,7 @@ func TestPublisherSurvivesNATSRestart(t *testing.T) {
 	env.Run(t, projtest.Workload{Commands: 100, Seed: 5, Prefix: "v"})
 	startNATS(t, dir, addr)
 	env.Run(t, projtest.Workload{Commands: 100, Seed: 6, Prefix: "u"})
-	stored := readAllStored(t, env)
+	stored := devtest.ReadAll(t, env.Store)
 	last := stored[len(stored)-1].Position
 	deadline := time.Now().Add(time.Minute)
 	for p.Position() != last {
@@ -277,7 +262,7 @@ func TestPublisherLease(t *testing.T) {
 	}
 	env.Run(t, projtest.Workload{Commands: 30, Seed: 8, Prefix: "v"})
 	publishAll(t, b)
-	if err := checkPublished(readAllStored(t, env), streamMessages(t, nc)); err != nil {
+	if err := checkPublished(devtest.ReadAll(t, env.Store), streamMessages(t, nc)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -297,7 +282,7 @@ func TestRebuildNeverRepublishes(t *testing.T) {
 		t.Fatalf("publisher checkpoint %q after the rebuild, %q before", after, before)
 	}
 	publishAll(t, newPublisher(t, env, nc, projections.PublisherOptions{}))
-	stored, msgs := readAllStored(t, env), streamMessages(t, nc)
+	stored, msgs := devtest.ReadAll(t, env.Store), streamMessages(t, nc)
 	if len(msgs) != len(stored) {
 		t.Fatalf("%d messages for %d events after a rebuild", len(msgs), len(stored))
 	}

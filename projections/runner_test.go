@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -131,7 +133,7 @@ func storeEvents(t *testing.T, env *projtest.Env) int64 {
 
 func readAll(t *testing.T, env *projtest.Env) []*projections.Event {
 	t.Helper()
-	evs, err := projections.DecodeAll(readAllStored(t, env))
+	evs, err := projections.DecodeAll(devtest.ReadAll(t, env.Store))
 	if err != nil {
 		t.Fatal(err)
 	}

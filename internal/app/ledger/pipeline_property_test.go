@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/memory"
@@ -188,7 +190,7 @@ func keysInStoreOrder(t *testing.T, st eventstore.AllReader) []string {
 		pos eventstore.Position
 	}
 	var keys []first
-	for _, e := range readAll(t, st) {
+	for _, e := range devtest.ReadAll(t, st) {
 		ev, err := toStored(e)
 		if err != nil {
 			t.Fatal(err)

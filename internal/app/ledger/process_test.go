@@ -83,7 +83,7 @@ func TestHolds(t *testing.T) {
 		if got := recoverPass(t, p); got.Expired != 1 || got.Holds != 0 {
 			t.Fatalf("at expiry: %+v", got)
 		}
-		evs := streamEventsOf(t, st, "account-alice")
+		evs := devtest.StreamEvents(t, st, "account-alice")
 		last := evs[len(evs)-1]
 		var rel domain.HoldReleased
 		m, _ := domain.DecodeMetadata(last.Metadata)
@@ -96,7 +96,7 @@ func TestHolds(t *testing.T) {
 		}
 		// Again, and by other instances with their own views at once: nothing more.
 		recoverPass(t, p)
-		n := len(readAllEvents(t, st))
+		n := len(devtest.ReadAll(t, st))
 		var wg sync.WaitGroup
 		for i := 0; i < 2; i++ {
 			wg.Add(1)
@@ -109,10 +109,10 @@ func TestHolds(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		if got := countOf(readAllEvents(t, st), domain.EvHoldReleased); got != 3 { // h2 released, h3 released, h4 expired
+		if got := countOf(devtest.ReadAll(t, st), domain.EvHoldReleased); got != 3 { // h2 released, h3 released, h4 expired
 			t.Fatalf("%d releases", got)
 		}
-		if got := len(readAllEvents(t, st)); got != n+2 { // the two new checkpoint streams
+		if got := len(devtest.ReadAll(t, st)); got != n+2 { // the two new checkpoint streams
 			t.Fatalf("%d events written after the expiry", got-n)
 		}
 		a := audit(t, st, true)
@@ -144,7 +144,7 @@ func TestHoldExpiryRace(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		if got := countOf(streamEventsOf(t, st, "account-alice"), domain.EvHoldReleased); got != 5 {
+		if got := countOf(devtest.StreamEvents(t, st, "account-alice"), domain.EvHoldReleased); got != 5 {
 			t.Fatalf("%d releases of 5 holds", got)
 		}
 		audit(t, st, true)
@@ -185,7 +185,7 @@ func TestProcessRun(t *testing.T) {
 			return err == nil && found && r.Transfer.Status == "completed"
 		})
 		devtest.Eventually(t, 20*time.Second, "the hold to expire", func() bool {
-			evs := streamEventsOf(t, st, "account-alice")
+			evs := devtest.StreamEvents(t, st, "account-alice")
 			return evs[len(evs)-1].Type == domain.EvHoldReleased
 		})
 		devtest.Eventually(t, 20*time.Second, "a checkpoint past the hold's expiry", func() bool {
@@ -266,7 +266,7 @@ func TestProcessUnreadableCheckpoint(t *testing.T) {
 		if got := recoverPass(t, p); got.Resumed != 1 || got.Pending != 0 {
 			t.Fatalf("pass: %+v", got)
 		}
-		if evs := streamEventsOf(t, st, "ledger-process-checkpoint"); len(evs) != 2 || evs[1].Type != EvProcessCheckpoint {
+		if evs := devtest.StreamEvents(t, st, "ledger-process-checkpoint"); len(evs) != 2 || evs[1].Type != EvProcessCheckpoint {
 			t.Fatalf("checkpoint stream: %d events", len(evs))
 		}
 		audit(t, st, true)

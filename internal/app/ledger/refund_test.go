@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+
 	"github.com/ledgerworks/ledger/domain"
 )
 
@@ -52,7 +54,7 @@ func TestRefundsOfAccountCommands(t *testing.T) {
 		if r = send(s, "refund", refundBody("r5", "nothing", 0)...); r.Code != domain.CodeOriginalNotFound || len(r.Events) != 0 {
 			t.Fatalf("unknown original: %+v", r)
 		}
-		if n := countOf(streamEventsOf(t, st, "account-alice"), domain.EvDebited); n != 2 {
+		if n := countOf(devtest.StreamEvents(t, st, "account-alice"), domain.EvDebited); n != 2 {
 			t.Fatalf("%d refund debits", n)
 		}
 		audit(t, st, true)

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand"
 	"reflect"
@@ -10,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
@@ -88,32 +89,6 @@ func mustApply(t *testing.T, s *Service, typ, body string) Reply {
 	return r
 }
 
-func readAll(t *testing.T, st eventstore.AllReader) []eventstore.RecordedEvent {
-	t.Helper()
-	var out []eventstore.RecordedEvent
-	after := eventstore.Start
-	for {
-		evs, err := st.ReadAll(context.Background(), after, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, evs...)
-		if len(evs) < 1000 {
-			return out
-		}
-		after = evs[len(evs)-1].Position
-	}
-}
-
-func streamEvents(t *testing.T, st eventstore.StreamReader, stream string) []eventstore.RecordedEvent {
-	t.Helper()
-	evs, err := st.ReadStream(context.Background(), stream, 0, eventstore.Forwards, 0)
-	if err != nil && !errors.Is(err, eventstore.ErrStreamNotFound) {
-		t.Fatal(err)
-	}
-	return evs
-}
-
 func countType(evs []eventstore.RecordedEvent, typ string) int {
 	n := 0
 	for _, e := range evs {
@@ -133,7 +108,7 @@ func TestSameDepositTenTimes(t *testing.T) {
 		for i := 0; i < 10; i++ {
 			replies = append(replies, post(t, s, "deposit", `{"idempotency_key":"dep-1","account_id":"a","amount":500,"currency":"EUR"}`))
 		}
-		if n := countType(streamEvents(t, st, "account-a"), domain.EvCredited); n != 1 {
+		if n := countType(devtest.StreamEvents(t, st, "account-a"), domain.EvCredited); n != 1 {
 			t.Fatalf("%d Credited events, want 1", n)
 		}
 		dups := 0
@@ -170,7 +145,7 @@ func TestConcurrentWithdrawal(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		if n := countType(streamEvents(t, st, "account-a"), domain.EvDebited); n != 1 {
+		if n := countType(devtest.StreamEvents(t, st, "account-a"), domain.EvDebited); n != 1 {
 			t.Fatalf("%d debits, want 1", n)
 		}
 		fresh := 0
@@ -207,7 +182,7 @@ func TestTwoInstancesRace(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		evs := streamEvents(t, st, "account-a")
+		evs := devtest.StreamEvents(t, st, "account-a")
 		if n := countType(evs, domain.EvCredited); n != 40 {
 			t.Fatalf("%d credits, want 40", n)
 		}
@@ -231,7 +206,7 @@ func TestKeyReusedWithAnotherRequest(t *testing.T) {
 		mustApply(t, s, "open_account", `{"idempotency_key":"open-a","account_id":"a","currency":"EUR"}`)
 		mustApply(t, s, "open_account", `{"idempotency_key":"open-b","account_id":"b","currency":"EUR"}`)
 		mustApply(t, s, "deposit", `{"idempotency_key":"k","account_id":"a","amount":100,"currency":"EUR"}`)
-		before := len(readAll(t, st))
+		before := len(devtest.ReadAll(t, st))
 		r := post(t, s, "deposit", `{"idempotency_key":"k","account_id":"a","amount":200,"currency":"EUR"}`)
 		if r.Code != domain.CodeIdempotencyKeyConflict || !reflect.DeepEqual(r.Fields, []string{"amount"}) || len(r.Events) != 0 {
 			t.Fatalf("same account: %+v", r)
@@ -250,7 +225,7 @@ func TestKeyReusedWithAnotherRequest(t *testing.T) {
 		if r.Code != domain.CodeIdempotencyKeyConflict {
 			t.Fatalf("cold cache, other account: %+v", r)
 		}
-		if after := len(readAll(t, st)); after != before {
+		if after := len(devtest.ReadAll(t, st)); after != before {
 			t.Fatalf("conflicts wrote %d events", after-before)
 		}
 	})
@@ -269,7 +244,7 @@ func TestKeyConflictFieldsFromTheStore(t *testing.T) {
 			mustApply(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"dep-%d","account_id":"c","amount":%d,"currency":"EUR"}`, i, 10+i))
 		}
 		mustApply(t, s, "withdraw", `{"idempotency_key":"w","account_id":"c","amount":3,"currency":"EUR"}`)
-		before := len(readAll(t, st))
+		before := len(devtest.ReadAll(t, st))
 		cases := []struct {
 			typ, body string
 			fields    []string
@@ -291,7 +266,7 @@ func TestKeyConflictFieldsFromTheStore(t *testing.T) {
 		if r := post(t, s, "deposit", `{"idempotency_key":"dep-2","account_id":"c","amount":12,"currency":"EUR"}`); !r.Duplicate {
 			t.Fatalf("original request: %+v", r)
 		}
-		if after := len(readAll(t, st)); after != before {
+		if after := len(devtest.ReadAll(t, st)); after != before {
 			t.Fatalf("conflicts wrote %d events", after-before)
 		}
 	})
@@ -326,7 +301,7 @@ func TestRejectionIsRecordedForever(t *testing.T) {
 		// A refusal about an account that does not exist is not recorded: a retry
 		// after the account exists is decided afresh.
 		r := post(t, s, "deposit", `{"idempotency_key":"early","account_id":"z","amount":5,"currency":"EUR"}`)
-		if r.Code != domain.CodeAccountNotFound || len(streamEvents(t, st, "account-z")) != 0 {
+		if r.Code != domain.CodeAccountNotFound || len(devtest.StreamEvents(t, st, "account-z")) != 0 {
 			t.Fatalf("not found: %+v", r)
 		}
 		mustApply(t, s, "open_account", `{"idempotency_key":"open-z","account_id":"z","currency":"EUR"}`)
@@ -486,7 +461,7 @@ func runWorker(t *testing.T, s *Service, rng *rand.Rand, w, n int) {
 // streamDigest maps each stream to its events' IDs, types and data, in order.
 func streamDigest(t *testing.T, st testStore) map[string][]string {
 	out := map[string][]string{}
-	for _, e := range readAll(t, st) {
+	for _, e := range devtest.ReadAll(t, st) {
 		out[e.Stream] = append(out[e.Stream], fmt.Sprintf("%d %s %s %s", e.Revision, e.ID, e.Type, e.Data))
 	}
 	return out
@@ -495,7 +470,7 @@ func streamDigest(t *testing.T, st testStore) map[string][]string {
 // checkInvariants checks PROTOCOL.md §6 invariants 1, 3 and 5 from the store alone.
 func checkInvariants(t *testing.T, st testStore) {
 	t.Helper()
-	all := readAll(t, st)
+	all := devtest.ReadAll(t, st)
 	ids := map[string]bool{}
 	next := map[string]uint64{}
 	keyStream := map[string]string{}
@@ -561,7 +536,7 @@ func TestStaleCacheKnowsTheKeyBeforeInvalid(t *testing.T) {
 			"expires_at", clk.Now().Add(10 * time.Minute).Format(time.RFC3339)}
 		orig := must(t, b, "place_hold", hold...)
 		clk.Advance(time.Hour)
-		before := len(readAll(t, st))
+		before := len(devtest.ReadAll(t, st))
 		r := send(a, "place_hold", hold...)
 		if r.Status != domain.StatusApplied || !r.Duplicate || !reflect.DeepEqual(r.Events, orig.Events) {
 			t.Fatalf("resend on the stale instance: %+v, want the original %+v", r, orig)
@@ -570,7 +545,7 @@ func TestStaleCacheKnowsTheKeyBeforeInvalid(t *testing.T) {
 		if r := send(a, "place_hold", other...); r.Code != domain.CodeIdempotencyKeyConflict {
 			t.Fatalf("another request under the key on the stale instance: %+v", r)
 		}
-		if after := len(readAll(t, st)); after != before {
+		if after := len(devtest.ReadAll(t, st)); after != before {
 			t.Fatalf("answers wrote %d events", after-before)
 		}
 	})

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 )
@@ -30,7 +32,7 @@ func foldedBalance(t *testing.T, st testStore, id string) int64 {
 func foldedAccount(t *testing.T, st eventstore.StreamReader, id string) *domain.Account {
 	t.Helper()
 	a := domain.NewAccount(id)
-	for _, re := range streamEvents(t, st, domain.AccountStream(id)) {
+	for _, re := range devtest.StreamEvents(t, st, domain.AccountStream(id)) {
 		ev, err := toStored(re)
 		if err != nil {
 			t.Fatal(err)
@@ -64,7 +66,7 @@ func TestTransactionAllOrNothing(t *testing.T) {
 		body := txBody(p+"tx1", p+"t1", posting(a, b, 300, "EUR"), posting(a, fee, 10, "EUR"), posting(b, fee, 5, "EUR"))
 		r := post(t, s, "post_transaction", body)
 		if strings.HasSuffix(t.Name(), "single-stream") {
-			if r.Status != domain.StatusInvalid || r.Code != domain.CodeInvalidRequest || len(streamEvents(t, st, domain.TransactionStream(p+"t1"))) != 0 {
+			if r.Status != domain.StatusInvalid || r.Code != domain.CodeInvalidRequest || len(devtest.StreamEvents(t, st, domain.TransactionStream(p+"t1"))) != 0 {
 				t.Fatalf("on a store without multi-stream appends: %+v", r)
 			}
 			return
@@ -118,7 +120,7 @@ func TestTransactionAllOrNothing(t *testing.T) {
 				t.Fatalf("%s: %+v", c.name, r)
 			}
 		}
-		if evs := streamEvents(t, st, domain.TransactionStream(p+"t4")); len(evs) != 0 {
+		if evs := devtest.StreamEvents(t, st, domain.TransactionStream(p+"t4")); len(evs) != 0 {
 			t.Fatalf("a refusal not recorded wrote %d events", len(evs))
 		}
 		r5 := post(t, s, "post_transaction", txBody(p+"tx5", p+"t5", posting(a, usd, 1, "EUR")))
@@ -176,8 +178,8 @@ func TestTransactionConcurrentSends(t *testing.T) {
 				fresh++
 			}
 		}
-		if fresh < 1 || len(streamEvents(t, st, domain.TransactionStream(p+"t"))) != 1 {
-			t.Fatalf("%d sends answered as the first, %d transaction events", fresh, len(streamEvents(t, st, domain.TransactionStream(p+"t"))))
+		if fresh < 1 || len(devtest.StreamEvents(t, st, domain.TransactionStream(p+"t"))) != 1 {
+			t.Fatalf("%d sends answered as the first, %d transaction events", fresh, len(devtest.StreamEvents(t, st, domain.TransactionStream(p+"t"))))
 		}
 		if a, b := foldedBalance(t, st, p+"a"), foldedBalance(t, st, p+"b"); a != 1000+50-50 || b != 50 {
 			t.Fatalf("balances a=%d b=%d, want 1000 and 50", a, b)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
@@ -487,7 +489,7 @@ func TestTransferRejections(t *testing.T) {
 
 		// A missing account: not recorded, so the retry after it exists goes through.
 		r = send(s, "transfer", transferBody("t-early", "early", "alice", "carol", 5)...)
-		if r.Code != domain.CodeAccountNotFound || len(r.Events) != 0 || len(streamEventsOf(t, st, "transfer-early")) != 0 {
+		if r.Code != domain.CodeAccountNotFound || len(r.Events) != 0 || len(devtest.StreamEvents(t, st, "transfer-early")) != 0 {
 			t.Fatalf("missing destination: %+v", r)
 		}
 		openFunded(t, s, "carol", "EUR", 0)
@@ -499,7 +501,7 @@ func TestTransferRejections(t *testing.T) {
 		}
 
 		// The id of someone else's transfer, and a key bound to another request.
-		before := len(readAllEvents(t, st))
+		before := len(devtest.ReadAll(t, st))
 		r = send(s, "transfer", transferBody("t-other", "early", "alice", "carol", 5)...)
 		if r.Code != domain.CodeTransferExists || r.Status != domain.StatusRejected || len(r.Events) != 0 {
 			t.Fatalf("used id: %+v", r)
@@ -516,37 +518,11 @@ func TestTransferRejections(t *testing.T) {
 		if r.Code != domain.CodeIdempotencyKeyConflict {
 			t.Fatalf("deposit's key on a used transfer id: %+v", r)
 		}
-		if after := len(readAllEvents(t, st)); after != before {
+		if after := len(devtest.ReadAll(t, st)); after != before {
 			t.Fatalf("refusals wrote %d events", after-before)
 		}
 		audit(t, st, true)
 	})
-}
-
-func readAllEvents(t *testing.T, st eventstore.AllReader) []eventstore.RecordedEvent {
-	t.Helper()
-	var out []eventstore.RecordedEvent
-	after := eventstore.Start
-	for {
-		evs, err := st.ReadAll(context.Background(), after, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, evs...)
-		if len(evs) < 1000 {
-			return out
-		}
-		after = evs[len(evs)-1].Position
-	}
-}
-
-func streamEventsOf(t *testing.T, st eventstore.StreamReader, stream string) []eventstore.RecordedEvent {
-	t.Helper()
-	evs, err := st.ReadStream(context.Background(), stream, 0, eventstore.Forwards, 0)
-	if err != nil && !errors.Is(err, eventstore.ErrStreamNotFound) {
-		t.Fatal(err)
-	}
-	return evs
 }
 
 func countOf(evs []eventstore.RecordedEvent, typ string) int {
@@ -632,7 +608,7 @@ func TestSameTransferTenTimesTwoInstances(t *testing.T) {
 				t.Fatalf("lookup %+v %v", got, err)
 			}
 		}
-		alice := streamEventsOf(t, st, "account-alice")
+		alice := devtest.StreamEvents(t, st, "account-alice")
 		debits := 2 // one per transfer (the second credited back)
 		if atomicTransfers(st) {
 			debits = 1 // the refused one never debited
@@ -640,7 +616,7 @@ func TestSameTransferTenTimesTwoInstances(t *testing.T) {
 		if n := countOf(alice, domain.EvDebited); n != debits {
 			t.Fatalf("%d debits of alice", n)
 		}
-		if n := countOf(streamEventsOf(t, st, "account-bob"), domain.EvCredited); n != 1 {
+		if n := countOf(devtest.StreamEvents(t, st, "account-bob"), domain.EvCredited); n != 1 {
 			t.Fatalf("%d credits of bob", n)
 		}
 		a := audit(t, st, true)

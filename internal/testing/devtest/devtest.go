@@ -5,12 +5,14 @@ package devtest
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/platform/embednats"
 	"github.com/ledgerworks/ledger/internal/testing/pgtest"
@@ -106,4 +108,34 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// ReadAll reads every event of "all" in st, page by page: the tests' one
+// read-all loop.
+func ReadAll(t testing.TB, st eventstore.AllReader) []eventstore.RecordedEvent {
+	t.Helper()
+	const page = 1000
+	var out []eventstore.RecordedEvent
+	after := eventstore.Start
+	for {
+		evs, err := st.ReadAll(context.Background(), after, page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, evs...)
+		if len(evs) < page {
+			return out
+		}
+		after = evs[len(evs)-1].Position
+	}
+}
+
+// StreamEvents reads every event of a stream in st; none when it does not exist.
+func StreamEvents(t testing.TB, st eventstore.StreamReader, stream string) []eventstore.RecordedEvent {
+	t.Helper()
+	evs, err := st.ReadStream(context.Background(), stream, 0, eventstore.Forwards, 0)
+	if err != nil && !errors.Is(err, eventstore.ErrStreamNotFound) {
+		t.Fatal(err)
+	}
+	return evs
 }
