@@ -2,6 +2,7 @@ package kurrenttest
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -12,11 +13,13 @@ import (
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/serverfeatures"
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	api "github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -1130,6 +1133,57 @@ func TestSecured(t *testing.T) {
 	_, err = connect("admin:wrong@").AppendToStream(ctxT(t), "s", esdb.AppendToStreamOptions{}, events(uuid.New())...)
 	if code(err) != esdb.ErrorCodeUnauthenticated {
 		t.Fatalf("wrong password: %v, want unauthenticated", err)
+	}
+}
+
+// TestBadCredentialsAreRefusedBeforeRouting: a secure node authenticates every
+// call before it looks at the method (AuthenticationMiddleware), so wrong
+// credentials are Unauthenticated on ServerFeatures, which needs none, and on
+// a service the test server does not implement (the suite's
+// callWithTLSAndInvalidOverrideCredentials creates a persistent subscription
+// with them); with right ones the latter is Unimplemented.
+func TestBadCredentialsAreRefusedBeforeRouting(t *testing.T) {
+	ca := testcert.NewCA(t)
+	s, _ := Start(t, WithTLS(ca.Issue(t, "kurrentdb", true).Pair(t)),
+		WithUsers(User{Name: "admin", Password: "a", Admin: true}))
+	caFile := testcert.WriteFile(t, "ca.crt", ca.CertPEM)
+	c := clientAt(t, "esdb://admin:a@"+s.Addr()+"?tlsCAFile="+caFile)
+	code := func(err error) esdb.ErrorCode {
+		var e *esdb.Error
+		if !errors.As(err, &e) {
+			return esdb.ErrorCodeUnknown
+		}
+		return e.Code()
+	}
+	create := func(login, password string) error {
+		return c.CreatePersistentSubscription(ctxT(t), "s", "g", esdb.PersistentStreamSubscriptionOptions{
+			Authenticated: &esdb.Credentials{Login: login, Password: password},
+		})
+	}
+	if err := create("invalid", "invalid"); code(err) != esdb.ErrorCodeUnauthenticated {
+		t.Errorf("an unimplemented call with wrong credentials: %v, want unauthenticated", err)
+	}
+	if err := create("admin", "a"); code(err) != esdb.ErrorCodeUnsupportedFeature {
+		t.Errorf("an unimplemented call with right credentials: %v, want unsupported (Unimplemented)", err)
+	}
+
+	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(credentials.NewClientTLSFromCert(ca.Pool(), "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	features := serverfeatures.NewServerFeaturesClient(conn)
+	basic := func(userinfo string) context.Context {
+		return metadata.AppendToOutgoingContext(ctxT(t), "authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(userinfo)))
+	}
+	if _, err := features.GetSupportedMethods(basic("admin:wrong"), &shared.Empty{}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("ServerFeatures with wrong credentials: %v, want Unauthenticated", err)
+	}
+	if _, err := features.GetSupportedMethods(ctxT(t), &shared.Empty{}); err != nil {
+		t.Errorf("ServerFeatures without credentials: %v", err)
+	}
+	if _, err := features.GetSupportedMethods(basic("admin:a"), &shared.Empty{}); err != nil {
+		t.Errorf("ServerFeatures with credentials: %v", err)
 	}
 }
 
