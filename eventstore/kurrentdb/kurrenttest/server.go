@@ -354,6 +354,9 @@ func (s *Server) streamFaults(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	}
 	ctx, err := s.authenticate(ss.Context())
 	if err != nil {
+		if info.IsClientStream && !info.IsServerStream { // Append
+			readRequest(ss)
+		}
 		return err
 	}
 	return handler(srv, authedStream{ServerStream: ss, ctx: ctx})

@@ -1187,6 +1187,51 @@ func TestBadCredentialsAreRefusedBeforeRouting(t *testing.T) {
 	}
 }
 
+// TestRefusedAppendIsAnsweredAfterItsRequest: an append refused for its
+// credentials (wrong ones: Unauthenticated; none: PermissionDenied) is answered
+// once the server has read the request. Answered earlier, the client's Send
+// reports only io.EOF, and client v4.2.0 returns that ("unexpected exception:
+// EOF", ErrorCodeUnknown) instead of reading the status: a race a node's
+// authentication usually loses to a small request, but which the in-process
+// server won often enough to make the suite's
+// appendToSystemStreamWithIncorrectCredentials flaky. Here the request is
+// larger than flow control lets a client send unread (the server's window
+// grows to 16 MiB at most), so on the old code a Send always failed.
+func TestRefusedAppendIsAnsweredAfterItsRequest(t *testing.T) {
+	s, _ := Start(t, WithUsers(User{Name: "admin", Password: "a", Admin: true}))
+	rc := raw(t, s)
+	big := proposal(uuid.New(), "Test", make([]byte, 1<<20))
+	for _, tc := range []struct {
+		name, userinfo string
+		want           codes.Code
+	}{
+		{"wrong password", "admin:wrong", codes.Unauthenticated},
+		{"no credentials", "", codes.PermissionDenied},
+	} {
+		ctx := ctxT(t)
+		if tc.userinfo != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(tc.userinfo)))
+		}
+		ac, err := rc.Append(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = ac.Send(&api.AppendReq{Content: &api.AppendReq_Options_{Options: &api.AppendReq_Options{
+			StreamIdentifier:       &shared.StreamIdentifier{StreamName: []byte("s")},
+			ExpectedStreamRevision: &api.AppendReq_Options_Any{Any: &shared.Empty{}},
+		}}})
+		for i := 0; i < 24 && err == nil; i++ {
+			err = ac.Send(&api.AppendReq{Content: &api.AppendReq_ProposedMessage_{ProposedMessage: big}})
+		}
+		if err != nil {
+			t.Errorf("%s: sending the request: %v, want it read before the answer", tc.name, err)
+		}
+		if _, err := ac.CloseAndRecv(); status.Code(err) != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
 // TestStreamMetadataTruncatesReads: $tb, $maxCount and $maxAge leave events
 // out of stream reads (revisions unchanged); a soft delete ($tb at the deleted
 // marker) reads as not found.
