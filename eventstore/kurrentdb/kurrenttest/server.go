@@ -164,6 +164,7 @@ func New(options ...Option) (*Server, error) {
 	opts := []grpc.ServerOption{
 		grpc.UnaryInterceptor(s.unaryFaults),
 		grpc.StreamInterceptor(s.streamFaults),
+		grpc.UnknownServiceHandler(unknownService),
 		// The client pings every 10 s, also without calls in flight.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 	}
@@ -340,7 +341,7 @@ func (s *Server) unaryFaults(ctx context.Context, req any, info *grpc.UnaryServe
 	if err := s.fault(ctx, info.FullMethod); err != nil {
 		return nil, err
 	}
-	ctx, err := s.authenticate(ctx, info.FullMethod)
+	ctx, err := s.authenticate(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -351,8 +352,11 @@ func (s *Server) streamFaults(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	if err := s.fault(ss.Context(), info.FullMethod); err != nil {
 		return err
 	}
-	ctx, err := s.authenticate(ss.Context(), info.FullMethod)
+	ctx, err := s.authenticate(ss.Context())
 	if err != nil {
+		if info.IsClientStream && !info.IsServerStream { // Append
+			readRequest(ss)
+		}
 		return err
 	}
 	return handler(srv, authedStream{ServerStream: ss, ctx: ctx})

@@ -81,6 +81,7 @@ func (ss *streamsServer) Append(srv api.Streams_AppendServer) error {
 		return status.Error(codes.Unknown, "Operation is not valid due to the current state of the object.")
 	}
 	if err := ss.s.authorize(srv.Context(), false); err != nil {
+		readRequest(srv)
 		return err
 	}
 	stream := string(opts.GetStreamIdentifier().GetStreamName())

@@ -13,7 +13,7 @@ import (
 
 // The NATS authentication material of tests: nkeys, and an operator with
 // accounts and users (JWT credentials), all made in the test. The certificate
-// authority of the TLS tests is internal/testcert's.
+// authority of the TLS tests is internal/testing/testcert's.
 
 // NKeyUser makes a user nkey: its public key and its seed.
 func NKeyUser(t testing.TB) (pub, seed string) {

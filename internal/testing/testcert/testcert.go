@@ -42,9 +42,19 @@ func (c Cert) Pair(t testing.TB) tls.Certificate {
 // NewCA makes a certificate authority.
 func NewCA(t testing.TB) *CA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := MakeCA()
 	if err != nil {
 		t.Fatal(err)
+	}
+	return ca
+}
+
+// MakeCA makes a certificate authority, for a program rather than a test (the
+// KurrentDB client suite's harness).
+func MakeCA() (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ledger test CA"},
@@ -53,18 +63,30 @@ func NewCA(t testing.TB) *CA {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	cert, _ := x509.ParseCertificate(der)
-	return &CA{cert: cert, key: key, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &CA{cert: cert, key: key, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
 }
 
 // Issue makes a certificate for 127.0.0.1 (server) or a client certificate.
 func (ca *CA) Issue(t testing.TB, name string, server bool) Cert {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c, err := ca.Make(name, server)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return c
+}
+
+// Make is Issue for a program rather than a test.
+func (ca *CA) Make(name string, server bool) (Cert, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Cert{}, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
@@ -77,13 +99,13 @@ func (ca *CA) Issue(t testing.TB, name string, server bool) Cert {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		t.Fatal(err)
+		return Cert{}, err
 	}
 	kb, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		t.Fatal(err)
+		return Cert{}, err
 	}
-	return Cert{CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})}
+	return Cert{CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})}, nil
 }
 
 // Pool is a certificate pool holding ca, to verify what it signed.

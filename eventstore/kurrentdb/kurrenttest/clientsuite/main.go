@@ -1,26 +1,33 @@
 // Command clientsuite runs EventStore-Client-Go v4's own test suite against
-// kurrenttest: the stream, $all and subscription cases of the client's
-// esdb/*_test.go files, read from the module cache (they are the client's and
-// are not kept in this repository), with testdata/harness_test.go in place of
-// the suite's containers_test.go, which starts KurrentDB containers.
+// kurrenttest: the stream, $all, subscription, authentication and TLS cases of
+// the client's esdb/*_test.go files, read from the module cache (they are the
+// client's and are not kept in this repository), with testdata/harness_test.go
+// in place of the suite's containers_test.go, which starts KurrentDB containers.
 //
 //	go run ./eventstore/kurrentdb/kurrenttest/clientsuite
 //
-// It starts two test servers, "empty" and "populated" (seeded with the parts of
-// the suite's dataset that cases depend on by count only), copies the test
-// files into a temporary module that requires what this module requires (so
-// the client runs over the same gRPC and protobuf as the ledger's), and runs
-// the included cases there. It exits non-zero unless every included case
-// passed: a case that failed, was skipped or did not run counts against it.
-// docs/kurrentdb.md ("The client's own test suite") lists the cases left out
-// and why.
+// It runs the suite twice, as the client's CI does: insecure
+// (EVENTSTORE_INSECURE=true) and secure (false). Each run has two test servers,
+// "empty" and "populated" (seeded with the parts of the suite's dataset that
+// cases depend on by count only); the secure run's speak TLS only, with a node
+// certificate of a CA made here (internal/testing/testcert), and know the users admin
+// and ops (password changeit), as a fresh secure node does. The CA, the node
+// certificate and an untrusted CA are written where the suite reads them
+// (certs/, beside esdb/). It copies the test files into a temporary module that
+// requires what this module requires (so the client runs over the same gRPC and
+// protobuf as the ledger's), and runs the included cases there. It exits
+// non-zero unless every included case passed in its run: a case that failed,
+// was skipped or did not run counts against it. docs/kurrentdb.md ("The
+// client's own test suite") lists the cases left out and why.
 package main
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -38,6 +45,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
+	"github.com/ledgerworks/ledger/internal/testing/testcert"
 )
 
 const clientModule = "github.com/EventStore/EventStore-Client-Go/v4"
@@ -47,8 +55,9 @@ const clientModule = "github.com/EventStore/EventStore-Client-Go/v4"
 //go:embed testdata/harness_test.go
 var harness []byte
 
-// included are the cases that must pass, by their full test names.
-var included = []string{
+// streamCases are the cases of TestStreams that must pass in both runs, by
+// their full test names.
+var streamCases = []string{
 	"TestStreams/AppendTests/appendToStreamSingleEventNoStream",
 	"TestStreams/AppendTests/appendWithInvalidStreamRevision",
 	"TestStreams/AppendTests/metadataOperation",
@@ -65,6 +74,41 @@ var included = []string{
 	"TestStreams/ConnectionTests/closeConnection",
 }
 
+// secureCases must pass in the secure run besides streamCases: the suite skips
+// them when insecure.
+var secureCases = []string{
+	"TestStreams/AppendTests/appendToSystemStreamWithIncorrectCredentials",
+	"TestStreams/ReadStreamTests/readStreamWithCredentialsOverride",
+	"TestStreams/TLSTests/Default",
+	"TestStreams/TLSTests/DefaultsWithCertificate",
+	"TestStreams/TLSTests/WithoutCertificateAndVerify",
+	"TestStreams/TLSTests/testTLSWithoutCertificate(",
+	"TestStreams/TLSTests/WithCertificate",
+	"TestStreams/TLSTests/WithCertificateFromAbsoluteFile",
+	"TestStreams/TLSTests/WithCertificateFromRelativeFile",
+	"TestStreams/TLSTests/WithInvalidCertificate",
+	"TestStreams/AuthenticationTests/callWithTLSAndInvalidOverrideCredentials",
+}
+
+// A run is the suite run once, insecure or secure, with the cases that must
+// pass in it.
+type run struct {
+	name   string
+	secure bool
+	cases  []string
+}
+
+var runs = []run{
+	{"insecure", false, streamCases},
+	{"secure", true, slices.Concat(streamCases, secureCases)},
+}
+
+// users are the secure servers' users: a fresh secure node's defaults.
+var users = []kurrenttest.User{
+	{Name: "admin", Password: "changeit", Admin: true},
+	{Name: "ops", Password: "changeit"},
+}
+
 // The modules the suite's tests import besides the client: not required by
 // this module, but in its build list (the client requires them).
 var testModules = []string{"github.com/stretchr/testify", "github.com/goombaio/namegenerator"}
@@ -77,17 +121,26 @@ const (
 )
 
 func main() {
-	run := flag.String("run", "", "run these cases (a go test -run pattern) instead of the included ones, and do not require them to pass")
+	pattern := flag.String("run", "", "run these cases (a go test -run pattern) instead of the included ones, and do not require them to pass")
+	only := flag.String("mode", "", `run the suite only "insecure" or only "secure" (default: both)`)
 	verbose := flag.Bool("v", false, "print every case's output, not only the failing ones'")
 	keep := flag.Bool("keep", false, "keep the temporary module and print where it is")
 	flag.Parse()
-	if err := suite(*run, *verbose, *keep); err != nil {
+	if err := suite(*pattern, *only, *verbose, *keep); err != nil {
 		fmt.Fprintln(os.Stderr, "clientsuite:", err)
 		os.Exit(1)
 	}
 }
 
-func suite(run string, verbose, keep bool) error {
+func suite(pattern, only string, verbose, keep bool) error {
+	selected := runs
+	if only != "" {
+		i := slices.IndexFunc(runs, func(r run) bool { return r.name == only })
+		if i < 0 {
+			return fmt.Errorf("-mode %q: want insecure or secure", only)
+		}
+		selected = runs[i : i+1]
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
@@ -126,32 +179,103 @@ func suite(run string, verbose, keep bool) error {
 	if err := writeModule(tmp, client, ours, filepath.Join(filepath.Dir(gomod), "go.sum")); err != nil {
 		return err
 	}
+	certs, err := writeCerts(filepath.Join(tmp, "certs"))
+	if err != nil {
+		return err
+	}
 
-	empty, err := kurrenttest.New()
+	fmt.Printf("clientsuite: the tests of %s %s against kurrenttest\n", clientModule, client.Version)
+	var problems []string
+	for _, r := range selected {
+		if err := r.test(ctx, tmp, certs, pattern, verbose); err != nil {
+			problems = append(problems, r.name+" run: "+err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// certificates is what the secure servers and the suite use: the node's
+// certificate and the CA that signed it.
+type certificates struct {
+	node tls.Certificate
+	ca   *testcert.CA
+}
+
+// writeCerts makes a CA, a node certificate it signs (for 127.0.0.1) and an
+// untrusted CA, and writes the files the suite's cases read, laid out as the
+// client repository's docker-compose.yml makes them with es-gencert-cli:
+// ca/ca.crt, node/node.crt and node/node.key, untrusted-ca/ca.crt. (It makes no
+// user certificates: the cases that use them are left out.)
+func writeCerts(dir string) (certificates, error) {
+	ca, err := testcert.MakeCA()
+	if err != nil {
+		return certificates{}, err
+	}
+	node, err := ca.Make("eventstoredb-node", true)
+	if err != nil {
+		return certificates{}, err
+	}
+	untrusted, err := testcert.MakeCA()
+	if err != nil {
+		return certificates{}, err
+	}
+	pair, err := tls.X509KeyPair(node.CertPEM, node.KeyPEM)
+	if err != nil {
+		return certificates{}, err
+	}
+	for name, b := range map[string][]byte{
+		"ca/ca.crt":           ca.CertPEM,
+		"node/node.crt":       node.CertPEM,
+		"node/node.key":       node.KeyPEM,
+		"untrusted-ca/ca.crt": untrusted.CertPEM,
+	} {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return certificates{}, err
+		}
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			return certificates{}, err
+		}
+	}
+	return certificates{node: pair, ca: ca}, nil
+}
+
+// test runs the suite once in the temporary module dir, with its own two
+// servers, and fails unless every included case passed (with pattern, it runs
+// those cases instead and fails if go test does).
+func (r run) test(ctx context.Context, dir string, certs certificates, pattern string, verbose bool) error {
+	var opts []kurrenttest.Option
+	if r.secure {
+		opts = append(opts, kurrenttest.WithTLS(certs.node), kurrenttest.WithUsers(users...))
+	}
+	empty, err := kurrenttest.New(opts...)
 	if err != nil {
 		return err
 	}
 	defer empty.Stop()
-	populated, err := kurrenttest.New()
+	populated, err := kurrenttest.New(opts...)
 	if err != nil {
 		return err
 	}
 	defer populated.Stop()
-	if err := seed(ctx, populated); err != nil {
+	if err := seed(ctx, populated, r.secure, certs.ca); err != nil {
 		return fmt.Errorf("seeding the populated server: %w", err)
 	}
 
-	pattern, want := run, []string(nil)
+	want := []string(nil)
 	if pattern == "" {
-		pattern, want = runPattern(included), included
+		pattern, want = runPattern(r.cases), r.cases
 	}
-	fmt.Printf("clientsuite: the tests of %s %s against kurrenttest\n", clientModule, client.Version)
+	fmt.Printf("clientsuite: %s run (EVENTSTORE_INSECURE=%t)\n", r.name, !r.secure)
 	cmd := exec.CommandContext(ctx, "go", "test", "-json", "-count=1", "-timeout=5m", "-run", pattern, "./esdb")
-	cmd.Dir = tmp
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
 		"GOWORK=off",
 		"GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -mod=mod"),
-		"EVENTSTORE_INSECURE=true",
+		fmt.Sprintf("EVENTSTORE_INSECURE=%t", !r.secure),
 		"CLUSTER=false",
 		"KURRENTTEST_EMPTY="+empty.Addr(),
 		"KURRENTTEST_POPULATED="+populated.Addr(),
@@ -173,7 +297,7 @@ func suite(run string, verbose, keep bool) error {
 	ended := make(map[string]string)
 	for _, c := range cases {
 		ended[c.name] = c.action
-		fmt.Printf("%-4s %s\n", c.action, c.name)
+		fmt.Printf("%-4s %s %s\n", c.action, r.name, c.name)
 	}
 	var bad []string
 	for _, name := range want {
@@ -181,20 +305,20 @@ func suite(run string, verbose, keep bool) error {
 			if a == "" {
 				a = "did not run"
 			}
-			bad = append(bad, name+": "+a)
+			bad = append(bad, r.name+" "+name+": "+a)
 		}
 	}
 	if want != nil {
-		fmt.Printf("clientsuite: %d of the %d included cases passed\n", len(want)-len(bad), len(want))
+		fmt.Printf("clientsuite: %s run: %d of the %d included cases passed\n", r.name, len(want)-len(bad), len(want))
 	}
 	for _, b := range bad {
 		fmt.Println("  " + b)
 	}
-	if werr != nil {
-		return fmt.Errorf("go test: %w", werr)
-	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%d included cases did not pass", len(bad))
+	}
+	if werr != nil {
+		return fmt.Errorf("go test: %w", werr)
 	}
 	return nil
 }
@@ -272,11 +396,15 @@ func copyFiles(pattern, dir string) error {
 }
 
 // seed writes what the populated cases read of the suite's dataset: the
-// stream dataset20M-0 with 6,000 events.
-func seed(ctx context.Context, s *kurrenttest.Server) error {
+// stream dataset20M-0 with 6,000 events. A secure server is written to as
+// admin, trusting ca.
+func seed(ctx context.Context, s *kurrenttest.Server, secure bool, ca *testcert.CA) error {
 	cfg, err := esdb.ParseConnectionString(s.ConnectionString())
 	if err != nil {
 		return err
+	}
+	if secure {
+		cfg.Username, cfg.Password, cfg.RootCAs = users[0].Name, users[0].Password, ca.Pool()
 	}
 	cfg.Logger = esdb.NoopLogging()
 	c, err := esdb.NewClient(cfg)

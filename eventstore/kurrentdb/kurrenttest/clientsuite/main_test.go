@@ -9,20 +9,22 @@ import (
 )
 
 func TestRunPatternSelectsEveryIncludedCase(t *testing.T) {
-	levels := strings.Split(runPattern(included), "/")
-	for _, name := range included {
-		parts := strings.Split(name, "/")
-		if len(parts) != len(levels) {
-			t.Fatalf("%s: %d levels, the pattern has %d", name, len(parts), len(levels))
-		}
-		for i, p := range parts {
-			if !regexp.MustCompile(levels[i]).MatchString(p) {
-				t.Errorf("%s: level %d (%q) does not match %s", name, i, p, levels[i])
+	for _, r := range runs {
+		levels := strings.Split(runPattern(r.cases), "/")
+		for _, name := range r.cases {
+			parts := strings.Split(name, "/")
+			if len(parts) != len(levels) {
+				t.Fatalf("%s: %s: %d levels, the pattern has %d", r.name, name, len(parts), len(levels))
+			}
+			for i, p := range parts {
+				if !regexp.MustCompile(levels[i]).MatchString(p) {
+					t.Errorf("%s: %s: level %d (%q) does not match %s", r.name, name, i, p, levels[i])
+				}
 			}
 		}
-	}
-	if regexp.MustCompile(levels[0]).MatchString("TestStreamsX") {
-		t.Errorf("%s matches a longer name", levels[0])
+		if regexp.MustCompile(levels[0]).MatchString("TestStreamsX") {
+			t.Errorf("%s: %s matches a longer name", r.name, levels[0])
+		}
 	}
 }
 
