@@ -190,6 +190,10 @@ func (a *Account) ApproxBytes() int64 {
 	return int64(n)
 }
 
+// Pinned is how many keys the aggregate keeps beyond KeyLimit
+// (PinUnclaimedSteps): keys no store lookup could find again.
+func (a *Account) Pinned() int { return a.pinned }
+
 // Forgot reports whether a key decided on the stream may be missing from Keys:
 // when it does not, a key not in Keys was never decided here.
 func (a *Account) Forgot() bool { return a.forgot }

@@ -347,7 +347,8 @@ var ErrSnapshotNotFound = errors.New("eventstore: no snapshot")
 // SnapshotStore keeps the latest snapshot of each stream beside the events. A
 // snapshot is an optimisation, never a source of truth: readers check it against
 // the stream and ignore it when it does not match. The PostgreSQL store keeps
-// them in a table, the memory store in a map; KurrentDB has none (yet).
+// them in a table, the memory store in a map, KurrentDB in a system stream per
+// stream (kurrentdb.SnapshotStreamPrefix), out of "all".
 type SnapshotStore interface {
 	// WriteSnapshot keeps s unless the stream has a snapshot at a later revision.
 	WriteSnapshot(ctx context.Context, s Snapshot) error

@@ -15,7 +15,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/eventstore/memory"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // TestOldKeysAnswerAsTheFirstTime: an aggregate that keeps 2 keys answers a
@@ -204,4 +208,66 @@ func TestKeyLookupsAnswerEachCaller(t *testing.T) {
 		t.Fatalf("after close: %v", err)
 	}
 	s.Close()
+}
+
+// TestSnapshotsOnKurrentDB: on KurrentDB (the test server) the ledger keeps
+// snapshots in the store's snapshot streams, out of "all"; a new instance
+// loads the account from one, answers a key it forgot (through its claim) as
+// the duplicate it is, and decides the next command on the right balance. A
+// stream holding a saga step written without a claim gets no snapshot.
+func TestSnapshotsOnKurrentDB(t *testing.T) {
+	_, url := kurrenttest.Start(t)
+	st, err := kurrentdb.Open(context.Background(), url, kurrentdb.WithLogger(quietLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	opts := Options{Clock: clock, Logger: quietLog, RecentKeys: 2, SnapshotEvery: 3}
+	s := New(st, opts)
+	mustApply(t, s, "open_account", `{"idempotency_key":"o","account_id":"a","currency":"EUR"}`)
+	for i := range 10 {
+		mustApply(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"d%d","account_id":"a","amount":100,"currency":"EUR"}`, i))
+	}
+	s.Close() // waits for the snapshot writes
+	ctx := context.Background()
+	snap, err := st.ReadSnapshot(ctx, "account-a")
+	if err != nil || snap.Revision < 6 {
+		t.Fatalf("snapshot: %+v, %v", snap, err)
+	}
+	for _, re := range devtest.ReadAll(t, st) {
+		if strings.HasPrefix(re.Stream, kurrentdb.SnapshotStreamPrefix) {
+			t.Fatalf("a snapshot in all: %s", re.Stream)
+		}
+	}
+	before := len(devtest.ReadAll(t, st))
+	cold := New(st, opts)
+	defer cold.Close()
+	if r := post(t, cold, "deposit", `{"idempotency_key":"d1","account_id":"a","amount":100,"currency":"EUR"}`); !r.Duplicate || r.Account == nil || r.Account.Balance != 200 {
+		t.Fatalf("resend of a forgotten key after a cold load from the snapshot: %+v", r)
+	}
+	if n := len(devtest.ReadAll(t, st)); n != before {
+		t.Fatalf("the resend wrote %d events", n-before)
+	}
+	if r := mustApply(t, cold, "withdraw", `{"idempotency_key":"w","account_id":"a","amount":1000,"currency":"EUR"}`); r.Account.Balance != 0 {
+		t.Fatalf("withdraw all: %+v", r.Account)
+	}
+
+	// A saga step written before steps claimed their keys pins its key: its
+	// stream is folded from the start, never snapshotted.
+	legacy := domain.Command{Type: domain.CmdTransferCredit, IdempotencyKey: "t0:credit", AccountID: "b", Amount: 5, HasAmount: true, Currency: "EUR", Origin: "t0", Reason: domain.ReasonTransferIn, At: clock()}
+	mustApply(t, cold, "open_account", `{"idempotency_key":"ob","account_id":"b","currency":"EUR"}`)
+	acc, err := cold.loadAccount(ctx, "account-b", "b", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cold.appendStep(ctx, legacy, legacy.Canonical(), "account-b", acc.Revision, acc.LastChain, domain.DecideAccount(acc, legacy).Events); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		mustApply(t, cold, "deposit", fmt.Sprintf(`{"idempotency_key":"b%d","account_id":"b","amount":1,"currency":"EUR"}`, i))
+	}
+	cold.Close()
+	if _, err := st.ReadSnapshot(ctx, "account-b"); !errors.Is(err, eventstore.ErrSnapshotNotFound) {
+		t.Fatalf("a stream with a pinned key was snapshotted: %v", err)
+	}
 }
