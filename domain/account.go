@@ -224,6 +224,16 @@ func (a *Account) remember(rec *KeyRecord) {
 	}
 }
 
+// activeHold names an active hold of the account, "" when it has none.
+func (a *Account) activeHold() string {
+	for id, h := range a.Holds {
+		if h.Status == HoldStatusActive {
+			return id
+		}
+	}
+	return ""
+}
+
 // Available is balance minus held.
 func (a *Account) Available() int64 { return a.Balance - a.Held }
 
@@ -309,6 +319,10 @@ func decideAccount(a *Account, cmd Command) Decision {
 		return a.decideDebit(cmd, cmd.Amount, cmd.Currency, reason, cmd.Ref)
 	case CmdPlaceHold:
 		return a.decidePlaceHold(cmd)
+	case CmdTransactionReserve:
+		return a.decideTransactionReserve(cmd)
+	case CmdTransactionLeg:
+		return a.decideReservedLegs(cmd)
 	case CmdCaptureHold:
 		return a.decideCaptureHold(cmd)
 	case CmdReleaseHold, CmdExpireHold:
@@ -321,6 +335,9 @@ func decideAccount(a *Account, cmd Command) Decision {
 		}
 		if a.Balance != 0 || a.Held != 0 {
 			return reject(cmd, CodeAccountNotEmpty, true, "account %s has balance %d and held %d", a.ID, a.Balance, a.Held)
+		}
+		if id := a.activeHold(); id != "" { // a transaction's reservation of nothing (it only credits the account)
+			return reject(cmd, CodeAccountNotEmpty, true, "account %s has hold %s active", a.ID, id)
 		}
 		return apply(NewEvent{EvAccountClosed, AccountClosed{AccountID: a.ID}})
 	}

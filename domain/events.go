@@ -225,6 +225,12 @@ func DecodeEvent(typ string, data []byte) (any, error) {
 		v = &TransactionPosted{}
 	case EvTransactionRejected:
 		v = &TransactionRejected{}
+	case EvTransactionRequested:
+		v = &TransactionRequested{}
+	case EvTransactionReserved:
+		v = &TransactionReserved{}
+	case EvTransactionReservationRefused:
+		v = &TransactionReservationRefused{}
 	default:
 		if d, ok := decodeTransferEvent(typ); ok {
 			v = d

@@ -33,7 +33,7 @@ func (s *Service) Lookup(ctx context.Context, key string) (r Reply, found bool, 
 		return s.lookupTransfer(ctx, key, c)
 	case domain.IsTransactionStream(c.Stream):
 		ev, payload, err := s.readTransaction(ctx, c.Stream)
-		if err != nil || ev == nil || ev.Metadata.Key != key {
+		if err != nil || ev == nil || domain.ClientKey(ev.Metadata) != key {
 			return Reply{}, false, err // claimed, but its decision is not written (or not this key's)
 		}
 		r, err := transactionReply(ev, payload, false)
@@ -49,6 +49,6 @@ func (s *Service) LookupTransaction(ctx context.Context, id string) (reply.Trans
 	if err != nil || ev == nil {
 		return reply.TransactionDetail{}, false, err
 	}
-	d, err := reply.TransactionDetailOf(ev.Metadata.Key, payload, ev.Position)
+	d, err := reply.TransactionDetailOf(domain.ClientKey(ev.Metadata), payload, ev.Position)
 	return d, err == nil, err
 }

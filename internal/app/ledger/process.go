@@ -90,6 +90,9 @@ type processView struct {
 	Position  eventstore.Position         `json:"position"`
 	Transfers map[string]*pendingTransfer `json:"transfers"` // by transfer id
 	Holds     map[string]*expiringHold    `json:"holds"`     // by account id "/" hold id
+	// Transactions are the reservation sagas still running (txsaga.go), by
+	// transaction id, with when their stream last progressed.
+	Transactions map[string]time.Time `json:"transactions,omitempty"`
 }
 
 // pendingTransfer is a transfer stream with an undecided saga.
@@ -154,10 +157,10 @@ func NewProcess(svc *Service, store ProcessStore, opts ProcessOptions) *Process 
 }
 
 func newView() processView {
-	return processView{Transfers: map[string]*pendingTransfer{}, Holds: map[string]*expiringHold{}}
+	return processView{Transfers: map[string]*pendingTransfer{}, Holds: map[string]*expiringHold{}, Transactions: map[string]time.Time{}}
 }
 
-var processPrefixes = []string{domain.TransferStreamPrefix, domain.AccountStreamPrefix}
+var processPrefixes = []string{domain.TransferStreamPrefix, domain.AccountStreamPrefix, domain.TransactionStreamPrefix}
 
 // Run subscribes to "all" from the last checkpoint and keeps the view, sweeping
 // every SweepInterval and checkpointing every CheckpointInterval, until ctx ends
@@ -265,6 +268,10 @@ func (p *Process) apply(ev eventstore.RecordedEvent) {
 	if ev.Position.Compare(p.view.Position) > 0 {
 		p.view.Position = ev.Position
 	}
+	if domain.IsTransactionStream(ev.Stream) {
+		p.applyTransaction(ev)
+		return
+	}
 	transfer := strings.HasPrefix(ev.Stream, domain.TransferStreamPrefix)
 	if !transfer && !strings.HasPrefix(ev.Stream, domain.AccountStreamPrefix) {
 		return
@@ -304,6 +311,24 @@ func (p *Process) apply(ev eventstore.RecordedEvent) {
 		delete(p.view.Holds, account+"/"+e.HoldID)
 	case *domain.HoldReleased:
 		delete(p.view.Holds, account+"/"+e.HoldID)
+	}
+}
+
+// applyTransaction notes a reservation saga running (its request, or a marker)
+// or decided (its outcome). A transaction decided in one append writes only
+// its outcome.
+func (p *Process) applyTransaction(ev eventstore.RecordedEvent) {
+	id := strings.TrimPrefix(ev.Stream, domain.TransactionStreamPrefix)
+	switch ev.Type {
+	case domain.EvTransactionRequested, domain.EvTransactionReserved, domain.EvTransactionReservationRefused:
+		m, err := domain.DecodeMetadata(ev.Metadata)
+		if err != nil {
+			p.log.Error("undecodable metadata skipped", "stream", ev.Stream, "revision", ev.Revision, "err", err)
+			return
+		}
+		p.view.Transactions[id] = m.At
+	default:
+		delete(p.view.Transactions, id)
 	}
 }
 
@@ -347,20 +372,25 @@ func (p *Process) sweepLocked(ctx context.Context, now time.Time) SweepStats {
 		if now.Sub(p.view.Transfers[id].LastAt) < p.opts.Grace || now.Before(p.retry[id].next) {
 			continue
 		}
-		pending, err := p.svc.ResumeTransfer(ctx, id)
-		if err != nil {
-			st.Errors++
-			r := p.retry[id]
-			r.failures++
-			r.next = now.Add(min(time.Second<<min(r.failures-1, 16), maxRetryDelay))
-			p.retry[id] = r
-			p.log.Warn("resuming a transfer failed", "transfer_id", id, "failures", r.failures, "err", err)
+		if p.resume(&st, now, id, "transfer_id", func() (bool, error) {
+			pending, err := p.svc.ResumeTransfer(ctx, id)
+			return pending == 0, err
+		}) {
+			delete(p.view.Transfers, id)
+		}
+	}
+	for _, id := range sortedKeys(p.view.Transactions) {
+		if ctx.Err() != nil {
+			break
+		}
+		if now.Sub(p.view.Transactions[id]) < p.opts.Grace || now.Before(p.retry[domain.TransactionStreamPrefix+id].next) {
 			continue
 		}
-		delete(p.retry, id)
-		st.Resumed++
-		if pending == 0 {
-			delete(p.view.Transfers, id)
+		if p.resume(&st, now, domain.TransactionStreamPrefix+id, "transaction_id", func() (bool, error) {
+			pending, err := p.svc.ResumeTransaction(ctx, id)
+			return !pending, err
+		}) {
+			delete(p.view.Transactions, id)
 		}
 	}
 	for _, k := range sortedKeys(p.view.Holds) {
@@ -382,8 +412,27 @@ func (p *Process) sweepLocked(ctx context.Context, now time.Time) SweepStats {
 			delete(p.view.Holds, k)
 		}
 	}
-	st.Pending, st.Holds = len(p.view.Transfers), len(p.view.Holds)
+	st.Pending, st.Holds = len(p.view.Transfers)+len(p.view.Transactions), len(p.view.Holds)
 	return st
+}
+
+// resume drives one saga (retryKey names it in p.retry; what, in the log) and
+// reports whether it is decided; a failure is counted and retried later, with
+// a growing delay.
+func (p *Process) resume(st *SweepStats, now time.Time, retryKey, what string, drive func() (decided bool, err error)) bool {
+	decided, err := drive()
+	if err != nil {
+		st.Errors++
+		r := p.retry[retryKey]
+		r.failures++
+		r.next = now.Add(min(time.Second<<min(r.failures-1, 16), maxRetryDelay))
+		p.retry[retryKey] = r
+		p.log.Warn("resuming a saga failed", what, strings.TrimPrefix(retryKey, domain.TransactionStreamPrefix), "failures", r.failures, "err", err)
+		return false
+	}
+	delete(p.retry, retryKey)
+	st.Resumed++
+	return decided
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -431,6 +480,9 @@ func (p *Process) loadLocked(ctx context.Context) error {
 	}
 	if cp.View.Holds == nil {
 		cp.View.Holds = map[string]*expiringHold{}
+	}
+	if cp.View.Transactions == nil { // a checkpoint written before reservation sagas
+		cp.View.Transactions = map[string]time.Time{}
 	}
 	p.view, p.cpRev, p.cpChain, p.cpPos, p.loaded = cp.View, int64(evs[0].Revision), m.Chain, cp.View.Position, true
 	return nil

@@ -22,15 +22,12 @@ import (
 // (KurrentDB) refuses the command: the reservation saga it would need there is
 // not built.
 
-// errNoMultiStream refuses post_transaction on a store without atomic multi-stream appends.
-var errNoMultiStream = &domain.InvalidError{Field: "type", Message: "post_transaction needs an event store that appends to several streams at once (PostgreSQL); this ledger's store cannot, and the reservation saga it would need is not built"}
-
 // handleTransaction decides a post_transaction command.
 func (s *Service) handleTransaction(ctx context.Context, cmd domain.Command) (Reply, error) {
-	if s.multi == nil {
-		return reply.Invalid(cmd.IdempotencyKey, errNoMultiStream), nil
-	}
 	req := cmd.Canonical()
+	if s.multi == nil { // a reservation saga (txsaga.go)
+		return s.handleTransactionSaga(ctx, cmd, req)
+	}
 	txStream := domain.TransactionStream(cmd.TransactionID)
 	return s.underLocks(ctx, transactionLocks(cmd.Postings, txStream), func(attempt int) (Reply, bool, error) {
 		if r, done, err := s.decidedTransaction(ctx, txStream, cmd, req); err != nil || done {
@@ -92,9 +89,6 @@ func (s *Service) tryTransaction(ctx context.Context, tx domain.Command, req dom
 // original's lock in this process, the slot's expected "no stream" across
 // instances), and what earlier slots posted is what was refunded.
 func (s *Service) refundTransaction(ctx context.Context, cmd domain.Command, orig *domain.KeyClaimed) (Reply, error) {
-	if s.multi == nil {
-		return reply.Invalid(cmd.IdempotencyKey, errNoMultiStream), nil
-	}
 	ev, payload, err := s.readTransaction(ctx, orig.Stream)
 	if err != nil {
 		return Reply{}, err
@@ -104,6 +98,9 @@ func (s *Service) refundTransaction(ctx context.Context, cmd domain.Command, ori
 		return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeNotRefundable, Message: fmt.Sprintf("transaction of %q was not posted", cmd.OriginalKey)}), nil
 	}
 	req := cmd.Canonical()
+	if s.multi == nil {
+		return s.refundTransactionSaga(ctx, cmd, req, orig.Stream, posted)
+	}
 	return s.underLocks(ctx, transactionLocks(posted.Postings, orig.Stream), func(attempt int) (Reply, bool, error) {
 		slot, refunded, r, done, err := s.refundSlot(ctx, posted.TransactionID, cmd, req)
 		if err != nil || done {
@@ -127,7 +124,7 @@ func (s *Service) refundSlot(ctx context.Context, txID string, cmd domain.Comman
 		if err != nil || ev == nil {
 			return slot, refunded, Reply{}, false, err
 		}
-		if ev.Metadata.Key == cmd.IdempotencyKey {
+		if domain.ClientKey(ev.Metadata) == cmd.IdempotencyKey {
 			if domain.JudgeKeyHex(true, ev.Metadata.RequestHash, req) == domain.KeyConflict {
 				return 0, 0, reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(ev.Metadata.Request, req)), true, nil
 			}
@@ -205,16 +202,9 @@ func (s *Service) decidedTransaction(ctx context.Context, txStream string, cmd d
 	if err != nil || ev == nil {
 		return Reply{}, false, err
 	}
-	if ev.Metadata.Key != cmd.IdempotencyKey {
-		c, err := s.readClaim(ctx, cmd.IdempotencyKey)
-		if err != nil {
-			return Reply{}, false, err
-		}
-		if c.Verdict(req) == domain.KeyConflict {
-			return reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(c.Request, req)), true, nil
-		}
-		return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeTransactionExists,
-			Message: fmt.Sprintf("transaction %s was posted under another key", cmd.TransactionID)}), true, nil
+	if domain.ClientKey(ev.Metadata) != cmd.IdempotencyKey {
+		r, err := s.transactionExists(ctx, cmd, req)
+		return r, true, err
 	}
 	if domain.JudgeKeyHex(true, ev.Metadata.RequestHash, req) == domain.KeyConflict {
 		return reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(ev.Metadata.Request, req)), true, nil
@@ -223,15 +213,33 @@ func (s *Service) decidedTransaction(ctx context.Context, txStream string, cmd d
 	return r, err == nil, err
 }
 
-// readTransaction reads a transaction stream's one event, nil when the stream
-// does not exist.
+// transactionExists answers a transaction whose ID another key took: a key
+// bound to another request is a conflict first, else transaction_exists.
+func (s *Service) transactionExists(ctx context.Context, cmd domain.Command, req domain.Canonical) (Reply, error) {
+	c, err := s.readClaim(ctx, cmd.IdempotencyKey)
+	if err != nil {
+		return Reply{}, err
+	}
+	if c.Verdict(req) == domain.KeyConflict {
+		return reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(c.Request, req)), nil
+	}
+	return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeTransactionExists,
+		Message: fmt.Sprintf("transaction %s was posted under another key", cmd.TransactionID)}), nil
+}
+
+// readTransaction reads a transaction's outcome (TransactionPosted or
+// TransactionRejected): its stream's last event; nil when the stream does not
+// exist or holds a reservation saga still running.
 func (s *Service) readTransaction(ctx context.Context, txStream string) (*domain.StoredEvent, any, error) {
-	evs, err := s.store.ReadStream(ctx, txStream, 0, eventstore.Forwards, 1)
+	evs, err := s.store.ReadStream(ctx, txStream, eventstore.EndOfStream, eventstore.Backwards, 1)
 	if errors.Is(err, eventstore.ErrStreamNotFound) || (err == nil && len(evs) == 0) {
 		return nil, nil, nil
 	}
 	if err != nil {
 		return nil, nil, err
+	}
+	if t := evs[0].Type; t != domain.EvTransactionPosted && t != domain.EvTransactionRejected {
+		return nil, nil, nil
 	}
 	ev, err := toStored(evs[0])
 	if err != nil {
@@ -244,9 +252,11 @@ func (s *Service) readTransaction(ctx context.Context, txStream string) (*domain
 	return &ev, payload, nil
 }
 
+// transactionReply is the reply of a transaction's outcome, under its client's
+// key (a saga's outcome is recorded under a derived one).
 func transactionReply(ev *domain.StoredEvent, payload any, duplicate bool) (Reply, error) {
 	ref := domain.EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type}
-	return reply.Transaction(ev.Metadata.Key, ref, payload, ev.Position, duplicate)
+	return reply.Transaction(domain.ClientKey(ev.Metadata), ref, payload, ev.Position, duplicate)
 }
 
 // appendTransaction writes a decided transaction: the key's claim, the

@@ -626,6 +626,45 @@ func TestSameTransferTenTimesTwoInstances(t *testing.T) {
 	})
 }
 
+// crashThenRecover sends command typ (body: the key "k-<id>" among its
+// fields) to a service that crashes at step, calls halfway, then recovers it
+// by the transfer process of another instance (by "process", past the grace
+// period) or by the client's retry (by "retry", a duplicate since the request
+// was written before the crash), and returns the recovered reply.
+func crashThenRecover(t *testing.T, st ProcessStore, clk *fakeClock, newSagaService func(Store, *fakeClock) *Service, typ string, body []any, step, by string, halfway func()) Reply {
+	t.Helper()
+	var key string
+	for i := 0; i+1 < len(body); i += 2 {
+		if body[i] == "idempotency_key" {
+			key = body[i+1].(string)
+		}
+	}
+	crashing := newSagaService(st, clk)
+	crashAt(crashing, step)
+	if r := send(crashing, typ, body...); r.Status != domain.StatusError {
+		t.Fatalf("%s at %s: no crash: %+v", key, step, r)
+	}
+	halfway()
+	if by == "process" {
+		clk.Advance(time.Minute) // past the grace period
+		p := NewProcess(newSagaService(st, clk), st, ProcessOptions{Grace: time.Second})
+		if _, err := p.Recover(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		r, found, err := crashing.Lookup(context.Background(), key)
+		if err != nil || !found {
+			t.Fatalf("%s: lookup after recovery: %v %v", key, found, err)
+		}
+		return r
+	}
+	crashing.failpoint = nil
+	r := send(crashing, typ, body...)
+	if !r.Duplicate {
+		t.Fatalf("%s: retry not a duplicate: %+v", key, r)
+	}
+	return r
+}
+
 // sagaSteps are the failpoints of a transfer, by the path it takes.
 var (
 	completedSteps = []string{"transfer/requested", "transfer/debit", "transfer/credit", "transfer/complete"}
@@ -673,31 +712,9 @@ func transferCrashAtEveryStep(t *testing.T, newSagaService func(Store, *fakeCloc
 					n++
 					id := fmt.Sprintf("%s-%s-%d", path.name, by, n)
 					tb := transferBody("k-"+id, id, "alice", path.to, path.amount)
-					crashing := newSagaService(st, clk)
-					crashAt(crashing, step)
-					if r := send(crashing, "transfer", tb...); r.Status != domain.StatusError {
-						t.Fatalf("%s at %s: no crash: %+v", id, step, r)
-					}
-					audit(t, st, false) // half-way, money is in flight, never lost
-					var r Reply
-					if by == "process" {
-						clk.Advance(time.Minute) // past the grace period
-						p := NewProcess(newSagaService(st, clk), st, ProcessOptions{Grace: time.Second})
-						if _, err := p.Recover(context.Background()); err != nil {
-							t.Fatal(err)
-						}
-						var found bool
-						var err error
-						if r, found, err = crashing.Lookup(context.Background(), "k-"+id); err != nil || !found {
-							t.Fatalf("%s: lookup after recovery: %v %v", id, found, err)
-						}
-					} else {
-						crashing.failpoint = nil
-						r = send(crashing, "transfer", tb...)
-						if !r.Duplicate { // the request was written before the crash
-							t.Fatalf("%s: retry not a duplicate: %+v", id, r)
-						}
-					}
+					r := crashThenRecover(t, st, clk, newSagaService, "transfer", tb, step, by, func() {
+						audit(t, st, false) // half-way, money is in flight, never lost
+					})
 					if r.Transfer == nil || r.Transfer.Status != path.status {
 						t.Fatalf("%s crashed at %s, recovered by %s: %+v", id, step, by, r)
 					}

@@ -1,0 +1,320 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+)
+
+// Reservation sagas (domain/txsaga.go): post_transaction, and the refund of a
+// transaction, on a store that cannot append to several streams at once. The
+// request is written to the transaction's stream with its key's claim; then
+// every account is reserved, the outcome of the reservations recorded, and the
+// legs posted or the reservations released, each step under a derived key;
+// then the outcome. The handler runs the saga inline under the transaction
+// stream's lock (never an account's: each step takes its own), and the
+// transfer process finishes one left half-way by a crash (ResumeTransaction).
+
+// handleTransactionSaga decides a post_transaction (or a refund shaped as one,
+// tx, with the client's request req) on a store without multi-stream appends.
+func (s *Service) handleTransactionSaga(ctx context.Context, tx domain.Command, req domain.Canonical) (Reply, error) {
+	txStream := domain.TransactionStream(tx.TransactionID)
+	return s.underLocks(ctx, []string{txStream}, func(int) (Reply, bool, error) {
+		ts, err := s.loadTransactionSaga(ctx, txStream, tx.TransactionID)
+		if err != nil {
+			return Reply{}, false, err
+		}
+		if ts.Revision >= 0 {
+			if ts.Key != tx.IdempotencyKey {
+				r, err := s.transactionExists(ctx, tx, req)
+				return r, false, err
+			}
+			if domain.JudgeKeyHex(true, ts.RequestHash, req) == domain.KeyConflict {
+				return reply.Conflict(tx.IdempotencyKey, domain.ConflictFields(ts.Request, req)), false, nil
+			}
+			r, err := s.finishTransactionSaga(ctx, txStream, tx.TransactionID, true)
+			return r, false, err
+		}
+		if r, missing, err := s.missingAccount(ctx, tx); err != nil || missing {
+			return r, false, err
+		}
+		requested := []domain.NewEvent{{Type: domain.EvTransactionRequested, Data: domain.TransactionRequested{
+			TransactionID: tx.TransactionID, Postings: tx.Postings, Metadata: tx.Metadata,
+		}}}
+		_, err = s.appendDecision(ctx, tx, req, txStream, -1, "", requested)
+		if r, answered, retry, err := refusedAppend(tx.IdempotencyKey, err); answered || retry || err != nil {
+			return r, retry, err
+		}
+		if err := s.fail("transaction/requested"); err != nil {
+			return Reply{}, false, err
+		}
+		r, err := s.finishTransactionSaga(ctx, txStream, tx.TransactionID, false)
+		return r, false, err
+	})
+}
+
+// missingAccount answers a transaction naming an account that does not exist:
+// not recorded (PROTOCOL.md §3), at the first posting naming one. An account
+// never disappears, so none can go missing once the request is written.
+func (s *Service) missingAccount(ctx context.Context, tx domain.Command) (Reply, bool, error) {
+	for i, p := range tx.Postings {
+		for _, id := range []string{p.From, p.To} {
+			open, err := s.accountOpened(ctx, id)
+			if err != nil {
+				return Reply{}, false, err
+			}
+			if !open {
+				rej := &domain.Rejection{Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("posting %d: account %s does not exist", i, id)}
+				return reply.TransactionNotRecorded(tx.IdempotencyKey, tx.TransactionID, rej, i), true, nil
+			}
+		}
+	}
+	return Reply{}, false, nil
+}
+
+// loadTransactionSaga folds a transaction stream (a few events: no cache).
+func (s *Service) loadTransactionSaga(ctx context.Context, txStream, id string) (*domain.TransactionSaga, error) {
+	ts := domain.NewTransactionSaga(id)
+	evs, err := s.store.ReadStream(ctx, txStream, 0, eventstore.Forwards, 0)
+	if errors.Is(err, eventstore.ErrStreamNotFound) {
+		return ts, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, re := range evs {
+		ev, err := toStored(re)
+		if err != nil {
+			return nil, err
+		}
+		if err := domain.EvolveTransactionSaga(ts, ev); err != nil {
+			return nil, err
+		}
+	}
+	return ts, nil
+}
+
+// finishTransactionSaga drives a saga to its outcome and answers it.
+func (s *Service) finishTransactionSaga(ctx context.Context, txStream, id string, duplicate bool) (Reply, error) {
+	ts, err := s.driveTransactionSaga(ctx, txStream, id)
+	if err != nil {
+		return Reply{}, err
+	}
+	payload, err := domain.DecodeEvent(ts.Outcome.Type, ts.Outcome.Data)
+	if err != nil {
+		return Reply{}, err
+	}
+	return transactionReply(ts.Outcome, payload, duplicate)
+}
+
+// ResumeTransaction drives a transaction's saga to its outcome, from whatever
+// state its stream is in (the transfer process after a crash); pending is
+// false once it has one.
+func (s *Service) ResumeTransaction(ctx context.Context, id string) (pending bool, err error) {
+	txStream := domain.TransactionStream(id)
+	unlock, err := s.locks.lock(ctx, txStream)
+	if err != nil {
+		return true, err
+	}
+	defer unlock()
+	ts, err := s.driveTransactionSaga(ctx, txStream, id)
+	if err != nil {
+		return true, err
+	}
+	return !ts.Decided(), nil
+}
+
+// driveTransactionSaga runs a saga's next steps until its outcome is written.
+// The caller holds the transaction stream's lock; each step is idempotent, and
+// each record in the stream is appended at the revision it was decided on, so
+// another instance driving the same saga meets the same outcome.
+func (s *Service) driveTransactionSaga(ctx context.Context, txStream, id string) (*domain.TransactionSaga, error) {
+	for conflicts := 0; conflicts < s.opts.MaxAttempts; {
+		ts, err := s.loadTransactionSaga(ctx, txStream, id)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case ts.Decided():
+			return ts, nil
+		case ts.Requested == nil:
+			return nil, fmt.Errorf("ledger: %s: no request and no outcome", txStream)
+		}
+		key, step, ev, err := s.nextTransactionRecord(ctx, ts)
+		if err != nil {
+			return nil, err
+		}
+		err = s.appendTransactionRecord(ctx, txStream, ts, key, ev)
+		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+			conflicts++ // another instance recorded it: read it
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := s.fail("transaction/" + step); err != nil {
+			return nil, err
+		}
+	}
+	return nil, ErrTooManyConflicts
+}
+
+// nextTransactionRecord runs the account steps that come before the saga's
+// next record, and returns that record (its derived key and step name): the
+// reservations' outcome, or the outcome of the transaction after its legs or
+// its releases.
+func (s *Service) nextTransactionRecord(ctx context.Context, ts *domain.TransactionSaga) (key, step string, ev domain.NewEvent, err error) {
+	outcomes, err := s.reserveAll(ctx, ts)
+	if err != nil {
+		return "", "", domain.NewEvent{}, err
+	}
+	switch {
+	case !ts.Reserved && ts.Refused == nil:
+		if refusal := ts.DecisiveRefusal(outcomes); refusal != nil {
+			return domain.StepKey(ts.Key, domain.StepRefused), domain.StepRefused, domain.NewEvent{Type: domain.EvTransactionReservationRefused, Data: *refusal}, nil
+		}
+		return domain.StepKey(ts.Key, domain.StepReserved), domain.StepReserved, domain.NewEvent{Type: domain.EvTransactionReserved, Data: domain.TransactionReserved{TransactionID: ts.ID}}, nil
+	case ts.Reserved:
+		legs, views := map[string][]domain.EventRef{}, map[string]domain.AccountView{}
+		for _, id := range ts.Accounts() {
+			rec, err := s.runTransactionStep(ctx, ts, domain.StepLeg, id)
+			if err != nil {
+				return "", "", domain.NewEvent{}, err
+			}
+			legs[id], views[id] = rec.Events, rec.After()
+		}
+		return domain.StepKey(ts.Key, domain.StepPosted), domain.StepPosted, ts.OutcomeEvent(legs, views), nil
+	default: // refused: release what was reserved
+		views := map[string]domain.AccountView{}
+		for _, o := range outcomes {
+			views[o.Account] = o.After
+			if !o.Applied {
+				continue
+			}
+			rec, err := s.runTransactionStep(ctx, ts, domain.StepRelease, o.Account)
+			if err != nil {
+				return "", "", domain.NewEvent{}, err
+			}
+			views[o.Account] = rec.After()
+		}
+		return domain.StepKey(ts.Key, domain.StepRejected), domain.StepRejected, ts.OutcomeEvent(nil, views), nil
+	}
+}
+
+// reserveAll runs (or, once run, answers again) every account's reservation,
+// in account order.
+func (s *Service) reserveAll(ctx context.Context, ts *domain.TransactionSaga) ([]domain.ReservationOutcome, error) {
+	var out []domain.ReservationOutcome
+	for _, id := range ts.Accounts() {
+		rec, err := s.runTransactionStep(ctx, ts, domain.StepReserve, id)
+		if err != nil {
+			return nil, err
+		}
+		acc, err := s.loadAccount(ctx, domain.AccountStream(id), id, false)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, domain.ReservationOutcome{
+			Account: id, Applied: rec.Status == domain.StatusApplied, Code: rec.Code, Message: rec.Message,
+			After: rec.After(), OverdraftLimit: acc.OverdraftLimit, // fixed when the account opened
+		})
+	}
+	return out, nil
+}
+
+// runTransactionStep runs one account step of a saga and returns its record.
+func (s *Service) runTransactionStep(ctx context.Context, ts *domain.TransactionSaga, step, account string) (*domain.KeyRecord, error) {
+	cmd := ts.StepCommand(step, account, s.opts.Clock().UTC())
+	rec, _, r, err := s.decideOnAccount(ctx, cmd, domain.AccountStream(account), account, false)
+	if err != nil {
+		return nil, err
+	}
+	if r != nil {
+		return nil, fmt.Errorf("%w: %s %q on %s: %s: %s", errStepNotRecorded, cmd.Type, cmd.IdempotencyKey, account, r.Code, r.Message)
+	}
+	if err := s.fail("transaction/" + step + ":" + account); err != nil {
+		return nil, err
+	}
+	rc := rec.KeyRecord
+	return &rc, nil
+}
+
+// appendTransactionRecord appends a record of the saga (a marker or its
+// outcome) under its derived key, with the client's request and key as its
+// origin, at the revision the saga was read at.
+func (s *Service) appendTransactionRecord(ctx context.Context, txStream string, ts *domain.TransactionSaga, key string, ev domain.NewEvent) error {
+	req, err := domain.ParseRequest(ts.Request)
+	if err != nil {
+		return fmt.Errorf("ledger: %s: request of %q: %w", txStream, ts.Key, err)
+	}
+	cmd := domain.Command{Type: domain.CommandType(ts.Command), IdempotencyKey: key, At: s.opts.Clock().UTC(), Origin: ts.Key}
+	_, err = s.appendStep(ctx, cmd, req.Canonical(), txStream, ts.Revision, ts.LastChain, []domain.NewEvent{ev})
+	return err
+}
+
+// refundTransactionSaga refunds a posted transaction (whose stream is
+// origStream) as a reservation saga of its own in the original's next free
+// refund slot, as refundTransaction does in one append: slots are taken in
+// order (the original's lock in this process, the slot's "no stream" across
+// instances), a slot still running is driven to its outcome first, and what
+// the posted ones moved is what was refunded.
+func (s *Service) refundTransactionSaga(ctx context.Context, cmd domain.Command, req domain.Canonical, origStream string, posted *domain.TransactionPosted) (Reply, error) {
+	return s.underLocks(ctx, []string{origStream}, func(int) (Reply, bool, error) {
+		refunded := int64(0)
+		for slot := 0; ; slot++ {
+			id := domain.RefundTransactionID(posted.TransactionID, slot)
+			ts, err := s.settledTransactionSaga(ctx, id)
+			if err != nil {
+				return Reply{}, false, err
+			}
+			if ts.Revision < 0 { // the next free slot
+				tx, rej := domain.RefundOfTransaction(posted, cmd, refunded)
+				if rej != nil {
+					return reply.NotRecorded(cmd.IdempotencyKey, rej), false, nil
+				}
+				tx.TransactionID = id
+				r, err := s.handleTransactionSaga(ctx, tx, req)
+				if err == nil && r.Code == domain.CodeTransactionExists && r.Status != domain.StatusApplied {
+					return Reply{}, true, nil // another instance took the slot: look again
+				}
+				return r, false, err
+			}
+			payload, err := domain.DecodeEvent(ts.Outcome.Type, ts.Outcome.Data)
+			if err != nil {
+				return Reply{}, false, err
+			}
+			if ts.Key == cmd.IdempotencyKey {
+				if domain.JudgeKeyHex(true, ts.RequestHash, req) == domain.KeyConflict {
+					return reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(ts.Request, req)), false, nil
+				}
+				r, err := transactionReply(ts.Outcome, payload, true)
+				return r, false, err
+			}
+			if p, ok := payload.(*domain.TransactionPosted); ok {
+				for _, ps := range p.Postings {
+					refunded += ps.Amount
+				}
+			}
+		}
+	})
+}
+
+// settledTransactionSaga reads a transaction's saga, driven to its outcome
+// first when it is still running (under its stream's lock).
+func (s *Service) settledTransactionSaga(ctx context.Context, id string) (*domain.TransactionSaga, error) {
+	txStream := domain.TransactionStream(id)
+	ts, err := s.loadTransactionSaga(ctx, txStream, id)
+	if err != nil || ts.Revision < 0 || ts.Decided() {
+		return ts, err
+	}
+	unlock, err := s.locks.lock(ctx, txStream)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return s.driveTransactionSaga(ctx, txStream, id)
+}
