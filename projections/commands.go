@@ -147,12 +147,16 @@ func (b *cmdBatch) applyAccountEvent(id string, ev *Event) {
 // applyTransactionEvent records a transaction's event, which decides its
 // command in one write, as the command's row.
 func (b *cmdBatch) applyTransactionEvent(ev *Event) error {
+	if ev.Type != domain.EvTransactionPosted && ev.Type != domain.EvTransactionRejected {
+		return nil // a reservation saga's request or marker: its outcome is the reply
+	}
+	key := domain.ClientKey(ev.Meta) // a saga's outcome is written under a derived key
 	ref := domain.EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: ev.Type}
-	r, err := reply.Transaction(ev.Meta.Key, ref, ev.Payload, ev.Position.String(), false)
+	r, err := reply.Transaction(key, ref, ev.Payload, ev.Position.String(), false)
 	if err != nil {
 		return fmt.Errorf("projections: commands: %w", err)
 	}
-	b.decided(&cmdRow{key: ev.Meta.Key, stream: ev.Stream, command: ev.Meta.Command, reset: true, reply: r,
+	b.decided(&cmdRow{key: key, stream: ev.Stream, command: ev.Meta.Command, reset: true, reply: r,
 		firstRev: int64(ev.Revision), lastRev: int64(ev.Revision), at: ev.Meta.At})
 	return nil
 }

@@ -128,6 +128,9 @@ type Fold struct {
 	// key and currency); posted the same from its TransactionPosted (Finish
 	// checks that both agree and that each currency's debits equal its credits).
 	legs, posted map[[2]string]*legSums
+	// txSagas are the transaction streams folded (domain.TransactionSaga): a
+	// reservation saga still running has legs and no outcome yet (in flight).
+	txSagas map[string]*domain.TransactionSaga
 	// Snapshots are the account snapshots to check, by stream (CheckSnapshots):
 	// each is compared with the fold when it reaches the snapshot's revision.
 	snapshots map[string]snapshotCheck
@@ -145,7 +148,7 @@ func NewFold() *Fold {
 		streams: map[string]*streamState{}, ids: map[uuid.UUID]struct{}{}, groups: map[[16]byte]struct{}{},
 		homes: map[string]string{}, homeHash: map[string]string{}, claims: map[string]claim{},
 		steps: map[string]*sagaSteps{}, flows: map[string]*Totals{}, captured: map[[2]string]int64{},
-		legs: map[[2]string]*legSums{}, posted: map[[2]string]*legSums{},
+		legs: map[[2]string]*legSums{}, posted: map[[2]string]*legSums{}, txSagas: map[string]*domain.TransactionSaga{},
 		badStream: map[string]bool{}, entries: map[string]entryExp{}, history: map[string]entryExp{}, commands: map[string]string{}, stepRecords: map[string]*domain.KeyRecord{},
 		MaxViolations: 1000,
 	}
@@ -750,6 +753,19 @@ func (f *Fold) finishSnapshots() {
 // legSums are a transaction's debits and credits in one currency.
 type legSums struct{ debits, credits int64 }
 
+// sagaCurrencies lists the currencies of a reservation saga's postings.
+func sagaCurrencies(ts *domain.TransactionSaga) []string {
+	var out []string
+	if ts.Requested != nil {
+		for _, p := range ts.Requested.Postings {
+			if !slices.Contains(out, p.Currency) {
+				out = append(out, p.Currency)
+			}
+		}
+	}
+	return out
+}
+
 func (l *legSums) add(amount int64, credit bool) {
 	if credit {
 		l.credits += amount
@@ -771,27 +787,36 @@ func (f *Fold) legSums(m map[[2]string]*legSums, key, currency string) *legSums 
 func (f *Fold) applyTransaction(re eventstore.RecordedEvent, ev domain.StoredEvent) {
 	m := ev.Metadata
 	f.noteHome(re, m)
-	if re.Revision != 0 {
-		f.eventViolation(InvStreams, "transaction_rewritten", re, "a transaction stream holds one event; this is its revision %d", re.Revision)
+	ts := f.txSagas[re.Stream]
+	if ts == nil {
+		ts = domain.NewTransactionSaga(strings.TrimPrefix(re.Stream, domain.TransactionStreamPrefix))
+		f.txSagas[re.Stream] = ts
+	}
+	if err := domain.EvolveTransactionSaga(ts, ev); err != nil {
+		f.eventViolation(InvStreams, "transaction_rewritten", re, "%v", err)
 		return
+	}
+	if !ts.Decided() || ts.Outcome.Revision != re.Revision {
+		return // a reservation saga's request or marker
 	}
 	payload, err := domain.DecodeEvent(re.Type, re.Data)
 	if err != nil {
 		f.eventViolation(InvStreams, "undecodable_event", re, "%v", err)
 		return
 	}
+	key := domain.ClientKey(m) // a saga's outcome is written under a derived key
 	if p, ok := payload.(*domain.TransactionPosted); ok {
 		for _, ps := range p.Postings {
-			f.legSums(f.posted, m.Key, ps.Currency).debits += ps.Amount
-			f.legSums(f.posted, m.Key, ps.Currency).credits += ps.Amount
+			f.legSums(f.posted, key, ps.Currency).debits += ps.Amount
+			f.legSums(f.posted, key, ps.Currency).credits += ps.Amount
 		}
 	}
-	r, err := reply.Transaction(m.Key, domain.EventRef{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type}, payload, re.Position.String(), false)
+	r, err := reply.Transaction(key, domain.EventRef{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type}, payload, re.Position.String(), false)
 	if err != nil {
 		f.eventViolation(InvStreams, "undecodable_event", re, "%v", err)
 		return
 	}
-	f.commands[m.Key] = replyRow(r)
+	f.commands[key] = replyRow(r)
 }
 
 // finishTransactions checks every transaction's legs (invariant 2): in each
@@ -799,6 +824,15 @@ func (f *Fold) applyTransaction(re eventstore.RecordedEvent, ev domain.StoredEve
 // TransactionPosted, and no legs exist without one; the same for every capture
 // into an account (its HoldCaptured is the debit, the credit to `to` the credit).
 func (f *Fold) finishTransactions() {
+	running := map[string]bool{} // keys of reservation sagas without their outcome yet
+	for _, ts := range f.txSagas {
+		if !ts.Decided() && ts.Key != "" {
+			running[ts.Key] = true
+			for _, cur := range sagaCurrencies(ts) {
+				f.totals(cur).PendingSaga++
+			}
+		}
+	}
 	keys := map[[2]string]bool{}
 	for k := range f.legs {
 		keys[k] = true
@@ -813,6 +847,10 @@ func (f *Fold) finishTransactions() {
 		}
 		if posted == nil {
 			posted = &legSums{}
+		}
+		if running[k[0]] { // its legs are being posted: what left an account is in flight
+			f.totals(k[1]).InFlight += legs.debits - legs.credits
+			continue
 		}
 		if legs.debits != legs.credits || *legs != *posted {
 			f.violate(Violation{Invariant: InvConservation, Kind: "transaction_unbalanced", Message: fmt.Sprintf(

@@ -3,7 +3,10 @@ package audit_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"testing"
+
+	"github.com/google/uuid"
 
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/memory"
@@ -39,5 +42,77 @@ func TestAuditAcceptsTransferProcessCheckpoints(t *testing.T) {
 	}
 	if !rep.OK() {
 		t.Fatalf("violations: %v", rep.Violations)
+	}
+}
+
+// sagaOnly hides the memory store's multi-stream append (and every capability
+// but the event store's): the ledger then runs transactions as reservation
+// sagas, as on KurrentDB.
+type sagaOnly struct{ eventstore.Store }
+
+// TestAuditFoldsReservationSagas: transactions decided as reservation sagas
+// (a posted one and a refused one) pass the audit with the chain verified;
+// the same log cut before a saga's outcome (its legs partly posted) counts
+// the saga as pending with its money in flight, not as a violation; and an
+// event after a transaction's outcome is one.
+func TestAuditFoldsReservationSagas(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	svc := ledger.New(sagaOnly{st}, ledger.Options{Logger: slog.New(slog.DiscardHandler)})
+	for _, c := range []struct{ typ, body, status string }{
+		{"open_account", `{"idempotency_key":"o-a","account_id":"a","currency":"EUR"}`, "applied"},
+		{"open_account", `{"idempotency_key":"o-b","account_id":"b","currency":"EUR"}`, "applied"},
+		{"deposit", `{"idempotency_key":"d-a","account_id":"a","amount":100,"currency":"EUR"}`, "applied"},
+		{"post_transaction", `{"idempotency_key":"tx-1","transaction_id":"tx-1","postings":[{"from":"a","to":"b","amount":40,"currency":"EUR"},{"from":"b","to":"a","amount":5,"currency":"EUR"}]}`, "applied"},
+		{"post_transaction", `{"idempotency_key":"tx-2","transaction_id":"tx-2","postings":[{"from":"a","to":"b","amount":4000,"currency":"EUR"}]}`, "rejected"},
+	} {
+		if r := svc.HandleRaw(ctx, c.typ, []byte(c.body)); string(r.Status) != c.status {
+			t.Fatalf("%s: %+v", c.body, r)
+		}
+	}
+	rep, err := audit.Run(ctx, st, audit.Options{VerifyChain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("violations: %v", rep.Violations)
+	}
+	all, err := st.ReadAll(ctx, eventstore.Start, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cut the log right after tx-1's first leg write (a's): b's legs and the outcome are not written yet.
+	cut := -1
+	for i, re := range all {
+		if re.Stream == "account-a" && re.Type == "HoldReleased" {
+			cut = i
+			break
+		}
+	}
+	f := audit.NewFold()
+	for _, re := range all[:cut+3] { // the release and a's two legs
+		f.Apply(re)
+	}
+	totals := f.Finish()
+	if f.ViolationCount() != 0 || len(totals) != 1 || totals[0].PendingSaga != 1 || totals[0].InFlight != 35 {
+		t.Fatalf("cut mid-saga: %d violations %v, totals %+v", f.ViolationCount(), f.Violations, totals)
+	}
+	// An event after tx-1's outcome (a second outcome, forged) is named.
+	f = audit.NewFold()
+	var outcome eventstore.RecordedEvent
+	for _, re := range all {
+		f.Apply(re)
+		if re.Stream == "transaction-tx-1" {
+			outcome = re
+		}
+	}
+	forged := outcome
+	forged.ID, forged.Revision, forged.Position = uuid.New(), outcome.Revision+1, all[len(all)-1].Position
+	forged.Position.Commit++
+	forged.Position.Prepare++
+	f.Apply(forged)
+	f.Finish()
+	if !slices.ContainsFunc(f.Violations, func(v audit.Violation) bool { return v.Kind == "transaction_rewritten" }) {
+		t.Fatalf("an event after the outcome: %v", f.Violations)
 	}
 }

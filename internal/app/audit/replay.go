@@ -142,7 +142,8 @@ func streamFold(stream string) (func(domain.StoredEvent) (any, error), error) {
 			return transferState(t), nil
 		}, nil
 	case domain.IsTransactionStream(stream):
-		return foldTransaction, nil
+		ts := domain.NewTransactionSaga(strings.TrimPrefix(stream, domain.TransactionStreamPrefix))
+		return func(ev domain.StoredEvent) (any, error) { return foldTransaction(ts, ev) }, nil
 	case strings.HasPrefix(stream, domain.KeyStreamPrefix):
 		return foldClaim, nil
 	default:
@@ -150,18 +151,33 @@ func streamFold(stream string) (func(domain.StoredEvent) (any, error), error) {
 	}
 }
 
-// foldTransaction folds a transaction stream, which holds one event: the
-// state is the transaction as ledger.v1.query.transaction shows it.
-func foldTransaction(ev domain.StoredEvent) (any, error) {
-	if ev.Revision != 0 {
-		return nil, fmt.Errorf("audit: %s@%d: a transaction stream holds one event", ev.Stream, ev.Revision)
+// foldTransaction folds a transaction stream: one event (the outcome), or a
+// reservation saga's request, markers and outcome. The state is the
+// transaction as ledger.v1.query.transaction shows it once it has its outcome,
+// and the saga's progress before.
+func foldTransaction(ts *domain.TransactionSaga, ev domain.StoredEvent) (any, error) {
+	if err := domain.EvolveTransactionSaga(ts, ev); err != nil {
+		return nil, err
+	}
+	if !ts.Decided() {
+		return &TransactionSagaState{TransactionID: ts.ID, IdempotencyKey: ts.Key, Status: "pending", Reserved: ts.Reserved, Refused: ts.Refused}, nil
 	}
 	payload, err := domain.DecodeEvent(ev.Type, ev.Data)
 	if err != nil {
 		return nil, err
 	}
-	d, err := reply.TransactionDetailOf(ev.Metadata.Key, payload, ev.Position)
+	d, err := reply.TransactionDetailOf(domain.ClientKey(ev.Metadata), payload, ev.Position)
 	return &d, err
+}
+
+// TransactionSagaState is a reservation saga's state before its outcome, as
+// `ledger replay` shows it.
+type TransactionSagaState struct {
+	TransactionID  string                                `json:"transaction_id"`
+	IdempotencyKey string                                `json:"idempotency_key"`
+	Status         string                                `json:"status"`
+	Reserved       bool                                  `json:"reserved,omitempty"`
+	Refused        *domain.TransactionReservationRefused `json:"refused,omitempty"`
 }
 
 // foldClaim folds a key stream, which holds only its claim.
