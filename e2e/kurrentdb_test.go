@@ -145,6 +145,7 @@ func TestKurrentDBEndToEnd(t *testing.T) {
 	t.Run("deposit sent ten times credits once", func(t *testing.T) { e.depositDuplicates(t) })
 	t.Run("withdrawal raced from 20 goroutines through two instances debits once", func(t *testing.T) { e.duplicateRace(t) })
 	t.Run("transfer completes with one debit and one credit", func(t *testing.T) { e.transfer(t) })
+	t.Run("transactions are reservation sagas: all postings or none", func(t *testing.T) { e.transactions(t) })
 	t.Run("hold expires by the transfer process", func(t *testing.T) { e.holdExpires(t) })
 	t.Run("store faults met by retries apply every command once", func(t *testing.T) { e.needsTestServer(t); e.faults(t) })
 
@@ -915,6 +916,46 @@ func (e *env) checkTransfer(t *testing.T, tr transferSpec) {
 
 // checkStore: no key wrote more events to a stream than its one decision, event
 // IDs are unique, and every balance folded from its stream is the expected one.
+// transactions posts a transaction with a fee leg through both instances (one
+// outcome), and one whose last posting overdraws (refused at that posting,
+// nothing moved, every reservation released). The audit at the end compares
+// the commands read model with the fold, these outcomes among them.
+func (e *env) transactions(t *testing.T) {
+	post := func(key, id string, postings ...map[string]any) command {
+		return cmd("post_transaction", map[string]any{"idempotency_key": key, "transaction_id": id, "postings": postings})
+	}
+	leg := func(from, to string, amount int64) map[string]any {
+		return map[string]any{"from": from, "to": to, "amount": amount, "currency": "EUR"}
+	}
+	c := post("tx-1", "tx-1", leg("alice", "bob", 30), leg("alice", "carol", 3), leg("bob", "carol", 1))
+	r := e.mustDecide(c)
+	e.model["alice"] -= 33
+	e.model["bob"] += 29
+	e.model["carol"] += 4
+	if r.Status != domain.StatusApplied || r.Transaction == nil || r.Transaction.Status != "posted" || len(r.Accounts) != 3 {
+		t.Fatalf("transaction: %+v", r)
+	}
+	again, err := request(e.clients[1], c)
+	if err != nil || !again.Duplicate || !sameOutcome(r, again) {
+		t.Fatalf("transaction sent again: %+v (%v), first %+v", again, err, r)
+	}
+	refused := e.mustDecide(post("tx-2", "tx-2", leg("bob", "carol", 1), leg("alice", "bob", 1_000_000)))
+	if refused.Status != domain.StatusRejected || refused.Code != domain.CodeInsufficientFunds || refused.Posting == nil || *refused.Posting != 1 {
+		t.Fatalf("overdrawing transaction: %+v", refused)
+	}
+	for _, id := range []string{"alice", "bob", "carol"} {
+		acc := domain.NewAccount(id)
+		for _, re := range e.streamEvents(domain.AccountStream(id)) {
+			if err := domain.EvolveAccount(acc, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: metadata(t, re)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if acc.Balance != e.model[id] || acc.Held != 0 {
+			t.Fatalf("%s after the transactions: balance %d held %d, want %d held 0", id, acc.Balance, acc.Held, e.model[id])
+		}
+	}
+}
+
 func (e *env) checkStore(t *testing.T) {
 	t.Helper()
 	type sk struct{ stream, key string }
