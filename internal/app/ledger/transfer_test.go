@@ -206,18 +206,24 @@ type ledgerAudit struct {
 	moves     map[string]*sagaMoves       // by saga key
 	external  map[string]int64            // money in minus money out of the ledger, by currency
 	inFlight  map[string]int64            // debited by undecided sagas and not yet credited, by currency
+	// legs and posted are, by [key, currency], what the account events of a
+	// transaction (or a capture into an account) moved and what its
+	// TransactionPosted (or HoldCaptured) says it moved: [debits, credits].
+	legs, posted map[[2]string]*[2]int64
 }
 
 func (a *ledgerAudit) balance(id string) int64 { return a.accounts[id].Balance }
 
-// audit reads the whole store and checks invariants 1, 2, 3 and 5, and that every
-// saga moved exactly its amount the way its decision says. With decided set,
-// every saga must have reached its decision.
+// audit reads the whole store and checks invariants 1, 2, 3 and 5, that every
+// saga moved exactly its amount the way its decision says, and that every
+// transaction (and capture into an account) moved exactly what it posted, or
+// nothing. With decided set, every saga must have reached its decision.
 func audit(t *testing.T, st eventstore.AllReader, decided bool) *ledgerAudit {
 	t.Helper()
 	a := &ledgerAudit{
 		accounts: map[string]*domain.Account{}, transfers: map[string]*domain.Transfer{},
 		moves: map[string]*sagaMoves{}, external: map[string]int64{}, inFlight: map[string]int64{},
+		legs: map[[2]string]*[2]int64{}, posted: map[[2]string]*[2]int64{},
 	}
 	type keyWrite struct {
 		stream string
@@ -281,6 +287,16 @@ func audit(t *testing.T, st eventstore.AllReader, decided bool) *ledgerAudit {
 				if err := domain.EvolveTransfer(tr, ev); err != nil {
 					t.Fatal(err)
 				}
+			case domain.IsTransactionStream(e.Stream):
+				payload, err := domain.DecodeEvent(ev.Type, ev.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p, ok := payload.(*domain.TransactionPosted); ok {
+					for _, ps := range p.Postings {
+						a.book(a.posted, m.Key, ps.Currency, ps.Amount, ps.Amount)
+					}
+				}
 			}
 		}
 		if len(evs) < 1000 {
@@ -291,6 +307,23 @@ func audit(t *testing.T, st eventstore.AllReader, decided bool) *ledgerAudit {
 	for k, kw := range keys {
 		if kw.next != kw.count {
 			t.Fatalf("key %q wrote %d of its %d events", k, kw.next, kw.count)
+		}
+	}
+	// Every transaction, and every capture into an account, is all or nothing:
+	// its legs moved exactly what it says it posted, and nothing moved for one
+	// that was not posted.
+	for k := range a.legs {
+		if a.posted[k] == nil {
+			t.Fatalf("%s moved %v by legs of key %q, which posted nothing", k[1], *a.legs[k], k[0])
+		}
+	}
+	for k, p := range a.posted {
+		if l := a.legs[k]; l == nil || *l != *p {
+			moved := [2]int64{}
+			if l != nil {
+				moved = *l
+			}
+			t.Fatalf("%s: key %q posted %v (debits, credits), its legs moved %v", k[1], k[0], *p, moved)
 		}
 	}
 	// Every saga moved money as its decision says; steps without a saga are a bug.
@@ -358,6 +391,16 @@ func mergeKeys(ms ...map[string]int64) map[string]bool {
 	return out
 }
 
+// book adds debits and credits to m's [key, currency].
+func (a *ledgerAudit) book(m map[[2]string]*[2]int64, key, currency string, debit, credit int64) {
+	k := [2]string{key, currency}
+	if m[k] == nil {
+		m[k] = &[2]int64{}
+	}
+	m[k][0] += debit
+	m[k][1] += credit
+}
+
 // foldAccount folds an account event (invariant 3) and books its money.
 func (a *ledgerAudit) foldAccount(t *testing.T, ev domain.StoredEvent) {
 	t.Helper()
@@ -385,6 +428,11 @@ func (a *ledgerAudit) foldAccount(t *testing.T, ev domain.StoredEvent) {
 	case *domain.Debited:
 		amount, reason = -e.Amount, e.Reason
 	case *domain.HoldCaptured:
+		if e.To != "" { // credited to e.To in the same write
+			a.book(a.legs, ev.Metadata.Key, e.Currency, e.Amount, 0)
+			a.book(a.posted, ev.Metadata.Key, e.Currency, e.Amount, e.Amount)
+			return
+		}
 		a.external[acc.Currency] -= e.Amount
 		return
 	default:
@@ -394,6 +442,13 @@ func (a *ledgerAudit) foldAccount(t *testing.T, ev domain.StoredEvent) {
 	switch reason {
 	case domain.ReasonDeposit, domain.ReasonWithdrawal, domain.ReasonRefund:
 		a.external[acc.Currency] += amount
+		return
+	case domain.ReasonTransactionOut, domain.ReasonTransactionIn, domain.ReasonCaptureIn:
+		if amount < 0 {
+			a.book(a.legs, ev.Metadata.Origin, acc.Currency, -amount, 0)
+		} else {
+			a.book(a.legs, ev.Metadata.Origin, acc.Currency, 0, amount)
+		}
 		return
 	}
 	if mv == nil {
