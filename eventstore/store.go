@@ -193,7 +193,11 @@ type Appender interface {
 // group commit). A part to be written after one that was already stored
 // (idempotent) is refused (wrong expected revision): it was decided on the events
 // the earlier part carries, and the store holds events of those IDs, not
-// necessarily those. The PostgreSQL and memory stores implement
+// necessarily those. A part with no events is an assertion: it writes nothing,
+// and the whole append is refused (wrong expected revision) unless its stream
+// is at its expected revision, Exact or NoStream (a decision that read a
+// stream it does not write, such as a refusal that names every account it
+// read). The PostgreSQL and memory stores implement
 // it; KurrentDB (through the v4 client) does not, and callers fall back to ordered
 // single-stream appends whose steps are each idempotent.
 type MultiAppender interface {

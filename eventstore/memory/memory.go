@@ -165,8 +165,8 @@ func validate(parts []eventstore.StreamAppend) error {
 		if p.Stream == "" {
 			return errors.New("eventstore/memory: append to an empty stream name")
 		}
-		if len(p.Events) == 0 {
-			return fmt.Errorf("eventstore/memory: append of no events to %q", p.Stream)
+		if _, exact := p.Expected.LastBefore(); len(p.Events) == 0 && !exact {
+			return fmt.Errorf("eventstore/memory: append of no events to %q without an exact expected revision to assert", p.Stream)
 		}
 	}
 	return nil
@@ -238,6 +238,13 @@ func (s *Store) decideLocked(parts []eventstore.StreamAppend) ([]plan, error) {
 		head := int64(len(s.streams[p.Stream])) - 1 + ahead[p.Stream]
 		pl := plan{part: p, head: head}
 		n := int64(len(p.Events))
+		if n == 0 { // an assertion of the stream's revision: nothing to write
+			if last, _ := p.Expected.LastBefore(); last != head {
+				return nil, wrongRevision(p, head)
+			}
+			plans[i] = pl
+			continue
+		}
 		if last, ok := p.Expected.LastBefore(); ok {
 			switch {
 			case last == head:

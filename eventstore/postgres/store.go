@@ -359,6 +359,13 @@ func (s *Store) begin(ctx context.Context, parts []eventstore.StreamAppend) (c *
 	plans = make([]plan, len(parts))
 	matched := map[string]bool{} // streams with a part already stored
 	for i, p := range parts {
+		if len(p.Events) == 0 { // an assertion of the stream's revision: nothing to write
+			if last, _ := p.Expected.LastBefore(); last != heads[p.Stream] {
+				return nil, nil, wrongRevision(p.Stream, p.Expected, heads[p.Stream])
+			}
+			plans[i] = plan{part: p, head: heads[p.Stream]}
+			continue
+		}
 		if plans[i], err = decide(ctx, conn, p, heads[p.Stream]); err != nil {
 			return nil, nil, err
 		}
@@ -449,8 +456,8 @@ func validate(parts []eventstore.StreamAppend) error {
 		if p.Stream == "" {
 			return errors.New("eventstore/postgres: append to an empty stream name")
 		}
-		if len(p.Events) == 0 {
-			return fmt.Errorf("eventstore/postgres: append of no events to %q", p.Stream)
+		if _, exact := p.Expected.LastBefore(); len(p.Events) == 0 && !exact {
+			return fmt.Errorf("eventstore/postgres: append of no events to %q without an exact expected revision to assert", p.Stream)
 		}
 	}
 	return nil

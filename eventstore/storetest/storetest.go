@@ -54,6 +54,7 @@ func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 		{"ReadStreamDirectionsAndMax", testReadStreamDirections},
 		{"MultiStreamAppend", testMultiAppend},
 		{"MultiAppendChainsPartsOfOneStream", testMultiAppendChain},
+		{"MultiAppendAssertsRevisions", testMultiAppendAsserts},
 		{"LocateEventsByIDAndRefuseRepeats", testLocateEvents},
 		{"SnapshotsKeepTheLatest", testSnapshots},
 	}
@@ -1074,6 +1075,39 @@ func positionsByID(evs []eventstore.RecordedEvent) map[uuid.UUID]eventstore.Posi
 // revision order, each decided on the head the earlier parts leave (several
 // commands of one account in one group commit); a part that does not follow
 // refuses the whole append.
+// testMultiAppendAsserts: a part with no events writes nothing and holds the
+// append to its stream's revision: the append is written when the stream is
+// at it (or has no events, for NoStream), refused as a whole when another
+// write moved it; a part with no events and no exact revision is refused.
+func testMultiAppendAsserts(t *testing.T, s eventstore.Store, p string) {
+	ma := multiAppender(t, s)
+	ctx := ctxT(t)
+	read, other, ghost, out := p+"read", p+"other", p+"ghost", p+"out"
+	mustAppend(t, s, read, eventstore.NoStream, events("R", 2)...)
+	res, err := ma.AppendMulti(ctx, []eventstore.StreamAppend{
+		{Stream: read, Expected: eventstore.Exact(1)},
+		{Stream: ghost, Expected: eventstore.NoStream},
+		{Stream: out, Expected: eventstore.NoStream, Events: events("O", 1)},
+	})
+	if err != nil || len(res) != 3 || res[2].FirstRevision != 0 {
+		t.Fatalf("asserting the revisions that hold: %+v, %v", res, err)
+	}
+	wantLen(t, s, read, 2)
+	mustAppend(t, s, read, eventstore.Exact(1), events("R", 1)...) // another write moves it
+	_, err = ma.AppendMulti(ctx, []eventstore.StreamAppend{
+		{Stream: read, Expected: eventstore.Exact(1)},
+		{Stream: out, Expected: eventstore.Exact(0), Events: events("O", 1)},
+	})
+	var wrong *eventstore.WrongExpectedRevisionError
+	if !errors.As(err, &wrong) || wrong.Stream != read || wrong.Actual != 2 {
+		t.Fatalf("asserting a revision another write moved: %v", err)
+	}
+	wantLen(t, s, out, 1)
+	if _, err := ma.AppendMulti(ctx, []eventstore.StreamAppend{{Stream: other, Expected: eventstore.Any}}); err == nil {
+		t.Fatal("a part with no events and no exact revision was taken")
+	}
+}
+
 func testMultiAppendChain(t *testing.T, s eventstore.Store, p string) {
 	ma := multiAppender(t, s)
 	ctx := ctxT(t)
