@@ -292,6 +292,15 @@ func (s *Service) appendTransaction(ctx context.Context, cmd domain.Command, req
 		parts = append(parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(acc.Revision), Events: data})
 		legs = append(legs, legPart{id, data, metas})
 	}
+	if len(legs) == 0 {
+		// A refusal writes no account, yet it was decided on what they held:
+		// the append asserts every account's revision, so that one decided on
+		// a cache another instance has moved past, or on a view torn by
+		// another transaction, is decided again rather than recorded forever.
+		for _, id := range domain.TransactionAccounts(cmd.Postings) {
+			parts = append(parts, eventstore.StreamAppend{Stream: domain.AccountStream(id), Expected: eventstore.ExactOrNoStream(accs[id].Revision)})
+		}
+	}
 	res, err := s.multi.AppendMulti(ctx, parts)
 	if err != nil {
 		return Reply{}, s.claimError(ctx, claim.Stream, req, err)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ledgerworks/ledger/eventstore/memory"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 
 	"github.com/ledgerworks/ledger/domain"
@@ -322,4 +323,24 @@ func TestRefundOfATransaction(t *testing.T) {
 			t.Fatalf("a refund of a refund: %+v", r)
 		}
 	})
+}
+
+// TestTransactionRefusalIsNotDecidedOnAStaleCache: an instance whose cache of
+// an account is behind (another instance deposited since) does not record a
+// refusal on it: the refusal's append asserts every account's revision, so the
+// transaction is decided again on the store's head, and posted.
+func TestTransactionRefusalIsNotDecidedOnAStaleCache(t *testing.T) {
+	for i, st := range []ProcessStore{memory.New(), openPostgres(t)} {
+		clk := newFakeClock()
+		a, b := newSagaService(st, clk), newSagaService(st, clk)
+		p := fmt.Sprintf("stale-%d-", i)
+		x, y := p+"x", p+"y"
+		openFunded(t, a, x, "EUR", 10) // a caches x with 10
+		openFunded(t, a, y, "EUR", 0)
+		must(t, b, "deposit", "idempotency_key", p+"d1", "account_id", x, "amount", 100, "currency", "EUR")
+		r := send(a, "post_transaction", "idempotency_key", p+"tx", "transaction_id", p+"tx", "postings", []map[string]any{txPosting(x, y, 50)})
+		if r.Status != domain.StatusApplied || r.Transaction == nil || r.Transaction.Status != "posted" {
+			t.Fatalf("%T: a transaction refused on a stale cache: %+v", st, r)
+		}
+	}
 }
