@@ -27,6 +27,7 @@ const (
 	flagBenchAccounts     = "accounts"
 	flagBenchDupRatio     = "duplicate-ratio"
 	flagBenchSkew         = "skew"
+	flagBenchTxRatio      = "transaction-ratio"
 	flagBenchDuration     = "duration"
 	flagBenchWarmup       = "warmup"
 	flagBenchFractions    = "open-loop-fractions"
@@ -71,6 +72,7 @@ func benchCommand() *cli.Command {
 		&cli.IntFlag{Name: flagBenchAccounts, Category: load, Value: d.Accounts, Usage: "accounts the commands spread over", Sources: benchEnv(flagBenchAccounts)},
 		&cli.FloatFlag{Name: flagBenchDupRatio, Category: load, Value: d.DuplicateRatio, Usage: "share of the load phase's commands that resend an answered key", Sources: benchEnv(flagBenchDupRatio)},
 		&cli.FloatFlag{Name: flagBenchSkew, Category: load, Value: d.Skew, Usage: "account skew: the account of rank i gets weight 1/i^skew (0: uniform; 1: Zipf)", Sources: benchEnv(flagBenchSkew)},
+		&cli.FloatFlag{Name: flagBenchTxRatio, Category: load, Value: d.TransactionRatio, Usage: "share of new commands that are post_transaction of one posting, from the command's account to another drawn uniformly (in the hot phase too: the transactions touch the hot account); the ledger only (--systems ledger)", Sources: benchEnv(flagBenchTxRatio)},
 		&cli.DurationFlag{Name: flagBenchDuration, Category: load, Value: d.Duration, Usage: "length of the load phase (the duplicates and half-load phases take half)", Sources: benchEnv(flagBenchDuration)},
 		&cli.DurationFlag{Name: flagBenchWarmup, Category: load, Value: d.Warmup, Usage: "unrecorded load before the load phase", Sources: benchEnv(flagBenchWarmup)},
 		&cli.StringFlag{Name: flagBenchFractions, Category: load, Value: "0.5", Usage: "open-loop phases, as fractions of the load phase's rate, comma-separated (0.5 is the half-load phase)", Sources: benchEnv(flagBenchFractions)},
@@ -243,6 +245,7 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	set(flagBenchAccounts, func() { cfg.Accounts = cmd.Int(flagBenchAccounts) })
 	set(flagBenchDupRatio, func() { cfg.DuplicateRatio = cmd.Float(flagBenchDupRatio) })
 	set(flagBenchSkew, func() { cfg.Skew = cmd.Float(flagBenchSkew) })
+	set(flagBenchTxRatio, func() { cfg.TransactionRatio = cmd.Float(flagBenchTxRatio) })
 	set(flagBenchDuration, func() { cfg.Duration = cmd.Duration(flagBenchDuration) })
 	set(flagBenchWarmup, func() { cfg.Warmup = cmd.Duration(flagBenchWarmup) })
 	set(flagBenchJSMessages, func() { cfg.JetStreamMessages = cmd.Int(flagBenchJSMessages) })

@@ -44,9 +44,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	log := cfg.Progress
 	runID := strconv.FormatInt(time.Now().UnixNano()/1e6%(36*36*36*36*36), 36)
-	w := newWorkload(runID, cfg.Accounts, cfg.Skew)
+	w := newWorkload(runID, cfg.Accounts, cfg.Skew, cfg.TransactionRatio)
 	rep = &Report{Started: time.Now(), Machine: machine(), Config: ReportConfig{
-		Clients: cfg.Clients, Accounts: cfg.Accounts, DuplicateRatio: cfg.DuplicateRatio, Skew: cfg.Skew,
+		Clients: cfg.Clients, Accounts: cfg.Accounts, DuplicateRatio: cfg.DuplicateRatio, Skew: cfg.Skew, TransactionRatio: cfg.TransactionRatio,
 		HottestShare: w.hottestShare(), Duration: cfg.Duration.String(), Capture: cfg.Capture, Grace: cfg.Grace.String(), NATSSync: natsSync(cfg),
 		MaxInFlight: cfg.MaxInFlight, GroupCommit: !cfg.DisableGroupCommit, BatchMax: cfg.BatchMax, Committers: cfg.Committers,
 		BaselinePoolSize: cfg.BaselinePoolSize, BaselineLockedRead: !cfg.BaselinePlainRead, JetStreamMessages: cfg.JetStreamMessages, KeyCheckEvents: cfg.KeyCheckEvents,

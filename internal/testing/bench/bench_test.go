@@ -167,3 +167,44 @@ func TestRunTiny(t *testing.T) {
 		t.Errorf("%d accounts whose balance is not the sum of their entries", n)
 	}
 }
+
+// TestRunTinyTransactions: with a transaction ratio the ledger's phases send
+// post_transaction too (in the hot phase, touching the hot account), every one
+// answered without an error or an anomaly and posted; a ratio with the
+// baseline among the systems is refused.
+func TestRunTinyTransactions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts NATS servers and PostgreSQL databases")
+	}
+	if _, err := Run(context.Background(), Config{TransactionRatio: 0.5, Systems: []string{SystemLedger, SystemBaseline}}); err == nil || !strings.Contains(err.Error(), "--systems ledger") {
+		t.Fatalf("a transaction ratio with the baseline: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ledgerURL := pgtest.URL(t)
+	rep, err := Run(ctx, Config{
+		Clients: 4, Accounts: 25, DuplicateRatio: 0.2, TransactionRatio: 0.5, Duration: time.Second, Warmup: 200 * time.Millisecond,
+		Grace: 500 * time.Millisecond, DataDir: t.TempDir(),
+		LedgerDatabaseURL: ledgerURL, Systems: []string{SystemLedger}, NoFsync: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{PhaseLoad, PhaseHot} {
+		if p := rep.Phase(SystemLedger, name); p == nil || p.Commands <= 0 || p.Errors != 0 || p.Anomalies != 0 {
+			t.Fatalf("%s: %+v", name, p)
+		}
+	}
+	conn, err := pgx.Connect(ctx, ledgerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var posted, rejected int64
+	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE type = 'TransactionPosted'), count(*) FILTER (WHERE type = 'TransactionRejected') FROM events`).Scan(&posted, &rejected); err != nil {
+		t.Fatal(err)
+	}
+	if posted == 0 || rejected != 0 {
+		t.Fatalf("%d transactions posted, %d rejected", posted, rejected)
+	}
+}

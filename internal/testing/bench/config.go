@@ -17,6 +17,10 @@ type Config struct {
 	DuplicateRatio float64
 	// Skew spreads commands over accounts with weight 1/rank^Skew (0: uniform).
 	Skew float64
+	// TransactionRatio is the share of new commands that are post_transaction
+	// of one posting, from the command's account to another one drawn
+	// uniformly (the baseline serves no transactions: ledger only).
+	TransactionRatio float64
 	// Duration of the load phase; the duplicates and half-load phases take half.
 	Duration time.Duration
 	// OpenLoopFractions are the open-loop phases, as fractions of the load
@@ -134,6 +138,9 @@ func (c *Config) defaults() error {
 	if c.Skew < 0 {
 		return errors.New("bench: skew must be >= 0")
 	}
+	if c.TransactionRatio < 0 || c.TransactionRatio > 1 {
+		return errors.New("bench: transaction ratio must be in [0, 1]")
+	}
 	if c.Duration <= 0 {
 		c.Duration = d.Duration
 	}
@@ -155,6 +162,12 @@ func (c *Config) defaults() error {
 		if s != SystemLedger && s != SystemBaseline && s != SystemEcho {
 			return errors.New("bench: systems are ledger, baseline and echo")
 		}
+		if s != SystemLedger && c.TransactionRatio > 0 {
+			return errors.New("bench: transactions are the ledger's only (the baseline serves open_account, deposit and withdraw): use --systems ledger")
+		}
+	}
+	if c.TransactionRatio > 0 && c.Accounts < 2 {
+		return errors.New("bench: a transaction needs two accounts")
 	}
 	if c.Grace == 0 {
 		c.Grace = d.Grace

@@ -105,10 +105,12 @@ type ReportConfig struct {
 	Accounts       int     `json:"accounts"`
 	DuplicateRatio float64 `json:"duplicate_ratio"`
 	Skew           float64 `json:"skew"`
-	HottestShare   float64 `json:"hottest_account_share"`
-	Duration       string  `json:"duration"`
-	Capture        bool    `json:"capture"`
-	Grace          string  `json:"grace"`
+	// TransactionRatio is the share of new commands that are transactions.
+	TransactionRatio float64 `json:"transaction_ratio,omitempty"`
+	HottestShare     float64 `json:"hottest_account_share"`
+	Duration         string  `json:"duration"`
+	Capture          bool    `json:"capture"`
+	Grace            string  `json:"grace"`
 	// NATSSync is how JetStream fsyncs: "always" or an interval.
 	NATSSync         string `json:"nats_sync"`
 	MaxInFlight      int    `json:"max_in_flight"`
@@ -154,8 +156,8 @@ func fmtCPU(c *CPUUse) string {
 // projection, the targets of issue 7, and last the ratio line.
 func (r *Report) Print(w io.Writer) {
 	c := r.Config
-	fmt.Fprintf(w, "\nledger bench: %d clients, %d accounts (skew %.2f, hottest account %.2f%% of commands), duplicate ratio %.2f, %s per load phase\n",
-		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.Duration)
+	fmt.Fprintf(w, "\nledger bench: %d clients, %d accounts (skew %.2f, hottest account %.2f%% of commands), duplicate ratio %.2f, transaction ratio %.2f, %s per load phase\n",
+		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.TransactionRatio, c.Duration)
 	fmt.Fprintf(w, "machine: %d cores, %d MiB, %s, fsync %v; load average before %s, after %s\n",
 		r.Machine.Cores, r.Machine.MemoryMB, r.Machine.GoVersion, onOff(r.Machine.Fsync), r.Machine.LoadBefore, r.Machine.LoadAfter)
 	capture := "off (plain request-reply)"
@@ -286,10 +288,10 @@ func (r *Report) printTargets(w io.Writer) {
 // Markdown writes the report as Markdown tables (for BENCHMARKS.md).
 func (r *Report) Markdown(w io.Writer) {
 	c := r.Config
-	fmt.Fprintf(w, "%d clients, %d accounts (skew %.2f: the hottest account gets %.2f%% of the commands), duplicate ratio %.2f, load phase %s; "+
+	fmt.Fprintf(w, "%d clients, %d accounts (skew %.2f: the hottest account gets %.2f%% of the commands), duplicate ratio %.2f, transaction ratio %.2f, load phase %s; "+
 		"JetStream capture %s (grace %s, fsync %s); baseline: %s; ledger group commit %s. Machine: %d cores, %d MiB, %s, PostgreSQL %s with fsync %s; "+
 		"load average before %s, after %s. Run took %.0fs, started %s.\n\n",
-		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.Duration, onOff(c.Capture), c.Grace, c.NATSSync, baselineRead(c), groupCommit(c),
+		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.TransactionRatio, c.Duration, onOff(c.Capture), c.Grace, c.NATSSync, baselineRead(c), groupCommit(c),
 		r.Machine.Cores, r.Machine.MemoryMB, r.Machine.GoVersion, r.Machine.PostgresVer, onOff(r.Machine.Fsync),
 		r.Machine.LoadBefore, r.Machine.LoadAfter, r.Seconds, r.Started.UTC().Format(time.RFC3339))
 	fmt.Fprintln(w, "| system | phase | commands/s | p50 ms | p99 ms | p99.9 ms | duplicates/s | new applied | errors | anomalies | early dups | commands per transaction | cores: bench / postgres / other | mode |")

@@ -17,17 +17,23 @@ type workload struct {
 	accounts []string
 	cdf      []float64 // cumulative weights; nil: uniform
 	currency string
+	// all are every account (a transaction's other account is drawn from
+	// them, also in the hot phase); txRatio is the share of new commands that
+	// are transactions.
+	all     []string
+	txRatio float64
 }
 
 // overdraftLimit lets withdrawals always pass, so that both systems apply every
 // new command and the comparison is about the machinery, not about rejections.
 const overdraftLimit = 1_000_000_000_000
 
-func newWorkload(runID string, accounts int, skew float64) *workload {
-	w := &workload{runID: runID, currency: "EUR", accounts: make([]string, accounts)}
+func newWorkload(runID string, accounts int, skew, txRatio float64) *workload {
+	w := &workload{runID: runID, currency: "EUR", accounts: make([]string, accounts), txRatio: txRatio}
 	for i := range w.accounts {
 		w.accounts[i] = "b" + runID + "-" + strconv.Itoa(i)
 	}
+	w.all = w.accounts
 	if skew > 0 {
 		// Account of rank i (1-based) has weight 1/i^skew.
 		w.cdf = make([]float64, accounts)
@@ -57,7 +63,7 @@ func (w *workload) pick(r *rand.Rand) string {
 
 // hot is the workload with every command on one account: the hottest one.
 func (w *workload) hot() *workload {
-	return &workload{runID: w.runID, accounts: w.accounts[:1], currency: w.currency}
+	return &workload{runID: w.runID, accounts: w.accounts[:1], currency: w.currency, all: w.all, txRatio: w.txRatio}
 }
 
 // hottestShare is the share of commands that go to the most frequent account.
@@ -87,6 +93,24 @@ func openBody(key, account, currency string) []byte {
 	b = append(b, `","overdraft_limit":`...)
 	b = strconv.AppendInt(b, overdraftLimit, 10)
 	return append(b, '}')
+}
+
+// transactionBody is a post_transaction of one posting, its ID its key.
+func transactionBody(key, from, to string, amount int64, currency string) []byte {
+	b := make([]byte, 0, 192)
+	b = append(b, `{"idempotency_key":"`...)
+	b = append(b, key...)
+	b = append(b, `","transaction_id":"`...)
+	b = append(b, key...)
+	b = append(b, `","postings":[{"from":"`...)
+	b = append(b, from...)
+	b = append(b, `","to":"`...)
+	b = append(b, to...)
+	b = append(b, `","amount":`...)
+	b = strconv.AppendInt(b, amount, 10)
+	b = append(b, `,"currency":"`...)
+	b = append(b, currency...)
+	return append(b, `"}]}`...)
 }
 
 func moneyBody(key, account string, amount int64, currency string) []byte {
@@ -136,6 +160,13 @@ func (g *clientGen) next(dupRatio float64) command {
 	key := g.id + "-" + strconv.Itoa(g.seq)
 	acc := g.w.pick(g.r)
 	amount := 1 + g.r.Int64N(1000)
+	if g.w.txRatio > 0 && g.r.Float64() < g.w.txRatio {
+		to := g.w.all[g.r.IntN(len(g.w.all))]
+		for to == acc {
+			to = g.w.all[g.r.IntN(len(g.w.all))]
+		}
+		return command{typ: domain.CmdPostTransaction, key: key, body: transactionBody(key, acc, to, amount, g.w.currency)}
+	}
 	typ := domain.CmdDeposit
 	if g.r.IntN(2) == 1 {
 		typ = domain.CmdWithdraw
