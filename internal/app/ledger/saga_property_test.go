@@ -5,22 +5,32 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/app/reply"
 )
 
 // TestPropertySagas interleaves seeded random transfers, holds (some expiring),
-// refunds, closes and clock moves from several workers on two service instances
-// over one store, resends earlier keys (the same request, or another one), and
-// crashes the instances at random saga steps while a transfer process recovers
-// concurrently. At the end, with the crashes off, one more recovery pass must
-// leave every saga decided and the store must satisfy PROTOCOL.md §6 invariants
-// 1, 2, 3 and 5; every resend must have answered the original outcome, and every
-// key the original reply. LEDGER_PROPERTY_SEED replays another seed.
+// post_transaction of 1-3 postings (some refused: a later posting overdrawing,
+// the closed account, another currency, another transaction's id), refunds
+// (mostly of transactions: reservation sagas of their own), closes and clock
+// moves from several workers on two service instances over one store, resends
+// earlier keys (the same request, or another one), sends capture_hold with `to`
+// (refused as invalid on these stores, twice, nothing written), and crashes the
+// instances at random saga steps (a transfer's or a transaction's) while a
+// transfer process recovers concurrently. At the end, with the crashes off, one
+// more recovery pass must leave every saga decided and the store must satisfy
+// PROTOCOL.md §6 invariants 1, 2, 3 and 5; every transaction posted all of its
+// postings once or none, no reservation (hold "txn~<id>") is left held; every
+// resend must have answered the original outcome, every key the original reply,
+// and the retry of every crashed transaction or refund what its key answers.
+// LEDGER_PROPERTY_SEED replays another seed.
 func TestPropertySagas(t *testing.T) {
 	seed := int64(20261122)
 	if v := os.Getenv("LEDGER_PROPERTY_SEED"); v != "" {
@@ -30,7 +40,7 @@ func TestPropertySagas(t *testing.T) {
 		}
 	}
 	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		ops := map[string]int{"TestPropertySagas/memory": 600, "TestPropertySagas/postgres": 400}[t.Name()]
+		ops := map[string]int{"TestPropertySagas/memory-saga": 600, "TestPropertySagas/postgres-saga": 300}[t.Name()]
 		if ops == 0 || testing.Short() {
 			ops = 200 // over gRPC (kurrentdb), or -short
 		}
@@ -53,6 +63,12 @@ type propHarness struct {
 	holds    map[string][]string
 	tids     []string
 	crashes  int
+	// txCrashes counts the crashes at a transaction saga's steps; retried
+	// the post_transaction and refund keys that got an error reply (a crash),
+	// captureTo the keys of capture_hold with `to` sent (refused, not written).
+	txCrashes int
+	retried   map[string]propSent
+	captureTo []string
 }
 
 type propSent struct {
@@ -62,7 +78,7 @@ type propSent struct {
 
 func runSagaProperty(t *testing.T, st ProcessStore, seed int64, workers, ops int) {
 	clk := newFakeClock()
-	h := &propHarness{t: t, clk: clk, definite: map[string]Reply{}, errored: map[string]bool{}, holds: map[string][]string{}}
+	h := &propHarness{t: t, clk: clk, definite: map[string]Reply{}, errored: map[string]bool{}, holds: map[string][]string{}, retried: map[string]propSent{}}
 	crashRng := rand.New(rand.NewSource(seed ^ 0x5eed))
 	var crashMu sync.Mutex
 	crashing := true
@@ -74,6 +90,9 @@ func runSagaProperty(t *testing.T, st ProcessStore, seed int64, workers, ops int
 			if crashing && crashRng.Intn(12) == 0 {
 				h.mu.Lock()
 				h.crashes++
+				if strings.HasPrefix(step, "transaction/") {
+					h.txCrashes++
+				}
 				h.mu.Unlock()
 				return errCrash
 			}
@@ -119,13 +138,34 @@ func runSagaProperty(t *testing.T, st ProcessStore, seed int64, workers, ops int
 	crashMu.Unlock()
 	clk.Advance(24 * time.Hour)
 	for pass := 0; ; pass++ {
-		st := recoverPass(t, h.proc)
-		if st.Pending == 0 && st.Holds == 0 {
+		sw, err := h.proc.Recover(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sw.Pending == 0 && sw.Holds == 0 && sw.Errors == 0 {
 			break
 		}
 		if pass == 3 {
-			t.Fatalf("still pending after %d passes: %+v", pass+1, st)
+			audit(t, st, true) // names a saga still running
+			t.Fatalf("still pending after %d passes: %+v", pass+1, sw)
 		}
+	}
+	// A transaction or refund that crashed was decided by the process (its key
+	// answers its outcome) or is decided by its retry now (before the audit);
+	// either way the retry answers what the key answers.
+	for key, p := range h.retried {
+		prev, found, err := h.clean.Lookup(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if found && p.typ == "post_transaction" && (prev.Transaction == nil || prev.Status == domain.StatusError) {
+			t.Fatalf("crashed transaction %q not decided: %+v", key, prev)
+		}
+		r := send(h.clean, p.typ, p.kv...)
+		if r.Status == domain.StatusError || r.Status == domain.StatusInvalid || (found && !sameReply(r, prev)) {
+			t.Fatalf("%s %s retried: %+v\nthe key answers %v %+v", p.typ, body(p.kv...), r, found, prev)
+		}
+		h.check(p.typ, p.kv, r, true) // its key answers it from now on (checked below)
 	}
 	a := audit(t, st, true)
 	now := clk.Now()
@@ -151,6 +191,38 @@ func runSagaProperty(t *testing.T, st ProcessStore, seed int64, workers, ops int
 		if r, found, err := h.clean.Lookup(ctx, key); err != nil || !found || r.Transfer == nil || r.Transfer.Status == "pending" {
 			t.Fatalf("crashed transfer %q not decided: %v %v %+v", key, found, err, r)
 		}
+	}
+	// Every transaction decided, all of its postings applied once or none
+	// (audit), every reservation released, every capture into an account
+	// refused without a write.
+	var posted, txRejected, refundsPosted int
+	for id, ts := range a.txs {
+		switch ts.Outcome.Type {
+		case domain.EvTransactionPosted:
+			posted++
+			if strings.Contains(id, "~refund~") {
+				refundsPosted++
+			}
+		case domain.EvTransactionRejected:
+			txRejected++
+		}
+	}
+	for id, acc := range a.accounts {
+		for _, hd := range acc.Holds {
+			if strings.HasPrefix(hd.ID, "txn~") && hd.Status == domain.HoldStatusActive {
+				t.Fatalf("%s: reservation %s still held (%d)", id, hd.ID, hd.Amount)
+			}
+		}
+	}
+	for _, key := range h.captureTo {
+		if a.keys[key] {
+			t.Fatalf("capture_hold %q refused as invalid, yet an event names its key", key)
+		}
+	}
+	t.Logf("%d transactions (%d posted, %d of them refunds; %d rejected), %d crashed transactions and refunds retried, %d crashes at a transaction's steps, %d captures into an account refused",
+		len(a.txs), posted, refundsPosted, txRejected, len(h.retried), h.txCrashes, len(h.captureTo))
+	if posted == 0 || refundsPosted == 0 || txRejected == 0 || h.txCrashes == 0 || len(h.captureTo) == 0 {
+		t.Fatal("the random run did not reach every transaction path")
 	}
 	var completed, failed, rejected int
 	for _, tr := range a.transfers {
@@ -184,7 +256,7 @@ func (h *propHarness) step(rng *rand.Rand, w, i int, accounts []string) {
 	var typ string
 	var kv []any
 	switch x := rng.Intn(100); {
-	case x < 15: // resend: the same request under the same key
+	case x < 13: // resend: the same request under the same key
 		h.mu.Lock()
 		if len(h.history) == 0 {
 			h.mu.Unlock()
@@ -194,7 +266,7 @@ func (h *propHarness) step(rng *rand.Rand, w, i int, accounts []string) {
 		h.mu.Unlock()
 		h.check(p.typ, p.kv, send(s, p.typ, p.kv...), true)
 		return
-	case x < 18: // the key of a decided command with another request
+	case x < 16: // the key of a decided command with another request
 		h.mu.Lock()
 		var p propSent
 		for range 5 {
@@ -215,19 +287,29 @@ func (h *propHarness) step(rng *rand.Rand, w, i int, accounts []string) {
 			return
 		}
 		other := append(append([]any{}, p.kv...), "amount", int64(1_000_000+rng.Intn(100)))
+		if p.typ == "post_transaction" { // no amount of its own: another first posting
+			ps := append([]map[string]any{}, p.kv[5].([]map[string]any)...)
+			first := map[string]any{}
+			for k, v := range ps[0] {
+				first[k] = v
+			}
+			first["amount"] = int64(1_000_000 + rng.Intn(100))
+			ps[0] = first
+			other = append(append([]any{}, p.kv[:5]...), ps)
+		}
 		if r := send(s, p.typ, other...); r.Code != domain.CodeIdempotencyKeyConflict {
 			t.Errorf("%s %s reused with another amount: %+v", p.typ, body(other...), r)
 		}
 		return
-	case x < 21:
+	case x < 19:
 		if _, err := h.proc.Recover(context.Background()); err != nil {
 			t.Error(err)
 		}
 		return
-	case x < 23:
+	case x < 21:
 		h.clk.Advance(time.Duration(rng.Intn(30)) * time.Minute)
 		return
-	case x < 50:
+	case x < 42:
 		to := accounts[rng.Intn(len(accounts))]
 		switch rng.Intn(12) {
 		case 0:
@@ -243,11 +325,11 @@ func (h *propHarness) step(rng *rand.Rand, w, i int, accounts []string) {
 		h.tids = append(h.tids, tid)
 		h.mu.Unlock()
 		typ, kv = "transfer", []any{"idempotency_key", key, "transfer_id", tid, "from", acct, "to", to, "amount", amount, "currency", cur}
-	case x < 62:
+	case x < 51:
 		typ, kv = "deposit", []any{"idempotency_key", key, "account_id", acct, "amount", amount, "currency", cur}
-	case x < 70:
+	case x < 56:
 		typ, kv = "withdraw", []any{"idempotency_key", key, "account_id", acct, "amount", amount, "currency", cur}
-	case x < 78:
+	case x < 62:
 		hold := "h" + key
 		kv = []any{"idempotency_key", key, "account_id", acct, "hold_id", hold, "amount", amount, "currency", cur}
 		if rng.Intn(2) == 0 {
@@ -257,7 +339,7 @@ func (h *propHarness) step(rng *rand.Rand, w, i int, accounts []string) {
 		h.mu.Lock()
 		h.holds[acct] = append(h.holds[acct], hold)
 		h.mu.Unlock()
-	case x < 86:
+	case x < 68:
 		h.mu.Lock()
 		hs := h.holds[acct]
 		h.mu.Unlock()
@@ -273,16 +355,103 @@ func (h *propHarness) step(rng *rand.Rand, w, i int, accounts []string) {
 				kv = append(kv, "amount", int64(rng.Intn(150)+1))
 			}
 		}
+	case x < 70:
+		// capture_hold into an account: no saga of it is built, so a store
+		// without multi-stream appends refuses it as invalid, every time, and
+		// writes nothing (checked at the end: no event names its key).
+		h.mu.Lock()
+		hs := h.holds[acct]
+		h.mu.Unlock()
+		hold := "h-none"
+		if len(hs) > 0 {
+			hold = hs[rng.Intn(len(hs))]
+		}
+		to := accounts[rng.Intn(len(accounts)-1)]
+		for to == acct {
+			to = accounts[rng.Intn(len(accounts)-1)]
+		}
+		kv = []any{"idempotency_key", key, "account_id", acct, "hold_id", hold, "to", to}
+		if rng.Intn(2) == 0 {
+			kv = append(kv, "amount", int64(rng.Intn(150)+1))
+		}
+		want := reply.Invalid(key, errNoMultiStreamCapture)
+		for range 2 { // and its duplicate
+			if r := send(s, "capture_hold", kv...); !reflect.DeepEqual(r, want) {
+				t.Errorf("capture_hold %s on a store without multi-stream appends: %+v", body(kv...), r)
+			}
+		}
+		if _, found, err := h.clean.Lookup(context.Background(), key); err != nil || found {
+			t.Errorf("capture_hold %s refused as invalid, yet its key is found: %v %v", body(kv...), found, err)
+		}
+		h.mu.Lock()
+		h.captureTo = append(h.captureTo, key)
+		h.mu.Unlock()
+		return
+	case x < 85:
+		// post_transaction of 1-3 postings over the accounts the transfers,
+		// holds and refunds touch: some refused (a later posting overdrawing,
+		// into the closed account, across currencies), some under another
+		// transaction's id.
+		n := 1 + rng.Intn(3)
+		ps := make([]map[string]any, 0, n)
+		for j := range n {
+			from := acct
+			if j > 0 {
+				from = accounts[rng.Intn(len(accounts)-1)]
+			}
+			to := accounts[rng.Intn(len(accounts)-1)]
+			for to == from || (to[0] == 'u') != (from[0] == 'u') && rng.Intn(8) > 0 {
+				to = accounts[rng.Intn(len(accounts)-1)] // mostly in one currency
+			}
+			a := int64(rng.Intn(200) + 1)
+			if rng.Intn(4) == 0 {
+				a = int64(rng.Intn(900) + 100) // near what an account has
+			}
+			if j > 0 && rng.Intn(3) == 0 {
+				// Paid back: the payer's outflow peaks in the middle, at about
+				// what it has (all of it is reserved, not only the net).
+				prev := ps[j-1]
+				from, to = prev["to"].(string), prev["from"].(string)
+				a = int64(rng.Intn(1500) + 1)
+				prev["amount"] = a
+			}
+			if rng.Intn(20) == 0 && from != "z" {
+				to = "z" // closed: its reservation is refused
+			}
+			if j == n-1 && n > 1 && rng.Intn(4) == 0 {
+				a = 1_000_000 // overdraws: the whole transaction is refused
+			}
+			c := "EUR"
+			if from[0] == 'u' {
+				c = "USD"
+			}
+			ps = append(ps, map[string]any{"from": from, "to": to, "amount": a, "currency": c})
+		}
+		tid := "x" + key
+		h.mu.Lock()
+		if len(h.tids) > 0 && rng.Intn(25) == 0 {
+			tid = h.tids[rng.Intn(len(h.tids))] // another transaction's id, or a transfer's
+		}
+		h.tids = append(h.tids, tid)
+		h.mu.Unlock()
+		typ, kv = "post_transaction", []any{"idempotency_key", key, "transaction_id", tid, "postings", ps}
 	case x < 98:
 		h.mu.Lock()
 		if len(h.history) == 0 {
 			h.mu.Unlock()
 			return
 		}
-		orig := h.history[rng.Intn(len(h.history))].kv[1].(string)
+		o := h.history[rng.Intn(len(h.history))]
+		for range 10 { // mostly refunds of transactions
+			if o.typ == "post_transaction" || rng.Intn(3) == 0 {
+				break
+			}
+			o = h.history[rng.Intn(len(h.history))]
+		}
 		h.mu.Unlock()
-		typ, kv = "refund", []any{"idempotency_key", key, "original_key", orig}
-		if rng.Intn(2) == 0 {
+		typ, kv = "refund", []any{"idempotency_key", key, "original_key", o.kv[1].(string)}
+		single := o.typ != "post_transaction" || len(o.kv[5].([]map[string]any)) == 1
+		if (single && rng.Intn(2) == 0) || rng.Intn(10) == 0 {
 			kv = append(kv, "amount", int64(rng.Intn(200)+1))
 		}
 	default:
@@ -303,11 +472,14 @@ func (h *propHarness) check(typ string, kv []any, r Reply, resend bool) {
 	defer h.mu.Unlock()
 	switch {
 	case r.Status == domain.StatusError:
-		if r.Message == "" || (typ != "transfer" && typ != "refund") {
+		if r.Message == "" || (typ != "transfer" && typ != "refund" && typ != "post_transaction") {
 			t.Errorf("%s %s: unexpected error %+v", typ, body(kv...), r)
 		}
-		if typ == "transfer" {
+		switch typ {
+		case "transfer":
 			h.errored[key] = true
+		case "refund", "post_transaction":
+			h.retried[key] = propSent{typ, kv}
 		}
 		return
 	case r.Status == domain.StatusInvalid && len(r.Fields) == 1 && r.Fields[0] == "expires_at":
@@ -320,6 +492,9 @@ func (h *propHarness) check(typ string, kv []any, r Reply, resend bool) {
 	}
 	if typ == "transfer" && (r.Transfer == nil || r.Transfer.Status == "pending") {
 		t.Errorf("transfer replied undecided: %+v", r)
+	}
+	if typ == "post_transaction" && (r.Transaction == nil || (r.Transaction.Status == "posted") != (r.Status == domain.StatusApplied)) {
+		t.Errorf("post_transaction %s replied undecided: %+v", body(kv...), r)
 	}
 	if first, ok := h.definite[key]; ok {
 		// Two racing first sends may both have written (idempotently): the
