@@ -82,7 +82,11 @@ func (s *Service) appendWithClaim(ctx context.Context, claim, home eventstore.St
 	return s.store.Append(ctx, home.Stream, home.Expected, home.Events)
 }
 
-// appendParts appends atomically through group commit when it is on.
+// appendParts appends atomically through group commit when it is on. A
+// command over several accounts (a transaction, an atomic transfer, a capture
+// into an account) may share a transaction with others: it holds its accounts'
+// locks and has drained their appends in flight, so no other request of the
+// batch names its accounts, and a refusal names it alone.
 func (s *Service) appendParts(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
 	if s.batch != nil {
 		return s.batch.submit(ctx, parts)

@@ -301,7 +301,7 @@ func (s *Service) appendTransaction(ctx context.Context, cmd domain.Command, req
 			parts = append(parts, eventstore.StreamAppend{Stream: domain.AccountStream(id), Expected: eventstore.ExactOrNoStream(accs[id].Revision)})
 		}
 	}
-	res, err := s.multi.AppendMulti(ctx, parts)
+	res, err := s.appendParts(ctx, parts)
 	if err != nil {
 		return Reply{}, s.claimError(ctx, claim.Stream, req, err)
 	}
@@ -401,7 +401,7 @@ func (s *Service) appendCaptureTo(ctx context.Context, cmd domain.Command, req d
 		}
 		parts = append(parts, eventstore.StreamAppend{Stream: to, Expected: eventstore.ExactOrNoStream(b.Revision), Events: cdata})
 	}
-	res, err := s.multi.AppendMulti(ctx, parts)
+	res, err := s.appendParts(ctx, parts)
 	if err != nil {
 		return s.claimError(ctx, claim.Stream, req, err)
 	}
@@ -531,7 +531,7 @@ func (s *Service) appendTransferAtomically(ctx context.Context, cmd domain.Comma
 		parts = append(parts, eventstore.StreamAppend{Stream: domain.AccountStream(acc.ID), Expected: eventstore.ExactOrNoStream(acc.Revision), Events: st.data})
 	}
 	parts = append(parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.Exact(uint64(t.Revision + int64(len(reqData)))), Events: markerData})
-	res, err := s.multi.AppendMulti(ctx, parts)
+	res, err := s.appendParts(ctx, parts)
 	if err != nil {
 		r, _, _, err := refusedAppend(cmd.IdempotencyKey, s.claimError(ctx, claim.Stream, req, err))
 		return false, r, err // answered (a conflict), or to decide again
