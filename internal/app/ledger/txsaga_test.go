@@ -23,8 +23,20 @@ var (
 // recovery by the transfer process (another instance) or by the client's
 // retry: every transaction ends with its outcome, all of its postings applied
 // exactly once or none of them, every reservation released, and every later
-// duplicate answers that outcome.
+// duplicate answers that outcome. Forgetful: the same where every aggregate
+// keeps one key, so that the steps a recovery runs again were forgotten and
+// are found through their claims.
 func TestTransactionSagaCrashAtEveryStep(t *testing.T) {
+	transactionSagaCrashAtEveryStep(t, func(st Store, clk *fakeClock) *Service { return newSagaService(st, clk) })
+}
+
+func TestTransactionSagaCrashAtEveryStepForgetful(t *testing.T) {
+	transactionSagaCrashAtEveryStep(t, func(st Store, clk *fakeClock) *Service {
+		return New(st, Options{Clock: clk.Now, Logger: quietLog, RecentKeys: 1})
+	})
+}
+
+func transactionSagaCrashAtEveryStep(t *testing.T, newSagaService func(Store, *fakeClock) *Service) {
 	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
 		clk := newFakeClock()
 		setup := newSagaService(st, clk)
@@ -48,7 +60,7 @@ func TestTransactionSagaCrashAtEveryStep(t *testing.T) {
 					n++
 					id := fmt.Sprintf("%s-%s-%d", path.name, by, n)
 					body := []any{"idempotency_key", "k-" + id, "transaction_id", id, "postings", path.postings}
-					r := crashThenRecover(t, st, clk, func(st Store, clk *fakeClock) *Service { return newSagaService(st, clk) }, "post_transaction", body, step, by, func() {})
+					r := crashThenRecover(t, st, clk, newSagaService, "post_transaction", body, step, by, func() {})
 					if r.Transaction == nil || r.Transaction.Status != path.status || (path.posting >= 0 && (r.Posting == nil || *r.Posting != path.posting || r.Code != domain.CodeInsufficientFunds)) {
 						t.Fatalf("%s crashed at %s, recovered by %s: %+v", id, step, by, r)
 					}
