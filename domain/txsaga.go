@@ -2,7 +2,6 @@ package domain
 
 import (
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -177,16 +176,13 @@ type TransactionSaga struct {
 	Command     string // the client's command: post_transaction, or refund
 	RequestHash string
 	Request     []byte
-	At          time.Time // when the request was accepted
 	Requested   *TransactionRequested
 	Reserved    bool
 	Refused     *TransactionReservationRefused
 	// Outcome is the final event (TransactionPosted or TransactionRejected), nil
-	// while the saga runs.
+	// while the saga runs. A transaction decided in one append has it alone, at
+	// revision 0, under the client's key.
 	Outcome *StoredEvent
-	// OneAppend: the stream holds a transaction decided in one append (its only
-	// event is the outcome, under the client's key): not a saga.
-	OneAppend bool
 }
 
 // NewTransactionSaga is the state of a transaction stream without events.
@@ -220,14 +216,14 @@ func EvolveTransactionSaga(ts *TransactionSaga, ev StoredEvent) error {
 		if ts.Revision != -1 {
 			return fmt.Errorf("domain: %s: a request after its start", ev.Stream)
 		}
-		ts.Requested, ts.Key, ts.Command, ts.RequestHash, ts.Request, ts.At = e, ev.Metadata.Key, ev.Metadata.Command, ev.Metadata.RequestHash, ev.Metadata.Request, ev.Metadata.At
+		ts.Requested, ts.Key, ts.Command, ts.RequestHash, ts.Request = e, ev.Metadata.Key, ev.Metadata.Command, ev.Metadata.RequestHash, ev.Metadata.Request
 	case *TransactionReserved:
 		ts.Reserved = true
 	case *TransactionReservationRefused:
 		ts.Refused = e
 	case *TransactionPosted, *TransactionRejected:
-		if ts.Revision == -1 {
-			ts.OneAppend, ts.Key, ts.Command, ts.RequestHash, ts.Request, ts.At = true, ev.Metadata.Key, ev.Metadata.Command, ev.Metadata.RequestHash, ev.Metadata.Request, ev.Metadata.At
+		if ts.Revision == -1 { // decided in one append: the client's own event
+			ts.Key, ts.Command, ts.RequestHash, ts.Request = ev.Metadata.Key, ev.Metadata.Command, ev.Metadata.RequestHash, ev.Metadata.Request
 		}
 		out := ev
 		ts.Outcome = &out
@@ -272,7 +268,7 @@ type ReservationOutcome struct {
 	Code    Code
 	Message string
 	After   AccountView
-	// OverdraftLimit is the account's (fixed when it opened).
+	// OverdraftLimit is the account's (fixed when it opened), read for a refusal only.
 	OverdraftLimit int64
 }
 
@@ -354,16 +350,4 @@ func (ts *TransactionSaga) OutcomeEvent(legs map[string][]EventRef, views map[st
 		}
 	}
 	return NewEvent{EvTransactionPosted, posted}
-}
-
-// ReservedAccounts lists the accounts whose reservation applied.
-func ReservedAccounts(outcomes []ReservationOutcome) []string {
-	var out []string
-	for _, o := range outcomes {
-		if o.Applied {
-			out = append(out, o.Account)
-		}
-	}
-	slices.Sort(out)
-	return out
 }

@@ -168,12 +168,12 @@ func (s *Service) driveTransactionSaga(ctx context.Context, txStream, id string)
 // reservations' outcome, or the outcome of the transaction after its legs or
 // its releases.
 func (s *Service) nextTransactionRecord(ctx context.Context, ts *domain.TransactionSaga) (key, step string, ev domain.NewEvent, err error) {
-	outcomes, err := s.reserveAll(ctx, ts)
-	if err != nil {
-		return "", "", domain.NewEvent{}, err
-	}
 	switch {
 	case !ts.Reserved && ts.Refused == nil:
+		outcomes, err := s.reserveAll(ctx, ts)
+		if err != nil {
+			return "", "", domain.NewEvent{}, err
+		}
 		if refusal := ts.DecisiveRefusal(outcomes); refusal != nil {
 			return domain.StepKey(ts.Key, domain.StepRefused), domain.StepRefused, domain.NewEvent{Type: domain.EvTransactionReservationRefused, Data: *refusal}, nil
 		}
@@ -188,7 +188,11 @@ func (s *Service) nextTransactionRecord(ctx context.Context, ts *domain.Transact
 			legs[id], views[id] = rec.Events, rec.After()
 		}
 		return domain.StepKey(ts.Key, domain.StepPosted), domain.StepPosted, ts.OutcomeEvent(legs, views), nil
-	default: // refused: release what was reserved
+	default: // refused: release what was reserved (the reservations answer again, as duplicates)
+		outcomes, err := s.reserveAll(ctx, ts)
+		if err != nil {
+			return "", "", domain.NewEvent{}, err
+		}
 		views := map[string]domain.AccountView{}
 		for _, o := range outcomes {
 			views[o.Account] = o.After
@@ -214,14 +218,15 @@ func (s *Service) reserveAll(ctx context.Context, ts *domain.TransactionSaga) ([
 		if err != nil {
 			return nil, err
 		}
-		acc, err := s.loadAccount(ctx, domain.AccountStream(id), id, false)
-		if err != nil {
-			return nil, err
+		o := domain.ReservationOutcome{Account: id, Applied: rec.Status == domain.StatusApplied, Code: rec.Code, Message: rec.Message, After: rec.After()}
+		if !o.Applied { // which posting the refusal falls at depends on the overdraft limit, fixed when the account opened
+			acc, err := s.loadAccount(ctx, domain.AccountStream(id), id, false)
+			if err != nil {
+				return nil, err
+			}
+			o.OverdraftLimit = acc.OverdraftLimit
 		}
-		out = append(out, domain.ReservationOutcome{
-			Account: id, Applied: rec.Status == domain.StatusApplied, Code: rec.Code, Message: rec.Message,
-			After: rec.After(), OverdraftLimit: acc.OverdraftLimit, // fixed when the account opened
-		})
+		out = append(out, o)
 	}
 	return out, nil
 }
