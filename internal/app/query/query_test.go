@@ -36,6 +36,9 @@ type fixture struct {
 	runner *projections.Runner
 	nc     *nats.Conn
 	http   *httptest.Server
+	// maxWait is the service's bound on waiting for min_position: a request
+	// waits that long and a margin more before it gives up.
+	maxWait time.Duration
 }
 
 func setup(t *testing.T, maxWait time.Duration) *fixture {
@@ -61,7 +64,7 @@ func setup(t *testing.T, maxWait time.Duration) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{env: env, runner: r, nc: nc, http: hs}
+	return &fixture{env: env, runner: r, nc: nc, http: hs, maxWait: maxWait}
 }
 
 // start runs the projector until the test ends.
@@ -75,7 +78,7 @@ func (f *fixture) start(t *testing.T) {
 func (f *fixture) ask(t *testing.T, q string, body any) map[string]any {
 	t.Helper()
 	b, _ := json.Marshal(body)
-	msg, err := f.nc.Request(query.SubjectPrefix+q, b, 10*time.Second)
+	msg, err := f.nc.Request(query.SubjectPrefix+q, b, f.maxWait+20*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +290,7 @@ func TestMinPositionWaitsForTheProjector(t *testing.T) {
 // entries with from <= at < to, transfer steps naming their transfer; bad bounds
 // are invalid_request naming the field.
 func TestStatementPagesAndTimeFilters(t *testing.T) {
-	f := setup(t, 10*time.Second)
+	f := setup(t, time.Minute) // the first page waits for 10,000 entries to be projected
 	const n = 10_000
 	tr := writeStatement(t, f, n)
 	f.start(t)
