@@ -136,6 +136,10 @@ type EventData struct {
 	Type     string
 	Data     []byte // JSON
 	Metadata []byte // JSON
+	// Subject, optional, names what the event is about within its stream (the
+	// ledger's holds: "hold:<id>"); a SubjectReader finds a stream's events by it.
+	// Other stores ignore it.
+	Subject string
 }
 
 // RecordedEvent is an event as stored.
@@ -334,6 +338,18 @@ type EventLocator interface {
 	ReadEventByID(ctx context.Context, id uuid.UUID) (RecordedEvent, error)
 	// EventsExist reports which of ids the store holds, in one request.
 	EventsExist(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]bool, error)
+}
+
+// SubjectReader finds the events of a stream written with a subject
+// (EventData.Subject) in one indexed read, however long the stream: the ledger
+// finds a hold its aggregate no longer keeps (a closed one) by its subject,
+// rather than keeping every hold an account ever had. The PostgreSQL and memory
+// stores implement it; KurrentDB does not.
+type SubjectReader interface {
+	// ReadStreamSubject returns up to max events (max <= 0: all) of stream
+	// written with subject, in revision order; none (and no error) when there
+	// are none.
+	ReadStreamSubject(ctx context.Context, stream, subject string, max int) ([]RecordedEvent, error)
 }
 
 // Snapshot is a stream's state at a revision, opaque to the store: the ledger's

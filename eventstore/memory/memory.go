@@ -37,23 +37,27 @@ type Store struct {
 	all     []eventstore.RecordedEvent // all[i] is at Position{i+1, i+1}
 	streams map[string][]int           // indexes into all, by revision
 	ids     map[uuid.UUID]int          // index into all
-	held    map[string]bool            // streams locked by an AppendHeld
-	snaps   map[string]eventstore.Snapshot
-	changed chan struct{} // closed (and replaced) on every change
-	done    chan struct{} // closed by Close
-	closed  bool
-	subs    sync.WaitGroup
+	// subjects indexes into all the events written with a subject, by stream
+	// and subject (eventstore.SubjectReader).
+	subjects map[string][]int
+	held     map[string]bool // streams locked by an AppendHeld
+	snaps    map[string]eventstore.Snapshot
+	changed  chan struct{} // closed (and replaced) on every change
+	done     chan struct{} // closed by Close
+	closed   bool
+	subs     sync.WaitGroup
 }
 
 // New returns an empty store.
 func New() *Store {
 	return &Store{
-		streams: map[string][]int{},
-		ids:     map[uuid.UUID]int{},
-		held:    map[string]bool{},
-		snaps:   map[string]eventstore.Snapshot{},
-		changed: make(chan struct{}),
-		done:    make(chan struct{}),
+		streams:  map[string][]int{},
+		ids:      map[uuid.UUID]int{},
+		subjects: map[string][]int{},
+		held:     map[string]bool{},
+		snaps:    map[string]eventstore.Snapshot{},
+		changed:  make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 }
 
@@ -328,6 +332,10 @@ func (s *Store) applyLocked(plans []plan) []eventstore.AppendResult {
 			})
 			s.streams[pl.part.Stream] = append(s.streams[pl.part.Stream], idx)
 			s.ids[e.ID] = idx
+			if e.Subject != "" {
+				k := subjectKey(pl.part.Stream, e.Subject)
+				s.subjects[k] = append(s.subjects[k], idx)
+			}
 		}
 		last := len(s.all) - 1
 		res[i] = eventstore.AppendResult{
@@ -547,6 +555,27 @@ func (s *Store) ReadEventByID(ctx context.Context, id uuid.UUID) (eventstore.Rec
 		return eventstore.RecordedEvent{}, fmt.Errorf("%w: %s", eventstore.ErrEventNotFound, id)
 	}
 	return clone(s.all[i]), nil
+}
+
+// subjectKey indexes subjects: stream names and subjects hold no NUL.
+func subjectKey(stream, subject string) string { return stream + "\x00" + subject }
+
+// ReadStreamSubject implements eventstore.SubjectReader.
+func (s *Store) ReadStreamSubject(ctx context.Context, stream, subject string, max int) ([]eventstore.RecordedEvent, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	idx := s.subjects[subjectKey(stream, subject)]
+	if max > 0 && len(idx) > max {
+		idx = idx[:max]
+	}
+	out := make([]eventstore.RecordedEvent, len(idx))
+	for i, j := range idx {
+		out[i] = clone(s.all[j])
+	}
+	return out, nil
 }
 
 // EventsExist implements eventstore.EventLocator.

@@ -279,10 +279,10 @@ const (
 	lockManySQL = `SELECT pg_advisory_xact_lock(k) FROM (SELECT DISTINCT hashtextextended(s, 0) AS k FROM unnest($1::text[]) AS s ORDER BY k) AS keys`
 	headsSQL    = `SELECT s.stream, coalesce((SELECT max(e.revision) FROM events e WHERE e.stream = s.stream), -1)
 		FROM unnest($1::text[]) AS s(stream)`
-	insertSQL = `INSERT INTO events (stream, revision, event_id, type, data, metadata)
-		SELECT u.stream, u.revision, u.event_id, u.type, u.data, u.metadata
-		FROM unnest($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::bytea[], $6::bytea[])
-			WITH ORDINALITY AS u(stream, revision, event_id, type, data, metadata, n)
+	insertSQL = `INSERT INTO events (stream, revision, event_id, type, data, metadata, subject)
+		SELECT u.stream, u.revision, u.event_id, u.type, u.data, u.metadata, nullif(u.subject, '')
+		FROM unnest($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::bytea[], $6::bytea[], $7::text[])
+			WITH ORDINALITY AS u(stream, revision, event_id, type, data, metadata, subject, n)
 		ORDER BY u.n
 		RETURNING stream, revision, position, transaction_id::text AS xid`
 )
@@ -578,6 +578,7 @@ func insertArgs(plans []plan) []any {
 		types     []string
 		data      [][]byte
 		metadata  [][]byte
+		subjects  []string
 	)
 	for _, pl := range plans {
 		if !pl.write {
@@ -590,12 +591,13 @@ func insertArgs(plans []plan) []any {
 			types = append(types, e.Type)
 			data = append(data, nonNil(e.Data))
 			metadata = append(metadata, nonNil(e.Metadata))
+			subjects = append(subjects, e.Subject)
 		}
 	}
 	if len(streams) == 0 {
 		return nil
 	}
-	return []any{streams, revisions, ids, types, data, metadata}
+	return []any{streams, revisions, ids, types, data, metadata, subjects}
 }
 
 // scanInserted reads what insertSQL returned and fills the written parts' results.
@@ -951,6 +953,28 @@ func matches(stream string, prefixes []string) bool {
 // ReportsIdempotentAppends tells the conformance suite that AppendResult.Idempotent
 // is reported by this store.
 func (s *Store) ReportsIdempotentAppends() bool { return true }
+
+// ReadStreamSubject implements eventstore.SubjectReader: one read of the
+// partial index on (stream, subject).
+func (s *Store) ReadStreamSubject(ctx context.Context, stream, subject string, max int) ([]eventstore.RecordedEvent, error) {
+	if s.closed() {
+		return nil, ErrClosed
+	}
+	limit := "ALL"
+	if max > 0 {
+		limit = strconv.Itoa(max)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE stream = $1 AND subject = $2
+		ORDER BY revision LIMIT `+limit, stream, subject)
+	if err != nil {
+		return nil, classify(ctx, "read stream subject", err)
+	}
+	out, err := scanEvents(rows)
+	if err != nil {
+		return nil, classify(ctx, "read stream subject", err)
+	}
+	return out, nil
+}
 
 // ReadEventByID implements eventstore.EventLocator (one lookup in the unique
 // index on event_id).

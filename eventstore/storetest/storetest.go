@@ -57,6 +57,7 @@ func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 		{"MultiAppendAssertsRevisions", testMultiAppendAsserts},
 		{"LocateEventsByIDAndRefuseRepeats", testLocateEvents},
 		{"SnapshotsKeepTheLatest", testSnapshots},
+		{"ReadEventsBySubject", testSubjects},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1194,6 +1195,41 @@ func multiAppender(t *testing.T, s eventstore.Store) eventstore.MultiAppender {
 		t.Skip("the store has no multi-stream append")
 	}
 	return ma
+}
+
+// testSubjects: a store that finds events by subject (SubjectReader) returns a
+// stream's events of one subject in revision order, bounded by max, none of
+// another stream's or subject's, and indexes an event once however often its
+// append is repeated.
+func testSubjects(t *testing.T, s eventstore.Store, p string) {
+	sr, ok := s.(eventstore.SubjectReader)
+	if !ok {
+		t.Skip("the store does not read events by subject")
+	}
+	ctx := ctxT(t)
+	a, b := p+"a", p+"b"
+	evs := events("E", 4)
+	evs[0].Subject, evs[1].Subject, evs[3].Subject = "hold:x", "hold:y", "hold:x"
+	mustAppend(t, s, a, eventstore.NoStream, evs...)
+	mustAppend(t, s, a, eventstore.NoStream, evs...) // a repeat: idempotent
+	other := events("E", 1)
+	other[0].Subject = "hold:x"
+	mustAppend(t, s, b, eventstore.NoStream, other...)
+	got, err := sr.ReadStreamSubject(ctx, a, "hold:x", 0)
+	if err != nil || len(got) != 2 || got[0].ID != evs[0].ID || got[1].ID != evs[3].ID || got[1].Revision != 3 || !bytes.Equal(got[1].Data, evs[3].Data) {
+		t.Fatalf("subject hold:x of %s: %+v, %v", a, got, err)
+	}
+	if got, err := sr.ReadStreamSubject(ctx, a, "hold:x", 1); err != nil || len(got) != 1 || got[0].ID != evs[0].ID {
+		t.Fatalf("max 1: %+v, %v", got, err)
+	}
+	if got, err := sr.ReadStreamSubject(ctx, b, "hold:x", 0); err != nil || len(got) != 1 || got[0].ID != other[0].ID {
+		t.Fatalf("subject hold:x of %s: %+v, %v", b, got, err)
+	}
+	for _, q := range [][2]string{{a, "hold:z"}, {p + "none", "hold:x"}, {a, ""}} {
+		if got, err := sr.ReadStreamSubject(ctx, q[0], q[1], 0); err != nil || len(got) != 0 {
+			t.Fatalf("subject %q of %s: %+v, %v", q[1], q[0], got, err)
+		}
+	}
 }
 
 // testLocateEvents: a store that locates events (EventLocator) finds one by ID,
