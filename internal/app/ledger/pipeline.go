@@ -217,33 +217,39 @@ func (ps *pipes) resolve(stream, key string) {
 	ps.dropIdle(stream, p)
 }
 
-// heldLock is a stream's lock that a pipelined command gives up while it waits.
-type heldLock struct {
+// heldLocks are the locks of the streams a command is decided on, taken in
+// their order (the caller sorts them); a pipelined command gives them up while
+// it waits.
+type heldLocks struct {
 	s       *Service
-	stream  string
-	release func()
+	streams []string
+	held    []func()
 }
 
-func (l *heldLock) lock(ctx context.Context) error {
-	u, err := l.s.locks.lock(ctx, l.stream)
-	if err != nil {
-		return err
+// lock takes every lock in order, or none.
+func (l *heldLocks) lock(ctx context.Context) error {
+	for _, st := range l.streams {
+		u, err := l.s.locks.lock(ctx, st)
+		if err != nil {
+			l.unlock()
+			return err
+		}
+		l.held = append(l.held, u)
 	}
-	l.release = u
 	return nil
 }
 
-// unlock releases the lock if it is held.
-func (l *heldLock) unlock() {
-	if l.release != nil {
-		l.release()
-		l.release = nil
+// unlock releases the locks that are held, in reverse order.
+func (l *heldLocks) unlock() {
+	for i := len(l.held) - 1; i >= 0; i-- {
+		l.held[i]()
 	}
+	l.held = l.held[:0]
 }
 
-// waitFor releases the lock, waits for ch, and takes the lock again; on error
-// (ctx ended) the lock is not held.
-func (l *heldLock) waitFor(ctx context.Context, ch <-chan struct{}) error {
+// waitFor releases the locks, waits for ch, and takes the locks again; on
+// error (ctx ended) none is held.
+func (l *heldLocks) waitFor(ctx context.Context, ch <-chan struct{}) error {
 	l.unlock()
 	select {
 	case <-ch:

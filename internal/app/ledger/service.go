@@ -236,64 +236,60 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 	if !claim && s.claimRecall { // a saga step claims its key too: that is how it is found once forgotten
 		claim, cmd.Claimed = true, true
 	}
-	l := &heldLock{s: s, stream: stream}
-	if err := l.lock(ctx); err != nil {
-		return nil, false, nil, err
-	}
-	defer l.unlock()
 	req := cmd.Canonical()
-	for attempt := 0; attempt < s.opts.MaxAttempts; {
+	_, err = s.underLocks(ctx, []string{stream}, func(a *attempt) (Reply, bool, error) {
 		if wait := s.pipes.wait(stream, cmd.IdempotencyKey); wait != nil {
-			if err := l.waitFor(ctx, wait); err != nil {
-				return nil, false, nil, err
-			}
-			continue
+			return Reply{}, true, a.waitUncounted(ctx, wait)
 		}
-		acc, chain, err := s.loadPending(ctx, stream, accountID, refresh)
-		if err != nil {
-			return nil, false, nil, err
-		}
-		if rec, dup, r, err := s.answerKnownKey(ctx, stream, acc, cmd, req, recall || (s.claimRecall && acc.Forgot())); err != nil || rec != nil || r != nil {
-			return rec, dup, r, err
-		}
-		attempt++
-		if cmd.Type == domain.CmdRefund { // its original may be a key the aggregate forgot
-			if _, err := s.keyRecord(ctx, stream, acc, cmd.OriginalKey); err != nil {
-				return nil, false, nil, err
-			}
-		}
-		d := domain.DecideAccount(acc, cmd)
-		if d.Invalid != nil || len(d.Events) == 0 {
-			if !refresh || !recall {
-				refresh, recall = true, true
-				if err := s.settleBeforeDecidingAgain(ctx, l, stream); err != nil {
-					return nil, false, nil, err
-				}
-				continue
-			}
-			r := unwrittenReply(cmd, d)
-			return nil, false, &r, nil
-		}
-		var res written
-		if s.batch != nil {
-			res, err = s.appendPipelined(ctx, l, cmd, req, stream, acc, chain, d.Events, claim)
-		} else {
-			res, err = s.appendAccount(ctx, cmd, req, stream, acc, d.Events, claim)
-		}
-		if err != nil || res.idempotent {
-			if r, err := s.afterRefusedAppend(stream, cmd, acc, res, err, &refresh, &recall); err != nil || r != nil {
-				return nil, false, r, err
-			}
-			continue
-		}
-		rec, ok := acc.Keys[cmd.IdempotencyKey]
-		if !ok {
-			return nil, false, nil, fmt.Errorf("ledger: %s: key %q not found after its own append", stream, cmd.IdempotencyKey)
-		}
-		s.tookCommand(stream, acc)
-		return copyRecord(rec), false, nil, nil
+		var retry bool
+		rec, duplicate, r, retry, err = s.decideOnAccountOnce(ctx, a.locks, cmd, req, stream, accountID, claim, &refresh, &recall)
+		return Reply{}, retry, err
+	})
+	return rec, duplicate, r, err
+}
+
+// decideOnAccountOnce is one attempt of decideOnAccount, under the stream's
+// lock: the key answered from what is known of it, or the command decided on
+// the (pending) state and appended; retry asks for another attempt, refresh
+// and recall saying how to take it.
+func (s *Service) decideOnAccountOnce(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, stream, accountID string, claim bool, refresh, recall *bool) (rec *ownedRecord, duplicate bool, r *Reply, retry bool, err error) {
+	acc, chain, err := s.loadPending(ctx, stream, accountID, *refresh)
+	if err != nil {
+		return nil, false, nil, false, err
 	}
-	return nil, false, nil, ErrTooManyConflicts
+	if rec, dup, r, err := s.answerKnownKey(ctx, stream, acc, cmd, req, *recall || (s.claimRecall && acc.Forgot())); err != nil || rec != nil || r != nil {
+		return rec, dup, r, false, err
+	}
+	if cmd.Type == domain.CmdRefund { // its original may be a key the aggregate forgot
+		if _, err := s.keyRecord(ctx, stream, acc, cmd.OriginalKey); err != nil {
+			return nil, false, nil, false, err
+		}
+	}
+	d := domain.DecideAccount(acc, cmd)
+	if d.Invalid != nil || len(d.Events) == 0 {
+		if !*refresh || !*recall {
+			*refresh, *recall = true, true
+			return nil, false, nil, true, s.settleBeforeDecidingAgain(ctx, l, stream)
+		}
+		r := unwrittenReply(cmd, d)
+		return nil, false, &r, false, nil
+	}
+	var res written
+	if s.batch != nil {
+		res, err = s.appendPipelined(ctx, l, cmd, req, stream, acc, chain, d.Events, claim)
+	} else {
+		res, err = s.appendAccount(ctx, cmd, req, stream, acc, d.Events, claim)
+	}
+	if err != nil || res.idempotent {
+		r, err := s.afterRefusedAppend(stream, cmd, acc, res, err, refresh, recall)
+		return nil, false, r, r == nil && err == nil, err
+	}
+	kr, ok := acc.Keys[cmd.IdempotencyKey]
+	if !ok {
+		return nil, false, nil, false, fmt.Errorf("ledger: %s: key %q not found after its own append", stream, cmd.IdempotencyKey)
+	}
+	s.tookCommand(stream, acc)
+	return copyRecord(kr), false, nil, false, nil
 }
 
 // settleBeforeDecidingAgain waits, the stream's lock released, for its appends
@@ -302,7 +298,7 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 // cache that another instance left behind (one that may hold this very key, or
 // the state that makes the command valid), and a pending state is never caught
 // up from the store.
-func (s *Service) settleBeforeDecidingAgain(ctx context.Context, l *heldLock, stream string) error {
+func (s *Service) settleBeforeDecidingAgain(ctx context.Context, l *heldLocks, stream string) error {
 	if wait := s.pipes.settle(stream); wait != nil {
 		return l.waitFor(ctx, wait)
 	}
@@ -409,7 +405,7 @@ func (s *Service) appendAccount(ctx context.Context, cmd domain.Command, req dom
 // behind the stream's appends in flight, and waits for it with the stream's lock
 // released. On return the lock is held again; on success the key's record in acc
 // is durable, its position set.
-func (s *Service) appendPipelined(ctx context.Context, l *heldLock, cmd domain.Command, req domain.Canonical, stream string, acc *domain.Account, chain uint64, events []domain.NewEvent, claim bool) (written, error) {
+func (s *Service) appendPipelined(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, stream string, acc *domain.Account, chain uint64, events []domain.NewEvent, claim bool) (written, error) {
 	first := uint64(acc.Revision + 1)
 	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, first, acc.LastChain, events)
 	if err != nil {

@@ -29,7 +29,8 @@ func (s *Service) handleTransaction(ctx context.Context, cmd domain.Command) (Re
 		return s.handleTransactionSaga(ctx, cmd, req)
 	}
 	txStream := domain.TransactionStream(cmd.TransactionID)
-	return s.underLocks(ctx, transactionLocks(cmd.Postings, txStream), func(attempt int) (Reply, bool, error) {
+	return s.underLocks(ctx, transactionLocks(cmd.Postings, txStream), func(at *attempt) (Reply, bool, error) {
+		attempt := at.n
 		if r, done, err := s.decidedTransaction(ctx, txStream, cmd, req); err != nil || done {
 			return r, false, err
 		}
@@ -101,7 +102,8 @@ func (s *Service) refundTransaction(ctx context.Context, cmd domain.Command, ori
 	if s.multi == nil {
 		return s.refundTransactionSaga(ctx, cmd, req, orig.Stream, posted)
 	}
-	return s.underLocks(ctx, transactionLocks(posted.Postings, orig.Stream), func(attempt int) (Reply, bool, error) {
+	return s.underLocks(ctx, transactionLocks(posted.Postings, orig.Stream), func(at *attempt) (Reply, bool, error) {
+		attempt := at.n
 		slot, refunded, r, done, err := s.refundSlot(ctx, posted.TransactionID, cmd, req)
 		if err != nil || done {
 			return r, false, err
@@ -139,41 +141,46 @@ func (s *Service) refundSlot(ctx context.Context, txID string, cmd domain.Comman
 	}
 }
 
-// lockAll takes the locks of streams in their order, or none.
-func (s *Service) lockAll(ctx context.Context, streams []string) (unlock func(), err error) {
-	var held []func()
-	unlock = func() {
-		for i := len(held) - 1; i >= 0; i-- {
-			held[i]()
-		}
-	}
-	for _, st := range streams {
-		u, err := s.locks.lock(ctx, st)
-		if err != nil {
-			unlock()
-			return nil, err
-		}
-		held = append(held, u)
-	}
-	return unlock, nil
+// attempt is one pass of underLocks' loop: its number (0 first) and the locks
+// it holds.
+type attempt struct {
+	n      int
+	locks  *heldLocks
+	waited bool
 }
 
-// underLocks is the attempts loop of a command decided under the locks of
-// several streams (a transaction, its refund, a capture into an account, a
-// transfer's request): it takes them in order, calls try until it answers
-// without asking to retry (retry: another instance wrote one of the streams, or
-// the decision is to be taken again on the store's head), at most
-// Options.MaxAttempts times, and releases them.
-func (s *Service) underLocks(ctx context.Context, streams []string, try func(attempt int) (r Reply, retry bool, err error)) (Reply, error) {
-	unlock, err := s.lockAll(ctx, streams)
-	if err != nil {
+// waitUncounted releases the locks, waits for ch and takes them again; the pass
+// that waited is not counted as an attempt (it decided nothing).
+func (a *attempt) waitUncounted(ctx context.Context, ch <-chan struct{}) error {
+	a.waited = true
+	return a.locks.waitFor(ctx, ch)
+}
+
+// underLocks is the one attempts loop of the command side: it takes the locks
+// of the streams a command is decided on, in order (an account command's one
+// stream; a transaction's accounts and its stream; a capture into an account;
+// a transfer's stream), and calls try until it answers without asking to retry
+// (retry: another instance wrote one of the streams, a command decided before
+// this one failed, or the decision is to be taken again on the store's head),
+// at most Options.MaxAttempts counted attempts, and releases the locks. try
+// may give the locks up while it waits (a pipelined append, attempt.locks); a
+// pass that only waited for a key's append in flight is not counted
+// (attempt.waitUncounted).
+func (s *Service) underLocks(ctx context.Context, streams []string, try func(a *attempt) (r Reply, retry bool, err error)) (Reply, error) {
+	l := &heldLocks{s: s, streams: streams}
+	if err := l.lock(ctx); err != nil {
 		return Reply{}, err
 	}
-	defer unlock()
-	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
-		r, retry, err := try(attempt)
+	defer l.unlock()
+	a := &attempt{locks: l}
+	for a.n < s.opts.MaxAttempts {
+		a.waited = false
+		r, retry, err := try(a)
 		if err != nil || !retry {
 			return r, err
+		}
+		if !a.waited {
+			a.n++
 		}
 	}
 	return Reply{}, ErrTooManyConflicts
@@ -338,7 +345,8 @@ func (s *Service) handleCaptureTo(ctx context.Context, cmd domain.Command) (Repl
 	streams := []string{held, to}
 	slices.Sort(streams)
 	req := cmd.Canonical()
-	return s.underLocks(ctx, streams, func(attempt int) (Reply, bool, error) {
+	return s.underLocks(ctx, streams, func(at *attempt) (Reply, bool, error) {
+		attempt := at.n
 		for _, st := range streams {
 			if err := s.drain(ctx, st); err != nil {
 				return Reply{}, false, err
@@ -435,12 +443,12 @@ func (s *Service) transferAtomically(ctx context.Context, cmd domain.Command, re
 	from, to := domain.AccountStream(cmd.From), domain.AccountStream(cmd.To)
 	accounts := []string{from, to}
 	slices.Sort(accounts)
-	unlock, err := s.lockAll(ctx, accounts)
-	if err != nil {
+	l := &heldLocks{s: s, streams: accounts}
+	if err := l.lock(ctx); err != nil {
 		return Reply{}, true, err
 	}
 	written, r, err := s.decideTransferAtomically(ctx, cmd, req, stream, t, requested)
-	unlock()
+	l.unlock()
 	switch {
 	case err != nil:
 		return Reply{}, true, err

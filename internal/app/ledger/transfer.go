@@ -157,7 +157,7 @@ func (s *Service) decideOnTransfer(ctx context.Context, cmd domain.Command, stre
 	decide func(t *domain.Transfer, fresh, wrote bool) (Reply, []domain.NewEvent, transferNext, error)) (Reply, error) {
 	req := cmd.Canonical()
 	wrote := false
-	return s.underLocks(ctx, []string{stream}, func(int) (Reply, bool, error) {
+	return s.underLocks(ctx, []string{stream}, func(*attempt) (Reply, bool, error) {
 		t, err := s.loadTransfer(ctx, stream, id, refresh)
 		if err != nil {
 			return Reply{}, false, err

@@ -23,7 +23,7 @@ import (
 // tx, with the client's request req) on a store without multi-stream appends.
 func (s *Service) handleTransactionSaga(ctx context.Context, tx domain.Command, req domain.Canonical) (Reply, error) {
 	txStream := domain.TransactionStream(tx.TransactionID)
-	return s.underLocks(ctx, []string{txStream}, func(int) (Reply, bool, error) {
+	return s.underLocks(ctx, []string{txStream}, func(*attempt) (Reply, bool, error) {
 		ts, err := s.loadTransactionSaga(ctx, txStream, tx.TransactionID)
 		if err != nil {
 			return Reply{}, false, err
@@ -268,7 +268,7 @@ func (s *Service) appendTransactionRecord(ctx context.Context, txStream string, 
 // instances), a slot still running is driven to its outcome first, and what
 // the posted ones moved is what was refunded.
 func (s *Service) refundTransactionSaga(ctx context.Context, cmd domain.Command, req domain.Canonical, origStream string, posted *domain.TransactionPosted) (Reply, error) {
-	return s.underLocks(ctx, []string{origStream}, func(int) (Reply, bool, error) {
+	return s.underLocks(ctx, []string{origStream}, func(*attempt) (Reply, bool, error) {
 		refunded := int64(0)
 		for slot := 0; ; slot++ {
 			id := domain.RefundTransactionID(posted.TransactionID, slot)
