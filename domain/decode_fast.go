@@ -11,99 +11,132 @@ import "time"
 // body with its own error. So the fast path never decides a rejection, and on the
 // bodies it accepts it yields the Command the general path yields (tested).
 func decodeFast(t CommandType, specs []fieldSpec, body []byte) (Command, bool) {
-	type field struct {
-		name, value []byte
-		str         bool
-	}
-	var fields [12]field
+	var fields [12]bodyField
 	n := 0
-	i := skipSpace(body, 0)
-	if i >= len(body) || body[i] != '{' {
+	i, started := objectStart(body)
+	if !started {
 		return Command{}, false
 	}
-	i = skipSpace(body, i+1)
-	if i < len(body) && body[i] == '}' {
-		return Command{}, false // no idempotency key: the general path says so
-	}
-	for {
+	for more := true; more; {
 		name, j, ok := plainString(body, i)
-		if !ok || n == len(fields) {
+		if !ok || n == len(fields) || hasMember(fields[:n], name) {
 			return Command{}, false
 		}
-		i = skipSpace(body, j)
-		if i >= len(body) || body[i] != ':' {
+		if i = skipSpace(body, j); i >= len(body) || body[i] != ':' {
 			return Command{}, false
 		}
-		i = skipSpace(body, i+1)
-		f := field{name: name}
-		if i < len(body) && body[i] == '"' {
-			f.value, j, ok = plainString(body, i)
-			f.str = true
-		} else {
-			f.value, j, ok = jsonInteger(body, i)
-		}
-		if !ok {
+		f := bodyField{name: name}
+		if f.value, f.str, j, ok = memberValue(body, skipSpace(body, i+1)); !ok {
 			return Command{}, false
-		}
-		for _, g := range fields[:n] {
-			if string(g.name) == string(name) {
-				return Command{}, false
-			}
 		}
 		fields[n] = f
 		n++
-		i = skipSpace(body, j)
-		if i >= len(body) {
+		if i, more, ok = afterMember(body, j); !ok {
 			return Command{}, false
 		}
-		if body[i] == '}' {
-			break
-		}
-		if body[i] != ',' {
-			return Command{}, false
-		}
-		i = skipSpace(body, i+1)
-	}
-	if skipSpace(body, i+1) != len(body) {
-		return Command{}, false
 	}
 	cmd := Command{Type: t}
-	seen := 0
-	for _, f := range fields[:n] {
-		if string(f.name) == "idempotency_key" {
-			if !f.str || !ValidKey(string(f.value)) {
-				return Command{}, false
-			}
-			cmd.IdempotencyKey = string(f.value)
-			seen++
-		}
-	}
-	if seen != 1 {
+	if !cmd.setFields(specs, fields[:n]) {
 		return Command{}, false
 	}
-	for _, s := range specs {
-		var f *field
-		for k := range fields[:n] {
-			if string(fields[k].name) == s.name {
-				f = &fields[k]
-				break
-			}
+	return cmd, true
+}
+
+// bodyField is one member of a flat command body as decodeFast reads it: its name,
+// its value (a string's content without the quotes, or an integer's text) and
+// whether the value is a string.
+type bodyField struct {
+	name, value []byte
+	str         bool
+}
+
+// objectStart reads the opening brace of a body's object and gives the index of
+// its first member; false when body does not start an object or the object is
+// empty (it has no idempotency key: the general path says so).
+func objectStart(body []byte) (int, bool) {
+	i := skipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return 0, false
+	}
+	i = skipSpace(body, i+1)
+	if i < len(body) && body[i] == '}' {
+		return 0, false
+	}
+	return i, true
+}
+
+// afterMember reads what follows a member that ends at body[j]: a comma and the
+// index of the next member (more), or the closing brace of the object with
+// nothing but space after it (not more); false for anything else.
+func afterMember(body []byte, j int) (next int, more, ok bool) {
+	i := skipSpace(body, j)
+	if i >= len(body) {
+		return 0, false, false
+	}
+	switch body[i] {
+	case ',':
+		return skipSpace(body, i+1), true, true
+	case '}':
+		return 0, false, skipSpace(body, i+1) == len(body)
+	}
+	return 0, false, false
+}
+
+// memberValue reads the value of a member at body[i], a plain string (its
+// content, str) or an integer, and the index after it.
+func memberValue(body []byte, i int) (value []byte, str bool, next int, ok bool) {
+	if i < len(body) && body[i] == '"' {
+		value, next, ok = plainString(body, i)
+		return value, true, next, ok
+	}
+	value, next, ok = jsonInteger(body, i)
+	return value, false, next, ok
+}
+
+// hasMember reports whether one of fields is named name.
+func hasMember(fields []bodyField, name []byte) bool {
+	for _, g := range fields {
+		if string(g.name) == string(name) {
+			return true
 		}
+	}
+	return false
+}
+
+// setFields sets the command's fields from the members of a flat body; false
+// unless they are a valid idempotency key, every field that specs requires and
+// only fields that specs lists, each value one that setFast takes.
+func (c *Command) setFields(specs []fieldSpec, fields []bodyField) bool {
+	key := memberNamed(fields, "idempotency_key")
+	if key == nil || !key.str || !ValidKey(string(key.value)) {
+		return false
+	}
+	c.IdempotencyKey = string(key.value)
+	seen := 1
+	for _, s := range specs {
+		f := memberNamed(fields, s.name)
 		if f == nil {
 			if s.required {
-				return Command{}, false
+				return false
 			}
 			continue
 		}
 		seen++
-		if !cmd.setFast(s, f.value, f.str) {
-			return Command{}, false
+		if !c.setFast(s, f.value, f.str) {
+			return false
 		}
 	}
-	if seen != n { // a name that is not the command's
-		return Command{}, false
+	return seen == len(fields) // fewer: a name that is not the command's
+}
+
+// memberNamed is the member of fields named name, or nil.
+func memberNamed(fields []bodyField, name string) *bodyField {
+	for k := range fields {
+		if string(fields[k].name) == name {
+			return &fields[k]
+		}
 	}
-	return cmd, true
+	return nil
 }
 
 // setFast sets one field from a plain string or an integer literal, as setField

@@ -442,27 +442,9 @@ func EvolveTransfer(t *Transfer, ev StoredEvent) error {
 
 // evolve applies one payload and returns the saga it belongs to.
 func (t *Transfer) evolve(payload any, m Metadata) (*Saga, error) {
-	refund := func(key string) (*Saga, error) {
-		s, ok := t.Refunds[key]
-		if !ok {
-			return nil, fmt.Errorf("refund %q was never requested", key)
-		}
-		return s, nil
-	}
 	switch e := payload.(type) {
 	case *TransferRequested:
-		if t.Requested {
-			return nil, fmt.Errorf("transfer %s requested twice", t.ID)
-		}
-		if e.Amount <= 0 {
-			return nil, fmt.Errorf("transfer %s of %d", t.ID, e.Amount)
-		}
-		t.Requested, t.From, t.To, t.Amount, t.Currency = true, e.From, e.To, e.Amount, e.Currency
-		t.Saga = &Saga{
-			Key: m.Key, Command: CommandType(m.Command), RequestHash: ParseHash(m.RequestHash), Request: m.Request,
-			Out: e.From, In: e.To, Amount: e.Amount, Currency: e.Currency, Stage: SagaPending, At: m.At, Metadata: e.Metadata,
-		}
-		return t.Saga, nil
+		return t.openSaga(e, m)
 	case *TransferRejected:
 		if t.Saga != nil && m.Key == t.Saga.Key {
 			t.Saga.Outright = true
@@ -475,44 +457,70 @@ func (t *Transfer) evolve(payload any, m Metadata) (*Saga, error) {
 	case *TransferFailed:
 		return t.Saga, t.advance(t.Saga, SagaCompensating, SagaFailed, e.Code, e.Message)
 	case *TransferRefundRequested:
-		if t.Saga == nil || t.Saga.Stage != SagaCompleted {
-			return nil, fmt.Errorf("refund %q of a transfer that is not completed", e.RefundKey)
-		}
-		if _, dup := t.Refunds[e.RefundKey]; dup || e.Amount <= 0 || e.Amount > t.Refundable() {
-			return nil, fmt.Errorf("refund %q of %d does not fit the %d refundable", e.RefundKey, e.Amount, t.Refundable())
-		}
-		s := t.newRefund(e.RefundKey, m)
-		s.Amount, s.Metadata = e.Amount, e.Metadata
-		t.Reserved += e.Amount
-		return s, nil
+		return t.reserveRefund(e, m)
 	case *RefundRejected:
-		s, ok := t.Refunds[e.RefundKey]
-		if !ok { // refused outright: the refund's only event
-			s = t.newRefund(e.RefundKey, m)
-			s.Stage, s.Code, s.Message, s.Outright = SagaRejected, e.Code, e.Message, true
-			return s, nil
-		}
-		return s, t.advance(s, SagaPending, SagaRejected, e.Code, e.Message)
+		return t.rejectRefund(e, m)
 	case *RefundCreditRefused:
-		s, err := refund(e.RefundKey)
-		if err != nil {
-			return nil, err
-		}
-		return s, t.advance(s, SagaPending, SagaCompensating, e.Code, e.Message)
+		return t.advanceRefund(e.RefundKey, SagaPending, SagaCompensating, e.Code, e.Message)
 	case *RefundCompleted:
-		s, err := refund(e.RefundKey)
-		if err != nil {
-			return nil, err
-		}
-		return s, t.advance(s, SagaPending, SagaCompleted, CodeOK, "")
+		return t.advanceRefund(e.RefundKey, SagaPending, SagaCompleted, CodeOK, "")
 	case *RefundFailed:
-		s, err := refund(e.RefundKey)
-		if err != nil {
-			return nil, err
-		}
-		return s, t.advance(s, SagaCompensating, SagaFailed, e.Code, e.Message)
+		return t.advanceRefund(e.RefundKey, SagaCompensating, SagaFailed, e.Code, e.Message)
 	}
 	return nil, fmt.Errorf("event %T does not belong to a transfer stream", payload)
+}
+
+// openSaga records the transfer's request, once, and opens its saga, pending.
+func (t *Transfer) openSaga(e *TransferRequested, m Metadata) (*Saga, error) {
+	if t.Requested {
+		return nil, fmt.Errorf("transfer %s requested twice", t.ID)
+	}
+	if e.Amount <= 0 {
+		return nil, fmt.Errorf("transfer %s of %d", t.ID, e.Amount)
+	}
+	t.Requested, t.From, t.To, t.Amount, t.Currency = true, e.From, e.To, e.Amount, e.Currency
+	t.Saga = &Saga{
+		Key: m.Key, Command: CommandType(m.Command), RequestHash: ParseHash(m.RequestHash), Request: m.Request,
+		Out: e.From, In: e.To, Amount: e.Amount, Currency: e.Currency, Stage: SagaPending, At: m.At, Metadata: e.Metadata,
+	}
+	return t.Saga, nil
+}
+
+// reserveRefund opens the saga of a refund of the completed transfer, pending,
+// and reserves its amount, which must fit what is still refundable.
+func (t *Transfer) reserveRefund(e *TransferRefundRequested, m Metadata) (*Saga, error) {
+	if t.Saga == nil || t.Saga.Stage != SagaCompleted {
+		return nil, fmt.Errorf("refund %q of a transfer that is not completed", e.RefundKey)
+	}
+	if _, dup := t.Refunds[e.RefundKey]; dup || e.Amount <= 0 || e.Amount > t.Refundable() {
+		return nil, fmt.Errorf("refund %q of %d does not fit the %d refundable", e.RefundKey, e.Amount, t.Refundable())
+	}
+	s := t.newRefund(e.RefundKey, m)
+	s.Amount, s.Metadata = e.Amount, e.Metadata
+	t.Reserved += e.Amount
+	return s, nil
+}
+
+// rejectRefund rejects a pending refund, or records a refund refused outright
+// (then the rejection is the refund's only event and it reserved nothing).
+func (t *Transfer) rejectRefund(e *RefundRejected, m Metadata) (*Saga, error) {
+	s, ok := t.Refunds[e.RefundKey]
+	if !ok {
+		s = t.newRefund(e.RefundKey, m)
+		s.Stage, s.Code, s.Message, s.Outright = SagaRejected, e.Code, e.Message, true
+		return s, nil
+	}
+	return s, t.advance(s, SagaPending, SagaRejected, e.Code, e.Message)
+}
+
+// advanceRefund moves the refund of key from stage from to stage to, as advance
+// does; an error when that refund was never requested.
+func (t *Transfer) advanceRefund(key string, from, to SagaStage, code Code, msg string) (*Saga, error) {
+	s, ok := t.Refunds[key]
+	if !ok {
+		return nil, fmt.Errorf("refund %q was never requested", key)
+	}
+	return s, t.advance(s, from, to, code, msg)
 }
 
 func (t *Transfer) newRefund(key string, m Metadata) *Saga {

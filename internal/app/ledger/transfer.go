@@ -256,64 +256,44 @@ func (s *Service) driveSaga(ctx context.Context, stream, transferID, key string)
 		if sg.Stage.Decided() {
 			return t, nil
 		}
-		kind := "transfer/"
-		if sg.Refund {
-			kind = "refund/"
-		}
-		var (
-			step string
-			o    domain.StepOutcome
-		)
-		switch sg.Stage {
-		case domain.SagaPending:
-			step = domain.StepDebit
-			if o, err = s.runStep(ctx, t, sg, step); err != nil {
-				return nil, err
-			}
-			if err := s.fail(kind + step); err != nil {
-				return nil, err
-			}
-			if o.Applied {
-				step = domain.StepCredit
-				if o, err = s.runStep(ctx, t, sg, step); err != nil {
-					return nil, err
-				}
-				if err := s.fail(kind + step); err != nil {
-					return nil, err
-				}
-			}
-		case domain.SagaCompensating:
-			step = domain.StepCompensate
-			if o, err = s.runStep(ctx, t, sg, step); err != nil {
-				return nil, err
-			}
-			if err := s.fail(kind + step); err != nil {
-				return nil, err
-			}
-		default:
-			return nil, fmt.Errorf("ledger: %s: saga %q at stage %s", stream, key, sg.Stage)
-		}
-		mkey, events, err := domain.DecideSagaMarker(t, sg, step, o)
+		step, o, err := s.runStageSteps(ctx, stream, t, sg)
 		if err != nil {
 			return nil, err
 		}
-		err = s.appendMarker(ctx, stream, t, sg, mkey, events)
-		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		recorded, err := s.recordMarker(ctx, stream, t, sg, step, o)
+		if err != nil {
+			return nil, err
+		}
+		if !recorded {
 			conflicts++
 			refresh = true // another instance went on: continue from what it recorded
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if err := s.fail(kind + strings.TrimPrefix(mkey, sg.Key+":")); err != nil {
-			return nil, err
 		}
 	}
 	return nil, ErrTooManyConflicts
 }
 
-// runStep runs one account step of a saga and returns its recorded outcome.
+// runStageSteps runs the account steps that the stage of an undecided saga calls
+// for: a pending saga's debit, and its credit once the debit applied; a
+// compensating saga's compensation. It returns the last step run and its
+// outcome, from which the saga's marker is decided.
+func (s *Service) runStageSteps(ctx context.Context, stream string, t *domain.Transfer, sg *domain.Saga) (string, domain.StepOutcome, error) {
+	switch sg.Stage {
+	case domain.SagaPending:
+		o, err := s.runStep(ctx, t, sg, domain.StepDebit)
+		if err != nil || !o.Applied {
+			return domain.StepDebit, o, err
+		}
+		o, err = s.runStep(ctx, t, sg, domain.StepCredit)
+		return domain.StepCredit, o, err
+	case domain.SagaCompensating:
+		o, err := s.runStep(ctx, t, sg, domain.StepCompensate)
+		return domain.StepCompensate, o, err
+	}
+	return "", domain.StepOutcome{}, fmt.Errorf("ledger: %s: saga %q at stage %s", stream, sg.Key, sg.Stage)
+}
+
+// runStep runs one account step of a saga, calls the failpoint after it and
+// returns the step's recorded outcome.
 func (s *Service) runStep(ctx context.Context, t *domain.Transfer, sg *domain.Saga, step string) (domain.StepOutcome, error) {
 	cmd := t.StepCommand(sg, step, s.opts.Clock().UTC())
 	rec, _, r, err := s.decideOnAccount(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID, false)
@@ -323,7 +303,33 @@ func (s *Service) runStep(ctx context.Context, t *domain.Transfer, sg *domain.Sa
 	if r != nil {
 		return domain.StepOutcome{}, fmt.Errorf("%w: %s %q on %s: %s: %s", errStepNotRecorded, cmd.Type, cmd.IdempotencyKey, cmd.AccountID, r.Code, r.Message)
 	}
-	return domain.StepOutcome{Applied: rec.Status == domain.StatusApplied, Code: rec.Code, Message: rec.Message}, nil
+	return domain.StepOutcome{Applied: rec.Status == domain.StatusApplied, Code: rec.Code, Message: rec.Message}, s.fail(sagaFailpoint(sg, step))
+}
+
+// recordMarker decides the marker that the outcome o of a saga's last step
+// calls for, appends it (appendMarker) and calls the failpoint after it; false
+// when another instance wrote to the stream first, so the marker is not recorded.
+func (s *Service) recordMarker(ctx context.Context, stream string, t *domain.Transfer, sg *domain.Saga, step string, o domain.StepOutcome) (bool, error) {
+	mkey, events, err := domain.DecideSagaMarker(t, sg, step, o)
+	if err != nil {
+		return false, err
+	}
+	err = s.appendMarker(ctx, stream, t, sg, mkey, events)
+	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, s.fail(sagaFailpoint(sg, strings.TrimPrefix(mkey, sg.Key+":")))
+}
+
+// sagaFailpoint is the failpoint name of step (see fail) in saga sg.
+func sagaFailpoint(sg *domain.Saga, step string) string {
+	if sg.Refund {
+		return "refund/" + step
+	}
+	return "transfer/" + step
 }
 
 // appendMarker records a saga's progress in the transfer stream under the
