@@ -37,7 +37,7 @@ func TestRunTiny(t *testing.T) {
 		Duration:            time.Second,
 		Warmup:              200 * time.Millisecond,
 		JetStreamMessages:   40,
-		KeyCheckEvents:      300,
+		KeyCheckEvents:      keyCheckRecentKeys + 100, // longer than the keys an aggregate remembers
 		KeyCheckSamples:     10,
 		ProjectionTimeout:   time.Minute,
 		Capture:             true,
@@ -119,10 +119,16 @@ func TestRunTiny(t *testing.T) {
 			t.Errorf("%s half-load phase: %+v", sys, *h)
 		}
 	}
-	if k := rep.KeyCheck; k == nil || k.Short.Events != 10 || k.Long.Events != 300 || k.Long.ColdLoadMs <= 0 || k.Long.PeakHeapMB <= 0 || k.Long.HeldHeapMB <= 0 ||
+	if k := rep.KeyCheck; k == nil || k.Short.Events != 10 || k.Long.Events != cfg.KeyCheckEvents || k.Long.ColdLoadMs <= 0 || k.Long.PeakHeapMB <= 0 || k.Long.HeldHeapMB <= 0 ||
 		k.Long.Duplicate10Ns <= 0 || k.Long.DuplicateSpreadNs <= 0 || k.Long.DecideP50Us <= 0 || k.Long.DecideOnly10Ns <= 0 ||
 		k.Long.DecideOnlySpreadNs <= 0 || k.LikeForLike() <= 0 || k.Spread() <= 0 || k.Long.SpreadKeys != 10 {
 		t.Errorf("key check: %+v", rep.KeyCheck)
+	}
+	// The long stream's first resends are duplicates of old keys, each record
+	// recalled from the store; the short stream's are remembered.
+	if k := rep.KeyCheck; k != nil && (!k.Long.FirstResendOld || k.Long.FirstResendKeys == 0 || k.Long.FirstResendRecalled != k.Long.FirstResendKeys ||
+		k.Short.FirstResendOld || k.Short.FirstResendRecalled != 0 || !strings.Contains(out.String(), "p99 of a duplicate of an old key")) {
+		t.Errorf("first resends: short %+v, long %+v", k.Short, k.Long)
 	}
 	if p := rep.Projection; p == nil || !p.CaughtUp || p.Events <= 0 || p.EventsPerSec <= 0 {
 		t.Errorf("projection: %+v", rep.Projection)

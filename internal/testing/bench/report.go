@@ -269,6 +269,9 @@ func (r *Report) printTargets(w io.Writer) {
 	if k := r.KeyCheck; k != nil {
 		ts = append(ts, target{fmt.Sprintf("key check %d/%d events, same 10 keys (worst ratio)", k.Long.Events, k.Short.Events), "<= 1.2", k.LikeForLike(), k.LikeForLike() <= 1.2, true, "x"})
 		ts = append(ts, target{fmt.Sprintf("key check %d/%d events, keys spread (worst ratio)", k.Long.Events, k.Short.Events), "<= 1.2", k.Spread(), k.Spread() <= 1.2, true, "x"})
+		if p99, ok := k.OldKeyP99Ms(); ok {
+			ts = append(ts, target{fmt.Sprintf("p99 of a duplicate of an old key, %d events (ms)", k.Long.Events), "<= 2", p99, p99 <= 2, true, "ms"})
+		}
 	}
 	if len(ts) == 0 {
 		return
