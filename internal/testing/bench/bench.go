@@ -50,7 +50,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		HottestShare: w.hottestShare(), Duration: cfg.Duration.String(), Capture: cfg.Capture, Grace: cfg.Grace.String(), NATSSync: natsSync(cfg),
 		MaxInFlight: cfg.MaxInFlight, GroupCommit: !cfg.DisableGroupCommit, BatchMax: cfg.BatchMax, Committers: cfg.Committers,
 		BaselinePoolSize: cfg.BaselinePoolSize, BaselineLockedRead: !cfg.BaselinePlainRead, JetStreamMessages: cfg.JetStreamMessages, KeyCheckEvents: cfg.KeyCheckEvents,
+		EventStore: reportedEventStore(cfg.EventStore),
 	}}
+	if isKurrent(cfg.EventStore) {
+		rep.Config.GroupCommit = false // KurrentDB writes one stream per append
+	}
 	if cfg.BatchWait > 0 {
 		rep.Config.BatchWait = cfg.BatchWait.String()
 	}
@@ -66,11 +70,17 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 		defer os.RemoveAll(dir)
 	}
+	esURL, stopES, err := startEventStore(cfg.EventStore)
+	if err != nil {
+		return rep, err
+	}
+	defer stopES() // after the environment, deferred below
 	grace := cfg.Grace
 	env, err := devenv.Start(ctx, devenv.Options{
 		DataDir:          dir,
 		NATSAddr:         "127.0.0.1:0",
 		DatabaseURL:      cfg.LedgerDatabaseURL,
+		EventStoreURL:    esURL,
 		NoFsync:          cfg.NoFsync,
 		NATSSyncInterval: cfg.NATSSyncInterval,
 		NATSSyncAlways:   cfg.NATSSyncAlways,
@@ -123,7 +133,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		case SystemLedger:
 			natsURL = env.NATSURL
 			written = append(written, env.DatabaseURL)
-			if env.EventStoreURL != env.DatabaseURL {
+			if env.EventStoreURL != env.DatabaseURL && !isKurrent(cfg.EventStore) {
 				written = append(written, env.EventStoreURL)
 			}
 			stop = func() {
@@ -171,7 +181,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 
 	if cfg.KeyCheckEvents > 0 {
 		log.Info("bench: key check", "events", cfg.KeyCheckEvents)
-		rep.KeyCheck, err = keyCheck(ctx, env.EventStoreURL, runID, cfg.KeyCheckEvents, cfg.KeyCheckSamples, func(msg string, args ...any) { log.Info("bench: "+msg, args...) })
+		rep.KeyCheck, err = keyCheck(ctx, env.EventStoreURL, cfg.EventStore, runID, cfg.KeyCheckEvents, cfg.KeyCheckSamples, cfg.Logger, func(msg string, args ...any) { log.Info("bench: "+msg, args...) })
 		if err != nil {
 			return rep, fmt.Errorf("bench: key check: %w", err)
 		}
@@ -179,7 +189,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if cfg.ProjectionTimeout > 0 {
 		log.Info("bench: projection")
 		before := sampleCPU(pm)
-		rep.Projection, err = projectAll(ctx, env.DatabaseURL, cfg.ProjectionTimeout, cfg.Logger, log)
+		rep.Projection, err = projectAll(ctx, env.DatabaseURL, env.EventStoreURL, cfg.ProjectionTimeout, cfg.Logger, log)
 		if rep.Projection != nil {
 			rep.Projection.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
 		}

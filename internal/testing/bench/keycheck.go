@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"runtime/metrics"
 	"slices"
@@ -13,8 +14,8 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
-	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
+	"github.com/ledgerworks/ledger/internal/platform/config"
 	"github.com/ledgerworks/ledger/internal/testing/bench/seed"
 )
 
@@ -45,17 +46,17 @@ type KeyCheckStream struct {
 	// FirstResendKeys keys not resent before, individually timed on the warm
 	// service, one after another. On a stream longer than the aggregate's
 	// recent keys (FirstResendOld) they are keys older than those, which it has
-	// forgotten: duplicates of old keys, answered from the store;
-	// FirstResendRecalled counts the key records rebuilt from the store
-	// meanwhile, which shows that they took that path. On a shorter stream they
-	// lie between the spread ones, all remembered.
+	// forgotten: duplicates of old keys, answered from the store (through the
+	// key's claim on KurrentDB); FirstResendRecalled counts the key records
+	// rebuilt from the store meanwhile, which shows that they took that path.
+	// On a shorter stream they lie between the spread ones, all remembered.
 	FirstResendP50Us    float64 `json:"first_resend_p50_us"`
 	FirstResendP99Us    float64 `json:"first_resend_p99_us"`
 	FirstResendKeys     int     `json:"first_resend_keys"`
 	FirstResendOld      bool    `json:"first_resend_old_keys"`
 	FirstResendRecalled int     `json:"first_resend_recalled"`
 	// DecideP50Us, DecideP99Us: Handle of a new deposit, warm cache, including its
-	// append to PostgreSQL (fsync as configured), individually timed.
+	// appends to the event store (fsync as configured), individually timed.
 	DecideP50Us float64 `json:"decide_append_p50_us"`
 	DecideP99Us float64 `json:"decide_append_p99_us"`
 	// DecideOnly10Ns, DecideOnlySpreadNs: the pure decision on the cached
@@ -68,9 +69,11 @@ type KeyCheckStream struct {
 
 // KeyCheckReport compares a short and a long stream.
 type KeyCheckReport struct {
-	Samples int            `json:"samples"`
-	Short   KeyCheckStream `json:"short"`
-	Long    KeyCheckStream `json:"long"`
+	// EventStore is the ledger's event store (ReportConfig.EventStore).
+	EventStore string         `json:"event_store"`
+	Samples    int            `json:"samples"`
+	Short      KeyCheckStream `json:"short"`
+	Long       KeyCheckStream `json:"long"`
 	// Ratios long/short (the target is <= 1.2).
 	Duplicate10Ratio      float64 `json:"duplicate_10_keys_ratio"`
 	DuplicateSpreadRatio  float64 `json:"duplicate_spread_ratio"`
@@ -104,19 +107,20 @@ const (
 )
 
 // keyCheck seeds an account stream of 10 events and one of long events in the
-// ledger's event store, then times, alternating between the two so that drift
-// hits both alike: a fresh service's first command (cold load), duplicates and
-// new deposits through ledger.Service.Handle (warm cache), the first resends of
-// keys not resent before (on the long stream, old keys), and the pure decision.
-func keyCheck(ctx context.Context, storeURL, runID string, long, samples int, log func(msg string, args ...any)) (*KeyCheckReport, error) {
-	store, err := postgres.Open(ctx, storeURL)
+// ledger's event store (at storeURL; eventStore as Config.EventStore), then
+// times, alternating between the two so that drift hits both alike: a fresh
+// service's first command (cold load), duplicates and new deposits through
+// ledger.Service.Handle (warm cache), the first resends of keys not resent
+// before (on the long stream, old keys), and the pure decision.
+func keyCheck(ctx context.Context, storeURL, eventStore, runID string, long, samples int, components *slog.Logger, log func(msg string, args ...any)) (*KeyCheckReport, error) {
+	store, err := config.OpenEventStore(ctx, storeURL, components)
 	if err != nil {
 		return nil, err
 	}
 	defer store.Close()
 	lengths := []int{10, long}
 	streams := make([]*seed.Stream, 2)
-	rep := &KeyCheckReport{Samples: samples}
+	rep := &KeyCheckReport{EventStore: reportedEventStore(eventStore), Samples: samples}
 	out := []*KeyCheckStream{&rep.Short, &rep.Long}
 	for i, n := range lengths {
 		start := time.Now()
@@ -359,7 +363,7 @@ func (k *KeyCheckReport) FirstResendLine() string {
 		}
 		parts = append(parts, p)
 	}
-	return "first resend of a key (an old key's record is recalled by its event's derived ID): " + strings.Join(parts, "; ")
+	return fmt.Sprintf("first resend of a key (an old key's record is recalled %s): %s", recallPath(k.EventStore), strings.Join(parts, "; "))
 }
 
 // OldKeyP99Ms is the p99 of the duplicates of old keys (the long stream's first

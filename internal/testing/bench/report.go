@@ -123,6 +123,9 @@ type ReportConfig struct {
 	BaselineLockedRead bool `json:"baseline_select_for_update"`
 	JetStreamMessages  int  `json:"jetstream_messages"`
 	KeyCheckEvents     int  `json:"key_check_events"`
+	// EventStore is the ledger's event store: postgres, kurrenttest, or a
+	// KurrentDB URL without its secrets (Config.EventStore).
+	EventStore string `json:"event_store"`
 }
 
 // Phase returns the result of a system's phase, or nil.
@@ -165,6 +168,7 @@ func (r *Report) Print(w io.Writer) {
 		capture = "on (LEDGER_COMMANDS stores every command, fsync " + c.NATSSync + "; the consumer confirms each after " + c.Grace + ")"
 	}
 	fmt.Fprintf(w, "JetStream capture of request-reply: %s\n", capture)
+	fmt.Fprintf(w, "ledger event store: %s\n", eventStoreLine(c.EventStore))
 	fmt.Fprintf(w, "baseline: %s; ledger group commit %s\n\n", baselineRead(c), groupCommit(c))
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -188,7 +192,7 @@ func (r *Report) Print(w io.Writer) {
 	}
 
 	if k := r.KeyCheck; k != nil {
-		fmt.Fprintf(w, "\nkey check (ledger.Service on the PostgreSQL store; duplicates and decide-only: best of %d rounds; decide+append and p99: %d timed commands):\n", keyCheckRounds, k.Samples)
+		fmt.Fprintf(w, "\nkey check (ledger.Service on the %s store; duplicates and decide-only: best of %d rounds; decide+append and p99: %d timed commands):\n", storeName(k.EventStore), keyCheckRounds, k.Samples)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "events\tcold load ms\tcold load peak heap MiB\theld heap MiB\tduplicate ns (10 keys)\tduplicate ns (spread)\tduplicate p99 µs\tdecide+append p50 µs\tdecide+append p99 µs\tdecide only ns (latest 10)\tdecide only ns (latest)\tseeded in s\t")
 		for _, s := range []KeyCheckStream{k.Short, k.Long} {
@@ -223,6 +227,9 @@ func baselineRead(c ReportConfig) string {
 }
 
 func groupCommit(c ReportConfig) string {
+	if isKurrent(c.EventStore) {
+		return "none (KurrentDB appends to one stream at a time: a command's key claim key-<K>, then its account's events)"
+	}
 	if !c.GroupCommit {
 		return "off"
 	}
@@ -292,9 +299,9 @@ func (r *Report) printTargets(w io.Writer) {
 func (r *Report) Markdown(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "%d clients, %d accounts (skew %.2f: the hottest account gets %.2f%% of the commands), duplicate ratio %.2f, transaction ratio %.2f, load phase %s; "+
-		"JetStream capture %s (grace %s, fsync %s); baseline: %s; ledger group commit %s. Machine: %d cores, %d MiB, %s, PostgreSQL %s with fsync %s; "+
+		"JetStream capture %s (grace %s, fsync %s); baseline: %s; ledger event store: %s; ledger group commit %s. Machine: %d cores, %d MiB, %s, PostgreSQL %s with fsync %s; "+
 		"load average before %s, after %s. Run took %.0fs, started %s.\n\n",
-		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.TransactionRatio, c.Duration, onOff(c.Capture), c.Grace, c.NATSSync, baselineRead(c), groupCommit(c),
+		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.TransactionRatio, c.Duration, onOff(c.Capture), c.Grace, c.NATSSync, baselineRead(c), eventStoreLine(c.EventStore), groupCommit(c),
 		r.Machine.Cores, r.Machine.MemoryMB, r.Machine.GoVersion, r.Machine.PostgresVer, onOff(r.Machine.Fsync),
 		r.Machine.LoadBefore, r.Machine.LoadAfter, r.Seconds, r.Started.UTC().Format(time.RFC3339))
 	fmt.Fprintln(w, "| system | phase | commands/s | p50 ms | p99 ms | p99.9 ms | duplicates/s | new applied | errors | anomalies | early dups | commands per transaction | cores: bench / postgres / other | mode |")
@@ -310,7 +317,7 @@ func (r *Report) Markdown(w io.Writer) {
 			lat(p.P50Ms), lat(p.P99Ms), lat(p.P999Ms), p.DuplicatesPerSec, p.NewApplied, p.Errors, p.Anomalies, p.EarlyDuplicates, p.batch(), fmtCPU(p.CPU), p.Mode)
 	}
 	if k := r.KeyCheck; k != nil {
-		fmt.Fprintf(w, "\nKey check (ledger.Service on the PostgreSQL store; duplicates and decide-only: best of %d rounds; decide+append and p99: %d timed commands):\n\n", keyCheckRounds, k.Samples)
+		fmt.Fprintf(w, "\nKey check (ledger.Service on the %s store; duplicates and decide-only: best of %d rounds; decide+append and p99: %d timed commands):\n\n", storeName(k.EventStore), keyCheckRounds, k.Samples)
 		fmt.Fprintln(w, "| events | cold load ms | cold load peak heap MiB | held heap MiB | duplicate ns (10 keys) | duplicate ns (spread) | duplicate p99 µs | decide+append p50 µs | decide+append p99 µs | decide only ns (latest 10) | decide only ns (latest) | seeded in s |")
 		fmt.Fprintln(w, "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 		for _, s := range []KeyCheckStream{k.Short, k.Long} {
