@@ -70,7 +70,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 		defer os.RemoveAll(dir)
 	}
-	esURL, stopES, err := startEventStore(cfg.EventStore)
+	esURL, stopES, calls, err := startEventStore(cfg.EventStore)
 	if err != nil {
 		return rep, err
 	}
@@ -164,7 +164,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			}
 			phases, err = runEcho(ctx, cfg, natsURL, w, pm, prog, ref)
 		} else {
-			phases, err = runSystem(ctx, cfg, sys, natsURL, w, pm, prog)
+			var c *storeCalls
+			if sys == SystemLedger {
+				c = calls
+			}
+			phases, err = runSystem(ctx, cfg, sys, natsURL, w, pm, prog, c)
 		}
 		stop()
 		rep.Phases = append(rep.Phases, phases...)
@@ -302,8 +306,9 @@ func startBaseline(ctx context.Context, cfg Config, env *devenv.Env, dir string,
 	return &baselineServer{natsURL: ns.ClientURL(), dbURL: url, stop: stop}, nil
 }
 
-// runSystem drives one system through the phases.
-func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload, pm int, prog *progress) ([]PhaseResult, error) {
+// runSystem drives one system through the phases; calls, when not nil, counts
+// the calls its event store receives.
+func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload, pm int, prog *progress, calls *storeCalls) ([]PhaseResult, error) {
 	log := cfg.Progress
 	t, err := dialTarget(sys, natsURL, cfg.Clients)
 	if err != nil {
@@ -341,6 +346,7 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 		spec.system, spec.phase, spec.record = sys, name, true
 		before := sampleCPU(pm)
 		tx0, cmds0 := batchTotals()
+		a0, r0 := calls.count()
 		hook(cfg, sys, name, true)
 		run, err := drive(ctx, t, g, spec, prog)
 		hook(cfg, sys, name, false)
@@ -348,6 +354,7 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 			return nil, err
 		}
 		res := resultOf(run)
+		calls.since(&res, a0, r0)
 		res.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
 		if tx1, cmds1 := batchTotals(); sys == SystemLedger && tx1 > tx0 {
 			res.Transactions = int64(tx1 - tx0)

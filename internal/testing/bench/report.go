@@ -44,6 +44,11 @@ type PhaseResult struct {
 	// phase and the commands each carried on average (0 for the baseline).
 	Transactions int64   `json:"transactions,omitempty"`
 	MeanBatch    float64 `json:"mean_batch,omitempty"`
+	// StoreAppendsPerCommand and StoreReadsPerCommand: the calls the in-process
+	// KurrentDB test server received in the phase (appends; stream reads and
+	// subscriptions), per answered command (0 on another event store).
+	StoreAppendsPerCommand float64 `json:"store_appends_per_command,omitempty"`
+	StoreReadsPerCommand   float64 `json:"store_reads_per_command,omitempty"`
 	// WarmupNewAnswered counts the new commands answered by the unrecorded
 	// warm-up that preceded the phase (they were applied all the same).
 	WarmupNewAnswered int64 `json:"warmup_new_answered,omitempty"`
@@ -185,6 +190,9 @@ func (r *Report) Print(w io.Writer) {
 			p.NewApplied, p.Errors, p.Anomalies, p.EarlyDuplicates, p.batch(), fmtCPU(p.CPU), p.Mode)
 	}
 	tw.Flush()
+	if l := r.storeCallsLine(); l != "" {
+		fmt.Fprintln(w, l)
+	}
 	for _, p := range r.Phases {
 		for _, e := range p.ErrorSamples {
 			fmt.Fprintf(w, "  %s/%s error: %s\n", p.System, p.Phase, e)
@@ -217,6 +225,21 @@ func (r *Report) Print(w io.Writer) {
 	}
 	r.printTargets(w)
 	fmt.Fprintf(w, "\n%s\n%s\n", r.HotRatioLine(), r.RatioLine())
+}
+
+// storeCallsLine gives the test server's calls per command of each phase that
+// counted them, or "".
+func (r *Report) storeCallsLine() string {
+	var parts []string
+	for _, p := range r.Phases {
+		if p.StoreAppendsPerCommand > 0 || p.StoreReadsPerCommand > 0 {
+			parts = append(parts, fmt.Sprintf("%s/%s %.2f appends, %.2f reads", p.System, p.Phase, p.StoreAppendsPerCommand, p.StoreReadsPerCommand))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "calls to the KurrentDB test server per answered command: " + strings.Join(parts, "; ")
 }
 
 func baselineRead(c ReportConfig) string {
@@ -315,6 +338,9 @@ func (r *Report) Markdown(w io.Writer) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %s | %.0f | %d | %d | %d | %d | %s | %s | %s |\n", p.System, p.Phase, p.CommandsPerSec,
 			lat(p.P50Ms), lat(p.P99Ms), lat(p.P999Ms), p.DuplicatesPerSec, p.NewApplied, p.Errors, p.Anomalies, p.EarlyDuplicates, p.batch(), fmtCPU(p.CPU), p.Mode)
+	}
+	if l := r.storeCallsLine(); l != "" {
+		fmt.Fprintf(w, "\n%s%s.\n", strings.ToUpper(l[:1]), l[1:])
 	}
 	if k := r.KeyCheck; k != nil {
 		fmt.Fprintf(w, "\nKey check (ledger.Service on the %s store; duplicates and decide-only: best of %d rounds; decide+append and p99: %d timed commands):\n\n", storeName(k.EventStore), keyCheckRounds, k.Samples)

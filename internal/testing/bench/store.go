@@ -32,19 +32,44 @@ func CheckEventStore(eventStore string) error {
 
 // startEventStore starts what the run's event store needs in this process (the
 // KurrentDB test server for EventStoreKurrentTest) and returns the URL the
-// ledger opens ("" for its PostgreSQL database) and what stops it.
-func startEventStore(eventStore string) (url string, stop func(), err error) {
+// ledger opens ("" for its PostgreSQL database), what stops it, and the test
+// server's call counts (nil on another store).
+func startEventStore(eventStore string) (url string, stop func(), calls *storeCalls, err error) {
 	switch eventStore {
 	case EventStorePostgres:
-		return "", func() {}, nil
+		return "", func() {}, nil, nil
 	case EventStoreKurrentTest:
 		s, err := kurrenttest.New()
 		if err != nil {
-			return "", nil, fmt.Errorf("bench: start the KurrentDB test server: %w", err)
+			return "", nil, nil, fmt.Errorf("bench: start the KurrentDB test server: %w", err)
 		}
-		return s.URL(), s.Stop, nil
+		return s.URL(), s.Stop, &storeCalls{s: s}, nil
 	}
-	return eventStore, func() {}, nil
+	return eventStore, func() {}, nil, nil
+}
+
+// storeCalls counts the calls the in-process KurrentDB test server received
+// (nil: not that store): what a command costs the store, counted rather than
+// timed.
+type storeCalls struct{ s *kurrenttest.Server }
+
+// count returns the appends and the reads (stream reads and subscriptions)
+// received so far.
+func (c *storeCalls) count() (appends, reads int) {
+	if c == nil {
+		return 0, 0
+	}
+	return c.s.Requests(kurrenttest.MethodAppend), c.s.Requests(kurrenttest.MethodRead)
+}
+
+// since records in res the calls per answered command since the counts a0, r0.
+func (c *storeCalls) since(res *PhaseResult, a0, r0 int) {
+	if c == nil || res.Commands == 0 {
+		return
+	}
+	a1, r1 := c.count()
+	res.StoreAppendsPerCommand = float64(a1-a0) / float64(res.Commands)
+	res.StoreReadsPerCommand = float64(r1-r0) / float64(res.Commands)
 }
 
 // isKurrent reports whether a run's event store (ReportConfig.EventStore) is
