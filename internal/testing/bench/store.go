@@ -97,7 +97,7 @@ func eventStoreLine(eventStore string) string {
 		return "PostgreSQL (the ledger's database)"
 	case EventStoreKurrentTest:
 		return fmt.Sprintf("the KurrentDB test server (eventstore/kurrentdb/kurrenttest: the real client over gRPC to a server in memory in this process, "+
-			"modelling KurrentDB %s): the figures are the ledger's costs on the test server, NOT a real KurrentDB's; the server's CPU counts as the bench's; "+
+			"modelling KurrentDB %s): the figures are the ledger's costs on the test server, NOT a real KurrentDB's; the server's CPU and heap count as the bench's (the key check's heap columns too); "+
 			"read models and the baseline on PostgreSQL", kurrenttest.DefaultRelease)
 	}
 	return "KurrentDB at " + eventStore + " (its CPU counts as other's when it runs on this machine); read models and the baseline on PostgreSQL"
