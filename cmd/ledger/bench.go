@@ -57,6 +57,7 @@ const (
 	flagBenchLedgerDB     = "ledger-database-url"
 	flagBenchBaselineDB   = "baseline-database-url"
 	flagBenchComponentLog = "component-log-level"
+	flagBenchEventStore   = "event-store"
 )
 
 func benchEnv(name string) cli.ValueSourceChain {
@@ -93,6 +94,9 @@ func benchCommand() *cli.Command {
 		&cli.BoolFlag{Name: flagBenchNoGroup, Category: sut, Usage: "ledger: one transaction per command", Sources: benchEnv(flagBenchNoGroup)},
 		&cli.IntFlag{Name: flagBenchPoolSize, Category: sut, Usage: "baseline: PostgreSQL connections (0: max-in-flight + lanes)", Sources: benchEnv(flagBenchPoolSize)},
 		&cli.BoolFlag{Name: flagBenchForUpdate, Category: sut, Value: true, Usage: "baseline: read an existing key with SELECT ... FOR UPDATE (seed 000; default on); off: a plain SELECT (seed 002), which spares a duplicate its WAL flush", Sources: benchEnv(flagBenchForUpdate)},
+		&cli.StringFlag{Name: flagBenchEventStore, Category: sut, Value: bench.EventStorePostgres, Usage: "the ledger's event store: " + bench.EventStorePostgres + " (its database); " + bench.EventStoreKurrentTest +
+			" (the in-process KurrentDB test server, started in this process: its figures are the ledger's costs on the test server, not a real KurrentDB's); or a KurrentDB URL (a real node or cluster, e.g. esdb://localhost:2113?tls=false). " +
+			"Read models, the projector's checkpoints and the baseline stay on PostgreSQL", Sources: benchEnv(flagBenchEventStore)},
 		&cli.StringFlag{Name: config.FlagDataDir, Category: sut, Usage: "directory of the private PostgreSQL cluster and the NATS stores, kept afterwards (default: a temporary directory, removed at the end)", Sources: benchEnv(config.FlagDataDir), TakesFile: true},
 		&cli.StringFlag{Name: flagBenchLedgerDB, Category: sut, Usage: "use this PostgreSQL database for the ledger instead of a private cluster", Sources: benchEnv(flagBenchLedgerDB)},
 		&cli.StringFlag{Name: flagBenchBaselineDB, Category: sut, Usage: "use this PostgreSQL database for the baseline (needed with --ledger-database-url)", Sources: benchEnv(flagBenchBaselineDB)},
@@ -117,7 +121,9 @@ func benchCommand() *cli.Command {
 			"Then the baseline, the seed documents' idempotency-key table (one transaction per command),\n" +
 			"behind the same intake on its own NATS server and its own database of the same cluster, through\n" +
 			"the same phases. Then the key check on streams of 10 and --key-check-events events, and the\n" +
-			"projector over everything written. Progress goes to stderr; the report to stdout, whose last\n" +
+			"projector over everything written. --event-store puts the ledger's events on KurrentDB (the\n" +
+			"in-process test server, or a real one by URL) instead; the read models and the baseline stay on\n" +
+			"PostgreSQL. Progress goes to stderr; the report to stdout, whose last\n" +
 			"two lines are `ratio hot/uniform commands/s: <number>` (the ledger's hot phase over its load\n" +
 			"phase) and `ratio ledger/baseline commands/s: <number>`. Ctrl-C stops the run cleanly.",
 		Flags:  flags,
@@ -271,6 +277,10 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	cfg.LedgerDatabaseURL = cmd.String(flagBenchLedgerDB)
 	cfg.BaselineDatabaseURL = cmd.String(flagBenchBaselineDB)
 	cfg.DataDir = cmd.String(config.FlagDataDir)
+	cfg.EventStore = cmd.String(flagBenchEventStore)
+	if err := bench.CheckEventStore(cfg.EventStore); err != nil {
+		return cfg, fmt.Errorf("--%s: %w", flagBenchEventStore, err)
+	}
 	cfg.OpenLoopFractions = nil
 	for _, f := range strings.Split(cmd.String(flagBenchFractions), ",") {
 		if f = strings.TrimSpace(f); f == "" {

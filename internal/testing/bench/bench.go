@@ -50,7 +50,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		HottestShare: w.hottestShare(), Duration: cfg.Duration.String(), Capture: cfg.Capture, Grace: cfg.Grace.String(), NATSSync: natsSync(cfg),
 		MaxInFlight: cfg.MaxInFlight, GroupCommit: !cfg.DisableGroupCommit, BatchMax: cfg.BatchMax, Committers: cfg.Committers,
 		BaselinePoolSize: cfg.BaselinePoolSize, BaselineLockedRead: !cfg.BaselinePlainRead, JetStreamMessages: cfg.JetStreamMessages, KeyCheckEvents: cfg.KeyCheckEvents,
+		EventStore: reportedEventStore(cfg.EventStore),
 	}}
+	if isKurrent(cfg.EventStore) {
+		rep.Config.GroupCommit = false // KurrentDB writes one stream per append
+	}
 	if cfg.BatchWait > 0 {
 		rep.Config.BatchWait = cfg.BatchWait.String()
 	}
@@ -66,11 +70,17 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 		defer os.RemoveAll(dir)
 	}
+	esURL, stopES, calls, err := startEventStore(cfg.EventStore)
+	if err != nil {
+		return rep, err
+	}
+	defer stopES() // after the environment, deferred below
 	grace := cfg.Grace
 	env, err := devenv.Start(ctx, devenv.Options{
 		DataDir:          dir,
 		NATSAddr:         "127.0.0.1:0",
 		DatabaseURL:      cfg.LedgerDatabaseURL,
+		EventStoreURL:    esURL,
 		NoFsync:          cfg.NoFsync,
 		NATSSyncInterval: cfg.NATSSyncInterval,
 		NATSSyncAlways:   cfg.NATSSyncAlways,
@@ -123,7 +133,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		case SystemLedger:
 			natsURL = env.NATSURL
 			written = append(written, env.DatabaseURL)
-			if env.EventStoreURL != env.DatabaseURL {
+			if env.EventStoreURL != env.DatabaseURL && !isKurrent(cfg.EventStore) {
 				written = append(written, env.EventStoreURL)
 			}
 			stop = func() {
@@ -154,7 +164,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			}
 			phases, err = runEcho(ctx, cfg, natsURL, w, pm, prog, ref)
 		} else {
-			phases, err = runSystem(ctx, cfg, sys, natsURL, w, pm, prog)
+			var c *storeCalls
+			if sys == SystemLedger {
+				c = calls
+			}
+			phases, err = runSystem(ctx, cfg, sys, natsURL, w, pm, prog, c)
 		}
 		stop()
 		rep.Phases = append(rep.Phases, phases...)
@@ -171,7 +185,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 
 	if cfg.KeyCheckEvents > 0 {
 		log.Info("bench: key check", "events", cfg.KeyCheckEvents)
-		rep.KeyCheck, err = keyCheck(ctx, env.EventStoreURL, runID, cfg.KeyCheckEvents, cfg.KeyCheckSamples, func(msg string, args ...any) { log.Info("bench: "+msg, args...) })
+		rep.KeyCheck, err = keyCheck(ctx, env.EventStoreURL, cfg.EventStore, runID, cfg.KeyCheckEvents, cfg.KeyCheckSamples, cfg.Logger, func(msg string, args ...any) { log.Info("bench: "+msg, args...) })
 		if err != nil {
 			return rep, fmt.Errorf("bench: key check: %w", err)
 		}
@@ -179,7 +193,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if cfg.ProjectionTimeout > 0 {
 		log.Info("bench: projection")
 		before := sampleCPU(pm)
-		rep.Projection, err = projectAll(ctx, env.DatabaseURL, cfg.ProjectionTimeout, cfg.Logger, log)
+		rep.Projection, err = projectAll(ctx, env.DatabaseURL, env.EventStoreURL, cfg.ProjectionTimeout, cfg.Logger, log)
 		if rep.Projection != nil {
 			rep.Projection.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
 		}
@@ -292,8 +306,9 @@ func startBaseline(ctx context.Context, cfg Config, env *devenv.Env, dir string,
 	return &baselineServer{natsURL: ns.ClientURL(), dbURL: url, stop: stop}, nil
 }
 
-// runSystem drives one system through the phases.
-func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload, pm int, prog *progress) ([]PhaseResult, error) {
+// runSystem drives one system through the phases; calls, when not nil, counts
+// the calls its event store receives.
+func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload, pm int, prog *progress, calls *storeCalls) ([]PhaseResult, error) {
 	log := cfg.Progress
 	t, err := dialTarget(sys, natsURL, cfg.Clients)
 	if err != nil {
@@ -331,6 +346,7 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 		spec.system, spec.phase, spec.record = sys, name, true
 		before := sampleCPU(pm)
 		tx0, cmds0 := batchTotals()
+		a0, r0 := calls.count()
 		hook(cfg, sys, name, true)
 		run, err := drive(ctx, t, g, spec, prog)
 		hook(cfg, sys, name, false)
@@ -338,6 +354,7 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 			return nil, err
 		}
 		res := resultOf(run)
+		calls.since(&res, a0, r0)
 		res.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
 		if tx1, cmds1 := batchTotals(); sys == SystemLedger && tx1 > tx0 {
 			res.Transactions = int64(tx1 - tx0)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"regexp"
@@ -37,7 +38,7 @@ func TestRunTiny(t *testing.T) {
 		Duration:            time.Second,
 		Warmup:              200 * time.Millisecond,
 		JetStreamMessages:   40,
-		KeyCheckEvents:      300,
+		KeyCheckEvents:      keyCheckRecentKeys + 100, // longer than the keys an aggregate remembers
 		KeyCheckSamples:     10,
 		ProjectionTimeout:   time.Minute,
 		Capture:             true,
@@ -47,17 +48,7 @@ func TestRunTiny(t *testing.T) {
 		BaselineDatabaseURL: baselineURL,
 		NoFsync:             true,
 	}
-	if testing.Verbose() {
-		cfg.Progress = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
-	rep, err := Run(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	var out bytes.Buffer
-	rep.Print(&out)
-	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+	rep, text, lines := runTiny(ctx, t, cfg)
 	last := lines[len(lines)-1]
 	if !regexp.MustCompile(`^ratio ledger/baseline commands/s: [0-9]+\.[0-9]{2}$`).MatchString(last) || last != rep.RatioLine() {
 		t.Fatalf("last line %q", last)
@@ -119,11 +110,12 @@ func TestRunTiny(t *testing.T) {
 			t.Errorf("%s half-load phase: %+v", sys, *h)
 		}
 	}
-	if k := rep.KeyCheck; k == nil || k.Short.Events != 10 || k.Long.Events != 300 || k.Long.ColdLoadMs <= 0 || k.Long.PeakHeapMB <= 0 || k.Long.HeldHeapMB <= 0 ||
+	if k := rep.KeyCheck; k == nil || k.Short.Events != 10 || k.Long.Events != cfg.KeyCheckEvents || k.Long.ColdLoadMs <= 0 || k.Long.PeakHeapMB <= 0 || k.Long.HeldHeapMB <= 0 ||
 		k.Long.Duplicate10Ns <= 0 || k.Long.DuplicateSpreadNs <= 0 || k.Long.DecideP50Us <= 0 || k.Long.DecideOnly10Ns <= 0 ||
 		k.Long.DecideOnlySpreadNs <= 0 || k.LikeForLike() <= 0 || k.Spread() <= 0 || k.Long.SpreadKeys != 10 {
 		t.Errorf("key check: %+v", rep.KeyCheck)
 	}
+	checkFirstResends(t, rep.KeyCheck, text)
 	if p := rep.Projection; p == nil || !p.CaughtUp || p.Events <= 0 || p.EventsPerSec <= 0 {
 		t.Errorf("projection: %+v", rep.Projection)
 	}
@@ -131,19 +123,7 @@ func TestRunTiny(t *testing.T) {
 	// The baseline's tables: every account opened once; every new deposit or
 	// withdrawal (request-reply or JetStream) completed with exactly one entry;
 	// no resend wrote anything; balances are the sums of their entries.
-	conn, err := pgx.Connect(ctx, baselineURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	count := func(q string) int64 {
-		t.Helper()
-		var n int64
-		if err := conn.QueryRow(ctx, q).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-		return n
-	}
+	count := counter(ctx, t, baselineURL)
 	if n := count(`SELECT count(*) FROM accounts`); n != int64(cfg.Accounts) {
 		t.Errorf("%d accounts, want %d", n, cfg.Accounts)
 	}
@@ -206,5 +186,168 @@ func TestRunTinyTransactions(t *testing.T) {
 	}
 	if posted == 0 || rejected != 0 {
 		t.Fatalf("%d transactions posted, %d rejected", posted, rejected)
+	}
+}
+
+// TestRunTinyKurrentTest: the ledger on the in-process KurrentDB test server
+// (--event-store kurrenttest) through the load, hot, duplicates and half-load
+// phases, the key check on a stream longer than the aggregate's recent keys,
+// and the projector into PostgreSQL's read models. It checks the report's
+// lines, that the duplicates of old keys were answered through the store (their
+// records recalled), and, in the read models, that every new command was
+// applied exactly once. No figure is asserted.
+func TestRunTinyKurrentTest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a NATS server, a KurrentDB test server and a PostgreSQL database")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ledgerURL := pgtest.URL(t)
+	cfg := Config{
+		EventStore:        EventStoreKurrentTest,
+		Systems:           []string{SystemLedger},
+		Clients:           4,
+		Accounts:          10,
+		DuplicateRatio:    0.3,
+		Duration:          time.Second,
+		Warmup:            200 * time.Millisecond,
+		KeyCheckEvents:    keyCheckRecentKeys + 100, // longer than the keys an aggregate remembers
+		KeyCheckSamples:   10,
+		ProjectionTimeout: time.Minute,
+		Grace:             500 * time.Millisecond,
+		DataDir:           t.TempDir(),
+		LedgerDatabaseURL: ledgerURL,
+		NoFsync:           true,
+	}
+	rep, text, lines := runTiny(ctx, t, cfg)
+	if last := lines[len(lines)-1]; last != "ratio ledger/baseline commands/s: 0.00" { // no baseline driven
+		t.Errorf("last line %q", last)
+	}
+	if hot := lines[len(lines)-2]; hot != rep.HotRatioLine() || rep.HotRatio <= 0 {
+		t.Errorf("line before the last %q (hot ratio %v)", hot, rep.HotRatio)
+	}
+	for _, want := range []string{
+		"ledger event store: the KurrentDB test server",
+		"NOT a real KurrentDB's",
+		"ledger group commit none (KurrentDB",
+		"calls to the KurrentDB test server per answered command: ledger/load ",
+		"key check (ledger.Service on the KurrentDB test server store;",
+		"recalled through the key's claim stream key-<K>",
+		fmt.Sprintf("over %d keys older than the aggregate's %d recent keys, every one recalled from the store", rep.KeyCheck.Long.FirstResendKeys, keyCheckRecentKeys),
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report without %q:\n%s", want, text)
+		}
+	}
+	if rep.Config.EventStore != EventStoreKurrentTest || rep.Config.GroupCommit {
+		t.Errorf("config %+v", rep.Config)
+	}
+	if _, err := json.Marshal(rep); err != nil {
+		t.Fatal(err)
+	}
+	var md bytes.Buffer
+	rep.Markdown(&md)
+	if !strings.Contains(md.String(), "ledger event store: the KurrentDB test server") || !strings.Contains(md.String(), "| ledger | hot |") {
+		t.Errorf("markdown:\n%s", md.String())
+	}
+
+	var newAnswered int64 // new commands the ledger answered, warm-ups included
+	for _, name := range []string{PhaseLoad, PhaseHot, PhaseDuplicates, PhaseHalfLoad} {
+		p := rep.Phase(SystemLedger, name)
+		if p == nil {
+			t.Fatalf("no ledger/%s", name)
+		}
+		if p.Commands <= 0 || p.Errors != 0 || p.Anomalies != 0 || p.P50Ms <= 0 {
+			t.Errorf("%s: %+v", name, *p)
+		}
+		if name != PhaseDuplicates && (p.NewApplied <= 0 || p.StoreAppendsPerCommand <= 0) {
+			t.Errorf("%s: nothing applied, or no appends counted: %+v", name, *p)
+		}
+		newAnswered += p.NewAnswered + p.WarmupNewAnswered
+	}
+	if d := rep.Phase(SystemLedger, PhaseDuplicates); d.Duplicates != d.Commands || d.NewApplied != 0 || d.StoreAppendsPerCommand != 0 {
+		t.Errorf("duplicates phase: %+v", *d)
+	}
+	if k := rep.KeyCheck; k == nil || k.Long.Events != cfg.KeyCheckEvents {
+		t.Fatalf("key check: %+v", k)
+	}
+	checkFirstResends(t, rep.KeyCheck, text)
+	if p := rep.Projection; p == nil || !p.CaughtUp || p.Events <= 0 {
+		t.Fatalf("projection: %+v", rep.Projection)
+	}
+
+	// The read models, projected from the test server: every account opened,
+	// each new deposit or withdrawal one entry, no key applied twice, balances
+	// the sums of their entries. The key check's accounts (kc…): their seeded
+	// deposits and its new ones.
+	count := counter(ctx, t, ledgerURL)
+	if n := count(`SELECT count(*) FROM readmodel.accounts WHERE account_id NOT LIKE 'kc%'`); n != int64(cfg.Accounts) {
+		t.Errorf("%d accounts, want %d", n, cfg.Accounts)
+	}
+	if n := count(`SELECT count(*) FROM readmodel.entries WHERE account_id NOT LIKE 'kc%'`); n != newAnswered {
+		t.Errorf("%d entries, want %d", n, newAnswered)
+	}
+	seeded := int64(10 - 1 + cfg.KeyCheckEvents - 1 + 2*cfg.KeyCheckSamples) // deposits of both streams, then the timed new ones
+	if n := count(`SELECT count(*) FROM readmodel.entries WHERE account_id LIKE 'kc%'`); n != seeded {
+		t.Errorf("%d entries on the key check's accounts, want %d", n, seeded)
+	}
+	if n := count(`SELECT count(*) FROM (SELECT idempotency_key FROM readmodel.entries GROUP BY 1 HAVING count(*) > 1) d`); n != 0 {
+		t.Errorf("%d keys with more than one entry", n)
+	}
+	if n := count(`SELECT count(*) FROM readmodel.accounts a WHERE a.balance <> coalesce((SELECT sum(amount) FROM readmodel.entries e WHERE e.account_id = a.account_id), 0)`); n != 0 {
+		t.Errorf("%d accounts whose balance is not the sum of their entries", n)
+	}
+}
+
+// runTiny runs cfg, its progress on stderr with -v, and returns the report and
+// its printed text, whole and in lines.
+func runTiny(ctx context.Context, t *testing.T, cfg Config) (*Report, string, []string) {
+	t.Helper()
+	if testing.Verbose() {
+		cfg.Progress = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	rep.Print(&out)
+	return rep, out.String(), strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+}
+
+// checkFirstResends: a key check's first resends on its long stream (longer
+// than the aggregate's recent keys) were duplicates of old keys, each record
+// recalled from the store, and the report's targets hold their p99; the short
+// stream's keys were all remembered.
+func checkFirstResends(t *testing.T, k *KeyCheckReport, report string) {
+	t.Helper()
+	if k == nil {
+		t.Fatal("no key check")
+	}
+	if l := k.Long; !l.FirstResendOld || l.FirstResendKeys == 0 || l.FirstResendRecalled != l.FirstResendKeys || l.FirstResendP99Us <= 0 ||
+		k.Short.FirstResendOld || k.Short.FirstResendRecalled != 0 {
+		t.Errorf("first resends: short %+v, long %+v", k.Short, l)
+	}
+	if want := fmt.Sprintf("p99 of a duplicate of an old key, %d events (ms)", k.Long.Events); !strings.Contains(report, want) {
+		t.Errorf("report without %q:\n%s", want, report)
+	}
+}
+
+// counter connects to a database for the rest of the test and returns a
+// function that runs a query of one count.
+func counter(ctx context.Context, t *testing.T, url string) func(q string) int64 {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return func(q string) int64 {
+		t.Helper()
+		var n int64
+		if err := conn.QueryRow(ctx, q).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return n
 	}
 }

@@ -40,6 +40,13 @@ type Config struct {
 	// and baseline).
 	Systems []string
 
+	// EventStore is the ledger's event store: EventStorePostgres (the default:
+	// the ledger's database, as ledger dev), EventStoreKurrentTest (the
+	// in-process KurrentDB test server, started and stopped by Run), or a
+	// KurrentDB URL (kurrentdb://, esdb://). The read models, the projector's
+	// checkpoints and the baseline stay on PostgreSQL.
+	EventStore string
+
 	// DataDir holds the private PostgreSQL cluster and the NATS stores; empty: a
 	// temporary directory removed at the end.
 	DataDir string
@@ -168,6 +175,12 @@ func (c *Config) defaults() error {
 	}
 	if c.TransactionRatio > 0 && c.Accounts < 2 {
 		return errors.New("bench: a transaction needs two accounts")
+	}
+	if err := CheckEventStore(c.EventStore); err != nil {
+		return err
+	}
+	if c.EventStore == "" {
+		c.EventStore = EventStorePostgres
 	}
 	if c.Grace == 0 {
 		c.Grace = d.Grace

@@ -2,28 +2,48 @@ package bench
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
-// groupCommitMetric is the ledger's histogram of commands per group-commit
-// transaction (internal/ledger/batch.go), in the default registry.
-const groupCommitMetric = "ledger_group_commit_batch_commands"
+// The ledger's metrics the bench reads, in the default registry.
+const (
+	// groupCommitMetric is the histogram of commands per group-commit
+	// transaction (internal/app/ledger/batch.go).
+	groupCommitMetric = "ledger_group_commit_batch_commands"
+	// keysRecalledMetric counts the key records an aggregate had forgotten and
+	// rebuilt from the store (internal/app/ledger/history.go).
+	keysRecalledMetric = "ledger_keys_recalled_total"
+)
 
-// batchTotals reads that histogram: transactions and commands so far.
-func batchTotals() (transactions, commands float64) {
+// eachMetric calls f with every series of the named metric family.
+func eachMetric(name string, f func(*dto.Metric)) {
 	mfs, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
-		return 0, 0
+		return
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != groupCommitMetric {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if h := m.GetHistogram(); h != nil {
-				transactions += float64(h.GetSampleCount())
-				commands += h.GetSampleSum()
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				f(m)
 			}
 		}
 	}
+}
+
+// batchTotals reads the group-commit histogram: transactions and commands so far.
+func batchTotals() (transactions, commands float64) {
+	eachMetric(groupCommitMetric, func(m *dto.Metric) {
+		if h := m.GetHistogram(); h != nil {
+			transactions += float64(h.GetSampleCount())
+			commands += h.GetSampleSum()
+		}
+	})
 	return transactions, commands
+}
+
+// keysRecalled reads the count of forgotten key records rebuilt from the store.
+func keysRecalled() int {
+	n := 0.0
+	eachMetric(keysRecalledMetric, func(m *dto.Metric) { n += m.GetCounter().GetValue() })
+	return int(n)
 }

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/ledgerworks/ledger/eventstore/postgres"
+	"github.com/ledgerworks/ledger/internal/platform/config"
 	"github.com/ledgerworks/ledger/projections"
 )
 
@@ -22,15 +22,16 @@ type ProjectionReport struct {
 }
 
 // projectAll runs the projector (every projection, the runner's defaults) over the
-// ledger's event store from its checkpoints until it has caught up or timeout
-// passes, and measures events applied per second.
-func projectAll(ctx context.Context, url string, timeout time.Duration, components, log *slog.Logger) (*ProjectionReport, error) {
+// ledger's event store (storeURL) into the read models of the database at url,
+// from its checkpoints until it has caught up or timeout passes, and measures
+// events applied per second.
+func projectAll(ctx context.Context, url, storeURL string, timeout time.Duration, components, log *slog.Logger) (*ProjectionReport, error) {
 	pool, err := projections.NewPool(ctx, url) // as the projector sizes it
 	if err != nil {
 		return nil, err
 	}
 	defer pool.Close()
-	store, err := postgres.Open(ctx, url)
+	store, err := config.OpenEventStore(ctx, storeURL, components)
 	if err != nil {
 		return nil, err
 	}

@@ -44,6 +44,11 @@ type PhaseResult struct {
 	// phase and the commands each carried on average (0 for the baseline).
 	Transactions int64   `json:"transactions,omitempty"`
 	MeanBatch    float64 `json:"mean_batch,omitempty"`
+	// StoreAppendsPerCommand and StoreReadsPerCommand: the calls the in-process
+	// KurrentDB test server received in the phase (appends; stream reads and
+	// subscriptions), per answered command (0 on another event store).
+	StoreAppendsPerCommand float64 `json:"store_appends_per_command,omitempty"`
+	StoreReadsPerCommand   float64 `json:"store_reads_per_command,omitempty"`
 	// WarmupNewAnswered counts the new commands answered by the unrecorded
 	// warm-up that preceded the phase (they were applied all the same).
 	WarmupNewAnswered int64 `json:"warmup_new_answered,omitempty"`
@@ -123,6 +128,9 @@ type ReportConfig struct {
 	BaselineLockedRead bool `json:"baseline_select_for_update"`
 	JetStreamMessages  int  `json:"jetstream_messages"`
 	KeyCheckEvents     int  `json:"key_check_events"`
+	// EventStore is the ledger's event store: postgres, kurrenttest, or a
+	// KurrentDB URL without its secrets (Config.EventStore).
+	EventStore string `json:"event_store"`
 }
 
 // Phase returns the result of a system's phase, or nil.
@@ -165,6 +173,7 @@ func (r *Report) Print(w io.Writer) {
 		capture = "on (LEDGER_COMMANDS stores every command, fsync " + c.NATSSync + "; the consumer confirms each after " + c.Grace + ")"
 	}
 	fmt.Fprintf(w, "JetStream capture of request-reply: %s\n", capture)
+	fmt.Fprintf(w, "ledger event store: %s\n", eventStoreLine(c.EventStore))
 	fmt.Fprintf(w, "baseline: %s; ledger group commit %s\n\n", baselineRead(c), groupCommit(c))
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -181,6 +190,9 @@ func (r *Report) Print(w io.Writer) {
 			p.NewApplied, p.Errors, p.Anomalies, p.EarlyDuplicates, p.batch(), fmtCPU(p.CPU), p.Mode)
 	}
 	tw.Flush()
+	if l := r.storeCallsLine(); l != "" {
+		fmt.Fprintln(w, l)
+	}
 	for _, p := range r.Phases {
 		for _, e := range p.ErrorSamples {
 			fmt.Fprintf(w, "  %s/%s error: %s\n", p.System, p.Phase, e)
@@ -188,7 +200,7 @@ func (r *Report) Print(w io.Writer) {
 	}
 
 	if k := r.KeyCheck; k != nil {
-		fmt.Fprintf(w, "\nkey check (ledger.Service on the PostgreSQL store; duplicates and decide-only: best of %d rounds; decide+append and p99: %d timed commands):\n", keyCheckRounds, k.Samples)
+		fmt.Fprintf(w, "\nkey check (ledger.Service on the %s store; duplicates and decide-only: best of %d rounds; decide+append and p99: %d timed commands):\n", storeName(k.EventStore), keyCheckRounds, k.Samples)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "events\tcold load ms\tcold load peak heap MiB\theld heap MiB\tduplicate ns (10 keys)\tduplicate ns (spread)\tduplicate p99 µs\tdecide+append p50 µs\tdecide+append p99 µs\tdecide only ns (latest 10)\tdecide only ns (latest)\tseeded in s\t")
 		for _, s := range []KeyCheckStream{k.Short, k.Long} {
@@ -215,6 +227,21 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "\n%s\n%s\n", r.HotRatioLine(), r.RatioLine())
 }
 
+// storeCallsLine gives the test server's calls per command of each phase that
+// counted them, or "".
+func (r *Report) storeCallsLine() string {
+	var parts []string
+	for _, p := range r.Phases {
+		if p.StoreAppendsPerCommand > 0 || p.StoreReadsPerCommand > 0 {
+			parts = append(parts, fmt.Sprintf("%s/%s %.2f appends, %.2f reads", p.System, p.Phase, p.StoreAppendsPerCommand, p.StoreReadsPerCommand))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "calls to the KurrentDB test server per answered command: " + strings.Join(parts, "; ")
+}
+
 func baselineRead(c ReportConfig) string {
 	if c.BaselineLockedRead {
 		return fmt.Sprintf("an existing key is read with SELECT ... FOR UPDATE (seed 000), %d connections", c.BaselinePoolSize)
@@ -223,6 +250,9 @@ func baselineRead(c ReportConfig) string {
 }
 
 func groupCommit(c ReportConfig) string {
+	if isKurrent(c.EventStore) {
+		return "none (KurrentDB appends to one stream at a time: a command's key claim key-<K>, then its account's events)"
+	}
 	if !c.GroupCommit {
 		return "off"
 	}
@@ -269,6 +299,9 @@ func (r *Report) printTargets(w io.Writer) {
 	if k := r.KeyCheck; k != nil {
 		ts = append(ts, target{fmt.Sprintf("key check %d/%d events, same 10 keys (worst ratio)", k.Long.Events, k.Short.Events), "<= 1.2", k.LikeForLike(), k.LikeForLike() <= 1.2, true, "x"})
 		ts = append(ts, target{fmt.Sprintf("key check %d/%d events, keys spread (worst ratio)", k.Long.Events, k.Short.Events), "<= 1.2", k.Spread(), k.Spread() <= 1.2, true, "x"})
+		if p99, ok := k.OldKeyP99Ms(); ok {
+			ts = append(ts, target{fmt.Sprintf("p99 of a duplicate of an old key, %d events (ms)", k.Long.Events), "<= 2", p99, p99 <= 2, true, "ms"})
+		}
 	}
 	if len(ts) == 0 {
 		return
@@ -289,9 +322,9 @@ func (r *Report) printTargets(w io.Writer) {
 func (r *Report) Markdown(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "%d clients, %d accounts (skew %.2f: the hottest account gets %.2f%% of the commands), duplicate ratio %.2f, transaction ratio %.2f, load phase %s; "+
-		"JetStream capture %s (grace %s, fsync %s); baseline: %s; ledger group commit %s. Machine: %d cores, %d MiB, %s, PostgreSQL %s with fsync %s; "+
+		"JetStream capture %s (grace %s, fsync %s); baseline: %s; ledger event store: %s; ledger group commit %s. Machine: %d cores, %d MiB, %s, PostgreSQL %s with fsync %s; "+
 		"load average before %s, after %s. Run took %.0fs, started %s.\n\n",
-		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.TransactionRatio, c.Duration, onOff(c.Capture), c.Grace, c.NATSSync, baselineRead(c), groupCommit(c),
+		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.TransactionRatio, c.Duration, onOff(c.Capture), c.Grace, c.NATSSync, baselineRead(c), eventStoreLine(c.EventStore), groupCommit(c),
 		r.Machine.Cores, r.Machine.MemoryMB, r.Machine.GoVersion, r.Machine.PostgresVer, onOff(r.Machine.Fsync),
 		r.Machine.LoadBefore, r.Machine.LoadAfter, r.Seconds, r.Started.UTC().Format(time.RFC3339))
 	fmt.Fprintln(w, "| system | phase | commands/s | p50 ms | p99 ms | p99.9 ms | duplicates/s | new applied | errors | anomalies | early dups | commands per transaction | cores: bench / postgres / other | mode |")
@@ -306,8 +339,11 @@ func (r *Report) Markdown(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %s | %.0f | %d | %d | %d | %d | %s | %s | %s |\n", p.System, p.Phase, p.CommandsPerSec,
 			lat(p.P50Ms), lat(p.P99Ms), lat(p.P999Ms), p.DuplicatesPerSec, p.NewApplied, p.Errors, p.Anomalies, p.EarlyDuplicates, p.batch(), fmtCPU(p.CPU), p.Mode)
 	}
+	if l := r.storeCallsLine(); l != "" {
+		fmt.Fprintf(w, "\n%s%s.\n", strings.ToUpper(l[:1]), l[1:])
+	}
 	if k := r.KeyCheck; k != nil {
-		fmt.Fprintf(w, "\nKey check (ledger.Service on the PostgreSQL store; duplicates and decide-only: best of %d rounds; decide+append and p99: %d timed commands):\n\n", keyCheckRounds, k.Samples)
+		fmt.Fprintf(w, "\nKey check (ledger.Service on the %s store; duplicates and decide-only: best of %d rounds; decide+append and p99: %d timed commands):\n\n", storeName(k.EventStore), keyCheckRounds, k.Samples)
 		fmt.Fprintln(w, "| events | cold load ms | cold load peak heap MiB | held heap MiB | duplicate ns (10 keys) | duplicate ns (spread) | duplicate p99 µs | decide+append p50 µs | decide+append p99 µs | decide only ns (latest 10) | decide only ns (latest) | seeded in s |")
 		fmt.Fprintln(w, "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 		for _, s := range []KeyCheckStream{k.Short, k.Long} {

@@ -83,12 +83,16 @@ func (st *Stream) Spread(n int) ([]domain.Command, error) {
 	return out, nil
 }
 
-// Between is n commands between Spread(n)'s, halfway from each to the next:
-// keys Spread does not return (on a stream long enough).
-func (st *Stream) Between(n int) ([]domain.Command, error) {
-	step := max(1, st.Events/n)
+// Between is up to n commands spread over the stream's first end ones, each
+// halfway between two of an even spread. With end the whole stream (Events)
+// they lie between Spread(n)'s: keys Spread does not return (on a stream long
+// enough). With end = Events - k they are keys older than the latest k: keys an
+// aggregate that remembers k keys has forgotten.
+func (st *Stream) Between(n, end int) ([]domain.Command, error) {
+	end = min(end, st.Events)
+	step := max(1, end/n)
 	var out []domain.Command
-	for i := step / 2; i < st.Events && len(out) < n; i += step {
+	for i := step / 2; i < end && len(out) < n; i += step {
 		cmd, err := st.Command(i)
 		if err != nil {
 			return nil, err
