@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -110,6 +111,28 @@ type Hold struct {
 	ExpiresAt time.Time // zero: never
 	Status    HoldStatus
 	Key       string // the key that placed it
+	// Findable: its events carry the hold's subject (EventSubject), so that a
+	// store that reads events by subject finds it once the aggregate forgot it.
+	// A hold placed before events had subjects is never forgotten.
+	Findable bool
+}
+
+// HoldSubject is the subject of a hold's events (eventstore.SubjectReader).
+func HoldSubject(holdID string) string { return "hold:" + holdID }
+
+// EventSubject is what an account event is about, for a store that finds a
+// stream's events by subject: HoldSubject for the events of a hold, "" for
+// the others.
+func EventSubject(ev NewEvent) string {
+	switch e := accountPayload(ev.Data).(type) {
+	case *HoldPlaced:
+		return HoldSubject(e.HoldID)
+	case *HoldCaptured:
+		return HoldSubject(e.HoldID)
+	case *HoldReleased:
+		return HoldSubject(e.HoldID)
+	}
+	return ""
 }
 
 // Account is the state of an account stream. Revision is -1 before any event.
@@ -139,13 +162,22 @@ type Account struct {
 	// growing. pinned counts them.
 	PinUnclaimedSteps bool
 	pinned            int
-	// keyOrder lists Keys in the order they were recorded, from keyHead on: the
-	// next to forget is keyOrder[keyHead].
-	keyOrder []string
-	keyHead  int
+	// keyOrder lists Keys (but the pinned) in the order they were recorded: the
+	// next to forget first.
+	keyOrder fifo
 	// forgot: some key decided on the stream may not be in Keys (one was
 	// forgotten, or the aggregate was loaded from a snapshot, which has none).
 	forgot bool
+	// HoldLimit bounds the closed holds Holds keeps (0: all of them): the active
+	// ones are always kept, and the most recently closed ones up to HoldLimit;
+	// an older closed hold is forgotten and found again by its events' subject
+	// (RecallHold). Set it before folding events.
+	HoldLimit int
+	// closedOrder lists the forgettable closed holds in Holds in the order they
+	// closed: the next to forget first. forgotHolds: one was forgotten, or the
+	// aggregate came from a snapshot taken by an aggregate that forgot some.
+	closedOrder fifo
+	forgotHolds bool
 	// Refunded is how much of each refunded original (a deposit or withdrawal,
 	// by its key) has been refunded so far. It lists only originals refunded at
 	// least once, so it grows with refunds, not with commands; it is part of
@@ -194,6 +226,96 @@ func (a *Account) ApproxBytes() int64 {
 // (PinUnclaimedSteps): keys no store lookup could find again.
 func (a *Account) Pinned() int { return a.pinned }
 
+// ForgotHolds reports whether a hold placed on the stream may be missing from
+// Holds (a closed one): when it does not, a hold not in Holds never existed.
+func (a *Account) ForgotHolds() bool { return a.forgotHolds }
+
+// closed notes that a hold closed: a findable one joins the closed holds that
+// may be forgotten, the oldest forgotten beyond HoldLimit.
+func (a *Account) closed(h *Hold) {
+	if !h.Findable {
+		return
+	}
+	a.closedOrder.push(h.ID)
+	for a.HoldLimit > 0 && a.closedOrder.len() > a.HoldLimit {
+		delete(a.Holds, a.closedOrder.pop())
+		a.forgotHolds = true
+	}
+}
+
+// fifo is a queue of names, the oldest first, that reuses its storage.
+type fifo struct {
+	names []string
+	head  int // names[head] is the oldest
+}
+
+func (q *fifo) push(name string) { q.names = append(q.names, name) }
+
+func (q *fifo) len() int { return len(q.names) - q.head }
+
+// pop removes and returns the oldest name.
+func (q *fifo) pop() string {
+	name := q.names[q.head]
+	q.names[q.head] = ""
+	q.head++
+	if q.head*2 >= len(q.names) { // reuse the forgotten half
+		n := copy(q.names, q.names[q.head:])
+		clear(q.names[n:])
+		q.names, q.head = q.names[:n], 0
+	}
+	return name
+}
+
+// RecallHold puts back into Holds a closed hold the aggregate forgot, folded
+// from its events (the store's events of its subject, in revision order); it
+// does nothing when they hold no placement or the hold is known. The hold is
+// then one of the most recently closed.
+func (a *Account) RecallHold(events []StoredEvent) error {
+	var h *Hold
+	for _, ev := range events {
+		payload, err := DecodeEvent(ev.Type, ev.Data)
+		if err != nil {
+			return err
+		}
+		switch e := payload.(type) {
+		case *HoldPlaced:
+			h = &Hold{ID: e.HoldID, Amount: e.Amount, Status: HoldStatusActive, Key: ev.Metadata.Key, Findable: true}
+			if e.ExpiresAt != nil {
+				h.ExpiresAt = *e.ExpiresAt
+			}
+		case *HoldCaptured:
+			if h != nil {
+				h.Status = HoldStatusCaptured
+			}
+		case *HoldReleased:
+			if h != nil {
+				h.Status = releasedStatus(e.Reason)
+			}
+		}
+	}
+	if h == nil || a.Holds[h.ID] != nil {
+		return nil
+	}
+	if h.Status == HoldStatusActive {
+		return fmt.Errorf("%w: %s: hold %s", ErrHoldInFlight, a.ID, h.ID)
+	}
+	a.Holds[h.ID] = h
+	a.closed(h)
+	return nil
+}
+
+// ErrHoldInFlight: the store's events show active a hold that the aggregate
+// no longer keeps, so closed: its closure is in an append not yet durable.
+var ErrHoldInFlight = errors.New("domain: a forgotten hold is still active in the store (its closure is in flight)")
+
+// releasedStatus is the status a release leaves.
+func releasedStatus(reason string) HoldStatus {
+	if reason == ReasonHoldExpired {
+		return HoldStatusExpired
+	}
+	return HoldStatusReleased
+}
+
 // Forgot reports whether a key decided on the stream may be missing from Keys:
 // when it does not, a key not in Keys was never decided here.
 func (a *Account) Forgot() bool { return a.forgot }
@@ -204,23 +326,15 @@ func (a *Account) remember(rec *KeyRecord) {
 		if rec.pinned {
 			a.pinned++
 		} else {
-			a.keyOrder = append(a.keyOrder, rec.Key)
+			a.keyOrder.push(rec.Key)
 		}
 	} else {
 		rec.pinned = old.pinned // counted once, as first recorded
 	}
 	a.Keys[rec.Key] = rec
 	for a.KeyLimit > 0 && len(a.Keys)-a.pinned > a.KeyLimit {
-		old := a.keyOrder[a.keyHead]
-		a.keyOrder[a.keyHead] = ""
-		a.keyHead++
-		delete(a.Keys, old)
+		delete(a.Keys, a.keyOrder.pop())
 		a.forgot = true
-	}
-	if a.keyHead > 0 && a.keyHead*2 >= len(a.keyOrder) { // reuse the forgotten half
-		n := copy(a.keyOrder, a.keyOrder[a.keyHead:])
-		clear(a.keyOrder[n:])
-		a.keyOrder, a.keyHead = a.keyOrder[:n], 0
 	}
 }
 
@@ -600,7 +714,7 @@ func (a *Account) evolve(payload any, m Metadata) error {
 		if err := a.stated("balance_after", e.BalanceAfter, a.Balance); err != nil {
 			return err
 		}
-		h := &Hold{ID: e.HoldID, Amount: e.Amount, Status: HoldStatusActive, Key: m.Key}
+		h := &Hold{ID: e.HoldID, Amount: e.Amount, Status: HoldStatusActive, Key: m.Key, Findable: m.Subject != ""}
 		if e.ExpiresAt != nil {
 			h.ExpiresAt = *e.ExpiresAt
 		}
@@ -614,6 +728,7 @@ func (a *Account) evolve(payload any, m Metadata) error {
 		a.Balance -= e.Amount
 		a.Held -= h.Amount
 		h.Status = HoldStatusCaptured
+		a.closed(h)
 	case *HoldReleased:
 		h, ok := a.Holds[e.HoldID]
 		if !ok || h.Status != HoldStatusActive || e.Amount != h.Amount {
@@ -623,10 +738,8 @@ func (a *Account) evolve(payload any, m Metadata) error {
 			return err
 		}
 		a.Held -= h.Amount
-		h.Status = HoldStatusReleased
-		if e.Reason == ReasonHoldExpired {
-			h.Status = HoldStatusExpired
-		}
+		h.Status = releasedStatus(e.Reason)
+		a.closed(h)
 	case *AccountClosed:
 		a.Closed = true
 	case *CommandRejected:

@@ -9,7 +9,7 @@ import (
 // EncodeMetadata is json.Marshal(m), byte for byte, written field by field
 // without reflection (the ledger encodes metadata for every event it writes).
 func EncodeMetadata(m Metadata) ([]byte, error) {
-	size := 155 + len(m.Key) + len(m.Command) + len(m.RequestHash) + len(m.Origin) + len(m.Chain) + len(m.Producer) + base64.StdEncoding.EncodedLen(len(m.Request))
+	size := 155 + len(m.Key) + len(m.Command) + len(m.RequestHash) + len(m.Origin) + len(m.Chain) + len(m.Producer) + len(m.Subject) + base64.StdEncoding.EncodedLen(len(m.Request))
 	b := make([]byte, 0, size)
 	b = append(b, `{"key":`...)
 	b = AppendJSONString(b, m.Key)
@@ -50,6 +50,10 @@ func EncodeMetadata(m Metadata) ([]byte, error) {
 	}
 	if m.Claimed {
 		b = append(b, `,"claimed":true`...)
+	}
+	if m.Subject != "" {
+		b = append(b, `,"subject":`...)
+		b = AppendJSONString(b, m.Subject)
 	}
 	return append(b, '}'), nil
 }

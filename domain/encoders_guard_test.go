@@ -17,7 +17,7 @@ func TestHandWrittenEncodersKnowEveryField(t *testing.T) {
 		encoder string
 		fields  []string
 	}{
-		{reflect.TypeFor[Metadata](), "EncodeMetadata", []string{"Key", "Command", "RequestHash", "Index", "Count", "At", "Origin", "Request", "Chain", "Schema", "Producer", "Claimed"}},
+		{reflect.TypeFor[Metadata](), "EncodeMetadata", []string{"Key", "Command", "RequestHash", "Index", "Count", "At", "Origin", "Request", "Chain", "Schema", "Producer", "Claimed", "Subject"}},
 		{reflect.TypeFor[KeyClaimed](), "EncodeKeyClaimed", []string{"Key", "Command", "RequestHash", "Request", "Stream", "Revision"}},
 		{reflect.TypeFor[Command](), "Command.Canonical", []string{"Type", "IdempotencyKey", "AccountID", "Currency", "Amount", "HasAmount", "OverdraftLimit", "Metadata", "TransferID", "From", "To", "HoldID", "ExpiresAt", "OriginalKey", "TransactionID", "Postings", "At", "Origin", "Ref", "Reason", "Claimed"}},
 	} {

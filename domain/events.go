@@ -171,6 +171,9 @@ type Metadata struct {
 	// this write. Set on saga steps where the store finds a forgotten key by its
 	// claim (Account.PinUnclaimedSteps); a client key's write always has a claim.
 	Claimed bool `json:"claimed,omitempty"`
+	// Subject is what the event is about within its stream (EventSubject), as
+	// the store indexes it (eventstore.EventData.Subject).
+	Subject string `json:"subject,omitempty"`
 }
 
 // NewEvent is an event decided but not yet written.

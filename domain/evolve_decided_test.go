@@ -115,7 +115,7 @@ func storedOf(t *testing.T, cmd Command, events []NewEvent, j int, rev uint64, p
 		t.Fatal(err)
 	}
 	req := cmd.Canonical()
-	m := Metadata{Key: cmd.IdempotencyKey, Command: string(cmd.Type), RequestHash: req.Hash, Index: j, Count: len(events), At: cmd.At, Chain: pos}
+	m := Metadata{Key: cmd.IdempotencyKey, Command: string(cmd.Type), RequestHash: req.Hash, Index: j, Count: len(events), At: cmd.At, Chain: pos, Subject: EventSubject(events[j])}
 	if j == 0 {
 		m.Request = req.JSON
 	}

@@ -33,6 +33,20 @@ func sampleStream(t *testing.T) ([]StoredEvent, map[string][]StoredEvent) {
 	return all, byKey
 }
 
+// viaSnapshot is a's snapshot, decoded.
+func viaSnapshot(t *testing.T, a *Account) *Account {
+	t.Helper()
+	b, err := EncodeSnapshot("account-"+a.ID, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := DecodeSnapshot("account-"+a.ID, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
 func fold(t *testing.T, a *Account, evs []StoredEvent) *Account {
 	t.Helper()
 	for _, ev := range evs {
@@ -133,14 +147,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	full := fold(t, NewAccount("a"), all)
 	for i := range all {
 		part := fold(t, NewAccount("a"), all[:i+1])
-		b, err := EncodeSnapshot("account-a", part)
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap, err := DecodeSnapshot("account-a", b)
-		if err != nil {
-			t.Fatal(err)
-		}
+		snap := viaSnapshot(t, part)
 		if ok, diff := SameState(snap, part); !ok {
 			t.Fatalf("at %d: decoded snapshot differs: %s", i, diff)
 		}
@@ -154,7 +161,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 	for name, broken := range map[string]string{
 		"tampered balance": strings.Replace(string(b), `"balance":45`, `"balance":46`, 1),
-		"other version":    strings.Replace(string(b), `"v":1`, `"v":2`, 1),
+		"other version":    strings.Replace(string(b), `"v":2`, `"v":1`, 1),
 		"other stream":     strings.Replace(string(b), `"stream":"account-a"`, `"stream":"account-b"`, 1),
 	} {
 		if broken == string(b) {
@@ -206,5 +213,84 @@ func TestUnclaimedStepsArePinned(t *testing.T) {
 		if a.Balance != 25 {
 			t.Fatalf("pin %v: balance %d", pin, a.Balance)
 		}
+	}
+}
+
+// TestClosedHoldsAreBounded: an aggregate that keeps one closed hold forgets
+// the older one, says so, and is still the state of the whole fold but for it
+// (SameState; a snapshot of it too); the forgotten hold, recalled from its
+// events, answers as it would have: hold_exists to a new placement,
+// hold_not_active to a capture. A hold placed without a subject is never
+// forgotten; SameState fails on an aggregate that lost a hold and does not say so.
+func TestClosedHoldsAreBounded(t *testing.T) {
+	all, _ := sampleStream(t)
+	full := fold(t, NewAccount("a"), all)
+	bounded := NewAccount("a")
+	bounded.HoldLimit = 1
+	fold(t, bounded, all)
+	if _, kept := bounded.Holds["h1"]; kept || !bounded.ForgotHolds() || bounded.Holds["h2"] == nil {
+		t.Fatalf("holds kept %v, forgot %v", bounded.Holds, bounded.ForgotHolds())
+	}
+	if ok, diff := SameState(bounded, full); !ok {
+		t.Fatalf("bounded vs full: %s", diff)
+	}
+	if snap := viaSnapshot(t, bounded); !snap.ForgotHolds() {
+		t.Fatal("a snapshot of the bounded aggregate forgot no holds")
+	} else if ok, diff := SameState(snap, full); !ok {
+		t.Fatalf("snapshot of the bounded aggregate vs full: %s", diff)
+	}
+	lying := fold(t, NewAccount("a"), all)
+	delete(lying.Holds, "h1")
+	if ok, _ := SameState(lying, full); ok {
+		t.Fatal("SameState took an aggregate that lost a hold without saying so")
+	}
+
+	// Recall h1 from its events, its placement and its capture.
+	var h1 []StoredEvent
+	for _, ev := range all {
+		if ev.Metadata.Subject == HoldSubject("h1") {
+			h1 = append(h1, ev)
+		}
+	}
+	if len(h1) != 2 {
+		t.Fatalf("h1's events: %d", len(h1))
+	}
+	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	place := Command{Type: CmdPlaceHold, IdempotencyKey: "n1", AccountID: "a", HoldID: "h1", Amount: 1, HasAmount: true, Currency: "EUR", At: at}
+	capture := Command{Type: CmdCaptureHold, IdempotencyKey: "n2", AccountID: "a", HoldID: "h1", At: at}
+	if d := DecideAccount(bounded, place); d.Rejection != nil {
+		t.Fatalf("before the recall the aggregate cannot know h1: %+v", d.Rejection)
+	}
+	if err := bounded.RecallHold(h1); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cmd  Command
+		code Code
+	}{{place, CodeHoldExists}, {capture, CodeHoldNotActive}} {
+		got, want := DecideAccount(bounded, c.cmd), DecideAccount(full, c.cmd)
+		if got.Rejection == nil || got.Rejection.Code != c.code || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s after the recall: %+v, the full aggregate's %+v", c.cmd.Type, got, want)
+		}
+	}
+	// The store shows h1 placed, not closed (its closure in flight): decide later.
+	again := NewAccount("a")
+	again.HoldLimit = 1
+	fold(t, again, all)
+	if err := again.RecallHold(h1[:1]); !errors.Is(err, ErrHoldInFlight) || again.Holds["h1"] != nil {
+		t.Fatalf("recall of a placement alone: %v", err)
+	}
+
+	// Holds placed without a subject (before events had one) are never forgotten.
+	old := NewAccount("a")
+	old.HoldLimit = 1
+	for _, ev := range all {
+		ev.Metadata.Subject = ""
+		if err := EvolveAccount(old, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if old.Holds["h1"] == nil || old.Holds["h2"] == nil || old.ForgotHolds() {
+		t.Fatalf("holds without subjects: %v, forgot %v", old.Holds, old.ForgotHolds())
 	}
 }

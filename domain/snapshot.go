@@ -19,7 +19,9 @@ import (
 
 // SnapshotVersion is the layout of a snapshot's state. A snapshot of any other
 // version is ignored (and replaced by the next one taken).
-const SnapshotVersion = 1
+// Version 2: holds say whether they are findable, and an aggregate that forgot
+// closed holds says so.
+const SnapshotVersion = 2
 
 // snapshot is a snapshot as stored: its state's exact bytes and their hash.
 type snapshot struct {
@@ -44,6 +46,8 @@ type snapshotState struct {
 	Held           int64             `json:"held"`
 	Holds          []snapshotHold    `json:"holds"`
 	Refunded       map[string]int64  `json:"refunded"`
+	// ForgotHolds: closed holds are missing (found by their subject).
+	ForgotHolds bool `json:"forgot_holds,omitempty"`
 }
 
 type snapshotHold struct {
@@ -52,6 +56,7 @@ type snapshotHold struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	Status    HoldStatus `json:"status"`
 	Key       string     `json:"key"`
+	Findable  bool       `json:"findable,omitempty"`
 }
 
 // EncodeSnapshot is the snapshot of a at its revision, in stream. The account
@@ -70,9 +75,9 @@ func EncodeSnapshot(stream string, a *Account) ([]byte, error) {
 
 func (a *Account) snapshotState() snapshotState {
 	st := snapshotState{ID: a.ID, Opened: a.Opened, Closed: a.Closed, Currency: a.Currency, OverdraftLimit: a.OverdraftLimit,
-		Metadata: a.Metadata, Balance: a.Balance, Held: a.Held, Holds: make([]snapshotHold, 0, len(a.Holds)), Refunded: a.Refunded}
+		Metadata: a.Metadata, Balance: a.Balance, Held: a.Held, Holds: make([]snapshotHold, 0, len(a.Holds)), Refunded: a.Refunded, ForgotHolds: a.forgotHolds}
 	for _, h := range a.Holds {
-		sh := snapshotHold{ID: h.ID, Amount: h.Amount, Status: h.Status, Key: h.Key}
+		sh := snapshotHold{ID: h.ID, Amount: h.Amount, Status: h.Status, Key: h.Key, Findable: h.Findable}
 		if !h.ExpiresAt.IsZero() {
 			t := h.ExpiresAt.UTC()
 			sh.ExpiresAt = &t
@@ -111,12 +116,16 @@ func DecodeSnapshot(stream string, b []byte) (*Account, error) {
 	a.Opened, a.Closed, a.Currency, a.OverdraftLimit, a.Metadata = st.Opened, st.Closed, st.Currency, st.OverdraftLimit, st.Metadata
 	a.Balance, a.Held, a.Revision, a.LastChain = st.Balance, st.Held, int64(s.Revision), s.Chain
 	a.forgot = true // a snapshot keeps no keys
+	a.forgotHolds = st.ForgotHolds
 	for _, h := range st.Holds {
-		hold := &Hold{ID: h.ID, Amount: h.Amount, Status: h.Status, Key: h.Key}
+		hold := &Hold{ID: h.ID, Amount: h.Amount, Status: h.Status, Key: h.Key, Findable: h.Findable}
 		if h.ExpiresAt != nil {
 			hold.ExpiresAt = *h.ExpiresAt
 		}
 		a.Holds[h.ID] = hold
+		if hold.Status != HoldStatusActive && hold.Findable {
+			a.closedOrder.push(h.ID) // in ID order: the order they closed in is not kept
+		}
 	}
 	for k, v := range st.Refunded {
 		a.Refunded[k] = v
@@ -131,8 +140,21 @@ func SameState(x, y *Account) (bool, string) {
 	if x.Revision != y.Revision || x.LastChain != y.LastChain {
 		return false, fmt.Sprintf("revision %d chain %s, the stream's %d chain %s", x.Revision, x.LastChain, y.Revision, y.LastChain)
 	}
-	bx, err1 := json.Marshal(x.snapshotState())
-	by, err2 := json.Marshal(y.snapshotState())
+	xs, ys := x.snapshotState(), y.snapshotState()
+	// x may have forgotten closed holds that y keeps (one is bounded, the
+	// other not), if it says so: compare what x keeps.
+	kept := ys.Holds[:0:0]
+	for _, h := range ys.Holds {
+		if _, in := x.Holds[h.ID]; in || h.Status == HoldStatusActive || !h.Findable {
+			kept = append(kept, h)
+		}
+	}
+	if len(kept) < len(ys.Holds) && !xs.ForgotHolds {
+		return false, fmt.Sprintf("%d closed holds missing from an aggregate that says it forgot none", len(ys.Holds)-len(kept))
+	}
+	ys.Holds, ys.ForgotHolds = kept, xs.ForgotHolds
+	bx, err1 := json.Marshal(xs)
+	by, err2 := json.Marshal(ys)
 	if err1 != nil || err2 != nil || !bytes.Equal(bx, by) {
 		return false, fmt.Sprintf("state %s, the stream's %s", bx, by)
 	}

@@ -29,6 +29,7 @@ const (
 	flagCacheSize       = "cache-size"
 	flagCacheMemory     = "cache-memory-mib"
 	flagRecentKeys      = "recent-keys"
+	flagRecentHolds     = "recent-holds"
 	flagSnapshotEvery   = "snapshot-every"
 	flagCommandQuery    = "serve-command-query"
 	flagJetStream       = "jetstream"
@@ -53,6 +54,7 @@ func serviceFlags() []cli.Flag {
 		&cli.IntFlag{Name: flagCacheSize, Category: cat, Value: 100_000, Usage: "account aggregates kept in memory", Sources: cli.EnvVars("LEDGER_CACHE_SIZE")},
 		&cli.IntFlag{Name: flagCacheMemory, Category: cat, Value: 512, Usage: "estimated heap (MiB) the cached account aggregates may hold; 0: bounded by --cache-size only", Sources: cli.EnvVars("LEDGER_CACHE_MEMORY_MIB")},
 		&cli.IntFlag{Name: flagRecentKeys, Category: cat, Value: 1024, Usage: "key records each cached account keeps; older keys are answered from the event store (PostgreSQL); 0 keeps every key", Sources: cli.EnvVars("LEDGER_RECENT_KEYS")},
+		&cli.IntFlag{Name: flagRecentHolds, Category: cat, Value: 1024, Usage: "closed holds each cached account keeps (active holds are always kept); older ones are found by their events' subject in the event store (PostgreSQL); 0 keeps every hold", Sources: cli.EnvVars("LEDGER_RECENT_HOLDS")},
 		&cli.IntFlag{Name: flagSnapshotEvery, Category: cat, Value: 1000, Usage: "events between snapshots of an account (PostgreSQL); 0 takes none", Sources: cli.EnvVars("LEDGER_SNAPSHOT_EVERY")},
 		&cli.BoolFlag{Name: flagCommandQuery, Category: cat, Value: true, Usage: "answer ledger.v1.query.command from the event store", Sources: cli.EnvVars("LEDGER_SERVE_COMMAND_QUERY")},
 		&cli.BoolFlag{Name: flagJetStream, Category: cat, Value: true, Usage: "declare LEDGER_COMMANDS and consume it durably", Sources: cli.EnvVars("LEDGER_JETSTREAM")},
@@ -73,7 +75,7 @@ func serviceOptions(cmd *cli.Command, log *slog.Logger) (node.Options, error) {
 	if err != nil {
 		return node.Options{}, fmt.Errorf("--%s: %w", flagBackOff, err)
 	}
-	for _, f := range []string{flagCacheMemory, flagRecentKeys, flagSnapshotEvery} {
+	for _, f := range []string{flagCacheMemory, flagRecentKeys, flagRecentHolds, flagSnapshotEvery} {
 		if cmd.Int(f) < 0 {
 			return node.Options{}, fmt.Errorf("--%s: %d is negative (0 means none)", f, cmd.Int(f))
 		}
@@ -94,6 +96,7 @@ func serviceOptions(cmd *cli.Command, log *slog.Logger) (node.Options, error) {
 			CacheSize:     cmd.Int(flagCacheSize),
 			CacheBytes:    zeroMeansNone(int64(cmd.Int(flagCacheMemory))) << 20,
 			RecentKeys:    int(zeroMeansNone(int64(cmd.Int(flagRecentKeys)))),
+			RecentHolds:   int(zeroMeansNone(int64(cmd.Int(flagRecentHolds)))),
 			SnapshotEvery: int(zeroMeansNone(int64(cmd.Int(flagSnapshotEvery)))),
 		},
 		Intake: natsapi.Options{

@@ -259,11 +259,12 @@ func decodeMetadata(b []byte) (domain.Metadata, error) {
 		At          time.Time `json:"at"`
 		Origin      string    `json:"origin"`
 		Chain       string    `json:"chain"`
+		Subject     string    `json:"subject"`
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
 		return domain.Metadata{}, fmt.Errorf("metadata: %w", err)
 	}
-	return domain.Metadata{Key: m.Key, Command: m.Command, RequestHash: m.RequestHash, Index: m.Index, Count: m.Count, At: m.At, Origin: m.Origin, Chain: m.Chain}, nil
+	return domain.Metadata{Key: m.Key, Command: m.Command, RequestHash: m.RequestHash, Index: m.Index, Count: m.Count, At: m.At, Origin: m.Origin, Chain: m.Chain, Subject: m.Subject}, nil
 }
 
 // checkGroup checks invariant 1 within a stream: a key's events form one group,

@@ -13,8 +13,10 @@ import (
 )
 
 // Long histories (ARCHITECTURE: hot accounts and long histories). An account's
-// history costs no memory: its aggregate keeps the state, its active holds and
-// the records of its most recent keys (Options.RecentKeys); the record of an
+// history costs no memory: its aggregate keeps the state, its active holds, its
+// most recently closed holds (Options.RecentHolds; an older one is found by its
+// events' subject on a store that reads them, eventstore.SubjectReader:
+// recallHold) and the records of its most recent keys (Options.RecentKeys); the record of an
 // older key is rebuilt from the key's own events, found by their derived IDs, on
 // a store that locates events (eventstore.EventLocator). A cold load reads the
 // account's latest snapshot and the events after it (eventstore.SnapshotStore),
@@ -37,6 +39,9 @@ var (
 	keysRecalled = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ledger_keys_recalled_total", Help: "Key records an aggregate had forgotten, rebuilt from the key's events.",
 	})
+	holdsRecalled = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ledger_holds_recalled_total", Help: "Closed holds an aggregate had forgotten, rebuilt from the hold's events (found by their subject).",
+	})
 	cachedBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "ledger_account_cache_bytes", Help: "Estimated heap held by the cached account aggregates.",
 	})
@@ -50,13 +55,13 @@ var (
 const readTimeout = 30 * time.Second
 
 func init() {
-	prometheus.MustRegister(snapshotsTaken, snapshotsIgnored, keysRecalled, cachedBytes, lookupBatch)
+	prometheus.MustRegister(snapshotsTaken, snapshotsIgnored, keysRecalled, holdsRecalled, cachedBytes, lookupBatch)
 }
 
 // newAccount is an empty aggregate bounded as this service bounds them.
 func (s *Service) newAccount(id string) *domain.Account {
 	acc := domain.NewAccount(id)
-	acc.KeyLimit, acc.PinUnclaimedSteps = s.keyLimit, s.claimRecall
+	acc.KeyLimit, acc.PinUnclaimedSteps, acc.HoldLimit = s.keyLimit, s.claimRecall, s.holdLimit
 	return acc
 }
 
@@ -79,7 +84,7 @@ func (s *Service) coldAccount(ctx context.Context, stream, id string) (*domain.A
 		s.log.Warn("account snapshot ignored: folding the stream from its start", "stream", stream, "revision", snap.Revision, "err", err)
 		return s.newAccount(id), nil
 	}
-	acc.KeyLimit, acc.PinUnclaimedSteps, acc.SnapshotRevision = s.keyLimit, s.claimRecall, acc.Revision
+	acc.KeyLimit, acc.PinUnclaimedSteps, acc.HoldLimit, acc.SnapshotRevision = s.keyLimit, s.claimRecall, s.holdLimit, acc.Revision
 	return acc, nil
 }
 
@@ -192,6 +197,37 @@ func (s *Service) keyRecord(ctx context.Context, stream string, acc *domain.Acco
 		return s.recallByFold(ctx, stream, acc, key, stored[len(stored)-1].Revision)
 	}
 	return rec, err
+}
+
+// recallHold puts back into an aggregate that forgot closed holds the hold a
+// command names, when it is not there: its events, found by their subject in
+// one read, say what became of it (domain.RecallHold). Nothing to do for a
+// command that names no hold, an aggregate that forgot none, or a store that
+// reads no subjects (its aggregates keep every hold). ErrHoldInFlight: the
+// store shows the hold active while the aggregate closed it, in an append
+// still in flight: decide again once the stream has settled. The caller holds
+// the stream's lock.
+func (s *Service) recallHold(ctx context.Context, stream string, acc *domain.Account, holdID string) error {
+	if holdID == "" || s.subjects == nil || !acc.ForgotHolds() || acc.Holds[holdID] != nil {
+		return nil
+	}
+	evs, err := s.subjects.ReadStreamSubject(ctx, stream, domain.HoldSubject(holdID), 0)
+	if err != nil {
+		return err
+	}
+	stored := make([]domain.StoredEvent, len(evs))
+	for i, re := range evs {
+		if stored[i], err = toStored(re); err != nil {
+			return err
+		}
+	}
+	if err := acc.RecallHold(stored); err != nil {
+		return err
+	}
+	if acc.Holds[holdID] != nil {
+		holdsRecalled.Inc()
+	}
+	return nil
 }
 
 // firstEventOf finds the first event key wrote to stream: by its derived ID on

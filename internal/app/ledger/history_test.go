@@ -142,7 +142,7 @@ func TestSnapshotThatDoesNotMatchIsIgnored(t *testing.T) {
 	}
 	for name, data := range map[string]string{
 		"changed bytes": strings.Replace(string(good.Data), `"balance":500`, `"balance":900000`, 1),
-		"other version": strings.Replace(string(good.Data), `"v":1`, `"v":99`, 1),
+		"other version": strings.Replace(string(good.Data), fmt.Sprintf(`"v":%d`, domain.SnapshotVersion), `"v":99`, 1),
 		"other chain":   otherChain,
 		"beyond head":   string(beyondBytes),
 	} {
@@ -270,4 +270,91 @@ func TestSnapshotsOnKurrentDB(t *testing.T) {
 	if _, err := st.ReadSnapshot(ctx, "account-b"); !errors.Is(err, eventstore.ErrSnapshotNotFound) {
 		t.Fatalf("a stream with a pinned key was snapshotted: %v", err)
 	}
+}
+
+// TestForgottenClosedHoldsAnswerAsKept: an aggregate that keeps one closed hold
+// (RecentHolds 1) answers every command naming a hold it forgot as one that
+// keeps them all: a new placement under a closed hold's ID is hold_exists, a
+// capture or release of a closed hold hold_not_active, an unknown hold
+// hold_not_found; warm, and cold from a snapshot in a new instance; a resend of an old capture is its duplicate. On a
+// store that reads events by subject the holds are forgotten (and found
+// again); elsewhere every hold is kept.
+func TestForgottenClosedHoldsAnswerAsKept(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func() testStore) {
+		st := newStore()
+		var now atomic.Int64
+		now.Store(clock().Unix())
+		opts := Options{Clock: func() time.Time { return time.Unix(now.Load(), 0).UTC() }, RecentHolds: 1, SnapshotEvery: 3}
+		bounded := New(st, opts)
+		defer bounded.Close()
+		opts.RecentHolds = -1
+		full := New(st, opts)
+		defer full.Close()
+		name := strings.ReplaceAll(t.Name(), "/", "-")
+		script := func(svc *Service, acc string) []Reply {
+			var out []Reply
+			send := func(typ, body string) {
+				r := post(t, svc, typ, strings.ReplaceAll(strings.ReplaceAll(body, "ACC", acc), "'", `"`))
+				r.Position, r.Events = "", nil // other accounts: other IDs and positions
+				r.Message = strings.ReplaceAll(r.Message, acc, "ACC")
+				r.IdempotencyKey = strings.ReplaceAll(r.IdempotencyKey, acc, "ACC")
+				if r.Account != nil {
+					r.Account.AccountID = strings.ReplaceAll(r.Account.AccountID, acc, "ACC")
+				}
+				out = append(out, r)
+			}
+			expires := time.Unix(now.Load(), 0).Add(time.Hour).UTC().Format(time.RFC3339)
+			send("open_account", `{'idempotency_key':'ACC-o','account_id':'ACC','currency':'EUR'}`)
+			send("deposit", `{'idempotency_key':'ACC-d','account_id':'ACC','amount':1000,'currency':'EUR'}`)
+			for i := range 4 {
+				send("place_hold", fmt.Sprintf(`{'idempotency_key':'ACC-p%d','account_id':'ACC','hold_id':'h%d','amount':%d,'currency':'EUR','expires_at':'%s'}`, i, i, 10+i, expires))
+			}
+			send("capture_hold", `{'idempotency_key':'ACC-c0','account_id':'ACC','hold_id':'h0','amount':5}`)
+			send("release_hold", `{'idempotency_key':'ACC-r1','account_id':'ACC','hold_id':'h1'}`)
+			send("capture_hold", `{'idempotency_key':'ACC-c2','account_id':'ACC','hold_id':'h2'}`)
+			for i := range 3 { // closed holds named again under new keys
+				send("place_hold", fmt.Sprintf(`{'idempotency_key':'ACC-again-p%d','account_id':'ACC','hold_id':'h%d','amount':1,'currency':'EUR'}`, i, i))
+				send("capture_hold", fmt.Sprintf(`{'idempotency_key':'ACC-again-c%d','account_id':'ACC','hold_id':'h%d'}`, i, i))
+				send("release_hold", fmt.Sprintf(`{'idempotency_key':'ACC-again-r%d','account_id':'ACC','hold_id':'h%d'}`, i, i))
+			}
+			send("capture_hold", `{'idempotency_key':'ACC-unknown','account_id':'ACC','hold_id':'nope'}`)
+			send("capture_hold", `{'idempotency_key':'ACC-c0','account_id':'ACC','hold_id':'h0','amount':5}`) // a resend
+			return out
+		}
+		want, got := script(full, "fh-"+name), script(bounded, "bh-"+name)
+		for i := range want {
+			if !reflect.DeepEqual(got[i], want[i]) {
+				t.Fatalf("command %d:\n bounded %+v\n full    %+v", i, got[i], want[i])
+			}
+		}
+		codes := map[domain.Code]int{}
+		for _, r := range got {
+			codes[r.Code]++
+		}
+		if codes[domain.CodeHoldExists] != 3 || codes[domain.CodeHoldNotActive] != 6 || codes[domain.CodeHoldNotFound] != 1 || !got[len(got)-1].Duplicate {
+			t.Fatalf("codes %v, last %+v", codes, got[len(got)-1])
+		}
+		// A new instance, cold from a snapshot, finds them too.
+		acc := "bh-" + name
+		mustApply(t, bounded, "release_hold", fmt.Sprintf(`{"idempotency_key":"%s-r3","account_id":"%s","hold_id":"h3"}`, acc, acc))
+		cold := New(st, Options{Clock: opts.Clock, RecentHolds: 1, SnapshotEvery: 3})
+		defer cold.Close()
+		for i, c := range []struct {
+			hold string
+			code domain.Code
+		}{{"h0", domain.CodeHoldNotActive}, {"h2", domain.CodeHoldNotActive}, {"h3", domain.CodeHoldNotActive}, {"nope", domain.CodeHoldNotFound}} {
+			r := post(t, cold, "capture_hold", fmt.Sprintf(`{"idempotency_key":"%s-cold%d","account_id":"%s","hold_id":"%s"}`, acc, i, acc, c.hold))
+			if r.Code != c.code {
+				t.Fatalf("cold capture of %s: %+v", c.hold, r)
+			}
+		}
+		_, subjects := st.(eventstore.SubjectReader)
+		a, err := bounded.loadAccount(context.Background(), domain.AccountStream(acc), acc, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.ForgotHolds() != subjects || (subjects && len(a.Holds) > 1) || (!subjects && len(a.Holds) != 4) {
+			t.Fatalf("store reads subjects: %v; the aggregate keeps %d holds, forgot: %v", subjects, len(a.Holds), a.ForgotHolds())
+		}
+	})
 }

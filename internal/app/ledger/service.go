@@ -39,6 +39,11 @@ type Options struct {
 	// 1,024; negative keeps every key. A store that locates no events keeps
 	// every key whatever it says.
 	RecentKeys int
+	// RecentHolds bounds the closed holds each cached account keeps, on a
+	// store that reads events by subject (a closed hold not kept is found by
+	// its events' subject): default 1,024; negative keeps every hold. Active
+	// holds are always kept. A store that reads no subjects keeps every hold.
+	RecentHolds int
 	// SnapshotEvery is the number of events between snapshots of an account, on
 	// a store that keeps snapshots (default 1,000; negative: none are taken;
 	// existing ones are still read).
@@ -77,6 +82,10 @@ type Service struct {
 	lookups     *keyLookups
 	snaps       eventstore.SnapshotStore
 	keyLimit    int
+	// subjects is the store's, when it reads events by subject; holdLimit is
+	// Account.HoldLimit for new aggregates (history.go).
+	subjects  eventstore.SubjectReader
+	holdLimit int
 	oldKeys     sync.Map // streams where resends of forgotten keys arrive: string -> time.Time
 	snapSlots   chan struct{}
 	snapWG      sync.WaitGroup
@@ -102,6 +111,9 @@ func New(store Store, opts Options) *Service {
 	if opts.RecentKeys == 0 {
 		opts.RecentKeys = 1024
 	}
+	if opts.RecentHolds == 0 {
+		opts.RecentHolds = 1024
+	}
 	if opts.SnapshotEvery == 0 {
 		opts.SnapshotEvery = 1000
 	}
@@ -119,6 +131,9 @@ func New(store Store, opts Options) *Service {
 	}
 	if ss, ok := store.(eventstore.SnapshotStore); ok {
 		s.snaps = ss
+	}
+	if sr, ok := store.(eventstore.SubjectReader); ok {
+		s.subjects, s.holdLimit = sr, max(opts.RecentHolds, 0)
 	}
 	if m, ok := store.(eventstore.MultiAppender); ok {
 		s.multi = m
@@ -264,6 +279,13 @@ func (s *Service) decideOnAccountOnce(ctx context.Context, l *heldLocks, cmd dom
 		if _, err := s.keyRecord(ctx, stream, acc, cmd.OriginalKey); err != nil {
 			return nil, false, nil, false, err
 		}
+	}
+	switch err := s.recallHold(ctx, stream, acc, cmd.HoldID); {
+	case errors.Is(err, domain.ErrHoldInFlight):
+		*refresh = true
+		return nil, false, nil, true, s.settleBeforeDecidingAgain(ctx, l, stream)
+	case err != nil:
+		return nil, false, nil, false, err
 	}
 	d := domain.DecideAccount(acc, cmd)
 	if d.Invalid != nil || len(d.Events) == 0 {
@@ -540,7 +562,7 @@ func (s *Service) encodeEvents(cmd domain.Command, req domain.Canonical, key, st
 		if err != nil {
 			return nil, nil, fmt.Errorf("ledger: encode %s: %w", ev.Type, err)
 		}
-		m := domain.Metadata{Key: key, Command: string(cmd.Type), RequestHash: hash, Index: i, Count: len(events), At: cmd.At, Origin: cmd.Origin, Producer: s.opts.Producer, Schema: 1, Claimed: cmd.Claimed}
+		m := domain.Metadata{Key: key, Command: string(cmd.Type), RequestHash: hash, Index: i, Count: len(events), At: cmd.At, Origin: cmd.Origin, Producer: s.opts.Producer, Schema: 1, Claimed: cmd.Claimed, Subject: domain.EventSubject(ev)}
 		if i == 0 {
 			m.Request = req.JSON
 		}
@@ -551,7 +573,7 @@ func (s *Service) encodeEvents(cmd domain.Command, req domain.Canonical, key, st
 		if err != nil {
 			return nil, nil, err
 		}
-		out[i] = eventstore.EventData{ID: id, Type: ev.Type, Data: data, Metadata: meta}
+		out[i] = eventstore.EventData{ID: id, Type: ev.Type, Data: data, Metadata: meta, Subject: m.Subject}
 		metas[i] = m
 	}
 	return out, metas, nil

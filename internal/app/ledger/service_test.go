@@ -339,7 +339,7 @@ func TestPropertyRandomCommands(t *testing.T) {
 // resend is of a key the aggregate forgot, and nearly every load is cold, from a
 // snapshot (on the stores that locate events and keep snapshots).
 func TestPropertyRandomCommandsForgetful(t *testing.T) {
-	propertyRandomCommands(t, Options{Clock: clock, RecentKeys: 3, CacheSize: 2, SnapshotEvery: 7})
+	propertyRandomCommands(t, Options{Clock: clock, RecentKeys: 3, RecentHolds: 1, CacheSize: 2, SnapshotEvery: 7})
 }
 
 func propertyRandomCommands(t *testing.T, opts Options) {

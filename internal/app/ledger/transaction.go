@@ -357,6 +357,9 @@ func (s *Service) handleCaptureTo(ctx context.Context, cmd domain.Command) (Repl
 		if err != nil {
 			return Reply{}, false, err
 		}
+		if err := s.recallHold(ctx, held, a, cmd.HoldID); err != nil { // drained: never in flight
+			return Reply{}, false, err
+		}
 		b, err := s.loadAccount(ctx, to, cmd.To, refresh)
 		if err != nil {
 			return Reply{}, false, err

@@ -773,7 +773,7 @@ func TestTransferCrashAtEveryStep(t *testing.T) {
 
 func TestTransferCrashAtEveryStepForgetful(t *testing.T) {
 	transferCrashAtEveryStep(t, func(st Store, clk *fakeClock) *Service {
-		return New(st, Options{Clock: clk.Now, Logger: quietLog, RecentKeys: 1})
+		return New(st, Options{Clock: clk.Now, Logger: quietLog, RecentKeys: 1, RecentHolds: 1})
 	})
 }
 
