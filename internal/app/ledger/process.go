@@ -372,27 +372,14 @@ func (p *Process) sweepLocked(ctx context.Context, now time.Time) SweepStats {
 		if now.Sub(p.view.Transfers[id].LastAt) < p.opts.Grace || now.Before(p.retry[id].next) {
 			continue
 		}
-		if p.resume(&st, now, id, "transfer_id", func() (bool, error) {
+		if p.resume(&st, now, "", id, "transfer_id", func() (bool, error) {
 			pending, err := p.svc.ResumeTransfer(ctx, id)
 			return pending == 0, err
 		}) {
 			delete(p.view.Transfers, id)
 		}
 	}
-	for _, id := range sortedKeys(p.view.Transactions) {
-		if ctx.Err() != nil {
-			break
-		}
-		if now.Sub(p.view.Transactions[id]) < p.opts.Grace || now.Before(p.retry[domain.TransactionStreamPrefix+id].next) {
-			continue
-		}
-		if p.resume(&st, now, domain.TransactionStreamPrefix+id, "transaction_id", func() (bool, error) {
-			pending, err := p.svc.ResumeTransaction(ctx, id)
-			return !pending, err
-		}) {
-			delete(p.view.Transactions, id)
-		}
-	}
+	p.sweepSagas(ctx, &st, now, p.view.Transactions, domain.TransactionStreamPrefix, "transaction_id", p.svc.ResumeTransaction)
 	for _, k := range sortedKeys(p.view.Holds) {
 		if ctx.Err() != nil {
 			break
@@ -416,10 +403,31 @@ func (p *Process) sweepLocked(ctx context.Context, now time.Time) SweepStats {
 	return st
 }
 
-// resume drives one saga (retryKey names it in p.retry; what, in the log) and
-// reports whether it is decided; a failure is counted and retried later, with
-// a growing delay.
-func (p *Process) resume(st *SweepStats, now time.Time, retryKey, what string, drive func() (decided bool, err error)) bool {
+// sweepSagas drives the sagas of view (by id, with when each last progressed)
+// idle for the grace period, forgetting those found done; prefix makes an id
+// a key of p.retry, what names it in the log.
+func (p *Process) sweepSagas(ctx context.Context, st *SweepStats, now time.Time, view map[string]time.Time, prefix, what string, drive func(ctx context.Context, id string) (pending bool, err error)) {
+	for _, id := range sortedKeys(view) {
+		if ctx.Err() != nil {
+			break
+		}
+		if now.Sub(view[id]) < p.opts.Grace || now.Before(p.retry[prefix+id].next) {
+			continue
+		}
+		if p.resume(st, now, prefix, id, what, func() (bool, error) {
+			pending, err := drive(ctx, id)
+			return !pending, err
+		}) {
+			delete(view, id)
+		}
+	}
+}
+
+// resume drives one saga (prefix+id names it in p.retry; what, in the log)
+// and reports whether it is decided; a failure is counted and retried later,
+// with a growing delay.
+func (p *Process) resume(st *SweepStats, now time.Time, prefix, id, what string, drive func() (decided bool, err error)) bool {
+	retryKey := prefix + id
 	decided, err := drive()
 	if err != nil {
 		st.Errors++
@@ -427,7 +435,7 @@ func (p *Process) resume(st *SweepStats, now time.Time, retryKey, what string, d
 		r.failures++
 		r.next = now.Add(min(time.Second<<min(r.failures-1, 16), maxRetryDelay))
 		p.retry[retryKey] = r
-		p.log.Warn("resuming a saga failed", what, strings.TrimPrefix(retryKey, domain.TransactionStreamPrefix), "failures", r.failures, "err", err)
+		p.log.Warn("resuming a saga failed", what, id, "failures", r.failures, "err", err)
 		return false
 	}
 	delete(p.retry, retryKey)

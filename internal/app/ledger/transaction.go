@@ -468,7 +468,7 @@ func (s *Service) decideTransferAtomically(ctx context.Context, cmd domain.Comma
 			return false, Reply{}, err
 		}
 		if !acc.Opened {
-			return false, reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s does not exist", id)}), nil
+			return false, reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(id)), nil
 		}
 		accs[id] = acc
 	}

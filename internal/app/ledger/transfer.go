@@ -128,7 +128,7 @@ func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply
 					return Reply{}, nil, answered, err
 				}
 				if !open {
-					return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s does not exist", id)}), nil, answered, nil
+					return reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(id)), nil, answered, nil
 				}
 			}
 		}
@@ -315,15 +315,35 @@ func (s *Service) driveSaga(ctx context.Context, stream, transferID, key string)
 
 // runStep runs one account step of a saga and returns its recorded outcome.
 func (s *Service) runStep(ctx context.Context, t *domain.Transfer, sg *domain.Saga, step string) (domain.StepOutcome, error) {
-	cmd := t.StepCommand(sg, step, s.opts.Clock().UTC())
-	rec, _, r, err := s.decideOnAccount(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID, false)
+	rec, err := s.accountStep(ctx, t.StepCommand(sg, step, s.opts.Clock().UTC()))
 	if err != nil {
 		return domain.StepOutcome{}, err
 	}
-	if r != nil {
-		return domain.StepOutcome{}, fmt.Errorf("%w: %s %q on %s: %s: %s", errStepNotRecorded, cmd.Type, cmd.IdempotencyKey, cmd.AccountID, r.Code, r.Message)
-	}
 	return domain.StepOutcome{Applied: rec.Status == domain.StatusApplied, Code: rec.Code, Message: rec.Message}, nil
+}
+
+// accountStep runs a saga's account step cmd (a derived key on cmd.AccountID),
+// or answers it again once run, and returns its record. A step refused without
+// a record is an error: the saga stays pending.
+func (s *Service) accountStep(ctx context.Context, cmd domain.Command) (*domain.KeyRecord, error) {
+	rec, _, r, err := s.decideOnAccount(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID, false)
+	if err != nil {
+		return nil, err
+	}
+	if r != nil {
+		return nil, fmt.Errorf("%w: %s %q on %s: %s: %s", errStepNotRecorded, cmd.Type, cmd.IdempotencyKey, cmd.AccountID, r.Code, r.Message)
+	}
+	rc := rec.KeyRecord
+	return &rc, nil
+}
+
+// stepWithFailpoint is accountStep, then the test failpoint named step.
+func (s *Service) stepWithFailpoint(ctx context.Context, cmd domain.Command, step string) (*domain.KeyRecord, error) {
+	rec, err := s.accountStep(ctx, cmd)
+	if err == nil {
+		err = s.fail(step)
+	}
+	return rec, err
 }
 
 // appendMarker records a saga's progress in the transfer stream under the
