@@ -18,11 +18,13 @@ import (
 
 // The transfer process finishes what the inline handler could not: sagas left
 // half-way by a crash (ARCHITECTURE decision 6), and holds whose expiry has come.
-// It is fed by a subscription to "all" (transfer and account streams) and keeps a
-// small view: the transfer streams with an undecided saga, and the active holds
-// with an expiry. Every action it takes is an idempotent, derived-key command
-// (driveSaga's steps and markers, StepKey(placing key, "expire")), so running it
-// on several instances at once, or again after a crash, is harmless.
+// It is fed by a subscription to "all" (transfer, transaction and account
+// streams) and keeps a small view: the transfer streams with an undecided saga,
+// the reservation sagas without an outcome, the capture sagas whose guard
+// stands (or was refused), and the active holds with an expiry. Every action
+// it takes is an idempotent, derived-key command (the sagas' steps and
+// markers, StepKey(placing key, "expire")), so running it on several instances
+// at once, or again after a crash, is harmless.
 //
 // Checkpoint. The view is a function of the prefix of "all" that was read, so it
 // is checkpointed in the event store itself: a ProcessCheckpoint event holding the
@@ -93,6 +95,9 @@ type processView struct {
 	// Transactions are the reservation sagas still running (txsaga.go), by
 	// transaction id, with when their stream last progressed.
 	Transactions map[string]time.Time `json:"transactions,omitempty"`
+	// Captures are the capture sagas (capturesaga.go) whose guard was placed
+	// and not yet released, or refused, by client key, with when.
+	Captures map[string]time.Time `json:"captures,omitempty"`
 }
 
 // pendingTransfer is a transfer stream with an undecided saga.
@@ -157,7 +162,7 @@ func NewProcess(svc *Service, store ProcessStore, opts ProcessOptions) *Process 
 }
 
 func newView() processView {
-	return processView{Transfers: map[string]*pendingTransfer{}, Holds: map[string]*expiringHold{}, Transactions: map[string]time.Time{}}
+	return processView{Transfers: map[string]*pendingTransfer{}, Holds: map[string]*expiringHold{}, Transactions: map[string]time.Time{}, Captures: map[string]time.Time{}}
 }
 
 var processPrefixes = []string{domain.TransferStreamPrefix, domain.AccountStreamPrefix, domain.TransactionStreamPrefix}
@@ -284,6 +289,9 @@ func (p *Process) apply(ev eventstore.RecordedEvent) {
 		default:
 			return
 		}
+	} else if ev.Type == domain.EvCommandRejected {
+		p.applyRefusal(ev)
+		return
 	} else if ev.Type != domain.EvHoldPlaced && ev.Type != domain.EvHoldCaptured && ev.Type != domain.EvHoldReleased {
 		return
 	}
@@ -304,13 +312,33 @@ func (p *Process) apply(ev eventstore.RecordedEvent) {
 	account := strings.TrimPrefix(ev.Stream, domain.AccountStreamPrefix)
 	switch e := payload.(type) {
 	case *domain.HoldPlaced:
+		if key, ok := domain.CaptureGuardKey(e.HoldID); ok {
+			p.view.Captures[key] = m.At
+		}
 		if e.ExpiresAt != nil {
 			p.view.Holds[account+"/"+e.HoldID] = &expiringHold{Account: account, Hold: e.HoldID, Key: m.Key, ExpiresAt: *e.ExpiresAt}
 		}
 	case *domain.HoldCaptured:
 		delete(p.view.Holds, account+"/"+e.HoldID)
 	case *domain.HoldReleased:
+		if key, ok := domain.CaptureGuardKey(e.HoldID); ok {
+			delete(p.view.Captures, key)
+		}
 		delete(p.view.Holds, account+"/"+e.HoldID)
+	}
+}
+
+// applyRefusal notes a capture saga whose guard was refused: its capture,
+// refused for it, may not be written yet. The process's resume finds it
+// decided (normally at once) and forgets it.
+func (p *Process) applyRefusal(ev eventstore.RecordedEvent) {
+	m, err := domain.DecodeMetadata(ev.Metadata)
+	if err != nil {
+		p.log.Error("undecodable metadata skipped", "stream", ev.Stream, "revision", ev.Revision, "err", err)
+		return
+	}
+	if domain.CommandType(m.Command) == domain.CmdCaptureGuard && m.Origin != "" {
+		p.view.Captures[m.Origin] = m.At
 	}
 }
 
@@ -380,6 +408,7 @@ func (p *Process) sweepLocked(ctx context.Context, now time.Time) SweepStats {
 		}
 	}
 	p.sweepSagas(ctx, &st, now, p.view.Transactions, domain.TransactionStreamPrefix, "transaction_id", p.svc.ResumeTransaction)
+	p.sweepSagas(ctx, &st, now, p.view.Captures, domain.CaptureGuardHoldID(""), "capture_key", p.svc.ResumeCapture)
 	for _, k := range sortedKeys(p.view.Holds) {
 		if ctx.Err() != nil {
 			break
@@ -399,7 +428,7 @@ func (p *Process) sweepLocked(ctx context.Context, now time.Time) SweepStats {
 			delete(p.view.Holds, k)
 		}
 	}
-	st.Pending, st.Holds = len(p.view.Transfers)+len(p.view.Transactions), len(p.view.Holds)
+	st.Pending, st.Holds = len(p.view.Transfers)+len(p.view.Transactions)+len(p.view.Captures), len(p.view.Holds)
 	return st
 }
 
@@ -491,6 +520,9 @@ func (p *Process) loadLocked(ctx context.Context) error {
 	}
 	if cp.View.Transactions == nil { // a checkpoint written before reservation sagas
 		cp.View.Transactions = map[string]time.Time{}
+	}
+	if cp.View.Captures == nil { // a checkpoint written before capture sagas
+		cp.View.Captures = map[string]time.Time{}
 	}
 	p.view, p.cpRev, p.cpChain, p.cpPos, p.loaded = cp.View, int64(evs[0].Revision), m.Chain, cp.View.Position, true
 	return nil
