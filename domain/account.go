@@ -431,14 +431,20 @@ func decideAccount(a *Account, cmd Command) Decision {
 			reason = ReasonWithdrawal
 		}
 		return a.decideDebit(cmd, cmd.Amount, cmd.Currency, reason, cmd.Ref)
-	case CmdPlaceHold:
+	case CmdPlaceHold, CmdCaptureGuard:
 		return a.decidePlaceHold(cmd)
 	case CmdTransactionReserve:
 		return a.decideTransactionReserve(cmd)
 	case CmdTransactionLeg:
 		return a.decideReservedLegs(cmd)
 	case CmdCaptureHold:
-		return a.decideCaptureHold(cmd)
+		d := a.decideCaptureHold(cmd)
+		if cmd.ToRefusal != nil && d.Rejection == nil {
+			return refuseCaptureTo(cmd, cmd.ToRefusal)
+		}
+		return d
+	case CmdCaptureCredit:
+		return a.decideCaptureCredit(cmd)
 	case CmdReleaseHold, CmdExpireHold:
 		return a.decideReleaseHold(cmd)
 	case CmdRefund:
@@ -506,12 +512,12 @@ func DecideCaptureTo(held, to *Account, cmd Command) (capture, credit Decision) 
 		return capture, Decision{}
 	}
 	if !to.Opened {
-		return reject(cmd, CodeAccountNotFound, false, "account %s does not exist", to.ID), Decision{}
+		return refuseCaptureTo(cmd, MissingAccount(to.ID)), Decision{}
 	}
 	c := capture.Events[0].Data.(HoldCaptured)
 	credit = to.decideCredit(Command{Metadata: cmd.Metadata}, c.Amount, c.Currency, ReasonCaptureIn, cmd.HoldID, false)
 	if r := credit.Rejection; r != nil {
-		return stampAfter(held, reject(cmd, r.Code, true, "capture to %s: %s", to.ID, r.Message)), Decision{}
+		return stampAfter(held, refuseCaptureTo(cmd, r)), Decision{}
 	}
 	return capture, credit
 }

@@ -1,5 +1,7 @@
 package domain
 
+import "fmt"
+
 // Status is the outcome class of a command (PROTOCOL.md §3).
 type Status string
 
@@ -46,4 +48,10 @@ type Rejection struct {
 	// Recorded is false for refusals that concern something that does not exist
 	// (an account or an original): those are not written, so a retry re-decides.
 	Recorded bool
+}
+
+// MissingAccount is the refusal, not recorded, of a command naming an account
+// that does not exist.
+func MissingAccount(id string) *Rejection {
+	return &Rejection{Code: CodeAccountNotFound, Message: fmt.Sprintf("account %s does not exist", id)}
 }

@@ -94,6 +94,11 @@ type Command struct {
 	// Claimed: an internal step written with a claim of its own key
 	// (Metadata.Claimed), where the store recalls forgotten keys by their claims.
 	Claimed bool
+	// ToRefusal, on a capture_hold with `to` decided as a saga (capturesaga.go),
+	// is the refusal its `to` account gave: the capture takes it when the held
+	// account would otherwise allow it, as one decision over both would. It is
+	// not part of the request.
+	ToRefusal *Rejection
 }
 
 // Posting is one leg of a transaction: amount moves from one account to another.

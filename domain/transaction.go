@@ -136,7 +136,7 @@ func DecideTransaction(accounts map[string]*Account, cmd Command) TransactionDec
 	for i, p := range cmd.Postings {
 		for _, id := range []string{p.From, p.To} {
 			if a := scratch[id]; a == nil || !a.Opened {
-				return refuse(i, &Rejection{Code: CodeAccountNotFound, Message: fmt.Sprintf("account %s does not exist", id)})
+				return refuse(i, MissingAccount(id))
 			}
 		}
 		from, to := scratch[p.From], scratch[p.To]

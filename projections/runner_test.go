@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
@@ -374,7 +375,8 @@ func TestRunnerSurvivesLostConnections(t *testing.T) {
 }
 
 // The projector and the audit work the same over KurrentDB (here its in-process
-// stand-in): positions are (commit, prepare) pairs of its own.
+// stand-in): positions are (commit, prepare) pairs of its own, and captures into
+// an account are capture sagas.
 func TestProjectsFromKurrentDB(t *testing.T) {
 	_, url := kurrenttest.Start(t)
 	ctx := context.Background()
@@ -397,6 +399,24 @@ func TestProjectsFromKurrentDB(t *testing.T) {
 	}
 	if !rep.OK() || rep.Events == 0 {
 		t.Fatalf("audit over KurrentDB: %d events, %v", rep.Events, rep.Violations)
+	}
+	// Among them, captures into an account, which are sagas there: guarded,
+	// captured, credited under the key one append writes, released.
+	guards, credits := 0, 0
+	for _, re := range devtest.ReadAll(t, st) {
+		switch p, _ := domain.DecodeEvent(re.Type, re.Data); e := p.(type) {
+		case *domain.HoldPlaced:
+			if _, ok := domain.CaptureGuardKey(e.HoldID); ok {
+				guards++
+			}
+		case *domain.Credited:
+			if e.Reason == domain.ReasonCaptureIn {
+				credits++
+			}
+		}
+	}
+	if guards == 0 || credits == 0 {
+		t.Fatalf("the workload made %d capture guards and %d capture credits", guards, credits)
 	}
 	if _, err := projections.Rebuild(ctx, env.Pool, st, projections.RebuildOptions{Verify: audit.VerifyGeneration(env.Pool, st)}); err != nil {
 		t.Fatal(err)

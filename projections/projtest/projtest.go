@@ -237,7 +237,7 @@ func (r *workloadRun) captureOldestHold(a string) {
 		body["amount"] = 1
 	}
 	if to := r.randomAcct(); to != a && r.rng.IntN(2) == 0 {
-		body["to"] = to // captured into another account (on a store that can)
+		body["to"] = to // captured into another account (a capture saga on KurrentDB)
 	}
 	r.post("capture_hold", body)
 }

@@ -824,13 +824,23 @@ func (f *Fold) applyTransaction(re eventstore.RecordedEvent, ev domain.StoredEve
 // currency, its debits equal its credits and the postings of its
 // TransactionPosted, and no legs exist without one; the same for every capture
 // into an account (its HoldCaptured is the debit, the credit to `to` the credit).
+// A capture saga whose guard still stands on `to` (domain/capturesaga.go) may
+// have captured without crediting yet: what it captured is in flight.
 func (f *Fold) finishTransactions() {
-	running := map[string]bool{} // keys of reservation sagas without their outcome yet
+	running := map[string]bool{} // keys of reservation and capture sagas still running
 	for _, ts := range f.txSagas {
 		if !ts.Decided() && ts.Key != "" {
 			running[ts.Key] = true
 			for _, cur := range sagaCurrencies(ts) {
 				f.totals(cur).PendingSaga++
+			}
+		}
+	}
+	for _, a := range f.Accounts {
+		for id, h := range a.Holds {
+			if key, ok := domain.CaptureGuardKey(id); ok && h.Status == domain.HoldStatusActive {
+				running[key] = true
+				f.totals(a.Currency).PendingSaga++
 			}
 		}
 	}

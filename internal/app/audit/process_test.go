@@ -50,22 +50,18 @@ func TestAuditAcceptsTransferProcessCheckpoints(t *testing.T) {
 // sagas, as on KurrentDB.
 type sagaOnly struct{ eventstore.Store }
 
-// TestAuditFoldsReservationSagas: transactions decided as reservation sagas
-// (a posted one and a refused one) pass the audit with the chain verified;
-// the same log cut before a saga's outcome (its legs partly posted) counts
-// the saga as pending with its money in flight, not as a violation; and an
-// event after a transaction's outcome is one.
-func TestAuditFoldsReservationSagas(t *testing.T) {
+// sagaCommand is a command and the status it must get.
+type sagaCommand struct{ typ, body, status string }
+
+// sagaLog sends commands to a ledger whose store has no multi-stream append,
+// checks that the audit (the chain verified) finds nothing, and returns the
+// log ("all").
+func sagaLog(t *testing.T, cmds []sagaCommand) []eventstore.RecordedEvent {
+	t.Helper()
 	ctx := context.Background()
 	st := memory.New()
 	svc := ledger.New(sagaOnly{st}, ledger.Options{Logger: slog.New(slog.DiscardHandler)})
-	for _, c := range []struct{ typ, body, status string }{
-		{"open_account", `{"idempotency_key":"o-a","account_id":"a","currency":"EUR"}`, "applied"},
-		{"open_account", `{"idempotency_key":"o-b","account_id":"b","currency":"EUR"}`, "applied"},
-		{"deposit", `{"idempotency_key":"d-a","account_id":"a","amount":100,"currency":"EUR"}`, "applied"},
-		{"post_transaction", `{"idempotency_key":"tx-1","transaction_id":"tx-1","postings":[{"from":"a","to":"b","amount":40,"currency":"EUR"},{"from":"b","to":"a","amount":5,"currency":"EUR"}]}`, "applied"},
-		{"post_transaction", `{"idempotency_key":"tx-2","transaction_id":"tx-2","postings":[{"from":"a","to":"b","amount":4000,"currency":"EUR"}]}`, "rejected"},
-	} {
+	for _, c := range cmds {
 		if r := svc.HandleRaw(ctx, c.typ, []byte(c.body)); string(r.Status) != c.status {
 			t.Fatalf("%s: %+v", c.body, r)
 		}
@@ -81,6 +77,22 @@ func TestAuditFoldsReservationSagas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return all
+}
+
+// TestAuditFoldsReservationSagas: transactions decided as reservation sagas
+// (a posted one and a refused one) pass the audit with the chain verified;
+// the same log cut before a saga's outcome (its legs partly posted) counts
+// the saga as pending with its money in flight, not as a violation; and an
+// event after a transaction's outcome is one.
+func TestAuditFoldsReservationSagas(t *testing.T) {
+	all := sagaLog(t, []sagaCommand{
+		{"open_account", `{"idempotency_key":"o-a","account_id":"a","currency":"EUR"}`, "applied"},
+		{"open_account", `{"idempotency_key":"o-b","account_id":"b","currency":"EUR"}`, "applied"},
+		{"deposit", `{"idempotency_key":"d-a","account_id":"a","amount":100,"currency":"EUR"}`, "applied"},
+		{"post_transaction", `{"idempotency_key":"tx-1","transaction_id":"tx-1","postings":[{"from":"a","to":"b","amount":40,"currency":"EUR"},{"from":"b","to":"a","amount":5,"currency":"EUR"}]}`, "applied"},
+		{"post_transaction", `{"idempotency_key":"tx-2","transaction_id":"tx-2","postings":[{"from":"a","to":"b","amount":4000,"currency":"EUR"}]}`, "rejected"},
+	})
 	// Cut the log right after tx-1's first leg write (a's): b's legs and the outcome are not written yet.
 	cut := -1
 	for i, re := range all {
@@ -114,5 +126,49 @@ func TestAuditFoldsReservationSagas(t *testing.T) {
 	f.Finish()
 	if !slices.ContainsFunc(f.Violations, func(v audit.Violation) bool { return v.Kind == "transaction_rewritten" }) {
 		t.Fatalf("an event after the outcome: %v", f.Violations)
+	}
+}
+
+// TestAuditFoldsCaptureSagas: captures into an account decided as capture
+// sagas (one applied in part, one refused by `to`, one by the held account)
+// pass the audit with the chain verified; the same log cut right after the
+// capture, before its credit, counts the saga as pending with what it captured
+// in flight, not as a violation; cut after the credit, before the guard's
+// release, it is still pending with nothing in flight.
+func TestAuditFoldsCaptureSagas(t *testing.T) {
+	all := sagaLog(t, []sagaCommand{
+		{"open_account", `{"idempotency_key":"o-a","account_id":"a","currency":"EUR"}`, "applied"},
+		{"open_account", `{"idempotency_key":"o-b","account_id":"b","currency":"EUR"}`, "applied"},
+		{"open_account", `{"idempotency_key":"o-u","account_id":"u","currency":"USD"}`, "applied"},
+		{"deposit", `{"idempotency_key":"d-a","account_id":"a","amount":100,"currency":"EUR"}`, "applied"},
+		{"place_hold", `{"idempotency_key":"h-1","account_id":"a","hold_id":"h1","amount":60,"currency":"EUR"}`, "applied"},
+		{"capture_hold", `{"idempotency_key":"c-0","account_id":"a","hold_id":"h1","amount":40,"to":"u"}`, "rejected"},
+		{"capture_hold", `{"idempotency_key":"c-1","account_id":"a","hold_id":"h1","amount":40,"to":"b"}`, "applied"},
+		{"capture_hold", `{"idempotency_key":"c-2","account_id":"a","hold_id":"h1","to":"b"}`, "rejected"},
+	})
+	at := func(stream, typ string) int {
+		for i, re := range all {
+			if re.Stream == stream && re.Type == typ {
+				return i
+			}
+		}
+		t.Fatalf("no %s in %s", typ, stream)
+		return 0
+	}
+	for _, c := range []struct {
+		cut      int
+		inFlight int64
+	}{
+		{at("account-a", "HoldCaptured"), 40}, // captured, not credited
+		{at("account-b", "Credited"), 0},      // credited, the guard not released
+	} {
+		f := audit.NewFold()
+		for _, re := range all[:c.cut+1] {
+			f.Apply(re)
+		}
+		totals := f.Finish()
+		if f.ViolationCount() != 0 || len(totals) != 2 || totals[0].Currency != "EUR" || totals[0].PendingSaga != 1 || totals[0].InFlight != c.inFlight {
+			t.Fatalf("cut at %d: %d violations %v, totals %+v", c.cut, f.ViolationCount(), f.Violations, totals)
+		}
 	}
 }

@@ -28,6 +28,15 @@ func (s *Service) Lookup(ctx context.Context, key string) (r Reply, found bool, 
 			}
 			return err
 		})
+		if err == nil && found && s.multi == nil && c.Command == string(domain.CmdCaptureHold) {
+			// A capture saga is in flight until its guard is released (its
+			// credit written), as a transfer's or a transaction's saga is.
+			if cmd, cerr := domain.CaptureToCommand(key, c); cerr == nil {
+				if guarded, err := s.captureGuarded(ctx, cmd); err != nil || guarded {
+					return Reply{}, false, err
+				}
+			}
+		}
 		return r, found, err
 	case strings.HasPrefix(c.Stream, domain.TransferStreamPrefix):
 		return s.lookupTransfer(ctx, key, c)

@@ -18,11 +18,13 @@ import (
 
 // The transfer process finishes what the inline handler could not: sagas left
 // half-way by a crash (ARCHITECTURE decision 6), and holds whose expiry has come.
-// It is fed by a subscription to "all" (transfer and account streams) and keeps a
-// small view: the transfer streams with an undecided saga, and the active holds
-// with an expiry. Every action it takes is an idempotent, derived-key command
-// (driveSaga's steps and markers, StepKey(placing key, "expire")), so running it
-// on several instances at once, or again after a crash, is harmless.
+// It is fed by a subscription to "all" (transfer, transaction and account
+// streams) and keeps a small view: the transfer streams with an undecided saga,
+// the reservation sagas without an outcome, the capture sagas whose guard
+// stands (or was refused), and the active holds with an expiry. Every action
+// it takes is an idempotent, derived-key command (the sagas' steps and
+// markers, StepKey(placing key, "expire")), so running it on several instances
+// at once, or again after a crash, is harmless.
 //
 // Checkpoint. The view is a function of the prefix of "all" that was read, so it
 // is checkpointed in the event store itself: a ProcessCheckpoint event holding the
@@ -93,6 +95,9 @@ type processView struct {
 	// Transactions are the reservation sagas still running (txsaga.go), by
 	// transaction id, with when their stream last progressed.
 	Transactions map[string]time.Time `json:"transactions,omitempty"`
+	// Captures are the capture sagas (capturesaga.go) whose guard was placed
+	// and not yet released, or refused, by client key, with when.
+	Captures map[string]time.Time `json:"captures,omitempty"`
 }
 
 // pendingTransfer is a transfer stream with an undecided saga.
@@ -157,7 +162,7 @@ func NewProcess(svc *Service, store ProcessStore, opts ProcessOptions) *Process 
 }
 
 func newView() processView {
-	return processView{Transfers: map[string]*pendingTransfer{}, Holds: map[string]*expiringHold{}, Transactions: map[string]time.Time{}}
+	return processView{Transfers: map[string]*pendingTransfer{}, Holds: map[string]*expiringHold{}, Transactions: map[string]time.Time{}, Captures: map[string]time.Time{}}
 }
 
 var processPrefixes = []string{domain.TransferStreamPrefix, domain.AccountStreamPrefix, domain.TransactionStreamPrefix}
@@ -284,6 +289,9 @@ func (p *Process) apply(ev eventstore.RecordedEvent) {
 		default:
 			return
 		}
+	} else if ev.Type == domain.EvCommandRejected {
+		p.applyRefusal(ev)
+		return
 	} else if ev.Type != domain.EvHoldPlaced && ev.Type != domain.EvHoldCaptured && ev.Type != domain.EvHoldReleased {
 		return
 	}
@@ -304,13 +312,33 @@ func (p *Process) apply(ev eventstore.RecordedEvent) {
 	account := strings.TrimPrefix(ev.Stream, domain.AccountStreamPrefix)
 	switch e := payload.(type) {
 	case *domain.HoldPlaced:
+		if key, ok := domain.CaptureGuardKey(e.HoldID); ok {
+			p.view.Captures[key] = m.At
+		}
 		if e.ExpiresAt != nil {
 			p.view.Holds[account+"/"+e.HoldID] = &expiringHold{Account: account, Hold: e.HoldID, Key: m.Key, ExpiresAt: *e.ExpiresAt}
 		}
 	case *domain.HoldCaptured:
 		delete(p.view.Holds, account+"/"+e.HoldID)
 	case *domain.HoldReleased:
+		if key, ok := domain.CaptureGuardKey(e.HoldID); ok {
+			delete(p.view.Captures, key)
+		}
 		delete(p.view.Holds, account+"/"+e.HoldID)
+	}
+}
+
+// applyRefusal notes a capture saga whose guard was refused: its capture,
+// refused for it, may not be written yet. The process's resume finds it
+// decided (normally at once) and forgets it.
+func (p *Process) applyRefusal(ev eventstore.RecordedEvent) {
+	m, err := domain.DecodeMetadata(ev.Metadata)
+	if err != nil {
+		p.log.Error("undecodable metadata skipped", "stream", ev.Stream, "revision", ev.Revision, "err", err)
+		return
+	}
+	if domain.CommandType(m.Command) == domain.CmdCaptureGuard && m.Origin != "" {
+		p.view.Captures[m.Origin] = m.At
 	}
 }
 
@@ -372,27 +400,15 @@ func (p *Process) sweepLocked(ctx context.Context, now time.Time) SweepStats {
 		if now.Sub(p.view.Transfers[id].LastAt) < p.opts.Grace || now.Before(p.retry[id].next) {
 			continue
 		}
-		if p.resume(&st, now, id, "transfer_id", func() (bool, error) {
+		if p.resume(&st, now, "", id, "transfer_id", func() (bool, error) {
 			pending, err := p.svc.ResumeTransfer(ctx, id)
 			return pending == 0, err
 		}) {
 			delete(p.view.Transfers, id)
 		}
 	}
-	for _, id := range sortedKeys(p.view.Transactions) {
-		if ctx.Err() != nil {
-			break
-		}
-		if now.Sub(p.view.Transactions[id]) < p.opts.Grace || now.Before(p.retry[domain.TransactionStreamPrefix+id].next) {
-			continue
-		}
-		if p.resume(&st, now, domain.TransactionStreamPrefix+id, "transaction_id", func() (bool, error) {
-			pending, err := p.svc.ResumeTransaction(ctx, id)
-			return !pending, err
-		}) {
-			delete(p.view.Transactions, id)
-		}
-	}
+	p.sweepSagas(ctx, &st, now, p.view.Transactions, domain.TransactionStreamPrefix, "transaction_id", p.svc.ResumeTransaction)
+	p.sweepSagas(ctx, &st, now, p.view.Captures, domain.CaptureGuardHoldID(""), "capture_key", p.svc.ResumeCapture)
 	for _, k := range sortedKeys(p.view.Holds) {
 		if ctx.Err() != nil {
 			break
@@ -412,14 +428,35 @@ func (p *Process) sweepLocked(ctx context.Context, now time.Time) SweepStats {
 			delete(p.view.Holds, k)
 		}
 	}
-	st.Pending, st.Holds = len(p.view.Transfers)+len(p.view.Transactions), len(p.view.Holds)
+	st.Pending, st.Holds = len(p.view.Transfers)+len(p.view.Transactions)+len(p.view.Captures), len(p.view.Holds)
 	return st
 }
 
-// resume drives one saga (retryKey names it in p.retry; what, in the log) and
-// reports whether it is decided; a failure is counted and retried later, with
-// a growing delay.
-func (p *Process) resume(st *SweepStats, now time.Time, retryKey, what string, drive func() (decided bool, err error)) bool {
+// sweepSagas drives the sagas of view (by id, with when each last progressed)
+// idle for the grace period, forgetting those found done; prefix makes an id
+// a key of p.retry, what names it in the log.
+func (p *Process) sweepSagas(ctx context.Context, st *SweepStats, now time.Time, view map[string]time.Time, prefix, what string, drive func(ctx context.Context, id string) (pending bool, err error)) {
+	for _, id := range sortedKeys(view) {
+		if ctx.Err() != nil {
+			break
+		}
+		if now.Sub(view[id]) < p.opts.Grace || now.Before(p.retry[prefix+id].next) {
+			continue
+		}
+		if p.resume(st, now, prefix, id, what, func() (bool, error) {
+			pending, err := drive(ctx, id)
+			return !pending, err
+		}) {
+			delete(view, id)
+		}
+	}
+}
+
+// resume drives one saga (prefix+id names it in p.retry; what, in the log)
+// and reports whether it is decided; a failure is counted and retried later,
+// with a growing delay.
+func (p *Process) resume(st *SweepStats, now time.Time, prefix, id, what string, drive func() (decided bool, err error)) bool {
+	retryKey := prefix + id
 	decided, err := drive()
 	if err != nil {
 		st.Errors++
@@ -427,7 +464,7 @@ func (p *Process) resume(st *SweepStats, now time.Time, retryKey, what string, d
 		r.failures++
 		r.next = now.Add(min(time.Second<<min(r.failures-1, 16), maxRetryDelay))
 		p.retry[retryKey] = r
-		p.log.Warn("resuming a saga failed", what, strings.TrimPrefix(retryKey, domain.TransactionStreamPrefix), "failures", r.failures, "err", err)
+		p.log.Warn("resuming a saga failed", what, id, "failures", r.failures, "err", err)
 		return false
 	}
 	delete(p.retry, retryKey)
@@ -483,6 +520,9 @@ func (p *Process) loadLocked(ctx context.Context) error {
 	}
 	if cp.View.Transactions == nil { // a checkpoint written before reservation sagas
 		cp.View.Transactions = map[string]time.Time{}
+	}
+	if cp.View.Captures == nil { // a checkpoint written before capture sagas
+		cp.View.Captures = map[string]time.Time{}
 	}
 	p.view, p.cpRev, p.cpChain, p.cpPos, p.loaded = cp.View, int64(evs[0].Revision), m.Chain, cp.View.Position, true
 	return nil

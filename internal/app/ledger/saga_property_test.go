@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/app/reply"
 )
 
 // TestPropertySagas interleaves seeded random transfers, holds (some expiring),
@@ -21,15 +20,18 @@ import (
 // the closed account, another currency, another transaction's id), refunds
 // (mostly of transactions: reservation sagas of their own), closes and clock
 // moves from several workers on two service instances over one store, resends
-// earlier keys (the same request, or another one), sends capture_hold with `to`
-// (refused as invalid on these stores, twice, nothing written), and crashes the
-// instances at random saga steps (a transfer's or a transaction's) while a
-// transfer process recovers concurrently. At the end, with the crashes off, one
-// more recovery pass must leave every saga decided and the store must satisfy
-// PROTOCOL.md §6 invariants 1, 2, 3 and 5; every transaction posted all of its
-// postings once or none, no reservation (hold "txn~<id>") is left held; every
-// resend must have answered the original outcome, every key the original reply,
-// and the retry of every crashed transaction or refund what its key answers.
+// earlier keys (the same request, or another one), captures holds into
+// accounts (capture sagas on these stores; some into the closed account or
+// across currencies), and crashes the instances at random saga steps (a
+// transfer's, a transaction's or a capture's) while a transfer process
+// recovers concurrently. At the end, with the crashes off, one more recovery
+// pass must leave every saga decided and the store must satisfy PROTOCOL.md §6
+// invariants 1, 2, 3 and 5; every transaction posted all of its postings once
+// or none, every capture into an account credited what it captured, no
+// reservation (hold "txn~<id>") or capture guard ("capture~<key>") is left
+// held; every resend must have answered the original outcome, every key the
+// original reply, and the retry of every crashed transaction, refund or
+// capture what its key answers.
 // LEDGER_PROPERTY_SEED replays another seed.
 func TestPropertySagas(t *testing.T) {
 	seed := int64(20261122)
@@ -63,12 +65,12 @@ type propHarness struct {
 	holds    map[string][]string
 	tids     []string
 	crashes  int
-	// txCrashes counts the crashes at a transaction saga's steps; retried
-	// the post_transaction and refund keys that got an error reply (a crash),
-	// captureTo the keys of capture_hold with `to` sent (refused, not written).
-	txCrashes int
-	retried   map[string]propSent
-	captureTo []string
+	// txCrashes and captureCrashes count the crashes at a transaction saga's
+	// and at a capture saga's steps; retried the post_transaction, refund and
+	// capture_hold (with `to`) keys that got an error reply (a crash).
+	txCrashes      int
+	captureCrashes int
+	retried        map[string]propSent
 }
 
 type propSent struct {
@@ -92,6 +94,9 @@ func runSagaProperty(t *testing.T, st ProcessStore, seed int64, workers, ops int
 				h.crashes++
 				if strings.HasPrefix(step, "transaction/") {
 					h.txCrashes++
+				}
+				if strings.HasPrefix(step, "capture/") {
+					h.captureCrashes++
 				}
 				h.mu.Unlock()
 				return errCrash
@@ -193,8 +198,8 @@ func runSagaProperty(t *testing.T, st ProcessStore, seed int64, workers, ops int
 		}
 	}
 	// Every transaction decided, all of its postings applied once or none
-	// (audit), every reservation released, every capture into an account
-	// refused without a write.
+	// (audit), every reservation released; every capture into an account
+	// credited what it captured, or refused (audit), its guard released.
 	var posted, txRejected, refundsPosted int
 	for id, ts := range a.txs {
 		switch ts.Outcome.Type {
@@ -207,22 +212,35 @@ func runSagaProperty(t *testing.T, st ProcessStore, seed int64, workers, ops int
 			txRejected++
 		}
 	}
+	var capturedTo, captureRefused int
+	captureTo := map[string]bool{}
+	for _, p := range h.history {
+		if p.typ == "capture_hold" && slices.Contains(p.kv, any("to")) {
+			captureTo[p.kv[1].(string)] = true
+		}
+	}
 	for id, acc := range a.accounts {
 		for _, hd := range acc.Holds {
-			if strings.HasPrefix(hd.ID, "txn~") && hd.Status == domain.HoldStatusActive {
-				t.Fatalf("%s: reservation %s still held (%d)", id, hd.ID, hd.Amount)
+			_, guard := domain.CaptureGuardKey(hd.ID)
+			if (guard || strings.HasPrefix(hd.ID, "txn~")) && hd.Status == domain.HoldStatusActive {
+				t.Fatalf("%s: reservation or guard %s still held (%d)", id, hd.ID, hd.Amount)
+			}
+		}
+		for key, rec := range acc.Keys {
+			if rec.Command != domain.CmdCaptureHold || !captureTo[key] {
+				continue
+			}
+			if rec.Status == domain.StatusApplied {
+				capturedTo++
+			} else {
+				captureRefused++
 			}
 		}
 	}
-	for _, key := range h.captureTo {
-		if a.keys[key] {
-			t.Fatalf("capture_hold %q refused as invalid, yet an event names its key", key)
-		}
-	}
-	t.Logf("%d transactions (%d posted, %d of them refunds; %d rejected), %d crashed transactions and refunds retried, %d crashes at a transaction's steps, %d captures into an account refused",
-		len(a.txs), posted, refundsPosted, txRejected, len(h.retried), h.txCrashes, len(h.captureTo))
-	if posted == 0 || refundsPosted == 0 || txRejected == 0 || h.txCrashes == 0 || len(h.captureTo) == 0 {
-		t.Fatal("the random run did not reach every transaction path")
+	t.Logf("%d transactions (%d posted, %d of them refunds; %d rejected), %d crashed transactions, refunds and captures retried, %d crashes at a transaction's steps; %d captures into an account (%d refused), %d crashes at their steps",
+		len(a.txs), posted, refundsPosted, txRejected, len(h.retried), h.txCrashes, capturedTo, captureRefused, h.captureCrashes)
+	if posted == 0 || refundsPosted == 0 || txRejected == 0 || h.txCrashes == 0 || capturedTo == 0 || captureRefused == 0 || h.captureCrashes == 0 {
+		t.Fatal("the random run did not reach every transaction and capture path")
 	}
 	var completed, failed, rejected int
 	for _, tr := range a.transfers {
@@ -355,38 +373,30 @@ func (h *propHarness) step(rng *rand.Rand, w, i int, accounts []string) {
 				kv = append(kv, "amount", int64(rng.Intn(150)+1))
 			}
 		}
-	case x < 70:
-		// capture_hold into an account: no saga of it is built, so a store
-		// without multi-stream appends refuses it as invalid, every time, and
-		// writes nothing (checked at the end: no event names its key).
+	case x < 71:
+		// capture_hold into an account: a capture saga (some into the closed
+		// account, some across currencies, some of a hold never placed).
 		h.mu.Lock()
 		hs := h.holds[acct]
 		h.mu.Unlock()
 		hold := "h-none"
-		if len(hs) > 0 {
+		if len(hs) > 0 && rng.Intn(10) > 0 {
 			hold = hs[rng.Intn(len(hs))]
+			if rng.Intn(2) == 0 {
+				hold = hs[len(hs)-1] // the latest: more likely still active
+			}
 		}
 		to := accounts[rng.Intn(len(accounts)-1)]
-		for to == acct {
-			to = accounts[rng.Intn(len(accounts)-1)]
+		for to == acct || (to[0] == 'u') != (acct[0] == 'u') && rng.Intn(8) > 0 {
+			to = accounts[rng.Intn(len(accounts)-1)] // mostly in one currency
 		}
-		kv = []any{"idempotency_key", key, "account_id", acct, "hold_id", hold, "to", to}
+		if rng.Intn(10) == 0 {
+			to = "z" // closed: its guard is refused
+		}
+		typ, kv = "capture_hold", []any{"idempotency_key", key, "account_id", acct, "hold_id", hold, "to", to}
 		if rng.Intn(2) == 0 {
 			kv = append(kv, "amount", int64(rng.Intn(150)+1))
 		}
-		want := reply.Invalid(key, errNoMultiStreamCapture)
-		for range 2 { // and its duplicate
-			if r := send(s, "capture_hold", kv...); !reflect.DeepEqual(r, want) {
-				t.Errorf("capture_hold %s on a store without multi-stream appends: %+v", body(kv...), r)
-			}
-		}
-		if _, found, err := h.clean.Lookup(context.Background(), key); err != nil || found {
-			t.Errorf("capture_hold %s refused as invalid, yet its key is found: %v %v", body(kv...), found, err)
-		}
-		h.mu.Lock()
-		h.captureTo = append(h.captureTo, key)
-		h.mu.Unlock()
-		return
 	case x < 85:
 		// post_transaction of 1-3 postings over the accounts the transfers,
 		// holds and refunds touch: some refused (a later posting overdrawing,
@@ -472,13 +482,14 @@ func (h *propHarness) check(typ string, kv []any, r Reply, resend bool) {
 	defer h.mu.Unlock()
 	switch {
 	case r.Status == domain.StatusError:
-		if r.Message == "" || (typ != "transfer" && typ != "refund" && typ != "post_transaction") {
+		captureTo := typ == "capture_hold" && slices.Contains(kv, any("to"))
+		if r.Message == "" || (typ != "transfer" && typ != "refund" && typ != "post_transaction" && !captureTo) {
 			t.Errorf("%s %s: unexpected error %+v", typ, body(kv...), r)
 		}
 		switch typ {
 		case "transfer":
 			h.errored[key] = true
-		case "refund", "post_transaction":
+		case "refund", "post_transaction", "capture_hold":
 			h.retried[key] = propSent{typ, kv}
 		}
 		return

@@ -18,9 +18,9 @@ import (
 // order (stream names sorted; a transaction never waits for a transfer's lock,
 // so no cycle), and the decision is taken on durable state: each account's
 // pipelined appends in flight are waited for first, with its lock held so that
-// no new one starts. A store that cannot write several streams at once
-// (KurrentDB) refuses the command: the reservation saga it would need there is
-// not built.
+// no new one starts. On a store that cannot write several streams at once
+// (KurrentDB) a transaction is a reservation saga (txsaga.go) and a capture
+// into an account a capture saga (capturesaga.go).
 
 // handleTransaction decides a post_transaction command.
 func (s *Service) handleTransaction(ctx context.Context, cmd domain.Command) (Reply, error) {
@@ -328,18 +328,15 @@ func (s *Service) appendTransaction(ctx context.Context, cmd domain.Command, req
 	return transactionReply(&w.events[0], payload, false)
 }
 
-// errNoMultiStreamCapture refuses capture_hold with `to` on a store without
-// atomic multi-stream appends.
-var errNoMultiStreamCapture = &domain.InvalidError{Field: "to", Message: "capture into an account needs an event store that appends to several streams at once (PostgreSQL); this ledger's store cannot"}
-
 // handleCaptureTo decides a capture_hold with `to` (v1.1): the capture on the
 // held account and the credit of what it captures to `to`, in one append with
 // the key's claim, or a refusal of both recorded on the held account. The reply
 // is the held account's, as for any capture; the credit is in `to`'s stream
-// under StepKey(key, StepCaptureTo).
+// under StepKey(key, StepCaptureTo). A store that cannot append to several
+// streams at once runs it as a capture saga (capturesaga.go).
 func (s *Service) handleCaptureTo(ctx context.Context, cmd domain.Command) (Reply, error) {
 	if s.multi == nil {
-		return reply.Invalid(cmd.IdempotencyKey, errNoMultiStreamCapture), nil
+		return s.handleCaptureToSaga(ctx, cmd)
 	}
 	held, to := domain.AccountStream(cmd.AccountID), domain.AccountStream(cmd.To)
 	streams := []string{held, to}
@@ -479,7 +476,7 @@ func (s *Service) decideTransferAtomically(ctx context.Context, cmd domain.Comma
 			return false, Reply{}, err
 		}
 		if !acc.Opened {
-			return false, reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s does not exist", id)}), nil
+			return false, reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(id)), nil
 		}
 		accs[id] = acc
 	}

@@ -128,7 +128,7 @@ func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply
 					return Reply{}, nil, answered, err
 				}
 				if !open {
-					return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s does not exist", id)}), nil, answered, nil
+					return reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(id)), nil, answered, nil
 				}
 			}
 		}
@@ -218,19 +218,32 @@ func (s *Service) transferExists(ctx context.Context, cmd domain.Command, req do
 // accountOpened reports whether an account exists. An account never disappears,
 // so a cached "open" is final; a cached "missing" is checked against the store.
 func (s *Service) accountOpened(ctx context.Context, id string) (bool, error) {
+	f, err := s.accountFacts(ctx, id)
+	return f.opened, err
+}
+
+// accountFacts is what accountOpened reads: whether the account is open, its
+// currency (which never changes once it is), and the revision its next event
+// takes as far as this instance knows (a lower bound).
+type accountFacts struct {
+	opened   bool
+	currency string
+	next     uint64
+}
+
+func (s *Service) accountFacts(ctx context.Context, id string) (f accountFacts, err error) {
 	stream := domain.AccountStream(id)
-	var opened bool
-	err := s.whenSettled(ctx, stream, func() error {
+	err = s.whenSettled(ctx, stream, func() error {
 		acc, err := s.loadAccount(ctx, stream, id, false)
 		if err == nil && !acc.Opened {
 			acc, err = s.loadAccount(ctx, stream, id, true)
 		}
 		if err == nil {
-			opened = acc.Opened
+			f = accountFacts{opened: acc.Opened, currency: acc.Currency, next: uint64(acc.Revision + 1)}
 		}
 		return err
 	})
-	return opened, err
+	return f, err
 }
 
 // errStepNotRecorded is a saga step refused without a record. It cannot happen for
@@ -295,13 +308,9 @@ func (s *Service) runStageSteps(ctx context.Context, stream string, t *domain.Tr
 // runStep runs one account step of a saga, calls the failpoint after it and
 // returns the step's recorded outcome.
 func (s *Service) runStep(ctx context.Context, t *domain.Transfer, sg *domain.Saga, step string) (domain.StepOutcome, error) {
-	cmd := t.StepCommand(sg, step, s.opts.Clock().UTC())
-	rec, _, r, err := s.decideOnAccount(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID, false)
+	rec, err := s.accountStep(ctx, t.StepCommand(sg, step, s.opts.Clock().UTC()))
 	if err != nil {
 		return domain.StepOutcome{}, err
-	}
-	if r != nil {
-		return domain.StepOutcome{}, fmt.Errorf("%w: %s %q on %s: %s: %s", errStepNotRecorded, cmd.Type, cmd.IdempotencyKey, cmd.AccountID, r.Code, r.Message)
 	}
 	return domain.StepOutcome{Applied: rec.Status == domain.StatusApplied, Code: rec.Code, Message: rec.Message}, s.fail(sagaFailpoint(sg, step))
 }
@@ -330,6 +339,30 @@ func sagaFailpoint(sg *domain.Saga, step string) string {
 		return "refund/" + step
 	}
 	return "transfer/" + step
+}
+
+// accountStep runs a saga's account step cmd (a derived key on cmd.AccountID),
+// or answers it again once run, and returns its record. A step refused without
+// a record is an error: the saga stays pending.
+func (s *Service) accountStep(ctx context.Context, cmd domain.Command) (*domain.KeyRecord, error) {
+	rec, _, r, err := s.decideOnAccount(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID, false)
+	if err != nil {
+		return nil, err
+	}
+	if r != nil {
+		return nil, fmt.Errorf("%w: %s %q on %s: %s: %s", errStepNotRecorded, cmd.Type, cmd.IdempotencyKey, cmd.AccountID, r.Code, r.Message)
+	}
+	rc := rec.KeyRecord
+	return &rc, nil
+}
+
+// stepWithFailpoint is accountStep, then the test failpoint named step.
+func (s *Service) stepWithFailpoint(ctx context.Context, cmd domain.Command, step string) (*domain.KeyRecord, error) {
+	rec, err := s.accountStep(ctx, cmd)
+	if err == nil {
+		err = s.fail(step)
+	}
+	return rec, err
 }
 
 // appendMarker records a saga's progress in the transfer stream under the

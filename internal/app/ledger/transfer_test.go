@@ -128,6 +128,14 @@ func newSagaService(st Store, clk *fakeClock) *Service {
 	return New(st, Options{Clock: clk.Now, Logger: quietLog})
 }
 
+// forgetfulSagaService is newSagaService where every aggregate keeps one key
+// and one closed hold:
+// the steps a recovery runs again were forgotten (found through their claims
+// on the stores that locate no events, as KurrentDB).
+func forgetfulSagaService(st Store, clk *fakeClock) *Service {
+	return New(st, Options{Clock: clk.Now, Logger: quietLog, RecentKeys: 1, RecentHolds: 1})
+}
+
 // body builds a command body from name/value pairs.
 func body(kv ...any) string {
 	m := map[string]any{}
@@ -160,6 +168,13 @@ func openFunded(t *testing.T, s *Service, id, currency string, amount int64) {
 	if amount > 0 {
 		must(t, s, "deposit", "idempotency_key", "fund-"+id, "account_id", id, "amount", amount, "currency", currency)
 	}
+}
+
+// openClosed opens an account with nothing in it and closes it.
+func openClosed(t *testing.T, s *Service, id, currency string) {
+	t.Helper()
+	openFunded(t, s, id, currency, 0)
+	must(t, s, "close_account", "idempotency_key", "close-"+id, "account_id", id)
 }
 
 func transferBody(key, id, from, to string, amount int64) []any {
@@ -343,6 +358,17 @@ func audit(t *testing.T, st eventstore.AllReader, decided bool) *ledgerAudit {
 			running[ts.Key] = true
 		}
 	}
+	// A capture saga whose guard stands may have captured, not yet credited.
+	for id, acc := range a.accounts {
+		for hid, h := range acc.Holds {
+			if key, ok := domain.CaptureGuardKey(hid); ok && h.Status == domain.HoldStatusActive {
+				if decided {
+					t.Fatalf("%s: the guard of capture %q still stands", id, key)
+				}
+				running[key] = true
+			}
+		}
+	}
 	for k, l := range a.legs {
 		if a.posted[k] == nil {
 			if running[k[0]] {
@@ -353,6 +379,10 @@ func audit(t *testing.T, st eventstore.AllReader, decided bool) *ledgerAudit {
 		}
 	}
 	for k, p := range a.posted {
+		if l := a.legs[k]; l != nil && running[k[0]] {
+			a.inFlight[k[1]] += l[0] - l[1]
+			continue
+		}
 		if l := a.legs[k]; l == nil || *l != *p {
 			moved := [2]int64{}
 			if l != nil {
@@ -772,9 +802,7 @@ func TestTransferCrashAtEveryStep(t *testing.T) {
 }
 
 func TestTransferCrashAtEveryStepForgetful(t *testing.T) {
-	transferCrashAtEveryStep(t, func(st Store, clk *fakeClock) *Service {
-		return New(st, Options{Clock: clk.Now, Logger: quietLog, RecentKeys: 1, RecentHolds: 1})
-	})
+	transferCrashAtEveryStep(t, forgetfulSagaService)
 }
 
 func transferCrashAtEveryStep(t *testing.T, newSagaService func(Store, *fakeClock) *Service) {
@@ -783,8 +811,7 @@ func transferCrashAtEveryStep(t *testing.T, newSagaService func(Store, *fakeCloc
 		setup := newSagaService(st, clk)
 		openFunded(t, setup, "alice", "EUR", 1000)
 		openFunded(t, setup, "bob", "EUR", 0)
-		openFunded(t, setup, "closed", "EUR", 0)
-		must(t, setup, "close_account", "idempotency_key", "close", "account_id", "closed")
+		openClosed(t, setup, "closed", "EUR")
 		n := 0
 		for _, path := range []struct {
 			name   string

@@ -233,19 +233,7 @@ func (s *Service) reserveAll(ctx context.Context, ts *domain.TransactionSaga) ([
 
 // runTransactionStep runs one account step of a saga and returns its record.
 func (s *Service) runTransactionStep(ctx context.Context, ts *domain.TransactionSaga, step, account string) (*domain.KeyRecord, error) {
-	cmd := ts.StepCommand(step, account, s.opts.Clock().UTC())
-	rec, _, r, err := s.decideOnAccount(ctx, cmd, domain.AccountStream(account), account, false)
-	if err != nil {
-		return nil, err
-	}
-	if r != nil {
-		return nil, fmt.Errorf("%w: %s %q on %s: %s: %s", errStepNotRecorded, cmd.Type, cmd.IdempotencyKey, account, r.Code, r.Message)
-	}
-	if err := s.fail("transaction/" + step + ":" + account); err != nil {
-		return nil, err
-	}
-	rc := rec.KeyRecord
-	return &rc, nil
+	return s.stepWithFailpoint(ctx, ts.StepCommand(step, account, s.opts.Clock().UTC()), "transaction/"+step+":"+account)
 }
 
 // appendTransactionRecord appends a record of the saga (a marker or its

@@ -31,9 +31,7 @@ func TestTransactionSagaCrashAtEveryStep(t *testing.T) {
 }
 
 func TestTransactionSagaCrashAtEveryStepForgetful(t *testing.T) {
-	transactionSagaCrashAtEveryStep(t, func(st Store, clk *fakeClock) *Service {
-		return New(st, Options{Clock: clk.Now, Logger: quietLog, RecentKeys: 1, RecentHolds: 1})
-	})
+	transactionSagaCrashAtEveryStep(t, forgetfulSagaService)
 }
 
 func transactionSagaCrashAtEveryStep(t *testing.T, newSagaService func(Store, *fakeClock) *Service) {

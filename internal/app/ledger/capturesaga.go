@@ -1,0 +1,237 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+)
+
+// Capture sagas (domain/capturesaga.go): capture_hold with `to` on a store
+// that cannot append to several streams at once. The client's key is claimed
+// for the held account; then a guard (a hold of nothing) is placed on `to`,
+// the capture decided on the held account under the client's key (with the
+// guard's refusal, if it was refused), and, behind the guard, `to` credited
+// and the guard released, each step under a derived key. The handler runs it
+// inline under the key stream's lock (nothing else locks key streams; each
+// step takes its account's), and the transfer process finishes one left
+// half-way by a crash (ResumeCapture), which it finds by its guard.
+
+// handleCaptureToSaga decides a capture_hold with `to` on a store without
+// multi-stream appends. Its reply is the held account's record of the key, as
+// for one decision, once `to` is credited (or the guard released after a
+// refusal); every later send of the key answers that record.
+func (s *Service) handleCaptureToSaga(ctx context.Context, cmd domain.Command) (Reply, error) {
+	req := cmd.Canonical()
+	unlock, err := s.locks.lock(ctx, domain.KeyStream(cmd.IdempotencyKey))
+	if err != nil {
+		return Reply{}, err
+	}
+	defer unlock()
+	c, err := s.readClaim(ctx, cmd.IdempotencyKey)
+	if err != nil {
+		return Reply{}, err
+	}
+	switch c.Verdict(req) {
+	case domain.KeyConflict:
+		return reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(c.Request, req)), nil
+	case domain.KeyNew:
+		if r, done, err := s.startCaptureTo(ctx, cmd, req); err != nil || done {
+			return r, err
+		}
+	}
+	// Claimed before this call: a saga that started (a retry after a crash
+	// answers as a duplicate, as a transfer's or a transaction's does).
+	rec, dup, r, err := s.driveCaptureTo(ctx, cmd, req, c != nil)
+	switch {
+	case err != nil:
+		return Reply{}, err
+	case r != nil:
+		return *r, nil
+	}
+	return ownedRecordReply(rec, dup || c != nil), nil
+}
+
+// startCaptureTo begins the saga of a key never claimed: an account that does
+// not exist refuses the capture without a record, as one decision does (the
+// held account's own refusals first: into a missing `to`, the capture is
+// decided on the held account alone and can only be refused, so it needs no
+// guard); otherwise the key is claimed for the held account, where its
+// decision is to be written. done: r answers the command.
+func (s *Service) startCaptureTo(ctx context.Context, cmd domain.Command, req domain.Canonical) (r Reply, done bool, err error) {
+	held, err := s.accountFacts(ctx, cmd.AccountID)
+	if err != nil || !held.opened {
+		return reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(cmd.AccountID)), true, err
+	}
+	heldStream := domain.AccountStream(cmd.AccountID)
+	switch open, err := s.accountOpened(ctx, cmd.To); {
+	case err != nil:
+		return Reply{}, true, err
+	case !open:
+		c := cmd
+		c.ToRefusal = domain.MissingAccount(cmd.To)
+		rec, dup, rr, err := s.decideOnAccount(ctx, c, heldStream, cmd.AccountID, true)
+		if err != nil || rr != nil {
+			return deref(rr), true, err
+		}
+		return ownedRecordReply(rec, dup), true, nil
+	}
+	claim, err := s.claimPart(cmd, req, heldStream, held.next)
+	if err != nil {
+		return Reply{}, true, err
+	}
+	if _, err := s.store.Append(ctx, claim.Stream, claim.Expected, claim.Events); err != nil {
+		// Claimed meanwhile by the same request (another instance): go on.
+		r, answered, _, err := refusedAppend(cmd.IdempotencyKey, s.claimError(ctx, claim.Stream, req, err))
+		return r, answered || err != nil, err
+	}
+	return Reply{}, false, nil
+}
+
+// driveCaptureTo runs the saga of a claimed capture cmd from wherever it
+// stands (known: the capture may have been decided already) to its end, and
+// returns the capture's record (dup: decided before this call), or the reply
+// of a key found bound to another request.
+func (s *Service) driveCaptureTo(ctx context.Context, cmd domain.Command, req domain.Canonical, known bool) (rec *ownedRecord, dup bool, r *Reply, err error) {
+	held := domain.AccountStream(cmd.AccountID)
+	if known {
+		if rec, r, err = s.capturedKey(ctx, held, cmd, req); err != nil || r != nil {
+			return nil, false, r, err
+		}
+		if rec != nil { // decided: behind a guard still standing, finish
+			guarded, err := s.captureGuarded(ctx, cmd)
+			if err == nil && guarded {
+				err = s.finishCaptureTo(ctx, cmd, rec)
+			}
+			return rec, true, nil, err
+		}
+	}
+	facts, err := s.accountFacts(ctx, cmd.AccountID)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	guard, err := s.stepWithFailpoint(ctx, domain.CaptureGuardCommand(cmd, facts.currency), "capture/guard")
+	if err != nil {
+		return nil, false, nil, err
+	}
+	capture := cmd
+	guarded := guard.Status == domain.StatusApplied
+	if !guarded {
+		capture.ToRefusal = &domain.Rejection{Code: guard.Code, Message: guard.Message, Recorded: true}
+	}
+	rec, dup, r, err = s.decideOnAccount(ctx, capture, held, cmd.AccountID, true)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	if r != nil { // a capture of an account that exists is recorded, and its key is claimed for it
+		return nil, false, nil, fmt.Errorf("%w: capture %q on %s: %s: %s", errStepNotRecorded, cmd.IdempotencyKey, cmd.AccountID, r.Code, r.Message)
+	}
+	if err := s.fail("capture/captured"); err != nil {
+		return nil, false, nil, err
+	}
+	if guarded {
+		err = s.finishCaptureTo(ctx, cmd, rec)
+	}
+	return rec, dup, nil, err
+}
+
+// finishCaptureTo credits `to` with what the capture (rec) took, when it
+// applied, then releases the guard: in that order, so that `to` cannot close
+// before it is credited.
+func (s *Service) finishCaptureTo(ctx context.Context, cmd domain.Command, rec *ownedRecord) error {
+	if rec.Status == domain.StatusApplied {
+		captured, err := s.readCaptured(ctx, rec)
+		if err != nil {
+			return err
+		}
+		if _, err := s.stepWithFailpoint(ctx, domain.CaptureSagaCredit(cmd, captured.Amount, captured.Currency), "capture/credit"); err != nil {
+			return err
+		}
+	}
+	_, err := s.stepWithFailpoint(ctx, domain.CaptureReleaseCommand(cmd), "capture/release")
+	return err
+}
+
+// readCaptured reads the HoldCaptured event of a capture's record: what it took.
+func (s *Service) readCaptured(ctx context.Context, rec *ownedRecord) (*domain.HoldCaptured, error) {
+	if len(rec.Events) != 1 {
+		return nil, fmt.Errorf("ledger: capture %q wrote %d events", rec.Key, len(rec.Events))
+	}
+	ref := rec.Events[0]
+	evs, err := s.store.ReadStream(ctx, ref.Stream, ref.Revision, eventstore.Forwards, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(evs) != 1 || evs[0].ID != ref.ID {
+		return nil, fmt.Errorf("ledger: %s: the capture of %q is not at revision %d", ref.Stream, rec.Key, ref.Revision)
+	}
+	payload, err := domain.DecodeEvent(evs[0].Type, evs[0].Data)
+	if err != nil {
+		return nil, err
+	}
+	captured, ok := payload.(*domain.HoldCaptured)
+	if !ok {
+		return nil, fmt.Errorf("ledger: %s@%d: the capture of %q is %s", ref.Stream, ref.Revision, rec.Key, evs[0].Type)
+	}
+	return captured, nil
+}
+
+// capturedKey looks the capture's key up on the held account (on the store's
+// head) without deciding it: its record, a conflict's reply, or neither.
+func (s *Service) capturedKey(ctx context.Context, held string, cmd domain.Command, req domain.Canonical) (rec *ownedRecord, r *Reply, err error) {
+	err = s.whenSettled(ctx, held, func() error {
+		acc, err := s.loadAccount(ctx, held, cmd.AccountID, true)
+		if err != nil {
+			return err
+		}
+		rec, _, r, err = s.answerKnownKey(ctx, held, acc, cmd, req, true)
+		return err
+	})
+	return rec, r, err
+}
+
+// captureGuarded reports whether the capture's guard stands on `to`. A hold
+// is never placed again once released, so a guard found released is done.
+func (s *Service) captureGuarded(ctx context.Context, cmd domain.Command) (guarded bool, err error) {
+	stream, hold := domain.AccountStream(cmd.To), domain.CaptureGuardHoldID(cmd.IdempotencyKey)
+	err = s.whenSettled(ctx, stream, func() error {
+		acc, err := s.loadAccount(ctx, stream, cmd.To, true)
+		if err == nil {
+			h := acc.Holds[hold]
+			guarded = h != nil && h.Status == domain.HoldStatusActive
+		}
+		return err
+	})
+	return guarded, err
+}
+
+// ResumeCapture drives the capture saga of key to its end from whatever state
+// it is in (the transfer process, which found its guard, after a crash): the
+// capture decided if it was not, `to` credited and the guard released.
+// pending is false once nothing is left to do.
+func (s *Service) ResumeCapture(ctx context.Context, key string) (pending bool, err error) {
+	unlock, err := s.locks.lock(ctx, domain.KeyStream(key))
+	if err != nil {
+		return true, err
+	}
+	defer unlock()
+	c, err := s.readClaim(ctx, key)
+	if err != nil {
+		return true, err
+	}
+	if c == nil {
+		return true, fmt.Errorf("ledger: the capture saga of %q has no claim", key)
+	}
+	cmd, err := domain.CaptureToCommand(key, c)
+	if err != nil {
+		return true, err
+	}
+	cmd.At = s.opts.Clock().UTC()
+	_, _, r, err := s.driveCaptureTo(ctx, cmd, cmd.Canonical(), true)
+	if err == nil && r != nil {
+		err = fmt.Errorf("ledger: resuming the capture of %q: %s: %s", key, r.Code, r.Message)
+	}
+	return err != nil, err
+}

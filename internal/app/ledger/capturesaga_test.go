@@ -1,0 +1,279 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore/memory"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+)
+
+// captureOutcome is what a run of captureScenario leaves: every reply (its
+// position, which is the store's, cleared), and the credits to the shop as
+// stored (type, data, key, origin and command of each).
+type captureOutcome struct {
+	replies []Reply
+	credits []string
+	payer   int64
+	shop    int64
+}
+
+// captureScenario sends captures into an account that apply (in part, the rest
+// released; in full), and that are refused by the held account (no such hold,
+// more than it holds, no longer active, expired, no such account), by `to`
+// (closed, another currency, no such account) and by their key (another
+// request), each sent twice.
+func captureScenario(t *testing.T, st ProcessStore) captureOutcome {
+	t.Helper()
+	clk := newFakeClock()
+	s := newSagaService(st, clk)
+	openFunded(t, s, "payer", "EUR", 1000)
+	openFunded(t, s, "shop", "EUR", 0)
+	openClosed(t, s, "gone", "EUR")
+	openFunded(t, s, "usd", "USD", 0)
+	must(t, s, "place_hold", holdBody("p-h1", "payer", "h1", 400)...)
+	must(t, s, "place_hold", holdBody("p-h2", "payer", "h2", 400)...)
+	must(t, s, "place_hold", holdBody("p-h3", "payer", "h3", 100, "expires_at", clk.Now().Add(10*time.Minute).Format(time.RFC3339))...)
+	var out captureOutcome
+	capture := func(key, account, hold, to string, amount int64) {
+		kv := []any{"idempotency_key", key, "account_id", account, "hold_id", hold, "to", to}
+		if amount > 0 {
+			kv = append(kv, "amount", amount)
+		}
+		for range 2 {
+			r := send(s, "capture_hold", kv...)
+			r.Position = ""
+			out.replies = append(out.replies, r)
+		}
+	}
+	capture("c1", "payer", "h1", "shop", 300)  // in part: 100 released
+	capture("c2", "payer", "h2", "gone", 100)  // `to` closed
+	capture("c3", "payer", "h2", "usd", 100)   // `to` in another currency
+	capture("c4", "payer", "h2", "ghost", 100) // no such `to`: not recorded
+	capture("c5", "payer", "h-none", "ghost", 0)
+	capture("c6", "payer", "h-none", "shop", 0) // no such hold
+	capture("c7", "payer", "h2", "shop", 500)   // more than it holds
+	capture("c8", "payer", "h1", "shop", 10)    // captured already
+	clk.Advance(time.Hour)
+	capture("c9", "payer", "h3", "shop", 0)   // expired
+	capture("c10", "nobody", "h2", "shop", 0) // no such held account
+	capture("c1", "payer", "h1", "shop", 299) // the key with another request
+	capture("c11", "payer", "h2", "shop", 0)  // in full
+	for _, re := range devtest.StreamEvents(t, st, "account-shop") {
+		ev, err := toStored(re)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if re.Type == domain.EvCredited {
+			m := ev.Metadata
+			out.credits = append(out.credits, fmt.Sprintf("%s %s key=%s origin=%s command=%s", re.Type, re.Data, m.Key, m.Origin, m.Command))
+		}
+	}
+	out.payer, out.shop = foldedBalance(t, st, "payer"), foldedBalance(t, st, "shop")
+	return out
+}
+
+// TestCaptureSagaAnswersAsOneDecision: on the stores without multi-stream
+// appends (KurrentDB, memory and PostgreSQL with it hidden), where a capture
+// into an account is a saga, every capture answers what one decision answers
+// where the store appends to several streams at once (memory): the same
+// replies (status, code, message, events, the account after), each resend the
+// original, the same credits to `to` (the same event under the same key), the
+// same balances; every guard is released, and the audit finds nothing.
+func TestCaptureSagaAnswersAsOneDecision(t *testing.T) {
+	atomic := memory.New()
+	t.Cleanup(func() { atomic.Close() })
+	want := captureScenario(t, atomic)
+	if want.payer != 300 || want.shop != 700 || len(want.credits) != 2 {
+		t.Fatalf("one decision: payer %d, shop %d, credits %v", want.payer, want.shop, want.credits)
+	}
+	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
+		got := captureScenario(t, st)
+		for i := range want.replies {
+			if !reflect.DeepEqual(got.replies[i], want.replies[i]) {
+				t.Errorf("reply %d:\n got %+v %+v\nwant %+v %+v", i, got.replies[i], got.replies[i].Account, want.replies[i], want.replies[i].Account)
+			}
+		}
+		if !reflect.DeepEqual(got.credits, want.credits) || got.payer != want.payer || got.shop != want.shop {
+			t.Errorf("credits %v, payer %d, shop %d; one decision: %v, %d, %d", got.credits, got.payer, got.shop, want.credits, want.payer, want.shop)
+		}
+		shop := foldedAccount(t, st, "shop")
+		guards := 0
+		for id, h := range shop.Holds {
+			if _, ok := domain.CaptureGuardKey(id); ok {
+				guards++
+				if h.Status != domain.HoldStatusReleased || h.Amount != 0 {
+					t.Errorf("guard %s: %+v", id, h)
+				}
+			}
+		}
+		if guards != 6 { // c1, c6, c7, c8, c9 and c11; no resend places another
+			t.Errorf("%d guards on the shop", guards)
+		}
+		audit(t, st, true)
+	})
+}
+
+// Failpoints of a capture saga, by the path it takes.
+var (
+	captureAppliedSteps      = []string{"capture/guard", "capture/captured", "capture/credit", "capture/release"}
+	captureRefusedSteps      = []string{"capture/guard", "capture/captured", "capture/release"} // by the held account
+	captureGuardRefusedSteps = []string{"capture/guard", "capture/captured"}                    // by `to`
+)
+
+// TestCaptureSagaCrashAtEveryStep: a capture into an account that applies, one
+// the held account refuses, and one `to` refuses, each crashed at every step,
+// then recovered by the transfer process (another instance) or by the client's
+// retry: the capture is decided once, `to` credited exactly when it applied,
+// the guard released, money never lost half-way (the audit counts it in
+// flight), and every later send answers the recovered reply. Forgetful: the
+// same where every aggregate keeps one key, so that the steps a recovery runs
+// again were forgotten and are found through their claims.
+func TestCaptureSagaCrashAtEveryStep(t *testing.T) {
+	captureSagaCrashAtEveryStep(t, newSagaService)
+}
+
+func TestCaptureSagaCrashAtEveryStepForgetful(t *testing.T) {
+	captureSagaCrashAtEveryStep(t, forgetfulSagaService)
+}
+
+func captureSagaCrashAtEveryStep(t *testing.T, newSagaService func(Store, *fakeClock) *Service) {
+	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
+		clk := newFakeClock()
+		setup := newSagaService(st, clk)
+		openFunded(t, setup, "payer", "EUR", 100_000)
+		openFunded(t, setup, "shop", "EUR", 0)
+		openClosed(t, setup, "gone", "EUR")
+		n, captured, held := 0, int64(0), int64(0)
+		for _, path := range []struct {
+			name   string
+			steps  []string
+			to     string
+			amount int64
+			code   domain.Code
+		}{
+			{"applied", captureAppliedSteps, "shop", 30, domain.CodeOK},
+			{"refused", captureRefusedSteps, "shop", 500, domain.CodeInsufficientFunds},
+			{"guard-refused", captureGuardRefusedSteps, "gone", 30, domain.CodeAccountClosed},
+		} {
+			for _, step := range path.steps {
+				for _, by := range []string{"process", "retry"} {
+					n++
+					id := fmt.Sprintf("%s-%s-%d", path.name, by, n)
+					hold := "h-" + id
+					must(t, setup, "place_hold", holdBody("p-"+id, "payer", hold, 100)...)
+					body := []any{"idempotency_key", "k-" + id, "account_id", "payer", "hold_id", hold, "amount", path.amount, "to", path.to}
+					r := crashThenRecover(t, st, clk, newSagaService, "capture_hold", body, step, by, func() {
+						audit(t, st, false) // half-way, money is in flight, never lost
+						// In flight while its guard stands: ledger.v1.query.command does not answer it yet.
+						g := foldedAccount(t, st, path.to).Holds[domain.CaptureGuardHoldID("k-"+id)]
+						if _, found, err := newSagaService(st, clk).Lookup(context.Background(), "k-"+id); err != nil || found && g != nil && g.Status == domain.HoldStatusActive {
+							t.Fatalf("%s: looked up behind its guard: %v %v", id, found, err)
+						}
+					})
+					if r.Code != path.code || (path.code == domain.CodeOK) != (r.Status == domain.StatusApplied) || len(r.Events) != 1 {
+						t.Fatalf("%s crashed at %s, recovered by %s: %+v", id, step, by, r)
+					}
+					if path.code == domain.CodeOK {
+						captured += path.amount
+					} else {
+						held += 100 // the refused capture leaves its hold
+					}
+					if dup := send(newSagaService(st, clk), "capture_hold", body...); !dup.Duplicate || !sameReply(dup, r) {
+						t.Fatalf("%s: later duplicate differs:\n%+v\n%+v", id, dup, r)
+					}
+					audit(t, st, true) // no guard left standing
+					payer, shop := foldedAccount(t, st, "payer"), foldedAccount(t, st, "shop")
+					if payer.Balance != 100_000-captured || payer.Held != held || shop.Balance != captured || shop.Held != 0 {
+						t.Fatalf("%s: payer %d (held %d), shop %d (held %d); captured %d", id, payer.Balance, payer.Held, shop.Balance, shop.Held, captured)
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestCaptureSagaGuardKeepsToOpen: while a capture saga is between its guard
+// and its credit, `to` cannot be closed (its guard is an active hold), so the
+// credit that follows cannot be refused for it; once `to` is closed, a capture
+// into it is refused before anything moves.
+func TestCaptureSagaGuardKeepsToOpen(t *testing.T) {
+	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
+		clk := newFakeClock()
+		s := newSagaService(st, clk)
+		openFunded(t, s, "payer", "EUR", 1000)
+		for i, step := range []string{"capture/guard", "capture/captured"} {
+			shop, key := fmt.Sprintf("shop%d", i), fmt.Sprintf("c%d", i)
+			openFunded(t, s, shop, "EUR", 0)
+			must(t, s, "place_hold", holdBody("p-"+key, "payer", "h-"+key, 100)...)
+			body := []any{"idempotency_key", key, "account_id", "payer", "hold_id", "h-" + key, "amount", 40, "to", shop}
+			crashing := newSagaService(st, clk)
+			crashAt(crashing, step)
+			if r := send(crashing, "capture_hold", body...); r.Status != domain.StatusError {
+				t.Fatalf("no crash at %s: %+v", step, r)
+			}
+			r := send(s, "close_account", "idempotency_key", "close-"+shop, "account_id", shop)
+			if r.Code != domain.CodeAccountNotEmpty || !strings.Contains(r.Message, domain.CaptureGuardHoldID(key)) {
+				t.Fatalf("closing %s behind the guard of a capture crashed at %s: %+v", shop, step, r)
+			}
+			crashing.failpoint = nil
+			if r := send(crashing, "capture_hold", body...); r.Status != domain.StatusApplied || !r.Duplicate || r.Account.Balance != 1000-40*int64(i+1) {
+				t.Fatalf("finished by the retry: %+v", r)
+			}
+			if b := foldedAccount(t, st, shop); b.Balance != 40 || b.Held != 0 {
+				t.Fatalf("%s: balance %d held %d", shop, b.Balance, b.Held)
+			}
+		}
+		openClosed(t, s, "late", "EUR")
+		must(t, s, "place_hold", holdBody("p-late", "payer", "h-late", 100)...)
+		r := send(s, "capture_hold", "idempotency_key", "c-late", "account_id", "payer", "hold_id", "h-late", "to", "late")
+		if r.Code != domain.CodeAccountClosed || r.Message != "capture to late: account late is closed" || r.Account.Held != 100 {
+			t.Fatalf("capture into a closed account: %+v", r)
+		}
+		audit(t, st, true)
+	})
+}
+
+// TestCaptureSagaConcurrentSends: the same capture sent ten times at once to two
+// instances moves its money once, and every send answers the same reply.
+func TestCaptureSagaConcurrentSends(t *testing.T) {
+	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
+		clk := newFakeClock()
+		svcs := []*Service{newSagaService(st, clk), newSagaService(st, clk)}
+		openFunded(t, svcs[0], "payer", "EUR", 1000)
+		openFunded(t, svcs[0], "shop", "EUR", 0)
+		must(t, svcs[0], "place_hold", holdBody("p-h", "payer", "h", 500)...)
+		body := []any{"idempotency_key", "c", "account_id", "payer", "hold_id", "h", "amount", 120, "to", "shop"}
+		replies := make([]Reply, 10)
+		var wg sync.WaitGroup
+		for i := range replies {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				replies[i] = send(svcs[i%2], "capture_hold", body...)
+			}()
+		}
+		wg.Wait()
+		for i, r := range replies {
+			if r.Status != domain.StatusApplied || !sameReply(r, replies[0]) {
+				t.Fatalf("reply %d: %+v\nfirst %+v", i, r, replies[0])
+			}
+		}
+		if got, found, err := svcs[1].Lookup(context.Background(), "c"); err != nil || !found || !sameReply(got, replies[0]) {
+			t.Fatalf("lookup: %+v %v %v", got, found, err)
+		}
+		if n := countOf(devtest.StreamEvents(t, st, "account-shop"), domain.EvCredited); n != 1 {
+			t.Fatalf("%d credits of the shop", n)
+		}
+		a := audit(t, st, true)
+		if a.balance("payer") != 880 || a.balance("shop") != 120 {
+			t.Fatalf("payer %d, shop %d", a.balance("payer"), a.balance("shop"))
+		}
+	})
+}
