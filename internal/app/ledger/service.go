@@ -86,9 +86,9 @@ type Service struct {
 	// Account.HoldLimit for new aggregates (history.go).
 	subjects  eventstore.SubjectReader
 	holdLimit int
-	oldKeys     sync.Map // streams where resends of forgotten keys arrive: string -> time.Time
-	snapSlots   chan struct{}
-	snapWG      sync.WaitGroup
+	oldKeys   sync.Map // streams where resends of forgotten keys arrive: string -> time.Time
+	snapSlots chan struct{}
+	snapWG    sync.WaitGroup
 	// failpoint, when set (by tests only), is called between the steps of a saga
 	// with the step's name; an error aborts the handler there, as a crash would.
 	failpoint func(step string) error
