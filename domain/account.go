@@ -115,6 +115,9 @@ type Hold struct {
 	// store that reads events by subject finds it once the aggregate forgot it.
 	// A hold placed before events had subjects is never forgotten.
 	Findable bool
+	// closedRev is the revision of the event that closed it (0 when recalled
+	// from the store, durable by then).
+	closedRev int64
 }
 
 // HoldSubject is the subject of a hold's events (eventstore.SubjectReader).
@@ -236,8 +239,21 @@ func (a *Account) closed(h *Hold) {
 	if !h.Findable {
 		return
 	}
+	h.closedRev = a.Revision + 1 // the event being folded
 	a.closedOrder.push(h.ID)
+}
+
+// ForgetClosedHolds forgets the oldest closed holds beyond HoldLimit whose
+// closing event is at or below durable: a hold closed by an append still in
+// flight stays until that append is durable, since the store could not show it
+// yet. Folds of stored events call it (EvolveAccount); the ledger calls it once
+// a decision it folded ahead (EvolveAccountDecided) is durable.
+func (a *Account) ForgetClosedHolds(durable int64) {
 	for a.HoldLimit > 0 && a.closedOrder.len() > a.HoldLimit {
+		h := a.Holds[a.closedOrder.peek()]
+		if h != nil && h.closedRev > durable {
+			return
+		}
 		delete(a.Holds, a.closedOrder.pop())
 		a.forgotHolds = true
 	}
@@ -252,6 +268,9 @@ type fifo struct {
 func (q *fifo) push(name string) { q.names = append(q.names, name) }
 
 func (q *fifo) len() int { return len(q.names) - q.head }
+
+// peek is the oldest name.
+func (q *fifo) peek() string { return q.names[q.head] }
 
 // pop removes and returns the oldest name.
 func (q *fifo) pop() string {
@@ -301,6 +320,8 @@ func (a *Account) RecallHold(events []StoredEvent) error {
 	}
 	a.Holds[h.ID] = h
 	a.closed(h)
+	h.closedRev = 0 // durable
+	a.ForgetClosedHolds(a.Revision)
 	return nil
 }
 
@@ -637,7 +658,11 @@ func EvolveAccount(a *Account, ev StoredEvent) error {
 	if err != nil {
 		return err
 	}
-	return a.fold(ev, payload)
+	if err := a.fold(ev, payload); err != nil {
+		return err
+	}
+	a.ForgetClosedHolds(a.Revision) // a stored event is durable
+	return nil
 }
 
 // EvolveAccountDecided is EvolveAccount for an event this process has just written:

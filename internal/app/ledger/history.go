@@ -203,10 +203,11 @@ func (s *Service) keyRecord(ctx context.Context, stream string, acc *domain.Acco
 // command names, when it is not there: its events, found by their subject in
 // one read, say what became of it (domain.RecallHold). Nothing to do for a
 // command that names no hold, an aggregate that forgot none, or a store that
-// reads no subjects (its aggregates keep every hold). ErrHoldInFlight: the
-// store shows the hold active while the aggregate closed it, in an append
-// still in flight: decide again once the stream has settled. The caller holds
-// the stream's lock.
+// reads no subjects (its aggregates keep every hold). A hold is forgotten only
+// once its closure is durable (Account.ForgetClosedHolds), so the store shows
+// what became of it; ErrHoldInFlight, should it show the hold active while the
+// aggregate closed it, asks to decide again once the stream has settled. The
+// caller holds the stream's lock.
 func (s *Service) recallHold(ctx context.Context, stream string, acc *domain.Account, holdID string) error {
 	if holdID == "" || s.subjects == nil || !acc.ForgotHolds() || acc.Holds[holdID] != nil {
 		return nil

@@ -310,7 +310,7 @@ func (s *Service) decideOnAccountOnce(ctx context.Context, l *heldLocks, cmd dom
 	if !ok {
 		return nil, false, nil, false, fmt.Errorf("ledger: %s: key %q not found after its own append", stream, cmd.IdempotencyKey)
 	}
-	s.tookCommand(stream, acc)
+	s.tookCommand(stream, acc, int64(res.events[len(res.events)-1].Revision))
 	return copyRecord(kr), false, nil, false, nil
 }
 
@@ -392,10 +392,12 @@ func (s *Service) afterRefusedAppend(stream string, cmd domain.Command, acc *dom
 	return nil, nil
 }
 
-// tookCommand accounts for an aggregate that took a command: its size in the
-// cache, and a snapshot when one is due and nothing is in flight on it (so that
-// it is durable). The caller holds the stream's lock.
-func (s *Service) tookCommand(stream string, acc *domain.Account) {
+// tookCommand accounts for an aggregate that took a command, durable up to
+// revision durable: the closed holds it may forget now, its size in the cache,
+// and a snapshot when one is due and nothing is in flight on it (so that it is
+// durable). The caller holds the stream's lock.
+func (s *Service) tookCommand(stream string, acc *domain.Account, durable int64) {
+	acc.ForgetClosedHolds(durable)
 	if cached, ok := s.accounts.c.Peek(stream); !ok || cached != acc {
 		return
 	}

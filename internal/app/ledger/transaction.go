@@ -321,7 +321,7 @@ func (s *Service) appendTransaction(ctx context.Context, cmd domain.Command, req
 		if err := s.applyWritten(ctx, stream, accs[leg.id], w); err != nil {
 			return Reply{}, err
 		}
-		s.tookCommand(stream, accs[leg.id])
+		s.tookCommand(stream, accs[leg.id], accs[leg.id].Revision) // drained: durable
 	}
 	w := writtenFrom(txStream, res[1], txData, txMetas, []domain.NewEvent{d.Event})
 	payload := domain.TransactionPayload(d.Event.Data)
@@ -419,12 +419,12 @@ func (s *Service) appendCaptureTo(ctx context.Context, cmd domain.Command, req d
 	if err := s.applyWritten(ctx, held, a, writtenFrom(held, res[1], data, metas, capture)); err != nil {
 		return err
 	}
-	s.tookCommand(held, a)
+	s.tookCommand(held, a, a.Revision) // drained: durable
 	if len(credit) > 0 {
 		if err := s.applyWritten(ctx, to, b, writtenFrom(to, res[2], cdata, cmetas, credit)); err != nil {
 			return err
 		}
-		s.tookCommand(to, b)
+		s.tookCommand(to, b, b.Revision)
 	}
 	return nil
 }
@@ -560,7 +560,7 @@ func (s *Service) appendTransferAtomically(ctx context.Context, cmd domain.Comma
 		if err := s.applyWritten(ctx, as, st.acc, writtenFrom(as, res[2+i], st.data, st.metas, st.events)); err != nil {
 			return false, Reply{}, err
 		}
-		s.tookCommand(as, st.acc)
+		s.tookCommand(as, st.acc, st.acc.Revision) // drained: durable
 	}
 	return true, Reply{}, nil
 }
