@@ -281,6 +281,28 @@ func TestClosedHoldsAreBounded(t *testing.T) {
 		t.Fatalf("recall of a placement alone: %v", err)
 	}
 
+	// Folded ahead of the store (a pipelined decision), a closed hold stays
+	// until the event that closed it is durable.
+	ahead := NewAccount("a")
+	ahead.HoldLimit = 1
+	for _, ev := range all {
+		payload, err := DecodeEvent(ev.Type, ev.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := EvolveAccountDecided(ahead, ev, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ahead.ForgetClosedHolds(-1)
+	if ahead.Holds["h1"] == nil || ahead.Holds["h2"] == nil || ahead.ForgotHolds() {
+		t.Fatalf("forgotten before durable: %v", ahead.Holds)
+	}
+	ahead.ForgetClosedHolds(ahead.Revision)
+	if ahead.Holds["h1"] != nil || ahead.Holds["h2"] == nil || !ahead.ForgotHolds() {
+		t.Fatalf("durable: %v", ahead.Holds)
+	}
+
 	// Holds placed without a subject (before events had one) are never forgotten.
 	old := NewAccount("a")
 	old.HoldLimit = 1
