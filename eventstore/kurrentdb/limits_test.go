@@ -126,7 +126,7 @@ func TestReadOfATruncatedStream(t *testing.T) {
 	mustAppend(t, s, "account-1", eventstore.NoStream, evs(3)...)
 	var m esdb.StreamMetadata
 	m.SetTruncateBefore(2)
-	if _, err := esdbClient(t, srv).SetStreamMetadata(ctxT(t), "account-1", esdb.AppendToStreamOptions{}, m); err != nil {
+	if _, err := kurrenttest.Client(t, srv.ConnectionString()).SetStreamMetadata(ctxT(t), "account-1", esdb.AppendToStreamOptions{}, m); err != nil {
 		t.Fatal(err)
 	}
 	if evs, err := s.ReadStream(ctxT(t), "account-1", 0, eventstore.Forwards, 0); !errors.Is(err, kurrentdb.ErrStreamTruncated) {

@@ -49,21 +49,6 @@ func mustAppend(t *testing.T, s *kurrentdb.Store, stream string, exp eventstore.
 	return res
 }
 
-func esdbClient(t *testing.T, srv *kurrenttest.Server) *esdb.Client {
-	t.Helper()
-	cfg, err := esdb.ParseConnectionString(srv.ConnectionString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Logger = esdb.NoopLogging()
-	c, err := esdb.NewClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // receive takes n events from sub.
 func receive(t *testing.T, sub eventstore.Subscription, n int) []eventstore.RecordedEvent {
 	t.Helper()
@@ -301,7 +286,7 @@ func TestTombstonedStream(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
 	s := open(t, url)
 	mustAppend(t, s, "gone", eventstore.NoStream, evs(1)...)
-	if _, err := esdbClient(t, srv).TombstoneStream(ctxT(t), "gone", esdb.TombstoneStreamOptions{ExpectedRevision: esdb.Any{}}); err != nil {
+	if _, err := kurrenttest.Client(t, srv.ConnectionString()).TombstoneStream(ctxT(t), "gone", esdb.TombstoneStreamOptions{ExpectedRevision: esdb.Any{}}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := s.ReadStream(ctxT(t), "gone", 0, eventstore.Forwards, 0)
@@ -317,7 +302,7 @@ func TestTombstonedStream(t *testing.T) {
 func TestAllLeavesOutSystemRecords(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
 	s := open(t, url)
-	c := esdbClient(t, srv)
+	c := kurrenttest.Client(t, srv.ConnectionString())
 	a := mustAppend(t, s, "acct-1", eventstore.NoStream, ev("Opened"))
 	if _, err := c.SetStreamMetadata(ctxT(t), "acct-1", esdb.AppendToStreamOptions{}, esdb.StreamMetadata{}); err != nil {
 		t.Fatal(err)
