@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,9 +30,8 @@ import (
 func TestOldKeysAnswerAsTheFirstTime(t *testing.T) {
 	backends(t, func(t *testing.T, newStore func() testStore) {
 		st := newStore()
-		var now atomic.Int64
-		now.Store(clock().Unix())
-		opts := Options{Clock: func() time.Time { return time.Unix(now.Load(), 0).UTC() }, RecentKeys: 2, SnapshotEvery: 4}
+		clk := devtest.NewClock()
+		opts := Options{Clock: clk.Now, RecentKeys: 2, SnapshotEvery: 4}
 		s := New(st, opts)
 		defer s.Close()
 		acc := "old-" + strings.ReplaceAll(t.Name(), "/", "-")
@@ -47,7 +45,7 @@ func TestOldKeysAnswerAsTheFirstTime(t *testing.T) {
 		for i := range 10 {
 			send("deposit", fmt.Sprintf(`{"idempotency_key":"%s-d%d","account_id":"%s","amount":%d,"currency":"EUR"}`, acc, i, acc, 100+i))
 		}
-		expires := time.Unix(now.Load(), 0).Add(time.Hour).UTC().Format(time.RFC3339)
+		expires := clk.Now().Add(time.Hour).Format(time.RFC3339)
 		send("place_hold", fmt.Sprintf(`{"idempotency_key":"%s-h","account_id":"%s","hold_id":"h1","amount":50,"currency":"EUR","expires_at":"%s"}`, acc, acc, expires))
 		if r := send("withdraw", fmt.Sprintf(`{"idempotency_key":"%s-big","account_id":"%s","amount":100000,"currency":"EUR"}`, acc, acc)); r.Code != domain.CodeInsufficientFunds {
 			t.Fatalf("overdraw: %+v", r)
@@ -63,7 +61,7 @@ func TestOldKeysAnswerAsTheFirstTime(t *testing.T) {
 				first = append(first, r)
 			}
 		}
-		now.Add(2 * 3600) // the hold's expiry has passed: deciding it again would be invalid
+		clk.Advance(2 * time.Hour) // the hold's expiry has passed: deciding it again would be invalid
 		for round, svc := range []*Service{s, New(st, opts)} {
 			for i, c := range cmds[:len(cmds)-2] {
 				r := post(t, svc, c.typ, c.body)

@@ -231,7 +231,7 @@ func (p *pipeProp) next(rng *rand.Rand, key string) (typ string, kv []any) {
 
 func runPipelinedProperty(t *testing.T, st ProcessStore, multi eventstore.MultiAppender, seed int64, workers, ops int) {
 	fs := &faultyStore{ProcessStore: st, multi: multi, rng: rand.New(rand.NewSource(seed))}
-	clk := newFakeClock()
+	clk := devtest.NewClock()
 	svcs := []*Service{newSagaService(fs, clk), newSagaService(fs, clk)}
 	defer func() {
 		for _, s := range svcs {

@@ -31,7 +31,7 @@ func holdBody(key, account, hold string, amount int64, kv ...any) []any {
 
 func TestHolds(t *testing.T) {
 	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 
@@ -125,7 +125,7 @@ func TestHolds(t *testing.T) {
 // Two processes racing to expire the same hold (each from its own view): one release.
 func TestHoldExpiryRace(t *testing.T) {
 	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 		for i := 0; i < 5; i++ {
@@ -155,7 +155,7 @@ func TestHoldExpiryRace(t *testing.T) {
 // a restarted process resumes from its checkpoint in the store.
 func TestProcessRun(t *testing.T) {
 	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 		openFunded(t, s, "bob", "EUR", 0)
@@ -216,7 +216,7 @@ func TestProcessRun(t *testing.T) {
 // process that reads only what follows still finishes it.
 func TestProcessCheckpointKeepsPendingWork(t *testing.T) {
 	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 		openFunded(t, s, "bob", "EUR", 0)
@@ -249,7 +249,7 @@ func TestProcessCheckpointKeepsPendingWork(t *testing.T) {
 // An unreadable checkpoint (another version, damage) costs a full scan, nothing more.
 func TestProcessUnreadableCheckpoint(t *testing.T) {
 	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 		openFunded(t, s, "bob", "EUR", 0)

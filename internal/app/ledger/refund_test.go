@@ -23,7 +23,7 @@ func refundBody(key, orig string, amount int64) []any {
 // Refunds of deposits and withdrawals: overrun, the same key twice, a rejected original.
 func TestRefundsOfAccountCommands(t *testing.T) {
 	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 0)
 		must(t, s, "deposit", "idempotency_key", "d1", "account_id", "alice", "amount", 100, "currency", "EUR")
@@ -65,7 +65,7 @@ func TestRefundsOfAccountCommands(t *testing.T) {
 // refund, a rejected original, a refused debit and a refused credit compensated.
 func TestRefundsOfTransfers(t *testing.T) {
 	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 1000)
 		openFunded(t, s, "bob", "EUR", 0)
@@ -158,7 +158,7 @@ func TestRefundsOfTransfers(t *testing.T) {
 // refund that arrives while its transfer is still in flight waits for it.
 func TestRefundCrashAtEveryStep(t *testing.T) {
 	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+		clk := devtest.NewClock()
 		setup := newSagaService(st, clk)
 		openFunded(t, setup, "alice", "EUR", 10_000)
 		openFunded(t, setup, "bob", "EUR", 0)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/internal/app/reply"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // TestPropertySagas interleaves seeded random transfers, holds (some expiring),
@@ -51,7 +52,7 @@ func TestPropertySagas(t *testing.T) {
 
 type propHarness struct {
 	t     *testing.T
-	clk   *fakeClock
+	clk   *devtest.Clock
 	svcs  []*Service
 	clean *Service
 	proc  *Process
@@ -77,7 +78,7 @@ type propSent struct {
 }
 
 func runSagaProperty(t *testing.T, st ProcessStore, seed int64, workers, ops int) {
-	clk := newFakeClock()
+	clk := devtest.NewClock()
 	h := &propHarness{t: t, clk: clk, definite: map[string]Reply{}, errored: map[string]bool{}, holds: map[string][]string{}, retried: map[string]propSent{}}
 	crashRng := rand.New(rand.NewSource(seed ^ 0x5eed))
 	var crashMu sync.Mutex

@@ -71,7 +71,8 @@ func (s singleStreamStore) ReadAll(ctx context.Context, after eventstore.Positio
 	return s.st.ReadAll(ctx, after, max)
 }
 
-var clock = func() time.Time { return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC) }
+// clock stands still at devtest.Epoch.
+var clock = devtest.NewClock().Now
 
 func newService(st Store) *Service { return New(st, Options{Clock: clock}) }
 
@@ -528,7 +529,7 @@ func checkInvariants(t *testing.T, st testStore) {
 // head before it answers invalid.
 func TestStaleCacheKnowsTheKeyBeforeInvalid(t *testing.T) {
 	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+		clk := devtest.NewClock()
 		a, b := newSagaService(st, clk), newSagaService(st, clk)
 		must(t, a, "open_account", "idempotency_key", "open", "account_id", "a", "currency", "EUR")
 		must(t, a, "deposit", "idempotency_key", "dep", "account_id", "a", "amount", 500, "currency", "EUR")

@@ -331,7 +331,7 @@ func TestRefundOfATransaction(t *testing.T) {
 // transaction is decided again on the store's head, and posted.
 func TestTransactionRefusalIsNotDecidedOnAStaleCache(t *testing.T) {
 	for i, st := range []ProcessStore{memory.New(), openPostgres(t)} {
-		clk := newFakeClock()
+		clk := devtest.NewClock()
 		a, b := newSagaService(st, clk), newSagaService(st, clk)
 		p := fmt.Sprintf("stale-%d-", i)
 		x, y := p+"x", p+"y"

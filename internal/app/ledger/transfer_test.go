@@ -100,31 +100,9 @@ func openPostgres(t testing.TB) *postgres.Store {
 	return st
 }
 
-// fakeClock is a controllable clock: it moves only when told to.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 var quietLog = slog.New(slog.DiscardHandler)
 
-func newSagaService(st Store, clk *fakeClock) *Service {
+func newSagaService(st Store, clk *devtest.Clock) *Service {
 	return New(st, Options{Clock: clk.Now, Logger: quietLog})
 }
 
@@ -506,7 +484,7 @@ func (a *ledgerAudit) foldAccount(t *testing.T, ev domain.StoredEvent) {
 
 func TestTransferCompletes(t *testing.T) {
 	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 		openFunded(t, s, "bob", "EUR", 0)
@@ -542,7 +520,7 @@ func TestTransferCompletes(t *testing.T) {
 
 func TestTransferRejections(t *testing.T) {
 	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 		openFunded(t, s, "bob", "EUR", 0)
@@ -629,7 +607,7 @@ func countOf(evs []eventstore.RecordedEvent, typ string) int {
 // back and the transfer ends failed, the source whole.
 func TestTransferIntoClosedAccountFails(t *testing.T) {
 	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 		openFunded(t, s, "bob", "EUR", 0)
@@ -669,7 +647,7 @@ func TestTransferIntoClosedAccountFails(t *testing.T) {
 // debit, one credit, and every reply the same.
 func TestSameTransferTenTimesTwoInstances(t *testing.T) {
 	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+		clk := devtest.NewClock()
 		svcs := []*Service{newSagaService(st, clk), newSagaService(st, clk)}
 		openFunded(t, svcs[0], "alice", "EUR", 100)
 		openFunded(t, svcs[1], "bob", "EUR", 0)
@@ -721,7 +699,7 @@ func TestSameTransferTenTimesTwoInstances(t *testing.T) {
 // by the transfer process of another instance (by "process", past the grace
 // period) or by the client's retry (by "retry", a duplicate since the request
 // was written before the crash), and returns the recovered reply.
-func crashThenRecover(t *testing.T, st ProcessStore, clk *fakeClock, newSagaService func(Store, *fakeClock) *Service, typ string, body []any, step, by string, halfway func()) Reply {
+func crashThenRecover(t *testing.T, st ProcessStore, clk *devtest.Clock, newSagaService func(Store, *devtest.Clock) *Service, typ string, body []any, step, by string, halfway func()) Reply {
 	t.Helper()
 	var key string
 	for i := 0; i+1 < len(body); i += 2 {
@@ -768,18 +746,18 @@ var (
 // key, so that the steps a recovery runs again were forgotten (found by their
 // claims on the stores that locate no events, as KurrentDB).
 func TestTransferCrashAtEveryStep(t *testing.T) {
-	transferCrashAtEveryStep(t, func(st Store, clk *fakeClock) *Service { return newSagaService(st, clk) })
+	transferCrashAtEveryStep(t, func(st Store, clk *devtest.Clock) *Service { return newSagaService(st, clk) })
 }
 
 func TestTransferCrashAtEveryStepForgetful(t *testing.T) {
-	transferCrashAtEveryStep(t, func(st Store, clk *fakeClock) *Service {
+	transferCrashAtEveryStep(t, func(st Store, clk *devtest.Clock) *Service {
 		return New(st, Options{Clock: clk.Now, Logger: quietLog, RecentKeys: 1})
 	})
 }
 
-func transferCrashAtEveryStep(t *testing.T, newSagaService func(Store, *fakeClock) *Service) {
+func transferCrashAtEveryStep(t *testing.T, newSagaService func(Store, *devtest.Clock) *Service) {
 	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+		clk := devtest.NewClock()
 		setup := newSagaService(st, clk)
 		openFunded(t, setup, "alice", "EUR", 1000)
 		openFunded(t, setup, "bob", "EUR", 0)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // txSagaSteps are the failpoints of a reservation saga over alice, bob and
@@ -27,18 +28,18 @@ var (
 // keeps one key, so that the steps a recovery runs again were forgotten and
 // are found through their claims.
 func TestTransactionSagaCrashAtEveryStep(t *testing.T) {
-	transactionSagaCrashAtEveryStep(t, func(st Store, clk *fakeClock) *Service { return newSagaService(st, clk) })
+	transactionSagaCrashAtEveryStep(t, func(st Store, clk *devtest.Clock) *Service { return newSagaService(st, clk) })
 }
 
 func TestTransactionSagaCrashAtEveryStepForgetful(t *testing.T) {
-	transactionSagaCrashAtEveryStep(t, func(st Store, clk *fakeClock) *Service {
+	transactionSagaCrashAtEveryStep(t, func(st Store, clk *devtest.Clock) *Service {
 		return New(st, Options{Clock: clk.Now, Logger: quietLog, RecentKeys: 1})
 	})
 }
 
-func transactionSagaCrashAtEveryStep(t *testing.T, newSagaService func(Store, *fakeClock) *Service) {
+func transactionSagaCrashAtEveryStep(t *testing.T, newSagaService func(Store, *devtest.Clock) *Service) {
 	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+		clk := devtest.NewClock()
 		setup := newSagaService(st, clk)
 		openFunded(t, setup, "alice", "EUR", 100_000)
 		openFunded(t, setup, "bob", "EUR", 0)
@@ -101,7 +102,7 @@ func checkTxBalances(t *testing.T, st ProcessStore, posted int) {
 // transaction is a saga of its own, in full.
 func TestTransactionSagaReservesFirst(t *testing.T) {
 	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 		openFunded(t, s, "shop", "EUR", 0)

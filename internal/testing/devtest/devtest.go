@@ -1,6 +1,10 @@
-// Package devtest gives tests the real servers the ledger runs on: an embedded
-// nats-server with JetStream in a temp dir, a fresh migrated PostgreSQL database
-// (internal/pgtest) and its event store, and a bounded Eventually.
+// Package devtest is the tests' one environment: the real servers the ledger
+// runs on (an embedded nats-server with JetStream in a temp dir, a fresh
+// migrated PostgreSQL database from internal/testing/pgtest and its event
+// store), a controllable Clock, and a bounded Eventually.
+//
+// Packages whose own (in-package) tests import devtest cannot be imported by
+// it: internal/app/ledger, internal/adapters/natsapi, internal/platform/config.
 package devtest
 
 import (
