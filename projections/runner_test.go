@@ -19,9 +19,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ledgerworks/ledger/eventstore"
-	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
-	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
-	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
 	"github.com/ledgerworks/ledger/internal/app/reply"
@@ -327,11 +324,7 @@ func TestRunnerSurvivesLostConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	st, err := postgres.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := devtest.Store(t, url)
 	r, err := projections.NewRunner(pool, st, projections.Options{BatchSize: 10, PollInterval: time.Millisecond, MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -376,13 +369,8 @@ func TestRunnerSurvivesLostConnections(t *testing.T) {
 // The projector and the audit work the same over KurrentDB (here its in-process
 // stand-in): positions are (commit, prepare) pairs of its own.
 func TestProjectsFromKurrentDB(t *testing.T) {
-	_, url := kurrenttest.Start(t)
 	ctx := context.Background()
-	st, err := kurrentdb.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := devtest.KurrentDB(t)
 	env := projtest.New(t)
 	env.Ledger = ledger.New(st, ledger.Options{})
 	env.Run(t, projtest.Workload{Commands: 150, Seed: 60})

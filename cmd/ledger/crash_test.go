@@ -15,9 +15,9 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
-	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 	"github.com/ledgerworks/ledger/internal/app/reply"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 type crashCmd struct {
@@ -202,11 +202,7 @@ func TestCrashSafetyUnderSIGKILL(t *testing.T) {
 	}
 
 	// The event store: every key applied exactly once, balances as the model says.
-	store, err := postgres.Open(context.Background(), dev.info.EventStoreURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := devtest.Store(t, dev.info.EventStoreURL)
 	perKey := map[string]int{}
 	streamOf := map[string]string{}
 	ids := map[string]bool{}

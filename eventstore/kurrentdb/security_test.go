@@ -11,6 +11,7 @@ import (
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/eventstore/storetest"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 	"github.com/ledgerworks/ledger/internal/testing/testcert"
 )
 
@@ -37,7 +38,7 @@ func secureServer(t *testing.T) (*kurrenttest.Server, string) {
 // credentials through its URL, and works (append, read, subscribe).
 func TestSecureNode(t *testing.T) {
 	srv, caFile := secureServer(t)
-	s := open(t, "kurrentdb://admin:"+adminPassword+"@"+srv.Addr()+"?tlsCAFile="+caFile)
+	s := devtest.OpenKurrentDB(t, "kurrentdb://admin:"+adminPassword+"@"+srv.Addr()+"?tlsCAFile="+caFile)
 	e := ev("Opened")
 	res := mustAppend(t, s, "account-1", eventstore.NoStream, e)
 	sub, err := s.SubscribeAll(ctxT(t), eventstore.Start, eventstore.SubscribeOptions{StreamPrefixes: []string{"account-"}})
@@ -56,7 +57,7 @@ func TestSecureNode(t *testing.T) {
 func TestConformanceSecureNode(t *testing.T) {
 	srv, caFile := secureServer(t)
 	url := "kurrentdb://admin:" + adminPassword + "@" + srv.Addr() + "?tlsCAFile=" + caFile
-	storetest.Run(t, func(t *testing.T) eventstore.Store { return open(t, url) })
+	storetest.Run(t, func(t *testing.T) eventstore.Store { return devtest.OpenKurrentDB(t, url) })
 }
 
 // TestSecureNodeRefusesWrongSettings: without the right credentials, or

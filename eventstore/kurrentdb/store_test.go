@@ -133,15 +133,13 @@ func TestOpenUnreachableServer(t *testing.T) {
 }
 
 func TestNotAMultiAppender(t *testing.T) {
-	_, url := kurrenttest.Start(t)
-	if _, ok := any(open(t, url)).(eventstore.MultiAppender); ok {
+	if _, ok := any(devtest.KurrentDB(t)).(eventstore.MultiAppender); ok {
 		t.Fatal("the KurrentDB store claims atomic multi-stream appends")
 	}
 }
 
 func TestAppendMapsWrongExpectedRevision(t *testing.T) {
-	_, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.KurrentDB(t)
 	mustAppend(t, s, "acct-1", eventstore.NoStream, evs(3)...)
 	for _, c := range []struct {
 		stream string
@@ -175,8 +173,7 @@ func TestAppendMapsWrongExpectedRevision(t *testing.T) {
 }
 
 func TestAppendRejectsEventsWithoutID(t *testing.T) {
-	_, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.KurrentDB(t)
 	if _, err := s.Append(ctxT(t), "a", eventstore.Any, []eventstore.EventData{{Type: "E"}}); err == nil {
 		t.Fatal("an event without ID was appended (the client would have invented one)")
 	}
@@ -187,7 +184,7 @@ func TestAppendRejectsEventsWithoutID(t *testing.T) {
 
 func TestUnavailableIsRetryable(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.OpenKurrentDB(t, url)
 	srv.FailNext(kurrenttest.MethodAppend, 1, codes.Unavailable)
 	_, err := s.Append(ctxT(t), "a", eventstore.NoStream, evs(1))
 	if !errors.Is(err, eventstore.ErrUnavailable) {
@@ -206,7 +203,7 @@ func TestUnavailableIsRetryable(t *testing.T) {
 // at the same expected revision returns the original write, and writes nothing.
 func TestDeadlineWithoutReply(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.OpenKurrentDB(t, url)
 	batch := evs(2)
 	srv.StallAppends(1, true)
 	short, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
@@ -240,7 +237,7 @@ func TestDeadlineWithoutReply(t *testing.T) {
 
 func TestCancelledCallReturnsPromptly(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.OpenKurrentDB(t, url)
 	srv.StallAppends(1, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -262,7 +259,7 @@ func TestCancelledCallReturnsPromptly(t *testing.T) {
 // replaces the client and recovers once the server is back.
 func TestClientReplacedAfterDiscoveryFails(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url+"&maxDiscoverAttempts=2&discoveryInterval=5")
+	s := devtest.OpenKurrentDB(t, url+"&maxDiscoverAttempts=2&discoveryInterval=5")
 	mustAppend(t, s, "a", eventstore.NoStream, evs(1)...)
 	srv.SetUnavailable(true)
 	probes := srv.Requests(kurrenttest.MethodGetSupportedMethods)
@@ -284,7 +281,7 @@ func TestClientReplacedAfterDiscoveryFails(t *testing.T) {
 
 func TestTombstonedStream(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.OpenKurrentDB(t, url)
 	mustAppend(t, s, "gone", eventstore.NoStream, evs(1)...)
 	if _, err := kurrenttest.Client(t, srv.ConnectionString()).TombstoneStream(ctxT(t), "gone", esdb.TombstoneStreamOptions{ExpectedRevision: esdb.Any{}}); err != nil {
 		t.Fatal(err)
@@ -301,7 +298,7 @@ func TestTombstonedStream(t *testing.T) {
 
 func TestAllLeavesOutSystemRecords(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.OpenKurrentDB(t, url)
 	c := kurrenttest.Client(t, srv.ConnectionString())
 	a := mustAppend(t, s, "acct-1", eventstore.NoStream, ev("Opened"))
 	if _, err := c.SetStreamMetadata(ctxT(t), "acct-1", esdb.AppendToStreamOptions{}, esdb.StreamMetadata{}); err != nil {
@@ -339,8 +336,7 @@ func TestAllLeavesOutSystemRecords(t *testing.T) {
 }
 
 func TestHeadOfEmptyStore(t *testing.T) {
-	_, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.KurrentDB(t)
 	if h, err := s.Head(ctxT(t)); err != nil || h != eventstore.Start {
 		t.Fatalf("head %s, %v", h, err)
 	}
@@ -353,7 +349,7 @@ func TestHeadOfEmptyStore(t *testing.T) {
 // the last event it delivered, without gaps or repeats.
 func TestSubscriptionResubscribesAfterDrop(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url, kurrentdb.WithResubscribe(time.Millisecond, 20*time.Millisecond, 10))
+	s := devtest.OpenKurrentDB(t, url, kurrentdb.WithResubscribe(time.Millisecond, 20*time.Millisecond, 10))
 	first := evs(3)
 	mustAppend(t, s, "acct-1", eventstore.NoStream, first...)
 	sub, err := s.SubscribeAll(ctxT(t), eventstore.Start, eventstore.SubscribeOptions{StreamPrefixes: []string{"acct-"}})
@@ -389,7 +385,7 @@ func TestSubscriptionResubscribesAfterDrop(t *testing.T) {
 // still working through history; nothing is lost or repeated.
 func TestSubscriptionDropDuringCatchUp(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url, kurrentdb.WithResubscribe(time.Millisecond, 20*time.Millisecond, 10))
+	s := devtest.OpenKurrentDB(t, url, kurrentdb.WithResubscribe(time.Millisecond, 20*time.Millisecond, 10))
 	var want []eventstore.EventData
 	for i := range 50 {
 		e := evs(2)
@@ -421,7 +417,7 @@ func TestSubscriptionDropDuringCatchUp(t *testing.T) {
 // at (commit, 0), which leaves it out (it started one record too early before).
 func TestSubscriptionResumesFromCheckpoint(t *testing.T) {
 	srv, url := kurrenttest.Start(t, kurrenttest.WithEmptyLog()) // the pages below start at the first event
-	s := open(t, url,
+	s := devtest.OpenKurrentDB(t, url,
 		kurrentdb.WithResubscribe(time.Millisecond, 20*time.Millisecond, 10),
 		kurrentdb.WithCheckpointWindow(2, 1))
 	a := ev("Opened")
@@ -467,7 +463,7 @@ func TestSubscribeAfterPositionBetweenEvents(t *testing.T) {
 
 func subscribeBetweenEvents(t *testing.T, release kurrenttest.Release) {
 	srv, url := kurrenttest.Start(t, kurrenttest.WithRelease(release))
-	s := open(t, url)
+	s := devtest.OpenKurrentDB(t, url)
 	a := mustAppend(t, s, "acct-1", eventstore.NoStream, ev("E"))
 	b := ev("E")
 	bRes := mustAppend(t, s, "acct-2", eventstore.NoStream, b)
@@ -494,7 +490,7 @@ func subscribeBetweenEvents(t *testing.T, release kurrenttest.Release) {
 
 func TestSubscriptionGivesUpAfterBoundedAttempts(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url+"&maxDiscoverAttempts=1&discoveryInterval=1",
+	s := devtest.OpenKurrentDB(t, url+"&maxDiscoverAttempts=1&discoveryInterval=1",
 		kurrentdb.WithResubscribe(time.Millisecond, 4*time.Millisecond, 3))
 	sub, err := s.SubscribeAll(ctxT(t), eventstore.Start, eventstore.SubscribeOptions{})
 	if err != nil {
@@ -582,7 +578,7 @@ func TestSubscribeFromStartOnAlmostEmptyLog(t *testing.T) {
 	for _, release := range []kurrenttest.Release{kurrenttest.Release24_10_4, kurrenttest.Release24_10_5} {
 		t.Run(string(release), func(t *testing.T) {
 			_, url := kurrenttest.Start(t, kurrenttest.WithRelease(release))
-			subscribeFromStartThenAppend(t, open(t, url, kurrentdb.WithCheckpointWindow(2, 1)), "acct-")
+			subscribeFromStartThenAppend(t, devtest.OpenKurrentDB(t, url, kurrentdb.WithCheckpointWindow(2, 1)), "acct-")
 		})
 	}
 }

@@ -38,7 +38,7 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	ns := devtest.NATS(t)
-	store := devtest.Store(t, devtest.DatabaseURL(t))
+	store := devtest.Postgres(t)
 	return &rig{t: t, store: store, svc: ledger.New(store, ledger.Options{}), nc: devtest.Connect(t, ns), url: ns.ClientURL()}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/ledgerworks/ledger/eventstore/memory"
 	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // The transfer process checkpoints into the event store; its stream is the
@@ -45,11 +46,6 @@ func TestAuditAcceptsTransferProcessCheckpoints(t *testing.T) {
 	}
 }
 
-// sagaOnly hides the memory store's multi-stream append (and every capability
-// but the event store's): the ledger then runs transactions as reservation
-// sagas, as on KurrentDB.
-type sagaOnly struct{ eventstore.Store }
-
 // TestAuditFoldsReservationSagas: transactions decided as reservation sagas
 // (a posted one and a refused one) pass the audit with the chain verified;
 // the same log cut before a saga's outcome (its legs partly posted) counts
@@ -58,7 +54,7 @@ type sagaOnly struct{ eventstore.Store }
 func TestAuditFoldsReservationSagas(t *testing.T) {
 	ctx := context.Background()
 	st := memory.New()
-	svc := ledger.New(sagaOnly{st}, ledger.Options{Logger: slog.New(slog.DiscardHandler)})
+	svc := ledger.New(devtest.WithoutMultiAppend(st), ledger.Options{Logger: slog.New(slog.DiscardHandler)})
 	for _, c := range []struct{ typ, body, status string }{
 		{"open_account", `{"idempotency_key":"o-a","account_id":"a","currency":"EUR"}`, "applied"},
 		{"open_account", `{"idempotency_key":"o-b","account_id":"b","currency":"EUR"}`, "applied"},

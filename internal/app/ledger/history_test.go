@@ -16,7 +16,6 @@ import (
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
-	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/eventstore/memory"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
@@ -28,8 +27,7 @@ import (
 // further than what is left of it, names the fields of a conflict under an old
 // key, and moves no money twice.
 func TestOldKeysAnswerAsTheFirstTime(t *testing.T) {
-	backends(t, func(t *testing.T, newStore func() testStore) {
-		st := newStore()
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
 		clk := devtest.NewClock()
 		opts := Options{Clock: clk.Now, RecentKeys: 2, SnapshotEvery: 4}
 		s := New(st, opts)
@@ -214,12 +212,7 @@ func TestKeyLookupsAnswerEachCaller(t *testing.T) {
 // the duplicate it is, and decides the next command on the right balance. A
 // stream holding a saga step written without a claim gets no snapshot.
 func TestSnapshotsOnKurrentDB(t *testing.T) {
-	_, url := kurrenttest.Start(t)
-	st, err := kurrentdb.Open(context.Background(), url, kurrentdb.WithLogger(quietLog))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := devtest.KurrentDB(t)
 	opts := Options{Clock: clock, Logger: quietLog, RecentKeys: 2, SnapshotEvery: 3}
 	s := New(st, opts)
 	mustApply(t, s, "open_account", `{"idempotency_key":"o","account_id":"a","currency":"EUR"}`)

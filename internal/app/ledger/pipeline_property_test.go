@@ -77,11 +77,9 @@ func TestPropertyPipelinedHotAccounts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		multi, ok := st.(eventstore.MultiAppender)
-		if !ok {
-			t.Skip("pipelining rides on group commit, which needs multi-stream appends; this store has none")
-		}
+	// Pipelining rides on group commit, which needs multi-stream appends.
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		multi := st.(eventstore.MultiAppender)
 		const workers = 8
 		ops := 150
 		if testing.Short() {

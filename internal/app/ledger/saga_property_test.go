@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/reply"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
@@ -40,7 +41,7 @@ func TestPropertySagas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
 		ops := map[string]int{"TestPropertySagas/memory-saga": 600, "TestPropertySagas/postgres-saga": 300}[t.Name()]
 		if ops == 0 || testing.Short() {
 			ops = 200 // over gRPC (kurrentdb), or -short

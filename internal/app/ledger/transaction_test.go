@@ -8,7 +8,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/ledgerworks/ledger/eventstore/memory"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 
 	"github.com/ledgerworks/ledger/domain"
@@ -24,7 +23,7 @@ func posting(from, to string, amount int, cur string) string {
 }
 
 // foldedBalance folds an account's stream (checking every stated balance).
-func foldedBalance(t *testing.T, st testStore, id string) int64 {
+func foldedBalance(t *testing.T, st eventstore.StreamReader, id string) int64 {
 	t.Helper()
 	return foldedAccount(t, st, id).Balance
 }
@@ -52,8 +51,7 @@ func foldedAccount(t *testing.T, st eventstore.StreamReader, id string) *domain.
 // conflict, an unknown account a refusal not recorded. The same on a store
 // without multi-stream appends, where the transaction is a reservation saga.
 func TestTransactionAllOrNothing(t *testing.T) {
-	backends(t, func(t *testing.T, newStore func() testStore) {
-		st := newStore()
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
 		s := New(st, Options{Clock: clock})
 		defer s.Close()
 		p := strings.NewReplacer("/", "-").Replace(t.Name()) + "-"
@@ -74,7 +72,7 @@ func TestTransactionAllOrNothing(t *testing.T) {
 			got = append(got, fmt.Sprintf("%s=%d@%d", strings.TrimPrefix(v.AccountID, p), v.Balance, v.Revision))
 		}
 		want := "a=690@3 b=295@2 fee=15@2"
-		if strings.HasSuffix(t.Name(), "single-stream") { // a reservation saga: each account's reservation, and its release with the legs
+		if !devtest.MultiAppends(st) { // a reservation saga: each account's reservation, and its release with the legs
 			want = "a=690@5 b=295@4 fee=15@4"
 		}
 		if strings.Join(got, " ") != want {
@@ -137,11 +135,8 @@ func TestTransactionAllOrNothing(t *testing.T) {
 // instances, while deposits pipeline on its accounts: it is posted once, every
 // send answers its one outcome, and no money is lost or made.
 func TestTransactionConcurrentSends(t *testing.T) {
-	backends(t, func(t *testing.T, newStore func() testStore) {
-		if strings.HasSuffix(t.Name(), "single-stream") {
-			t.Skip("no transactions without multi-stream appends (TestTransactionAllOrNothing checks the refusal)")
-		}
-		st := newStore()
+	// Without multi-stream appends a transaction is a reservation saga: TestTransactionSagaReservesFirst.
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
 		s1, s2 := New(st, Options{Clock: clock}), New(st, Options{Clock: clock})
 		defer s1.Close()
 		defer s2.Close()
@@ -192,8 +187,7 @@ func TestTransactionConcurrentSends(t *testing.T) {
 // hold stays active); into an unknown account, refused without record; `to`
 // equal to the held account is malformed; without multi-stream appends, invalid.
 func TestCaptureIntoAnAccount(t *testing.T) {
-	backends(t, func(t *testing.T, newStore func() testStore) {
-		st := newStore()
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
 		s := New(st, Options{Clock: clock})
 		defer s.Close()
 		p := strings.NewReplacer("/", "-").Replace(t.Name()) + "-"
@@ -213,7 +207,7 @@ func TestCaptureIntoAnAccount(t *testing.T) {
 			return post(t, s, "capture_hold", fmt.Sprintf(`{"idempotency_key":"%s%s","account_id":"%spayer","hold_id":%q,"amount":%d,"to":"%s%s"}`, p, key, p, hold, amount, p, to))
 		}
 		r := capture("c1", "h1", "shop", 300)
-		if strings.HasSuffix(t.Name(), "single-stream") {
+		if !devtest.MultiAppends(st) {
 			if r.Status != domain.StatusInvalid || !reflect.DeepEqual(r.Fields, []string{"to"}) {
 				t.Fatalf("capture into an account without multi-stream appends: %+v", r)
 			}
@@ -259,11 +253,8 @@ func TestCaptureIntoAnAccount(t *testing.T) {
 // refunded in parts up to its amount; a refund the reversal cannot pay (the
 // merchant spent it) is refused and recorded; resends answer the first reply.
 func TestRefundOfATransaction(t *testing.T) {
-	backends(t, func(t *testing.T, newStore func() testStore) {
-		if strings.HasSuffix(t.Name(), "single-stream") {
-			t.Skip("no transactions without multi-stream appends (TestTransactionAllOrNothing checks the refusal)")
-		}
-		st := newStore()
+	// Without multi-stream appends a transaction is a reservation saga: TestTransactionSagaReservesFirst.
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
 		s := New(st, Options{Clock: clock})
 		defer s.Close()
 		p := strings.NewReplacer("/", "-").Replace(t.Name()) + "-"
@@ -330,17 +321,17 @@ func TestRefundOfATransaction(t *testing.T) {
 // refusal on it: the refusal's append asserts every account's revision, so the
 // transaction is decided again on the store's head, and posted.
 func TestTransactionRefusalIsNotDecidedOnAStaleCache(t *testing.T) {
-	for i, st := range []ProcessStore{memory.New(), openPostgres(t)} {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
 		clk := devtest.NewClock()
 		a, b := newSagaService(st, clk), newSagaService(st, clk)
-		p := fmt.Sprintf("stale-%d-", i)
+		p := "stale-"
 		x, y := p+"x", p+"y"
 		openFunded(t, a, x, "EUR", 10) // a caches x with 10
 		openFunded(t, a, y, "EUR", 0)
 		must(t, b, "deposit", "idempotency_key", p+"d1", "account_id", x, "amount", 100, "currency", "EUR")
 		r := send(a, "post_transaction", "idempotency_key", p+"tx", "transaction_id", p+"tx", "postings", []map[string]any{txPosting(x, y, 50)})
 		if r.Status != domain.StatusApplied || r.Transaction == nil || r.Transaction.Status != "posted" {
-			t.Fatalf("%T: a transaction refused on a stale cache: %+v", st, r)
+			t.Fatalf("a transaction refused on a stale cache: %+v", r)
 		}
-	}
+	})
 }

@@ -16,89 +16,10 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
-	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
-	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
-	"github.com/ledgerworks/ledger/eventstore/memory"
-	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/app/reply"
-	"github.com/ledgerworks/ledger/internal/testing/pgtest"
-	"github.com/ledgerworks/ledger/migrations"
 )
 
 // ---- harness shared by the saga, hold, refund and process tests ----
-
-// sagaStores runs a test against the memory store and a fresh PostgreSQL database.
-func sagaStores(t *testing.T, run func(t *testing.T, st ProcessStore)) {
-	transferStores(t, true, run)
-}
-
-// sagaPathStores runs a test of the saga itself (its steps, its crash points,
-// the transfer process) on the stores where transfers are sagas: KurrentDB, and
-// the memory and PostgreSQL stores with their multi-stream append hidden.
-func sagaPathStores(t *testing.T, run func(t *testing.T, st ProcessStore)) {
-	transferStores(t, false, run)
-}
-
-// transferStores runs a test on every store that carries transfers, with the
-// stores that decide a transfer in one append (memory, PostgreSQL) when atomic
-// is set, and always on the saga stores.
-func transferStores(t *testing.T, atomic bool, run func(t *testing.T, st ProcessStore)) {
-	if atomic {
-		t.Run("memory", func(t *testing.T) {
-			st := memory.New()
-			t.Cleanup(func() { st.Close() })
-			run(t, st)
-		})
-		t.Run("postgres", func(t *testing.T) {
-			run(t, openPostgres(t))
-		})
-	}
-	t.Run("memory-saga", func(t *testing.T) {
-		st := memory.New()
-		t.Cleanup(func() { st.Close() })
-		run(t, sagaOnly{st})
-	})
-	t.Run("postgres-saga", func(t *testing.T) {
-		run(t, sagaOnly{openPostgres(t)})
-	})
-	// KurrentDB (an in-process server with its append rules) has no multi-stream
-	// append: claims are written first, each step idempotent on its own.
-	t.Run("kurrentdb", func(t *testing.T) {
-		_, url := kurrenttest.Start(t)
-		st, err := kurrentdb.Open(context.Background(), url, kurrentdb.WithLogger(quietLog))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		run(t, st)
-	})
-}
-
-// sagaOnly hides every capability of a store but ProcessStore's (the
-// multi-stream append among them): the ledger then runs transfers as sagas, as
-// it does on KurrentDB.
-type sagaOnly struct{ ProcessStore }
-
-// atomicTransfers reports whether the ledger decides transfers on st in one append.
-func atomicTransfers(st ProcessStore) bool {
-	_, ok := st.(eventstore.MultiAppender)
-	return ok
-}
-
-func openPostgres(t testing.TB) *postgres.Store {
-	t.Helper()
-	url := pgtest.URL(t)
-	ctx := context.Background()
-	if err := migrations.Up(ctx, url); err != nil {
-		t.Fatal(err)
-	}
-	st, err := postgres.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
 
 var quietLog = slog.New(slog.DiscardHandler)
 
@@ -483,7 +404,7 @@ func (a *ledgerAudit) foldAccount(t *testing.T, ev domain.StoredEvent) {
 // ---- transfers ----
 
 func TestTransferCompletes(t *testing.T) {
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
 		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
@@ -519,7 +440,7 @@ func TestTransferCompletes(t *testing.T) {
 }
 
 func TestTransferRejections(t *testing.T) {
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
 		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
@@ -593,20 +514,10 @@ func TestTransferRejections(t *testing.T) {
 	})
 }
 
-func countOf(evs []eventstore.RecordedEvent, typ string) int {
-	n := 0
-	for _, e := range evs {
-		if e.Type == typ {
-			n++
-		}
-	}
-	return n
-}
-
 // The compensation path: the destination is closed, so the source is credited
 // back and the transfer ends failed, the source whole.
 func TestTransferIntoClosedAccountFails(t *testing.T) {
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
 		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
@@ -616,7 +527,7 @@ func TestTransferIntoClosedAccountFails(t *testing.T) {
 		r := send(s, "transfer", transferBody("t-1", "t1", "alice", "bob", 40)...)
 		status := "failed" // debited, refused by the destination, credited back
 		want := []string{"transfer-t1:TransferRequested", "alice:Debited", "bob:CommandRejected", "transfer-t1:TransferCreditRefused", "alice:Credited", "transfer-t1:TransferFailed"}
-		if atomicTransfers(st) { // one decision over both accounts: nothing leaves the source
+		if devtest.MultiAppends(st) { // one decision over both accounts: nothing leaves the source
 			status, want = "rejected", []string{"transfer-t1:TransferRequested", "alice:CommandRejected", "transfer-t1:TransferRejected"}
 		}
 		if r.Status != domain.StatusRejected || r.Code != domain.CodeAccountClosed || r.Transfer.Status != status {
@@ -646,7 +557,7 @@ func TestTransferIntoClosedAccountFails(t *testing.T) {
 // The same transfer sent 10 times at once to two instances over one store: one
 // debit, one credit, and every reply the same.
 func TestSameTransferTenTimesTwoInstances(t *testing.T) {
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
 		clk := devtest.NewClock()
 		svcs := []*Service{newSagaService(st, clk), newSagaService(st, clk)}
 		openFunded(t, svcs[0], "alice", "EUR", 100)
@@ -655,7 +566,7 @@ func TestSameTransferTenTimesTwoInstances(t *testing.T) {
 		must(t, svcs[1], "close_account", "idempotency_key", "close-carol", "account_id", "carol")
 		for _, c := range []struct {
 			key, id, to, status string
-		}{{"t-1", "t1", "bob", "completed"}, {"t-2", "t2", "carol", map[bool]string{true: "rejected", false: "failed"}[atomicTransfers(st)]}} {
+		}{{"t-1", "t1", "bob", "completed"}, {"t-2", "t2", "carol", map[bool]string{true: "rejected", false: "failed"}[devtest.MultiAppends(st)]}} {
 			replies := make([]Reply, 10)
 			var wg sync.WaitGroup
 			for i := range replies {
@@ -678,13 +589,13 @@ func TestSameTransferTenTimesTwoInstances(t *testing.T) {
 		}
 		alice := devtest.StreamEvents(t, st, "account-alice")
 		debits := 2 // one per transfer (the second credited back)
-		if atomicTransfers(st) {
+		if devtest.MultiAppends(st) {
 			debits = 1 // the refused one never debited
 		}
-		if n := countOf(alice, domain.EvDebited); n != debits {
+		if n := countType(alice, domain.EvDebited); n != debits {
 			t.Fatalf("%d debits of alice", n)
 		}
-		if n := countOf(devtest.StreamEvents(t, st, "account-bob"), domain.EvCredited); n != 1 {
+		if n := countType(devtest.StreamEvents(t, st, "account-bob"), domain.EvCredited); n != 1 {
 			t.Fatalf("%d credits of bob", n)
 		}
 		a := audit(t, st, true)
@@ -756,7 +667,7 @@ func TestTransferCrashAtEveryStepForgetful(t *testing.T) {
 }
 
 func transferCrashAtEveryStep(t *testing.T, newSagaService func(Store, *devtest.Clock) *Service) {
-	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
 		clk := devtest.NewClock()
 		setup := newSagaService(st, clk)
 		openFunded(t, setup, "alice", "EUR", 1000)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
@@ -38,7 +39,7 @@ func TestTransactionSagaCrashAtEveryStepForgetful(t *testing.T) {
 }
 
 func transactionSagaCrashAtEveryStep(t *testing.T, newSagaService func(Store, *devtest.Clock) *Service) {
-	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
 		clk := devtest.NewClock()
 		setup := newSagaService(st, clk)
 		openFunded(t, setup, "alice", "EUR", 100_000)
@@ -101,7 +102,7 @@ func checkTxBalances(t *testing.T, st ProcessStore, posted int) {
 // reservation leaves every account as it was; a refund of the posted
 // transaction is a saga of its own, in full.
 func TestTransactionSagaReservesFirst(t *testing.T) {
-	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
 		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
