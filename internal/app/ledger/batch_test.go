@@ -59,7 +59,7 @@ func TestGroupCommitSharesTransactions(t *testing.T) {
 			t.Fatalf("%d commands took %d transactions, at most %d parts in one: no group commit", commands, got, cs.maxParts.Load())
 		}
 		t.Logf("%d commands in %d transactions (largest %d parts)", commands, cs.txs.Load(), cs.maxParts.Load())
-		checkInvariants(t, st)
+		audit(t, st, true)
 	})
 }
 

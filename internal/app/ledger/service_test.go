@@ -145,7 +145,7 @@ func TestTwoInstancesRace(t *testing.T) {
 				t.Fatalf("key d-%d: replies differ or both fresh/duplicate:\n%+v\n%+v", k, ra, rb)
 			}
 		}
-		checkInvariants(t, st)
+		audit(t, st, true)
 	})
 }
 
@@ -306,7 +306,7 @@ func propertyRandomCommands(t *testing.T, opts Options) {
 			}()
 		}
 		wg.Wait()
-		checkInvariants(t, st)
+		audit(t, st, true)
 		mu.Lock()
 		multi := devtest.MultiAppends(st)
 		if perBackend[multi] == nil {
@@ -418,59 +418,6 @@ func streamDigest(t *testing.T, st eventstore.AllReader) map[string][]string {
 		out[e.Stream] = append(out[e.Stream], fmt.Sprintf("%d %s %s %s", e.Revision, e.ID, e.Type, e.Data))
 	}
 	return out
-}
-
-// checkInvariants checks PROTOCOL.md §6 invariants 1, 3 and 5 from the store alone.
-func checkInvariants(t *testing.T, st eventstore.AllReader) {
-	t.Helper()
-	all := devtest.ReadAll(t, st)
-	ids := map[string]bool{}
-	next := map[string]uint64{}
-	keyStream := map[string]string{}
-	accounts := map[string]*domain.Account{}
-	var last eventstore.Position
-	for i, e := range all {
-		if i > 0 && e.Position.Compare(last) <= 0 {
-			t.Fatalf("positions not increasing at %s@%d", e.Stream, e.Revision)
-		}
-		last = e.Position
-		if ids[e.ID.String()] {
-			t.Fatalf("event ID %s appears twice", e.ID)
-		}
-		ids[e.ID.String()] = true
-		if e.Revision != next[e.Stream] {
-			t.Fatalf("%s: revision %d after %d events (gap or reorder)", e.Stream, e.Revision, next[e.Stream])
-		}
-		next[e.Stream]++
-		ev, err := toStored(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Invariant 1: a key's events form one set, in one stream.
-		if prev, ok := keyStream[ev.Metadata.Key]; ok && prev != e.Stream && !strings.HasPrefix(e.Stream, domain.KeyStreamPrefix) && !strings.HasPrefix(prev, domain.KeyStreamPrefix) {
-			t.Fatalf("key %q wrote to %s and %s", ev.Metadata.Key, prev, e.Stream)
-		}
-		if !strings.HasPrefix(e.Stream, domain.KeyStreamPrefix) {
-			keyStream[ev.Metadata.Key] = e.Stream
-		}
-		if strings.HasPrefix(e.Stream, domain.AccountStreamPrefix) {
-			acc := accounts[e.Stream]
-			if acc == nil {
-				acc = domain.NewAccount(strings.TrimPrefix(e.Stream, domain.AccountStreamPrefix))
-				accounts[e.Stream] = acc
-			}
-			if rec, ok := acc.Keys[ev.Metadata.Key]; ok && ev.Metadata.Index == 0 {
-				t.Fatalf("key %q decided twice in %s (revisions %d and %d)", ev.Metadata.Key, e.Stream, rec.Events[0].Revision, e.Revision)
-			}
-			// Invariant 3: the fold (which checks every balance_after) and the overdraft floor.
-			if err := domain.EvolveAccount(acc, ev); err != nil {
-				t.Fatal(err)
-			}
-			if acc.Available() < -acc.OverdraftLimit {
-				t.Fatalf("%s: available %d below the overdraft limit %d", e.Stream, acc.Available(), acc.OverdraftLimit)
-			}
-		}
-	}
 }
 
 // TestStaleCacheKnowsTheKeyBeforeInvalid: instance a cached an account, instance
