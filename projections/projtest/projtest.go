@@ -1,6 +1,8 @@
 // Package projtest sets up what the read side's tests share: a fresh PostgreSQL
 // database with the migrations applied, the PostgreSQL event store on it, the
-// ledger's command handler writing realistic events, and a mixed workload.
+// ledger's command handler writing realistic events, and a mixed workload; and
+// the checks that need internal/app/audit (which devtest cannot import): the
+// audit of a store and its read models, and snapshots of the read models.
 package projtest
 
 import (
