@@ -94,7 +94,7 @@ func TestFreshLogStartsWithSystemRecords(t *testing.T) {
 		e := ev("Opened")
 		mustAppend(t, s, fmt.Sprintf("acct-%d", len(prefixes)), eventstore.NoStream, e)
 		appended = append(appended, e)
-		sameIDs(t, receive(t, sub, len(appended)), appended)
+		sameIDs(t, devtest.Receive(t, sub, len(appended)), appended)
 		_ = sub.Close()
 	}
 }

@@ -46,7 +46,7 @@ func TestSecureNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	sameIDs(t, receive(t, sub, 1), []eventstore.EventData{e})
+	sameIDs(t, devtest.Receive(t, sub, 1), []eventstore.EventData{e})
 	if head, err := s.Head(ctxT(t)); err != nil || head != res.Position {
 		t.Fatalf("head %s, %v; want %s", head, err, res.Position)
 	}

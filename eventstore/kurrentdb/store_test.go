@@ -49,40 +49,6 @@ func mustAppend(t *testing.T, s *kurrentdb.Store, stream string, exp eventstore.
 	return res
 }
 
-// receive takes n events from sub.
-func receive(t *testing.T, sub eventstore.Subscription, n int) []eventstore.RecordedEvent {
-	t.Helper()
-	var out []eventstore.RecordedEvent
-	timeout := time.After(waitFor)
-	for len(out) < n {
-		select {
-		case e, ok := <-sub.Events():
-			if !ok {
-				t.Fatalf("subscription ended after %d of %d events: %v", len(out), n, sub.Err())
-			}
-			out = append(out, e)
-		case <-timeout:
-			t.Fatalf("received %d of %d events", len(out), n)
-		}
-	}
-	return out
-}
-
-func waitClosed(t *testing.T, sub eventstore.Subscription) {
-	t.Helper()
-	timeout := time.After(waitFor)
-	for {
-		select {
-		case _, ok := <-sub.Events():
-			if !ok {
-				return
-			}
-		case <-timeout:
-			t.Fatal("subscription did not end")
-		}
-	}
-}
-
 func sameIDs(t *testing.T, got []eventstore.RecordedEvent, want []eventstore.EventData) {
 	t.Helper()
 	if len(got) != len(want) {
@@ -327,9 +293,9 @@ func TestAllLeavesOutSystemRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	got := receive(t, sub, 2)
+	got := devtest.Receive(t, sub, 2)
 	last := mustAppend(t, s, "acct-3", eventstore.NoStream, ev("Opened"))
-	got = append(got, receive(t, sub, 1)...)
+	got = append(got, devtest.Receive(t, sub, 1)...)
 	if got[0].Position != a.Position || got[1].Position != b.Position || got[2].Position != last.Position {
 		t.Fatalf("subscription delivered %+v", got)
 	}
@@ -357,7 +323,7 @@ func TestSubscriptionResubscribesAfterDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	got := receive(t, sub, 3)
+	got := devtest.Receive(t, sub, 3)
 	devtest.Eventually(t, waitFor, "the subscription on the server", func() bool { return srv.Subscriptions() == 1 })
 
 	if n := srv.DropSubscriptions(); n != 1 {
@@ -367,7 +333,7 @@ func TestSubscriptionResubscribesAfterDrop(t *testing.T) {
 	devtest.Eventually(t, waitFor, "the resubscription", func() bool { return ks.Drops() == 1 && srv.Subscriptions() == 1 })
 	second := evs(3)
 	mustAppend(t, s, "acct-1", eventstore.Exact(2), second...)
-	got = append(got, receive(t, sub, 3)...)
+	got = append(got, devtest.Receive(t, sub, 3)...)
 	sameIDs(t, got, append(first, second...))
 
 	starts := srv.SubscriptionStarts()
@@ -398,9 +364,9 @@ func TestSubscriptionDropDuringCatchUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	got := receive(t, sub, 10)
+	got := devtest.Receive(t, sub, 10)
 	srv.DropSubscriptions()
-	got = append(got, receive(t, sub, len(want)-10)...)
+	got = append(got, devtest.Receive(t, sub, len(want)-10)...)
 	sameIDs(t, got, want)
 	for i := 1; i < len(got); i++ {
 		if got[i].Position.Compare(got[i-1].Position) <= 0 {
@@ -431,7 +397,7 @@ func TestSubscriptionResumesFromCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	got := receive(t, sub, 1)
+	got := devtest.Receive(t, sub, 1)
 	ks := sub.(*kurrentdb.Subscription)
 	// Pages of 2: [acct-1 other-0] [other-1 other-2] [other-3 other-4]
 	// [other-5 other-6] [other-7 other-8]. Each page checkpoints at its last event
@@ -443,7 +409,7 @@ func TestSubscriptionResumesFromCheckpoint(t *testing.T) {
 	devtest.Eventually(t, waitFor, "the resubscription", func() bool { return ks.Drops() == 1 && srv.Subscriptions() == 1 })
 	b := ev("Opened")
 	mustAppend(t, s, "acct-2", eventstore.NoStream, b)
-	got = append(got, receive(t, sub, 1)...)
+	got = append(got, devtest.Receive(t, sub, 1)...)
 	sameIDs(t, got, []eventstore.EventData{a, b})
 	starts := srv.SubscriptionStarts()
 	if len(starts) != 2 || starts[1] != others[6].Position.String() {
@@ -475,7 +441,7 @@ func subscribeBetweenEvents(t *testing.T, release kurrenttest.Release) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	sameIDs(t, receive(t, sub, 1), []eventstore.EventData{b})
+	sameIDs(t, devtest.Receive(t, sub, 1), []eventstore.EventData{b})
 	if starts := srv.SubscriptionStarts(); len(starts) != 1 || starts[0] != a.Position.String() {
 		t.Fatalf("subscribed at %v, want at the event before the position (%s)", starts, a.Position)
 	}
@@ -485,7 +451,7 @@ func subscribeBetweenEvents(t *testing.T, release kurrenttest.Release) {
 		t.Fatal(err)
 	}
 	defer sub2.Close()
-	sameIDs(t, receive(t, sub2, 1), []eventstore.EventData{b})
+	sameIDs(t, devtest.Receive(t, sub2, 1), []eventstore.EventData{b})
 }
 
 func TestSubscriptionGivesUpAfterBoundedAttempts(t *testing.T) {
@@ -499,7 +465,7 @@ func TestSubscriptionGivesUpAfterBoundedAttempts(t *testing.T) {
 	devtest.Eventually(t, waitFor, "the subscription on the server", func() bool { return srv.Subscriptions() == 1 })
 	srv.SetUnavailable(true)
 	srv.DropSubscriptions()
-	waitClosed(t, sub)
+	devtest.WaitClosed(t, sub)
 	if err := sub.Err(); !errors.Is(err, eventstore.ErrUnavailable) || !strings.Contains(err.Error(), "3 resubscriptions failed") {
 		t.Fatalf("Err %v, want ErrUnavailable after 3 attempts", err)
 	}
@@ -521,7 +487,7 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitClosed(t, sub)
+	devtest.WaitClosed(t, sub)
 	if err := sub.Err(); err != nil {
 		t.Fatalf("Err after the store closed: %v", err)
 	}
@@ -597,7 +563,7 @@ func subscribeFromStartThenAppend(t *testing.T, s *kurrentdb.Store, prefix strin
 	a, b := ev("Opened"), ev("Opened")
 	mustAppend(t, s, prefix+"1", eventstore.NoStream, a)
 	mustAppend(t, s, prefix+"2", eventstore.NoStream, b)
-	sameIDs(t, receive(t, sub, 2), []eventstore.EventData{a, b})
+	sameIDs(t, devtest.Receive(t, sub, 2), []eventstore.EventData{a, b})
 	if cp := sub.(*kurrentdb.Subscription).Checkpoint(); cp.Compare(head.Position) < 0 || cp.Commit == math.MaxUint64 {
 		t.Fatalf("checkpoint %s: before the first event, or beyond the log's head", cp)
 	}

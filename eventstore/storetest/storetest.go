@@ -198,25 +198,6 @@ func readAllUntil(t *testing.T, s eventstore.Store, after eventstore.Position, p
 	return got
 }
 
-// receive takes n events from sub, failing t if they do not come in time.
-func receive(t *testing.T, sub eventstore.Subscription, n int) []eventstore.RecordedEvent {
-	t.Helper()
-	var out []eventstore.RecordedEvent
-	timeout := time.After(waitTimeout)
-	for len(out) < n {
-		select {
-		case e, ok := <-sub.Events():
-			if !ok {
-				t.Fatalf("subscription ended after %d of %d events: %v", len(out), n, sub.Err())
-			}
-			out = append(out, e)
-		case <-timeout:
-			t.Fatalf("received %d of %d events in %s", len(out), n, waitTimeout)
-		}
-	}
-	return out
-}
-
 // receiveUntil takes events from sub until one has ID last.
 func receiveUntil(t *testing.T, sub eventstore.Subscription, last uuid.UUID) []eventstore.RecordedEvent {
 	t.Helper()
@@ -796,11 +777,11 @@ func testCatchUpThenLive(t *testing.T, s eventstore.Store, p string) {
 		mustAppend(t, s, stream, eventstore.ExactOrNoStream(int64(i)-1), event("E", i))
 	}
 	sub := subscribe(t, s, start, p)
-	got := receive(t, sub, 5)
+	got := devtest.Receive(t, sub, 5)
 	for i := range 5 {
 		mustAppend(t, s, stream, eventstore.Exact(uint64(4+i)), event("E", 5+i))
 	}
-	got = append(got, receive(t, sub, 5)...)
+	got = append(got, devtest.Receive(t, sub, 5)...)
 	increasing(t, "subscription", got)
 	if want := ids(wantLen(t, s, stream, 10)); !equalIDs(ids(got), want) {
 		t.Fatalf("subscription delivered %v, stream holds %v", ids(got), want)
@@ -808,7 +789,7 @@ func testCatchUpThenLive(t *testing.T, s eventstore.Store, p string) {
 
 	// From a position: exclusive.
 	from := subscribe(t, s, got[2].Position, p)
-	if tail := receive(t, from, 7); !equalIDs(ids(tail), ids(got[3:])) {
+	if tail := devtest.Receive(t, from, 7); !equalIDs(ids(tail), ids(got[3:])) {
 		t.Fatalf("subscription after event 2 delivered %v, want %v", ids(tail), ids(got[3:]))
 	}
 
@@ -882,7 +863,7 @@ func testContextCancellation(t *testing.T, s eventstore.Store, p string) {
 		t.Fatalf("read all with a cancelled context: %v", err)
 	}
 	if sub, err := s.SubscribeAll(cancelled, eventstore.Start, eventstore.SubscribeOptions{}); err == nil {
-		waitClosed(t, sub)
+		devtest.WaitClosed(t, sub)
 	}
 
 	// Cancelling a live subscription's context ends it promptly, Err nil.
@@ -892,9 +873,9 @@ func testContextCancellation(t *testing.T, s eventstore.Store, p string) {
 		t.Fatalf("subscribe: %v", err)
 	}
 	mustAppend(t, s, stream, eventstore.Exact(0), event("E", 1))
-	receive(t, sub, 1)
+	devtest.Receive(t, sub, 1)
 	cancelSub()
-	waitClosed(t, sub)
+	devtest.WaitClosed(t, sub)
 	if err := sub.Err(); err != nil {
 		t.Fatalf("Err after cancellation: %v", err)
 	}
@@ -924,21 +905,6 @@ func testContextCancellation(t *testing.T, s eventstore.Store, p string) {
 	}
 	wantLen(t, s, held, 0)
 	mustAppend(t, s, held, eventstore.NoStream, event("E", 2)) // the lock is gone
-}
-
-func waitClosed(t *testing.T, sub eventstore.Subscription) {
-	t.Helper()
-	timeout := time.After(waitTimeout)
-	for {
-		select {
-		case _, ok := <-sub.Events():
-			if !ok {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("subscription not ended %s after its context was cancelled", waitTimeout)
-		}
-	}
 }
 
 func testReadStreamDirections(t *testing.T, s eventstore.Store, p string) {

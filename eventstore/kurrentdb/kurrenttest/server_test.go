@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -1203,14 +1202,11 @@ func TestRefusedAppendIsAnsweredAfterItsRequest(t *testing.T) {
 // out of stream reads (revisions unchanged); a soft delete ($tb at the deleted
 // marker) reads as not found.
 func TestStreamMetadataTruncatesReads(t *testing.T) {
-	var mu sync.Mutex
-	now := time.Now()
-	s, _ := kurrenttest.Start(t, kurrenttest.WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now }))
+	clk := devtest.NewClock()
+	s, _ := kurrenttest.Start(t, kurrenttest.WithClock(clk.Now))
 	c := client(t, s)
 	mustAppend(t, c, "s", esdb.NoStream{}, ids(2)...)
-	mu.Lock()
-	now = now.Add(time.Hour)
-	mu.Unlock()
+	clk.Advance(time.Hour)
 	mustAppend(t, c, "s", esdb.Revision(1), ids(3)...)
 	rc := raw(t, s)
 	read := func(from uint64, backwards bool) []string {

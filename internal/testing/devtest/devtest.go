@@ -3,7 +3,7 @@
 // migrated PostgreSQL database from internal/testing/pgtest), the event store
 // of every backend and Stores to run a test on each, a controllable Clock,
 // the bounded polls Eventually and Await, the readers of a store (ReadAll,
-// StreamEvents, Account), the runners of a test (Go, CatchUp), and
+// StreamEvents, Account, Receive), the runners of a test (Go, CatchUp), and
 // Failure to show a checker failing.
 //
 // Packages whose own (in-package) tests import devtest cannot be imported by
