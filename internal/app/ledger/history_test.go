@@ -93,7 +93,7 @@ func TestOldKeysAnswerAsTheFirstTime(t *testing.T) {
 			want += int64(100 + i)
 		}
 		want -= 6 + 101
-		folded := foldedAccount(t, st, acc)
+		folded := devtest.Account(t, st, acc)
 		if folded.Balance != want || folded.Revision != int64(len(cmds)+3) { // and 4 refunds
 			t.Fatalf("folded balance %d at revision %d, want %d at %d", folded.Balance, folded.Revision, want, len(cmds)+3)
 		}

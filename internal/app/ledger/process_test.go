@@ -160,10 +160,9 @@ func TestProcessRun(t *testing.T) {
 		openFunded(t, s, "alice", "EUR", 100)
 		openFunded(t, s, "bob", "EUR", 0)
 		opts := ProcessOptions{Grace: 10 * time.Second, SweepInterval: 5 * time.Millisecond, CheckpointInterval: time.Nanosecond}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
+		ctx := context.Background()
 		p := NewProcess(newSagaService(st, clk), st, opts)
-		go func() { done <- p.Run(ctx) }()
+		run := devtest.Go(t, p.Run)
 
 		crashAt(s, "transfer/debit")
 		if r := send(s, "transfer", transferBody("t-1", "t1", "alice", "bob", 30)...); r.Status != domain.StatusError {
@@ -193,8 +192,7 @@ func TestProcessRun(t *testing.T) {
 			defer p.mu.Unlock()
 			return len(p.view.Holds) == 0 && len(p.view.Transfers) == 0 && p.cpPos.Compare(p.view.Position) == 0
 		})
-		cancel()
-		if err := <-done; err != nil {
+		if err := run.Stop(); err != nil {
 			t.Fatal(err)
 		}
 

@@ -22,28 +22,6 @@ func posting(from, to string, amount int, cur string) string {
 	return fmt.Sprintf(`{"from":%q,"to":%q,"amount":%d,"currency":%q}`, from, to, amount, cur)
 }
 
-// foldedBalance folds an account's stream (checking every stated balance).
-func foldedBalance(t *testing.T, st eventstore.StreamReader, id string) int64 {
-	t.Helper()
-	return foldedAccount(t, st, id).Balance
-}
-
-// foldedAccount is the fold of an account's stream (checking every stated amount).
-func foldedAccount(t *testing.T, st eventstore.StreamReader, id string) *domain.Account {
-	t.Helper()
-	a := domain.NewAccount(id)
-	for _, re := range devtest.StreamEvents(t, st, domain.AccountStream(id)) {
-		ev, err := toStored(re)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := domain.EvolveAccount(a, ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return a
-}
-
 // TestTransactionAllOrNothing: a transaction with a fee leg moves money along
 // every posting; the same with its last posting overdrawing moves nothing, names
 // posting 2, and stays refused when resent after the account was funded; an ID
@@ -96,11 +74,11 @@ func TestTransactionAllOrNothing(t *testing.T) {
 		if r := post(t, s, "post_transaction", over); !r.Duplicate || r.Code != domain.CodeInsufficientFunds || *r.Posting != 2 {
 			t.Fatalf("the refused transaction resent after funding: %+v", r)
 		}
-		if got := foldedBalance(t, st, a) + foldedBalance(t, st, b) + foldedBalance(t, st, fee); got != 11000 {
+		if got := devtest.Account(t, st, a).Balance + devtest.Account(t, st, b).Balance + devtest.Account(t, st, fee).Balance; got != 11000 {
 			t.Fatalf("money in the three accounts: %d, want 11000", got)
 		}
-		if foldedBalance(t, st, b) != 295 {
-			t.Fatalf("b moved on a refused transaction: %d", foldedBalance(t, st, b))
+		if devtest.Account(t, st, b).Balance != 295 {
+			t.Fatalf("b moved on a refused transaction: %d", devtest.Account(t, st, b).Balance)
 		}
 
 		for _, c := range []struct {
@@ -175,7 +153,7 @@ func TestTransactionConcurrentSends(t *testing.T) {
 		if fresh < 1 || len(devtest.StreamEvents(t, st, domain.TransactionStream(p+"t"))) != 1 {
 			t.Fatalf("%d sends answered as the first, %d transaction events", fresh, len(devtest.StreamEvents(t, st, domain.TransactionStream(p+"t"))))
 		}
-		if a, b := foldedBalance(t, st, p+"a"), foldedBalance(t, st, p+"b"); a != 1000+50-50 || b != 50 {
+		if a, b := devtest.Account(t, st, p+"a").Balance, devtest.Account(t, st, p+"b").Balance; a != 1000+50-50 || b != 50 {
 			t.Fatalf("balances a=%d b=%d, want 1000 and 50", a, b)
 		}
 	})
@@ -219,8 +197,8 @@ func TestCaptureIntoAnAccount(t *testing.T) {
 		if again := capture("c1", "h1", "shop", 300); !again.Duplicate || !reflect.DeepEqual(again.Account, r.Account) {
 			t.Fatalf("resend: %+v", again)
 		}
-		if foldedBalance(t, st, p+"shop") != 300 {
-			t.Fatalf("the shop holds %d", foldedBalance(t, st, p+"shop"))
+		if devtest.Account(t, st, p+"shop").Balance != 300 {
+			t.Fatalf("the shop holds %d", devtest.Account(t, st, p+"shop").Balance)
 		}
 		for _, c := range []struct {
 			key, to string
@@ -241,7 +219,7 @@ func TestCaptureIntoAnAccount(t *testing.T) {
 		if r := capture("c6", "h2", "shop", 400); r.Status != domain.StatusApplied || r.Account.Balance != 300 || r.Account.Held != 0 {
 			t.Fatalf("h2 after the refusals: %+v", r)
 		}
-		if got := foldedBalance(t, st, p+"payer") + foldedBalance(t, st, p+"shop"); got != 1000 {
+		if got := devtest.Account(t, st, p+"payer").Balance + devtest.Account(t, st, p+"shop").Balance; got != 1000 {
 			t.Fatalf("money in payer and shop: %d", got)
 		}
 	})
@@ -285,7 +263,7 @@ func TestRefundOfATransaction(t *testing.T) {
 			t.Fatalf("a second full refund: %+v", r)
 		}
 		for id, want := range map[string]int64{"payer": 1000, "shop": 0, "fees": 0} {
-			if got := foldedBalance(t, st, p+id); got != want {
+			if got := devtest.Account(t, st, p+id).Balance; got != want {
 				t.Fatalf("%s after the refund: %d, want %d", id, got, want)
 			}
 		}

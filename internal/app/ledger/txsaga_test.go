@@ -89,7 +89,7 @@ func checkTxBalances(t *testing.T, st ProcessStore, posted int) {
 	t.Helper()
 	want := map[string]int64{"alice": 100_000 - int64(posted)*105, "bob": int64(posted) * 99, "fee": int64(posted) * 6}
 	for id, bal := range want {
-		acc := foldedAccount(t, st, id)
+		acc := devtest.Account(t, st, id)
 		if acc.Balance != bal || acc.Held != 0 {
 			t.Fatalf("%s: balance %d held %d, want %d held 0", id, acc.Balance, acc.Held, bal)
 		}
@@ -123,7 +123,7 @@ func TestTransactionSagaReservesFirst(t *testing.T) {
 		if r := send(crashing, "post_transaction", body...); r.Transaction == nil || r.Transaction.Status != "posted" {
 			t.Fatalf("finished by the retry: %+v", r)
 		}
-		if a, b := foldedAccount(t, st, "alice"), foldedAccount(t, st, "shop"); a.Balance != 20 || a.Held != 0 || b.Balance != 80 || b.Held != 0 {
+		if a, b := devtest.Account(t, st, "alice"), devtest.Account(t, st, "shop"); a.Balance != 20 || a.Held != 0 || b.Balance != 80 || b.Held != 0 {
 			t.Fatalf("alice %d (held %d), shop %d (held %d)", a.Balance, a.Held, b.Balance, b.Held)
 		}
 		refund := send(s, "refund", "idempotency_key", "back", "original_key", "pay")
@@ -134,14 +134,14 @@ func TestTransactionSagaReservesFirst(t *testing.T) {
 		if r := send(s, "refund", "idempotency_key", "back2", "original_key", "pay"); r.Code != domain.CodeRefundExceedsOriginal {
 			t.Fatalf("a second full refund: %+v", r)
 		}
-		if a, b := foldedAccount(t, st, "alice"), foldedAccount(t, st, "shop"); a.Balance != 100 || b.Balance != 0 {
+		if a, b := devtest.Account(t, st, "alice"), devtest.Account(t, st, "shop"); a.Balance != 100 || b.Balance != 0 {
 			t.Fatalf("after the refund: alice %d, shop %d", a.Balance, b.Balance)
 		}
 		over := send(s, "post_transaction", "idempotency_key", "big", "transaction_id", "big-1", "postings", []map[string]any{txPosting("shop", "alice", 1), txPosting("alice", "shop", 500)})
 		if over.Code != domain.CodeInsufficientFunds || over.Posting == nil || *over.Posting != 0 || over.Transaction.Status != "rejected" {
 			t.Fatalf("shop cannot pay 1, alice cannot pay 500: the first posting decides: %+v", over)
 		}
-		if a, b := foldedAccount(t, st, "alice"), foldedAccount(t, st, "shop"); a.Balance != 100 || a.Held != 0 || b.Balance != 0 || b.Held != 0 {
+		if a, b := devtest.Account(t, st, "alice"), devtest.Account(t, st, "shop"); a.Balance != 100 || a.Held != 0 || b.Balance != 0 || b.Held != 0 {
 			t.Fatalf("a refused transaction moved money: alice %d (held %d), shop %d (held %d)", a.Balance, a.Held, b.Balance, b.Held)
 		}
 	})
