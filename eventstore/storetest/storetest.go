@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -143,18 +144,6 @@ func dataIDs(evs []eventstore.EventData) []uuid.UUID {
 		out[i] = e.ID
 	}
 	return out
-}
-
-func equalIDs(a, b []uuid.UUID) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // readAllOnce pages through "all" after `after` once, keeping events of streams
@@ -410,7 +399,7 @@ func testConcurrentAppends(t *testing.T, s eventstore.Store, p string) {
 		}
 		winners = append(winners, evs[won].ID)
 	}
-	if got := ids(wantLen(t, s, stream, rounds)); !equalIDs(got, winners) {
+	if got := ids(wantLen(t, s, stream, rounds)); !slices.Equal(got, winners) {
 		t.Fatalf("stream holds %v, winners were %v", got, winners)
 	}
 }
@@ -439,7 +428,7 @@ func testIdempotentReappend(t *testing.T, s eventstore.Store, p string) {
 	wantResult(t, "ab again at no_stream", mustAppend(t, s, stream, eventstore.NoStream, abc[:2]...), 0, 1, evs[1].Position)
 	wantResult(t, "bc again at 0", mustAppend(t, s, stream, eventstore.Exact(0), abc[1:]...), 1, 2, r1.Position)
 	wantResult(t, "d again at 2", mustAppend(t, s, stream, eventstore.Exact(2), d), 3, 3, r2.Position)
-	if got := ids(wantLen(t, s, stream, 4)); !equalIDs(got, append(dataIDs(abc), d.ID)) {
+	if got := ids(wantLen(t, s, stream, 4)); !slices.Equal(got, append(dataIDs(abc), d.ID)) {
 		t.Fatalf("stream changed: %v", got)
 	}
 }
@@ -468,7 +457,7 @@ func testPartialOverlap(t *testing.T, s eventstore.Store, p string) {
 		}
 		wantWrongRevision(t, err, stream, c.exp, 2)
 	}
-	if got := ids(wantLen(t, s, stream, 3)); !equalIDs(got, dataIDs(abc)) {
+	if got := ids(wantLen(t, s, stream, 3)); !slices.Equal(got, dataIDs(abc)) {
 		t.Fatalf("stream changed: %v", got)
 	}
 }
@@ -488,7 +477,7 @@ func testReappendAtNextRevision(t *testing.T, s eventstore.Store, p string) {
 			t.Fatalf("re-append at the next revision returned %+v: deduped, or written at the wrong revisions", res)
 		}
 		evs := wantLen(t, s, stream, 4)
-		if !equalIDs(ids(evs[2:]), dataIDs(ab)) {
+		if !slices.Equal(ids(evs[2:]), dataIDs(ab)) {
 			t.Fatalf("written again, but not as the same events: %v", ids(evs))
 		}
 		t.Logf("store wrote the events a second time (at 2..3)")
@@ -783,13 +772,13 @@ func testCatchUpThenLive(t *testing.T, s eventstore.Store, p string) {
 	}
 	got = append(got, devtest.Receive(t, sub, 5)...)
 	increasing(t, "subscription", got)
-	if want := ids(wantLen(t, s, stream, 10)); !equalIDs(ids(got), want) {
+	if want := ids(wantLen(t, s, stream, 10)); !slices.Equal(ids(got), want) {
 		t.Fatalf("subscription delivered %v, stream holds %v", ids(got), want)
 	}
 
 	// From a position: exclusive.
 	from := subscribe(t, s, got[2].Position, p)
-	if tail := devtest.Receive(t, from, 7); !equalIDs(ids(tail), ids(got[3:])) {
+	if tail := devtest.Receive(t, from, 7); !slices.Equal(ids(tail), ids(got[3:])) {
 		t.Fatalf("subscription after event 2 delivered %v, want %v", ids(tail), ids(got[3:]))
 	}
 
@@ -837,7 +826,7 @@ func testPrefixFilter(t *testing.T, s eventstore.Store, p string) {
 				}
 			}
 		}
-		if !equalIDs(ids(got), want) {
+		if !slices.Equal(ids(got), want) {
 			t.Fatalf("prefixes %v: delivered %d events %v, want %d %v", prefixes, len(got), ids(got), len(want), want)
 		}
 		increasing(t, "filtered subscription", got)
@@ -1098,7 +1087,7 @@ func testMultiAppendChain(t *testing.T, s eventstore.Store, p string) {
 		}
 	}
 	got := wantLen(t, s, x, 5)
-	if want := append(append(dataIDs(a), dataIDs(b)...), dataIDs(c)...); !equalIDs(ids(got), want) {
+	if want := append(append(dataIDs(a), dataIDs(b)...), dataIDs(c)...); !slices.Equal(ids(got), want) {
 		t.Fatalf("stream %v, want %v", ids(got), want)
 	}
 	all := readAllUntil(t, s, start, p, 6)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -144,7 +145,7 @@ func TestTwoInstancesApplyEveryKeyOnce(t *testing.T) {
 		if a.Status != domain.StatusApplied || b.Status != domain.StatusApplied {
 			t.Fatalf("%s: replies %+v / %+v", c.key, a, b)
 		}
-		if !sameEvents(a.Events, b.Events) {
+		if !slices.Equal(a.Events, b.Events) {
 			t.Fatalf("%s: the two replies name different events: %+v / %+v", c.key, a.Events, b.Events)
 		}
 	}
@@ -179,18 +180,6 @@ func TestTwoInstancesApplyEveryKeyOnce(t *testing.T) {
 			t.Errorf("/metrics lacks ledger_commands_total")
 		}
 	}
-}
-
-func sameEvents(a, b []domain.EventRef) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // answered sums ledger_commands_total of one source on n.
