@@ -83,13 +83,9 @@ func TestRebuildUnderLiveTraffic(t *testing.T) {
 	env.Run(t, projtest.Workload{Commands: 300, Seed: 40, Prefix: "p"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	runner := newRunner(t, env, projections.Options{BatchSize: 50, PollInterval: 2 * time.Millisecond})
+	live := devtest.Go(t, newRunner(t, env, projections.Options{BatchSize: 50, PollInterval: 2 * time.Millisecond}).Run) // the live projector
 	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() { // the live projector
-		defer wg.Done()
-		runner.Run(ctx)
-	}()
+	wg.Add(2)
 	trafficDone := make(chan struct{})
 	go func() { // live traffic
 		defer wg.Done()
@@ -129,6 +125,9 @@ func TestRebuildUnderLiveTraffic(t *testing.T) {
 	}
 	<-trafficDone
 	waitCaughtUp(t, env)
+	if err := live.Stop(); err != nil {
+		t.Fatal(err)
+	}
 	cancel()
 	wg.Wait()
 	select {
