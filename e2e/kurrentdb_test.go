@@ -25,7 +25,6 @@ import (
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
-	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
 	"github.com/ledgerworks/ledger/internal/app/query"
 	"github.com/ledgerworks/ledger/internal/app/reply"
@@ -34,6 +33,7 @@ import (
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 	"github.com/ledgerworks/ledger/projections"
+	"github.com/ledgerworks/ledger/projections/projtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -597,7 +597,12 @@ func (e *env) faults(t *testing.T) {
 func (e *env) projectorRedelivery(t *testing.T, p *projector) {
 	head := e.caughtUp(t)
 	e.auditOK(t, head)
-	before := e.snapshot(t)
+	before := projtest.Snapshot(t, e.pool)
+	for table, rows := range before {
+		if len(rows) == 0 {
+			t.Fatalf("read model table %s is empty", table)
+		}
+	}
 	for id, want := range e.model {
 		var a query.Account
 		e.query(t, query.QueryAccount, query.AccountRequest{AccountID: id, MinPosition: head.String()}, &a)
@@ -633,7 +638,7 @@ func (e *env) projectorRedelivery(t *testing.T, p *projector) {
 	if rolledBack.Load() < 3 {
 		t.Fatalf("the failpoint rolled back %d batches, want 3", rolledBack.Load())
 	}
-	e.sameSnapshot(t, before, e.snapshot(t))
+	projtest.SameSnapshot(t, "read models changed by the redelivery", before, projtest.Snapshot(t, e.pool))
 	e.auditOK(t, head)
 	t.Logf("replayed %d events after %s (head %s), 3 batches rolled back and delivered again", len(all)-len(all)/3-1, back, head)
 }
@@ -680,15 +685,12 @@ func (e *env) processResumes(t *testing.T) {
 	}
 
 	startsBefore := len(e.ks.SubscriptionStarts())
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ledger.NewProcess(svc, ps, ledger.ProcessOptions{}).Run(rctx) }()
+	run := devtest.Go(t, ledger.NewProcess(svc, ps, ledger.ProcessOptions{}).Run)
 	want := cp.View.Position.String()
 	devtest.Eventually(t, 30*time.Second, "the process subscribes from its checkpoint "+want, func() bool {
 		return slices.Contains(e.ks.SubscriptionStarts()[startsBefore:], want)
 	})
-	stop()
-	if err := <-done; err != nil {
+	if err := run.Stop(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -698,10 +700,9 @@ func (e *env) processResumes(t *testing.T) {
 // projector is `projector run` in-process: the runner on its own connection to
 // the event store, and the NATS queries on the read models.
 type projector struct {
-	cancel context.CancelFunc
-	done   chan error
-	resp   *query.Responder
-	once   sync.Once
+	run  *devtest.Running
+	resp *query.Responder
+	once sync.Once
 }
 
 func (e *env) startProjector(hook projections.Hook) *projector {
@@ -719,17 +720,14 @@ func (e *env) startProjector(hook projections.Hook) *projector {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &projector{cancel: cancel, done: make(chan error, 1), resp: resp}
-	go func() { p.done <- runner.Run(ctx) }()
+	p := &projector{run: devtest.Go(e.t, runner.Run), resp: resp}
 	e.t.Cleanup(p.stop)
 	return p
 }
 
 func (p *projector) stop() {
 	p.once.Do(func() {
-		p.cancel()
-		<-p.done
+		p.run.Stop()
 		p.resp.Stop()
 	})
 }
@@ -763,13 +761,7 @@ func (e *env) caughtUp(t *testing.T) eventstore.Position {
 // auditOK folds the store and compares every read model with the fold.
 func (e *env) auditOK(t *testing.T, head eventstore.Position) {
 	t.Helper()
-	rep, err := audit.Run(context.Background(), e.store, audit.Options{ReadModels: e.pool, VerifyChain: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK() {
-		t.Fatalf("audit: %d violations: %v", rep.ViolationCount, rep.Violations)
-	}
+	rep := projtest.AuditOK(t, e.store, e.pool)
 	if len(rep.ReadModels) != len(projections.Names) {
 		t.Fatalf("audit compared %d read models", len(rep.ReadModels))
 	}
@@ -780,33 +772,6 @@ func (e *env) auditOK(t *testing.T, head eventstore.Position) {
 	}
 	if rep.Accounts != len(e.model) || rep.Transfers != len(e.transfers) {
 		t.Fatalf("audit saw %d accounts and %d transfers, want %d and %d", rep.Accounts, rep.Transfers, len(e.model), len(e.transfers))
-	}
-}
-
-func (e *env) snapshot(t *testing.T) map[string]map[string]string {
-	t.Helper()
-	out := map[string]map[string]string{}
-	for _, tables := range audit.ProjectionTables {
-		for _, table := range tables {
-			rows, err := audit.ReadTable(context.Background(), e.pool, table, 0, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(rows) == 0 {
-				t.Fatalf("read model table %s is empty", table)
-			}
-			out[table] = rows
-		}
-	}
-	return out
-}
-
-func (e *env) sameSnapshot(t *testing.T, a, b map[string]map[string]string) {
-	t.Helper()
-	for table := range a {
-		if d := audit.CompareTable(table, a[table], b[table]); !d.OK() {
-			t.Fatalf("read models changed by the redelivery: %s", d.Describe(5))
-		}
 	}
 }
 
@@ -944,48 +909,19 @@ func (e *env) transactions(t *testing.T) {
 		t.Fatalf("overdrawing transaction: %+v", refused)
 	}
 	for _, id := range []string{"alice", "bob", "carol"} {
-		acc := domain.NewAccount(id)
-		for _, re := range e.streamEvents(domain.AccountStream(id)) {
-			if err := domain.EvolveAccount(acc, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: metadata(t, re)}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if acc.Balance != e.model[id] || acc.Held != 0 {
+		if acc := devtest.Account(t, e.store, id); acc.Balance != e.model[id] || acc.Held != 0 {
 			t.Fatalf("%s after the transactions: balance %d held %d, want %d held 0", id, acc.Balance, acc.Held, e.model[id])
 		}
 	}
 }
 
+// checkStore audits the store (every key decided once, every event ID unique,
+// among the invariants) and folds every account to the model's balance.
 func (e *env) checkStore(t *testing.T) {
 	t.Helper()
-	type sk struct{ stream, key string }
-	count := map[sk]int{}
-	want := map[sk]int{}
-	ids := map[string]bool{}
-	for _, re := range e.all() {
-		if ids[re.ID.String()] {
-			t.Errorf("event ID %s twice", re.ID)
-		}
-		ids[re.ID.String()] = true
-		m := metadata(t, re)
-		k := sk{re.Stream, m.Key}
-		count[k]++
-		want[k] = m.Count
-	}
-	for k, n := range count {
-		if n != want[k] {
-			t.Errorf("key %q wrote %d events to %s, its decision has %d", k.key, n, k.stream, want[k])
-		}
-	}
+	projtest.AuditOK(t, e.store, nil)
 	for id, balance := range e.model {
-		acc := domain.NewAccount(id)
-		for _, re := range e.streamEvents(domain.AccountStream(id)) {
-			ev := domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Position: re.Position.String(), Type: re.Type, Data: re.Data, Metadata: metadata(t, re)}
-			if err := domain.EvolveAccount(acc, ev); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if acc.Balance != balance {
+		if acc := devtest.Account(t, e.store, id); acc.Balance != balance {
 			t.Errorf("%s: folded balance %d, want %d", id, acc.Balance, balance)
 		}
 	}

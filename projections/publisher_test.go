@@ -10,45 +10,21 @@ import (
 
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ledgerworks/ledger/eventstore"
-	"github.com/ledgerworks/ledger/internal/platform/embednats"
 	"github.com/ledgerworks/ledger/projections"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
-
-// startNATS starts an embedded nats-server with JetStream under dir, on addr
-// ("127.0.0.1:0" for a free port).
-func startNATS(t *testing.T, dir, addr string) *server.Server {
-	t.Helper()
-	ns, err := embednats.Start(embednats.Options{Addr: addr, StoreDir: dir, Name: "publisher-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	return ns
-}
-
-func connect(t *testing.T, url string) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
 
 // publisherEnv is a database with a workload posted, and a NATS server.
 func publisherEnv(t *testing.T, commands int, seed uint64) (*projtest.Env, *nats.Conn) {
 	t.Helper()
 	env := projtest.New(t)
-	ns := startNATS(t, t.TempDir(), "127.0.0.1:0")
+	ns := devtest.NATS(t)
 	env.Run(t, projtest.Workload{Commands: commands, Seed: seed})
-	return env, connect(t, ns.ClientURL())
+	return env, devtest.Connect(t, ns)
 }
 
 func newPublisher(t *testing.T, env *projtest.Env, nc *nats.Conn, opts projections.PublisherOptions) *projections.Publisher {
@@ -62,24 +38,10 @@ func newPublisher(t *testing.T, env *projtest.Env, nc *nats.Conn, opts projectio
 }
 
 // publishAll steps a publisher until a round publishes nothing, retrying
-// failures (a NATS restart) for up to a minute.
+// failures (a NATS restart) but the loss of its lease, for up to a minute.
 func publishAll(t *testing.T, p *projections.Publisher) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for {
-		n, err := p.Step(ctx)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, projections.ErrNoLease) {
-				t.Fatalf("publish: %v", err)
-			}
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		if n == 0 {
-			return
-		}
-	}
+	devtest.CatchUpRetrying(t, p, func(err error) bool { return !errors.Is(err, projections.ErrNoLease) })
 }
 
 // streamMessages reads every message of LEDGER_EVENTS, in stream order.
@@ -212,30 +174,26 @@ func TestPublisherCheckerFindsAGap(t *testing.T) {
 func TestPublisherSurvivesNATSRestart(t *testing.T) {
 	env := projtest.New(t)
 	dir := t.TempDir()
-	ns := startNATS(t, dir, "127.0.0.1:0")
+	ns := devtest.NATSAt(t, "127.0.0.1:0", dir)
 	addr := ns.Addr().String()
-	nc := connect(t, ns.ClientURL())
+	nc := devtest.Connect(t, ns, nats.ReconnectWait(50*time.Millisecond))
 	p := newPublisher(t, env, nc, projections.PublisherOptions{BatchSize: 32, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, AckTimeout: time.Second})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
+	run := devtest.Go(t, p.Run)
 	env.Run(t, projtest.Workload{Commands: 100, Seed: 4})
 	ns.Shutdown()
 	ns.WaitForShutdown()
 	env.Run(t, projtest.Workload{Commands: 100, Seed: 5, Prefix: "v"})
-	startNATS(t, dir, addr)
+	devtest.NATSAt(t, addr, dir)
 	env.Run(t, projtest.Workload{Commands: 100, Seed: 6, Prefix: "u"})
 	stored := devtest.ReadAll(t, env.Store)
 	last := stored[len(stored)-1].Position
-	deadline := time.Now().Add(time.Minute)
-	for p.Position() != last {
-		if time.Now().After(deadline) {
-			t.Fatalf("publisher at %s, the store's last event at %s", p.Position(), last)
+	devtest.Await(t, time.Minute, func() error {
+		if at := p.Position(); at != last {
+			return fmt.Errorf("publisher at %s, the store's last event at %s", at, last)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
+		return nil
+	})
+	if err := run.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	if err := checkPublished(stored, streamMessages(t, nc)); err != nil {
@@ -253,11 +211,7 @@ func TestPublisherLease(t *testing.T) {
 	if _, err := b.Step(context.Background()); !errors.Is(err, projections.ErrNoLease) {
 		t.Fatalf("second publisher: %v, want ErrNoLease", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	doneA := make(chan error, 1)
-	go func() { doneA <- a.Run(ctx) }()
-	cancel() // a's Run ends and gives up the lease
-	if err := <-doneA; err != nil {
+	if err := devtest.Go(t, a.Run).Stop(); err != nil { // a's Run ends and gives up the lease
 		t.Fatal(err)
 	}
 	env.Run(t, projtest.Workload{Commands: 30, Seed: 8, Prefix: "v"})

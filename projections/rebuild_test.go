@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 	"github.com/ledgerworks/ledger/projections"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
@@ -45,8 +46,8 @@ func liveGenerations(t *testing.T, env *projtest.Env) map[string]int {
 func TestReadModelsEqualARebuild(t *testing.T) {
 	env := projtest.New(t)
 	env.Run(t, projtest.Workload{Commands: 500, DupRate: 0.3, Seed: 30})
-	catchUp(t, newRunner(t, env, projections.Options{BatchSize: 11}))
-	live := snapshot(t, env)
+	devtest.CatchUp(t, newRunner(t, env, projections.Options{BatchSize: 11}))
+	live := projtest.Snapshot(t, env.Pool)
 	before := liveGenerations(t, env)
 
 	var progress atomic.Int64
@@ -63,18 +64,18 @@ func TestReadModelsEqualARebuild(t *testing.T) {
 			t.Fatalf("%s: generation %d after the rebuild, %d before", name, g, before[name])
 		}
 	}
-	sameSnapshot(t, "live read models vs a rebuild from scratch", live, snapshot(t, env))
+	projtest.SameSnapshot(t, "live read models vs a rebuild from scratch", live, projtest.Snapshot(t, env.Pool))
 	// The runner goes on with the new generation.
 	env.Run(t, projtest.Workload{Commands: 50, Seed: 31, Prefix: "x"})
-	catchUp(t, newRunner(t, env, projections.Options{}))
-	auditOK(t, env)
+	devtest.CatchUp(t, newRunner(t, env, projections.Options{}))
+	projtest.AuditOK(t, env.Store, env.Pool)
 
 	// One projection alone.
 	res, err = rebuild(t, env, projections.RebuildOptions{Projections: []string{projections.Entries}})
 	if err != nil || len(res) != 1 || res[0].Projection != projections.Entries || res[0].Previous != after[projections.Entries] {
 		t.Fatalf("rebuild of entries: %+v, %v", res, err)
 	}
-	auditOK(t, env)
+	projtest.AuditOK(t, env.Store, env.Pool)
 }
 
 func TestRebuildUnderLiveTraffic(t *testing.T) {
@@ -82,13 +83,9 @@ func TestRebuildUnderLiveTraffic(t *testing.T) {
 	env.Run(t, projtest.Workload{Commands: 300, Seed: 40, Prefix: "p"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	runner := newRunner(t, env, projections.Options{BatchSize: 50, PollInterval: 2 * time.Millisecond})
+	live := devtest.Go(t, newRunner(t, env, projections.Options{BatchSize: 50, PollInterval: 2 * time.Millisecond}).Run) // the live projector
 	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() { // the live projector
-		defer wg.Done()
-		runner.Run(ctx)
-	}()
+	wg.Add(2)
 	trafficDone := make(chan struct{})
 	go func() { // live traffic
 		defer wg.Done()
@@ -128,6 +125,9 @@ func TestRebuildUnderLiveTraffic(t *testing.T) {
 	}
 	<-trafficDone
 	waitCaughtUp(t, env)
+	if err := live.Stop(); err != nil {
+		t.Fatal(err)
+	}
 	cancel()
 	wg.Wait()
 	select {
@@ -135,7 +135,7 @@ func TestRebuildUnderLiveTraffic(t *testing.T) {
 		t.Fatal(err)
 	default:
 	}
-	auditOK(t, env)
+	projtest.AuditOK(t, env.Store, env.Pool)
 	if got, want := eventsConsumed(t, env), storeEvents(t, env); got[projections.Accounts] != want || got[projections.Commands] != want {
 		var below, nonledger int64
 		cp := checkpoints(t, env)[projections.Accounts]
@@ -148,8 +148,8 @@ func TestRebuildUnderLiveTraffic(t *testing.T) {
 func TestRebuildRefusesATamperedGeneration(t *testing.T) {
 	env := projtest.New(t)
 	env.Run(t, projtest.Workload{Commands: 200, Seed: 50})
-	catchUp(t, newRunner(t, env, projections.Options{}))
-	live := snapshot(t, env)
+	devtest.CatchUp(t, newRunner(t, env, projections.Options{}))
+	live := projtest.Snapshot(t, env.Pool)
 	before := liveGenerations(t, env)
 	var tampered atomic.Bool
 	_, err := rebuild(t, env, projections.RebuildOptions{
@@ -186,6 +186,6 @@ func TestRebuildRefusesATamperedGeneration(t *testing.T) {
 	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'readmodel' AND tablename LIKE 'entries_g%'`).Scan(&left); err != nil || left != 1 {
 		t.Fatalf("%d entries generations left (%v)", left, err)
 	}
-	sameSnapshot(t, "read models after a refused rebuild", live, snapshot(t, env))
-	auditOK(t, env)
+	projtest.SameSnapshot(t, "read models after a refused rebuild", live, projtest.Snapshot(t, env.Pool))
+	projtest.AuditOK(t, env.Store, env.Pool)
 }

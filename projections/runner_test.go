@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,9 +19,6 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
-	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
-	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
-	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
 	"github.com/ledgerworks/ledger/internal/app/reply"
@@ -40,60 +36,6 @@ func newRunner(t *testing.T, env *projtest.Env, opts projections.Options) *proje
 		t.Fatal(err)
 	}
 	return r
-}
-
-// catchUp steps a runner until it has read everything.
-func catchUp(t *testing.T, r *projections.Runner) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for {
-		n, err := r.Step(ctx)
-		if err != nil {
-			t.Fatalf("step: %v", err)
-		}
-		if n == 0 {
-			return
-		}
-	}
-}
-
-// snapshot renders every read-model table.
-func snapshot(t *testing.T, env *projtest.Env) map[string]map[string]string {
-	t.Helper()
-	out := map[string]map[string]string{}
-	for _, tables := range audit.ProjectionTables {
-		for _, table := range tables {
-			rows, err := audit.ReadTable(context.Background(), env.Pool, table, 0, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[table] = rows
-		}
-	}
-	return out
-}
-
-func sameSnapshot(t *testing.T, what string, a, b map[string]map[string]string) {
-	t.Helper()
-	for table := range a {
-		if d := audit.CompareTable(table, a[table], b[table]); !d.OK() {
-			t.Fatalf("%s: %s", what, d.Describe(5))
-		}
-	}
-}
-
-// auditOK runs the audit with the read models and fails t on any violation.
-func auditOK(t *testing.T, env *projtest.Env) *audit.Report {
-	t.Helper()
-	rep, err := audit.Run(context.Background(), env.Store, audit.Options{ReadModels: env.Pool, VerifyChain: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK() {
-		t.Fatalf("audit: %d violations: %v", rep.ViolationCount, rep.Violations)
-	}
-	return rep
 }
 
 func checkpoints(t *testing.T, env *projtest.Env) map[string]eventstore.Position {
@@ -146,8 +88,8 @@ func TestProjectsAMixedWorkload(t *testing.T) {
 	env := projtest.New(t)
 	keys := env.Run(t, projtest.Workload{Commands: 400, Seed: 7})
 	r := newRunner(t, env, projections.Options{BatchSize: 13}) // batches split commands
-	catchUp(t, r)
-	auditOK(t, env)
+	devtest.CatchUp(t, r)
+	projtest.AuditOK(t, env.Store, env.Pool)
 	if got, want := eventsConsumed(t, env), storeEvents(t, env); got[projections.Accounts] != want || got[projections.Commands] != want {
 		t.Fatalf("events consumed %v, store holds %d", got, want)
 	}
@@ -195,19 +137,19 @@ func TestReplayingABatchChangesNothing(t *testing.T) {
 	}
 	half := len(events) / 2
 	apply(events[:half])
-	first := snapshot(t, env)
+	first := projtest.Snapshot(t, env.Pool)
 	apply(events[:half]) // the same batch again
-	sameSnapshot(t, "a batch applied twice", first, snapshot(t, env))
+	projtest.SameSnapshot(t, "a batch applied twice", first, projtest.Snapshot(t, env.Pool))
 	apply(events[half/2 : half]) // its second half again
-	sameSnapshot(t, "a half batch applied again", first, snapshot(t, env))
+	projtest.SameSnapshot(t, "a half batch applied again", first, projtest.Snapshot(t, env.Pool))
 	apply(events[half:])
-	all := snapshot(t, env)
+	all := projtest.Snapshot(t, env.Pool)
 	apply(events) // everything again
-	sameSnapshot(t, "everything applied twice", all, snapshot(t, env))
+	projtest.SameSnapshot(t, "everything applied twice", all, projtest.Snapshot(t, env.Pool))
 	for _, ev := range events { // and one event at a time
 		apply([]*projections.Event{ev})
 	}
-	sameSnapshot(t, "everything applied again event by event", all, snapshot(t, env))
+	projtest.SameSnapshot(t, "everything applied again event by event", all, projtest.Snapshot(t, env.Pool))
 }
 
 // errCrash is the failpoint's "process died between its write and its checkpoint".
@@ -243,7 +185,7 @@ func TestCrashBetweenWriteAndCheckpointDoubleCountsNothing(t *testing.T) {
 	if crashes == 0 {
 		t.Fatal("the failpoint never fired")
 	}
-	auditOK(t, env)
+	projtest.AuditOK(t, env.Store, env.Pool)
 	if got, want := eventsConsumed(t, env), storeEvents(t, env); got[projections.Entries] != want {
 		t.Fatalf("events consumed %v, store holds %d", got, want)
 	}
@@ -252,26 +194,20 @@ func TestCrashBetweenWriteAndCheckpointDoubleCountsNothing(t *testing.T) {
 
 func TestTwoRunnersNeverDoubleApply(t *testing.T) {
 	env := projtest.New(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var wg sync.WaitGroup
-	runners := make([]*projections.Runner, 2)
-	for i := range runners {
-		runners[i] = newRunner(t, env, projections.Options{BatchSize: 7, PollInterval: time.Millisecond, MinBackoff: time.Millisecond})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := runners[i].Run(ctx); err != nil {
-				t.Error(err)
-			}
-		}()
+	var runs []*devtest.Running
+	for range 2 {
+		r := newRunner(t, env, projections.Options{BatchSize: 7, PollInterval: time.Millisecond, MinBackoff: time.Millisecond})
+		runs = append(runs, devtest.Go(t, r.Run))
 	}
 	env.Run(t, projtest.Workload{Commands: 300, Seed: 10, Prefix: "a"})
 	env.Run(t, projtest.Workload{Commands: 300, Seed: 11, Prefix: "b"})
 	waitCaughtUp(t, env)
-	cancel()
-	wg.Wait()
-	auditOK(t, env)
+	for _, run := range runs {
+		if err := run.Stop(); err != nil {
+			t.Error(err)
+		}
+	}
+	projtest.AuditOK(t, env.Store, env.Pool)
 	if got, want := eventsConsumed(t, env), storeEvents(t, env); got[projections.Accounts] != want || got[projections.Transfers] != want {
 		t.Fatalf("events consumed %v, store holds %d: a batch was applied twice", got, want)
 	}
@@ -297,20 +233,15 @@ func waitCaughtUp(t *testing.T, env *projtest.Env) {
 		t.Fatal(err)
 	}
 	last := eventstore.Position{Commit: commit, Prepare: uint64(pos)}
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		done := true
-		for _, p := range checkpoints(t, env) {
+	devtest.Await(t, time.Minute, func() error {
+		cps := checkpoints(t, env)
+		for _, p := range cps {
 			if p.Compare(last) < 0 {
-				done = false
+				return fmt.Errorf("the projector did not reach the last event %s: %v", last, cps)
 			}
 		}
-		if done {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("the projector did not reach the last event %s within a minute: %v", last, checkpoints(t, env))
+		return nil
+	})
 }
 
 func TestRunnerSurvivesLostConnections(t *testing.T) {
@@ -328,17 +259,12 @@ func TestRunnerSurvivesLostConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	st, err := postgres.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := devtest.Store(t, url)
 	r, err := projections.NewRunner(pool, st, projections.Options{BatchSize: 10, PollInterval: time.Millisecond, MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	run := devtest.Go(t, r.Run)
 	stop := make(chan struct{})
 	var kills atomic.Int64
 	go func() { // the database "restarts": every session but ours is cut, again and again
@@ -366,11 +292,10 @@ func TestRunnerSurvivesLostConnections(t *testing.T) {
 	}
 	close(stop)
 	waitCaughtUp(t, env)
-	cancel()
-	if err := <-done; err != nil {
+	if err := run.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	auditOK(t, env)
+	projtest.AuditOK(t, env.Store, env.Pool)
 	t.Logf("%d sessions cut", kills.Load())
 }
 
@@ -378,13 +303,8 @@ func TestRunnerSurvivesLostConnections(t *testing.T) {
 // stand-in): positions are (commit, prepare) pairs of its own, and captures into
 // an account are capture sagas.
 func TestProjectsFromKurrentDB(t *testing.T) {
-	_, url := kurrenttest.Start(t)
 	ctx := context.Background()
-	st, err := kurrentdb.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := devtest.KurrentDB(t)
 	env := projtest.New(t)
 	env.Ledger = ledger.New(st, ledger.Options{})
 	env.Run(t, projtest.Workload{Commands: 150, Seed: 60})
@@ -392,7 +312,7 @@ func TestProjectsFromKurrentDB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	catchUp(t, r)
+	devtest.CatchUp(t, r)
 	rep, err := audit.Run(ctx, st, audit.Options{ReadModels: env.Pool, VerifyChain: true})
 	if err != nil {
 		t.Fatal(err)

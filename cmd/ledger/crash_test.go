@@ -14,10 +14,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/eventstore"
-	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 	"github.com/ledgerworks/ledger/internal/app/reply"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+	"github.com/ledgerworks/ledger/projections/projtest"
 )
 
 type crashCmd struct {
@@ -64,11 +64,7 @@ func TestCrashSafetyUnderSIGKILL(t *testing.T) {
 	dev := startDev(t, dir, args, nil)
 	t.Logf("first start after %s", time.Since(started))
 
-	nc, err := nats.Connect("nats://"+natsAddr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := devtest.ConnectURL(t, "nats://"+natsAddr, nats.ReconnectWait(50*time.Millisecond))
 
 	// Accounts, opened and funded before the storm.
 	const accounts = 16
@@ -202,39 +198,20 @@ func TestCrashSafetyUnderSIGKILL(t *testing.T) {
 	}
 
 	// The event store: every key applied exactly once, balances as the model says.
-	store, err := postgres.Open(context.Background(), dev.info.EventStoreURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := devtest.Store(t, dev.info.EventStoreURL)
+	projtest.AuditOK(t, store, nil) // among the invariants: every key decided once, every event ID unique
 	perKey := map[string]int{}
 	streamOf := map[string]string{}
-	ids := map[string]bool{}
-	after := eventstore.Start
-	for {
-		evs, err := store.ReadAll(context.Background(), after, 2000)
+	for _, ev := range devtest.ReadAll(t, store) {
+		if !strings.HasPrefix(ev.Stream, domain.AccountStreamPrefix) {
+			continue
+		}
+		m, err := domain.DecodeMetadata(ev.Metadata)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, ev := range evs {
-			if ids[ev.ID.String()] {
-				t.Errorf("event %s twice", ev.ID)
-			}
-			ids[ev.ID.String()] = true
-			if !strings.HasPrefix(ev.Stream, domain.AccountStreamPrefix) {
-				continue
-			}
-			m, err := domain.DecodeMetadata(ev.Metadata)
-			if err != nil {
-				t.Fatal(err)
-			}
-			perKey[m.Key]++
-			streamOf[m.Key] = ev.Stream
-		}
-		if len(evs) < 2000 {
-			break
-		}
-		after = evs[len(evs)-1].Position
+		perKey[m.Key]++
+		streamOf[m.Key] = ev.Stream
 	}
 	for _, c := range append(setup, unique...) {
 		if n := perKey[c.key]; n != 1 {
@@ -248,18 +225,7 @@ func TestCrashSafetyUnderSIGKILL(t *testing.T) {
 		t.Errorf("%d keys in the account streams, %d commands sent", len(perKey), len(setup)+len(unique))
 	}
 	for id, want := range balance {
-		acc := domain.NewAccount(id)
-		evs, err := store.ReadStream(context.Background(), domain.AccountStream(id), 0, eventstore.Forwards, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, re := range evs {
-			m, _ := domain.DecodeMetadata(re.Metadata)
-			if err := domain.EvolveAccount(acc, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: m}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if acc.Balance != want {
+		if acc := devtest.Account(t, store, id); acc.Balance != want {
 			t.Errorf("%s: balance %d, model %d", id, acc.Balance, want)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // appendUnavailable appends and expects an indefinite outcome (ErrUnavailable).
@@ -51,7 +52,7 @@ func TestRetryAfterAnErrorPastTheWrite(t *testing.T) {
 	for _, code := range []codes.Code{codes.Aborted, codes.Unavailable, codes.DeadlineExceeded} {
 		t.Run(code.String(), func(t *testing.T) {
 			srv, url := kurrenttest.Start(t)
-			s := open(t, url)
+			s := devtest.OpenKurrentDB(t, url)
 			batch := evs(2)
 			srv.FailAppendsAfterWrite(1, code)
 			appendUnavailable(t, s, "acct-1", eventstore.NoStream, batch)
@@ -68,7 +69,7 @@ func TestRetryAfterAnErrorPastTheWrite(t *testing.T) {
 // the next retry gets its revisions and position.
 func TestRetryBeforeTheOriginalIsReplicated(t *testing.T) {
 	srv, url := kurrenttest.Start(t, kurrenttest.WithCommitTimeout(50*time.Millisecond))
-	s := open(t, url)
+	s := devtest.OpenKurrentDB(t, url)
 	batch := evs(3)
 	srv.HoldReplication(true)
 	appendUnavailable(t, s, "acct-1", eventstore.NoStream, batch)
@@ -90,7 +91,7 @@ func TestRetryBeforeTheOriginalIsReplicated(t *testing.T) {
 func TestNotLeaderIsRetriedOnTheLeader(t *testing.T) {
 	follower, url := kurrenttest.Start(t)
 	leader, _ := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.OpenKurrentDB(t, url)
 	batch := evs(2)
 	empty := follower.Head()
 	follower.NotLeaderNext(1, leader.Addr())

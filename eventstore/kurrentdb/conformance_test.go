@@ -1,44 +1,27 @@
 package kurrentdb_test
 
 import (
-	"context"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
+
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/eventstore/storetest"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // realServerEnv names a real KurrentDB for the conformance suite, for example
 // kurrentdb://127.0.0.1:2113?tls=false (see docs/kurrentdb.md).
 const realServerEnv = "LEDGER_TEST_KURRENTDB_URL"
 
-func open(t *testing.T, url string, opts ...kurrentdb.Option) *kurrentdb.Store {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := kurrentdb.Open(ctx, url, opts...)
-	if err != nil {
-		t.Fatalf("open %s: %v", url, err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return s
-}
-
 // TestConformance runs the event-store suite against the in-process test server,
 // a fresh one for every subtest.
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) eventstore.Store {
-		_, url := kurrenttest.Start(t)
-		return open(t, url)
+		return devtest.KurrentDB(t)
 	})
 }
 
@@ -46,7 +29,7 @@ func TestConformance(t *testing.T) {
 // and its own connection, as against a real KurrentDB.
 func TestConformanceSharedServer(t *testing.T) {
 	_, url := kurrenttest.Start(t)
-	storetest.Run(t, func(t *testing.T) eventstore.Store { return open(t, url) })
+	storetest.Run(t, func(t *testing.T) eventstore.Store { return devtest.OpenKurrentDB(t, url) })
 }
 
 // TestConformanceRealServer runs the suite against the KurrentDB named by
@@ -57,7 +40,7 @@ func TestConformanceRealServer(t *testing.T) {
 	if url == "" {
 		t.Skip(realServerEnv + " is unset: no real KurrentDB to run the suite against")
 	}
-	storetest.Run(t, func(t *testing.T) eventstore.Store { return open(t, url) })
+	storetest.Run(t, func(t *testing.T) eventstore.Store { return devtest.OpenKurrentDB(t, url) })
 }
 
 // TestSubscribeFromStartRealServer is TestSubscribeFromStartOnAlmostEmptyLog
@@ -70,5 +53,5 @@ func TestSubscribeFromStartRealServer(t *testing.T) {
 	if url == "" {
 		t.Skip(realServerEnv + " is unset: no real KurrentDB to subscribe to")
 	}
-	subscribeFromStartThenAppend(t, open(t, url, kurrentdb.WithCheckpointWindow(2, 1)), "acct-"+uuid.NewString()[:8]+"-")
+	subscribeFromStartThenAppend(t, devtest.OpenKurrentDB(t, url, kurrentdb.WithCheckpointWindow(2, 1)), "acct-"+uuid.NewString()[:8]+"-")
 }

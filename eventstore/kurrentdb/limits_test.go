@@ -13,6 +13,7 @@ import (
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // sized returns n events whose data make up about total bytes.
@@ -31,7 +32,7 @@ func sized(n, total int) []eventstore.EventData {
 // sent, with kurrentdb.ErrAppendTooLarge, and never as ErrUnavailable.
 func TestAppendOverTheMaximumSize(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.OpenKurrentDB(t, url)
 	for _, batch := range [][]eventstore.EventData{sized(40, 2<<20), sized(1, 1<<20+1)} {
 		_, err := s.Append(ctxT(t), "acct-1", eventstore.Any, batch)
 		if !errors.Is(err, kurrentdb.ErrAppendTooLarge) || errors.Is(err, eventstore.ErrUnavailable) {
@@ -55,7 +56,7 @@ func TestAppendOverTheMaximumSize(t *testing.T) {
 // forever. It is refused before it is sent.
 func TestAppendOfAnEventWithoutType(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.OpenKurrentDB(t, url)
 	batch := sized(40, 1<<19)
 	batch[0].Type = ""
 	_, err := s.Append(ctxT(t), "acct-1", eventstore.Any, batch)
@@ -77,7 +78,7 @@ func TestFreshLogStartsWithSystemRecords(t *testing.T) {
 	if srv.Head() == 0 {
 		t.Fatal("the fresh log is empty")
 	}
-	s := open(t, url)
+	s := devtest.OpenKurrentDB(t, url)
 	if head, err := s.Head(ctxT(t)); err != nil || head != eventstore.Start {
 		t.Fatalf("head of a fresh log %s, %v; want Start", head, err)
 	}
@@ -93,7 +94,7 @@ func TestFreshLogStartsWithSystemRecords(t *testing.T) {
 		e := ev("Opened")
 		mustAppend(t, s, fmt.Sprintf("acct-%d", len(prefixes)), eventstore.NoStream, e)
 		appended = append(appended, e)
-		sameIDs(t, receive(t, sub, len(appended)), appended)
+		sameIDs(t, devtest.Receive(t, sub, len(appended)), appended)
 		_ = sub.Close()
 	}
 }
@@ -102,8 +103,7 @@ func TestFreshLogStartsWithSystemRecords(t *testing.T) {
 // server (InvalidArgument, "Trying to read from an invalid position."); the
 // backend says so with ErrInvalidPosition, not as a retryable outage.
 func TestReadFromAnInvalidPosition(t *testing.T) {
-	_, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.KurrentDB(t)
 	a := mustAppend(t, s, "acct-1", eventstore.NoStream, ev("Opened"))
 	inside := eventstore.Position{Commit: a.Position.Commit + 1, Prepare: a.Position.Prepare + 1}
 	if _, err := s.ReadAll(ctxT(t), inside, 0); !errors.Is(err, kurrentdb.ErrInvalidPosition) || errors.Is(err, eventstore.ErrUnavailable) {
@@ -122,11 +122,11 @@ func TestReadFromAnInvalidPosition(t *testing.T) {
 // ErrStreamTruncated.
 func TestReadOfATruncatedStream(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.OpenKurrentDB(t, url)
 	mustAppend(t, s, "account-1", eventstore.NoStream, evs(3)...)
 	var m esdb.StreamMetadata
 	m.SetTruncateBefore(2)
-	if _, err := esdbClient(t, srv).SetStreamMetadata(ctxT(t), "account-1", esdb.AppendToStreamOptions{}, m); err != nil {
+	if _, err := kurrenttest.Client(t, srv.ConnectionString()).SetStreamMetadata(ctxT(t), "account-1", esdb.AppendToStreamOptions{}, m); err != nil {
 		t.Fatal(err)
 	}
 	if evs, err := s.ReadStream(ctxT(t), "account-1", 0, eventstore.Forwards, 0); !errors.Is(err, kurrentdb.ErrStreamTruncated) {

@@ -24,20 +24,11 @@ import (
 func clientError(t *testing.T, fail func(*kurrenttest.Server), call func(context.Context, *esdb.Client) error) error {
 	t.Helper()
 	srv, _ := kurrenttest.Start(t)
-	cfg, err := esdb.ParseConnectionString(srv.ConnectionString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Logger = esdb.NoopLogging()
-	c, err := esdb.NewClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := kurrenttest.Client(t, srv.ConnectionString())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	fail(srv)
-	err = call(ctx, c)
+	err := call(ctx, c)
 	if err == nil {
 		t.Fatal("the call succeeded")
 	}

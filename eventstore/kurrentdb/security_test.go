@@ -11,6 +11,7 @@ import (
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/eventstore/storetest"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 	"github.com/ledgerworks/ledger/internal/testing/testcert"
 )
 
@@ -37,7 +38,7 @@ func secureServer(t *testing.T) (*kurrenttest.Server, string) {
 // credentials through its URL, and works (append, read, subscribe).
 func TestSecureNode(t *testing.T) {
 	srv, caFile := secureServer(t)
-	s := open(t, "kurrentdb://admin:"+adminPassword+"@"+srv.Addr()+"?tlsCAFile="+caFile)
+	s := devtest.OpenKurrentDB(t, "kurrentdb://admin:"+adminPassword+"@"+srv.Addr()+"?tlsCAFile="+caFile)
 	e := ev("Opened")
 	res := mustAppend(t, s, "account-1", eventstore.NoStream, e)
 	sub, err := s.SubscribeAll(ctxT(t), eventstore.Start, eventstore.SubscribeOptions{StreamPrefixes: []string{"account-"}})
@@ -45,7 +46,7 @@ func TestSecureNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	sameIDs(t, receive(t, sub, 1), []eventstore.EventData{e})
+	sameIDs(t, devtest.Receive(t, sub, 1), []eventstore.EventData{e})
 	if head, err := s.Head(ctxT(t)); err != nil || head != res.Position {
 		t.Fatalf("head %s, %v; want %s", head, err, res.Position)
 	}
@@ -56,7 +57,7 @@ func TestSecureNode(t *testing.T) {
 func TestConformanceSecureNode(t *testing.T) {
 	srv, caFile := secureServer(t)
 	url := "kurrentdb://admin:" + adminPassword + "@" + srv.Addr() + "?tlsCAFile=" + caFile
-	storetest.Run(t, func(t *testing.T) eventstore.Store { return open(t, url) })
+	storetest.Run(t, func(t *testing.T) eventstore.Store { return devtest.OpenKurrentDB(t, url) })
 }
 
 // TestSecureNodeRefusesWrongSettings: without the right credentials, or

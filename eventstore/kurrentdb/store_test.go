@@ -49,55 +49,6 @@ func mustAppend(t *testing.T, s *kurrentdb.Store, stream string, exp eventstore.
 	return res
 }
 
-func esdbClient(t *testing.T, srv *kurrenttest.Server) *esdb.Client {
-	t.Helper()
-	cfg, err := esdb.ParseConnectionString(srv.ConnectionString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Logger = esdb.NoopLogging()
-	c, err := esdb.NewClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-// receive takes n events from sub.
-func receive(t *testing.T, sub eventstore.Subscription, n int) []eventstore.RecordedEvent {
-	t.Helper()
-	var out []eventstore.RecordedEvent
-	timeout := time.After(waitFor)
-	for len(out) < n {
-		select {
-		case e, ok := <-sub.Events():
-			if !ok {
-				t.Fatalf("subscription ended after %d of %d events: %v", len(out), n, sub.Err())
-			}
-			out = append(out, e)
-		case <-timeout:
-			t.Fatalf("received %d of %d events", len(out), n)
-		}
-	}
-	return out
-}
-
-func waitClosed(t *testing.T, sub eventstore.Subscription) {
-	t.Helper()
-	timeout := time.After(waitFor)
-	for {
-		select {
-		case _, ok := <-sub.Events():
-			if !ok {
-				return
-			}
-		case <-timeout:
-			t.Fatal("subscription did not end")
-		}
-	}
-}
-
 func sameIDs(t *testing.T, got []eventstore.RecordedEvent, want []eventstore.EventData) {
 	t.Helper()
 	if len(got) != len(want) {
@@ -148,15 +99,13 @@ func TestOpenUnreachableServer(t *testing.T) {
 }
 
 func TestNotAMultiAppender(t *testing.T) {
-	_, url := kurrenttest.Start(t)
-	if _, ok := any(open(t, url)).(eventstore.MultiAppender); ok {
+	if _, ok := any(devtest.KurrentDB(t)).(eventstore.MultiAppender); ok {
 		t.Fatal("the KurrentDB store claims atomic multi-stream appends")
 	}
 }
 
 func TestAppendMapsWrongExpectedRevision(t *testing.T) {
-	_, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.KurrentDB(t)
 	mustAppend(t, s, "acct-1", eventstore.NoStream, evs(3)...)
 	for _, c := range []struct {
 		stream string
@@ -190,8 +139,7 @@ func TestAppendMapsWrongExpectedRevision(t *testing.T) {
 }
 
 func TestAppendRejectsEventsWithoutID(t *testing.T) {
-	_, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.KurrentDB(t)
 	if _, err := s.Append(ctxT(t), "a", eventstore.Any, []eventstore.EventData{{Type: "E"}}); err == nil {
 		t.Fatal("an event without ID was appended (the client would have invented one)")
 	}
@@ -202,7 +150,7 @@ func TestAppendRejectsEventsWithoutID(t *testing.T) {
 
 func TestUnavailableIsRetryable(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.OpenKurrentDB(t, url)
 	srv.FailNext(kurrenttest.MethodAppend, 1, codes.Unavailable)
 	_, err := s.Append(ctxT(t), "a", eventstore.NoStream, evs(1))
 	if !errors.Is(err, eventstore.ErrUnavailable) {
@@ -221,7 +169,7 @@ func TestUnavailableIsRetryable(t *testing.T) {
 // at the same expected revision returns the original write, and writes nothing.
 func TestDeadlineWithoutReply(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.OpenKurrentDB(t, url)
 	batch := evs(2)
 	srv.StallAppends(1, true)
 	short, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
@@ -255,7 +203,7 @@ func TestDeadlineWithoutReply(t *testing.T) {
 
 func TestCancelledCallReturnsPromptly(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.OpenKurrentDB(t, url)
 	srv.StallAppends(1, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -277,7 +225,7 @@ func TestCancelledCallReturnsPromptly(t *testing.T) {
 // replaces the client and recovers once the server is back.
 func TestClientReplacedAfterDiscoveryFails(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url+"&maxDiscoverAttempts=2&discoveryInterval=5")
+	s := devtest.OpenKurrentDB(t, url+"&maxDiscoverAttempts=2&discoveryInterval=5")
 	mustAppend(t, s, "a", eventstore.NoStream, evs(1)...)
 	srv.SetUnavailable(true)
 	probes := srv.Requests(kurrenttest.MethodGetSupportedMethods)
@@ -299,9 +247,9 @@ func TestClientReplacedAfterDiscoveryFails(t *testing.T) {
 
 func TestTombstonedStream(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.OpenKurrentDB(t, url)
 	mustAppend(t, s, "gone", eventstore.NoStream, evs(1)...)
-	if _, err := esdbClient(t, srv).TombstoneStream(ctxT(t), "gone", esdb.TombstoneStreamOptions{ExpectedRevision: esdb.Any{}}); err != nil {
+	if _, err := kurrenttest.Client(t, srv.ConnectionString()).TombstoneStream(ctxT(t), "gone", esdb.TombstoneStreamOptions{ExpectedRevision: esdb.Any{}}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := s.ReadStream(ctxT(t), "gone", 0, eventstore.Forwards, 0)
@@ -316,8 +264,8 @@ func TestTombstonedStream(t *testing.T) {
 
 func TestAllLeavesOutSystemRecords(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url)
-	c := esdbClient(t, srv)
+	s := devtest.OpenKurrentDB(t, url)
+	c := kurrenttest.Client(t, srv.ConnectionString())
 	a := mustAppend(t, s, "acct-1", eventstore.NoStream, ev("Opened"))
 	if _, err := c.SetStreamMetadata(ctxT(t), "acct-1", esdb.AppendToStreamOptions{}, esdb.StreamMetadata{}); err != nil {
 		t.Fatal(err)
@@ -345,17 +293,16 @@ func TestAllLeavesOutSystemRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	got := receive(t, sub, 2)
+	got := devtest.Receive(t, sub, 2)
 	last := mustAppend(t, s, "acct-3", eventstore.NoStream, ev("Opened"))
-	got = append(got, receive(t, sub, 1)...)
+	got = append(got, devtest.Receive(t, sub, 1)...)
 	if got[0].Position != a.Position || got[1].Position != b.Position || got[2].Position != last.Position {
 		t.Fatalf("subscription delivered %+v", got)
 	}
 }
 
 func TestHeadOfEmptyStore(t *testing.T) {
-	_, url := kurrenttest.Start(t)
-	s := open(t, url)
+	s := devtest.KurrentDB(t)
 	if h, err := s.Head(ctxT(t)); err != nil || h != eventstore.Start {
 		t.Fatalf("head %s, %v", h, err)
 	}
@@ -368,7 +315,7 @@ func TestHeadOfEmptyStore(t *testing.T) {
 // the last event it delivered, without gaps or repeats.
 func TestSubscriptionResubscribesAfterDrop(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url, kurrentdb.WithResubscribe(time.Millisecond, 20*time.Millisecond, 10))
+	s := devtest.OpenKurrentDB(t, url, kurrentdb.WithResubscribe(time.Millisecond, 20*time.Millisecond, 10))
 	first := evs(3)
 	mustAppend(t, s, "acct-1", eventstore.NoStream, first...)
 	sub, err := s.SubscribeAll(ctxT(t), eventstore.Start, eventstore.SubscribeOptions{StreamPrefixes: []string{"acct-"}})
@@ -376,7 +323,7 @@ func TestSubscriptionResubscribesAfterDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	got := receive(t, sub, 3)
+	got := devtest.Receive(t, sub, 3)
 	devtest.Eventually(t, waitFor, "the subscription on the server", func() bool { return srv.Subscriptions() == 1 })
 
 	if n := srv.DropSubscriptions(); n != 1 {
@@ -386,7 +333,7 @@ func TestSubscriptionResubscribesAfterDrop(t *testing.T) {
 	devtest.Eventually(t, waitFor, "the resubscription", func() bool { return ks.Drops() == 1 && srv.Subscriptions() == 1 })
 	second := evs(3)
 	mustAppend(t, s, "acct-1", eventstore.Exact(2), second...)
-	got = append(got, receive(t, sub, 3)...)
+	got = append(got, devtest.Receive(t, sub, 3)...)
 	sameIDs(t, got, append(first, second...))
 
 	starts := srv.SubscriptionStarts()
@@ -404,7 +351,7 @@ func TestSubscriptionResubscribesAfterDrop(t *testing.T) {
 // still working through history; nothing is lost or repeated.
 func TestSubscriptionDropDuringCatchUp(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url, kurrentdb.WithResubscribe(time.Millisecond, 20*time.Millisecond, 10))
+	s := devtest.OpenKurrentDB(t, url, kurrentdb.WithResubscribe(time.Millisecond, 20*time.Millisecond, 10))
 	var want []eventstore.EventData
 	for i := range 50 {
 		e := evs(2)
@@ -417,9 +364,9 @@ func TestSubscriptionDropDuringCatchUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	got := receive(t, sub, 10)
+	got := devtest.Receive(t, sub, 10)
 	srv.DropSubscriptions()
-	got = append(got, receive(t, sub, len(want)-10)...)
+	got = append(got, devtest.Receive(t, sub, len(want)-10)...)
 	sameIDs(t, got, want)
 	for i := 1; i < len(got); i++ {
 		if got[i].Position.Compare(got[i-1].Position) <= 0 {
@@ -436,7 +383,7 @@ func TestSubscriptionDropDuringCatchUp(t *testing.T) {
 // at (commit, 0), which leaves it out (it started one record too early before).
 func TestSubscriptionResumesFromCheckpoint(t *testing.T) {
 	srv, url := kurrenttest.Start(t, kurrenttest.WithEmptyLog()) // the pages below start at the first event
-	s := open(t, url,
+	s := devtest.OpenKurrentDB(t, url,
 		kurrentdb.WithResubscribe(time.Millisecond, 20*time.Millisecond, 10),
 		kurrentdb.WithCheckpointWindow(2, 1))
 	a := ev("Opened")
@@ -450,7 +397,7 @@ func TestSubscriptionResumesFromCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	got := receive(t, sub, 1)
+	got := devtest.Receive(t, sub, 1)
 	ks := sub.(*kurrentdb.Subscription)
 	// Pages of 2: [acct-1 other-0] [other-1 other-2] [other-3 other-4]
 	// [other-5 other-6] [other-7 other-8]. Each page checkpoints at its last event
@@ -462,7 +409,7 @@ func TestSubscriptionResumesFromCheckpoint(t *testing.T) {
 	devtest.Eventually(t, waitFor, "the resubscription", func() bool { return ks.Drops() == 1 && srv.Subscriptions() == 1 })
 	b := ev("Opened")
 	mustAppend(t, s, "acct-2", eventstore.NoStream, b)
-	got = append(got, receive(t, sub, 1)...)
+	got = append(got, devtest.Receive(t, sub, 1)...)
 	sameIDs(t, got, []eventstore.EventData{a, b})
 	starts := srv.SubscriptionStarts()
 	if len(starts) != 2 || starts[1] != others[6].Position.String() {
@@ -482,7 +429,7 @@ func TestSubscribeAfterPositionBetweenEvents(t *testing.T) {
 
 func subscribeBetweenEvents(t *testing.T, release kurrenttest.Release) {
 	srv, url := kurrenttest.Start(t, kurrenttest.WithRelease(release))
-	s := open(t, url)
+	s := devtest.OpenKurrentDB(t, url)
 	a := mustAppend(t, s, "acct-1", eventstore.NoStream, ev("E"))
 	b := ev("E")
 	bRes := mustAppend(t, s, "acct-2", eventstore.NoStream, b)
@@ -494,7 +441,7 @@ func subscribeBetweenEvents(t *testing.T, release kurrenttest.Release) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	sameIDs(t, receive(t, sub, 1), []eventstore.EventData{b})
+	sameIDs(t, devtest.Receive(t, sub, 1), []eventstore.EventData{b})
 	if starts := srv.SubscriptionStarts(); len(starts) != 1 || starts[0] != a.Position.String() {
 		t.Fatalf("subscribed at %v, want at the event before the position (%s)", starts, a.Position)
 	}
@@ -504,12 +451,12 @@ func subscribeBetweenEvents(t *testing.T, release kurrenttest.Release) {
 		t.Fatal(err)
 	}
 	defer sub2.Close()
-	sameIDs(t, receive(t, sub2, 1), []eventstore.EventData{b})
+	sameIDs(t, devtest.Receive(t, sub2, 1), []eventstore.EventData{b})
 }
 
 func TestSubscriptionGivesUpAfterBoundedAttempts(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
-	s := open(t, url+"&maxDiscoverAttempts=1&discoveryInterval=1",
+	s := devtest.OpenKurrentDB(t, url+"&maxDiscoverAttempts=1&discoveryInterval=1",
 		kurrentdb.WithResubscribe(time.Millisecond, 4*time.Millisecond, 3))
 	sub, err := s.SubscribeAll(ctxT(t), eventstore.Start, eventstore.SubscribeOptions{})
 	if err != nil {
@@ -518,7 +465,7 @@ func TestSubscriptionGivesUpAfterBoundedAttempts(t *testing.T) {
 	devtest.Eventually(t, waitFor, "the subscription on the server", func() bool { return srv.Subscriptions() == 1 })
 	srv.SetUnavailable(true)
 	srv.DropSubscriptions()
-	waitClosed(t, sub)
+	devtest.WaitClosed(t, sub)
 	if err := sub.Err(); !errors.Is(err, eventstore.ErrUnavailable) || !strings.Contains(err.Error(), "3 resubscriptions failed") {
 		t.Fatalf("Err %v, want ErrUnavailable after 3 attempts", err)
 	}
@@ -540,7 +487,7 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitClosed(t, sub)
+	devtest.WaitClosed(t, sub)
 	if err := sub.Err(); err != nil {
 		t.Fatalf("Err after the store closed: %v", err)
 	}
@@ -597,7 +544,7 @@ func TestSubscribeFromStartOnAlmostEmptyLog(t *testing.T) {
 	for _, release := range []kurrenttest.Release{kurrenttest.Release24_10_4, kurrenttest.Release24_10_5} {
 		t.Run(string(release), func(t *testing.T) {
 			_, url := kurrenttest.Start(t, kurrenttest.WithRelease(release))
-			subscribeFromStartThenAppend(t, open(t, url, kurrentdb.WithCheckpointWindow(2, 1)), "acct-")
+			subscribeFromStartThenAppend(t, devtest.OpenKurrentDB(t, url, kurrentdb.WithCheckpointWindow(2, 1)), "acct-")
 		})
 	}
 }
@@ -616,7 +563,7 @@ func subscribeFromStartThenAppend(t *testing.T, s *kurrentdb.Store, prefix strin
 	a, b := ev("Opened"), ev("Opened")
 	mustAppend(t, s, prefix+"1", eventstore.NoStream, a)
 	mustAppend(t, s, prefix+"2", eventstore.NoStream, b)
-	sameIDs(t, receive(t, sub, 2), []eventstore.EventData{a, b})
+	sameIDs(t, devtest.Receive(t, sub, 2), []eventstore.EventData{a, b})
 	if cp := sub.(*kurrentdb.Subscription).Checkpoint(); cp.Compare(head.Position) < 0 || cp.Commit == math.MaxUint64 {
 		t.Fatalf("checkpoint %s: before the first event, or beyond the log's head", cp)
 	}

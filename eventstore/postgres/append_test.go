@@ -121,7 +121,7 @@ func wantRecovered(t *testing.T, s *postgres.Store, pool *pgxpool.Pool, url stri
 func TestAppendRoundTrips(t *testing.T) {
 	ctx := ctxT(t)
 	var writes atomic.Int64
-	s, _ := openPool(t, migrated(t), 1, &writes)
+	s, _ := openPool(t, devtest.DatabaseURL(t), 1, &writes)
 	appendParts := func(n int) {
 		t.Helper()
 		parts := make([]eventstore.StreamAppend, n)
@@ -161,7 +161,7 @@ func TestAppendRoundTrips(t *testing.T) {
 // written, and the connection goes back to the pool idle.
 func TestCommitAnsweredRollback(t *testing.T) {
 	ctx := ctxT(t)
-	url := migrated(t)
+	url := devtest.DatabaseURL(t)
 	s, pool := openPool(t, url, 1, nil)
 	x := part("x", eventstore.NoStream, 2)
 	if _, err := s.AppendMulti(ctx, []eventstore.StreamAppend{x}); err != nil {
@@ -195,7 +195,7 @@ func TestCommitAnsweredRollback(t *testing.T) {
 // server's error; nothing is written and the connection is reused.
 func TestCommitFails(t *testing.T) {
 	ctx := ctxT(t)
-	url := migrated(t)
+	url := devtest.DatabaseURL(t)
 	s, pool := openPool(t, url, 1, nil)
 	if _, err := pool.Exec(ctx, `
 		CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -229,7 +229,7 @@ func TestCommitFails(t *testing.T) {
 // the connection is reused.
 func TestInsertFailureRollsBack(t *testing.T) {
 	ctx := ctxT(t)
-	url := migrated(t)
+	url := devtest.DatabaseURL(t)
 	s, pool := openPool(t, url, 1, nil)
 	e := ev()
 	if _, err := s.Append(ctx, "x", eventstore.NoStream, []eventstore.EventData{e}); err != nil {
@@ -248,7 +248,7 @@ func TestInsertFailureRollsBack(t *testing.T) {
 // store goes on working.
 func TestCancelDuringAppend(t *testing.T) {
 	ctx := ctxT(t)
-	url := migrated(t)
+	url := devtest.DatabaseURL(t)
 	s, pool := openPool(t, url, 4, nil)
 	r := &cancelRig{ctx: ctx, url: url, s: s, pool: pool, admin: connect(t, url)}
 	t.Run("waiting for a lock", r.cancelWaitingForLock)
@@ -391,7 +391,7 @@ func (r *cancelRig) cancelDuringInsert(t *testing.T) {
 // a stream, transaction-id order is revision order.
 func TestCrossedMultiAppends(t *testing.T) {
 	ctx := ctxT(t)
-	url := migrated(t)
+	url := devtest.DatabaseURL(t)
 	s, _ := openPool(t, url, 8, nil)
 	streams := []string{"c0", "c1", "c2", "c3", "c4"}
 	const writers, rounds, width = 8, 25, 3
@@ -441,7 +441,7 @@ func TestCrossedMultiAppends(t *testing.T) {
 // smaller keys.
 func TestLocksTakenInKeyOrder(t *testing.T) {
 	ctx := ctxT(t)
-	url := migrated(t)
+	url := devtest.DatabaseURL(t)
 	s, _ := openPool(t, url, 2, nil)
 	admin := connect(t, url)
 	holder := connect(t, url)

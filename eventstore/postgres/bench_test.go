@@ -14,8 +14,7 @@ import (
 
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/postgres"
-	"github.com/ledgerworks/ledger/internal/testing/pgtest"
-	"github.com/ledgerworks/ledger/migrations"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // BenchmarkAppendMulti appends group commits of 1 and 16 commands, each command
@@ -23,15 +22,7 @@ import (
 // account stream, and one to a new claim stream. One op is one AppendMulti.
 func BenchmarkAppendMulti(b *testing.B) {
 	ctx := context.Background()
-	url := pgtest.URL(b)
-	if err := migrations.Up(ctx, url); err != nil {
-		b.Fatal(err)
-	}
-	s, err := postgres.Open(ctx, url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := devtest.Postgres(b)
 	for _, commands := range []int{1, 16} {
 		b.Run(fmt.Sprintf("commands=%d", commands), func(b *testing.B) {
 			accounts := make([]string, commands)

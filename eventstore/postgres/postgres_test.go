@@ -16,7 +16,6 @@ import (
 	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/eventstore/storetest"
 	"github.com/ledgerworks/ledger/internal/testing/pgtest"
-	"github.com/ledgerworks/ledger/migrations"
 )
 
 var _ storetest.HeldAppender = (*postgres.Store)(nil)
@@ -29,32 +28,12 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// migrated returns the URL of a fresh database with the migrations applied.
-func migrated(t *testing.T) string {
-	t.Helper()
-	url := pgtest.URL(t)
-	if err := migrations.Up(ctxT(t), url); err != nil {
-		t.Fatal(err)
-	}
-	return url
-}
-
-func open(t *testing.T, url string) *postgres.Store {
-	t.Helper()
-	s, err := postgres.Open(ctxT(t), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 // TestConformance runs the suite with one store per subtest on one shared
 // database: the suite is written for shared stores (a KurrentDB server), and
 // sharing saves a CREATE DATABASE per subtest.
 func TestConformance(t *testing.T) {
-	url := migrated(t)
-	storetest.Run(t, func(t *testing.T) eventstore.Store { return open(t, url) })
+	url := devtest.DatabaseURL(t)
+	storetest.Run(t, func(t *testing.T) eventstore.Store { return devtest.Store(t, url) })
 }
 
 func ev() eventstore.EventData {
@@ -67,8 +46,8 @@ func ev() eventstore.EventData {
 // committed and then delivers A, B in order.
 func TestNaiveReaderSkipsHeldTransaction(t *testing.T) {
 	ctx := ctxT(t)
-	url := migrated(t)
-	s := open(t, url)
+	url := devtest.DatabaseURL(t)
+	s := devtest.Store(t, url)
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -148,8 +127,8 @@ func readNaively(ctx context.Context, t *testing.T, conn *pgx.Conn, after int64)
 // taken before the wait).
 func TestXidAssignedAfterStreamLock(t *testing.T) {
 	ctx := ctxT(t)
-	url := migrated(t)
-	s := open(t, url)
+	url := devtest.DatabaseURL(t)
+	s := devtest.Store(t, url)
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +185,7 @@ func TestXidAssignedAfterStreamLock(t *testing.T) {
 
 func TestDuplicateEventIDInAnotherStream(t *testing.T) {
 	ctx := ctxT(t)
-	s := open(t, migrated(t))
+	s := devtest.Postgres(t)
 	e := ev()
 	if _, err := s.Append(ctx, "x", eventstore.NoStream, []eventstore.EventData{e}); err != nil {
 		t.Fatal(err)
@@ -227,7 +206,7 @@ func TestDuplicateEventIDInAnotherStream(t *testing.T) {
 
 // TestUnavailable: a server that cannot be reached is ErrUnavailable.
 func TestUnavailable(t *testing.T) {
-	s := open(t, migrated(t))
+	s := devtest.Postgres(t)
 	s.Pool().Close() // every later use of the pool fails like a lost server
 	_, err := s.Append(ctxT(t), "x", eventstore.NoStream, []eventstore.EventData{ev()})
 	if !errors.Is(err, eventstore.ErrUnavailable) {
@@ -249,8 +228,8 @@ func TestUnavailable(t *testing.T) {
 // xids straddle a power of ten (9xxx, 10000) would swap in a text order.
 func TestXidOrderIsNumeric(t *testing.T) {
 	ctx := ctxT(t)
-	url := migrated(t)
-	s := open(t, url)
+	url := devtest.DatabaseURL(t)
+	s := devtest.Store(t, url)
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -313,8 +292,8 @@ func TestXidOrderIsNumeric(t *testing.T) {
 // store (as on a failover); the subscription reconnects and goes on.
 func TestSubscriptionRetriesTransientErrors(t *testing.T) {
 	ctx := ctxT(t)
-	url := migrated(t)
-	s := open(t, url)
+	url := devtest.DatabaseURL(t)
+	s := devtest.Store(t, url)
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -360,8 +339,8 @@ func TestSubscriptionRetriesTransientErrors(t *testing.T) {
 // the subscription with Err set.
 func TestSubscriptionFailsOnPermanentError(t *testing.T) {
 	ctx := ctxT(t)
-	url := migrated(t)
-	s := open(t, url)
+	url := devtest.DatabaseURL(t)
+	s := devtest.Store(t, url)
 	sub, err := s.SubscribeAll(ctx, eventstore.Start, eventstore.SubscribeOptions{})
 	if err != nil {
 		t.Fatal(err)

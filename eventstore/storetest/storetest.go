@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -146,18 +147,6 @@ func dataIDs(evs []eventstore.EventData) []uuid.UUID {
 	return out
 }
 
-func equalIDs(a, b []uuid.UUID) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // readAllOnce pages through "all" after `after` once, keeping events of streams
 // with prefix p; it returns them and the position it stopped at (the last event
 // seen, whatever its stream).
@@ -197,25 +186,6 @@ func readAllUntil(t *testing.T, s eventstore.Store, after eventstore.Position, p
 		t.Fatalf("all has %d events of %s, want %d", len(got), p, n)
 	}
 	return got
-}
-
-// receive takes n events from sub, failing t if they do not come in time.
-func receive(t *testing.T, sub eventstore.Subscription, n int) []eventstore.RecordedEvent {
-	t.Helper()
-	var out []eventstore.RecordedEvent
-	timeout := time.After(waitTimeout)
-	for len(out) < n {
-		select {
-		case e, ok := <-sub.Events():
-			if !ok {
-				t.Fatalf("subscription ended after %d of %d events: %v", len(out), n, sub.Err())
-			}
-			out = append(out, e)
-		case <-timeout:
-			t.Fatalf("received %d of %d events in %s", len(out), n, waitTimeout)
-		}
-	}
-	return out
 }
 
 // receiveUntil takes events from sub until one has ID last.
@@ -430,7 +400,7 @@ func testConcurrentAppends(t *testing.T, s eventstore.Store, p string) {
 		}
 		winners = append(winners, evs[won].ID)
 	}
-	if got := ids(wantLen(t, s, stream, rounds)); !equalIDs(got, winners) {
+	if got := ids(wantLen(t, s, stream, rounds)); !slices.Equal(got, winners) {
 		t.Fatalf("stream holds %v, winners were %v", got, winners)
 	}
 }
@@ -459,7 +429,7 @@ func testIdempotentReappend(t *testing.T, s eventstore.Store, p string) {
 	wantResult(t, "ab again at no_stream", mustAppend(t, s, stream, eventstore.NoStream, abc[:2]...), 0, 1, evs[1].Position)
 	wantResult(t, "bc again at 0", mustAppend(t, s, stream, eventstore.Exact(0), abc[1:]...), 1, 2, r1.Position)
 	wantResult(t, "d again at 2", mustAppend(t, s, stream, eventstore.Exact(2), d), 3, 3, r2.Position)
-	if got := ids(wantLen(t, s, stream, 4)); !equalIDs(got, append(dataIDs(abc), d.ID)) {
+	if got := ids(wantLen(t, s, stream, 4)); !slices.Equal(got, append(dataIDs(abc), d.ID)) {
 		t.Fatalf("stream changed: %v", got)
 	}
 }
@@ -488,7 +458,7 @@ func testPartialOverlap(t *testing.T, s eventstore.Store, p string) {
 		}
 		wantWrongRevision(t, err, stream, c.exp, 2)
 	}
-	if got := ids(wantLen(t, s, stream, 3)); !equalIDs(got, dataIDs(abc)) {
+	if got := ids(wantLen(t, s, stream, 3)); !slices.Equal(got, dataIDs(abc)) {
 		t.Fatalf("stream changed: %v", got)
 	}
 }
@@ -508,7 +478,7 @@ func testReappendAtNextRevision(t *testing.T, s eventstore.Store, p string) {
 			t.Fatalf("re-append at the next revision returned %+v: deduped, or written at the wrong revisions", res)
 		}
 		evs := wantLen(t, s, stream, 4)
-		if !equalIDs(ids(evs[2:]), dataIDs(ab)) {
+		if !slices.Equal(ids(evs[2:]), dataIDs(ab)) {
 			t.Fatalf("written again, but not as the same events: %v", ids(evs))
 		}
 		t.Logf("store wrote the events a second time (at 2..3)")
@@ -797,19 +767,19 @@ func testCatchUpThenLive(t *testing.T, s eventstore.Store, p string) {
 		mustAppend(t, s, stream, eventstore.ExactOrNoStream(int64(i)-1), event("E", i))
 	}
 	sub := subscribe(t, s, start, p)
-	got := receive(t, sub, 5)
+	got := devtest.Receive(t, sub, 5)
 	for i := range 5 {
 		mustAppend(t, s, stream, eventstore.Exact(uint64(4+i)), event("E", 5+i))
 	}
-	got = append(got, receive(t, sub, 5)...)
+	got = append(got, devtest.Receive(t, sub, 5)...)
 	increasing(t, "subscription", got)
-	if want := ids(wantLen(t, s, stream, 10)); !equalIDs(ids(got), want) {
+	if want := ids(wantLen(t, s, stream, 10)); !slices.Equal(ids(got), want) {
 		t.Fatalf("subscription delivered %v, stream holds %v", ids(got), want)
 	}
 
 	// From a position: exclusive.
 	from := subscribe(t, s, got[2].Position, p)
-	if tail := receive(t, from, 7); !equalIDs(ids(tail), ids(got[3:])) {
+	if tail := devtest.Receive(t, from, 7); !slices.Equal(ids(tail), ids(got[3:])) {
 		t.Fatalf("subscription after event 2 delivered %v, want %v", ids(tail), ids(got[3:]))
 	}
 
@@ -857,7 +827,7 @@ func testPrefixFilter(t *testing.T, s eventstore.Store, p string) {
 				}
 			}
 		}
-		if !equalIDs(ids(got), want) {
+		if !slices.Equal(ids(got), want) {
 			t.Fatalf("prefixes %v: delivered %d events %v, want %d %v", prefixes, len(got), ids(got), len(want), want)
 		}
 		increasing(t, "filtered subscription", got)
@@ -883,7 +853,7 @@ func testContextCancellation(t *testing.T, s eventstore.Store, p string) {
 		t.Fatalf("read all with a cancelled context: %v", err)
 	}
 	if sub, err := s.SubscribeAll(cancelled, eventstore.Start, eventstore.SubscribeOptions{}); err == nil {
-		waitClosed(t, sub)
+		devtest.WaitClosed(t, sub)
 	}
 
 	// Cancelling a live subscription's context ends it promptly, Err nil.
@@ -893,9 +863,9 @@ func testContextCancellation(t *testing.T, s eventstore.Store, p string) {
 		t.Fatalf("subscribe: %v", err)
 	}
 	mustAppend(t, s, stream, eventstore.Exact(0), event("E", 1))
-	receive(t, sub, 1)
+	devtest.Receive(t, sub, 1)
 	cancelSub()
-	waitClosed(t, sub)
+	devtest.WaitClosed(t, sub)
 	if err := sub.Err(); err != nil {
 		t.Fatalf("Err after cancellation: %v", err)
 	}
@@ -925,21 +895,6 @@ func testContextCancellation(t *testing.T, s eventstore.Store, p string) {
 	}
 	wantLen(t, s, held, 0)
 	mustAppend(t, s, held, eventstore.NoStream, event("E", 2)) // the lock is gone
-}
-
-func waitClosed(t *testing.T, sub eventstore.Subscription) {
-	t.Helper()
-	timeout := time.After(waitTimeout)
-	for {
-		select {
-		case _, ok := <-sub.Events():
-			if !ok {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("subscription not ended %s after its context was cancelled", waitTimeout)
-		}
-	}
 }
 
 func testReadStreamDirections(t *testing.T, s eventstore.Store, p string) {
@@ -1133,7 +1088,7 @@ func testMultiAppendChain(t *testing.T, s eventstore.Store, p string) {
 		}
 	}
 	got := wantLen(t, s, x, 5)
-	if want := append(append(dataIDs(a), dataIDs(b)...), dataIDs(c)...); !equalIDs(ids(got), want) {
+	if want := append(append(dataIDs(a), dataIDs(b)...), dataIDs(c)...); !slices.Equal(ids(got), want) {
 		t.Fatalf("stream %v, want %v", ids(got), want)
 	}
 	all := readAllUntil(t, s, start, p, 6)

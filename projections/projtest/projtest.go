@@ -1,6 +1,8 @@
 // Package projtest sets up what the read side's tests share: a fresh PostgreSQL
 // database with the migrations applied, the PostgreSQL event store on it, the
-// ledger's command handler writing realistic events, and a mixed workload.
+// ledger's command handler writing realistic events, and a mixed workload; and
+// the checks that need internal/app/audit (which devtest cannot import): the
+// audit of a store and its read models, and snapshots of the read models.
 package projtest
 
 import (
@@ -8,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,8 +19,7 @@ import (
 	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
 	"github.com/ledgerworks/ledger/internal/app/reply"
-	"github.com/ledgerworks/ledger/internal/testing/pgtest"
-	"github.com/ledgerworks/ledger/migrations"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // Env is one test's database, store and ledger.
@@ -28,36 +28,24 @@ type Env struct {
 	Pool   *pgxpool.Pool
 	Store  *postgres.Store
 	Ledger *ledger.Service
-	// Now is the ledger's clock: it advances one millisecond per command.
-	now atomic.Int64
+	// clock is the ledger's: it advances one millisecond per reading.
+	clock *devtest.Clock
 }
 
 // New returns an Env on a fresh database; everything is closed when t ends.
 func New(t testing.TB) *Env {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	url := pgtest.URL(t)
-	if err := migrations.Up(ctx, url); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, url)
+	url := devtest.DatabaseURL(t)
+	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	st, err := postgres.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	e := &Env{URL: url, Pool: pool, Store: st}
-	e.now.Store(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC).UnixMilli())
-	e.Ledger = ledger.New(st, ledger.Options{Clock: e.clock})
+	st := devtest.Store(t, url)
+	e := &Env{URL: url, Pool: pool, Store: st, clock: devtest.NewTickingClock(time.Millisecond)}
+	e.Ledger = ledger.New(st, ledger.Options{Clock: e.clock.Now})
 	return e
 }
-
-func (e *Env) clock() time.Time { return time.UnixMilli(e.now.Add(1)).UTC() }
 
 // Post sends one command to the ledger and returns its reply.
 func (e *Env) Post(ctx context.Context, typ string, body map[string]any) reply.Reply {

@@ -1,4 +1,4 @@
-package kurrenttest
+package kurrenttest_test
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 	"io"
 	"math"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
@@ -37,7 +37,7 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func raw(t *testing.T, s *Server) api.StreamsClient {
+func raw(t *testing.T, s *kurrenttest.Server) api.StreamsClient {
 	t.Helper()
 	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -47,24 +47,9 @@ func raw(t *testing.T, s *Server) api.StreamsClient {
 	return api.NewStreamsClient(conn)
 }
 
-func client(t *testing.T, s *Server) *esdb.Client {
+func client(t *testing.T, s *kurrenttest.Server) *esdb.Client {
 	t.Helper()
-	return clientAt(t, s.ConnectionString())
-}
-
-func clientAt(t *testing.T, connectionString string) *esdb.Client {
-	t.Helper()
-	cfg, err := esdb.ParseConnectionString(connectionString)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Logger = esdb.NoopLogging()
-	c, err := esdb.NewClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return kurrenttest.Client(t, s.ConnectionString())
 }
 
 func ids(n int) []uuid.UUID {
@@ -112,7 +97,7 @@ func rawAppendErr(ctx context.Context, c api.StreamsClient, stream string, opt *
 
 func proposal(id uuid.UUID, eventType string, data []byte) *api.AppendReq_ProposedMessage {
 	return &api.AppendReq_ProposedMessage{
-		Id:       uuidToProto(id, false),
+		Id:       kurrenttest.UUIDToProto(id, false),
 		Metadata: map[string]string{"type": eventType, "content-type": "application/json"},
 		Data:     data,
 	}
@@ -284,7 +269,7 @@ func equal(t *testing.T, got, want []string) {
 // --- connection ----------------------------------------------------------------
 
 func TestClientConnectsAndRoundTrips(t *testing.T) {
-	s, url := Start(t)
+	s, url := kurrenttest.Start(t)
 	if url != "kurrentdb://"+s.Addr()+"?tls=false" {
 		t.Fatalf("url %q", url)
 	}
@@ -311,26 +296,17 @@ func TestClientConnectsAndRoundTrips(t *testing.T) {
 	if _, err := rs.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("want EOF, got %v", err)
 	}
-	if s.Requests(MethodGetSupportedMethods) != 1 {
-		t.Fatalf("the client probes ServerFeatures once on connect, got %d", s.Requests(MethodGetSupportedMethods))
+	if s.Requests(kurrenttest.MethodGetSupportedMethods) != 1 {
+		t.Fatalf("the client probes ServerFeatures once on connect, got %d", s.Requests(kurrenttest.MethodGetSupportedMethods))
 	}
 }
 
 func TestGossipDiscovery(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	// Two gossip seeds put the client in cluster mode: it reads gossip first.
-	cfg, err := esdb.ParseConnectionString("esdb://" + s.Addr() + "," + s.Addr() + "?tls=false")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Logger = esdb.NoopLogging()
-	c, err := esdb.NewClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := kurrenttest.Client(t, "esdb://"+s.Addr()+","+s.Addr()+"?tls=false")
 	mustAppend(t, c, "acct-g", esdb.Any{}, uuid.New())
-	if s.Requests(MethodGossipRead) == 0 {
+	if s.Requests(kurrenttest.MethodGossipRead) == 0 {
 		t.Fatal("gossip was not read")
 	}
 }
@@ -338,7 +314,7 @@ func TestGossipDiscovery(t *testing.T) {
 // --- IndexWriter rules -------------------------------------------------------------
 
 func TestAppendExactAtHeadWritesWithoutIdempotencyCheck(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	c := client(t, s)
 	a := ids(2)
 	mustAppend(t, c, "s", esdb.NoStream{}, a...)
@@ -350,7 +326,7 @@ func TestAppendExactAtHeadWritesWithoutIdempotencyCheck(t *testing.T) {
 }
 
 func TestAppendExactBeyondHeadIsWrongExpectedVersion(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	rc := raw(t, s)
 	rawAppend(t, rc, "s", expNoStream(), ids(2)...)
 	resp := rawAppend(t, rc, "s", expRev(5), ids(1)...)
@@ -366,7 +342,7 @@ func TestAppendExactBeyondHeadIsWrongExpectedVersion(t *testing.T) {
 }
 
 func TestAppendIdempotentBeforeHeadReturnsOriginalWrite(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	rc := raw(t, s)
 	first := ids(3)
 	orig := rawAppend(t, rc, "s", expNoStream(), first...).GetSuccess()
@@ -400,7 +376,7 @@ func mustRead(t *testing.T, rc api.StreamsClient, req *api.ReadReq) api.Streams_
 }
 
 func TestAppendIdempotencyMismatches(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	rc := raw(t, s)
 	a := ids(3)
 	rawAppend(t, rc, "s", expNoStream(), a...)
@@ -430,7 +406,7 @@ func TestAppendIdempotencyMismatches(t *testing.T) {
 }
 
 func TestAppendAnyIdempotencyFromRecentIDsOnly(t *testing.T) {
-	s, _ := Start(t, WithIDCacheSize(4))
+	s, _ := kurrenttest.Start(t, kurrenttest.WithIDCacheSize(4))
 	rc := raw(t, s)
 	a := ids(2)
 	orig := rawAppend(t, rc, "s", expAny(), a...).GetSuccess()
@@ -458,7 +434,7 @@ func TestAppendAnyIdempotencyFromRecentIDsOnly(t *testing.T) {
 }
 
 func TestAppendStreamExists(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	rc := raw(t, s)
 	resp := rawAppend(t, rc, "s", expStreamExists(), ids(1)...)
 	if w := resp.GetWrongExpectedVersion(); w == nil || w.GetCurrentNoStream() == nil || w.GetExpectedStreamExists() == nil {
@@ -477,7 +453,7 @@ func TestAppendStreamExists(t *testing.T) {
 }
 
 func TestAppendNextRevisionIsNotDeduped(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	c := client(t, s)
 	a := ids(1)
 	mustAppend(t, c, "s", esdb.NoStream{}, a...)
@@ -488,7 +464,7 @@ func TestAppendNextRevisionIsNotDeduped(t *testing.T) {
 }
 
 func TestAppendRequiresTypeAndContentType(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	rc := raw(t, s)
 	ac, err := rc.Append(ctxT(t))
 	if err != nil {
@@ -498,7 +474,7 @@ func TestAppendRequiresTypeAndContentType(t *testing.T) {
 	opt.StreamIdentifier = &shared.StreamIdentifier{StreamName: []byte("s")}
 	_ = ac.Send(&api.AppendReq{Content: &api.AppendReq_Options_{Options: opt}})
 	_ = ac.Send(&api.AppendReq{Content: &api.AppendReq_ProposedMessage_{ProposedMessage: &api.AppendReq_ProposedMessage{
-		Id: uuidToProto(uuid.New(), false), Metadata: map[string]string{"type": "T"},
+		Id: kurrenttest.UUIDToProto(uuid.New(), false), Metadata: map[string]string{"type": "T"},
 	}}})
 	if _, err := ac.CloseAndRecv(); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("want InvalidArgument, got %v", err)
@@ -506,7 +482,7 @@ func TestAppendRequiresTypeAndContentType(t *testing.T) {
 }
 
 func TestWrongExpectedVersionThroughClient(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	c := client(t, s)
 	mustAppend(t, c, "s", esdb.NoStream{}, ids(3)...)
 	_, err := c.AppendToStream(ctxT(t), "s", esdb.AppendToStreamOptions{ExpectedRevision: esdb.Revision(7)}, events(uuid.New())...)
@@ -536,7 +512,7 @@ func indexOf(s, sub string) int {
 
 func TestCreatedIsTicksSinceUnixEpoch(t *testing.T) {
 	at := time.Date(2024, 5, 6, 7, 8, 9, 123456700, time.UTC)
-	s, _ := Start(t, WithClock(func() time.Time { return at }))
+	s, _ := kurrenttest.Start(t, kurrenttest.WithClock(func() time.Time { return at }))
 	rc := raw(t, s)
 	rawAppend(t, rc, "s", expAny(), ids(1)...)
 	msgs := readAllRaw(t, mustRead(t, rc, streamReadReq("s", 0, false, 1)))
@@ -562,7 +538,7 @@ func TestCreatedIsTicksSinceUnixEpoch(t *testing.T) {
 // --- reads ---------------------------------------------------------------------------
 
 func TestReadStreamNotFound(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	rc := raw(t, s)
 	msgs := readAllRaw(t, mustRead(t, rc, streamReadReq("nope", 0, false, 10)))
 	if len(msgs) != 1 || kind(msgs[0]) != "stream_not_found" || string(msgs[0].GetStreamNotFound().GetStreamIdentifier().GetStreamName()) != "nope" {
@@ -582,7 +558,7 @@ func TestReadStreamNotFound(t *testing.T) {
 }
 
 func TestReadStreamDirectionsAndCounts(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	rc := raw(t, s)
 	rawAppend(t, rc, "s", expNoStream(), ids(5)...)
 	read := func(req *api.ReadReq) []string {
@@ -607,7 +583,7 @@ func TestReadStreamDirectionsAndCounts(t *testing.T) {
 }
 
 func TestReadAllPositions(t *testing.T) {
-	s, _ := Start(t, WithEmptyLog())
+	s, _ := kurrenttest.Start(t, kurrenttest.WithEmptyLog())
 	rc := raw(t, s)
 	var pos []uint64
 	for i := range 4 {
@@ -640,7 +616,7 @@ func TestReadAllPositions(t *testing.T) {
 }
 
 func TestReadRequiresUUIDOption(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	rc := raw(t, s)
 	req := streamReadReq("s", 0, false, 1)
 	req.Options.UuidOption = nil
@@ -656,7 +632,7 @@ func TestReadRequiresUUIDOption(t *testing.T) {
 // --- subscriptions ---------------------------------------------------------------------
 
 func TestSubscribeAllConfirmationFirstExclusiveStartAndCaughtUp(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	rc := raw(t, s)
 	p0 := rawAppend(t, rc, "a", expNoStream(), ids(1)...).GetSuccess().GetPosition().GetCommitPosition()
 	rawAppend(t, rc, "b", expNoStream(), ids(1)...)
@@ -682,12 +658,12 @@ func TestSubscribeAllConfirmationFirstExclusiveStartAndCaughtUp(t *testing.T) {
 // starts from an event's position: eventstore/kurrentdb startFor). A position
 // inside a record is refused.
 func TestSubscribeAllFromBetweenEvents(t *testing.T) {
-	for release, want := range map[Release][]string{
-		DefaultRelease: {"confirmation", "event:b/0", "event:c/0", "caught_up"},
-		Release23_10:   {"confirmation", "event:c/0", "caught_up"},
+	for release, want := range map[kurrenttest.Release][]string{
+		kurrenttest.DefaultRelease: {"confirmation", "event:b/0", "event:c/0", "caught_up"},
+		kurrenttest.Release23_10:   {"confirmation", "event:c/0", "caught_up"},
 	} {
 		t.Run(string(release), func(t *testing.T) {
-			s, _ := Start(t, WithRelease(release))
+			s, _ := kurrenttest.Start(t, kurrenttest.WithRelease(release))
 			rc := raw(t, s)
 			p0 := rawAppend(t, rc, "a", expNoStream(), ids(1)...).GetSuccess().GetPosition().GetCommitPosition()
 			p1 := rawAppend(t, rc, "b", expNoStream(), ids(1)...).GetSuccess().GetPosition().GetCommitPosition()
@@ -720,7 +696,7 @@ func TestSubscribeAllFromBetweenEvents(t *testing.T) {
 }
 
 func TestSubscribeAllFilteredCheckpoints(t *testing.T) {
-	s, _ := Start(t, WithEmptyLog())
+	s, _ := kurrenttest.Start(t, kurrenttest.WithEmptyLog())
 	rc := raw(t, s)
 	// Ten events: acct-0..acct-9 at even indexes are "acct-", odd ones "other-".
 	pos := appendMixed(t, rc, 10, func(i int) bool { return i%2 == 0 })
@@ -778,7 +754,7 @@ func subscribeAcct(t *testing.T, rc api.StreamsClient, window uint32) api.Stream
 // match checkpoints where it was read from, the previous page's NextPos:
 // (post-position of its last record, 0), a position no event sits at.
 func TestSubscribeAllCheckpointWherePageWasReadFrom(t *testing.T) {
-	s, _ := Start(t, WithEmptyLog())
+	s, _ := kurrenttest.Start(t, kurrenttest.WithEmptyLog())
 	rc := raw(t, s)
 	pos := appendMixed(t, rc, 7, func(i int) bool { return i == 0 })
 	sub := subscribeAcct(t, rc, 2)
@@ -792,14 +768,14 @@ func TestSubscribeAllCheckpointWherePageWasReadFrom(t *testing.T) {
 		"caught_up",
 	})
 	// 23.10 is not modelled with the going-live checkpoint.
-	s23, _ := Start(t, WithEmptyLog(), WithRelease(Release23_10))
+	s23, _ := kurrenttest.Start(t, kurrenttest.WithEmptyLog(), kurrenttest.WithRelease(kurrenttest.Release23_10))
 	rc23 := raw(t, s23)
 	appendMixed(t, rc23, 3, func(i int) bool { return i == 0 })
 	equal(t, recvKinds(t, subscribeAcct(t, rc23, 2), 4)[3:], []string{"caught_up"})
 }
 
 func TestSubscribeAllEventTypeAndRegexFilters(t *testing.T) {
-	s, _ := Start(t, WithEmptyLog())
+	s, _ := kurrenttest.Start(t, kurrenttest.WithEmptyLog())
 	c := client(t, s)
 	mustAppend(t, c, "a", esdb.Any{}, uuid.New())
 	_, err := c.AppendToStream(ctxT(t), "b", esdb.AppendToStreamOptions{}, esdb.EventData{EventID: uuid.New(), EventType: "$system", ContentType: esdb.ContentTypeJson})
@@ -841,7 +817,7 @@ func TestSubscribeAllEventTypeAndRegexFilters(t *testing.T) {
 }
 
 func TestSubscribeAllRejectsZeroCheckpointMultiplier(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	rc := raw(t, s)
 	sub, err := rc.Read(ctxT(t), subAllReq(allStart(), prefixFilter(3, 0, "a")))
 	if err == nil {
@@ -853,7 +829,7 @@ func TestSubscribeAllRejectsZeroCheckpointMultiplier(t *testing.T) {
 }
 
 func TestSubscribeStream(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	c := client(t, s)
 	mustAppend(t, c, "s", esdb.NoStream{}, ids(3)...)
 	sub, err := c.SubscribeToStream(ctxT(t), "s", esdb.SubscribeToStreamOptions{From: esdb.Revision(0)})
@@ -881,7 +857,7 @@ func TestSubscribeStream(t *testing.T) {
 // --- tombstones ------------------------------------------------------------------------
 
 func TestTombstone(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	c := client(t, s)
 	mustAppend(t, c, "s", esdb.NoStream{}, ids(2)...)
 	if _, err := c.TombstoneStream(ctxT(t), "s", esdb.TombstoneStreamOptions{ExpectedRevision: esdb.Revision(0)}); err == nil {
@@ -920,7 +896,7 @@ func TestTombstone(t *testing.T) {
 	}
 	defer rs.Close()
 	ev, err := rs.Recv()
-	if err != nil || ev.OriginalEvent().EventType != "$streamDeleted" || ev.OriginalEvent().EventNumber != uint64(deletedStream) {
+	if err != nil || ev.OriginalEvent().EventType != "$streamDeleted" || ev.OriginalEvent().EventNumber != uint64(kurrenttest.DeletedStream) {
 		t.Fatalf("last of $all: %+v, %v", ev, err)
 	}
 }
@@ -928,7 +904,7 @@ func TestTombstone(t *testing.T) {
 // --- faults --------------------------------------------------------------------------
 
 func TestUnavailable(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	rc := raw(t, s)
 	s.SetUnavailable(true)
 	if _, err := rawAppendErr(ctxT(t), rc, "s", expAny(), ids(1)...); status.Code(err) != codes.Unavailable {
@@ -937,7 +913,7 @@ func TestUnavailable(t *testing.T) {
 	s.SetUnavailable(false)
 	rawAppend(t, rc, "s", expAny(), ids(1)...)
 
-	s.FailNext(MethodAppend, 2, codes.Unavailable)
+	s.FailNext(kurrenttest.MethodAppend, 2, codes.Unavailable)
 	for range 2 {
 		if _, err := rawAppendErr(ctxT(t), rc, "s", expAny(), ids(1)...); status.Code(err) != codes.Unavailable {
 			t.Fatalf("want Unavailable, got %v", err)
@@ -947,7 +923,7 @@ func TestUnavailable(t *testing.T) {
 }
 
 func TestStallAppends(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	rc := raw(t, s)
 	for _, commit := range []bool{false, true} {
 		t.Run(fmt.Sprintf("commit=%v", commit), func(t *testing.T) {
@@ -971,7 +947,7 @@ func TestStallAppends(t *testing.T) {
 }
 
 func TestDropSubscriptions(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	c := client(t, s)
 	mustAppend(t, c, "s", esdb.NoStream{}, uuid.New())
 	sub, err := c.SubscribeToAll(ctxT(t), esdb.SubscribeToAllOptions{From: esdb.Start{}})
@@ -1004,7 +980,7 @@ func TestDropSubscriptions(t *testing.T) {
 // forwards such a write to the leader instead of answering NotLeader. If this
 // fails after a client upgrade, followers will start answering NotLeader.
 func TestClientNeverSendsRequiresLeader(t *testing.T) {
-	s, _ := Start(t)
+	s, _ := kurrenttest.Start(t)
 	c := client(t, s)
 	opts := esdb.AppendToStreamOptions{ExpectedRevision: esdb.Any{}, RequiresLeader: true}
 	if _, err := c.AppendToStream(ctxT(t), "s", opts, events(uuid.New())...); err != nil {
@@ -1016,7 +992,7 @@ func TestClientNeverSendsRequiresLeader(t *testing.T) {
 }
 
 func TestFaultsPastTheWrite(t *testing.T) {
-	s, _ := Start(t, WithCommitTimeout(20*time.Millisecond))
+	s, _ := kurrenttest.Start(t, kurrenttest.WithCommitTimeout(20*time.Millisecond))
 	rc := raw(t, s)
 	id := ids(1)
 	s.FailAppendsAfterWrite(1, codes.Aborted)
@@ -1057,7 +1033,7 @@ func TestFaultsPastTheWrite(t *testing.T) {
 // Event.SizeOnDisk, and an event with an empty type are refused while the
 // server reads them, and nothing is written.
 func TestAppendLimits(t *testing.T) {
-	s, _ := Start(t, WithMaxAppendSize(100))
+	s, _ := kurrenttest.Start(t, kurrenttest.WithMaxAppendSize(100))
 	rc := raw(t, s)
 	// 2*len("Test") + 92 = 100: at the limit.
 	if _, err := rawAppendMsgs(ctxT(t), rc, "a", expAny(), proposal(uuid.New(), "Test", make([]byte, 92))); err != nil {
@@ -1082,11 +1058,11 @@ func TestAppendLimits(t *testing.T) {
 // wrong password is Unauthenticated, and $all is for $admins only.
 func TestSecured(t *testing.T) {
 	ca := testcert.NewCA(t)
-	s, _ := Start(t, WithTLS(ca.Issue(t, "kurrentdb", true).Pair(t)),
-		WithUsers(User{Name: "admin", Password: "a", Admin: true}, User{Name: "reader", Password: "r"}))
+	s, _ := kurrenttest.Start(t, kurrenttest.WithTLS(ca.Issue(t, "kurrentdb", true).Pair(t)),
+		kurrenttest.WithUsers(kurrenttest.User{Name: "admin", Password: "a", Admin: true}, kurrenttest.User{Name: "reader", Password: "r"}))
 	caFile := testcert.WriteFile(t, "ca.crt", ca.CertPEM)
 	connect := func(userinfo string) *esdb.Client {
-		return clientAt(t, "esdb://"+userinfo+s.Addr()+"?tlsCAFile="+caFile)
+		return kurrenttest.Client(t, "esdb://"+userinfo+s.Addr()+"?tlsCAFile="+caFile)
 	}
 	readAll := func(c *esdb.Client) error {
 		rs, err := c.ReadAll(ctxT(t), esdb.ReadAllOptions{}, 10)
@@ -1134,10 +1110,10 @@ func TestSecured(t *testing.T) {
 // with them); with right ones the latter is Unimplemented.
 func TestBadCredentialsAreRefusedBeforeRouting(t *testing.T) {
 	ca := testcert.NewCA(t)
-	s, _ := Start(t, WithTLS(ca.Issue(t, "kurrentdb", true).Pair(t)),
-		WithUsers(User{Name: "admin", Password: "a", Admin: true}))
+	s, _ := kurrenttest.Start(t, kurrenttest.WithTLS(ca.Issue(t, "kurrentdb", true).Pair(t)),
+		kurrenttest.WithUsers(kurrenttest.User{Name: "admin", Password: "a", Admin: true}))
 	caFile := testcert.WriteFile(t, "ca.crt", ca.CertPEM)
-	c := clientAt(t, "esdb://admin:a@"+s.Addr()+"?tlsCAFile="+caFile)
+	c := kurrenttest.Client(t, "esdb://admin:a@"+s.Addr()+"?tlsCAFile="+caFile)
 	code := func(err error) esdb.ErrorCode {
 		var e *esdb.Error
 		if !errors.As(err, &e) {
@@ -1188,7 +1164,7 @@ func TestBadCredentialsAreRefusedBeforeRouting(t *testing.T) {
 // larger than flow control lets a client send unread (the server's window
 // grows to 16 MiB at most), so on the old code a Send always failed.
 func TestRefusedAppendIsAnsweredAfterItsRequest(t *testing.T) {
-	s, _ := Start(t, WithUsers(User{Name: "admin", Password: "a", Admin: true}))
+	s, _ := kurrenttest.Start(t, kurrenttest.WithUsers(kurrenttest.User{Name: "admin", Password: "a", Admin: true}))
 	rc := raw(t, s)
 	big := proposal(uuid.New(), "Test", make([]byte, 1<<20))
 	for _, tc := range []struct {
@@ -1226,14 +1202,11 @@ func TestRefusedAppendIsAnsweredAfterItsRequest(t *testing.T) {
 // out of stream reads (revisions unchanged); a soft delete ($tb at the deleted
 // marker) reads as not found.
 func TestStreamMetadataTruncatesReads(t *testing.T) {
-	var mu sync.Mutex
-	now := time.Now()
-	s, _ := Start(t, WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now }))
+	clk := devtest.NewClock()
+	s, _ := kurrenttest.Start(t, kurrenttest.WithClock(clk.Now))
 	c := client(t, s)
 	mustAppend(t, c, "s", esdb.NoStream{}, ids(2)...)
-	mu.Lock()
-	now = now.Add(time.Hour)
-	mu.Unlock()
+	clk.Advance(time.Hour)
 	mustAppend(t, c, "s", esdb.Revision(1), ids(3)...)
 	rc := raw(t, s)
 	read := func(from uint64, backwards bool) []string {

@@ -38,15 +38,11 @@ func TestSteadyStreamWithinGraceIsConfirmedOnce(t *testing.T) {
 		return reply.Reply{Status: domain.StatusApplied, Code: domain.CodeOK}
 	})
 	ns := devtest.NATS(t)
-	inc, err := nats.Connect(ns.ClientURL(), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	inc := devtest.Connect(t, ns, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if errors.Is(err, nats.ErrSlowConsumer) {
 			slow.Add(1)
 		}
 	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(inc.Close)
 	in := New(inc, h, Options{Grace: time.Second, Lanes: 4, Logger: slog.New(slog.DiscardHandler)})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -38,17 +38,14 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	ns := devtest.NATS(t)
-	store := devtest.Store(t, devtest.DatabaseURL(t))
+	store := devtest.Postgres(t)
 	return &rig{t: t, store: store, svc: ledger.New(store, ledger.Options{}), nc: devtest.Connect(t, ns), url: ns.ClientURL()}
 }
 
 // intake starts an intake on its own connection; it is stopped when the test ends.
 func (r *rig) intake(opts Options) (*Intake, *nats.Conn) {
 	r.t.Helper()
-	nc, err := nats.Connect(r.url)
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	nc := devtest.ConnectURL(r.t, r.url)
 	if opts.Lookup == nil {
 		opts.Lookup = r.svc
 	}
@@ -67,7 +64,6 @@ func (r *rig) intake(opts Options) (*Intake, *nats.Conn) {
 		if err := in.Stop(ctx); err != nil {
 			r.t.Error(err)
 		}
-		nc.Close()
 	})
 	return in, nc
 }
@@ -87,28 +83,10 @@ func (r *rig) request(typ string, body []byte) reply.Reply {
 	return rep
 }
 
-// events reads "all".
-func (r *rig) events() []eventstore.RecordedEvent {
-	r.t.Helper()
-	var out []eventstore.RecordedEvent
-	after := eventstore.Start
-	for {
-		evs, err := r.store.ReadAll(context.Background(), after, 1000)
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		out = append(out, evs...)
-		if len(evs) < 1000 {
-			return out
-		}
-		after = evs[len(evs)-1].Position
-	}
-}
-
 // eventsOfKey are the events of "all" whose metadata names key, outside key streams.
 func (r *rig) eventsOfKey(key string) []eventstore.RecordedEvent {
 	var out []eventstore.RecordedEvent
-	for _, ev := range r.events() {
+	for _, ev := range devtest.ReadAll(r.t, r.store) {
 		m, err := domain.DecodeMetadata(ev.Metadata)
 		if err != nil {
 			r.t.Fatal(err)
@@ -134,7 +112,7 @@ func TestBadInputIsInvalidAndWritesNothing(t *testing.T) {
 	if rep := r.request("open_account", body(map[string]any{"idempotency_key": "open-acc", "account_id": "acc", "currency": "EUR"})); rep.Status != domain.StatusApplied {
 		t.Fatalf("open_account: %+v", rep)
 	}
-	before := len(r.events())
+	before := len(devtest.ReadAll(r.t, r.store))
 
 	deposit := func(extra string) []byte {
 		return []byte(`{"idempotency_key":"bad-1","account_id":"acc","currency":"EUR",` + extra + `}`)
@@ -200,7 +178,7 @@ func TestBadInputIsInvalidAndWritesNothing(t *testing.T) {
 	if m.Header.Get(HeaderDLQReason) != string(domain.CodeInvalidRequest) || m.Header.Get(HeaderDLQSubject) == "" || m.Header.Get(HeaderDLQMessage) == "" {
 		t.Errorf("dead letter headers: %v", m.Header)
 	}
-	if after := len(r.events()); after != before {
+	if after := len(devtest.ReadAll(r.t, r.store)); after != before {
 		t.Fatalf("bad input appended %d events", after-before)
 	}
 }

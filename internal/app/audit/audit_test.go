@@ -5,11 +5,11 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 	"github.com/ledgerworks/ledger/projections"
 	"github.com/ledgerworks/ledger/projections/projtest"
@@ -26,17 +26,8 @@ func projected(t *testing.T, w projtest.Workload) *projtest.Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for {
-		n, err := r.Step(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			return env
-		}
-	}
+	devtest.CatchUp(t, r)
+	return env
 }
 
 func run(t *testing.T, env *projtest.Env, opts audit.Options) *audit.Report {

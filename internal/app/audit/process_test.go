@@ -12,6 +12,7 @@ import (
 	"github.com/ledgerworks/ledger/eventstore/memory"
 	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // The transfer process checkpoints into the event store; its stream is the
@@ -45,11 +46,6 @@ func TestAuditAcceptsTransferProcessCheckpoints(t *testing.T) {
 	}
 }
 
-// sagaOnly hides the memory store's multi-stream append (and every capability
-// but the event store's): the ledger then runs transactions as reservation
-// sagas, as on KurrentDB.
-type sagaOnly struct{ eventstore.Store }
-
 // sagaCommand is a command and the status it must get.
 type sagaCommand struct{ typ, body, status string }
 
@@ -60,7 +56,7 @@ func sagaLog(t *testing.T, cmds []sagaCommand) []eventstore.RecordedEvent {
 	t.Helper()
 	ctx := context.Background()
 	st := memory.New()
-	svc := ledger.New(sagaOnly{st}, ledger.Options{Logger: slog.New(slog.DiscardHandler)})
+	svc := ledger.New(devtest.WithoutMultiAppend(st), ledger.Options{Logger: slog.New(slog.DiscardHandler)})
 	for _, c := range cmds {
 		if r := svc.HandleRaw(ctx, c.typ, []byte(c.body)); string(r.Status) != c.status {
 			t.Fatalf("%s: %+v", c.body, r)

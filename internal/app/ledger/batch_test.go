@@ -13,11 +13,12 @@ import (
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/memory"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // countingStore counts the transactions group commit opens and the parts they carry.
 type countingStore struct {
-	testStore
+	eventstore.Store
 	multi    eventstore.MultiAppender
 	txs      atomic.Int64
 	maxParts atomic.Int64
@@ -35,13 +36,9 @@ func (c *countingStore) AppendMulti(ctx context.Context, parts []eventstore.Stre
 }
 
 func TestGroupCommitSharesTransactions(t *testing.T) {
-	backends(t, func(t *testing.T, newStore func() testStore) {
-		st := newStore()
-		multi, ok := st.(eventstore.MultiAppender)
-		if !ok {
-			t.Skip("group commit needs a store with multi-stream appends; this one has none")
-		}
-		cs := &countingStore{testStore: st, multi: multi}
+	// Group commit needs a store with multi-stream appends.
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		cs := &countingStore{Store: st, multi: st.(eventstore.MultiAppender)}
 		s := New(cs, Options{Clock: clock})
 		defer s.Close()
 		const accounts = 64
@@ -62,7 +59,7 @@ func TestGroupCommitSharesTransactions(t *testing.T) {
 			t.Fatalf("%d commands took %d transactions, at most %d parts in one: no group commit", commands, got, cs.maxParts.Load())
 		}
 		t.Logf("%d commands in %d transactions (largest %d parts)", commands, cs.txs.Load(), cs.maxParts.Load())
-		checkInvariants(t, st)
+		audit(t, st, true)
 	})
 }
 

@@ -10,11 +10,9 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
-	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
 	"github.com/ledgerworks/ledger/internal/testing/bench/seed"
-	"github.com/ledgerworks/ledger/internal/testing/pgtest"
-	"github.com/ledgerworks/ledger/migrations"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // BenchmarkKeyCheck measures the key check on an account stream of 10 events and
@@ -42,15 +40,7 @@ import (
 // CPU and round trips, not the disk; `ledger bench` measures it with fsync on.)
 func BenchmarkKeyCheck(b *testing.B) {
 	ctx := context.Background()
-	url := pgtest.URL(b)
-	if err := migrations.Up(ctx, url); err != nil {
-		b.Fatal(err)
-	}
-	store, err := postgres.Open(ctx, url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { store.Close() })
+	store := devtest.Postgres(b)
 
 	lengths := []int{10, 100_000}
 	streams := map[int]*seed.Stream{}

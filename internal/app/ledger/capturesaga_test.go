@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/memory"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
@@ -31,7 +32,7 @@ type captureOutcome struct {
 // request), each sent twice.
 func captureScenario(t *testing.T, st ProcessStore) captureOutcome {
 	t.Helper()
-	clk := newFakeClock()
+	clk := devtest.NewClock()
 	s := newSagaService(st, clk)
 	openFunded(t, s, "payer", "EUR", 1000)
 	openFunded(t, s, "shop", "EUR", 0)
@@ -75,7 +76,7 @@ func captureScenario(t *testing.T, st ProcessStore) captureOutcome {
 			out.credits = append(out.credits, fmt.Sprintf("%s %s key=%s origin=%s command=%s", re.Type, re.Data, m.Key, m.Origin, m.Command))
 		}
 	}
-	out.payer, out.shop = foldedBalance(t, st, "payer"), foldedBalance(t, st, "shop")
+	out.payer, out.shop = devtest.Account(t, st, "payer").Balance, devtest.Account(t, st, "shop").Balance
 	return out
 }
 
@@ -93,7 +94,7 @@ func TestCaptureSagaAnswersAsOneDecision(t *testing.T) {
 	if want.payer != 300 || want.shop != 700 || len(want.credits) != 2 {
 		t.Fatalf("one decision: payer %d, shop %d, credits %v", want.payer, want.shop, want.credits)
 	}
-	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
 		got := captureScenario(t, st)
 		for i := range want.replies {
 			if !reflect.DeepEqual(got.replies[i], want.replies[i]) {
@@ -103,7 +104,7 @@ func TestCaptureSagaAnswersAsOneDecision(t *testing.T) {
 		if !reflect.DeepEqual(got.credits, want.credits) || got.payer != want.payer || got.shop != want.shop {
 			t.Errorf("credits %v, payer %d, shop %d; one decision: %v, %d, %d", got.credits, got.payer, got.shop, want.credits, want.payer, want.shop)
 		}
-		shop := foldedAccount(t, st, "shop")
+		shop := devtest.Account(t, st, "shop")
 		guards := 0
 		for id, h := range shop.Holds {
 			if _, ok := domain.CaptureGuardKey(id); ok {
@@ -143,9 +144,9 @@ func TestCaptureSagaCrashAtEveryStepForgetful(t *testing.T) {
 	captureSagaCrashAtEveryStep(t, forgetfulSagaService)
 }
 
-func captureSagaCrashAtEveryStep(t *testing.T, newSagaService func(Store, *fakeClock) *Service) {
-	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+func captureSagaCrashAtEveryStep(t *testing.T, newSagaService func(Store, *devtest.Clock) *Service) {
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		setup := newSagaService(st, clk)
 		openFunded(t, setup, "payer", "EUR", 100_000)
 		openFunded(t, setup, "shop", "EUR", 0)
@@ -172,7 +173,7 @@ func captureSagaCrashAtEveryStep(t *testing.T, newSagaService func(Store, *fakeC
 					r := crashThenRecover(t, st, clk, newSagaService, "capture_hold", body, step, by, func() {
 						audit(t, st, false) // half-way, money is in flight, never lost
 						// In flight while its guard stands: ledger.v1.query.command does not answer it yet.
-						g := foldedAccount(t, st, path.to).Holds[domain.CaptureGuardHoldID("k-"+id)]
+						g := devtest.Account(t, st, path.to).Holds[domain.CaptureGuardHoldID("k-"+id)]
 						if _, found, err := newSagaService(st, clk).Lookup(context.Background(), "k-"+id); err != nil || found && g != nil && g.Status == domain.HoldStatusActive {
 							t.Fatalf("%s: looked up behind its guard: %v %v", id, found, err)
 						}
@@ -189,7 +190,7 @@ func captureSagaCrashAtEveryStep(t *testing.T, newSagaService func(Store, *fakeC
 						t.Fatalf("%s: later duplicate differs:\n%+v\n%+v", id, dup, r)
 					}
 					audit(t, st, true) // no guard left standing
-					payer, shop := foldedAccount(t, st, "payer"), foldedAccount(t, st, "shop")
+					payer, shop := devtest.Account(t, st, "payer"), devtest.Account(t, st, "shop")
 					if payer.Balance != 100_000-captured || payer.Held != held || shop.Balance != captured || shop.Held != 0 {
 						t.Fatalf("%s: payer %d (held %d), shop %d (held %d); captured %d", id, payer.Balance, payer.Held, shop.Balance, shop.Held, captured)
 					}
@@ -204,8 +205,8 @@ func captureSagaCrashAtEveryStep(t *testing.T, newSagaService func(Store, *fakeC
 // credit that follows cannot be refused for it; once `to` is closed, a capture
 // into it is refused before anything moves.
 func TestCaptureSagaGuardKeepsToOpen(t *testing.T) {
-	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "payer", "EUR", 1000)
 		for i, step := range []string{"capture/guard", "capture/captured"} {
@@ -226,7 +227,7 @@ func TestCaptureSagaGuardKeepsToOpen(t *testing.T) {
 			if r := send(crashing, "capture_hold", body...); r.Status != domain.StatusApplied || !r.Duplicate || r.Account.Balance != 1000-40*int64(i+1) {
 				t.Fatalf("finished by the retry: %+v", r)
 			}
-			if b := foldedAccount(t, st, shop); b.Balance != 40 || b.Held != 0 {
+			if b := devtest.Account(t, st, shop); b.Balance != 40 || b.Held != 0 {
 				t.Fatalf("%s: balance %d held %d", shop, b.Balance, b.Held)
 			}
 		}
@@ -243,8 +244,8 @@ func TestCaptureSagaGuardKeepsToOpen(t *testing.T) {
 // TestCaptureSagaConcurrentSends: the same capture sent ten times at once to two
 // instances moves its money once, and every send answers the same reply.
 func TestCaptureSagaConcurrentSends(t *testing.T) {
-	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		svcs := []*Service{newSagaService(st, clk), newSagaService(st, clk)}
 		openFunded(t, svcs[0], "payer", "EUR", 1000)
 		openFunded(t, svcs[0], "shop", "EUR", 0)
@@ -268,7 +269,7 @@ func TestCaptureSagaConcurrentSends(t *testing.T) {
 		if got, found, err := svcs[1].Lookup(context.Background(), "c"); err != nil || !found || !sameReply(got, replies[0]) {
 			t.Fatalf("lookup: %+v %v %v", got, found, err)
 		}
-		if n := countOf(devtest.StreamEvents(t, st, "account-shop"), domain.EvCredited); n != 1 {
+		if n := countType(devtest.StreamEvents(t, st, "account-shop"), domain.EvCredited); n != 1 {
 			t.Fatalf("%d credits of the shop", n)
 		}
 		a := audit(t, st, true)

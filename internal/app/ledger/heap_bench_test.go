@@ -6,12 +6,12 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/memory"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // BenchmarkKeyRecordHeap measures the live heap an account aggregate keeps per key
@@ -26,7 +26,7 @@ import (
 func BenchmarkKeyRecordHeap(b *testing.B) {
 	const keys = 100_000
 	ctx := context.Background()
-	clock := func() time.Time { return time.Unix(1_700_000_000, 0).UTC() }
+	clock := devtest.NewClock().Now
 	// Every key kept (RecentKeys -1): the cost of one record, which the default
 	// bound (1,024 recent keys) multiplies by at most 1,024.
 	opts := ledger.Options{DisableGroupCommit: true, Clock: clock, RecentKeys: -1}

@@ -17,7 +17,6 @@ import (
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
-	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/eventstore/memory"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
@@ -29,11 +28,9 @@ import (
 // further than what is left of it, names the fields of a conflict under an old
 // key, and moves no money twice.
 func TestOldKeysAnswerAsTheFirstTime(t *testing.T) {
-	backends(t, func(t *testing.T, newStore func() testStore) {
-		st := newStore()
-		var now atomic.Int64
-		now.Store(clock().Unix())
-		opts := Options{Clock: func() time.Time { return time.Unix(now.Load(), 0).UTC() }, RecentKeys: 2, SnapshotEvery: 4}
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
+		opts := Options{Clock: clk.Now, RecentKeys: 2, SnapshotEvery: 4}
 		s := New(st, opts)
 		defer s.Close()
 		acc := "old-" + strings.ReplaceAll(t.Name(), "/", "-")
@@ -47,7 +44,7 @@ func TestOldKeysAnswerAsTheFirstTime(t *testing.T) {
 		for i := range 10 {
 			send("deposit", fmt.Sprintf(`{"idempotency_key":"%s-d%d","account_id":"%s","amount":%d,"currency":"EUR"}`, acc, i, acc, 100+i))
 		}
-		expires := time.Unix(now.Load(), 0).Add(time.Hour).UTC().Format(time.RFC3339)
+		expires := clk.Now().Add(time.Hour).Format(time.RFC3339)
 		send("place_hold", fmt.Sprintf(`{"idempotency_key":"%s-h","account_id":"%s","hold_id":"h1","amount":50,"currency":"EUR","expires_at":"%s"}`, acc, acc, expires))
 		if r := send("withdraw", fmt.Sprintf(`{"idempotency_key":"%s-big","account_id":"%s","amount":100000,"currency":"EUR"}`, acc, acc)); r.Code != domain.CodeInsufficientFunds {
 			t.Fatalf("overdraw: %+v", r)
@@ -63,7 +60,7 @@ func TestOldKeysAnswerAsTheFirstTime(t *testing.T) {
 				first = append(first, r)
 			}
 		}
-		now.Add(2 * 3600) // the hold's expiry has passed: deciding it again would be invalid
+		clk.Advance(2 * time.Hour) // the hold's expiry has passed: deciding it again would be invalid
 		for round, svc := range []*Service{s, New(st, opts)} {
 			for i, c := range cmds[:len(cmds)-2] {
 				r := post(t, svc, c.typ, c.body)
@@ -97,7 +94,7 @@ func TestOldKeysAnswerAsTheFirstTime(t *testing.T) {
 			want += int64(100 + i)
 		}
 		want -= 6 + 101
-		folded := foldedAccount(t, st, acc)
+		folded := devtest.Account(t, st, acc)
 		if folded.Balance != want || folded.Revision != int64(len(cmds)+3) { // and 4 refunds
 			t.Fatalf("folded balance %d at revision %d, want %d at %d", folded.Balance, folded.Revision, want, len(cmds)+3)
 		}
@@ -216,12 +213,7 @@ func TestKeyLookupsAnswerEachCaller(t *testing.T) {
 // the duplicate it is, and decides the next command on the right balance. A
 // stream holding a saga step written without a claim gets no snapshot.
 func TestSnapshotsOnKurrentDB(t *testing.T) {
-	_, url := kurrenttest.Start(t)
-	st, err := kurrentdb.Open(context.Background(), url, kurrentdb.WithLogger(quietLog))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := devtest.KurrentDB(t)
 	opts := Options{Clock: clock, Logger: quietLog, RecentKeys: 2, SnapshotEvery: 3}
 	s := New(st, opts)
 	mustApply(t, s, "open_account", `{"idempotency_key":"o","account_id":"a","currency":"EUR"}`)
@@ -280,8 +272,7 @@ func TestSnapshotsOnKurrentDB(t *testing.T) {
 // store that reads events by subject the holds are forgotten (and found
 // again); elsewhere every hold is kept.
 func TestForgottenClosedHoldsAnswerAsKept(t *testing.T) {
-	backends(t, func(t *testing.T, newStore func() testStore) {
-		st := newStore()
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
 		var now atomic.Int64
 		now.Store(clock().Unix())
 		opts := Options{Clock: func() time.Time { return time.Unix(now.Load(), 0).UTC() }, RecentHolds: 1, SnapshotEvery: 3}

@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore/memory"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // Micro-benchmarks of the command path on the memory store (no I/O), for CPU and
@@ -22,7 +22,7 @@ import (
 // intake calls it.
 func hotService(b *testing.B) (*ledger.Service, []domain.Command, [][]byte) {
 	b.Helper()
-	svc := ledger.New(memory.New(), ledger.Options{DisableGroupCommit: true, Clock: func() time.Time { return time.Unix(1_700_000_000, 0) }})
+	svc := ledger.New(memory.New(), ledger.Options{DisableGroupCommit: true, Clock: devtest.NewClock().Now})
 	b.Cleanup(svc.Close)
 	open := domain.Command{Type: domain.CmdOpenAccount, IdempotencyKey: "hot-open", AccountID: "hot", Currency: "EUR"}
 	if r := svc.Handle(context.Background(), open); r.Status != domain.StatusApplied {

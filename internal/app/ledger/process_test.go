@@ -30,8 +30,8 @@ func holdBody(key, account, hold string, amount int64, kv ...any) []any {
 }
 
 func TestHolds(t *testing.T) {
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 
@@ -109,7 +109,7 @@ func TestHolds(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		if got := countOf(devtest.ReadAll(t, st), domain.EvHoldReleased); got != 3 { // h2 released, h3 released, h4 expired
+		if got := countType(devtest.ReadAll(t, st), domain.EvHoldReleased); got != 3 { // h2 released, h3 released, h4 expired
 			t.Fatalf("%d releases", got)
 		}
 		if got := len(devtest.ReadAll(t, st)); got != n+2 { // the two new checkpoint streams
@@ -124,8 +124,8 @@ func TestHolds(t *testing.T) {
 
 // Two processes racing to expire the same hold (each from its own view): one release.
 func TestHoldExpiryRace(t *testing.T) {
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 		for i := 0; i < 5; i++ {
@@ -144,7 +144,7 @@ func TestHoldExpiryRace(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		if got := countOf(devtest.StreamEvents(t, st, "account-alice"), domain.EvHoldReleased); got != 5 {
+		if got := countType(devtest.StreamEvents(t, st, "account-alice"), domain.EvHoldReleased); got != 5 {
 			t.Fatalf("%d releases of 5 holds", got)
 		}
 		audit(t, st, true)
@@ -154,16 +154,15 @@ func TestHoldExpiryRace(t *testing.T) {
 // Run, fed by the subscription, finishes a crashed transfer and expires a hold;
 // a restarted process resumes from its checkpoint in the store.
 func TestProcessRun(t *testing.T) {
-	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 		openFunded(t, s, "bob", "EUR", 0)
 		opts := ProcessOptions{Grace: 10 * time.Second, SweepInterval: 5 * time.Millisecond, CheckpointInterval: time.Nanosecond}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
+		ctx := context.Background()
 		p := NewProcess(newSagaService(st, clk), st, opts)
-		go func() { done <- p.Run(ctx) }()
+		run := devtest.Go(t, p.Run)
 
 		crashAt(s, "transfer/debit")
 		if r := send(s, "transfer", transferBody("t-1", "t1", "alice", "bob", 30)...); r.Status != domain.StatusError {
@@ -193,8 +192,7 @@ func TestProcessRun(t *testing.T) {
 			defer p.mu.Unlock()
 			return len(p.view.Holds) == 0 && len(p.view.Transfers) == 0 && p.cpPos.Compare(p.view.Position) == 0
 		})
-		cancel()
-		if err := <-done; err != nil {
+		if err := run.Stop(); err != nil {
 			t.Fatal(err)
 		}
 
@@ -215,8 +213,8 @@ func TestProcessRun(t *testing.T) {
 // A transfer pending when the checkpoint was taken is in the checkpoint: a new
 // process that reads only what follows still finishes it.
 func TestProcessCheckpointKeepsPendingWork(t *testing.T) {
-	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 		openFunded(t, s, "bob", "EUR", 0)
@@ -248,8 +246,8 @@ func TestProcessCheckpointKeepsPendingWork(t *testing.T) {
 
 // An unreadable checkpoint (another version, damage) costs a full scan, nothing more.
 func TestProcessUnreadableCheckpoint(t *testing.T) {
-	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 		openFunded(t, s, "bob", "EUR", 0)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 
 	"github.com/ledgerworks/ledger/domain"
@@ -22,8 +23,8 @@ func refundBody(key, orig string, amount int64) []any {
 
 // Refunds of deposits and withdrawals: overrun, the same key twice, a rejected original.
 func TestRefundsOfAccountCommands(t *testing.T) {
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 0)
 		must(t, s, "deposit", "idempotency_key", "d1", "account_id", "alice", "amount", 100, "currency", "EUR")
@@ -54,7 +55,7 @@ func TestRefundsOfAccountCommands(t *testing.T) {
 		if r = send(s, "refund", refundBody("r5", "nothing", 0)...); r.Code != domain.CodeOriginalNotFound || len(r.Events) != 0 {
 			t.Fatalf("unknown original: %+v", r)
 		}
-		if n := countOf(devtest.StreamEvents(t, st, "account-alice"), domain.EvDebited); n != 2 {
+		if n := countType(devtest.StreamEvents(t, st, "account-alice"), domain.EvDebited); n != 2 {
 			t.Fatalf("%d refund debits", n)
 		}
 		audit(t, st, true)
@@ -64,8 +65,8 @@ func TestRefundsOfAccountCommands(t *testing.T) {
 // Refunds of transfers: full, partial, overrun, the same key twice, a refund of a
 // refund, a rejected original, a refused debit and a refused credit compensated.
 func TestRefundsOfTransfers(t *testing.T) {
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 1000)
 		openFunded(t, s, "bob", "EUR", 0)
@@ -157,8 +158,8 @@ func TestRefundsOfTransfers(t *testing.T) {
 // A crash at every step of a refund's saga, then the process finishes it; and a
 // refund that arrives while its transfer is still in flight waits for it.
 func TestRefundCrashAtEveryStep(t *testing.T) {
-	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		setup := newSagaService(st, clk)
 		openFunded(t, setup, "alice", "EUR", 10_000)
 		openFunded(t, setup, "bob", "EUR", 0)

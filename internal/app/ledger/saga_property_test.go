@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // TestPropertySagas interleaves seeded random transfers, holds (some expiring),
@@ -41,7 +43,7 @@ func TestPropertySagas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
 		ops := map[string]int{"TestPropertySagas/memory-saga": 600, "TestPropertySagas/postgres-saga": 300}[t.Name()]
 		if ops == 0 || testing.Short() {
 			ops = 200 // over gRPC (kurrentdb), or -short
@@ -53,7 +55,7 @@ func TestPropertySagas(t *testing.T) {
 
 type propHarness struct {
 	t     *testing.T
-	clk   *fakeClock
+	clk   *devtest.Clock
 	svcs  []*Service
 	clean *Service
 	proc  *Process
@@ -79,7 +81,7 @@ type propSent struct {
 }
 
 func runSagaProperty(t *testing.T, st ProcessStore, seed int64, workers, ops int) {
-	clk := newFakeClock()
+	clk := devtest.NewClock()
 	h := &propHarness{t: t, clk: clk, definite: map[string]Reply{}, errored: map[string]bool{}, holds: map[string][]string{}, retried: map[string]propSent{}}
 	crashRng := rand.New(rand.NewSource(seed ^ 0x5eed))
 	var crashMu sync.Mutex

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/ledgerworks/ledger/eventstore/memory"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 
 	"github.com/ledgerworks/ledger/domain"
@@ -23,28 +22,6 @@ func posting(from, to string, amount int, cur string) string {
 	return fmt.Sprintf(`{"from":%q,"to":%q,"amount":%d,"currency":%q}`, from, to, amount, cur)
 }
 
-// foldedBalance folds an account's stream (checking every stated balance).
-func foldedBalance(t *testing.T, st testStore, id string) int64 {
-	t.Helper()
-	return foldedAccount(t, st, id).Balance
-}
-
-// foldedAccount is the fold of an account's stream (checking every stated amount).
-func foldedAccount(t *testing.T, st eventstore.StreamReader, id string) *domain.Account {
-	t.Helper()
-	a := domain.NewAccount(id)
-	for _, re := range devtest.StreamEvents(t, st, domain.AccountStream(id)) {
-		ev, err := toStored(re)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := domain.EvolveAccount(a, ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return a
-}
-
 // TestTransactionAllOrNothing: a transaction with a fee leg moves money along
 // every posting; the same with its last posting overdrawing moves nothing, names
 // posting 2, and stays refused when resent after the account was funded; an ID
@@ -52,8 +29,7 @@ func foldedAccount(t *testing.T, st eventstore.StreamReader, id string) *domain.
 // conflict, an unknown account a refusal not recorded. The same on a store
 // without multi-stream appends, where the transaction is a reservation saga.
 func TestTransactionAllOrNothing(t *testing.T) {
-	backends(t, func(t *testing.T, newStore func() testStore) {
-		st := newStore()
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
 		s := New(st, Options{Clock: clock})
 		defer s.Close()
 		p := strings.NewReplacer("/", "-").Replace(t.Name()) + "-"
@@ -74,7 +50,7 @@ func TestTransactionAllOrNothing(t *testing.T) {
 			got = append(got, fmt.Sprintf("%s=%d@%d", strings.TrimPrefix(v.AccountID, p), v.Balance, v.Revision))
 		}
 		want := "a=690@3 b=295@2 fee=15@2"
-		if strings.HasSuffix(t.Name(), "single-stream") { // a reservation saga: each account's reservation, and its release with the legs
+		if !devtest.MultiAppends(st) { // a reservation saga: each account's reservation, and its release with the legs
 			want = "a=690@5 b=295@4 fee=15@4"
 		}
 		if strings.Join(got, " ") != want {
@@ -98,11 +74,11 @@ func TestTransactionAllOrNothing(t *testing.T) {
 		if r := post(t, s, "post_transaction", over); !r.Duplicate || r.Code != domain.CodeInsufficientFunds || *r.Posting != 2 {
 			t.Fatalf("the refused transaction resent after funding: %+v", r)
 		}
-		if got := foldedBalance(t, st, a) + foldedBalance(t, st, b) + foldedBalance(t, st, fee); got != 11000 {
+		if got := devtest.Account(t, st, a).Balance + devtest.Account(t, st, b).Balance + devtest.Account(t, st, fee).Balance; got != 11000 {
 			t.Fatalf("money in the three accounts: %d, want 11000", got)
 		}
-		if foldedBalance(t, st, b) != 295 {
-			t.Fatalf("b moved on a refused transaction: %d", foldedBalance(t, st, b))
+		if devtest.Account(t, st, b).Balance != 295 {
+			t.Fatalf("b moved on a refused transaction: %d", devtest.Account(t, st, b).Balance)
 		}
 
 		for _, c := range []struct {
@@ -137,11 +113,8 @@ func TestTransactionAllOrNothing(t *testing.T) {
 // instances, while deposits pipeline on its accounts: it is posted once, every
 // send answers its one outcome, and no money is lost or made.
 func TestTransactionConcurrentSends(t *testing.T) {
-	backends(t, func(t *testing.T, newStore func() testStore) {
-		if strings.HasSuffix(t.Name(), "single-stream") {
-			t.Skip("no transactions without multi-stream appends (TestTransactionAllOrNothing checks the refusal)")
-		}
-		st := newStore()
+	// Without multi-stream appends a transaction is a reservation saga: TestTransactionSagaReservesFirst.
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
 		s1, s2 := New(st, Options{Clock: clock}), New(st, Options{Clock: clock})
 		defer s1.Close()
 		defer s2.Close()
@@ -180,7 +153,7 @@ func TestTransactionConcurrentSends(t *testing.T) {
 		if fresh < 1 || len(devtest.StreamEvents(t, st, domain.TransactionStream(p+"t"))) != 1 {
 			t.Fatalf("%d sends answered as the first, %d transaction events", fresh, len(devtest.StreamEvents(t, st, domain.TransactionStream(p+"t"))))
 		}
-		if a, b := foldedBalance(t, st, p+"a"), foldedBalance(t, st, p+"b"); a != 1000+50-50 || b != 50 {
+		if a, b := devtest.Account(t, st, p+"a").Balance, devtest.Account(t, st, p+"b").Balance; a != 1000+50-50 || b != 50 {
 			t.Fatalf("balances a=%d b=%d, want 1000 and 50", a, b)
 		}
 	})
@@ -193,8 +166,7 @@ func TestTransactionConcurrentSends(t *testing.T) {
 // equal to the held account is malformed. The same without multi-stream
 // appends, where the capture is a saga (capturesaga_test.go).
 func TestCaptureIntoAnAccount(t *testing.T) {
-	backends(t, func(t *testing.T, newStore func() testStore) {
-		st := newStore()
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
 		s := New(st, Options{Clock: clock})
 		defer s.Close()
 		p := strings.NewReplacer("/", "-").Replace(t.Name()) + "-"
@@ -220,8 +192,8 @@ func TestCaptureIntoAnAccount(t *testing.T) {
 		if again := capture("c1", "h1", "shop", 300); !again.Duplicate || !reflect.DeepEqual(again.Account, r.Account) {
 			t.Fatalf("resend: %+v", again)
 		}
-		if foldedBalance(t, st, p+"shop") != 300 {
-			t.Fatalf("the shop holds %d", foldedBalance(t, st, p+"shop"))
+		if devtest.Account(t, st, p+"shop").Balance != 300 {
+			t.Fatalf("the shop holds %d", devtest.Account(t, st, p+"shop").Balance)
 		}
 		for _, c := range []struct {
 			key, to string
@@ -242,7 +214,7 @@ func TestCaptureIntoAnAccount(t *testing.T) {
 		if r := capture("c6", "h2", "shop", 400); r.Status != domain.StatusApplied || r.Account.Balance != 300 || r.Account.Held != 0 {
 			t.Fatalf("h2 after the refusals: %+v", r)
 		}
-		if got := foldedBalance(t, st, p+"payer") + foldedBalance(t, st, p+"shop"); got != 1000 {
+		if got := devtest.Account(t, st, p+"payer").Balance + devtest.Account(t, st, p+"shop").Balance; got != 1000 {
 			t.Fatalf("money in payer and shop: %d", got)
 		}
 	})
@@ -254,11 +226,8 @@ func TestCaptureIntoAnAccount(t *testing.T) {
 // refunded in parts up to its amount; a refund the reversal cannot pay (the
 // merchant spent it) is refused and recorded; resends answer the first reply.
 func TestRefundOfATransaction(t *testing.T) {
-	backends(t, func(t *testing.T, newStore func() testStore) {
-		if strings.HasSuffix(t.Name(), "single-stream") {
-			t.Skip("no transactions without multi-stream appends (TestTransactionAllOrNothing checks the refusal)")
-		}
-		st := newStore()
+	// Without multi-stream appends a transaction is a reservation saga: TestTransactionSagaReservesFirst.
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
 		s := New(st, Options{Clock: clock})
 		defer s.Close()
 		p := strings.NewReplacer("/", "-").Replace(t.Name()) + "-"
@@ -289,7 +258,7 @@ func TestRefundOfATransaction(t *testing.T) {
 			t.Fatalf("a second full refund: %+v", r)
 		}
 		for id, want := range map[string]int64{"payer": 1000, "shop": 0, "fees": 0} {
-			if got := foldedBalance(t, st, p+id); got != want {
+			if got := devtest.Account(t, st, p+id).Balance; got != want {
 				t.Fatalf("%s after the refund: %d, want %d", id, got, want)
 			}
 		}
@@ -325,17 +294,17 @@ func TestRefundOfATransaction(t *testing.T) {
 // refusal on it: the refusal's append asserts every account's revision, so the
 // transaction is decided again on the store's head, and posted.
 func TestTransactionRefusalIsNotDecidedOnAStaleCache(t *testing.T) {
-	for i, st := range []ProcessStore{memory.New(), openPostgres(t)} {
-		clk := newFakeClock()
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		a, b := newSagaService(st, clk), newSagaService(st, clk)
-		p := fmt.Sprintf("stale-%d-", i)
+		p := "stale-"
 		x, y := p+"x", p+"y"
 		openFunded(t, a, x, "EUR", 10) // a caches x with 10
 		openFunded(t, a, y, "EUR", 0)
 		must(t, b, "deposit", "idempotency_key", p+"d1", "account_id", x, "amount", 100, "currency", "EUR")
 		r := send(a, "post_transaction", "idempotency_key", p+"tx", "transaction_id", p+"tx", "postings", []map[string]any{txPosting(x, y, 50)})
 		if r.Status != domain.StatusApplied || r.Transaction == nil || r.Transaction.Status != "posted" {
-			t.Fatalf("%T: a transaction refused on a stale cache: %+v", st, r)
+			t.Fatalf("a transaction refused on a stale cache: %+v", r)
 		}
-	}
+	})
 }

@@ -16,115 +16,14 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
-	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
-	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
-	"github.com/ledgerworks/ledger/eventstore/memory"
-	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/app/reply"
-	"github.com/ledgerworks/ledger/internal/testing/pgtest"
-	"github.com/ledgerworks/ledger/migrations"
 )
 
 // ---- harness shared by the saga, hold, refund and process tests ----
 
-// sagaStores runs a test against the memory store and a fresh PostgreSQL database.
-func sagaStores(t *testing.T, run func(t *testing.T, st ProcessStore)) {
-	transferStores(t, true, run)
-}
-
-// sagaPathStores runs a test of the saga itself (its steps, its crash points,
-// the transfer process) on the stores where transfers are sagas: KurrentDB, and
-// the memory and PostgreSQL stores with their multi-stream append hidden.
-func sagaPathStores(t *testing.T, run func(t *testing.T, st ProcessStore)) {
-	transferStores(t, false, run)
-}
-
-// transferStores runs a test on every store that carries transfers, with the
-// stores that decide a transfer in one append (memory, PostgreSQL) when atomic
-// is set, and always on the saga stores.
-func transferStores(t *testing.T, atomic bool, run func(t *testing.T, st ProcessStore)) {
-	if atomic {
-		t.Run("memory", func(t *testing.T) {
-			st := memory.New()
-			t.Cleanup(func() { st.Close() })
-			run(t, st)
-		})
-		t.Run("postgres", func(t *testing.T) {
-			run(t, openPostgres(t))
-		})
-	}
-	t.Run("memory-saga", func(t *testing.T) {
-		st := memory.New()
-		t.Cleanup(func() { st.Close() })
-		run(t, sagaOnly{st})
-	})
-	t.Run("postgres-saga", func(t *testing.T) {
-		run(t, sagaOnly{openPostgres(t)})
-	})
-	// KurrentDB (an in-process server with its append rules) has no multi-stream
-	// append: claims are written first, each step idempotent on its own.
-	t.Run("kurrentdb", func(t *testing.T) {
-		_, url := kurrenttest.Start(t)
-		st, err := kurrentdb.Open(context.Background(), url, kurrentdb.WithLogger(quietLog))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		run(t, st)
-	})
-}
-
-// sagaOnly hides every capability of a store but ProcessStore's (the
-// multi-stream append among them): the ledger then runs transfers as sagas, as
-// it does on KurrentDB.
-type sagaOnly struct{ ProcessStore }
-
-// atomicTransfers reports whether the ledger decides transfers on st in one append.
-func atomicTransfers(st ProcessStore) bool {
-	_, ok := st.(eventstore.MultiAppender)
-	return ok
-}
-
-func openPostgres(t testing.TB) *postgres.Store {
-	t.Helper()
-	url := pgtest.URL(t)
-	ctx := context.Background()
-	if err := migrations.Up(ctx, url); err != nil {
-		t.Fatal(err)
-	}
-	st, err := postgres.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
-
-// fakeClock is a controllable clock: it moves only when told to.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 var quietLog = slog.New(slog.DiscardHandler)
 
-func newSagaService(st Store, clk *fakeClock) *Service {
+func newSagaService(st Store, clk *devtest.Clock) *Service {
 	return New(st, Options{Clock: clk.Now, Logger: quietLog})
 }
 
@@ -132,7 +31,7 @@ func newSagaService(st Store, clk *fakeClock) *Service {
 // and one closed hold:
 // the steps a recovery runs again were forgotten (found through their claims
 // on the stores that locate no events, as KurrentDB).
-func forgetfulSagaService(st Store, clk *fakeClock) *Service {
+func forgetfulSagaService(st Store, clk *devtest.Clock) *Service {
 	return New(st, Options{Clock: clk.Now, Logger: quietLog, RecentKeys: 1, RecentHolds: 1})
 }
 
@@ -208,335 +107,11 @@ func crashAt(s *Service, step string) {
 	}
 }
 
-// ---- audit: the invariants of PROTOCOL.md §6 folded from the store ----
-
-type sagaMoves struct {
-	out, in, comp    int64
-	outN, inN, compN int
-}
-
-type ledgerAudit struct {
-	accounts  map[string]*domain.Account  // by account id
-	transfers map[string]*domain.Transfer // by transfer id
-	moves     map[string]*sagaMoves       // by saga key
-	external  map[string]int64            // money in minus money out of the ledger, by currency
-	inFlight  map[string]int64            // debited by undecided sagas and not yet credited, by currency
-	// legs and posted are, by [key, currency], what the account events of a
-	// transaction (or a capture into an account) moved and what its
-	// TransactionPosted (or HoldCaptured) says it moved: [debits, credits].
-	legs, posted map[[2]string]*[2]int64
-	// txs are the transaction streams folded (a reservation saga, or one
-	// append), by transaction id; keys every key an event was written under,
-	// and every key such an event's origin names.
-	txs  map[string]*domain.TransactionSaga
-	keys map[string]bool
-}
-
-func (a *ledgerAudit) balance(id string) int64 { return a.accounts[id].Balance }
-
-// audit reads the whole store and checks invariants 1, 2, 3 and 5, that every
-// saga moved exactly its amount the way its decision says, and that every
-// transaction (and capture into an account) moved exactly what it posted, or
-// nothing. With decided set, every saga must have reached its decision.
-func audit(t *testing.T, st eventstore.AllReader, decided bool) *ledgerAudit {
-	t.Helper()
-	a := &ledgerAudit{
-		accounts: map[string]*domain.Account{}, transfers: map[string]*domain.Transfer{},
-		moves: map[string]*sagaMoves{}, external: map[string]int64{}, inFlight: map[string]int64{},
-		legs: map[[2]string]*[2]int64{}, posted: map[[2]string]*[2]int64{},
-		txs: map[string]*domain.TransactionSaga{}, keys: map[string]bool{},
-	}
-	type keyWrite struct {
-		stream string
-		next   int
-		count  int
-	}
-	keys := map[string]*keyWrite{}
-	ids := map[string]bool{}
-	next := map[string]uint64{}
-	var last eventstore.Position
-	after := eventstore.Start
-	for {
-		evs, err := st.ReadAll(context.Background(), after, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range evs {
-			// Invariant 5: gapless revisions, unique IDs, increasing positions.
-			if e.Position.Compare(last) <= 0 {
-				t.Fatalf("position %s of %s@%d not after %s", e.Position, e.Stream, e.Revision, last)
-			}
-			last = e.Position
-			if ids[e.ID.String()] {
-				t.Fatalf("event ID %s twice", e.ID)
-			}
-			ids[e.ID.String()] = true
-			if e.Revision != next[e.Stream] {
-				t.Fatalf("%s: revision %d after %d events", e.Stream, e.Revision, next[e.Stream])
-			}
-			next[e.Stream]++
-			ev, err := toStored(e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := ev.Metadata
-			a.keys[m.Key] = true
-			if m.Origin != "" {
-				a.keys[m.Origin] = true
-			}
-			// Invariant 1: each key wrote one set of events, once, to one stream
-			// (besides the claim of a client key in its key stream).
-			if !strings.HasPrefix(e.Stream, domain.KeyStreamPrefix) {
-				kw := keys[m.Key]
-				if kw == nil {
-					kw = &keyWrite{stream: e.Stream, count: m.Count}
-					keys[m.Key] = kw
-				}
-				if kw.stream != e.Stream || m.Index != kw.next || m.Index >= kw.count || m.Count != kw.count {
-					t.Fatalf("key %q: event %d/%d in %s@%d after %d events in %s", m.Key, m.Index, m.Count, e.Stream, e.Revision, kw.next, kw.stream)
-				}
-				kw.next++
-			} else if e.Revision != 0 {
-				t.Fatalf("%s claimed twice", e.Stream)
-			}
-			switch {
-			case strings.HasPrefix(e.Stream, domain.AccountStreamPrefix):
-				a.foldAccount(t, ev)
-			case strings.HasPrefix(e.Stream, domain.TransferStreamPrefix):
-				id := strings.TrimPrefix(e.Stream, domain.TransferStreamPrefix)
-				tr := a.transfers[id]
-				if tr == nil {
-					tr = domain.NewTransfer(id)
-					a.transfers[id] = tr
-				}
-				if err := domain.EvolveTransfer(tr, ev); err != nil {
-					t.Fatal(err)
-				}
-			case domain.IsTransactionStream(e.Stream):
-				id := strings.TrimPrefix(e.Stream, domain.TransactionStreamPrefix)
-				ts := a.txs[id]
-				if ts == nil {
-					ts = domain.NewTransactionSaga(id)
-					a.txs[id] = ts
-				}
-				if err := domain.EvolveTransactionSaga(ts, ev); err != nil { // nothing after the outcome
-					t.Fatal(err)
-				}
-				payload, err := domain.DecodeEvent(ev.Type, ev.Data)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if p, ok := payload.(*domain.TransactionPosted); ok {
-					// A saga's outcome is written under a derived key, with the
-					// client's (its legs' origin) as its origin.
-					for _, ps := range p.Postings {
-						a.book(a.posted, domain.ClientKey(m), ps.Currency, ps.Amount, ps.Amount)
-					}
-				}
-			}
-		}
-		if len(evs) < 1000 {
-			break
-		}
-		after = evs[len(evs)-1].Position
-	}
-	for k, kw := range keys {
-		if kw.next != kw.count {
-			t.Fatalf("key %q wrote %d of its %d events", k, kw.next, kw.count)
-		}
-	}
-	// Every transaction, and every capture into an account, is all or nothing:
-	// its legs moved exactly what it says it posted, and nothing moved for one
-	// that was not posted. A reservation saga still running (only when decided
-	// is not set) may have posted some of its legs: their net is in flight.
-	running := map[string]bool{}
-	for id, ts := range a.txs {
-		if !ts.Decided() {
-			if decided {
-				t.Fatalf("transaction %s (key %q): saga still running", id, ts.Key)
-			}
-			running[ts.Key] = true
-		}
-	}
-	// A capture saga whose guard stands may have captured, not yet credited.
-	for id, acc := range a.accounts {
-		for hid, h := range acc.Holds {
-			if key, ok := domain.CaptureGuardKey(hid); ok && h.Status == domain.HoldStatusActive {
-				if decided {
-					t.Fatalf("%s: the guard of capture %q still stands", id, key)
-				}
-				running[key] = true
-			}
-		}
-	}
-	for k, l := range a.legs {
-		if a.posted[k] == nil {
-			if running[k[0]] {
-				a.inFlight[k[1]] += l[0] - l[1]
-				continue
-			}
-			t.Fatalf("%s moved %v by legs of key %q, which posted nothing", k[1], *a.legs[k], k[0])
-		}
-	}
-	for k, p := range a.posted {
-		if l := a.legs[k]; l != nil && running[k[0]] {
-			a.inFlight[k[1]] += l[0] - l[1]
-			continue
-		}
-		if l := a.legs[k]; l == nil || *l != *p {
-			moved := [2]int64{}
-			if l != nil {
-				moved = *l
-			}
-			t.Fatalf("%s: key %q posted %v (debits, credits), its legs moved %v", k[1], k[0], *p, moved)
-		}
-	}
-	// Every saga moved money as its decision says; steps without a saga are a bug.
-	seen := map[string]bool{}
-	for _, tr := range a.transfers {
-		sagas := []*domain.Saga{}
-		if tr.Saga != nil {
-			sagas = append(sagas, tr.Saga)
-		}
-		for _, k := range tr.RefundOrder {
-			sagas = append(sagas, tr.Refunds[k])
-		}
-		for _, sg := range sagas {
-			seen[sg.Key] = true
-			mv := a.moves[sg.Key]
-			if mv == nil {
-				mv = &sagaMoves{}
-			}
-			ok := true
-			switch sg.Stage {
-			case domain.SagaCompleted:
-				ok = mv.outN == 1 && mv.inN == 1 && mv.compN == 0 && mv.out == sg.Amount && mv.in == sg.Amount
-			case domain.SagaFailed:
-				ok = mv.outN == 1 && mv.inN == 0 && mv.compN == 1 && mv.out == sg.Amount && mv.comp == sg.Amount
-			case domain.SagaRejected:
-				ok = mv.outN == 0 && mv.inN == 0 && mv.compN == 0
-			default:
-				if decided {
-					t.Fatalf("transfer %s: saga %q still %s", tr.ID, sg.Key, sg.Stage)
-				}
-				ok = mv.outN <= 1 && mv.inN+mv.compN <= mv.outN && mv.inN*mv.compN == 0 && (mv.outN == 0 || mv.out == sg.Amount)
-				a.inFlight[sg.Currency] += mv.out - mv.in - mv.comp
-			}
-			if !ok {
-				t.Fatalf("transfer %s: saga %q %s moved %+v of %d", tr.ID, sg.Key, sg.Stage, *mv, sg.Amount)
-			}
-		}
-	}
-	for k := range a.moves {
-		if !seen[k] {
-			t.Fatalf("money moved by %q, which is no saga", k)
-		}
-	}
-	// Invariant 2: per currency, the accounts plus the money in flight equal what
-	// came in minus what went out.
-	sums := map[string]int64{}
-	for _, acc := range a.accounts {
-		sums[acc.Currency] += acc.Balance
-	}
-	for cur := range mergeKeys(sums, a.external, a.inFlight) {
-		if sums[cur]+a.inFlight[cur] != a.external[cur] {
-			t.Fatalf("%s: accounts %d + in flight %d != deposits - withdrawals %d", cur, sums[cur], a.inFlight[cur], a.external[cur])
-		}
-	}
-	return a
-}
-
-func mergeKeys(ms ...map[string]int64) map[string]bool {
-	out := map[string]bool{}
-	for _, m := range ms {
-		for k := range m {
-			out[k] = true
-		}
-	}
-	return out
-}
-
-// book adds debits and credits to m's [key, currency].
-func (a *ledgerAudit) book(m map[[2]string]*[2]int64, key, currency string, debit, credit int64) {
-	k := [2]string{key, currency}
-	if m[k] == nil {
-		m[k] = &[2]int64{}
-	}
-	m[k][0] += debit
-	m[k][1] += credit
-}
-
-// foldAccount folds an account event (invariant 3) and books its money.
-func (a *ledgerAudit) foldAccount(t *testing.T, ev domain.StoredEvent) {
-	t.Helper()
-	id := strings.TrimPrefix(ev.Stream, domain.AccountStreamPrefix)
-	acc := a.accounts[id]
-	if acc == nil {
-		acc = domain.NewAccount(id)
-		a.accounts[id] = acc
-	}
-	if err := domain.EvolveAccount(acc, ev); err != nil { // checks every balance_after
-		t.Fatal(err)
-	}
-	if acc.Available() < -acc.OverdraftLimit || acc.Available() != acc.Balance-acc.Held {
-		t.Fatalf("%s@%d: balance %d held %d below the overdraft limit %d", ev.Stream, ev.Revision, acc.Balance, acc.Held, acc.OverdraftLimit)
-	}
-	payload, err := domain.DecodeEvent(ev.Type, ev.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var amount int64
-	var reason string
-	switch e := payload.(type) {
-	case *domain.Credited:
-		amount, reason = e.Amount, e.Reason
-	case *domain.Debited:
-		amount, reason = -e.Amount, e.Reason
-	case *domain.HoldCaptured:
-		if e.To != "" { // credited to e.To in the same write
-			a.book(a.legs, ev.Metadata.Key, e.Currency, e.Amount, 0)
-			a.book(a.posted, ev.Metadata.Key, e.Currency, e.Amount, e.Amount)
-			return
-		}
-		a.external[acc.Currency] -= e.Amount
-		return
-	default:
-		return
-	}
-	mv := a.moves[ev.Metadata.Origin]
-	switch reason {
-	case domain.ReasonDeposit, domain.ReasonWithdrawal, domain.ReasonRefund:
-		a.external[acc.Currency] += amount
-		return
-	case domain.ReasonTransactionOut, domain.ReasonTransactionIn, domain.ReasonCaptureIn:
-		if amount < 0 {
-			a.book(a.legs, ev.Metadata.Origin, acc.Currency, -amount, 0)
-		} else {
-			a.book(a.legs, ev.Metadata.Origin, acc.Currency, 0, amount)
-		}
-		return
-	}
-	if mv == nil {
-		mv = &sagaMoves{}
-		a.moves[ev.Metadata.Origin] = mv
-	}
-	switch reason {
-	case domain.ReasonTransferOut, domain.ReasonRefundOut:
-		mv.out, mv.outN = mv.out-amount, mv.outN+1
-	case domain.ReasonTransferIn, domain.ReasonRefundIn:
-		mv.in, mv.inN = mv.in+amount, mv.inN+1
-	case domain.ReasonTransferCompensate, domain.ReasonRefundCompensate:
-		mv.comp, mv.compN = mv.comp+amount, mv.compN+1
-	default:
-		t.Fatalf("%s@%d: unknown reason %q", ev.Stream, ev.Revision, reason)
-	}
-}
-
 // ---- transfers ----
 
 func TestTransferCompletes(t *testing.T) {
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 		openFunded(t, s, "bob", "EUR", 0)
@@ -571,8 +146,8 @@ func TestTransferCompletes(t *testing.T) {
 }
 
 func TestTransferRejections(t *testing.T) {
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 		openFunded(t, s, "bob", "EUR", 0)
@@ -645,21 +220,11 @@ func TestTransferRejections(t *testing.T) {
 	})
 }
 
-func countOf(evs []eventstore.RecordedEvent, typ string) int {
-	n := 0
-	for _, e := range evs {
-		if e.Type == typ {
-			n++
-		}
-	}
-	return n
-}
-
 // The compensation path: the destination is closed, so the source is credited
 // back and the transfer ends failed, the source whole.
 func TestTransferIntoClosedAccountFails(t *testing.T) {
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 		openFunded(t, s, "bob", "EUR", 0)
@@ -668,7 +233,7 @@ func TestTransferIntoClosedAccountFails(t *testing.T) {
 		r := send(s, "transfer", transferBody("t-1", "t1", "alice", "bob", 40)...)
 		status := "failed" // debited, refused by the destination, credited back
 		want := []string{"transfer-t1:TransferRequested", "alice:Debited", "bob:CommandRejected", "transfer-t1:TransferCreditRefused", "alice:Credited", "transfer-t1:TransferFailed"}
-		if atomicTransfers(st) { // one decision over both accounts: nothing leaves the source
+		if devtest.MultiAppends(st) { // one decision over both accounts: nothing leaves the source
 			status, want = "rejected", []string{"transfer-t1:TransferRequested", "alice:CommandRejected", "transfer-t1:TransferRejected"}
 		}
 		if r.Status != domain.StatusRejected || r.Code != domain.CodeAccountClosed || r.Transfer.Status != status {
@@ -698,8 +263,8 @@ func TestTransferIntoClosedAccountFails(t *testing.T) {
 // The same transfer sent 10 times at once to two instances over one store: one
 // debit, one credit, and every reply the same.
 func TestSameTransferTenTimesTwoInstances(t *testing.T) {
-	sagaStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		svcs := []*Service{newSagaService(st, clk), newSagaService(st, clk)}
 		openFunded(t, svcs[0], "alice", "EUR", 100)
 		openFunded(t, svcs[1], "bob", "EUR", 0)
@@ -707,7 +272,7 @@ func TestSameTransferTenTimesTwoInstances(t *testing.T) {
 		must(t, svcs[1], "close_account", "idempotency_key", "close-carol", "account_id", "carol")
 		for _, c := range []struct {
 			key, id, to, status string
-		}{{"t-1", "t1", "bob", "completed"}, {"t-2", "t2", "carol", map[bool]string{true: "rejected", false: "failed"}[atomicTransfers(st)]}} {
+		}{{"t-1", "t1", "bob", "completed"}, {"t-2", "t2", "carol", map[bool]string{true: "rejected", false: "failed"}[devtest.MultiAppends(st)]}} {
 			replies := make([]Reply, 10)
 			var wg sync.WaitGroup
 			for i := range replies {
@@ -730,13 +295,13 @@ func TestSameTransferTenTimesTwoInstances(t *testing.T) {
 		}
 		alice := devtest.StreamEvents(t, st, "account-alice")
 		debits := 2 // one per transfer (the second credited back)
-		if atomicTransfers(st) {
+		if devtest.MultiAppends(st) {
 			debits = 1 // the refused one never debited
 		}
-		if n := countOf(alice, domain.EvDebited); n != debits {
+		if n := countType(alice, domain.EvDebited); n != debits {
 			t.Fatalf("%d debits of alice", n)
 		}
-		if n := countOf(devtest.StreamEvents(t, st, "account-bob"), domain.EvCredited); n != 1 {
+		if n := countType(devtest.StreamEvents(t, st, "account-bob"), domain.EvCredited); n != 1 {
 			t.Fatalf("%d credits of bob", n)
 		}
 		a := audit(t, st, true)
@@ -751,7 +316,7 @@ func TestSameTransferTenTimesTwoInstances(t *testing.T) {
 // by the transfer process of another instance (by "process", past the grace
 // period) or by the client's retry (by "retry", a duplicate since the request
 // was written before the crash), and returns the recovered reply.
-func crashThenRecover(t *testing.T, st ProcessStore, clk *fakeClock, newSagaService func(Store, *fakeClock) *Service, typ string, body []any, step, by string, halfway func()) Reply {
+func crashThenRecover(t *testing.T, st ProcessStore, clk *devtest.Clock, newSagaService func(Store, *devtest.Clock) *Service, typ string, body []any, step, by string, halfway func()) Reply {
 	t.Helper()
 	var key string
 	for i := 0; i+1 < len(body); i += 2 {
@@ -798,16 +363,16 @@ var (
 // key, so that the steps a recovery runs again were forgotten (found by their
 // claims on the stores that locate no events, as KurrentDB).
 func TestTransferCrashAtEveryStep(t *testing.T) {
-	transferCrashAtEveryStep(t, func(st Store, clk *fakeClock) *Service { return newSagaService(st, clk) })
+	transferCrashAtEveryStep(t, func(st Store, clk *devtest.Clock) *Service { return newSagaService(st, clk) })
 }
 
 func TestTransferCrashAtEveryStepForgetful(t *testing.T) {
 	transferCrashAtEveryStep(t, forgetfulSagaService)
 }
 
-func transferCrashAtEveryStep(t *testing.T, newSagaService func(Store, *fakeClock) *Service) {
-	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+func transferCrashAtEveryStep(t *testing.T, newSagaService func(Store, *devtest.Clock) *Service) {
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		setup := newSagaService(st, clk)
 		openFunded(t, setup, "alice", "EUR", 1000)
 		openFunded(t, setup, "bob", "EUR", 0)

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // txSagaSteps are the failpoints of a reservation saga over alice, bob and
@@ -27,16 +29,16 @@ var (
 // keeps one key, so that the steps a recovery runs again were forgotten and
 // are found through their claims.
 func TestTransactionSagaCrashAtEveryStep(t *testing.T) {
-	transactionSagaCrashAtEveryStep(t, func(st Store, clk *fakeClock) *Service { return newSagaService(st, clk) })
+	transactionSagaCrashAtEveryStep(t, func(st Store, clk *devtest.Clock) *Service { return newSagaService(st, clk) })
 }
 
 func TestTransactionSagaCrashAtEveryStepForgetful(t *testing.T) {
 	transactionSagaCrashAtEveryStep(t, forgetfulSagaService)
 }
 
-func transactionSagaCrashAtEveryStep(t *testing.T, newSagaService func(Store, *fakeClock) *Service) {
-	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+func transactionSagaCrashAtEveryStep(t *testing.T, newSagaService func(Store, *devtest.Clock) *Service) {
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		setup := newSagaService(st, clk)
 		openFunded(t, setup, "alice", "EUR", 100_000)
 		openFunded(t, setup, "bob", "EUR", 0)
@@ -85,7 +87,7 @@ func checkTxBalances(t *testing.T, st ProcessStore, posted int) {
 	t.Helper()
 	want := map[string]int64{"alice": 100_000 - int64(posted)*105, "bob": int64(posted) * 99, "fee": int64(posted) * 6}
 	for id, bal := range want {
-		acc := foldedAccount(t, st, id)
+		acc := devtest.Account(t, st, id)
 		if acc.Balance != bal || acc.Held != 0 {
 			t.Fatalf("%s: balance %d held %d, want %d held 0", id, acc.Balance, acc.Held, bal)
 		}
@@ -98,8 +100,8 @@ func checkTxBalances(t *testing.T, st ProcessStore, posted int) {
 // reservation leaves every account as it was; a refund of the posted
 // transaction is a saga of its own, in full.
 func TestTransactionSagaReservesFirst(t *testing.T) {
-	sagaPathStores(t, func(t *testing.T, st ProcessStore) {
-		clk := newFakeClock()
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
 		s := newSagaService(st, clk)
 		openFunded(t, s, "alice", "EUR", 100)
 		openFunded(t, s, "shop", "EUR", 0)
@@ -119,7 +121,7 @@ func TestTransactionSagaReservesFirst(t *testing.T) {
 		if r := send(crashing, "post_transaction", body...); r.Transaction == nil || r.Transaction.Status != "posted" {
 			t.Fatalf("finished by the retry: %+v", r)
 		}
-		if a, b := foldedAccount(t, st, "alice"), foldedAccount(t, st, "shop"); a.Balance != 20 || a.Held != 0 || b.Balance != 80 || b.Held != 0 {
+		if a, b := devtest.Account(t, st, "alice"), devtest.Account(t, st, "shop"); a.Balance != 20 || a.Held != 0 || b.Balance != 80 || b.Held != 0 {
 			t.Fatalf("alice %d (held %d), shop %d (held %d)", a.Balance, a.Held, b.Balance, b.Held)
 		}
 		refund := send(s, "refund", "idempotency_key", "back", "original_key", "pay")
@@ -130,14 +132,14 @@ func TestTransactionSagaReservesFirst(t *testing.T) {
 		if r := send(s, "refund", "idempotency_key", "back2", "original_key", "pay"); r.Code != domain.CodeRefundExceedsOriginal {
 			t.Fatalf("a second full refund: %+v", r)
 		}
-		if a, b := foldedAccount(t, st, "alice"), foldedAccount(t, st, "shop"); a.Balance != 100 || b.Balance != 0 {
+		if a, b := devtest.Account(t, st, "alice"), devtest.Account(t, st, "shop"); a.Balance != 100 || b.Balance != 0 {
 			t.Fatalf("after the refund: alice %d, shop %d", a.Balance, b.Balance)
 		}
 		over := send(s, "post_transaction", "idempotency_key", "big", "transaction_id", "big-1", "postings", []map[string]any{txPosting("shop", "alice", 1), txPosting("alice", "shop", 500)})
 		if over.Code != domain.CodeInsufficientFunds || over.Posting == nil || *over.Posting != 0 || over.Transaction.Status != "rejected" {
 			t.Fatalf("shop cannot pay 1, alice cannot pay 500: the first posting decides: %+v", over)
 		}
-		if a, b := foldedAccount(t, st, "alice"), foldedAccount(t, st, "shop"); a.Balance != 100 || a.Held != 0 || b.Balance != 0 || b.Held != 0 {
+		if a, b := devtest.Account(t, st, "alice"), devtest.Account(t, st, "shop"); a.Balance != 100 || a.Held != 0 || b.Balance != 0 || b.Held != 0 {
 			t.Fatalf("a refused transaction moved money: alice %d (held %d), shop %d (held %d)", a.Balance, a.Held, b.Balance, b.Held)
 		}
 	})

@@ -45,11 +45,7 @@ func setup(t *testing.T, maxWait time.Duration) *fixture {
 	t.Helper()
 	env := projtest.New(t)
 	ns := devtest.NATSWith(t, &natsserver.Options{})
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := devtest.Connect(t, ns)
 	svc := query.New(env.Pool, query.Options{MaxWait: maxWait})
 	resp, err := svc.Subscribe(nc, query.NATSOptions{})
 	if err != nil {
@@ -68,12 +64,7 @@ func setup(t *testing.T, maxWait time.Duration) *fixture {
 }
 
 // start runs the projector until the test ends.
-func (f *fixture) start(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); f.runner.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-}
+func (f *fixture) start(t *testing.T) { devtest.Go(t, f.runner.Run) }
 
 func (f *fixture) ask(t *testing.T, q string, body any) map[string]any {
 	t.Helper()

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 	"github.com/ledgerworks/ledger/internal/app/reply"
@@ -24,6 +24,7 @@ import (
 	"github.com/ledgerworks/ledger/internal/platform/node"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 	"github.com/ledgerworks/ledger/internal/testing/pgtest"
+	"github.com/ledgerworks/ledger/projections/projtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -144,7 +145,7 @@ func TestTwoInstancesApplyEveryKeyOnce(t *testing.T) {
 		if a.Status != domain.StatusApplied || b.Status != domain.StatusApplied {
 			t.Fatalf("%s: replies %+v / %+v", c.key, a, b)
 		}
-		if !sameEvents(a.Events, b.Events) {
+		if !slices.Equal(a.Events, b.Events) {
 			t.Fatalf("%s: the two replies name different events: %+v / %+v", c.key, a.Events, b.Events)
 		}
 	}
@@ -157,9 +158,9 @@ func TestTwoInstancesApplyEveryKeyOnce(t *testing.T) {
 	}
 
 	store := nodes[0].Store
-	checkAppliedOnce(t, store)
+	projtest.AuditOK(t, store, nil) // among the invariants: every key decided once, every event ID unique
 	for id, want := range balance {
-		if got := fold(t, store, id); got != want {
+		if got := devtest.Account(t, store, id).Balance; got != want {
 			t.Errorf("%s: balance %d, want %d", id, got, want)
 		}
 	}
@@ -179,18 +180,6 @@ func TestTwoInstancesApplyEveryKeyOnce(t *testing.T) {
 			t.Errorf("/metrics lacks ledger_commands_total")
 		}
 	}
-}
-
-func sameEvents(a, b []domain.EventRef) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // answered sums ledger_commands_total of one source on n.
@@ -214,66 +203,6 @@ func answered(t *testing.T, n *node.Node, source string) float64 {
 		}
 	}
 	return sum
-}
-
-// checkAppliedOnce: no idempotency key wrote into a stream more events than the
-// one decision it stands for, and event IDs are unique.
-func checkAppliedOnce(t *testing.T, store eventstore.Store) {
-	t.Helper()
-	type sk struct{ stream, key string }
-	count := map[sk]int{}
-	want := map[sk]int{}
-	ids := map[string]bool{}
-	after := eventstore.Start
-	for {
-		evs, err := store.ReadAll(context.Background(), after, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ev := range evs {
-			if ids[ev.ID.String()] {
-				t.Errorf("event ID %s twice", ev.ID)
-			}
-			ids[ev.ID.String()] = true
-			m, err := domain.DecodeMetadata(ev.Metadata)
-			if err != nil {
-				t.Fatal(err)
-			}
-			k := sk{ev.Stream, m.Key}
-			count[k]++
-			want[k] = m.Count
-		}
-		if len(evs) < 1000 {
-			break
-		}
-		after = evs[len(evs)-1].Position
-	}
-	for k, n := range count {
-		if n != want[k] {
-			t.Errorf("key %q wrote %d events to %s, its decision has %d", k.key, n, k.stream, want[k])
-		}
-	}
-}
-
-// fold is an account's balance folded from its stream.
-func fold(t *testing.T, store eventstore.Store, id string) int64 {
-	t.Helper()
-	acc := domain.NewAccount(id)
-	evs, err := store.ReadStream(context.Background(), domain.AccountStream(id), 0, eventstore.Forwards, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, re := range evs {
-		m, err := domain.DecodeMetadata(re.Metadata)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ev := domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Position: re.Position.String(), Type: re.Type, Data: re.Data, Metadata: m}
-		if err := domain.EvolveAccount(acc, ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return acc.Balance
 }
 
 // The same node on the KurrentDB backend (an in-process emulation of its gRPC API),
@@ -307,5 +236,5 @@ func TestNodeOnKurrentDB(t *testing.T) {
 	if r := send(t, nc, dep); !r.Duplicate || r.Account == nil || r.Account.Balance != 42 {
 		t.Fatalf("resend: %+v", r)
 	}
-	checkAppliedOnce(t, n.Store)
+	projtest.AuditOK(t, n.Store, nil)
 }

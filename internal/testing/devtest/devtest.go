@@ -1,6 +1,15 @@
-// Package devtest gives tests the real servers the ledger runs on: an embedded
-// nats-server with JetStream in a temp dir, a fresh migrated PostgreSQL database
-// (internal/pgtest) and its event store, and a bounded Eventually.
+// Package devtest is the tests' one environment: the real servers the ledger
+// runs on (an embedded nats-server with JetStream in a temp dir, a fresh
+// migrated PostgreSQL database from internal/testing/pgtest), the event store
+// of every backend and Stores to run a test on each, a controllable Clock,
+// the bounded polls Eventually and Await, the readers of a store (ReadAll,
+// StreamEvents, Account, Receive), the runners of a test (Go, CatchUp), and
+// Failure to show a checker failing.
+//
+// Packages whose own (in-package) tests import devtest cannot be imported by
+// it: internal/app/ledger, internal/adapters/natsapi, internal/platform/config,
+// nor what imports them (internal/app/audit, internal/platform/node): the
+// helpers that need the audit are projections/projtest's.
 package devtest
 
 import (
@@ -12,6 +21,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/platform/embednats"
@@ -22,7 +32,15 @@ import (
 // NATS starts an embedded nats-server with JetStream for t on a free port.
 func NATS(t testing.TB) *server.Server {
 	t.Helper()
-	s, err := embednats.Start(embednats.Options{Addr: "127.0.0.1:0", StoreDir: t.TempDir()})
+	return NATSAt(t, "127.0.0.1:0", t.TempDir())
+}
+
+// NATSAt starts an embedded nats-server with JetStream on addr ("127.0.0.1:0"
+// for a free port) with its JetStream store in dir: a server started again on
+// the same address and directory is a restart. It is stopped when t ends.
+func NATSAt(t testing.TB, addr, dir string) *server.Server {
+	t.Helper()
+	s, err := embednats.Start(embednats.Options{Addr: addr, StoreDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +84,15 @@ func natsWith(t testing.TB, opts *server.Options, log server.Logger) *server.Ser
 // Connect connects to s; the connection is closed when t ends.
 func Connect(t testing.TB, s *server.Server, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(s.ClientURL(), append([]nats.Option{nats.MaxReconnects(-1)}, opts...)...)
+	return ConnectURL(t, s.ClientURL(), opts...)
+}
+
+// ConnectURL connects to the NATS server at url (a test's own server, or the
+// one a ledger process under test runs), reconnecting without limit unless
+// opts say otherwise; the connection is closed when t ends.
+func ConnectURL(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, append([]nats.Option{nats.MaxReconnects(-1)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,14 +123,30 @@ func Store(t testing.TB, url string) *postgres.Store {
 	return s
 }
 
-// Eventually polls cond every 5ms until it holds, failing t after timeout: the
-// one such helper of the tests.
+// Eventually polls cond every 5ms until it holds, failing t after timeout with
+// what: the tests' one such helper, with Await.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	Await(t, timeout, func() error {
+		if cond() {
+			return nil
+		}
+		return errors.New(what)
+	})
+}
+
+// Await polls cond every 5ms until it returns nil, failing t after timeout
+// with the last error it returned (which says how far things got).
+func Await(t testing.TB, timeout time.Duration, cond func() error) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
-	for !cond() {
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", timeout, what)
+			t.Fatalf("not within %s: %v", timeout, err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -138,4 +180,23 @@ func StreamEvents(t testing.TB, st eventstore.StreamReader, stream string) []eve
 		t.Fatal(err)
 	}
 	return evs
+}
+
+// Account is the account aggregate folded from its stream in st, every amount
+// the events state checked by the fold (a fresh account when the stream does
+// not exist).
+func Account(t testing.TB, st eventstore.StreamReader, id string) *domain.Account {
+	t.Helper()
+	acc := domain.NewAccount(id)
+	for _, re := range StreamEvents(t, st, domain.AccountStream(id)) {
+		m, err := domain.DecodeMetadata(re.Metadata)
+		if err != nil {
+			t.Fatalf("%s@%d: %v", re.Stream, re.Revision, err)
+		}
+		ev := domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Position: re.Position.String(), Type: re.Type, Data: re.Data, Metadata: m}
+		if err := domain.EvolveAccount(acc, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return acc
 }
