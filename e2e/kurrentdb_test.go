@@ -220,33 +220,15 @@ func (e *env) openStore() eventstore.Store {
 
 // --- commands -----------------------------------------------------------------
 
-type command struct {
-	typ  string
-	body []byte
-	key  string
-}
+type command = devtest.Command
 
-func cmd(typ string, fields map[string]any) command {
-	b, err := json.Marshal(fields)
-	if err != nil {
-		panic(err)
-	}
-	return command{typ: typ, body: b, key: fields["idempotency_key"].(string)}
-}
+var cmd = devtest.NewCommand
 
 // request sends c once over NATS and returns the ledger's reply.
 func request(nc *nats.Conn, c command) (reply.Reply, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout+10*time.Second)
 	defer cancel()
-	b, err := natsapi.Request(ctx, nc, c.typ, c.body, nil)
-	if err != nil {
-		return reply.Reply{}, err
-	}
-	var r reply.Reply
-	if err := json.Unmarshal(b, &r); err != nil {
-		return reply.Reply{}, fmt.Errorf("%s: %w", b, err)
-	}
-	return r, nil
+	return natsapi.RequestReply(ctx, nc, c.Type, c.Body, nil)
 }
 
 // decide sends c as a client does: again with the same key while the answer is an
@@ -269,7 +251,7 @@ func decide(nc *nats.Conn, c command) (reply.Reply, int, error) {
 		// The client's retry policy: a short, growing pause between attempts.
 		time.Sleep(min(time.Duration(i+1)*20*time.Millisecond, 250*time.Millisecond))
 	}
-	return reply.Reply{}, failed, fmt.Errorf("%s %s: no final answer in %d attempts: %w", c.typ, c.key, attempts, last)
+	return reply.Reply{}, failed, fmt.Errorf("%s %s: no final answer in %d attempts: %w", c.Type, c.Key, attempts, last)
 }
 
 func (e *env) mustDecide(c command) reply.Reply {
@@ -550,10 +532,10 @@ func (e *env) faults(t *testing.T) {
 		outageLen.Round(time.Millisecond), seen, errorReplies.Load(), dropped)
 	for i, c := range burst {
 		if replies[i].Status != domain.StatusApplied {
-			t.Fatalf("%s %s: %+v (last error %v)", c.typ, c.key, replies[i], errs[i])
+			t.Fatalf("%s %s: %+v (last error %v)", c.Type, c.Key, replies[i], errs[i])
 		}
-		if c.typ == "transfer" && (replies[i].Transfer == nil || replies[i].Transfer.Status != "completed") {
-			t.Fatalf("%s: transfer %+v", c.key, replies[i].Transfer)
+		if c.Type == "transfer" && (replies[i].Transfer == nil || replies[i].Transfer.Status != "completed") {
+			t.Fatalf("%s: transfer %+v", c.Key, replies[i].Transfer)
 		}
 	}
 

@@ -32,12 +32,8 @@ type crashCmd struct {
 func sendOnce(nc *nats.Conn, c crashCmd, timeout time.Duration) (reply.Reply, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	b, err := natsapi.Request(ctx, nc, c.typ, c.body, nil)
-	if err != nil {
-		return reply.Reply{}, false
-	}
-	var r reply.Reply
-	if json.Unmarshal(b, &r) != nil || r.Status == domain.StatusError || r.Status == "" {
+	r, err := natsapi.RequestReply(ctx, nc, c.typ, c.body, nil)
+	if err != nil || r.Status == domain.StatusError || r.Status == "" {
 		return r, false
 	}
 	return r, true

@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/ledgerworks/ledger/internal/app/reply"
 )
 
 // PubAck is JetStream's acknowledgement of a stored message. Because the stream
@@ -62,6 +64,19 @@ func (e *ErrNoReply) Error() string {
 }
 
 func (e *ErrNoReply) Unwrap() error { return e.Err }
+
+// RequestReply is Request with the reply decoded.
+func RequestReply(ctx context.Context, nc *nats.Conn, typ string, body []byte, hdr nats.Header) (reply.Reply, error) {
+	b, err := Request(ctx, nc, typ, body, hdr)
+	if err != nil {
+		return reply.Reply{}, err
+	}
+	var r reply.Reply
+	if err := json.Unmarshal(b, &r); err != nil {
+		return reply.Reply{}, fmt.Errorf("natsapi: the reply %s: %w", b, err)
+	}
+	return r, nil
+}
 
 // Request sends a command body on ledger.v1.cmd.<typ> and returns the ledger's
 // reply (the raw JSON of a reply.Reply). LEDGER_COMMANDS is declared with NoAck, so

@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,32 +28,17 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-type command struct {
-	typ  string
-	body []byte
-	key  string
-}
+type command = devtest.Command
 
-func cmd(typ string, fields map[string]any) command {
-	b, err := json.Marshal(fields)
-	if err != nil {
-		panic(err)
-	}
-	return command{typ: typ, body: b, key: fields["idempotency_key"].(string)}
-}
+var cmd = devtest.NewCommand
 
 func send(t *testing.T, nc *nats.Conn, c command) reply.Reply {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := natsapi.Request(ctx, nc, c.typ, c.body, nil)
+	r, err := natsapi.RequestReply(ctx, nc, c.Type, c.Body, nil)
 	if err != nil {
-		t.Errorf("%s %s: %v", c.typ, c.key, err)
-		return reply.Reply{}
-	}
-	var r reply.Reply
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Errorf("%s %s: %s: %v", c.typ, c.key, b, err)
+		t.Errorf("%s %s: %v", c.Type, c.Key, err)
 	}
 	return r
 }
@@ -99,7 +83,7 @@ func TestTwoInstancesApplyEveryKeyOnce(t *testing.T) {
 			cmd("deposit", map[string]any{"idempotency_key": "seed-" + id, "account_id": id, "amount": initial, "currency": "EUR"}),
 		} {
 			if r := send(t, clients[0], c); r.Status != domain.StatusApplied {
-				t.Fatalf("%s: %+v", c.key, r)
+				t.Fatalf("%s: %+v", c.Key, r)
 			}
 		}
 		balance[id] = initial
@@ -143,10 +127,10 @@ func TestTwoInstancesApplyEveryKeyOnce(t *testing.T) {
 	for i, c := range cmds {
 		a, b := replies[i][0], replies[i][1]
 		if a.Status != domain.StatusApplied || b.Status != domain.StatusApplied {
-			t.Fatalf("%s: replies %+v / %+v", c.key, a, b)
+			t.Fatalf("%s: replies %+v / %+v", c.Key, a, b)
 		}
 		if !slices.Equal(a.Events, b.Events) {
-			t.Fatalf("%s: the two replies name different events: %+v / %+v", c.key, a.Events, b.Events)
+			t.Fatalf("%s: the two replies name different events: %+v / %+v", c.Key, a.Events, b.Events)
 		}
 	}
 	// Both instances took part.
@@ -230,7 +214,7 @@ func TestNodeOnKurrentDB(t *testing.T) {
 	dep := cmd("deposit", map[string]any{"idempotency_key": "dep-k", "account_id": "k", "amount": 42, "currency": "EUR"})
 	for _, c := range []command{open, dep} {
 		if r := send(t, nc, c); r.Status != domain.StatusApplied || r.Duplicate {
-			t.Fatalf("%s: %+v", c.key, r)
+			t.Fatalf("%s: %+v", c.Key, r)
 		}
 	}
 	if r := send(t, nc, dep); !r.Duplicate || r.Account == nil || r.Account.Balance != 42 {

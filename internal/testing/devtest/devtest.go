@@ -14,6 +14,7 @@ package devtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -199,4 +200,22 @@ func Account(t testing.TB, st eventstore.StreamReader, id string) *domain.Accoun
 		}
 	}
 	return acc
+}
+
+// Command is a command as a test sends it: its type, its JSON body and its key.
+type Command struct {
+	Type string
+	Body []byte
+	Key  string
+}
+
+// NewCommand is the command typ with the body fields (which name its
+// idempotency_key).
+func NewCommand(typ string, fields map[string]any) Command {
+	b, err := json.Marshal(fields)
+	if err != nil {
+		panic(err)
+	}
+	key, _ := fields["idempotency_key"].(string)
+	return Command{Type: typ, Body: b, Key: key}
 }
