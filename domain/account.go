@@ -125,17 +125,28 @@ func HoldSubject(holdID string) string { return "hold:" + holdID }
 
 // EventSubject is what an account event is about, for a store that finds a
 // stream's events by subject: HoldSubject for the events of a hold, "" for
-// the others.
+// the others. It runs for every event written, so it reads the decided value
+// (or pointer) in place rather than through accountPayload, which copies it to
+// the heap.
 func EventSubject(ev NewEvent) string {
-	switch e := accountPayload(ev.Data).(type) {
+	var id string
+	switch e := ev.Data.(type) {
+	case HoldPlaced:
+		id = e.HoldID
 	case *HoldPlaced:
-		return HoldSubject(e.HoldID)
+		id = e.HoldID
+	case HoldCaptured:
+		id = e.HoldID
 	case *HoldCaptured:
-		return HoldSubject(e.HoldID)
+		id = e.HoldID
+	case HoldReleased:
+		id = e.HoldID
 	case *HoldReleased:
-		return HoldSubject(e.HoldID)
+		id = e.HoldID
+	default:
+		return ""
 	}
-	return ""
+	return HoldSubject(id)
 }
 
 // Account is the state of an account stream. Revision is -1 before any event.

@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -273,9 +272,8 @@ func TestSnapshotsOnKurrentDB(t *testing.T) {
 // again); elsewhere every hold is kept.
 func TestForgottenClosedHoldsAnswerAsKept(t *testing.T) {
 	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
-		var now atomic.Int64
-		now.Store(clock().Unix())
-		opts := Options{Clock: func() time.Time { return time.Unix(now.Load(), 0).UTC() }, RecentHolds: 1, SnapshotEvery: 3}
+		clk := devtest.NewClock() // standing: no hold expires
+		opts := Options{Clock: clk.Now, RecentHolds: 1, SnapshotEvery: 3}
 		bounded := New(st, opts)
 		defer bounded.Close()
 		opts.RecentHolds = -1
@@ -294,7 +292,7 @@ func TestForgottenClosedHoldsAnswerAsKept(t *testing.T) {
 				}
 				out = append(out, r)
 			}
-			expires := time.Unix(now.Load(), 0).Add(time.Hour).UTC().Format(time.RFC3339)
+			expires := clk.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 			send("open_account", `{'idempotency_key':'ACC-o','account_id':'ACC','currency':'EUR'}`)
 			send("deposit", `{'idempotency_key':'ACC-d','account_id':'ACC','amount':1000,'currency':'EUR'}`)
 			for i := range 4 {

@@ -363,7 +363,7 @@ var (
 // key, so that the steps a recovery runs again were forgotten (found by their
 // claims on the stores that locate no events, as KurrentDB).
 func TestTransferCrashAtEveryStep(t *testing.T) {
-	transferCrashAtEveryStep(t, func(st Store, clk *devtest.Clock) *Service { return newSagaService(st, clk) })
+	transferCrashAtEveryStep(t, newSagaService)
 }
 
 func TestTransferCrashAtEveryStepForgetful(t *testing.T) {

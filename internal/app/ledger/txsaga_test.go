@@ -29,7 +29,7 @@ var (
 // keeps one key, so that the steps a recovery runs again were forgotten and
 // are found through their claims.
 func TestTransactionSagaCrashAtEveryStep(t *testing.T) {
-	transactionSagaCrashAtEveryStep(t, func(st Store, clk *devtest.Clock) *Service { return newSagaService(st, clk) })
+	transactionSagaCrashAtEveryStep(t, newSagaService)
 }
 
 func TestTransactionSagaCrashAtEveryStepForgetful(t *testing.T) {
