@@ -100,7 +100,7 @@ func eventStoreLine(eventStore string) string {
 			"modelling KurrentDB %s): the figures are the ledger's costs on the test server, NOT a real KurrentDB's; the server's CPU and heap count as the bench's (the key check's heap columns too); "+
 			"read models and the baseline on PostgreSQL", kurrenttest.DefaultRelease)
 	}
-	return "KurrentDB at " + eventStore + " (its CPU counts as other's when it runs on this machine); read models and the baseline on PostgreSQL"
+	return "KurrentDB at " + config.Redact(eventStore) + " (its CPU counts as other's when it runs on this machine); read models and the baseline on PostgreSQL"
 }
 
 // recallPath says how a run's event store finds the record of a key its
