@@ -49,6 +49,16 @@ func (l *streamLocks) lock(ctx context.Context, stream string) (unlock func(), e
 	}
 }
 
+// waiting is how many callers hold or wait for the stream's lock.
+func (l *streamLocks) waiting(stream string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if sl := l.locks[stream]; sl != nil {
+		return sl.refs
+	}
+	return 0
+}
+
 // entry returns an unused entry for stream, from the pool when it has one.
 func (l *streamLocks) entry(stream string) *streamLock {
 	if sl, ok := l.free.Get().(*streamLock); ok {

@@ -25,8 +25,11 @@ import (
 // Several commands of one stream may share a transaction, in order, each part
 // expecting the revision the one before it leaves (the pipelined write path,
 // pipeline.go). A stream's requests all go to one committer (by the hash of their
-// home stream, the last part), so that they reach the store in the order they
-// were decided, batch after batch.
+// home stream: the one stream they were pipelined on, by default their last
+// part's), so that they reach the store in the order they were decided, batch
+// after batch. A request of several accounts is pipelined on one of them at
+// most; its other accounts are drained and locked until it resolves, so no
+// other request names them meanwhile.
 //
 // A batch whose append is refused for one stream (wrong expected revision) hands
 // that error to the command that owns the stream, and to every later command of
@@ -50,10 +53,10 @@ type appendReq struct {
 	// commands of one stream decided one on another's pending state, since the
 	// state was last read from the store. 0: none (decided on durable state).
 	chain uint64
+	// home is the stream whose committer carries the request and whose chain
+	// it joins: the stream it was pipelined on.
+	home string
 }
-
-// home is the stream whose committer carries the request: its last part's.
-func (r *appendReq) home() string { return r.parts[len(r.parts)-1].Stream }
 
 type appendResp struct {
 	res []eventstore.AppendResult
@@ -105,7 +108,7 @@ func (b *batcher) close() {
 
 // submit appends parts atomically, in a shared transaction when others are queued.
 func (b *batcher) submit(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
-	r, err := b.enqueue(ctx, parts, 0)
+	r, err := b.enqueue(ctx, parts, "", 0)
 	if err != nil {
 		return nil, err
 	}
@@ -116,14 +119,18 @@ func (b *batcher) submit(ctx context.Context, parts []eventstore.StreamAppend) (
 }
 
 // enqueue queues parts for a transaction and returns at once; the outcome
-// arrives on the request's done channel. The parts' last stream is their home:
-// it names the committer, so that one stream's requests stay in order.
-func (b *batcher) enqueue(ctx context.Context, parts []eventstore.StreamAppend, chain uint64) (*appendReq, error) {
-	r := &appendReq{ctx: ctx, parts: parts, done: make(chan appendResp, 1), chain: chain}
+// arrives on the request's done channel. home names the committer, so that one
+// stream's requests stay in order: the stream the request joins the chain of
+// ("": the last part's).
+func (b *batcher) enqueue(ctx context.Context, parts []eventstore.StreamAppend, home string, chain uint64) (*appendReq, error) {
+	if home == "" {
+		home = parts[len(parts)-1].Stream
+	}
+	r := &appendReq{ctx: ctx, parts: parts, done: make(chan appendResp, 1), chain: chain, home: home}
 	q := b.queues[0]
 	if len(b.queues) > 1 {
 		h := fnv.New32a()
-		h.Write([]byte(r.home()))
+		h.Write([]byte(r.home))
 		q = b.queues[h.Sum32()%uint32(len(b.queues))]
 	}
 	select {
@@ -271,7 +278,7 @@ func (c *committer) commit(batch []*appendReq) {
 			switch {
 			case r.ctx.Err() != nil: // nobody waits for it and nothing was written
 				c.fail(r, r.ctx.Err())
-			case r.chain != 0 && c.dead[r.home()] == r.chain:
+			case r.chain != 0 && c.dead[r.home] == r.chain:
 				c.fail(r, errDecidedOnFailed)
 			default:
 				live = append(live, r)
@@ -294,10 +301,10 @@ func (c *committer) commit(batch []*appendReq) {
 			for _, r := range batch {
 				mine := res[:len(r.parts)]
 				res = res[len(r.parts):]
-				if r.chain != 0 && mine[len(mine)-1].Idempotent {
+				if r.chain != 0 && anyIdempotent(mine) {
 					// Its events were stored already, by another instance: the
 					// rest of its chain was decided on this one's version of them.
-					c.dead[r.home()] = r.chain
+					c.dead[r.home] = r.chain
 				}
 				r.done <- appendResp{res: mine}
 			}
@@ -328,11 +335,21 @@ func (c *committer) commit(batch []*appendReq) {
 	}
 }
 
+// anyIdempotent reports whether the store held the events of any part already.
+func anyIdempotent(res []eventstore.AppendResult) bool {
+	for _, x := range res {
+		if x.Idempotent {
+			return true
+		}
+	}
+	return false
+}
+
 // fail answers r with err; nothing of r was written, so the rest of its chain
 // must not be either.
 func (c *committer) fail(r *appendReq, err error) {
 	if r.chain != 0 {
-		c.dead[r.home()] = r.chain
+		c.dead[r.home] = r.chain
 	}
 	r.done <- appendResp{err: err}
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
 )
 
 // Pipelined decisions (ARCHITECTURE: hot accounts). On a store that group-commits
@@ -143,6 +144,15 @@ func (ps *pipes) inflightChan(stream string) <-chan struct{} {
 	return nil
 }
 
+// flowing reports whether appends are in flight on the stream and its pending
+// state is not stale: a decision may be pipelined on it.
+func (ps *pipes) flowing(stream string) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p := ps.m[stream]
+	return p != nil && p.inflight > 0 && !p.stale
+}
+
 // idle reports whether nothing is in flight on the stream and its state is not
 // stale: the cached aggregate is what the store holds.
 func (ps *pipes) idle(stream string) bool {
@@ -217,6 +227,86 @@ func (ps *pipes) resolve(stream, key string) {
 	ps.dropIdle(stream, p)
 }
 
+// hotLeg is the account stream a write is pipelined on: decided on its pending
+// state acc (chain: that state's pipeline chain, 0 when it was durable), the
+// events w it writes there folded into acc before the write is queued. key is
+// the client's key, pending on the stream until the write resolves.
+type hotLeg struct {
+	stream string
+	acc    *domain.Account
+	chain  uint64
+	key    string
+	w      written
+}
+
+// appendHot appends parts in one write pipelined on hot: it folds hot's events
+// into the pending aggregate, queues the write behind the stream's appends in
+// flight (joining their chain, on their committer), and waits for it with hot's
+// lock released. The other locks of l stay held: their accounts were drained,
+// so no other request names them until this one resolves. When every part was
+// written, settled runs with the results, those locks still held; then every
+// lock of l is taken again, in order (hot's alone would invert it). On success
+// hot's record of its events carries their position. A write that found its
+// events stored already (another instance) makes the pending state stale; the
+// caller learns it from the results.
+func (s *Service) appendHot(ctx context.Context, l *heldLocks, parts []eventstore.StreamAppend, hot hotLeg, settled func(res []eventstore.AppendResult) error) ([]eventstore.AppendResult, error) {
+	for i, ev := range hot.w.events {
+		if err := domain.EvolveAccountDecided(hot.acc, ev, hot.w.payloads[i]); err != nil {
+			// Half folded: the store's state is read again, once the appends in
+			// flight on this pending state have drained.
+			s.accounts.c.Remove(hot.stream)
+			s.pipes.poison(hot.stream)
+			return nil, err
+		}
+	}
+	chain := s.pipes.begin(hot.stream, hot.key, hot.acc, hot.chain)
+	defer s.pipes.resolve(hot.stream, hot.key) // with the locks held again
+	// Queued whatever becomes of ctx: the decision is folded into the pending
+	// state, and the commands decided on it after must find it in the queue (or
+	// the batcher closed, which refuses them too).
+	r, err := s.batch.enqueue(context.WithoutCancel(ctx), parts, hot.stream, chain)
+	if err != nil {
+		s.pipes.end(hot.stream, false)
+		return nil, err
+	}
+	// Once queued, the outcome is waited for even if ctx ends: the append may
+	// commit, and the pipeline must learn it rather than guess.
+	l.release(hot.stream)
+	resp := <-r.done
+	ok := resp.err == nil && !anyIdempotent(resp.res)
+	s.pipes.end(hot.stream, ok)
+	var serr error
+	if ok && settled != nil {
+		serr = settled(resp.res)
+	}
+	l.unlock()
+	if err := l.lock(context.WithoutCancel(ctx)); err != nil {
+		return nil, err
+	}
+	switch {
+	case resp.err != nil:
+		return nil, resp.err
+	case serr != nil:
+		return nil, serr
+	}
+	if n := len(hot.w.events); ok && n > 0 {
+		if rec := hot.acc.Keys[hot.w.events[0].Metadata.Key]; rec != nil {
+			rec.Position = resp.res[partOf(parts, hot.stream)].Position.String()
+		}
+	}
+	return resp.res, nil
+}
+
+// partOf is the index of stream's part in parts.
+func partOf(parts []eventstore.StreamAppend, stream string) int {
+	for i, p := range parts {
+		if p.Stream == stream {
+			return i
+		}
+	}
+	return -1
+}
+
 // heldLocks are the locks of the streams a command is decided on, taken in
 // their order (the caller sorts them); a pipelined command gives them up while
 // it waits.
@@ -242,9 +332,22 @@ func (l *heldLocks) lock(ctx context.Context) error {
 // unlock releases the locks that are held, in reverse order.
 func (l *heldLocks) unlock() {
 	for i := len(l.held) - 1; i >= 0; i-- {
-		l.held[i]()
+		if l.held[i] != nil {
+			l.held[i]()
+		}
 	}
 	l.held = l.held[:0]
+}
+
+// release gives up one stream's lock and keeps the others (every lock held).
+// Taking it back alone would invert the order: unlock, then lock them all.
+func (l *heldLocks) release(stream string) {
+	for i, st := range l.streams {
+		if st == stream && i < len(l.held) && l.held[i] != nil {
+			l.held[i]()
+			l.held[i] = nil
+		}
+	}
 }
 
 // waitFor releases the locks, waits for ch, and takes the locks again; on

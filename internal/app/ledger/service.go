@@ -427,8 +427,8 @@ func (s *Service) appendAccount(ctx context.Context, cmd domain.Command, req dom
 
 // appendPipelined folds a decision into the pending aggregate, queues its append
 // behind the stream's appends in flight, and waits for it with the stream's lock
-// released. On return the lock is held again; on success the key's record in acc
-// is durable, its position set.
+// released (appendHot). On return the lock is held again; on success the key's
+// record in acc is durable, its position set.
 func (s *Service) appendPipelined(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, stream string, acc *domain.Account, chain uint64, events []domain.NewEvent, claim bool) (written, error) {
 	first := uint64(acc.Revision + 1)
 	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, first, acc.LastChain, events)
@@ -444,46 +444,14 @@ func (s *Service) appendPipelined(ctx context.Context, l *heldLocks, cmd domain.
 		parts = append([]eventstore.StreamAppend{c}, parts...)
 	}
 	w := writtenFrom(stream, eventstore.AppendResult{FirstRevision: first}, data, metas, events)
-	for i, ev := range w.events {
-		if err := domain.EvolveAccountDecided(acc, ev, w.payloads[i]); err != nil {
-			// Half folded: the store's state is read again, once the appends in
-			// flight on this pending state have drained.
-			s.accounts.c.Remove(stream)
-			s.pipes.poison(stream)
-			return written{}, err
-		}
-	}
-	chain = s.pipes.begin(stream, cmd.IdempotencyKey, acc, chain)
-	defer s.pipes.resolve(stream, cmd.IdempotencyKey) // with the lock held again
-	// Queued whatever becomes of ctx: the decision is folded into the pending
-	// state, and the commands decided on it after must find it in the queue (or
-	// the batcher closed, which refuses them too).
-	r, err := s.batch.enqueue(context.WithoutCancel(ctx), parts, chain)
-	if err != nil {
-		s.pipes.end(stream, false)
-		return written{}, err
-	}
-	// Once queued, the outcome is waited for even if ctx ends: the append may
-	// commit, and the pipeline must learn it rather than guess.
-	l.unlock()
-	resp := <-r.done
-	s.pipes.end(stream, resp.err == nil && !resp.res[len(parts)-1].Idempotent)
-	if err := l.lock(context.WithoutCancel(ctx)); err != nil {
-		return written{}, err
-	}
+	res, err := s.appendHot(ctx, l, parts, hotLeg{stream: stream, acc: acc, chain: chain, key: cmd.IdempotencyKey, w: w}, nil)
 	switch {
-	case resp.err != nil:
-		if claim {
-			return written{}, s.claimError(ctx, parts[0].Stream, req, resp.err)
-		}
-		return written{}, resp.err
-	}
-	home := resp.res[len(parts)-1]
-	if home.Idempotent {
+	case err != nil && claim:
+		return written{}, s.claimError(ctx, parts[0].Stream, req, err)
+	case err != nil:
+		return written{}, err
+	case anyIdempotent(res):
 		return written{idempotent: true}, nil
-	}
-	if rec := acc.Keys[cmd.IdempotencyKey]; rec != nil {
-		rec.Position = home.Position.String()
 	}
 	return w, nil
 }

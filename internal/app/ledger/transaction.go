@@ -16,9 +16,11 @@ import (
 // key's claim, the transaction stream's event and every account's legs, each
 // stream with its expected revision. The accounts' locks are taken in a fixed
 // order (stream names sorted; a transaction never waits for a transfer's lock,
-// so no cycle), and the decision is taken on durable state: each account's
-// pipelined appends in flight are waited for first, with its lock held so that
-// no new one starts. On a store that cannot write several streams at once
+// so no cycle). One account is pipelined (loadAccounts: the hot one, decided on
+// its pending state, its lock given up while the write commits, as for a
+// command of its own); every other one is decided on durable state, its
+// appends in flight waited for first and its lock held until the write
+// resolves. On a store that cannot write several streams at once
 // (KurrentDB) a transaction is a reservation saga (txsaga.go) and a capture
 // into an account a capture saga (capturesaga.go).
 
@@ -30,11 +32,10 @@ func (s *Service) handleTransaction(ctx context.Context, cmd domain.Command) (Re
 	}
 	txStream := domain.TransactionStream(cmd.TransactionID)
 	return s.underLocks(ctx, transactionLocks(cmd.Postings, txStream), func(at *attempt) (Reply, bool, error) {
-		attempt := at.n
 		if r, done, err := s.decidedTransaction(ctx, txStream, cmd, req); err != nil || done {
 			return r, false, err
 		}
-		return s.tryTransaction(ctx, cmd, req, txStream, attempt)
+		return s.tryTransaction(ctx, at, cmd, req, txStream)
 	})
 }
 
@@ -50,32 +51,24 @@ func transactionLocks(ps []domain.Posting, streams ...string) []string {
 
 // tryTransaction is one attempt at a transaction tx (a post_transaction, or a
 // refund shaped as one) whose client request is req, under the locks of its
-// accounts: it decides on their durable states (on the store's head after the
-// first attempt) and appends. retry is set when another instance wrote one of
-// the streams (decide again).
-func (s *Service) tryTransaction(ctx context.Context, tx domain.Command, req domain.Canonical, txStream string, attempt int) (r Reply, retry bool, err error) {
-	accs := map[string]*domain.Account{}
-	for _, id := range domain.TransactionAccounts(tx.Postings) {
-		stream := domain.AccountStream(id)
-		if err := s.drain(ctx, stream); err != nil {
-			return Reply{}, false, err
-		}
-		// The first attempt decides on the cache; a refusal without record,
-		// or a write that found other events, on the store's head.
-		acc, err := s.loadAccount(ctx, stream, id, attempt > 0)
-		if err != nil {
-			return Reply{}, false, err
-		}
-		accs[id] = acc
+// accounts (at): it decides on their states (loadAccounts: one pipelined, the
+// others durable; on the store's head after the first attempt) and appends.
+// retry is set when another instance wrote one of the streams (decide again).
+func (s *Service) tryTransaction(ctx context.Context, at *attempt, tx domain.Command, req domain.Canonical, txStream string) (r Reply, retry bool, err error) {
+	// The first attempt decides on the cache; a refusal without record, or a
+	// write that found other events, on the store's head.
+	accs, hot, err := s.loadAccounts(ctx, domain.TransactionAccounts(tx.Postings), at.n > 0)
+	if err != nil {
+		return Reply{}, false, err
 	}
 	d := domain.DecideTransaction(accs, tx)
 	if d.Rejection != nil && !d.Rejection.Recorded {
-		if attempt == 0 {
+		if at.n == 0 {
 			return Reply{}, true, nil
 		}
 		return reply.TransactionNotRecorded(tx.IdempotencyKey, tx.TransactionID, d.Rejection, d.Posting), false, nil
 	}
-	r, err = s.appendTransaction(ctx, tx, req, txStream, accs, d)
+	r, err = s.appendTransaction(ctx, at.locks, tx, req, txStream, accs, hot, d)
 	if refused, answered, retry, err := refusedAppend(tx.IdempotencyKey, err); answered || retry || err != nil {
 		return refused, retry, err
 	}
@@ -103,7 +96,6 @@ func (s *Service) refundTransaction(ctx context.Context, cmd domain.Command, ori
 		return s.refundTransactionSaga(ctx, cmd, req, orig.Stream, posted)
 	}
 	return s.underLocks(ctx, transactionLocks(posted.Postings, orig.Stream), func(at *attempt) (Reply, bool, error) {
-		attempt := at.n
 		slot, refunded, r, done, err := s.refundSlot(ctx, posted.TransactionID, cmd, req)
 		if err != nil || done {
 			return r, false, err
@@ -113,7 +105,7 @@ func (s *Service) refundTransaction(ctx context.Context, cmd domain.Command, ori
 			return reply.NotRecorded(cmd.IdempotencyKey, rej), false, nil
 		}
 		tx.TransactionID = domain.RefundTransactionID(posted.TransactionID, slot)
-		return s.tryTransaction(ctx, tx, req, domain.TransactionStream(tx.TransactionID), attempt)
+		return s.tryTransaction(ctx, at, tx, req, domain.TransactionStream(tx.TransactionID))
 	})
 }
 
@@ -268,8 +260,9 @@ func transactionReply(ev *domain.StoredEvent, payload any, duplicate bool) (Repl
 
 // appendTransaction writes a decided transaction: the key's claim, the
 // transaction stream's event and, when posted, every account's legs, in one
-// append; then folds the legs into the cached aggregates.
-func (s *Service) appendTransaction(ctx context.Context, cmd domain.Command, req domain.Canonical, txStream string, accs map[string]*domain.Account, d domain.TransactionDecision) (Reply, error) {
+// append (pipelined on hot, when not nil); then folds the legs into the cached
+// aggregates.
+func (s *Service) appendTransaction(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, txStream string, accs map[string]*domain.Account, hot *hotLeg, d domain.TransactionDecision) (Reply, error) {
 	claim, err := s.claimPart(cmd, req, txStream, 0)
 	if err != nil {
 		return Reply{}, err
@@ -279,25 +272,18 @@ func (s *Service) appendTransaction(ctx context.Context, cmd domain.Command, req
 		return Reply{}, err
 	}
 	parts := []eventstore.StreamAppend{claim, {Stream: txStream, Expected: eventstore.NoStream, Events: txData}}
-	type legPart struct {
-		id    string
-		data  []eventstore.EventData
-		metas []domain.Metadata
-	}
-	var legs []legPart
+	var legs []*accountStep
 	for _, id := range domain.TransactionAccounts(cmd.Postings) {
-		events := d.Legs[id]
-		if len(events) == 0 {
+		if len(d.Legs[id]) == 0 {
 			continue
 		}
-		acc, stream := accs[id], domain.AccountStream(id)
-		leg := domain.TransactionLegCommand(cmd, id)
-		data, metas, err := s.encodeEvents(leg, leg.Canonical(), leg.IdempotencyKey, stream, uint64(acc.Revision+1), acc.LastChain, events)
+		leg := &accountStep{acc: accs[id], cmd: domain.TransactionLegCommand(cmd, id), events: d.Legs[id]}
+		part, err := s.encodeStep(leg)
 		if err != nil {
 			return Reply{}, err
 		}
-		parts = append(parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(acc.Revision), Events: data})
-		legs = append(legs, legPart{id, data, metas})
+		parts = append(parts, part)
+		legs = append(legs, leg)
 	}
 	if len(legs) == 0 {
 		// A refusal writes no account, yet it was decided on what they held:
@@ -308,20 +294,12 @@ func (s *Service) appendTransaction(ctx context.Context, cmd domain.Command, req
 			parts = append(parts, eventstore.StreamAppend{Stream: domain.AccountStream(id), Expected: eventstore.ExactOrNoStream(accs[id].Revision)})
 		}
 	}
-	res, err := s.appendParts(ctx, parts)
+	res, err := s.appendSteps(ctx, l, cmd.IdempotencyKey, parts, 2, legs, hot)
 	if err != nil {
 		return Reply{}, s.claimError(ctx, claim.Stream, req, err)
 	}
-	if res[1].Idempotent {
+	if anyIdempotent(res) {
 		return Reply{}, fmt.Errorf("%w: transaction %s was written meanwhile", eventstore.ErrWrongExpectedRevision, cmd.TransactionID)
-	}
-	for i, leg := range legs {
-		stream := domain.AccountStream(leg.id)
-		w := writtenFrom(stream, res[2+i], leg.data, leg.metas, d.Legs[leg.id])
-		if err := s.applyWritten(ctx, stream, accs[leg.id], w); err != nil {
-			return Reply{}, err
-		}
-		s.tookCommand(stream, accs[leg.id], accs[leg.id].Revision) // drained: durable
 	}
 	w := writtenFrom(txStream, res[1], txData, txMetas, []domain.NewEvent{d.Event})
 	payload := domain.TransactionPayload(d.Event.Data)
@@ -343,22 +321,15 @@ func (s *Service) handleCaptureTo(ctx context.Context, cmd domain.Command) (Repl
 	slices.Sort(streams)
 	req := cmd.Canonical()
 	return s.underLocks(ctx, streams, func(at *attempt) (Reply, bool, error) {
-		attempt := at.n
-		for _, st := range streams {
-			if err := s.drain(ctx, st); err != nil {
-				return Reply{}, false, err
-			}
-		}
-		refresh := attempt > 0
-		a, err := s.loadAccount(ctx, held, cmd.AccountID, refresh)
+		accs, hot, err := s.loadAccounts(ctx, []string{cmd.AccountID, cmd.To}, at.n > 0)
 		if err != nil {
 			return Reply{}, false, err
 		}
-		if err := s.recallHold(ctx, held, a, cmd.HoldID); err != nil { // drained: never in flight
-			return Reply{}, false, err
-		}
-		b, err := s.loadAccount(ctx, to, cmd.To, refresh)
-		if err != nil {
+		a, b := accs[cmd.AccountID], accs[cmd.To]
+		switch err := s.recallHold(ctx, held, a, cmd.HoldID); {
+		case errors.Is(err, domain.ErrHoldInFlight): // a pending state: once the held account's appends settle
+			return Reply{}, true, s.settleBeforeDecidingAgain(ctx, at.locks, held)
+		case err != nil:
 			return Reply{}, false, err
 		}
 		switch rec, dup, r, err := s.answerKnownKey(ctx, held, a, cmd, req, true); {
@@ -374,12 +345,12 @@ func (s *Service) handleCaptureTo(ctx context.Context, cmd domain.Command) (Repl
 		case capture.Invalid != nil:
 			return reply.Invalid(cmd.IdempotencyKey, capture.Invalid), false, nil
 		case len(capture.Events) == 0:
-			if attempt == 0 {
+			if at.n == 0 {
 				return Reply{}, true, nil // decided on the cache: once more on the store's head
 			}
 			return reply.NotRecorded(cmd.IdempotencyKey, capture.Rejection), false, nil
 		}
-		err = s.appendCaptureTo(ctx, cmd, req, a, b, capture.Events, credit.Events)
+		err = s.appendCaptureTo(ctx, at.locks, cmd, req, a, b, hot, capture.Events, credit.Events)
 		if r, answered, retry, err := refusedAppend(cmd.IdempotencyKey, err); answered || retry || err != nil {
 			return r, retry, err
 		}
@@ -388,43 +359,32 @@ func (s *Service) handleCaptureTo(ctx context.Context, cmd domain.Command) (Repl
 }
 
 // appendCaptureTo writes the claim, the held account's events and, when the
-// capture applies, the credit to `to`, in one append, and folds them.
-func (s *Service) appendCaptureTo(ctx context.Context, cmd domain.Command, req domain.Canonical, a, b *domain.Account, capture, credit []domain.NewEvent) error {
-	held, to := domain.AccountStream(a.ID), domain.AccountStream(b.ID)
+// capture applies, the credit to `to`, in one append (pipelined on hot, when
+// not nil), and folds them.
+func (s *Service) appendCaptureTo(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, a, b *domain.Account, hot *hotLeg, capture, credit []domain.NewEvent) error {
+	held := domain.AccountStream(a.ID)
 	claim, err := s.claimPart(cmd, req, held, uint64(a.Revision+1))
 	if err != nil {
 		return err
 	}
-	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, held, uint64(a.Revision+1), a.LastChain, capture)
-	if err != nil {
-		return err
-	}
-	parts := []eventstore.StreamAppend{claim, {Stream: held, Expected: eventstore.ExactOrNoStream(a.Revision), Events: data}}
-	var cdata []eventstore.EventData
-	var cmetas []domain.Metadata
+	steps := []*accountStep{{acc: a, cmd: cmd, events: capture}}
 	if len(credit) > 0 {
-		leg := domain.CaptureCreditCommand(cmd)
-		if cdata, cmetas, err = s.encodeEvents(leg, leg.Canonical(), leg.IdempotencyKey, to, uint64(b.Revision+1), b.LastChain, credit); err != nil {
+		steps = append(steps, &accountStep{acc: b, cmd: domain.CaptureCreditCommand(cmd), events: credit})
+	}
+	parts := []eventstore.StreamAppend{claim}
+	for _, st := range steps {
+		part, err := s.encodeStep(st)
+		if err != nil {
 			return err
 		}
-		parts = append(parts, eventstore.StreamAppend{Stream: to, Expected: eventstore.ExactOrNoStream(b.Revision), Events: cdata})
+		parts = append(parts, part)
 	}
-	res, err := s.appendParts(ctx, parts)
-	if err != nil {
+	res, err := s.appendSteps(ctx, l, cmd.IdempotencyKey, parts, 1, steps, hot)
+	switch {
+	case err != nil:
 		return s.claimError(ctx, claim.Stream, req, err)
-	}
-	if res[1].Idempotent {
+	case anyIdempotent(res):
 		return fmt.Errorf("%w: capture %s was written meanwhile", eventstore.ErrWrongExpectedRevision, cmd.IdempotencyKey)
-	}
-	if err := s.applyWritten(ctx, held, a, writtenFrom(held, res[1], data, metas, capture)); err != nil {
-		return err
-	}
-	s.tookCommand(held, a, a.Revision) // drained: durable
-	if len(credit) > 0 {
-		if err := s.applyWritten(ctx, to, b, writtenFrom(to, res[2], cdata, cmetas, credit)); err != nil {
-			return err
-		}
-		s.tookCommand(to, b, b.Revision)
 	}
 	return nil
 }
@@ -510,6 +470,114 @@ type accountStep struct {
 	events []domain.NewEvent
 	data   []eventstore.EventData
 	metas  []domain.Metadata
+}
+
+// encodeStep encodes an account's step of an atomic write at the account's next
+// revision, and returns its part, expecting the revision the step was decided on.
+func (s *Service) encodeStep(st *accountStep) (eventstore.StreamAppend, error) {
+	stream := domain.AccountStream(st.acc.ID)
+	var err error
+	st.data, st.metas, err = s.encodeEvents(st.cmd, st.cmd.Canonical(), st.cmd.IdempotencyKey, stream, uint64(st.acc.Revision+1), st.acc.LastChain, st.events)
+	return eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(st.acc.Revision), Events: st.data}, err
+}
+
+// appendSteps appends parts in one write whose account steps are
+// parts[first:first+len(steps)], pipelined on hot when it is not nil (appendHot;
+// key is the client's), and folds each step into its cached aggregate. A hot
+// account without a step has its revision asserted, after the steps, so that
+// the write follows the appends its decision was taken on.
+func (s *Service) appendSteps(ctx context.Context, l *heldLocks, key string, parts []eventstore.StreamAppend, first int, steps []*accountStep, hot *hotLeg) ([]eventstore.AppendResult, error) {
+	fold := func(res []eventstore.AppendResult) error {
+		for i, st := range steps {
+			stream := domain.AccountStream(st.acc.ID)
+			if hot != nil && stream == hot.stream {
+				continue // folded before the write
+			}
+			if err := s.applyWritten(ctx, stream, st.acc, writtenFrom(stream, res[first+i], st.data, st.metas, st.events)); err != nil {
+				return err
+			}
+			s.tookCommand(stream, st.acc, st.acc.Revision) // drained: durable
+		}
+		return nil
+	}
+	if hot == nil {
+		res, err := s.appendParts(ctx, parts)
+		if err != nil || anyIdempotent(res) {
+			return res, err
+		}
+		return res, fold(res)
+	}
+	hot.key = key
+	for _, st := range steps {
+		if stream := domain.AccountStream(st.acc.ID); stream == hot.stream {
+			hot.w = writtenFrom(stream, eventstore.AppendResult{FirstRevision: uint64(st.acc.Revision + 1)}, st.data, st.metas, st.events)
+		}
+	}
+	if partOf(parts, hot.stream) < 0 {
+		at := first + len(steps)
+		parts = slices.Insert(parts, at, eventstore.StreamAppend{Stream: hot.stream, Expected: eventstore.ExactOrNoStream(hot.acc.Revision)})
+	}
+	res, err := s.appendHot(ctx, l, parts, *hot, fold)
+	if err != nil || anyIdempotent(res) {
+		return res, err
+	}
+	if n := len(hot.w.events); n > 0 {
+		s.tookCommand(hot.stream, hot.acc, int64(hot.w.events[n-1].Revision))
+	}
+	return res, nil
+}
+
+// loadAccounts loads the accounts of a decision over several (ids, their
+// streams locked), on the store's head when refresh. On a store that
+// group-commits, one of them is pipelined (hot; nil elsewhere): the one with
+// appends in flight, else the one most callers hold or wait for. It is decided
+// on its pending state, and its lock given up while the write commits, so a
+// hot account takes the commands that follow as it takes any other's. Every
+// other one is drained first (its appends in flight waited for, its lock held
+// so that no new one starts) and decided on durable state: a write joins one
+// pipeline chain at most.
+func (s *Service) loadAccounts(ctx context.Context, ids []string, refresh bool) (map[string]*domain.Account, *hotLeg, error) {
+	hotStream := s.pickHot(ids)
+	accs := make(map[string]*domain.Account, len(ids))
+	var hot *hotLeg
+	for _, id := range ids {
+		stream := domain.AccountStream(id)
+		if stream != hotStream || !s.pipes.flowing(stream) {
+			if err := s.drain(ctx, stream); err != nil {
+				return nil, nil, err
+			}
+		}
+		acc, chain, err := s.loadPending(ctx, stream, id, refresh)
+		if err != nil {
+			return nil, nil, err
+		}
+		accs[id] = acc
+		if stream == hotStream {
+			hot = &hotLeg{stream: stream, acc: acc, chain: chain}
+		}
+	}
+	return accs, hot, nil
+}
+
+// pickHot names the stream among ids' a write over several accounts is
+// pipelined on: one with appends in flight, else the one the most callers hold
+// or wait for; "" on a store that does not group-commit.
+func (s *Service) pickHot(ids []string) string {
+	if s.batch == nil {
+		return ""
+	}
+	best, most := "", -1
+	for _, id := range ids {
+		stream := domain.AccountStream(id)
+		n := s.locks.waiting(stream)
+		if s.pipes.flowing(stream) {
+			n += 1 << 30
+		}
+		if n > most {
+			best, most = stream, n
+		}
+	}
+	return best
 }
 
 // appendTransferAtomically writes a transfer decided at once, in the order the

@@ -6,7 +6,9 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 
@@ -305,6 +307,119 @@ func TestTransactionRefusalIsNotDecidedOnAStaleCache(t *testing.T) {
 		r := send(a, "post_transaction", "idempotency_key", p+"tx", "transaction_id", p+"tx", "postings", []map[string]any{txPosting(x, y, 50)})
 		if r.Status != domain.StatusApplied || r.Transaction == nil || r.Transaction.Status != "posted" {
 			t.Fatalf("a transaction refused on a stale cache: %+v", r)
+		}
+	})
+}
+
+// gatedStore holds every multi-stream append while its gate is closed, so that a
+// test can see what is in flight at once.
+type gatedStore struct {
+	ProcessStore
+	multi  eventstore.MultiAppender
+	closed atomic.Bool
+	open   chan struct{}
+}
+
+func (g *gatedStore) AppendMulti(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	if g.closed.Load() {
+		<-g.open
+	}
+	return g.multi.AppendMulti(ctx, parts)
+}
+
+// inflight is how many appends are in flight on the stream's pipeline.
+func inflight(s *Service, stream string) int {
+	s.pipes.mu.Lock()
+	defer s.pipes.mu.Unlock()
+	if p := s.pipes.m[stream]; p != nil {
+		return p.inflight
+	}
+	return 0
+}
+
+// TestTransactionPipelinesOnAHotAccount: with the store holding every append, a
+// deposit on the hot account is in flight; a transaction into it is decided on
+// the state that deposit leaves and queued behind it, a withdrawal only that
+// state allows behind the transaction, a capture into the account behind the
+// withdrawal: four appends in flight on one account at once (a transaction used
+// to wait for the account's appends to commit). Once the store lets them
+// through, each is applied on the one before it, in that order.
+func TestTransactionPipelinesOnAHotAccount(t *testing.T) {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		g := &gatedStore{ProcessStore: st.(ProcessStore), multi: st.(eventstore.MultiAppender), open: make(chan struct{})}
+		s := New(g, Options{Clock: clock})
+		defer s.Close()
+		p := strings.NewReplacer("/", "-").Replace(t.Name()) + "-"
+		hot, cold, payer := p+"hot", p+"cold", p+"payer"
+		for _, id := range []string{hot, cold, payer} {
+			must(t, s, "open_account", "idempotency_key", p+"open-"+id, "account_id", id, "currency", "EUR")
+		}
+		must(t, s, "deposit", "idempotency_key", p+"fund", "account_id", cold, "amount", 1000, "currency", "EUR")
+		must(t, s, "deposit", "idempotency_key", p+"fund-payer", "account_id", payer, "amount", 1000, "currency", "EUR")
+		must(t, s, "place_hold", "idempotency_key", p+"auth", "account_id", payer, "hold_id", p+"h1", "amount", 50, "currency", "EUR")
+
+		g.closed.Store(true)
+		release := sync.OnceFunc(func() { close(g.open) })
+		defer release() // before Close: a failed check must not leave the committers held
+		replies := make([]Reply, 4)
+		var wg sync.WaitGroup
+		sends := []func() Reply{
+			func() Reply {
+				return send(s, "deposit", "idempotency_key", p+"dep", "account_id", hot, "amount", 10, "currency", "EUR")
+			},
+			func() Reply {
+				return post(t, s, "post_transaction", txBody(p+"tx", p+"t1", posting(cold, hot, 100, "EUR")))
+			},
+			func() Reply {
+				return send(s, "withdraw", "idempotency_key", p+"wd", "account_id", hot, "amount", 105, "currency", "EUR")
+			},
+			func() Reply {
+				return send(s, "capture_hold", "idempotency_key", p+"cap", "account_id", payer, "hold_id", p+"h1", "amount", 40, "to", hot)
+			},
+		}
+		for i, f := range sends {
+			wg.Add(1)
+			go func() { defer wg.Done(); replies[i] = f() }()
+			devtest.Eventually(t, 10*time.Second, fmt.Sprintf("command %d queued behind the %d in flight on the hot account", i, i),
+				func() bool { return inflight(s, domain.AccountStream(hot)) == i+1 })
+		}
+		release()
+		wg.Wait()
+		want := []int64{10, 110, 5, 45}
+		for i, r := range replies {
+			if r.Status != domain.StatusApplied {
+				t.Fatalf("command %d: %+v", i, r)
+			}
+			var bal int64 = -1
+			for _, v := range r.Accounts {
+				if v.AccountID == hot {
+					bal = v.Balance
+				}
+			}
+			if r.Account != nil && r.Account.AccountID == hot {
+				bal = r.Account.Balance
+			}
+			if i < 3 && bal != want[i] {
+				t.Fatalf("command %d left the hot account at %d, want %d: %+v", i, bal, want[i], r)
+			}
+		}
+		if got := devtest.Account(t, st, hot).Balance; got != want[3] {
+			t.Fatalf("hot account at %d, want %d", got, want[3])
+		}
+		evs, err := st.ReadStream(context.Background(), domain.AccountStream(hot), 0, eventstore.Forwards, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var order []string
+		for _, e := range evs {
+			m, err := domain.DecodeMetadata(e.Metadata)
+			if err != nil {
+				t.Fatal(err)
+			}
+			order = append(order, strings.TrimPrefix(domain.ClientKey(m), p))
+		}
+		if got := strings.Join(order, " "); got != "open-"+hot+" dep tx wd cap" {
+			t.Fatalf("the hot account's events in order of their commands: %s", got)
 		}
 	})
 }
