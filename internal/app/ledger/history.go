@@ -204,7 +204,7 @@ func (s *Service) keyRecord(ctx context.Context, stream string, acc *domain.Acco
 // one read, say what became of it (domain.RecallHold). Nothing to do for a
 // command that names no hold, an aggregate that forgot none, or a store that
 // reads no subjects (its aggregates keep every hold). A hold is forgotten only
-// once its closure is durable (Account.ForgetClosedHolds), so the store shows
+// once its closure is durable (Account.ForgetDurable), so the store shows
 // what became of it; ErrHoldInFlight, should it show the hold active while the
 // aggregate closed it, asks to decide again once the stream has settled. The
 // caller holds the stream's lock.

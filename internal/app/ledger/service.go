@@ -397,7 +397,7 @@ func (s *Service) afterRefusedAppend(stream string, cmd domain.Command, acc *dom
 // and a snapshot when one is due and nothing is in flight on it (so that it is
 // durable). The caller holds the stream's lock.
 func (s *Service) tookCommand(stream string, acc *domain.Account, durable int64) {
-	acc.ForgetClosedHolds(durable)
+	acc.ForgetDurable(durable)
 	if cached, ok := s.accounts.c.Peek(stream); !ok || cached != acc {
 		return
 	}
