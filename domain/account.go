@@ -123,14 +123,26 @@ type Hold struct {
 // HoldSubject is the subject of a hold's events (eventstore.SubjectReader).
 func HoldSubject(holdID string) string { return "hold:" + holdID }
 
+// RefundSubject is the subject of the refunds of an original (a deposit or
+// withdrawal, by its key).
+func RefundSubject(originalKey string) string { return "refund:" + originalKey }
+
 // EventSubject is what an account event is about, for a store that finds a
-// stream's events by subject: HoldSubject for the events of a hold, "" for
-// the others. It runs for every event written, so it reads the decided value
-// (or pointer) in place rather than through accountPayload, which copies it to
-// the heap.
+// stream's events by subject: HoldSubject for the events of a hold,
+// RefundSubject for a refund, "" for the others. It runs for every event
+// written, so it reads the decided value (or pointer) in place rather than
+// through accountPayload, which copies it to the heap.
 func EventSubject(ev NewEvent) string {
 	var id string
 	switch e := ev.Data.(type) {
+	case Credited:
+		return refundSubject(e.Reason, e.Ref)
+	case *Credited:
+		return refundSubject(e.Reason, e.Ref)
+	case Debited:
+		return refundSubject(e.Reason, e.Ref)
+	case *Debited:
+		return refundSubject(e.Reason, e.Ref)
 	case HoldPlaced:
 		id = e.HoldID
 	case *HoldPlaced:
@@ -147,6 +159,15 @@ func EventSubject(ev NewEvent) string {
 		return ""
 	}
 	return HoldSubject(id)
+}
+
+// refundSubject is the subject of a credit or debit: its original's refunds'
+// when it is a refund (its ref is the original's key), else none.
+func refundSubject(reason, ref string) string {
+	if reason != ReasonRefund {
+		return ""
+	}
+	return RefundSubject(ref)
 }
 
 // Account is the state of an account stream. Revision is -1 before any event.
@@ -193,10 +214,22 @@ type Account struct {
 	closedOrder fifo
 	forgotHolds bool
 	// Refunded is how much of each refunded original (a deposit or withdrawal,
-	// by its key) has been refunded so far. It lists only originals refunded at
-	// least once, so it grows with refunds, not with commands; it is part of
-	// the state (snapshots carry it), since an original's record may be forgotten.
-	Refunded map[string]int64
+	// by its key) has been refunded so far: all of them when RefundLimit is 0,
+	// otherwise at most RefundLimit findable ones (and every unfindable one),
+	// the first kept forgotten first. An original not here may still have
+	// been refunded when ForgotRefunds: its refunds' subject finds them
+	// (RecallRefunded). It is part of the state (snapshots carry it), since an
+	// original's record may be forgotten.
+	Refunded map[string]RefundedSum
+	// RefundLimit bounds the findable entries Refunded keeps (0: all of
+	// them). Set it before folding events.
+	RefundLimit int
+	// refundOrder lists the findable entries of Refunded in the order they
+	// were first kept: the next to forget first. forgotRefunds: one was
+	// forgotten, or the aggregate came from a snapshot taken by an aggregate
+	// that forgot some.
+	refundOrder   fifo
+	forgotRefunds bool
 	// LastChain is the tamper-evidence chain hash of the last event (ChainHash).
 	LastChain string
 	// SnapshotRevision is the revision of the latest snapshot of this aggregate
@@ -212,19 +245,33 @@ type Account struct {
 
 // NewAccount is the state of an account stream that has no events.
 func NewAccount(id string) *Account {
-	return &Account{ID: id, Revision: -1, SnapshotRevision: -1, Holds: map[string]*Hold{}, Keys: map[string]*KeyRecord{}, Refunded: map[string]int64{}}
+	return &Account{ID: id, Revision: -1, SnapshotRevision: -1, Holds: map[string]*Hold{}, Keys: map[string]*KeyRecord{}, Refunded: map[string]RefundedSum{}}
+}
+
+// RefundedSum is what was refunded so far of one refunded original.
+type RefundedSum struct {
+	Amount int64
+	// Findable: every refund of it carries its subject (RefundSubject), so
+	// that a store that reads events by subject finds them all once the
+	// aggregate forgot it. An original refunded before refunds had subjects is
+	// never forgotten.
+	Findable bool
+	// rev is the revision of the refund that last changed it (0 when recalled
+	// from the store, durable by then).
+	rev int64
 }
 
 // Approximate heap bytes of an aggregate's parts, measured on aggregates folded
 // from stored events (BenchmarkAccountHeapPerPart, 2026-11-24: 976-981 bytes for
 // an account with one key record, 358 per key record, 179 per hold, active or
-// closed); a refunded original's entry is estimated (a map entry and its key).
-// The cache's memory budget adds them up (ApproxBytes).
+// closed; 2026-11-26: 130 per refunded original, its map entry, its 36-byte key
+// and its place in the queue of those to forget). The cache's memory budget
+// adds them up (ApproxBytes).
 const (
 	AccountBaseBytes  = 1024
 	KeyRecordBytes    = 360
 	HoldBytes         = 180
-	RefundedEntryByte = 96
+	RefundedEntryByte = 130
 )
 
 // ApproxBytes estimates the heap an aggregate holds.
@@ -244,6 +291,10 @@ func (a *Account) Pinned() int { return a.pinned }
 // Holds (a closed one): when it does not, a hold not in Holds never existed.
 func (a *Account) ForgotHolds() bool { return a.forgotHolds }
 
+// ForgotRefunds reports whether a refunded original may be missing from
+// Refunded: when it does not, an original not in Refunded was never refunded.
+func (a *Account) ForgotRefunds() bool { return a.forgotRefunds }
+
 // closed notes that a hold closed: a findable one joins the closed holds that
 // may be forgotten, the oldest forgotten beyond HoldLimit.
 func (a *Account) closed(h *Hold) {
@@ -254,12 +305,19 @@ func (a *Account) closed(h *Hold) {
 	a.closedOrder.push(h.ID)
 }
 
-// ForgetClosedHolds forgets the oldest closed holds beyond HoldLimit whose
-// closing event is at or below durable: a hold closed by an append still in
-// flight stays until that append is durable, since the store could not show it
-// yet. Folds of stored events call it (EvolveAccount); the ledger calls it once
-// a decision it folded ahead (EvolveAccountDecided) is durable.
-func (a *Account) ForgetClosedHolds(durable int64) {
+// ForgetDurable forgets the oldest closed holds beyond HoldLimit and the
+// oldest refunded originals beyond RefundLimit whose last event (the hold's
+// closure, the original's last refund) is at or below durable: one changed by
+// an append still in flight stays until that append is durable, since the
+// store could not show it yet. Folds of stored events call it (EvolveAccount);
+// the ledger calls it once a decision it folded ahead (EvolveAccountDecided)
+// is durable.
+func (a *Account) ForgetDurable(durable int64) {
+	a.forgetClosedHolds(durable)
+	a.forgetRefunded(durable)
+}
+
+func (a *Account) forgetClosedHolds(durable int64) {
 	for a.HoldLimit > 0 && a.closedOrder.len() > a.HoldLimit {
 		h := a.Holds[a.closedOrder.peek()]
 		if h != nil && h.closedRev > durable {
@@ -267,6 +325,23 @@ func (a *Account) ForgetClosedHolds(durable int64) {
 		}
 		delete(a.Holds, a.closedOrder.pop())
 		a.forgotHolds = true
+	}
+}
+
+// forgetRefunded is ForgetDurable for Refunded. An entry that turned
+// unfindable after it was queued (a refund written without a subject, by an
+// instance that did not write them yet) leaves the queue, not Refunded.
+func (a *Account) forgetRefunded(durable int64) {
+	for a.RefundLimit > 0 && a.refundOrder.len() > a.RefundLimit {
+		r := a.Refunded[a.refundOrder.peek()]
+		if r.Findable && r.rev > durable {
+			return
+		}
+		key := a.refundOrder.pop()
+		if r.Findable {
+			delete(a.Refunded, key)
+			a.forgotRefunds = true
+		}
 	}
 }
 
@@ -332,13 +407,67 @@ func (a *Account) RecallHold(events []StoredEvent) error {
 	a.Holds[h.ID] = h
 	a.closed(h)
 	h.closedRev = 0 // durable
-	a.ForgetClosedHolds(a.Revision)
+	a.forgetClosedHolds(a.Revision)
 	return nil
 }
 
+// ErrRecallUnsettled: what the store shows of a hold or a refunded original
+// the aggregate forgot does not fit the aggregate, because appends to the
+// stream have not settled (one in flight, or another instance's not folded
+// yet). The caller decides again once they have, on the store's head.
+var ErrRecallUnsettled = errors.New("domain: the store's events of what the aggregate forgot do not fit it (appends not settled)")
+
 // ErrHoldInFlight: the store's events show active a hold that the aggregate
 // no longer keeps, so closed: its closure is in an append not yet durable.
-var ErrHoldInFlight = errors.New("domain: a forgotten hold is still active in the store (its closure is in flight)")
+var ErrHoldInFlight = fmt.Errorf("%w: a forgotten hold is still active in the store (its closure is in flight)", ErrRecallUnsettled)
+
+// RecallRefunded puts back into Refunded what was refunded of an original the
+// aggregate forgot: the sum of its refunds, the store's events of its subject
+// (RefundSubject) up to the aggregate's revision; an entry of 0 when there are
+// none, which the refund decided next adds to (a refund of an original not
+// kept is never folded into an aggregate that forgot some: see noteRefund).
+// It does nothing when the original is kept or the aggregate forgot none.
+// ErrRecallUnsettled when the store holds a refund beyond the aggregate's
+// revision (another instance's): decide again on the store's head.
+func (a *Account) RecallRefunded(originalKey string, events []StoredEvent) error {
+	if _, kept := a.Refunded[originalKey]; kept || !a.forgotRefunds {
+		return nil
+	}
+	var sum int64
+	for _, ev := range events {
+		if int64(ev.Revision) > a.Revision {
+			return fmt.Errorf("%w: %s: a refund of %q at revision %d, beyond the aggregate's %d", ErrRecallUnsettled, a.ID, originalKey, ev.Revision, a.Revision)
+		}
+		amount, err := refundAmount(ev, originalKey)
+		if err != nil {
+			return err
+		}
+		sum += amount
+	}
+	a.Refunded[originalKey] = RefundedSum{Amount: sum, Findable: true}
+	a.refundOrder.push(originalKey)
+	return nil
+}
+
+// refundAmount is the amount of a stored refund of originalKey.
+func refundAmount(ev StoredEvent, originalKey string) (int64, error) {
+	payload, err := DecodeEvent(ev.Type, ev.Data)
+	if err != nil {
+		return 0, err
+	}
+	var reason, ref string
+	var amount int64
+	switch e := payload.(type) {
+	case *Credited:
+		reason, ref, amount = e.Reason, e.Ref, e.Amount
+	case *Debited:
+		reason, ref, amount = e.Reason, e.Ref, e.Amount
+	}
+	if reason != ReasonRefund || ref != originalKey {
+		return 0, fmt.Errorf("domain: %s@%d is no refund of %q", ev.Stream, ev.Revision, originalKey)
+	}
+	return amount, nil
+}
 
 // releasedStatus is the status a release leaves.
 func releasedStatus(reason string) HoldStatus {
@@ -641,7 +770,7 @@ func (a *Account) decideRefund(cmd Command) Decision {
 	if orig.Status != StatusApplied || (orig.Command != CmdDeposit && orig.Command != CmdWithdraw) {
 		return reject(cmd, CodeNotRefundable, true, "%s %q (%s) cannot be refunded", orig.Command, cmd.OriginalKey, orig.Status)
 	}
-	remaining := orig.Amount - a.Refunded[cmd.OriginalKey]
+	remaining := orig.Amount - a.Refunded[cmd.OriginalKey].Amount
 	amount := remaining
 	if cmd.HasAmount {
 		amount = cmd.Amount
@@ -672,7 +801,7 @@ func EvolveAccount(a *Account, ev StoredEvent) error {
 	if err := a.fold(ev, payload); err != nil {
 		return err
 	}
-	a.ForgetClosedHolds(a.Revision) // a stored event is durable
+	a.ForgetDurable(a.Revision) // a stored event is durable
 	return nil
 }
 
@@ -741,7 +870,7 @@ func (a *Account) evolve(payload any, m Metadata) error {
 			return err
 		}
 		a.Balance = bal
-		a.noteRefund(e.Reason, e.Ref, e.Amount)
+		a.noteRefund(e.Reason, e.Ref, e.Amount, m.Subject != "")
 	case *Debited:
 		bal, ok := subMinor(a.Balance, e.Amount)
 		if !ok || bal != e.BalanceAfter {
@@ -751,7 +880,7 @@ func (a *Account) evolve(payload any, m Metadata) error {
 			return err
 		}
 		a.Balance = bal
-		a.noteRefund(e.Reason, e.Ref, e.Amount)
+		a.noteRefund(e.Reason, e.Ref, e.Amount, m.Subject != "")
 	case *HoldPlaced:
 		if err := a.stated("balance_after", e.BalanceAfter, a.Balance); err != nil {
 			return err
@@ -806,10 +935,30 @@ func (a *Account) stated(field string, stated *int64, fold int64) error {
 	return nil
 }
 
-func (a *Account) noteRefund(reason, originalKey string, amount int64) {
-	if reason == ReasonRefund {
-		a.Refunded[originalKey] += amount
+// noteRefund adds a refund to what was refunded of its original; findable:
+// the refund carries its subject. An original not kept by an aggregate that
+// forgot some stays out of Refunded: what was refunded of it before is not
+// known here, and the store, which holds this refund (a stored event), is read
+// before its next refund is decided (RecallRefunded; the refund the ledger
+// decides itself it recalls first).
+func (a *Account) noteRefund(reason, originalKey string, amount int64, findable bool) {
+	if reason != ReasonRefund {
+		return
 	}
+	r, kept := a.Refunded[originalKey]
+	if !kept {
+		if a.forgotRefunds {
+			return
+		}
+		r.Findable = findable
+		if findable {
+			a.refundOrder.push(originalKey)
+		}
+	}
+	r.Amount += amount
+	r.Findable = r.Findable && findable
+	r.rev = a.Revision + 1 // the event being folded
+	a.Refunded[originalKey] = r
 }
 
 // record adds an event to the key record of the command that wrote it; payload is

@@ -10,7 +10,8 @@ import (
 // BenchmarkAccountHeapPerPart measures the live heap of an account aggregate's
 // parts, as the ledger holds them after folding stored events: the aggregate
 // itself (keeping one key), one key record (with every key kept), one active
-// hold, one closed hold (placed and released). The constants of ApproxBytes come from it. Run:
+// hold, one closed hold (placed and released), one refunded original (a
+// deposit refunded in part). The constants of ApproxBytes come from it. Run:
 //
 //	go test ./domain -run '^$' -bench AccountHeapPerPart -benchtime 1x -count 3
 func BenchmarkAccountHeapPerPart(b *testing.B) {
@@ -20,7 +21,7 @@ func BenchmarkAccountHeapPerPart(b *testing.B) {
 		before := live()
 		accs := make([]*Account, 1000)
 		for i := range accs {
-			accs[i] = build(b, fmt.Sprintf("base-%d", i), at, 1, 0, 0, 0)
+			accs[i] = build(b, fmt.Sprintf("base-%d", i), at, 1, 0, 0, 0, false)
 		}
 		base := float64(live()-before) / float64(len(accs))
 		runtime.KeepAlive(accs)
@@ -29,9 +30,10 @@ func BenchmarkAccountHeapPerPart(b *testing.B) {
 			name                     string
 			keyLimit                 int
 			deposits, holds, release int
-		}{{"key-record", 0, n, 0, 0}, {"active-hold", 1, 0, n, 0}, {"closed-hold", 1, 0, n, n}} {
+			refund                   bool
+		}{{"key-record", 0, n, 0, 0, false}, {"active-hold", 1, 0, n, 0, false}, {"closed-hold", 1, 0, n, n, false}, {"refunded-original", 1, n, 0, 0, true}} {
 			before := live()
-			a := build(b, "a", at, part.keyLimit, part.deposits, part.holds, part.release)
+			a := build(b, "a", at, part.keyLimit, part.deposits, part.holds, part.release, part.refund)
 			b.ReportMetric(float64(live()-before)/n, part.name+"-B")
 			runtime.KeepAlive(a)
 		}
@@ -39,10 +41,11 @@ func BenchmarkAccountHeapPerPart(b *testing.B) {
 	}
 }
 
-// build folds an account with deposits, holds placed and the first release of
-// them released, each command under its own key, through stored copies of the
+// build folds an account with deposits (each refunded in part right after
+// it when refund is set), holds placed and the first release of them
+// released, each command under its own key, through stored copies of the
 // events, into an aggregate keeping keyLimit keys (0: all).
-func build(b *testing.B, id string, at time.Time, keyLimit, deposits, holds, release int) *Account {
+func build(b *testing.B, id string, at time.Time, keyLimit, deposits, holds, release int, refund bool) *Account {
 	a := NewAccount(id)
 	a.KeyLimit = keyLimit
 	seq := 0
@@ -62,6 +65,9 @@ func build(b *testing.B, id string, at time.Time, keyLimit, deposits, holds, rel
 	do(Command{Type: CmdDeposit, Amount: 1 << 40, HasAmount: true, Currency: "EUR"})
 	for range deposits {
 		do(Command{Type: CmdDeposit, Amount: 100, HasAmount: true, Currency: "EUR"})
+		if refund {
+			do(Command{Type: CmdRefund, OriginalKey: fmt.Sprintf("%08x-5e1f-4c3a-9d2b-%012x", seq-1, seq-1), Amount: 1, HasAmount: true})
+		}
 	}
 	for i := range holds {
 		do(Command{Type: CmdPlaceHold, HoldID: fmt.Sprintf("hold-%08d", i), Amount: 100, HasAmount: true, Currency: "EUR"})

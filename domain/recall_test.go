@@ -80,7 +80,7 @@ func TestBoundedKeysRecallFromEvents(t *testing.T) {
 	if len(bounded.Keys) != 3 || bounded.Keys["k13"] == nil || bounded.Keys["k11"] == nil || bounded.Keys["k10"] != nil {
 		t.Fatalf("bounded keys: %v", keysOf(bounded))
 	}
-	if ok, diff := SameState(bounded, full); !ok || bounded.Refunded["k1"] != 40 || bounded.Refunded["k2"] != 30 {
+	if ok, diff := SameState(bounded, full); !ok || bounded.Refunded["k1"].Amount != 40 || bounded.Refunded["k2"].Amount != 30 {
 		t.Fatalf("bounded state differs: %s (refunded %v)", diff, bounded.Refunded)
 	}
 	for key, evs := range byKey {
@@ -139,20 +139,26 @@ func TestRecallRefusesWhatItCannotRebuild(t *testing.T) {
 }
 
 // TestSnapshotRoundTrip: a snapshot taken at any revision, with the events after
-// it folded on top, is the state of the whole fold; a snapshot that was
-// tampered with, of another version or of another stream is refused; SameState
-// sees a changed state.
+// it folded on top, is the state of the whole fold, also of an aggregate that
+// keeps one closed hold and one refunded original (it forgot the others); a
+// snapshot that was tampered with, of another version or of another stream is
+// refused; SameState sees a changed state.
 func TestSnapshotRoundTrip(t *testing.T) {
 	all, _ := sampleStream(t)
 	full := fold(t, NewAccount("a"), all)
-	for i := range all {
-		part := fold(t, NewAccount("a"), all[:i+1])
-		snap := viaSnapshot(t, part)
-		if ok, diff := SameState(snap, part); !ok {
-			t.Fatalf("at %d: decoded snapshot differs: %s", i, diff)
-		}
-		if ok, diff := SameState(fold(t, snap, all[i+1:]), full); !ok {
-			t.Fatalf("from a snapshot at %d: %s", i, diff)
+	for _, limit := range []int{0, 1} {
+		for i := range all {
+			part := NewAccount("a")
+			part.HoldLimit, part.RefundLimit = limit, limit
+			fold(t, part, all[:i+1])
+			snap := viaSnapshot(t, part)
+			if ok, diff := SameState(snap, part); !ok {
+				t.Fatalf("limit %d, at %d: decoded snapshot differs: %s", limit, i, diff)
+			}
+			snap.HoldLimit, snap.RefundLimit = limit, limit
+			if ok, diff := SameState(fold(t, snap, all[i+1:]), full); !ok {
+				t.Fatalf("limit %d: from a snapshot at %d: %s", limit, i, diff)
+			}
 		}
 	}
 	b, err := EncodeSnapshot("account-a", full)
@@ -231,19 +237,7 @@ func TestClosedHoldsAreBounded(t *testing.T) {
 	if _, kept := bounded.Holds["h1"]; kept || !bounded.ForgotHolds() || bounded.Holds["h2"] == nil {
 		t.Fatalf("holds kept %v, forgot %v", bounded.Holds, bounded.ForgotHolds())
 	}
-	if ok, diff := SameState(bounded, full); !ok {
-		t.Fatalf("bounded vs full: %s", diff)
-	}
-	if snap := viaSnapshot(t, bounded); !snap.ForgotHolds() {
-		t.Fatal("a snapshot of the bounded aggregate forgot no holds")
-	} else if ok, diff := SameState(snap, full); !ok {
-		t.Fatalf("snapshot of the bounded aggregate vs full: %s", diff)
-	}
-	lying := fold(t, NewAccount("a"), all)
-	delete(lying.Holds, "h1")
-	if ok, _ := SameState(lying, full); ok {
-		t.Fatal("SameState took an aggregate that lost a hold without saying so")
-	}
+	sameButForgotten(t, bounded, full, all, (*Account).ForgotHolds, func(a *Account) { delete(a.Holds, "h1") })
 
 	// Recall h1 from its events, its placement and its capture.
 	var h1 []StoredEvent
@@ -285,20 +279,12 @@ func TestClosedHoldsAreBounded(t *testing.T) {
 	// until the event that closed it is durable.
 	ahead := NewAccount("a")
 	ahead.HoldLimit = 1
-	for _, ev := range all {
-		payload, err := DecodeEvent(ev.Type, ev.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := EvolveAccountDecided(ahead, ev, payload); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ahead.ForgetClosedHolds(-1)
+	foldAhead(t, ahead, all)
+	ahead.ForgetDurable(-1)
 	if ahead.Holds["h1"] == nil || ahead.Holds["h2"] == nil || ahead.ForgotHolds() {
 		t.Fatalf("forgotten before durable: %v", ahead.Holds)
 	}
-	ahead.ForgetClosedHolds(ahead.Revision)
+	ahead.ForgetDurable(ahead.Revision)
 	if ahead.Holds["h1"] != nil || ahead.Holds["h2"] == nil || !ahead.ForgotHolds() {
 		t.Fatalf("durable: %v", ahead.Holds)
 	}
@@ -306,13 +292,186 @@ func TestClosedHoldsAreBounded(t *testing.T) {
 	// Holds placed without a subject (before events had one) are never forgotten.
 	old := NewAccount("a")
 	old.HoldLimit = 1
-	for _, ev := range all {
-		ev.Metadata.Subject = ""
-		if err := EvolveAccount(old, ev); err != nil {
-			t.Fatal(err)
-		}
-	}
+	foldWithoutSubjects(t, old, all)
 	if old.Holds["h1"] == nil || old.Holds["h2"] == nil || old.ForgotHolds() {
 		t.Fatalf("holds without subjects: %v, forgot %v", old.Holds, old.ForgotHolds())
 	}
+}
+
+// TestRefundedOriginalsAreBounded: an aggregate that keeps one refunded
+// original forgets the older one, says so, and is still the state of the
+// whole fold but for it (SameState; a snapshot of it too); recalled from its
+// refunds' events (found by their subject), the forgotten original refunds
+// only what is left of it. A refund of it folded from the store while it is
+// forgotten leaves it forgotten (the recall then counts it); a recall that
+// meets a refund beyond the aggregate's revision asks to decide again. An
+// entry stays until its last refund is durable; an original refunded without
+// a subject is never forgotten, nor one that a snapshot written before
+// refunds had subjects holds; SameState fails on an aggregate that lost one
+// and does not say so.
+func TestRefundedOriginalsAreBounded(t *testing.T) {
+	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	all, _ := sampleStream(t)
+	full := fold(t, NewAccount("a"), all)
+	bounded := NewAccount("a")
+	bounded.RefundLimit = 1
+	fold(t, bounded, all)
+	if _, kept := bounded.Refunded["k1"]; kept || !bounded.ForgotRefunds() || bounded.Refunded["k2"] != (RefundedSum{Amount: 30, Findable: true, rev: 10}) {
+		t.Fatalf("refunded kept %v, forgot %v", bounded.Refunded, bounded.ForgotRefunds())
+	}
+	sameButForgotten(t, bounded, full, all, (*Account).ForgotRefunds, func(a *Account) { delete(a.Refunded, "k1") })
+	if !viaSnapshot(t, bounded).Refunded["k2"].Findable {
+		t.Fatal("a snapshot lost k2's findability")
+	}
+
+	// A refund of k1 decided elsewhere, folded from the store: k1 stays
+	// forgotten, and a recall that stops short of it is refused.
+	for _, more := range []Command{
+		{Type: CmdDeposit, IdempotencyKey: "m0", AccountID: "a", Amount: 1000, HasAmount: true, Currency: "EUR", At: at},
+		{Type: CmdRefund, IdempotencyKey: "m1", OriginalKey: "k1", Amount: 10, HasAmount: true, At: at},
+	} {
+		d := DecideAccount(full, more)
+		ev := storedOf(t, more, d.Events, 0, uint64(full.Revision+1), "p"+more.IdempotencyKey)
+		if err := EvolveAccount(full, ev); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, ev)
+	}
+	fold(t, bounded, all[len(all)-2:len(all)-1])
+	if err := bounded.RecallRefunded("k1", refundsOf(all, "k1")); !errors.Is(err, ErrRecallUnsettled) || bounded.Refunded["k1"] != (RefundedSum{}) {
+		t.Fatalf("a recall that meets a refund beyond the aggregate: %v", err)
+	}
+	fold(t, bounded, all[len(all)-1:])
+	if _, kept := bounded.Refunded["k1"]; kept {
+		t.Fatalf("a refund of a forgotten original folded: %v", bounded.Refunded["k1"])
+	}
+	refund := Command{Type: CmdRefund, IdempotencyKey: "n1", OriginalKey: "k1", Amount: 51, HasAmount: true, At: at}
+	if d := DecideAccount(bounded, refund); d.Rejection != nil {
+		t.Fatalf("before the recall the aggregate cannot know k1's refunds: %+v", d.Rejection)
+	}
+	if err := bounded.RecallRefunded("k1", refundsOf(all, "k1")); err != nil {
+		t.Fatal(err)
+	}
+	for _, amount := range []int64{51, 50} {
+		refund.Amount = amount
+		got, want := DecideAccount(bounded, refund), DecideAccount(full, refund)
+		if !reflect.DeepEqual(got, want) || (amount == 51) != (got.Rejection != nil && got.Rejection.Code == CodeRefundExceedsOriginal) {
+			t.Fatalf("refund of %d after the recall: %+v, the full aggregate's %+v", amount, got, want)
+		}
+	}
+	if ok, diff := SameState(bounded, full); !ok || bounded.Refunded["k1"].Amount != 50 {
+		t.Fatalf("after the recall: %s", diff)
+	}
+	// An original never refunded is recalled as 0, for the refund decided next.
+	if err := bounded.RecallRefunded("k99", nil); err != nil || bounded.Refunded["k99"] != (RefundedSum{Findable: true}) {
+		t.Fatalf("recall of an original never refunded: %v, %v", err, bounded.Refunded["k99"])
+	}
+	if ok, diff := SameState(bounded, full); !ok {
+		t.Fatalf("with an entry of 0: %s", diff)
+	}
+
+	// Folded ahead of the store (a pipelined decision), an entry stays until
+	// its last refund is durable: k1's at revision 9, k2's at 10.
+	ahead := NewAccount("a")
+	ahead.RefundLimit = 1
+	foldAhead(t, ahead, all[:len(all)-1])
+	for _, durable := range []int64{-1, 8} {
+		ahead.ForgetDurable(durable)
+		if len(ahead.Refunded) != 2 || ahead.ForgotRefunds() {
+			t.Fatalf("durable %d: forgotten before: %v", durable, ahead.Refunded)
+		}
+	}
+	ahead.ForgetDurable(9)
+	if _, kept := ahead.Refunded["k1"]; kept || ahead.Refunded["k2"].Amount != 30 || !ahead.ForgotRefunds() {
+		t.Fatalf("durable: %v", ahead.Refunded)
+	}
+
+	// Refunds written without a subject (before refunds had one) are never
+	// forgotten, nor are the originals of a snapshot taken of them (it lists
+	// none findable, as every snapshot written before did).
+	old := NewAccount("a")
+	old.RefundLimit = 1
+	foldWithoutSubjects(t, old, all)
+	if old.Refunded["k1"] != (RefundedSum{Amount: 50, rev: 15}) || old.Refunded["k2"].Amount != 30 || old.ForgotRefunds() {
+		t.Fatalf("refunds without subjects: %v, forgot %v", old.Refunded, old.ForgotRefunds())
+	}
+	b, err := EncodeSnapshot("account-a", old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "findable_refunds") || strings.Contains(string(b), "forgot_refunds") {
+		t.Fatalf("a snapshot of unfindable refunds: %s", b)
+	}
+	legacy := viaSnapshot(t, old)
+	legacy.RefundLimit = 1
+	legacy.ForgetDurable(legacy.Revision)
+	if len(legacy.Refunded) != 2 || legacy.Refunded["k1"].Findable || legacy.ForgotRefunds() {
+		t.Fatalf("from a snapshot without findable refunds: %v", legacy.Refunded)
+	}
+	// A kept original refunded again without a subject (by an instance that
+	// writes none yet) is kept for good.
+	mixed := fold(t, NewAccount("a"), all[:len(all)-1])
+	mixed.RefundLimit = 1
+	foldWithoutSubjects(t, mixed, all[len(all)-1:])
+	if len(mixed.Refunded) != 2 || mixed.Refunded["k1"].Findable || !mixed.Refunded["k2"].Findable {
+		t.Fatalf("refunded again without a subject: %v", mixed.Refunded)
+	}
+}
+
+// sameButForgotten checks that bounded, which says it forgot (forgot), and
+// its snapshot hold the state of full (the fold of all) but for what they
+// forgot, and that SameState refuses the fold of all that lost a part (lose)
+// without saying so.
+func sameButForgotten(t *testing.T, bounded, full *Account, all []StoredEvent, forgot func(*Account) bool, lose func(*Account)) {
+	t.Helper()
+	if ok, diff := SameState(bounded, full); !ok {
+		t.Fatalf("bounded vs full: %s", diff)
+	}
+	if snap := viaSnapshot(t, bounded); !forgot(snap) {
+		t.Fatal("a snapshot of the bounded aggregate says it forgot nothing")
+	} else if ok, diff := SameState(snap, full); !ok {
+		t.Fatalf("snapshot of the bounded aggregate vs full: %s", diff)
+	}
+	lying := fold(t, NewAccount("a"), all)
+	lose(lying)
+	if ok, _ := SameState(lying, full); ok {
+		t.Fatal("SameState took an aggregate that lost a part without saying so")
+	}
+}
+
+// foldAhead folds evs as the ledger folds the decisions it writes, ahead of
+// the store (EvolveAccountDecided: nothing is forgotten).
+func foldAhead(t *testing.T, a *Account, evs []StoredEvent) {
+	t.Helper()
+	for _, ev := range evs {
+		payload, err := DecodeEvent(ev.Type, ev.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := EvolveAccountDecided(a, ev, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// foldWithoutSubjects folds evs as written before events had subjects.
+func foldWithoutSubjects(t *testing.T, a *Account, evs []StoredEvent) {
+	t.Helper()
+	for _, ev := range evs {
+		ev.Metadata.Subject = ""
+		if err := EvolveAccount(a, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// refundsOf is the refunds of an original among evs, found by their subject.
+func refundsOf(evs []StoredEvent, originalKey string) []StoredEvent {
+	var out []StoredEvent
+	for _, ev := range evs {
+		if ev.Metadata.Subject == RefundSubject(originalKey) {
+			out = append(out, ev)
+		}
+	}
+	return out
 }

@@ -20,7 +20,9 @@ import (
 // SnapshotVersion is the layout of a snapshot's state. A snapshot of any other
 // version is ignored (and replaced by the next one taken).
 // Version 2: holds say whether they are findable, and an aggregate that forgot
-// closed holds says so.
+// closed holds says so. Since, within version 2: the findable refunded
+// originals are listed, and an aggregate that forgot some says so (a snapshot
+// written before lists none: every original it holds is kept for good).
 const SnapshotVersion = 2
 
 // snapshot is a snapshot as stored: its state's exact bytes and their hash.
@@ -48,6 +50,11 @@ type snapshotState struct {
 	Refunded       map[string]int64  `json:"refunded"`
 	// ForgotHolds: closed holds are missing (found by their subject).
 	ForgotHolds bool `json:"forgot_holds,omitempty"`
+	// FindableRefunds lists the originals of Refunded that are findable
+	// (RefundedSum.Findable), in order; ForgotRefunds: refunded originals are
+	// missing (found by their refunds' subject).
+	FindableRefunds []string `json:"findable_refunds,omitempty"`
+	ForgotRefunds   bool     `json:"forgot_refunds,omitempty"`
 }
 
 type snapshotHold struct {
@@ -75,7 +82,8 @@ func EncodeSnapshot(stream string, a *Account) ([]byte, error) {
 
 func (a *Account) snapshotState() snapshotState {
 	st := snapshotState{ID: a.ID, Opened: a.Opened, Closed: a.Closed, Currency: a.Currency, OverdraftLimit: a.OverdraftLimit,
-		Metadata: a.Metadata, Balance: a.Balance, Held: a.Held, Holds: make([]snapshotHold, 0, len(a.Holds)), Refunded: a.Refunded, ForgotHolds: a.forgotHolds}
+		Metadata: a.Metadata, Balance: a.Balance, Held: a.Held, Holds: make([]snapshotHold, 0, len(a.Holds)), Refunded: make(map[string]int64, len(a.Refunded)),
+		ForgotHolds: a.forgotHolds, ForgotRefunds: a.forgotRefunds}
 	for _, h := range a.Holds {
 		sh := snapshotHold{ID: h.ID, Amount: h.Amount, Status: h.Status, Key: h.Key, Findable: h.Findable}
 		if !h.ExpiresAt.IsZero() {
@@ -85,6 +93,16 @@ func (a *Account) snapshotState() snapshotState {
 		st.Holds = append(st.Holds, sh)
 	}
 	slices.SortFunc(st.Holds, func(x, y snapshotHold) int { return strings.Compare(x.ID, y.ID) })
+	for k, r := range a.Refunded {
+		if r.Amount == 0 {
+			continue // recalled for a refund that was refused: as good as forgotten
+		}
+		st.Refunded[k] = r.Amount
+		if r.Findable {
+			st.FindableRefunds = append(st.FindableRefunds, k)
+		}
+	}
+	slices.Sort(st.FindableRefunds)
 	return st
 }
 
@@ -127,8 +145,18 @@ func DecodeSnapshot(stream string, b []byte) (*Account, error) {
 			a.closedOrder.push(h.ID) // in ID order: the order they closed in is not kept
 		}
 	}
+	a.forgotRefunds = st.ForgotRefunds
 	for k, v := range st.Refunded {
-		a.Refunded[k] = v
+		a.Refunded[k] = RefundedSum{Amount: v}
+	}
+	for _, k := range st.FindableRefunds { // in key order: the order they were kept in is not kept
+		r, ok := a.Refunded[k]
+		if !ok || r.Findable {
+			return nil, fmt.Errorf("domain: snapshot of %s@%d: findable refund of %q not refunded, or listed twice", stream, s.Revision, k)
+		}
+		r.Findable = true
+		a.Refunded[k] = r
+		a.refundOrder.push(k)
 	}
 	return a, nil
 }
@@ -141,8 +169,25 @@ func SameState(x, y *Account) (bool, string) {
 		return false, fmt.Sprintf("revision %d chain %s, the stream's %d chain %s", x.Revision, x.LastChain, y.Revision, y.LastChain)
 	}
 	xs, ys := x.snapshotState(), y.snapshotState()
-	// x may have forgotten closed holds that y keeps (one is bounded, the
-	// other not), if it says so: compare what x keeps.
+	// x may have forgotten closed holds and refunded originals that y keeps
+	// (one is bounded, the other not), if it says so: compare what x keeps.
+	if diff := keepHoldsOf(x, &xs, &ys); diff != "" {
+		return false, diff
+	}
+	if diff := keepRefundsOf(y, &xs, &ys); diff != "" {
+		return false, diff
+	}
+	bx, err1 := json.Marshal(xs)
+	by, err2 := json.Marshal(ys)
+	if err1 != nil || err2 != nil || !bytes.Equal(bx, by) {
+		return false, fmt.Sprintf("state %s, the stream's %s", bx, by)
+	}
+	return true, ""
+}
+
+// keepHoldsOf leaves in ys the holds x keeps, and those it cannot forget (the
+// active and the unfindable); "" unless x forgot some and does not say so.
+func keepHoldsOf(x *Account, xs, ys *snapshotState) string {
 	kept := ys.Holds[:0:0]
 	for _, h := range ys.Holds {
 		if _, in := x.Holds[h.ID]; in || h.Status == HoldStatusActive || !h.Findable {
@@ -150,13 +195,30 @@ func SameState(x, y *Account) (bool, string) {
 		}
 	}
 	if len(kept) < len(ys.Holds) && !xs.ForgotHolds {
-		return false, fmt.Sprintf("%d closed holds missing from an aggregate that says it forgot none", len(ys.Holds)-len(kept))
+		return fmt.Sprintf("%d closed holds missing from an aggregate that says it forgot none", len(ys.Holds)-len(kept))
 	}
 	ys.Holds, ys.ForgotHolds = kept, xs.ForgotHolds
-	bx, err1 := json.Marshal(xs)
-	by, err2 := json.Marshal(ys)
-	if err1 != nil || err2 != nil || !bytes.Equal(bx, by) {
-		return false, fmt.Sprintf("state %s, the stream's %s", bx, by)
+	return ""
+}
+
+// keepRefundsOf is keepHoldsOf for the refunded originals of y's state ys
+// (the unfindable are never forgotten).
+func keepRefundsOf(y *Account, xs, ys *snapshotState) string {
+	kept := make(map[string]int64, len(xs.Refunded))
+	for k, v := range ys.Refunded {
+		if _, in := xs.Refunded[k]; in || !y.Refunded[k].Findable {
+			kept[k] = v
+		}
 	}
-	return true, ""
+	if len(kept) < len(ys.Refunded) && !xs.ForgotRefunds {
+		return fmt.Sprintf("%d refunded originals missing from an aggregate that says it forgot none", len(ys.Refunded)-len(kept))
+	}
+	findable := ys.FindableRefunds[:0:0]
+	for _, k := range ys.FindableRefunds {
+		if _, in := kept[k]; in {
+			findable = append(findable, k)
+		}
+	}
+	ys.Refunded, ys.FindableRefunds, ys.ForgotRefunds = kept, findable, xs.ForgotRefunds
+	return ""
 }

@@ -30,6 +30,7 @@ const (
 	flagCacheMemory     = "cache-memory-mib"
 	flagRecentKeys      = "recent-keys"
 	flagRecentHolds     = "recent-holds"
+	flagRecentRefunds   = "recent-refunds"
 	flagSnapshotEvery   = "snapshot-every"
 	flagCommandQuery    = "serve-command-query"
 	flagJetStream       = "jetstream"
@@ -55,6 +56,7 @@ func serviceFlags() []cli.Flag {
 		&cli.IntFlag{Name: flagCacheMemory, Category: cat, Value: 512, Usage: "estimated heap (MiB) the cached account aggregates may hold; 0: bounded by --cache-size only", Sources: cli.EnvVars("LEDGER_CACHE_MEMORY_MIB")},
 		&cli.IntFlag{Name: flagRecentKeys, Category: cat, Value: 1024, Usage: "key records each cached account keeps; older keys are answered from the event store (PostgreSQL); 0 keeps every key", Sources: cli.EnvVars("LEDGER_RECENT_KEYS")},
 		&cli.IntFlag{Name: flagRecentHolds, Category: cat, Value: 1024, Usage: "closed holds each cached account keeps (active holds are always kept); older ones are found by their events' subject in the event store (PostgreSQL); 0 keeps every hold", Sources: cli.EnvVars("LEDGER_RECENT_HOLDS")},
+		&cli.IntFlag{Name: flagRecentRefunds, Category: cat, Value: 1024, Usage: "refunded originals each cached account keeps the refunded sum of; an older one's is summed from its refunds' subject in the event store (PostgreSQL); 0 keeps every one", Sources: cli.EnvVars("LEDGER_RECENT_REFUNDS")},
 		&cli.IntFlag{Name: flagSnapshotEvery, Category: cat, Value: 1000, Usage: "events between snapshots of an account (PostgreSQL); 0 takes none", Sources: cli.EnvVars("LEDGER_SNAPSHOT_EVERY")},
 		&cli.BoolFlag{Name: flagCommandQuery, Category: cat, Value: true, Usage: "answer ledger.v1.query.command from the event store", Sources: cli.EnvVars("LEDGER_SERVE_COMMAND_QUERY")},
 		&cli.BoolFlag{Name: flagJetStream, Category: cat, Value: true, Usage: "declare LEDGER_COMMANDS and consume it durably", Sources: cli.EnvVars("LEDGER_JETSTREAM")},
@@ -75,7 +77,7 @@ func serviceOptions(cmd *cli.Command, log *slog.Logger) (node.Options, error) {
 	if err != nil {
 		return node.Options{}, fmt.Errorf("--%s: %w", flagBackOff, err)
 	}
-	for _, f := range []string{flagCacheMemory, flagRecentKeys, flagRecentHolds, flagSnapshotEvery} {
+	for _, f := range []string{flagCacheMemory, flagRecentKeys, flagRecentHolds, flagRecentRefunds, flagSnapshotEvery} {
 		if cmd.Int(f) < 0 {
 			return node.Options{}, fmt.Errorf("--%s: %d is negative (0 means none)", f, cmd.Int(f))
 		}
@@ -97,6 +99,7 @@ func serviceOptions(cmd *cli.Command, log *slog.Logger) (node.Options, error) {
 			CacheBytes:    zeroMeansNone(int64(cmd.Int(flagCacheMemory))) << 20,
 			RecentKeys:    int(zeroMeansNone(int64(cmd.Int(flagRecentKeys)))),
 			RecentHolds:   int(zeroMeansNone(int64(cmd.Int(flagRecentHolds)))),
+			RecentRefunds: int(zeroMeansNone(int64(cmd.Int(flagRecentRefunds)))),
 			SnapshotEvery: int(zeroMeansNone(int64(cmd.Int(flagSnapshotEvery)))),
 		},
 		Intake: natsapi.Options{

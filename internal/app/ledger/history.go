@@ -14,9 +14,11 @@ import (
 
 // Long histories (ARCHITECTURE: hot accounts and long histories). An account's
 // history costs no memory: its aggregate keeps the state, its active holds, its
-// most recently closed holds (Options.RecentHolds; an older one is found by its
-// events' subject on a store that reads them, eventstore.SubjectReader:
-// recallHold) and the records of its most recent keys (Options.RecentKeys); the record of an
+// most recently closed holds (Options.RecentHolds) and the refunded sums of its
+// most recently refunded originals (Options.RecentRefunds; an older hold or
+// original is found by its events' subject on a store that reads them,
+// eventstore.SubjectReader: recallForgotten) and the records of its most
+// recent keys (Options.RecentKeys); the record of an
 // older key is rebuilt from the key's own events, found by their derived IDs, on
 // a store that locates events (eventstore.EventLocator). A cold load reads the
 // account's latest snapshot and the events after it (eventstore.SnapshotStore),
@@ -42,6 +44,9 @@ var (
 	holdsRecalled = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ledger_holds_recalled_total", Help: "Closed holds an aggregate had forgotten, rebuilt from the hold's events (found by their subject).",
 	})
+	refundsRecalled = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ledger_refunds_recalled_total", Help: "Refunded sums of originals an aggregate had forgotten, summed from the refunds' events (found by their subject).",
+	})
 	cachedBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "ledger_account_cache_bytes", Help: "Estimated heap held by the cached account aggregates.",
 	})
@@ -55,13 +60,17 @@ var (
 const readTimeout = 30 * time.Second
 
 func init() {
-	prometheus.MustRegister(snapshotsTaken, snapshotsIgnored, keysRecalled, holdsRecalled, cachedBytes, lookupBatch)
+	prometheus.MustRegister(snapshotsTaken, snapshotsIgnored, keysRecalled, holdsRecalled, refundsRecalled, cachedBytes, lookupBatch)
 }
 
 // newAccount is an empty aggregate bounded as this service bounds them.
 func (s *Service) newAccount(id string) *domain.Account {
-	acc := domain.NewAccount(id)
-	acc.KeyLimit, acc.PinUnclaimedSteps, acc.HoldLimit = s.keyLimit, s.claimRecall, s.holdLimit
+	return s.bound(domain.NewAccount(id))
+}
+
+// bound sets an aggregate's limits as this service bounds them.
+func (s *Service) bound(acc *domain.Account) *domain.Account {
+	acc.KeyLimit, acc.PinUnclaimedSteps, acc.HoldLimit, acc.RefundLimit = s.keyLimit, s.claimRecall, s.holdLimit, s.refundLimit
 	return acc
 }
 
@@ -84,7 +93,7 @@ func (s *Service) coldAccount(ctx context.Context, stream, id string) (*domain.A
 		s.log.Warn("account snapshot ignored: folding the stream from its start", "stream", stream, "revision", snap.Revision, "err", err)
 		return s.newAccount(id), nil
 	}
-	acc.KeyLimit, acc.PinUnclaimedSteps, acc.HoldLimit, acc.SnapshotRevision = s.keyLimit, s.claimRecall, s.holdLimit, acc.Revision
+	s.bound(acc).SnapshotRevision = acc.Revision
 	return acc, nil
 }
 
@@ -199,12 +208,32 @@ func (s *Service) keyRecord(ctx context.Context, stream string, acc *domain.Acco
 	return rec, err
 }
 
+// recallForgotten puts back into an account's aggregate what a command reads
+// of it that the aggregate may have forgotten: the record of a refund's
+// original (keyRecord), what was refunded of it (recallRefunded), the hold it
+// names (recallHold). domain.ErrRecallUnsettled asks to decide again once
+// the stream has settled. The caller holds the stream's lock.
+func (s *Service) recallForgotten(ctx context.Context, stream string, acc *domain.Account, cmd domain.Command) error {
+	if cmd.Type == domain.CmdRefund {
+		orig, err := s.keyRecord(ctx, stream, acc, cmd.OriginalKey)
+		if err != nil {
+			return err
+		}
+		if orig != nil { // else original_not_found
+			if err := s.recallRefunded(ctx, stream, acc, cmd.OriginalKey); err != nil {
+				return err
+			}
+		}
+	}
+	return s.recallHold(ctx, stream, acc, cmd.HoldID)
+}
+
 // recallHold puts back into an aggregate that forgot closed holds the hold a
 // command names, when it is not there: its events, found by their subject in
 // one read, say what became of it (domain.RecallHold). Nothing to do for a
 // command that names no hold, an aggregate that forgot none, or a store that
 // reads no subjects (its aggregates keep every hold). A hold is forgotten only
-// once its closure is durable (Account.ForgetClosedHolds), so the store shows
+// once its closure is durable (Account.ForgetDurable), so the store shows
 // what became of it; ErrHoldInFlight, should it show the hold active while the
 // aggregate closed it, asks to decide again once the stream has settled. The
 // caller holds the stream's lock.
@@ -212,23 +241,61 @@ func (s *Service) recallHold(ctx context.Context, stream string, acc *domain.Acc
 	if holdID == "" || s.subjects == nil || !acc.ForgotHolds() || acc.Holds[holdID] != nil {
 		return nil
 	}
-	evs, err := s.subjects.ReadStreamSubject(ctx, stream, domain.HoldSubject(holdID), 0)
+	evs, err := s.readSubject(ctx, stream, domain.HoldSubject(holdID))
 	if err != nil {
 		return err
 	}
-	stored := make([]domain.StoredEvent, len(evs))
-	for i, re := range evs {
-		if stored[i], err = toStored(re); err != nil {
-			return err
-		}
-	}
-	if err := acc.RecallHold(stored); err != nil {
+	if err := acc.RecallHold(evs); err != nil {
 		return err
 	}
 	if acc.Holds[holdID] != nil {
 		holdsRecalled.Inc()
 	}
 	return nil
+}
+
+// recallRefunded puts back into an aggregate that forgot refunded originals
+// what was refunded of the original a refund names, when it is not there: the
+// sum of its refunds, found by their subject in one read
+// (domain.RecallRefunded; 0 for an original never refunded). Nothing to do
+// for an aggregate that forgot none, or a store that reads no subjects (its
+// aggregates keep every original). An original is forgotten only once its
+// last refund is durable, and one not kept is refunded only after this
+// recall, so the store holds every refund of it the aggregate folded;
+// ErrRecallUnsettled, should it hold one the aggregate has not folded
+// (another instance's), asks to decide again on the store's head. The caller
+// holds the stream's lock.
+func (s *Service) recallRefunded(ctx context.Context, stream string, acc *domain.Account, originalKey string) error {
+	if _, kept := acc.Refunded[originalKey]; kept || s.subjects == nil || !acc.ForgotRefunds() {
+		return nil
+	}
+	evs, err := s.readSubject(ctx, stream, domain.RefundSubject(originalKey))
+	if err != nil {
+		return err
+	}
+	if err := acc.RecallRefunded(originalKey, evs); err != nil {
+		return err
+	}
+	if len(evs) > 0 {
+		refundsRecalled.Inc()
+	}
+	return nil
+}
+
+// readSubject is a stream's events of one subject, in revision order: one
+// indexed read (eventstore.SubjectReader).
+func (s *Service) readSubject(ctx context.Context, stream, subject string) ([]domain.StoredEvent, error) {
+	evs, err := s.subjects.ReadStreamSubject(ctx, stream, subject, 0)
+	if err != nil {
+		return nil, err
+	}
+	stored := make([]domain.StoredEvent, len(evs))
+	for i, re := range evs {
+		if stored[i], err = toStored(re); err != nil {
+			return nil, err
+		}
+	}
+	return stored, nil
 }
 
 // firstEventOf finds the first event key wrote to stream: by its derived ID on

@@ -282,16 +282,7 @@ func TestForgottenClosedHoldsAnswerAsKept(t *testing.T) {
 		name := strings.ReplaceAll(t.Name(), "/", "-")
 		script := func(svc *Service, acc string) []Reply {
 			var out []Reply
-			send := func(typ, body string) {
-				r := post(t, svc, typ, strings.ReplaceAll(strings.ReplaceAll(body, "ACC", acc), "'", `"`))
-				r.Position, r.Events = "", nil // other accounts: other IDs and positions
-				r.Message = strings.ReplaceAll(r.Message, acc, "ACC")
-				r.IdempotencyKey = strings.ReplaceAll(r.IdempotencyKey, acc, "ACC")
-				if r.Account != nil {
-					r.Account.AccountID = strings.ReplaceAll(r.Account.AccountID, acc, "ACC")
-				}
-				out = append(out, r)
-			}
+			send := func(typ, body string) { out = append(out, postAs(t, svc, acc, typ, body)) }
 			expires := clk.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 			send("open_account", `{'idempotency_key':'ACC-o','account_id':'ACC','currency':'EUR'}`)
 			send("deposit", `{'idempotency_key':'ACC-d','account_id':'ACC','amount':1000,'currency':'EUR'}`)
@@ -311,11 +302,7 @@ func TestForgottenClosedHoldsAnswerAsKept(t *testing.T) {
 			return out
 		}
 		want, got := script(full, "fh-"+name), script(bounded, "bh-"+name)
-		for i := range want {
-			if !reflect.DeepEqual(got[i], want[i]) {
-				t.Fatalf("command %d:\n bounded %+v\n full    %+v", i, got[i], want[i])
-			}
-		}
+		sameReplies(t, got, want)
 		codes := map[domain.Code]int{}
 		for _, r := range got {
 			codes[r.Code]++
@@ -344,6 +331,143 @@ func TestForgottenClosedHoldsAnswerAsKept(t *testing.T) {
 		}
 		if a.ForgotHolds() != subjects || (subjects && len(a.Holds) > 1) || (!subjects && len(a.Holds) != 4) {
 			t.Fatalf("store reads subjects: %v; the aggregate keeps %d holds, forgot: %v", subjects, len(a.Holds), a.ForgotHolds())
+		}
+	})
+}
+
+// postAs posts body with ACC standing for the account acc and ' for ", and
+// returns the reply with acc written ACC again, without what differs from
+// account to account (event IDs, positions): replies on two accounts compare.
+func postAs(t *testing.T, svc *Service, acc, typ, body string) Reply {
+	t.Helper()
+	r := post(t, svc, typ, strings.ReplaceAll(strings.ReplaceAll(body, "ACC", acc), "'", `"`))
+	r.Position, r.Events = "", nil
+	r.Message = strings.ReplaceAll(r.Message, acc, "ACC")
+	r.IdempotencyKey = strings.ReplaceAll(r.IdempotencyKey, acc, "ACC")
+	if r.Account != nil {
+		r.Account.AccountID = strings.ReplaceAll(r.Account.AccountID, acc, "ACC")
+	}
+	return r
+}
+
+// sameReplies fails t at the first reply of a bounded aggregate that is not
+// the one an aggregate that keeps everything gave.
+func sameReplies(t *testing.T, bounded, full []Reply) {
+	t.Helper()
+	if len(bounded) != len(full) {
+		t.Fatalf("%d replies, %d of the full aggregate", len(bounded), len(full))
+	}
+	for i := range full {
+		if !reflect.DeepEqual(bounded[i], full[i]) {
+			t.Fatalf("command %d:\n bounded %+v\n full    %+v", i, bounded[i], full[i])
+		}
+	}
+}
+
+// TestForgottenRefundsAnswerAsKept: an aggregate that keeps the refunded sums
+// of two originals (RecentRefunds 2) answers every refund of an original it
+// forgot as one that keeps them all (RecentRefunds -1): refunds in part, one
+// beyond the rest (refund_exceeds_original), the exact rest, one more once
+// nothing is left, resends of old refunds (duplicates), a first refund of an
+// original while others are forgotten; warm, and cold from a snapshot in new
+// instances. The refunds go round three originals, so that each was
+// forgotten since its last. On the stores that read events by subject (the
+// others keep every refunded original).
+func TestForgottenRefundsAnswerAsKept(t *testing.T) {
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
+		if _, ok := st.(eventstore.SubjectReader); !ok {
+			t.Skip("a store that reads no subjects keeps every refunded original")
+		}
+		clk := devtest.NewClock()
+		opts := Options{Clock: clk.Now, RecentRefunds: 2, SnapshotEvery: 5}
+		fullOpts := opts
+		fullOpts.RecentRefunds = -1
+		name := strings.ReplaceAll(t.Name(), "/", "-")
+		bacc, facc := "br-"+name, "fr-"+name
+		run := func(svc *Service, acc string, script func(send func(typ, body string))) []Reply {
+			var out []Reply
+			script(func(typ, body string) { out = append(out, postAs(t, svc, acc, typ, body)) })
+			return out
+		}
+		refund := func(send func(typ, body string), key, orig, amount string) {
+			if amount != "" {
+				amount = ",'amount':" + amount
+			}
+			send("refund", fmt.Sprintf(`{'idempotency_key':'ACC-%s','original_key':'ACC-%s'%s}`, key, orig, amount))
+		}
+		warm := func(send func(typ, body string)) {
+			send("open_account", `{'idempotency_key':'ACC-o','account_id':'ACC','currency':'EUR'}`)
+			for i := range 7 {
+				send("deposit", fmt.Sprintf(`{'idempotency_key':'ACC-d%d','account_id':'ACC','amount':100,'currency':'EUR'}`, i))
+			}
+			send("withdraw", `{'idempotency_key':'ACC-w','account_id':'ACC','amount':50,'currency':'EUR'}`)
+			for i := range 6 {
+				refund(send, fmt.Sprintf("r%d", i), fmt.Sprintf("d%d", i), "10")
+			}
+			refund(send, "rw", "w", "20")
+			for _, round := range [][3]string{{"30", "30", "10"}, {"61", "61", "21"}, {"", "60", ""}, {"1", "", "1"}} {
+				for i, orig := range []string{"d0", "d1", "w"} {
+					refund(send, "a"+round[0]+orig+round[i], orig, round[i])
+				}
+			}
+			refund(send, "r0", "d0", "10") // resends
+			refund(send, "a30d030", "d0", "30")
+			refund(send, "a61d161", "d1", "61") // a recorded refusal
+			refund(send, "n6", "d6", "")        // a first refund, others forgotten
+			refund(send, "a91d2", "d2", "91")
+			refund(send, "n6again", "d6", "1")
+		}
+		bounded, full := New(st, opts), New(st, fullOpts)
+		recalled := counterValue(t, refundsRecalled)
+		got := run(bounded, bacc, warm)
+		recalled = counterValue(t, refundsRecalled) - recalled
+		want := run(full, facc, warm)
+		bounded.Close()
+		full.Close()
+		sameReplies(t, got, want)
+		if recalled != 13 {
+			t.Fatalf("%v refunded originals recalled, want 13: each of the four rounds', and d2's", recalled)
+		}
+		codes, dups := map[domain.Code]int{}, 0
+		for _, r := range got {
+			codes[r.Code]++
+			if r.Duplicate {
+				dups++
+			}
+		}
+		if codes[domain.CodeRefundExceedsOriginal] != 9 || codes[domain.CodeOK] != len(got)-9 || dups != 3 {
+			t.Fatalf("codes %v, %d duplicates", codes, dups)
+		}
+
+		// New instances, cold from a snapshot, answer as the warm ones.
+		cold := func(send func(typ, body string)) {
+			refund(send, "c1", "d3", "91")
+			refund(send, "c2", "d3", "90")
+			refund(send, "c3", "d4", "")
+			refund(send, "c4", "d5", "1")
+			refund(send, "c5", "d3", "1")
+			refund(send, "ad160", "d1", "60") // a resend
+		}
+		bounded, full = New(st, opts), New(st, fullOpts)
+		defer bounded.Close()
+		defer full.Close()
+		recalled = counterValue(t, refundsRecalled)
+		got, want = run(bounded, bacc, cold), run(full, facc, cold)
+		// d3 twice, d4, d5, and d1 for the resend: a cold aggregate holds no
+		// keys, so it is decided before the store refuses its events.
+		if n := counterValue(t, refundsRecalled) - recalled; n != 5 {
+			t.Fatalf("cold: %v refunded originals recalled, want 5", n)
+		}
+		sameReplies(t, got, want)
+		if got[0].Code != domain.CodeRefundExceedsOriginal || got[4].Code != domain.CodeRefundExceedsOriginal || !got[5].Duplicate || got[1].Code != domain.CodeOK {
+			t.Fatalf("cold: %+v", got)
+		}
+		a, err := bounded.loadAccount(context.Background(), domain.AccountStream(bacc), bacc, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !a.ForgotRefunds() || len(a.Refunded) > 2 || a.SnapshotRevision < 0 {
+			t.Fatalf("the bounded aggregate keeps %v, forgot: %v, snapshot at %d", a.Refunded, a.ForgotRefunds(), a.SnapshotRevision)
 		}
 	})
 }

@@ -44,6 +44,11 @@ type Options struct {
 	// its events' subject): default 1,024; negative keeps every hold. Active
 	// holds are always kept. A store that reads no subjects keeps every hold.
 	RecentHolds int
+	// RecentRefunds bounds the refunded originals each cached account keeps
+	// the refunded sum of, on a store that reads events by subject (the sum of
+	// one not kept is found from its refunds' subject): default 1,024;
+	// negative keeps every one. A store that reads no subjects keeps them all.
+	RecentRefunds int
 	// SnapshotEvery is the number of events between snapshots of an account, on
 	// a store that keeps snapshots (default 1,000; negative: none are taken;
 	// existing ones are still read).
@@ -82,13 +87,15 @@ type Service struct {
 	lookups     *keyLookups
 	snaps       eventstore.SnapshotStore
 	keyLimit    int
-	// subjects is the store's, when it reads events by subject; holdLimit is
-	// Account.HoldLimit for new aggregates (history.go).
-	subjects  eventstore.SubjectReader
-	holdLimit int
-	oldKeys   sync.Map // streams where resends of forgotten keys arrive: string -> time.Time
-	snapSlots chan struct{}
-	snapWG    sync.WaitGroup
+	// subjects is the store's, when it reads events by subject; holdLimit and
+	// refundLimit are Account.HoldLimit and RefundLimit for new aggregates
+	// (history.go).
+	subjects    eventstore.SubjectReader
+	holdLimit   int
+	refundLimit int
+	oldKeys     sync.Map // streams where resends of forgotten keys arrive: string -> time.Time
+	snapSlots   chan struct{}
+	snapWG      sync.WaitGroup
 	// failpoint, when set (by tests only), is called between the steps of a saga
 	// with the step's name; an error aborts the handler there, as a crash would.
 	failpoint func(step string) error
@@ -114,6 +121,9 @@ func New(store Store, opts Options) *Service {
 	if opts.RecentHolds == 0 {
 		opts.RecentHolds = 1024
 	}
+	if opts.RecentRefunds == 0 {
+		opts.RecentRefunds = 1024
+	}
 	if opts.SnapshotEvery == 0 {
 		opts.SnapshotEvery = 1000
 	}
@@ -133,7 +143,7 @@ func New(store Store, opts Options) *Service {
 		s.snaps = ss
 	}
 	if sr, ok := store.(eventstore.SubjectReader); ok {
-		s.subjects, s.holdLimit = sr, max(opts.RecentHolds, 0)
+		s.subjects, s.holdLimit, s.refundLimit = sr, max(opts.RecentHolds, 0), max(opts.RecentRefunds, 0)
 	}
 	if m, ok := store.(eventstore.MultiAppender); ok {
 		s.multi = m
@@ -275,13 +285,8 @@ func (s *Service) decideOnAccountOnce(ctx context.Context, l *heldLocks, cmd dom
 	if rec, dup, r, err := s.answerKnownKey(ctx, stream, acc, cmd, req, *recall || (s.claimRecall && acc.Forgot())); err != nil || rec != nil || r != nil {
 		return rec, dup, r, false, err
 	}
-	if cmd.Type == domain.CmdRefund { // its original may be a key the aggregate forgot
-		if _, err := s.keyRecord(ctx, stream, acc, cmd.OriginalKey); err != nil {
-			return nil, false, nil, false, err
-		}
-	}
-	switch err := s.recallHold(ctx, stream, acc, cmd.HoldID); {
-	case errors.Is(err, domain.ErrHoldInFlight):
+	switch err := s.recallForgotten(ctx, stream, acc, cmd); {
+	case errors.Is(err, domain.ErrRecallUnsettled):
 		*refresh = true
 		return nil, false, nil, true, s.settleBeforeDecidingAgain(ctx, l, stream)
 	case err != nil:
@@ -393,11 +398,11 @@ func (s *Service) afterRefusedAppend(stream string, cmd domain.Command, acc *dom
 }
 
 // tookCommand accounts for an aggregate that took a command, durable up to
-// revision durable: the closed holds it may forget now, its size in the cache,
+// revision durable: the closed holds and refunded originals it may forget now, its size in the cache,
 // and a snapshot when one is due and nothing is in flight on it (so that it is
 // durable). The caller holds the stream's lock.
 func (s *Service) tookCommand(stream string, acc *domain.Account, durable int64) {
-	acc.ForgetClosedHolds(durable)
+	acc.ForgetDurable(durable)
 	if cached, ok := s.accounts.c.Peek(stream); !ok || cached != acc {
 		return
 	}

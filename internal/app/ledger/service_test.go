@@ -281,11 +281,12 @@ func TestPropertyRandomCommands(t *testing.T) {
 }
 
 // TestPropertyRandomCommandsForgetful is the same with aggregates that keep 3
-// keys, a cache of 2 accounts and a snapshot every 7 events: nearly every
+// keys, one closed hold and one refunded original, a cache of 2 accounts and
+// a snapshot every 7 events: nearly every
 // resend is of a key the aggregate forgot, and nearly every load is cold, from a
 // snapshot (on the stores that locate events and keep snapshots).
 func TestPropertyRandomCommandsForgetful(t *testing.T) {
-	propertyRandomCommands(t, Options{Clock: clock, RecentKeys: 3, RecentHolds: 1, CacheSize: 2, SnapshotEvery: 7})
+	propertyRandomCommands(t, Options{Clock: clock, RecentKeys: 3, RecentHolds: 1, RecentRefunds: 1, CacheSize: 2, SnapshotEvery: 7})
 }
 
 func propertyRandomCommands(t *testing.T, opts Options) {
