@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -232,6 +233,28 @@ type Transfer struct {
 // NewTransfer is the state of a transfer stream that has no events.
 func NewTransfer(id string) *Transfer {
 	return &Transfer{ID: id, Revision: -1, Refunds: map[string]*Saga{}}
+}
+
+// Clone is a copy of t that evolves apart from it: its sagas are copies too
+// (their requests and metadata are shared, and never written).
+func (t *Transfer) Clone() *Transfer {
+	c := *t
+	c.Saga = t.Saga.clone()
+	c.Refunds = make(map[string]*Saga, len(t.Refunds))
+	for k, s := range t.Refunds {
+		c.Refunds[k] = s.clone()
+	}
+	c.RefundOrder = slices.Clone(t.RefundOrder)
+	return &c
+}
+
+func (s *Saga) clone() *Saga {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.Events = slices.Clone(s.Events)
+	return &c
 }
 
 // Key is the transfer's client key ("" before TransferRequested).
@@ -576,11 +599,11 @@ func SagaReplyEvents(saga, debit, credit, compensate []EventRef) []EventRef {
 	return out
 }
 
-// AtomicTransfer is a transfer's saga decided at once over both accounts (a
-// store that appends to several streams in one write): the step commands and
-// their decisions (Credit is empty when the debit is refused) and the marker
-// that decides the saga, exactly as the saga would write them on its way to
-// the same outcome.
+// AtomicTransfer is a saga of a transfer stream (the transfer's, or a refund's)
+// decided at once over both its accounts (a store that appends to several
+// streams in one write): the step commands and their decisions (Credit is
+// empty when the debit is refused) and the marker that decides the saga,
+// exactly as the saga would write them on its way to the same outcome.
 type AtomicTransfer struct {
 	DebitCmd, CreditCmd Command
 	Debit, Credit       Decision
@@ -588,24 +611,25 @@ type AtomicTransfer struct {
 	Marker              []NewEvent
 }
 
-// DecideTransferAtomically decides saga s of t (just requested) on the source
-// and destination accounts at time at: the debit, then the credit on what the
-// debit leaves; a credit the destination refuses refuses the debit (recorded on
-// the source, with the destination's code), so nothing leaves the source.
-// Neither account is changed.
-func DecideTransferAtomically(t *Transfer, s *Saga, src, dst *Account, at time.Time) (AtomicTransfer, error) {
+// DecideTransferAtomically decides saga s of t (just requested) on the account
+// it debits (out, s.Out: a transfer's source, a refund's the transfer's
+// destination) and the one it credits (in, s.In) at time at: the debit, then
+// the credit on what the debit leaves; a credit that in refuses refuses the
+// debit (recorded on out, with in's code), so nothing leaves out. Neither
+// account is changed.
+func DecideTransferAtomically(t *Transfer, s *Saga, out, in *Account, at time.Time) (AtomicTransfer, error) {
 	d := AtomicTransfer{DebitCmd: t.StepCommand(s, StepDebit, at), CreditCmd: t.StepCommand(s, StepCredit, at)}
-	d.Debit = DecideAccount(src, d.DebitCmd)
+	d.Debit = DecideAccount(out, d.DebitCmd)
 	step, outcome := StepDebit, StepOutcome{}
 	switch {
 	case len(d.Debit.Events) == 0:
-		return AtomicTransfer{}, fmt.Errorf("domain: debit of %s refused without a record: %s", src.ID, d.Debit.Rejection.Code)
+		return AtomicTransfer{}, fmt.Errorf("domain: debit of %s refused without a record: %s", out.ID, d.Debit.Rejection.Code)
 	case d.Debit.Rejection != nil:
 		outcome = StepOutcome{Code: d.Debit.Rejection.Code, Message: d.Debit.Rejection.Message}
 	default:
-		d.Credit = DecideAccount(dst, d.CreditCmd)
+		d.Credit = DecideAccount(in, d.CreditCmd)
 		if r := d.Credit.Rejection; r != nil {
-			d.Debit, d.Credit = RefuseStep(src, d.DebitCmd, r.Code, r.Message), Decision{}
+			d.Debit, d.Credit = RefuseStep(out, d.DebitCmd, r.Code, r.Message), Decision{}
 			outcome = StepOutcome{Code: r.Code, Message: r.Message}
 		} else {
 			step, outcome = StepCredit, StepOutcome{Applied: true}

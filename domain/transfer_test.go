@@ -303,3 +303,55 @@ func TestTransferEventsDecode(t *testing.T) {
 		t.Fatalf("%d transfer event types registered", len(transferEventDecoders))
 	}
 }
+
+// A refund decided at once: its debit on the transfer's destination, its
+// credit on the transfer's source; a source that refuses the credit refuses the
+// debit, recorded on the destination with the source's code, and the marker
+// rejects the refund (its reservation released). Decided on a clone, the
+// transfer itself is untouched.
+func TestDecideRefundAtomically(t *testing.T) {
+	s := completed(t)
+	bob := given(t, "bob")
+	bob.ok(open("bob", 0))
+	bob.ok(deposit("bob", 100))
+	alice := given(t, "alice")
+	alice.ok(open("alice", 0))
+
+	for _, c := range []struct {
+		name       string
+		closed     bool
+		marker     string
+		debit      string
+		code       Code
+		refundable int64
+	}{
+		{"completed", false, EvRefundCompleted, EvDebited, CodeOK, 40},
+		{"source closed", true, EvRefundRejected, EvCommandRejected, CodeAccountClosed, 100},
+	} {
+		if c.closed {
+			alice.ok(Command{Type: CmdCloseAccount, AccountID: "alice"})
+		}
+		scratch := s.tr.Clone()
+		req := DecideTransferRefund(scratch, refundCmd("R", "K", 60))
+		w := &tstream{t: t, tr: scratch, rev: s.rev}
+		w.must("R", CmdRefund, req.Events...)
+		sg := scratch.Refunds["R"]
+		if _, ok := s.tr.Refunds["R"]; ok || s.tr.Revision != int64(s.rev)-1 || s.tr.Reserved != 0 {
+			t.Fatalf("%s: the clone's request reached the transfer: %+v", c.name, s.tr)
+		}
+		d, err := DecideTransferAtomically(scratch, sg, bob.acc, alice.acc, tAt)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if d.DebitCmd.AccountID != "bob" || d.CreditCmd.AccountID != "alice" || d.DebitCmd.Reason != ReasonRefundOut || d.CreditCmd.Reason != ReasonRefundIn {
+			t.Fatalf("%s: steps %+v %+v", c.name, d.DebitCmd, d.CreditCmd)
+		}
+		if d.Debit.Events[0].Type != c.debit || (len(d.Credit.Events) > 0) == c.closed || d.MarkerKey != StepKey("R", map[bool]string{false: StepComplete, true: StepReject}[c.closed]) {
+			t.Fatalf("%s: debit %+v credit %+v marker %q", c.name, d.Debit, d.Credit, d.MarkerKey)
+		}
+		w.must(d.MarkerKey, CmdRefund, d.Marker...)
+		if d.Marker[0].Type != c.marker || sg.Code != c.code || scratch.Refundable() != c.refundable {
+			t.Fatalf("%s: marker %s, saga %+v, refundable %d", c.name, d.Marker[0].Type, sg, scratch.Refundable())
+		}
+	}
+}

@@ -118,17 +118,17 @@ func (w *Workload) defaults() {
 }
 
 // workloadRun is the state of one Run: what was sent, the keys decided, the
-// deposits one may refund and the holds one may capture or release.
+// originals one may refund and the holds one may capture or release.
 type workloadRun struct {
-	e        *Env
-	w        Workload
-	ctx      context.Context
-	rng      *rand.Rand
-	keys     []string
-	history  []sentCommand
-	deposits []string
-	holds    map[string][]string // account -> active hold ids
-	n        int                 // commands posted
+	e          *Env
+	w          Workload
+	ctx        context.Context
+	rng        *rand.Rand
+	keys       []string
+	history    []sentCommand
+	refundable []string            // keys of applied deposits, transfers and transactions
+	holds      map[string][]string // account -> active hold ids
+	n          int                 // commands posted
 }
 
 // sentCommand is a command as posted, to send again.
@@ -179,7 +179,7 @@ func (r *workloadRun) postRandom() {
 	case k < 30:
 		rep := r.post("deposit", map[string]any{"account_id": a, "amount": amount, "currency": "EUR"})
 		if rep.Status == domain.StatusApplied {
-			r.deposits = append(r.deposits, rep.IdempotencyKey)
+			r.refundable = append(r.refundable, rep.IdempotencyKey)
 		}
 	case k < 45:
 		r.post("withdraw", map[string]any{"account_id": a, "amount": amount, "currency": "EUR"})
@@ -192,12 +192,15 @@ func (r *workloadRun) postRandom() {
 	case k < 73:
 		r.releaseNewestHold(a)
 	case k < 80:
-		r.refundDeposit()
+		r.refund()
 	case k < 87:
 		r.postTransaction()
 	case k < 97:
 		b := r.randomAcct()
-		r.post("transfer", map[string]any{"transfer_id": fmt.Sprintf("%s-t%d", r.w.Prefix, r.n+1), "from": a, "to": b, "amount": amount, "currency": "EUR"})
+		rep := r.post("transfer", map[string]any{"transfer_id": fmt.Sprintf("%s-t%d", r.w.Prefix, r.n+1), "from": a, "to": b, "amount": amount, "currency": "EUR"})
+		if rep.Status == domain.StatusApplied {
+			r.refundable = append(r.refundable, rep.IdempotencyKey) // refunded in one append where the store can, a saga elsewhere
+		}
 	default:
 		r.post("close_account", map[string]any{"account_id": a})
 	}
@@ -240,12 +243,12 @@ func (r *workloadRun) releaseNewestHold(a string) {
 	r.post("release_hold", map[string]any{"account_id": a, "hold_id": id})
 }
 
-// refundDeposit refunds an applied deposit or transaction, sometimes in part.
-func (r *workloadRun) refundDeposit() {
-	if len(r.deposits) == 0 {
+// refund refunds an applied deposit, transfer or transaction, sometimes in part.
+func (r *workloadRun) refund() {
+	if len(r.refundable) == 0 {
 		return
 	}
-	body := map[string]any{"original_key": r.deposits[r.rng.IntN(len(r.deposits))]}
+	body := map[string]any{"original_key": r.refundable[r.rng.IntN(len(r.refundable))]}
 	if r.rng.IntN(2) == 0 {
 		body["amount"] = 1 + r.rng.IntN(50)
 	}
@@ -270,7 +273,7 @@ func (r *workloadRun) postTransaction() {
 	}
 	rep := r.post("post_transaction", map[string]any{"transaction_id": fmt.Sprintf("%s-x%d", r.w.Prefix, r.n+1), "postings": postings})
 	if rep.Status == domain.StatusApplied {
-		r.deposits = append(r.deposits, rep.IdempotencyKey) // refundable too (a transaction, in full)
+		r.refundable = append(r.refundable, rep.IdempotencyKey) // in full
 	}
 }
 

@@ -307,8 +307,8 @@ func runPipelinedProperty(t *testing.T, st ProcessStore, multi eventstore.MultiA
 	}
 	// Every key that got no definite reply is decided by a resend now (or is
 	// refused without a record for good: a refund beyond its original, a
-	// capture of a hold never placed). A refund of a transfer left half-way
-	// takes several appends to finish, each of which may fail: up to 10 tries.
+	// capture of a hold never placed). The store fails some appends: up to 10
+	// tries.
 	for _, key := range p.history {
 		if _, ok := p.definite[key]; !ok {
 			c := p.requests[key]
@@ -344,52 +344,26 @@ func runPipelinedProperty(t *testing.T, st ProcessStore, multi eventstore.MultiA
 	}
 
 	// The same keys one at a time, in the store's order of the decisions,
-	// through a fresh ledger. A refund of a transfer (a saga) is replayed a
-	// unit at a time: crashed after the next step it has not passed yet, and
-	// resent for its next unit; its reply is that of its last.
+	// through a fresh ledger.
 	order := decisionOrder(t, st, p.requests)
 	one := New(memory.New(), Options{Clock: clk.Now, Logger: quietLog, DisableGroupCommit: true})
 	defer one.Close()
-	var stepping string                    // the saga being stopped after its next unit
-	passed := map[string]map[string]bool{} // by saga: the steps it was stopped after
-	one.failpoint = func(step string) error {
-		if stepping == "" || passed[stepping][step] {
-			return nil
-		}
-		passed[stepping][step] = true
-		return errCrash
-	}
-	replayed := 0
-	for _, u := range order {
-		c := p.requests[u.key]
-		stepping = ""
-		if !u.last {
-			stepping = u.key
-			if passed[u.key] == nil {
-				passed[u.key] = map[string]bool{}
-			}
-		}
+	for _, key := range order {
+		c := p.requests[key]
 		r := send(one, c.typ, c.kv...)
-		if !u.last {
-			if r.Status != domain.StatusError {
-				t.Fatalf("%s %s: unit %d of a saga replayed and not stopped: %+v", c.typ, u.key, u.index, r)
-			}
-			continue
-		}
-		want, ok := p.definite[u.key]
+		want, ok := p.definite[key]
 		if !ok {
-			t.Fatalf("key %q is in the store but never answered definitely", u.key)
+			t.Fatalf("key %q is in the store but never answered definitely", key)
 		}
 		r.Position, want.Position = "", ""
 		if !sameReply(r, want) {
-			t.Fatalf("%s %s one at a time:\n got %+v %+v %+v\nwant %+v %+v %+v", c.typ, u.key, r, r.Account, r.Accounts, want, want.Account, want.Accounts)
+			t.Fatalf("%s %s one at a time:\n got %+v %+v %+v\nwant %+v %+v %+v", c.typ, key, r, r.Account, r.Accounts, want, want.Account, want.Accounts)
 		}
-		replayed++
 	}
-	if replayed != len(p.definite) {
-		t.Fatalf("%d keys decided in the store, %d answered definitely", replayed, len(p.definite))
+	if len(order) != len(p.definite) {
+		t.Fatalf("%d keys decided in the store, %d answered definitely", len(order), len(p.definite))
 	}
-	t.Logf("replayed %d keys one at a time (%d units) in the store's order", replayed, len(order))
+	t.Logf("replayed %d keys one at a time in the store's order", len(order))
 }
 
 // logOutcomes logs what the run decided, by command and outcome, and fails a
@@ -423,30 +397,19 @@ func (p *pipeProp) logOutcomes(fs *faultyStore) {
 	}
 }
 
-// orderUnit is one decision, or one step of a saga, of a client key, in
-// decisionOrder. last marks the key's last unit: its reply is compared.
-type orderUnit struct {
-	key   string
-	index int
-	last  bool
-}
-
-// decisionOrder lists the decisions in the store (the client keys, and the
-// steps of the refunds of transfers, which are sagas) in an order that a
-// ledger deciding one command at a time can follow.
+// decisionOrder lists the decisions in the store (the client keys) in an order
+// that a ledger deciding one command at a time can follow.
 //
 // Each client key owns the events written under it and under the keys derived
-// from it (a transaction's legs, a transfer's steps and marker, a capture's
-// credit: their origin is the client key). Its events are one unit, written by
-// one append, but for a refund of a transfer: a saga, each of whose appends
-// (its request, each account step, each marker) is a unit, one stream each.
-// Within one stream the units follow each other as the stream's revisions do,
-// a saga's units follow each other, and the refunds of a transaction (each a
-// transaction stream of its own) follow their slots. A transaction refused with
-// a record writes no account: it read each account at the revision its
-// TransactionRejected names, so it follows the unit of that revision and
-// precedes the unit of the next. The order is these constraints, ties broken by
-// the position of each unit's first event in "all".
+// from it (a transaction's legs, a transfer's or a refund's steps and marker, a
+// capture's credit: their origin is the client key), all written by one append
+// on these stores. Within one stream the decisions follow each other as the
+// stream's revisions do, and the refunds of a transaction (each a transaction
+// stream of its own) follow their slots. A transaction refused with a record
+// writes no account: it read each account at the revision its
+// TransactionRejected names, so it follows the decision of that revision and
+// precedes the decision of the next. The order is these constraints, ties
+// broken by the position of each decision's first event in "all".
 //
 // What replaying in that order proves: every decision is the one a ledger
 // deciding alone, one command at a time, takes on the same history of every
@@ -460,24 +423,18 @@ type orderUnit struct {
 // What it cannot prove: that the ledger is linearizable (a refusal that writes
 // no account is ordered by what it read, and may come before commands that
 // ended before it was sent; the replay cannot tell, nor can the store);
-// anything about a read that writes nothing and is not recorded: a transfer's
-// or a capture's destination (its currency, whether it is closed) is read and
-// not written when the command is refused, and is not ordered against it
-// (this test closes no account and changes no currency, so such a read depends
-// on nothing that changes). A refund of a transfer is replayed step by step
-// (the replay ledger crashes it after each unit and resends it), so its
-// interleavings with other commands are reproduced, not judged: a command
-// that saw its money in flight is fine by the saga's contract.
-func decisionOrder(t *testing.T, st eventstore.AllReader, client map[string]propSent) []orderUnit {
+// anything about a read that writes nothing and is not recorded: the account
+// a transfer, a refund of one or a capture credits (its currency, whether it
+// is closed) is read and not written when the command is refused, and is not
+// ordered against it (this test closes no account and changes no currency, so
+// such a read depends on nothing that changes).
+func decisionOrder(t *testing.T, st eventstore.AllReader, client map[string]propSent) []string {
 	t.Helper()
-	nodes := map[unitKey]*orderNode{}
-	units := map[string]int{}         // owner -> its units so far
-	lastStream := map[string]string{} // owner -> the stream of its last event
-	saga := map[string]bool{}         // owners that are sagas
-	owners := map[string][]unitKey{}  // stream -> the unit of each revision
-	slots := map[string]map[int]unitKey{}
+	nodes := map[string]*orderNode{}
+	owners := map[string][]string{} // stream -> the decision of each revision
+	slots := map[string]map[int]string{}
 	type refusal struct {
-		unit  unitKey
+		key   string
 		views []domain.AccountView
 	}
 	var refusals []refusal
@@ -496,18 +453,10 @@ func decisionOrder(t *testing.T, st eventstore.AllReader, client map[string]prop
 		if _, ok := client[owner]; !ok {
 			t.Fatalf("%s@%d: key %q (origin %q) was never sent", e.Stream, e.Revision, ev.Metadata.Key, ev.Metadata.Origin)
 		}
-		if e.Type == domain.EvTransferRefundRequested && ev.Metadata.Key == owner {
-			saga[owner] = true
+		if nodes[owner] == nil {
+			nodes[owner] = &orderNode{home: i, succ: map[string]bool{}}
 		}
-		if _, seen := lastStream[owner]; !seen || (saga[owner] && lastStream[owner] != e.Stream) {
-			units[owner]++
-		}
-		lastStream[owner] = e.Stream
-		u := unitKey{owner, units[owner] - 1}
-		if nodes[u] == nil {
-			nodes[u] = &orderNode{home: i, succ: map[unitKey]bool{}}
-		}
-		owners[e.Stream] = append(owners[e.Stream], u)
+		owners[e.Stream] = append(owners[e.Stream], owner)
 		if !domain.IsTransactionStream(e.Stream) {
 			continue
 		}
@@ -519,31 +468,26 @@ func decisionOrder(t *testing.T, st eventstore.AllReader, client map[string]prop
 			id = id[:j]
 		}
 		if slots[id] == nil {
-			slots[id] = map[int]unitKey{}
+			slots[id] = map[int]string{}
 		}
-		slots[id][n] = u
+		slots[id][n] = owner
 		if payload, err := domain.DecodeEvent(ev.Type, ev.Data); err != nil {
 			t.Fatal(err)
 		} else if r, ok := payload.(*domain.TransactionRejected); ok {
-			refusals = append(refusals, refusal{u, r.Accounts})
+			refusals = append(refusals, refusal{owner, r.Accounts})
 		}
 	}
-	why := map[[2]unitKey]string{}
-	edge := func(a, b unitKey, reason string) {
+	why := map[[2]string]string{}
+	edge := func(a, b, reason string) {
 		if a != b && !nodes[a].succ[b] {
 			nodes[a].succ[b] = true
 			nodes[b].preds++
-			why[[2]unitKey{a, b}] = reason
+			why[[2]string{a, b}] = reason
 		}
 	}
 	for stream, seq := range owners {
 		for i := 1; i < len(seq); i++ {
 			edge(seq[i-1], seq[i], fmt.Sprintf("%s@%d", stream, i))
-		}
-	}
-	for owner, n := range units {
-		for i := 1; i < n; i++ {
-			edge(unitKey{owner, i - 1}, unitKey{owner, i}, "saga")
 		}
 	}
 	for id, s := range slots {
@@ -556,16 +500,15 @@ func decisionOrder(t *testing.T, st eventstore.AllReader, client map[string]prop
 		for _, v := range r.views {
 			seq := owners[domain.AccountStream(v.AccountID)]
 			if v.Revision >= uint64(len(seq)) {
-				t.Fatalf("%s refused on %s at revision %d, beyond its stream", r.unit.key, v.AccountID, v.Revision)
+				t.Fatalf("%s refused on %s at revision %d, beyond its stream", r.key, v.AccountID, v.Revision)
 			}
-			edge(seq[v.Revision], r.unit, fmt.Sprintf("refusal saw %s@%d", v.AccountID, v.Revision))
+			edge(seq[v.Revision], r.key, fmt.Sprintf("refusal saw %s@%d", v.AccountID, v.Revision))
 			if v.Revision+1 < uint64(len(seq)) {
-				edge(r.unit, seq[v.Revision+1], fmt.Sprintf("refusal before %s@%d", v.AccountID, v.Revision+1))
+				edge(r.key, seq[v.Revision+1], fmt.Sprintf("refusal before %s@%d", v.AccountID, v.Revision+1))
 			}
 		}
 	}
-	var ready []unitKey
-	var order []orderUnit
+	var ready, order []string
 	for k, n := range nodes {
 		if n.preds == 0 {
 			ready = append(ready, k)
@@ -580,7 +523,7 @@ func decisionOrder(t *testing.T, st eventstore.AllReader, client map[string]prop
 		}
 		k := ready[i]
 		ready = slices.Delete(ready, i, i+1)
-		order = append(order, orderUnit{k.key, k.index, k.index == units[k.key]-1})
+		order = append(order, k)
 		for s := range nodes[k].succ {
 			if nodes[s].preds--; nodes[s].preds == 0 {
 				ready = append(ready, s)
@@ -588,8 +531,8 @@ func decisionOrder(t *testing.T, st eventstore.AllReader, client map[string]prop
 		}
 	}
 	if len(order) != len(nodes) {
-		left := map[unitKey]bool{}
-		preds := map[unitKey]unitKey{}
+		left := map[string]bool{}
+		preds := map[string]string{}
 		for a, n := range nodes {
 			for b := range n.succ {
 				if nodes[a].preds > 0 && nodes[b].preds > 0 {
@@ -600,12 +543,12 @@ func decisionOrder(t *testing.T, st eventstore.AllReader, client map[string]prop
 				left[a] = true
 			}
 		}
-		// Walk back along predecessors not placed: every unit not placed has one.
-		var k unitKey
+		// Walk back along predecessors not placed: every decision not placed has one.
+		var k string
 		for k = range left {
 			break
 		}
-		seen := map[unitKey]bool{}
+		seen := map[string]bool{}
 		for !seen[k] {
 			seen[k] = true
 			k = preds[k]
@@ -613,29 +556,23 @@ func decisionOrder(t *testing.T, st eventstore.AllReader, client map[string]prop
 		var cycle []string
 		for start := k; ; {
 			p := preds[k]
-			cycle = append(cycle, fmt.Sprintf("%s %s#%d -[%s]->", client[p.key].typ, p.key, p.index, why[[2]unitKey{p, k}]))
+			cycle = append(cycle, fmt.Sprintf("%s %s -[%s]->", client[p].typ, p, why[[2]string{p, k}]))
 			if k = p; k == start {
 				break
 			}
 		}
 		slices.Reverse(cycle)
-		t.Fatalf("the decisions have no serial order (a decision took a state that no order of whole decisions gives): %d units wait on a cycle: %s (back to the first)",
+		t.Fatalf("the decisions have no serial order (a decision took a state that no order of whole decisions gives): %d decisions wait on a cycle: %s (back to the first)",
 			len(nodes)-len(order), strings.Join(cycle, " "))
 	}
 	return order
 }
 
-// unitKey names the index-th unit of a client key.
-type unitKey struct {
-	key   string
-	index int
-}
-
-// orderNode is a unit in decisionOrder: the position of its first event, the
-// units that must follow it, and how many of those that must precede it are
-// not placed yet.
+// orderNode is a decision in decisionOrder: the position of its first event,
+// the decisions that must follow it, and how many of those that must precede
+// it are not placed yet.
 type orderNode struct {
 	home  int
-	succ  map[unitKey]bool
+	succ  map[string]bool
 	preds int
 }

@@ -1,9 +1,12 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,13 +129,18 @@ func TestRefundsOfTransfers(t *testing.T) {
 		must(t, s, "deposit", "idempotency_key", "bob-earns", "account_id", "bob", "amount", 50, "currency", "EUR")
 		must(t, s, "refund", refundBody("rs-2", "t-spent", 50)...)
 
-		// The source closed meanwhile: the refund's credit is refused, the
-		// destination compensated, the refund failed and its reservation released.
+		// The source closed meanwhile: the refund's credit is refused and its
+		// reservation released (TestRefundIntoClosedSource): as a saga, the
+		// destination debited, compensated and the refund failed; decided at once,
+		// the debit refused with the source's code.
 		openFunded(t, s, "carol", "EUR", 40)
 		must(t, s, "transfer", transferBody("t-closed", "closed", "carol", "bob", 40)...)
 		must(t, s, "close_account", "idempotency_key", "close-carol", "account_id", "carol")
 		r = send(s, "refund", refundBody("rc-1", "t-closed", 0)...)
 		want = []string{"transfer-closed:TransferRefundRequested", "bob:Debited", "carol:CommandRejected", "transfer-closed:RefundCreditRefused", "bob:Credited", "transfer-closed:RefundFailed"}
+		if devtest.MultiAppends(st) {
+			want = []string{"transfer-closed:TransferRefundRequested", "bob:CommandRejected", "transfer-closed:RefundRejected"}
+		}
 		if r.Status != domain.StatusRejected || r.Code != domain.CodeAccountClosed || r.Transfer.Status != "completed" || !reflect.DeepEqual(eventTypes(r), want) {
 			t.Fatalf("refused credit: %v %+v", eventTypes(r), r)
 		}
@@ -153,6 +161,150 @@ func TestRefundsOfTransfers(t *testing.T) {
 			t.Fatalf("part: reserved %d refunds %v", tr.Reserved, tr.RefundOrder)
 		}
 	})
+}
+
+// A refund of a transfer whose source closed after it: the source refuses the
+// refund's credit. Where the store appends to several streams at once, the
+// refund is one decision over both accounts: rejected with the source's code,
+// nothing debited from the destination, nothing credited back. Elsewhere the
+// saga debits the destination, credits it back and fails. Either way the
+// destination is whole and the reservation released.
+func TestRefundIntoClosedSource(t *testing.T) {
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
+		s := newSagaService(st, clk)
+		transferred(t, s)
+		must(t, s, "close_account", "idempotency_key", "close-alice", "account_id", "alice")
+		before := len(devtest.StreamEvents(t, st, "account-bob"))
+		r := send(s, "refund", refundBody("r-1", "t-1", 0)...)
+		stage, bobWrote := domain.SagaFailed, []string{domain.EvDebited, domain.EvCredited} // debited, credited back
+		if devtest.MultiAppends(st) {
+			stage, bobWrote = domain.SagaRejected, []string{domain.EvCommandRejected} // the debit refused
+		}
+		if r.Status != domain.StatusRejected || r.Code != domain.CodeAccountClosed || r.Account.AccountID != "bob" || r.Account.Balance != 100 {
+			t.Fatalf("refund: %+v %+v", r, r.Account)
+		}
+		var wrote []string
+		for _, e := range devtest.StreamEvents(t, st, "account-bob")[before:] {
+			wrote = append(wrote, e.Type)
+		}
+		if !reflect.DeepEqual(wrote, bobWrote) {
+			t.Fatalf("the destination's stream got %v, want %v", wrote, bobWrote)
+		}
+		if again := send(newSagaService(st, clk), "refund", refundBody("r-1", "t-1", 0)...); !again.Duplicate || !sameReply(again, r) {
+			t.Fatalf("again: %+v", again)
+		}
+		a := audit(t, st, true)
+		if tr := a.transfers["t1"]; tr.Refunds["r-1"].Stage != stage || tr.Refundable() != 100 || a.balance("bob") != 100 || a.balance("alice") != 0 {
+			t.Fatalf("refund %s, refundable %d, bob %d alice %d", tr.Refunds["r-1"].Stage, tr.Refundable(), a.balance("bob"), a.balance("alice"))
+		}
+	})
+}
+
+// A partial and then a full refund of one transfer where the store appends to
+// several streams at once: each is one append (the claim, the request, both
+// steps and the marker), so no saga step runs (the failpoints after each would
+// crash it); a refund beyond what is left is refused; a duplicate answers the
+// original reply byte for byte.
+func TestRefundsOfTransferAtOnce(t *testing.T) {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
+		cs := &countingStore{Store: st, multi: st.(eventstore.MultiAppender)}
+		s := newSagaService(cs, clk)
+		transferred(t, s)
+		s.failpoint = func(step string) error { return fmt.Errorf("%w at %s", errCrash, step) }
+		want := []string{"transfer-t1:TransferRefundRequested", "bob:Debited", "alice:Credited", "transfer-t1:RefundCompleted"}
+		for _, c := range []struct {
+			key        string
+			amount     int64
+			bob, alice int64
+		}{{"r-part", 30, 70, 30}, {"r-rest", 0, 0, 100}} {
+			txs := cs.txs.Load()
+			r := must(t, s, "refund", refundBody(c.key, "t-1", c.amount)...)
+			if n := cs.txs.Load() - txs; n != 1 || !reflect.DeepEqual(eventTypes(r), want) || r.Account.Balance != c.bob {
+				t.Fatalf("%s: %d appends, events %v, %+v", c.key, n, eventTypes(r), r.Account)
+			}
+			dup := send(newSagaService(st, clk), "refund", refundBody(c.key, "t-1", c.amount)...)
+			if !dup.Duplicate {
+				t.Fatalf("%s again: %+v", c.key, dup)
+			}
+			dup.Duplicate = false
+			if got, want := jsonOf(t, dup), jsonOf(t, r); !bytes.Equal(got, want) {
+				t.Fatalf("%s again:\n got %s\nwant %s", c.key, got, want)
+			}
+			if a := audit(t, st, true); a.balance("bob") != c.bob || a.balance("alice") != c.alice {
+				t.Fatalf("%s: bob %d alice %d", c.key, a.balance("bob"), a.balance("alice"))
+			}
+		}
+		s.failpoint = nil // a refusal with the request is one append anyway, through the saga's path
+		r := send(s, "refund", refundBody("r-over", "t-1", 1)...)
+		if r.Code != domain.CodeRefundExceedsOriginal || !reflect.DeepEqual(eventTypes(r), []string{"transfer-t1:RefundRejected"}) {
+			t.Fatalf("beyond the original: %v %+v", eventTypes(r), r)
+		}
+		if a := audit(t, st, true); a.transfers["t1"].Reserved != 100 {
+			t.Fatalf("refunded %d", a.transfers["t1"].Reserved)
+		}
+	})
+}
+
+// One refund sent 20 times at once to two instances: one refund, one debit
+// of the destination and one credit of the source, every reply the same.
+func TestSameRefundTwentyTimesTwoInstances(t *testing.T) {
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
+		svcs := []*Service{newSagaService(st, clk), newSagaService(st, clk)}
+		transferred(t, svcs[0])
+		replies := make([]Reply, 20)
+		var wg sync.WaitGroup
+		for i := range replies {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				replies[i] = send(svcs[i%2], "refund", refundBody("r-1", "t-1", 40)...)
+			}()
+		}
+		wg.Wait()
+		fresh := 0
+		for i, r := range replies {
+			if r.Status != domain.StatusApplied || !sameReply(r, replies[0]) {
+				t.Fatalf("reply %d: %+v\nfirst %+v", i, r, replies[0])
+			}
+			if !r.Duplicate {
+				fresh++
+			}
+		}
+		if fresh != 1 && devtest.MultiAppends(st) {
+			t.Fatalf("%d replies not duplicates", fresh)
+		}
+		if n := countType(devtest.StreamEvents(t, st, "account-bob"), domain.EvDebited); n != 1 {
+			t.Fatalf("%d debits of bob", n)
+		}
+		if n := countType(devtest.StreamEvents(t, st, "account-alice"), domain.EvCredited); n != 2 { // funded, refunded
+			t.Fatalf("%d credits of alice", n)
+		}
+		if a := audit(t, st, true); a.balance("alice") != 40 || a.balance("bob") != 60 {
+			t.Fatalf("alice %d bob %d", a.balance("alice"), a.balance("bob"))
+		}
+	})
+}
+
+// transferred opens alice with 100 and bob with nothing, and transfers the 100
+// from alice to bob through s (transfer t1, key t-1).
+func transferred(t *testing.T, s *Service) {
+	t.Helper()
+	openFunded(t, s, "alice", "EUR", 100)
+	openFunded(t, s, "bob", "EUR", 0)
+	must(t, s, "transfer", transferBody("t-1", "t1", "alice", "bob", 100)...)
+}
+
+// jsonOf is a reply as the wire carries it.
+func jsonOf(t *testing.T, r Reply) []byte {
+	t.Helper()
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // A crash at every step of a refund's saga, then the process finishes it; and a

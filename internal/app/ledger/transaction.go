@@ -389,44 +389,85 @@ func (s *Service) appendCaptureTo(ctx context.Context, l *heldLocks, cmd domain.
 	return nil
 }
 
-// transferAtomically decides a new transfer on a store with atomic multi-stream
-// appends (PROTOCOL.md v1.1 §2.1): both accounts' steps are decided on their
-// durable states and written with the request, its claim and the saga's
-// marker in one append, so that the transfer is completed or rejected, never
-// debited and credited back. It writes exactly the events the saga writes on
-// its way to the same decision (a credit the destination would refuse is
-// recorded as the debit's refusal, with the destination's code), so that
-// every reader of transfer streams (replay, audit, read models, the transfer
-// process) meets nothing new. The caller holds the transfer stream's lock; done
-// is false when another instance wrote meanwhile (decide again).
-func (s *Service) transferAtomically(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, t *domain.Transfer, requested []domain.NewEvent) (r Reply, done bool, err error) {
-	from, to := domain.AccountStream(cmd.From), domain.AccountStream(cmd.To)
-	accounts := []string{from, to}
+// transferAtomically decides a saga of a transfer stream (a new transfer, or a
+// refund of a completed one) on a store with atomic multi-stream appends
+// (PROTOCOL.md v1.1 §2.1): requested opens it; both its accounts' steps (the
+// saga's: a refund debits the transfer's destination and credits its source)
+// are decided on their durable states and written with the request, its claim
+// and the saga's marker in one append, so that it is completed or rejected,
+// never debited and credited back. It writes exactly the events the saga
+// writes on its way to the same decision (a credit the account credited would
+// refuse is recorded as the debit's refusal, with that account's code), so
+// that every reader of transfer streams (replay, audit, read models, the
+// transfer process) meets nothing new. The caller holds the transfer stream's
+// lock; next is again when another instance wrote meanwhile (decide again).
+func (s *Service) transferAtomically(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, t *domain.Transfer, requested []domain.NewEvent) (Reply, transferNext, error) {
+	rq, err := s.openSagaRequest(cmd, req, stream, t, requested)
+	if err != nil {
+		return Reply{}, answered, err
+	}
+	accounts := []string{domain.AccountStream(rq.sg.Out), domain.AccountStream(rq.sg.In)}
 	slices.Sort(accounts)
 	l := &heldLocks{s: s, streams: accounts}
 	if err := l.lock(ctx); err != nil {
-		return Reply{}, true, err
+		return Reply{}, answered, err
 	}
-	written, r, err := s.decideTransferAtomically(ctx, cmd, req, stream, t, requested)
+	written, r, err := s.decideTransferAtomically(ctx, cmd, req, rq)
 	l.unlock()
 	switch {
 	case err != nil:
-		return Reply{}, true, err
+		return Reply{}, answered, err
+	case !written && r.Status == "":
+		return Reply{}, again, nil
 	case !written:
-		return r, r.Status != "", nil // no answer: decide again
+		return r, answered, nil
 	}
 	// The reply reads the steps' records from the accounts, as a saga's does,
 	// with the accounts' locks released (the transfer stream's lock first).
 	r, err = s.sagaReply(ctx, t, cmd.IdempotencyKey, false)
-	return r, true, err
+	return r, answered, err
+}
+
+// sagaRequest is the request of a saga decided at once, encoded at the head
+// of its transfer stream, and the saga it opens.
+type sagaRequest struct {
+	stream  string
+	t       *domain.Transfer // the cached transfer it was decided on
+	scratch *domain.Transfer // a copy of t with the request folded in
+	sg      *domain.Saga     // the saga the request opens, in scratch
+	events  []domain.NewEvent
+	data    []eventstore.EventData
+	metas   []domain.Metadata
+}
+
+// openSagaRequest encodes the request events of cmd at the head of t and folds
+// them into a copy of t: the saga as the request opens it.
+func (s *Service) openSagaRequest(cmd domain.Command, req domain.Canonical, stream string, t *domain.Transfer, requested []domain.NewEvent) (*sagaRequest, error) {
+	first := uint64(t.Revision + 1)
+	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, first, t.LastChain, requested)
+	if err != nil {
+		return nil, err
+	}
+	rq := &sagaRequest{stream: stream, t: t, scratch: t.Clone(), events: requested, data: data, metas: metas}
+	for _, ev := range writtenFrom(stream, eventstore.AppendResult{FirstRevision: first}, data, metas, requested).events {
+		if err := domain.EvolveTransfer(rq.scratch, ev); err != nil {
+			return nil, err
+		}
+	}
+	sg, ok := rq.scratch.SagaOf(cmd.IdempotencyKey)
+	if !ok {
+		return nil, fmt.Errorf("ledger: %s: the request opened no saga", stream)
+	}
+	rq.sg = sg
+	return rq, nil
 }
 
 // decideTransferAtomically is transferAtomically under the accounts' locks:
 // wrote reports an append; otherwise r is the answer (a refusal not recorded,
 // a conflict) or empty (decide again).
-func (s *Service) decideTransferAtomically(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, t *domain.Transfer, requested []domain.NewEvent) (wrote bool, r Reply, err error) {
+func (s *Service) decideTransferAtomically(ctx context.Context, cmd domain.Command, req domain.Canonical, rq *sagaRequest) (wrote bool, r Reply, err error) {
 	accs := map[string]*domain.Account{}
-	for _, id := range []string{cmd.From, cmd.To} {
+	for _, id := range []string{rq.sg.Out, rq.sg.In} {
 		st := domain.AccountStream(id)
 		if err := s.drain(ctx, st); err != nil {
 			return false, Reply{}, err
@@ -440,26 +481,11 @@ func (s *Service) decideTransferAtomically(ctx context.Context, cmd domain.Comma
 		}
 		accs[id] = acc
 	}
-	reqData, reqMetas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, 0, t.LastChain, requested)
+	d, err := domain.DecideTransferAtomically(rq.scratch, rq.sg, accs[rq.sg.Out], accs[rq.sg.In], cmd.At)
 	if err != nil {
 		return false, Reply{}, err
 	}
-	// The saga as the request opens it, on a scratch transfer.
-	tmp := domain.NewTransfer(cmd.TransferID)
-	for _, ev := range writtenFrom(stream, eventstore.AppendResult{}, reqData, reqMetas, requested).events {
-		if err := domain.EvolveTransfer(tmp, ev); err != nil {
-			return false, Reply{}, err
-		}
-	}
-	sg, ok := tmp.SagaOf(cmd.IdempotencyKey)
-	if !ok {
-		return false, Reply{}, fmt.Errorf("ledger: %s: the request opened no saga", stream)
-	}
-	d, err := domain.DecideTransferAtomically(tmp, sg, accs[cmd.From], accs[cmd.To], cmd.At)
-	if err != nil {
-		return false, Reply{}, err
-	}
-	return s.appendTransferAtomically(ctx, cmd, req, stream, t, sg, accs, d, requested, reqData, reqMetas)
+	return s.appendTransferAtomically(ctx, cmd, req, rq, accs, d)
 }
 
 // accountStep is one account's part of an atomic write: its command, decided
@@ -580,25 +606,25 @@ func (s *Service) pickHot(ids []string) string {
 	return best
 }
 
-// appendTransferAtomically writes a transfer decided at once, in the order the
+// appendTransferAtomically writes a saga decided at once, in the order the
 // saga writes it (request, steps, marker: readers of "all" rely on it), with
 // the key's claim, in one append; then folds it into the cached aggregates.
-func (s *Service) appendTransferAtomically(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, t *domain.Transfer, sg *domain.Saga, accs map[string]*domain.Account,
-	d domain.AtomicTransfer, requested []domain.NewEvent, reqData []eventstore.EventData, reqMetas []domain.Metadata) (bool, Reply, error) {
-	markerCmd := domain.Command{Type: sg.Command, IdempotencyKey: d.MarkerKey, At: cmd.At, Origin: sg.Key}
-	markerData, markerMetas, err := s.encodeEvents(markerCmd, req, d.MarkerKey, stream, uint64(len(reqData)), reqMetas[len(reqMetas)-1].Chain, d.Marker)
+func (s *Service) appendTransferAtomically(ctx context.Context, cmd domain.Command, req domain.Canonical, rq *sagaRequest, accs map[string]*domain.Account, d domain.AtomicTransfer) (bool, Reply, error) {
+	stream, t, first := rq.stream, rq.t, uint64(rq.t.Revision+1)
+	markerCmd := domain.Command{Type: rq.sg.Command, IdempotencyKey: d.MarkerKey, At: cmd.At, Origin: rq.sg.Key}
+	markerData, markerMetas, err := s.encodeEvents(markerCmd, req, d.MarkerKey, stream, first+uint64(len(rq.data)), rq.metas[len(rq.metas)-1].Chain, d.Marker)
 	if err != nil {
 		return false, Reply{}, err
 	}
-	claim, err := s.claimPart(cmd, req, stream, 0)
+	claim, err := s.claimPart(cmd, req, stream, first)
 	if err != nil {
 		return false, Reply{}, err
 	}
-	steps := []*accountStep{{acc: accs[cmd.From], cmd: d.DebitCmd, events: d.Debit.Events}}
+	steps := []*accountStep{{acc: accs[rq.sg.Out], cmd: d.DebitCmd, events: d.Debit.Events}}
 	if len(d.Credit.Events) > 0 {
-		steps = append(steps, &accountStep{acc: accs[cmd.To], cmd: d.CreditCmd, events: d.Credit.Events})
+		steps = append(steps, &accountStep{acc: accs[rq.sg.In], cmd: d.CreditCmd, events: d.Credit.Events})
 	}
-	parts := []eventstore.StreamAppend{claim, {Stream: stream, Expected: eventstore.ExactOrNoStream(t.Revision), Events: reqData}}
+	parts := []eventstore.StreamAppend{claim, {Stream: stream, Expected: eventstore.ExactOrNoStream(t.Revision), Events: rq.data}}
 	for _, st := range steps {
 		acc := st.acc
 		if st.data, st.metas, err = s.encodeEvents(st.cmd, st.cmd.Canonical(), st.cmd.IdempotencyKey, domain.AccountStream(acc.ID), uint64(acc.Revision+1), acc.LastChain, st.events); err != nil {
@@ -606,7 +632,7 @@ func (s *Service) appendTransferAtomically(ctx context.Context, cmd domain.Comma
 		}
 		parts = append(parts, eventstore.StreamAppend{Stream: domain.AccountStream(acc.ID), Expected: eventstore.ExactOrNoStream(acc.Revision), Events: st.data})
 	}
-	parts = append(parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.Exact(uint64(t.Revision + int64(len(reqData)))), Events: markerData})
+	parts = append(parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.Exact(uint64(t.Revision + int64(len(rq.data)))), Events: markerData})
 	res, err := s.appendParts(ctx, parts)
 	if err != nil {
 		r, _, _, err := refusedAppend(cmd.IdempotencyKey, s.claimError(ctx, claim.Stream, req, err))
@@ -616,7 +642,7 @@ func (s *Service) appendTransferAtomically(ctx context.Context, cmd domain.Comma
 		return false, Reply{}, nil
 	}
 	for _, w := range []written{
-		writtenFrom(stream, res[1], reqData, reqMetas, requested),
+		writtenFrom(stream, res[1], rq.data, rq.metas, rq.events),
 		writtenFrom(stream, res[len(res)-1], markerData, markerMetas, d.Marker),
 	} {
 		if err := s.applyTransferWritten(ctx, stream, t, w); err != nil {

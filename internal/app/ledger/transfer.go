@@ -14,17 +14,18 @@ import (
 )
 
 // Transfers and refunds of transfers are sagas (ARCHITECTURE decision 6, layout in
-// domain/transfer.go). The handler writes the request to the transfer stream with
-// the claim of its key, then runs the steps inline: each step is an account
-// command with a key derived from the saga's, so running it again answers from the
-// account's record; each outcome is recorded in the transfer stream by a marker
-// appended at the exact revision it was decided on. A crash anywhere leaves a
-// state from which driveSaga, run again by a retry of the client or by the
-// transfer process (process.go), goes on to the same decision.
+// domain/transfer.go), decided at once where the store appends to several streams
+// in one write (transferAtomically). Elsewhere the handler writes the request to
+// the transfer stream with the claim of its key, then runs the steps inline: each
+// step is an account command with a key derived from the saga's, so running it
+// again answers from the account's record; each outcome is recorded in the
+// transfer stream by a marker appended at the exact revision it was decided on. A
+// crash anywhere leaves a state from which driveSaga, run again by a retry of the
+// client or by the transfer process (process.go), goes on to the same decision.
 //
-// Lock order: a transfer stream's lock is taken before an account stream's, and at
-// most one account lock is held at a time, so the saga cannot deadlock with
-// account commands or with itself.
+// Lock order: a transfer stream's lock is taken before an account stream's; a saga
+// holds at most one account lock at a time, a decision at once both, sorted, so
+// neither can deadlock with account commands or with itself.
 
 // transferCache keeps transfer aggregates; an entry is only touched under its
 // stream's lock. A stale entry is caught by the expected revision of the next
@@ -113,11 +114,8 @@ func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply
 			return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil, answered, nil
 		}
 		if d.Rejection == nil && s.multi != nil { // one decision, one append (transaction.go)
-			r, done, err := s.transferAtomically(ctx, cmd, req, stream, t, d.Events)
-			if err != nil || done {
-				return r, nil, answered, err
-			}
-			return Reply{}, nil, again, nil
+			r, next, err := s.transferAtomically(ctx, cmd, req, stream, t, d.Events)
+			return r, nil, next, err
 		}
 		if d.Rejection == nil {
 			// A refusal that concerns an account that does not exist is not
@@ -422,7 +420,9 @@ func (s *Service) sagaReply(ctx context.Context, t *domain.Transfer, key string,
 
 // refundTransfer refunds a transfer (orig is the claim of its key) in the
 // transfer's stream: the refund is requested there with the claim of its own key,
-// reserving its amount, then runs as a saga in the other direction.
+// reserving its amount, and runs as a saga in the other direction; on a store
+// with atomic multi-stream appends it is decided at once over both accounts
+// and written in one append with its request (transferAtomically).
 func (s *Service) refundTransfer(ctx context.Context, cmd domain.Command, orig *domain.KeyClaimed) (Reply, error) {
 	stream := orig.Stream
 	id := strings.TrimPrefix(stream, domain.TransferStreamPrefix)
@@ -445,6 +445,10 @@ func (s *Service) refundTransfer(ctx context.Context, cmd domain.Command, orig *
 		d := domain.DecideTransferRefund(t, cmd)
 		if len(d.Events) == 0 {
 			return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil, answered, nil
+		}
+		if d.Rejection == nil && s.multi != nil { // one decision, one append, as the transfer's
+			r, next, err := s.transferAtomically(ctx, cmd, req, stream, t, d.Events)
+			return r, nil, next, err
 		}
 		return Reply{}, d.Events, appendThem, nil
 	})
