@@ -378,6 +378,11 @@ func (q *fifo) pop() string {
 func (a *Account) RecallHold(events []StoredEvent) error {
 	var h *Hold
 	for _, ev := range events {
+		if int64(ev.Revision) > a.Revision {
+			// Another instance's event the aggregate has not folded: recalled,
+			// the hold would be folded again on catching up.
+			return fmt.Errorf("%w: %s: an event of a hold at revision %d, beyond the aggregate's %d", ErrRecallUnsettled, a.ID, ev.Revision, a.Revision)
+		}
 		payload, err := DecodeEvent(ev.Type, ev.Data)
 		if err != nil {
 			return err

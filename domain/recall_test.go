@@ -274,6 +274,14 @@ func TestClosedHoldsAreBounded(t *testing.T) {
 	if err := again.RecallHold(h1[:1]); !errors.Is(err, ErrHoldInFlight) || again.Holds["h1"] != nil {
 		t.Fatalf("recall of a placement alone: %v", err)
 	}
+	// The store shows an event of the hold beyond the aggregate's revision
+	// (another instance's, not folded yet): decide again on the store's head,
+	// where it is folded once, not recalled and then folded again.
+	beyond := append([]StoredEvent(nil), h1...)
+	beyond[1].Revision = uint64(again.Revision + 1)
+	if err := again.RecallHold(beyond); !errors.Is(err, ErrRecallUnsettled) || again.Holds["h1"] != nil {
+		t.Fatalf("recall of a hold closed beyond the aggregate: %v", err)
+	}
 
 	// Folded ahead of the store (a pipelined decision), a closed hold stays
 	// until the event that closed it is durable.
