@@ -235,8 +235,9 @@ func (s *Service) recallForgotten(ctx context.Context, stream string, acc *domai
 // reads no subjects (its aggregates keep every hold). A hold is forgotten only
 // once its closure is durable (Account.ForgetDurable), so the store shows
 // what became of it; ErrHoldInFlight, should it show the hold active while the
-// aggregate closed it, asks to decide again once the stream has settled. The
-// caller holds the stream's lock.
+// aggregate closed it, and ErrRecallUnsettled, should it show an event the
+// aggregate has not folded (another instance's), ask to decide again once the
+// stream has settled, on the store's head. The caller holds the stream's lock.
 func (s *Service) recallHold(ctx context.Context, stream string, acc *domain.Account, holdID string) error {
 	if holdID == "" || s.subjects == nil || !acc.ForgotHolds() || acc.Holds[holdID] != nil {
 		return nil

@@ -62,8 +62,8 @@ func (f *faultyStore) AppendMulti(ctx context.Context, parts []eventstore.Stream
 // appends before or after they commit. The mix holds the pipelined
 // single-account commands (deposits, withdrawals, holds, refunds of deposits
 // and withdrawals) and, interleaved with them, the commands decided atomically
-// over several accounts, pipelined on one of them and the others drained (the
-// transactions and captures into an account; transfers drain all): transfers between hot
+// over several accounts, pipelined on one of them and the others drained:
+// transfers between hot
 // and cold accounts, post_transaction with 1-3 postings (a quarter of them
 // overdrawn by their last posting, some in the wrong currency for an account),
 // capture_hold with `to`, and refunds of transfers and transactions.

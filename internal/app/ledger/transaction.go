@@ -327,7 +327,7 @@ func (s *Service) handleCaptureTo(ctx context.Context, cmd domain.Command) (Repl
 		}
 		a, b := accs[cmd.AccountID], accs[cmd.To]
 		switch err := s.recallHold(ctx, held, a, cmd.HoldID); {
-		case errors.Is(err, domain.ErrHoldInFlight): // a pending state: once the held account's appends settle
+		case errors.Is(err, domain.ErrRecallUnsettled): // once the held account's appends settle, on the store's head
 			return Reply{}, true, s.settleBeforeDecidingAgain(ctx, at.locks, held)
 		case err != nil:
 			return Reply{}, false, err
@@ -412,7 +412,7 @@ func (s *Service) transferAtomically(ctx context.Context, cmd domain.Command, re
 	if err := l.lock(ctx); err != nil {
 		return Reply{}, answered, err
 	}
-	written, r, err := s.decideTransferAtomically(ctx, cmd, req, rq)
+	written, r, err := s.decideTransferAtomically(ctx, l, cmd, req, rq)
 	l.unlock()
 	switch {
 	case err != nil:
@@ -465,27 +465,21 @@ func (s *Service) openSagaRequest(cmd domain.Command, req domain.Canonical, stre
 // decideTransferAtomically is transferAtomically under the accounts' locks:
 // wrote reports an append; otherwise r is the answer (a refusal not recorded,
 // a conflict) or empty (decide again).
-func (s *Service) decideTransferAtomically(ctx context.Context, cmd domain.Command, req domain.Canonical, rq *sagaRequest) (wrote bool, r Reply, err error) {
-	accs := map[string]*domain.Account{}
+func (s *Service) decideTransferAtomically(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, rq *sagaRequest) (wrote bool, r Reply, err error) {
+	accs, hot, err := s.loadAccounts(ctx, []string{rq.sg.Out, rq.sg.In}, true)
+	if err != nil {
+		return false, Reply{}, err
+	}
 	for _, id := range []string{rq.sg.Out, rq.sg.In} {
-		st := domain.AccountStream(id)
-		if err := s.drain(ctx, st); err != nil {
-			return false, Reply{}, err
-		}
-		acc, err := s.loadAccount(ctx, st, id, true)
-		if err != nil {
-			return false, Reply{}, err
-		}
-		if !acc.Opened {
+		if !accs[id].Opened {
 			return false, reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(id)), nil
 		}
-		accs[id] = acc
 	}
 	d, err := domain.DecideTransferAtomically(rq.scratch, rq.sg, accs[rq.sg.Out], accs[rq.sg.In], cmd.At)
 	if err != nil {
 		return false, Reply{}, err
 	}
-	return s.appendTransferAtomically(ctx, cmd, req, rq, accs, d)
+	return s.appendTransferAtomically(ctx, l, cmd, req, rq, accs, hot, d)
 }
 
 // accountStep is one account's part of an atomic write: its command, decided
@@ -609,7 +603,7 @@ func (s *Service) pickHot(ids []string) string {
 // appendTransferAtomically writes a saga decided at once, in the order the
 // saga writes it (request, steps, marker: readers of "all" rely on it), with
 // the key's claim, in one append; then folds it into the cached aggregates.
-func (s *Service) appendTransferAtomically(ctx context.Context, cmd domain.Command, req domain.Canonical, rq *sagaRequest, accs map[string]*domain.Account, d domain.AtomicTransfer) (bool, Reply, error) {
+func (s *Service) appendTransferAtomically(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, rq *sagaRequest, accs map[string]*domain.Account, hot *hotLeg, d domain.AtomicTransfer) (bool, Reply, error) {
 	stream, t, first := rq.stream, rq.t, uint64(rq.t.Revision+1)
 	markerCmd := domain.Command{Type: rq.sg.Command, IdempotencyKey: d.MarkerKey, At: cmd.At, Origin: rq.sg.Key}
 	markerData, markerMetas, err := s.encodeEvents(markerCmd, req, d.MarkerKey, stream, first+uint64(len(rq.data)), rq.metas[len(rq.metas)-1].Chain, d.Marker)
@@ -626,19 +620,19 @@ func (s *Service) appendTransferAtomically(ctx context.Context, cmd domain.Comma
 	}
 	parts := []eventstore.StreamAppend{claim, {Stream: stream, Expected: eventstore.ExactOrNoStream(t.Revision), Events: rq.data}}
 	for _, st := range steps {
-		acc := st.acc
-		if st.data, st.metas, err = s.encodeEvents(st.cmd, st.cmd.Canonical(), st.cmd.IdempotencyKey, domain.AccountStream(acc.ID), uint64(acc.Revision+1), acc.LastChain, st.events); err != nil {
+		part, err := s.encodeStep(st)
+		if err != nil {
 			return false, Reply{}, err
 		}
-		parts = append(parts, eventstore.StreamAppend{Stream: domain.AccountStream(acc.ID), Expected: eventstore.ExactOrNoStream(acc.Revision), Events: st.data})
+		parts = append(parts, part)
 	}
 	parts = append(parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.Exact(uint64(t.Revision + int64(len(rq.data)))), Events: markerData})
-	res, err := s.appendParts(ctx, parts)
+	res, err := s.appendSteps(ctx, l, cmd.IdempotencyKey, parts, 2, steps, hot)
 	if err != nil {
 		r, _, _, err := refusedAppend(cmd.IdempotencyKey, s.claimError(ctx, claim.Stream, req, err))
 		return false, r, err // answered (a conflict), or to decide again
 	}
-	if res[1].Idempotent {
+	if anyIdempotent(res) {
 		return false, Reply{}, nil
 	}
 	for _, w := range []written{
@@ -648,13 +642,6 @@ func (s *Service) appendTransferAtomically(ctx context.Context, cmd domain.Comma
 		if err := s.applyTransferWritten(ctx, stream, t, w); err != nil {
 			return false, Reply{}, err
 		}
-	}
-	for i, st := range steps {
-		as := domain.AccountStream(st.acc.ID)
-		if err := s.applyWritten(ctx, as, st.acc, writtenFrom(as, res[2+i], st.data, st.metas, st.events)); err != nil {
-			return false, Reply{}, err
-		}
-		s.tookCommand(as, st.acc, st.acc.Revision) // drained: durable
 	}
 	return true, Reply{}, nil
 }

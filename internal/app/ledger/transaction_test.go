@@ -340,28 +340,32 @@ func inflight(s *Service, stream string) int {
 // TestTransactionPipelinesOnAHotAccount: with the store holding every append, a
 // deposit on the hot account is in flight; a transaction into it is decided on
 // the state that deposit leaves and queued behind it, a withdrawal only that
-// state allows behind the transaction, a capture into the account behind the
-// withdrawal: four appends in flight on one account at once (a transaction used
-// to wait for the account's appends to commit). Once the store lets them
-// through, each is applied on the one before it, in that order.
+// state allows behind the transaction, then a capture into the account, a
+// transfer into it and one out of it of everything it will hold: six appends in
+// flight on one account at once (a command over several accounts used to wait
+// for the account's appends to commit). Once the store lets them through, each
+// is applied on the one before it, in that order.
 func TestTransactionPipelinesOnAHotAccount(t *testing.T) {
 	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
 		g := &gatedStore{ProcessStore: st.(ProcessStore), multi: st.(eventstore.MultiAppender), open: make(chan struct{})}
 		s := New(g, Options{Clock: clock})
 		defer s.Close()
 		p := strings.NewReplacer("/", "-").Replace(t.Name()) + "-"
-		hot, cold, payer := p+"hot", p+"cold", p+"payer"
-		for _, id := range []string{hot, cold, payer} {
+		// Each command's other account is its own: that one is held until the
+		// command resolves.
+		hot, cold, payer, src, sink := p+"hot", p+"cold", p+"payer", p+"src", p+"sink"
+		for _, id := range []string{hot, cold, payer, src, sink} {
 			must(t, s, "open_account", "idempotency_key", p+"open-"+id, "account_id", id, "currency", "EUR")
 		}
 		must(t, s, "deposit", "idempotency_key", p+"fund", "account_id", cold, "amount", 1000, "currency", "EUR")
 		must(t, s, "deposit", "idempotency_key", p+"fund-payer", "account_id", payer, "amount", 1000, "currency", "EUR")
+		must(t, s, "deposit", "idempotency_key", p+"fund-src", "account_id", src, "amount", 1000, "currency", "EUR")
 		must(t, s, "place_hold", "idempotency_key", p+"auth", "account_id", payer, "hold_id", p+"h1", "amount", 50, "currency", "EUR")
 
 		g.closed.Store(true)
 		release := sync.OnceFunc(func() { close(g.open) })
 		defer release() // before Close: a failed check must not leave the committers held
-		replies := make([]Reply, 4)
+		replies := make([]Reply, 6)
 		var wg sync.WaitGroup
 		sends := []func() Reply{
 			func() Reply {
@@ -376,6 +380,12 @@ func TestTransactionPipelinesOnAHotAccount(t *testing.T) {
 			func() Reply {
 				return send(s, "capture_hold", "idempotency_key", p+"cap", "account_id", payer, "hold_id", p+"h1", "amount", 40, "to", hot)
 			},
+			func() Reply {
+				return send(s, "transfer", "idempotency_key", p+"in", "transfer_id", p+"x1", "from", src, "to", hot, "amount", 20, "currency", "EUR")
+			},
+			func() Reply {
+				return send(s, "transfer", "idempotency_key", p+"out", "transfer_id", p+"x2", "from", hot, "to", sink, "amount", 65, "currency", "EUR")
+			},
 		}
 		for i, f := range sends {
 			wg.Add(1)
@@ -385,7 +395,7 @@ func TestTransactionPipelinesOnAHotAccount(t *testing.T) {
 		}
 		release()
 		wg.Wait()
-		want := []int64{10, 110, 5, 45}
+		want := []int64{10, 110, 5, 45, 65, 0}
 		for i, r := range replies {
 			if r.Status != domain.StatusApplied {
 				t.Fatalf("command %d: %+v", i, r)
@@ -403,8 +413,8 @@ func TestTransactionPipelinesOnAHotAccount(t *testing.T) {
 				t.Fatalf("command %d left the hot account at %d, want %d: %+v", i, bal, want[i], r)
 			}
 		}
-		if got := devtest.Account(t, st, hot).Balance; got != want[3] {
-			t.Fatalf("hot account at %d, want %d", got, want[3])
+		if got := devtest.Account(t, st, hot).Balance; got != want[5] {
+			t.Fatalf("hot account at %d, want %d", got, want[5])
 		}
 		evs, err := st.ReadStream(context.Background(), domain.AccountStream(hot), 0, eventstore.Forwards, 100)
 		if err != nil {
@@ -418,7 +428,7 @@ func TestTransactionPipelinesOnAHotAccount(t *testing.T) {
 			}
 			order = append(order, strings.TrimPrefix(domain.ClientKey(m), p))
 		}
-		if got := strings.Join(order, " "); got != "open-"+hot+" dep tx wd cap" {
+		if got := strings.Join(order, " "); got != "open-"+hot+" dep tx wd cap in out" {
 			t.Fatalf("the hot account's events in order of their commands: %s", got)
 		}
 	})
