@@ -14,9 +14,11 @@ import (
 // Transactions (PROTOCOL.md v1.1 §2.1, domain/transaction.go): one decision over
 // every account a transaction touches, appended as one atomic write of the
 // key's claim, the transaction stream's event and every account's legs, each
-// stream with its expected revision. The accounts' locks are taken in a fixed
-// order (stream names sorted; a transaction never waits for a transfer's lock,
-// so no cycle). One account is pipelined (loadAccounts: the hot one, decided on
+// stream with its expected revision. The transaction stream's lock is taken
+// first, and whether the transaction was decided already read under it alone;
+// then the accounts' locks, in sorted order (withAccountLocks, as a transfer
+// does after its own stream's; nothing locks an account and then such a
+// stream, so no cycle). One account is pipelined (loadAccounts: the hot one, decided on
 // its pending state, its lock given up while the write commits, as for a
 // command of its own); every other one is decided on durable state, its
 // appends in flight waited for first and its lock held until the write
@@ -31,44 +33,58 @@ func (s *Service) handleTransaction(ctx context.Context, cmd domain.Command) (Re
 		return s.handleTransactionSaga(ctx, cmd, req)
 	}
 	txStream := domain.TransactionStream(cmd.TransactionID)
-	return s.underLocks(ctx, transactionLocks(cmd.Postings, txStream), func(at *attempt) (Reply, bool, error) {
+	return s.underLocks(ctx, []string{txStream}, func(at *attempt) (r Reply, retry bool, err error) {
 		if r, done, err := s.decidedTransaction(ctx, txStream, cmd, req); err != nil || done {
 			return r, false, err
 		}
-		return s.tryTransaction(ctx, at, cmd, req, txStream)
+		err = s.withAccountLocks(ctx, domain.TransactionAccounts(cmd.Postings), func(l *heldLocks) (err error) {
+			r, retry, err = s.tryTransaction(ctx, l, at.n, cmd, req, txStream)
+			return err
+		})
+		return r, retry, err
 	})
 }
 
-// transactionLocks are the streams a transaction locks, sorted: its accounts'
-// and the streams named.
-func transactionLocks(ps []domain.Posting, streams ...string) []string {
-	for _, id := range domain.TransactionAccounts(ps) {
-		streams = append(streams, domain.AccountStream(id))
+// withAccountLocks runs f under the locks of the accounts ids, taken in sorted
+// order (heldLocks), and releases them. The caller holds the lock of the
+// write's own stream (a transaction's, a transfer's), taken first: the
+// accounts' locks are held only while the write is decided and appended, not
+// while the stream is read.
+func (s *Service) withAccountLocks(ctx context.Context, ids []string, f func(l *heldLocks) error) error {
+	streams := make([]string, len(ids))
+	for i, id := range ids {
+		streams[i] = domain.AccountStream(id)
 	}
 	slices.Sort(streams)
-	return streams
+	l := &heldLocks{s: s, streams: streams}
+	if err := l.lock(ctx); err != nil {
+		return err
+	}
+	defer l.unlock()
+	return f(l)
 }
 
-// tryTransaction is one attempt at a transaction tx (a post_transaction, or a
-// refund shaped as one) whose client request is req, under the locks of its
-// accounts (at): it decides on their states (loadAccounts: one pipelined, the
-// others durable; on the store's head after the first attempt) and appends.
-// retry is set when another instance wrote one of the streams (decide again).
-func (s *Service) tryTransaction(ctx context.Context, at *attempt, tx domain.Command, req domain.Canonical, txStream string) (r Reply, retry bool, err error) {
+// tryTransaction is attempt n (0 first) at a transaction tx (a
+// post_transaction, or a refund shaped as one) whose client request is req,
+// under the locks l of its accounts: it decides on their states (loadAccounts:
+// one pipelined, the others durable; on the store's head after the first
+// attempt) and appends. retry is set when another instance wrote one of the
+// streams (decide again).
+func (s *Service) tryTransaction(ctx context.Context, l *heldLocks, n int, tx domain.Command, req domain.Canonical, txStream string) (r Reply, retry bool, err error) {
 	// The first attempt decides on the cache; a refusal without record, or a
 	// write that found other events, on the store's head.
-	accs, hot, err := s.loadAccounts(ctx, domain.TransactionAccounts(tx.Postings), at.n > 0)
+	accs, hot, err := s.loadAccounts(ctx, domain.TransactionAccounts(tx.Postings), n > 0)
 	if err != nil {
 		return Reply{}, false, err
 	}
 	d := domain.DecideTransaction(accs, tx)
 	if d.Rejection != nil && !d.Rejection.Recorded {
-		if at.n == 0 {
+		if n == 0 {
 			return Reply{}, true, nil
 		}
 		return reply.TransactionNotRecorded(tx.IdempotencyKey, tx.TransactionID, d.Rejection, d.Posting), false, nil
 	}
-	r, err = s.appendTransaction(ctx, at.locks, tx, req, txStream, accs, hot, d)
+	r, err = s.appendTransaction(ctx, l, tx, req, txStream, accs, hot, d)
 	if refused, answered, retry, err := refusedAppend(tx.IdempotencyKey, err); answered || retry || err != nil {
 		return refused, retry, err
 	}
@@ -95,7 +111,7 @@ func (s *Service) refundTransaction(ctx context.Context, cmd domain.Command, ori
 	if s.multi == nil {
 		return s.refundTransactionSaga(ctx, cmd, req, orig.Stream, posted)
 	}
-	return s.underLocks(ctx, transactionLocks(posted.Postings, orig.Stream), func(at *attempt) (Reply, bool, error) {
+	return s.underLocks(ctx, []string{orig.Stream}, func(at *attempt) (r Reply, retry bool, err error) {
 		slot, refunded, r, done, err := s.refundSlot(ctx, posted.TransactionID, cmd, req)
 		if err != nil || done {
 			return r, false, err
@@ -105,7 +121,11 @@ func (s *Service) refundTransaction(ctx context.Context, cmd domain.Command, ori
 			return reply.NotRecorded(cmd.IdempotencyKey, rej), false, nil
 		}
 		tx.TransactionID = domain.RefundTransactionID(posted.TransactionID, slot)
-		return s.tryTransaction(ctx, at, tx, req, domain.TransactionStream(tx.TransactionID))
+		err = s.withAccountLocks(ctx, domain.TransactionAccounts(tx.Postings), func(l *heldLocks) (err error) {
+			r, retry, err = s.tryTransaction(ctx, l, at.n, tx, req, domain.TransactionStream(tx.TransactionID))
+			return err
+		})
+		return r, retry, err
 	})
 }
 
@@ -406,14 +426,12 @@ func (s *Service) transferAtomically(ctx context.Context, cmd domain.Command, re
 	if err != nil {
 		return Reply{}, answered, err
 	}
-	accounts := []string{domain.AccountStream(rq.sg.Out), domain.AccountStream(rq.sg.In)}
-	slices.Sort(accounts)
-	l := &heldLocks{s: s, streams: accounts}
-	if err := l.lock(ctx); err != nil {
-		return Reply{}, answered, err
-	}
-	written, r, err := s.decideTransferAtomically(ctx, l, cmd, req, rq)
-	l.unlock()
+	var written bool
+	var r Reply
+	err = s.withAccountLocks(ctx, []string{rq.sg.Out, rq.sg.In}, func(l *heldLocks) (err error) {
+		written, r, err = s.decideTransferAtomically(ctx, l, cmd, req, rq)
+		return err
+	})
 	switch {
 	case err != nil:
 		return Reply{}, answered, err
