@@ -191,7 +191,9 @@ func (ps *pipes) begin(stream, key string, acc *domain.Account, chain uint64) ui
 	p.chain = chain
 	p.acc = acc
 	p.inflight++
-	p.pending[key] = make(chan struct{})
+	if _, ok := p.pending[key]; !ok { // a key is pending once (its resends wait for it: wait)
+		p.pending[key] = make(chan struct{})
+	}
 	return p.chain
 }
 
@@ -220,6 +222,9 @@ func (ps *pipes) resolve(stream, key string) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	p := ps.m[stream]
+	if p == nil {
+		return
+	}
 	if ch, found := p.pending[key]; found {
 		close(ch)
 		delete(p.pending, key)

@@ -73,7 +73,7 @@ func (s *Service) withAccountLocks(ctx context.Context, ids []string, f func(l *
 func (s *Service) tryTransaction(ctx context.Context, l *heldLocks, n int, tx domain.Command, req domain.Canonical, txStream string) (r Reply, retry bool, err error) {
 	// The first attempt decides on the cache; a refusal without record, or a
 	// write that found other events, on the store's head.
-	accs, hot, err := s.loadAccounts(ctx, domain.TransactionAccounts(tx.Postings), n > 0)
+	accs, hot, err := s.loadAccounts(ctx, l, tx.IdempotencyKey, domain.TransactionAccounts(tx.Postings), n > 0)
 	if err != nil {
 		return Reply{}, false, err
 	}
@@ -341,7 +341,7 @@ func (s *Service) handleCaptureTo(ctx context.Context, cmd domain.Command) (Repl
 	slices.Sort(streams)
 	req := cmd.Canonical()
 	return s.underLocks(ctx, streams, func(at *attempt) (Reply, bool, error) {
-		accs, hot, err := s.loadAccounts(ctx, []string{cmd.AccountID, cmd.To}, at.n > 0)
+		accs, hot, err := s.loadAccounts(ctx, at.locks, cmd.IdempotencyKey, []string{cmd.AccountID, cmd.To}, at.n > 0)
 		if err != nil {
 			return Reply{}, false, err
 		}
@@ -440,9 +440,9 @@ func (s *Service) transferAtomically(ctx context.Context, cmd domain.Command, re
 	case !written:
 		return r, answered, nil
 	}
-	// The reply reads the steps' records from the accounts, as a saga's does,
-	// with the accounts' locks released (the transfer stream's lock first).
-	r, err = s.sagaReply(ctx, t, cmd.IdempotencyKey, false)
+	// The reply is the saga's, its steps' records those just written: read
+	// again, they would wait for a hot account's appends to settle.
+	r, err = s.sagaReply(ctx, t, cmd.IdempotencyKey, false, rq.records)
 	return r, answered, err
 }
 
@@ -456,6 +456,9 @@ type sagaRequest struct {
 	events  []domain.NewEvent
 	data    []eventstore.EventData
 	metas   []domain.Metadata
+	// records are the steps' key records once written, copied under the
+	// accounts' locks: step key -> record.
+	records map[string]*domain.KeyRecord
 }
 
 // openSagaRequest encodes the request events of cmd at the head of t and folds
@@ -484,7 +487,7 @@ func (s *Service) openSagaRequest(cmd domain.Command, req domain.Canonical, stre
 // wrote reports an append; otherwise r is the answer (a refusal not recorded,
 // a conflict) or empty (decide again).
 func (s *Service) decideTransferAtomically(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, rq *sagaRequest) (wrote bool, r Reply, err error) {
-	accs, hot, err := s.loadAccounts(ctx, []string{rq.sg.Out, rq.sg.In}, true)
+	accs, hot, err := s.loadAccounts(ctx, l, cmd.IdempotencyKey, []string{rq.sg.Out, rq.sg.In}, true)
 	if err != nil {
 		return false, Reply{}, err
 	}
@@ -566,15 +569,26 @@ func (s *Service) appendSteps(ctx context.Context, l *heldLocks, key string, par
 }
 
 // loadAccounts loads the accounts of a decision over several (ids, their
-// streams locked), on the store's head when refresh. On a store that
-// group-commits, one of them is pipelined (hot; nil elsewhere): the one with
-// appends in flight, else the one most callers hold or wait for. It is decided
-// on its pending state, and its lock given up while the write commits, so a
-// hot account takes the commands that follow as it takes any other's. Every
-// other one is drained first (its appends in flight waited for, its lock held
-// so that no new one starts) and decided on durable state: a write joins one
-// pipeline chain at most.
-func (s *Service) loadAccounts(ctx context.Context, ids []string, refresh bool) (map[string]*domain.Account, *hotLeg, error) {
+// streams locked by l) of the client's key, on the store's head when refresh.
+// First, as for a command of one account, it waits (the locks released) while
+// the key's own append is in flight on one of them, or a stale pipeline
+// drains: a resend is never decided, nor answered, on a pending state.
+// On a store that group-commits, one of them is pipelined (hot; nil
+// elsewhere): the one with appends in flight, else the one most callers hold
+// or wait for. It is decided on its pending state, and its lock given up
+// while the write commits, so a hot account takes the commands that follow as
+// it takes any other's. Every other one is drained first (its appends in
+// flight waited for, its lock held so that no new one starts) and decided on
+// durable state: a write joins one pipeline chain at most.
+func (s *Service) loadAccounts(ctx context.Context, l *heldLocks, key string, ids []string, refresh bool) (map[string]*domain.Account, *hotLeg, error) {
+	for i := 0; i < len(ids); i++ {
+		if wait := s.pipes.wait(domain.AccountStream(ids[i]), key); wait != nil {
+			if err := l.waitFor(ctx, wait); err != nil {
+				return nil, nil, err
+			}
+			i = -1 // the locks were released: look again
+		}
+	}
 	hotStream := s.pickHot(ids)
 	accs := make(map[string]*domain.Account, len(ids))
 	var hot *hotLeg
@@ -652,6 +666,12 @@ func (s *Service) appendTransferAtomically(ctx context.Context, l *heldLocks, cm
 	}
 	if anyIdempotent(res) {
 		return false, Reply{}, nil
+	}
+	rq.records = map[string]*domain.KeyRecord{}
+	for _, st := range steps {
+		if rec := st.acc.Keys[st.cmd.IdempotencyKey]; rec != nil {
+			rq.records[st.cmd.IdempotencyKey] = &copyRecord(rec).KeyRecord
+		}
 	}
 	for _, w := range []written{
 		writtenFrom(stream, res[1], rq.data, rq.metas, rq.events),

@@ -188,7 +188,7 @@ func (s *Service) finishSaga(ctx context.Context, stream, transferID, key string
 	if err != nil {
 		return Reply{}, err
 	}
-	return s.sagaReply(ctx, t, key, !wrote)
+	return s.sagaReply(ctx, t, key, !wrote, nil)
 }
 
 // sagaConflict answers a known saga key sent with another request.
@@ -406,13 +406,17 @@ func (s *Service) stepRecord(ctx context.Context, accountID, key string) (*domai
 }
 
 // sagaReply is the reply of the decided saga of key (reply.FromSaga), its steps
-// read from the accounts.
-func (s *Service) sagaReply(ctx context.Context, t *domain.Transfer, key string, duplicate bool) (Reply, error) {
+// read from the accounts: from known (step key -> record) when the caller has
+// them, as a saga decided at once does, else once the account has settled.
+func (s *Service) sagaReply(ctx context.Context, t *domain.Transfer, key string, duplicate bool, known map[string]*domain.KeyRecord) (Reply, error) {
 	sg, ok := t.SagaOf(key)
 	if !ok || !sg.Stage.Decided() {
 		return Reply{}, fmt.Errorf("ledger: transfer %s: saga %q is not decided", t.ID, key)
 	}
 	return reply.FromSaga(reply.SagaOf(t, sg), duplicate, func(account, stepKey string) (*reply.Step, error) {
+		if rec, ok := known[stepKey]; ok {
+			return reply.StepOf(rec), nil
+		}
 		rec, err := s.stepRecord(ctx, account, stepKey)
 		return reply.StepOf(rec), err
 	})
@@ -472,7 +476,7 @@ func (s *Service) lookupTransfer(ctx context.Context, key string, c *domain.KeyC
 	if !ok || !sg.Stage.Decided() {
 		return Reply{}, false, nil
 	}
-	r, err := s.sagaReply(ctx, t, key, false)
+	r, err := s.sagaReply(ctx, t, key, false, nil)
 	return r, err == nil, err
 }
 
