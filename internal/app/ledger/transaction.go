@@ -34,7 +34,7 @@ func (s *Service) handleTransaction(ctx context.Context, cmd domain.Command) (Re
 	}
 	txStream := domain.TransactionStream(cmd.TransactionID)
 	return s.underLocks(ctx, []string{txStream}, func(at *attempt) (r Reply, retry bool, err error) {
-		if r, done, err := s.decidedTransaction(ctx, txStream, cmd, req); err != nil || done {
+		if r, done, err := s.decidedTransaction(ctx, txStream, cmd, req, at.n); err != nil || done {
 			return r, false, err
 		}
 		err = s.withAccountLocks(ctx, domain.TransactionAccounts(cmd.Postings), func(l *heldLocks) (err error) {
@@ -215,8 +215,18 @@ func (s *Service) drain(ctx context.Context, stream string) error {
 // decidedTransaction answers a transaction whose stream already holds its
 // outcome: the original reply (duplicate), a conflict (the key with another
 // request), or transaction_exists (the ID under another key). done is false
-// when the transaction was never decided.
-func (s *Service) decidedTransaction(ctx context.Context, txStream string, cmd domain.Command, req domain.Canonical) (r Reply, done bool, err error) {
+// when the transaction was never decided. On the first attempt, on a store
+// that locates events, it asks first whether the key's outcome event exists
+// (its ID is derived: one batched lookup shared by concurrent transactions,
+// not a read each); the stream is read only when it does. A stream another
+// key decided is then found by the append (its stream exists) and read on
+// the next attempt.
+func (s *Service) decidedTransaction(ctx context.Context, txStream string, cmd domain.Command, req domain.Canonical, attempt int) (r Reply, done bool, err error) {
+	if attempt == 0 && s.lookups != nil {
+		if found, err := s.lookups.exists(ctx, domain.EventID(cmd.IdempotencyKey, txStream, 0)); err != nil || !found {
+			return Reply{}, false, err
+		}
+	}
 	ev, payload, err := s.readTransaction(ctx, txStream)
 	if err != nil || ev == nil {
 		return Reply{}, false, err
