@@ -379,11 +379,44 @@ func (p *Publisher) sync(ctx context.Context) error {
 			return fmt.Errorf("publisher: %s message %d: %s header: %w", EventsStream, last, HeaderPosition, err)
 		}
 		if pos.Compare(from) > 0 {
+			// The stream holds events the checkpoint does not count: a round
+			// published them and its checkpoint failed. Record them now, or the
+			// checkpoint would stay behind until another event is published
+			// (and the status, and whoever waits for it, with it).
+			n, err := p.countAfter(ctx, from, pos)
+			if err != nil {
+				return err
+			}
+			p.from = pos
+			if err := p.checkpoint(ctx, n); err != nil {
+				return err
+			}
 			from = pos
 		}
 	}
 	p.from, p.lastSeq, p.synced = from, last, true
 	return nil
+}
+
+// countAfter counts the store's events after from, up to and including to.
+func (p *Publisher) countAfter(ctx context.Context, from, to eventstore.Position) (int, error) {
+	n := 0
+	for {
+		recs, err := p.store.ReadAll(ctx, from, p.opts.BatchSize)
+		if err != nil {
+			return 0, fmt.Errorf("publisher: read all after %s: %w", from, err)
+		}
+		for _, re := range recs {
+			if re.Position.Compare(to) > 0 {
+				return n, nil
+			}
+			n++
+		}
+		if len(recs) < p.opts.BatchSize {
+			return n, nil
+		}
+		from = recs[len(recs)-1].Position
+	}
 }
 
 // takeLease takes the publisher's session advisory lock on a connection of its

@@ -144,6 +144,35 @@ func TestPublisherPublishesEveryEventOnceInOrder(t *testing.T) {
 	}
 }
 
+// TestPublisherRecordsWhatTheStreamHolds: a round whose checkpoint failed
+// after its events were published leaves the stream ahead of the checkpoint; a
+// publisher that takes the lease then records what the stream holds, events
+// counted, though nothing new comes to publish (it used to wait for a new
+// event, and the chaos suite's PostgreSQL restart waited 20 s with it).
+func TestPublisherRecordsWhatTheStreamHolds(t *testing.T) {
+	env, nc := publisherEnv(t, 30, 4)
+	p := newPublisher(t, env, nc, projections.PublisherOptions{BatchSize: 16})
+	publishAll(t, p)
+	p.Close()
+	stored := devtest.ReadAll(t, env.Store)
+	want := publisherRow(t, env)
+	back := stored[len(stored)-8].Position // the last round's 7 events not counted
+	if _, err := env.Pool.Exec(context.Background(), `UPDATE readmodel.publisher_checkpoints SET commit_position = $1, prepare_position = $2, events = events - 7`,
+		int64(back.Commit), int64(back.Prepare)); err != nil {
+		t.Fatal(err)
+	}
+	p2 := newPublisher(t, env, nc, projections.PublisherOptions{BatchSize: 16})
+	if n, err := p2.Step(context.Background()); err != nil || n != 0 {
+		t.Fatalf("a round with nothing new: %d published, %v", n, err)
+	}
+	if got := publisherRow(t, env); got != want {
+		t.Fatalf("checkpoint %s after the new publisher's first round, want %s", got, want)
+	}
+	if msgs := streamMessages(t, nc); len(msgs) != len(stored) {
+		t.Fatalf("%d messages for %d events", len(msgs), len(stored))
+	}
+}
+
 // TestPublisherCheckerFindsAGap: the check used above fails when an event is
 // missing, repeated out of place, or reordered.
 func TestPublisherCheckerFindsAGap(t *testing.T) {
