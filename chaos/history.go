@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -138,6 +141,26 @@ type Stats struct {
 	// RequestIndefinite counts indefinite request-reply attempts only (a
 	// JetStream publish is indefinite by nature, not by a fault).
 	RequestIndefinite int
+}
+
+// AppliedByType counts, per command type, the keys whose first definite reply
+// applied them: what the workload exercised ("capture_hold 12, deposit 80").
+func (h *History) AppliedByType() string {
+	seen, n := map[string]bool{}, map[string]int{}
+	for _, a := range h.Attempts() {
+		if a.Outcome != OK || a.Reply == nil || seen[a.Key] {
+			continue
+		}
+		seen[a.Key] = true
+		if a.Reply.Status == domain.StatusApplied {
+			n[a.Type]++
+		}
+	}
+	var out []string
+	for _, t := range slices.Sorted(maps.Keys(n)) {
+		out = append(out, fmt.Sprintf("%s %d", t, n[t]))
+	}
+	return strings.Join(out, ", ")
 }
 
 func (h *History) Stats() Stats {

@@ -176,6 +176,7 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 	if err := sys.finish(ctx, h, res, b.required, b.evidence); err != nil {
 		return err
 	}
+	res.notes = append(res.notes, "applied: "+h.AppliedByType())
 	for _, k := range undecided {
 		res.report.fail(1, "key %q: JetStream acknowledged the command, the ledger never decided it", k)
 	}

@@ -35,7 +35,13 @@ type workload struct {
 	hot float64
 	// until, when set, keeps the producers going past their share until it closes.
 	until <-chan struct{}
+	// holds are the holds each producer placed and has not captured yet:
+	// producer -> heldRef. Its next authorisation command captures it.
+	holds sync.Map
 }
+
+// heldRef is a hold a producer placed: captured later into account to.
+type heldRef struct{ account, id, to string }
 
 func hotAccounts(prefix string, n int) []account {
 	out := make([]account, n)
@@ -171,9 +177,20 @@ func (w *workload) next(rng *rand.Rand, p, i int) sentCmd {
 	switch {
 	case x < 0.35:
 		return sentCmd{key, "deposit", map[string]any{"account_id": a.id, "amount": 1 + rng.IntN(1000), "currency": a.currency}}
-	case x < 0.60:
+	case x < 0.55:
 		return sentCmd{key, "withdraw", map[string]any{"account_id": a.id, "amount": 1 + rng.IntN(1500), "currency": a.currency}}
-	case x < 0.72: // a payment with its fee leg, all or nothing
+	case x < 0.67: // authorise, then capture into a merchant's account (v1.1)
+		if h, ok := w.holds.LoadAndDelete(p); ok {
+			ref := h.(heldRef)
+			return sentCmd{key, "capture_hold", map[string]any{"account_id": ref.account, "hold_id": ref.id, "to": ref.to}}
+		}
+		b := w.peer(rng, a)
+		if b.id == a.id || b.currency != a.currency {
+			return sentCmd{key, "deposit", map[string]any{"account_id": a.id, "amount": 1 + rng.IntN(1000), "currency": a.currency}}
+		}
+		w.holds.Store(p, heldRef{account: a.id, id: "h-" + key, to: b.id})
+		return sentCmd{key, "place_hold", map[string]any{"account_id": a.id, "hold_id": "h-" + key, "amount": 1 + rng.IntN(600), "currency": a.currency}}
+	case x < 0.78: // a payment with its fee leg, all or nothing
 		b, c := w.peer(rng, a), w.peer(rng, a)
 		if b.id == a.id || c.id == b.id || b.currency != a.currency || c.currency != a.currency {
 			return sentCmd{key, "deposit", map[string]any{"account_id": a.id, "amount": 1 + rng.IntN(1000), "currency": a.currency}}
