@@ -82,16 +82,14 @@ func (r *KeyRecord) EventsOrNone() []EventRef {
 	return r.Events
 }
 
-// Verdict is JudgeKey for a request under the record's key.
-func (r *KeyRecord) Verdict(req Canonical) KeyVerdict {
-	return JudgeKey(r != nil, r.hash(), req)
-}
-
-func (r *KeyRecord) hash() Hash {
+// DecidedFor is what the record's key was decided for (Judge); nil for a nil
+// record. A record keeps only the request's hash: read reads the request
+// itself, for a conflict's fields.
+func (r *KeyRecord) DecidedFor(read func() ([]byte, error)) *Decided {
 	if r == nil {
-		return Hash{}
+		return nil
 	}
-	return r.RequestHash
+	return &Decided{Hash: r.RequestHash, Read: read}
 }
 
 // HoldStatus is the life of a hold.

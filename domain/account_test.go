@@ -211,15 +211,13 @@ func TestKeyRecordsRememberOutcomes(t *testing.T) {
 	if rec == nil || rec.Status != StatusRejected || rec.Code != CodeInsufficientFunds || len(rec.Events) != 1 || rec.After().Revision != 1 {
 		t.Fatalf("record %+v", rec)
 	}
-	if rec.Verdict(w.Canonical()) != KeyDuplicate {
-		t.Fatal("the same request is not a duplicate")
+	read := func() ([]byte, error) { return w.Canonical().JSON, nil }
+	if j, err := Judge(rec.DecidedFor(read), w.Canonical()); err != nil || j.Verdict != KeyDuplicate {
+		t.Fatalf("the same request: %+v %v, want a duplicate", j, err)
 	}
 	other := withdraw("a", 6)
-	if rec.Verdict(other.Canonical()) != KeyConflict {
-		t.Fatal("another amount is a duplicate")
-	}
-	if fields := ConflictFields(w.Canonical().JSON, other.Canonical()); len(fields) != 1 || fields[0] != "amount" {
-		t.Fatalf("another amount: fields=%v", fields)
+	if j, err := Judge(rec.DecidedFor(read), other.Canonical()); err != nil || j.Verdict != KeyConflict || len(j.Fields) != 1 || j.Fields[0] != "amount" {
+		t.Fatalf("another amount: %+v %v, want a conflict in amount", j, err)
 	}
 }
 

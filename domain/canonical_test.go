@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"math/rand"
 	"strings"
 	"testing"
@@ -113,34 +114,55 @@ func TestCanonicalMatchesRequest(t *testing.T) {
 	}
 }
 
-func TestJudgeKey(t *testing.T) {
+func TestJudge(t *testing.T) {
 	a := Command{Type: CmdDeposit, AccountID: "a", Amount: 5, HasAmount: true, Currency: "EUR"}
 	b := a
 	b.Amount = 6
 	ca := a.Canonical()
+	reads := 0
+	read := func() ([]byte, error) { reads++; return ca.JSON, nil }
 	rec := &KeyRecord{RequestHash: ParseHash(ca.Hash)}
 	if rec.RequestHash != ca.Sum {
 		t.Fatalf("ParseHash(%s) = %x, want %x", ca.Hash, rec.RequestHash, ca.Sum)
 	}
-	if rec.Verdict(ca) != KeyDuplicate || rec.Verdict(a.Request().Canonical()) != KeyDuplicate {
-		t.Fatal("same request is not a duplicate")
+	verdict := func(d *Decided, req Canonical) KeyVerdict {
+		t.Helper()
+		j, err := Judge(d, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.Verdict
 	}
-	if rec.Verdict(b.Canonical()) != KeyConflict || rec.Verdict(b.Request().Canonical()) != KeyConflict {
-		t.Fatal("different amount is not a conflict")
+	if verdict(rec.DecidedFor(read), ca) != KeyDuplicate || verdict(rec.DecidedFor(read), a.Request().Canonical()) != KeyDuplicate || reads != 0 {
+		t.Fatalf("same request is not a duplicate, or its request was read (%d reads)", reads)
 	}
-	if v := (*KeyRecord)(nil).Verdict(ca); v != KeyNew {
+	if verdict(rec.DecidedFor(read), b.Canonical()) != KeyConflict || verdict(rec.DecidedFor(read), b.Request().Canonical()) != KeyConflict || reads != 2 {
+		t.Fatalf("different amount is not a conflict, or its request was not read (%d reads)", reads)
+	}
+	if v := verdict((*KeyRecord)(nil).DecidedFor(read), ca); v != KeyNew {
 		t.Fatalf("no record: %s, want new", v)
 	}
-	claim := &KeyClaimed{RequestHash: ca.Hash}
-	if claim.Verdict(ca) != KeyDuplicate || claim.Verdict(b.Canonical()) != KeyConflict || (*KeyClaimed)(nil).Verdict(ca) != KeyNew {
+	claim := &KeyClaimed{RequestHash: ca.Hash, Request: ca.JSON}
+	if verdict(claim.DecidedFor(), ca) != KeyDuplicate || verdict(claim.DecidedFor(), b.Canonical()) != KeyConflict || verdict((*KeyClaimed)(nil).DecidedFor(), ca) != KeyNew {
 		t.Fatal("a claim's verdict differs from a record's")
 	}
-	if f := ConflictFields(ca.JSON, b.Canonical()); len(f) != 1 || f[0] != "amount" {
-		t.Fatalf("different amount: %v", f)
+	m := Metadata{RequestHash: ca.Hash, Request: ca.JSON}
+	for name, d := range map[string]*Decided{"record": rec.DecidedFor(read), "claim": claim.DecidedFor(), "metadata": DecidedFor(m),
+		"saga": (&Saga{RequestHash: ca.Sum, Request: ca.JSON}).DecidedFor(), "transaction": (&TransactionSaga{RequestHash: ca.Sum, Request: ca.JSON}).DecidedFor()} {
+		if j, err := Judge(d, b.Canonical()); err != nil || j.Verdict != KeyConflict || len(j.Fields) != 1 || j.Fields[0] != "amount" {
+			t.Fatalf("%s, different amount: %+v %v", name, j, err)
+		}
 	}
-	// A record whose metadata carried no valid hash matches nothing.
-	if (&KeyRecord{}).Verdict(ca) != KeyConflict || (&KeyClaimed{RequestHash: "not a hash"}).Verdict(ca) != KeyConflict {
-		t.Fatal("a zero hash matched")
+	// A record whose metadata carried no valid hash matches nothing; a
+	// request that cannot be compared field by field differs in "request".
+	for _, d := range []*Decided{(&KeyRecord{}).DecidedFor(nil), (&KeyClaimed{RequestHash: "not a hash"}).DecidedFor(), DecidedFor(Metadata{RequestHash: ca.Hash + "0"})} {
+		if j, err := Judge(d, ca); err != nil || j.Verdict != KeyConflict || len(j.Fields) != 1 || j.Fields[0] != "request" {
+			t.Fatalf("a zero hash matched: %+v %v", j, err)
+		}
+	}
+	broken := errors.New("read failed")
+	if _, err := Judge(rec.DecidedFor(func() ([]byte, error) { return nil, broken }), b.Canonical()); !errors.Is(err, broken) {
+		t.Fatalf("a conflict whose request cannot be read: %v, want its error", err)
 	}
 }
 

@@ -125,7 +125,7 @@ func CaptureToCommand(key string, c *KeyClaimed) (Command, error) {
 	if r.Amount != nil {
 		cmd.Amount, cmd.HasAmount = *r.Amount, true
 	}
-	if cmd.Type != CmdCaptureHold || cmd.To == "" || cmd.Canonical().Hash != c.RequestHash {
+	if j, _ := Judge(c.DecidedFor(), cmd.Canonical()); cmd.Type != CmdCaptureHold || cmd.To == "" || j.Verdict != KeyDuplicate {
 		return Command{}, fmt.Errorf("domain: key %q is not claimed by a capture into an account", key)
 	}
 	return cmd, nil

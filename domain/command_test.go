@@ -201,8 +201,8 @@ func TestMoneyCommandsTakeMetadata(t *testing.T) {
 		if bytes.Contains(plain.Canonical().JSON, []byte("metadata")) {
 			t.Fatalf("%s without metadata: the canonical request names it: %s", typ, plain.Canonical().JSON)
 		}
-		if f := ConflictFields(plain.Canonical().JSON, cmd.Canonical()); len(f) != 1 || f[0] != "metadata" {
-			t.Fatalf("%s: other metadata differs in %v, want [metadata]", typ, f)
+		if j, _ := Judge(&Decided{Hash: plain.Canonical().Sum, Request: plain.Canonical().JSON}, cmd.Canonical()); len(j.Fields) != 1 || j.Fields[0] != "metadata" {
+			t.Fatalf("%s: other metadata differs in %v, want [metadata]", typ, j.Fields)
 		}
 		if string(cmd.Canonical().JSON) != string(cmd.Request().CanonicalJSON()) {
 			t.Fatalf("%s: the two canonical encodings differ:\n%s\n%s", typ, cmd.Canonical().JSON, cmd.Request().CanonicalJSON())

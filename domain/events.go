@@ -145,13 +145,13 @@ type KeyClaimed struct {
 	Revision *uint64 `json:"revision,omitempty"`
 }
 
-// Verdict is JudgeKey for a request under the claimed key; a nil claim is a key
-// never claimed.
-func (c *KeyClaimed) Verdict(req Canonical) KeyVerdict {
+// DecidedFor is what the claimed key was decided for (Judge); nil for a nil
+// claim, a key never claimed.
+func (c *KeyClaimed) DecidedFor() *Decided {
 	if c == nil {
-		return KeyNew
+		return nil
 	}
-	return JudgeKeyHex(true, c.RequestHash, req)
+	return &Decided{Hash: ParseHash(c.RequestHash), Request: c.Request}
 }
 
 // Metadata travels with every event the ledger writes.

@@ -189,7 +189,7 @@ func (s SagaStage) Status() string {
 type Saga struct {
 	Key         string      // the client key: the transfer's or the refund's
 	Command     CommandType // CmdTransfer or CmdRefund
-	RequestHash Hash        // SHA-256 of the canonical request (JudgeKey)
+	RequestHash Hash        // SHA-256 of the canonical request (Judge)
 	Request     []byte      // canonical request JSON
 	Refund      bool
 	Out, In     string // account debited, account credited
@@ -208,6 +208,11 @@ type Saga struct {
 	Events []EventRef
 	// Position is the global position of the saga's last event in the stream.
 	Position string
+}
+
+// DecidedFor is what the saga's key was decided for (Judge).
+func (sg *Saga) DecidedFor() *Decided {
+	return &Decided{Hash: sg.RequestHash, Request: sg.Request}
 }
 
 // Transfer is the state of a transfer stream. Revision is -1 before any event.

@@ -174,7 +174,7 @@ type TransactionSaga struct {
 	LastChain   string
 	Key         string // the client's key ("" before TransactionRequested)
 	Command     string // the client's command: post_transaction, or refund
-	RequestHash string
+	RequestHash Hash   // of the canonical request (Judge)
 	Request     []byte
 	Requested   *TransactionRequested
 	Reserved    bool
@@ -183,6 +183,11 @@ type TransactionSaga struct {
 	// while the saga runs. A transaction decided in one append has it alone, at
 	// revision 0, under the client's key.
 	Outcome *StoredEvent
+}
+
+// DecidedFor is what the transaction's key was decided for (Judge).
+func (ts *TransactionSaga) DecidedFor() *Decided {
+	return &Decided{Hash: ts.RequestHash, Request: ts.Request}
 }
 
 // NewTransactionSaga is the state of a transaction stream without events.
@@ -216,14 +221,14 @@ func EvolveTransactionSaga(ts *TransactionSaga, ev StoredEvent) error {
 		if ts.Revision != -1 {
 			return fmt.Errorf("domain: %s: a request after its start", ev.Stream)
 		}
-		ts.Requested, ts.Key, ts.Command, ts.RequestHash, ts.Request = e, ev.Metadata.Key, ev.Metadata.Command, ev.Metadata.RequestHash, ev.Metadata.Request
+		ts.Requested, ts.Key, ts.Command, ts.RequestHash, ts.Request = e, ev.Metadata.Key, ev.Metadata.Command, ParseHash(ev.Metadata.RequestHash), ev.Metadata.Request
 	case *TransactionReserved:
 		ts.Reserved = true
 	case *TransactionReservationRefused:
 		ts.Refused = e
 	case *TransactionPosted, *TransactionRejected:
 		if ts.Revision == -1 { // decided in one append: the client's own event
-			ts.Key, ts.Command, ts.RequestHash, ts.Request = ev.Metadata.Key, ev.Metadata.Command, ev.Metadata.RequestHash, ev.Metadata.Request
+			ts.Key, ts.Command, ts.RequestHash, ts.Request = ev.Metadata.Key, ev.Metadata.Command, ParseHash(ev.Metadata.RequestHash), ev.Metadata.Request
 		}
 		out := ev
 		ts.Outcome = &out

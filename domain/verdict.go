@@ -2,8 +2,10 @@ package domain
 
 // The idempotency verdict (PROTOCOL.md §3, ARCHITECTURE decision "one key, one
 // request, forever"). Every place that meets a key it may have seen before (an
-// account's record, a saga in a transfer stream, the key's claim) asks JudgeKey
-// and nothing else, over the raw hash of the canonical request.
+// account's record, a saga in a transfer stream, a transaction stream, the
+// key's claim) asks Judge and nothing else, over the raw hash (Hash) of the
+// canonical request: each carrier turns what it keeps into a Decided, parsing a
+// stored hex hash once (ParseHash).
 
 // KeyVerdict is what a request under a key is, given what the key was decided for.
 type KeyVerdict uint8
@@ -14,7 +16,7 @@ const (
 	// KeyDuplicate: the same request again; answer the original outcome.
 	KeyDuplicate
 	// KeyConflict: another request under a decided key; answer
-	// idempotency_key_conflict naming ConflictFields.
+	// idempotency_key_conflict naming Judgement.Fields.
 	KeyConflict
 )
 
@@ -30,30 +32,53 @@ func (v KeyVerdict) String() string {
 	return "unknown"
 }
 
-// JudgeKey is the verdict on req under a key: decided says whether the key was
-// decided at all, recorded is the hash of the request it was decided for. A
-// recorded hash that is not one (the zero hash: metadata whose request_hash did
-// not parse) matches no request, so the key is in conflict with every request.
-func JudgeKey(decided bool, recorded Hash, req Canonical) KeyVerdict {
+// Decided is what a key was decided for: the hash of the canonical request
+// and that request, kept (Request) or read when a conflict needs its fields
+// (Read: an account's record keeps only the hash). A nil *Decided is a key
+// never decided. A zero Hash (a stored hash that did not parse) matches no
+// request, so the key is in conflict with every request.
+type Decided struct {
+	Hash    Hash
+	Request []byte
+	Read    func() ([]byte, error)
+}
+
+// Judgement is the verdict on a request under a key and what its reply
+// needs: for a conflict, the fields in which the request differs.
+type Judgement struct {
+	Verdict KeyVerdict
+	Fields  []string
+}
+
+// Judge is the verdict on req under a key decided for d (nil: never
+// decided): new, duplicate (the caller answers the original outcome), or
+// conflict with its fields. The error is Read's, called for a conflict only.
+func Judge(d *Decided, req Canonical) (Judgement, error) {
 	switch {
-	case !decided:
-		return KeyNew
-	case recorded == req.Sum && !recorded.IsZero():
-		return KeyDuplicate
-	default:
-		return KeyConflict
+	case d == nil:
+		return Judgement{Verdict: KeyNew}, nil
+	case d.Hash == req.Sum && !d.Hash.IsZero():
+		return Judgement{Verdict: KeyDuplicate}, nil
 	}
+	recorded := d.Request
+	if recorded == nil && d.Read != nil {
+		var err error
+		if recorded, err = d.Read(); err != nil {
+			return Judgement{}, err
+		}
+	}
+	return Judgement{Verdict: KeyConflict, Fields: conflictFields(recorded, req)}, nil
 }
 
-// JudgeKeyHex is JudgeKey for a hash as stored (hex, in a claim or metadata).
-func JudgeKeyHex(decided bool, recorded string, req Canonical) KeyVerdict {
-	return JudgeKey(decided, ParseHash(recorded), req)
+// DecidedFor is what the metadata of a key's first event says it was decided for.
+func DecidedFor(m Metadata) *Decided {
+	return &Decided{Hash: ParseHash(m.RequestHash), Request: m.Request}
 }
 
-// ConflictFields lists the fields in which req differs from the canonical request
-// a key was decided for (recorded): the whole "request" when they cannot be
-// compared field by field, or when the hashes differ but no field does.
-func ConflictFields(recorded []byte, req Canonical) []string {
+// conflictFields lists the fields in which req differs from the canonical
+// request a key was decided for (recorded): the whole "request" when they
+// cannot be compared field by field, or when the hashes differ but no field does.
+func conflictFields(recorded []byte, req Canonical) []string {
 	orig, err := ParseRequest(recorded)
 	if err != nil {
 		return []string{"request"}

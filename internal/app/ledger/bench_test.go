@@ -84,7 +84,7 @@ func BenchmarkKeyCheck(b *testing.B) {
 					if !ok {
 						b.Fatal("seeded key not in the aggregate")
 					}
-					if rec.Verdict(known.Canonical()) != domain.KeyDuplicate {
+					if j, err := domain.Judge(rec.DecidedFor(nil), known.Canonical()); err != nil || j.Verdict != domain.KeyDuplicate {
 						b.Fatal("seeded key answered as a conflict")
 					}
 					if _, ok := acc.Keys[fresh.IdempotencyKey]; ok {

@@ -34,10 +34,13 @@ func (s *Service) handleCaptureToSaga(ctx context.Context, cmd domain.Command) (
 	if err != nil {
 		return Reply{}, err
 	}
-	switch c.Verdict(req) {
-	case domain.KeyConflict:
-		return reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(c.Request, req)), nil
-	case domain.KeyNew:
+	j, err := domain.Judge(c.DecidedFor(), req)
+	switch {
+	case err != nil:
+		return Reply{}, err
+	case j.Verdict == domain.KeyConflict:
+		return reply.Conflict(cmd.IdempotencyKey, j.Fields), nil
+	case j.Verdict == domain.KeyNew:
 		if r, done, err := s.startCaptureTo(ctx, cmd, req); err != nil || done {
 			return r, err
 		}

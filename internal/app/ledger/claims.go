@@ -125,10 +125,14 @@ func (s *Service) claimError(ctx context.Context, keyStream string, req domain.C
 	if c == nil {
 		return err // the claim vanished: treat as a plain conflict and retry
 	}
-	if c.Verdict(req) == domain.KeyDuplicate {
+	j, jerr := domain.Judge(c.DecidedFor(), req)
+	switch {
+	case jerr != nil:
+		return jerr
+	case j.Verdict == domain.KeyDuplicate:
 		return err // same request claimed by a racer: the retry finds its decision
 	}
-	return &claimConflict{fields: domain.ConflictFields(c.Request, req)}
+	return &claimConflict{fields: j.Fields}
 }
 
 // readClaim returns the claim of a client key, or nil when the key was never claimed.

@@ -353,15 +353,14 @@ func (s *Service) answerKnownKey(ctx context.Context, stream string, acc *domain
 			return nil, false, nil, err
 		}
 	}
-	switch rec.Verdict(req) {
-	case domain.KeyConflict:
-		fields, err := s.conflictFields(ctx, stream, rec, req)
-		if err != nil {
-			return nil, false, nil, err
-		}
-		r := reply.Conflict(cmd.IdempotencyKey, fields)
+	j, err := domain.Judge(rec.DecidedFor(func() ([]byte, error) { return s.recordRequest(ctx, stream, rec) }), req)
+	switch {
+	case err != nil:
+		return nil, false, nil, err
+	case j.Verdict == domain.KeyConflict:
+		r := reply.Conflict(cmd.IdempotencyKey, j.Fields)
 		return nil, false, &r, nil
-	case domain.KeyDuplicate:
+	case j.Verdict == domain.KeyDuplicate:
 		return copyRecord(rec), true, nil, nil
 	}
 	return nil, false, nil, nil
@@ -476,13 +475,14 @@ func copyRecord(rec *domain.KeyRecord) *ownedRecord {
 	return c
 }
 
-// conflictFields names the fields in which req differs from the request a key was
-// decided for. Records keep only the request's hash: the request itself is read
-// from the metadata of the key's first event in the stream (one read, on this
-// rare path), the event the record was started from.
-func (s *Service) conflictFields(ctx context.Context, stream string, rec *domain.KeyRecord, req domain.Canonical) ([]string, error) {
+// recordRequest reads the canonical request a key was decided for, for a
+// conflict's fields. Records keep only the request's hash: the request itself
+// is read from the metadata of the key's first event in the stream (one read,
+// on this rare path), the event the record was started from; nil when the
+// record has no event.
+func (s *Service) recordRequest(ctx context.Context, stream string, rec *domain.KeyRecord) ([]byte, error) {
 	if len(rec.Events) == 0 {
-		return domain.ConflictFields(nil, req), nil
+		return nil, nil
 	}
 	first := rec.Events[0]
 	evs, err := s.store.ReadStream(ctx, stream, first.Revision, eventstore.Forwards, 1)
@@ -496,7 +496,7 @@ func (s *Service) conflictFields(ctx context.Context, stream string, rec *domain
 	if err != nil {
 		return nil, err
 	}
-	return domain.ConflictFields(m.Request, req), nil
+	return m.Request, nil
 }
 
 // written is a successful append: the events as they now stand in the stream.

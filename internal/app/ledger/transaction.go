@@ -139,8 +139,8 @@ func (s *Service) refundSlot(ctx context.Context, txID string, cmd domain.Comman
 			return slot, refunded, Reply{}, false, err
 		}
 		if domain.ClientKey(ev.Metadata) == cmd.IdempotencyKey {
-			if domain.JudgeKeyHex(true, ev.Metadata.RequestHash, req) == domain.KeyConflict {
-				return 0, 0, reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(ev.Metadata.Request, req)), true, nil
+			if j, err := domain.Judge(domain.DecidedFor(ev.Metadata), req); err != nil || j.Verdict == domain.KeyConflict {
+				return 0, 0, reply.Conflict(cmd.IdempotencyKey, j.Fields), true, err
 			}
 			r, err := transactionReply(ev, payload, true)
 			return 0, 0, r, true, err
@@ -235,8 +235,8 @@ func (s *Service) decidedTransaction(ctx context.Context, txStream string, cmd d
 		r, err := s.transactionExists(ctx, cmd, req)
 		return r, true, err
 	}
-	if domain.JudgeKeyHex(true, ev.Metadata.RequestHash, req) == domain.KeyConflict {
-		return reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(ev.Metadata.Request, req)), true, nil
+	if j, err := domain.Judge(domain.DecidedFor(ev.Metadata), req); err != nil || j.Verdict == domain.KeyConflict {
+		return reply.Conflict(cmd.IdempotencyKey, j.Fields), true, err
 	}
 	r, err = transactionReply(ev, payload, true)
 	return r, err == nil, err
@@ -249,8 +249,8 @@ func (s *Service) transactionExists(ctx context.Context, cmd domain.Command, req
 	if err != nil {
 		return Reply{}, err
 	}
-	if c.Verdict(req) == domain.KeyConflict {
-		return reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(c.Request, req)), nil
+	if j, err := domain.Judge(c.DecidedFor(), req); err != nil || j.Verdict == domain.KeyConflict {
+		return reply.Conflict(cmd.IdempotencyKey, j.Fields), err
 	}
 	return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeTransactionExists,
 		Message: fmt.Sprintf("transaction %s was posted under another key", cmd.TransactionID)}), nil

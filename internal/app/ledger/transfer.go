@@ -193,8 +193,8 @@ func (s *Service) finishSaga(ctx context.Context, stream, transferID, key string
 
 // sagaConflict answers a known saga key sent with another request.
 func sagaConflict(sg *domain.Saga, req domain.Canonical) (Reply, bool) {
-	if domain.JudgeKey(true, sg.RequestHash, req) == domain.KeyConflict {
-		return reply.Conflict(sg.Key, domain.ConflictFields(sg.Request, req)), false
+	if j, _ := domain.Judge(sg.DecidedFor(), req); j.Verdict == domain.KeyConflict { // kept: no read, no error
+		return reply.Conflict(sg.Key, j.Fields), false
 	}
 	return Reply{}, true
 }
@@ -206,8 +206,8 @@ func (s *Service) transferExists(ctx context.Context, cmd domain.Command, req do
 	if err != nil {
 		return Reply{}, err
 	}
-	if c.Verdict(req) == domain.KeyConflict {
-		return reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(c.Request, req)), nil
+	if j, err := domain.Judge(c.DecidedFor(), req); err != nil || j.Verdict == domain.KeyConflict {
+		return reply.Conflict(cmd.IdempotencyKey, j.Fields), err
 	}
 	d := domain.DecideTransfer(t, cmd)
 	return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil

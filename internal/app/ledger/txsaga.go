@@ -33,8 +33,8 @@ func (s *Service) handleTransactionSaga(ctx context.Context, tx domain.Command, 
 				r, err := s.transactionExists(ctx, tx, req)
 				return r, false, err
 			}
-			if domain.JudgeKeyHex(true, ts.RequestHash, req) == domain.KeyConflict {
-				return reply.Conflict(tx.IdempotencyKey, domain.ConflictFields(ts.Request, req)), false, nil
+			if j, err := domain.Judge(ts.DecidedFor(), req); err != nil || j.Verdict == domain.KeyConflict {
+				return reply.Conflict(tx.IdempotencyKey, j.Fields), false, err
 			}
 			r, err := s.finishTransactionSaga(ctx, txStream, tx.TransactionID, true)
 			return r, false, err
@@ -281,8 +281,8 @@ func (s *Service) refundTransactionSaga(ctx context.Context, cmd domain.Command,
 				return Reply{}, false, err
 			}
 			if ts.Key == cmd.IdempotencyKey {
-				if domain.JudgeKeyHex(true, ts.RequestHash, req) == domain.KeyConflict {
-					return reply.Conflict(cmd.IdempotencyKey, domain.ConflictFields(ts.Request, req)), false, nil
+				if j, err := domain.Judge(ts.DecidedFor(), req); err != nil || j.Verdict == domain.KeyConflict {
+					return reply.Conflict(cmd.IdempotencyKey, j.Fields), false, err
 				}
 				r, err := transactionReply(ts.Outcome, payload, true)
 				return r, false, err

@@ -382,7 +382,7 @@ func decideOnly(acc *domain.Account, known, fresh domain.Command) error {
 	if !ok {
 		return errors.New("bench: key check: seeded key not in the aggregate")
 	}
-	if rec.Verdict(known.Canonical()) != domain.KeyDuplicate {
+	if j, err := domain.Judge(rec.DecidedFor(nil), known.Canonical()); err != nil || j.Verdict != domain.KeyDuplicate {
 		return errors.New("bench: key check: seeded key answered as a conflict")
 	}
 	if _, ok := acc.Keys[fresh.IdempotencyKey]; ok {
