@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
@@ -95,20 +96,28 @@ func (l *streamLocks) release(sl *streamLock) {
 // its active holds; its history lives in the store.
 type accountCache struct {
 	c      *lru.Cache[string, *domain.Account]
+	gauge  prometheus.Gauge // total, as a metric
 	budget int64
 	mu     sync.Mutex
 	sizes  map[string]int64
 	total  int64
 }
 
-func newAccountCache(size int, budget int64) *accountCache {
-	ac := &accountCache{budget: budget, sizes: map[string]int64{}}
-	c, err := lru.NewWithEvict[string, *domain.Account](size, func(stream string, _ *domain.Account) { ac.forget(stream) })
+func newAccountCache(size int, budget int64, gauge prometheus.Gauge) *accountCache {
+	ac := &accountCache{budget: budget, gauge: gauge, sizes: map[string]int64{}}
+	ac.c = newLRU(size, func(stream string, _ *domain.Account) { ac.forget(stream) })
+	return ac
+}
+
+// newLRU is the one constructor of the service's caches: an LRU of size
+// entries (New makes it positive, the one error lru.NewWithEvict returns),
+// calling onEvict, when not nil, with each entry it evicts.
+func newLRU[K comparable, V any](size int, onEvict func(K, V)) *lru.Cache[K, V] {
+	c, err := lru.NewWithEvict(size, onEvict)
 	if err != nil {
 		panic(err)
 	}
-	ac.c = c
-	return ac
+	return c
 }
 
 func (ac *accountCache) forget(stream string) {
@@ -141,7 +150,7 @@ func (ac *accountCache) resize(stream string, acc *domain.Account) {
 		over = ac.total > ac.budget
 		ac.mu.Unlock()
 	}
-	cachedBytes.Set(float64(ac.bytes()))
+	ac.gauge.Set(float64(ac.bytes()))
 }
 
 func (ac *accountCache) bytes() int64 {
@@ -182,7 +191,7 @@ func (s *Service) loadPending(ctx context.Context, stream, id string, refresh bo
 	if err != nil && !ok && acc.SnapshotRevision >= 0 && ctx.Err() == nil {
 		// The events after the snapshot do not fold on it (each states the
 		// account it leaves): the snapshot is not of this stream's history.
-		snapshotsIgnored.Inc()
+		s.metrics.snapshotsIgnored.Inc()
 		s.log.Warn("account snapshot ignored: the events after it do not fold on it", "stream", stream, "revision", acc.SnapshotRevision, "err", err)
 		acc = s.newAccount(id)
 		err = catchUp(ctx, s.store, stream, acc.Revision, func(ev domain.StoredEvent) error { return domain.EvolveAccount(acc, ev) })

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ledgerworks/ledger/eventstore"
@@ -66,21 +65,14 @@ type appendResp struct {
 type batcher struct {
 	multi  eventstore.MultiAppender
 	opts   BatchOptions
-	queues []chan *appendReq // one per committer; a stream's requests all go to one
+	sizes  prometheus.Observer // commands per transaction
+	queues []chan *appendReq   // one per committer; a stream's requests all go to one
 	wg     sync.WaitGroup
 	stop   chan struct{}
 	once   sync.Once
 }
 
-var batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
-	Namespace: "ledger", Name: "group_commit_batch_commands",
-	Help:    "Commands carried by one group-commit transaction.",
-	Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
-})
-
-func init() { prometheus.MustRegister(batchSize) }
-
-func newBatcher(multi eventstore.MultiAppender, opts BatchOptions) *batcher {
+func newBatcher(multi eventstore.MultiAppender, opts BatchOptions, sizes prometheus.Observer) *batcher {
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 256
 	}
@@ -90,7 +82,7 @@ func newBatcher(multi eventstore.MultiAppender, opts BatchOptions) *batcher {
 	if opts.QueueLen <= 0 {
 		opts.QueueLen = 4096
 	}
-	b := &batcher{multi: multi, opts: opts, stop: make(chan struct{})}
+	b := &batcher{multi: multi, opts: opts, sizes: sizes, stop: make(chan struct{})}
 	for i := 0; i < opts.Committers; i++ {
 		c := b.newCommitter()
 		b.queues = append(b.queues, c.queue)
@@ -297,7 +289,7 @@ func (c *committer) commit(batch []*appendReq) {
 		res, err := c.b.multi.AppendMulti(ctx, parts)
 		cancel()
 		if err == nil {
-			batchSize.Observe(float64(len(batch)))
+			c.b.sizes.Observe(float64(len(batch)))
 			for _, r := range batch {
 				mine := res[:len(r.parts)]
 				res = res[len(r.parts):]

@@ -66,7 +66,7 @@ func TestGroupCommitSharesTransactions(t *testing.T) {
 // One refused command is handed its error; its batch-mates commit without it.
 func TestBatchPeelsOffARefusedCommand(t *testing.T) {
 	st := memory.New()
-	b := newBatcher(st, BatchOptions{Committers: 1})
+	b := newBatcher(st, BatchOptions{Committers: 1}, newMetrics(nil).batchSize)
 	defer b.close()
 	ev := func(s string) []eventstore.EventData {
 		return []eventstore.EventData{{ID: uuid.NewSHA1(domain.Namespace, []byte(s)), Type: "T", Data: []byte(`{}`), Metadata: []byte(`{}`)}}
@@ -141,7 +141,7 @@ func TestSplitOverlapsKeepsAChainOfOneStream(t *testing.T) {
 // (same stream), answered so that their callers decide again; the others commit.
 func TestBatchPeelsTheCommandsDecidedOnARefusedOne(t *testing.T) {
 	st := memory.New()
-	b := newBatcher(st, BatchOptions{Committers: 1})
+	b := newBatcher(st, BatchOptions{Committers: 1}, newMetrics(nil).batchSize)
 	defer b.close()
 	ev := func(s string) []eventstore.EventData {
 		return []eventstore.EventData{{ID: uuid.NewSHA1(domain.Namespace, []byte(s)), Type: "T", Data: []byte(`{}`), Metadata: []byte(`{}`)}}

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"strings"
 
-	lru "github.com/hashicorp/golang-lru/v2"
-
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/reply"
@@ -21,19 +19,6 @@ import (
 // same key is refused by the store itself (wrong expected revision on the key
 // stream), whichever account or transfer it names. This catches key reuse across
 // streams, which a per-stream aggregate cannot see.
-
-// claimCache keeps claims read from the store: a claim never changes once written.
-type claimCache struct {
-	c *lru.Cache[string, *domain.KeyClaimed]
-}
-
-func newClaimCache(size int) *claimCache {
-	c, err := lru.New[string, *domain.KeyClaimed](size)
-	if err != nil {
-		panic(err)
-	}
-	return &claimCache{c: c}
-}
 
 // claimConflict is an append refused because the key is claimed by another request.
 type claimConflict struct {
@@ -137,7 +122,7 @@ func (s *Service) claimError(ctx context.Context, keyStream string, req domain.C
 
 // readClaim returns the claim of a client key, or nil when the key was never claimed.
 func (s *Service) readClaim(ctx context.Context, key string) (*domain.KeyClaimed, error) {
-	if c, ok := s.claims.c.Get(key); ok {
+	if c, ok := s.claims.Get(key); ok {
 		return c, nil
 	}
 	evs, err := s.store.ReadStream(ctx, domain.KeyStream(key), 0, eventstore.Forwards, 1)
@@ -151,6 +136,6 @@ func (s *Service) readClaim(ctx context.Context, key string) (*domain.KeyClaimed
 	if err := json.Unmarshal(evs[0].Data, &c); err != nil || evs[0].Type != domain.EvKeyClaimed {
 		return nil, fmt.Errorf("ledger: key stream of %q holds %s, not a claim: %v", key, evs[0].Type, err)
 	}
-	s.claims.c.Add(key, &c)
+	s.claims.Add(key, &c)
 	return &c, nil
 }

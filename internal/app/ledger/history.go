@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 )
@@ -31,37 +29,8 @@ import (
 // forgot keys has its key looked up before it is decided, since that store
 // would not refuse a second event with the same ID. It takes no snapshots.
 
-var (
-	snapshotsTaken = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "ledger_snapshots_taken_total", Help: "Account snapshots written.",
-	})
-	snapshotsIgnored = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "ledger_snapshots_ignored_total", Help: "Account snapshots found not to match their stream (version, hash or chain) and ignored.",
-	})
-	keysRecalled = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "ledger_keys_recalled_total", Help: "Key records an aggregate had forgotten, rebuilt from the key's events.",
-	})
-	holdsRecalled = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "ledger_holds_recalled_total", Help: "Closed holds an aggregate had forgotten, rebuilt from the hold's events (found by their subject).",
-	})
-	refundsRecalled = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "ledger_refunds_recalled_total", Help: "Refunded sums of originals an aggregate had forgotten, summed from the refunds' events (found by their subject).",
-	})
-	cachedBytes = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "ledger_account_cache_bytes", Help: "Estimated heap held by the cached account aggregates.",
-	})
-	lookupBatch = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "ledger_key_lookup_batch", Help: "Keys looked up in the store per request, while resends of forgotten keys arrive.",
-		Buckets: prometheus.ExponentialBuckets(1, 2, 10),
-	})
-)
-
 // readTimeout bounds one read the ledger makes on behalf of several commands.
 const readTimeout = 30 * time.Second
-
-func init() {
-	prometheus.MustRegister(snapshotsTaken, snapshotsIgnored, keysRecalled, holdsRecalled, refundsRecalled, cachedBytes, lookupBatch)
-}
 
 // newAccount is an empty aggregate bounded as this service bounds them.
 func (s *Service) newAccount(id string) *domain.Account {
@@ -89,7 +58,7 @@ func (s *Service) coldAccount(ctx context.Context, stream, id string) (*domain.A
 	}
 	acc, err := s.checkSnapshot(ctx, stream, snap)
 	if err != nil {
-		snapshotsIgnored.Inc()
+		s.metrics.snapshotsIgnored.Inc()
 		s.log.Warn("account snapshot ignored: folding the stream from its start", "stream", stream, "revision", snap.Revision, "err", err)
 		return s.newAccount(id), nil
 	}
@@ -161,7 +130,7 @@ func (s *Service) snapshotIfDue(stream string, acc *domain.Account) {
 			s.log.Warn("account snapshot not written", "stream", stream, "revision", snap.Revision, "err", err)
 			return
 		}
-		snapshotsTaken.Inc()
+		s.metrics.snapshotsTaken.Inc()
 	}()
 }
 
@@ -200,7 +169,7 @@ func (s *Service) keyRecord(ctx context.Context, stream string, acc *domain.Acco
 			return nil, err
 		}
 	}
-	keysRecalled.Inc()
+	s.metrics.keysRecalled.Inc()
 	rec, err := acc.RecallKey(stored)
 	if errors.Is(err, domain.ErrNoAfterState) {
 		return s.recallByFold(ctx, stream, acc, key, stored[len(stored)-1].Revision)
@@ -250,7 +219,7 @@ func (s *Service) recallHold(ctx context.Context, stream string, acc *domain.Acc
 		return err
 	}
 	if acc.Holds[holdID] != nil {
-		holdsRecalled.Inc()
+		s.metrics.holdsRecalled.Inc()
 	}
 	return nil
 }
@@ -278,7 +247,7 @@ func (s *Service) recallRefunded(ctx context.Context, stream string, acc *domain
 		return err
 	}
 	if len(evs) > 0 {
-		refundsRecalled.Inc()
+		s.metrics.refundsRecalled.Inc()
 	}
 	return nil
 }

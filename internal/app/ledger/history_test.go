@@ -146,14 +146,13 @@ func TestSnapshotThatDoesNotMatchIsIgnored(t *testing.T) {
 			t.Fatalf("%s: the snapshot was not changed", name)
 		}
 		st.CorruptSnapshot("account-a", 5, []byte(data))
-		ignored := counterValue(t, snapshotsIgnored)
 		svc := New(st, opts)
 		r := post(t, svc, "withdraw", fmt.Sprintf(`{"idempotency_key":"w-%s","account_id":"a","amount":501,"currency":"EUR"}`, name))
 		svc.Close() // its snapshot, if it takes one, is written before the next case corrupts it
 		if r.Code != domain.CodeInsufficientFunds || r.Account == nil || r.Account.Balance != 500 {
 			t.Fatalf("%s: withdrawal of 501 from 500: %+v", name, r)
 		}
-		if counterValue(t, snapshotsIgnored) != ignored+1 {
+		if counterValue(t, svc.metrics.snapshotsIgnored) != 1 {
 			t.Fatalf("%s: the snapshot was not ignored", name)
 		}
 	}
@@ -161,9 +160,9 @@ func TestSnapshotThatDoesNotMatchIsIgnored(t *testing.T) {
 	// its stream never had: the events after it state the account they leave, so
 	// folding them on it fails, and the load folds the stream from its start.
 	st.CorruptSnapshot("account-a", 5, richBytes)
-	ignored := counterValue(t, snapshotsIgnored)
-	loaded, err := New(st, opts).loadAccount(ctx, "account-a", "a", false)
-	if err != nil || loaded.Balance != 500 || counterValue(t, snapshotsIgnored) != ignored+1 {
+	svc := New(st, opts)
+	loaded, err := svc.loadAccount(ctx, "account-a", "a", false)
+	if err != nil || loaded.Balance != 500 || counterValue(t, svc.metrics.snapshotsIgnored) != 1 {
 		t.Fatalf("a well-formed snapshot of a state the stream never had: balance %d, %v", loaded.Balance, err)
 	}
 }
@@ -186,7 +185,7 @@ func TestKeyLookupsAnswerEachCaller(t *testing.T) {
 	for i := range 50 {
 		mustApply(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"d%d","account_id":"a","amount":1,"currency":"EUR"}`, i))
 	}
-	k := newKeyLookups(st)
+	k := newKeyLookups(st, newMetrics(nil).lookupBatch)
 	var wg sync.WaitGroup
 	for i := range 100 { // d0..d49 exist, d50..d99 do not
 		wg.Add(1)
@@ -418,9 +417,8 @@ func TestForgottenRefundsAnswerAsKept(t *testing.T) {
 			refund(send, "n6again", "d6", "1")
 		}
 		bounded, full := New(st, opts), New(st, fullOpts)
-		recalled := counterValue(t, refundsRecalled)
 		got := run(bounded, bacc, warm)
-		recalled = counterValue(t, refundsRecalled) - recalled
+		recalled := counterValue(t, bounded.metrics.refundsRecalled)
 		want := run(full, facc, warm)
 		bounded.Close()
 		full.Close()
@@ -451,11 +449,10 @@ func TestForgottenRefundsAnswerAsKept(t *testing.T) {
 		bounded, full = New(st, opts), New(st, fullOpts)
 		defer bounded.Close()
 		defer full.Close()
-		recalled = counterValue(t, refundsRecalled)
 		got, want = run(bounded, bacc, cold), run(full, facc, cold)
 		// d3 twice, d4, d5, and d1 for the resend: a cold aggregate holds no
 		// keys, so it is decided before the store refuses its events.
-		if n := counterValue(t, refundsRecalled) - recalled; n != 5 {
+		if n := counterValue(t, bounded.metrics.refundsRecalled) + counterValue(t, full.metrics.refundsRecalled); n != 5 {
 			t.Fatalf("cold: %v refunded originals recalled, want 5", n)
 		}
 		sameReplies(t, got, want)

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ledgerworks/ledger/eventstore"
 )
@@ -18,6 +19,7 @@ import (
 // maxLookupBatch) and asks in the background, at most lookupRounds at once.
 type keyLookups struct {
 	locator eventstore.EventLocator
+	sizes   prometheus.Observer // keys per request
 	queue   chan *lookup
 	done    chan struct{}
 	stopped chan struct{}
@@ -38,8 +40,8 @@ type lookup struct {
 	ready chan struct{}
 }
 
-func newKeyLookups(l eventstore.EventLocator) *keyLookups {
-	k := &keyLookups{locator: l, queue: make(chan *lookup, maxLookupBatch), done: make(chan struct{}), stopped: make(chan struct{})}
+func newKeyLookups(l eventstore.EventLocator, sizes prometheus.Observer) *keyLookups {
+	k := &keyLookups{locator: l, sizes: sizes, queue: make(chan *lookup, maxLookupBatch), done: make(chan struct{}), stopped: make(chan struct{})}
 	go k.loop()
 	return k
 }
@@ -115,7 +117,7 @@ func (k *keyLookups) loop() {
 			found, err := k.locator.EventsExist(ctx, ids)
 			cancel()
 			k.answer(batch, found, err)
-			lookupBatch.Observe(float64(len(batch)))
+			k.sizes.Observe(float64(len(batch)))
 		}()
 	}
 }

@@ -9,6 +9,9 @@ import (
 	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/reply"
@@ -61,6 +64,9 @@ type Options struct {
 	DisableGroupCommit bool
 	// Batch bounds group commit.
 	Batch BatchOptions
+	// Metrics receives the service's Prometheus metrics (metrics.go); nil
+	// registers them nowhere.
+	Metrics prometheus.Registerer
 }
 
 // Service decides commands. It is safe for concurrent use; commands for one
@@ -74,9 +80,13 @@ type Service struct {
 	locks    *streamLocks
 	pipes    *pipes
 	accounts *accountCache
-	claims   *claimCache
-	// transfers caches transfer aggregates (transfer.go), like accounts.
-	transfers *transferCache
+	// claims keeps claims read from the store: a claim never changes once written.
+	claims *lru.Cache[string, *domain.KeyClaimed]
+	// transfers caches transfer aggregates (transfer.go), like accounts: an
+	// entry is only touched under its stream's lock; a stale one is caught by
+	// the expected revision of the next append and refreshed.
+	transfers *lru.Cache[string, *domain.Transfer]
+	metrics   *metrics
 	// locator and snaps are the store's, when it locates events and keeps
 	// snapshots (history.go); keyLimit is Account.KeyLimit for new aggregates.
 	// claimRecall: the store locates no events and writes no two streams at once
@@ -130,10 +140,12 @@ func New(store Store, opts Options) *Service {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), pipes: newPipes(), accounts: newAccountCache(opts.CacheSize, opts.CacheBytes), claims: newClaimCache(opts.CacheSize), transfers: newTransferCache(opts.CacheSize), snapSlots: make(chan struct{}, 4)}
+	m := newMetrics(opts.Metrics)
+	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), pipes: newPipes(), accounts: newAccountCache(opts.CacheSize, opts.CacheBytes, m.cachedBytes),
+		claims: newLRU[string, *domain.KeyClaimed](opts.CacheSize, nil), transfers: newLRU[string, *domain.Transfer](opts.CacheSize, nil), metrics: m, snapSlots: make(chan struct{}, 4)}
 	_, multi := store.(eventstore.MultiAppender)
 	if l, ok := store.(eventstore.EventLocator); ok {
-		s.locator, s.lookups = l, newKeyLookups(l)
+		s.locator, s.lookups = l, newKeyLookups(l, m.lookupBatch)
 		s.keyLimit = max(opts.RecentKeys, 0)
 	} else if !multi {
 		s.claimRecall = true
@@ -148,7 +160,7 @@ func New(store Store, opts Options) *Service {
 	if m, ok := store.(eventstore.MultiAppender); ok {
 		s.multi = m
 		if !opts.DisableGroupCommit {
-			s.batch = newBatcher(m, opts.Batch)
+			s.batch = newBatcher(m, opts.Batch, s.metrics.batchSize)
 		}
 	}
 	return s

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	lru "github.com/hashicorp/golang-lru/v2"
-
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/reply"
@@ -27,25 +25,10 @@ import (
 // holds at most one account lock at a time, a decision at once both, sorted, so
 // neither can deadlock with account commands or with itself.
 
-// transferCache keeps transfer aggregates; an entry is only touched under its
-// stream's lock. A stale entry is caught by the expected revision of the next
-// append and refreshed.
-type transferCache struct {
-	c *lru.Cache[string, *domain.Transfer]
-}
-
-func newTransferCache(size int) *transferCache {
-	c, err := lru.New[string, *domain.Transfer](size)
-	if err != nil {
-		panic(err)
-	}
-	return &transferCache{c: c}
-}
-
 // loadTransfer returns the cached transfer caught up to the store's head when
 // refresh is set or it is not cached; otherwise the cached one as is.
 func (s *Service) loadTransfer(ctx context.Context, stream, id string, refresh bool) (*domain.Transfer, error) {
-	t, ok := s.transfers.c.Get(stream)
+	t, ok := s.transfers.Get(stream)
 	if ok && !refresh {
 		return t, nil
 	}
@@ -53,10 +36,10 @@ func (s *Service) loadTransfer(ctx context.Context, stream, id string, refresh b
 		t = domain.NewTransfer(id)
 	}
 	if err := catchUp(ctx, s.store, stream, t.Revision, func(ev domain.StoredEvent) error { return domain.EvolveTransfer(t, ev) }); err != nil {
-		s.transfers.c.Remove(stream)
+		s.transfers.Remove(stream)
 		return nil, err
 	}
-	s.transfers.c.Add(stream, t)
+	s.transfers.Add(stream, t)
 	return t, nil
 }
 
@@ -69,7 +52,7 @@ func (s *Service) applyTransferWritten(ctx context.Context, stream string, t *do
 	}
 	for _, ev := range w.events {
 		if err := domain.EvolveTransfer(t, ev); err != nil {
-			s.transfers.c.Remove(stream)
+			s.transfers.Remove(stream)
 			return err
 		}
 	}

@@ -146,6 +146,9 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if lopts.Logger == nil {
 		lopts.Logger = log.With("component", "ledger")
 	}
+	if lopts.Metrics == nil {
+		lopts.Metrics = reg
+	}
 	n.Ledger = ledger.New(n.Store, lopts)
 
 	iopts := opts.Intake

@@ -114,6 +114,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return rep, err
 	}
 	prog := &progress{log: log, interval: cfg.ProgressInterval}
+	cfg.ledgerMetrics = env.Node.Registry
 
 	var written []string // databases the systems driven so far wrote to
 	for _, sys := range cfg.Systems {
@@ -345,7 +346,7 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 	phase := func(name string, g []*clientGen, spec loadSpec) (*PhaseResult, error) {
 		spec.system, spec.phase, spec.record = sys, name, true
 		before := sampleCPU(pm)
-		tx0, cmds0 := batchTotals()
+		tx0, cmds0 := batchTotals(cfg.ledgerMetrics)
 		a0, r0 := calls.count()
 		hook(cfg, sys, name, true)
 		run, err := drive(ctx, t, g, spec, prog)
@@ -356,7 +357,7 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 		res := resultOf(run)
 		calls.since(&res, a0, r0)
 		res.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
-		if tx1, cmds1 := batchTotals(); sys == SystemLedger && tx1 > tx0 {
+		if tx1, cmds1 := batchTotals(cfg.ledgerMetrics); sys == SystemLedger && tx1 > tx0 {
 			res.Transactions = int64(tx1 - tx0)
 			res.MeanBatch = (cmds1 - cmds0) / (tx1 - tx0)
 		}
@@ -479,7 +480,7 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 	}{{PhaseJSPublish, jsPublish}, {PhaseJSConsume, jsConsume}} {
 		log.Info("bench", "phase", sys+"/"+js.name, "messages", cfg.JetStreamMessages)
 		before := sampleCPU(pm)
-		tx0, cmds0 := batchTotals()
+		tx0, cmds0 := batchTotals(cfg.ledgerMetrics)
 		hook(cfg, sys, js.name, true)
 		res, err := js.run(ctx, p, gens(js.name), cfg.JetStreamMessages)
 		hook(cfg, sys, js.name, false)
@@ -488,7 +489,7 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 		}
 		res.System, res.Phase = sys, js.name
 		res.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
-		if tx1, cmds1 := batchTotals(); sys == SystemLedger && tx1 > tx0 {
+		if tx1, cmds1 := batchTotals(cfg.ledgerMetrics); sys == SystemLedger && tx1 > tx0 {
 			res.Transactions = int64(tx1 - tx0)
 			res.MeanBatch = (cmds1 - cmds0) / (tx1 - tx0)
 		}

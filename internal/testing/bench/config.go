@@ -4,10 +4,15 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config shapes a benchmark run. Zero values take the defaults of Defaults.
 type Config struct {
+	// ledgerMetrics is where the ledger under test registers its metrics
+	// (set by Run: its node's registry).
+	ledgerMetrics prometheus.Gatherer
 	// Clients is the number of concurrent clients (each one command at a time).
 	Clients int
 	// Accounts is the number of accounts the commands spread over.

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
@@ -193,7 +195,8 @@ func keyCheck(ctx context.Context, storeURL, eventStore, runID string, long, sam
 	}
 
 	// Warm: one service, both streams cached.
-	svc := ledger.New(store, ledger.Options{})
+	reg := prometheus.NewRegistry()
+	svc := ledger.New(store, ledger.Options{Metrics: reg})
 	defer svc.Close()
 	for i := range streams {
 		if err := handleDup(svc, spread[i][0]); err != nil {
@@ -273,7 +276,7 @@ func keyCheck(ctx context.Context, storeURL, eventStore, runID string, long, sam
 			return nil, err
 		}
 		var lat []time.Duration
-		recalled := keysRecalled()
+		recalled := keysRecalled(reg)
 		for _, cmd := range keys {
 			if out[i].FirstResendOld && resent[cmd.IdempotencyKey] {
 				continue
@@ -284,7 +287,7 @@ func keyCheck(ctx context.Context, storeURL, eventStore, runID string, long, sam
 			}
 			lat = append(lat, time.Since(start))
 		}
-		out[i].FirstResendRecalled = keysRecalled() - recalled
+		out[i].FirstResendRecalled = keysRecalled(reg) - recalled
 		slices.Sort(lat)
 		out[i].FirstResendKeys = len(lat)
 		out[i].FirstResendP50Us, out[i].FirstResendP99Us = us(percentile(lat, 50)), us(percentile(lat, 99))

@@ -5,7 +5,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// The ledger's metrics the bench reads, in the default registry.
+// The ledger's metrics the bench reads, from the registry its service
+// registers them with (ledger.Options.Metrics).
 const (
 	// groupCommitMetric is the histogram of commands per group-commit
 	// transaction (internal/app/ledger/batch.go).
@@ -16,8 +17,11 @@ const (
 )
 
 // eachMetric calls f with every series of the named metric family.
-func eachMetric(name string, f func(*dto.Metric)) {
-	mfs, err := prometheus.DefaultGatherer.Gather()
+func eachMetric(g prometheus.Gatherer, name string, f func(*dto.Metric)) {
+	if g == nil {
+		return
+	}
+	mfs, err := g.Gather()
 	if err != nil {
 		return
 	}
@@ -31,8 +35,8 @@ func eachMetric(name string, f func(*dto.Metric)) {
 }
 
 // batchTotals reads the group-commit histogram: transactions and commands so far.
-func batchTotals() (transactions, commands float64) {
-	eachMetric(groupCommitMetric, func(m *dto.Metric) {
+func batchTotals(g prometheus.Gatherer) (transactions, commands float64) {
+	eachMetric(g, groupCommitMetric, func(m *dto.Metric) {
 		if h := m.GetHistogram(); h != nil {
 			transactions += float64(h.GetSampleCount())
 			commands += h.GetSampleSum()
@@ -42,8 +46,8 @@ func batchTotals() (transactions, commands float64) {
 }
 
 // keysRecalled reads the count of forgotten key records rebuilt from the store.
-func keysRecalled() int {
+func keysRecalled(g prometheus.Gatherer) int {
 	n := 0.0
-	eachMetric(keysRecalledMetric, func(m *dto.Metric) { n += m.GetCounter().GetValue() })
+	eachMetric(g, keysRecalledMetric, func(m *dto.Metric) { n += m.GetCounter().GetValue() })
 	return int(n)
 }
