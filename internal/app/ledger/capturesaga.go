@@ -19,12 +19,12 @@ import (
 // step takes its account's), and the transfer process finishes one left
 // half-way by a crash (ResumeCapture), which it finds by its guard.
 
-// handleCaptureToSaga decides a capture_hold with `to` on a store without
+// captureTo decides a capture_hold with `to` on a store without
 // multi-stream appends. Its reply is the held account's record of the key, as
 // for one decision, once `to` is credited (or the guard released after a
 // refusal); every later send of the key answers that record.
-func (s *Service) handleCaptureToSaga(ctx context.Context, cmd domain.Command) (Reply, error) {
-	req := cmd.Canonical()
+func (m sagaMover) captureTo(ctx context.Context, cmd domain.Command) (Reply, error) {
+	s, req := m.s, cmd.Canonical()
 	unlock, err := s.locks.lock(ctx, domain.KeyStream(cmd.IdempotencyKey))
 	if err != nil {
 		return Reply{}, err
@@ -193,6 +193,16 @@ func (s *Service) capturedKey(ctx context.Context, held string, cmd domain.Comma
 		return err
 	})
 	return rec, r, err
+}
+
+// captureInFlight: a capture saga is in flight until its guard is released
+// (its credit written), as a transfer's or a transaction's saga is.
+func (m sagaMover) captureInFlight(ctx context.Context, key string, c *domain.KeyClaimed) (bool, error) {
+	cmd, err := domain.CaptureToCommand(key, c)
+	if err != nil {
+		return false, nil // not a capture into an account
+	}
+	return m.s.captureGuarded(ctx, cmd)
 }
 
 // captureGuarded reports whether the capture's guard stands on `to`. A hold

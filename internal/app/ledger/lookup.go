@@ -28,13 +28,9 @@ func (s *Service) Lookup(ctx context.Context, key string) (r Reply, found bool, 
 			}
 			return err
 		})
-		if err == nil && found && s.multi == nil && c.Command == string(domain.CmdCaptureHold) {
-			// A capture saga is in flight until its guard is released (its
-			// credit written), as a transfer's or a transaction's saga is.
-			if cmd, cerr := domain.CaptureToCommand(key, c); cerr == nil {
-				if guarded, err := s.captureGuarded(ctx, cmd); err != nil || guarded {
-					return Reply{}, false, err
-				}
+		if err == nil && found && c.Command == string(domain.CmdCaptureHold) {
+			if running, err := s.mover.captureInFlight(ctx, key, c); err != nil || running {
+				return Reply{}, false, err
 			}
 		}
 		return r, found, err

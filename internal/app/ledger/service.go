@@ -87,6 +87,8 @@ type Service struct {
 	// the expected revision of the next append and refreshed.
 	transfers *lru.Cache[string, *domain.Transfer]
 	metrics   *metrics
+	// mover moves money over several accounts as the store allows (mover.go).
+	mover mover
 	// locator and snaps are the store's, when it locates events and keeps
 	// snapshots (history.go); keyLimit is Account.KeyLimit for new aggregates.
 	// claimRecall: the store locates no events and writes no two streams at once
@@ -143,6 +145,7 @@ func New(store Store, opts Options) *Service {
 	m := newMetrics(opts.Metrics)
 	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), pipes: newPipes(), accounts: newAccountCache(opts.CacheSize, opts.CacheBytes, m.cachedBytes),
 		claims: newLRU[string, *domain.KeyClaimed](opts.CacheSize, nil), transfers: newLRU[string, *domain.Transfer](opts.CacheSize, nil), metrics: m, snapSlots: make(chan struct{}, 4)}
+	s.mover = moverFor(s, store)
 	_, multi := store.(eventstore.MultiAppender)
 	if l, ok := store.(eventstore.EventLocator); ok {
 		s.locator, s.lookups = l, newKeyLookups(l, m.lookupBatch)
@@ -216,10 +219,10 @@ func (s *Service) Handle(ctx context.Context, cmd domain.Command) Reply {
 	case domain.CmdRefund:
 		r, err = s.handleRefund(ctx, cmd)
 	case domain.CmdPostTransaction:
-		r, err = s.handleTransaction(ctx, cmd)
+		r, err = s.mover.transaction(ctx, cmd)
 	case domain.CmdCaptureHold:
 		if cmd.To != "" {
-			r, err = s.handleCaptureTo(ctx, cmd)
+			r, err = s.mover.captureTo(ctx, cmd)
 			break
 		}
 		r, err = s.handleAccountCommand(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID)

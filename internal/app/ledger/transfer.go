@@ -13,7 +13,7 @@ import (
 
 // Transfers and refunds of transfers are sagas (ARCHITECTURE decision 6, layout in
 // domain/transfer.go), decided at once where the store appends to several streams
-// in one write (transferAtomically). Elsewhere the handler writes the request to
+// in one write (atomicMover.openSaga). Elsewhere the handler writes the request to
 // the transfer stream with the claim of its key, then runs the steps inline: each
 // step is an account command with a key derived from the saga's, so running it
 // again answers from the account's record; each outcome is recorded in the
@@ -71,49 +71,35 @@ func (s *Service) fail(step string) error {
 }
 
 // handleTransfer decides a transfer: on a store with atomic multi-stream appends,
-// as one decision over both accounts written in one append (transferAtomically);
+// as one decision over both accounts written in one append (atomicMover.openSaga);
 // elsewhere the request is written with the claim of its key, then the saga
 // runs to its decision, and the reply reports it.
 func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply, error) {
 	stream := domain.TransferStream(cmd.TransferID)
 	req := cmd.Canonical()
-	return s.decideOnTransfer(ctx, cmd, stream, cmd.TransferID, false, "transfer/requested", func(t *domain.Transfer, fresh, wrote bool) (Reply, []domain.NewEvent, transferNext, error) {
+	return s.decideOnTransfer(ctx, cmd, stream, cmd.TransferID, false, "transfer/requested", func(t *domain.Transfer, fresh, wrote bool) (transferStep, error) {
 		if t.Requested {
 			if t.Key() != cmd.IdempotencyKey {
 				r, err := s.transferExists(ctx, cmd, req, t)
-				return r, nil, answered, err
+				return transferStep{r: r}, err
 			}
 			if r, ok := sagaConflict(t.Saga, req); !ok {
-				return r, nil, answered, nil
+				return transferStep{r: r}, nil
 			}
 			if !t.Saga.Stage.Decided() && !wrote && !fresh {
-				return Reply{}, nil, again, nil // another instance may have gone on: start from the store
+				return transferStep{next: again}, nil // another instance may have gone on: start from the store
 			}
 			r, err := s.finishSaga(ctx, stream, cmd.TransferID, cmd.IdempotencyKey, wrote)
-			return r, nil, answered, err
+			return transferStep{r: r}, err
 		}
 		d := domain.DecideTransfer(t, cmd)
-		if len(d.Events) == 0 {
-			return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil, answered, nil
+		switch {
+		case len(d.Events) == 0:
+			return transferStep{r: reply.NotRecorded(cmd.IdempotencyKey, d.Rejection)}, nil
+		case d.Rejection != nil: // refused with its request (a transfer to itself)
+			return transferStep{events: d.Events, next: appendThem}, nil
 		}
-		if d.Rejection == nil && s.multi != nil { // one decision, one append (transaction.go)
-			r, next, err := s.transferAtomically(ctx, cmd, req, stream, t, d.Events)
-			return r, nil, next, err
-		}
-		if d.Rejection == nil {
-			// A refusal that concerns an account that does not exist is not
-			// recorded (PROTOCOL.md §3), and no money moves for it.
-			for _, id := range []string{cmd.From, cmd.To} {
-				open, err := s.accountOpened(ctx, id)
-				if err != nil {
-					return Reply{}, nil, answered, err
-				}
-				if !open {
-					return reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(id)), nil, answered, nil
-				}
-			}
-		}
-		return Reply{}, d.Events, appendThem, nil
+		return s.mover.openSaga(ctx, cmd, req, t, d.Events)
 	})
 }
 
@@ -135,7 +121,7 @@ const (
 // write. decide learns whether the state is fresh from the store and whether
 // this call already wrote the command's request.
 func (s *Service) decideOnTransfer(ctx context.Context, cmd domain.Command, stream, id string, refresh bool, failpoint string,
-	decide func(t *domain.Transfer, fresh, wrote bool) (Reply, []domain.NewEvent, transferNext, error)) (Reply, error) {
+	decide func(t *domain.Transfer, fresh, wrote bool) (transferStep, error)) (Reply, error) {
 	req := cmd.Canonical()
 	wrote := false
 	return s.underLocks(ctx, []string{stream}, func(*attempt) (Reply, bool, error) {
@@ -143,15 +129,15 @@ func (s *Service) decideOnTransfer(ctx context.Context, cmd domain.Command, stre
 		if err != nil {
 			return Reply{}, false, err
 		}
-		r, events, next, err := decide(t, refresh, wrote)
-		refresh = next == again
-		if err != nil || next == answered {
-			return r, false, err
+		step, err := decide(t, refresh, wrote)
+		refresh = step.next == again
+		if err != nil || step.next == answered {
+			return step.r, false, err
 		}
-		if next != appendThem {
+		if step.next != appendThem {
 			return Reply{}, true, nil
 		}
-		res, err := s.appendDecision(ctx, cmd, req, stream, t.Revision, t.LastChain, events)
+		res, err := s.appendDecision(ctx, cmd, req, stream, t.Revision, t.LastChain, step.events)
 		if r, answered, retry, err := refusedAppend(cmd.IdempotencyKey, err); answered || retry || err != nil {
 			refresh = retry
 			return r, retry, err
@@ -409,35 +395,34 @@ func (s *Service) sagaReply(ctx context.Context, t *domain.Transfer, key string,
 // transfer's stream: the refund is requested there with the claim of its own key,
 // reserving its amount, and runs as a saga in the other direction; on a store
 // with atomic multi-stream appends it is decided at once over both accounts
-// and written in one append with its request (transferAtomically).
+// and written in one append with its request (atomicMover.openSaga).
 func (s *Service) refundTransfer(ctx context.Context, cmd domain.Command, orig *domain.KeyClaimed) (Reply, error) {
 	stream := orig.Stream
 	id := strings.TrimPrefix(stream, domain.TransferStreamPrefix)
 	req := cmd.Canonical()
 	// A refund starts from the store's head: the cache may miss this key's own
 	// decision or the transfer's, made by another instance (one short read).
-	return s.decideOnTransfer(ctx, cmd, stream, id, true, "refund/requested", func(t *domain.Transfer, _, wrote bool) (Reply, []domain.NewEvent, transferNext, error) {
+	return s.decideOnTransfer(ctx, cmd, stream, id, true, "refund/requested", func(t *domain.Transfer, _, wrote bool) (transferStep, error) {
 		if sg, ok := t.SagaOf(cmd.IdempotencyKey); ok {
 			if r, ok := sagaConflict(sg, req); !ok {
-				return r, nil, answered, nil
+				return transferStep{r: r}, nil
 			}
 			r, err := s.finishSaga(ctx, stream, id, cmd.IdempotencyKey, wrote)
-			return r, nil, answered, err
+			return transferStep{r: r}, err
 		}
 		if t.Saga != nil && t.Saga.Key == cmd.OriginalKey && !t.Saga.Stage.Decided() {
 			// A refund of a transfer in flight waits for its decision.
 			_, err := s.driveSaga(ctx, stream, id, cmd.OriginalKey)
-			return Reply{}, nil, cached, err
+			return transferStep{next: cached}, err
 		}
 		d := domain.DecideTransferRefund(t, cmd)
-		if len(d.Events) == 0 {
-			return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil, answered, nil
+		switch {
+		case len(d.Events) == 0:
+			return transferStep{r: reply.NotRecorded(cmd.IdempotencyKey, d.Rejection)}, nil
+		case d.Rejection != nil: // refused with its request (over the limit)
+			return transferStep{events: d.Events, next: appendThem}, nil
 		}
-		if d.Rejection == nil && s.multi != nil { // one decision, one append, as the transfer's
-			r, next, err := s.transferAtomically(ctx, cmd, req, stream, t, d.Events)
-			return r, nil, next, err
-		}
-		return Reply{}, d.Events, appendThem, nil
+		return s.mover.openSaga(ctx, cmd, req, t, d.Events) // one decision, one append, as the transfer's
 	})
 }
 

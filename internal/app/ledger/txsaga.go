@@ -249,13 +249,19 @@ func (s *Service) appendTransactionRecord(ctx context.Context, txStream string, 
 	return err
 }
 
-// refundTransactionSaga refunds a posted transaction (whose stream is
+// transaction decides a post_transaction as a reservation saga.
+func (m sagaMover) transaction(ctx context.Context, cmd domain.Command) (Reply, error) {
+	return m.s.handleTransactionSaga(ctx, cmd, cmd.Canonical())
+}
+
+// refundTransaction refunds a posted transaction (whose stream is
 // origStream) as a reservation saga of its own in the original's next free
 // refund slot, as refundTransaction does in one append: slots are taken in
 // order (the original's lock in this process, the slot's "no stream" across
 // instances), a slot still running is driven to its outcome first, and what
 // the posted ones moved is what was refunded.
-func (s *Service) refundTransactionSaga(ctx context.Context, cmd domain.Command, req domain.Canonical, origStream string, posted *domain.TransactionPosted) (Reply, error) {
+func (m sagaMover) refundTransaction(ctx context.Context, cmd domain.Command, req domain.Canonical, origStream string, posted *domain.TransactionPosted) (Reply, error) {
+	s := m.s
 	return s.underLocks(ctx, []string{origStream}, func(*attempt) (Reply, bool, error) {
 		refunded := int64(0)
 		for slot := 0; ; slot++ {

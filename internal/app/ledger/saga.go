@@ -1,0 +1,34 @@
+package ledger
+
+import (
+	"context"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+)
+
+// The saga mover (mover.go), for a store that appends to one stream at a
+// time (KurrentDB through the v4 client): money over several accounts moves
+// by a saga of idempotent steps under derived keys, run inline and finished
+// by the transfer process after a crash (process.go). A transfer and its
+// refunds run in their transfer stream (openSaga, then transfer.go's
+// driveSaga), a transaction and its refunds as reservation sagas
+// (txsaga.go), a capture into an account as a capture saga (capturesaga.go).
+
+// sagaMover moves money over several accounts by sagas.
+type sagaMover struct{ s *Service }
+
+// openSaga writes the request first and runs the saga after it
+// (decideOnTransfer). A transfer that names an account that does not exist
+// is refused without a record (PROTOCOL.md §3), and no money moves for it.
+func (m sagaMover) openSaga(ctx context.Context, cmd domain.Command, _ domain.Canonical, _ *domain.Transfer, requested []domain.NewEvent) (transferStep, error) {
+	if cmd.Type == domain.CmdTransfer { // a refund's accounts are its transfer's
+		for _, id := range []string{cmd.From, cmd.To} {
+			open, err := m.s.accountOpened(ctx, id)
+			if err != nil || !open {
+				return transferStep{r: reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(id))}, err
+			}
+		}
+	}
+	return transferStep{events: requested, next: appendThem}, nil
+}
