@@ -24,8 +24,8 @@ import (
 //
 // A store that locates no events and appends to one stream at a time (KurrentDB
 // through the v4 client) finds a forgotten key through its claim instead
-// (firstEventOf): every decision on an account is written there after its key's
-// claim, a saga step's too (claimRecall), and a command on an aggregate that
+// (keys.go, byClaim): every decision on an account is written there after its key's
+// claim, a saga step's too, and a command on an aggregate that
 // forgot keys has its key looked up before it is decided, since that store
 // would not refuse a second event with the same ID. It takes no snapshots.
 
@@ -39,7 +39,7 @@ func (s *Service) newAccount(id string) *domain.Account {
 
 // bound sets an aggregate's limits as this service bounds them.
 func (s *Service) bound(acc *domain.Account) *domain.Account {
-	acc.KeyLimit, acc.PinUnclaimedSteps, acc.HoldLimit, acc.RefundLimit = s.keyLimit, s.claimRecall, s.holdLimit, s.refundLimit
+	acc.KeyLimit, acc.PinUnclaimedSteps, acc.HoldLimit, acc.RefundLimit = s.keyLimit, s.keys.stepsClaim(), s.holdLimit, s.refundLimit
 	return acc
 }
 
@@ -138,10 +138,10 @@ func (s *Service) snapshotIfDue(stream string, acc *domain.Account) {
 // store when the aggregate has forgotten it (and then remembered again); nil
 // when the key was never decided on the stream. The caller holds the lock.
 func (s *Service) keyRecord(ctx context.Context, stream string, acc *domain.Account, key string) (*domain.KeyRecord, error) {
-	if rec := acc.Keys[key]; rec != nil || !acc.Forgot() && s.claimRecall || s.locator == nil && !s.claimRecall {
+	if rec := acc.Keys[key]; rec != nil || !s.keys.asks(acc) {
 		return rec, nil
 	}
-	first, err := s.firstEventOf(ctx, stream, key)
+	first, err := s.keys.firstEventOf(ctx, stream, key)
 	if errors.Is(err, eventstore.ErrEventNotFound) {
 		return nil, nil
 	}
@@ -266,85 +266,6 @@ func (s *Service) readSubject(ctx context.Context, stream, subject string) ([]do
 		}
 	}
 	return stored, nil
-}
-
-// firstEventOf finds the first event key wrote to stream: by its derived ID on
-// a store that locates events, else through the key's claim (claimRecall),
-// which names the stream and the revision the decision was to be written at: a
-// lower bound, since a decision taken again after a concurrent write lands
-// later. The stream is read forward from there, a page at a time, to the key's
-// first event (a claim written before a crash, whose decision never was, reads
-// to the head and finds none). A claim made before claims held a revision is
-// read from the stream's start. ErrEventNotFound when the key wrote nothing there.
-func (s *Service) firstEventOf(ctx context.Context, stream, key string) (eventstore.RecordedEvent, error) {
-	id := domain.EventID(key, stream, 0)
-	if s.locator != nil {
-		return s.locator.ReadEventByID(ctx, id)
-	}
-	c, err := s.readClaim(ctx, key)
-	if err != nil {
-		return eventstore.RecordedEvent{}, err
-	}
-	if c == nil || c.Stream != stream {
-		return eventstore.RecordedEvent{}, eventstore.ErrEventNotFound
-	}
-	from := eventstore.Revision(0)
-	if c.Revision != nil {
-		from = *c.Revision
-	}
-	const page = 256
-	for {
-		evs, err := s.store.ReadStream(ctx, stream, from, eventstore.Forwards, page)
-		if errors.Is(err, eventstore.ErrStreamNotFound) {
-			return eventstore.RecordedEvent{}, eventstore.ErrEventNotFound
-		}
-		if err != nil {
-			return eventstore.RecordedEvent{}, err
-		}
-		for _, re := range evs {
-			if re.ID == id {
-				return re, nil
-			}
-		}
-		if len(evs) < page {
-			return eventstore.RecordedEvent{}, eventstore.ErrEventNotFound
-		}
-		from += page
-	}
-}
-
-// oldKeyWindow is how long a stream stays in "resends of old keys arrive" mode
-// after one did: its commands' keys are looked up in the store before they are
-// decided (decidedBefore).
-const oldKeyWindow = 10 * time.Second
-
-// noteOldKey records that a command on stream was a resend of a key its
-// aggregate had forgotten (found by the store's refusal of its append).
-func (s *Service) noteOldKey(stream string) {
-	s.oldKeys.Store(stream, time.Now())
-}
-
-// decidedBefore reports whether the store holds events of key on stream, while
-// resends of old keys arrive on it (for oldKeyWindow after the last one); false
-// otherwise without reading anything. One indexed read, outside the stream's
-// lock, shared with the concurrent commands' (keyLookups). An old key decided again is refused by the store anyway (its event IDs
-// are taken), but only at its append: the commands decided on top of it in the
-// meantime fail with it and are decided again, so in a burst of old resends
-// (a client replaying yesterday's file) the lookup first is cheaper; outside
-// one, new commands pay no read.
-func (s *Service) decidedBefore(ctx context.Context, stream, key string) (bool, error) {
-	if s.locator == nil {
-		return false, nil
-	}
-	seen, ok := s.oldKeys.Load(stream)
-	if !ok {
-		return false, nil
-	}
-	if time.Since(seen.(time.Time)) > oldKeyWindow {
-		s.oldKeys.CompareAndDelete(stream, seen)
-		return false, nil
-	}
-	return s.lookups.exists(ctx, domain.EventID(key, stream, 0))
 }
 
 // errFolded stops a fold at the revision it was asked to reach.

@@ -89,23 +89,18 @@ type Service struct {
 	metrics   *metrics
 	// mover moves money over several accounts as the store allows (mover.go).
 	mover mover
-	// locator and snaps are the store's, when it locates events and keeps
-	// snapshots (history.go); keyLimit is Account.KeyLimit for new aggregates.
-	// claimRecall: the store locates no events and writes no two streams at once
-	// (KurrentDB): every decision on an account, a saga step's too, is written
-	// after its key's claim, through which a forgotten key is found (history.go).
-	claimRecall bool
-	locator     eventstore.EventLocator
-	lookups     *keyLookups
-	snaps       eventstore.SnapshotStore
-	keyLimit    int
+	// keys finds what aggregates forgot of a key, as the store allows
+	// (keys.go); snaps is the store's when it keeps snapshots (history.go);
+	// keyLimit is Account.KeyLimit for new aggregates.
+	keys     keyFinder
+	snaps    eventstore.SnapshotStore
+	keyLimit int
 	// subjects is the store's, when it reads events by subject; holdLimit and
 	// refundLimit are Account.HoldLimit and RefundLimit for new aggregates
 	// (history.go).
 	subjects    eventstore.SubjectReader
 	holdLimit   int
 	refundLimit int
-	oldKeys     sync.Map // streams where resends of forgotten keys arrive: string -> time.Time
 	snapSlots   chan struct{}
 	snapWG      sync.WaitGroup
 	// failpoint, when set (by tests only), is called between the steps of a saga
@@ -146,12 +141,8 @@ func New(store Store, opts Options) *Service {
 	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), pipes: newPipes(), accounts: newAccountCache(opts.CacheSize, opts.CacheBytes, m.cachedBytes),
 		claims: newLRU[string, *domain.KeyClaimed](opts.CacheSize, nil), transfers: newLRU[string, *domain.Transfer](opts.CacheSize, nil), metrics: m, snapSlots: make(chan struct{}, 4)}
 	s.mover = moverFor(s, store)
-	_, multi := store.(eventstore.MultiAppender)
-	if l, ok := store.(eventstore.EventLocator); ok {
-		s.locator, s.lookups = l, newKeyLookups(l, m.lookupBatch)
-		s.keyLimit = max(opts.RecentKeys, 0)
-	} else if !multi {
-		s.claimRecall = true
+	s.keys = keyFinderFor(s, store)
+	if s.keys.forgets() {
 		s.keyLimit = max(opts.RecentKeys, 0)
 	}
 	if ss, ok := store.(eventstore.SnapshotStore); ok {
@@ -176,9 +167,7 @@ func (s *Service) Close() {
 		s.batch.close()
 	}
 	s.snapWG.Wait()
-	if s.lookups != nil {
-		s.lookups.close()
-	}
+	s.keys.close()
 }
 
 // ErrTooManyConflicts means concurrent writers kept winning for MaxAttempts rounds.
@@ -269,11 +258,11 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 	// refresh: decide on the store's head; recall: the key may have been decided
 	// long ago, its record forgotten by the aggregate: look it up in the store.
 	refresh := false
-	recall, err := s.decidedBefore(ctx, stream, cmd.IdempotencyKey)
+	recall, err := s.keys.decidedBefore(ctx, stream, cmd.IdempotencyKey)
 	if err != nil {
 		return nil, false, nil, err
 	}
-	if !claim && s.claimRecall { // a saga step claims its key too: that is how it is found once forgotten
+	if !claim && s.keys.stepsClaim() { // a saga step claims its key too: that is how it is found once forgotten
 		claim, cmd.Claimed = true, true
 	}
 	req := cmd.Canonical()
@@ -297,7 +286,7 @@ func (s *Service) decideOnAccountOnce(ctx context.Context, l *heldLocks, cmd dom
 	if err != nil {
 		return nil, false, nil, false, err
 	}
-	if rec, dup, r, err := s.answerKnownKey(ctx, stream, acc, cmd, req, *recall || (s.claimRecall && acc.Forgot())); err != nil || rec != nil || r != nil {
+	if rec, dup, r, err := s.answerKnownKey(ctx, stream, acc, cmd, req, *recall || s.keys.first(acc)); err != nil || rec != nil || r != nil {
 		return rec, dup, r, false, err
 	}
 	switch err := s.recallForgotten(ctx, stream, acc, cmd); {
@@ -399,7 +388,7 @@ func (s *Service) afterRefusedAppend(stream string, cmd domain.Command, acc *dom
 		// The store holds this key's events already: it was decided long ago
 		// (the aggregate forgot it) or by another instance. Answer it from them.
 		*refresh, *recall = true, true
-		s.noteOldKey(stream)
+		s.keys.noteOldKey(stream)
 	case err != nil:
 		return nil, err
 	case res.idempotent:

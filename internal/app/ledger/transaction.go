@@ -126,8 +126,8 @@ func (s *Service) drain(ctx context.Context, stream string) error {
 // key decided is then found by the append (its stream exists) and read on
 // the next attempt.
 func (s *Service) decidedTransaction(ctx context.Context, txStream string, cmd domain.Command, req domain.Canonical, attempt int) (r Reply, done bool, err error) {
-	if attempt == 0 && s.lookups != nil {
-		if found, err := s.lookups.exists(ctx, domain.EventID(cmd.IdempotencyKey, txStream, 0)); err != nil || !found {
+	if attempt == 0 {
+		if found, err := s.keys.mayExist(ctx, domain.EventID(cmd.IdempotencyKey, txStream, 0)); err != nil || !found {
 			return Reply{}, false, err
 		}
 	}
