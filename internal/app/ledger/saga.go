@@ -11,7 +11,7 @@ import (
 // time (KurrentDB through the v4 client): money over several accounts moves
 // by a saga of idempotent steps under derived keys, run inline and finished
 // by the transfer process after a crash (process.go). A transfer and its
-// refunds run in their transfer stream (openSaga, then transfer.go's
+// refunds run in their transfer stream (openSaga, then transfers.go's
 // driveSaga), a transaction and its refunds as reservation sagas
 // (txsaga.go), a capture into an account as a capture saga (capturesaga.go).
 

@@ -182,37 +182,6 @@ func (s *Service) transferExists(ctx context.Context, cmd domain.Command, req do
 	return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil
 }
 
-// accountOpened reports whether an account exists. An account never disappears,
-// so a cached "open" is final; a cached "missing" is checked against the store.
-func (s *Service) accountOpened(ctx context.Context, id string) (bool, error) {
-	f, err := s.accountFacts(ctx, id)
-	return f.opened, err
-}
-
-// accountFacts is what accountOpened reads: whether the account is open, its
-// currency (which never changes once it is), and the revision its next event
-// takes as far as this instance knows (a lower bound).
-type accountFacts struct {
-	opened   bool
-	currency string
-	next     uint64
-}
-
-func (s *Service) accountFacts(ctx context.Context, id string) (f accountFacts, err error) {
-	stream := domain.AccountStream(id)
-	err = s.whenSettled(ctx, stream, func() error {
-		acc, err := s.loadAccount(ctx, stream, id, false)
-		if err == nil && !acc.Opened {
-			acc, err = s.loadAccount(ctx, stream, id, true)
-		}
-		if err == nil {
-			f = accountFacts{opened: acc.Opened, currency: acc.Currency, next: uint64(acc.Revision + 1)}
-		}
-		return err
-	})
-	return f, err
-}
-
 // errStepNotRecorded is a saga step refused without a record. It cannot happen for
 // accounts that exist (checked before the request is written, and accounts are
 // never removed); going on would risk a decision that a later run contradicts, so

@@ -57,65 +57,6 @@ func (s *Service) refundSlot(ctx context.Context, txID string, cmd domain.Comman
 	}
 }
 
-// attempt is one pass of underLocks' loop: its number (0 first) and the locks
-// it holds.
-type attempt struct {
-	n      int
-	locks  *heldLocks
-	waited bool
-}
-
-// waitUncounted releases the locks, waits for ch and takes them again; the pass
-// that waited is not counted as an attempt (it decided nothing).
-func (a *attempt) waitUncounted(ctx context.Context, ch <-chan struct{}) error {
-	a.waited = true
-	return a.locks.waitFor(ctx, ch)
-}
-
-// underLocks is the one attempts loop of the command side: it takes the locks
-// of the streams a command is decided on, in order (an account command's one
-// stream; a transaction's accounts and its stream; a capture into an account;
-// a transfer's stream), and calls try until it answers without asking to retry
-// (retry: another instance wrote one of the streams, a command decided before
-// this one failed, or the decision is to be taken again on the store's head),
-// at most Options.MaxAttempts counted attempts, and releases the locks. try
-// may give the locks up while it waits (a pipelined append, attempt.locks); a
-// pass that only waited for a key's append in flight is not counted
-// (attempt.waitUncounted).
-func (s *Service) underLocks(ctx context.Context, streams []string, try func(a *attempt) (r Reply, retry bool, err error)) (Reply, error) {
-	l := &heldLocks{s: s, streams: streams}
-	if err := l.lock(ctx); err != nil {
-		return Reply{}, err
-	}
-	defer l.unlock()
-	a := &attempt{locks: l}
-	for a.n < s.opts.MaxAttempts {
-		a.waited = false
-		r, retry, err := try(a)
-		if err != nil || !retry {
-			return r, err
-		}
-		if !a.waited {
-			a.n++
-		}
-	}
-	return Reply{}, ErrTooManyConflicts
-}
-
-// drain waits, holding the stream's lock, until no pipelined append is in
-// flight on it: its cached aggregate is then what the store holds (or stale,
-// and reloaded by the next load).
-func (s *Service) drain(ctx context.Context, stream string) error {
-	if ch := s.pipes.inflightChan(stream); ch != nil {
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
 // decidedTransaction answers a transaction whose stream already holds its
 // outcome: the original reply (duplicate), a conflict (the key with another
 // request), or transaction_exists (the ID under another key). done is false

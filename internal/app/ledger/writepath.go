@@ -1,0 +1,446 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+)
+
+// The write path (ARCHITECTURE decisions 5 and 16): every command is decided
+// under its streams' locks in one attempts loop (underLocks): load, decide
+// on the pending state, append (pipelined where the store group-commits,
+// pipeline.go), and on a refusal decide again on the store's head. A command
+// of one account takes it through decideOnAccount; a write over several
+// accounts through its mover (mover.go); a transfer stream's through
+// decideOnTransfer (transfers.go). Events are encoded here with their
+// deterministic IDs and metadata (encodeEvents), and the key's claim written
+// with the decision (claims.go).
+
+// attempt is one pass of underLocks' loop: its number (0 first) and the locks
+// it holds.
+type attempt struct {
+	n      int
+	locks  *heldLocks
+	waited bool
+}
+
+// waitUncounted releases the locks, waits for ch and takes them again; the pass
+// that waited is not counted as an attempt (it decided nothing).
+func (a *attempt) waitUncounted(ctx context.Context, ch <-chan struct{}) error {
+	a.waited = true
+	return a.locks.waitFor(ctx, ch)
+}
+
+// underLocks is the one attempts loop of the command side: it takes the locks
+// of the streams a command is decided on, in order (an account command's one
+// stream; a transaction's accounts and its stream; a capture into an account;
+// a transfer's stream), and calls try until it answers without asking to retry
+// (retry: another instance wrote one of the streams, a command decided before
+// this one failed, or the decision is to be taken again on the store's head),
+// at most Options.MaxAttempts counted attempts, and releases the locks. try
+// may give the locks up while it waits (a pipelined append, attempt.locks); a
+// pass that only waited for a key's append in flight is not counted
+// (attempt.waitUncounted).
+func (s *Service) underLocks(ctx context.Context, streams []string, try func(a *attempt) (r Reply, retry bool, err error)) (Reply, error) {
+	l := &heldLocks{s: s, streams: streams}
+	if err := l.lock(ctx); err != nil {
+		return Reply{}, err
+	}
+	defer l.unlock()
+	a := &attempt{locks: l}
+	for a.n < s.opts.MaxAttempts {
+		a.waited = false
+		r, retry, err := try(a)
+		if err != nil || !retry {
+			return r, err
+		}
+		if !a.waited {
+			a.n++
+		}
+	}
+	return Reply{}, ErrTooManyConflicts
+}
+
+// drain waits, holding the stream's lock, until no pipelined append is in
+// flight on it: its cached aggregate is then what the store holds (or stale,
+// and reloaded by the next load).
+func (s *Service) drain(ctx context.Context, stream string) error {
+	if ch := s.pipes.inflightChan(stream); ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// decideOnAccount decides cmd against an account stream under the stream's lock:
+// a known key is answered from its record (duplicate), otherwise the command is
+// decided and appended with the revision it was decided on, claiming the key when
+// claim is set (client commands; saga steps and schedulers use derived keys and
+// write no claim). It returns a copy of the key's record, or, for outcomes that
+// leave no record (invalid, refused without record, key conflict), the reply.
+//
+// On a store that group-commits, the append is pipelined (pipeline.go): the lock
+// is released while it commits, and the next command of the stream is decided on
+// the state it will leave.
+func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, stream, accountID string, claim bool) (rec *ownedRecord, duplicate bool, r *Reply, err error) {
+	// refresh: decide on the store's head; recall: the key may have been decided
+	// long ago, its record forgotten by the aggregate: look it up in the store.
+	refresh := false
+	recall, err := s.keys.decidedBefore(ctx, stream, cmd.IdempotencyKey)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	if !claim && s.keys.stepsClaim() { // a saga step claims its key too: that is how it is found once forgotten
+		claim, cmd.Claimed = true, true
+	}
+	req := cmd.Canonical()
+	_, err = s.underLocks(ctx, []string{stream}, func(a *attempt) (Reply, bool, error) {
+		if wait := s.pipes.wait(stream, cmd.IdempotencyKey); wait != nil {
+			return Reply{}, true, a.waitUncounted(ctx, wait)
+		}
+		var retry bool
+		rec, duplicate, r, retry, err = s.decideOnAccountOnce(ctx, a.locks, cmd, req, stream, accountID, claim, &refresh, &recall)
+		return Reply{}, retry, err
+	})
+	return rec, duplicate, r, err
+}
+
+// decideOnAccountOnce is one attempt of decideOnAccount, under the stream's
+// lock: the key answered from what is known of it, or the command decided on
+// the (pending) state and appended; retry asks for another attempt, refresh
+// and recall saying how to take it.
+func (s *Service) decideOnAccountOnce(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, stream, accountID string, claim bool, refresh, recall *bool) (rec *ownedRecord, duplicate bool, r *Reply, retry bool, err error) {
+	acc, chain, err := s.loadPending(ctx, stream, accountID, *refresh)
+	if err != nil {
+		return nil, false, nil, false, err
+	}
+	if rec, dup, r, err := s.answerKnownKey(ctx, stream, acc, cmd, req, *recall || s.keys.first(acc)); err != nil || rec != nil || r != nil {
+		return rec, dup, r, false, err
+	}
+	switch err := s.recallForgotten(ctx, stream, acc, cmd); {
+	case errors.Is(err, domain.ErrRecallUnsettled):
+		*refresh = true
+		return nil, false, nil, true, s.settleBeforeDecidingAgain(ctx, l, stream)
+	case err != nil:
+		return nil, false, nil, false, err
+	}
+	d := domain.DecideAccount(acc, cmd)
+	if d.Invalid != nil || len(d.Events) == 0 {
+		if !*refresh || !*recall {
+			*refresh, *recall = true, true
+			return nil, false, nil, true, s.settleBeforeDecidingAgain(ctx, l, stream)
+		}
+		r := unwrittenReply(cmd, d)
+		return nil, false, &r, false, nil
+	}
+	var res written
+	if s.batch != nil {
+		res, err = s.appendPipelined(ctx, l, cmd, req, stream, acc, chain, d.Events, claim)
+	} else {
+		res, err = s.appendAccount(ctx, cmd, req, stream, acc, d.Events, claim)
+	}
+	if err != nil || res.idempotent {
+		r, err := s.afterRefusedAppend(stream, cmd, acc, res, err, refresh, recall)
+		return nil, false, r, r == nil && err == nil, err
+	}
+	kr, ok := acc.Keys[cmd.IdempotencyKey]
+	if !ok {
+		return nil, false, nil, false, fmt.Errorf("ledger: %s: key %q not found after its own append", stream, cmd.IdempotencyKey)
+	}
+	s.tookCommand(stream, acc, int64(res.events[len(res.events)-1].Revision))
+	return copyRecord(kr), false, nil, false, nil
+}
+
+// settleBeforeDecidingAgain waits, the stream's lock released, for its appends
+// in flight to settle, before a decision that writes nothing is taken again on
+// the store's head: nothing is written, so no expected revision would catch a
+// cache that another instance left behind (one that may hold this very key, or
+// the state that makes the command valid), and a pending state is never caught
+// up from the store.
+func (s *Service) settleBeforeDecidingAgain(ctx context.Context, l *heldLocks, stream string) error {
+	if wait := s.pipes.settle(stream); wait != nil {
+		return l.waitFor(ctx, wait)
+	}
+	return nil
+}
+
+// unwrittenReply is the reply to a decision that writes nothing: invalid, or
+// refused without a record.
+func unwrittenReply(cmd domain.Command, d domain.Decision) Reply {
+	if d.Invalid != nil {
+		return reply.Invalid(cmd.IdempotencyKey, d.Invalid)
+	}
+	return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection)
+}
+
+// answerKnownKey answers a key the stream already decided, from the
+// aggregate's record or, when recall is set and the aggregate forgot it, from
+// the store: the record (duplicate) or the conflict's reply; all nil for a key
+// never decided.
+func (s *Service) answerKnownKey(ctx context.Context, stream string, acc *domain.Account, cmd domain.Command, req domain.Canonical, recall bool) (*ownedRecord, bool, *Reply, error) {
+	rec := acc.Keys[cmd.IdempotencyKey]
+	if rec == nil && recall {
+		var err error
+		if rec, err = s.keyRecord(ctx, stream, acc, cmd.IdempotencyKey); err != nil {
+			return nil, false, nil, err
+		}
+	}
+	j, err := domain.Judge(rec.DecidedFor(func() ([]byte, error) { return s.recordRequest(ctx, stream, rec) }), req)
+	switch {
+	case err != nil:
+		return nil, false, nil, err
+	case j.Verdict == domain.KeyConflict:
+		r := reply.Conflict(cmd.IdempotencyKey, j.Fields)
+		return nil, false, &r, nil
+	case j.Verdict == domain.KeyDuplicate:
+		return copyRecord(rec), true, nil, nil
+	}
+	return nil, false, nil, nil
+}
+
+// afterRefusedAppend handles an append that wrote nothing (err, or res
+// idempotent): the reply when there is one to give, an error when the append
+// failed otherwise; else it sets how to decide again and the caller does.
+func (s *Service) afterRefusedAppend(stream string, cmd domain.Command, acc *domain.Account, res written, err error, refresh, recall *bool) (*Reply, error) {
+	var conflict *claimConflict
+	switch {
+	case errors.As(err, &conflict):
+		r := reply.Conflict(cmd.IdempotencyKey, conflict.fields)
+		return &r, nil
+	case errors.Is(err, eventstore.ErrWrongExpectedRevision):
+		// Another instance wrote, or a command this one was decided on top
+		// of failed (perhaps a resend of a key the aggregate forgot, as this
+		// one may be): catch up and decide again, the key looked up first.
+		*refresh, *recall = true, acc.Forgot()
+	case errors.Is(err, eventstore.ErrDuplicateEventID):
+		// The store holds this key's events already: it was decided long ago
+		// (the aggregate forgot it) or by another instance. Answer it from them.
+		*refresh, *recall = true, true
+		s.keys.noteOldKey(stream)
+	case err != nil:
+		return nil, err
+	case res.idempotent:
+		// The store already held this key's events: another instance decided
+		// it before this cache saw them. Answer it as the duplicate it is,
+		// from the store's own record.
+		*refresh, *recall = true, true
+	}
+	return nil, nil
+}
+
+// tookCommand accounts for an aggregate that took a command, durable up to
+// revision durable: the closed holds and refunded originals it may forget now, its size in the cache,
+// and a snapshot when one is due and nothing is in flight on it (so that it is
+// durable). The caller holds the stream's lock.
+func (s *Service) tookCommand(stream string, acc *domain.Account, durable int64) {
+	acc.ForgetDurable(durable)
+	if cached, ok := s.accounts.c.Peek(stream); !ok || cached != acc {
+		return
+	}
+	s.accounts.resize(stream, acc)
+	if s.pipes.idle(stream) {
+		s.snapshotIfDue(stream, acc)
+	}
+}
+
+// appendAccount appends a decision on an account and folds it into the cached
+// aggregate, holding the stream's lock throughout (a store without group commit).
+func (s *Service) appendAccount(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, acc *domain.Account, events []domain.NewEvent, claim bool) (written, error) {
+	var (
+		res written
+		err error
+	)
+	if claim {
+		res, err = s.appendDecision(ctx, cmd, req, stream, acc.Revision, acc.LastChain, events)
+	} else {
+		res, err = s.appendStep(ctx, cmd, req, stream, acc.Revision, acc.LastChain, events)
+	}
+	if err != nil || res.idempotent {
+		return res, err
+	}
+	return res, s.applyWritten(ctx, stream, acc, res)
+}
+
+// appendPipelined folds a decision into the pending aggregate, queues its append
+// behind the stream's appends in flight, and waits for it with the stream's lock
+// released (appendHot). On return the lock is held again; on success the key's
+// record in acc is durable, its position set.
+func (s *Service) appendPipelined(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, stream string, acc *domain.Account, chain uint64, events []domain.NewEvent, claim bool) (written, error) {
+	first := uint64(acc.Revision + 1)
+	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, first, acc.LastChain, events)
+	if err != nil {
+		return written{}, err
+	}
+	parts := []eventstore.StreamAppend{{Stream: stream, Expected: eventstore.ExactOrNoStream(acc.Revision), Events: data}}
+	if claim {
+		c, err := s.claimPart(cmd, req, stream, first)
+		if err != nil {
+			return written{}, err
+		}
+		parts = append([]eventstore.StreamAppend{c}, parts...)
+	}
+	w := writtenFrom(stream, eventstore.AppendResult{FirstRevision: first}, data, metas, events)
+	res, err := s.appendHot(ctx, l, parts, hotLeg{stream: stream, acc: acc, chain: chain, key: cmd.IdempotencyKey, w: w}, nil)
+	switch {
+	case err != nil && claim:
+		return written{}, s.claimError(ctx, parts[0].Stream, req, err)
+	case err != nil:
+		return written{}, err
+	case anyIdempotent(res):
+		return written{idempotent: true}, nil
+	}
+	return w, nil
+}
+
+// ownedRecord is a key record copied out of a cached aggregate, with its account
+// view made once, so that a reply can point at both.
+type ownedRecord struct {
+	domain.KeyRecord
+	after domain.AccountView
+}
+
+// copyRecord copies a record out of a cached aggregate, so that it can be read
+// after the stream's lock is released.
+func copyRecord(rec *domain.KeyRecord) *ownedRecord {
+	c := &ownedRecord{KeyRecord: *rec, after: rec.After()}
+	c.Events = append([]domain.EventRef(nil), rec.Events...)
+	return c
+}
+
+// recordRequest reads the canonical request a key was decided for, for a
+// conflict's fields. Records keep only the request's hash: the request itself
+// is read from the metadata of the key's first event in the stream (one read,
+// on this rare path), the event the record was started from; nil when the
+// record has no event.
+func (s *Service) recordRequest(ctx context.Context, stream string, rec *domain.KeyRecord) ([]byte, error) {
+	if len(rec.Events) == 0 {
+		return nil, nil
+	}
+	first := rec.Events[0]
+	evs, err := s.store.ReadStream(ctx, stream, first.Revision, eventstore.Forwards, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(evs) == 0 || evs[0].ID != first.ID {
+		return nil, fmt.Errorf("ledger: %s: the first event of key %q is not at revision %d", stream, rec.Key, first.Revision)
+	}
+	m, err := domain.DecodeMetadata(evs[0].Metadata)
+	if err != nil {
+		return nil, err
+	}
+	return m.Request, nil
+}
+
+// written is a successful append: the events as they now stand in the stream.
+type written struct {
+	events []domain.StoredEvent
+	// payloads are the events' decided data, in order (what events[i].Data encodes).
+	payloads []any
+	// idempotent: the store already held these events and wrote nothing.
+	idempotent bool
+}
+
+// applyWritten folds freshly written events into the cached aggregate. Should the
+// cache be behind (another instance wrote just before), it catches up instead.
+func (s *Service) applyWritten(ctx context.Context, stream string, acc *domain.Account, w written) error {
+	if len(w.events) > 0 && int64(w.events[0].Revision) != acc.Revision+1 {
+		_, err := s.loadAccount(ctx, stream, acc.ID, true)
+		return err
+	}
+	for i, ev := range w.events {
+		if err := domain.EvolveAccountDecided(acc, ev, w.payloads[i]); err != nil {
+			s.accounts.c.Remove(stream)
+			return err
+		}
+	}
+	return nil
+}
+
+// encodeEvents turns decided events into event data with deterministic IDs and
+// metadata; the first event carries the canonical request. Each event's metadata
+// carries its chain hash, linked to prevChain, the chain of the stream's event at
+// revision first-1 ("" when first is 0).
+func (s *Service) encodeEvents(cmd domain.Command, req domain.Canonical, key, stream string, first uint64, prevChain string, events []domain.NewEvent) ([]eventstore.EventData, []domain.Metadata, error) {
+	out := make([]eventstore.EventData, len(events))
+	metas := make([]domain.Metadata, len(events))
+	hash := req.Hash
+	for i, ev := range events {
+		data, err := json.Marshal(ev.Data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("ledger: encode %s: %w", ev.Type, err)
+		}
+		m := domain.Metadata{Key: key, Command: string(cmd.Type), RequestHash: hash, Index: i, Count: len(events), At: cmd.At, Origin: cmd.Origin, Producer: s.opts.Producer, Schema: 1, Claimed: cmd.Claimed, Subject: domain.EventSubject(ev)}
+		if i == 0 {
+			m.Request = req.JSON
+		}
+		id := domain.EventID(key, stream, i)
+		m.Chain = domain.ChainHash(prevChain, domain.StoredEvent{ID: id, Stream: stream, Revision: first + uint64(i), Type: ev.Type, Data: data, Metadata: m})
+		prevChain = m.Chain
+		meta, err := domain.EncodeMetadata(m)
+		if err != nil {
+			return nil, nil, err
+		}
+		out[i] = eventstore.EventData{ID: id, Type: ev.Type, Data: data, Metadata: meta, Subject: m.Subject}
+		metas[i] = m
+	}
+	return out, metas, nil
+}
+
+// appendDecision writes a client command's decision to its home stream together
+// with the claim of its key (see claims.go).
+func (s *Service) appendDecision(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, last int64, prevChain string, events []domain.NewEvent) (written, error) {
+	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, uint64(last+1), prevChain, events)
+	if err != nil {
+		return written{}, err
+	}
+	claim, err := s.claimPart(cmd, req, stream, uint64(last+1))
+	if err != nil {
+		return written{}, err
+	}
+	home := eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(last), Events: data}
+	res, err := s.appendWithClaim(ctx, claim, home, req)
+	if err != nil {
+		return written{}, err
+	}
+	return writtenFrom(stream, res, data, metas, events), nil
+}
+
+// appendStep writes an internal step's decision (a derived key: no claim).
+func (s *Service) appendStep(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, last int64, prevChain string, events []domain.NewEvent) (written, error) {
+	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, uint64(last+1), prevChain, events)
+	if err != nil {
+		return written{}, err
+	}
+	part := eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(last), Events: data}
+	var res eventstore.AppendResult
+	if s.batch != nil {
+		rs, err := s.batch.submit(ctx, []eventstore.StreamAppend{part})
+		if err != nil {
+			return written{}, err
+		}
+		res = rs[0]
+	} else if res, err = s.store.Append(ctx, stream, part.Expected, data); err != nil {
+		return written{}, err
+	}
+	return writtenFrom(stream, res, data, metas, events), nil
+}
+
+func writtenFrom(stream string, res eventstore.AppendResult, data []eventstore.EventData, metas []domain.Metadata, decided []domain.NewEvent) written {
+	w := written{events: make([]domain.StoredEvent, len(data)), payloads: make([]any, len(data)), idempotent: res.Idempotent}
+	for i, d := range data {
+		w.events[i] = domain.StoredEvent{ID: d.ID, Stream: stream, Revision: res.FirstRevision + uint64(i), Type: d.Type, Data: d.Data, Metadata: metas[i]}
+		w.payloads[i] = decided[i].Data
+	}
+	if n := len(w.events); n > 0 {
+		w.events[n-1].Position = res.Position.String()
+	}
+	return w
+}
