@@ -13,11 +13,11 @@ import (
 
 // handleAccountCommand decides a client command whose home is an account stream.
 func (s *Service) handleAccountCommand(ctx context.Context, cmd domain.Command, stream, accountID string) (Reply, error) {
-	rec, dup, r, err := s.decideOnAccount(ctx, cmd, stream, accountID, true)
-	if err != nil || r != nil {
-		return deref(r), err
+	ans, err := s.decideOnAccount(ctx, cmd, stream, accountID, true)
+	if err != nil {
+		return Reply{}, err
 	}
-	return ownedRecordReply(rec, dup), nil // decideOnAccount returns a copy
+	return ans.reply(), nil // decideOnAccount returns a copy
 }
 
 func deref(r *Reply) Reply {

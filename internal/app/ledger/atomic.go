@@ -185,13 +185,8 @@ func (m atomicMover) captureTo(ctx context.Context, cmd domain.Command) (Reply, 
 		case err != nil:
 			return Reply{}, false, err
 		}
-		switch rec, dup, r, err := s.answerKnownKey(ctx, held, a, cmd, req, true); {
-		case err != nil:
-			return Reply{}, false, err
-		case rec != nil:
-			return ownedRecordReply(rec, dup), false, nil
-		case r != nil:
-			return *r, false, nil
+		if ans, err := s.answerKnownKey(ctx, &accountWrite{cmd: cmd, req: req, stream: held, acc: a}, true); err != nil || ans.known() {
+			return ans.reply(), false, err
 		}
 		capture, credit := domain.DecideCaptureTo(a, b, cmd)
 		switch {

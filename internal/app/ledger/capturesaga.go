@@ -75,11 +75,11 @@ func (s *Service) startCaptureTo(ctx context.Context, cmd domain.Command, req do
 	case !open:
 		c := cmd
 		c.ToRefusal = domain.MissingAccount(cmd.To)
-		rec, dup, rr, err := s.decideOnAccount(ctx, c, heldStream, cmd.AccountID, true)
-		if err != nil || rr != nil {
-			return deref(rr), true, err
+		ans, err := s.decideOnAccount(ctx, c, heldStream, cmd.AccountID, true)
+		if err != nil {
+			return Reply{}, true, err
 		}
-		return ownedRecordReply(rec, dup), true, nil
+		return ans.reply(), true, nil
 	}
 	claim, err := s.claimPart(cmd, req, heldStream, held.next)
 	if err != nil {
@@ -124,7 +124,8 @@ func (s *Service) driveCaptureTo(ctx context.Context, cmd domain.Command, req do
 	if !guarded {
 		capture.ToRefusal = &domain.Rejection{Code: guard.Code, Message: guard.Message, Recorded: true}
 	}
-	rec, dup, r, err = s.decideOnAccount(ctx, capture, held, cmd.AccountID, true)
+	ans, err := s.decideOnAccount(ctx, capture, held, cmd.AccountID, true)
+	rec, dup, r = ans.rec, ans.duplicate, ans.r
 	if err != nil {
 		return nil, false, nil, err
 	}
@@ -189,7 +190,8 @@ func (s *Service) capturedKey(ctx context.Context, held string, cmd domain.Comma
 		if err != nil {
 			return err
 		}
-		rec, _, r, err = s.answerKnownKey(ctx, held, acc, cmd, req, true)
+		ans, err := s.answerKnownKey(ctx, &accountWrite{cmd: cmd, req: req, stream: held, acc: acc}, true)
+		rec, r = ans.rec, ans.r
 		return err
 	})
 	return rec, r, err

@@ -583,7 +583,8 @@ func (s *Service) ExpireHold(ctx context.Context, accountID, holdID, placingKey 
 		AccountID: accountID, HoldID: holdID, At: at.UTC(), Origin: placingKey,
 	}
 	stream := domain.AccountStream(accountID)
-	rec, _, r, err := s.decideOnAccount(ctx, cmd, stream, accountID, false)
+	ans, err := s.decideOnAccount(ctx, cmd, stream, accountID, false)
+	rec, r := ans.rec, ans.r
 	switch {
 	case err != nil:
 		return false, err

@@ -281,7 +281,8 @@ func sagaFailpoint(sg *domain.Saga, step string) string {
 // or answers it again once run, and returns its record. A step refused without
 // a record is an error: the saga stays pending.
 func (s *Service) accountStep(ctx context.Context, cmd domain.Command) (*domain.KeyRecord, error) {
-	rec, _, r, err := s.decideOnAccount(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID, false)
+	ans, err := s.decideOnAccount(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID, false)
+	rec, r := ans.rec, ans.r
 	if err != nil {
 		return nil, err
 	}

@@ -80,83 +80,126 @@ func (s *Service) drain(ctx context.Context, stream string) error {
 	return nil
 }
 
+// accountWrite is a command the write path decides on one account stream:
+// what it is, fixed across its attempts, and the state of the attempt under
+// way (the aggregate it is decided on, how the next attempt is taken, and
+// the answer once there is one).
+type accountWrite struct {
+	cmd       domain.Command
+	req       domain.Canonical
+	stream    string
+	accountID string
+	// claim: the key's claim is written with the decision (client commands;
+	// saga steps where the key finder finds steps by their claims).
+	claim bool
+
+	acc   *domain.Account // the (pending) aggregate this attempt decides on
+	chain uint64          // its pipeline chain (pipeline.go)
+	next  nextAttempt
+	ans   accountAnswer
+}
+
+// nextAttempt is how the next attempt at a command is taken.
+type nextAttempt struct {
+	refresh bool // decide on the store's head, not the cache
+	recall  bool // the key may have been decided long ago, its record forgotten: look it up in the store
+}
+
+// accountAnswer is what a command decided on an account answers: a copy of
+// the key's record (duplicate: decided before this call), or, for outcomes
+// that leave no record (invalid, refused without record, key conflict), the
+// reply; neither while the key is not decided.
+type accountAnswer struct {
+	rec       *ownedRecord
+	duplicate bool
+	r         *Reply
+}
+
+// known reports whether the answer is given.
+func (a accountAnswer) known() bool { return a.rec != nil || a.r != nil }
+
+// reply is the answer as the client gets it.
+func (a accountAnswer) reply() Reply {
+	if a.r != nil {
+		return *a.r
+	}
+	return ownedRecordReply(a.rec, a.duplicate)
+}
+
 // decideOnAccount decides cmd against an account stream under the stream's lock:
 // a known key is answered from its record (duplicate), otherwise the command is
 // decided and appended with the revision it was decided on, claiming the key when
 // claim is set (client commands; saga steps and schedulers use derived keys and
-// write no claim). It returns a copy of the key's record, or, for outcomes that
-// leave no record (invalid, refused without record, key conflict), the reply.
+// write no claim).
 //
 // On a store that group-commits, the append is pipelined (pipeline.go): the lock
 // is released while it commits, and the next command of the stream is decided on
 // the state it will leave.
-func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, stream, accountID string, claim bool) (rec *ownedRecord, duplicate bool, r *Reply, err error) {
-	// refresh: decide on the store's head; recall: the key may have been decided
-	// long ago, its record forgotten by the aggregate: look it up in the store.
-	refresh := false
-	recall, err := s.keys.decidedBefore(ctx, stream, cmd.IdempotencyKey)
-	if err != nil {
-		return nil, false, nil, err
+func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, stream, accountID string, claim bool) (accountAnswer, error) {
+	w := &accountWrite{cmd: cmd, stream: stream, accountID: accountID, claim: claim}
+	var err error
+	if w.next.recall, err = s.keys.decidedBefore(ctx, stream, cmd.IdempotencyKey); err != nil {
+		return accountAnswer{}, err
 	}
-	if !claim && s.keys.stepsClaim() { // a saga step claims its key too: that is how it is found once forgotten
-		claim, cmd.Claimed = true, true
+	if !w.claim && s.keys.stepsClaim() { // a saga step claims its key too: that is how it is found once forgotten
+		w.claim, w.cmd.Claimed = true, true
 	}
-	req := cmd.Canonical()
+	w.req = w.cmd.Canonical()
 	_, err = s.underLocks(ctx, []string{stream}, func(a *attempt) (Reply, bool, error) {
 		if wait := s.pipes.wait(stream, cmd.IdempotencyKey); wait != nil {
 			return Reply{}, true, a.waitUncounted(ctx, wait)
 		}
-		var retry bool
-		rec, duplicate, r, retry, err = s.decideOnAccountOnce(ctx, a.locks, cmd, req, stream, accountID, claim, &refresh, &recall)
-		return Reply{}, retry, err
+		again, err := s.decideOnAccountOnce(ctx, a.locks, w)
+		return Reply{}, again, err
 	})
-	return rec, duplicate, r, err
+	return w.ans, err
 }
 
 // decideOnAccountOnce is one attempt of decideOnAccount, under the stream's
 // lock: the key answered from what is known of it, or the command decided on
-// the (pending) state and appended; retry asks for another attempt, refresh
-// and recall saying how to take it.
-func (s *Service) decideOnAccountOnce(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, stream, accountID string, claim bool, refresh, recall *bool) (rec *ownedRecord, duplicate bool, r *Reply, retry bool, err error) {
-	acc, chain, err := s.loadPending(ctx, stream, accountID, *refresh)
-	if err != nil {
-		return nil, false, nil, false, err
+// the (pending) state and appended; again asks for another attempt, w.next
+// saying how to take it.
+func (s *Service) decideOnAccountOnce(ctx context.Context, l *heldLocks, w *accountWrite) (again bool, err error) {
+	if w.acc, w.chain, err = s.loadPending(ctx, w.stream, w.accountID, w.next.refresh); err != nil {
+		return false, err
 	}
-	if rec, dup, r, err := s.answerKnownKey(ctx, stream, acc, cmd, req, *recall || s.keys.first(acc)); err != nil || rec != nil || r != nil {
-		return rec, dup, r, false, err
+	if w.ans, err = s.answerKnownKey(ctx, w, w.next.recall || s.keys.first(w.acc)); err != nil || w.ans.known() {
+		return false, err
 	}
-	switch err := s.recallForgotten(ctx, stream, acc, cmd); {
+	switch err := s.recallForgotten(ctx, w.stream, w.acc, w.cmd); {
 	case errors.Is(err, domain.ErrRecallUnsettled):
-		*refresh = true
-		return nil, false, nil, true, s.settleBeforeDecidingAgain(ctx, l, stream)
+		w.next.refresh = true
+		return true, s.settleBeforeDecidingAgain(ctx, l, w.stream)
 	case err != nil:
-		return nil, false, nil, false, err
+		return false, err
 	}
-	d := domain.DecideAccount(acc, cmd)
+	d := domain.DecideAccount(w.acc, w.cmd)
 	if d.Invalid != nil || len(d.Events) == 0 {
-		if !*refresh || !*recall {
-			*refresh, *recall = true, true
-			return nil, false, nil, true, s.settleBeforeDecidingAgain(ctx, l, stream)
+		if !w.next.refresh || !w.next.recall {
+			w.next = nextAttempt{refresh: true, recall: true}
+			return true, s.settleBeforeDecidingAgain(ctx, l, w.stream)
 		}
-		r := unwrittenReply(cmd, d)
-		return nil, false, &r, false, nil
+		r := unwrittenReply(w.cmd, d)
+		w.ans = accountAnswer{r: &r}
+		return false, nil
 	}
 	var res written
 	if s.batch != nil {
-		res, err = s.appendPipelined(ctx, l, cmd, req, stream, acc, chain, d.Events, claim)
+		res, err = s.appendPipelined(ctx, l, w, d.Events)
 	} else {
-		res, err = s.appendAccount(ctx, cmd, req, stream, acc, d.Events, claim)
+		res, err = s.appendAccount(ctx, w, d.Events)
 	}
 	if err != nil || res.idempotent {
-		r, err := s.afterRefusedAppend(stream, cmd, acc, res, err, refresh, recall)
-		return nil, false, r, r == nil && err == nil, err
+		w.ans.r, err = s.afterRefusedAppend(w, res, err)
+		return w.ans.r == nil && err == nil, err
 	}
-	kr, ok := acc.Keys[cmd.IdempotencyKey]
+	kr, ok := w.acc.Keys[w.cmd.IdempotencyKey]
 	if !ok {
-		return nil, false, nil, false, fmt.Errorf("ledger: %s: key %q not found after its own append", stream, cmd.IdempotencyKey)
+		return false, fmt.Errorf("ledger: %s: key %q not found after its own append", w.stream, w.cmd.IdempotencyKey)
 	}
-	s.tookCommand(stream, acc, int64(res.events[len(res.events)-1].Revision))
-	return copyRecord(kr), false, nil, false, nil
+	s.tookCommand(w.stream, w.acc, int64(res.events[len(res.events)-1].Revision))
+	w.ans = accountAnswer{rec: copyRecord(kr)}
+	return false, nil
 }
 
 // settleBeforeDecidingAgain waits, the stream's lock released, for its appends
@@ -181,57 +224,59 @@ func unwrittenReply(cmd domain.Command, d domain.Decision) Reply {
 	return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection)
 }
 
-// answerKnownKey answers a key the stream already decided, from the
-// aggregate's record or, when recall is set and the aggregate forgot it, from
-// the store: the record (duplicate) or the conflict's reply; all nil for a key
-// never decided.
-func (s *Service) answerKnownKey(ctx context.Context, stream string, acc *domain.Account, cmd domain.Command, req domain.Canonical, recall bool) (*ownedRecord, bool, *Reply, error) {
-	rec := acc.Keys[cmd.IdempotencyKey]
+// answerKnownKey answers a key w's stream already decided, from the
+// aggregate's record (w.acc) or, when recall is set and the aggregate forgot
+// it, from the store: the record (duplicate) or the conflict's reply; nothing
+// for a key never decided.
+func (s *Service) answerKnownKey(ctx context.Context, w *accountWrite, recall bool) (accountAnswer, error) {
+	key := w.cmd.IdempotencyKey
+	rec := w.acc.Keys[key]
 	if rec == nil && recall {
 		var err error
-		if rec, err = s.keyRecord(ctx, stream, acc, cmd.IdempotencyKey); err != nil {
-			return nil, false, nil, err
+		if rec, err = s.keyRecord(ctx, w.stream, w.acc, key); err != nil {
+			return accountAnswer{}, err
 		}
 	}
-	j, err := domain.Judge(rec.DecidedFor(func() ([]byte, error) { return s.recordRequest(ctx, stream, rec) }), req)
+	j, err := domain.Judge(rec.DecidedFor(func() ([]byte, error) { return s.recordRequest(ctx, w.stream, rec) }), w.req)
 	switch {
 	case err != nil:
-		return nil, false, nil, err
+		return accountAnswer{}, err
 	case j.Verdict == domain.KeyConflict:
-		r := reply.Conflict(cmd.IdempotencyKey, j.Fields)
-		return nil, false, &r, nil
+		r := reply.Conflict(key, j.Fields)
+		return accountAnswer{r: &r}, nil
 	case j.Verdict == domain.KeyDuplicate:
-		return copyRecord(rec), true, nil, nil
+		return accountAnswer{rec: copyRecord(rec), duplicate: true}, nil
 	}
-	return nil, false, nil, nil
+	return accountAnswer{}, nil
 }
 
-// afterRefusedAppend handles an append that wrote nothing (err, or res
-// idempotent): the reply when there is one to give, an error when the append
-// failed otherwise; else it sets how to decide again and the caller does.
-func (s *Service) afterRefusedAppend(stream string, cmd domain.Command, acc *domain.Account, res written, err error, refresh, recall *bool) (*Reply, error) {
+// afterRefusedAppend handles an append of w's decision that wrote nothing
+// (err, or res idempotent): the reply when there is one to give, an error when
+// the append failed otherwise; else it sets w.next, how to decide again, and
+// the caller does.
+func (s *Service) afterRefusedAppend(w *accountWrite, res written, err error) (*Reply, error) {
 	var conflict *claimConflict
 	switch {
 	case errors.As(err, &conflict):
-		r := reply.Conflict(cmd.IdempotencyKey, conflict.fields)
+		r := reply.Conflict(w.cmd.IdempotencyKey, conflict.fields)
 		return &r, nil
 	case errors.Is(err, eventstore.ErrWrongExpectedRevision):
 		// Another instance wrote, or a command this one was decided on top
 		// of failed (perhaps a resend of a key the aggregate forgot, as this
 		// one may be): catch up and decide again, the key looked up first.
-		*refresh, *recall = true, acc.Forgot()
+		w.next = nextAttempt{refresh: true, recall: w.acc.Forgot()}
 	case errors.Is(err, eventstore.ErrDuplicateEventID):
 		// The store holds this key's events already: it was decided long ago
 		// (the aggregate forgot it) or by another instance. Answer it from them.
-		*refresh, *recall = true, true
-		s.keys.noteOldKey(stream)
+		w.next = nextAttempt{refresh: true, recall: true}
+		s.keys.noteOldKey(w.stream)
 	case err != nil:
 		return nil, err
 	case res.idempotent:
 		// The store already held this key's events: another instance decided
 		// it before this cache saw them. Answer it as the duplicate it is,
 		// from the store's own record.
-		*refresh, *recall = true, true
+		w.next = nextAttempt{refresh: true, recall: true}
 	}
 	return nil, nil
 }
@@ -251,53 +296,54 @@ func (s *Service) tookCommand(stream string, acc *domain.Account, durable int64)
 	}
 }
 
-// appendAccount appends a decision on an account and folds it into the cached
-// aggregate, holding the stream's lock throughout (a store without group commit).
-func (s *Service) appendAccount(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, acc *domain.Account, events []domain.NewEvent, claim bool) (written, error) {
+// appendAccount appends w's decision (events, decided on w.acc) and folds it
+// into the cached aggregate, holding the stream's lock throughout (a store
+// without group commit).
+func (s *Service) appendAccount(ctx context.Context, w *accountWrite, events []domain.NewEvent) (written, error) {
 	var (
 		res written
 		err error
 	)
-	if claim {
-		res, err = s.appendDecision(ctx, cmd, req, stream, acc.Revision, acc.LastChain, events)
+	if w.claim {
+		res, err = s.appendDecision(ctx, w.cmd, w.req, w.stream, w.acc.Revision, w.acc.LastChain, events)
 	} else {
-		res, err = s.appendStep(ctx, cmd, req, stream, acc.Revision, acc.LastChain, events)
+		res, err = s.appendStep(ctx, w.cmd, w.req, w.stream, w.acc.Revision, w.acc.LastChain, events)
 	}
 	if err != nil || res.idempotent {
 		return res, err
 	}
-	return res, s.applyWritten(ctx, stream, acc, res)
+	return res, s.applyWritten(ctx, w.stream, w.acc, res)
 }
 
-// appendPipelined folds a decision into the pending aggregate, queues its append
-// behind the stream's appends in flight, and waits for it with the stream's lock
-// released (appendHot). On return the lock is held again; on success the key's
-// record in acc is durable, its position set.
-func (s *Service) appendPipelined(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, stream string, acc *domain.Account, chain uint64, events []domain.NewEvent, claim bool) (written, error) {
-	first := uint64(acc.Revision + 1)
-	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, first, acc.LastChain, events)
+// appendPipelined folds w's decision (events) into the pending aggregate,
+// queues its append behind the stream's appends in flight, and waits for it
+// with the stream's lock released (appendHot). On return the lock is held
+// again; on success the key's record in w.acc is durable, its position set.
+func (s *Service) appendPipelined(ctx context.Context, l *heldLocks, w *accountWrite, events []domain.NewEvent) (written, error) {
+	acc, first := w.acc, uint64(w.acc.Revision+1)
+	data, metas, err := s.encodeEvents(w.cmd, w.req, w.cmd.IdempotencyKey, w.stream, first, acc.LastChain, events)
 	if err != nil {
 		return written{}, err
 	}
-	parts := []eventstore.StreamAppend{{Stream: stream, Expected: eventstore.ExactOrNoStream(acc.Revision), Events: data}}
-	if claim {
-		c, err := s.claimPart(cmd, req, stream, first)
+	parts := []eventstore.StreamAppend{{Stream: w.stream, Expected: eventstore.ExactOrNoStream(acc.Revision), Events: data}}
+	if w.claim {
+		c, err := s.claimPart(w.cmd, w.req, w.stream, first)
 		if err != nil {
 			return written{}, err
 		}
 		parts = append([]eventstore.StreamAppend{c}, parts...)
 	}
-	w := writtenFrom(stream, eventstore.AppendResult{FirstRevision: first}, data, metas, events)
-	res, err := s.appendHot(ctx, l, parts, hotLeg{stream: stream, acc: acc, chain: chain, key: cmd.IdempotencyKey, w: w}, nil)
+	done := writtenFrom(w.stream, eventstore.AppendResult{FirstRevision: first}, data, metas, events)
+	res, err := s.appendHot(ctx, l, parts, hotLeg{stream: w.stream, acc: acc, chain: w.chain, key: w.cmd.IdempotencyKey, w: done}, nil)
 	switch {
-	case err != nil && claim:
-		return written{}, s.claimError(ctx, parts[0].Stream, req, err)
+	case err != nil && w.claim:
+		return written{}, s.claimError(ctx, parts[0].Stream, w.req, err)
 	case err != nil:
 		return written{}, err
 	case anyIdempotent(res):
 		return written{idempotent: true}, nil
 	}
-	return w, nil
+	return done, nil
 }
 
 // ownedRecord is a key record copied out of a cached aggregate, with its account
