@@ -64,7 +64,7 @@ func runDev(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return exitWith(2, err)
 	}
-	opts.Runners = append(opts.Runners, devRunners()...)
+	opts.Runners = append(opts.Runners, devRunners(opts.Intake.Replicas)...)
 	syncEvery, syncAlways, err := embednats.ParseSync(cmd.String("nats-sync"))
 	if err != nil {
 		return exitWith(2, err)
