@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/urfave/cli/v3"
 
@@ -51,42 +50,33 @@ func auditCommand() *cli.Command {
 
 func runAudit(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Len() != 0 {
-		return exitWith(2, fmt.Errorf("audit takes no arguments (use --account ID)"))
+		return config.Exit(2, fmt.Errorf("audit takes no arguments (use --account ID)"))
 	}
 	log, err := config.LoggerFromCommand(cmd, os.Stderr)
 	if err != nil {
-		return exitWith(2, err)
+		return config.Exit(2, err)
 	}
-	es, db, err := readURLs(cmd)
+	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{ReadModels: cmd.Bool("read-models"), IfNamed: true})
 	if err != nil {
 		return err
 	}
-	store, err := config.OpenEventStore(ctx, es, log)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
+	defer stores.Close()
 	opts := audit.Options{Account: cmd.String("account"), VerifyChain: cmd.Bool("verify-chain"), MaxViolations: int(cmd.Int("max-violations"))}
-	if cmd.Bool("read-models") && db != "" {
-		pool, err := pgxpool.New(ctx, db)
-		if err != nil {
-			return fmt.Errorf("read-model database %s: %w", config.Redact(db), err)
-		}
-		defer pool.Close()
-		opts.ReadModels = pool
+	if stores.Pool != nil {
+		opts.ReadModels = stores.Pool
 	} else if cmd.Bool("read-models") {
 		log.Warn("no read-model database (--database-url): invariant 4 is not checked")
 	}
 	if cmd.Bool(flagEventsOut) {
-		closeNATS, err := eventsOutOptions(cmd, db, &opts)
+		closeNATS, err := eventsOutOptions(cmd, &opts)
 		if err != nil {
 			return err
 		}
 		defer closeNATS()
 	} else if cmd.Bool(flagRepair) {
-		return exitWith(2, fmt.Errorf("--%s repairs what --%s finds: give both", flagRepair, flagEventsOut))
+		return config.Exit(2, fmt.Errorf("--%s repairs what --%s finds: give both", flagRepair, flagEventsOut))
 	}
-	rep, err := audit.Run(ctx, store, opts)
+	rep, err := audit.Run(ctx, stores.Store, opts)
 	if err != nil {
 		return err
 	}
@@ -108,7 +98,7 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 		if len(rep.Violations) > 0 {
 			first = ": " + rep.Violations[0].String()
 		}
-		return exitWith(1, fmt.Errorf("audit failed: %d violations%s", rep.ViolationCount, first))
+		return config.Exit(1, fmt.Errorf("audit failed: %d violations%s", rep.ViolationCount, first))
 	}
 	return nil
 }
@@ -121,9 +111,9 @@ const (
 
 // eventsOutOptions connects to NATS for --events-out (and --repair); the
 // returned function closes the connection.
-func eventsOutOptions(cmd *cli.Command, db string, opts *audit.Options) (func(), error) {
-	if db == "" || opts.ReadModels == nil {
-		return nil, exitWith(2, fmt.Errorf("--%s needs the read-model database (--database-url, --read-models): the publisher's checkpoint is there", flagEventsOut))
+func eventsOutOptions(cmd *cli.Command, opts *audit.Options) (func(), error) {
+	if opts.ReadModels == nil {
+		return nil, config.Exit(2, fmt.Errorf("--%s needs the read-model database (--database-url, --read-models): the publisher's checkpoint is there", flagEventsOut))
 	}
 	natsURL, err := config.FromDataDir(cmd, config.FlagNATSURL, func(i config.DevInfo) string { return i.NATSURL })
 	if err != nil {
