@@ -23,23 +23,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
+	histogram := func(name, help string, buckets []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+	}
 	m := &metrics{
 		snapshotsTaken:   counter("ledger_snapshots_taken_total", "Account snapshots written."),
 		snapshotsIgnored: counter("ledger_snapshots_ignored_total", "Account snapshots found not to match their stream (version, hash or chain) and ignored."),
 		keysRecalled:     counter("ledger_keys_recalled_total", "Key records an aggregate had forgotten, rebuilt from the key's events."),
 		holdsRecalled:    counter("ledger_holds_recalled_total", "Closed holds an aggregate had forgotten, rebuilt from the hold's events (found by their subject)."),
 		refundsRecalled:  counter("ledger_refunds_recalled_total", "Refunded sums of originals an aggregate had forgotten, summed from the refunds' events (found by their subject)."),
-		cachedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "ledger_account_cache_bytes", Help: "Estimated heap held by the cached account aggregates.",
-		}),
-		lookupBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "ledger_key_lookup_batch", Help: "Keys looked up in the store per request, while resends of forgotten keys arrive.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
-		}),
-		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "ledger_group_commit_batch_commands", Help: "Commands carried by one group-commit transaction.",
-			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
-		}),
+		cachedBytes:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "ledger_account_cache_bytes", Help: "Estimated heap held by the cached account aggregates."}),
+		lookupBatch: histogram("ledger_key_lookup_batch", "Keys looked up in the store per request, while resends of forgotten keys arrive.",
+			prometheus.ExponentialBuckets(1, 2, 10)),
+		batchSize: histogram("ledger_group_commit_batch_commands", "Commands carried by one group-commit transaction.",
+			[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.snapshotsTaken, m.snapshotsIgnored, m.keysRecalled, m.holdsRecalled, m.refundsRecalled, m.cachedBytes, m.lookupBatch, m.batchSize)

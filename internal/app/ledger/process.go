@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -393,7 +394,7 @@ func (p *Process) applyTransfer(id string, payload any, m domain.Metadata) {
 // holds due at now, in a stable order.
 func (p *Process) sweepLocked(ctx context.Context, now time.Time) SweepStats {
 	var st SweepStats
-	for _, id := range sortedKeys(p.view.Transfers) {
+	for _, id := range slices.Sorted(maps.Keys(p.view.Transfers)) {
 		if ctx.Err() != nil {
 			break
 		}
@@ -409,7 +410,7 @@ func (p *Process) sweepLocked(ctx context.Context, now time.Time) SweepStats {
 	}
 	p.sweepSagas(ctx, &st, now, p.view.Transactions, domain.TransactionStreamPrefix, "transaction_id", p.svc.ResumeTransaction)
 	p.sweepSagas(ctx, &st, now, p.view.Captures, domain.CaptureGuardHoldID(""), "capture_key", p.svc.ResumeCapture)
-	for _, k := range sortedKeys(p.view.Holds) {
+	for _, k := range slices.Sorted(maps.Keys(p.view.Holds)) {
 		if ctx.Err() != nil {
 			break
 		}
@@ -436,7 +437,7 @@ func (p *Process) sweepLocked(ctx context.Context, now time.Time) SweepStats {
 // idle for the grace period, forgetting those found done; prefix makes an id
 // a key of p.retry, what names it in the log.
 func (p *Process) sweepSagas(ctx context.Context, st *SweepStats, now time.Time, view map[string]time.Time, prefix, what string, drive func(ctx context.Context, id string) (pending bool, err error)) {
-	for _, id := range sortedKeys(view) {
+	for _, id := range slices.Sorted(maps.Keys(view)) {
 		if ctx.Err() != nil {
 			break
 		}
@@ -470,15 +471,6 @@ func (p *Process) resume(st *SweepStats, now time.Time, prefix, id, what string,
 	delete(p.retry, retryKey)
 	st.Resumed++
 	return decided
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // checkpointData is the payload of a checkpoint event.
