@@ -28,10 +28,11 @@ type RebuildOptions struct {
 	Projections []string
 	// BatchSize bounds the events per transaction (default 5000).
 	BatchSize int
-	// Verify checks a built generation before the switch (internal/app/audit's
-	// VerifyGeneration); an error refuses the generation, which is dropped. Nil
-	// skips the check: only tests that check otherwise should do that.
-	Verify func(ctx context.Context, v Verification) error
+	// Verify checks the built generations before the switch (internal/app/audit's
+	// VerifyGeneration), all at once: one error per verification, and an error
+	// refuses its generation, which is dropped. Nil skips the check: only tests
+	// that check otherwise should do that.
+	Verify func(ctx context.Context, vs []Verification) []error
 	// Progress, when set, is called after each batch with the events consumed so far.
 	Progress func(events int64)
 	// Hook, when set, runs in every build batch's transaction before its commit.
@@ -239,10 +240,17 @@ func afterBuildBatch(ctx context.Context, opts RebuildOptions, consumed int64, g
 func verifyAndSwitch(ctx context.Context, pool *pgxpool.Pool, store Store, slots []*slot, start time.Time, opts RebuildOptions) ([]RebuildResult, error) {
 	var results []RebuildResult
 	var errs []error
-	for _, s := range slots {
+	verdicts := make([]error, len(slots))
+	if opts.Verify != nil {
+		vs := make([]Verification, len(slots))
+		for i, s := range slots {
+			vs[i] = Verification{Projection: s.proj.Name(), Generation: s.gen, Position: s.pos}
+		}
+		verdicts = opts.Verify(ctx, vs)
+	}
+	for i, s := range slots {
 		if opts.Verify != nil {
-			v := Verification{Projection: s.proj.Name(), Generation: s.gen, Position: s.pos}
-			if err := opts.Verify(ctx, v); err != nil {
+			if err := verdicts[i]; err != nil {
 				dropBuilds(ctx, pool, []*slot{s})
 				errs = append(errs, fmt.Errorf("projections: rebuild of %s refused: generation %d does not match the event store: %w", s.proj.Name(), s.gen, err))
 				continue

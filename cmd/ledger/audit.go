@@ -19,6 +19,7 @@ func auditCommand() *cli.Command {
 		&cli.BoolFlag{Name: "verify-chain", Usage: "recompute every stream's hash chain and name the first event whose stored content no longer matches", Sources: cli.EnvVars("LEDGER_AUDIT_VERIFY_CHAIN")},
 		&cli.BoolFlag{Name: "read-models", Value: true, Usage: "compare every read model with the fold (needs --database-url)", Sources: cli.EnvVars("LEDGER_AUDIT_READ_MODELS")},
 		&cli.BoolFlag{Name: "json", Usage: "print the report as JSON", Sources: cli.EnvVars("LEDGER_AUDIT_JSON")},
+		&cli.BoolFlag{Name: "progress", Usage: "show a progress bar on stderr (events/s, time left)", Sources: cli.EnvVars("LEDGER_AUDIT_PROGRESS")},
 		&cli.IntFlag{Name: "max-violations", Value: 1000, Usage: "violations listed (all are counted)", Sources: cli.EnvVars("LEDGER_AUDIT_MAX_VIOLATIONS")},
 	)
 	flags = append(flags, config.LogFlags()...)
@@ -54,17 +55,27 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 	}
 	defer store.Close()
 	opts := audit.Options{Account: cmd.String("account"), VerifyChain: cmd.Bool("verify-chain"), MaxViolations: int(cmd.Int("max-violations"))}
-	if cmd.Bool("read-models") && db != "" {
+	if db != "" {
+		// The audit's sets that grow with history live in a session of this
+		// database, read models compared or not.
 		pool, err := pgxpool.New(ctx, db)
 		if err != nil {
 			return fmt.Errorf("read-model database %s: %w", config.Redact(db), err)
 		}
 		defer pool.Close()
-		opts.ReadModels = pool
-	} else if cmd.Bool("read-models") {
-		log.Warn("no read-model database (--database-url): invariant 4 is not checked")
+		opts.Sets = pool
+		if cmd.Bool("read-models") {
+			opts.ReadModels = pool
+		}
+	} else {
+		log.Warn("no PostgreSQL database (--database-url): the audit keeps every event ID and key in memory, and invariant 4 is not checked")
+	}
+	finish := func() {}
+	if cmd.Bool("progress") {
+		opts.Progress, finish = config.EventsProgress(ctx, os.Stderr, store, "auditing")
 	}
 	rep, err := audit.Run(ctx, store, opts)
+	finish()
 	if err != nil {
 		return err
 	}

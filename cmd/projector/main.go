@@ -23,11 +23,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v3"
 
 	"github.com/ledgerworks/ledger/eventstore"
-	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/adapters/httpapi"
 	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/app/query"
@@ -309,35 +307,17 @@ func runRebuild(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	defer c.Close()
-	var bar *progressbar.ProgressBar
 	opts := projections.RebuildOptions{
 		Projections: cmd.StringSlice(flagProjection), BatchSize: int(cmd.Int(flagBatchSize)),
 		Verify: audit.VerifyGeneration(c.pool, c.store), Logger: log,
 	}
+	finish := func() {}
 	if cmd.Bool("progress") {
-		total := int64(-1)
-		if ps, ok := c.store.(*postgres.Store); ok {
-			if err := ps.Pool().QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&total); err != nil {
-				total = -1
-			}
-		}
-		bar = progressbar.NewOptions64(total,
-			progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("rebuilding"),
-			progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("events"),
-			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionSetPredictTime(true),
-			progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
-		opts.Progress = func(n int64) {
-			if bar.GetMax64() >= 0 && n > bar.GetMax64() {
-				bar.ChangeMax64(n) // live traffic added events
-			}
-			_ = bar.Set64(n)
-		}
+		opts.Progress, finish = config.EventsProgress(ctx, os.Stderr, c.store, "rebuilding")
 	}
 	start := time.Now()
 	res, err := projections.Rebuild(ctx, c.pool, c.store, opts)
-	if bar != nil {
-		_ = bar.Finish()
-	}
+	finish()
 	w := cmd.Root().Writer
 	if w == nil {
 		w = os.Stdout
