@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/urfave/cli/v3"
 
 	"github.com/ledgerworks/ledger/internal/app/audit"
@@ -39,42 +38,33 @@ func auditCommand() *cli.Command {
 
 func runAudit(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Len() != 0 {
-		return exitWith(2, fmt.Errorf("audit takes no arguments (use --account ID)"))
+		return config.Exit(2, fmt.Errorf("audit takes no arguments (use --account ID)"))
 	}
 	log, err := config.LoggerFromCommand(cmd, os.Stderr)
 	if err != nil {
-		return exitWith(2, err)
+		return config.Exit(2, err)
 	}
-	es, db, err := readURLs(cmd)
+	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{ReadModels: true, IfNamed: true})
 	if err != nil {
 		return err
 	}
-	store, err := config.OpenEventStore(ctx, es, log)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
+	defer stores.Close()
 	opts := audit.Options{Account: cmd.String("account"), VerifyChain: cmd.Bool("verify-chain"), MaxViolations: int(cmd.Int("max-violations"))}
-	if db != "" {
+	if stores.Pool != nil {
 		// The audit's sets that grow with history live in a session of this
 		// database, read models compared or not.
-		pool, err := pgxpool.New(ctx, db)
-		if err != nil {
-			return fmt.Errorf("read-model database %s: %w", config.Redact(db), err)
-		}
-		defer pool.Close()
-		opts.Sets = pool
+		opts.Sets = stores.Pool
 		if cmd.Bool("read-models") {
-			opts.ReadModels = pool
+			opts.ReadModels = stores.Pool
 		}
 	} else {
 		log.Warn("no PostgreSQL database (--database-url): the audit keeps every event ID and key in memory, and invariant 4 is not checked")
 	}
 	finish := func() {}
 	if cmd.Bool("progress") {
-		opts.Progress, finish = config.EventsProgress(ctx, os.Stderr, store, "auditing")
+		opts.Progress, finish = config.EventsProgress(ctx, os.Stderr, stores.Store, "auditing")
 	}
-	rep, err := audit.Run(ctx, store, opts)
+	rep, err := audit.Run(ctx, stores.Store, opts)
 	finish()
 	if err != nil {
 		return err
@@ -97,7 +87,7 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 		if len(rep.Violations) > 0 {
 			first = ": " + rep.Violations[0].String()
 		}
-		return exitWith(1, fmt.Errorf("audit failed: %d violations%s", rep.ViolationCount, first))
+		return config.Exit(1, fmt.Errorf("audit failed: %d violations%s", rep.ViolationCount, first))
 	}
 	return nil
 }

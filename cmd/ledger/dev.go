@@ -46,11 +46,11 @@ func devCommand() *cli.Command {
 func runDev(ctx context.Context, cmd *cli.Command) error {
 	log, err := config.LoggerFromCommand(cmd, os.Stderr)
 	if err != nil {
-		return exitWith(2, err)
+		return config.Exit(2, err)
 	}
 	dir, err := filepath.Abs(cmd.String(config.FlagDataDir))
 	if err != nil {
-		return exitWith(2, err)
+		return config.Exit(2, err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -62,12 +62,12 @@ func runDev(ctx context.Context, cmd *cli.Command) error {
 	defer unlock()
 	opts, err := serviceOptions(cmd, log)
 	if err != nil {
-		return exitWith(2, err)
+		return config.Exit(2, err)
 	}
 	opts.Runners = append(opts.Runners, devRunners()...)
 	syncEvery, syncAlways, err := embednats.ParseSync(cmd.String("nats-sync"))
 	if err != nil {
-		return exitWith(2, err)
+		return config.Exit(2, err)
 	}
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ledgerworks/ledger/internal/adapters/httpapi"
+	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 	"github.com/ledgerworks/ledger/internal/app/query"
 	"github.com/ledgerworks/ledger/internal/platform/node"
 	"github.com/ledgerworks/ledger/projections"
@@ -38,14 +40,15 @@ func projectorRunner() node.Runner {
 			return err
 		}
 		defer pub.Start(ctx)()
-		svc := query.New(pool, query.Options{Logger: n.Logger.With("component", "query"), Metrics: query.NewMetrics(n.Registry)})
-		resp, err := svc.Subscribe(n.NC, query.NATSOptions{Queries: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer, query.QueryBalance}})
+		qlog := n.Logger.With("component", "query")
+		svc := query.New(pool, query.Options{Logger: qlog, Metrics: query.NewMetrics(n.Registry)})
+		resp, err := natsapi.ServeReadQueries(n.NC, svc, natsapi.ReadQueryOptions{Queries: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer, query.QueryBalance}, Logger: qlog})
 		if err != nil {
 			return err
 		}
 		defer resp.Stop()
 		if n.HTTP != nil {
-			svc.Routes(n.HTTP)
+			httpapi.QueryRoutes(n.HTTP, svc)
 			n.HTTP.AddCheck("projector", func(ctx context.Context) error {
 				_, err := projections.Checkpoints.LiveByName(ctx, pool)
 				return err

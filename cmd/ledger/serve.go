@@ -173,7 +173,7 @@ const envFailpoints = "LEDGER_FAILPOINTS"
 func runServe(ctx context.Context, cmd *cli.Command) error {
 	log, err := config.LoggerFromCommand(cmd, os.Stderr)
 	if err != nil {
-		return exitWith(2, err)
+		return config.Exit(2, err)
 	}
 	esURL := cmd.String(config.FlagEventStoreURL)
 	dbURL := cmd.String(config.FlagDatabaseURL)
@@ -181,21 +181,21 @@ func runServe(ctx context.Context, cmd *cli.Command) error {
 		esURL = dbURL
 	}
 	if esURL == "" {
-		return exitWith(2, fmt.Errorf("no event store: set %s (or %s)", config.EnvEventStoreURL, config.EnvDatabaseURL))
+		return config.Exit(2, fmt.Errorf("no event store: set %s (or %s)", config.EnvEventStoreURL, config.EnvDatabaseURL))
 	}
 	backend, err := config.EventStoreBackend(esURL)
 	if err != nil {
-		return exitWith(2, err)
+		return config.Exit(2, err)
 	}
 	opts, err := serviceOptions(cmd, log)
 	if err != nil {
-		return exitWith(2, err)
+		return config.Exit(2, err)
 	}
 	// Test-only: LEDGER_FAILPOINTS makes the intake exit (as SIGKILL) at the
 	// points it names, with their probabilities (README, operations).
 	fps, err := natsapi.ParseFailpoints(os.Getenv(envFailpoints))
 	if err != nil {
-		return exitWith(2, fmt.Errorf("%s: %w", envFailpoints, err))
+		return config.Exit(2, fmt.Errorf("%s: %w", envFailpoints, err))
 	}
 	if fps != nil {
 		opts.Intake.Failpoint = natsapi.FailpointHook(fps, os.Stderr, os.Exit)
