@@ -3,6 +3,7 @@ package audit_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -289,5 +290,63 @@ func exec0(t *testing.T, env *projtest.Env, sql string, args ...any) {
 	t.Helper()
 	if _, err := env.Pool.Exec(context.Background(), sql, args...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAuditForgetsSettledSagas: a fold that can read streams again forgets
+// each transfer and transaction once its sagas are decided, folds a forgotten
+// transfer again when its refund comes, and still passes a clean ledger and
+// names a completion written twice in a forgotten transfer's stream.
+func TestAuditForgetsSettledSagas(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 200, Seed: 8})
+	ctx := context.Background()
+	env.MustApply(t, "open_account", map[string]any{"idempotency_key": "fo1", "account_id": "fa", "currency": "EUR"})
+	env.MustApply(t, "open_account", map[string]any{"idempotency_key": "fo2", "account_id": "fb", "currency": "EUR"})
+	env.MustApply(t, "deposit", map[string]any{"idempotency_key": "fd0", "account_id": "fa", "amount": 1000, "currency": "EUR"})
+	env.MustApply(t, "transfer", map[string]any{"idempotency_key": "ft1", "transfer_id": "ft1", "from": "fa", "to": "fb", "amount": 300, "currency": "EUR"})
+	for i := range 40 {
+		env.MustApply(t, "deposit", map[string]any{"idempotency_key": fmt.Sprintf("fd%d", i+1), "account_id": "fb", "amount": 1, "currency": "EUR"})
+	}
+	env.MustApply(t, "refund", map[string]any{"idempotency_key": "fr1", "original_key": "ft1", "amount": 100})
+	r, err := projections.NewRunner(env.Pool, env.Store, projections.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devtest.CatchUp(t, r)
+
+	f := audit.NewFold()
+	reloads := 0
+	f.Reload = func(stream string, before uint64) ([]eventstore.RecordedEvent, error) {
+		reloads++
+		return env.Store.ReadStream(ctx, stream, 0, eventstore.Forwards, int(before))
+	}
+	all := devtest.ReadAll(t, env.Store)
+	transfers := map[string]bool{}
+	kept := 0
+	for i, re := range all {
+		f.Apply(re)
+		if strings.HasPrefix(re.Stream, domain.TransferStreamPrefix) {
+			transfers[re.Stream] = true
+		}
+		if i%10 == 9 {
+			f.Settle()
+			kept = max(kept, len(f.Transfers))
+		}
+	}
+	f.Finish()
+	if f.ViolationCount() != 0 || reloads == 0 || kept >= len(transfers) || len(transfers) < 5 {
+		t.Fatalf("violations %v; %d streams read again; at most %d of %d transfers kept", f.Violations, reloads, kept, len(transfers))
+	}
+	if rep := run(t, env, audit.Options{VerifyChain: true}); !rep.OK() || rep.Transfers != len(transfers) {
+		t.Fatalf("audit of a clean ledger: %d transfers of %d, %v", rep.Transfers, len(transfers), rep.Violations)
+	}
+
+	// The transfer's completion written again after its refund.
+	exec(t, env, `INSERT INTO events (stream, revision, event_id, type, data, metadata)
+		SELECT stream, (SELECT max(revision) + 1 FROM events WHERE stream = 'transfer-ft1'), gen_random_uuid(), type, data, metadata
+		FROM events WHERE stream = 'transfer-ft1' AND type = 'TransferCompleted'`)
+	if rep := run(t, env, audit.Options{}); rep.OK() {
+		t.Fatal("a completion written twice in a forgotten transfer passed the audit")
 	}
 }

@@ -99,6 +99,17 @@ type Fold struct {
 	VerifyChain bool
 	// NoRows: the read models are not compared, so their rows are not kept.
 	NoRows bool
+	// Reload, when set, reads a stream's events before a revision from the
+	// store: the fold then forgets what it settled (settle.go).
+	Reload    func(stream string, before uint64) ([]eventstore.RecordedEvent, error)
+	reloadErr error
+	// touched: the settling streams and leg sums an append touched, by the
+	// commit of its last event; checkedSagas: the sagas of a stream folded
+	// again that were checked before it was forgotten.
+	touched          map[string]uint64
+	legTouched       map[[2]string]uint64
+	checkedSagas     map[string]bool
+	settledTransfers int
 
 	Accounts  map[string]*domain.Account  // by account ID
 	Transfers map[string]*domain.Transfer // by transfer ID
@@ -142,7 +153,7 @@ func NewFold() *Fold {
 		streams: map[string]*streamState{}, sets: newMemSets(),
 		steps: map[string]*sagaSteps{}, flows: map[string]*Totals{}, captured: map[[2]string]int64{},
 		legs: map[[2]string]*legSums{}, posted: map[[2]string]*legSums{}, txSagas: map[string]*domain.TransactionSaga{},
-		badStream: map[string]bool{}, stepRecords: map[string]*domain.KeyRecord{},
+		badStream: map[string]bool{}, touched: map[string]uint64{}, legTouched: map[[2]string]uint64{}, checkedSagas: map[string]bool{}, stepRecords: map[string]*domain.KeyRecord{},
 		MaxViolations: 1000,
 	}
 }
@@ -191,6 +202,9 @@ func (f *Fold) Apply(re eventstore.RecordedEvent) {
 		return
 	}
 	ss := f.streams[re.Stream]
+	if ss == nil && re.Revision > 0 && f.Reload != nil && settles(re.Stream) {
+		ss = f.reload(re.Stream, re.Revision)
+	}
 	if ss == nil {
 		ss = &streamState{}
 		f.streams[re.Stream] = ss
@@ -390,11 +404,11 @@ func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata,
 	if !f.NoRows {
 		id := re.ID.String()
 		if e, ok := entryRow(re, m, payload, a.ID, a.Balance); ok {
-			f.sets.row(f, "entries", id, a.ID, e)
+			f.sets.row(f, "entries", id, accountsTag(a.ID), e)
 		}
-		f.sets.row(f, "balance_history", id, a.ID, historyRow(re, m, a))
+		f.sets.row(f, "balance_history", id, accountsTag(a.ID), historyRow(re, m, a))
 		if rec := a.Keys[m.Key]; rec != nil && clientCommand(m) {
-			f.sets.row(f, "commands", m.Key, a.ID, replyRow(accountReply(rec)))
+			f.sets.row(f, "commands", m.Key, accountsTag(a.ID), replyRow(accountReply(rec)))
 		}
 	}
 	if m.Index == m.Count-1 {
@@ -498,6 +512,7 @@ func (f *Fold) applyTransfer(re eventstore.RecordedEvent, ev domain.StoredEvent)
 		f.Transfers[id] = t
 	}
 	f.noteHome(re, ev.Metadata)
+	f.touch(re.Stream)
 	sk := sagaKeyOf(re.Type, re.Data, ev.Metadata)
 	wasDecided := false
 	if sg, ok := t.SagaOf(sk); ok {
@@ -507,6 +522,9 @@ func (f *Fold) applyTransfer(re eventstore.RecordedEvent, ev domain.StoredEvent)
 		f.eventViolation(InvConservation, "fold_failed", re, "%v", err)
 		f.badStream[re.Stream] = true
 		return
+	}
+	if !f.NoRows && t.Saga != nil {
+		f.sets.row(f, "transfers", id, accountsTag(t.From, t.To), transferRowOf(t))
 	}
 	sg, ok := t.SagaOf(sk)
 	if !ok || wasDecided || !sg.Stage.Decided() {
@@ -582,15 +600,7 @@ func (f *Fold) finishSagas() {
 	}
 	sort.Strings(tids)
 	for _, id := range tids {
-		t := f.Transfers[id]
-		if t.Saga != nil {
-			sagas[t.Saga.Key] = true
-			f.checkSaga(id, t.Saga)
-		}
-		for _, k := range t.RefundOrder {
-			sagas[t.Refunds[k].Key] = true
-			f.checkSaga(id, t.Refunds[k])
-		}
+		f.checkTransfer(id, f.Transfers[id], sagas)
 	}
 	orphans := make([]string, 0)
 	for k := range f.steps {
@@ -771,6 +781,7 @@ func (l *legSums) add(amount int64, credit bool) {
 
 func (f *Fold) legSums(m map[[2]string]*legSums, key, currency string) *legSums {
 	k := [2]string{key, currency}
+	f.touchLegs(k)
 	if m[k] == nil {
 		m[k] = &legSums{}
 	}
@@ -782,6 +793,7 @@ func (f *Fold) legSums(m map[[2]string]*legSums, key, currency string) *legSums 
 func (f *Fold) applyTransaction(re eventstore.RecordedEvent, ev domain.StoredEvent) {
 	m := ev.Metadata
 	f.noteHome(re, m)
+	f.touch(re.Stream)
 	ts := f.txSagas[re.Stream]
 	if ts == nil {
 		ts = domain.NewTransactionSaga(strings.TrimPrefix(re.Stream, domain.TransactionStreamPrefix))

@@ -213,7 +213,7 @@ func (s *pgSets) compare(ctx context.Context, q Querier, table string, gen int, 
 // expectedRows selects the rows the fold noted for a table up to a seq: the
 // last noted for each key.
 const expectedRows = `SELECT DISTINCT ON (key) key, digest FROM audit_rows
-	WHERE tbl = $1 AND seq <= $2 AND ($3 = '' OR account = $3) ORDER BY key, seq DESC`
+	WHERE tbl = $1 AND seq <= $2 AND ($3 = '' OR strpos(account, '|' || $3 || '|') > 0) ORDER BY key, seq DESC`
 
 func (s *pgSets) expectedDigest(ctx context.Context, d *TableDiff, table, account string, seq int64) error {
 	rows, err := s.conn.Query(ctx, expectedRows, table, seq, account)

@@ -35,8 +35,9 @@ var ProjectionTables = map[string][]string{
 	projections.Balances:  {"balance_history"},
 }
 
-// hashedTables are kept as digests of their rows.
-var hashedTables = map[string]bool{"entries": true, "commands": true, "balance_history": true}
+// notedTables are the tables whose rows grow with history: the fold notes
+// their rows in its sets (entries, commands and balance history as digests).
+var notedTables = map[string]bool{"entries": true, "commands": true, "balance_history": true, "transfers": true}
 
 func field(b *strings.Builder, v any) {
 	if b.Len() > 0 {
@@ -173,17 +174,10 @@ func (f *Fold) Expected(projection, account string) map[string]map[string]string
 				out["holds"][id+"/"+hid] = holdRowOf(id, a.Currency, h, f.captured[[2]string{id, hid}])
 			}
 		}
-	case projections.Entries, projections.Balances, projections.Commands:
+	case projections.Entries, projections.Balances, projections.Commands, projections.Transfers:
 		if ms, ok := f.sets.(*memSets); ok {
 			table := ProjectionTables[projection][0]
 			out[table] = ms.expected(table, account)
-		}
-	case projections.Transfers:
-		for id, t := range f.Transfers {
-			if t.Saga == nil || (account != "" && t.From != account && t.To != account) {
-				continue
-			}
-			out["transfers"][id] = transferRowOf(t)
 		}
 	}
 	return out

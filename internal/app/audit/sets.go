@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -27,8 +28,9 @@ type historySets interface {
 	home(f *Fold, re eventstore.RecordedEvent, key, hash string)
 	// claim notes a key's claim.
 	claim(f *Fold, re eventstore.RecordedEvent, key string, c claim)
-	// row notes a row a hashed read-model table should hold (the last noted
-	// for a key wins); account is the account it concerns ("" for none).
+	// row notes a row a read-model table of notedTables should hold (the last
+	// noted for a key wins); accounts tags the accounts it concerns
+	// (accountsTag; "" for none).
 	row(f *Fold, table, key, account, digest string)
 	// flush stores what was noted (after each page of events).
 	flush(ctx context.Context) error
@@ -52,9 +54,15 @@ type memSets struct {
 	rows     map[string]map[string]expRow
 }
 
+// accountsTag tags a row with the accounts it concerns: "|a|b|" (an account
+// ID holds no "|"), so that a row of one account matches "|a|".
+func accountsTag(ids ...string) string {
+	return "|" + strings.Join(ids, "|") + "|"
+}
+
 func newMemSets() *memSets {
 	return &memSets{ids: map[uuid.UUID]struct{}{}, groups: map[[16]byte]struct{}{}, homes: map[string]string{}, homeHash: map[string]string{},
-		claims: map[string]claim{}, rows: map[string]map[string]expRow{"entries": {}, "balance_history": {}, "commands": {}}}
+		claims: map[string]claim{}, rows: map[string]map[string]expRow{}}
 }
 
 func (s *memSets) eventID(f *Fold, re eventstore.RecordedEvent) {
@@ -89,6 +97,9 @@ func (s *memSets) claim(f *Fold, re eventstore.RecordedEvent, key string, c clai
 }
 
 func (s *memSets) row(_ *Fold, table, key, account, digest string) {
+	if s.rows[table] == nil {
+		s.rows[table] = map[string]expRow{}
+	}
 	s.rows[table][key] = expRow{account: account, digest: digest}
 }
 
@@ -115,7 +126,7 @@ func (s *memSets) finish(_ context.Context, f *Fold) error {
 func (s *memSets) expected(table, account string) map[string]string {
 	out := map[string]string{}
 	for k, r := range s.rows[table] {
-		if account == "" || r.account == account {
+		if account == "" || strings.Contains(r.account, accountsTag(account)) {
 			out[k] = r.digest
 		}
 	}
