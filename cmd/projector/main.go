@@ -199,7 +199,8 @@ func rebuildCommand() *cli.Command {
 	flags := append(storeFlags(),
 		projectionFlag(),
 		&cli.IntFlag{Name: flagBatchSize, Value: 5000, Usage: "events per batch (one transaction)", Sources: cli.EnvVars("LEDGER_PROJECTOR_REBUILD_BATCH_SIZE")},
-		&cli.BoolFlag{Name: "progress", Value: true, Usage: "show a progress bar on stderr", Sources: cli.EnvVars("LEDGER_PROJECTOR_PROGRESS")},
+		&cli.BoolFlag{Name: "progress", Value: true, Usage: "show a progress bar on stderr (events/s, time left)", Sources: cli.EnvVars("LEDGER_PROJECTOR_PROGRESS")},
+		&cli.BoolFlag{Name: "fresh", Usage: "drop the generations a stopped rebuild left and build anew (default: resume them from their checkpoints)", Sources: cli.EnvVars("LEDGER_PROJECTOR_REBUILD_FRESH")},
 	)
 	flags = append(flags, config.LogFlags()...)
 	return &cli.Command{
@@ -210,7 +211,9 @@ func rebuildCommand() *cli.Command {
 			"current). The new generation is then checked against a fold of the event store (row\n" +
 			"counts and a digest of every table); only if it matches are readers switched to it, in one\n" +
 			"transaction, and the old generation dropped. A generation that does not match is dropped\n" +
-			"and the command exits 1 naming the first differing rows.",
+			"and the command exits 1 naming the first differing rows. Stopped (SIGINT, SIGTERM) before\n" +
+			"the switch, it leaves its generations at their checkpoints, and the next rebuild resumes\n" +
+			"them (--fresh: builds anew).",
 		Flags:  flags,
 		Action: runRebuild,
 	}
@@ -230,7 +233,7 @@ func runRebuild(ctx context.Context, cmd *cli.Command) error {
 	defer c.Close()
 	opts := projections.RebuildOptions{
 		Projections: cmd.StringSlice(flagProjection), BatchSize: int(cmd.Int(flagBatchSize)),
-		Verify: audit.VerifyGeneration(c.Pool, c.Store), Logger: log,
+		Verify: audit.VerifyGeneration(c.Pool, c.Store), Logger: log, Fresh: cmd.Bool("fresh"),
 	}
 	finish := func() {}
 	if cmd.Bool("progress") {

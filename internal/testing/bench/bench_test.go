@@ -27,7 +27,8 @@ func TestRunTiny(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts NATS servers and PostgreSQL databases")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// A bound, not a timing: generous, since the machine is shared.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	baselineURL := pgtest.URL(t)
 	cfg := Config{
