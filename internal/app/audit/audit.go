@@ -43,6 +43,9 @@ type Options struct {
 	MaxViolations int
 	// Progress, when set, is told the events folded so far.
 	Progress func(events int64)
+	// EventsOut, when set, checks LEDGER_EVENTS against the store (invariant
+	// 8, eventsout.go); it needs ReadModels.
+	EventsOut *EventsOutOptions
 }
 
 // ReadModelCheck is one projection's comparison with the fold.
@@ -66,6 +69,7 @@ type Report struct {
 	ChainVerified  bool             `json:"chain_verified"`
 	Totals         []Totals         `json:"totals"`
 	ReadModels     []ReadModelCheck `json:"read_models,omitempty"`
+	EventsOut      *EventsOutReport `json:"events_out,omitempty"`
 	Violations     []Violation      `json:"violations"`
 	ViolationCount int              `json:"violation_count"`
 }
@@ -141,11 +145,11 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	return report(ctx, f, tx, lives, expected, snapshots, head, opts)
+	return report(ctx, store, f, tx, lives, expected, snapshots, head, opts)
 }
 
 // report finishes the fold, compares the read models and writes the report.
-func report(ctx context.Context, f *Fold, tx pgx.Tx, lives []liveGen, expected []expectation, snapshots int, head eventstore.Position, opts Options) (*Report, error) {
+func report(ctx context.Context, store Store, f *Fold, tx pgx.Tx, lives []liveGen, expected []expectation, snapshots int, head eventstore.Position, opts Options) (*Report, error) {
 	totals, err := f.FinishContext(ctx)
 	if err != nil {
 		return nil, err
@@ -164,6 +168,11 @@ func report(ctx context.Context, f *Fold, tx pgx.Tx, lives []liveGen, expected [
 			return nil, err
 		}
 		rep.ReadModels = append(rep.ReadModels, check)
+	}
+	if opts.EventsOut != nil {
+		if rep.EventsOut, err = checkEventsOut(ctx, store, opts.ReadModels, f, *opts.EventsOut); err != nil {
+			return rep, err
+		}
 	}
 	rep.Violations, rep.ViolationCount = f.Violations, f.ViolationCount()
 	if opts.Account != "" {
@@ -467,8 +476,11 @@ func (r *Report) Write(w io.Writer) {
 			fmt.Fprintf(w, "  %-9s generation %d at %s: %s: %s\n", c.Projection, c.Generation, c.Position, strings.Join(parts, ", "), verdict)
 		}
 	}
+	if r.EventsOut != nil {
+		r.EventsOut.write(w)
+	}
 	if r.OK() {
-		fmt.Fprintln(w, "OK: invariants 1, 2, 3, 5 hold"+map[bool]string{true: ", 4 holds", false: ""}[len(r.ReadModels) > 0]+map[bool]string{true: ", chains intact", false: ""}[r.ChainVerified])
+		fmt.Fprintln(w, "OK: invariants 1, 2, 3, 5 hold"+map[bool]string{true: ", 4 holds", false: ""}[len(r.ReadModels) > 0]+map[bool]string{true: ", 8 holds", false: ""}[r.EventsOut != nil]+map[bool]string{true: ", chains intact", false: ""}[r.ChainVerified])
 		return
 	}
 	fmt.Fprintf(w, "VIOLATIONS: %d\n", r.ViolationCount)
