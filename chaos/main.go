@@ -88,7 +88,7 @@ func run() int {
 	defer stop()
 	budget := 12 * time.Minute
 	if *quick {
-		budget = 4*time.Minute + 30*time.Second // 3 min before scenario 12's pair (about 1 min)
+		budget = 5 * time.Minute // 3 min before scenario 12 (about 1 min)
 	}
 	ctx, cancel := context.WithTimeout(ctx, budget+2*time.Minute) // a hard stop beyond the budget
 	defer cancel()
