@@ -344,6 +344,7 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) 
 	a := f.Accounts[id]
 	if a == nil {
 		a = domain.NewAccount(id)
+		a.KeyLimit = 1 // the key being read: its command's reply (expectAccountRows)
 		f.Accounts[id] = a
 	}
 	m := ev.Metadata
@@ -419,8 +420,9 @@ func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata,
 			f.stepRecords[m.Key] = &c
 		}
 		// Decided: the reply is kept above; Evolve needs the key again only to
-		// count refunds of deposits, which does not touch balances.
-		delete(a.Keys, m.Key)
+		// count refunds of deposits, which does not touch balances. The account
+		// forgets it when it records the next (KeyLimit 1), keys and their
+		// queue alike.
 	}
 }
 
