@@ -22,6 +22,7 @@ import (
 	"github.com/ledgerworks/ledger/internal/platform/config"
 	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
+	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 	"github.com/ledgerworks/ledger/projections"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
@@ -366,4 +367,128 @@ func TestProgramsOnTheProductionShape(t *testing.T) {
 		}
 		return code == 0
 	})
+}
+
+// streamLeader is the name of the server leading a stream's replicas.
+func streamLeader(t *testing.T, js jetstream.JetStream, name string) string {
+	t.Helper()
+	var leader string
+	devtest.Eventually(t, 30*time.Second, name+" has a leader", func() bool {
+		s, err := js.Stream(context.Background(), name)
+		if err != nil || s.CachedInfo().Cluster == nil {
+			return false
+		}
+		leader = s.CachedInfo().Cluster.Leader
+		return leader != ""
+	})
+	return leader
+}
+
+// TestNATSLeadersKilled runs two `ledger serve` and two `projector run` on a
+// 3-node JetStream cluster, the streams at 3 replicas, with eight clients
+// depositing, and shuts down in turn the node leading JetStream's meta group,
+// the one leading LEDGER_COMMANDS and the one leading LEDGER_EVENTS (each
+// started again on its store after 2 s). Every key without a definite reply
+// is then resent by key: each is applied once, and `ledger audit --events-out`
+// is clean. The commands applied during each outage are logged.
+func TestNATSLeadersKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("production shape")
+	}
+	ledgerBin, projBin := ledgerBinary(t), projectorBinary(t)
+	dbURL := pgtest.URL(t)
+	cluster, servers := devtest.NATSCluster(t)
+	t.Cleanup(func() {
+		for _, s := range servers {
+			s.Shutdown()
+		}
+	})
+	env := []string{config.EnvDatabaseURL + "=" + dbURL, config.EnvEventStoreURL + "=" + dbURL,
+		config.EnvNATSURL + "=" + cluster.URL(), config.EnvJetStreamReplicas + "=3", config.EnvDataDir + "=" + t.TempDir()}
+	for i := range 2 {
+		startProc(t, ledgerBin, []string{"serve", "--log-format", "json", "--instance-name", fmt.Sprintf("ledger-%d", i), "--command-timeout", "3s",
+			"--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, env, "intake started")
+		startProc(t, projBin, []string{"run", "--log-format", "json", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, env, "projector running")
+	}
+	nc := devtest.ConnectURL(t, cluster.URL(), nats.ReconnectWait(50*time.Millisecond))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const clients = 8
+	for g := range clients {
+		id := fmt.Sprintf("fo-%d", g)
+		if r, ok := sendOnce(nc, mkCrashCmd("open_account", "open-"+id, id, 0, map[string]any{"currency": "EUR"}), 20*time.Second); !ok || r.Status != domain.StatusApplied {
+			t.Fatalf("open %s: %+v", id, r)
+		}
+	}
+	streamLeader(t, js, projections.EventsStream) // the publisher declared it
+	cl := startFailoverClients(nc, clients)
+	applied := func() int {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return len(cl.definite)
+	}
+	var outages []string
+	for _, target := range []string{"meta", "LEDGER_COMMANDS", projections.EventsStream} {
+		time.Sleep(time.Second)
+		i := -1
+		for j, s := range servers {
+			if target == "meta" && s.JetStreamIsLeader() || target != "meta" && s.Name() == streamLeader(t, js, target) {
+				i = j
+			}
+		}
+		if i < 0 {
+			t.Fatalf("no leader of %s", target)
+		}
+		before := applied()
+		servers[i].Shutdown()
+		servers[i].WaitForShutdown()
+		time.Sleep(2 * time.Second)
+		during := applied() - before
+		s, err := cluster.StartNode(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		servers[i] = s
+		outages = append(outages, fmt.Sprintf("%s leader %s down 2 s: %d commands definite meanwhile", target, cluster.Nodes[i].Name, during))
+	}
+	time.Sleep(time.Second)
+	cl.halt()
+	retried := 0
+	for _, c := range cl.sent {
+		if _, ok := cl.definite[c.key]; ok {
+			continue
+		}
+		retried++
+		r, ok := sendOnce(nc, c, 10*time.Second)
+		for attempt := 0; !ok && attempt < 10; attempt++ {
+			r, ok = sendOnce(nc, c, 10*time.Second)
+		}
+		if !ok {
+			t.Fatalf("%s: no definite reply", c.key)
+		}
+		cl.definite[c.key] = r
+	}
+	t.Logf("NATS leaders killed: %v; %d commands sent, %d resent by key", outages, len(cl.sent), retried)
+	store := devtest.Store(t, dbURL)
+	perKey := map[string]int{}
+	for _, ev := range devtest.ReadAll(t, store) {
+		if strings.HasPrefix(ev.Stream, domain.AccountStreamPrefix) {
+			m, err := domain.DecodeMetadata(ev.Metadata)
+			if err != nil {
+				t.Fatal(err)
+			}
+			perKey[m.Key]++
+		}
+	}
+	for _, c := range cl.sent {
+		if r := cl.definite[c.key]; r.Status != domain.StatusApplied || perKey[c.key] != 1 {
+			t.Errorf("%s: %+v, applied %d times", c.key, r, perKey[c.key])
+		}
+	}
+	caughtUp(t, dbURL, store)
+	if out, code := runToExit(t, ledgerBin, []string{"audit", "--events-out"}, env); code != 0 {
+		t.Fatalf("ledger audit --events-out: exit %d\n%s", code, out)
+	}
 }
