@@ -28,7 +28,7 @@ func subcommands() []*cli.Command {
 
 // devRunners run inside `ledger dev` beside the command service's own runners
 // (the transfer process, serviceOptions): the read side (projector.go).
-func devRunners() []node.Runner { return []node.Runner{projectorRunner()} }
+func devRunners(replicas int) []node.Runner { return []node.Runner{projectorRunner(replicas)} }
 
 func newApp() *cli.Command {
 	cmds := subcommands()

@@ -17,7 +17,8 @@ import (
 // §4.1) on the node's NATS connection, the NATS queries account, entries and transfer
 // (command is answered by the node's intake from the event store, which is never
 // behind), and the HTTP queries under /v1/ on the node's HTTP server.
-func projectorRunner() node.Runner {
+// LEDGER_EVENTS is declared with replicas, as the command streams are.
+func projectorRunner(replicas int) node.Runner {
 	return node.Runner{Name: "projector", Run: func(ctx context.Context, n *node.Node) error {
 		if n.DatabaseURL == "" {
 			return errors.New("projector: the node has no database URL for the read models")
@@ -34,7 +35,7 @@ func projectorRunner() node.Runner {
 			return err
 		}
 		pub, err := projections.NewPublisher(pool, n.Store, n.NC, projections.PublisherOptions{
-			Logger: n.Logger.With("component", "publisher"), Registry: n.Registry,
+			Logger: n.Logger.With("component", "publisher"), Registry: n.Registry, Replicas: replicas,
 		})
 		if err != nil {
 			return err

@@ -38,7 +38,6 @@ const (
 	flagMaxDeliver      = "jetstream-max-deliver"
 	flagLanes           = "jetstream-lanes"
 	flagGrace           = "jetstream-grace"
-	flagReplicas        = "jetstream-replicas"
 	flagShutdownTimeout = "shutdown-timeout"
 	flagMigrate         = "migrate"
 	flagTransferProcess = "transfer-process"
@@ -64,7 +63,7 @@ func serviceFlags() []cli.Flag {
 		&cli.IntFlag{Name: flagMaxDeliver, Category: cat, Value: 20, Usage: "deliveries of a message before it goes to the DLQ", Sources: cli.EnvVars("LEDGER_JETSTREAM_MAX_DELIVER")},
 		&cli.IntFlag{Name: flagLanes, Category: cat, Value: 16, Usage: "JetStream workers (one account's commands share a lane)", Sources: cli.EnvVars("LEDGER_JETSTREAM_LANES")},
 		&cli.DurationFlag{Name: flagGrace, Category: cat, Value: 2 * time.Second, Usage: "age a stream message reaches before its first delivery is handled (lets request-reply decide first)", Sources: cli.EnvVars("LEDGER_JETSTREAM_GRACE")},
-		&cli.IntFlag{Name: flagReplicas, Category: cat, Value: 1, Usage: "replicas of the LEDGER_COMMANDS and LEDGER_DLQ streams", Sources: cli.EnvVars("LEDGER_JETSTREAM_REPLICAS")},
+		config.ReplicasFlag(cat, "replicas of the LEDGER_COMMANDS and LEDGER_DLQ streams (and of LEDGER_EVENTS under ledger dev)"),
 		&cli.BoolFlag{Name: flagTransferProcess, Category: cat, Value: true, Usage: "run the transfer process (finishes sagas a crash left half-way, expires holds)", Sources: cli.EnvVars("LEDGER_TRANSFER_PROCESS")},
 		&cli.DurationFlag{Name: flagShutdownTimeout, Category: cat, Value: 30 * time.Second, Usage: "bound on a graceful stop", Sources: cli.EnvVars("LEDGER_SHUTDOWN_TIMEOUT")},
 	}
@@ -111,7 +110,7 @@ func serviceOptions(cmd *cli.Command, log *slog.Logger) (node.Options, error) {
 			MaxDeliver:       cmd.Int(flagMaxDeliver),
 			Lanes:            cmd.Int(flagLanes),
 			Grace:            grace,
-			Replicas:         cmd.Int(flagReplicas),
+			Replicas:         cmd.Int(config.FlagJetStreamReplicas),
 		},
 		Logger: log,
 	}, nil

@@ -85,6 +85,7 @@ func runCommand() *cli.Command {
 		&cli.StringFlag{Name: config.FlagHTTPAddr, Value: "127.0.0.1:8081", Usage: "listen address of the HTTP queries, /healthz, /readyz and /metrics (empty: none)", Sources: cli.EnvVars("LEDGER_PROJECTOR_HTTP_ADDR")},
 		&cli.BoolFlag{Name: flagNATS, Value: true, Usage: "answer ledger.v1.query.* over NATS", Sources: cli.EnvVars("LEDGER_PROJECTOR_NATS")},
 		&cli.BoolFlag{Name: flagPublish, Value: true, Usage: "publish every event to the JetStream stream LEDGER_EVENTS (PROTOCOL.md §4.1; one publisher at a time holds a lease in the database)", Sources: cli.EnvVars("LEDGER_PROJECTOR_PUBLISH")},
+		config.ReplicasFlag("", "replicas of LEDGER_EVENTS (the publisher declares the stream; 3 on a 3-node JetStream cluster)"),
 		&cli.DurationFlag{Name: flagEventsMaxAge, Value: 30 * 24 * time.Hour, Usage: "how long LEDGER_EVENTS keeps an event (the publisher declares the stream)", Sources: cli.EnvVars("LEDGER_EVENTS_MAX_AGE")},
 		&cli.StringSliceFlag{Name: flagQueries, Value: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer, query.QueryBalance},
 			Usage:   "queries answered over NATS; add command to answer ledger.v1.query.command from the read model (then run ledger serve with --serve-command-query=false, which otherwise answers it from the event store: one responder per subject)",
@@ -164,7 +165,7 @@ func runRun(ctx context.Context, cmd *cli.Command) error {
 	}
 	if cmd.Bool(flagPublish) {
 		pub, err := projections.NewPublisher(c.Pool, c.Store, nc, projections.PublisherOptions{
-			MaxAge: cmd.Duration(flagEventsMaxAge), Logger: log.With("component", "publisher"), Registry: reg,
+			MaxAge: cmd.Duration(flagEventsMaxAge), Replicas: cmd.Int(config.FlagJetStreamReplicas), Logger: log.With("component", "publisher"), Registry: reg,
 		})
 		if err != nil {
 			return err
