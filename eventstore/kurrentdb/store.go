@@ -43,10 +43,14 @@ var ErrUnauthenticated = errors.New("kurrentdb: authentication failed (check the
 // granting $all read). Retrying cannot help.
 var ErrAccessDenied = errors.New("kurrentdb: access denied")
 
-// ErrStreamTruncated marks a forward stream read whose first event is not at
-// the revision asked for: the stream's metadata ($tb, $maxCount, $maxAge) or a
-// scavenge removed the events before it, and what is left is not the stream's
-// whole history. It is never retried.
+// ErrStreamTruncated marks a stream whose history reads cannot show in full:
+// a forward read whose first event is not at the revision asked for (or, from
+// revision 0, that finds nothing), because the stream's metadata ($tb,
+// $maxCount, $maxAge, a soft delete) or a scavenge removed the events before;
+// or an append the server answered in a way reads cannot back: as a repeat of
+// events they cannot show, or written past revision 0 when it expected no
+// stream (a soft-deleted stream, which that append un-deleted). It is never
+// retried.
 var ErrStreamTruncated = errors.New("kurrentdb: stream truncated")
 
 // errClosed is returned by every call after Close.
@@ -489,6 +493,17 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		}
 		return eventstore.AppendResult{}, mapError(ctx, err, "append to "+stream)
 	}
+	return s.appended(ctx, stream, expected, events, wr)
+}
+
+// appended turns the server's answer to an append into its result. It refuses
+// an answer that reads cannot back, with ErrStreamTruncated: events written
+// past revision 0 of a stream expected not to exist (the server un-deleted a
+// soft-deleted stream and wrote at N+1, hiding its history), and a repeat
+// answered without a position whose events a read cannot show (the server's
+// IndexWriter matches event IDs ignoring metadata; its ReadEvent honours it):
+// either would let a caller take a stream's history for empty.
+func (s *Store) appended(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events []eventstore.EventData, wr *esdb.WriteResult) (eventstore.AppendResult, error) {
 	last := wr.NextExpectedVersion
 	n := uint64(len(events))
 	if last+1 < n {
@@ -500,14 +515,25 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		LastRevision:  last,
 		Position:      eventstore.Position{Commit: wr.CommitPosition, Prepare: wr.PreparePosition},
 	}
-	if res.Position == eventstore.Start {
-		// The server answered without a position (no_position): read it back.
-		evs, err := s.ReadStream(ctx, stream, last, eventstore.Backwards, 1)
-		if err == nil && len(evs) == 1 && evs[0].Revision == last {
-			res.Position = evs[0].Position
-		}
+	if expected.IsNoStream() && res.FirstRevision != 0 {
+		return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append to %q expecting no stream: %w: the server wrote at revision %d, so the stream had events that reads did not show (soft-deleted: this append un-deleted it)",
+			stream, ErrStreamTruncated, res.FirstRevision)
 	}
-	return res, nil
+	if res.Position != eventstore.Start {
+		return res, nil
+	}
+	// The server answered without a position (no_position): a repeat of events
+	// its reads cannot show, or not yet indexed. Read the last one back.
+	evs, err := s.ReadStream(ctx, stream, last, eventstore.Backwards, 1)
+	switch {
+	case err == nil && len(evs) == 1 && evs[0].Revision == last && evs[0].ID == events[n-1].ID:
+		res.Position = evs[0].Position
+		return res, nil
+	case errors.Is(err, eventstore.ErrUnavailable) || errors.Is(err, context.Canceled):
+		return eventstore.AppendResult{}, err
+	}
+	return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append to %q: %w: the server answered it as a repeat of events at revisions %d-%d that reads cannot show (the stream is soft-deleted or its metadata truncates them; read back: %d events, %v)",
+		stream, ErrStreamTruncated, res.FirstRevision, last, len(evs), err)
 }
 
 // toESDBEvents checks events as the server would before sending them: the
@@ -616,6 +642,10 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 	if dir == eventstore.Forwards && len(out) > 0 && out[0].Revision > from {
 		return nil, fmt.Errorf("kurrentdb: read %q from revision %d: %w: the first readable event is %d",
 			stream, from, ErrStreamTruncated, out[0].Revision)
+	}
+	if dir == eventstore.Forwards && from == 0 && len(out) == 0 {
+		// The server found the stream (else stream_not_found) but none of its events.
+		return nil, fmt.Errorf("kurrentdb: read %q from revision 0: %w: the stream exists but none of its events can be read", stream, ErrStreamTruncated)
 	}
 	return out, nil
 }

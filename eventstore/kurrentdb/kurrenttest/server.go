@@ -31,6 +31,7 @@ const (
 	MethodAppend              = api.Streams_Append_FullMethodName
 	MethodRead                = api.Streams_Read_FullMethodName
 	MethodTombstone           = api.Streams_Tombstone_FullMethodName
+	MethodDelete              = api.Streams_Delete_FullMethodName
 	MethodGetSupportedMethods = serverfeatures.ServerFeatures_GetSupportedMethods_FullMethodName
 	MethodGossipRead          = gossip.Gossip_Read_FullMethodName
 )
@@ -110,7 +111,7 @@ func WithIDCacheSize(n int) Option { return func(c *config) { c.idCacheSize = n 
 func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
 
 // Server is an in-process KurrentDB speaking the gRPC protocol of
-// EventStore-Client-Go/v4: Streams (Append, Read, Tombstone), ServerFeatures
+// EventStore-Client-Go/v4: Streams (Append, Read, Delete, Tombstone), ServerFeatures
 // and Gossip, on 127.0.0.1 only.
 type Server struct {
 	cfg     config
@@ -394,6 +395,7 @@ func (featuresServer) GetSupportedMethods(context.Context, *shared.Empty) (*serv
 			{ServiceName: svc, MethodName: "read"},
 			{ServiceName: svc, MethodName: "append"},
 			{ServiceName: svc, MethodName: "tombstone"},
+			{ServiceName: svc, MethodName: "delete"},
 			{ServiceName: "event_store.client.gossip.gossip", MethodName: "read"},
 			{ServiceName: "event_store.client.server_features.serverfeatures", MethodName: "getsupportedmethods"},
 		},

@@ -255,38 +255,62 @@ func wrongExpectedVersion(exp expected, current int64) *api.AppendResp_WrongExpe
 // Tombstone implements Streams.Tombstone: a $streamDeleted record, after which
 // the stream can be neither read nor written.
 func (ss *streamsServer) Tombstone(ctx context.Context, req *api.TombstoneReq) (*api.TombstoneResp, error) {
-	if err := ss.s.authorize(ctx, false); err != nil {
-		return nil, err
-	}
 	opts := req.GetOptions()
-	stream := string(opts.GetStreamIdentifier().GetStreamName())
-	var exp expected
-	switch v := opts.GetExpectedStreamRevision().(type) {
-	case *api.TombstoneReq_Options_Revision:
-		exp = expected{kind: expectRevision, rev: v.Revision}
-	case *api.TombstoneReq_Options_NoStream:
-		exp = expected{kind: expectNoStream}
-	case *api.TombstoneReq_Options_Any:
-		exp = expected{kind: expectAny}
-	case *api.TombstoneReq_Options_StreamExists:
-		exp = expected{kind: expectStreamExists}
-	default:
-		return nil, status.Errorf(codes.InvalidArgument, "'%v' is not a valid expected stream revision", v)
-	}
-	setTrailer := func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) }
-	out, r := ss.s.db.tombstone(stream, exp)
-	switch out.decision {
-	case decisionDeleted:
-		return nil, streamDeleted(ctx, setTrailer, stream)
-	case decisionWrongExpectedVersion:
-		setTrailer(wrongExpectedVersionTrailer(stream, exp, out.current))
-		return nil, status.Errorf(codes.FailedPrecondition,
-			"Delete failed due to WrongExpectedVersion. Stream: %s, Expected version: %d, Actual version: %d",
-			stream, exp.version(), out.current)
+	r, err := ss.deleteStream(ctx, string(opts.GetStreamIdentifier().GetStreamName()), opts.GetExpectedStreamRevision(), ss.s.db.tombstone)
+	if err != nil {
+		return nil, err
 	}
 	return &api.TombstoneResp{PositionOption: &api.TombstoneResp_Position_{Position: &api.TombstoneResp_Position{
 		CommitPosition: r.pos, PreparePosition: r.pos,
 	}}}, nil
+}
+
+// deleteStream runs a tombstone or a soft delete (del) after its ACL check,
+// and returns the record it wrote or the refusal.
+func (ss *streamsServer) deleteStream(ctx context.Context, stream string, rev any, del func(string, expected) (appendOutcome, *record)) (*record, error) {
+	if err := ss.s.authorize(ctx, false); err != nil {
+		return nil, err
+	}
+	exp, err := deleteExpected(rev)
+	if err != nil {
+		return nil, err
+	}
+	out, r := del(stream, exp)
+	return r, deleteRefused(ctx, stream, exp, out)
+}
+
+// deleteExpected decodes the expected revision of a tombstone or a soft
+// delete, whose options have the same shape.
+func deleteExpected(rev any) (expected, error) {
+	switch v := rev.(type) {
+	case *api.TombstoneReq_Options_Revision:
+		return expected{kind: expectRevision, rev: v.Revision}, nil
+	case *api.DeleteReq_Options_Revision:
+		return expected{kind: expectRevision, rev: v.Revision}, nil
+	case *api.TombstoneReq_Options_NoStream, *api.DeleteReq_Options_NoStream:
+		return expected{kind: expectNoStream}, nil
+	case *api.TombstoneReq_Options_Any, *api.DeleteReq_Options_Any:
+		return expected{kind: expectAny}, nil
+	case *api.TombstoneReq_Options_StreamExists, *api.DeleteReq_Options_StreamExists:
+		return expected{kind: expectStreamExists}, nil
+	}
+	return expected{}, status.Errorf(codes.InvalidArgument, "'%v' is not a valid expected stream revision", rev)
+}
+
+// deleteRefused is the answer to a tombstone or a soft delete the IndexWriter
+// refused, nil when it did not.
+func deleteRefused(ctx context.Context, stream string, exp expected, out appendOutcome) error {
+	setTrailer := func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) }
+	switch out.decision {
+	case decisionOK:
+		return nil
+	case decisionDeleted:
+		return streamDeleted(ctx, setTrailer, stream)
+	}
+	setTrailer(wrongExpectedVersionTrailer(stream, exp, out.current))
+	return status.Errorf(codes.FailedPrecondition,
+		"Delete failed due to WrongExpectedVersion. Stream: %s, Expected version: %d, Actual version: %d",
+		stream, exp.version(), out.current)
 }
 
 // readOptions is a decoded ReadReq.
@@ -853,10 +877,4 @@ func (ss *streamsServer) subscribeStream(ro *readOptions, srv api.Streams_ReadSe
 			return err
 		}
 	}
-}
-
-// Delete (soft delete) and BatchAppend are not offered: the ledger's backend
-// never uses them, and ServerFeatures does not advertise BatchAppend.
-func (ss *streamsServer) Delete(context.Context, *api.DeleteReq) (*api.DeleteResp, error) {
-	return nil, status.Error(codes.Unimplemented, fmt.Sprintf("%s is not implemented by the test server", api.Streams_Delete_FullMethodName))
 }
