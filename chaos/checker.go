@@ -197,7 +197,7 @@ type liveGen struct {
 }
 
 func readCheckpoints(ctx context.Context, q Querier) ([]liveGen, error) {
-	live, err := projections.LiveCheckpoints(ctx, q)
+	live, err := projections.Checkpoints.Live(ctx, q)
 	if err != nil {
 		return nil, err
 	}

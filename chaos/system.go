@@ -18,7 +18,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
@@ -348,7 +347,7 @@ func (sys *system) quiet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cps, err := projections.Checkpoints(qctx, sys.pool)
+	cps, err := projections.Checkpoints.LiveByName(qctx, sys.pool)
 	if err != nil {
 		return err
 	}
@@ -360,11 +359,11 @@ func (sys *system) quiet(ctx context.Context) error {
 			return fmt.Errorf("projection %s at %s, head %s", name, p, head)
 		}
 	}
-	var c, p int64
-	if err := sys.pool.QueryRow(qctx, `SELECT commit_position, prepare_position FROM readmodel.publisher_checkpoints WHERE name = 'events'`).Scan(&c, &p); err != nil {
+	pub, err := projections.Checkpoints.Published(qctx, sys.pool)
+	if err != nil {
 		return err
 	}
-	if pub := (eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}); pub.Compare(head) != 0 {
+	if pub.Compare(head) != 0 {
 		return fmt.Errorf("events publisher at %s, head %s", pub, head)
 	}
 	return nil

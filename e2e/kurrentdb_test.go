@@ -723,7 +723,7 @@ func (e *env) caughtUp(t *testing.T) eventstore.Position {
 		if head, err = e.store.Head(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		cps, err := projections.Checkpoints(context.Background(), e.pool)
+		cps, err := projections.Checkpoints.LiveByName(context.Background(), e.pool)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,10 +31,6 @@ var ErrCheckpointMoved = errors.New("projections: checkpoint moved (another runn
 // ("the process died between its write and its checkpoint").
 type Hook func(ctx context.Context, tx pgx.Tx) error
 
-const casSQL = `UPDATE readmodel.checkpoints
-SET commit_position = $3, prepare_position = $4, events = events + $7, updated_at = now()
-WHERE name = $1 AND generation = $2 AND commit_position = $5 AND prepare_position = $6`
-
 // applyBatch applies a batch to every slot whose checkpoint is before the batch's
 // end. Each slot's rows and its checkpoint commit in one transaction of their own,
 // and the slots' transactions run in parallel (each projection owns its
@@ -78,14 +74,6 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, slots []*slot, events [
 // lock and then finds the checkpoint moved, before any work), then the
 // read-model writes, then hook, then the commit.
 func applySlot(ctx context.Context, pool *pgxpool.Pool, s *slot, events []*Event, end eventstore.Position, hook Hook) error {
-	endC, endP, err := posArgs(end)
-	if err != nil {
-		return err
-	}
-	oc, op, err := posArgs(s.pos)
-	if err != nil {
-		return err
-	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("projections: %s: begin: %w", s.proj.Name(), err)
@@ -96,12 +84,8 @@ func applySlot(ctx context.Context, pool *pgxpool.Pool, s *slot, events []*Event
 	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
 		return fmt.Errorf("projections: %s: %w", s.proj.Name(), err)
 	}
-	ct, err := tx.Exec(ctx, casSQL, s.proj.Name(), s.gen, endC, endP, oc, op, int64(len(events)))
-	if err != nil {
-		return fmt.Errorf("projections: %s: checkpoint: %w", s.proj.Name(), err)
-	}
-	if ct.RowsAffected() != 1 {
-		return fmt.Errorf("%w: %s generation %d is no longer at %s", ErrCheckpointMoved, s.proj.Name(), s.gen, s.pos)
+	if err := Checkpoints.advance(ctx, tx, s, end, len(events)); err != nil {
+		return err
 	}
 	if err := s.proj.Apply(ctx, tx, s.gen, events); err != nil {
 		return err

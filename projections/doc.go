@@ -8,6 +8,7 @@
 // commit, or a redelivered batch never applies an event twice (ARCHITECTURE
 // decision 9). Rebuild fills a new generation of a projection's tables beside the
 // live one, has it checked, and switches readers to it in one transaction.
+// Checkpoints (checkpoints.go) owns every statement on the checkpoint tables.
 //
 // The tables and the functions that create, publish and drop generations are in
 // migrations/00002_read_models.sql; readers use the views readmodel.<table>.

@@ -360,7 +360,7 @@ func (p *Publisher) sync(ctx context.Context) error {
 		}
 		p.stream = s
 	}
-	from, err := readPublisherCheckpoint(ctx, p.lease)
+	from, err := Checkpoints.Published(ctx, p.lease)
 	if err != nil {
 		return err
 	}
@@ -433,8 +433,8 @@ func (p *Publisher) takeLease(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("publisher: lease: %w", err)
 	}
-	var got bool
-	if err := c.QueryRow(ctx, `SELECT pg_try_advisory_lock(lease_key) FROM readmodel.publisher_checkpoints WHERE name = 'events'`).Scan(&got); err != nil {
+	got, err := Checkpoints.tryLease(ctx, c)
+	if err != nil {
 		c.Release()
 		return fmt.Errorf("publisher: lease: %w", err)
 	}
@@ -463,22 +463,11 @@ func (p *Publisher) releaseLease() {
 // checkpoint records that n more events are published, up to p.from, on the
 // lease's session: a session that failed gives up the lease.
 func (p *Publisher) checkpoint(ctx context.Context, n int) error {
-	_, err := p.lease.Exec(ctx, `UPDATE readmodel.publisher_checkpoints
-		SET commit_position = $1, prepare_position = $2, events = events + $3, updated_at = now() WHERE name = 'events'`,
-		int64(p.from.Commit), int64(p.from.Prepare), n)
-	if err != nil {
+	if err := Checkpoints.publish(ctx, p.lease, p.from, n); err != nil {
 		p.releaseLease()
 		return fmt.Errorf("publisher: checkpoint: %w", err)
 	}
 	return nil
-}
-
-func readPublisherCheckpoint(ctx context.Context, c *pgxpool.Conn) (eventstore.Position, error) {
-	var cp, pp int64
-	if err := c.QueryRow(ctx, `SELECT commit_position, prepare_position FROM readmodel.publisher_checkpoints WHERE name = 'events'`).Scan(&cp, &pp); err != nil {
-		return eventstore.Position{}, fmt.Errorf("publisher: checkpoint: %w", err)
-	}
-	return position(cp, pp), nil
 }
 
 // Start runs the publisher in the background until ctx ends or stop is called;

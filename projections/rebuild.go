@@ -271,8 +271,7 @@ func createGeneration(ctx context.Context, pool *pgxpool.Pool, name string) (int
 		if _, err := tx.Exec(ctx, `SELECT readmodel.create_generation($1, $2)`, name, gen); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO readmodel.checkpoints (name, generation, state) VALUES ($1, $2, 'building')`, name, gen)
-		return err
+		return Checkpoints.createBuilding(ctx, tx, name, gen)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("projections: create generation of %s: %w", name, err)
@@ -283,17 +282,8 @@ func createGeneration(ctx context.Context, pool *pgxpool.Pool, name string) (int
 // DropStaleBuilds drops the generations left 'building' by a rebuild that died.
 // Call it only while holding the rebuild lock (Rebuild does).
 func DropStaleBuilds(ctx context.Context, pool *pgxpool.Pool) error {
-	rows, err := pool.Query(ctx, `SELECT name, generation FROM readmodel.checkpoints WHERE state = 'building'`)
+	builds, err := Checkpoints.buildings(ctx, pool)
 	if err != nil {
-		return fmt.Errorf("projections: stale builds: %w", err)
-	}
-	type build struct {
-		name string
-		gen  int
-	}
-	var builds []build
-	var b build
-	if _, err := pgx.ForEachRow(rows, []any{&b.name, &b.gen}, func() error { builds = append(builds, b); return nil }); err != nil {
 		return fmt.Errorf("projections: stale builds: %w", err)
 	}
 	for _, b := range builds {
@@ -308,8 +298,8 @@ func DropStaleBuilds(ctx context.Context, pool *pgxpool.Pool) error {
 // switch whose commit was acknowledged late may have made it live after all).
 func dropGeneration(ctx context.Context, pool *pgxpool.Pool, name string, gen int) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		ct, err := tx.Exec(ctx, `DELETE FROM readmodel.checkpoints WHERE name = $1 AND generation = $2 AND state = 'building'`, name, gen)
-		if err != nil || ct.RowsAffected() == 0 {
+		dropped, err := Checkpoints.dropBuilding(ctx, tx, name, gen)
+		if err != nil || !dropped {
 			return err
 		}
 		_, err = tx.Exec(ctx, `SELECT readmodel.drop_generation($1, $2)`, name, gen)
@@ -340,7 +330,7 @@ func switchGeneration(ctx context.Context, pool *pgxpool.Pool, store Store, s *s
 		}
 		var live eventstore.Position
 		var err error
-		if prev, live, err = lockCheckpoints(ctx, tx, name, s.gen, pos); err != nil {
+		if prev, live, err = Checkpoints.lockForSwitch(ctx, tx, name, s.gen, pos); err != nil {
 			return err
 		}
 		// Catch up with the live generation, in this transaction.
@@ -355,28 +345,6 @@ func switchGeneration(ctx context.Context, pool *pgxpool.Pool, store Store, s *s
 	s.pos = pos
 	s.events += applied
 	return prev, nil
-}
-
-// lockCheckpoints locks the live checkpoint of a projection (its row lock holds
-// back the live runner's next batch) and the building one of generation gen,
-// which must be at pos; it returns the live generation and its position.
-func lockCheckpoints(ctx context.Context, tx pgx.Tx, name string, gen int, pos eventstore.Position) (prev int, live eventstore.Position, err error) {
-	var lc, lp int64
-	err = tx.QueryRow(ctx, `SELECT generation, commit_position, prepare_position FROM readmodel.checkpoints
-		WHERE name = $1 AND state = 'live' FOR UPDATE`, name).Scan(&prev, &lc, &lp)
-	if err != nil {
-		return 0, eventstore.Position{}, fmt.Errorf("live checkpoint: %w", err)
-	}
-	var bc, bp int64
-	err = tx.QueryRow(ctx, `SELECT commit_position, prepare_position FROM readmodel.checkpoints
-		WHERE name = $1 AND generation = $2 AND state = 'building' FOR UPDATE`, name, gen).Scan(&bc, &bp)
-	if err != nil {
-		return 0, eventstore.Position{}, fmt.Errorf("building checkpoint: %w", err)
-	}
-	if got := position(bc, bp); got != pos {
-		return 0, eventstore.Position{}, fmt.Errorf("building checkpoint at %s, expected %s", got, pos)
-	}
-	return prev, position(lc, lp), nil
 }
 
 // catchUpInTx applies to the building generation of s, in tx, the events from
@@ -408,20 +376,12 @@ func catchUpInTx(ctx context.Context, tx pgx.Tx, store Store, s *slot, pos, live
 // makeLive drops the checkpoint of generation prev, makes generation gen's
 // live at pos, points the views at its tables and drops prev's tables.
 func makeLive(ctx context.Context, tx pgx.Tx, name string, gen, prev int, pos eventstore.Position, applied int64) error {
-	c, p, err := posArgs(pos)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM readmodel.checkpoints WHERE name = $1 AND generation = $2`, name, prev); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, `UPDATE readmodel.checkpoints SET state = 'live', commit_position = $3, prepare_position = $4,
-		events = events + $5, updated_at = now() WHERE name = $1 AND generation = $2`, name, gen, c, p, applied); err != nil {
+	if err := Checkpoints.switchLive(ctx, tx, name, gen, prev, pos, applied); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, `SELECT readmodel.publish_generation($1, $2)`, name, gen); err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `SELECT readmodel.drop_generation($1, $2)`, name, prev)
+	_, err := tx.Exec(ctx, `SELECT readmodel.drop_generation($1, $2)`, name, prev)
 	return err
 }

@@ -158,7 +158,7 @@ func (r *Runner) Step(ctx context.Context) (int, error) {
 	slots := r.slots
 	if slots == nil {
 		var err error
-		if slots, err = loadSlots(ctx, r.pool, r.projs, "live", 0); err != nil {
+		if slots, err = loadSlots(ctx, r.pool, r.projs, stateLive, 0); err != nil {
 			return 0, err
 		}
 		r.slots = slots
@@ -266,23 +266,15 @@ func (r *Runner) Positions() map[string]eventstore.Position {
 	return out
 }
 
-// loadSlots reads the checkpoints of projs in the given state ("live", or
-// "building" for generation gen).
+// loadSlots reads the checkpoints of projs in the given state (stateLive, or
+// stateBuilding for generation gen).
 func loadSlots(ctx context.Context, pool *pgxpool.Pool, projs []Projection, state string, gen int) ([]*slot, error) {
 	out := make([]*slot, 0, len(projs))
 	for _, p := range projs {
-		q := `SELECT generation, commit_position, prepare_position, events FROM readmodel.checkpoints WHERE name = $1 AND state = $2`
-		args := []any{p.Name(), state}
-		if state != "live" {
-			q += ` AND generation = $3`
-			args = append(args, gen)
+		s, err := Checkpoints.load(ctx, pool, p, state, gen)
+		if err != nil {
+			return nil, err
 		}
-		s := &slot{proj: p}
-		var c, pr int64
-		if err := pool.QueryRow(ctx, q, args...).Scan(&s.gen, &c, &pr, &s.events); err != nil {
-			return nil, fmt.Errorf("projections: checkpoint of %s (%s): %w", p.Name(), state, err)
-		}
-		s.pos = position(c, pr)
 		out = append(out, s)
 	}
 	return out, nil

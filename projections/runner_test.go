@@ -40,7 +40,7 @@ func newRunner(t *testing.T, env *projtest.Env, opts projections.Options) *proje
 
 func checkpoints(t *testing.T, env *projtest.Env) map[string]eventstore.Position {
 	t.Helper()
-	cps, err := projections.Checkpoints(context.Background(), env.Pool)
+	cps, err := projections.Checkpoints.LiveByName(context.Background(), env.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}

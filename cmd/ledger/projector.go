@@ -47,7 +47,7 @@ func projectorRunner() node.Runner {
 		if n.HTTP != nil {
 			svc.Routes(n.HTTP)
 			n.HTTP.AddCheck("projector", func(ctx context.Context) error {
-				_, err := projections.Checkpoints(ctx, pool)
+				_, err := projections.Checkpoints.LiveByName(ctx, pool)
 				return err
 			})
 		}

@@ -245,7 +245,7 @@ type liveGen struct {
 }
 
 func liveGenerations(ctx context.Context, q Querier) ([]liveGen, error) {
-	live, err := projections.LiveCheckpoints(ctx, q)
+	live, err := projections.Checkpoints.Live(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}

@@ -273,7 +273,6 @@ func (s *Service) Account(ctx context.Context, q AccountRequest) (*Account, *Err
 		a      Account
 		id     *string
 		rev    *int64
-		c, p   int64
 		curr   *string
 		status *string
 		bal    *int64
@@ -281,14 +280,12 @@ func (s *Service) Account(ctx context.Context, q AccountRequest) (*Account, *Err
 		avail  *int64
 	)
 	// One statement: the row and the checkpoint come from one snapshot.
-	err := s.pool.QueryRow(ctx, `SELECT a.account_id, a.currency, a.balance, a.held, a.available, a.revision, a.status,
-			c.commit_position, c.prepare_position
-		FROM readmodel.checkpoints c LEFT JOIN readmodel.accounts a ON a.account_id = $1
-		WHERE c.name = 'accounts' AND c.state = 'live'`, q.AccountID).Scan(&id, &curr, &bal, &held, &avail, &rev, &status, &c, &p)
+	pos, err := projections.Checkpoints.LiveWith(ctx, s.pool, projections.Accounts,
+		`a.account_id, a.currency, a.balance, a.held, a.available, a.revision, a.status`,
+		`LEFT JOIN readmodel.accounts a ON a.account_id = $1`, []any{q.AccountID}, &id, &curr, &bal, &held, &avail, &rev, &status)
 	if err != nil {
 		return nil, internal(err)
 	}
-	pos = position(c, p)
 	if id == nil {
 		e := notFound("account %s does not exist (the accounts read model is at %s)", q.AccountID, pos)
 		e.ProjectedPosition = pos.String()
@@ -317,7 +314,7 @@ func (s *Service) Balance(ctx context.Context, q BalanceRequest) (*Balance, *Err
 	if err != nil {
 		return nil, internal(err)
 	}
-	pos := position(r.c, r.p).String()
+	pos := r.pos.String()
 	switch {
 	case r.last == nil:
 		e := notFound("account %s has no history (the balances read model is at %s)", q.AccountID, pos)
@@ -360,7 +357,7 @@ func balanceTimeOf(q BalanceRequest) (*time.Time, *Error) {
 type balanceRead struct {
 	out    Balance
 	last   *int64 // the account's last revision, nil: no such account
-	c, p   int64
+	pos    eventstore.Position
 	found  bool
 	status string
 	when   time.Time
@@ -371,9 +368,10 @@ type balanceRead struct {
 // time, or the last.
 func (r *balanceRead) read(ctx context.Context, tx pgx.Tx, q BalanceRequest, at *time.Time) error {
 	const cols = `revision, currency, balance, held, status, at`
-	if err := tx.QueryRow(ctx, `SELECT c.commit_position, c.prepare_position,
-			(SELECT max(revision) FROM readmodel.balance_history WHERE account_id = $1)
-		FROM readmodel.checkpoints c WHERE c.name = 'balances' AND c.state = 'live'`, q.AccountID).Scan(&r.c, &r.p, &r.last); err != nil {
+	var err error
+	r.pos, err = projections.Checkpoints.LiveWith(ctx, tx, projections.Balances,
+		`(SELECT max(revision) FROM readmodel.balance_history WHERE account_id = $1)`, "", []any{q.AccountID}, &r.last)
+	if err != nil {
 		return err
 	}
 	if r.last == nil {
@@ -390,7 +388,7 @@ func (r *balanceRead) read(ctx context.Context, tx pgx.Tx, q BalanceRequest, at 
 		row = tx.QueryRow(ctx, `SELECT `+cols+` FROM readmodel.balance_history WHERE account_id = $1 AND revision = $2`, q.AccountID, *r.last)
 	}
 	var rev int64
-	err := row.Scan(&rev, &r.out.Currency, &r.out.Balance, &r.out.Held, &r.status, &r.when)
+	err = row.Scan(&rev, &r.out.Currency, &r.out.Balance, &r.out.Held, &r.status, &r.when)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
@@ -466,14 +464,14 @@ func entriesPageOf(q EntriesRequest) (entriesPage, *Error) {
 // model's checkpoint, into out; errNotFound means the account has neither
 // entries nor a row in the accounts read model.
 func readEntries(ctx context.Context, tx pgx.Tx, accountID string, page entriesPage, out *Entries) error {
-	var c, p int64
 	var exists bool
-	if err := tx.QueryRow(ctx, `SELECT commit_position, prepare_position,
-			EXISTS (SELECT 1 FROM readmodel.entries WHERE account_id = $1) OR EXISTS (SELECT 1 FROM readmodel.accounts WHERE account_id = $1)
-		FROM readmodel.checkpoints WHERE name = 'entries' AND state = 'live'`, accountID).Scan(&c, &p, &exists); err != nil {
+	pos, err := projections.Checkpoints.LiveWith(ctx, tx, projections.Entries,
+		`EXISTS (SELECT 1 FROM readmodel.entries WHERE account_id = $1) OR EXISTS (SELECT 1 FROM readmodel.accounts WHERE account_id = $1)`,
+		"", []any{accountID}, &exists)
+	if err != nil {
 		return err
 	}
-	out.ProjectedPosition = position(c, p).String()
+	out.ProjectedPosition = pos.String()
 	if !exists {
 		return errNotFound
 	}
@@ -534,16 +532,14 @@ func (s *Service) Transfer(ctx context.Context, q TransferRequest) (*Transfer, *
 	var (
 		id, from, to, curr, status *string
 		amount                     *int64
-		c, p                       int64
 	)
-	err := s.pool.QueryRow(ctx, `SELECT t.transfer_id, t.from_account, t.to_account, t.amount, t.currency, t.status,
-			c.commit_position, c.prepare_position
-		FROM readmodel.checkpoints c LEFT JOIN readmodel.transfers t ON t.transfer_id = $1
-		WHERE c.name = 'transfers' AND c.state = 'live'`, q.TransferID).Scan(&id, &from, &to, &amount, &curr, &status, &c, &p)
+	at, err := projections.Checkpoints.LiveWith(ctx, s.pool, projections.Transfers,
+		`t.transfer_id, t.from_account, t.to_account, t.amount, t.currency, t.status`,
+		`LEFT JOIN readmodel.transfers t ON t.transfer_id = $1`, []any{q.TransferID}, &id, &from, &to, &amount, &curr, &status)
 	if err != nil {
 		return nil, internal(err)
 	}
-	pos := position(c, p).String()
+	pos := at.String()
 	if id == nil {
 		e := notFound("transfer %s does not exist (the transfers read model is at %s)", q.TransferID, pos)
 		e.ProjectedPosition = pos
@@ -564,15 +560,13 @@ func (s *Service) Command(ctx context.Context, q CommandRequest) (json.RawMessag
 		return nil, qerr
 	}
 	var reply *string
-	var c, p int64
-	err := s.pool.QueryRow(ctx, `SELECT k.reply::text, c.commit_position, c.prepare_position
-		FROM readmodel.checkpoints c LEFT JOIN readmodel.commands k ON k.idempotency_key = $1
-		WHERE c.name = 'commands' AND c.state = 'live'`, q.IdempotencyKey).Scan(&reply, &c, &p)
+	at, err := projections.Checkpoints.LiveWith(ctx, s.pool, projections.Commands,
+		`k.reply::text`, `LEFT JOIN readmodel.commands k ON k.idempotency_key = $1`, []any{q.IdempotencyKey}, &reply)
 	if err != nil {
 		return nil, internal(err)
 	}
 	if reply == nil {
-		pos := position(c, p).String()
+		pos := at.String()
 		return nil, &Error{Code: domain.CodeNotFound, IdempotencyKey: q.IdempotencyKey, ProjectedPosition: pos,
 			Message: fmt.Sprintf("no command was decided with this idempotency key (the commands read model is at %s)", pos)}
 	}
@@ -593,10 +587,9 @@ func (s *Service) wait(ctx context.Context, projection, min string) (eventstore.
 	defer cancel()
 	var got eventstore.Position
 	for {
-		var c, p int64
-		err := s.pool.QueryRow(ctx, `SELECT commit_position, prepare_position FROM readmodel.checkpoints WHERE name = $1 AND state = 'live'`, projection).Scan(&c, &p)
+		at, err := projections.Checkpoints.LiveOf(ctx, s.pool, projection)
 		if err == nil {
-			got = position(c, p)
+			got = at
 			if got.Compare(want) >= 0 {
 				return got, nil
 			}
@@ -613,8 +606,4 @@ func (s *Service) wait(ctx context.Context, projection, min string) (eventstore.
 		case <-t.C:
 		}
 	}
-}
-
-func position(c, p int64) eventstore.Position {
-	return eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}
 }

@@ -64,6 +64,14 @@ type Options struct {
 	Fsync bool
 	// Logger receives what the harness does; nil uses slog.Default().
 	Logger *slog.Logger
+	// Replication readies the cluster for a pair (pair.go): a synchronous
+	// standby, and pg_rewind after a failover (wal_log_hints and
+	// full_page_writes on, WAL kept for a standby that fell behind).
+	Replication bool
+
+	// standbyOf, when Dir holds no cluster yet, makes it a streaming standby of
+	// that cluster (pg_basebackup -R) instead of a new one (initdb).
+	standbyOf *Cluster
 }
 
 // Cluster is a running private PostgreSQL cluster.
@@ -84,33 +92,11 @@ type Cluster struct {
 // parent was killed) is reused when it listens on the wanted port; a stale
 // postmaster.pid (its process is gone or is not a postmaster of Dir) is removed.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
-	if opts.Dir == "" {
-		return nil, errors.New("pgcluster: Options.Dir is empty")
-	}
-	dir, err := filepath.Abs(opts.Dir)
+	c, err := newCluster(opts)
 	if err != nil {
-		return nil, fmt.Errorf("pgcluster: %w", err)
-	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("component", "pgcluster", "dir", dir)
-	c := &Cluster{
-		dir:     dir,
-		dataDir: filepath.Join(dir, dataSubdir),
-		sockDir: filepath.Join(dir, sockSubdir),
-		logFile: filepath.Join(dir, logName),
-		log:     log,
-	}
-	if c.binDir, err = FindBinDir(); err != nil {
 		return nil, err
 	}
-	if os.Geteuid() == 0 {
-		if c.cred, err = postgresCredential(); err != nil {
-			return nil, err
-		}
-	}
+	log := c.log
 	if err := c.prepareDirs(); err != nil {
 		return nil, err
 	}
@@ -119,10 +105,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	defer unlock()
-	if err := c.password(); err != nil {
-		return nil, err
+	if opts.standbyOf != nil {
+		err = c.basebackup(ctx, opts.standbyOf, opts.Fsync)
+	} else if err = c.password(); err == nil {
+		err = c.initdb(ctx, opts.Fsync)
 	}
-	if err := c.initdb(ctx, opts.Fsync); err != nil {
+	if err != nil {
 		return nil, err
 	}
 
@@ -153,6 +141,37 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
+// newCluster is the Cluster of opts.Dir, not started.
+func newCluster(opts Options) (*Cluster, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("pgcluster: Options.Dir is empty")
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: %w", err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	c := &Cluster{
+		dir:     dir,
+		dataDir: filepath.Join(dir, dataSubdir),
+		sockDir: filepath.Join(dir, sockSubdir),
+		logFile: filepath.Join(dir, logName),
+		log:     log.With("component", "pgcluster", "dir", dir),
+	}
+	if c.binDir, err = FindBinDir(); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() == 0 {
+		if c.cred, err = postgresCredential(); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
 // password reads the superuser's password from Dir, or makes one (32 random
 // bytes, hex) when there is none.
 func (c *Cluster) password() error {
@@ -171,7 +190,14 @@ func (c *Cluster) password() error {
 	if _, err := rand.Read(raw[:]); err != nil {
 		return fmt.Errorf("pgcluster: %w", err)
 	}
-	c.pw = hex.EncodeToString(raw[:])
+	return c.savePassword(hex.EncodeToString(raw[:]))
+}
+
+// savePassword makes pw the superuser's password of Dir (a standby's is its
+// primary's: the cluster is a copy).
+func (c *Cluster) savePassword(pw string) error {
+	c.pw = pw
+	p := filepath.Join(c.dir, pwName)
 	tmp := p + ".tmp"
 	if err := os.WriteFile(tmp, []byte(c.pw+"\n"), 0o600); err != nil {
 		return fmt.Errorf("pgcluster: %w", err)
@@ -188,6 +214,7 @@ const hba = `# Written by ledger's pgcluster: password authentication (scram-sha
 local all all scram-sha-256
 host  all all 127.0.0.1/32 scram-sha-256
 host  all all ::1/128 scram-sha-256
+host  replication all 127.0.0.1/32 scram-sha-256
 `
 
 // secure makes a cluster made before passwords (trust authentication) ask for
@@ -310,21 +337,9 @@ func (c *Cluster) Stop(ctx context.Context) error {
 // StopDir stops the server running on the cluster in dir, if any, without
 // starting anything: the clean-up of a cluster whose owner died.
 func StopDir(ctx context.Context, dir string, logger *slog.Logger) error {
-	dir, err := filepath.Abs(dir)
+	c, err := newCluster(Options{Dir: dir, Logger: logger})
 	if err != nil {
-		return fmt.Errorf("pgcluster: %w", err)
-	}
-	if logger == nil {
-		logger = slog.Default()
-	}
-	c := &Cluster{dir: dir, dataDir: filepath.Join(dir, dataSubdir), log: logger.With("component", "pgcluster", "dir", dir)}
-	if c.binDir, err = FindBinDir(); err != nil {
 		return err
-	}
-	if os.Geteuid() == 0 {
-		if c.cred, err = postgresCredential(); err != nil {
-			return err
-		}
 	}
 	return c.Stop(ctx)
 }
@@ -480,6 +495,28 @@ func (c *Cluster) lockDir(ctx context.Context) (unlock func(), err error) {
 	}
 }
 
+// makeInitDir makes the empty side directory a new cluster is made in (by
+// initdb or pg_basebackup), owned by the server's user, and refuses a data
+// directory that holds something but no cluster.
+func (c *Cluster) makeInitDir() (string, error) {
+	if entries, err := os.ReadDir(c.dataDir); err == nil && len(entries) > 0 {
+		return "", fmt.Errorf("pgcluster: %s is not empty and holds no cluster", c.dataDir)
+	}
+	initDir := filepath.Join(c.dir, initSubdir)
+	if err := os.RemoveAll(initDir); err != nil {
+		return "", fmt.Errorf("pgcluster: %w", err)
+	}
+	if err := os.Mkdir(initDir, 0o700); err != nil {
+		return "", fmt.Errorf("pgcluster: %w", err)
+	}
+	if c.cred != nil {
+		if err := os.Lchown(initDir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+			return "", fmt.Errorf("pgcluster: %w", err)
+		}
+	}
+	return initDir, nil
+}
+
 // initdb creates the cluster unless Dir already holds one. It initialises into a
 // side directory and renames it, so a crash during initdb never leaves a half
 // cluster that a later Start would take for a complete one.
@@ -487,20 +524,9 @@ func (c *Cluster) initdb(ctx context.Context, fsync bool) error {
 	if _, err := os.Stat(filepath.Join(c.dataDir, "PG_VERSION")); err == nil {
 		return nil
 	}
-	if entries, err := os.ReadDir(c.dataDir); err == nil && len(entries) > 0 {
-		return fmt.Errorf("pgcluster: %s is not empty and holds no cluster", c.dataDir)
-	}
-	initDir := filepath.Join(c.dir, initSubdir)
-	if err := os.RemoveAll(initDir); err != nil {
-		return fmt.Errorf("pgcluster: %w", err)
-	}
-	if err := os.Mkdir(initDir, 0o700); err != nil {
-		return fmt.Errorf("pgcluster: %w", err)
-	}
-	if c.cred != nil {
-		if err := os.Lchown(initDir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
-			return fmt.Errorf("pgcluster: %w", err)
-		}
+	initDir, err := c.makeInitDir()
+	if err != nil {
+		return err
 	}
 	// initdb reads the password from a file of the server's user, removed after.
 	pwFile := filepath.Join(c.dir, "initdb.pwfile")
@@ -603,7 +629,8 @@ func (c *Cluster) isOurPostmaster(pid, port int) bool {
 	return true
 }
 
-func (c *Cluster) writeConf(port int, fsync bool) error {
+func (c *Cluster) writeConf(port int, opts Options) error {
+	fsync := opts.Fsync
 	onOff := func(b bool) string {
 		if b {
 			return "on"
@@ -622,8 +649,21 @@ func (c *Cluster) writeConf(port int, fsync bool) error {
 	fmt.Fprintf(&b, "unix_socket_directories = %s\n", confQuote(sock))
 	fmt.Fprintf(&b, "max_connections = 200\n")
 	fmt.Fprintf(&b, "fsync = %s\n", onOff(fsync))
-	fmt.Fprintf(&b, "synchronous_commit = %s\n", onOff(fsync))
-	fmt.Fprintf(&b, "full_page_writes = %s\n", onOff(fsync))
+	if opts.Replication {
+		// A pair: the commit waits for the standby (synchronous_standby_names,
+		// set by the pair with ALTER SYSTEM), and pg_rewind can rewind a
+		// failed primary, which needs wal_log_hints and full-page writes.
+		fmt.Fprintf(&b, "synchronous_commit = on\n")
+		fmt.Fprintf(&b, "full_page_writes = on\n")
+		fmt.Fprintf(&b, "wal_log_hints = on\n")
+		fmt.Fprintf(&b, "wal_level = replica\n")
+		fmt.Fprintf(&b, "max_wal_senders = 10\n")
+		fmt.Fprintf(&b, "wal_keep_size = '%dMB'\n", walKeepMiB)
+		fmt.Fprintf(&b, "hot_standby = on\n")
+	} else {
+		fmt.Fprintf(&b, "synchronous_commit = %s\n", onOff(fsync))
+		fmt.Fprintf(&b, "full_page_writes = %s\n", onOff(fsync))
+	}
 	fmt.Fprintf(&b, "logging_collector = off\n")
 	fmt.Fprintf(&b, "log_min_messages = warning\n")
 	fmt.Fprintf(&b, "timezone = 'UTC'\n")
@@ -651,7 +691,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 				return err
 			}
 		}
-		if err := c.writeConf(port, opts.Fsync); err != nil {
+		if err := c.writeConf(port, opts); err != nil {
 			return err
 		}
 		logOffset := fileSize(c.logFile)
@@ -764,9 +804,15 @@ func (c *Cluster) ensureDatabase(ctx context.Context) error {
 // run runs one of the server binaries, as the postgres user when root, with a
 // clean PG* environment, and returns its combined output.
 func (c *Cluster) run(ctx context.Context, name string, args ...string) (string, error) {
+	return c.runEnv(ctx, nil, name, args...)
+}
+
+// runEnv is run with more environment variables (PGPASSWORD for the client
+// programs, so that no password shows in the process list).
+func (c *Cluster) runEnv(ctx context.Context, extra []string, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, name), args...)
 	cmd.Dir = c.dir
-	env := []string{"LC_ALL=C", "LANG=C", "HOME=" + c.dir}
+	env := append([]string{"LC_ALL=C", "LANG=C", "HOME=" + c.dir}, extra...)
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "PG") || k == "LC_ALL" || k == "LANG" || k == "HOME" {
 			continue

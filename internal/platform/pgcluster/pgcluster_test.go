@@ -41,14 +41,19 @@ func start(t *testing.T, opts Options) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stopOnCleanup(t, c.Stop)
+	return c
+}
+
+// stopOnCleanup stops a cluster or a pair when the test ends.
+func stopOnCleanup(t *testing.T, stop func(context.Context) error) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := c.Stop(ctx); err != nil {
+		if err := stop(ctx); err != nil {
 			t.Error(err)
 		}
 	})
-	return c
 }
 
 type testWriter struct{ t *testing.T }

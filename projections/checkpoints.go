@@ -1,0 +1,293 @@
+package projections
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ledgerworks/ledger/eventstore"
+)
+
+// Checkpointer owns the SQL of the checkpoint tables (migrations 00002 and
+// 00003): readmodel.checkpoints, one row per generation of each projection
+// ('live', or 'building' while a rebuild runs), and
+// readmodel.publisher_checkpoints, the events publisher's row and its lease.
+// Every reader and writer of them (the runner, the rebuild, the publisher,
+// status, the queries, the audit) goes through Checkpoints; no statement on
+// these tables is written anywhere else (STYLE: one owner per table, after
+// Emmett's postgreSQLCheckpointer).
+//
+// The methods take what they run on (a pool, a connection or a transaction),
+// so that a checkpoint is read or written in the caller's transaction: a
+// projector's checkpoint commits with its rows (ARCHITECTURE decision 9).
+type Checkpointer struct{}
+
+// Checkpoints is the one Checkpointer.
+var Checkpoints Checkpointer
+
+// Querier is what reading the read models needs: a pool, a connection or a
+// transaction (one snapshot for several reads).
+type Querier interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}
+
+// RowQuerier reads one row: a pool, a connection or a transaction.
+type RowQuerier interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}
+
+// execer writes: a pool, a connection or a transaction.
+type execer interface {
+	RowQuerier
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}
+
+// Checkpoint states.
+const (
+	stateLive     = "live"
+	stateBuilding = "building"
+)
+
+// publisherName is the events publisher's row of readmodel.publisher_checkpoints.
+const publisherName = "events"
+
+// LiveCheckpoint is the live generation of a projection and its checkpoint.
+type LiveCheckpoint struct {
+	Name       string
+	Generation int
+	Position   eventstore.Position
+}
+
+// Live returns the live generation of every projection and its checkpoint,
+// ordered by name.
+func (Checkpointer) Live(ctx context.Context, q Querier) ([]LiveCheckpoint, error) {
+	rows, err := q.Query(ctx, `SELECT name, generation, commit_position, prepare_position FROM readmodel.checkpoints WHERE state = 'live' ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("projections: checkpoints: %w", err)
+	}
+	var (
+		out  []LiveCheckpoint
+		l    LiveCheckpoint
+		c, p int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&l.Name, &l.Generation, &c, &p}, func() error {
+		l.Position = position(c, p)
+		out = append(out, l)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projections: checkpoints: %w", err)
+	}
+	return out, nil
+}
+
+// LiveByName returns the live checkpoint of every projection, by name.
+func (cp Checkpointer) LiveByName(ctx context.Context, q Querier) (map[string]eventstore.Position, error) {
+	live, err := cp.Live(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]eventstore.Position, len(live))
+	for _, l := range live {
+		out[l.Name] = l.Position
+	}
+	return out, nil
+}
+
+// LiveOf returns the live checkpoint of one projection.
+func (cp Checkpointer) LiveOf(ctx context.Context, q RowQuerier, projection string) (eventstore.Position, error) {
+	return cp.LiveWith(ctx, q, projection, "", "", nil)
+}
+
+// LiveWith reads the live checkpoint of projection together with a read of
+// the caller's own tables, in one statement and so one snapshot: cols is a
+// select list (scanned into dest, before the checkpoint), join a clause after
+// `FROM readmodel.checkpoints c` (a LEFT JOIN, or ""), and args their
+// parameters $1..$n. With cols "" it reads the checkpoint alone.
+func (Checkpointer) LiveWith(ctx context.Context, q RowQuerier, projection, cols, join string, args []any, dest ...any) (eventstore.Position, error) {
+	if cols != "" {
+		cols += ", "
+	}
+	n := strconv.Itoa(len(args) + 1)
+	sql := `SELECT ` + cols + `c.commit_position, c.prepare_position FROM readmodel.checkpoints c ` + join +
+		` WHERE c.name = $` + n + ` AND c.state = 'live'`
+	var c, p int64
+	if err := q.QueryRow(ctx, sql, append(args[:len(args):len(args)], projection)...).Scan(append(dest[:len(dest):len(dest)], &c, &p)...); err != nil {
+		return eventstore.Position{}, fmt.Errorf("projections: checkpoint of %s: %w", projection, err)
+	}
+	return position(c, p), nil
+}
+
+// load reads the checkpoint of proj in state (stateLive, or stateBuilding for
+// generation gen) into a slot.
+func (Checkpointer) load(ctx context.Context, q RowQuerier, proj Projection, state string, gen int) (*slot, error) {
+	sql := `SELECT generation, commit_position, prepare_position, events FROM readmodel.checkpoints WHERE name = $1 AND state = $2`
+	args := []any{proj.Name(), state}
+	if state != stateLive {
+		sql += ` AND generation = $3`
+		args = append(args, gen)
+	}
+	s := &slot{proj: proj}
+	var c, p int64
+	if err := q.QueryRow(ctx, sql, args...).Scan(&s.gen, &c, &p, &s.events); err != nil {
+		return nil, fmt.Errorf("projections: checkpoint of %s (%s): %w", proj.Name(), state, err)
+	}
+	s.pos = position(c, p)
+	return s, nil
+}
+
+// advance moves the checkpoint of s from s.pos to end, counting n events,
+// compare-and-set: ErrCheckpointMoved when it is no longer at s.pos. The row
+// lock it takes makes a second runner wait, then find the checkpoint moved.
+func (Checkpointer) advance(ctx context.Context, tx execer, s *slot, end eventstore.Position, n int) error {
+	endC, endP, err := posArgs(end)
+	if err != nil {
+		return err
+	}
+	oc, op, err := posArgs(s.pos)
+	if err != nil {
+		return err
+	}
+	ct, err := tx.Exec(ctx, `UPDATE readmodel.checkpoints
+		SET commit_position = $3, prepare_position = $4, events = events + $7, updated_at = now()
+		WHERE name = $1 AND generation = $2 AND commit_position = $5 AND prepare_position = $6`,
+		s.proj.Name(), s.gen, endC, endP, oc, op, int64(n))
+	if err != nil {
+		return fmt.Errorf("projections: %s: checkpoint: %w", s.proj.Name(), err)
+	}
+	if ct.RowsAffected() != 1 {
+		return fmt.Errorf("%w: %s generation %d is no longer at %s", ErrCheckpointMoved, s.proj.Name(), s.gen, s.pos)
+	}
+	return nil
+}
+
+// createBuilding inserts the building checkpoint of a new generation, at the
+// start of "all".
+func (Checkpointer) createBuilding(ctx context.Context, tx execer, name string, gen int) error {
+	_, err := tx.Exec(ctx, `INSERT INTO readmodel.checkpoints (name, generation, state) VALUES ($1, $2, 'building')`, name, gen)
+	return err
+}
+
+// build is a generation being built.
+type build struct {
+	name string
+	gen  int
+}
+
+// buildings lists the generations being built.
+func (Checkpointer) buildings(ctx context.Context, q Querier) ([]build, error) {
+	rows, err := q.Query(ctx, `SELECT name, generation FROM readmodel.checkpoints WHERE state = 'building'`)
+	if err != nil {
+		return nil, err
+	}
+	var builds []build
+	var b build
+	_, err = pgx.ForEachRow(rows, []any{&b.name, &b.gen}, func() error { builds = append(builds, b); return nil })
+	return builds, err
+}
+
+// dropBuilding deletes the checkpoint of generation gen if it is being built
+// (never a live one); it reports whether it did.
+func (Checkpointer) dropBuilding(ctx context.Context, tx execer, name string, gen int) (bool, error) {
+	ct, err := tx.Exec(ctx, `DELETE FROM readmodel.checkpoints WHERE name = $1 AND generation = $2 AND state = 'building'`, name, gen)
+	return err == nil && ct.RowsAffected() > 0, err
+}
+
+// lockForSwitch locks the live checkpoint of a projection (its row lock holds
+// back the live runner's next batch) and the building one of generation gen,
+// which must be at pos; it returns the live generation and its position.
+func (Checkpointer) lockForSwitch(ctx context.Context, tx execer, name string, gen int, pos eventstore.Position) (prev int, live eventstore.Position, err error) {
+	var lc, lp int64
+	err = tx.QueryRow(ctx, `SELECT generation, commit_position, prepare_position FROM readmodel.checkpoints
+		WHERE name = $1 AND state = 'live' FOR UPDATE`, name).Scan(&prev, &lc, &lp)
+	if err != nil {
+		return 0, eventstore.Position{}, fmt.Errorf("live checkpoint: %w", err)
+	}
+	var bc, bp int64
+	err = tx.QueryRow(ctx, `SELECT commit_position, prepare_position FROM readmodel.checkpoints
+		WHERE name = $1 AND generation = $2 AND state = 'building' FOR UPDATE`, name, gen).Scan(&bc, &bp)
+	if err != nil {
+		return 0, eventstore.Position{}, fmt.Errorf("building checkpoint: %w", err)
+	}
+	if got := position(bc, bp); got != pos {
+		return 0, eventstore.Position{}, fmt.Errorf("building checkpoint at %s, expected %s", got, pos)
+	}
+	return prev, position(lc, lp), nil
+}
+
+// switchLive drops the checkpoint of generation prev and makes generation
+// gen's live at pos, counting applied more events.
+func (Checkpointer) switchLive(ctx context.Context, tx execer, name string, gen, prev int, pos eventstore.Position, applied int64) error {
+	c, p, err := posArgs(pos)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM readmodel.checkpoints WHERE name = $1 AND generation = $2`, name, prev); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE readmodel.checkpoints SET state = 'live', commit_position = $3, prepare_position = $4,
+		events = events + $5, updated_at = now() WHERE name = $1 AND generation = $2`, name, gen, c, p, applied)
+	return err
+}
+
+// statusRows reads every checkpoint, the projections' generations live and
+// building and the events publisher's (as "publisher:events"), without lag.
+func (Checkpointer) statusRows(ctx context.Context, q Querier) ([]Status, error) {
+	rows, err := q.Query(ctx, `SELECT name, generation, state, commit_position, prepare_position, events, updated_at
+		FROM readmodel.checkpoints
+		UNION ALL
+		SELECT 'publisher:' || name, 0, 'live', commit_position, prepare_position, events, updated_at
+		FROM readmodel.publisher_checkpoints
+		ORDER BY 1, 3 DESC, 2`)
+	if err != nil {
+		return nil, fmt.Errorf("projections: status: %w", err)
+	}
+	var out []Status
+	var (
+		s    Status
+		c, p int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&s.Projection, &s.Generation, &s.State, &c, &p, &s.Events, &s.UpdatedAt}, func() error {
+		s.Checkpoint = position(c, p)
+		s.Position = s.Checkpoint.String()
+		out = append(out, s)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projections: status: %w", err)
+	}
+	return out, nil
+}
+
+// Published is the events publisher's checkpoint: how far it has published,
+// as of its last acknowledged round.
+func (Checkpointer) Published(ctx context.Context, q RowQuerier) (eventstore.Position, error) {
+	var c, p int64
+	if err := q.QueryRow(ctx, `SELECT commit_position, prepare_position FROM readmodel.publisher_checkpoints WHERE name = $1`, publisherName).Scan(&c, &p); err != nil {
+		return eventstore.Position{}, fmt.Errorf("publisher: checkpoint: %w", err)
+	}
+	return position(c, p), nil
+}
+
+// tryLease tries to take the publisher's lease, a session advisory lock
+// whose key the publisher's row holds, on q's session.
+func (Checkpointer) tryLease(ctx context.Context, q RowQuerier) (bool, error) {
+	var got bool
+	err := q.QueryRow(ctx, `SELECT pg_try_advisory_lock(lease_key) FROM readmodel.publisher_checkpoints WHERE name = $1`, publisherName).Scan(&got)
+	return got, err
+}
+
+// publish records that n more events are published, up to pos.
+func (Checkpointer) publish(ctx context.Context, tx execer, pos eventstore.Position, n int) error {
+	c, p, err := posArgs(pos)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE readmodel.publisher_checkpoints
+		SET commit_position = $1, prepare_position = $2, events = events + $3, updated_at = now() WHERE name = $4`,
+		c, p, n, publisherName)
+	return err
+}
