@@ -27,7 +27,8 @@ import (
 var ErrStreamDeleted = errors.New("kurrentdb: stream deleted")
 
 // ErrAppendTooLarge marks an append over the server's maximum append size
-// (MaxAppendSize, 1 MiB by default on 24.10). Retrying cannot help.
+// (MaxAppendSize, 1 MiB by default on 24.10) or with an event over its
+// maximum event size (MaxAppendEventSize, from 25.1). Retrying cannot help.
 var ErrAppendTooLarge = errors.New("kurrentdb: append over the maximum append size")
 
 // ErrInvalidPosition marks a $all read or subscription from a position the log
@@ -66,9 +67,13 @@ const (
 	// DefaultMaxAppendSize is KurrentDB 24.10's MaxAppendSize: 1,048,576 bytes,
 	// counted as the server does (data, metadata and twice the type's length).
 	DefaultMaxAppendSize = 1 << 20
-	defaultBufferSize    = 512
-	closeDrainTimeout    = 5 * time.Second
-	headPageSize         = 32
+	// probeRevision is the expected revision of the append of no events that
+	// asks whether the server accepts an append's header: no stream reaches
+	// it, so the server answers a wrong expected version and writes nothing.
+	probeRevision     = 1 << 62
+	defaultBufferSize = 512
+	closeDrainTimeout = 5 * time.Second
+	headPageSize      = 32
 )
 
 // Option configures a Store.
@@ -82,6 +87,7 @@ type options struct {
 	searchWindow        int
 	checkpointMultiple  int
 	maxAppendSize       int
+	maxAppendEventSize  int // 0: none
 }
 
 // WithLogger sends the client library's log lines to l (debug and info at Debug,
@@ -106,9 +112,19 @@ func WithCheckpointWindow(window, multiple int) Option {
 // the server counts them; a larger one fails with ErrAppendTooLarge before it is
 // sent. Set it to the server's MaxAppendSize (larger on 25.x than 24.10's 1 MiB)
 // or below: the server refuses a larger append while the client is still
-// sending it, and the client then reports only io.EOF, which cannot be told from
-// a lost connection.
+// sending it, and the client then reports only io.EOF, which the store tells
+// from a lost connection only with two more calls (see resendAfterEarlyEnd).
 func WithMaxAppendSize(bytes int) Option { return func(o *options) { o.maxAppendSize = bytes } }
+
+// WithMaxAppendEventSize sets the largest event the store sends, in bytes
+// counted as the server counts them; an append with a larger one fails with
+// ErrAppendTooLarge before it is sent. Set it to the server's
+// MaxAppendEventSize where that is below the append size (from 25.1 it is
+// the largest log record, 16 MiB by default; 24.10 has none). Without it
+// (the default) the store checks the append's size only.
+func WithMaxAppendEventSize(bytes int) Option {
+	return func(o *options) { o.maxAppendEventSize = bytes }
+}
 
 // ConnectionString turns a ledger URL (kurrentdb://, kurrentdb+discover://,
 // kurrent://, esdb://, esdb+discover://) into EventStore-Client-Go's connection
@@ -408,7 +424,7 @@ func mapError(ctx context.Context, err error, what string) error {
 			return fmt.Errorf("kurrentdb: %s: %w: %w", what, ErrAccessDenied, err)
 		}
 	}
-	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "Maximum Append Size") {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && tooLarge(st.Message()) {
 		return fmt.Errorf("kurrentdb: %s: %w: %w", what, ErrAppendTooLarge, err)
 	}
 	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "invalid position") {
@@ -424,6 +440,13 @@ func mapError(ctx context.Context, err error, what string) error {
 		return fmt.Errorf("kurrentdb: %s: %w: %w", what, eventstore.ErrUnavailable, err)
 	}
 	return fmt.Errorf("kurrentdb: %s: %w", what, err)
+}
+
+// tooLarge reports the server's refusals of an append's size: of the whole
+// ("Maximum Append Size of N Exceeded.") or of one event ("Event with Id: ...,
+// Size: ..., exceeds Maximum Append Event Size of N.", 24.10 to 26.1).
+func tooLarge(msg string) bool {
+	return strings.Contains(msg, "Maximum Append Size") || strings.Contains(msg, "Maximum Append Event Size")
 }
 
 // transient reports whether a gRPC failure is worth retrying. The server answers
@@ -472,16 +495,17 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 	if len(events) == 0 {
 		return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append to %q: no events", stream)
 	}
-	data, err := s.toESDBEvents(stream, events)
+	data, size, err := s.toESDBEvents(stream, events)
 	if err != nil {
 		return eventstore.AppendResult{}, err
 	}
-	var wr *esdb.WriteResult
-	err = s.do(ctx, func(c *esdb.Client) error {
-		var err error
-		wr, err = c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: toESDBExpected(expected)}, data...)
-		return err
-	})
+	wr, err := s.send(ctx, stream, expected, data)
+	if errors.Is(err, io.EOF) {
+		wr, err = s.resendAfterEarlyEnd(ctx, stream, expected, data, size)
+	}
+	if errors.Is(err, ErrAppendTooLarge) {
+		return eventstore.AppendResult{}, err
+	}
 	if err != nil {
 		var e *esdb.Error
 		if errors.As(err, &e) && e.Code() == esdb.ErrorCodeWrongExpectedVersion {
@@ -494,6 +518,42 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		return eventstore.AppendResult{}, mapError(ctx, err, "append to "+stream)
 	}
 	return s.appended(ctx, stream, expected, events, wr)
+}
+
+// send sends one append.
+func (s *Store) send(ctx context.Context, stream string, expected eventstore.ExpectedRevision, data []esdb.EventData) (*esdb.WriteResult, error) {
+	var wr *esdb.WriteResult
+	err := s.do(ctx, func(c *esdb.Client) error {
+		var err error
+		wr, err = c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: toESDBExpected(expected)}, data...)
+		return err
+	})
+	return wr, err
+}
+
+// resendAfterEarlyEnd follows an append that the server ended before the
+// client had sent it all: client v4.2.0 then returns Send's io.EOF and loses
+// the status. A node refuses so on the header (no right to write the stream,
+// before it reads the events) and on the body (an event or the append over
+// its size limits, as it reads them); a lost connection ends a call so too.
+// Nothing was committed (the server commits only after the whole request).
+// It asks about the header alone, with an append of no events at a revision
+// no stream reaches (answered wrong expected version, nothing written): a
+// refusal there (ErrAccessDenied, ErrUnauthenticated) is the answer. Else it
+// resends the append once, and a second early end is ErrAppendTooLarge. So
+// an early end costs at most two more calls, never an endless retry.
+func (s *Store) resendAfterEarlyEnd(ctx context.Context, stream string, expected eventstore.ExpectedRevision, data []esdb.EventData, size int) (*esdb.WriteResult, error) {
+	_, err := s.send(ctx, stream, eventstore.Exact(probeRevision), nil)
+	var e *esdb.Error
+	if err != nil && !(errors.As(err, &e) && (e.Code() == esdb.ErrorCodeWrongExpectedVersion || e.Code() == esdb.ErrorCodeStreamDeleted)) {
+		return nil, err
+	}
+	wr, err := s.send(ctx, stream, expected, data)
+	if errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("kurrentdb: append to %q: %w: the server ended it early twice while it accepts the stream's header, so its limits (MaxAppendSize, MaxAppendEventSize) are below this append's %d bytes: set WithMaxAppendSize and WithMaxAppendEventSize to them (%v)",
+			stream, ErrAppendTooLarge, size, err)
+	}
+	return wr, err
 }
 
 // appended turns the server's answer to an append into its result. It refuses
@@ -539,21 +599,26 @@ func (s *Store) appended(ctx context.Context, stream string, expected eventstore
 // toESDBEvents checks events as the server would before sending them: the
 // server refuses an event without ID or type, and an append over its maximum
 // size, while it reads the request, and the client then loses the status.
-func (s *Store) toESDBEvents(stream string, events []eventstore.EventData) ([]esdb.EventData, error) {
+func (s *Store) toESDBEvents(stream string, events []eventstore.EventData) ([]esdb.EventData, int, error) {
 	data := make([]esdb.EventData, len(events))
 	size := 0
 	for i, e := range events {
 		switch {
 		case e.ID == uuid.Nil:
 			// The client would make up a random ID, and with it a new intent.
-			return nil, fmt.Errorf("kurrentdb: append to %q: event %d has no ID", stream, i)
+			return nil, 0, fmt.Errorf("kurrentdb: append to %q: event %d has no ID", stream, i)
 		case e.Type == "":
-			return nil, fmt.Errorf("kurrentdb: append to %q: event %d has no type", stream, i)
+			return nil, 0, fmt.Errorf("kurrentdb: append to %q: event %d has no type", stream, i)
 		}
 		// At least the server's count (Event.SizeOnDisk: the type in UTF-16).
-		size += len(e.Data) + len(e.Metadata) + 2*len(e.Type)
+		one := len(e.Data) + len(e.Metadata) + 2*len(e.Type)
+		if max := s.opts.maxAppendEventSize; max > 0 && one > max {
+			return nil, 0, fmt.Errorf("kurrentdb: append to %q: %w (event %d has %d bytes, limit %d per event)",
+				stream, ErrAppendTooLarge, i, one, max)
+		}
+		size += one
 		if size > s.opts.maxAppendSize {
-			return nil, fmt.Errorf("kurrentdb: append to %q: %w (%d bytes from event %d, limit %d)",
+			return nil, 0, fmt.Errorf("kurrentdb: append to %q: %w (%d bytes from event %d, limit %d)",
 				stream, ErrAppendTooLarge, size, i, s.opts.maxAppendSize)
 		}
 		data[i] = esdb.EventData{
@@ -564,7 +629,7 @@ func (s *Store) toESDBEvents(stream string, events []eventstore.EventData) ([]es
 			Metadata:    e.Metadata,
 		}
 	}
-	return data, nil
+	return data, size, nil
 }
 
 // lastRevision is the stream's last revision, -1 when it has none or when it

@@ -50,8 +50,11 @@ type config struct {
 	commitTimeout time.Duration
 	maxAppendSize int
 	emptyLog      bool
-	tls           *tls.Certificate
-	users         map[string]User // nil: no authentication
+	earlyRefusals bool
+	// maxAppendEventSize: 0 for none (24.10's int.MaxValue).
+	maxAppendEventSize int
+	tls                *tls.Certificate
+	users              map[string]User // nil: no authentication
 }
 
 // Release names the KurrentDB release whose behaviour the server reproduces
@@ -93,6 +96,15 @@ func (r Release) skipsAfterStart() bool { return r == Release23_10 }
 // (23.10, 24.10): 1,048,576 bytes, counted as Event.SizeOnDisk (data, metadata
 // and twice the type's length). Later releases allow more: see WithMaxAppendSize.
 const DefaultMaxAppendSize = 1 << 20
+
+// WithMaxAppendEventSize sets the largest event an append may carry, in bytes
+// counted as Event.SizeOnDisk (MaxAppendEventSize: unlimited on 24.10, the
+// largest log record, 16 MiB, from 25.1); a larger one is refused with
+// InvalidArgument "... exceeds Maximum Append Event Size of N." and the
+// exception maximum-append-event-size-exceeded, while the server reads it.
+func WithMaxAppendEventSize(bytes int) Option {
+	return func(c *config) { c.maxAppendEventSize = bytes }
+}
 
 // WithMaxAppendSize sets the largest append the server takes, in bytes counted
 // as Event.SizeOnDisk; a larger one is refused with InvalidArgument and the
@@ -356,7 +368,7 @@ func (s *Server) streamFaults(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	ctx, err := s.authenticate(ss.Context())
 	if err != nil {
 		if info.IsClientStream && !info.IsServerStream { // Append
-			readRequest(ss)
+			s.readRequest(ss)
 		}
 		return err
 	}

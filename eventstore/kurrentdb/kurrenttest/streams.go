@@ -80,8 +80,8 @@ func (ss *streamsServer) Append(srv api.Streams_AppendServer) error {
 	if opts == nil {
 		return status.Error(codes.Unknown, "Operation is not valid due to the current state of the object.")
 	}
-	if err := ss.s.authorize(srv.Context(), false); err != nil {
-		readRequest(srv)
+	if err := ss.s.authorizeWrite(srv.Context()); err != nil {
+		ss.s.readRequest(srv)
 		return err
 	}
 	stream := string(opts.GetStreamIdentifier().GetStreamName())
@@ -185,6 +185,11 @@ func (ss *streamsServer) receiveEvents(srv api.Streams_AppendServer) ([]proposed
 			data:        msg.GetData(),
 			meta:        msg.GetCustomMetadata(),
 		}
+		if max := ss.s.cfg.maxAppendEventSize; max > 0 && sizeOnDisk(e) > max {
+			srv.SetTrailer(metadata.Pairs("exception", "maximum-append-event-size-exceeded", "maximum-append-event-size", strconv.Itoa(max),
+				"event-id", e.id.String(), "proposed-append-event-size", strconv.Itoa(sizeOnDisk(e))))
+			return nil, status.Errorf(codes.InvalidArgument, "Event with Id: %s, Size: %d, exceeds Maximum Append Event Size of %d.", e.id, sizeOnDisk(e), max)
+		}
 		size += sizeOnDisk(e)
 		if max := ss.s.cfg.maxAppendSize; size > max {
 			srv.SetTrailer(metadata.Pairs("exception", "maximum-append-size-exceeded", "maximum-append-size", strconv.Itoa(max)))
@@ -268,7 +273,7 @@ func (ss *streamsServer) Tombstone(ctx context.Context, req *api.TombstoneReq) (
 // deleteStream runs a tombstone or a soft delete (del) after its ACL check,
 // and returns the record it wrote or the refusal.
 func (ss *streamsServer) deleteStream(ctx context.Context, stream string, rev any, del func(string, expected) (appendOutcome, *record)) (*record, error) {
-	if err := ss.s.authorize(ctx, false); err != nil {
+	if err := ss.s.authorizeWrite(ctx); err != nil {
 		return nil, err
 	}
 	exp, err := deleteExpected(rev)
