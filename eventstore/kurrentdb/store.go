@@ -17,6 +17,7 @@ import (
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/ledgerworks/ledger/eventstore"
@@ -327,7 +328,15 @@ func (s *Store) noteError(c *esdb.Client, err error) {
 // do runs op with the current client and returns when op does or ctx ends. The
 // client ignores ctx while it (re)discovers the node, so op runs on its own
 // goroutine; it still gets ctx, so its gRPC call is abandoned with the caller.
-func (s *Store) do(ctx context.Context, op func(*esdb.Client) error) error {
+//
+// op's context carries requires-leader: true, which client v4.2.0 means to
+// send (its default node preference is the leader) but puts into an incoming
+// context, so it never does: a connection left on an old leader after an
+// election would be served reads, $all and subscriptions from that follower's
+// lagging log, and the ledger's retries on a stale read use up their attempts.
+// With the header a follower answers NotLeader and the client reconnects to the
+// leader; nothing was done, so op runs once more, there.
+func (s *Store) do(ctx context.Context, op func(context.Context, *esdb.Client) error) error {
 	if err := ctx.Err(); err != nil {
 		return err // nothing is sent for a caller that has already gone
 	}
@@ -336,9 +345,13 @@ func (s *Store) do(ctx context.Context, op func(*esdb.Client) error) error {
 		return err
 	}
 	done := make(chan error, 1)
+	lctx := metadata.AppendToOutgoingContext(ctx, "requires-leader", "true")
 	go func() {
 		defer s.release()
-		err := op(c)
+		err := op(lctx, c)
+		if notLeader(err) {
+			err = op(lctx, c)
+		}
 		if err != nil {
 			s.noteError(c, err)
 		}
@@ -355,6 +368,12 @@ func (s *Store) do(ctx context.Context, op func(*esdb.Client) error) error {
 		}
 		return ctx.Err()
 	}
+}
+
+// notLeader reports a follower's answer to a call that requires the leader.
+func notLeader(err error) bool {
+	var e *esdb.Error
+	return errors.As(err, &e) && e.Code() == esdb.ErrorCodeNotLeader
 }
 
 // Close ends every subscription and closes the connection.
@@ -523,7 +542,7 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 // send sends one append.
 func (s *Store) send(ctx context.Context, stream string, expected eventstore.ExpectedRevision, data []esdb.EventData) (*esdb.WriteResult, error) {
 	var wr *esdb.WriteResult
-	err := s.do(ctx, func(c *esdb.Client) error {
+	err := s.do(ctx, func(ctx context.Context, c *esdb.Client) error {
 		var err error
 		wr, err = c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: toESDBExpected(expected)}, data...)
 		return err
@@ -675,7 +694,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 		count = uint64(max)
 	}
 	var out []eventstore.RecordedEvent
-	err := s.do(ctx, func(c *esdb.Client) error {
+	err := s.do(ctx, func(ctx context.Context, c *esdb.Client) error {
 		rs, err := c.ReadStream(ctx, stream, opts, count)
 		if err != nil {
 			return err
@@ -718,7 +737,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 // readAllPage reads up to count records of $all, system records included.
 func (s *Store) readAllPage(ctx context.Context, from esdb.AllPosition, dir esdb.Direction, count uint64) ([]eventstore.RecordedEvent, error) {
 	var out []eventstore.RecordedEvent
-	err := s.do(ctx, func(c *esdb.Client) error {
+	err := s.do(ctx, func(ctx context.Context, c *esdb.Client) error {
 		rs, err := c.ReadAll(ctx, esdb.ReadAllOptions{Direction: dir, From: from}, count)
 		if err != nil {
 			return err

@@ -397,15 +397,19 @@ func (d *db) tombstone(stream string, exp expected) (appendOutcome, *record) {
 	return out, r
 }
 
-// snapshot returns the log as it is now and the channel closed on the next write.
-func (d *db) snapshot() ([]*record, <-chan struct{}) {
+// snapshot returns the log as a reader lagging lag records behind what is
+// committed sees it now (see Server.SetReadLag), and the channel closed on
+// the next write.
+func (d *db) snapshot(lag int) ([]*record, <-chan struct{}) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.all[:d.visible:d.visible], d.changed
+	n := max(d.visible-lag, 0)
+	return d.all[:n:n], d.changed
 }
 
-// streamEvents returns a stream's events and state.
-func (d *db) stream(name string) (events []*record, exists, tombstoned bool) {
+// stream returns a stream's events and state as a reader lagging lag records
+// behind what is committed sees them.
+func (d *db) stream(name string, lag int) (events []*record, exists, tombstoned bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := d.streams[name]
@@ -413,7 +417,8 @@ func (d *db) stream(name string) (events []*record, exists, tombstoned bool) {
 		return nil, false, false
 	}
 	n := len(s.events)
-	for n > 0 && !d.visibleLocked(s.events[n-1]) {
+	cut := max(d.visible-lag, 0)
+	for n > 0 && (cut == 0 || s.events[n-1].pos > d.all[cut-1].pos) {
 		n--
 	}
 	return s.events[:n:n], n > 0 || s.tombstoned, s.tombstoned

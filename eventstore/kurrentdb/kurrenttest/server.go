@@ -146,6 +146,7 @@ type Server struct {
 	requests    map[string]int
 	starts      []string
 	leaderCalls int // calls that carried requires-leader: true
+	readLag     int // see SetReadLag
 }
 
 // New starts a server on 127.0.0.1 with an ephemeral port.
@@ -307,11 +308,42 @@ func (s *Server) Requests(method string) int {
 
 // Head is the log position of the last record, 0 when the log is empty.
 func (s *Server) Head() uint64 {
-	all, _ := s.db.snapshot()
+	all, _ := s.db.snapshot(0)
 	if len(all) == 0 {
 		return 0
 	}
 	return all[len(all)-1].pos
+}
+
+// SetReadLag makes the server serve reads as a follower n records behind the
+// leader would (0: off): stream reads, $all reads, subscriptions and so the
+// head see the log without its last n committed records, and a subscription
+// sees a record once n more are committed. Appends are decided on the whole log,
+// as a follower forwards them to the leader. A call that carries
+// requires-leader: true is served as the leader serves it (a real follower
+// answers it NotLeader and the client reconnects to the leader: see
+// NotLeaderNext for that answer). This is what a connection left on an old
+// leader after an election sees, since client v4.2.0 never sends the header.
+func (s *Server) SetReadLag(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.readLag = n
+}
+
+// lagOf is how many records a read of this call lags (SetReadLag).
+func (s *Server) lagOf(ctx context.Context) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if requiresLeader(ctx) {
+		return 0
+	}
+	return s.readLag
+}
+
+func requiresLeader(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get("requires-leader")
+	return len(v) > 0 && v[0] == "true"
 }
 
 // RequiresLeaderCalls counts the calls that carried the requires-leader: true
@@ -326,7 +358,7 @@ func (s *Server) fault(ctx context.Context, method string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.requests[method]++
-	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("requires-leader")) > 0 && md.Get("requires-leader")[0] == "true" {
+	if requiresLeader(ctx) {
 		s.leaderCalls++
 	}
 	if q := s.failNext[method]; len(q) > 0 {

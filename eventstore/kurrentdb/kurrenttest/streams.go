@@ -327,6 +327,7 @@ type readOptions struct {
 	count        uint64
 	uuidString   bool
 	compat       uint32
+	lag          int // records the read lags behind the log (Server.SetReadLag)
 
 	// stream start: fromStart, fromEnd or revision
 	// all start: fromStart, fromEnd or (commit, prepare)
@@ -522,6 +523,7 @@ func (ss *streamsServer) Read(req *api.ReadReq, srv api.Streams_ReadServer) erro
 	if err := ss.s.authorize(srv.Context(), ro.all); err != nil {
 		return err
 	}
+	ro.lag = ss.s.lagOf(srv.Context())
 	switch {
 	case ro.subscription && ro.all:
 		return ss.subscribeAll(ro, srv)
@@ -535,7 +537,7 @@ func (ss *streamsServer) Read(req *api.ReadReq, srv api.Streams_ReadServer) erro
 }
 
 func (ss *streamsServer) readStream(ro *readOptions, srv api.Streams_ReadServer) error {
-	events, exists, tombstoned := ss.s.db.stream(ro.stream)
+	events, exists, tombstoned := ss.s.db.stream(ro.stream, ro.lag)
 	if tombstoned {
 		return streamDeleted(srv.Context(), srv.SetTrailer, ro.stream)
 	}
@@ -598,7 +600,7 @@ func (ss *streamsServer) readAll(ro *readOptions, srv api.Streams_ReadServer) er
 	if ro.positional() && !ss.s.db.validPosition(ro.commit) {
 		return invalidPosition()
 	}
-	all, _ := ss.s.db.snapshot()
+	all, _ := ss.s.db.snapshot(ro.lag)
 	var sent uint64
 	visit := func(r *record) (bool, error) {
 		if sent >= ro.count {
@@ -721,7 +723,7 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 	if ro.positional() && !ss.s.db.validPosition(ro.commit) {
 		return invalidPosition() // after the confirmation, as the server does
 	}
-	all, _ := ss.s.db.snapshot()
+	all, _ := ss.s.db.snapshot(ro.lag)
 	next := 0
 	switch {
 	case ro.fromStart:
@@ -755,7 +757,7 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 	}
 	// Catch-up, page by page.
 	for {
-		all, _ = ss.s.db.snapshot()
+		all, _ = ss.s.db.snapshot(ro.lag)
 		if next >= len(all) {
 			break
 		}
@@ -816,7 +818,7 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 	}
 	// Live.
 	for {
-		all, changed := ss.s.db.snapshot()
+		all, changed := ss.s.db.snapshot(ro.lag)
 		for ; next < len(all); next++ {
 			r := all[next]
 			if ro.filter.match(r) {
@@ -848,7 +850,7 @@ func (ss *streamsServer) subscribeStream(ro *readOptions, srv api.Streams_ReadSe
 	if err != nil {
 		return err
 	}
-	events, _, _ := ss.s.db.stream(ro.stream)
+	events, _, _ := ss.s.db.stream(ro.stream, ro.lag)
 	next := uint64(0)
 	switch {
 	case ro.fromStart:
@@ -859,8 +861,8 @@ func (ss *streamsServer) subscribeStream(ro *readOptions, srv api.Streams_ReadSe
 	}
 	isCaughtUp := false
 	for {
-		_, changed := ss.s.db.snapshot()
-		events, _, tombstoned := ss.s.db.stream(ro.stream)
+		_, changed := ss.s.db.snapshot(ro.lag)
+		events, _, tombstoned := ss.s.db.stream(ro.stream, ro.lag)
 		if first, _ := ss.s.db.readableFrom(ro.stream, events); !isCaughtUp {
 			next = max(next, uint64(first)) // catch-up reads leave out what metadata truncates
 		}
