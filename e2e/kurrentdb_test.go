@@ -702,7 +702,7 @@ func (e *env) processResumes(t *testing.T) {
 // the event store, and the NATS queries on the read models.
 type projector struct {
 	run  *devtest.Running
-	resp *query.Responder
+	resp *natsapi.ReadQueryResponder
 	once sync.Once
 }
 
@@ -717,7 +717,7 @@ func (e *env) startProjector(hook projections.Hook) *projector {
 		e.t.Fatal(err)
 	}
 	svc := query.New(e.pool, query.Options{MaxWait: 30 * time.Second, Logger: logger()})
-	resp, err := svc.Subscribe(e.clients[0], query.NATSOptions{Queries: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer}})
+	resp, err := natsapi.ServeReadQueries(e.clients[0], svc, natsapi.ReadQueryOptions{Queries: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -788,7 +788,7 @@ func (e *env) query(t *testing.T, name string, req, out any) {
 	if err != nil {
 		t.Fatalf("query %s: %v", name, err)
 	}
-	var qe query.Error
+	var qe reply.QueryError
 	if json.Unmarshal(b, &qe) == nil && qe.Code != "" {
 		t.Fatalf("query %s %s: %s", name, body, b)
 	}

@@ -272,9 +272,11 @@ func (Checkpointer) Published(ctx context.Context, q RowQuerier) (eventstore.Pos
 	return position(c, p), nil
 }
 
-// tryLease tries to take the publisher's lease, a session advisory lock
-// whose key the publisher's row holds, on q's session.
-func (Checkpointer) tryLease(ctx context.Context, q RowQuerier) (bool, error) {
+// TryLease tries to take the publisher's lease, a session advisory lock
+// whose key the publisher's row holds, on q's session (the publisher's, and a
+// repair's of LEDGER_EVENTS, which must not add messages while a publisher's
+// round is in flight); ending the session gives it up.
+func (Checkpointer) TryLease(ctx context.Context, q RowQuerier) (bool, error) {
 	var got bool
 	err := q.QueryRow(ctx, `SELECT pg_try_advisory_lock(lease_key) FROM readmodel.publisher_checkpoints WHERE name = $1`, publisherName).Scan(&got)
 	return got, err

@@ -285,7 +285,7 @@ func (p *Publisher) publish(ctx context.Context, recs []eventstore.RecordedEvent
 	futures := make([]jetstream.PubAckFuture, 0, len(recs))
 	var sendErr error
 	for i, re := range recs {
-		msg, err := eventMsg(re)
+		msg, err := EventMsg(re)
 		if err != nil {
 			sendErr = err
 			break
@@ -322,8 +322,9 @@ func (p *Publisher) publish(ctx context.Context, recs []eventstore.RecordedEvent
 	return stored, firstErr
 }
 
-// eventMsg is the message of one event.
-func eventMsg(re eventstore.RecordedEvent) (*nats.Msg, error) {
+// EventMsg is the message of one event on LEDGER_EVENTS (the publisher's, and
+// a repair's: ledger audit --events-out --repair).
+func EventMsg(re eventstore.RecordedEvent) (*nats.Msg, error) {
 	var m struct {
 		Key string    `json:"key"`
 		At  time.Time `json:"at"`
@@ -433,7 +434,7 @@ func (p *Publisher) takeLease(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("publisher: lease: %w", err)
 	}
-	got, err := Checkpoints.tryLease(ctx, c)
+	got, err := Checkpoints.TryLease(ctx, c)
 	if err != nil {
 		c.Release()
 		return fmt.Errorf("publisher: lease: %w", err)

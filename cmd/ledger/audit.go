@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/urfave/cli/v3"
 
 	"github.com/ledgerworks/ledger/internal/app/audit"
@@ -20,7 +20,17 @@ func auditCommand() *cli.Command {
 		&cli.BoolFlag{Name: "read-models", Value: true, Usage: "compare every read model with the fold (needs --database-url)", Sources: cli.EnvVars("LEDGER_AUDIT_READ_MODELS")},
 		&cli.BoolFlag{Name: "json", Usage: "print the report as JSON", Sources: cli.EnvVars("LEDGER_AUDIT_JSON")},
 		&cli.IntFlag{Name: "max-violations", Value: 1000, Usage: "violations listed (all are counted)", Sources: cli.EnvVars("LEDGER_AUDIT_MAX_VIOLATIONS")},
+		&cli.BoolFlag{Name: flagEventsOut, Usage: "compare LEDGER_EVENTS with the event store (invariant 8: every stored event up to the publisher's checkpoint, in order, none unstored; needs --database-url and NATS)", Sources: cli.EnvVars("LEDGER_AUDIT_EVENTS_OUT")},
+		&cli.BoolFlag{Name: flagRepair, Usage: "with --events-out: republish the missing events under their IDs (takes the publisher's lease: stop the publishers first)", Sources: cli.EnvVars("LEDGER_AUDIT_REPAIR")},
+		&cli.IntFlag{Name: flagMaxGaps, Value: audit.DefaultMaxGaps, Usage: "with --events-out: missing events kept to name and republish (all are counted; a repair of more takes several runs)", Sources: cli.EnvVars("LEDGER_AUDIT_MAX_GAPS"),
+			Validator: func(n int) error {
+				if n < 1 {
+					return fmt.Errorf("--%s: %d: at least 1", flagMaxGaps, n)
+				}
+				return nil
+			}},
 	)
+	flags = append(flags, config.NATSFlags()...)
 	flags = append(flags, config.LogFlags()...)
 	return &cli.Command{
 		Name:  "audit",
@@ -30,7 +40,9 @@ func auditCommand() *cli.Command {
 			"in-flight transfers included, (3) every balance equal to the fold and within its overdraft,\n" +
 			"available = balance - held, (5) revisions gapless and event IDs unique; and (4) compares\n" +
 			"every read model, as of its checkpoint, with the fold. --verify-chain also recomputes the\n" +
-			"hash chains (tamper evidence). Prints a report; exits 1 naming each violation.",
+			"hash chains (tamper evidence). --events-out checks (8) that LEDGER_EVENTS holds every stored\n" +
+			"event up to the publisher's checkpoint, in order, and none the store lacks; --repair\n" +
+			"republishes the missing ones under their IDs. Prints a report; exits 1 naming each violation.",
 		Flags:  flags,
 		Action: runAudit,
 	}
@@ -38,33 +50,33 @@ func auditCommand() *cli.Command {
 
 func runAudit(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Len() != 0 {
-		return exitWith(2, fmt.Errorf("audit takes no arguments (use --account ID)"))
+		return config.Exit(2, fmt.Errorf("audit takes no arguments (use --account ID)"))
 	}
 	log, err := config.LoggerFromCommand(cmd, os.Stderr)
 	if err != nil {
-		return exitWith(2, err)
+		return config.Exit(2, err)
 	}
-	es, db, err := readURLs(cmd)
+	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{ReadModels: cmd.Bool("read-models"), IfNamed: true})
 	if err != nil {
 		return err
 	}
-	store, err := config.OpenEventStore(ctx, es, log)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
+	defer stores.Close()
 	opts := audit.Options{Account: cmd.String("account"), VerifyChain: cmd.Bool("verify-chain"), MaxViolations: int(cmd.Int("max-violations"))}
-	if cmd.Bool("read-models") && db != "" {
-		pool, err := pgxpool.New(ctx, db)
-		if err != nil {
-			return fmt.Errorf("read-model database %s: %w", config.Redact(db), err)
-		}
-		defer pool.Close()
-		opts.ReadModels = pool
+	if stores.Pool != nil {
+		opts.ReadModels = stores.Pool
 	} else if cmd.Bool("read-models") {
 		log.Warn("no read-model database (--database-url): invariant 4 is not checked")
 	}
-	rep, err := audit.Run(ctx, store, opts)
+	if cmd.Bool(flagEventsOut) {
+		closeNATS, err := eventsOutOptions(cmd, &opts)
+		if err != nil {
+			return err
+		}
+		defer closeNATS()
+	} else if cmd.Bool(flagRepair) {
+		return config.Exit(2, fmt.Errorf("--%s repairs what --%s finds: give both", flagRepair, flagEventsOut))
+	}
+	rep, err := audit.Run(ctx, stores.Store, opts)
 	if err != nil {
 		return err
 	}
@@ -86,7 +98,38 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 		if len(rep.Violations) > 0 {
 			first = ": " + rep.Violations[0].String()
 		}
-		return exitWith(1, fmt.Errorf("audit failed: %d violations%s", rep.ViolationCount, first))
+		return config.Exit(1, fmt.Errorf("audit failed: %d violations%s", rep.ViolationCount, first))
 	}
 	return nil
+}
+
+const (
+	flagEventsOut = "events-out"
+	flagRepair    = "repair"
+	flagMaxGaps   = "max-gaps"
+)
+
+// eventsOutOptions connects to NATS for --events-out (and --repair); the
+// returned function closes the connection.
+func eventsOutOptions(cmd *cli.Command, opts *audit.Options) (func(), error) {
+	if opts.ReadModels == nil {
+		return nil, config.Exit(2, fmt.Errorf("--%s needs the read-model database (--database-url, --read-models): the publisher's checkpoint is there", flagEventsOut))
+	}
+	natsURL, err := config.FromDataDir(cmd, config.FlagNATSURL, func(i config.DevInfo) string { return i.NATSURL })
+	if err != nil {
+		return nil, err
+	}
+	nopts := config.NATSFromCommand(cmd)
+	nopts.URL = natsURL
+	nc, err := nopts.Connect("audit")
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	opts.EventsOut = &audit.EventsOutOptions{JS: js, Repair: cmd.Bool(flagRepair), MaxGaps: cmd.Int(flagMaxGaps)}
+	return nc.Close, nil
 }

@@ -134,15 +134,15 @@ func benchCommand() *cli.Command {
 func runBench(ctx context.Context, cmd *cli.Command) error {
 	progress, err := config.LoggerFromCommand(cmd, os.Stderr)
 	if err != nil {
-		return exitWith(2, err)
+		return config.Exit(2, err)
 	}
 	components, err := config.NewLogger(os.Stderr, cmd.String(config.FlagLogFormat), cmd.String(flagBenchComponentLog))
 	if err != nil {
-		return exitWith(2, err)
+		return config.Exit(2, err)
 	}
 	cfg, err := benchConfig(cmd)
 	if err != nil {
-		return exitWith(2, err)
+		return config.Exit(2, err)
 	}
 	cfg.Logger, cfg.Progress = components.With("component", "bench-env"), progress
 
@@ -155,7 +155,7 @@ func runBench(ctx context.Context, cmd *cli.Command) error {
 	if p := cmd.String(flagBenchMemProfile); p != "" {
 		f, err := os.Create(p)
 		if err != nil {
-			return exitWith(2, err)
+			return config.Exit(2, err)
 		}
 		defer f.Close()
 		phase := cmd.String(flagBenchProfPhase)
@@ -175,7 +175,7 @@ func runBench(ctx context.Context, cmd *cli.Command) error {
 	if p := cmd.String(flagBenchCPUProfile); p != "" {
 		f, err := os.Create(p)
 		if err != nil {
-			return exitWith(2, err)
+			return config.Exit(2, err)
 		}
 		defer f.Close()
 		if phase := cmd.String(flagBenchProfPhase); phase != "" {
@@ -226,7 +226,7 @@ func runBench(ctx context.Context, cmd *cli.Command) error {
 			rep.Print(cmd.Root().Writer)
 		}
 		if ctx.Err() != nil {
-			return exitWith(130, fmt.Errorf("bench interrupted after %s: %w", time.Since(start).Round(time.Second), runErr))
+			return config.Exit(130, fmt.Errorf("bench interrupted after %s: %w", time.Since(start).Round(time.Second), runErr))
 		}
 		return runErr
 	}

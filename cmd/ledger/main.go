@@ -6,12 +6,10 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/ledgerworks/ledger/internal/platform/config"
 	"github.com/ledgerworks/ledger/internal/platform/node"
 )
 
@@ -30,7 +28,7 @@ func subcommands() []*cli.Command {
 
 // devRunners run inside `ledger dev` beside the command service's own runners
 // (the transfer process, serviceOptions): the read side (projector.go).
-func devRunners() []node.Runner { return []node.Runner{projectorRunner()} }
+func devRunners(replicas int) []node.Runner { return []node.Runner{projectorRunner(replicas)} }
 
 func newApp() *cli.Command {
 	cmds := subcommands()
@@ -41,41 +39,9 @@ func newApp() *cli.Command {
 			"Start with `ledger dev`, then `ledger post open_account --key k1 --account alice --currency EUR`.",
 		Commands:              cmds,
 		EnableShellCompletion: true,
-		// Exit codes are chosen by the commands (see exitError); main prints.
+		// Exit codes are chosen by the commands (config.Exit); main prints.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 	}
 }
 
-// exitError carries an exit status out of an action; its message (if any) is
-// printed to stderr by main.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string {
-	if e.err == nil {
-		return ""
-	}
-	return e.err.Error()
-}
-func (e *exitError) Unwrap() error { return e.err }
-func (e *exitError) ExitCode() int { return e.code }
-
-func exitWith(code int, err error) error { return &exitError{code: code, err: err} }
-
-func main() {
-	err := newApp().Run(context.Background(), os.Args)
-	if err == nil {
-		return
-	}
-	code := 1
-	var ec cli.ExitCoder
-	if errors.As(err, &ec) {
-		code = ec.ExitCode()
-	}
-	if msg := err.Error(); msg != "" {
-		fmt.Fprintln(os.Stderr, "ledger:", msg)
-	}
-	os.Exit(code)
-}
+func main() { config.Main(newApp()) }

@@ -94,7 +94,7 @@ func runPost(ctx context.Context, cmd *cli.Command) error {
 	}
 	natsURL, err := config.FromDataDir(cmd, config.FlagNATSURL, func(i config.DevInfo) string { return i.NATSURL })
 	if err != nil {
-		return exitWith(exitUsage, err)
+		return config.Exit(exitUsage, err)
 	}
 	nopts := config.NATSFromCommand(cmd)
 	nopts.URL = natsURL
@@ -103,32 +103,32 @@ func runPost(ctx context.Context, cmd *cli.Command) error {
 
 	if cmd.Bool("query") {
 		if cmd.Args().Len() > 0 || cmd.String("key") == "" {
-			return exitWith(exitUsage, errors.New("--query takes --key and no command type"))
+			return config.Exit(exitUsage, errors.New("--query takes --key and no command type"))
 		}
 		nc, err := nopts.Connect("ledger-post")
 		if err != nil {
-			return exitWith(exitNoReply, err)
+			return config.Exit(exitNoReply, err)
 		}
 		defer nc.Close()
 		q, _ := json.Marshal(natsapi.CommandQuery{IdempotencyKey: cmd.String("key")})
 		reply, err := natsapi.Query(ctx, nc, "command", q)
 		if err != nil {
-			return exitWith(exitNoReply, err)
+			return config.Exit(exitNoReply, err)
 		}
 		return printReply(out, reply, cmd.Bool("compact"))
 	}
 
 	if cmd.Args().Len() != 1 {
-		return exitWith(exitUsage, errors.New("usage: ledger post <type> --key K [--field value ...] (see --help)"))
+		return config.Exit(exitUsage, errors.New("usage: ledger post <type> --key K [--field value ...] (see --help)"))
 	}
 	typ := cmd.Args().First()
 	body, err := postBody(cmd)
 	if err != nil {
-		return exitWith(exitUsage, err)
+		return config.Exit(exitUsage, err)
 	}
 	nc, err := nopts.Connect("ledger-post")
 	if err != nil {
-		return exitWith(exitNoReply, err)
+		return config.Exit(exitNoReply, err)
 	}
 	defer nc.Close()
 	hdr := nats.Header{}
@@ -137,11 +137,11 @@ func runPost(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Bool("jetstream") {
 		js, err := jetstream.New(nc)
 		if err != nil {
-			return exitWith(exitNoReply, err)
+			return config.Exit(exitNoReply, err)
 		}
 		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: natsapi.CommandSubject(typ), Data: body, Header: hdr})
 		if err != nil {
-			return exitWith(exitNoReply, fmt.Errorf("publish to %s: %w (unknown whether it is stored: publish again, same key)", natsapi.StreamName, err))
+			return config.Exit(exitNoReply, fmt.Errorf("publish to %s: %w (unknown whether it is stored: publish again, same key)", natsapi.StreamName, err))
 		}
 		b, _ := json.Marshal(ack)
 		return printReply(out, b, cmd.Bool("compact"))
@@ -151,9 +151,9 @@ func runPost(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		var nr *natsapi.ErrNoReply
 		if errors.As(err, &nr) {
-			return exitWith(exitNoReply, err)
+			return config.Exit(exitNoReply, err)
 		}
-		return exitWith(exitNoReply, err)
+		return config.Exit(exitNoReply, err)
 	}
 	return printReply(out, reply, cmd.Bool("compact"))
 }
@@ -268,5 +268,5 @@ func printReply(w interface{ Write([]byte) (int, error) }, reply []byte, compact
 			return nil
 		}
 	}
-	return exitWith(exitAnswered, nil)
+	return config.Exit(exitAnswered, nil)
 }

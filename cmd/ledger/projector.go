@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ledgerworks/ledger/internal/adapters/httpapi"
+	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 	"github.com/ledgerworks/ledger/internal/app/query"
 	"github.com/ledgerworks/ledger/internal/platform/node"
 	"github.com/ledgerworks/ledger/projections"
@@ -15,7 +17,8 @@ import (
 // §4.1) on the node's NATS connection, the NATS queries account, entries and transfer
 // (command is answered by the node's intake from the event store, which is never
 // behind), and the HTTP queries under /v1/ on the node's HTTP server.
-func projectorRunner() node.Runner {
+// LEDGER_EVENTS is declared with replicas, as the command streams are.
+func projectorRunner(replicas int) node.Runner {
 	return node.Runner{Name: "projector", Run: func(ctx context.Context, n *node.Node) error {
 		if n.DatabaseURL == "" {
 			return errors.New("projector: the node has no database URL for the read models")
@@ -32,20 +35,21 @@ func projectorRunner() node.Runner {
 			return err
 		}
 		pub, err := projections.NewPublisher(pool, n.Store, n.NC, projections.PublisherOptions{
-			Logger: n.Logger.With("component", "publisher"), Registry: n.Registry,
+			Logger: n.Logger.With("component", "publisher"), Registry: n.Registry, Replicas: replicas,
 		})
 		if err != nil {
 			return err
 		}
 		defer pub.Start(ctx)()
-		svc := query.New(pool, query.Options{Logger: n.Logger.With("component", "query"), Metrics: query.NewMetrics(n.Registry)})
-		resp, err := svc.Subscribe(n.NC, query.NATSOptions{Queries: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer, query.QueryBalance}})
+		qlog := n.Logger.With("component", "query")
+		svc := query.New(pool, query.Options{Logger: qlog, Metrics: query.NewMetrics(n.Registry)})
+		resp, err := natsapi.ServeReadQueries(n.NC, svc, natsapi.ReadQueryOptions{Queries: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer, query.QueryBalance}, Logger: qlog})
 		if err != nil {
 			return err
 		}
 		defer resp.Stop()
 		if n.HTTP != nil {
-			svc.Routes(n.HTTP)
+			httpapi.QueryRoutes(n.HTTP, svc)
 			n.HTTP.AddCheck("projector", func(ctx context.Context) error {
 				_, err := projections.Checkpoints.LiveByName(ctx, pool)
 				return err

@@ -27,26 +27,6 @@ func eventStoreFlags() []cli.Flag {
 	}
 }
 
-// readURLs resolves the event store and read-model URLs from the flags, the
-// environment or a running `ledger dev`'s dev.json.
-func readURLs(cmd *cli.Command) (es, db string, err error) {
-	db, err = config.FromDataDir(cmd, config.FlagDatabaseURL, func(i config.DevInfo) string { return i.DatabaseURL })
-	if err != nil {
-		return "", "", err
-	}
-	es, err = config.FromDataDir(cmd, config.FlagEventStoreURL, func(i config.DevInfo) string { return i.EventStoreURL })
-	if err != nil {
-		return "", "", err
-	}
-	if es == "" {
-		es = db
-	}
-	if es == "" {
-		return "", "", exitWith(2, errors.New("no event store: set --eventstore-url (LEDGER_EVENTSTORE_URL), --database-url, or --data-dir of a running `ledger dev`"))
-	}
-	return es, db, nil
-}
-
 func replayCommand() *cli.Command {
 	flags := append(eventStoreFlags(),
 		&cli.Int64Flag{Name: "to-revision", Value: -1, Usage: "stop after this revision (default: the whole stream)", Sources: cli.EnvVars("LEDGER_REPLAY_TO_REVISION")},
@@ -67,7 +47,7 @@ func replayCommand() *cli.Command {
 
 func runReplay(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Len() != 1 {
-		return exitWith(2, errors.New("replay takes one stream name, e.g. account-alice"))
+		return config.Exit(2, errors.New("replay takes one stream name, e.g. account-alice"))
 	}
 	stream := cmd.Args().First()
 	if !strings.HasPrefix(stream, domain.AccountStreamPrefix) && !strings.HasPrefix(stream, domain.TransferStreamPrefix) && !strings.HasPrefix(stream, domain.KeyStreamPrefix) {
@@ -75,17 +55,14 @@ func runReplay(ctx context.Context, cmd *cli.Command) error {
 	}
 	log, err := config.LoggerFromCommand(cmd, os.Stderr)
 	if err != nil {
-		return exitWith(2, err)
+		return config.Exit(2, err)
 	}
-	es, _, err := readURLs(cmd)
+	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{})
 	if err != nil {
 		return err
 	}
-	store, err := config.OpenEventStore(ctx, es, log)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
+	defer stores.Close()
+	store := stores.Store
 	w := cmd.Root().Writer
 	if w == nil {
 		w = os.Stdout
@@ -105,13 +82,13 @@ func runReplay(ctx context.Context, cmd *cli.Command) error {
 		return nil
 	})
 	if errors.Is(err, eventstore.ErrStreamNotFound) {
-		return exitWith(1, fmt.Errorf("stream %s has no events", stream))
+		return config.Exit(1, fmt.Errorf("stream %s has no events", stream))
 	}
 	if err != nil {
 		return err
 	}
 	if broken != nil {
-		return exitWith(1, fmt.Errorf("%s does not fold at event %d: %w", stream, n-1, broken))
+		return config.Exit(1, fmt.Errorf("%s does not fold at event %d: %w", stream, n-1, broken))
 	}
 	if !asJSON {
 		fmt.Fprintf(w, "%d events\n", n)

@@ -39,7 +39,6 @@ const (
 	flagMaxDeliver      = "jetstream-max-deliver"
 	flagLanes           = "jetstream-lanes"
 	flagGrace           = "jetstream-grace"
-	flagReplicas        = "jetstream-replicas"
 	flagShutdownTimeout = "shutdown-timeout"
 	flagMigrate         = "migrate"
 	flagTransferProcess = "transfer-process"
@@ -65,7 +64,7 @@ func serviceFlags() []cli.Flag {
 		&cli.IntFlag{Name: flagMaxDeliver, Category: cat, Value: 20, Usage: "deliveries of a message before it goes to the DLQ", Sources: cli.EnvVars("LEDGER_JETSTREAM_MAX_DELIVER")},
 		&cli.IntFlag{Name: flagLanes, Category: cat, Value: 16, Usage: "JetStream workers (one account's commands share a lane)", Sources: cli.EnvVars("LEDGER_JETSTREAM_LANES")},
 		&cli.DurationFlag{Name: flagGrace, Category: cat, Value: 2 * time.Second, Usage: "age a stream message reaches before its first delivery is handled (lets request-reply decide first)", Sources: cli.EnvVars("LEDGER_JETSTREAM_GRACE")},
-		&cli.IntFlag{Name: flagReplicas, Category: cat, Value: 1, Usage: "replicas of the LEDGER_COMMANDS and LEDGER_DLQ streams", Sources: cli.EnvVars("LEDGER_JETSTREAM_REPLICAS")},
+		config.ReplicasFlag(cat, "replicas of the LEDGER_COMMANDS and LEDGER_DLQ streams (and of LEDGER_EVENTS under ledger dev)"),
 		&cli.BoolFlag{Name: flagTransferProcess, Category: cat, Value: true, Usage: "run the transfer process (finishes sagas a crash left half-way, expires holds)", Sources: cli.EnvVars("LEDGER_TRANSFER_PROCESS")},
 		&cli.DurationFlag{Name: flagShutdownTimeout, Category: cat, Value: 30 * time.Second, Usage: "bound on a graceful stop", Sources: cli.EnvVars("LEDGER_SHUTDOWN_TIMEOUT")},
 	}
@@ -112,7 +111,7 @@ func serviceOptions(cmd *cli.Command, log *slog.Logger) (node.Options, error) {
 			MaxDeliver:       cmd.Int(flagMaxDeliver),
 			Lanes:            cmd.Int(flagLanes),
 			Grace:            grace,
-			Replicas:         cmd.Int(flagReplicas),
+			Replicas:         cmd.Int(config.FlagJetStreamReplicas),
 		},
 		Logger: log,
 	}, nil
@@ -173,7 +172,7 @@ const envFailpoints = "LEDGER_FAILPOINTS"
 func runServe(ctx context.Context, cmd *cli.Command) error {
 	log, err := config.LoggerFromCommand(cmd, os.Stderr)
 	if err != nil {
-		return exitWith(2, err)
+		return config.Exit(2, err)
 	}
 	esURL := cmd.String(config.FlagEventStoreURL)
 	dbURL := cmd.String(config.FlagDatabaseURL)
@@ -181,21 +180,21 @@ func runServe(ctx context.Context, cmd *cli.Command) error {
 		esURL = dbURL
 	}
 	if esURL == "" {
-		return exitWith(2, fmt.Errorf("no event store: set %s (or %s)", config.EnvEventStoreURL, config.EnvDatabaseURL))
+		return config.Exit(2, fmt.Errorf("no event store: set %s (or %s)", config.EnvEventStoreURL, config.EnvDatabaseURL))
 	}
 	backend, err := config.EventStoreBackend(esURL)
 	if err != nil {
-		return exitWith(2, err)
+		return config.Exit(2, err)
 	}
 	opts, err := serviceOptions(cmd, log)
 	if err != nil {
-		return exitWith(2, err)
+		return config.Exit(2, err)
 	}
 	// Test-only: LEDGER_FAILPOINTS makes the intake exit (as SIGKILL) at the
 	// points it names, with their probabilities (README, operations).
 	fps, err := natsapi.ParseFailpoints(os.Getenv(envFailpoints))
 	if err != nil {
-		return exitWith(2, fmt.Errorf("%s: %w", envFailpoints, err))
+		return config.Exit(2, fmt.Errorf("%s: %w", envFailpoints, err))
 	}
 	if fps != nil {
 		opts.Intake.Failpoint = natsapi.FailpointHook(fps, os.Stderr, os.Exit)

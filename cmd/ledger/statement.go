@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v3"
 
+	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 	"github.com/ledgerworks/ledger/internal/app/query"
 	"github.com/ledgerworks/ledger/internal/platform/config"
 )
@@ -53,24 +54,24 @@ type statement struct {
 
 func runStatement(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Len() != 1 {
-		return exitWith(exitUsage, errors.New("statement: name one account"))
+		return config.Exit(exitUsage, errors.New("statement: name one account"))
 	}
 	for _, f := range []string{"from", "to"} {
 		if v := cmd.String(f); v != "" {
 			if _, err := time.Parse(time.RFC3339Nano, v); err != nil {
-				return exitWith(exitUsage, fmt.Errorf("statement: --%s %q is not an RFC 3339 time", f, v))
+				return config.Exit(exitUsage, fmt.Errorf("statement: --%s %q is not an RFC 3339 time", f, v))
 			}
 		}
 	}
 	natsURL, err := config.FromDataDir(cmd, config.FlagNATSURL, func(i config.DevInfo) string { return i.NATSURL })
 	if err != nil {
-		return exitWith(exitUsage, err)
+		return config.Exit(exitUsage, err)
 	}
 	nopts := config.NATSFromCommand(cmd)
 	nopts.URL = natsURL
 	nc, err := nopts.Connect("ledger-statement")
 	if err != nil {
-		return exitWith(exitNoReply, err)
+		return config.Exit(exitNoReply, err)
 	}
 	defer nc.Close()
 	to := cmd.String("to")
@@ -130,10 +131,10 @@ func entriesOf(ctx context.Context, nc *nats.Conn, q query.EntriesRequest, timeo
 			return nil, err
 		}
 		rctx, cancel := context.WithTimeout(ctx, timeout)
-		msg, err := nc.RequestWithContext(rctx, query.SubjectPrefix+query.QueryEntries, body)
+		msg, err := nc.RequestWithContext(rctx, natsapi.QuerySubjectPrefix+query.QueryEntries, body)
 		cancel()
 		if err != nil {
-			return nil, exitWith(exitNoReply, fmt.Errorf("statement: %s: %w", query.QueryEntries, err))
+			return nil, config.Exit(exitNoReply, fmt.Errorf("statement: %s: %w", query.QueryEntries, err))
 		}
 		var page struct {
 			query.Entries
@@ -141,10 +142,10 @@ func entriesOf(ctx context.Context, nc *nats.Conn, q query.EntriesRequest, timeo
 			Message string `json:"message"`
 		}
 		if err := json.Unmarshal(msg.Data, &page); err != nil {
-			return nil, exitWith(exitNoReply, fmt.Errorf("statement: %s: %w", msg.Data, err))
+			return nil, config.Exit(exitNoReply, fmt.Errorf("statement: %s: %w", msg.Data, err))
 		}
 		if page.Code != "" {
-			return nil, exitWith(exitAnswered, fmt.Errorf("statement: %s: %s", page.Code, page.Message))
+			return nil, config.Exit(exitAnswered, fmt.Errorf("statement: %s: %s", page.Code, page.Message))
 		}
 		out = append(out, page.Entries.Entries...)
 		if page.NextAfterRevision == nil {

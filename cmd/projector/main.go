@@ -19,20 +19,18 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v3"
 
-	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/adapters/httpapi"
+	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/app/query"
 	"github.com/ledgerworks/ledger/internal/platform/config"
-	"github.com/ledgerworks/ledger/migrations"
 	"github.com/ledgerworks/ledger/projections"
 )
 
@@ -74,89 +72,11 @@ func newApp() *cli.Command {
 	}
 }
 
-func main() {
-	err := newApp().Run(context.Background(), os.Args)
-	if err == nil {
-		return
-	}
-	code := 1
-	var ec cli.ExitCoder
-	if errors.As(err, &ec) {
-		code = ec.ExitCode()
-	}
-	if msg := err.Error(); msg != "" {
-		fmt.Fprintln(os.Stderr, "projector:", msg)
-	}
-	os.Exit(code)
-}
+func main() { config.Main(newApp()) }
 
-// usageError exits 2.
-type usageError struct{ error }
-
-func (usageError) ExitCode() int { return 2 }
-
-// conn is what every subcommand opens: the read-model pool and the event store.
-type conn struct {
-	dbURL, esURL string
-	pool         *pgxpool.Pool
-	store        eventstore.Store
-}
-
-func (c *conn) Close() {
-	if c.store != nil {
-		c.store.Close()
-	}
-	if c.pool != nil {
-		c.pool.Close()
-	}
-}
-
-func urls(cmd *cli.Command) (db, es string, err error) {
-	db, err = config.FromDataDir(cmd, config.FlagDatabaseURL, func(i config.DevInfo) string { return i.DatabaseURL })
-	if err != nil {
-		return "", "", err
-	}
-	es, err = config.FromDataDir(cmd, config.FlagEventStoreURL, func(i config.DevInfo) string { return i.EventStoreURL })
-	if err != nil {
-		return "", "", err
-	}
-	if db == "" {
-		return "", "", usageError{errors.New("no read-model database: set --database-url (LEDGER_DATABASE_URL) or --data-dir of a running `ledger dev`")}
-	}
-	if es == "" {
-		es = db
-	}
-	return db, es, nil
-}
-
-func open(ctx context.Context, cmd *cli.Command, log *slog.Logger, migrate bool) (*conn, error) {
-	db, es, err := urls(cmd)
-	if err != nil {
-		return nil, err
-	}
-	if migrate {
-		if err := migrations.Up(ctx, db); err != nil {
-			return nil, err
-		}
-		if es != db && config.IsPostgresURL(es) {
-			if err := migrations.Up(ctx, es); err != nil {
-				return nil, err
-			}
-		}
-	}
-	c := &conn{dbURL: db, esURL: es}
-	if c.pool, err = projections.NewPool(ctx, db); err != nil {
-		return nil, fmt.Errorf("read-model database %s: %w", config.Redact(db), err)
-	}
-	if err := c.pool.Ping(ctx); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("read-model database %s: %w", config.Redact(db), err)
-	}
-	if c.store, err = config.OpenEventStore(ctx, es, log); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
+// open opens the read-model pool and the event store every subcommand uses.
+func open(ctx context.Context, cmd *cli.Command, log *slog.Logger, migrate bool) (*config.Stores, error) {
+	return config.OpenStores(ctx, cmd, log, config.Opening{ReadModels: true, Migrate: migrate})
 }
 
 func runCommand() *cli.Command {
@@ -165,11 +85,12 @@ func runCommand() *cli.Command {
 		&cli.StringFlag{Name: config.FlagHTTPAddr, Value: "127.0.0.1:8081", Usage: "listen address of the HTTP queries, /healthz, /readyz and /metrics (empty: none)", Sources: cli.EnvVars("LEDGER_PROJECTOR_HTTP_ADDR")},
 		&cli.BoolFlag{Name: flagNATS, Value: true, Usage: "answer ledger.v1.query.* over NATS", Sources: cli.EnvVars("LEDGER_PROJECTOR_NATS")},
 		&cli.BoolFlag{Name: flagPublish, Value: true, Usage: "publish every event to the JetStream stream LEDGER_EVENTS (PROTOCOL.md §4.1; one publisher at a time holds a lease in the database)", Sources: cli.EnvVars("LEDGER_PROJECTOR_PUBLISH")},
+		config.ReplicasFlag("", "replicas of LEDGER_EVENTS (the publisher declares the stream; 3 on a 3-node JetStream cluster)"),
 		&cli.DurationFlag{Name: flagEventsMaxAge, Value: 30 * 24 * time.Hour, Usage: "how long LEDGER_EVENTS keeps an event (the publisher declares the stream)", Sources: cli.EnvVars("LEDGER_EVENTS_MAX_AGE")},
 		&cli.StringSliceFlag{Name: flagQueries, Value: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer, query.QueryBalance},
 			Usage:   "queries answered over NATS; add command to answer ledger.v1.query.command from the read model (then run ledger serve with --serve-command-query=false, which otherwise answers it from the event store: one responder per subject)",
 			Sources: cli.EnvVars("LEDGER_PROJECTOR_QUERIES")},
-		&cli.StringFlag{Name: flagQueueGroup, Value: query.DefaultQueueGroup, Usage: "NATS queue group of the query responders", Sources: cli.EnvVars("LEDGER_PROJECTOR_QUEUE_GROUP")},
+		&cli.StringFlag{Name: flagQueueGroup, Value: natsapi.DefaultQueryQueueGroup, Usage: "NATS queue group of the query responders", Sources: cli.EnvVars("LEDGER_PROJECTOR_QUEUE_GROUP")},
 		&cli.IntFlag{Name: flagBatchSize, Value: 5000, Usage: "events per batch (one transaction)", Sources: cli.EnvVars("LEDGER_PROJECTOR_BATCH_SIZE")},
 		&cli.DurationFlag{Name: flagPollInterval, Value: 50 * time.Millisecond, Usage: "wait of a caught-up projector before it reads again", Sources: cli.EnvVars("LEDGER_PROJECTOR_POLL_INTERVAL")},
 		&cli.DurationFlag{Name: flagMaxWait, Value: 5 * time.Second, Usage: "longest wait of a query for its min_position", Sources: cli.EnvVars("LEDGER_QUERY_MAX_WAIT")},
@@ -199,7 +120,7 @@ func runCommand() *cli.Command {
 func runRun(ctx context.Context, cmd *cli.Command) error {
 	log, err := config.LoggerFromCommand(cmd, os.Stderr)
 	if err != nil {
-		return usageError{err}
+		return config.Exit(2, err)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -211,14 +132,15 @@ func runRun(ctx context.Context, cmd *cli.Command) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	runner, err := projections.NewRunner(c.pool, c.store, projections.Options{
+	runner, err := projections.NewRunner(c.Pool, c.Store, projections.Options{
 		Projections: cmd.StringSlice(flagProjection), BatchSize: int(cmd.Int(flagBatchSize)), PollInterval: cmd.Duration(flagPollInterval),
 		Logger: log.With("component", "projector"), Metrics: projections.NewMetrics(reg),
 	})
 	if err != nil {
-		return usageError{err}
+		return config.Exit(2, err)
 	}
-	svc := query.New(c.pool, query.Options{MaxWait: cmd.Duration(flagMaxWait), Logger: log.With("component", "query"), Metrics: query.NewMetrics(reg)})
+	qlog := log.With("component", "query")
+	svc := query.New(c.Pool, query.Options{MaxWait: cmd.Duration(flagMaxWait), Logger: qlog, Metrics: query.NewMetrics(reg)})
 
 	var nc *nats.Conn
 	if cmd.Bool(flagNATS) || cmd.Bool(flagPublish) {
@@ -234,7 +156,7 @@ func runRun(ctx context.Context, cmd *cli.Command) error {
 		defer nc.Drain()
 	}
 	if cmd.Bool(flagNATS) {
-		resp, err := svc.Subscribe(nc, query.NATSOptions{Queries: cmd.StringSlice(flagQueries), QueueGroup: cmd.String(flagQueueGroup)})
+		resp, err := natsapi.ServeReadQueries(nc, svc, natsapi.ReadQueryOptions{Queries: cmd.StringSlice(flagQueries), QueueGroup: cmd.String(flagQueueGroup), Logger: qlog})
 		if err != nil {
 			return err
 		}
@@ -242,8 +164,8 @@ func runRun(ctx context.Context, cmd *cli.Command) error {
 		log.Info("answering queries over NATS", "url", config.Redact(nc.ConnectedUrl()), "queries", cmd.StringSlice(flagQueries))
 	}
 	if cmd.Bool(flagPublish) {
-		pub, err := projections.NewPublisher(c.pool, c.store, nc, projections.PublisherOptions{
-			MaxAge: cmd.Duration(flagEventsMaxAge), Logger: log.With("component", "publisher"), Registry: reg,
+		pub, err := projections.NewPublisher(c.Pool, c.Store, nc, projections.PublisherOptions{
+			MaxAge: cmd.Duration(flagEventsMaxAge), Replicas: cmd.Int(config.FlagJetStreamReplicas), Logger: log.With("component", "publisher"), Registry: reg,
 		})
 		if err != nil {
 			return err
@@ -254,15 +176,15 @@ func runRun(ctx context.Context, cmd *cli.Command) error {
 	var srv *httpapi.Server
 	if addr := cmd.String(config.FlagHTTPAddr); addr != "" {
 		srv = httpapi.New(httpapi.Options{Addr: addr, Gatherer: reg, Logger: log})
-		svc.Routes(srv)
-		srv.AddCheck("database", func(ctx context.Context) error { return c.pool.Ping(ctx) })
-		srv.AddCheck("eventstore", func(ctx context.Context) error { _, err := c.store.Head(ctx); return err })
+		httpapi.QueryRoutes(srv, svc)
+		srv.AddCheck("database", func(ctx context.Context) error { return c.Pool.Ping(ctx) })
+		srv.AddCheck("eventstore", func(ctx context.Context) error { _, err := c.Store.Head(ctx); return err })
 		if err := srv.Start(); err != nil {
 			return err
 		}
 		log.Info("answering queries over HTTP", "url", srv.URL())
 	}
-	log.Info("projector running", "database", config.Redact(c.dbURL), "eventstore", config.Redact(c.esURL))
+	log.Info("projector running", "database", config.Redact(c.DatabaseURL), "eventstore", config.Redact(c.EventStoreURL))
 	err = runner.Run(ctx)
 	log.Info("stopping")
 	if srv != nil {
@@ -300,7 +222,7 @@ func rebuildCommand() *cli.Command {
 func runRebuild(ctx context.Context, cmd *cli.Command) error {
 	log, err := config.LoggerFromCommand(cmd, os.Stderr)
 	if err != nil {
-		return usageError{err}
+		return config.Exit(2, err)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -312,11 +234,11 @@ func runRebuild(ctx context.Context, cmd *cli.Command) error {
 	var bar *progressbar.ProgressBar
 	opts := projections.RebuildOptions{
 		Projections: cmd.StringSlice(flagProjection), BatchSize: int(cmd.Int(flagBatchSize)),
-		Verify: audit.VerifyGeneration(c.pool, c.store), Logger: log,
+		Verify: audit.VerifyGeneration(c.Pool, c.Store), Logger: log,
 	}
 	if cmd.Bool("progress") {
 		total := int64(-1)
-		if ps, ok := c.store.(*postgres.Store); ok {
+		if ps, ok := c.Store.(*postgres.Store); ok {
 			if err := ps.Pool().QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&total); err != nil {
 				total = -1
 			}
@@ -334,7 +256,7 @@ func runRebuild(ctx context.Context, cmd *cli.Command) error {
 		}
 	}
 	start := time.Now()
-	res, err := projections.Rebuild(ctx, c.pool, c.store, opts)
+	res, err := projections.Rebuild(ctx, c.Pool, c.Store, opts)
 	if bar != nil {
 		_ = bar.Finish()
 	}
@@ -368,14 +290,14 @@ func statusCommand() *cli.Command {
 func runStatus(ctx context.Context, cmd *cli.Command) error {
 	log, err := config.LoggerFromCommand(cmd, os.Stderr)
 	if err != nil {
-		return usageError{err}
+		return config.Exit(2, err)
 	}
 	c, err := open(ctx, cmd, log, false)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	st, err := projections.ReadStatus(ctx, c.pool, c.store)
+	st, err := projections.ReadStatus(ctx, c.Pool, c.Store)
 	if err != nil {
 		return err
 	}

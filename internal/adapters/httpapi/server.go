@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/app/reply"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -178,16 +179,12 @@ func StatusOf(code domain.Code) int {
 		return http.StatusBadRequest
 	case domain.CodeNotFound, domain.CodeAccountNotFound:
 		return http.StatusNotFound
-	case CodeProjectionBehind:
+	case reply.CodeProjectionBehind:
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
 	}
 }
-
-// CodeProjectionBehind is the code of a query whose min_position the read
-// model had not reached in time.
-const CodeProjectionBehind domain.Code = "projection_behind"
 
 type slogErrorLog struct{ l *slog.Logger }
 

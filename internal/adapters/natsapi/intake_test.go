@@ -278,7 +278,7 @@ func TestJetStreamTwiceAndAfterAKilledConsumerIsAppliedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var nf QueryError
+	var nf reply.QueryError
 	if err := json.Unmarshal(q, &nf); err != nil || nf.Code != domain.CodeNotFound {
 		t.Fatalf("unknown key: %s", q)
 	}
@@ -370,7 +370,7 @@ func TestTransactionQuery(t *testing.T) {
 		{body(map[string]any{"transaction_id": "a b"}), domain.CodeInvalidRequest},
 		{body(map[string]any{"transaction_id": "t-1", "extra": 1}), domain.CodeInvalidRequest},
 	} {
-		var qe QueryError
+		var qe reply.QueryError
 		ask(c.body, &qe)
 		if qe.Code != c.code {
 			t.Fatalf("%s: %+v", c.body, qe)

@@ -5,14 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/internal/adapters/httpapi"
+	"github.com/ledgerworks/ledger/internal/app/reply"
 )
 
 // CommandQuery is the body of ledger.v1.query.command.
@@ -23,27 +26,18 @@ type CommandQuery struct {
 	MinPosition string `json:"min_position,omitempty"`
 }
 
-// QueryError is the reply of a query that found nothing or could not be answered.
-type QueryError struct {
-	Status         domain.Status `json:"status,omitempty"`
-	Code           domain.Code   `json:"code"`
-	Message        string        `json:"message"`
-	IdempotencyKey string        `json:"idempotency_key,omitempty"`
-	Fields         []string      `json:"fields,omitempty"`
-}
-
 // decodeQuery decodes a query body strictly into q.
-func decodeQuery(body []byte, q any) *QueryError {
+func decodeQuery(body []byte, q any) *reply.QueryError {
 	if len(body) > domain.MaxBodyBytes {
-		return &QueryError{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: fmt.Sprintf("body is %d bytes, over the limit of %d", len(body), domain.MaxBodyBytes)}
+		return reply.InvalidQuery("", "body is %d bytes, over the limit of %d", len(body), domain.MaxBodyBytes)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(q); err != nil {
-		return &QueryError{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: "body: " + err.Error()}
+		return reply.InvalidQuery("", "body: %v", err)
 	}
 	if dec.More() {
-		return &QueryError{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: "body: trailing data after the JSON object"}
+		return reply.InvalidQuery("", "body: trailing data after the JSON object")
 	}
 	return nil
 }
@@ -58,15 +52,14 @@ func AnswerCommandQuery(ctx context.Context, l CommandLookup, body []byte) any {
 		return *qerr
 	}
 	if !domain.ValidKey(q.IdempotencyKey) {
-		return QueryError{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Fields: []string{"idempotency_key"},
-			Message: fmt.Sprintf("idempotency_key: must be 1-%d printable ASCII characters", domain.MaxKeyLen)}
+		return *reply.InvalidQuery("idempotency_key", "must be 1-%d printable ASCII characters", domain.MaxKeyLen)
 	}
 	r, found, err := l.Lookup(ctx, q.IdempotencyKey)
 	if err != nil {
-		return QueryError{Status: domain.StatusError, Code: domain.CodeInternalError, IdempotencyKey: q.IdempotencyKey, Message: "lookup failed, retry: " + err.Error()}
+		return reply.QueryError{Status: domain.StatusError, Code: domain.CodeInternalError, IdempotencyKey: q.IdempotencyKey, Message: "lookup failed, retry: " + err.Error()}
 	}
 	if !found {
-		return QueryError{Code: domain.CodeNotFound, IdempotencyKey: q.IdempotencyKey, Message: "no command was decided with this idempotency key"}
+		return reply.QueryError{Code: domain.CodeNotFound, IdempotencyKey: q.IdempotencyKey, Message: "no command was decided with this idempotency key"}
 	}
 	return r
 }
@@ -89,47 +82,65 @@ func AnswerTransactionQuery(ctx context.Context, l TransactionLookup, body []byt
 		return *qerr
 	}
 	if !domain.ValidTransactionName(q.TransactionID) {
-		return QueryError{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Fields: []string{"transaction_id"},
-			Message: fmt.Sprintf("transaction_id: must be 1-%d characters of [A-Za-z0-9._:-], or a refund's <id>~refund~<n>", domain.MaxIDLen)}
+		return *reply.InvalidQuery("transaction_id", "must be 1-%d characters of [A-Za-z0-9._:-], or a refund's <id>~refund~<n>", domain.MaxIDLen)
 	}
 	d, found, err := l.LookupTransaction(ctx, q.TransactionID)
 	if err != nil {
-		return QueryError{Status: domain.StatusError, Code: domain.CodeInternalError, Message: "lookup failed, retry: " + err.Error()}
+		return reply.QueryError{Status: domain.StatusError, Code: domain.CodeInternalError, Message: "lookup failed, retry: " + err.Error()}
 	}
 	if !found {
-		return QueryError{Code: domain.CodeNotFound, Message: fmt.Sprintf("no transaction %s", q.TransactionID)}
+		return reply.QueryError{Code: domain.CodeNotFound, Message: fmt.Sprintf("no transaction %s", q.TransactionID)}
 	}
 	return d
 }
 
 // onQuery answers one query message with answer, bounded like the others.
 func (in *Intake) onQuery(msg *nats.Msg, subject string, answer func(context.Context, []byte) any) {
+	qr := queryRunner{work: in.work, sem: in.qsem, wg: &in.wg, timeout: in.opts.CommandTimeout, log: in.log}
+	qr.respond(msg, func(ctx context.Context) any {
+		ans := answer(ctx, msg.Data)
+		code := "ok"
+		if a, ok := ans.(reply.QueryError); ok {
+			code = string(a.Code)
+		}
+		in.opts.Metrics.query(strings.TrimPrefix(subject, QuerySubjectPrefix), code)
+		return ans
+	})
+}
+
+// queryRunner answers query messages, each in a goroutine of its own, at most
+// cap(sem) at once, each within timeout, until work ends.
+type queryRunner struct {
+	work    context.Context
+	sem     chan struct{}
+	wg      *sync.WaitGroup
+	timeout time.Duration
+	log     *slog.Logger
+}
+
+// respond answers msg with the JSON of what answer returns, once a slot is
+// free (nothing when work ends first, or msg wants no reply).
+func (qr queryRunner) respond(msg *nats.Msg, answer func(context.Context) any) {
 	if msg.Reply == "" {
 		return
 	}
 	select {
-	case in.qsem <- struct{}{}:
-	case <-in.work.Done():
+	case qr.sem <- struct{}{}:
+	case <-qr.work.Done():
 		return
 	}
-	in.wg.Add(1)
+	qr.wg.Add(1)
 	go func() {
-		defer func() { <-in.qsem; in.wg.Done() }()
-		ctx, cancel := context.WithTimeout(in.work, in.opts.CommandTimeout)
+		defer func() { <-qr.sem; qr.wg.Done() }()
+		ctx, cancel := context.WithTimeout(qr.work, qr.timeout)
 		defer cancel()
-		ans := answer(ctx, msg.Data)
-		code := "ok"
-		if a, ok := ans.(QueryError); ok {
-			code = string(a.Code)
-		}
-		in.opts.Metrics.query(strings.TrimPrefix(subject, QuerySubjectPrefix), code)
-		b, err := json.Marshal(ans)
+		b, err := json.Marshal(answer(ctx))
 		if err != nil {
-			in.log.Error("encode query reply", "err", err)
+			qr.log.Error("encode query reply", "subject", msg.Subject, "err", err)
 			return
 		}
 		if err := msg.Respond(b); err != nil {
-			in.log.Warn("query reply", "err", err)
+			qr.log.Warn("query reply", "subject", msg.Subject, "err", err)
 		}
 	}()
 }
@@ -145,7 +156,7 @@ func TransactionHTTP(l TransactionLookup) http.Handler {
 		body, _ := json.Marshal(TransactionQuery{TransactionID: req.PathValue("id")})
 		ans := AnswerTransactionQuery(req.Context(), l, body)
 		status := http.StatusOK
-		if qe, ok := ans.(QueryError); ok {
+		if qe, ok := ans.(reply.QueryError); ok {
 			status = httpapi.StatusOf(qe.Code)
 		}
 		httpapi.WriteJSON(w, status, ans)

@@ -26,6 +26,9 @@ const (
 	DLQStreamName = "LEDGER_DLQ"
 	// DefaultQueueGroup shares request-reply commands among instances.
 	DefaultQueueGroup = "ledger"
+	// DefaultQueryQueueGroup shares the read-model queries among the read
+	// side's instances.
+	DefaultQueryQueueGroup = "ledger-query"
 	// DefaultDurable is the durable pull consumer shared by every instance.
 	DefaultDurable = "ledger"
 	// DuplicateWindow is the stream's Nats-Msg-Id dedupe window: a courtesy that

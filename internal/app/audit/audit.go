@@ -37,6 +37,9 @@ type Options struct {
 	MaxViolations int
 	// Progress, when set, is told the events folded so far.
 	Progress func(events int64)
+	// EventsOut, when set, checks LEDGER_EVENTS against the store (invariant
+	// 8, eventsout.go); it needs ReadModels.
+	EventsOut *EventsOutOptions
 }
 
 // ReadModelCheck is one projection's comparison with the fold.
@@ -60,6 +63,7 @@ type Report struct {
 	ChainVerified  bool             `json:"chain_verified"`
 	Totals         []Totals         `json:"totals"`
 	ReadModels     []ReadModelCheck `json:"read_models,omitempty"`
+	EventsOut      *EventsOutReport `json:"events_out,omitempty"`
 	Violations     []Violation      `json:"violations"`
 	ViolationCount int              `json:"violation_count"`
 }
@@ -134,6 +138,11 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 			return nil, err
 		}
 		rep.ReadModels = append(rep.ReadModels, check)
+	}
+	if opts.EventsOut != nil {
+		if rep.EventsOut, err = checkEventsOut(ctx, store, opts.ReadModels, f, *opts.EventsOut); err != nil {
+			return rep, err
+		}
 	}
 	rep.Violations, rep.ViolationCount = f.Violations, f.ViolationCount()
 	if opts.Account != "" {
@@ -371,8 +380,11 @@ func (r *Report) Write(w io.Writer) {
 			fmt.Fprintf(w, "  %-9s generation %d at %s: %s: %s\n", c.Projection, c.Generation, c.Position, strings.Join(parts, ", "), verdict)
 		}
 	}
+	if r.EventsOut != nil {
+		r.EventsOut.write(w)
+	}
 	if r.OK() {
-		fmt.Fprintln(w, "OK: invariants 1, 2, 3, 5 hold"+map[bool]string{true: ", 4 holds", false: ""}[len(r.ReadModels) > 0]+map[bool]string{true: ", chains intact", false: ""}[r.ChainVerified])
+		fmt.Fprintln(w, "OK: invariants 1, 2, 3, 5 hold"+map[bool]string{true: ", 4 holds", false: ""}[len(r.ReadModels) > 0]+map[bool]string{true: ", 8 holds", false: ""}[r.EventsOut != nil]+map[bool]string{true: ", chains intact", false: ""}[r.ChainVerified])
 		return
 	}
 	fmt.Fprintf(w, "VIOLATIONS: %d\n", r.ViolationCount)

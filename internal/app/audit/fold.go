@@ -18,9 +18,9 @@ import (
 	"github.com/ledgerworks/ledger/internal/app/reply"
 )
 
-// Invariants of PROTOCOL.md §6 (Violation.Invariant), 6 for the hash chain and 7
+// Invariants of PROTOCOL.md §6 (Violation.Invariant), 6 for the hash chain, 7
 // for the snapshots of account aggregates (each is the fold of its stream at its
-// revision).
+// revision) and 8 for events out (eventsout.go).
 const (
 	InvKeyOnce       = 1
 	InvConservation  = 2
@@ -29,6 +29,7 @@ const (
 	InvStreams       = 5
 	InvChain         = 6
 	InvSnapshot      = 7
+	InvEventsOut     = 8
 	maxKeptPerStream = 1 // chain faults named per stream (the first)
 )
 

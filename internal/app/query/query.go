@@ -1,7 +1,6 @@
 package query
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,7 +13,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
-	"github.com/ledgerworks/ledger/internal/adapters/httpapi"
+	"github.com/ledgerworks/ledger/internal/app/reply"
 	"github.com/ledgerworks/ledger/projections"
 )
 
@@ -37,8 +36,8 @@ const (
 )
 
 // CodeProjectionBehind is the code of a query whose min_position the read
-// model had not reached in time (its home is httpapi, which maps it to 503).
-const CodeProjectionBehind = httpapi.CodeProjectionBehind
+// model had not reached in time.
+const CodeProjectionBehind = reply.CodeProjectionBehind
 
 // Options configure a Service. Zero values take the defaults.
 type Options struct {
@@ -167,101 +166,36 @@ type Transfer struct {
 	ProjectedPosition string `json:"projected_position"`
 }
 
-// Error is the reply of a query that found nothing or could not be answered. Its
-// shape is that of the ledger's own command-query errors.
-type Error struct {
-	Status            domain.Status `json:"status,omitempty"`
-	Code              domain.Code   `json:"code"`
-	Message           string        `json:"message"`
-	IdempotencyKey    string        `json:"idempotency_key,omitempty"`
-	Fields            []string      `json:"fields,omitempty"`
-	ProjectedPosition string        `json:"projected_position,omitempty"`
+func invalid(field, format string, args ...any) *reply.QueryError {
+	return reply.InvalidQuery(field, format, args...)
 }
 
-func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
-
-func invalid(field, format string, args ...any) *Error {
-	e := &Error{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: fmt.Sprintf(format, args...)}
-	if field != "" {
-		e.Fields = []string{field}
-		e.Message = field + ": " + e.Message
-	}
-	return e
+func internal(err error) *reply.QueryError {
+	return &reply.QueryError{Status: domain.StatusError, Code: domain.CodeInternalError, Message: "read model unavailable, retry: " + err.Error()}
 }
 
-func internal(err error) *Error {
-	return &Error{Status: domain.StatusError, Code: domain.CodeInternalError, Message: "read model unavailable, retry: " + err.Error()}
+func notFound(format string, args ...any) *reply.QueryError {
+	return &reply.QueryError{Code: domain.CodeNotFound, Message: fmt.Sprintf(format, args...)}
 }
 
-func notFound(format string, args ...any) *Error {
-	return &Error{Code: domain.CodeNotFound, Message: fmt.Sprintf(format, args...)}
-}
-
-// Answer decodes a query body strictly and answers it: the reply, or an *Error.
-func (s *Service) Answer(ctx context.Context, query string, body []byte) (any, *Error) {
+// Observe runs one answer of query and records it, by query and code, in the
+// metrics: every transport (natsapi, httpapi) answers through it.
+func (s *Service) Observe(query string, answer func() (any, *reply.QueryError)) (any, *reply.QueryError) {
 	start := time.Now()
-	reply, qerr := s.answer(ctx, query, body)
+	out, qerr := answer()
 	code := "ok"
 	if qerr != nil {
 		code = string(qerr.Code)
 	}
 	s.opts.Metrics.observe(query, code, time.Since(start))
-	return reply, qerr
+	return out, qerr
 }
 
-func (s *Service) answer(ctx context.Context, query string, body []byte) (any, *Error) {
-	switch query {
-	case QueryAccount:
-		var q AccountRequest
-		if err := decode(body, &q); err != nil {
-			return nil, err
-		}
-		return s.Account(ctx, q)
-	case QueryEntries:
-		var q EntriesRequest
-		if err := decode(body, &q); err != nil {
-			return nil, err
-		}
-		return s.Entries(ctx, q)
-	case QueryTransfer:
-		var q TransferRequest
-		if err := decode(body, &q); err != nil {
-			return nil, err
-		}
-		return s.Transfer(ctx, q)
-	case QueryCommand:
-		var q CommandRequest
-		if err := decode(body, &q); err != nil {
-			return nil, err
-		}
-		return s.Command(ctx, q)
-	case QueryBalance:
-		var q BalanceRequest
-		if err := decode(body, &q); err != nil {
-			return nil, err
-		}
-		return s.Balance(ctx, q)
-	}
-	return nil, invalid("", "unknown query %q", query)
-}
-
-func decode(body []byte, v any) *Error {
-	if len(body) > domain.MaxBodyBytes {
-		return invalid("", "body is %d bytes, over the limit of %d", len(body), domain.MaxBodyBytes)
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return invalid("", "body: %v", err)
-	}
-	if dec.More() {
-		return invalid("", "body: trailing data after the JSON object")
-	}
-	return nil
-}
+// MaxWait is the longest a query waits for its min_position.
+func (s *Service) MaxWait() time.Duration { return s.opts.MaxWait }
 
 // Account answers the account query.
-func (s *Service) Account(ctx context.Context, q AccountRequest) (*Account, *Error) {
+func (s *Service) Account(ctx context.Context, q AccountRequest) (*Account, *reply.QueryError) {
 	if !domain.ValidID(q.AccountID) {
 		return nil, invalid("account_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
 	}
@@ -299,7 +233,7 @@ func (s *Service) Account(ctx context.Context, q AccountRequest) (*Account, *Err
 // (account, revision), or by (account, at) for a time: the last event at or
 // before it in time). A time before the account's first event is
 // account_not_found; a revision beyond its last one is invalid_request.
-func (s *Service) Balance(ctx context.Context, q BalanceRequest) (*Balance, *Error) {
+func (s *Service) Balance(ctx context.Context, q BalanceRequest) (*Balance, *reply.QueryError) {
 	at, qerr := balanceTimeOf(q)
 	if qerr != nil {
 		return nil, qerr
@@ -323,7 +257,7 @@ func (s *Service) Balance(ctx context.Context, q BalanceRequest) (*Balance, *Err
 	case !r.found && q.Revision != nil:
 		return nil, invalid("revision", "account %s is at revision %d (the balances read model is at %s)", q.AccountID, *r.last, pos)
 	case !r.found:
-		e := &Error{Status: domain.StatusRejected, Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s did not exist at %s", q.AccountID, q.At), ProjectedPosition: pos}
+		e := &reply.QueryError{Status: domain.StatusRejected, Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s did not exist at %s", q.AccountID, q.At), ProjectedPosition: pos}
 		return nil, e
 	}
 	out := r.out
@@ -334,7 +268,7 @@ func (s *Service) Balance(ctx context.Context, q BalanceRequest) (*Balance, *Err
 
 // balanceTimeOf checks a balance query and returns the time it asks about
 // (nil: a revision, or the current balance).
-func balanceTimeOf(q BalanceRequest) (*time.Time, *Error) {
+func balanceTimeOf(q BalanceRequest) (*time.Time, *reply.QueryError) {
 	if !domain.ValidID(q.AccountID) {
 		return nil, invalid("account_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
 	}
@@ -397,7 +331,7 @@ func (r *balanceRead) read(ctx context.Context, tx pgx.Tx, q BalanceRequest, at 
 }
 
 // Entries answers the entries query.
-func (s *Service) Entries(ctx context.Context, q EntriesRequest) (*Entries, *Error) {
+func (s *Service) Entries(ctx context.Context, q EntriesRequest) (*Entries, *reply.QueryError) {
 	page, qerr := entriesPageOf(q)
 	if qerr != nil {
 		return nil, qerr
@@ -430,7 +364,7 @@ type entriesPage struct {
 
 // entriesPageOf checks an entries query and returns its page, with the
 // defaults for what it leaves out.
-func entriesPageOf(q EntriesRequest) (entriesPage, *Error) {
+func entriesPageOf(q EntriesRequest) (entriesPage, *reply.QueryError) {
 	if !domain.ValidID(q.AccountID) {
 		return entriesPage{}, invalid("account_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
 	}
@@ -447,7 +381,7 @@ func entriesPageOf(q EntriesRequest) (entriesPage, *Error) {
 		}
 		page.limit = *q.Limit
 	}
-	var qerr *Error
+	var qerr *reply.QueryError
 	if page.from, qerr = timeBound("from", q.From); qerr != nil {
 		return entriesPage{}, qerr
 	}
@@ -510,7 +444,7 @@ func readEntries(ctx context.Context, tx pgx.Tx, accountID string, page entriesP
 var errNotFound = errors.New("not found")
 
 // timeBound parses an optional RFC 3339 time of a query.
-func timeBound(field, v string) (*time.Time, *Error) {
+func timeBound(field, v string) (*time.Time, *reply.QueryError) {
 	if v == "" {
 		return nil, nil
 	}
@@ -522,7 +456,7 @@ func timeBound(field, v string) (*time.Time, *Error) {
 }
 
 // Transfer answers the transfer query.
-func (s *Service) Transfer(ctx context.Context, q TransferRequest) (*Transfer, *Error) {
+func (s *Service) Transfer(ctx context.Context, q TransferRequest) (*Transfer, *reply.QueryError) {
 	if !domain.ValidID(q.TransferID) {
 		return nil, invalid("transfer_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
 	}
@@ -550,7 +484,7 @@ func (s *Service) Transfer(ctx context.Context, q TransferRequest) (*Transfer, *
 
 // Command answers the command query: the original reply of the command, exactly
 // as the ledger encoded it (duplicate false).
-func (s *Service) Command(ctx context.Context, q CommandRequest) (json.RawMessage, *Error) {
+func (s *Service) Command(ctx context.Context, q CommandRequest) (json.RawMessage, *reply.QueryError) {
 	if !domain.ValidKey(q.IdempotencyKey) {
 		e := invalid("idempotency_key", "must be 1-%d printable ASCII characters", domain.MaxKeyLen)
 		return nil, e
@@ -559,23 +493,23 @@ func (s *Service) Command(ctx context.Context, q CommandRequest) (json.RawMessag
 		qerr.IdempotencyKey = q.IdempotencyKey
 		return nil, qerr
 	}
-	var reply *string
+	var original *string
 	at, err := projections.Checkpoints.LiveWith(ctx, s.pool, projections.Commands,
-		`k.reply::text`, `LEFT JOIN readmodel.commands k ON k.idempotency_key = $1`, []any{q.IdempotencyKey}, &reply)
+		`k.reply::text`, `LEFT JOIN readmodel.commands k ON k.idempotency_key = $1`, []any{q.IdempotencyKey}, &original)
 	if err != nil {
 		return nil, internal(err)
 	}
-	if reply == nil {
+	if original == nil {
 		pos := at.String()
-		return nil, &Error{Code: domain.CodeNotFound, IdempotencyKey: q.IdempotencyKey, ProjectedPosition: pos,
+		return nil, &reply.QueryError{Code: domain.CodeNotFound, IdempotencyKey: q.IdempotencyKey, ProjectedPosition: pos,
 			Message: fmt.Sprintf("no command was decided with this idempotency key (the commands read model is at %s)", pos)}
 	}
-	return json.RawMessage(*reply), nil
+	return json.RawMessage(*original), nil
 }
 
 // wait returns once the projection's live checkpoint is at or after min (a
 // position as a command reply gives it, "commit/prepare"); at once when min is "".
-func (s *Service) wait(ctx context.Context, projection, min string) (eventstore.Position, *Error) {
+func (s *Service) wait(ctx context.Context, projection, min string) (eventstore.Position, *reply.QueryError) {
 	if min == "" {
 		return eventstore.Position{}, nil
 	}
@@ -601,7 +535,7 @@ func (s *Service) wait(ctx context.Context, projection, min string) (eventstore.
 			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				return got, internal(err)
 			}
-			return got, &Error{Status: domain.StatusError, Code: CodeProjectionBehind, ProjectedPosition: got.String(),
+			return got, &reply.QueryError{Status: domain.StatusError, Code: CodeProjectionBehind, ProjectedPosition: got.String(),
 				Message: fmt.Sprintf("the %s read model has not reached %s within %s (it is at %s); retry", projection, want, s.opts.MaxWait, got)}
 		case <-t.C:
 		}

@@ -21,6 +21,8 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/adapters/httpapi"
+	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 	"github.com/ledgerworks/ledger/internal/app/query"
 	"github.com/ledgerworks/ledger/internal/app/reply"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
@@ -47,13 +49,13 @@ func setup(t *testing.T, maxWait time.Duration) *fixture {
 	ns := devtest.NATSWith(t, &natsserver.Options{})
 	nc := devtest.Connect(t, ns)
 	svc := query.New(env.Pool, query.Options{MaxWait: maxWait})
-	resp, err := svc.Subscribe(nc, query.NATSOptions{})
+	resp, err := natsapi.ServeReadQueries(nc, svc, natsapi.ReadQueryOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(resp.Stop)
 	mux := http.NewServeMux()
-	svc.Routes(mux)
+	httpapi.QueryRoutes(mux, svc)
 	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
 	r, err := projections.NewRunner(env.Pool, env.Store, projections.Options{PollInterval: 5 * time.Millisecond})
@@ -69,7 +71,7 @@ func (f *fixture) start(t *testing.T) { devtest.Go(t, f.runner.Run) }
 func (f *fixture) ask(t *testing.T, q string, body any) map[string]any {
 	t.Helper()
 	b, _ := json.Marshal(body)
-	msg, err := f.nc.Request(query.SubjectPrefix+q, b, f.maxWait+20*time.Second)
+	msg, err := f.nc.Request(natsapi.QuerySubjectPrefix+q, b, f.maxWait+20*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +182,7 @@ func (f *fixture) checkCommandReplies(t *testing.T, min string) {
 		}
 		wantJSON, _ := json.Marshal(orig)
 		b, _ := json.Marshal(map[string]any{"idempotency_key": k, "min_position": min})
-		msg, err := f.nc.Request(query.SubjectPrefix+"command", b, 10*time.Second)
+		msg, err := f.nc.Request(natsapi.QuerySubjectPrefix+"command", b, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -239,7 +241,7 @@ func TestMinPositionWaitsForTheProjector(t *testing.T) {
 		t.Fatalf("behind: %v after %s", qerr, time.Since(start))
 	}
 	mux := http.NewServeMux()
-	short.Routes(mux)
+	httpapi.QueryRoutes(mux, short)
 	hs := httptest.NewServer(mux)
 	defer hs.Close()
 	res, err := http.Get(hs.URL + "/v1/accounts/alice?min_position=" + url.QueryEscape(r.Position))
@@ -259,7 +261,7 @@ func TestMinPositionWaitsForTheProjector(t *testing.T) {
 	done := make(chan map[string]any, 1)
 	go func() {
 		b, _ := json.Marshal(map[string]any{"account_id": "alice", "min_position": r.Position})
-		msg, err := f.nc.Request(query.SubjectPrefix+"account", b, 20*time.Second)
+		msg, err := f.nc.Request(natsapi.QuerySubjectPrefix+"account", b, 20*time.Second)
 		if err != nil {
 			done <- map[string]any{"err": err.Error()}
 			return

@@ -33,6 +33,8 @@ const (
 	EnvHTTPAddr      = "LEDGER_HTTP_ADDR"
 	EnvLogFormat     = "LEDGER_LOG_FORMAT"
 	EnvLogLevel      = "LEDGER_LOG_LEVEL"
+	// EnvJetStreamReplicas is --jetstream-replicas.
+	EnvJetStreamReplicas = "LEDGER_JETSTREAM_REPLICAS"
 )
 
 // Flag names shared by several programs.
@@ -48,10 +50,12 @@ const (
 	FlagNATSTLSKey    = "nats-tls-key"
 	FlagNATSTLSCA     = "nats-tls-ca"
 	FlagEventStoreURL = "eventstore-url"
-	FlagDatabaseURL   = "database-url"
-	FlagHTTPAddr      = "http-addr"
-	FlagLogFormat     = "log-format"
-	FlagLogLevel      = "log-level"
+	// FlagJetStreamReplicas is the replicas of the streams a program declares.
+	FlagJetStreamReplicas = "jetstream-replicas"
+	FlagDatabaseURL       = "database-url"
+	FlagHTTPAddr          = "http-addr"
+	FlagLogFormat         = "log-format"
+	FlagLogLevel          = "log-level"
 )
 
 // DefaultNATSURL is the NATS server a program connects to when nothing says otherwise
@@ -279,4 +283,20 @@ func FromDataDir(cmd *cli.Command, flag string, pick func(DevInfo) string) (stri
 		}
 	}
 	return cmd.String(flag), nil
+}
+
+// MaxJetStreamReplicas is the most replicas JetStream keeps of a stream.
+const MaxJetStreamReplicas = 5
+
+// ReplicasFlag is --jetstream-replicas (LEDGER_JETSTREAM_REPLICAS): the
+// replicas of the streams the program declares, 1 to 5; 3 on a 3-node
+// JetStream cluster (docs/operations.md). usage names the streams.
+func ReplicasFlag(category, usage string) cli.Flag {
+	return &cli.IntFlag{Name: FlagJetStreamReplicas, Category: category, Value: 1, Usage: usage, Sources: cli.EnvVars(EnvJetStreamReplicas),
+		Validator: func(n int) error {
+			if n < 1 || n > MaxJetStreamReplicas {
+				return fmt.Errorf("--%s: %d replicas: JetStream keeps 1 to %d", FlagJetStreamReplicas, n, MaxJetStreamReplicas)
+			}
+			return nil
+		}}
 }

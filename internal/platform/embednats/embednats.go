@@ -39,6 +39,11 @@ type Options struct {
 	Logger       *slog.Logger
 	// User and Password, when set, are required of every client.
 	User, Password string
+	// ClusterName, ClusterAddr (host:port) and Routes (nats-route://host:port
+	// of the other nodes) make the server a node of a JetStream cluster.
+	ClusterName string
+	ClusterAddr string
+	Routes      []string
 }
 
 // DefaultSyncInterval is Options.SyncInterval's default.
@@ -81,6 +86,11 @@ func Start(o Options) (*server.Server, error) {
 		MaxPayload: 1 << 20,
 		Username:   o.User,
 		Password:   o.Password,
+	}
+	if o.ClusterName != "" {
+		if err := clusterOptions(opts, o); err != nil {
+			return nil, err
+		}
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

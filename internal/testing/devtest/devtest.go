@@ -49,6 +49,27 @@ func NATSAt(t testing.TB, addr, dir string) *server.Server {
 	return s
 }
 
+// NATSCluster starts a 3-node JetStream cluster on loopback for t (the
+// production shape's NATS) and stops it when t ends.
+func NATSCluster(t testing.TB) (*embednats.Cluster, []*server.Server) {
+	t.Helper()
+	c, err := embednats.NewCluster("ledger", 3, t.TempDir(), embednats.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers, err := c.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, s := range servers {
+			s.Shutdown()
+			s.WaitForShutdown()
+		}
+	})
+	return c, servers
+}
+
 // NATSWith starts a nats-server on a free port of 127.0.0.1 with the test's own
 // options (authentication, TLS, JetStream...), and stops it when t ends.
 func NATSWith(t testing.TB, opts *server.Options) *server.Server {

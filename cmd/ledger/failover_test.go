@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+	"github.com/ledgerworks/ledger/projections"
+	"github.com/ledgerworks/ledger/projections/projtest"
+)
+
+// failoverClients post deposits, each client to its own account, until
+// stopped, keeping every reply that was definite.
+type failoverClients struct {
+	mu       sync.Mutex
+	sent     []crashCmd
+	definite map[string]reply.Reply
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+func startFailoverClients(nc *nats.Conn, n int) *failoverClients {
+	c := &failoverClients{definite: map[string]reply.Reply{}, stop: make(chan struct{})}
+	for g := range n {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-c.stop:
+					return
+				default:
+				}
+				amount := int64(1 + (g*31+i*7)%1000)
+				cmd := mkCrashCmd("deposit", fmt.Sprintf("fo-%d-%d", g, i), fmt.Sprintf("fo-%d", g), amount, map[string]any{"amount": amount, "currency": "EUR"})
+				c.mu.Lock()
+				c.sent = append(c.sent, cmd)
+				c.mu.Unlock()
+				if r, ok := sendOnce(nc, cmd, 4*time.Second); ok {
+					c.mu.Lock()
+					c.definite[cmd.key] = r
+					c.mu.Unlock()
+				}
+			}
+		}()
+	}
+	return c
+}
+
+func (c *failoverClients) halt() { close(c.stop); c.wg.Wait() }
+
+// probe sends new deposits until one is applied and returns how long that took.
+func probe(t *testing.T, nc *nats.Conn, name string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for i := 0; ; i++ {
+		cmd := mkCrashCmd("deposit", fmt.Sprintf("%s-%d", name, i), "fo-probe", 1, map[string]any{"amount": 1, "currency": "EUR"})
+		if r, ok := sendOnce(nc, cmd, 2*time.Second); ok && r.Status == domain.StatusApplied {
+			return time.Since(start)
+		}
+		if time.Since(start) > 2*time.Minute {
+			t.Fatalf("%s: no command applied within 2m of the promotion", name)
+		}
+	}
+}
+
+// caughtUp waits until every read model and the events publisher are at the
+// store's head and returns how long that took.
+func caughtUp(t *testing.T, url string, store eventstoreHead) time.Duration {
+	t.Helper()
+	start := time.Now()
+	pool, err := projections.NewPool(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	devtest.Eventually(t, 2*time.Minute, "read models and LEDGER_EVENTS at the store's head", func() bool {
+		ctx := context.Background()
+		head, err := store.Head(ctx)
+		if err != nil {
+			return false
+		}
+		live, err := projections.Checkpoints.Live(ctx, pool)
+		if err != nil {
+			return false
+		}
+		for _, l := range live {
+			if l.Position.Compare(head) < 0 {
+				return false
+			}
+		}
+		pub, err := projections.Checkpoints.Published(ctx, pool)
+		return err == nil && pub.Compare(head) >= 0
+	})
+	return time.Since(start)
+}
+
+type eventstoreHead interface {
+	Head(ctx context.Context) (eventstore.Position, error)
+}
+
+// TestFailoverOnAPair runs `ledger dev` (the command service, the projector,
+// the publisher) on a PostgreSQL primary with a synchronous standby through
+// one multi-host URL, with eight clients depositing, and fails the pair over
+// three times: the primary SIGKILLed and the standby promoted, then the old
+// primary rewound into the new one's standby; in the second round the standby
+// is frozen (SIGSTOP) for 4 s first, so that commits wait on it and the
+// commands time out (indefinite: committed on the primary alone). Every key
+// without a definite reply is then sent again with the same key: each is
+// applied exactly once on the promoted database, the read models and
+// LEDGER_EVENTS agree with it (`ledger audit --events-out`, through the same
+// URL). The time until a command is applied after each promotion, and until
+// the read models and LEDGER_EVENTS caught up after the last, are logged
+// (RELIABILITY.md), never asserted.
+func TestFailoverOnAPair(t *testing.T) {
+	if testing.Short() {
+		t.Skip("failover test")
+	}
+	ledgerBinary(t)
+	pgDir, err := os.MkdirTemp("", "failover-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(pgDir) })
+	ctx := context.Background()
+	pair, err := pgcluster.StartPair(ctx, pgcluster.PairOptions{Dirs: [2]string{filepath.Join(pgDir, "a"), filepath.Join(pgDir, "b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pair.Stop(context.Background()) })
+	url := pair.URL()
+
+	dir := t.TempDir()
+	natsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	dev := startDev(t, dir, []string{"--nats-addr", natsAddr, "--database-url", url, "--command-timeout", "3s", "--jetstream-grace", "500ms"}, nil)
+	nc := devtest.ConnectURL(t, "nats://"+natsAddr, nats.ReconnectWait(50*time.Millisecond))
+	const clients = 8
+	for g := range clients + 1 {
+		id := fmt.Sprintf("fo-%d", g)
+		if g == clients {
+			id = "fo-probe"
+		}
+		if r, ok := sendOnce(nc, mkCrashCmd("open_account", "open-"+id, id, 0, map[string]any{"currency": "EUR"}), 20*time.Second); !ok || r.Status != domain.StatusApplied {
+			t.Fatalf("open %s: %+v", id, r)
+		}
+	}
+
+	cl := startFailoverClients(nc, clients)
+	var again, fromCrash []time.Duration
+	for round := range 3 {
+		time.Sleep(time.Second) // load before the fault
+		if round == 1 {
+			if _, err := pair.Standby().Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(4 * time.Second)
+		}
+		if err := pair.Crash(ctx); err != nil {
+			t.Fatal(err)
+		}
+		crashed := time.Now()
+		if _, err := pair.Standby().Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		if err := pair.Promote(ctx); err != nil {
+			t.Fatal(err)
+		}
+		again = append(again, probe(t, nc, fmt.Sprintf("probe-%d", round)))
+		fromCrash = append(fromCrash, time.Since(crashed))
+		if err := pair.Rejoin(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second)
+	cl.halt()
+
+	store := devtest.Store(t, url)
+	caught := caughtUp(t, url, store)
+	retried := 0
+	for _, c := range cl.sent {
+		if _, ok := cl.definite[c.key]; ok {
+			continue
+		}
+		retried++
+		r, ok := sendOnce(nc, c, 10*time.Second)
+		for attempt := 0; !ok && attempt < 10; attempt++ {
+			r, ok = sendOnce(nc, c, 10*time.Second)
+		}
+		if !ok {
+			t.Fatalf("%s: no definite reply", c.key)
+		}
+		cl.definite[c.key] = r
+	}
+	slices.Sort(again)
+	slices.Sort(fromCrash)
+	t.Logf("failover: %d commands sent, %d without a definite reply retried; a command applied %v after each promotion (p50 %v, worst %v), %v after each crash (promotion included; p50 %v, worst %v); read models and LEDGER_EVENTS at the head %v after the clients stopped",
+		len(cl.sent), retried, again, again[len(again)/2], again[len(again)-1], fromCrash, fromCrash[len(fromCrash)/2], fromCrash[len(fromCrash)-1], caught)
+
+	balance := map[string]int64{}
+	for _, c := range cl.sent {
+		if r := cl.definite[c.key]; r.Status != domain.StatusApplied {
+			t.Errorf("%s: %+v", c.key, r)
+		}
+		balance[c.account] += c.amount
+	}
+	projtest.AuditOK(t, store, nil)
+	perKey := map[string]int{}
+	for _, ev := range devtest.ReadAll(t, store) {
+		if strings.HasPrefix(ev.Stream, domain.AccountStreamPrefix) {
+			m, err := domain.DecodeMetadata(ev.Metadata)
+			if err != nil {
+				t.Fatal(err)
+			}
+			perKey[m.Key]++
+		}
+	}
+	for _, c := range cl.sent {
+		if n := perKey[c.key]; n != 1 {
+			t.Errorf("%s applied %d times", c.key, n)
+		}
+	}
+	for id, want := range balance {
+		if acc := devtest.Account(t, store, id); acc.Balance != want {
+			t.Errorf("%s: balance %d, sent %d", id, acc.Balance, want)
+		}
+	}
+	caughtUp(t, url, store)
+	out, err := exec.Command(ledgerBinary(t), "audit", "--database-url", url, "--nats-url", "nats://"+natsAddr, "--events-out", "--log-level", "warn").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ledger audit --events-out on the pair: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+	dev.stop()
+}
+
+// TestDevStandby: `ledger dev --standby` runs its private PostgreSQL as a
+// primary and a synchronous standby, reached by one multi-host URL, and the
+// standby holds what the ledger acknowledged.
+func TestDevStandby(t *testing.T) {
+	ledgerBinary(t)
+	dir := t.TempDir()
+	stopClusterOnCleanup(t, dir)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = pgcluster.StopDir(ctx, filepath.Join(dir, "postgres-standby"), nil)
+	})
+	natsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	dev := startDev(t, dir, []string{"--standby", "--nats-addr", natsAddr}, nil)
+	url := dev.info.DatabaseURL
+	if !strings.Contains(url, "target_session_attrs=read-write") || strings.Count(url, ",") != 1 {
+		t.Fatalf("database URL %s: want two hosts and target_session_attrs=read-write", url)
+	}
+	nc := devtest.ConnectURL(t, "nats://"+natsAddr)
+	if r, ok := sendOnce(nc, mkCrashCmd("open_account", "open-sb", "sb", 0, map[string]any{"currency": "EUR"}), 20*time.Second); !ok || r.Status != domain.StatusApplied {
+		t.Fatalf("open: %+v", r)
+	}
+	pool, err := projections.NewPool(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var sync int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'").Scan(&sync); err != nil || sync != 1 {
+		t.Fatalf("synchronous standbys: %d (%v)", sync, err)
+	}
+	dev.stop()
+	if out, err := exec.Command(ledgerBinary(t), "dev", "--standby", "--database-url", url).CombinedOutput(); err == nil || !strings.Contains(string(out), "--standby") {
+		t.Fatalf("--standby with --database-url: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,104 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/urfave/cli/v3"
+
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/migrations"
+	"github.com/ledgerworks/ledger/projections"
+)
+
+// StoreURLs resolves the event store and read-model database URLs from
+// --eventstore-url and --database-url (their environment variables), or the
+// dev.json of the running `ledger dev` that --data-dir names. The event store
+// defaults to the read-model database. Without an event store, or without a
+// read-model database when readModels, it is a usage error (exit 2).
+func StoreURLs(cmd *cli.Command, readModels bool) (es, db string, err error) {
+	db, err = FromDataDir(cmd, FlagDatabaseURL, func(i DevInfo) string { return i.DatabaseURL })
+	if err != nil {
+		return "", "", err
+	}
+	es, err = FromDataDir(cmd, FlagEventStoreURL, func(i DevInfo) string { return i.EventStoreURL })
+	if err != nil {
+		return "", "", err
+	}
+	if readModels && db == "" {
+		return "", "", Exit(2, errors.New("no read-model database: set --database-url (LEDGER_DATABASE_URL) or --data-dir of a running `ledger dev`"))
+	}
+	if es == "" {
+		es = db
+	}
+	if es == "" {
+		return "", "", Exit(2, errors.New("no event store: set --eventstore-url (LEDGER_EVENTSTORE_URL), --database-url, or --data-dir of a running `ledger dev`"))
+	}
+	return es, db, nil
+}
+
+// Stores are what a command opens: the event store and, when asked for, the
+// read-model database.
+type Stores struct {
+	EventStoreURL, DatabaseURL string
+	Store                      eventstore.Store
+	Pool                       *pgxpool.Pool // nil unless asked for and named
+}
+
+// Opening says what OpenStores opens.
+type Opening struct {
+	// ReadModels opens the read-model pool, and requires its URL; IfNamed opens
+	// it only when a URL is given.
+	ReadModels, IfNamed bool
+	// Migrate applies the migrations first: to the read-model database, and to
+	// the event store when it is another PostgreSQL database.
+	Migrate bool
+}
+
+// OpenStores resolves the URLs (StoreURLs) and opens what o asks for. The
+// caller closes what it returns.
+func OpenStores(ctx context.Context, cmd *cli.Command, log *slog.Logger, o Opening) (*Stores, error) {
+	es, db, err := StoreURLs(cmd, o.ReadModels && !o.IfNamed)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stores{EventStoreURL: es, DatabaseURL: db}
+	openPool := o.ReadModels && db != ""
+	if o.Migrate && openPool {
+		if err := migrations.Up(ctx, db); err != nil {
+			return nil, err
+		}
+	}
+	if o.Migrate && es != db && IsPostgresURL(es) {
+		if err := migrations.Up(ctx, es); err != nil {
+			return nil, err
+		}
+	}
+	if openPool {
+		if s.Pool, err = projections.NewPool(ctx, db); err == nil {
+			err = s.Pool.Ping(ctx)
+		}
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("read-model database %s: %w", Redact(db), err)
+		}
+	}
+	if s.Store, err = OpenEventStore(ctx, es, log); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes what OpenStores opened.
+func (s *Stores) Close() {
+	if s.Store != nil {
+		s.Store.Close()
+	}
+	if s.Pool != nil {
+		s.Pool.Close()
+	}
+}
