@@ -539,7 +539,8 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 	return s.appended(ctx, stream, expected, events, wr)
 }
 
-// send sends one append.
+// send sends one append. On an error it does not read wr: do returns at the
+// caller's deadline while op may still be running.
 func (s *Store) send(ctx context.Context, stream string, expected eventstore.ExpectedRevision, data []esdb.EventData) (*esdb.WriteResult, error) {
 	var wr *esdb.WriteResult
 	err := s.do(ctx, func(ctx context.Context, c *esdb.Client) error {
@@ -547,7 +548,10 @@ func (s *Store) send(ctx context.Context, stream string, expected eventstore.Exp
 		wr, err = c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: toESDBExpected(expected)}, data...)
 		return err
 	})
-	return wr, err
+	if err != nil {
+		return nil, err
+	}
+	return wr, nil
 }
 
 // resendAfterEarlyEnd follows an append that the server ended before the
