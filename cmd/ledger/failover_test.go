@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/reply"
+	"github.com/ledgerworks/ledger/internal/platform/config"
 	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 	"github.com/ledgerworks/ledger/projections"
@@ -283,4 +285,85 @@ func TestDevStandby(t *testing.T) {
 	if out, err := exec.Command(ledgerBinary(t), "dev", "--standby", "--database-url", url).CombinedOutput(); err == nil || !strings.Contains(string(out), "--standby") {
 		t.Fatalf("--standby with --database-url: %v\n%s", err, out)
 	}
+}
+
+// TestProgramsOnTheProductionShape runs each program on the production shape:
+// `ledger serve` and `projector run` on a PostgreSQL pair through one
+// multi-host URL and on a 3-node JetStream cluster through a multi-server NATS
+// URL with every stream at 3 replicas; `ledger post`, `ledger statement` and
+// `ledger audit --events-out` on the same URLs. Commands are applied with one
+// NATS node down, and after the pair failed over without any program being
+// restarted; the statement shows them, the audit (read models, events out) is
+// clean on the promoted database.
+func TestProgramsOnTheProductionShape(t *testing.T) {
+	if testing.Short() {
+		t.Skip("production shape")
+	}
+	ledgerBin, projBin := ledgerBinary(t), projectorBinary(t)
+	pgDir, err := os.MkdirTemp("", "shape-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(pgDir) })
+	ctx := context.Background()
+	pair, err := pgcluster.StartPair(ctx, pgcluster.PairOptions{Dirs: [2]string{filepath.Join(pgDir, "a"), filepath.Join(pgDir, "b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pair.Stop(context.Background()) })
+	cluster, servers := devtest.NATSCluster(t)
+	env := []string{config.EnvDatabaseURL + "=" + pair.URL(), config.EnvEventStoreURL + "=" + pair.URL(),
+		config.EnvNATSURL + "=" + cluster.URL(), config.EnvJetStreamReplicas + "=3", config.EnvDataDir + "=" + t.TempDir()}
+	startProc(t, ledgerBin, []string{"serve", "--log-format", "json", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, env, "intake started")
+	startProc(t, projBin, []string{"run", "--log-format", "json", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, env, "projector running")
+
+	post := func(args ...string) {
+		t.Helper()
+		if r, out, code := postCLI(t, env, args...); code != 0 || r["status"] != "applied" {
+			t.Fatalf("ledger post %v: exit %d\n%s", args, code, out)
+		}
+	}
+	post("open_account", "--key", "ps-open", "--account", "ps", "--currency", "EUR")
+	post("deposit", "--key", "ps-1", "--account", "ps", "--amount", "100", "--currency", "EUR")
+
+	nc := devtest.ConnectURL(t, cluster.URL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"LEDGER_COMMANDS", "LEDGER_DLQ", projections.EventsStream} {
+		devtest.Eventually(t, 30*time.Second, name+" at 3 replicas", func() bool {
+			s, err := js.Stream(ctx, name)
+			return err == nil && s.CachedInfo().Config.Replicas == 3
+		})
+	}
+
+	servers[2].Shutdown() // one node of three down
+	servers[2].WaitForShutdown()
+	post("deposit", "--key", "ps-2", "--account", "ps", "--amount", "20", "--currency", "EUR")
+
+	if err := pair.Crash(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pair.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	post("deposit", "--key", "ps-3", "--account", "ps", "--amount", "3", "--currency", "EUR")
+
+	devtest.Eventually(t, time.Minute, "the statement shows every deposit", func() bool {
+		out, code := runToExit(t, ledgerBin, []string{"statement", "--csv", "ps"}, env)
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Split(line, ","); len(f) > 5 && f[3] == "closing_balance" {
+				return code == 0 && f[5] == "123"
+			}
+		}
+		return false
+	})
+	devtest.Eventually(t, time.Minute, "ledger audit --events-out is clean on the promoted database", func() bool {
+		out, code := runToExit(t, ledgerBin, []string{"audit", "--events-out"}, env)
+		if code != 0 {
+			t.Log(out)
+		}
+		return code == 0
+	})
 }
