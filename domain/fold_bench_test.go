@@ -7,15 +7,26 @@ import (
 )
 
 // BenchmarkFoldAccount measures the fold of an account's events, per event, on
-// a stream of every kind of account event but the closure (801 events): from
-// their stored data (a cold load: DecodeEvent, then the fold and the key
-// records) and from the decided payloads (the ledger after its append:
+// a stream of every kind of account event but the closure (801 events): their
+// decoding alone (DecodeEvent), the fold from their stored data (a cold load:
+// DecodeEvent, then the fold and the key records) and from the decided payloads (the ledger after its append:
 // EventSubject, as the append computes it, then the fold). Run (BENCHMARKS.md,
 // "The event registry"):
 //
 //	go test ./domain -run '^$' -bench FoldAccount -benchmem -count 5
 func BenchmarkFoldAccount(b *testing.B) {
 	stored, decided := foldBenchStream(b)
+	b.Run("decode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, ev := range stored {
+				if _, err := DecodeEvent(ev.Type, ev.Data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(stored)), "ns/event")
+	})
 	b.Run("stored", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

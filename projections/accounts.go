@@ -77,8 +77,14 @@ func (accountsProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 }
 
 // applyAccountEvent folds one event of account id into the account's row and,
-// for a hold's event, into the hold's row.
+// for a hold's event, into the hold's row: what the event changes of them
+// (domain.AccountChange).
 func applyAccountEvent(accounts map[string]*accountRow, holds map[[2]string]*holdRow, id string, ev *Event) error {
+	e, ok := ev.Payload.(domain.AccountEvent)
+	if !ok {
+		return fmt.Errorf("projections: accounts: %s@%d: event %s does not belong to an account stream", ev.Stream, ev.Revision, ev.Type)
+	}
+	c := e.Change()
 	a := accounts[id]
 	if a == nil {
 		a = &accountRow{id: id}
@@ -86,49 +92,48 @@ func applyAccountEvent(accounts map[string]*accountRow, holds map[[2]string]*hol
 	}
 	a.revision = int64(ev.Revision)
 	a.updatedAt = ev.Meta.At
-	switch p := ev.Payload.(type) {
-	case *domain.AccountOpened:
-		return a.open(p, ev)
-	case *domain.Credited:
-		a.balance, a.hasBalance = p.BalanceAfter, true
-	case *domain.Debited:
-		a.balance, a.hasBalance = p.BalanceAfter, true
-	case *domain.HoldPlaced:
-		a.held, a.hasHeld = p.HeldAfter, true
-		h := holdRowOf(holds, id, p.HoldID, ev)
-		h.placed, h.amount, h.currency, h.status, h.key, h.placedAt = true, p.Amount, p.Currency, string(domain.HoldStatusActive), ev.Meta.Key, ev.Meta.At
-		h.expiresAt = p.ExpiresAt
-	case *domain.HoldCaptured:
-		a.balance, a.hasBalance, a.held, a.hasHeld = p.BalanceAfter, true, p.HeldAfter, true
-		h := holdRowOf(holds, id, p.HoldID, ev)
-		h.status, h.captured = string(domain.HoldStatusCaptured), p.Amount
-	case *domain.HoldReleased:
-		a.held, a.hasHeld = p.HeldAfter, true
-		h := holdRowOf(holds, id, p.HoldID, ev)
-		h.status = string(domain.HoldStatusReleased)
-		if p.Reason == domain.ReasonHoldExpired {
-			h.status = string(domain.HoldStatusExpired)
+	if c.Opened {
+		if err := a.open(c, ev); err != nil {
+			return err
 		}
-	case *domain.AccountClosed:
+	}
+	if c.Balance.Changed {
+		a.balance, a.hasBalance = c.Balance.Value, true
+	}
+	if c.Held.Changed {
+		a.held, a.hasHeld = c.Held.Value, true
+	}
+	if c.Closed {
 		a.closed = true
-	case *domain.CommandRejected:
-	default:
-		return fmt.Errorf("projections: accounts: %s@%d: event %s does not belong to an account stream", ev.Stream, ev.Revision, ev.Type)
+	}
+	if c.Hold.ID != "" {
+		applyHoldChange(holdRowOf(holds, id, c.Hold.ID, ev), c.Hold, ev)
 	}
 	return nil
 }
 
+// applyHoldChange folds what an event changes of a hold into the hold's row.
+func applyHoldChange(h *holdRow, c domain.HoldChange, ev *Event) {
+	h.status = string(c.Status)
+	switch c.Status {
+	case domain.HoldStatusActive: // placed
+		h.placed, h.amount, h.currency, h.key, h.placedAt, h.expiresAt = true, c.Amount, c.Currency, ev.Meta.Key, ev.Meta.At, c.ExpiresAt
+	case domain.HoldStatusCaptured:
+		h.captured = c.Amount
+	}
+}
+
 // open records an account's opening: its currency, overdraft limit and
 // metadata ({} when it has none).
-func (a *accountRow) open(p *domain.AccountOpened, ev *Event) error {
-	md, err := json.Marshal(p.Metadata)
+func (a *accountRow) open(c domain.AccountChange, ev *Event) error {
+	md, err := json.Marshal(c.Metadata)
 	if err != nil {
 		return err
 	}
-	if p.Metadata == nil {
+	if c.Metadata == nil {
 		md = []byte("{}")
 	}
-	a.opened, a.currency, a.overdraft, a.metadata, a.openedAt = true, p.Currency, p.OverdraftLimit, string(md), ev.Meta.At
+	a.opened, a.currency, a.overdraft, a.metadata, a.openedAt = true, c.Currency, c.OverdraftLimit, string(md), ev.Meta.At
 	return nil
 }
 

@@ -46,26 +46,25 @@ type BalanceState struct {
 	Closed        bool
 }
 
-// NextBalance is the state after an account event, from the state before it.
+// NextBalance is the state after an account event, from the state before it:
+// what the event changes of it (domain.AccountChange).
 func NextBalance(s BalanceState, payload any) (BalanceState, error) {
-	switch p := payload.(type) {
-	case *domain.AccountOpened:
-		s = BalanceState{Currency: p.Currency}
-	case *domain.Credited:
-		s.Balance = p.BalanceAfter
-	case *domain.Debited:
-		s.Balance = p.BalanceAfter
-	case *domain.HoldPlaced:
-		s.Held = p.HeldAfter
-	case *domain.HoldCaptured:
-		s.Balance, s.Held = p.BalanceAfter, p.HeldAfter
-	case *domain.HoldReleased:
-		s.Held = p.HeldAfter
-	case *domain.AccountClosed:
-		s.Closed = true
-	case *domain.CommandRejected:
-	default:
+	e, ok := payload.(domain.AccountEvent)
+	if !ok {
 		return s, fmt.Errorf("event %T does not belong to an account stream", payload)
+	}
+	c := e.Change()
+	if c.Opened {
+		s = BalanceState{Currency: c.Currency}
+	}
+	if c.Balance.Changed {
+		s.Balance = c.Balance.Value
+	}
+	if c.Held.Changed {
+		s.Held = c.Held.Value
+	}
+	if c.Closed {
+		s.Closed = true
 	}
 	return s, nil
 }
