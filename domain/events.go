@@ -60,7 +60,8 @@ type AccountOpened struct {
 
 // Change opens the account, empty.
 func (e AccountOpened) Change() AccountChange {
-	return AccountChange{Opened: true, Currency: e.Currency, OverdraftLimit: e.OverdraftLimit, Metadata: e.Metadata, Balance: setAfter(0), Held: setAfter(0)}
+	return AccountChange{Opened: true, Currency: e.Currency, OverdraftLimit: e.OverdraftLimit, Metadata: e.Metadata, Status: AccountStatusOpen,
+		Balance: setAfter(0), Held: setAfter(0)}
 }
 
 func (e AccountOpened) foldAccount(a *Account, _ Metadata) error {
@@ -212,7 +213,7 @@ type AccountClosed struct {
 
 // Change closes the account, which is empty.
 func (e AccountClosed) Change() AccountChange {
-	return AccountChange{Closed: true, Balance: AmountAfter{Known: true}, Held: AmountAfter{Known: true}}
+	return AccountChange{Status: AccountStatusClosed, Balance: AmountAfter{Known: true}, Held: AmountAfter{Known: true}}
 }
 
 func (e AccountClosed) foldAccount(a *Account, _ Metadata) error {

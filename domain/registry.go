@@ -176,8 +176,9 @@ type AccountChange struct {
 	Currency       string
 	OverdraftLimit int64
 	Metadata       map[string]string
-	// Closed: the event closes the account.
-	Closed bool
+	// Status is the account's status after the event; "" when the event
+	// leaves it as it was.
+	Status AccountStatus
 	// Balance and Held are the account after the event.
 	Balance, Held AmountAfter
 	// Moves: the event credits or debits Amount, for Reason (its Ref: a
@@ -193,6 +194,14 @@ type AccountChange struct {
 	Code    Code
 	Message string
 }
+
+// AccountStatus is an account's status as the read models show it.
+type AccountStatus string
+
+const (
+	AccountStatusOpen   AccountStatus = "open"
+	AccountStatusClosed AccountStatus = "closed"
+)
 
 // AmountAfter is a balance or held amount after an account event.
 type AmountAfter struct {
