@@ -86,9 +86,9 @@ func run() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	budget := 10 * time.Minute
+	budget := 12 * time.Minute
 	if *quick {
-		budget = 3 * time.Minute
+		budget = 5 * time.Minute // 3 min before scenario 12 (about 1 min)
 	}
 	ctx, cancel := context.WithTimeout(ctx, budget+2*time.Minute) // a hard stop beyond the budget
 	defer cancel()

@@ -27,6 +27,7 @@ func scenarios() []scenario {
 		{"9", "bad input and fuzzing the decoder", scenarioBadInput},
 		{"10", "mixed soak", scenarioSoak},
 		{"11", "SIGKILL of the events publisher", scenarioKillPublisher},
+		{"12", "PostgreSQL failover: primary killed, standby promoted, old primary rewound", scenarioFailover},
 	}
 }
 

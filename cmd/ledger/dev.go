@@ -17,6 +17,8 @@ import (
 	"github.com/ledgerworks/ledger/internal/platform/embednats"
 )
 
+const flagStandby = "standby"
+
 func devCommand() *cli.Command {
 	flags := []cli.Flag{
 		config.DataDirFlag("directory of JetStream's files, the private PostgreSQL cluster and dev.json"),
@@ -26,6 +28,7 @@ func devCommand() *cli.Command {
 		&cli.StringFlag{Name: config.FlagHTTPAddr, Value: "127.0.0.1:8080", Usage: "listen address of the HTTP API (port 0: any free port)", Sources: cli.EnvVars(config.EnvHTTPAddr)},
 		&cli.StringFlag{Name: config.FlagDatabaseURL, Usage: "use this PostgreSQL instead of a private cluster under --data-dir", Sources: cli.EnvVars(config.EnvDatabaseURL)},
 		&cli.StringFlag{Name: config.FlagEventStoreURL, Usage: "event store (default: the PostgreSQL database)", Sources: cli.EnvVars(config.EnvEventStoreURL)},
+		&cli.BoolFlag{Name: flagStandby, Usage: "run the private PostgreSQL as a primary and a synchronous standby (<data-dir>/postgres-standby), reached by one multi-host URL: the production shape, to kill the primary by hand and promote the standby (docs/operations.md)", Sources: cli.EnvVars("LEDGER_DEV_STANDBY")},
 	}
 	flags = append(flags, serviceFlags()...)
 	flags = append(flags, config.LogFlags()...)
@@ -70,6 +73,10 @@ func runDev(ctx context.Context, cmd *cli.Command) error {
 		return config.Exit(2, err)
 	}
 
+	if cmd.Bool(flagStandby) && cmd.String(config.FlagDatabaseURL) != "" {
+		return config.Exit(2, fmt.Errorf("--%s makes a standby of the private cluster: not with --%s", flagStandby, config.FlagDatabaseURL))
+	}
+
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	env, err := devenv.Start(ctx, devenv.Options{
@@ -81,6 +88,7 @@ func runDev(ctx context.Context, cmd *cli.Command) error {
 		HTTPAddr:         cmd.String(config.FlagHTTPAddr),
 		DatabaseURL:      cmd.String(config.FlagDatabaseURL),
 		EventStoreURL:    cmd.String(config.FlagEventStoreURL),
+		Standby:          cmd.Bool(flagStandby),
 		Node:             opts,
 		Logger:           log,
 	})
@@ -91,7 +99,7 @@ func runDev(ctx context.Context, cmd *cli.Command) error {
 	if err := config.WriteDevInfo(dir, info); err != nil {
 		log.Error("write dev.json", "err", err)
 	}
-	printDevBanner(cmd.Root().Writer, dir, info, env.PG != nil)
+	printDevBanner(cmd.Root().Writer, dir, info, env)
 
 	var cause error
 	select {
@@ -111,12 +119,15 @@ func runDev(ctx context.Context, cmd *cli.Command) error {
 	return cause
 }
 
-func printDevBanner(w io.Writer, dir string, info config.DevInfo, private bool) {
+func printDevBanner(w io.Writer, dir string, info config.DevInfo, env *devenv.Env) {
 	if w == nil {
 		w = os.Stdout
 	}
 	pg := "PostgreSQL"
-	if private {
+	switch {
+	case env.Pair != nil:
+		pg = "PostgreSQL (private primary and synchronous standby)"
+	case env.PG != nil:
 		pg = "PostgreSQL (private cluster)"
 	}
 	fmt.Fprintf(w, "ledger dev is running\n")
@@ -129,6 +140,10 @@ func printDevBanner(w io.Writer, dir string, info config.DevInfo, private bool) 
 		fmt.Fprintf(w, "  %-11s %s\n", "eventstore", config.Redact(info.EventStoreURL))
 	}
 	fmt.Fprintf(w, "  data dir    %s  (%s, JetStream, dev.json)\n", dir, pg)
+	if env.Pair != nil {
+		fmt.Fprintf(w, "  primary     port %d, %s/data\n", env.Pair.Primary().Port(), env.Pair.Primary().Dir())
+		fmt.Fprintf(w, "  standby     port %d, %s/data  (fail over: kill the primary's postmaster, then pg_ctl promote -D <its data>)\n", env.Pair.Standby().Port(), env.Pair.Standby().Dir())
+	}
 	fmt.Fprintf(w, "Post a command:  go run ./cmd/ledger post open_account --key k-open-alice --account alice --currency EUR\n")
 	fmt.Fprintf(w, "Stop with Ctrl-C.\n")
 }

@@ -247,3 +247,40 @@ func TestFailoverOnAPair(t *testing.T) {
 	t.Logf("%s", out)
 	dev.stop()
 }
+
+// TestDevStandby: `ledger dev --standby` runs its private PostgreSQL as a
+// primary and a synchronous standby, reached by one multi-host URL, and the
+// standby holds what the ledger acknowledged.
+func TestDevStandby(t *testing.T) {
+	ledgerBinary(t)
+	dir := t.TempDir()
+	stopClusterOnCleanup(t, dir)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = pgcluster.StopDir(ctx, filepath.Join(dir, "postgres-standby"), nil)
+	})
+	natsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	dev := startDev(t, dir, []string{"--standby", "--nats-addr", natsAddr}, nil)
+	url := dev.info.DatabaseURL
+	if !strings.Contains(url, "target_session_attrs=read-write") || strings.Count(url, ",") != 1 {
+		t.Fatalf("database URL %s: want two hosts and target_session_attrs=read-write", url)
+	}
+	nc := devtest.ConnectURL(t, "nats://"+natsAddr)
+	if r, ok := sendOnce(nc, mkCrashCmd("open_account", "open-sb", "sb", 0, map[string]any{"currency": "EUR"}), 20*time.Second); !ok || r.Status != domain.StatusApplied {
+		t.Fatalf("open: %+v", r)
+	}
+	pool, err := projections.NewPool(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var sync int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'").Scan(&sync); err != nil || sync != 1 {
+		t.Fatalf("synchronous standbys: %d (%v)", sync, err)
+	}
+	dev.stop()
+	if out, err := exec.Command(ledgerBinary(t), "dev", "--standby", "--database-url", url).CombinedOutput(); err == nil || !strings.Contains(string(out), "--standby") {
+		t.Fatalf("--standby with --database-url: %v\n%s", err, out)
+	}
+}

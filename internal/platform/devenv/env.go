@@ -23,8 +23,9 @@ import (
 
 // Layout of the data dir.
 const (
-	NATSSubdir     = "nats"     // JetStream store
-	PostgresSubdir = "postgres" // the private cluster (when no DatabaseURL)
+	NATSSubdir     = "nats"             // JetStream store
+	PostgresSubdir = "postgres"         // the private cluster (when no DatabaseURL)
+	StandbySubdir  = "postgres-standby" // its synchronous standby (with Standby)
 )
 
 // Options configure Start.
@@ -48,6 +49,11 @@ type Options struct {
 	DatabaseURL string
 	// EventStoreURL is the event store; when empty, DatabaseURL.
 	EventStoreURL string
+	// Standby runs the private cluster as a pair (pgcluster.Pair): a primary
+	// under DataDir/postgres and its synchronous standby under
+	// DataDir/postgres-standby, reached by one multi-host URL, the production
+	// shape on a laptop (docs/operations.md).
+	Standby bool
 	// NoFsync runs the private cluster without fsync (tests only: what it
 	// acknowledged would not survive a crash of the machine).
 	NoFsync bool
@@ -62,7 +68,8 @@ type Env struct {
 	DataDir       string
 	NATS          *server.Server
 	NATSURL       string
-	PG            *pgcluster.Cluster // nil when DatabaseURL was given
+	PG            *pgcluster.Cluster // nil when DatabaseURL was given, or with Standby
+	Pair          *pgcluster.Pair    // with Standby
 	DatabaseURL   string
 	EventStoreURL string
 	Node          *node.Node
@@ -122,7 +129,19 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	log.Info("nats-server ready", "url", config.Redact(env.NATSURL), "auth", o.NATSAuth, "jetstream", filepath.Join(dir, NATSSubdir))
 
 	env.DatabaseURL = o.DatabaseURL
-	if env.DatabaseURL == "" {
+	switch {
+	case o.Standby && env.DatabaseURL != "":
+		return env, errors.New("devenv: a standby is made for the private cluster only, not for a database URL")
+	case o.Standby:
+		env.Pair, err = pgcluster.StartPair(ctx, pgcluster.PairOptions{
+			Dirs:  [2]string{filepath.Join(dir, PostgresSubdir), filepath.Join(dir, StandbySubdir)},
+			Fsync: !o.NoFsync, Logger: log,
+		})
+		if err != nil {
+			return env, fmt.Errorf("devenv: private PostgreSQL pair: %w", err)
+		}
+		env.DatabaseURL = env.Pair.URL()
+	case env.DatabaseURL == "":
 		env.PG, err = pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(dir, PostgresSubdir), Fsync: !o.NoFsync, Logger: log})
 		if err != nil {
 			return env, fmt.Errorf("devenv: private PostgreSQL (set %s to use another): %w", config.EnvDatabaseURL, err)
@@ -193,6 +212,9 @@ func (e *Env) Stop(ctx context.Context) error {
 		if err := e.PG.Stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if e.Pair != nil {
+		errs = append(errs, e.Pair.Stop(ctx))
 	}
 	return errors.Join(errs...)
 }
