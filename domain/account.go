@@ -500,6 +500,18 @@ func (a *Account) activeHold() string {
 	return ""
 }
 
+// Status is the account's status as the read models show it (the status the
+// last AccountChange that named one gave it); "" before it opens.
+func (a *Account) Status() AccountStatus {
+	switch {
+	case a.Closed:
+		return AccountStatusClosed
+	case a.Opened:
+		return AccountStatusOpen
+	}
+	return ""
+}
+
 // Available is balance minus held.
 func (a *Account) Available() int64 { return a.Balance - a.Held }
 

@@ -198,8 +198,9 @@ func TestEventRegistry(t *testing.T) {
 }
 
 // checkAccountEvent folds an account stream from its stored data and from its
-// decided payloads, requires the same aggregate, and the last event's stated
-// account (AfterOf) to be the fold's.
+// decided payloads, requires the same aggregate, the status the last event's
+// change names (if any) to be the folded account's, and its stated account
+// (AfterOf) to be the fold's.
 func checkAccountEvent(t *testing.T, stored []StoredEvent, evs []NewEvent) {
 	t.Helper()
 	fromData, fromDecided := NewAccount("a"), NewAccount("a")
@@ -214,6 +215,9 @@ func checkAccountEvent(t *testing.T, stored []StoredEvent, evs []NewEvent) {
 	fromDecided.ForgetDurable(fromDecided.Revision)
 	if !reflect.DeepEqual(fromData, fromDecided) {
 		t.Errorf("%s: folded from data %+v, from the decided payload %+v", stored[len(stored)-1].Type, fromData, fromDecided)
+	}
+	if st := evs[len(evs)-1].Data.(AccountEvent).Change().Status; st != "" && fromData.Status() != st {
+		t.Errorf("%s: the change names the status %q, the folded account has %q (Account.Status)", stored[len(stored)-1].Type, st, fromData.Status())
 	}
 	balance, held, err := AfterOf(evs[len(evs)-1].Data)
 	if errors.Is(err, ErrNoAfterState) {
