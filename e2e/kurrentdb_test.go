@@ -59,7 +59,9 @@ func logger() *slog.Logger {
 // two ledger instances share a NATS queue group and the KurrentDB test server, the
 // projector keeps the read models in PostgreSQL. It checks, in order: ten copies of
 // one deposit credit once; one withdrawal raced from 20 goroutines through both
-// instances debits once; a transfer completes with one debit and one credit; an
+// instances debits once; a transfer completes with one debit and one credit; the
+// same three again while the test server serves reads as a follower 3 records
+// behind (every command completes, each once); an
 // outage of the store, a failed append and a swallowed append reply, met by client
 // retries with the same keys, apply every command exactly once; the projector,
 // restarted from an earlier checkpoint and made to redeliver batches, leaves the
@@ -142,9 +144,15 @@ func TestKurrentDBEndToEnd(t *testing.T) {
 	}
 	e.waitProcessCheckpoint(1)
 
-	t.Run("deposit sent ten times credits once", func(t *testing.T) { e.depositDuplicates(t) })
-	t.Run("withdrawal raced from 20 goroutines through two instances debits once", func(t *testing.T) { e.duplicateRace(t) })
-	t.Run("transfer completes with one debit and one credit", func(t *testing.T) { e.transfer(t) })
+	t.Run("deposit sent ten times credits once", func(t *testing.T) { e.depositDuplicates(t, "dep-1", "alice") })
+	t.Run("withdrawal raced from 20 goroutines through two instances debits once", func(t *testing.T) { e.duplicateRace(t, "wd-race", "alice") })
+	t.Run("transfer completes with one debit and one credit", func(t *testing.T) {
+		e.transfer(t, transferSpec{key: "tr-1", id: "t-1", from: "alice", to: "bob", amount: 200})
+	})
+	t.Run("under reads that lag 3 records: duplicates, a raced withdrawal and a transfer, each once", func(t *testing.T) {
+		e.needsTestServer(t)
+		e.laggingReads(t, 3)
+	})
 	t.Run("transactions are reservation sagas: all postings or none", func(t *testing.T) { e.transactions(t) })
 	t.Run("hold expires by the transfer process", func(t *testing.T) { e.holdExpires(t) })
 	t.Run("store faults met by retries apply every command once", func(t *testing.T) { e.needsTestServer(t); e.faults(t) })
@@ -265,10 +273,22 @@ func (e *env) mustDecide(c command) reply.Reply {
 
 // --- scenarios ------------------------------------------------------------------
 
-// depositDuplicates sends one deposit ten times in a row, through both client
+// laggingReads runs the duplicate, raced-withdrawal and transfer phases on
+// carol while the test server serves reads as a follower lag records behind
+// (kurrenttest.SetReadLag): what a connection left on an old leader after an
+// election sees. Every command must complete, with one effect each.
+func (e *env) laggingReads(t *testing.T, lag int) {
+	e.ks.SetReadLag(lag)
+	defer e.ks.SetReadLag(0)
+	e.depositDuplicates(t, "lag-dep", "carol")
+	e.duplicateRace(t, "lag-wd", "carol")
+	e.transfer(t, transferSpec{key: "lag-tr", id: "t-lag", from: "carol", to: "bob", amount: 100})
+}
+
+// depositDuplicates sends one deposit of 1000 to acc ten times in a row, through both client
 // connections (so through both instances, as the queue group hands them out).
-func (e *env) depositDuplicates(t *testing.T) {
-	c := cmd("deposit", map[string]any{"idempotency_key": "dep-1", "account_id": "alice", "amount": 1000, "currency": "EUR"})
+func (e *env) depositDuplicates(t *testing.T, key, acc string) {
+	c := cmd("deposit", map[string]any{"idempotency_key": key, "account_id": acc, "amount": 1000, "currency": "EUR"})
 	var replies []reply.Reply
 	for i := range 10 {
 		r, err := request(e.clients[i%2], c)
@@ -277,10 +297,10 @@ func (e *env) depositDuplicates(t *testing.T) {
 		}
 		replies = append(replies, r)
 	}
-	e.model["alice"] += 1000
+	e.model[acc] += 1000
 	first := replies[0]
 	if first.Status != domain.StatusApplied || first.Duplicate || len(first.Events) != 1 || first.Events[0].Type != domain.EvCredited ||
-		first.Account == nil || first.Account.Balance != 1000 {
+		first.Account == nil || first.Account.Balance != e.model[acc] {
 		t.Fatalf("first deposit: %+v", first)
 	}
 	dups := 0
@@ -302,18 +322,18 @@ func (e *env) depositDuplicates(t *testing.T) {
 		t.Errorf("%d of the nine copies were answered as duplicates, want at least %d", dups, 9-(len(e.nodes)-1))
 	}
 	t.Logf("%d of the nine copies answered as duplicates", dups)
-	if n := e.count("account-alice", "dep-1", domain.EvCredited); n != 1 {
-		t.Fatalf("the store holds %d Credited of dep-1, want 1", n)
+	if n := e.count(domain.AccountStream(acc), key, domain.EvCredited); n != 1 {
+		t.Fatalf("the store holds %d Credited of %s, want 1", n, key)
 	}
-	if n := e.count(domain.KeyStream("dep-1"), "dep-1", domain.EvKeyClaimed); n != 1 {
-		t.Fatalf("the store holds %d claims of dep-1, want 1", n)
+	if n := e.count(domain.KeyStream(key), key, domain.EvKeyClaimed); n != 1 {
+		t.Fatalf("the store holds %d claims of %s, want 1", n, key)
 	}
 }
 
-// duplicateRace sends one withdrawal from 20 goroutines at once, half through each
+// duplicateRace sends one withdrawal of 300 from acc from 20 goroutines at once, half through each
 // client connection; the queue group spreads them over both instances.
-func (e *env) duplicateRace(t *testing.T) {
-	c := cmd("withdraw", map[string]any{"idempotency_key": "wd-race", "account_id": "alice", "amount": 300, "currency": "EUR"})
+func (e *env) duplicateRace(t *testing.T, key, acc string) {
+	c := cmd("withdraw", map[string]any{"idempotency_key": key, "account_id": acc, "amount": 300, "currency": "EUR"})
 	replies := make([]reply.Reply, 20)
 	errs := make([]error, 20)
 	var wg sync.WaitGroup
@@ -326,13 +346,13 @@ func (e *env) duplicateRace(t *testing.T) {
 	}
 	close(gate)
 	wg.Wait()
-	e.model["alice"] -= 300
+	e.model[acc] -= 300
 	fresh := 0
 	for i, r := range replies {
 		if errs[i] != nil {
 			t.Fatalf("racer %d: %v", i, errs[i])
 		}
-		if r.Status != domain.StatusApplied || len(r.Events) != 1 || r.Events[0].Type != domain.EvDebited || r.Account.Balance != e.model["alice"] {
+		if r.Status != domain.StatusApplied || len(r.Events) != 1 || r.Events[0].Type != domain.EvDebited || r.Account.Balance != e.model[acc] {
 			t.Fatalf("racer %d: %+v", i, r)
 		}
 		if !sameOutcome(replies[0], r) {
@@ -347,8 +367,8 @@ func (e *env) duplicateRace(t *testing.T) {
 	if fresh < 1 || fresh > len(e.nodes) {
 		t.Errorf("%d racers were answered as the first decision, want 1..%d", fresh, len(e.nodes))
 	}
-	if n := e.count("account-alice", "wd-race", domain.EvDebited); n != 1 {
-		t.Fatalf("the store holds %d Debited of wd-race, want 1", n)
+	if n := e.count(domain.AccountStream(acc), key, domain.EvDebited); n != 1 {
+		t.Fatalf("the store holds %d Debited of %s, want 1", n, key)
 	}
 	// Both instances answered some of them.
 	for _, n := range e.nodes {
@@ -358,18 +378,17 @@ func (e *env) duplicateRace(t *testing.T) {
 	}
 }
 
-// transfer moves money from alice to bob and reads it back through the projector.
-func (e *env) transfer(t *testing.T) {
-	tr := transferSpec{key: "tr-1", id: "t-1", from: "alice", to: "bob", amount: 200}
+// transfer makes the transfer tr and reads it back through the projector.
+func (e *env) transfer(t *testing.T, tr transferSpec) {
 	c := tr.command()
 	r, err := request(e.clients[0], c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.model["alice"] -= 200
-	e.model["bob"] += 200
+	e.model[tr.from] -= tr.amount
+	e.model[tr.to] += tr.amount
 	e.transfers = append(e.transfers, tr)
-	if r.Status != domain.StatusApplied || r.Duplicate || r.Transfer == nil || r.Transfer.Status != "completed" || r.Account == nil || r.Account.Balance != e.model["alice"] {
+	if r.Status != domain.StatusApplied || r.Duplicate || r.Transfer == nil || r.Transfer.Status != "completed" || r.Account == nil || r.Account.Balance != e.model[tr.from] {
 		t.Fatalf("transfer: %+v (transfer %+v)", r, r.Transfer)
 	}
 	again, err := request(e.clients[1], c)
@@ -383,7 +402,7 @@ func (e *env) transfer(t *testing.T) {
 
 	// Read your write: the projector's read models reach the reply's KurrentDB
 	// position (min_position), and show the balances and the transfer.
-	for _, id := range []string{"alice", "bob"} {
+	for _, id := range []string{tr.from, tr.to} {
 		var a query.Account
 		e.query(t, query.QueryAccount, query.AccountRequest{AccountID: id, MinPosition: r.Position}, &a)
 		if a.Balance != e.model[id] {

@@ -46,6 +46,7 @@ const (
 	flagBenchNoGroup      = "no-group-commit"
 	flagBenchPoolSize     = "baseline-pool-size"
 	flagBenchNoFsync      = "no-fsync"
+	flagBenchStandby      = "standby"
 	flagBenchNATSSync     = "nats-sync"
 	flagBenchForUpdate    = "baseline-select-for-update"
 	flagBenchCPUProfile   = "cpuprofile"
@@ -90,6 +91,7 @@ func benchCommand() *cli.Command {
 		&cli.DurationFlag{Name: flagBenchBatchWait, Category: sut, Usage: "ledger group commit: extra wait for a batch to fill (0: the ledger's default)", Sources: benchEnv(flagBenchBatchWait)},
 		&cli.IntFlag{Name: flagBenchCommitters, Category: sut, Usage: "ledger group commit: transactions in flight (0: the ledger's default)", Sources: benchEnv(flagBenchCommitters)},
 		&cli.StringFlag{Name: flagBenchNATSSync, Category: sut, Value: embednats.DefaultSyncInterval.String(), Usage: "how often the embedded NATS servers fsync JetStream: a duration, or always (every message), as ledger dev --nats-sync", Sources: benchEnv(flagBenchNATSSync)},
+		&cli.BoolFlag{Name: flagBenchStandby, Category: sut, Usage: "run the private PostgreSQL as a primary and a synchronous standby, as ledger dev --standby: every commit of both systems waits for the standby (docs/operations.md)", Sources: benchEnv(flagBenchStandby)},
 		&cli.BoolFlag{Name: flagBenchNoFsync, Category: sut, Usage: "run the private PostgreSQL without fsync (an experiment: what the disk costs; never a figure to quote as the ledger's)", Sources: benchEnv(flagBenchNoFsync)},
 		&cli.BoolFlag{Name: flagBenchNoGroup, Category: sut, Usage: "ledger: one transaction per command", Sources: benchEnv(flagBenchNoGroup)},
 		&cli.IntFlag{Name: flagBenchPoolSize, Category: sut, Usage: "baseline: PostgreSQL connections (0: max-in-flight + lanes)", Sources: benchEnv(flagBenchPoolSize)},
@@ -267,6 +269,7 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	cfg.Committers = cmd.Int(flagBenchCommitters)
 	cfg.DisableGroupCommit = cmd.Bool(flagBenchNoGroup)
 	cfg.NoFsync = cmd.Bool(flagBenchNoFsync)
+	cfg.Standby = cmd.Bool(flagBenchStandby)
 	var err error
 	if cfg.NATSSyncInterval, cfg.NATSSyncAlways, err = embednats.ParseSync(cmd.String(flagBenchNATSSync)); err != nil {
 		return cfg, err

@@ -14,12 +14,16 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/app/reply"
+	"github.com/ledgerworks/ledger/internal/platform/config"
 	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
+	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 	"github.com/ledgerworks/ledger/projections"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
@@ -63,6 +67,49 @@ func startFailoverClients(nc *nats.Conn, n int) *failoverClients {
 }
 
 func (c *failoverClients) halt() { close(c.stop); c.wg.Wait() }
+
+// resendUndecided sends every command without a definite reply again, with
+// its key, until it gets one (bounded), and returns how many there were.
+func (c *failoverClients) resendUndecided(t *testing.T, nc *nats.Conn) int {
+	t.Helper()
+	retried := 0
+	for _, cmd := range c.sent {
+		if _, ok := c.definite[cmd.key]; ok {
+			continue
+		}
+		retried++
+		r, ok := sendOnce(nc, cmd, 10*time.Second)
+		for attempt := 0; !ok && attempt < 10; attempt++ {
+			r, ok = sendOnce(nc, cmd, 10*time.Second)
+		}
+		if !ok {
+			t.Fatalf("%s: no definite reply", cmd.key)
+		}
+		c.definite[cmd.key] = r
+	}
+	return retried
+}
+
+// appliedOnce checks that every command sent has exactly one set of events in
+// the account streams.
+func (c *failoverClients) appliedOnce(t *testing.T, store *postgres.Store) {
+	t.Helper()
+	perKey := map[string]int{}
+	for _, ev := range devtest.ReadAll(t, store) {
+		if strings.HasPrefix(ev.Stream, domain.AccountStreamPrefix) {
+			m, err := domain.DecodeMetadata(ev.Metadata)
+			if err != nil {
+				t.Fatal(err)
+			}
+			perKey[m.Key]++
+		}
+	}
+	for _, cmd := range c.sent {
+		if n := perKey[cmd.key]; n != 1 {
+			t.Errorf("%s applied %d times", cmd.key, n)
+		}
+	}
+}
 
 // probe sends new deposits until one is applied and returns how long that took.
 func probe(t *testing.T, nc *nats.Conn, name string) time.Duration {
@@ -191,21 +238,7 @@ func TestFailoverOnAPair(t *testing.T) {
 
 	store := devtest.Store(t, url)
 	caught := caughtUp(t, url, store)
-	retried := 0
-	for _, c := range cl.sent {
-		if _, ok := cl.definite[c.key]; ok {
-			continue
-		}
-		retried++
-		r, ok := sendOnce(nc, c, 10*time.Second)
-		for attempt := 0; !ok && attempt < 10; attempt++ {
-			r, ok = sendOnce(nc, c, 10*time.Second)
-		}
-		if !ok {
-			t.Fatalf("%s: no definite reply", c.key)
-		}
-		cl.definite[c.key] = r
-	}
+	retried := cl.resendUndecided(t, nc)
 	slices.Sort(again)
 	slices.Sort(fromCrash)
 	t.Logf("failover: %d commands sent, %d without a definite reply retried; a command applied %v after each promotion (p50 %v, worst %v), %v after each crash (promotion included; p50 %v, worst %v); read models and LEDGER_EVENTS at the head %v after the clients stopped",
@@ -219,21 +252,7 @@ func TestFailoverOnAPair(t *testing.T) {
 		balance[c.account] += c.amount
 	}
 	projtest.AuditOK(t, store, nil)
-	perKey := map[string]int{}
-	for _, ev := range devtest.ReadAll(t, store) {
-		if strings.HasPrefix(ev.Stream, domain.AccountStreamPrefix) {
-			m, err := domain.DecodeMetadata(ev.Metadata)
-			if err != nil {
-				t.Fatal(err)
-			}
-			perKey[m.Key]++
-		}
-	}
-	for _, c := range cl.sent {
-		if n := perKey[c.key]; n != 1 {
-			t.Errorf("%s applied %d times", c.key, n)
-		}
-	}
+	cl.appliedOnce(t, store)
 	for id, want := range balance {
 		if acc := devtest.Account(t, store, id); acc.Balance != want {
 			t.Errorf("%s: balance %d, sent %d", id, acc.Balance, want)
@@ -282,5 +301,187 @@ func TestDevStandby(t *testing.T) {
 	dev.stop()
 	if out, err := exec.Command(ledgerBinary(t), "dev", "--standby", "--database-url", url).CombinedOutput(); err == nil || !strings.Contains(string(out), "--standby") {
 		t.Fatalf("--standby with --database-url: %v\n%s", err, out)
+	}
+}
+
+// TestProgramsOnTheProductionShape runs each program on the production shape:
+// `ledger serve` and `projector run` on a PostgreSQL pair through one
+// multi-host URL and on a 3-node JetStream cluster through a multi-server NATS
+// URL with every stream at 3 replicas; `ledger post`, `ledger statement` and
+// `ledger audit --events-out` on the same URLs. Commands are applied with one
+// NATS node down, and after the pair failed over without any program being
+// restarted; the statement shows them, the audit (read models, events out) is
+// clean on the promoted database.
+func TestProgramsOnTheProductionShape(t *testing.T) {
+	if testing.Short() {
+		t.Skip("production shape")
+	}
+	ledgerBin, projBin := ledgerBinary(t), projectorBinary(t)
+	pgDir, err := os.MkdirTemp("", "shape-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(pgDir) })
+	ctx := context.Background()
+	pair, err := pgcluster.StartPair(ctx, pgcluster.PairOptions{Dirs: [2]string{filepath.Join(pgDir, "a"), filepath.Join(pgDir, "b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pair.Stop(context.Background()) })
+	cluster, servers := devtest.NATSCluster(t)
+	env := []string{config.EnvDatabaseURL + "=" + pair.URL(), config.EnvEventStoreURL + "=" + pair.URL(),
+		config.EnvNATSURL + "=" + cluster.URL(), config.EnvJetStreamReplicas + "=3", config.EnvDataDir + "=" + t.TempDir()}
+	startProc(t, ledgerBin, []string{"serve", "--log-format", "json", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, env, "intake started")
+	startProc(t, projBin, []string{"run", "--log-format", "json", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, env, "projector running")
+
+	post := func(args ...string) {
+		t.Helper()
+		if r, out, code := postCLI(t, env, args...); code != 0 || r["status"] != "applied" {
+			t.Fatalf("ledger post %v: exit %d\n%s", args, code, out)
+		}
+	}
+	post("open_account", "--key", "ps-open", "--account", "ps", "--currency", "EUR")
+	post("deposit", "--key", "ps-1", "--account", "ps", "--amount", "100", "--currency", "EUR")
+
+	nc := devtest.ConnectURL(t, cluster.URL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"LEDGER_COMMANDS", "LEDGER_DLQ", projections.EventsStream} {
+		devtest.Eventually(t, 30*time.Second, name+" at 3 replicas", func() bool {
+			s, err := js.Stream(ctx, name)
+			return err == nil && s.CachedInfo().Config.Replicas == 3
+		})
+	}
+
+	servers[2].Shutdown() // one node of three down
+	servers[2].WaitForShutdown()
+	post("deposit", "--key", "ps-2", "--account", "ps", "--amount", "20", "--currency", "EUR")
+
+	if err := pair.Crash(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pair.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	post("deposit", "--key", "ps-3", "--account", "ps", "--amount", "3", "--currency", "EUR")
+
+	devtest.Eventually(t, time.Minute, "the statement shows every deposit", func() bool {
+		out, code := runToExit(t, ledgerBin, []string{"statement", "--csv", "ps"}, env)
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Split(line, ","); len(f) > 5 && f[3] == "closing_balance" {
+				return code == 0 && f[5] == "123"
+			}
+		}
+		return false
+	})
+	devtest.Eventually(t, time.Minute, "ledger audit --events-out is clean on the promoted database", func() bool {
+		out, code := runToExit(t, ledgerBin, []string{"audit", "--events-out"}, env)
+		if code != 0 {
+			t.Log(out)
+		}
+		return code == 0
+	})
+}
+
+// streamLeader is the name of the server leading a stream's replicas.
+func streamLeader(t *testing.T, js jetstream.JetStream, name string) string {
+	t.Helper()
+	var leader string
+	devtest.Eventually(t, 30*time.Second, name+" has a leader", func() bool {
+		s, err := js.Stream(context.Background(), name)
+		if err != nil || s.CachedInfo().Cluster == nil {
+			return false
+		}
+		leader = s.CachedInfo().Cluster.Leader
+		return leader != ""
+	})
+	return leader
+}
+
+// TestNATSLeadersKilled runs two `ledger serve` and two `projector run` on a
+// 3-node JetStream cluster, the streams at 3 replicas, with eight clients
+// depositing, and shuts down in turn the node leading JetStream's meta group,
+// the one leading LEDGER_COMMANDS and the one leading LEDGER_EVENTS (each
+// started again on its store after 2 s). Every key without a definite reply
+// is then resent by key: each is applied once, and `ledger audit --events-out`
+// is clean. The commands applied during each outage are logged.
+func TestNATSLeadersKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("production shape")
+	}
+	ledgerBin, projBin := ledgerBinary(t), projectorBinary(t)
+	dbURL := pgtest.URL(t)
+	cluster, servers := devtest.NATSCluster(t)
+	t.Cleanup(func() {
+		for _, s := range servers {
+			s.Shutdown()
+		}
+	})
+	env := []string{config.EnvDatabaseURL + "=" + dbURL, config.EnvEventStoreURL + "=" + dbURL,
+		config.EnvNATSURL + "=" + cluster.URL(), config.EnvJetStreamReplicas + "=3", config.EnvDataDir + "=" + t.TempDir()}
+	for i := range 2 {
+		startProc(t, ledgerBin, []string{"serve", "--log-format", "json", "--instance-name", fmt.Sprintf("ledger-%d", i), "--command-timeout", "3s",
+			"--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, env, "intake started")
+		startProc(t, projBin, []string{"run", "--log-format", "json", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, env, "projector running")
+	}
+	nc := devtest.ConnectURL(t, cluster.URL(), nats.ReconnectWait(50*time.Millisecond))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const clients = 8
+	for g := range clients {
+		id := fmt.Sprintf("fo-%d", g)
+		if r, ok := sendOnce(nc, mkCrashCmd("open_account", "open-"+id, id, 0, map[string]any{"currency": "EUR"}), 20*time.Second); !ok || r.Status != domain.StatusApplied {
+			t.Fatalf("open %s: %+v", id, r)
+		}
+	}
+	streamLeader(t, js, projections.EventsStream) // the publisher declared it
+	cl := startFailoverClients(nc, clients)
+	applied := func() int {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return len(cl.definite)
+	}
+	var outages []string
+	for _, target := range []string{"meta", "LEDGER_COMMANDS", projections.EventsStream} {
+		time.Sleep(time.Second)
+		i := -1
+		for j, s := range servers {
+			if target == "meta" && s.JetStreamIsLeader() || target != "meta" && s.Name() == streamLeader(t, js, target) {
+				i = j
+			}
+		}
+		if i < 0 {
+			t.Fatalf("no leader of %s", target)
+		}
+		before := applied()
+		servers[i].Shutdown()
+		servers[i].WaitForShutdown()
+		time.Sleep(2 * time.Second)
+		during := applied() - before
+		s, err := cluster.StartNode(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		servers[i] = s
+		outages = append(outages, fmt.Sprintf("%s leader %s down 2 s: %d commands definite meanwhile", target, cluster.Nodes[i].Name, during))
+	}
+	time.Sleep(time.Second)
+	cl.halt()
+	retried := cl.resendUndecided(t, nc)
+	t.Logf("NATS leaders killed: %v; %d commands sent, %d resent by key", outages, len(cl.sent), retried)
+	store := devtest.Store(t, dbURL)
+	for _, c := range cl.sent {
+		if r := cl.definite[c.key]; r.Status != domain.StatusApplied {
+			t.Errorf("%s: %+v", c.key, r)
+		}
+	}
+	cl.appliedOnce(t, store)
+	caughtUp(t, dbURL, store)
+	if out, code := runToExit(t, ledgerBin, []string{"audit", "--events-out"}, env); code != 0 {
+		t.Fatalf("ledger audit --events-out: exit %d\n%s", code, out)
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/ledgerworks/ledger/internal/app/ledger"
 	"github.com/ledgerworks/ledger/internal/platform/config"
 	"github.com/ledgerworks/ledger/internal/platform/node"
-	"github.com/ledgerworks/ledger/migrations"
 )
 
 // Flags of the command service, shared by serve and dev.
@@ -182,8 +181,7 @@ func runServe(ctx context.Context, cmd *cli.Command) error {
 	if esURL == "" {
 		return config.Exit(2, fmt.Errorf("no event store: set %s (or %s)", config.EnvEventStoreURL, config.EnvDatabaseURL))
 	}
-	backend, err := config.EventStoreBackend(esURL)
-	if err != nil {
+	if _, err := config.EventStoreBackend(esURL); err != nil {
 		return config.Exit(2, err)
 	}
 	opts, err := serviceOptions(cmd, log)
@@ -204,11 +202,8 @@ func runServe(ctx context.Context, cmd *cli.Command) error {
 	defer stop()
 
 	if cmd.Bool(flagMigrate) {
-		for _, u := range uniqueNonEmpty(dbURL, postgresOnly(esURL, backend)) {
-			if err := migrations.Up(ctx, u); err != nil {
-				return err
-			}
-			log.Info("migrations applied", "database", config.Redact(u))
+		if err := config.MigrateStores(ctx, esURL, dbURL, log); err != nil {
+			return err
 		}
 	}
 	opts.NATS = config.NATSFromCommand(cmd)
@@ -235,23 +230,4 @@ func runServe(ctx context.Context, cmd *cli.Command) error {
 	}
 	log.Info("stopped")
 	return cause
-}
-
-func postgresOnly(u string, b config.Backend) string {
-	if b == config.BackendPostgres {
-		return u
-	}
-	return ""
-}
-
-func uniqueNonEmpty(ss ...string) []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, s := range ss {
-		if s != "" && !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	return out
 }

@@ -86,8 +86,10 @@ func TestRetryBeforeTheOriginalIsReplicated(t *testing.T) {
 
 // TestNotLeaderIsRetriedOnTheLeader: a node that is not the leader answers a
 // write with NotLeader and the leader's endpoint, writing nothing. The client
-// reconnects to that endpoint; the backend reports ErrUnavailable, and the
-// retry is written once, on the leader.
+// reconnects to that endpoint and the backend sends the append once more,
+// there: written once, on the leader. Answered NotLeader again, it reports
+// ErrUnavailable, and the caller's retry is answered with the original write.
+// (Before the backend sent requires-leader it reported ErrUnavailable at once.)
 func TestNotLeaderIsRetriedOnTheLeader(t *testing.T) {
 	follower, url := kurrenttest.Start(t)
 	leader, _ := kurrenttest.Start(t)
@@ -95,21 +97,60 @@ func TestNotLeaderIsRetriedOnTheLeader(t *testing.T) {
 	batch := evs(2)
 	empty := follower.Head()
 	follower.NotLeaderNext(1, leader.Addr())
-	_, err := s.Append(ctxT(t), "acct-1", eventstore.NoStream, batch)
-	var e *esdb.Error
-	if !errors.Is(err, eventstore.ErrUnavailable) || !errors.As(err, &e) || e.Code() != esdb.ErrorCodeNotLeader {
-		t.Fatalf("append to a follower: %v, want ErrUnavailable from NotLeader", err)
+	res, err := s.Append(ctxT(t), "acct-1", eventstore.NoStream, batch)
+	if err != nil {
+		t.Fatalf("append answered NotLeader: %v, want it retried on the leader", err)
 	}
 	if follower.Head() != empty {
 		t.Fatal("the follower wrote the refused append")
 	}
-	res := mustAppend(t, s, "acct-1", eventstore.NoStream, batch...)
 	if leader.Requests(kurrenttest.MethodAppend) != 1 {
 		t.Fatalf("the retry did not reach the leader (%d appends there)", leader.Requests(kurrenttest.MethodAppend))
 	}
 	storedOnce(t, s, "acct-1", batch, res)
+	// Answered NotLeader twice (an election in between): ErrUnavailable, nothing
+	// written; the caller's retry with the same events is answered the original.
+	leader.NotLeaderNext(2, leader.Addr())
+	_, err = s.Append(ctxT(t), "acct-1", eventstore.NoStream, batch)
+	var e *esdb.Error
+	if !errors.Is(err, eventstore.ErrUnavailable) || !errors.As(err, &e) || e.Code() != esdb.ErrorCodeNotLeader {
+		t.Fatalf("append answered NotLeader twice: %v, want ErrUnavailable from NotLeader", err)
+	}
 	if _, err := s.Append(context.Background(), "acct-1", eventstore.NoStream, batch); err != nil {
 		t.Fatalf("a second retry: %v", err)
 	}
 	storedOnce(t, s, "acct-1", batch, res)
+}
+
+// TestReadsFollowTheLeader: a connection left on a node that lags the leader
+// (a follower after an election) was served reads, $all and subscriptions
+// from its lagging log: client v4.2.0 never sends requires-leader. The backend
+// sends it on every call, so the node serves them as the leader would. (On the
+// old code the stream read here found 1 event of 3, the head was 2 appends
+// behind and no call carried the header.)
+func TestReadsFollowTheLeader(t *testing.T) {
+	srv, url := kurrenttest.Start(t)
+	s := devtest.OpenKurrentDB(t, url)
+	srv.SetReadLag(2)
+	var last eventstore.AppendResult
+	for i := range 3 {
+		last = mustAppend(t, s, "account-lag", eventstore.ExactOrNoStream(int64(i)-1), ev("E"))
+	}
+	if got, err := s.ReadStream(ctxT(t), "account-lag", 0, eventstore.Forwards, 0); err != nil || len(got) != 3 {
+		t.Fatalf("read of 3 events through a lagging node: %d, %v", len(got), err)
+	}
+	if head, err := s.Head(ctxT(t)); err != nil || head != last.Position {
+		t.Fatalf("head %s, %v; want %s", head, err, last.Position)
+	}
+	sub, err := s.SubscribeAll(ctxT(t), eventstore.Start, eventstore.SubscribeOptions{StreamPrefixes: []string{"account-lag"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if got := devtest.Receive(t, sub, 3); got[2].Position != last.Position {
+		t.Fatalf("the subscription's third event is at %s, want %s", got[2].Position, last.Position)
+	}
+	if srv.RequiresLeaderCalls() == 0 {
+		t.Fatal("no call carried requires-leader")
+	}
 }

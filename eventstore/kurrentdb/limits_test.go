@@ -14,6 +14,7 @@ import (
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
+	"github.com/ledgerworks/ledger/internal/testing/testcert"
 )
 
 // sized returns n events whose data make up about total bytes.
@@ -135,4 +136,62 @@ func TestReadOfATruncatedStream(t *testing.T) {
 	if evs, err := s.ReadStream(ctxT(t), "account-1", 2, eventstore.Forwards, 0); err != nil || len(evs) != 1 || evs[0].Revision != 2 {
 		t.Fatalf("read from the first readable revision: %+v, %v", evs, err)
 	}
+}
+
+// TestEarlyRefusalsEndWithinBoundedAttempts: a node refuses an append on its
+// header (no right to write the stream) before it reads the events, and an
+// event over its MaxAppendEventSize as it reads it; for an append larger than
+// what flow control lets through unread, client v4.2.0 then loses the status
+// and returns io.EOF, which the backend reported as ErrUnavailable: retried
+// for ever. It now asks about the header alone and resends at most once:
+// ErrAccessDenied and ErrAppendTooLarge, each within three appends. (On the
+// old code: ErrUnavailable for the refused header, and an unlabelled error for
+// the event, whose message "Maximum Append Event Size" it did not match.)
+func TestEarlyRefusalsEndWithinBoundedAttempts(t *testing.T) {
+	ca := testcert.NewCA(t)
+	srv, _ := kurrenttest.Start(t,
+		kurrenttest.WithTLS(ca.Issue(t, "kurrentdb", true).Pair(t)),
+		kurrenttest.WithUsers(
+			kurrenttest.User{Name: "admin", Password: adminPassword, Admin: true},
+			kurrenttest.User{Name: "reader", Password: readerPassword, ReadOnly: true}),
+		kurrenttest.WithEarlyRefusals(),
+		kurrenttest.WithMaxAppendEventSize(128<<10))
+	caFile := testcert.WriteFile(t, "ca.crt", ca.CertPEM)
+	for _, tc := range []struct {
+		name, user, password string
+		batch                []eventstore.EventData
+		want                 error
+	}{
+		{"256 KiB without the right to write", "reader", readerPassword, sized(4, 256<<10), kurrentdb.ErrAccessDenied},
+		{"an event over the server's limit", "admin", adminPassword, sized(4, 800<<10), kurrentdb.ErrAppendTooLarge},
+		{"one event over the server's limit", "admin", adminPassword, sized(1, 200<<10), kurrentdb.ErrAppendTooLarge},
+	} {
+		s := devtest.OpenKurrentDB(t, "kurrentdb://"+tc.user+":"+tc.password+"@"+srv.Addr()+"?tlsCAFile="+caFile)
+		before := srv.Requests(kurrenttest.MethodAppend)
+		_, err := s.Append(ctxT(t), "account-"+uuid.NewString(), eventstore.NoStream, tc.batch)
+		if !errors.Is(err, tc.want) || errors.Is(err, eventstore.ErrUnavailable) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+		if testing.Verbose() {
+			t.Logf("%s: %v", tc.name, err)
+		}
+		if n := srv.Requests(kurrenttest.MethodAppend) - before; n > 3 {
+			t.Errorf("%s: %d appends, want at most 3", tc.name, n)
+		}
+	}
+}
+
+// TestAppendOfAnEventOverTheEventLimit: with kurrentdb.WithMaxAppendEventSize,
+// an event over it is refused before it is sent.
+func TestAppendOfAnEventOverTheEventLimit(t *testing.T) {
+	srv, url := kurrenttest.Start(t, kurrenttest.WithMaxAppendEventSize(128<<10))
+	s := devtest.OpenKurrentDB(t, url, kurrentdb.WithMaxAppendEventSize(128<<10))
+	before := srv.Requests(kurrenttest.MethodAppend)
+	if _, err := s.Append(ctxT(t), "account-1", eventstore.NoStream, sized(2, 300<<10)); !errors.Is(err, kurrentdb.ErrAppendTooLarge) {
+		t.Fatalf("an event of 150 KiB over a limit of 128 KiB: %v", err)
+	}
+	if n := srv.Requests(kurrenttest.MethodAppend) - before; n != 0 {
+		t.Fatalf("%d appends sent", n)
+	}
+	mustAppend(t, s, "account-1", eventstore.NoStream, sized(2, 200<<10)...)
 }

@@ -115,10 +115,16 @@ func TestMapErrorUnwraps(t *testing.T) {
 		})
 	}
 
-	// A refused append over the maximum size, when its status reaches the client.
-	tooLarge := status.Error(codes.InvalidArgument, "Maximum Append Size of 1048576 Exceeded.")
-	if err := mapError(ctx, wrap(tooLarge), "op"); !errors.Is(err, ErrAppendTooLarge) || errors.Is(err, eventstore.ErrUnavailable) {
-		t.Fatalf("maximum append size: %v", err)
+	// A refused append over the maximum size, or with an event over the
+	// maximum event size (24.10 to 26.1), when its status reaches the client.
+	for _, msg := range []string{
+		"Maximum Append Size of 1048576 Exceeded.",
+		"Event with Id: 0b3c5c3e-9e0e-4a4e-8f5e-2a2b1c1d0e0f, Size: 200008, exceeds Maximum Append Event Size of 131072.",
+	} {
+		tooLarge := status.Error(codes.InvalidArgument, msg)
+		if err := mapError(ctx, wrap(tooLarge), "op"); !errors.Is(err, ErrAppendTooLarge) || errors.Is(err, eventstore.ErrUnavailable) {
+			t.Fatalf("%s: %v", msg, err)
+		}
 	}
 
 	// Wrong expected version: the actual revision is read from the wrapped error.

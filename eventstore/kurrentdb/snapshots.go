@@ -85,7 +85,7 @@ func (s *Store) WriteSnapshot(ctx context.Context, snap eventstore.Snapshot) err
 func (s *Store) keepOneSnapshot(ctx context.Context, stream string) error {
 	var md esdb.StreamMetadata
 	md.SetMaxCount(1)
-	err := s.do(ctx, func(c *esdb.Client) error {
+	err := s.do(ctx, func(ctx context.Context, c *esdb.Client) error {
 		_, err := c.SetStreamMetadata(ctx, stream, esdb.AppendToStreamOptions{}, md)
 		return err
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/ledgerworks/ledger/eventstore"
@@ -27,7 +28,8 @@ import (
 var ErrStreamDeleted = errors.New("kurrentdb: stream deleted")
 
 // ErrAppendTooLarge marks an append over the server's maximum append size
-// (MaxAppendSize, 1 MiB by default on 24.10). Retrying cannot help.
+// (MaxAppendSize, 1 MiB by default on 24.10) or with an event over its
+// maximum event size (MaxAppendEventSize, from 25.1). Retrying cannot help.
 var ErrAppendTooLarge = errors.New("kurrentdb: append over the maximum append size")
 
 // ErrInvalidPosition marks a $all read or subscription from a position the log
@@ -43,10 +45,14 @@ var ErrUnauthenticated = errors.New("kurrentdb: authentication failed (check the
 // granting $all read). Retrying cannot help.
 var ErrAccessDenied = errors.New("kurrentdb: access denied")
 
-// ErrStreamTruncated marks a forward stream read whose first event is not at
-// the revision asked for: the stream's metadata ($tb, $maxCount, $maxAge) or a
-// scavenge removed the events before it, and what is left is not the stream's
-// whole history. It is never retried.
+// ErrStreamTruncated marks a stream whose history reads cannot show in full:
+// a forward read whose first event is not at the revision asked for (or, from
+// revision 0, that finds nothing), because the stream's metadata ($tb,
+// $maxCount, $maxAge, a soft delete) or a scavenge removed the events before;
+// or an append the server answered in a way reads cannot back: as a repeat of
+// events they cannot show, or written past revision 0 when it expected no
+// stream (a soft-deleted stream, which that append un-deleted). It is never
+// retried.
 var ErrStreamTruncated = errors.New("kurrentdb: stream truncated")
 
 // errClosed is returned by every call after Close.
@@ -62,9 +68,13 @@ const (
 	// DefaultMaxAppendSize is KurrentDB 24.10's MaxAppendSize: 1,048,576 bytes,
 	// counted as the server does (data, metadata and twice the type's length).
 	DefaultMaxAppendSize = 1 << 20
-	defaultBufferSize    = 512
-	closeDrainTimeout    = 5 * time.Second
-	headPageSize         = 32
+	// probeRevision is the expected revision of the append of no events that
+	// asks whether the server accepts an append's header: no stream reaches
+	// it, so the server answers a wrong expected version and writes nothing.
+	probeRevision     = 1 << 62
+	defaultBufferSize = 512
+	closeDrainTimeout = 5 * time.Second
+	headPageSize      = 32
 )
 
 // Option configures a Store.
@@ -78,6 +88,7 @@ type options struct {
 	searchWindow        int
 	checkpointMultiple  int
 	maxAppendSize       int
+	maxAppendEventSize  int // 0: none
 }
 
 // WithLogger sends the client library's log lines to l (debug and info at Debug,
@@ -102,9 +113,19 @@ func WithCheckpointWindow(window, multiple int) Option {
 // the server counts them; a larger one fails with ErrAppendTooLarge before it is
 // sent. Set it to the server's MaxAppendSize (larger on 25.x than 24.10's 1 MiB)
 // or below: the server refuses a larger append while the client is still
-// sending it, and the client then reports only io.EOF, which cannot be told from
-// a lost connection.
+// sending it, and the client then reports only io.EOF, which the store tells
+// from a lost connection only with two more calls (see resendAfterEarlyEnd).
 func WithMaxAppendSize(bytes int) Option { return func(o *options) { o.maxAppendSize = bytes } }
+
+// WithMaxAppendEventSize sets the largest event the store sends, in bytes
+// counted as the server counts them; an append with a larger one fails with
+// ErrAppendTooLarge before it is sent. Set it to the server's
+// MaxAppendEventSize where that is below the append size (from 25.1 it is
+// the largest log record, 16 MiB by default; 24.10 has none). Without it
+// (the default) the store checks the append's size only.
+func WithMaxAppendEventSize(bytes int) Option {
+	return func(o *options) { o.maxAppendEventSize = bytes }
+}
 
 // ConnectionString turns a ledger URL (kurrentdb://, kurrentdb+discover://,
 // kurrent://, esdb://, esdb+discover://) into EventStore-Client-Go's connection
@@ -307,7 +328,15 @@ func (s *Store) noteError(c *esdb.Client, err error) {
 // do runs op with the current client and returns when op does or ctx ends. The
 // client ignores ctx while it (re)discovers the node, so op runs on its own
 // goroutine; it still gets ctx, so its gRPC call is abandoned with the caller.
-func (s *Store) do(ctx context.Context, op func(*esdb.Client) error) error {
+//
+// op's context carries requires-leader: true, which client v4.2.0 means to
+// send (its default node preference is the leader) but puts into an incoming
+// context, so it never does: a connection left on an old leader after an
+// election would be served reads, $all and subscriptions from that follower's
+// lagging log, and the ledger's retries on a stale read use up their attempts.
+// With the header a follower answers NotLeader and the client reconnects to the
+// leader; nothing was done, so op runs once more, there.
+func (s *Store) do(ctx context.Context, op func(context.Context, *esdb.Client) error) error {
 	if err := ctx.Err(); err != nil {
 		return err // nothing is sent for a caller that has already gone
 	}
@@ -316,9 +345,13 @@ func (s *Store) do(ctx context.Context, op func(*esdb.Client) error) error {
 		return err
 	}
 	done := make(chan error, 1)
+	lctx := metadata.AppendToOutgoingContext(ctx, "requires-leader", "true")
 	go func() {
 		defer s.release()
-		err := op(c)
+		err := op(lctx, c)
+		if notLeader(err) {
+			err = op(lctx, c)
+		}
 		if err != nil {
 			s.noteError(c, err)
 		}
@@ -335,6 +368,12 @@ func (s *Store) do(ctx context.Context, op func(*esdb.Client) error) error {
 		}
 		return ctx.Err()
 	}
+}
+
+// notLeader reports a follower's answer to a call that requires the leader.
+func notLeader(err error) bool {
+	var e *esdb.Error
+	return errors.As(err, &e) && e.Code() == esdb.ErrorCodeNotLeader
 }
 
 // Close ends every subscription and closes the connection.
@@ -404,7 +443,7 @@ func mapError(ctx context.Context, err error, what string) error {
 			return fmt.Errorf("kurrentdb: %s: %w: %w", what, ErrAccessDenied, err)
 		}
 	}
-	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "Maximum Append Size") {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && tooLarge(st.Message()) {
 		return fmt.Errorf("kurrentdb: %s: %w: %w", what, ErrAppendTooLarge, err)
 	}
 	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "invalid position") {
@@ -420,6 +459,13 @@ func mapError(ctx context.Context, err error, what string) error {
 		return fmt.Errorf("kurrentdb: %s: %w: %w", what, eventstore.ErrUnavailable, err)
 	}
 	return fmt.Errorf("kurrentdb: %s: %w", what, err)
+}
+
+// tooLarge reports the server's refusals of an append's size: of the whole
+// ("Maximum Append Size of N Exceeded.") or of one event ("Event with Id: ...,
+// Size: ..., exceeds Maximum Append Event Size of N.", 24.10 to 26.1).
+func tooLarge(msg string) bool {
+	return strings.Contains(msg, "Maximum Append Size") || strings.Contains(msg, "Maximum Append Event Size")
 }
 
 // transient reports whether a gRPC failure is worth retrying. The server answers
@@ -468,16 +514,17 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 	if len(events) == 0 {
 		return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append to %q: no events", stream)
 	}
-	data, err := s.toESDBEvents(stream, events)
+	data, size, err := s.toESDBEvents(stream, events)
 	if err != nil {
 		return eventstore.AppendResult{}, err
 	}
-	var wr *esdb.WriteResult
-	err = s.do(ctx, func(c *esdb.Client) error {
-		var err error
-		wr, err = c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: toESDBExpected(expected)}, data...)
-		return err
-	})
+	wr, err := s.send(ctx, stream, expected, data)
+	if errors.Is(err, io.EOF) {
+		wr, err = s.resendAfterEarlyEnd(ctx, stream, expected, data, size)
+	}
+	if errors.Is(err, ErrAppendTooLarge) {
+		return eventstore.AppendResult{}, err
+	}
 	if err != nil {
 		var e *esdb.Error
 		if errors.As(err, &e) && e.Code() == esdb.ErrorCodeWrongExpectedVersion {
@@ -489,6 +536,57 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		}
 		return eventstore.AppendResult{}, mapError(ctx, err, "append to "+stream)
 	}
+	return s.appended(ctx, stream, expected, events, wr)
+}
+
+// send sends one append. On an error it does not read wr: do returns at the
+// caller's deadline while op may still be running.
+func (s *Store) send(ctx context.Context, stream string, expected eventstore.ExpectedRevision, data []esdb.EventData) (*esdb.WriteResult, error) {
+	var wr *esdb.WriteResult
+	err := s.do(ctx, func(ctx context.Context, c *esdb.Client) error {
+		var err error
+		wr, err = c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: toESDBExpected(expected)}, data...)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return wr, nil
+}
+
+// resendAfterEarlyEnd follows an append that the server ended before the
+// client had sent it all: client v4.2.0 then returns Send's io.EOF and loses
+// the status. A node refuses so on the header (no right to write the stream,
+// before it reads the events) and on the body (an event or the append over
+// its size limits, as it reads them); a lost connection ends a call so too.
+// Nothing was committed (the server commits only after the whole request).
+// It asks about the header alone, with an append of no events at a revision
+// no stream reaches (answered wrong expected version, nothing written): a
+// refusal there (ErrAccessDenied, ErrUnauthenticated) is the answer. Else it
+// resends the append once, and a second early end is ErrAppendTooLarge. So
+// an early end costs at most two more calls, never an endless retry.
+func (s *Store) resendAfterEarlyEnd(ctx context.Context, stream string, expected eventstore.ExpectedRevision, data []esdb.EventData, size int) (*esdb.WriteResult, error) {
+	_, err := s.send(ctx, stream, eventstore.Exact(probeRevision), nil)
+	var e *esdb.Error
+	if err != nil && !(errors.As(err, &e) && (e.Code() == esdb.ErrorCodeWrongExpectedVersion || e.Code() == esdb.ErrorCodeStreamDeleted)) {
+		return nil, err
+	}
+	wr, err := s.send(ctx, stream, expected, data)
+	if errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("kurrentdb: append to %q: %w: the server ended it early twice while it accepts the stream's header, so its limits (MaxAppendSize, MaxAppendEventSize) are below this append's %d bytes: set WithMaxAppendSize and WithMaxAppendEventSize to them (%v)",
+			stream, ErrAppendTooLarge, size, err)
+	}
+	return wr, err
+}
+
+// appended turns the server's answer to an append into its result. It refuses
+// an answer that reads cannot back, with ErrStreamTruncated: events written
+// past revision 0 of a stream expected not to exist (the server un-deleted a
+// soft-deleted stream and wrote at N+1, hiding its history), and a repeat
+// answered without a position whose events a read cannot show (the server's
+// IndexWriter matches event IDs ignoring metadata; its ReadEvent honours it):
+// either would let a caller take a stream's history for empty.
+func (s *Store) appended(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events []eventstore.EventData, wr *esdb.WriteResult) (eventstore.AppendResult, error) {
 	last := wr.NextExpectedVersion
 	n := uint64(len(events))
 	if last+1 < n {
@@ -500,34 +598,50 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		LastRevision:  last,
 		Position:      eventstore.Position{Commit: wr.CommitPosition, Prepare: wr.PreparePosition},
 	}
-	if res.Position == eventstore.Start {
-		// The server answered without a position (no_position): read it back.
-		evs, err := s.ReadStream(ctx, stream, last, eventstore.Backwards, 1)
-		if err == nil && len(evs) == 1 && evs[0].Revision == last {
-			res.Position = evs[0].Position
-		}
+	if expected.IsNoStream() && res.FirstRevision != 0 {
+		return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append to %q expecting no stream: %w: the server wrote at revision %d, so the stream had events that reads did not show (soft-deleted: this append un-deleted it)",
+			stream, ErrStreamTruncated, res.FirstRevision)
 	}
-	return res, nil
+	if res.Position != eventstore.Start {
+		return res, nil
+	}
+	// The server answered without a position (no_position): a repeat of events
+	// its reads cannot show, or not yet indexed. Read the last one back.
+	evs, err := s.ReadStream(ctx, stream, last, eventstore.Backwards, 1)
+	switch {
+	case err == nil && len(evs) == 1 && evs[0].Revision == last && evs[0].ID == events[n-1].ID:
+		res.Position = evs[0].Position
+		return res, nil
+	case errors.Is(err, eventstore.ErrUnavailable) || errors.Is(err, context.Canceled):
+		return eventstore.AppendResult{}, err
+	}
+	return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append to %q: %w: the server answered it as a repeat of events at revisions %d-%d that reads cannot show (the stream is soft-deleted or its metadata truncates them; read back: %d events, %v)",
+		stream, ErrStreamTruncated, res.FirstRevision, last, len(evs), err)
 }
 
 // toESDBEvents checks events as the server would before sending them: the
 // server refuses an event without ID or type, and an append over its maximum
 // size, while it reads the request, and the client then loses the status.
-func (s *Store) toESDBEvents(stream string, events []eventstore.EventData) ([]esdb.EventData, error) {
+func (s *Store) toESDBEvents(stream string, events []eventstore.EventData) ([]esdb.EventData, int, error) {
 	data := make([]esdb.EventData, len(events))
 	size := 0
 	for i, e := range events {
 		switch {
 		case e.ID == uuid.Nil:
 			// The client would make up a random ID, and with it a new intent.
-			return nil, fmt.Errorf("kurrentdb: append to %q: event %d has no ID", stream, i)
+			return nil, 0, fmt.Errorf("kurrentdb: append to %q: event %d has no ID", stream, i)
 		case e.Type == "":
-			return nil, fmt.Errorf("kurrentdb: append to %q: event %d has no type", stream, i)
+			return nil, 0, fmt.Errorf("kurrentdb: append to %q: event %d has no type", stream, i)
 		}
 		// At least the server's count (Event.SizeOnDisk: the type in UTF-16).
-		size += len(e.Data) + len(e.Metadata) + 2*len(e.Type)
+		one := len(e.Data) + len(e.Metadata) + 2*len(e.Type)
+		if max := s.opts.maxAppendEventSize; max > 0 && one > max {
+			return nil, 0, fmt.Errorf("kurrentdb: append to %q: %w (event %d has %d bytes, limit %d per event)",
+				stream, ErrAppendTooLarge, i, one, max)
+		}
+		size += one
 		if size > s.opts.maxAppendSize {
-			return nil, fmt.Errorf("kurrentdb: append to %q: %w (%d bytes from event %d, limit %d)",
+			return nil, 0, fmt.Errorf("kurrentdb: append to %q: %w (%d bytes from event %d, limit %d)",
 				stream, ErrAppendTooLarge, size, i, s.opts.maxAppendSize)
 		}
 		data[i] = esdb.EventData{
@@ -538,7 +652,7 @@ func (s *Store) toESDBEvents(stream string, events []eventstore.EventData) ([]es
 			Metadata:    e.Metadata,
 		}
 	}
-	return data, nil
+	return data, size, nil
 }
 
 // lastRevision is the stream's last revision, -1 when it has none or when it
@@ -584,7 +698,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 		count = uint64(max)
 	}
 	var out []eventstore.RecordedEvent
-	err := s.do(ctx, func(c *esdb.Client) error {
+	err := s.do(ctx, func(ctx context.Context, c *esdb.Client) error {
 		rs, err := c.ReadStream(ctx, stream, opts, count)
 		if err != nil {
 			return err
@@ -617,13 +731,17 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 		return nil, fmt.Errorf("kurrentdb: read %q from revision %d: %w: the first readable event is %d",
 			stream, from, ErrStreamTruncated, out[0].Revision)
 	}
+	if dir == eventstore.Forwards && from == 0 && len(out) == 0 {
+		// The server found the stream (else stream_not_found) but none of its events.
+		return nil, fmt.Errorf("kurrentdb: read %q from revision 0: %w: the stream exists but none of its events can be read", stream, ErrStreamTruncated)
+	}
 	return out, nil
 }
 
 // readAllPage reads up to count records of $all, system records included.
 func (s *Store) readAllPage(ctx context.Context, from esdb.AllPosition, dir esdb.Direction, count uint64) ([]eventstore.RecordedEvent, error) {
 	var out []eventstore.RecordedEvent
-	err := s.do(ctx, func(c *esdb.Client) error {
+	err := s.do(ctx, func(ctx context.Context, c *esdb.Client) error {
 		rs, err := c.ReadAll(ctx, esdb.ReadAllOptions{Direction: dir, From: from}, count)
 		if err != nil {
 			return err

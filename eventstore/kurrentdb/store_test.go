@@ -172,7 +172,9 @@ func TestDeadlineWithoutReply(t *testing.T) {
 	s := devtest.OpenKurrentDB(t, url)
 	batch := evs(2)
 	srv.StallAppends(1, true)
-	short, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	// The deadline leaves a loaded machine time to deliver the request: one
+	// abandoned before the server read it would leave the stall to the retry.
+	short, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_, err := s.Append(short, "acct-1", eventstore.NoStream, batch)
 	if !errors.Is(err, eventstore.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
@@ -190,7 +192,7 @@ func TestDeadlineWithoutReply(t *testing.T) {
 
 	// Lost request: nothing was written, the retry writes.
 	srv.StallAppends(1, false)
-	short2, cancel2 := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	short2, cancel2 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel2()
 	more := evs(1)
 	if _, err := s.Append(short2, "acct-1", eventstore.Exact(1), more); !errors.Is(err, eventstore.ErrUnavailable) {

@@ -162,7 +162,7 @@ func (s *Store) startFor(ctx context.Context, p eventstore.Position) (eventstore
 
 func (s *Store) subscribe(ctx context.Context, from eventstore.Position, filter *esdb.SubscriptionFilter) (*esdb.Subscription, error) {
 	var es *esdb.Subscription
-	err := s.do(ctx, func(c *esdb.Client) error {
+	err := s.do(ctx, func(ctx context.Context, c *esdb.Client) error {
 		var err error
 		es, err = c.SubscribeToAll(ctx, esdb.SubscribeToAllOptions{
 			From:               allFrom(from),

@@ -257,7 +257,9 @@ func (d *db) append(stream string, exp expected, events []proposed) appendOutcom
 		out.first, out.last = cur, cur
 		return out
 	}
+	wasDeleted, metaOfDeleted := d.softDeletedLocked(stream), d.metaOfSoftDeletedLocked(stream)
 	last := d.writeLocked(stream, cur+1, events)
+	d.undeleteAfterWriteLocked(stream, cur+1, wasDeleted, metaOfDeleted)
 	out.first, out.last = cur+1, last.revision
 	out.pos, out.hasPos = last.pos, true
 	out.pending = !d.visibleLocked(last)
@@ -276,6 +278,9 @@ func (d *db) checkCommitLocked(stream string, exp expected, events []proposed) a
 		return wrong(decisionDeleted)
 	}
 
+	if exp.kind == expectStreamExists && d.softDeletedLocked(stream) {
+		return wrong(decisionDeleted)
+	}
 	if exp.kind == expectStreamExists && cur < 0 {
 		// A stream whose metadata stream exists counts as existing.
 		if d.streams["$$"+stream].last() < 0 {
@@ -304,7 +309,7 @@ func (d *db) checkCommitLocked(stream string, exp expected, events []proposed) a
 		if first { // no data in the transaction
 			return appendOutcome{decision: decisionOK, current: cur}
 		}
-		return d.idempotentLocked(s, cur, start, end)
+		return d.idempotentLocked(stream, cur, start, end)
 	}
 
 	expV := exp.version()
@@ -318,12 +323,15 @@ func (d *db) checkCommitLocked(stream string, exp expected, events []proposed) a
 			if n != expV+1 {
 				return wrong(decisionCorruptedIdempotency)
 			}
+			if exp.kind == expectNoStream && d.softDeletedLocked(stream) {
+				return appendOutcome{decision: decisionOK, current: cur} // written at cur+1: see softdelete.go
+			}
 			return wrong(decisionWrongExpectedVersion)
 		}
 		if n == expV { // no data in the transaction
 			return wrong(decisionWrongExpectedVersion)
 		}
-		return d.idempotentLocked(s, cur, expV+1, n)
+		return d.idempotentLocked(stream, cur, expV+1, n)
 	}
 	if expV > cur {
 		return wrong(decisionWrongExpectedVersion)
@@ -331,10 +339,17 @@ func (d *db) checkCommitLocked(stream string, exp expected, events []proposed) a
 	return appendOutcome{decision: decisionOK, current: cur}
 }
 
-func (d *db) idempotentLocked(s *streamState, cur, start, end int64) appendOutcome {
+// idempotentLocked answers a batch that matches events already written, with
+// the position of its last event: none when reads cannot show that event
+// (soft-deleted or truncated by metadata), as the server's ReadEvent then
+// fails and the answer carries no_position. The caller holds d.mu.
+func (d *db) idempotentLocked(stream string, cur, start, end int64) appendOutcome {
 	out := appendOutcome{decision: decisionIdempotent, current: cur, first: start, last: end}
+	s := d.streams[stream]
 	if s != nil && end >= 0 && end < int64(len(s.events)) {
-		out.pos, out.hasPos = s.events[end].pos, true
+		if !d.hiddenLocked(stream, end) {
+			out.pos, out.hasPos = s.events[end].pos, true
+		}
 		if !d.visibleLocked(s.events[end]) {
 			out.decision = decisionNotReady
 		}
@@ -382,15 +397,19 @@ func (d *db) tombstone(stream string, exp expected) (appendOutcome, *record) {
 	return out, r
 }
 
-// snapshot returns the log as it is now and the channel closed on the next write.
-func (d *db) snapshot() ([]*record, <-chan struct{}) {
+// snapshot returns the log as a reader lagging lag records behind what is
+// committed sees it now (see Server.SetReadLag), and the channel closed on
+// the next write.
+func (d *db) snapshot(lag int) ([]*record, <-chan struct{}) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.all[:d.visible:d.visible], d.changed
+	n := max(d.visible-lag, 0)
+	return d.all[:n:n], d.changed
 }
 
-// streamEvents returns a stream's events and state.
-func (d *db) stream(name string) (events []*record, exists, tombstoned bool) {
+// stream returns a stream's events and state as a reader lagging lag records
+// behind what is committed sees them.
+func (d *db) stream(name string, lag int) (events []*record, exists, tombstoned bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := d.streams[name]
@@ -398,7 +417,8 @@ func (d *db) stream(name string) (events []*record, exists, tombstoned bool) {
 		return nil, false, false
 	}
 	n := len(s.events)
-	for n > 0 && !d.visibleLocked(s.events[n-1]) {
+	cut := max(d.visible-lag, 0)
+	for n > 0 && (cut == 0 || s.events[n-1].pos > d.all[cut-1].pos) {
 		n--
 	}
 	return s.events[:n:n], n > 0 || s.tombstoned, s.tombstoned

@@ -17,6 +17,10 @@ import (
 type User struct {
 	Name, Password string
 	Admin          bool // a member of $admins
+	// ReadOnly: the ACLs grant it $r on the streams and on $all ($$$all's
+	// $acl) but not $w (a $userStreamAcl whose $w leaves it out): its
+	// appends, deletes and tombstones are refused with PermissionDenied.
+	ReadOnly bool
 }
 
 // WithTLS makes the server speak TLS only, with cert (made for 127.0.0.1), as a
@@ -79,11 +83,20 @@ func unknownService(_ any, ss grpc.ServerStream) error {
 // authorize applies the default ACLs to a stream operation: anonymous callers
 // may do nothing, $all is for $admins.
 func (s *Server) authorize(ctx context.Context, all bool) error {
+	return s.authorizeOp(ctx, all, false)
+}
+
+// authorizeWrite applies them to a write: a ReadOnly user may not.
+func (s *Server) authorizeWrite(ctx context.Context) error {
+	return s.authorizeOp(ctx, false, true)
+}
+
+func (s *Server) authorizeOp(ctx context.Context, all, write bool) error {
 	if s.cfg.users == nil {
 		return nil
 	}
 	u, _ := ctx.Value(userKey{}).(*User)
-	if u == nil || u == anonymous || (all && !u.Admin) {
+	if u == nil || u == anonymous || (all && !u.Admin && !u.ReadOnly) || (write && u.ReadOnly) {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs("exception", "access-denied"))
 		return status.Error(codes.PermissionDenied, "Access Denied")
 	}
@@ -98,10 +111,24 @@ func (s *Server) authorize(ctx context.Context, all bool) error {
 // io.EOF, which client v4.2.0 returns instead of the status. The test server,
 // quicker than a node's authentication, answers after the request so that the
 // client reads the status, as it usually does against a node.
-func readRequest(ss grpc.ServerStream) {
+//
+// WithEarlyRefusals makes it refuse as early as a node can, without reading.
+func (s *Server) readRequest(ss grpc.ServerStream) {
+	if s.cfg.earlyRefusals {
+		return
+	}
 	for ss.RecvMsg(new(shared.Empty)) == nil {
 	}
 }
+
+// WithEarlyRefusals makes the server refuse an append on its header, without
+// reading the rest of the request, as a node does (Streams.Append checks the
+// ACL before it reads the events; its authentication runs before routing):
+// the client, still sending a request larger than flow control lets through
+// unread (an HTTP/2 window, 64 KiB at first), then loses the status and sees
+// only io.EOF from client v4.2.0. Without it the server reads the request
+// before it refuses, so that the client reads the status.
+func WithEarlyRefusals() Option { return func(c *config) { c.earlyRefusals = true } }
 
 // authedStream carries the authenticated context into a streaming handler.
 type authedStream struct {

@@ -31,6 +31,7 @@ const (
 	MethodAppend              = api.Streams_Append_FullMethodName
 	MethodRead                = api.Streams_Read_FullMethodName
 	MethodTombstone           = api.Streams_Tombstone_FullMethodName
+	MethodDelete              = api.Streams_Delete_FullMethodName
 	MethodGetSupportedMethods = serverfeatures.ServerFeatures_GetSupportedMethods_FullMethodName
 	MethodGossipRead          = gossip.Gossip_Read_FullMethodName
 )
@@ -49,8 +50,11 @@ type config struct {
 	commitTimeout time.Duration
 	maxAppendSize int
 	emptyLog      bool
-	tls           *tls.Certificate
-	users         map[string]User // nil: no authentication
+	earlyRefusals bool
+	// maxAppendEventSize: 0 for none (24.10's int.MaxValue).
+	maxAppendEventSize int
+	tls                *tls.Certificate
+	users              map[string]User // nil: no authentication
 }
 
 // Release names the KurrentDB release whose behaviour the server reproduces
@@ -93,6 +97,15 @@ func (r Release) skipsAfterStart() bool { return r == Release23_10 }
 // and twice the type's length). Later releases allow more: see WithMaxAppendSize.
 const DefaultMaxAppendSize = 1 << 20
 
+// WithMaxAppendEventSize sets the largest event an append may carry, in bytes
+// counted as Event.SizeOnDisk (MaxAppendEventSize: unlimited on 24.10, the
+// largest log record, 16 MiB, from 25.1); a larger one is refused with
+// InvalidArgument "... exceeds Maximum Append Event Size of N." and the
+// exception maximum-append-event-size-exceeded, while the server reads it.
+func WithMaxAppendEventSize(bytes int) Option {
+	return func(c *config) { c.maxAppendEventSize = bytes }
+}
+
 // WithMaxAppendSize sets the largest append the server takes, in bytes counted
 // as Event.SizeOnDisk; a larger one is refused with InvalidArgument and the
 // exception maximum-append-size-exceeded.
@@ -110,7 +123,7 @@ func WithIDCacheSize(n int) Option { return func(c *config) { c.idCacheSize = n 
 func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
 
 // Server is an in-process KurrentDB speaking the gRPC protocol of
-// EventStore-Client-Go/v4: Streams (Append, Read, Tombstone), ServerFeatures
+// EventStore-Client-Go/v4: Streams (Append, Read, Delete, Tombstone), ServerFeatures
 // and Gossip, on 127.0.0.1 only.
 type Server struct {
 	cfg     config
@@ -133,6 +146,7 @@ type Server struct {
 	requests    map[string]int
 	starts      []string
 	leaderCalls int // calls that carried requires-leader: true
+	readLag     int // see SetReadLag
 }
 
 // New starts a server on 127.0.0.1 with an ephemeral port.
@@ -294,11 +308,42 @@ func (s *Server) Requests(method string) int {
 
 // Head is the log position of the last record, 0 when the log is empty.
 func (s *Server) Head() uint64 {
-	all, _ := s.db.snapshot()
+	all, _ := s.db.snapshot(0)
 	if len(all) == 0 {
 		return 0
 	}
 	return all[len(all)-1].pos
+}
+
+// SetReadLag makes the server serve reads as a follower n records behind the
+// leader would (0: off): stream reads, $all reads, subscriptions and so the
+// head see the log without its last n committed records, and a subscription
+// sees a record once n more are committed. Appends are decided on the whole log,
+// as a follower forwards them to the leader. A call that carries
+// requires-leader: true is served as the leader serves it (a real follower
+// answers it NotLeader and the client reconnects to the leader: see
+// NotLeaderNext for that answer). This is what a connection left on an old
+// leader after an election sees, since client v4.2.0 never sends the header.
+func (s *Server) SetReadLag(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.readLag = n
+}
+
+// lagOf is how many records a read of this call lags (SetReadLag).
+func (s *Server) lagOf(ctx context.Context) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if requiresLeader(ctx) {
+		return 0
+	}
+	return s.readLag
+}
+
+func requiresLeader(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get("requires-leader")
+	return len(v) > 0 && v[0] == "true"
 }
 
 // RequiresLeaderCalls counts the calls that carried the requires-leader: true
@@ -313,7 +358,7 @@ func (s *Server) fault(ctx context.Context, method string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.requests[method]++
-	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("requires-leader")) > 0 && md.Get("requires-leader")[0] == "true" {
+	if requiresLeader(ctx) {
 		s.leaderCalls++
 	}
 	if q := s.failNext[method]; len(q) > 0 {
@@ -355,7 +400,7 @@ func (s *Server) streamFaults(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	ctx, err := s.authenticate(ss.Context())
 	if err != nil {
 		if info.IsClientStream && !info.IsServerStream { // Append
-			readRequest(ss)
+			s.readRequest(ss)
 		}
 		return err
 	}
@@ -394,6 +439,7 @@ func (featuresServer) GetSupportedMethods(context.Context, *shared.Empty) (*serv
 			{ServiceName: svc, MethodName: "read"},
 			{ServiceName: svc, MethodName: "append"},
 			{ServiceName: svc, MethodName: "tombstone"},
+			{ServiceName: svc, MethodName: "delete"},
 			{ServiceName: "event_store.client.gossip.gossip", MethodName: "read"},
 			{ServiceName: "event_store.client.server_features.serverfeatures", MethodName: "getsupportedmethods"},
 		},

@@ -80,8 +80,8 @@ func (ss *streamsServer) Append(srv api.Streams_AppendServer) error {
 	if opts == nil {
 		return status.Error(codes.Unknown, "Operation is not valid due to the current state of the object.")
 	}
-	if err := ss.s.authorize(srv.Context(), false); err != nil {
-		readRequest(srv)
+	if err := ss.s.authorizeWrite(srv.Context()); err != nil {
+		ss.s.readRequest(srv)
 		return err
 	}
 	stream := string(opts.GetStreamIdentifier().GetStreamName())
@@ -185,6 +185,11 @@ func (ss *streamsServer) receiveEvents(srv api.Streams_AppendServer) ([]proposed
 			data:        msg.GetData(),
 			meta:        msg.GetCustomMetadata(),
 		}
+		if max := ss.s.cfg.maxAppendEventSize; max > 0 && sizeOnDisk(e) > max {
+			srv.SetTrailer(metadata.Pairs("exception", "maximum-append-event-size-exceeded", "maximum-append-event-size", strconv.Itoa(max),
+				"event-id", e.id.String(), "proposed-append-event-size", strconv.Itoa(sizeOnDisk(e))))
+			return nil, status.Errorf(codes.InvalidArgument, "Event with Id: %s, Size: %d, exceeds Maximum Append Event Size of %d.", e.id, sizeOnDisk(e), max)
+		}
 		size += sizeOnDisk(e)
 		if max := ss.s.cfg.maxAppendSize; size > max {
 			srv.SetTrailer(metadata.Pairs("exception", "maximum-append-size-exceeded", "maximum-append-size", strconv.Itoa(max)))
@@ -255,38 +260,62 @@ func wrongExpectedVersion(exp expected, current int64) *api.AppendResp_WrongExpe
 // Tombstone implements Streams.Tombstone: a $streamDeleted record, after which
 // the stream can be neither read nor written.
 func (ss *streamsServer) Tombstone(ctx context.Context, req *api.TombstoneReq) (*api.TombstoneResp, error) {
-	if err := ss.s.authorize(ctx, false); err != nil {
-		return nil, err
-	}
 	opts := req.GetOptions()
-	stream := string(opts.GetStreamIdentifier().GetStreamName())
-	var exp expected
-	switch v := opts.GetExpectedStreamRevision().(type) {
-	case *api.TombstoneReq_Options_Revision:
-		exp = expected{kind: expectRevision, rev: v.Revision}
-	case *api.TombstoneReq_Options_NoStream:
-		exp = expected{kind: expectNoStream}
-	case *api.TombstoneReq_Options_Any:
-		exp = expected{kind: expectAny}
-	case *api.TombstoneReq_Options_StreamExists:
-		exp = expected{kind: expectStreamExists}
-	default:
-		return nil, status.Errorf(codes.InvalidArgument, "'%v' is not a valid expected stream revision", v)
-	}
-	setTrailer := func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) }
-	out, r := ss.s.db.tombstone(stream, exp)
-	switch out.decision {
-	case decisionDeleted:
-		return nil, streamDeleted(ctx, setTrailer, stream)
-	case decisionWrongExpectedVersion:
-		setTrailer(wrongExpectedVersionTrailer(stream, exp, out.current))
-		return nil, status.Errorf(codes.FailedPrecondition,
-			"Delete failed due to WrongExpectedVersion. Stream: %s, Expected version: %d, Actual version: %d",
-			stream, exp.version(), out.current)
+	r, err := ss.deleteStream(ctx, string(opts.GetStreamIdentifier().GetStreamName()), opts.GetExpectedStreamRevision(), ss.s.db.tombstone)
+	if err != nil {
+		return nil, err
 	}
 	return &api.TombstoneResp{PositionOption: &api.TombstoneResp_Position_{Position: &api.TombstoneResp_Position{
 		CommitPosition: r.pos, PreparePosition: r.pos,
 	}}}, nil
+}
+
+// deleteStream runs a tombstone or a soft delete (del) after its ACL check,
+// and returns the record it wrote or the refusal.
+func (ss *streamsServer) deleteStream(ctx context.Context, stream string, rev any, del func(string, expected) (appendOutcome, *record)) (*record, error) {
+	if err := ss.s.authorizeWrite(ctx); err != nil {
+		return nil, err
+	}
+	exp, err := deleteExpected(rev)
+	if err != nil {
+		return nil, err
+	}
+	out, r := del(stream, exp)
+	return r, deleteRefused(ctx, stream, exp, out)
+}
+
+// deleteExpected decodes the expected revision of a tombstone or a soft
+// delete, whose options have the same shape.
+func deleteExpected(rev any) (expected, error) {
+	switch v := rev.(type) {
+	case *api.TombstoneReq_Options_Revision:
+		return expected{kind: expectRevision, rev: v.Revision}, nil
+	case *api.DeleteReq_Options_Revision:
+		return expected{kind: expectRevision, rev: v.Revision}, nil
+	case *api.TombstoneReq_Options_NoStream, *api.DeleteReq_Options_NoStream:
+		return expected{kind: expectNoStream}, nil
+	case *api.TombstoneReq_Options_Any, *api.DeleteReq_Options_Any:
+		return expected{kind: expectAny}, nil
+	case *api.TombstoneReq_Options_StreamExists, *api.DeleteReq_Options_StreamExists:
+		return expected{kind: expectStreamExists}, nil
+	}
+	return expected{}, status.Errorf(codes.InvalidArgument, "'%v' is not a valid expected stream revision", rev)
+}
+
+// deleteRefused is the answer to a tombstone or a soft delete the IndexWriter
+// refused, nil when it did not.
+func deleteRefused(ctx context.Context, stream string, exp expected, out appendOutcome) error {
+	setTrailer := func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) }
+	switch out.decision {
+	case decisionOK:
+		return nil
+	case decisionDeleted:
+		return streamDeleted(ctx, setTrailer, stream)
+	}
+	setTrailer(wrongExpectedVersionTrailer(stream, exp, out.current))
+	return status.Errorf(codes.FailedPrecondition,
+		"Delete failed due to WrongExpectedVersion. Stream: %s, Expected version: %d, Actual version: %d",
+		stream, exp.version(), out.current)
 }
 
 // readOptions is a decoded ReadReq.
@@ -298,6 +327,7 @@ type readOptions struct {
 	count        uint64
 	uuidString   bool
 	compat       uint32
+	lag          int // records the read lags behind the log (Server.SetReadLag)
 
 	// stream start: fromStart, fromEnd or revision
 	// all start: fromStart, fromEnd or (commit, prepare)
@@ -493,6 +523,7 @@ func (ss *streamsServer) Read(req *api.ReadReq, srv api.Streams_ReadServer) erro
 	if err := ss.s.authorize(srv.Context(), ro.all); err != nil {
 		return err
 	}
+	ro.lag = ss.s.lagOf(srv.Context())
 	switch {
 	case ro.subscription && ro.all:
 		return ss.subscribeAll(ro, srv)
@@ -506,7 +537,7 @@ func (ss *streamsServer) Read(req *api.ReadReq, srv api.Streams_ReadServer) erro
 }
 
 func (ss *streamsServer) readStream(ro *readOptions, srv api.Streams_ReadServer) error {
-	events, exists, tombstoned := ss.s.db.stream(ro.stream)
+	events, exists, tombstoned := ss.s.db.stream(ro.stream, ro.lag)
 	if tombstoned {
 		return streamDeleted(srv.Context(), srv.SetTrailer, ro.stream)
 	}
@@ -569,7 +600,7 @@ func (ss *streamsServer) readAll(ro *readOptions, srv api.Streams_ReadServer) er
 	if ro.positional() && !ss.s.db.validPosition(ro.commit) {
 		return invalidPosition()
 	}
-	all, _ := ss.s.db.snapshot()
+	all, _ := ss.s.db.snapshot(ro.lag)
 	var sent uint64
 	visit := func(r *record) (bool, error) {
 		if sent >= ro.count {
@@ -692,7 +723,7 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 	if ro.positional() && !ss.s.db.validPosition(ro.commit) {
 		return invalidPosition() // after the confirmation, as the server does
 	}
-	all, _ := ss.s.db.snapshot()
+	all, _ := ss.s.db.snapshot(ro.lag)
 	next := 0
 	switch {
 	case ro.fromStart:
@@ -726,7 +757,7 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 	}
 	// Catch-up, page by page.
 	for {
-		all, _ = ss.s.db.snapshot()
+		all, _ = ss.s.db.snapshot(ro.lag)
 		if next >= len(all) {
 			break
 		}
@@ -787,7 +818,7 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 	}
 	// Live.
 	for {
-		all, changed := ss.s.db.snapshot()
+		all, changed := ss.s.db.snapshot(ro.lag)
 		for ; next < len(all); next++ {
 			r := all[next]
 			if ro.filter.match(r) {
@@ -819,7 +850,7 @@ func (ss *streamsServer) subscribeStream(ro *readOptions, srv api.Streams_ReadSe
 	if err != nil {
 		return err
 	}
-	events, _, _ := ss.s.db.stream(ro.stream)
+	events, _, _ := ss.s.db.stream(ro.stream, ro.lag)
 	next := uint64(0)
 	switch {
 	case ro.fromStart:
@@ -830,8 +861,8 @@ func (ss *streamsServer) subscribeStream(ro *readOptions, srv api.Streams_ReadSe
 	}
 	isCaughtUp := false
 	for {
-		_, changed := ss.s.db.snapshot()
-		events, _, tombstoned := ss.s.db.stream(ro.stream)
+		_, changed := ss.s.db.snapshot(ro.lag)
+		events, _, tombstoned := ss.s.db.stream(ro.stream, ro.lag)
 		if first, _ := ss.s.db.readableFrom(ro.stream, events); !isCaughtUp {
 			next = max(next, uint64(first)) // catch-up reads leave out what metadata truncates
 		}
@@ -853,10 +884,4 @@ func (ss *streamsServer) subscribeStream(ro *readOptions, srv api.Streams_ReadSe
 			return err
 		}
 	}
-}
-
-// Delete (soft delete) and BatchAppend are not offered: the ledger's backend
-// never uses them, and ServerFeatures does not advertise BatchAppend.
-func (ss *streamsServer) Delete(context.Context, *api.DeleteReq) (*api.DeleteResp, error) {
-	return nil, status.Error(codes.Unimplemented, fmt.Sprintf("%s is not implemented by the test server", api.Streams_Delete_FullMethodName))
 }

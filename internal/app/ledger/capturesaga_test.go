@@ -151,52 +151,45 @@ func captureSagaCrashAtEveryStep(t *testing.T, newSagaService func(Store, *devte
 		openFunded(t, setup, "payer", "EUR", 100_000)
 		openFunded(t, setup, "shop", "EUR", 0)
 		openClosed(t, setup, "gone", "EUR")
-		n, captured, held := 0, int64(0), int64(0)
-		for _, path := range []struct {
-			name   string
-			steps  []string
+		rig := &crashRig{t: t, st: st, clk: clk, newService: newSagaService}
+		type path struct {
+			crashPath
 			to     string
 			amount int64
 			code   domain.Code
-		}{
-			{"applied", captureAppliedSteps, "shop", 30, domain.CodeOK},
-			{"refused", captureRefusedSteps, "shop", 500, domain.CodeInsufficientFunds},
-			{"guard-refused", captureGuardRefusedSteps, "gone", 30, domain.CodeAccountClosed},
-		} {
-			for _, step := range path.steps {
-				for _, by := range []string{"process", "retry"} {
-					n++
-					id := fmt.Sprintf("%s-%s-%d", path.name, by, n)
-					hold := "h-" + id
-					must(t, setup, "place_hold", holdBody("p-"+id, "payer", hold, 100)...)
-					body := []any{"idempotency_key", "k-" + id, "account_id", "payer", "hold_id", hold, "amount", path.amount, "to", path.to}
-					r := crashThenRecover(t, st, clk, newSagaService, "capture_hold", body, step, by, func() {
-						audit(t, st, false) // half-way, money is in flight, never lost
-						// In flight while its guard stands: ledger.v1.query.command does not answer it yet.
-						g := devtest.Account(t, st, path.to).Holds[domain.CaptureGuardHoldID("k-"+id)]
-						if _, found, err := newSagaService(st, clk).Lookup(context.Background(), "k-"+id); err != nil || found && g != nil && g.Status == domain.HoldStatusActive {
-							t.Fatalf("%s: looked up behind its guard: %v %v", id, found, err)
-						}
-					})
-					if r.Code != path.code || (path.code == domain.CodeOK) != (r.Status == domain.StatusApplied) || len(r.Events) != 1 {
-						t.Fatalf("%s crashed at %s, recovered by %s: %+v", id, step, by, r)
-					}
-					if path.code == domain.CodeOK {
-						captured += path.amount
-					} else {
-						held += 100 // the refused capture leaves its hold
-					}
-					if dup := send(newSagaService(st, clk), "capture_hold", body...); !dup.Duplicate || !sameReply(dup, r) {
-						t.Fatalf("%s: later duplicate differs:\n%+v\n%+v", id, dup, r)
-					}
-					audit(t, st, true) // no guard left standing
-					payer, shop := devtest.Account(t, st, "payer"), devtest.Account(t, st, "shop")
-					if payer.Balance != 100_000-captured || payer.Held != held || shop.Balance != captured || shop.Held != 0 {
-						t.Fatalf("%s: payer %d (held %d), shop %d (held %d); captured %d", id, payer.Balance, payer.Held, shop.Balance, shop.Held, captured)
-					}
-				}
-			}
 		}
+		paths := []path{
+			{crashPath{"applied", captureAppliedSteps}, "shop", 30, domain.CodeOK},
+			{crashPath{"refused", captureRefusedSteps}, "shop", 500, domain.CodeInsufficientFunds},
+			{crashPath{"guard-refused", captureGuardRefusedSteps}, "gone", 30, domain.CodeAccountClosed},
+		}
+		captured, held := int64(0), int64(0)
+		everyStep(rig, paths, byEither, func(p path, step, by, id string) {
+			hold := "h-" + id
+			must(t, setup, "place_hold", holdBody("p-"+id, "payer", hold, 100)...)
+			body := []any{"idempotency_key", "k-" + id, "account_id", "payer", "hold_id", hold, "amount", p.amount, "to", p.to}
+			r := rig.crashThenRecover("capture_hold", body, step, by, func() {
+				audit(t, st, false) // half-way, money is in flight, never lost
+				// In flight while its guard stands: ledger.v1.query.command does not answer it yet.
+				g := devtest.Account(t, st, p.to).Holds[domain.CaptureGuardHoldID("k-"+id)]
+				if _, found, err := newSagaService(st, clk).Lookup(context.Background(), "k-"+id); err != nil || found && g != nil && g.Status == domain.HoldStatusActive {
+					t.Fatalf("%s: looked up behind its guard: %v %v", id, found, err)
+				}
+			})
+			if r.Code != p.code || (p.code == domain.CodeOK) != (r.Status == domain.StatusApplied) || len(r.Events) != 1 {
+				t.Fatalf("%s crashed at %s, recovered by %s: %+v", id, step, by, r)
+			}
+			if p.code == domain.CodeOK {
+				captured += p.amount
+			} else {
+				held += 100 // the refused capture leaves its hold
+			}
+			audit(t, st, true) // no guard left standing
+			payer, shop := devtest.Account(t, st, "payer"), devtest.Account(t, st, "shop")
+			if payer.Balance != 100_000-captured || payer.Held != held || shop.Balance != captured || shop.Held != 0 {
+				t.Fatalf("%s: payer %d (held %d), shop %d (held %d); captured %d", id, payer.Balance, payer.Held, shop.Balance, shop.Held, captured)
+			}
+		})
 	})
 }
 

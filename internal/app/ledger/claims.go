@@ -118,12 +118,16 @@ func (s *Service) claimError(ctx context.Context, keyStream string, req domain.C
 	if !errors.As(err, &wrong) || wrong.Stream != keyStream {
 		return err
 	}
-	c, rerr := s.readClaim(ctx, strings.TrimPrefix(keyStream, domain.KeyStreamPrefix))
+	key := strings.TrimPrefix(keyStream, domain.KeyStreamPrefix)
+	c, rerr := s.readClaim(ctx, key)
 	if rerr != nil {
 		return rerr
 	}
 	if c == nil {
-		return err // the claim vanished: treat as a plain conflict and retry
+		// The store holds a claim its reads cannot show (a KurrentDB key stream
+		// soft-deleted or truncated by its metadata): deciding again could
+		// move money a second time. Not a wrong expected revision: no retry.
+		return fmt.Errorf("ledger: key %q: the store refused its claim as taken (%v), but reads of %s cannot show the claim (deleted or truncated?): the command is stopped", key, err, keyStream)
 	}
 	if c.Verdict(req) == domain.KeyDuplicate {
 		return err // same request claimed by a racer: the retry finds its decision

@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
@@ -315,53 +314,37 @@ func TestRefundCrashAtEveryStep(t *testing.T) {
 		setup := newSagaService(st, clk)
 		openFunded(t, setup, "alice", "EUR", 10_000)
 		openFunded(t, setup, "bob", "EUR", 0)
-		paths := []struct {
-			name  string
-			steps []string
-			code  domain.Code
-		}{
-			{"completed", []string{"refund/requested", "refund/debit", "refund/credit", "refund/complete"}, domain.CodeOK},
-			{"rejected", []string{"refund/debit", "refund/reject"}, domain.CodeInsufficientFunds},
-			{"failed", []string{"refund/credit", "refund/refuse", "refund/compensate", "refund/fail"}, domain.CodeAccountClosed},
+		rig := &crashRig{t: t, st: st, clk: clk, newService: newSagaService}
+		type path struct {
+			crashPath
+			code domain.Code
 		}
-		n := 0
-		for _, path := range paths {
-			for _, step := range path.steps {
-				n++
-				id := fmt.Sprintf("%s-%d", path.name, n)
-				src, dst := "src-"+id, "dst-"+id
-				openFunded(t, setup, src, "EUR", 10)
-				openFunded(t, setup, dst, "EUR", 0)
-				must(t, setup, "transfer", transferBody("t-"+id, id, src, dst, 10)...)
-				switch path.name {
-				case "rejected": // the destination spent the money
-					must(t, setup, "withdraw", "idempotency_key", "spend-"+id, "account_id", dst, "amount", 10, "currency", "EUR")
-				case "failed": // the source closed
-					must(t, setup, "close_account", "idempotency_key", "close-"+id, "account_id", src)
-				}
-				crashing := newSagaService(st, clk)
-				crashAt(crashing, step)
-				if r := send(crashing, "refund", refundBody("r-"+id, "t-"+id, 0)...); r.Status != domain.StatusError {
-					t.Fatalf("%s at %s: no crash: %+v", id, step, r)
-				}
-				audit(t, st, false)
-				clk.Advance(time.Minute)
-				recoverPass(t, NewProcess(newSagaService(st, clk), st, ProcessOptions{Grace: time.Second}))
-				r, found, err := crashing.Lookup(context.Background(), "r-"+id)
-				if err != nil || !found || r.Code != path.code {
-					t.Fatalf("%s after recovery: %v %v %+v", id, found, err, r)
-				}
-				if again := send(crashing, "refund", refundBody("r-"+id, "t-"+id, 0)...); !again.Duplicate || !sameReply(again, r) {
-					t.Fatalf("%s retry: %+v", id, again)
-				}
-				a := audit(t, st, true)
-				want := map[string][2]int64{"completed": {10, 0}, "rejected": {0, 0}, "failed": {0, 10}}[path.name]
-				if a.balance(src) != want[0] || a.balance(dst) != want[1] {
-					t.Fatalf("%s: src %d dst %d", id, a.balance(src), a.balance(dst))
-				}
-				audit(t, st, true)
+		paths := []path{
+			{crashPath{"completed", []string{"refund/requested", "refund/debit", "refund/credit", "refund/complete"}}, domain.CodeOK},
+			{crashPath{"rejected", []string{"refund/debit", "refund/reject"}}, domain.CodeInsufficientFunds},
+			{crashPath{"failed", []string{"refund/credit", "refund/refuse", "refund/compensate", "refund/fail"}}, domain.CodeAccountClosed},
+		}
+		everyStep(rig, paths, []string{byProcess}, func(p path, step, by, id string) {
+			src, dst := "src-"+id, "dst-"+id
+			openFunded(t, setup, src, "EUR", 10)
+			openFunded(t, setup, dst, "EUR", 0)
+			must(t, setup, "transfer", transferBody("t-"+id, id, src, dst, 10)...)
+			switch p.name {
+			case "rejected": // the destination spent the money
+				must(t, setup, "withdraw", "idempotency_key", "spend-"+id, "account_id", dst, "amount", 10, "currency", "EUR")
+			case "failed": // the source closed
+				must(t, setup, "close_account", "idempotency_key", "close-"+id, "account_id", src)
 			}
-		}
+			r := rig.crashThenRecover("refund", refundBody("r-"+id, "t-"+id, 0), step, by, func() { audit(t, st, false) })
+			if r.Code != p.code {
+				t.Fatalf("%s after recovery: %+v", id, r)
+			}
+			a := audit(t, st, true)
+			want := map[string][2]int64{"completed": {10, 0}, "rejected": {0, 0}, "failed": {0, 10}}[p.name]
+			if a.balance(src) != want[0] || a.balance(dst) != want[1] {
+				t.Fatalf("%s: src %d dst %d", id, a.balance(src), a.balance(dst))
+			}
+		})
 
 		// A refund of a transfer still in flight drives the transfer first.
 		crashing := newSagaService(st, clk)

@@ -3,14 +3,11 @@ package ledger
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 
@@ -92,19 +89,6 @@ func eventTypes(r Reply) []string {
 		out = append(out, strings.TrimPrefix(e.Stream, "account-")+":"+e.Type)
 	}
 	return out
-}
-
-// errCrash is what a failpoint returns to abort a handler between two steps.
-var errCrash = errors.New("test: crash")
-
-// crashAt makes s abort at the named step, every time it gets there.
-func crashAt(s *Service, step string) {
-	s.failpoint = func(got string) error {
-		if got == step {
-			return errCrash
-		}
-		return nil
-	}
 }
 
 // ---- transfers ----
@@ -311,45 +295,6 @@ func TestSameTransferTenTimesTwoInstances(t *testing.T) {
 	})
 }
 
-// crashThenRecover sends command typ (body: the key "k-<id>" among its
-// fields) to a service that crashes at step, calls halfway, then recovers it
-// by the transfer process of another instance (by "process", past the grace
-// period) or by the client's retry (by "retry", a duplicate since the request
-// was written before the crash), and returns the recovered reply.
-func crashThenRecover(t *testing.T, st ProcessStore, clk *devtest.Clock, newSagaService func(Store, *devtest.Clock) *Service, typ string, body []any, step, by string, halfway func()) Reply {
-	t.Helper()
-	var key string
-	for i := 0; i+1 < len(body); i += 2 {
-		if body[i] == "idempotency_key" {
-			key = body[i+1].(string)
-		}
-	}
-	crashing := newSagaService(st, clk)
-	crashAt(crashing, step)
-	if r := send(crashing, typ, body...); r.Status != domain.StatusError {
-		t.Fatalf("%s at %s: no crash: %+v", key, step, r)
-	}
-	halfway()
-	if by == "process" {
-		clk.Advance(time.Minute) // past the grace period
-		p := NewProcess(newSagaService(st, clk), st, ProcessOptions{Grace: time.Second})
-		if _, err := p.Recover(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		r, found, err := crashing.Lookup(context.Background(), key)
-		if err != nil || !found {
-			t.Fatalf("%s: lookup after recovery: %v %v", key, found, err)
-		}
-		return r
-	}
-	crashing.failpoint = nil
-	r := send(crashing, typ, body...)
-	if !r.Duplicate {
-		t.Fatalf("%s: retry not a duplicate: %+v", key, r)
-	}
-	return r
-}
-
 // sagaSteps are the failpoints of a transfer, by the path it takes.
 var (
 	completedSteps = []string{"transfer/requested", "transfer/debit", "transfer/credit", "transfer/complete"}
@@ -377,36 +322,28 @@ func transferCrashAtEveryStep(t *testing.T, newSagaService func(Store, *devtest.
 		openFunded(t, setup, "alice", "EUR", 1000)
 		openFunded(t, setup, "bob", "EUR", 0)
 		openClosed(t, setup, "closed", "EUR")
-		n := 0
-		for _, path := range []struct {
-			name   string
-			steps  []string
+		rig := &crashRig{t: t, st: st, clk: clk, newService: newSagaService}
+		type path struct {
+			crashPath
 			to     string
 			amount int64
 			status string
-		}{
-			{"completed", completedSteps, "bob", 10, "completed"},
-			{"failed", failedSteps, "closed", 10, "failed"},
-			{"rejected", rejectedSteps, "bob", 1_000_000, "rejected"},
-		} {
-			for _, step := range path.steps {
-				for _, by := range []string{"process", "retry"} {
-					n++
-					id := fmt.Sprintf("%s-%s-%d", path.name, by, n)
-					tb := transferBody("k-"+id, id, "alice", path.to, path.amount)
-					r := crashThenRecover(t, st, clk, newSagaService, "transfer", tb, step, by, func() {
-						audit(t, st, false) // half-way, money is in flight, never lost
-					})
-					if r.Transfer == nil || r.Transfer.Status != path.status {
-						t.Fatalf("%s crashed at %s, recovered by %s: %+v", id, step, by, r)
-					}
-					if dup := send(newSagaService(st, clk), "transfer", tb...); !sameReply(dup, r) {
-						t.Fatalf("%s: later duplicate differs:\n%+v\n%+v", id, dup, r)
-					}
-					audit(t, st, true)
-				}
-			}
 		}
+		paths := []path{
+			{crashPath{"completed", completedSteps}, "bob", 10, "completed"},
+			{crashPath{"failed", failedSteps}, "closed", 10, "failed"},
+			{crashPath{"rejected", rejectedSteps}, "bob", 1_000_000, "rejected"},
+		}
+		everyStep(rig, paths, byEither, func(p path, step, by, id string) {
+			tb := transferBody("k-"+id, id, "alice", p.to, p.amount)
+			r := rig.crashThenRecover("transfer", tb, step, by, func() {
+				audit(t, st, false) // half-way, money is in flight, never lost
+			})
+			if r.Transfer == nil || r.Transfer.Status != p.status {
+				t.Fatalf("%s crashed at %s, recovered by %s: %+v", id, step, by, r)
+			}
+			audit(t, st, true)
+		})
 		a := audit(t, st, true)
 		completed := int64(2 * len(completedSteps) * 10)
 		if a.balance("alice") != 1000-completed || a.balance("bob") != completed {

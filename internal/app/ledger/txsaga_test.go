@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
@@ -43,37 +42,30 @@ func transactionSagaCrashAtEveryStep(t *testing.T, newSagaService func(Store, *d
 		openFunded(t, setup, "alice", "EUR", 100_000)
 		openFunded(t, setup, "bob", "EUR", 0)
 		openFunded(t, setup, "fee", "EUR", 0)
-		n, posted := 0, 0
-		for _, path := range []struct {
-			name     string
-			steps    []string
+		rig := &crashRig{t: t, st: st, clk: clk, newService: newSagaService}
+		type path struct {
+			crashPath
 			postings []map[string]any
 			status   string
 			posting  int
-		}{
-			// bob pays its fee from what the first posting brings it: it reserves nothing.
-			{"posted", txPostedSteps, []map[string]any{txPosting("alice", "bob", 100), txPosting("alice", "fee", 5), txPosting("bob", "fee", 1)}, "posted", -1},
-			{"rejected", txRejectedSteps, []map[string]any{txPosting("alice", "bob", 10), txPosting("bob", "fee", 1), txPosting("alice", "fee", 1_000_000)}, "rejected", 2},
-		} {
-			for _, step := range path.steps {
-				for _, by := range []string{"process", "retry"} {
-					n++
-					id := fmt.Sprintf("%s-%s-%d", path.name, by, n)
-					body := []any{"idempotency_key", "k-" + id, "transaction_id", id, "postings", path.postings}
-					r := crashThenRecover(t, st, clk, newSagaService, "post_transaction", body, step, by, func() {})
-					if r.Transaction == nil || r.Transaction.Status != path.status || (path.posting >= 0 && (r.Posting == nil || *r.Posting != path.posting || r.Code != domain.CodeInsufficientFunds)) {
-						t.Fatalf("%s crashed at %s, recovered by %s: %+v", id, step, by, r)
-					}
-					if path.status == "posted" {
-						posted++
-					}
-					if dup := send(newSagaService(st, clk), "post_transaction", body...); !dup.Duplicate || !sameReply(dup, r) {
-						t.Fatalf("%s: later duplicate differs:\n%+v\n%+v", id, dup, r)
-					}
-					checkTxBalances(t, st, posted)
-				}
-			}
 		}
+		paths := []path{
+			// bob pays its fee from what the first posting brings it: it reserves nothing.
+			{crashPath{"posted", txPostedSteps}, []map[string]any{txPosting("alice", "bob", 100), txPosting("alice", "fee", 5), txPosting("bob", "fee", 1)}, "posted", -1},
+			{crashPath{"rejected", txRejectedSteps}, []map[string]any{txPosting("alice", "bob", 10), txPosting("bob", "fee", 1), txPosting("alice", "fee", 1_000_000)}, "rejected", 2},
+		}
+		posted := 0
+		everyStep(rig, paths, byEither, func(p path, step, by, id string) {
+			body := []any{"idempotency_key", "k-" + id, "transaction_id", id, "postings", p.postings}
+			r := rig.crashThenRecover("post_transaction", body, step, by, func() {})
+			if r.Transaction == nil || r.Transaction.Status != p.status || (p.posting >= 0 && (r.Posting == nil || *r.Posting != p.posting || r.Code != domain.CodeInsufficientFunds)) {
+				t.Fatalf("%s crashed at %s, recovered by %s: %+v", id, step, by, r)
+			}
+			if p.status == "posted" {
+				posted++
+			}
+			checkTxBalances(t, st, posted)
+		})
 	})
 }
 

@@ -67,13 +67,8 @@ func OpenStores(ctx context.Context, cmd *cli.Command, log *slog.Logger, o Openi
 	}
 	s := &Stores{EventStoreURL: es, DatabaseURL: db}
 	openPool := o.ReadModels && db != ""
-	if o.Migrate && openPool {
-		if err := migrations.Up(ctx, db); err != nil {
-			return nil, err
-		}
-	}
-	if o.Migrate && es != db && IsPostgresURL(es) {
-		if err := migrations.Up(ctx, es); err != nil {
+	if o.Migrate {
+		if err := MigrateStores(ctx, es, db, log); err != nil {
 			return nil, err
 		}
 	}
@@ -91,6 +86,25 @@ func OpenStores(ctx context.Context, cmd *cli.Command, log *slog.Logger, o Openi
 		return nil, err
 	}
 	return s, nil
+}
+
+// MigrateStores applies the migrations to the read-model database db (when
+// named) and to the event store es when it is another PostgreSQL database.
+func MigrateStores(ctx context.Context, es, db string, log *slog.Logger) error {
+	urls := []string{db}
+	if es != db && IsPostgresURL(es) {
+		urls = append(urls, es)
+	}
+	for _, u := range urls {
+		if u == "" {
+			continue
+		}
+		if err := migrations.Up(ctx, u); err != nil {
+			return err
+		}
+		log.Info("migrations applied", "database", Redact(u))
+	}
+	return nil
 }
 
 // Close closes what OpenStores opened.

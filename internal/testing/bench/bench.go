@@ -82,6 +82,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		DatabaseURL:      cfg.LedgerDatabaseURL,
 		EventStoreURL:    esURL,
 		NoFsync:          cfg.NoFsync,
+		Standby:          cfg.Standby,
 		NATSSyncInterval: cfg.NATSSyncInterval,
 		NATSSyncAlways:   cfg.NATSSyncAlways,
 		Logger:           cfg.Logger,
@@ -109,6 +110,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	pm := 0
 	if env.PG != nil {
 		pm = postmasterPID(filepath.Join(env.PG.Dir(), "data"))
+	} else if env.Pair != nil {
+		pm = postmasterPID(filepath.Join(env.Pair.Primary().Dir(), "data"))
 	}
 	if err := describeDatabase(ctx, env.DatabaseURL, &rep.Machine); err != nil {
 		return rep, err
@@ -234,10 +237,16 @@ func startBaseline(ctx context.Context, cfg Config, env *devenv.Env, dir string,
 	log := cfg.Logger // the components' logger
 	url := cfg.BaselineDatabaseURL
 	if url == "" {
-		if env.PG == nil {
+		var urlFor func(string) string
+		switch {
+		case env.PG != nil:
+			urlFor = env.PG.URLFor
+		case env.Pair != nil:
+			urlFor = env.Pair.URLFor
+		default:
 			return nil, errors.New("bench: no database for the baseline: set the baseline database URL")
 		}
-		admin := env.PG.URLFor("postgres")
+		admin := urlFor("postgres")
 		conn, err := pgx.Connect(ctx, admin)
 		if err != nil {
 			return nil, err
@@ -251,7 +260,7 @@ func startBaseline(ctx context.Context, cfg Config, env *devenv.Env, dir string,
 		if err != nil {
 			return nil, fmt.Errorf("bench: baseline database: %w", err)
 		}
-		url = env.PG.URLFor(BaselineDatabase)
+		url = urlFor(BaselineDatabase)
 	}
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {

@@ -56,6 +56,10 @@ type Config struct {
 	BaselineDatabaseURL string
 	// NoFsync runs the private cluster without fsync (tests only).
 	NoFsync bool
+	// Standby runs the private cluster as a primary and a synchronous standby
+	// (devenv.Options.Standby): every commit of both systems waits for the
+	// standby, as in production (docs/operations.md).
+	Standby bool
 	// NATSSyncInterval and NATSSyncAlways set how the embedded NATS servers fsync
 	// JetStream (zero: as ledger dev, embednats.DefaultSyncInterval).
 	NATSSyncInterval time.Duration

@@ -69,6 +69,7 @@ var streamCases = []string{
 	"TestStreams/SubscriptionTests/connectionClosing",
 	"TestStreams/SubscriptionTests/subscriptionAllWithCredentialsOverride",
 	"TestStreams/SubscriptionTests/subscriptionToStreamCaughtUpMessage",
+	"TestStreams/DeleteTests/canDeleteStream",
 	"TestStreams/DeleteTests/canTombstoneStream",
 	"TestStreams/DeleteTests/detectStreamDeleted",
 	"TestStreams/ConnectionTests/closeConnection",

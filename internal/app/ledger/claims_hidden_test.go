@@ -1,0 +1,119 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
+	"github.com/ledgerworks/ledger/eventstore/memory"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+)
+
+// TestHiddenClaimNeverMovesMoneyTwice: on KurrentDB a key stream soft-deleted,
+// or truncated by a $tb past its claim, hides the claim from reads but not
+// from the server's idempotency check. A credit under K, 1,025 more on the
+// account (so that it forgets K), key-K hidden: on a fresh instance, K resent
+// with the same body used to find no claim, have its claim append answered as
+// a repeat at revision 0 (taken for a fresh write), and credit the account a
+// second time; with another body (soft delete) the server un-deleted the key
+// stream and wrote the claim at revision 1, taken for a new claim: a second
+// credit again. Now each resend answers the original or stops with an error,
+// and the balance changes once. (On the old backend and claim read the
+// same-body resend was applied: balance 100 too many.)
+func TestHiddenClaimNeverMovesMoneyTwice(t *testing.T) {
+	for _, how := range []string{"soft delete", "$tb past it"} {
+		t.Run(how, func(t *testing.T) {
+			srv, url := kurrenttest.Start(t)
+			st := devtest.OpenKurrentDB(t, url)
+			opts := Options{Clock: clock, Logger: quietLog}
+			s := New(st, opts)
+			mustApply(t, s, "open_account", `{"idempotency_key":"open","account_id":"a","currency":"EUR"}`)
+			body := `{"idempotency_key":"K","account_id":"a","amount":100,"currency":"EUR"}`
+			first := mustApply(t, s, "deposit", body)
+			const more = 1025
+			for i := range more {
+				mustApply(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"k%d","account_id":"a","amount":1,"currency":"EUR"}`, i))
+			}
+			s.Close()
+			c := kurrenttest.Client(t, srv.ConnectionString())
+			if how == "soft delete" {
+				if _, err := c.DeleteStream(context.Background(), domain.KeyStream("K"), esdb.DeleteStreamOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				var m esdb.StreamMetadata
+				m.SetTruncateBefore(1)
+				if _, err := c.SetStreamMetadata(context.Background(), domain.KeyStream("K"), esdb.AppendToStreamOptions{}, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fresh := New(st, opts)
+			defer fresh.Close()
+			for _, resend := range []string{body, `{"idempotency_key":"K","account_id":"a","amount":7,"currency":"EUR"}`, body} {
+				r := post(t, fresh, "deposit", resend)
+				switch {
+				case r.Status == domain.StatusError:
+				case resend == body && r.Duplicate && r.Account != nil && r.Account.Balance == first.Account.Balance:
+				case resend != body && r.Code == domain.CodeIdempotencyKeyConflict:
+				default:
+					t.Fatalf("resend %s after the key stream's %s: %+v", resend, how, r)
+				}
+			}
+			if got, want := devtest.Account(t, st, "a").Balance, int64(100+more); got != want {
+				t.Fatalf("balance %d, want %d: K moved money again", got, want)
+			}
+		})
+	}
+}
+
+// hidingStore is a store (without multi-stream appends or event lookups, as
+// KurrentDB through the v4 client) whose reads cannot show one stream, as a
+// KurrentDB node's reads hide a soft-deleted one, and which counts the appends
+// to it.
+type hidingStore struct {
+	Store
+	hidden  string
+	appends atomic.Int32
+}
+
+func (h *hidingStore) Append(ctx context.Context, stream string, exp eventstore.ExpectedRevision, evs []eventstore.EventData) (eventstore.AppendResult, error) {
+	if stream == h.hidden {
+		h.appends.Add(1)
+	}
+	return h.Store.Append(ctx, stream, exp, evs)
+}
+
+func (h *hidingStore) ReadStream(ctx context.Context, stream string, from eventstore.Revision, dir eventstore.Direction, max int) ([]eventstore.RecordedEvent, error) {
+	if stream == h.hidden {
+		return nil, eventstore.ErrStreamNotFound
+	}
+	return h.Store.ReadStream(ctx, stream, from, dir, max)
+}
+
+// TestClaimTheStoreHoldsButCannotShowStopsTheCommand: a claim append refused
+// because the key stream exists, whose claim reads cannot show, used to be
+// taken for a claim that vanished and decided again, up to MaxAttempts (8
+// appends to the key stream); now the command stops at the first, with an
+// error, and nothing moves.
+func TestClaimTheStoreHoldsButCannotShowStopsTheCommand(t *testing.T) {
+	st := &hidingStore{Store: memory.New()}
+	s := New(st, Options{Clock: clock, Logger: quietLog})
+	defer s.Close()
+	mustApply(t, s, "open_account", `{"idempotency_key":"oa","account_id":"a","currency":"EUR"}`)
+	mustApply(t, s, "open_account", `{"idempotency_key":"ob","account_id":"b","currency":"EUR"}`)
+	mustApply(t, s, "deposit", `{"idempotency_key":"K","account_id":"a","amount":100,"currency":"EUR"}`)
+	st.hidden = domain.KeyStream("K")
+	r := post(t, s, "deposit", `{"idempotency_key":"K","account_id":"b","amount":100,"currency":"EUR"}`)
+	if r.Status != domain.StatusError || st.appends.Load() != 1 {
+		t.Fatalf("another request under K, its claim hidden: %+v after %d claim appends; want an error after 1", r, st.appends.Load())
+	}
+	if b := devtest.Account(t, st.Store, "b").Balance; b != 0 {
+		t.Fatalf("b's balance %d", b)
+	}
+}
