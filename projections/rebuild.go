@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"time"
 
@@ -28,10 +29,11 @@ type RebuildOptions struct {
 	Projections []string
 	// BatchSize bounds the events per transaction (default 5000).
 	BatchSize int
-	// Verify checks a built generation before the switch (internal/app/audit's
-	// VerifyGeneration); an error refuses the generation, which is dropped. Nil
-	// skips the check: only tests that check otherwise should do that.
-	Verify func(ctx context.Context, v Verification) error
+	// Verify checks the built generations before the switch (internal/app/audit's
+	// VerifyGeneration), all at once: one error per verification, and an error
+	// refuses its generation, which is dropped. Nil skips the check: only tests
+	// that check otherwise should do that.
+	Verify func(ctx context.Context, vs []Verification) []error
 	// Progress, when set, is called after each batch with the events consumed so far.
 	Progress func(events int64)
 	// Hook, when set, runs in every build batch's transaction before its commit.
@@ -39,6 +41,10 @@ type RebuildOptions struct {
 	// AfterBatch, when set, is called after each committed build batch (tests use
 	// it to write, or tamper, while the build runs).
 	AfterBatch func(ctx context.Context, gens map[string]int) error
+	// Fresh drops the generations a stopped rebuild left and builds anew;
+	// otherwise a rebuild resumes each such generation of a projection it
+	// rebuilds from that generation's own checkpoint.
+	Fresh bool
 	// LockTimeout bounds how long the switch waits for readers and the live
 	// runner to release the tables (default 30s).
 	LockTimeout time.Duration
@@ -80,15 +86,22 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 	}
 	defer unlock()
 
-	if err := DropStaleBuilds(ctx, pool); err != nil {
+	resumed, err := resumableBuilds(ctx, pool, projs, opts.Fresh)
+	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	slots, gens, err := createGenerations(ctx, pool, projs, opts.Logger)
+	slots, gens, err := createGenerations(ctx, pool, projs, resumed, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
 	if err := buildGenerations(ctx, pool, store, slots, gens, opts); err != nil {
+		if ctx.Err() != nil {
+			// Stopped: the generations stay, each at its checkpoint, for the
+			// next rebuild to resume.
+			opts.Logger.Warn("rebuild: stopped; run it again to resume", "error", err)
+			return nil, err
+		}
 		dropBuilds(ctx, pool, slots)
 		return nil, err
 	}
@@ -153,19 +166,57 @@ func lockRebuild(ctx context.Context, pool *pgxpool.Pool) (unlock func(), err er
 	}, nil
 }
 
+// resumableBuilds returns, by projection, the generation a stopped rebuild
+// left being built for each of projs, at its checkpoint; it drops every
+// other generation being built of projs (all of them when fresh). Call it
+// only while holding the rebuild lock.
+func resumableBuilds(ctx context.Context, pool *pgxpool.Pool, projs []Projection, fresh bool) (map[string]*slot, error) {
+	builds, err := Checkpoints.buildings(ctx, pool)
+	if err != nil {
+		return nil, fmt.Errorf("projections: stale builds: %w", err)
+	}
+	sort.Slice(builds, func(i, j int) bool { return builds[i].gen > builds[j].gen }) // the latest first
+	resumed := map[string]*slot{}
+	for _, b := range builds {
+		p, err := ByName(b.name)
+		if err != nil || !slices.ContainsFunc(projs, func(q Projection) bool { return q.Name() == b.name }) {
+			continue // not rebuilt now: a later rebuild of it resumes or drops it
+		}
+		if !fresh && resumed[b.name] == nil {
+			if resumed[b.name], err = Checkpoints.load(ctx, pool, p, stateBuilding, b.gen); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := dropGeneration(ctx, pool, b.name, b.gen); err != nil {
+			return nil, err
+		}
+	}
+	return resumed, nil
+}
+
 // createGenerations creates a new generation of each projection, one slot each
-// at the start of "all"; gens maps each projection to its new generation. On
-// failure the generations already created are dropped.
-func createGenerations(ctx context.Context, pool *pgxpool.Pool, projs []Projection, logger *slog.Logger) (slots []*slot, gens map[string]int, err error) {
+// at the start of "all", but for a projection in resumed, whose generation
+// goes on from its checkpoint; gens maps each projection to its generation.
+// On failure the generations created are dropped.
+func createGenerations(ctx context.Context, pool *pgxpool.Pool, projs []Projection, resumed map[string]*slot, logger *slog.Logger) (slots []*slot, gens map[string]int, err error) {
 	slots = make([]*slot, 0, len(projs))
 	gens = map[string]int{}
+	var created []*slot
 	for _, p := range projs {
+		if s := resumed[p.Name()]; s != nil {
+			slots = append(slots, s)
+			gens[p.Name()] = s.gen
+			logger.Info("rebuild: resuming", "projection", p.Name(), "generation", s.gen, "position", s.pos.String(), "events", s.events)
+			continue
+		}
 		gen, err := createGeneration(ctx, pool, p.Name())
 		if err != nil {
-			dropBuilds(ctx, pool, slots)
+			dropBuilds(ctx, pool, created)
 			return nil, nil, err
 		}
-		slots = append(slots, &slot{proj: p, gen: gen})
+		created = append(created, &slot{proj: p, gen: gen})
+		slots = append(slots, created[len(created)-1])
 		gens[p.Name()] = gen
 		logger.Info("rebuild: building", "projection", p.Name(), "generation", gen)
 	}
@@ -239,10 +290,17 @@ func afterBuildBatch(ctx context.Context, opts RebuildOptions, consumed int64, g
 func verifyAndSwitch(ctx context.Context, pool *pgxpool.Pool, store Store, slots []*slot, start time.Time, opts RebuildOptions) ([]RebuildResult, error) {
 	var results []RebuildResult
 	var errs []error
-	for _, s := range slots {
+	verdicts := make([]error, len(slots))
+	if opts.Verify != nil {
+		vs := make([]Verification, len(slots))
+		for i, s := range slots {
+			vs[i] = Verification{Projection: s.proj.Name(), Generation: s.gen, Position: s.pos}
+		}
+		verdicts = opts.Verify(ctx, vs)
+	}
+	for i, s := range slots {
 		if opts.Verify != nil {
-			v := Verification{Projection: s.proj.Name(), Generation: s.gen, Position: s.pos}
-			if err := opts.Verify(ctx, v); err != nil {
+			if err := verdicts[i]; err != nil {
 				dropBuilds(ctx, pool, []*slot{s})
 				errs = append(errs, fmt.Errorf("projections: rebuild of %s refused: generation %d does not match the event store: %w", s.proj.Name(), s.gen, err))
 				continue
@@ -277,21 +335,6 @@ func createGeneration(ctx context.Context, pool *pgxpool.Pool, name string) (int
 		return 0, fmt.Errorf("projections: create generation of %s: %w", name, err)
 	}
 	return gen, nil
-}
-
-// DropStaleBuilds drops the generations left 'building' by a rebuild that died.
-// Call it only while holding the rebuild lock (Rebuild does).
-func DropStaleBuilds(ctx context.Context, pool *pgxpool.Pool) error {
-	builds, err := Checkpoints.buildings(ctx, pool)
-	if err != nil {
-		return fmt.Errorf("projections: stale builds: %w", err)
-	}
-	for _, b := range builds {
-		if err := dropGeneration(ctx, pool, b.name, b.gen); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // dropGeneration drops a generation that is being built, never a live one (a

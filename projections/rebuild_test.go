@@ -189,3 +189,78 @@ func TestRebuildRefusesATamperedGeneration(t *testing.T) {
 	projtest.SameSnapshot(t, "read models after a refused rebuild", live, projtest.Snapshot(t, env.Pool))
 	projtest.AuditOK(t, env.Store, env.Pool)
 }
+
+// TestRebuildStoppedAndResumed: a rebuild stopped half-way (its context ended
+// after some batches) leaves its generations being built; the next rebuild
+// resumes them from their checkpoints, reading only what they lack, and the
+// read models it switches to equal those of a rebuild run through. With Fresh
+// it starts anew.
+func TestRebuildStoppedAndResumed(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 400, Seed: 40})
+	devtest.CatchUp(t, newRunner(t, env, projections.Options{}))
+	total := storeEvents(t, env)
+	if _, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 50}); err != nil {
+		t.Fatal(err)
+	}
+	through := projtest.Snapshot(t, env.Pool)
+
+	ctx, stop := context.WithCancel(context.Background())
+	batches := 0
+	_, err := projections.Rebuild(ctx, env.Pool, env.Store, projections.RebuildOptions{BatchSize: 50,
+		Verify: audit.VerifyGeneration(env.Pool, env.Store),
+		AfterBatch: func(context.Context, map[string]int) error {
+			if batches++; batches == 5 {
+				stop()
+			}
+			return nil
+		}})
+	if err == nil {
+		t.Fatal("a stopped rebuild succeeded")
+	}
+	st, err := projections.ReadStatus(context.Background(), env.Pool, env.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	building := 0
+	for _, s := range st {
+		if s.State == "building" {
+			building++
+		}
+	}
+	if building != len(projections.Names) {
+		t.Fatalf("%d generations left being built after the stop: %+v", building, st)
+	}
+
+	var read atomic.Int64
+	res, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 50, Progress: func(n int64) { read.Store(n) }})
+	if err != nil || len(res) != len(projections.Names) {
+		t.Fatalf("resumed rebuild: %+v, %v", res, err)
+	}
+	for _, r := range res {
+		if r.Events != total {
+			t.Fatalf("%s: the resumed generation counts %d events of %d", r.Projection, r.Events, total)
+		}
+	}
+	if n := read.Load(); n == 0 || n > total-250 {
+		t.Fatalf("the resumed rebuild read %d of the %d events (5 batches of 50 were built before the stop)", n, total)
+	}
+	projtest.SameSnapshot(t, "a rebuild stopped and resumed vs one run through", through, projtest.Snapshot(t, env.Pool))
+
+	// Fresh: stopped again, then built anew.
+	ctx, stop = context.WithCancel(context.Background())
+	batches = 0
+	if _, err := projections.Rebuild(ctx, env.Pool, env.Store, projections.RebuildOptions{BatchSize: 50,
+		AfterBatch: func(context.Context, map[string]int) error {
+			if batches++; batches == 2 {
+				stop()
+			}
+			return nil
+		}}); err == nil {
+		t.Fatal("a stopped rebuild succeeded")
+	}
+	if res, err := rebuild(t, env, projections.RebuildOptions{Fresh: true}); err != nil || res[0].Events != total {
+		t.Fatalf("fresh rebuild: %+v, %v", res, err)
+	}
+	projtest.SameSnapshot(t, "a fresh rebuild vs one run through", through, projtest.Snapshot(t, env.Pool))
+}

@@ -19,6 +19,7 @@ func auditCommand() *cli.Command {
 		&cli.BoolFlag{Name: "verify-chain", Usage: "recompute every stream's hash chain and name the first event whose stored content no longer matches", Sources: cli.EnvVars("LEDGER_AUDIT_VERIFY_CHAIN")},
 		&cli.BoolFlag{Name: "read-models", Value: true, Usage: "compare every read model with the fold (needs --database-url)", Sources: cli.EnvVars("LEDGER_AUDIT_READ_MODELS")},
 		&cli.BoolFlag{Name: "json", Usage: "print the report as JSON", Sources: cli.EnvVars("LEDGER_AUDIT_JSON")},
+		&cli.BoolFlag{Name: "progress", Usage: "show a progress bar on stderr (events/s, time left)", Sources: cli.EnvVars("LEDGER_AUDIT_PROGRESS")},
 		&cli.IntFlag{Name: "max-violations", Value: 1000, Usage: "violations listed (all are counted)", Sources: cli.EnvVars("LEDGER_AUDIT_MAX_VIOLATIONS")},
 		&cli.BoolFlag{Name: flagEventsOut, Usage: "compare LEDGER_EVENTS with the event store (invariant 8: every stored event up to the publisher's checkpoint, in order, none unstored; needs --database-url and NATS)", Sources: cli.EnvVars("LEDGER_AUDIT_EVENTS_OUT")},
 		&cli.BoolFlag{Name: flagRepair, Usage: "with --events-out: republish the missing events under their IDs (takes the publisher's lease: stop the publishers first)", Sources: cli.EnvVars("LEDGER_AUDIT_REPAIR")},
@@ -56,16 +57,25 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return config.Exit(2, err)
 	}
-	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{ReadModels: cmd.Bool("read-models"), IfNamed: true})
+	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{ReadModels: true, IfNamed: true})
 	if err != nil {
 		return err
 	}
 	defer stores.Close()
 	opts := audit.Options{Account: cmd.String("account"), VerifyChain: cmd.Bool("verify-chain"), MaxViolations: int(cmd.Int("max-violations"))}
 	if stores.Pool != nil {
-		opts.ReadModels = stores.Pool
-	} else if cmd.Bool("read-models") {
-		log.Warn("no read-model database (--database-url): invariant 4 is not checked")
+		// The audit's sets that grow with history live in a session of this
+		// database, read models compared or not.
+		opts.Sets = stores.Pool
+		if cmd.Bool("read-models") {
+			opts.ReadModels = stores.Pool
+		}
+	} else {
+		log.Warn("no PostgreSQL database (--database-url): the audit keeps every event ID and key in memory, and invariant 4 is not checked")
+	}
+	finish := func() {}
+	if cmd.Bool("progress") {
+		opts.Progress, finish = config.EventsProgress(ctx, os.Stderr, stores.Store, "auditing")
 	}
 	if cmd.Bool(flagEventsOut) {
 		closeNATS, err := eventsOutOptions(cmd, &opts)
@@ -77,6 +87,7 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 		return config.Exit(2, fmt.Errorf("--%s repairs what --%s finds: give both", flagRepair, flagEventsOut))
 	}
 	rep, err := audit.Run(ctx, stores.Store, opts)
+	finish()
 	if err != nil {
 		return err
 	}

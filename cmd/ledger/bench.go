@@ -36,6 +36,7 @@ const (
 	flagBenchKeyEvents    = "key-check-events"
 	flagBenchKeySamples   = "key-check-samples"
 	flagBenchProjTimeout  = "projection-timeout"
+	flagBenchHistory      = "history"
 	flagBenchCapture      = "capture"
 	flagBenchGrace        = "grace"
 	flagBenchMaxInFlight  = "max-in-flight"
@@ -82,6 +83,7 @@ func benchCommand() *cli.Command {
 		&cli.IntFlag{Name: flagBenchKeyEvents, Category: load, Value: d.KeyCheckEvents, Usage: "events of the long stream of the key-check phase (0: skip it)", Sources: benchEnv(flagBenchKeyEvents)},
 		&cli.IntFlag{Name: flagBenchKeySamples, Category: load, Value: d.KeyCheckSamples, Usage: "timed commands per kind and stream in the key-check phase", Sources: benchEnv(flagBenchKeySamples)},
 		&cli.DurationFlag{Name: flagBenchProjTimeout, Category: load, Value: d.ProjectionTimeout, Usage: "bound on the projection phase (0: skip it)", Sources: benchEnv(flagBenchProjTimeout)},
+		&cli.Int64Flag{Name: flagBenchHistory, Category: load, Usage: "seed about this many events over --accounts accounts (a mix of deposits, withdrawals, transfers, transactions, holds and refunds, through the command handler), then time `projector rebuild` (checked) and `ledger audit` on the whole store (0: skip it)", Sources: benchEnv(flagBenchHistory)},
 		&cli.StringFlag{Name: flagBenchSystems, Category: sut, Value: "ledger,baseline", Usage: "systems to drive, in order, comma-separated: ledger, baseline, echo (a fixed reply: the ceiling of NATS request-reply here)", Sources: benchEnv(flagBenchSystems)},
 		&cli.BoolFlag{Name: flagBenchCapture, Category: sut, Value: d.Capture, Usage: "declare LEDGER_COMMANDS so that JetStream stores every command and the consumer confirms it, as ledger dev does, for both systems (default on; --quick: off)", Sources: benchEnv(flagBenchCapture)},
 		&cli.DurationFlag{Name: flagBenchGrace, Category: sut, Value: d.Grace, Usage: "the intakes' JetStream grace (default: as ledger dev)", Sources: benchEnv(flagBenchGrace)},
@@ -123,7 +125,9 @@ func benchCommand() *cli.Command {
 			"Then the baseline, the seed documents' idempotency-key table (one transaction per command),\n" +
 			"behind the same intake on its own NATS server and its own database of the same cluster, through\n" +
 			"the same phases. Then the key check on streams of 10 and --key-check-events events, and the\n" +
-			"projector over everything written. --event-store puts the ledger's events on KurrentDB (the\n" +
+			"projector over everything written; with --history N, a history of N events seeded and\n" +
+			"rebuilt and audited (the lines `rebuild events/s: <n>` and `audit events/s: <n>` come just\n" +
+			"before the two ratio lines). --event-store puts the ledger's events on KurrentDB (the\n" +
 			"in-process test server, or a real one by URL) instead; the read models and the baseline stay on\n" +
 			"PostgreSQL. Progress goes to stderr; the report to stdout, whose last\n" +
 			"two lines are `ratio hot/uniform commands/s: <number>` (the ledger's hot phase over its load\n" +
@@ -260,6 +264,7 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	set(flagBenchKeyEvents, func() { cfg.KeyCheckEvents = cmd.Int(flagBenchKeyEvents) })
 	set(flagBenchKeySamples, func() { cfg.KeyCheckSamples = cmd.Int(flagBenchKeySamples) })
 	set(flagBenchProjTimeout, func() { cfg.ProjectionTimeout = cmd.Duration(flagBenchProjTimeout) })
+	cfg.HistoryEvents = cmd.Int64(flagBenchHistory)
 	set(flagBenchCapture, func() { cfg.Capture = cmd.Bool(flagBenchCapture) })
 	set(flagBenchGrace, func() { cfg.Grace = cmd.Duration(flagBenchGrace) })
 	set(flagBenchMaxInFlight, func() { cfg.MaxInFlight = cmd.Int(flagBenchMaxInFlight) })

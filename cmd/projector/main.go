@@ -22,10 +22,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v3"
 
-	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/adapters/httpapi"
 	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 	"github.com/ledgerworks/ledger/internal/app/audit"
@@ -202,7 +200,8 @@ func rebuildCommand() *cli.Command {
 	flags := append(storeFlags(),
 		projectionFlag(),
 		&cli.IntFlag{Name: flagBatchSize, Value: 5000, Usage: "events per batch (one transaction)", Sources: cli.EnvVars("LEDGER_PROJECTOR_REBUILD_BATCH_SIZE")},
-		&cli.BoolFlag{Name: "progress", Value: true, Usage: "show a progress bar on stderr", Sources: cli.EnvVars("LEDGER_PROJECTOR_PROGRESS")},
+		&cli.BoolFlag{Name: "progress", Value: true, Usage: "show a progress bar on stderr (events/s, time left)", Sources: cli.EnvVars("LEDGER_PROJECTOR_PROGRESS")},
+		&cli.BoolFlag{Name: "fresh", Usage: "drop the generations a stopped rebuild left and build anew (default: resume them from their checkpoints)", Sources: cli.EnvVars("LEDGER_PROJECTOR_REBUILD_FRESH")},
 	)
 	flags = append(flags, config.LogFlags()...)
 	return &cli.Command{
@@ -213,7 +212,9 @@ func rebuildCommand() *cli.Command {
 			"current). The new generation is then checked against a fold of the event store (row\n" +
 			"counts and a digest of every table); only if it matches are readers switched to it, in one\n" +
 			"transaction, and the old generation dropped. A generation that does not match is dropped\n" +
-			"and the command exits 1 naming the first differing rows.",
+			"and the command exits 1 naming the first differing rows. Stopped (SIGINT, SIGTERM) before\n" +
+			"the switch, it leaves its generations at their checkpoints, and the next rebuild resumes\n" +
+			"them (--fresh: builds anew).",
 		Flags:  flags,
 		Action: runRebuild,
 	}
@@ -231,35 +232,17 @@ func runRebuild(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	defer c.Close()
-	var bar *progressbar.ProgressBar
 	opts := projections.RebuildOptions{
 		Projections: cmd.StringSlice(flagProjection), BatchSize: int(cmd.Int(flagBatchSize)),
-		Verify: audit.VerifyGeneration(c.Pool, c.Store), Logger: log,
+		Verify: audit.VerifyGeneration(c.Pool, c.Store), Logger: log, Fresh: cmd.Bool("fresh"),
 	}
+	finish := func() {}
 	if cmd.Bool("progress") {
-		total := int64(-1)
-		if ps, ok := c.Store.(*postgres.Store); ok {
-			if err := ps.Pool().QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&total); err != nil {
-				total = -1
-			}
-		}
-		bar = progressbar.NewOptions64(total,
-			progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("rebuilding"),
-			progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("events"),
-			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionSetPredictTime(true),
-			progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
-		opts.Progress = func(n int64) {
-			if bar.GetMax64() >= 0 && n > bar.GetMax64() {
-				bar.ChangeMax64(n) // live traffic added events
-			}
-			_ = bar.Set64(n)
-		}
+		opts.Progress, finish = config.EventsProgress(ctx, os.Stderr, c.Store, "rebuilding")
 	}
 	start := time.Now()
 	res, err := projections.Rebuild(ctx, c.Pool, c.Store, opts)
-	if bar != nil {
-		_ = bar.Finish()
-	}
+	finish()
 	w := cmd.Root().Writer
 	if w == nil {
 		w = os.Stdout

@@ -1,13 +1,13 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -31,6 +31,12 @@ type Options struct {
 	// ReadModels, when set, is the read-model database: every read model is
 	// compared with the fold (invariant 4). Nil checks the event store alone.
 	ReadModels *pgxpool.Pool
+	// Sets, when set, is a PostgreSQL database whose session keeps, in
+	// temporary tables, what grows with history (every event ID, command group,
+	// key and claim, the read models' expected rows), checked there by set
+	// queries: the audit's memory then grows with accounts and sagas, not
+	// with events. Default: ReadModels; nil there too: Go maps.
+	Sets *pgxpool.Pool
 	// BatchSize bounds the events read per request (default 5000).
 	BatchSize int
 	// MaxViolations bounds the violations listed (all are counted; default 1000).
@@ -91,8 +97,21 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 	}
 	f := NewFold()
 	f.VerifyChain = opts.VerifyChain
+	f.NoRows = opts.ReadModels == nil
 	if opts.MaxViolations > 0 {
 		f.MaxViolations = opts.MaxViolations
+	}
+	if opts.Sets == nil {
+		opts.Sets = opts.ReadModels
+	}
+	f.Reload = reloader(ctx, store)
+	if opts.Sets != nil {
+		ps, err := newPGSets(ctx, opts.Sets)
+		if err != nil {
+			return nil, err
+		}
+		defer ps.close()
+		f.sets = ps
 	}
 
 	// The read models' snapshot comes first, so that the store's head is at or
@@ -126,11 +145,22 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	totals := f.Finish()
+	return report(ctx, store, f, tx, lives, expected, snapshots, head, opts)
+}
 
+// report finishes the fold, compares the read models and writes the report.
+func report(ctx context.Context, store Store, f *Fold, tx pgx.Tx, lives []liveGen, expected []expectation, snapshots int, head eventstore.Position, opts Options) (*Report, error) {
+	totals, err := f.FinishContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := f.sets.keys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("audit: keys: %w", err)
+	}
 	rep := &Report{
-		Snapshots: snapshots, Head: head.String(), Events: f.Events, Streams: len(f.streams), Accounts: len(f.Accounts),
-		Transfers: len(f.Transfers), Keys: len(f.homes), Account: opts.Account, ChainVerified: opts.VerifyChain, Totals: totals,
+		Snapshots: snapshots, Head: head.String(), Events: f.Events, Streams: len(f.streams) + f.claimed, Accounts: len(f.Accounts),
+		Transfers: len(f.Transfers) + f.settledTransfers, Keys: keys, Account: opts.Account, ChainVerified: opts.VerifyChain, Totals: totals,
 	}
 	for i, l := range lives {
 		check, err := checkReadModel(ctx, tx, f, l, expected[i], opts.Account)
@@ -151,6 +181,22 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 	return rep, nil
 }
 
+// reloader reads a stream again for the fold (Fold.Reload); nil for a store
+// that reads no streams (the fold then keeps every stream).
+func reloader(ctx context.Context, store Store) func(string, uint64) ([]eventstore.RecordedEvent, error) {
+	sr, ok := store.(eventstore.StreamReader)
+	if !ok {
+		return nil
+	}
+	return func(stream string, before uint64) ([]eventstore.RecordedEvent, error) {
+		recs, err := sr.ReadStream(ctx, stream, 0, eventstore.Forwards, int(before))
+		if err != nil {
+			return nil, fmt.Errorf("audit: read %s again: %w", stream, err)
+		}
+		return recs, nil
+	}
+}
+
 // checkSnapshotsOf hands the fold the account snapshots of a store that keeps
 // them (only the account's, when set), to check as it reaches them; it returns
 // how many.
@@ -167,14 +213,22 @@ func checkSnapshotsOf(ctx context.Context, store Store, f *Fold, account string)
 	return len(snaps), nil
 }
 
+// expectation is what a read model should hold as of its checkpoint: the
+// rows of its tables kept in memory, and the fold's event count then (the
+// rows noted in PostgreSQL up to it).
+type expectation struct {
+	rows map[string]map[string]string
+	seq  int64
+}
+
 // foldExpecting folds "all" up to head, taking on the way, for each live
 // generation, the rows the fold expects in its tables as of its checkpoint.
-func foldExpecting(ctx context.Context, store Store, f *Fold, head eventstore.Position, lives []liveGen, opts Options) ([]map[string]map[string]string, error) {
-	expected := make([]map[string]map[string]string, len(lives))
+func foldExpecting(ctx context.Context, store Store, f *Fold, head eventstore.Position, lives []liveGen, opts Options) ([]expectation, error) {
+	expected := make([]expectation, len(lives))
 	snapshot := func(next *eventstore.Position) {
 		for i, l := range lives {
-			if expected[i] == nil && (next == nil || next.Compare(l.pos) > 0) {
-				expected[i] = f.Expected(l.name, opts.Account)
+			if expected[i].rows == nil && (next == nil || next.Compare(l.pos) > 0) {
+				expected[i] = expectation{rows: f.Expected(l.name, opts.Account), seq: f.Events}
 			}
 		}
 	}
@@ -188,18 +242,17 @@ func foldExpecting(ctx context.Context, store Store, f *Fold, head eventstore.Po
 // checkReadModel compares a live generation's tables with the rows the fold
 // expected as of its checkpoint (invariant 4); a checkpoint after the fold's
 // last event means the read model was built from another store.
-func checkReadModel(ctx context.Context, tx pgx.Tx, f *Fold, l liveGen, expected map[string]map[string]string, account string) (ReadModelCheck, error) {
+func checkReadModel(ctx context.Context, tx pgx.Tx, f *Fold, l liveGen, expected expectation, account string) (ReadModelCheck, error) {
 	if l.pos.Compare(f.Last) > 0 {
 		f.violate(Violation{Invariant: InvReadModel, Kind: "checkpoint_ahead", Message: fmt.Sprintf(
 			"read model %s is at %s, after the store's head %s: it was built from another store", l.name, l.pos, f.Last)})
 	}
 	check := ReadModelCheck{Projection: l.name, Generation: l.gen, Position: l.pos.String()}
 	for _, table := range ProjectionTables[l.name] {
-		actual, err := ReadTable(ctx, tx, table, 0, account)
+		d, err := f.compareTable(ctx, tx, table, 0, account, expected)
 		if err != nil {
 			return ReadModelCheck{}, err
 		}
-		d := CompareTable(table, expected[table], actual)
 		check.Tables = append(check.Tables, d)
 		if !d.OK() {
 			f.violate(Violation{Invariant: InvReadModel, Kind: "read_model_mismatch", Message: fmt.Sprintf(
@@ -207,6 +260,20 @@ func checkReadModel(ctx context.Context, tx pgx.Tx, f *Fold, l liveGen, expected
 		}
 	}
 	return check, nil
+}
+
+// compareTable compares a read-model table (gen 0: the live view) with what
+// the fold expected of it: a table whose rows the fold noted in PostgreSQL by
+// a join there, another in memory.
+func (f *Fold) compareTable(ctx context.Context, q Querier, table string, gen int, account string, expected expectation) (TableDiff, error) {
+	if ps, ok := f.sets.(*pgSets); ok && notedTables[table] {
+		return ps.compare(ctx, q, table, gen, account, expected.seq)
+	}
+	actual, err := ReadTable(ctx, q, table, gen, account)
+	if err != nil {
+		return TableDiff{}, err
+	}
+	return CompareTable(table, expected.rows[table], actual), nil
 }
 
 // readSnapshots lists every account snapshot (only the account's, when set).
@@ -265,28 +332,38 @@ func liveGenerations(ctx context.Context, q Querier) ([]liveGen, error) {
 	return out, nil
 }
 
-// foldUntil folds "all" up to and including position until. before, when set,
+// foldUntil folds "all" after the fold's last event up to and including
+// position until, storing the fold's sets after each page. before, when set,
 // is called with each event's position before the event is folded.
 func foldUntil(ctx context.Context, store eventstore.AllReader, f *Fold, until eventstore.Position, batch int, before func(*eventstore.Position), progress func(int64)) error {
 	from := eventstore.Start
+	if f.Events > 0 {
+		from = f.Last
+	}
 	for from.Compare(until) < 0 {
 		recs, err := store.ReadAll(ctx, from, batch)
 		if err != nil {
 			return fmt.Errorf("audit: read all after %s: %w", from, err)
 		}
+		done := len(recs) < batch
 		for _, re := range recs {
 			if re.Position.Compare(until) > 0 {
-				return nil
+				done = true
+				break
 			}
 			if before != nil {
 				before(&re.Position)
 			}
 			f.Apply(re)
 		}
+		f.Settle()
+		if err := cmp.Or(f.reloadErr, f.sets.flush(ctx)); err != nil {
+			return err
+		}
 		if progress != nil {
 			progress(f.Events)
 		}
-		if len(recs) < batch {
+		if done {
 			return nil
 		}
 		from = recs[len(recs)-1].Position
@@ -298,50 +375,69 @@ func foldUntil(ctx context.Context, store eventstore.AllReader, f *Fold, until e
 // does not equal the fold of the event store.
 var ErrGenerationMismatch = errors.New("audit: generation differs from the event store")
 
-// VerifyGeneration checks a built generation of a projection against the fold of
-// the event store up to its checkpoint: row counts and a digest of every table,
-// with the first differing rows named. It is projections.RebuildOptions.Verify.
-//
-// The fold is kept between calls at the same position: a rebuild of several
-// projections checks them all against one fold.
-func VerifyGeneration(pool *pgxpool.Pool, store Store) func(context.Context, projections.Verification) error {
-	var (
-		mu     sync.Mutex
-		cached *Fold
-	)
-	return func(ctx context.Context, v projections.Verification) error {
-		mu.Lock()
-		defer mu.Unlock()
-		f := cached
-		if f == nil || f.Last != v.Position {
-			f = NewFold()
-			if err := foldUntil(ctx, store, f, v.Position, 5000, nil, nil); err != nil {
-				return err
+// VerifyGeneration checks built generations of projections against the fold
+// of the event store up to their checkpoints: row counts and a digest of every
+// table, with the first differing rows named. It is
+// projections.RebuildOptions.Verify; it returns one error per verification
+// (nil: the generation matches). One fold, its sets in a session of pool,
+// serves them all, in the order of their positions.
+func VerifyGeneration(pool *pgxpool.Pool, store Store) func(context.Context, []projections.Verification) []error {
+	return func(ctx context.Context, vs []projections.Verification) []error {
+		errs := make([]error, len(vs))
+		failAll := func(err error) []error {
+			for i := range errs {
+				errs[i] = cmp.Or(errs[i], err)
 			}
-			cached = f
+			return errs
 		}
-		expected := f.Expected(v.Projection, "")
-		var faults []string
-		for _, table := range ProjectionTables[v.Projection] {
-			actual, err := ReadTable(ctx, pool, table, v.Generation, "")
-			if err != nil {
-				return err
+		ps, err := newPGSets(ctx, pool)
+		if err != nil {
+			return failAll(err)
+		}
+		defer ps.close()
+		f := NewFold()
+		f.sets, f.Reload = ps, reloader(ctx, store)
+		order := make([]int, len(vs))
+		for i := range order {
+			order[i] = i
+		}
+		sort.SliceStable(order, func(a, b int) bool { return vs[order[a]].Position.Compare(vs[order[b]].Position) < 0 })
+		for _, i := range order {
+			if err := foldUntil(ctx, store, f, vs[i].Position, 5000, nil, nil); err != nil {
+				return failAll(err)
 			}
-			if d := CompareTable(table, expected[table], actual); !d.OK() {
-				faults = append(faults, d.Describe(5))
+			if errs[i], err = verifyOne(ctx, pool, f, vs[i]); err != nil {
+				return failAll(err)
 			}
 		}
-		if len(faults) == 0 {
-			return nil
-		}
-		for _, vi := range f.Violations { // a broken stream explains a mismatch
-			if len(faults) > 10 {
-				break
-			}
-			faults = append(faults, "event store: "+vi.String())
-		}
-		return fmt.Errorf("%w: %s", ErrGenerationMismatch, strings.Join(faults, "; "))
+		return errs
 	}
+}
+
+// verifyOne compares one generation with the fold; the first error is its
+// verdict (ErrGenerationMismatch), the second a failure to check.
+func verifyOne(ctx context.Context, pool *pgxpool.Pool, f *Fold, v projections.Verification) (error, error) {
+	expected := expectation{rows: f.Expected(v.Projection, ""), seq: f.Events}
+	var faults []string
+	for _, table := range ProjectionTables[v.Projection] {
+		d, err := f.compareTable(ctx, pool, table, v.Generation, "", expected)
+		if err != nil {
+			return nil, err
+		}
+		if !d.OK() {
+			faults = append(faults, d.Describe(5))
+		}
+	}
+	if len(faults) == 0 {
+		return nil, nil
+	}
+	for _, vi := range f.Violations { // a broken stream explains a mismatch
+		if len(faults) > 10 {
+			break
+		}
+		faults = append(faults, "event store: "+vi.String())
+	}
+	return fmt.Errorf("%w: %s", ErrGenerationMismatch, strings.Join(faults, "; ")), nil
 }
 
 // Write prints the report for people.

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -9,8 +10,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
@@ -77,10 +76,6 @@ type streamState struct {
 	chainFault bool
 }
 
-type entryExp struct {
-	account, digest string
-}
-
 type claim struct {
 	stream, hash string
 }
@@ -103,26 +98,36 @@ type Totals struct {
 type Fold struct {
 	// VerifyChain recomputes every event's chain hash.
 	VerifyChain bool
+	// NoRows: the read models are not compared, so their rows are not kept.
+	NoRows bool
+	// Reload, when set, reads a stream's events before a revision from the
+	// store: the fold then forgets what it settled (settle.go).
+	Reload    func(stream string, before uint64) ([]eventstore.RecordedEvent, error)
+	reloadErr error
+	// touched: the settling streams and leg sums an append touched, by the
+	// commit of its last event; checkedSagas: the sagas of a stream folded
+	// again that were checked before it was forgotten.
+	touched          map[string]uint64
+	legTouched       map[[2]string]uint64
+	checkedSagas     map[string]bool
+	settledTransfers int
 
 	Accounts  map[string]*domain.Account  // by account ID
 	Transfers map[string]*domain.Transfer // by transfer ID
 	Events    int64
 	Last      eventstore.Position
 
-	streams   map[string]*streamState
-	ids       map[uuid.UUID]struct{}
-	groups    map[[16]byte]struct{} // (stream, key) pairs whose command started
-	homes     map[string]string     // client key -> the stream that decided it
-	homeHash  map[string]string     // client key -> request hash
-	claims    map[string]claim      // client key -> its claim
+	// streams are the account, transfer and transaction streams folded (a key
+	// stream holds one event: its claim, kept by sets).
+	streams map[string]*streamState
+	// sets keep what grows with every event and key (historySets).
+	sets      historySets
+	claimed   int                   // key streams folded
 	steps     map[string]*sagaSteps // saga key -> steps applied in account streams
 	flows     map[string]*Totals    // by currency
 	captured  map[[2]string]int64   // (account, hold) -> captured amount
 	badStream map[string]bool       // streams whose fold failed: no further checks
 
-	entries  map[string]entryExp // event ID -> the statement row's digest
-	history  map[string]entryExp // event ID -> the balance-history row's digest
-	commands map[string]string   // client key -> canonical reply
 	// stepRecords keeps the records of saga steps until their saga is decided.
 	stepRecords map[string]*domain.KeyRecord
 	// legs sums each transaction's legs in the accounts (by the transaction's
@@ -146,11 +151,10 @@ type Fold struct {
 func NewFold() *Fold {
 	return &Fold{
 		Accounts: map[string]*domain.Account{}, Transfers: map[string]*domain.Transfer{},
-		streams: map[string]*streamState{}, ids: map[uuid.UUID]struct{}{}, groups: map[[16]byte]struct{}{},
-		homes: map[string]string{}, homeHash: map[string]string{}, claims: map[string]claim{},
+		streams: map[string]*streamState{}, sets: newMemSets(),
 		steps: map[string]*sagaSteps{}, flows: map[string]*Totals{}, captured: map[[2]string]int64{},
 		legs: map[[2]string]*legSums{}, posted: map[[2]string]*legSums{}, txSagas: map[string]*domain.TransactionSaga{},
-		badStream: map[string]bool{}, entries: map[string]entryExp{}, history: map[string]entryExp{}, commands: map[string]string{}, stepRecords: map[string]*domain.KeyRecord{},
+		badStream: map[string]bool{}, touched: map[string]uint64{}, legTouched: map[[2]string]uint64{}, checkedSagas: map[string]bool{}, stepRecords: map[string]*domain.KeyRecord{},
 		MaxViolations: 1000,
 	}
 }
@@ -193,11 +197,15 @@ func (f *Fold) Apply(re eventstore.RecordedEvent) {
 	f.Events++
 	f.Last = re.Position
 	// Invariant 5: unique IDs, gapless revisions.
-	if _, dup := f.ids[re.ID]; dup {
-		f.eventViolation(InvStreams, "duplicate_event_id", re, "event ID %s is stored twice", re.ID)
+	f.sets.eventID(f, re)
+	if strings.HasPrefix(re.Stream, domain.KeyStreamPrefix) {
+		f.applyKeyStream(re)
+		return
 	}
-	f.ids[re.ID] = struct{}{}
 	ss := f.streams[re.Stream]
+	if ss == nil && re.Revision > 0 && f.Reload != nil && settles(re.Stream) {
+		ss = f.reload(re.Stream, re.Revision)
+	}
 	if ss == nil {
 		ss = &streamState{}
 		f.streams[re.Stream] = ss
@@ -235,8 +243,6 @@ func (f *Fold) Apply(re eventstore.RecordedEvent) {
 		f.applyTransfer(re, ev)
 	case domain.IsTransactionStream(re.Stream):
 		f.applyTransaction(re, ev)
-	case strings.HasPrefix(re.Stream, domain.KeyStreamPrefix):
-		f.applyClaim(re, ev)
 	case re.Type == ledger.EvProcessCheckpoint:
 		// The transfer process keeps its checkpoints in the event store
 		// (ledger.Process): no money and no keys, only revisions and the chain.
@@ -275,11 +281,7 @@ func (f *Fold) checkGroup(ss *streamState, re eventstore.RecordedEvent, m domain
 		if ss.groupKey != "" && ss.groupNext < ss.groupCount {
 			f.eventViolation(InvKeyOnce, "incomplete_command", re, "key %q wrote %d of its %d events", ss.groupKey, ss.groupNext, ss.groupCount)
 		}
-		g := groupHash(re.Stream, m.Key)
-		if _, again := f.groups[g]; again {
-			f.eventViolation(InvKeyOnce, "key_decided_twice", re, "key %q decided a second time in %s", m.Key, re.Stream)
-		}
-		f.groups[g] = struct{}{}
+		f.sets.group(f, re, m.Key)
 		ss.groupKey, ss.groupNext, ss.groupCount = m.Key, 1, m.Count
 		return
 	}
@@ -289,11 +291,27 @@ func (f *Fold) checkGroup(ss *streamState, re eventstore.RecordedEvent, m domain
 	ss.groupKey, ss.groupNext = m.Key, m.Index+1
 }
 
-func (f *Fold) applyClaim(re eventstore.RecordedEvent, ev domain.StoredEvent) {
+// applyKeyStream folds a key stream's event: its claim, the stream's only
+// event (revision 0, its chain linking nothing), so that no key stream is kept.
+func (f *Fold) applyKeyStream(re eventstore.RecordedEvent) {
+	f.claimed++
 	if re.Revision != 0 {
 		f.eventViolation(InvKeyOnce, "key_claimed_twice", re, "a key stream holds more than its claim")
 		return
 	}
+	m, err := decodeMetadata(re.Metadata)
+	if err != nil {
+		f.eventViolation(InvStreams, "undecodable_metadata", re, "%v", err)
+		return
+	}
+	ev := domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Position: re.Position.String(), Type: re.Type, Data: re.Data, Metadata: m}
+	if f.VerifyChain && m.Chain != domain.ChainHash("", ev) {
+		f.eventViolation(InvChain, "chain_mismatch", re, "stored content no longer matches its chain hash (type %s, key %q): the first altered event of %s", re.Type, m.Key, re.Stream)
+	}
+	f.applyClaim(re)
+}
+
+func (f *Fold) applyClaim(re eventstore.RecordedEvent) {
 	var c domain.KeyClaimed
 	if re.Type != domain.EvKeyClaimed || json.Unmarshal(re.Data, &c) != nil {
 		f.eventViolation(InvKeyOnce, "bad_claim", re, "a key stream holds %s, not a claim", re.Type)
@@ -303,7 +321,7 @@ func (f *Fold) applyClaim(re eventstore.RecordedEvent, ev domain.StoredEvent) {
 	if c.Key != key {
 		f.eventViolation(InvKeyOnce, "bad_claim", re, "claim of %q in the stream of %q", c.Key, key)
 	}
-	f.claims[key] = claim{stream: c.Stream, hash: c.RequestHash}
+	f.sets.claim(f, re, key, claim{stream: c.Stream, hash: c.RequestHash})
 }
 
 // clientCommand reports whether an event was written by a client's own command.
@@ -315,12 +333,7 @@ func (f *Fold) noteHome(re eventstore.RecordedEvent, m domain.Metadata) {
 	if !clientCommand(m) {
 		return
 	}
-	if home, ok := f.homes[m.Key]; ok && home != re.Stream {
-		f.eventViolation(InvKeyOnce, "key_decided_twice", re, "key %q decided in %s and again in %s", m.Key, home, re.Stream)
-		return
-	}
-	f.homes[m.Key] = re.Stream
-	f.homeHash[m.Key] = m.RequestHash
+	f.sets.home(f, re, m.Key, m.RequestHash)
 }
 
 func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) {
@@ -331,6 +344,7 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) 
 	a := f.Accounts[id]
 	if a == nil {
 		a = domain.NewAccount(id)
+		a.KeyLimit = 1 // the key being read: its command's reply (expectAccountRows)
 		f.Accounts[id] = a
 	}
 	m := ev.Metadata
@@ -389,13 +403,14 @@ func (f *Fold) checkAccountEvent(re eventstore.RecordedEvent, m domain.Metadata,
 // its entry, its balance history, its command's reply; a saga step's record is
 // kept until its saga is decided.
 func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account, payload any) {
-	if e, ok := entryRow(re, m, payload, a.ID, a.Balance); ok {
-		f.entries[re.ID.String()] = entryExp{account: a.ID, digest: e}
-	}
-	f.history[re.ID.String()] = entryExp{account: a.ID, digest: historyRow(re, m, a)}
-	if clientCommand(m) {
-		if rec := a.Keys[m.Key]; rec != nil {
-			f.commands[m.Key] = replyRow(accountReply(rec))
+	if !f.NoRows {
+		id := re.ID.String()
+		if e, ok := entryRow(re, m, payload, a.ID, a.Balance); ok {
+			f.sets.row(f, "entries", id, accountsTag(a.ID), e)
+		}
+		f.sets.row(f, "balance_history", id, accountsTag(a.ID), historyRow(re, m, a))
+		if rec := a.Keys[m.Key]; rec != nil && clientCommand(m) {
+			f.sets.row(f, "commands", m.Key, accountsTag(a.ID), replyRow(accountReply(rec)))
 		}
 	}
 	if m.Index == m.Count-1 {
@@ -405,8 +420,9 @@ func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata,
 			f.stepRecords[m.Key] = &c
 		}
 		// Decided: the reply is kept above; Evolve needs the key again only to
-		// count refunds of deposits, which does not touch balances.
-		delete(a.Keys, m.Key)
+		// count refunds of deposits, which does not touch balances. The account
+		// forgets it when it records the next (KeyLimit 1), keys and their
+		// queue alike.
 	}
 }
 
@@ -499,6 +515,7 @@ func (f *Fold) applyTransfer(re eventstore.RecordedEvent, ev domain.StoredEvent)
 		f.Transfers[id] = t
 	}
 	f.noteHome(re, ev.Metadata)
+	f.touch(re.Stream)
 	sk := sagaKeyOf(re.Type, re.Data, ev.Metadata)
 	wasDecided := false
 	if sg, ok := t.SagaOf(sk); ok {
@@ -509,11 +526,16 @@ func (f *Fold) applyTransfer(re eventstore.RecordedEvent, ev domain.StoredEvent)
 		f.badStream[re.Stream] = true
 		return
 	}
+	if !f.NoRows && t.Saga != nil {
+		f.sets.row(f, "transfers", id, accountsTag(t.From, t.To), transferRowOf(t))
+	}
 	sg, ok := t.SagaOf(sk)
 	if !ok || wasDecided || !sg.Stage.Decided() {
 		return
 	}
-	f.commands[sk] = replyRow(f.sagaReply(t, sg))
+	if !f.NoRows {
+		f.sets.row(f, "commands", sk, "", replyRow(f.sagaReply(t, sg)))
+	}
 	for _, step := range []string{domain.StepDebit, domain.StepCredit, domain.StepCompensate} {
 		delete(f.stepRecords, domain.StepKey(sk, step))
 	}
@@ -546,36 +568,28 @@ func (f *Fold) sagaReply(t *domain.Transfer, sg *domain.Saga) reply.Reply {
 }
 
 // Finish runs the checks that need the whole history: claims, sagas and money
-// conservation (invariants 1 and 2) and the final balances (invariant 3).
+// conservation (invariants 1 and 2) and the final balances (invariant 3). A
+// fold whose sets are in PostgreSQL (Run) finishes with FinishContext.
 func (f *Fold) Finish() []Totals {
+	out, _ := f.FinishContext(context.Background()) // the memory's sets fail never
+	return out
+}
+
+// FinishContext is Finish, with the set queries of sets kept in PostgreSQL.
+func (f *Fold) FinishContext(ctx context.Context) ([]Totals, error) {
+	if err := f.sets.finish(ctx, f); err != nil {
+		return nil, err
+	}
+	return f.finish(), nil
+}
+
+func (f *Fold) finish() []Totals {
 	f.finishSnapshots()
 	f.finishTransactions()
-	f.finishClaims()
 	f.finishSagas()
 	out := f.finishConservation()
 	f.finishCommands()
 	return out
-}
-
-// finishClaims checks invariant 1: every decided client key is claimed by its
-// request, for its stream.
-func (f *Fold) finishClaims() {
-	keys := make([]string, 0, len(f.homes))
-	for k := range f.homes {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		c, ok := f.claims[k]
-		switch {
-		case !ok:
-			f.violate(Violation{Invariant: InvKeyOnce, Kind: "unclaimed_key", Stream: f.homes[k], Message: fmt.Sprintf("key %q was decided without a claim", k)})
-		case c.stream != f.homes[k]:
-			f.violate(Violation{Invariant: InvKeyOnce, Kind: "claim_mismatch", Stream: f.homes[k], Message: fmt.Sprintf("key %q is claimed for %s but decided in %s", k, c.stream, f.homes[k])})
-		case c.hash != f.homeHash[k]:
-			f.violate(Violation{Invariant: InvKeyOnce, Kind: "claim_mismatch", Stream: f.homes[k], Message: fmt.Sprintf("key %q was decided for another request than its claim", k)})
-		}
-	}
 }
 
 // finishSagas checks invariant 2 for sagas: each saga's steps agree with its
@@ -589,15 +603,7 @@ func (f *Fold) finishSagas() {
 	}
 	sort.Strings(tids)
 	for _, id := range tids {
-		t := f.Transfers[id]
-		if t.Saga != nil {
-			sagas[t.Saga.Key] = true
-			f.checkSaga(id, t.Saga)
-		}
-		for _, k := range t.RefundOrder {
-			sagas[t.Refunds[k].Key] = true
-			f.checkSaga(id, t.Refunds[k])
-		}
+		f.checkTransfer(id, f.Transfers[id], sagas)
 	}
 	orphans := make([]string, 0)
 	for k := range f.steps {
@@ -778,6 +784,7 @@ func (l *legSums) add(amount int64, credit bool) {
 
 func (f *Fold) legSums(m map[[2]string]*legSums, key, currency string) *legSums {
 	k := [2]string{key, currency}
+	f.touchLegs(k)
 	if m[k] == nil {
 		m[k] = &legSums{}
 	}
@@ -789,6 +796,7 @@ func (f *Fold) legSums(m map[[2]string]*legSums, key, currency string) *legSums 
 func (f *Fold) applyTransaction(re eventstore.RecordedEvent, ev domain.StoredEvent) {
 	m := ev.Metadata
 	f.noteHome(re, m)
+	f.touch(re.Stream)
 	ts := f.txSagas[re.Stream]
 	if ts == nil {
 		ts = domain.NewTransactionSaga(strings.TrimPrefix(re.Stream, domain.TransactionStreamPrefix))
@@ -818,7 +826,9 @@ func (f *Fold) applyTransaction(re eventstore.RecordedEvent, ev domain.StoredEve
 		f.eventViolation(InvStreams, "undecodable_event", re, "%v", err)
 		return
 	}
-	f.commands[key] = replyRow(r)
+	if !f.NoRows {
+		f.sets.row(f, "commands", key, "", replyRow(r))
+	}
 }
 
 // finishTransactions checks every transaction's legs (invariant 2): in each

@@ -80,6 +80,10 @@ type ClaimState struct {
 	Request     json.RawMessage `json:"request"`
 }
 
+// replayRecent bounds the keys, closed holds and refunded originals a
+// replayed account keeps, as the ledger's aggregates do by default.
+const replayRecent = 1024
+
 // ErrUnknownStream is returned by Replay for a stream of no known kind.
 var ErrUnknownStream = errors.New("audit: not an account-, transfer- or key- stream")
 
@@ -126,12 +130,22 @@ func Replay(ctx context.Context, r eventstore.StreamReader, stream string, toRev
 func streamFold(stream string) (func(domain.StoredEvent) (any, error), error) {
 	switch {
 	case strings.HasPrefix(stream, domain.AccountStreamPrefix):
+		// The replay shows the state, not every key: the aggregate keeps what
+		// the ledger's own keeps (the recent keys, closed holds and refunded
+		// originals), so that a replay's memory does not grow with the stream.
 		a := domain.NewAccount(strings.TrimPrefix(stream, domain.AccountStreamPrefix))
+		a.KeyLimit, a.HoldLimit, a.RefundLimit = replayRecent, replayRecent, replayRecent
+		decided := 0
 		return func(ev domain.StoredEvent) (any, error) {
 			if err := domain.EvolveAccount(a, ev); err != nil {
 				return nil, err
 			}
-			return accountState(a), nil
+			if ev.Metadata.Index == 0 {
+				decided++
+			}
+			s := accountState(a)
+			s.Keys = decided
+			return s, nil
 		}, nil
 	case strings.HasPrefix(stream, domain.TransferStreamPrefix):
 		t := domain.NewTransfer(strings.TrimPrefix(stream, domain.TransferStreamPrefix))

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/app/reply"
+	"github.com/ledgerworks/ledger/internal/testing/bench/seed"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
 
@@ -76,5 +78,38 @@ func TestReplayShowsTheStateAfterEachEvent(t *testing.T) {
 	})
 	if broken == nil || broken.Event.Revision != 1 {
 		t.Fatalf("a tampered credit replayed: %+v", broken)
+	}
+}
+
+// TestReplayOfALongStreamKeepsRecentKeysOnly: a stream of more commands than a
+// replayed account keeps (1,024 keys) replays to the same state after every
+// event as a fold that keeps every key, and counts every command decided.
+func TestReplayOfALongStreamKeepsRecentKeysOnly(t *testing.T) {
+	env := projtest.New(t)
+	ctx := context.Background()
+	const n = 1500
+	st, err := seed.Account(ctx, env.Store, "long", n, seed.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := domain.NewAccount("long") // keeps every key
+	i := 0
+	err = audit.Replay(ctx, env.Store, st.Stream, -1, func(s audit.Step) error {
+		if s.Err != nil {
+			return s.Err
+		}
+		re := s.Event
+		if err := domain.EvolveAccount(full, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: s.Metadata}); err != nil {
+			return err
+		}
+		got := s.State.(*audit.AccountState)
+		if got.Balance != full.Balance || got.Revision != full.Revision || got.Keys != i+1 {
+			t.Fatalf("after event %d: replay %+v, full fold balance %d revision %d", i, got, full.Balance, full.Revision)
+		}
+		i++
+		return nil
+	})
+	if err != nil || i != n || len(full.Keys) <= 1024 {
+		t.Fatalf("replayed %d of %d events (%v); the full fold kept %d keys", i, n, err, len(full.Keys))
 	}
 }

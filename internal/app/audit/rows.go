@@ -35,8 +35,9 @@ var ProjectionTables = map[string][]string{
 	projections.Balances:  {"balance_history"},
 }
 
-// hashedTables are kept as digests of their rows.
-var hashedTables = map[string]bool{"entries": true, "commands": true, "balance_history": true}
+// notedTables are the tables whose rows grow with history: the fold notes
+// their rows in its sets (entries, commands and balance history as digests).
+var notedTables = map[string]bool{"entries": true, "commands": true, "balance_history": true, "transfers": true}
 
 func field(b *strings.Builder, v any) {
 	if b.Len() > 0 {
@@ -167,30 +168,10 @@ func (f *Fold) Expected(projection, account string) map[string]map[string]string
 				out["holds"][id+"/"+hid] = holdRowOf(id, a.Currency, h, f.captured[[2]string{id, hid}])
 			}
 		}
-	case projections.Entries:
-		for id, e := range f.entries {
-			if account == "" || e.account == account {
-				out["entries"][id] = e.digest
-			}
-		}
-	case projections.Balances:
-		for id, e := range f.history {
-			if account == "" || e.account == account {
-				out["balance_history"][id] = e.digest
-			}
-		}
-	case projections.Transfers:
-		for id, t := range f.Transfers {
-			if t.Saga == nil || (account != "" && t.From != account && t.To != account) {
-				continue
-			}
-			out["transfers"][id] = transferRowOf(t)
-		}
-	case projections.Commands:
-		for k, r := range f.commands {
-			if account == "" || f.homes[k] == domain.AccountStream(account) {
-				out["commands"][k] = r
-			}
+	case projections.Entries, projections.Balances, projections.Commands, projections.Transfers:
+		if ms, ok := f.sets.(*memSets); ok {
+			table := ProjectionTables[projection][0]
+			out[table] = ms.expected(table, account)
 		}
 	}
 	return out
@@ -205,6 +186,28 @@ type Querier interface {
 // gen is 0, else the table of generation gen. account, when set, keeps only the
 // rows that concern that account.
 func ReadTable(ctx context.Context, q Querier, table string, gen int, account string) (map[string]string, error) {
+	t, err := openTable(ctx, q, table, gen, account)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Close()
+	out := map[string]string{}
+	for t.Next() {
+		out[t.key] = t.row
+	}
+	return out, t.Err()
+}
+
+// tableRows reads a read-model table's rows one at a time, each rendered
+// (key, row) as the fold renders what it expects.
+type tableRows struct {
+	table, name string
+	rows        pgx.Rows
+	key, row    string
+	err         error
+}
+
+func openTable(ctx context.Context, q Querier, table string, gen int, account string) (*tableRows, error) {
 	name := projections.View(table)
 	if gen > 0 {
 		name = projections.Table(table, gen)
@@ -230,20 +233,30 @@ func ReadTable(ctx context.Context, q Querier, table string, gen int, account st
 	if err != nil {
 		return nil, fmt.Errorf("audit: read %s: %w", name, err)
 	}
-	defer rows.Close()
-	out := map[string]string{}
-	for rows.Next() {
-		key, r, err := scanRow(table, rows)
-		if err != nil {
-			return nil, fmt.Errorf("audit: read %s: %w", name, err)
-		}
-		out[key] = r
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("audit: read %s: %w", name, err)
-	}
-	return out, nil
+	return &tableRows{table: table, name: name, rows: rows}, nil
 }
+
+// Next reads the next row; false at the end or on an error (Err).
+func (t *tableRows) Next() bool {
+	if t.err != nil || !t.rows.Next() {
+		return false
+	}
+	t.key, t.row, t.err = scanRow(t.table, t.rows)
+	return t.err == nil
+}
+
+func (t *tableRows) Err() error {
+	err := t.err
+	if err == nil {
+		err = t.rows.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("audit: read %s: %w", t.name, err)
+	}
+	return nil
+}
+
+func (t *tableRows) Close() { t.rows.Close() }
 
 func scanRow(table string, rows pgx.Rows) (key, r string, err error) {
 	switch table {
@@ -373,11 +386,20 @@ func CompareTable(table string, expected, actual map[string]string) TableDiff {
 func Digest(rows map[string]string) string {
 	var lanes [4]uint64
 	for k, r := range rows {
-		sum := sha256.Sum256([]byte(k + "\x00" + r))
-		for i := range lanes {
-			lanes[i] += binary.BigEndian.Uint64(sum[i*8:])
-		}
+		lanes = addLanes(lanes, k, r)
 	}
+	return lanesString(lanes)
+}
+
+func addLanes(lanes [4]uint64, key, row string) [4]uint64 {
+	sum := sha256.Sum256([]byte(key + "\x00" + row))
+	for i := range lanes {
+		lanes[i] += binary.BigEndian.Uint64(sum[i*8:])
+	}
+	return lanes
+}
+
+func lanesString(lanes [4]uint64) string {
 	var out [32]byte
 	for i, l := range lanes {
 		binary.BigEndian.PutUint64(out[i*8:], l)

@@ -204,6 +204,13 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			return rep, fmt.Errorf("bench: projection: %w", err)
 		}
 	}
+	if cfg.HistoryEvents > 0 {
+		log.Info("bench: history", "events", cfg.HistoryEvents, "accounts", cfg.Accounts)
+		rep.History, err = historyPhase(ctx, env.DatabaseURL, env.EventStoreURL, runID, cfg.HistoryEvents, cfg.Accounts, cfg.Logger, log)
+		if err != nil {
+			return rep, fmt.Errorf("bench: history: %w", err)
+		}
+	}
 	return rep, nil
 }
 

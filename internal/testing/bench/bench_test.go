@@ -27,7 +27,8 @@ func TestRunTiny(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts NATS servers and PostgreSQL databases")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// A bound, not a timing: generous, since the machine is shared.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	baselineURL := pgtest.URL(t)
 	cfg := Config{
@@ -41,6 +42,7 @@ func TestRunTiny(t *testing.T) {
 		KeyCheckEvents:      keyCheckRecentKeys + 100, // longer than the keys an aggregate remembers
 		KeyCheckSamples:     10,
 		ProjectionTimeout:   time.Minute,
+		HistoryEvents:       1500,
 		Capture:             true,
 		Grace:               500 * time.Millisecond,
 		DataDir:             t.TempDir(),
@@ -49,6 +51,7 @@ func TestRunTiny(t *testing.T) {
 		NoFsync:             true,
 	}
 	rep, text, lines := runTiny(ctx, t, cfg)
+	checkHistory(t, rep.History, lines)
 	last := lines[len(lines)-1]
 	if !regexp.MustCompile(`^ratio ledger/baseline commands/s: [0-9]+\.[0-9]{2}$`).MatchString(last) || last != rep.RatioLine() {
 		t.Fatalf("last line %q", last)
@@ -349,5 +352,21 @@ func counter(ctx context.Context, t *testing.T, url string) func(q string) int64
 			t.Fatalf("%s: %v", q, err)
 		}
 		return n
+	}
+}
+
+// checkHistory: the history phase seeded what it was asked, rebuilt and audited
+// the whole store without an error (the audit finding no violation), and
+// printed its two rates just before the ratio lines.
+func checkHistory(t *testing.T, h *HistoryReport, lines []string) {
+	t.Helper()
+	if h == nil {
+		t.Fatal("no history phase")
+	}
+	if h.Seeded < 1500 || h.Rebuild.Error != "" || h.Audit.Error != "" || h.Audit.Events < h.Seeded || h.Rebuild.Events != h.Audit.Events {
+		t.Fatalf("history %+v", h)
+	}
+	if r, a := lines[len(lines)-5], lines[len(lines)-4]; !regexp.MustCompile(`^rebuild events/s: [0-9]+$`).MatchString(r) || !regexp.MustCompile(`^audit events/s: [0-9]+$`).MatchString(a) {
+		t.Fatalf("lines before the ratios: %q, %q", r, a)
 	}
 }

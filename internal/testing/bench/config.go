@@ -34,6 +34,9 @@ type Config struct {
 	KeyCheckEvents int
 	// KeyCheckSamples is the number of timed commands per kind and stream.
 	KeyCheckSamples int
+	// HistoryEvents is the history of the history phase: about this many events
+	// seeded over Accounts accounts, then rebuilt and audited (0: no phase).
+	HistoryEvents int64
 	// ProjectionTimeout bounds the projection phase (0: no phase).
 	ProjectionTimeout time.Duration
 	// Systems to drive, in order: "ledger", "baseline", "echo" (default: ledger
@@ -176,6 +179,12 @@ func (c *Config) defaults() error {
 		if s != SystemLedger && c.TransactionRatio > 0 {
 			return errors.New("bench: transactions are the ledger's only (the baseline serves open_account, deposit and withdraw): use --systems ledger")
 		}
+	}
+	if c.HistoryEvents < 0 {
+		return errors.New("bench: history events must be >= 0")
+	}
+	if c.HistoryEvents > 0 && c.Accounts < 2 {
+		return errors.New("bench: a history needs two accounts")
 	}
 	if c.TransactionRatio > 0 && c.Accounts < 2 {
 		return errors.New("bench: a transaction needs two accounts")

@@ -96,6 +96,7 @@ type Report struct {
 	Phases     []PhaseResult     `json:"phases"`
 	KeyCheck   *KeyCheckReport   `json:"key_check,omitempty"`
 	Projection *ProjectionReport `json:"projection,omitempty"`
+	History    *HistoryReport    `json:"history,omitempty"`
 	// Ratio is ledger/baseline commands per second in the load phase (0 when
 	// either was not driven).
 	Ratio float64 `json:"ratio_ledger_baseline"`
@@ -224,6 +225,9 @@ func (r *Report) Print(w io.Writer) {
 		}
 	}
 	r.printTargets(w)
+	if r.History != nil {
+		r.History.print(w)
+	}
 	fmt.Fprintf(w, "\n%s\n%s\n", r.HotRatioLine(), r.RatioLine())
 }
 

@@ -158,20 +158,9 @@ func Account(ctx context.Context, dst ledger.Store, accountID string, n int, o O
 	)
 	next.Store(1)
 	done.Store(1)
-	stop := make(chan struct{})
+	stop := func() {}
 	if o.Progress != nil {
-		go func() {
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-					o.Progress(int(done.Load()), n)
-				}
-			}
-		}()
+		stop = everySecond(func() { o.Progress(int(done.Load()), n) })
 	}
 	for range Workers {
 		wg.Add(1)
@@ -196,7 +185,7 @@ func Account(ctx context.Context, dst ledger.Store, accountID string, n int, o O
 		}()
 	}
 	wg.Wait()
-	close(stop)
+	stop()
 	if firstErr != nil {
 		return nil, firstErr
 	}
@@ -204,6 +193,24 @@ func Account(ctx context.Context, dst ledger.Store, accountID string, n int, o O
 		return nil, err
 	}
 	return st, nil
+}
+
+// everySecond calls f every second until the returned function is called.
+func everySecond(f func()) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				f()
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 // Timed runs f and returns how long it took.

@@ -1,0 +1,289 @@
+package audit
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ledgerworks/ledger/eventstore"
+)
+
+// pgSets are historySets in temporary tables of one PostgreSQL session: each
+// page of events adds its rows with COPY, and the checks are set queries that
+// PostgreSQL answers by sorting or hashing, on disk beyond work_mem. Memory is
+// one page's rows. seq orders the rows as the fold met them (its event count).
+type pgSets struct {
+	conn                             *pgxpool.Conn
+	ids, groups, homes, claims, rows [][]any
+}
+
+// pgSetsSchema creates the session's tables (dropped with the session).
+const pgSetsSchema = `
+CREATE TEMP TABLE audit_ids (event_id uuid NOT NULL, seq bigint NOT NULL);
+CREATE TEMP TABLE audit_groups (stream text NOT NULL, key text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL);
+CREATE TEMP TABLE audit_homes (key text NOT NULL, stream text NOT NULL, hash text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL);
+CREATE TEMP TABLE audit_claims (key text NOT NULL, stream text NOT NULL, hash text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL);
+CREATE TEMP TABLE audit_rows (tbl text NOT NULL, key text NOT NULL, account text NOT NULL, digest text NOT NULL, seq bigint NOT NULL);
+CREATE TEMP TABLE audit_actual (tbl text NOT NULL, key text NOT NULL, digest text NOT NULL);
+SET work_mem = '64MB'`
+
+// newPGSets takes a session of pool for the audit's sets; close releases it.
+func newPGSets(ctx context.Context, pool *pgxpool.Pool) (*pgSets, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("audit: sets: %w", err)
+	}
+	if _, err := conn.Exec(ctx, pgSetsSchema); err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("audit: sets: %w", err)
+	}
+	return &pgSets{conn: conn}, nil
+}
+
+// close drops the session (and its tables with it): a session that held
+// temporary tables is not handed out again.
+func (s *pgSets) close() {
+	_ = s.conn.Conn().Close(context.Background())
+	s.conn.Release()
+}
+
+func (s *pgSets) eventID(f *Fold, re eventstore.RecordedEvent) {
+	s.ids = append(s.ids, []any{re.ID, f.Events})
+}
+
+func (s *pgSets) group(f *Fold, re eventstore.RecordedEvent, key string) {
+	s.groups = append(s.groups, []any{re.Stream, key, int64(re.Revision), re.ID, f.Events})
+}
+
+func (s *pgSets) home(f *Fold, re eventstore.RecordedEvent, key, hash string) {
+	s.homes = append(s.homes, []any{key, re.Stream, hash, int64(re.Revision), re.ID, f.Events})
+}
+
+func (s *pgSets) claim(f *Fold, re eventstore.RecordedEvent, key string, c claim) {
+	s.claims = append(s.claims, []any{key, c.stream, c.hash, int64(re.Revision), re.ID, f.Events})
+}
+
+func (s *pgSets) row(f *Fold, table, key, account, digest string) {
+	s.rows = append(s.rows, []any{table, key, account, digest, f.Events})
+}
+
+func (s *pgSets) flush(ctx context.Context) error {
+	for _, t := range []struct {
+		table string
+		cols  []string
+		rows  *[][]any
+	}{
+		{"audit_ids", []string{"event_id", "seq"}, &s.ids},
+		{"audit_groups", []string{"stream", "key", "revision", "event_id", "seq"}, &s.groups},
+		{"audit_homes", []string{"key", "stream", "hash", "revision", "event_id", "seq"}, &s.homes},
+		{"audit_claims", []string{"key", "stream", "hash", "revision", "event_id", "seq"}, &s.claims},
+		{"audit_rows", []string{"tbl", "key", "account", "digest", "seq"}, &s.rows},
+	} {
+		if len(*t.rows) == 0 {
+			continue
+		}
+		if _, err := s.conn.CopyFrom(ctx, pgx.Identifier{t.table}, t.cols, pgx.CopyFromRows(*t.rows)); err != nil {
+			return fmt.Errorf("audit: sets: %s: %w", t.table, err)
+		}
+		*t.rows = (*t.rows)[:0]
+	}
+	return nil
+}
+
+func (s *pgSets) keys(ctx context.Context) (int, error) {
+	var n int
+	err := s.conn.QueryRow(ctx, `SELECT count(DISTINCT key) FROM audit_homes`).Scan(&n)
+	return n, err
+}
+
+// pgChecks are the set queries of invariants 1 and 5, each row a violation.
+var pgChecks = []struct {
+	invariant int
+	kind, sql string
+	message   func(vals []any) string
+}{
+	{InvStreams, "duplicate_event_id",
+		`SELECT event_id::text, count(*) FROM audit_ids GROUP BY event_id HAVING count(*) > 1 ORDER BY min(seq)`,
+		func(v []any) string { return fmt.Sprintf("event ID %s is stored %d times", v[0], v[1]) }},
+	{InvKeyOnce, "key_decided_twice",
+		`SELECT key, stream, revision, event_id::text FROM (SELECT *, row_number() OVER (PARTITION BY stream, key ORDER BY seq) AS n FROM audit_groups) g WHERE n > 1 ORDER BY seq`,
+		func(v []any) string { return fmt.Sprintf("key %q decided a second time in %s", v[0], v[1]) }},
+	{InvKeyOnce, "key_decided_twice",
+		`SELECT key, stream, revision, event_id::text, home FROM (SELECT *, first_value(stream) OVER (PARTITION BY key ORDER BY seq) AS home FROM audit_homes) h WHERE stream <> home ORDER BY seq`,
+		func(v []any) string { return fmt.Sprintf("key %q decided in %s and again in %s", v[0], v[4], v[1]) }},
+	{InvKeyOnce, "key_claimed_twice",
+		`SELECT key, 'key-' || key, revision, event_id::text FROM (SELECT *, row_number() OVER (PARTITION BY key ORDER BY seq) AS n FROM audit_claims) c WHERE n > 1 ORDER BY seq`,
+		func(v []any) string { return fmt.Sprintf("key %q is claimed a second time", v[0]) }},
+}
+
+// pgClaims lists every decided key whose claim is missing or differs: its home
+// (the first stream that decided it), the request hash of its last event
+// there, and its claim (the last one).
+const pgClaims = `
+WITH first AS (SELECT DISTINCT ON (key) key, stream AS home FROM audit_homes ORDER BY key, seq),
+     home AS (SELECT DISTINCT ON (h.key) h.key, f.home, h.hash FROM audit_homes h JOIN first f ON f.key = h.key AND f.home = h.stream ORDER BY h.key, h.seq DESC),
+     claim AS (SELECT DISTINCT ON (key) key, stream, hash FROM audit_claims ORDER BY key, seq DESC)
+SELECT h.key, h.home, h.hash, c.key IS NOT NULL, coalesce(c.stream, ''), coalesce(c.hash, '')
+FROM home h LEFT JOIN claim c ON c.key = h.key
+WHERE c.key IS NULL OR c.stream <> h.home OR c.hash <> h.hash
+ORDER BY h.key`
+
+func (s *pgSets) finish(ctx context.Context, f *Fold) error {
+	if err := s.flush(ctx); err != nil {
+		return err
+	}
+	for _, c := range pgChecks {
+		if err := s.check(ctx, f, c.invariant, c.kind, c.sql, c.message); err != nil {
+			return err
+		}
+	}
+	rows, err := s.conn.Query(ctx, pgClaims)
+	if err != nil {
+		return fmt.Errorf("audit: claims: %w", err)
+	}
+	var key, home, hash string
+	var c claim
+	var claimed bool
+	_, err = pgx.ForEachRow(rows, []any{&key, &home, &hash, &claimed, &c.stream, &c.hash}, func() error {
+		f.checkClaim(key, home, hash, c, claimed)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("audit: claims: %w", err)
+	}
+	return nil
+}
+
+// check runs one set query; each row it returns is a violation: its first
+// values name the key, stream, revision and event ID, message says the rest.
+func (s *pgSets) check(ctx context.Context, f *Fold, invariant int, kind, sql string, message func([]any) string) error {
+	rows, err := s.conn.Query(ctx, sql)
+	if err != nil {
+		return fmt.Errorf("audit: %s: %w", kind, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return fmt.Errorf("audit: %s: %w", kind, err)
+		}
+		v := Violation{Invariant: invariant, Kind: kind, Message: message(vals)}
+		if len(vals) >= 4 {
+			v.Stream, v.Revision, v.EventID = fmt.Sprint(vals[1]), vals[2].(int64), fmt.Sprint(vals[3])
+		}
+		f.violate(v)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("audit: %s: %w", kind, err)
+	}
+	return nil
+}
+
+// compare compares a hashed read-model table, read through q (as of its
+// snapshot: gen 0 the live view, else generation gen), with the rows the fold
+// noted up to seq (only the account's, when set): the table's rows are copied
+// into the session as they are read, and a join names the differences.
+func (s *pgSets) compare(ctx context.Context, q Querier, table string, gen int, account string, seq int64) (TableDiff, error) {
+	if err := s.flush(ctx); err != nil {
+		return TableDiff{}, err
+	}
+	d := TableDiff{Table: table}
+	if _, err := s.conn.Exec(ctx, `TRUNCATE audit_actual`); err != nil {
+		return d, fmt.Errorf("audit: %s: %w", table, err)
+	}
+	t, err := openTable(ctx, q, table, gen, account)
+	if err != nil {
+		return d, err
+	}
+	defer t.Close()
+	src := &copyRows{t: t}
+	if _, err := s.conn.CopyFrom(ctx, pgx.Identifier{"audit_actual"}, []string{"tbl", "key", "digest"}, src); err != nil {
+		return d, fmt.Errorf("audit: %s: %w", table, err)
+	}
+	actual := src.sum
+	d.Rows, d.Digest = actual.n, actual.String()
+	if err := s.expectedDigest(ctx, &d, table, account, seq); err != nil {
+		return d, err
+	}
+	return d, s.differences(ctx, &d, table, account, seq)
+}
+
+// expectedRows selects the rows the fold noted for a table up to a seq: the
+// last noted for each key.
+const expectedRows = `SELECT DISTINCT ON (key) key, digest FROM audit_rows
+	WHERE tbl = $1 AND seq <= $2 AND ($3 = '' OR strpos(account, '|' || $3 || '|') > 0) ORDER BY key, seq DESC`
+
+func (s *pgSets) expectedDigest(ctx context.Context, d *TableDiff, table, account string, seq int64) error {
+	rows, err := s.conn.Query(ctx, expectedRows, table, seq, account)
+	if err != nil {
+		return fmt.Errorf("audit: %s: %w", table, err)
+	}
+	var exp digester
+	var key, digest string
+	if _, err := pgx.ForEachRow(rows, []any{&key, &digest}, func() error { exp.add(key, digest); return nil }); err != nil {
+		return fmt.Errorf("audit: %s: %w", table, err)
+	}
+	d.Expected, d.ExpectedDigest = exp.n, exp.String()
+	return nil
+}
+
+// maxNamed bounds the differing rows a TableDiff names per kind.
+const maxNamed = 1000
+
+func (s *pgSets) differences(ctx context.Context, d *TableDiff, table, account string, seq int64) error {
+	if d.Digest == d.ExpectedDigest && d.Rows == d.Expected {
+		return nil
+	}
+	rows, err := s.conn.Query(ctx, `WITH e AS (`+expectedRows+`), a AS (SELECT key, digest FROM audit_actual)
+		SELECT coalesce(e.key, a.key), e.key IS NULL, a.key IS NULL FROM e FULL JOIN a ON a.key = e.key
+		WHERE e.digest IS DISTINCT FROM a.digest ORDER BY 1`, table, seq, account)
+	if err != nil {
+		return fmt.Errorf("audit: %s: %w", table, err)
+	}
+	var key string
+	var extra, missing bool
+	_, err = pgx.ForEachRow(rows, []any{&key, &extra, &missing}, func() error {
+		l := &d.Differ
+		if extra {
+			l = &d.Extra
+		} else if missing {
+			l = &d.Missing
+		}
+		if len(*l) < maxNamed {
+			*l = append(*l, key)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("audit: %s: %w", table, err)
+	}
+	return nil
+}
+
+// copyRows feeds COPY with a table's rows as they are read, summing their digest.
+type copyRows struct {
+	t   *tableRows
+	sum digester
+}
+
+func (c *copyRows) Next() bool { return c.t.Next() }
+func (c *copyRows) Err() error { return c.t.Err() }
+func (c *copyRows) Values() ([]any, error) {
+	c.sum.add(c.t.key, c.t.row)
+	return []any{c.t.table, c.t.key, c.t.row}, nil
+}
+
+// digester sums Digest's lanes row by row.
+type digester struct {
+	lanes [4]uint64
+	n     int
+}
+
+func (g *digester) add(key, row string) {
+	g.lanes = addLanes(g.lanes, key, row)
+	g.n++
+}
+
+func (g *digester) String() string { return lanesString(g.lanes) }

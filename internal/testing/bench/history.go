@@ -1,0 +1,119 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/internal/platform/config"
+	"github.com/ledgerworks/ledger/internal/testing/bench/seed"
+	"github.com/ledgerworks/ledger/projections"
+)
+
+// HistoryReport is what the history phase measured: a history seeded in the
+// ledger's event store, then every projection rebuilt (checked) and the whole
+// ledger audited on it, each timed with its peak heap.
+type HistoryReport struct {
+	Seeded      int64   `json:"seeded_events"`
+	Accounts    int     `json:"accounts"`
+	SeedSeconds float64 `json:"seed_seconds"`
+	Rebuild     ToolRun `json:"rebuild"`
+	Audit       ToolRun `json:"audit"`
+}
+
+// ToolRun is one timed run of a read-side tool over the whole store.
+type ToolRun struct {
+	Events       int64   `json:"events"`
+	Seconds      float64 `json:"seconds"`
+	EventsPerSec float64 `json:"events_per_sec"`
+	PeakHeapMB   float64 `json:"peak_heap_mib"` // above the heap in use before it started
+	Error        string  `json:"error,omitempty"`
+}
+
+// historyPhase seeds about n events over accounts accounts in the ledger's event
+// store (storeURL), then rebuilds every projection in the read-model database
+// (url) and audits the ledger, timing both.
+func historyPhase(ctx context.Context, url, storeURL, runID string, n int64, accounts int, components, log *slog.Logger) (*HistoryReport, error) {
+	store, err := config.OpenEventStore(ctx, storeURL, components)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	pool, err := projections.NewPool(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	rep := &HistoryReport{Accounts: accounts}
+	start := time.Now()
+	res, err := seed.History(ctx, store, n, seed.HistoryOptions{Accounts: accounts, KeyPrefix: "hist" + runID,
+		Progress: func(done, total int64) { log.Info("bench: seeding history", "events", done, "of", total) }})
+	rep.Seeded, rep.SeedSeconds = res.Events, time.Since(start).Seconds()
+	if err != nil {
+		return rep, err
+	}
+	log.Info("bench: seeded history", "events", res.Events, "commands", res.Commands, "rejected", res.Rejected, "took", time.Since(start).Round(time.Millisecond))
+
+	rep.Rebuild = timeTool(func(progress func(int64)) (int64, error) {
+		results, err := projections.Rebuild(ctx, pool, store, projections.RebuildOptions{
+			Verify: audit.VerifyGeneration(pool, store), Logger: components, Progress: progress})
+		if len(results) == 0 {
+			return 0, err
+		}
+		return results[0].Events, err
+	}, log, "rebuild")
+	rep.Audit = timeTool(func(progress func(int64)) (int64, error) {
+		r, err := audit.Run(ctx, store, audit.Options{ReadModels: pool, Progress: progress})
+		if err != nil {
+			return 0, err
+		}
+		if !r.OK() {
+			return r.Events, fmt.Errorf("audit found %d violations: %s", r.ViolationCount, r.Violations[0])
+		}
+		return r.Events, nil
+	}, log, "audit")
+	return rep, ctx.Err()
+}
+
+// timeTool runs a tool, logging its progress, and measures its time and peak
+// heap.
+func timeTool(run func(progress func(int64)) (int64, error), log *slog.Logger, name string) ToolRun {
+	base := heapInUse(true)
+	peak := sampleHeapPeak()
+	last := time.Now()
+	start := time.Now()
+	events, err := run(func(done int64) {
+		if time.Since(last) > 2*time.Second {
+			last = time.Now()
+			log.Info("bench: "+name, "events", done, "rate", int(float64(done)/time.Since(start).Seconds()))
+		}
+	})
+	r := ToolRun{Events: events, Seconds: time.Since(start).Seconds(), PeakHeapMB: mib(peak() - base)}
+	if r.Seconds > 0 {
+		r.EventsPerSec = float64(events) / r.Seconds
+	}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	log.Info("bench: "+name+" done", "events", r.Events, "seconds", r.Seconds, "peak_heap_mib", r.PeakHeapMB, "error", r.Error)
+	return r
+}
+
+// print writes the phase's lines; the last two are the rates the issue asks for.
+func (h *HistoryReport) print(w io.Writer) {
+	fmt.Fprintf(w, "\nhistory: %d events seeded over %d accounts in %.1fs\n", h.Seeded, h.Accounts, h.SeedSeconds)
+	for _, t := range []struct {
+		name string
+		run  ToolRun
+	}{{"rebuild (every projection, checked)", h.Rebuild}, {"audit (read models compared)", h.Audit}} {
+		fmt.Fprintf(w, "  %s: %d events in %.1fs, peak heap %.0f MiB", t.name, t.run.Events, t.run.Seconds, t.run.PeakHeapMB)
+		if t.run.Error != "" {
+			fmt.Fprintf(w, "  error: %s", t.run.Error)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "rebuild events/s: %.0f\naudit events/s: %.0f\n", h.Rebuild.EventsPerSec, h.Audit.EventsPerSec)
+}
