@@ -128,35 +128,20 @@ func RefundSubject(originalKey string) string { return "refund:" + originalKey }
 // EventSubject is what an account event is about, for a store that finds a
 // stream's events by subject: HoldSubject for the events of a hold,
 // RefundSubject for a refund, "" for the others. It runs for every event
-// written, so it reads the decided value (or pointer) in place rather than
-// through accountPayload, which copies it to the heap.
+// written, on the decided value (or pointer) as it is.
 func EventSubject(ev NewEvent) string {
-	var id string
-	switch e := ev.Data.(type) {
-	case Credited:
-		return refundSubject(e.Reason, e.Ref)
-	case *Credited:
-		return refundSubject(e.Reason, e.Ref)
-	case Debited:
-		return refundSubject(e.Reason, e.Ref)
-	case *Debited:
-		return refundSubject(e.Reason, e.Ref)
-	case HoldPlaced:
-		id = e.HoldID
-	case *HoldPlaced:
-		id = e.HoldID
-	case HoldCaptured:
-		id = e.HoldID
-	case *HoldCaptured:
-		id = e.HoldID
-	case HoldReleased:
-		id = e.HoldID
-	case *HoldReleased:
-		id = e.HoldID
-	default:
+	e, ok := ev.Data.(AccountEvent)
+	if !ok {
 		return ""
 	}
-	return HoldSubject(id)
+	c := e.Change()
+	switch {
+	case c.Hold.ID != "":
+		return HoldSubject(c.Hold.ID)
+	case c.Moves:
+		return refundSubject(c.Reason, c.Ref)
+	}
+	return ""
 }
 
 // refundSubject is the subject of a credit or debit: its original's refunds'
@@ -513,6 +498,18 @@ func (a *Account) activeHold() string {
 	return ""
 }
 
+// Status is the account's status as the read models show it (the status the
+// last AccountChange that named one gave it); "" before it opens.
+func (a *Account) Status() AccountStatus {
+	switch {
+	case a.Closed:
+		return AccountStatusClosed
+	case a.Opened:
+		return AccountStatusOpen
+	}
+	return ""
+}
+
 // Available is balance minus held.
 func (a *Account) Available() int64 { return a.Balance - a.Held }
 
@@ -827,106 +824,37 @@ func (a *Account) nextRevision(ev StoredEvent) error {
 }
 
 func (a *Account) fold(ev StoredEvent, payload any) error {
-	payload = accountPayload(payload)
-	if err := a.evolve(payload, ev.Metadata); err != nil {
+	e, err := asAccountEvent(payload)
+	if err == nil {
+		err = e.foldAccount(a, ev.Metadata)
+	}
+	if err != nil {
 		return fmt.Errorf("domain: %s@%d: %w", ev.Stream, ev.Revision, err)
 	}
 	a.Revision = int64(ev.Revision)
 	a.LastChain = ev.Metadata.Chain
-	a.record(ev, payload)
+	a.record(ev, e)
 	return nil
 }
 
-// accountPayload turns a decided payload (a value) into the pointer form that
-// DecodeEvent returns, so that evolve and record handle one form.
-func accountPayload(payload any) any {
-	switch e := payload.(type) {
-	case AccountOpened:
-		return &e
-	case Credited:
-		return &e
-	case Debited:
-		return &e
-	case HoldPlaced:
-		return &e
-	case HoldCaptured:
-		return &e
-	case HoldReleased:
-		return &e
-	case AccountClosed:
-		return &e
-	case CommandRejected:
-		return &e
+// asAccountEvent is payload as an account event, decoded or decided; an error
+// when it is another stream's.
+func asAccountEvent(payload any) (AccountEvent, error) {
+	e, ok := payload.(AccountEvent)
+	if !ok {
+		return nil, fmt.Errorf("event %T does not belong to an account stream", payload)
 	}
-	return payload
+	return e, nil
 }
 
-func (a *Account) evolve(payload any, m Metadata) error {
-	switch e := payload.(type) {
-	case *AccountOpened:
-		a.Opened, a.Currency, a.OverdraftLimit, a.Metadata = true, e.Currency, e.OverdraftLimit, e.Metadata
-	case *Credited:
-		bal, ok := addMinor(a.Balance, e.Amount)
-		if !ok || bal != e.BalanceAfter {
-			return fmt.Errorf("credit of %d to %d does not give balance_after %d", e.Amount, a.Balance, e.BalanceAfter)
-		}
-		if err := a.stated("held_after", e.HeldAfter, a.Held); err != nil {
-			return err
-		}
-		a.Balance = bal
-		a.noteRefund(e.Reason, e.Ref, e.Amount, m.Subject != "")
-	case *Debited:
-		bal, ok := subMinor(a.Balance, e.Amount)
-		if !ok || bal != e.BalanceAfter {
-			return fmt.Errorf("debit of %d from %d does not give balance_after %d", e.Amount, a.Balance, e.BalanceAfter)
-		}
-		if err := a.stated("held_after", e.HeldAfter, a.Held); err != nil {
-			return err
-		}
-		a.Balance = bal
-		a.noteRefund(e.Reason, e.Ref, e.Amount, m.Subject != "")
-	case *HoldPlaced:
-		if err := a.stated("balance_after", e.BalanceAfter, a.Balance); err != nil {
-			return err
-		}
-		h := &Hold{ID: e.HoldID, Amount: e.Amount, Status: HoldStatusActive, Key: m.Key, Findable: m.Subject != ""}
-		if e.ExpiresAt != nil {
-			h.ExpiresAt = *e.ExpiresAt
-		}
-		a.Holds[e.HoldID] = h
-		a.Held += e.Amount
-	case *HoldCaptured:
-		h, ok := a.Holds[e.HoldID]
-		if !ok || h.Status != HoldStatusActive || e.Amount+e.Released != h.Amount {
-			return fmt.Errorf("capture of hold %s does not match the hold", e.HoldID)
-		}
-		a.Balance -= e.Amount
-		a.Held -= h.Amount
-		h.Status = HoldStatusCaptured
-		a.closed(h)
-	case *HoldReleased:
-		h, ok := a.Holds[e.HoldID]
-		if !ok || h.Status != HoldStatusActive || e.Amount != h.Amount {
-			return fmt.Errorf("release of hold %s does not match the hold", e.HoldID)
-		}
-		if err := a.stated("balance_after", e.BalanceAfter, a.Balance); err != nil {
-			return err
-		}
-		a.Held -= h.Amount
-		h.Status = releasedStatus(e.Reason)
-		a.closed(h)
-	case *AccountClosed:
-		a.Closed = true
-	case *CommandRejected:
-		if err := a.stated("balance_after", e.BalanceAfter, a.Balance); err != nil {
-			return err
-		}
-		if err := a.stated("held_after", e.HeldAfter, a.Held); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("event %T does not belong to an account stream", payload)
+// moved folds a credit or debit e (a Debited as its Credited) that leaves the
+// balance at bal.
+func (a *Account) moved(bal int64, e Credited, m Metadata) error {
+	if err := a.stated("held_after", e.HeldAfter, a.Held); err != nil {
+		return err
 	}
+	a.Balance = bal
+	a.noteRefund(e.Reason, e.Ref, e.Amount, m.Subject != "")
 	return nil
 }
 
@@ -965,9 +893,9 @@ func (a *Account) noteRefund(reason, originalKey string, amount int64, findable 
 	a.Refunded[originalKey] = r
 }
 
-// record adds an event to the key record of the command that wrote it; payload is
+// record adds an event to the key record of the command that wrote it; e is
 // the event's data, decoded or as decided.
-func (a *Account) record(ev StoredEvent, payload any) {
+func (a *Account) record(ev StoredEvent, e AccountEvent) {
 	m := ev.Metadata
 	rec := a.Keys[m.Key]
 	if rec == nil || m.Index == 0 {
@@ -982,7 +910,7 @@ func (a *Account) record(ev StoredEvent, payload any) {
 	}
 	rec.Events = append(rec.Events, EventRef{ID: ev.ID, Stream: a.stream, Revision: ev.Revision, Type: internEventType(ev.Type)})
 	rec.Position = ev.Position
-	rec.note(payload)
+	rec.note(e.Change())
 	rec.after, rec.ident = afterCounts{balance: a.Balance, held: a.Held, revision: ev.Revision}, a.identity()
 }
 
@@ -1037,30 +965,6 @@ func internCommand(c string) CommandType {
 		return CmdTransferCompensate
 	case CmdExpireHold:
 		return CmdExpireHold
-	default:
-		return t
-	}
-}
-
-// internEventType is internCommand for the type of an account event.
-func internEventType(t string) string {
-	switch t {
-	case EvCredited:
-		return EvCredited
-	case EvDebited:
-		return EvDebited
-	case EvAccountOpened:
-		return EvAccountOpened
-	case EvHoldPlaced:
-		return EvHoldPlaced
-	case EvHoldCaptured:
-		return EvHoldCaptured
-	case EvHoldReleased:
-		return EvHoldReleased
-	case EvAccountClosed:
-		return EvAccountClosed
-	case EvCommandRejected:
-		return EvCommandRejected
 	default:
 		return t
 	}

@@ -58,6 +58,17 @@ type AccountOpened struct {
 	Metadata       map[string]string `json:"metadata,omitempty"`
 }
 
+// Change opens the account, empty.
+func (e AccountOpened) Change() AccountChange {
+	return AccountChange{Opened: true, Currency: e.Currency, OverdraftLimit: e.OverdraftLimit, Metadata: e.Metadata, Status: AccountStatusOpen,
+		Balance: setAfter(0), Held: setAfter(0)}
+}
+
+func (e AccountOpened) foldAccount(a *Account, _ Metadata) error {
+	a.Opened, a.Currency, a.OverdraftLimit, a.Metadata = true, e.Currency, e.OverdraftLimit, e.Metadata
+	return nil
+}
+
 // Credited and Debited move money into or out of an account. BalanceAfter is the
 // fold's result, written so that statements need no fold and audits can check it.
 type Credited struct {
@@ -77,6 +88,30 @@ type Credited struct {
 // Debited: see Credited.
 type Debited Credited
 
+// Change moves the balance; held is as it was.
+func (e Credited) Change() AccountChange {
+	return AccountChange{Balance: setAfter(e.BalanceAfter), Held: statedAfter(e.HeldAfter), Moves: true, Amount: e.Amount, Reason: e.Reason, Ref: e.Ref}
+}
+
+func (e Credited) foldAccount(a *Account, m Metadata) error {
+	bal, ok := addMinor(a.Balance, e.Amount)
+	if !ok || bal != e.BalanceAfter {
+		return fmt.Errorf("credit of %d to %d does not give balance_after %d", e.Amount, a.Balance, e.BalanceAfter)
+	}
+	return a.moved(bal, e, m)
+}
+
+// Change moves the balance; held is as it was.
+func (e Debited) Change() AccountChange { return Credited(e).Change() }
+
+func (e Debited) foldAccount(a *Account, m Metadata) error {
+	bal, ok := subMinor(a.Balance, e.Amount)
+	if !ok || bal != e.BalanceAfter {
+		return fmt.Errorf("debit of %d from %d does not give balance_after %d", e.Amount, a.Balance, e.BalanceAfter)
+	}
+	return a.moved(bal, Credited(e), m)
+}
+
 // HoldPlaced reserves funds.
 type HoldPlaced struct {
 	HoldID    string     `json:"hold_id"`
@@ -87,6 +122,25 @@ type HoldPlaced struct {
 	// BalanceAfter is the balance, unchanged by the hold (see Credited.HeldAfter).
 	BalanceAfter *int64            `json:"balance_after,omitempty"`
 	Metadata     map[string]string `json:"metadata,omitempty"` // the client's (v1.1)
+}
+
+// Change places the hold; the balance is as it was.
+func (e HoldPlaced) Change() AccountChange {
+	return AccountChange{Balance: statedAfter(e.BalanceAfter), Held: setAfter(e.HeldAfter),
+		Hold: HoldChange{ID: e.HoldID, Status: HoldStatusActive, Amount: e.Amount, Currency: e.Currency, ExpiresAt: e.ExpiresAt}}
+}
+
+func (e HoldPlaced) foldAccount(a *Account, m Metadata) error {
+	if err := a.stated("balance_after", e.BalanceAfter, a.Balance); err != nil {
+		return err
+	}
+	h := &Hold{ID: e.HoldID, Amount: e.Amount, Status: HoldStatusActive, Key: m.Key, Findable: m.Subject != ""}
+	if e.ExpiresAt != nil {
+		h.ExpiresAt = *e.ExpiresAt
+	}
+	a.Holds[e.HoldID] = h
+	a.Held += e.Amount
+	return nil
 }
 
 // HoldCaptured debits captured funds and releases the rest of the hold.
@@ -104,6 +158,24 @@ type HoldCaptured struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
+// Change captures the hold: the balance and held amount both move.
+func (e HoldCaptured) Change() AccountChange {
+	return AccountChange{Balance: setAfter(e.BalanceAfter), Held: setAfter(e.HeldAfter),
+		Hold: HoldChange{ID: e.HoldID, Status: HoldStatusCaptured, Amount: e.Amount}}
+}
+
+func (e HoldCaptured) foldAccount(a *Account, _ Metadata) error {
+	h, ok := a.Holds[e.HoldID]
+	if !ok || h.Status != HoldStatusActive || e.Amount+e.Released != h.Amount {
+		return fmt.Errorf("capture of hold %s does not match the hold", e.HoldID)
+	}
+	a.Balance -= e.Amount
+	a.Held -= h.Amount
+	h.Status = HoldStatusCaptured
+	a.closed(h)
+	return nil
+}
+
 // HoldReleased returns held funds to available (released or expired).
 type HoldReleased struct {
 	HoldID    string `json:"hold_id"`
@@ -114,9 +186,39 @@ type HoldReleased struct {
 	BalanceAfter *int64 `json:"balance_after,omitempty"`
 }
 
+// Change releases (or expires) the hold; the balance is as it was.
+func (e HoldReleased) Change() AccountChange {
+	return AccountChange{Balance: statedAfter(e.BalanceAfter), Held: setAfter(e.HeldAfter),
+		Hold: HoldChange{ID: e.HoldID, Status: releasedStatus(e.Reason), Amount: e.Amount}}
+}
+
+func (e HoldReleased) foldAccount(a *Account, _ Metadata) error {
+	h, ok := a.Holds[e.HoldID]
+	if !ok || h.Status != HoldStatusActive || e.Amount != h.Amount {
+		return fmt.Errorf("release of hold %s does not match the hold", e.HoldID)
+	}
+	if err := a.stated("balance_after", e.BalanceAfter, a.Balance); err != nil {
+		return err
+	}
+	a.Held -= h.Amount
+	h.Status = releasedStatus(e.Reason)
+	a.closed(h)
+	return nil
+}
+
 // AccountClosed closes an account.
 type AccountClosed struct {
 	AccountID string `json:"account_id"`
+}
+
+// Change closes the account, which is empty.
+func (e AccountClosed) Change() AccountChange {
+	return AccountChange{Status: AccountStatusClosed, Balance: AmountAfter{Known: true}, Held: AmountAfter{Known: true}}
+}
+
+func (e AccountClosed) foldAccount(a *Account, _ Metadata) error {
+	a.Closed = true
+	return nil
 }
 
 // CommandRejected records a business refusal so that a retry gets it again.
@@ -129,6 +231,18 @@ type CommandRejected struct {
 	// in events written before they existed, and on streams that are not accounts.
 	BalanceAfter *int64 `json:"balance_after,omitempty"`
 	HeldAfter    *int64 `json:"held_after,omitempty"`
+}
+
+// Change is none: the account is as it was.
+func (e CommandRejected) Change() AccountChange {
+	return AccountChange{Balance: statedAfter(e.BalanceAfter), Held: statedAfter(e.HeldAfter), Refused: true, Code: e.Code, Message: e.Message}
+}
+
+func (e CommandRejected) foldAccount(a *Account, _ Metadata) error {
+	if err := a.stated("balance_after", e.BalanceAfter, a.Balance); err != nil {
+		return err
+	}
+	return a.stated("held_after", e.HeldAfter, a.Held)
 }
 
 // KeyClaimed binds a client key to one request forever.
@@ -200,60 +314,4 @@ func DecodeMetadata(b []byte) (Metadata, error) {
 		return m, fmt.Errorf("domain: metadata: %w", err)
 	}
 	return m, nil
-}
-
-// DecodeEvent parses an event's data into its typed payload.
-func DecodeEvent(typ string, data []byte) (any, error) {
-	var v any
-	switch typ {
-	case EvAccountOpened:
-		v = &AccountOpened{}
-	case EvCredited:
-		v = &Credited{}
-	case EvDebited:
-		v = &Debited{}
-	case EvHoldPlaced:
-		v = &HoldPlaced{}
-	case EvHoldCaptured:
-		v = &HoldCaptured{}
-	case EvHoldReleased:
-		v = &HoldReleased{}
-	case EvAccountClosed:
-		v = &AccountClosed{}
-	case EvCommandRejected:
-		v = &CommandRejected{}
-	case EvKeyClaimed:
-		v = &KeyClaimed{}
-	case EvTransactionPosted:
-		v = &TransactionPosted{}
-	case EvTransactionRejected:
-		v = &TransactionRejected{}
-	case EvTransactionRequested:
-		v = &TransactionRequested{}
-	case EvTransactionReserved:
-		v = &TransactionReserved{}
-	case EvTransactionReservationRefused:
-		v = &TransactionReservationRefused{}
-	default:
-		if d, ok := decodeTransferEvent(typ); ok {
-			v = d
-			break
-		}
-		return nil, fmt.Errorf("domain: unknown event type %q", typ)
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return nil, fmt.Errorf("domain: %s: %w", typ, err)
-	}
-	return v, nil
-}
-
-// transferEventDecoders is filled by transfer.go: event type -> new payload.
-var transferEventDecoders = map[string]func() any{}
-
-func decodeTransferEvent(typ string) (any, bool) {
-	f, ok := transferEventDecoders[typ]
-	if !ok {
-		return nil, false
-	}
-	return f(), true
 }

@@ -17,31 +17,21 @@ import (
 var ErrNoAfterState = errors.New("domain: the event does not state the account after it")
 
 // AfterOf is the balance and held amount an account event leaves, as the event
-// states them.
+// states them (AccountChange).
 func AfterOf(payload any) (balance, held int64, err error) {
-	var b, h *int64
-	switch e := accountPayload(payload).(type) {
-	case *AccountOpened, *AccountClosed: // opened empty; closed only when empty
-		return 0, 0, nil
-	case *Credited:
-		b, h = &e.BalanceAfter, e.HeldAfter
-	case *Debited:
-		b, h = &e.BalanceAfter, e.HeldAfter
-	case *HoldPlaced:
-		b, h = e.BalanceAfter, &e.HeldAfter
-	case *HoldCaptured:
-		b, h = &e.BalanceAfter, &e.HeldAfter
-	case *HoldReleased:
-		b, h = e.BalanceAfter, &e.HeldAfter
-	case *CommandRejected:
-		b, h = e.BalanceAfter, e.HeldAfter
-	default:
-		return 0, 0, fmt.Errorf("domain: event %T does not belong to an account stream", payload)
+	e, err := asAccountEvent(payload)
+	if err != nil {
+		return 0, 0, fmt.Errorf("domain: %w", err)
 	}
-	if b == nil || h == nil {
+	return afterOf(e.Change())
+}
+
+// afterOf is AfterOf of what an event changes.
+func afterOf(c AccountChange) (balance, held int64, err error) {
+	if !c.Balance.Known || !c.Held.Known {
 		return 0, 0, ErrNoAfterState
 	}
-	return *b, *h, nil
+	return c.Balance.Value, c.Held.Value, nil
 }
 
 // RecallKey rebuilds the record of a key the aggregate has forgotten from the
@@ -63,13 +53,18 @@ func (a *Account) RecallKey(evs []StoredEvent) (*KeyRecord, error) {
 		if err != nil {
 			return nil, err
 		}
-		balance, held, err := AfterOf(payload)
+		e, err := asAccountEvent(payload)
+		if err != nil {
+			return nil, fmt.Errorf("domain: %w", err)
+		}
+		c := e.Change()
+		balance, held, err := afterOf(c)
 		if err != nil {
 			return nil, err
 		}
 		rec.Events = append(rec.Events, EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: internEventType(ev.Type)})
 		rec.Position = ev.Position
-		rec.note(payload)
+		rec.note(c)
 		rec.after = afterCounts{balance: balance, held: held, revision: ev.Revision}
 	}
 	rec.ident = a.identity()
@@ -86,13 +81,11 @@ func (a *Account) Remember(rec *KeyRecord) {
 }
 
 // note records what an event of the key tells its record beyond its reference.
-func (rec *KeyRecord) note(payload any) {
-	switch e := payload.(type) {
-	case *CommandRejected:
-		rec.Status, rec.Code, rec.Message = StatusRejected, e.Code, e.Message
-	case *Credited:
-		rec.noteAmount(e.Amount)
-	case *Debited:
-		rec.noteAmount(e.Amount)
+func (rec *KeyRecord) note(c AccountChange) {
+	if c.Refused {
+		rec.Status, rec.Code, rec.Message = StatusRejected, c.Code, c.Message
+	}
+	if c.Moves {
+		rec.noteAmount(c.Amount)
 	}
 }

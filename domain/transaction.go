@@ -74,6 +74,16 @@ type TransactionRejected struct {
 	Accounts      []AccountView     `json:"accounts"`
 }
 
+func (e *TransactionPosted) foldTransaction(ts *TransactionSaga, ev StoredEvent) error {
+	ts.setOutcome(ev)
+	return nil
+}
+
+func (e *TransactionRejected) foldTransaction(ts *TransactionSaga, ev StoredEvent) error {
+	ts.setOutcome(ev)
+	return nil
+}
+
 // TransactionAccounts lists the accounts a transaction's postings touch, sorted.
 func TransactionAccounts(ps []Posting) []string {
 	var ids []string

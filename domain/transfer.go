@@ -111,21 +111,49 @@ type RefundCompleted struct {
 	Amount    int64  `json:"amount"`
 }
 
-func init() {
-	for typ, f := range map[string]func() any{
-		EvTransferRequested:       func() any { return &TransferRequested{} },
-		EvTransferRejected:        func() any { return &TransferRejected{} },
-		EvTransferCreditRefused:   func() any { return &TransferCreditRefused{} },
-		EvTransferCompleted:       func() any { return &TransferCompleted{} },
-		EvTransferFailed:          func() any { return &TransferFailed{} },
-		EvTransferRefundRequested: func() any { return &TransferRefundRequested{} },
-		EvRefundRejected:          func() any { return &RefundRejected{} },
-		EvRefundCreditRefused:     func() any { return &RefundCreditRefused{} },
-		EvRefundCompleted:         func() any { return &RefundCompleted{} },
-		EvRefundFailed:            func() any { return &RefundFailed{} },
-	} {
-		transferEventDecoders[typ] = f
+// The transfer events' folds (TransferEvent).
+
+func (e *TransferRequested) foldTransfer(t *Transfer, m Metadata) (*Saga, error) {
+	return t.openSaga(e, m)
+}
+
+func (e *TransferRejected) foldTransfer(t *Transfer, m Metadata) (*Saga, error) {
+	if t.Saga != nil && m.Key == t.Saga.Key {
+		t.Saga.Outright = true
 	}
+	return t.Saga, t.advance(t.Saga, SagaPending, SagaRejected, e.Code, e.Message)
+}
+
+func (e *TransferCreditRefused) foldTransfer(t *Transfer, _ Metadata) (*Saga, error) {
+	return t.Saga, t.advance(t.Saga, SagaPending, SagaCompensating, e.Code, e.Message)
+}
+
+func (e *TransferCompleted) foldTransfer(t *Transfer, _ Metadata) (*Saga, error) {
+	return t.Saga, t.advance(t.Saga, SagaPending, SagaCompleted, CodeOK, "")
+}
+
+func (e *TransferFailed) foldTransfer(t *Transfer, _ Metadata) (*Saga, error) {
+	return t.Saga, t.advance(t.Saga, SagaCompensating, SagaFailed, e.Code, e.Message)
+}
+
+func (e *TransferRefundRequested) foldTransfer(t *Transfer, m Metadata) (*Saga, error) {
+	return t.reserveRefund(e, m)
+}
+
+func (e *RefundRejected) foldTransfer(t *Transfer, m Metadata) (*Saga, error) {
+	return t.rejectRefund(e, m)
+}
+
+func (e *RefundCreditRefused) foldTransfer(t *Transfer, _ Metadata) (*Saga, error) {
+	return t.advanceRefund(e.RefundKey, SagaPending, SagaCompensating, e.Code, e.Message)
+}
+
+func (e *RefundCompleted) foldTransfer(t *Transfer, _ Metadata) (*Saga, error) {
+	return t.advanceRefund(e.RefundKey, SagaPending, SagaCompleted, CodeOK, "")
+}
+
+func (e *RefundFailed) foldTransfer(t *Transfer, _ Metadata) (*Saga, error) {
+	return t.advanceRefund(e.RefundKey, SagaCompensating, SagaFailed, e.Code, e.Message)
 }
 
 // SagaStage is where a saga stands.
@@ -455,7 +483,11 @@ func EvolveTransfer(t *Transfer, ev StoredEvent) error {
 	if err != nil {
 		return err
 	}
-	s, err := t.evolve(payload, ev.Metadata)
+	e, ok := payload.(TransferEvent)
+	if !ok {
+		return fmt.Errorf("domain: %s@%d: event %T does not belong to a transfer stream", ev.Stream, ev.Revision, payload)
+	}
+	s, err := e.foldTransfer(t, ev.Metadata)
 	if err != nil {
 		return fmt.Errorf("domain: %s@%d: %w", ev.Stream, ev.Revision, err)
 	}
@@ -466,36 +498,6 @@ func EvolveTransfer(t *Transfer, ev StoredEvent) error {
 		s.Position = ev.Position
 	}
 	return nil
-}
-
-// evolve applies one payload and returns the saga it belongs to.
-func (t *Transfer) evolve(payload any, m Metadata) (*Saga, error) {
-	switch e := payload.(type) {
-	case *TransferRequested:
-		return t.openSaga(e, m)
-	case *TransferRejected:
-		if t.Saga != nil && m.Key == t.Saga.Key {
-			t.Saga.Outright = true
-		}
-		return t.Saga, t.advance(t.Saga, SagaPending, SagaRejected, e.Code, e.Message)
-	case *TransferCreditRefused:
-		return t.Saga, t.advance(t.Saga, SagaPending, SagaCompensating, e.Code, e.Message)
-	case *TransferCompleted:
-		return t.Saga, t.advance(t.Saga, SagaPending, SagaCompleted, CodeOK, "")
-	case *TransferFailed:
-		return t.Saga, t.advance(t.Saga, SagaCompensating, SagaFailed, e.Code, e.Message)
-	case *TransferRefundRequested:
-		return t.reserveRefund(e, m)
-	case *RefundRejected:
-		return t.rejectRefund(e, m)
-	case *RefundCreditRefused:
-		return t.advanceRefund(e.RefundKey, SagaPending, SagaCompensating, e.Code, e.Message)
-	case *RefundCompleted:
-		return t.advanceRefund(e.RefundKey, SagaPending, SagaCompleted, CodeOK, "")
-	case *RefundFailed:
-		return t.advanceRefund(e.RefundKey, SagaCompensating, SagaFailed, e.Code, e.Message)
-	}
-	return nil, fmt.Errorf("event %T does not belong to a transfer stream", payload)
 }
 
 // openSaga records the transfer's request, once, and opens its saga, pending.

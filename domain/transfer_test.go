@@ -293,17 +293,6 @@ func TestEvolveTransferRejectsGapsAndForeignEvents(t *testing.T) {
 	}
 }
 
-func TestTransferEventsDecode(t *testing.T) {
-	for typ := range transferEventDecoders {
-		if _, err := DecodeEvent(typ, []byte(`{}`)); err != nil {
-			t.Errorf("%s: %v", typ, err)
-		}
-	}
-	if len(transferEventDecoders) != 10 {
-		t.Fatalf("%d transfer event types registered", len(transferEventDecoders))
-	}
-}
-
 // A refund decided at once: its debit on the transfer's destination, its
 // credit on the transfer's source; a source that refuses the credit refuses the
 // debit, recorded on the destination with the source's code, and the marker

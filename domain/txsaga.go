@@ -216,27 +216,44 @@ func EvolveTransactionSaga(ts *TransactionSaga, ev StoredEvent) error {
 	if err != nil {
 		return err
 	}
-	switch e := payload.(type) {
-	case *TransactionRequested:
-		if ts.Revision != -1 {
-			return fmt.Errorf("domain: %s: a request after its start", ev.Stream)
-		}
-		ts.Requested, ts.Key, ts.Command, ts.RequestHash, ts.Request = e, ev.Metadata.Key, ev.Metadata.Command, ParseHash(ev.Metadata.RequestHash), ev.Metadata.Request
-	case *TransactionReserved:
-		ts.Reserved = true
-	case *TransactionReservationRefused:
-		ts.Refused = e
-	case *TransactionPosted, *TransactionRejected:
-		if ts.Revision == -1 { // decided in one append: the client's own event
-			ts.Key, ts.Command, ts.RequestHash, ts.Request = ev.Metadata.Key, ev.Metadata.Command, ParseHash(ev.Metadata.RequestHash), ev.Metadata.Request
-		}
-		out := ev
-		ts.Outcome = &out
-	default:
+	e, ok := payload.(TransactionEvent)
+	if !ok {
 		return fmt.Errorf("domain: %s: %s does not belong to a transaction stream", ev.Stream, ev.Type)
+	}
+	if err := e.foldTransaction(ts, ev); err != nil {
+		return err
 	}
 	ts.Revision, ts.LastChain = int64(ev.Revision), ev.Metadata.Chain
 	return nil
+}
+
+// The transaction events' folds (TransactionEvent).
+
+func (e *TransactionRequested) foldTransaction(ts *TransactionSaga, ev StoredEvent) error {
+	if ts.Revision != -1 {
+		return fmt.Errorf("domain: %s: a request after its start", ev.Stream)
+	}
+	ts.Requested, ts.Key, ts.Command, ts.RequestHash, ts.Request = e, ev.Metadata.Key, ev.Metadata.Command, ParseHash(ev.Metadata.RequestHash), ev.Metadata.Request
+	return nil
+}
+
+func (e *TransactionReserved) foldTransaction(ts *TransactionSaga, _ StoredEvent) error {
+	ts.Reserved = true
+	return nil
+}
+
+func (e *TransactionReservationRefused) foldTransaction(ts *TransactionSaga, _ StoredEvent) error {
+	ts.Refused = e
+	return nil
+}
+
+// setOutcome records the transaction's outcome ev (TransactionPosted or
+// TransactionRejected).
+func (ts *TransactionSaga) setOutcome(ev StoredEvent) {
+	if ts.Revision == -1 { // decided in one append: the client's own event
+		ts.Key, ts.Command, ts.RequestHash, ts.Request = ev.Metadata.Key, ev.Metadata.Command, ParseHash(ev.Metadata.RequestHash), ev.Metadata.Request
+	}
+	ts.Outcome = &ev
 }
 
 // Decided reports whether the transaction has its outcome.

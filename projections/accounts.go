@@ -31,7 +31,7 @@ type accountRow struct {
 	metadata            string
 	balance, held       int64
 	hasBalance, hasHeld bool
-	closed              bool
+	status              domain.AccountStatus // "" when this batch does not change it
 	revision            int64
 	openedAt, updatedAt time.Time
 }
@@ -77,8 +77,14 @@ func (accountsProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 }
 
 // applyAccountEvent folds one event of account id into the account's row and,
-// for a hold's event, into the hold's row.
+// for a hold's event, into the hold's row: what the event changes of them
+// (domain.AccountChange).
 func applyAccountEvent(accounts map[string]*accountRow, holds map[[2]string]*holdRow, id string, ev *Event) error {
+	e, ok := ev.Payload.(domain.AccountEvent)
+	if !ok {
+		return fmt.Errorf("projections: accounts: %s@%d: event %s does not belong to an account stream", ev.Stream, ev.Revision, ev.Type)
+	}
+	c := e.Change()
 	a := accounts[id]
 	if a == nil {
 		a = &accountRow{id: id}
@@ -86,49 +92,48 @@ func applyAccountEvent(accounts map[string]*accountRow, holds map[[2]string]*hol
 	}
 	a.revision = int64(ev.Revision)
 	a.updatedAt = ev.Meta.At
-	switch p := ev.Payload.(type) {
-	case *domain.AccountOpened:
-		return a.open(p, ev)
-	case *domain.Credited:
-		a.balance, a.hasBalance = p.BalanceAfter, true
-	case *domain.Debited:
-		a.balance, a.hasBalance = p.BalanceAfter, true
-	case *domain.HoldPlaced:
-		a.held, a.hasHeld = p.HeldAfter, true
-		h := holdRowOf(holds, id, p.HoldID, ev)
-		h.placed, h.amount, h.currency, h.status, h.key, h.placedAt = true, p.Amount, p.Currency, string(domain.HoldStatusActive), ev.Meta.Key, ev.Meta.At
-		h.expiresAt = p.ExpiresAt
-	case *domain.HoldCaptured:
-		a.balance, a.hasBalance, a.held, a.hasHeld = p.BalanceAfter, true, p.HeldAfter, true
-		h := holdRowOf(holds, id, p.HoldID, ev)
-		h.status, h.captured = string(domain.HoldStatusCaptured), p.Amount
-	case *domain.HoldReleased:
-		a.held, a.hasHeld = p.HeldAfter, true
-		h := holdRowOf(holds, id, p.HoldID, ev)
-		h.status = string(domain.HoldStatusReleased)
-		if p.Reason == domain.ReasonHoldExpired {
-			h.status = string(domain.HoldStatusExpired)
+	if c.Opened {
+		if err := a.open(c, ev); err != nil {
+			return err
 		}
-	case *domain.AccountClosed:
-		a.closed = true
-	case *domain.CommandRejected:
-	default:
-		return fmt.Errorf("projections: accounts: %s@%d: event %s does not belong to an account stream", ev.Stream, ev.Revision, ev.Type)
+	}
+	if c.Balance.Changed {
+		a.balance, a.hasBalance = c.Balance.Value, true
+	}
+	if c.Held.Changed {
+		a.held, a.hasHeld = c.Held.Value, true
+	}
+	if c.Status != "" {
+		a.status = c.Status
+	}
+	if c.Hold.ID != "" {
+		applyHoldChange(holdRowOf(holds, id, c.Hold.ID, ev), c.Hold, ev)
 	}
 	return nil
 }
 
+// applyHoldChange folds what an event changes of a hold into the hold's row.
+func applyHoldChange(h *holdRow, c domain.HoldChange, ev *Event) {
+	h.status = string(c.Status)
+	switch c.Status {
+	case domain.HoldStatusActive: // placed
+		h.placed, h.amount, h.currency, h.key, h.placedAt, h.expiresAt = true, c.Amount, c.Currency, ev.Meta.Key, ev.Meta.At, c.ExpiresAt
+	case domain.HoldStatusCaptured:
+		h.captured = c.Amount
+	}
+}
+
 // open records an account's opening: its currency, overdraft limit and
 // metadata ({} when it has none).
-func (a *accountRow) open(p *domain.AccountOpened, ev *Event) error {
-	md, err := json.Marshal(p.Metadata)
+func (a *accountRow) open(c domain.AccountChange, ev *Event) error {
+	md, err := json.Marshal(c.Metadata)
 	if err != nil {
 		return err
 	}
-	if p.Metadata == nil {
+	if c.Metadata == nil {
 		md = []byte("{}")
 	}
-	a.opened, a.currency, a.overdraft, a.metadata, a.openedAt = true, p.Currency, p.OverdraftLimit, string(md), ev.Meta.At
+	a.opened, a.currency, a.overdraft, a.metadata, a.openedAt = true, c.Currency, c.OverdraftLimit, string(md), ev.Meta.At
 	return nil
 }
 
@@ -152,14 +157,14 @@ func writeAccounts(ctx context.Context, tx pgx.Tx, gen int, rows map[string]*acc
 	sort.Strings(ids) // one lock order for every writer
 	n := len(ids)
 	var (
-		opened, closed, hasBal, hasHeld = make([]bool, n), make([]bool, n), make([]bool, n), make([]bool, n)
-		currency, metadata              = make([]string, n), make([]string, n)
-		overdraft, balance, held, rev   = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-		openedAt, updatedAt             = make([]time.Time, n), make([]time.Time, n)
+		opened, hasBal, hasHeld       = make([]bool, n), make([]bool, n), make([]bool, n)
+		currency, metadata, status    = make([]string, n), make([]string, n), make([]string, n)
+		overdraft, balance, held, rev = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		openedAt, updatedAt           = make([]time.Time, n), make([]time.Time, n)
 	)
 	for i, id := range ids {
 		a := rows[id]
-		opened[i], closed[i], hasBal[i], hasHeld[i] = a.opened, a.closed, a.hasBalance, a.hasHeld
+		opened[i], status[i], hasBal[i], hasHeld[i] = a.opened, string(a.status), a.hasBalance, a.hasHeld
 		currency[i], metadata[i], overdraft[i] = a.currency, a.metadata, a.overdraft
 		balance[i], held[i], rev[i] = a.balance, a.held, a.revision
 		openedAt[i], updatedAt[i] = a.openedAt, a.updatedAt
@@ -170,11 +175,11 @@ func writeAccounts(ctx context.Context, tx pgx.Tx, gen int, rows map[string]*acc
 	t := Table("accounts", gen)
 	sql := fmt.Sprintf(`WITH u AS (
 	SELECT * FROM unnest($1::text[], $2::bool[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::bool[],
-		$8::bigint[], $9::bool[], $10::bool[], $11::bigint[], $12::timestamptz[], $13::timestamptz[])
-		AS u(account_id, opened, currency, overdraft_limit, metadata, balance, has_balance, held, has_held, closed, revision, opened_at, updated_at)
+		$8::bigint[], $9::bool[], $10::text[], $11::bigint[], $12::timestamptz[], $13::timestamptz[])
+		AS u(account_id, opened, currency, overdraft_limit, metadata, balance, has_balance, held, has_held, status, revision, opened_at, updated_at)
 ), ins AS (
 	INSERT INTO %[1]s AS a (account_id, currency, overdraft_limit, metadata, status, balance, held, revision, opened_at, updated_at)
-	SELECT account_id, currency, overdraft_limit, metadata::jsonb, CASE WHEN closed THEN 'closed' ELSE 'open' END,
+	SELECT account_id, currency, overdraft_limit, metadata::jsonb, COALESCE(NULLIF(status, ''), 'open'),
 		balance, held, revision, opened_at, updated_at
 	FROM u WHERE opened
 	ON CONFLICT (account_id) DO UPDATE SET status = excluded.status, balance = excluded.balance, held = excluded.held,
@@ -184,10 +189,10 @@ func writeAccounts(ctx context.Context, tx pgx.Tx, gen int, rows map[string]*acc
 UPDATE %[1]s AS a SET
 	balance = CASE WHEN u.has_balance THEN u.balance ELSE a.balance END,
 	held = CASE WHEN u.has_held THEN u.held ELSE a.held END,
-	status = CASE WHEN u.closed THEN 'closed' ELSE a.status END,
+	status = COALESCE(NULLIF(u.status, ''), a.status),
 	revision = u.revision, updated_at = u.updated_at
 FROM u WHERE NOT u.opened AND a.account_id = u.account_id AND a.revision < u.revision`, t)
-	_, err := tx.Exec(ctx, sql, ids, opened, currency, overdraft, metadata, balance, hasBal, held, hasHeld, closed, rev, openedAt, updatedAt)
+	_, err := tx.Exec(ctx, sql, ids, opened, currency, overdraft, metadata, balance, hasBal, held, hasHeld, status, rev, openedAt, updatedAt)
 	if err != nil {
 		return fmt.Errorf("projections: accounts: %w", err)
 	}

@@ -43,39 +43,39 @@ type BalanceRow struct {
 type BalanceState struct {
 	Currency      string
 	Balance, Held int64
-	Closed        bool
+	// Status is the account's, "" read as open (rowStatus).
+	Status domain.AccountStatus
 }
 
-// NextBalance is the state after an account event, from the state before it.
+// NextBalance is the state after an account event, from the state before it:
+// what the event changes of it (domain.AccountChange).
 func NextBalance(s BalanceState, payload any) (BalanceState, error) {
-	switch p := payload.(type) {
-	case *domain.AccountOpened:
-		s = BalanceState{Currency: p.Currency}
-	case *domain.Credited:
-		s.Balance = p.BalanceAfter
-	case *domain.Debited:
-		s.Balance = p.BalanceAfter
-	case *domain.HoldPlaced:
-		s.Held = p.HeldAfter
-	case *domain.HoldCaptured:
-		s.Balance, s.Held = p.BalanceAfter, p.HeldAfter
-	case *domain.HoldReleased:
-		s.Held = p.HeldAfter
-	case *domain.AccountClosed:
-		s.Closed = true
-	case *domain.CommandRejected:
-	default:
+	e, ok := payload.(domain.AccountEvent)
+	if !ok {
 		return s, fmt.Errorf("event %T does not belong to an account stream", payload)
+	}
+	c := e.Change()
+	if c.Opened {
+		s = BalanceState{Currency: c.Currency}
+	}
+	if c.Balance.Changed {
+		s.Balance = c.Balance.Value
+	}
+	if c.Held.Changed {
+		s.Held = c.Held.Value
+	}
+	if c.Status != "" {
+		s.Status = c.Status
 	}
 	return s, nil
 }
 
-// Status is the row's status: open or closed.
-func (s BalanceState) Status() string {
-	if s.Closed {
-		return "closed"
+// rowStatus is the row's status: the state's, open when it has none.
+func (s BalanceState) rowStatus() string {
+	if s.Status == "" {
+		return string(domain.AccountStatusOpen)
 	}
-	return "open"
+	return string(s.Status)
 }
 
 // accountIDs lists the accounts whose streams the events are of, each once.
@@ -115,7 +115,7 @@ func (balancesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 		}
 		state[id], last[id] = s, int64(ev.Revision)
 		rows = append(rows, BalanceRow{AccountID: id, Revision: int64(ev.Revision), EventID: ev.ID, Type: ev.Type,
-			Currency: s.Currency, Balance: s.Balance, Held: s.Held, Status: s.Status(), At: ev.Meta.At})
+			Currency: s.Currency, Balance: s.Balance, Held: s.Held, Status: s.rowStatus(), At: ev.Meta.At})
 	}
 	if len(rows) == 0 {
 		return nil
@@ -159,7 +159,7 @@ func lastBalances(ctx context.Context, tx pgx.Tx, gen int, ids []string) (map[st
 		s          BalanceState
 	)
 	_, err = pgx.ForEachRow(rows, []any{&id, &rev, &s.Currency, &s.Balance, &s.Held, &status}, func() error {
-		s.Closed = status == "closed"
+		s.Status = domain.AccountStatus(status)
 		state[id], last[id] = s, rev
 		return nil
 	})

@@ -206,11 +206,8 @@ func foldClaim(ev domain.StoredEvent) (any, error) {
 func accountState(a *domain.Account) *AccountState {
 	s := &AccountState{AccountID: a.ID, Status: "none", Currency: a.Currency, OverdraftLimit: a.OverdraftLimit,
 		Balance: a.Balance, Held: a.Held, Available: a.Available(), Revision: a.Revision, Metadata: a.Metadata, Keys: len(a.Keys)}
-	switch {
-	case a.Closed:
-		s.Status = "closed"
-	case a.Opened:
-		s.Status = "open"
+	if st := a.Status(); st != "" {
+		s.Status = string(st)
 	}
 	for _, h := range a.Holds {
 		hs := HoldState{HoldID: h.ID, Amount: h.Amount, Status: string(h.Status)}

@@ -86,10 +86,7 @@ func metadataJSON(m map[string]string) string {
 }
 
 func accountRowOf(a *domain.Account) string {
-	status := "open"
-	if a.Closed {
-		status = "closed"
-	}
+	status := string(a.Status())
 	return row(a.ID, a.Currency, a.OverdraftLimit, metadataJSON(a.Metadata), status, a.Balance, a.Held, a.Balance-a.Held, a.Revision)
 }
 
@@ -127,10 +124,7 @@ func entryString(id, account string, rev int64, typ, reason, ref string, amount 
 // historyRow renders the balance-history row of an account event: the account
 // as the fold has it after the event.
 func historyRow(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account) string {
-	status := "open"
-	if a.Closed {
-		status = "closed"
-	}
+	status := string(a.Status())
 	return rowDigest(historyString(a.ID, int64(re.Revision), re.ID.String(), re.Type, a.Currency, a.Balance, a.Held, status, m.At))
 }
 
