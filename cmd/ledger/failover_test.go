@@ -179,17 +179,8 @@ func TestFailoverOnAPair(t *testing.T) {
 		t.Skip("failover test")
 	}
 	ledgerBinary(t)
-	pgDir, err := os.MkdirTemp("", "failover-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(pgDir) })
 	ctx := context.Background()
-	pair, err := pgcluster.StartPair(ctx, pgcluster.PairOptions{Dirs: [2]string{filepath.Join(pgDir, "a"), filepath.Join(pgDir, "b")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pair.Stop(context.Background()) })
+	pair := startPair(t, "failover")
 	url := pair.URL()
 
 	dir := t.TempDir()
@@ -317,17 +308,8 @@ func TestProgramsOnTheProductionShape(t *testing.T) {
 		t.Skip("production shape")
 	}
 	ledgerBin, projBin := ledgerBinary(t), projectorBinary(t)
-	pgDir, err := os.MkdirTemp("", "shape-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(pgDir) })
 	ctx := context.Background()
-	pair, err := pgcluster.StartPair(ctx, pgcluster.PairOptions{Dirs: [2]string{filepath.Join(pgDir, "a"), filepath.Join(pgDir, "b")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pair.Stop(context.Background()) })
+	pair := startPair(t, "shape")
 	cluster, servers := devtest.NATSCluster(t)
 	env := []string{config.EnvDatabaseURL + "=" + pair.URL(), config.EnvEventStoreURL + "=" + pair.URL(),
 		config.EnvNATSURL + "=" + cluster.URL(), config.EnvJetStreamReplicas + "=3", config.EnvDataDir + "=" + t.TempDir()}
@@ -484,4 +466,21 @@ func TestNATSLeadersKilled(t *testing.T) {
 	if out, code := runToExit(t, ledgerBin, []string{"audit", "--events-out"}, env); code != 0 {
 		t.Fatalf("ledger audit --events-out: exit %d\n%s", code, out)
 	}
+}
+
+// startPair starts a pgcluster.Pair in a temporary folder named after prefix,
+// stopped and removed when the test ends.
+func startPair(t *testing.T, prefix string) *pgcluster.Pair {
+	t.Helper()
+	pgDir, err := os.MkdirTemp("", prefix+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(pgDir) })
+	pair, err := pgcluster.StartPair(context.Background(), pgcluster.PairOptions{Dirs: [2]string{filepath.Join(pgDir, "a"), filepath.Join(pgDir, "b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pair.Stop(context.Background()) })
+	return pair
 }
