@@ -402,10 +402,16 @@ func decodeObject(body []byte) (map[string]json.RawMessage, *InvalidError) {
 	if _, err := dec.Token(); err != nil {
 		return nil, invalid("", "malformed JSON: %v", err)
 	}
-	if _, err := dec.Token(); err == nil {
+	if !onlySpace(body[dec.InputOffset():]) {
 		return nil, invalid("", "trailing data after the JSON object")
 	}
 	return fields, nil
+}
+
+// onlySpace reports whether b holds nothing but JSON whitespace: what may follow
+// a body's object (PROTOCOL.md v1.2 §2.2, strict decoding).
+func onlySpace(b []byte) bool {
+	return skipSpace(b, 0) == len(b)
 }
 
 func decodeString(raw json.RawMessage, v *string) error {
