@@ -190,6 +190,11 @@ func DecodeCommand(t CommandType, body []byte) (Command, *InvalidError) {
 			return Command{}, ierr
 		}
 	}
+	return checkCommand(cmd)
+}
+
+// checkCommand checks what spans a decoded command's fields.
+func checkCommand(cmd Command) (Command, *InvalidError) {
 	if cmd.Type == CmdCaptureHold && cmd.To != "" && cmd.To == cmd.AccountID {
 		return Command{}, invalid("to", "must differ from account_id (%s)", cmd.AccountID)
 	}
@@ -203,6 +208,11 @@ func decodeGeneral(t CommandType, specs []fieldSpec, body []byte) (Command, *Inv
 	if ierr != nil {
 		return Command{}, ierr
 	}
+	return decodeFields(t, specs, fields)
+}
+
+// decodeFields is decodeGeneral's check of a body's members, fields.
+func decodeFields(t CommandType, specs []fieldSpec, fields map[string]json.RawMessage) (Command, *InvalidError) {
 	cmd := Command{Type: t}
 	rawKey, ok := fields["idempotency_key"]
 	if !ok {
