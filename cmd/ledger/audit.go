@@ -32,7 +32,7 @@ func auditCommand() *cli.Command {
 			}},
 	)
 	flags = append(flags, config.NATSFlags()...)
-	flags = append(flags, config.LogFlags()...)
+	flags = append(flags, config.ReadToolFlags()...)
 	return &cli.Command{
 		Name:  "audit",
 		Usage: "check the ledger against its own events; exit 1 on any violation",
@@ -53,10 +53,11 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Len() != 0 {
 		return config.Exit(2, fmt.Errorf("audit takes no arguments (use --account ID)"))
 	}
-	log, err := config.LoggerFromCommand(cmd, os.Stderr)
+	log, finishProfiles, err := config.ReadToolStart(cmd, os.Stderr)
 	if err != nil {
-		return config.Exit(2, err)
+		return err
 	}
+	defer finishProfiles()
 	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{ReadModels: true, IfNamed: true})
 	if err != nil {
 		return err

@@ -37,7 +37,7 @@ var ProjectionTables = map[string][]string{
 
 // notedTables are the tables whose rows grow with history: the fold notes
 // their rows in its sets (entries, commands and balance history as digests).
-var notedTables = map[string]bool{"entries": true, "commands": true, "balance_history": true, "transfers": true}
+var notedTables = map[string]bool{"entries": true, "commands": true, "balance_history": true, "transfers": true, "holds": true}
 
 func field(b *strings.Builder, v any) {
 	if b.Len() > 0 {
@@ -164,9 +164,9 @@ func (f *Fold) Expected(projection, account string) map[string]map[string]string
 				continue
 			}
 			out["accounts"][id] = accountRowOf(a)
-			for hid, h := range a.Holds {
-				out["holds"][id+"/"+hid] = holdRowOf(id, a.Currency, h, f.captured[[2]string{id, hid}])
-			}
+		}
+		if ms, ok := f.sets.(*memSets); ok {
+			out["holds"] = ms.expected("holds", account)
 		}
 	case projections.Entries, projections.Balances, projections.Commands, projections.Transfers:
 		if ms, ok := f.sets.(*memSets); ok {
