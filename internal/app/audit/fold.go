@@ -15,6 +15,7 @@ import (
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
 	"github.com/ledgerworks/ledger/internal/app/reply"
+	"github.com/ledgerworks/ledger/projections"
 )
 
 // Invariants of PROTOCOL.md §6 (Violation.Invariant), 6 for the hash chain, 7
@@ -139,6 +140,11 @@ type Fold struct {
 	// Snapshots are the account snapshots to check, by stream (CheckSnapshots):
 	// each is compared with the fold when it reaches the snapshot's revision.
 	snapshots map[string]snapshotCheck
+
+	// from is the checkpoint an incremental audit resumed from (resume.go);
+	// lookupClaim then finds a key's claim made before it.
+	from        *projections.AuditCheckpoint
+	lookupClaim func(key string) (claim, bool, error)
 
 	Violations []Violation
 	violations int
@@ -343,12 +349,7 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) 
 	a := f.Accounts[id]
 	if a == nil {
 		a = domain.NewAccount(id)
-		// What the checks need of an account: the key being read (its
-		// command's reply, expectAccountRows), the active holds and the one
-		// just closed (its read-model row is noted as it changes), no refunded
-		// original (the ledger's refund limit is its decisions' concern, not
-		// the fold's). So an account costs the same at any length of history.
-		a.KeyLimit, a.HoldLimit, a.RefundLimit = 1, 1, 1
+		boundAccount(a)
 		f.Accounts[id] = a
 	}
 	m := ev.Metadata
