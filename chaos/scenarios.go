@@ -312,7 +312,7 @@ func (sys *system) finish(ctx context.Context, h *History, res *result, required
 	if extra != nil {
 		extra(ctx, sys, res)
 	}
-	pub, err := sys.published(ctx)
+	out, err := sys.eventsOut(ctx)
 	if err != nil {
 		return err
 	}
@@ -323,7 +323,7 @@ func (sys *system) finish(ctx context.Context, h *History, res *result, required
 		return err
 	}
 	defer tx.Rollback(context.Background())
-	rep, err := Check(cctx, tx, h, res.ev, pub)
+	rep, err := Check(cctx, tx, h, res.ev, out)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
+	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
 	"github.com/ledgerworks/ledger/projections"
 )
@@ -388,9 +388,9 @@ func (sys *system) quiet(ctx context.Context) error {
 	return nil
 }
 
-// published reads every message of LEDGER_EVENTS, in stream order (nil when the
+// eventsOut runs the audit's events-out check on LEDGER_EVENTS (nil when the
 // system runs no projector, whose processes publish).
-func (sys *system) published(ctx context.Context) ([]Published, error) {
+func (sys *system) eventsOut(ctx context.Context) (*EventsOut, error) {
 	if len(sys.projectors) == 0 {
 		return nil, nil
 	}
@@ -398,29 +398,13 @@ func (sys *system) published(ctx context.Context) ([]Published, error) {
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	st, err := js.Stream(cctx, projections.EventsStream)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", projections.EventsStream, err)
-	}
-	info, err := st.Info(cctx)
+	rep, violations, err := audit.EventsOut(cctx, sys.store, sys.pool, audit.EventsOutOptions{JS: js})
 	if err != nil {
 		return nil, err
 	}
-	out := []Published{}
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := st.GetMsg(cctx, seq)
-		if err != nil {
-			return nil, fmt.Errorf("%s message %d: %w", projections.EventsStream, seq, err)
-		}
-		var body projections.EventMessage
-		if err := json.Unmarshal(m.Data, &body); err != nil {
-			return nil, fmt.Errorf("%s message %d: %w", projections.EventsStream, seq, err)
-		}
-		out = append(out, Published{Seq: seq, MsgID: m.Header.Get(jetstream.MsgIDHeader), ID: body.ID, Stream: body.Stream, Revision: body.Revision})
-	}
-	return out, nil
+	return &EventsOut{Report: rep, Violations: violations}, nil
 }
 
 // dlqReasons counts the dead letters by their reason header (bounded read).
