@@ -96,7 +96,7 @@ type relay struct {
 	hold        func(subject string, req []byte) bool
 	release     chan struct{}
 	releaseOnce sync.Once
-	dropped atomic.Int64
+	dropped     atomic.Int64
 }
 
 // relayTo starts a relay from a fresh NATS server (returned with a client
