@@ -58,6 +58,7 @@ type options struct {
 	backoffMin     time.Duration
 	backoffMax     time.Duration
 	log            *slog.Logger
+	onResend       func(key string, attempt int, why error)
 }
 
 // Option configures New.
@@ -106,6 +107,14 @@ func WithBackoff(lo, hi time.Duration) Option {
 	}
 }
 
+// WithResendHook calls f before each resend, on the caller's goroutine, with
+// the key, the number of the attempt that got no definite answer (from 1) and
+// why (ErrAttemptTimeout, ErrNoResponders, a *ReplyError...): for tools that
+// count what the retries hid.
+func WithResendHook(f func(key string, attempt int, why error)) Option {
+	return func(o *options) { o.onResend = f }
+}
+
 // WithLogger logs resends (at debug level) and undecodable replies (warn).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
@@ -127,6 +136,11 @@ func New(nc *nats.Conn, opts ...Option) *Client {
 	return c
 }
 
+// Close ends the client's subscription to its replies. A call made after it
+// returns an *IndefiniteError at once (wrapping ErrClosed); calls still
+// waiting end when their contexts do. It does not close the connection.
+func (c *Client) Close() error { return c.mux.close() }
+
 // StoredAck is JetStream's acknowledgement that LEDGER_COMMANDS stored a
 // command (the stream captures the command subjects). A ledger will decide a
 // stored command even if no one resends it.
@@ -147,7 +161,7 @@ type IndefiniteError struct {
 	Stored *StoredAck
 	// Last is why the last attempt got no definite answer.
 	Last error
-	// Err is the context's error.
+	// Err is the context's error (or ErrClosed).
 	Err error
 }
 
@@ -257,12 +271,19 @@ func (r *resender) next(ctx context.Context, out outcome) error {
 		r.last = out.err
 	}
 	fail := func() error {
-		return &IndefiniteError{Key: r.key, Attempts: r.attempts, Stored: r.stored, Last: r.last, Err: ctx.Err()}
+		why := ctx.Err()
+		if why == nil {
+			why = ErrClosed
+		}
+		return &IndefiniteError{Key: r.key, Attempts: r.attempts, Stored: r.stored, Last: r.last, Err: why}
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || errors.Is(out.err, ErrClosed) {
 		return fail()
 	}
 	r.c.o.log.Debug("resend", "key", r.key, "attempt", r.attempts, "why", out.err)
+	if r.c.o.onResend != nil {
+		r.c.o.onResend(r.key, r.attempts, out.err)
+	}
 	if !out.wait {
 		r.pause = 0
 		return nil
@@ -285,6 +306,9 @@ func (c *Client) request(ctx context.Context, subject string, body []byte) outco
 	w := c.mux.register()
 	defer c.mux.unregister(w)
 	if err := c.mux.err(); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return outcome{err: err}
+		}
 		return outcome{err: errSubscribe(err), wait: true}
 	}
 	if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: w.subject, Data: body}); err != nil {

@@ -294,3 +294,19 @@ func TestConcurrentCalls(t *testing.T) {
 	}
 	t.Logf("requests: %d single, %d batch", rl.count("ledger.v1.cmd.deposit"), rl.count(client.BatchSubject))
 }
+
+// A closed client answers no more: a call returns an IndefiniteError at once,
+// and the hook saw nothing to resend.
+func TestClosedClient(t *testing.T) {
+	_, nc := memoryLedger(t)
+	resends := 0
+	c := client.New(nc, client.WithResendHook(func(string, int, error) { resends++ }))
+	open(t, c, "alice", 0)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Deposit(ctxFor(t, time.Minute), client.Deposit{Key: "after-close", AccountID: "alice", Amount: 1, Currency: "EUR"})
+	if !errors.Is(err, client.ErrClosed) || resends != 0 {
+		t.Fatalf("a call after Close: %v (%d resends), want ErrClosed at once", err, resends)
+	}
+}

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -78,6 +79,26 @@ func (m *mux) deliver(msg *nats.Msg) {
 	default:
 	}
 }
+
+func (m *mux) close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.subErr == nil {
+		m.subErr = ErrClosed
+	}
+	if m.sub == nil {
+		return nil
+	}
+	err := m.sub.Unsubscribe()
+	m.sub = nil
+	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		return fmt.Errorf("client: close: %w", err)
+	}
+	return nil
+}
+
+// ErrClosed is why a call made after Close got no answer.
+var ErrClosed = errors.New("client: closed")
 
 func (m *mux) err() error {
 	m.mu.Lock()
