@@ -78,10 +78,7 @@ func (c *failoverClients) resendUndecided(t *testing.T, nc *nats.Conn) int {
 			continue
 		}
 		retried++
-		r, ok := sendOnce(nc, cmd, 10*time.Second)
-		for attempt := 0; !ok && attempt < 10; attempt++ {
-			r, ok = sendOnce(nc, cmd, 10*time.Second)
-		}
+		r, ok := sendOnce(nc, cmd, 2*time.Minute)
 		if !ok {
 			t.Fatalf("%s: no definite reply", cmd.key)
 		}
