@@ -169,7 +169,12 @@ func (sys *system) connect(ctx context.Context, url string) error {
 		return err
 	}
 	sys.nc = nc
-	pool, err := pgxpool.New(ctx, sys.dbURL)
+	cfg, err := pgxpool.ParseConfig(sys.dbURL)
+	if err != nil {
+		return err
+	}
+	postgres.WatchSyncReplication(cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}

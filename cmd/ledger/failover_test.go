@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ledgerworks/ledger/client"
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/postgres"
@@ -172,18 +173,10 @@ type eventstoreHead interface {
 // the read models and LEDGER_EVENTS caught up after the last, are logged
 // (RELIABILITY.md), never asserted.
 func TestFailoverOnAPair(t *testing.T) {
-	if testing.Short() {
-		t.Skip("failover test")
-	}
-	ledgerBinary(t)
 	ctx := context.Background()
-	pair := startPair(t, "failover")
+	pair, dev, natsURL := devOnAPair(t, "failover", "--command-timeout", "3s", "--jetstream-grace", "500ms")
 	url := pair.URL()
-
-	dir := t.TempDir()
-	natsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	dev := startDev(t, dir, []string{"--nats-addr", natsAddr, "--database-url", url, "--command-timeout", "3s", "--jetstream-grace", "500ms"}, nil)
-	nc := devtest.ConnectURL(t, "nats://"+natsAddr, nats.ReconnectWait(50*time.Millisecond))
+	nc := devtest.ConnectURL(t, natsURL, nats.ReconnectWait(50*time.Millisecond))
 	const clients = 8
 	for g := range clients + 1 {
 		id := fmt.Sprintf("fo-%d", g)
@@ -247,7 +240,7 @@ func TestFailoverOnAPair(t *testing.T) {
 		}
 	}
 	caughtUp(t, url, store)
-	out, err := exec.Command(ledgerBinary(t), "audit", "--database-url", url, "--nats-url", "nats://"+natsAddr, "--events-out", "--log-level", "warn").CombinedOutput()
+	out, err := exec.Command(ledgerBinary(t), "audit", "--database-url", url, "--nats-url", natsURL, "--events-out", "--log-level", "warn").CombinedOutput()
 	if err != nil {
 		t.Fatalf("ledger audit --events-out on the pair: %v\n%s", err, out)
 	}
@@ -306,7 +299,7 @@ func TestProgramsOnTheProductionShape(t *testing.T) {
 	}
 	ledgerBin, projBin := ledgerBinary(t), projectorBinary(t)
 	ctx := context.Background()
-	pair := startPair(t, "shape")
+	pair := devtest.Pair(t, "shape")
 	cluster, servers := devtest.NATSCluster(t)
 	env := []string{config.EnvDatabaseURL + "=" + pair.URL(), config.EnvEventStoreURL + "=" + pair.URL(),
 		config.EnvNATSURL + "=" + cluster.URL(), config.EnvJetStreamReplicas + "=3", config.EnvDataDir + "=" + t.TempDir()}
@@ -465,19 +458,110 @@ func TestNATSLeadersKilled(t *testing.T) {
 	}
 }
 
-// startPair starts a pgcluster.Pair in a temporary folder named after prefix,
-// stopped and removed when the test ends.
-func startPair(t *testing.T, prefix string) *pgcluster.Pair {
+// TestCancelledWaitForTheStandbyIsNotAcknowledged: `ledger dev` on a
+// PostgreSQL pair whose standby is frozen (SIGSTOP), so a deposit's commit
+// waits for it; an operator's pg_cancel_backend ends that wait, and
+// PostgreSQL commits the deposit on the primary alone, answering COMMIT with
+// a warning. The command must not be acknowledged: its reply is `error`
+// (indefinite). Once the standby is thawed, the same command sent again by
+// its key is answered as the duplicate it is, applied, and the money moved
+// once. Fails on an event store that takes the warning for success (the
+// first reply is then `applied`).
+func TestCancelledWaitForTheStandbyIsNotAcknowledged(t *testing.T) {
+	ctx := context.Background()
+	pair, dev, natsURL := devOnAPair(t, "syncwait", "--command-timeout", "30s")
+	url := pair.URL()
+	nc := devtest.ConnectURL(t, natsURL)
+	if r, ok := sendOnce(nc, mkCrashCmd("open_account", "open-sw", "sw", 0, map[string]any{"currency": "EUR"}), 20*time.Second); !ok || r.Status != domain.StatusApplied {
+		t.Fatalf("open: %+v", r)
+	}
+	store := devtest.Store(t, url)
+	caughtUp(t, url, store) // the projector and the publisher idle
+	admin, err := projections.NewPool(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+
+	standby := pair.Standby()
+	if _, err := standby.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			if _, err := standby.Signal(syscall.SIGCONT); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer thaw()
+	dep := mkCrashCmd("deposit", "sw-1", "sw", 500, map[string]any{"amount": 500, "currency": "EUR"})
+	first := make(chan reply.Reply, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		// One request, not resent: the test looks at the ledger's first answer
+		// (LEDGER_COMMANDS is NoAck: the first message is the ledger's reply).
+		var r reply.Reply
+		if m, err := nc.RequestWithContext(cctx, client.CommandSubjectPrefix+dep.typ, dep.body); err == nil {
+			_ = json.Unmarshal(m.Data, &r)
+		}
+		first <- r
+	}()
+	// The operator ends every wait for the standby (the deposit's among them)
+	// until the deposit is answered.
+	var r reply.Reply
+	cancelled := 0
+	devtest.Eventually(t, time.Minute, "the deposit answered", func() bool {
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`).Scan(&n); err == nil {
+			cancelled += n
+		}
+		select {
+		case r = <-first:
+			return true
+		default:
+			return false
+		}
+	})
+	if r.Status != domain.StatusError {
+		t.Fatalf("the deposit whose wait for the standby was cancelled: %+v, want status error (indefinite)", r)
+	}
+	t.Logf("%d waits for the standby cancelled; the deposit answered %s: %s", cancelled, r.Status, r.Message)
+
+	thaw()
+	again, ok := sendOnce(nc, dep, 30*time.Second)
+	if !ok || again.Status != domain.StatusApplied || !again.Duplicate {
+		t.Fatalf("the deposit sent again: %+v, want applied, duplicate", again)
+	}
+	if acc := devtest.Account(t, store, "sw"); acc.Balance != 500 {
+		t.Fatalf("balance %d, want 500: the deposit moved money %d times", acc.Balance, acc.Balance/500)
+	}
+	perKey := 0
+	for _, ev := range devtest.StreamEvents(t, store, domain.AccountStream("sw")) {
+		if m, err := domain.DecodeMetadata(ev.Metadata); err == nil && m.Key == dep.key {
+			perKey++
+		}
+	}
+	if perKey != 1 {
+		t.Fatalf("%s has %d events, want 1", dep.key, perKey)
+	}
+	dev.stop()
+}
+
+// devOnAPair runs `ledger dev` (args added) on a PostgreSQL pair of its own,
+// reached by the pair's multi-host URL, and returns them with dev's NATS URL.
+// Skipped under -short.
+func devOnAPair(t *testing.T, prefix string, args ...string) (*pgcluster.Pair, *devProc, string) {
 	t.Helper()
-	pgDir, err := os.MkdirTemp("", prefix+"-")
-	if err != nil {
-		t.Fatal(err)
+	if testing.Short() {
+		t.Skip("PostgreSQL pair")
 	}
-	t.Cleanup(func() { os.RemoveAll(pgDir) })
-	pair, err := pgcluster.StartPair(context.Background(), pgcluster.PairOptions{Dirs: [2]string{filepath.Join(pgDir, "a"), filepath.Join(pgDir, "b")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pair.Stop(context.Background()) })
-	return pair
+	ledgerBinary(t)
+	pair := devtest.Pair(t, prefix)
+	natsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	dev := startDev(t, t.TempDir(), append([]string{"--nats-addr", natsAddr, "--database-url", pair.URL()}, args...), nil)
+	return pair, dev, "nats://" + natsAddr
 }

@@ -41,6 +41,7 @@ func openPool(t *testing.T, url string, max int32, writes *atomic.Int64) (*postg
 		t.Fatal(err)
 	}
 	cfg.MaxConns = max
+	postgres.WatchSyncReplication(cfg)
 	if writes != nil {
 		dialer := &net.Dialer{KeepAlive: 5 * time.Minute}
 		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -69,6 +69,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("eventstore/postgres: %w", err)
 	}
+	WatchSyncReplication(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, classify(ctx, "open", err)
@@ -82,7 +83,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	return s, nil
 }
 
-// New returns a Store on pool. Close does not close a pool given to New.
+// New returns a Store on pool. Close does not close a pool given to New. The
+// pool must be made from a config prepared by WatchSyncReplication: appends on
+// any other are refused.
 func New(pool *pgxpool.Pool) *Store {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Store{pool: pool, ctx: ctx, cancel: cancel, wake: make(chan struct{}), PollInterval: DefaultPollInterval}
@@ -229,14 +232,19 @@ func (s *Store) AppendHeld(ctx context.Context, stream string, expected eventsto
 			defer cancel()
 			defer release(ctx, c)
 			defer s.notify()
+			w, _ := watchOf(c.Conn().PgConn()) // begin saw it
+			w.cancelled = nil
 			tag, xerr := c.Conn().Exec(ctx, sql)
 			if xerr != nil {
 				err = classify(ctx, op, xerr)
 				return
 			}
 			err = nil
-			if sql == "COMMIT" && tag.String() != "COMMIT" {
+			switch {
+			case sql == "COMMIT" && tag.String() != "COMMIT":
 				err = fmt.Errorf("eventstore/postgres: %s: %w (command tag %q)", op, pgx.ErrTxCommitRollback, tag)
+			case sql == "COMMIT" && w.cancelled != nil:
+				err = notReplicated(op, w.cancelled)
 			}
 		})
 		return err
@@ -330,6 +338,9 @@ func (s *Store) begin(ctx context.Context, parts []eventstore.StreamAppend) (c *
 		}
 	}()
 	conn := acquired.Conn()
+	if _, err := watchOf(conn.PgConn()); err != nil {
+		return nil, nil, err
+	}
 
 	streams := make([]string, len(parts))
 	for i, p := range parts {
@@ -390,7 +401,15 @@ func (s *Store) begin(ctx context.Context, parts []eventstore.StreamAppend) (c *
 // A failure the server did not answer (a lost connection, a cancelled context)
 // leaves the outcome unknown: INSERT and COMMIT may both have run. Retrying with
 // the same event IDs is safe (idempotent) and tells.
+//
+// A COMMIT answered with the warning of a cancelled wait for the synchronous
+// standby is not a success either: ErrNotReplicated (see syncrep.go).
 func commit(ctx context.Context, conn *pgx.Conn, plans []plan) error {
+	w, err := watchOf(conn.PgConn())
+	if err != nil {
+		return err
+	}
+	w.cancelled = nil
 	var b pgx.Batch
 	args := insertArgs(plans)
 	if args != nil {
@@ -417,6 +436,9 @@ func commit(ctx context.Context, conn *pgx.Conn, plans []plan) error {
 	}
 	if tag.String() != "COMMIT" {
 		return fmt.Errorf("eventstore/postgres: commit: %w (command tag %q)", pgx.ErrTxCommitRollback, tag)
+	}
+	if w.cancelled != nil {
+		return notReplicated("commit", w.cancelled)
 	}
 	return nil
 }

@@ -85,18 +85,9 @@ func (ss *streamsServer) Append(srv api.Streams_AppendServer) error {
 		return err
 	}
 	stream := string(opts.GetStreamIdentifier().GetStreamName())
-	var exp expected
-	switch v := opts.GetExpectedStreamRevision().(type) {
-	case *api.AppendReq_Options_Revision:
-		exp = expected{kind: expectRevision, rev: v.Revision}
-	case *api.AppendReq_Options_NoStream:
-		exp = expected{kind: expectNoStream}
-	case *api.AppendReq_Options_Any:
-		exp = expected{kind: expectAny}
-	case *api.AppendReq_Options_StreamExists:
-		exp = expected{kind: expectStreamExists}
-	default:
-		return status.Errorf(codes.InvalidArgument, "'%v' is not a valid expected stream revision", v)
+	exp, err := expectedOf(opts)
+	if err != nil {
+		return err
 	}
 
 	events, err := ss.receiveEvents(srv)
@@ -125,26 +116,50 @@ func (ss *streamsServer) Append(srv api.Streams_AppendServer) error {
 	case decisionDeleted:
 		return streamDeleted(ctx, srv.SetTrailer, stream)
 	case decisionOK, decisionIdempotent:
-		success := &api.AppendResp_Success{}
-		if out.last == -1 {
-			success.CurrentRevisionOption = &api.AppendResp_Success_NoStream{NoStream: &shared.Empty{}}
-		} else {
-			success.CurrentRevisionOption = &api.AppendResp_Success_CurrentRevision{CurrentRevision: uint64(out.last)}
-		}
-		if out.hasPos {
-			success.PositionOption = &api.AppendResp_Success_Position{Position: &api.AppendResp_Position{
-				CommitPosition: out.pos, PreparePosition: out.pos,
-			}}
-		} else {
-			success.PositionOption = &api.AppendResp_Success_NoPosition{NoPosition: &shared.Empty{}}
-		}
-		resp.Result = &api.AppendResp_Success_{Success: success}
+		resp.Result = &api.AppendResp_Success_{Success: appendSuccess(out)}
 	case decisionWrongExpectedVersion, decisionCorruptedIdempotency:
 		// Corrupted idempotency (part of the batch matches, part does not) is
 		// answered as a wrong expected version, as the server does.
 		resp.Result = &api.AppendResp_WrongExpectedVersion_{WrongExpectedVersion: wrongExpectedVersion(exp, out.current)}
 	}
 	return srv.SendAndClose(resp)
+}
+
+// expectedOf is an append's expected stream revision, refused as the server
+// refuses one it does not know.
+func expectedOf(opts *api.AppendReq_Options) (expected, error) {
+	switch v := opts.GetExpectedStreamRevision().(type) {
+	case *api.AppendReq_Options_Revision:
+		return expected{kind: expectRevision, rev: v.Revision}, nil
+	case *api.AppendReq_Options_NoStream:
+		return expected{kind: expectNoStream}, nil
+	case *api.AppendReq_Options_Any:
+		return expected{kind: expectAny}, nil
+	case *api.AppendReq_Options_StreamExists:
+		return expected{kind: expectStreamExists}, nil
+	default:
+		return expected{}, status.Errorf(codes.InvalidArgument, "'%v' is not a valid expected stream revision", v)
+	}
+}
+
+// appendSuccess is the success answer of a written or idempotent append: the
+// stream's current revision (no_stream when an empty append found none) and the
+// position, when the write has one to show.
+func appendSuccess(out appendOutcome) *api.AppendResp_Success {
+	success := &api.AppendResp_Success{}
+	if out.last == -1 {
+		success.CurrentRevisionOption = &api.AppendResp_Success_NoStream{NoStream: &shared.Empty{}}
+	} else {
+		success.CurrentRevisionOption = &api.AppendResp_Success_CurrentRevision{CurrentRevision: uint64(out.last)}
+	}
+	if out.hasPos {
+		success.PositionOption = &api.AppendResp_Success_Position{Position: &api.AppendResp_Position{
+			CommitPosition: out.pos, PreparePosition: out.pos,
+		}}
+	} else {
+		success.PositionOption = &api.AppendResp_Success_NoPosition{NoPosition: &shared.Empty{}}
+	}
+	return success
 }
 
 // receiveEvents reads the proposed events of an append, refusing them as the
@@ -386,6 +401,72 @@ func decodeRead(req *api.ReadReq) (*readOptions, error) {
 	default:
 		return nil, status.Error(codes.InvalidArgument, "a count or subscription option is required")
 	}
+	if err := decodeStreamOption(o, ro); err != nil {
+		return nil, err
+	}
+	if f := o.GetFilter(); f != nil {
+		if !ro.all {
+			return nil, status.Errorf(codes.InvalidArgument, "The combination of (Stream, %v, %v, Filter) is invalid.", countCase(ro), o.GetReadDirection())
+		}
+		if err := decodeFilter(f, ro); err != nil {
+			return nil, err
+		}
+	}
+	if ro.subscription && ro.backwards {
+		return nil, status.Errorf(codes.InvalidArgument, "The combination of (%v, Subscription, Backwards, %v) is invalid.", streamCase(ro), filterCase(ro))
+	}
+	return ro, nil
+}
+
+// decodeFilter reads a filtered $all read's filter (stream or event-type
+// prefixes or a regex), its search window and, for a subscription, its
+// checkpoint interval into ro.
+func decodeFilter(f *api.ReadReq_Options_FilterOptions, ro *readOptions) error {
+	var expr *api.ReadReq_Options_FilterOptions_Expression
+	ef := &eventFilter{}
+	switch {
+	case f.GetStreamIdentifier() != nil:
+		expr = f.GetStreamIdentifier()
+	case f.GetEventType() != nil:
+		expr = f.GetEventType()
+		ef.onType = true
+	default:
+		return status.Error(codes.InvalidArgument, "a filter needs a stream identifier or an event type expression")
+	}
+	if expr.GetRegex() != "" {
+		re, err := regexp.Compile(expr.GetRegex())
+		if err != nil {
+			return status.Errorf(codes.InvalidArgument, "invalid filter regex: %v", err)
+		}
+		ef.re = re
+	} else {
+		ef.prefixes = expr.GetPrefix()
+	}
+	ro.filter = ef
+	switch w := f.GetWindow().(type) {
+	case *api.ReadReq_Options_FilterOptions_Max:
+		ro.window = w.Max
+	case *api.ReadReq_Options_FilterOptions_Count:
+		ro.window = readBatchSize
+	default:
+		return status.Errorf(codes.InvalidArgument, "'%v' is not a valid window", w)
+	}
+	if ro.window == 0 {
+		ro.window = readBatchSize
+	}
+	if ro.subscription {
+		if f.GetCheckpointIntervalMultiplier() == 0 {
+			// ArgumentOutOfRangeException in AllSubscriptionFiltered's constructor.
+			return status.Error(codes.Unknown, "Specified argument was out of the range of valid values. (Parameter 'checkpointIntervalMultiplier')")
+		}
+		ro.interval = f.GetCheckpointIntervalMultiplier() * ro.window
+	}
+	return nil
+}
+
+// decodeStreamOption reads which stream a read is of (one stream from a
+// revision, or $all from a position) into ro.
+func decodeStreamOption(o *api.ReadReq_Options, ro *readOptions) error {
 	switch so := o.GetStreamOption().(type) {
 	case *api.ReadReq_Options_Stream:
 		ro.stream = string(so.Stream.GetStreamIdentifier().GetStreamName())
@@ -397,7 +478,7 @@ func decodeRead(req *api.ReadReq) (*readOptions, error) {
 		case *api.ReadReq_Options_StreamOptions_Revision:
 			ro.revision = rv.Revision
 		default:
-			return nil, status.Error(codes.InvalidArgument, "a stream revision option is required")
+			return status.Error(codes.InvalidArgument, "a stream revision option is required")
 		}
 	case *api.ReadReq_Options_All:
 		ro.all = true
@@ -412,60 +493,12 @@ func decodeRead(req *api.ReadReq) (*readOptions, error) {
 				ro.fromEnd = true
 			}
 		default:
-			return nil, status.Error(codes.InvalidArgument, "an $all position option is required")
+			return status.Error(codes.InvalidArgument, "an $all position option is required")
 		}
 	default:
-		return nil, status.Error(codes.InvalidArgument, "a stream option is required")
+		return status.Error(codes.InvalidArgument, "a stream option is required")
 	}
-
-	if f := o.GetFilter(); f != nil {
-		if !ro.all {
-			return nil, status.Errorf(codes.InvalidArgument, "The combination of (Stream, %v, %v, Filter) is invalid.", countCase(ro), o.GetReadDirection())
-		}
-		var expr *api.ReadReq_Options_FilterOptions_Expression
-		ef := &eventFilter{}
-		switch {
-		case f.GetStreamIdentifier() != nil:
-			expr = f.GetStreamIdentifier()
-		case f.GetEventType() != nil:
-			expr = f.GetEventType()
-			ef.onType = true
-		default:
-			return nil, status.Error(codes.InvalidArgument, "a filter needs a stream identifier or an event type expression")
-		}
-		if expr.GetRegex() != "" {
-			re, err := regexp.Compile(expr.GetRegex())
-			if err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "invalid filter regex: %v", err)
-			}
-			ef.re = re
-		} else {
-			ef.prefixes = expr.GetPrefix()
-		}
-		ro.filter = ef
-		switch w := f.GetWindow().(type) {
-		case *api.ReadReq_Options_FilterOptions_Max:
-			ro.window = w.Max
-		case *api.ReadReq_Options_FilterOptions_Count:
-			ro.window = readBatchSize
-		default:
-			return nil, status.Errorf(codes.InvalidArgument, "'%v' is not a valid window", w)
-		}
-		if ro.window == 0 {
-			ro.window = readBatchSize
-		}
-		if ro.subscription {
-			if f.GetCheckpointIntervalMultiplier() == 0 {
-				// ArgumentOutOfRangeException in AllSubscriptionFiltered's constructor.
-				return nil, status.Error(codes.Unknown, "Specified argument was out of the range of valid values. (Parameter 'checkpointIntervalMultiplier')")
-			}
-			ro.interval = f.GetCheckpointIntervalMultiplier() * ro.window
-		}
-	}
-	if ro.subscription && ro.backwards {
-		return nil, status.Errorf(codes.InvalidArgument, "The combination of (%v, Subscription, Backwards, %v) is invalid.", streamCase(ro), filterCase(ro))
-	}
-	return ro, nil
+	return nil
 }
 
 func countCase(ro *readOptions) string {
@@ -723,83 +756,11 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 	if ro.positional() && !ss.s.db.validPosition(ro.commit) {
 		return invalidPosition() // after the confirmation, as the server does
 	}
-	all, _ := ss.s.db.snapshot(ro.lag)
-	next := 0
-	switch {
-	case ro.fromStart:
-		ss.s.noteStart("start")
-	case ro.fromEnd:
-		ss.s.noteStart("end")
-		next = len(all)
-	default:
-		ss.s.noteStart(fmt.Sprintf("%d/%d", ro.commit, ro.prepare))
-		// Strictly after the start position (24.2 and later); 23.10 skipped the
-		// first event at or after it (ReadAllEventsForward(start, 1).NextPos),
-		// which is exclusive when an event sits at it and loses the next event when
-		// none does.
-		next = firstAtOrAfter(all, ro.commit)
-		for next < len(all) && before(all[next], ro.commit, ro.prepare) {
-			next++
-		}
-		atStart := next < len(all) && all[next].pos == ro.commit && ro.commit == ro.prepare
-		if next < len(all) && (atStart || ss.s.release.skipsAfterStart()) {
-			next++
-		}
-	}
-
-	var considered uint32
-	matched := false   // the last page sent an event
-	first := true      // the next page is the first
-	var live *position // the checkpoint sent when catch-up goes live
-	start := position{}
-	if ro.positional() {
-		start = position{ro.commit, ro.prepare}
-	}
-	// Catch-up, page by page.
-	for {
-		all, _ = ss.s.db.snapshot(ro.lag)
-		if next >= len(all) {
-			break
-		}
-		if ro.filter == nil {
-			for ; next < len(all); next++ {
-				if err := snd.send(eventResp(all[next], ro.uuidString)); err != nil {
-					return err
-				}
-			}
-			continue
-		}
-		end := min(next+int(ro.window), len(all))
-		page := all[next:end]
-		// The checkpoint of a page is the last event sent, else where the page
-		// was read from (CatchUp: max(checkpoint, completed.CurrentPos)): the
-		// start position for the first page, then the previous page's NextPos,
-		// (post-position of its last record, 0), which no event sits at.
-		cp := &position{commit: page[0].pos}
-		if first {
-			cp = &start
-		}
-		first, matched = false, false
-		for _, r := range page {
-			if ro.filter.match(r) {
-				if err := snd.send(eventResp(r, ro.uuidString)); err != nil {
-					return err
-				}
-				cp, matched = &position{r.pos, r.pos}, true
-			}
-		}
-		next = end
-		considered += uint32(len(page))
-		if next >= len(all) { // end of stream: go live
-			live = cp
-			break
-		}
-		if considered >= ro.interval {
-			considered %= ro.interval
-			if err := snd.send(checkpoint(*cp)); err != nil {
-				return err
-			}
-		}
+	sub := &allSubscription{s: ss.s, ro: ro, snd: snd}
+	sub.seekStart()
+	live, matched, err := sub.catchUp()
+	if err != nil {
+		return err
 	}
 	switch {
 	case ro.filter == nil:
@@ -816,27 +777,127 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 	if err := snd.send(caughtUp); err != nil {
 		return err
 	}
-	// Live.
+	return sub.live()
+}
+
+// allSubscription is one $all subscription's progress: the index in the log of
+// the next event to consider, and how many were considered since the last
+// checkpoint.
+type allSubscription struct {
+	s          *Server
+	ro         *readOptions
+	snd        sender
+	next       int
+	considered uint32
+}
+
+// seekStart places the subscription at its start.
+func (a *allSubscription) seekStart() {
+	ro := a.ro
+	all, _ := a.s.db.snapshot(ro.lag)
+	switch {
+	case ro.fromStart:
+		a.s.noteStart("start")
+	case ro.fromEnd:
+		a.s.noteStart("end")
+		a.next = len(all)
+	default:
+		a.s.noteStart(fmt.Sprintf("%d/%d", ro.commit, ro.prepare))
+		// Strictly after the start position (24.2 and later); 23.10 skipped the
+		// first event at or after it (ReadAllEventsForward(start, 1).NextPos),
+		// which is exclusive when an event sits at it and loses the next event when
+		// none does.
+		next := firstAtOrAfter(all, ro.commit)
+		for next < len(all) && before(all[next], ro.commit, ro.prepare) {
+			next++
+		}
+		atStart := next < len(all) && all[next].pos == ro.commit && ro.commit == ro.prepare
+		if next < len(all) && (atStart || a.s.release.skipsAfterStart()) {
+			next++
+		}
+		a.next = next
+	}
+}
+
+// catchUp sends the history page by page. It returns the checkpoint due when
+// catch-up goes live (nil if none) and whether the last page sent an event.
+func (a *allSubscription) catchUp() (live *position, matched bool, err error) {
+	ro := a.ro
+	first := true // the next page is the first
+	start := position{}
+	if ro.positional() {
+		start = position{ro.commit, ro.prepare}
+	}
 	for {
-		all, changed := ss.s.db.snapshot(ro.lag)
-		for ; next < len(all); next++ {
-			r := all[next]
+		all, _ := a.s.db.snapshot(ro.lag)
+		if a.next >= len(all) {
+			return live, matched, nil
+		}
+		if ro.filter == nil {
+			for ; a.next < len(all); a.next++ {
+				if err := a.snd.send(eventResp(all[a.next], ro.uuidString)); err != nil {
+					return nil, false, err
+				}
+			}
+			continue
+		}
+		end := min(a.next+int(ro.window), len(all))
+		page := all[a.next:end]
+		// The checkpoint of a page is the last event sent, else where the page
+		// was read from (CatchUp: max(checkpoint, completed.CurrentPos)): the
+		// start position for the first page, then the previous page's NextPos,
+		// (post-position of its last record, 0), which no event sits at.
+		cp := &position{commit: page[0].pos}
+		if first {
+			cp = &start
+		}
+		first, matched = false, false
+		for _, r := range page {
 			if ro.filter.match(r) {
-				if err := snd.send(eventResp(r, ro.uuidString)); err != nil {
+				if err := a.snd.send(eventResp(r, ro.uuidString)); err != nil {
+					return nil, false, err
+				}
+				cp, matched = &position{r.pos, r.pos}, true
+			}
+		}
+		a.next = end
+		a.considered += uint32(len(page))
+		if a.next >= len(all) { // end of stream: go live
+			return cp, matched, nil
+		}
+		if a.considered >= ro.interval {
+			a.considered %= ro.interval
+			if err := a.snd.send(checkpoint(*cp)); err != nil {
+				return nil, false, err
+			}
+		}
+	}
+}
+
+// live sends events as they are written, with a checkpoint at every
+// interval-th considered event, until the subscriber goes.
+func (a *allSubscription) live() error {
+	ro := a.ro
+	for {
+		all, changed := a.s.db.snapshot(ro.lag)
+		for ; a.next < len(all); a.next++ {
+			r := all[a.next]
+			if ro.filter.match(r) {
+				if err := a.snd.send(eventResp(r, ro.uuidString)); err != nil {
 					return err
 				}
 			}
 			if ro.filter != nil {
-				considered++
-				if considered >= ro.interval {
-					considered = 0
-					if err := snd.send(checkpoint(position{r.pos, r.pos})); err != nil {
+				a.considered++
+				if a.considered >= ro.interval {
+					a.considered = 0
+					if err := a.snd.send(checkpoint(position{r.pos, r.pos})); err != nil {
 						return err
 					}
 				}
 			}
 		}
-		if err := snd.wait(changed); err != nil {
+		if err := a.snd.wait(changed); err != nil {
 			return err
 		}
 	}

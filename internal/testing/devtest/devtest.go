@@ -16,6 +16,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -28,6 +30,7 @@ import (
 	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/app/reply"
 	"github.com/ledgerworks/ledger/internal/platform/embednats"
+	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
 	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 	"github.com/ledgerworks/ledger/migrations"
 )
@@ -258,4 +261,22 @@ func Send(ctx context.Context, lc *client.Client, c Command) (reply.Reply, error
 		err = json.Unmarshal(b, &r)
 	}
 	return r, err
+}
+
+// Pair starts a PostgreSQL primary and its synchronous standby
+// (pgcluster.Pair) in a temporary directory named after prefix, stopped and
+// removed when t ends; nothing is migrated.
+func Pair(t testing.TB, prefix string) *pgcluster.Pair {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	pair, err := pgcluster.StartPair(context.Background(), pgcluster.PairOptions{Dirs: [2]string{filepath.Join(dir, "a"), filepath.Join(dir, "b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pair.Stop(context.Background()) })
+	return pair
 }

@@ -295,6 +295,18 @@ func (r run) test(ctx context.Context, dir string, certs certificates, pattern s
 		return perr
 	}
 
+	if err := r.verdict(cases, want); err != nil {
+		return err
+	}
+	if werr != nil {
+		return fmt.Errorf("go test: %w", werr)
+	}
+	return nil
+}
+
+// verdict prints how each case ended and fails unless every included case
+// (want; nil when a pattern chose the cases) passed.
+func (r run) verdict(cases []result, want []string) error {
 	ended := make(map[string]string)
 	for _, c := range cases {
 		ended[c.name] = c.action
@@ -317,9 +329,6 @@ func (r run) test(ctx context.Context, dir string, certs certificates, pattern s
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%d included cases did not pass", len(bad))
-	}
-	if werr != nil {
-		return fmt.Errorf("go test: %w", werr)
 	}
 	return nil
 }
