@@ -150,6 +150,9 @@ func (b *batcher) send(batch []*call) {
 	}
 	body = append(body, "]}"...)
 	out := b.c.request(context.Background(), BatchSubject, body)
+	if out.final { // over the server's max payload: each goes alone
+		out = outcome{err: out.err, alone: true}
+	}
 	for i, o := range b.split(out, len(live)) {
 		live[i].out <- o
 	}

@@ -161,7 +161,8 @@ type IndefiniteError struct {
 	Stored *StoredAck
 	// Last is why the last attempt got no definite answer.
 	Last error
-	// Err is the context's error (or ErrClosed).
+	// Err is the context's error, or why no resend could succeed (ErrClosed,
+	// a closed connection, a request over the server's max payload).
 	Err error
 }
 
@@ -210,6 +211,8 @@ type outcome struct {
 	wait bool
 	// alone: resend the command in a request of its own, not in a batch.
 	alone bool
+	// final: no resend can succeed (the request cannot be published).
+	final bool
 }
 
 // do runs cmd until its answer is definite or ctx ends: the protocol's resend
@@ -273,11 +276,11 @@ func (r *resender) next(ctx context.Context, out outcome) error {
 	fail := func() error {
 		why := ctx.Err()
 		if why == nil {
-			why = ErrClosed
+			why = r.last
 		}
 		return &IndefiniteError{Key: r.key, Attempts: r.attempts, Stored: r.stored, Last: r.last, Err: why}
 	}
-	if ctx.Err() != nil || errors.Is(out.err, ErrClosed) {
+	if ctx.Err() != nil || errors.Is(out.err, ErrClosed) || out.final {
 		return fail()
 	}
 	r.c.o.log.Debug("resend", "key", r.key, "attempt", r.attempts, "why", out.err)
@@ -312,10 +315,11 @@ func (c *Client) request(ctx context.Context, subject string, body []byte) outco
 		return outcome{err: errSubscribe(err), wait: true}
 	}
 	if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: w.subject, Data: body}); err != nil {
-		if errors.Is(err, nats.ErrMaxPayload) {
-			return outcome{err: fmt.Errorf("client: %s: %w", subject, err)}
-		}
-		return outcome{err: fmt.Errorf("client: publish %s: %w", subject, err), wait: true}
+		// Over the server's max payload, or on a closed connection, no resend
+		// can succeed: the call ends (errFinal); a batch goes again element by
+		// element (alone).
+		final := errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrConnectionClosed)
+		return outcome{err: fmt.Errorf("client: publish %s: %w", subject, err), wait: !final, final: final}
 	}
 	return w.wait(ctx, c.o.attemptTimeout)
 }

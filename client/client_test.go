@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/ledgerworks/ledger/client"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
@@ -308,5 +310,19 @@ func TestClosedClient(t *testing.T) {
 	_, err := c.Deposit(ctxFor(t, time.Minute), client.Deposit{Key: "after-close", AccountID: "alice", Amount: 1, Currency: "EUR"})
 	if !errors.Is(err, client.ErrClosed) || resends != 0 {
 		t.Fatalf("a call after Close: %v (%d resends), want ErrClosed at once", err, resends)
+	}
+}
+
+// A command that can never be published (over the server's max payload) ends
+// at once with an error, not in a loop of resends until ctx ends.
+func TestUnpublishableCommandEndsAtOnce(t *testing.T) {
+	_, nc := memoryLedger(t)
+	resends := 0
+	c := client.New(nc, client.WithoutBatching(), client.WithResendHook(func(string, int, error) { resends++ }))
+	huge := append([]byte(`{"idempotency_key":"huge","account_id":"a","amount":1,"currency":"EUR","metadata":{"x":"`), make([]byte, nc.MaxPayload())...)
+	_, err := c.Send(ctxFor(t, time.Minute), client.Raw{Type: "deposit", Body: append(huge, `"}}`...)})
+	var ie *client.IndefiniteError
+	if !errors.As(err, &ie) || !errors.Is(err, nats.ErrMaxPayload) || resends != 0 {
+		t.Fatalf("a body over the max payload: %v (%d resends), want an error at once", err, resends)
 	}
 }

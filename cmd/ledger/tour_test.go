@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -120,6 +122,7 @@ func TestReadmeTour(t *testing.T) {
 			t.Errorf("%s\nexit status %d, want %d", s.line, code, wantCode)
 		}
 	}
+	checkReadmeFile(t, env)
 	checkTourEvents(t, dir)
 	checkTourStatement(t, env)
 	dev.stop()
@@ -208,5 +211,58 @@ func checkTourStatement(t *testing.T, env []string) {
 	}
 	if rows[8][5] != strconv.FormatInt(sum, 10) || rows[7][5] != rows[8][5] || rows[3][7] != "tr-1" || rows[6][8] != "order-1" {
 		t.Fatalf("closing balance %s, entries add up to %d; rows %v", rows[8][5], sum, rows)
+	}
+}
+
+// checkReadmeFile runs the README's `ledger post --file` block after the
+// tour: the file its heredoc writes, each run of it and the summary and exit
+// status written under it.
+func checkReadmeFile(t *testing.T, env []string) {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	start := strings.Index(text, "### Many commands at once")
+	if start < 0 {
+		t.Fatal("README.md has no `ledger post --file` section")
+	}
+	text = text[start:]
+	text = text[strings.Index(text, "```sh\n")+6:]
+	text = text[:strings.Index(text, "```")]
+	const heredoc, run = "cat > payouts.jsonl <<'EOF'\n", "go run ./cmd/ledger post --file payouts.jsonl"
+	i := strings.Index(text, heredoc)
+	j := strings.Index(text, "\nEOF\n")
+	if i < 0 || j < i {
+		t.Fatalf("README --file block: no heredoc:\n%s", text)
+	}
+	path := filepath.Join(t.TempDir(), "payouts.jsonl")
+	if err := os.WriteFile(path, []byte(text[i+len(heredoc):j+1]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	lines := strings.Split(text[j+5:], "\n")
+	for k := 0; k < len(lines); k++ {
+		if strings.TrimSpace(lines[k]) == "" {
+			continue
+		}
+		if lines[k] != run || k+1 == len(lines) {
+			t.Fatalf("README --file block: unexpected line %q", lines[k])
+		}
+		var applied, dup, rejected, invalid, exit int
+		if _, err := fmt.Sscanf(lines[k+1], "#  → applied %d, duplicate %d, rejected %d, invalid %d, exit %d", &applied, &dup, &rejected, &invalid, &exit); err != nil {
+			t.Fatalf("README --file block: %q: %v", lines[k+1], err)
+		}
+		out, code := postFileCLI(t, env, nil, "--file", path)
+		if code != exit || summaryCount(t, out, "applied") != applied || summaryCount(t, out, "duplicate") != dup ||
+			summaryCount(t, out, "rejected") != rejected || summaryCount(t, out, "invalid") != invalid {
+			t.Errorf("%s (run %d): exit %d, want %s\n%s", run, runs+1, code, lines[k+1], out)
+		}
+		runs++
+		k++
+	}
+	if runs < 2 {
+		t.Fatalf("README --file block runs the file %d times, want the run and its rerun", runs)
 	}
 }
