@@ -73,18 +73,10 @@ func (c *Client) batchAtomic(ctx context.Context, req batchRequest) (BatchReply,
 	}
 	r := resender{c: c, key: req.Key}
 	for {
-		out := c.request(ctx, BatchSubject, body)
-		if out.raw != nil {
-			var br BatchReply
-			if err := json.Unmarshal(out.raw, &br); err != nil {
-				out = outcome{err: fmt.Errorf("client: undecodable batch reply %.200q: %w", out.raw, err), wait: true}
-			} else if br.Status.Definite() {
-				return br, nil
-			} else {
-				out = outcome{err: &ReplyError{Code: br.Code, Message: br.Message}, wait: true}
-			}
-		}
-		if err := r.next(ctx, out); err != nil {
+		var br BatchReply
+		if ok, next := settled(c.request(ctx, BatchSubject, body), &br); ok {
+			return br, nil
+		} else if err := r.next(ctx, next); err != nil {
 			return BatchReply{}, err
 		}
 	}
@@ -108,34 +100,28 @@ func (c *Client) batchEach(ctx context.Context, elems []json.RawMessage) (BatchR
 		if err != nil {
 			return BatchReply{}, fmt.Errorf("client: encode batch: %w", err)
 		}
-		out := c.request(ctx, BatchSubject, body)
-		if out.raw != nil {
-			var br BatchReply
-			switch err := json.Unmarshal(out.raw, &br); {
-			case err != nil:
-				out = outcome{err: fmt.Errorf("client: undecodable batch reply %.200q: %w", out.raw, err), wait: true}
-			case len(br.Replies) != len(pending) && br.Status.Definite():
-				return br, nil // refused as a whole (limits, or a ledger without batches)
-			case len(br.Replies) != len(pending):
-				out = outcome{err: &ReplyError{Code: br.Code, Message: br.Message}, wait: true}
-			default:
-				var still []int
-				var last *Reply
-				for j, i := range pending {
-					if br.Replies[j].Status.Definite() {
-						replies[i] = br.Replies[j]
-					} else {
-						still = append(still, i)
-						last = &br.Replies[j]
-					}
+		var br BatchReply
+		ok, next := settled(c.request(ctx, BatchSubject, body), &br)
+		switch {
+		case ok && len(br.Replies) != len(pending):
+			return br, nil // refused as a whole (limits, or a ledger without batches)
+		case ok:
+			var still []int
+			var last *Reply
+			for j, i := range pending {
+				if br.Replies[j].Status.Definite() {
+					replies[i] = br.Replies[j]
+				} else {
+					still = append(still, i)
+					last = &br.Replies[j]
 				}
-				if pending = still; len(pending) == 0 {
-					return BatchReply{Status: StatusApplied, Code: CodeOK, Replies: replies}, nil
-				}
-				out = outcome{err: &ReplyError{Code: last.Code, Message: last.Message}, wait: true, stored: out.stored}
 			}
+			if pending = still; len(pending) == 0 {
+				return BatchReply{Status: StatusApplied, Code: CodeOK, Replies: replies}, nil
+			}
+			next = outcome{err: &ReplyError{Code: last.Code, Message: last.Message}, wait: true, stored: next.stored}
 		}
-		if err := r.next(ctx, out); err != nil {
+		if err := r.next(ctx, next); err != nil {
 			return BatchReply{Status: StatusError, Code: CodeInternalError, Message: err.Error(), Replies: replies}, err
 		}
 	}

@@ -238,19 +238,37 @@ func (c *Client) do(ctx context.Context, cmd Command) (Reply, error) {
 			out = c.request(ctx, CommandSubjectPrefix+typ, body)
 		}
 		var rep Reply
-		if out.raw != nil {
-			if err := json.Unmarshal(out.raw, &rep); err != nil {
-				out = outcome{err: fmt.Errorf("client: undecodable reply %.200q: %w", out.raw, err), wait: true}
-			} else if rep.Status.Definite() {
-				return rep, nil
-			} else {
-				out = outcome{err: &ReplyError{Code: rep.Code, Message: rep.Message}, wait: true}
-			}
-		}
-		if err := r.next(ctx, out); err != nil {
+		if ok, next := settled(out, &rep); ok {
+			return rep, nil
+		} else if err := r.next(ctx, next); err != nil {
 			return Reply{}, err
 		}
 	}
+}
+
+// answer is a reply the resend rule reads: Reply, BatchReply.
+type answer interface {
+	head() (Status, Code, string)
+}
+
+func (r *Reply) head() (Status, Code, string)      { return r.Status, r.Code, r.Message }
+func (r *BatchReply) head() (Status, Code, string) { return r.Status, r.Code, r.Message }
+
+// settled decodes an attempt's reply into v and reports whether it is a
+// definite answer; when it is not, next is the attempt's outcome as the
+// resender takes it (why, and whether to pause).
+func settled(out outcome, v answer) (ok bool, next outcome) {
+	if out.raw == nil {
+		return false, out
+	}
+	if err := json.Unmarshal(out.raw, v); err != nil {
+		return false, outcome{err: fmt.Errorf("client: undecodable reply %.200q: %w", out.raw, err), wait: true, stored: out.stored}
+	}
+	st, code, msg := v.head()
+	if st.Definite() {
+		return true, out
+	}
+	return false, outcome{err: &ReplyError{Code: code, Message: msg}, wait: true, stored: out.stored}
 }
 
 // resender keeps the state of one command's resends.

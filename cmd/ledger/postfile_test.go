@@ -66,21 +66,8 @@ func payoutFile(t *testing.T, path string, n int) map[string]int64 {
 // exit status.
 func postFileCLI(t *testing.T, env []string, stdin []byte, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(ledgerBinary(t), append([]string{"post", "--no-progress"}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdin = bytes.NewReader(stdin)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	code := 0
-	if err != nil {
-		ee, ok := err.(*exec.ExitError)
-		if !ok {
-			t.Fatalf("ledger post %v: %v", args, err)
-		}
-		code = ee.ExitCode()
-	}
-	return string(out) + stderr.String(), code
+	out, stderr, code := runLedger(t, env, stdin, append([]string{"post", "--no-progress"}, args...)...)
+	return string(out) + stderr, code
 }
 
 // summaryCount reads a count of the summary ("  applied    12").

@@ -43,13 +43,7 @@ func readTour(t *testing.T) []tourStep {
 	if !strings.HasPrefix(text, "# ledger\n\n```sh\ngo run ./cmd/ledger dev ") || !strings.Contains(text, "\nbash .ci/run ") {
 		t.Fatal("README.md does not start with the two set-up commands")
 	}
-	start := strings.Index(text, "## A five-minute tour")
-	if start < 0 {
-		t.Fatal("README.md has no tour")
-	}
-	text = text[start:]
-	text = text[strings.Index(text, "```sh\n")+6:]
-	text = text[:strings.Index(text, "```")]
+	text = readmeBlock(t, text, "## A five-minute tour")
 	var steps []tourStep
 	const prefix = "go run ./cmd/ledger post "
 	for _, line := range strings.Split(text, "\n") {
@@ -73,6 +67,22 @@ func readTour(t *testing.T) []tourStep {
 		t.Fatalf("README tour has %d steps", len(steps))
 	}
 	return steps
+}
+
+// readmeBlock is the first sh code block of the README's section heading.
+func readmeBlock(t *testing.T, readme, heading string) string {
+	t.Helper()
+	start := strings.Index(readme, heading)
+	if start < 0 {
+		t.Fatalf("README.md has no %q", heading)
+	}
+	text := readme[start:]
+	i := strings.Index(text, "```sh\n")
+	if i < 0 {
+		t.Fatalf("README.md: no sh block under %q", heading)
+	}
+	text = text[i+6:]
+	return text[:strings.Index(text, "```")]
 }
 
 // holds reports whether v, or any value nested in it, has key with the value want.
@@ -223,14 +233,7 @@ func checkReadmeFile(t *testing.T, env []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := string(b)
-	start := strings.Index(text, "### Many commands at once")
-	if start < 0 {
-		t.Fatal("README.md has no `ledger post --file` section")
-	}
-	text = text[start:]
-	text = text[strings.Index(text, "```sh\n")+6:]
-	text = text[:strings.Index(text, "```")]
+	text := readmeBlock(t, string(b), "### Many commands at once")
 	const heredoc, run = "cat > payouts.jsonl <<'EOF'\n", "go run ./cmd/ledger post --file payouts.jsonl"
 	i := strings.Index(text, heredoc)
 	j := strings.Index(text, "\nEOF\n")
