@@ -169,14 +169,15 @@ func SameState(x, y *Account) (bool, string) {
 		return false, fmt.Sprintf("revision %d chain %s, the stream's %d chain %s", x.Revision, x.LastChain, y.Revision, y.LastChain)
 	}
 	xs, ys := x.snapshotState(), y.snapshotState()
-	// x may have forgotten closed holds and refunded originals that y keeps
-	// (one is bounded, the other not), if it says so: compare what x keeps.
-	if diff := keepHoldsOf(x, &xs, &ys); diff != "" {
-		return false, diff
+	// Either may have forgotten closed holds and refunded originals that the
+	// other keeps (each bounded by its own limits, or one not at all), if it
+	// says so: compare what both keep.
+	for _, diff := range []string{keepHoldsOf(x, &ys), keepHoldsOf(y, &xs), keepRefundsOf(x, y, &ys), keepRefundsOf(y, x, &xs)} {
+		if diff != "" {
+			return false, diff
+		}
 	}
-	if diff := keepRefundsOf(y, &xs, &ys); diff != "" {
-		return false, diff
-	}
+	xs.ForgotHolds, ys.ForgotHolds, xs.ForgotRefunds, ys.ForgotRefunds = false, false, false, false
 	bx, err1 := json.Marshal(xs)
 	by, err2 := json.Marshal(ys)
 	if err1 != nil || err2 != nil || !bytes.Equal(bx, by) {
@@ -185,40 +186,41 @@ func SameState(x, y *Account) (bool, string) {
 	return true, ""
 }
 
-// keepHoldsOf leaves in ys the holds x keeps, and those it cannot forget (the
-// active and the unfindable); "" unless x forgot some and does not say so.
-func keepHoldsOf(x *Account, xs, ys *snapshotState) string {
-	kept := ys.Holds[:0:0]
-	for _, h := range ys.Holds {
-		if _, in := x.Holds[h.ID]; in || h.Status == HoldStatusActive || !h.Findable {
+// keepHoldsOf leaves in os the holds keeper keeps, and those it cannot forget
+// (the active and the unfindable); "" unless keeper forgot some and does not
+// say so.
+func keepHoldsOf(keeper *Account, os *snapshotState) string {
+	kept := os.Holds[:0:0]
+	for _, h := range os.Holds {
+		if _, in := keeper.Holds[h.ID]; in || h.Status == HoldStatusActive || !h.Findable {
 			kept = append(kept, h)
 		}
 	}
-	if len(kept) < len(ys.Holds) && !xs.ForgotHolds {
-		return fmt.Sprintf("%d closed holds missing from an aggregate that says it forgot none", len(ys.Holds)-len(kept))
+	if len(kept) < len(os.Holds) && !keeper.forgotHolds {
+		return fmt.Sprintf("%d closed holds missing from an aggregate that says it forgot none", len(os.Holds)-len(kept))
 	}
-	ys.Holds, ys.ForgotHolds = kept, xs.ForgotHolds
+	os.Holds = kept
 	return ""
 }
 
-// keepRefundsOf is keepHoldsOf for the refunded originals of y's state ys
-// (the unfindable are never forgotten).
-func keepRefundsOf(y *Account, xs, ys *snapshotState) string {
-	kept := make(map[string]int64, len(xs.Refunded))
-	for k, v := range ys.Refunded {
-		if _, in := xs.Refunded[k]; in || !y.Refunded[k].Findable {
+// keepRefundsOf is keepHoldsOf for the refunded originals of other's state
+// os (the unfindable are never forgotten).
+func keepRefundsOf(keeper, other *Account, os *snapshotState) string {
+	kept := make(map[string]int64, len(os.Refunded))
+	for k, v := range os.Refunded {
+		if r, in := keeper.Refunded[k]; (in && r.Amount != 0) || !other.Refunded[k].Findable {
 			kept[k] = v
 		}
 	}
-	if len(kept) < len(ys.Refunded) && !xs.ForgotRefunds {
-		return fmt.Sprintf("%d refunded originals missing from an aggregate that says it forgot none", len(ys.Refunded)-len(kept))
+	if len(kept) < len(os.Refunded) && !keeper.forgotRefunds {
+		return fmt.Sprintf("%d refunded originals missing from an aggregate that says it forgot none", len(os.Refunded)-len(kept))
 	}
-	findable := ys.FindableRefunds[:0:0]
-	for _, k := range ys.FindableRefunds {
+	findable := os.FindableRefunds[:0:0]
+	for _, k := range os.FindableRefunds {
 		if _, in := kept[k]; in {
 			findable = append(findable, k)
 		}
 	}
-	ys.Refunded, ys.FindableRefunds, ys.ForgotRefunds = kept, findable, xs.ForgotRefunds
+	os.Refunded, os.FindableRefunds = kept, findable
 	return ""
 }

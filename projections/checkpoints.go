@@ -2,8 +2,10 @@ package projections
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -11,10 +13,11 @@ import (
 	"github.com/ledgerworks/ledger/eventstore"
 )
 
-// Checkpointer owns the SQL of the checkpoint tables (migrations 00002 and
-// 00003): readmodel.checkpoints, one row per generation of each projection
-// ('live', or 'building' while a rebuild runs), and
-// readmodel.publisher_checkpoints, the events publisher's row and its lease.
+// Checkpointer owns the SQL of the checkpoint tables (migrations 00002, 00003
+// and 00008): readmodel.checkpoints, one row per generation of each projection
+// ('live', or 'building' while a rebuild runs),
+// readmodel.publisher_checkpoints, the events publisher's row and its lease,
+// and readmodel.audit_checkpoints, the clean audits' results carried forward.
 // Every reader and writer of them (the runner, the rebuild, the publisher,
 // status, the queries, the audit) goes through Checkpoints; no statement on
 // these tables is written anywhere else (STYLE: one owner per table, after
@@ -292,4 +295,52 @@ func (Checkpointer) publish(ctx context.Context, tx execer, pos eventstore.Posit
 		SET commit_position = $1, prepare_position = $2, events = events + $3, updated_at = now() WHERE name = $4`,
 		c, p, n, publisherName)
 	return err
+}
+
+// AuditCheckpoint is a clean audit's result carried forward
+// (readmodel.audit_checkpoints, migration 00008): the position of the last
+// event it folded, how many it folded, and its state as the audit encodes it.
+type AuditCheckpoint struct {
+	ID       int64
+	Position eventstore.Position
+	Events   int64
+	State    []byte
+	TakenAt  time.Time
+}
+
+// SaveAudit stores an audit checkpoint and returns its ID.
+func (Checkpointer) SaveAudit(ctx context.Context, q RowQuerier, cp AuditCheckpoint) (int64, error) {
+	c, p, err := posArgs(cp.Position)
+	if err != nil {
+		return 0, err
+	}
+	var id int64
+	err = q.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state)
+		VALUES ($1, $2, $3, $4) RETURNING id`, c, p, cp.Events, cp.State).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("projections: audit checkpoint: %w", err)
+	}
+	return id, nil
+}
+
+// ErrNoAuditCheckpoint means no audit checkpoint has the ID asked for (or,
+// for the last, none was stored).
+var ErrNoAuditCheckpoint = errors.New("projections: no such audit checkpoint")
+
+// LoadAudit reads audit checkpoint id, or the last one stored when id is 0.
+func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (AuditCheckpoint, error) {
+	var (
+		cp   AuditCheckpoint
+		c, p int64
+	)
+	err := q.QueryRow(ctx, `SELECT id, commit_position, prepare_position, events, state, taken_at FROM readmodel.audit_checkpoints
+		WHERE $1::bigint = 0 OR id = $1 ORDER BY id DESC LIMIT 1`, id).Scan(&cp.ID, &c, &p, &cp.Events, &cp.State, &cp.TakenAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return cp, ErrNoAuditCheckpoint
+	}
+	if err != nil {
+		return cp, fmt.Errorf("projections: audit checkpoint: %w", err)
+	}
+	cp.Position = position(c, p)
+	return cp, nil
 }

@@ -290,6 +290,9 @@ func afterBuildBatch(ctx context.Context, opts RebuildOptions, consumed int64, g
 func verifyAndSwitch(ctx context.Context, pool *pgxpool.Pool, store Store, slots []*slot, start time.Time, opts RebuildOptions) ([]RebuildResult, error) {
 	var results []RebuildResult
 	var errs []error
+	if err := createIndexes(ctx, pool, slots, opts.Logger); err != nil {
+		return nil, err
+	}
 	verdicts := make([]error, len(slots))
 	if opts.Verify != nil {
 		vs := make([]Verification, len(slots))
@@ -318,6 +321,20 @@ func verifyAndSwitch(ctx context.Context, pool *pgxpool.Pool, store Store, slots
 	return results, errors.Join(errs...)
 }
 
+// createIndexes builds the secondary indexes of the loaded generations
+// (migration 00009): one pass over the rows each, rather than one insertion
+// per row during the load.
+func createIndexes(ctx context.Context, pool *pgxpool.Pool, slots []*slot, logger *slog.Logger) error {
+	for _, s := range slots {
+		start := time.Now()
+		if _, err := pool.Exec(ctx, `SELECT readmodel.create_secondary_indexes($1, $2)`, s.proj.Name(), s.gen); err != nil {
+			return fmt.Errorf("projections: indexes of %s generation %d: %w", s.proj.Name(), s.gen, err)
+		}
+		logger.Info("rebuild: indexes built", "projection", s.proj.Name(), "generation", s.gen, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
 // createGeneration creates the tables and the building checkpoint of a new
 // generation of a projection.
 func createGeneration(ctx context.Context, pool *pgxpool.Pool, name string) (int, error) {
@@ -326,7 +343,8 @@ func createGeneration(ctx context.Context, pool *pgxpool.Pool, name string) (int
 		if err := tx.QueryRow(ctx, `SELECT nextval('readmodel.generation_seq')::int`).Scan(&gen); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `SELECT readmodel.create_generation($1, $2)`, name, gen); err != nil {
+		// Its secondary indexes are built after the load (createIndexes).
+		if _, err := tx.Exec(ctx, `SELECT readmodel.create_generation($1, $2), readmodel.drop_secondary_indexes($1, $2)`, name, gen); err != nil {
 			return err
 		}
 		return Checkpoints.createBuilding(ctx, tx, name, gen)

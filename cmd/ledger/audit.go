@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/urfave/cli/v3"
@@ -21,6 +22,9 @@ func auditCommand() *cli.Command {
 		&cli.BoolFlag{Name: "json", Usage: "print the report as JSON", Sources: cli.EnvVars("LEDGER_AUDIT_JSON")},
 		&cli.BoolFlag{Name: "progress", Usage: "show a progress bar on stderr (events/s, time left)", Sources: cli.EnvVars("LEDGER_AUDIT_PROGRESS")},
 		&cli.IntFlag{Name: "max-violations", Value: 1000, Usage: "violations listed (all are counted)", Sources: cli.EnvVars("LEDGER_AUDIT_MAX_VIOLATIONS")},
+		&cli.StringFlag{Name: flagFrom, Usage: "check only the events after a stored audit checkpoint (its ID, or last), carrying its balances, chain heads and sagas in flight forward (needs --database-url)", Sources: cli.EnvVars("LEDGER_AUDIT_FROM"),
+			Validator: func(v string) error { _, err := parseFrom(v); return err }},
+		&cli.BoolFlag{Name: flagSaveCheckpoint, Value: true, Usage: "store a clean audit's result as an audit checkpoint for --from (needs --database-url; not with --account)", Sources: cli.EnvVars("LEDGER_AUDIT_SAVE_CHECKPOINT")},
 		&cli.BoolFlag{Name: flagEventsOut, Usage: "compare LEDGER_EVENTS with the event store (invariant 8: every stored event up to the publisher's checkpoint, in order, none unstored; needs --database-url and NATS)", Sources: cli.EnvVars("LEDGER_AUDIT_EVENTS_OUT")},
 		&cli.BoolFlag{Name: flagRepair, Usage: "with --events-out: republish the missing events under their IDs (takes the publisher's lease: stop the publishers first)", Sources: cli.EnvVars("LEDGER_AUDIT_REPAIR")},
 		&cli.IntFlag{Name: flagMaxGaps, Value: audit.DefaultMaxGaps, Usage: "with --events-out: missing events kept to name and republish (all are counted; a repair of more takes several runs)", Sources: cli.EnvVars("LEDGER_AUDIT_MAX_GAPS"),
@@ -32,7 +36,7 @@ func auditCommand() *cli.Command {
 			}},
 	)
 	flags = append(flags, config.NATSFlags()...)
-	flags = append(flags, config.LogFlags()...)
+	flags = append(flags, config.ReadToolFlags()...)
 	return &cli.Command{
 		Name:  "audit",
 		Usage: "check the ledger against its own events; exit 1 on any violation",
@@ -43,7 +47,9 @@ func auditCommand() *cli.Command {
 			"every read model, as of its checkpoint, with the fold. --verify-chain also recomputes the\n" +
 			"hash chains (tamper evidence). --events-out checks (8) that LEDGER_EVENTS holds every stored\n" +
 			"event up to the publisher's checkpoint, in order, and none the store lacks; --repair\n" +
-			"republishes the missing ones under their IDs. Prints a report; exits 1 naming each violation.",
+			"republishes the missing ones under their IDs. A clean audit of the whole ledger stores its\n" +
+			"result as an audit checkpoint; --from <id|last> then checks only the events after it (a\n" +
+			"nightly audit costs the day's events). Prints a report; exits 1 naming each violation.",
 		Flags:  flags,
 		Action: runAudit,
 	}
@@ -53,23 +59,29 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Len() != 0 {
 		return config.Exit(2, fmt.Errorf("audit takes no arguments (use --account ID)"))
 	}
-	log, err := config.LoggerFromCommand(cmd, os.Stderr)
+	log, finishProfiles, err := config.ReadToolStart(cmd, os.Stderr)
 	if err != nil {
-		return config.Exit(2, err)
+		return err
 	}
+	defer finishProfiles()
 	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{ReadModels: true, IfNamed: true})
 	if err != nil {
 		return err
 	}
 	defer stores.Close()
 	opts := audit.Options{Account: cmd.String("account"), VerifyChain: cmd.Bool("verify-chain"), MaxViolations: int(cmd.Int("max-violations"))}
+	if cmd.String(flagFrom) != "" {
+		from, _ := parseFrom(cmd.String(flagFrom)) // checked by its Validator
+		opts.From = &from
+	}
 	if stores.Pool != nil {
 		// The audit's sets that grow with history live in a session of this
-		// database, read models compared or not.
+		// database, read models compared or not; so do its checkpoints.
 		opts.Sets = stores.Pool
 		if cmd.Bool("read-models") {
 			opts.ReadModels = stores.Pool
 		}
+		opts.SaveCheckpoint = cmd.Bool(flagSaveCheckpoint) && opts.Account == ""
 	} else {
 		log.Warn("no PostgreSQL database (--database-url): the audit keeps every event ID and key in memory, and invariant 4 is not checked")
 	}
@@ -114,10 +126,24 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 	return nil
 }
 
+// parseFrom reads --from: a checkpoint's ID, or last (0).
+func parseFrom(v string) (int64, error) {
+	if v == "last" {
+		return 0, nil
+	}
+	id, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || id < 1 {
+		return 0, fmt.Errorf("--%s %q: an audit checkpoint's ID (1, 2, ...) or last", flagFrom, v)
+	}
+	return id, nil
+}
+
 const (
-	flagEventsOut = "events-out"
-	flagRepair    = "repair"
-	flagMaxGaps   = "max-gaps"
+	flagFrom           = "from"
+	flagSaveCheckpoint = "save-checkpoint"
+	flagEventsOut      = "events-out"
+	flagRepair         = "repair"
+	flagMaxGaps        = "max-gaps"
 )
 
 // eventsOutOptions connects to NATS for --events-out (and --repair); the

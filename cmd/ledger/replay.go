@@ -32,7 +32,7 @@ func replayCommand() *cli.Command {
 		&cli.Int64Flag{Name: "to-revision", Value: -1, Usage: "stop after this revision (default: the whole stream)", Sources: cli.EnvVars("LEDGER_REPLAY_TO_REVISION")},
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON object per event: the event and the state after it", Sources: cli.EnvVars("LEDGER_REPLAY_JSON")},
 	)
-	flags = append(flags, config.LogFlags()...)
+	flags = append(flags, config.ReadToolFlags()...)
 	return &cli.Command{
 		Name:      "replay",
 		Usage:     "print a stream's events and the state after each",
@@ -53,10 +53,11 @@ func runReplay(ctx context.Context, cmd *cli.Command) error {
 	if !strings.HasPrefix(stream, domain.AccountStreamPrefix) && !strings.HasPrefix(stream, domain.TransferStreamPrefix) && !strings.HasPrefix(stream, domain.KeyStreamPrefix) {
 		stream = domain.AccountStream(stream)
 	}
-	log, err := config.LoggerFromCommand(cmd, os.Stderr)
+	log, finishProfiles, err := config.ReadToolStart(cmd, os.Stderr)
 	if err != nil {
-		return config.Exit(2, err)
+		return err
 	}
+	defer finishProfiles()
 	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{})
 	if err != nil {
 		return err

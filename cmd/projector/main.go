@@ -203,7 +203,7 @@ func rebuildCommand() *cli.Command {
 		&cli.BoolFlag{Name: "progress", Value: true, Usage: "show a progress bar on stderr (events/s, time left)", Sources: cli.EnvVars("LEDGER_PROJECTOR_PROGRESS")},
 		&cli.BoolFlag{Name: "fresh", Usage: "drop the generations a stopped rebuild left and build anew (default: resume them from their checkpoints)", Sources: cli.EnvVars("LEDGER_PROJECTOR_REBUILD_FRESH")},
 	)
-	flags = append(flags, config.LogFlags()...)
+	flags = append(flags, config.ReadToolFlags()...)
 	return &cli.Command{
 		Name:  "rebuild",
 		Usage: "build the read models anew beside the live ones, check them, then switch",
@@ -221,10 +221,11 @@ func rebuildCommand() *cli.Command {
 }
 
 func runRebuild(ctx context.Context, cmd *cli.Command) error {
-	log, err := config.LoggerFromCommand(cmd, os.Stderr)
+	log, finishProfiles, err := config.ReadToolStart(cmd, os.Stderr)
 	if err != nil {
-		return config.Exit(2, err)
+		return err
 	}
+	defer finishProfiles()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c, err := open(ctx, cmd, log, false)

@@ -46,6 +46,21 @@ type Options struct {
 	// EventsOut, when set, checks LEDGER_EVENTS against the store (invariant
 	// 8, eventsout.go); it needs ReadModels.
 	EventsOut *EventsOutOptions
+	// From, when set, resumes from a stored audit checkpoint (its ID; 0: the
+	// last one) and checks only the events after it (resume.go). It needs
+	// Sets or ReadModels, which hold the checkpoints.
+	From *int64
+	// SaveCheckpoint stores the audit's result as a checkpoint when it finds
+	// no violation (Report.Checkpoint). It needs Sets or ReadModels; not with
+	// Account (a checkpoint carries every account).
+	SaveCheckpoint bool
+}
+
+// CheckpointRef names an audit checkpoint.
+type CheckpointRef struct {
+	ID       int64  `json:"id"`
+	Position string `json:"position"`
+	Events   int64  `json:"events"` // events folded from the start of "all" up to it
 }
 
 // ReadModelCheck is one projection's comparison with the fold.
@@ -54,6 +69,8 @@ type ReadModelCheck struct {
 	Generation int         `json:"generation"`
 	Position   string      `json:"checkpoint"`
 	Tables     []TableDiff `json:"tables"`
+	// NotCompared says why an incremental audit did not compare it.
+	NotCompared string `json:"not_compared,omitempty"`
 }
 
 // Report is the outcome of an audit.
@@ -70,6 +87,8 @@ type Report struct {
 	Totals         []Totals         `json:"totals"`
 	ReadModels     []ReadModelCheck `json:"read_models,omitempty"`
 	EventsOut      *EventsOutReport `json:"events_out,omitempty"`
+	From           *CheckpointRef   `json:"from,omitempty"`       // the checkpoint an incremental audit resumed from
+	Checkpoint     *CheckpointRef   `json:"checkpoint,omitempty"` // the checkpoint this audit stored
 	Violations     []Violation      `json:"violations"`
 	ViolationCount int              `json:"violation_count"`
 }
@@ -113,6 +132,19 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 		defer ps.close()
 		f.sets = ps
 	}
+	if err := checkpointOptions(opts); err != nil {
+		return nil, err
+	}
+	if opts.From != nil {
+		cp, err := projections.Checkpoints.LoadAudit(ctx, opts.Sets, *opts.From)
+		if err != nil {
+			return nil, fmt.Errorf("audit: --from: %w", err)
+		}
+		if err := f.resume(ctx, store, cp); err != nil {
+			return nil, err
+		}
+		f.lookupClaim = func(key string) (claim, bool, error) { return f.claimBefore(ctx, store, key) }
+	}
 
 	// The read models' snapshot comes first, so that the store's head is at or
 	// after every checkpoint.
@@ -137,9 +169,15 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if f.from != nil {
+		f.skipSnapshotsBefore()
+	}
 	head, err := store.Head(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("audit: head: %w", err)
+	}
+	if f.from != nil && f.from.Position.Compare(head) > 0 {
+		return nil, fmt.Errorf("audit: --from: checkpoint %d is at %s, after the store's head %s: it was made of another store", f.from.ID, f.from.Position, head)
 	}
 	expected, err := foldExpecting(ctx, store, f, head, lives, opts)
 	if err != nil {
@@ -150,6 +188,13 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 
 // report finishes the fold, compares the read models and writes the report.
 func report(ctx context.Context, store Store, f *Fold, tx pgx.Tx, lives []liveGen, expected []expectation, snapshots int, head eventstore.Position, opts Options) (*Report, error) {
+	var state []byte
+	if opts.SaveCheckpoint { // what it carries, before Finish adds up the balances
+		var err error
+		if state, err = f.carry(); err != nil {
+			return nil, err
+		}
+	}
 	totals, err := f.FinishContext(ctx)
 	if err != nil {
 		return nil, err
@@ -163,6 +208,11 @@ func report(ctx context.Context, store Store, f *Fold, tx pgx.Tx, lives []liveGe
 		Transfers: len(f.Transfers) + f.settledTransfers, Keys: keys, Account: opts.Account, ChainVerified: opts.VerifyChain, Totals: totals,
 	}
 	for i, l := range lives {
+		if expected[i].behind {
+			rep.ReadModels = append(rep.ReadModels, ReadModelCheck{Projection: l.name, Generation: l.gen, Position: l.pos.String(),
+				NotCompared: "its checkpoint is before the audit checkpoint's"})
+			continue
+		}
 		check, err := checkReadModel(ctx, tx, f, l, expected[i], opts.Account)
 		if err != nil {
 			return nil, err
@@ -178,7 +228,28 @@ func report(ctx context.Context, store Store, f *Fold, tx pgx.Tx, lives []liveGe
 	if opts.Account != "" {
 		rep.Violations, rep.ViolationCount = f.forAccount(opts.Account)
 	}
+	if f.from != nil {
+		rep.From = &CheckpointRef{ID: f.from.ID, Position: f.from.Position.String(), Events: f.from.Events}
+	}
+	if opts.SaveCheckpoint && rep.OK() {
+		cp := projections.AuditCheckpoint{Position: f.Last, Events: f.Events, State: state}
+		if cp.ID, err = projections.Checkpoints.SaveAudit(ctx, opts.Sets, cp); err != nil {
+			return rep, err
+		}
+		rep.Checkpoint = &CheckpointRef{ID: cp.ID, Position: f.Last.String(), Events: f.Events}
+	}
 	return rep, nil
+}
+
+// checkpointOptions checks what From and SaveCheckpoint need.
+func checkpointOptions(opts Options) error {
+	if (opts.From != nil || opts.SaveCheckpoint) && opts.Sets == nil {
+		return errors.New("audit: checkpoints are kept in PostgreSQL: give the read models' database")
+	}
+	if opts.SaveCheckpoint && opts.Account != "" {
+		return errors.New("audit: a checkpoint carries every account: not with an audit of one account")
+	}
+	return nil
 }
 
 // reloader reads a stream again for the fold (Fold.Reload); nil for a store
@@ -219,15 +290,21 @@ func checkSnapshotsOf(ctx context.Context, store Store, f *Fold, account string)
 type expectation struct {
 	rows map[string]map[string]string
 	seq  int64
+	// behind: the read model's checkpoint is before an incremental audit's
+	// checkpoint, so the fold never stood where it stands: not compared.
+	behind bool
 }
 
 // foldExpecting folds "all" up to head, taking on the way, for each live
 // generation, the rows the fold expects in its tables as of its checkpoint.
 func foldExpecting(ctx context.Context, store Store, f *Fold, head eventstore.Position, lives []liveGen, opts Options) ([]expectation, error) {
 	expected := make([]expectation, len(lives))
+	for i, l := range lives {
+		expected[i].behind = f.from != nil && l.pos.Compare(f.from.Position) < 0
+	}
 	snapshot := func(next *eventstore.Position) {
 		for i, l := range lives {
-			if expected[i].rows == nil && (next == nil || next.Compare(l.pos) > 0) {
+			if expected[i].rows == nil && !expected[i].behind && (next == nil || next.Compare(l.pos) > 0) {
 				expected[i] = expectation{rows: f.Expected(l.name, opts.Account), seq: f.Events}
 			}
 		}
@@ -266,12 +343,20 @@ func checkReadModel(ctx context.Context, tx pgx.Tx, f *Fold, l liveGen, expected
 // the fold expected of it: a table whose rows the fold noted in PostgreSQL by
 // a join there, another in memory.
 func (f *Fold) compareTable(ctx context.Context, q Querier, table string, gen int, account string, expected expectation) (TableDiff, error) {
+	noted := f.from != nil && notedTables[table] // an incremental audit: the rows its events touched
 	if ps, ok := f.sets.(*pgSets); ok && notedTables[table] {
-		return ps.compare(ctx, q, table, gen, account, expected.seq)
+		return ps.compare(ctx, q, table, gen, account, expected.seq, noted)
 	}
 	actual, err := ReadTable(ctx, q, table, gen, account)
 	if err != nil {
 		return TableDiff{}, err
+	}
+	if noted {
+		for k := range actual {
+			if _, ok := expected.rows[table][k]; !ok {
+				delete(actual, k)
+			}
+		}
 	}
 	return CompareTable(table, expected.rows[table], actual), nil
 }
@@ -447,6 +532,9 @@ func (r *Report) Write(w io.Writer) {
 		scope = "account " + r.Account
 	}
 	fmt.Fprintf(w, "Audit of %s, up to position %s\n", scope, r.Head)
+	if r.From != nil {
+		fmt.Fprintf(w, "  from audit checkpoint %d at %s (%d events before it, trusted): the %d events after it checked\n", r.From.ID, r.From.Position, r.From.Events, r.Events-r.From.Events)
+	}
 	fmt.Fprintf(w, "  %d events in %d streams: %d accounts, %d transfers, %d client keys\n", r.Events, r.Streams, r.Accounts, r.Transfers, r.Keys)
 	chain := "not verified (use --verify-chain)"
 	if r.ChainVerified {
@@ -473,11 +561,17 @@ func (r *Report) Write(w io.Writer) {
 			if !ok {
 				verdict = "MISMATCH"
 			}
+			if c.NotCompared != "" {
+				verdict = "not compared: " + c.NotCompared
+			}
 			fmt.Fprintf(w, "  %-9s generation %d at %s: %s: %s\n", c.Projection, c.Generation, c.Position, strings.Join(parts, ", "), verdict)
 		}
 	}
 	if r.EventsOut != nil {
 		r.EventsOut.write(w)
+	}
+	if r.Checkpoint != nil {
+		fmt.Fprintf(w, "Audit checkpoint %d stored at %s (%d events): ledger audit --from %d checks what comes after\n", r.Checkpoint.ID, r.Checkpoint.Position, r.Checkpoint.Events, r.Checkpoint.ID)
 	}
 	if r.OK() {
 		fmt.Fprintln(w, "OK: invariants 1, 2, 3, 5 hold"+map[bool]string{true: ", 4 holds", false: ""}[len(r.ReadModels) > 0]+map[bool]string{true: ", 8 holds", false: ""}[r.EventsOut != nil]+map[bool]string{true: ", chains intact", false: ""}[r.ChainVerified])

@@ -15,6 +15,7 @@ import (
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
 	"github.com/ledgerworks/ledger/internal/app/reply"
+	"github.com/ledgerworks/ledger/projections"
 )
 
 // Invariants of PROTOCOL.md §6 (Violation.Invariant), 6 for the hash chain, 7
@@ -125,7 +126,6 @@ type Fold struct {
 	claimed   int                   // key streams folded
 	steps     map[string]*sagaSteps // saga key -> steps applied in account streams
 	flows     map[string]*Totals    // by currency
-	captured  map[[2]string]int64   // (account, hold) -> captured amount
 	badStream map[string]bool       // streams whose fold failed: no further checks
 
 	// stepRecords keeps the records of saga steps until their saga is decided.
@@ -141,6 +141,11 @@ type Fold struct {
 	// each is compared with the fold when it reaches the snapshot's revision.
 	snapshots map[string]snapshotCheck
 
+	// from is the checkpoint an incremental audit resumed from (resume.go);
+	// lookupClaim then finds a key's claim made before it.
+	from        *projections.AuditCheckpoint
+	lookupClaim func(key string) (claim, bool, error)
+
 	Violations []Violation
 	violations int
 	// MaxViolations bounds the violations kept (all are counted).
@@ -152,7 +157,7 @@ func NewFold() *Fold {
 	return &Fold{
 		Accounts: map[string]*domain.Account{}, Transfers: map[string]*domain.Transfer{},
 		streams: map[string]*streamState{}, sets: newMemSets(),
-		steps: map[string]*sagaSteps{}, flows: map[string]*Totals{}, captured: map[[2]string]int64{},
+		steps: map[string]*sagaSteps{}, flows: map[string]*Totals{},
 		legs: map[[2]string]*legSums{}, posted: map[[2]string]*legSums{}, txSagas: map[string]*domain.TransactionSaga{},
 		badStream: map[string]bool{}, touched: map[string]uint64{}, legTouched: map[[2]string]uint64{}, checkedSagas: map[string]bool{}, stepRecords: map[string]*domain.KeyRecord{},
 		MaxViolations: 1000,
@@ -344,7 +349,7 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) 
 	a := f.Accounts[id]
 	if a == nil {
 		a = domain.NewAccount(id)
-		a.KeyLimit = 1 // the key being read: its command's reply (expectAccountRows)
+		boundAccount(a)
 		f.Accounts[id] = a
 	}
 	m := ev.Metadata
@@ -387,7 +392,6 @@ func (f *Fold) checkAccountEvent(re eventstore.RecordedEvent, m domain.Metadata,
 			f.legSums(f.posted, m.Key, p.Currency).debits += p.Amount
 			f.legSums(f.posted, m.Key, p.Currency).credits += p.Amount
 		}
-		f.captured[[2]string{a.ID, p.HoldID}] = p.Amount
 	case *domain.HoldReleased:
 		check("held_after", p.HeldAfter, a.Held)
 	}
@@ -409,6 +413,9 @@ func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata,
 			f.sets.row(f, "entries", id, accountsTag(a.ID), e)
 		}
 		f.sets.row(f, "balance_history", id, accountsTag(a.ID), historyRow(re, m, a))
+		if h := holdOf(a, payload); h != nil {
+			f.sets.row(f, "holds", a.ID+"/"+h.ID, accountsTag(a.ID), holdRowOf(a.ID, a.Currency, h, capturedBy(payload)))
+		}
 		if rec := a.Keys[m.Key]; rec != nil && clientCommand(m) {
 			f.sets.row(f, "commands", m.Key, accountsTag(a.ID), replyRow(accountReply(rec)))
 		}
@@ -424,6 +431,27 @@ func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata,
 		// forgets it when it records the next (KeyLimit 1), keys and their
 		// queue alike.
 	}
+}
+
+// holdOf is the hold an account event changed, as the fold has it after the
+// event (nil for an event that changes no hold).
+func holdOf(a *domain.Account, payload any) *domain.Hold {
+	e, ok := payload.(domain.AccountEvent)
+	if !ok {
+		return nil
+	}
+	if id := e.Change().Hold.ID; id != "" {
+		return a.Holds[id]
+	}
+	return nil
+}
+
+// capturedBy is what an account event captured of its hold.
+func capturedBy(payload any) int64 {
+	if p, ok := payload.(*domain.HoldCaptured); ok {
+		return p.Amount
+	}
+	return 0
 }
 
 // isSagaStep reports whether an account event was written by a transfer saga's step.

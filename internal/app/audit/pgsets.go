@@ -27,6 +27,8 @@ CREATE TEMP TABLE audit_homes (key text NOT NULL, stream text NOT NULL, hash tex
 CREATE TEMP TABLE audit_claims (key text NOT NULL, stream text NOT NULL, hash text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL);
 CREATE TEMP TABLE audit_rows (tbl text NOT NULL, key text NOT NULL, account text NOT NULL, digest text NOT NULL, seq bigint NOT NULL);
 CREATE TEMP TABLE audit_actual (tbl text NOT NULL, key text NOT NULL, digest text NOT NULL);
+CREATE TEMP TABLE audit_noted (key text NOT NULL, n bigint NOT NULL);
+CREATE INDEX ON audit_noted (n);
 SET work_mem = '64MB'`
 
 // newPGSets takes a session of pool for the audit's sets; close releases it.
@@ -147,8 +149,7 @@ func (s *pgSets) finish(ctx context.Context, f *Fold) error {
 	var c claim
 	var claimed bool
 	_, err = pgx.ForEachRow(rows, []any{&key, &home, &hash, &claimed, &c.stream, &c.hash}, func() error {
-		f.checkClaim(key, home, hash, c, claimed)
-		return nil
+		return f.checkClaim(key, home, hash, c, claimed) // a lookup reads the store, not this session
 	})
 	if err != nil {
 		return fmt.Errorf("audit: claims: %w", err)
@@ -185,7 +186,11 @@ func (s *pgSets) check(ctx context.Context, f *Fold, invariant int, kind, sql st
 // snapshot: gen 0 the live view, else generation gen), with the rows the fold
 // noted up to seq (only the account's, when set): the table's rows are copied
 // into the session as they are read, and a join names the differences.
-func (s *pgSets) compare(ctx context.Context, q Querier, table string, gen int, account string, seq int64) (TableDiff, error) {
+//
+// noted (an incremental audit) compares only the rows noted, those the events
+// after its checkpoint touched: the table is read by their keys, a page of
+// keys at a time, and a row the fold did not note is not looked at.
+func (s *pgSets) compare(ctx context.Context, q Querier, table string, gen int, account string, seq int64, noted bool) (TableDiff, error) {
 	if err := s.flush(ctx); err != nil {
 		return TableDiff{}, err
 	}
@@ -193,21 +198,82 @@ func (s *pgSets) compare(ctx context.Context, q Querier, table string, gen int, 
 	if _, err := s.conn.Exec(ctx, `TRUNCATE audit_actual`); err != nil {
 		return d, fmt.Errorf("audit: %s: %w", table, err)
 	}
-	t, err := openTable(ctx, q, table, gen, account)
-	if err != nil {
-		return d, err
+	var actual digester
+	if noted {
+		var err error
+		if actual, err = s.copyNoted(ctx, q, table, gen, account, seq); err != nil {
+			return d, err
+		}
+	} else {
+		sum, err := s.copyTable(ctx, q, table, gen, account, nil)
+		if err != nil {
+			return d, err
+		}
+		actual = sum
 	}
-	defer t.Close()
-	src := &copyRows{t: t}
-	if _, err := s.conn.CopyFrom(ctx, pgx.Identifier{"audit_actual"}, []string{"tbl", "key", "digest"}, src); err != nil {
-		return d, fmt.Errorf("audit: %s: %w", table, err)
-	}
-	actual := src.sum
 	d.Rows, d.Digest = actual.n, actual.String()
 	if err := s.expectedDigest(ctx, &d, table, account, seq); err != nil {
 		return d, err
 	}
 	return d, s.differences(ctx, &d, table, account, seq)
+}
+
+// copyTable copies a read-model table's rows (only those of keys, when set)
+// into audit_actual as they are read, and returns their digest.
+func (s *pgSets) copyTable(ctx context.Context, q Querier, table string, gen int, account string, keys []string) (digester, error) {
+	t, err := openTable(ctx, q, table, gen, account, keys)
+	if err != nil {
+		return digester{}, err
+	}
+	defer t.Close()
+	src := &copyRows{t: t}
+	if _, err := s.conn.CopyFrom(ctx, pgx.Identifier{"audit_actual"}, []string{"tbl", "key", "digest"}, src); err != nil {
+		return digester{}, fmt.Errorf("audit: %s: %w", table, err)
+	}
+	return src.sum, nil
+}
+
+// notedPage bounds the keys read from a read-model table per query.
+const notedPage = 5000
+
+// copyNoted copies the rows of the keys noted for a table up to seq into
+// audit_actual, a page of keys at a time (the keys listed once, numbered, in
+// a temporary table), and returns their digest.
+func (s *pgSets) copyNoted(ctx context.Context, q Querier, table string, gen int, account string, seq int64) (digester, error) {
+	var sum digester
+	if _, err := s.conn.Exec(ctx, `TRUNCATE audit_noted`); err != nil {
+		return sum, fmt.Errorf("audit: %s: %w", table, err)
+	}
+	_, err := s.conn.Exec(ctx, `INSERT INTO audit_noted SELECT key, row_number() OVER (ORDER BY key) FROM (SELECT DISTINCT key FROM audit_rows
+		WHERE tbl = $1 AND seq <= $2 AND ($3 = '' OR strpos(account, '|' || $3 || '|') > 0)) k`, table, seq, account)
+	if err != nil {
+		return sum, fmt.Errorf("audit: %s: %w", table, err)
+	}
+	for from := int64(0); ; from += notedPage {
+		rows, err := s.conn.Query(ctx, `SELECT key FROM audit_noted WHERE n > $1 AND n <= $2 ORDER BY n`, from, from+notedPage)
+		if err != nil {
+			return sum, fmt.Errorf("audit: %s: %w", table, err)
+		}
+		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return sum, fmt.Errorf("audit: %s: %w", table, err)
+		}
+		if len(keys) == 0 {
+			return sum, nil
+		}
+		page, err := s.copyTable(ctx, q, table, gen, account, keys)
+		if err != nil {
+			return sum, err
+		}
+		sum.lanes, sum.n = addAllLanes(sum.lanes, page.lanes), sum.n+page.n
+	}
+}
+
+func addAllLanes(a, b [4]uint64) [4]uint64 {
+	for i := range a {
+		a[i] += b[i]
+	}
+	return a
 }
 
 // expectedRows selects the rows the fold noted for a table up to a seq: the

@@ -37,7 +37,7 @@ var ProjectionTables = map[string][]string{
 
 // notedTables are the tables whose rows grow with history: the fold notes
 // their rows in its sets (entries, commands and balance history as digests).
-var notedTables = map[string]bool{"entries": true, "commands": true, "balance_history": true, "transfers": true}
+var notedTables = map[string]bool{"entries": true, "commands": true, "balance_history": true, "transfers": true, "holds": true}
 
 func field(b *strings.Builder, v any) {
 	if b.Len() > 0 {
@@ -164,9 +164,9 @@ func (f *Fold) Expected(projection, account string) map[string]map[string]string
 				continue
 			}
 			out["accounts"][id] = accountRowOf(a)
-			for hid, h := range a.Holds {
-				out["holds"][id+"/"+hid] = holdRowOf(id, a.Currency, h, f.captured[[2]string{id, hid}])
-			}
+		}
+		if ms, ok := f.sets.(*memSets); ok {
+			out["holds"] = ms.expected("holds", account)
 		}
 	case projections.Entries, projections.Balances, projections.Commands, projections.Transfers:
 		if ms, ok := f.sets.(*memSets); ok {
@@ -186,7 +186,7 @@ type Querier interface {
 // gen is 0, else the table of generation gen. account, when set, keeps only the
 // rows that concern that account.
 func ReadTable(ctx context.Context, q Querier, table string, gen int, account string) (map[string]string, error) {
-	t, err := openTable(ctx, q, table, gen, account)
+	t, err := openTable(ctx, q, table, gen, account, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +207,7 @@ type tableRows struct {
 	err         error
 }
 
-func openTable(ctx context.Context, q Querier, table string, gen int, account string) (*tableRows, error) {
+func openTable(ctx context.Context, q Querier, table string, gen int, account string, keys []string) (*tableRows, error) {
 	name := projections.View(table)
 	if gen > 0 {
 		name = projections.Table(table, gen)
@@ -229,11 +229,26 @@ func openTable(ctx context.Context, q Querier, table string, gen int, account st
 	default:
 		return nil, fmt.Errorf("audit: unknown read-model table %q", table)
 	}
-	rows, err := q.Query(ctx, fmt.Sprintf(sql, name), account)
+	args := []any{account}
+	if keys != nil { // only the rows of these keys (a key as the fold names it)
+		sql = strings.Replace(sql, "WHERE ", "WHERE (", 1) + ") AND " + keyFilter[table]
+		args = append(args, keys)
+	}
+	rows, err := q.Query(ctx, fmt.Sprintf(sql, name), args...)
 	if err != nil {
 		return nil, fmt.Errorf("audit: read %s: %w", name, err)
 	}
 	return &tableRows{table: table, name: name, rows: rows}, nil
+}
+
+// keyFilter selects a read-model table's rows by their keys ($2, as the fold
+// names them), through the table's unique index.
+var keyFilter = map[string]string{
+	"holds":           `(account_id, hold_id) IN (SELECT split_part(k, '/', 1), substr(k, length(split_part(k, '/', 1)) + 2) FROM unnest($2::text[]) k)`,
+	"entries":         `event_id = ANY($2::text[]::uuid[])`,
+	"balance_history": `event_id = ANY($2::text[]::uuid[])`,
+	"transfers":       `transfer_id = ANY($2::text[])`,
+	"commands":        `idempotency_key = ANY($2::text[])`,
 }
 
 // Next reads the next row; false at the end or on an error (Err).

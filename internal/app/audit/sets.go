@@ -117,7 +117,9 @@ func (s *memSets) finish(_ context.Context, f *Fold) error {
 	sort.Strings(keys)
 	for _, k := range keys {
 		c, ok := s.claims[k]
-		f.checkClaim(k, s.homes[k], s.homeHash[k], c, ok)
+		if err := f.checkClaim(k, s.homes[k], s.homeHash[k], c, ok); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -133,8 +135,16 @@ func (s *memSets) expected(table, account string) map[string]string {
 	return out
 }
 
-// checkClaim checks one decided key against its claim (invariant 1).
-func (f *Fold) checkClaim(key, home, hash string, c claim, claimed bool) {
+// checkClaim checks one decided key against its claim (invariant 1); an
+// incremental audit looks up a claim missing after its checkpoint in the
+// store (lookupClaim).
+func (f *Fold) checkClaim(key, home, hash string, c claim, claimed bool) error {
+	if !claimed && f.lookupClaim != nil {
+		var err error
+		if c, claimed, err = f.lookupClaim(key); err != nil {
+			return fmt.Errorf("audit: claim of %q: %w", key, err)
+		}
+	}
 	switch {
 	case !claimed:
 		f.violate(Violation{Invariant: InvKeyOnce, Kind: "unclaimed_key", Stream: home, Message: fmt.Sprintf("key %q was decided without a claim", key)})
@@ -143,4 +153,5 @@ func (f *Fold) checkClaim(key, home, hash string, c claim, claimed bool) {
 	case c.hash != hash:
 		f.violate(Violation{Invariant: InvKeyOnce, Kind: "claim_mismatch", Stream: home, Message: fmt.Sprintf("key %q was decided for another request than its claim", key)})
 	}
+	return nil
 }

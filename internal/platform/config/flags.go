@@ -206,13 +206,26 @@ const (
 // cycle. Bound the memory with GOMEMLIMIT where it matters.
 const DefaultGOGC = "400"
 
+// ReadToolGOGC is the collector's target of the tools that read the whole
+// history once (audit, rebuild, replay): what they keep live is bounded, and
+// what they allocate per event is garbage at once, so Go's own 100 keeps
+// their peak near twice the live heap where 400 let it grow to five times
+// (BENCHMARKS.md, "Read side at size").
+const ReadToolGOGC = "100"
+
 // LogFlags are the flags of every program's process: --log-format, --log-level
 // and --gogc (applied by LoggerFromCommand).
-func LogFlags() []cli.Flag {
+func LogFlags() []cli.Flag { return logFlags(DefaultGOGC) }
+
+// ReadToolFlags are LogFlags with --gogc at ReadToolGOGC, and ProfileFlags:
+// the flags of the tools that read the whole history (StartProfiles).
+func ReadToolFlags() []cli.Flag { return append(logFlags(ReadToolGOGC), ProfileFlags()...) }
+
+func logFlags(gogc string) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: FlagLogFormat, Value: "text", Usage: "log format: text or json", Sources: cli.EnvVars(EnvLogFormat)},
 		&cli.StringFlag{Name: FlagLogLevel, Value: "info", Usage: "log level: debug, info, warn or error", Sources: cli.EnvVars(EnvLogLevel)},
-		&cli.StringFlag{Name: FlagGOGC, Value: DefaultGOGC, Usage: "garbage collector target percentage, as Go's GOGC (a positive integer, or off; a GOGC in the environment wins over this default); pair it with GOMEMLIMIT to bound memory", Sources: cli.EnvVars(EnvGOGC)},
+		&cli.StringFlag{Name: FlagGOGC, Value: gogc, Usage: "garbage collector target percentage, as Go's GOGC (a positive integer, or off; a GOGC in the environment wins over this default); pair it with GOMEMLIMIT to bound memory", Sources: cli.EnvVars(EnvGOGC)},
 	}
 }
 

@@ -1,0 +1,305 @@
+package audit
+
+import (
+	"bytes"
+	"cmp"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/projections"
+)
+
+// An incremental audit (Options.From) starts from a clean audit's checkpoint
+// (projections.AuditCheckpoint) and folds only the events after it. The
+// checkpoint carries what the fold keeps, which the earlier audit found right:
+// every account's state and chain head (as the account's snapshot encoding
+// has it, with its stream's revision and open command group), the money
+// flows per currency, the saga steps and transaction legs still in flight and
+// the step records their replies need (named by their events, read again),
+// and the transfer and transaction streams not yet settled (read again from
+// the store, as a settled one is). So a check that spans the checkpoint (a
+// saga debited before it and credited after, a revision, a chain, a balance)
+// is made as the full audit makes it. What grows with history is not carried:
+// a key decided after the checkpoint whose claim came before it is looked up
+// in the store (claimBefore); an event ID stored twice across the checkpoint
+// is refused by the PostgreSQL store's unique index (events_event_id_key),
+// and a key decided again in the same stream names the same event IDs (they
+// are derived from it). The read models' rows the new events touch are
+// compared (and every account), not the rows before the checkpoint.
+
+// carried is the fold's state as a checkpoint stores it.
+type carried struct {
+	Last     eventstore.Position `json:"last"`
+	Events   int64               `json:"events"`
+	Settled  int                 `json:"settled_transfers"`
+	Claimed  int                 `json:"claimed"`
+	Flows    []Totals            `json:"flows"`
+	Accounts []carriedAccount    `json:"accounts"`
+	Streams  []carriedStream     `json:"streams"`
+	Steps    []carriedSteps      `json:"steps,omitempty"`
+	Legs     []carriedLegs       `json:"legs,omitempty"`
+	Posted   []carriedLegs       `json:"posted,omitempty"`
+	Records  []carriedRecord     `json:"step_records,omitempty"`
+}
+
+type carriedAccount struct {
+	Snapshot []byte `json:"snapshot"` // domain.EncodeSnapshot
+}
+
+type carriedStream struct {
+	Stream     string `json:"stream"`
+	Next       uint64 `json:"next"`
+	Chain      string `json:"chain"`
+	GroupKey   string `json:"group_key,omitempty"`
+	GroupNext  int    `json:"group_next,omitempty"`
+	GroupCount int    `json:"group_count,omitempty"`
+}
+
+type carriedSteps struct {
+	Saga                      string `json:"saga"`
+	Debit, Credit, Compensate int64
+	Debits, Credits, Comps    int
+	Currency                  string `json:"currency"`
+}
+
+type carriedLegs struct {
+	Key, Currency   string
+	Debits, Credits int64
+}
+
+// carriedRecord names a step record by its events: count events of stream
+// from revision from.
+type carriedRecord struct {
+	Key    string `json:"key"`
+	Stream string `json:"stream"`
+	From   uint64 `json:"from"`
+	Count  int    `json:"count"`
+}
+
+// boundAccount gives an account of the fold the bounds of what its checks
+// need: the key being read (its command's reply, expectAccountRows), the
+// active holds and the one just closed (its read-model row is noted as it
+// changes), no refunded original (the ledger's refund limit is its
+// decisions' concern, not the fold's). So an account costs the same at any
+// length of history.
+func boundAccount(a *domain.Account) {
+	a.KeyLimit, a.HoldLimit, a.RefundLimit = 1, 1, 1
+}
+
+// carry encodes what the fold carries forward (before Finish, which adds the
+// balances and what is in flight to the totals), gzip'd JSON.
+func (f *Fold) carry() ([]byte, error) {
+	c := carried{Last: f.Last, Events: f.Events, Settled: f.settledTransfers, Claimed: f.claimed}
+	for _, cur := range slices.Sorted(maps.Keys(f.flows)) {
+		c.Flows = append(c.Flows, *f.flows[cur])
+	}
+	for _, id := range slices.Sorted(maps.Keys(f.Accounts)) {
+		a := f.Accounts[id]
+		snap, err := domain.EncodeSnapshot(domain.AccountStream(id), a)
+		if err != nil {
+			return nil, fmt.Errorf("audit: checkpoint: %w", err)
+		}
+		c.Accounts = append(c.Accounts, carriedAccount{Snapshot: snap})
+	}
+	for _, s := range slices.Sorted(maps.Keys(f.streams)) {
+		ss := f.streams[s]
+		c.Streams = append(c.Streams, carriedStream{Stream: s, Next: ss.next, Chain: ss.chain, GroupKey: ss.groupKey, GroupNext: ss.groupNext, GroupCount: ss.groupCount})
+	}
+	for _, k := range slices.Sorted(maps.Keys(f.steps)) {
+		s := f.steps[k]
+		c.Steps = append(c.Steps, carriedSteps{Saga: k, Debit: s.debit, Credit: s.credit, Compensate: s.compensate, Debits: s.debits, Credits: s.credits, Comps: s.comps, Currency: s.currency})
+	}
+	c.Legs, c.Posted = carryLegs(f.legs), carryLegs(f.posted)
+	for _, k := range slices.Sorted(maps.Keys(f.stepRecords)) {
+		rec := f.stepRecords[k]
+		if len(rec.Events) > 0 {
+			c.Records = append(c.Records, carriedRecord{Key: k, Stream: rec.Events[0].Stream, From: rec.Events[0].Revision, Count: len(rec.Events)})
+		}
+	}
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	if err := json.NewEncoder(zw).Encode(c); err != nil {
+		return nil, fmt.Errorf("audit: checkpoint: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("audit: checkpoint: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+func carryLegs(m map[[2]string]*legSums) []carriedLegs {
+	out := make([]carriedLegs, 0, len(m))
+	for _, k := range slices.SortedFunc(maps.Keys(m), func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) }) {
+		out = append(out, carriedLegs{Key: k[0], Currency: k[1], Debits: m[k].debits, Credits: m[k].credits})
+	}
+	return out
+}
+
+// resume restores the fold from a checkpoint's state, reading from store the
+// unsettled streams and the step records it names.
+func (f *Fold) resume(ctx context.Context, store Store, cp projections.AuditCheckpoint) error {
+	var c carried
+	zr, err := gzip.NewReader(bytes.NewReader(cp.State))
+	if err == nil {
+		err = json.NewDecoder(io.LimitReader(zr, maxCheckpointBytes)).Decode(&c)
+	}
+	if err != nil {
+		return fmt.Errorf("audit: checkpoint %d: %w", cp.ID, err)
+	}
+	if c.Last != cp.Position || c.Events != cp.Events {
+		return fmt.Errorf("audit: checkpoint %d: its state is at %s (%d events), the row at %s (%d)", cp.ID, c.Last, c.Events, cp.Position, cp.Events)
+	}
+	f.Last, f.Events, f.settledTransfers, f.claimed = c.Last, c.Events, c.Settled, c.Claimed
+	f.from = &cp
+	for i := range c.Flows {
+		t := c.Flows[i]
+		f.flows[t.Currency] = &t
+	}
+	for _, ca := range c.Accounts {
+		if err := f.resumeAccount(ca); err != nil {
+			return fmt.Errorf("audit: checkpoint %d: %w", cp.ID, err)
+		}
+	}
+	if err := f.resumeStreams(c.Streams); err != nil {
+		return fmt.Errorf("audit: checkpoint %d: %w", cp.ID, err)
+	}
+	for _, s := range c.Steps {
+		f.steps[s.Saga] = &sagaSteps{debit: s.Debit, credit: s.Credit, compensate: s.Compensate, debits: s.Debits, credits: s.Credits, comps: s.Comps, currency: s.Currency}
+	}
+	for _, l := range c.Legs {
+		f.legSums(f.legs, l.Key, l.Currency).add(l.Debits, false)
+		f.legSums(f.legs, l.Key, l.Currency).add(l.Credits, true)
+	}
+	for _, l := range c.Posted {
+		f.legSums(f.posted, l.Key, l.Currency).add(l.Debits, false)
+		f.legSums(f.posted, l.Key, l.Currency).add(l.Credits, true)
+	}
+	return f.resumeRecords(ctx, store, c.Records)
+}
+
+// maxCheckpointBytes bounds a checkpoint's decoded state (about 300 bytes an
+// account: 3 GiB is some ten million accounts).
+const maxCheckpointBytes = 3 << 30
+
+func (f *Fold) resumeAccount(ca carriedAccount) error {
+	var head struct {
+		Stream string `json:"stream"`
+	}
+	if err := json.Unmarshal(ca.Snapshot, &head); err != nil {
+		return err
+	}
+	a, err := domain.DecodeSnapshot(head.Stream, ca.Snapshot)
+	if err != nil {
+		return err
+	}
+	boundAccount(a)
+	f.Accounts[a.ID] = a
+	return nil
+}
+
+// resumeStreams restores each stream's revision, chain head and open command
+// group; a transfer or transaction stream not yet settled is read again from
+// the store, as a settled one is when a refund comes (reload).
+func (f *Fold) resumeStreams(streams []carriedStream) error {
+	for _, cs := range streams {
+		if settles(cs.Stream) && cs.Next > 0 {
+			if f.Reload == nil {
+				return fmt.Errorf("%s is in flight and the store reads no streams", cs.Stream)
+			}
+			if f.reload(cs.Stream, cs.Next) == nil {
+				return cmp.Or(f.reloadErr, fmt.Errorf("%s no longer holds its %d events", cs.Stream, cs.Next))
+			}
+			if strings.HasPrefix(cs.Stream, domain.TransferStreamPrefix) {
+				f.settledTransfers++ // reload counts it as settled before
+			}
+			f.touch(cs.Stream)
+		}
+		f.streams[cs.Stream] = &streamState{next: cs.Next, chain: cs.Chain, groupKey: cs.GroupKey, groupNext: cs.GroupNext, groupCount: cs.GroupCount}
+	}
+	return nil
+}
+
+// resumeRecords rebuilds the step records that sagas in flight need, from
+// their events.
+func (f *Fold) resumeRecords(ctx context.Context, store Store, recs []carriedRecord) error {
+	sr, ok := store.(eventstore.StreamReader)
+	if !ok && len(recs) > 0 {
+		return fmt.Errorf("audit: checkpoint: sagas in flight and the store reads no streams")
+	}
+	for _, r := range recs {
+		got, err := sr.ReadStream(ctx, r.Stream, r.From, eventstore.Forwards, r.Count)
+		if err != nil {
+			return fmt.Errorf("audit: checkpoint: step %s: %w", r.Key, err)
+		}
+		evs := make([]domain.StoredEvent, 0, len(got))
+		for _, re := range got {
+			m, err := decodeMetadata(re.Metadata)
+			if err != nil {
+				return fmt.Errorf("audit: checkpoint: step %s: %w", r.Key, err)
+			}
+			evs = append(evs, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Position: re.Position.String(), Type: re.Type, Data: re.Data, Metadata: m})
+		}
+		tmp := domain.NewAccount(strings.TrimPrefix(r.Stream, domain.AccountStreamPrefix))
+		if a := f.Accounts[tmp.ID]; a != nil {
+			tmp.Currency = a.Currency
+		}
+		rec, err := tmp.RecallKey(evs)
+		if err != nil {
+			return fmt.Errorf("audit: checkpoint: step %s: %w", r.Key, err)
+		}
+		f.stepRecords[r.Key] = rec
+	}
+	return nil
+}
+
+// skipSnapshotsBefore drops the snapshots of revisions the checkpoint passed
+// (the audit that made it checked those it met) and checks at once those at
+// the checkpoint's own revision of their account.
+func (f *Fold) skipSnapshotsBefore() {
+	for stream, sn := range f.snapshots {
+		a := f.Accounts[strings.TrimPrefix(stream, domain.AccountStreamPrefix)]
+		if a == nil || int64(sn.revision) > a.Revision {
+			continue
+		}
+		if int64(sn.revision) == a.Revision {
+			f.checkSnapshot(stream, a)
+			continue
+		}
+		delete(f.snapshots, stream)
+	}
+}
+
+// claimBefore looks up, in the store, the claim of a key decided after the
+// checkpoint that has none after it: its claim came before (revision 0 of
+// its key stream, at or before the checkpoint).
+func (f *Fold) claimBefore(ctx context.Context, store Store, key string) (claim, bool, error) {
+	sr, ok := store.(eventstore.StreamReader)
+	if !ok || f.from == nil {
+		return claim{}, false, nil
+	}
+	recs, err := sr.ReadStream(ctx, domain.KeyStreamPrefix+key, 0, eventstore.Forwards, 1)
+	if err != nil || len(recs) == 0 || recs[0].Position.Compare(f.from.Position) > 0 {
+		return claim{}, false, ignoreNotFound(err)
+	}
+	var c domain.KeyClaimed
+	if recs[0].Type != domain.EvKeyClaimed || json.Unmarshal(recs[0].Data, &c) != nil {
+		return claim{}, false, nil
+	}
+	return claim{stream: c.Stream, hash: c.RequestHash}, true, nil
+}
+
+func ignoreNotFound(err error) error {
+	if err != nil && !errors.Is(err, eventstore.ErrStreamNotFound) {
+		return err
+	}
+	return nil
+}
