@@ -28,6 +28,7 @@ func scenarios() []scenario {
 		{"10", "mixed soak", scenarioSoak},
 		{"11", "SIGKILL of the events publisher", scenarioKillPublisher},
 		{"12", "PostgreSQL failover: primary killed, standby promoted, old primary rewound", scenarioFailover},
+		{"13", "3-node NATS cluster: meta and stream leaders SIGKILLed, a node cut off", scenarioNATSCluster},
 	}
 }
 
@@ -65,6 +66,8 @@ type bank struct {
 	retries             int
 	timeout             time.Duration
 	pace                time.Duration
+	// loadFor bounds the workload in time (default 25 s quick, 45 s full).
+	loadFor time.Duration
 	// setup runs after the system is up (e.g. to interpose proxies).
 	setup func(ctx context.Context, sys *system) error
 	// faults runs beside the workload until its context ends.
@@ -143,7 +146,11 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 		w.until = faultsDone // the load lasts until the planned faults happened
 	}
 	// Every workload is bounded in time as well as in commands.
-	wctx, wcancel := context.WithTimeout(ctx, s.durScale(25*time.Second, 45*time.Second))
+	loadFor := b.loadFor
+	if loadFor == 0 {
+		loadFor = s.durScale(25*time.Second, 45*time.Second)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, loadFor)
 	w.run(wctx, c)
 	wcancel()
 	fcancel()
@@ -253,7 +260,14 @@ func (sys *system) storedDecided(ctx context.Context, h *History) (undecided []s
 
 // heal restarts whatever a fault left dead.
 func (sys *system) heal(ctx context.Context) error {
-	if !sys.nats.running() {
+	if c := sys.cluster; c != nil {
+		for k := range c.nodes {
+			c.setCut(k, false)
+		}
+		if err := c.start(ctx); err != nil {
+			return err
+		}
+	} else if !sys.nats.running() {
 		if err := sys.startNATS(ctx); err != nil {
 			return err
 		}
@@ -294,7 +308,7 @@ func (sys *system) finish(ctx context.Context, h *History, res *result, required
 	if extra != nil {
 		extra(ctx, sys, res)
 	}
-	pub, err := sys.published(ctx)
+	out, err := sys.eventsOut(ctx)
 	if err != nil {
 		return err
 	}
@@ -305,7 +319,7 @@ func (sys *system) finish(ctx context.Context, h *History, res *result, required
 		return err
 	}
 	defer tx.Rollback(context.Background())
-	rep, err := Check(cctx, tx, h, res.ev, pub)
+	rep, err := Check(cctx, tx, h, res.ev, out)
 	if err != nil {
 		return err
 	}

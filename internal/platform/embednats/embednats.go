@@ -44,6 +44,15 @@ type Options struct {
 	ClusterName string
 	ClusterAddr string
 	Routes      []string
+	// ClusterAdvertise, when set, is the route address the node tells the
+	// others, instead of ClusterAddr; NoAdvertise keeps the cluster's client
+	// addresses from its clients, which then use only the URLs they were
+	// given (the chaos suite puts its proxies there).
+	ClusterAdvertise string
+	NoAdvertise      bool
+	// MonitorAddr, when set, is the host:port of the HTTP monitoring
+	// endpoints (/jsz names the JetStream meta leader).
+	MonitorAddr string
 }
 
 // DefaultSyncInterval is Options.SyncInterval's default.
@@ -91,6 +100,16 @@ func Start(o Options) (*server.Server, error) {
 		if err := clusterOptions(opts, o); err != nil {
 			return nil, err
 		}
+	}
+	if o.MonitorAddr != "" {
+		mhost, mport, err := net.SplitHostPort(o.MonitorAddr)
+		if err != nil {
+			return nil, fmt.Errorf("embednats: monitor address %q: %w", o.MonitorAddr, err)
+		}
+		if opts.HTTPPort, err = strconv.Atoi(mport); err != nil {
+			return nil, fmt.Errorf("embednats: monitor address %q: %w", o.MonitorAddr, err)
+		}
+		opts.HTTPHost = mhost
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
