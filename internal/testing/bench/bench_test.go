@@ -56,8 +56,17 @@ func TestRunTiny(t *testing.T) {
 	if !regexp.MustCompile(`^ratio ledger/baseline commands/s: [0-9]+\.[0-9]{2}$`).MatchString(last) || last != rep.RatioLine() {
 		t.Fatalf("last line %q", last)
 	}
-	if hot := lines[len(lines)-2]; !regexp.MustCompile(`^ratio hot/uniform commands/s: [0-9]+\.[0-9]{2}$`).MatchString(hot) || hot != rep.HotRatioLine() {
-		t.Fatalf("line before the last %q", hot)
+	if b := lines[len(lines)-2]; !regexp.MustCompile(`^ratio batch/single commands/s: [0-9]+\.[0-9]{2}$`).MatchString(b) || b != rep.BatchRatioLine() {
+		t.Fatalf("line before the last %q", b)
+	}
+	if hot := lines[len(lines)-3]; !regexp.MustCompile(`^ratio hot/uniform commands/s: [0-9]+\.[0-9]{2}$`).MatchString(hot) || hot != rep.HotRatioLine() {
+		t.Fatalf("third line from the end %q", hot)
+	}
+	if l, b := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemLedger, PhaseBatch); rep.BatchRatio <= 0 || rep.BatchRatio != b.CommandsPerSec/l.CommandsPerSec {
+		t.Fatalf("batch ratio %v: batch %+v, load %+v", rep.BatchRatio, b, l)
+	}
+	if b, h := rep.Phase(SystemLedger, PhaseBatch), rep.Phase(SystemLedger, PhaseHotBatch); rep.HotBatchRatio <= 0 || rep.HotBatchRatio != h.CommandsPerSec/b.CommandsPerSec {
+		t.Fatalf("hot batch ratio %v: hot batch %+v, batch %+v", rep.HotBatchRatio, h, b)
 	}
 	if l, h := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemLedger, PhaseHot); rep.HotRatio <= 0 || rep.HotRatio != h.CommandsPerSec/l.CommandsPerSec {
 		t.Fatalf("hot ratio %v: hot %+v, load %+v", rep.HotRatio, h, l)
@@ -74,7 +83,7 @@ func TestRunTiny(t *testing.T) {
 		t.Errorf("markdown:\n%s", md.String())
 	}
 
-	phases := []string{PhaseLoad, PhaseHot, PhaseDuplicates, PhaseHalfLoad, PhaseCapture, PhaseJSPublish, PhaseJSConsume}
+	phases := []string{PhaseLoad, PhaseHot, PhaseBatch, PhaseHotBatch, PhaseDuplicates, PhaseHalfLoad, PhaseCapture, PhaseJSPublish, PhaseJSConsume}
 	if len(rep.Phases) != 2*len(phases) {
 		t.Fatalf("%d phases: %+v", len(rep.Phases), rep.Phases)
 	}
@@ -89,7 +98,7 @@ func TestRunTiny(t *testing.T) {
 				t.Errorf("%s/%s: %+v", sys, name, *p)
 			}
 			switch name {
-			case PhaseLoad, PhaseHot, PhaseDuplicates, PhaseHalfLoad:
+			case PhaseLoad, PhaseHot, PhaseBatch, PhaseHotBatch, PhaseDuplicates, PhaseHalfLoad:
 				if p.P50Ms <= 0 || p.P50Ms > p.P99Ms || p.P99Ms > p.P999Ms || p.P999Ms > p.MaxMs {
 					t.Errorf("%s/%s latencies: %+v", sys, name, *p)
 				}
