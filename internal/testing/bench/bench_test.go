@@ -235,8 +235,11 @@ func TestRunTinyKurrentTest(t *testing.T) {
 	if last := lines[len(lines)-1]; last != "ratio ledger/baseline commands/s: 0.00" { // no baseline driven
 		t.Errorf("last line %q", last)
 	}
-	if hot := lines[len(lines)-2]; hot != rep.HotRatioLine() || rep.HotRatio <= 0 {
-		t.Errorf("line before the last %q (hot ratio %v)", hot, rep.HotRatio)
+	if b := lines[len(lines)-2]; b != rep.BatchRatioLine() || rep.BatchRatio <= 0 {
+		t.Errorf("line before the last %q (batch ratio %v)", b, rep.BatchRatio)
+	}
+	if hot := lines[len(lines)-3]; hot != rep.HotRatioLine() || rep.HotRatio <= 0 {
+		t.Errorf("third line from the end %q (hot ratio %v)", hot, rep.HotRatio)
 	}
 	for _, want := range []string{
 		"ledger event store: the KurrentDB test server",
@@ -264,7 +267,7 @@ func TestRunTinyKurrentTest(t *testing.T) {
 	}
 
 	var newAnswered int64 // new commands the ledger answered, warm-ups included
-	for _, name := range []string{PhaseLoad, PhaseHot, PhaseDuplicates, PhaseHalfLoad} {
+	for _, name := range []string{PhaseLoad, PhaseHot, PhaseBatch, PhaseHotBatch, PhaseDuplicates, PhaseHalfLoad} {
 		p := rep.Phase(SystemLedger, name)
 		if p == nil {
 			t.Fatalf("no ledger/%s", name)
@@ -375,7 +378,7 @@ func checkHistory(t *testing.T, h *HistoryReport, lines []string) {
 	if h.Seeded < 1500 || h.Rebuild.Error != "" || h.Audit.Error != "" || h.Audit.Events < h.Seeded || h.Rebuild.Events != h.Audit.Events {
 		t.Fatalf("history %+v", h)
 	}
-	if r, a := lines[len(lines)-5], lines[len(lines)-4]; !regexp.MustCompile(`^rebuild events/s: [0-9]+$`).MatchString(r) || !regexp.MustCompile(`^audit events/s: [0-9]+$`).MatchString(a) {
+	if r, a := lines[len(lines)-6], lines[len(lines)-5]; !regexp.MustCompile(`^rebuild events/s: [0-9]+$`).MatchString(r) || !regexp.MustCompile(`^audit events/s: [0-9]+$`).MatchString(a) {
 		t.Fatalf("lines before the ratios: %q, %q", r, a)
 	}
 }
