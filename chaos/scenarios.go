@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
+	lclient "github.com/ledgerworks/ledger/client"
 )
 
 func scenarios() []scenario {
@@ -122,7 +122,7 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 	if timeout == 0 {
 		timeout = 5 * time.Second
 	}
-	c := &client{nc: sys.nc, h: h, timeout: timeout}
+	c := newClient(sys.nc, h, timeout)
 	retries := b.retries
 	if retries == 0 {
 		retries = 8
@@ -219,6 +219,7 @@ func (sys *system) waitConsumer(ctx context.Context, timeout time.Duration) erro
 // storedDecided asks ledger.v1.query.command for every key that JetStream
 // acknowledged and that has no definite reply yet.
 func (sys *system) storedDecided(ctx context.Context, h *History) (undecided []string, stored int, err error) {
+	queries := lclient.New(sys.nc).Queries()
 	keys := h.Keys()
 	for _, a := range h.Attempts() {
 		if a.Via != "jetstream" {
@@ -239,19 +240,14 @@ func (sys *system) storedDecided(ctx context.Context, h *History) (undecided []s
 		var found bool
 		for i := 0; i < 5 && !found; i++ { // bounded
 			qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			raw, qerr := natsapi.Query(qctx, sys.nc, "command", []byte(fmt.Sprintf(`{"idempotency_key":%q}`, a.Key)))
+			r, qerr := queries.Command(qctx, a.Key)
 			cancel()
-			if qerr != nil {
+			var qe *lclient.QueryError
+			if qerr != nil && !errors.As(qerr, &qe) {
 				time.Sleep(200 * time.Millisecond)
 				continue
 			}
-			var r struct {
-				Status string `json:"status"`
-				Code   string `json:"code"`
-			}
-			if json.Unmarshal(raw, &r) == nil && r.Status != "" && r.Status != "error" {
-				found = true
-			}
+			found = qerr == nil && r.Status.Definite()
 			break
 		}
 		if !found {

@@ -37,7 +37,7 @@ func upOne(ctx context.Context, s *suite, prefix string) (*system, *client, erro
 		sys.down()
 		return nil, nil, err
 	}
-	return sys, &client{nc: sys.nc, h: newHistory(), timeout: 5 * time.Second}, nil
+	return sys, newClient(sys.nc, newHistory(), 5*time.Second), nil
 }
 
 // scenarioSelfTest shows that the checker fails: a clean history passes, and each

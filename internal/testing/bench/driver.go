@@ -1,10 +1,7 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -14,23 +11,28 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ledgerworks/ledger/client"
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 )
 
-// requestTimeout bounds the wait for one reply (the intake's own bound is 15s).
+// requestTimeout bounds the wait for a command's definite reply (the intake's
+// own bound is 15s).
 const requestTimeout = 30 * time.Second
 
 // clientsPerConn is how many clients share one NATS connection.
 const clientsPerConn = 8
 
 // target is a system under test as the clients see it: NATS connections to the
-// server whose intake answers ledger.v1.cmd.<type>.
+// server whose intake answers ledger.v1.cmd.<type>, and a ledger client on each
+// (one request per command: its coalescing is off, so that the load phase
+// measures single commands).
 type target struct {
-	name  string
-	conns []*nats.Conn
-	// sent counts the commands published to the command subjects (the JetStream
-	// capture stores each one).
+	name    string
+	conns   []*nats.Conn
+	clients []*client.Client
+	// sent counts the commands sent on the command subjects (the JetStream
+	// capture stores each one; a resend is stored again, so the stream may
+	// hold more).
 	sent atomic.Int64
 }
 
@@ -44,6 +46,7 @@ func dialTarget(name, url string, clients int) (*target, error) {
 			return nil, fmt.Errorf("bench: connect %s: %w", url, err)
 		}
 		t.conns = append(t.conns, nc)
+		t.clients = append(t.clients, client.New(nc, client.WithoutBatching()))
 	}
 	return t, nil
 }
@@ -54,73 +57,38 @@ func (t *target) close() {
 	}
 }
 
-// requester sends one client's commands, one at a time, on its own inbox.
+// requester sends one bench client's commands, one at a time.
 type requester struct {
-	sent  *atomic.Int64
-	nc    *nats.Conn
-	inbox string
-	sub   *nats.Subscription
+	sent *atomic.Int64
+	c    *client.Client
 }
 
 func (t *target) requester(i int) (*requester, error) {
-	nc := t.conns[i%len(t.conns)]
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, err
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		return nil, err
-	}
-	return &requester{sent: &t.sent, nc: nc, inbox: inbox, sub: sub}, nil
+	return &requester{sent: &t.sent, c: t.clients[i%len(t.clients)]}, nil
 }
 
-func (r *requester) close() { _ = r.sub.Unsubscribe() }
+func (r *requester) close() {}
 
-// replyHead is what the driver reads of a reply.Reply.
+// replyHead is what the driver reads of a reply.
 type replyHead struct {
-	Status         domain.Status `json:"status"`
-	Code           domain.Code   `json:"code"`
-	Message        string        `json:"message"`
-	IdempotencyKey string        `json:"idempotency_key"`
-	Duplicate      bool          `json:"duplicate"`
+	Status         domain.Status
+	Code           domain.Code
+	Message        string
+	IdempotencyKey string
+	Duplicate      bool
 }
 
-var errNoResponders = errors.New("no responders")
-
-var statusPrefix = []byte(`{"status"`)
-
-// do sends a command and waits for its reply. The JetStream stream that captures
-// the command subjects answers first with a PubAck on the same inbox: skipped, as
-// natsapi.Request does; a late reply to an earlier, timed-out command is skipped
-// by its key.
+// do sends a command and waits for its definite reply (the client resends it,
+// same key, while none came), at most requestTimeout: an error after that.
 func (r *requester) do(c command) (replyHead, error) {
-	msg := &nats.Msg{Subject: natsapi.CommandSubject(string(c.typ)), Reply: r.inbox, Data: c.body}
-	if err := r.nc.PublishMsg(msg); err != nil {
+	r.sent.Add(1)
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	rep, err := r.c.Send(ctx, client.Raw{Type: string(c.typ), Body: c.body})
+	if err != nil {
 		return replyHead{}, err
 	}
-	r.sent.Add(1)
-	deadline := time.Now().Add(requestTimeout)
-	for {
-		m, err := r.sub.NextMsg(time.Until(deadline))
-		if err != nil {
-			return replyHead{}, err
-		}
-		if m.Header.Get("Status") == "503" {
-			return replyHead{}, errNoResponders
-		}
-		if !bytes.HasPrefix(m.Data, statusPrefix) {
-			continue // a PubAck (or its error): the ledger's reply follows
-		}
-		var rep replyHead
-		if err := json.Unmarshal(m.Data, &rep); err != nil {
-			return replyHead{}, fmt.Errorf("bench: reply: %w", err)
-		}
-		if rep.IdempotencyKey != c.key {
-			continue // a late reply to an earlier command of this client
-		}
-		return rep, nil
-	}
+	return replyHead{Status: domain.Status(rep.Status), Code: domain.Code(rep.Code), Message: rep.Message, IdempotencyKey: rep.Key, Duplicate: rep.Duplicate}, nil
 }
 
 // counters are a phase's live tallies (read by the progress reporter).
