@@ -179,6 +179,9 @@ var ErrTooManyConflicts = errors.New("ledger: too many concurrent writes to the 
 
 // HandleRaw decodes a client command body strictly and handles it.
 func (s *Service) HandleRaw(ctx context.Context, typ string, body []byte) Reply {
+	if typ == string(domain.CmdBatch) {
+		return s.HandleBatch(ctx, body, 0)
+	}
 	cmd, ierr := domain.DecodeCommand(domain.CommandType(typ), body)
 	if ierr != nil {
 		return reply.Invalid(keyOf(body), ierr)
