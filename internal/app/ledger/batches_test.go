@@ -417,3 +417,39 @@ func TestBatchCrashedMidwayIsDecidedOnce(t *testing.T) {
 		t.Logf("%d commands answered error in the crash, decided once after", errs)
 	})
 }
+
+// TestBatchHotAccountBeyondItsKeys: more commands of one account in flight
+// than its aggregate keeps keys of (RecentKeys 16 here) are all applied: the
+// pipeline drains before it holds half that many, so no key's record is
+// forgotten before its owner reads it (at 1,024, 64 clients' batches of 100
+// on one account got there: "key not found after its own append").
+func TestBatchHotAccountBeyondItsKeys(t *testing.T) {
+	st := devtest.Postgres(t)
+	gate := &gatedMulti{MultiAppender: st, release: make(chan struct{})}
+	s := New(struct {
+		eventstore.Store
+		eventstore.MultiAppender
+		eventstore.EventLocator
+	}{st, gate, st}, Options{Clock: clock, RecentKeys: 16})
+	defer s.Close()
+	defer gate.open()
+	if s.keyLimit != 16 {
+		t.Fatalf("key limit %d: the store does not make aggregates forget keys", s.keyLimit)
+	}
+	cmds := []batchCmd{{"open_account", map[string]any{"idempotency_key": "o", "account_id": "hot", "currency": "EUR"}}}
+	for i := range 200 {
+		cmds = append(cmds, batchCmd{"deposit", map[string]any{"idempotency_key": fmt.Sprintf("d%d", i), "account_id": "hot", "amount": 1, "currency": "EUR"}})
+	}
+	done := make(chan Reply, 1)
+	go func() { done <- s.HandleBatch(context.Background(), batchBody(cmds), 0) }()
+	devtest.Eventually(t, time.Minute, "half the key limit in flight", func() bool {
+		return s.pipes.inflightCount("account-hot") >= 8
+	})
+	gate.open()
+	r := <-done
+	for i, el := range r.Replies {
+		if el.Status != domain.StatusApplied || el.Duplicate || (i > 0 && el.Account.Balance != int64(i)) {
+			t.Fatalf("element %d: %+v", i, el)
+		}
+	}
+}

@@ -72,6 +72,23 @@ func (ps *pipes) wait(stream, key string) <-chan struct{} {
 	return nil
 }
 
+// full returns a channel to wait on before another command is pipelined on
+// the stream: when half of keyLimit (Account.KeyLimit; 0: no limit) appends
+// are in flight, the pending aggregate could forget the record of a key whose
+// append is still in flight before its owner reads it, so the stream drains
+// first (a batch of one hot account's commands gets there). Nil otherwise.
+func (ps *pipes) full(stream string, keyLimit int) <-chan struct{} {
+	if keyLimit <= 0 {
+		return nil
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if p := ps.m[stream]; p != nil && p.inflight >= max(1, keyLimit/2) {
+		return p.drainedChan()
+	}
+	return nil
+}
+
 // settle returns a channel to wait on until nothing is in flight on the stream:
 // for readers that must see only durable state (lookups, saga step records, hold
 // expiry). Nil when nothing is in flight.

@@ -152,6 +152,9 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 		if wait := s.pipes.wait(stream, cmd.IdempotencyKey); wait != nil {
 			return Reply{}, true, a.waitUncounted(ctx, wait)
 		}
+		if wait := s.pipes.full(stream, s.keyLimit); wait != nil {
+			return Reply{}, true, a.waitUncounted(ctx, wait)
+		}
 		again, err := s.decideOnAccountOnce(ctx, a.locks, w)
 		return Reply{}, again, err
 	})
