@@ -399,6 +399,9 @@ func TestRunTinyPairAndLone(t *testing.T) {
 			if p == nil || p.Commands <= 0 || p.Errors != 0 || p.Anomalies != 0 || p.SyncStandbyNames == nil || *p.SyncStandbyNames != c.names {
 				t.Fatalf("%s: %+v", name, p)
 			}
+			if p.SyncRepSamples <= 0 {
+				t.Errorf("%s: no sample of the backends waiting for the standby", name)
+			}
 			if c.phase == PhaseLoadLone && p.SyncRepWaits != 0 {
 				t.Errorf("%s: %d backends waiting for the standby with none required", name, p.SyncRepWaits)
 			}

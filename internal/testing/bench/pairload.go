@@ -65,33 +65,38 @@ func (s *pairSwitch) phase(ctx context.Context, clients int, name string, run fu
 	if err := conn.QueryRow(ctx, "SHOW synchronous_standby_names").Scan(&names); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	stop, waits := make(chan struct{}), make(chan int64)
+	stop, done := make(chan struct{}), make(chan [2]int64)
 	go func() {
-		var n int64
+		var waits, samples int64
 		t := time.NewTicker(syncRepEvery)
 		defer t.Stop()
 		for {
 			select {
 			case <-stop:
-				waits <- n
+				done <- [2]int64{waits, samples}
 				return
 			case <-t.C:
 				var k int64
 				if conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`).Scan(&k) == nil {
-					n += k
+					waits += k
+					samples++
 				}
 			}
 		}
 	}()
 	res, err := run(name)
 	close(stop)
-	n := <-waits
+	n := <-done
 	if err != nil {
 		return err
 	}
-	res.SyncStandbyNames, res.SyncRepWaits = &names, n
-	res.Mode = fmt.Sprintf("closed loop, %d clients, synchronous_standby_names '%s'; %d backends seen waiting for the standby (sampled every %s)",
-		clients, names, n, syncRepEvery)
+	res.SyncStandbyNames, res.SyncRepWaits, res.SyncRepSamples = &names, n[0], n[1]
+	mean := 0.0
+	if n[1] > 0 {
+		mean = float64(n[0]) / float64(n[1])
+	}
+	res.Mode = fmt.Sprintf("closed loop, %d clients, synchronous_standby_names '%s'; %.2f backends waiting for the standby on average (%d samples)",
+		clients, names, mean, n[1])
 	return nil
 }
 

@@ -54,10 +54,11 @@ type PhaseResult struct {
 	WarmupNewAnswered int64 `json:"warmup_new_answered,omitempty"`
 	// SyncStandbyNames is the primary's synchronous_standby_names during a
 	// phase of the pair/lone comparison, and SyncRepWaits the backends seen
-	// waiting for the standby (wait event SyncRep) by samples every
-	// 10 ms through it (pairload.go).
+	// waiting for the standby (wait event SyncRep) by SyncRepSamples samples
+	// of pg_stat_activity every 10 ms through it (pairload.go).
 	SyncStandbyNames *string `json:"synchronous_standby_names,omitempty"`
 	SyncRepWaits     int64   `json:"syncrep_waits,omitempty"`
+	SyncRepSamples   int64   `json:"syncrep_samples,omitempty"`
 	// Timeline is the phase second by second (request-reply phases).
 	Timeline []SecondStat `json:"timeline,omitempty"`
 }
