@@ -9,7 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/ledgerworks/ledger/client"
+	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
@@ -81,8 +85,32 @@ func depositors(b *testing.B) (run func(name string, opts ...client.Option) floa
 			}()
 		}
 		wg.Wait()
-		return float64(b.N) / time.Since(start).Seconds()
+		rate := float64(b.N) / time.Since(start).Seconds()
+		b.StopTimer()
+		capturedDecided(b, ns)
+		b.StartTimer()
+		return rate
 	}
+}
+
+// capturedDecided waits until the ledger's JetStream consumer has confirmed
+// every command LEDGER_COMMANDS captured (after its grace), so that a phase
+// does not pay for the one before it.
+func capturedDecided(b *testing.B, ns *server.Server) {
+	js, err := jetstream.New(devtest.Connect(b, ns))
+	if err != nil {
+		b.Fatal(err)
+	}
+	devtest.Eventually(b, 5*time.Minute, "the captured commands confirmed", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cons, err := js.Consumer(ctx, natsapi.StreamName, natsapi.DefaultDurable)
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
 }
 
 // BenchmarkLoneCaller: one goroutine calling Deposit in a loop, with and
