@@ -55,6 +55,10 @@ type Options struct {
 	MonitorAddr string
 }
 
+// MaxPayload is the largest message the embedded servers take (PROTOCOL.md
+// v1.2 §2.2: 8 MiB, the reply to any batch within the limits fits).
+const MaxPayload = 8 << 20
+
 // DefaultSyncInterval is Options.SyncInterval's default.
 const DefaultSyncInterval = time.Second
 
@@ -90,9 +94,11 @@ func Start(o Options) (*server.Server, error) {
 		SyncInterval: o.SyncInterval,
 		SyncAlways:   o.SyncAlways,
 		NoSigs:       true,
-		// Leave room above the ledger's 64 KiB body limit so that an oversized
-		// command still arrives and gets its invalid_request reply.
-		MaxPayload: 1 << 20,
+		// PROTOCOL.md v1.2 §2.2: the ledger's servers allow 8 MiB messages, so
+		// that the reply to every batch within its limits fits (and an
+		// oversized command or batch still arrives and gets its
+		// invalid_request reply).
+		MaxPayload: MaxPayload,
 		Username:   o.User,
 		Password:   o.Password,
 	}
