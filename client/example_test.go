@@ -90,3 +90,33 @@ func Example() {
 	// rejected insufficient_funds
 	// applied true 1000
 }
+
+// A batch: many commands in one request, each with its own key and reply.
+func ExampleClient_Batch() {
+	nc, stop, err := exampleLedger()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+	c := client.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	br, err := c.Batch(ctx, []client.Command{
+		client.OpenAccount{Key: "open-shop", AccountID: "shop", Currency: "EUR"},
+		client.Deposit{Key: "sale-1", AccountID: "shop", Amount: 500, Currency: "EUR"},
+		client.Withdraw{Key: "payout-1", AccountID: "shop", Amount: 900, Currency: "EUR"},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, r := range br.Replies {
+		fmt.Println(r.Key, r.Status, r.Code)
+	}
+	// Output:
+	// open-shop applied ok
+	// sale-1 applied ok
+	// payout-1 rejected insufficient_funds
+}
