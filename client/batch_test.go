@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/ledgerworks/ledger/client"
+	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
@@ -65,16 +68,7 @@ func TestBatchNotAtomic(t *testing.T) {
 // A batch whose reply is lost is resent: the replies are the original
 // outcomes, flagged duplicate, and the money moved once.
 func TestBatchLostReplyResent(t *testing.T) {
-	ns, st := devtest.NATS(t), devtest.Memory(t)
-	ledgerOn(t, ns, st, "")
-	open(t, client.New(devtest.Connect(t, ns)), "alice", 0)
-	rl, nc := relayTo(t, ns)
-	var once sync.Once
-	rl.set(func(subject string, _, _ []byte) bool {
-		lose := false
-		once.Do(func() { lose = subject == client.BatchSubject })
-		return lose
-	}, nil)
+	st, rl, nc := lostBatchReply(t)
 	c := client.New(nc, client.WithAttemptTimeout(200*time.Millisecond))
 	br, err := c.Batch(ctxFor(t, time.Minute), []client.Command{
 		client.Deposit{Key: "l-1", AccountID: "alice", Amount: 10, Currency: "EUR"},
@@ -132,18 +126,7 @@ func TestAtomicBatchResentWithItsKey(t *testing.T) {
 // Calls coalesced into a batch whose reply is lost are resent, each with its
 // key: every call gets its original outcome, and the money moved once.
 func TestBatchedCallsResentAfterLostReply(t *testing.T) {
-	ns, st := devtest.NATS(t), devtest.Memory(t)
-	ledgerOn(t, ns, st, "")
-	open(t, client.New(devtest.Connect(t, ns)), "alice", 0)
-	rl, nc := relayTo(t, ns)
-	var once sync.Once
-	rl.set(func(subject string, _, _ []byte) bool {
-		lose := false
-		if subject == client.BatchSubject {
-			once.Do(func() { lose = true })
-		}
-		return lose
-	}, nil)
+	st, rl, nc := lostBatchReply(t)
 	c := client.New(nc, client.WithAttemptTimeout(300*time.Millisecond))
 	const callers = 16
 	var wg sync.WaitGroup
@@ -216,4 +199,23 @@ func TestNoBatchesBeforeV12(t *testing.T) {
 	if n := rl.count(client.BatchSubject); n < 1 || n > client.DefaultMaxInFlight {
 		t.Fatalf("%d batches sent to a ledger without them, want 1-%d", n, client.DefaultMaxInFlight)
 	}
+}
+
+// lostBatchReply starts a ledger on the memory store with alice open, and a
+// relay to it that loses the reply to the first batch.
+func lostBatchReply(t *testing.T) (eventstore.Store, *relay, *nats.Conn) {
+	t.Helper()
+	ns, st := devtest.NATS(t), devtest.Memory(t)
+	ledgerOn(t, ns, st, "")
+	open(t, client.New(devtest.Connect(t, ns)), "alice", 0)
+	rl, nc := relayTo(t, ns)
+	var once sync.Once
+	rl.set(func(subject string, _, _ []byte) bool {
+		lose := false
+		if subject == client.BatchSubject {
+			once.Do(func() { lose = true })
+		}
+		return lose
+	}, nil)
+	return st, rl, nc
 }

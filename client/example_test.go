@@ -18,8 +18,17 @@ import (
 
 // exampleLedger starts what the examples talk to: an embedded NATS server and
 // a ledger on the in-memory event store (`ledger dev` runs the same with
-// PostgreSQL). It returns a connection and a function that stops it all.
-func exampleLedger() (*nats.Conn, func(), error) {
+// PostgreSQL). It returns a connection and a function that stops it all; it
+// panics when something cannot start (the example cannot run then).
+func exampleLedger() (*nats.Conn, func()) {
+	nc, stop, err := startExampleLedger()
+	if err != nil {
+		panic(err)
+	}
+	return nc, stop
+}
+
+func startExampleLedger() (*nats.Conn, func(), error) {
 	dir, err := os.MkdirTemp("", "client-example-")
 	if err != nil {
 		return nil, nil, err
@@ -56,11 +65,7 @@ func exampleLedger() (*nats.Conn, func(), error) {
 }
 
 func Example() {
-	nc, stop, err := exampleLedger()
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	nc, stop := exampleLedger()
 	defer stop()
 
 	c := client.New(nc)
@@ -93,11 +98,7 @@ func Example() {
 
 // A batch: many commands in one request, each with its own key and reply.
 func ExampleClient_Batch() {
-	nc, stop, err := exampleLedger()
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	nc, stop := exampleLedger()
 	defer stop()
 	c := client.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
