@@ -118,6 +118,12 @@ func notReplicated(op string, n *pgconn.Notice) error {
 	return fmt.Errorf("eventstore/postgres: %s: %w: %w: %w (%s: %s)", op, eventstore.ErrUnavailable, ErrNotReplicated, errUnknownOutcome, n.Message, n.Detail)
 }
 
+// durableSQL commits the marker when the server waits for a synchronous
+// standby at all: with none, what a reader sees was flushed by its committer
+// already, and the marker would cost a WAL flush per duplicate for nothing.
+const durableSQL = `SELECT CASE WHEN current_setting('synchronous_standby_names') <> ''
+	THEN pg_logical_emit_message(true, 'eventstore-durable', '') END`
+
 // Durable implements eventstore.DurableReader: it commits a transactional
 // logical message (pg_logical_emit_message: a WAL record and a transaction ID,
 // at any wal_level, for any role; a logical decoding consumer sees it under the
@@ -140,7 +146,7 @@ func (s *Store) Durable(ctx context.Context) error {
 		return err
 	}
 	w.cancelled = nil
-	if _, err := c.Conn().Exec(ctx, "SELECT pg_logical_emit_message(true, 'eventstore-durable', '')"); err != nil {
+	if _, err := c.Conn().Exec(ctx, durableSQL); err != nil {
 		return classify(ctx, "durable", outcome(err))
 	}
 	if w.cancelled != nil {
