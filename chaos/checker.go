@@ -25,42 +25,22 @@ var checkNames = [nChecks + 1]string{"", "C1 acked keys have one set of events",
 	"C3 no events for unsent or failed keys", "C4 money and balances", "C5 streams and replay",
 	"C6 read models and checkpoints", "C7 request hashes", "C8 faults happened", "C9 every event published once, in order"}
 
-// Published is one message of LEDGER_EVENTS as a consumer sees it.
-type Published struct {
-	Seq      uint64
-	MsgID    string // Nats-Msg-Id
-	ID       uuid.UUID
-	Stream   string
-	Revision uint64
+// EventsOut is what the audit's events-out check found on LEDGER_EVENTS
+// (internal/app/audit.EventsOut, the one home of C9's rule).
+type EventsOut struct {
+	Report     *audit.EventsOutReport
+	Violations []audit.Violation
 }
 
-// checkPublished is C9 (PROTOCOL.md §4.1): deduplicated by Nats-Msg-Id, the
-// messages are the stored events, each once, in the order of "all", none of
-// them an event the store does not hold.
-func checkPublished(events []*stored, pub []Published, r *Report) {
-	seen := map[string]bool{}
-	var got []Published
-	for _, m := range pub {
-		if m.MsgID != m.ID.String() {
-			r.fail(9, "message %d carries event %s under Nats-Msg-Id %q", m.Seq, m.ID, m.MsgID)
-		}
-		if !seen[m.MsgID] {
-			seen[m.MsgID] = true
-			got = append(got, m)
-		}
+// checkPublished is C9 (PROTOCOL.md §4.1): the audit's events-out check finds
+// every stored event up to the publisher's checkpoint on the stream once, in
+// order, none unstored; and, the system being quiet, none stored after it.
+func checkPublished(out *EventsOut, r *Report) {
+	for _, v := range out.Violations {
+		r.fail(9, "%s (%s: %s@%d %s)", v.Message, v.Kind, v.Stream, v.Revision, v.EventID)
 	}
-	for i, e := range events {
-		if i >= len(got) {
-			r.fail(9, "%d of %d stored events published: %s@%d (%s) and after it are missing", len(got), len(events), e.Stream, e.Revision, e.ID)
-			return
-		}
-		if m := got[i]; m.ID != e.ID || m.Stream != e.Stream || m.Revision != e.Revision {
-			r.fail(9, "message %d is %s@%d (%s), the store's event %d is %s@%d (%s): a gap, a reorder or an unstored event", m.Seq, m.Stream, m.Revision, m.ID, i, e.Stream, e.Revision, e.ID)
-			return
-		}
-	}
-	if len(got) > len(events) {
-		r.fail(9, "%d events published, %d stored: %s@%d was published and is not in the store", len(got), len(events), got[len(events)].Stream, got[len(events)].Revision)
+	if n := out.Report.Pending; n > 0 {
+		r.fail(9, "%d stored events after the publisher's checkpoint %s are not on %s", n, out.Report.Checkpoint, out.Report.Stream)
 	}
 }
 
@@ -209,16 +189,17 @@ func readCheckpoints(ctx context.Context, q Querier) ([]liveGen, error) {
 }
 
 // Check runs C1..C9 over the history, the event store and the read models, all
-// read through q (one snapshot when q is a repeatable-read transaction), and the
-// messages of LEDGER_EVENTS (pub; nil when no publisher ran: C9 is not checked).
-func Check(ctx context.Context, q Querier, h *History, ev Evidence, pub []Published) (*Report, error) {
+// read through q (one snapshot when q is a repeatable-read transaction), and
+// what the events-out check found on LEDGER_EVENTS (out; nil when no publisher
+// ran: C9 is not checked).
+func Check(ctx context.Context, q Querier, h *History, ev Evidence, out *EventsOut) (*Report, error) {
 	r := &Report{}
 	events, err := readEvents(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("read events: %w", err)
 	}
-	if pub != nil {
-		checkPublished(events, pub, r)
+	if out != nil {
+		checkPublished(out, r)
 	}
 	r.Events = len(events)
 	keys := h.Keys()

@@ -43,17 +43,7 @@ func scenarioFailover(ctx context.Context, s *suite, res *result) error {
 			sys.svcDBURL = sys.dbURL
 			return nil
 		},
-		// The transfer process writes its checkpoint when it has caught up, which
-		// after a failover may come after the suite's quiesce: the ledgers stop
-		// first, so that the check sees every stored event published (C9).
-		evidence: func(ctx context.Context, sys *system, res *result) {
-			for _, l := range sys.ledgers {
-				l.stop(10 * time.Second)
-			}
-			if err := sys.quiesce(ctx, 60*time.Second); err != nil {
-				res.note("not quiet after the ledgers stopped: %v", err)
-			}
-		},
+		evidence: stopLedgersFirst,
 		faults: func(ctx context.Context, sys *system, res *result) {
 			round := 0
 			repeatFault(ctx, s, rng, rounds, res, "failover", "primary killed, standby promoted, old primary rewound", func(ctx context.Context) (time.Duration, error) {
@@ -62,6 +52,20 @@ func scenarioFailover(ctx context.Context, s *suite, res *result) error {
 			})
 		},
 	})
+}
+
+// stopLedgersFirst is the evidence step of the scenarios whose faults delay
+// the ledgers' transfer process: it writes its checkpoint when it has caught
+// up, which after a failover or a leader change may come after the suite's
+// quiesce. The ledgers stop first, so that the check sees every stored event
+// published (C9).
+func stopLedgersFirst(ctx context.Context, sys *system, res *result) {
+	for _, l := range sys.ledgers {
+		l.stop(10 * time.Second)
+	}
+	if err := sys.quiesce(ctx, 60*time.Second); err != nil {
+		res.note("not quiet after the ledgers stopped: %v", err)
+	}
 }
 
 // startPair starts the scenario's pair and its database.

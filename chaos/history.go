@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	lclient "github.com/ledgerworks/ledger/client"
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 	"github.com/ledgerworks/ledger/internal/app/reply"
@@ -195,11 +196,19 @@ func (h *History) Stats() Stats {
 	return st
 }
 
-// client sends commands and records every attempt.
+// client sends commands through the ledger's Go client and records every call.
 type client struct {
 	nc      *nats.Conn
+	lc      *lclient.Client
 	h       *History
 	timeout time.Duration
+}
+
+// newClient is a client on nc recording into h; each call is bounded by timeout.
+// The ledger client sends one request per command (no coalescing), so that each
+// recorded attempt is one command's.
+func newClient(nc *nats.Conn, h *History, timeout time.Duration) *client {
+	return &client{nc: nc, lc: lclient.New(nc, lclient.WithoutBatching(), lclient.WithAttemptTimeout(timeout)), h: h, timeout: timeout}
 }
 
 // body builds a command body with its key.
@@ -215,35 +224,43 @@ func body(key string, fields map[string]any) []byte {
 	return b
 }
 
-// send makes one attempt by request-reply, bounded by the client's timeout.
+// send makes one attempt by request-reply: one call of the ledger client,
+// which resends the command (same key) while its answer is not definite, bounded
+// by the client's timeout; an attempt with no definite answer by then is
+// indefinite.
 func (c *client) send(ctx context.Context, key, typ string, b []byte) Attempt {
+	return c.sendWithin(ctx, key, typ, b, c.timeout)
+}
+
+// sendWithin is send bounded by d.
+func (c *client) sendWithin(ctx context.Context, key, typ string, b []byte, d time.Duration) Attempt {
 	c.h.noteSent(key, typ, b)
 	a := Attempt{Key: key, Type: typ, Body: b, Via: "request", Start: time.Now()}
-	rctx, cancel := context.WithTimeout(ctx, c.timeout)
+	rctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	hdr := nats.Header{}
-	raw, err := natsapi.Request(rctx, c.nc, typ, b, hdr)
+	lr, err := c.lc.Send(rctx, lclient.Raw{Type: typ, Body: b})
 	a.Duration = time.Since(a.Start)
 	if err != nil {
 		a.Outcome, a.Err = Indefinite, err.Error()
 		c.h.add(a)
 		return a
 	}
+	// The history keeps the server's reply type, whose JSON the client's
+	// matches field for field (client/shape_test.go).
 	var r reply.Reply
-	if err := json.Unmarshal(raw, &r); err != nil {
+	raw, err := json.Marshal(lr)
+	if err == nil {
+		err = json.Unmarshal(raw, &r)
+	}
+	if err != nil {
 		a.Outcome, a.Err = Indefinite, fmt.Sprintf("undecodable reply: %v", err)
 		c.h.add(a)
 		return a
 	}
 	a.Reply = &r
-	switch r.Status {
-	case domain.StatusApplied, domain.StatusRejected:
-		a.Outcome = OK
-	case domain.StatusInvalid:
+	a.Outcome = OK
+	if r.Status == domain.StatusInvalid {
 		a.Outcome = Failed
-	default: // error: infrastructure, retry with the same key
-		a.Outcome = Indefinite
-		a.Err = string(r.Code) + ": " + r.Message
 	}
 	c.h.add(a)
 	return a
@@ -264,27 +281,11 @@ func (c *client) publish(ctx context.Context, js nats.JetStreamContext, key, typ
 	return a
 }
 
-// settle sends a key until it gets a definite answer, at most attempts times.
+// settle sends a key until it gets a definite answer: one call of the ledger
+// client, which resends it meanwhile, bounded by attempts times the client's
+// timeout.
 func (c *client) settle(ctx context.Context, key, typ string, b []byte, attempts int) Attempt {
-	var a Attempt
-	wait := 100 * time.Millisecond
-	for i := 0; i < attempts; i++ {
-		if ctx.Err() != nil {
-			break
-		}
-		a = c.send(ctx, key, typ, b)
-		if a.Outcome != Indefinite {
-			return a
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-		if wait < 2*time.Second {
-			wait *= 2
-		}
-	}
-	return a
+	return c.sendWithin(ctx, key, typ, b, time.Duration(max(1, attempts))*c.timeout)
 }
 
 // settleAll drives every key of the history whose first request has no definite

@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
+	lclient "github.com/ledgerworks/ledger/client"
 )
 
 func scenarios() []scenario {
@@ -28,6 +28,7 @@ func scenarios() []scenario {
 		{"10", "mixed soak", scenarioSoak},
 		{"11", "SIGKILL of the events publisher", scenarioKillPublisher},
 		{"12", "PostgreSQL failover: primary killed, standby promoted, old primary rewound", scenarioFailover},
+		{"13", "3-node NATS cluster: meta and stream leaders SIGKILLed, a node cut off", scenarioNATSCluster},
 	}
 }
 
@@ -65,6 +66,8 @@ type bank struct {
 	retries             int
 	timeout             time.Duration
 	pace                time.Duration
+	// loadFor bounds the workload in time (default 25 s quick, 45 s full).
+	loadFor time.Duration
 	// setup runs after the system is up (e.g. to interpose proxies).
 	setup func(ctx context.Context, sys *system) error
 	// faults runs beside the workload until its context ends.
@@ -119,7 +122,7 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 	if timeout == 0 {
 		timeout = 5 * time.Second
 	}
-	c := &client{nc: sys.nc, h: h, timeout: timeout}
+	c := newClient(sys.nc, h, timeout)
 	retries := b.retries
 	if retries == 0 {
 		retries = 8
@@ -143,7 +146,11 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 		w.until = faultsDone // the load lasts until the planned faults happened
 	}
 	// Every workload is bounded in time as well as in commands.
-	wctx, wcancel := context.WithTimeout(ctx, s.durScale(25*time.Second, 45*time.Second))
+	loadFor := b.loadFor
+	if loadFor == 0 {
+		loadFor = s.durScale(25*time.Second, 45*time.Second)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, loadFor)
 	w.run(wctx, c)
 	wcancel()
 	fcancel()
@@ -212,6 +219,7 @@ func (sys *system) waitConsumer(ctx context.Context, timeout time.Duration) erro
 // storedDecided asks ledger.v1.query.command for every key that JetStream
 // acknowledged and that has no definite reply yet.
 func (sys *system) storedDecided(ctx context.Context, h *History) (undecided []string, stored int, err error) {
+	queries := lclient.New(sys.nc).Queries()
 	keys := h.Keys()
 	for _, a := range h.Attempts() {
 		if a.Via != "jetstream" {
@@ -232,19 +240,14 @@ func (sys *system) storedDecided(ctx context.Context, h *History) (undecided []s
 		var found bool
 		for i := 0; i < 5 && !found; i++ { // bounded
 			qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			raw, qerr := natsapi.Query(qctx, sys.nc, "command", []byte(fmt.Sprintf(`{"idempotency_key":%q}`, a.Key)))
+			r, qerr := queries.Command(qctx, a.Key)
 			cancel()
-			if qerr != nil {
+			var qe *lclient.QueryError
+			if qerr != nil && !errors.As(qerr, &qe) {
 				time.Sleep(200 * time.Millisecond)
 				continue
 			}
-			var r struct {
-				Status string `json:"status"`
-				Code   string `json:"code"`
-			}
-			if json.Unmarshal(raw, &r) == nil && r.Status != "" && r.Status != "error" {
-				found = true
-			}
+			found = qerr == nil && r.Status.Definite()
 			break
 		}
 		if !found {
@@ -257,7 +260,14 @@ func (sys *system) storedDecided(ctx context.Context, h *History) (undecided []s
 
 // heal restarts whatever a fault left dead.
 func (sys *system) heal(ctx context.Context) error {
-	if !sys.nats.running() {
+	if c := sys.cluster; c != nil {
+		for k := range c.nodes {
+			c.setCut(k, false)
+		}
+		if err := c.start(ctx); err != nil {
+			return err
+		}
+	} else if !sys.nats.running() {
 		if err := sys.startNATS(ctx); err != nil {
 			return err
 		}
@@ -298,7 +308,7 @@ func (sys *system) finish(ctx context.Context, h *History, res *result, required
 	if extra != nil {
 		extra(ctx, sys, res)
 	}
-	pub, err := sys.published(ctx)
+	out, err := sys.eventsOut(ctx)
 	if err != nil {
 		return err
 	}
@@ -309,7 +319,7 @@ func (sys *system) finish(ctx context.Context, h *History, res *result, required
 		return err
 	}
 	defer tx.Rollback(context.Background())
-	rep, err := Check(cctx, tx, h, res.ev, pub)
+	rep, err := Check(cctx, tx, h, res.ev, out)
 	if err != nil {
 		return err
 	}

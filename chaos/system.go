@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
+	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
 	"github.com/ledgerworks/ledger/projections"
 )
@@ -90,6 +90,9 @@ type system struct {
 	natsPort  int
 	natsStore string
 	nats      *proc
+	// cluster, when set (scenario 13), is the NATS the system runs instead
+	// of nats.
+	cluster *natsCluster
 
 	// URLs the services use (a proxy's in scenario 7).
 	svcNATSURL string
@@ -97,6 +100,7 @@ type system struct {
 
 	ledgerArgs []string
 	ledgerEnv  []string
+	svcEnv     []string // the ledgers' and the projectors'
 	ledgers    []*svc
 	projectors []*svc
 
@@ -144,9 +148,17 @@ func newSystem(ctx context.Context, s *suite, name string) (*system, error) {
 	return sys, nil
 }
 
-func (sys *system) natsURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", sys.natsPort) }
+func (sys *system) natsURL() string {
+	if sys.cluster != nil {
+		return sys.cluster.directURL()
+	}
+	return fmt.Sprintf("nats://127.0.0.1:%d", sys.natsPort)
+}
 
 func (sys *system) startNATS(ctx context.Context) error {
+	if sys.cluster != nil {
+		return sys.cluster.start(ctx)
+	}
 	if err := sys.nats.start(); err != nil {
 		return err
 	}
@@ -197,7 +209,7 @@ func (sys *system) newLedger(i int) (*svc, error) {
 		"--shutdown-timeout", "10s",
 	}
 	args = append(args, sys.ledgerArgs...)
-	p := &proc{name: fmt.Sprintf("ledger-%d", i), bin: sys.s.ledgerBin, args: args, env: sys.ledgerEnv, log: filepath.Join(sys.dir, fmt.Sprintf("ledger-%d.log", i))}
+	p := &proc{name: fmt.Sprintf("ledger-%d", i), bin: sys.s.ledgerBin, args: args, env: append(append([]string(nil), sys.ledgerEnv...), sys.svcEnv...), log: filepath.Join(sys.dir, fmt.Sprintf("ledger-%d.log", i))}
 	return &svc{proc: p, port: port}, nil
 }
 
@@ -213,7 +225,7 @@ func (sys *system) newProjector(i int) (*svc, error) {
 		"--http-addr", fmt.Sprintf("127.0.0.1:%d", port),
 		"--shutdown-timeout", "10s",
 	}
-	p := &proc{name: fmt.Sprintf("projector-%d", i), bin: sys.s.projectorBin, args: args, log: filepath.Join(sys.dir, fmt.Sprintf("projector-%d.log", i))}
+	p := &proc{name: fmt.Sprintf("projector-%d", i), bin: sys.s.projectorBin, args: args, env: sys.svcEnv, log: filepath.Join(sys.dir, fmt.Sprintf("projector-%d.log", i))}
 	return &svc{proc: p, port: port}, nil
 }
 
@@ -271,7 +283,9 @@ func (sys *system) down() {
 	for _, l := range sys.ledgers {
 		l.stop(10 * time.Second)
 	}
-	if sys.nats != nil {
+	if sys.cluster != nil {
+		sys.cluster.stop()
+	} else if sys.nats != nil {
 		sys.nats.stop(5 * time.Second)
 	}
 	if sys.pool != nil {
@@ -374,9 +388,9 @@ func (sys *system) quiet(ctx context.Context) error {
 	return nil
 }
 
-// published reads every message of LEDGER_EVENTS, in stream order (nil when the
+// eventsOut runs the audit's events-out check on LEDGER_EVENTS (nil when the
 // system runs no projector, whose processes publish).
-func (sys *system) published(ctx context.Context) ([]Published, error) {
+func (sys *system) eventsOut(ctx context.Context) (*EventsOut, error) {
 	if len(sys.projectors) == 0 {
 		return nil, nil
 	}
@@ -384,29 +398,13 @@ func (sys *system) published(ctx context.Context) ([]Published, error) {
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	st, err := js.Stream(cctx, projections.EventsStream)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", projections.EventsStream, err)
-	}
-	info, err := st.Info(cctx)
+	rep, violations, err := audit.EventsOut(cctx, sys.store, sys.pool, audit.EventsOutOptions{JS: js})
 	if err != nil {
 		return nil, err
 	}
-	out := []Published{}
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := st.GetMsg(cctx, seq)
-		if err != nil {
-			return nil, fmt.Errorf("%s message %d: %w", projections.EventsStream, seq, err)
-		}
-		var body projections.EventMessage
-		if err := json.Unmarshal(m.Data, &body); err != nil {
-			return nil, fmt.Errorf("%s message %d: %w", projections.EventsStream, seq, err)
-		}
-		out = append(out, Published{Seq: seq, MsgID: m.Header.Get(jetstream.MsgIDHeader), ID: body.ID, Stream: body.Stream, Revision: body.Revision})
-	}
-	return out, nil
+	return &EventsOut{Report: rep, Violations: violations}, nil
 }
 
 // dlqReasons counts the dead letters by their reason header (bounded read).

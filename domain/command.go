@@ -190,6 +190,11 @@ func DecodeCommand(t CommandType, body []byte) (Command, *InvalidError) {
 			return Command{}, ierr
 		}
 	}
+	return checkCommand(cmd)
+}
+
+// checkCommand checks what spans a decoded command's fields.
+func checkCommand(cmd Command) (Command, *InvalidError) {
 	if cmd.Type == CmdCaptureHold && cmd.To != "" && cmd.To == cmd.AccountID {
 		return Command{}, invalid("to", "must differ from account_id (%s)", cmd.AccountID)
 	}
@@ -203,6 +208,11 @@ func decodeGeneral(t CommandType, specs []fieldSpec, body []byte) (Command, *Inv
 	if ierr != nil {
 		return Command{}, ierr
 	}
+	return decodeFields(t, specs, fields)
+}
+
+// decodeFields is decodeGeneral's check of a body's members, fields.
+func decodeFields(t CommandType, specs []fieldSpec, fields map[string]json.RawMessage) (Command, *InvalidError) {
 	cmd := Command{Type: t}
 	rawKey, ok := fields["idempotency_key"]
 	if !ok {
@@ -402,10 +412,16 @@ func decodeObject(body []byte) (map[string]json.RawMessage, *InvalidError) {
 	if _, err := dec.Token(); err != nil {
 		return nil, invalid("", "malformed JSON: %v", err)
 	}
-	if _, err := dec.Token(); err == nil {
+	if !onlySpace(body[dec.InputOffset():]) {
 		return nil, invalid("", "trailing data after the JSON object")
 	}
 	return fields, nil
+}
+
+// onlySpace reports whether b holds nothing but JSON whitespace: what may follow
+// a body's object (PROTOCOL.md v1.2 §2.2, strict decoding).
+func onlySpace(b []byte) bool {
+	return skipSpace(b, 0) == len(b)
 }
 
 func decodeString(raw json.RawMessage, v *string) error {

@@ -18,6 +18,11 @@ func TestDecodeCommandRejectsBadInput(t *testing.T) {
 		{"malformed JSON start", "deposit", `{,}`, ""},
 		{"not an object", "deposit", `[1,2]`, ""},
 		{"trailing data", "deposit", `{"idempotency_key":"k","account_id":"a","amount":1,"currency":"EUR"} {}`, ""},
+		// PROTOCOL.md v1.2 §2.2: any byte but whitespace after the object (issue 24's example).
+		{"trailing byte", "deposit", `{"idempotency_key":"d2","account_id":"alice","amount":5,"currency":"EUR"}x`, ""},
+		{"trailing byte after space", "deposit", "{\"idempotency_key\":\"d2\",\"account_id\":\"alice\",\"amount\":5,\"currency\":\"EUR\"} \n x", ""},
+		{"trailing byte, general path", "deposit", `{"idempotency_key":"d2","account_id":"alice","amount":5,"currency":"EUR","metadata":{"a":"b"}}]`, ""},
+		{"trailing NUL", "deposit", "{\"idempotency_key\":\"d2\",\"account_id\":\"alice\",\"amount\":5,\"currency\":\"EUR\"}\x00", ""},
 		{"unknown field", "deposit", `{"idempotency_key":"k","account_id":"a","amount":1,"currency":"EUR","memo":"x"}`, "memo"},
 		{"repeated field", "deposit", `{"idempotency_key":"k","account_id":"a","amount":1,"amount":2,"currency":"EUR"}`, "amount"},
 		{"missing key", "deposit", `{"account_id":"a","amount":1,"currency":"EUR"}`, "idempotency_key"},
@@ -225,6 +230,19 @@ func TestMoneyCommandsTakeMetadata(t *testing.T) {
 		}
 		if _, ierr := DecodeCommand(typ, []byte(body)); ierr == nil || ierr.Field != "metadata" {
 			t.Fatalf("%s with metadata: %v, want invalid_request naming metadata", typ, ierr)
+		}
+	}
+}
+
+// TestDecodeCommandAcceptsTrailingSpace: whitespace after the object is not
+// trailing data, on the fast path and the general one.
+func TestDecodeCommandAcceptsTrailingSpace(t *testing.T) {
+	for _, body := range []string{
+		"{\"idempotency_key\":\"d2\",\"account_id\":\"alice\",\"amount\":5,\"currency\":\"EUR\"} \t\r\n",
+		"{\"idempotency_key\":\"d2\",\"account_id\":\"alice\",\"amount\":5,\"currency\":\"EUR\",\"metadata\":{\"a\":\"b\"}}\n",
+	} {
+		if _, err := DecodeCommand(CmdDeposit, []byte(body)); err != nil {
+			t.Fatalf("%q: %v", body, err)
 		}
 	}
 }

@@ -11,35 +11,45 @@ import "time"
 // body with its own error. So the fast path never decides a rejection, and on the
 // bodies it accepts it yields the Command the general path yields (tested).
 func decodeFast(t CommandType, specs []fieldSpec, body []byte) (Command, bool) {
-	var fields [12]bodyField
-	n := 0
-	i, started := objectStart(body)
-	if !started {
+	var buf [12]bodyField
+	fields, ok := flatMembers(body, buf[:])
+	if !ok {
 		return Command{}, false
 	}
-	for more := true; more; {
-		name, j, ok := plainString(body, i)
-		if !ok || n == len(fields) || hasMember(fields[:n], name) {
-			return Command{}, false
-		}
-		if i = skipSpace(body, j); i >= len(body) || body[i] != ':' {
-			return Command{}, false
-		}
-		f := bodyField{name: name}
-		if f.value, f.str, j, ok = memberValue(body, skipSpace(body, i+1)); !ok {
-			return Command{}, false
-		}
-		fields[n] = f
-		n++
-		if i, more, ok = afterMember(body, j); !ok {
-			return Command{}, false
-		}
-	}
 	cmd := Command{Type: t}
-	if !cmd.setFields(specs, fields[:n]) {
+	if !cmd.setFields(specs, fields) {
 		return Command{}, false
 	}
 	return cmd, true
+}
+
+// flatMembers reads the members of a flat body (decodeFast) into buf, at most
+// len(buf) of them; false for any other body.
+func flatMembers(body []byte, buf []bodyField) ([]bodyField, bool) {
+	n := 0
+	i, started := objectStart(body)
+	if !started {
+		return nil, false
+	}
+	for more := true; more; {
+		name, j, ok := plainString(body, i)
+		if !ok || n == len(buf) || hasMember(buf[:n], name) {
+			return nil, false
+		}
+		if i = skipSpace(body, j); i >= len(body) || body[i] != ':' {
+			return nil, false
+		}
+		f := bodyField{name: name}
+		if f.value, f.str, j, ok = memberValue(body, skipSpace(body, i+1)); !ok {
+			return nil, false
+		}
+		buf[n] = f
+		n++
+		if i, more, ok = afterMember(body, j); !ok {
+			return nil, false
+		}
+	}
+	return buf[:n], true
 }
 
 // bodyField is one member of a flat command body as decodeFast reads it: its name,

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 
+	"github.com/ledgerworks/ledger/client"
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
@@ -131,6 +132,7 @@ func TestKurrentDBEndToEnd(t *testing.T) {
 		e.nodes = append(e.nodes, n)
 	}
 	e.clients = []*nats.Conn{devtest.Connect(t, ns), devtest.Connect(t, ns)}
+	e.lc = client.New(e.clients[1])
 
 	proj := e.startProjector(nil)
 
@@ -202,6 +204,7 @@ type env struct {
 	ns           *server.Server
 	nodes        []*node.Node
 	clients      []*nats.Conn
+	lc           *client.Client   // on clients[1], for the queries
 	store        eventstore.Store // the test's own connection, for checks
 	pool         *pgxpool.Pool
 	model        map[string]int64 // expected balances
@@ -232,34 +235,38 @@ type command = devtest.Command
 
 var cmd = devtest.NewCommand
 
-// request sends c once over NATS and returns the ledger's reply.
-func request(nc *nats.Conn, c command) (reply.Reply, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout+10*time.Second)
+// decideTimeout bounds a command's call: the client resends it, same key,
+// while its answer is not definite (the store's faults below make some
+// attempts fail).
+const decideTimeout = 2 * time.Minute
+
+// sendVia sends c as a client does, through the ledger's Go client on nc: again
+// with the same key while the answer is an infrastructure error or no answer
+// came, within decideTimeout. onResend, when set, sees why each attempt before
+// the last got no definite answer.
+func sendVia(nc *nats.Conn, c command, onResend func(why error)) (reply.Reply, error) {
+	opts := []client.Option{client.WithoutBatching(), client.WithBackoff(20*time.Millisecond, 250*time.Millisecond)}
+	if onResend != nil {
+		opts = append(opts, client.WithResendHook(func(_ string, _ int, why error) { onResend(why) }))
+	}
+	lc := client.New(nc, opts...)
+	defer lc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), decideTimeout)
 	defer cancel()
-	return natsapi.RequestReply(ctx, nc, c.Type, c.Body, nil)
+	return devtest.Send(ctx, lc, c)
 }
 
-// decide sends c as a client does: again with the same key while the answer is an
-// infrastructure error or no answer came, within a bounded number of attempts. It
-// returns the final reply and the attempts that failed.
+// request sends c and returns its definite reply.
+func request(nc *nats.Conn, c command) (reply.Reply, error) { return sendVia(nc, c, nil) }
+
+// decide is request counting the attempts that got no definite answer.
 func decide(nc *nats.Conn, c command) (reply.Reply, int, error) {
-	const attempts = 60
 	failed := 0
-	var last error
-	for i := range attempts {
-		r, err := request(nc, c)
-		if err == nil && r.Status != domain.StatusError {
-			return r, failed, nil
-		}
-		failed++
-		last = err
-		if err == nil {
-			last = fmt.Errorf("%s: %s", r.Code, r.Message)
-		}
-		// The client's retry policy: a short, growing pause between attempts.
-		time.Sleep(min(time.Duration(i+1)*20*time.Millisecond, 250*time.Millisecond))
+	r, err := sendVia(nc, c, func(error) { failed++ })
+	if err != nil {
+		return reply.Reply{}, failed, fmt.Errorf("%s %s: %w", c.Type, c.Key, err)
 	}
-	return reply.Reply{}, failed, fmt.Errorf("%s %s: no final answer in %d attempts: %w", c.Type, c.Key, attempts, last)
+	return r, failed, nil
 }
 
 func (e *env) mustDecide(c command) reply.Reply {
@@ -403,8 +410,7 @@ func (e *env) transfer(t *testing.T, tr transferSpec) {
 	// Read your write: the projector's read models reach the reply's KurrentDB
 	// position (min_position), and show the balances and the transfer.
 	for _, id := range []string{tr.from, tr.to} {
-		var a query.Account
-		e.query(t, query.QueryAccount, query.AccountRequest{AccountID: id, MinPosition: r.Position}, &a)
+		a := e.account(t, id, r.Position)
 		if a.Balance != e.model[id] {
 			t.Fatalf("account query %s: balance %d, want %d (%+v)", id, a.Balance, e.model[id], a)
 		}
@@ -412,8 +418,12 @@ func (e *env) transfer(t *testing.T, tr transferSpec) {
 			t.Fatalf("account query %s projected at %s, before the transfer's %s (%v)", id, a.ProjectedPosition, r.Position, err)
 		}
 	}
-	var q query.Transfer
-	e.query(t, query.QueryTransfer, query.TransferRequest{TransferID: tr.id, MinPosition: r.Position}, &q)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	q, err := e.queries().Transfer(ctx, client.TransferQuery{TransferID: tr.id, MinPosition: r.Position})
+	if err != nil {
+		t.Fatalf("transfer query: %v", err)
+	}
 	if q.Status != "completed" || q.Amount != tr.amount || q.From != tr.from || q.To != tr.to {
 		t.Fatalf("transfer query: %+v", q)
 	}
@@ -434,8 +444,7 @@ func (e *env) holdExpires(t *testing.T) {
 	if n := e.count("account-bob", expire, domain.EvHoldReleased); n != 1 {
 		t.Fatalf("the hold was released %d times", n)
 	}
-	var a query.Account
-	e.query(t, query.QueryAccount, query.AccountRequest{AccountID: "bob", MinPosition: e.head(t).String()}, &a)
+	a := e.account(t, "bob", e.head(t).String())
 	if a.Held != 0 || a.Balance != e.model["bob"] || a.Available != e.model["bob"] {
 		t.Fatalf("bob after the expiry: %+v", a)
 	}
@@ -508,20 +517,7 @@ func (e *env) faults(t *testing.T) {
 	errs := make([]error, len(burst))
 	for i, c := range burst {
 		wg.Go(func() {
-			nc := e.clients[i%2]
-			for attempt := range 60 {
-				r, err := request(nc, c)
-				if err == nil && r.Status != domain.StatusError {
-					replies[i] = r
-					return
-				}
-				errorReplies.Add(1)
-				errs[i] = err
-				time.Sleep(min(time.Duration(attempt+1)*20*time.Millisecond, 250*time.Millisecond))
-			}
-			if errs[i] == nil {
-				errs[i] = errors.New("no final answer in 60 attempts")
-			}
+			replies[i], errs[i] = sendVia(e.clients[i%2], c, func(error) { errorReplies.Add(1) })
 		})
 	}
 	// The outage begins once the burst is writing, and ends once clients have
@@ -564,9 +560,13 @@ func (e *env) faults(t *testing.T) {
 	e.waitCommandsConsumed() // no other writer: the stalled append is the command's
 	e.ks.StallAppends(1, true)
 	c = cmd("withdraw", map[string]any{"idempotency_key": "wd-stall", "account_id": "carol", "amount": 33, "currency": "EUR"})
-	first, err := request(e.clients[1], c)
-	if err != nil || first.Status != domain.StatusError {
-		t.Fatalf("withdrawal whose append reply was lost: %+v, %v (want status error)", first, err)
+	var firstErr *client.ReplyError
+	if _, err := sendVia(e.clients[1], c, func(why error) {
+		if firstErr == nil {
+			errors.As(why, &firstErr)
+		}
+	}); err != nil || firstErr == nil || firstErr.Code != client.CodeInternalError {
+		t.Fatalf("withdrawal whose append reply was lost: first attempt answered %v, %v (want status error, then resent)", firstErr, err)
 	}
 	r, _, err = decide(e.clients[0], c)
 	if err != nil {
@@ -605,8 +605,7 @@ func (e *env) projectorRedelivery(t *testing.T, p *projector) {
 		}
 	}
 	for id, want := range e.model {
-		var a query.Account
-		e.query(t, query.QueryAccount, query.AccountRequest{AccountID: id, MinPosition: head.String()}, &a)
+		a := e.account(t, id, head.String())
 		if a.Balance != want {
 			t.Fatalf("account query %s: %d, want %d", id, a.Balance, want)
 		}
@@ -776,25 +775,19 @@ func (e *env) auditOK(t *testing.T, head eventstore.Position) {
 	}
 }
 
-func (e *env) query(t *testing.T, name string, req, out any) {
+// queries are the ledger client's queries on the second connection.
+func (e *env) queries() client.Queries { return e.lc.Queries() }
+
+// account asks the account query, reading at least up to minPosition.
+func (e *env) account(t *testing.T, id, minPosition string) client.AccountState {
 	t.Helper()
-	body, err := json.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	b, err := natsapi.Query(ctx, e.clients[1], name, body)
+	a, err := e.queries().Account(ctx, client.AccountQuery{AccountID: id, MinPosition: minPosition})
 	if err != nil {
-		t.Fatalf("query %s: %v", name, err)
+		t.Fatalf("account query %s: %v", id, err)
 	}
-	var qe reply.QueryError
-	if json.Unmarshal(b, &qe) == nil && qe.Code != "" {
-		t.Fatalf("query %s %s: %s", name, body, b)
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		t.Fatalf("query %s: %s: %v", name, b, err)
-	}
+	return a
 }
 
 // --- the store -------------------------------------------------------------------

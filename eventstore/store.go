@@ -325,6 +325,20 @@ func DuplicateIn(parts []StreamAppend, id uuid.UUID) *DuplicateEventIDError {
 	return &DuplicateEventIDError{ID: id}
 }
 
+// DurableReader is a store whose readers may see a write before it is as
+// durable as an acknowledged append, and that can wait until it is. On
+// PostgreSQL with a synchronous standby a reader sees a commit on the primary
+// before the standby has it, and keeps seeing it after a cancelled wait for the
+// standby (eventstore/postgres.ErrNotReplicated): a failover would lose it.
+// Whoever tells a client that what it read was decided (a duplicate's reply, a
+// lookup of a key) calls Durable first.
+type DurableReader interface {
+	// Durable returns once every write committed before the call is as
+	// durable as an acknowledged append, or an error (ErrUnavailable when
+	// that is unknown).
+	Durable(ctx context.Context) error
+}
+
 // ErrEventNotFound is returned by EventLocator for an ID the store does not hold.
 var ErrEventNotFound = errors.New("eventstore: event not found")
 

@@ -41,6 +41,7 @@ const (
 	flagBenchGrace        = "grace"
 	flagBenchMaxInFlight  = "max-in-flight"
 	flagBenchLanes        = "lanes"
+	flagBenchBatchSize    = "batch-size"
 	flagBenchBatchMax     = "batch-max"
 	flagBenchBatchWait    = "batch-wait"
 	flagBenchCommitters   = "committers"
@@ -76,7 +77,8 @@ func benchCommand() *cli.Command {
 		&cli.FloatFlag{Name: flagBenchDupRatio, Category: load, Value: d.DuplicateRatio, Usage: "share of the load phase's commands that resend an answered key", Sources: benchEnv(flagBenchDupRatio)},
 		&cli.FloatFlag{Name: flagBenchSkew, Category: load, Value: d.Skew, Usage: "account skew: the account of rank i gets weight 1/i^skew (0: uniform; 1: Zipf)", Sources: benchEnv(flagBenchSkew)},
 		&cli.FloatFlag{Name: flagBenchTxRatio, Category: load, Value: d.TransactionRatio, Usage: "share of new commands that are post_transaction of one posting, from the command's account to another drawn uniformly (in the hot phase too: the transactions touch the hot account); the ledger only (--systems ledger)", Sources: benchEnv(flagBenchTxRatio)},
-		&cli.DurationFlag{Name: flagBenchDuration, Category: load, Value: d.Duration, Usage: "length of the load phase (the duplicates and half-load phases take half)", Sources: benchEnv(flagBenchDuration)},
+		&cli.DurationFlag{Name: flagBenchDuration, Category: load, Value: d.Duration, Usage: "length of the load phase (the duplicates, half-load and batch phases take half)", Sources: benchEnv(flagBenchDuration)},
+		&cli.IntFlag{Name: flagBenchBatchSize, Category: load, Value: d.BatchSize, Usage: "commands per request in the batch phases (ledger.v1.cmd.batch, 1-1000)", Sources: benchEnv(flagBenchBatchSize)},
 		&cli.DurationFlag{Name: flagBenchWarmup, Category: load, Value: d.Warmup, Usage: "unrecorded load before the load phase", Sources: benchEnv(flagBenchWarmup)},
 		&cli.StringFlag{Name: flagBenchFractions, Category: load, Value: "0.5", Usage: "open-loop phases, as fractions of the load phase's rate, comma-separated (0.5 is the half-load phase)", Sources: benchEnv(flagBenchFractions)},
 		&cli.IntFlag{Name: flagBenchJSMessages, Category: load, Value: d.JetStreamMessages, Usage: "commands of each JetStream phase (0: skip them)", Sources: benchEnv(flagBenchJSMessages)},
@@ -269,6 +271,7 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	set(flagBenchGrace, func() { cfg.Grace = cmd.Duration(flagBenchGrace) })
 	set(flagBenchMaxInFlight, func() { cfg.MaxInFlight = cmd.Int(flagBenchMaxInFlight) })
 	set(flagBenchLanes, func() { cfg.Lanes = cmd.Int(flagBenchLanes) })
+	set(flagBenchBatchSize, func() { cfg.BatchSize = cmd.Int(flagBenchBatchSize) })
 	cfg.BatchMax = cmd.Int(flagBenchBatchMax)
 	cfg.BatchWait = cmd.Duration(flagBenchBatchWait)
 	cfg.Committers = cmd.Int(flagBenchCommitters)

@@ -13,8 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ledgerworks/ledger/client"
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 	"github.com/ledgerworks/ledger/internal/app/reply"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 	"github.com/ledgerworks/ledger/projections/projtest"
@@ -28,15 +28,16 @@ type crashCmd struct {
 	body    []byte
 }
 
-// outcome of sending a command once: definite (the ledger decided) or not.
+// sendOnce sends c through the ledger's Go client on nc, which resends it
+// (same key) while its answer is not definite, bounded by timeout: definite or
+// not.
 func sendOnce(nc *nats.Conn, c crashCmd, timeout time.Duration) (reply.Reply, bool) {
+	lc := client.New(nc, client.WithoutBatching())
+	defer lc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	r, err := natsapi.RequestReply(ctx, nc, c.typ, c.body, nil)
-	if err != nil || r.Status == domain.StatusError || r.Status == "" {
-		return r, false
-	}
-	return r, true
+	r, err := devtest.Send(ctx, lc, devtest.Command{Type: c.typ, Body: c.body, Key: c.key})
+	return r, err == nil
 }
 
 // Crash safety: `ledger dev` is SIGKILLed three times at random moments while eight
@@ -175,16 +176,11 @@ func TestCrashSafetyUnderSIGKILL(t *testing.T) {
 			continue
 		}
 		retried++
-		for attempt := 0; ; attempt++ {
-			r, ok := sendOnce(nc, c, 5*time.Second)
-			if ok {
-				definite[c.key] = r
-				break
-			}
-			if attempt == 10 {
-				t.Fatalf("%s: no definite reply after %d retries", c.key, attempt)
-			}
+		r, ok := sendOnce(nc, c, time.Minute)
+		if !ok {
+			t.Fatalf("%s: no definite reply within a minute of resends", c.key)
 		}
+		definite[c.key] = r
 	}
 	t.Logf("retried %d keys", retried)
 	for _, c := range unique {

@@ -239,8 +239,23 @@ func TestHelpEverywhereAndEveryFlagHasAnEnvVar(t *testing.T) {
 // exit status.
 func postCLI(t *testing.T, env []string, args ...string) (map[string]any, string, int) {
 	t.Helper()
-	cmd := exec.Command(ledgerBinary(t), append([]string{"post", "--compact"}, args...)...)
+	out, stderr, code := runLedger(t, env, nil, append([]string{"post", "--compact"}, args...)...)
+	var reply map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	if sc.Scan() {
+		_ = json.Unmarshal(sc.Bytes(), &reply)
+	}
+	return reply, string(out) + stderr, code
+}
+
+// runLedger runs the ledger binary with args (env added, stdin fed) to its
+// end and returns its stdout, its stderr and its exit status.
+func runLedger(t *testing.T, env []string, stdin []byte, args ...string) ([]byte, string, int) {
+	t.Helper()
+	cmd := exec.Command(ledgerBinary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = bytes.NewReader(stdin)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -248,15 +263,9 @@ func postCLI(t *testing.T, env []string, args ...string) (map[string]any, string
 	if err != nil {
 		ee, ok := err.(*exec.ExitError)
 		if !ok {
-			t.Fatalf("ledger post %v: %v", args, err)
+			t.Fatalf("ledger %v: %v", args, err)
 		}
 		code = ee.ExitCode()
 	}
-	var reply map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	if sc.Scan() {
-		_ = json.Unmarshal(sc.Bytes(), &reply)
-	}
-	return reply, string(out) + stderr.String(), code
+	return out, stderr.String(), code
 }

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/urfave/cli/v3"
 
+	"github.com/ledgerworks/ledger/client"
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 	"github.com/ledgerworks/ledger/internal/platform/config"
@@ -67,7 +68,11 @@ func postCommand() *cli.Command {
 		&cli.StringFlag{Name: "json", Category: "body", Usage: "the body as JSON: sent as is, or with the field flags merged into it", Sources: cli.EnvVars("LEDGER_POST_JSON")},
 		&cli.BoolFlag{Name: "jetstream", Usage: "publish with js.Publish to LEDGER_COMMANDS; the ledger acknowledges once the outcome is durable (print it with --query)", Sources: cli.EnvVars("LEDGER_POST_JETSTREAM")},
 		&cli.BoolFlag{Name: "query", Usage: "ask ledger.v1.query.command for the outcome of --key instead of posting", Sources: cli.EnvVars("LEDGER_POST_QUERY")},
-		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "how long to wait for the reply", Sources: cli.EnvVars("LEDGER_POST_TIMEOUT")},
+		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "how long to wait for a definite reply, resending meanwhile (with --file: for each batch)", Sources: cli.EnvVars("LEDGER_POST_TIMEOUT")},
+		&cli.StringFlag{Name: "file", Category: "file", Usage: "send the commands of a JSON Lines file (- for standard input), one a line with its \"type\"", Sources: cli.EnvVars("LEDGER_POST_FILE")},
+		&cli.IntFlag{Name: "batch-size", Category: "file", Value: defaultFileBatch, Usage: fmt.Sprintf("commands per batch with --file (1-%d)", client.MaxBatchCommands), Sources: cli.EnvVars("LEDGER_POST_BATCH_SIZE")},
+		&cli.IntFlag{Name: "show-failures", Category: "file", Value: 20, Usage: "how many failing lines the summary of --file lists", Sources: cli.EnvVars("LEDGER_POST_SHOW_FAILURES")},
+		&cli.BoolFlag{Name: "no-progress", Category: "file", Usage: "draw no progress bar with --file", Sources: cli.EnvVars("LEDGER_POST_NO_PROGRESS")},
 		&cli.BoolFlag{Name: "compact", Usage: "print the reply on one line", Sources: cli.EnvVars("LEDGER_POST_COMPACT")},
 		config.DataDirFlag(""),
 	)
@@ -76,10 +81,16 @@ func postCommand() *cli.Command {
 		Name:      "post",
 		Usage:     "post one command and print the reply",
 		ArgsUsage: "<type>   (" + strings.Join(types, ", ") + ")",
-		Description: "Sends ledger.v1.cmd.<type> as a NATS request and prints the ledger's reply (PROTOCOL.md §3).\n" +
+		Description: "Sends ledger.v1.cmd.<type> as a NATS request and prints the ledger's reply (PROTOCOL.md §3),\n" +
+			"resending it with the same key until the answer is definite or --timeout ends.\n" +
 			"Amounts are sent as JSON integers of minor units. Exit status: 0 applied, 1 any other\n" +
 			"answer (printed), 2 bad command line, 3 no answer (unknown outcome: run it again, same key).\n\n" +
-			"Example:\n  ledger post deposit --key dep-1 --account alice --amount 1000 --currency EUR",
+			"With --file F (JSON Lines, one command a line with its \"type\"; - for standard input) it sends\n" +
+			"the file's commands in batches, in order, with a progress bar, and prints a summary; it is safe to\n" +
+			"run again after a crash or Ctrl-C (every line carries its key). Exit status: 0 when every line was\n" +
+			"applied (now or by an earlier run), 1 when a line was rejected or invalid, 3 when stopped first.\n\n" +
+			"Examples:\n  ledger post deposit --key dep-1 --account alice --amount 1000 --currency EUR\n" +
+			"  ledger post --file payouts.jsonl",
 		Flags:  flags,
 		Action: runPost,
 	}
@@ -98,6 +109,12 @@ func runPost(ctx context.Context, cmd *cli.Command) error {
 	}
 	nopts := config.NATSFromCommand(cmd)
 	nopts.URL = natsURL
+	if cmd.IsSet("file") && !cmd.Bool("query") {
+		if cmd.Args().Len() > 0 {
+			return config.Exit(exitUsage, errors.New("--file takes no command type: each line names its own"))
+		}
+		return postFile(ctx, cmd, nopts)
+	}
 	ctx, cancel := context.WithTimeout(ctx, cmd.Duration("timeout"))
 	defer cancel()
 
@@ -110,14 +127,16 @@ func runPost(ctx context.Context, cmd *cli.Command) error {
 			return config.Exit(exitNoReply, err)
 		}
 		defer nc.Close()
-		q, _ := json.Marshal(natsapi.CommandQuery{IdempotencyKey: cmd.String("key")})
-		reply, err := natsapi.Query(ctx, nc, "command", q)
-		if err != nil {
+		r, err := client.New(nc).Queries().Command(ctx, cmd.String("key"))
+		var qe *client.QueryError
+		switch {
+		case errors.As(err, &qe):
+			return printJSON(out, qe, "", cmd.Bool("compact"))
+		case err != nil:
 			return config.Exit(exitNoReply, err)
 		}
-		return printReply(out, reply, cmd.Bool("compact"))
+		return printJSON(out, r, r.Status, cmd.Bool("compact"))
 	}
-
 	if cmd.Args().Len() != 1 {
 		return config.Exit(exitUsage, errors.New("usage: ledger post <type> --key K [--field value ...] (see --help)"))
 	}
@@ -131,31 +150,27 @@ func runPost(ctx context.Context, cmd *cli.Command) error {
 		return config.Exit(exitNoReply, err)
 	}
 	defer nc.Close()
-	hdr := nats.Header{}
-	hdr.Set(jetstream.MsgIDHeader, msgID(body))
 
 	if cmd.Bool("jetstream") {
 		js, err := jetstream.New(nc)
 		if err != nil {
 			return config.Exit(exitNoReply, err)
 		}
-		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: natsapi.CommandSubject(typ), Data: body, Header: hdr})
+		hdr := nats.Header{}
+		hdr.Set(jetstream.MsgIDHeader, msgID(body))
+		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: client.CommandSubjectPrefix + typ, Data: body, Header: hdr})
 		if err != nil {
 			return config.Exit(exitNoReply, fmt.Errorf("publish to %s: %w (unknown whether it is stored: publish again, same key)", natsapi.StreamName, err))
 		}
-		b, _ := json.Marshal(ack)
-		return printReply(out, b, cmd.Bool("compact"))
+		return printJSON(out, ack, client.StatusApplied, cmd.Bool("compact"))
 	}
 
-	reply, err := natsapi.Request(ctx, nc, typ, body, hdr)
+	// Resent, same key, until the answer is definite or --timeout ends.
+	r, err := client.New(nc, client.WithoutBatching()).Send(ctx, client.Raw{Type: typ, Body: body})
 	if err != nil {
-		var nr *natsapi.ErrNoReply
-		if errors.As(err, &nr) {
-			return config.Exit(exitNoReply, err)
-		}
 		return config.Exit(exitNoReply, err)
 	}
-	return printReply(out, reply, cmd.Bool("compact"))
+	return printJSON(out, r, r.Status, cmd.Bool("compact"))
 }
 
 // postBody builds the command body from --json and the field flags.
@@ -236,37 +251,24 @@ func msgID(body []byte) string {
 	return k.Key + "/" + hex.EncodeToString(sum[:8])
 }
 
-func printReply(w interface{ Write([]byte) (int, error) }, reply []byte, compact bool) error {
-	var buf bytes.Buffer
+// printJSON prints v, indented or on one line, and chooses the exit status:
+// 0 when status is applied, 1 for any other answer.
+func printJSON(w io.Writer, v any, status client.Status, compact bool) error {
+	var b []byte
+	var err error
 	if compact {
-		if err := json.Compact(&buf, reply); err != nil {
-			buf.Reset()
-			buf.Write(reply)
-		}
-	} else if err := json.Indent(&buf, reply, "", "  "); err != nil {
-		buf.Reset()
-		buf.Write(reply)
+		b, err = json.Marshal(v)
+	} else {
+		b, err = json.MarshalIndent(v, "", "  ")
 	}
-	buf.WriteByte('\n')
-	if _, err := w.Write(buf.Bytes()); err != nil {
+	if err != nil {
 		return err
 	}
-	var r struct {
-		Status string `json:"status"`
-		Stream string `json:"stream"`
+	if _, err := w.Write(append(b, '\n')); err != nil {
+		return err
 	}
-	_ = json.Unmarshal(reply, &r)
-	if r.Status == string(domain.StatusApplied) || (r.Status == "" && r.Stream != "") {
+	if status == client.StatusApplied {
 		return nil
-	}
-	if r.Status == "" { // a query's reply: found is success
-		var q struct {
-			Code string `json:"code"`
-		}
-		_ = json.Unmarshal(reply, &q)
-		if q.Code != string(domain.CodeNotFound) && q.Code != "" {
-			return nil
-		}
 	}
 	return config.Exit(exitAnswered, nil)
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v3"
 
-	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
+	"github.com/ledgerworks/ledger/client"
 	"github.com/ledgerworks/ledger/internal/app/query"
 	"github.com/ledgerworks/ledger/internal/platform/config"
 )
@@ -49,7 +49,7 @@ type statement struct {
 	Account          string
 	From, To         string
 	Opening, Closing int64
-	Entries          []query.Entry
+	Entries          []client.Entry
 }
 
 func runStatement(ctx context.Context, cmd *cli.Command) error {
@@ -97,7 +97,7 @@ func runStatement(ctx context.Context, cmd *cli.Command) error {
 // has none, the balance before it from the entries before it.
 func readStatement(ctx context.Context, nc *nats.Conn, account, from, to string, timeout time.Duration) (*statement, error) {
 	st := &statement{Account: account, From: from, To: to}
-	entries, err := entriesOf(ctx, nc, query.EntriesRequest{AccountID: account, From: from, To: to}, timeout)
+	entries, err := entriesOf(ctx, nc, client.EntriesQuery{AccountID: account, From: instant(from), To: instant(to)}, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func readStatement(ctx context.Context, nc *nats.Conn, account, from, to string,
 		return st, nil
 	}
 	if from != "" {
-		before, err := entriesOf(ctx, nc, query.EntriesRequest{AccountID: account, To: from}, timeout)
+		before, err := entriesOf(ctx, nc, client.EntriesQuery{AccountID: account, To: instant(from)}, timeout)
 		if err != nil {
 			return nil, err
 		}
@@ -120,34 +120,36 @@ func readStatement(ctx context.Context, nc *nats.Conn, account, from, to string,
 	return st, nil
 }
 
-// entriesOf pages through ledger.v1.query.entries.
-func entriesOf(ctx context.Context, nc *nats.Conn, q query.EntriesRequest, timeout time.Duration) ([]query.Entry, error) {
-	limit := query.MaxEntriesLimit
-	q.Limit = &limit
-	var out []query.Entry
+// instant is an RFC 3339 time of a flag (checked before), nil for "".
+func instant(s string) *time.Time {
+	if s == "" {
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return nil
+	}
+	return &t
+}
+
+// entriesOf pages through ledger.v1.query.entries, each page asked (again
+// while unanswered) within timeout.
+func entriesOf(ctx context.Context, nc *nats.Conn, q client.EntriesQuery, timeout time.Duration) ([]client.Entry, error) {
+	q.Limit = query.MaxEntriesLimit
+	queries := client.New(nc).Queries()
+	var out []client.Entry
 	for {
-		body, err := json.Marshal(q)
-		if err != nil {
-			return nil, err
-		}
 		rctx, cancel := context.WithTimeout(ctx, timeout)
-		msg, err := nc.RequestWithContext(rctx, natsapi.QuerySubjectPrefix+query.QueryEntries, body)
+		page, err := queries.Entries(rctx, q)
 		cancel()
-		if err != nil {
+		var qe *client.QueryError
+		switch {
+		case errors.As(err, &qe):
+			return nil, config.Exit(exitAnswered, fmt.Errorf("statement: %s: %s", qe.Code, qe.Message))
+		case err != nil:
 			return nil, config.Exit(exitNoReply, fmt.Errorf("statement: %s: %w", query.QueryEntries, err))
 		}
-		var page struct {
-			query.Entries
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		}
-		if err := json.Unmarshal(msg.Data, &page); err != nil {
-			return nil, config.Exit(exitNoReply, fmt.Errorf("statement: %s: %w", msg.Data, err))
-		}
-		if page.Code != "" {
-			return nil, config.Exit(exitAnswered, fmt.Errorf("statement: %s: %s", page.Code, page.Message))
-		}
-		out = append(out, page.Entries.Entries...)
+		out = append(out, page.Entries...)
 		if page.NextAfterRevision == nil {
 			return out, nil
 		}

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -41,13 +43,7 @@ func readTour(t *testing.T) []tourStep {
 	if !strings.HasPrefix(text, "# ledger\n\n```sh\ngo run ./cmd/ledger dev ") || !strings.Contains(text, "\nbash .ci/run ") {
 		t.Fatal("README.md does not start with the two set-up commands")
 	}
-	start := strings.Index(text, "## A five-minute tour")
-	if start < 0 {
-		t.Fatal("README.md has no tour")
-	}
-	text = text[start:]
-	text = text[strings.Index(text, "```sh\n")+6:]
-	text = text[:strings.Index(text, "```")]
+	text = readmeBlock(t, text, "## A five-minute tour")
 	var steps []tourStep
 	const prefix = "go run ./cmd/ledger post "
 	for _, line := range strings.Split(text, "\n") {
@@ -71,6 +67,22 @@ func readTour(t *testing.T) []tourStep {
 		t.Fatalf("README tour has %d steps", len(steps))
 	}
 	return steps
+}
+
+// readmeBlock is the first sh code block of the README's section heading.
+func readmeBlock(t *testing.T, readme, heading string) string {
+	t.Helper()
+	start := strings.Index(readme, heading)
+	if start < 0 {
+		t.Fatalf("README.md has no %q", heading)
+	}
+	text := readme[start:]
+	i := strings.Index(text, "```sh\n")
+	if i < 0 {
+		t.Fatalf("README.md: no sh block under %q", heading)
+	}
+	text = text[i+6:]
+	return text[:strings.Index(text, "```")]
 }
 
 // holds reports whether v, or any value nested in it, has key with the value want.
@@ -120,6 +132,7 @@ func TestReadmeTour(t *testing.T) {
 			t.Errorf("%s\nexit status %d, want %d", s.line, code, wantCode)
 		}
 	}
+	checkReadmeFile(t, env)
 	checkTourEvents(t, dir)
 	checkTourStatement(t, env)
 	dev.stop()
@@ -208,5 +221,51 @@ func checkTourStatement(t *testing.T, env []string) {
 	}
 	if rows[8][5] != strconv.FormatInt(sum, 10) || rows[7][5] != rows[8][5] || rows[3][7] != "tr-1" || rows[6][8] != "order-1" {
 		t.Fatalf("closing balance %s, entries add up to %d; rows %v", rows[8][5], sum, rows)
+	}
+}
+
+// checkReadmeFile runs the README's `ledger post --file` block after the
+// tour: the file its heredoc writes, each run of it and the summary and exit
+// status written under it.
+func checkReadmeFile(t *testing.T, env []string) {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := readmeBlock(t, string(b), "### Many commands at once")
+	const heredoc, run = "cat > payouts.jsonl <<'EOF'\n", "go run ./cmd/ledger post --file payouts.jsonl"
+	i := strings.Index(text, heredoc)
+	j := strings.Index(text, "\nEOF\n")
+	if i < 0 || j < i {
+		t.Fatalf("README --file block: no heredoc:\n%s", text)
+	}
+	path := filepath.Join(t.TempDir(), "payouts.jsonl")
+	if err := os.WriteFile(path, []byte(text[i+len(heredoc):j+1]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	lines := strings.Split(text[j+5:], "\n")
+	for k := 0; k < len(lines); k++ {
+		if strings.TrimSpace(lines[k]) == "" {
+			continue
+		}
+		if lines[k] != run || k+1 == len(lines) {
+			t.Fatalf("README --file block: unexpected line %q", lines[k])
+		}
+		var applied, dup, rejected, invalid, exit int
+		if _, err := fmt.Sscanf(lines[k+1], "#  → applied %d, duplicate %d, rejected %d, invalid %d, exit %d", &applied, &dup, &rejected, &invalid, &exit); err != nil {
+			t.Fatalf("README --file block: %q: %v", lines[k+1], err)
+		}
+		out, code := postFileCLI(t, env, nil, "--file", path)
+		if code != exit || summaryCount(t, out, "applied") != applied || summaryCount(t, out, "duplicate") != dup ||
+			summaryCount(t, out, "rejected") != rejected || summaryCount(t, out, "invalid") != invalid {
+			t.Errorf("%s (run %d): exit %d, want %s\n%s", run, runs+1, code, lines[k+1], out)
+		}
+		runs++
+		k++
+	}
+	if runs < 2 {
+		t.Fatalf("README --file block runs the file %d times, want the run and its rerun", runs)
 	}
 }

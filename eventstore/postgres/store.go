@@ -34,6 +34,7 @@ var (
 	_ eventstore.MultiAppender = (*Store)(nil)
 	_ eventstore.EventLocator  = (*Store)(nil)
 	_ eventstore.SnapshotStore = (*Store)(nil)
+	_ eventstore.DurableReader = (*Store)(nil)
 )
 
 // Store is the PostgreSQL event store. It is safe for concurrent use.

@@ -148,6 +148,22 @@ func TestCancelledWaitForTheStandbyIsIndefinite(t *testing.T) {
 			}
 		})
 	}
+	// What a reader saw is made durable by Durable: its own commit waits for
+	// the standby, and a cancelled wait is indefinite too.
+	t.Run("Durable", func(t *testing.T) {
+		wantNoWaiter(t, admin)
+		thaw := freeze(t, pair)
+		done := make(chan error, 1)
+		go func() { done <- s.Durable(ctx) }()
+		cancel(t)
+		if err := <-done; !errors.Is(err, eventstore.ErrUnavailable) || !errors.Is(err, postgres.ErrNotReplicated) {
+			t.Fatalf("Durable whose wait for the standby was cancelled: %v, want ErrNotReplicated", err)
+		}
+		thaw()
+		if err := s.Durable(ctxT(t)); err != nil {
+			t.Fatalf("Durable with the standby back: %v", err)
+		}
+	})
 }
 
 // TestAppendOnAnUnwatchedPoolIsRefused: a Store on a pool whose connections

@@ -154,7 +154,7 @@ func TestInFlightIsBounded(t *testing.T) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			if _, err := Request(ctx, nc, "deposit", []byte(`{"idempotency_key":"`+strconv.Itoa(i)+`"}`), nil); err != nil {
+			if _, err := nc.RequestWithContext(ctx, CommandSubject("deposit"), []byte(`{"idempotency_key":"`+strconv.Itoa(i)+`"}`)); err != nil {
 				t.Error(err)
 			}
 		}()

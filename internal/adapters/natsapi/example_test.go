@@ -2,7 +2,6 @@ package natsapi_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ledgerworks/ledger/client"
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 	"github.com/ledgerworks/ledger/internal/app/reply"
@@ -27,9 +27,10 @@ func (echo) HandleRaw(_ context.Context, typ string, body []byte) reply.Reply {
 	return reply.Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: cmd.IdempotencyKey}
 }
 
-// A command sent as a request is also stored in LEDGER_COMMANDS (which never
-// answers: NoAck); Request returns the ledger's reply.
-func ExampleRequest() {
+// An intake answers the ledger's subjects with a Handler's decisions (here
+// echo; ledger.Service in the programs); a client (the ledger's Go client)
+// sends commands to it as requests, which LEDGER_COMMANDS also stores.
+func ExampleNew() {
 	dir, _ := os.MkdirTemp("", "example-")
 	defer os.RemoveAll(dir)
 	srv, err := embednats.Start(embednats.Options{Addr: "127.0.0.1:0", StoreDir: dir})
@@ -50,14 +51,11 @@ func ExampleRequest() {
 	}
 	defer in.Stop(ctx)
 
-	body := []byte(`{"idempotency_key":"dep-1","account_id":"alice","amount":1000,"currency":"EUR"}`)
-	raw, err := natsapi.Request(ctx, nc, "deposit", body, nil)
+	r, err := client.New(nc).Deposit(ctx, client.Deposit{Key: "dep-1", AccountID: "alice", Amount: 1000, Currency: "EUR"})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	var r reply.Reply
-	_ = json.Unmarshal(raw, &r)
-	fmt.Println(r.Status, r.Code, r.IdempotencyKey)
+	fmt.Println(r.Status, r.Code, r.Key)
 	// Output: applied ok dep-1
 }

@@ -20,6 +20,22 @@ type Handler interface {
 	HandleRaw(ctx context.Context, typ string, body []byte) reply.Reply
 }
 
+// BatchHandler is a Handler that decides a batch (PROTOCOL.md v1.2 §2.2)
+// knowing how large its reply may be: the NATS server's message limit.
+// ledger.Service implements it; a Handler that does not gets batches through
+// HandleRaw.
+type BatchHandler interface {
+	HandleBatch(ctx context.Context, body []byte, maxReplyBytes int) reply.Reply
+}
+
+// decide hands a command (or a batch) to the handler.
+func (in *Intake) decide(ctx context.Context, typ string, body []byte) reply.Reply {
+	if bh, ok := in.h.(BatchHandler); ok && typ == string(domain.CmdBatch) {
+		return bh.HandleBatch(ctx, body, int(in.nc.MaxPayload()))
+	}
+	return in.h.HandleRaw(ctx, typ, body)
+}
+
 // CommandLookup answers the outcome of a decided key: ledger.Service implements it
 // from the event store; the read side may serve it from its read models.
 type CommandLookup interface {
@@ -365,7 +381,7 @@ func (in *Intake) handleRequest(msg *nats.Msg) {
 	ctx, cancel := context.WithTimeout(in.work, in.opts.CommandTimeout)
 	defer cancel()
 	start := time.Now()
-	r := in.h.HandleRaw(ctx, typ, msg.Data)
+	r := in.decide(ctx, typ, msg.Data)
 	in.opts.Metrics.command(typ, SourceRequest, r, time.Since(start))
 	in.logOutcome(SourceRequest, typ, r, time.Since(start))
 	if durable(r) {

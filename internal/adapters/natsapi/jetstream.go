@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/app/reply"
 )
 
 // StreamOptions shape the streams EnsureStreams declares.
@@ -270,7 +271,7 @@ func (c *consumerLoop) handle(m jetstream.Msg) {
 	defer cancel()
 	stopProgress := inProgress(m, in.opts.BackOff[0]/3)
 	start := time.Now()
-	r := in.h.HandleRaw(ctx, typ, m.Data())
+	r := in.decide(ctx, typ, m.Data())
 	stopProgress()
 	took := time.Since(start)
 	in.opts.Metrics.command(typ, SourceJetStream, r, took)
@@ -278,7 +279,11 @@ func (c *consumerLoop) handle(m jetstream.Msg) {
 	if in.opts.beforeAck != nil && !in.opts.beforeAck(m, r) {
 		return
 	}
-	switch r.Status {
+	status := r.Status
+	if reply.Undecided(r) { // a batch with a command left undecided: deliver it again
+		status = domain.StatusError
+	}
+	switch status {
 	case domain.StatusApplied, domain.StatusRejected:
 		in.failpoint(FailpointAfterCommitBeforeAck)
 		if err := m.Ack(); err != nil {

@@ -145,9 +145,6 @@ func (qr queryRunner) respond(msg *nats.Msg, answer func(context.Context) any) {
 	}()
 }
 
-// queryTimeout is the default bound of a query from the client helpers.
-const queryTimeout = 10 * time.Second
-
 // TransactionHTTP serves GET /v1/transactions/{id}: ledger.v1.query.transaction
 // over HTTP, the same answer (AnswerTransactionQuery) with the HTTP status of
 // its code.

@@ -15,7 +15,23 @@ import (
 // written without reflection: every command and every duplicate pays for it.
 func encodeReply(r reply.Reply) ([]byte, error) {
 	w := wire(r)
-	b := make([]byte, 0, 320+len(r.Message)+100*len(r.Events))
+	b := make([]byte, 0, 320+len(r.Message)+100*len(r.Events)+400*len(r.Replies))
+	b = appendReply(b, r)
+	b = append(b, `,"stream":`...)
+	b = domain.AppendJSONString(b, w.Stream)
+	if e := w.Error; e != nil {
+		b = append(b, `,"error":{"code":`...)
+		b = strconv.AppendInt(b, int64(e.Code), 10)
+		b = append(b, `,"description":`...)
+		b = domain.AppendJSONString(b, e.Description)
+		b = append(b, '}')
+	}
+	return append(b, '}'), nil
+}
+
+// appendReply appends r's members, from the object's opening brace on, without
+// the closing one (the wire reply adds its own members).
+func appendReply(b []byte, r reply.Reply) []byte {
 	b = append(b, `{"status":`...)
 	b = domain.AppendJSONString(b, string(r.Status))
 	b = append(b, `,"code":`...)
@@ -93,16 +109,21 @@ func encodeReply(r reply.Reply) ([]byte, error) {
 		b = append(b, `,"position":`...)
 		b = domain.AppendJSONString(b, r.Position)
 	}
-	b = append(b, `,"stream":`...)
-	b = domain.AppendJSONString(b, w.Stream)
-	if e := w.Error; e != nil {
-		b = append(b, `,"error":{"code":`...)
-		b = strconv.AppendInt(b, int64(e.Code), 10)
-		b = append(b, `,"description":`...)
-		b = domain.AppendJSONString(b, e.Description)
-		b = append(b, '}')
+	if len(r.Replies) > 0 {
+		b = append(b, `,"replies":[`...)
+		for i := range r.Replies {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(appendReply(b, r.Replies[i]), '}')
+		}
+		b = append(b, ']')
 	}
-	return append(b, '}'), nil
+	if r.Index != nil {
+		b = append(b, `,"index":`...)
+		b = strconv.AppendInt(b, int64(*r.Index), 10)
+	}
+	return b
 }
 
 // appendAccount appends an account object.

@@ -68,12 +68,29 @@ func randomReply(rng *rand.Rand) reply.Reply {
 	return r
 }
 
+// randomBatchReply is a batch's reply (v1.2 §2.2): random replies inside, an
+// index now and then.
+func randomBatchReply(rng *rand.Rand) reply.Reply {
+	r := randomReply(rng)
+	for range 1 + rng.Intn(4) {
+		r.Replies = append(r.Replies, randomReply(rng))
+	}
+	if rng.Intn(2) == 0 {
+		i := rng.Intn(1000)
+		r.Index = &i
+	}
+	return r
+}
+
 // TestEncodeReplyMatchesMarshal: the intake's reply encoder writes exactly what
 // json.Marshal(wire(r)) writes, over many replies of every shape.
 func TestEncodeReplyMatchesMarshal(t *testing.T) {
 	rng := rand.New(rand.NewSource(9))
 	for i := range 50000 {
 		r := randomReply(rng)
+		if i%4 == 0 {
+			r = randomBatchReply(rng)
+		}
 		got, err := encodeReply(r)
 		want, werr := json.Marshal(wire(r))
 		if err != nil || werr != nil || !bytes.Equal(got, want) {

@@ -105,6 +105,21 @@ type eventsOut struct {
 	locator    eventstore.EventLocator // nil: unstored and unordered are not told apart
 }
 
+// EventsOut runs the events-out check (and the repair) alone, without the rest
+// of the audit: the one home of the rule "every stored event up to the
+// publisher's checkpoint is on LEDGER_EVENTS once, in order, and none the store
+// does not hold", which the chaos checker's C9 and the publisher's tests call
+// too. rm is the read-model database (the publisher's checkpoint). It returns
+// the report and the violations found (the first 1,000).
+func EventsOut(ctx context.Context, store Store, rm *pgxpool.Pool, o EventsOutOptions) (*EventsOutReport, []Violation, error) {
+	f := NewFold()
+	rep, err := checkEventsOut(ctx, store, rm, f, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rep, f.Violations, nil
+}
+
 // checkEventsOut runs the check (and the repair) and records violations in f.
 func checkEventsOut(ctx context.Context, store Store, rm *pgxpool.Pool, f *Fold, o EventsOutOptions) (*EventsOutReport, error) {
 	if rm == nil {

@@ -10,7 +10,18 @@ import (
 
 // Lookup returns the original reply of a decided client key, from the event store:
 // found is false when the key was never decided (or only refused without record).
-func (s *Service) Lookup(ctx context.Context, key string) (r Reply, found bool, err error) {
+func (s *Service) Lookup(ctx context.Context, key string) (Reply, bool, error) {
+	r, found, err := s.lookup(ctx, key)
+	if err == nil && found {
+		err = s.answered(ctx)
+	}
+	if err != nil {
+		return Reply{}, false, err
+	}
+	return r, found, nil
+}
+
+func (s *Service) lookup(ctx context.Context, key string) (r Reply, found bool, err error) {
 	c, err := s.readClaim(ctx, key)
 	if err != nil || c == nil {
 		return Reply{}, false, err

@@ -277,6 +277,9 @@ func (s *Service) appendHot(ctx context.Context, l *heldLocks, parts []eventstor
 	// Once queued, the outcome is waited for even if ctx ends: the append may
 	// commit, and the pipeline must learn it rather than guess.
 	l.release(hot.stream)
+	if e := batchElementOf(ctx); e != nil {
+		e.markDecided() // the batch's next command of this account decides on the pending state (batches.go)
+	}
 	resp := <-r.done
 	ok := resp.err == nil && !anyIdempotent(resp.res)
 	s.pipes.end(hot.stream, ok)

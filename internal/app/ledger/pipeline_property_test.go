@@ -21,6 +21,20 @@ import (
 	"github.com/ledgerworks/ledger/eventstore/memory"
 )
 
+// propertySeed is the seed of a property test: def, or LEDGER_PROPERTY_SEED
+// to replay another.
+func propertySeed(t *testing.T, def int64) int64 {
+	v := os.Getenv("LEDGER_PROPERTY_SEED")
+	if v == "" {
+		return def
+	}
+	seed, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seed
+}
+
 // faultyStore fails some multi-stream appends: before anything is written, or
 // after the transaction committed (the caller learns an error, the events stand).
 type faultyStore struct {
@@ -77,13 +91,7 @@ func (f *faultyStore) AppendMulti(ctx context.Context, parts []eventstore.Stream
 // replies: the same events at the same revisions, the same balances, the same
 // refusals with the same posting index. LEDGER_PROPERTY_SEED replays another seed.
 func TestPropertyPipelinedHotAccounts(t *testing.T) {
-	seed := int64(20261124)
-	if v := os.Getenv("LEDGER_PROPERTY_SEED"); v != "" {
-		var err error
-		if seed, err = strconv.ParseInt(v, 10, 64); err != nil {
-			t.Fatal(err)
-		}
-	}
+	seed := propertySeed(t, 20261124)
 	// Pipelining rides on group commit, which needs multi-stream appends.
 	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
 		multi := st.(eventstore.MultiAppender)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -36,13 +34,7 @@ import (
 // capture what its key answers.
 // LEDGER_PROPERTY_SEED replays another seed.
 func TestPropertySagas(t *testing.T) {
-	seed := int64(20261122)
-	if v := os.Getenv("LEDGER_PROPERTY_SEED"); v != "" {
-		var err error
-		if seed, err = strconv.ParseInt(v, 10, 64); err != nil {
-			t.Fatal(err)
-		}
-	}
+	seed := propertySeed(t, 20261122)
 	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
 		ops := map[string]int{"TestPropertySagas/memory-saga": 600, "TestPropertySagas/postgres-saga": 300}[t.Name()]
 		if ops == 0 || testing.Short() {

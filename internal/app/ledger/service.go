@@ -72,8 +72,11 @@ type Options struct {
 // Service decides commands. It is safe for concurrent use; commands for one
 // stream are serialised, different streams proceed in parallel.
 type Service struct {
-	store    Store
-	multi    eventstore.MultiAppender
+	store Store
+	multi eventstore.MultiAppender
+	// durable is the store's when its readers may see writes not yet durable
+	// (a duplicate's reply and a lookup wait for them: answered).
+	durable  eventstore.DurableReader
 	batch    *batcher
 	opts     Options
 	log      *slog.Logger
@@ -148,6 +151,7 @@ func New(store Store, opts Options) *Service {
 	if ss, ok := store.(eventstore.SnapshotStore); ok {
 		s.snaps = ss
 	}
+	s.durable, _ = store.(eventstore.DurableReader)
 	if sr, ok := store.(eventstore.SubjectReader); ok {
 		s.subjects, s.holdLimit, s.refundLimit = sr, max(opts.RecentHolds, 0), max(opts.RecentRefunds, 0)
 	}
@@ -175,6 +179,9 @@ var ErrTooManyConflicts = errors.New("ledger: too many concurrent writes to the 
 
 // HandleRaw decodes a client command body strictly and handles it.
 func (s *Service) HandleRaw(ctx context.Context, typ string, body []byte) Reply {
+	if typ == string(domain.CmdBatch) {
+		return s.HandleBatch(ctx, body, 0)
+	}
 	cmd, ierr := domain.DecodeCommand(domain.CommandType(typ), body)
 	if ierr != nil {
 		return reply.Invalid(keyOf(body), ierr)
@@ -221,9 +228,23 @@ func (s *Service) Handle(ctx context.Context, cmd domain.Command) Reply {
 		}
 		r, err = s.handleAccountCommand(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID)
 	}
+	if err == nil && r.Duplicate {
+		err = s.answered(ctx)
+	}
 	if err != nil {
 		s.log.Warn("command failed", "type", cmd.Type, "key", cmd.IdempotencyKey, "err", err)
 		return reply.Error(cmd.IdempotencyKey, err)
 	}
 	return r
+}
+
+// answered makes what a reply read from the store as durable as an
+// acknowledged write before the reply tells a client it was decided: a key
+// decided by a commit whose wait for the synchronous standby was cancelled is
+// on the primary alone, and a failover would lose it (eventstore.DurableReader).
+func (s *Service) answered(ctx context.Context) error {
+	if s.durable == nil {
+		return nil
+	}
+	return s.durable.Durable(ctx)
 }

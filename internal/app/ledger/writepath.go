@@ -62,6 +62,9 @@ func (s *Service) underLocks(ctx context.Context, streams []string, try func(a *
 		if !a.waited {
 			a.n++
 		}
+		if err := s.afterEarlier(ctx, a); err != nil {
+			return Reply{}, err
+		}
 	}
 	return Reply{}, ErrTooManyConflicts
 }

@@ -44,6 +44,11 @@ type Reply struct {
 	// Position is the global position of the command's last event (an extension):
 	// pass it as min_position to a query to read your own write.
 	Position string `json:"position,omitempty"`
+	// Replies and Index answer a batch (v1.2 §2.2): one reply per command, in
+	// the batch's order; for a refused atomic batch, the index of the command
+	// that refused it.
+	Replies []Reply `json:"replies,omitempty"`
+	Index   *int    `json:"index,omitempty"`
 }
 
 // Invalid answers a malformed request: nothing is recorded.
@@ -252,4 +257,43 @@ func SagaOf(t *domain.Transfer, sg *domain.Saga) Saga {
 		Key: sg.Key, TransferID: t.ID, TransferStatus: t.Saga.Stage.Status(), Stage: sg.Stage, Code: sg.Code, Message: sg.Message,
 		Out: sg.Out, In: sg.In, Outright: sg.Outright, Events: sg.Events, Position: sg.Position,
 	}
+}
+
+// Batch answers a batch that is not atomic (PROTOCOL.md v1.2 §2.2): applied,
+// whatever its commands got, with their replies in order.
+func Batch(replies []Reply) Reply {
+	return Reply{Status: domain.StatusApplied, Code: domain.CodeOK, Events: []domain.EventRef{}, Replies: replies}
+}
+
+// Undecided reports whether r leaves a command without a definite answer:
+// status error, or a batch holding such a reply. A JetStream message answered
+// so is delivered again (the keys make that safe).
+func Undecided(r Reply) bool {
+	if r.Status == domain.StatusError {
+		return true
+	}
+	for i := range r.Replies {
+		if r.Replies[i].Status == domain.StatusError {
+			return true
+		}
+	}
+	return false
+}
+
+// Bounds of a reply's size on the wire, for a batch's (PROTOCOL.md v1.2 §2.2:
+// a batch whose reply could not fit a NATS message is refused before anything
+// is decided). A command's reply holds at most a few events, one account, a
+// transfer and a message of bounded IDs and codes: under replyBytesPerCommand
+// (TestBatchReplyBound writes the largest replies of every command); a
+// transaction adds, per posting, two legs' events and two accounts.
+const (
+	replyBytesPerCommand = 4 << 10
+	replyBytesPerPosting = 1 << 10
+	replyBytesOfBatch    = 512
+)
+
+// MaxBatchReplyBytes bounds the wire size of the reply to a batch of commands
+// commands holding postings postings in all.
+func MaxBatchReplyBytes(commands, postings int) int {
+	return replyBytesOfBatch + commands*replyBytesPerCommand + postings*replyBytesPerPosting
 }

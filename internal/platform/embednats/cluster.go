@@ -25,7 +25,7 @@ func clusterOptions(opts *server.Options, o Options) error {
 	if err != nil {
 		return fmt.Errorf("embednats: cluster address %q: %w", o.ClusterAddr, err)
 	}
-	opts.Cluster = server.ClusterOpts{Name: o.ClusterName, Host: host, Port: port}
+	opts.Cluster = server.ClusterOpts{Name: o.ClusterName, Host: host, Port: port, Advertise: o.ClusterAdvertise, NoAdvertise: o.NoAdvertise}
 	for _, r := range o.Routes {
 		u, err := url.Parse(r)
 		if err != nil {

@@ -44,7 +44,20 @@ type Options struct {
 	ClusterName string
 	ClusterAddr string
 	Routes      []string
+	// ClusterAdvertise, when set, is the route address the node tells the
+	// others, instead of ClusterAddr; NoAdvertise keeps the cluster's client
+	// addresses from its clients, which then use only the URLs they were
+	// given (the chaos suite puts its proxies there).
+	ClusterAdvertise string
+	NoAdvertise      bool
+	// MonitorAddr, when set, is the host:port of the HTTP monitoring
+	// endpoints (/jsz names the JetStream meta leader).
+	MonitorAddr string
 }
+
+// MaxPayload is the largest message the embedded servers take (PROTOCOL.md
+// v1.2 §2.2: 8 MiB, the reply to any batch within the limits fits).
+const MaxPayload = 8 << 20
 
 // DefaultSyncInterval is Options.SyncInterval's default.
 const DefaultSyncInterval = time.Second
@@ -81,9 +94,11 @@ func Start(o Options) (*server.Server, error) {
 		SyncInterval: o.SyncInterval,
 		SyncAlways:   o.SyncAlways,
 		NoSigs:       true,
-		// Leave room above the ledger's 64 KiB body limit so that an oversized
-		// command still arrives and gets its invalid_request reply.
-		MaxPayload: 1 << 20,
+		// PROTOCOL.md v1.2 §2.2: the ledger's servers allow 8 MiB messages, so
+		// that the reply to every batch within its limits fits (and an
+		// oversized command or batch still arrives and gets its
+		// invalid_request reply).
+		MaxPayload: MaxPayload,
 		Username:   o.User,
 		Password:   o.Password,
 	}
@@ -91,6 +106,16 @@ func Start(o Options) (*server.Server, error) {
 		if err := clusterOptions(opts, o); err != nil {
 			return nil, err
 		}
+	}
+	if o.MonitorAddr != "" {
+		mhost, mport, err := net.SplitHostPort(o.MonitorAddr)
+		if err != nil {
+			return nil, fmt.Errorf("embednats: monitor address %q: %w", o.MonitorAddr, err)
+		}
+		if opts.HTTPPort, err = strconv.Atoi(mport); err != nil {
+			return nil, fmt.Errorf("embednats: monitor address %q: %w", o.MonitorAddr, err)
+		}
+		opts.HTTPHost = mhost
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ledgerworks/ledger/client"
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
@@ -36,7 +37,9 @@ func send(t *testing.T, nc *nats.Conn, c command) reply.Reply {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := natsapi.RequestReply(ctx, nc, c.Type, c.Body, nil)
+	lc := client.New(nc, client.WithoutBatching())
+	defer lc.Close()
+	r, err := devtest.Send(ctx, lc, c)
 	if err != nil {
 		t.Errorf("%s %s: %v", c.Type, c.Key, err)
 	}

@@ -1,10 +1,7 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -14,23 +11,28 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ledgerworks/ledger/client"
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 )
 
-// requestTimeout bounds the wait for one reply (the intake's own bound is 15s).
+// requestTimeout bounds the wait for a command's definite reply (the intake's
+// own bound is 15s).
 const requestTimeout = 30 * time.Second
 
 // clientsPerConn is how many clients share one NATS connection.
 const clientsPerConn = 8
 
 // target is a system under test as the clients see it: NATS connections to the
-// server whose intake answers ledger.v1.cmd.<type>.
+// server whose intake answers ledger.v1.cmd.<type>, and a ledger client on each
+// (one request per command: its coalescing is off, so that the load phase
+// measures single commands).
 type target struct {
-	name  string
-	conns []*nats.Conn
-	// sent counts the commands published to the command subjects (the JetStream
-	// capture stores each one).
+	name    string
+	conns   []*nats.Conn
+	clients []*client.Client
+	// sent counts the messages sent on the command subjects, a batch one
+	// (the JetStream capture stores each one; a resend is stored again, so
+	// the stream may hold more).
 	sent atomic.Int64
 }
 
@@ -44,6 +46,7 @@ func dialTarget(name, url string, clients int) (*target, error) {
 			return nil, fmt.Errorf("bench: connect %s: %w", url, err)
 		}
 		t.conns = append(t.conns, nc)
+		t.clients = append(t.clients, client.New(nc, client.WithoutBatching()))
 	}
 	return t, nil
 }
@@ -54,73 +57,63 @@ func (t *target) close() {
 	}
 }
 
-// requester sends one client's commands, one at a time, on its own inbox.
+// requester sends one bench client's commands, one at a time.
 type requester struct {
-	sent  *atomic.Int64
-	nc    *nats.Conn
-	inbox string
-	sub   *nats.Subscription
+	sent *atomic.Int64
+	c    *client.Client
 }
 
 func (t *target) requester(i int) (*requester, error) {
-	nc := t.conns[i%len(t.conns)]
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	return &requester{sent: &t.sent, c: t.clients[i%len(t.clients)]}, nil
+}
+
+func (r *requester) close() {}
+
+// replyHead is what the driver reads of a reply.
+type replyHead struct {
+	Status         domain.Status
+	Code           domain.Code
+	Message        string
+	IdempotencyKey string
+	Duplicate      bool
+}
+
+// do sends a command and waits for its definite reply (the client resends it,
+// same key, while none came), at most requestTimeout: an error after that.
+func (r *requester) do(c command) (replyHead, error) {
+	r.sent.Add(1)
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	rep, err := r.c.Send(ctx, client.Raw{Type: string(c.typ), Body: c.body})
+	if err != nil {
+		return replyHead{}, err
+	}
+	return replyHead{Status: domain.Status(rep.Status), Code: domain.Code(rep.Code), Message: rep.Message, IdempotencyKey: rep.Key, Duplicate: rep.Duplicate}, nil
+}
+
+// doBatch sends cmds as one ledger.v1.cmd.batch request (not atomic) and
+// waits for every command's definite reply (the client resends the
+// undecided ones, same keys), at most requestTimeout.
+func (r *requester) doBatch(cmds []command) ([]replyHead, error) {
+	r.sent.Add(1) // the stream stores a batch as one message
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	els := make([]client.Command, len(cmds))
+	for i, c := range cmds {
+		els[i] = client.Raw{Type: string(c.typ), Body: c.body}
+	}
+	br, err := r.c.Batch(ctx, els)
 	if err != nil {
 		return nil, err
 	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		return nil, err
+	if string(br.Status) != string(domain.StatusApplied) || len(br.Replies) != len(cmds) {
+		return nil, fmt.Errorf("batch answered %s %s (%s) with %d replies for %d commands", br.Status, br.Code, br.Message, len(br.Replies), len(cmds))
 	}
-	return &requester{sent: &t.sent, nc: nc, inbox: inbox, sub: sub}, nil
-}
-
-func (r *requester) close() { _ = r.sub.Unsubscribe() }
-
-// replyHead is what the driver reads of a reply.Reply.
-type replyHead struct {
-	Status         domain.Status `json:"status"`
-	Code           domain.Code   `json:"code"`
-	Message        string        `json:"message"`
-	IdempotencyKey string        `json:"idempotency_key"`
-	Duplicate      bool          `json:"duplicate"`
-}
-
-var errNoResponders = errors.New("no responders")
-
-var statusPrefix = []byte(`{"status"`)
-
-// do sends a command and waits for its reply. The JetStream stream that captures
-// the command subjects answers first with a PubAck on the same inbox: skipped, as
-// natsapi.Request does; a late reply to an earlier, timed-out command is skipped
-// by its key.
-func (r *requester) do(c command) (replyHead, error) {
-	msg := &nats.Msg{Subject: natsapi.CommandSubject(string(c.typ)), Reply: r.inbox, Data: c.body}
-	if err := r.nc.PublishMsg(msg); err != nil {
-		return replyHead{}, err
+	out := make([]replyHead, len(cmds))
+	for i, rep := range br.Replies {
+		out[i] = replyHead{Status: domain.Status(rep.Status), Code: domain.Code(rep.Code), Message: rep.Message, IdempotencyKey: rep.Key, Duplicate: rep.Duplicate}
 	}
-	r.sent.Add(1)
-	deadline := time.Now().Add(requestTimeout)
-	for {
-		m, err := r.sub.NextMsg(time.Until(deadline))
-		if err != nil {
-			return replyHead{}, err
-		}
-		if m.Header.Get("Status") == "503" {
-			return replyHead{}, errNoResponders
-		}
-		if !bytes.HasPrefix(m.Data, statusPrefix) {
-			continue // a PubAck (or its error): the ledger's reply follows
-		}
-		var rep replyHead
-		if err := json.Unmarshal(m.Data, &rep); err != nil {
-			return replyHead{}, fmt.Errorf("bench: reply: %w", err)
-		}
-		if rep.IdempotencyKey != c.key {
-			continue // a late reply to an earlier command of this client
-		}
-		return rep, nil
-	}
+	return out, nil
 }
 
 // counters are a phase's live tallies (read by the progress reporter).
@@ -188,6 +181,25 @@ func (w *worker) record(c *counters, cmd command, rep replyHead, err error, lat 
 	}
 }
 
+// sendBatch sends the worker's next spec.batch commands in one request and
+// records each one's reply.
+func (w *worker) sendBatch(c *counters, spec loadSpec) {
+	cmds := make([]command, spec.batch)
+	for i := range cmds {
+		cmds[i] = w.gen.next(spec.dupRatio)
+	}
+	t0 := time.Now()
+	reps, err := w.req.doBatch(cmds)
+	lat := time.Since(t0)
+	for i, cmd := range cmds {
+		var rep replyHead
+		if err == nil {
+			rep = reps[i]
+		}
+		w.record(c, cmd, rep, err, lat, spec.record)
+	}
+}
+
 // loadSpec is one driven phase.
 type loadSpec struct {
 	system   string
@@ -201,6 +213,10 @@ type loadSpec struct {
 	rate float64
 	// record is false for a warm-up.
 	record bool
+	// batch, when > 1, sends the commands this many to a request
+	// (ledger.v1.cmd.batch), closed-loop; each command's latency is its
+	// batch's.
+	batch int
 }
 
 type phaseRun struct {
@@ -235,7 +251,17 @@ func drive(ctx context.Context, t *target, gens []*clientGen, spec loadSpec, pro
 	stopProg := prog.start(spec.system+"/"+spec.phase, spec.duration, &run.c)
 	start := time.Now()
 	var wg sync.WaitGroup
-	if spec.rate <= 0 {
+	if spec.batch > 1 {
+		for _, w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for pctx.Err() == nil {
+					w.sendBatch(&run.c, spec)
+				}
+			}()
+		}
+	} else if spec.rate <= 0 {
 		for _, w := range workers {
 			wg.Add(1)
 			go func() {

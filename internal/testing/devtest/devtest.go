@@ -24,9 +24,11 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/ledgerworks/ledger/client"
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/postgres"
+	"github.com/ledgerworks/ledger/internal/app/reply"
 	"github.com/ledgerworks/ledger/internal/platform/embednats"
 	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
 	"github.com/ledgerworks/ledger/internal/testing/pgtest"
@@ -242,6 +244,23 @@ func NewCommand(typ string, fields map[string]any) Command {
 	}
 	key, _ := fields["idempotency_key"].(string)
 	return Command{Type: typ, Body: b, Key: key}
+}
+
+// Send sends c through the ledger's Go client lc (which resends it, same key,
+// until its answer is definite or ctx ends) and returns the reply as the
+// server's type, whose JSON the client's matches field for field
+// (client/shape_test.go): the tests' one way to send a command as a client.
+func Send(ctx context.Context, lc *client.Client, c Command) (reply.Reply, error) {
+	cr, err := lc.Send(ctx, client.Raw{Type: c.Type, Body: c.Body})
+	if err != nil {
+		return reply.Reply{}, err
+	}
+	b, err := json.Marshal(cr)
+	var r reply.Reply
+	if err == nil {
+		err = json.Unmarshal(b, &r)
+	}
+	return r, err
 }
 
 // Pair starts a PostgreSQL primary and its synchronous standby

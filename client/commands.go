@@ -1,0 +1,253 @@
+package client
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Command is one of the command structs of this package (OpenAccount, Deposit,
+// ..., PostTransaction) or a Raw body: what Batch takes.
+type Command interface {
+	// commandType is the protocol's type: the last token of the subject.
+	commandType() string
+	// key is the command's idempotency key.
+	key() string
+	// body is the command's JSON body (without its type).
+	body() ([]byte, error)
+}
+
+// The fields of section 2.3 (v1.2: EffectiveAt, ExpectedRevision, UpTo) are
+// part of the contract, and the structs carry them, but the ledger does not
+// implement section 2.3 yet: it decodes commands strictly, so a command that
+// sets one is answered status invalid, code invalid_request, with the field
+// named in Fields (nothing is recorded). Left nil or false they are not sent.
+
+// OpenAccount is ledger.v1.cmd.open_account.
+type OpenAccount struct {
+	Key            string            `json:"idempotency_key"`
+	AccountID      string            `json:"account_id"`
+	Currency       string            `json:"currency"`
+	OverdraftLimit int64             `json:"overdraft_limit,omitempty"` // minor units; 0: none
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	// EffectiveAt (§2.3): refused as invalid_request until the ledger implements it.
+	EffectiveAt *time.Time `json:"effective_at,omitempty"`
+}
+
+// Deposit is ledger.v1.cmd.deposit: credits the account from outside the ledger.
+type Deposit struct {
+	Key       string            `json:"idempotency_key"`
+	AccountID string            `json:"account_id"`
+	Amount    int64             `json:"amount"` // minor units
+	Currency  string            `json:"currency"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	// EffectiveAt and ExpectedRevision (§2.3): refused as invalid_request until
+	// the ledger implements them.
+	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
+	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
+}
+
+// Withdraw is ledger.v1.cmd.withdraw: debits the account to outside the ledger.
+type Withdraw struct {
+	Key       string            `json:"idempotency_key"`
+	AccountID string            `json:"account_id"`
+	Amount    int64             `json:"amount"`
+	Currency  string            `json:"currency"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	// EffectiveAt, ExpectedRevision and UpTo (§2.3): refused as invalid_request
+	// until the ledger implements them.
+	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
+	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
+	UpTo             bool       `json:"up_to,omitempty"`
+}
+
+// Transfer is ledger.v1.cmd.transfer: moves money between two accounts.
+type Transfer struct {
+	Key        string            `json:"idempotency_key"`
+	TransferID string            `json:"transfer_id"`
+	From       string            `json:"from"`
+	To         string            `json:"to"`
+	Amount     int64             `json:"amount"`
+	Currency   string            `json:"currency"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	// EffectiveAt and UpTo (§2.3): refused as invalid_request until the ledger
+	// implements them.
+	EffectiveAt *time.Time `json:"effective_at,omitempty"`
+	UpTo        bool       `json:"up_to,omitempty"`
+}
+
+// PlaceHold is ledger.v1.cmd.place_hold: reserves funds.
+type PlaceHold struct {
+	Key       string            `json:"idempotency_key"`
+	AccountID string            `json:"account_id"`
+	HoldID    string            `json:"hold_id"`
+	Amount    int64             `json:"amount"`
+	Currency  string            `json:"currency"`
+	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	// EffectiveAt and ExpectedRevision (§2.3): refused as invalid_request until
+	// the ledger implements them.
+	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
+	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
+}
+
+// CaptureHold is ledger.v1.cmd.capture_hold: debits held funds (Amount 0: all
+// that is held), crediting To when it is set.
+type CaptureHold struct {
+	Key       string            `json:"idempotency_key"`
+	AccountID string            `json:"account_id"`
+	HoldID    string            `json:"hold_id"`
+	Amount    int64             `json:"amount,omitempty"`
+	To        string            `json:"to,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	// EffectiveAt and ExpectedRevision (§2.3): refused as invalid_request until
+	// the ledger implements them.
+	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
+	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
+}
+
+// ReleaseHold is ledger.v1.cmd.release_hold.
+type ReleaseHold struct {
+	Key       string `json:"idempotency_key"`
+	AccountID string `json:"account_id"`
+	HoldID    string `json:"hold_id"`
+	// ExpectedRevision (§2.3): refused as invalid_request until the ledger
+	// implements it.
+	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
+}
+
+// Refund is ledger.v1.cmd.refund: reverses a deposit, withdrawal, transfer or
+// transaction (Amount 0: all that is still refundable).
+type Refund struct {
+	Key         string            `json:"idempotency_key"`
+	OriginalKey string            `json:"original_key"`
+	Amount      int64             `json:"amount,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	// EffectiveAt (§2.3): refused as invalid_request until the ledger implements it.
+	EffectiveAt *time.Time `json:"effective_at,omitempty"`
+}
+
+// CloseAccount is ledger.v1.cmd.close_account.
+type CloseAccount struct {
+	Key       string `json:"idempotency_key"`
+	AccountID string `json:"account_id"`
+	// ExpectedRevision (§2.3): refused as invalid_request until the ledger
+	// implements it.
+	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
+}
+
+// PostTransaction is ledger.v1.cmd.post_transaction: every posting at once, or none.
+type PostTransaction struct {
+	Key           string            `json:"idempotency_key"`
+	TransactionID string            `json:"transaction_id"`
+	Postings      []Posting         `json:"postings"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+	// EffectiveAt (§2.3): refused as invalid_request until the ledger implements it.
+	EffectiveAt *time.Time `json:"effective_at,omitempty"`
+}
+
+// Posting is one leg of a PostTransaction.
+type Posting struct {
+	From     string `json:"from"`
+	To       string `json:"to"`
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+}
+
+// Raw is a command body sent as it is, for tools that forward bodies they did
+// not build (`ledger post --json`, `ledger post --file`): the ledger judges it.
+// Its key is read from the body's idempotency_key. A Raw whose body is not a
+// JSON object is sent alone, never in a batch (the ledger answers it invalid).
+type Raw struct {
+	Type string
+	Body json.RawMessage
+}
+
+func (c OpenAccount) commandType() string     { return "open_account" }
+func (c Deposit) commandType() string         { return "deposit" }
+func (c Withdraw) commandType() string        { return "withdraw" }
+func (c Transfer) commandType() string        { return "transfer" }
+func (c PlaceHold) commandType() string       { return "place_hold" }
+func (c CaptureHold) commandType() string     { return "capture_hold" }
+func (c ReleaseHold) commandType() string     { return "release_hold" }
+func (c Refund) commandType() string          { return "refund" }
+func (c CloseAccount) commandType() string    { return "close_account" }
+func (c PostTransaction) commandType() string { return "post_transaction" }
+func (c Raw) commandType() string             { return c.Type }
+
+func (c OpenAccount) key() string     { return c.Key }
+func (c Deposit) key() string         { return c.Key }
+func (c Withdraw) key() string        { return c.Key }
+func (c Transfer) key() string        { return c.Key }
+func (c PlaceHold) key() string       { return c.Key }
+func (c CaptureHold) key() string     { return c.Key }
+func (c ReleaseHold) key() string     { return c.Key }
+func (c Refund) key() string          { return c.Key }
+func (c CloseAccount) key() string    { return c.Key }
+func (c PostTransaction) key() string { return c.Key }
+func (c Raw) key() string {
+	var k struct {
+		Key string `json:"idempotency_key"`
+	}
+	_ = json.Unmarshal(c.Body, &k)
+	return k.Key
+}
+
+func (c OpenAccount) body() ([]byte, error)     { return json.Marshal(c) }
+func (c Deposit) body() ([]byte, error)         { return json.Marshal(c) }
+func (c Withdraw) body() ([]byte, error)        { return json.Marshal(c) }
+func (c Transfer) body() ([]byte, error)        { return json.Marshal(c) }
+func (c PlaceHold) body() ([]byte, error)       { return json.Marshal(c) }
+func (c CaptureHold) body() ([]byte, error)     { return json.Marshal(c) }
+func (c ReleaseHold) body() ([]byte, error)     { return json.Marshal(c) }
+func (c Refund) body() ([]byte, error)          { return json.Marshal(c) }
+func (c CloseAccount) body() ([]byte, error)    { return json.Marshal(c) }
+func (c PostTransaction) body() ([]byte, error) { return json.Marshal(c) }
+func (c Raw) body() ([]byte, error)             { return c.Body, nil }
+
+// postings is how many postings a command carries (a batch's limit counts them).
+func postings(c Command) int {
+	switch c := c.(type) {
+	case PostTransaction:
+		return len(c.Postings)
+	case Raw:
+		var p struct {
+			Postings []json.RawMessage `json:"postings"`
+		}
+		_ = json.Unmarshal(c.Body, &p)
+		return len(p.Postings)
+	}
+	return 0
+}
+
+// element is a command as a batch carries it: its body with its "type" first.
+// ok is false when the body is not a JSON object (a Raw the ledger must judge
+// alone).
+func element(typ string, body []byte) ([]byte, bool) {
+	if len(body) < 2 || body[0] != '{' || !json.Valid(body) {
+		return nil, false
+	}
+	t, _ := json.Marshal(typ)
+	out := make([]byte, 0, len(body)+len(t)+10)
+	out = append(out, `{"type":`...)
+	out = append(out, t...)
+	rest := body[1:]
+	if !isEmptyObject(rest) {
+		out = append(out, ',')
+	}
+	return append(out, rest...), true
+}
+
+// isEmptyObject reports whether rest (an object without its '{') is "}" with
+// only whitespace before it.
+func isEmptyObject(rest []byte) bool {
+	for _, c := range rest {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+		case '}':
+			return true
+		default:
+			return false
+		}
+	}
+	return false
+}

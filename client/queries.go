@@ -1,0 +1,271 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Queries asks the ledger's read side (PROTOCOL.md §4). Every query is
+// read-only, so one whose reply is lost, or answered with an infrastructure
+// error, is asked again until ctx ends.
+type Queries struct{ c *Client }
+
+// Queries returns the client's queries.
+func (c *Client) Queries() Queries { return Queries{c: c} }
+
+// QueryError is a query's definite answer that is not a result: not_found,
+// invalid_request, projection_behind (the read model had not reached
+// MinPosition in time).
+type QueryError struct {
+	Status            Status   `json:"status,omitempty"`
+	Code              Code     `json:"code"`
+	Message           string   `json:"message"`
+	Key               string   `json:"idempotency_key,omitempty"`
+	Fields            []string `json:"fields,omitempty"`
+	ProjectedPosition string   `json:"projected_position,omitempty"`
+}
+
+func (e *QueryError) Error() string { return "ledger: " + string(e.Code) + ": " + e.Message }
+
+// ErrNotFound matches (errors.Is) a QueryError of code not_found.
+var ErrNotFound = errors.New("ledger: not found")
+
+// Is makes errors.Is(err, ErrNotFound) hold for code not_found.
+func (e *QueryError) Is(target error) bool { return target == ErrNotFound && e.Code == CodeNotFound }
+
+// AccountQuery is the body of ledger.v1.query.account.
+type AccountQuery struct {
+	AccountID string `json:"account_id"`
+	// MinPosition (a Reply's Position) makes the read model wait, bounded, until
+	// it reflects that write.
+	MinPosition string `json:"min_position,omitempty"`
+}
+
+// AccountState is the account as the read model has it.
+type AccountState struct {
+	AccountID         string `json:"account_id"`
+	Currency          string `json:"currency"`
+	Balance           int64  `json:"balance"`
+	Held              int64  `json:"held"`
+	Available         int64  `json:"available"`
+	Revision          uint64 `json:"revision"`
+	Status            string `json:"status"` // open or closed
+	ProjectedPosition string `json:"projected_position"`
+}
+
+// EntriesQuery is the body of ledger.v1.query.entries.
+type EntriesQuery struct {
+	AccountID     string `json:"account_id"`
+	AfterRevision *int64 `json:"after_revision,omitempty"`
+	Limit         int    `json:"limit,omitempty"` // 0: the ledger's default (100)
+	// From and To keep the entries with From <= at < To.
+	From        *time.Time `json:"from,omitempty"`
+	To          *time.Time `json:"to,omitempty"`
+	MinPosition string     `json:"min_position,omitempty"`
+}
+
+// Entries is a page of an account's statement, oldest first.
+type Entries struct {
+	Entries []Entry `json:"entries"`
+	// NextAfterRevision is the AfterRevision of the next page when the page was
+	// cut by its limit.
+	NextAfterRevision *int64 `json:"next_after_revision,omitempty"`
+	ProjectedPosition string `json:"projected_position"`
+}
+
+// Entry is one statement line.
+type Entry struct {
+	EventID        string            `json:"event_id"`
+	Revision       int64             `json:"revision"`
+	Type           string            `json:"type"`
+	Amount         int64             `json:"amount"` // signed
+	BalanceAfter   int64             `json:"balance_after"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	At             string            `json:"at"`
+	TransferID     string            `json:"transfer_id,omitempty"`
+	TransactionID  string            `json:"transaction_id,omitempty"`
+	Metadata       map[string]string `json:"metadata"`
+}
+
+// BalanceQuery is the body of ledger.v1.query.balance: the account as of At,
+// or at Revision; the current one when neither is set.
+type BalanceQuery struct {
+	AccountID string     `json:"account_id"`
+	At        *time.Time `json:"at,omitempty"`
+	Revision  *int64     `json:"revision,omitempty"`
+	// EffectiveAt (§2.3): refused as invalid_request until the ledger implements it.
+	EffectiveAt *time.Time `json:"effective_at,omitempty"`
+	MinPosition string     `json:"min_position,omitempty"`
+}
+
+// Balance is the account as it stood after its event at AsOfRevision.
+type Balance struct {
+	AccountID         string `json:"account_id"`
+	Currency          string `json:"currency"`
+	Balance           int64  `json:"balance"`
+	Held              int64  `json:"held"`
+	Available         int64  `json:"available"`
+	Revision          uint64 `json:"revision"`
+	Status            string `json:"status"`
+	ProjectedPosition string `json:"projected_position"`
+	AsOfRevision      uint64 `json:"as_of_revision"`
+	AsOf              string `json:"as_of"`
+}
+
+// BalancesQuery is the body of ledger.v1.query.balances (v1.2).
+type BalancesQuery struct {
+	Prefix      string     `json:"prefix"`
+	Currency    string     `json:"currency,omitempty"`
+	At          *time.Time `json:"at,omitempty"`
+	EffectiveAt *time.Time `json:"effective_at,omitempty"`
+	MinPosition string     `json:"min_position,omitempty"`
+}
+
+// Balances is the sum over the accounts whose ID starts with Prefix, one row
+// per currency.
+type Balances struct {
+	Prefix   string            `json:"prefix"`
+	Balances []CurrencyBalance `json:"balances"`
+}
+
+// CurrencyBalance is one currency's row of Balances.
+type CurrencyBalance struct {
+	Currency  string `json:"currency"`
+	Balance   int64  `json:"balance"`
+	Held      int64  `json:"held"`
+	Available int64  `json:"available"`
+	Accounts  int64  `json:"accounts"`
+}
+
+// TransferQuery is the body of ledger.v1.query.transfer.
+type TransferQuery struct {
+	TransferID  string `json:"transfer_id"`
+	MinPosition string `json:"min_position,omitempty"`
+}
+
+// TransferState is a transfer as the read model has it.
+type TransferState struct {
+	TransferID        string `json:"transfer_id"`
+	From              string `json:"from"`
+	To                string `json:"to"`
+	Amount            int64  `json:"amount"`
+	Currency          string `json:"currency"`
+	Status            string `json:"status"` // pending, completed, rejected, failed
+	ProjectedPosition string `json:"projected_position"`
+}
+
+// TransactionDetail is a transaction as its stream records it.
+type TransactionDetail struct {
+	TransactionID string            `json:"transaction_id"`
+	Status        string            `json:"status"` // posted or rejected
+	Postings      []Posting         `json:"postings"`
+	Metadata      map[string]string `json:"metadata"`
+	Key           string            `json:"idempotency_key"`
+	Code          Code              `json:"code,omitempty"`
+	Message       string            `json:"message,omitempty"`
+	Posting       *int              `json:"posting,omitempty"`
+	Accounts      []Account         `json:"accounts"`
+	Position      string            `json:"position"`
+}
+
+// Account asks ledger.v1.query.account.
+func (q Queries) Account(ctx context.Context, req AccountQuery) (AccountState, error) {
+	var out AccountState
+	return out, q.ask(ctx, "account", req, &out)
+}
+
+// Balance asks ledger.v1.query.balance.
+func (q Queries) Balance(ctx context.Context, req BalanceQuery) (Balance, error) {
+	var out Balance
+	return out, q.ask(ctx, "balance", req, &out)
+}
+
+// Balances asks ledger.v1.query.balances (v1.2). The ledger does not serve
+// this subject yet (issue 25): until it does, the call asks again until ctx
+// ends, and the error says no one answers.
+func (q Queries) Balances(ctx context.Context, req BalancesQuery) (Balances, error) {
+	var out Balances
+	return out, q.ask(ctx, "balances", req, &out)
+}
+
+// Entries asks ledger.v1.query.entries.
+func (q Queries) Entries(ctx context.Context, req EntriesQuery) (Entries, error) {
+	var out Entries
+	return out, q.ask(ctx, "entries", req, &out)
+}
+
+// Transfer asks ledger.v1.query.transfer.
+func (q Queries) Transfer(ctx context.Context, req TransferQuery) (TransferState, error) {
+	var out TransferState
+	return out, q.ask(ctx, "transfer", req, &out)
+}
+
+// Transaction asks ledger.v1.query.transaction.
+func (q Queries) Transaction(ctx context.Context, transactionID string) (TransactionDetail, error) {
+	var out TransactionDetail
+	return out, q.ask(ctx, "transaction", struct {
+		TransactionID string `json:"transaction_id"`
+	}{transactionID}, &out)
+}
+
+// Command asks ledger.v1.query.command: the original reply of the command
+// decided under key (Duplicate false), or a QueryError matching ErrNotFound
+// when none was.
+func (q Queries) Command(ctx context.Context, key string) (Reply, error) {
+	var out Reply
+	return out, q.ask(ctx, "command", struct {
+		Key string `json:"idempotency_key"`
+	}{key}, &out)
+}
+
+// ask sends a query until it gets a definite answer: the result, decoded into
+// out, or a *QueryError.
+func (q Queries) ask(ctx context.Context, name string, req, out any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("client: encode query %s: %w", name, err)
+	}
+	r := resender{c: q.c, key: "query " + name}
+	for {
+		o := q.c.request(ctx, QuerySubjectPrefix+name, body)
+		if o.raw != nil {
+			qe, isErr := queryError(o.raw)
+			switch {
+			case !isErr:
+				if err := json.Unmarshal(o.raw, out); err != nil {
+					return fmt.Errorf("client: undecodable %s reply %.200q: %w", name, o.raw, err)
+				}
+				return nil
+			case qe.Status != StatusError && qe.Code != CodeInternalError:
+				return qe
+			default:
+				o = outcome{err: qe, wait: true}
+			}
+		}
+		if err := r.next(ctx, o); err != nil {
+			return err
+		}
+	}
+}
+
+// queryError reads raw as a query's error reply when it is one: it has a
+// code, and none of what marks the results that have one too (a command's
+// reply has events, a refused transaction's detail its transaction_id).
+func queryError(raw []byte) (*QueryError, bool) {
+	var probe struct {
+		Code          Code            `json:"code"`
+		Events        json.RawMessage `json:"events"`
+		TransactionID json.RawMessage `json:"transaction_id"`
+	}
+	if json.Unmarshal(raw, &probe) != nil || probe.Code == "" || probe.Events != nil || probe.TransactionID != nil {
+		return nil, false
+	}
+	var qe QueryError
+	if json.Unmarshal(raw, &qe) != nil {
+		return nil, false
+	}
+	return &qe, true
+}

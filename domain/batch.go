@@ -1,0 +1,175 @@
+package domain
+
+import (
+	"bytes"
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// CmdBatch is the subject of many commands in one request (PROTOCOL.md v1.2
+// §2.2): not a command of its own, and never an element of a batch.
+const CmdBatch CommandType = "batch"
+
+// Limits of a batch (PROTOCOL.md v1.2 §2.2); each element is also within
+// MaxBodyBytes and every limit of its own command.
+const (
+	MaxBatchCommands  = 1000
+	MaxBatchPostings  = 4096
+	MaxBatchBodyBytes = 512 << 10
+)
+
+// Batch is a decoded ledger.v1.cmd.batch body. A batch outside its limits
+// never decodes; an element that is malformed decodes as Invalid, answered
+// alone (a batch that is not atomic) or refusing the batch (an atomic one).
+type Batch struct {
+	Atomic bool
+	// Key is an atomic batch's own idempotency key ("" for one that is not).
+	Key      string
+	Commands []BatchCommand
+}
+
+// BatchCommand is one element of a batch: its command, or why it is invalid.
+type BatchCommand struct {
+	Command
+	Invalid *InvalidError
+	// Raw is the element as sent.
+	Raw json.RawMessage
+}
+
+// DecodeBatch decodes a batch body strictly: a JSON object of `commands`
+// (1-MaxBatchCommands elements, each at most MaxBodyBytes, at most
+// MaxBatchPostings postings in all), `atomic` and, on an atomic batch only
+// and then required, `idempotency_key`; at most MaxBatchBodyBytes; nothing
+// but whitespace after the object. The error names the field at fault
+// (`commands` for a limit of the elements).
+func DecodeBatch(body []byte) (Batch, *InvalidError) {
+	if len(body) > MaxBatchBodyBytes {
+		return Batch{}, invalid("commands", "body is %d bytes, over the limit of %d", len(body), MaxBatchBodyBytes)
+	}
+	if !utf8.Valid(body) {
+		return Batch{}, invalid("", "body is not valid UTF-8")
+	}
+	fields, ierr := decodeObject(body)
+	if ierr != nil {
+		return Batch{}, ierr
+	}
+	for _, name := range sortedKeys(fields) {
+		if name != "commands" && name != "atomic" && name != "idempotency_key" {
+			return Batch{}, invalid(name, "unknown field for a batch")
+		}
+	}
+	var b Batch
+	if raw, ok := fields["atomic"]; ok && !isNull(raw) {
+		if err := json.Unmarshal(raw, &b.Atomic); err != nil {
+			return Batch{}, invalid("atomic", "must be true or false")
+		}
+	}
+	if ierr := b.decodeKey(fields["idempotency_key"]); ierr != nil {
+		return Batch{}, ierr
+	}
+	var elements []json.RawMessage
+	if raw, ok := fields["commands"]; !ok || isNull(raw) {
+		return Batch{}, invalid("commands", "is required")
+	} else if raw = bytes.TrimSpace(raw); raw[0] != '[' || json.Unmarshal(raw, &elements) != nil {
+		return Batch{}, invalid("commands", "must be an array of command objects")
+	}
+	if len(elements) < 1 || len(elements) > MaxBatchCommands {
+		return Batch{}, invalid("commands", "has %d commands, must have 1-%d", len(elements), MaxBatchCommands)
+	}
+	b.Commands = make([]BatchCommand, len(elements))
+	postings := 0
+	for i, raw := range elements {
+		if len(raw) > MaxBodyBytes {
+			return Batch{}, invalid("commands", "command %d is %d bytes, over the limit of %d", i, len(raw), MaxBodyBytes)
+		}
+		cmd, ierr := DecodeBatchElement(raw)
+		b.Commands[i] = BatchCommand{Command: cmd, Invalid: ierr, Raw: raw}
+		if postings += len(cmd.Postings); postings > MaxBatchPostings {
+			return Batch{}, invalid("commands", "has more than %d postings in all", MaxBatchPostings)
+		}
+	}
+	return b, nil
+}
+
+// decodeKey reads the batch's idempotency_key (raw; nil when absent): required
+// on an atomic batch, refused on one that is not (its elements carry theirs).
+func (b *Batch) decodeKey(raw json.RawMessage) *InvalidError {
+	present := raw != nil && !isNull(raw)
+	switch {
+	case !b.Atomic && present:
+		return invalid("idempotency_key", "only an atomic batch has a key of its own; each command carries its own")
+	case !b.Atomic:
+		return nil
+	case !present:
+		return invalid("idempotency_key", "is required on an atomic batch")
+	}
+	if err := decodeString(raw, &b.Key); err != nil || !ValidKey(b.Key) {
+		return invalid("idempotency_key", "must be 1-%d printable ASCII characters", MaxKeyLen)
+	}
+	return nil
+}
+
+func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
+
+// DecodeBatchElement decodes one element of a batch: a command body of its
+// type (DecodeCommand's rules) plus the member `type`, a client command type.
+func DecodeBatchElement(body []byte) (Command, *InvalidError) {
+	if len(body) > MaxBodyBytes {
+		return Command{}, invalid("", "body is %d bytes, over the limit of %d", len(body), MaxBodyBytes)
+	}
+	if !utf8.Valid(body) {
+		return Command{}, invalid("", "body is not valid UTF-8")
+	}
+	if cmd, ok := decodeElementFast(body); ok {
+		return checkCommand(cmd)
+	}
+	fields, ierr := decodeObject(body)
+	if ierr != nil {
+		return Command{}, ierr
+	}
+	var t string
+	raw, ok := fields["type"]
+	switch {
+	case !ok || isNull(raw):
+		return Command{}, invalid("type", "is required")
+	case decodeString(raw, &t) != nil:
+		return Command{}, invalid("type", "must be a string")
+	case CommandType(t) == CmdBatch:
+		return Command{}, invalid("type", "a batch is not an element of a batch")
+	}
+	specs, ok := commandFields[CommandType(t)]
+	if !ok {
+		return Command{}, invalid("type", "unknown command type %q", truncate(t, 64))
+	}
+	delete(fields, "type")
+	cmd, ierr := decodeFields(CommandType(t), specs, fields)
+	if ierr != nil {
+		return Command{}, ierr
+	}
+	return checkCommand(cmd)
+}
+
+// decodeElementFast is decodeFast for a batch element: a flat body with a
+// plain `type` naming a client command; false for anything else (the general
+// path decides).
+func decodeElementFast(body []byte) (Command, bool) {
+	var buf [13]bodyField
+	fields, ok := flatMembers(body, buf[:])
+	if !ok {
+		return Command{}, false
+	}
+	tf := memberNamed(fields, "type")
+	if tf == nil || !tf.str {
+		return Command{}, false
+	}
+	specs, known := commandFields[CommandType(tf.value)]
+	if !known {
+		return Command{}, false
+	}
+	cmd := Command{Type: CommandType(tf.value)}
+	*tf = fields[len(fields)-1] // the members' order does not matter to setFields
+	if !cmd.setFields(specs, fields[:len(fields)-1]) {
+		return Command{}, false
+	}
+	return cmd, true
+}

@@ -1,0 +1,245 @@
+package ledger
+
+import (
+	"context"
+	"sync"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+)
+
+// Batches (PROTOCOL.md v1.2 §2.2, ARCHITECTURE decision 13): many commands in
+// one request. Not atomic, each command goes the way it goes alone (Handle),
+// and the batch is decided exactly as if its commands had been sent one after
+// another: a command starts only once every earlier command it shares
+// something with (an account, a key, a transfer or transaction ID; a refund,
+// whose original's accounts are known only once it is found, shares with
+// everything) has been decided, its append queued behind it on the accounts'
+// pending states (pipeline.go) or answered. Commands that share nothing run in
+// parallel and join the same group commits. So a batch of one hot account
+// costs what a spread one costs: every command is decided on the pending state
+// the one before it left, and they commit together.
+//
+// Should a command's append be refused (a command decided before it in its
+// pipeline was not written: another instance wrote its account, or the store
+// failed), it is decided again only once every earlier command it shares
+// something with has finished, so that the order holds when decisions are
+// taken again (underLocks calls afterEarlier).
+
+// maxBatchParallel bounds the commands of one batch being decided at once (a
+// command waiting for an earlier one, or for its commit, does not count).
+const maxBatchParallel = 128
+
+// HandleBatch decides a ledger.v1.cmd.batch body. maxReplyBytes bounds the
+// size of the reply on the wire (the NATS server's message limit; 0: none):
+// a batch whose reply could not fit is invalid as a whole, naming commands,
+// before anything is decided.
+func (s *Service) HandleBatch(ctx context.Context, body []byte, maxReplyBytes int) Reply {
+	b, ierr := domain.DecodeBatch(body)
+	if ierr != nil {
+		return reply.Invalid("", ierr)
+	}
+	postings := 0
+	for _, c := range b.Commands {
+		postings += len(c.Postings)
+	}
+	if maxReplyBytes > 0 && reply.MaxBatchReplyBytes(len(b.Commands), postings) > maxReplyBytes {
+		return reply.Invalid(b.Key, &domain.InvalidError{Field: "commands", Message: "the reply to this many commands might not fit the NATS server's message limit: send fewer"})
+	}
+	if b.Atomic {
+		return reply.Invalid(b.Key, &domain.InvalidError{Field: "atomic", Message: "atomic batches are not served yet by this ledger"})
+	}
+	return reply.Batch(s.runBatch(ctx, b.Commands))
+}
+
+// runBatch decides the commands of a batch that is not atomic, each as if
+// sent alone after the ones before it, and answers them in order.
+func (s *Service) runBatch(ctx context.Context, cmds []domain.BatchCommand) []Reply {
+	replies := make([]Reply, len(cmds))
+	elems := scheduleBatch(cmds)
+	slots := make(chan struct{}, maxBatchParallel)
+	var wg sync.WaitGroup
+	for i, c := range cmds {
+		if c.Invalid != nil {
+			replies[i] = reply.Invalid(keyOf(c.Raw), c.Invalid)
+			continue
+		}
+		e := elems[i]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer e.finish()
+			if err := e.waitStart(ctx, slots); err != nil {
+				replies[i] = reply.Error(c.IdempotencyKey, err)
+				return
+			}
+			replies[i] = s.Handle(context.WithValue(ctx, batchElementKey{}, e), c.Command)
+		}()
+	}
+	wg.Wait()
+	return replies
+}
+
+// batchElement is a command of a batch that is not atomic, in its order: it
+// starts once the earlier commands it shares something with (after) are
+// decided, and is decided again after a refused append only once they have
+// all finished.
+type batchElement struct {
+	after []*batchElement
+	// decided is closed once the command is decided: its append queued (its
+	// account's pending state holds it) or its answer given.
+	decided     chan struct{}
+	decidedOnce sync.Once
+	// slots, once it has one, holds the command's slot among those being
+	// decided (maxBatchParallel) until it is decided.
+	slots chan struct{}
+	// finished is closed once the command and every earlier one it shares
+	// something with have their answers.
+	finished chan struct{}
+}
+
+type batchElementKey struct{}
+
+// batchElementOf is the batch element ctx decides, or nil.
+func batchElementOf(ctx context.Context) *batchElement {
+	e, _ := ctx.Value(batchElementKey{}).(*batchElement)
+	return e
+}
+
+// scheduleBatch links each command to the last earlier command of each thing
+// it names (after): its accounts, its key, its transfer's or transaction's ID.
+// A refund names everything (its original's accounts are found only while it
+// is decided): it comes after every command since the last refund, and every
+// later command after it. An invalid command names nothing.
+func scheduleBatch(cmds []domain.BatchCommand) []*batchElement {
+	elems := make([]*batchElement, len(cmds))
+	last := map[string]*batchElement{}
+	var barrier *batchElement
+	var sinceBarrier []*batchElement
+	for i, c := range cmds {
+		e := &batchElement{decided: make(chan struct{}), finished: make(chan struct{})}
+		elems[i] = e
+		if c.Invalid != nil {
+			e.finish()
+			continue
+		}
+		if barrier != nil {
+			e.after = append(e.after, barrier)
+		}
+		if c.Type == domain.CmdRefund {
+			e.after = append(e.after, sinceBarrier...)
+			barrier, sinceBarrier, last = e, nil, map[string]*batchElement{}
+			continue
+		}
+		for _, name := range namesOf(c.Command) {
+			if prev := last[name]; prev != nil && prev != e { // a name may come twice (postings)
+				e.after = append(e.after, prev)
+			}
+			last[name] = e
+		}
+		sinceBarrier = append(sinceBarrier, e)
+	}
+	return elems
+}
+
+// namesOf is what a command shares with others that it may be decided on:
+// its accounts, its key and its transfer's or transaction's ID.
+func namesOf(c domain.Command) []string {
+	names := []string{"key " + c.IdempotencyKey}
+	for _, id := range []string{c.AccountID, c.From, c.To} {
+		if id != "" {
+			names = append(names, domain.AccountStream(id))
+		}
+	}
+	if c.TransferID != "" {
+		names = append(names, domain.TransferStream(c.TransferID))
+	}
+	if c.TransactionID != "" {
+		names = append(names, domain.TransactionStream(c.TransactionID))
+	}
+	for _, p := range c.Postings {
+		names = append(names, domain.AccountStream(p.From), domain.AccountStream(p.To))
+	}
+	return names
+}
+
+// waitStart waits until every command e comes after is decided, then for a
+// slot among the commands being decided.
+func (e *batchElement) waitStart(ctx context.Context, slots chan struct{}) error {
+	for _, a := range e.after {
+		select {
+		case <-a.decided:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	select {
+	case slots <- struct{}{}:
+		e.slots = slots
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// markDecided records that e's decision is taken: its append queued behind
+// the account's appends in flight (appendHot). The commands after it may be
+// decided on the pending state it leaves.
+func (e *batchElement) markDecided() {
+	e.decidedOnce.Do(func() {
+		close(e.decided)
+		if e.slots != nil {
+			<-e.slots // a command waiting for its commit is not being decided
+		}
+	})
+}
+
+// finish records that e has its answer; it is finished once the commands it
+// comes after are.
+func (e *batchElement) finish() {
+	e.markDecided()
+	go func() {
+		for _, a := range e.after {
+			<-a.finished
+		}
+		close(e.finished)
+	}()
+}
+
+// earlierFinished is closed once every command e comes after has finished.
+func (e *batchElement) earlierFinished() <-chan struct{} {
+	if len(e.after) == 0 {
+		return nil
+	}
+	ch := make(chan struct{})
+	go func() {
+		for _, a := range e.after {
+			<-a.finished
+		}
+		close(ch)
+	}()
+	return ch
+}
+
+// afterEarlier, before a command of a batch is decided again (its append was
+// refused, or it is to be decided on the store's head), waits with its locks
+// released until the earlier commands it shares something with have
+// finished, so that it is decided again after them, as alone it would be.
+// Only a store that pipelines decides a command before an earlier one
+// finished; elsewhere nothing waits.
+func (s *Service) afterEarlier(ctx context.Context, a *attempt) error {
+	e := batchElementOf(ctx)
+	if e == nil || s.batch == nil {
+		return nil
+	}
+	ch := e.earlierFinished()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	default:
+	}
+	return a.locks.waitFor(ctx, ch)
+}

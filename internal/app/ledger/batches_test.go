@@ -1,0 +1,419 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+)
+
+// batchCmd is one command of a batch test: its type and body (without type).
+type batchCmd struct {
+	typ  string
+	body map[string]any
+}
+
+// element is the command as a batch carries it: its body with its type.
+func (c batchCmd) element() map[string]any {
+	m := map[string]any{"type": c.typ}
+	for k, v := range c.body {
+		m[k] = v
+	}
+	return m
+}
+
+// alone is the command's body as sent on its own subject.
+func (c batchCmd) alone() []byte {
+	b, err := json.Marshal(c.body)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// batchBody is the body of a batch of cmds; extra adds members (atomic, key).
+func batchBody(cmds []batchCmd, extra ...any) []byte {
+	els := make([]map[string]any, len(cmds))
+	for i, c := range cmds {
+		els[i] = c.element()
+	}
+	m := map[string]any{"commands": els}
+	for i := 0; i+1 < len(extra); i += 2 {
+		m[extra[i].(string)] = extra[i+1]
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// randomBatchWorkload is n commands over a few accounts, meant to interact:
+// resends of earlier commands (duplicates, in the same batch or not), keys
+// reused for other requests (conflicts), malformed commands, refusals
+// (insufficient funds, unknown accounts, currencies, holds, refunds beyond
+// their original), transfers, transactions, holds and refunds.
+func randomBatchWorkload(rng *rand.Rand, n int) []batchCmd {
+	accounts := []string{"a0", "a1", "a2", "a3", "u0"} // u0 holds USD; a3 is opened late, "zz" never
+	cur := func(a string) string {
+		if a[0] == 'u' {
+			return "USD"
+		}
+		return "EUR"
+	}
+	var out []batchCmd
+	for _, a := range accounts[:3] {
+		out = append(out, batchCmd{"open_account", map[string]any{"idempotency_key": "open-" + a, "account_id": a, "currency": cur(a), "overdraft_limit": 20}})
+	}
+	out = append(out, batchCmd{"open_account", map[string]any{"idempotency_key": "open-u0", "account_id": "u0", "currency": "USD"}})
+	pick := func() string {
+		if rng.Intn(12) == 0 {
+			return "zz"
+		}
+		return accounts[rng.Intn(len(accounts))]
+	}
+	var holds [][2]string
+	var moneyKeys []string
+	for i := len(out); len(out) < n; i++ {
+		key := fmt.Sprintf("k%d", i)
+		a, b := pick(), pick()
+		for b == a {
+			b = pick()
+		}
+		amount := 1 + rng.Intn(60)
+		var c batchCmd
+		switch x := rng.Intn(100); {
+		case x < 12 && len(out) > 0: // a resend, same request
+			c = out[rng.Intn(len(out))]
+		case x < 16 && len(out) > 0: // the key of an earlier command with another request
+			prev := out[rng.Intn(len(out))]
+			c = batchCmd{"deposit", map[string]any{"idempotency_key": prev.body["idempotency_key"], "account_id": "a0", "amount": 7777, "currency": "EUR"}}
+		case x < 20: // malformed
+			c = batchCmd{"deposit", map[string]any{"idempotency_key": key, "account_id": a, "amount": 0, "currency": "EUR"}}
+		case x < 22:
+			c = batchCmd{"open_account", map[string]any{"idempotency_key": key, "account_id": "a3", "currency": "EUR"}}
+		case x < 45:
+			c = batchCmd{"deposit", map[string]any{"idempotency_key": key, "account_id": a, "amount": amount, "currency": cur(a)}}
+			moneyKeys = append(moneyKeys, key)
+		case x < 58:
+			c = batchCmd{"withdraw", map[string]any{"idempotency_key": key, "account_id": a, "amount": amount, "currency": cur(a)}}
+			moneyKeys = append(moneyKeys, key)
+		case x < 70:
+			c = batchCmd{"transfer", map[string]any{"idempotency_key": key, "transfer_id": "t" + key, "from": a, "to": b, "amount": amount, "currency": cur(a)}}
+			moneyKeys = append(moneyKeys, key)
+		case x < 77:
+			c = batchCmd{"post_transaction", map[string]any{"idempotency_key": key, "transaction_id": "x" + key, "postings": []map[string]any{
+				{"from": a, "to": b, "amount": amount, "currency": cur(a)}, {"from": b, "to": a, "amount": 1 + rng.Intn(90), "currency": cur(b)}}}}
+		case x < 84:
+			hold := "h" + key
+			holds = append(holds, [2]string{a, hold})
+			c = batchCmd{"place_hold", map[string]any{"idempotency_key": key, "account_id": a, "hold_id": hold, "amount": amount, "currency": cur(a)}}
+		case x < 90 && len(holds) > 0:
+			h := holds[rng.Intn(len(holds))]
+			if rng.Intn(2) == 0 {
+				c = batchCmd{"capture_hold", map[string]any{"idempotency_key": key, "account_id": h[0], "hold_id": h[1]}}
+			} else {
+				c = batchCmd{"release_hold", map[string]any{"idempotency_key": key, "account_id": h[0], "hold_id": h[1]}}
+			}
+		case x < 97 && len(moneyKeys) > 0:
+			orig := moneyKeys[rng.Intn(len(moneyKeys))]
+			if rng.Intn(6) == 0 {
+				orig = "never-sent"
+			}
+			c = batchCmd{"refund", map[string]any{"idempotency_key": key, "original_key": orig}}
+			if rng.Intn(2) == 0 {
+				c.body["amount"] = amount
+			}
+		default:
+			c = batchCmd{"close_account", map[string]any{"idempotency_key": key, "account_id": a}}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// positionless is a reply without what depends on the interleaving of streams
+// in the store: the global position.
+func positionless(r Reply) Reply {
+	r.Position = ""
+	for i := range r.Replies {
+		r.Replies[i] = positionless(r.Replies[i])
+	}
+	return r
+}
+
+// TestBatchIsDecidedAsOneAfterAnother (PROTOCOL.md v1.2 §2.2): random batches
+// (resends, conflicts, malformed commands, refusals, transfers, transactions,
+// holds, refunds) on every store answer each command exactly what a fresh
+// ledger answers the same commands sent alone, one after another: the same
+// status, code, events (their IDs and revisions), balances and refusals.
+// LEDGER_PROPERTY_SEED replays another seed.
+func TestBatchIsDecidedAsOneAfterAnother(t *testing.T) {
+	seed := propertySeed(t, 20261126)
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
+		n := 160
+		if testing.Short() {
+			n = 60
+		}
+		rng := rand.New(rand.NewSource(seed))
+		cmds := randomBatchWorkload(rng, n)
+		// The one-at-a-time run, on a fresh store of the same capability.
+		var ref eventstore.Store = devtest.Memory(t)
+		if !devtest.MultiAppends(st) {
+			ref = devtest.WithoutMultiAppend(ref)
+		}
+		alone := newService(ref)
+		defer alone.Close()
+		want := make([]Reply, len(cmds))
+		for i, c := range cmds {
+			want[i] = positionless(alone.HandleRaw(context.Background(), c.typ, c.alone()))
+		}
+		s := newService(st)
+		defer s.Close()
+		t.Logf("seed %d, %d commands", seed, len(cmds))
+		for i := 0; i < len(cmds); {
+			size := 1 + rng.Intn(40)
+			if i+size > len(cmds) {
+				size = len(cmds) - i
+			}
+			r := s.HandleBatch(context.Background(), batchBody(cmds[i:i+size]), 0)
+			if r.Status != domain.StatusApplied || r.Code != domain.CodeOK || len(r.Replies) != size || r.Index != nil {
+				t.Fatalf("batch at %d: %+v", i, r)
+			}
+			for j, got := range r.Replies {
+				if got = positionless(got); !reflect.DeepEqual(got, want[i+j]) {
+					c := cmds[i+j]
+					t.Errorf("command %d (%s %s), element %d of its batch:\n got %+v %+v\nwant %+v %+v", i+j, c.typ, c.alone(), j, got, got.Account, want[i+j], want[i+j].Account)
+				}
+			}
+			i += size
+		}
+	})
+}
+
+// TestBatchRefusedAsAWhole: a batch outside its limits, or malformed as a
+// whole, is invalid naming what, and decides nothing; one within them but
+// whose reply could not fit the NATS server's messages is refused naming
+// commands.
+func TestBatchRefusedAsAWhole(t *testing.T) {
+	st := devtest.Memory(t)
+	s := newService(st)
+	defer s.Close()
+	open := batchCmd{"open_account", map[string]any{"idempotency_key": "o", "account_id": "a", "currency": "EUR"}}
+	for _, c := range []struct {
+		name  string
+		body  []byte
+		max   int
+		field string
+	}{
+		{"trailing byte", append(batchBody([]batchCmd{open}), 'x'), 0, ""},
+		{"key on a batch that is not atomic", batchBody([]batchCmd{open}, "idempotency_key", "b"), 0, "idempotency_key"},
+		{"no commands", []byte(`{"commands":[]}`), 0, "commands"},
+		{"reply over the message limit", batchBody([]batchCmd{open, open}), 4 << 10, "commands"},
+	} {
+		r := s.HandleBatch(context.Background(), c.body, c.max)
+		if r.Status != domain.StatusInvalid || r.Code != domain.CodeInvalidRequest || len(r.Replies) != 0 || !reflect.DeepEqual(r.Fields, fieldsOf(c.field)) {
+			t.Errorf("%s: %+v", c.name, r)
+		}
+	}
+	if evs := devtest.ReadAll(t, st); len(evs) != 0 {
+		t.Fatalf("a refused batch wrote %d events", len(evs))
+	}
+	// The same batch within the limit is decided.
+	if r := s.HandleBatch(context.Background(), batchBody([]batchCmd{open, open}), 16<<10); r.Status != domain.StatusApplied || !r.Replies[1].Duplicate {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func fieldsOf(f string) []string {
+	if f == "" {
+		return nil
+	}
+	return []string{f}
+}
+
+// TestBatchHotAccountPipelines: a batch of one account's commands is decided
+// on the pending state the one before each left, and they share group
+// commits. The store holds its first commit back until every command of the
+// batch is decided and queued behind it; then the rest go in one transaction
+// (a batch that waited for each command's commit before deciding the next
+// would never get there, and would take one transaction per command).
+func TestBatchHotAccountPipelines(t *testing.T) {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		gate := &gatedMulti{MultiAppender: st.(eventstore.MultiAppender), release: make(chan struct{})}
+		s := New(struct {
+			eventstore.Store
+			eventstore.MultiAppender
+		}{st, gate}, Options{Clock: clock})
+		defer s.Close()
+		defer gate.open() // when the test fails before it opens the gate
+		cmds := []batchCmd{{"open_account", map[string]any{"idempotency_key": "o", "account_id": "hot", "currency": "EUR"}}}
+		for i := range 200 {
+			cmds = append(cmds, batchCmd{"deposit", map[string]any{"idempotency_key": fmt.Sprintf("d%d", i), "account_id": "hot", "amount": 1, "currency": "EUR"}})
+		}
+		done := make(chan Reply, 1)
+		go func() { done <- s.HandleBatch(context.Background(), batchBody(cmds), 0) }()
+		devtest.Eventually(t, time.Minute, "every command decided and queued behind the first commit", func() bool {
+			return s.pipes.inflightCount("account-hot") == len(cmds)
+		})
+		gate.open()
+		r := <-done
+		for i, el := range r.Replies {
+			if el.Status != domain.StatusApplied || (i > 0 && el.Account.Balance != int64(i)) {
+				t.Fatalf("element %d: %+v", i, el)
+			}
+		}
+		if n := gate.n.Load(); n != 2 {
+			t.Fatalf("%d commands took %d transactions, want 2 (the first, then the rest)", len(cmds), n)
+		}
+	})
+}
+
+// gatedMulti holds every multi-stream append until release is closed, and
+// counts them.
+type gatedMulti struct {
+	eventstore.MultiAppender
+	release chan struct{}
+	once    sync.Once
+	n       atomic.Int64
+}
+
+func (g *gatedMulti) open() { g.once.Do(func() { close(g.release) }) }
+
+func (g *gatedMulti) AppendMulti(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	g.n.Add(1)
+	<-g.release
+	return g.MultiAppender.AppendMulti(ctx, parts)
+}
+
+// inflightCount is the number of appends in flight on stream.
+func (ps *pipes) inflightCount(stream string) int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if p := ps.m[stream]; p != nil {
+		return p.inflight
+	}
+	return 0
+}
+
+// TestBatchStrictElements: an element with a byte after its object cannot be
+// told from its neighbours: the batch body is malformed JSON as a whole. An
+// element naming no type, or batch, is invalid alone.
+func TestBatchStrictElements(t *testing.T) {
+	s := newService(devtest.Memory(t))
+	defer s.Close()
+	body := `{"commands":[{"type":"open_account","idempotency_key":"o","account_id":"a","currency":"EUR"},` +
+		`{"type":"deposit","idempotency_key":"d2","account_id":"a","amount":5,"currency":"EUR"}x]}`
+	if r := s.HandleBatch(context.Background(), []byte(body), 0); r.Status != domain.StatusInvalid {
+		t.Fatalf("%+v", r)
+	}
+	body = `{"commands":[{"idempotency_key":"d3","account_id":"a","amount":5,"currency":"EUR"},{"type":"batch","idempotency_key":"d4"}]}`
+	r := s.HandleBatch(context.Background(), []byte(body), 0)
+	if r.Status != domain.StatusApplied || len(r.Replies) != 2 {
+		t.Fatalf("%+v", r)
+	}
+	for i, el := range r.Replies {
+		if el.Status != domain.StatusInvalid || !reflect.DeepEqual(el.Fields, []string{"type"}) || el.IdempotencyKey != fmt.Sprintf("d%d", i+3) {
+			t.Fatalf("element %d: %+v", i, el)
+		}
+	}
+	if !strings.Contains(r.Replies[1].Message, "batch") {
+		t.Fatalf("%+v", r.Replies[1])
+	}
+}
+
+// afterCommitFailing fails every third multi-stream append after it
+// committed: the ledger learns an error, the events stand (a crash between
+// the commit and its answer).
+type afterCommitFailing struct {
+	eventstore.Store
+	multi eventstore.MultiAppender
+	n     atomic.Int64
+}
+
+func (f *afterCommitFailing) AppendMulti(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	res, err := f.multi.AppendMulti(ctx, parts)
+	if err == nil && f.n.Add(1)%3 == 0 {
+		return nil, fmt.Errorf("%w after commit", errInjected)
+	}
+	return res, err
+}
+
+// TestBatchCrashedMidwayIsDecidedOnce: batches sent to a ledger that fails
+// in their middle (on a store that group-commits: every third transaction
+// answered as failed after it committed; elsewhere a crash after every
+// transfer's debit step) answer some commands error. Sent again to another
+// instance, every command gets a definite answer, the one it got first where
+// it got one; the store then passes the audit (every key decided once, money
+// conserved, balances the fold of their streams, no gaps), and a third
+// sending answers the same and writes nothing.
+func TestBatchCrashedMidwayIsDecidedOnce(t *testing.T) {
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
+		cmds := randomBatchWorkload(rand.New(rand.NewSource(propertySeed(t, 20261127))), 80)
+		const size = 16
+		send := func(s *Service) []Reply {
+			var out []Reply
+			for i := 0; i < len(cmds); i += size {
+				r := s.HandleBatch(context.Background(), batchBody(cmds[i:min(i+size, len(cmds))]), 0)
+				if r.Status != domain.StatusApplied {
+					t.Fatalf("batch at %d: %+v", i, r)
+				}
+				out = append(out, r.Replies...)
+			}
+			return out
+		}
+		var crashing *Service
+		if m, ok := st.(eventstore.MultiAppender); ok {
+			crashing = New(&afterCommitFailing{Store: st, multi: m}, Options{Clock: clock})
+		} else {
+			crashing = newService(st)
+			crashAt(crashing, "transfer/debit")
+		}
+		first := send(crashing)
+		crashing.Close()
+		errs := 0
+		for _, r := range first {
+			if r.Status == domain.StatusError {
+				errs++
+			}
+		}
+		if errs == 0 {
+			t.Fatal("no command failed: the test crashed nothing")
+		}
+		s := newService(st)
+		defer s.Close()
+		second := send(s)
+		for i, r := range second {
+			definite := first[i].Status == domain.StatusApplied || (first[i].Status == domain.StatusRejected && len(first[i].Events) > 0)
+			switch {
+			case r.Status == domain.StatusError:
+				t.Errorf("command %d (%s %s) sent again: %+v", i, cmds[i].typ, cmds[i].alone(), r)
+			case definite && !sameReply(positionless(r), positionless(first[i])):
+				t.Errorf("command %d (%s %s) answered differently sent again:\n got %+v\nwant %+v", i, cmds[i].typ, cmds[i].alone(), r, first[i])
+			}
+		}
+		audit(t, st.(eventstore.AllReader), true)
+		before := len(devtest.ReadAll(t, st.(eventstore.AllReader)))
+		fresh := newService(st)
+		defer fresh.Close()
+		for i, r := range send(fresh) {
+			if !sameReply(positionless(r), positionless(second[i])) {
+				t.Errorf("command %d (%s %s) a third time:\n got %+v\nwant %+v", i, cmds[i].typ, cmds[i].alone(), r, second[i])
+			}
+		}
+		if after := len(devtest.ReadAll(t, st.(eventstore.AllReader))); after != before {
+			t.Fatalf("sending the batches a third time wrote %d events", after-before)
+		}
+		t.Logf("%d commands answered error in the crash, decided once after", errs)
+	})
+}
