@@ -41,6 +41,7 @@ const (
 	flagBenchGrace        = "grace"
 	flagBenchMaxInFlight  = "max-in-flight"
 	flagBenchLanes        = "lanes"
+	flagBenchBatchSize    = "batch-size"
 	flagBenchBatchMax     = "batch-max"
 	flagBenchBatchWait    = "batch-wait"
 	flagBenchCommitters   = "committers"
@@ -76,7 +77,8 @@ func benchCommand() *cli.Command {
 		&cli.FloatFlag{Name: flagBenchDupRatio, Category: load, Value: d.DuplicateRatio, Usage: "share of the load phase's commands that resend an answered key", Sources: benchEnv(flagBenchDupRatio)},
 		&cli.FloatFlag{Name: flagBenchSkew, Category: load, Value: d.Skew, Usage: "account skew: the account of rank i gets weight 1/i^skew (0: uniform; 1: Zipf)", Sources: benchEnv(flagBenchSkew)},
 		&cli.FloatFlag{Name: flagBenchTxRatio, Category: load, Value: d.TransactionRatio, Usage: "share of new commands that are post_transaction of one posting, from the command's account to another drawn uniformly (in the hot phase too: the transactions touch the hot account); the ledger only (--systems ledger)", Sources: benchEnv(flagBenchTxRatio)},
-		&cli.DurationFlag{Name: flagBenchDuration, Category: load, Value: d.Duration, Usage: "length of the load phase (the duplicates and half-load phases take half)", Sources: benchEnv(flagBenchDuration)},
+		&cli.DurationFlag{Name: flagBenchDuration, Category: load, Value: d.Duration, Usage: "length of the load phase (the duplicates, half-load and batch phases take half)", Sources: benchEnv(flagBenchDuration)},
+		&cli.IntFlag{Name: flagBenchBatchSize, Category: load, Value: d.BatchSize, Usage: "commands per request in the batch phases (ledger.v1.cmd.batch, 1-1000)", Sources: benchEnv(flagBenchBatchSize)},
 		&cli.DurationFlag{Name: flagBenchWarmup, Category: load, Value: d.Warmup, Usage: "unrecorded load before the load phase", Sources: benchEnv(flagBenchWarmup)},
 		&cli.StringFlag{Name: flagBenchFractions, Category: load, Value: "0.5", Usage: "open-loop phases, as fractions of the load phase's rate, comma-separated (0.5 is the half-load phase)", Sources: benchEnv(flagBenchFractions)},
 		&cli.IntFlag{Name: flagBenchJSMessages, Category: load, Value: d.JetStreamMessages, Usage: "commands of each JetStream phase (0: skip them)", Sources: benchEnv(flagBenchJSMessages)},
@@ -127,14 +129,15 @@ func benchCommand() *cli.Command {
 			"the same phases. Then the key check on streams of 10 and --key-check-events events, and the\n" +
 			"projector over everything written; with --history N, a history of N events seeded and\n" +
 			"rebuilt and audited (the lines `rebuild events/s: <n>` and `audit events/s: <n>` come just\n" +
-			"before the two ratio lines). With --standby, the ledger's load phase again, half as long,\n" +
-			"lone (the standby not required) then pair (required), twice, and the line\n" +
-			"`ratio pair/lone commands/s: <number>` just before the two ratio lines. --event-store puts\n" +
-			"the ledger's events on KurrentDB (the in-process test server, or a real one by URL) instead;\n" +
-			"the read models and the baseline stay on PostgreSQL. Progress goes to stderr; the report to\n" +
-			"stdout, whose last two lines are `ratio hot/uniform commands/s: <number>` (the ledger's hot\n" +
-			"phase over its load phase) and `ratio ledger/baseline commands/s: <number>`. Ctrl-C stops the\n" +
-			"run cleanly.",
+			"before the ratio lines). With --standby, the ledger's load phase again, half as long, lone\n" +
+			"(the standby not required) then pair (required), twice, and the line\n" +
+			"`ratio pair/lone commands/s: <number>` just before the ratio lines. --event-store puts the\n" +
+			"ledger's events on KurrentDB (the in-process test server, or a real one by URL) instead; the\n" +
+			"read models and the baseline stay on PostgreSQL. Progress goes to stderr; the report to\n" +
+			"stdout, whose last three lines are `ratio hot/uniform commands/s: <number>` (the ledger's hot\n" +
+			"phase over its load phase), `ratio batch/single commands/s: <number>` (its batch phase over\n" +
+			"its load phase) and `ratio ledger/baseline commands/s: <number>`. Ctrl-C stops the run\n" +
+			"cleanly.",
 		Flags:  flags,
 		Action: runBench,
 	}
@@ -272,6 +275,7 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	set(flagBenchGrace, func() { cfg.Grace = cmd.Duration(flagBenchGrace) })
 	set(flagBenchMaxInFlight, func() { cfg.MaxInFlight = cmd.Int(flagBenchMaxInFlight) })
 	set(flagBenchLanes, func() { cfg.Lanes = cmd.Int(flagBenchLanes) })
+	set(flagBenchBatchSize, func() { cfg.BatchSize = cmd.Int(flagBenchBatchSize) })
 	cfg.BatchMax = cmd.Int(flagBenchBatchMax)
 	cfg.BatchWait = cmd.Duration(flagBenchBatchWait)
 	cfg.Committers = cmd.Int(flagBenchCommitters)

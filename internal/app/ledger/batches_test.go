@@ -331,3 +331,89 @@ func TestBatchStrictElements(t *testing.T) {
 		t.Fatalf("%+v", r.Replies[1])
 	}
 }
+
+// afterCommitFailing fails every third multi-stream append after it
+// committed: the ledger learns an error, the events stand (a crash between
+// the commit and its answer).
+type afterCommitFailing struct {
+	eventstore.Store
+	multi eventstore.MultiAppender
+	n     atomic.Int64
+}
+
+func (f *afterCommitFailing) AppendMulti(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	res, err := f.multi.AppendMulti(ctx, parts)
+	if err == nil && f.n.Add(1)%3 == 0 {
+		return nil, fmt.Errorf("%w after commit", errInjected)
+	}
+	return res, err
+}
+
+// TestBatchCrashedMidwayIsDecidedOnce: batches sent to a ledger that fails
+// in their middle (on a store that group-commits: every third transaction
+// answered as failed after it committed; elsewhere a crash after every
+// transfer's debit step) answer some commands error. Sent again to another
+// instance, every command gets a definite answer, the one it got first where
+// it got one; the store then passes the audit (every key decided once, money
+// conserved, balances the fold of their streams, no gaps), and a third
+// sending answers the same and writes nothing.
+func TestBatchCrashedMidwayIsDecidedOnce(t *testing.T) {
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
+		cmds := randomBatchWorkload(rand.New(rand.NewSource(propertySeed(t, 20261127))), 80)
+		const size = 16
+		send := func(s *Service) []Reply {
+			var out []Reply
+			for i := 0; i < len(cmds); i += size {
+				r := s.HandleBatch(context.Background(), batchBody(cmds[i:min(i+size, len(cmds))]), 0)
+				if r.Status != domain.StatusApplied {
+					t.Fatalf("batch at %d: %+v", i, r)
+				}
+				out = append(out, r.Replies...)
+			}
+			return out
+		}
+		var crashing *Service
+		if m, ok := st.(eventstore.MultiAppender); ok {
+			crashing = New(&afterCommitFailing{Store: st, multi: m}, Options{Clock: clock})
+		} else {
+			crashing = newService(st)
+			crashAt(crashing, "transfer/debit")
+		}
+		first := send(crashing)
+		crashing.Close()
+		errs := 0
+		for _, r := range first {
+			if r.Status == domain.StatusError {
+				errs++
+			}
+		}
+		if errs == 0 {
+			t.Fatal("no command failed: the test crashed nothing")
+		}
+		s := newService(st)
+		defer s.Close()
+		second := send(s)
+		for i, r := range second {
+			definite := first[i].Status == domain.StatusApplied || (first[i].Status == domain.StatusRejected && len(first[i].Events) > 0)
+			switch {
+			case r.Status == domain.StatusError:
+				t.Errorf("command %d (%s %s) sent again: %+v", i, cmds[i].typ, cmds[i].alone(), r)
+			case definite && !sameReply(positionless(r), positionless(first[i])):
+				t.Errorf("command %d (%s %s) answered differently sent again:\n got %+v\nwant %+v", i, cmds[i].typ, cmds[i].alone(), r, first[i])
+			}
+		}
+		audit(t, st.(eventstore.AllReader), true)
+		before := len(devtest.ReadAll(t, st.(eventstore.AllReader)))
+		fresh := newService(st)
+		defer fresh.Close()
+		for i, r := range send(fresh) {
+			if !sameReply(positionless(r), positionless(second[i])) {
+				t.Errorf("command %d (%s %s) a third time:\n got %+v\nwant %+v", i, cmds[i].typ, cmds[i].alone(), r, second[i])
+			}
+		}
+		if after := len(devtest.ReadAll(t, st.(eventstore.AllReader))); after != before {
+			t.Fatalf("sending the batches a third time wrote %d events", after-before)
+		}
+		t.Logf("%d commands answered error in the crash, decided once after", errs)
+	})
+}

@@ -284,7 +284,7 @@ func Undecided(r Reply) bool {
 // a batch whose reply could not fit a NATS message is refused before anything
 // is decided). A command's reply holds at most a few events, one account, a
 // transfer and a message of bounded IDs and codes: under replyBytesPerCommand
-// (TestBatchReplyBound writes the largest replies of every command); a
+// (natsapi.TestBatchReplyBound encodes the largest replies of the commands); a
 // transaction adds, per posting, two legs' events and two accounts.
 const (
 	replyBytesPerCommand = 4 << 10

@@ -90,12 +90,44 @@ func NewBaseline(ctx context.Context, pool *pgxpool.Pool, plainRead bool) (*Base
 	return &Baseline{pool: pool, plainRead: plainRead}, nil
 }
 
-// HandleRaw decodes a command as the ledger does and handles it.
+// HandleRaw decodes a command as the ledger does and handles it; a batch
+// (ledger.v1.cmd.batch) goes to HandleBatch.
 func (b *Baseline) HandleRaw(ctx context.Context, typ string, body []byte) reply.Reply {
+	if typ == string(domain.CmdBatch) {
+		return b.HandleBatch(ctx, body, 0)
+	}
 	cmd, ierr := domain.DecodeCommand(domain.CommandType(typ), body)
 	if ierr != nil {
-		return reply.Reply{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Message: ierr.Error(), Events: []domain.EventRef{}}
+		return reply.Invalid("", ierr)
 	}
+	return b.handleCommand(ctx, cmd)
+}
+
+// HandleBatch is the bulk endpoint a team would add to the seed pattern: the
+// batch decoded as the ledger decodes it, then each command in its own
+// transaction, one after another, in order (not atomic: the baseline has no
+// atomic batches).
+func (b *Baseline) HandleBatch(ctx context.Context, body []byte, _ int) reply.Reply {
+	batch, ierr := domain.DecodeBatch(body)
+	if ierr != nil {
+		return reply.Invalid("", ierr)
+	}
+	if batch.Atomic {
+		return reply.Invalid(batch.Key, &domain.InvalidError{Field: "atomic", Message: "the baseline has no atomic batches"})
+	}
+	replies := make([]reply.Reply, len(batch.Commands))
+	for i, c := range batch.Commands {
+		if c.Invalid != nil {
+			replies[i] = reply.Invalid("", c.Invalid)
+			continue
+		}
+		replies[i] = b.handleCommand(ctx, c.Command)
+	}
+	return reply.Batch(replies)
+}
+
+// handleCommand handles a decoded command.
+func (b *Baseline) handleCommand(ctx context.Context, cmd domain.Command) reply.Reply {
 	switch cmd.Type {
 	case domain.CmdOpenAccount, domain.CmdDeposit, domain.CmdWithdraw:
 	default:

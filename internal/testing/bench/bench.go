@@ -186,6 +186,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if l, b := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemBaseline, PhaseLoad); l != nil && b != nil {
 		rep.Ratio = ratio(l.CommandsPerSec, b.CommandsPerSec)
 	}
+	if l, b := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemLedger, PhaseBatch); l != nil && b != nil {
+		rep.BatchRatio = ratio(b.CommandsPerSec, l.CommandsPerSec)
+	}
+	if b, h := rep.Phase(SystemLedger, PhaseBatch), rep.Phase(SystemLedger, PhaseHotBatch); b != nil && h != nil {
+		rep.HotBatchRatio = ratio(h.CommandsPerSec, b.CommandsPerSec)
+	}
 	if l, h := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemLedger, PhaseHot); l != nil && h != nil {
 		rep.HotRatio = ratio(h.CommandsPerSec, l.CommandsPerSec)
 	}
@@ -423,6 +429,24 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 		return out, err
 	}
 	hr.Mode = fmt.Sprintf("closed loop, %d clients, all on one account", cfg.Clients)
+
+	// The load phase's clients and accounts, each request a batch of
+	// BatchSize commands (ledger.v1.cmd.batch, not atomic); then every
+	// command of them on one account.
+	br, err := phase(PhaseBatch, gens("batch"), loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio, batch: cfg.BatchSize})
+	if err != nil {
+		return out, err
+	}
+	br.Mode = fmt.Sprintf("closed loop, %d clients, batches of %d", cfg.Clients, cfg.BatchSize)
+	hotBatch := make([]*clientGen, cfg.Clients)
+	for i := range hotBatch {
+		hotBatch[i] = newClientGen(w.hot(), sys[:1]+"hb", i)
+	}
+	hbr, err := phase(PhaseHotBatch, hotBatch, loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio, batch: cfg.BatchSize})
+	if err != nil {
+		return out, err
+	}
+	hbr.Mode = fmt.Sprintf("closed loop, %d clients, batches of %d, all on one account", cfg.Clients, cfg.BatchSize)
 
 	dups := gens("dups")
 	for i := range dups {

@@ -56,8 +56,17 @@ func TestRunTiny(t *testing.T) {
 	if !regexp.MustCompile(`^ratio ledger/baseline commands/s: [0-9]+\.[0-9]{2}$`).MatchString(last) || last != rep.RatioLine() {
 		t.Fatalf("last line %q", last)
 	}
-	if hot := lines[len(lines)-2]; !regexp.MustCompile(`^ratio hot/uniform commands/s: [0-9]+\.[0-9]{2}$`).MatchString(hot) || hot != rep.HotRatioLine() {
-		t.Fatalf("line before the last %q", hot)
+	if b := lines[len(lines)-2]; !regexp.MustCompile(`^ratio batch/single commands/s: [0-9]+\.[0-9]{2}$`).MatchString(b) || b != rep.BatchRatioLine() {
+		t.Fatalf("line before the last %q", b)
+	}
+	if hot := lines[len(lines)-3]; !regexp.MustCompile(`^ratio hot/uniform commands/s: [0-9]+\.[0-9]{2}$`).MatchString(hot) || hot != rep.HotRatioLine() {
+		t.Fatalf("third line from the end %q", hot)
+	}
+	if l, b := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemLedger, PhaseBatch); rep.BatchRatio <= 0 || rep.BatchRatio != b.CommandsPerSec/l.CommandsPerSec {
+		t.Fatalf("batch ratio %v: batch %+v, load %+v", rep.BatchRatio, b, l)
+	}
+	if b, h := rep.Phase(SystemLedger, PhaseBatch), rep.Phase(SystemLedger, PhaseHotBatch); rep.HotBatchRatio <= 0 || rep.HotBatchRatio != h.CommandsPerSec/b.CommandsPerSec {
+		t.Fatalf("hot batch ratio %v: hot batch %+v, batch %+v", rep.HotBatchRatio, h, b)
 	}
 	if l, h := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemLedger, PhaseHot); rep.HotRatio <= 0 || rep.HotRatio != h.CommandsPerSec/l.CommandsPerSec {
 		t.Fatalf("hot ratio %v: hot %+v, load %+v", rep.HotRatio, h, l)
@@ -74,7 +83,7 @@ func TestRunTiny(t *testing.T) {
 		t.Errorf("markdown:\n%s", md.String())
 	}
 
-	phases := []string{PhaseLoad, PhaseHot, PhaseDuplicates, PhaseHalfLoad, PhaseCapture, PhaseJSPublish, PhaseJSConsume}
+	phases := []string{PhaseLoad, PhaseHot, PhaseBatch, PhaseHotBatch, PhaseDuplicates, PhaseHalfLoad, PhaseCapture, PhaseJSPublish, PhaseJSConsume}
 	if len(rep.Phases) != 2*len(phases) {
 		t.Fatalf("%d phases: %+v", len(rep.Phases), rep.Phases)
 	}
@@ -89,7 +98,7 @@ func TestRunTiny(t *testing.T) {
 				t.Errorf("%s/%s: %+v", sys, name, *p)
 			}
 			switch name {
-			case PhaseLoad, PhaseHot, PhaseDuplicates, PhaseHalfLoad:
+			case PhaseLoad, PhaseHot, PhaseBatch, PhaseHotBatch, PhaseDuplicates, PhaseHalfLoad:
 				if p.P50Ms <= 0 || p.P50Ms > p.P99Ms || p.P99Ms > p.P999Ms || p.P999Ms > p.MaxMs {
 					t.Errorf("%s/%s latencies: %+v", sys, name, *p)
 				}
@@ -226,8 +235,11 @@ func TestRunTinyKurrentTest(t *testing.T) {
 	if last := lines[len(lines)-1]; last != "ratio ledger/baseline commands/s: 0.00" { // no baseline driven
 		t.Errorf("last line %q", last)
 	}
-	if hot := lines[len(lines)-2]; hot != rep.HotRatioLine() || rep.HotRatio <= 0 {
-		t.Errorf("line before the last %q (hot ratio %v)", hot, rep.HotRatio)
+	if b := lines[len(lines)-2]; b != rep.BatchRatioLine() || rep.BatchRatio <= 0 {
+		t.Errorf("line before the last %q (batch ratio %v)", b, rep.BatchRatio)
+	}
+	if hot := lines[len(lines)-3]; hot != rep.HotRatioLine() || rep.HotRatio <= 0 {
+		t.Errorf("third line from the end %q (hot ratio %v)", hot, rep.HotRatio)
 	}
 	for _, want := range []string{
 		"ledger event store: the KurrentDB test server",
@@ -255,7 +267,7 @@ func TestRunTinyKurrentTest(t *testing.T) {
 	}
 
 	var newAnswered int64 // new commands the ledger answered, warm-ups included
-	for _, name := range []string{PhaseLoad, PhaseHot, PhaseDuplicates, PhaseHalfLoad} {
+	for _, name := range []string{PhaseLoad, PhaseHot, PhaseBatch, PhaseHotBatch, PhaseDuplicates, PhaseHalfLoad} {
 		p := rep.Phase(SystemLedger, name)
 		if p == nil {
 			t.Fatalf("no ledger/%s", name)
@@ -366,7 +378,7 @@ func checkHistory(t *testing.T, h *HistoryReport, lines []string) {
 	if h.Seeded < 1500 || h.Rebuild.Error != "" || h.Audit.Error != "" || h.Audit.Events < h.Seeded || h.Rebuild.Events != h.Audit.Events {
 		t.Fatalf("history %+v", h)
 	}
-	if r, a := lines[len(lines)-5], lines[len(lines)-4]; !regexp.MustCompile(`^rebuild events/s: [0-9]+$`).MatchString(r) || !regexp.MustCompile(`^audit events/s: [0-9]+$`).MatchString(a) {
+	if r, a := lines[len(lines)-6], lines[len(lines)-5]; !regexp.MustCompile(`^rebuild events/s: [0-9]+$`).MatchString(r) || !regexp.MustCompile(`^audit events/s: [0-9]+$`).MatchString(a) {
 		t.Fatalf("lines before the ratios: %q, %q", r, a)
 	}
 }
@@ -376,7 +388,7 @@ func checkHistory(t *testing.T, h *HistoryReport, lines []string) {
 // cluster: each lone phase ran with synchronous_standby_names cleared and no
 // backend seen waiting for the standby, the pair phases with '*' and backends
 // seen waiting (sampled over both rounds), and the report prints the pair/lone
-// ratio of their commands/s before the two existing ratio lines. No figure is
+// ratio of their commands/s before the existing ratio lines. No figure is
 // asserted.
 func TestRunTinyPairAndLone(t *testing.T) {
 	if testing.Short() {
@@ -416,10 +428,10 @@ func TestRunTinyPairAndLone(t *testing.T) {
 	if rep.PairRatio <= 0 {
 		t.Fatalf("pair ratio %v", rep.PairRatio)
 	}
-	if l := lines[len(lines)-3]; !regexp.MustCompile(`^ratio pair/lone commands/s: [0-9]+\.[0-9]{2}$`).MatchString(l) || l != rep.PairRatioLine() {
-		t.Fatalf("third line from the end %q", l)
+	if l := lines[len(lines)-4]; !regexp.MustCompile(`^ratio pair/lone commands/s: [0-9]+\.[0-9]{2}$`).MatchString(l) || l != rep.PairRatioLine() {
+		t.Fatalf("fourth line from the end %q", l)
 	}
-	if hot := lines[len(lines)-2]; hot != rep.HotRatioLine() {
-		t.Fatalf("line before the last %q", hot)
+	if hot := lines[len(lines)-3]; hot != rep.HotRatioLine() {
+		t.Fatalf("third line from the end %q", hot)
 	}
 }

@@ -2,10 +2,13 @@ package bench
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ledgerworks/ledger/domain"
 )
 
 // Config shapes a benchmark run. Zero values take the defaults of Defaults.
@@ -30,8 +33,11 @@ type Config struct {
 	// of one posting, from the command's account to another one drawn
 	// uniformly (the baseline serves no transactions: ledger only).
 	TransactionRatio float64
-	// Duration of the load phase; the duplicates and half-load phases take half.
+	// Duration of the load phase; the duplicates, half-load and batch phases take half.
 	Duration time.Duration
+	// BatchSize is the commands of each request in the batch phases
+	// (ledger.v1.cmd.batch; default 100, at most domain.MaxBatchCommands).
+	BatchSize int
 	// OpenLoopFractions are the open-loop phases, as fractions of the load
 	// phase's rate (default 0.5: the half-load phase).
 	OpenLoopFractions []float64
@@ -127,6 +133,7 @@ func Defaults() Config {
 		Grace:             2 * time.Second,
 		MaxInFlight:       64,
 		Lanes:             16,
+		BatchSize:         100,
 		ProgressInterval:  2 * time.Second,
 	}
 }
@@ -209,6 +216,12 @@ func (c *Config) defaults() error {
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = d.MaxInFlight
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = d.BatchSize
+	}
+	if c.BatchSize > domain.MaxBatchCommands {
+		return fmt.Errorf("bench: batch size %d is over the protocol's %d commands", c.BatchSize, domain.MaxBatchCommands)
 	}
 	if c.Lanes <= 0 {
 		c.Lanes = d.Lanes

@@ -30,9 +30,9 @@ type target struct {
 	name    string
 	conns   []*nats.Conn
 	clients []*client.Client
-	// sent counts the commands sent on the command subjects (the JetStream
-	// capture stores each one; a resend is stored again, so the stream may
-	// hold more).
+	// sent counts the messages sent on the command subjects, a batch one
+	// (the JetStream capture stores each one; a resend is stored again, so
+	// the stream may hold more).
 	sent atomic.Int64
 }
 
@@ -89,6 +89,31 @@ func (r *requester) do(c command) (replyHead, error) {
 		return replyHead{}, err
 	}
 	return replyHead{Status: domain.Status(rep.Status), Code: domain.Code(rep.Code), Message: rep.Message, IdempotencyKey: rep.Key, Duplicate: rep.Duplicate}, nil
+}
+
+// doBatch sends cmds as one ledger.v1.cmd.batch request (not atomic) and
+// waits for every command's definite reply (the client resends the
+// undecided ones, same keys), at most requestTimeout.
+func (r *requester) doBatch(cmds []command) ([]replyHead, error) {
+	r.sent.Add(1) // the stream stores a batch as one message
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	els := make([]client.Command, len(cmds))
+	for i, c := range cmds {
+		els[i] = client.Raw{Type: string(c.typ), Body: c.body}
+	}
+	br, err := r.c.Batch(ctx, els)
+	if err != nil {
+		return nil, err
+	}
+	if string(br.Status) != string(domain.StatusApplied) || len(br.Replies) != len(cmds) {
+		return nil, fmt.Errorf("batch answered %s %s (%s) with %d replies for %d commands", br.Status, br.Code, br.Message, len(br.Replies), len(cmds))
+	}
+	out := make([]replyHead, len(cmds))
+	for i, rep := range br.Replies {
+		out[i] = replyHead{Status: domain.Status(rep.Status), Code: domain.Code(rep.Code), Message: rep.Message, IdempotencyKey: rep.Key, Duplicate: rep.Duplicate}
+	}
+	return out, nil
 }
 
 // counters are a phase's live tallies (read by the progress reporter).
@@ -156,6 +181,25 @@ func (w *worker) record(c *counters, cmd command, rep replyHead, err error, lat 
 	}
 }
 
+// sendBatch sends the worker's next spec.batch commands in one request and
+// records each one's reply.
+func (w *worker) sendBatch(c *counters, spec loadSpec) {
+	cmds := make([]command, spec.batch)
+	for i := range cmds {
+		cmds[i] = w.gen.next(spec.dupRatio)
+	}
+	t0 := time.Now()
+	reps, err := w.req.doBatch(cmds)
+	lat := time.Since(t0)
+	for i, cmd := range cmds {
+		var rep replyHead
+		if err == nil {
+			rep = reps[i]
+		}
+		w.record(c, cmd, rep, err, lat, spec.record)
+	}
+}
+
 // loadSpec is one driven phase.
 type loadSpec struct {
 	system   string
@@ -169,6 +213,10 @@ type loadSpec struct {
 	rate float64
 	// record is false for a warm-up.
 	record bool
+	// batch, when > 1, sends the commands this many to a request
+	// (ledger.v1.cmd.batch), closed-loop; each command's latency is its
+	// batch's.
+	batch int
 }
 
 type phaseRun struct {
@@ -203,7 +251,17 @@ func drive(ctx context.Context, t *target, gens []*clientGen, spec loadSpec, pro
 	stopProg := prog.start(spec.system+"/"+spec.phase, spec.duration, &run.c)
 	start := time.Now()
 	var wg sync.WaitGroup
-	if spec.rate <= 0 {
+	if spec.batch > 1 {
+		for _, w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for pctx.Err() == nil {
+					w.sendBatch(&run.c, spec)
+				}
+			}()
+		}
+	} else if spec.rate <= 0 {
 		for _, w := range workers {
 			wg.Add(1)
 			go func() {

@@ -80,6 +80,11 @@ const (
 	PhaseCapture    = "capture"
 	PhaseJSPublish  = "js-publish"
 	PhaseJSConsume  = "js-consume"
+	// PhaseBatch is the load phase's clients sending their commands in
+	// batches (ledger.v1.cmd.batch, BatchSize commands a request); PhaseHotBatch
+	// the same with every command on one account.
+	PhaseBatch    = "batch"
+	PhaseHotBatch = "hot batch"
 )
 
 // Machine describes where the run happened.
@@ -110,6 +115,11 @@ type Report struct {
 	// HotRatio is the ledger's commands per second in the hot phase over its
 	// load phase's (0 when either was not driven): what a hot account costs.
 	HotRatio float64 `json:"ratio_hot_uniform"`
+	// BatchRatio is the ledger's commands per second in the batch phase over
+	// its load phase's (one command a request); HotBatchRatio its hot batch
+	// phase's over its batch phase's (0 when either was not driven).
+	BatchRatio    float64 `json:"ratio_batch_single"`
+	HotBatchRatio float64 `json:"ratio_hot_batch_batch"`
 	// PairRatio is the ledger's commands per second in its load phases on the
 	// pair with the synchronous standby required over those with it cleared,
 	// alternated in the same run (0 without --standby).
@@ -165,9 +175,14 @@ func (r *Report) PairRatioLine() string {
 	return fmt.Sprintf("ratio pair/lone commands/s: %.2f", r.PairRatio)
 }
 
-// HotRatioLine is the line before the last one.
+// HotRatioLine is the third line from the end.
 func (r *Report) HotRatioLine() string {
 	return fmt.Sprintf("ratio hot/uniform commands/s: %.2f", r.HotRatio)
+}
+
+// BatchRatioLine is the line before the last one: what batches bring.
+func (r *Report) BatchRatioLine() string {
+	return fmt.Sprintf("ratio batch/single commands/s: %.2f", r.BatchRatio)
 }
 
 func fmtCPU(c *CPUUse) string {
@@ -248,7 +263,7 @@ func (r *Report) Print(w io.Writer) {
 	if r.PairRatio > 0 {
 		fmt.Fprintln(w, r.PairRatioLine())
 	}
-	fmt.Fprintf(w, "%s\n%s\n", r.HotRatioLine(), r.RatioLine())
+	fmt.Fprintf(w, "%s\n%s\n%s\n", r.HotRatioLine(), r.BatchRatioLine(), r.RatioLine())
 }
 
 // storeCallsLine gives the test server's calls per command of each phase that
@@ -313,6 +328,12 @@ func (r *Report) printTargets(w io.Writer) {
 	}
 	if r.HotRatio > 0 {
 		ts = append(ts, target{"hot/uniform commands/s (one account / the load phase's)", ">= 0.8", r.HotRatio, r.HotRatio >= 0.8, true, "x"})
+	}
+	if r.BatchRatio > 0 {
+		ts = append(ts, target{"batch/single commands/s (batches of the load phase's commands / one a request)", ">= 5", r.BatchRatio, r.BatchRatio >= 5, true, "x"})
+	}
+	if r.HotBatchRatio > 0 {
+		ts = append(ts, target{"hot batch/batch commands/s (one account / spread)", ">= 0.8", r.HotBatchRatio, r.HotBatchRatio >= 0.8, true, "x"})
 	}
 	if p := r.Phase(SystemLedger, PhaseDuplicates); p != nil {
 		ts = append(ts, target{"duplicates/s", ">= 30000", p.DuplicatesPerSec, p.DuplicatesPerSec >= 30000, true, "/s"})
@@ -389,5 +410,5 @@ func (r *Report) Markdown(w io.Writer) {
 	if r.PairRatio > 0 {
 		fmt.Fprintf(w, "\n`%s`\n", r.PairRatioLine())
 	}
-	fmt.Fprintf(w, "\n`%s`\n\n`%s`\n", r.HotRatioLine(), r.RatioLine())
+	fmt.Fprintf(w, "\n`%s`\n\n`%s`\n\n`%s`\n", r.HotRatioLine(), r.BatchRatioLine(), r.RatioLine())
 }
