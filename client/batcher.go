@@ -48,8 +48,18 @@ type batcher struct {
 
 func newBatcher(c *Client) *batcher { return &batcher{c: c} }
 
-// attempt queues the call and waits for its outcome.
+// attempt queues the call and waits for its outcome. A call made while
+// nothing is queued or in flight is sent at once, on the caller's goroutine.
 func (b *batcher) attempt(ctx context.Context, cl *call) outcome {
+	b.mu.Lock()
+	if b.inflight == 0 && len(b.queue) == 0 && !b.lingering {
+		b.inflight++
+		b.mu.Unlock()
+		out := b.c.request(ctx, CommandSubjectPrefix+cl.typ, cl.body)
+		b.done()
+		return out
+	}
+	b.mu.Unlock()
 	cl.ctx, cl.out = ctx, make(chan outcome, 1)
 	b.enqueue(cl)
 	select {
@@ -116,16 +126,19 @@ func (b *batcher) takeLocked() []*call {
 	return batch
 }
 
+// done ends a request in flight and sends what waited for it.
+func (b *batcher) done() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inflight--
+	if !b.lingering {
+		b.flushLocked()
+	}
+}
+
 // send makes one attempt of the batch's live calls and hands each its outcome.
 func (b *batcher) send(batch []*call) {
-	defer func() {
-		b.mu.Lock()
-		b.inflight--
-		if !b.lingering {
-			b.flushLocked()
-		}
-		b.mu.Unlock()
-	}()
+	defer b.done()
 	live := batch[:0]
 	for _, cl := range batch {
 		if cl.ctx.Err() == nil {

@@ -257,9 +257,8 @@ func TestLingerFlushesALoneCall(t *testing.T) {
 	}
 }
 
-// Concurrent calls all get their own definite reply, and each key moves money
-// once, whether the ledger takes ledger.v1.cmd.batch or not (then the client
-// falls back to one request per command).
+// Concurrent calls are coalesced into batches; each gets its own definite
+// reply, and each key moves money once.
 func TestConcurrentCalls(t *testing.T) {
 	ns, st := devtest.NATS(t), devtest.Memory(t)
 	ledgerOn(t, ns, st, "")
@@ -294,7 +293,11 @@ func TestConcurrentCalls(t *testing.T) {
 	if acc := devtest.Account(t, st, "alice"); acc.Balance != callers*each {
 		t.Fatalf("alice's stream folds to %d, want %d", acc.Balance, callers*each)
 	}
-	t.Logf("requests: %d single, %d batch", rl.count("ledger.v1.cmd.deposit"), rl.count(client.BatchSubject))
+	singles, batches := rl.count("ledger.v1.cmd.deposit"), rl.count(client.BatchSubject)
+	if batches == 0 || singles+batches >= callers*each {
+		t.Fatalf("%d calls went in %d single requests and %d batches: the concurrent calls were not coalesced", callers*each, singles, batches)
+	}
+	t.Logf("%d calls: %d single requests, %d batches", callers*each, singles, batches)
 }
 
 // A closed client answers no more: a call returns an IndefiniteError at once,

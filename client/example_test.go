@@ -18,8 +18,17 @@ import (
 
 // exampleLedger starts what the examples talk to: an embedded NATS server and
 // a ledger on the in-memory event store (`ledger dev` runs the same with
-// PostgreSQL). It returns a connection and a function that stops it all.
-func exampleLedger() (*nats.Conn, func(), error) {
+// PostgreSQL). It returns a connection and a function that stops it all; it
+// panics when something cannot start (the example cannot run then).
+func exampleLedger() (*nats.Conn, func()) {
+	nc, stop, err := startExampleLedger()
+	if err != nil {
+		panic(err)
+	}
+	return nc, stop
+}
+
+func startExampleLedger() (*nats.Conn, func(), error) {
 	dir, err := os.MkdirTemp("", "client-example-")
 	if err != nil {
 		return nil, nil, err
@@ -56,11 +65,7 @@ func exampleLedger() (*nats.Conn, func(), error) {
 }
 
 func Example() {
-	nc, stop, err := exampleLedger()
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	nc, stop := exampleLedger()
 	defer stop()
 
 	c := client.New(nc)
@@ -89,4 +94,30 @@ func Example() {
 	// applied 1000
 	// rejected insufficient_funds
 	// applied true 1000
+}
+
+// A batch: many commands in one request, each with its own key and reply.
+func ExampleClient_Batch() {
+	nc, stop := exampleLedger()
+	defer stop()
+	c := client.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	br, err := c.Batch(ctx, []client.Command{
+		client.OpenAccount{Key: "open-shop", AccountID: "shop", Currency: "EUR"},
+		client.Deposit{Key: "sale-1", AccountID: "shop", Amount: 500, Currency: "EUR"},
+		client.Withdraw{Key: "payout-1", AccountID: "shop", Amount: 900, Currency: "EUR"},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, r := range br.Replies {
+		fmt.Println(r.Key, r.Status, r.Code)
+	}
+	// Output:
+	// open-shop applied ok
+	// sale-1 applied ok
+	// payout-1 rejected insufficient_funds
 }

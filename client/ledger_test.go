@@ -92,6 +92,8 @@ type relay struct {
 	requests map[string]int // subject -> requests forwarded
 	// drop, when set, is asked for every reply: true loses it.
 	drop func(subject string, req, rep []byte) bool
+	// rename, when set, forwards a request on another subject.
+	rename func(subject string) string
 	// held replies wait until release is closed.
 	hold        func(subject string, req []byte) bool
 	release     chan struct{}
@@ -110,12 +112,15 @@ func relayTo(t testing.TB, ledgerNS *server.Server) (*relay, *nats.Conn) {
 	sub, err := in.Subscribe("ledger.v1.>", func(m *nats.Msg) {
 		r.mu.Lock()
 		r.requests[m.Subject]++
-		drop, hold := r.drop, r.hold
+		drop, hold, subject := r.drop, r.hold, m.Subject
+		if r.rename != nil {
+			subject = r.rename(subject)
+		}
 		r.mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rep, err := out.Request(m.Subject, m.Data, 30*time.Second)
+			rep, err := out.Request(subject, m.Data, 30*time.Second)
 			if err != nil {
 				return
 			}

@@ -308,15 +308,24 @@ type AuditCheckpoint struct {
 	TakenAt  time.Time
 }
 
-// SaveAudit stores an audit checkpoint and returns its ID.
+// AuditCheckpointsKept bounds the audit checkpoints stored: SaveAudit drops
+// the oldest beyond it (a month of nightly audits; each holds every
+// account's state, some 7 MB at 40,000 accounts).
+const AuditCheckpointsKept = 31
+
+// SaveAudit stores an audit checkpoint, drops the oldest beyond
+// AuditCheckpointsKept, and returns its ID.
 func (Checkpointer) SaveAudit(ctx context.Context, q RowQuerier, cp AuditCheckpoint) (int64, error) {
 	c, p, err := posArgs(cp.Position)
 	if err != nil {
 		return 0, err
 	}
 	var id int64
-	err = q.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state)
-		VALUES ($1, $2, $3, $4) RETURNING id`, c, p, cp.Events, cp.State).Scan(&id)
+	err = q.QueryRow(ctx, `WITH saved AS (INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state)
+			VALUES ($1, $2, $3, $4) RETURNING id),
+		dropped AS (DELETE FROM readmodel.audit_checkpoints WHERE id NOT IN
+			(SELECT id FROM readmodel.audit_checkpoints ORDER BY id DESC LIMIT $5::int - 1))
+		SELECT id FROM saved`, c, p, cp.Events, cp.State, AuditCheckpointsKept).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("projections: audit checkpoint: %w", err)
 	}

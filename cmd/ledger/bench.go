@@ -95,7 +95,7 @@ func benchCommand() *cli.Command {
 		&cli.DurationFlag{Name: flagBenchBatchWait, Category: sut, Usage: "ledger group commit: extra wait for a batch to fill (0: the ledger's default)", Sources: benchEnv(flagBenchBatchWait)},
 		&cli.IntFlag{Name: flagBenchCommitters, Category: sut, Usage: "ledger group commit: transactions in flight (0: the ledger's default)", Sources: benchEnv(flagBenchCommitters)},
 		&cli.StringFlag{Name: flagBenchNATSSync, Category: sut, Value: embednats.DefaultSyncInterval.String(), Usage: "how often the embedded NATS servers fsync JetStream: a duration, or always (every message), as ledger dev --nats-sync", Sources: benchEnv(flagBenchNATSSync)},
-		&cli.BoolFlag{Name: flagBenchStandby, Category: sut, Usage: "run the private PostgreSQL as a primary and a synchronous standby, as ledger dev --standby: every commit of both systems waits for the standby (docs/operations.md)", Sources: benchEnv(flagBenchStandby)},
+		&cli.BoolFlag{Name: flagBenchStandby, Category: sut, Usage: "run the private PostgreSQL as a primary and a synchronous standby, as ledger dev --standby: every commit of both systems waits for the standby (docs/operations.md); the ledger's load phase then runs again without and with the standby required (synchronous_standby_names cleared, then '*'), alternated twice on the same cluster, for the line `ratio pair/lone commands/s`", Sources: benchEnv(flagBenchStandby)},
 		&cli.BoolFlag{Name: flagBenchNoFsync, Category: sut, Usage: "run the private PostgreSQL without fsync (an experiment: what the disk costs; never a figure to quote as the ledger's)", Sources: benchEnv(flagBenchNoFsync)},
 		&cli.BoolFlag{Name: flagBenchNoGroup, Category: sut, Usage: "ledger: one transaction per command", Sources: benchEnv(flagBenchNoGroup)},
 		&cli.IntFlag{Name: flagBenchPoolSize, Category: sut, Usage: "baseline: PostgreSQL connections (0: max-in-flight + lanes)", Sources: benchEnv(flagBenchPoolSize)},
@@ -129,11 +129,15 @@ func benchCommand() *cli.Command {
 			"the same phases. Then the key check on streams of 10 and --key-check-events events, and the\n" +
 			"projector over everything written; with --history N, a history of N events seeded and\n" +
 			"rebuilt and audited (the lines `rebuild events/s: <n>` and `audit events/s: <n>` come just\n" +
-			"before the two ratio lines). --event-store puts the ledger's events on KurrentDB (the\n" +
-			"in-process test server, or a real one by URL) instead; the read models and the baseline stay on\n" +
-			"PostgreSQL. Progress goes to stderr; the report to stdout, whose last\n" +
-			"two lines are `ratio hot/uniform commands/s: <number>` (the ledger's hot phase over its load\n" +
-			"phase) and `ratio ledger/baseline commands/s: <number>`. Ctrl-C stops the run cleanly.",
+			"before the ratio lines). With --standby, the ledger's load phase again, half as long, lone\n" +
+			"(the standby not required) then pair (required), twice, and the line\n" +
+			"`ratio pair/lone commands/s: <number>` just before the ratio lines. --event-store puts the\n" +
+			"ledger's events on KurrentDB (the in-process test server, or a real one by URL) instead; the\n" +
+			"read models and the baseline stay on PostgreSQL. Progress goes to stderr; the report to\n" +
+			"stdout, whose last three lines are `ratio hot/uniform commands/s: <number>` (the ledger's hot\n" +
+			"phase over its load phase), `ratio batch/single commands/s: <number>` (its batch phase over\n" +
+			"its load phase) and `ratio ledger/baseline commands/s: <number>`. Ctrl-C stops the run\n" +
+			"cleanly.",
 		Flags:  flags,
 		Action: runBench,
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -70,6 +71,39 @@ func postFileCLI(t *testing.T, env []string, stdin []byte, args ...string) (stri
 	return string(out) + stderr, code
 }
 
+// postFileUntil starts `ledger post` with args against the dev of dir and
+// returns once the command keyed key is decided, with the running process, its
+// output and its end; it fails t when the run ends first.
+func postFileUntil(t *testing.T, dir string, env []string, key string, args ...string) (*exec.Cmd, *lockedBuffer, chan error) {
+	t.Helper()
+	info, _, err := config.ReadDevInfo(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := client.New(devtest.ConnectURL(t, info.NATSURL)).Queries()
+	run := exec.Command(ledgerBinary(t), append([]string{"post"}, args...)...)
+	run.Env = append(os.Environ(), env...)
+	out := &lockedBuffer{}
+	run.Stdout, run.Stderr = out, out
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- run.Wait() }()
+	devtest.Await(t, 5*time.Minute, func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("the run ended (%v) before %s was decided, too soon to stop it:\n%s", err, key, out.String())
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := q.Command(ctx, key)
+		return err
+	})
+	return run, out, done
+}
+
 // summaryCount reads a count of the summary ("  applied    12").
 func summaryCount(t *testing.T, out, what string) int {
 	t.Helper()
@@ -97,34 +131,8 @@ func TestPostFileKilledHalfWayAndRunAgain(t *testing.T) {
 	const lines = 10_000
 	want := payoutFile(t, file, lines)
 
-	info, _, err := config.ReadDevInfo(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc := devtest.ConnectURL(t, info.NATSURL)
-	q := client.New(nc).Queries()
-
 	// The first run, killed once line 5,000 is decided.
-	first := exec.Command(ledgerBinary(t), "post", "--file", file, "--batch-size", "50")
-	first.Env = append(os.Environ(), env...)
-	var firstOut lockedBuffer
-	first.Stdout, first.Stderr = &firstOut, &firstOut
-	if err := first.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- first.Wait() }()
-	devtest.Await(t, 5*time.Minute, func() error {
-		select {
-		case err := <-done:
-			t.Fatalf("the first run ended (%v) before it could be killed half-way:\n%s", err, firstOut.String())
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, err := q.Command(ctx, fmt.Sprintf("pf-%05d", lines/2))
-		return err
-	})
+	first, firstOut, done := postFileUntil(t, dir, env, fmt.Sprintf("pf-%05d", lines/2), "--file", file, "--batch-size", "50")
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +159,10 @@ func TestPostFileKilledHalfWayAndRunAgain(t *testing.T) {
 
 	// Every line moved money once: each account's stream folds to the balance
 	// the file gives it.
+	info, _, err := config.ReadDevInfo(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	st := devtest.Store(t, info.EventStoreURL)
 	for id, bal := range want {
 		if got := devtest.Account(t, st, id).Balance; got != bal {
@@ -207,5 +219,33 @@ func TestPostFileSummary(t *testing.T) {
 	}
 	if _, code := postFileCLI(t, env, nil, "--file", path, "--batch-size", "0"); code != exitUsage {
 		t.Fatalf("--batch-size 0: exit %d, want %d", code, exitUsage)
+	}
+}
+
+// SIGTERM (or Ctrl-C) stops `ledger post --file` cleanly: it prints the
+// summary of what was answered, says where it stopped, and exits 3; running
+// the file again finishes it.
+func TestPostFileStopsCleanlyOnSIGTERM(t *testing.T) {
+	dir := t.TempDir()
+	startDev(t, dir, []string{"--nats-addr", "127.0.0.1:0"}, []string{config.EnvDatabaseURL + "=" + pgtest.URL(t)})
+	env := []string{config.EnvDataDir + "=" + dir}
+	file := filepath.Join(t.TempDir(), "payouts.jsonl")
+	const lines = 10_000
+	payoutFile(t, file, lines)
+	run, out, done := postFileUntil(t, dir, env, fmt.Sprintf("pf-%05d", 1_000), "--no-progress", "--file", file, "--batch-size", "20")
+	if err := run.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var ee *exec.ExitError
+	if err := <-done; !errors.As(err, &ee) || ee.ExitCode() != exitNoReply {
+		t.Fatalf("after SIGTERM: %v, want exit status %d:\n%s", err, exitNoReply, out.String())
+	}
+	answered := summaryCount(t, out.String(), "applied")
+	if answered < 500 || answered >= lines || !strings.Contains(out.String(), "stopped at line") {
+		t.Fatalf("the summary after SIGTERM: %d applied, want some and not all, and where it stopped:\n%s", answered, out.String())
+	}
+	rest, code := postFileCLI(t, env, nil, "--file", file)
+	if code != exitApplied || summaryCount(t, rest, "applied")+summaryCount(t, rest, "duplicate") != lines {
+		t.Fatalf("run again: exit %d:\n%s", code, rest)
 	}
 }

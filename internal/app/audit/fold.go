@@ -354,13 +354,19 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) 
 	}
 	m := ev.Metadata
 	f.noteHome(re, m)
-	if err := domain.EvolveAccount(a, ev); err != nil {
+	// Decoded once and folded as the ledger folds what it decided: what
+	// EvolveAccount does, but for decoding the event a second time.
+	payload, err := domain.DecodeEvent(re.Type, re.Data)
+	if err == nil {
+		err = domain.EvolveAccountDecided(a, ev, payload)
+	}
+	if err != nil {
 		f.eventViolation(InvBalance, "fold_failed", re, "%v", err)
 		f.badStream[re.Stream] = true
 		return
 	}
+	a.ForgetDurable(a.Revision) // a stored event is durable
 	f.checkSnapshot(re.Stream, a)
-	payload, _ := domain.DecodeEvent(re.Type, re.Data) // decoded by EvolveAccount already
 	f.checkAccountEvent(re, m, a, payload)
 	f.expectAccountRows(re, m, a, payload)
 }

@@ -51,20 +51,24 @@ func (s *pgSets) close() {
 	s.conn.Release()
 }
 
+// An event ID goes to COPY as [16]byte, which pgx writes as a binary uuid;
+// uuid.UUID itself would go through its driver.Valuer, a string parsed again
+// (10% of the audit's CPU in a profile at 1,054,692 events).
+
 func (s *pgSets) eventID(f *Fold, re eventstore.RecordedEvent) {
-	s.ids = append(s.ids, []any{re.ID, f.Events})
+	s.ids = append(s.ids, []any{[16]byte(re.ID), f.Events})
 }
 
 func (s *pgSets) group(f *Fold, re eventstore.RecordedEvent, key string) {
-	s.groups = append(s.groups, []any{re.Stream, key, int64(re.Revision), re.ID, f.Events})
+	s.groups = append(s.groups, []any{re.Stream, key, int64(re.Revision), [16]byte(re.ID), f.Events})
 }
 
 func (s *pgSets) home(f *Fold, re eventstore.RecordedEvent, key, hash string) {
-	s.homes = append(s.homes, []any{key, re.Stream, hash, int64(re.Revision), re.ID, f.Events})
+	s.homes = append(s.homes, []any{key, re.Stream, hash, int64(re.Revision), [16]byte(re.ID), f.Events})
 }
 
 func (s *pgSets) claim(f *Fold, re eventstore.RecordedEvent, key string, c claim) {
-	s.claims = append(s.claims, []any{key, c.stream, c.hash, int64(re.Revision), re.ID, f.Events})
+	s.claims = append(s.claims, []any{key, c.stream, c.hash, int64(re.Revision), [16]byte(re.ID), f.Events})
 }
 
 func (s *pgSets) row(f *Fold, table, key, account, digest string) {

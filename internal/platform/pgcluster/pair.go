@@ -266,7 +266,7 @@ func (p *Pair) Promote(ctx context.Context) error {
 	if out, err := s.run(ctx, "pg_ctl", "promote", "-D", s.dataDir, "-w", "-t", "60", "-s"); err != nil {
 		return fmt.Errorf("pgcluster: pg_ctl promote: %w: %s", err, out)
 	}
-	if err := s.exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = ''", "SELECT pg_reload_conf()", "CHECKPOINT"); err != nil {
+	if err := s.exec(ctx, syncStatements("")...); err != nil {
 		return err
 	}
 	p.primary = 1 - p.primary
@@ -323,35 +323,62 @@ func lastLine(s string) string {
 // (synchronous_standby_names = '*') and waits until the standby streams as
 // synchronous.
 func (p *Pair) requireSync(ctx context.Context) error {
+	return p.setSync(ctx, true)
+}
+
+// SetSynchronous makes the primary wait for its standby on every commit (on:
+// the pair's shape) or not (off: it commits as a lone primary does, the
+// standby still streaming and replaying, asynchronously), takes a checkpoint,
+// and returns once the standby streams as synchronous (on) or asynchronous
+// (off). A benchmark measures the standby's round trip with it on one cluster
+// and its data.
+func (p *Pair) SetSynchronous(ctx context.Context, on bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.setSync(ctx, on)
+}
+
+func (p *Pair) setSync(ctx context.Context, on bool) error {
 	pr := p.nodes[p.primary]
-	if err := pr.exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = '*'", "SELECT pg_reload_conf()", "CHECKPOINT"); err != nil {
+	names, state := "", "async"
+	if on {
+		names, state = "*", "sync"
+	}
+	if err := pr.exec(ctx, syncStatements(names)...); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
 	for {
-		n, err := pr.syncStandbys(ctx)
+		n, err := pr.standbysIn(ctx, state)
 		if err == nil && n > 0 {
-			p.log.Info("standby is synchronous", "primary_port", pr.port, "standby_port", p.nodes[1-p.primary].port)
+			p.log.Info("standby streams", "sync_state", state, "primary_port", pr.port, "standby_port", p.nodes[1-p.primary].port)
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("pgcluster: the standby did not become synchronous with the primary on port %d: %w (last: %v)", pr.port, ctx.Err(), err)
+			return fmt.Errorf("pgcluster: the standby did not stream as %s with the primary on port %d: %w (last: %v)", state, pr.port, ctx.Err(), err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
 
-// syncStandbys is the number of standbys streaming to c as synchronous.
-func (c *Cluster) syncStandbys(ctx context.Context) (int, error) {
+// syncStatements set synchronous_standby_names on a primary, reload its
+// configuration and take a checkpoint.
+func syncStatements(names string) []string {
+	return []string{"ALTER SYSTEM SET synchronous_standby_names = '" + names + "'", "SELECT pg_reload_conf()", "CHECKPOINT"}
+}
+
+// standbysIn is the number of standbys streaming to c in sync_state state
+// (sync, async).
+func (c *Cluster) standbysIn(ctx context.Context, state string) (int, error) {
 	conn, err := pgx.Connect(ctx, c.URLFor("postgres"))
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Close(context.Background())
 	var n int
-	err = conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync' AND state = 'streaming'").Scan(&n)
+	err = conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE sync_state = $1 AND state = 'streaming'", state).Scan(&n)
 	return n, err
 }
 

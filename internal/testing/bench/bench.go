@@ -118,6 +118,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	prog := &progress{log: log, interval: cfg.ProgressInterval}
 	cfg.ledgerMetrics = env.Node.Registry
+	if env.Pair != nil {
+		cfg.pair = &pairSwitch{set: env.Pair.SetSynchronous, url: env.DatabaseURL}
+	}
 
 	var written []string // databases the systems driven so far wrote to
 	for _, sys := range cfg.Systems {
@@ -192,6 +195,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if l, h := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemLedger, PhaseHot); l != nil && h != nil {
 		rep.HotRatio = ratio(h.CommandsPerSec, l.CommandsPerSec)
 	}
+	rep.PairRatio = pairLoneRatio(rep.Phases)
 
 	if cfg.KeyCheckEvents > 0 {
 		log.Info("bench: key check", "events", cfg.KeyCheckEvents)
@@ -404,6 +408,15 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 	lr.Mode = fmt.Sprintf("closed loop, %d clients", cfg.Clients)
 	lr.WarmupNewAnswered = warmNew
 	loadRate := lr.CommandsPerSec
+	if sys == SystemLedger && cfg.pair != nil {
+		// The same load without and with the standby required, alternated: the
+		// standby's cost measured in one run, on one cluster.
+		if err := cfg.pair.alternate(ctx, cfg.Clients, func(name string) (*PhaseResult, error) {
+			return phase(name, gens(name), loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio})
+		}); err != nil {
+			return out, err
+		}
+	}
 
 	// The same load with every client on one account (a merchant's, a fee
 	// account): a hot account must cost what a cold one costs.

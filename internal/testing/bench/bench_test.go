@@ -382,3 +382,56 @@ func checkHistory(t *testing.T, h *HistoryReport, lines []string) {
 		t.Fatalf("lines before the ratios: %q, %q", r, a)
 	}
 }
+
+// TestRunTinyPairAndLone: on a pair (Standby), the ledger's load phase runs
+// again alternately with the standby not required and required, on the same
+// cluster: each lone phase ran with synchronous_standby_names cleared and no
+// backend seen waiting for the standby, the pair phases with '*' and backends
+// seen waiting (sampled over both rounds), and the report prints the pair/lone
+// ratio of their commands/s before the existing ratio lines. No figure is
+// asserted.
+func TestRunTinyPairAndLone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a NATS server and a PostgreSQL primary with its standby")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, _, lines := runTiny(ctx, t, Config{
+		Systems: []string{SystemLedger}, Standby: true, NoFsync: true,
+		Clients: 4, Accounts: 25, DuplicateRatio: 0.2, Duration: time.Second, Warmup: 200 * time.Millisecond,
+		Grace: 500 * time.Millisecond, DataDir: t.TempDir(),
+	})
+	var pairWaits int64
+	for round := 1; round <= pairRounds; round++ {
+		for _, c := range []struct {
+			phase, names string
+		}{{PhaseLoadLone, ""}, {PhaseLoadPair, "*"}} {
+			name := fmt.Sprintf("%s-%d", c.phase, round)
+			p := rep.Phase(SystemLedger, name)
+			if p == nil || p.Commands <= 0 || p.Errors != 0 || p.Anomalies != 0 || p.SyncStandbyNames == nil || *p.SyncStandbyNames != c.names {
+				t.Fatalf("%s: %+v", name, p)
+			}
+			if p.SyncRepSamples <= 0 {
+				t.Errorf("%s: no sample of the backends waiting for the standby", name)
+			}
+			if c.phase == PhaseLoadLone && p.SyncRepWaits != 0 {
+				t.Errorf("%s: %d backends waiting for the standby with none required", name, p.SyncRepWaits)
+			}
+			if c.phase == PhaseLoadPair {
+				pairWaits += p.SyncRepWaits
+			}
+		}
+	}
+	if pairWaits == 0 {
+		t.Errorf("no backend seen waiting for the standby in the pair phases")
+	}
+	if rep.PairRatio <= 0 {
+		t.Fatalf("pair ratio %v", rep.PairRatio)
+	}
+	if l := lines[len(lines)-4]; !regexp.MustCompile(`^ratio pair/lone commands/s: [0-9]+\.[0-9]{2}$`).MatchString(l) || l != rep.PairRatioLine() {
+		t.Fatalf("fourth line from the end %q", l)
+	}
+	if hot := lines[len(lines)-3]; hot != rep.HotRatioLine() {
+		t.Fatalf("third line from the end %q", hot)
+	}
+}

@@ -16,6 +16,10 @@ type Config struct {
 	// ledgerMetrics is where the ledger under test registers its metrics
 	// (set by Run: its node's registry).
 	ledgerMetrics prometheus.Gatherer
+	// pair is the private cluster when it is a pair (set by Run with Standby):
+	// the ledger's load phase is then also run alternately without and with
+	// the synchronous standby (pairload.go).
+	pair *pairSwitch
 	// Clients is the number of concurrent clients (each one command at a time).
 	Clients int
 	// Accounts is the number of accounts the commands spread over.

@@ -52,6 +52,13 @@ type PhaseResult struct {
 	// WarmupNewAnswered counts the new commands answered by the unrecorded
 	// warm-up that preceded the phase (they were applied all the same).
 	WarmupNewAnswered int64 `json:"warmup_new_answered,omitempty"`
+	// SyncStandbyNames is the primary's synchronous_standby_names during a
+	// phase of the pair/lone comparison, and SyncRepWaits the backends seen
+	// waiting for the standby (wait event SyncRep) by SyncRepSamples samples
+	// of pg_stat_activity every 10 ms through it (pairload.go).
+	SyncStandbyNames *string `json:"synchronous_standby_names,omitempty"`
+	SyncRepWaits     int64   `json:"syncrep_waits,omitempty"`
+	SyncRepSamples   int64   `json:"syncrep_samples,omitempty"`
 	// Timeline is the phase second by second (request-reply phases).
 	Timeline []SecondStat `json:"timeline,omitempty"`
 }
@@ -113,6 +120,10 @@ type Report struct {
 	// phase's over its batch phase's (0 when either was not driven).
 	BatchRatio    float64 `json:"ratio_batch_single"`
 	HotBatchRatio float64 `json:"ratio_hot_batch_batch"`
+	// PairRatio is the ledger's commands per second in its load phases on the
+	// pair with the synchronous standby required over those with it cleared,
+	// alternated in the same run (0 without --standby).
+	PairRatio float64 `json:"ratio_pair_lone,omitempty"`
 }
 
 // ReportConfig is the part of Config a reader needs to reproduce a run.
@@ -157,6 +168,11 @@ func (r *Report) Phase(system, phase string) *PhaseResult {
 // RatioLine is the last line of the printed report.
 func (r *Report) RatioLine() string {
 	return fmt.Sprintf("ratio ledger/baseline commands/s: %.2f", r.Ratio)
+}
+
+// PairRatioLine comes before HotRatioLine in a run on the pair.
+func (r *Report) PairRatioLine() string {
+	return fmt.Sprintf("ratio pair/lone commands/s: %.2f", r.PairRatio)
 }
 
 // HotRatioLine is the third line from the end.
@@ -243,7 +259,11 @@ func (r *Report) Print(w io.Writer) {
 	if r.History != nil {
 		r.History.print(w)
 	}
-	fmt.Fprintf(w, "\n%s\n%s\n%s\n", r.HotRatioLine(), r.BatchRatioLine(), r.RatioLine())
+	fmt.Fprintln(w)
+	if r.PairRatio > 0 {
+		fmt.Fprintln(w, r.PairRatioLine())
+	}
+	fmt.Fprintf(w, "%s\n%s\n%s\n", r.HotRatioLine(), r.BatchRatioLine(), r.RatioLine())
 }
 
 // storeCallsLine gives the test server's calls per command of each phase that
@@ -386,6 +406,9 @@ func (r *Report) Markdown(w io.Writer) {
 		}
 		fmt.Fprintf(w, "\nProjection: %d events in %.1fs = **%.0f events/s** (%d projections, %s; cores bench/postgres/other %s).\n",
 			p.Events, p.Seconds, p.EventsPerSec, p.Projections, state, fmtCPU(p.CPU))
+	}
+	if r.PairRatio > 0 {
+		fmt.Fprintf(w, "\n`%s`\n", r.PairRatioLine())
 	}
 	fmt.Fprintf(w, "\n`%s`\n\n`%s`\n\n`%s`\n", r.HotRatioLine(), r.BatchRatioLine(), r.RatioLine())
 }
