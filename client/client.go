@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/ledgerworks/ledger/domain"
 )
 
 // Subjects of the protocol (PROTOCOL.md §2, §4).
@@ -21,14 +23,15 @@ const (
 )
 
 // Limits of a batch (PROTOCOL.md §2.2): the automatic batching keeps within
-// them; an explicit Batch outside them is answered invalid by the ledger.
+// them; an explicit Batch outside them is answered invalid by the ledger. They
+// are the ledger's own limits (package domain decides by them), not copies.
 const (
-	MaxBatchCommands = 1000
-	MaxBatchPostings = 4096
-	MaxBatchBytes    = 512 << 10
+	MaxBatchCommands = domain.MaxBatchCommands
+	MaxBatchPostings = domain.MaxBatchPostings
+	MaxBatchBytes    = domain.MaxBatchBodyBytes
 	// MaxCommandBytes is the limit of one command's body (§2): a bigger one is
 	// sent alone, never in a batch, and answered invalid.
-	MaxCommandBytes = 64 << 10
+	MaxCommandBytes = domain.MaxBodyBytes
 )
 
 // Defaults of the options.
