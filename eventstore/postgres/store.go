@@ -343,6 +343,19 @@ func (s *Store) begin(ctx context.Context, parts []eventstore.StreamAppend) (c *
 		return nil, nil, err
 	}
 
+	var heads map[string]int64
+	if heads, err = lockStreams(ctx, conn, parts); err != nil {
+		return nil, nil, err
+	}
+	if plans, err = planParts(ctx, conn, parts, heads); err != nil {
+		return nil, nil, err
+	}
+	return acquired, plans, nil
+}
+
+// lockStreams is begin's one round trip: BEGIN, the streams' locks, then their
+// heads (the last revision of each, -1 for none), read after the locks.
+func lockStreams(ctx context.Context, conn *pgx.Conn, parts []eventstore.StreamAppend) (map[string]int64, error) {
 	streams := make([]string, len(parts))
 	for i, p := range parts {
 		streams[i] = p.Stream
@@ -362,35 +375,42 @@ func (s *Store) begin(ctx context.Context, parts []eventstore.StreamAppend) (c *
 		return err
 	})
 	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
-		return nil, nil, classify(ctx, "lock streams", err)
+		return nil, classify(ctx, "lock streams", err)
 	}
 	if st := conn.PgConn().TxStatus(); st != 'T' {
-		return nil, nil, fmt.Errorf("eventstore/postgres: lock streams: connection in transaction status %q after BEGIN, want 'T'", st)
+		return nil, fmt.Errorf("eventstore/postgres: lock streams: connection in transaction status %q after BEGIN, want 'T'", st)
 	}
+	return heads, nil
+}
 
-	plans = make([]plan, len(parts))
+// planParts decides each part against its stream's head: write it, return the
+// original write, or refuse the append (a wrong revision, or a part written
+// after an earlier part of its stream was found already stored).
+func planParts(ctx context.Context, conn *pgx.Conn, parts []eventstore.StreamAppend, heads map[string]int64) ([]plan, error) {
+	plans := make([]plan, len(parts))
 	matched := map[string]bool{} // streams with a part already stored
 	for i, p := range parts {
 		if len(p.Events) == 0 { // an assertion of the stream's revision: nothing to write
 			if last, _ := p.Expected.LastBefore(); last != heads[p.Stream] {
-				return nil, nil, wrongRevision(p.Stream, p.Expected, heads[p.Stream])
+				return nil, wrongRevision(p.Stream, p.Expected, heads[p.Stream])
 			}
 			plans[i] = plan{part: p, head: heads[p.Stream]}
 			continue
 		}
+		var err error
 		if plans[i], err = decide(ctx, conn, p, heads[p.Stream]); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		switch {
 		case plans[i].write && matched[p.Stream]:
-			return nil, nil, wrongRevision(p.Stream, p.Expected, heads[p.Stream])
+			return nil, wrongRevision(p.Stream, p.Expected, heads[p.Stream])
 		case plans[i].write: // a later part of the same stream follows this one
 			heads[p.Stream] += int64(len(p.Events))
 		default:
 			matched[p.Stream] = true
 		}
 	}
-	return acquired, plans, nil
+	return plans, nil
 }
 
 // commit ends an append begun by begin in one round trip, one pipeline: the

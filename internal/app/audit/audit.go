@@ -114,37 +114,17 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 5000
 	}
-	f := NewFold()
-	f.VerifyChain = opts.VerifyChain
-	f.NoRows = opts.ReadModels == nil
-	if opts.MaxViolations > 0 {
-		f.MaxViolations = opts.MaxViolations
-	}
 	if opts.Sets == nil {
 		opts.Sets = opts.ReadModels
-	}
-	f.Reload = reloader(ctx, store)
-	if opts.Sets != nil {
-		ps, err := newPGSets(ctx, opts.Sets)
-		if err != nil {
-			return nil, err
-		}
-		defer ps.close()
-		f.sets = ps
 	}
 	if err := checkpointOptions(opts); err != nil {
 		return nil, err
 	}
-	if opts.From != nil {
-		cp, err := projections.Checkpoints.LoadAudit(ctx, opts.Sets, *opts.From)
-		if err != nil {
-			return nil, fmt.Errorf("audit: --from: %w", err)
-		}
-		if err := f.resume(ctx, store, cp); err != nil {
-			return nil, err
-		}
-		f.lookupClaim = func(key string) (claim, bool, error) { return f.claimBefore(ctx, store, key) }
+	f, closeSets, err := runFold(ctx, store, opts)
+	if err != nil {
+		return nil, err
 	}
+	defer closeSets()
 
 	// The read models' snapshot comes first, so that the store's head is at or
 	// after every checkpoint.
@@ -184,6 +164,41 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 		return nil, err
 	}
 	return report(ctx, store, f, tx, lives, expected, snapshots, head, opts)
+}
+
+// runFold is the fold Run drives: its options, its sets in PostgreSQL when
+// there is a database for them (closeSets drops them), and, with --from, the
+// state of the audit checkpoint it resumes from.
+func runFold(ctx context.Context, store Store, opts Options) (f *Fold, closeSets func(), err error) {
+	f = NewFold()
+	f.VerifyChain = opts.VerifyChain
+	f.NoRows = opts.ReadModels == nil
+	if opts.MaxViolations > 0 {
+		f.MaxViolations = opts.MaxViolations
+	}
+	f.Reload = reloader(ctx, store)
+	closeSets = func() {}
+	if opts.Sets != nil {
+		ps, err := newPGSets(ctx, opts.Sets)
+		if err != nil {
+			return nil, nil, err
+		}
+		f.sets, closeSets = ps, ps.close
+	}
+	if opts.From != nil {
+		cp, err := projections.Checkpoints.LoadAudit(ctx, opts.Sets, *opts.From)
+		if err == nil {
+			err = f.resume(ctx, store, cp)
+		} else {
+			err = fmt.Errorf("audit: --from: %w", err)
+		}
+		if err != nil {
+			closeSets()
+			return nil, nil, err
+		}
+		f.lookupClaim = func(key string) (claim, bool, error) { return f.claimBefore(ctx, store, key) }
+	}
+	return f, closeSets, nil
 }
 
 // report finishes the fold, compares the read models and writes the report.
