@@ -31,7 +31,7 @@ type Attempt struct {
 	Key      string
 	Type     string
 	Body     []byte
-	Via      string // "request" or "jetstream"
+	Via      string // "request", "batch" (an element of a batch) or "jetstream"
 	Outcome  string
 	Reply    *reply.Reply
 	Err      string
@@ -245,6 +245,52 @@ func (c *client) sendWithin(ctx context.Context, key, typ string, b []byte, d ti
 		c.h.add(a)
 		return a
 	}
+	c.record(&a, lr)
+	c.h.add(a)
+	return a
+}
+
+// element is one command of a batch the workload sends.
+type element struct {
+	key, typ string
+	body     []byte
+}
+
+// batch sends elems as one ledger.v1.cmd.batch that is not atomic (the ledger
+// client's Batch, which resends the elements left undecided, bounded by d) and
+// records every element as an attempt of its own, exactly as a single
+// command's: a definite reply is ok or failed, an element without one by then
+// (answered error, or its reply lost) is indefinite. A batch refused as a
+// whole (no per-element replies) leaves every element indefinite.
+func (c *client) batch(ctx context.Context, elems []element, d time.Duration) []Attempt {
+	cmds := make([]lclient.Command, len(elems))
+	for i, e := range elems {
+		c.h.noteSent(e.key, e.typ, e.body)
+		cmds[i] = lclient.Raw{Type: e.typ, Body: e.body}
+	}
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	br, err := c.lc.Batch(rctx, cmds)
+	out := make([]Attempt, len(elems))
+	for i, e := range elems {
+		a := Attempt{Key: e.key, Type: e.typ, Body: e.body, Via: "batch", Start: start, Duration: time.Since(start), Outcome: Indefinite}
+		switch {
+		case len(br.Replies) != len(elems):
+			a.Err = fmt.Sprintf("batch answered %s %s (%s) with %d replies for %d elements: %v", br.Status, br.Code, br.Message, len(br.Replies), len(elems), err)
+		case !br.Replies[i].Status.Definite():
+			a.Err = fmt.Sprintf("element answered %q %s: %v", br.Replies[i].Status, br.Replies[i].Code, err)
+		default:
+			c.record(&a, br.Replies[i])
+		}
+		c.h.add(a)
+		out[i] = a
+	}
+	return out
+}
+
+// record sets a's reply and outcome from the client's definite reply lr.
+func (c *client) record(a *Attempt, lr lclient.Reply) {
 	// The history keeps the server's reply type, whose JSON the client's
 	// matches field for field (client/shape_test.go).
 	var r reply.Reply
@@ -254,16 +300,13 @@ func (c *client) sendWithin(ctx context.Context, key, typ string, b []byte, d ti
 	}
 	if err != nil {
 		a.Outcome, a.Err = Indefinite, fmt.Sprintf("undecodable reply: %v", err)
-		c.h.add(a)
-		return a
+		return
 	}
 	a.Reply = &r
 	a.Outcome = OK
 	if r.Status == domain.StatusInvalid {
 		a.Outcome = Failed
 	}
-	c.h.add(a)
-	return a
 }
 
 // publish makes one attempt through JetStream (js.Publish): the ack says the

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	lclient "github.com/ledgerworks/ledger/client"
+	"github.com/ledgerworks/ledger/domain"
 )
 
 func scenarios() []scenario {
@@ -62,6 +63,7 @@ type bank struct {
 	producers           int
 	commands            int
 	resend, reuse, js   float64
+	batch               float64 // share of the producers' steps sending a batch (workload.batch)
 	hot                 float64 // share of the commands on one account
 	retries             int
 	timeout             time.Duration
@@ -128,7 +130,7 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 		retries = 8
 	}
 	w := &workload{prefix: "s" + res.id, accounts: hotAccounts("s"+res.id, b.accounts), producers: b.producers, commands: b.commands,
-		resend: b.resend, reuse: b.reuse, jetstream: b.js, retries: retries, pace: b.pace, seed: s.seed ^ uint64(len(res.id))<<32 ^ uint64(res.id[0]), hot: b.hot}
+		resend: b.resend, reuse: b.reuse, jetstream: b.js, batch: b.batch, retries: retries, pace: b.pace, seed: s.seed ^ uint64(len(res.id))<<32 ^ uint64(res.id[0]), hot: b.hot}
 	if err := w.open(ctx, c); err != nil {
 		return err
 	}
@@ -183,6 +185,24 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 	}
 	if err := sys.finish(ctx, h, res, b.required, b.evidence); err != nil {
 		return err
+	}
+	if b.batch > 0 {
+		var n, dup, conflict, indefinite int
+		for _, a := range h.Attempts() {
+			if a.Via != "batch" {
+				continue
+			}
+			n++
+			switch {
+			case a.Outcome == Indefinite:
+				indefinite++
+			case a.Reply.Duplicate:
+				dup++
+			case a.Reply.Code == domain.CodeIdempotencyKeyConflict:
+				conflict++
+			}
+		}
+		res.notes = append(res.notes, fmt.Sprintf("%d of %d attempts were elements of batches (not atomic): %d duplicates, %d conflicts, %d indefinite", n, len(h.Attempts()), dup, conflict, indefinite))
 	}
 	res.notes = append(res.notes, "applied: "+h.AppliedByType())
 	for _, k := range undecided {
@@ -332,7 +352,7 @@ func (sys *system) finish(ctx context.Context, h *History, res *result, required
 func scenarioBank(ctx context.Context, s *suite, res *result) error {
 	return runBank(ctx, s, res, bank{
 		ledgers: 1, projectors: 1, accounts: 20, producers: 8,
-		commands: s.size(5000, 400), resend: 0.10, reuse: 0.02, hot: 0.5, required: true,
+		commands: s.size(5000, 400), resend: 0.10, reuse: 0.02, hot: 0.5, batch: 0.15, required: true,
 		evidence: func(_ context.Context, _ *system, res *result) {
 			// The faults of this scenario are the client's own: resends and reuse.
 			res.ev.Other += res.stats.Duplicates + res.stats.Conflicts

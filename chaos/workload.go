@@ -27,9 +27,14 @@ type workload struct {
 	resend    float64 // share of commands resent with the same key and body
 	reuse     float64 // share of commands that reuse an acked key with another payload
 	jetstream float64 // share sent with js.Publish instead of a request
-	retries   int     // attempts per command while the outcome is indefinite
-	pace      time.Duration
-	seed      uint64
+	// batch is the share of the producers' steps that send a batch (not
+	// atomic) of 2-8 new commands instead of one, sometimes with an element
+	// repeating an earlier acknowledged key (the same body or another), and
+	// sometimes resent whole.
+	batch   float64
+	retries int // attempts per command while the outcome is indefinite
+	pace    time.Duration
+	seed    uint64
 	// hot is the share of commands on the first account (a merchant's or a fee
 	// account: most commands pipeline on it, issue 12).
 	hot float64
@@ -107,6 +112,10 @@ func (w *workload) run(ctx context.Context, c *client) {
 				}
 			}
 			for i := 0; more(i); i++ {
+				if w.batch > 0 && rng.Float64() < w.batch {
+					i = w.sendBatch(ctx, c, rng, p, i, &acked)
+					continue
+				}
 				cmd := w.next(rng, p, i)
 				b := body(cmd.key, cmd.fields)
 				if js != nil && rng.Float64() < w.jetstream {
@@ -134,16 +143,7 @@ func (w *workload) run(ctx context.Context, c *client) {
 					}
 				case x < w.resend+w.reuse && len(acked) > 0: // key reuse with another payload
 					old := acked[rng.IntN(len(acked))]
-					f := map[string]any{}
-					for k, v := range old.fields {
-						f[k] = v
-					}
-					if amount, ok := f["amount"].(int); ok {
-						f["amount"] = amount + 1 + rng.IntN(50)
-					} else { // a transaction: other metadata makes it another request
-						f["metadata"] = map[string]string{"reuse": strconv.Itoa(rng.IntN(1000))}
-					}
-					c.send(ctx, old.key, old.typ, body(old.key, f))
+					c.send(ctx, old.key, old.typ, reused(rng, old))
 				default:
 					if a := c.settle(ctx, cmd.key, cmd.typ, b, w.retries); a.Outcome == OK {
 						acked = append(acked, cmd)
@@ -156,6 +156,59 @@ func (w *workload) run(ctx context.Context, c *client) {
 		}(p)
 	}
 	wg.Wait()
+}
+
+// reused is the body of an acknowledged command with another payload: its key
+// reused for another request, which the ledger must refuse as a conflict.
+func reused(rng *rand.Rand, old sentCmd) []byte {
+	f := map[string]any{}
+	for k, v := range old.fields {
+		f[k] = v
+	}
+	if amount, ok := f["amount"].(int); ok {
+		f["amount"] = amount + 1 + rng.IntN(50)
+	} else { // a transaction: other metadata makes it another request
+		f["metadata"] = map[string]string{"reuse": strconv.Itoa(rng.IntN(1000))}
+	}
+	return body(old.key, f)
+}
+
+// sendBatch sends producer p's commands i, i+1, ... as one batch that is not
+// atomic, and returns the index of its last new command. With the share
+// resend+reuse, one more element repeats an earlier acknowledged key: the same
+// body (a duplicate) or, with the share reuse, another body (a conflict). With
+// the share resend, the whole batch is sent again.
+func (w *workload) sendBatch(ctx context.Context, c *client, rng *rand.Rand, p, i int, acked *[]sentCmd) int {
+	n := 2 + rng.IntN(7)
+	var elems []element
+	var cmds []sentCmd
+	for j := 0; j < n; j++ {
+		cmd := w.next(rng, p, i+j)
+		cmds = append(cmds, cmd)
+		elems = append(elems, element{cmd.key, cmd.typ, body(cmd.key, cmd.fields)})
+	}
+	if x := rng.Float64(); x < w.resend+w.reuse && len(*acked) > 0 {
+		old := (*acked)[rng.IntN(len(*acked))]
+		e := element{old.key, old.typ, body(old.key, old.fields)}
+		if x < w.reuse {
+			e.body = reused(rng, old)
+		}
+		at := rng.IntN(len(elems) + 1)
+		elems = append(elems[:at], append([]element{e}, elems[at:]...)...)
+	}
+	d := time.Duration(max(1, w.retries)) * c.timeout
+	got := c.batch(ctx, elems, d)
+	if rng.Float64() < w.resend {
+		c.batch(ctx, elems, d)
+	}
+	for _, cmd := range cmds {
+		for _, a := range got {
+			if a.Key == cmd.key && a.Outcome == OK {
+				*acked = append(*acked, cmd)
+			}
+		}
+	}
+	return i + n - 1
 }
 
 // peer is another account of a's currency, when one is found in a few tries.
