@@ -131,10 +131,10 @@ func scenarioRedelivery(ctx context.Context, s *suite, res *result) error {
 	rng := s.rng("2")
 	var invalid int
 	var dlq uint64
-	var stops, holds int
+	var stops, holds, badBatches int
 	err := runBank(ctx, s, res, bank{
 		ledgers: 2, projectors: 1, accounts: 10, producers: 4, commands: s.size(1200, 200),
-		resend: 0.05, js: 0.6, retries: 10, timeout: 4 * time.Second,
+		resend: 0.05, js: 0.6, batch: 0.15, retries: 10, timeout: 4 * time.Second,
 		// A short AckWait, a short grace: the consumer races request-reply.
 		ledgerArgs: []string{"--jetstream-backoff", "1s,1s,2s,2s", "--jetstream-grace", "100ms", "--jetstream-max-deliver", "20"},
 		required:   true,
@@ -178,6 +178,13 @@ func scenarioRedelivery(ctx context.Context, s *suite, res *result) error {
 				if err != nil {
 					return
 				}
+				// A batch that can never be decoded (a byte after its JSON
+				// object) must be dead-lettered too.
+				bctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				js.Publish(natsapi.CommandSubject("batch"), []byte(`{"commands":[{"type":"deposit","idempotency_key":"s2-invalid-batch","account_id":"s2-acc-00","amount":1,"currency":"EUR"}]}x`), nats.Context(bctx))
+				cancel()
+				invalid++
+				badBatches++
 				for i := 0; ctx.Err() == nil && i < 20; i++ {
 					if !sleepCtx(ctx, 200*time.Millisecond) {
 						return
@@ -209,7 +216,7 @@ func scenarioRedelivery(ctx context.Context, s *suite, res *result) error {
 			}
 		},
 	})
-	res.notes = append(res.notes, fmt.Sprintf("%d ledger freezes beyond the AckWait, %d held streams, %d invalid commands published, %d dead letters", stops, holds, invalid, dlq))
+	res.notes = append(res.notes, fmt.Sprintf("%d ledger freezes beyond the AckWait, %d held streams, %d invalid commands published (%d of them an undecodable batch), %d dead letters", stops, holds, invalid, badBatches, dlq))
 	if err == nil && res.report != nil && int(dlq) < invalid {
 		res.report.fail(3, "%d invalid commands were published durably, only %d reached the DLQ", invalid, dlq)
 	}

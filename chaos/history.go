@@ -32,6 +32,7 @@ type Attempt struct {
 	Type     string
 	Body     []byte
 	Via      string // "request", "batch" (an element of a batch) or "jetstream"
+	InBatch  bool   // published through JetStream as an element of a batch
 	Outcome  string
 	Reply    *reply.Reply
 	Err      string
@@ -322,6 +323,36 @@ func (c *client) publish(ctx context.Context, js nats.JetStreamContext, key, typ
 	}
 	c.h.add(a)
 	return a
+}
+
+// publishBatch publishes elems as one batch that is not atomic through
+// JetStream (ledger.v1.cmd.batch, captured by LEDGER_COMMANDS) and records every
+// element as a JetStream attempt of its own, indefinite as a single published
+// command is: the ack says the batch is stored, not decided.
+func (c *client) publishBatch(ctx context.Context, js nats.JetStreamContext, elems []element) []Attempt {
+	var b strings.Builder
+	b.WriteString(`{"commands":[`)
+	for i, e := range elems {
+		c.h.noteSent(e.key, e.typ, e.body)
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		// The element is the command's body with its type (PROTOCOL.md §2.2).
+		fmt.Fprintf(&b, `{"type":%q,%s`, e.typ, e.body[1:])
+	}
+	b.WriteString(`]}`)
+	start := time.Now()
+	_, err := js.Publish(natsapi.CommandSubject("batch"), []byte(b.String()), nats.Context(ctx))
+	out := make([]Attempt, len(elems))
+	for i, e := range elems {
+		a := Attempt{Key: e.key, Type: e.typ, Body: e.body, Via: "jetstream", InBatch: true, Start: start, Duration: time.Since(start), Outcome: Indefinite}
+		if err != nil {
+			a.Err = err.Error()
+		}
+		c.h.add(a)
+		out[i] = a
+	}
+	return out
 }
 
 // settle sends a key until it gets a definite answer: one call of the ledger

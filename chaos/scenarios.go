@@ -187,8 +187,11 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 		return err
 	}
 	if b.batch > 0 {
-		var n, dup, conflict, indefinite int
+		var n, dup, conflict, indefinite, published int
 		for _, a := range h.Attempts() {
+			if a.InBatch {
+				published++
+			}
 			if a.Via != "batch" {
 				continue
 			}
@@ -202,7 +205,7 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 				conflict++
 			}
 		}
-		res.notes = append(res.notes, fmt.Sprintf("%d of %d attempts were elements of batches (not atomic): %d duplicates, %d conflicts, %d indefinite", n, len(h.Attempts()), dup, conflict, indefinite))
+		res.notes = append(res.notes, fmt.Sprintf("%d of %d attempts were elements of batches (not atomic) by request-reply: %d duplicates, %d conflicts, %d indefinite; %d elements of batches published to JetStream", n, len(h.Attempts()), dup, conflict, indefinite, published))
 	}
 	res.notes = append(res.notes, "applied: "+h.AppliedByType())
 	for _, k := range undecided {

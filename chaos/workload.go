@@ -113,7 +113,11 @@ func (w *workload) run(ctx context.Context, c *client) {
 			}
 			for i := 0; more(i); i++ {
 				if w.batch > 0 && rng.Float64() < w.batch {
-					i = w.sendBatch(ctx, c, rng, p, i, &acked)
+					if js != nil && rng.Float64() < w.jetstream {
+						i = w.publishBatch(ctx, c, js, rng, p, i)
+					} else {
+						i = w.sendBatch(ctx, c, rng, p, i, &acked)
+					}
 					continue
 				}
 				cmd := w.next(rng, p, i)
@@ -173,12 +177,8 @@ func reused(rng *rand.Rand, old sentCmd) []byte {
 	return body(old.key, f)
 }
 
-// sendBatch sends producer p's commands i, i+1, ... as one batch that is not
-// atomic, and returns the index of its last new command. With the share
-// resend+reuse, one more element repeats an earlier acknowledged key: the same
-// body (a duplicate) or, with the share reuse, another body (a conflict). With
-// the share resend, the whole batch is sent again.
-func (w *workload) sendBatch(ctx context.Context, c *client, rng *rand.Rand, p, i int, acked *[]sentCmd) int {
+// batchOf is producer p's commands i, i+1, ... (2-8 of them) as batch elements.
+func (w *workload) batchOf(rng *rand.Rand, p, i int) ([]sentCmd, []element) {
 	n := 2 + rng.IntN(7)
 	var elems []element
 	var cmds []sentCmd
@@ -187,6 +187,27 @@ func (w *workload) sendBatch(ctx context.Context, c *client, rng *rand.Rand, p, 
 		cmds = append(cmds, cmd)
 		elems = append(elems, element{cmd.key, cmd.typ, body(cmd.key, cmd.fields)})
 	}
+	return cmds, elems
+}
+
+// publishBatch publishes producer p's commands i, i+1, ... as one batch
+// through JetStream and returns the index of its last command.
+func (w *workload) publishBatch(ctx context.Context, c *client, js nats.JetStreamContext, rng *rand.Rand, p, i int) int {
+	_, elems := w.batchOf(rng, p, i)
+	pctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	c.publishBatch(pctx, js, elems)
+	return i + len(elems) - 1
+}
+
+// sendBatch sends producer p's commands i, i+1, ... as one batch that is not
+// atomic, and returns the index of its last new command. With the share
+// resend+reuse, one more element repeats an earlier acknowledged key: the same
+// body (a duplicate) or, with the share reuse, another body (a conflict). With
+// the share resend, the whole batch is sent again.
+func (w *workload) sendBatch(ctx context.Context, c *client, rng *rand.Rand, p, i int, acked *[]sentCmd) int {
+	cmds, elems := w.batchOf(rng, p, i)
+	n := len(cmds)
 	if x := rng.Float64(); x < w.resend+w.reuse && len(*acked) > 0 {
 		old := (*acked)[rng.IntN(len(*acked))]
 		e := element{old.key, old.typ, body(old.key, old.fields)}
