@@ -258,7 +258,7 @@ func scenarioKillLedger(ctx context.Context, s *suite, res *result) error {
 	}
 	return runBank(ctx, s, res, bank{
 		ledgers: 1, projectors: 1, accounts: 20, producers: 6, commands: s.size(2500, 300),
-		resend: 0.05, reuse: 0.01, js: 0.2, retries: 12, timeout: 3 * time.Second,
+		resend: 0.05, reuse: 0.01, js: 0.2, batch: 0.15, retries: 12, timeout: 3 * time.Second,
 		ledgerArgs: []string{"--jetstream-backoff", "2s,2s,4s", "--jetstream-grace", "300ms"},
 		failpoints: fmt.Sprintf("%s:%g,%s:%g", natsapi.FailpointAfterCommitBeforeAck, p, natsapi.FailpointAfterAckBeforeReply, p),
 		required:   true, planned: true,
