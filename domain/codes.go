@@ -38,7 +38,8 @@ const (
 	CodeRefundExceedsOriginal  Code = "refund_exceeds_original"
 	CodeNotRefundable          Code = "not_refundable"
 	CodeInternalError          Code = "internal_error"
-	CodeNotFound               Code = "not_found" // queries only
+	CodeRevisionMismatch       Code = "revision_mismatch" // v1.2 §2.3
+	CodeNotFound               Code = "not_found"         // queries only
 )
 
 // Rejection is a business refusal: a typed code and a human message.
