@@ -16,11 +16,18 @@ type Command interface {
 	body() ([]byte, error)
 }
 
-// The fields of section 2.3 (v1.2: EffectiveAt, ExpectedRevision, UpTo) are
-// part of the contract, and the structs carry them, but the ledger does not
-// implement section 2.3 yet: it decodes commands strictly, so a command that
-// sets one is answered status invalid, code invalid_request, with the field
-// named in Fields (nothing is recorded). Left nil or false they are not sent.
+// The fields of section 2.3 (v1.2) are part of the request (a resend under the
+// same key must carry the same values) and, left nil or false, are not sent:
+//
+//   - ExpectedRevision (Deposit, Withdraw, PlaceHold, CaptureHold, ReleaseHold,
+//     CloseAccount): the command applies only if the account's Revision is
+//     that number; otherwise it is rejected with CodeRevisionMismatch, and the
+//     refusal is recorded (it moves the revision on, and a resend answers it).
+//   - UpTo (Withdraw, Transfer): Amount is a maximum; the ledger moves as much
+//     of it as the source's Available allows without its overdraft and says
+//     how much in Reply.Moved (nothing available: CodeInsufficientFunds).
+//   - EffectiveAt: not implemented by the ledger yet: a command that sets it
+//     is answered status invalid, code invalid_request, naming the field.
 
 // OpenAccount is ledger.v1.cmd.open_account.
 type OpenAccount struct {
@@ -40,8 +47,8 @@ type Deposit struct {
 	Amount    int64             `json:"amount"` // minor units
 	Currency  string            `json:"currency"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt and ExpectedRevision (§2.3): refused as invalid_request until
-	// the ledger implements them.
+	// EffectiveAt (§2.3): refused as invalid_request until the ledger
+	// implements it. ExpectedRevision: see above.
 	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
 	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
 }
@@ -53,8 +60,8 @@ type Withdraw struct {
 	Amount    int64             `json:"amount"`
 	Currency  string            `json:"currency"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt, ExpectedRevision and UpTo (§2.3): refused as invalid_request
-	// until the ledger implements them.
+	// EffectiveAt (§2.3): refused as invalid_request until the ledger
+	// implements it. ExpectedRevision and UpTo: see above.
 	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
 	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
 	UpTo             bool       `json:"up_to,omitempty"`
@@ -69,8 +76,8 @@ type Transfer struct {
 	Amount     int64             `json:"amount"`
 	Currency   string            `json:"currency"`
 	Metadata   map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt and UpTo (§2.3): refused as invalid_request until the ledger
-	// implements them.
+	// EffectiveAt (§2.3): refused as invalid_request until the ledger
+	// implements it. UpTo: see above.
 	EffectiveAt *time.Time `json:"effective_at,omitempty"`
 	UpTo        bool       `json:"up_to,omitempty"`
 }
@@ -84,8 +91,8 @@ type PlaceHold struct {
 	Currency  string            `json:"currency"`
 	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt and ExpectedRevision (§2.3): refused as invalid_request until
-	// the ledger implements them.
+	// EffectiveAt (§2.3): refused as invalid_request until the ledger
+	// implements it. ExpectedRevision: see above.
 	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
 	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
 }
@@ -99,8 +106,8 @@ type CaptureHold struct {
 	Amount    int64             `json:"amount,omitempty"`
 	To        string            `json:"to,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt and ExpectedRevision (§2.3): refused as invalid_request until
-	// the ledger implements them.
+	// EffectiveAt (§2.3): refused as invalid_request until the ledger
+	// implements it. ExpectedRevision: see above.
 	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
 	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
 }
@@ -110,8 +117,7 @@ type ReleaseHold struct {
 	Key       string `json:"idempotency_key"`
 	AccountID string `json:"account_id"`
 	HoldID    string `json:"hold_id"`
-	// ExpectedRevision (§2.3): refused as invalid_request until the ledger
-	// implements it.
+	// ExpectedRevision (§2.3): see above.
 	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
 }
 
@@ -130,8 +136,7 @@ type Refund struct {
 type CloseAccount struct {
 	Key       string `json:"idempotency_key"`
 	AccountID string `json:"account_id"`
-	// ExpectedRevision (§2.3): refused as invalid_request until the ledger
-	// implements it.
+	// ExpectedRevision (§2.3): see above.
 	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
 }
 
