@@ -89,9 +89,9 @@ func TestEffectiveAt(t *testing.T) {
 		}
 		want := map[string]string{
 			"account-" + a + "/AccountOpened": "-2160h0m0s", "account-" + b + "/AccountOpened": "-1440h0m0s",
-			"account-" + a + "/Credited": "-1920h0m0s", // the deposit; the refund's Debited below
-			"account-" + a + "/Debited":  "4s",
-			"account-" + b + "/Credited": "-696h0m0s", // the last credit to b: the capture's
+			"account-" + a + "/Credited":   "-1920h0m0s", // the deposit; the refund's Debited below
+			"account-" + a + "/Debited":    "4s",
+			"account-" + b + "/Credited":   "-696h0m0s", // the last credit to b: the capture's
 			"account-" + a + "/HoldPlaced": "-720h0m0s", "account-" + a + "/HoldCaptured": "-696h0m0s",
 		}
 		for k, v := range want {
