@@ -16,18 +16,27 @@ type Command interface {
 	body() ([]byte, error)
 }
 
-// The fields of section 2.3 (v1.2) are part of the request (a resend under the
-// same key must carry the same values) and, left nil or false, are not sent:
+// The fields of section 2.3 (v1.2: EffectiveAt, ExpectedRevision, UpTo) are
+// part of the request (the same key with another value is
+// idempotency_key_conflict naming the field); left nil or false they are not
+// sent.
 //
-//   - ExpectedRevision (Deposit, Withdraw, PlaceHold, CaptureHold, ReleaseHold,
-//     CloseAccount): the command applies only if the account's Revision is
-//     that number; otherwise it is rejected with CodeRevisionMismatch, and the
-//     refusal is recorded (it moves the revision on, and a resend answers it).
-//   - UpTo (Withdraw, Transfer): Amount is a maximum; the ledger moves as much
-//     of it as the source's Available allows without its overdraft and says
-//     how much in Reply.Moved (nothing available: CodeInsufficientFunds).
-//   - EffectiveAt: not implemented by the ledger yet: a command that sets it
-//     is answered status invalid, code invalid_request, naming the field.
+// EffectiveAt is when the money moved in the world (a settlement booked late,
+// a history imported): the ledger decides in the order it records commands
+// and reports (statements, balances as of an effective time) by this time. It
+// may be at most 5 seconds after the ledger's own time, and never before the
+// effective opening of an account the command touches; otherwise the reply is
+// invalid, invalid_request, Fields naming effective_at, and nothing is
+// recorded.
+//
+// ExpectedRevision (Deposit, Withdraw, PlaceHold, CaptureHold, ReleaseHold,
+// CloseAccount): the command applies only if the account's Revision is that
+// number; otherwise it is rejected with CodeRevisionMismatch, and the refusal
+// is recorded (it moves the revision on, and a resend answers it).
+//
+// UpTo (Withdraw, Transfer): Amount is a maximum; the ledger moves as much of
+// it as the source's Available allows without its overdraft and says how much
+// in Reply.Moved (nothing available: CodeInsufficientFunds).
 
 // OpenAccount is ledger.v1.cmd.open_account.
 type OpenAccount struct {
@@ -36,8 +45,7 @@ type OpenAccount struct {
 	Currency       string            `json:"currency"`
 	OverdraftLimit int64             `json:"overdraft_limit,omitempty"` // minor units; 0: none
 	Metadata       map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt (§2.3): refused as invalid_request until the ledger implements it.
-	EffectiveAt *time.Time `json:"effective_at,omitempty"`
+	EffectiveAt    *time.Time        `json:"effective_at,omitempty"`
 }
 
 // Deposit is ledger.v1.cmd.deposit: credits the account from outside the ledger.
@@ -47,8 +55,7 @@ type Deposit struct {
 	Amount    int64             `json:"amount"` // minor units
 	Currency  string            `json:"currency"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt (§2.3): refused as invalid_request until the ledger
-	// implements it. ExpectedRevision: see above.
+	// EffectiveAt and ExpectedRevision (§2.3): see above.
 	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
 	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
 }
@@ -60,8 +67,7 @@ type Withdraw struct {
 	Amount    int64             `json:"amount"`
 	Currency  string            `json:"currency"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt (§2.3): refused as invalid_request until the ledger
-	// implements it. ExpectedRevision and UpTo: see above.
+	// EffectiveAt, ExpectedRevision and UpTo (§2.3): see above.
 	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
 	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
 	UpTo             bool       `json:"up_to,omitempty"`
@@ -76,8 +82,7 @@ type Transfer struct {
 	Amount     int64             `json:"amount"`
 	Currency   string            `json:"currency"`
 	Metadata   map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt (§2.3): refused as invalid_request until the ledger
-	// implements it. UpTo: see above.
+	// EffectiveAt and UpTo (§2.3): see above.
 	EffectiveAt *time.Time `json:"effective_at,omitempty"`
 	UpTo        bool       `json:"up_to,omitempty"`
 }
@@ -91,8 +96,7 @@ type PlaceHold struct {
 	Currency  string            `json:"currency"`
 	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt (§2.3): refused as invalid_request until the ledger
-	// implements it. ExpectedRevision: see above.
+	// EffectiveAt and ExpectedRevision (§2.3): see above.
 	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
 	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
 }
@@ -106,8 +110,7 @@ type CaptureHold struct {
 	Amount    int64             `json:"amount,omitempty"`
 	To        string            `json:"to,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt (§2.3): refused as invalid_request until the ledger
-	// implements it. ExpectedRevision: see above.
+	// EffectiveAt and ExpectedRevision (§2.3): see above.
 	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
 	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
 }
@@ -128,8 +131,7 @@ type Refund struct {
 	OriginalKey string            `json:"original_key"`
 	Amount      int64             `json:"amount,omitempty"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt (§2.3): refused as invalid_request until the ledger implements it.
-	EffectiveAt *time.Time `json:"effective_at,omitempty"`
+	EffectiveAt *time.Time        `json:"effective_at,omitempty"`
 }
 
 // CloseAccount is ledger.v1.cmd.close_account.
@@ -146,8 +148,7 @@ type PostTransaction struct {
 	TransactionID string            `json:"transaction_id"`
 	Postings      []Posting         `json:"postings"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt (§2.3): refused as invalid_request until the ledger implements it.
-	EffectiveAt *time.Time `json:"effective_at,omitempty"`
+	EffectiveAt   *time.Time        `json:"effective_at,omitempty"`
 }
 
 // Posting is one leg of a PostTransaction.

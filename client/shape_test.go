@@ -22,11 +22,6 @@ import (
 // package's exported ones, which a Go caller compiles against. These tests
 // hold the two to the same JSON, field by field, so neither drifts.
 
-// pending23 are the fields of PROTOCOL.md §2.3 that the client carries before
-// the ledger implements them (issue 25); once the server has one, it must
-// match like any other.
-var pending23 = []string{"effective_at"}
-
 // shape is a JSON shape: a field name (with its path) -> its JSON kind.
 func shape(t reflect.Type) map[string]string {
 	out := map[string]string{}
@@ -117,8 +112,7 @@ func shapeDiff(server, cl any, serverOnly ...string) []string {
 		}
 	}
 	for name, k := range c {
-		leaf := name[strings.LastIndex(name, ".")+1:]
-		if _, ok := s[name]; !ok && !slices.Contains(pending23, leaf) {
+		if _, ok := s[name]; !ok {
 			out = append(out, fmt.Sprintf("the client has %s (%s), the server has not", name, k))
 		}
 	}
@@ -195,9 +189,8 @@ func TestSameShapeFailsOnADifference(t *testing.T) {
 	}
 }
 
-// Every client command has a struct whose JSON fields are the decoder's, the
-// fields of §2.3 aside until the server has them, and every command type the
-// ledger takes from a client has its struct.
+// Every client command has a struct whose JSON fields are the decoder's, and
+// every command type the ledger takes from a client has its struct.
 func TestCommandStructsMatchTheDecoder(t *testing.T) {
 	structs := map[domain.CommandType]any{
 		domain.CmdOpenAccount: client.OpenAccount{}, domain.CmdDeposit: client.Deposit{}, domain.CmdWithdraw: client.Withdraw{},
@@ -214,7 +207,7 @@ func TestCommandStructsMatchTheDecoder(t *testing.T) {
 		want := append([]string{"idempotency_key"}, domain.CommandFieldNames(typ)...)
 		var got []string
 		for name := range shape(reflect.TypeOf(s)) {
-			if !strings.Contains(name, ".") && (!slices.Contains(pending23, name) || slices.Contains(want, name)) {
+			if !strings.Contains(name, ".") {
 				got = append(got, name)
 			}
 		}

@@ -87,6 +87,9 @@ type Command struct {
 	// UpTo (v1.2 §2.3): Amount is a maximum; the command moves as much of it
 	// as the source's available balance allows without its overdraft.
 	UpTo bool
+	// EffectiveAt is when the money moved in the world (v1.2 §2.3), as given;
+	// zero: none given, the record time At. Part of the request.
+	EffectiveAt time.Time
 
 	// At is the time the ledger accepted the command. It is not part of the
 	// request: a retry carries a later At and is still the same intent.
@@ -165,20 +168,24 @@ type fieldSpec struct {
 }
 
 var commandFields = map[CommandType][]fieldSpec{
-	CmdOpenAccount: {{"account_id", fID, true}, {"currency", fCurrency, true}, {"overdraft_limit", fLimit, false}, {"metadata", fMetadata, false}},
+	CmdOpenAccount: {{"account_id", fID, true}, {"currency", fCurrency, true}, {"overdraft_limit", fLimit, false}, {"metadata", fMetadata, false}, effectiveField},
 	// v1.1: every command that moves or reserves money takes metadata too.
-	// v1.2 §2.3: expected_revision on the commands of one account, up_to on
-	// withdraw and transfer.
-	CmdDeposit:         {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}, {"expected_revision", fRevision, false}},
-	CmdWithdraw:        {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}, {"expected_revision", fRevision, false}, {"up_to", fBool, false}},
-	CmdTransfer:        {{"transfer_id", fID, true}, {"from", fID, true}, {"to", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}, {"up_to", fBool, false}},
-	CmdPlaceHold:       {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"expires_at", fTime, false}, {"metadata", fMetadata, false}, {"expected_revision", fRevision, false}},
-	CmdCaptureHold:     {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, false}, {"to", fID, false}, {"metadata", fMetadata, false}, {"expected_revision", fRevision, false}},
+	// v1.2 §2.3: effective_at (effectiveField), expected_revision on the
+	// commands of one account, up_to on withdraw and transfer.
+	CmdDeposit:         {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}, effectiveField, {"expected_revision", fRevision, false}},
+	CmdWithdraw:        {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}, effectiveField, {"expected_revision", fRevision, false}, {"up_to", fBool, false}},
+	CmdTransfer:        {{"transfer_id", fID, true}, {"from", fID, true}, {"to", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}, effectiveField, {"up_to", fBool, false}},
+	CmdPlaceHold:       {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"expires_at", fTime, false}, {"metadata", fMetadata, false}, effectiveField, {"expected_revision", fRevision, false}},
+	CmdCaptureHold:     {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, false}, {"to", fID, false}, {"metadata", fMetadata, false}, effectiveField, {"expected_revision", fRevision, false}},
 	CmdReleaseHold:     {{"account_id", fID, true}, {"hold_id", fID, true}, {"expected_revision", fRevision, false}},
-	CmdRefund:          {{"original_key", fKey, true}, {"amount", fAmount, false}, {"metadata", fMetadata, false}},
+	CmdRefund:          {{"original_key", fKey, true}, {"amount", fAmount, false}, {"metadata", fMetadata, false}, effectiveField},
 	CmdCloseAccount:    {{"account_id", fID, true}, {"expected_revision", fRevision, false}},
-	CmdPostTransaction: {{"transaction_id", fID, true}, {"postings", fPostings, true}, {"metadata", fMetadata, false}},
+	CmdPostTransaction: {{"transaction_id", fID, true}, {"postings", fPostings, true}, {"metadata", fMetadata, false}, effectiveField},
 }
+
+// effectiveField is effective_at (v1.2 §2.3), on open_account and every
+// command that moves or reserves money.
+var effectiveField = fieldSpec{"effective_at", fTime, false}
 
 // DecodeCommand decodes a client command body strictly: a JSON object, valid
 // UTF-8, at most MaxBodyBytes, no unknown or repeated fields, integers only for
@@ -301,7 +308,7 @@ func (c *Command) setField(s fieldSpec, raw json.RawMessage) *InvalidError {
 		if err != nil {
 			return invalid(s.name, "must be an RFC 3339 timestamp: %v", err)
 		}
-		c.ExpiresAt = ts.UTC()
+		c.setTime(s.name, ts)
 	case fPostings:
 		p, ierr := decodePostings(raw)
 		if ierr != nil {
@@ -382,6 +389,15 @@ func decodePostings(raw json.RawMessage) ([]Posting, *InvalidError) {
 		}
 	}
 	return out, nil
+}
+
+// setTime sets the time field called name (expires_at, effective_at), in UTC.
+func (c *Command) setTime(name string, ts time.Time) {
+	if name == effectiveField.name {
+		c.EffectiveAt = ts.UTC()
+		return
+	}
+	c.ExpiresAt = ts.UTC()
 }
 
 // setID sets the ID field called name; false for a name that is not an ID field.
@@ -562,6 +578,9 @@ func (c Command) Request() Request {
 	}
 	if !c.ExpiresAt.IsZero() {
 		r["expires_at"] = c.ExpiresAt.UTC().Format(time.RFC3339Nano)
+	}
+	if !c.EffectiveAt.IsZero() {
+		r["effective_at"] = c.EffectiveAt.UTC().Format(time.RFC3339Nano)
 	}
 	return r
 }
