@@ -207,7 +207,7 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 		}
 		res.notes = append(res.notes, fmt.Sprintf("%d of %d attempts were elements of batches (not atomic) by request-reply: %d duplicates, %d conflicts, %d indefinite; %d elements of batches published to JetStream", n, len(h.Attempts()), dup, conflict, indefinite, published))
 	}
-	res.notes = append(res.notes, "applied: "+h.AppliedByType())
+	res.notes = append(res.notes, "applied: "+h.AppliedByType(), h.Conditions())
 	for _, k := range undecided {
 		res.report.fail(1, "key %q: JetStream acknowledged the command, the ledger never decided it", k)
 	}
