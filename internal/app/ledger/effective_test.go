@@ -21,7 +21,7 @@ import (
 // key is a conflict naming it). Decisions keep the record order: a deposit
 // backdated before a withdrawal recorded earlier does not fund it.
 func TestEffectiveAt(t *testing.T) {
-	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
 		s := New(st, Options{Clock: clock})
 		defer s.Close()
 		p := strings.NewReplacer("/", "-").Replace(t.Name()) + "-"
