@@ -23,9 +23,9 @@ import (
 // hold the two to the same JSON, field by field, so neither drifts.
 
 // pending23 are the fields of PROTOCOL.md §2.3 that the client carries before
-// the ledger implements them (issue 25); once the server has one, it must
-// match like any other.
-var pending23 = []string{"effective_at", "expected_revision", "up_to", "moved"}
+// the ledger implements them (issue 25; effective_at is served); once the
+// server has one, it must match like any other.
+var pending23 = []string{"expected_revision", "up_to", "moved"}
 
 // shape is a JSON shape: a field name (with its path) -> its JSON kind.
 func shape(t reflect.Type) map[string]string {
