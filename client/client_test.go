@@ -117,12 +117,11 @@ func TestSection23FieldsRefusedUntilImplemented(t *testing.T) {
 	c := client.New(nc)
 	ctx := ctxFor(t, time.Minute)
 	open(t, c, "alice", 1_000)
-	at, rev := time.Now().Add(-time.Hour), int64(1)
+	rev := int64(1)
 	cases := []struct {
 		field string
 		cmd   client.Command
 	}{
-		{"effective_at", client.Deposit{Key: "e-1", AccountID: "alice", Amount: 1, Currency: "EUR", EffectiveAt: &at}},
 		{"expected_revision", client.Deposit{Key: "e-2", AccountID: "alice", Amount: 1, Currency: "EUR", ExpectedRevision: &rev}},
 		{"up_to", client.Withdraw{Key: "e-3", AccountID: "alice", Amount: 1, Currency: "EUR", UpTo: true}},
 	}
@@ -134,6 +133,45 @@ func TestSection23FieldsRefusedUntilImplemented(t *testing.T) {
 		if r.Status != client.StatusInvalid || len(r.Fields) != 1 || r.Fields[0] != tc.field {
 			t.Errorf("%s: %s %s %v, want invalid naming %s (is §2.3 implemented now? update the doc comments)", tc.field, r.Status, r.Code, r.Fields, tc.field)
 		}
+	}
+}
+
+// EffectiveAt (§2.3) is sent when set: an account opened effective two hours
+// ago takes a deposit effective an hour ago, once; a deposit effective before
+// the opening is invalid, and answered again when resent; the same key an hour later is a
+// conflict naming effective_at; a time an hour ahead of the ledger's is
+// invalid, naming it, and writes nothing.
+func TestEffectiveAtSent(t *testing.T) {
+	_, nc := memoryLedger(t)
+	c := client.New(nc)
+	ctx := ctxFor(t, time.Minute)
+	opened, past, ahead := time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	if r, err := c.OpenAccount(ctx, client.OpenAccount{Key: "open-alice", AccountID: "alice", Currency: "EUR", EffectiveAt: &opened}); err != nil || r.Status != client.StatusApplied {
+		t.Fatalf("open effective two hours ago: %+v %v", r, err)
+	}
+	early := opened.Add(-time.Second)
+	if r, err := c.Deposit(ctx, client.Deposit{Key: "eff-0", AccountID: "alice", Amount: 7, Currency: "EUR", EffectiveAt: &early}); err != nil || fmt.Sprint(r.Fields) != "[effective_at]" {
+		t.Fatalf("a deposit effective before the opening: %+v %v", r, err)
+	}
+	dep := client.Deposit{Key: "eff-1", AccountID: "alice", Amount: 7, Currency: "EUR", EffectiveAt: &past}
+	for _, want := range []bool{false, true} {
+		r, err := c.Deposit(ctx, dep)
+		if err != nil || r.Status != client.StatusApplied || r.Duplicate != want || r.Account.Balance != 7 {
+			t.Fatalf("deposit effective an hour ago (duplicate %v): %+v %v", want, r, err)
+		}
+	}
+	dep.EffectiveAt = &ahead
+	r, err := c.Deposit(ctx, dep)
+	if err != nil || r.Code != client.CodeIdempotencyKeyConflict || fmt.Sprint(r.Fields) != "[effective_at]" {
+		t.Fatalf("the key with another effective_at: %+v %v", r, err)
+	}
+	dep.Key = "eff-2"
+	r, err = c.Deposit(ctx, dep)
+	if err != nil || r.Status != client.StatusInvalid || fmt.Sprint(r.Fields) != "[effective_at]" {
+		t.Fatalf("effective an hour ahead: %+v %v", r, err)
+	}
+	if b, err := c.Deposit(ctx, client.Deposit{Key: "eff-3", AccountID: "alice", Amount: 1, Currency: "EUR"}); err != nil || b.Account.Balance != 8 {
+		t.Fatalf("the invalid deposit moved money: %+v %v", b, err)
 	}
 }
 

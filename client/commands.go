@@ -17,10 +17,20 @@ type Command interface {
 }
 
 // The fields of section 2.3 (v1.2: EffectiveAt, ExpectedRevision, UpTo) are
-// part of the contract, and the structs carry them, but the ledger does not
-// implement section 2.3 yet: it decodes commands strictly, so a command that
-// sets one is answered status invalid, code invalid_request, with the field
-// named in Fields (nothing is recorded). Left nil or false they are not sent.
+// part of the contract; left nil or false they are not sent.
+//
+// EffectiveAt is when the money moved in the world (a settlement booked late,
+// a history imported): the ledger decides in the order it records commands
+// and reports (statements, balances as of an effective time) by this time. It
+// is part of the request (the same key with another EffectiveAt is
+// idempotency_key_conflict), may be at most 5 seconds after the ledger's own
+// time, and never before the effective opening of an account the command
+// touches; otherwise the reply is invalid, invalid_request, Fields naming
+// effective_at, and nothing is recorded.
+//
+// Those of ExpectedRevision and UpTo that the ledger does not implement yet
+// are answered status invalid, code invalid_request, with the field named in
+// Fields (nothing is recorded).
 
 // OpenAccount is ledger.v1.cmd.open_account.
 type OpenAccount struct {
@@ -29,8 +39,7 @@ type OpenAccount struct {
 	Currency       string            `json:"currency"`
 	OverdraftLimit int64             `json:"overdraft_limit,omitempty"` // minor units; 0: none
 	Metadata       map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt (§2.3): refused as invalid_request until the ledger implements it.
-	EffectiveAt *time.Time `json:"effective_at,omitempty"`
+	EffectiveAt    *time.Time        `json:"effective_at,omitempty"`
 }
 
 // Deposit is ledger.v1.cmd.deposit: credits the account from outside the ledger.
@@ -40,8 +49,8 @@ type Deposit struct {
 	Amount    int64             `json:"amount"` // minor units
 	Currency  string            `json:"currency"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt and ExpectedRevision (§2.3): refused as invalid_request until
-	// the ledger implements them.
+	// ExpectedRevision (§2.3): refused as invalid_request until the ledger
+	// implements it.
 	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
 	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
 }
@@ -53,8 +62,8 @@ type Withdraw struct {
 	Amount    int64             `json:"amount"`
 	Currency  string            `json:"currency"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt, ExpectedRevision and UpTo (§2.3): refused as invalid_request
-	// until the ledger implements them.
+	// ExpectedRevision and UpTo (§2.3): refused as invalid_request until the
+	// ledger implements them.
 	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
 	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
 	UpTo             bool       `json:"up_to,omitempty"`
@@ -69,8 +78,7 @@ type Transfer struct {
 	Amount     int64             `json:"amount"`
 	Currency   string            `json:"currency"`
 	Metadata   map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt and UpTo (§2.3): refused as invalid_request until the ledger
-	// implements them.
+	// UpTo (§2.3): refused as invalid_request until the ledger implements it.
 	EffectiveAt *time.Time `json:"effective_at,omitempty"`
 	UpTo        bool       `json:"up_to,omitempty"`
 }
@@ -84,8 +92,8 @@ type PlaceHold struct {
 	Currency  string            `json:"currency"`
 	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt and ExpectedRevision (§2.3): refused as invalid_request until
-	// the ledger implements them.
+	// ExpectedRevision (§2.3): refused as invalid_request until the ledger
+	// implements it.
 	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
 	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
 }
@@ -99,8 +107,8 @@ type CaptureHold struct {
 	Amount    int64             `json:"amount,omitempty"`
 	To        string            `json:"to,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt and ExpectedRevision (§2.3): refused as invalid_request until
-	// the ledger implements them.
+	// ExpectedRevision (§2.3): refused as invalid_request until the ledger
+	// implements it.
 	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
 	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
 }
@@ -122,8 +130,7 @@ type Refund struct {
 	OriginalKey string            `json:"original_key"`
 	Amount      int64             `json:"amount,omitempty"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt (§2.3): refused as invalid_request until the ledger implements it.
-	EffectiveAt *time.Time `json:"effective_at,omitempty"`
+	EffectiveAt *time.Time        `json:"effective_at,omitempty"`
 }
 
 // CloseAccount is ledger.v1.cmd.close_account.
@@ -141,8 +148,7 @@ type PostTransaction struct {
 	TransactionID string            `json:"transaction_id"`
 	Postings      []Posting         `json:"postings"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
-	// EffectiveAt (§2.3): refused as invalid_request until the ledger implements it.
-	EffectiveAt *time.Time `json:"effective_at,omitempty"`
+	EffectiveAt   *time.Time        `json:"effective_at,omitempty"`
 }
 
 // Posting is one leg of a PostTransaction.

@@ -65,7 +65,7 @@ func readSide() node.Runner {
 			return err
 		}
 		svc := query.New(pool, query.Options{Logger: n.Logger})
-		resp, err := natsapi.ServeReadQueries(n.NC, svc, natsapi.ReadQueryOptions{Queries: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer, query.QueryBalance}, Logger: n.Logger})
+		resp, err := natsapi.ServeReadQueries(n.NC, svc, natsapi.ReadQueryOptions{Queries: query.ReadModelQueries, Logger: n.Logger})
 		if err != nil {
 			return err
 		}

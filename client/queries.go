@@ -115,20 +115,26 @@ type Balance struct {
 	AsOf              string `json:"as_of"`
 }
 
-// BalancesQuery is the body of ledger.v1.query.balances (v1.2).
+// BalancesQuery is the body of ledger.v1.query.balances (v1.2): the sums over
+// every account (open or closed) whose ID starts with Prefix (literally: '_'
+// and '.' are no wildcards), of Currency or of all, now or as of At.
 type BalancesQuery struct {
-	Prefix      string     `json:"prefix"`
-	Currency    string     `json:"currency,omitempty"`
-	At          *time.Time `json:"at,omitempty"`
+	Prefix   string     `json:"prefix"`
+	Currency string     `json:"currency,omitempty"`
+	At       *time.Time `json:"at,omitempty"`
+	// EffectiveAt (§2.3): refused as invalid_request until the ledger implements it.
 	EffectiveAt *time.Time `json:"effective_at,omitempty"`
 	MinPosition string     `json:"min_position,omitempty"`
 }
 
 // Balances is the sum over the accounts whose ID starts with Prefix, one row
-// per currency.
+// per currency, sorted by currency; none when no account matches.
 type Balances struct {
 	Prefix   string            `json:"prefix"`
 	Balances []CurrencyBalance `json:"balances"`
+	// AsOf is the At asked (RFC 3339, UTC), "" for the current sums.
+	AsOf              string `json:"as_of,omitempty"`
+	ProjectedPosition string `json:"projected_position"`
 }
 
 // CurrencyBalance is one currency's row of Balances.
@@ -183,9 +189,7 @@ func (q Queries) Balance(ctx context.Context, req BalanceQuery) (Balance, error)
 	return out, q.ask(ctx, "balance", req, &out)
 }
 
-// Balances asks ledger.v1.query.balances (v1.2). The ledger does not serve
-// this subject yet (issue 25): until it does, the call asks again until ctx
-// ends, and the error says no one answers.
+// Balances asks ledger.v1.query.balances (v1.2).
 func (q Queries) Balances(ctx context.Context, req BalancesQuery) (Balances, error) {
 	var out Balances
 	return out, q.ask(ctx, "balances", req, &out)

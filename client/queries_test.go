@@ -1,8 +1,8 @@
 package client_test
 
 import (
-	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -75,11 +75,23 @@ func TestQueries(t *testing.T) {
 		t.Fatalf("an unknown transfer: %v, want not_found", err)
 	}
 
-	// ledger.v1.query.balances (v1.2) has no server yet: asked until ctx ends.
-	bctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	_, err = q.Balances(bctx, client.BalancesQuery{Prefix: "a"})
-	if !errors.Is(err, client.ErrNoResponders) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("balances: %v, want no responders until the deadline", err)
+	// ledger.v1.query.balances (v1.2): a group's sums now and as of a time.
+	sums, err := q.Balances(ctx, client.BalancesQuery{Prefix: "al", MinPosition: tx.Position})
+	want := []client.CurrencyBalance{{Currency: "EUR", Balance: 750, Available: 750, Accounts: 1}}
+	if err != nil || sums.Prefix != "al" || !reflect.DeepEqual(sums.Balances, want) || sums.ProjectedPosition == "" {
+		t.Fatalf("balances of al: %+v %v; want %+v", sums, err, want)
+	}
+	at, err := time.Parse(time.RFC3339Nano, bal.AsOf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums, err = q.Balances(ctx, client.BalancesQuery{Prefix: "al", At: &at, MinPosition: tx.Position})
+	want[0].Balance, want[0].Available = 1_000, 1_000
+	if err != nil || !reflect.DeepEqual(sums.Balances, want) || sums.AsOf != at.UTC().Format(time.RFC3339Nano) {
+		t.Fatalf("balances of al as of %s: %+v %v; want %+v", bal.AsOf, sums, err, want)
+	}
+	_, err = q.Balances(ctx, client.BalancesQuery{Prefix: "al%"})
+	if !errors.As(err, &qe) || qe.Code != client.CodeInvalidRequest || !reflect.DeepEqual(qe.Fields, []string{"prefix"}) {
+		t.Fatalf("a prefix with %%: %v, want invalid_request naming prefix", err)
 	}
 }

@@ -148,6 +148,8 @@ func TestWireShapesMatchTheServers(t *testing.T) {
 	sameShape(t, "account query", query.AccountRequest{}, client.AccountQuery{})
 	sameShape(t, "entries query", query.EntriesRequest{}, client.EntriesQuery{})
 	sameShape(t, "balance query", query.BalanceRequest{}, client.BalanceQuery{})
+	sameShape(t, "balances", query.Balances{}, client.Balances{})
+	sameShape(t, "balances query", query.BalancesRequest{}, client.BalancesQuery{})
 	sameShape(t, "transfer query", query.TransferRequest{}, client.TransferQuery{})
 	// The intake answers commands with the reply plus the fields that make it
 	// a JetStream acknowledgement (natsapi.WireReply): the client reads past them.

@@ -215,6 +215,9 @@ type Account struct {
 	forgotRefunds bool
 	// LastChain is the tamper-evidence chain hash of the last event (ChainHash).
 	LastChain string
+	// EffectiveFrom is when the account opened in the world: its opening's
+	// effective time (EffectiveTime). No command's effective_at is earlier.
+	EffectiveFrom time.Time
 	// SnapshotRevision is the revision of the latest snapshot of this aggregate
 	// that was loaded or taken, -1 for none: the ledger's bookkeeping of when the
 	// next one is due, not part of the state.
@@ -567,6 +570,11 @@ func stampAfter(a *Account, d Decision) Decision {
 func ptr(v int64) *int64 { return &v }
 
 func decideAccount(a *Account, cmd Command) Decision {
+	if !cmd.Type.IsClient() {
+		// a step of a command checked where it was decided (DecideTransferAtomically)
+	} else if ierr := a.CheckEffective(cmd); ierr != nil {
+		return Decision{Invalid: ierr}
+	}
 	if cmd.Type == CmdOpenAccount {
 		if a.Opened {
 			return reject(cmd, CodeAccountExists, true, "account %s already exists", a.ID)
@@ -669,6 +677,9 @@ func RefuseStep(a *Account, cmd Command, code Code, message string) Decision {
 // (as a transfer's credit is allowed: open, same currency), or a refusal of both
 // recorded on the held account. Neither account is changed.
 func DecideCaptureTo(held, to *Account, cmd Command) (capture, credit Decision) {
+	if ierr := to.CheckEffective(cmd); ierr != nil {
+		return Decision{Invalid: ierr}, Decision{}
+	}
 	capture = DecideAccount(held, cmd)
 	if len(capture.Events) != 1 || capture.Rejection != nil || capture.Invalid != nil {
 		return capture, Decision{}

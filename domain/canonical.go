@@ -48,6 +48,9 @@ func (c Command) Canonical() Canonical {
 		b = strconv.AppendInt(b, c.Amount, 10)
 	}
 	str("currency", c.Currency)
+	if !c.EffectiveAt.IsZero() {
+		str("effective_at", c.EffectiveAt.UTC().Format(time.RFC3339Nano))
+	}
 	if !c.ExpiresAt.IsZero() {
 		str("expires_at", c.ExpiresAt.UTC().Format(time.RFC3339Nano))
 	}

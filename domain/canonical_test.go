@@ -95,6 +95,9 @@ func TestCanonicalMatchesRequest(t *testing.T) {
 		if rng.Intn(3) == 0 {
 			c.ExpiresAt = time.Unix(rng.Int63n(4e9), rng.Int63n(1e9)*int64(rng.Intn(2))).In(time.FixedZone("x", 3600*(rng.Intn(5)-2)))
 		}
+		if rng.Intn(3) == 0 {
+			c.EffectiveAt = time.Unix(rng.Int63n(4e9), rng.Int63n(1e9)*int64(rng.Intn(2))).In(time.FixedZone("y", 3600*(rng.Intn(5)-2)))
+		}
 		if n := rng.Intn(4); n > 0 {
 			c.Metadata = map[string]string{}
 			for range n {

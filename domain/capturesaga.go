@@ -65,7 +65,7 @@ func CaptureGuardKey(holdID string) (string, bool) {
 func CaptureGuardCommand(capture Command, currency string) Command {
 	return Command{
 		Type: CmdCaptureGuard, IdempotencyKey: StepKey(capture.IdempotencyKey, StepCaptureGuard), AccountID: capture.To,
-		HoldID: CaptureGuardHoldID(capture.IdempotencyKey), Currency: currency, At: capture.At, Origin: capture.IdempotencyKey, Ref: capture.HoldID,
+		HoldID: CaptureGuardHoldID(capture.IdempotencyKey), Currency: currency, At: capture.At, EffectiveAt: capture.EffectiveAt, Origin: capture.IdempotencyKey, Ref: capture.HoldID,
 	}
 }
 
@@ -82,7 +82,7 @@ func CaptureSagaCredit(capture Command, amount int64, currency string) Command {
 func CaptureReleaseCommand(capture Command) Command {
 	return Command{
 		Type: CmdReleaseHold, IdempotencyKey: StepKey(capture.IdempotencyKey, StepCaptureRelease), AccountID: capture.To,
-		HoldID: CaptureGuardHoldID(capture.IdempotencyKey), At: capture.At, Origin: capture.IdempotencyKey, Ref: capture.HoldID,
+		HoldID: CaptureGuardHoldID(capture.IdempotencyKey), At: capture.At, EffectiveAt: capture.EffectiveAt, Origin: capture.IdempotencyKey, Ref: capture.HoldID,
 	}
 }
 

@@ -80,6 +80,9 @@ type Command struct {
 	OriginalKey    string
 	TransactionID  string
 	Postings       []Posting
+	// EffectiveAt is when the money moved in the world (v1.2 §2.3), as given;
+	// zero: none given, the record time At. Part of the request.
+	EffectiveAt time.Time
 
 	// At is the time the ledger accepted the command. It is not part of the
 	// request: a retry carries a later At and is still the same intent.
@@ -156,18 +159,22 @@ type fieldSpec struct {
 }
 
 var commandFields = map[CommandType][]fieldSpec{
-	CmdOpenAccount: {{"account_id", fID, true}, {"currency", fCurrency, true}, {"overdraft_limit", fLimit, false}, {"metadata", fMetadata, false}},
+	CmdOpenAccount: {{"account_id", fID, true}, {"currency", fCurrency, true}, {"overdraft_limit", fLimit, false}, {"metadata", fMetadata, false}, effectiveField},
 	// v1.1: every command that moves or reserves money takes metadata too.
-	CmdDeposit:         {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}},
-	CmdWithdraw:        {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}},
-	CmdTransfer:        {{"transfer_id", fID, true}, {"from", fID, true}, {"to", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}},
-	CmdPlaceHold:       {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"expires_at", fTime, false}, {"metadata", fMetadata, false}},
-	CmdCaptureHold:     {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, false}, {"to", fID, false}, {"metadata", fMetadata, false}},
+	CmdDeposit:         {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}, effectiveField},
+	CmdWithdraw:        {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}, effectiveField},
+	CmdTransfer:        {{"transfer_id", fID, true}, {"from", fID, true}, {"to", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}, effectiveField},
+	CmdPlaceHold:       {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"expires_at", fTime, false}, {"metadata", fMetadata, false}, effectiveField},
+	CmdCaptureHold:     {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, false}, {"to", fID, false}, {"metadata", fMetadata, false}, effectiveField},
 	CmdReleaseHold:     {{"account_id", fID, true}, {"hold_id", fID, true}},
-	CmdRefund:          {{"original_key", fKey, true}, {"amount", fAmount, false}, {"metadata", fMetadata, false}},
+	CmdRefund:          {{"original_key", fKey, true}, {"amount", fAmount, false}, {"metadata", fMetadata, false}, effectiveField},
 	CmdCloseAccount:    {{"account_id", fID, true}},
-	CmdPostTransaction: {{"transaction_id", fID, true}, {"postings", fPostings, true}, {"metadata", fMetadata, false}},
+	CmdPostTransaction: {{"transaction_id", fID, true}, {"postings", fPostings, true}, {"metadata", fMetadata, false}, effectiveField},
 }
+
+// effectiveField is effective_at (v1.2 §2.3), on open_account and every
+// command that moves or reserves money.
+var effectiveField = fieldSpec{"effective_at", fTime, false}
 
 // DecodeCommand decodes a client command body strictly: a JSON object, valid
 // UTF-8, at most MaxBodyBytes, no unknown or repeated fields, integers only for
@@ -290,7 +297,7 @@ func (c *Command) setField(s fieldSpec, raw json.RawMessage) *InvalidError {
 		if err != nil {
 			return invalid(s.name, "must be an RFC 3339 timestamp: %v", err)
 		}
-		c.ExpiresAt = ts.UTC()
+		c.setTime(s.name, ts)
 	case fPostings:
 		p, ierr := decodePostings(raw)
 		if ierr != nil {
@@ -357,6 +364,15 @@ func decodePostings(raw json.RawMessage) ([]Posting, *InvalidError) {
 		}
 	}
 	return out, nil
+}
+
+// setTime sets the time field called name (expires_at, effective_at), in UTC.
+func (c *Command) setTime(name string, ts time.Time) {
+	if name == effectiveField.name {
+		c.EffectiveAt = ts.UTC()
+		return
+	}
+	c.ExpiresAt = ts.UTC()
 }
 
 // setID sets the ID field called name; false for a name that is not an ID field.
@@ -531,6 +547,9 @@ func (c Command) Request() Request {
 	}
 	if !c.ExpiresAt.IsZero() {
 		r["expires_at"] = c.ExpiresAt.UTC().Format(time.RFC3339Nano)
+	}
+	if !c.EffectiveAt.IsZero() {
+		r["effective_at"] = c.EffectiveAt.UTC().Format(time.RFC3339Nano)
 	}
 	return r
 }

@@ -196,7 +196,7 @@ func (c *Command) setFast(s fieldSpec, v []byte, str bool) bool {
 		if err != nil {
 			return false
 		}
-		c.ExpiresAt = ts.UTC()
+		c.setTime(s.name, ts)
 	}
 	return true
 }

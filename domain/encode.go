@@ -9,7 +9,7 @@ import (
 // EncodeMetadata is json.Marshal(m), byte for byte, written field by field
 // without reflection (the ledger encodes metadata for every event it writes).
 func EncodeMetadata(m Metadata) ([]byte, error) {
-	size := 155 + len(m.Key) + len(m.Command) + len(m.RequestHash) + len(m.Origin) + len(m.Chain) + len(m.Producer) + len(m.Subject) + base64.StdEncoding.EncodedLen(len(m.Request))
+	size := 195 + len(m.Key) + len(m.Command) + len(m.RequestHash) + len(m.Origin) + len(m.Chain) + len(m.Producer) + len(m.Subject) + base64.StdEncoding.EncodedLen(len(m.Request))
 	b := make([]byte, 0, size)
 	b = append(b, `{"key":`...)
 	b = AppendJSONString(b, m.Key)
@@ -54,6 +54,13 @@ func EncodeMetadata(m Metadata) ([]byte, error) {
 	if m.Subject != "" {
 		b = append(b, `,"subject":`...)
 		b = AppendJSONString(b, m.Subject)
+	}
+	if m.EffectiveAt != nil {
+		b = append(b, `,"effective_at":"`...)
+		if b, err = m.EffectiveAt.AppendText(b); err != nil {
+			return json.Marshal(m)
+		}
+		b = append(b, '"')
 	}
 	return append(b, '}'), nil
 }

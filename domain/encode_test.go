@@ -43,6 +43,10 @@ func TestEncodeMetadataMatchesMarshal(t *testing.T) {
 	for range 20000 {
 		m := Metadata{Key: maybe(), Command: maybe(), RequestHash: maybe(), Index: rng.Intn(5) - 1, Count: rng.Int() - rng.Int(),
 			At: randomTime(rng), Origin: maybe(), Chain: maybe(), Schema: rng.Intn(3) - 1, Producer: maybe(), Claimed: rng.Intn(2) == 0, Subject: maybe()}
+		if rng.Intn(2) == 0 {
+			e := randomTime(rng)
+			m.EffectiveAt = &e
+		}
 		switch rng.Intn(3) {
 		case 0:
 			m.Request = []byte{}

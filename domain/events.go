@@ -64,8 +64,9 @@ func (e AccountOpened) Change() AccountChange {
 		Balance: setAfter(0), Held: setAfter(0)}
 }
 
-func (e AccountOpened) foldAccount(a *Account, _ Metadata) error {
+func (e AccountOpened) foldAccount(a *Account, m Metadata) error {
 	a.Opened, a.Currency, a.OverdraftLimit, a.Metadata = true, e.Currency, e.OverdraftLimit, e.Metadata
+	a.EffectiveFrom = EffectiveTime(m)
 	return nil
 }
 
@@ -288,6 +289,9 @@ type Metadata struct {
 	// Subject is what the event is about within its stream (EventSubject), as
 	// the store indexes it (eventstore.EventData.Subject).
 	Subject string `json:"subject,omitempty"`
+	// EffectiveAt is the command's effective_at (v1.2 §2.3) when it gave one;
+	// nil: the money moved when it was recorded (EffectiveTime).
+	EffectiveAt *time.Time `json:"effective_at,omitempty"`
 }
 
 // NewEvent is an event decided but not yet written.

@@ -167,7 +167,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 	for name, broken := range map[string]string{
 		"tampered balance": strings.Replace(string(b), `"balance":45`, `"balance":46`, 1),
-		"other version":    strings.Replace(string(b), `"v":2`, `"v":1`, 1),
+		"other version":    strings.Replace(string(b), `"v":3`, `"v":2`, 1),
 		"other stream":     strings.Replace(string(b), `"stream":"account-a"`, `"stream":"account-b"`, 1),
 	} {
 		if broken == string(b) {

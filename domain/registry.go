@@ -19,6 +19,23 @@ import (
 // registered type through decoding and the folds, and the projections' own test
 // through their dispatch, so that a missing case fails a test.
 
+// Every event has two times (ARCHITECTURE decision 15): the time its command
+// was recorded (Metadata.At), which orders every decision, and the time the
+// money moved in the world (PROTOCOL.md §2.3 effective_at), which only reports
+// read. The effective time is declared here once for every event type: it is
+// the metadata's effective_at, written only when the command gave one (and on
+// the events of the steps it caused), and the record time otherwise
+// (EffectiveTime). No payload carries it.
+
+// EffectiveTime is when the money of the event whose metadata is m moved in
+// the world: its command's effective_at, or its record time when none was given.
+func EffectiveTime(m Metadata) time.Time {
+	if m.EffectiveAt != nil {
+		return *m.EffectiveAt
+	}
+	return m.At
+}
+
 // StreamKind is the kind of stream an event type is written to.
 type StreamKind uint8
 

@@ -23,7 +23,9 @@ import (
 // closed holds says so. Since, within version 2: the findable refunded
 // originals are listed, and an aggregate that forgot some says so (a snapshot
 // written before lists none: every original it holds is kept for good).
-const SnapshotVersion = 2
+// Version 3: the account's effective opening (Account.EffectiveFrom, v1.2
+// §2.3); a version 2 snapshot is ignored and the stream folded once.
+const SnapshotVersion = 3
 
 // snapshot is a snapshot as stored: its state's exact bytes and their hash.
 type snapshot struct {
@@ -55,6 +57,8 @@ type snapshotState struct {
 	// missing (found by their refunds' subject).
 	FindableRefunds []string `json:"findable_refunds,omitempty"`
 	ForgotRefunds   bool     `json:"forgot_refunds,omitempty"`
+	// EffectiveFrom is Account.EffectiveFrom; nil before the account opened.
+	EffectiveFrom *time.Time `json:"effective_from,omitempty"`
 }
 
 type snapshotHold struct {
@@ -84,6 +88,10 @@ func (a *Account) snapshotState() snapshotState {
 	st := snapshotState{ID: a.ID, Opened: a.Opened, Closed: a.Closed, Currency: a.Currency, OverdraftLimit: a.OverdraftLimit,
 		Metadata: a.Metadata, Balance: a.Balance, Held: a.Held, Holds: make([]snapshotHold, 0, len(a.Holds)), Refunded: make(map[string]int64, len(a.Refunded)),
 		ForgotHolds: a.forgotHolds, ForgotRefunds: a.forgotRefunds}
+	if a.Opened {
+		t := a.EffectiveFrom.UTC()
+		st.EffectiveFrom = &t
+	}
 	for _, h := range a.Holds {
 		sh := snapshotHold{ID: h.ID, Amount: h.Amount, Status: h.Status, Key: h.Key, Findable: h.Findable}
 		if !h.ExpiresAt.IsZero() {
@@ -134,6 +142,9 @@ func DecodeSnapshot(stream string, b []byte) (*Account, error) {
 	a.Opened, a.Closed, a.Currency, a.OverdraftLimit, a.Metadata = st.Opened, st.Closed, st.Currency, st.OverdraftLimit, st.Metadata
 	a.Balance, a.Held, a.Revision, a.LastChain = st.Balance, st.Held, int64(s.Revision), s.Chain
 	a.forgot = true // a snapshot keeps no keys
+	if st.EffectiveFrom != nil {
+		a.EffectiveFrom = *st.EffectiveFrom
+	}
 	a.forgotHolds = st.ForgotHolds
 	for _, h := range st.Holds {
 		hold := &Hold{ID: h.ID, Amount: h.Amount, Status: h.Status, Key: h.Key, Findable: h.Findable}

@@ -103,6 +103,9 @@ type TransactionDecision struct {
 	Legs      map[string][]NewEvent // by account ID
 	Rejection *Rejection
 	Posting   int // the refusing posting's index, when Rejection is set
+	// Invalid: the transaction's effective_at is refused on one of its
+	// accounts (Account.CheckEffective); nothing is recorded.
+	Invalid *InvalidError
 }
 
 // DecideTransaction decides cmd (post_transaction, key set) against the
@@ -143,6 +146,13 @@ func DecideTransaction(accounts map[string]*Account, cmd Command) TransactionDec
 		}
 		return d
 	}
+	for _, id := range TransactionAccounts(cmd.Postings) {
+		if a := accounts[id]; a != nil {
+			if ierr := a.CheckEffective(cmd); ierr != nil {
+				return TransactionDecision{Invalid: ierr}
+			}
+		}
+	}
 	for i, p := range cmd.Postings {
 		for _, id := range []string{p.From, p.To} {
 			if a := scratch[id]; a == nil || !a.Opened {
@@ -182,7 +192,7 @@ func DecideTransaction(accounts map[string]*Account, cmd Command) TransactionDec
 func TransactionLegCommand(tx Command, accountID string) Command {
 	return Command{
 		Type: CmdTransactionLeg, IdempotencyKey: LegKey(tx.IdempotencyKey, accountID), AccountID: accountID,
-		TransactionID: tx.TransactionID, At: tx.At, Origin: tx.IdempotencyKey, Ref: tx.TransactionID,
+		TransactionID: tx.TransactionID, At: tx.At, EffectiveAt: tx.EffectiveAt, Origin: tx.IdempotencyKey, Ref: tx.TransactionID,
 	}
 }
 
@@ -195,7 +205,7 @@ const StepCaptureTo = "capture_to"
 func CaptureCreditCommand(capture Command) Command {
 	return Command{
 		Type: CmdCaptureCredit, IdempotencyKey: StepKey(capture.IdempotencyKey, StepCaptureTo), AccountID: capture.To,
-		HoldID: capture.HoldID, At: capture.At, Origin: capture.IdempotencyKey, Ref: capture.HoldID,
+		HoldID: capture.HoldID, At: capture.At, EffectiveAt: capture.EffectiveAt, Origin: capture.IdempotencyKey, Ref: capture.HoldID,
 	}
 }
 
@@ -227,7 +237,7 @@ func RefundOfTransaction(orig *TransactionPosted, cmd Command, refunded int64) (
 	for _, p := range orig.Postings {
 		total += p.Amount
 	}
-	tx := Command{Type: CmdRefund, IdempotencyKey: cmd.IdempotencyKey, OriginalKey: cmd.OriginalKey, Metadata: cmd.Metadata, At: cmd.At}
+	tx := Command{Type: CmdRefund, IdempotencyKey: cmd.IdempotencyKey, OriginalKey: cmd.OriginalKey, Metadata: cmd.Metadata, At: cmd.At, EffectiveAt: cmd.EffectiveAt}
 	switch {
 	case cmd.HasAmount && len(orig.Postings) > 1:
 		return Command{}, &Rejection{Code: CodeNotRefundable, Message: fmt.Sprintf("transaction %s has %d postings: it is refunded in full, without an amount", orig.TransactionID, len(orig.Postings))}

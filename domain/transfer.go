@@ -230,6 +230,9 @@ type Saga struct {
 	Code     Code   // the refusal, once refused
 	Message  string // its message
 	At       time.Time
+	// EffectiveAt is the transfer's or the refund's effective_at (zero: none
+	// given), carried by its steps.
+	EffectiveAt time.Time
 	// Metadata is the client's, of the transfer or the refund (v1.1).
 	Metadata map[string]string
 	// Events are the saga's events in the transfer stream, in stream order.
@@ -392,7 +395,7 @@ func DecideTransferRefund(t *Transfer, cmd Command) Decision {
 func (t *Transfer) StepCommand(s *Saga, step string, at time.Time) Command {
 	cmd := Command{
 		IdempotencyKey: StepKey(s.Key, step), TransferID: t.ID, Amount: s.Amount, HasAmount: true,
-		Currency: s.Currency, At: at, Origin: s.Key, Ref: t.ID, Metadata: s.Metadata,
+		Currency: s.Currency, At: at, EffectiveAt: s.EffectiveAt, Origin: s.Key, Ref: t.ID, Metadata: s.Metadata,
 	}
 	out, in, comp := ReasonTransferOut, ReasonTransferIn, ReasonTransferCompensate
 	if s.Refund {
@@ -512,6 +515,7 @@ func (t *Transfer) openSaga(e *TransferRequested, m Metadata) (*Saga, error) {
 	t.Saga = &Saga{
 		Key: m.Key, Command: CommandType(m.Command), RequestHash: ParseHash(m.RequestHash), Request: m.Request,
 		Out: e.From, In: e.To, Amount: e.Amount, Currency: e.Currency, Stage: SagaPending, At: m.At, Metadata: e.Metadata,
+		EffectiveAt: effectiveOf(m),
 	}
 	return t.Saga, nil
 }
@@ -556,7 +560,7 @@ func (t *Transfer) advanceRefund(key string, from, to SagaStage, code Code, msg 
 func (t *Transfer) newRefund(key string, m Metadata) *Saga {
 	s := &Saga{
 		Key: key, Command: CommandType(m.Command), RequestHash: ParseHash(m.RequestHash), Request: m.Request, Refund: true,
-		Out: t.To, In: t.From, Currency: t.Currency, Stage: SagaPending, At: m.At,
+		Out: t.To, In: t.From, Currency: t.Currency, Stage: SagaPending, At: m.At, EffectiveAt: effectiveOf(m),
 	}
 	t.Refunds[key] = s
 	t.RefundOrder = append(t.RefundOrder, key)
@@ -614,8 +618,11 @@ func SagaReplyEvents(saga, debit, credit, compensate []EventRef) []EventRef {
 type AtomicTransfer struct {
 	DebitCmd, CreditCmd Command
 	Debit, Credit       Decision
-	MarkerKey           string
-	Marker              []NewEvent
+	// Invalid: the saga's effective_at is refused on one of the accounts
+	// (Account.CheckEffective); nothing else is decided.
+	Invalid   *InvalidError
+	MarkerKey string
+	Marker    []NewEvent
 }
 
 // DecideTransferAtomically decides saga s of t (just requested) on the account
@@ -626,6 +633,11 @@ type AtomicTransfer struct {
 // account is changed.
 func DecideTransferAtomically(t *Transfer, s *Saga, out, in *Account, at time.Time) (AtomicTransfer, error) {
 	d := AtomicTransfer{DebitCmd: t.StepCommand(s, StepDebit, at), CreditCmd: t.StepCommand(s, StepCredit, at)}
+	for _, a := range []*Account{out, in} {
+		if d.Invalid = a.CheckEffective(d.DebitCmd); d.Invalid != nil {
+			return d, nil
+		}
+	}
 	d.Debit = DecideAccount(out, d.DebitCmd)
 	step, outcome := StepDebit, StepOutcome{}
 	switch {

@@ -183,6 +183,9 @@ type TransactionSaga struct {
 	// while the saga runs. A transaction decided in one append has it alone, at
 	// revision 0, under the client's key.
 	Outcome *StoredEvent
+	// EffectiveAt is the transaction's effective_at (zero: none given),
+	// carried by its steps.
+	EffectiveAt time.Time
 }
 
 // DecidedFor is what the transaction's key was decided for (Judge).
@@ -234,6 +237,7 @@ func (e *TransactionRequested) foldTransaction(ts *TransactionSaga, ev StoredEve
 		return fmt.Errorf("domain: %s: a request after its start", ev.Stream)
 	}
 	ts.Requested, ts.Key, ts.Command, ts.RequestHash, ts.Request = e, ev.Metadata.Key, ev.Metadata.Command, ParseHash(ev.Metadata.RequestHash), ev.Metadata.Request
+	ts.EffectiveAt = effectiveOf(ev.Metadata)
 	return nil
 }
 
@@ -267,7 +271,7 @@ func (ts *TransactionSaga) Accounts() []string { return TransactionAccounts(ts.R
 func (ts *TransactionSaga) StepCommand(step, account string, at time.Time) Command {
 	cmd := Command{
 		AccountID: account, TransactionID: ts.ID, Postings: ts.Requested.Postings, HoldID: ReservationHoldID(ts.ID),
-		At: at, Origin: ts.Key, Ref: ts.ID,
+		At: at, EffectiveAt: ts.EffectiveAt, Origin: ts.Key, Ref: ts.ID,
 	}
 	switch step {
 	case StepReserve:

@@ -47,11 +47,13 @@ func Decode(re eventstore.RecordedEvent) (*Event, error) {
 		Count   int       `json:"n"`
 		At      time.Time `json:"at"`
 		Origin  string    `json:"origin"`
+		// EffectiveAt: the entries' and balances' effective time (v1.2 §2.3).
+		EffectiveAt *time.Time `json:"effective_at"`
 	}
 	if err := json.Unmarshal(re.Metadata, &m); err != nil {
 		return nil, fmt.Errorf("projections: %s@%d: metadata: %w", re.Stream, re.Revision, err)
 	}
-	ev.Meta = domain.Metadata{Key: m.Key, Command: m.Command, Index: m.Index, Count: m.Count, At: m.At, Origin: m.Origin}
+	ev.Meta = domain.Metadata{Key: m.Key, Command: m.Command, Index: m.Index, Count: m.Count, At: m.At, Origin: m.Origin, EffectiveAt: m.EffectiveAt}
 	ev.Payload, ev.DecodeErr = domain.DecodeEvent(re.Type, re.Data)
 	return ev, nil
 }

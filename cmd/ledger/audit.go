@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -103,14 +102,9 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	w := cmd.Root().Writer
-	if w == nil {
-		w = os.Stdout
-	}
+	w := outputOf(cmd)
 	if cmd.Bool("json") {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := writeJSON(w, rep); err != nil {
 			return err
 		}
 	} else {

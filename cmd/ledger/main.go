@@ -6,6 +6,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"os"
 
 	"github.com/urfave/cli/v3"
 
@@ -17,6 +20,7 @@ import (
 func subcommands() []*cli.Command {
 	return []*cli.Command{
 		auditCommand(),     // audit.go
+		balancesCommand(),  // balances.go
 		benchCommand(),     // bench.go
 		devCommand(),       // dev.go
 		postCommand(),      // post.go
@@ -45,3 +49,18 @@ func newApp() *cli.Command {
 }
 
 func main() { config.Main(newApp()) }
+
+// outputOf is where a command prints: the app's Writer (a test's), or stdout.
+func outputOf(cmd *cli.Command) io.Writer {
+	if w := cmd.Root().Writer; w != nil {
+		return w
+	}
+	return os.Stdout
+}
+
+// writeJSON prints v as indented JSON (a command's --json).
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -49,6 +49,7 @@ var postFields = []postField{
 	{"original-key", "original_key", "idempotency key of the command a refund reverses", false},
 	{"overdraft-limit", "overdraft_limit", "overdraft limit of a new account, in minor units (an integer)", true},
 	{"expires-at", "expires_at", "expiry of a hold (RFC 3339)", false},
+	{"effective-at", "effective_at", "when the money moved in the world (RFC 3339), for a late booking or an import: never after the ledger's time (5 s of skew), never before an account's effective opening", false},
 }
 
 func postCommand() *cli.Command {

@@ -43,7 +43,7 @@ func projectorRunner(replicas int) node.Runner {
 		defer pub.Start(ctx)()
 		qlog := n.Logger.With("component", "query")
 		svc := query.New(pool, query.Options{Logger: qlog, Metrics: query.NewMetrics(n.Registry)})
-		resp, err := natsapi.ServeReadQueries(n.NC, svc, natsapi.ReadQueryOptions{Queries: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer, query.QueryBalance}, Logger: qlog})
+		resp, err := natsapi.ServeReadQueries(n.NC, svc, natsapi.ReadQueryOptions{Queries: query.ReadModelQueries, Logger: qlog})
 		if err != nil {
 			return err
 		}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -57,21 +56,13 @@ func runStatement(ctx context.Context, cmd *cli.Command) error {
 		return config.Exit(exitUsage, errors.New("statement: name one account"))
 	}
 	for _, f := range []string{"from", "to"} {
-		if v := cmd.String(f); v != "" {
-			if _, err := time.Parse(time.RFC3339Nano, v); err != nil {
-				return config.Exit(exitUsage, fmt.Errorf("statement: --%s %q is not an RFC 3339 time", f, v))
-			}
+		if _, err := timeFlag(cmd, f); err != nil {
+			return err
 		}
 	}
-	natsURL, err := config.FromDataDir(cmd, config.FlagNATSURL, func(i config.DevInfo) string { return i.NATSURL })
+	nc, err := connectNATS(cmd, "ledger-statement")
 	if err != nil {
-		return config.Exit(exitUsage, err)
-	}
-	nopts := config.NATSFromCommand(cmd)
-	nopts.URL = natsURL
-	nc, err := nopts.Connect("ledger-statement")
-	if err != nil {
-		return config.Exit(exitNoReply, err)
+		return err
 	}
 	defer nc.Close()
 	to := cmd.String("to")
@@ -82,10 +73,7 @@ func runStatement(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	w := cmd.Root().Writer
-	if w == nil {
-		w = os.Stdout
-	}
+	w := outputOf(cmd)
 	if cmd.Bool("csv") {
 		return st.writeCSV(w)
 	}

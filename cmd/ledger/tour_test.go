@@ -24,10 +24,12 @@ import (
 	"github.com/ledgerworks/ledger/projections"
 )
 
-// tourStep is one `ledger post` line of the README's tour and what it shows.
+// tourStep is one `ledger post` (or `ledger balances`, a query) line of the
+// README's tour and what it shows.
 type tourStep struct {
 	line   string
 	args   []string
+	query  bool
 	expect map[string]any
 }
 
@@ -45,11 +47,13 @@ func readTour(t *testing.T) []tourStep {
 	}
 	text = readmeBlock(t, text, "## A five-minute tour")
 	var steps []tourStep
-	const prefix = "go run ./cmd/ledger post "
+	const prefix, queryPrefix = "go run ./cmd/ledger post ", "go run ./cmd/ledger balances "
 	for _, line := range strings.Split(text, "\n") {
 		switch {
 		case strings.HasPrefix(line, prefix):
 			steps = append(steps, tourStep{line: line, args: strings.Fields(strings.TrimPrefix(line, prefix))})
+		case strings.HasPrefix(line, queryPrefix):
+			steps = append(steps, tourStep{line: line, args: strings.Fields(strings.TrimPrefix(line, "go run ./cmd/ledger ")), query: true})
 		case strings.HasPrefix(line, "#  → "):
 			if len(steps) == 0 {
 				t.Fatalf("expectation before any command: %s", line)
@@ -115,6 +119,10 @@ func TestReadmeTour(t *testing.T) {
 	dev := startDev(t, dir, []string{"--nats-addr", "127.0.0.1:0"}, []string{config.EnvDatabaseURL + "=" + pgtest.URL(t)})
 	env := []string{config.EnvDataDir + "=" + dir}
 	for _, s := range steps {
+		if s.query {
+			checkTourQuery(t, env, s)
+			continue
+		}
 		reply, out, code := postCLI(t, env, s.args...)
 		if reply == nil {
 			t.Fatalf("%s\nno reply (exit %d):\n%s", s.line, code, out)
@@ -138,6 +146,31 @@ func TestReadmeTour(t *testing.T) {
 	dev.stop()
 	if _, _, err := config.ReadDevInfo(dir); err == nil {
 		t.Error("dev.json left after a clean stop")
+	}
+}
+
+// checkTourQuery runs a query line of the tour until its reply shows what the
+// README says (the read models catch up with the writes before it), exit 0.
+func checkTourQuery(t *testing.T, env []string, s tourStep) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, stderr, code := runLedger(t, env, nil, s.args...)
+		var reply map[string]any
+		_ = json.Unmarshal(out, &reply)
+		missing := ""
+		for k, want := range s.expect {
+			if !holds(reply, k, want) {
+				missing += fmt.Sprintf(" %q: %v", k, want)
+			}
+		}
+		if code == 0 && missing == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s\nexit %d, want 0, and%s in\n%s%s", s.line, code, missing, out, stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

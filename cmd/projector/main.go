@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -85,7 +86,7 @@ func runCommand() *cli.Command {
 		&cli.BoolFlag{Name: flagPublish, Value: true, Usage: "publish every event to the JetStream stream LEDGER_EVENTS (PROTOCOL.md §4.1; one publisher at a time holds a lease in the database)", Sources: cli.EnvVars("LEDGER_PROJECTOR_PUBLISH")},
 		config.ReplicasFlag("", "replicas of LEDGER_EVENTS (the publisher declares the stream; 3 on a 3-node JetStream cluster)"),
 		&cli.DurationFlag{Name: flagEventsMaxAge, Value: 30 * 24 * time.Hour, Usage: "how long LEDGER_EVENTS keeps an event (the publisher declares the stream)", Sources: cli.EnvVars("LEDGER_EVENTS_MAX_AGE")},
-		&cli.StringSliceFlag{Name: flagQueries, Value: []string{query.QueryAccount, query.QueryEntries, query.QueryTransfer, query.QueryBalance},
+		&cli.StringSliceFlag{Name: flagQueries, Value: slices.Clone(query.ReadModelQueries),
 			Usage:   "queries answered over NATS; add command to answer ledger.v1.query.command from the read model (then run ledger serve with --serve-command-query=false, which otherwise answers it from the event store: one responder per subject)",
 			Sources: cli.EnvVars("LEDGER_PROJECTOR_QUERIES")},
 		&cli.StringFlag{Name: flagQueueGroup, Value: natsapi.DefaultQueryQueueGroup, Usage: "NATS queue group of the query responders", Sources: cli.EnvVars("LEDGER_PROJECTOR_QUEUE_GROUP")},

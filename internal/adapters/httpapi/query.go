@@ -19,6 +19,7 @@ type Router interface {
 //	GET /v1/accounts/{id}                ?min_position=c/p
 //	GET /v1/accounts/{id}/entries        ?after_revision=N&limit=N&from=T&to=T&min_position=c/p
 //	GET /v1/accounts/{id}/balance        ?at=T&revision=N&min_position=c/p
+//	GET /v1/balances                     ?prefix=P&currency=C&at=T&effective_at=T&min_position=c/p
 //	GET /v1/transfers/{id}               ?min_position=c/p
 //	GET /v1/commands/{key}               ?min_position=c/p
 //
@@ -47,6 +48,11 @@ func QueryRoutes(r Router, svc *query.Service) {
 			return nil, qerr
 		}
 		return svc.Balance(req.Context(), q)
+	}))
+	r.Handle("GET /v1/balances", queryHandler(svc, query.QueryBalances, func(req *http.Request) (any, *reply.QueryError) {
+		p := req.URL.Query()
+		return svc.Balances(req.Context(), query.BalancesRequest{Prefix: p.Get("prefix"), Currency: p.Get("currency"),
+			At: p.Get("at"), EffectiveAt: p.Get("effective_at"), MinPosition: p.Get("min_position")})
 	}))
 	r.Handle("GET /v1/transfers/{id}", queryHandler(svc, query.QueryTransfer, func(req *http.Request) (any, *reply.QueryError) {
 		return svc.Transfer(req.Context(), query.TransferRequest{TransferID: req.PathValue("id"), MinPosition: req.URL.Query().Get("min_position")})

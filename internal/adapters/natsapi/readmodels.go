@@ -104,6 +104,8 @@ func answerReadQuery(ctx context.Context, svc *query.Service, name string, body 
 		return answerDecoded(ctx, body, svc.Command)
 	case query.QueryBalance:
 		return answerDecoded(ctx, body, svc.Balance)
+	case query.QueryBalances:
+		return answerDecoded(ctx, body, svc.Balances)
 	}
 	return nil, reply.InvalidQuery("", "unknown query %q", name)
 }

@@ -263,20 +263,21 @@ func (f *Fold) Apply(re eventstore.RecordedEvent) {
 // all of it but the canonical request (whose base64 costs more than the rest).
 func decodeMetadata(b []byte) (domain.Metadata, error) {
 	var m struct {
-		Key         string    `json:"key"`
-		Command     string    `json:"command"`
-		RequestHash string    `json:"request_hash"`
-		Index       int       `json:"i"`
-		Count       int       `json:"n"`
-		At          time.Time `json:"at"`
-		Origin      string    `json:"origin"`
-		Chain       string    `json:"chain"`
-		Subject     string    `json:"subject"`
+		Key         string     `json:"key"`
+		Command     string     `json:"command"`
+		RequestHash string     `json:"request_hash"`
+		Index       int        `json:"i"`
+		Count       int        `json:"n"`
+		At          time.Time  `json:"at"`
+		Origin      string     `json:"origin"`
+		Chain       string     `json:"chain"`
+		Subject     string     `json:"subject"`
+		EffectiveAt *time.Time `json:"effective_at"`
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
 		return domain.Metadata{}, fmt.Errorf("metadata: %w", err)
 	}
-	return domain.Metadata{Key: m.Key, Command: m.Command, RequestHash: m.RequestHash, Index: m.Index, Count: m.Count, At: m.At, Origin: m.Origin, Chain: m.Chain, Subject: m.Subject}, nil
+	return domain.Metadata{Key: m.Key, Command: m.Command, RequestHash: m.RequestHash, Index: m.Index, Count: m.Count, At: m.At, Origin: m.Origin, Chain: m.Chain, Subject: m.Subject, EffectiveAt: m.EffectiveAt}, nil
 }
 
 // checkGroup checks invariant 1 within a stream: a key's events form one group,

@@ -78,6 +78,9 @@ func (s *Service) tryTransaction(ctx context.Context, l *heldLocks, n int, tx do
 		return Reply{}, false, err
 	}
 	d := domain.DecideTransaction(accs, tx)
+	if d.Invalid != nil {
+		return reply.Invalid(tx.IdempotencyKey, d.Invalid), false, nil
+	}
 	if d.Rejection != nil && !d.Rejection.Recorded {
 		if n == 0 {
 			return Reply{}, true, nil
@@ -329,6 +332,9 @@ func (s *Service) decideTransferAtomically(ctx context.Context, l *heldLocks, cm
 	if err != nil {
 		return false, Reply{}, err
 	}
+	if d.Invalid != nil {
+		return false, reply.Invalid(cmd.IdempotencyKey, d.Invalid), nil
+	}
 	return s.appendTransferAtomically(ctx, l, cmd, req, rq, accs, hot, d)
 }
 
@@ -466,7 +472,7 @@ func (s *Service) pickHot(ids []string) string {
 // the key's claim, in one append; then folds it into the cached aggregates.
 func (s *Service) appendTransferAtomically(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, rq *sagaRequest, accs map[string]*domain.Account, hot *hotLeg, d domain.AtomicTransfer) (bool, Reply, error) {
 	stream, t, first := rq.stream, rq.t, uint64(rq.t.Revision+1)
-	markerCmd := domain.Command{Type: rq.sg.Command, IdempotencyKey: d.MarkerKey, At: cmd.At, Origin: rq.sg.Key}
+	markerCmd := domain.Command{Type: rq.sg.Command, IdempotencyKey: d.MarkerKey, At: cmd.At, EffectiveAt: cmd.EffectiveAt, Origin: rq.sg.Key}
 	markerData, markerMetas, err := s.encodeEvents(markerCmd, req, d.MarkerKey, stream, first+uint64(len(rq.data)), rq.metas[len(rq.metas)-1].Chain, d.Marker)
 	if err != nil {
 		return false, Reply{}, err

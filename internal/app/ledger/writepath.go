@@ -429,7 +429,7 @@ func (s *Service) encodeEvents(cmd domain.Command, req domain.Canonical, key, st
 		if err != nil {
 			return nil, nil, fmt.Errorf("ledger: encode %s: %w", ev.Type, err)
 		}
-		m := domain.Metadata{Key: key, Command: string(cmd.Type), RequestHash: hash, Index: i, Count: len(events), At: cmd.At, Origin: cmd.Origin, Producer: s.opts.Producer, Schema: 1, Claimed: cmd.Claimed, Subject: domain.EventSubject(ev)}
+		m := domain.Metadata{Key: key, Command: string(cmd.Type), RequestHash: hash, Index: i, Count: len(events), At: cmd.At, Origin: cmd.Origin, Producer: s.opts.Producer, Schema: 1, Claimed: cmd.Claimed, Subject: domain.EventSubject(ev), EffectiveAt: cmd.EffectivePtr()}
 		if i == 0 {
 			m.Request = req.JSON
 		}

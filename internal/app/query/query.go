@@ -24,10 +24,15 @@ const (
 	QueryTransfer = "transfer"
 	QueryCommand  = "command"
 	QueryBalance  = "balance"
+	QueryBalances = "balances" // v1.2
 )
 
 // Queries lists every query.
-var Queries = []string{QueryAccount, QueryEntries, QueryTransfer, QueryCommand, QueryBalance}
+var Queries = []string{QueryAccount, QueryEntries, QueryTransfer, QueryCommand, QueryBalance, QueryBalances}
+
+// ReadModelQueries are the queries a read side serves beside a ledger, whose
+// own intake answers QueryCommand from the event store.
+var ReadModelQueries = []string{QueryAccount, QueryEntries, QueryTransfer, QueryBalance, QueryBalances}
 
 // Limits of the entries query.
 const (
@@ -170,6 +175,12 @@ func invalid(field, format string, args ...any) *reply.QueryError {
 	return reply.InvalidQuery(field, format, args...)
 }
 
+// invalidID is the refusal of an identifier (or an ID prefix) that is not 1-64
+// characters of the ID alphabet (PROTOCOL.md §1).
+func invalidID(field string) *reply.QueryError {
+	return invalid(field, "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
+}
+
 func internal(err error) *reply.QueryError {
 	return &reply.QueryError{Status: domain.StatusError, Code: domain.CodeInternalError, Message: "read model unavailable, retry: " + err.Error()}
 }
@@ -197,7 +208,7 @@ func (s *Service) MaxWait() time.Duration { return s.opts.MaxWait }
 // Account answers the account query.
 func (s *Service) Account(ctx context.Context, q AccountRequest) (*Account, *reply.QueryError) {
 	if !domain.ValidID(q.AccountID) {
-		return nil, invalid("account_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
+		return nil, invalidID("account_id")
 	}
 	pos, qerr := s.wait(ctx, projections.Accounts, q.MinPosition)
 	if qerr != nil {
@@ -270,7 +281,7 @@ func (s *Service) Balance(ctx context.Context, q BalanceRequest) (*Balance, *rep
 // (nil: a revision, or the current balance).
 func balanceTimeOf(q BalanceRequest) (*time.Time, *reply.QueryError) {
 	if !domain.ValidID(q.AccountID) {
-		return nil, invalid("account_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
+		return nil, invalidID("account_id")
 	}
 	at, qerr := timeBound("at", q.At)
 	if qerr != nil {
@@ -316,8 +327,7 @@ func (r *balanceRead) read(ctx context.Context, tx pgx.Tx, q BalanceRequest, at 
 	case q.Revision != nil:
 		row = tx.QueryRow(ctx, `SELECT `+cols+` FROM readmodel.balance_history WHERE account_id = $1 AND revision = $2`, q.AccountID, *q.Revision)
 	case at != nil:
-		row = tx.QueryRow(ctx, `SELECT `+cols+` FROM readmodel.balance_history WHERE account_id = $1 AND at <= $2
-			ORDER BY at DESC, revision DESC LIMIT 1`, q.AccountID, *at)
+		row = tx.QueryRow(ctx, `SELECT `+cols+` `+historyAsOf("$1", "$2"), q.AccountID, *at)
 	default:
 		row = tx.QueryRow(ctx, `SELECT `+cols+` FROM readmodel.balance_history WHERE account_id = $1 AND revision = $2`, q.AccountID, *r.last)
 	}
@@ -366,7 +376,7 @@ type entriesPage struct {
 // defaults for what it leaves out.
 func entriesPageOf(q EntriesRequest) (entriesPage, *reply.QueryError) {
 	if !domain.ValidID(q.AccountID) {
-		return entriesPage{}, invalid("account_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
+		return entriesPage{}, invalidID("account_id")
 	}
 	page := entriesPage{after: -1, limit: DefaultEntriesLimit}
 	if q.AfterRevision != nil {
@@ -458,7 +468,7 @@ func timeBound(field, v string) (*time.Time, *reply.QueryError) {
 // Transfer answers the transfer query.
 func (s *Service) Transfer(ctx context.Context, q TransferRequest) (*Transfer, *reply.QueryError) {
 	if !domain.ValidID(q.TransferID) {
-		return nil, invalid("transfer_id", "must be 1-%d characters of [A-Za-z0-9._:-]", domain.MaxIDLen)
+		return nil, invalidID("transfer_id")
 	}
 	if _, qerr := s.wait(ctx, projections.Transfers, q.MinPosition); qerr != nil {
 		return nil, qerr

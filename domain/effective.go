@@ -1,0 +1,52 @@
+package domain
+
+import (
+	"time"
+)
+
+// Effective time (PROTOCOL.md §2.3, ARCHITECTURE decision 15): a command may
+// say when its money moved in the world (effective_at), for a settlement booked
+// late or a history migrated in. Decisions keep the record order; the rule here
+// only bounds what a command may claim.
+
+// MaxEffectiveSkew is how far after the record time an effective_at may lie:
+// the client's clock may run ahead of the ledger's by this much (the time is
+// stored as given).
+const MaxEffectiveSkew = 5 * time.Second
+
+// CheckEffective is the refusal (invalid_request, naming effective_at) of
+// cmd's effective_at on account a, nil when it has none or it is allowed:
+// never more than MaxEffectiveSkew after the record time cmd.At, and never
+// before the account's own effective opening (a.EffectiveFrom; an account not
+// opened has none). A transaction checks it on each of its accounts.
+func (a *Account) CheckEffective(cmd Command) *InvalidError {
+	if cmd.EffectiveAt.IsZero() {
+		return nil
+	}
+	if cmd.EffectiveAt.After(cmd.At.Add(MaxEffectiveSkew)) {
+		return invalid("effective_at", "%s is later than the ledger's time %s (at most %s of clock skew)",
+			cmd.EffectiveAt.Format(time.RFC3339Nano), cmd.At.UTC().Format(time.RFC3339Nano), MaxEffectiveSkew)
+	}
+	if a.Opened && cmd.Type != CmdOpenAccount && cmd.EffectiveAt.Before(a.EffectiveFrom) {
+		return invalid("effective_at", "%s is earlier than account %s's opening, effective %s",
+			cmd.EffectiveAt.Format(time.RFC3339Nano), a.ID, a.EffectiveFrom.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// EffectivePtr is the command's effective_at as metadata carries it: nil when none given.
+func (c Command) EffectivePtr() *time.Time {
+	if c.EffectiveAt.IsZero() {
+		return nil
+	}
+	t := c.EffectiveAt.UTC()
+	return &t
+}
+
+// effectiveOf is the effective_at an event's metadata carries, zero when none.
+func effectiveOf(m Metadata) time.Time {
+	if m.EffectiveAt == nil {
+		return time.Time{}
+	}
+	return *m.EffectiveAt
+}
