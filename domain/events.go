@@ -21,6 +21,9 @@ const (
 	// EvKeyClaimed is the single event of a key stream: it binds a client key to one
 	// request (its hash and canonical form) and names the stream that decides it.
 	EvKeyClaimed = "KeyClaimed"
+	// EvBatchDecided is the single event of an atomic batch's key stream: the
+	// batch's claim (a KeyClaimed of command "batch") and its decision.
+	EvBatchDecided = "BatchDecided"
 )
 
 // Reasons of money movements (the statement's "why").

@@ -128,6 +128,10 @@ type Fold struct {
 	flows     map[string]*Totals    // by currency
 	badStream map[string]bool       // streams whose fold failed: no further checks
 
+	// batchElements are the keys an applied atomic batch decided whose
+	// claims are not folded yet: key -> the batch's key (batches.go).
+	batchElements map[string]string
+
 	// stepRecords keeps the records of saga steps until their saga is decided.
 	stepRecords map[string]*domain.KeyRecord
 	// legs sums each transaction's legs in the accounts (by the transaction's
@@ -318,8 +322,8 @@ func (f *Fold) applyKeyStream(re eventstore.RecordedEvent) {
 }
 
 func (f *Fold) applyClaim(re eventstore.RecordedEvent) {
-	var c domain.KeyClaimed
-	if re.Type != domain.EvKeyClaimed || json.Unmarshal(re.Data, &c) != nil {
+	var c domain.KeyClaimed // an atomic batch's decision is its key's claim too (batches.go)
+	if (re.Type != domain.EvKeyClaimed && re.Type != domain.EvBatchDecided) || json.Unmarshal(re.Data, &c) != nil {
 		f.eventViolation(InvKeyOnce, "bad_claim", re, "a key stream holds %s, not a claim", re.Type)
 		return
 	}
@@ -328,6 +332,11 @@ func (f *Fold) applyClaim(re eventstore.RecordedEvent) {
 		f.eventViolation(InvKeyOnce, "bad_claim", re, "claim of %q in the stream of %q", c.Key, key)
 	}
 	f.sets.claim(f, re, key, claim{stream: c.Stream, hash: c.RequestHash})
+	if re.Type == domain.EvBatchDecided {
+		f.noteBatch(re)
+	} else {
+		delete(f.batchElements, key)
+	}
 }
 
 // clientCommand reports whether an event was written by a client's own command.
@@ -624,6 +633,7 @@ func (f *Fold) finish() []Totals {
 	f.finishSagas()
 	out := f.finishConservation()
 	f.finishCommands()
+	f.finishBatches()
 	return out
 }
 

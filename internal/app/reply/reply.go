@@ -297,3 +297,26 @@ const (
 func MaxBatchReplyBytes(commands, postings int) int {
 	return replyBytesOfBatch + commands*replyBytesPerCommand + postings*replyBytesPerPosting
 }
+
+// AtomicRefused answers an atomic batch (PROTOCOL.md v1.2 §2.2) that its
+// element index refused: the batch takes that element's status and code, the
+// element its own reply (elem), every other element rejected with
+// linked_event_failed; keys are the elements' keys, in order.
+func AtomicRefused(key string, keys []string, index int, elem Reply, duplicate bool) Reply {
+	replies := make([]Reply, len(keys))
+	linked := fmt.Sprintf("not applied: command %d of the atomic batch was refused", index)
+	for i, k := range keys {
+		replies[i] = Reply{Status: domain.StatusRejected, Code: domain.CodeLinkedEventFailed, Message: linked, IdempotencyKey: k, Events: []domain.EventRef{}}
+	}
+	replies[index] = elem
+	return Reply{
+		Status: elem.Status, Code: elem.Code, Message: fmt.Sprintf("command %d of the atomic batch: %s", index, elem.Message),
+		IdempotencyKey: key, Duplicate: duplicate, Events: []domain.EventRef{}, Replies: replies, Index: &index,
+	}
+}
+
+// AtomicApplied answers an atomic batch that applied, with its elements'
+// replies in order.
+func AtomicApplied(key string, replies []Reply, duplicate bool) Reply {
+	return Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: key, Duplicate: duplicate, Events: []domain.EventRef{}, Replies: replies}
+}
