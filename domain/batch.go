@@ -173,3 +173,49 @@ func decodeElementFast(body []byte) (Command, bool) {
 	}
 	return cmd, true
 }
+
+// BatchDecided is the single event of an atomic batch's key stream (v1.2
+// §2.2): the batch's claim, a KeyClaimed of command "batch" naming the key
+// stream itself as where it is decided, so that every reader of claims binds
+// the key to the batch's request as to any other, and the batch's decision,
+// once and forever. Applied, Keys are its elements' keys, each decided by its
+// own claim written in the same append (or decided before, and answered so);
+// refused, Index names the element that refused it and Reply is that
+// element's reply as the ledger encoded it, and none of the elements' keys is
+// decided.
+type BatchDecided struct {
+	KeyClaimed
+	Status Status          `json:"status"`
+	Code   Code            `json:"code"`
+	Index  *int            `json:"index,omitempty"`
+	Reply  json.RawMessage `json:"reply,omitempty"`
+	Keys   []string        `json:"keys"`
+	// Duplicates are the elements of an applied batch answered as duplicates:
+	// their keys were decided before it, or by an earlier element.
+	Duplicates []int `json:"duplicates,omitempty"`
+}
+
+// Canonical is an atomic batch's canonical request: its elements' canonical
+// requests, in order, under "commands" (an invalid element as it was sent,
+// compacted). Two batches are the same request when they carry the same
+// commands in the same order.
+func (b Batch) Canonical() Canonical {
+	buf := append(make([]byte, 0, 64+160*len(b.Commands)), `{"atomic":true,"commands":[`...)
+	for i, c := range b.Commands {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		if c.Invalid == nil {
+			buf = append(buf, c.Command.Canonical().JSON...)
+			continue
+		}
+		var raw bytes.Buffer
+		if json.Compact(&raw, c.Raw) != nil {
+			raw.Reset()
+			raw.WriteString("null")
+		}
+		buf = append(buf, raw.Bytes()...)
+	}
+	buf = append(buf, `],"type":"batch"}`...)
+	return canonicalOf(buf, nil)
+}

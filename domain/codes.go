@@ -38,7 +38,11 @@ const (
 	CodeRefundExceedsOriginal  Code = "refund_exceeds_original"
 	CodeNotRefundable          Code = "not_refundable"
 	CodeInternalError          Code = "internal_error"
-	CodeNotFound               Code = "not_found" // queries only
+	CodeRevisionMismatch       Code = "revision_mismatch" // v1.2 §2.3
+	// CodeLinkedEventFailed answers every other element of an atomic batch
+	// that one element refused (v1.2 §2.2): it was not applied because of it.
+	CodeLinkedEventFailed Code = "linked_event_failed"
+	CodeNotFound          Code = "not_found" // queries only
 )
 
 // Rejection is a business refusal: a typed code and a human message.

@@ -21,6 +21,9 @@ const (
 	// EvKeyClaimed is the single event of a key stream: it binds a client key to one
 	// request (its hash and canonical form) and names the stream that decides it.
 	EvKeyClaimed = "KeyClaimed"
+	// EvBatchDecided is the single event of an atomic batch's key stream: the
+	// batch's claim (a KeyClaimed of command "batch") and its decision.
+	EvBatchDecided = "BatchDecided"
 )
 
 // Reasons of money movements (the statement's "why").
@@ -84,6 +87,10 @@ type Credited struct {
 	HeldAfter *int64 `json:"held_after,omitempty"`
 	// Metadata is the client's, of the command that moved the money (v1.1).
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Requested, on a debit of a command with up_to (v1.2 §2.3: a withdrawal,
+	// a transfer's debit), is the maximum the command asked for; Amount is what
+	// moved: the smaller of it and what was available. Nil otherwise.
+	Requested *int64 `json:"requested,omitempty"`
 }
 
 // Debited: see Credited.
@@ -91,7 +98,7 @@ type Debited Credited
 
 // Change moves the balance; held is as it was.
 func (e Credited) Change() AccountChange {
-	return AccountChange{Balance: setAfter(e.BalanceAfter), Held: statedAfter(e.HeldAfter), Moves: true, Amount: e.Amount, Reason: e.Reason, Ref: e.Ref}
+	return AccountChange{Balance: setAfter(e.BalanceAfter), Held: statedAfter(e.HeldAfter), Moves: true, Amount: e.Amount, Reason: e.Reason, Ref: e.Ref, UpTo: e.Requested != nil}
 }
 
 func (e Credited) foldAccount(a *Account, m Metadata) error {

@@ -46,7 +46,7 @@ const (
 	StreamTransfer
 	// StreamTransaction: transaction-<id>, folded by EvolveTransactionSaga (TransactionEvent).
 	StreamTransaction
-	// StreamKey: key-<K>, its single KeyClaimed.
+	// StreamKey: key-<K>, its single KeyClaimed (BatchDecided for an atomic batch's key).
 	StreamKey
 )
 
@@ -99,6 +99,7 @@ var eventTypes = []EventType{
 	transactionEvent[TransactionRejected](EvTransactionRejected),
 
 	{Name: EvKeyClaimed, Kind: StreamKey, newPayload: func() any { return new(KeyClaimed) }},
+	{Name: EvBatchDecided, Kind: StreamKey, newPayload: func() any { return new(BatchDecided) }},
 }
 
 // eventTypeByName indexes eventTypes (a variable's initialiser, not init: it
@@ -203,6 +204,9 @@ type AccountChange struct {
 	Moves       bool
 	Amount      int64
 	Reason, Ref string
+	// UpTo: the movement is the debit of a command with up_to (v1.2 §2.3), and
+	// Amount is what it moved.
+	UpTo bool
 	// Hold is the hold the event places, captures or releases; its ID is ""
 	// for any other event.
 	Hold HoldChange

@@ -127,6 +127,8 @@ func registrySamples() map[string][]NewEvent {
 		EvTransactionRejected: {{EvTransactionRejected, TransactionRejected{TransactionID: "x", Postings: postings, Code: CodeAccountClosed, Message: "closed", Accounts: views}}},
 
 		EvKeyClaimed: {{EvKeyClaimed, KeyClaimed{Key: "k", Command: string(CmdDeposit), RequestHash: "ab", Request: json.RawMessage(`{"a":1}`), Stream: "account-a", Revision: new(uint64)}}},
+		EvBatchDecided: {{EvBatchDecided, BatchDecided{KeyClaimed: KeyClaimed{Key: "b", Command: string(CmdBatch), RequestHash: "ab", Request: json.RawMessage(`{"a":1}`), Stream: "key-b", Revision: new(uint64)},
+			Status: StatusApplied, Code: CodeOK, Keys: []string{"k"}}}},
 	}
 }
 

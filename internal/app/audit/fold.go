@@ -128,6 +128,10 @@ type Fold struct {
 	flows     map[string]*Totals    // by currency
 	badStream map[string]bool       // streams whose fold failed: no further checks
 
+	// batchElements are the keys an applied atomic batch decided whose
+	// claims are not folded yet: key -> the batch's key (batches.go).
+	batchElements map[string]string
+
 	// stepRecords keeps the records of saga steps until their saga is decided.
 	stepRecords map[string]*domain.KeyRecord
 	// legs sums each transaction's legs in the accounts (by the transaction's
@@ -318,8 +322,8 @@ func (f *Fold) applyKeyStream(re eventstore.RecordedEvent) {
 }
 
 func (f *Fold) applyClaim(re eventstore.RecordedEvent) {
-	var c domain.KeyClaimed
-	if re.Type != domain.EvKeyClaimed || json.Unmarshal(re.Data, &c) != nil {
+	var c domain.KeyClaimed // an atomic batch's decision is its key's claim too (batches.go)
+	if (re.Type != domain.EvKeyClaimed && re.Type != domain.EvBatchDecided) || json.Unmarshal(re.Data, &c) != nil {
 		f.eventViolation(InvKeyOnce, "bad_claim", re, "a key stream holds %s, not a claim", re.Type)
 		return
 	}
@@ -328,6 +332,11 @@ func (f *Fold) applyClaim(re eventstore.RecordedEvent) {
 		f.eventViolation(InvKeyOnce, "bad_claim", re, "claim of %q in the stream of %q", c.Key, key)
 	}
 	f.sets.claim(f, re, key, claim{stream: c.Stream, hash: c.RequestHash})
+	if re.Type == domain.EvBatchDecided {
+		f.noteBatch(re)
+	} else {
+		delete(f.batchElements, key)
+	}
 }
 
 // clientCommand reports whether an event was written by a client's own command.
@@ -369,6 +378,7 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) 
 	a.ForgetDurable(a.Revision) // a stored event is durable
 	f.checkSnapshot(re.Stream, a)
 	f.checkAccountEvent(re, m, a, payload)
+	f.checkConditions(re, m, a, payload)
 	f.expectAccountRows(re, m, a, payload)
 }
 
@@ -624,6 +634,7 @@ func (f *Fold) finish() []Totals {
 	f.finishSagas()
 	out := f.finishConservation()
 	f.finishCommands()
+	f.finishBatches()
 	return out
 }
 
@@ -670,12 +681,16 @@ func (f *Fold) checkSaga(id string, s *domain.Saga) {
 	if st.debits > 1 || st.credits > 1 || st.comps > 1 {
 		bad("a step moved money more than once (%d debits, %d credits, %d compensations)", st.debits, st.credits, st.comps)
 	}
+	want := s.Amount
+	if s.UpTo && s.Stage == domain.SagaPending && st.debits == 1 && st.debit <= s.Amount {
+		want = st.debit // a transfer with up_to records what moved once it is decided
+	}
 	for _, amt := range []struct {
 		n   int
 		sum int64
 	}{{st.debits, st.debit}, {st.credits, st.credit}, {st.comps, st.compensate}} {
-		if amt.n == 1 && amt.sum != s.Amount {
-			bad("a step moved %d of a saga of %d", amt.sum, s.Amount)
+		if amt.n == 1 && amt.sum != want {
+			bad("a step moved %d of a saga of %d", amt.sum, want)
 		}
 	}
 	if st.currency != s.Currency {

@@ -47,9 +47,22 @@ func (s *Service) HandleBatch(ctx context.Context, body []byte, maxReplyBytes in
 		return reply.Invalid(b.Key, &domain.InvalidError{Field: "commands", Message: "the reply to this many commands might not fit the NATS server's message limit: send fewer"})
 	}
 	if b.Atomic {
-		return reply.Invalid(b.Key, &domain.InvalidError{Field: "atomic", Message: "atomic batches are not served yet by this ledger"})
+		return s.atomicBatch(ctx, b)
 	}
 	return reply.Batch(s.runBatch(ctx, b.Commands))
+}
+
+// atomicBatch decides an atomic batch as the store allows (mover.atomicBatch).
+func (s *Service) atomicBatch(ctx context.Context, b domain.Batch) Reply {
+	r, err := s.mover.atomicBatch(ctx, b)
+	if err == nil && r.Duplicate {
+		err = s.answered(ctx)
+	}
+	if err != nil {
+		s.log.Warn("atomic batch failed", "key", b.Key, "err", err)
+		return reply.Error(b.Key, err)
+	}
+	return r
 }
 
 // runBatch decides the commands of a batch that is not atomic, each as if

@@ -35,18 +35,27 @@ func claimEventKey(key, hash string) string { return key + "#" + hash }
 // claimPart is the claim of cmd's key for its decision in home, whose first event
 // is to be written at revision first.
 func (s *Service) claimPart(cmd domain.Command, req domain.Canonical, home string, first uint64) (eventstore.StreamAppend, error) {
-	hash := req.Hash
 	data := domain.EncodeKeyClaimed(cmd.IdempotencyKey, string(cmd.Type), req, home, first)
-	ks := domain.KeyStream(cmd.IdempotencyKey)
-	id := domain.EventID(claimEventKey(cmd.IdempotencyKey, hash), ks, 0)
-	m := domain.Metadata{Key: cmd.IdempotencyKey, Command: string(cmd.Type), RequestHash: hash, Count: 1, At: cmd.At, Producer: s.opts.Producer, Schema: 1}
-	m.Chain = domain.ChainHash("", domain.StoredEvent{ID: id, Stream: ks, Type: domain.EvKeyClaimed, Data: data, Metadata: m})
+	m := domain.Metadata{Key: cmd.IdempotencyKey, Command: string(cmd.Type), RequestHash: req.Hash, At: cmd.At}
+	return s.keyStreamPart(m, domain.EvKeyClaimed, data)
+}
+
+// keyStreamPart is the single event of a key's stream (m.Key's), of type typ
+// (a claim, or an atomic batch's decision) with data: written expecting no
+// stream, its ID derived from the key and the request's hash (m.RequestHash),
+// so that the same request writes it again idempotently and another one is
+// refused by the store. m carries the key, the command, the hash and the time.
+func (s *Service) keyStreamPart(m domain.Metadata, typ string, data []byte) (eventstore.StreamAppend, error) {
+	ks := domain.KeyStream(m.Key)
+	id := domain.EventID(claimEventKey(m.Key, m.RequestHash), ks, 0)
+	m.Count, m.Producer, m.Schema = 1, s.opts.Producer, 1
+	m.Chain = domain.ChainHash("", domain.StoredEvent{ID: id, Stream: ks, Type: typ, Data: data, Metadata: m})
 	meta, err := domain.EncodeMetadata(m)
 	if err != nil {
 		return eventstore.StreamAppend{}, err
 	}
 	return eventstore.StreamAppend{Stream: ks, Expected: eventstore.NoStream, Events: []eventstore.EventData{{
-		ID: id, Type: domain.EvKeyClaimed, Data: data, Metadata: meta,
+		ID: id, Type: typ, Data: data, Metadata: meta,
 	}}}, nil
 }
 
@@ -137,8 +146,9 @@ func (s *Service) readClaim(ctx context.Context, key string) (*domain.KeyClaimed
 		return nil, err
 	}
 	var c domain.KeyClaimed
-	if err := json.Unmarshal(evs[0].Data, &c); err != nil || evs[0].Type != domain.EvKeyClaimed {
-		return nil, fmt.Errorf("ledger: key stream of %q holds %s, not a claim: %v", key, evs[0].Type, err)
+	// An atomic batch's decision is its key's claim too (domain.BatchDecided).
+	if t := evs[0].Type; (t != domain.EvKeyClaimed && t != domain.EvBatchDecided) || json.Unmarshal(evs[0].Data, &c) != nil {
+		return nil, fmt.Errorf("ledger: key stream of %q holds %s, not a claim", key, evs[0].Type)
 	}
 	s.claims.Add(key, &c)
 	return &c, nil

@@ -27,6 +27,13 @@ func (s *Service) lookup(ctx context.Context, key string) (r Reply, found bool, 
 		return Reply{}, false, err
 	}
 	switch {
+	case c.Command == string(domain.CmdBatch): // an atomic batch's key (atomicbatch.go)
+		d, err := s.readBatchDecided(ctx, key)
+		if err != nil {
+			return Reply{}, false, err
+		}
+		r, err := s.batchReply(ctx, d, false)
+		return r, err == nil, err
 	case strings.HasPrefix(c.Stream, domain.AccountStreamPrefix):
 		err := s.whenSettled(ctx, c.Stream, func() error {
 			acc, err := s.loadAccount(ctx, c.Stream, strings.TrimPrefix(c.Stream, domain.AccountStreamPrefix), true)

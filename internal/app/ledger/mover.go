@@ -32,6 +32,10 @@ type mover interface {
 	// captureInFlight reports, for Lookup, whether the capture into an account
 	// claimed as c under key is still running (its answer is not final).
 	captureInFlight(ctx context.Context, key string, c *domain.KeyClaimed) (bool, error)
+	// atomicBatch decides an atomic batch (PROTOCOL.md v1.2 §2.2): one
+	// decision and one append (atomicbatch.go), or invalid naming `atomic`
+	// where the store cannot append to several streams at once.
+	atomicBatch(ctx context.Context, b domain.Batch) (Reply, error)
 }
 
 // moverFor is the mover a store's capability calls for.

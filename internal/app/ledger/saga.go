@@ -32,3 +32,10 @@ func (m sagaMover) openSaga(ctx context.Context, cmd domain.Command, _ domain.Ca
 	}
 	return transferStep{events: requested, next: appendThem}, nil
 }
+
+// atomicBatch: a store that appends to one stream at a time cannot write a
+// batch in one append, so an atomic batch is invalid, naming `atomic`, and
+// nothing is decided (PROTOCOL.md v1.2 §2.2).
+func (sagaMover) atomicBatch(_ context.Context, b domain.Batch) (Reply, error) {
+	return reply.Invalid(b.Key, &domain.InvalidError{Field: "atomic", Message: "this ledger's event store cannot append to several streams at once: send the batch without atomic"}), nil
+}

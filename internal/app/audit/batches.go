@@ -1,0 +1,57 @@
+package audit
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+)
+
+// Atomic batches (PROTOCOL.md v1.2 §2.2). A batch's key stream holds its
+// BatchDecided, which is also its key's claim (once, like any claim:
+// applyKeyStream). An applied batch decides its elements' keys in its one
+// append: every element not answered as a duplicate has its claim written
+// after the batch's decision. noteBatch notes them, a claim met later strikes
+// one off, and finishBatches names every element an applied batch left
+// undecided.
+
+// noteBatch notes the elements an applied batch decided (re, a BatchDecided).
+func (f *Fold) noteBatch(re eventstore.RecordedEvent) {
+	var d domain.BatchDecided
+	if err := json.Unmarshal(re.Data, &d); err != nil {
+		f.eventViolation(InvKeyOnce, "bad_claim", re, "undecodable batch decision: %v", err)
+		return
+	}
+	if d.Status != domain.StatusApplied {
+		if d.Index == nil || *d.Index < 0 || *d.Index >= len(d.Keys) {
+			f.eventViolation(InvKeyOnce, "bad_claim", re, "batch %q refused by no element of its %d", d.Key, len(d.Keys))
+		}
+		return
+	}
+	if f.batchElements == nil {
+		f.batchElements = map[string]string{}
+	}
+	for i, k := range d.Keys {
+		if !slices.Contains(d.Duplicates, i) {
+			f.batchElements[k] = d.Key
+		}
+	}
+}
+
+// finishBatches names the elements of applied batches whose keys were never
+// claimed.
+func (f *Fold) finishBatches() {
+	keys := make([]string, 0, len(f.batchElements))
+	for k := range f.batchElements {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		batch := f.batchElements[k]
+		f.violate(Violation{Invariant: InvKeyOnce, Kind: "batch_element_undecided", Stream: domain.KeyStream(batch),
+			Message: fmt.Sprintf("atomic batch %q applied, but its element %q was not decided with it", batch, k)})
+	}
+}

@@ -1,0 +1,205 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+)
+
+// Atomic batches (PROTOCOL.md v1.2 §2.2, ARCHITECTURE decision 13), on a store
+// that appends to several streams in one write (atomicMover.batch): all of the
+// batch or none of it, one decision over every stream its commands touch and
+// one append.
+//
+// Each round: the batch's key is read first (decided: answered from its
+// BatchDecided, duplicate; bound to another request: a conflict); then each
+// element's key (priorDecisions: a key an earlier command decided answers
+// that decision, applied counting as applied, anything else refusing the
+// batch). Then, under the locks of the batch's key, of its transfer and
+// transaction streams (sorted) and of its accounts (sorted, after them: the
+// order of every write over several streams, atomic.go), every account is
+// drained and loaded and the elements are decided in order, each on the state
+// the ones before it left, as the atomic mover decides them alone: an account
+// command as decideOnAccount, a capture into an account as captureTo, a
+// transaction as the transaction, a transfer as openSaga (the same events, the
+// saga decided at once). Applied, one append writes the batch's BatchDecided,
+// every element's claim and events, each stream expected at the revision it
+// was decided on. Refused at element i, the append writes the BatchDecided
+// alone (the refusing element's reply in it) and asserts the revisions the
+// refusal was decided on, so that a refusal decided on a stale cache is
+// decided again rather than recorded forever. A racing writer (another
+// instance, a command of one of the elements' keys) makes the append fail:
+// the round is taken again on the store's head, at most MaxAttempts rounds.
+//
+// The elements are folded into the cached aggregates while they are decided,
+// and every aggregate the batch loaded is dropped from the caches once the
+// batch is appended or refused (batchDecision.forget): the next command reads
+// the store, which then holds what the batch wrote with its positions.
+//
+// An element invalid by itself refuses the batch in its turn, like any
+// other, but such a refusal is not recorded: like any invalid request, the
+// batch is then decided never and answered the same each time it is sent. A
+// refund is such an element (its original is found only while it is decided,
+// and may be any kind of stream): invalid_request naming `type`.
+
+// atomicBatch decides an atomic batch in one append.
+func (m atomicMover) atomicBatch(ctx context.Context, b domain.Batch) (Reply, error) {
+	return m.s.decideAtomicBatch(ctx, b)
+}
+
+// decideAtomicBatch decides an atomic batch (b.Atomic, b.Key set).
+func (s *Service) decideAtomicBatch(ctx context.Context, b domain.Batch) (Reply, error) {
+	at := s.opts.Clock().UTC()
+	for i := range b.Commands {
+		if b.Commands[i].At.IsZero() {
+			b.Commands[i].At = at
+		}
+	}
+	req := b.Canonical()
+	for round := 0; round < s.opts.MaxAttempts; round++ {
+		if r, done, err := s.decidedBatch(ctx, b.Key, req); err != nil || done {
+			return r, err
+		}
+		prior, err := s.priorDecisions(ctx, b.Commands)
+		if err != nil {
+			return Reply{}, err
+		}
+		d, again, err := s.tryAtomicBatch(ctx, b, req, prior, round > 0)
+		switch {
+		case err != nil:
+			return Reply{}, err
+		case again:
+			continue
+		case d.r != nil:
+			return *d.r, nil
+		}
+		if err := s.fail("batch/appended"); err != nil {
+			return Reply{}, err
+		}
+		return s.batchReply(ctx, d.decided, false)
+	}
+	return Reply{}, ErrTooManyConflicts
+}
+
+// atomicElementInvalid is why an element cannot be part of an atomic batch
+// whatever the state: invalid by itself, or a refund.
+func atomicElementInvalid(c domain.BatchCommand) *domain.InvalidError {
+	switch {
+	case c.Invalid != nil:
+		return c.Invalid
+	case c.Type == domain.CmdRefund:
+		return &domain.InvalidError{Field: "type", Message: "a refund is not an element of an atomic batch: send it alone or in a batch that is not atomic"}
+	}
+	return nil
+}
+
+// decidedBatch answers a batch key already decided: the batch's reply
+// (duplicate), or a conflict when the key is bound to another request (another
+// batch, or a command of its own). done is false for a key never decided.
+func (s *Service) decidedBatch(ctx context.Context, key string, req domain.Canonical) (r Reply, done bool, err error) {
+	c, err := s.readClaim(ctx, key)
+	if err != nil || c == nil {
+		return Reply{}, false, err
+	}
+	j, err := domain.Judge(c.DecidedFor(), req)
+	switch {
+	case err != nil:
+		return Reply{}, false, err
+	case j.Verdict == domain.KeyConflict:
+		return reply.Conflict(key, j.Fields), true, nil
+	}
+	d, err := s.readBatchDecided(ctx, key)
+	if err != nil {
+		return Reply{}, false, err
+	}
+	r, err = s.batchReply(ctx, d, true)
+	return r, err == nil, err
+}
+
+// readBatchDecided reads an atomic batch's decision from its key stream.
+func (s *Service) readBatchDecided(ctx context.Context, key string) (*domain.BatchDecided, error) {
+	evs, err := s.store.ReadStream(ctx, domain.KeyStream(key), 0, eventstore.Forwards, 1)
+	if err != nil {
+		return nil, err
+	}
+	var d domain.BatchDecided
+	if len(evs) == 0 || evs[0].Type != domain.EvBatchDecided || json.Unmarshal(evs[0].Data, &d) != nil {
+		return nil, fmt.Errorf("ledger: key stream of %q holds no batch decision", key)
+	}
+	return &d, nil
+}
+
+// batchReply is the reply of a decided atomic batch, from its BatchDecided:
+// refused, the refusing element's reply as recorded; applied, each element's
+// reply as its key answers it (Lookup), duplicate when it was decided before
+// the batch (d.Duplicates) or when the whole batch is answered again.
+func (s *Service) batchReply(ctx context.Context, d *domain.BatchDecided, duplicate bool) (Reply, error) {
+	if d.Status != domain.StatusApplied {
+		if d.Index == nil || *d.Index < 0 || *d.Index >= len(d.Keys) {
+			return Reply{}, fmt.Errorf("ledger: batch %q: its decision names no refusing element", d.Key)
+		}
+		var elem Reply
+		if err := json.Unmarshal(d.Reply, &elem); err != nil {
+			return Reply{}, fmt.Errorf("ledger: batch %q: its refusing element's reply: %w", d.Key, err)
+		}
+		return reply.AtomicRefused(d.Key, d.Keys, *d.Index, elem, duplicate), nil
+	}
+	replies := make([]Reply, len(d.Keys))
+	for i, k := range d.Keys {
+		r, found, err := s.lookup(ctx, k)
+		if err != nil {
+			return Reply{}, err
+		}
+		if !found {
+			return Reply{}, fmt.Errorf("ledger: batch %q: the decision of its element %d (key %q) is not found", d.Key, i, k)
+		}
+		r.Duplicate = duplicate || slices.Contains(d.Duplicates, i)
+		replies[i] = r
+	}
+	return reply.AtomicApplied(d.Key, replies, duplicate), nil
+}
+
+// priorDecisions answers each element whose key was decided before the batch
+// (nil for one never decided): its original reply marked duplicate, or the
+// conflict of its key. Read outside the batch's locks (a lookup takes an
+// account's); a key decided after it is read is caught by the append, which
+// writes its claim expecting none.
+func (s *Service) priorDecisions(ctx context.Context, cmds []domain.BatchCommand) ([]*Reply, error) {
+	prior := make([]*Reply, len(cmds))
+	for i, c := range cmds {
+		if atomicElementInvalid(c) != nil {
+			continue
+		}
+		claim, err := s.readClaim(ctx, c.IdempotencyKey)
+		if err != nil || claim == nil {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		j, err := domain.Judge(claim.DecidedFor(), c.Canonical())
+		if err != nil {
+			return nil, err
+		}
+		if j.Verdict == domain.KeyConflict {
+			r := reply.Conflict(c.IdempotencyKey, j.Fields)
+			prior[i] = &r
+			continue
+		}
+		r, found, err := s.lookup(ctx, c.IdempotencyKey)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return nil, fmt.Errorf("ledger: key %q is claimed but its decision is not found", c.IdempotencyKey)
+		}
+		r.Duplicate = true
+		prior[i] = &r
+	}
+	return prior, nil
+}

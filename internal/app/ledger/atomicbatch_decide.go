@@ -1,0 +1,476 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+)
+
+// An atomic batch decided under its locks (atomicbatch.go): its elements in
+// order, each on the state the ones before it left, and its one append.
+
+// batchOutcome is what a round of an atomic batch answers: r, a reply (a
+// refusal recorded, a conflict of the batch's key); otherwise decided, an
+// applied batch, whose elements' replies are read once its locks are released.
+type batchOutcome struct {
+	r       *Reply
+	decided *domain.BatchDecided
+}
+
+// batchDecision is one round of an atomic batch under its locks.
+type batchDecision struct {
+	s       *Service
+	b       domain.Batch
+	req     domain.Canonical
+	prior   []*Reply
+	refresh bool // decide on the store's head, not the caches
+
+	accs map[string]*domain.Account // by account ID, as the elements decided so far leave them
+	base map[string]int64           // each account's revision when loaded
+	// transfers are copies of the transfers the batch reads, as its elements
+	// leave them; baseTransfers their revisions when loaded.
+	transfers     map[string]*domain.Transfer
+	baseTransfers map[string]int64
+	txs           map[string]bool // the transaction streams the batch posts
+	seen          map[string]int  // an element's key -> the first element of that key
+	folded        map[string]bool // the account streams the elements were folded into
+	parts         []eventstore.StreamAppend
+	decided       domain.BatchDecided
+}
+
+// elementRefusal is the element that refuses a batch and its reply.
+type elementRefusal struct {
+	index int
+	r     Reply
+	// unrecorded: the element is invalid by itself (atomicElementInvalid),
+	// and the batch with it decided never.
+	unrecorded bool
+}
+
+// errDecidedMeanwhile: an element's key, undecided when the round began
+// (priorDecisions), was decided before the batch took its locks: the next
+// round answers it as decided.
+var errDecidedMeanwhile = errors.New("ledger: a command of the atomic batch was decided meanwhile")
+
+// tryAtomicBatch is one round of an atomic batch: under the locks of its key,
+// its transfer and transaction streams, then its accounts, it decides the
+// elements and appends. again asks for another round, on the store's head.
+func (s *Service) tryAtomicBatch(ctx context.Context, b domain.Batch, req domain.Canonical, prior []*Reply, refresh bool) (out batchOutcome, again bool, err error) {
+	own, ids := batchStreams(b.Commands)
+	bd := &batchDecision{s: s, b: b, req: req, prior: prior, refresh: refresh}
+	_, err = s.underLocks(ctx, append([]string{domain.KeyStream(b.Key)}, own...), func(*attempt) (Reply, bool, error) {
+		return Reply{}, false, s.withAccountLocks(ctx, ids, func(l *heldLocks) (err error) {
+			out, again, err = bd.run(ctx, l, ids)
+			return err
+		})
+	})
+	return out, again, err
+}
+
+// batchStreams are the transfer and transaction streams an atomic batch's
+// elements write (sorted), and the accounts they decide on.
+func batchStreams(cmds []domain.BatchCommand) (own, accounts []string) {
+	for _, c := range cmds {
+		if c.Invalid != nil {
+			continue
+		}
+		switch c.Type {
+		case domain.CmdTransfer:
+			own = append(own, domain.TransferStream(c.TransferID))
+			accounts = append(accounts, c.From, c.To)
+		case domain.CmdPostTransaction:
+			own = append(own, domain.TransactionStream(c.TransactionID))
+			accounts = append(accounts, domain.TransactionAccounts(c.Postings)...)
+		default:
+			accounts = append(accounts, c.AccountID)
+			if c.To != "" {
+				accounts = append(accounts, c.To)
+			}
+		}
+	}
+	slices.Sort(own)
+	slices.Sort(accounts)
+	return slices.Compact(own), slices.Compact(accounts)
+}
+
+// run decides the batch on its accounts ids (their locks held by l) and
+// appends it.
+func (bd *batchDecision) run(ctx context.Context, l *heldLocks, ids []string) (batchOutcome, bool, error) {
+	defer bd.forget()
+	if err := bd.load(ctx, l, ids); err != nil {
+		return batchOutcome{}, false, err
+	}
+	refused, err := bd.decideAll(ctx)
+	if errors.Is(err, domain.ErrRecallUnsettled) || errors.Is(err, errDecidedMeanwhile) {
+		return batchOutcome{}, true, nil
+	}
+	if err != nil {
+		return batchOutcome{}, false, err
+	}
+	if refused != nil && refused.unrecorded {
+		r := reply.AtomicRefused(bd.b.Key, batchKeys(bd.b), refused.index, refused.r, false)
+		return batchOutcome{r: &r}, false, nil
+	}
+	parts, err := bd.record(refused)
+	if err != nil {
+		return batchOutcome{}, false, err
+	}
+	if err := bd.s.fail("batch/decided"); err != nil {
+		return batchOutcome{}, false, err
+	}
+	res, err := bd.s.appendParts(ctx, parts)
+	if err != nil {
+		r, answered, retry, err := refusedAppend(bd.b.Key, bd.s.claimError(ctx, parts[0].Stream, bd.req, err))
+		if answered {
+			return batchOutcome{r: &r}, false, nil
+		}
+		return batchOutcome{}, retry, err
+	}
+	if res[0].Idempotent {
+		// The batch's decision was there (another sender's): answered from
+		// it. An element's writes alone found there are the same command
+		// decided alone on the same state meanwhile: the batch is written.
+		return batchOutcome{}, true, nil
+	}
+	if refused != nil {
+		r := reply.AtomicRefused(bd.b.Key, bd.decided.Keys, refused.index, refused.r, false)
+		return batchOutcome{r: &r}, false, nil
+	}
+	return batchOutcome{decided: &bd.decided}, false, nil
+}
+
+// load loads the batch's accounts (ids) under their locks, every one drained
+// and decided on durable state: the batch is appended on its own, not
+// pipelined behind other appends.
+func (bd *batchDecision) load(ctx context.Context, l *heldLocks, ids []string) error {
+	s := bd.s
+	accs, hot, err := s.loadAccounts(ctx, l, bd.b.Key, ids, bd.refresh)
+	if err != nil {
+		return err
+	}
+	if hot != nil {
+		if err := s.drain(ctx, hot.stream); err != nil {
+			return err
+		}
+		if accs[hot.acc.ID], _, err = s.loadPending(ctx, hot.stream, hot.acc.ID, bd.refresh); err != nil {
+			return err
+		}
+	}
+	bd.accs, bd.base = accs, make(map[string]int64, len(accs))
+	for id, acc := range accs {
+		bd.base[id] = acc.Revision
+	}
+	bd.transfers, bd.baseTransfers = map[string]*domain.Transfer{}, map[string]int64{}
+	bd.txs, bd.seen, bd.folded = map[string]bool{}, map[string]int{}, map[string]bool{}
+	return nil
+}
+
+// forget drops from the caches what the batch folded its elements into (and
+// the transfers it read): written, the store holds them with their positions;
+// refused, they never happened.
+func (bd *batchDecision) forget() {
+	for stream := range bd.folded {
+		bd.s.accounts.c.Remove(stream)
+	}
+	for stream := range bd.transfers {
+		bd.s.transfers.Remove(stream)
+	}
+}
+
+// decideAll decides the elements in order: nil when every one applies (or
+// was applied before), else the first that refuses the batch.
+func (bd *batchDecision) decideAll(ctx context.Context) (*elementRefusal, error) {
+	for i, c := range bd.b.Commands {
+		if ierr := atomicElementInvalid(c); ierr != nil {
+			return &elementRefusal{index: i, r: reply.Invalid(keyOf(c.Raw), ierr), unrecorded: true}, nil
+		}
+		if p := bd.prior[i]; p != nil {
+			if p.Status != domain.StatusApplied {
+				return &elementRefusal{index: i, r: *p}, nil
+			}
+			bd.decided.Duplicates = append(bd.decided.Duplicates, i)
+			continue
+		}
+		key := c.IdempotencyKey
+		if j, ok := bd.seen[key]; ok { // the key of an earlier element, which applied
+			first := bd.b.Commands[j].Canonical()
+			v, err := domain.Judge(&domain.Decided{Hash: first.Sum, Request: first.JSON}, c.Canonical())
+			if err != nil || v.Verdict == domain.KeyConflict {
+				return &elementRefusal{index: i, r: reply.Conflict(key, v.Fields)}, err
+			}
+			bd.decided.Duplicates = append(bd.decided.Duplicates, i)
+			continue
+		}
+		bd.seen[key] = i
+		r, err := bd.decide(ctx, c.Command)
+		if err != nil || r != nil {
+			return &elementRefusal{index: i, r: deref(r)}, err
+		}
+	}
+	return nil, nil
+}
+
+// decide decides one element on the batch's states and adds its writes to
+// the batch's: nil when it applies, else its refusal's reply.
+func (bd *batchDecision) decide(ctx context.Context, cmd domain.Command) (*Reply, error) {
+	switch {
+	case cmd.Type == domain.CmdTransfer:
+		return bd.transfer(ctx, cmd)
+	case cmd.Type == domain.CmdPostTransaction:
+		return bd.transaction(ctx, cmd)
+	case cmd.Type == domain.CmdCaptureHold && cmd.To != "":
+		return bd.captureTo(ctx, cmd)
+	}
+	return bd.onAccount(ctx, cmd)
+}
+
+// onAccount decides a command of one account (decideOnAccount's decision).
+func (bd *batchDecision) onAccount(ctx context.Context, cmd domain.Command) (*Reply, error) {
+	acc, stream := bd.accs[cmd.AccountID], domain.AccountStream(cmd.AccountID)
+	if acc.Keys[cmd.IdempotencyKey] != nil {
+		return nil, errDecidedMeanwhile
+	}
+	if err := bd.s.recallForgotten(ctx, stream, acc, cmd); err != nil {
+		return nil, err
+	}
+	d := domain.DecideAccount(acc, cmd)
+	if !d.Applied() || len(d.Events) == 0 {
+		r := unwrittenReply(cmd, d)
+		return &r, nil
+	}
+	if err := bd.claim(cmd, stream, uint64(acc.Revision+1)); err != nil {
+		return nil, err
+	}
+	return nil, bd.step(cmd, acc, d.Events)
+}
+
+// captureTo decides a capture into an account (atomicMover.captureTo's
+// decision): the capture and the credit.
+func (bd *batchDecision) captureTo(ctx context.Context, cmd domain.Command) (*Reply, error) {
+	a, b := bd.accs[cmd.AccountID], bd.accs[cmd.To]
+	held := domain.AccountStream(a.ID)
+	if a.Keys[cmd.IdempotencyKey] != nil {
+		return nil, errDecidedMeanwhile
+	}
+	if err := bd.s.recallHold(ctx, held, a, cmd.HoldID); err != nil {
+		return nil, err
+	}
+	capture, credit := domain.DecideCaptureTo(a, b, cmd)
+	if !capture.Applied() || len(capture.Events) == 0 {
+		r := unwrittenReply(cmd, capture)
+		return &r, nil
+	}
+	if err := bd.claim(cmd, held, uint64(a.Revision+1)); err != nil {
+		return nil, err
+	}
+	if err := bd.step(cmd, a, capture.Events); err != nil || len(credit.Events) == 0 {
+		return nil, err
+	}
+	return nil, bd.step(domain.CaptureCreditCommand(cmd), b, credit.Events)
+}
+
+// transaction decides a post_transaction (the atomic mover's decision): the
+// transaction stream's event and every account's legs.
+func (bd *batchDecision) transaction(ctx context.Context, cmd domain.Command) (*Reply, error) {
+	txStream := domain.TransactionStream(cmd.TransactionID)
+	ev, _, err := bd.s.readTransaction(ctx, txStream)
+	if err != nil {
+		return nil, err
+	}
+	if ev != nil && domain.ClientKey(ev.Metadata) == cmd.IdempotencyKey {
+		return nil, errDecidedMeanwhile
+	}
+	if ev != nil || bd.txs[txStream] {
+		r, err := bd.s.transactionExists(ctx, cmd, cmd.Canonical())
+		return &r, err
+	}
+	d := domain.DecideTransaction(bd.accs, cmd)
+	if d.Rejection != nil {
+		r := reply.TransactionNotRecorded(cmd.IdempotencyKey, cmd.TransactionID, d.Rejection, d.Posting)
+		return &r, nil
+	}
+	if err := bd.claim(cmd, txStream, 0); err != nil {
+		return nil, err
+	}
+	data, _, err := bd.s.encodeEvents(cmd, cmd.Canonical(), cmd.IdempotencyKey, txStream, 0, "", []domain.NewEvent{d.Event})
+	if err != nil {
+		return nil, err
+	}
+	bd.parts = append(bd.parts, eventstore.StreamAppend{Stream: txStream, Expected: eventstore.NoStream, Events: data})
+	bd.txs[txStream] = true
+	for _, id := range domain.TransactionAccounts(cmd.Postings) {
+		if len(d.Legs[id]) > 0 {
+			if err := bd.step(domain.TransactionLegCommand(cmd, id), bd.accs[id], d.Legs[id]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return nil, nil
+}
+
+// transfer decides a transfer as atomicMover.openSaga does: its request, both
+// accounts' steps and the saga's marker, in the order the saga writes them.
+func (bd *batchDecision) transfer(ctx context.Context, cmd domain.Command) (*Reply, error) {
+	s, req, stream := bd.s, cmd.Canonical(), domain.TransferStream(cmd.TransferID)
+	t, err := bd.transferState(ctx, stream, cmd.TransferID)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := t.SagaOf(cmd.IdempotencyKey); ok {
+		return nil, errDecidedMeanwhile
+	}
+	if t.Requested {
+		r, err := s.transferExists(ctx, cmd, req, t)
+		return &r, err
+	}
+	dt := domain.DecideTransfer(t, cmd)
+	if len(dt.Events) == 0 || dt.Rejection != nil {
+		r := reply.NotRecorded(cmd.IdempotencyKey, dt.Rejection)
+		return &r, nil
+	}
+	rq, err := s.openSagaRequest(cmd, req, stream, t, dt.Events)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range []string{rq.sg.Out, rq.sg.In} {
+		if !bd.accs[id].Opened {
+			r := reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(id))
+			return &r, nil
+		}
+	}
+	at, err := domain.DecideTransferAtomically(rq.scratch, rq.sg, bd.accs[rq.sg.Out], bd.accs[rq.sg.In], cmd.At)
+	if err != nil {
+		return nil, err
+	}
+	if rej := at.Debit.Rejection; rej != nil {
+		r := reply.NotRecorded(cmd.IdempotencyKey, rej)
+		return &r, nil
+	}
+	return nil, bd.writeTransfer(cmd, rq, at)
+}
+
+// writeTransfer adds a transfer decided at once to the batch's writes
+// (appendTransferAtomically's parts) and folds it into the batch's states.
+func (bd *batchDecision) writeTransfer(cmd domain.Command, rq *sagaRequest, at domain.AtomicTransfer) error {
+	stream, t := rq.stream, rq.t
+	first := uint64(t.Revision + 1)
+	if err := bd.claim(cmd, stream, first); err != nil {
+		return err
+	}
+	bd.parts = append(bd.parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(t.Revision), Events: rq.data})
+	if err := bd.step(at.DebitCmd, bd.accs[rq.sg.Out], at.Debit.Events); err != nil {
+		return err
+	}
+	if len(at.Credit.Events) > 0 {
+		if err := bd.step(at.CreditCmd, bd.accs[rq.sg.In], at.Credit.Events); err != nil {
+			return err
+		}
+	}
+	markerCmd := domain.Command{Type: rq.sg.Command, IdempotencyKey: at.MarkerKey, At: cmd.At, Origin: rq.sg.Key}
+	markerFirst := first + uint64(len(rq.data))
+	data, metas, err := bd.s.encodeEvents(markerCmd, cmd.Canonical(), at.MarkerKey, stream, markerFirst, rq.metas[len(rq.metas)-1].Chain, at.Marker)
+	if err != nil {
+		return err
+	}
+	bd.parts = append(bd.parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.Exact(markerFirst - 1), Events: data})
+	for _, ev := range writtenFrom(stream, eventstore.AppendResult{FirstRevision: markerFirst}, data, metas, at.Marker).events {
+		if err := domain.EvolveTransfer(rq.scratch, ev); err != nil {
+			return err
+		}
+	}
+	bd.transfers[stream] = rq.scratch
+	return nil
+}
+
+// transferState is the transfer of stream as the batch's elements leave it: a
+// copy of the cached one (on the store's head when the round refreshes).
+func (bd *batchDecision) transferState(ctx context.Context, stream, id string) (*domain.Transfer, error) {
+	if t, ok := bd.transfers[stream]; ok {
+		return t, nil
+	}
+	t, err := bd.s.loadTransfer(ctx, stream, id, bd.refresh)
+	if err != nil {
+		return nil, err
+	}
+	bd.transfers[stream], bd.baseTransfers[stream] = t.Clone(), t.Revision
+	return bd.transfers[stream], nil
+}
+
+// claim adds the claim of an element's key (cmd's) for its decision in home,
+// whose first event is written at revision first.
+func (bd *batchDecision) claim(cmd domain.Command, home string, first uint64) error {
+	part, err := bd.s.claimPart(cmd, cmd.Canonical(), home, first)
+	bd.parts = append(bd.parts, part)
+	return err
+}
+
+// step adds an account's events, decided on acc for cmd, to the batch's
+// writes (expecting the revision they were decided on) and folds them into acc.
+func (bd *batchDecision) step(cmd domain.Command, acc *domain.Account, events []domain.NewEvent) error {
+	st := &accountStep{acc: acc, cmd: cmd, events: events}
+	part, err := bd.s.encodeStep(st)
+	if err != nil {
+		return err
+	}
+	bd.parts = append(bd.parts, part)
+	bd.folded[part.Stream] = true
+	w := writtenFrom(part.Stream, eventstore.AppendResult{FirstRevision: uint64(acc.Revision + 1)}, st.data, st.metas, events)
+	for i, ev := range w.events {
+		if err := domain.EvolveAccountDecided(acc, ev, w.payloads[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// record is the batch's append: its BatchDecided first, then, applied, every
+// element's writes; refused, the revisions the refusal was decided on.
+func (bd *batchDecision) record(refused *elementRefusal) ([]eventstore.StreamAppend, error) {
+	b, d := bd.b, &bd.decided
+	d.KeyClaimed = domain.KeyClaimed{Key: b.Key, Command: string(domain.CmdBatch), RequestHash: bd.req.Hash, Request: bd.req.JSON, Stream: domain.KeyStream(b.Key), Revision: new(uint64)}
+	d.Keys = batchKeys(b)
+	writes := bd.parts
+	d.Status, d.Code = domain.StatusApplied, domain.CodeOK
+	if refused != nil {
+		elem, err := json.Marshal(refused.r)
+		if err != nil {
+			return nil, err
+		}
+		d.Status, d.Code, d.Index, d.Reply, d.Duplicates = refused.r.Status, refused.r.Code, &refused.index, elem, nil
+		writes = nil
+		for id, rev := range bd.base {
+			writes = append(writes, eventstore.StreamAppend{Stream: domain.AccountStream(id), Expected: eventstore.ExactOrNoStream(rev)})
+		}
+		for stream, rev := range bd.baseTransfers {
+			writes = append(writes, eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(rev)})
+		}
+	}
+	data, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	m := domain.Metadata{Key: b.Key, Command: string(domain.CmdBatch), RequestHash: bd.req.Hash, At: b.Commands[0].At}
+	claim, err := bd.s.keyStreamPart(m, domain.EvBatchDecided, data)
+	if err != nil {
+		return nil, err
+	}
+	return append([]eventstore.StreamAppend{claim}, writes...), nil
+}
+
+// batchKeys are the keys of a batch's elements, in order (of an invalid one,
+// its key if it has a valid one).
+func batchKeys(b domain.Batch) []string {
+	keys := make([]string, len(b.Commands))
+	for i, c := range b.Commands {
+		keys[i] = c.IdempotencyKey
+		if c.Invalid != nil {
+			keys[i] = keyOf(c.Raw)
+		}
+	}
+	return keys
+}

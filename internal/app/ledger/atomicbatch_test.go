@@ -1,0 +1,412 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+)
+
+// atomicBody is the body of an atomic batch of cmds under key.
+func atomicBody(key string, cmds []batchCmd) []byte {
+	return batchBody(cmds, "atomic", true, "idempotency_key", key)
+}
+
+// atomicExpected is what an atomic batch of cmds must answer after the
+// commands of every batch applied before it (history): the replies its
+// commands get sent alone, one after another, on a fresh ledger that took
+// history first; refused at the first that is not applied.
+type atomicExpected struct {
+	replies []Reply
+	refused int // -1: applied
+}
+
+func expectAtomic(t *testing.T, history, cmds []batchCmd) atomicExpected {
+	t.Helper()
+	ref := newService(devtest.Memory(t))
+	defer ref.Close()
+	for _, c := range history {
+		if r := ref.HandleRaw(context.Background(), c.typ, c.alone()); r.Status != domain.StatusApplied {
+			t.Fatalf("history does not apply alone: %s %s: %+v", c.typ, c.alone(), r)
+		}
+	}
+	want := atomicExpected{refused: -1}
+	for i, c := range cmds {
+		r := positionless(ref.HandleRaw(context.Background(), c.typ, c.alone()))
+		want.replies = append(want.replies, r)
+		if r.Status != domain.StatusApplied {
+			want.refused = i
+			break
+		}
+	}
+	return want
+}
+
+// checkAllOrNothing is the store's side of an atomic batch (key, its
+// elements' keys) answered r: the events it added (added) are, applied, the
+// batch's decision and every element's claim but for those answered as
+// duplicates, and nothing but what the batch and its elements wrote; refused,
+// the batch's decision alone (none when the refusal is not recorded), so no
+// element's claim nor any money.
+func checkAllOrNothing(added []eventstore.RecordedEvent, key string, keys []string, r Reply, recorded bool) error {
+	claims := map[string]string{}
+	for _, ev := range added {
+		if k, ok := strings.CutPrefix(ev.Stream, domain.KeyStreamPrefix); ok {
+			claims[k] = ev.Type
+			continue
+		}
+		m, err := domain.DecodeMetadata(ev.Metadata)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(keys, func(k string) bool { return m.Key == k || m.Origin == k || strings.HasPrefix(m.Key, k+":") }) {
+			return fmt.Errorf("%s@%d (key %q) is no element's", ev.Stream, ev.Revision, m.Key)
+		}
+	}
+	if r.Status != domain.StatusApplied {
+		switch {
+		case recorded && (len(added) != 1 || claims[key] != domain.EvBatchDecided):
+			return fmt.Errorf("refused at %v, the batch wrote %d events, want its decision alone: %v", r.Index, len(added), claims)
+		case !recorded && len(added) != 0:
+			return fmt.Errorf("refused at %v without record, the batch wrote %d events", r.Index, len(added))
+		}
+		return nil
+	}
+	if claims[key] != domain.EvBatchDecided {
+		return fmt.Errorf("applied, but no decision of the batch was written: %v", claims)
+	}
+	for i, k := range keys {
+		if (claims[k] == domain.EvKeyClaimed) == r.Replies[i].Duplicate {
+			return fmt.Errorf("element %d (key %q, duplicate %v): claimed by the batch: %v", i, k, r.Replies[i].Duplicate, claims[k] != "")
+		}
+	}
+	return nil
+}
+
+// asDuplicate is a batch's first reply as a resend gets it.
+func asDuplicate(r Reply) Reply {
+	r.Duplicate = true
+	if r.Status == domain.StatusApplied {
+		r.Replies = append([]Reply(nil), r.Replies...)
+		for i := range r.Replies {
+			r.Replies[i].Duplicate = true
+		}
+	}
+	return r
+}
+
+// atomicRun is a run of random atomic batches on one store.
+type atomicRun struct {
+	t       *testing.T
+	s       *Service
+	st      eventstore.Store
+	history []batchCmd // the commands of the batches that applied, in order
+	sent    []atomicSent
+}
+
+// atomicSent is a batch sent and recorded: its key, body, commands and first reply.
+type atomicSent struct {
+	key   string
+	body  []byte
+	cmds  []batchCmd
+	first Reply
+}
+
+// send sends an atomic batch (cmds under key) and checks it against its
+// expected outcome, the store and a resend.
+func (a *atomicRun) send(key string, cmds []batchCmd) {
+	t := a.t
+	ctx := context.Background()
+	body := atomicBody(key, cmds)
+	before := len(devtest.ReadAll(t, a.st))
+	want := expectAtomic(t, a.history, cmds)
+	r := positionless(a.s.HandleBatch(ctx, body, 0))
+	keys := make([]string, len(cmds))
+	for i, c := range cmds {
+		keys[i], _ = c.body["idempotency_key"].(string)
+	}
+	if len(r.Replies) != len(cmds) || r.IdempotencyKey != key || r.Duplicate {
+		t.Fatalf("batch %s: %+v", key, r)
+	}
+	recorded := true
+	if want.refused < 0 {
+		if r.Status != domain.StatusApplied || r.Index != nil || !reflect.DeepEqual(r.Replies, want.replies) {
+			t.Fatalf("batch %s (%s): applied alone, got\n%+v\nwant\n%+v", key, body, r.Replies, want.replies)
+		}
+		a.history = append(a.history, cmds...)
+	} else {
+		i, w := want.refused, want.replies[want.refused]
+		recorded = w.Code != domain.CodeInvalidRequest
+		if r.Status != w.Status || r.Code != w.Code || r.Index == nil || *r.Index != i || r.Replies[i].Code != w.Code {
+			t.Fatalf("batch %s (%s): refused alone at %d (%+v), got %+v", key, body, i, w, r)
+		}
+		for j, el := range r.Replies {
+			if j != i && (el.Status != domain.StatusRejected || el.Code != domain.CodeLinkedEventFailed || el.IdempotencyKey != keys[j]) {
+				t.Fatalf("batch %s: element %d of a batch refused at %d: %+v", key, j, i, el)
+			}
+		}
+	}
+	if err := checkAllOrNothing(devtest.ReadAll(t, a.st)[before:], key, keys, r, recorded); err != nil {
+		t.Fatalf("batch %s (%s): %v", key, body, err)
+	}
+	again := positionless(a.s.HandleBatch(ctx, body, 0))
+	if want := asDuplicate(r); !recorded {
+		want = r
+	} else if !reflect.DeepEqual(again, want) {
+		t.Fatalf("batch %s resent:\n got %+v\nwant %+v", key, again, want)
+	}
+	if got, found, err := a.s.Lookup(ctx, key); err != nil || found != recorded || (found && !reflect.DeepEqual(positionless(got), r)) {
+		t.Fatalf("batch %s looked up: found %v (want %v), %v:\n%+v", key, found, recorded, err, got)
+	}
+	if recorded {
+		a.sent = append(a.sent, atomicSent{key, body, cmds, r})
+	}
+}
+
+// TestAtomicBatchAllOrNothing (PROTOCOL.md v1.2 §2.2): random atomic batches
+// (resent commands, keys reused for other requests, invalid commands,
+// refusals, transfers, transactions, holds) on memory and PostgreSQL. Each
+// applies exactly when its commands sent alone one after another would all
+// apply, answering what they would answer; otherwise it is refused at the
+// first that would not, and nothing of it is applied (checkAllOrNothing on
+// what it wrote). Resent, at once or after later batches, it answers the same,
+// duplicate; its key with another batch is a conflict; the keys of a refused
+// batch's commands stay undecided. LEDGER_PROPERTY_SEED replays another seed.
+func TestAtomicBatchAllOrNothing(t *testing.T) {
+	seed := propertySeed(t, 20261127)
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		rng := rand.New(rand.NewSource(seed))
+		var cmds []batchCmd
+		for _, c := range randomBatchWorkload(rng, 140) {
+			if c.typ != "refund" { // invalid in an atomic batch: TestAtomicBatchInvalidElement
+				cmds = append(cmds, c)
+			}
+		}
+		a := &atomicRun{t: t, s: newService(st), st: st}
+		defer a.s.Close()
+		t.Logf("seed %d, %d commands", seed, len(cmds))
+		a.send("b-open", cmds[:4])
+		for i, n := 4, 0; i < len(cmds); n++ {
+			switch x := rng.Intn(10); {
+			case x == 0 && len(a.sent) > 0: // an earlier batch again
+				b := a.sent[rng.Intn(len(a.sent))]
+				if r := positionless(a.s.HandleBatch(context.Background(), b.body, 0)); !reflect.DeepEqual(r, asDuplicate(b.first)) {
+					t.Fatalf("batch %s resent later:\n got %+v\nwant %+v", b.key, r, asDuplicate(b.first))
+				}
+				continue
+			case x == 1 && len(a.sent) > 0: // an earlier batch's key for other commands
+				b := a.sent[rng.Intn(len(a.sent))]
+				r := a.s.HandleBatch(context.Background(), atomicBody(b.key, cmds[i:i+1]), 0)
+				if r.Code != domain.CodeIdempotencyKeyConflict || !reflect.DeepEqual(r.Fields, []string{"commands"}) {
+					t.Fatalf("batch %s with other commands: %+v", b.key, r)
+				}
+				continue
+			}
+			size := min(1+rng.Intn(5), len(cmds)-i)
+			a.send(fmt.Sprintf("b%d", n), cmds[i:i+size])
+			i += size
+		}
+		decided := map[string]bool{}
+		for _, c := range a.history {
+			decided[c.body["idempotency_key"].(string)] = true
+		}
+		for _, b := range a.sent {
+			for _, c := range b.cmds {
+				k, _ := c.body["idempotency_key"].(string)
+				if _, found, err := a.s.Lookup(context.Background(), k); err != nil || found != decided[k] {
+					t.Fatalf("key %q of batch %s: decided %v (%v), want %v", k, b.key, found, err, decided[k])
+				}
+			}
+		}
+	})
+}
+
+// TestAtomicBatchInvalidElement: a command invalid by itself (or a refund,
+// which an atomic batch does not carry) refuses the batch in its turn without
+// a record: nothing is decided, and the batch answers the same each time.
+func TestAtomicBatchInvalidElement(t *testing.T) {
+	st := devtest.Memory(t)
+	s := newService(st)
+	defer s.Close()
+	open := batchCmd{"open_account", map[string]any{"idempotency_key": "o", "account_id": "a", "currency": "EUR"}}
+	dep := batchCmd{"deposit", map[string]any{"idempotency_key": "d", "account_id": "a", "amount": 5, "currency": "EUR"}}
+	for _, c := range []struct {
+		bad   batchCmd
+		field string
+	}{
+		{batchCmd{"deposit", map[string]any{"idempotency_key": "x", "account_id": "a", "amount": 0, "currency": "EUR"}}, "amount"},
+		{batchCmd{"refund", map[string]any{"idempotency_key": "x", "original_key": "d"}}, "type"},
+	} {
+		body := atomicBody("b", []batchCmd{open, dep, c.bad})
+		for range 2 {
+			r := s.HandleBatch(context.Background(), body, 0)
+			if r.Status != domain.StatusInvalid || r.Code != domain.CodeInvalidRequest || r.Index == nil || *r.Index != 2 || r.Duplicate ||
+				!reflect.DeepEqual(r.Replies[2].Fields, []string{c.field}) || r.Replies[0].Code != domain.CodeLinkedEventFailed {
+				t.Fatalf("%s: %+v", c.bad.typ, r)
+			}
+		}
+	}
+	if evs := devtest.ReadAll(t, st); len(evs) != 0 {
+		t.Fatalf("an invalid atomic batch wrote %d events", len(evs))
+	}
+}
+
+// TestAtomicBatchNeedsMultiAppend: where the store cannot append to several
+// streams at once (KurrentDB, and the others with that hidden), an atomic
+// batch is invalid naming atomic, and nothing is decided.
+func TestAtomicBatchNeedsMultiAppend(t *testing.T) {
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
+		s := newService(st)
+		defer s.Close()
+		open := batchCmd{"open_account", map[string]any{"idempotency_key": "o", "account_id": "a", "currency": "EUR"}}
+		r := s.HandleBatch(context.Background(), atomicBody("b", []batchCmd{open}), 0)
+		if r.Status != domain.StatusInvalid || r.Code != domain.CodeInvalidRequest || !reflect.DeepEqual(r.Fields, []string{"atomic"}) {
+			t.Fatalf("%+v", r)
+		}
+		if _, found, err := s.Lookup(context.Background(), "o"); err != nil || found {
+			t.Fatalf("the element was decided: %v %v", found, err)
+		}
+	})
+}
+
+// TestAtomicBatchRace: two ledgers on one store race the same atomic batch,
+// each sending it from several goroutines, while single commands race under
+// its elements' keys: the batch is decided once (every answer the same but
+// for duplicate), and it and the single commands never both decide a key.
+func TestAtomicBatchRace(t *testing.T) {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		a, b := newService(st), newService(st)
+		defer a.Close()
+		defer b.Close()
+		ctx := context.Background()
+		open := []batchCmd{
+			{"open_account", map[string]any{"idempotency_key": "o1", "account_id": "a1", "currency": "EUR"}},
+			{"open_account", map[string]any{"idempotency_key": "o2", "account_id": "a2", "currency": "EUR"}},
+		}
+		if r := a.HandleBatch(ctx, atomicBody("open", open), 0); r.Status != domain.StatusApplied {
+			t.Fatalf("%+v", r)
+		}
+		for round := range 4 {
+			cmds := []batchCmd{
+				{"deposit", map[string]any{"idempotency_key": fmt.Sprintf("d%d", round), "account_id": "a1", "amount": 10, "currency": "EUR"}},
+				{"transfer", map[string]any{"idempotency_key": fmt.Sprintf("t%d", round), "transfer_id": fmt.Sprintf("t%d", round), "from": "a1", "to": "a2", "amount": 10, "currency": "EUR"}},
+			}
+			body := atomicBody(fmt.Sprintf("race%d", round), cmds)
+			replies := make([]Reply, 6)
+			var wg sync.WaitGroup
+			for i := range replies {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					s := []*Service{a, b}[i%2]
+					if i >= 4 { // a command of the batch's, alone
+						c := cmds[i-4]
+						replies[i] = s.HandleRaw(ctx, c.typ, c.alone())
+						return
+					}
+					replies[i] = s.HandleBatch(ctx, body, 0)
+				}()
+			}
+			wg.Wait()
+			first := -1
+			for i, r := range replies[:4] {
+				if r.Status == domain.StatusError {
+					t.Fatalf("round %d, sender %d: %+v", round, i, r)
+				}
+				if !r.Duplicate {
+					if first >= 0 {
+						t.Fatalf("round %d: senders %d and %d both decided the batch", round, first, i)
+					}
+					first = i
+				}
+			}
+			if first < 0 {
+				t.Fatalf("round %d: no sender decided the batch: %+v", round, replies[:4])
+			}
+			want := positionless(asDuplicate(replies[first]))
+			if alone := replies[5]; alone.Status != domain.StatusApplied { // the transfer alone came first, before the deposit
+				if want.Status != domain.StatusRejected || *want.Index != 1 || want.Code != alone.Code {
+					t.Fatalf("round %d: the transfer alone refused (%+v), the batch: %+v", round, alone, want)
+				}
+			} else if want.Status != domain.StatusApplied {
+				t.Fatalf("round %d: %+v", round, want)
+			}
+			for i, r := range replies[:4] {
+				if i != first && !reflect.DeepEqual(positionless(r), want) {
+					t.Fatalf("round %d, sender %d:\n got %+v\nwant %+v", round, i, positionless(r), want)
+				}
+			}
+			checkKeysDecidedOnce(t, st, round)
+		}
+	})
+}
+
+// checkKeysDecidedOnce: every event a client key wrote, a claim aside, is in
+// the stream of its one claim (a key decided by two writers would have its
+// events in two places, or twice).
+func checkKeysDecidedOnce(t *testing.T, st eventstore.Store, round int) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, ev := range devtest.ReadAll(t, st) {
+		if strings.HasPrefix(ev.Stream, domain.KeyStreamPrefix) {
+			continue
+		}
+		m, err := domain.DecodeMetadata(ev.Metadata)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Origin != "" || m.Index != 0 || strings.Contains(m.Key, ":") {
+			continue
+		}
+		id := m.Key + "@" + ev.Stream
+		if seen[id] {
+			t.Fatalf("round %d: key %q decided twice in %s", round, m.Key, ev.Stream)
+		}
+		seen[id] = true
+	}
+}
+
+// TestAtomicBatchCrash: a ledger that crashes before its batch's append
+// leaves nothing of it, and one that crashes after it leaves all of it; sent
+// again (to another instance), the batch is decided once and answered.
+func TestAtomicBatchCrash(t *testing.T) {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		ctx := context.Background()
+		cmds := []batchCmd{
+			{"open_account", map[string]any{"idempotency_key": "o", "account_id": "a", "currency": "EUR"}},
+			{"deposit", map[string]any{"idempotency_key": "d", "account_id": "a", "amount": 5, "currency": "EUR"}},
+		}
+		for _, step := range []string{"batch/decided", "batch/appended"} {
+			key := "crash-" + step
+			crashed := newService(st)
+			crashAt(crashed, step)
+			if r := crashed.HandleBatch(ctx, atomicBody(key, cmds), 0); r.Status != domain.StatusError {
+				t.Fatalf("%s: %+v", step, r)
+			}
+			crashed.Close()
+			_, found, err := newService(st).Lookup(ctx, key)
+			if err != nil || found != (step == "batch/appended") {
+				t.Fatalf("%s: the batch decided: %v %v", step, found, err)
+			}
+			s := newService(st)
+			r := s.HandleBatch(ctx, atomicBody(key, cmds), 0)
+			s.Close()
+			if r.Status != domain.StatusApplied || r.Duplicate != (step == "batch/appended") {
+				t.Fatalf("%s, sent again: %+v", step, r)
+			}
+			cmds = []batchCmd{{"deposit", map[string]any{"idempotency_key": "d2", "account_id": "a", "amount": 7, "currency": "EUR"}}}
+			raw, _ := json.Marshal(r.Replies)
+			t.Logf("%s: %s", step, raw)
+		}
+		checkKeysDecidedOnce(t, st, 0)
+	})
+}
