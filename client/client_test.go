@@ -108,34 +108,6 @@ func TestCommandsAndReplies(t *testing.T) {
 	check("raw malformed", r, err, client.StatusInvalid, client.CodeInvalidRequest)
 }
 
-// The fields of PROTOCOL.md §2.3 are in the structs, omitted when unset, and
-// refused by today's ledger, which decodes strictly, naming the field: what
-// their doc comments say. When the ledger implements §2.3, this test fails:
-// update the doc comments of the fields, then this test.
-func TestSection23FieldsRefusedUntilImplemented(t *testing.T) {
-	_, nc := memoryLedger(t)
-	c := client.New(nc)
-	ctx := ctxFor(t, time.Minute)
-	open(t, c, "alice", 1_000)
-	rev := int64(1)
-	cases := []struct {
-		field string
-		cmd   client.Command
-	}{
-		{"expected_revision", client.Deposit{Key: "e-2", AccountID: "alice", Amount: 1, Currency: "EUR", ExpectedRevision: &rev}},
-		{"up_to", client.Withdraw{Key: "e-3", AccountID: "alice", Amount: 1, Currency: "EUR", UpTo: true}},
-	}
-	for _, tc := range cases {
-		r, err := c.Send(ctx, tc.cmd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Status != client.StatusInvalid || len(r.Fields) != 1 || r.Fields[0] != tc.field {
-			t.Errorf("%s: %s %s %v, want invalid naming %s (is §2.3 implemented now? update the doc comments)", tc.field, r.Status, r.Code, r.Fields, tc.field)
-		}
-	}
-}
-
 // EffectiveAt (§2.3) is sent when set: an account opened effective two hours
 // ago takes a deposit effective an hour ago, once; a deposit effective before
 // the opening is invalid, and answered again when resent; the same key an hour later is a

@@ -17,20 +17,26 @@ type Command interface {
 }
 
 // The fields of section 2.3 (v1.2: EffectiveAt, ExpectedRevision, UpTo) are
-// part of the contract; left nil or false they are not sent.
+// part of the request (the same key with another value is
+// idempotency_key_conflict naming the field); left nil or false they are not
+// sent.
 //
 // EffectiveAt is when the money moved in the world (a settlement booked late,
 // a history imported): the ledger decides in the order it records commands
 // and reports (statements, balances as of an effective time) by this time. It
-// is part of the request (the same key with another EffectiveAt is
-// idempotency_key_conflict), may be at most 5 seconds after the ledger's own
-// time, and never before the effective opening of an account the command
-// touches; otherwise the reply is invalid, invalid_request, Fields naming
-// effective_at, and nothing is recorded.
+// may be at most 5 seconds after the ledger's own time, and never before the
+// effective opening of an account the command touches; otherwise the reply is
+// invalid, invalid_request, Fields naming effective_at, and nothing is
+// recorded.
 //
-// Those of ExpectedRevision and UpTo that the ledger does not implement yet
-// are answered status invalid, code invalid_request, with the field named in
-// Fields (nothing is recorded).
+// ExpectedRevision (Deposit, Withdraw, PlaceHold, CaptureHold, ReleaseHold,
+// CloseAccount): the command applies only if the account's Revision is that
+// number; otherwise it is rejected with CodeRevisionMismatch, and the refusal
+// is recorded (it moves the revision on, and a resend answers it).
+//
+// UpTo (Withdraw, Transfer): Amount is a maximum; the ledger moves as much of
+// it as the source's Available allows without its overdraft and says how much
+// in Reply.Moved (nothing available: CodeInsufficientFunds).
 
 // OpenAccount is ledger.v1.cmd.open_account.
 type OpenAccount struct {
@@ -49,8 +55,7 @@ type Deposit struct {
 	Amount    int64             `json:"amount"` // minor units
 	Currency  string            `json:"currency"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// ExpectedRevision (§2.3): refused as invalid_request until the ledger
-	// implements it.
+	// EffectiveAt and ExpectedRevision (§2.3): see above.
 	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
 	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
 }
@@ -62,8 +67,7 @@ type Withdraw struct {
 	Amount    int64             `json:"amount"`
 	Currency  string            `json:"currency"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// ExpectedRevision and UpTo (§2.3): refused as invalid_request until the
-	// ledger implements them.
+	// EffectiveAt, ExpectedRevision and UpTo (§2.3): see above.
 	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
 	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
 	UpTo             bool       `json:"up_to,omitempty"`
@@ -78,7 +82,7 @@ type Transfer struct {
 	Amount     int64             `json:"amount"`
 	Currency   string            `json:"currency"`
 	Metadata   map[string]string `json:"metadata,omitempty"`
-	// UpTo (§2.3): refused as invalid_request until the ledger implements it.
+	// EffectiveAt and UpTo (§2.3): see above.
 	EffectiveAt *time.Time `json:"effective_at,omitempty"`
 	UpTo        bool       `json:"up_to,omitempty"`
 }
@@ -92,8 +96,7 @@ type PlaceHold struct {
 	Currency  string            `json:"currency"`
 	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// ExpectedRevision (§2.3): refused as invalid_request until the ledger
-	// implements it.
+	// EffectiveAt and ExpectedRevision (§2.3): see above.
 	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
 	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
 }
@@ -107,8 +110,7 @@ type CaptureHold struct {
 	Amount    int64             `json:"amount,omitempty"`
 	To        string            `json:"to,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// ExpectedRevision (§2.3): refused as invalid_request until the ledger
-	// implements it.
+	// EffectiveAt and ExpectedRevision (§2.3): see above.
 	EffectiveAt      *time.Time `json:"effective_at,omitempty"`
 	ExpectedRevision *int64     `json:"expected_revision,omitempty"`
 }
@@ -118,8 +120,7 @@ type ReleaseHold struct {
 	Key       string `json:"idempotency_key"`
 	AccountID string `json:"account_id"`
 	HoldID    string `json:"hold_id"`
-	// ExpectedRevision (§2.3): refused as invalid_request until the ledger
-	// implements it.
+	// ExpectedRevision (§2.3): see above.
 	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
 }
 
@@ -137,8 +138,7 @@ type Refund struct {
 type CloseAccount struct {
 	Key       string `json:"idempotency_key"`
 	AccountID string `json:"account_id"`
-	// ExpectedRevision (§2.3): refused as invalid_request until the ledger
-	// implements it.
+	// ExpectedRevision (§2.3): see above.
 	ExpectedRevision *int64 `json:"expected_revision,omitempty"`
 }
 

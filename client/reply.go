@@ -70,7 +70,8 @@ type Reply struct {
 	Transaction *TransactionRef `json:"transaction,omitempty"`
 	Accounts    []Account       `json:"accounts,omitempty"`
 	Posting     *int            `json:"posting,omitempty"`
-	// Moved is the amount an UpTo command moved (§2.3, not yet implemented by the ledger).
+	// Moved is the amount a Withdraw or Transfer with UpTo moved (§2.3), set
+	// when it applied.
 	Moved *int64 `json:"moved,omitempty"`
 	// Position is the global position of the command's last event (an
 	// extension): pass it as MinPosition to a query to read your own write.

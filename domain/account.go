@@ -42,13 +42,16 @@ type KeyRecord struct {
 	Events      []EventRef
 	// pinned: never forgotten (Account.PinUnclaimedSteps).
 	pinned bool
+	// upTo: the key's debit had up_to (v1.2 §2.3); Amount is what it moved.
+	upTo bool
 	// after and ident are the account right after the command (After): its
 	// balances here, its name and currency shared by all the account's records.
 	after    afterCounts
 	ident    *accountIdent
 	Position string // global position of the command's last event in this stream
-	// Amount is the amount of a refundable original (a deposit or withdrawal);
-	// what was refunded of it is the account's (Account.Refunded).
+	// Amount is the amount of a refundable original (a deposit or withdrawal),
+	// or what a debit with up_to moved (Moved); what was refunded of an
+	// original is the account's (Account.Refunded).
 	Amount int64
 }
 
@@ -584,6 +587,9 @@ func decideAccount(a *Account, cmd Command) Decision {
 	if !a.Opened {
 		return reject(cmd, CodeAccountNotFound, false, "account %s does not exist", a.ID)
 	}
+	if cmd.HasExpectedRevision && cmd.ExpectedRevision != a.Revision {
+		return reject(cmd, CodeRevisionMismatch, true, "account %s is at revision %d, not the expected %d", a.ID, a.Revision, cmd.ExpectedRevision)
+	}
 	switch cmd.Type {
 	case CmdDeposit, CmdTransferCredit:
 		reason := cmd.Reason
@@ -655,6 +661,13 @@ func (a *Account) decideDebit(cmd Command, amount int64, currency, reason, ref s
 	if currency != a.Currency {
 		return reject(cmd, CodeCurrencyMismatch, true, "account %s holds %s, not %s", a.ID, a.Currency, currency)
 	}
+	var requested *int64
+	if cmd.UpTo {
+		if a.Available() <= 0 {
+			return reject(cmd, CodeInsufficientFunds, true, "account %s has %d available (its overdraft is not swept), up to %d requested", a.ID, a.Available(), amount)
+		}
+		requested, amount = ptr(amount), min(amount, a.Available())
+	}
 	bal, ok := subMinor(a.Balance, amount)
 	if !ok {
 		return reject(cmd, CodeAmountOverflow, true, "balance of %s would leave the int64 range", a.ID)
@@ -662,7 +675,7 @@ func (a *Account) decideDebit(cmd Command, amount int64, currency, reason, ref s
 	if !a.withinOverdraft(bal - a.Held) {
 		return reject(cmd, CodeInsufficientFunds, true, "account %s has %d available (overdraft limit %d), %d requested", a.ID, a.Available(), a.OverdraftLimit, amount)
 	}
-	return apply(NewEvent{EvDebited, Debited{Amount: amount, Currency: currency, Reason: reason, Ref: ref, BalanceAfter: bal, HeldAfter: ptr(a.Held), Metadata: cmd.Metadata}})
+	return apply(NewEvent{EvDebited, Debited{Amount: amount, Currency: currency, Reason: reason, Ref: ref, BalanceAfter: bal, HeldAfter: ptr(a.Held), Metadata: cmd.Metadata, Requested: requested}})
 }
 
 // RefuseStep is the recorded refusal of an internal step on an account, for a

@@ -51,6 +51,10 @@ func (c Command) Canonical() Canonical {
 	if !c.EffectiveAt.IsZero() {
 		str("effective_at", c.EffectiveAt.UTC().Format(time.RFC3339Nano))
 	}
+	if c.HasExpectedRevision {
+		name("expected_revision")
+		b = strconv.AppendInt(b, c.ExpectedRevision, 10)
+	}
 	if !c.ExpiresAt.IsZero() {
 		str("expires_at", c.ExpiresAt.UTC().Format(time.RFC3339Nano))
 	}
@@ -74,6 +78,10 @@ func (c Command) Canonical() Canonical {
 	str("transfer_id", c.TransferID)
 	name("type")
 	b = AppendJSONString(b, string(c.Type))
+	if c.UpTo { // absent when false: false is the default, the same intent
+		name("up_to")
+		b = append(b, "true"...)
+	}
 	b = append(b, '}')
 	return canonicalOf(b, nil)
 }

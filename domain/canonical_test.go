@@ -35,6 +35,9 @@ var pinnedCommands = []struct {
 		"{\"account_id\":\"a\",\"hold_id\":\"h-1\",\"type\":\"capture_hold\"}", "fd4153fed166dbfddd935cb8c876e66bf0ac6a123c3dbf0c786726ceb80182b5"},
 	{Command{Type: CmdTransferDebit, IdempotencyKey: "k-8:debit", AccountID: "a", Amount: 9, HasAmount: true, Currency: "EUR", Ref: "t-1", Reason: "transfer_out", Origin: "k-8"},
 		"{\"account_id\":\"a\",\"amount\":9,\"currency\":\"EUR\",\"type\":\"transfer_debit\"}", "7fd28a14e8b4ff188a0d672f56c824da3b7fddba3de17033a9db8461c974375b"},
+	// v1.2 §2.3: pinned when they were added.
+	{Command{Type: CmdWithdraw, IdempotencyKey: "k-9", AccountID: "a", Amount: 9, HasAmount: true, Currency: "EUR", ExpectedRevision: 0, HasExpectedRevision: true, UpTo: true},
+		"{\"account_id\":\"a\",\"amount\":9,\"currency\":\"EUR\",\"expected_revision\":0,\"type\":\"withdraw\",\"up_to\":true}", "6622ea178b04dffc2c44d2b787bb47860d961df53b9ab6024779ad6c97d32a42"},
 }
 
 func TestCanonicalPinned(t *testing.T) {
@@ -92,6 +95,10 @@ func TestCanonicalMatchesRequest(t *testing.T) {
 		if rng.Intn(2) == 0 {
 			c.OverdraftLimit = rng.Int63() - rng.Int63()
 		}
+		if rng.Intn(3) == 0 {
+			c.ExpectedRevision, c.HasExpectedRevision = rng.Int63n(1<<53), true
+		}
+		c.UpTo = rng.Intn(3) == 0
 		if rng.Intn(3) == 0 {
 			c.ExpiresAt = time.Unix(rng.Int63n(4e9), rng.Int63n(1e9)*int64(rng.Intn(2))).In(time.FixedZone("x", 3600*(rng.Intn(5)-2)))
 		}

@@ -117,6 +117,7 @@ func CaptureToCommand(key string, c *KeyClaimed) (Command, error) {
 		To        string            `json:"to"`
 		Amount    *int64            `json:"amount"`
 		Metadata  map[string]string `json:"metadata"`
+		Expected  *int64            `json:"expected_revision"` // v1.2 §2.3
 	}
 	if err := json.Unmarshal(c.Request, &r); err != nil {
 		return Command{}, fmt.Errorf("domain: claim of %q: %w", key, err)
@@ -124,6 +125,9 @@ func CaptureToCommand(key string, c *KeyClaimed) (Command, error) {
 	cmd := Command{Type: CommandType(r.Type), IdempotencyKey: key, AccountID: r.AccountID, HoldID: r.HoldID, To: r.To, Metadata: r.Metadata}
 	if r.Amount != nil {
 		cmd.Amount, cmd.HasAmount = *r.Amount, true
+	}
+	if r.Expected != nil {
+		cmd.ExpectedRevision, cmd.HasExpectedRevision = *r.Expected, true
 	}
 	if j, _ := Judge(c.DecidedFor(), cmd.Canonical()); cmd.Type != CmdCaptureHold || cmd.To == "" || j.Verdict != KeyDuplicate {
 		return Command{}, fmt.Errorf("domain: key %q is not claimed by a capture into an account", key)

@@ -73,6 +73,12 @@ func TestCaptureSagaSteps(t *testing.T) {
 	if err != nil || back.Canonical().Hash != capture.Canonical().Hash {
 		t.Fatalf("read back from the claim: %+v %v", back, err)
 	}
+	conditional := capture // v1.2 §2.3: its expected revision is read back too
+	conditional.ExpectedRevision, conditional.HasExpectedRevision = 4, true
+	claim = &KeyClaimed{Key: "k", Command: string(CmdCaptureHold), RequestHash: conditional.Canonical().Hash, Request: conditional.Canonical().JSON}
+	if back, err := CaptureToCommand("k", claim); err != nil || back.ExpectedRevision != 4 || !back.HasExpectedRevision {
+		t.Fatalf("a conditional capture read back from the claim: %+v %v", back, err)
+	}
 	plain := capture
 	plain.To = ""
 	claim = &KeyClaimed{Key: "k", Command: string(CmdCaptureHold), RequestHash: plain.Canonical().Hash, Request: plain.Canonical().JSON}

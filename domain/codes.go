@@ -38,6 +38,7 @@ const (
 	CodeRefundExceedsOriginal  Code = "refund_exceeds_original"
 	CodeNotRefundable          Code = "not_refundable"
 	CodeInternalError          Code = "internal_error"
+	CodeRevisionMismatch       Code = "revision_mismatch" // v1.2 §2.3
 	// CodeLinkedEventFailed answers every other element of an atomic batch
 	// that one element refused (v1.2 §2.2): it was not applied because of it.
 	CodeLinkedEventFailed Code = "linked_event_failed"

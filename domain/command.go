@@ -80,6 +80,13 @@ type Command struct {
 	OriginalKey    string
 	TransactionID  string
 	Postings       []Posting
+	// ExpectedRevision (v1.2 §2.3), when HasExpectedRevision: the command
+	// applies only if the account's revision is this one.
+	ExpectedRevision    int64
+	HasExpectedRevision bool
+	// UpTo (v1.2 §2.3): Amount is a maximum; the command moves as much of it
+	// as the source's available balance allows without its overdraft.
+	UpTo bool
 	// EffectiveAt is when the money moved in the world (v1.2 §2.3), as given;
 	// zero: none given, the record time At. Part of the request.
 	EffectiveAt time.Time
@@ -150,6 +157,8 @@ const (
 	fMetadata
 	fTime
 	fPostings
+	fRevision // expected_revision (v1.2 §2.3): an integer 0..MaxAmount
+	fBool     // up_to (v1.2 §2.3): true or false
 )
 
 type fieldSpec struct {
@@ -161,14 +170,16 @@ type fieldSpec struct {
 var commandFields = map[CommandType][]fieldSpec{
 	CmdOpenAccount: {{"account_id", fID, true}, {"currency", fCurrency, true}, {"overdraft_limit", fLimit, false}, {"metadata", fMetadata, false}, effectiveField},
 	// v1.1: every command that moves or reserves money takes metadata too.
-	CmdDeposit:         {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}, effectiveField},
-	CmdWithdraw:        {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}, effectiveField},
-	CmdTransfer:        {{"transfer_id", fID, true}, {"from", fID, true}, {"to", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}, effectiveField},
-	CmdPlaceHold:       {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"expires_at", fTime, false}, {"metadata", fMetadata, false}, effectiveField},
-	CmdCaptureHold:     {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, false}, {"to", fID, false}, {"metadata", fMetadata, false}, effectiveField},
-	CmdReleaseHold:     {{"account_id", fID, true}, {"hold_id", fID, true}},
+	// v1.2 §2.3: effective_at (effectiveField), expected_revision on the
+	// commands of one account, up_to on withdraw and transfer.
+	CmdDeposit:         {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}, effectiveField, {"expected_revision", fRevision, false}},
+	CmdWithdraw:        {{"account_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}, effectiveField, {"expected_revision", fRevision, false}, {"up_to", fBool, false}},
+	CmdTransfer:        {{"transfer_id", fID, true}, {"from", fID, true}, {"to", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"metadata", fMetadata, false}, effectiveField, {"up_to", fBool, false}},
+	CmdPlaceHold:       {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, true}, {"currency", fCurrency, true}, {"expires_at", fTime, false}, {"metadata", fMetadata, false}, effectiveField, {"expected_revision", fRevision, false}},
+	CmdCaptureHold:     {{"account_id", fID, true}, {"hold_id", fID, true}, {"amount", fAmount, false}, {"to", fID, false}, {"metadata", fMetadata, false}, effectiveField, {"expected_revision", fRevision, false}},
+	CmdReleaseHold:     {{"account_id", fID, true}, {"hold_id", fID, true}, {"expected_revision", fRevision, false}},
 	CmdRefund:          {{"original_key", fKey, true}, {"amount", fAmount, false}, {"metadata", fMetadata, false}, effectiveField},
-	CmdCloseAccount:    {{"account_id", fID, true}},
+	CmdCloseAccount:    {{"account_id", fID, true}, {"expected_revision", fRevision, false}},
 	CmdPostTransaction: {{"transaction_id", fID, true}, {"postings", fPostings, true}, {"metadata", fMetadata, false}, effectiveField},
 }
 
@@ -304,6 +315,20 @@ func (c *Command) setField(s fieldSpec, raw json.RawMessage) *InvalidError {
 			return ierr
 		}
 		c.Postings = p
+	case fRevision:
+		v, err := decodeInteger(raw, 0, MaxAmount)
+		if err != nil {
+			return invalid(s.name, "must be an account revision, an integer from 0 to %d: %s", MaxAmount, err)
+		}
+		c.ExpectedRevision, c.HasExpectedRevision = v, true
+	case fBool:
+		switch string(bytes.TrimSpace(raw)) {
+		case "true":
+			c.UpTo = true
+		case "false":
+		default:
+			return invalid(s.name, "must be true or false")
+		}
 	}
 	return nil
 }
@@ -534,6 +559,12 @@ func (c Command) Request() Request {
 	}
 	if c.HasAmount {
 		r["amount"] = c.Amount
+	}
+	if c.HasExpectedRevision {
+		r["expected_revision"] = c.ExpectedRevision
+	}
+	if c.UpTo {
+		r["up_to"] = true
 	}
 	if c.Type == CmdOpenAccount {
 		r["overdraft_limit"] = c.OverdraftLimit

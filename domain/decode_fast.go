@@ -157,11 +157,11 @@ func (c *Command) setFast(s fieldSpec, v []byte, str bool) bool {
 		if !str {
 			return false
 		}
-	case fAmount, fLimit:
+	case fAmount, fLimit, fRevision:
 		if str {
 			return false
 		}
-	default: // metadata: the general path
+	default: // metadata, booleans: the general path
 		return false
 	}
 	switch s.kind {
@@ -191,6 +191,12 @@ func (c *Command) setFast(s fieldSpec, v []byte, str bool) bool {
 			return false
 		}
 		c.OverdraftLimit = l
+	case fRevision:
+		r, err := decodeInteger(v, 0, MaxAmount)
+		if err != nil {
+			return false
+		}
+		c.ExpectedRevision, c.HasExpectedRevision = r, true
 	case fTime:
 		ts, err := time.Parse(time.RFC3339Nano, string(v))
 		if err != nil {

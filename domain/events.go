@@ -87,6 +87,10 @@ type Credited struct {
 	HeldAfter *int64 `json:"held_after,omitempty"`
 	// Metadata is the client's, of the command that moved the money (v1.1).
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Requested, on a debit of a command with up_to (v1.2 §2.3: a withdrawal,
+	// a transfer's debit), is the maximum the command asked for; Amount is what
+	// moved: the smaller of it and what was available. Nil otherwise.
+	Requested *int64 `json:"requested,omitempty"`
 }
 
 // Debited: see Credited.
@@ -94,7 +98,7 @@ type Debited Credited
 
 // Change moves the balance; held is as it was.
 func (e Credited) Change() AccountChange {
-	return AccountChange{Balance: setAfter(e.BalanceAfter), Held: statedAfter(e.HeldAfter), Moves: true, Amount: e.Amount, Reason: e.Reason, Ref: e.Ref}
+	return AccountChange{Balance: setAfter(e.BalanceAfter), Held: statedAfter(e.HeldAfter), Moves: true, Amount: e.Amount, Reason: e.Reason, Ref: e.Ref, UpTo: e.Requested != nil}
 }
 
 func (e Credited) foldAccount(a *Account, m Metadata) error {

@@ -88,4 +88,13 @@ func (rec *KeyRecord) note(c AccountChange) {
 	if c.Moves {
 		rec.noteAmount(c.Amount)
 	}
+	if c.UpTo {
+		rec.upTo, rec.Amount = true, c.Amount
+	}
+}
+
+// Moved is the amount a command with up_to moved (v1.2 §2.3: a withdrawal or
+// a transfer's debit), and whether the record is one; its reply's "moved".
+func (rec *KeyRecord) Moved() (int64, bool) {
+	return rec.Amount, rec.upTo
 }

@@ -204,6 +204,9 @@ type AccountChange struct {
 	Moves       bool
 	Amount      int64
 	Reason, Ref string
+	// UpTo: the movement is the debit of a command with up_to (v1.2 §2.3), and
+	// Amount is what it moved.
+	UpTo bool
 	// Hold is the hold the event places, captures or releases; its ID is ""
 	// for any other event.
 	Hold HoldChange

@@ -60,6 +60,9 @@ type TransferRequested struct {
 	Currency   string `json:"currency"`
 	// Metadata is the client's (v1.1); the saga's steps carry it to the accounts.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// UpTo (v1.2 §2.3): Amount is a maximum; the debit moves as much of it as
+	// the source has available, and the saga's later events record that amount.
+	UpTo bool `json:"up_to,omitempty"`
 }
 
 // TransferRejected ends a transfer that was refused before any money moved.
@@ -70,8 +73,14 @@ type TransferRejected struct {
 }
 
 // TransferCreditRefused records that the destination refused the credit: the
-// source is compensated next.
-type TransferCreditRefused TransferRejected
+// source is compensated next. Moved, for a transfer with up_to, is what its
+// debit moved: what the compensation returns.
+type TransferCreditRefused struct {
+	TransferID string `json:"transfer_id"`
+	Code       Code   `json:"code"`
+	Message    string `json:"message"`
+	Moved      int64  `json:"moved,omitempty"`
+}
 
 // TransferFailed ends a transfer whose source was credited back after a refused credit.
 type TransferFailed TransferRejected
@@ -125,11 +134,35 @@ func (e *TransferRejected) foldTransfer(t *Transfer, m Metadata) (*Saga, error) 
 }
 
 func (e *TransferCreditRefused) foldTransfer(t *Transfer, _ Metadata) (*Saga, error) {
+	if err := t.fixMoved(e.Moved); err != nil {
+		return nil, err
+	}
 	return t.Saga, t.advance(t.Saga, SagaPending, SagaCompensating, e.Code, e.Message)
 }
 
 func (e *TransferCompleted) foldTransfer(t *Transfer, _ Metadata) (*Saga, error) {
+	if err := t.fixMoved(e.Amount); err != nil {
+		return nil, err
+	}
 	return t.Saga, t.advance(t.Saga, SagaPending, SagaCompleted, CodeOK, "")
+}
+
+// fixMoved sets the amount of a transfer with up_to to what its debit moved,
+// as a marker records it (v1.2 §2.3): from then on the transfer, its
+// compensation and its refunds are of that amount. A transfer without up_to
+// must record its own amount.
+func (t *Transfer) fixMoved(moved int64) error {
+	switch {
+	case t.Saga == nil:
+		return nil // advance says what is wrong
+	case !t.Saga.UpTo && moved != 0 && moved != t.Amount:
+		return fmt.Errorf("transfer %s of %d records %d moved", t.ID, t.Amount, moved)
+	case t.Saga.UpTo && (moved <= 0 || moved > t.Amount):
+		return fmt.Errorf("transfer %s of up to %d records %d moved", t.ID, t.Amount, moved)
+	case t.Saga.UpTo:
+		t.Amount, t.Saga.Amount = moved, moved
+	}
+	return nil
 }
 
 func (e *TransferFailed) foldTransfer(t *Transfer, _ Metadata) (*Saga, error) {
@@ -229,7 +262,10 @@ type Saga struct {
 	Outright bool
 	Code     Code   // the refusal, once refused
 	Message  string // its message
-	At       time.Time
+	// UpTo (v1.2 §2.3): Amount is the maximum until the debit moved (then what
+	// it moved: Moving, and the markers record it).
+	UpTo bool
+	At   time.Time
 	// EffectiveAt is the transfer's or the refund's effective_at (zero: none
 	// given), carried by its steps.
 	EffectiveAt time.Time
@@ -342,7 +378,7 @@ func DecideTransfer(t *Transfer, cmd Command) Decision {
 	if t.Requested || t.Revision >= 0 {
 		return reject(cmd, CodeTransferExists, false, "transfer %s already exists", t.ID)
 	}
-	req := NewEvent{EvTransferRequested, TransferRequested{TransferID: cmd.TransferID, From: cmd.From, To: cmd.To, Amount: cmd.Amount, Currency: cmd.Currency, Metadata: cmd.Metadata}}
+	req := NewEvent{EvTransferRequested, TransferRequested{TransferID: cmd.TransferID, From: cmd.From, To: cmd.To, Amount: cmd.Amount, Currency: cmd.Currency, Metadata: cmd.Metadata, UpTo: cmd.UpTo}}
 	if cmd.From == cmd.To {
 		msg := fmt.Sprintf("transfer %s names account %s as both source and destination", cmd.TransferID, cmd.From)
 		return Decision{
@@ -403,7 +439,7 @@ func (t *Transfer) StepCommand(s *Saga, step string, at time.Time) Command {
 	}
 	switch step {
 	case StepDebit:
-		cmd.Type, cmd.AccountID, cmd.Reason = CmdTransferDebit, s.Out, out
+		cmd.Type, cmd.AccountID, cmd.Reason, cmd.UpTo = CmdTransferDebit, s.Out, out, s.UpTo
 	case StepCredit:
 		cmd.Type, cmd.AccountID, cmd.Reason = CmdTransferCredit, s.In, in
 	case StepCompensate:
@@ -419,6 +455,24 @@ type StepOutcome struct {
 	Applied bool
 	Code    Code
 	Message string
+	// Moved is what an applied debit with up_to moved (KeyRecord.Moved); 0
+	// for any other step.
+	Moved int64
+}
+
+// Moving is saga s once its debit applied with outcome o: for a saga with
+// up_to, a copy whose Amount is what the debit moved, so that the credit, the
+// compensation and the markers are of that amount; s itself otherwise.
+func (s *Saga) Moving(o StepOutcome) (*Saga, error) {
+	if !s.UpTo {
+		return s, nil
+	}
+	if !o.Applied || o.Moved <= 0 || o.Moved > s.Amount {
+		return nil, fmt.Errorf("domain: debit of %q (up to %d) moved %d", s.Key, s.Amount, o.Moved)
+	}
+	c := s.clone()
+	c.Amount = o.Moved
+	return c, nil
 }
 
 // DecideSagaMarker decides what the transfer stream records after a step of saga
@@ -465,7 +519,7 @@ func DecideSagaMarker(t *Transfer, s *Saga, step string, o StepOutcome) (key str
 		case EvTransferRejected:
 			data = TransferRejected{TransferID: t.ID, Code: o.Code, Message: o.Message}
 		case EvTransferCreditRefused:
-			data = TransferCreditRefused{TransferID: t.ID, Code: o.Code, Message: o.Message}
+			data = TransferCreditRefused{TransferID: t.ID, Code: o.Code, Message: o.Message, Moved: s.movedIfUpTo()}
 		case EvTransferCompleted:
 			data = TransferCompleted{TransferID: t.ID, Amount: s.Amount}
 		case EvTransferFailed:
@@ -514,7 +568,7 @@ func (t *Transfer) openSaga(e *TransferRequested, m Metadata) (*Saga, error) {
 	t.Requested, t.From, t.To, t.Amount, t.Currency = true, e.From, e.To, e.Amount, e.Currency
 	t.Saga = &Saga{
 		Key: m.Key, Command: CommandType(m.Command), RequestHash: ParseHash(m.RequestHash), Request: m.Request,
-		Out: e.From, In: e.To, Amount: e.Amount, Currency: e.Currency, Stage: SagaPending, At: m.At, Metadata: e.Metadata,
+		Out: e.From, In: e.To, Amount: e.Amount, Currency: e.Currency, Stage: SagaPending, At: m.At, Metadata: e.Metadata, UpTo: e.UpTo,
 		EffectiveAt: effectiveOf(m),
 	}
 	return t.Saga, nil
@@ -646,6 +700,11 @@ func DecideTransferAtomically(t *Transfer, s *Saga, out, in *Account, at time.Ti
 	case d.Debit.Rejection != nil:
 		outcome = StepOutcome{Code: d.Debit.Rejection.Code, Message: d.Debit.Rejection.Message}
 	default:
+		moved, err := s.Moving(StepOutcome{Applied: true, Moved: debitMoved(d.Debit)})
+		if err != nil {
+			return AtomicTransfer{}, err
+		}
+		s, d.CreditCmd = moved, t.StepCommand(moved, StepCredit, at)
 		d.Credit = DecideAccount(in, d.CreditCmd)
 		if r := d.Credit.Rejection; r != nil {
 			d.Debit, d.Credit = RefuseStep(out, d.DebitCmd, r.Code, r.Message), Decision{}
@@ -657,4 +716,24 @@ func DecideTransferAtomically(t *Transfer, s *Saga, out, in *Account, at time.Ti
 	var err error
 	d.MarkerKey, d.Marker, err = DecideSagaMarker(t, s, step, outcome)
 	return d, err
+}
+
+// movedIfUpTo is what the debit of a saga with up_to moved (its Amount once
+// Moving), 0 for another saga: what its TransferCreditRefused records.
+func (s *Saga) movedIfUpTo() int64 {
+	if !s.UpTo {
+		return 0
+	}
+	return s.Amount
+}
+
+// debitMoved is what an applied debit with up_to moved, 0 for another decision.
+func debitMoved(d Decision) int64 {
+	if len(d.Events) != 1 {
+		return 0
+	}
+	if e, ok := d.Events[0].Data.(Debited); ok && e.Requested != nil {
+		return e.Amount
+	}
+	return 0
 }

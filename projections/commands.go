@@ -138,8 +138,13 @@ func (b *cmdBatch) applyAccountEvent(id string, ev *Event) {
 		return
 	}
 	r := b.rowOf(ev)
-	if p, ok := ev.Payload.(*domain.CommandRejected); ok {
+	switch p := ev.Payload.(type) {
+	case *domain.CommandRejected:
 		r.reply.Status, r.reply.Code, r.reply.Message = domain.StatusRejected, p.Code, p.Message
+	case *domain.Debited:
+		if p.Requested != nil { // up_to (v1.2 §2.3): the reply says what moved
+			r.reply.Moved = &p.Amount
+		}
 	}
 	r.reply.Account = view
 }
@@ -327,6 +332,9 @@ func mergeContinuations(ctx context.Context, tx pgx.Tx, gen int, rows map[string
 		}
 		prev.Events = append(prev.Events, r.reply.Events...)
 		prev.Account, prev.Transfer, prev.Position = r.reply.Account, r.reply.Transfer, r.reply.Position
+		if r.reply.Moved != nil {
+			prev.Moved = r.reply.Moved
+		}
 		if r.reply.Status != domain.StatusApplied {
 			prev.Status, prev.Code, prev.Message = r.reply.Status, r.reply.Code, r.reply.Message
 		}

@@ -45,6 +45,10 @@ type part struct {
 	At         time.Time        `json:"at,omitzero"`
 	// transfer: its own saga's key (Stage is the transfer's stage)
 	SagaKey string `json:"saga_key,omitempty"`
+	// saga of a transfer with up_to (v1.2 §2.3): UpTo, and once completed
+	// what it moved
+	UpTo  bool   `json:"up_to,omitempty"`
+	Moved *int64 `json:"moved,omitempty"`
 }
 
 type cmdParts struct {
@@ -229,7 +233,7 @@ func (ps *cmdParts) sagaStage(ev *Event, id, sk string, tp *part) (*part, error)
 	var err error
 	switch p := ev.Payload.(type) {
 	case *domain.TransferRequested:
-		newSaga(false)
+		newSaga(false).UpTo = p.UpTo
 		tp.SagaKey = sk
 	case *domain.TransferRejected:
 		if s != nil && m.Key == sk {
@@ -239,7 +243,9 @@ func (ps *cmdParts) sagaStage(ev *Event, id, sk string, tp *part) (*part, error)
 	case *domain.TransferCreditRefused:
 		err = advance(domain.SagaCompensating, p.Code, p.Message)
 	case *domain.TransferCompleted:
-		err = advance(domain.SagaCompleted, domain.CodeOK, "")
+		if err = advance(domain.SagaCompleted, domain.CodeOK, ""); err == nil && s.UpTo {
+			s.Moved = &p.Amount
+		}
 	case *domain.TransferFailed:
 		err = advance(domain.SagaFailed, p.Code, p.Message)
 	case *domain.TransferRefundRequested:
@@ -277,7 +283,7 @@ func (ps *cmdParts) dropDecided(sk string) {
 func (ps *cmdParts) reply(sk string, s *part, transferStatus string) reply.Reply {
 	sg := reply.Saga{
 		Key: sk, TransferID: s.TransferID, TransferStatus: transferStatus, Stage: s.Stage, Code: s.Code, Message: s.Message,
-		Outright: s.Outright, Events: s.Events, Position: s.Position,
+		Outright: s.Outright, Events: s.Events, Position: s.Position, Moved: s.Moved,
 	}
 	r, _ := reply.FromSaga(sg, false, func(_, stepKey string) (*reply.Step, error) {
 		p := ps.m["step/"+stepKey]

@@ -69,8 +69,13 @@ func (t *transferRow) apply(ev *Event) error {
 		t.status, t.code = domain.TransferStatusRejected, string(p.Code)
 	case *domain.TransferCreditRefused:
 		t.status, t.code = domain.TransferStatusPending, string(p.Code)
+		if p.Moved != 0 { // up_to: what the debit moved (v1.2 §2.3)
+			t.amount = p.Moved
+		}
 	case *domain.TransferCompleted:
-		t.status = domain.TransferStatusCompleted
+		// the amount that moved: a transfer with up_to's (v1.2 §2.3), the
+		// requested amount for any other
+		t.status, t.amount = domain.TransferStatusCompleted, p.Amount
 	case *domain.TransferFailed:
 		t.status, t.code = domain.TransferStatusFailed, string(p.Code)
 	case *domain.RefundCompleted:
@@ -117,6 +122,7 @@ func writeTransfers(ctx context.Context, tx pgx.Tx, gen int, rows map[string]*tr
 UPDATE %[1]s AS t SET
 	status = CASE WHEN u.status = '' THEN t.status ELSE u.status END,
 	code = CASE WHEN u.code = '' THEN t.code ELSE u.code END,
+	amount = CASE WHEN u.amount = 0 THEN t.amount ELSE u.amount END,
 	refunded = t.refunded + u.refunded, revision = u.revision, updated_at = u.updated_at
 FROM u WHERE NOT u.requested AND t.transfer_id = u.transfer_id AND t.revision < u.revision`, Table("transfers", gen))
 	if _, err := tx.Exec(ctx, sql, ids, requested, from, to, amount, currency, status, code, refunded, ks, rev, requestedAt, updatedAt); err != nil {

@@ -50,6 +50,7 @@ var postFields = []postField{
 	{"overdraft-limit", "overdraft_limit", "overdraft limit of a new account, in minor units (an integer)", true},
 	{"expires-at", "expires_at", "expiry of a hold (RFC 3339)", false},
 	{"effective-at", "effective_at", "when the money moved in the world (RFC 3339), for a late booking or an import: never after the ledger's time (5 s of skew), never before an account's effective opening", false},
+	{"expected-revision", "expected_revision", "apply only if the account's revision is this one, else rejected revision_mismatch (deposit, withdraw, place_hold, capture_hold, release_hold, close_account)", true},
 }
 
 func postCommand() *cli.Command {
@@ -64,6 +65,7 @@ func postCommand() *cli.Command {
 		flags = append(flags, &cli.StringFlag{Name: f.flag, Category: "body", Usage: f.usage, Sources: cli.EnvVars("LEDGER_POST_" + envName(f.flag))})
 	}
 	flags = append(flags,
+		&cli.BoolFlag{Name: "up-to", Category: "body", Usage: "withdraw or transfer: --amount is a maximum; move what is available without the overdraft (the reply's moved)", Sources: cli.EnvVars("LEDGER_POST_UP_TO")},
 		&cli.StringSliceFlag{Name: "posting", Category: "body", Usage: "a posting of post_transaction, from:to:amount:currency (repeat the flag, in order)", Sources: cli.EnvVars("LEDGER_POST_POSTING")},
 		&cli.StringSliceFlag{Name: "metadata", Category: "body", Usage: "metadata entry key=value (repeat the flag) of open_account or of a command that moves or reserves money", Sources: cli.EnvVars("LEDGER_POST_METADATA")},
 		&cli.StringFlag{Name: "json", Category: "body", Usage: "the body as JSON: sent as is, or with the field flags merged into it", Sources: cli.EnvVars("LEDGER_POST_JSON")},
@@ -177,7 +179,7 @@ func runPost(ctx context.Context, cmd *cli.Command) error {
 // postBody builds the command body from --json and the field flags.
 func postBody(cmd *cli.Command) ([]byte, error) {
 	raw := cmd.String("json")
-	fieldsSet := cmd.IsSet("key") || len(cmd.StringSlice("metadata")) > 0 || len(cmd.StringSlice("posting")) > 0
+	fieldsSet := cmd.IsSet("key") || cmd.IsSet("up-to") || len(cmd.StringSlice("metadata")) > 0 || len(cmd.StringSlice("posting")) > 0
 	for _, f := range postFields {
 		fieldsSet = fieldsSet || cmd.IsSet(f.flag)
 	}
@@ -205,12 +207,15 @@ func postBody(cmd *cli.Command) ([]byte, error) {
 		v := cmd.String(f.flag)
 		if f.integer {
 			if _, err := strconv.ParseInt(v, 10, 64); err != nil {
-				return nil, fmt.Errorf("--%s must be an integer of minor units, got %q", f.flag, v)
+				return nil, fmt.Errorf("--%s must be an integer, got %q", f.flag, v)
 			}
 			body[f.field] = json.Number(v)
 			continue
 		}
 		body[f.field] = v
+	}
+	if cmd.IsSet("up-to") {
+		body["up_to"] = cmd.Bool("up-to")
 	}
 	if ps := cmd.StringSlice("posting"); len(ps) > 0 {
 		var postings []map[string]any

@@ -87,7 +87,7 @@ func (e *Env) Run(t testing.TB, w Workload) []string {
 		w:     w,
 		ctx:   context.Background(),
 		rng:   rand.New(rand.NewPCG(w.Seed, 42)),
-		holds: map[string][]string{},
+		holds: map[string][]string{}, revs: map[string]uint64{},
 	}
 	r.openAccounts(t)
 	for range w.Commands {
@@ -129,6 +129,7 @@ type workloadRun struct {
 	refundable []string            // keys of applied deposits, transfers and transactions
 	holds      map[string][]string // account -> active hold ids
 	n          int                 // commands posted
+	revs       map[string]uint64   // account -> its revision in the last reply that showed it
 }
 
 // sentCommand is a command as posted, to send again.
@@ -149,6 +150,9 @@ func (r *workloadRun) post(typ string, body map[string]any) reply.Reply {
 	key := fmt.Sprintf("%s-k%d", r.w.Prefix, r.n)
 	body["idempotency_key"] = key
 	rep := r.e.Post(r.ctx, typ, body)
+	if rep.Account != nil {
+		r.revs[rep.Account.AccountID] = rep.Account.Revision
+	}
 	if rep.Status == domain.StatusApplied || rep.Status == domain.StatusRejected {
 		r.keys = append(r.keys, key)
 	}
@@ -177,12 +181,15 @@ func (r *workloadRun) postRandom() {
 	amount := 1 + r.rng.IntN(1000)
 	switch k := r.rng.IntN(100); {
 	case k < 30:
-		rep := r.post("deposit", map[string]any{"account_id": a, "amount": amount, "currency": "EUR"})
+		rep := r.post("deposit", r.conditions(map[string]any{"account_id": a, "amount": amount, "currency": "EUR"}, false))
 		if rep.Status == domain.StatusApplied {
 			r.refundable = append(r.refundable, rep.IdempotencyKey)
 		}
 	case k < 45:
-		r.post("withdraw", map[string]any{"account_id": a, "amount": amount, "currency": "EUR"})
+		rep := r.post("withdraw", r.conditions(map[string]any{"account_id": a, "amount": amount, "currency": "EUR"}, true))
+		if rep.Status == domain.StatusApplied {
+			r.refundable = append(r.refundable, rep.IdempotencyKey)
+		}
 	case k < 50:
 		r.post("deposit", map[string]any{"account_id": a, "amount": amount, "currency": "USD"}) // currency_mismatch
 	case k < 60:
@@ -197,13 +204,33 @@ func (r *workloadRun) postRandom() {
 		r.postTransaction()
 	case k < 97:
 		b := r.randomAcct()
-		rep := r.post("transfer", map[string]any{"transfer_id": fmt.Sprintf("%s-t%d", r.w.Prefix, r.n+1), "from": a, "to": b, "amount": amount, "currency": "EUR"})
+		body := map[string]any{"transfer_id": fmt.Sprintf("%s-t%d", r.w.Prefix, r.n+1), "from": a, "to": b, "amount": amount, "currency": "EUR"}
+		if (r.n+1)%3 == 0 {
+			body["up_to"] = true // a sweep (v1.2 §2.3)
+		}
+		rep := r.post("transfer", body)
 		if rep.Status == domain.StatusApplied {
 			r.refundable = append(r.refundable, rep.IdempotencyKey) // refunded in one append where the store can, a saga elsewhere
 		}
 	default:
 		r.post("close_account", map[string]any{"account_id": a})
 	}
+}
+
+// conditions adds the conditions of v1.2 §2.3 to some commands, chosen by the
+// command's number so that the workload's draws stay those of its seed: every
+// fourth expects the revision the last reply showed of its account (stale
+// when a command refused without record came between: a revision_mismatch),
+// and, where sweep, every third withdraws up to its amount.
+func (r *workloadRun) conditions(body map[string]any, sweep bool) map[string]any {
+	next := r.n + 1
+	if a, ok := body["account_id"].(string); ok && next%4 == 0 {
+		body["expected_revision"] = r.revs[a]
+	}
+	if sweep && next%3 == 0 {
+		body["up_to"] = true
+	}
+	return body
 }
 
 func (r *workloadRun) placeHold(a string, amount int) {

@@ -105,6 +105,10 @@ func appendReply(b []byte, r reply.Reply) []byte {
 		b = append(b, `,"posting":`...)
 		b = strconv.AppendInt(b, int64(*r.Posting), 10)
 	}
+	if r.Moved != nil {
+		b = append(b, `,"moved":`...)
+		b = strconv.AppendInt(b, *r.Moved, 10)
+	}
 	if r.Position != "" {
 		b = append(b, `,"position":`...)
 		b = domain.AppendJSONString(b, r.Position)

@@ -19,7 +19,7 @@ func TestEncodeReplyKnowsEveryField(t *testing.T) {
 	}{
 		{reflect.TypeFor[WireReply](), []string{"Reply", "Stream", "Error"}},
 		{reflect.TypeFor[WireError](), []string{"Code", "Description"}},
-		{reflect.TypeFor[reply.Reply](), []string{"Status", "Code", "Message", "IdempotencyKey", "Duplicate", "Fields", "Events", "Account", "Transfer", "Transaction", "Accounts", "Posting", "Position", "Replies", "Index"}},
+		{reflect.TypeFor[reply.Reply](), []string{"Status", "Code", "Message", "IdempotencyKey", "Duplicate", "Fields", "Events", "Account", "Transfer", "Transaction", "Accounts", "Posting", "Moved", "Position", "Replies", "Index"}},
 		{reflect.TypeFor[reply.TransferView](), []string{"TransferID", "Status"}},
 		{reflect.TypeFor[reply.TransactionView](), []string{"TransactionID", "Status"}},
 		{reflect.TypeFor[domain.EventRef](), []string{"ID", "Stream", "Revision", "Type"}},

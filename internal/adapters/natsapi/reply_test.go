@@ -65,6 +65,10 @@ func randomReply(rng *rand.Rand) reply.Reply {
 			r.Posting = &p
 		}
 	}
+	if rng.Intn(3) == 0 { // v1.2 §2.3
+		m := rng.Int63()
+		r.Moved = &m
+	}
 	return r
 }
 

@@ -205,7 +205,7 @@ func (s *Service) driveSaga(ctx context.Context, stream, transferID, key string)
 		if sg.Stage.Decided() {
 			return t, nil
 		}
-		step, o, err := s.runStageSteps(ctx, stream, t, sg)
+		step, sg, o, err := s.runStageSteps(ctx, stream, t, sg)
 		if err != nil {
 			return nil, err
 		}
@@ -223,22 +223,27 @@ func (s *Service) driveSaga(ctx context.Context, stream, transferID, key string)
 
 // runStageSteps runs the account steps that the stage of an undecided saga calls
 // for: a pending saga's debit, and its credit once the debit applied; a
-// compensating saga's compensation. It returns the last step run and its
-// outcome, from which the saga's marker is decided.
-func (s *Service) runStageSteps(ctx context.Context, stream string, t *domain.Transfer, sg *domain.Saga) (string, domain.StepOutcome, error) {
+// compensating saga's compensation. It returns the last step run, the saga as
+// its marker is decided on (of the amount the debit moved, for one with up_to:
+// the debit's record fixed it once, and a debit run again answers it) and the
+// step's outcome.
+func (s *Service) runStageSteps(ctx context.Context, stream string, t *domain.Transfer, sg *domain.Saga) (string, *domain.Saga, domain.StepOutcome, error) {
 	switch sg.Stage {
 	case domain.SagaPending:
 		o, err := s.runStep(ctx, t, sg, domain.StepDebit)
 		if err != nil || !o.Applied {
-			return domain.StepDebit, o, err
+			return domain.StepDebit, sg, o, err
+		}
+		if sg, err = sg.Moving(o); err != nil {
+			return "", nil, o, err
 		}
 		o, err = s.runStep(ctx, t, sg, domain.StepCredit)
-		return domain.StepCredit, o, err
+		return domain.StepCredit, sg, o, err
 	case domain.SagaCompensating:
 		o, err := s.runStep(ctx, t, sg, domain.StepCompensate)
-		return domain.StepCompensate, o, err
+		return domain.StepCompensate, sg, o, err
 	}
-	return "", domain.StepOutcome{}, fmt.Errorf("ledger: %s: saga %q at stage %s", stream, sg.Key, sg.Stage)
+	return "", nil, domain.StepOutcome{}, fmt.Errorf("ledger: %s: saga %q at stage %s", stream, sg.Key, sg.Stage)
 }
 
 // runStep runs one account step of a saga, calls the failpoint after it and
@@ -248,7 +253,8 @@ func (s *Service) runStep(ctx context.Context, t *domain.Transfer, sg *domain.Sa
 	if err != nil {
 		return domain.StepOutcome{}, err
 	}
-	return domain.StepOutcome{Applied: rec.Status == domain.StatusApplied, Code: rec.Code, Message: rec.Message}, s.fail(sagaFailpoint(sg, step))
+	moved, _ := rec.Moved()
+	return domain.StepOutcome{Applied: rec.Status == domain.StatusApplied, Code: rec.Code, Message: rec.Message, Moved: moved}, s.fail(sagaFailpoint(sg, step))
 }
 
 // recordMarker decides the marker that the outcome o of a saga's last step

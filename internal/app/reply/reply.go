@@ -41,6 +41,9 @@ type Reply struct {
 	Transaction *TransactionView     `json:"transaction,omitempty"`
 	Accounts    []domain.AccountView `json:"accounts,omitempty"`
 	Posting     *int                 `json:"posting,omitempty"`
+	// Moved answers a withdraw or transfer with up_to (v1.2 §2.3) that
+	// applied: the amount that moved.
+	Moved *int64 `json:"moved,omitempty"`
 	// Position is the global position of the command's last event (an extension):
 	// pass it as min_position to a query to read your own write.
 	Position string `json:"position,omitempty"`
@@ -87,10 +90,14 @@ func Account(rec *domain.KeyRecord, events []domain.EventRef, after *domain.Acco
 	if events == nil {
 		events = []domain.EventRef{}
 	}
-	return Reply{
+	r := Reply{
 		Status: rec.Status, Code: rec.Code, Message: rec.Message, IdempotencyKey: rec.Key,
 		Duplicate: duplicate, Events: events, Account: after, Position: rec.Position,
 	}
+	if moved, ok := rec.Moved(); ok {
+		r.Moved = &moved
+	}
+	return r
 }
 
 // Transaction is the reply of a key a transaction stream decided, from its one
@@ -173,6 +180,9 @@ type Saga struct {
 	Out, In string
 	// Outright: refused before any account step ran.
 	Outright bool
+	// Moved is what a completed transfer with up_to moved (v1.2 §2.3), nil
+	// for any other saga.
+	Moved *int64
 	// Events are the saga's own events in the transfer stream, in order.
 	Events   []domain.EventRef
 	Position string
@@ -204,6 +214,8 @@ func FromSaga(sg Saga, duplicate bool, lookup StepLookup) (Reply, error) {
 	}
 	if sg.Stage != domain.SagaCompleted {
 		r.Status, r.Code, r.Message = domain.StatusRejected, sg.Code, sg.Message
+	} else {
+		r.Moved = sg.Moved
 	}
 	var debit, credit, compensate *Step
 	if !sg.Outright {
@@ -253,10 +265,15 @@ func StepOf(rec *domain.KeyRecord) *Step {
 
 // SagaOf is a domain saga of transfer t as a reply needs it.
 func SagaOf(t *domain.Transfer, sg *domain.Saga) Saga {
-	return Saga{
+	r := Saga{
 		Key: sg.Key, TransferID: t.ID, TransferStatus: t.Saga.Stage.Status(), Stage: sg.Stage, Code: sg.Code, Message: sg.Message,
 		Out: sg.Out, In: sg.In, Outright: sg.Outright, Events: sg.Events, Position: sg.Position,
 	}
+	if sg.UpTo && sg.Stage == domain.SagaCompleted {
+		moved := sg.Amount
+		r.Moved = &moved
+	}
+	return r
 }
 
 // Batch answers a batch that is not atomic (PROTOCOL.md v1.2 §2.2): applied,

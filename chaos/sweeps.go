@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/ledgerworks/ledger/domain"
+)
+
+// checkMoved is C4 for sweeps (PROTOCOL.md v1.2 §2.3): every definite reply of
+// a withdrawal or transfer with up_to that applied says what moved, the same
+// in every reply, and that is what the store moved (the withdrawal's debit,
+// the transfer's completion); a refusal, or a command without up_to, says
+// nothing moved. With the fold's checks (a sweep moves at most what it asked,
+// never into the overdraft, less only when it took all that was available;
+// a saga's steps move what it records), money is conserved with the moved
+// amounts.
+func checkMoved(keys map[string]*keyState, byKey map[string][]*stored, r *Report) {
+	for k, ks := range keys {
+		if len(ks.acked) == 0 || (ks.typ != string(domain.CmdWithdraw) && ks.typ != string(domain.CmdTransfer)) {
+			continue
+		}
+		upTo := bytes.Contains(ks.firstBody, []byte(`"up_to":true`))
+		moved, found := movedInStore(ks.typ, byKey[k])
+		for _, rep := range ks.acked {
+			switch {
+			case rep.Status != domain.StatusApplied && rep.Moved != nil:
+				r.fail(4, "key %q: %s, yet the reply says %d moved", k, rep.Code, *rep.Moved)
+			case rep.Status != domain.StatusApplied:
+			case upTo != (rep.Moved != nil):
+				r.fail(4, "key %q (up_to %v): applied with moved %v", k, upTo, rep.Moved)
+			case upTo && (!found || *rep.Moved != moved):
+				r.fail(4, "key %q: the reply says %d moved, the store moved %d (found %v)", k, *rep.Moved, moved, found)
+			}
+		}
+	}
+}
+
+// movedInStore is what a withdrawal's or transfer's events moved: its debit,
+// or its transfer's completion.
+func movedInStore(typ string, es []*stored) (int64, bool) {
+	for _, e := range es {
+		var v struct {
+			Amount int64 `json:"amount"`
+		}
+		ours := (typ == string(domain.CmdWithdraw) && e.Type == domain.EvDebited && e.own()) ||
+			(typ == string(domain.CmdTransfer) && e.Type == domain.EvTransferCompleted)
+		if ours && json.Unmarshal(e.Data, &v) == nil {
+			return v.Amount, true
+		}
+	}
+	return 0, false
+}
