@@ -474,9 +474,9 @@ func (e *env) faults(t *testing.T) {
 	}
 	e.model["alice"] += 100_000
 
-	// 1. The next append fails with Unavailable: the command's first write (its key
-	// claim) never happens, the reply is an error, the retry applies it.
-	e.ks.FailNext(kurrenttest.MethodAppend, 1, codes.Unavailable)
+	// 1. The command's first write (its key claim) fails with Unavailable and
+	// never happens, the reply is an error, the retry applies it.
+	e.ks.FailNextAppendTo(domain.KeyStream("dep-fail"), codes.Unavailable)
 	c := cmd("deposit", map[string]any{"idempotency_key": "dep-fail", "account_id": "carol", "amount": 70, "currency": "EUR"})
 	r, failed, err := decide(e.clients[0], c)
 	if err != nil {

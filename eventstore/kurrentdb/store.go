@@ -2,6 +2,7 @@ package kurrentdb
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -49,6 +50,7 @@ var ErrAccessDenied = errors.New("kurrentdb: access denied")
 // a forward read whose first event is not at the revision asked for (or, from
 // revision 0, that finds nothing), because the stream's metadata ($tb,
 // $maxCount, $maxAge, a soft delete) or a scavenge removed the events before;
+// a read of a soft-deleted stream, which the server answers not found;
 // or an append the server answered in a way reads cannot back: as a repeat of
 // events they cannot show, or written past revision 0 when it expected no
 // stream (a soft-deleted stream, which that append un-deleted). It is never
@@ -720,7 +722,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 		if errors.As(err, &e) {
 			switch e.Code() {
 			case esdb.ErrorCodeResourceNotFound:
-				return nil, fmt.Errorf("kurrentdb: read %q: %w", stream, eventstore.ErrStreamNotFound)
+				return nil, s.notFound(ctx, stream)
 			case esdb.ErrorCodeStreamDeleted:
 				return nil, fmt.Errorf("kurrentdb: read %q: %w: %w", stream, eventstore.ErrStreamNotFound, ErrStreamDeleted)
 			}
@@ -736,6 +738,46 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 		return nil, fmt.Errorf("kurrentdb: read %q from revision 0: %w: the stream exists but none of its events can be read", stream, ErrStreamTruncated)
 	}
 	return out, nil
+}
+
+// notFound is the answer to a read the server answered stream_not_found: a
+// stream never written, or a soft-deleted one (the server answers its reads
+// so while its events stay in the log, in its idempotency check, and come back
+// under a $tb when it is written again). Taking the latter for a new stream
+// would let a caller decide on a history it cannot see: the ledger answered an
+// applied deposit's resend account_not_found. So, for a stream outside $, the
+// stream's metadata is read too (one read more, only on this answer; it needs
+// the metadata-read right $mr): its $tb at the deleted marker is
+// ErrStreamTruncated, never ErrStreamNotFound.
+func (s *Store) notFound(ctx context.Context, stream string) error {
+	nf := fmt.Errorf("kurrentdb: read %q: %w", stream, eventstore.ErrStreamNotFound)
+	if strings.HasPrefix(stream, "$") {
+		return nf
+	}
+	evs, err := s.ReadStream(ctx, "$$"+stream, eventstore.EndOfStream, eventstore.Backwards, 1)
+	switch {
+	case errors.Is(err, eventstore.ErrStreamNotFound):
+		return nf
+	case err != nil:
+		return fmt.Errorf("kurrentdb: read %q: not found, and its metadata, which tells a soft-deleted stream from one never written, cannot be read: %w", stream, err)
+	case len(evs) == 1 && softDeleted(evs[0].Data):
+		return fmt.Errorf("kurrentdb: read %q: %w: the stream is soft-deleted (its metadata's $tb is the deleted marker): reads hide its events, the server still holds them", stream, ErrStreamTruncated)
+	}
+	return nf
+}
+
+// softDeleted reports stream metadata whose $tb is the server's deleted
+// marker (EventNumber.DeletedStream, the largest int64), as its soft delete
+// writes it.
+func softDeleted(meta []byte) bool {
+	var m struct {
+		TB json.Number `json:"$tb"`
+	}
+	if json.Unmarshal(meta, &m) != nil {
+		return false
+	}
+	tb, err := m.TB.Int64()
+	return err == nil && tb == math.MaxInt64
 }
 
 // readAllPage reads up to count records of $all, system records included.

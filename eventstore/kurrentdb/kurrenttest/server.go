@@ -250,6 +250,31 @@ func (s *Server) FailNext(method string, n int, code codes.Code) {
 	}
 }
 
+// FailNextAppendTo makes the next append to stream fail with code once the
+// request is read, before it writes anything: a fault aimed at one command's
+// write, which other writers (a consumer deciding again, the transfer
+// process's checkpoints) cannot take in its place, as they can FailNext's.
+func (s *Server) FailNextAppendTo(stream string, code codes.Code) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failNext[appendTo(stream)] = append(s.failNext[appendTo(stream)], code)
+}
+
+// appendTo is FailNextAppendTo's key in failNext, beside the methods'.
+func appendTo(stream string) string { return MethodAppend + " to " + stream }
+
+// failAppendTo is the fault FailNextAppendTo set for an append to stream.
+func (s *Server) failAppendTo(stream string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.failNext[appendTo(stream)]
+	if len(q) == 0 {
+		return nil
+	}
+	s.failNext[appendTo(stream)] = q[1:]
+	return status.Error(q[0], "fault injected by the test server")
+}
+
 // StallAppends makes the next n appends go unanswered until the caller's deadline
 // or cancellation. With commit the events are written first: the reply is lost
 // (an indefinite outcome); without, the request is lost.

@@ -99,6 +99,9 @@ func (ss *streamsServer) Append(srv api.Streams_AppendServer) error {
 	if err := ss.s.notLeaderAnswer(srv.SetTrailer); err != nil {
 		return err
 	}
+	if err := ss.s.failAppendTo(stream); err != nil {
+		return err
+	}
 	if stall, commit := ss.s.nextStall(); stall {
 		if commit {
 			ss.s.db.append(stream, exp, events)

@@ -10,10 +10,24 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/eventstore/memory"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
+
+// depositUnderK credits account a with 100 under the key K.
+const depositUnderK = `{"idempotency_key":"K","account_id":"a","amount":100,"currency":"EUR"}`
+
+// creditedUnderK is a KurrentDB test server, the store on it and a ledger
+// instance with account a open, for a test to send depositUnderK and more.
+func creditedUnderK(t *testing.T) (*kurrenttest.Server, *kurrentdb.Store, *Service) {
+	srv, url := kurrenttest.Start(t)
+	st := devtest.OpenKurrentDB(t, url)
+	s := New(st, Options{Clock: clock, Logger: quietLog})
+	mustApply(t, s, "open_account", `{"idempotency_key":"open","account_id":"a","currency":"EUR"}`)
+	return srv, st, s
+}
 
 // TestHiddenClaimNeverMovesMoneyTwice: on KurrentDB a key stream soft-deleted,
 // or truncated by a $tb past its claim, hides the claim from reads but not
@@ -29,12 +43,9 @@ import (
 func TestHiddenClaimNeverMovesMoneyTwice(t *testing.T) {
 	for _, how := range []string{"soft delete", "$tb past it"} {
 		t.Run(how, func(t *testing.T) {
-			srv, url := kurrenttest.Start(t)
-			st := devtest.OpenKurrentDB(t, url)
-			opts := Options{Clock: clock, Logger: quietLog}
-			s := New(st, opts)
-			mustApply(t, s, "open_account", `{"idempotency_key":"open","account_id":"a","currency":"EUR"}`)
-			body := `{"idempotency_key":"K","account_id":"a","amount":100,"currency":"EUR"}`
+			srv, st, s := creditedUnderK(t)
+			opts := s.opts
+			body := depositUnderK
 			first := mustApply(t, s, "deposit", body)
 			const more = 1025
 			for i := range more {
@@ -69,6 +80,50 @@ func TestHiddenClaimNeverMovesMoneyTwice(t *testing.T) {
 				t.Fatalf("balance %d, want %d: K moved money again", got, want)
 			}
 		})
+	}
+}
+
+// TestSoftDeletedAccountIsNeverTakenForNew: a soft-deleted account stream
+// reads as not found (stream_not_found) while the server keeps its events and
+// un-deletes it at N+1 on the next write. On a fresh instance, the resend of
+// a deposit it applied was answered rejected account_not_found (a definite
+// answer, wrong: the money had moved), and an open_account under a new key
+// was written at revision 2, un-deleting the stream over its hidden history.
+// Now every command on it stops with an error and writes nothing. (On the old
+// backend: the first resend rejected, account_not_found.)
+func TestSoftDeletedAccountIsNeverTakenForNew(t *testing.T) {
+	srv, st, s := creditedUnderK(t)
+	opts := s.opts
+	deposit := depositUnderK
+	mustApply(t, s, "deposit", deposit)
+	s.Close()
+	c := kurrenttest.Client(t, srv.ConnectionString())
+	if _, err := c.DeleteStream(context.Background(), domain.AccountStream("a"), esdb.DeleteStreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fresh := New(st, opts)
+	defer fresh.Close()
+	for _, cmd := range [][2]string{
+		{"deposit", deposit},
+		{"deposit", `{"idempotency_key":"K2","account_id":"a","amount":1,"currency":"EUR"}`},
+		{"open_account", `{"idempotency_key":"open2","account_id":"a","currency":"EUR"}`},
+	} {
+		if r := post(t, fresh, cmd[0], cmd[1]); r.Status != domain.StatusError {
+			t.Fatalf("%s %s on the soft-deleted account: %s %s (%s), want an error", cmd[0], cmd[1], r.Status, r.Code, r.Message)
+		}
+	}
+	all, err := st.ReadAll(context.Background(), eventstore.Start, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range all {
+		if e.Stream == domain.AccountStream("a") {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("the soft-deleted account stream holds %d events, want its 2", n)
 	}
 }
 

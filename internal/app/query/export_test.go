@@ -1,0 +1,8 @@
+package query
+
+// The balances query's SQL and range, for the benchmark's EXPLAIN.
+var (
+	CurrentSumsSQL = currentSums
+	SumsAsOfSQL    = sumsAsOf
+	PrefixEnd      = prefixEnd
+)
