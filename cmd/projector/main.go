@@ -104,8 +104,9 @@ func runCommand() *cli.Command {
 		Description: "Follows the event store's \"all\" from each projection's checkpoint in batches; each\n" +
 			"batch's read-model rows and its checkpoint commit in one transaction that compare-and-sets\n" +
 			"the checkpoint, so several instances may run at once. Answers ledger.v1.query.account,\n" +
-			"entries and transfer (and command with --queries) over NATS and GET /v1/accounts/{id},\n" +
-			"/v1/accounts/{id}/entries, /v1/transfers/{id} and /v1/commands/{key} over HTTP. With\n" +
+			"entries, balance, balances and transfer (and command with --queries) over NATS and GET\n" +
+			"/v1/accounts/{id}, /v1/accounts/{id}/entries, /v1/accounts/{id}/balance, /v1/balances,\n" +
+			"/v1/transfers/{id} and /v1/commands/{key} over HTTP. With\n" +
 			"--publish (the default) it also publishes every event, in order and never before it is\n" +
 			"stored, to the JetStream stream LEDGER_EVENTS on ledger.v1.events.<category>.<type> with\n" +
 			"Nats-Msg-Id = the event ID (PROTOCOL.md §4.1); of several instances one publishes at a time\n" +

@@ -52,6 +52,26 @@ func TestGroupBalancesEqualTheSumOfAccounts(t *testing.T) {
 	f.checkPrefixIndexes(t, res)
 	f.checkGroupSums(t, "after a rebuild", last)
 	f.checkGroupSumsAsOf(t, last)
+	f.checkSumOverflow(t)
+}
+
+// checkSumOverflow: a sum beyond the int64 range is amount_overflow, never
+// wrapped. Two accounts with 9e18 each are written straight into the accounts
+// read model (they have no events: the rebuild is done by then).
+func (f *fixture) checkSumOverflow(t *testing.T) {
+	t.Helper()
+	if _, err := f.env.Pool.Exec(context.Background(), `INSERT INTO readmodel.accounts
+		(account_id, currency, overdraft_limit, status, balance, held, revision, opened_at, updated_at)
+		SELECT 'big:' || i, 'EUR', 0, 'open', 9000000000000000000, 0, 0, now(), now() FROM generate_series(1, 2) i`); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.ask(t, "balances", map[string]any{"prefix": "big:1"}); !reflect.DeepEqual(r["balances"], []any{map[string]any{
+		"currency": "EUR", "balance": 9e18, "held": 0.0, "available": 9e18, "accounts": 1.0}}) {
+		t.Fatalf("one account of 9e18: %v", r)
+	}
+	if r := f.ask(t, "balances", map[string]any{"prefix": "big:"}); r["code"] != "amount_overflow" || r["status"] != "rejected" {
+		t.Fatalf("two accounts of 9e18: %v, want amount_overflow", r)
+	}
 }
 
 // writeGroup opens groupAccounts and moves money among them: deposits, a
