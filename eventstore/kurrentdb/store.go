@@ -25,7 +25,8 @@ import (
 )
 
 // ErrStreamDeleted marks an operation on a tombstoned stream. Reads of such a
-// stream also match eventstore.ErrStreamNotFound.
+// stream match eventstore.ErrStreamNotFound too only for a system ($) stream:
+// the events of any other stay in $all, and it must not be taken for new.
 var ErrStreamDeleted = errors.New("kurrentdb: stream deleted")
 
 // ErrAppendTooLarge marks an append over the server's maximum append size
@@ -724,7 +725,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 			case esdb.ErrorCodeResourceNotFound:
 				return nil, s.notFound(ctx, stream)
 			case esdb.ErrorCodeStreamDeleted:
-				return nil, fmt.Errorf("kurrentdb: read %q: %w: %w", stream, eventstore.ErrStreamNotFound, ErrStreamDeleted)
+				return nil, tombstoned(stream)
 			}
 		}
 		return nil, mapError(ctx, err, fmt.Sprintf("read %q", stream))
@@ -764,6 +765,17 @@ func (s *Store) notFound(ctx context.Context, stream string) error {
 		return fmt.Errorf("kurrentdb: read %q: %w: the stream is soft-deleted (its metadata's $tb is the deleted marker): reads hide its events, the server still holds them", stream, ErrStreamTruncated)
 	}
 	return nf
+}
+
+// tombstoned is the answer to a read of a tombstoned (hard-deleted) stream.
+// Outside $ it is not ErrStreamNotFound: the stream's events stay in $all and
+// in what was built from them, and a caller that took it for new would answer
+// the resend of a command it had applied as for a missing account.
+func tombstoned(stream string) error {
+	if strings.HasPrefix(stream, "$") {
+		return fmt.Errorf("kurrentdb: read %q: %w: %w", stream, eventstore.ErrStreamNotFound, ErrStreamDeleted)
+	}
+	return fmt.Errorf("kurrentdb: read %q: %w: tombstoned, its events are in $all but no read or write of the stream reaches them", stream, ErrStreamDeleted)
 }
 
 // softDeleted reports stream metadata whose $tb is the server's deleted
