@@ -403,6 +403,7 @@ func Check(ctx context.Context, q Querier, h *History, ev Evidence, out *EventsO
 	if err := checkBalances(ctx, q, f, r); err != nil {
 		return nil, err
 	}
+	checkMoved(keys, byKey, r)
 
 	// C5 (second half): a pure replay of the domain reproduces every decision.
 	replay(events, keys, r)

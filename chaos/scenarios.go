@@ -219,7 +219,7 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 		res.notes = append(res.notes, fmt.Sprintf("atomic batches (sends and resends): %d applied (%d element attempts: C1 demands all of their events), %d rejected and %d invalid (their elements never noted as sent: C3 fails on any event of theirs), %d without a definite answer (their elements settled by key)",
 			at[lclient.StatusApplied], elems, at[lclient.StatusRejected], at[lclient.StatusInvalid], at[""]))
 	}
-	res.notes = append(res.notes, "applied: "+h.AppliedByType())
+	res.notes = append(res.notes, "applied: "+h.AppliedByType(), h.Conditions())
 	for _, k := range undecided {
 		res.report.fail(1, "key %q: JetStream acknowledged the command, the ledger never decided it", k)
 	}
