@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,11 +93,23 @@ type options struct {
 	checkpointMultiple  int
 	maxAppendSize       int
 	maxAppendEventSize  int // 0: none
+	appendChecked       []string
 }
 
 // WithLogger sends the client library's log lines to l (debug and info at Debug,
 // warnings and errors at Warn). Without it they are discarded.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithAppendCheckedStreams names, by prefix, the streams whose not-found read
+// answers are taken on the server's word, without the read of their metadata
+// that tells a soft-deleted stream (see notFound). Fit only for streams a
+// caller reads to decide whether to append to them expecting no stream: a
+// soft-deleted one's no_stream append is ErrStreamTruncated (see appended).
+// The ledger names its key streams, read before nearly every command on a busy
+// account and nearly always absent: the metadata read would double its reads.
+func WithAppendCheckedStreams(prefixes ...string) Option {
+	return func(o *options) { o.appendChecked = append(o.appendChecked, prefixes...) }
+}
 
 // WithResubscribe sets the back-off between resubscriptions after a dropped
 // subscription (doubling from min up to max) and how many consecutive failed
@@ -752,7 +765,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 // ErrStreamTruncated, never ErrStreamNotFound.
 func (s *Store) notFound(ctx context.Context, stream string) error {
 	nf := fmt.Errorf("kurrentdb: read %q: %w", stream, eventstore.ErrStreamNotFound)
-	if strings.HasPrefix(stream, "$") {
+	if strings.HasPrefix(stream, "$") || slices.ContainsFunc(s.opts.appendChecked, func(p string) bool { return strings.HasPrefix(stream, p) }) {
 		return nf
 	}
 	evs, err := s.ReadStream(ctx, "$$"+stream, eventstore.EndOfStream, eventstore.Backwards, 1)

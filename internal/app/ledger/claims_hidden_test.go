@@ -13,17 +13,19 @@ import (
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/eventstore/memory"
+	"github.com/ledgerworks/ledger/internal/platform/config"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // depositUnderK credits account a with 100 under the key K.
 const depositUnderK = `{"idempotency_key":"K","account_id":"a","amount":100,"currency":"EUR"}`
 
-// creditedUnderK is a KurrentDB test server, the store on it and a ledger
-// instance with account a open, for a test to send depositUnderK and more.
+// creditedUnderK is a KurrentDB test server, the store on it (with the
+// ledger's options, as in production) and a ledger instance with account a
+// open, for a test to send depositUnderK and more.
 func creditedUnderK(t *testing.T) (*kurrenttest.Server, *kurrentdb.Store, *Service) {
 	srv, url := kurrenttest.Start(t)
-	st := devtest.OpenKurrentDB(t, url)
+	st := devtest.OpenKurrentDB(t, url, config.KurrentDBOptions(quietLog)...)
 	s := New(st, Options{Clock: clock, Logger: quietLog})
 	mustApply(t, s, "open_account", `{"idempotency_key":"open","account_id":"a","currency":"EUR"}`)
 	return srv, st, s
@@ -31,7 +33,7 @@ func creditedUnderK(t *testing.T) (*kurrenttest.Server, *kurrentdb.Store, *Servi
 
 // TestHiddenClaimNeverMovesMoneyTwice: on KurrentDB a key stream soft-deleted,
 // or truncated by a $tb past its claim, hides the claim from reads but not
-// from the server's idempotency check. A credit under K, 1,025 more on the
+// from the server's idempotency check. A credit under K, 1,035 more on the
 // account (so that it forgets K), key-K hidden: on a fresh instance, K resent
 // with the same body used to find no claim, have its claim append answered as
 // a repeat at revision 0 (taken for a fresh write), and credit the account a
@@ -47,9 +49,19 @@ func TestHiddenClaimNeverMovesMoneyTwice(t *testing.T) {
 			opts := s.opts
 			body := depositUnderK
 			first := mustApply(t, s, "deposit", body)
-			const more = 1025
+			const more, measured = 1035, 10
+			var reads int
 			for i := range more {
+				if i == more-measured {
+					reads = srv.Requests(kurrenttest.MethodRead)
+				}
 				mustApply(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"k%d","account_id":"a","amount":1,"currency":"EUR"}`, i))
+			}
+			// Past its 1,024 keys the account reads each new key's claim
+			// first, and finds none: one read, not two (no metadata read
+			// of an absent key stream: config.KurrentDBOptions).
+			if n := srv.Requests(kurrenttest.MethodRead) - reads; n > measured {
+				t.Fatalf("%d reads for the last %d deposits, on an account that forgot keys: want one each", n, measured)
 			}
 			s.Close()
 			c := kurrenttest.Client(t, srv.ConnectionString())
