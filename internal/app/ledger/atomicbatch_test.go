@@ -478,3 +478,27 @@ func TestAtomicBatchAmidHotPipelines(t *testing.T) {
 		}
 	})
 }
+
+// TestAtomicBatchConditions (v1.2 §2.3 inside §2.2): an element's
+// expected_revision is the revision the elements before it left, and up_to
+// moves what they left available; a mismatch refuses the batch.
+func TestAtomicBatchConditions(t *testing.T) {
+	s := newService(devtest.Memory(t))
+	defer s.Close()
+	ctx := context.Background()
+	if r := s.HandleRaw(ctx, "open_account", []byte(`{"idempotency_key":"o","account_id":"a","currency":"EUR"}`)); r.Status != domain.StatusApplied {
+		t.Fatalf("%+v", r)
+	}
+	cmds := []batchCmd{
+		{"deposit", map[string]any{"idempotency_key": "d", "account_id": "a", "amount": 10, "currency": "EUR", "expected_revision": 0}},
+		{"withdraw", map[string]any{"idempotency_key": "w", "account_id": "a", "amount": 100, "currency": "EUR", "up_to": true}},
+		{"deposit", map[string]any{"idempotency_key": "d2", "account_id": "a", "amount": 1, "currency": "EUR", "expected_revision": 1}},
+	}
+	if r := s.HandleBatch(ctx, atomicBody("b1", cmds), 0); r.Status != domain.StatusRejected || r.Code != domain.CodeRevisionMismatch || *r.Index != 2 {
+		t.Fatalf("a stale expected_revision: %+v", r)
+	}
+	r := s.HandleBatch(ctx, atomicBody("b2", cmds[:2]), 0)
+	if r.Status != domain.StatusApplied || r.Replies[1].Moved == nil || *r.Replies[1].Moved != 10 || r.Replies[1].Account.Balance != 0 {
+		t.Fatalf("applied: %+v %+v", r, r.Replies[1])
+	}
+}
