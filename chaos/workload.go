@@ -41,6 +41,10 @@ type workload struct {
 	// hot is the share of commands on the first account (a merchant's or a fee
 	// account: most commands pipeline on it, issue 12).
 	hot float64
+	// backdated is the share of deposits booked late (v1.2 §2.3): effective
+	// at a random earlier instant since the accounts' effective opening,
+	// backdatedFrom, at which every account then opens.
+	backdated float64
 	// until, when set, keeps the producers going past their share until it closes.
 	until <-chan struct{}
 	// revision is an account's revision as the replies so far showed it (the
@@ -75,7 +79,11 @@ type sentCmd struct {
 func (w *workload) open(ctx context.Context, c *client) error {
 	for _, a := range w.accounts {
 		key := "open-" + a.id
-		if r := c.settle(ctx, key, "open_account", body(key, map[string]any{"account_id": a.id, "currency": a.currency}), 20); r.Outcome != OK {
+		fields := map[string]any{"account_id": a.id, "currency": a.currency}
+		if w.backdated > 0 {
+			fields["effective_at"] = backdatedFrom.Format(time.RFC3339)
+		}
+		if r := c.settle(ctx, key, "open_account", body(key, fields), 20); r.Outcome != OK {
 			return fmt.Errorf("open %s: %s %s", a.id, r.Outcome, r.Err)
 		}
 		key = "seed-" + a.id
@@ -299,7 +307,7 @@ func (w *workload) next(rng *rand.Rand, p, i int) sentCmd {
 	x := rng.Float64()
 	switch {
 	case x < 0.35:
-		return w.conditional(rng, sentCmd{key, "deposit", map[string]any{"account_id": a.id, "amount": 1 + rng.IntN(1000), "currency": a.currency}})
+		return w.backdate(rng, w.conditional(rng, sentCmd{key, "deposit", map[string]any{"account_id": a.id, "amount": 1 + rng.IntN(1000), "currency": a.currency}}))
 	case x < 0.55:
 		return w.conditional(rng, sentCmd{key, "withdraw", map[string]any{"account_id": a.id, "amount": 1 + rng.IntN(1500), "currency": a.currency}})
 	case x < 0.67: // authorise, then capture into a merchant's account (v1.1)
@@ -327,6 +335,21 @@ func (w *workload) next(rng *rand.Rand, p, i int) sentCmd {
 		b := w.peer(rng, a)
 		return w.conditional(rng, sentCmd{key, "transfer", map[string]any{"transfer_id": "t-" + key, "from": a.id, "to": b.id, "amount": 1 + rng.IntN(1200), "currency": a.currency}})
 	}
+}
+
+// backdatedFrom is when the accounts of a workload with backdated deposits
+// opened in the world.
+var backdatedFrom = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// backdate books a share (w.backdated) of deposits late: effective at a random
+// instant between backdatedFrom and an hour ago (a settlement booked late;
+// decisions keep the record order, C4 checks the balances by effective time).
+func (w *workload) backdate(rng *rand.Rand, cmd sentCmd) sentCmd {
+	if w.backdated > 0 && rng.Float64() < w.backdated {
+		span := time.Since(backdatedFrom) - time.Hour
+		cmd.fields["effective_at"] = backdatedFrom.Add(time.Duration(rng.Int64N(int64(span)))).UTC().Format(time.RFC3339Nano)
+	}
+	return cmd
 }
 
 // conditional makes some deposits, withdrawals and transfers conditional
