@@ -15,7 +15,9 @@ import (
 // something with (an account, a key, a transfer or transaction ID; a refund,
 // whose original's accounts are known only once it is found, shares with
 // everything) has been decided, its append queued behind it on the accounts'
-// pending states (pipeline.go) or answered. Commands that share nothing run in
+// pending states (pipeline.go) or answered. A refund alone waits for more: every
+// earlier command answered, its append durable, since it finds its original
+// in the store (scheduleBatch says why). Commands that share nothing run in
 // parallel and join the same group commits. So a batch of one hot account
 // costs what a spread one costs: every command is decided on the pending state
 // the one before it left, and they commit together.
@@ -99,6 +101,9 @@ func (s *Service) runBatch(ctx context.Context, cmds []domain.BatchCommand) []Re
 // all finished.
 type batchElement struct {
 	after []*batchElement
+	// afterAnswers: the command starts only once the ones it comes after
+	// have finished, not merely been decided (a refund: scheduleBatch).
+	afterAnswers bool
 	// decided is closed once the command is decided: its append queued (its
 	// account's pending state holds it) or its answer given.
 	decided     chan struct{}
@@ -124,6 +129,17 @@ func batchElementOf(ctx context.Context) *batchElement {
 // A refund names everything (its original's accounts are found only while it
 // is decided): it comes after every command since the last refund, and every
 // later command after it. An invalid command names nothing.
+//
+// A refund starts only once those earlier commands have finished (their
+// answers given, so their appends durable), not once they are decided: it
+// finds its original by the claim of its key, read from the store
+// (readClaim), and a decision queued in a group commit that has not
+// committed yet is not there. Started on a decision alone, the refund of an
+// original just before it in the batch answered original_not_found (and
+// wrote nothing, so every later command of the original's account was decided
+// a revision early), where sent alone after it, it finds it. The commands
+// after a refund still start once it is decided: they are decided on the
+// pending state it leaves, as on any other command's.
 func scheduleBatch(cmds []domain.BatchCommand) []*batchElement {
 	elems := make([]*batchElement, len(cmds))
 	last := map[string]*batchElement{}
@@ -141,6 +157,7 @@ func scheduleBatch(cmds []domain.BatchCommand) []*batchElement {
 		}
 		if c.Type == domain.CmdRefund {
 			e.after = append(e.after, sinceBarrier...)
+			e.afterAnswers = true
 			barrier, sinceBarrier, last = e, nil, map[string]*batchElement{}
 			continue
 		}
@@ -176,12 +193,17 @@ func namesOf(c domain.Command) []string {
 	return names
 }
 
-// waitStart waits until every command e comes after is decided, then for a
-// slot among the commands being decided.
+// waitStart waits until every command e comes after is decided (finished,
+// for a refund: scheduleBatch), then for a slot among the commands being
+// decided.
 func (e *batchElement) waitStart(ctx context.Context, slots chan struct{}) error {
 	for _, a := range e.after {
+		ready := a.decided
+		if e.afterAnswers {
+			ready = a.finished
+		}
 		select {
-		case <-a.decided:
+		case <-ready:
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -201,6 +201,97 @@ func TestBatchIsDecidedAsOneAfterAnother(t *testing.T) {
 	})
 }
 
+// TestBatchRefundAfterItsOriginalInFlight: a refund right after its original
+// in a batch finds it, though the original's append is still queued in a
+// group commit when the refund's turn comes, and the command after the
+// refund is decided on the state the refund left: the batch answers what the
+// same commands sent one after another answer. The store holds its first
+// commit (the deposit) back until the refund has read its original's claim,
+// or a second has passed with the original queued behind the deposit: a
+// refund started on its original's decision alone reads it then, and finds
+// nothing (original_not_found, and the withdrawal after it refused).
+func TestBatchRefundAfterItsOriginalInFlight(t *testing.T) {
+	originals := []batchCmd{
+		{"withdraw", map[string]any{"idempotency_key": "orig", "account_id": "a", "amount": 30, "currency": "EUR"}},
+		{"transfer", map[string]any{"idempotency_key": "orig", "transfer_id": "t", "from": "a", "to": "b", "amount": 30, "currency": "EUR"}},
+		{"post_transaction", map[string]any{"idempotency_key": "orig", "transaction_id": "x", "postings": []map[string]any{{"from": "a", "to": "b", "amount": 30, "currency": "EUR"}}}},
+	}
+	setup := []batchCmd{
+		{"open_account", map[string]any{"idempotency_key": "open-a", "account_id": "a", "currency": "EUR"}},
+		{"open_account", map[string]any{"idempotency_key": "open-b", "account_id": "b", "currency": "EUR"}},
+	}
+	for _, orig := range originals {
+		t.Run(orig.typ, func(t *testing.T) {
+			cmds := []batchCmd{
+				{"deposit", map[string]any{"idempotency_key": "dep", "account_id": "a", "amount": 100, "currency": "EUR"}},
+				orig,
+				{"refund", map[string]any{"idempotency_key": "ref", "original_key": "orig", "amount": 10}},
+				{"withdraw", map[string]any{"idempotency_key": "after", "account_id": "a", "amount": 80, "currency": "EUR"}},
+			}
+			alone := newService(devtest.Memory(t))
+			defer alone.Close()
+			for _, c := range setup {
+				alone.HandleRaw(context.Background(), c.typ, c.alone())
+			}
+			want := make([]Reply, len(cmds))
+			for i, c := range cmds {
+				want[i] = positionless(alone.HandleRaw(context.Background(), c.typ, c.alone()))
+			}
+			if want[2].Status != domain.StatusApplied || want[3].Status != domain.StatusApplied {
+				t.Fatalf("sent alone, the refund and the withdrawal after it: %+v, %+v", want[2], want[3])
+			}
+			devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+				first := newService(st)
+				for _, c := range setup {
+					if r := first.HandleRaw(context.Background(), c.typ, c.alone()); r.Status != domain.StatusApplied {
+						t.Fatalf("%s: %+v", c.typ, r)
+					}
+				}
+				first.Close()
+				gate := &gatedMulti{MultiAppender: st.(eventstore.MultiAppender), release: make(chan struct{})}
+				reads := &claimReads{Store: st, stream: domain.KeyStream("orig"), read: make(chan struct{})}
+				s := New(struct {
+					eventstore.Store
+					eventstore.MultiAppender
+				}{reads, gate}, Options{Clock: clock})
+				defer s.Close()
+				defer gate.open() // when the test fails before it opens the gate
+				done := make(chan Reply, 1)
+				go func() { done <- s.HandleBatch(context.Background(), batchBody(cmds), 0) }()
+				devtest.Eventually(t, time.Minute, "the original queued behind the deposit", func() bool {
+					return s.pipes.inflightCount("account-a") >= 2
+				})
+				select {
+				case <-reads.read:
+				case <-time.After(time.Second): // the refund waits for the original's commit
+				}
+				gate.open()
+				r := <-done
+				for i, got := range r.Replies {
+					if got = positionless(got); !reflect.DeepEqual(got, want[i]) {
+						t.Errorf("element %d (%s):\n got %+v %+v\nwant %+v %+v", i, cmds[i].typ, got, got.Account, want[i], want[i].Account)
+					}
+				}
+			})
+		})
+	}
+}
+
+// claimReads closes read on the first read of stream (a key's claim).
+type claimReads struct {
+	eventstore.Store
+	stream string
+	read   chan struct{}
+	once   sync.Once
+}
+
+func (c *claimReads) ReadStream(ctx context.Context, stream string, from eventstore.Revision, dir eventstore.Direction, max int) ([]eventstore.RecordedEvent, error) {
+	if stream == c.stream {
+		c.once.Do(func() { close(c.read) })
+	}
+	return c.Store.ReadStream(ctx, stream, from, dir, max)
+}
+
 // TestBatchRefusedAsAWhole: a batch outside its limits, or malformed as a
 // whole, is invalid naming what, and decides nothing; one within them but
 // whose reply could not fit the NATS server's messages is refused naming
