@@ -133,6 +133,36 @@ func (e *stored) own() bool {
 	return e.meta.Origin == "" && domain.CommandType(e.meta.Command).IsClient() && !strings.HasPrefix(e.Stream, domain.KeyStreamPrefix)
 }
 
+// checkAtomicKey is C1 for an atomic batch's key (PROTOCOL.md v1.2 §2.2):
+// its one event is the batch's decision (BatchDecided), with the status every
+// definite reply gave; applied, every element's key has its events (all of
+// it; nothing of a refused one is C3's: its elements are never noted as sent).
+func checkAtomicKey(r *Report, ks *keyState, byKey map[string][]*stored) {
+	es := byKey[ks.key]
+	if len(es) != 1 || es[0].Type != domain.EvBatchDecided {
+		r.fail(1, "atomic batch %q: acknowledged, and its key has %d events, want its one decision", ks.key, len(es))
+		return
+	}
+	var d domain.BatchDecided
+	if err := json.Unmarshal(es[0].Data, &d); err != nil {
+		r.fail(1, "atomic batch %q: undecodable decision: %v", ks.key, err)
+		return
+	}
+	for _, rep := range ks.acked {
+		if rep.Status != d.Status || len(rep.Replies) != len(d.Keys) {
+			r.fail(1, "atomic batch %q: answered %s with %d replies, decided %s with %d elements", ks.key, rep.Status, len(rep.Replies), d.Status, len(d.Keys))
+		}
+	}
+	if d.Status != domain.StatusApplied {
+		return
+	}
+	for _, k := range d.Keys {
+		if len(byKey[k]) == 0 {
+			r.fail(1, "atomic batch %q applied, its element %q has no events", ks.key, k)
+		}
+	}
+}
+
 // Querier is what the checker reads through (a transaction in the self-test, so
 // that corruptions can be rolled back).
 type Querier interface {
@@ -303,6 +333,10 @@ func Check(ctx context.Context, q Querier, h *History, ev Evidence, out *EventsO
 	// recorded outcome has its events.
 	for _, ks := range keys {
 		if len(ks.acked) == 0 {
+			continue
+		}
+		if ks.typ == string(domain.CmdBatch) {
+			checkAtomicKey(r, ks, byKey)
 			continue
 		}
 		var want string

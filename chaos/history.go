@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -45,12 +46,15 @@ type Attempt struct {
 type History struct {
 	mu       sync.Mutex
 	attempts []Attempt
+	// atomics counts the atomic batches sent, by their final status ("" for
+	// none definite).
+	atomics  map[lclient.Status]int
 	first    map[string][]byte // key -> first body
 	firstTyp map[string]string
 }
 
 func newHistory() *History {
-	return &History{first: map[string][]byte{}, firstTyp: map[string]string{}}
+	return &History{first: map[string][]byte{}, firstTyp: map[string]string{}, atomics: map[lclient.Status]int{}}
 }
 
 // noteSent records the body before it is sent, so that "first" is the first sent.
@@ -61,6 +65,20 @@ func (h *History) noteSent(key, typ string, body []byte) {
 		h.first[key] = body
 		h.firstTyp[key] = typ
 	}
+}
+
+// noteAtomic counts an atomic batch by its final status.
+func (h *History) noteAtomic(st lclient.Status) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.atomics[st]++
+}
+
+// Atomics is the count of atomic batches by final status.
+func (h *History) Atomics() map[lclient.Status]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.atomics)
 }
 
 func (h *History) add(a Attempt) {
@@ -93,6 +111,13 @@ func (k *keyState) definite() bool { return len(k.acked) > 0 || k.failed > 0 }
 
 // requestHash is the hash the ledger stores for a body (its canonical request).
 func requestHash(typ string, body []byte) (string, bool) {
+	if typ == string(domain.CmdBatch) { // an atomic batch's key: the batch's canonical request
+		b, inv := domain.DecodeBatch(body)
+		if inv != nil || !b.Atomic {
+			return "", false
+		}
+		return b.Canonical().Hash, true
+	}
 	cmd, inv := domain.DecodeCommand(domain.CommandType(typ), body)
 	if inv != nil {
 		return "", false
@@ -325,24 +350,102 @@ func (c *client) publish(ctx context.Context, js nats.JetStreamContext, key, typ
 	return a
 }
 
-// publishBatch publishes elems as one batch that is not atomic through
-// JetStream (ledger.v1.cmd.batch, captured by LEDGER_COMMANDS) and records every
-// element as a JetStream attempt of its own, indefinite as a single published
-// command is: the ack says the batch is stored, not decided.
-func (c *client) publishBatch(ctx context.Context, js nats.JetStreamContext, elems []element) []Attempt {
+// batchBody is the body of a batch of elems ("" key: not atomic).
+func batchBody(elems []element, key string) []byte {
 	var b strings.Builder
 	b.WriteString(`{"commands":[`)
 	for i, e := range elems {
-		c.h.noteSent(e.key, e.typ, e.body)
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		// The element is the command's body with its type (PROTOCOL.md §2.2).
 		fmt.Fprintf(&b, `{"type":%q,%s`, e.typ, e.body[1:])
 	}
-	b.WriteString(`]}`)
+	b.WriteString(`]`)
+	if key != "" {
+		fmt.Fprintf(&b, `,"atomic":true,"idempotency_key":%q`, key)
+	}
+	b.WriteString(`}`)
+	return []byte(b.String())
+}
+
+// atomicBatch sends elems as one atomic batch under key (the ledger client's
+// Batch with Atomic, which resends it whole until its answer is definite,
+// bounded by d). The batch's key is noted as sent (C3, C7: its decision is
+// the one event of its key stream). Applied, every element is recorded as an
+// attempt with its reply, so C1 demands all of their events; refused, none
+// is recorded nor noted as sent, so any event of theirs fails C3: all or
+// nothing. Without a definite answer, every element is noted and recorded
+// indefinite, settled by key at the end like any other.
+func (c *client) atomicBatch(ctx context.Context, key string, elems []element, d time.Duration) []Attempt {
+	body := batchBody(elems, key)
+	c.h.noteSent(key, string(domain.CmdBatch), body)
+	cmds := make([]lclient.Command, len(elems))
+	for i, e := range elems {
+		cmds[i] = lclient.Raw{Type: e.typ, Body: e.body}
+	}
 	start := time.Now()
-	_, err := js.Publish(natsapi.CommandSubject("batch"), []byte(b.String()), nats.Context(ctx))
+	rctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	br, err := c.lc.Batch(rctx, cmds, lclient.Atomic(key))
+	c.h.noteAtomic(br.Status)
+	c.recordBatch(key, body, br, err, start)
+	if err == nil && br.Status != lclient.StatusApplied {
+		return nil // refused: nothing of it is decided
+	}
+	out := make([]Attempt, len(elems))
+	for i, e := range elems {
+		c.h.noteSent(e.key, e.typ, e.body)
+		a := Attempt{Key: e.key, Type: e.typ, Body: e.body, Via: "atomic", Start: start, Duration: time.Since(start), Outcome: Indefinite}
+		switch {
+		case err != nil:
+			a.Err = fmt.Sprintf("atomic batch %s: %v", key, err)
+		case len(br.Replies) != len(elems):
+			a.Err = fmt.Sprintf("atomic batch %s applied with %d replies for %d elements", key, len(br.Replies), len(elems))
+		default:
+			c.record(&a, br.Replies[i])
+		}
+		c.h.add(a)
+		out[i] = a
+	}
+	return out
+}
+
+// recordBatch records an atomic batch's own attempt (its key's): the batch's
+// definite reply (C1: checkAtomicKey), or indefinite, to be settled by
+// sending the batch again.
+func (c *client) recordBatch(key string, body []byte, br lclient.BatchReply, err error, start time.Time) Attempt {
+	a := Attempt{Key: key, Type: string(domain.CmdBatch), Body: body, Via: "atomic", Start: start, Duration: time.Since(start), Outcome: Indefinite}
+	var r reply.Reply
+	raw, jerr := json.Marshal(br)
+	if jerr == nil {
+		jerr = json.Unmarshal(raw, &r)
+	}
+	switch {
+	case err != nil:
+		a.Err = err.Error()
+	case jerr != nil:
+		a.Err = fmt.Sprintf("undecodable reply: %v", jerr)
+	default:
+		a.Reply, a.Outcome = &r, OK
+		if r.Status == domain.StatusInvalid {
+			a.Outcome = Failed
+		}
+	}
+	c.h.add(a)
+	return a
+}
+
+// publishBatch publishes elems as one batch that is not atomic through
+// JetStream (ledger.v1.cmd.batch, captured by LEDGER_COMMANDS) and records every
+// element as a JetStream attempt of its own, indefinite as a single published
+// command is: the ack says the batch is stored, not decided.
+func (c *client) publishBatch(ctx context.Context, js nats.JetStreamContext, elems []element) []Attempt {
+	for _, e := range elems {
+		c.h.noteSent(e.key, e.typ, e.body)
+	}
+	start := time.Now()
+	_, err := js.Publish(natsapi.CommandSubject("batch"), batchBody(elems, ""), nats.Context(ctx))
 	out := make([]Attempt, len(elems))
 	for i, e := range elems {
 		a := Attempt{Key: e.key, Type: e.typ, Body: e.body, Via: "jetstream", InBatch: true, Start: start, Duration: time.Since(start), Outcome: Indefinite}
@@ -359,7 +462,36 @@ func (c *client) publishBatch(ctx context.Context, js nats.JetStreamContext, ele
 // client, which resends it meanwhile, bounded by attempts times the client's
 // timeout.
 func (c *client) settle(ctx context.Context, key, typ string, b []byte, attempts int) Attempt {
-	return c.sendWithin(ctx, key, typ, b, time.Duration(max(1, attempts))*c.timeout)
+	d := time.Duration(max(1, attempts)) * c.timeout
+	if typ == string(domain.CmdBatch) {
+		return c.settleBatch(ctx, key, b, d)
+	}
+	return c.sendWithin(ctx, key, typ, b, d)
+}
+
+// settleBatch sends an atomic batch (body, as first sent) again under its
+// key until its answer is definite, bounded by d, and records it.
+func (c *client) settleBatch(ctx context.Context, key string, body []byte, d time.Duration) Attempt {
+	var b struct {
+		Commands []map[string]any `json:"commands"`
+	}
+	var cmds []lclient.Command
+	err := json.Unmarshal(body, &b)
+	for _, el := range b.Commands {
+		typ, _ := el["type"].(string)
+		delete(el, "type")
+		raw, merr := json.Marshal(el)
+		err = errors.Join(err, merr)
+		cmds = append(cmds, lclient.Raw{Type: typ, Body: raw})
+	}
+	start := time.Now()
+	var br lclient.BatchReply
+	if err == nil {
+		rctx, cancel := context.WithTimeout(ctx, d)
+		br, err = c.lc.Batch(rctx, cmds, lclient.Atomic(key))
+		cancel()
+	}
+	return c.recordBatch(key, body, br, err, start)
 }
 
 // settleAll drives every key of the history whose first request has no definite

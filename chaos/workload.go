@@ -31,7 +31,10 @@ type workload struct {
 	// atomic) of 2-8 new commands instead of one, sometimes with an element
 	// repeating an earlier acknowledged key (the same body or another), and
 	// sometimes resent whole.
-	batch   float64
+	batch float64
+	// atomic is the share of those batches (sent by request-reply) that are
+	// atomic, under a key of their own: all of it or none of it.
+	atomic  float64
 	retries int // attempts per command while the outcome is indefinite
 	pace    time.Duration
 	seed    uint64
@@ -115,6 +118,8 @@ func (w *workload) run(ctx context.Context, c *client) {
 				if w.batch > 0 && rng.Float64() < w.batch {
 					if js != nil && rng.Float64() < w.jetstream {
 						i = w.publishBatch(ctx, c, js, rng, p, i)
+					} else if w.atomic > 0 && rng.Float64() < w.atomic {
+						i = w.sendAtomic(ctx, c, rng, p, i, &acked)
 					} else {
 						i = w.sendBatch(ctx, c, rng, p, i, &acked)
 					}
@@ -230,6 +235,30 @@ func (w *workload) sendBatch(ctx context.Context, c *client, rng *rand.Rand, p, 
 		}
 	}
 	return i + n - 1
+}
+
+// sendAtomic sends producer p's commands i, i+1, ... as one atomic batch
+// under a key of its own (client.atomicBatch), resent whole with the same key
+// in the share resend (a duplicate), and returns the index of its last
+// command.
+func (w *workload) sendAtomic(ctx context.Context, c *client, rng *rand.Rand, p, i int, acked *[]sentCmd) int {
+	cmds, elems := w.batchOf(rng, p, i)
+	key := fmt.Sprintf("%s-p%d-%05d-atomic", w.prefix, p, i)
+	d := time.Duration(max(1, w.retries)) * c.timeout
+	got := c.atomicBatch(ctx, key, elems, d)
+	if rng.Float64() < w.resend {
+		c.atomicBatch(ctx, key, elems, d)
+	}
+	for _, a := range got {
+		if a.Outcome == OK {
+			for _, cmd := range cmds {
+				if cmd.key == a.Key {
+					*acked = append(*acked, cmd)
+				}
+			}
+		}
+	}
+	return i + len(cmds) - 1
 }
 
 // peer is another account of a's currency, when one is found in a few tries.

@@ -121,3 +121,38 @@ func ExampleClient_Batch() {
 	// sale-1 applied ok
 	// payout-1 rejected insufficient_funds
 }
+
+// An atomic batch: all of it or none of it, under the batch's own key. Here
+// the payout is refused, so neither the sale nor the payout applies; the
+// same batch sent again answers the same, duplicate.
+func ExampleAtomic() {
+	nc, stop := exampleLedger()
+	defer stop()
+	c := client.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	if _, err := c.OpenAccount(ctx, client.OpenAccount{Key: "open-shop", AccountID: "shop", Currency: "EUR"}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	cmds := []client.Command{
+		client.Deposit{Key: "sale-1", AccountID: "shop", Amount: 500, Currency: "EUR"},
+		client.Withdraw{Key: "payout-1", AccountID: "shop", Amount: 900, Currency: "EUR"},
+	}
+	for range 2 {
+		br, err := c.Batch(ctx, cmds, client.Atomic("settle-1"))
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(br.Status, br.Code, *br.Index, br.Duplicate, br.Replies[0].Code)
+	}
+	// Without the payout, the batch applies (under a new key: settle-1 is decided).
+	br, _ := c.Batch(ctx, cmds[:1], client.Atomic("settle-2"))
+	fmt.Println(br.Status, br.Replies[0].Account.Balance)
+	// Output:
+	// rejected insufficient_funds 1 false linked_event_failed
+	// rejected insufficient_funds 1 true linked_event_failed
+	// applied 500
+}

@@ -61,9 +61,12 @@ type EntriesQuery struct {
 	AccountID     string `json:"account_id"`
 	AfterRevision *int64 `json:"after_revision,omitempty"`
 	Limit         int    `json:"limit,omitempty"` // 0: the ledger's default (100)
-	// From and To keep the entries with From <= at < To.
+	// From and To keep the entries with From <= at < To, or From <=
+	// effective_at < To when By is "effective" (§2.3); the page stays in
+	// record order.
 	From        *time.Time `json:"from,omitempty"`
 	To          *time.Time `json:"to,omitempty"`
+	By          string     `json:"by,omitempty"`
 	MinPosition string     `json:"min_position,omitempty"`
 }
 
@@ -85,23 +88,27 @@ type Entry struct {
 	BalanceAfter   int64             `json:"balance_after"`
 	IdempotencyKey string            `json:"idempotency_key"`
 	At             string            `json:"at"`
+	EffectiveAt    string            `json:"effective_at"` // §2.3: At when none was given
 	TransferID     string            `json:"transfer_id,omitempty"`
 	TransactionID  string            `json:"transaction_id,omitempty"`
 	Metadata       map[string]string `json:"metadata"`
 }
 
 // BalanceQuery is the body of ledger.v1.query.balance: the account as of At,
-// or at Revision; the current one when neither is set.
+// or at Revision, or with everything effective at or before EffectiveAt (§2.3,
+// backdated postings recorded later included; alone); the current one when
+// none is set.
 type BalanceQuery struct {
-	AccountID string     `json:"account_id"`
-	At        *time.Time `json:"at,omitempty"`
-	Revision  *int64     `json:"revision,omitempty"`
-	// EffectiveAt (§2.3): refused as invalid_request until the ledger implements it.
+	AccountID   string     `json:"account_id"`
+	At          *time.Time `json:"at,omitempty"`
+	Revision    *int64     `json:"revision,omitempty"`
 	EffectiveAt *time.Time `json:"effective_at,omitempty"`
 	MinPosition string     `json:"min_position,omitempty"`
 }
 
-// Balance is the account as it stood after its event at AsOfRevision.
+// Balance is the account as it stood after its event at AsOfRevision (which
+// happened at AsOf), or, asked with EffectiveAt, with everything effective by
+// AsOfEffective (AsOfRevision 0 and AsOf "" then).
 type Balance struct {
 	AccountID         string `json:"account_id"`
 	Currency          string `json:"currency"`
@@ -113,6 +120,7 @@ type Balance struct {
 	ProjectedPosition string `json:"projected_position"`
 	AsOfRevision      uint64 `json:"as_of_revision"`
 	AsOf              string `json:"as_of"`
+	AsOfEffective     string `json:"as_of_effective,omitempty"`
 }
 
 // BalancesQuery is the body of ledger.v1.query.balances (v1.2): the sums over

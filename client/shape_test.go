@@ -23,9 +23,9 @@ import (
 // hold the two to the same JSON, field by field, so neither drifts.
 
 // pending23 are the fields of PROTOCOL.md §2.3 that the client carries before
-// the ledger serves them (issue 25: effective_at of query.balance); once the
-// server has one, it must match like any other.
-var pending23 = []string{"effective_at"}
+// the ledger serves them: none now (issue 25). A field added here must match
+// like any other once the server has it.
+var pending23 []string
 
 // shape is a JSON shape: a field name (with its path) -> its JSON kind.
 func shape(t reflect.Type) map[string]string {

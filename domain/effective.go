@@ -20,6 +20,13 @@ const MaxEffectiveSkew = 5 * time.Second
 // before the account's own effective opening (a.EffectiveFrom; an account not
 // opened has none). A transaction checks it on each of its accounts.
 func (a *Account) CheckEffective(cmd Command) *InvalidError {
+	return CheckEffectiveOn(cmd, a.ID, a.Opened, a.EffectiveFrom)
+}
+
+// CheckEffectiveOn is Account.CheckEffective on the account accountID, known
+// only by whether it is opened and its effective opening (where a saga reads
+// its accounts' facts before its first step).
+func CheckEffectiveOn(cmd Command, accountID string, opened bool, effectiveFrom time.Time) *InvalidError {
 	if cmd.EffectiveAt.IsZero() {
 		return nil
 	}
@@ -27,9 +34,9 @@ func (a *Account) CheckEffective(cmd Command) *InvalidError {
 		return invalid("effective_at", "%s is later than the ledger's time %s (at most %s of clock skew)",
 			cmd.EffectiveAt.Format(time.RFC3339Nano), cmd.At.UTC().Format(time.RFC3339Nano), MaxEffectiveSkew)
 	}
-	if a.Opened && cmd.Type != CmdOpenAccount && cmd.EffectiveAt.Before(a.EffectiveFrom) {
+	if opened && cmd.Type != CmdOpenAccount && cmd.EffectiveAt.Before(effectiveFrom) {
 		return invalid("effective_at", "%s is earlier than account %s's opening, effective %s",
-			cmd.EffectiveAt.Format(time.RFC3339Nano), a.ID, a.EffectiveFrom.UTC().Format(time.RFC3339Nano))
+			cmd.EffectiveAt.Format(time.RFC3339Nano), accountID, effectiveFrom.UTC().Format(time.RFC3339Nano))
 	}
 	return nil
 }

@@ -36,6 +36,7 @@ type BalanceRow struct {
 	Balance, Held int64
 	Status        string // open or closed
 	At            time.Time
+	EffectiveAt   time.Time // domain.EffectiveTime of the event (v1.2 §2.3)
 }
 
 // BalanceState is an account's state that the history carries from event to
@@ -115,7 +116,7 @@ func (balancesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 		}
 		state[id], last[id] = s, int64(ev.Revision)
 		rows = append(rows, BalanceRow{AccountID: id, Revision: int64(ev.Revision), EventID: ev.ID, Type: ev.Type,
-			Currency: s.Currency, Balance: s.Balance, Held: s.Held, Status: s.rowStatus(), At: ev.Meta.At})
+			Currency: s.Currency, Balance: s.Balance, Held: s.Held, Status: s.rowStatus(), At: ev.Meta.At, EffectiveAt: domain.EffectiveTime(ev.Meta)})
 	}
 	if len(rows) == 0 {
 		return nil
@@ -125,16 +126,16 @@ func (balancesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 		accounts, types, currencies, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		revs, balances, helds                 = make([]int64, n), make([]int64, n), make([]int64, n)
 		evIDs                                 = make([]uuid.UUID, n)
-		ats                                   = make([]time.Time, n)
+		ats, effective                        = make([]time.Time, n), make([]time.Time, n)
 	)
 	for i, r := range rows {
 		accounts[i], revs[i], evIDs[i], types[i], currencies[i] = r.AccountID, r.Revision, r.EventID, r.Type, r.Currency
-		balances[i], helds[i], statuses[i], ats[i] = r.Balance, r.Held, r.Status, r.At
+		balances[i], helds[i], statuses[i], ats[i], effective[i] = r.Balance, r.Held, r.Status, r.At, r.EffectiveAt
 	}
-	sql := fmt.Sprintf(`INSERT INTO %s (account_id, revision, event_id, type, currency, balance, held, status, at)
-SELECT * FROM unnest($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::text[], $9::timestamptz[])
+	sql := fmt.Sprintf(`INSERT INTO %s (account_id, revision, event_id, type, currency, balance, held, status, at, effective_at)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::text[], $9::timestamptz[], $10::timestamptz[])
 ON CONFLICT DO NOTHING`, Table("balance_history", gen))
-	if _, err := tx.Exec(ctx, sql, accounts, revs, evIDs, types, currencies, balances, helds, statuses, ats); err != nil {
+	if _, err := tx.Exec(ctx, sql, accounts, revs, evIDs, types, currencies, balances, helds, statuses, ats, effective); err != nil {
 		return fmt.Errorf("projections: balances: %w", err)
 	}
 	return nil

@@ -33,6 +33,9 @@ type Entry struct {
 	IdempotencyKey string
 	At             time.Time
 	Metadata       map[string]string // the client's (v1.1); never nil
+	// EffectiveAt is when the money moved in the world (v1.2 §2.3):
+	// domain.EffectiveTime of the event.
+	EffectiveAt time.Time
 }
 
 // EntryOf returns the statement row of a money event, ok false for other events.
@@ -41,7 +44,7 @@ func EntryOf(ev *Event) (Entry, bool) {
 	if !ok {
 		return Entry{}, false
 	}
-	e := Entry{EventID: ev.ID, AccountID: id, Revision: int64(ev.Revision), Type: ev.Type, IdempotencyKey: ev.Meta.Key, At: ev.Meta.At}
+	e := Entry{EventID: ev.ID, AccountID: id, Revision: int64(ev.Revision), Type: ev.Type, IdempotencyKey: ev.Meta.Key, At: ev.Meta.At, EffectiveAt: domain.EffectiveTime(ev.Meta)}
 	switch p := ev.Payload.(type) {
 	case *domain.Credited:
 		e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter, e.Metadata = p.Reason, p.Ref, p.Amount, p.Currency, p.BalanceAfter, p.Metadata
@@ -71,32 +74,32 @@ func (entriesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events [
 	if len(rows) == 0 {
 		return nil
 	}
-	cols := []string{"event_id", "account_id", "revision", "type", "reason", "ref", "amount", "currency", "balance_after", "idempotency_key", "at", "metadata"}
+	cols := []string{"event_id", "account_id", "revision", "type", "reason", "ref", "amount", "currency", "balance_after", "idempotency_key", "at", "metadata", "effective_at"}
 	err := copyOrUpsert(ctx, tx, "entries", gen, cols, len(rows), func(i int) []any {
 		e := &rows[i]
-		return []any{[16]byte(e.EventID), e.AccountID, e.Revision, e.Type, e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter, e.IdempotencyKey, e.At, e.Metadata}
+		return []any{[16]byte(e.EventID), e.AccountID, e.Revision, e.Type, e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter, e.IdempotencyKey, e.At, e.Metadata, e.EffectiveAt}
 	}, func() error {
 		n := len(rows)
 		var (
 			ids                                           = make([]uuid.UUID, n)
 			accounts, types, reasons, refs, currency, key = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 			revs, amounts, balances                       = make([]int64, n), make([]int64, n), make([]int64, n)
-			ats                                           = make([]time.Time, n)
+			ats, effective                                = make([]time.Time, n), make([]time.Time, n)
 			metadata                                      = make([]string, n)
 		)
 		for i, e := range rows {
 			ids[i], accounts[i], revs[i], types[i], reasons[i], refs[i] = e.EventID, e.AccountID, e.Revision, e.Type, e.Reason, e.Ref
-			amounts[i], currency[i], balances[i], key[i], ats[i] = e.Amount, e.Currency, e.BalanceAfter, e.IdempotencyKey, e.At
+			amounts[i], currency[i], balances[i], key[i], ats[i], effective[i] = e.Amount, e.Currency, e.BalanceAfter, e.IdempotencyKey, e.At, e.EffectiveAt
 			md, err := json.Marshal(e.Metadata)
 			if err != nil {
 				return err
 			}
 			metadata[i] = string(md)
 		}
-		sql := fmt.Sprintf(`INSERT INTO %s (event_id, account_id, revision, type, reason, ref, amount, currency, balance_after, idempotency_key, at, metadata)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::bigint[], $10::text[], $11::timestamptz[], $12::jsonb[])
+		sql := fmt.Sprintf(`INSERT INTO %s (event_id, account_id, revision, type, reason, ref, amount, currency, balance_after, idempotency_key, at, metadata, effective_at)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::bigint[], $10::text[], $11::timestamptz[], $12::jsonb[], $13::timestamptz[])
 ON CONFLICT (event_id) DO NOTHING`, Table("entries", gen))
-		_, err := tx.Exec(ctx, sql, ids, accounts, revs, types, reasons, refs, amounts, currency, balances, key, ats, metadata)
+		_, err := tx.Exec(ctx, sql, ids, accounts, revs, types, reasons, refs, amounts, currency, balances, key, ats, metadata, effective)
 		return err
 	})
 	if err != nil {

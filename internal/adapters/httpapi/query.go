@@ -17,8 +17,8 @@ type Router interface {
 // QueryRoutes registers the read side's queries, answered by svc:
 //
 //	GET /v1/accounts/{id}                ?min_position=c/p
-//	GET /v1/accounts/{id}/entries        ?after_revision=N&limit=N&from=T&to=T&min_position=c/p
-//	GET /v1/accounts/{id}/balance        ?at=T&revision=N&min_position=c/p
+//	GET /v1/accounts/{id}/entries        ?after_revision=N&limit=N&from=T&to=T&by=effective&min_position=c/p
+//	GET /v1/accounts/{id}/balance        ?at=T&revision=N&effective_at=T&min_position=c/p
 //	GET /v1/balances                     ?prefix=P&currency=C&at=T&effective_at=T&min_position=c/p
 //	GET /v1/transfers/{id}               ?min_position=c/p
 //	GET /v1/commands/{key}               ?min_position=c/p
@@ -31,7 +31,7 @@ func QueryRoutes(r Router, svc *query.Service) {
 	}))
 	r.Handle("GET /v1/accounts/{id}/entries", queryHandler(svc, query.QueryEntries, func(req *http.Request) (any, *reply.QueryError) {
 		q := query.EntriesRequest{AccountID: req.PathValue("id"), MinPosition: req.URL.Query().Get("min_position"),
-			From: req.URL.Query().Get("from"), To: req.URL.Query().Get("to")}
+			From: req.URL.Query().Get("from"), To: req.URL.Query().Get("to"), By: req.URL.Query().Get("by")}
 		var qerr *reply.QueryError
 		if q.AfterRevision, qerr = intParam[int64](req, "after_revision"); qerr != nil {
 			return nil, qerr
@@ -42,7 +42,8 @@ func QueryRoutes(r Router, svc *query.Service) {
 		return svc.Entries(req.Context(), q)
 	}))
 	r.Handle("GET /v1/accounts/{id}/balance", queryHandler(svc, query.QueryBalance, func(req *http.Request) (any, *reply.QueryError) {
-		q := query.BalanceRequest{AccountID: req.PathValue("id"), At: req.URL.Query().Get("at"), MinPosition: req.URL.Query().Get("min_position")}
+		q := query.BalanceRequest{AccountID: req.PathValue("id"), At: req.URL.Query().Get("at"), EffectiveAt: req.URL.Query().Get("effective_at"),
+			MinPosition: req.URL.Query().Get("min_position")}
 		var qerr *reply.QueryError
 		if q.Revision, qerr = intParam[int64](req, "revision"); qerr != nil {
 			return nil, qerr

@@ -114,22 +114,22 @@ func entryRow(re eventstore.RecordedEvent, m domain.Metadata, payload any, accou
 	default:
 		return "", false
 	}
-	return rowDigest(entryString(re.ID.String(), account, int64(re.Revision), re.Type, reason, ref, amount, currency, balance, m.Key, m.At, md)), true
+	return rowDigest(entryString(re.ID.String(), account, int64(re.Revision), re.Type, reason, ref, amount, currency, balance, m.Key, m.At, md, domain.EffectiveTime(m))), true
 }
 
-func entryString(id, account string, rev int64, typ, reason, ref string, amount int64, currency string, balance int64, key string, at time.Time, md map[string]string) string {
-	return row(id, account, rev, typ, reason, ref, amount, currency, balance, key, at, metadataJSON(md))
+func entryString(id, account string, rev int64, typ, reason, ref string, amount int64, currency string, balance int64, key string, at time.Time, md map[string]string, effective time.Time) string {
+	return row(id, account, rev, typ, reason, ref, amount, currency, balance, key, at, metadataJSON(md), effective)
 }
 
 // historyRow renders the balance-history row of an account event: the account
 // as the fold has it after the event.
 func historyRow(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account) string {
 	status := string(a.Status())
-	return rowDigest(historyString(a.ID, int64(re.Revision), re.ID.String(), re.Type, a.Currency, a.Balance, a.Held, status, m.At))
+	return rowDigest(historyString(a.ID, int64(re.Revision), re.ID.String(), re.Type, a.Currency, a.Balance, a.Held, status, m.At, domain.EffectiveTime(m)))
 }
 
-func historyString(account string, rev int64, id, typ, currency string, balance, held int64, status string, at time.Time) string {
-	return row(account, rev, id, typ, currency, balance, held, status, at)
+func historyString(account string, rev int64, id, typ, currency string, balance, held int64, status string, at, effective time.Time) string {
+	return row(account, rev, id, typ, currency, balance, held, status, at, effective)
 }
 
 func transferRowOf(t *domain.Transfer) string {
@@ -219,11 +219,11 @@ func openTable(ctx context.Context, q Querier, table string, gen int, account st
 	case "holds":
 		sql = `SELECT account_id, hold_id, amount, currency, status, captured, expires_at, idempotency_key FROM %s WHERE $1 = '' OR account_id = $1`
 	case "entries":
-		sql = `SELECT event_id, account_id, revision, type, reason, ref, amount, currency, balance_after, idempotency_key, at, metadata::text FROM %s WHERE $1 = '' OR account_id = $1`
+		sql = `SELECT event_id, account_id, revision, type, reason, ref, amount, currency, balance_after, idempotency_key, at, metadata::text, effective_at FROM %s WHERE $1 = '' OR account_id = $1`
 	case "transfers":
 		sql = `SELECT transfer_id, from_account, to_account, amount, currency, status, refunded FROM %s WHERE $1 = '' OR from_account = $1 OR to_account = $1`
 	case "balance_history":
-		sql = `SELECT account_id, revision, event_id, type, currency, balance, held, status, at FROM %s WHERE $1 = '' OR account_id = $1`
+		sql = `SELECT account_id, revision, event_id, type, currency, balance, held, status, at, effective_at FROM %s WHERE $1 = '' OR account_id = $1`
 	case "commands":
 		sql = `SELECT idempotency_key, reply::text FROM %s WHERE $1 = '' OR stream = 'account-' || $1`
 	default:
@@ -298,24 +298,24 @@ func scanRow(table string, rows pgx.Rows) (key, r string, err error) {
 		var id uuid.UUID
 		var account, typ, reason, ref, currency, key, mdText string
 		var rev, amount, balance int64
-		var at time.Time
-		if err := rows.Scan(&id, &account, &rev, &typ, &reason, &ref, &amount, &currency, &balance, &key, &at, &mdText); err != nil {
+		var at, effective time.Time
+		if err := rows.Scan(&id, &account, &rev, &typ, &reason, &ref, &amount, &currency, &balance, &key, &at, &mdText, &effective); err != nil {
 			return "", "", err
 		}
 		var md map[string]string
 		if err := json.Unmarshal([]byte(mdText), &md); err != nil {
 			return "", "", err
 		}
-		return id.String(), rowDigest(entryString(id.String(), account, rev, typ, reason, ref, amount, currency, balance, key, at, md)), nil
+		return id.String(), rowDigest(entryString(id.String(), account, rev, typ, reason, ref, amount, currency, balance, key, at, md, effective)), nil
 	case "balance_history":
 		var id uuid.UUID
 		var account, typ, currency, status string
 		var rev, balance, held int64
-		var at time.Time
-		if err := rows.Scan(&account, &rev, &id, &typ, &currency, &balance, &held, &status, &at); err != nil {
+		var at, effective time.Time
+		if err := rows.Scan(&account, &rev, &id, &typ, &currency, &balance, &held, &status, &at, &effective); err != nil {
 			return "", "", err
 		}
-		return id.String(), rowDigest(historyString(account, rev, id.String(), typ, currency, balance, held, status, at)), nil
+		return id.String(), rowDigest(historyString(account, rev, id.String(), typ, currency, balance, held, status, at, effective)), nil
 	case "transfers":
 		var id, from, to, currency, status string
 		var amount, refunded int64

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"time"
 
 	"github.com/ledgerworks/ledger/domain"
 )
@@ -41,6 +42,8 @@ type accountFacts struct {
 	opened   bool
 	currency string
 	next     uint64
+	// effectiveFrom is the account's effective opening (domain.Account.EffectiveFrom).
+	effectiveFrom time.Time
 }
 
 func (s *Service) accountFacts(ctx context.Context, id string) (f accountFacts, err error) {
@@ -51,9 +54,28 @@ func (s *Service) accountFacts(ctx context.Context, id string) (f accountFacts, 
 			acc, err = s.loadAccount(ctx, stream, id, true)
 		}
 		if err == nil {
-			f = accountFacts{opened: acc.Opened, currency: acc.Currency, next: uint64(acc.Revision + 1)}
+			f = accountFacts{opened: acc.Opened, currency: acc.Currency, next: uint64(acc.Revision + 1), effectiveFrom: acc.EffectiveFrom}
 		}
 		return err
 	})
 	return f, err
+}
+
+// effectiveRefused is the refusal of cmd's effective_at on the accounts ids
+// (domain.CheckEffectiveOn), nil when it has none or they allow it: the check a
+// saga makes before its first step, since a step cannot be refused half-way.
+func (s *Service) effectiveRefused(ctx context.Context, cmd domain.Command, ids ...string) (*domain.InvalidError, error) {
+	if cmd.EffectiveAt.IsZero() {
+		return nil, nil
+	}
+	for _, id := range ids {
+		f, err := s.accountFacts(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if ierr := domain.CheckEffectiveOn(cmd, id, f.opened, f.effectiveFrom); ierr != nil {
+			return ierr, nil
+		}
+	}
+	return nil, nil
 }

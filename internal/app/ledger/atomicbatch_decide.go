@@ -290,6 +290,10 @@ func (bd *batchDecision) transaction(ctx context.Context, cmd domain.Command) (*
 		return &r, err
 	}
 	d := domain.DecideTransaction(bd.accs, cmd)
+	if d.Invalid != nil {
+		r := reply.Invalid(cmd.IdempotencyKey, d.Invalid)
+		return &r, nil
+	}
 	if d.Rejection != nil {
 		r := reply.TransactionNotRecorded(cmd.IdempotencyKey, cmd.TransactionID, d.Rejection, d.Posting)
 		return &r, nil
@@ -347,6 +351,10 @@ func (bd *batchDecision) transfer(ctx context.Context, cmd domain.Command) (*Rep
 	if err != nil {
 		return nil, err
 	}
+	if at.Invalid != nil {
+		r := reply.Invalid(cmd.IdempotencyKey, at.Invalid)
+		return &r, nil
+	}
 	if rej := at.Debit.Rejection; rej != nil {
 		r := reply.NotRecorded(cmd.IdempotencyKey, rej)
 		return &r, nil
@@ -371,7 +379,7 @@ func (bd *batchDecision) writeTransfer(cmd domain.Command, rq *sagaRequest, at d
 			return err
 		}
 	}
-	markerCmd := domain.Command{Type: rq.sg.Command, IdempotencyKey: at.MarkerKey, At: cmd.At, Origin: rq.sg.Key}
+	markerCmd := domain.Command{Type: rq.sg.Command, IdempotencyKey: at.MarkerKey, At: cmd.At, EffectiveAt: cmd.EffectiveAt, Origin: rq.sg.Key}
 	markerFirst := first + uint64(len(rq.data))
 	data, metas, err := bd.s.encodeEvents(markerCmd, cmd.Canonical(), at.MarkerKey, stream, markerFirst, rq.metas[len(rq.metas)-1].Chain, at.Marker)
 	if err != nil {

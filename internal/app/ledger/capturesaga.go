@@ -68,6 +68,9 @@ func (s *Service) startCaptureTo(ctx context.Context, cmd domain.Command, req do
 	if err != nil || !held.opened {
 		return reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(cmd.AccountID)), true, err
 	}
+	if ierr, err := s.effectiveRefused(ctx, cmd, cmd.AccountID, cmd.To); ierr != nil || err != nil {
+		return reply.Invalid(cmd.IdempotencyKey, ierr), true, err
+	}
 	heldStream := domain.AccountStream(cmd.AccountID)
 	switch open, err := s.accountOpened(ctx, cmd.To); {
 	case err != nil:

@@ -20,15 +20,21 @@ type sagaMover struct{ s *Service }
 
 // openSaga writes the request first and runs the saga after it
 // (decideOnTransfer). A transfer that names an account that does not exist
-// is refused without a record (PROTOCOL.md §3), and no money moves for it.
-func (m sagaMover) openSaga(ctx context.Context, cmd domain.Command, _ domain.Canonical, _ *domain.Transfer, requested []domain.NewEvent) (transferStep, error) {
-	if cmd.Type == domain.CmdTransfer { // a refund's accounts are its transfer's
-		for _, id := range []string{cmd.From, cmd.To} {
+// is refused without a record (PROTOCOL.md §3), and no money moves for it;
+// one whose effective_at an account refuses is invalid, before any step.
+func (m sagaMover) openSaga(ctx context.Context, cmd domain.Command, _ domain.Canonical, t *domain.Transfer, requested []domain.NewEvent) (transferStep, error) {
+	ids := []string{t.To, t.From} // a refund's accounts are its transfer's
+	if cmd.Type == domain.CmdTransfer {
+		ids = []string{cmd.From, cmd.To}
+		for _, id := range ids {
 			open, err := m.s.accountOpened(ctx, id)
 			if err != nil || !open {
 				return transferStep{r: reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(id))}, err
 			}
 		}
+	}
+	if ierr, err := m.s.effectiveRefused(ctx, cmd, ids...); ierr != nil || err != nil {
+		return transferStep{r: reply.Invalid(cmd.IdempotencyKey, ierr)}, err
 	}
 	return transferStep{events: requested, next: appendThem}, nil
 }

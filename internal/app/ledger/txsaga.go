@@ -58,7 +58,8 @@ func (s *Service) handleTransactionSaga(ctx context.Context, tx domain.Command, 
 }
 
 // missingAccount answers a transaction naming an account that does not exist:
-// not recorded (PROTOCOL.md §3), at the first posting naming one. An account
+// not recorded (PROTOCOL.md §3), at the first posting naming one; and one
+// whose effective_at one of its accounts refuses: invalid. An account
 // never disappears, so none can go missing once the request is written.
 func (s *Service) missingAccount(ctx context.Context, tx domain.Command) (Reply, bool, error) {
 	for i, p := range tx.Postings {
@@ -72,6 +73,9 @@ func (s *Service) missingAccount(ctx context.Context, tx domain.Command) (Reply,
 				return reply.TransactionNotRecorded(tx.IdempotencyKey, tx.TransactionID, rej, i), true, nil
 			}
 		}
+	}
+	if ierr, err := s.effectiveRefused(ctx, tx, domain.TransactionAccounts(tx.Postings)...); ierr != nil || err != nil {
+		return reply.Invalid(tx.IdempotencyKey, ierr), true, err
 	}
 	return Reply{}, false, nil
 }

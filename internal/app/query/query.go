@@ -86,27 +86,40 @@ type EntriesRequest struct {
 	AccountID     string `json:"account_id"`
 	AfterRevision *int64 `json:"after_revision,omitempty"` // default: from the first
 	Limit         *int   `json:"limit,omitempty"`          // default 100, at most 1000
-	// From and To (RFC 3339, v1.1) keep the entries with From <= at < To.
+	// From and To (RFC 3339, v1.1) keep the entries with From <= at < To,
+	// or From <= effective_at < To when By is "effective" (v1.2 §2.3).
 	From        string `json:"from,omitempty"`
 	To          string `json:"to,omitempty"`
+	By          string `json:"by,omitempty"` // "" or "record": at; "effective": effective_at
 	MinPosition string `json:"min_position,omitempty"`
 }
 
+// The times From and To of an entries query may filter by (EntriesRequest.By).
+const (
+	ByRecord    = "record"
+	ByEffective = "effective"
+)
+
 // BalanceRequest is the body of ledger.v1.query.balance (v1.1): the account as
-// of a time (At, RFC 3339) or a revision; the current one when neither is given.
+// of a time (At, RFC 3339) or a revision, or (v1.2 §2.3) with everything
+// effective at or before EffectiveAt; the current one when none is given.
 type BalanceRequest struct {
 	AccountID   string `json:"account_id"`
 	At          string `json:"at,omitempty"`
 	Revision    *int64 `json:"revision,omitempty"`
+	EffectiveAt string `json:"effective_at,omitempty"`
 	MinPosition string `json:"min_position,omitempty"`
 }
 
 // Balance is the reply of the balance query: the account object as it stood
-// after the event at AsOfRevision, which happened at AsOf.
+// after the event at AsOfRevision, which happened at AsOf; or, asked with
+// effective_at, with everything effective by AsOfEffective (the instant asked,
+// and then neither of the other two).
 type Balance struct {
 	Account
-	AsOfRevision uint64 `json:"as_of_revision"`
-	AsOf         string `json:"as_of"` // RFC 3339, UTC
+	AsOfRevision  *uint64 `json:"as_of_revision,omitempty"`
+	AsOf          string  `json:"as_of,omitempty"` // RFC 3339, UTC
+	AsOfEffective string  `json:"as_of_effective,omitempty"`
 }
 
 // TransferRequest is the body of ledger.v1.query.transfer.
@@ -143,6 +156,9 @@ type Entry struct {
 	BalanceAfter   int64  `json:"balance_after"`
 	IdempotencyKey string `json:"idempotency_key"`
 	At             string `json:"at"` // RFC 3339, UTC
+	// EffectiveAt is when the money moved in the world (v1.2 §2.3), RFC 3339,
+	// UTC: the command's effective_at, or At when it gave none.
+	EffectiveAt string `json:"effective_at"`
 	// TransferID names the transfer of a transfer's or a transfer refund's step (v1.1).
 	TransferID string `json:"transfer_id,omitempty"`
 	// TransactionID names the transaction of a transaction's leg (v1.1).
@@ -245,12 +261,15 @@ func (s *Service) Account(ctx context.Context, q AccountRequest) (*Account, *rep
 // before it in time). A time before the account's first event is
 // account_not_found; a revision beyond its last one is invalid_request.
 func (s *Service) Balance(ctx context.Context, q BalanceRequest) (*Balance, *reply.QueryError) {
-	at, qerr := balanceTimeOf(q)
+	at, effective, qerr := balanceTimeOf(q)
 	if qerr != nil {
 		return nil, qerr
 	}
 	if _, qerr := s.wait(ctx, projections.Balances, q.MinPosition); qerr != nil {
 		return nil, qerr
+	}
+	if effective != nil {
+		return s.effectiveBalance(ctx, q, *effective)
 	}
 	var r balanceRead
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
@@ -277,23 +296,69 @@ func (s *Service) Balance(ctx context.Context, q BalanceRequest) (*Balance, *rep
 	return &out, nil
 }
 
-// balanceTimeOf checks a balance query and returns the time it asks about
-// (nil: a revision, or the current balance).
-func balanceTimeOf(q BalanceRequest) (*time.Time, *reply.QueryError) {
-	if !domain.ValidID(q.AccountID) {
-		return nil, invalidID("account_id")
+// effectiveBalance answers the balance query asked with effective_at
+// (projections.EffectiveBalances): account_not_found when the account has no
+// event effective by then.
+func (s *Service) effectiveBalance(ctx context.Context, q BalanceRequest, effective time.Time) (*Balance, *reply.QueryError) {
+	var (
+		last  *int64
+		pos   eventstore.Position
+		found *projections.EffectiveBalance
+	)
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		pos, err = projections.Checkpoints.LiveWith(ctx, tx, projections.Balances,
+			`(SELECT max(revision) FROM readmodel.balance_history WHERE account_id = $1)`, "", []any{q.AccountID}, &last)
+		if err != nil || last == nil {
+			return err
+		}
+		return projections.EffectiveBalances(ctx, tx, q.AccountID, effective, func(b projections.EffectiveBalance) error {
+			found = &b
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, internal(err)
 	}
-	at, qerr := timeBound("at", q.At)
-	if qerr != nil {
-		return nil, qerr
+	switch {
+	case last == nil:
+		e := notFound("account %s has no history (the balances read model is at %s)", q.AccountID, pos)
+		e.ProjectedPosition = pos.String()
+		return nil, e
+	case found == nil:
+		return nil, &reply.QueryError{Status: domain.StatusRejected, Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s had no event effective at or before %s", q.AccountID, q.EffectiveAt), ProjectedPosition: pos.String()}
+	}
+	status := domain.AccountStatusOpen
+	if found.Closed {
+		status = domain.AccountStatusClosed
+	}
+	out := Balance{Account: Account{AccountID: q.AccountID, Currency: found.Currency, Balance: found.Balance, Held: found.Held, Available: found.Balance - found.Held,
+		Revision: uint64(found.Revision), Status: string(status), ProjectedPosition: pos.String()}, AsOfEffective: effective.UTC().Format(time.RFC3339Nano)}
+	return &out, nil
+}
+
+// balanceTimeOf checks a balance query and returns the time it asks about
+// (nil: a revision, or the current balance), or the effective instant.
+func balanceTimeOf(q BalanceRequest) (at, effective *time.Time, qerr *reply.QueryError) {
+	if !domain.ValidID(q.AccountID) {
+		return nil, nil, invalidID("account_id")
+	}
+	if at, qerr = timeBound("at", q.At); qerr != nil {
+		return nil, nil, qerr
+	}
+	if effective, qerr = timeBound("effective_at", q.EffectiveAt); qerr != nil {
+		return nil, nil, qerr
 	}
 	if q.Revision != nil && *q.Revision < 0 {
-		return nil, invalid("revision", "must be 0 or more")
+		return nil, nil, invalid("revision", "must be 0 or more")
 	}
-	if at != nil && q.Revision != nil {
-		return nil, invalid("revision", "give at or revision, not both")
+	switch {
+	case at != nil && q.Revision != nil:
+		return nil, nil, invalid("revision", "give at or revision, not both")
+	case effective != nil && (at != nil || q.Revision != nil):
+		return nil, nil, invalid("effective_at", "give effective_at alone: not with at or revision")
 	}
-	return at, nil
+	return at, effective, nil
 }
 
 // balanceRead is what the balance query reads in one snapshot: the balances
@@ -336,7 +401,8 @@ func (r *balanceRead) read(ctx context.Context, tx pgx.Tx, q BalanceRequest, at 
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
-	r.found, r.out.Revision, r.out.AsOfRevision = err == nil, uint64(rev), uint64(rev)
+	asOf := uint64(rev)
+	r.found, r.out.Revision, r.out.AsOfRevision = err == nil, uint64(rev), &asOf
 	return err
 }
 
@@ -370,6 +436,8 @@ type entriesPage struct {
 	after    int64
 	limit    int
 	from, to *time.Time
+	// byEffective: from and to bound effective_at, not at (v1.2 §2.3).
+	byEffective bool
 }
 
 // entriesPageOf checks an entries query and returns its page, with the
@@ -401,6 +469,13 @@ func entriesPageOf(q EntriesRequest) (entriesPage, *reply.QueryError) {
 	if page.from != nil && page.to != nil && !page.from.Before(*page.to) {
 		return entriesPage{}, invalid("to", "must be after from")
 	}
+	switch q.By {
+	case "", ByRecord:
+	case ByEffective:
+		page.byEffective = true
+	default:
+		return entriesPage{}, invalid("by", "must be %q (from and to bound at, the default) or %q (they bound effective_at)", ByRecord, ByEffective)
+	}
 	return page, nil
 }
 
@@ -419,19 +494,24 @@ func readEntries(ctx context.Context, tx pgx.Tx, accountID string, page entriesP
 	if !exists {
 		return errNotFound
 	}
-	// One row more than the page tells whether there is a next page.
-	rows, err := tx.Query(ctx, `SELECT event_id::text, revision, type, amount, balance_after, idempotency_key, at, reason, ref, metadata
+	// One row more than the page tells whether there is a next page. The
+	// page is in record order (revision) whichever time bounds it.
+	bound := "at"
+	if page.byEffective {
+		bound = "effective_at"
+	}
+	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT event_id::text, revision, type, amount, balance_after, idempotency_key, at, effective_at, reason, ref, metadata
 		FROM readmodel.entries WHERE account_id = $1 AND revision > $2
-			AND ($4::timestamptz IS NULL OR at >= $4) AND ($5::timestamptz IS NULL OR at < $5)
-		ORDER BY revision LIMIT $3`, accountID, page.after, page.limit+1, page.from, page.to)
+			AND ($4::timestamptz IS NULL OR %[1]s >= $4) AND ($5::timestamptz IS NULL OR %[1]s < $5)
+		ORDER BY revision LIMIT $3`, bound), accountID, page.after, page.limit+1, page.from, page.to)
 	if err != nil {
 		return err
 	}
 	var e Entry
-	var at time.Time
+	var at, effective time.Time
 	var reason, ref string
-	_, err = pgx.ForEachRow(rows, []any{&e.EventID, &e.Revision, &e.Type, &e.Amount, &e.BalanceAfter, &e.IdempotencyKey, &at, &reason, &ref, &e.Metadata}, func() error {
-		e.At = at.UTC().Format(time.RFC3339Nano)
+	_, err = pgx.ForEachRow(rows, []any{&e.EventID, &e.Revision, &e.Type, &e.Amount, &e.BalanceAfter, &e.IdempotencyKey, &at, &effective, &reason, &ref, &e.Metadata}, func() error {
+		e.At, e.EffectiveAt = at.UTC().Format(time.RFC3339Nano), effective.UTC().Format(time.RFC3339Nano)
 		e.TransferID, e.TransactionID = "", ""
 		switch {
 		case domain.TransferReason(reason):

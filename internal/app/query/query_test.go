@@ -157,9 +157,20 @@ func (f *fixture) checkEntries(t *testing.T, min string) {
 		t.Fatalf("entries: %v", ent)
 	}
 	e0, e1 := list[0].(map[string]any), list[1].(map[string]any)
-	if !reflect.DeepEqual(keys(e0), []string{"amount", "at", "balance_after", "event_id", "idempotency_key", "metadata", "revision", "type"}) ||
-		e0["amount"] != 1000.0 || e1["amount"] != -300.0 || e1["balance_after"] != 700.0 || e1["idempotency_key"] != "t1:debit" {
+	if !reflect.DeepEqual(keys(e0), []string{"amount", "at", "balance_after", "effective_at", "event_id", "idempotency_key", "metadata", "revision", "type"}) ||
+		e0["amount"] != 1000.0 || e1["amount"] != -300.0 || e1["balance_after"] != 700.0 || e1["idempotency_key"] != "t1:debit" ||
+		e0["effective_at"] != e0["at"] {
 		t.Fatalf("entries: %v", list)
+	}
+	// by effective time over HTTP: the entries effective from the second one's
+	// effective time; the balance with everything effective by the first's.
+	code, eff, _ := f.get(t, "/v1/accounts/alice/entries?by=effective&from="+url.QueryEscape(e1["effective_at"].(string)))
+	if l, _ := eff["entries"].([]any); code != 200 || len(l) != 1 || l[0].(map[string]any)["event_id"] != e1["event_id"] {
+		t.Fatalf("GET entries by effective time: %d %v", code, eff)
+	}
+	code, bal, _ := f.get(t, "/v1/accounts/alice/balance?effective_at="+url.QueryEscape(e0["effective_at"].(string)))
+	if code != 200 || bal["balance"] != 1000.0 || bal["as_of_effective"] != e0["effective_at"] || bal["as_of_revision"] != nil {
+		t.Fatalf("GET balance by effective time: %d %v", code, bal)
 	}
 	page := f.ask(t, "entries", map[string]any{"account_id": "alice", "after_revision": e0["revision"], "limit": 1})
 	if l := page["entries"].([]any); len(l) != 1 || l[0].(map[string]any)["event_id"] != e1["event_id"] {
@@ -214,6 +225,10 @@ func (f *fixture) checkQueryRefusals(t *testing.T) {
 		{"entries", map[string]any{"account_id": "alice", "limit": 1001}, "invalid_request"},
 		{"entries", map[string]any{"account_id": "alice", "limit": 0}, "invalid_request"},
 		{"account", map[string]any{"account_id": "alice", "min_position": "12"}, "invalid_request"},
+		{"entries", map[string]any{"account_id": "alice", "by": "settlement"}, "invalid_request"},
+		{"balance", map[string]any{"account_id": "alice", "at": "2026-11-22T10:00:00Z", "effective_at": "2026-11-22T10:00:00Z"}, "invalid_request"},
+		{"balance", map[string]any{"account_id": "alice", "revision": 1, "effective_at": "2026-11-22T10:00:00Z"}, "invalid_request"},
+		{"balance", map[string]any{"account_id": "alice", "effective_at": "yesterday"}, "invalid_request"},
 	} {
 		if got := f.ask(t, c.q, c.body); got["code"] != c.code {
 			t.Errorf("%s %v: %v, want %s", c.q, c.body, got, c.code)
