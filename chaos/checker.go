@@ -403,6 +403,7 @@ func Check(ctx context.Context, q Querier, h *History, ev Evidence, out *EventsO
 	if err := checkBalances(ctx, q, f, r); err != nil {
 		return nil, err
 	}
+	checkMoved(keys, byKey, r)
 
 	// C5 (second half): a pure replay of the domain reproduces every decision.
 	replay(events, keys, r)
@@ -505,7 +506,39 @@ func checkBalances(ctx context.Context, q Querier, f *audit.Fold, r *Report) err
 			r.fail(4, "account %s is in the event store, not in the read model", id)
 		}
 	}
-	return nil
+	return checkEffectiveBalances(ctx, q, f, r)
+}
+
+// checkEffectiveBalances (C4, v1.2 §2.3): every account's balance by effective
+// time at the end of time, as query.balance with effective_at reads it,
+// equals its balance and held amount by record time (the fold).
+func checkEffectiveBalances(ctx context.Context, q Querier, f *audit.Fold, r *Report) error {
+	n := 0
+	err := projections.EffectiveBalances(ctx, q, "", projections.EndOfTime, func(b projections.EffectiveBalance) error {
+		n++
+		switch a := f.Accounts[b.AccountID]; {
+		case a == nil:
+			r.fail(4, "account %s: by effective time, not in the event store", b.AccountID)
+		case a.Balance != b.Balance || a.Held != b.Held:
+			r.fail(4, "account %s: by effective time at the end of time balance %d held %d, the events fold to balance %d held %d", b.AccountID, b.Balance, b.Held, a.Balance, a.Held)
+		}
+		return nil
+	})
+	if opened := countOpened(f); err == nil && n != opened {
+		r.fail(4, "%d accounts by effective time, %d opened in the event store", n, opened)
+	}
+	return err
+}
+
+// countOpened counts the opened accounts of the fold.
+func countOpened(f *audit.Fold) int {
+	n := 0
+	for _, a := range f.Accounts {
+		if a.Opened {
+			n++
+		}
+	}
+	return n
 }
 
 // replay re-decides every client command of every account stream with the

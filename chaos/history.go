@@ -51,10 +51,20 @@ type History struct {
 	atomics  map[lclient.Status]int
 	first    map[string][]byte // key -> first body
 	firstTyp map[string]string
+	// revisions is each account's highest revision a reply showed: what a
+	// client reads before a conditional write (expected_revision).
+	revisions map[string]uint64
 }
 
 func newHistory() *History {
-	return &History{first: map[string][]byte{}, firstTyp: map[string]string{}, atomics: map[lclient.Status]int{}}
+	return &History{first: map[string][]byte{}, firstTyp: map[string]string{}, atomics: map[lclient.Status]int{}, revisions: map[string]uint64{}}
+}
+
+// Revision is the highest revision of account a reply showed so far.
+func (h *History) Revision(account string) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.revisions[account]
 }
 
 // noteSent records the body before it is sent, so that "first" is the first sent.
@@ -85,6 +95,9 @@ func (h *History) add(a Attempt) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.attempts = append(h.attempts, a)
+	if r := a.Reply; r != nil && r.Account != nil && r.Account.Revision > h.revisions[r.Account.AccountID] {
+		h.revisions[r.Account.AccountID] = r.Account.Revision
+	}
 }
 
 // Attempts returns a copy of the attempts.

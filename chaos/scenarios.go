@@ -66,6 +66,7 @@ type bank struct {
 	batch               float64 // share of the producers' steps sending a batch (workload.batch)
 	atomic              float64 // share of those batches that are atomic (workload.atomic)
 	hot                 float64 // share of the commands on one account
+	backdated           float64 // share of the deposits booked late (workload.backdated)
 	retries             int
 	timeout             time.Duration
 	pace                time.Duration
@@ -131,7 +132,8 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 		retries = 8
 	}
 	w := &workload{prefix: "s" + res.id, accounts: hotAccounts("s"+res.id, b.accounts), producers: b.producers, commands: b.commands,
-		resend: b.resend, reuse: b.reuse, jetstream: b.js, batch: b.batch, atomic: b.atomic, retries: retries, pace: b.pace, seed: s.seed ^ uint64(len(res.id))<<32 ^ uint64(res.id[0]), hot: b.hot}
+		resend: b.resend, reuse: b.reuse, jetstream: b.js, batch: b.batch, atomic: b.atomic, retries: retries, pace: b.pace, seed: s.seed ^ uint64(len(res.id))<<32 ^ uint64(res.id[0]), hot: b.hot,
+		backdated: b.backdated}
 	if err := w.open(ctx, c); err != nil {
 		return err
 	}
@@ -219,7 +221,7 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 		res.notes = append(res.notes, fmt.Sprintf("atomic batches (sends and resends): %d applied (%d element attempts: C1 demands all of their events), %d rejected and %d invalid (their elements never noted as sent: C3 fails on any event of theirs), %d without a definite answer (their elements settled by key)",
 			at[lclient.StatusApplied], elems, at[lclient.StatusRejected], at[lclient.StatusInvalid], at[""]))
 	}
-	res.notes = append(res.notes, "applied: "+h.AppliedByType())
+	res.notes = append(res.notes, "applied: "+h.AppliedByType(), h.Conditions())
 	for _, k := range undecided {
 		res.report.fail(1, "key %q: JetStream acknowledged the command, the ledger never decided it", k)
 	}
@@ -367,7 +369,7 @@ func (sys *system) finish(ctx context.Context, h *History, res *result, required
 func scenarioBank(ctx context.Context, s *suite, res *result) error {
 	return runBank(ctx, s, res, bank{
 		ledgers: 1, projectors: 1, accounts: 20, producers: 8,
-		commands: s.size(5000, 400), resend: 0.10, reuse: 0.02, hot: 0.5, batch: 0.15, atomic: 0.35, required: true,
+		commands: s.size(5000, 400), resend: 0.10, reuse: 0.02, hot: 0.5, batch: 0.15, atomic: 0.35, backdated: 0.1, required: true,
 		evidence: func(_ context.Context, _ *system, res *result) {
 			// The faults of this scenario are the client's own: resends and reuse.
 			res.ev.Other += res.stats.Duplicates + res.stats.Conflicts

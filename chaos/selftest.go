@@ -42,6 +42,15 @@ func upOne(ctx context.Context, s *suite, prefix string) (*system, *client, erro
 	return sys, newClient(sys.nc, newHistory(), 5*time.Second), nil
 }
 
+// exec1 runs a corruption that must change exactly one row.
+func exec1(ctx context.Context, tx pgx.Tx, sql string) error {
+	ct, err := tx.Exec(ctx, sql)
+	if err == nil && ct.RowsAffected() != 1 {
+		err = fmt.Errorf("changed %d rows, want 1 (is there no such event in the workload?)", ct.RowsAffected())
+	}
+	return err
+}
+
 // scenarioSelfTest shows that the checker fails: a clean history passes, and each
 // corruption is caught by the check made for it.
 func scenarioSelfTest(ctx context.Context, s *suite, res *result) error {
@@ -156,21 +165,36 @@ func scenarioSelfTest(ctx context.Context, s *suite, res *result) error {
 				WHERE (e.event_id, o.event_id) IN (($1::uuid, $2::uuid), ($2::uuid, $1::uuid))`, d1.id, d2.id)
 			return err
 		}},
+		// v1.2 §2.3: a withdrawal with up_to whose event says it asked less than
+		// it moved, and a transfer with up_to whose completion records another
+		// amount than its reply's moved.
+		{"a sweep that moved more than it asked", 4, func(ctx context.Context, tx pgx.Tx) error {
+			return exec1(ctx, tx, `UPDATE events SET data = convert_to(jsonb_set(convert_from(data, 'UTF8')::jsonb, '{requested}',
+				to_jsonb((convert_from(data, 'UTF8')::jsonb->>'amount')::bigint - 1))::text, 'UTF8')
+				WHERE position = (SELECT min(position) FROM events WHERE type = 'Debited' AND convert_from(data, 'UTF8')::jsonb ? 'requested')`)
+		}},
+		{"a sweep's completion of another amount than its reply", 4, func(ctx context.Context, tx pgx.Tx) error {
+			return exec1(ctx, tx, `UPDATE events c SET data = convert_to(jsonb_set(convert_from(c.data, 'UTF8')::jsonb, '{amount}',
+				to_jsonb((convert_from(c.data, 'UTF8')::jsonb->>'amount')::bigint - 1))::text, 'UTF8')
+				WHERE c.position = (SELECT min(d.position) FROM events d JOIN events r ON r.stream = d.stream AND r.type = 'TransferRequested'
+					WHERE d.type = 'TransferCompleted' AND convert_from(r.data, 'UTF8')::jsonb ? 'up_to'
+					AND (convert_from(d.data, 'UTF8')::jsonb->>'amount')::bigint > 1)`)
+		}},
 	}
-	caught := 0
+	caught, planted := 0, 0 // planted: the corruptions judged so far
 	for _, cr := range cs {
 		rep, err := check(Evidence{}, cr.apply, out)
 		if err != nil {
 			return fmt.Errorf("%s: %w", cr.name, err)
 		}
-		caught += selfVerdict(res, cr.name, cr.check, rep)
+		caught, planted = caught+selfVerdict(res, cr.name, cr.check, rep), planted+1
 	}
 	// A vacuous run: the clean history, but faults were required.
 	rep, err := check(Evidence{Required: true}, nil, out)
 	if err != nil {
 		return err
 	}
-	caught += selfVerdict(res, "a vacuous run (no fault happened)", 8, rep)
+	caught, planted = caught+selfVerdict(res, "a vacuous run (no fault happened)", 8, rep), planted+1
 
 	// A checkpoint past an unapplied event: stop the projector, let the ledger
 	// write once more, then move the checkpoints to the head.
@@ -191,7 +215,7 @@ func scenarioSelfTest(ctx context.Context, s *suite, res *result) error {
 	if err != nil {
 		return err
 	}
-	caught += selfVerdict(res, "a checkpoint past an unapplied event", 6, rep)
+	caught, planted = caught+selfVerdict(res, "a checkpoint past an unapplied event", 6, rep), planted+1
 
 	// LEDGER_EVENTS with a message deleted, then also with a message of an
 	// event the store does not hold (the stream changed for good: the last
@@ -244,9 +268,9 @@ func scenarioSelfTest(ctx context.Context, s *suite, res *result) error {
 			res.report.fail(8, "self-test: %s was not named %s by C9:\n%s", bad.name, bad.kind, rep)
 			continue
 		}
-		caught += selfVerdict(res, bad.name, 9, rep)
+		caught, planted = caught+selfVerdict(res, bad.name, 9, rep), planted+1
 	}
-	res.notes = append(res.notes, fmt.Sprintf("%d of 9 corruptions caught by the right check", caught))
+	res.notes = append(res.notes, fmt.Sprintf("%d of %d corruptions caught by the right check", caught, planted))
 	res.stats = h.Stats()
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 
 	"github.com/ledgerworks/ledger/domain"
 )
@@ -50,4 +51,48 @@ func movedInStore(typ string, es []*stored) (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// Conditions sums up the workload's conditional writes and sweeps (v1.2 §2.3)
+// by their first definite reply: the sweeps that moved all they asked, less
+// (all that was available) or nothing (insufficient_funds); the writes with
+// expected_revision that applied, and those refused revision_mismatch; the
+// money commands booked late (effective_at) that applied.
+func (h *History) Conditions() string {
+	var full, partial, empty, condApplied, mismatch, backdated int
+	for _, ks := range h.Keys() {
+		if len(ks.acked) == 0 {
+			continue
+		}
+		var f struct {
+			Amount   int64  `json:"amount"`
+			UpTo     bool   `json:"up_to"`
+			Expected *int64 `json:"expected_revision"`
+			// Effective: an open_account's or a late booking's (v1.2 §2.3).
+			Effective string `json:"effective_at"`
+		}
+		if json.Unmarshal(ks.firstBody, &f) != nil {
+			continue
+		}
+		rep := ks.acked[0]
+		switch {
+		case f.UpTo && rep.Moved != nil && *rep.Moved == f.Amount:
+			full++
+		case f.UpTo && rep.Moved != nil:
+			partial++
+		case f.UpTo && rep.Code == domain.CodeInsufficientFunds:
+			empty++
+		}
+		if f.Effective != "" && f.Amount > 0 && rep.Status == domain.StatusApplied {
+			backdated++
+		}
+		switch {
+		case f.Expected != nil && rep.Status == domain.StatusApplied:
+			condApplied++
+		case f.Expected != nil && rep.Code == domain.CodeRevisionMismatch:
+			mismatch++
+		}
+	}
+	return fmt.Sprintf("sweeps (up_to): %d moved all they asked, %d less (all available), %d nothing (insufficient_funds); expected_revision: %d applied, %d revision_mismatch; booked late (effective_at): %d applied",
+		full, partial, empty, condApplied, mismatch, backdated)
 }

@@ -41,8 +41,15 @@ type workload struct {
 	// hot is the share of commands on the first account (a merchant's or a fee
 	// account: most commands pipeline on it, issue 12).
 	hot float64
+	// backdated is the share of deposits booked late (v1.2 §2.3): effective
+	// at a random earlier instant since the accounts' effective opening,
+	// backdatedFrom, at which every account then opens.
+	backdated float64
 	// until, when set, keeps the producers going past their share until it closes.
 	until <-chan struct{}
+	// revision is an account's revision as the replies so far showed it (the
+	// client's History.Revision): a conditional write expects it (v1.2 §2.3).
+	revision func(account string) uint64
 	// holds are the holds each producer placed and has not captured yet:
 	// producer -> heldRef. Its next authorisation command captures it.
 	holds sync.Map
@@ -72,7 +79,11 @@ type sentCmd struct {
 func (w *workload) open(ctx context.Context, c *client) error {
 	for _, a := range w.accounts {
 		key := "open-" + a.id
-		if r := c.settle(ctx, key, "open_account", body(key, map[string]any{"account_id": a.id, "currency": a.currency}), 20); r.Outcome != OK {
+		fields := map[string]any{"account_id": a.id, "currency": a.currency}
+		if w.backdated > 0 {
+			fields["effective_at"] = backdatedFrom.Format(time.RFC3339)
+		}
+		if r := c.settle(ctx, key, "open_account", body(key, fields), 20); r.Outcome != OK {
 			return fmt.Errorf("open %s: %s %s", a.id, r.Outcome, r.Err)
 		}
 		key = "seed-" + a.id
@@ -88,6 +99,9 @@ func (w *workload) run(ctx context.Context, c *client) {
 	var js nats.JetStreamContext
 	if w.jetstream > 0 {
 		js, _ = c.nc.JetStream()
+	}
+	if w.revision == nil {
+		w.revision = c.h.Revision
 	}
 	var wg sync.WaitGroup
 	per := w.commands / w.producers
@@ -237,12 +251,26 @@ func (w *workload) sendBatch(ctx context.Context, c *client, rng *rand.Rand, p, 
 	return i + n - 1
 }
 
+// unconditional drops expected_revision from an atomic batch's commands: the
+// revision the replies showed is stale more often than not, and one stale
+// element refuses the batch whole (sweeps stay: they refuse only an empty
+// account).
+func unconditional(cmds []sentCmd, elems []element) {
+	for j, cmd := range cmds {
+		if _, ok := cmd.fields["expected_revision"]; ok {
+			delete(cmd.fields, "expected_revision")
+			elems[j].body = body(cmd.key, cmd.fields)
+		}
+	}
+}
+
 // sendAtomic sends producer p's commands i, i+1, ... as one atomic batch
 // under a key of its own (client.atomicBatch), resent whole with the same key
 // in the share resend (a duplicate), and returns the index of its last
 // command.
 func (w *workload) sendAtomic(ctx context.Context, c *client, rng *rand.Rand, p, i int, acked *[]sentCmd) int {
 	cmds, elems := w.batchOf(rng, p, i)
+	unconditional(cmds, elems)
 	key := fmt.Sprintf("%s-p%d-%05d-atomic", w.prefix, p, i)
 	d := time.Duration(max(1, w.retries)) * c.timeout
 	got := c.atomicBatch(ctx, key, elems, d)
@@ -279,9 +307,9 @@ func (w *workload) next(rng *rand.Rand, p, i int) sentCmd {
 	x := rng.Float64()
 	switch {
 	case x < 0.35:
-		return sentCmd{key, "deposit", map[string]any{"account_id": a.id, "amount": 1 + rng.IntN(1000), "currency": a.currency}}
+		return w.backdate(rng, w.conditional(rng, sentCmd{key, "deposit", map[string]any{"account_id": a.id, "amount": 1 + rng.IntN(1000), "currency": a.currency}}))
 	case x < 0.55:
-		return sentCmd{key, "withdraw", map[string]any{"account_id": a.id, "amount": 1 + rng.IntN(1500), "currency": a.currency}}
+		return w.conditional(rng, sentCmd{key, "withdraw", map[string]any{"account_id": a.id, "amount": 1 + rng.IntN(1500), "currency": a.currency}})
 	case x < 0.67: // authorise, then capture into a merchant's account (v1.1)
 		if h, ok := w.holds.LoadAndDelete(p); ok {
 			ref := h.(heldRef)
@@ -305,6 +333,37 @@ func (w *workload) next(rng *rand.Rand, p, i int) sentCmd {
 		}}}
 	default:
 		b := w.peer(rng, a)
-		return sentCmd{key, "transfer", map[string]any{"transfer_id": "t-" + key, "from": a.id, "to": b.id, "amount": 1 + rng.IntN(1200), "currency": a.currency}}
+		return w.conditional(rng, sentCmd{key, "transfer", map[string]any{"transfer_id": "t-" + key, "from": a.id, "to": b.id, "amount": 1 + rng.IntN(1200), "currency": a.currency}})
 	}
+}
+
+// backdatedFrom is when the accounts of a workload with backdated deposits
+// opened in the world.
+var backdatedFrom = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// backdate books a share (w.backdated) of deposits late: effective at a random
+// instant between backdatedFrom and an hour ago (a settlement booked late;
+// decisions keep the record order, C4 checks the balances by effective time).
+func (w *workload) backdate(rng *rand.Rand, cmd sentCmd) sentCmd {
+	if w.backdated > 0 && rng.Float64() < w.backdated {
+		span := time.Since(backdatedFrom) - time.Hour
+		cmd.fields["effective_at"] = backdatedFrom.Add(time.Duration(rng.Int64N(int64(span)))).UTC().Format(time.RFC3339Nano)
+	}
+	return cmd
+}
+
+// conditional makes some deposits, withdrawals and transfers conditional
+// (v1.2 §2.3): a sixth of the withdrawals and transfers sweep (up_to: the
+// amount is a maximum), and a sixth of the deposits and withdrawals expect the
+// revision the replies so far showed of their account, which other producers'
+// commands often moved on (revision_mismatch, recorded).
+func (w *workload) conditional(rng *rand.Rand, cmd sentCmd) sentCmd {
+	x := rng.IntN(6)
+	switch {
+	case x == 0 && cmd.typ != "deposit":
+		cmd.fields["up_to"] = true
+	case x == 1 && cmd.typ != "transfer" && w.revision != nil:
+		cmd.fields["expected_revision"] = w.revision(cmd.fields["account_id"].(string))
+	}
+	return cmd
 }

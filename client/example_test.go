@@ -156,3 +156,34 @@ func ExampleAtomic() {
 	// rejected insufficient_funds 1 true linked_event_failed
 	// applied 500
 }
+
+// A sweep and a conditional write (v1.2 §2.3): UpTo makes the amount a
+// maximum, and Moved says what the ledger moved; ExpectedRevision applies a
+// write only on the revision the client read, else CodeRevisionMismatch
+// (recorded: the revision moves on).
+func ExampleWithdraw_upTo() {
+	nc, stop := exampleLedger()
+	defer stop()
+	c := client.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	if _, err := c.OpenAccount(ctx, client.OpenAccount{Key: "open-shop", AccountID: "shop", Currency: "EUR"}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	r, err := c.Deposit(ctx, client.Deposit{Key: "sale-1", AccountID: "shop", Amount: 730, Currency: "EUR"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	read := int64(r.Account.Revision)
+	r, _ = c.Withdraw(ctx, client.Withdraw{Key: "payout-1", AccountID: "shop", Amount: 1_000_000, Currency: "EUR", UpTo: true})
+	fmt.Println(r.Status, *r.Moved, r.Account.Balance)
+
+	r, _ = c.Deposit(ctx, client.Deposit{Key: "sale-2", AccountID: "shop", Amount: 5, Currency: "EUR", ExpectedRevision: &read})
+	fmt.Println(r.Status, r.Code)
+	// Output:
+	// applied 730 0
+	// rejected revision_mismatch
+}

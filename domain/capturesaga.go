@@ -109,25 +109,28 @@ func refuseCaptureTo(cmd Command, r *Rejection) Decision {
 
 // CaptureToCommand is the capture_hold with `to` that key was claimed for
 // (c: its claim), read back from the claimed request: what a recovery drives.
+// The request is decoded as the command was (DecodeCommand), so that every
+// field of the request comes back, those added later too (effective_at,
+// expected_revision: v1.2 §2.3).
 func CaptureToCommand(key string, c *KeyClaimed) (Command, error) {
-	var r struct {
-		Type      string            `json:"type"`
-		AccountID string            `json:"account_id"`
-		HoldID    string            `json:"hold_id"`
-		To        string            `json:"to"`
-		Amount    *int64            `json:"amount"`
-		Metadata  map[string]string `json:"metadata"`
-		Expected  *int64            `json:"expected_revision"` // v1.2 §2.3
-	}
-	if err := json.Unmarshal(c.Request, &r); err != nil {
+	req, err := ParseRequest(c.Request)
+	if err != nil {
 		return Command{}, fmt.Errorf("domain: claim of %q: %w", key, err)
 	}
-	cmd := Command{Type: CommandType(r.Type), IdempotencyKey: key, AccountID: r.AccountID, HoldID: r.HoldID, To: r.To, Metadata: r.Metadata}
-	if r.Amount != nil {
-		cmd.Amount, cmd.HasAmount = *r.Amount, true
+	typ, _ := req["type"].(string)
+	body := map[string]any{"idempotency_key": key}
+	for k, v := range req {
+		if k != "type" {
+			body[k] = v
+		}
 	}
-	if r.Expected != nil {
-		cmd.ExpectedRevision, cmd.HasExpectedRevision = *r.Expected, true
+	b, err := json.Marshal(body)
+	if err != nil {
+		return Command{}, fmt.Errorf("domain: claim of %q: %w", key, err)
+	}
+	cmd, ierr := DecodeCommand(CommandType(typ), b)
+	if ierr != nil {
+		return Command{}, fmt.Errorf("domain: claim of %q: %w", key, ierr)
 	}
 	if j, _ := Judge(c.DecidedFor(), cmd.Canonical()); cmd.Type != CmdCaptureHold || cmd.To == "" || j.Verdict != KeyDuplicate {
 		return Command{}, fmt.Errorf("domain: key %q is not claimed by a capture into an account", key)

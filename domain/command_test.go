@@ -135,8 +135,11 @@ func FuzzDecodeCommand(f *testing.F) {
 		`{"idempotency_key":"k","original_key":"o","amount":3}`,
 		`{"idempotency_key":"k","transaction_id":"t","postings":[{"from":"a","to":"b","amount":5,"currency":"EUR"},{"from":"b","to":"c","amount":1,"currency":"EUR"}],"metadata":{"m":"v"}}`,
 		`{"idempotency_key":"k","amount":1e3}`, `{"amount":-0}`, `{"a":{"b":[1,2,{"c":null}]}}`, "\xff", `{}`, `null`,
+		// v1.2 §2.3
+		`{"idempotency_key":"k","account_id":"a","amount":1,"currency":"EUR","expected_revision":3,"up_to":true}`,
+		`{"idempotency_key":"k","account_id":"a","hold_id":"h","expected_revision":-1,"up_to":0}`,
 	} {
-		for _, t := range []string{"deposit", "open_account", "transfer", "place_hold", "refund", "capture_hold", "post_transaction"} {
+		for _, t := range []string{"deposit", "open_account", "transfer", "place_hold", "refund", "capture_hold", "post_transaction", "withdraw", "release_hold", "close_account"} {
 			f.Add(t, []byte(s))
 		}
 	}
@@ -159,6 +162,9 @@ func FuzzDecodeCommand(f *testing.F) {
 			if id != "" && !ValidID(id) {
 				t.Fatalf("accepted id %q", id)
 			}
+		}
+		if cmd.HasExpectedRevision && (cmd.ExpectedRevision < 0 || cmd.ExpectedRevision > MaxAmount) {
+			t.Fatalf("accepted expected_revision %d", cmd.ExpectedRevision)
 		}
 		if cmd.Type == CmdPostTransaction && (len(cmd.Postings) < 1 || len(cmd.Postings) > MaxPostings) {
 			t.Fatalf("accepted %d postings", len(cmd.Postings))

@@ -105,6 +105,29 @@ func (b *cmdBatch) apply(ev *Event) error {
 		}
 		return b.parts.transferEvent(ev, b.decided)
 	}
+	if ev.Type == domain.EvBatchDecided && strings.HasPrefix(ev.Stream, domain.KeyStreamPrefix) {
+		return b.applyBatchDecided(ev)
+	}
+	return nil
+}
+
+// applyBatchDecided records an atomic batch's decision as its key's row: the
+// reply it records (reply.BatchDecided; an applied batch's elements are
+// stubs, which the command query fills from their own rows).
+func (b *cmdBatch) applyBatchDecided(ev *Event) error {
+	var d domain.BatchDecided
+	if err := json.Unmarshal(ev.Data, &d); err != nil {
+		return fmt.Errorf("projections: commands: %s@%d: %w", ev.Stream, ev.Revision, err)
+	}
+	m, err := domain.DecodeMetadata(ev.Metadata)
+	if err != nil {
+		return fmt.Errorf("projections: commands: %s@%d: %w", ev.Stream, ev.Revision, err)
+	}
+	r, err := reply.BatchDecided(&d)
+	if err != nil {
+		return fmt.Errorf("projections: commands: %w", err)
+	}
+	b.decided(&cmdRow{key: d.Key, stream: ev.Stream, command: string(domain.CmdBatch), reset: true, reply: r, at: m.At})
 	return nil
 }
 

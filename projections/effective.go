@@ -53,25 +53,44 @@ func EffectiveBalancesSQL(where string) string { return fmt.Sprintf(effectiveBal
 // the one named by account, when not "") as of the effective instant at, and
 // hands each to each in account order (rows are streamed: the caller keeps
 // what it needs). An account with no event effective by then is not handed.
-func EffectiveBalances(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, account string, at time.Time, each func(EffectiveBalance) error) error {
+func EffectiveBalances(ctx context.Context, q Querier, account string, at time.Time, each func(EffectiveBalance) error) error {
+	var b EffectiveBalance
+	return effectiveRows(ctx, q, effectiveBalancesSQL, account, at, []any{&b.AccountID, &b.Currency, &b.Balance, &b.Held, &b.Revision, &b.Closed, &b.Events},
+		func() error { return each(b) })
+}
+
+// effectiveRows runs sqlf (its %s the rows' filter: one account, or all) at
+// the instant at, scanning each row into dest before calling each.
+func effectiveRows(ctx context.Context, q Querier, sqlf, account string, at time.Time, dest []any, each func() error) error {
 	where, args := "true", []any{at}
 	if account != "" {
 		where, args = "account_id = $2", append(args, account)
 	}
-	rows, err := q.Query(ctx, EffectiveBalancesSQL(where), args...)
-	if err != nil {
-		return fmt.Errorf("projections: balances by effective time: %w", err)
+	rows, err := q.Query(ctx, fmt.Sprintf(sqlf, where), args...)
+	if err == nil {
+		_, err = pgx.ForEachRow(rows, dest, each)
 	}
-	var b EffectiveBalance
-	_, err = pgx.ForEachRow(rows, []any{&b.AccountID, &b.Currency, &b.Balance, &b.Held, &b.Revision, &b.Closed, &b.Events}, func() error {
-		return each(b)
-	})
 	if err != nil {
-		return fmt.Errorf("projections: balances by effective time: %w", err)
+		return fmt.Errorf("projections: by effective time: %w", err)
 	}
 	return nil
+}
+
+// effectiveEntrySumsSQL selects, per account of the live statement, the sum
+// of its entries effective at or before $1, where %s filters the rows.
+const effectiveEntrySumsSQL = `SELECT account_id, coalesce(sum(amount), 0)::bigint, count(*) FROM readmodel.entries
+WHERE %s AND effective_at <= $1 GROUP BY account_id ORDER BY account_id`
+
+// EffectiveEntrySums reads, from the live statement (the entries read model),
+// each account's balance by effective time at the instant at (every account,
+// or the one named): the sum of its entries effective by then, from their
+// amounts alone (an account's balance is the sum of its entries). It hands
+// each to each, in account order, as EffectiveBalances does (Held 0, Revision
+// -1, Events the entries counted); an account without such entries is not
+// handed.
+func EffectiveEntrySums(ctx context.Context, q Querier, account string, at time.Time, each func(EffectiveBalance) error) error {
+	b := EffectiveBalance{Revision: -1}
+	return effectiveRows(ctx, q, effectiveEntrySumsSQL, account, at, []any{&b.AccountID, &b.Balance, &b.Events}, func() error { return each(b) })
 }
 
 // EndOfTime is an instant after every effective time: the balances as of it

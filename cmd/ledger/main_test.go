@@ -37,7 +37,7 @@ type program struct {
 var ledgerBin, projectorBin program
 
 // build builds the package at pkg (relative to this one) as name, once.
-func (p *program) build(t *testing.T, name, pkg string) string {
+func (p *program) build(t testing.TB, name, pkg string) string {
 	t.Helper()
 	p.once.Do(func() {
 		goBin, err := exec.LookPath("go")
@@ -68,7 +68,7 @@ func TestMain(m *testing.M) {
 }
 
 // ledgerBinary builds this command once per test binary.
-func ledgerBinary(t *testing.T) string { return ledgerBin.build(t, "ledger", ".") }
+func ledgerBinary(t testing.TB) string { return ledgerBin.build(t, "ledger", ".") }
 
 // projectorBinary builds cmd/projector once per test binary.
 func projectorBinary(t *testing.T) string { return projectorBin.build(t, "projector", "../projector") }
@@ -103,7 +103,7 @@ func (l *lockedBuffer) String() string {
 
 // devProc is a `ledger dev` child process.
 type devProc struct {
-	t    *testing.T
+	t    testing.TB
 	cmd  *exec.Cmd
 	out  *lockedBuffer
 	done chan struct{}
@@ -112,7 +112,7 @@ type devProc struct {
 }
 
 // startDev starts `ledger dev` on dir and waits until its dev.json names it.
-func startDev(t *testing.T, dir string, args []string, env []string) *devProc {
+func startDev(t testing.TB, dir string, args []string, env []string) *devProc {
 	t.Helper()
 	p, err := launchDev(t, dir, args, env)
 	if err != nil {
@@ -122,7 +122,7 @@ func startDev(t *testing.T, dir string, args []string, env []string) *devProc {
 }
 
 // launchDev is startDev without t.Fatal, for goroutines other than the test's.
-func launchDev(t *testing.T, dir string, args []string, env []string) (*devProc, error) {
+func launchDev(t testing.TB, dir string, args []string, env []string) (*devProc, error) {
 	bin := ledgerBinary(t)
 	p := &devProc{t: t, out: &lockedBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, append([]string{"dev", "--data-dir", dir, "--http-addr", "127.0.0.1:0", "--log-level", "warn"}, args...)...)
@@ -179,7 +179,7 @@ func (p *devProc) stop() {
 }
 
 // stopClusterOnCleanup stops a private cluster left by a killed dev.
-func stopClusterOnCleanup(t *testing.T, dataDir string) {
+func stopClusterOnCleanup(t testing.TB, dataDir string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -251,7 +251,7 @@ func postCLI(t *testing.T, env []string, args ...string) (map[string]any, string
 
 // runLedger runs the ledger binary with args (env added, stdin fed) to its
 // end and returns its stdout, its stderr and its exit status.
-func runLedger(t *testing.T, env []string, stdin []byte, args ...string) ([]byte, string, int) {
+func runLedger(t testing.TB, env []string, stdin []byte, args ...string) ([]byte, string, int) {
 	t.Helper()
 	cmd := exec.Command(ledgerBinary(t), args...)
 	cmd.Env = append(os.Environ(), env...)

@@ -21,28 +21,41 @@ import (
 )
 
 // payoutFile writes a JSON Lines file of n commands: 50 accounts opened and
-// funded, then deposits and transfers among them. It returns the balance each
-// account must end with when every line is applied once.
-func payoutFile(t *testing.T, path string, n int) map[string]int64 {
+// funded, then deposits and transfers among them, a history imported (every
+// line effective_at a past instant, a minute after the one before it, from
+// historyStart). It returns the balance each account must end with when every
+// line is applied once.
+func payoutFile(t testing.TB, path string, n int) map[string]int64 {
+	return importFile(t, path, "pf", n, true)
+}
+
+// importFile is payoutFile's file with its keys and account IDs under prefix,
+// its lines effective_at a past instant only when historical.
+func importFile(t testing.TB, path, prefix string, n int, historical bool) map[string]int64 {
 	t.Helper()
 	const accounts = 50
 	want := map[string]int64{}
 	var b bytes.Buffer
+	lines := 0
 	line := func(v map[string]any) {
+		if historical {
+			v["effective_at"] = historyStart.Add(time.Duration(lines) * time.Minute).Format(time.RFC3339)
+		}
+		lines++
 		j, err := json.Marshal(v)
 		if err != nil {
 			t.Fatal(err)
 		}
 		b.Write(append(j, '\n'))
 	}
-	acc := func(i int) string { return fmt.Sprintf("pf-%02d", i%accounts) }
+	acc := func(i int) string { return fmt.Sprintf("%s-%02d", prefix, i%accounts) }
 	for i := range accounts {
-		line(map[string]any{"type": "open_account", "idempotency_key": "pf-open-" + acc(i), "account_id": acc(i), "currency": "EUR"})
-		line(map[string]any{"type": "deposit", "idempotency_key": "pf-seed-" + acc(i), "account_id": acc(i), "amount": 1_000_000, "currency": "EUR"})
+		line(map[string]any{"type": "open_account", "idempotency_key": prefix + "-open-" + acc(i), "account_id": acc(i), "currency": "EUR"})
+		line(map[string]any{"type": "deposit", "idempotency_key": prefix + "-seed-" + acc(i), "account_id": acc(i), "amount": 1_000_000, "currency": "EUR"})
 		want[acc(i)] = 1_000_000
 	}
 	for i := 2 * accounts; i < n; i++ {
-		key := fmt.Sprintf("pf-%05d", i)
+		key := fmt.Sprintf("%s-%06d", prefix, i)
 		if i%2 == 0 {
 			amt := int64(i%97 + 1)
 			line(map[string]any{"type": "deposit", "idempotency_key": key, "account_id": acc(i), "amount": amt, "currency": "EUR", "metadata": map[string]string{"line": fmt.Sprint(i + 1)}})
@@ -53,7 +66,7 @@ func payoutFile(t *testing.T, path string, n int) map[string]int64 {
 		if from == to {
 			to = acc(i + 1)
 		}
-		line(map[string]any{"type": "transfer", "idempotency_key": key, "transfer_id": "pf-tr-" + key, "from": from, "to": to, "amount": amt, "currency": "EUR"})
+		line(map[string]any{"type": "transfer", "idempotency_key": key, "transfer_id": prefix + "-tr-" + key, "from": from, "to": to, "amount": amt, "currency": "EUR"})
 		want[from] -= amt
 		want[to] += amt
 	}
@@ -63,9 +76,12 @@ func payoutFile(t *testing.T, path string, n int) map[string]int64 {
 	return want
 }
 
+// historyStart is when the history of payoutFile begins.
+var historyStart = time.Date(2021, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // postFileCLI runs `ledger post --file` to its end and returns its stdout and
 // exit status.
-func postFileCLI(t *testing.T, env []string, stdin []byte, args ...string) (string, int) {
+func postFileCLI(t testing.TB, env []string, stdin []byte, args ...string) (string, int) {
 	t.Helper()
 	out, stderr, code := runLedger(t, env, stdin, append([]string{"post", "--no-progress"}, args...)...)
 	return string(out) + stderr, code
@@ -105,7 +121,7 @@ func postFileUntil(t *testing.T, dir string, env []string, key string, args ...s
 }
 
 // summaryCount reads a count of the summary ("  applied    12").
-func summaryCount(t *testing.T, out, what string) int {
+func summaryCount(t testing.TB, out, what string) int {
 	t.Helper()
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
@@ -120,9 +136,12 @@ func summaryCount(t *testing.T, out, what string) int {
 	return 0
 }
 
-// `ledger post --file` over 10,000 lines, killed (SIGKILL) half-way and run
-// again: every line is applied once, the second run answering what the first
-// decided as duplicates; a third run finds all of them duplicates.
+// `ledger post --file` over 10,000 historical lines (a history import,
+// PROTOCOL.md §2.3), killed (SIGKILL) half-way and run again: every line is
+// applied once, the second run answering what the first decided as
+// duplicates; a third run finds all of them duplicates; `ledger audit` is clean
+// (invariant 9 included: the balances by effective time at the end of time are
+// the balances by record time).
 func TestPostFileKilledHalfWayAndRunAgain(t *testing.T) {
 	dir := t.TempDir()
 	startDev(t, dir, []string{"--nats-addr", "127.0.0.1:0"}, []string{config.EnvDatabaseURL + "=" + pgtest.URL(t)})
@@ -132,7 +151,7 @@ func TestPostFileKilledHalfWayAndRunAgain(t *testing.T) {
 	want := payoutFile(t, file, lines)
 
 	// The first run, killed once line 5,000 is decided.
-	first, firstOut, done := postFileUntil(t, dir, env, fmt.Sprintf("pf-%05d", lines/2), "--file", file, "--batch-size", "50")
+	first, firstOut, done := postFileUntil(t, dir, env, fmt.Sprintf("pf-%06d", lines/2), "--file", file, "--batch-size", "50")
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -168,6 +187,9 @@ func TestPostFileKilledHalfWayAndRunAgain(t *testing.T) {
 		if got := devtest.Account(t, st, id).Balance; got != bal {
 			t.Errorf("%s: balance %d, want %d", id, got, bal)
 		}
+	}
+	if out, stderr, code := runLedger(t, env, nil, "audit", "--log-level", "warn"); code != 0 || !strings.Contains(string(out), "9 hold") {
+		t.Fatalf("ledger audit after the import: exit %d\n%s%s", code, out, stderr)
 	}
 }
 
@@ -232,7 +254,7 @@ func TestPostFileStopsCleanlyOnSIGTERM(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "payouts.jsonl")
 	const lines = 10_000
 	payoutFile(t, file, lines)
-	run, out, done := postFileUntil(t, dir, env, fmt.Sprintf("pf-%05d", 1_000), "--no-progress", "--file", file, "--batch-size", "20")
+	run, out, done := postFileUntil(t, dir, env, fmt.Sprintf("pf-%06d", 1_000), "--no-progress", "--file", file, "--batch-size", "20")
 	if err := run.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/internal/platform/config"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 	"github.com/ledgerworks/ledger/projections"
 )
@@ -143,6 +144,7 @@ func TestReadmeTour(t *testing.T) {
 	checkReadmeFile(t, env)
 	checkTourEvents(t, dir)
 	checkTourStatement(t, env)
+	checkTourLateSettlement(t, env)
 	dev.stop()
 	if _, _, err := config.ReadDevInfo(dir); err == nil {
 		t.Error("dev.json left after a clean stop")
@@ -300,5 +302,28 @@ func checkReadmeFile(t *testing.T, env []string) {
 	}
 	if runs < 2 {
 		t.Fatalf("README --file block runs the file %d times, want the run and its rerun", runs)
+	}
+}
+
+// checkTourLateSettlement: the README's late settlement, booked today
+// effective March 31, is March's by effective time (`ledger statement
+// --by effective` over March: one entry, closing 4200, its effective_at in
+// the CSV's last column) and not by record time (March is empty).
+func checkTourLateSettlement(t *testing.T, env []string) {
+	t.Helper()
+	march := []string{"statement", "acquirer", "--csv", "--from", "2026-03-01T00:00:00Z", "--to", "2026-04-01T00:00:00Z"}
+	var rows [][]string
+	devtest.Eventually(t, 30*time.Second, "the late settlement in March's statement by effective time", func() bool {
+		out, _, code := runLedger(t, env, nil, append(march, "--by", "effective")...)
+		var err error
+		rows, err = csv.NewReader(bytes.NewReader(out)).ReadAll()
+		return code == 0 && err == nil && len(rows) == 4
+	})
+	if rows[2][3] != "Credited" || rows[2][4] != "4200" || rows[2][11] != "2026-03-31T22:00:00Z" || rows[3][3] != "closing_balance" || rows[3][5] != "4200" || rows[1][5] != "0" {
+		t.Fatalf("March by effective time: %v", rows)
+	}
+	out, _, code := runLedger(t, env, nil, march...)
+	if rows, err := csv.NewReader(bytes.NewReader(out)).ReadAll(); code != 0 || err != nil || len(rows) != 3 || rows[2][5] != "0" {
+		t.Fatalf("March by record time: exit %d %v: %s", code, err, out)
 	}
 }

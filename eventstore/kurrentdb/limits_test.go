@@ -9,6 +9,7 @@ import (
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
 
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
@@ -194,4 +195,38 @@ func TestAppendOfAnEventOverTheEventLimit(t *testing.T) {
 		t.Fatalf("%d appends sent", n)
 	}
 	mustAppend(t, s, "account-1", eventstore.NoStream, sized(2, 200<<10)...)
+}
+
+// TestEarlyEndOfAFailedCallIsNotARefusal: a call that fails (Unavailable)
+// before the server has read an append larger than flow control lets through
+// unread reaches the backend as the same bare io.EOF as a refusal on the
+// header, its status lost. It must not be taken for one: the probe of the
+// header passes, and the append is resent once and written once; and when
+// the probe fails too (the node still down), the answer is ErrUnavailable
+// (retried by the caller), never ErrAppendTooLarge or ErrAccessDenied. Shown
+// failing with a resendAfterEarlyEnd that ignored the probe's error: the
+// second case ended in ErrAppendTooLarge.
+func TestEarlyEndOfAFailedCallIsNotARefusal(t *testing.T) {
+	srv, url := kurrenttest.Start(t)
+	s := devtest.OpenKurrentDB(t, url)
+	big := sized(4, 256<<10)
+
+	before := srv.Requests(kurrenttest.MethodAppend)
+	srv.FailNext(kurrenttest.MethodAppend, 1, codes.Unavailable)
+	res, err := s.Append(ctxT(t), "account-1", eventstore.NoStream, big)
+	if err != nil || res.FirstRevision != 0 || res.LastRevision != 3 {
+		t.Fatalf("256 KiB after a failed call: %+v, %v; want revisions 0-3", res, err)
+	}
+	if n := srv.Requests(kurrenttest.MethodAppend) - before; n != 3 {
+		t.Fatalf("%d appends, want 3 (the failed one, the probe, the resend)", n)
+	}
+
+	srv.FailNext(kurrenttest.MethodAppend, 3, codes.Unavailable)
+	_, err = s.Append(ctxT(t), "account-2", eventstore.NoStream, big)
+	if !errors.Is(err, eventstore.ErrUnavailable) || errors.Is(err, kurrentdb.ErrAppendTooLarge) || errors.Is(err, kurrentdb.ErrAccessDenied) {
+		t.Fatalf("256 KiB while every call fails: %v, want ErrUnavailable alone", err)
+	}
+	if evs, err := s.ReadStream(ctxT(t), "account-1", 0, eventstore.Forwards, 0); err != nil || len(evs) != 4 {
+		t.Fatalf("account-1 holds %d events (%v), want 4", len(evs), err)
+	}
 }

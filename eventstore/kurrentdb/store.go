@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,7 +26,8 @@ import (
 )
 
 // ErrStreamDeleted marks an operation on a tombstoned stream. Reads of such a
-// stream also match eventstore.ErrStreamNotFound.
+// stream match eventstore.ErrStreamNotFound too only for a system ($) stream:
+// the events of any other stay in $all, and it must not be taken for new.
 var ErrStreamDeleted = errors.New("kurrentdb: stream deleted")
 
 // ErrAppendTooLarge marks an append over the server's maximum append size
@@ -91,11 +93,23 @@ type options struct {
 	checkpointMultiple  int
 	maxAppendSize       int
 	maxAppendEventSize  int // 0: none
+	appendChecked       []string
 }
 
 // WithLogger sends the client library's log lines to l (debug and info at Debug,
 // warnings and errors at Warn). Without it they are discarded.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithAppendCheckedStreams names, by prefix, the streams whose not-found read
+// answers are taken on the server's word, without the read of their metadata
+// that tells a soft-deleted stream (see notFound). Fit only for streams a
+// caller reads to decide whether to append to them expecting no stream: a
+// soft-deleted one's no_stream append is ErrStreamTruncated (see appended).
+// The ledger names its key streams, read before nearly every command on a busy
+// account and nearly always absent: the metadata read would double its reads.
+func WithAppendCheckedStreams(prefixes ...string) Option {
+	return func(o *options) { o.appendChecked = append(o.appendChecked, prefixes...) }
+}
 
 // WithResubscribe sets the back-off between resubscriptions after a dropped
 // subscription (doubling from min up to max) and how many consecutive failed
@@ -724,7 +738,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 			case esdb.ErrorCodeResourceNotFound:
 				return nil, s.notFound(ctx, stream)
 			case esdb.ErrorCodeStreamDeleted:
-				return nil, fmt.Errorf("kurrentdb: read %q: %w: %w", stream, eventstore.ErrStreamNotFound, ErrStreamDeleted)
+				return nil, tombstoned(stream)
 			}
 		}
 		return nil, mapError(ctx, err, fmt.Sprintf("read %q", stream))
@@ -751,7 +765,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 // ErrStreamTruncated, never ErrStreamNotFound.
 func (s *Store) notFound(ctx context.Context, stream string) error {
 	nf := fmt.Errorf("kurrentdb: read %q: %w", stream, eventstore.ErrStreamNotFound)
-	if strings.HasPrefix(stream, "$") {
+	if strings.HasPrefix(stream, "$") || slices.ContainsFunc(s.opts.appendChecked, func(p string) bool { return strings.HasPrefix(stream, p) }) {
 		return nf
 	}
 	evs, err := s.ReadStream(ctx, "$$"+stream, eventstore.EndOfStream, eventstore.Backwards, 1)
@@ -764,6 +778,17 @@ func (s *Store) notFound(ctx context.Context, stream string) error {
 		return fmt.Errorf("kurrentdb: read %q: %w: the stream is soft-deleted (its metadata's $tb is the deleted marker): reads hide its events, the server still holds them", stream, ErrStreamTruncated)
 	}
 	return nf
+}
+
+// tombstoned is the answer to a read of a tombstoned (hard-deleted) stream.
+// Outside $ it is not ErrStreamNotFound: the stream's events stay in $all and
+// in what was built from them, and a caller that took it for new would answer
+// the resend of a command it had applied as for a missing account.
+func tombstoned(stream string) error {
+	if strings.HasPrefix(stream, "$") {
+		return fmt.Errorf("kurrentdb: read %q: %w: %w", stream, eventstore.ErrStreamNotFound, ErrStreamDeleted)
+	}
+	return fmt.Errorf("kurrentdb: read %q: %w: tombstoned, its events are in $all but no read or write of the stream reaches them", stream, ErrStreamDeleted)
 }
 
 // softDeleted reports stream metadata whose $tb is the server's deleted

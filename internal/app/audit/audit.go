@@ -232,6 +232,11 @@ func report(ctx context.Context, store Store, f *Fold, tx pgx.Tx, lives []liveGe
 		if err != nil {
 			return nil, err
 		}
+		if expected[i].balances != nil {
+			if err := f.checkEffectiveBalances(ctx, tx, l, opts.Account, expected[i].balances); err != nil {
+				return nil, err
+			}
+		}
 		rep.ReadModels = append(rep.ReadModels, check)
 	}
 	if opts.EventsOut != nil {
@@ -305,6 +310,9 @@ func checkSnapshotsOf(ctx context.Context, store Store, f *Fold, account string)
 type expectation struct {
 	rows map[string]map[string]string
 	seq  int64
+	// balances: of the balances and entries read models, each account's
+	// balance and held amount as of its checkpoint (invariant 9, effective.go).
+	balances map[string][2]int64
 	// behind: the read model's checkpoint is before an incremental audit's
 	// checkpoint, so the fold never stood where it stands: not compared.
 	behind bool
@@ -321,6 +329,9 @@ func foldExpecting(ctx context.Context, store Store, f *Fold, head eventstore.Po
 		for i, l := range lives {
 			if expected[i].rows == nil && !expected[i].behind && (next == nil || next.Compare(l.pos) > 0) {
 				expected[i] = expectation{rows: f.Expected(l.name, opts.Account), seq: f.Events}
+				if l.name == projections.Balances || l.name == projections.Entries {
+					expected[i].balances = f.accountBalances(opts.Account)
+				}
 			}
 		}
 	}
@@ -589,7 +600,7 @@ func (r *Report) Write(w io.Writer) {
 		fmt.Fprintf(w, "Audit checkpoint %d stored at %s (%d events): ledger audit --from %d checks what comes after\n", r.Checkpoint.ID, r.Checkpoint.Position, r.Checkpoint.Events, r.Checkpoint.ID)
 	}
 	if r.OK() {
-		fmt.Fprintln(w, "OK: invariants 1, 2, 3, 5 hold"+map[bool]string{true: ", 4 holds", false: ""}[len(r.ReadModels) > 0]+map[bool]string{true: ", 8 holds", false: ""}[r.EventsOut != nil]+map[bool]string{true: ", chains intact", false: ""}[r.ChainVerified])
+		fmt.Fprintln(w, "OK: invariants 1, 2, 3, 5 hold"+map[bool]string{true: ", 4 and 9 hold", false: ", 9's times hold"}[len(r.ReadModels) > 0]+map[bool]string{true: ", 8 holds", false: ""}[r.EventsOut != nil]+map[bool]string{true: ", chains intact", false: ""}[r.ChainVerified])
 		return
 	}
 	fmt.Fprintf(w, "VIOLATIONS: %d\n", r.ViolationCount)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
@@ -348,5 +349,59 @@ func TestAuditForgetsSettledSagas(t *testing.T) {
 		FROM events WHERE stream = 'transfer-ft1' AND type = 'TransferCompleted'`)
 	if rep := run(t, env, audit.Options{}); rep.OK() {
 		t.Fatal("a completion written twice in a forgotten transfer passed the audit")
+	}
+}
+
+// TestAuditChecksEffectiveTimes (invariant 9): a ledger with backdated
+// postings passes; a balance-history row or an entry edited so that the
+// balance by effective time at the end of time (as query.balance and the
+// statement read it) differs from the balance by record time is named
+// effective_balance_mismatch; an event whose metadata was edited to
+// an effective time before its account's effective opening, or far after its
+// record time, is named.
+func TestAuditChecksEffectiveTimes(t *testing.T) {
+	env := projtest.New(t)
+	opened := devtest.Epoch.Add(-30 * 24 * time.Hour)
+	at := func(d time.Duration) string { return opened.Add(d).Format(time.RFC3339Nano) }
+	env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-m", "account_id": "m", "currency": "EUR", "effective_at": at(0)})
+	env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-n", "account_id": "n", "currency": "EUR", "effective_at": at(time.Minute)})
+	env.MustApply(t, "deposit", map[string]any{"idempotency_key": "d-1", "account_id": "m", "amount": 500, "currency": "EUR"})
+	env.MustApply(t, "deposit", map[string]any{"idempotency_key": "d-2", "account_id": "m", "amount": 70, "currency": "EUR", "effective_at": at(24 * time.Hour)})
+	env.MustApply(t, "transfer", map[string]any{"idempotency_key": "t-1", "transfer_id": "t-1", "from": "m", "to": "n", "amount": 20, "currency": "EUR", "effective_at": at(29 * 24 * time.Hour)})
+	env.MustApply(t, "place_hold", map[string]any{"idempotency_key": "h-1", "account_id": "m", "hold_id": "h-1", "amount": 30, "currency": "EUR", "effective_at": at(time.Hour)})
+	r, err := projections.NewRunner(env.Pool, env.Store, projections.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devtest.CatchUp(t, r)
+	if rep := run(t, env, audit.Options{}); !rep.OK() {
+		t.Fatalf("violations on a ledger with backdated postings: %v", rep.Violations)
+	}
+
+	for _, c := range []struct{ what, edit, undo string }{
+		{"the last balance-history row of m", `UPDATE readmodel.balance_history SET balance = balance + 5 WHERE account_id = 'm' AND revision = 4`,
+			`UPDATE readmodel.balance_history SET balance = balance - 5 WHERE account_id = 'm' AND revision = 4`},
+		{"an entry of m", `UPDATE readmodel.entries SET amount = amount + 5 WHERE account_id = 'm' AND revision = 1`,
+			`UPDATE readmodel.entries SET amount = amount - 5 WHERE account_id = 'm' AND revision = 1`},
+	} {
+		exec(t, env, c.edit)
+		if rep := run(t, env, audit.Options{}); !rep.Has(audit.InvEffective, "effective_balance_mismatch") {
+			t.Fatalf("%s edited: %v", c.what, rep.Violations)
+		}
+		exec(t, env, c.undo)
+	}
+
+	edit := func(key, effective string) {
+		exec(t, env, `UPDATE events SET metadata = convert_to(jsonb_set(convert_from(metadata, 'UTF8')::jsonb, '{effective_at}', to_jsonb($2::text))::text, 'UTF8')
+			WHERE stream = 'account-m' AND convert_from(metadata, 'UTF8')::jsonb->>'key' = $1`, key, effective)
+	}
+	edit("d-1", at(-time.Hour))
+	rep := run(t, env, audit.Options{})
+	if !rep.Has(audit.InvEffective, "effective_before_opening") {
+		t.Fatalf("a deposit effective before its account's opening: %v", rep.Violations)
+	}
+	edit("d-1", devtest.Epoch.Add(time.Hour).Format(time.RFC3339Nano))
+	if rep := run(t, env, audit.Options{}); !rep.Has(audit.InvEffective, "effective_after_record") {
+		t.Fatalf("a deposit effective an hour after its record time: %v", rep.Violations)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/app/reply"
 )
 
 // Atomic batches (PROTOCOL.md v1.2 §2.2). A batch's key stream holds its
@@ -16,7 +17,8 @@ import (
 // append: every element not answered as a duplicate has its claim written
 // after the batch's decision. noteBatch notes them, a claim met later strikes
 // one off, and finishBatches names every element an applied batch left
-// undecided.
+// undecided. The batch's key has its row in the commands read model: the
+// reply its decision records (reply.BatchDecided).
 
 // noteBatch notes the elements an applied batch decided (re, a BatchDecided).
 func (f *Fold) noteBatch(re eventstore.RecordedEvent) {
@@ -25,10 +27,15 @@ func (f *Fold) noteBatch(re eventstore.RecordedEvent) {
 		f.eventViolation(InvKeyOnce, "bad_claim", re, "undecodable batch decision: %v", err)
 		return
 	}
+	r, err := reply.BatchDecided(&d)
+	if err != nil {
+		f.eventViolation(InvKeyOnce, "bad_claim", re, "%v", err)
+		return
+	}
+	if !f.NoRows { // the commands read model's row of the batch's key
+		f.sets.row(f, "commands", d.Key, "", replyRow(r))
+	}
 	if d.Status != domain.StatusApplied {
-		if d.Index == nil || *d.Index < 0 || *d.Index >= len(d.Keys) {
-			f.eventViolation(InvKeyOnce, "bad_claim", re, "batch %q refused by no element of its %d", d.Key, len(d.Keys))
-		}
 		return
 	}
 	if f.batchElements == nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
+	"github.com/ledgerworks/ledger/projections/projtest"
 )
 
 // TestAuditAtomicBatches: the history of atomic batches, applied and refused,
@@ -20,18 +21,8 @@ func TestAuditAtomicBatches(t *testing.T) {
 	s := ledger.New(st, ledger.Options{})
 	defer s.Close()
 	ctx := context.Background()
-	for _, c := range []struct{ body, status string }{
-		{`{"atomic":true,"idempotency_key":"b1","commands":[
-			{"type":"open_account","idempotency_key":"o-a","account_id":"a","currency":"EUR"},
-			{"type":"deposit","idempotency_key":"d-a","account_id":"a","amount":100,"currency":"EUR"},
-			{"type":"open_account","idempotency_key":"o-b","account_id":"b","currency":"EUR"},
-			{"type":"transfer","idempotency_key":"t-1","transfer_id":"t-1","from":"a","to":"b","amount":40,"currency":"EUR"},
-			{"type":"post_transaction","idempotency_key":"x-1","transaction_id":"x-1","postings":[{"from":"b","to":"a","amount":10,"currency":"EUR"}]}]}`, "applied"},
-		{`{"atomic":true,"idempotency_key":"b2","commands":[
-			{"type":"deposit","idempotency_key":"d-b","account_id":"b","amount":1,"currency":"EUR"},
-			{"type":"withdraw","idempotency_key":"w-a","account_id":"a","amount":1000,"currency":"EUR"}]}`, "rejected"},
-	} {
-		if r := s.HandleBatch(ctx, []byte(c.body), 0); string(r.Status) != c.status {
+	for _, c := range projtest.AtomicBatches {
+		if r := s.HandleBatch(ctx, []byte(c.Body), 0); string(r.Status) != c.Status {
 			t.Fatalf("%+v", r)
 		}
 	}

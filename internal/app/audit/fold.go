@@ -20,7 +20,8 @@ import (
 
 // Invariants of PROTOCOL.md §6 (Violation.Invariant), 6 for the hash chain, 7
 // for the snapshots of account aggregates (each is the fold of its stream at its
-// revision) and 8 for events out (eventsout.go).
+// revision), 8 for events out (eventsout.go) and 9 for effective times
+// (effective.go).
 const (
 	InvKeyOnce       = 1
 	InvConservation  = 2
@@ -30,6 +31,7 @@ const (
 	InvChain         = 6
 	InvSnapshot      = 7
 	InvEventsOut     = 8
+	InvEffective     = 9
 	maxKeptPerStream = 1 // chain faults named per stream (the first)
 )
 
@@ -377,6 +379,7 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) 
 	}
 	a.ForgetDurable(a.Revision) // a stored event is durable
 	f.checkSnapshot(re.Stream, a)
+	f.checkEffective(re, m, a, payload)
 	f.checkAccountEvent(re, m, a, payload)
 	f.checkConditions(re, m, a, payload)
 	f.expectAccountRows(re, m, a, payload)

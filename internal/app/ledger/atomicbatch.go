@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
@@ -134,34 +133,16 @@ func (s *Service) readBatchDecided(ctx context.Context, key string) (*domain.Bat
 	return &d, nil
 }
 
-// batchReply is the reply of a decided atomic batch, from its BatchDecided:
-// refused, the refusing element's reply as recorded; applied, each element's
-// reply as its key answers it (Lookup), duplicate when it was decided before
-// the batch (d.Duplicates) or when the whole batch is answered again.
+// batchReply is the reply of a decided atomic batch, from its BatchDecided
+// (reply.BatchDecided): refused, as recorded; applied, each element's reply as
+// its key answers it (Lookup), duplicate when it was decided before the batch
+// or when the whole batch is answered again.
 func (s *Service) batchReply(ctx context.Context, d *domain.BatchDecided, duplicate bool) (Reply, error) {
-	if d.Status != domain.StatusApplied {
-		if d.Index == nil || *d.Index < 0 || *d.Index >= len(d.Keys) {
-			return Reply{}, fmt.Errorf("ledger: batch %q: its decision names no refusing element", d.Key)
-		}
-		var elem Reply
-		if err := json.Unmarshal(d.Reply, &elem); err != nil {
-			return Reply{}, fmt.Errorf("ledger: batch %q: its refusing element's reply: %w", d.Key, err)
-		}
-		return reply.AtomicRefused(d.Key, d.Keys, *d.Index, elem, duplicate), nil
+	r, err := reply.BatchDecided(d)
+	if err != nil {
+		return Reply{}, err
 	}
-	replies := make([]Reply, len(d.Keys))
-	for i, k := range d.Keys {
-		r, found, err := s.lookup(ctx, k)
-		if err != nil {
-			return Reply{}, err
-		}
-		if !found {
-			return Reply{}, fmt.Errorf("ledger: batch %q: the decision of its element %d (key %q) is not found", d.Key, i, k)
-		}
-		r.Duplicate = duplicate || slices.Contains(d.Duplicates, i)
-		replies[i] = r
-	}
-	return reply.AtomicApplied(d.Key, replies, duplicate), nil
+	return reply.FillBatch(r, duplicate, func(key string) (Reply, bool, error) { return s.lookup(ctx, key) })
 }
 
 // priorDecisions answers each element whose key was decided before the batch

@@ -410,3 +410,95 @@ func TestAtomicBatchCrash(t *testing.T) {
 		checkKeysDecidedOnce(t, st, 0)
 	})
 }
+
+// TestAtomicBatchAmidHotPipelines: atomic batches on an account whose single
+// commands pipeline (decided on its pending state, committed in groups) while
+// they run: no command ends without a definite answer, the balances are what
+// the applied answers add up to, and the store's history passes the audit.
+func TestAtomicBatchAmidHotPipelines(t *testing.T) {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		s := newService(st)
+		defer s.Close()
+		ctx := context.Background()
+		for _, id := range []string{"h", "x"} {
+			if r := s.HandleRaw(ctx, "open_account", fmt.Appendf(nil, `{"idempotency_key":"o-%s","account_id":"%s","currency":"EUR"}`, id, id)); r.Status != domain.StatusApplied {
+				t.Fatalf("%+v", r)
+			}
+		}
+		const rounds = 15
+		var mu sync.Mutex
+		var h, x int64
+		var wg sync.WaitGroup
+		for g := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range rounds {
+					r := s.HandleRaw(ctx, "deposit", fmt.Appendf(nil, `{"idempotency_key":"d-%d-%d","account_id":"h","amount":3,"currency":"EUR"}`, g, i))
+					if r.Status != domain.StatusApplied {
+						t.Errorf("deposit: %+v", r)
+						return
+					}
+					mu.Lock()
+					h += 3
+					mu.Unlock()
+				}
+			}()
+		}
+		for g := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range rounds {
+					key := fmt.Sprintf("%d-%d", g, i)
+					r := s.HandleBatch(ctx, atomicBody("b-"+key, []batchCmd{
+						{"withdraw", map[string]any{"idempotency_key": "w-" + key, "account_id": "h", "amount": 4, "currency": "EUR"}},
+						{"transfer", map[string]any{"idempotency_key": "t-" + key, "transfer_id": "t-" + key, "from": "h", "to": "x", "amount": 2, "currency": "EUR"}},
+					}), 0)
+					switch r.Status {
+					case domain.StatusApplied:
+						mu.Lock()
+						h, x = h-6, x+2
+						mu.Unlock()
+					case domain.StatusRejected: // h had too little: nothing moved
+					default:
+						t.Errorf("batch %s: %+v", key, r)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		a := audit(t, st, true)
+		if a.balance("h") != h || a.balance("x") != x {
+			t.Fatalf("balances h %d x %d, the answers add up to %d and %d", a.balance("h"), a.balance("x"), h, x)
+		}
+		if acc, err := s.loadAccount(ctx, "account-h", "h", true); err != nil || acc.Balance != h {
+			t.Fatalf("the ledger's h: %v %v, want %d", acc, err, h)
+		}
+	})
+}
+
+// TestAtomicBatchConditions (v1.2 §2.3 inside §2.2): an element's
+// expected_revision is the revision the elements before it left, and up_to
+// moves what they left available; a mismatch refuses the batch.
+func TestAtomicBatchConditions(t *testing.T) {
+	s := newService(devtest.Memory(t))
+	defer s.Close()
+	ctx := context.Background()
+	if r := s.HandleRaw(ctx, "open_account", []byte(`{"idempotency_key":"o","account_id":"a","currency":"EUR"}`)); r.Status != domain.StatusApplied {
+		t.Fatalf("%+v", r)
+	}
+	cmds := []batchCmd{
+		{"deposit", map[string]any{"idempotency_key": "d", "account_id": "a", "amount": 10, "currency": "EUR", "expected_revision": 0}},
+		{"withdraw", map[string]any{"idempotency_key": "w", "account_id": "a", "amount": 100, "currency": "EUR", "up_to": true}},
+		{"deposit", map[string]any{"idempotency_key": "d2", "account_id": "a", "amount": 1, "currency": "EUR", "expected_revision": 1}},
+	}
+	if r := s.HandleBatch(ctx, atomicBody("b1", cmds), 0); r.Status != domain.StatusRejected || r.Code != domain.CodeRevisionMismatch || *r.Index != 2 {
+		t.Fatalf("a stale expected_revision: %+v", r)
+	}
+	r := s.HandleBatch(ctx, atomicBody("b2", cmds[:2]), 0)
+	if r.Status != domain.StatusApplied || r.Replies[1].Moved == nil || *r.Replies[1].Moved != 10 || r.Replies[1].Account.Balance != 0 {
+		t.Fatalf("applied: %+v %+v", r, r.Replies[1])
+	}
+}

@@ -215,7 +215,10 @@ func audit(t testing.TB, st eventstore.AllReader, decided bool) *ledgerAudit {
 				if decided {
 					t.Fatalf("transfer %s: saga %q still %s", tr.ID, sg.Key, sg.Stage)
 				}
-				ok = mv.outN <= 1 && mv.inN+mv.compN <= mv.outN && mv.inN*mv.compN == 0 && (mv.outN == 0 || mv.out == sg.Amount)
+				// a pending sweep (up_to) records what its debit moved only when decided
+				debited := mv.out == sg.Amount || (sg.UpTo && mv.out > 0 && mv.out <= sg.Amount)
+				ok = mv.outN <= 1 && mv.inN+mv.compN <= mv.outN && mv.inN*mv.compN == 0 && (mv.outN == 0 || debited) &&
+					(mv.inN == 0 || mv.in == mv.out) && (mv.compN == 0 || mv.comp == mv.out)
 				a.inFlight[sg.Currency] += mv.out - mv.in - mv.comp
 			}
 			if !ok {

@@ -13,17 +13,19 @@ import (
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb/kurrenttest"
 	"github.com/ledgerworks/ledger/eventstore/memory"
+	"github.com/ledgerworks/ledger/internal/platform/config"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // depositUnderK credits account a with 100 under the key K.
 const depositUnderK = `{"idempotency_key":"K","account_id":"a","amount":100,"currency":"EUR"}`
 
-// creditedUnderK is a KurrentDB test server, the store on it and a ledger
-// instance with account a open, for a test to send depositUnderK and more.
+// creditedUnderK is a KurrentDB test server, the store on it (with the
+// ledger's options, as in production) and a ledger instance with account a
+// open, for a test to send depositUnderK and more.
 func creditedUnderK(t *testing.T) (*kurrenttest.Server, *kurrentdb.Store, *Service) {
 	srv, url := kurrenttest.Start(t)
-	st := devtest.OpenKurrentDB(t, url)
+	st := devtest.OpenKurrentDB(t, url, config.KurrentDBOptions(quietLog)...)
 	s := New(st, Options{Clock: clock, Logger: quietLog})
 	mustApply(t, s, "open_account", `{"idempotency_key":"open","account_id":"a","currency":"EUR"}`)
 	return srv, st, s
@@ -31,7 +33,7 @@ func creditedUnderK(t *testing.T) (*kurrenttest.Server, *kurrentdb.Store, *Servi
 
 // TestHiddenClaimNeverMovesMoneyTwice: on KurrentDB a key stream soft-deleted,
 // or truncated by a $tb past its claim, hides the claim from reads but not
-// from the server's idempotency check. A credit under K, 1,025 more on the
+// from the server's idempotency check. A credit under K, 1,035 more on the
 // account (so that it forgets K), key-K hidden: on a fresh instance, K resent
 // with the same body used to find no claim, have its claim append answered as
 // a repeat at revision 0 (taken for a fresh write), and credit the account a
@@ -47,9 +49,19 @@ func TestHiddenClaimNeverMovesMoneyTwice(t *testing.T) {
 			opts := s.opts
 			body := depositUnderK
 			first := mustApply(t, s, "deposit", body)
-			const more = 1025
+			const more, measured = 1035, 10
+			var reads int
 			for i := range more {
+				if i == more-measured {
+					reads = srv.Requests(kurrenttest.MethodRead)
+				}
 				mustApply(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"k%d","account_id":"a","amount":1,"currency":"EUR"}`, i))
+			}
+			// Past its 1,024 keys the account reads each new key's claim
+			// first, and finds none: one read, not two (no metadata read
+			// of an absent key stream: config.KurrentDBOptions).
+			if n := srv.Requests(kurrenttest.MethodRead) - reads; n > measured {
+				t.Fatalf("%d reads for the last %d deposits, on an account that forgot keys: want one each", n, measured)
 			}
 			s.Close()
 			c := kurrenttest.Client(t, srv.ConnectionString())
@@ -83,48 +95,64 @@ func TestHiddenClaimNeverMovesMoneyTwice(t *testing.T) {
 	}
 }
 
-// TestSoftDeletedAccountIsNeverTakenForNew: a soft-deleted account stream
-// reads as not found (stream_not_found) while the server keeps its events and
-// un-deletes it at N+1 on the next write. On a fresh instance, the resend of
-// a deposit it applied was answered rejected account_not_found (a definite
-// answer, wrong: the money had moved), and an open_account under a new key
-// was written at revision 2, un-deleting the stream over its hidden history.
-// Now every command on it stops with an error and writes nothing. (On the old
-// backend: the first resend rejected, account_not_found.)
-func TestSoftDeletedAccountIsNeverTakenForNew(t *testing.T) {
-	srv, st, s := creditedUnderK(t)
-	opts := s.opts
-	deposit := depositUnderK
-	mustApply(t, s, "deposit", deposit)
-	s.Close()
-	c := kurrenttest.Client(t, srv.ConnectionString())
-	if _, err := c.DeleteStream(context.Background(), domain.AccountStream("a"), esdb.DeleteStreamOptions{}); err != nil {
-		t.Fatal(err)
+// TestDeletedAccountIsNeverTakenForNew: a deleted account stream reads as
+// not found, as one never written does, while the server keeps its events (in
+// $all, in the read models): soft-deleted, it also checks appends against them
+// and un-deletes the stream at N+1 on the next write; tombstoned, it refuses
+// every write. On a fresh instance, the resend of a deposit it had applied was
+// answered rejected account_not_found (a definite answer, and wrong: the money
+// had moved); on the soft-deleted stream an open_account under a new key was
+// written at revision 2, over its hidden history. Now every command on it
+// stops with an error and writes nothing. (On the old backend: the first
+// resend rejected, account_not_found, after either delete.)
+func TestDeletedAccountIsNeverTakenForNew(t *testing.T) {
+	for _, tombstone := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tombstone %v", tombstone), func(t *testing.T) {
+			srv, st, s := creditedUnderK(t)
+			opts := s.opts
+			mustApply(t, s, "deposit", depositUnderK)
+			s.Close()
+			c := kurrenttest.Client(t, srv.ConnectionString())
+			var err error
+			if tombstone {
+				_, err = c.TombstoneStream(context.Background(), domain.AccountStream("a"), esdb.TombstoneStreamOptions{})
+			} else {
+				_, err = c.DeleteStream(context.Background(), domain.AccountStream("a"), esdb.DeleteStreamOptions{})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh := New(st, opts)
+			defer fresh.Close()
+			for _, cmd := range [][2]string{
+				{"deposit", depositUnderK},
+				{"deposit", `{"idempotency_key":"K2","account_id":"a","amount":1,"currency":"EUR"}`},
+				{"open_account", `{"idempotency_key":"open2","account_id":"a","currency":"EUR"}`},
+			} {
+				if r := post(t, fresh, cmd[0], cmd[1]); r.Status != domain.StatusError {
+					t.Fatalf("%s %s on the deleted account: %s %s (%s), want an error", cmd[0], cmd[1], r.Status, r.Code, r.Message)
+				}
+			}
+			if n := eventsOf(t, st, domain.AccountStream("a")); n != 2 {
+				t.Fatalf("the deleted account stream holds %d events, want its 2", n)
+			}
+		})
 	}
-	fresh := New(st, opts)
-	defer fresh.Close()
-	for _, cmd := range [][2]string{
-		{"deposit", deposit},
-		{"deposit", `{"idempotency_key":"K2","account_id":"a","amount":1,"currency":"EUR"}`},
-		{"open_account", `{"idempotency_key":"open2","account_id":"a","currency":"EUR"}`},
-	} {
-		if r := post(t, fresh, cmd[0], cmd[1]); r.Status != domain.StatusError {
-			t.Fatalf("%s %s on the soft-deleted account: %s %s (%s), want an error", cmd[0], cmd[1], r.Status, r.Code, r.Message)
-		}
-	}
+}
+
+// eventsOf counts the events of stream in $all.
+func eventsOf(t *testing.T, st *kurrentdb.Store, stream string) int {
 	all, err := st.ReadAll(context.Background(), eventstore.Start, 10000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for _, e := range all {
-		if e.Stream == domain.AccountStream("a") {
+		if e.Stream == stream {
 			n++
 		}
 	}
-	if n != 2 {
-		t.Fatalf("the soft-deleted account stream holds %d events, want its 2", n)
-	}
+	return n
 }
 
 // hidingStore is a store (without multi-stream appends or event lookups, as

@@ -198,3 +198,49 @@ func sameDecision(x, y Reply) bool {
 	}
 	return true
 }
+
+// TestUpToTransferCrashAtEveryStep: a transfer with up_to run as a saga,
+// crashed at every step of the completed and the failed path and recovered by
+// the transfer process or the client's retry: the debit fixes the amount once
+// (30 of the 100 asked, all that was available), the credit or the
+// compensation moves exactly that, and every later answer says the same.
+func TestUpToTransferCrashAtEveryStep(t *testing.T) {
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
+		setup := newSagaService(st, clk)
+		openFunded(t, setup, "payee", "EUR", 0)
+		openClosed(t, setup, "closed", "EUR")
+		rig := &crashRig{t: t, st: st, clk: clk, newService: newSagaService}
+		type path struct {
+			crashPath
+			to, status string
+			moved      bool
+		}
+		paths := []path{
+			{crashPath{"completed", completedSteps}, "payee", domain.TransferStatusCompleted, true},
+			{crashPath{"failed", failedSteps}, "closed", domain.TransferStatusFailed, false},
+		}
+		swept := int64(0)
+		everyStep(rig, paths, byEither, func(p path, step, by, id string) {
+			src := "src-" + id
+			openFunded(t, setup, src, "EUR", 30)
+			tb := append(transferBody("k-"+id, id, src, p.to, 100), "up_to", true)
+			r := rig.crashThenRecover("transfer", tb, step, by, func() {
+				audit(t, st, false) // half-way, the 30 are in flight, never more
+			})
+			if r.Transfer == nil || r.Transfer.Status != p.status || (r.Moved != nil) != p.moved || (p.moved && *r.Moved != 30) {
+				t.Fatalf("%s crashed at %s, recovered by %s: %+v (moved %v)", id, step, by, r, r.Moved)
+			}
+			a := audit(t, st, true)
+			if want := map[bool]int64{true: 0, false: 30}[p.moved]; a.balance(src) != want {
+				t.Fatalf("%s: source holds %d, want %d", id, a.balance(src), want)
+			}
+			if p.moved {
+				swept += 30
+			}
+		})
+		if a := audit(t, st, true); a.balance("payee") != swept {
+			t.Fatalf("payee holds %d, the sweeps moved %d", a.balance("payee"), swept)
+		}
+	})
+}

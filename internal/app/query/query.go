@@ -583,9 +583,9 @@ func (s *Service) Command(ctx context.Context, q CommandRequest) (json.RawMessag
 		qerr.IdempotencyKey = q.IdempotencyKey
 		return nil, qerr
 	}
-	var original *string
+	var original, command *string
 	at, err := projections.Checkpoints.LiveWith(ctx, s.pool, projections.Commands,
-		`k.reply::text`, `LEFT JOIN readmodel.commands k ON k.idempotency_key = $1`, []any{q.IdempotencyKey}, &original)
+		`k.reply::text, k.command`, `LEFT JOIN readmodel.commands k ON k.idempotency_key = $1`, []any{q.IdempotencyKey}, &original, &command)
 	if err != nil {
 		return nil, internal(err)
 	}
@@ -594,7 +594,55 @@ func (s *Service) Command(ctx context.Context, q CommandRequest) (json.RawMessag
 		return nil, &reply.QueryError{Code: domain.CodeNotFound, IdempotencyKey: q.IdempotencyKey, ProjectedPosition: pos,
 			Message: fmt.Sprintf("no command was decided with this idempotency key (the commands read model is at %s)", pos)}
 	}
+	if *command == string(domain.CmdBatch) {
+		return s.batchCommand(ctx, []byte(*original))
+	}
 	return json.RawMessage(*original), nil
+}
+
+// batchCommand answers an atomic batch's key: its row's reply, an applied
+// batch's element stubs filled with the elements' own rows (reply.FillBatch).
+func (s *Service) batchCommand(ctx context.Context, row []byte) (json.RawMessage, *reply.QueryError) {
+	var batch reply.Reply
+	if err := json.Unmarshal(row, &batch); err != nil {
+		return nil, internal(err)
+	}
+	if batch.Status != domain.StatusApplied {
+		return row, nil
+	}
+	keys := make([]string, len(batch.Replies))
+	for i, stub := range batch.Replies {
+		keys[i] = stub.IdempotencyKey
+	}
+	elems := map[string]reply.Reply{}
+	rows, err := s.pool.Query(ctx, `SELECT idempotency_key, reply::text FROM readmodel.commands WHERE idempotency_key = ANY($1)`, keys)
+	if err != nil {
+		return nil, internal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key, raw string
+		var r reply.Reply
+		if err := rows.Scan(&key, &raw); err != nil {
+			return nil, internal(err)
+		}
+		if err := json.Unmarshal([]byte(raw), &r); err != nil {
+			return nil, internal(err)
+		}
+		elems[key] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, internal(err)
+	}
+	filled, err := reply.FillBatch(batch, false, func(key string) (reply.Reply, bool, error) { r, ok := elems[key]; return r, ok, nil })
+	if err != nil {
+		return nil, internal(err)
+	}
+	out, err := json.Marshal(filled)
+	if err != nil {
+		return nil, internal(err)
+	}
+	return out, nil
 }
 
 // wait returns once the projection's live checkpoint is at or after min (a

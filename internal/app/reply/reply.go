@@ -6,7 +6,9 @@
 package reply
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ledgerworks/ledger/domain"
@@ -336,4 +338,51 @@ func AtomicRefused(key string, keys []string, index int, elem Reply, duplicate b
 // replies in order.
 func AtomicApplied(key string, replies []Reply, duplicate bool) Reply {
 	return Reply{Status: domain.StatusApplied, Code: domain.CodeOK, IdempotencyKey: key, Duplicate: duplicate, Events: []domain.EventRef{}, Replies: replies}
+}
+
+// BatchDecided is the reply an atomic batch's decision (d) records: refused,
+// the whole reply (AtomicRefused, the refusing element's as d holds it);
+// applied, the batch with one stub per element (its key, and duplicate when
+// the batch answered it as one), which FillBatch fills with the elements'
+// replies. The ledger, the commands read model and the audit build it here.
+func BatchDecided(d *domain.BatchDecided) (Reply, error) {
+	if d.Status != domain.StatusApplied {
+		if d.Index == nil || *d.Index < 0 || *d.Index >= len(d.Keys) {
+			return Reply{}, fmt.Errorf("reply: batch %q: its decision names no refusing element", d.Key)
+		}
+		var elem Reply
+		if err := json.Unmarshal(d.Reply, &elem); err != nil {
+			return Reply{}, fmt.Errorf("reply: batch %q: its refusing element's reply: %w", d.Key, err)
+		}
+		return AtomicRefused(d.Key, d.Keys, *d.Index, elem, false), nil
+	}
+	stubs := make([]Reply, len(d.Keys))
+	for i, k := range d.Keys {
+		stubs[i] = Reply{IdempotencyKey: k, Duplicate: slices.Contains(d.Duplicates, i)}
+	}
+	return AtomicApplied(d.Key, stubs, false), nil
+}
+
+// FillBatch fills an applied batch's stubs (BatchDecided) with its elements'
+// replies (elem: a key's original reply, found reports whether it has one),
+// each marked duplicate as its stub says, or every one when duplicate (the
+// whole batch answered again).
+func FillBatch(batch Reply, duplicate bool, elem func(key string) (Reply, bool, error)) (Reply, error) {
+	if batch.Status != domain.StatusApplied {
+		batch.Duplicate = duplicate
+		return batch, nil
+	}
+	replies := make([]Reply, len(batch.Replies))
+	for i, stub := range batch.Replies {
+		r, found, err := elem(stub.IdempotencyKey)
+		if err != nil {
+			return Reply{}, err
+		}
+		if !found {
+			return Reply{}, fmt.Errorf("reply: batch %q: the decision of its element %d (key %q) is not found", batch.IdempotencyKey, i, stub.IdempotencyKey)
+		}
+		r.Duplicate = duplicate || stub.Duplicate
+		replies[i] = r
+	}
+	return AtomicApplied(batch.IdempotencyKey, replies, duplicate), nil
 }

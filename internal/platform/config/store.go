@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
 	"github.com/ledgerworks/ledger/eventstore/postgres"
@@ -55,7 +56,7 @@ func OpenEventStore(ctx context.Context, rawURL string, logger *slog.Logger) (ev
 		}
 		return s, nil
 	default:
-		s, err := kurrentdb.Open(ctx, rawURL, kurrentdb.WithLogger(logger))
+		s, err := kurrentdb.Open(ctx, rawURL, KurrentDBOptions(logger)...)
 		if err != nil {
 			return nil, fmt.Errorf("config: open event store %s: %w", Redact(rawURL), err)
 		}
@@ -67,4 +68,13 @@ func OpenEventStore(ctx context.Context, rawURL string, logger *slog.Logger) (ev
 func IsPostgresURL(u string) bool {
 	p, err := url.Parse(u)
 	return err == nil && (p.Scheme == "postgres" || p.Scheme == "postgresql")
+}
+
+// KurrentDBOptions are the ledger's options for the KurrentDB store: its
+// client's log lines to logger, and its key streams append-checked (a claim is
+// appended expecting no stream right after a read finds none, and the store
+// refuses that append on a soft-deleted key stream), which saves a read on
+// nearly every command on a busy account.
+func KurrentDBOptions(logger *slog.Logger) []kurrentdb.Option {
+	return []kurrentdb.Option{kurrentdb.WithLogger(logger), kurrentdb.WithAppendCheckedStreams(domain.KeyStreamPrefix)}
 }
