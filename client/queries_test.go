@@ -90,6 +90,12 @@ func TestQueries(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(sums.Balances, want) || sums.AsOf != at.UTC().Format(time.RFC3339Nano) {
 		t.Fatalf("balances of al as of %s: %+v %v; want %+v", bal.AsOf, sums, err, want)
 	}
+	now := time.Now()
+	sums, err = q.Balances(ctx, client.BalancesQuery{Prefix: "al", EffectiveAt: &now, MinPosition: tx.Position})
+	want[0].Balance, want[0].Available = 750, 750
+	if err != nil || !reflect.DeepEqual(sums.Balances, want) || sums.AsOfEffective != now.UTC().Format(time.RFC3339Nano) || sums.AsOf != "" {
+		t.Fatalf("balances of al by effective time now: %+v %v; want %+v", sums, err, want)
+	}
 	_, err = q.Balances(ctx, client.BalancesQuery{Prefix: "al%"})
 	if !errors.As(err, &qe) || qe.Code != client.CodeInvalidRequest || !reflect.DeepEqual(qe.Fields, []string{"prefix"}) {
 		t.Fatalf("a prefix with %%: %v, want invalid_request naming prefix", err)
