@@ -56,6 +56,17 @@ func TestQueries(t *testing.T) {
 	if err != nil || bal.Balance != 1_000 || bal.AsOfRevision != 1 {
 		t.Fatalf("balance of alice at revision 1: %+v %v; want 1000", bal, err)
 	}
+	// By effective time (§2.3): nothing was booked late, so every entry is
+	// effective when recorded, and the balance effective now is the balance.
+	soon, hourAgo := time.Now().Add(time.Minute), time.Now().Add(-time.Hour)
+	eff, err := q.Entries(ctx, client.EntriesQuery{AccountID: "alice", From: &hourAgo, To: &soon, By: "effective"})
+	if err != nil || len(eff.Entries) != 3 || eff.Entries[1].EffectiveAt != eff.Entries[1].At {
+		t.Fatalf("entries of alice by effective time: %+v %v", eff, err)
+	}
+	byEff, err := q.Balance(ctx, client.BalanceQuery{AccountID: "alice", EffectiveAt: &soon})
+	if err != nil || byEff.Balance != 750 || byEff.AsOfEffective == "" || byEff.AsOfRevision != 0 || byEff.AsOf != "" {
+		t.Fatalf("balance of alice effective now: %+v %v; want 750", byEff, err)
+	}
 	orig, err := q.Command(ctx, "t-1")
 	if err != nil || orig.Status != client.StatusApplied || orig.Transfer == nil || orig.Duplicate {
 		t.Fatalf("command t-1: %+v %v", orig, err)
