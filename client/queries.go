@@ -125,12 +125,14 @@ type Balance struct {
 
 // BalancesQuery is the body of ledger.v1.query.balances (v1.2): the sums over
 // every account (open or closed) whose ID starts with Prefix (literally: '_'
-// and '.' are no wildcards), of Currency or of all, now or as of At.
+// and '.' are no wildcards), of Currency or of all, now, as of At, or with
+// everything effective by EffectiveAt.
 type BalancesQuery struct {
 	Prefix   string     `json:"prefix"`
 	Currency string     `json:"currency,omitempty"`
 	At       *time.Time `json:"at,omitempty"`
-	// EffectiveAt (§2.3): refused as invalid_request until the ledger implements it.
+	// EffectiveAt (§2.3): the sums with everything effective at or before it
+	// (not with At).
 	EffectiveAt *time.Time `json:"effective_at,omitempty"`
 	MinPosition string     `json:"min_position,omitempty"`
 }
@@ -141,7 +143,9 @@ type Balances struct {
 	Prefix   string            `json:"prefix"`
 	Balances []CurrencyBalance `json:"balances"`
 	// AsOf is the At asked (RFC 3339, UTC), "" for the current sums.
-	AsOf              string `json:"as_of,omitempty"`
+	AsOf string `json:"as_of,omitempty"`
+	// AsOfEffective is the EffectiveAt asked (RFC 3339, UTC).
+	AsOfEffective     string `json:"as_of_effective,omitempty"`
 	ProjectedPosition string `json:"projected_position"`
 }
 

@@ -56,6 +56,17 @@ func TestQueries(t *testing.T) {
 	if err != nil || bal.Balance != 1_000 || bal.AsOfRevision != 1 {
 		t.Fatalf("balance of alice at revision 1: %+v %v; want 1000", bal, err)
 	}
+	// By effective time (§2.3): nothing was booked late, so every entry is
+	// effective when recorded, and the balance effective now is the balance.
+	soon, hourAgo := time.Now().Add(time.Minute), time.Now().Add(-time.Hour)
+	eff, err := q.Entries(ctx, client.EntriesQuery{AccountID: "alice", From: &hourAgo, To: &soon, By: "effective"})
+	if err != nil || len(eff.Entries) != 3 || eff.Entries[1].EffectiveAt != eff.Entries[1].At {
+		t.Fatalf("entries of alice by effective time: %+v %v", eff, err)
+	}
+	byEff, err := q.Balance(ctx, client.BalanceQuery{AccountID: "alice", EffectiveAt: &soon})
+	if err != nil || byEff.Balance != 750 || byEff.AsOfEffective == "" || byEff.AsOfRevision != 0 || byEff.AsOf != "" {
+		t.Fatalf("balance of alice effective now: %+v %v; want 750", byEff, err)
+	}
 	orig, err := q.Command(ctx, "t-1")
 	if err != nil || orig.Status != client.StatusApplied || orig.Transfer == nil || orig.Duplicate {
 		t.Fatalf("command t-1: %+v %v", orig, err)
@@ -89,6 +100,12 @@ func TestQueries(t *testing.T) {
 	want[0].Balance, want[0].Available = 1_000, 1_000
 	if err != nil || !reflect.DeepEqual(sums.Balances, want) || sums.AsOf != at.UTC().Format(time.RFC3339Nano) {
 		t.Fatalf("balances of al as of %s: %+v %v; want %+v", bal.AsOf, sums, err, want)
+	}
+	now := time.Now()
+	sums, err = q.Balances(ctx, client.BalancesQuery{Prefix: "al", EffectiveAt: &now, MinPosition: tx.Position})
+	want[0].Balance, want[0].Available = 750, 750
+	if err != nil || !reflect.DeepEqual(sums.Balances, want) || sums.AsOfEffective != now.UTC().Format(time.RFC3339Nano) || sums.AsOf != "" {
+		t.Fatalf("balances of al by effective time now: %+v %v; want %+v", sums, err, want)
 	}
 	_, err = q.Balances(ctx, client.BalancesQuery{Prefix: "al%"})
 	if !errors.As(err, &qe) || qe.Code != client.CodeInvalidRequest || !reflect.DeepEqual(qe.Fields, []string{"prefix"}) {

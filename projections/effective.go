@@ -42,6 +42,13 @@ FROM (SELECT account_id, revision, currency, status, effective_at,
 WHERE effective_at <= $1
 GROUP BY account_id ORDER BY account_id`
 
+// EffectiveBalancesSQL is the query of EffectiveBalance per account over the
+// balance history's rows that where keeps (an SQL condition on them, whose
+// parameters start at $2; $1 is the instant): its columns are account_id,
+// currency, balance, held, revision, closed and events. query.balances sums it
+// over a group of accounts.
+func EffectiveBalancesSQL(where string) string { return fmt.Sprintf(effectiveBalancesSQL, where) }
+
 // EffectiveBalances reads, from the live balance history, every account (or
 // the one named by account, when not "") as of the effective instant at, and
 // hands each to each in account order (rows are streamed: the caller keeps

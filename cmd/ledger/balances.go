@@ -32,7 +32,8 @@ func balancesCommand() *cli.Command {
 		Usage: "print the balances summed over every account whose ID starts with a prefix",
 		Description: "Asks ledger.v1.query.balances (from the read models: run the projector, or ledger dev) for\n" +
 			"the sums per currency of balance, held and available over the accounts, open or closed,\n" +
-			"whose ID starts with --prefix, now or as of --at, and prints them as a table or, with\n" +
+			"whose ID starts with --prefix, now, as of --at, or with everything effective by\n" +
+			"--effective-at, and prints them as a table or, with\n" +
 			"--json, as the query's reply. Amounts are minor units. Exit status 0, 1 when the ledger\n" +
 			"refused the query (printed), 2 on a bad command line, 3 when no answer came.",
 		Flags:  flags,
@@ -74,8 +75,11 @@ func runBalances(ctx context.Context, cmd *cli.Command) error {
 
 func writeBalances(w io.Writer, b client.Balances) {
 	asOf := "now"
-	if b.AsOf != "" {
+	switch {
+	case b.AsOf != "":
 		asOf = "as of " + b.AsOf
+	case b.AsOfEffective != "":
+		asOf = "with everything effective by " + b.AsOfEffective
 	}
 	fmt.Fprintf(w, "balances of the accounts starting with %q, %s (read model at %s)\n", b.Prefix, asOf, b.ProjectedPosition)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)

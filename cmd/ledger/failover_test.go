@@ -303,8 +303,8 @@ func TestProgramsOnTheProductionShape(t *testing.T) {
 	cluster, servers := devtest.NATSCluster(t)
 	env := []string{config.EnvDatabaseURL + "=" + pair.URL(), config.EnvEventStoreURL + "=" + pair.URL(),
 		config.EnvNATSURL + "=" + cluster.URL(), config.EnvJetStreamReplicas + "=3", config.EnvDataDir + "=" + t.TempDir()}
-	startProc(t, ledgerBin, []string{"serve", "--log-format", "json", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, env, "intake started")
-	startProc(t, projBin, []string{"run", "--log-format", "json", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, env, "projector running")
+	startProc(t, ledgerBin, []string{"serve", "--log-format", "json", "--http-addr", anyPort}, env, "intake started")
+	startProc(t, projBin, []string{"run", "--log-format", "json", "--http-addr", anyPort}, env, "projector running")
 
 	post := func(args ...string) {
 		t.Helper()
@@ -395,8 +395,8 @@ func TestNATSLeadersKilled(t *testing.T) {
 		config.EnvNATSURL + "=" + cluster.URL(), config.EnvJetStreamReplicas + "=3", config.EnvDataDir + "=" + t.TempDir()}
 	for i := range 2 {
 		startProc(t, ledgerBin, []string{"serve", "--log-format", "json", "--instance-name", fmt.Sprintf("ledger-%d", i), "--command-timeout", "3s",
-			"--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, env, "intake started")
-		startProc(t, projBin, []string{"run", "--log-format", "json", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, env, "projector running")
+			"--http-addr", anyPort}, env, "intake started")
+		startProc(t, projBin, []string{"run", "--log-format", "json", "--http-addr", anyPort}, env, "projector running")
 	}
 	nc := devtest.ConnectURL(t, cluster.URL(), nats.ReconnectWait(50*time.Millisecond))
 	js, err := jetstream.New(nc)

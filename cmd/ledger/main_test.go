@@ -73,6 +73,11 @@ func ledgerBinary(t testing.TB) string { return ledgerBin.build(t, "ledger", "."
 // projectorBinary builds cmd/projector once per test binary.
 func projectorBinary(t *testing.T) string { return projectorBin.build(t, "projector", "../projector") }
 
+// anyPort is the listen address of an HTTP server a test does not call: the
+// program binds a free port itself. (A port picked by freePort and bound later
+// by a child can be taken meanwhile by another test: "address already in use".)
+const anyPort = "127.0.0.1:0"
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

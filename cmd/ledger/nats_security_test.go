@@ -278,8 +278,8 @@ func TestServeAndProjectorNATSModes(t *testing.T) {
 			}
 			dbURL := pgtest.URL(t)
 			db := []string{config.EnvDatabaseURL + "=" + dbURL, config.EnvEventStoreURL + "=" + dbURL, config.EnvDataDir + "=" + t.TempDir()}
-			serveArgs := []string{"serve", "--log-format", "json", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}
-			projArgs := []string{"run", "--log-format", "json", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+			serveArgs := []string{"serve", "--log-format", "json", "--http-addr", anyPort}
+			projArgs := []string{"run", "--log-format", "json", "--http-addr", anyPort}
 
 			args, env := settings(m.right)
 			env = append(env, db...)
@@ -419,9 +419,9 @@ func TestLeastPermissions(t *testing.T) {
 	}
 	dbURL := pgtest.URL(t)
 	db := []string{config.EnvDatabaseURL + "=" + dbURL, config.EnvEventStoreURL + "=" + dbURL}
-	serve := startProc(t, ledgerBinary(t), []string{"serve", "--log-format", "json", "--jetstream-grace", "100ms", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))},
+	serve := startProc(t, ledgerBinary(t), []string{"serve", "--log-format", "json", "--jetstream-grace", "100ms", "--http-addr", anyPort},
 		append(as("ledger"), db...), "intake started")
-	proj := startProc(t, projectorBinary(t), []string{"run", "--log-format", "json", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))},
+	proj := startProc(t, projectorBinary(t), []string{"run", "--log-format", "json", "--http-addr", anyPort},
 		append(as("projector"), db...), "projector running")
 
 	client := append(as("client"), config.EnvDataDir+"="+t.TempDir())
@@ -534,9 +534,9 @@ func TestSecretsNotLogged(t *testing.T) {
 	debug := []string{"--log-format", "json", "--log-level", "debug"}
 
 	// serve takes the settings from the environment, the others as flags.
-	serveArgs := append([]string{"serve", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, debug...)
+	serveArgs := append([]string{"serve", "--http-addr", anyPort}, debug...)
 	serve := startProc(t, ledgerBinary(t), serveArgs, append(natsEnv(cfg), db...), "intake started")
-	projArgs := append([]string{"run", "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, debug...)
+	projArgs := append([]string{"run", "--http-addr", anyPort}, debug...)
 	proj := startProc(t, projectorBinary(t), append(projArgs, natsArgs(cfg)...), db, "projector running")
 	r, postOut, code := postCLI(t, db, append([]string{"open_account", "--key", "o-1", "--account", "a", "--currency", "EUR"}, natsArgs(cfg)...)...)
 	if code != 0 || r["status"] != "applied" {

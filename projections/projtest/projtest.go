@@ -160,12 +160,26 @@ func (r *workloadRun) post(typ string, body map[string]any) reply.Reply {
 	return rep
 }
 
-// openAccounts opens the workload's accounts in EUR, every third with an
-// overdraft limit of 500.
+// workloadOpened is when the workload's accounts opened in the world
+// (effective_at, v1.2 §2.3): 30 days before the ledger's clock starts.
+var workloadOpened = devtest.Epoch.Add(-30 * 24 * time.Hour)
+
+// backdate books every fifth command (by its number, so that the workload's
+// random draws stay as they were) late: effective a number of minutes after
+// the accounts' effective opening.
+func (r *workloadRun) backdate(body map[string]any) map[string]any {
+	if r.n%5 == 4 {
+		body["effective_at"] = workloadOpened.Add(time.Duration(r.n) * time.Minute).Format(time.RFC3339)
+	}
+	return body
+}
+
+// openAccounts opens the workload's accounts in EUR, effective
+// workloadOpened, every third with an overdraft limit of 500.
 func (r *workloadRun) openAccounts(t testing.TB) {
 	t.Helper()
 	for i := range r.w.Accounts {
-		body := map[string]any{"account_id": r.acct(i), "currency": "EUR"}
+		body := map[string]any{"account_id": r.acct(i), "currency": "EUR", "effective_at": workloadOpened.Format(time.RFC3339)}
 		if i%3 == 0 {
 			body["overdraft_limit"] = 500
 		}
@@ -181,7 +195,7 @@ func (r *workloadRun) postRandom() {
 	amount := 1 + r.rng.IntN(1000)
 	switch k := r.rng.IntN(100); {
 	case k < 30:
-		rep := r.post("deposit", r.conditions(map[string]any{"account_id": a, "amount": amount, "currency": "EUR"}, false))
+		rep := r.post("deposit", r.backdate(r.conditions(map[string]any{"account_id": a, "amount": amount, "currency": "EUR"}, false)))
 		if rep.Status == domain.StatusApplied {
 			r.refundable = append(r.refundable, rep.IdempotencyKey)
 		}

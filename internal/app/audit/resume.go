@@ -252,8 +252,8 @@ func (f *Fold) resumeAccount(ca carriedAccount) error {
 		return err
 	}
 	a, err := domain.DecodeSnapshot(head.Stream, ca.Snapshot)
-	if err != nil {
-		return err
+	if err != nil { // e.g. a checkpoint of a build before snapshot layout 3 (effective_at)
+		return fmt.Errorf("%w: the checkpoint's accounts are not this build's; run a full audit (without --from) to store a new checkpoint", err)
 	}
 	boundAccount(a)
 	f.Accounts[a.ID] = a

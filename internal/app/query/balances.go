@@ -33,6 +33,8 @@ type Balances struct {
 	Balances []CurrencyBalance `json:"balances"`
 	// AsOf is the time asked (at), RFC 3339 UTC; "" for the current sums.
 	AsOf string `json:"as_of,omitempty"`
+	// AsOfEffective is the effective instant asked (effective_at, §2.3).
+	AsOfEffective string `json:"as_of_effective,omitempty"`
 	// ProjectedPosition is the position of the read model summed: accounts for
 	// the current sums, balances for the sums as of a time.
 	ProjectedPosition string `json:"projected_position"`
@@ -50,11 +52,23 @@ type CurrencyBalance struct {
 
 // group is what a balances query asks: the account IDs in [from, to) under
 // collation "C" (the IDs that start with the prefix), of one currency or all
-// (""), now (at nil) or as of at.
+// (""), now, as of at, or with everything effective by effective.
 type group struct {
-	from, to string
-	currency string
-	at       *time.Time
+	from, to      string
+	currency      string
+	at, effective *time.Time
+}
+
+// read is the read model that answers g, the SQL that sums it (sumsSQL) and
+// its arguments.
+func (g group) read() (projection, sql string, args []any) {
+	switch {
+	case g.at != nil:
+		return projections.Balances, sumsAsOf, []any{g.from, g.to, g.currency, *g.at}
+	case g.effective != nil:
+		return projections.Balances, sumsEffective, []any{*g.effective, g.from, g.to, g.currency}
+	}
+	return projections.Accounts, currentSums, []any{g.from, g.to, g.currency}
 }
 
 // groupOf checks a balances query and returns the group it asks about.
@@ -75,10 +89,8 @@ func groupOf(q BalancesRequest) (group, *reply.QueryError) {
 		return group{}, qerr
 	case eff != nil && at != nil:
 		return group{}, invalid("effective_at", "give at or effective_at, not both")
-	case eff != nil:
-		return group{}, invalid("effective_at", "sums by effective time are not served yet (issue 25); ask by at, the record time")
 	}
-	return group{from: q.Prefix, to: prefixEnd(q.Prefix), currency: q.Currency, at: at}, nil
+	return group{from: q.Prefix, to: prefixEnd(q.Prefix), currency: q.Currency, at: at, effective: eff}, nil
 }
 
 // prefixEnd is the least string above every string that starts with prefix,
@@ -89,8 +101,8 @@ func prefixEnd(prefix string) string {
 }
 
 // Balances answers the balances query: the current sums from the accounts read
-// model, or the sums as of a time from the balance history, each read in one
-// snapshot with its projection's checkpoint. A prefix is a range of IDs under
+// model, or the sums as of a time or an effective instant from the balance
+// history, each read in one snapshot with its projection's checkpoint. A prefix is a range of IDs under
 // collation "C" (migrations/00011_group_balance_indexes.sql), so '_', '.' and
 // the like match themselves only. A sum beyond the int64 range is
 // amount_overflow.
@@ -99,10 +111,7 @@ func (s *Service) Balances(ctx context.Context, q BalancesRequest) (*Balances, *
 	if qerr != nil {
 		return nil, qerr
 	}
-	projection, sums := projections.Accounts, currentSums
-	if g.at != nil {
-		projection, sums = projections.Balances, sumsAsOf
-	}
+	projection, sql, args := g.read()
 	if _, qerr := s.wait(ctx, projection, q.MinPosition); qerr != nil {
 		return nil, qerr
 	}
@@ -110,12 +119,15 @@ func (s *Service) Balances(ctx context.Context, q BalancesRequest) (*Balances, *
 	if g.at != nil {
 		out.AsOf = g.at.UTC().Format(time.RFC3339Nano)
 	}
+	if g.effective != nil {
+		out.AsOfEffective = g.effective.UTC().Format(time.RFC3339Nano)
+	}
 	var pos eventstore.Position
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		// A large group's plan costs enough for PostgreSQL to compile it (JIT):
-		// a quarter of the time of the sums as of a time over 100,000 accounts
-		// went to compiling, and with JIT the query took 1.14x as long as
-		// without it in the same run (BENCHMARKS.md, group balances).
+		// A large group's plan costs enough for PostgreSQL to compile it (JIT),
+		// and its work is index lookups, which compiling does not speed up: by
+		// effective time over 100,000 accounts, 4.3 s of 11.9 s went to
+		// compiling (BENCHMARKS.md, group balances).
 		if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
 			return err
 		}
@@ -123,7 +135,7 @@ func (s *Service) Balances(ctx context.Context, q BalancesRequest) (*Balances, *
 		if pos, err = projections.Checkpoints.LiveOf(ctx, tx, projection); err != nil {
 			return err
 		}
-		out.Balances, err = readSums(ctx, tx, sums, g)
+		out.Balances, err = readSums(ctx, tx, sql, args)
 		return err
 	})
 	out.ProjectedPosition = pos.String()
@@ -148,6 +160,17 @@ var (
 	currentSums = `SELECT ` + sumCols + ` FROM readmodel.accounts h
 		WHERE h.account_id COLLATE "C" >= $1 AND h.account_id COLLATE "C" < $2 AND ($3 = '' OR h.currency = $3)
 		GROUP BY h.currency ORDER BY h.currency`
+	// sumsEffective takes the accounts of the range from
+	// balance_history_g<N>_prefix (their opening rows) and folds each one's
+	// history with everything effective by $1 (projections.EffectiveBalancesSQL,
+	// the rule of query.balance: its events' changes, held included), each
+	// through the (account_id, revision) primary key; an account with no event
+	// effective by then is not summed. $2 and $3 are the range, $4 the currency.
+	sumsEffective = `SELECT ` + sumCols + ` FROM readmodel.balance_history o
+		CROSS JOIN LATERAL (` + projections.EffectiveBalancesSQL(`account_id = o.account_id`) + `)
+			AS h (account_id, currency, balance, held, revision, closed, events)
+		WHERE o.revision = 0 AND o.account_id COLLATE "C" >= $2 AND o.account_id COLLATE "C" < $3 AND ($4 = '' OR o.currency = $4)
+		GROUP BY h.currency ORDER BY h.currency`
 	// sumsAsOf takes the accounts of the range from balance_history_g<N>_prefix
 	// (their opening rows) and each one's row as of $4 (historyAsOf); an account
 	// with no event by then is not summed.
@@ -165,12 +188,8 @@ func historyAsOf(account, at string) string {
 		` ORDER BY at DESC, revision DESC LIMIT 1`
 }
 
-// readSums runs one of the sums queries over g.
-func readSums(ctx context.Context, tx pgx.Tx, sql string, g group) ([]CurrencyBalance, error) {
-	args := []any{g.from, g.to, g.currency}
-	if g.at != nil {
-		args = append(args, *g.at)
-	}
+// readSums runs one of the sums queries.
+func readSums(ctx context.Context, tx pgx.Tx, sql string, args []any) ([]CurrencyBalance, error) {
 	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err

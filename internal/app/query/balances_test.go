@@ -29,16 +29,17 @@ var groupPrefixes = []string{"m_1:", "m_1:d", "m_1", "m_", "m", "mX", "m.", "m_1
 // TestGroupBalancesEqualTheSumOfAccounts (PROTOCOL.md v1.2 query.balances):
 // over every prefix, the sums per currency equal the sums of query.account
 // over the accounts whose ID starts with it (a prefix matches literally), live
-// and after a rebuild; as of each event's time they equal the sums of
-// query.balance at that time; over HTTP they are the same; bad requests are
-// invalid_request naming the field.
+// and after a rebuild; as of each event's time, and by effective time at each
+// event's and each backdated time, they equal the sums of query.balance asked
+// the same; over HTTP they are the same; bad requests are invalid_request
+// naming the field.
 func TestGroupBalancesEqualTheSumOfAccounts(t *testing.T) {
 	f := setup(t, 10*time.Second)
 	last := writeGroup(t, f)
 	f.start(t)
 
 	f.checkGroupSums(t, "live", last)
-	f.checkGroupSumsAsOf(t, last)
+	f.checkGroupSumsAsOf(t, last, 1)
 	code, h, _ := f.get(t, "/v1/balances?prefix="+url.QueryEscape("m_1:")+"&currency=EUR")
 	if want := f.ask(t, "balances", map[string]any{"prefix": "m_1:", "currency": "EUR"}); code != 200 || !reflect.DeepEqual(h, want) {
 		t.Fatalf("GET /v1/balances: %d %v, want %v", code, h, want)
@@ -51,7 +52,7 @@ func TestGroupBalancesEqualTheSumOfAccounts(t *testing.T) {
 	}
 	f.checkPrefixIndexes(t, res)
 	f.checkGroupSums(t, "after a rebuild", last)
-	f.checkGroupSumsAsOf(t, last)
+	f.checkGroupSumsAsOf(t, last, 4)
 	f.checkSumOverflow(t)
 }
 
@@ -74,25 +75,42 @@ func (f *fixture) checkSumOverflow(t *testing.T) {
 	}
 }
 
-// writeGroup opens groupAccounts and moves money among them: deposits, a
-// hold, a transfer out of the group, an overdraft, and an account emptied and
-// closed. It returns the last write's position.
+// groupEffective are the effective times of writeGroup's backdated
+// commands (§2.3): before the test clock's first record time.
+var groupEffective = []time.Time{
+	time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC),   // half the accounts' openings
+	time.Date(2026, 11, 5, 12, 0, 0, 0, time.UTC),  // a hold placed late
+	time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC), // deposits and a transfer settled late
+}
+
+// writeGroup opens groupAccounts (every other one effective earlier) and
+// moves money among them: deposits, a hold, a transfer out of the group, an
+// overdraft, an account emptied and closed, and some of it booked late
+// (groupEffective). It returns the last write's position.
 func writeGroup(t *testing.T, f *fixture) string {
 	t.Helper()
+	eff := func(i int) string { return groupEffective[i].Format(time.RFC3339Nano) }
 	for i, a := range groupAccounts {
-		f.env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-" + a.id, "account_id": a.id, "currency": a.currency, "overdraft_limit": 500})
+		open := map[string]any{"idempotency_key": "o-" + a.id, "account_id": a.id, "currency": a.currency, "overdraft_limit": 500}
+		if i%2 == 0 {
+			open["effective_at"] = eff(0)
+		}
+		f.env.MustApply(t, "open_account", open)
 		f.env.MustApply(t, "deposit", map[string]any{"idempotency_key": "d-" + a.id, "account_id": a.id, "amount": 100 * (i + 1), "currency": a.currency})
 	}
 	steps := []struct {
 		typ  string
 		body map[string]any
 	}{
-		{"place_hold", map[string]any{"account_id": "m_1:a", "hold_id": "h1", "amount": 40, "currency": "EUR"}},
+		{"place_hold", map[string]any{"account_id": "m_1:a", "hold_id": "h1", "amount": 40, "currency": "EUR", "effective_at": eff(1)}},
 		{"transfer", map[string]any{"transfer_id": "t1", "from": "m_1:a", "to": "mX1:a", "amount": 30, "currency": "EUR"}},
 		{"withdraw", map[string]any{"account_id": "m_1:d:e", "amount": 700, "currency": "EUR"}},
 		{"withdraw", map[string]any{"account_id": "m_1:c", "amount": 300, "currency": "EUR"}},
 		{"close_account", map[string]any{"account_id": "m_1:c"}},
 		{"deposit", map[string]any{"account_id": "m_1:b", "amount": 5, "currency": "USD"}},
+		{"deposit", map[string]any{"account_id": "m_1:a", "amount": 7, "currency": "EUR", "effective_at": eff(2)}},
+		{"deposit", map[string]any{"account_id": "m_", "amount": 9, "currency": "USD", "effective_at": eff(2)}},
+		{"transfer", map[string]any{"transfer_id": "t2", "from": "m_1", "to": "mX1:a", "amount": 11, "currency": "EUR", "effective_at": eff(2)}},
 	}
 	var pos string
 	for i, s := range steps {
@@ -167,31 +185,46 @@ func onlyUSD(acc map[string]any) map[string]any {
 	return acc
 }
 
-// checkGroupSumsAsOf compares query.balances as of each event's time (and
-// just before it) with the sums of query.balance at that time, over the
-// prefixes that group several accounts.
-func (f *fixture) checkGroupSumsAsOf(t *testing.T, min string) {
+// checkGroupSumsAsOf compares query.balances as of each event's record time
+// and each backdated effective time (and just before each), by at and by
+// effective_at, with the sums of query.balance asked the same, over the
+// prefixes that group several accounts; of the record times, every one in
+// step.
+func (f *fixture) checkGroupSumsAsOf(t *testing.T, min string, step int) {
 	t.Helper()
 	var times []time.Time
 	for _, a := range groupAccounts {
-		for _, s := range foldAccountStates(t, f, "account-"+a.id) {
-			times = append(times, s.at, s.at.Add(-time.Microsecond))
+		for i, s := range foldAccountStates(t, f, "account-"+a.id) {
+			if i%step == 0 {
+				times = append(times, s.at)
+			}
 		}
 	}
-	for i, ts := range times {
-		at := ts.Format(time.RFC3339Nano)
-		balances := map[string]map[string]any{}
-		for _, a := range groupAccounts {
-			if b := f.ask(t, "balance", map[string]any{"account_id": a.id, "at": at, "min_position": min}); b["code"] == nil {
-				balances[a.id] = b
-			}
+	for _, ts := range append(times, groupEffective...) {
+		for _, by := range []struct{ field, echo string }{{"at", "as_of"}, {"effective_at", "as_of_effective"}} {
+			f.checkGroupSumsAt(t, by.field, by.echo, ts, min)
+			f.checkGroupSumsAt(t, by.field, by.echo, ts.Add(-time.Microsecond), min)
 		}
-		for _, p := range []string{"m_1:", "m_1", "m"} {
-			want := sumsOf(t, p, func(id string) map[string]any { return balances[id] })
-			got := f.ask(t, "balances", map[string]any{"prefix": p, "at": at, "min_position": min})
-			if !reflect.DeepEqual(got["balances"], want) || got["as_of"] != ts.UTC().Format(time.RFC3339Nano) {
-				t.Fatalf("balances of %q as of %s (time %d): %v, want %v", p, at, i, got, want)
-			}
+	}
+}
+
+// checkGroupSumsAt compares query.balances with the sums of query.balance,
+// both asked with field (at or effective_at) = ts; the reply echoes ts in
+// echo.
+func (f *fixture) checkGroupSumsAt(t *testing.T, field, echo string, ts time.Time, min string) {
+	t.Helper()
+	at := ts.Format(time.RFC3339Nano)
+	balances := map[string]map[string]any{}
+	for _, a := range groupAccounts {
+		if b := f.ask(t, "balance", map[string]any{"account_id": a.id, field: at, "min_position": min}); b["code"] == nil {
+			balances[a.id] = b
+		}
+	}
+	for _, p := range []string{"m_1:", "m_1", "m"} {
+		want := sumsOf(t, p, func(id string) map[string]any { return balances[id] })
+		got := f.ask(t, "balances", map[string]any{"prefix": p, field: at, "min_position": min})
+		if !reflect.DeepEqual(got["balances"], want) || got[echo] != ts.UTC().Format(time.RFC3339Nano) {
+			t.Fatalf("balances of %q, %s %s: %v, want %v", p, field, at, got, want)
 		}
 	}
 }

@@ -29,15 +29,16 @@ const (
 var benchBase = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // BenchmarkGroupBalances measures ledger.v1.query.balances over 100,000
-// accounts under one prefix, now and as of a time, against the same queries
-// over a 1,000-account prefix and against asking query.account for each of
-// the 1,000 (a client adding up the group itself, in process: no NATS), and
+// accounts under one prefix, now, as of a time and by effective time (each
+// seeded event effective when recorded), against the same queries over a
+// 1,000-account prefix, and against asking query.account for each of the
+// 1,000 (a client adding up the group itself, in process: no NATS), and
 // the large group's SQL as of a time with PostgreSQL's JIT on and off, all in
 // each iteration, so that every ratio is of one run. The read models are
 // seeded directly (benchAccounts accounts, benchHistory history rows each),
 // vacuumed and analysed, as autovacuum leaves a table at rest. With -v it
-// logs EXPLAIN (ANALYZE, BUFFERS) of the large group's two queries and of the
-// small group's current sums.
+// logs EXPLAIN (ANALYZE, BUFFERS) of the large group's three queries and of
+// the small group's current sums.
 //
 //	go test -run '^$' -bench GroupBalances -benchtime 5x -v ./internal/app/query/
 func BenchmarkGroupBalances(b *testing.B) {
@@ -54,6 +55,8 @@ func BenchmarkGroupBalances(b *testing.B) {
 		{"now-1k", sumsRun(ctx, svc, "partners:", "", benchSmall, benchHistory-1)},
 		{"at-100k", sumsRun(ctx, svc, "merchants:", at, benchLarge, 2)},
 		{"at-1k", sumsRun(ctx, svc, "partners:", at, benchSmall, 2)},
+		{"effective-100k", sumsRun(ctx, svc, "merchants:", "effective:"+at, benchLarge, 2)},
+		{"effective-1k", sumsRun(ctx, svc, "partners:", "effective:"+at, benchSmall, 2)},
 		{"account-by-account-1k", func() error { return addUpAccounts(ctx, svc) }},
 		{"sql-at-100k-jit-off", sqlRun(ctx, env.Pool, "off", at)},
 		{"sql-at-100k-jit-on", sqlRun(ctx, env.Pool, "on", at)},
@@ -76,17 +79,23 @@ func BenchmarkGroupBalances(b *testing.B) {
 	}
 	b.ReportMetric(ms(0)/ms(1), "x-now-100k/1k")
 	b.ReportMetric(ms(2)/ms(3), "x-at-100k/1k")
-	b.ReportMetric(ms(4)/ms(1), "x-accounts/balances-1k")
-	b.ReportMetric(ms(6)/ms(5), "x-jit-on/off")
+	b.ReportMetric(ms(4)/ms(5), "x-effective-100k/1k")
+	b.ReportMetric(ms(6)/ms(1), "x-accounts/balances-1k")
+	b.ReportMetric(ms(8)/ms(7), "x-jit-on/off")
 	explainSums(b, env.Pool, at)
 }
 
-// sumsRun asks the balances query over prefix (as of at unless "") and checks
-// its one EUR row: accounts n, each with the balance of its history row r.
+// sumsRun asks the balances query over prefix (as of at unless "", by
+// effective time when at is "effective:<time>") and checks its one EUR row:
+// accounts n, each with the balance of its history row r.
 func sumsRun(ctx context.Context, svc *query.Service, prefix, at string, n, r int) func() error {
 	want := int64(n) * int64(r) * 100
+	req := query.BalancesRequest{Prefix: prefix, At: at}
+	if eff, ok := strings.CutPrefix(at, "effective:"); ok {
+		req.At, req.EffectiveAt = "", eff
+	}
 	return func() error {
-		out, qerr := svc.Balances(ctx, query.BalancesRequest{Prefix: prefix, At: at})
+		out, qerr := svc.Balances(ctx, req)
 		if qerr != nil {
 			return qerr
 		}
@@ -97,8 +106,8 @@ func sumsRun(ctx context.Context, svc *query.Service, prefix, at string, n, r in
 	}
 }
 
-// sqlRun runs the large group's sums as of at straight in SQL, with JIT on
-// or off (the query turns it off: this measures why).
+// sqlRun runs the large group's sums as of at straight in SQL, with
+// PostgreSQL's JIT on or off (the query turns it off: this measures why).
 func sqlRun(ctx context.Context, pool *pgxpool.Pool, jit, at string) func() error {
 	return func() error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -145,10 +154,10 @@ func seedGroups(b *testing.B, pool *pgxpool.Pool) {
 	for _, sql := range []string{
 		`INSERT INTO readmodel.accounts (account_id, currency, overdraft_limit, status, balance, held, revision, opened_at, updated_at)
 			SELECT id, 'EUR', 0, 'open', ($4 - 1) * 100, 0, $4 - 1, $5, $5 FROM ` + groups + ` g`,
-		`INSERT INTO readmodel.balance_history (account_id, revision, event_id, type, currency, balance, held, status, at)
-			SELECT id, r, gen_random_uuid(), CASE WHEN r = 0 THEN 'AccountOpened' ELSE 'Credited' END, 'EUR', r * 100, 0, 'open',
-				$5::timestamptz + make_interval(hours => r) + make_interval(secs => i / 1000.0)
-			FROM ` + groups + ` g, generate_series(0, $4 - 1) r`,
+		`INSERT INTO readmodel.balance_history (account_id, revision, event_id, type, currency, balance, held, status, at, effective_at)
+			SELECT id, r, gen_random_uuid(), CASE WHEN r = 0 THEN 'AccountOpened' ELSE 'Credited' END, 'EUR', r * 100, 0, 'open', t, t
+			FROM ` + groups + ` g, generate_series(0, $4 - 1) r,
+				LATERAL (SELECT $5::timestamptz + make_interval(hours => r) + make_interval(secs => i / 1000.0) AS t) tt`,
 	} {
 		if _, err := pool.Exec(ctx, sql, benchLarge, benchSmall, benchOthers, benchHistory, benchBase); err != nil {
 			b.Fatal(err)
@@ -181,6 +190,7 @@ func explainSums(b *testing.B, pool *pgxpool.Pool, at string) {
 		{"now, 100,000 accounts", query.CurrentSumsSQL, []any{from, to, ""}},
 		{"at, 100,000 accounts", query.SumsAsOfSQL, []any{from, to, "", at}},
 		{"now, 1,000 accounts", query.CurrentSumsSQL, []any{"partners:", query.PrefixEnd("partners:"), ""}},
+		{"effective, 100,000 accounts", query.SumsEffectiveSQL, []any{at, from, to, ""}},
 	} {
 		var plan []string
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

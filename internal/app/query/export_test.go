@@ -2,7 +2,8 @@ package query
 
 // The balances query's SQL and range, for the benchmark's EXPLAIN.
 var (
-	CurrentSumsSQL = currentSums
-	SumsAsOfSQL    = sumsAsOf
-	PrefixEnd      = prefixEnd
+	CurrentSumsSQL   = currentSums
+	SumsAsOfSQL      = sumsAsOf
+	SumsEffectiveSQL = sumsEffective
+	PrefixEnd        = prefixEnd
 )
