@@ -142,15 +142,20 @@ ON CONFLICT DO NOTHING`, Table("balance_history", gen))
 }
 
 // lastBalances reads the last row of each account: its state and revision (-1
-// and the zero state when it has none).
+// and the zero state when it has none). Each account's row is one descent of
+// the (account_id, revision) key, LIMIT 1 in a lateral join: a DISTINCT ON
+// over account_id = ANY($1) reads every row of those accounts (PostgreSQL has
+// no skip scan), so a batch's cost grew with its accounts' histories.
 func lastBalances(ctx context.Context, tx pgx.Tx, gen int, ids []string) (map[string]BalanceState, map[string]int64, error) {
 	state := make(map[string]BalanceState, len(ids))
 	last := make(map[string]int64, len(ids))
 	for _, id := range ids {
 		last[id] = -1
 	}
-	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT DISTINCT ON (account_id) account_id, revision, currency, balance, held, status
-		FROM %s WHERE account_id = ANY($1) ORDER BY account_id, revision DESC`, Table("balance_history", gen)), ids)
+	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT a.id, h.revision, h.currency, h.balance, h.held, h.status
+		FROM unnest($1::text[]) AS a(id)
+		CROSS JOIN LATERAL (SELECT revision, currency, balance, held, status FROM %s
+			WHERE account_id = a.id ORDER BY revision DESC LIMIT 1) h`, Table("balance_history", gen)), ids)
 	if err != nil {
 		return nil, nil, fmt.Errorf("projections: balances: %w", err)
 	}
