@@ -146,12 +146,8 @@ func DecideTransaction(accounts map[string]*Account, cmd Command) TransactionDec
 		}
 		return d
 	}
-	for _, id := range TransactionAccounts(cmd.Postings) {
-		if a := accounts[id]; a != nil {
-			if ierr := a.CheckEffective(cmd); ierr != nil {
-				return TransactionDecision{Invalid: ierr}
-			}
-		}
+	if ierr := checkEffectiveOn(accounts, TransactionAccounts(cmd.Postings), cmd); ierr != nil {
+		return TransactionDecision{Invalid: ierr}
 	}
 	for i, p := range cmd.Postings {
 		for _, id := range []string{p.From, p.To} {
@@ -184,6 +180,19 @@ func DecideTransaction(accounts map[string]*Account, cmd Command) TransactionDec
 		}
 	}
 	return TransactionDecision{Event: NewEvent{EvTransactionPosted, posted}, Legs: legs}
+}
+
+// checkEffectiveOn is Account.CheckEffective over the accounts of ids that
+// exist: the first refusal, or nil.
+func checkEffectiveOn(accounts map[string]*Account, ids []string, cmd Command) *InvalidError {
+	for _, id := range ids {
+		if a := accounts[id]; a != nil {
+			if ierr := a.CheckEffective(cmd); ierr != nil {
+				return ierr
+			}
+		}
+	}
+	return nil
 }
 
 // TransactionLegCommand is the command under which a transaction's legs are
