@@ -366,6 +366,24 @@ type SubjectReader interface {
 	ReadStreamSubject(ctx context.Context, stream, subject string, max int) ([]RecordedEvent, error)
 }
 
+// ColdReader reads the start of many streams in one request: what the
+// ledger's cold loads of concurrent commands need, grouped as their appends
+// are. The PostgreSQL and memory stores implement it; KurrentDB does not.
+type ColdReader interface {
+	// ReadCold returns, for each of streams in order, its latest snapshot
+	// (nil when it has none, or the store keeps none) and up to max events
+	// (max >= 1) of the stream from the snapshot's revision on, the event at
+	// that revision first, or from its start; no events (and no error) for a
+	// stream that does not exist.
+	ReadCold(ctx context.Context, streams []string, max int) ([]ColdStream, error)
+}
+
+// ColdStream is what ColdReader read of one stream.
+type ColdStream struct {
+	Snapshot *Snapshot
+	Events   []RecordedEvent
+}
+
 // Snapshot is a stream's state at a revision, opaque to the store: the ledger's
 // snapshots of account aggregates (domain.EncodeSnapshot).
 type Snapshot struct {

@@ -399,6 +399,34 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 	return out, nil
 }
 
+// ReadCold implements eventstore.ColdReader.
+func (s *Store) ReadCold(ctx context.Context, streams []string, max int) ([]eventstore.ColdStream, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("eventstore/memory: read cold: %w", err)
+	}
+	if max < 1 {
+		return nil, fmt.Errorf("eventstore/memory: read cold: max %d is below 1", max)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	out := make([]eventstore.ColdStream, len(streams))
+	for i, stream := range streams {
+		from := uint64(0)
+		if snap, ok := s.snaps[stream]; ok {
+			snap.Data = slices.Clone(snap.Data)
+			out[i].Snapshot, from = &snap, snap.Revision
+		}
+		idx := s.streams[stream]
+		for r := from; r < uint64(len(idx)) && len(out[i].Events) < max; r++ {
+			out[i].Events = append(out[i].Events, clone(s.all[idx[r]]))
+		}
+	}
+	return out, nil
+}
+
 // ReadAll implements eventstore.AllReader: up to max (max <= 0: all) events after `after`.
 func (s *Store) ReadAll(ctx context.Context, after eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
 	if err := ctx.Err(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -59,6 +60,7 @@ func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 		{"LocateEventsByIDAndRefuseRepeats", testLocateEvents},
 		{"SnapshotsKeepTheLatest", testSnapshots},
 		{"ReadEventsBySubject", testSubjects},
+		{"ReadColdManyStreamsAtOnce", testReadCold},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1268,5 +1270,64 @@ func testSnapshots(t *testing.T, s eventstore.Store, p string) {
 	}
 	if one, err := ss.ReadSnapshots(ctx, p+"a", 1); err != nil || len(one) != 1 || one[0].Stream <= p+"a" {
 		t.Fatalf("listed after a, at most 1: %+v, %v", one, err)
+	}
+}
+
+// testReadCold: a store that reads many streams' starts at once (ColdReader)
+// answers each stream asked, in the order asked and as often as asked: up to
+// max events from its snapshot's revision (that event first) or from its
+// start, the snapshot with them, and nothing for a stream that does not
+// exist; a max below 1 is refused.
+func testReadCold(t *testing.T, s eventstore.Store, p string) {
+	cr, ok := s.(eventstore.ColdReader)
+	if !ok {
+		t.Skip("the store reads no streams' starts at once")
+	}
+	ctx := ctxT(t)
+	a, b, none := p+"a", p+"b", p+"none"
+	mustAppend(t, s, a, eventstore.NoStream, events("A", 5)...)
+	mustAppend(t, s, b, eventstore.NoStream, events("B", 2)...)
+	revs := func(evs []eventstore.RecordedEvent, stream string) string {
+		var out []string
+		for _, e := range evs {
+			if e.Stream != stream {
+				return "another stream's event: " + e.Stream
+			}
+			out = append(out, strconv.FormatUint(e.Revision, 10))
+		}
+		return strings.Join(out, ",")
+	}
+	check := func(got []eventstore.ColdStream, want []string, snapA uint64) {
+		t.Helper()
+		streams := []string{b, none, a, b}
+		for i, st := range streams {
+			if r := revs(got[i].Events, st); r != want[i] {
+				t.Errorf("stream %d (%s): revisions %q, want %q", i, st, r, want[i])
+			}
+			snap := got[i].Snapshot
+			switch {
+			case st == a && snapA > 0 && (snap == nil || snap.Revision != snapA || string(snap.Data) != "a-snap"):
+				t.Errorf("%s: snapshot %+v, want one at %d", st, snap, snapA)
+			case (st != a || snapA == 0) && snap != nil:
+				t.Errorf("%s: snapshot %+v, want none", st, snap)
+			}
+		}
+	}
+	got, err := cr.ReadCold(ctx, []string{b, none, a, b}, 3)
+	if err != nil || len(got) != 4 {
+		t.Fatalf("read cold: %d answers, %v", len(got), err)
+	}
+	check(got, []string{"0,1", "", "0,1,2", "0,1"}, 0)
+	if ss, ok := s.(eventstore.SnapshotStore); ok {
+		if err := ss.WriteSnapshot(ctx, eventstore.Snapshot{Stream: a, Revision: 2, Data: []byte("a-snap")}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err = cr.ReadCold(ctx, []string{b, none, a, b}, 2); err != nil || len(got) != 4 {
+			t.Fatalf("read cold after a snapshot: %d answers, %v", len(got), err)
+		}
+		check(got, []string{"0,1", "", "2,3", "0,1"}, 2)
+	}
+	if _, err := cr.ReadCold(ctx, []string{a}, 0); err == nil {
+		t.Fatal("max 0 was not refused")
 	}
 }

@@ -181,20 +181,11 @@ func (s *Service) loadPending(ctx context.Context, stream, id string, refresh bo
 	if ok && !refresh {
 		return acc, 0, nil
 	}
-	if !ok {
-		var err error
-		if acc, err = s.coldAccount(ctx, stream, id); err != nil {
-			return nil, 0, err
-		}
-	}
-	err := catchUp(ctx, s.store, stream, acc.Revision, func(ev domain.StoredEvent) error { return domain.EvolveAccount(acc, ev) })
-	if err != nil && !ok && acc.SnapshotRevision >= 0 && ctx.Err() == nil {
-		// The events after the snapshot do not fold on it (each states the
-		// account it leaves): the snapshot is not of this stream's history.
-		s.metrics.snapshotsIgnored.Inc()
-		s.log.Warn("account snapshot ignored: the events after it do not fold on it", "stream", stream, "revision", acc.SnapshotRevision, "err", err)
-		acc = s.newAccount(id)
-		err = catchUp(ctx, s.store, stream, acc.Revision, func(ev domain.StoredEvent) error { return domain.EvolveAccount(acc, ev) })
+	var err error
+	if ok {
+		err = catchUp(ctx, s.store, stream, acc.Revision, foldInto(acc))
+	} else {
+		acc, err = s.cold.load(ctx, stream, id)
 	}
 	if err != nil {
 		s.accounts.c.Remove(stream)
@@ -203,6 +194,11 @@ func (s *Service) loadPending(ctx context.Context, stream, id string, refresh bo
 	s.accounts.add(stream, acc)
 	s.snapshotIfDue(stream, acc)
 	return acc, 0, nil
+}
+
+// foldInto folds events into acc.
+func foldInto(acc *domain.Account) func(domain.StoredEvent) error {
+	return func(ev domain.StoredEvent) error { return domain.EvolveAccount(acc, ev) }
 }
 
 // catchUp reads a stream forward from after+1 and hands each event to apply.

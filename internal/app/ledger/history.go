@@ -43,57 +43,6 @@ func (s *Service) bound(acc *domain.Account) *domain.Account {
 	return acc
 }
 
-// coldAccount is the aggregate a cold load starts from: the stream's snapshot
-// when it has one that matches the stream, otherwise an empty aggregate.
-func (s *Service) coldAccount(ctx context.Context, stream, id string) (*domain.Account, error) {
-	if s.snaps == nil {
-		return s.newAccount(id), nil
-	}
-	snap, err := s.snaps.ReadSnapshot(ctx, stream)
-	if errors.Is(err, eventstore.ErrSnapshotNotFound) {
-		return s.newAccount(id), nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	acc, err := s.checkSnapshot(ctx, stream, snap)
-	if err != nil {
-		s.metrics.snapshotsIgnored.Inc()
-		s.log.Warn("account snapshot ignored: folding the stream from its start", "stream", stream, "revision", snap.Revision, "err", err)
-		return s.newAccount(id), nil
-	}
-	s.bound(acc).SnapshotRevision = acc.Revision
-	return acc, nil
-}
-
-// checkSnapshot decodes a snapshot and checks it against its stream: the event
-// at its revision must have the snapshot's chain hash (which chains every
-// earlier event of the stream).
-func (s *Service) checkSnapshot(ctx context.Context, stream string, snap eventstore.Snapshot) (*domain.Account, error) {
-	acc, err := domain.DecodeSnapshot(stream, snap.Data)
-	if err != nil {
-		return nil, err
-	}
-	if uint64(acc.Revision) != snap.Revision {
-		return nil, fmt.Errorf("ledger: snapshot of %s is filed at revision %d but holds %d", stream, snap.Revision, acc.Revision)
-	}
-	evs, err := s.store.ReadStream(ctx, stream, snap.Revision, eventstore.Forwards, 1)
-	if err != nil && !errors.Is(err, eventstore.ErrStreamNotFound) {
-		return nil, err
-	}
-	if len(evs) == 0 || evs[0].Revision != snap.Revision {
-		return nil, fmt.Errorf("ledger: snapshot of %s at revision %d is beyond the stream", stream, snap.Revision)
-	}
-	m, err := domain.DecodeMetadata(evs[0].Metadata)
-	if err != nil {
-		return nil, err
-	}
-	if m.Chain != acc.LastChain {
-		return nil, fmt.Errorf("ledger: snapshot of %s at revision %d has chain %s, the stream %s", stream, snap.Revision, acc.LastChain, m.Chain)
-	}
-	return acc, nil
-}
-
 // snapshotIfDue takes a snapshot of a durable aggregate (the caller holds the
 // stream's lock, and nothing is in flight on it) when SnapshotEvery events have
 // passed since the last one. It is encoded here and written in the background;

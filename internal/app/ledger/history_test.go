@@ -199,7 +199,7 @@ func TestKeyLookupsAnswerEachCaller(t *testing.T) {
 	}
 	wg.Wait()
 	k.close()
-	if _, err := k.exists(context.Background(), domain.EventID("d0", "account-a", 0)); !errors.Is(err, errLookupsClosed) {
+	if _, err := k.exists(context.Background(), domain.EventID("d0", "account-a", 0)); !errors.Is(err, errRoundsClosed) {
 		t.Fatalf("after close: %v", err)
 	}
 	s.Close()

@@ -11,20 +11,140 @@ import (
 	"github.com/ledgerworks/ledger/eventstore"
 )
 
-// keyLookups asks the store whether events exist for the keys of concurrent
-// commands in one request per round (decidedBefore): while resends of forgotten
-// keys arrive on a hot account, each of its commands needs the answer, and one
-// request per command would cost a round trip each. One goroutine gathers the
-// rounds: when a round slot is free it takes what has queued (up to
-// maxLookupBatch) and asks in the background, at most lookupRounds at once.
-type keyLookups struct {
-	locator eventstore.EventLocator
-	sizes   prometheus.Observer // keys per request
-	queue   chan *lookup
-	done    chan struct{}
-	stopped chan struct{}
-	once    sync.Once
+// rounds asks the store one question on behalf of many concurrent callers,
+// as group commit appends many commands in one transaction: one goroutine
+// gathers the rounds, and when a round slot is free it takes what has queued
+// (up to maxRound questions) and asks in the background, at most inFlight
+// rounds at once. No caller waits for a round to fill: a lone question is
+// asked at once, and the questions that queue while rounds are in flight go
+// together in the next one.
+type rounds[Q, A any] struct {
+	ask      func(ctx context.Context, qs []Q) ([]A, error) // one answer per question, in order
+	sizes    prometheus.Observer                            // questions per round
+	maxRound int
+	inFlight int
+	queue    chan *question[Q, A]
+	done     chan struct{}
+	stopped  chan struct{}
+	once     sync.Once
 }
+
+type question[Q, A any] struct {
+	q     Q
+	a     A
+	err   error
+	ready chan struct{}
+}
+
+func newRounds[Q, A any](maxRound, inFlight int, sizes prometheus.Observer, ask func(context.Context, []Q) ([]A, error)) *rounds[Q, A] {
+	r := &rounds[Q, A]{ask: ask, sizes: sizes, maxRound: maxRound, inFlight: inFlight,
+		queue: make(chan *question[Q, A], maxRound), done: make(chan struct{}), stopped: make(chan struct{})}
+	go r.loop()
+	return r
+}
+
+var errRoundsClosed = errors.New("ledger: the store's grouped reads are closed")
+
+// do asks q in the next round and returns its answer.
+func (r *rounds[Q, A]) do(ctx context.Context, q Q) (a A, err error) {
+	select {
+	case <-r.done:
+		return a, errRoundsClosed
+	default:
+	}
+	l := &question[Q, A]{q: q, ready: make(chan struct{})}
+	select {
+	case r.queue <- l:
+	case <-r.done:
+		return a, errRoundsClosed
+	case <-ctx.Done():
+		return a, ctx.Err()
+	}
+	select {
+	case <-l.ready:
+		return l.a, l.err
+	case <-r.stopped: // closed with this question still queued: nobody will ask
+		select {
+		case <-l.ready:
+			return l.a, l.err
+		default:
+			return a, errRoundsClosed
+		}
+	case <-ctx.Done():
+		return a, ctx.Err()
+	}
+}
+
+func (r *rounds[Q, A]) loop() {
+	var running sync.WaitGroup
+	defer func() { running.Wait(); close(r.stopped) }()
+	slots := make(chan struct{}, r.inFlight)
+	for {
+		var batch []*question[Q, A]
+		select {
+		case l := <-r.queue:
+			batch = append(batch, l)
+		case <-r.done:
+			return
+		}
+		select { // a round slot; questions queue meanwhile and join this round
+		case slots <- struct{}{}:
+		case <-r.done:
+			r.answer(batch, nil, errRoundsClosed)
+			return
+		}
+	fill:
+		for len(batch) < r.maxRound {
+			select {
+			case l := <-r.queue:
+				batch = append(batch, l)
+			default:
+				break fill
+			}
+		}
+		running.Add(1)
+		go func() {
+			defer func() { <-slots; running.Done() }()
+			qs := make([]Q, len(batch))
+			for i, l := range batch {
+				qs[i] = l.q
+			}
+			// Not tied to one caller's context: the round answers all of them.
+			ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+			as, err := r.ask(ctx, qs)
+			cancel()
+			if err == nil && len(as) != len(qs) {
+				err = errors.New("ledger: a grouped read answered another number of questions than it was asked")
+			}
+			r.answer(batch, as, err)
+			r.sizes.Observe(float64(len(batch)))
+		}()
+	}
+}
+
+func (r *rounds[Q, A]) answer(batch []*question[Q, A], as []A, err error) {
+	for i, l := range batch {
+		if err != nil {
+			l.err = err
+		} else {
+			l.a = as[i]
+		}
+		close(l.ready)
+	}
+}
+
+// close stops the loop; questions queued meanwhile get errRoundsClosed or
+// their context's end.
+func (r *rounds[Q, A]) close() {
+	r.once.Do(func() { close(r.done) })
+	<-r.stopped
+}
+
+// keyLookups asks the store whether events exist for the keys of concurrent
+// commands in one request per round (decidedBefore): while resends of
+// forgotten keys arrive on a hot account, each of its commands needs the
+// answer, and one request per command would cost a round trip each.
+type keyLookups struct{ *rounds[uuid.UUID, bool] }
 
 // maxLookupBatch bounds the IDs of one request; lookupRounds the requests in
 // flight at once (a lookup waits for at most one round ahead of its own).
@@ -33,105 +153,21 @@ const (
 	lookupRounds   = 4
 )
 
-type lookup struct {
-	id    uuid.UUID
-	found bool
-	err   error
-	ready chan struct{}
-}
-
 func newKeyLookups(l eventstore.EventLocator, sizes prometheus.Observer) *keyLookups {
-	k := &keyLookups{locator: l, sizes: sizes, queue: make(chan *lookup, maxLookupBatch), done: make(chan struct{}), stopped: make(chan struct{})}
-	go k.loop()
-	return k
+	return &keyLookups{newRounds(maxLookupBatch, lookupRounds, sizes, func(ctx context.Context, ids []uuid.UUID) ([]bool, error) {
+		found, err := l.EventsExist(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]bool, len(ids))
+		for i, id := range ids {
+			out[i] = found[id]
+		}
+		return out, nil
+	})}
 }
-
-var errLookupsClosed = errors.New("ledger: key lookups are closed")
 
 // exists reports whether the store holds an event of this ID.
 func (k *keyLookups) exists(ctx context.Context, id uuid.UUID) (bool, error) {
-	select {
-	case <-k.done:
-		return false, errLookupsClosed
-	default:
-	}
-	l := &lookup{id: id, ready: make(chan struct{})}
-	select {
-	case k.queue <- l:
-	case <-k.done:
-		return false, errLookupsClosed
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
-	select {
-	case <-l.ready:
-		return l.found, l.err
-	case <-k.stopped: // closed with this lookup still queued: nobody will ask
-		select {
-		case <-l.ready:
-			return l.found, l.err
-		default:
-			return false, errLookupsClosed
-		}
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
-}
-
-func (k *keyLookups) loop() {
-	var rounds sync.WaitGroup
-	defer func() { rounds.Wait(); close(k.stopped) }()
-	inflight := make(chan struct{}, lookupRounds)
-	for {
-		var batch []*lookup
-		select {
-		case l := <-k.queue:
-			batch = append(batch, l)
-		case <-k.done:
-			return
-		}
-		select { // a round slot; lookups queue meanwhile and join this round
-		case inflight <- struct{}{}:
-		case <-k.done:
-			k.answer(batch, nil, errLookupsClosed)
-			return
-		}
-	fill:
-		for len(batch) < maxLookupBatch {
-			select {
-			case l := <-k.queue:
-				batch = append(batch, l)
-			default:
-				break fill
-			}
-		}
-		rounds.Add(1)
-		go func() {
-			defer func() { <-inflight; rounds.Done() }()
-			ids := make([]uuid.UUID, len(batch))
-			for i, l := range batch {
-				ids[i] = l.id
-			}
-			// Not tied to one caller's context: the round answers all of them.
-			ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
-			found, err := k.locator.EventsExist(ctx, ids)
-			cancel()
-			k.answer(batch, found, err)
-			k.sizes.Observe(float64(len(batch)))
-		}()
-	}
-}
-
-func (k *keyLookups) answer(batch []*lookup, found map[uuid.UUID]bool, err error) {
-	for _, l := range batch {
-		l.found, l.err = found[l.id], err
-		close(l.ready)
-	}
-}
-
-// close stops the loop; lookups queued meanwhile get errLookupsClosed or their
-// context's end.
-func (k *keyLookups) close() {
-	k.once.Do(func() { close(k.done) })
-	<-k.stopped
+	return k.do(ctx, id)
 }

@@ -16,6 +16,7 @@ type metrics struct {
 	refundsRecalled  prometheus.Counter
 	cachedBytes      prometheus.Gauge
 	lookupBatch      prometheus.Histogram
+	coldBatch        prometheus.Histogram
 	batchSize        prometheus.Histogram
 }
 
@@ -35,11 +36,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		cachedBytes:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "ledger_account_cache_bytes", Help: "Estimated heap held by the cached account aggregates."}),
 		lookupBatch: histogram("ledger_key_lookup_batch", "Keys looked up in the store per request, while resends of forgotten keys arrive.",
 			prometheus.ExponentialBuckets(1, 2, 10)),
+		coldBatch: histogram("ledger_cold_load_batch_streams", "Account streams read in one request by the cold loads of concurrent commands (aggregates not in the cache).",
+			prometheus.ExponentialBuckets(1, 2, 10)),
 		batchSize: histogram("ledger_group_commit_batch_commands", "Commands carried by one group-commit transaction.",
 			[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.snapshotsTaken, m.snapshotsIgnored, m.keysRecalled, m.holdsRecalled, m.refundsRecalled, m.cachedBytes, m.lookupBatch, m.batchSize)
+		reg.MustRegister(m.snapshotsTaken, m.snapshotsIgnored, m.keysRecalled, m.holdsRecalled, m.refundsRecalled, m.cachedBytes, m.lookupBatch, m.coldBatch, m.batchSize)
 	}
 	return m
 }

@@ -96,6 +96,7 @@ type Service struct {
 	// (keys.go); snaps is the store's when it keeps snapshots (history.go);
 	// keyLimit is Account.KeyLimit for new aggregates.
 	keys     keyFinder
+	cold     coldLoader // how an aggregate not cached is read (coldloads.go)
 	snaps    eventstore.SnapshotStore
 	keyLimit int
 	// subjects is the store's, when it reads events by subject; holdLimit and
@@ -145,6 +146,7 @@ func New(store Store, opts Options) *Service {
 		claims: newLRU[string, *domain.KeyClaimed](opts.CacheSize, nil), transfers: newLRU[string, *domain.Transfer](opts.CacheSize, nil), metrics: m, snapSlots: make(chan struct{}, 4)}
 	s.mover = moverFor(s, store)
 	s.keys = keyFinderFor(s, store)
+	s.cold = coldLoaderFor(s, store)
 	if s.keys.forgets() {
 		s.keyLimit = max(opts.RecentKeys, 0)
 	}
@@ -172,6 +174,7 @@ func (s *Service) Close() {
 	}
 	s.snapWG.Wait()
 	s.keys.close()
+	s.cold.close()
 }
 
 // ErrTooManyConflicts means concurrent writers kept winning for MaxAttempts rounds.
