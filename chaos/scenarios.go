@@ -366,10 +366,18 @@ func (sys *system) finish(ctx context.Context, h *History, res *result, required
 
 // ---- scenario 1 ----
 
+// Half the commands go to one hot account, the rest spread over many accounts
+// (300; 100 quick) with a ledger that caches 16 aggregates (--cache-size):
+// most of those commands find their account cold and are loaded from the
+// store, grouped with the concurrent commands' loads (issue 27), among the
+// hot account's pipelined commands, batches, atomic batches and resends.
+const bankCacheSize = "16"
+
 func scenarioBank(ctx context.Context, s *suite, res *result) error {
 	return runBank(ctx, s, res, bank{
-		ledgers: 1, projectors: 1, accounts: 20, producers: 8,
-		commands: s.size(5000, 400), resend: 0.10, reuse: 0.02, hot: 0.5, batch: 0.15, atomic: 0.35, backdated: 0.1, required: true,
+		ledgers: 1, projectors: 1, accounts: s.size(300, 100), producers: 8,
+		ledgerArgs: []string{"--cache-size", bankCacheSize},
+		commands:   s.size(5000, 400), resend: 0.10, reuse: 0.02, hot: 0.5, batch: 0.15, atomic: 0.35, backdated: 0.1, required: true,
 		evidence: func(_ context.Context, _ *system, res *result) {
 			// The faults of this scenario are the client's own: resends and reuse.
 			res.ev.Other += res.stats.Duplicates + res.stats.Conflicts
