@@ -119,6 +119,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	prog := &progress{log: log, interval: cfg.ProgressInterval}
 	cfg.ledgerMetrics = env.Node.Registry
 	cfg.eventStoreURL = env.EventStoreURL
+	if ps, ok := env.Node.Store.(interface{ Pool() *pgxpool.Pool }); ok {
+		cfg.ledgerPool = ps.Pool().Stat
+	}
 	if env.Pair != nil {
 		cfg.pair = &pairSwitch{set: env.Pair.SetSynchronous, url: env.DatabaseURL}
 	}

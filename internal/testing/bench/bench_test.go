@@ -221,6 +221,9 @@ func checkMany(t *testing.T, rep *Report, lines []string, accounts int) {
 	if mr := rep.Many; mr == nil || mr.Accounts != accounts || mr.OpenSeconds <= 0 || mr.LedgerHeapMB <= 0 || mr.ProcessPeakHeapMB < mr.LedgerHeapMB {
 		t.Fatalf("many report %+v", rep.Many)
 	}
+	if m.ColdLoadsPerCommand <= 0 || m.ColdLoadsPerRound < 1 || m.PoolAcquiresPerCommand <= 0 || !strings.Contains(strings.Join(lines, "\n"), "the ledger's PostgreSQL pool per answered command") {
+		t.Fatalf("many phase without its cold loads or its pool's figures: %+v", m)
+	}
 	if h := rep.Phase(SystemLedger, PhaseManyHalfLoad); h.TargetRate != m.CommandsPerSec/2 {
 		t.Fatalf("many half-load at %v, the many phase at %v", h.TargetRate, m.CommandsPerSec)
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ledgerworks/ledger/domain"
@@ -20,6 +21,9 @@ type Config struct {
 	// the ledger's load phase is then also run alternately without and with
 	// the synchronous standby (pairload.go).
 	pair *pairSwitch
+	// ledgerPool reads the connection pool of the ledger's PostgreSQL event
+	// store (set by Run; nil on another store).
+	ledgerPool func() *pgxpool.Stat
 	// eventStoreURL is the ledger's event store (set by Run): the
 	// many-accounts phases open their accounts there.
 	eventStoreURL string

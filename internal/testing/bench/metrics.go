@@ -14,6 +14,9 @@ const (
 	// keysRecalledMetric counts the key records an aggregate had forgotten and
 	// rebuilt from the store (internal/app/ledger/history.go).
 	keysRecalledMetric = "ledger_keys_recalled_total"
+	// coldLoadMetric is the histogram of streams per grouped cold-load
+	// request (internal/app/ledger/coldloads.go).
+	coldLoadMetric = "ledger_cold_load_batch_streams"
 )
 
 // eachMetric calls f with every series of the named metric family.
@@ -36,7 +39,17 @@ func eachMetric(g prometheus.Gatherer, name string, f func(*dto.Metric)) {
 
 // batchTotals reads the group-commit histogram: transactions and commands so far.
 func batchTotals(g prometheus.Gatherer) (transactions, commands float64) {
-	eachMetric(g, groupCommitMetric, func(m *dto.Metric) {
+	return histogramTotals(g, groupCommitMetric)
+}
+
+// coldTotals reads the cold-load histogram: requests and streams read so far.
+func coldTotals(g prometheus.Gatherer) (requests, streams float64) {
+	return histogramTotals(g, coldLoadMetric)
+}
+
+// histogramTotals reads a histogram's count and sum so far.
+func histogramTotals(g prometheus.Gatherer, name string) (transactions, commands float64) {
+	eachMetric(g, name, func(m *dto.Metric) {
 		if h := m.GetHistogram(); h != nil {
 			transactions += float64(h.GetSampleCount())
 			commands += h.GetSampleSum()

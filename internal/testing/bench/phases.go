@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // phaseRunner runs one system's measured phases and collects their results.
@@ -49,6 +51,8 @@ func (pr *phaseRunner) measure(name string, f func() (PhaseResult, error)) (*Pha
 	cfg, sys := pr.cfg, pr.sys
 	before := sampleCPU(pr.pm)
 	tx0, cmds0 := batchTotals(cfg.ledgerMetrics)
+	cr0, cs0 := coldTotals(cfg.ledgerMetrics)
+	p0 := pr.poolStat()
 	a0, r0 := pr.calls.count()
 	hook(cfg, sys, name, true)
 	res, err := f()
@@ -62,6 +66,21 @@ func (pr *phaseRunner) measure(name string, f func() (PhaseResult, error)) (*Pha
 	if tx1, cmds1 := batchTotals(cfg.ledgerMetrics); sys == SystemLedger && tx1 > tx0 {
 		res.Transactions = int64(tx1 - tx0)
 		res.MeanBatch = (cmds1 - cmds0) / (tx1 - tx0)
+	}
+	if cr1, cs1 := coldTotals(cfg.ledgerMetrics); sys == SystemLedger && res.Commands > 0 {
+		res.ColdLoadsPerCommand = (cs1 - cs0) / float64(res.Commands)
+		if cr1 > cr0 {
+			res.ColdLoadsPerRound = (cs1 - cs0) / (cr1 - cr0)
+		}
+	}
+	if p0 != nil && res.Commands > 0 {
+		p1 := pr.poolStat()
+		n := p1.AcquireCount() - p0.AcquireCount()
+		res.PoolAcquiresPerCommand = float64(n) / float64(res.Commands)
+		res.PoolWaitsPerCommand = float64(p1.EmptyAcquireCount()-p0.EmptyAcquireCount()) / float64(res.Commands)
+		if n > 0 {
+			res.PoolMeanWaitMs = float64((p1.AcquireDuration() - p0.AcquireDuration()).Microseconds()) / 1000 / float64(n)
+		}
 	}
 	pr.out = append(pr.out, res)
 	cfg.Progress.Info("bench: phase done", "system", sys, "phase", name, "commands_per_sec", int(res.CommandsPerSec), "p99_ms", res.P99Ms, "errors", res.Errors)
@@ -86,4 +105,13 @@ func (pr *phaseRunner) openLoop(name string, g []*clientGen, rate, f float64, of
 	hr.WarmupNewAnswered = wr.c.newAnswered.Load()
 	hr.Mode = fmt.Sprintf("open loop at %.0f/s (%g%% of %s), %d clients, after 1s unrecorded", at, 100*f, of, cfg.Clients)
 	return nil
+}
+
+// poolStat is the ledger's store pool's statistics now (nil: not the
+// ledger, or not on PostgreSQL).
+func (pr *phaseRunner) poolStat() *pgxpool.Stat {
+	if pr.sys != SystemLedger || pr.cfg.ledgerPool == nil {
+		return nil
+	}
+	return pr.cfg.ledgerPool()
 }

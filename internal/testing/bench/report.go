@@ -49,6 +49,18 @@ type PhaseResult struct {
 	// subscriptions), per answered command (0 on another event store).
 	StoreAppendsPerCommand float64 `json:"store_appends_per_command,omitempty"`
 	StoreReadsPerCommand   float64 `json:"store_reads_per_command,omitempty"`
+	// PoolAcquiresPerCommand is the connections the ledger took from its
+	// PostgreSQL event store's pool in the phase (one per statement or
+	// transaction: its round trips) per answered command;
+	// PoolWaitsPerCommand those that waited for a free one, PoolMeanWaitMs
+	// the mean wait of an acquire. ColdLoadsPerCommand is the aggregates the
+	// ledger loaded cold per answered command, ColdLoadsPerRound the mean
+	// streams of one grouped cold-load request.
+	PoolAcquiresPerCommand float64 `json:"pool_acquires_per_command,omitempty"`
+	PoolWaitsPerCommand    float64 `json:"pool_waits_per_command,omitempty"`
+	PoolMeanWaitMs         float64 `json:"pool_mean_wait_ms,omitempty"`
+	ColdLoadsPerCommand    float64 `json:"cold_loads_per_command,omitempty"`
+	ColdLoadsPerRound      float64 `json:"cold_loads_per_round,omitempty"`
 	// WarmupNewAnswered counts the new commands answered by the unrecorded
 	// warm-up that preceded the phase (they were applied all the same).
 	WarmupNewAnswered int64 `json:"warmup_new_answered,omitempty"`
@@ -236,6 +248,9 @@ func (r *Report) Print(w io.Writer) {
 	if l := r.storeCallsLine(); l != "" {
 		fmt.Fprintln(w, l)
 	}
+	if l := r.poolLine(); l != "" {
+		fmt.Fprintln(w, l)
+	}
 	for _, p := range r.Phases {
 		for _, e := range p.ErrorSamples {
 			fmt.Fprintf(w, "  %s/%s error: %s\n", p.System, p.Phase, e)
@@ -295,6 +310,22 @@ func (r *Report) storeCallsLine() string {
 		return ""
 	}
 	return "calls to the KurrentDB test server per answered command: " + strings.Join(parts, "; ")
+}
+
+// poolLine gives, for each of the ledger's phases that measured them, its
+// store pool's acquires and waits and its cold loads per command, or "".
+func (r *Report) poolLine() string {
+	var parts []string
+	for _, p := range r.Phases {
+		if p.PoolAcquiresPerCommand > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.2f acquires (%.2f waited, mean wait %.2f ms), %.2f cold loads (%.1f a request)",
+				p.Phase, p.PoolAcquiresPerCommand, p.PoolWaitsPerCommand, p.PoolMeanWaitMs, p.ColdLoadsPerCommand, p.ColdLoadsPerRound))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "the ledger's PostgreSQL pool per answered command (a connection per statement or transaction): " + strings.Join(parts, "; ")
 }
 
 func baselineRead(c ReportConfig) string {
@@ -410,6 +441,9 @@ func (r *Report) Markdown(w io.Writer) {
 			lat(p.P50Ms), lat(p.P99Ms), lat(p.P999Ms), p.DuplicatesPerSec, p.NewApplied, p.Errors, p.Anomalies, p.EarlyDuplicates, p.batch(), fmtCPU(p.CPU), p.Mode)
 	}
 	if l := r.storeCallsLine(); l != "" {
+		fmt.Fprintf(w, "\n%s%s.\n", strings.ToUpper(l[:1]), l[1:])
+	}
+	if l := r.poolLine(); l != "" {
 		fmt.Fprintf(w, "\n%s%s.\n", strings.ToUpper(l[:1]), l[1:])
 	}
 	if k := r.KeyCheck; k != nil {
