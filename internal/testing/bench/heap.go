@@ -20,11 +20,7 @@ const (
 
 // liveHeapBySource collects, then splits the live heap by the allocation
 // stacks of the heap profile (runtime.MemProfile, each record scaled as pprof
-// scales a sample): an allocation whose outermost frame of this module is the
-// bench's (its clients) counts as other, one of the module's own code as the
-// ledger's (service, store, domain, intake, node), one without a frame of the
-// module but with one of nats-server as NATS's, and the rest as other (the
-// NATS clients' buffers, the runtime).
+// scales a sample), as sourceOf names them.
 func liveHeapBySource() heapSplit {
 	runtime.GC() // publishes the profile of the cycle it completes
 	n, _ := runtime.MemProfile(nil, false)
@@ -68,28 +64,28 @@ func scaledInUse(count, size int64, rate int) int64 {
 }
 
 // sourceOf names who allocated along stack (leaf first): "ledger", "nats" or
-// "other".
+// "other". A stack through the bench's own code (its clients, its seeding) is
+// the bench's, whatever it calls; otherwise one through the module's code is
+// the ledger's (every goroutine the ledger starts, and the process's entry,
+// config.Main, which the main goroutine's stacks all pass).
 func sourceOf(stack []uintptr) string {
 	frames := runtime.CallersFrames(stack)
-	outer, nats := "", false
+	module, nats := false, false
 	for {
 		f, more := frames.Next()
-		if strings.HasPrefix(f.Function, modulePrefix) {
-			outer = f.Function
-		} else if strings.HasPrefix(f.Function, natsServerPrefix) {
-			nats = true
+		for _, p := range benchPrefixes {
+			if strings.HasPrefix(f.Function, p) {
+				return "other"
+			}
 		}
+		module = module || strings.HasPrefix(f.Function, modulePrefix)
+		nats = nats || strings.HasPrefix(f.Function, natsServerPrefix)
 		if !more {
 			break
 		}
 	}
 	switch {
-	case outer != "":
-		for _, p := range benchPrefixes {
-			if strings.HasPrefix(outer, p) {
-				return "other"
-			}
-		}
+	case module:
 		return "ledger"
 	case nats:
 		return "nats"
