@@ -29,7 +29,7 @@ func BenchmarkHistoryImport(b *testing.B) {
 	lines := importLines()
 	var historical, baseline time.Duration
 	for i := range b.N {
-		for _, hist := range []bool{false, true} {
+		for _, hist := range importModes() {
 			prefix := fmt.Sprintf("b%d", i)
 			if hist {
 				prefix = fmt.Sprintf("h%d", i)
@@ -53,8 +53,21 @@ func BenchmarkHistoryImport(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(lines*b.N)/historical.Seconds(), "historical-cmds/s")
-	b.ReportMetric(float64(lines*b.N)/baseline.Seconds(), "baseline-cmds/s")
-	b.ReportMetric(baseline.Seconds()/historical.Seconds(), "historical/baseline")
+	if baseline > 0 {
+		b.ReportMetric(float64(lines*b.N)/baseline.Seconds(), "baseline-cmds/s")
+		b.ReportMetric(baseline.Seconds()/historical.Seconds(), "historical/baseline")
+	}
+}
+
+// importModes are the runs of each iteration, historical or not: the baseline
+// then the historical import, or the historical one alone with
+// LEDGER_BENCH_IMPORT_HISTORICAL_ONLY=1 (to compare two builds, alternated:
+// BENCHMARKS.md).
+func importModes() []bool {
+	if os.Getenv("LEDGER_BENCH_IMPORT_HISTORICAL_ONLY") == "1" {
+		return []bool{true}
+	}
+	return []bool{false, true}
 }
 
 // importLines is how many lines each import run posts: 100,000, or
