@@ -72,10 +72,14 @@ func importModes() []bool {
 
 // importLines is how many lines each import run posts: 100,000, or
 // LEDGER_BENCH_IMPORT_LINES.
-func importLines() int {
+func importLines() int { return linesFromEnv("LEDGER_BENCH_IMPORT_LINES", 100_000) }
+
+// linesFromEnv is the number of lines in the environment variable name (more
+// than 100), or def when it is unset or not such a number.
+func linesFromEnv(name string, def int) int {
 	var n int
-	if _, err := fmt.Sscan(os.Getenv("LEDGER_BENCH_IMPORT_LINES"), &n); err == nil && n > 100 {
+	if _, err := fmt.Sscan(os.Getenv(name), &n); err == nil && n > 100 {
 		return n
 	}
-	return 100_000
+	return def
 }
