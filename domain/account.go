@@ -596,17 +596,17 @@ func decideAccount(a *Account, cmd Command) Decision {
 		if cmd.Type == CmdDeposit {
 			reason = ReasonDeposit
 		}
-		return a.decideCredit(cmd, cmd.Amount, cmd.Currency, reason, cmd.Ref, false)
+		return a.decideCredit(cmd, movement{cmd.Amount, cmd.Currency, reason, cmd.Ref}, false)
 	case CmdTransferCompensate:
 		// Compensation returns money that left this account; it is never refused,
 		// not even by a close that happened in between.
-		return a.decideCredit(cmd, cmd.Amount, cmd.Currency, cmd.Reason, cmd.Ref, true)
+		return a.decideCredit(cmd, movement{cmd.Amount, cmd.Currency, cmd.Reason, cmd.Ref}, true)
 	case CmdWithdraw, CmdTransferDebit:
 		reason := cmd.Reason
 		if cmd.Type == CmdWithdraw {
 			reason = ReasonWithdrawal
 		}
-		return a.decideDebit(cmd, cmd.Amount, cmd.Currency, reason, cmd.Ref)
+		return a.decideDebit(cmd, movement{cmd.Amount, cmd.Currency, reason, cmd.Ref})
 	case CmdPlaceHold, CmdCaptureGuard:
 		return a.decidePlaceHold(cmd)
 	case CmdTransactionReserve:
@@ -640,24 +640,33 @@ func decideAccount(a *Account, cmd Command) Decision {
 	return Decision{Invalid: invalid("type", "command %s does not apply to an account", cmd.Type)}
 }
 
-func (a *Account) decideCredit(cmd Command, amount int64, currency, reason, ref string, compensation bool) Decision {
+// movement is one entry a decision writes on an account: how much, in which
+// currency, why (the entry's reason) and what it refers to (its ref).
+type movement struct {
+	amount      int64
+	currency    string
+	reason, ref string
+}
+
+func (a *Account) decideCredit(cmd Command, m movement, compensation bool) Decision {
 	if a.Closed && !compensation {
 		return reject(cmd, CodeAccountClosed, true, "account %s is closed", a.ID)
 	}
-	if currency != a.Currency {
-		return reject(cmd, CodeCurrencyMismatch, true, "account %s holds %s, not %s", a.ID, a.Currency, currency)
+	if m.currency != a.Currency {
+		return reject(cmd, CodeCurrencyMismatch, true, "account %s holds %s, not %s", a.ID, a.Currency, m.currency)
 	}
-	bal, ok := addMinor(a.Balance, amount)
+	bal, ok := addMinor(a.Balance, m.amount)
 	if !ok {
 		return reject(cmd, CodeAmountOverflow, true, "balance of %s would leave the int64 range", a.ID)
 	}
-	return apply(NewEvent{EvCredited, Credited{Amount: amount, Currency: currency, Reason: reason, Ref: ref, BalanceAfter: bal, HeldAfter: ptr(a.Held), Metadata: cmd.Metadata}})
+	return apply(NewEvent{EvCredited, Credited{Amount: m.amount, Currency: m.currency, Reason: m.reason, Ref: m.ref, BalanceAfter: bal, HeldAfter: ptr(a.Held), Metadata: cmd.Metadata}})
 }
 
-func (a *Account) decideDebit(cmd Command, amount int64, currency, reason, ref string) Decision {
+func (a *Account) decideDebit(cmd Command, m movement) Decision {
 	if a.Closed {
 		return reject(cmd, CodeAccountClosed, true, "account %s is closed", a.ID)
 	}
+	amount, currency := m.amount, m.currency
 	if currency != a.Currency {
 		return reject(cmd, CodeCurrencyMismatch, true, "account %s holds %s, not %s", a.ID, a.Currency, currency)
 	}
@@ -675,7 +684,7 @@ func (a *Account) decideDebit(cmd Command, amount int64, currency, reason, ref s
 	if !a.withinOverdraft(bal - a.Held) {
 		return reject(cmd, CodeInsufficientFunds, true, "account %s has %d available (overdraft limit %d), %d requested", a.ID, a.Available(), a.OverdraftLimit, amount)
 	}
-	return apply(NewEvent{EvDebited, Debited{Amount: amount, Currency: currency, Reason: reason, Ref: ref, BalanceAfter: bal, HeldAfter: ptr(a.Held), Metadata: cmd.Metadata, Requested: requested}})
+	return apply(NewEvent{EvDebited, Debited{Amount: amount, Currency: currency, Reason: m.reason, Ref: m.ref, BalanceAfter: bal, HeldAfter: ptr(a.Held), Metadata: cmd.Metadata, Requested: requested}})
 }
 
 // RefuseStep is the recorded refusal of an internal step on an account, for a
@@ -701,7 +710,7 @@ func DecideCaptureTo(held, to *Account, cmd Command) (capture, credit Decision) 
 		return refuseCaptureTo(cmd, MissingAccount(to.ID)), Decision{}
 	}
 	c := capture.Events[0].Data.(HoldCaptured)
-	credit = to.decideCredit(Command{Metadata: cmd.Metadata}, c.Amount, c.Currency, ReasonCaptureIn, cmd.HoldID, false)
+	credit = to.decideCredit(Command{Metadata: cmd.Metadata}, movement{c.Amount, c.Currency, ReasonCaptureIn, cmd.HoldID}, false)
 	if r := credit.Rejection; r != nil {
 		return stampAfter(held, refuseCaptureTo(cmd, r)), Decision{}
 	}
@@ -804,12 +813,12 @@ func (a *Account) decideRefund(cmd Command) Decision {
 		return reject(cmd, CodeRefundExceedsOriginal, true, "refund of %d exceeds the %d still refundable of %q", amount, remaining, cmd.OriginalKey)
 	}
 	if orig.Command == CmdDeposit {
-		return a.decideDebit(cmd, amount, a.Currency, ReasonRefund, cmd.OriginalKey)
+		return a.decideDebit(cmd, movement{amount, a.Currency, ReasonRefund, cmd.OriginalKey})
 	}
 	if a.Closed {
 		return reject(cmd, CodeAccountClosed, true, "account %s is closed", a.ID)
 	}
-	return a.decideCredit(cmd, amount, a.Currency, ReasonRefund, cmd.OriginalKey, false)
+	return a.decideCredit(cmd, movement{amount, a.Currency, ReasonRefund, cmd.OriginalKey}, false)
 }
 
 // EvolveAccount applies a stored event to the account, in place: an aggregate that

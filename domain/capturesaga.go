@@ -90,7 +90,7 @@ func CaptureReleaseCommand(capture Command) Command {
 // A refusal (only a balance leaving the int64 range can refuse it) is never
 // recorded: the saga stays pending rather than leave the money half-moved.
 func (a *Account) decideCaptureCredit(cmd Command) Decision {
-	d := a.decideCredit(cmd, cmd.Amount, cmd.Currency, ReasonCaptureIn, cmd.HoldID, false)
+	d := a.decideCredit(cmd, movement{cmd.Amount, cmd.Currency, ReasonCaptureIn, cmd.HoldID}, false)
 	if r := d.Rejection; r != nil {
 		return reject(cmd, r.Code, false, "credit of capture %s: %s", cmd.Origin, r.Message)
 	}

@@ -156,11 +156,11 @@ func DecideTransaction(accounts map[string]*Account, cmd Command) TransactionDec
 			}
 		}
 		from, to := scratch[p.From], scratch[p.To]
-		debit := from.decideDebit(cmd, p.Amount, p.Currency, ReasonTransactionOut, cmd.TransactionID)
+		debit := from.decideDebit(cmd, movement{p.Amount, p.Currency, ReasonTransactionOut, cmd.TransactionID})
 		if debit.Rejection != nil {
 			return refuse(i, debit.Rejection)
 		}
-		credit := to.decideCredit(cmd, p.Amount, p.Currency, ReasonTransactionIn, cmd.TransactionID, false)
+		credit := to.decideCredit(cmd, movement{p.Amount, p.Currency, ReasonTransactionIn, cmd.TransactionID}, false)
 		if credit.Rejection != nil {
 			return refuse(i, credit.Rejection)
 		}

@@ -142,9 +142,9 @@ func (a *Account) decideReservedLegs(cmd Command) Decision {
 		var d Decision
 		switch a.ID {
 		case p.From:
-			d = scratch.decideDebit(cmd, p.Amount, p.Currency, ReasonTransactionOut, cmd.TransactionID)
+			d = scratch.decideDebit(cmd, movement{p.Amount, p.Currency, ReasonTransactionOut, cmd.TransactionID})
 		case p.To:
-			d = scratch.decideCredit(cmd, p.Amount, p.Currency, ReasonTransactionIn, cmd.TransactionID, false)
+			d = scratch.decideCredit(cmd, movement{p.Amount, p.Currency, ReasonTransactionIn, cmd.TransactionID}, false)
 		default:
 			continue
 		}

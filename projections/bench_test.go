@@ -90,7 +90,7 @@ func BenchmarkRebuild(b *testing.B) {
 	for range b.N {
 		start := time.Now()
 		_, err := projections.Rebuild(context.Background(), env.Pool, env.Store, projections.RebuildOptions{
-			BatchSize: benchInt("LEDGER_BENCH_BATCH", 0), Verify: audit.VerifyGeneration(env.Pool, env.Store),
+			BatchSize: benchInt("LEDGER_BENCH_BATCH", 0), Check: audit.VerifyGeneration(env.Pool, env.Store),
 		})
 		if err != nil {
 			b.Fatal(err)

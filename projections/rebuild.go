@@ -29,11 +29,11 @@ type RebuildOptions struct {
 	Projections []string
 	// BatchSize bounds the events per transaction (default 5000).
 	BatchSize int
-	// Verify checks the built generations before the switch (internal/app/audit's
-	// VerifyGeneration), all at once: one error per verification, and an error
-	// refuses its generation, which is dropped. Nil skips the check: only tests
-	// that check otherwise should do that.
-	Verify func(ctx context.Context, vs []Verification) []error
+	// Check checks the built generations before the switch (internal/app/audit's
+	// VerifyGeneration), beside the build: it is handed every batch the build
+	// reads, and its Verify error refuses its generation, which is dropped. Nil
+	// skips the check: only tests that check otherwise should do that.
+	Check Check
 	// Progress, when set, is called after each batch with the events consumed so far.
 	Progress func(events int64)
 	// Hook, when set, runs in every build batch's transaction before its commit.
@@ -49,6 +49,26 @@ type RebuildOptions struct {
 	// runner to release the tables (default 30s).
 	LockTimeout time.Duration
 	Logger      *slog.Logger
+}
+
+// A Check checks the generations a rebuild builds against the event store. The
+// store is read once for both: the rebuild hands the check each batch it
+// reads, before writing it, so that the check's own work (a fold of the
+// events, internal/app/audit) runs beside the build's writes.
+type Check interface {
+	// Begin starts the check of a build that applies the events after from
+	// (eventstore.Start for a new build; a resumed build's check reads the
+	// events up to from itself).
+	Begin(ctx context.Context, from eventstore.Position) error
+	// Fold hands the check the build's next batch, in the order of "all"
+	// (which the build does not change). It may return before the check has
+	// used the batch, and returns the check's error once it has one.
+	Fold(events []*Event) error
+	// Verify checks each built generation, all at once, after the last batch:
+	// one error per verification (nil: it matches the event store).
+	Verify(ctx context.Context, vs []Verification) []error
+	// End releases what Begin took, whether or not Verify ran.
+	End()
 }
 
 // RebuildResult describes one projection's rebuild.
@@ -69,7 +89,7 @@ const rebuildLockID int64 = 0x6c6564676572 // "ledger"
 
 // Rebuild builds a new generation of each named projection from the start of
 // "all", beside the live one (readers and the live runner go on), checks it with
-// opts.Verify, and then switches to it in one transaction: the switch locks the
+// opts.Check, and then switches to it in one transaction: the switch locks the
 // live checkpoint (so the live runner pauses), applies whatever the live runner
 // applied meanwhile, makes the new generation's checkpoint live, points the views
 // at its tables and drops the old generation. A generation that fails the check
@@ -94,6 +114,13 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 	slots, gens, err := createGenerations(ctx, pool, projs, resumed, opts.Logger)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Check != nil {
+		if err := opts.Check.Begin(ctx, minPos(slots)); err != nil {
+			dropBuilds(ctx, pool, slots)
+			return nil, fmt.Errorf("projections: rebuild: check: %w", err)
+		}
+		defer opts.Check.End()
 	}
 	if err := buildGenerations(ctx, pool, store, slots, gens, opts); err != nil {
 		if ctx.Err() != nil {
@@ -242,6 +269,9 @@ func buildGenerations(ctx context.Context, pool *pgxpool.Pool, store Store, slot
 		if err == nil && len(events) == opts.BatchSize {
 			ahead = startPrefetch(ctx, store, events[len(events)-1].Position, opts.BatchSize)
 		}
+		if err == nil && len(events) > 0 && opts.Check != nil {
+			err = opts.Check.Fold(events)
+		}
 		if err == nil && len(events) > 0 {
 			err = applyBatch(ctx, pool, slots, events, opts.Hook)
 		}
@@ -284,7 +314,7 @@ func afterBuildBatch(ctx context.Context, opts RebuildOptions, consumed int64, g
 	return nil
 }
 
-// verifyAndSwitch checks each built generation with opts.Verify and switches to
+// verifyAndSwitch checks each built generation with opts.Check and switches to
 // it; a generation that fails the check or the switch is dropped, and its error
 // joins the others while the remaining projections go on.
 func verifyAndSwitch(ctx context.Context, pool *pgxpool.Pool, store Store, slots []*slot, start time.Time, opts RebuildOptions) ([]RebuildResult, error) {
@@ -294,15 +324,15 @@ func verifyAndSwitch(ctx context.Context, pool *pgxpool.Pool, store Store, slots
 		return nil, err
 	}
 	verdicts := make([]error, len(slots))
-	if opts.Verify != nil {
+	if opts.Check != nil {
 		vs := make([]Verification, len(slots))
 		for i, s := range slots {
 			vs[i] = Verification{Projection: s.proj.Name(), Generation: s.gen, Position: s.pos}
 		}
-		verdicts = opts.Verify(ctx, vs)
+		verdicts = opts.Check.Verify(ctx, vs)
 	}
 	for i, s := range slots {
-		if opts.Verify != nil {
+		if opts.Check != nil {
 			if err := verdicts[i]; err != nil {
 				dropBuilds(ctx, pool, []*slot{s})
 				errs = append(errs, fmt.Errorf("projections: rebuild of %s refused: generation %d does not match the event store: %w", s.proj.Name(), s.gen, err))

@@ -18,8 +18,8 @@ import (
 
 func rebuild(t *testing.T, env *projtest.Env, opts projections.RebuildOptions) ([]projections.RebuildResult, error) {
 	t.Helper()
-	if opts.Verify == nil {
-		opts.Verify = audit.VerifyGeneration(env.Pool, env.Store)
+	if opts.Check == nil {
+		opts.Check = audit.VerifyGeneration(env.Pool, env.Store)
 	}
 	return projections.Rebuild(context.Background(), env.Pool, env.Store, opts)
 }
@@ -208,7 +208,7 @@ func TestRebuildStoppedAndResumed(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	batches := 0
 	_, err := projections.Rebuild(ctx, env.Pool, env.Store, projections.RebuildOptions{BatchSize: 50,
-		Verify: audit.VerifyGeneration(env.Pool, env.Store),
+		Check: audit.VerifyGeneration(env.Pool, env.Store),
 		AfterBatch: func(context.Context, map[string]int) error {
 			if batches++; batches == 5 {
 				stop()

@@ -338,7 +338,7 @@ func TestProjectsFromKurrentDB(t *testing.T) {
 	if guards == 0 || credits == 0 {
 		t.Fatalf("the workload made %d capture guards and %d capture credits", guards, credits)
 	}
-	if _, err := projections.Rebuild(ctx, env.Pool, st, projections.RebuildOptions{Verify: audit.VerifyGeneration(env.Pool, st)}); err != nil {
+	if _, err := projections.Rebuild(ctx, env.Pool, st, projections.RebuildOptions{Check: audit.VerifyGeneration(env.Pool, st)}); err != nil {
 		t.Fatal(err)
 	}
 }

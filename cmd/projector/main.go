@@ -237,7 +237,7 @@ func runRebuild(ctx context.Context, cmd *cli.Command) error {
 	defer c.Close()
 	opts := projections.RebuildOptions{
 		Projections: cmd.StringSlice(flagProjection), BatchSize: int(cmd.Int(flagBatchSize)),
-		Verify: audit.VerifyGeneration(c.Pool, c.Store), Logger: log, Fresh: cmd.Bool("fresh"),
+		Check: audit.VerifyGeneration(c.Pool, c.Store), Logger: log, Fresh: cmd.Bool("fresh"),
 	}
 	finish := func() {}
 	if cmd.Bool("progress") {

@@ -445,27 +445,34 @@ func liveGenerations(ctx context.Context, q Querier) ([]liveGen, error) {
 
 // foldUntil folds "all" after the fold's last event up to and including
 // position until, storing the fold's sets after each page. before, when set,
-// is called with each event's position before the event is folded.
+// is called with each event's position before the event is folded. The
+// pages are read, and their metadata decoded, one page ahead of the fold
+// (readAhead), so the store's query, the decoding, the fold and the sets'
+// COPY of the page before run at the same time.
 func foldUntil(ctx context.Context, store eventstore.AllReader, f *Fold, until eventstore.Position, batch int, before func(*eventstore.Position), progress func(int64)) error {
 	from := eventstore.Start
 	if f.Events > 0 {
 		from = f.Last
 	}
-	for from.Compare(until) < 0 {
-		recs, err := store.ReadAll(ctx, from, batch)
-		if err != nil {
-			return fmt.Errorf("audit: read all after %s: %w", from, err)
+	if from.Compare(until) >= 0 {
+		return nil
+	}
+	rctx, cancel := context.WithCancel(ctx) // the reader's: ends it when the fold stops early
+	pages := readAhead(rctx, store, from, until, batch)
+	defer func() {
+		cancel()
+		for range pages { // the reader's last page, if it was sending one
 		}
-		done := len(recs) < batch
-		for _, re := range recs {
-			if re.Position.Compare(until) > 0 {
-				done = true
-				break
-			}
+	}()
+	for p := range pages {
+		if p.err != nil {
+			return p.err
+		}
+		for i, re := range p.recs {
 			if before != nil {
 				before(&re.Position)
 			}
-			f.Apply(re)
+			f.apply(re, p.metas[i])
 		}
 		f.Settle()
 		if err := cmp.Or(f.reloadErr, f.sets.flush(ctx)); err != nil {
@@ -474,12 +481,61 @@ func foldUntil(ctx context.Context, store eventstore.AllReader, f *Fold, until e
 		if progress != nil {
 			progress(f.Events)
 		}
-		if done {
-			return nil
-		}
-		from = recs[len(recs)-1].Position
 	}
-	return nil
+	return ctx.Err() // the reader stops without a last page when ctx is done
+}
+
+// page is a page of "all" with each event's metadata decoded, or why it
+// could not be read.
+type page struct {
+	recs  []eventstore.RecordedEvent
+	metas []meta
+	err   error
+}
+
+// readAhead reads "all" after from up to and including until, a page of
+// batch events at a time, one page ahead of its reader: the channel holds one
+// page while the next is read. It closes the channel after the last page, a
+// page with an error, or when ctx is done.
+func readAhead(ctx context.Context, store eventstore.AllReader, from, until eventstore.Position, batch int) <-chan page {
+	pages := make(chan page, 1)
+	go func() {
+		defer close(pages)
+		for from.Compare(until) < 0 {
+			recs, err := store.ReadAll(ctx, from, batch)
+			if err != nil {
+				err = fmt.Errorf("audit: read all after %s: %w", from, err)
+			}
+			done := err != nil || len(recs) < batch
+			if i := cutAfter(recs, until); i < len(recs) {
+				recs, done = recs[:i], true
+			}
+			p := page{recs: recs, metas: make([]meta, len(recs)), err: err}
+			for i, re := range recs {
+				p.metas[i] = decodeMeta(re)
+			}
+			select {
+			case pages <- p:
+			case <-ctx.Done():
+				return
+			}
+			if done {
+				return
+			}
+			from = recs[len(recs)-1].Position
+		}
+	}()
+	return pages
+}
+
+// cutAfter returns the number of recs at or before until.
+func cutAfter(recs []eventstore.RecordedEvent, until eventstore.Position) int {
+	for i, re := range recs {
+		if re.Position.Compare(until) > 0 {
+			return i
+		}
+	}
+	return len(recs)
 }
 
 // ErrGenerationMismatch is returned by VerifyGeneration for a generation that
@@ -489,40 +545,120 @@ var ErrGenerationMismatch = errors.New("audit: generation differs from the event
 // VerifyGeneration checks built generations of projections against the fold
 // of the event store up to their checkpoints: row counts and a digest of every
 // table, with the first differing rows named. It is
-// projections.RebuildOptions.Verify; it returns one error per verification
-// (nil: the generation matches). One fold, its sets in a session of pool,
-// serves them all, in the order of their positions.
-func VerifyGeneration(pool *pgxpool.Pool, store Store) func(context.Context, []projections.Verification) []error {
-	return func(ctx context.Context, vs []projections.Verification) []error {
-		errs := make([]error, len(vs))
-		failAll := func(err error) []error {
-			for i := range errs {
-				errs[i] = cmp.Or(errs[i], err)
-			}
-			return errs
+// projections.RebuildOptions.Check: one fold, its sets in a session of pool,
+// folds the batches the build hands it as the build writes them (a goroutine
+// of its own), and serves every generation, in the order of their positions.
+func VerifyGeneration(pool *pgxpool.Pool, store Store) projections.Check {
+	return &generationCheck{pool: pool, store: store}
+}
+
+// generationCheck is VerifyGeneration's check: run folds the batches sent on
+// pages (closed, and set to nil, when the build is done); err is run's error,
+// read once done is closed.
+type generationCheck struct {
+	pool   *pgxpool.Pool
+	store  Store
+	f      *Fold
+	ps     *pgSets
+	pages  chan []eventstore.RecordedEvent
+	done   chan struct{}
+	err    error
+	cancel context.CancelFunc
+}
+
+// checkAhead bounds the batches handed to the check and not yet folded.
+const checkAhead = 1
+
+func (c *generationCheck) Begin(ctx context.Context, from eventstore.Position) error {
+	ps, err := newPGSets(ctx, c.pool)
+	if err != nil {
+		return err
+	}
+	c.ps, c.f = ps, NewFold()
+	c.f.sets, c.f.Reload = ps, reloader(ctx, c.store)
+	ctx, c.cancel = context.WithCancel(ctx)
+	c.pages, c.done = make(chan []eventstore.RecordedEvent, checkAhead), make(chan struct{})
+	go c.run(ctx, from, c.pages)
+	return nil
+}
+
+// run folds "all" up to from (a resumed build's events before it), then each
+// batch handed to Fold, storing the sets after each.
+func (c *generationCheck) run(ctx context.Context, from eventstore.Position, pages <-chan []eventstore.RecordedEvent) {
+	defer close(c.done)
+	if c.err = foldUntil(ctx, c.store, c.f, from, 5000, nil, nil); c.err != nil {
+		return
+	}
+	for recs := range pages {
+		for _, re := range recs {
+			c.f.Apply(re)
 		}
-		ps, err := newPGSets(ctx, pool)
-		if err != nil {
-			return failAll(err)
+		c.f.Settle()
+		if c.err = cmp.Or(c.f.reloadErr, c.ps.flush(ctx)); c.err != nil {
+			return
 		}
-		defer ps.close()
-		f := NewFold()
-		f.sets, f.Reload = ps, reloader(ctx, store)
-		order := make([]int, len(vs))
-		for i := range order {
-			order[i] = i
-		}
-		sort.SliceStable(order, func(a, b int) bool { return vs[order[a]].Position.Compare(vs[order[b]].Position) < 0 })
-		for _, i := range order {
-			if err := foldUntil(ctx, store, f, vs[i].Position, 5000, nil, nil); err != nil {
-				return failAll(err)
-			}
-			if errs[i], err = verifyOne(ctx, pool, f, vs[i]); err != nil {
-				return failAll(err)
-			}
+	}
+}
+
+func (c *generationCheck) Fold(events []*projections.Event) error {
+	recs := make([]eventstore.RecordedEvent, len(events))
+	for i, ev := range events {
+		recs[i] = ev.RecordedEvent
+	}
+	select {
+	case c.pages <- recs:
+		return nil
+	case <-c.done:
+		return cmp.Or(c.err, errors.New("audit: the check has ended"))
+	}
+}
+
+func (c *generationCheck) Verify(ctx context.Context, vs []projections.Verification) []error {
+	errs := make([]error, len(vs))
+	failAll := func(err error) []error {
+		for i := range errs {
+			errs[i] = cmp.Or(errs[i], err)
 		}
 		return errs
 	}
+	if err := c.finishFolding(); err != nil {
+		return failAll(err)
+	}
+	order := make([]int, len(vs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return vs[order[a]].Position.Compare(vs[order[b]].Position) < 0 })
+	for _, i := range order {
+		if c.f.Events > 0 && c.f.Last.Compare(vs[i].Position) > 0 {
+			errs[i] = fmt.Errorf("audit: generation %d of %s is at %s, before the batches its check was handed (up to %s)", vs[i].Generation, vs[i].Projection, vs[i].Position, c.f.Last)
+			continue
+		}
+		if err := foldUntil(ctx, c.store, c.f, vs[i].Position, 5000, nil, nil); err != nil {
+			return failAll(err)
+		}
+		var err error
+		if errs[i], err = verifyOne(ctx, c.pool, c.f, vs[i]); err != nil {
+			return failAll(err)
+		}
+	}
+	return errs
+}
+
+// finishFolding waits for run to fold the batches handed to it.
+func (c *generationCheck) finishFolding() error {
+	if c.pages != nil {
+		close(c.pages)
+		c.pages = nil
+	}
+	<-c.done
+	return c.err
+}
+
+func (c *generationCheck) End() {
+	c.cancel()
+	_ = c.finishFolding()
+	c.ps.close()
 }
 
 // verifyOne compares one generation with the fold; the first error is its

@@ -205,12 +205,29 @@ func groupHash(stream, key string) [16]byte {
 
 // Apply folds the next event of "all".
 func (f *Fold) Apply(re eventstore.RecordedEvent) {
+	f.apply(re, decodeMeta(re))
+}
+
+// meta is an event's metadata decoded, or why it could not be.
+type meta struct {
+	m   domain.Metadata
+	err error
+}
+
+func decodeMeta(re eventstore.RecordedEvent) meta {
+	m, err := decodeMetadata(re.Metadata)
+	return meta{m, err}
+}
+
+// apply folds the next event of "all", its metadata decoded (beside the fold,
+// by the page reader: decoding is a pure function of the event).
+func (f *Fold) apply(re eventstore.RecordedEvent, md meta) {
 	f.Events++
 	f.Last = re.Position
 	// Invariant 5: unique IDs, gapless revisions.
 	f.sets.eventID(f, re)
 	if strings.HasPrefix(re.Stream, domain.KeyStreamPrefix) {
-		f.applyKeyStream(re)
+		f.applyKeyStream(re, md)
 		return
 	}
 	ss := f.streams[re.Stream]
@@ -227,7 +244,7 @@ func (f *Fold) Apply(re eventstore.RecordedEvent) {
 	}
 	ss.next = re.Revision + 1
 
-	m, err := decodeMetadata(re.Metadata)
+	m, err := md.m, md.err
 	if err != nil {
 		f.eventViolation(InvStreams, "undecodable_metadata", re, "%v", err)
 		f.badStream[re.Stream] = true
@@ -305,13 +322,13 @@ func (f *Fold) checkGroup(ss *streamState, re eventstore.RecordedEvent, m domain
 
 // applyKeyStream folds a key stream's event: its claim, the stream's only
 // event (revision 0, its chain linking nothing), so that no key stream is kept.
-func (f *Fold) applyKeyStream(re eventstore.RecordedEvent) {
+func (f *Fold) applyKeyStream(re eventstore.RecordedEvent, md meta) {
 	f.claimed++
 	if re.Revision != 0 {
 		f.eventViolation(InvKeyOnce, "key_claimed_twice", re, "a key stream holds more than its claim")
 		return
 	}
-	m, err := decodeMetadata(re.Metadata)
+	m, err := md.m, md.err
 	if err != nil {
 		f.eventViolation(InvStreams, "undecodable_metadata", re, "%v", err)
 		return

@@ -13,10 +13,23 @@ import (
 // pgSets are historySets in temporary tables of one PostgreSQL session: each
 // page of events adds its rows with COPY, and the checks are set queries that
 // PostgreSQL answers by sorting or hashing, on disk beyond work_mem. Memory is
-// one page's rows. seq orders the rows as the fold met them (its event count).
+// two pages' rows: the COPY of one page runs behind the fold of the next (flush).
+// seq orders the rows as the fold met them (its event count).
 type pgSets struct {
-	conn                             *pgxpool.Conn
+	conn *pgxpool.Conn
+	pgRows
+	spare   pgRows     // the buffers of the page being copied, reused after it
+	pending chan error // the COPY running behind the fold; nil when none
+}
+
+// pgRows are a page's rows of each table.
+type pgRows struct {
 	ids, groups, homes, claims, rows [][]any
+}
+
+// emptied returns the buffers emptied, their arrays kept for another page.
+func (r pgRows) emptied() pgRows {
+	return pgRows{r.ids[:0], r.groups[:0], r.homes[:0], r.claims[:0], r.rows[:0]}
 }
 
 // pgSetsSchema creates the session's tables (dropped with the session).
@@ -47,6 +60,7 @@ func newPGSets(ctx context.Context, pool *pgxpool.Pool) (*pgSets, error) {
 // close drops the session (and its tables with it): a session that held
 // temporary tables is not handed out again.
 func (s *pgSets) close() {
+	_ = s.wait()
 	_ = s.conn.Conn().Close(context.Background())
 	s.conn.Release()
 }
@@ -75,30 +89,66 @@ func (s *pgSets) row(f *Fold, table, key, account, digest string) {
 	s.rows = append(s.rows, []any{table, key, account, digest, f.Events})
 }
 
+// flush starts copying the rows noted so far into the session and returns:
+// the COPY runs behind the fold, which notes the next page meanwhile, and the
+// next flush, or any other use of the session (sync), waits for it first.
 func (s *pgSets) flush(ctx context.Context) error {
+	if err := s.wait(); err != nil {
+		return err
+	}
+	page := s.pgRows
+	s.pgRows, s.spare = s.spare.emptied(), page
+	done := make(chan error, 1)
+	s.pending = done
+	go func() { done <- s.copyPage(ctx, page) }()
+	return nil
+}
+
+// wait waits for the COPY running behind the fold, if any, and returns its error.
+func (s *pgSets) wait() error {
+	if s.pending == nil {
+		return nil
+	}
+	err := <-s.pending
+	s.pending = nil
+	return err
+}
+
+// sync stores every row noted: flush, and wait for it.
+func (s *pgSets) sync(ctx context.Context) error {
+	if err := s.flush(ctx); err != nil {
+		return err
+	}
+	return s.wait()
+}
+
+// copyPage copies a page's rows into the session's tables.
+func (s *pgSets) copyPage(ctx context.Context, page pgRows) error {
 	for _, t := range []struct {
 		table string
 		cols  []string
-		rows  *[][]any
+		rows  [][]any
 	}{
-		{"audit_ids", []string{"event_id", "seq"}, &s.ids},
-		{"audit_groups", []string{"stream", "key", "revision", "event_id", "seq"}, &s.groups},
-		{"audit_homes", []string{"key", "stream", "hash", "revision", "event_id", "seq"}, &s.homes},
-		{"audit_claims", []string{"key", "stream", "hash", "revision", "event_id", "seq"}, &s.claims},
-		{"audit_rows", []string{"tbl", "key", "account", "digest", "seq"}, &s.rows},
+		{"audit_ids", []string{"event_id", "seq"}, page.ids},
+		{"audit_groups", []string{"stream", "key", "revision", "event_id", "seq"}, page.groups},
+		{"audit_homes", []string{"key", "stream", "hash", "revision", "event_id", "seq"}, page.homes},
+		{"audit_claims", []string{"key", "stream", "hash", "revision", "event_id", "seq"}, page.claims},
+		{"audit_rows", []string{"tbl", "key", "account", "digest", "seq"}, page.rows},
 	} {
-		if len(*t.rows) == 0 {
+		if len(t.rows) == 0 {
 			continue
 		}
-		if _, err := s.conn.CopyFrom(ctx, pgx.Identifier{t.table}, t.cols, pgx.CopyFromRows(*t.rows)); err != nil {
+		if _, err := s.conn.CopyFrom(ctx, pgx.Identifier{t.table}, t.cols, pgx.CopyFromRows(t.rows)); err != nil {
 			return fmt.Errorf("audit: sets: %s: %w", t.table, err)
 		}
-		*t.rows = (*t.rows)[:0]
 	}
 	return nil
 }
 
 func (s *pgSets) keys(ctx context.Context) (int, error) {
+	if err := s.sync(ctx); err != nil {
+		return 0, err
+	}
 	var n int
 	err := s.conn.QueryRow(ctx, `SELECT count(DISTINCT key) FROM audit_homes`).Scan(&n)
 	return n, err
@@ -137,7 +187,7 @@ WHERE c.key IS NULL OR c.stream <> h.home OR c.hash <> h.hash
 ORDER BY h.key`
 
 func (s *pgSets) finish(ctx context.Context, f *Fold) error {
-	if err := s.flush(ctx); err != nil {
+	if err := s.sync(ctx); err != nil {
 		return err
 	}
 	for _, c := range pgChecks {
@@ -188,49 +238,65 @@ func (s *pgSets) check(ctx context.Context, f *Fold, invariant int, kind, sql st
 
 // compare compares a hashed read-model table, read through q (as of its
 // snapshot: gen 0 the live view, else generation gen), with the rows the fold
-// noted up to seq (only the account's, when set): the table's rows are copied
-// into the session as they are read, and a join names the differences.
+// noted up to seq (only the account's, when set). The table is read once for
+// its digest; only when that differs from the expected one is it read again
+// (the same snapshot), its rows copied into the session as they are read, and
+// a join names the differences: a table that matches costs one read, no copy.
 //
 // noted (an incremental audit) compares only the rows noted, those the events
 // after its checkpoint touched: the table is read by their keys, a page of
 // keys at a time, and a row the fold did not note is not looked at.
 func (s *pgSets) compare(ctx context.Context, q Querier, table string, gen int, account string, seq int64, noted bool) (TableDiff, error) {
-	if err := s.flush(ctx); err != nil {
+	if err := s.sync(ctx); err != nil {
 		return TableDiff{}, err
 	}
 	d := TableDiff{Table: table}
-	if _, err := s.conn.Exec(ctx, `TRUNCATE audit_actual`); err != nil {
-		return d, fmt.Errorf("audit: %s: %w", table, err)
-	}
-	var actual digester
-	if noted {
-		var err error
-		if actual, err = s.copyNoted(ctx, q, table, gen, account, seq); err != nil {
-			return d, err
-		}
-	} else {
-		sum, err := s.copyTable(ctx, q, table, gen, account, nil)
-		if err != nil {
-			return d, err
-		}
-		actual = sum
+	actual, err := s.readActual(ctx, q, table, gen, account, seq, noted, false)
+	if err != nil {
+		return d, err
 	}
 	d.Rows, d.Digest = actual.n, actual.String()
 	if err := s.expectedDigest(ctx, &d, table, account, seq); err != nil {
 		return d, err
 	}
+	if d.Digest == d.ExpectedDigest && d.Rows == d.Expected {
+		return d, nil
+	}
+	if _, err := s.conn.Exec(ctx, `TRUNCATE audit_actual`); err != nil {
+		return d, fmt.Errorf("audit: %s: %w", table, err)
+	}
+	if _, err := s.readActual(ctx, q, table, gen, account, seq, noted, true); err != nil {
+		return d, err
+	}
 	return d, s.differences(ctx, &d, table, account, seq)
 }
 
-// copyTable copies a read-model table's rows (only those of keys, when set)
-// into audit_actual as they are read, and returns their digest.
-func (s *pgSets) copyTable(ctx context.Context, q Querier, table string, gen int, account string, keys []string) (digester, error) {
+// readActual reads a read-model table's rows (noted: those of the keys noted
+// up to seq) and returns their digest; with keep it also copies them into
+// audit_actual.
+func (s *pgSets) readActual(ctx context.Context, q Querier, table string, gen int, account string, seq int64, noted, keep bool) (digester, error) {
+	if noted {
+		return s.copyNoted(ctx, q, table, gen, account, seq, keep)
+	}
+	return s.copyTable(ctx, q, table, gen, account, nil, keep)
+}
+
+// copyTable reads a read-model table's rows (only those of keys, when set),
+// copying them into audit_actual as they are read when keep is set, and
+// returns their digest.
+func (s *pgSets) copyTable(ctx context.Context, q Querier, table string, gen int, account string, keys []string, keep bool) (digester, error) {
 	t, err := openTable(ctx, q, table, gen, account, keys)
 	if err != nil {
 		return digester{}, err
 	}
 	defer t.Close()
 	src := &copyRows{t: t}
+	if !keep {
+		for src.Next() {
+			src.sum.add(t.key, t.row)
+		}
+		return src.sum, src.Err()
+	}
 	if _, err := s.conn.CopyFrom(ctx, pgx.Identifier{"audit_actual"}, []string{"tbl", "key", "digest"}, src); err != nil {
 		return digester{}, fmt.Errorf("audit: %s: %w", table, err)
 	}
@@ -240,10 +306,10 @@ func (s *pgSets) copyTable(ctx context.Context, q Querier, table string, gen int
 // notedPage bounds the keys read from a read-model table per query.
 const notedPage = 5000
 
-// copyNoted copies the rows of the keys noted for a table up to seq into
-// audit_actual, a page of keys at a time (the keys listed once, numbered, in
-// a temporary table), and returns their digest.
-func (s *pgSets) copyNoted(ctx context.Context, q Querier, table string, gen int, account string, seq int64) (digester, error) {
+// copyNoted reads the rows of the keys noted for a table up to seq (copying
+// them into audit_actual when keep is set), a page of keys at a time (the
+// keys listed once, numbered, in a temporary table), and returns their digest.
+func (s *pgSets) copyNoted(ctx context.Context, q Querier, table string, gen int, account string, seq int64, keep bool) (digester, error) {
 	var sum digester
 	if _, err := s.conn.Exec(ctx, `TRUNCATE audit_noted`); err != nil {
 		return sum, fmt.Errorf("audit: %s: %w", table, err)
@@ -265,7 +331,7 @@ func (s *pgSets) copyNoted(ctx context.Context, q Querier, table string, gen int
 		if len(keys) == 0 {
 			return sum, nil
 		}
-		page, err := s.copyTable(ctx, q, table, gen, account, keys)
+		page, err := s.copyTable(ctx, q, table, gen, account, keys, keep)
 		if err != nil {
 			return sum, err
 		}
@@ -303,9 +369,6 @@ func (s *pgSets) expectedDigest(ctx context.Context, d *TableDiff, table, accoun
 const maxNamed = 1000
 
 func (s *pgSets) differences(ctx context.Context, d *TableDiff, table, account string, seq int64) error {
-	if d.Digest == d.ExpectedDigest && d.Rows == d.Expected {
-		return nil
-	}
 	rows, err := s.conn.Query(ctx, `WITH e AS (`+expectedRows+`), a AS (SELECT key, digest FROM audit_actual)
 		SELECT coalesce(e.key, a.key), e.key IS NULL, a.key IS NULL FROM e FULL JOIN a ON a.key = e.key
 		WHERE e.digest IS DISTINCT FROM a.digest ORDER BY 1`, table, seq, account)

@@ -99,7 +99,7 @@ func (s *Service) tryTransaction(ctx context.Context, l *heldLocks, n int, tx do
 func (m atomicMover) refundTransaction(ctx context.Context, cmd domain.Command, req domain.Canonical, origStream string, posted *domain.TransactionPosted) (Reply, error) {
 	s := m.s
 	return s.underLocks(ctx, []string{origStream}, func(at *attempt) (r Reply, retry bool, err error) {
-		slot, refunded, r, done, err := s.refundSlot(ctx, posted.TransactionID, cmd, req)
+		slot, refunded, r, done, err := refundSlot(ctx, s.readTransaction, posted.TransactionID, cmd, req)
 		if err != nil || done {
 			return r, false, err
 		}

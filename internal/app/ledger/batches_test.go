@@ -114,6 +114,7 @@ func randomBatchWorkload(rng *rand.Rand, n int) []batchCmd {
 		case x < 77:
 			c = batchCmd{"post_transaction", map[string]any{"idempotency_key": key, "transaction_id": "x" + key, "postings": []map[string]any{
 				{"from": a, "to": b, "amount": amount, "currency": cur(a)}, {"from": b, "to": a, "amount": 1 + rng.Intn(90), "currency": cur(b)}}}}
+			moneyKeys = append(moneyKeys, key)
 		case x < 84:
 			hold := "h" + key
 			holds = append(holds, [2]string{a, hold})

@@ -46,7 +46,7 @@ func TestGroupBalancesEqualTheSumOfAccounts(t *testing.T) {
 	}
 	f.checkGroupRefusals(t)
 
-	res, err := projections.Rebuild(context.Background(), f.env.Pool, f.env.Store, projections.RebuildOptions{Verify: audit.VerifyGeneration(f.env.Pool, f.env.Store)})
+	res, err := projections.Rebuild(context.Background(), f.env.Pool, f.env.Store, projections.RebuildOptions{Check: audit.VerifyGeneration(f.env.Pool, f.env.Store)})
 	if err != nil {
 		t.Fatal(err)
 	}

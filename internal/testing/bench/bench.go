@@ -118,6 +118,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	prog := &progress{log: log, interval: cfg.ProgressInterval}
 	cfg.ledgerMetrics = env.Node.Registry
+	cfg.eventStoreURL = env.EventStoreURL
 	if env.Pair != nil {
 		cfg.pair = &pairSwitch{set: env.Pair.SetSynchronous, url: env.DatabaseURL}
 	}
@@ -175,7 +176,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			if sys == SystemLedger {
 				c = calls
 			}
-			phases, err = runSystem(ctx, cfg, sys, natsURL, w, pm, prog, c)
+			var many *ManyReport
+			phases, many, err = runSystem(ctx, cfg, sys, natsURL, w, pm, prog, c)
+			if many != nil {
+				rep.Many = many
+			}
 		}
 		stop()
 		rep.Phases = append(rep.Phases, phases...)
@@ -194,6 +199,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	if l, h := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemLedger, PhaseHot); l != nil && h != nil {
 		rep.HotRatio = ratio(h.CommandsPerSec, l.CommandsPerSec)
+	}
+	if l, m := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemLedger, PhaseMany); l != nil && m != nil {
+		rep.ManyRatio = ratio(m.CommandsPerSec, l.CommandsPerSec)
 	}
 	rep.PairRatio = pairLoneRatio(rep.Phases)
 
@@ -335,75 +343,47 @@ func startBaseline(ctx context.Context, cfg Config, env *devenv.Env, dir string,
 
 // runSystem drives one system through the phases; calls, when not nil, counts
 // the calls its event store receives.
-func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload, pm int, prog *progress, calls *storeCalls) ([]PhaseResult, error) {
+func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload, pm int, prog *progress, calls *storeCalls) ([]PhaseResult, *ManyReport, error) {
 	log := cfg.Progress
 	t, err := dialTarget(sys, natsURL, cfg.Clients)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer t.close()
 	var base uint64 // the stream's last sequence before this run (a reused data dir)
 	if cfg.Capture {
 		p, err := newJSProbe(ctx, natsURL, nil, 0)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		base, err = p.lastSeq(ctx)
 		p.close()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	start := time.Now()
 	rrStart := start
 	if err := openAccounts(ctx, t, w, cfg.Clients); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	log.Info("bench: accounts open", "system", sys, "accounts", len(w.accounts), "took", time.Since(start).Round(time.Millisecond))
 
-	gens := func(phase string) []*clientGen {
-		g := make([]*clientGen, cfg.Clients)
-		for i := range g {
-			g[i] = newClientGen(w, sys[:1]+phase, i)
-		}
-		return g
-	}
-	var out []PhaseResult
-	phase := func(name string, g []*clientGen, spec loadSpec) (*PhaseResult, error) {
-		spec.system, spec.phase, spec.record = sys, name, true
-		before := sampleCPU(pm)
-		tx0, cmds0 := batchTotals(cfg.ledgerMetrics)
-		a0, r0 := calls.count()
-		hook(cfg, sys, name, true)
-		run, err := drive(ctx, t, g, spec, prog)
-		hook(cfg, sys, name, false)
-		if err != nil {
-			return nil, err
-		}
-		res := resultOf(run)
-		calls.since(&res, a0, r0)
-		res.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
-		if tx1, cmds1 := batchTotals(cfg.ledgerMetrics); sys == SystemLedger && tx1 > tx0 {
-			res.Transactions = int64(tx1 - tx0)
-			res.MeanBatch = (cmds1 - cmds0) / (tx1 - tx0)
-		}
-		out = append(out, res)
-		log.Info("bench: phase done", "system", sys, "phase", name, "commands_per_sec", int(res.CommandsPerSec), "p99_ms", res.P99Ms, "errors", res.Errors)
-		return &out[len(out)-1], nil
-	}
-
+	gens := func(phase string) []*clientGen { return newGens(w, sys[:1]+phase, cfg.Clients) }
+	pr := &phaseRunner{ctx: ctx, cfg: cfg, sys: sys, t: t, pm: pm, prog: prog, calls: calls}
+	phase := pr.run
 	var warmNew int64
 	if cfg.Warmup > 0 {
 		wr, err := drive(ctx, t, gens("warm"), loadSpec{system: sys, phase: "warm-up", duration: cfg.Warmup, dupRatio: cfg.DuplicateRatio}, prog)
 		if err != nil {
-			return out, err
+			return pr.out, pr.manyRep, err
 		}
 		warmNew = wr.c.newAnswered.Load()
 	}
 	load := gens("load")
 	lr, err := phase(PhaseLoad, load, loadSpec{duration: cfg.Duration, dupRatio: cfg.DuplicateRatio})
 	if err != nil {
-		return out, err
+		return pr.out, pr.manyRep, err
 	}
 	lr.Mode = fmt.Sprintf("closed loop, %d clients", cfg.Clients)
 	lr.WarmupNewAnswered = warmNew
@@ -414,7 +394,7 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 		if err := cfg.pair.alternate(ctx, cfg.Clients, func(name string) (*PhaseResult, error) {
 			return phase(name, gens(name), loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio})
 		}); err != nil {
-			return out, err
+			return pr.out, pr.manyRep, err
 		}
 	}
 
@@ -426,7 +406,7 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 	}
 	hr, err := phase(PhaseHot, hot, loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio})
 	if err != nil {
-		return out, err
+		return pr.out, pr.manyRep, err
 	}
 	hr.Mode = fmt.Sprintf("closed loop, %d clients, all on one account", cfg.Clients)
 
@@ -435,7 +415,7 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 	// command of them on one account.
 	br, err := phase(PhaseBatch, gens("batch"), loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio, batch: cfg.BatchSize})
 	if err != nil {
-		return out, err
+		return pr.out, pr.manyRep, err
 	}
 	br.Mode = fmt.Sprintf("closed loop, %d clients, batches of %d", cfg.Clients, cfg.BatchSize)
 	hotBatch := make([]*clientGen, cfg.Clients)
@@ -444,7 +424,7 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 	}
 	hbr, err := phase(PhaseHotBatch, hotBatch, loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio, batch: cfg.BatchSize})
 	if err != nil {
-		return out, err
+		return pr.out, pr.manyRep, err
 	}
 	hbr.Mode = fmt.Sprintf("closed loop, %d clients, batches of %d, all on one account", cfg.Clients, cfg.BatchSize)
 
@@ -454,40 +434,43 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 	}
 	dr, err := phase(PhaseDuplicates, dups, loadSpec{duration: cfg.Duration / 2, dupRatio: 1})
 	if err != nil {
-		return out, err
+		return pr.out, pr.manyRep, err
 	}
 	dr.Mode = fmt.Sprintf("closed loop, %d clients, every command a resend", cfg.Clients)
 
 	if loadRate > 0 {
 		for _, f := range cfg.OpenLoopFractions {
-			rate := loadRate * f
 			name := PhaseHalfLoad
 			if f != 0.5 {
 				name = fmt.Sprintf("load@%g%%", 100*f)
 			}
-			// A second at the rate first, unrecorded: the switch from the previous
-			// (closed-loop) phase leaves a transient of its own.
-			g := gens(name)
-			wr, err := drive(ctx, t, g, loadSpec{system: sys, phase: name + " warm-up", duration: min(time.Second, cfg.Duration/4), dupRatio: cfg.DuplicateRatio, rate: rate}, prog)
-			if err != nil {
-				return out, err
+			if err := pr.openLoop(name, gens(name), loadRate, f, "the load phase"); err != nil {
+				return pr.out, pr.manyRep, err
 			}
-			hr, err := phase(name, g, loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio, rate: rate})
-			if err != nil {
-				return out, err
-			}
-			hr.TargetRate = rate
-			hr.WarmupNewAnswered = wr.c.newAnswered.Load()
-			hr.Mode = fmt.Sprintf("open loop at %.0f/s (%g%% of the load phase), %d clients, after 1s unrecorded", rate, 100*f, cfg.Clients)
 		}
 	}
 
-	if !cfg.Capture {
-		return out, nil
+	if cfg.Capture {
+		if err := pr.capture(natsURL, base, rrStart, gens); err != nil {
+			return pr.out, pr.manyRep, err
+		}
 	}
+	if sys == SystemLedger && cfg.ManyAccounts > 0 {
+		if err := pr.many(w); err != nil {
+			return pr.out, pr.manyRep, err
+		}
+	}
+	return pr.out, pr.manyRep, nil
+}
+
+// capture measures how long JetStream's capture of the request-reply phases
+// (sent since rrStart, the stream at base before) takes to be stored and
+// confirmed, then runs the JetStream phases.
+func (pr *phaseRunner) capture(natsURL string, base uint64, rrStart time.Time, gens func(string) []*clientGen) error {
+	ctx, cfg, sys, t, log := pr.ctx, pr.cfg, pr.sys, pr.t, pr.cfg.Progress
 	p, err := newJSProbe(ctx, natsURL, log, cfg.ProgressInterval)
 	if err != nil {
-		return out, err
+		return err
 	}
 	defer p.close()
 	// The capture: JetStream stored every request-reply command, and the consumer
@@ -498,11 +481,11 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 	want := base + uint64(t.sent.Load())
 	stored, err := p.waitStored(ctx, want, 10*time.Second)
 	if err != nil {
-		return out, err
+		return err
 	}
 	storedAt := time.Now()
 	if err := p.waitSettled(ctx, stored, settleTimeout(int(stored-base)), nil); err != nil {
-		return out, err
+		return err
 	}
 	settledAt := time.Now()
 	n := int64(stored - base)
@@ -514,11 +497,11 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 		cr.Mode += " (errors: the commands JetStream dropped)"
 	}
 	cr.CommandsPerSec = float64(n) / cr.Seconds
-	out = append(out, cr)
+	pr.out = append(pr.out, cr)
 	log.Info("bench: capture caught up", "system", sys, "stored", n, "sent", want-base, "stored_per_sec", int(cr.CommandsPerSec),
 		"stored_after", storedAt.Sub(rrEnd).Round(time.Millisecond), "confirmed_after", settledAt.Sub(rrEnd).Round(time.Millisecond))
 	if cfg.JetStreamMessages <= 0 {
-		return out, nil
+		return nil
 	}
 	settle := func() error {
 		last, err := p.lastSeq(ctx)
@@ -532,27 +515,20 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 		run  func(context.Context, *jsProbe, []*clientGen, int) (PhaseResult, error)
 	}{{PhaseJSPublish, jsPublish}, {PhaseJSConsume, jsConsume}} {
 		log.Info("bench", "phase", sys+"/"+js.name, "messages", cfg.JetStreamMessages)
-		before := sampleCPU(pm)
-		tx0, cmds0 := batchTotals(cfg.ledgerMetrics)
-		hook(cfg, sys, js.name, true)
-		res, err := js.run(ctx, p, gens(js.name), cfg.JetStreamMessages)
-		hook(cfg, sys, js.name, false)
-		if err != nil {
-			return out, fmt.Errorf("%s: %w", js.name, err)
+		if _, err := pr.measure(js.name, func() (PhaseResult, error) {
+			res, err := js.run(ctx, p, gens(js.name), cfg.JetStreamMessages)
+			if err != nil {
+				return res, fmt.Errorf("%s: %w", js.name, err)
+			}
+			return res, nil
+		}); err != nil {
+			return err
 		}
-		res.System, res.Phase = sys, js.name
-		res.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
-		if tx1, cmds1 := batchTotals(cfg.ledgerMetrics); sys == SystemLedger && tx1 > tx0 {
-			res.Transactions = int64(tx1 - tx0)
-			res.MeanBatch = (cmds1 - cmds0) / (tx1 - tx0)
-		}
-		out = append(out, res)
-		log.Info("bench: phase done", "system", sys, "phase", js.name, "commands_per_sec", int(res.CommandsPerSec), "errors", res.Errors)
 		if err := settle(); err != nil {
-			return out, err
+			return err
 		}
 	}
-	return out, nil
+	return nil
 }
 
 func resultOf(run *phaseRun) PhaseResult {

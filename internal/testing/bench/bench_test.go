@@ -163,7 +163,11 @@ func TestRunTiny(t *testing.T) {
 // TestRunTinyTransactions: with a transaction ratio the ledger's phases send
 // post_transaction too (in the hot phase, touching the hot account), every one
 // answered without an error or an anomaly and posted; a ratio with the
-// baseline among the systems is refused.
+// baseline among the systems is refused. The run has the many-accounts phases
+// too (over 2,500 accounts: three batches to open them, the last one short):
+// every account opened once in the store, both phases answered without an
+// error or an anomaly, the ledger's heap found in the heap profile, and the
+// many/few ratio printed just before the last line.
 func TestRunTinyTransactions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts NATS servers and PostgreSQL databases")
@@ -174,30 +178,57 @@ func TestRunTinyTransactions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ledgerURL := pgtest.URL(t)
-	rep, err := Run(ctx, Config{
+	const many = 2500
+	rep, _, lines := runTiny(ctx, t, Config{
 		Clients: 4, Accounts: 25, DuplicateRatio: 0.2, TransactionRatio: 0.5, Duration: time.Second, Warmup: 200 * time.Millisecond,
-		Grace: 500 * time.Millisecond, DataDir: t.TempDir(),
+		Grace: 500 * time.Millisecond, DataDir: t.TempDir(), ManyAccounts: many,
 		LedgerDatabaseURL: ledgerURL, Systems: []string{SystemLedger}, NoFsync: true,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{PhaseLoad, PhaseHot} {
+	for _, name := range []string{PhaseLoad, PhaseHot, PhaseMany, PhaseManyHalfLoad} {
 		if p := rep.Phase(SystemLedger, name); p == nil || p.Commands <= 0 || p.Errors != 0 || p.Anomalies != 0 {
 			t.Fatalf("%s: %+v", name, p)
 		}
 	}
+	checkMany(t, rep, lines, many)
 	conn, err := pgx.Connect(ctx, ledgerURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	var posted, rejected int64
+	var posted, rejected, opened, openedStreams int64
 	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE type = 'TransactionPosted'), count(*) FILTER (WHERE type = 'TransactionRejected') FROM events`).Scan(&posted, &rejected); err != nil {
 		t.Fatal(err)
 	}
 	if posted == 0 || rejected != 0 {
 		t.Fatalf("%d transactions posted, %d rejected", posted, rejected)
+	}
+	prefix := "account-" + rep.Many.AccountPrefix
+	if err := conn.QueryRow(ctx, `SELECT count(*), count(DISTINCT stream) FROM events WHERE type = 'AccountOpened' AND starts_with(stream, $1)`, prefix).Scan(&opened, &openedStreams); err != nil {
+		t.Fatal(err)
+	}
+	if opened != many || openedStreams != many {
+		t.Fatalf("%d accounts opened on %d streams named %s*, want %d", opened, openedStreams, prefix, many)
+	}
+}
+
+// checkMany: the many-accounts report, its ratio and its line.
+func checkMany(t *testing.T, rep *Report, lines []string, accounts int) {
+	t.Helper()
+	l, m := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemLedger, PhaseMany)
+	if rep.ManyRatio <= 0 || rep.ManyRatio != m.CommandsPerSec/l.CommandsPerSec {
+		t.Fatalf("many ratio %v: many %+v, load %+v", rep.ManyRatio, m, l)
+	}
+	if mr := rep.Many; mr == nil || mr.Accounts != accounts || mr.OpenSeconds <= 0 || mr.LedgerHeapMB <= 0 || mr.ProcessPeakHeapMB < mr.LedgerHeapMB {
+		t.Fatalf("many report %+v", rep.Many)
+	}
+	if h := rep.Phase(SystemLedger, PhaseManyHalfLoad); h.TargetRate != m.CommandsPerSec/2 {
+		t.Fatalf("many half-load at %v, the many phase at %v", h.TargetRate, m.CommandsPerSec)
+	}
+	if b := lines[len(lines)-2]; !regexp.MustCompile(`^ratio many/few accounts commands/s: [0-9]+\.[0-9]{2}$`).MatchString(b) || b != rep.ManyRatioLine() {
+		t.Fatalf("line before the last %q", b)
+	}
+	if last := lines[len(lines)-1]; last != rep.RatioLine() {
+		t.Fatalf("last line %q", last)
 	}
 }
 

@@ -20,6 +20,9 @@ type Config struct {
 	// the ledger's load phase is then also run alternately without and with
 	// the synchronous standby (pairload.go).
 	pair *pairSwitch
+	// eventStoreURL is the ledger's event store (set by Run): the
+	// many-accounts phases open their accounts there.
+	eventStoreURL string
 	// Clients is the number of concurrent clients (each one command at a time).
 	Clients int
 	// Accounts is the number of accounts the commands spread over.
@@ -49,6 +52,11 @@ type Config struct {
 	KeyCheckEvents int
 	// KeyCheckSamples is the number of timed commands per kind and stream.
 	KeyCheckSamples int
+	// ManyAccounts, when > 0, runs the many-accounts phases after the
+	// ledger's others (many.go): this many accounts opened in its event store,
+	// the load phase's clients over them, then half that rate. Unlike the
+	// other fields, 0 means no such phase (Defaults has 1,000,000; Quick 0).
+	ManyAccounts int
 	// HistoryEvents is the history of the history phase: about this many events
 	// seeded over Accounts accounts, then rebuilt and audited (0: no phase).
 	HistoryEvents int64
@@ -127,6 +135,7 @@ func Defaults() Config {
 		Warmup:            3 * time.Second,
 		JetStreamMessages: 20_000,
 		KeyCheckEvents:    100_000,
+		ManyAccounts:      1_000_000,
 		KeyCheckSamples:   400,
 		ProjectionTimeout: 5 * time.Minute,
 		Capture:           true,
@@ -151,6 +160,7 @@ func (c Config) Quick() Config {
 	// longer to catch up with the request-reply phases than the whole minute
 	// (see BENCHMARKS.md), so the quick run leaves it and the JetStream phases out.
 	c.Capture = false
+	c.ManyAccounts = 0 // opening them is minutes of work
 	return c
 }
 
@@ -195,6 +205,9 @@ func (c *Config) defaults() error {
 		if s != SystemLedger && c.TransactionRatio > 0 {
 			return errors.New("bench: transactions are the ledger's only (the baseline serves open_account, deposit and withdraw): use --systems ledger")
 		}
+	}
+	if c.ManyAccounts < 0 {
+		return errors.New("bench: many accounts must be >= 0")
 	}
 	if c.HistoryEvents < 0 {
 		return errors.New("bench: history events must be >= 0")

@@ -59,7 +59,7 @@ func historyPhase(ctx context.Context, url, storeURL, runID string, n int64, acc
 
 	rep.Rebuild = timeTool(func(progress func(int64)) (int64, error) {
 		results, err := projections.Rebuild(ctx, pool, store, projections.RebuildOptions{
-			Verify: audit.VerifyGeneration(pool, store), Logger: components, Progress: progress})
+			Check: audit.VerifyGeneration(pool, store), Logger: components, Progress: progress})
 		if len(results) == 0 {
 			return 0, err
 		}

@@ -109,6 +109,7 @@ type Report struct {
 	KeyCheck   *KeyCheckReport   `json:"key_check,omitempty"`
 	Projection *ProjectionReport `json:"projection,omitempty"`
 	History    *HistoryReport    `json:"history,omitempty"`
+	Many       *ManyReport       `json:"many_accounts,omitempty"`
 	// Ratio is ledger/baseline commands per second in the load phase (0 when
 	// either was not driven).
 	Ratio float64 `json:"ratio_ledger_baseline"`
@@ -124,6 +125,10 @@ type Report struct {
 	// pair with the synchronous standby required over those with it cleared,
 	// alternated in the same run (0 without --standby).
 	PairRatio float64 `json:"ratio_pair_lone,omitempty"`
+	// ManyRatio is the ledger's commands per second in its many-accounts
+	// phase over its load phase's (0 without it): what the number of
+	// accounts costs.
+	ManyRatio float64 `json:"ratio_many_few,omitempty"`
 }
 
 // ReportConfig is the part of Config a reader needs to reproduce a run.
@@ -173,6 +178,12 @@ func (r *Report) RatioLine() string {
 // PairRatioLine comes before HotRatioLine in a run on the pair.
 func (r *Report) PairRatioLine() string {
 	return fmt.Sprintf("ratio pair/lone commands/s: %.2f", r.PairRatio)
+}
+
+// ManyRatioLine comes just before RatioLine in a run with the many-accounts
+// phases.
+func (r *Report) ManyRatioLine() string {
+	return fmt.Sprintf("ratio many/few accounts commands/s: %.2f", r.ManyRatio)
 }
 
 // HotRatioLine is the third line from the end.
@@ -255,6 +266,7 @@ func (r *Report) Print(w io.Writer) {
 			fmt.Fprintf(w, "  projection error: %s\n", p.ErrorSample)
 		}
 	}
+	r.Many.print(w)
 	r.printTargets(w)
 	if r.History != nil {
 		r.History.print(w)
@@ -263,7 +275,11 @@ func (r *Report) Print(w io.Writer) {
 	if r.PairRatio > 0 {
 		fmt.Fprintln(w, r.PairRatioLine())
 	}
-	fmt.Fprintf(w, "%s\n%s\n%s\n", r.HotRatioLine(), r.BatchRatioLine(), r.RatioLine())
+	fmt.Fprintf(w, "%s\n%s\n", r.HotRatioLine(), r.BatchRatioLine())
+	if r.ManyRatio > 0 {
+		fmt.Fprintln(w, r.ManyRatioLine())
+	}
+	fmt.Fprintln(w, r.RatioLine())
 }
 
 // storeCallsLine gives the test server's calls per command of each phase that
@@ -335,6 +351,15 @@ func (r *Report) printTargets(w io.Writer) {
 	if r.HotBatchRatio > 0 {
 		ts = append(ts, target{"hot batch/batch commands/s (one account / spread)", ">= 0.8", r.HotBatchRatio, r.HotBatchRatio >= 0.8, true, "x"})
 	}
+	if r.ManyRatio > 0 {
+		ts = append(ts, target{"many/few accounts commands/s (the load phase over many accounts / over --accounts)", ">= 0.8", r.ManyRatio, r.ManyRatio >= 0.8, true, "x"})
+	}
+	if p := r.Phase(SystemLedger, PhaseManyHalfLoad); p != nil {
+		ts = append(ts, target{"p99 at half load over many accounts (ms)", "<= 20", p.P99Ms, p.P99Ms <= 20, true, "ms"})
+	}
+	if m := r.Many; m != nil && m.LedgerHeapMB > 0 {
+		ts = append(ts, target{"the ledger's heap over many accounts (MiB)", "<= 1024", m.LedgerHeapMB, m.LedgerHeapMB <= 1024, true, "MiB"})
+	}
 	if p := r.Phase(SystemLedger, PhaseDuplicates); p != nil {
 		ts = append(ts, target{"duplicates/s", ">= 30000", p.DuplicatesPerSec, p.DuplicatesPerSec >= 30000, true, "/s"})
 	}
@@ -351,7 +376,7 @@ func (r *Report) printTargets(w io.Writer) {
 	if len(ts) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\ntargets (issues 7 and 12):\n")
+	fmt.Fprintf(w, "\ntargets (issues 7, 12 and 27):\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, t := range ts {
 		verdict := "met"
@@ -410,5 +435,10 @@ func (r *Report) Markdown(w io.Writer) {
 	if r.PairRatio > 0 {
 		fmt.Fprintf(w, "\n`%s`\n", r.PairRatioLine())
 	}
-	fmt.Fprintf(w, "\n`%s`\n\n`%s`\n\n`%s`\n", r.HotRatioLine(), r.BatchRatioLine(), r.RatioLine())
+	r.Many.markdown(w)
+	fmt.Fprintf(w, "\n`%s`\n\n`%s`\n", r.HotRatioLine(), r.BatchRatioLine())
+	if r.ManyRatio > 0 {
+		fmt.Fprintf(w, "\n`%s`\n", r.ManyRatioLine())
+	}
+	fmt.Fprintf(w, "\n`%s`\n", r.RatioLine())
 }

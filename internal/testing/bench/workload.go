@@ -31,7 +31,7 @@ const overdraftLimit = 1_000_000_000_000
 func newWorkload(runID string, accounts int, skew, txRatio float64) *workload {
 	w := &workload{runID: runID, currency: "EUR", accounts: make([]string, accounts), txRatio: txRatio}
 	for i := range w.accounts {
-		w.accounts[i] = "b" + runID + "-" + strconv.Itoa(i)
+		w.accounts[i] = w.prefix() + strconv.Itoa(i)
 	}
 	w.all = w.accounts
 	if skew > 0 {
@@ -48,6 +48,9 @@ func newWorkload(runID string, accounts int, skew, txRatio float64) *workload {
 	}
 	return w
 }
+
+// prefix starts the ID of each of the workload's accounts.
+func (w *workload) prefix() string { return "b" + w.runID + "-" }
 
 func (w *workload) pick(r *rand.Rand) string {
 	if w.cdf == nil {

@@ -1,0 +1,128 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/ledgerworks/ledger/internal/platform/config"
+	"github.com/ledgerworks/ledger/internal/testing/bench/seed"
+)
+
+// The many-accounts phases (issue 27): the load phase's clients over
+// Config.ManyAccounts accounts opened for them in the event store, none of
+// them in the ledger's cache when the phases start (an account per customer,
+// each touched now and then), then the same at half that rate, open loop.
+const (
+	PhaseMany         = "many accounts"
+	PhaseManyHalfLoad = "many half-load"
+)
+
+// ManyReport is what the many-accounts phases measured besides their rates.
+type ManyReport struct {
+	Accounts int `json:"accounts"`
+	// AccountPrefix starts each of their IDs (the rest is 0..Accounts-1).
+	AccountPrefix string `json:"account_prefix"`
+	// OpenSeconds is the time to open them (batches through a ledger.Service
+	// on the event store).
+	OpenSeconds float64 `json:"open_seconds"`
+	// LedgerHeapMB is the ledger's live heap after a collection at the end of
+	// each many-accounts phase (the larger of the two): the bytes of the heap
+	// profile whose allocation stacks run through the ledger's code (its
+	// service, store, domain, NATS intake) and not through the bench's
+	// clients, scaled as pprof scales a sample. NATSHeapMB is the embedded
+	// NATS servers' part, OtherHeapMB the rest (the clients, connection
+	// buffers, the runtime).
+	LedgerHeapMB float64 `json:"ledger_heap_mib"`
+	NATSHeapMB   float64 `json:"nats_heap_mib"`
+	OtherHeapMB  float64 `json:"other_heap_mib"`
+	// ProcessPeakHeapMB is the largest heap of the whole process (live and
+	// not yet collected objects) sampled through the two phases.
+	ProcessPeakHeapMB float64 `json:"process_peak_heap_mib"`
+}
+
+// many opens Config.ManyAccounts accounts in the event store and runs the
+// many-accounts phases on them with the load phase's clients; the load
+// phase's workload names the run.
+func (pr *phaseRunner) many(load *workload) error {
+	cfg := pr.cfg
+	w := newWorkload(load.runID+"m", cfg.ManyAccounts, cfg.Skew, cfg.TransactionRatio)
+	mr := &ManyReport{Accounts: cfg.ManyAccounts, AccountPrefix: w.prefix()}
+	pr.manyRep = mr
+	took, err := openMany(pr.ctx, cfg.eventStoreURL, w, cfg.Logger, cfg.Progress)
+	if err != nil {
+		return err
+	}
+	mr.OpenSeconds = took.Seconds()
+	cfg.Progress.Info("bench: many accounts open", "accounts", cfg.ManyAccounts, "took", took.Round(time.Millisecond), "per_sec", int(float64(cfg.ManyAccounts)/took.Seconds()))
+	gens := func(phase string) []*clientGen { return newGens(w, pr.sys[:1]+phase, cfg.Clients) }
+	if cfg.Warmup > 0 {
+		if _, err := drive(pr.ctx, pr.t, gens("mwarm"), loadSpec{system: pr.sys, phase: "many warm-up", duration: cfg.Warmup, dupRatio: cfg.DuplicateRatio}, pr.prog); err != nil {
+			return err
+		}
+	}
+	peak := sampleHeapPeak()
+	defer func() { mr.ProcessPeakHeapMB = mib(peak()) }()
+	r, err := pr.run(PhaseMany, gens("many"), loadSpec{duration: cfg.Duration, dupRatio: cfg.DuplicateRatio})
+	if err != nil {
+		return err
+	}
+	r.Mode = fmt.Sprintf("closed loop, %d clients, over %d accounts none of them cached at the start", cfg.Clients, cfg.ManyAccounts)
+	rate := r.CommandsPerSec
+	mr.sampleHeap()
+	if rate > 0 {
+		if err := pr.openLoop(PhaseManyHalfLoad, gens("mhalf"), rate, 0.5, "the many-accounts phase"); err != nil {
+			return err
+		}
+		mr.sampleHeap()
+	}
+	return nil
+}
+
+// sampleHeap records the heap by source now, keeping the larger ledger part.
+func (mr *ManyReport) sampleHeap() {
+	h := liveHeapBySource()
+	if l := mib(h.ledger); l >= mr.LedgerHeapMB {
+		mr.LedgerHeapMB, mr.NATSHeapMB, mr.OtherHeapMB = l, mib(h.nats), mib(h.other)
+	}
+}
+
+// openMany opens every account of w in the event store at storeURL (a
+// duplicate answer is fine: a data dir reused) and returns how long it took.
+func openMany(ctx context.Context, storeURL string, w *workload, components, log *slog.Logger) (time.Duration, error) {
+	store, err := config.OpenEventStore(ctx, storeURL, components)
+	if err != nil {
+		return 0, err
+	}
+	defer store.Close()
+	return seed.Timed(func() error {
+		return seed.OpenAccounts(ctx, store, len(w.accounts), seed.OpenOptions{
+			Body: func(i int) []byte { acc := w.accounts[i]; return openBody("open-"+acc, acc, w.currency) },
+			Progress: func(opened, total int) {
+				log.Info("bench: opening many accounts", "opened", opened, "of", total)
+			},
+			Logger: components,
+		})
+	})
+}
+
+func (m *ManyReport) line() string {
+	return fmt.Sprintf("%d accounts opened in %.1fs (%.0f/s, batches of %d through a ledger.Service on the event store); the ledger's live heap %.1f MiB at most at the end of a many-accounts phase (NATS %.1f MiB, the rest %.1f MiB: clients, buffers, runtime); the process's heap peaked at %.1f MiB",
+		m.Accounts, m.OpenSeconds, float64(m.Accounts)/max(m.OpenSeconds, 1e-9), seed.OpenBatch, m.LedgerHeapMB, m.NATSHeapMB, m.OtherHeapMB, m.ProcessPeakHeapMB)
+}
+
+// print writes the many-accounts line of the text report (nothing for nil).
+func (m *ManyReport) print(w io.Writer) {
+	if m != nil {
+		fmt.Fprintf(w, "\nmany accounts: %s\n", m.line())
+	}
+}
+
+// markdown writes it for BENCHMARKS.md.
+func (m *ManyReport) markdown(w io.Writer) {
+	if m != nil {
+		fmt.Fprintf(w, "\nMany accounts: %s.\n", m.line())
+	}
+}
