@@ -81,7 +81,7 @@ func (s *Service) runBatch(ctx context.Context, cmds []domain.BatchCommand) []Re
 		}
 		e := elems[i]
 		wg.Add(1)
-		go func() {
+		s.elements.run(func() {
 			defer wg.Done()
 			defer e.finish()
 			if err := e.waitStart(ctx, slots); err != nil {
@@ -89,7 +89,7 @@ func (s *Service) runBatch(ctx context.Context, cmds []domain.BatchCommand) []Re
 				return
 			}
 			replies[i] = s.Handle(context.WithValue(ctx, batchElementKey{}, e), c.Command)
-		}()
+		})
 	}
 	wg.Wait()
 	return replies
