@@ -234,7 +234,7 @@ func (s *Service) Handle(ctx context.Context, cmd domain.Command) Reply {
 		}
 		r, err = s.handleAccountCommand(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID)
 	}
-	if err == nil && r.Duplicate {
+	if err == nil && r.Duplicate && batchElementOf(ctx) == nil { // a batch's elements: once for all (runBatch)
 		err = s.answered(ctx)
 	}
 	if err != nil {
