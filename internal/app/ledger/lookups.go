@@ -15,15 +15,17 @@ import (
 // as group commit appends many commands in one transaction: one goroutine
 // gathers the rounds, and when a round slot is free it takes what has queued
 // (up to maxRound questions) and asks in the background, at most inFlight
-// rounds at once. No caller waits for a round to fill: a lone question is
-// asked at once, and the questions that queue while rounds are in flight go
-// together in the next one.
+// rounds at once. No caller waits for a round to fill: a question that finds
+// a free slot and nothing queued is asked at once by its caller (no handoff),
+// and the questions that queue while rounds are in flight go together in the
+// next one.
 type rounds[Q, A any] struct {
 	ask      func(ctx context.Context, qs []Q) ([]A, error) // one answer per question, in order
 	sizes    prometheus.Observer                            // questions per round
 	maxRound int
 	inFlight int
 	queue    chan *question[Q, A]
+	slots    chan struct{} // a round in flight holds one
 	done     chan struct{}
 	stopped  chan struct{}
 	once     sync.Once
@@ -38,12 +40,15 @@ type question[Q, A any] struct {
 
 func newRounds[Q, A any](maxRound, inFlight int, sizes prometheus.Observer, ask func(context.Context, []Q) ([]A, error)) *rounds[Q, A] {
 	r := &rounds[Q, A]{ask: ask, sizes: sizes, maxRound: maxRound, inFlight: inFlight,
-		queue: make(chan *question[Q, A], maxRound), done: make(chan struct{}), stopped: make(chan struct{})}
+		queue: make(chan *question[Q, A], maxRound), slots: make(chan struct{}, inFlight), done: make(chan struct{}), stopped: make(chan struct{})}
 	go r.loop()
 	return r
 }
 
-var errRoundsClosed = errors.New("ledger: the store's grouped reads are closed")
+var (
+	errRoundsClosed = errors.New("ledger: the store's grouped reads are closed")
+	errAnswerCount  = errors.New("ledger: a grouped read answered another number of questions than it was asked")
+)
 
 // do asks q in the next round and returns its answer.
 func (r *rounds[Q, A]) do(ctx context.Context, q Q) (a A, err error) {
@@ -51,6 +56,14 @@ func (r *rounds[Q, A]) do(ctx context.Context, q Q) (a A, err error) {
 	case <-r.done:
 		return a, errRoundsClosed
 	default:
+	}
+	if len(r.queue) == 0 {
+		select { // a free slot and nothing queued: ask alone, without a handoff
+		case r.slots <- struct{}{}:
+			defer func() { <-r.slots }()
+			return r.askAlone(q)
+		default:
+		}
 	}
 	l := &question[Q, A]{q: q, ready: make(chan struct{})}
 	select {
@@ -75,10 +88,25 @@ func (r *rounds[Q, A]) do(ctx context.Context, q Q) (a A, err error) {
 	}
 }
 
+// askAlone asks one question in a round of its own (the caller holds a slot).
+func (r *rounds[Q, A]) askAlone(q Q) (a A, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	as, err := r.ask(ctx, []Q{q})
+	r.sizes.Observe(1)
+	if err == nil && len(as) != 1 {
+		err = errAnswerCount
+	}
+	if err != nil {
+		return a, err
+	}
+	return as[0], nil
+}
+
 func (r *rounds[Q, A]) loop() {
 	var running sync.WaitGroup
 	defer func() { running.Wait(); close(r.stopped) }()
-	slots := make(chan struct{}, r.inFlight)
+	slots := r.slots
 	for {
 		var batch []*question[Q, A]
 		select {
@@ -114,7 +142,7 @@ func (r *rounds[Q, A]) loop() {
 			as, err := r.ask(ctx, qs)
 			cancel()
 			if err == nil && len(as) != len(qs) {
-				err = errors.New("ledger: a grouped read answered another number of questions than it was asked")
+				err = errAnswerCount
 			}
 			r.answer(batch, as, err)
 			r.sizes.Observe(float64(len(batch)))
