@@ -50,6 +50,10 @@ func TestDecodeCommandRejectsBadInput(t *testing.T) {
 		{"negative overdraft", "open_account", `{"idempotency_key":"k","account_id":"a","currency":"EUR","overdraft_limit":-5}`, "overdraft_limit"},
 		{"bad expires_at", "place_hold", `{"idempotency_key":"k","account_id":"a","hold_id":"h","amount":1,"currency":"EUR","expires_at":"tomorrow"}`, "expires_at"},
 		{"refund without original", "refund", `{"idempotency_key":"k"}`, "original_key"},
+		// PROTOCOL.md v1.2 §2.3: effective_at is on open_account and the money
+		// commands; releasing a hold and closing an account move no money.
+		{"effective_at on release_hold", "release_hold", `{"idempotency_key":"k","account_id":"a","hold_id":"h","effective_at":"2026-01-01T00:00:00Z"}`, "effective_at"},
+		{"effective_at on close_account", "close_account", `{"idempotency_key":"k","account_id":"a","effective_at":"2026-01-01T00:00:00Z"}`, "effective_at"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -29,7 +29,7 @@ func BenchmarkHistoryImport(b *testing.B) {
 	lines := importLines()
 	var historical, baseline time.Duration
 	for i := range b.N {
-		for _, hist := range []bool{false, true} {
+		for _, hist := range importModes() {
 			prefix := fmt.Sprintf("b%d", i)
 			if hist {
 				prefix = fmt.Sprintf("h%d", i)
@@ -53,16 +53,33 @@ func BenchmarkHistoryImport(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(lines*b.N)/historical.Seconds(), "historical-cmds/s")
-	b.ReportMetric(float64(lines*b.N)/baseline.Seconds(), "baseline-cmds/s")
-	b.ReportMetric(baseline.Seconds()/historical.Seconds(), "historical/baseline")
+	if baseline > 0 {
+		b.ReportMetric(float64(lines*b.N)/baseline.Seconds(), "baseline-cmds/s")
+		b.ReportMetric(baseline.Seconds()/historical.Seconds(), "historical/baseline")
+	}
+}
+
+// importModes are the runs of each iteration, historical or not: the baseline
+// then the historical import, or the historical one alone with
+// LEDGER_BENCH_IMPORT_HISTORICAL_ONLY=1 (to compare two builds, alternated:
+// BENCHMARKS.md).
+func importModes() []bool {
+	if os.Getenv("LEDGER_BENCH_IMPORT_HISTORICAL_ONLY") == "1" {
+		return []bool{true}
+	}
+	return []bool{false, true}
 }
 
 // importLines is how many lines each import run posts: 100,000, or
 // LEDGER_BENCH_IMPORT_LINES.
-func importLines() int {
+func importLines() int { return linesFromEnv("LEDGER_BENCH_IMPORT_LINES", 100_000) }
+
+// linesFromEnv is the number of lines in the environment variable name (more
+// than 100), or def when it is unset or not such a number.
+func linesFromEnv(name string, def int) int {
 	var n int
-	if _, err := fmt.Sscan(os.Getenv("LEDGER_BENCH_IMPORT_LINES"), &n); err == nil && n > 100 {
+	if _, err := fmt.Sscan(os.Getenv(name), &n); err == nil && n > 100 {
 		return n
 	}
-	return 100_000
+	return def
 }

@@ -745,7 +745,11 @@ func limit(max int) any {
 	return int64(max)
 }
 
-// ReadStream implements eventstore.StreamReader.
+// ReadStream implements eventstore.StreamReader, in one statement: the page,
+// or, when the page is empty, the stream's head event, which says the stream
+// exists (and is outside the range: dropped). No row: the stream does not
+// exist. One snapshot answers both, so a stream created meanwhile is either
+// seen whole or not at all.
 func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.Revision, dir eventstore.Direction, max int) ([]eventstore.RecordedEvent, error) {
 	if s.closed() {
 		return nil, ErrClosed
@@ -757,39 +761,47 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 	if from < math.MaxInt64 {
 		start = int64(from)
 	}
-	var q string
+	q := readStreamForwards
 	if dir == eventstore.Backwards {
-		q = `SELECT ` + eventColumns + ` FROM events WHERE stream = $1 AND revision <= $2 ORDER BY revision DESC LIMIT $3`
-	} else {
-		q = `SELECT ` + eventColumns + ` FROM events WHERE stream = $1 AND revision >= $2 ORDER BY revision LIMIT $3`
+		q = readStreamBackwards
 	}
-	read := func() ([]eventstore.RecordedEvent, error) {
-		rows, err := s.pool.Query(ctx, q, stream, start, limit(max))
-		if err != nil {
-			return nil, classify(ctx, "read stream", err)
-		}
-		out, err := scanEvents(rows)
-		if err != nil {
-			return nil, classify(ctx, "read stream", err)
-		}
-		return out, nil
-	}
-	out, err := read()
-	if err != nil || len(out) > 0 {
-		return out, err
-	}
-	// Nothing read: a missing stream, or a range beyond its head. The stream may
-	// have been created between the two statements; then read again: streams
-	// never shrink, so what that read returns is consistent with "exists".
-	var exists bool
-	if err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM events WHERE stream = $1)", stream).Scan(&exists); err != nil {
+	rows, err := s.pool.Query(ctx, q, stream, start, limit(max))
+	if err != nil {
 		return nil, classify(ctx, "read stream", err)
 	}
-	if !exists {
+	out, err := scanEvents(rows)
+	if err != nil {
+		return nil, classify(ctx, "read stream", err)
+	}
+	if len(out) == 0 {
 		return nil, fmt.Errorf("%w: %q", eventstore.ErrStreamNotFound, stream)
 	}
-	return read()
+	// An empty page reads the head alone, outside the range: the stream ends
+	// before a forwards range, or starts after a backwards one.
+	if head := out[0].Revision; dir == eventstore.Backwards && head > uint64(start) || dir != eventstore.Backwards && head < uint64(start) {
+		return nil, nil
+	}
+	return out, nil
 }
+
+// readStreamQuery is ReadStream's statement: the page in the range (cond, in
+// order), and only when it is empty the stream's head event. The head is one
+// backward descent of events_stream_revision_key.
+func readStreamQuery(cond, order string) string {
+	return `WITH page AS MATERIALIZED (
+		SELECT ` + eventColumns + ` FROM events WHERE stream = $1 AND ` + cond + ` ORDER BY revision ` + order + ` LIMIT $3)
+	SELECT * FROM (
+		SELECT * FROM page
+		UNION ALL
+		SELECT * FROM (SELECT ` + eventColumns + ` FROM events WHERE stream = $1 ORDER BY revision DESC LIMIT 1) head
+		WHERE NOT EXISTS (SELECT 1 FROM page)
+	) r ORDER BY revision ` + order
+}
+
+var (
+	readStreamForwards  = readStreamQuery("revision >= $2", "ASC")
+	readStreamBackwards = readStreamQuery("revision <= $2", "DESC")
+)
 
 // visibleBelow is the gap-safe horizon of "all" (ARCHITECTURE decision 8): every
 // transaction with a smaller xid has ended, so no event can still appear below

@@ -99,7 +99,7 @@ func (s *Service) tryTransaction(ctx context.Context, l *heldLocks, n int, tx do
 func (m atomicMover) refundTransaction(ctx context.Context, cmd domain.Command, req domain.Canonical, origStream string, posted *domain.TransactionPosted) (Reply, error) {
 	s := m.s
 	return s.underLocks(ctx, []string{origStream}, func(at *attempt) (r Reply, retry bool, err error) {
-		slot, refunded, r, done, err := s.refundSlot(ctx, posted.TransactionID, cmd, req)
+		slot, refunded, r, done, err := refundSlot(ctx, s.readTransaction, posted.TransactionID, cmd, req)
 		if err != nil || done {
 			return r, false, err
 		}
@@ -242,9 +242,10 @@ func (s *Service) appendCaptureTo(ctx context.Context, l *heldLocks, cmd domain.
 
 // openSaga decides a saga of a transfer stream (a new transfer, or a
 // refund of a completed one) on a store with atomic multi-stream appends
-// (PROTOCOL.md v1.1 §2.1): requested opens it; both its accounts' steps (the
+// (PROTOCOL.md v1.1 §2.1): the request opens it; both its accounts' steps (the
 // saga's: a refund debits the transfer's destination and credits its source)
-// are decided on their durable states and written with the request, its claim
+// are decided on their cached states (their store's heads when o.fresh; a
+// pipelined account on its pending state) and written with the request, its claim
 // and the saga's marker in one append, so that it is completed or rejected,
 // never debited and credited back. It writes exactly the events the saga
 // writes on its way to the same decision (a credit the account credited would
@@ -252,12 +253,13 @@ func (s *Service) appendCaptureTo(ctx context.Context, l *heldLocks, cmd domain.
 // that every reader of transfer streams (replay, audit, read models, the
 // transfer process) meets nothing new. The caller holds the transfer stream's
 // lock; next is again when another instance wrote meanwhile (decide again).
-func (m atomicMover) openSaga(ctx context.Context, cmd domain.Command, req domain.Canonical, t *domain.Transfer, requested []domain.NewEvent) (transferStep, error) {
-	s := m.s
-	rq, err := s.openSagaRequest(cmd, req, domain.TransferStream(t.ID), t, requested)
+func (m atomicMover) openSaga(ctx context.Context, cmd domain.Command, req domain.Canonical, o sagaOpening) (transferStep, error) {
+	s, t := m.s, o.t
+	rq, err := s.openSagaRequest(cmd, req, domain.TransferStream(t.ID), t, o.requested)
 	if err != nil {
 		return transferStep{}, err
 	}
+	rq.fresh = o.fresh
 	var written bool
 	var r Reply
 	err = s.withAccountLocks(ctx, []string{rq.sg.Out, rq.sg.In}, func(l *heldLocks) (err error) {
@@ -291,6 +293,7 @@ type sagaRequest struct {
 	// records are the steps' key records once written, copied under the
 	// accounts' locks: step key -> record.
 	records map[string]*domain.KeyRecord
+	fresh   bool // decide on the accounts' heads in the store (sagaOpening)
 }
 
 // openSagaRequest encodes the request events of cmd at the head of t and folds
@@ -317,14 +320,21 @@ func (s *Service) openSagaRequest(cmd domain.Command, req domain.Canonical, stre
 
 // decideTransferAtomically is atomicMover.openSaga under the accounts' locks:
 // wrote reports an append; otherwise r is the answer (a refusal not recorded,
-// a conflict) or empty (decide again).
+// a conflict) or empty (decide again, on the store's heads). A decision on
+// the cache is checked by the append (every account's revision); a missing
+// account, which would answer without a record, is looked for in the store
+// before it is answered.
 func (s *Service) decideTransferAtomically(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, rq *sagaRequest) (wrote bool, r Reply, err error) {
-	accs, hot, err := s.loadAccounts(ctx, l, cmd.IdempotencyKey, []string{rq.sg.Out, rq.sg.In}, true)
+	accs, hot, err := s.loadAccounts(ctx, l, cmd.IdempotencyKey, []string{rq.sg.Out, rq.sg.In}, rq.fresh)
 	if err != nil {
 		return false, Reply{}, err
 	}
 	for _, id := range []string{rq.sg.Out, rq.sg.In} {
-		if !accs[id].Opened {
+		switch {
+		case accs[id].Opened:
+		case !rq.fresh:
+			return false, Reply{}, nil // opened by another instance, maybe: decide again on the store's heads
+		default:
 			return false, reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(id)), nil
 		}
 	}
@@ -492,6 +502,12 @@ func (s *Service) appendTransferAtomically(ctx context.Context, l *heldLocks, cm
 			return false, Reply{}, err
 		}
 		parts = append(parts, part)
+	}
+	if len(steps) == 1 {
+		// A refusal writes nothing to the credited account, yet the credit's
+		// refusal (closed, overflow) was decided on it: its revision is asserted,
+		// so that a decision on a stale cache is taken again, not recorded.
+		parts = append(parts, eventstore.StreamAppend{Stream: domain.AccountStream(rq.sg.In), Expected: eventstore.ExactOrNoStream(accs[rq.sg.In].Revision)})
 	}
 	parts = append(parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.Exact(uint64(t.Revision + int64(len(rq.data)))), Events: markerData})
 	res, err := s.appendSteps(ctx, l, cmd.IdempotencyKey, parts, 2, steps, hot)

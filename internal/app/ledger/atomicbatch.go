@@ -35,16 +35,22 @@ import (
 // instance, a command of one of the elements' keys) makes the append fail:
 // the round is taken again on the store's head, at most MaxAttempts rounds.
 //
-// The elements are folded into the cached aggregates while they are decided,
-// and every aggregate the batch loaded is dropped from the caches once the
-// batch is appended or refused (batchDecision.forget): the next command reads
-// the store, which then holds what the batch wrote with its positions.
+// A refund is decided as alone, in its original's home, which each round
+// resolves before it takes the locks (atomicbatch_refund.go).
 //
-// An element invalid by itself refuses the batch in its turn, like any
-// other, but such a refusal is not recorded: like any invalid request, the
-// batch is then decided never and answered the same each time it is sent. A
-// refund is such an element (its original is found only while it is decided,
-// and may be any kind of stream): invalid_request naming `type`.
+// The elements are folded into the cached aggregates while they are decided.
+// Applied, the batch leaves them warm: each step's key record takes its
+// part's global position once the append is durable (batchDecision.settle),
+// as a single command's atomic write does. Refused, or not written, every
+// aggregate it folded into is dropped (batchDecision.forget): the next
+// command reads the store.
+//
+// An element invalid_request (by itself, or on the state the elements before
+// it leave: an effective_at before its account's opening) refuses the batch
+// in its turn, like any other, but such a refusal is not recorded: like any
+// invalid request (PROTOCOL.md §3, "nothing is recorded"), the batch is then
+// decided never, its key stays free, and each time it is sent it is decided
+// again and answered as it stands then (the same, but never duplicate).
 
 // atomicBatch decides an atomic batch in one append.
 func (m atomicMover) atomicBatch(ctx context.Context, b domain.Batch) (Reply, error) {
@@ -64,11 +70,15 @@ func (s *Service) decideAtomicBatch(ctx context.Context, b domain.Batch) (Reply,
 		if r, done, err := s.decidedBatch(ctx, b.Key, req); err != nil || done {
 			return r, err
 		}
-		prior, err := s.priorDecisions(ctx, b.Commands)
-		if err != nil {
+		bd := &batchDecision{s: s, b: b, req: req, refresh: round > 0}
+		var err error
+		if bd.prior, err = s.priorDecisions(ctx, b.Commands); err != nil {
 			return Reply{}, err
 		}
-		d, again, err := s.tryAtomicBatch(ctx, b, req, prior, round > 0)
+		if bd.origins, err = s.refundOrigins(ctx, b.Commands); err != nil {
+			return Reply{}, err
+		}
+		d, again, err := s.tryAtomicBatch(ctx, bd)
 		switch {
 		case err != nil:
 			return Reply{}, err
@@ -83,18 +93,6 @@ func (s *Service) decideAtomicBatch(ctx context.Context, b domain.Batch) (Reply,
 		return s.batchReply(ctx, d.decided, false)
 	}
 	return Reply{}, ErrTooManyConflicts
-}
-
-// atomicElementInvalid is why an element cannot be part of an atomic batch
-// whatever the state: invalid by itself, or a refund.
-func atomicElementInvalid(c domain.BatchCommand) *domain.InvalidError {
-	switch {
-	case c.Invalid != nil:
-		return c.Invalid
-	case c.Type == domain.CmdRefund:
-		return &domain.InvalidError{Field: "type", Message: "a refund is not an element of an atomic batch: send it alone or in a batch that is not atomic"}
-	}
-	return nil
 }
 
 // decidedBatch answers a batch key already decided: the batch's reply
@@ -153,7 +151,7 @@ func (s *Service) batchReply(ctx context.Context, d *domain.BatchDecided, duplic
 func (s *Service) priorDecisions(ctx context.Context, cmds []domain.BatchCommand) ([]*Reply, error) {
 	prior := make([]*Reply, len(cmds))
 	for i, c := range cmds {
-		if atomicElementInvalid(c) != nil {
+		if c.Invalid != nil {
 			continue
 		}
 		claim, err := s.readClaim(ctx, c.IdempotencyKey)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
@@ -28,7 +30,8 @@ type batchDecision struct {
 	b       domain.Batch
 	req     domain.Canonical
 	prior   []*Reply
-	refresh bool // decide on the store's head, not the caches
+	origins []*refundOrigin // the originals of its refunds, by element (atomicbatch_refund.go)
+	refresh bool            // decide on the store's head, not the caches
 
 	accs map[string]*domain.Account // by account ID, as the elements decided so far leave them
 	base map[string]int64           // each account's revision when loaded
@@ -36,20 +39,28 @@ type batchDecision struct {
 	// leave them; baseTransfers their revisions when loaded.
 	transfers     map[string]*domain.Transfer
 	baseTransfers map[string]int64
-	txs           map[string]bool // the transaction streams the batch posts
-	seen          map[string]int  // an element's key -> the first element of that key
-	folded        map[string]bool // the account streams the elements were folded into
-	parts         []eventstore.StreamAppend
-	decided       domain.BatchDecided
+	txs           map[string]written // the transaction streams the batch posts: their event
+	seen          map[string]int     // an element's key -> the first element of that key
+	folded        map[string]bool    // the account streams the elements were folded into
+	// steps are the account steps written, by part: the key each folds.
+	steps map[int]string
+	// unclaimed are the key streams of the originals a refusal found missing.
+	unclaimed []string
+	parts     []eventstore.StreamAppend
+	decided   domain.BatchDecided
 }
 
 // elementRefusal is the element that refuses a batch and its reply.
 type elementRefusal struct {
 	index int
 	r     Reply
-	// unrecorded: the element is invalid by itself (atomicElementInvalid),
-	// and the batch with it decided never.
-	unrecorded bool
+}
+
+// unrecorded: the element is invalid (by itself, or on the state it meets:
+// an effective_at before an account's opening), and the batch with it is
+// decided never, as any invalid request (PROTOCOL.md §3: nothing recorded).
+func (e *elementRefusal) unrecorded() bool {
+	return e.r.Status == domain.StatusInvalid && e.r.Code == domain.CodeInvalidRequest
 }
 
 // errDecidedMeanwhile: an element's key, undecided when the round began
@@ -60,10 +71,9 @@ var errDecidedMeanwhile = errors.New("ledger: a command of the atomic batch was 
 // tryAtomicBatch is one round of an atomic batch: under the locks of its key,
 // its transfer and transaction streams, then its accounts, it decides the
 // elements and appends. again asks for another round, on the store's head.
-func (s *Service) tryAtomicBatch(ctx context.Context, b domain.Batch, req domain.Canonical, prior []*Reply, refresh bool) (out batchOutcome, again bool, err error) {
-	own, ids := batchStreams(b.Commands)
-	bd := &batchDecision{s: s, b: b, req: req, prior: prior, refresh: refresh}
-	_, err = s.underLocks(ctx, append([]string{domain.KeyStream(b.Key)}, own...), func(*attempt) (Reply, bool, error) {
+func (s *Service) tryAtomicBatch(ctx context.Context, bd *batchDecision) (out batchOutcome, again bool, err error) {
+	own, ids := batchStreams(bd.b.Commands, bd.origins)
+	_, err = s.underLocks(ctx, append([]string{domain.KeyStream(bd.b.Key)}, own...), func(*attempt) (Reply, bool, error) {
 		return Reply{}, false, s.withAccountLocks(ctx, ids, func(l *heldLocks) (err error) {
 			out, again, err = bd.run(ctx, l, ids)
 			return err
@@ -73,8 +83,10 @@ func (s *Service) tryAtomicBatch(ctx context.Context, b domain.Batch, req domain
 }
 
 // batchStreams are the transfer and transaction streams an atomic batch's
-// elements write (sorted), and the accounts they decide on.
-func batchStreams(cmds []domain.BatchCommand) (own, accounts []string) {
+// elements write (sorted), and the accounts they decide on; those of its
+// refunds follow from their originals (origins).
+func batchStreams(cmds []domain.BatchCommand, origins []*refundOrigin) (own, accounts []string) {
+	own, accounts = refundStreams(origins)
 	for _, c := range cmds {
 		if c.Invalid != nil {
 			continue
@@ -86,6 +98,7 @@ func batchStreams(cmds []domain.BatchCommand) (own, accounts []string) {
 		case domain.CmdPostTransaction:
 			own = append(own, domain.TransactionStream(c.TransactionID))
 			accounts = append(accounts, domain.TransactionAccounts(c.Postings)...)
+		case domain.CmdRefund:
 		default:
 			accounts = append(accounts, c.AccountID)
 			if c.To != "" {
@@ -100,19 +113,24 @@ func batchStreams(cmds []domain.BatchCommand) (own, accounts []string) {
 
 // run decides the batch on its accounts ids (their locks held by l) and
 // appends it.
-func (bd *batchDecision) run(ctx context.Context, l *heldLocks, ids []string) (batchOutcome, bool, error) {
-	defer bd.forget()
+func (bd *batchDecision) run(ctx context.Context, l *heldLocks, ids []string) (out batchOutcome, again bool, err error) {
+	settled := false
+	defer func() {
+		if !settled {
+			bd.forget()
+		}
+	}()
 	if err := bd.load(ctx, l, ids); err != nil {
 		return batchOutcome{}, false, err
 	}
 	refused, err := bd.decideAll(ctx)
-	if errors.Is(err, domain.ErrRecallUnsettled) || errors.Is(err, errDecidedMeanwhile) {
+	if errors.Is(err, domain.ErrRecallUnsettled) || errors.Is(err, errDecidedMeanwhile) || errors.Is(err, errOriginInFlight) {
 		return batchOutcome{}, true, nil
 	}
 	if err != nil {
 		return batchOutcome{}, false, err
 	}
-	if refused != nil && refused.unrecorded {
+	if refused != nil && refused.unrecorded() {
 		r := reply.AtomicRefused(bd.b.Key, batchKeys(bd.b), refused.index, refused.r, false)
 		return batchOutcome{r: &r}, false, nil
 	}
@@ -141,6 +159,8 @@ func (bd *batchDecision) run(ctx context.Context, l *heldLocks, ids []string) (b
 		r := reply.AtomicRefused(bd.b.Key, bd.decided.Keys, refused.index, refused.r, false)
 		return batchOutcome{r: &r}, false, nil
 	}
+	settled = true
+	bd.settle(res)
 	return batchOutcome{decided: &bd.decided}, false, nil
 }
 
@@ -166,13 +186,37 @@ func (bd *batchDecision) load(ctx context.Context, l *heldLocks, ids []string) e
 		bd.base[id] = acc.Revision
 	}
 	bd.transfers, bd.baseTransfers = map[string]*domain.Transfer{}, map[string]int64{}
-	bd.txs, bd.seen, bd.folded = map[string]bool{}, map[string]int{}, map[string]bool{}
+	bd.txs, bd.seen, bd.folded, bd.steps = map[string]written{}, map[string]int{}, map[string]bool{}, map[int]string{}
 	return nil
 }
 
+// settle keeps warm the cached aggregates the batch's elements were folded
+// into once its append (res, by part) is durable, as the atomic path of a
+// single command does (appendSteps): each step's key record takes the global
+// position of its part, the one thing the fold could not know; and drops the
+// transfers the batch read (it decided on copies of them).
+func (bd *batchDecision) settle(res []eventstore.AppendResult) {
+	for part, key := range bd.steps {
+		acc := bd.accs[strings.TrimPrefix(bd.parts[part].Stream, domain.AccountStreamPrefix)]
+		if rec := acc.Keys[key]; rec != nil {
+			rec.Position = res[part+1].Position.String() // part 0 is the batch's decision
+		}
+	}
+	for stream := range bd.folded {
+		acc := bd.accs[strings.TrimPrefix(stream, domain.AccountStreamPrefix)]
+		if cached, ok := bd.s.accounts.c.Peek(stream); ok && cached != acc {
+			bd.s.accounts.c.Remove(stream) // not the state the batch folded into
+		}
+		bd.s.tookCommand(stream, acc, acc.Revision)
+	}
+	for stream := range bd.transfers {
+		bd.s.transfers.Remove(stream)
+	}
+}
+
 // forget drops from the caches what the batch folded its elements into (and
-// the transfers it read): written, the store holds them with their positions;
-// refused, they never happened.
+// the transfers it read) when it is not written: refused, or its append
+// failed (the folds never happened).
 func (bd *batchDecision) forget() {
 	for stream := range bd.folded {
 		bd.s.accounts.c.Remove(stream)
@@ -186,8 +230,8 @@ func (bd *batchDecision) forget() {
 // was applied before), else the first that refuses the batch.
 func (bd *batchDecision) decideAll(ctx context.Context) (*elementRefusal, error) {
 	for i, c := range bd.b.Commands {
-		if ierr := atomicElementInvalid(c); ierr != nil {
-			return &elementRefusal{index: i, r: reply.Invalid(keyOf(c.Raw), ierr), unrecorded: true}, nil
+		if c.Invalid != nil {
+			return &elementRefusal{index: i, r: reply.Invalid(keyOf(c.Raw), c.Invalid)}, nil
 		}
 		if p := bd.prior[i]; p != nil {
 			if p.Status != domain.StatusApplied {
@@ -207,7 +251,7 @@ func (bd *batchDecision) decideAll(ctx context.Context) (*elementRefusal, error)
 			continue
 		}
 		bd.seen[key] = i
-		r, err := bd.decide(ctx, c.Command)
+		r, err := bd.decide(ctx, i, c.Command)
 		if err != nil || r != nil {
 			return &elementRefusal{index: i, r: deref(r)}, err
 		}
@@ -217,21 +261,23 @@ func (bd *batchDecision) decideAll(ctx context.Context) (*elementRefusal, error)
 
 // decide decides one element on the batch's states and adds its writes to
 // the batch's: nil when it applies, else its refusal's reply.
-func (bd *batchDecision) decide(ctx context.Context, cmd domain.Command) (*Reply, error) {
+func (bd *batchDecision) decide(ctx context.Context, i int, cmd domain.Command) (*Reply, error) {
 	switch {
 	case cmd.Type == domain.CmdTransfer:
 		return bd.transfer(ctx, cmd)
 	case cmd.Type == domain.CmdPostTransaction:
 		return bd.transaction(ctx, cmd)
+	case cmd.Type == domain.CmdRefund:
+		return bd.refund(ctx, cmd, bd.origins[i])
 	case cmd.Type == domain.CmdCaptureHold && cmd.To != "":
 		return bd.captureTo(ctx, cmd)
 	}
-	return bd.onAccount(ctx, cmd)
+	return bd.onAccount(ctx, cmd, cmd.AccountID)
 }
 
-// onAccount decides a command of one account (decideOnAccount's decision).
-func (bd *batchDecision) onAccount(ctx context.Context, cmd domain.Command) (*Reply, error) {
-	acc, stream := bd.accs[cmd.AccountID], domain.AccountStream(cmd.AccountID)
+// onAccount decides a command of one account, id (decideOnAccount's decision).
+func (bd *batchDecision) onAccount(ctx context.Context, cmd domain.Command, id string) (*Reply, error) {
+	acc, stream := bd.accs[id], domain.AccountStream(id)
 	if acc.Keys[cmd.IdempotencyKey] != nil {
 		return nil, errDecidedMeanwhile
 	}
@@ -243,7 +289,7 @@ func (bd *batchDecision) onAccount(ctx context.Context, cmd domain.Command) (*Re
 		r := unwrittenReply(cmd, d)
 		return &r, nil
 	}
-	if err := bd.claim(cmd, stream, uint64(acc.Revision+1)); err != nil {
+	if err := bd.claim(cmd, cmd.Canonical(), stream, uint64(acc.Revision+1)); err != nil {
 		return nil, err
 	}
 	return nil, bd.step(cmd, acc, d.Events)
@@ -265,7 +311,7 @@ func (bd *batchDecision) captureTo(ctx context.Context, cmd domain.Command) (*Re
 		r := unwrittenReply(cmd, capture)
 		return &r, nil
 	}
-	if err := bd.claim(cmd, held, uint64(a.Revision+1)); err != nil {
+	if err := bd.claim(cmd, cmd.Canonical(), held, uint64(a.Revision+1)); err != nil {
 		return nil, err
 	}
 	if err := bd.step(cmd, a, capture.Events); err != nil || len(credit.Events) == 0 {
@@ -278,43 +324,63 @@ func (bd *batchDecision) captureTo(ctx context.Context, cmd domain.Command) (*Re
 // transaction stream's event and every account's legs.
 func (bd *batchDecision) transaction(ctx context.Context, cmd domain.Command) (*Reply, error) {
 	txStream := domain.TransactionStream(cmd.TransactionID)
-	ev, _, err := bd.s.readTransaction(ctx, txStream)
-	if err != nil {
+	ev, _, err := bd.readTransaction(ctx, txStream)
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	if ev != nil && domain.ClientKey(ev.Metadata) == cmd.IdempotencyKey {
-		return nil, errDecidedMeanwhile
-	}
-	if ev != nil || bd.txs[txStream] {
+	case ev != nil && domain.ClientKey(ev.Metadata) == cmd.IdempotencyKey:
+		return nil, errDecidedMeanwhile // not the batch's: its keys are told apart by seen
+	case ev != nil:
 		r, err := bd.s.transactionExists(ctx, cmd, cmd.Canonical())
 		return &r, err
 	}
-	d := domain.DecideTransaction(bd.accs, cmd)
+	return bd.post(cmd, cmd.Canonical(), txStream)
+}
+
+// post decides a transaction tx (a post_transaction, or a refund shaped as
+// one) whose client request is req, in txStream: its claim, the stream's
+// event and every account's legs (appendTransaction's writes).
+func (bd *batchDecision) post(tx domain.Command, req domain.Canonical, txStream string) (*Reply, error) {
+	d := domain.DecideTransaction(bd.accs, tx)
 	if d.Invalid != nil {
-		r := reply.Invalid(cmd.IdempotencyKey, d.Invalid)
+		r := reply.Invalid(tx.IdempotencyKey, d.Invalid)
 		return &r, nil
 	}
 	if d.Rejection != nil {
-		r := reply.TransactionNotRecorded(cmd.IdempotencyKey, cmd.TransactionID, d.Rejection, d.Posting)
+		r := reply.TransactionNotRecorded(tx.IdempotencyKey, tx.TransactionID, d.Rejection, d.Posting)
 		return &r, nil
 	}
-	if err := bd.claim(cmd, txStream, 0); err != nil {
+	if err := bd.claim(tx, req, txStream, 0); err != nil {
 		return nil, err
 	}
-	data, _, err := bd.s.encodeEvents(cmd, cmd.Canonical(), cmd.IdempotencyKey, txStream, 0, "", []domain.NewEvent{d.Event})
+	events := []domain.NewEvent{d.Event}
+	data, metas, err := bd.s.encodeEvents(tx, req, tx.IdempotencyKey, txStream, 0, "", events)
 	if err != nil {
 		return nil, err
 	}
 	bd.parts = append(bd.parts, eventstore.StreamAppend{Stream: txStream, Expected: eventstore.NoStream, Events: data})
-	bd.txs[txStream] = true
-	for _, id := range domain.TransactionAccounts(cmd.Postings) {
+	bd.txs[txStream] = writtenFrom(txStream, eventstore.AppendResult{}, data, metas, events)
+	for _, id := range domain.TransactionAccounts(tx.Postings) {
 		if len(d.Legs[id]) > 0 {
-			if err := bd.step(domain.TransactionLegCommand(cmd, id), bd.accs[id], d.Legs[id]); err != nil {
+			if err := bd.step(domain.TransactionLegCommand(tx, id), bd.accs[id], d.Legs[id]); err != nil {
 				return nil, err
 			}
 		}
 	}
 	return nil, nil
+}
+
+// readTransaction is the outcome of a transaction stream as the batch leaves
+// it: the one it posts, else the store's ("" names none: a refund's own slot,
+// found only as it is decided).
+func (bd *batchDecision) readTransaction(ctx context.Context, txStream string) (*domain.StoredEvent, any, error) {
+	if w, ok := bd.txs[txStream]; ok {
+		return &w.events[0], domain.TransactionPayload(w.payloads[0]), nil
+	}
+	if txStream == "" {
+		return nil, nil, nil
+	}
+	return bd.s.readTransaction(ctx, txStream)
 }
 
 // transfer decides a transfer as atomicMover.openSaga does: its request, both
@@ -337,11 +403,20 @@ func (bd *batchDecision) transfer(ctx context.Context, cmd domain.Command) (*Rep
 		r := reply.NotRecorded(cmd.IdempotencyKey, dt.Rejection)
 		return &r, nil
 	}
-	rq, err := s.openSagaRequest(cmd, req, stream, t, dt.Events)
+	return bd.atOnce(ctx, cmd, t, stream, dt.Events)
+}
+
+// atOnce decides a saga requested on t (a transfer, or a refund of one) by
+// its request events as atomicMover.openSaga does: at once, on both accounts.
+func (bd *batchDecision) atOnce(ctx context.Context, cmd domain.Command, t *domain.Transfer, stream string, requested []domain.NewEvent) (*Reply, error) {
+	rq, err := bd.s.openSagaRequest(cmd, cmd.Canonical(), stream, t, requested)
 	if err != nil {
 		return nil, err
 	}
 	for _, id := range []string{rq.sg.Out, rq.sg.In} {
+		if bd.accs[id] == nil {
+			return nil, fmt.Errorf("ledger: atomic batch: account %q of %s is not locked", id, stream)
+		}
 		if !bd.accs[id].Opened {
 			r := reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(id))
 			return &r, nil
@@ -367,7 +442,7 @@ func (bd *batchDecision) transfer(ctx context.Context, cmd domain.Command) (*Rep
 func (bd *batchDecision) writeTransfer(cmd domain.Command, rq *sagaRequest, at domain.AtomicTransfer) error {
 	stream, t := rq.stream, rq.t
 	first := uint64(t.Revision + 1)
-	if err := bd.claim(cmd, stream, first); err != nil {
+	if err := bd.claim(cmd, cmd.Canonical(), stream, first); err != nil {
 		return err
 	}
 	bd.parts = append(bd.parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(t.Revision), Events: rq.data})
@@ -409,10 +484,10 @@ func (bd *batchDecision) transferState(ctx context.Context, stream, id string) (
 	return bd.transfers[stream], nil
 }
 
-// claim adds the claim of an element's key (cmd's) for its decision in home,
-// whose first event is written at revision first.
-func (bd *batchDecision) claim(cmd domain.Command, home string, first uint64) error {
-	part, err := bd.s.claimPart(cmd, cmd.Canonical(), home, first)
+// claim adds the claim of an element's key (cmd's, for its request req) for
+// its decision in home, whose first event is written at revision first.
+func (bd *batchDecision) claim(cmd domain.Command, req domain.Canonical, home string, first uint64) error {
+	part, err := bd.s.claimPart(cmd, req, home, first)
 	bd.parts = append(bd.parts, part)
 	return err
 }
@@ -425,6 +500,7 @@ func (bd *batchDecision) step(cmd domain.Command, acc *domain.Account, events []
 	if err != nil {
 		return err
 	}
+	bd.steps[len(bd.parts)] = cmd.IdempotencyKey
 	bd.parts = append(bd.parts, part)
 	bd.folded[part.Stream] = true
 	w := writtenFrom(part.Stream, eventstore.AppendResult{FirstRevision: uint64(acc.Revision + 1)}, st.data, st.metas, events)
@@ -456,6 +532,9 @@ func (bd *batchDecision) record(refused *elementRefusal) ([]eventstore.StreamApp
 		}
 		for stream, rev := range bd.baseTransfers {
 			writes = append(writes, eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(rev)})
+		}
+		for _, stream := range bd.unclaimed {
+			writes = append(writes, eventstore.StreamAppend{Stream: stream, Expected: eventstore.NoStream})
 		}
 	}
 	data, err := json.Marshal(d)

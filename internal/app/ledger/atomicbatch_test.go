@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
@@ -39,9 +41,30 @@ func expectAtomic(t *testing.T, history, cmds []batchCmd) atomicExpected {
 			t.Fatalf("history does not apply alone: %s %s: %+v", c.typ, c.alone(), r)
 		}
 	}
+	// decided: the command that decided each key. An element whose key was
+	// decided with another request is refused as that conflict: the batch
+	// judges every element's key before it decides the element, while alone a
+	// command refused without a record (a transfer to an account that does not
+	// exist) may answer that refusal without meeting its key's claim.
+	decided := map[string]batchCmd{}
+	decide := func(c batchCmd) {
+		if k := c.body["idempotency_key"].(string); decided[k].typ == "" {
+			decided[k] = c
+		}
+	}
+	for _, c := range history {
+		decide(c)
+	}
 	want := atomicExpected{refused: -1}
 	for i, c := range cmds {
 		r := positionless(ref.HandleRaw(context.Background(), c.typ, c.alone()))
+		k, _ := c.body["idempotency_key"].(string)
+		if d, ok := decided[k]; ok && r.Status == domain.StatusRejected && (d.typ != c.typ || !bytes.Equal(d.alone(), c.alone())) {
+			r.Status, r.Code = domain.StatusInvalid, domain.CodeIdempotencyKeyConflict
+		}
+		if r.Status == domain.StatusApplied {
+			decide(c)
+		}
 		want.replies = append(want.replies, r)
 		if r.Status != domain.StatusApplied {
 			want.refused = i
@@ -85,6 +108,12 @@ func checkAllOrNothing(added []eventstore.RecordedEvent, key string, keys []stri
 		return fmt.Errorf("applied, but no decision of the batch was written: %v", claims)
 	}
 	for i, k := range keys {
+		if slices.Index(keys, k) < i { // an earlier element's key: a duplicate of it
+			if !r.Replies[i].Duplicate {
+				return fmt.Errorf("element %d repeats key %q, not as a duplicate", i, k)
+			}
+			continue
+		}
 		if (claims[k] == domain.EvKeyClaimed) == r.Replies[i].Duplicate {
 			return fmt.Errorf("element %d (key %q, duplicate %v): claimed by the batch: %v", i, k, r.Replies[i].Duplicate, claims[k] != "")
 		}
@@ -172,9 +201,63 @@ func (a *atomicRun) send(key string, cmds []batchCmd) {
 	}
 }
 
+// refunds is a batch (the n-th) of refunds: of 1-3 money commands that
+// applied, in full or in part, and of a deposit, a transfer or a transaction
+// of the batch itself, the refund after its original or, now and then, before.
+func (a *atomicRun) refunds(rng *rand.Rand, n int) []batchCmd {
+	var money []string
+	for _, c := range a.history {
+		if slices.Contains([]string{"deposit", "withdraw", "transfer", "post_transaction", "refund"}, c.typ) {
+			money = append(money, c.body["idempotency_key"].(string))
+		}
+	}
+	refund := func(i int, orig string) batchCmd {
+		c := batchCmd{"refund", map[string]any{"idempotency_key": fmt.Sprintf("rf%d-%d", n, i), "original_key": orig}}
+		if rng.Intn(2) == 0 {
+			c.body["amount"] = 1 + rng.Intn(40)
+		}
+		return c
+	}
+	var out []batchCmd
+	for i := 0; i < 1+rng.Intn(3) && len(money) > 0; i++ {
+		out = append(out, refund(i, money[rng.Intn(len(money))]))
+	}
+	key := fmt.Sprintf("rf%d-orig", n)
+	var orig batchCmd
+	switch rng.Intn(3) {
+	case 0:
+		orig = batchCmd{"deposit", map[string]any{"idempotency_key": key, "account_id": "a1", "amount": 50, "currency": "EUR"}}
+	case 1:
+		orig = batchCmd{"transfer", map[string]any{"idempotency_key": key, "transfer_id": "t" + key, "from": "a0", "to": "a2", "amount": 5, "currency": "EUR"}}
+	default:
+		orig = batchCmd{"post_transaction", map[string]any{"idempotency_key": key, "transaction_id": "x" + key, "postings": []map[string]any{{"from": "a2", "to": "a1", "amount": 3, "currency": "EUR"}}}}
+	}
+	if rng.Intn(4) == 0 {
+		return append(out, refund(9, key), orig)
+	}
+	return append(out, orig, refund(9, key), refund(10, key))
+}
+
+// applying is cmds without those that, sent alone after the commands of the
+// batches applied so far and the ones of cmds it keeps, are not applied.
+func (a *atomicRun) applying(cmds []batchCmd) []batchCmd {
+	ref := newService(devtest.Memory(a.t))
+	defer ref.Close()
+	for _, c := range a.history {
+		ref.HandleRaw(context.Background(), c.typ, c.alone())
+	}
+	var out []batchCmd
+	for _, c := range cmds {
+		if r := ref.HandleRaw(context.Background(), c.typ, c.alone()); r.Status == domain.StatusApplied {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // TestAtomicBatchAllOrNothing (PROTOCOL.md v1.2 §2.2): random atomic batches
 // (resent commands, keys reused for other requests, invalid commands,
-// refusals, transfers, transactions, holds) on memory and PostgreSQL. Each
+// refusals, transfers, transactions, holds, refunds of every kind) on memory and PostgreSQL. Each
 // applies exactly when its commands sent alone one after another would all
 // apply, answering what they would answer; otherwise it is refused at the
 // first that would not, and nothing of it is applied (checkAllOrNothing on
@@ -185,12 +268,7 @@ func TestAtomicBatchAllOrNothing(t *testing.T) {
 	seed := propertySeed(t, 20261127)
 	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
 		rng := rand.New(rand.NewSource(seed))
-		var cmds []batchCmd
-		for _, c := range randomBatchWorkload(rng, 140) {
-			if c.typ != "refund" { // invalid in an atomic batch: TestAtomicBatchInvalidElement
-				cmds = append(cmds, c)
-			}
-		}
+		cmds := randomBatchWorkload(rng, 140)
 		a := &atomicRun{t: t, s: newService(st), st: st}
 		defer a.s.Close()
 		t.Logf("seed %d, %d commands", seed, len(cmds))
@@ -203,6 +281,15 @@ func TestAtomicBatchAllOrNothing(t *testing.T) {
 					t.Fatalf("batch %s resent later:\n got %+v\nwant %+v", b.key, r, asDuplicate(b.first))
 				}
 				continue
+			case x == 2: // refunds of what applied, and of what the batch itself moves
+				batch := a.refunds(rng, n)
+				if rng.Intn(2) == 0 {
+					batch = a.applying(batch)
+				}
+				if len(batch) > 0 {
+					a.send(fmt.Sprintf("b%d", n), batch)
+				}
+				continue
 			case x == 1 && len(a.sent) > 0: // an earlier batch's key for other commands
 				b := a.sent[rng.Intn(len(a.sent))]
 				r := a.s.HandleBatch(context.Background(), atomicBody(b.key, cmds[i:i+1]), 0)
@@ -212,13 +299,23 @@ func TestAtomicBatchAllOrNothing(t *testing.T) {
 				continue
 			}
 			size := min(1+rng.Intn(5), len(cmds)-i)
-			a.send(fmt.Sprintf("b%d", n), cmds[i:i+size])
+			batch := cmds[i : i+size]
+			if rng.Intn(2) == 0 { // most random batches are refused: keep half of them to what applies
+				batch = a.applying(batch)
+			}
+			if len(batch) > 0 {
+				a.send(fmt.Sprintf("b%d", n), batch)
+			}
 			i += size
 		}
-		decided := map[string]bool{}
+		decided, refunds := map[string]bool{}, 0
 		for _, c := range a.history {
 			decided[c.body["idempotency_key"].(string)] = true
+			if c.typ == "refund" {
+				refunds++
+			}
 		}
+		t.Logf("%d batches sent, %d commands applied in them, %d of them refunds", len(a.sent), len(a.history), refunds)
 		for _, b := range a.sent {
 			for _, c := range b.cmds {
 				k, _ := c.body["idempotency_key"].(string)
@@ -230,9 +327,12 @@ func TestAtomicBatchAllOrNothing(t *testing.T) {
 	})
 }
 
-// TestAtomicBatchInvalidElement: a command invalid by itself (or a refund,
-// which an atomic batch does not carry) refuses the batch in its turn without
-// a record: nothing is decided, and the batch answers the same each time.
+// TestAtomicBatchInvalidElement: a command invalid by itself, or on the state
+// the elements before it leave (an effective_at before its account's opening,
+// which an element before it opens), refuses the batch in its turn without a
+// record: an invalid reply decides nothing (PROTOCOL.md §3), so the batch's
+// key stays undecided, and the batch answers the same each time, never as a
+// duplicate.
 func TestAtomicBatchInvalidElement(t *testing.T) {
 	st := devtest.Memory(t)
 	s := newService(st)
@@ -244,7 +344,7 @@ func TestAtomicBatchInvalidElement(t *testing.T) {
 		field string
 	}{
 		{batchCmd{"deposit", map[string]any{"idempotency_key": "x", "account_id": "a", "amount": 0, "currency": "EUR"}}, "amount"},
-		{batchCmd{"refund", map[string]any{"idempotency_key": "x", "original_key": "d"}}, "type"},
+		{batchCmd{"deposit", map[string]any{"idempotency_key": "x", "account_id": "a", "amount": 1, "currency": "EUR", "effective_at": devtest.Epoch.Add(-time.Hour).Format(time.RFC3339)}}, "effective_at"},
 	} {
 		body := atomicBody("b", []batchCmd{open, dep, c.bad})
 		for range 2 {
@@ -253,6 +353,9 @@ func TestAtomicBatchInvalidElement(t *testing.T) {
 				!reflect.DeepEqual(r.Replies[2].Fields, []string{c.field}) || r.Replies[0].Code != domain.CodeLinkedEventFailed {
 				t.Fatalf("%s: %+v", c.bad.typ, r)
 			}
+		}
+		if _, found, err := s.Lookup(context.Background(), "b"); found || err != nil {
+			t.Fatalf("%s: the batch's key is decided (%v)", c.bad.typ, err)
 		}
 	}
 	if evs := devtest.ReadAll(t, st); len(evs) != 0 {
@@ -500,5 +603,161 @@ func TestAtomicBatchConditions(t *testing.T) {
 	r := s.HandleBatch(ctx, atomicBody("b2", cmds[:2]), 0)
 	if r.Status != domain.StatusApplied || r.Replies[1].Moved == nil || *r.Replies[1].Moved != 10 || r.Replies[1].Account.Balance != 0 {
 		t.Fatalf("applied: %+v %+v", r, r.Replies[1])
+	}
+}
+
+// TestAtomicBatchRefunds (PROTOCOL.md v1.2 §2.2: every command of §2 is an
+// element): refunds of deposits, transfers and transactions, their originals
+// decided before the batch or by an element before them, each answering what
+// it answers sent alone after the ones before it (atomicRun.send: the store's
+// side, the resend and the lookup too); a refund that may not be made refuses
+// the batch, and one whose original does not exist yet refuses it forever,
+// even once the original is decided.
+func TestAtomicBatchRefunds(t *testing.T) {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		a := &atomicRun{t: t, s: newService(st), st: st}
+		defer a.s.Close()
+		cmd := func(typ string, kv ...any) batchCmd {
+			c := batchCmd{typ, map[string]any{}}
+			for i := 0; i < len(kv); i += 2 {
+				c.body[kv[i].(string)] = kv[i+1]
+			}
+			return c
+		}
+		refund := func(key, orig string, amount ...int) batchCmd {
+			c := cmd("refund", "idempotency_key", key, "original_key", orig)
+			if len(amount) > 0 {
+				c.body["amount"] = amount[0]
+			}
+			return c
+		}
+		posting := func(from, to string, amount int) map[string]any {
+			return map[string]any{"from": from, "to": to, "amount": amount, "currency": "EUR"}
+		}
+		steps := []struct {
+			key  string
+			cmds []batchCmd
+			want string // the batch's code
+		}{
+			{"b-deposit", []batchCmd{
+				cmd("open_account", "idempotency_key", "oa", "account_id", "a", "currency", "EUR"),
+				cmd("open_account", "idempotency_key", "ob", "account_id", "b", "currency", "EUR"),
+				cmd("deposit", "idempotency_key", "d1", "account_id", "a", "amount", 100, "currency", "EUR"),
+				refund("r1", "d1", 30)}, "ok"},
+			{"b-transfer", []batchCmd{
+				cmd("transfer", "idempotency_key", "tk", "transfer_id", "t1", "from", "a", "to", "b", "amount", 40, "currency", "EUR"),
+				refund("rt1", "tk", 10), refund("rt2", "tk")}, "ok"},
+			{"b-tx-refused", []batchCmd{
+				cmd("post_transaction", "idempotency_key", "xk", "transaction_id", "x1", "postings", []map[string]any{posting("a", "b", 5), posting("b", "a", 2)}),
+				refund("rx1", "xk"), refund("rx2", "rx1")}, "not_refundable"},
+			{"b-tx", []batchCmd{
+				cmd("post_transaction", "idempotency_key", "xk", "transaction_id", "x1", "postings", []map[string]any{posting("a", "b", 5), posting("b", "a", 2)}),
+				refund("rx1", "xk")}, "ok"},
+			{"b-tx-one", []batchCmd{cmd("post_transaction", "idempotency_key", "xs", "transaction_id", "x2", "postings", []map[string]any{posting("a", "b", 10)})}, "ok"},
+			{"b-tx-slots", []batchCmd{refund("rs1", "xs", 4), refund("rs2", "xs", 6)}, "ok"},
+			{"b-tx-exceeds", []batchCmd{refund("rs3", "xs", 1)}, "refund_exceeds_original"},
+			{"b-stored", []batchCmd{refund("rd", "d1", 70), refund("rt3", "tk", 1)}, "refund_exceeds_original"},
+			{"b-stored-ok", []batchCmd{refund("rd", "d1", 70), refund("rt3", "rt1")}, "not_refundable"},
+			{"b-missing", []batchCmd{refund("rm", "later"), cmd("deposit", "idempotency_key", "later", "account_id", "a", "amount", 5, "currency", "EUR")}, "original_not_found"},
+		}
+		for _, s := range steps {
+			a.send(s.key, s.cmds)
+			if r := a.sent[len(a.sent)-1].first; string(r.Code) != s.want {
+				t.Fatalf("batch %s: %s, want %s: %+v", s.key, r.Code, s.want, r)
+			}
+		}
+		// A batch's key names no refundable command (the reference ledger of
+		// send knows no batches: compared here with the refund sent alone).
+		alone := post(t, a.s, "refund", `{"idempotency_key":"rb-alone","original_key":"b-deposit"}`)
+		if r := a.s.HandleBatch(context.Background(), atomicBody("b-batch-key", []batchCmd{refund("rb", "b-deposit")}), 0); r.Code != domain.CodeNotRefundable || alone.Code != r.Code {
+			t.Fatalf("a refund of a batch's key: %+v, alone %+v", r, alone)
+		}
+		later := cmd("deposit", "idempotency_key", "later", "account_id", "a", "amount", 5, "currency", "EUR")
+		mustApply(t, a.s, later.typ, string(later.alone()))
+		a.history = append(a.history, later)
+		b := a.sent[len(a.sent)-1]
+		if r := positionless(a.s.HandleBatch(context.Background(), b.body, 0)); !reflect.DeepEqual(r, asDuplicate(b.first)) {
+			t.Fatalf("refused for a missing original, resent once it exists:\n got %+v\nwant %+v", r, asDuplicate(b.first))
+		}
+		a.send("b-found", []batchCmd{refund("rm2", "later")})
+		if r := a.sent[len(a.sent)-1].first; r.Status != domain.StatusApplied {
+			t.Fatalf("a refund of an original decided since: %+v", r)
+		}
+	})
+}
+
+// TestAtomicBatchKeepsCacheWarm: an applied atomic batch leaves the aggregates
+// it wrote cached at the store's head (batchDecision.settle), and what they
+// answer is what the store answers: each element's key, resent alone, gets
+// from the warm ledger the reply a ledger that reads the store gets, global
+// positions included; the commands that follow decide on the batch's
+// balances. A refused batch leaves nothing of its elements in the cache.
+func TestAtomicBatchKeepsCacheWarm(t *testing.T) {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		ctx := context.Background()
+		s := newService(st)
+		defer s.Close()
+		mustApply(t, s, "open_account", `{"idempotency_key":"oa","account_id":"a","currency":"EUR"}`)
+		mustApply(t, s, "open_account", `{"idempotency_key":"ob","account_id":"b","currency":"EUR"}`)
+		cmds := []batchCmd{
+			{"deposit", map[string]any{"idempotency_key": "d", "account_id": "a", "amount": 10, "currency": "EUR"}},
+			{"transfer", map[string]any{"idempotency_key": "t", "transfer_id": "t1", "from": "a", "to": "b", "amount": 4, "currency": "EUR"}},
+			{"withdraw", map[string]any{"idempotency_key": "w", "account_id": "b", "amount": 1, "currency": "EUR"}},
+			{"refund", map[string]any{"idempotency_key": "r", "original_key": "d", "amount": 2}},
+		}
+		before := cachedAccounts(s, "a", "b")
+		if r := s.HandleBatch(ctx, atomicBody("b1", cmds), 0); r.Status != domain.StatusApplied {
+			t.Fatalf("%+v", r)
+		}
+		if after := cachedAccounts(s, "a", "b"); after[0] != before[0] || after[1] != before[1] {
+			t.Fatalf("the batch's accounts were dropped and loaded again (cached %p, were %p)", after, before)
+		}
+		checkCached(t, s, st, "a", "b")
+		cold := newService(st)
+		defer cold.Close()
+		for _, c := range cmds {
+			if warm, want := s.HandleRaw(ctx, c.typ, c.alone()), cold.HandleRaw(ctx, c.typ, c.alone()); !warm.Duplicate || !reflect.DeepEqual(warm, want) {
+				t.Fatalf("%s resent to the warm ledger:\n got %+v\nwant %+v", c.typ, warm, want)
+			}
+		}
+		if r := post(t, s, "withdraw", `{"idempotency_key":"w2","account_id":"a","amount":5,"currency":"EUR"}`); r.Code != domain.CodeInsufficientFunds {
+			t.Fatalf("a withdrawal over the 4 the batch left: %+v", r)
+		}
+		refused := []batchCmd{
+			{"deposit", map[string]any{"idempotency_key": "d2", "account_id": "a", "amount": 7, "currency": "EUR"}},
+			{"withdraw", map[string]any{"idempotency_key": "w3", "account_id": "b", "amount": 100, "currency": "EUR"}},
+		}
+		if r := s.HandleBatch(ctx, atomicBody("b2", refused), 0); r.Code != domain.CodeInsufficientFunds {
+			t.Fatalf("%+v", r)
+		}
+		checkCached(t, s, st, "a", "b")
+		if r := mustApply(t, s, "withdraw", `{"idempotency_key":"w4","account_id":"a","amount":4,"currency":"EUR"}`); r.Account.Balance != 0 {
+			t.Fatalf("after a refused batch, the 4 left: %+v", r.Account)
+		}
+	})
+}
+
+// cachedAccounts are the aggregates cached for ids (nil where none is).
+func cachedAccounts(s *Service, ids ...string) []*domain.Account {
+	out := make([]*domain.Account, len(ids))
+	for i, id := range ids {
+		out[i], _ = s.accounts.c.Peek(domain.AccountStream(id))
+	}
+	return out
+}
+
+// checkCached: each account of ids that is cached is at its stream's head in
+// the store.
+func checkCached(t *testing.T, s *Service, st eventstore.Store, ids ...string) {
+	t.Helper()
+	for i, acc := range cachedAccounts(s, ids...) {
+		stream := domain.AccountStream(ids[i])
+		evs, err := st.ReadStream(context.Background(), stream, eventstore.EndOfStream, eventstore.Backwards, 1)
+		if err != nil || len(evs) != 1 {
+			t.Fatalf("%s: %v", stream, err)
+		}
+		if acc != nil && acc.Revision != int64(evs[0].Revision) {
+			t.Fatalf("%s: cached at revision %d, the store's head is %d", stream, acc.Revision, evs[0].Revision)
+		}
 	}
 }

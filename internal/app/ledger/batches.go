@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/ledgerworks/ledger/domain"
@@ -81,7 +82,7 @@ func (s *Service) runBatch(ctx context.Context, cmds []domain.BatchCommand) []Re
 		}
 		e := elems[i]
 		wg.Add(1)
-		go func() {
+		s.elements.run(func() {
 			defer wg.Done()
 			defer e.finish()
 			if err := e.waitStart(ctx, slots); err != nil {
@@ -89,9 +90,31 @@ func (s *Service) runBatch(ctx context.Context, cmds []domain.BatchCommand) []Re
 				return
 			}
 			replies[i] = s.Handle(context.WithValue(ctx, batchElementKey{}, e), c.Command)
-		}()
+		})
 	}
 	wg.Wait()
+	return s.answeredAll(ctx, replies)
+}
+
+// answeredAll makes the duplicates among a batch's replies durable
+// (answered) with one wait for all of them, not one each: the wait covers
+// every write committed before it, so every read its elements made. Should it
+// fail, each duplicate is answered error instead (resend the batch).
+func (s *Service) answeredAll(ctx context.Context, replies []Reply) []Reply {
+	dup := slices.IndexFunc(replies, func(r Reply) bool { return r.Duplicate })
+	if dup < 0 {
+		return replies
+	}
+	err := s.answered(ctx)
+	if err == nil {
+		return replies
+	}
+	s.log.Warn("batch: duplicates not known durable", "key", replies[dup].IdempotencyKey, "err", err)
+	for i, r := range replies {
+		if r.Duplicate {
+			replies[i] = reply.Error(r.IdempotencyKey, err)
+		}
+	}
 	return replies
 }
 

@@ -114,6 +114,7 @@ func randomBatchWorkload(rng *rand.Rand, n int) []batchCmd {
 		case x < 77:
 			c = batchCmd{"post_transaction", map[string]any{"idempotency_key": key, "transaction_id": "x" + key, "postings": []map[string]any{
 				{"from": a, "to": b, "amount": amount, "currency": cur(a)}, {"from": b, "to": a, "amount": 1 + rng.Intn(90), "currency": cur(b)}}}}
+			moneyKeys = append(moneyKeys, key)
 		case x < 84:
 			hold := "h" + key
 			holds = append(holds, [2]string{a, hold})
@@ -542,5 +543,51 @@ func TestBatchHotAccountBeyondItsKeys(t *testing.T) {
 		if el.Status != domain.StatusApplied || el.Duplicate || (i > 0 && el.Account.Balance != int64(i)) {
 			t.Fatalf("element %d: %+v", i, el)
 		}
+	}
+}
+
+// countingDurable is a DurableReader that counts its waits and fails them
+// with err when set (the memory store has none of its own).
+type countingDurable struct {
+	n   atomic.Int64
+	err error
+}
+
+func (d *countingDurable) Durable(context.Context) error {
+	d.n.Add(1)
+	return d.err
+}
+
+// TestBatchDuplicatesWaitOnce: the duplicates of a batch that is not atomic
+// are made durable (Service.answered) by one wait for the whole batch, not
+// one each; should it fail, each duplicate is answered error and the rest as
+// decided. A command alone still waits for its own.
+func TestBatchDuplicatesWaitOnce(t *testing.T) {
+	s := newService(devtest.Memory(t))
+	defer s.Close()
+	d := &countingDurable{}
+	s.durable = d
+	ctx := context.Background()
+	dep := func(key string) batchCmd {
+		return batchCmd{"deposit", map[string]any{"idempotency_key": key, "account_id": "a", "amount": 1, "currency": "EUR"}}
+	}
+	mustApply(t, s, "open_account", `{"idempotency_key":"o","account_id":"a","currency":"EUR"}`)
+	for _, k := range []string{"d1", "d2"} {
+		mustApply(t, s, "deposit", string(dep(k).alone()))
+	}
+	r := s.HandleBatch(ctx, batchBody([]batchCmd{dep("d1"), dep("d2"), dep("d3")}), 0)
+	if !r.Replies[0].Duplicate || !r.Replies[1].Duplicate || r.Replies[2].Status != domain.StatusApplied || r.Replies[2].Duplicate || d.n.Load() != 1 {
+		t.Fatalf("two duplicates and a new command: %d waits, %+v", d.n.Load(), r.Replies)
+	}
+	if s.HandleBatch(ctx, batchBody([]batchCmd{dep("d4")}), 0); d.n.Load() != 1 {
+		t.Fatalf("a batch without duplicates waited: %d", d.n.Load())
+	}
+	d.err = fmt.Errorf("standby lost: %w", eventstore.ErrUnavailable)
+	r = s.HandleBatch(ctx, batchBody([]batchCmd{dep("d1"), dep("d5")}), 0)
+	if r.Replies[0].Status != domain.StatusError || r.Replies[0].IdempotencyKey != "d1" || r.Replies[1].Status != domain.StatusApplied || d.n.Load() != 2 {
+		t.Fatalf("the wait failed: %d waits, %+v", d.n.Load(), r.Replies)
+	}
+	if got := post(t, s, "deposit", string(dep("d2").alone())); got.Status != domain.StatusError || d.n.Load() != 3 {
+		t.Fatalf("a duplicate alone: %d waits, %+v", d.n.Load(), got)
 	}
 }

@@ -24,11 +24,10 @@ type mover interface {
 	refundTransaction(ctx context.Context, cmd domain.Command, req domain.Canonical, origStream string, posted *domain.TransactionPosted) (Reply, error)
 	// captureTo decides a capture_hold with `to`.
 	captureTo(ctx context.Context, cmd domain.Command) (Reply, error)
-	// openSaga takes a saga's request that its transfer stream t accepted
-	// (requested: a transfer, or a refund of one), under the stream's lock:
-	// either decided at once and answered, or the events for decideOnTransfer
-	// to append before the saga runs.
-	openSaga(ctx context.Context, cmd domain.Command, req domain.Canonical, t *domain.Transfer, requested []domain.NewEvent) (transferStep, error)
+	// openSaga takes a saga's request that its transfer stream accepted
+	// (o), under the stream's lock: either decided at once and answered, or
+	// the events for decideOnTransfer to append before the saga runs.
+	openSaga(ctx context.Context, cmd domain.Command, req domain.Canonical, o sagaOpening) (transferStep, error)
 	// captureInFlight reports, for Lookup, whether the capture into an account
 	// claimed as c under key is still running (its answer is not final).
 	captureInFlight(ctx context.Context, key string, c *domain.KeyClaimed) (bool, error)
@@ -44,6 +43,17 @@ func moverFor(s *Service, store Store) mover {
 		return atomicMover{s}
 	}
 	return sagaMover{s}
+}
+
+// sagaOpening is a saga's request that its transfer stream accepted, for the
+// mover to open.
+type sagaOpening struct {
+	t         *domain.Transfer  // the transfer the request was decided on
+	requested []domain.NewEvent // the request: a transfer, or a refund of one
+	// fresh: t was read from the store's head, and so are the accounts a
+	// decision at once reads; otherwise they come from the cache, and the
+	// append's expected revisions catch a stale one (decide again, fresh).
+	fresh bool
 }
 
 // transferStep is what a decision on a transfer stream answers

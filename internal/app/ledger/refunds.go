@@ -17,7 +17,7 @@ func (s *Service) handleRefund(ctx context.Context, cmd domain.Command) (Reply, 
 		return Reply{}, err
 	}
 	if orig == nil {
-		return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeOriginalNotFound, Message: "no command with key " + quote(cmd.OriginalKey)}), nil
+		return originNotFound(cmd), nil
 	}
 	switch {
 	case strings.HasPrefix(orig.Stream, domain.AccountStreamPrefix):
@@ -27,7 +27,18 @@ func (s *Service) handleRefund(ctx context.Context, cmd domain.Command) (Reply, 
 	case domain.IsTransactionStream(orig.Stream):
 		return s.refundTransaction(ctx, cmd, orig)
 	}
-	return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeNotRefundable, Message: orig.Command + " " + quote(cmd.OriginalKey) + " cannot be refunded"}), nil
+	return notRefundable(cmd, orig.Command), nil
+}
+
+// originNotFound is a refund's reply when no command has its original key.
+func originNotFound(cmd domain.Command) Reply {
+	return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeOriginalNotFound, Message: "no command with key " + quote(cmd.OriginalKey)})
+}
+
+// notRefundable is a refund's reply when its original (a command) has no
+// home a refund reverses.
+func notRefundable(cmd domain.Command, command string) Reply {
+	return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeNotRefundable, Message: command + " " + quote(cmd.OriginalKey) + " cannot be refunded"})
 }
 
 func quote(s string) string { return "\"" + s + "\"" }

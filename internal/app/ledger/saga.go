@@ -22,8 +22,8 @@ type sagaMover struct{ s *Service }
 // (decideOnTransfer). A transfer that names an account that does not exist
 // is refused without a record (PROTOCOL.md §3), and no money moves for it;
 // one whose effective_at an account refuses is invalid, before any step.
-func (m sagaMover) openSaga(ctx context.Context, cmd domain.Command, _ domain.Canonical, t *domain.Transfer, requested []domain.NewEvent) (transferStep, error) {
-	ids := []string{t.To, t.From} // a refund's accounts are its transfer's
+func (m sagaMover) openSaga(ctx context.Context, cmd domain.Command, _ domain.Canonical, o sagaOpening) (transferStep, error) {
+	ids := []string{o.t.To, o.t.From} // a refund's accounts are its transfer's
 	if cmd.Type == domain.CmdTransfer {
 		ids = []string{cmd.From, cmd.To}
 		for _, id := range ids {
@@ -36,7 +36,7 @@ func (m sagaMover) openSaga(ctx context.Context, cmd domain.Command, _ domain.Ca
 	if ierr, err := m.s.effectiveRefused(ctx, cmd, ids...); ierr != nil || err != nil {
 		return transferStep{r: reply.Invalid(cmd.IdempotencyKey, ierr)}, err
 	}
-	return transferStep{events: requested, next: appendThem}, nil
+	return transferStep{events: o.requested, next: appendThem}, nil
 }
 
 // atomicBatch: a store that appends to one stream at a time cannot write a

@@ -106,6 +106,8 @@ type Service struct {
 	refundLimit int
 	snapSlots   chan struct{}
 	snapWG      sync.WaitGroup
+	// elements runs the commands of batches that are not atomic (batchworkers.go).
+	elements *elementWorkers
 	// failpoint, when set (by tests only), is called between the steps of a saga
 	// with the step's name; an error aborts the handler there, as a crash would.
 	failpoint func(step string) error
@@ -142,7 +144,7 @@ func New(store Store, opts Options) *Service {
 	}
 	m := newMetrics(opts.Metrics)
 	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), pipes: newPipes(), accounts: newAccountCache(opts.CacheSize, opts.CacheBytes, m.cachedBytes),
-		claims: newLRU[string, *domain.KeyClaimed](opts.CacheSize, nil), transfers: newLRU[string, *domain.Transfer](opts.CacheSize, nil), metrics: m, snapSlots: make(chan struct{}, 4)}
+		claims: newLRU[string, *domain.KeyClaimed](opts.CacheSize, nil), transfers: newLRU[string, *domain.Transfer](opts.CacheSize, nil), metrics: m, snapSlots: make(chan struct{}, 4), elements: newElementWorkers()}
 	s.mover = moverFor(s, store)
 	s.keys = keyFinderFor(s, store)
 	if s.keys.forgets() {
@@ -172,6 +174,7 @@ func (s *Service) Close() {
 	}
 	s.snapWG.Wait()
 	s.keys.close()
+	s.elements.close()
 }
 
 // ErrTooManyConflicts means concurrent writers kept winning for MaxAttempts rounds.
@@ -228,7 +231,7 @@ func (s *Service) Handle(ctx context.Context, cmd domain.Command) Reply {
 		}
 		r, err = s.handleAccountCommand(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID)
 	}
-	if err == nil && r.Duplicate {
+	if err == nil && r.Duplicate && batchElementOf(ctx) == nil { // a batch's elements: once for all (runBatch)
 		err = s.answered(ctx)
 	}
 	if err != nil {

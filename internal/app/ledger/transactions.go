@@ -26,19 +26,35 @@ func (s *Service) refundTransaction(ctx context.Context, cmd domain.Command, ori
 	if err != nil {
 		return Reply{}, err
 	}
-	posted, ok := payload.(*domain.TransactionPosted)
-	if ev == nil || !ok || ev.Metadata.Command != string(domain.CmdPostTransaction) { // a refund is not refunded
-		return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeNotRefundable, Message: fmt.Sprintf("transaction of %q was not posted", cmd.OriginalKey)}), nil
+	posted, refused := postedOriginal(cmd, ev, payload)
+	if refused != nil {
+		return *refused, nil
 	}
 	return s.mover.refundTransaction(ctx, cmd, cmd.Canonical(), orig.Stream, posted)
 }
 
-// refundSlot reads the refund slots of a transaction in order: the first free
-// one and what the ones before it refunded; or, when one holds this key, its
-// answer (done).
-func (s *Service) refundSlot(ctx context.Context, txID string, cmd domain.Command, req domain.Canonical) (slot int, refunded int64, r Reply, done bool, err error) {
+// postedOriginal is the transaction a refund (cmd) reverses, read back from
+// its stream (ev and its payload; ev nil when the stream holds no outcome):
+// a posted post_transaction, else the refund's not_refundable reply (a
+// rejected transaction, or a refund: a refund is not refunded).
+func postedOriginal(cmd domain.Command, ev *domain.StoredEvent, payload any) (*domain.TransactionPosted, *Reply) {
+	posted, ok := payload.(*domain.TransactionPosted)
+	if ev == nil || !ok || ev.Metadata.Command != string(domain.CmdPostTransaction) {
+		r := reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeNotRefundable, Message: fmt.Sprintf("transaction of %q was not posted", cmd.OriginalKey)})
+		return nil, &r
+	}
+	return posted, nil
+}
+
+// txReader reads a transaction stream's outcome as readTransaction does.
+type txReader func(ctx context.Context, txStream string) (*domain.StoredEvent, any, error)
+
+// refundSlot reads the refund slots of a transaction in order (with read):
+// the first free one and what the ones before it refunded; or, when one holds
+// this key, its answer (done).
+func refundSlot(ctx context.Context, read txReader, txID string, cmd domain.Command, req domain.Canonical) (slot int, refunded int64, r Reply, done bool, err error) {
 	for slot = 0; ; slot++ {
-		ev, payload, err := s.readTransaction(ctx, domain.TransactionStream(domain.RefundTransactionID(txID, slot)))
+		ev, payload, err := read(ctx, domain.TransactionStream(domain.RefundTransactionID(txID, slot)))
 		if err != nil || ev == nil {
 			return slot, refunded, Reply{}, false, err
 		}

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"reflect"
 	"strings"
@@ -293,6 +294,58 @@ func TestSameTransferTenTimesTwoInstances(t *testing.T) {
 			t.Fatalf("balances %d %d", a.balance("alice"), a.balance("bob"))
 		}
 	})
+}
+
+// A transfer decided at once on a cache another instance has moved past: the
+// append's expected revisions send it back to the store's heads, so that what
+// it records is what the store held. Instance a caches every account; b then
+// empties the source, opens the destination a cached as missing, and takes
+// from a destination a cached too full to be credited.
+func TestTransferDecidedOnAStaleCache(t *testing.T) {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		clk := devtest.NewClock()
+		a, b := newSagaService(st, clk), newSagaService(st, clk)
+		openFunded(t, a, "src", "EUR", 100)
+		openFunded(t, a, "dst", "EUR", 0)
+		must(t, b, "withdraw", "idempotency_key", "w-src", "account_id", "src", "amount", 100, "currency", "EUR")
+		if r := send(a, "transfer", transferBody("t-1", "t1", "src", "dst", 100)...); r.Code != domain.CodeInsufficientFunds || r.Account.Balance != 0 {
+			t.Fatalf("a transfer of what b withdrew: %+v", r) // a's cache still holds 100
+		}
+		if r := send(a, "transfer", transferBody("t-2", "t2", "src", "late", 1)...); r.Code != domain.CodeAccountNotFound {
+			t.Fatalf("a transfer to a missing account: %+v", r)
+		}
+		openFunded(t, b, "late", "EUR", 0) // a still holds late as missing
+		must(t, b, "deposit", "idempotency_key", "d-src", "account_id", "src", "amount", 10, "currency", "EUR")
+		if r := send(a, "transfer", transferBody("t-3", "t3", "src", "late", 10)...); r.Status != domain.StatusApplied || r.Transfer.Status != "completed" {
+			t.Fatalf("a transfer to an account b opened: %+v", r)
+		}
+		// full holds 2^63 - 1,024 (fillNearTheTop); b takes 1,000 out; a, on
+		// its cache, would refuse a credit of 2,000 as an overflow, and record
+		// the refusal forever.
+		fillNearTheTop(t, a, "full")
+		must(t, b, "withdraw", "idempotency_key", "w-full", "account_id", "full", "amount", 1000, "currency", "EUR")
+		must(t, a, "deposit", "idempotency_key", "d-src2", "account_id", "src", "amount", 2000, "currency", "EUR")
+		if r := send(a, "transfer", transferBody("t-4", "t4", "src", "full", 2000)...); r.Status != domain.StatusApplied || r.Transfer.Status != "completed" {
+			t.Fatalf("a transfer to an account b took from: %+v", r)
+		}
+		audit(t, st, true)
+	})
+}
+
+// fillNearTheTop opens id and deposits MaxAmount into it 1,024 times, in two
+// batches: its balance is then 2^63 - 1,024.
+func fillNearTheTop(t *testing.T, s *Service, id string) {
+	t.Helper()
+	openFunded(t, s, id, "EUR", 0)
+	for half := range 2 {
+		cmds := make([]batchCmd, 512)
+		for i := range cmds {
+			cmds[i] = batchCmd{"deposit", map[string]any{"idempotency_key": fmt.Sprintf("fill-%s-%d-%d", id, half, i), "account_id": id, "amount": domain.MaxAmount, "currency": "EUR"}}
+		}
+		if r := s.HandleBatch(context.Background(), batchBody(cmds), 0); r.Status != domain.StatusApplied {
+			t.Fatalf("fill %s: %+v", id, r)
+		}
+	}
 }
 
 // sagaSteps are the failpoints of a transfer, by the path it takes.

@@ -99,7 +99,7 @@ func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply
 		case d.Rejection != nil: // refused with its request (a transfer to itself)
 			return transferStep{events: d.Events, next: appendThem}, nil
 		}
-		return s.mover.openSaga(ctx, cmd, req, t, d.Events)
+		return s.mover.openSaga(ctx, cmd, req, sagaOpening{t: t, requested: d.Events, fresh: fresh})
 	})
 }
 
@@ -378,7 +378,7 @@ func (s *Service) refundTransfer(ctx context.Context, cmd domain.Command, orig *
 	req := cmd.Canonical()
 	// A refund starts from the store's head: the cache may miss this key's own
 	// decision or the transfer's, made by another instance (one short read).
-	return s.decideOnTransfer(ctx, cmd, stream, id, true, "refund/requested", func(t *domain.Transfer, _, wrote bool) (transferStep, error) {
+	return s.decideOnTransfer(ctx, cmd, stream, id, true, "refund/requested", func(t *domain.Transfer, fresh, wrote bool) (transferStep, error) {
 		if sg, ok := t.SagaOf(cmd.IdempotencyKey); ok {
 			if r, ok := sagaConflict(sg, req); !ok {
 				return transferStep{r: r}, nil
@@ -398,7 +398,7 @@ func (s *Service) refundTransfer(ctx context.Context, cmd domain.Command, orig *
 		case d.Rejection != nil: // refused with its request (over the limit)
 			return transferStep{events: d.Events, next: appendThem}, nil
 		}
-		return s.mover.openSaga(ctx, cmd, req, t, d.Events) // one decision, one append, as the transfer's
+		return s.mover.openSaga(ctx, cmd, req, sagaOpening{t: t, requested: d.Events, fresh: fresh}) // one decision, one append, as the transfer's
 	})
 }
 

@@ -160,16 +160,15 @@ var (
 	currentSums = `SELECT ` + sumCols + ` FROM readmodel.accounts h
 		WHERE h.account_id COLLATE "C" >= $1 AND h.account_id COLLATE "C" < $2 AND ($3 = '' OR h.currency = $3)
 		GROUP BY h.currency ORDER BY h.currency`
-	// sumsEffective takes the accounts of the range from
-	// balance_history_g<N>_prefix (their opening rows) and folds each one's
-	// history with everything effective by $1 (projections.EffectiveBalancesSQL,
-	// the rule of query.balance: its events' changes, held included), each
-	// through the (account_id, revision) primary key; an account with no event
-	// effective by then is not summed. $2 and $3 are the range, $4 the currency.
-	sumsEffective = `SELECT ` + sumCols + ` FROM readmodel.balance_history o
-		CROSS JOIN LATERAL (` + projections.EffectiveBalancesSQL(`account_id = o.account_id`) + `)
+	// sumsEffective folds the history of every account of the range with
+	// everything effective by $1 (projections.EffectiveBalancesSQL, the rule
+	// of query.balance: its events' changes, held included), in one range
+	// scan of balance_history_g<N>_effective; an account with no event
+	// effective by then is not summed. $2 and $3 are the range, $4 the
+	// currency.
+	sumsEffective = `SELECT ` + sumCols + ` FROM (` + projections.EffectiveBalancesSQL(`account_id COLLATE "C"`,
+		`account_id COLLATE "C" >= $2 AND account_id COLLATE "C" < $3 AND ($4 = '' OR currency = $4)`) + `)
 			AS h (account_id, currency, balance, held, revision, closed, events)
-		WHERE o.revision = 0 AND o.account_id COLLATE "C" >= $2 AND o.account_id COLLATE "C" < $3 AND ($4 = '' OR o.currency = $4)
 		GROUP BY h.currency ORDER BY h.currency`
 	// sumsAsOf takes the accounts of the range from balance_history_g<N>_prefix
 	// (their opening rows) and each one's row as of $4 (historyAsOf); an account

@@ -259,19 +259,22 @@ func (f *fixture) checkGroupRefusals(t *testing.T) {
 }
 
 // checkPrefixIndexes checks that the generations a rebuild made have the
-// prefix indexes of migration 00011.
+// prefix indexes of migration 00011 and the balance history's index of 00012.
 func (f *fixture) checkPrefixIndexes(t *testing.T, res []projections.RebuildResult) {
 	t.Helper()
 	tables := map[string]string{projections.Accounts: "accounts", projections.Balances: "balance_history"}
+	indexes := map[string][]string{projections.Accounts: {"prefix"}, projections.Balances: {"prefix", "effective"}} // 00011, 00012
 	for _, r := range res {
 		table, ok := tables[r.Projection]
 		if !ok {
 			continue
 		}
-		name := fmt.Sprintf("%s_g%d_prefix", table, r.Generation)
-		var n int
-		if err := f.env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_indexes WHERE schemaname = 'readmodel' AND indexname = $1`, name).Scan(&n); err != nil || n != 1 {
-			t.Fatalf("index %s after the rebuild: %d %v", name, n, err)
+		for _, suffix := range indexes[r.Projection] {
+			name := fmt.Sprintf("%s_g%d_%s", table, r.Generation, suffix)
+			var n int
+			if err := f.env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_indexes WHERE schemaname = 'readmodel' AND indexname = $1`, name).Scan(&n); err != nil || n != 1 {
+				t.Fatalf("index %s after the rebuild: %d %v", name, n, err)
+			}
 		}
 		delete(tables, r.Projection)
 	}

@@ -26,17 +26,23 @@ import (
 // sorted by effective time (ties by record order) that reads only their
 // amounts; before the opening it is account_not_found. query.entries by
 // effective time keeps exactly the entries effective in [from, to), in record
-// order. The read models are PostgreSQL's, fed from the memory and the
-// PostgreSQL event stores.
+// order. The read models are PostgreSQL's, fed from every event store the
+// projector reads: memory, PostgreSQL and KurrentDB (its in-process test
+// server; transfers run there as sagas).
 func TestBalanceByEffectiveTimeMatchesAFold(t *testing.T) {
-	for _, backend := range []string{"memory", "postgres"} {
+	for _, backend := range []string{"memory", "postgres", "kurrentdb"} {
 		t.Run(backend, func(t *testing.T) {
 			env := projtest.New(t)
 			var st eventstore.Store = env.Store
 			led := env.Ledger
-			if backend == "memory" {
-				mem := devtest.Memory(t)
-				st, led = mem, ledger.New(mem, ledger.Options{Clock: devtest.NewTickingClock(time.Millisecond).Now})
+			switch backend {
+			case "memory":
+				st = devtest.Memory(t)
+			case "kurrentdb":
+				st = devtest.KurrentDB(t)
+			}
+			if backend != "postgres" {
+				led = ledger.New(st, ledger.Options{Clock: devtest.NewTickingClock(time.Millisecond).Now})
 			}
 			last := writeBackdatedHistory(t, led, rand.New(rand.NewPCG(20261126, 25)))
 			r, err := projections.NewRunner(env.Pool, st, projections.Options{PollInterval: 5 * time.Millisecond})
