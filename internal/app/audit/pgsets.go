@@ -38,8 +38,8 @@ CREATE TEMP TABLE audit_ids (event_id uuid NOT NULL, seq bigint NOT NULL);
 CREATE TEMP TABLE audit_groups (stream text NOT NULL, key text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL);
 CREATE TEMP TABLE audit_homes (key text NOT NULL, stream text NOT NULL, hash text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL);
 CREATE TEMP TABLE audit_claims (key text NOT NULL, stream text NOT NULL, hash text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL);
-CREATE TEMP TABLE audit_rows (tbl text NOT NULL, key text NOT NULL, account text NOT NULL, digest text NOT NULL, seq bigint NOT NULL);
-CREATE TEMP TABLE audit_actual (tbl text NOT NULL, key text NOT NULL, digest text NOT NULL);
+CREATE TEMP TABLE audit_rows (tbl text NOT NULL, key text NOT NULL, account text NOT NULL, digest bytea NOT NULL, seq bigint NOT NULL);
+CREATE TEMP TABLE audit_actual (tbl text NOT NULL, key text NOT NULL, digest bytea NOT NULL);
 CREATE TEMP TABLE audit_noted (key text NOT NULL, n bigint NOT NULL);
 CREATE INDEX ON audit_noted (n);
 SET work_mem = '64MB'`
@@ -85,8 +85,11 @@ func (s *pgSets) claim(f *Fold, re eventstore.RecordedEvent, key string, c claim
 	s.claims = append(s.claims, []any{key, c.stream, c.hash, int64(re.Revision), [16]byte(re.ID), f.Events})
 }
 
+// row keeps the row's hash (rowHash), not the row: 32 bytes to copy, store
+// and sort instead of the whole rendered row, and what the table's digest sums.
 func (s *pgSets) row(f *Fold, table, key, account, digest string) {
-	s.rows = append(s.rows, []any{table, key, account, digest, f.Events})
+	h := rowHash(key, digest)
+	s.rows = append(s.rows, []any{table, key, account, h[:], f.Events})
 }
 
 // flush starts copying the rows noted so far into the session and returns:
@@ -357,8 +360,9 @@ func (s *pgSets) expectedDigest(ctx context.Context, d *TableDiff, table, accoun
 		return fmt.Errorf("audit: %s: %w", table, err)
 	}
 	var exp digester
-	var key, digest string
-	if _, err := pgx.ForEachRow(rows, []any{&key, &digest}, func() error { exp.add(key, digest); return nil }); err != nil {
+	var key string
+	var digest []byte
+	if _, err := pgx.ForEachRow(rows, []any{&key, &digest}, func() error { exp.addHash(digest); return nil }); err != nil {
 		return fmt.Errorf("audit: %s: %w", table, err)
 	}
 	d.Expected, d.ExpectedDigest = exp.n, exp.String()
@@ -404,8 +408,9 @@ type copyRows struct {
 func (c *copyRows) Next() bool { return c.t.Next() }
 func (c *copyRows) Err() error { return c.t.Err() }
 func (c *copyRows) Values() ([]any, error) {
-	c.sum.add(c.t.key, c.t.row)
-	return []any{c.t.table, c.t.key, c.t.row}, nil
+	h := rowHash(c.t.key, c.t.row)
+	c.sum.addHash(h[:])
+	return []any{c.t.table, c.t.key, h[:]}, nil
 }
 
 // digester sums Digest's lanes row by row.
@@ -415,7 +420,13 @@ type digester struct {
 }
 
 func (g *digester) add(key, row string) {
-	g.lanes = addLanes(g.lanes, key, row)
+	h := rowHash(key, row)
+	g.addHash(h[:])
+}
+
+// addHash adds a row by its hash (rowHash).
+func (g *digester) addHash(sum []byte) {
+	g.lanes = addHash(g.lanes, sum)
 	g.n++
 }
 

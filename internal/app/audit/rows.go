@@ -407,7 +407,18 @@ func Digest(rows map[string]string) string {
 }
 
 func addLanes(lanes [4]uint64, key, row string) [4]uint64 {
-	sum := sha256.Sum256([]byte(key + "\x00" + row))
+	sum := rowHash(key, row)
+	return addHash(lanes, sum[:])
+}
+
+// rowHash is the SHA-256 of a (key, row): what Digest sums, and what the
+// PostgreSQL sets keep of a row instead of the row itself.
+func rowHash(key, row string) [sha256.Size]byte {
+	return sha256.Sum256([]byte(key + "\x00" + row))
+}
+
+// addHash adds a row's hash (rowHash) to the lanes.
+func addHash(lanes [4]uint64, sum []byte) [4]uint64 {
 	for i := range lanes {
 		lanes[i] += binary.BigEndian.Uint64(sum[i*8:])
 	}

@@ -309,7 +309,10 @@ func TestRunTinyKurrentTest(t *testing.T) {
 		if p.Commands <= 0 || p.Errors != 0 || p.Anomalies != 0 || p.P50Ms <= 0 {
 			t.Errorf("%s: %+v", name, *p)
 		}
-		if name != PhaseDuplicates && (p.NewApplied <= 0 || p.StoreAppendsPerCommand <= 0) {
+		// A new key the JetStream consumer decided before the request-reply
+		// path (a reply slower than the capture's grace, as under a loaded
+		// machine) is answered duplicate: true: it was applied all the same.
+		if name != PhaseDuplicates && (p.NewApplied+p.EarlyDuplicates <= 0 || p.StoreAppendsPerCommand <= 0) {
 			t.Errorf("%s: nothing applied, or no appends counted: %+v", name, *p)
 		}
 		newAnswered += p.NewAnswered + p.WarmupNewAnswered
