@@ -46,7 +46,14 @@ func (c streamByStream) load(ctx context.Context, stream, id string) (*domain.Ac
 	if err != nil {
 		return nil, err
 	}
-	err = catchUp(ctx, s.store, stream, acc.Revision, foldInto(acc))
+	return s.foldRest(ctx, stream, id, acc)
+}
+
+// foldRest catches acc up with the events of stream after its revision; when
+// they do not fold on the snapshot it started from, the stream is folded from
+// its start (snapshotDoesNotFold).
+func (s *Service) foldRest(ctx context.Context, stream, id string, acc *domain.Account) (*domain.Account, error) {
+	err := catchUp(ctx, s.store, stream, acc.Revision, foldInto(acc))
 	if err != nil && acc.SnapshotRevision >= 0 && ctx.Err() == nil {
 		return s.snapshotDoesNotFold(ctx, stream, id, acc, err)
 	}
@@ -121,11 +128,7 @@ func (c *groupedCold) load(ctx context.Context, stream, id string) (*domain.Acco
 	if len(read.Events) < coldPage {
 		return acc, nil
 	}
-	err = catchUp(ctx, s.store, stream, acc.Revision, foldInto(acc))
-	if err != nil && acc.SnapshotRevision >= 0 && ctx.Err() == nil {
-		return s.snapshotDoesNotFold(ctx, stream, id, acc, err)
-	}
-	return acc, err
+	return s.foldRest(ctx, stream, id, acc)
 }
 
 // snapshotAccount is the aggregate of a snapshot checked against its
