@@ -73,7 +73,9 @@ type Options struct {
 // stream are serialised, different streams proceed in parallel.
 type Service struct {
 	store Store
-	multi eventstore.MultiAppender
+	// appends is how the store appends (appends.go); batch is group
+	// commit's, where the store group-commits (groupAppends).
+	appends appender
 	// durable is the store's when its readers may see writes not yet durable
 	// (a duplicate's reply and a lookup wait for them: answered).
 	durable  eventstore.DurableReader
@@ -159,21 +161,14 @@ func New(store Store, opts Options) *Service {
 	if sr, ok := store.(eventstore.SubjectReader); ok {
 		s.subjects, s.holdLimit, s.refundLimit = sr, max(opts.RecentHolds, 0), max(opts.RecentRefunds, 0)
 	}
-	if m, ok := store.(eventstore.MultiAppender); ok {
-		s.multi = m
-		if !opts.DisableGroupCommit {
-			s.batch = newBatcher(m, opts.Batch, s.metrics.batchSize)
-		}
-	}
+	s.appends = appenderFor(s, store)
 	return s
 }
 
 // Close stops group commit after the appends already queued are answered. The
 // caller stops sending commands first; the store is the caller's to close.
 func (s *Service) Close() {
-	if s.batch != nil {
-		s.batch.close()
-	}
+	s.appends.close()
 	s.snapWG.Wait()
 	s.keys.close()
 	s.cold.close()
