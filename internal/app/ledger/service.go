@@ -210,23 +210,19 @@ func (s *Service) Handle(ctx context.Context, cmd domain.Command) Reply {
 		r   Reply
 		err error
 	)
-	switch cmd.Type {
-	case domain.CmdTransfer:
+	move, moved := moverCommands[cmd.Type]
+	switch {
+	case !cmd.Type.IsClient():
+		return reply.Invalid(cmd.IdempotencyKey, &domain.InvalidError{Field: "type", Message: fmt.Sprintf("unknown command type %q", cmd.Type)})
+	case moved:
+		r, err = move(s.mover, ctx, cmd)
+	case cmd.Type == domain.CmdTransfer:
 		r, err = s.handleTransfer(ctx, cmd)
-	case domain.CmdRefund:
+	case cmd.Type == domain.CmdRefund:
 		r, err = s.handleRefund(ctx, cmd)
-	case domain.CmdPostTransaction:
-		r, err = s.mover.transaction(ctx, cmd)
-	case domain.CmdCaptureHold:
-		if cmd.To != "" {
-			r, err = s.mover.captureTo(ctx, cmd)
-			break
-		}
-		r, err = s.handleAccountCommand(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID)
+	case cmd.Type == domain.CmdCaptureHold && cmd.To != "":
+		r, err = s.mover.captureTo(ctx, cmd)
 	default:
-		if !cmd.Type.IsClient() {
-			return reply.Invalid(cmd.IdempotencyKey, &domain.InvalidError{Field: "type", Message: fmt.Sprintf("unknown command type %q", cmd.Type)})
-		}
 		r, err = s.handleAccountCommand(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID)
 	}
 	if err == nil && r.Duplicate && batchElementOf(ctx) == nil { // a batch's elements: once for all (runBatch)
