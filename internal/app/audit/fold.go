@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
@@ -215,7 +214,7 @@ type meta struct {
 }
 
 func decodeMeta(re eventstore.RecordedEvent) meta {
-	m, err := decodeMetadata(re.Metadata)
+	m, err := domain.DecodeMetadataNoRequest(re.Metadata)
 	return meta{m, err}
 }
 
@@ -280,27 +279,6 @@ func (f *Fold) apply(re eventstore.RecordedEvent, md meta) {
 	default:
 		f.eventViolation(InvStreams, "unknown_stream", re, "stream %q is none of the ledger's", re.Stream)
 	}
-}
-
-// decodeMetadata decodes what the fold and the chain need of an event's metadata:
-// all of it but the canonical request (whose base64 costs more than the rest).
-func decodeMetadata(b []byte) (domain.Metadata, error) {
-	var m struct {
-		Key         string     `json:"key"`
-		Command     string     `json:"command"`
-		RequestHash string     `json:"request_hash"`
-		Index       int        `json:"i"`
-		Count       int        `json:"n"`
-		At          time.Time  `json:"at"`
-		Origin      string     `json:"origin"`
-		Chain       string     `json:"chain"`
-		Subject     string     `json:"subject"`
-		EffectiveAt *time.Time `json:"effective_at"`
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return domain.Metadata{}, fmt.Errorf("metadata: %w", err)
-	}
-	return domain.Metadata{Key: m.Key, Command: m.Command, RequestHash: m.RequestHash, Index: m.Index, Count: m.Count, At: m.At, Origin: m.Origin, Chain: m.Chain, Subject: m.Subject, EffectiveAt: m.EffectiveAt}, nil
 }
 
 // checkGroup checks invariant 1 within a stream: a key's events form one group,
