@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/google/uuid"
+
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
@@ -559,11 +561,7 @@ func (f *Fold) applyTransfer(re eventstore.RecordedEvent, ev domain.StoredEvent)
 	}
 	f.noteHome(re, ev.Metadata)
 	f.touch(re.Stream)
-	sk := sagaKeyOf(re.Type, re.Data, ev.Metadata)
-	wasDecided := false
-	if sg, ok := t.SagaOf(sk); ok {
-		wasDecided = sg.Stage.Decided()
-	}
+	decided := decidedSagas(t)
 	if err := domain.EvolveTransfer(t, ev); err != nil {
 		f.eventViolation(InvConservation, "fold_failed", re, "%v", err)
 		f.badStream[re.Stream] = true
@@ -572,10 +570,14 @@ func (f *Fold) applyTransfer(re eventstore.RecordedEvent, ev domain.StoredEvent)
 	if !f.NoRows && t.Saga != nil {
 		f.sets.row(f, "transfers", id, accountsTag(t.From, t.To), transferRowOf(t))
 	}
-	sg, ok := t.SagaOf(sk)
-	if !ok || wasDecided || !sg.Stage.Decided() {
+	if decidedSagas(t) == decided {
 		return
 	}
+	sg := sagaOfEvent(t, re.ID) // an event moves one saga: the one just decided
+	if sg == nil {
+		return
+	}
+	sk := sg.Key
 	if !f.NoRows {
 		f.sets.row(f, "commands", sk, "", replyRow(f.sagaReply(t, sg)))
 	}
@@ -584,21 +586,34 @@ func (f *Fold) applyTransfer(re eventstore.RecordedEvent, ev domain.StoredEvent)
 	}
 }
 
-// sagaKeyOf names the saga a transfer-stream event belongs to.
-func sagaKeyOf(typ string, data []byte, m domain.Metadata) string {
-	switch typ {
-	case domain.EvTransferRefundRequested, domain.EvRefundRejected, domain.EvRefundCreditRefused, domain.EvRefundCompleted, domain.EvRefundFailed:
-		var r struct {
-			RefundKey string `json:"refund_key"`
-		}
-		if json.Unmarshal(data, &r) == nil {
-			return r.RefundKey
+// decidedSagas counts the transfer's decided sagas, its own and its refunds'.
+func decidedSagas(t *domain.Transfer) int {
+	n := 0
+	if t.Saga != nil && t.Saga.Stage.Decided() {
+		n++
+	}
+	for _, r := range t.Refunds {
+		if r.Stage.Decided() {
+			n++
 		}
 	}
-	if m.Origin != "" {
-		return m.Origin
+	return n
+}
+
+// sagaOfEvent is the saga of t whose last event is the event id, the saga
+// that event was folded into (domain.EvolveTransfer asks the registry's
+// payload which one): read from the saga, not from a list of event types.
+func sagaOfEvent(t *domain.Transfer, id uuid.UUID) *domain.Saga {
+	last := func(s *domain.Saga) bool { return len(s.Events) > 0 && s.Events[len(s.Events)-1].ID == id }
+	if t.Saga != nil && last(t.Saga) {
+		return t.Saga
 	}
-	return m.Key
+	for _, r := range t.Refunds {
+		if last(r) {
+			return r
+		}
+	}
+	return nil
 }
 
 // sagaReply is the reply the ledger gives for a decided saga (reply.FromSaga),
