@@ -317,4 +317,3 @@ type StoredEvent struct {
 	Data     []byte
 	Metadata Metadata
 }
-

@@ -73,8 +73,8 @@ func TestMetadataFastAgrees(t *testing.T) {
 		func(s string) string { return strings.Replace(s, `"claimed":true`, `"claimed":1`, 1) },    // int for a boolean
 		func(s string) string { return strings.Replace(s, `"claimed":true`, `"claimed":false`, 1) },
 		func(s string) string { return strings.Replace(s, `"claimed":true`, `"claimed":null`, 1) },
-		func(s string) string { return strings.Replace(s, `"at":"2026`, `"at":"26`, 1) },     // bad time
-		func(s string) string { return strings.Replace(s, `"at":"2026`, `"at":" 2026`, 1) },  // loose time
+		func(s string) string { return strings.Replace(s, `"at":"2026`, `"at":"26`, 1) },      // bad time
+		func(s string) string { return strings.Replace(s, `"at":"2026`, `"at":" 2026`, 1) },   // loose time
 		func(s string) string { return strings.Replace(s, `"request":"`, `"request":"!`, 1) }, // bad base64
 		func(s string) string { return strings.Replace(s, `"chain":"c0ffee"`, `"chain":7`, 1) },
 		func(s string) string { return strings.Replace(s, `,`, " ,\n\t", -1) },
