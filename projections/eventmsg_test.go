@@ -78,7 +78,7 @@ func TestEventMsgBodyIsTheMarshalledMessage(t *testing.T) {
 			re.Metadata = []byte(`{"key":"a","KEY":"b","At":"2026-01-01T00:00:00Z"}`)
 		}),
 		"metadata key twice": with(func(re *eventstore.RecordedEvent) {
-			re.Metadata = []byte(`{"key":"a","n":{"key":"x","y":["}",{}]},"key":"b"}`)
+			re.Metadata = []byte(`{"key":"a","x":{"key":"x","y":["}",{}]},"key":"b"}`)
 		}),
 		"metadata key null": with(func(re *eventstore.RecordedEvent) {
 			re.Metadata = []byte(`{"key":null,"at":"2026-01-01T00:00:00.5+02:00"}`)
