@@ -82,7 +82,7 @@ func (s *Service) runBatch(ctx context.Context, cmds []domain.BatchCommand) []Re
 		}
 		e := elems[i]
 		wg.Add(1)
-		s.elements.run(func() {
+		s.elements.Go(nil, func() {
 			defer wg.Done()
 			defer e.finish()
 			if err := e.waitStart(ctx, slots); err != nil {
@@ -284,10 +284,10 @@ func (e *batchElement) earlierFinished() <-chan struct{} {
 // released until the earlier commands it shares something with have
 // finished, so that it is decided again after them, as alone it would be.
 // Only a store that pipelines decides a command before an earlier one
-// finished; elsewhere nothing waits.
+// finished (groupAppends.afterEarlier); elsewhere nothing waits.
 func (s *Service) afterEarlier(ctx context.Context, a *attempt) error {
 	e := batchElementOf(ctx)
-	if e == nil || s.batch == nil {
+	if e == nil {
 		return nil
 	}
 	ch := e.earlierFinished()
