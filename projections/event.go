@@ -24,6 +24,9 @@ type Event struct {
 	// returns it), nil when DecodeErr is set.
 	Payload   any
 	DecodeErr error
+	// MetaDecoded: Meta is the event's metadata, decoded (an account,
+	// transfer or transaction stream's event); false: Meta is zero.
+	MetaDecoded bool
 }
 
 // Decode decodes a recorded event. Metadata that does not parse is an error: every
@@ -40,7 +43,7 @@ func Decode(re eventstore.RecordedEvent) (*Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("projections: %s@%d: %w", re.Stream, re.Revision, err)
 	}
-	ev.Meta = m
+	ev.Meta, ev.MetaDecoded = m, true
 	ev.Payload, ev.DecodeErr = domain.DecodeEvent(re.Type, re.Data)
 	return ev, nil
 }

@@ -588,7 +588,7 @@ type generationCheck struct {
 	store  Store
 	f      *Fold
 	ps     *pgSets
-	pages  chan []eventstore.RecordedEvent
+	pages  chan page
 	done   chan struct{}
 	err    error
 	cancel context.CancelFunc
@@ -605,21 +605,21 @@ func (c *generationCheck) Begin(ctx context.Context, from eventstore.Position) e
 	c.ps, c.f = ps, NewFold()
 	c.f.sets, c.f.Reload = ps, reloader(ctx, c.store)
 	ctx, c.cancel = context.WithCancel(ctx)
-	c.pages, c.done = make(chan []eventstore.RecordedEvent, checkAhead), make(chan struct{})
+	c.pages, c.done = make(chan page, checkAhead), make(chan struct{})
 	go c.run(ctx, from, c.pages)
 	return nil
 }
 
 // run folds "all" up to from (a resumed build's events before it), then each
 // batch handed to Fold, storing the sets after each.
-func (c *generationCheck) run(ctx context.Context, from eventstore.Position, pages <-chan []eventstore.RecordedEvent) {
+func (c *generationCheck) run(ctx context.Context, from eventstore.Position, pages <-chan page) {
 	defer close(c.done)
 	if c.err = foldUntil(ctx, c.store, c.f, foldTo{until: from, batch: 5000}); c.err != nil {
 		return
 	}
-	for recs := range pages {
-		for _, re := range recs {
-			c.f.Apply(re)
+	for p := range pages {
+		for i, re := range p.recs {
+			c.f.apply(re, p.metas[i])
 		}
 		c.f.Settle()
 		if c.err = cmp.Or(c.f.reloadErr, c.ps.flush(ctx)); c.err != nil {
@@ -628,13 +628,21 @@ func (c *generationCheck) run(ctx context.Context, from eventstore.Position, pag
 	}
 }
 
+// Fold hands the check the build's batch with the metadata the build
+// decoded (the same decoder as the audit's, domain.DecodeMetadataNoRequest),
+// decoding only what the projections skip (key streams).
 func (c *generationCheck) Fold(events []*projections.Event) error {
-	recs := make([]eventstore.RecordedEvent, len(events))
+	p := page{recs: make([]eventstore.RecordedEvent, len(events)), metas: make([]meta, len(events))}
 	for i, ev := range events {
-		recs[i] = ev.RecordedEvent
+		p.recs[i] = ev.RecordedEvent
+		if ev.MetaDecoded {
+			p.metas[i] = meta{m: ev.Meta}
+		} else {
+			p.metas[i] = decodeMeta(ev.RecordedEvent)
+		}
 	}
 	select {
-	case c.pages <- recs:
+	case c.pages <- p:
 		return nil
 	case <-c.done:
 		return cmp.Or(c.err, errors.New("audit: the check has ended"))
