@@ -625,7 +625,12 @@ func (s *Service) batchCommand(ctx context.Context, row []byte) (json.RawMessage
 	if err := rows.Err(); err != nil {
 		return nil, internal(err)
 	}
-	filled, err := reply.FillBatch(batch, false, func(key string) (reply.Reply, bool, error) { r, ok := elems[key]; return r, ok, nil })
+	filled, err := reply.FillBatch(batch, false, func(key string) (*reply.Reply, error) {
+		if r, ok := elems[key]; ok {
+			return &r, nil
+		}
+		return nil, nil
+	})
 	if err != nil {
 		return nil, internal(err)
 	}
