@@ -3,13 +3,16 @@ package ledger_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore/memory"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
+	"github.com/ledgerworks/ledger/internal/testing/bench/seed"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
@@ -55,6 +58,52 @@ func BenchmarkWarmedAccountHeap(b *testing.B) {
 		held := liveHeap() - base
 		b.ReportMetric(float64(held)/accounts, "bytes/account")
 		b.ReportMetric(float64(svc.CachedBytes())/accounts, "estimated-bytes/account")
+		runtime.KeepAlive(svc)
+		svc.Close()
+	}
+}
+
+// BenchmarkWarmingOnPostgres measures how fast a restarted ledger warms the
+// accounts of a PostgreSQL event store (warm.go): LEDGER_BENCH_WARM_ACCOUNTS
+// accounts (default 100,000) opened in the store by bulk load
+// (seed.OpenAccounts), then a fresh Service warms them all, timed from New
+// to the end of warming, with the live heap it then holds per account. Run
+// with
+//
+//	go test ./internal/app/ledger -run '^$' -bench WarmingOnPostgres -benchtime 1x
+func BenchmarkWarmingOnPostgres(b *testing.B) {
+	accounts := 100_000
+	if v := os.Getenv("LEDGER_BENCH_WARM_ACCOUNTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("LEDGER_BENCH_WARM_ACCOUNTS=%q: want a positive number", v)
+		}
+		accounts = n
+	}
+	ctx := context.Background()
+	store := devtest.Postgres(b)
+	body := func(i int) []byte {
+		return fmt.Appendf(nil, `{"idempotency_key":"open-wp%07d","account_id":"wp%07d","currency":"EUR"}`, i, i)
+	}
+	if err := seed.OpenAccounts(ctx, store, accounts, seed.OpenOptions{Body: body}); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		base := liveHeap()
+		start := time.Now()
+		svc := ledger.New(store, ledger.Options{CacheSize: 2 * accounts, CacheBytes: -1, WarmAccounts: accounts})
+		var warmed int64
+		devtest.Eventually(b, 30*time.Minute, "warming ends", func() bool {
+			var done bool
+			warmed, done = svc.Warming()
+			return done
+		})
+		took := time.Since(start)
+		if warmed != int64(accounts) {
+			b.Fatalf("%d accounts warmed, want %d", warmed, accounts)
+		}
+		b.ReportMetric(float64(accounts)/took.Seconds(), "accounts/s")
+		b.ReportMetric(float64(liveHeap()-base)/float64(accounts), "bytes/account")
 		runtime.KeepAlive(svc)
 		svc.Close()
 	}
