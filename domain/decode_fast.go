@@ -93,11 +93,17 @@ func afterMember(body []byte, j int) (next int, more, ok bool) {
 }
 
 // memberValue reads the value of a member at body[i], a plain string (its
-// content, str) or an integer, and the index after it.
+// content, str), an integer or the literal true or false (the text, not str),
+// and the index after it.
 func memberValue(body []byte, i int) (value []byte, str bool, next int, ok bool) {
 	if i < len(body) && body[i] == '"' {
 		value, next, ok = plainString(body, i)
 		return value, true, next, ok
+	}
+	for _, lit := range [...]string{"true", "false"} {
+		if j := i + len(lit); j <= len(body) && string(body[i:j]) == lit {
+			return body[i:j], false, j, true
+		}
 	}
 	value, next, ok = jsonInteger(body, i)
 	return value, false, next, ok

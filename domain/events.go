@@ -317,12 +317,3 @@ type StoredEvent struct {
 	Data     []byte
 	Metadata Metadata
 }
-
-// DecodeMetadata parses event metadata.
-func DecodeMetadata(b []byte) (Metadata, error) {
-	var m Metadata
-	if err := json.Unmarshal(b, &m); err != nil {
-		return m, fmt.Errorf("domain: metadata: %w", err)
-	}
-	return m, nil
-}

@@ -2,12 +2,10 @@ package projections
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -38,22 +36,11 @@ func Decode(re eventstore.RecordedEvent) (*Event, error) {
 	if !strings.HasPrefix(re.Stream, domain.AccountStreamPrefix) && !strings.HasPrefix(re.Stream, domain.TransferStreamPrefix) && !domain.IsTransactionStream(re.Stream) {
 		return ev, nil
 	}
-	// Only what the projections read of the metadata (not the request, whose
-	// base64 would cost more than the rest of the event).
-	var m struct {
-		Key     string    `json:"key"`
-		Command string    `json:"command"`
-		Index   int       `json:"i"`
-		Count   int       `json:"n"`
-		At      time.Time `json:"at"`
-		Origin  string    `json:"origin"`
-		// EffectiveAt: the entries' and balances' effective time (v1.2 §2.3).
-		EffectiveAt *time.Time `json:"effective_at"`
+	m, err := domain.DecodeMetadataNoRequest(re.Metadata)
+	if err != nil {
+		return nil, fmt.Errorf("projections: %s@%d: %w", re.Stream, re.Revision, err)
 	}
-	if err := json.Unmarshal(re.Metadata, &m); err != nil {
-		return nil, fmt.Errorf("projections: %s@%d: metadata: %w", re.Stream, re.Revision, err)
-	}
-	ev.Meta = domain.Metadata{Key: m.Key, Command: m.Command, Index: m.Index, Count: m.Count, At: m.At, Origin: m.Origin, EffectiveAt: m.EffectiveAt}
+	ev.Meta = m
 	ev.Payload, ev.DecodeErr = domain.DecodeEvent(re.Type, re.Data)
 	return ev, nil
 }

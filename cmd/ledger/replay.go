@@ -59,7 +59,7 @@ func runReplay(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	defer finishProfiles()
-	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{})
+	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{ReadOnly: true})
 	if err != nil {
 		return err
 	}

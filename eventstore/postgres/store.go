@@ -65,20 +65,34 @@ const DefaultPollInterval = 20 * time.Millisecond
 
 // Open connects to the database at url (a pgx URL or DSN; pool settings such as
 // pool_max_conns are accepted). The events table must exist: see migrations.Up.
-func Open(ctx context.Context, url string) (*Store, error) {
+func Open(ctx context.Context, url string) (*Store, error) { return open(ctx, url, true) }
+
+// OpenReader is Open for a process that only reads the store (ledger replay):
+// its connections skip the round trip that watching commits for a cancelled
+// wait for the standby costs (WatchSyncReplication), and an append on it is
+// refused.
+func OpenReader(ctx context.Context, url string) (*Store, error) { return open(ctx, url, false) }
+
+func open(ctx context.Context, url string, appends bool) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore/postgres: %w", err)
 	}
-	WatchSyncReplication(cfg)
+	if appends {
+		WatchSyncReplication(cfg)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, classify(ctx, "open", err)
 	}
-	if err := pool.Ping(ctx); err != nil {
+	// One connection made now, so that a wrong URL fails here; a ping would
+	// cost a round trip more.
+	c, err := pool.Acquire(ctx)
+	if err != nil {
 		pool.Close()
 		return nil, classify(ctx, "open", err)
 	}
+	c.Release()
 	s := New(pool)
 	s.owned = true
 	return s, nil

@@ -167,7 +167,8 @@ func TestCancelledWaitForTheStandbyIsIndefinite(t *testing.T) {
 }
 
 // TestAppendOnAnUnwatchedPoolIsRefused: a Store on a pool whose connections
-// do not watch for the warning refuses to append, and writes nothing.
+// do not watch for the warning (one given to New, or OpenReader's) refuses to
+// append, and writes nothing.
 func TestAppendOnAnUnwatchedPoolIsRefused(t *testing.T) {
 	url := devtest.DatabaseURL(t)
 	pool, err := pgxpool.New(ctxT(t), url)
@@ -176,11 +177,18 @@ func TestAppendOnAnUnwatchedPoolIsRefused(t *testing.T) {
 	}
 	s := postgres.New(pool)
 	t.Cleanup(func() { s.Close(); pool.Close() })
-	p := part("unwatched", eventstore.NoStream, 1)
-	if _, err := s.AppendMulti(ctxT(t), []eventstore.StreamAppend{p}); err == nil || !strings.Contains(err.Error(), "WatchSyncReplication") {
-		t.Fatalf("append on an unwatched pool: %v, want refused naming WatchSyncReplication", err)
+	reader, err := postgres.OpenReader(ctxT(t), url)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := s.ReadStream(ctxT(t), p.Stream, 0, eventstore.Forwards, 0); !errors.Is(err, eventstore.ErrStreamNotFound) {
-		t.Fatalf("the refused append wrote: %v", err)
+	t.Cleanup(func() { reader.Close() })
+	for name, s := range map[string]*postgres.Store{"New": s, "OpenReader": reader} {
+		p := part("unwatched-"+name, eventstore.NoStream, 1)
+		if _, err := s.AppendMulti(ctxT(t), []eventstore.StreamAppend{p}); err == nil || !strings.Contains(err.Error(), "WatchSyncReplication") {
+			t.Fatalf("%s: append on an unwatched pool: %v, want refused naming WatchSyncReplication", name, err)
+		}
+		if _, err := s.ReadStream(ctxT(t), p.Stream, 0, eventstore.Forwards, 0); !errors.Is(err, eventstore.ErrStreamNotFound) {
+			t.Fatalf("%s: the refused append wrote: %v", name, err)
+		}
 	}
 }

@@ -39,7 +39,7 @@ func (f *Fold) checkConditions(re eventstore.RecordedEvent, m domain.Metadata, a
 
 // expectedRevisionB64 are `"expected_revision":` as it reads inside base64 at
 // each of the three alignments it may have: the fold decodes no canonical
-// request (decodeMetadata), so the few that name expected_revision are found
+// request (domain.DecodeMetadataNoRequest), so the few that name expected_revision are found
 // in the metadata's base64 first (a false match only costs a decode).
 var expectedRevisionB64 = func() [3][]byte {
 	needle := []byte(`"expected_revision":`)

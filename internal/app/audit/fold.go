@@ -9,7 +9,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
@@ -215,7 +216,7 @@ type meta struct {
 }
 
 func decodeMeta(re eventstore.RecordedEvent) meta {
-	m, err := decodeMetadata(re.Metadata)
+	m, err := domain.DecodeMetadataNoRequest(re.Metadata)
 	return meta{m, err}
 }
 
@@ -280,27 +281,6 @@ func (f *Fold) apply(re eventstore.RecordedEvent, md meta) {
 	default:
 		f.eventViolation(InvStreams, "unknown_stream", re, "stream %q is none of the ledger's", re.Stream)
 	}
-}
-
-// decodeMetadata decodes what the fold and the chain need of an event's metadata:
-// all of it but the canonical request (whose base64 costs more than the rest).
-func decodeMetadata(b []byte) (domain.Metadata, error) {
-	var m struct {
-		Key         string     `json:"key"`
-		Command     string     `json:"command"`
-		RequestHash string     `json:"request_hash"`
-		Index       int        `json:"i"`
-		Count       int        `json:"n"`
-		At          time.Time  `json:"at"`
-		Origin      string     `json:"origin"`
-		Chain       string     `json:"chain"`
-		Subject     string     `json:"subject"`
-		EffectiveAt *time.Time `json:"effective_at"`
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return domain.Metadata{}, fmt.Errorf("metadata: %w", err)
-	}
-	return domain.Metadata{Key: m.Key, Command: m.Command, RequestHash: m.RequestHash, Index: m.Index, Count: m.Count, At: m.At, Origin: m.Origin, Chain: m.Chain, Subject: m.Subject, EffectiveAt: m.EffectiveAt}, nil
 }
 
 // checkGroup checks invariant 1 within a stream: a key's events form one group,
@@ -581,11 +561,7 @@ func (f *Fold) applyTransfer(re eventstore.RecordedEvent, ev domain.StoredEvent)
 	}
 	f.noteHome(re, ev.Metadata)
 	f.touch(re.Stream)
-	sk := sagaKeyOf(re.Type, re.Data, ev.Metadata)
-	wasDecided := false
-	if sg, ok := t.SagaOf(sk); ok {
-		wasDecided = sg.Stage.Decided()
-	}
+	decided := decidedSagas(t)
 	if err := domain.EvolveTransfer(t, ev); err != nil {
 		f.eventViolation(InvConservation, "fold_failed", re, "%v", err)
 		f.badStream[re.Stream] = true
@@ -594,10 +570,14 @@ func (f *Fold) applyTransfer(re eventstore.RecordedEvent, ev domain.StoredEvent)
 	if !f.NoRows && t.Saga != nil {
 		f.sets.row(f, "transfers", id, accountsTag(t.From, t.To), transferRowOf(t))
 	}
-	sg, ok := t.SagaOf(sk)
-	if !ok || wasDecided || !sg.Stage.Decided() {
+	if decidedSagas(t) == decided {
 		return
 	}
+	sg := sagaOfEvent(t, re.ID) // an event moves one saga: the one just decided
+	if sg == nil {
+		return
+	}
+	sk := sg.Key
 	if !f.NoRows {
 		f.sets.row(f, "commands", sk, "", replyRow(f.sagaReply(t, sg)))
 	}
@@ -606,21 +586,34 @@ func (f *Fold) applyTransfer(re eventstore.RecordedEvent, ev domain.StoredEvent)
 	}
 }
 
-// sagaKeyOf names the saga a transfer-stream event belongs to.
-func sagaKeyOf(typ string, data []byte, m domain.Metadata) string {
-	switch typ {
-	case domain.EvTransferRefundRequested, domain.EvRefundRejected, domain.EvRefundCreditRefused, domain.EvRefundCompleted, domain.EvRefundFailed:
-		var r struct {
-			RefundKey string `json:"refund_key"`
-		}
-		if json.Unmarshal(data, &r) == nil {
-			return r.RefundKey
+// decidedSagas counts the transfer's decided sagas, its own and its refunds'.
+func decidedSagas(t *domain.Transfer) int {
+	n := 0
+	if t.Saga != nil && t.Saga.Stage.Decided() {
+		n++
+	}
+	for _, r := range t.Refunds {
+		if r.Stage.Decided() {
+			n++
 		}
 	}
-	if m.Origin != "" {
-		return m.Origin
+	return n
+}
+
+// sagaOfEvent is the saga of t whose last event is the event id, the saga
+// that event was folded into (domain.EvolveTransfer asks the registry's
+// payload which one): read from the saga, not from a list of event types.
+func sagaOfEvent(t *domain.Transfer, id uuid.UUID) *domain.Saga {
+	last := func(s *domain.Saga) bool { return len(s.Events) > 0 && s.Events[len(s.Events)-1].ID == id }
+	if t.Saga != nil && last(t.Saga) {
+		return t.Saga
 	}
-	return m.Key
+	for _, r := range t.Refunds {
+		if last(r) {
+			return r
+		}
+	}
+	return nil
 }
 
 // sagaReply is the reply the ledger gives for a decided saga (reply.FromSaga),

@@ -296,7 +296,7 @@ func (f *Fold) resumeRecords(ctx context.Context, store Store, recs []carriedRec
 		}
 		evs := make([]domain.StoredEvent, 0, len(got))
 		for _, re := range got {
-			m, err := decodeMetadata(re.Metadata)
+			m, err := domain.DecodeMetadataNoRequest(re.Metadata)
 			if err != nil {
 				return fmt.Errorf("audit: checkpoint: step %s: %w", r.Key, err)
 			}

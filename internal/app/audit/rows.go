@@ -39,37 +39,74 @@ var ProjectionTables = map[string][]string{
 // their rows in its sets (entries, commands and balance history as digests).
 var notedTables = map[string]bool{"entries": true, "commands": true, "balance_history": true, "transfers": true, "holds": true}
 
-func field(b *strings.Builder, v any) {
-	if b.Len() > 0 {
-		b.WriteByte('|')
-	}
-	switch x := v.(type) {
-	case string:
-		b.WriteString(strconv.Quote(x))
-	case int64:
-		b.WriteString(strconv.FormatInt(x, 10))
-	case time.Time:
-		b.WriteString(ts(x))
-	case *time.Time:
-		if x == nil {
-			b.WriteString("null")
-		} else {
-			b.WriteString(ts(*x))
-		}
-	default:
-		fmt.Fprint(b, x)
+// rowText renders a read-model row as the canonical text both sides hash:
+// its fields in order, separated by '|', strings quoted (strconv.Quote),
+// integers in decimal, times as PostgreSQL stores them (UTC, microseconds,
+// RFC 3339), a missing time as null. It appends typed fields to one buffer:
+// no field is boxed or rendered into a string of its own.
+type rowText struct{ b []byte }
+
+func (r *rowText) sep() {
+	if len(r.b) > 0 {
+		r.b = append(r.b, '|')
 	}
 }
 
-// ts renders a time as PostgreSQL stores it: UTC, microseconds.
-func ts(t time.Time) string { return t.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano) }
+func (r *rowText) str(s string) *rowText {
+	r.sep()
+	r.b = strconv.AppendQuote(r.b, s)
+	return r
+}
+
+func (r *rowText) num(n int64) *rowText {
+	r.sep()
+	r.b = strconv.AppendInt(r.b, n, 10)
+	return r
+}
+
+func (r *rowText) at(t time.Time) *rowText {
+	r.sep()
+	r.b = t.UTC().Truncate(time.Microsecond).AppendFormat(r.b, time.RFC3339Nano)
+	return r
+}
+
+func (r *rowText) atOrNull(t *time.Time) *rowText {
+	if t == nil {
+		r.sep()
+		r.b = append(r.b, "null"...)
+		return r
+	}
+	return r.at(*t)
+}
+
+// digest is the row's digest (rowDigest) without a string of the row.
+func (r *rowText) digest() string {
+	sum := sha256.Sum256(r.b)
+	return hex.EncodeToString(sum[:16])
+}
+
+func field(r *rowText, v any) {
+	switch x := v.(type) {
+	case string:
+		r.str(x)
+	case int64:
+		r.num(x)
+	case time.Time:
+		r.at(x)
+	case *time.Time:
+		r.atOrNull(x)
+	default:
+		r.sep()
+		r.b = fmt.Append(r.b, x)
+	}
+}
 
 func row(fields ...any) string {
-	var b strings.Builder
+	var r rowText
 	for _, f := range fields {
-		field(&b, f)
+		field(&r, f)
 	}
-	return b.String()
+	return string(r.b)
 }
 
 func rowDigest(s string) string {
@@ -77,9 +114,12 @@ func rowDigest(s string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
+// metadataJSON renders a client's metadata as PostgreSQL's jsonb::text and
+// encoding/json both render an empty one, and through encoding/json otherwise
+// (sorted keys; the comparison reads the table's through the same function).
 func metadataJSON(m map[string]string) string {
-	if m == nil {
-		m = map[string]string{}
+	if len(m) == 0 {
+		return "{}"
 	}
 	b, _ := json.Marshal(m)
 	return string(b)
@@ -114,22 +154,53 @@ func entryRow(re eventstore.RecordedEvent, m domain.Metadata, payload any, accou
 	default:
 		return "", false
 	}
-	return rowDigest(entryString(re.ID.String(), account, int64(re.Revision), re.Type, reason, ref, amount, currency, balance, m.Key, m.At, md, domain.EffectiveTime(m))), true
+	return entryFields{id: re.ID.String(), account: account, rev: int64(re.Revision), typ: re.Type, reason: reason, ref: ref, amount: amount,
+		currency: currency, balance: balance, key: m.Key, at: m.At, md: md, effective: domain.EffectiveTime(m)}.digest(), true
 }
 
-func entryString(id, account string, rev int64, typ, reason, ref string, amount int64, currency string, balance int64, key string, at time.Time, md map[string]string, effective time.Time) string {
-	return row(id, account, rev, typ, reason, ref, amount, currency, balance, key, at, metadataJSON(md), effective)
+// entryFields are the columns of a statement row (entries), as the fold
+// expects them and as the table holds them.
+type entryFields struct {
+	id, account      string
+	rev              int64
+	typ, reason, ref string
+	amount           int64
+	currency         string
+	balance          int64
+	key              string
+	at               time.Time
+	md               map[string]string
+	effective        time.Time
+}
+
+func (e entryFields) digest() string {
+	var r rowText
+	r.str(e.id).str(e.account).num(e.rev).str(e.typ).str(e.reason).str(e.ref).num(e.amount)
+	r.str(e.currency).num(e.balance).str(e.key).at(e.at).str(metadataJSON(e.md)).at(e.effective)
+	return r.digest()
 }
 
 // historyRow renders the balance-history row of an account event: the account
 // as the fold has it after the event.
 func historyRow(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account) string {
-	status := string(a.Status())
-	return rowDigest(historyString(a.ID, int64(re.Revision), re.ID.String(), re.Type, a.Currency, a.Balance, a.Held, status, m.At, domain.EffectiveTime(m)))
+	return historyFields{account: a.ID, rev: int64(re.Revision), id: re.ID.String(), typ: re.Type, currency: a.Currency,
+		balance: a.Balance, held: a.Held, status: string(a.Status()), at: m.At, effective: domain.EffectiveTime(m)}.digest()
 }
 
-func historyString(account string, rev int64, id, typ, currency string, balance, held int64, status string, at, effective time.Time) string {
-	return row(account, rev, id, typ, currency, balance, held, status, at, effective)
+// historyFields are the columns of a balance-history row.
+type historyFields struct {
+	account           string
+	rev               int64
+	id, typ, currency string
+	balance, held     int64
+	status            string
+	at, effective     time.Time
+}
+
+func (h historyFields) digest() string {
+	var r rowText
+	r.str(h.account).num(h.rev).str(h.id).str(h.typ).str(h.currency).num(h.balance).num(h.held).str(h.status).at(h.at).at(h.effective)
+	return r.digest()
 }
 
 func transferRowOf(t *domain.Transfer) string {
@@ -296,26 +367,26 @@ func scanRow(table string, rows pgx.Rows) (key, r string, err error) {
 		return account + "/" + hold, row(account, hold, amount, currency, status, captured, exp, key), nil
 	case "entries":
 		var id uuid.UUID
-		var account, typ, reason, ref, currency, key, mdText string
-		var rev, amount, balance int64
-		var at, effective time.Time
-		if err := rows.Scan(&id, &account, &rev, &typ, &reason, &ref, &amount, &currency, &balance, &key, &at, &mdText, &effective); err != nil {
+		var e entryFields
+		var mdText string
+		if err := rows.Scan(&id, &e.account, &e.rev, &e.typ, &e.reason, &e.ref, &e.amount, &e.currency, &e.balance, &e.key, &e.at, &mdText, &e.effective); err != nil {
 			return "", "", err
 		}
-		var md map[string]string
-		if err := json.Unmarshal([]byte(mdText), &md); err != nil {
-			return "", "", err
+		if mdText != "{}" {
+			if err := json.Unmarshal([]byte(mdText), &e.md); err != nil {
+				return "", "", err
+			}
 		}
-		return id.String(), rowDigest(entryString(id.String(), account, rev, typ, reason, ref, amount, currency, balance, key, at, md, effective)), nil
+		e.id = id.String()
+		return e.id, e.digest(), nil
 	case "balance_history":
 		var id uuid.UUID
-		var account, typ, currency, status string
-		var rev, balance, held int64
-		var at, effective time.Time
-		if err := rows.Scan(&account, &rev, &id, &typ, &currency, &balance, &held, &status, &at, &effective); err != nil {
+		var h historyFields
+		if err := rows.Scan(&h.account, &h.rev, &id, &h.typ, &h.currency, &h.balance, &h.held, &h.status, &h.at, &h.effective); err != nil {
 			return "", "", err
 		}
-		return id.String(), rowDigest(historyString(account, rev, id.String(), typ, currency, balance, held, status, at, effective)), nil
+		h.id = id.String()
+		return h.id, h.digest(), nil
 	case "transfers":
 		var id, from, to, currency, status string
 		var amount, refunded int64

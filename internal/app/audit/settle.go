@@ -137,7 +137,7 @@ func (f *Fold) reload(stream string, rev uint64) *streamState {
 	id, transfer := strings.CutPrefix(stream, domain.TransferStreamPrefix)
 	t, ts := domain.NewTransfer(id), domain.NewTransactionSaga(strings.TrimPrefix(stream, domain.TransactionStreamPrefix))
 	for i, re := range recs {
-		m, err := decodeMetadata(re.Metadata)
+		m, err := domain.DecodeMetadataNoRequest(re.Metadata)
 		if err != nil || re.Revision != uint64(i) {
 			return nil
 		}

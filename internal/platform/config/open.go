@@ -56,6 +56,10 @@ type Opening struct {
 	// Migrate applies the migrations first: to the read-model database, and to
 	// the event store when it is another PostgreSQL database.
 	Migrate bool
+	// ReadOnly: the process never appends to the event store (ledger
+	// replay); on PostgreSQL its store refuses appends and opens each
+	// connection with a round trip less.
+	ReadOnly bool
 }
 
 // OpenStores resolves the URLs (StoreURLs) and opens what o asks for. The
@@ -81,7 +85,7 @@ func OpenStores(ctx context.Context, cmd *cli.Command, log *slog.Logger, o Openi
 			return nil, fmt.Errorf("read-model database %s: %w", Redact(db), err)
 		}
 	}
-	if s.Store, err = OpenEventStore(ctx, es, log); err != nil {
+	if s.Store, err = openEventStore(ctx, es, log, o.ReadOnly); err != nil {
 		s.Close()
 		return nil, err
 	}

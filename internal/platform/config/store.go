@@ -41,6 +41,12 @@ func EventStoreBackend(rawURL string) (Backend, error) {
 // OpenEventStore opens the event store that rawURL names. The PostgreSQL store's
 // schema must exist (migrations.Up).
 func OpenEventStore(ctx context.Context, rawURL string, logger *slog.Logger) (eventstore.Store, error) {
+	return openEventStore(ctx, rawURL, logger, false)
+}
+
+// openEventStore is OpenEventStore; readOnly opens a PostgreSQL store that
+// refuses appends and costs a round trip less per connection (postgres.OpenReader).
+func openEventStore(ctx context.Context, rawURL string, logger *slog.Logger, readOnly bool) (eventstore.Store, error) {
 	b, err := EventStoreBackend(rawURL)
 	if err != nil {
 		return nil, err
@@ -50,7 +56,11 @@ func OpenEventStore(ctx context.Context, rawURL string, logger *slog.Logger) (ev
 	}
 	switch b {
 	case BackendPostgres:
-		s, err := postgres.Open(ctx, rawURL)
+		open := postgres.Open
+		if readOnly {
+			open = postgres.OpenReader
+		}
+		s, err := open(ctx, rawURL)
 		if err != nil {
 			return nil, fmt.Errorf("config: open event store %s: %w", Redact(rawURL), err)
 		}
