@@ -33,15 +33,12 @@ type atomicMover struct{ s *Service }
 func (m atomicMover) transaction(ctx context.Context, cmd domain.Command) (Reply, error) {
 	s, req := m.s, cmd.Canonical()
 	txStream := domain.TransactionStream(cmd.TransactionID)
-	return s.underLocks(ctx, []string{txStream}, func(at *attempt) (r Reply, retry bool, err error) {
-		if r, done, err := s.decidedTransaction(ctx, txStream, cmd, req, at.n); err != nil || done {
-			return r, false, err
+	return s.underLocks(ctx, []string{txStream}, func(at *attempt) (Reply, bool, error) {
+		if o, err := s.decidedTransaction(ctx, txStream, cmd, req, at.n); err != nil || o.answered {
+			return o.r, false, err
 		}
-		err = s.withAccountLocks(ctx, domain.TransactionAccounts(cmd.Postings), func(l *heldLocks) (err error) {
-			r, retry, err = s.tryTransaction(ctx, l, at.n, cmd, req, txStream)
-			return err
-		})
-		return r, retry, err
+		o, err := s.transactionUnderLocks(ctx, newMultiWrite(cmd, req, at.n > 0), txStream)
+		return o.r, o.retry, err
 	})
 }
 
@@ -64,55 +61,66 @@ func (s *Service) withAccountLocks(ctx context.Context, ids []string, f func(l *
 	return f(l)
 }
 
-// tryTransaction is attempt n (0 first) at a transaction tx (a
-// post_transaction, or a refund shaped as one) whose client request is req,
-// under the locks l of its accounts: it decides on their states (loadAccounts:
+// tryTransaction is an attempt at w's transaction (w.cmd: a
+// post_transaction, or a refund shaped as one; w.req the client's request)
+// under the locks of its accounts: it decides on their states (loadAccounts:
 // one pipelined, the others durable; on the store's head after the first
-// attempt) and appends. retry is set when another instance wrote one of the
+// attempt) and appends; retry when another instance wrote one of the
 // streams (decide again).
-func (s *Service) tryTransaction(ctx context.Context, l *heldLocks, n int, tx domain.Command, req domain.Canonical, txStream string) (r Reply, retry bool, err error) {
+func (s *Service) tryTransaction(ctx context.Context, w *multiWrite, txStream string) (outcome, error) {
+	tx := w.cmd
 	// The first attempt decides on the cache; a refusal without record, or a
 	// write that found other events, on the store's head.
-	accs, hot, err := s.loadAccounts(ctx, l, tx.IdempotencyKey, domain.TransactionAccounts(tx.Postings), n > 0)
-	if err != nil {
-		return Reply{}, false, err
+	if err := s.loadAccounts(ctx, &w.lockedAccounts, domain.TransactionAccounts(tx.Postings)); err != nil {
+		return outcome{}, err
 	}
-	d := domain.DecideTransaction(accs, tx)
+	d := domain.DecideTransaction(w.accs, tx)
 	if d.Invalid != nil {
-		return reply.Invalid(tx.IdempotencyKey, d.Invalid), false, nil
+		return answer(reply.Invalid(tx.IdempotencyKey, d.Invalid)), nil
 	}
 	if d.Rejection != nil && !d.Rejection.Recorded {
-		if n == 0 {
-			return Reply{}, true, nil
+		if !w.refresh {
+			return outcome{retry: true}, nil
 		}
-		return reply.TransactionNotRecorded(tx.IdempotencyKey, tx.TransactionID, d.Rejection, d.Posting), false, nil
+		return answer(reply.TransactionNotRecorded(tx.IdempotencyKey, tx.TransactionID, d.Rejection, d.Posting)), nil
 	}
-	r, err = s.appendTransaction(ctx, l, tx, req, txStream, accs, hot, d)
-	if refused, answered, retry, err := refusedAppend(tx.IdempotencyKey, err); answered || retry || err != nil {
-		return refused, retry, err
+	r, err := s.appendTransaction(ctx, w, txStream, d)
+	if o, err := refusedAppend(tx.IdempotencyKey, err); o.decided() || err != nil {
+		return o, err
 	}
-	return r, false, nil
+	return answer(r), nil
+}
+
+// transactionUnderLocks is tryTransaction under the locks of the accounts
+// of w's transaction, taken for it (withAccountLocks).
+func (s *Service) transactionUnderLocks(ctx context.Context, w *multiWrite, txStream string) (o outcome, err error) {
+	err = s.withAccountLocks(ctx, domain.TransactionAccounts(w.cmd.Postings), func(l *heldLocks) (err error) {
+		w.l = l
+		o, err = s.tryTransaction(ctx, w, txStream)
+		return err
+	})
+	return o, err
 }
 
 // refundTransaction refunds a posted transaction in one append
 // (Service.refundTransaction).
 func (m atomicMover) refundTransaction(ctx context.Context, cmd domain.Command, req domain.Canonical, origStream string, posted *domain.TransactionPosted) (Reply, error) {
 	s := m.s
-	return s.underLocks(ctx, []string{origStream}, func(at *attempt) (r Reply, retry bool, err error) {
-		slot, refunded, r, done, err := refundSlot(ctx, s.readTransaction, posted.TransactionID, cmd, req)
-		if err != nil || done {
-			return r, false, err
+	return s.underLocks(ctx, []string{origStream}, func(at *attempt) (Reply, bool, error) {
+		slot, err := refundSlot(ctx, s.readTransaction, posted.TransactionID, cmd, req)
+		if err != nil {
+			return Reply{}, false, err
 		}
-		tx, rej := domain.RefundOfTransaction(posted, cmd, refunded)
+		if slot.answer != nil {
+			return *slot.answer, false, nil
+		}
+		tx, rej := domain.RefundOfTransaction(posted, cmd, slot.refunded)
 		if rej != nil {
 			return reply.NotRecorded(cmd.IdempotencyKey, rej), false, nil
 		}
-		tx.TransactionID = domain.RefundTransactionID(posted.TransactionID, slot)
-		err = s.withAccountLocks(ctx, domain.TransactionAccounts(tx.Postings), func(l *heldLocks) (err error) {
-			r, retry, err = s.tryTransaction(ctx, l, at.n, tx, req, domain.TransactionStream(tx.TransactionID))
-			return err
-		})
-		return r, retry, err
+		tx.TransactionID = domain.RefundTransactionID(posted.TransactionID, slot.slot)
+		o, err := s.transactionUnderLocks(ctx, newMultiWrite(tx, req, at.n > 0), domain.TransactionStream(tx.TransactionID))
+		return o.r, o.retry, err
 	})
 }
 
@@ -120,48 +128,43 @@ func (m atomicMover) refundTransaction(ctx context.Context, cmd domain.Command, 
 // transaction stream's event and, when posted, every account's legs, in one
 // append (pipelined on hot, when not nil); then folds the legs into the cached
 // aggregates.
-func (s *Service) appendTransaction(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, txStream string, accs map[string]*domain.Account, hot *hotLeg, d domain.TransactionDecision) (Reply, error) {
-	claim, err := s.claimPart(cmd, req, txStream, 0)
+func (s *Service) appendTransaction(ctx context.Context, w *multiWrite, txStream string, d domain.TransactionDecision) (Reply, error) {
+	cmd := w.cmd
+	claim, err := s.claimPart(cmd, w.req, txStream, 0)
 	if err != nil {
 		return Reply{}, err
 	}
-	txData, txMetas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, txStream, 0, "", []domain.NewEvent{d.Event})
+	txe, err := s.encodeEvents(decision{cmd: cmd, req: w.req, events: []domain.NewEvent{d.Event}}, streamHead{stream: txStream, last: -1})
 	if err != nil {
 		return Reply{}, err
 	}
-	parts := []eventstore.StreamAppend{claim, {Stream: txStream, Expected: eventstore.NoStream, Events: txData}}
-	var legs []*accountStep
+	p := atomicParts{parts: []eventstore.StreamAppend{claim, txe.part(eventstore.NoStream)}, first: 2}
 	for _, id := range domain.TransactionAccounts(cmd.Postings) {
 		if len(d.Legs[id]) == 0 {
 			continue
 		}
-		leg := &accountStep{acc: accs[id], cmd: domain.TransactionLegCommand(cmd, id), events: d.Legs[id]}
-		part, err := s.encodeStep(leg)
-		if err != nil {
+		if err := s.addStep(&p, &accountStep{acc: w.accs[id], cmd: domain.TransactionLegCommand(cmd, id), events: d.Legs[id]}); err != nil {
 			return Reply{}, err
 		}
-		parts = append(parts, part)
-		legs = append(legs, leg)
 	}
-	if len(legs) == 0 {
+	if len(p.steps) == 0 {
 		// A refusal writes no account, yet it was decided on what they held:
 		// the append asserts every account's revision, so that one decided on
 		// a cache another instance has moved past, or on a view torn by
 		// another transaction, is decided again rather than recorded forever.
 		for _, id := range domain.TransactionAccounts(cmd.Postings) {
-			parts = append(parts, eventstore.StreamAppend{Stream: domain.AccountStream(id), Expected: eventstore.ExactOrNoStream(accs[id].Revision)})
+			p.parts = append(p.parts, eventstore.StreamAppend{Stream: domain.AccountStream(id), Expected: eventstore.ExactOrNoStream(w.accs[id].Revision)})
 		}
 	}
-	res, err := s.appendSteps(ctx, l, cmd.IdempotencyKey, parts, 2, legs, hot)
+	res, err := s.appendSteps(ctx, &w.lockedAccounts, p)
 	if err != nil {
-		return Reply{}, s.claimError(ctx, claim.Stream, req, err)
+		return Reply{}, s.claimError(ctx, claim.Stream, w.req, err)
 	}
 	if anyIdempotent(res) {
 		return Reply{}, fmt.Errorf("%w: transaction %s was written meanwhile", eventstore.ErrWrongExpectedRevision, cmd.TransactionID)
 	}
-	w := writtenFrom(txStream, res[1], txData, txMetas, []domain.NewEvent{d.Event})
-	payload := domain.TransactionPayload(d.Event.Data)
-	return transactionReply(&w.events[0], payload, false)
+	tw := txe.written(res[1])
+	return transactionReply(&tw.events[0], domain.TransactionPayload(d.Event.Data), false)
 }
 
 // captureTo decides a capture_hold with `to` (v1.1): the capture on the
@@ -177,11 +180,12 @@ func (m atomicMover) captureTo(ctx context.Context, cmd domain.Command) (Reply, 
 	slices.Sort(streams)
 	req := cmd.Canonical()
 	return s.underLocks(ctx, streams, func(at *attempt) (Reply, bool, error) {
-		accs, hot, err := s.loadAccounts(ctx, at.locks, cmd.IdempotencyKey, []string{cmd.AccountID, cmd.To}, at.n > 0)
-		if err != nil {
+		w := newMultiWrite(cmd, req, at.n > 0)
+		w.l = at.locks
+		if err := s.loadAccounts(ctx, &w.lockedAccounts, []string{cmd.AccountID, cmd.To}); err != nil {
 			return Reply{}, false, err
 		}
-		a, b := accs[cmd.AccountID], accs[cmd.To]
+		a, b := w.accs[cmd.AccountID], w.accs[cmd.To]
 		switch err := s.recallHold(ctx, held, a, cmd.HoldID); {
 		case errors.Is(err, domain.ErrRecallUnsettled): // once the held account's appends settle, on the store's head
 			return Reply{}, true, s.settleBeforeDecidingAgain(ctx, at.locks, held)
@@ -201,9 +205,9 @@ func (m atomicMover) captureTo(ctx context.Context, cmd domain.Command) (Reply, 
 			}
 			return reply.NotRecorded(cmd.IdempotencyKey, capture.Rejection), false, nil
 		}
-		err = s.appendCaptureTo(ctx, at.locks, cmd, req, a, b, hot, capture.Events, credit.Events)
-		if r, answered, retry, err := refusedAppend(cmd.IdempotencyKey, err); answered || retry || err != nil {
-			return r, retry, err
+		err := s.appendCaptureTo(ctx, w, capture.Events, credit.Events)
+		if o, err := refusedAppend(cmd.IdempotencyKey, err); o.decided() || err != nil {
+			return o.r, o.retry, err
 		}
 		return ownedRecordReply(copyRecord(a.Keys[cmd.IdempotencyKey]), false), false, nil
 	})
@@ -211,29 +215,28 @@ func (m atomicMover) captureTo(ctx context.Context, cmd domain.Command) (Reply, 
 
 // appendCaptureTo writes the claim, the held account's events and, when the
 // capture applies, the credit to `to`, in one append (pipelined on hot, when
-// not nil), and folds them.
-func (s *Service) appendCaptureTo(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, a, b *domain.Account, hot *hotLeg, capture, credit []domain.NewEvent) error {
-	held := domain.AccountStream(a.ID)
-	claim, err := s.claimPart(cmd, req, held, uint64(a.Revision+1))
+// not nil), and folds them. w's accounts are the held one's and `to`'s.
+func (s *Service) appendCaptureTo(ctx context.Context, w *multiWrite, capture, credit []domain.NewEvent) error {
+	cmd := w.cmd
+	a := w.accs[cmd.AccountID]
+	claim, err := s.claimPart(cmd, w.req, domain.AccountStream(a.ID), uint64(a.Revision+1))
 	if err != nil {
 		return err
 	}
+	p := atomicParts{parts: []eventstore.StreamAppend{claim}, first: 1}
 	steps := []*accountStep{{acc: a, cmd: cmd, events: capture}}
 	if len(credit) > 0 {
-		steps = append(steps, &accountStep{acc: b, cmd: domain.CaptureCreditCommand(cmd), events: credit})
+		steps = append(steps, &accountStep{acc: w.accs[cmd.To], cmd: domain.CaptureCreditCommand(cmd), events: credit})
 	}
-	parts := []eventstore.StreamAppend{claim}
 	for _, st := range steps {
-		part, err := s.encodeStep(st)
-		if err != nil {
+		if err := s.addStep(&p, st); err != nil {
 			return err
 		}
-		parts = append(parts, part)
 	}
-	res, err := s.appendSteps(ctx, l, cmd.IdempotencyKey, parts, 1, steps, hot)
+	res, err := s.appendSteps(ctx, &w.lockedAccounts, p)
 	switch {
 	case err != nil:
-		return s.claimError(ctx, claim.Stream, req, err)
+		return s.claimError(ctx, claim.Stream, w.req, err)
 	case anyIdempotent(res):
 		return fmt.Errorf("%w: capture %s was written meanwhile", eventstore.ErrWrongExpectedRevision, cmd.IdempotencyKey)
 	}
@@ -259,24 +262,24 @@ func (m atomicMover) openSaga(ctx context.Context, cmd domain.Command, req domai
 	if err != nil {
 		return transferStep{}, err
 	}
-	rq.fresh = o.fresh
-	var written bool
-	var r Reply
+	w := newMultiWrite(cmd, req, o.fresh)
+	var decided outcome
 	err = s.withAccountLocks(ctx, []string{rq.sg.Out, rq.sg.In}, func(l *heldLocks) (err error) {
-		written, r, err = s.decideTransferAtomically(ctx, l, cmd, req, rq)
+		w.l = l
+		decided, err = s.decideTransferAtomically(ctx, w, rq)
 		return err
 	})
 	switch {
 	case err != nil:
 		return transferStep{}, err
-	case !written && r.Status == "":
+	case decided.retry:
 		return transferStep{next: again}, nil
-	case !written:
-		return transferStep{r: r}, nil
+	case decided.answered:
+		return transferStep{r: decided.r}, nil
 	}
 	// The reply is the saga's, its steps' records those just written: read
 	// again, they would wait for a hot account's appends to settle.
-	r, err = s.sagaReply(ctx, t, cmd.IdempotencyKey, false, rq.records)
+	r, err := s.sagaReply(ctx, t, cmd.IdempotencyKey, false, rq.records)
 	return transferStep{r: r}, err
 }
 
@@ -287,25 +290,21 @@ type sagaRequest struct {
 	t       *domain.Transfer // the cached transfer it was decided on
 	scratch *domain.Transfer // a copy of t with the request folded in
 	sg      *domain.Saga     // the saga the request opens, in scratch
-	events  []domain.NewEvent
-	data    []eventstore.EventData
-	metas   []domain.Metadata
+	enc     encoded          // the request's events, at the head of t
 	// records are the steps' key records once written, copied under the
 	// accounts' locks: step key -> record.
 	records map[string]*domain.KeyRecord
-	fresh   bool // decide on the accounts' heads in the store (sagaOpening)
 }
 
 // openSagaRequest encodes the request events of cmd at the head of t and folds
 // them into a copy of t: the saga as the request opens it.
 func (s *Service) openSagaRequest(cmd domain.Command, req domain.Canonical, stream string, t *domain.Transfer, requested []domain.NewEvent) (*sagaRequest, error) {
-	first := uint64(t.Revision + 1)
-	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, first, t.LastChain, requested)
+	e, err := s.encodeEvents(decision{cmd: cmd, req: req, events: requested}, streamHead{stream: stream, last: t.Revision, chain: t.LastChain})
 	if err != nil {
 		return nil, err
 	}
-	rq := &sagaRequest{stream: stream, t: t, scratch: t.Clone(), events: requested, data: data, metas: metas}
-	for _, ev := range writtenFrom(stream, eventstore.AppendResult{FirstRevision: first}, data, metas, requested).events {
+	rq := &sagaRequest{stream: stream, t: t, scratch: t.Clone(), enc: e}
+	for _, ev := range e.pending().events {
 		if err := domain.EvolveTransfer(rq.scratch, ev); err != nil {
 			return nil, err
 		}
@@ -318,34 +317,35 @@ func (s *Service) openSagaRequest(cmd domain.Command, req domain.Canonical, stre
 	return rq, nil
 }
 
-// decideTransferAtomically is atomicMover.openSaga under the accounts' locks:
-// wrote reports an append; otherwise r is the answer (a refusal not recorded,
-// a conflict) or empty (decide again, on the store's heads). A decision on
+// decideTransferAtomically is atomicMover.openSaga under the accounts' locks
+// (w's, on the store's heads when w.refresh): the answer (a refusal not
+// recorded, a conflict), or to decide again; neither when the saga was
+// written (rq.records). A decision on
 // the cache is checked by the append (every account's revision); a missing
 // account, which would answer without a record, is looked for in the store
 // before it is answered.
-func (s *Service) decideTransferAtomically(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, rq *sagaRequest) (wrote bool, r Reply, err error) {
-	accs, hot, err := s.loadAccounts(ctx, l, cmd.IdempotencyKey, []string{rq.sg.Out, rq.sg.In}, rq.fresh)
-	if err != nil {
-		return false, Reply{}, err
+func (s *Service) decideTransferAtomically(ctx context.Context, w *multiWrite, rq *sagaRequest) (outcome, error) {
+	key := w.cmd.IdempotencyKey
+	if err := s.loadAccounts(ctx, &w.lockedAccounts, []string{rq.sg.Out, rq.sg.In}); err != nil {
+		return outcome{}, err
 	}
 	for _, id := range []string{rq.sg.Out, rq.sg.In} {
 		switch {
-		case accs[id].Opened:
-		case !rq.fresh:
-			return false, Reply{}, nil // opened by another instance, maybe: decide again on the store's heads
+		case w.accs[id].Opened:
+		case !w.refresh:
+			return outcome{retry: true}, nil // opened by another instance, maybe: decide again on the store's heads
 		default:
-			return false, reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(id)), nil
+			return answer(reply.NotRecorded(key, domain.MissingAccount(id))), nil
 		}
 	}
-	d, err := domain.DecideTransferAtomically(rq.scratch, rq.sg, accs[rq.sg.Out], accs[rq.sg.In], cmd.At)
+	d, err := domain.DecideTransferAtomically(rq.scratch, rq.sg, w.accs[rq.sg.Out], w.accs[rq.sg.In], w.cmd.At)
 	if err != nil {
-		return false, Reply{}, err
+		return outcome{}, err
 	}
 	if d.Invalid != nil {
-		return false, reply.Invalid(cmd.IdempotencyKey, d.Invalid), nil
+		return answer(reply.Invalid(key, d.Invalid)), nil
 	}
-	return s.appendTransferAtomically(ctx, l, cmd, req, rq, accs, hot, d)
+	return s.appendTransferAtomically(ctx, w, rq, d)
 }
 
 // accountStep is one account's part of an atomic write: its command, decided
@@ -354,32 +354,31 @@ type accountStep struct {
 	acc    *domain.Account
 	cmd    domain.Command
 	events []domain.NewEvent
-	data   []eventstore.EventData
-	metas  []domain.Metadata
+	enc    encoded
 }
 
 // encodeStep encodes an account's step of an atomic write at the account's next
 // revision, and returns its part, expecting the revision the step was decided on.
 func (s *Service) encodeStep(st *accountStep) (eventstore.StreamAppend, error) {
-	stream := domain.AccountStream(st.acc.ID)
 	var err error
-	st.data, st.metas, err = s.encodeEvents(st.cmd, st.cmd.Canonical(), st.cmd.IdempotencyKey, stream, uint64(st.acc.Revision+1), st.acc.LastChain, st.events)
-	return eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(st.acc.Revision), Events: st.data}, err
+	st.enc, err = s.encodeEvents(decision{cmd: st.cmd, req: st.cmd.Canonical(), events: st.events}, streamHead{stream: domain.AccountStream(st.acc.ID), last: st.acc.Revision, chain: st.acc.LastChain})
+	return st.enc.part(eventstore.ExactOrNoStream(st.acc.Revision)), err
 }
 
-// appendSteps appends parts in one write whose account steps are
-// parts[first:first+len(steps)], pipelined on hot when it is not nil (appendHot;
-// key is the client's), and folds each step into its cached aggregate. A hot
+// appendSteps appends p in one write, pipelined on w's hot account when it
+// has one (appendHot; w.key is the client's), and folds each step into its
+// cached aggregate. A hot
 // account without a step has its revision asserted, after the steps, so that
 // the write follows the appends its decision was taken on.
-func (s *Service) appendSteps(ctx context.Context, l *heldLocks, key string, parts []eventstore.StreamAppend, first int, steps []*accountStep, hot *hotLeg) ([]eventstore.AppendResult, error) {
+func (s *Service) appendSteps(ctx context.Context, w *lockedAccounts, p atomicParts) ([]eventstore.AppendResult, error) {
+	hot, parts := w.hot, p.parts
 	fold := func(res []eventstore.AppendResult) error {
-		for i, st := range steps {
+		for i, st := range p.steps {
 			stream := domain.AccountStream(st.acc.ID)
 			if hot != nil && stream == hot.stream {
 				continue // folded before the write
 			}
-			if err := s.applyWritten(ctx, stream, st.acc, writtenFrom(stream, res[first+i], st.data, st.metas, st.events)); err != nil {
+			if err := s.applyWritten(ctx, stream, st.acc, st.enc.written(res[p.first+i])); err != nil {
 				return err
 			}
 			s.tookCommand(stream, st.acc, st.acc.Revision) // drained: durable
@@ -387,23 +386,23 @@ func (s *Service) appendSteps(ctx context.Context, l *heldLocks, key string, par
 		return nil
 	}
 	if hot == nil {
-		res, err := s.appendParts(ctx, parts)
+		res, err := s.appends.parts(ctx, parts)
 		if err != nil || anyIdempotent(res) {
 			return res, err
 		}
 		return res, fold(res)
 	}
-	hot.key = key
-	for _, st := range steps {
+	hot.key = w.key
+	for _, st := range p.steps {
 		if stream := domain.AccountStream(st.acc.ID); stream == hot.stream {
-			hot.w = writtenFrom(stream, eventstore.AppendResult{FirstRevision: uint64(st.acc.Revision + 1)}, st.data, st.metas, st.events)
+			hot.w = st.enc.pending()
 		}
 	}
 	if partOf(parts, hot.stream) < 0 {
-		at := first + len(steps)
+		at := p.first + len(p.steps)
 		parts = slices.Insert(parts, at, eventstore.StreamAppend{Stream: hot.stream, Expected: eventstore.ExactOrNoStream(hot.acc.Revision)})
 	}
-	res, err := s.appendHot(ctx, l, parts, *hot, fold)
+	res, err := s.appendHot(ctx, w.l, parts, *hot, fold)
 	if err != nil || anyIdempotent(res) {
 		return res, err
 	}
@@ -413,8 +412,28 @@ func (s *Service) appendSteps(ctx context.Context, l *heldLocks, key string, par
 	return res, nil
 }
 
-// loadAccounts loads the accounts of a decision over several (ids, their
-// streams locked by l) of the client's key, on the store's head when refresh.
+// atomicParts is an atomic write's parts, the account steps among them at
+// parts[first:first+len(steps)].
+type atomicParts struct {
+	parts []eventstore.StreamAppend
+	first int
+	steps []*accountStep
+}
+
+// addStep encodes st and adds it to p, after p's steps.
+func (s *Service) addStep(p *atomicParts, st *accountStep) error {
+	part, err := s.encodeStep(st)
+	if err != nil {
+		return err
+	}
+	p.parts = append(p.parts, part)
+	p.steps = append(p.steps, st)
+	return nil
+}
+
+// loadAccounts loads into w the accounts of a decision over several (ids,
+// their streams locked by w.l) of the client's key, on the store's head when
+// w.refresh.
 // First, as for a command of one account, it waits (the locks released) while
 // the key's own append is in flight on one of them, or a stale pipeline
 // drains: a resend is never decided, nor answered, on a pending state.
@@ -425,44 +444,68 @@ func (s *Service) appendSteps(ctx context.Context, l *heldLocks, key string, par
 // it takes any other's. Every other one is drained first (its appends in
 // flight waited for, its lock held so that no new one starts) and decided on
 // durable state: a write joins one pipeline chain at most.
-func (s *Service) loadAccounts(ctx context.Context, l *heldLocks, key string, ids []string, refresh bool) (map[string]*domain.Account, *hotLeg, error) {
+func (s *Service) loadAccounts(ctx context.Context, w *lockedAccounts, ids []string) error {
 	for i := 0; i < len(ids); i++ {
-		if wait := s.pipes.wait(domain.AccountStream(ids[i]), key); wait != nil {
-			if err := l.waitFor(ctx, wait); err != nil {
-				return nil, nil, err
+		if wait := s.pipes.wait(domain.AccountStream(ids[i]), w.key); wait != nil {
+			if err := w.l.waitFor(ctx, wait); err != nil {
+				return err
 			}
 			i = -1 // the locks were released: look again
 		}
 	}
-	hotStream := s.pickHot(ids)
-	accs := make(map[string]*domain.Account, len(ids))
-	var hot *hotLeg
+	hotStream := s.appends.hot(ids)
+	w.accs, w.hot = make(map[string]*domain.Account, len(ids)), nil
 	for _, id := range ids {
 		stream := domain.AccountStream(id)
 		if stream != hotStream || !s.pipes.flowing(stream) {
 			if err := s.drain(ctx, stream); err != nil {
-				return nil, nil, err
+				return err
 			}
 		}
-		acc, chain, err := s.loadPending(ctx, stream, id, refresh)
+		acc, chain, err := s.loadPending(ctx, stream, id, w.refresh)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
-		accs[id] = acc
+		w.accs[id] = acc
 		if stream == hotStream {
-			hot = &hotLeg{stream: stream, acc: acc, chain: chain}
+			w.hot = &hotLeg{stream: stream, acc: acc, chain: chain}
 		}
 	}
-	return accs, hot, nil
+	return nil
+}
+
+// lockedAccounts is the accounts a write over several is decided on, under
+// their locks (l), as loadAccounts loads them for the client's key: on the
+// store's heads when refresh, one of them pipelined (hot) where the store
+// group-commits.
+type lockedAccounts struct {
+	l       *heldLocks
+	key     string
+	refresh bool
+	accs    map[string]*domain.Account
+	hot     *hotLeg
+}
+
+// multiWrite is one attempt at a command over several accounts decided in
+// one append: the command (the client's, or what its refund is shaped as),
+// the client's request, and its accounts.
+type multiWrite struct {
+	lockedAccounts
+	cmd domain.Command
+	req domain.Canonical
+}
+
+// newMultiWrite is an attempt at cmd, on the store's heads when refresh; its
+// locks are set once taken.
+func newMultiWrite(cmd domain.Command, req domain.Canonical, refresh bool) *multiWrite {
+	return &multiWrite{lockedAccounts: lockedAccounts{key: cmd.IdempotencyKey, refresh: refresh}, cmd: cmd, req: req}
 }
 
 // pickHot names the stream among ids' a write over several accounts is
 // pipelined on: one with appends in flight, else the one the most callers hold
-// or wait for; "" on a store that does not group-commit.
+// or wait for (groupAppends.hot; a store that does not group-commit
+// pipelines nothing).
 func (s *Service) pickHot(ids []string) string {
-	if s.batch == nil {
-		return ""
-	}
 	best, most := "", -1
 	for _, id := range ids {
 		stream := domain.AccountStream(id)
@@ -480,59 +523,59 @@ func (s *Service) pickHot(ids []string) string {
 // appendTransferAtomically writes a saga decided at once, in the order the
 // saga writes it (request, steps, marker: readers of "all" rely on it), with
 // the key's claim, in one append; then folds it into the cached aggregates.
-func (s *Service) appendTransferAtomically(ctx context.Context, l *heldLocks, cmd domain.Command, req domain.Canonical, rq *sagaRequest, accs map[string]*domain.Account, hot *hotLeg, d domain.AtomicTransfer) (bool, Reply, error) {
-	stream, t, first := rq.stream, rq.t, uint64(rq.t.Revision+1)
+func (s *Service) appendTransferAtomically(ctx context.Context, w *multiWrite, rq *sagaRequest, d domain.AtomicTransfer) (outcome, error) {
+	cmd, stream, t := w.cmd, rq.stream, rq.t
 	markerCmd := domain.Command{Type: rq.sg.Command, IdempotencyKey: d.MarkerKey, At: cmd.At, EffectiveAt: cmd.EffectiveAt, Origin: rq.sg.Key}
-	markerData, markerMetas, err := s.encodeEvents(markerCmd, req, d.MarkerKey, stream, first+uint64(len(rq.data)), rq.metas[len(rq.metas)-1].Chain, d.Marker)
+	marker, err := s.encodeEvents(decision{cmd: markerCmd, req: w.req, events: d.Marker}, streamHead{stream: stream, last: t.Revision + int64(len(rq.enc.data)), chain: rq.enc.lastChain()})
 	if err != nil {
-		return false, Reply{}, err
+		return outcome{}, err
 	}
-	claim, err := s.claimPart(cmd, req, stream, first)
+	claim, err := s.claimPart(cmd, w.req, stream, rq.enc.first)
 	if err != nil {
-		return false, Reply{}, err
+		return outcome{}, err
 	}
-	steps := []*accountStep{{acc: accs[rq.sg.Out], cmd: d.DebitCmd, events: d.Debit.Events}}
-	if len(d.Credit.Events) > 0 {
-		steps = append(steps, &accountStep{acc: accs[rq.sg.In], cmd: d.CreditCmd, events: d.Credit.Events})
+	p := atomicParts{parts: []eventstore.StreamAppend{claim, rq.enc.part(eventstore.ExactOrNoStream(t.Revision))}, first: 2}
+	if err := s.addTransferSteps(&p, w, rq, d); err != nil {
+		return outcome{}, err
 	}
-	parts := []eventstore.StreamAppend{claim, {Stream: stream, Expected: eventstore.ExactOrNoStream(t.Revision), Events: rq.data}}
-	for _, st := range steps {
-		part, err := s.encodeStep(st)
-		if err != nil {
-			return false, Reply{}, err
-		}
-		parts = append(parts, part)
-	}
-	if len(steps) == 1 {
-		// A refusal writes nothing to the credited account, yet the credit's
-		// refusal (closed, overflow) was decided on it: its revision is asserted,
-		// so that a decision on a stale cache is taken again, not recorded.
-		parts = append(parts, eventstore.StreamAppend{Stream: domain.AccountStream(rq.sg.In), Expected: eventstore.ExactOrNoStream(accs[rq.sg.In].Revision)})
-	}
-	parts = append(parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.Exact(uint64(t.Revision + int64(len(rq.data)))), Events: markerData})
-	res, err := s.appendSteps(ctx, l, cmd.IdempotencyKey, parts, 2, steps, hot)
+	p.parts = append(p.parts, marker.part(eventstore.Exact(uint64(t.Revision+int64(len(rq.enc.data))))))
+	res, err := s.appendSteps(ctx, &w.lockedAccounts, p)
 	if err != nil {
-		r, _, _, err := refusedAppend(cmd.IdempotencyKey, s.claimError(ctx, claim.Stream, req, err))
-		return false, r, err // answered (a conflict), or to decide again
+		o, err := refusedAppend(cmd.IdempotencyKey, s.claimError(ctx, claim.Stream, w.req, err))
+		return o, err // answered (a conflict), or to decide again
 	}
 	if anyIdempotent(res) {
-		return false, Reply{}, nil
+		return outcome{retry: true}, nil
 	}
 	rq.records = map[string]*domain.KeyRecord{}
-	for _, st := range steps {
+	for _, st := range p.steps {
 		if rec := st.acc.Keys[st.cmd.IdempotencyKey]; rec != nil {
 			rq.records[st.cmd.IdempotencyKey] = &copyRecord(rec).KeyRecord
 		}
 	}
-	for _, w := range []written{
-		writtenFrom(stream, res[1], rq.data, rq.metas, rq.events),
-		writtenFrom(stream, res[len(res)-1], markerData, markerMetas, d.Marker),
-	} {
-		if err := s.applyTransferWritten(ctx, stream, t, w); err != nil {
-			return false, Reply{}, err
+	for _, tw := range []written{rq.enc.written(res[1]), marker.written(res[len(res)-1])} {
+		if err := s.applyTransferWritten(ctx, stream, t, tw); err != nil {
+			return outcome{}, err
 		}
 	}
-	return true, Reply{}, nil
+	return outcome{}, nil
+}
+
+// addTransferSteps adds to p the debit and, when it applies, the credit of
+// a saga decided at once (d), or, when the credit is refused, the credited
+// account's revision asserted.
+func (s *Service) addTransferSteps(p *atomicParts, w *multiWrite, rq *sagaRequest, d domain.AtomicTransfer) error {
+	if err := s.addStep(p, &accountStep{acc: w.accs[rq.sg.Out], cmd: d.DebitCmd, events: d.Debit.Events}); err != nil {
+		return err
+	}
+	if len(d.Credit.Events) > 0 {
+		return s.addStep(p, &accountStep{acc: w.accs[rq.sg.In], cmd: d.CreditCmd, events: d.Credit.Events})
+	}
+	// A refusal writes nothing to the credited account, yet the credit's
+	// refusal (closed, overflow) was decided on it: its revision is asserted,
+	// so that a decision on a stale cache is taken again, not recorded.
+	p.parts = append(p.parts, eventstore.StreamAppend{Stream: domain.AccountStream(rq.sg.In), Expected: eventstore.ExactOrNoStream(w.accs[rq.sg.In].Revision)})
+	return nil
 }
 
 // captureInFlight: a capture decided in one append is never in flight.

@@ -141,13 +141,13 @@ func (bd *batchDecision) run(ctx context.Context, l *heldLocks, ids []string) (o
 	if err := bd.s.fail("batch/decided"); err != nil {
 		return batchOutcome{}, false, err
 	}
-	res, err := bd.s.appendParts(ctx, parts)
+	res, err := bd.s.appends.parts(ctx, parts)
 	if err != nil {
-		r, answered, retry, err := refusedAppend(bd.b.Key, bd.s.claimError(ctx, parts[0].Stream, bd.req, err))
-		if answered {
-			return batchOutcome{r: &r}, false, nil
+		o, err := refusedAppend(bd.b.Key, bd.s.claimError(ctx, parts[0].Stream, bd.req, err))
+		if o.answered {
+			return batchOutcome{r: &o.r}, false, nil
 		}
-		return batchOutcome{}, retry, err
+		return batchOutcome{}, o.retry, err
 	}
 	if res[0].Idempotent {
 		// The batch's decision was there (another sender's): answered from
@@ -169,17 +169,20 @@ func (bd *batchDecision) run(ctx context.Context, l *heldLocks, ids []string) (o
 // pipelined behind other appends.
 func (bd *batchDecision) load(ctx context.Context, l *heldLocks, ids []string) error {
 	s := bd.s
-	accs, hot, err := s.loadAccounts(ctx, l, bd.b.Key, ids, bd.refresh)
-	if err != nil {
+	la := &lockedAccounts{l: l, key: bd.b.Key, refresh: bd.refresh}
+	if err := s.loadAccounts(ctx, la, ids); err != nil {
 		return err
 	}
+	accs, hot := la.accs, la.hot
 	if hot != nil {
 		if err := s.drain(ctx, hot.stream); err != nil {
 			return err
 		}
-		if accs[hot.acc.ID], _, err = s.loadPending(ctx, hot.stream, hot.acc.ID, bd.refresh); err != nil {
+		acc, _, err := s.loadPending(ctx, hot.stream, hot.acc.ID, bd.refresh)
+		if err != nil {
 			return err
 		}
+		accs[hot.acc.ID] = acc
 	}
 	bd.accs, bd.base = accs, make(map[string]int64, len(accs))
 	for id, acc := range accs {
@@ -324,13 +327,13 @@ func (bd *batchDecision) captureTo(ctx context.Context, cmd domain.Command) (*Re
 // transaction stream's event and every account's legs.
 func (bd *batchDecision) transaction(ctx context.Context, cmd domain.Command) (*Reply, error) {
 	txStream := domain.TransactionStream(cmd.TransactionID)
-	ev, _, err := bd.readTransaction(ctx, txStream)
+	o, err := bd.readTransaction(ctx, txStream)
 	switch {
 	case err != nil:
 		return nil, err
-	case ev != nil && domain.ClientKey(ev.Metadata) == cmd.IdempotencyKey:
+	case o != nil && domain.ClientKey(o.ev.Metadata) == cmd.IdempotencyKey:
 		return nil, errDecidedMeanwhile // not the batch's: its keys are told apart by seen
-	case ev != nil:
+	case o != nil:
 		r, err := bd.s.transactionExists(ctx, cmd, cmd.Canonical())
 		return &r, err
 	}
@@ -353,13 +356,12 @@ func (bd *batchDecision) post(tx domain.Command, req domain.Canonical, txStream 
 	if err := bd.claim(tx, req, txStream, 0); err != nil {
 		return nil, err
 	}
-	events := []domain.NewEvent{d.Event}
-	data, metas, err := bd.s.encodeEvents(tx, req, tx.IdempotencyKey, txStream, 0, "", events)
+	e, err := bd.s.encodeEvents(decision{cmd: tx, req: req, events: []domain.NewEvent{d.Event}}, streamHead{stream: txStream, last: -1})
 	if err != nil {
 		return nil, err
 	}
-	bd.parts = append(bd.parts, eventstore.StreamAppend{Stream: txStream, Expected: eventstore.NoStream, Events: data})
-	bd.txs[txStream] = writtenFrom(txStream, eventstore.AppendResult{}, data, metas, events)
+	bd.parts = append(bd.parts, e.part(eventstore.NoStream))
+	bd.txs[txStream] = e.pending()
 	for _, id := range domain.TransactionAccounts(tx.Postings) {
 		if len(d.Legs[id]) > 0 {
 			if err := bd.step(domain.TransactionLegCommand(tx, id), bd.accs[id], d.Legs[id]); err != nil {
@@ -373,12 +375,12 @@ func (bd *batchDecision) post(tx domain.Command, req domain.Canonical, txStream 
 // readTransaction is the outcome of a transaction stream as the batch leaves
 // it: the one it posts, else the store's ("" names none: a refund's own slot,
 // found only as it is decided).
-func (bd *batchDecision) readTransaction(ctx context.Context, txStream string) (*domain.StoredEvent, any, error) {
+func (bd *batchDecision) readTransaction(ctx context.Context, txStream string) (*txOutcome, error) {
 	if w, ok := bd.txs[txStream]; ok {
-		return &w.events[0], domain.TransactionPayload(w.payloads[0]), nil
+		return &txOutcome{ev: w.events[0], payload: domain.TransactionPayload(w.payloads[0])}, nil
 	}
 	if txStream == "" {
-		return nil, nil, nil
+		return nil, nil
 	}
 	return bd.s.readTransaction(ctx, txStream)
 }
@@ -445,7 +447,7 @@ func (bd *batchDecision) writeTransfer(cmd domain.Command, rq *sagaRequest, at d
 	if err := bd.claim(cmd, cmd.Canonical(), stream, first); err != nil {
 		return err
 	}
-	bd.parts = append(bd.parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(t.Revision), Events: rq.data})
+	bd.parts = append(bd.parts, rq.enc.part(eventstore.ExactOrNoStream(t.Revision)))
 	if err := bd.step(at.DebitCmd, bd.accs[rq.sg.Out], at.Debit.Events); err != nil {
 		return err
 	}
@@ -455,13 +457,12 @@ func (bd *batchDecision) writeTransfer(cmd domain.Command, rq *sagaRequest, at d
 		}
 	}
 	markerCmd := domain.Command{Type: rq.sg.Command, IdempotencyKey: at.MarkerKey, At: cmd.At, EffectiveAt: cmd.EffectiveAt, Origin: rq.sg.Key}
-	markerFirst := first + uint64(len(rq.data))
-	data, metas, err := bd.s.encodeEvents(markerCmd, cmd.Canonical(), at.MarkerKey, stream, markerFirst, rq.metas[len(rq.metas)-1].Chain, at.Marker)
+	marker, err := bd.s.encodeEvents(decision{cmd: markerCmd, req: cmd.Canonical(), events: at.Marker}, streamHead{stream: stream, last: int64(first) + int64(len(rq.enc.data)) - 1, chain: rq.enc.lastChain()})
 	if err != nil {
 		return err
 	}
-	bd.parts = append(bd.parts, eventstore.StreamAppend{Stream: stream, Expected: eventstore.Exact(markerFirst - 1), Events: data})
-	for _, ev := range writtenFrom(stream, eventstore.AppendResult{FirstRevision: markerFirst}, data, metas, at.Marker).events {
+	bd.parts = append(bd.parts, marker.part(eventstore.Exact(marker.first-1)))
+	for _, ev := range marker.pending().events {
 		if err := domain.EvolveTransfer(rq.scratch, ev); err != nil {
 			return err
 		}
@@ -503,7 +504,7 @@ func (bd *batchDecision) step(cmd domain.Command, acc *domain.Account, events []
 	bd.steps[len(bd.parts)] = cmd.IdempotencyKey
 	bd.parts = append(bd.parts, part)
 	bd.folded[part.Stream] = true
-	w := writtenFrom(part.Stream, eventstore.AppendResult{FirstRevision: uint64(acc.Revision + 1)}, st.data, st.metas, events)
+	w := st.enc.pending()
 	for i, ev := range w.events {
 		if err := domain.EvolveAccountDecided(acc, ev, w.payloads[i]); err != nil {
 			return err

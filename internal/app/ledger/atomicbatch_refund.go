@@ -126,11 +126,11 @@ func (s *Service) claimOrigin(ctx context.Context, claim *domain.KeyClaimed) (*r
 		}
 	case domain.IsTransactionStream(claim.Stream):
 		o.kind = originTransaction
-		ev, payload, err := s.readTransaction(ctx, claim.Stream)
+		tx, err := s.readTransaction(ctx, claim.Stream)
 		if err != nil {
 			return nil, err
 		}
-		if posted, _ := postedOriginal(domain.Command{}, ev, payload); posted != nil {
+		if posted, _ := postedOriginal(domain.Command{}, tx); posted != nil {
 			o.accounts = domain.TransactionAccounts(posted.Postings)
 		}
 	default:
@@ -220,27 +220,27 @@ func (bd *batchDecision) refundTransfer(ctx context.Context, cmd domain.Command,
 // a refund this batch posts) as Service.refundTransaction does: the reversed
 // transaction in the first slot free in the store and in the batch.
 func (bd *batchDecision) refundTransaction(ctx context.Context, cmd domain.Command, origStream string) (*Reply, error) {
-	ev, payload, err := bd.readTransaction(ctx, origStream)
+	o, err := bd.readTransaction(ctx, origStream)
 	if err != nil {
 		return nil, err
 	}
-	posted, refused := postedOriginal(cmd, ev, payload)
+	posted, refused := postedOriginal(cmd, o)
 	if refused != nil {
 		return refused, nil
 	}
 	req := cmd.Canonical()
-	slot, refunded, _, done, err := refundSlot(ctx, bd.readTransaction, posted.TransactionID, cmd, req)
+	slot, err := refundSlot(ctx, bd.readTransaction, posted.TransactionID, cmd, req)
 	switch {
 	case err != nil:
 		return nil, err
-	case done: // a slot holds the key: decided meanwhile (a conflict is priorDecisions')
+	case slot.answer != nil: // a slot holds the key: decided meanwhile (a conflict is priorDecisions')
 		return nil, errDecidedMeanwhile
 	}
-	tx, rej := domain.RefundOfTransaction(posted, cmd, refunded)
+	tx, rej := domain.RefundOfTransaction(posted, cmd, slot.refunded)
 	if rej != nil {
 		r := reply.NotRecorded(cmd.IdempotencyKey, rej)
 		return &r, nil
 	}
-	tx.TransactionID = domain.RefundTransactionID(posted.TransactionID, slot)
+	tx.TransactionID = domain.RefundTransactionID(posted.TransactionID, slot.slot)
 	return bd.post(tx, req, domain.TransactionStream(tx.TransactionID))
 }

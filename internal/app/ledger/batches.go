@@ -284,10 +284,10 @@ func (e *batchElement) earlierFinished() <-chan struct{} {
 // released until the earlier commands it shares something with have
 // finished, so that it is decided again after them, as alone it would be.
 // Only a store that pipelines decides a command before an earlier one
-// finished; elsewhere nothing waits.
+// finished (groupAppends.afterEarlier); elsewhere nothing waits.
 func (s *Service) afterEarlier(ctx context.Context, a *attempt) error {
 	e := batchElementOf(ctx)
-	if e == nil || s.batch == nil {
+	if e == nil {
 		return nil
 	}
 	ch := e.earlierFinished()

@@ -41,20 +41,20 @@ func (m sagaMover) captureTo(ctx context.Context, cmd domain.Command) (Reply, er
 	case j.Verdict == domain.KeyConflict:
 		return reply.Conflict(cmd.IdempotencyKey, j.Fields), nil
 	case j.Verdict == domain.KeyNew:
-		if r, done, err := s.startCaptureTo(ctx, cmd, req); err != nil || done {
-			return r, err
+		if o, err := s.startCaptureTo(ctx, cmd, req); err != nil || o.answered {
+			return o.r, err
 		}
 	}
 	// Claimed before this call: a saga that started (a retry after a crash
 	// answers as a duplicate, as a transfer's or a transaction's does).
-	rec, dup, r, err := s.driveCaptureTo(ctx, cmd, req, c != nil)
+	ans, err := s.driveCaptureTo(ctx, cmd, req, c != nil)
 	switch {
 	case err != nil:
 		return Reply{}, err
-	case r != nil:
-		return *r, nil
+	case ans.r != nil:
+		return *ans.r, nil
 	}
-	return ownedRecordReply(rec, dup || c != nil), nil
+	return ownedRecordReply(ans.rec, ans.duplicate || c != nil), nil
 }
 
 // startCaptureTo begins the saga of a key never claimed: an account that does
@@ -62,65 +62,64 @@ func (m sagaMover) captureTo(ctx context.Context, cmd domain.Command) (Reply, er
 // held account's own refusals first: into a missing `to`, the capture is
 // decided on the held account alone and can only be refused, so it needs no
 // guard); otherwise the key is claimed for the held account, where its
-// decision is to be written. done: r answers the command.
-func (s *Service) startCaptureTo(ctx context.Context, cmd domain.Command, req domain.Canonical) (r Reply, done bool, err error) {
+// decision is to be written; an answer when the command is answered.
+func (s *Service) startCaptureTo(ctx context.Context, cmd domain.Command, req domain.Canonical) (outcome, error) {
 	held, err := s.accountFacts(ctx, cmd.AccountID)
 	if err != nil || !held.opened {
-		return reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(cmd.AccountID)), true, err
+		return answer(reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(cmd.AccountID))), err
 	}
 	if ierr, err := s.effectiveRefused(ctx, cmd, cmd.AccountID, cmd.To); ierr != nil || err != nil {
-		return reply.Invalid(cmd.IdempotencyKey, ierr), true, err
+		return answer(reply.Invalid(cmd.IdempotencyKey, ierr)), err
 	}
 	heldStream := domain.AccountStream(cmd.AccountID)
 	switch open, err := s.accountOpened(ctx, cmd.To); {
 	case err != nil:
-		return Reply{}, true, err
+		return answer(Reply{}), err
 	case !open:
 		c := cmd
 		c.ToRefusal = domain.MissingAccount(cmd.To)
 		ans, err := s.decideOnAccount(ctx, c, heldStream, cmd.AccountID, true)
 		if err != nil {
-			return Reply{}, true, err
+			return answer(Reply{}), err
 		}
-		return ans.reply(), true, nil
+		return answer(ans.reply()), nil
 	}
 	claim, err := s.claimPart(cmd, req, heldStream, held.next)
 	if err != nil {
-		return Reply{}, true, err
+		return answer(Reply{}), err
 	}
-	if _, err := s.store.Append(ctx, claim.Stream, claim.Expected, claim.Events); err != nil {
+	if _, err := s.appends.one(ctx, claim); err != nil {
 		// Claimed meanwhile by the same request (another instance): go on.
-		r, answered, _, err := refusedAppend(cmd.IdempotencyKey, s.claimError(ctx, claim.Stream, req, err))
-		return r, answered || err != nil, err
+		o, err := refusedAppend(cmd.IdempotencyKey, s.claimError(ctx, claim.Stream, req, err))
+		return outcome{r: o.r, answered: o.answered || err != nil}, err
 	}
-	return Reply{}, false, nil
+	return outcome{}, nil
 }
 
 // driveCaptureTo runs the saga of a claimed capture cmd from wherever it
 // stands (known: the capture may have been decided already) to its end, and
-// returns the capture's record (dup: decided before this call), or the reply
-// of a key found bound to another request.
-func (s *Service) driveCaptureTo(ctx context.Context, cmd domain.Command, req domain.Canonical, known bool) (rec *ownedRecord, dup bool, r *Reply, err error) {
+// answers the capture's record (duplicate: decided before this call), or the
+// reply of a key found bound to another request.
+func (s *Service) driveCaptureTo(ctx context.Context, cmd domain.Command, req domain.Canonical, known bool) (accountAnswer, error) {
 	held := domain.AccountStream(cmd.AccountID)
 	if known {
-		if rec, r, err = s.capturedKey(ctx, held, cmd, req); err != nil || r != nil {
-			return nil, false, r, err
-		}
-		if rec != nil { // decided: behind a guard still standing, finish
+		if ans, err := s.capturedKey(ctx, held, cmd, req); err != nil || ans.r != nil {
+			return ans, err
+		} else if ans.rec != nil { // decided: behind a guard still standing, finish
 			guarded, err := s.captureGuarded(ctx, cmd)
 			if err == nil && guarded {
-				err = s.finishCaptureTo(ctx, cmd, rec)
+				err = s.finishCaptureTo(ctx, cmd, ans.rec)
 			}
-			return rec, true, nil, err
+			return accountAnswer{rec: ans.rec, duplicate: true}, err
 		}
 	}
 	facts, err := s.accountFacts(ctx, cmd.AccountID)
 	if err != nil {
-		return nil, false, nil, err
+		return accountAnswer{}, err
 	}
 	guard, err := s.stepWithFailpoint(ctx, domain.CaptureGuardCommand(cmd, facts.currency), "capture/guard")
 	if err != nil {
-		return nil, false, nil, err
+		return accountAnswer{}, err
 	}
 	capture := cmd
 	guarded := guard.Status == domain.StatusApplied
@@ -128,20 +127,19 @@ func (s *Service) driveCaptureTo(ctx context.Context, cmd domain.Command, req do
 		capture.ToRefusal = &domain.Rejection{Code: guard.Code, Message: guard.Message, Recorded: true}
 	}
 	ans, err := s.decideOnAccount(ctx, capture, held, cmd.AccountID, true)
-	rec, dup, r = ans.rec, ans.duplicate, ans.r
 	if err != nil {
-		return nil, false, nil, err
+		return accountAnswer{}, err
 	}
-	if r != nil { // a capture of an account that exists is recorded, and its key is claimed for it
-		return nil, false, nil, fmt.Errorf("%w: capture %q on %s: %s: %s", errStepNotRecorded, cmd.IdempotencyKey, cmd.AccountID, r.Code, r.Message)
+	if r := ans.r; r != nil { // a capture of an account that exists is recorded, and its key is claimed for it
+		return accountAnswer{}, fmt.Errorf("%w: capture %q on %s: %s: %s", errStepNotRecorded, cmd.IdempotencyKey, cmd.AccountID, r.Code, r.Message)
 	}
 	if err := s.fail("capture/captured"); err != nil {
-		return nil, false, nil, err
+		return accountAnswer{}, err
 	}
 	if guarded {
-		err = s.finishCaptureTo(ctx, cmd, rec)
+		err = s.finishCaptureTo(ctx, cmd, ans.rec)
 	}
-	return rec, dup, nil, err
+	return accountAnswer{rec: ans.rec, duplicate: ans.duplicate}, err
 }
 
 // finishCaptureTo credits `to` with what the capture (rec) took, when it
@@ -187,17 +185,16 @@ func (s *Service) readCaptured(ctx context.Context, rec *ownedRecord) (*domain.H
 
 // capturedKey looks the capture's key up on the held account (on the store's
 // head) without deciding it: its record, a conflict's reply, or neither.
-func (s *Service) capturedKey(ctx context.Context, held string, cmd domain.Command, req domain.Canonical) (rec *ownedRecord, r *Reply, err error) {
+func (s *Service) capturedKey(ctx context.Context, held string, cmd domain.Command, req domain.Canonical) (ans accountAnswer, err error) {
 	err = s.whenSettled(ctx, held, func() error {
 		acc, err := s.loadAccount(ctx, held, cmd.AccountID, true)
 		if err != nil {
 			return err
 		}
-		ans, err := s.answerKnownKey(ctx, &accountWrite{cmd: cmd, req: req, stream: held, acc: acc}, true)
-		rec, r = ans.rec, ans.r
+		ans, err = s.answerKnownKey(ctx, &accountWrite{cmd: cmd, req: req, stream: held, acc: acc}, true)
 		return err
 	})
-	return rec, r, err
+	return ans, err
 }
 
 // captureInFlight: a capture saga is in flight until its guard is released
@@ -247,8 +244,8 @@ func (s *Service) ResumeCapture(ctx context.Context, key string) (pending bool, 
 		return true, err
 	}
 	cmd.At = s.opts.Clock().UTC()
-	_, _, r, err := s.driveCaptureTo(ctx, cmd, cmd.Canonical(), true)
-	if err == nil && r != nil {
+	ans, err := s.driveCaptureTo(ctx, cmd, cmd.Canonical(), true)
+	if r := ans.r; err == nil && r != nil {
 		err = fmt.Errorf("ledger: resuming the capture of %q: %s: %s", key, r.Code, r.Message)
 	}
 	return err != nil, err

@@ -59,33 +59,14 @@ func (s *Service) keyStreamPart(m domain.Metadata, typ string, data []byte) (eve
 	}}}, nil
 }
 
-// appendWithClaim writes the claim and the home stream's events: atomically when the
-// store can, otherwise claim first (a crash in between leaves a claim that the retry
-// of the same request passes through idempotently).
+// appendWithClaim writes the claim and the home stream's events (the
+// appender's withClaim) and turns a refusal of the claim into a claimConflict.
 func (s *Service) appendWithClaim(ctx context.Context, claim, home eventstore.StreamAppend, req domain.Canonical) (eventstore.AppendResult, error) {
-	if s.multi != nil {
-		res, err := s.appendParts(ctx, []eventstore.StreamAppend{claim, home})
-		if err != nil {
-			return eventstore.AppendResult{}, s.claimError(ctx, claim.Stream, req, err)
-		}
-		return res[1], nil
-	}
-	if _, err := s.store.Append(ctx, claim.Stream, claim.Expected, claim.Events); err != nil {
+	res, err := s.appends.withClaim(ctx, claim, home)
+	if err != nil {
 		return eventstore.AppendResult{}, s.claimError(ctx, claim.Stream, req, err)
 	}
-	return s.store.Append(ctx, home.Stream, home.Expected, home.Events)
-}
-
-// appendParts appends atomically through group commit when it is on. A
-// command over several accounts (a transaction, an atomic transfer, a capture
-// into an account) may share a transaction with others: it holds its accounts'
-// locks and has drained their appends in flight, so no other request of the
-// batch names its accounts, and a refusal names it alone.
-func (s *Service) appendParts(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
-	if s.batch != nil {
-		return s.batch.submit(ctx, parts)
-	}
-	return s.multi.AppendMulti(ctx, parts)
+	return res, nil
 }
 
 // refusedAppend classifies the error of a command's append: a key claimed by
@@ -93,17 +74,17 @@ func (s *Service) appendParts(ctx context.Context, parts []eventstore.StreamAppe
 // expected revision, or event IDs the store already holds) is retried, decided
 // again on the store's head; any other error is returned. A nil error is
 // neither answered nor retried.
-func refusedAppend(key string, err error) (r Reply, answered, retry bool, rerr error) {
+func refusedAppend(key string, err error) (outcome, error) {
 	var conflict *claimConflict
 	switch {
 	case err == nil:
-		return Reply{}, false, false, nil
+		return outcome{}, nil
 	case errors.As(err, &conflict):
-		return reply.Conflict(key, conflict.fields), true, false, nil
+		return answer(reply.Conflict(key, conflict.fields)), nil
 	case errors.Is(err, eventstore.ErrWrongExpectedRevision), errors.Is(err, eventstore.ErrDuplicateEventID):
-		return Reply{}, false, true, nil
+		return outcome{retry: true}, nil
 	}
-	return Reply{}, false, false, err
+	return outcome{}, err
 }
 
 // claimError turns a refusal on the key stream into a claimConflict.

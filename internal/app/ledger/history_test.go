@@ -250,7 +250,7 @@ func TestSnapshotsOnKurrentDB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cold.appendStep(ctx, legacy, legacy.Canonical(), "account-b", acc.Revision, acc.LastChain, domain.DecideAccount(acc, legacy).Events); err != nil {
+	if _, err := cold.appendStep(ctx, decision{cmd: legacy, req: legacy.Canonical(), events: domain.DecideAccount(acc, legacy).Events}, streamHead{stream: "account-b", last: acc.Revision, chain: acc.LastChain}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 6 {

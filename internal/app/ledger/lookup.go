@@ -55,11 +55,11 @@ func (s *Service) lookup(ctx context.Context, key string) (r Reply, found bool, 
 	case strings.HasPrefix(c.Stream, domain.TransferStreamPrefix):
 		return s.lookupTransfer(ctx, key, c)
 	case domain.IsTransactionStream(c.Stream):
-		ev, payload, err := s.readTransaction(ctx, c.Stream)
-		if err != nil || ev == nil || domain.ClientKey(ev.Metadata) != key {
+		o, err := s.readTransaction(ctx, c.Stream)
+		if err != nil || o == nil || domain.ClientKey(o.ev.Metadata) != key {
 			return Reply{}, false, err // claimed, but its decision is not written (or not this key's)
 		}
-		r, err := transactionReply(ev, payload, false)
+		r, err := o.reply(false)
 		return r, err == nil, err
 	}
 	return Reply{}, false, nil
@@ -68,10 +68,10 @@ func (s *Service) lookup(ctx context.Context, key string) (r Reply, found bool, 
 // LookupTransaction returns a transaction as its stream records it, from the
 // event store; found is false when no transaction has the ID.
 func (s *Service) LookupTransaction(ctx context.Context, id string) (reply.TransactionDetail, bool, error) {
-	ev, payload, err := s.readTransaction(ctx, domain.TransactionStream(id))
-	if err != nil || ev == nil {
+	o, err := s.readTransaction(ctx, domain.TransactionStream(id))
+	if err != nil || o == nil {
 		return reply.TransactionDetail{}, false, err
 	}
-	d, err := reply.TransactionDetailOf(domain.ClientKey(ev.Metadata), payload, ev.Position)
+	d, err := reply.TransactionDetailOf(domain.ClientKey(o.ev.Metadata), o.payload, o.ev.Position)
 	return d, err == nil, err
 }

@@ -37,6 +37,14 @@ type mover interface {
 	atomicBatch(ctx context.Context, b domain.Batch) (Reply, error)
 }
 
+// moverCommands are the client commands a mover decides whole, each with the
+// mover's method for it; Handle routes them here. A new command over several
+// accounts is its method on mover, its two implementations (atomic.go,
+// saga.go) and its line here (docs/architecture.md, "Adding a command").
+var moverCommands = map[domain.CommandType]func(mover, context.Context, domain.Command) (Reply, error){
+	domain.CmdPostTransaction: mover.transaction,
+}
+
 // moverFor is the mover a store's capability calls for.
 func moverFor(s *Service, store Store) mover {
 	if _, ok := store.(eventstore.MultiAppender); ok {

@@ -283,11 +283,9 @@ func (p *Process) apply(ev eventstore.RecordedEvent) {
 		return
 	}
 	if transfer {
-		switch ev.Type {
-		case domain.EvTransferRequested, domain.EvTransferRejected, domain.EvTransferCompleted, domain.EvTransferFailed,
-			domain.EvTransferCreditRefused, domain.EvTransferRefundRequested, domain.EvRefundRejected,
-			domain.EvRefundCreditRefused, domain.EvRefundCompleted, domain.EvRefundFailed:
-		default:
+		// Every event of a transfer's sagas moves one on (its time is when
+		// the stream last progressed): the registry's, not a list here.
+		if t, ok := domain.LookupEventType(ev.Type); !ok || t.Kind != domain.StreamTransfer {
 			return
 		}
 	} else if ev.Type == domain.EvCommandRejected {

@@ -77,7 +77,9 @@ type Options struct {
 // stream are serialised, different streams proceed in parallel.
 type Service struct {
 	store Store
-	multi eventstore.MultiAppender
+	// appends is how the store appends (appends.go); batch is group
+	// commit's, where the store group-commits (groupAppends).
+	appends appender
 	// durable is the store's when its readers may see writes not yet durable
 	// (a duplicate's reply and a lookup wait for them: answered).
 	durable  eventstore.DurableReader
@@ -164,12 +166,7 @@ func New(store Store, opts Options) *Service {
 	if sr, ok := store.(eventstore.SubjectReader); ok {
 		s.subjects, s.holdLimit, s.refundLimit = sr, max(opts.RecentHolds, 0), max(opts.RecentRefunds, 0)
 	}
-	if m, ok := store.(eventstore.MultiAppender); ok {
-		s.multi = m
-		if !opts.DisableGroupCommit {
-			s.batch = newBatcher(m, opts.Batch, s.metrics.batchSize)
-		}
-	}
+	s.appends = appenderFor(s, store)
 	s.warm = startWarming(s, store, opts.WarmAccounts)
 	return s
 }
@@ -178,9 +175,7 @@ func New(store Store, opts Options) *Service {
 // caller stops sending commands first; the store is the caller's to close.
 func (s *Service) Close() {
 	s.warm.stop()
-	if s.batch != nil {
-		s.batch.close()
-	}
+	s.appends.close()
 	s.snapWG.Wait()
 	s.keys.close()
 	s.cold.close()
@@ -222,23 +217,19 @@ func (s *Service) Handle(ctx context.Context, cmd domain.Command) Reply {
 		r   Reply
 		err error
 	)
-	switch cmd.Type {
-	case domain.CmdTransfer:
+	move, moved := moverCommands[cmd.Type]
+	switch {
+	case !cmd.Type.IsClient():
+		return reply.Invalid(cmd.IdempotencyKey, &domain.InvalidError{Field: "type", Message: fmt.Sprintf("unknown command type %q", cmd.Type)})
+	case moved:
+		r, err = move(s.mover, ctx, cmd)
+	case cmd.Type == domain.CmdTransfer:
 		r, err = s.handleTransfer(ctx, cmd)
-	case domain.CmdRefund:
+	case cmd.Type == domain.CmdRefund:
 		r, err = s.handleRefund(ctx, cmd)
-	case domain.CmdPostTransaction:
-		r, err = s.mover.transaction(ctx, cmd)
-	case domain.CmdCaptureHold:
-		if cmd.To != "" {
-			r, err = s.mover.captureTo(ctx, cmd)
-			break
-		}
-		r, err = s.handleAccountCommand(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID)
+	case cmd.Type == domain.CmdCaptureHold && cmd.To != "":
+		r, err = s.mover.captureTo(ctx, cmd)
 	default:
-		if !cmd.Type.IsClient() {
-			return reply.Invalid(cmd.IdempotencyKey, &domain.InvalidError{Field: "type", Message: fmt.Sprintf("unknown command type %q", cmd.Type)})
-		}
 		r, err = s.handleAccountCommand(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID)
 	}
 	if err == nil && r.Duplicate && batchElementOf(ctx) == nil { // a batch's elements: once for all (runBatch)

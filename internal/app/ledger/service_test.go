@@ -363,7 +363,7 @@ func runWorker(t *testing.T, s *Service, rng *rand.Rand, w, n int) {
 		amt := rng.Intn(500) + 1
 		var typ, body string
 		x := rng.Intn(10)
-		if s.multi != nil && rng.Intn(6) == 0 {
+		if _, multi := s.mover.(atomicMover); multi && rng.Intn(6) == 0 {
 			x = 10 + rng.Intn(2) // transactions and captures into accounts, where the store can
 		}
 		switch {

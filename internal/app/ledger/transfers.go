@@ -137,10 +137,10 @@ func (s *Service) decideOnTransfer(ctx context.Context, cmd domain.Command, stre
 		if step.next != appendThem {
 			return Reply{}, true, nil
 		}
-		res, err := s.appendDecision(ctx, cmd, req, stream, t.Revision, t.LastChain, step.events)
-		if r, answered, retry, err := refusedAppend(cmd.IdempotencyKey, err); answered || retry || err != nil {
-			refresh = retry
-			return r, retry, err
+		res, err := s.appendDecision(ctx, decision{cmd: cmd, req: req, events: step.events}, streamHead{stream: stream, last: t.Revision, chain: t.LastChain})
+		if o, err := refusedAppend(cmd.IdempotencyKey, err); o.decided() || err != nil {
+			refresh = o.retry
+			return o.r, o.retry, err
 		}
 		if err := s.applyTransferWritten(ctx, stream, t, res); err != nil {
 			return Reply{}, false, err
@@ -319,7 +319,7 @@ func (s *Service) appendMarker(ctx context.Context, stream string, t *domain.Tra
 		return fmt.Errorf("ledger: %s: request of %q: %w", stream, sg.Key, err)
 	}
 	cmd := domain.Command{Type: sg.Command, IdempotencyKey: key, At: s.opts.Clock().UTC(), Origin: sg.Key}
-	w, err := s.appendStep(ctx, cmd, req.Canonical(), stream, t.Revision, t.LastChain, events)
+	w, err := s.appendStep(ctx, decision{cmd: cmd, req: req.Canonical(), events: events}, streamHead{stream: stream, last: t.Revision, chain: t.LastChain})
 	if err != nil {
 		return err
 	}

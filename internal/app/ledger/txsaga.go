@@ -45,9 +45,9 @@ func (s *Service) handleTransactionSaga(ctx context.Context, tx domain.Command, 
 		requested := []domain.NewEvent{{Type: domain.EvTransactionRequested, Data: domain.TransactionRequested{
 			TransactionID: tx.TransactionID, Postings: tx.Postings, Metadata: tx.Metadata,
 		}}}
-		_, err = s.appendDecision(ctx, tx, req, txStream, -1, "", requested)
-		if r, answered, retry, err := refusedAppend(tx.IdempotencyKey, err); answered || retry || err != nil {
-			return r, retry, err
+		_, err = s.appendDecision(ctx, decision{cmd: tx, req: req, events: requested}, streamHead{stream: txStream, last: -1})
+		if o, err := refusedAppend(tx.IdempotencyKey, err); o.decided() || err != nil {
+			return o.r, o.retry, err
 		}
 		if err := s.fail("transaction/requested"); err != nil {
 			return Reply{}, false, err
@@ -249,7 +249,7 @@ func (s *Service) appendTransactionRecord(ctx context.Context, txStream string, 
 		return fmt.Errorf("ledger: %s: request of %q: %w", txStream, ts.Key, err)
 	}
 	cmd := domain.Command{Type: domain.CommandType(ts.Command), IdempotencyKey: key, At: s.opts.Clock().UTC(), Origin: ts.Key}
-	_, err = s.appendStep(ctx, cmd, req.Canonical(), txStream, ts.Revision, ts.LastChain, []domain.NewEvent{ev})
+	_, err = s.appendStep(ctx, decision{cmd: cmd, req: req.Canonical(), events: []domain.NewEvent{ev}}, streamHead{stream: txStream, last: ts.Revision, chain: ts.LastChain})
 	return err
 }
 

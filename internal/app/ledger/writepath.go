@@ -62,12 +62,27 @@ func (s *Service) underLocks(ctx context.Context, streams []string, try func(a *
 		if !a.waited {
 			a.n++
 		}
-		if err := s.afterEarlier(ctx, a); err != nil {
+		if err := s.appends.afterEarlier(ctx, a); err != nil {
 			return Reply{}, err
 		}
 	}
 	return Reply{}, ErrTooManyConflicts
 }
+
+// outcome is what an attempt at a command comes to: an answer (r), or to
+// decide again (retry); neither while the command goes on (for example its
+// append succeeded and its reply is yet to be made).
+type outcome struct {
+	r        Reply
+	answered bool
+	retry    bool
+}
+
+// answer is the outcome that answers r.
+func answer(r Reply) outcome { return outcome{r: r, answered: true} }
+
+// decided reports whether the attempt is over: answered, or to be taken again.
+func (o outcome) decided() bool { return o.answered || o.retry }
 
 // drain waits, holding the stream's lock, until no pipelined append is in
 // flight on it: its cached aggregate is then what the store holds (or stale,
@@ -189,12 +204,7 @@ func (s *Service) decideOnAccountOnce(ctx context.Context, l *heldLocks, w *acco
 		w.ans = accountAnswer{r: &r}
 		return false, nil
 	}
-	var res written
-	if s.batch != nil {
-		res, err = s.appendPipelined(ctx, l, w, d.Events)
-	} else {
-		res, err = s.appendAccount(ctx, w, d.Events)
-	}
+	res, err := s.appends.account(ctx, l, w, d.Events)
 	if err != nil || res.idempotent {
 		w.ans.r, err = s.afterRefusedAppend(w, res, err)
 		return w.ans.r == nil && err == nil, err
@@ -310,10 +320,11 @@ func (s *Service) appendAccount(ctx context.Context, w *accountWrite, events []d
 		res written
 		err error
 	)
+	d, head := decision{cmd: w.cmd, req: w.req, events: events}, streamHead{stream: w.stream, last: w.acc.Revision, chain: w.acc.LastChain}
 	if w.claim {
-		res, err = s.appendDecision(ctx, w.cmd, w.req, w.stream, w.acc.Revision, w.acc.LastChain, events)
+		res, err = s.appendDecision(ctx, d, head)
 	} else {
-		res, err = s.appendStep(ctx, w.cmd, w.req, w.stream, w.acc.Revision, w.acc.LastChain, events)
+		res, err = s.appendStep(ctx, d, head)
 	}
 	if err != nil || res.idempotent {
 		return res, err
@@ -326,20 +337,20 @@ func (s *Service) appendAccount(ctx context.Context, w *accountWrite, events []d
 // with the stream's lock released (appendHot). On return the lock is held
 // again; on success the key's record in w.acc is durable, its position set.
 func (s *Service) appendPipelined(ctx context.Context, l *heldLocks, w *accountWrite, events []domain.NewEvent) (written, error) {
-	acc, first := w.acc, uint64(w.acc.Revision+1)
-	data, metas, err := s.encodeEvents(w.cmd, w.req, w.cmd.IdempotencyKey, w.stream, first, acc.LastChain, events)
+	acc := w.acc
+	e, err := s.encodeEvents(decision{cmd: w.cmd, req: w.req, events: events}, streamHead{stream: w.stream, last: acc.Revision, chain: acc.LastChain})
 	if err != nil {
 		return written{}, err
 	}
-	parts := []eventstore.StreamAppend{{Stream: w.stream, Expected: eventstore.ExactOrNoStream(acc.Revision), Events: data}}
+	parts := []eventstore.StreamAppend{e.part(eventstore.ExactOrNoStream(acc.Revision))}
 	if w.claim {
-		c, err := s.claimPart(w.cmd, w.req, w.stream, first)
+		c, err := s.claimPart(w.cmd, w.req, w.stream, e.first)
 		if err != nil {
 			return written{}, err
 		}
 		parts = append([]eventstore.StreamAppend{c}, parts...)
 	}
-	done := writtenFrom(w.stream, eventstore.AppendResult{FirstRevision: first}, data, metas, events)
+	done := e.pending()
 	res, err := s.appendHot(ctx, l, parts, hotLeg{stream: w.stream, acc: acc, chain: w.chain, key: w.cmd.IdempotencyKey, w: done}, nil)
 	switch {
 	case err != nil && w.claim:
@@ -416,83 +427,120 @@ func (s *Service) applyWritten(ctx context.Context, stream string, acc *domain.A
 	return nil
 }
 
-// encodeEvents turns decided events into event data with deterministic IDs and
-// metadata; the first event carries the canonical request. Each event's metadata
-// carries its chain hash, linked to prevChain, the chain of the stream's event at
-// revision first-1 ("" when first is 0).
-func (s *Service) encodeEvents(cmd domain.Command, req domain.Canonical, key, stream string, first uint64, prevChain string, events []domain.NewEvent) ([]eventstore.EventData, []domain.Metadata, error) {
-	out := make([]eventstore.EventData, len(events))
-	metas := make([]domain.Metadata, len(events))
-	hash := req.Hash
-	for i, ev := range events {
-		data, err := json.Marshal(ev.Data)
-		if err != nil {
-			return nil, nil, fmt.Errorf("ledger: encode %s: %w", ev.Type, err)
-		}
-		m := domain.Metadata{Key: key, Command: string(cmd.Type), RequestHash: hash, Index: i, Count: len(events), At: cmd.At, Origin: cmd.Origin, Producer: s.opts.Producer, Schema: 1, Claimed: cmd.Claimed, Subject: domain.EventSubject(ev), EffectiveAt: cmd.EffectivePtr()}
-		if i == 0 {
-			m.Request = req.JSON
-		}
-		id := domain.EventID(key, stream, i)
-		m.Chain = domain.ChainHash(prevChain, domain.StoredEvent{ID: id, Stream: stream, Revision: first + uint64(i), Type: ev.Type, Data: data, Metadata: m})
-		prevChain = m.Chain
-		meta, err := domain.EncodeMetadata(m)
-		if err != nil {
-			return nil, nil, err
-		}
-		out[i] = eventstore.EventData{ID: id, Type: ev.Type, Data: data, Metadata: meta, Subject: m.Subject}
-		metas[i] = m
-	}
-	return out, metas, nil
+// decision is what a command decided on one stream, to encode there: the
+// command, the client's canonical request (carried by the first event; a
+// saga's steps and markers carry their client's), and the events.
+type decision struct {
+	cmd    domain.Command
+	req    domain.Canonical
+	events []domain.NewEvent
 }
 
-// appendDecision writes a client command's decision to its home stream together
-// with the claim of its key (see claims.go).
-func (s *Service) appendDecision(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, last int64, prevChain string, events []domain.NewEvent) (written, error) {
-	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, uint64(last+1), prevChain, events)
-	if err != nil {
-		return written{}, err
-	}
-	claim, err := s.claimPart(cmd, req, stream, uint64(last+1))
-	if err != nil {
-		return written{}, err
-	}
-	home := eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(last), Events: data}
-	res, err := s.appendWithClaim(ctx, claim, home, req)
-	if err != nil {
-		return written{}, err
-	}
-	return writtenFrom(stream, res, data, metas, events), nil
+// streamHead is where a decision's events go: after the stream's event at
+// revision last (-1: none), whose chain hash is chain ("" for none).
+type streamHead struct {
+	stream string
+	last   int64
+	chain  string
 }
 
-// appendStep writes an internal step's decision (a derived key: no claim).
-func (s *Service) appendStep(ctx context.Context, cmd domain.Command, req domain.Canonical, stream string, last int64, prevChain string, events []domain.NewEvent) (written, error) {
-	data, metas, err := s.encodeEvents(cmd, req, cmd.IdempotencyKey, stream, uint64(last+1), prevChain, events)
-	if err != nil {
-		return written{}, err
-	}
-	part := eventstore.StreamAppend{Stream: stream, Expected: eventstore.ExactOrNoStream(last), Events: data}
-	var res eventstore.AppendResult
-	if s.batch != nil {
-		rs, err := s.batch.submit(ctx, []eventstore.StreamAppend{part})
-		if err != nil {
-			return written{}, err
-		}
-		res = rs[0]
-	} else if res, err = s.store.Append(ctx, stream, part.Expected, data); err != nil {
-		return written{}, err
-	}
-	return writtenFrom(stream, res, data, metas, events), nil
+// encoded is a decision's events as they are appended at a stream head:
+// their data, with deterministic IDs and metadata (encodeEvents).
+type encoded struct {
+	stream string
+	first  uint64 // the revision of the first event
+	data   []eventstore.EventData
+	metas  []domain.Metadata
+	events []domain.NewEvent // what data encodes, in order
 }
 
-func writtenFrom(stream string, res eventstore.AppendResult, data []eventstore.EventData, metas []domain.Metadata, decided []domain.NewEvent) written {
-	w := written{events: make([]domain.StoredEvent, len(data)), payloads: make([]any, len(data)), idempotent: res.Idempotent}
-	for i, d := range data {
-		w.events[i] = domain.StoredEvent{ID: d.ID, Stream: stream, Revision: res.FirstRevision + uint64(i), Type: d.Type, Data: d.Data, Metadata: metas[i]}
-		w.payloads[i] = decided[i].Data
+// part appends the events expecting expected.
+func (e encoded) part(expected eventstore.ExpectedRevision) eventstore.StreamAppend {
+	return eventstore.StreamAppend{Stream: e.stream, Expected: expected, Events: e.data}
+}
+
+// written is the events as the append whose result is res left them.
+func (e encoded) written(res eventstore.AppendResult) written {
+	w := written{events: make([]domain.StoredEvent, len(e.data)), payloads: make([]any, len(e.data)), idempotent: res.Idempotent}
+	for i, d := range e.data {
+		w.events[i] = domain.StoredEvent{ID: d.ID, Stream: e.stream, Revision: res.FirstRevision + uint64(i), Type: d.Type, Data: d.Data, Metadata: e.metas[i]}
+		w.payloads[i] = e.events[i].Data
 	}
 	if n := len(w.events); n > 0 {
 		w.events[n-1].Position = res.Position.String()
 	}
 	return w
+}
+
+// pending is the events as they will stand once appended where they were
+// encoded (no position yet): what a pending state folds before the append.
+func (e encoded) pending() written {
+	return e.written(eventstore.AppendResult{FirstRevision: e.first})
+}
+
+// encodeEvents turns d's events into event data at head with deterministic
+// IDs and metadata; the first event carries the canonical request. Each
+// event's metadata carries its chain hash, linked to head's.
+func (s *Service) encodeEvents(d decision, head streamHead) (encoded, error) {
+	key, first, prevChain := d.cmd.IdempotencyKey, uint64(head.last+1), head.chain
+	e := encoded{stream: head.stream, first: first, data: make([]eventstore.EventData, len(d.events)), metas: make([]domain.Metadata, len(d.events)), events: d.events}
+	for i, ev := range d.events {
+		data, err := json.Marshal(ev.Data)
+		if err != nil {
+			return encoded{}, fmt.Errorf("ledger: encode %s: %w", ev.Type, err)
+		}
+		m := domain.Metadata{Key: key, Command: string(d.cmd.Type), RequestHash: d.req.Hash, Index: i, Count: len(d.events), At: d.cmd.At, Origin: d.cmd.Origin, Producer: s.opts.Producer, Schema: 1, Claimed: d.cmd.Claimed, Subject: domain.EventSubject(ev), EffectiveAt: d.cmd.EffectivePtr()}
+		if i == 0 {
+			m.Request = d.req.JSON
+		}
+		id := domain.EventID(key, head.stream, i)
+		m.Chain = domain.ChainHash(prevChain, domain.StoredEvent{ID: id, Stream: head.stream, Revision: first + uint64(i), Type: ev.Type, Data: data, Metadata: m})
+		prevChain = m.Chain
+		meta, err := domain.EncodeMetadata(m)
+		if err != nil {
+			return encoded{}, err
+		}
+		e.data[i] = eventstore.EventData{ID: id, Type: ev.Type, Data: data, Metadata: meta, Subject: m.Subject}
+		e.metas[i] = m
+	}
+	return e, nil
+}
+
+// lastChain is the chain hash of the last event encoded ("" for none).
+func (e encoded) lastChain() string {
+	if len(e.metas) == 0 {
+		return ""
+	}
+	return e.metas[len(e.metas)-1].Chain
+}
+
+// appendDecision writes a client command's decision to its home stream (at
+// head) together with the claim of its key (see claims.go).
+func (s *Service) appendDecision(ctx context.Context, d decision, head streamHead) (written, error) {
+	e, err := s.encodeEvents(d, head)
+	if err != nil {
+		return written{}, err
+	}
+	claim, err := s.claimPart(d.cmd, d.req, head.stream, e.first)
+	if err != nil {
+		return written{}, err
+	}
+	res, err := s.appendWithClaim(ctx, claim, e.part(eventstore.ExactOrNoStream(head.last)), d.req)
+	if err != nil {
+		return written{}, err
+	}
+	return e.written(res), nil
+}
+
+// appendStep writes an internal step's decision (a derived key: no claim).
+func (s *Service) appendStep(ctx context.Context, d decision, head streamHead) (written, error) {
+	e, err := s.encodeEvents(d, head)
+	if err != nil {
+		return written{}, err
+	}
+	res, err := s.appends.one(ctx, e.part(eventstore.ExactOrNoStream(head.last)))
+	if err != nil {
+		return written{}, err
+	}
+	return e.written(res), nil
 }
