@@ -97,10 +97,11 @@ func (balancesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 	if len(ids) == 0 {
 		return nil
 	}
-	state, last, err := lastBalances(ctx, tx, gen, ids)
+	lb, err := lastBalances(ctx, tx, gen, ids)
 	if err != nil {
 		return err
 	}
+	state, last := lb.state, lb.rev
 	var rows []BalanceRow
 	for _, ev := range events {
 		id, ok := ev.AccountID()
@@ -146,7 +147,7 @@ ON CONFLICT DO NOTHING`, Table("balance_history", gen))
 // the (account_id, revision) key, LIMIT 1 in a lateral join: a DISTINCT ON
 // over account_id = ANY($1) reads every row of those accounts (PostgreSQL has
 // no skip scan), so a batch's cost grew with its accounts' histories.
-func lastBalances(ctx context.Context, tx pgx.Tx, gen int, ids []string) (map[string]BalanceState, map[string]int64, error) {
+func lastBalances(ctx context.Context, tx pgx.Tx, gen int, ids []string) (lastRows, error) {
 	state := make(map[string]BalanceState, len(ids))
 	last := make(map[string]int64, len(ids))
 	for _, id := range ids {
@@ -157,7 +158,7 @@ func lastBalances(ctx context.Context, tx pgx.Tx, gen int, ids []string) (map[st
 		CROSS JOIN LATERAL (SELECT revision, currency, balance, held, status FROM %s
 			WHERE account_id = a.id ORDER BY revision DESC LIMIT 1) h`, Table("balance_history", gen)), ids)
 	if err != nil {
-		return nil, nil, fmt.Errorf("projections: balances: %w", err)
+		return lastRows{}, fmt.Errorf("projections: balances: %w", err)
 	}
 	var (
 		id, status string
@@ -170,7 +171,14 @@ func lastBalances(ctx context.Context, tx pgx.Tx, gen int, ids []string) (map[st
 		return nil
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("projections: balances: %w", err)
+		return lastRows{}, fmt.Errorf("projections: balances: %w", err)
 	}
-	return state, last, nil
+	return lastRows{state: state, rev: last}, nil
+}
+
+// lastRows are accounts' last balance-history rows: by account, its state
+// and its revision (-1 for an account with none).
+type lastRows struct {
+	state map[string]BalanceState
+	rev   map[string]int64
 }

@@ -58,7 +58,7 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, slots []*slot, events [
 		wg.Add(1)
 		go func(s *slot, evs []*Event) {
 			defer wg.Done()
-			if err := applySlot(ctx, pool, s, evs, end, hook); err != nil {
+			if err := applySlot(ctx, pool, s, evs, hook); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -69,11 +69,13 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, slots []*slot, events [
 	return errors.Join(errs...)
 }
 
-// applySlot applies events to one slot in one transaction: first the
-// compare-and-set of its checkpoint (so that a second runner waits on the row
-// lock and then finds the checkpoint moved, before any work), then the
-// read-model writes, then hook, then the commit.
-func applySlot(ctx context.Context, pool *pgxpool.Pool, s *slot, events []*Event, end eventstore.Position, hook Hook) error {
+// applySlot applies events (at least one) to one slot in one transaction:
+// first the compare-and-set of its checkpoint to the last event's position
+// (so that a second runner waits on the row lock and then finds the
+// checkpoint moved, before any work), then the read-model writes, then hook,
+// then the commit.
+func applySlot(ctx context.Context, pool *pgxpool.Pool, s *slot, events []*Event, hook Hook) error {
+	end := events[len(events)-1].Position
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("projections: %s: begin: %w", s.proj.Name(), err)

@@ -102,15 +102,23 @@ func (cp Checkpointer) LiveByName(ctx context.Context, q Querier) (map[string]ev
 
 // LiveOf returns the live checkpoint of one projection.
 func (cp Checkpointer) LiveOf(ctx context.Context, q RowQuerier, projection string) (eventstore.Position, error) {
-	return cp.LiveWith(ctx, q, projection, "", "", nil)
+	return cp.LiveWith(ctx, q, projection, BesideCheckpoint{})
 }
 
-// LiveWith reads the live checkpoint of projection together with a read of
-// the caller's own tables, in one statement and so one snapshot: cols is a
-// select list (scanned into dest, before the checkpoint), join a clause after
-// `FROM readmodel.checkpoints c` (a LEFT JOIN, or ""), and args their
-// parameters $1..$n. With cols "" it reads the checkpoint alone.
-func (Checkpointer) LiveWith(ctx context.Context, q RowQuerier, projection, cols, join string, args []any, dest ...any) (eventstore.Position, error) {
+// BesideCheckpoint is a read of the caller's own tables made in the statement
+// that reads a live checkpoint (LiveWith), and so in its snapshot: Cols is a
+// select list (scanned into Dest, before the checkpoint), Join a clause after
+// `FROM readmodel.checkpoints c` (a LEFT JOIN, or ""), and Args their
+// parameters $1..$n. The zero value reads the checkpoint alone.
+type BesideCheckpoint struct {
+	Cols, Join string
+	Args, Dest []any
+}
+
+// LiveWith reads the live checkpoint of projection together with the read
+// beside it, in one statement and so one snapshot.
+func (Checkpointer) LiveWith(ctx context.Context, q RowQuerier, projection string, beside BesideCheckpoint) (eventstore.Position, error) {
+	cols, join, args, dest := beside.Cols, beside.Join, beside.Args, beside.Dest
 	if cols != "" {
 		cols += ", "
 	}
@@ -146,18 +154,18 @@ func (Checkpointer) load(ctx context.Context, q RowQuerier, proj Projection, sta
 // compare-and-set: ErrCheckpointMoved when it is no longer at s.pos. The row
 // lock it takes makes a second runner wait, then find the checkpoint moved.
 func (Checkpointer) advance(ctx context.Context, tx execer, s *slot, end eventstore.Position, n int) error {
-	endC, endP, err := posArgs(end)
+	e, err := posArgs(end)
 	if err != nil {
 		return err
 	}
-	oc, op, err := posArgs(s.pos)
+	o, err := posArgs(s.pos)
 	if err != nil {
 		return err
 	}
 	ct, err := tx.Exec(ctx, `UPDATE readmodel.checkpoints
 		SET commit_position = $3, prepare_position = $4, events = events + $7, updated_at = now()
 		WHERE name = $1 AND generation = $2 AND commit_position = $5 AND prepare_position = $6`,
-		s.proj.Name(), s.gen, endC, endP, oc, op, int64(n))
+		s.proj.Name(), s.gen, e.commit, e.prepare, o.commit, o.prepare, int64(n))
 	if err != nil {
 		return fmt.Errorf("projections: %s: checkpoint: %w", s.proj.Name(), err)
 	}
@@ -199,40 +207,57 @@ func (Checkpointer) dropBuilding(ctx context.Context, tx execer, name string, ge
 	return err == nil && ct.RowsAffected() > 0, err
 }
 
+// liveGeneration is a projection's live generation and its checkpoint.
+type liveGeneration struct {
+	gen int
+	pos eventstore.Position
+}
+
 // lockForSwitch locks the live checkpoint of a projection (its row lock holds
 // back the live runner's next batch) and the building one of generation gen,
-// which must be at pos; it returns the live generation and its position.
-func (Checkpointer) lockForSwitch(ctx context.Context, tx execer, name string, gen int, pos eventstore.Position) (prev int, live eventstore.Position, err error) {
+// which must be at pos; it returns the live generation.
+func (Checkpointer) lockForSwitch(ctx context.Context, tx execer, name string, gen int, pos eventstore.Position) (liveGeneration, error) {
+	var live liveGeneration
 	var lc, lp int64
-	err = tx.QueryRow(ctx, `SELECT generation, commit_position, prepare_position FROM readmodel.checkpoints
-		WHERE name = $1 AND state = 'live' FOR UPDATE`, name).Scan(&prev, &lc, &lp)
+	err := tx.QueryRow(ctx, `SELECT generation, commit_position, prepare_position FROM readmodel.checkpoints
+		WHERE name = $1 AND state = 'live' FOR UPDATE`, name).Scan(&live.gen, &lc, &lp)
 	if err != nil {
-		return 0, eventstore.Position{}, fmt.Errorf("live checkpoint: %w", err)
+		return live, fmt.Errorf("live checkpoint: %w", err)
 	}
 	var bc, bp int64
 	err = tx.QueryRow(ctx, `SELECT commit_position, prepare_position FROM readmodel.checkpoints
 		WHERE name = $1 AND generation = $2 AND state = 'building' FOR UPDATE`, name, gen).Scan(&bc, &bp)
 	if err != nil {
-		return 0, eventstore.Position{}, fmt.Errorf("building checkpoint: %w", err)
+		return live, fmt.Errorf("building checkpoint: %w", err)
 	}
 	if got := position(bc, bp); got != pos {
-		return 0, eventstore.Position{}, fmt.Errorf("building checkpoint at %s, expected %s", got, pos)
+		return live, fmt.Errorf("building checkpoint at %s, expected %s", got, pos)
 	}
-	return prev, position(lc, lp), nil
+	live.pos = position(lc, lp)
+	return live, nil
 }
 
-// switchLive drops the checkpoint of generation prev and makes generation
-// gen's live at pos, counting applied more events.
-func (Checkpointer) switchLive(ctx context.Context, tx execer, name string, gen, prev int, pos eventstore.Position, applied int64) error {
-	c, p, err := posArgs(pos)
+// liveSwitch is the switch of a projection from its live generation prev to
+// the built generation gen, caught up to pos by applied more events.
+type liveSwitch struct {
+	name      string
+	gen, prev int
+	pos       eventstore.Position
+	applied   int64
+}
+
+// switchLive drops the checkpoint of generation sw.prev and makes generation
+// sw.gen's live at sw.pos, counting sw.applied more events.
+func (Checkpointer) switchLive(ctx context.Context, tx execer, sw liveSwitch) error {
+	pp, err := posArgs(sw.pos)
 	if err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM readmodel.checkpoints WHERE name = $1 AND generation = $2`, name, prev); err != nil {
+	if _, err := tx.Exec(ctx, `DELETE FROM readmodel.checkpoints WHERE name = $1 AND generation = $2`, sw.name, sw.prev); err != nil {
 		return err
 	}
 	_, err = tx.Exec(ctx, `UPDATE readmodel.checkpoints SET state = 'live', commit_position = $3, prepare_position = $4,
-		events = events + $5, updated_at = now() WHERE name = $1 AND generation = $2`, name, gen, c, p, applied)
+		events = events + $5, updated_at = now() WHERE name = $1 AND generation = $2`, sw.name, sw.gen, pp.commit, pp.prepare, sw.applied)
 	return err
 }
 
@@ -287,13 +312,13 @@ func (Checkpointer) TryLease(ctx context.Context, q RowQuerier) (bool, error) {
 
 // publish records that n more events are published, up to pos.
 func (Checkpointer) publish(ctx context.Context, tx execer, pos eventstore.Position, n int) error {
-	c, p, err := posArgs(pos)
+	pp, err := posArgs(pos)
 	if err != nil {
 		return err
 	}
 	_, err = tx.Exec(ctx, `UPDATE readmodel.publisher_checkpoints
 		SET commit_position = $1, prepare_position = $2, events = events + $3, updated_at = now() WHERE name = $4`,
-		c, p, n, publisherName)
+		pp.commit, pp.prepare, n, publisherName)
 	return err
 }
 
@@ -316,7 +341,7 @@ const AuditCheckpointsKept = 31
 // SaveAudit stores an audit checkpoint, drops the oldest beyond
 // AuditCheckpointsKept, and returns its ID.
 func (Checkpointer) SaveAudit(ctx context.Context, q RowQuerier, cp AuditCheckpoint) (int64, error) {
-	c, p, err := posArgs(cp.Position)
+	pp, err := posArgs(cp.Position)
 	if err != nil {
 		return 0, err
 	}
@@ -325,7 +350,7 @@ func (Checkpointer) SaveAudit(ctx context.Context, q RowQuerier, cp AuditCheckpo
 			VALUES ($1, $2, $3, $4) RETURNING id),
 		dropped AS (DELETE FROM readmodel.audit_checkpoints WHERE id NOT IN
 			(SELECT id FROM readmodel.audit_checkpoints ORDER BY id DESC LIMIT $5::int - 1))
-		SELECT id FROM saved`, c, p, cp.Events, cp.State, AuditCheckpointsKept).Scan(&id)
+		SELECT id FROM saved`, pp.commit, pp.prepare, cp.Events, cp.State, AuditCheckpointsKept).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("projections: audit checkpoint: %w", err)
 	}

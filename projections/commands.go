@@ -294,10 +294,10 @@ func writeCommands(ctx context.Context, tx pgx.Tx, gen int, rows map[string]*cmd
 	// A command's row is new unless the batch, or its first part, was applied before.
 	cols := []string{"idempotency_key", "stream", "command", "status", "code", "first_revision", "last_revision", "reply", "at"}
 	n := len(order)
-	err := copyOrUpsert(ctx, tx, "commands", gen, cols, n, func(i int) []any {
+	err := copyOrUpsert(ctx, tx, genRows{base: "commands", gen: gen, columns: cols, n: n, row: func(i int) []any {
 		r := rows[order[i]]
 		return []any{r.key, r.stream, r.command, string(r.reply.Status), string(r.reply.Code), r.firstRev, r.lastRev, replies[i], r.at}
-	}, func() error {
+	}}, func() error {
 		var (
 			keys, streams, commands, statuses, codes = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 			first, last                              = make([]int64, n), make([]int64, n)

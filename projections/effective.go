@@ -62,18 +62,26 @@ GROUP BY account_id ORDER BY account_id`, key, where)
 // what it needs). An account with no event effective by then is not handed.
 func EffectiveBalances(ctx context.Context, q Querier, account string, at time.Time, each func(EffectiveBalance) error) error {
 	var b EffectiveBalance
-	return effectiveRows(ctx, q, effectiveBalancesSQL, account, at, []any{&b.AccountID, &b.Currency, &b.Balance, &b.Held, &b.Revision, &b.Closed, &b.Events},
+	return effectiveRows(ctx, q, effectiveQuery{effectiveBalancesSQL, account, at}, []any{&b.AccountID, &b.Currency, &b.Balance, &b.Held, &b.Revision, &b.Closed, &b.Events},
 		func() error { return each(b) })
 }
 
-// effectiveRows runs sqlf (its %s the rows' filter: one account, or all) at
-// the instant at, scanning each row into dest before calling each.
-func effectiveRows(ctx context.Context, q Querier, sqlf, account string, at time.Time, dest []any, each func() error) error {
-	where, args := "true", []any{at}
-	if account != "" {
-		where, args = "account_id = $2", append(args, account)
+// effectiveQuery is a query of the read models by effective time: sqlf (its
+// %s the rows' filter: one account, or all) at the instant at, for account
+// ("": every account).
+type effectiveQuery struct {
+	sqlf    string
+	account string
+	at      time.Time
+}
+
+// effectiveRows runs the query, scanning each row into dest before calling each.
+func effectiveRows(ctx context.Context, q Querier, eq effectiveQuery, dest []any, each func() error) error {
+	where, args := "true", []any{eq.at}
+	if eq.account != "" {
+		where, args = "account_id = $2", append(args, eq.account)
 	}
-	rows, err := q.Query(ctx, fmt.Sprintf(sqlf, where), args...)
+	rows, err := q.Query(ctx, fmt.Sprintf(eq.sqlf, where), args...)
 	if err == nil {
 		_, err = pgx.ForEachRow(rows, dest, each)
 	}
@@ -97,7 +105,7 @@ WHERE %s AND effective_at <= $1 GROUP BY account_id ORDER BY account_id`
 // handed.
 func EffectiveEntrySums(ctx context.Context, q Querier, account string, at time.Time, each func(EffectiveBalance) error) error {
 	b := EffectiveBalance{Revision: -1}
-	return effectiveRows(ctx, q, effectiveEntrySumsSQL, account, at, []any{&b.AccountID, &b.Balance, &b.Events}, func() error { return each(b) })
+	return effectiveRows(ctx, q, effectiveQuery{effectiveEntrySumsSQL, account, at}, []any{&b.AccountID, &b.Balance, &b.Events}, func() error { return each(b) })
 }
 
 // EndOfTime is an instant after every effective time: the balances as of it

@@ -75,10 +75,10 @@ func (entriesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events [
 		return nil
 	}
 	cols := []string{"event_id", "account_id", "revision", "type", "reason", "ref", "amount", "currency", "balance_after", "idempotency_key", "at", "metadata", "effective_at"}
-	err := copyOrUpsert(ctx, tx, "entries", gen, cols, len(rows), func(i int) []any {
+	err := copyOrUpsert(ctx, tx, genRows{base: "entries", gen: gen, columns: cols, n: len(rows), row: func(i int) []any {
 		e := &rows[i]
 		return []any{[16]byte(e.EventID), e.AccountID, e.Revision, e.Type, e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter, e.IdempotencyKey, e.At, e.Metadata, e.EffectiveAt}
-	}, func() error {
+	}}, func() error {
 		n := len(rows)
 		var (
 			ids                                           = make([]uuid.UUID, n)

@@ -24,6 +24,9 @@ type Event struct {
 	// returns it), nil when DecodeErr is set.
 	Payload   any
 	DecodeErr error
+	// MetaDecoded: Meta is the event's metadata, decoded (an account,
+	// transfer or transaction stream's event); false: Meta is zero.
+	MetaDecoded bool
 }
 
 // Decode decodes a recorded event. Metadata that does not parse is an error: every
@@ -40,7 +43,7 @@ func Decode(re eventstore.RecordedEvent) (*Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("projections: %s@%d: %w", re.Stream, re.Revision, err)
 	}
-	ev.Meta = m
+	ev.Meta, ev.MetaDecoded = m, true
 	ev.Payload, ev.DecodeErr = domain.DecodeEvent(re.Type, re.Data)
 	return ev, nil
 }
@@ -111,29 +114,42 @@ func Table(base string, gen int) string {
 // View is the quoted name of the view readers use, e.g. readmodel.accounts.
 func View(base string) string { return pgx.Identifier{"readmodel", base}.Sanitize() }
 
+// pgPosition is a position as the two bigint columns that store it.
+type pgPosition struct{ commit, prepare int64 }
+
 // posArgs converts a position to the two bigint columns that store it.
-func posArgs(p eventstore.Position) (int64, int64, error) {
+func posArgs(p eventstore.Position) (pgPosition, error) {
 	if p.Commit > math.MaxInt64 || p.Prepare > math.MaxInt64 {
-		return 0, 0, fmt.Errorf("projections: position %s does not fit in bigint columns", p)
+		return pgPosition{}, fmt.Errorf("projections: position %s does not fit in bigint columns", p)
 	}
-	return int64(p.Commit), int64(p.Prepare), nil
+	return pgPosition{int64(p.Commit), int64(p.Prepare)}, nil
 }
 
 func position(commit, prepare int64) eventstore.Position {
 	return eventstore.Position{Commit: uint64(commit), Prepare: uint64(prepare)}
 }
 
-// copyOrUpsert writes n rows to a generation's table: first with COPY straight
+// genRows are n rows for generation gen of the table base, in columns:
+// row(i) gives the values of the i-th.
+type genRows struct {
+	base    string
+	gen     int
+	columns []string
+	n       int
+	row     func(i int) []any
+}
+
+// copyOrUpsert writes rows to a generation's table: first with COPY straight
 // into it, the fastest way in, inside a savepoint; should a row already be there
 // (a unique violation: the batch, or part of it, was applied before), the
 // savepoint is rolled back and fallback writes the rows with its conflict rules.
-func copyOrUpsert(ctx context.Context, tx pgx.Tx, base string, gen int, columns []string, n int, row func(i int) []any, fallback func() error) error {
+func copyOrUpsert(ctx context.Context, tx pgx.Tx, rows genRows, fallback func() error) error {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return err
 	}
-	table := fmt.Sprintf("%s_g%d", base, gen)
-	_, err = sp.CopyFrom(ctx, pgx.Identifier{"readmodel", table}, columns, pgx.CopyFromSlice(n, func(i int) ([]any, error) { return row(i), nil }))
+	table := fmt.Sprintf("%s_g%d", rows.base, rows.gen)
+	_, err = sp.CopyFrom(ctx, pgx.Identifier{"readmodel", table}, rows.columns, pgx.CopyFromSlice(rows.n, func(i int) ([]any, error) { return rows.row(i), nil }))
 	if err == nil {
 		return sp.Commit(ctx)
 	}

@@ -110,8 +110,8 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	slots, gens, err := createGenerations(ctx, pool, projs, resumed, opts.Logger)
+	r := &rebuildRun{pool: pool, store: store, opts: opts, start: time.Now()}
+	slots, err := r.createGenerations(ctx, projs, resumed)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 		}
 		defer opts.Check.End()
 	}
-	if err := buildGenerations(ctx, pool, store, slots, gens, opts); err != nil {
+	if err := r.buildGenerations(ctx, slots); err != nil {
 		if ctx.Err() != nil {
 			// Stopped: the generations stay, each at its checkpoint, for the
 			// next rebuild to resume.
@@ -132,7 +132,15 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 		dropBuilds(ctx, pool, slots)
 		return nil, err
 	}
-	return verifyAndSwitch(ctx, pool, store, slots, start, opts)
+	return r.verifyAndSwitch(ctx, slots)
+}
+
+// rebuildRun is what the steps of one Rebuild share.
+type rebuildRun struct {
+	pool  *pgxpool.Pool
+	store Store
+	opts  RebuildOptions
+	start time.Time
 }
 
 // defaults fills in the zero values of RebuildOptions.
@@ -224,36 +232,43 @@ func resumableBuilds(ctx context.Context, pool *pgxpool.Pool, projs []Projection
 
 // createGenerations creates a new generation of each projection, one slot each
 // at the start of "all", but for a projection in resumed, whose generation
-// goes on from its checkpoint; gens maps each projection to its generation.
-// On failure the generations created are dropped.
-func createGenerations(ctx context.Context, pool *pgxpool.Pool, projs []Projection, resumed map[string]*slot, logger *slog.Logger) (slots []*slot, gens map[string]int, err error) {
-	slots = make([]*slot, 0, len(projs))
-	gens = map[string]int{}
+// goes on from its checkpoint. On failure the generations created are dropped.
+func (r *rebuildRun) createGenerations(ctx context.Context, projs []Projection, resumed map[string]*slot) ([]*slot, error) {
+	pool, logger := r.pool, r.opts.Logger
+	slots := make([]*slot, 0, len(projs))
 	var created []*slot
 	for _, p := range projs {
 		if s := resumed[p.Name()]; s != nil {
 			slots = append(slots, s)
-			gens[p.Name()] = s.gen
 			logger.Info("rebuild: resuming", "projection", p.Name(), "generation", s.gen, "position", s.pos.String(), "events", s.events)
 			continue
 		}
 		gen, err := createGeneration(ctx, pool, p.Name())
 		if err != nil {
 			dropBuilds(ctx, pool, created)
-			return nil, nil, err
+			return nil, err
 		}
 		created = append(created, &slot{proj: p, gen: gen})
 		slots = append(slots, created[len(created)-1])
-		gens[p.Name()] = gen
 		logger.Info("rebuild: building", "projection", p.Name(), "generation", gen)
 	}
-	return slots, gens, nil
+	return slots, nil
+}
+
+// generations maps each slot's projection to its generation.
+func generations(slots []*slot) map[string]int {
+	gens := make(map[string]int, len(slots))
+	for _, s := range slots {
+		gens[s.proj.Name()] = s.gen
+	}
+	return gens
 }
 
 // buildGenerations applies "all" to the new generations, batch by batch, until
 // they have caught up with what "all" shows now, reading each batch ahead while
 // the previous one is written. The caller drops the generations on failure.
-func buildGenerations(ctx context.Context, pool *pgxpool.Pool, store Store, slots []*slot, gens map[string]int, opts RebuildOptions) error {
+func (r *rebuildRun) buildGenerations(ctx context.Context, slots []*slot) error {
+	pool, store, opts, gens := r.pool, r.store, r.opts, generations(slots)
 	var (
 		consumed int64
 		ahead    *prefetched
@@ -317,7 +332,8 @@ func afterBuildBatch(ctx context.Context, opts RebuildOptions, consumed int64, g
 // verifyAndSwitch checks each built generation with opts.Check and switches to
 // it; a generation that fails the check or the switch is dropped, and its error
 // joins the others while the remaining projections go on.
-func verifyAndSwitch(ctx context.Context, pool *pgxpool.Pool, store Store, slots []*slot, start time.Time, opts RebuildOptions) ([]RebuildResult, error) {
+func (r *rebuildRun) verifyAndSwitch(ctx context.Context, slots []*slot) ([]RebuildResult, error) {
+	pool, opts := r.pool, r.opts
 	var results []RebuildResult
 	var errs []error
 	if err := createIndexes(ctx, pool, slots, opts.Logger); err != nil {
@@ -339,14 +355,14 @@ func verifyAndSwitch(ctx context.Context, pool *pgxpool.Pool, store Store, slots
 				continue
 			}
 		}
-		prev, err := switchGeneration(ctx, pool, store, s, opts.BatchSize, opts.LockTimeout)
+		prev, err := r.switchGeneration(ctx, s)
 		if err != nil {
 			dropBuilds(ctx, pool, []*slot{s})
 			errs = append(errs, err)
 			continue
 		}
 		opts.Logger.Info("rebuild: switched", "projection", s.proj.Name(), "generation", s.gen, "previous", prev, "position", s.pos.String())
-		results = append(results, RebuildResult{Projection: s.proj.Name(), Previous: prev, Generation: s.gen, Events: s.events, Position: s.pos, Duration: time.Since(start)})
+		results = append(results, RebuildResult{Projection: s.proj.Name(), Previous: prev, Generation: s.gen, Events: s.events, Position: s.pos, Duration: time.Since(r.start)})
 	}
 	return results, errors.Join(errs...)
 }
@@ -410,69 +426,67 @@ func dropBuilds(ctx context.Context, pool *pgxpool.Pool, slots []*slot) {
 
 // switchGeneration makes a built generation live in one transaction and drops the
 // previous one; it returns the previous generation.
-func switchGeneration(ctx context.Context, pool *pgxpool.Pool, store Store, s *slot, batch int, lockTimeout time.Duration) (int, error) {
+func (r *rebuildRun) switchGeneration(ctx context.Context, s *slot) (int, error) {
 	name := s.proj.Name()
-	var prev int
-	var applied int64
-	pos := s.pos
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, lockTimeout.Milliseconds())); err != nil {
+	sw := liveSwitch{name: name, gen: s.gen, pos: s.pos}
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, r.opts.LockTimeout.Milliseconds())); err != nil {
 			return err
 		}
-		var live eventstore.Position
-		var err error
-		if prev, live, err = Checkpoints.lockForSwitch(ctx, tx, name, s.gen, pos); err != nil {
+		live, err := Checkpoints.lockForSwitch(ctx, tx, name, s.gen, s.pos)
+		if err != nil {
 			return err
 		}
+		sw.prev = live.gen
 		// Catch up with the live generation, in this transaction.
-		if pos, applied, err = catchUpInTx(ctx, tx, store, s, pos, live, batch); err != nil {
+		if err := r.catchUpInTx(ctx, tx, s, live.pos, &sw); err != nil {
 			return err
 		}
-		return makeLive(ctx, tx, name, s.gen, prev, pos, applied)
+		return makeLive(ctx, tx, sw)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("projections: switch %s to generation %d: %w", name, s.gen, err)
 	}
-	s.pos = pos
-	s.events += applied
-	return prev, nil
+	s.pos = sw.pos
+	s.events += sw.applied
+	return sw.prev, nil
 }
 
 // catchUpInTx applies to the building generation of s, in tx, the events from
-// pos up to the live checkpoint; it returns the position reached and the
-// events applied.
-func catchUpInTx(ctx context.Context, tx pgx.Tx, store Store, s *slot, pos, live eventstore.Position, batch int) (eventstore.Position, int64, error) {
-	var applied int64
-	for pos.Compare(live) < 0 {
-		recs, err := store.ReadAll(ctx, pos, batch)
+// sw.pos up to the live checkpoint, moving sw.pos and counting them in
+// sw.applied.
+func (r *rebuildRun) catchUpInTx(ctx context.Context, tx pgx.Tx, s *slot, live eventstore.Position, sw *liveSwitch) error {
+	for sw.pos.Compare(live) < 0 {
+		recs, err := r.store.ReadAll(ctx, sw.pos, r.opts.BatchSize)
 		if err != nil {
-			return pos, applied, err
+			return err
 		}
 		if len(recs) == 0 {
-			return pos, applied, fmt.Errorf("the store shows nothing after %s, the live checkpoint is %s", pos, live)
+			return fmt.Errorf("the store shows nothing after %s, the live checkpoint is %s", sw.pos, live)
 		}
 		events, err := DecodeAll(recs)
 		if err != nil {
-			return pos, applied, err
+			return err
 		}
 		if err := s.proj.Apply(ctx, tx, s.gen, events); err != nil {
-			return pos, applied, err
+			return err
 		}
-		pos = recs[len(recs)-1].Position
-		applied += int64(len(recs))
+		sw.pos = recs[len(recs)-1].Position
+		sw.applied += int64(len(recs))
 	}
-	return pos, applied, nil
+	return nil
 }
 
-// makeLive drops the checkpoint of generation prev, makes generation gen's
-// live at pos, points the views at its tables and drops prev's tables.
-func makeLive(ctx context.Context, tx pgx.Tx, name string, gen, prev int, pos eventstore.Position, applied int64) error {
-	if err := Checkpoints.switchLive(ctx, tx, name, gen, prev, pos, applied); err != nil {
+// makeLive drops the checkpoint of generation sw.prev, makes generation
+// sw.gen's live at sw.pos, points the views at its tables and drops prev's
+// tables.
+func makeLive(ctx context.Context, tx pgx.Tx, sw liveSwitch) error {
+	if err := Checkpoints.switchLive(ctx, tx, sw); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `SELECT readmodel.publish_generation($1, $2)`, name, gen); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT readmodel.publish_generation($1, $2)`, sw.name, sw.gen); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, `SELECT readmodel.drop_generation($1, $2)`, name, prev)
+	_, err := tx.Exec(ctx, `SELECT readmodel.drop_generation($1, $2)`, sw.name, sw.prev)
 	return err
 }

@@ -44,17 +44,12 @@ func ReadStatus(ctx context.Context, pool *pgxpool.Pool, store Store) ([]Status,
 	if err != nil {
 		return nil, fmt.Errorf("projections: status: head: %w", err)
 	}
-	type lag struct {
-		n      int64
-		capped bool
-		secs   float64
-	}
 	lags := map[eventstore.Position]lag{}
 	for i := range out {
 		out[i].Head = head.String()
 		l, ok := lags[out[i].Checkpoint]
 		if !ok {
-			l.n, l.capped, l.secs, err = countAfter(ctx, store, out[i].Checkpoint)
+			l, err = countAfter(ctx, store, out[i].Checkpoint)
 			if err != nil {
 				return nil, err
 			}
@@ -65,22 +60,32 @@ func ReadStatus(ctx context.Context, pool *pgxpool.Pool, store Store) ([]Status,
 	return out, nil
 }
 
+// lag is how far behind a checkpoint is: n events after it (capped: at
+// least n, counting stopped at LagCap), the first of them secs old.
+type lag struct {
+	n      int64
+	capped bool
+	secs   float64
+}
+
 // countAfter counts the events after p, up to LagCap, and the age of the first.
-func countAfter(ctx context.Context, store Store, p eventstore.Position) (n int64, capped bool, secs float64, err error) {
+func countAfter(ctx context.Context, store Store, p eventstore.Position) (lag, error) {
 	const page = 10_000
-	for n < LagCap {
+	var l lag
+	for l.n < LagCap {
 		recs, err := store.ReadAll(ctx, p, page)
 		if err != nil {
-			return 0, false, 0, fmt.Errorf("projections: status: %w", err)
+			return lag{}, fmt.Errorf("projections: status: %w", err)
 		}
-		if n == 0 && len(recs) > 0 {
-			secs = max(time.Since(recs[0].Created).Seconds(), 0)
+		if l.n == 0 && len(recs) > 0 {
+			l.secs = max(time.Since(recs[0].Created).Seconds(), 0)
 		}
-		n += int64(len(recs))
+		l.n += int64(len(recs))
 		if len(recs) < page {
-			return n, false, secs, nil
+			return l, nil
 		}
 		p = recs[len(recs)-1].Position
 	}
-	return n, true, secs, nil
+	l.capped = true
+	return l, nil
 }

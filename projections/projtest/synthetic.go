@@ -103,22 +103,39 @@ func (sw *synthWriter) decide(a *synthAccount, command string, typ string, data 
 	claim := domain.KeyClaimed{Key: key, Command: command, RequestHash: "", Request: req, Stream: stream}
 	sum := sha256.Sum256(req)
 	claim.RequestHash = hex.EncodeToString(sum[:])
-	sw.add(domain.KeyStream(key), 0, "", key, command, domain.EvKeyClaimed, claim, req)
+	c := synthCommand{key: key, command: command, request: req}
+	sw.add(c, synthEvent{stream: domain.KeyStream(key), typ: domain.EvKeyClaimed, data: claim})
 	a.rev++
-	a.chain = sw.add(stream, a.rev, a.chain, key, command, typ, data, req)
+	a.chain = sw.add(c, synthEvent{stream: stream, rev: a.rev, prev: a.chain, typ: typ, data: data})
+}
+
+// synthCommand is the command a synthetic event records in its metadata.
+type synthCommand struct {
+	key, command string
+	request      []byte
+}
+
+// synthEvent is a synthetic event: its stream and revision, the chain hash
+// of the event before it in its stream (prev), its type and payload.
+type synthEvent struct {
+	stream    string
+	rev       int64
+	prev, typ string
+	data      any
 }
 
 // add queues one event, its metadata and chain hash as the ledger writes them,
 // and returns its chain hash.
-func (sw *synthWriter) add(stream string, rev int64, prev string, key, command, typ string, data any, request []byte) string {
-	b, err := json.Marshal(data)
+func (sw *synthWriter) add(c synthCommand, e synthEvent) string {
+	b, err := json.Marshal(e.data)
 	if err != nil {
 		sw.tb.Fatal(err)
 	}
-	hash := sha256.Sum256(request)
-	m := domain.Metadata{Key: key, Command: command, RequestHash: hex.EncodeToString(hash[:]), Count: 1, At: sw.at, Request: request, Schema: 1}
-	id := domain.EventID(key, stream, 0)
-	m.Chain = domain.ChainHash(prev, domain.StoredEvent{ID: id, Stream: stream, Revision: uint64(rev), Type: typ, Data: b, Metadata: m})
+	hash := sha256.Sum256(c.request)
+	m := domain.Metadata{Key: c.key, Command: c.command, RequestHash: hex.EncodeToString(hash[:]), Count: 1, At: sw.at, Request: c.request, Schema: 1}
+	stream, rev, typ := e.stream, e.rev, e.typ
+	id := domain.EventID(c.key, stream, 0)
+	m.Chain = domain.ChainHash(e.prev, domain.StoredEvent{ID: id, Stream: stream, Revision: uint64(rev), Type: typ, Data: b, Metadata: m})
 	mb, err := json.Marshal(m)
 	if err != nil {
 		sw.tb.Fatal(err)

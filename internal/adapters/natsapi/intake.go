@@ -13,6 +13,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/internal/app/reply"
+	"github.com/ledgerworks/ledger/internal/platform/workers"
 )
 
 // Handler decides a raw command: ledger.Service implements it.
@@ -175,10 +176,9 @@ type Intake struct {
 	work       context.Context
 	cancelWork context.CancelFunc
 
-	sem      chan struct{}  // request-reply workers
-	requests chan *nats.Msg // commands handed to idle workers
-	drained  chan struct{}  // closed once the subscriptions are drained
-	qsem     chan struct{}  // query slots
+	requests *workers.Pool // request-reply workers, MaxInFlight at most
+	drained  chan struct{} // closed once the subscriptions are drained
+	qsem     chan struct{} // query slots
 	wg       sync.WaitGroup
 	subs     []*nats.Subscription
 	js       jetstream.JetStream
@@ -195,8 +195,8 @@ func New(nc *nats.Conn, h Handler, opts Options) *Intake {
 	return &Intake{
 		nc: nc, h: h, opts: opts, log: opts.Logger.With("component", "intake"),
 		work: work, cancelWork: cancel,
-		sem: make(chan struct{}, opts.MaxInFlight), qsem: make(chan struct{}, opts.MaxInFlight),
-		requests: make(chan *nats.Msg), drained: make(chan struct{}),
+		qsem:     make(chan struct{}, opts.MaxInFlight),
+		requests: workers.New(opts.MaxInFlight, workerIdle), drained: make(chan struct{}),
 	}
 }
 
@@ -303,10 +303,12 @@ func (in *Intake) Stop(ctx context.Context) error {
 			}
 		}
 		close(in.drained) // no more commands: idle workers end
+		in.requests.Close()
 		if in.cons != nil {
 			in.cons.wait()
 		}
 		in.wg.Wait()
+		in.requests.Wait()
 		close(done)
 	}()
 	select {
@@ -316,6 +318,7 @@ func (in *Intake) Stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		in.cancelWork()
+		in.requests.Close()
 		<-done
 		return fmt.Errorf("natsapi: stop: %w", ctx.Err())
 	}
@@ -324,57 +327,23 @@ func (in *Intake) Stop(ctx context.Context) error {
 // onRequest runs on the subscription's goroutine: it hands the command to an idle
 // worker, or starts one while fewer than MaxInFlight run, or waits for a worker
 // to be free (back-pressure: the subscription's pending buffer absorbs the burst).
-// Workers are reused: a command's handling grows its goroutine's stack (decoding,
-// event encoding, hashing), and a fresh goroutine per command paid that growth
-// every time (runtime.newstack was 4.5% of the process's CPU under load).
+// Workers are reused (internal/platform/workers): a command's handling grows its
+// goroutine's stack, and a fresh goroutine per command paid that growth every time.
 func (in *Intake) onRequest(msg *nats.Msg) {
 	if msg.Reply == "" {
 		// A plain publish: no one waits for a reply. The stream captured it and the
 		// consumer decides it, with an ack, which is the durable path.
 		return
 	}
-	select {
-	case in.requests <- msg: // an idle worker took it
-		return
-	default:
-	}
-	select {
-	case in.requests <- msg:
-	case in.sem <- struct{}{}:
-		in.wg.Add(1)
-		go in.worker(msg)
-	case <-in.work.Done():
-	}
+	in.requests.Go(in.work.Done(), func() {
+		in.opts.Metrics.inFlightAdd(SourceRequest, 1)
+		in.handleRequest(msg)
+		in.opts.Metrics.inFlightAdd(SourceRequest, -1)
+	})
 }
 
 // workerIdle is how long a request worker waits for another command before it ends.
 const workerIdle = 10 * time.Second
-
-// worker handles msg, then the commands handed to it, until it has been idle for
-// workerIdle or the intake stops.
-func (in *Intake) worker(msg *nats.Msg) {
-	defer func() {
-		<-in.sem
-		in.wg.Done()
-	}()
-	idle := time.NewTimer(workerIdle)
-	defer idle.Stop()
-	for {
-		in.opts.Metrics.inFlightAdd(SourceRequest, 1)
-		in.handleRequest(msg)
-		in.opts.Metrics.inFlightAdd(SourceRequest, -1)
-		idle.Reset(workerIdle)
-		select {
-		case msg = <-in.requests:
-		case <-idle.C:
-			return
-		case <-in.drained:
-			return
-		case <-in.work.Done():
-			return
-		}
-	}
-}
 
 func (in *Intake) handleRequest(msg *nats.Msg) {
 	typ := commandType(msg.Subject)

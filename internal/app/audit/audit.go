@@ -120,70 +120,83 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 	if err := checkpointOptions(opts); err != nil {
 		return nil, err
 	}
-	f, closeSets, err := runFold(ctx, store, opts)
+	f, err := runFold(ctx, store, opts)
 	if err != nil {
 		return nil, err
 	}
-	defer closeSets()
-
+	defer f.sets.close()
+	r := &auditRun{store: store, opts: opts, f: f}
 	// The read models' snapshot comes first, so that the store's head is at or
 	// after every checkpoint.
-	var (
-		tx    pgx.Tx
-		lives []liveGen
-	)
 	if opts.ReadModels != nil {
-		var err error
-		tx, err = opts.ReadModels.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		r.tx, err = opts.ReadModels.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 		if err != nil {
 			return nil, fmt.Errorf("audit: read models: %w", err)
 		}
-		defer tx.Rollback(context.WithoutCancel(ctx))
-		if lives, err = liveGenerations(ctx, tx); err != nil {
+		defer r.tx.Rollback(context.WithoutCancel(ctx))
+		if r.lives, err = liveGenerations(ctx, r.tx); err != nil {
 			return nil, err
 		}
 	}
-	// Snapshots are listed before the head is read: each was taken of events
-	// already stored, so the fold up to the head reaches every one.
-	snapshots, err := checkSnapshotsOf(ctx, store, f, opts.Account)
+	if err := r.readHead(ctx); err != nil {
+		return nil, err
+	}
+	expected, err := r.foldExpecting(ctx)
 	if err != nil {
 		return nil, err
+	}
+	return r.report(ctx, expected)
+}
+
+// auditRun is what the steps of one Run share.
+type auditRun struct {
+	store     Store
+	opts      Options
+	f         *Fold
+	tx        pgx.Tx    // the read models' snapshot; nil without them
+	lives     []liveGen // their live generations in that snapshot
+	snapshots int       // the account snapshots the fold checks
+	head      eventstore.Position
+}
+
+// readHead lists the snapshots to check, then reads the head the audit
+// folds to: each snapshot was taken of events already stored, so the fold up
+// to the head reaches every one.
+func (r *auditRun) readHead(ctx context.Context) error {
+	f := r.f
+	var err error
+	if r.snapshots, err = checkSnapshotsOf(ctx, r.store, f, r.opts.Account); err != nil {
+		return err
 	}
 	if f.from != nil {
 		f.skipSnapshotsBefore()
 	}
-	head, err := store.Head(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("audit: head: %w", err)
+	if r.head, err = r.store.Head(ctx); err != nil {
+		return fmt.Errorf("audit: head: %w", err)
 	}
-	if f.from != nil && f.from.Position.Compare(head) > 0 {
-		return nil, fmt.Errorf("audit: --from: checkpoint %d is at %s, after the store's head %s: it was made of another store", f.from.ID, f.from.Position, head)
+	if f.from != nil && f.from.Position.Compare(r.head) > 0 {
+		return fmt.Errorf("audit: --from: checkpoint %d is at %s, after the store's head %s: it was made of another store", f.from.ID, f.from.Position, r.head)
 	}
-	expected, err := foldExpecting(ctx, store, f, head, lives, opts)
-	if err != nil {
-		return nil, err
-	}
-	return report(ctx, store, f, tx, lives, expected, snapshots, head, opts)
+	return nil
 }
 
 // runFold is the fold Run drives: its options, its sets in PostgreSQL when
-// there is a database for them (closeSets drops them), and, with --from, the
-// state of the audit checkpoint it resumes from.
-func runFold(ctx context.Context, store Store, opts Options) (f *Fold, closeSets func(), err error) {
-	f = NewFold()
+// there is a database for them (f.sets.close drops them), and, with --from,
+// the state of the audit checkpoint it resumes from.
+func runFold(ctx context.Context, store Store, opts Options) (*Fold, error) {
+	f := NewFold()
 	f.VerifyChain = opts.VerifyChain
 	f.NoRows = opts.ReadModels == nil
 	if opts.MaxViolations > 0 {
 		f.MaxViolations = opts.MaxViolations
 	}
 	f.Reload = reloader(ctx, store)
-	closeSets = func() {}
 	if opts.Sets != nil {
 		ps, err := newPGSets(ctx, opts.Sets)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		f.sets, closeSets = ps, ps.close
+		f.sets = ps
 	}
 	if opts.From != nil {
 		cp, err := projections.Checkpoints.LoadAudit(ctx, opts.Sets, *opts.From)
@@ -193,16 +206,17 @@ func runFold(ctx context.Context, store Store, opts Options) (f *Fold, closeSets
 			err = fmt.Errorf("audit: --from: %w", err)
 		}
 		if err != nil {
-			closeSets()
-			return nil, nil, err
+			f.sets.close()
+			return nil, err
 		}
-		f.lookupClaim = func(key string) (claim, bool, error) { return f.claimBefore(ctx, store, key) }
+		f.lookupClaim = func(key string) (*claim, error) { return f.claimBefore(ctx, store, key) }
 	}
-	return f, closeSets, nil
+	return f, nil
 }
 
 // report finishes the fold, compares the read models and writes the report.
-func report(ctx context.Context, store Store, f *Fold, tx pgx.Tx, lives []liveGen, expected []expectation, snapshots int, head eventstore.Position, opts Options) (*Report, error) {
+func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report, error) {
+	f, opts := r.f, r.opts
 	var state []byte
 	if opts.SaveCheckpoint { // what it carries, before Finish adds up the balances
 		var err error
@@ -219,28 +233,28 @@ func report(ctx context.Context, store Store, f *Fold, tx pgx.Tx, lives []liveGe
 		return nil, fmt.Errorf("audit: keys: %w", err)
 	}
 	rep := &Report{
-		Snapshots: snapshots, Head: head.String(), Events: f.Events, Streams: len(f.streams) + f.claimed, Accounts: len(f.Accounts),
+		Snapshots: r.snapshots, Head: r.head.String(), Events: f.Events, Streams: len(f.streams) + f.claimed, Accounts: len(f.Accounts),
 		Transfers: len(f.Transfers) + f.settledTransfers, Keys: keys, Account: opts.Account, ChainVerified: opts.VerifyChain, Totals: totals,
 	}
-	for i, l := range lives {
+	for i, l := range r.lives {
 		if expected[i].behind {
 			rep.ReadModels = append(rep.ReadModels, ReadModelCheck{Projection: l.name, Generation: l.gen, Position: l.pos.String(),
 				NotCompared: "its checkpoint is before the audit checkpoint's"})
 			continue
 		}
-		check, err := checkReadModel(ctx, tx, f, l, expected[i], opts.Account)
+		check, err := r.checkReadModel(ctx, l, expected[i])
 		if err != nil {
 			return nil, err
 		}
 		if expected[i].balances != nil {
-			if err := f.checkEffectiveBalances(ctx, tx, l, opts.Account, expected[i].balances); err != nil {
+			if err := f.checkEffectiveBalances(ctx, r.tx, l, opts.Account, expected[i].balances); err != nil {
 				return nil, err
 			}
 		}
 		rep.ReadModels = append(rep.ReadModels, check)
 	}
 	if opts.EventsOut != nil {
-		if rep.EventsOut, err = checkEventsOut(ctx, store, opts.ReadModels, f, *opts.EventsOut); err != nil {
+		if rep.EventsOut, err = checkEventsOut(ctx, r.store, opts.ReadModels, f, *opts.EventsOut); err != nil {
 			return rep, err
 		}
 	}
@@ -320,13 +334,14 @@ type expectation struct {
 
 // foldExpecting folds "all" up to head, taking on the way, for each live
 // generation, the rows the fold expects in its tables as of its checkpoint.
-func foldExpecting(ctx context.Context, store Store, f *Fold, head eventstore.Position, lives []liveGen, opts Options) ([]expectation, error) {
+func (r *auditRun) foldExpecting(ctx context.Context) ([]expectation, error) {
+	f, lives, opts := r.f, r.lives, r.opts
 	expected := make([]expectation, len(lives))
-	for i, l := range lives {
+	for i, l := range r.lives {
 		expected[i].behind = f.from != nil && l.pos.Compare(f.from.Position) < 0
 	}
 	snapshot := func(next *eventstore.Position) {
-		for i, l := range lives {
+		for i, l := range r.lives {
 			if expected[i].rows == nil && !expected[i].behind && (next == nil || next.Compare(l.pos) > 0) {
 				expected[i] = expectation{rows: f.Expected(l.name, opts.Account), seq: f.Events}
 				if l.name == projections.Balances || l.name == projections.Entries {
@@ -335,7 +350,7 @@ func foldExpecting(ctx context.Context, store Store, f *Fold, head eventstore.Po
 			}
 		}
 	}
-	if err := foldUntil(ctx, store, f, head, opts.BatchSize, snapshot, opts.Progress); err != nil {
+	if err := foldUntil(ctx, r.store, f, foldTo{until: r.head, batch: opts.BatchSize, before: snapshot, progress: opts.Progress}); err != nil {
 		return nil, err
 	}
 	snapshot(nil)
@@ -345,14 +360,15 @@ func foldExpecting(ctx context.Context, store Store, f *Fold, head eventstore.Po
 // checkReadModel compares a live generation's tables with the rows the fold
 // expected as of its checkpoint (invariant 4); a checkpoint after the fold's
 // last event means the read model was built from another store.
-func checkReadModel(ctx context.Context, tx pgx.Tx, f *Fold, l liveGen, expected expectation, account string) (ReadModelCheck, error) {
+func (r *auditRun) checkReadModel(ctx context.Context, l liveGen, expected expectation) (ReadModelCheck, error) {
+	f := r.f
 	if l.pos.Compare(f.Last) > 0 {
 		f.violate(Violation{Invariant: InvReadModel, Kind: "checkpoint_ahead", Message: fmt.Sprintf(
 			"read model %s is at %s, after the store's head %s: it was built from another store", l.name, l.pos, f.Last)})
 	}
 	check := ReadModelCheck{Projection: l.name, Generation: l.gen, Position: l.pos.String()}
 	for _, table := range ProjectionTables[l.name] {
-		d, err := f.compareTable(ctx, tx, table, 0, account, expected)
+		d, err := f.compareTable(ctx, tableRead{q: r.tx, table: table, account: r.opts.Account}, expected)
 		if err != nil {
 			return ReadModelCheck{}, err
 		}
@@ -368,12 +384,13 @@ func checkReadModel(ctx context.Context, tx pgx.Tx, f *Fold, l liveGen, expected
 // compareTable compares a read-model table (gen 0: the live view) with what
 // the fold expected of it: a table whose rows the fold noted in PostgreSQL by
 // a join there, another in memory.
-func (f *Fold) compareTable(ctx context.Context, q Querier, table string, gen int, account string, expected expectation) (TableDiff, error) {
+func (f *Fold) compareTable(ctx context.Context, tr tableRead, expected expectation) (TableDiff, error) {
+	table := tr.table
 	noted := f.from != nil && notedTables[table] // an incremental audit: the rows its events touched
 	if ps, ok := f.sets.(*pgSets); ok && notedTables[table] {
-		return ps.compare(ctx, q, table, gen, account, expected.seq, noted)
+		return ps.compare(ctx, tr, expected.seq, noted)
 	}
-	actual, err := ReadTable(ctx, q, table, gen, account)
+	actual, err := ReadTable(ctx, tr.q, table, tr.gen, tr.account)
 	if err != nil {
 		return TableDiff{}, err
 	}
@@ -443,13 +460,24 @@ func liveGenerations(ctx context.Context, q Querier) ([]liveGen, error) {
 	return out, nil
 }
 
+// foldTo is how far foldUntil folds, by pages of batch events, and what it
+// calls on the way: before with each event's position before the event is
+// folded, progress with the events folded so far (either may be nil).
+type foldTo struct {
+	until    eventstore.Position
+	batch    int
+	before   func(*eventstore.Position)
+	progress func(int64)
+}
+
 // foldUntil folds "all" after the fold's last event up to and including
 // position until, storing the fold's sets after each page. before, when set,
 // is called with each event's position before the event is folded. The
 // pages are read, and their metadata decoded, one page ahead of the fold
 // (readAhead), so the store's query, the decoding, the fold and the sets'
 // COPY of the page before run at the same time.
-func foldUntil(ctx context.Context, store eventstore.AllReader, f *Fold, until eventstore.Position, batch int, before func(*eventstore.Position), progress func(int64)) error {
+func foldUntil(ctx context.Context, store eventstore.AllReader, f *Fold, to foldTo) error {
+	until, batch, before, progress := to.until, to.batch, to.before, to.progress
 	from := eventstore.Start
 	if f.Events > 0 {
 		from = f.Last
@@ -560,7 +588,7 @@ type generationCheck struct {
 	store  Store
 	f      *Fold
 	ps     *pgSets
-	pages  chan []eventstore.RecordedEvent
+	pages  chan page
 	done   chan struct{}
 	err    error
 	cancel context.CancelFunc
@@ -577,21 +605,21 @@ func (c *generationCheck) Begin(ctx context.Context, from eventstore.Position) e
 	c.ps, c.f = ps, NewFold()
 	c.f.sets, c.f.Reload = ps, reloader(ctx, c.store)
 	ctx, c.cancel = context.WithCancel(ctx)
-	c.pages, c.done = make(chan []eventstore.RecordedEvent, checkAhead), make(chan struct{})
+	c.pages, c.done = make(chan page, checkAhead), make(chan struct{})
 	go c.run(ctx, from, c.pages)
 	return nil
 }
 
 // run folds "all" up to from (a resumed build's events before it), then each
 // batch handed to Fold, storing the sets after each.
-func (c *generationCheck) run(ctx context.Context, from eventstore.Position, pages <-chan []eventstore.RecordedEvent) {
+func (c *generationCheck) run(ctx context.Context, from eventstore.Position, pages <-chan page) {
 	defer close(c.done)
-	if c.err = foldUntil(ctx, c.store, c.f, from, 5000, nil, nil); c.err != nil {
+	if c.err = foldUntil(ctx, c.store, c.f, foldTo{until: from, batch: 5000}); c.err != nil {
 		return
 	}
-	for recs := range pages {
-		for _, re := range recs {
-			c.f.Apply(re)
+	for p := range pages {
+		for i, re := range p.recs {
+			c.f.apply(re, p.metas[i])
 		}
 		c.f.Settle()
 		if c.err = cmp.Or(c.f.reloadErr, c.ps.flush(ctx)); c.err != nil {
@@ -600,13 +628,21 @@ func (c *generationCheck) run(ctx context.Context, from eventstore.Position, pag
 	}
 }
 
+// Fold hands the check the build's batch with the metadata the build
+// decoded (the same decoder as the audit's, domain.DecodeMetadataNoRequest),
+// decoding only what the projections skip (key streams).
 func (c *generationCheck) Fold(events []*projections.Event) error {
-	recs := make([]eventstore.RecordedEvent, len(events))
+	p := page{recs: make([]eventstore.RecordedEvent, len(events)), metas: make([]meta, len(events))}
 	for i, ev := range events {
-		recs[i] = ev.RecordedEvent
+		p.recs[i] = ev.RecordedEvent
+		if ev.MetaDecoded {
+			p.metas[i] = meta{m: ev.Meta}
+		} else {
+			p.metas[i] = decodeMeta(ev.RecordedEvent)
+		}
 	}
 	select {
-	case c.pages <- recs:
+	case c.pages <- p:
 		return nil
 	case <-c.done:
 		return cmp.Or(c.err, errors.New("audit: the check has ended"))
@@ -634,7 +670,7 @@ func (c *generationCheck) Verify(ctx context.Context, vs []projections.Verificat
 			errs[i] = fmt.Errorf("audit: generation %d of %s is at %s, before the batches its check was handed (up to %s)", vs[i].Generation, vs[i].Projection, vs[i].Position, c.f.Last)
 			continue
 		}
-		if err := foldUntil(ctx, c.store, c.f, vs[i].Position, 5000, nil, nil); err != nil {
+		if err := foldUntil(ctx, c.store, c.f, foldTo{until: vs[i].Position, batch: 5000}); err != nil {
 			return failAll(err)
 		}
 		var err error
@@ -667,7 +703,7 @@ func verifyOne(ctx context.Context, pool *pgxpool.Pool, f *Fold, v projections.V
 	expected := expectation{rows: f.Expected(v.Projection, ""), seq: f.Events}
 	var faults []string
 	for _, table := range ProjectionTables[v.Projection] {
-		d, err := f.compareTable(ctx, pool, table, v.Generation, "", expected)
+		d, err := f.compareTable(ctx, tableRead{q: pool, table: table, gen: v.Generation}, expected)
 		if err != nil {
 			return nil, err
 		}

@@ -151,7 +151,7 @@ type Fold struct {
 	// from is the checkpoint an incremental audit resumed from (resume.go);
 	// lookupClaim then finds a key's claim made before it.
 	from        *projections.AuditCheckpoint
-	lookupClaim func(key string) (claim, bool, error)
+	lookupClaim func(key string) (*claim, error)
 
 	Violations []Violation
 	violations int
@@ -394,9 +394,9 @@ func (f *Fold) checkAccountEvent(re eventstore.RecordedEvent, m domain.Metadata,
 	}
 	switch p := payload.(type) {
 	case *domain.Credited:
-		f.flow(re, m, a, p.Reason, p.Amount, p.Currency, true)
+		f.flow(re, m, a, money{p.Reason, p.Amount, p.Currency, true})
 	case *domain.Debited:
-		f.flow(re, m, a, p.Reason, p.Amount, p.Currency, false)
+		f.flow(re, m, a, money{p.Reason, p.Amount, p.Currency, false})
 	case *domain.HoldPlaced:
 		check("held_after", p.HeldAfter, a.Held)
 	case *domain.HoldCaptured:
@@ -486,8 +486,17 @@ func accountReply(rec *domain.KeyRecord) reply.Reply {
 	return reply.Account(rec, append([]domain.EventRef{}, rec.Events...), &after, false)
 }
 
+// money is a movement of money as a Credited or Debited event states it.
+type money struct {
+	reason   string
+	amount   int64
+	currency string
+	credit   bool
+}
+
 // flow classifies a money movement for invariant 2.
-func (f *Fold) flow(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account, reason string, amount int64, currency string, credit bool) {
+func (f *Fold) flow(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account, mv money) {
+	reason, amount, currency, credit := mv.reason, mv.amount, mv.currency, mv.credit
 	if currency != a.Currency {
 		f.eventViolation(InvBalance, "currency_mismatch", re, "%s moved on an account of %s", currency, a.Currency)
 	}

@@ -157,12 +157,15 @@ func (s *pgSets) keys(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// pgChecks are the set queries of invariants 1 and 5, each row a violation.
-var pgChecks = []struct {
+// pgCheck is a set query whose every row is a violation.
+type pgCheck struct {
 	invariant int
 	kind, sql string
 	message   func(vals []any) string
-}{
+}
+
+// pgChecks are the set queries of invariants 1 and 5, each row a violation.
+var pgChecks = []pgCheck{
 	{InvStreams, "duplicate_event_id",
 		`SELECT event_id::text, count(*) FROM audit_ids GROUP BY event_id HAVING count(*) > 1 ORDER BY min(seq)`,
 		func(v []any) string { return fmt.Sprintf("event ID %s is stored %d times", v[0], v[1]) }},
@@ -194,7 +197,7 @@ func (s *pgSets) finish(ctx context.Context, f *Fold) error {
 		return err
 	}
 	for _, c := range pgChecks {
-		if err := s.check(ctx, f, c.invariant, c.kind, c.sql, c.message); err != nil {
+		if err := s.check(ctx, f, c); err != nil {
 			return err
 		}
 	}
@@ -216,8 +219,9 @@ func (s *pgSets) finish(ctx context.Context, f *Fold) error {
 
 // check runs one set query; each row it returns is a violation: its first
 // values name the key, stream, revision and event ID, message says the rest.
-func (s *pgSets) check(ctx context.Context, f *Fold, invariant int, kind, sql string, message func([]any) string) error {
-	rows, err := s.conn.Query(ctx, sql)
+func (s *pgSets) check(ctx context.Context, f *Fold, c pgCheck) error {
+	invariant, kind, message := c.invariant, c.kind, c.message
+	rows, err := s.conn.Query(ctx, c.sql)
 	if err != nil {
 		return fmt.Errorf("audit: %s: %w", kind, err)
 	}
@@ -249,12 +253,13 @@ func (s *pgSets) check(ctx context.Context, f *Fold, invariant int, kind, sql st
 // noted (an incremental audit) compares only the rows noted, those the events
 // after its checkpoint touched: the table is read by their keys, a page of
 // keys at a time, and a row the fold did not note is not looked at.
-func (s *pgSets) compare(ctx context.Context, q Querier, table string, gen int, account string, seq int64, noted bool) (TableDiff, error) {
+func (s *pgSets) compare(ctx context.Context, tr tableRead, seq int64, noted bool) (TableDiff, error) {
+	table, account := tr.table, tr.account
 	if err := s.sync(ctx); err != nil {
 		return TableDiff{}, err
 	}
 	d := TableDiff{Table: table}
-	actual, err := s.readActual(ctx, q, table, gen, account, seq, noted, false)
+	actual, err := s.readActual(ctx, tr, seq, noted, false)
 	if err != nil {
 		return d, err
 	}
@@ -268,7 +273,7 @@ func (s *pgSets) compare(ctx context.Context, q Querier, table string, gen int, 
 	if _, err := s.conn.Exec(ctx, `TRUNCATE audit_actual`); err != nil {
 		return d, fmt.Errorf("audit: %s: %w", table, err)
 	}
-	if _, err := s.readActual(ctx, q, table, gen, account, seq, noted, true); err != nil {
+	if _, err := s.readActual(ctx, tr, seq, noted, true); err != nil {
 		return d, err
 	}
 	return d, s.differences(ctx, &d, table, account, seq)
@@ -277,18 +282,18 @@ func (s *pgSets) compare(ctx context.Context, q Querier, table string, gen int, 
 // readActual reads a read-model table's rows (noted: those of the keys noted
 // up to seq) and returns their digest; with keep it also copies them into
 // audit_actual.
-func (s *pgSets) readActual(ctx context.Context, q Querier, table string, gen int, account string, seq int64, noted, keep bool) (digester, error) {
+func (s *pgSets) readActual(ctx context.Context, tr tableRead, seq int64, noted, keep bool) (digester, error) {
 	if noted {
-		return s.copyNoted(ctx, q, table, gen, account, seq, keep)
+		return s.copyNoted(ctx, tr, seq, keep)
 	}
-	return s.copyTable(ctx, q, table, gen, account, nil, keep)
+	return s.copyTable(ctx, tr, nil, keep)
 }
 
 // copyTable reads a read-model table's rows (only those of keys, when set),
 // copying them into audit_actual as they are read when keep is set, and
 // returns their digest.
-func (s *pgSets) copyTable(ctx context.Context, q Querier, table string, gen int, account string, keys []string, keep bool) (digester, error) {
-	t, err := openTable(ctx, q, table, gen, account, keys)
+func (s *pgSets) copyTable(ctx context.Context, tr tableRead, keys []string, keep bool) (digester, error) {
+	t, err := openTable(ctx, tr, keys)
 	if err != nil {
 		return digester{}, err
 	}
@@ -301,7 +306,7 @@ func (s *pgSets) copyTable(ctx context.Context, q Querier, table string, gen int
 		return src.sum, src.Err()
 	}
 	if _, err := s.conn.CopyFrom(ctx, pgx.Identifier{"audit_actual"}, []string{"tbl", "key", "digest"}, src); err != nil {
-		return digester{}, fmt.Errorf("audit: %s: %w", table, err)
+		return digester{}, fmt.Errorf("audit: %s: %w", tr.table, err)
 	}
 	return src.sum, nil
 }
@@ -312,7 +317,8 @@ const notedPage = 5000
 // copyNoted reads the rows of the keys noted for a table up to seq (copying
 // them into audit_actual when keep is set), a page of keys at a time (the
 // keys listed once, numbered, in a temporary table), and returns their digest.
-func (s *pgSets) copyNoted(ctx context.Context, q Querier, table string, gen int, account string, seq int64, keep bool) (digester, error) {
+func (s *pgSets) copyNoted(ctx context.Context, tr tableRead, seq int64, keep bool) (digester, error) {
+	table, account := tr.table, tr.account
 	var sum digester
 	if _, err := s.conn.Exec(ctx, `TRUNCATE audit_noted`); err != nil {
 		return sum, fmt.Errorf("audit: %s: %w", table, err)
@@ -334,7 +340,7 @@ func (s *pgSets) copyNoted(ctx context.Context, q Querier, table string, gen int
 		if len(keys) == 0 {
 			return sum, nil
 		}
-		page, err := s.copyTable(ctx, q, table, gen, account, keys, keep)
+		page, err := s.copyTable(ctx, tr, keys, keep)
 		if err != nil {
 			return sum, err
 		}

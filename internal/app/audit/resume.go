@@ -334,21 +334,21 @@ func (f *Fold) skipSnapshotsBefore() {
 
 // claimBefore looks up, in the store, the claim of a key decided after the
 // checkpoint that has none after it: its claim came before (revision 0 of
-// its key stream, at or before the checkpoint).
-func (f *Fold) claimBefore(ctx context.Context, store Store, key string) (claim, bool, error) {
+// its key stream, at or before the checkpoint); nil when it finds none.
+func (f *Fold) claimBefore(ctx context.Context, store Store, key string) (*claim, error) {
 	sr, ok := store.(eventstore.StreamReader)
 	if !ok || f.from == nil {
-		return claim{}, false, nil
+		return nil, nil
 	}
 	recs, err := sr.ReadStream(ctx, domain.KeyStreamPrefix+key, 0, eventstore.Forwards, 1)
 	if err != nil || len(recs) == 0 || recs[0].Position.Compare(f.from.Position) > 0 {
-		return claim{}, false, ignoreNotFound(err)
+		return nil, ignoreNotFound(err)
 	}
 	var c domain.KeyClaimed
 	if recs[0].Type != domain.EvKeyClaimed || json.Unmarshal(recs[0].Data, &c) != nil {
-		return claim{}, false, nil
+		return nil, nil
 	}
-	return claim{stream: c.Stream, hash: c.RequestHash}, true, nil
+	return &claim{stream: c.Stream, hash: c.RequestHash}, nil
 }
 
 func ignoreNotFound(err error) error {

@@ -257,7 +257,7 @@ type Querier interface {
 // gen is 0, else the table of generation gen. account, when set, keeps only the
 // rows that concern that account.
 func ReadTable(ctx context.Context, q Querier, table string, gen int, account string) (map[string]string, error) {
-	t, err := openTable(ctx, q, table, gen, account, nil)
+	t, err := openTable(ctx, tableRead{q: q, table: table, gen: gen, account: account}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -278,13 +278,23 @@ type tableRows struct {
 	err         error
 }
 
-func openTable(ctx context.Context, q Querier, table string, gen int, account string, keys []string) (*tableRows, error) {
-	name := projections.View(table)
-	if gen > 0 {
-		name = projections.Table(table, gen)
+// tableRead is a read-model table as the comparison reads it: through q (a
+// snapshot of the read models), its name, its generation (0: the live view)
+// and the account its rows are kept to ("": every row).
+type tableRead struct {
+	q       Querier
+	table   string
+	gen     int
+	account string
+}
+
+func openTable(ctx context.Context, tr tableRead, keys []string) (*tableRows, error) {
+	name := projections.View(tr.table)
+	if tr.gen > 0 {
+		name = projections.Table(tr.table, tr.gen)
 	}
 	var sql string
-	switch table {
+	switch tr.table {
 	case "accounts":
 		sql = `SELECT account_id, currency, overdraft_limit, metadata::text, status, balance, held, available, revision FROM %s WHERE $1 = '' OR account_id = $1`
 	case "holds":
@@ -298,18 +308,18 @@ func openTable(ctx context.Context, q Querier, table string, gen int, account st
 	case "commands":
 		sql = `SELECT idempotency_key, reply::text FROM %s WHERE $1 = '' OR stream = 'account-' || $1`
 	default:
-		return nil, fmt.Errorf("audit: unknown read-model table %q", table)
+		return nil, fmt.Errorf("audit: unknown read-model table %q", tr.table)
 	}
-	args := []any{account}
+	args := []any{tr.account}
 	if keys != nil { // only the rows of these keys (a key as the fold names it)
-		sql = strings.Replace(sql, "WHERE ", "WHERE (", 1) + ") AND " + keyFilter[table]
+		sql = strings.Replace(sql, "WHERE ", "WHERE (", 1) + ") AND " + keyFilter[tr.table]
 		args = append(args, keys)
 	}
-	rows, err := q.Query(ctx, fmt.Sprintf(sql, name), args...)
+	rows, err := tr.q.Query(ctx, fmt.Sprintf(sql, name), args...)
 	if err != nil {
 		return nil, fmt.Errorf("audit: read %s: %w", name, err)
 	}
-	return &tableRows{table: table, name: name, rows: rows}, nil
+	return &tableRows{table: tr.table, name: name, rows: rows}, nil
 }
 
 // keyFilter selects a read-model table's rows by their keys ($2, as the fold
@@ -327,7 +337,7 @@ func (t *tableRows) Next() bool {
 	if t.err != nil || !t.rows.Next() {
 		return false
 	}
-	t.key, t.row, t.err = scanRow(t.table, t.rows)
+	t.err = t.scan()
 	return t.err == nil
 }
 
@@ -344,65 +354,74 @@ func (t *tableRows) Err() error {
 
 func (t *tableRows) Close() { t.rows.Close() }
 
-func scanRow(table string, rows pgx.Rows) (key, r string, err error) {
-	switch table {
+// scan reads the row at the cursor into key and row, rendered as the fold
+// renders what it expects.
+func (t *tableRows) scan() (err error) {
+	rows := t.rows
+	switch t.table {
 	case "accounts":
 		var id, currency, md, status string
 		var overdraft, balance, held, available, rev int64
 		if err := rows.Scan(&id, &currency, &overdraft, &md, &status, &balance, &held, &available, &rev); err != nil {
-			return "", "", err
+			return err
 		}
 		var m map[string]string
 		if err := json.Unmarshal([]byte(md), &m); err != nil {
-			return "", "", err
+			return err
 		}
-		return id, row(id, currency, overdraft, metadataJSON(m), status, balance, held, available, rev), nil
+		t.key, t.row = id, row(id, currency, overdraft, metadataJSON(m), status, balance, held, available, rev)
+		return nil
 	case "holds":
 		var account, hold, currency, status, key string
 		var amount, captured int64
 		var exp *time.Time
 		if err := rows.Scan(&account, &hold, &amount, &currency, &status, &captured, &exp, &key); err != nil {
-			return "", "", err
+			return err
 		}
-		return account + "/" + hold, row(account, hold, amount, currency, status, captured, exp, key), nil
+		t.key, t.row = account+"/"+hold, row(account, hold, amount, currency, status, captured, exp, key)
+		return nil
 	case "entries":
 		var id uuid.UUID
 		var e entryFields
 		var mdText string
 		if err := rows.Scan(&id, &e.account, &e.rev, &e.typ, &e.reason, &e.ref, &e.amount, &e.currency, &e.balance, &e.key, &e.at, &mdText, &e.effective); err != nil {
-			return "", "", err
+			return err
 		}
 		if mdText != "{}" {
 			if err := json.Unmarshal([]byte(mdText), &e.md); err != nil {
-				return "", "", err
+				return err
 			}
 		}
 		e.id = id.String()
-		return e.id, e.digest(), nil
+		t.key, t.row = e.id, e.digest()
+		return nil
 	case "balance_history":
 		var id uuid.UUID
 		var h historyFields
 		if err := rows.Scan(&h.account, &h.rev, &id, &h.typ, &h.currency, &h.balance, &h.held, &h.status, &h.at, &h.effective); err != nil {
-			return "", "", err
+			return err
 		}
 		h.id = id.String()
-		return h.id, h.digest(), nil
+		t.key, t.row = h.id, h.digest()
+		return nil
 	case "transfers":
 		var id, from, to, currency, status string
 		var amount, refunded int64
 		if err := rows.Scan(&id, &from, &to, &amount, &currency, &status, &refunded); err != nil {
-			return "", "", err
+			return err
 		}
-		return id, row(id, from, to, amount, currency, status, refunded), nil
+		t.key, t.row = id, row(id, from, to, amount, currency, status, refunded)
+		return nil
 	case "commands":
 		var key, reply string
 		if err := rows.Scan(&key, &reply); err != nil {
-			return "", "", err
+			return err
 		}
 		// The read model holds the reply as the ledger encodes it, byte for byte.
-		return key, rowDigest(reply), nil
+		t.key, t.row = key, rowDigest(reply)
+		return nil
 	}
-	return "", "", fmt.Errorf("audit: unknown table %q", table)
+	return fmt.Errorf("audit: unknown table %q", t.table)
 }
 
 // TableDiff is how a table differs from the fold.

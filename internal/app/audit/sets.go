@@ -38,6 +38,8 @@ type historySets interface {
 	finish(ctx context.Context, f *Fold) error
 	// keys is the number of client keys decided.
 	keys(ctx context.Context) (int, error)
+	// close drops what the sets keep outside the process.
+	close()
 }
 
 type expRow struct {
@@ -64,6 +66,8 @@ func newMemSets() *memSets {
 	return &memSets{ids: map[uuid.UUID]struct{}{}, groups: map[[16]byte]struct{}{}, homes: map[string]string{}, homeHash: map[string]string{},
 		claims: map[string]claim{}, rows: map[string]map[string]expRow{}}
 }
+
+func (s *memSets) close() {}
 
 func (s *memSets) eventID(f *Fold, re eventstore.RecordedEvent) {
 	if _, dup := s.ids[re.ID]; dup {
@@ -140,9 +144,12 @@ func (s *memSets) expected(table, account string) map[string]string {
 // store (lookupClaim).
 func (f *Fold) checkClaim(key, home, hash string, c claim, claimed bool) error {
 	if !claimed && f.lookupClaim != nil {
-		var err error
-		if c, claimed, err = f.lookupClaim(key); err != nil {
+		found, err := f.lookupClaim(key)
+		if err != nil {
 			return fmt.Errorf("audit: claim of %q: %w", key, err)
+		}
+		if claimed = found != nil; claimed {
+			c = *found
 		}
 	}
 	switch {

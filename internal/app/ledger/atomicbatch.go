@@ -67,8 +67,8 @@ func (s *Service) decideAtomicBatch(ctx context.Context, b domain.Batch) (Reply,
 	}
 	req := b.Canonical()
 	for round := 0; round < s.opts.MaxAttempts; round++ {
-		if r, done, err := s.decidedBatch(ctx, b.Key, req); err != nil || done {
-			return r, err
+		if o, err := s.decidedBatch(ctx, b.Key, req); err != nil || o.answered {
+			return o.r, err
 		}
 		bd := &batchDecision{s: s, b: b, req: req, refresh: round > 0}
 		var err error
@@ -78,11 +78,11 @@ func (s *Service) decideAtomicBatch(ctx context.Context, b domain.Batch) (Reply,
 		if bd.origins, err = s.refundOrigins(ctx, b.Commands); err != nil {
 			return Reply{}, err
 		}
-		d, again, err := s.tryAtomicBatch(ctx, bd)
+		d, err := s.tryAtomicBatch(ctx, bd)
 		switch {
 		case err != nil:
 			return Reply{}, err
-		case again:
+		case d.again:
 			continue
 		case d.r != nil:
 			return *d.r, nil
@@ -97,25 +97,28 @@ func (s *Service) decideAtomicBatch(ctx context.Context, b domain.Batch) (Reply,
 
 // decidedBatch answers a batch key already decided: the batch's reply
 // (duplicate), or a conflict when the key is bound to another request (another
-// batch, or a command of its own). done is false for a key never decided.
-func (s *Service) decidedBatch(ctx context.Context, key string, req domain.Canonical) (r Reply, done bool, err error) {
+// batch, or a command of its own); no answer for a key never decided.
+func (s *Service) decidedBatch(ctx context.Context, key string, req domain.Canonical) (outcome, error) {
 	c, err := s.readClaim(ctx, key)
 	if err != nil || c == nil {
-		return Reply{}, false, err
+		return outcome{}, err
 	}
 	j, err := domain.Judge(c.DecidedFor(), req)
 	switch {
 	case err != nil:
-		return Reply{}, false, err
+		return outcome{}, err
 	case j.Verdict == domain.KeyConflict:
-		return reply.Conflict(key, j.Fields), true, nil
+		return answer(reply.Conflict(key, j.Fields)), nil
 	}
 	d, err := s.readBatchDecided(ctx, key)
 	if err != nil {
-		return Reply{}, false, err
+		return outcome{}, err
 	}
-	r, err = s.batchReply(ctx, d, true)
-	return r, err == nil, err
+	r, err := s.batchReply(ctx, d, true)
+	if err != nil {
+		return outcome{}, err
+	}
+	return answer(r), nil
 }
 
 // readBatchDecided reads an atomic batch's decision from its key stream.
@@ -140,7 +143,7 @@ func (s *Service) batchReply(ctx context.Context, d *domain.BatchDecided, duplic
 	if err != nil {
 		return Reply{}, err
 	}
-	return reply.FillBatch(r, duplicate, func(key string) (Reply, bool, error) { return s.lookup(ctx, key) })
+	return reply.FillBatch(r, duplicate, func(key string) (*Reply, error) { return s.lookup(ctx, key) })
 }
 
 // priorDecisions answers each element whose key was decided before the batch
@@ -170,15 +173,15 @@ func (s *Service) priorDecisions(ctx context.Context, cmds []domain.BatchCommand
 			prior[i] = &r
 			continue
 		}
-		r, found, err := s.lookup(ctx, c.IdempotencyKey)
+		r, err := s.lookup(ctx, c.IdempotencyKey)
 		if err != nil {
 			return nil, err
 		}
-		if !found {
+		if r == nil {
 			return nil, fmt.Errorf("ledger: key %q is claimed but its decision is not found", c.IdempotencyKey)
 		}
 		r.Duplicate = true
-		prior[i] = &r
+		prior[i] = r
 	}
 	return prior, nil
 }

@@ -22,6 +22,7 @@ import (
 type batchOutcome struct {
 	r       *Reply
 	decided *domain.BatchDecided
+	again   bool // another round, on the store's head
 }
 
 // batchDecision is one round of an atomic batch under its locks.
@@ -70,16 +71,16 @@ var errDecidedMeanwhile = errors.New("ledger: a command of the atomic batch was 
 
 // tryAtomicBatch is one round of an atomic batch: under the locks of its key,
 // its transfer and transaction streams, then its accounts, it decides the
-// elements and appends. again asks for another round, on the store's head.
-func (s *Service) tryAtomicBatch(ctx context.Context, bd *batchDecision) (out batchOutcome, again bool, err error) {
+// elements and appends; out.again asks for another round, on the store's head.
+func (s *Service) tryAtomicBatch(ctx context.Context, bd *batchDecision) (out batchOutcome, err error) {
 	own, ids := batchStreams(bd.b.Commands, bd.origins)
 	_, err = s.underLocks(ctx, append([]string{domain.KeyStream(bd.b.Key)}, own...), func(*attempt) (Reply, bool, error) {
 		return Reply{}, false, s.withAccountLocks(ctx, ids, func(l *heldLocks) (err error) {
-			out, again, err = bd.run(ctx, l, ids)
+			out, err = bd.run(ctx, l, ids)
 			return err
 		})
 	})
-	return out, again, err
+	return out, err
 }
 
 // batchStreams are the transfer and transaction streams an atomic batch's
@@ -113,7 +114,7 @@ func batchStreams(cmds []domain.BatchCommand, origins []*refundOrigin) (own, acc
 
 // run decides the batch on its accounts ids (their locks held by l) and
 // appends it.
-func (bd *batchDecision) run(ctx context.Context, l *heldLocks, ids []string) (out batchOutcome, again bool, err error) {
+func (bd *batchDecision) run(ctx context.Context, l *heldLocks, ids []string) (batchOutcome, error) {
 	settled := false
 	defer func() {
 		if !settled {
@@ -121,47 +122,47 @@ func (bd *batchDecision) run(ctx context.Context, l *heldLocks, ids []string) (o
 		}
 	}()
 	if err := bd.load(ctx, l, ids); err != nil {
-		return batchOutcome{}, false, err
+		return batchOutcome{}, err
 	}
 	refused, err := bd.decideAll(ctx)
 	if errors.Is(err, domain.ErrRecallUnsettled) || errors.Is(err, errDecidedMeanwhile) || errors.Is(err, errOriginInFlight) {
-		return batchOutcome{}, true, nil
+		return batchOutcome{again: true}, nil
 	}
 	if err != nil {
-		return batchOutcome{}, false, err
+		return batchOutcome{}, err
 	}
 	if refused != nil && refused.unrecorded() {
 		r := reply.AtomicRefused(bd.b.Key, batchKeys(bd.b), refused.index, refused.r, false)
-		return batchOutcome{r: &r}, false, nil
+		return batchOutcome{r: &r}, nil
 	}
 	parts, err := bd.record(refused)
 	if err != nil {
-		return batchOutcome{}, false, err
+		return batchOutcome{}, err
 	}
 	if err := bd.s.fail("batch/decided"); err != nil {
-		return batchOutcome{}, false, err
+		return batchOutcome{}, err
 	}
 	res, err := bd.s.appends.parts(ctx, parts)
 	if err != nil {
 		o, err := refusedAppend(bd.b.Key, bd.s.claimError(ctx, parts[0].Stream, bd.req, err))
 		if o.answered {
-			return batchOutcome{r: &o.r}, false, nil
+			return batchOutcome{r: &o.r}, nil
 		}
-		return batchOutcome{}, o.retry, err
+		return batchOutcome{again: o.retry}, err
 	}
 	if res[0].Idempotent {
 		// The batch's decision was there (another sender's): answered from
 		// it. An element's writes alone found there are the same command
 		// decided alone on the same state meanwhile: the batch is written.
-		return batchOutcome{}, true, nil
+		return batchOutcome{again: true}, nil
 	}
 	if refused != nil {
 		r := reply.AtomicRefused(bd.b.Key, bd.decided.Keys, refused.index, refused.r, false)
-		return batchOutcome{r: &r}, false, nil
+		return batchOutcome{r: &r}, nil
 	}
 	settled = true
 	bd.settle(res)
-	return batchOutcome{decided: &bd.decided}, false, nil
+	return batchOutcome{decided: &bd.decided}, nil
 }
 
 // load loads the batch's accounts (ids) under their locks, every one drained

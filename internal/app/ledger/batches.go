@@ -82,7 +82,7 @@ func (s *Service) runBatch(ctx context.Context, cmds []domain.BatchCommand) []Re
 		}
 		e := elems[i]
 		wg.Add(1)
-		s.elements.run(func() {
+		s.elements.Go(nil, func() {
 			defer wg.Done()
 			defer e.finish()
 			if err := e.waitStart(ctx, slots); err != nil {

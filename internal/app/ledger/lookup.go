@@ -11,58 +11,74 @@ import (
 // Lookup returns the original reply of a decided client key, from the event store:
 // found is false when the key was never decided (or only refused without record).
 func (s *Service) Lookup(ctx context.Context, key string) (Reply, bool, error) {
-	r, found, err := s.lookup(ctx, key)
-	if err == nil && found {
+	r, err := s.lookup(ctx, key)
+	if err == nil && r != nil {
 		err = s.answered(ctx)
 	}
-	if err != nil {
+	if err != nil || r == nil {
 		return Reply{}, false, err
 	}
-	return r, found, nil
+	return *r, true, nil
 }
 
-func (s *Service) lookup(ctx context.Context, key string) (r Reply, found bool, err error) {
+// replyOf is r, found, unless err.
+func replyOf(r Reply, err error) (*Reply, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// lookup is Lookup's answer, nil when not found, before it is made durable.
+func (s *Service) lookup(ctx context.Context, key string) (*Reply, error) {
 	c, err := s.readClaim(ctx, key)
 	if err != nil || c == nil {
-		return Reply{}, false, err
+		return nil, err
 	}
 	switch {
 	case c.Command == string(domain.CmdBatch): // an atomic batch's key (atomicbatch.go)
 		d, err := s.readBatchDecided(ctx, key)
 		if err != nil {
-			return Reply{}, false, err
+			return nil, err
 		}
-		r, err := s.batchReply(ctx, d, false)
-		return r, err == nil, err
+		return replyOf(s.batchReply(ctx, d, false))
 	case strings.HasPrefix(c.Stream, domain.AccountStreamPrefix):
-		err := s.whenSettled(ctx, c.Stream, func() error {
-			acc, err := s.loadAccount(ctx, c.Stream, strings.TrimPrefix(c.Stream, domain.AccountStreamPrefix), true)
-			if err != nil {
-				return err
-			}
-			rec, err := s.keyRecord(ctx, c.Stream, acc, key)
-			if rec != nil { // else claimed, but its decision is not written yet
-				r, found = recordReply(rec, false), true
-			}
-			return err
-		})
-		if err == nil && found && c.Command == string(domain.CmdCaptureHold) {
-			if running, err := s.mover.captureInFlight(ctx, key, c); err != nil || running {
-				return Reply{}, false, err
-			}
-		}
-		return r, found, err
+		return s.lookupAccountKey(ctx, key, c)
 	case strings.HasPrefix(c.Stream, domain.TransferStreamPrefix):
 		return s.lookupTransfer(ctx, key, c)
 	case domain.IsTransactionStream(c.Stream):
 		o, err := s.readTransaction(ctx, c.Stream)
 		if err != nil || o == nil || domain.ClientKey(o.ev.Metadata) != key {
-			return Reply{}, false, err // claimed, but its decision is not written (or not this key's)
+			return nil, err // claimed, but its decision is not written (or not this key's)
 		}
-		r, err := o.reply(false)
-		return r, err == nil, err
+		return replyOf(o.reply(false))
 	}
-	return Reply{}, false, nil
+	return nil, nil
+}
+
+// lookupAccountKey answers a key claimed (c) for an account stream: its
+// record, unless its decision is not written yet or it is a capture into an
+// account still running.
+func (s *Service) lookupAccountKey(ctx context.Context, key string, c *domain.KeyClaimed) (*Reply, error) {
+	var r *Reply
+	err := s.whenSettled(ctx, c.Stream, func() error {
+		acc, err := s.loadAccount(ctx, c.Stream, strings.TrimPrefix(c.Stream, domain.AccountStreamPrefix), true)
+		if err != nil {
+			return err
+		}
+		rec, err := s.keyRecord(ctx, c.Stream, acc, key)
+		if rec != nil { // else claimed, but its decision is not written yet
+			rr := recordReply(rec, false)
+			r = &rr
+		}
+		return err
+	})
+	if err == nil && r != nil && c.Command == string(domain.CmdCaptureHold) {
+		if running, err := s.mover.captureInFlight(ctx, key, c); err != nil || running {
+			return nil, err
+		}
+	}
+	return r, err
 }
 
 // LookupTransaction returns a transaction as its stream records it, from the

@@ -15,6 +15,7 @@ import (
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/reply"
+	"github.com/ledgerworks/ledger/internal/platform/workers"
 )
 
 // Store is what the command handler needs of an event store. A store that also
@@ -115,7 +116,7 @@ type Service struct {
 	snapWG      sync.WaitGroup
 	warm        *warmer // loads the store's accounts after a restart (warm.go); nil: none
 	// elements runs the commands of batches that are not atomic (batchworkers.go).
-	elements *elementWorkers
+	elements *workers.Pool
 	// failpoint, when set (by tests only), is called between the steps of a saga
 	// with the step's name; an error aborts the handler there, as a crash would.
 	failpoint func(step string) error
@@ -179,7 +180,7 @@ func (s *Service) Close() {
 	s.snapWG.Wait()
 	s.keys.close()
 	s.cold.close()
-	s.elements.close()
+	s.elements.Close()
 }
 
 // ErrTooManyConflicts means concurrent writers kept winning for MaxAttempts rounds.

@@ -77,7 +77,7 @@ func (s *Service) fail(step string) error {
 func (s *Service) handleTransfer(ctx context.Context, cmd domain.Command) (Reply, error) {
 	stream := domain.TransferStream(cmd.TransferID)
 	req := cmd.Canonical()
-	return s.decideOnTransfer(ctx, cmd, stream, cmd.TransferID, false, "transfer/requested", func(t *domain.Transfer, fresh, wrote bool) (transferStep, error) {
+	return s.decideOnTransfer(ctx, transferWrite{cmd: cmd, id: cmd.TransferID, failpoint: "transfer/requested"}, func(t *domain.Transfer, fresh, wrote bool) (transferStep, error) {
 		if t.Requested {
 			if t.Key() != cmd.IdempotencyKey {
 				r, err := s.transferExists(ctx, cmd, req, t)
@@ -113,16 +113,27 @@ const (
 	appendThem                     // append the events, fold them, and decide again
 )
 
-// decideOnTransfer is the load-decide-append loop of a client command whose home
-// is the transfer stream of transfer id (through underLocks): it loads the
-// transfer (from the store when refresh, or when the last attempt asked to),
-// asks decide, appends the events it returns with the key's claim at the
-// transfer's revision, and answers a key conflict or retries a concurrent
-// write. decide learns whether the state is fresh from the store and whether
-// this call already wrote the command's request.
-func (s *Service) decideOnTransfer(ctx context.Context, cmd domain.Command, stream, id string, refresh bool, failpoint string,
-	decide func(t *domain.Transfer, fresh, wrote bool) (transferStep, error)) (Reply, error) {
-	req := cmd.Canonical()
+// transferWrite is a client command whose home is the transfer stream of
+// transfer id, for decideOnTransfer: whether its first attempt reads the
+// transfer from the store (refresh), and the failpoint after its request is
+// written.
+type transferWrite struct {
+	cmd       domain.Command
+	id        string
+	refresh   bool
+	failpoint string
+}
+
+// decideOnTransfer is the load-decide-append loop of w's command (through
+// underLocks): it loads the transfer (from the store when w.refresh, or when
+// the last attempt asked to), asks decide, appends the events it returns
+// with the key's claim at the transfer's revision, and answers a key
+// conflict or retries a concurrent write. decide learns whether the state is
+// fresh from the store and whether this call already wrote the command's
+// request.
+func (s *Service) decideOnTransfer(ctx context.Context, w transferWrite, decide func(t *domain.Transfer, fresh, wrote bool) (transferStep, error)) (Reply, error) {
+	cmd, id, refresh, failpoint := w.cmd, w.id, w.refresh, w.failpoint
+	stream, req := domain.TransferStream(id), cmd.Canonical()
 	wrote := false
 	return s.underLocks(ctx, []string{stream}, func(*attempt) (Reply, bool, error) {
 		t, err := s.loadTransfer(ctx, stream, id, refresh)
@@ -205,11 +216,11 @@ func (s *Service) driveSaga(ctx context.Context, stream, transferID, key string)
 		if sg.Stage.Decided() {
 			return t, nil
 		}
-		step, sg, o, err := s.runStageSteps(ctx, stream, t, sg)
+		step, err := s.runStageSteps(ctx, sagaAt{stream: stream, t: t, sg: sg})
 		if err != nil {
 			return nil, err
 		}
-		recorded, err := s.recordMarker(ctx, stream, t, sg, step, o)
+		recorded, err := s.recordMarker(ctx, sagaAt{stream: stream, t: t, sg: step.sg}, step)
 		if err != nil {
 			return nil, err
 		}
@@ -223,27 +234,42 @@ func (s *Service) driveSaga(ctx context.Context, stream, transferID, key string)
 
 // runStageSteps runs the account steps that the stage of an undecided saga calls
 // for: a pending saga's debit, and its credit once the debit applied; a
-// compensating saga's compensation. It returns the last step run, the saga as
-// its marker is decided on (of the amount the debit moved, for one with up_to:
-// the debit's record fixed it once, and a debit run again answers it) and the
-// step's outcome.
-func (s *Service) runStageSteps(ctx context.Context, stream string, t *domain.Transfer, sg *domain.Saga) (string, *domain.Saga, domain.StepOutcome, error) {
+// compensating saga's compensation. It returns the last step run (stageStep).
+func (s *Service) runStageSteps(ctx context.Context, at sagaAt) (stageStep, error) {
+	t, sg := at.t, at.sg
 	switch sg.Stage {
 	case domain.SagaPending:
 		o, err := s.runStep(ctx, t, sg, domain.StepDebit)
 		if err != nil || !o.Applied {
-			return domain.StepDebit, sg, o, err
+			return stageStep{name: domain.StepDebit, sg: sg, o: o}, err
 		}
 		if sg, err = sg.Moving(o); err != nil {
-			return "", nil, o, err
+			return stageStep{}, err
 		}
 		o, err = s.runStep(ctx, t, sg, domain.StepCredit)
-		return domain.StepCredit, sg, o, err
+		return stageStep{name: domain.StepCredit, sg: sg, o: o}, err
 	case domain.SagaCompensating:
 		o, err := s.runStep(ctx, t, sg, domain.StepCompensate)
-		return domain.StepCompensate, sg, o, err
+		return stageStep{name: domain.StepCompensate, sg: sg, o: o}, err
 	}
-	return "", nil, domain.StepOutcome{}, fmt.Errorf("ledger: %s: saga %q at stage %s", stream, sg.Key, sg.Stage)
+	return stageStep{}, fmt.Errorf("ledger: %s: saga %q at stage %s", at.stream, sg.Key, sg.Stage)
+}
+
+// sagaAt is a saga (sg) of the transfer stream whose state is t.
+type sagaAt struct {
+	stream string
+	t      *domain.Transfer
+	sg     *domain.Saga
+}
+
+// stageStep is the last account step a saga's stage ran: its name, the saga
+// as its marker is decided on (of the amount the debit moved, for one with
+// up_to: the debit's record fixed it once, and a debit run again answers it)
+// and the step's outcome.
+type stageStep struct {
+	name string
+	sg   *domain.Saga
+	o    domain.StepOutcome
 }
 
 // runStep runs one account step of a saga, calls the failpoint after it and
@@ -257,22 +283,22 @@ func (s *Service) runStep(ctx context.Context, t *domain.Transfer, sg *domain.Sa
 	return domain.StepOutcome{Applied: rec.Status == domain.StatusApplied, Code: rec.Code, Message: rec.Message, Moved: moved}, s.fail(sagaFailpoint(sg, step))
 }
 
-// recordMarker decides the marker that the outcome o of a saga's last step
-// calls for, appends it (appendMarker) and calls the failpoint after it; false
+// recordMarker decides the marker that the outcome of a saga's last step
+// (at.sg is step's saga) calls for, appends it (appendMarker) and calls the failpoint after it; false
 // when another instance wrote to the stream first, so the marker is not recorded.
-func (s *Service) recordMarker(ctx context.Context, stream string, t *domain.Transfer, sg *domain.Saga, step string, o domain.StepOutcome) (bool, error) {
-	mkey, events, err := domain.DecideSagaMarker(t, sg, step, o)
+func (s *Service) recordMarker(ctx context.Context, at sagaAt, step stageStep) (bool, error) {
+	mkey, events, err := domain.DecideSagaMarker(at.t, at.sg, step.name, step.o)
 	if err != nil {
 		return false, err
 	}
-	err = s.appendMarker(ctx, stream, t, sg, mkey, events)
+	err = s.appendMarker(ctx, at, mkey, events)
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	return true, s.fail(sagaFailpoint(sg, strings.TrimPrefix(mkey, sg.Key+":")))
+	return true, s.fail(sagaFailpoint(at.sg, strings.TrimPrefix(mkey, at.sg.Key+":")))
 }
 
 // sagaFailpoint is the failpoint name of step (see fail) in saga sg.
@@ -310,10 +336,11 @@ func (s *Service) stepWithFailpoint(ctx context.Context, cmd domain.Command, ste
 
 // appendMarker records a saga's progress in the transfer stream under the
 // marker's derived key, at the revision the saga's state was read at.
-func (s *Service) appendMarker(ctx context.Context, stream string, t *domain.Transfer, sg *domain.Saga, key string, events []domain.NewEvent) error {
+func (s *Service) appendMarker(ctx context.Context, at sagaAt, key string, events []domain.NewEvent) error {
 	if len(events) == 0 {
 		return nil
 	}
+	stream, t, sg := at.stream, at.t, at.sg
 	req, err := domain.ParseRequest(sg.Request)
 	if err != nil {
 		return fmt.Errorf("ledger: %s: request of %q: %w", stream, sg.Key, err)
@@ -378,7 +405,7 @@ func (s *Service) refundTransfer(ctx context.Context, cmd domain.Command, orig *
 	req := cmd.Canonical()
 	// A refund starts from the store's head: the cache may miss this key's own
 	// decision or the transfer's, made by another instance (one short read).
-	return s.decideOnTransfer(ctx, cmd, stream, id, true, "refund/requested", func(t *domain.Transfer, fresh, wrote bool) (transferStep, error) {
+	return s.decideOnTransfer(ctx, transferWrite{cmd: cmd, id: id, refresh: true, failpoint: "refund/requested"}, func(t *domain.Transfer, fresh, wrote bool) (transferStep, error) {
 		if sg, ok := t.SagaOf(cmd.IdempotencyKey); ok {
 			if r, ok := sagaConflict(sg, req); !ok {
 				return transferStep{r: r}, nil
@@ -405,23 +432,22 @@ func (s *Service) refundTransfer(ctx context.Context, cmd domain.Command, orig *
 // lookupTransfer answers query.command for a key whose home is a transfer stream:
 // the transfer's own key or one of its refunds'. A saga still in flight is not
 // decided yet: not found (the transfer process or a retry decides it).
-func (s *Service) lookupTransfer(ctx context.Context, key string, c *domain.KeyClaimed) (Reply, bool, error) {
+func (s *Service) lookupTransfer(ctx context.Context, key string, c *domain.KeyClaimed) (*Reply, error) {
 	stream := c.Stream
 	unlock, err := s.locks.lock(ctx, stream)
 	if err != nil {
-		return Reply{}, false, err
+		return nil, err
 	}
 	defer unlock()
 	t, err := s.loadTransfer(ctx, stream, strings.TrimPrefix(stream, domain.TransferStreamPrefix), true)
 	if err != nil {
-		return Reply{}, false, err
+		return nil, err
 	}
 	sg, ok := t.SagaOf(key)
 	if !ok || !sg.Stage.Decided() {
-		return Reply{}, false, nil
+		return nil, nil
 	}
-	r, err := s.sagaReply(ctx, t, key, false, nil)
-	return r, err == nil, err
+	return replyOf(s.sagaReply(ctx, t, key, false, nil))
 }
 
 // ResumeTransfer drives every saga of a transfer stream that was left undecided

@@ -241,9 +241,7 @@ func (s *Service) Account(ctx context.Context, q AccountRequest) (*Account, *rep
 		avail  *int64
 	)
 	// One statement: the row and the checkpoint come from one snapshot.
-	pos, err := projections.Checkpoints.LiveWith(ctx, s.pool, projections.Accounts,
-		`a.account_id, a.currency, a.balance, a.held, a.available, a.revision, a.status`,
-		`LEFT JOIN readmodel.accounts a ON a.account_id = $1`, []any{q.AccountID}, &id, &curr, &bal, &held, &avail, &rev, &status)
+	pos, err := projections.Checkpoints.LiveWith(ctx, s.pool, projections.Accounts, projections.BesideCheckpoint{Cols: `a.account_id, a.currency, a.balance, a.held, a.available, a.revision, a.status`, Join: `LEFT JOIN readmodel.accounts a ON a.account_id = $1`, Args: []any{q.AccountID}, Dest: []any{&id, &curr, &bal, &held, &avail, &rev, &status}})
 	if err != nil {
 		return nil, internal(err)
 	}
@@ -307,8 +305,7 @@ func (s *Service) effectiveBalance(ctx context.Context, q BalanceRequest, effect
 	)
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
-		pos, err = projections.Checkpoints.LiveWith(ctx, tx, projections.Balances,
-			`(SELECT max(revision) FROM readmodel.balance_history WHERE account_id = $1)`, "", []any{q.AccountID}, &last)
+		pos, err = projections.Checkpoints.LiveWith(ctx, tx, projections.Balances, projections.BesideCheckpoint{Cols: `(SELECT max(revision) FROM readmodel.balance_history WHERE account_id = $1)`, Args: []any{q.AccountID}, Dest: []any{&last}})
 		if err != nil || last == nil {
 			return err
 		}
@@ -379,8 +376,7 @@ type balanceRead struct {
 func (r *balanceRead) read(ctx context.Context, tx pgx.Tx, q BalanceRequest, at *time.Time) error {
 	const cols = `revision, currency, balance, held, status, at`
 	var err error
-	r.pos, err = projections.Checkpoints.LiveWith(ctx, tx, projections.Balances,
-		`(SELECT max(revision) FROM readmodel.balance_history WHERE account_id = $1)`, "", []any{q.AccountID}, &r.last)
+	r.pos, err = projections.Checkpoints.LiveWith(ctx, tx, projections.Balances, projections.BesideCheckpoint{Cols: `(SELECT max(revision) FROM readmodel.balance_history WHERE account_id = $1)`, Args: []any{q.AccountID}, Dest: []any{&r.last}})
 	if err != nil {
 		return err
 	}
@@ -484,9 +480,7 @@ func entriesPageOf(q EntriesRequest) (entriesPage, *reply.QueryError) {
 // entries nor a row in the accounts read model.
 func readEntries(ctx context.Context, tx pgx.Tx, accountID string, page entriesPage, out *Entries) error {
 	var exists bool
-	pos, err := projections.Checkpoints.LiveWith(ctx, tx, projections.Entries,
-		`EXISTS (SELECT 1 FROM readmodel.entries WHERE account_id = $1) OR EXISTS (SELECT 1 FROM readmodel.accounts WHERE account_id = $1)`,
-		"", []any{accountID}, &exists)
+	pos, err := projections.Checkpoints.LiveWith(ctx, tx, projections.Entries, projections.BesideCheckpoint{Cols: `EXISTS (SELECT 1 FROM readmodel.entries WHERE account_id = $1) OR EXISTS (SELECT 1 FROM readmodel.accounts WHERE account_id = $1)`, Args: []any{accountID}, Dest: []any{&exists}})
 	if err != nil {
 		return err
 	}
@@ -557,9 +551,7 @@ func (s *Service) Transfer(ctx context.Context, q TransferRequest) (*Transfer, *
 		id, from, to, curr, status *string
 		amount                     *int64
 	)
-	at, err := projections.Checkpoints.LiveWith(ctx, s.pool, projections.Transfers,
-		`t.transfer_id, t.from_account, t.to_account, t.amount, t.currency, t.status`,
-		`LEFT JOIN readmodel.transfers t ON t.transfer_id = $1`, []any{q.TransferID}, &id, &from, &to, &amount, &curr, &status)
+	at, err := projections.Checkpoints.LiveWith(ctx, s.pool, projections.Transfers, projections.BesideCheckpoint{Cols: `t.transfer_id, t.from_account, t.to_account, t.amount, t.currency, t.status`, Join: `LEFT JOIN readmodel.transfers t ON t.transfer_id = $1`, Args: []any{q.TransferID}, Dest: []any{&id, &from, &to, &amount, &curr, &status}})
 	if err != nil {
 		return nil, internal(err)
 	}
@@ -584,8 +576,7 @@ func (s *Service) Command(ctx context.Context, q CommandRequest) (json.RawMessag
 		return nil, qerr
 	}
 	var original, command *string
-	at, err := projections.Checkpoints.LiveWith(ctx, s.pool, projections.Commands,
-		`k.reply::text, k.command`, `LEFT JOIN readmodel.commands k ON k.idempotency_key = $1`, []any{q.IdempotencyKey}, &original, &command)
+	at, err := projections.Checkpoints.LiveWith(ctx, s.pool, projections.Commands, projections.BesideCheckpoint{Cols: `k.reply::text, k.command`, Join: `LEFT JOIN readmodel.commands k ON k.idempotency_key = $1`, Args: []any{q.IdempotencyKey}, Dest: []any{&original, &command}})
 	if err != nil {
 		return nil, internal(err)
 	}
@@ -634,7 +625,12 @@ func (s *Service) batchCommand(ctx context.Context, row []byte) (json.RawMessage
 	if err := rows.Err(); err != nil {
 		return nil, internal(err)
 	}
-	filled, err := reply.FillBatch(batch, false, func(key string) (reply.Reply, bool, error) { r, ok := elems[key]; return r, ok, nil })
+	filled, err := reply.FillBatch(batch, false, func(key string) (*reply.Reply, error) {
+		if r, ok := elems[key]; ok {
+			return &r, nil
+		}
+		return nil, nil
+	})
 	if err != nil {
 		return nil, internal(err)
 	}

@@ -367,20 +367,21 @@ func BatchDecided(d *domain.BatchDecided) (Reply, error) {
 // replies (elem: a key's original reply, found reports whether it has one),
 // each marked duplicate as its stub says, or every one when duplicate (the
 // whole batch answered again).
-func FillBatch(batch Reply, duplicate bool, elem func(key string) (Reply, bool, error)) (Reply, error) {
+func FillBatch(batch Reply, duplicate bool, elem func(key string) (*Reply, error)) (Reply, error) {
 	if batch.Status != domain.StatusApplied {
 		batch.Duplicate = duplicate
 		return batch, nil
 	}
 	replies := make([]Reply, len(batch.Replies))
 	for i, stub := range batch.Replies {
-		r, found, err := elem(stub.IdempotencyKey)
+		found, err := elem(stub.IdempotencyKey)
 		if err != nil {
 			return Reply{}, err
 		}
-		if !found {
+		if found == nil {
 			return Reply{}, fmt.Errorf("reply: batch %q: the decision of its element %d (key %q) is not found", batch.IdempotencyKey, i, stub.IdempotencyKey)
 		}
+		r := *found
 		r.Duplicate = duplicate || stub.Duplicate
 		replies[i] = r
 	}

@@ -1,0 +1,94 @@
+// Package workers runs short jobs on goroutines that outlive one job. A
+// command's way through the ledger (decoding, deciding, encoding, hashing,
+// the group commit's hand-off) grows its goroutine's stack to tens of KiB,
+// and a fresh goroutine per command paid that growth every time
+// (runtime.newstack was 4.5% of the process's CPU under load at the NATS
+// intake, and newstack with copystack 19% of the samples in ledger bench's
+// batch phase: BENCHMARKS.md, "Batches"). An idle worker takes the next job,
+// else one is started (while fewer than the bound run); a worker idle for
+// the pool's idle time ends, and every idle one once the pool is closed.
+package workers
+
+import (
+	"sync"
+	"time"
+)
+
+// Pool is a set of workers. Its zero value is not usable: see New.
+type Pool struct {
+	jobs   chan func()   // unbuffered: a send succeeds only into an idle worker
+	slots  chan struct{} // one per running worker; nil: no bound
+	idle   time.Duration
+	closed chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup
+}
+
+// New returns a pool of at most max workers (max <= 0: no bound but the jobs
+// in flight at once), each ending once idle for idle (> 0).
+func New(max int, idle time.Duration) *Pool {
+	p := &Pool{jobs: make(chan func()), idle: idle, closed: make(chan struct{})}
+	if max > 0 {
+		p.slots = make(chan struct{}, max)
+	}
+	return p
+}
+
+// Go runs f on an idle worker, or on a new one while fewer than the bound
+// run; at the bound it waits for a worker to take f, or for done to close
+// (then f is not run, and Go reports false). done may be nil.
+func (p *Pool) Go(done <-chan struct{}, f func()) bool {
+	select {
+	case p.jobs <- f: // an idle worker took it
+		return true
+	default:
+	}
+	if p.slots == nil {
+		p.start(f)
+		return true
+	}
+	select {
+	case p.jobs <- f:
+	case p.slots <- struct{}{}:
+		p.start(f)
+	case <-done:
+		return false
+	}
+	return true
+}
+
+func (p *Pool) start(f func()) {
+	p.wg.Add(1)
+	go p.loop(f)
+}
+
+// loop runs f, then the jobs handed to it, until it has been idle for p.idle
+// or the pool is closed.
+func (p *Pool) loop(f func()) {
+	defer func() {
+		if p.slots != nil {
+			<-p.slots
+		}
+		p.wg.Done()
+	}()
+	idle := time.NewTimer(p.idle)
+	defer idle.Stop()
+	for {
+		f()
+		idle.Reset(p.idle)
+		select {
+		case f = <-p.jobs:
+		case <-idle.C:
+			return
+		case <-p.closed:
+			return
+		}
+	}
+}
+
+// Close ends the idle workers, and each busy one once its job is done. It
+// may be called more than once.
+func (p *Pool) Close() { p.once.Do(func() { close(p.closed) }) }
+
+// Wait waits until every worker has ended (after Close, or idle).
+func (p *Pool) Wait() { p.wg.Wait() }
