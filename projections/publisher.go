@@ -322,35 +322,6 @@ func (p *Publisher) publish(ctx context.Context, recs []eventstore.RecordedEvent
 	return stored, firstErr
 }
 
-// EventMsg is the message of one event on LEDGER_EVENTS (the publisher's, and
-// a repair's: ledger audit --events-out --repair).
-func EventMsg(re eventstore.RecordedEvent) (*nats.Msg, error) {
-	var m struct {
-		Key string    `json:"key"`
-		At  time.Time `json:"at"`
-	}
-	if len(re.Metadata) > 0 {
-		if err := json.Unmarshal(re.Metadata, &m); err != nil {
-			return nil, fmt.Errorf("publisher: %s@%d: metadata: %w", re.Stream, re.Revision, err)
-		}
-	}
-	data := json.RawMessage(re.Data)
-	if !json.Valid(data) {
-		return nil, fmt.Errorf("publisher: %s@%d: data is not JSON", re.Stream, re.Revision)
-	}
-	body, err := json.Marshal(EventMessage{
-		ID: re.ID, Stream: re.Stream, Revision: re.Revision, Position: re.Position.String(), Type: re.Type,
-		Data: data, IdempotencyKey: m.Key, At: m.At,
-	})
-	if err != nil {
-		return nil, err
-	}
-	msg := nats.NewMsg(EventSubject(re.Stream, re.Type))
-	msg.Data = body
-	msg.Header.Set(HeaderPosition, re.Position.String())
-	return msg, nil
-}
-
 // sync declares the stream and reads where the publishing stands: after the
 // stream's last message, or the checkpoint when the stream holds nothing later.
 func (p *Publisher) sync(ctx context.Context) error {

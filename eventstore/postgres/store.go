@@ -538,7 +538,7 @@ func storedRange(ctx context.Context, q querier, stream string, from, to int64) 
 	var st stored
 	var xid string
 	var pos int64
-	_, err = pgx.ForEachRow(rows, []any{&st.revision, &st.id, &xid, &pos}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&st.revision, (*[16]byte)(&st.id), &xid, &pos}, func() error {
 		p, err := position(xid, pos)
 		st.pos = p
 		out = append(out, st)
@@ -631,7 +631,7 @@ func insertArgs(plans []plan) []any {
 	var (
 		streams   []string
 		revisions []int64
-		ids       []uuid.UUID
+		ids       [][16]byte // not uuid.UUID: pgx encodes a driver.Valuer through its text form, failing once per element first
 		types     []string
 		data      [][]byte
 		metadata  [][]byte
@@ -741,7 +741,7 @@ func scanEvents(rows pgx.Rows) ([]eventstore.RecordedEvent, error) {
 		xid string
 		rev int64
 	)
-	_, err := pgx.ForEachRow(rows, []any{&pos, &xid, &e.Stream, &rev, &e.ID, &e.Type, &e.Data, &e.Metadata, &e.Created}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&pos, &xid, &e.Stream, &rev, (*[16]byte)(&e.ID), &e.Type, &e.Data, &e.Metadata, &e.Created}, func() error {
 		p, err := position(xid, pos)
 		e.Position = p
 		e.Revision = uint64(rev)

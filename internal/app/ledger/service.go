@@ -95,6 +95,10 @@ type Service struct {
 	metrics   *metrics
 	// mover moves money over several accounts as the store allows (mover.go).
 	mover mover
+	// unreadNewTransfers: a transfer not cached is decided as new without a
+	// read of its stream, the store telling an append whose events were there
+	// already (transferToDecide).
+	unreadNewTransfers bool
 	// keys finds what aggregates forgot of a key, as the store allows
 	// (keys.go); snaps is the store's when it keeps snapshots (history.go);
 	// keyLimit is Account.KeyLimit for new aggregates.
@@ -150,6 +154,9 @@ func New(store Store, opts Options) *Service {
 	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), pipes: newPipes(), accounts: newAccountCache(opts.CacheSize, opts.CacheBytes, m.cachedBytes),
 		claims: newLRU[string, *domain.KeyClaimed](opts.CacheSize, nil), transfers: newLRU[string, *domain.Transfer](opts.CacheSize, nil), metrics: m, snapSlots: make(chan struct{}, 4), elements: newElementWorkers()}
 	s.mover = moverFor(s, store)
+	if r, ok := store.(interface{ ReportsIdempotentAppends() bool }); ok {
+		s.unreadNewTransfers = r.ReportsIdempotentAppends()
+	}
 	s.keys = keyFinderFor(s, store)
 	s.cold = coldLoaderFor(s, store)
 	if s.keys.forgets() {
