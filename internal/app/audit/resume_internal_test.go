@@ -19,7 +19,7 @@ func TestResumeAccountWithAndWithoutItsStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, ca := range map[string]carriedAccount{
-		"with its stream": {Stream: stream, Snapshot: snap},
+		"with its stream":    {Stream: stream, Snapshot: snap},
 		"an earlier build's": {Snapshot: snap},
 	} {
 		b, err := json.Marshal(ca)
