@@ -802,14 +802,14 @@ func drainRecords(rs *esdb.ReadStream) ([]eventstore.RecordedEvent, error) {
 	defer rs.Close()
 	var out []eventstore.RecordedEvent
 	for {
-		ev, err := rs.Recv()
-		if errors.Is(err, io.EOF) {
+		switch ev, err := rs.Recv(); {
+		case err == nil:
+			out = append(out, toRecorded(ev.OriginalEvent()))
+		case errors.Is(err, io.EOF):
 			return out, nil
-		}
-		if err != nil {
+		default:
 			return nil, err
 		}
-		out = append(out, toRecorded(ev.OriginalEvent()))
 	}
 }
 
