@@ -366,6 +366,16 @@ type SubjectReader interface {
 	ReadStreamSubject(ctx context.Context, stream, subject string, max int) ([]RecordedEvent, error)
 }
 
+// StreamLister lists the streams a store holds by name: what the ledger's
+// warming after a restart walks (every account stream, a page at a time).
+// The PostgreSQL and memory stores implement it; KurrentDB does not.
+type StreamLister interface {
+	// ListStreams returns up to max (max >= 1) names of streams that start
+	// with prefix and sort after `after` (in the store's order of names), in
+	// that order; none when there are no more.
+	ListStreams(ctx context.Context, prefix, after string, max int) ([]string, error)
+}
+
 // ColdReader reads the start of many streams in one request: what the
 // ledger's cold loads of concurrent commands need, grouped as their appends
 // are. The PostgreSQL and memory stores implement it; KurrentDB does not.

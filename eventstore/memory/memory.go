@@ -427,6 +427,26 @@ func (s *Store) ReadCold(ctx context.Context, streams []string, max int) ([]even
 	return out, nil
 }
 
+// ListStreams implements eventstore.StreamLister (names in byte order).
+func (s *Store) ListStreams(ctx context.Context, prefix, after string, max int) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("eventstore/memory: list streams: %w", err)
+	}
+	if max < 1 {
+		return nil, fmt.Errorf("eventstore/memory: list streams: max %d is below 1", max)
+	}
+	s.mu.Lock()
+	var out []string
+	for name := range s.streams {
+		if strings.HasPrefix(name, prefix) && name > after {
+			out = append(out, name)
+		}
+	}
+	s.mu.Unlock()
+	slices.Sort(out)
+	return out[:min(len(out), max)], nil
+}
+
 // ReadAll implements eventstore.AllReader: up to max (max <= 0: all) events after `after`.
 func (s *Store) ReadAll(ctx context.Context, after eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
 	if err := ctx.Err(); err != nil {

@@ -50,6 +50,22 @@ func (l *streamLocks) lock(ctx context.Context, stream string) (unlock func(), e
 	}
 }
 
+// tryLock takes the stream's lock when no one holds or waits for it, without
+// waiting; ok is false otherwise.
+func (l *streamLocks) tryLock(stream string) (unlock func(), ok bool) {
+	l.mu.Lock()
+	if l.locks[stream] != nil {
+		l.mu.Unlock()
+		return nil, false
+	}
+	sl := l.entry(stream)
+	l.locks[stream] = sl
+	sl.refs++
+	l.mu.Unlock()
+	sl.ch <- struct{}{} // free: the entry is new and ours alone
+	return sl.unlock, true
+}
+
 // waiting is how many callers hold or wait for the stream's lock.
 func (l *streamLocks) waiting(stream string) int {
 	l.mu.Lock()
@@ -158,6 +174,10 @@ func (ac *accountCache) bytes() int64 {
 	defer ac.mu.Unlock()
 	return ac.total
 }
+
+// CachedBytes is the estimated heap of the cached account aggregates (what
+// Options.CacheBytes bounds).
+func (s *Service) CachedBytes() int64 { return s.accounts.bytes() }
 
 // readPage bounds one read of a stream while catching up.
 const readPage = 4096

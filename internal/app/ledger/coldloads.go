@@ -95,11 +95,17 @@ func newGroupedCold(s *Service, cr eventstore.ColdReader) *groupedCold {
 func (c *groupedCold) close() { c.rounds.close() }
 
 func (c *groupedCold) load(ctx context.Context, stream, id string) (*domain.Account, error) {
-	s := c.s
 	read, err := c.rounds.do(ctx, stream)
 	if err != nil {
 		return nil, err
 	}
+	return c.s.fromCold(ctx, stream, id, read)
+}
+
+// fromCold is the aggregate of stream (account id) from what a ColdReader
+// read of it, caught up to the store's head.
+func (s *Service) fromCold(ctx context.Context, stream, id string, read eventstore.ColdStream) (*domain.Account, error) {
+	var err error
 	acc, evs := s.newAccount(id), read.Events
 	if read.Snapshot != nil {
 		var first *eventstore.RecordedEvent

@@ -53,6 +53,10 @@ type Options struct {
 	// one not kept is found from its refunds' subject): default 1,024;
 	// negative keeps every one. A store that reads no subjects keeps them all.
 	RecentRefunds int
+	// WarmAccounts, when > 0, loads up to this many of the store's accounts
+	// into the cache in the background after New (warm.go): never more than
+	// nine tenths of CacheSize and CacheBytes. 0: none.
+	WarmAccounts int
 	// SnapshotEvery is the number of events between snapshots of an account, on
 	// a store that keeps snapshots (default 1,000; negative: none are taken;
 	// existing ones are still read).
@@ -114,6 +118,7 @@ type Service struct {
 	refundLimit int
 	snapSlots   chan struct{}
 	snapWG      sync.WaitGroup
+	warm        *warmer // loads the store's accounts after a restart (warm.go); nil: none
 	// elements runs the commands of batches that are not atomic (batchworkers.go).
 	elements *workers.Pool
 	// failpoint, when set (by tests only), is called between the steps of a saga
@@ -170,12 +175,14 @@ func New(store Store, opts Options) *Service {
 		s.subjects, s.holdLimit, s.refundLimit = sr, max(opts.RecentHolds, 0), max(opts.RecentRefunds, 0)
 	}
 	s.appends = appenderFor(s, store)
+	s.warm = startWarming(s, store, opts.WarmAccounts)
 	return s
 }
 
 // Close stops group commit after the appends already queued are answered. The
 // caller stops sending commands first; the store is the caller's to close.
 func (s *Service) Close() {
+	s.warm.stop()
 	s.appends.close()
 	s.snapWG.Wait()
 	s.keys.close()

@@ -164,7 +164,8 @@ func TestRunTiny(t *testing.T) {
 // post_transaction too (in the hot phase, touching the hot account), every one
 // answered without an error or an anomaly and posted; a ratio with the
 // baseline among the systems is refused. The run has the many-accounts phases
-// too (over 2,500 accounts: three batches to open them, the last one short):
+// too (over 2,500 accounts, decided in three batches, the last one short, and
+// loaded in one COPY):
 // every account opened once in the store, both phases answered without an
 // error or an anomaly, the ledger's heap found in the heap profile, and the
 // many/few ratio printed just before the last line.

@@ -25,8 +25,9 @@ type ManyReport struct {
 	Accounts int `json:"accounts"`
 	// AccountPrefix starts each of their IDs (the rest is 0..Accounts-1).
 	AccountPrefix string `json:"account_prefix"`
-	// OpenSeconds is the time to open them (batches through a ledger.Service
-	// on the event store).
+	// OpenSeconds is the time to open them (batches decided by a
+	// ledger.Service of the bench's own; on PostgreSQL loaded with COPY:
+	// seed.OpenAccounts).
 	OpenSeconds float64 `json:"open_seconds"`
 	// LedgerHeapMB is the ledger's live heap after a collection at the end of
 	// each many-accounts phase (the larger of the two): the bytes of the heap
@@ -109,7 +110,7 @@ func openMany(ctx context.Context, storeURL string, w *workload, components, log
 }
 
 func (m *ManyReport) line() string {
-	return fmt.Sprintf("%d accounts opened in %.1fs (%.0f/s, batches of %d through a ledger.Service on the event store); the ledger's live heap %.1f MiB at most at the end of a many-accounts phase (NATS %.1f MiB, the rest %.1f MiB: clients, buffers, runtime); the process's heap peaked at %.1f MiB",
+	return fmt.Sprintf("%d accounts opened in %.1fs (%.0f/s, batches of %d decided by a ledger.Service of the bench's own, on PostgreSQL loaded with COPY); the ledger's live heap %.1f MiB at most at the end of a many-accounts phase (NATS %.1f MiB, the rest %.1f MiB: clients, buffers, runtime); the process's heap peaked at %.1f MiB",
 		m.Accounts, m.OpenSeconds, float64(m.Accounts)/max(m.OpenSeconds, 1e-9), seed.OpenBatch, m.LedgerHeapMB, m.NATSHeapMB, m.OtherHeapMB, m.ProcessPeakHeapMB)
 }
 

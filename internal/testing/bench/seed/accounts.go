@@ -27,18 +27,24 @@ type OpenOptions struct {
 	Progress func(opened, total int)
 	// Logger receives what the seeding ledger.Service logs.
 	Logger *slog.Logger
+	// Chunk is the accounts one bulk load carries (default loadChunk; at
+	// most loadChunk).
+	Chunk int
 }
 
 // OpenAccounts opens n accounts in dst through batches decided by a
 // ledger.Service of its own (so that a ledger serving dst has none of them
 // cached, as a ledger restarted over them would): every command must be
-// answered applied (a duplicate is fine: a data dir reused).
+// answered applied (a duplicate is fine: a data dir reused). A dst that loads
+// in bulk (Loader: PostgreSQL) gets the events those batches decided on a
+// memory store, loadChunk accounts a load; another gets the batches
+// themselves.
 func OpenAccounts(ctx context.Context, dst ledger.Store, n int, o OpenOptions) error {
 	if o.Body == nil {
 		return errors.New("seed: OpenAccounts needs the accounts' bodies")
 	}
-	svc := ledger.New(dst, ledger.Options{Producer: "bench-open", CacheSize: OpenBatch * openers, Logger: o.Logger})
-	defer svc.Close()
+	unit, open, done := opener(ctx, dst, o)
+	defer done()
 	var next, opened atomic.Int64
 	if o.Progress != nil {
 		stop := everySecond(func() { o.Progress(int(opened.Load()), n) })
@@ -49,15 +55,15 @@ func OpenAccounts(ctx context.Context, dst ledger.Store, n int, o OpenOptions) e
 	for range openers {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				from := int(next.Add(OpenBatch)) - OpenBatch
+				from := int(next.Add(int64(unit))) - unit
 				if from >= n {
 					return
 				}
-				if err := openRange(ctx, svc, o.Body, from, min(from+OpenBatch, n)); err != nil {
+				if err := open(from, min(from+unit, n)); err != nil {
 					errs <- err
 					return
 				}
-				opened.Add(int64(min(from+OpenBatch, n) - from))
+				opened.Add(int64(min(from+unit, n) - from))
 			}
 		})
 	}
@@ -67,6 +73,20 @@ func OpenAccounts(ctx context.Context, dst ledger.Store, n int, o OpenOptions) e
 		return err
 	}
 	return ctx.Err()
+}
+
+// opener is how OpenAccounts opens accounts [from, to) in dst, unit of them
+// at a time: loaded when dst loads in bulk, else batches on dst.
+func opener(ctx context.Context, dst ledger.Store, o OpenOptions) (unit int, open func(from, to int) error, done func()) {
+	if l, ok := dst.(Loader); ok {
+		chunk := loadChunk
+		if o.Chunk > 0 {
+			chunk = min(o.Chunk, loadChunk)
+		}
+		return chunk, func(from, to int) error { return loadOpened(ctx, l, o, from, to) }, func() {}
+	}
+	svc := ledger.New(dst, ledger.Options{Producer: "bench-open", CacheSize: OpenBatch * openers, Logger: o.Logger})
+	return OpenBatch, func(from, to int) error { return openRange(ctx, svc, o.Body, from, to) }, svc.Close
 }
 
 // openRange opens accounts [from, to) in one batch.

@@ -1,0 +1,167 @@
+package ledger
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+)
+
+// Warming (issue 27). A ledger restarted over a million accounts finds every
+// one of them cold: its first command waits for a read of the store. So, when
+// Options.WarmAccounts asks for it and the store can list its streams and read
+// many of them at once (eventstore.StreamLister and ColdReader: PostgreSQL,
+// memory), the accounts the store holds are loaded into the aggregate cache in
+// the background, warmPage at a time, one page in flight, until the cache is
+// nine tenths full by count or by bytes (the rest is left to the accounts
+// commands touch, so warming never evicts them) or WarmAccounts were loaded.
+//
+// It never blocks a command: a command on an account not yet warm loads it as
+// before, and warming skips every account a command holds or waits for, has
+// appends in flight on, or has already cached. A warmed aggregate is what a
+// cold load gives at the time of its read; when a command of this instance or
+// another one wrote the account after that read, the aggregate is stale, like
+// a cache another instance left behind: the append's expected revision refuses
+// a decision taken on it, and the command is decided again on the store's head.
+type warmer struct {
+	s      *Service
+	list   eventstore.StreamLister
+	read   eventstore.ColdReader
+	limit  int
+	cancel context.CancelFunc
+	done   chan struct{}
+	// warmed and skipped count accounts: loaded into the cache, and passed
+	// over (busy, cached, or unreadable).
+	warmed, skipped atomic.Int64
+}
+
+// warmPage is the accounts one page of warming lists and reads: one
+// ColdReader request.
+const warmPage = maxColdBatch
+
+// warmProgressEvery spaces warming's progress lines.
+const warmProgressEvery = 10 * time.Second
+
+// startWarming starts warming when opts ask for it and the store can: nil
+// otherwise.
+func startWarming(s *Service, store Store, limit int) *warmer {
+	list, lists := store.(eventstore.StreamLister)
+	read, reads := store.(eventstore.ColdReader)
+	if limit <= 0 {
+		return nil
+	}
+	if !lists || !reads {
+		s.log.Info("accounts not warmed: the event store cannot list and read many streams at once")
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &warmer{s: s, list: list, read: read, limit: limit, cancel: cancel, done: make(chan struct{})}
+	go w.run(ctx)
+	return w
+}
+
+// stop ends warming and waits for it (nil: nothing to stop).
+func (w *warmer) stop() {
+	if w == nil {
+		return
+	}
+	w.cancel()
+	<-w.done
+}
+
+// run walks the store's account streams a page at a time while the cache has
+// room.
+func (w *warmer) run(ctx context.Context) {
+	defer close(w.done)
+	start, last := time.Now(), time.Now()
+	after := ""
+	for w.room() {
+		streams, err := w.list.ListStreams(ctx, domain.AccountStreamPrefix, after, warmPage)
+		if err == nil && len(streams) > 0 {
+			err = w.page(ctx, streams)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				w.s.log.Warn("warming accounts stopped: a read failed (commands load accounts as they need them)", "warmed", w.warmed.Load(), "err", err)
+			}
+			return
+		}
+		if len(streams) < warmPage {
+			break
+		}
+		after = streams[len(streams)-1]
+		if time.Since(last) >= warmProgressEvery {
+			last = time.Now()
+			w.s.log.Info("warming accounts", "warmed", w.warmed.Load(), "skipped", w.skipped.Load(), "cached_bytes", w.s.accounts.bytes())
+		}
+	}
+	w.s.log.Info("accounts warmed", "warmed", w.warmed.Load(), "skipped", w.skipped.Load(), "cached_bytes", w.s.accounts.bytes(), "took", time.Since(start).Round(time.Millisecond))
+}
+
+// room reports whether warming may add an account: under its limit, and the
+// cache under nine tenths of its bounds.
+func (w *warmer) room() bool {
+	ac := w.s.accounts
+	n := ac.c.Len()
+	return int(w.warmed.Load()) < w.limit && n < w.s.opts.CacheSize/10*9 &&
+		(ac.budget <= 0 || ac.bytes() < ac.budget/10*9)
+}
+
+// page reads streams in one request and caches each account that is free.
+func (w *warmer) page(ctx context.Context, streams []string) error {
+	reads, err := w.read.ReadCold(ctx, streams, coldPage)
+	if err != nil {
+		return err
+	}
+	for i, stream := range streams {
+		if !w.room() {
+			return nil
+		}
+		acc, err := w.s.fromCold(ctx, stream, strings.TrimPrefix(stream, domain.AccountStreamPrefix), reads[i])
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			w.s.log.Warn("account not warmed: its stream does not load", "stream", stream, "err", err)
+		}
+		if err != nil || !w.s.warmOne(stream, acc) {
+			w.skipped.Add(1)
+			continue
+		}
+		w.warmed.Add(1)
+	}
+	return nil
+}
+
+// warmOne caches acc as stream's aggregate unless a command holds or waits
+// for the stream, has appends in flight on it, or has cached it already.
+func (s *Service) warmOne(stream string, acc *domain.Account) bool {
+	unlock, ok := s.locks.tryLock(stream)
+	if !ok {
+		return false
+	}
+	defer unlock()
+	if !s.pipes.idle(stream) || s.accounts.c.Contains(stream) {
+		return false
+	}
+	s.accounts.add(stream, acc)
+	return true
+}
+
+// Warming reports how many accounts warming has loaded into the cache so far,
+// and whether it has ended (or never started).
+func (s *Service) Warming() (warmed int64, done bool) {
+	w := s.warm
+	if w == nil {
+		return 0, true
+	}
+	select {
+	case <-w.done:
+		done = true
+	default:
+	}
+	return w.warmed.Load(), done
+}

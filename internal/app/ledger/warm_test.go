@@ -1,0 +1,126 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore/memory"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+)
+
+// warmStores are the stores warming runs on: memory, and PostgreSQL (its
+// stream listing is SQL of its own).
+var warmStores = map[string]func(t *testing.T) Store{
+	"memory":   func(*testing.T) Store { return memory.New() },
+	"postgres": func(t *testing.T) Store { return devtest.Postgres(t) },
+}
+
+// warmed waits for s's warming to end and returns what it loaded.
+func warmed(t *testing.T, s *Service) int64 {
+	t.Helper()
+	var n int64
+	devtest.Eventually(t, time.Minute, "warming ends", func() bool {
+		var done bool
+		n, done = s.Warming()
+		return done
+	})
+	return n
+}
+
+// TestWarmingAfterARestart: a service started over a store of 30 accounts
+// loads them into its cache in the background, each the aggregate a cold load
+// gives, up to nine tenths of the cache (18 of 20, never evicting) or its
+// WarmAccounts; with WarmAccounts 0 it loads none.
+func TestWarmingAfterARestart(t *testing.T) {
+	for name, newStore := range warmStores {
+		t.Run(name, func(t *testing.T) {
+			st := newStore(t)
+			seed := New(st, Options{Clock: clock})
+			for i := range 30 {
+				id := fmt.Sprintf("w%02d", i)
+				mustApply(t, seed, "open_account", fmt.Sprintf(`{"idempotency_key":"o-%s","account_id":%q,"currency":"EUR"}`, id, id))
+				mustApply(t, seed, "deposit", fmt.Sprintf(`{"idempotency_key":"d-%s","account_id":%q,"amount":%d,"currency":"EUR"}`, id, id, 10+i))
+			}
+			seed.Close()
+			for _, c := range []struct{ warm, cache, want int }{{1000, 20, 18}, {5, 20, 5}, {0, 20, 0}, {1000, 100, 30}} {
+				s := New(st, Options{Clock: clock, CacheSize: c.cache, WarmAccounts: c.warm})
+				if n := warmed(t, s); n != int64(c.want) || s.accounts.c.Len() != c.want {
+					t.Fatalf("warm %d, cache %d: %d warmed, %d cached, want %d", c.warm, c.cache, n, s.accounts.c.Len(), c.want)
+				}
+				for _, stream := range s.accounts.c.Keys() {
+					acc, _ := s.accounts.c.Peek(stream)
+					var i int
+					if _, err := fmt.Sscanf(acc.ID, "w%02d", &i); err != nil {
+						t.Fatalf("%s cached as %q", stream, acc.ID)
+					}
+					if acc.Revision != 1 || acc.Balance != int64(10+i) || acc.Currency != "EUR" || len(acc.Keys) != 2 || domain.AccountStream(acc.ID) != stream {
+						t.Fatalf("%s warmed as %+v", stream, acc)
+					}
+				}
+				s.Close()
+			}
+		})
+	}
+}
+
+// TestAStaleWarmedAccountNeverDecides: accounts warmed, then written by
+// another instance (the rich one emptied, the poor one funded), are decided
+// on what the store holds: a withdrawal from the emptied one is refused, one
+// from the funded one applies, and the store's balances say so. (It fails
+// when warming gives an aggregate the store's revision without its events.)
+func TestAStaleWarmedAccountNeverDecides(t *testing.T) {
+	for name, newStore := range warmStores {
+		t.Run(name, func(t *testing.T) {
+			st := newStore(t)
+			other := New(st, Options{Clock: clock})
+			defer other.Close()
+			mustApply(t, other, "open_account", `{"idempotency_key":"o-rich","account_id":"rich","currency":"EUR"}`)
+			mustApply(t, other, "deposit", `{"idempotency_key":"d-rich","account_id":"rich","amount":100,"currency":"EUR"}`)
+			mustApply(t, other, "open_account", `{"idempotency_key":"o-poor","account_id":"poor","currency":"EUR"}`)
+			s := New(st, Options{Clock: clock, WarmAccounts: 10})
+			defer s.Close()
+			if n := warmed(t, s); n != 2 {
+				t.Fatalf("%d accounts warmed, want 2", n)
+			}
+			mustApply(t, other, "withdraw", `{"idempotency_key":"w-rich","account_id":"rich","amount":100,"currency":"EUR"}`)
+			mustApply(t, other, "deposit", `{"idempotency_key":"d-poor","account_id":"poor","amount":100,"currency":"EUR"}`)
+			if r := post(t, s, "withdraw", `{"idempotency_key":"w2-rich","account_id":"rich","amount":60,"currency":"EUR"}`); r.Status != domain.StatusRejected || r.Code != domain.CodeInsufficientFunds {
+				t.Fatalf("a withdrawal from the emptied account: %s %s", r.Status, r.Code)
+			}
+			mustApply(t, s, "withdraw", `{"idempotency_key":"w2-poor","account_id":"poor","amount":60,"currency":"EUR"}`)
+			for id, want := range map[string]int64{"rich": 0, "poor": 40} {
+				if acc := devtest.Account(t, st, id); acc.Balance != want {
+					t.Fatalf("%s: balance %d in the store, want %d", id, acc.Balance, want)
+				}
+			}
+		})
+	}
+}
+
+// TestWarmingSkipsBusyAccounts: warming caches an account only when no one
+// holds or waits for its lock and it is not cached already.
+func TestWarmingSkipsBusyAccounts(t *testing.T) {
+	s := New(memory.New(), Options{Clock: clock})
+	defer s.Close()
+	stream := domain.AccountStream("busy")
+	unlock, err := s.locks.lock(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.warmOne(stream, s.newAccount("busy")) {
+		t.Fatal("warmed an account whose lock is held")
+	}
+	unlock()
+	if !s.warmOne(stream, s.newAccount("busy")) {
+		t.Fatal("did not warm a free account")
+	}
+	if s.warmOne(stream, s.newAccount("busy")) {
+		t.Fatal("warmed an account already cached")
+	}
+	if n := s.locks.waiting(stream); n != 0 {
+		t.Fatalf("%d holders left on the lock after warming", n)
+	}
+}
