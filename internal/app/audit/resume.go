@@ -52,6 +52,10 @@ type carried struct {
 }
 
 type carriedAccount struct {
+	// Stream names the account's stream, so that its snapshot is decoded
+	// once (DecodeSnapshot checks that the snapshot names it too); a
+	// checkpoint stored before it was carried has it only in the snapshot.
+	Stream   string `json:"stream,omitempty"`
 	Snapshot []byte `json:"snapshot"` // domain.EncodeSnapshot
 }
 
@@ -120,11 +124,12 @@ func (f *Fold) carry() ([]byte, error) {
 	w.value(flows)
 	w.raw(`,"accounts":[`)
 	for i, id := range slices.Sorted(maps.Keys(f.Accounts)) {
-		snap, err := domain.EncodeSnapshot(domain.AccountStream(id), f.Accounts[id])
+		stream := domain.AccountStream(id)
+		snap, err := domain.EncodeSnapshot(stream, f.Accounts[id])
 		if err != nil {
 			return nil, fmt.Errorf("audit: checkpoint: %w", err)
 		}
-		w.item(i, carriedAccount{Snapshot: snap})
+		w.item(i, carriedAccount{Stream: stream, Snapshot: snap})
 	}
 	w.raw(`],"streams":[`)
 	for i, st := range slices.Sorted(maps.Keys(f.streams)) {
@@ -245,13 +250,16 @@ func (f *Fold) resume(ctx context.Context, store Store, cp projections.AuditChec
 const maxCheckpointBytes = 3 << 30
 
 func (f *Fold) resumeAccount(ca carriedAccount) error {
-	var head struct {
-		Stream string `json:"stream"`
+	if ca.Stream == "" { // a checkpoint of an earlier build
+		var head struct {
+			Stream string `json:"stream"`
+		}
+		if err := json.Unmarshal(ca.Snapshot, &head); err != nil {
+			return err
+		}
+		ca.Stream = head.Stream
 	}
-	if err := json.Unmarshal(ca.Snapshot, &head); err != nil {
-		return err
-	}
-	a, err := domain.DecodeSnapshot(head.Stream, ca.Snapshot)
+	a, err := domain.DecodeSnapshot(ca.Stream, ca.Snapshot)
 	if err != nil { // e.g. a checkpoint of a build before snapshot layout 3 (effective_at)
 		return fmt.Errorf("%w: the checkpoint's accounts are not this build's; run a full audit (without --from) to store a new checkpoint", err)
 	}
