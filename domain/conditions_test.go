@@ -186,7 +186,8 @@ func TestSagaMovingFixesTheAmount(t *testing.T) {
 		}
 	}
 	// a refused credit records what to compensate
-	key, events, err := DecideSagaMarker(s.tr, moved, StepCredit, StepOutcome{Code: CodeAccountClosed, Message: "closed"})
+	mk, err := DecideSagaMarker(s.tr, moved, StepCredit, StepOutcome{Code: CodeAccountClosed, Message: "closed"})
+	key, events := mk.Key, mk.Events
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,22 +16,25 @@ import (
 // up to it instead (the caller's slower way).
 var ErrNoAfterState = errors.New("domain: the event does not state the account after it")
 
-// AfterOf is the balance and held amount an account event leaves, as the event
-// states them (AccountChange).
-func AfterOf(payload any) (balance, held int64, err error) {
+// Leaves is the balance and held amount an account event leaves.
+type Leaves struct{ Balance, Held int64 }
+
+// AfterOf is what an account event leaves, as the event states it
+// (AccountChange).
+func AfterOf(payload any) (Leaves, error) {
 	e, err := asAccountEvent(payload)
 	if err != nil {
-		return 0, 0, fmt.Errorf("domain: %w", err)
+		return Leaves{}, fmt.Errorf("domain: %w", err)
 	}
 	return afterOf(e.Change())
 }
 
 // afterOf is AfterOf of what an event changes.
-func afterOf(c AccountChange) (balance, held int64, err error) {
+func afterOf(c AccountChange) (Leaves, error) {
 	if !c.Balance.Known || !c.Held.Known {
-		return 0, 0, ErrNoAfterState
+		return Leaves{}, ErrNoAfterState
 	}
-	return c.Balance.Value, c.Held.Value, nil
+	return Leaves{Balance: c.Balance.Value, Held: c.Held.Value}, nil
 }
 
 // RecallKey rebuilds the record of a key the aggregate has forgotten from the
@@ -58,14 +61,14 @@ func (a *Account) RecallKey(evs []StoredEvent) (*KeyRecord, error) {
 			return nil, fmt.Errorf("domain: %w", err)
 		}
 		c := e.Change()
-		balance, held, err := afterOf(c)
+		left, err := afterOf(c)
 		if err != nil {
 			return nil, err
 		}
 		rec.Events = append(rec.Events, EventRef{ID: ev.ID, Stream: ev.Stream, Revision: ev.Revision, Type: internEventType(ev.Type)})
 		rec.Position = ev.Position
 		rec.note(c)
-		rec.after = afterCounts{balance: balance, held: held, revision: ev.Revision}
+		rec.after = afterCounts{balance: left.Balance, held: left.Held, revision: ev.Revision}
 	}
 	rec.ident = a.identity()
 	a.remember(rec)

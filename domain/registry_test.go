@@ -221,7 +221,8 @@ func checkAccountEvent(t *testing.T, stored []StoredEvent, evs []NewEvent) {
 	if st := evs[len(evs)-1].Data.(AccountEvent).Change().Status; st != "" && fromData.Status() != st {
 		t.Errorf("%s: the change names the status %q, the folded account has %q (Account.Status)", stored[len(stored)-1].Type, st, fromData.Status())
 	}
-	balance, held, err := AfterOf(evs[len(evs)-1].Data)
+	left, err := AfterOf(evs[len(evs)-1].Data)
+	balance, held := left.Balance, left.Held
 	if errors.Is(err, ErrNoAfterState) {
 		t.Errorf("%s: the sample states no account", stored[len(stored)-1].Type)
 	} else if err != nil || balance != fromData.Balance || held != fromData.Held {

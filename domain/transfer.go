@@ -475,16 +475,22 @@ func (s *Saga) Moving(o StepOutcome) (*Saga, error) {
 	return c, nil
 }
 
+// SagaMarker is what a transfer stream records after a saga's step: the
+// marker's derived key and events; no events when the saga simply goes on.
+type SagaMarker struct {
+	Key    string
+	Events []NewEvent
+}
+
 // DecideSagaMarker decides what the transfer stream records after a step of saga
-// s: the marker's derived key and events, or no events when the saga simply goes
-// on (an applied debit). An outcome that the saga's stage does not allow (a
+// s: the marker, or no events when the saga simply goes on (an applied debit). An outcome that the saga's stage does not allow (a
 // refused compensation, a step out of order) is an error: nothing may be written.
-func DecideSagaMarker(t *Transfer, s *Saga, step string, o StepOutcome) (key string, events []NewEvent, err error) {
+func DecideSagaMarker(t *Transfer, s *Saga, step string, o StepOutcome) (SagaMarker, error) {
 	type marker struct{ step, typ string }
 	var m marker
 	switch {
 	case s.Stage == SagaPending && step == StepDebit && o.Applied:
-		return "", nil, nil
+		return SagaMarker{}, nil
 	case s.Stage == SagaPending && step == StepDebit:
 		m = marker{StepReject, EvTransferRejected}
 	case s.Stage == SagaPending && step == StepCredit && o.Applied:
@@ -495,12 +501,12 @@ func DecideSagaMarker(t *Transfer, s *Saga, step string, o StepOutcome) (key str
 		m = marker{StepFail, EvTransferFailed}
 		o.Code, o.Message = s.Code, s.Message // the failure reports the refusal
 	case s.Stage == SagaCompensating && step == StepCompensate:
-		return "", nil, fmt.Errorf("domain: compensation of %s %q on %s refused: %s: %s", s.Command, s.Key, s.Out, o.Code, o.Message)
+		return SagaMarker{}, fmt.Errorf("domain: compensation of %s %q on %s refused: %s: %s", s.Command, s.Key, s.Out, o.Code, o.Message)
 	default:
-		return "", nil, fmt.Errorf("domain: step %s (applied %v) does not follow stage %s of %q", step, o.Applied, s.Stage, s.Key)
+		return SagaMarker{}, fmt.Errorf("domain: step %s (applied %v) does not follow stage %s of %q", step, o.Applied, s.Stage, s.Key)
 	}
 	if !o.Applied && o.Code == "" {
-		return "", nil, fmt.Errorf("domain: refused step %s of %q without a code", step, s.Key)
+		return SagaMarker{}, fmt.Errorf("domain: refused step %s of %q without a code", step, s.Key)
 	}
 	var data any
 	if s.Refund {
@@ -526,7 +532,7 @@ func DecideSagaMarker(t *Transfer, s *Saga, step string, o StepOutcome) (key str
 			data = TransferFailed{TransferID: t.ID, Code: o.Code, Message: o.Message}
 		}
 	}
-	return StepKey(s.Key, m.step), []NewEvent{{m.typ, data}}, nil
+	return SagaMarker{Key: StepKey(s.Key, m.step), Events: []NewEvent{{m.typ, data}}}, nil
 }
 
 // EvolveTransfer applies a stored event to the transfer, in place. Events must
@@ -713,8 +719,8 @@ func DecideTransferAtomically(t *Transfer, s *Saga, out, in *Account, at time.Ti
 			step, outcome = StepCredit, StepOutcome{Applied: true}
 		}
 	}
-	var err error
-	d.MarkerKey, d.Marker, err = DecideSagaMarker(t, s, step, outcome)
+	m, err := DecideSagaMarker(t, s, step, outcome)
+	d.MarkerKey, d.Marker = m.Key, m.Events
 	return d, err
 }
 

@@ -63,7 +63,8 @@ func completed(t *testing.T) *tstream {
 	s := newTStream(t)
 	d := DecideTransfer(s.tr, transferCmd("K", "alice", "bob", 100))
 	s.must("K", CmdTransfer, d.Events...)
-	key, evs, err := DecideSagaMarker(s.tr, s.tr.Saga, StepCredit, StepOutcome{Applied: true})
+	mk, err := DecideSagaMarker(s.tr, s.tr.Saga, StepCredit, StepOutcome{Applied: true})
+	key, evs := mk.Key, mk.Events
 	if err != nil || key != "K:complete" {
 		t.Fatalf("complete marker: %q %v", key, err)
 	}
@@ -135,7 +136,8 @@ func TestDecideSagaMarker(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			tr := NewTransfer("t1")
 			sg := &Saga{Key: "K", Stage: c.stage, Refund: c.refund, Amount: 5, Code: CodeAccountClosed, Message: "closed"}
-			key, evs, err := DecideSagaMarker(tr, sg, c.step, c.o)
+			mk, err := DecideSagaMarker(tr, sg, c.step, c.o)
+			key, evs := mk.Key, mk.Events
 			if (err != nil) != c.wantErr {
 				t.Fatalf("err = %v, want error %v", err, c.wantErr)
 			}
@@ -153,7 +155,8 @@ func TestTransferFailsOnlyAfterTheRefusalIsRecorded(t *testing.T) {
 	if err := s.write("K:fail", CmdTransfer, NewEvent{EvTransferFailed, TransferFailed{TransferID: "t1", Code: CodeAccountClosed}}); err == nil {
 		t.Fatal("TransferFailed accepted without TransferCreditRefused")
 	}
-	key, evs, _ := DecideSagaMarker(s.tr, s.tr.Saga, StepCredit, StepOutcome{Code: CodeAccountClosed, Message: "bob is closed"})
+	mk, _ := DecideSagaMarker(s.tr, s.tr.Saga, StepCredit, StepOutcome{Code: CodeAccountClosed, Message: "bob is closed"})
+	key, evs := mk.Key, mk.Events
 	s.must(key, CmdTransfer, evs...)
 	if s.tr.Saga.Stage != SagaCompensating || s.tr.Saga.Code != CodeAccountClosed {
 		t.Fatalf("after refusal: %+v", s.tr.Saga)
@@ -161,7 +164,8 @@ func TestTransferFailsOnlyAfterTheRefusalIsRecorded(t *testing.T) {
 	if err := s.write("K:complete", CmdTransfer, NewEvent{EvTransferCompleted, TransferCompleted{TransferID: "t1"}}); err == nil {
 		t.Fatal("completed after the credit was refused")
 	}
-	key, evs, _ = DecideSagaMarker(s.tr, s.tr.Saga, StepCompensate, StepOutcome{Applied: true})
+	mk, _ = DecideSagaMarker(s.tr, s.tr.Saga, StepCompensate, StepOutcome{Applied: true})
+	key, evs = mk.Key, mk.Events
 	if evs[0].Data.(TransferFailed).Code != CodeAccountClosed {
 		t.Fatalf("failure does not report the refusal: %+v", evs[0].Data)
 	}
@@ -229,7 +233,8 @@ func TestDecideTransferRefund(t *testing.T) {
 		t.Fatalf("after overrun: %+v %d", r, s.tr.Refundable())
 	}
 	// R1's debit is refused: its reservation is released.
-	key, evs, _ := DecideSagaMarker(s.tr, s.tr.Refunds["R1"], StepDebit, StepOutcome{Code: CodeInsufficientFunds, Message: "no"})
+	mk, _ := DecideSagaMarker(s.tr, s.tr.Refunds["R1"], StepDebit, StepOutcome{Code: CodeInsufficientFunds, Message: "no"})
+	key, evs := mk.Key, mk.Events
 	s.must(key, CmdRefund, evs...)
 	if s.tr.Refundable() != 100 || s.tr.Refunds["R1"].Stage != SagaRejected {
 		t.Fatalf("after R1 rejected: %d", s.tr.Refundable())
@@ -240,7 +245,8 @@ func TestDecideTransferRefund(t *testing.T) {
 		t.Fatalf("default amount: %+v", d)
 	}
 	s.must("R3", CmdRefund, d.Events...)
-	key, evs, _ = DecideSagaMarker(s.tr, s.tr.Refunds["R3"], StepCredit, StepOutcome{Applied: true})
+	mk, _ = DecideSagaMarker(s.tr, s.tr.Refunds["R3"], StepCredit, StepOutcome{Applied: true})
+	key, evs = mk.Key, mk.Events
 	s.must(key, CmdRefund, evs...)
 	d = DecideTransferRefund(s.tr, refundCmd("R4", "K", 0))
 	if d.Rejection == nil || d.Rejection.Code != CodeRefundExceedsOriginal {
@@ -267,7 +273,8 @@ func TestRefundOfUndecidedOrRefusedTransfer(t *testing.T) {
 	if d.Rejection == nil || d.Rejection.Code != CodeNotRefundable || d.Rejection.Recorded {
 		t.Fatalf("pending original: %+v", d)
 	}
-	key, evs, _ := DecideSagaMarker(s.tr, s.tr.Saga, StepDebit, StepOutcome{Code: CodeInsufficientFunds, Message: "no"})
+	mk, _ := DecideSagaMarker(s.tr, s.tr.Saga, StepDebit, StepOutcome{Code: CodeInsufficientFunds, Message: "no"})
+	key, evs := mk.Key, mk.Events
 	s.must(key, CmdTransfer, evs...)
 	d = DecideTransferRefund(s.tr, refundCmd("R", "K", 0))
 	if d.Rejection == nil || d.Rejection.Code != CodeNotRefundable || !d.Rejection.Recorded {

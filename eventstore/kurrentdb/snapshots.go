@@ -54,7 +54,7 @@ func (s *Store) WriteSnapshot(ctx context.Context, snap eventstore.Snapshot) err
 	}
 	stream := SnapshotStreamPrefix + snap.Stream
 	for range 3 { // a concurrent writer moved the stream: read it again
-		last, rev, err := s.latestSnapshot(ctx, stream)
+		last, err := s.latestSnapshot(ctx, stream)
 		expected := eventstore.NoStream
 		switch {
 		case errors.Is(err, eventstore.ErrSnapshotNotFound):
@@ -63,7 +63,7 @@ func (s *Store) WriteSnapshot(ctx context.Context, snap eventstore.Snapshot) err
 		case last.Revision >= snap.Revision:
 			return nil
 		default:
-			expected = eventstore.Exact(rev)
+			expected = eventstore.Exact(last.at)
 		}
 		res, err := s.Append(ctx, stream, expected, []eventstore.EventData{{ID: uuid.New(), Type: EvSnapshot, Data: snap.Data, Metadata: meta}})
 		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
@@ -97,21 +97,28 @@ func (s *Store) keepOneSnapshot(ctx context.Context, stream string) error {
 
 // ReadSnapshot returns the stream's latest snapshot, or ErrSnapshotNotFound.
 func (s *Store) ReadSnapshot(ctx context.Context, stream string) (eventstore.Snapshot, error) {
-	snap, _, err := s.latestSnapshot(ctx, SnapshotStreamPrefix+stream)
-	return snap, err
+	last, err := s.latestSnapshot(ctx, SnapshotStreamPrefix+stream)
+	return last.Snapshot, err
 }
 
-// latestSnapshot reads the last event of a snapshot stream, and its revision.
-func (s *Store) latestSnapshot(ctx context.Context, stream string) (eventstore.Snapshot, uint64, error) {
+// storedSnapshot is a snapshot and the revision of its event in its
+// snapshot stream.
+type storedSnapshot struct {
+	eventstore.Snapshot
+	at uint64
+}
+
+// latestSnapshot reads the last event of a snapshot stream.
+func (s *Store) latestSnapshot(ctx context.Context, stream string) (storedSnapshot, error) {
 	evs, err := s.ReadStream(ctx, stream, eventstore.EndOfStream, eventstore.Backwards, 1)
 	if errors.Is(err, eventstore.ErrStreamNotFound) || (err == nil && len(evs) == 0) {
-		return eventstore.Snapshot{}, 0, eventstore.ErrSnapshotNotFound
+		return storedSnapshot{}, eventstore.ErrSnapshotNotFound
 	}
 	if err != nil {
-		return eventstore.Snapshot{}, 0, err
+		return storedSnapshot{}, err
 	}
 	snap, err := snapshotOf(evs[0])
-	return snap, evs[0].Revision, err
+	return storedSnapshot{Snapshot: snap, at: evs[0].Revision}, err
 }
 
 func snapshotOf(re eventstore.RecordedEvent) (eventstore.Snapshot, error) {

@@ -719,17 +719,8 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 		if err != nil {
 			return err
 		}
-		defer rs.Close()
-		for {
-			ev, err := rs.Recv()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			out = append(out, toRecorded(ev.OriginalEvent()))
-		}
+		out, err = drainRecords(rs)
+		return err
 	})
 	if err != nil {
 		var e *esdb.Error
@@ -805,6 +796,23 @@ func softDeleted(meta []byte) bool {
 	return err == nil && tb == math.MaxInt64
 }
 
+// drainRecords reads rs to its end, and closes it. An attempt that fails
+// part-way gives nothing: the store's retry (do) reads again from the start.
+func drainRecords(rs *esdb.ReadStream) ([]eventstore.RecordedEvent, error) {
+	defer rs.Close()
+	var out []eventstore.RecordedEvent
+	for {
+		ev, err := rs.Recv()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, toRecorded(ev.OriginalEvent()))
+	}
+}
+
 // readAllPage reads up to count records of $all, system records included.
 func (s *Store) readAllPage(ctx context.Context, from esdb.AllPosition, dir esdb.Direction, count uint64) ([]eventstore.RecordedEvent, error) {
 	var out []eventstore.RecordedEvent
@@ -813,17 +821,8 @@ func (s *Store) readAllPage(ctx context.Context, from esdb.AllPosition, dir esdb
 		if err != nil {
 			return err
 		}
-		defer rs.Close()
-		for {
-			ev, err := rs.Recv()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			out = append(out, toRecorded(ev.OriginalEvent()))
-		}
+		out, err = drainRecords(rs)
+		return err
 	})
 	if err != nil {
 		return nil, mapError(ctx, err, "read $all")

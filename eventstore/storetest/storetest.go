@@ -264,10 +264,11 @@ func wantLen(t *testing.T, s eventstore.Store, stream string, n int) []eventstor
 	return evs
 }
 
-func wantResult(t *testing.T, what string, got eventstore.AppendResult, first, last uint64, pos eventstore.Position) {
+// wantResult fails unless an append's result has want's revisions and position.
+func wantResult(t *testing.T, what string, got, want eventstore.AppendResult) {
 	t.Helper()
-	if got.FirstRevision != first || got.LastRevision != last || got.Position != pos {
-		t.Fatalf("%s: got revisions %d..%d at %s, want %d..%d at %s", what, got.FirstRevision, got.LastRevision, got.Position, first, last, pos)
+	if got.FirstRevision != want.FirstRevision || got.LastRevision != want.LastRevision || got.Position != want.Position {
+		t.Fatalf("%s: got revisions %d..%d at %s, want %d..%d at %s", what, got.FirstRevision, got.LastRevision, got.Position, want.FirstRevision, want.LastRevision, want.Position)
 	}
 }
 
@@ -427,10 +428,10 @@ func testIdempotentReappend(t *testing.T, s eventstore.Store, p string) {
 		}
 	}
 
-	wantResult(t, "abc again at no_stream", mustAppend(t, s, stream, eventstore.NoStream, abc...), 0, 2, r1.Position)
-	wantResult(t, "ab again at no_stream", mustAppend(t, s, stream, eventstore.NoStream, abc[:2]...), 0, 1, evs[1].Position)
-	wantResult(t, "bc again at 0", mustAppend(t, s, stream, eventstore.Exact(0), abc[1:]...), 1, 2, r1.Position)
-	wantResult(t, "d again at 2", mustAppend(t, s, stream, eventstore.Exact(2), d), 3, 3, r2.Position)
+	wantResult(t, "abc again at no_stream", mustAppend(t, s, stream, eventstore.NoStream, abc...), eventstore.AppendResult{FirstRevision: 0, LastRevision: 2, Position: r1.Position})
+	wantResult(t, "ab again at no_stream", mustAppend(t, s, stream, eventstore.NoStream, abc[:2]...), eventstore.AppendResult{FirstRevision: 0, LastRevision: 1, Position: evs[1].Position})
+	wantResult(t, "bc again at 0", mustAppend(t, s, stream, eventstore.Exact(0), abc[1:]...), eventstore.AppendResult{FirstRevision: 1, LastRevision: 2, Position: r1.Position})
+	wantResult(t, "d again at 2", mustAppend(t, s, stream, eventstore.Exact(2), d), eventstore.AppendResult{FirstRevision: 3, LastRevision: 3, Position: r2.Position})
 	if got := ids(wantLen(t, s, stream, 4)); !slices.Equal(got, append(dataIDs(abc), d.ID)) {
 		t.Fatalf("stream changed: %v", got)
 	}
@@ -502,9 +503,9 @@ func testAnyIdempotent(t *testing.T, s eventstore.Store, p string) {
 	mustAppend(t, s, stream, eventstore.Exact(1), event("E", 2))
 	evs := wantLen(t, s, stream, 3)
 
-	wantResult(t, "ab again with any", mustAppend(t, s, stream, eventstore.Any, ab...), 0, 1, r1.Position)
-	wantResult(t, "a again with any", mustAppend(t, s, stream, eventstore.Any, ab[0]), 0, 0, evs[0].Position)
-	wantResult(t, "ab again with stream_exists", mustAppend(t, s, stream, eventstore.StreamExists, ab...), 0, 1, r1.Position)
+	wantResult(t, "ab again with any", mustAppend(t, s, stream, eventstore.Any, ab...), eventstore.AppendResult{FirstRevision: 0, LastRevision: 1, Position: r1.Position})
+	wantResult(t, "a again with any", mustAppend(t, s, stream, eventstore.Any, ab[0]), eventstore.AppendResult{FirstRevision: 0, LastRevision: 0, Position: evs[0].Position})
+	wantResult(t, "ab again with stream_exists", mustAppend(t, s, stream, eventstore.StreamExists, ab...), eventstore.AppendResult{FirstRevision: 0, LastRevision: 1, Position: r1.Position})
 	wantLen(t, s, stream, 3)
 	if r := mustAppend(t, s, stream, eventstore.Any, event("E", 3)); r.FirstRevision != 3 {
 		t.Fatalf("a new event with any was written at %d, want 3", r.FirstRevision)
@@ -1111,14 +1112,21 @@ func testMultiAppendChain(t *testing.T, s eventstore.Store, p string) {
 		}
 	}
 
-	checkChainRefusals(ctx, t, ma, s, x, k, c)
+	checkChainRefusals(ctx, t, s, chain{x: x, k: k, c: c})
 }
 
-// checkChainRefusals checks, on the chain testMultiAppendChain wrote (x at 4,
-// k at 0, c the last part of x), that chains that do not follow are refused
-// whole, nothing written.
-func checkChainRefusals(ctx context.Context, t *testing.T, ma eventstore.MultiAppender, s eventstore.Store, x, k string, c []eventstore.EventData) {
+// chain is what testMultiAppendChain wrote: stream x at revision 4, k at 0,
+// and c, the last part of x.
+type chain struct {
+	x, k string
+	c    []eventstore.EventData
+}
+
+// checkChainRefusals checks, on the chain testMultiAppendChain wrote, that
+// chains that do not follow are refused whole, nothing written.
+func checkChainRefusals(ctx context.Context, t *testing.T, s eventstore.Store, ch chain) {
 	t.Helper()
+	ma, x, k, c := multiAppender(t, s), ch.x, ch.k, ch.c
 	// A stored part then a new one: the new one was decided on the events the
 	// stored part carries, which the store may hold other versions of (the same
 	// IDs): refused, nothing written.

@@ -99,16 +99,9 @@ func (s *Service) decideAtomicBatch(ctx context.Context, b domain.Batch) (Reply,
 // (duplicate), or a conflict when the key is bound to another request (another
 // batch, or a command of its own); no answer for a key never decided.
 func (s *Service) decidedBatch(ctx context.Context, key string, req domain.Canonical) (outcome, error) {
-	c, err := s.readClaim(ctx, key)
-	if err != nil || c == nil {
-		return outcome{}, err
-	}
-	j, err := domain.Judge(c.DecidedFor(), req)
-	switch {
-	case err != nil:
-		return outcome{}, err
-	case j.Verdict == domain.KeyConflict:
-		return answer(reply.Conflict(key, j.Fields)), nil
+	v, err := s.judgeClaim(ctx, key, req)
+	if err != nil || v.c == nil || v.conflict.answered {
+		return v.conflict, err
 	}
 	d, err := s.readBatchDecided(ctx, key)
 	if err != nil {
@@ -157,20 +150,14 @@ func (s *Service) priorDecisions(ctx context.Context, cmds []domain.BatchCommand
 		if c.Invalid != nil {
 			continue
 		}
-		claim, err := s.readClaim(ctx, c.IdempotencyKey)
-		if err != nil || claim == nil {
-			if err != nil {
-				return nil, err
-			}
-			continue
-		}
-		j, err := domain.Judge(claim.DecidedFor(), c.Canonical())
-		if err != nil {
+		v, err := s.judgeClaim(ctx, c.IdempotencyKey, c.Canonical())
+		switch {
+		case err != nil:
 			return nil, err
-		}
-		if j.Verdict == domain.KeyConflict {
-			r := reply.Conflict(c.IdempotencyKey, j.Fields)
-			prior[i] = &r
+		case v.c == nil:
+			continue
+		case v.conflict.answered:
+			prior[i] = &v.conflict.r
 			continue
 		}
 		r, err := s.lookup(ctx, c.IdempotencyKey)

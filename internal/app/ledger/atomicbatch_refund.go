@@ -117,13 +117,11 @@ func (s *Service) claimOrigin(ctx context.Context, claim *domain.KeyClaimed) (*r
 		o.kind, o.accounts = originAccount, []string{strings.TrimPrefix(claim.Stream, domain.AccountStreamPrefix)}
 	case strings.HasPrefix(claim.Stream, domain.TransferStreamPrefix):
 		o.kind = originTransfer
-		from, to, err := s.transferAccounts(ctx, claim.Stream, claim.Key)
+		accounts, err := s.transferAccounts(ctx, claim.Stream, claim.Key)
 		if err != nil {
 			return nil, err
 		}
-		if from != "" {
-			o.accounts = []string{from, to}
-		}
+		o.accounts = accounts
 	case domain.IsTransactionStream(claim.Stream):
 		o.kind = originTransaction
 		tx, err := s.readTransaction(ctx, claim.Stream)
@@ -140,25 +138,29 @@ func (s *Service) claimOrigin(ctx context.Context, claim *domain.KeyClaimed) (*r
 }
 
 // transferAccounts are the accounts of a transfer (of stream) that a refund of
-// key reverses, under the stream's lock; the transfer's saga of key, when it
-// is still in flight, is driven to its decision first (refundTransfer).
-func (s *Service) transferAccounts(ctx context.Context, stream, key string) (from, to string, err error) {
+// key reverses (from, to; none when the stream holds no transfer), under the
+// stream's lock; the transfer's saga of key, when it is still in flight, is
+// driven to its decision first (refundTransfer).
+func (s *Service) transferAccounts(ctx context.Context, stream, key string) ([]string, error) {
 	unlock, err := s.locks.lock(ctx, stream)
 	if err != nil {
-		return "", "", err
+		return nil, err
 	}
 	defer unlock()
 	id := strings.TrimPrefix(stream, domain.TransferStreamPrefix)
 	t, err := s.loadTransfer(ctx, stream, id, true)
 	if err != nil {
-		return "", "", err
+		return nil, err
 	}
 	if t.Saga != nil && t.Saga.Key == key && !t.Saga.Stage.Decided() {
 		if t, err = s.driveSaga(ctx, stream, id, key); err != nil {
-			return "", "", err
+			return nil, err
 		}
 	}
-	return t.From, t.To, nil
+	if t.From == "" {
+		return nil, nil
+	}
+	return []string{t.From, t.To}, nil
 }
 
 // refundStreams are the streams the refunds of origins write besides their

@@ -30,31 +30,25 @@ func (m sagaMover) captureTo(ctx context.Context, cmd domain.Command) (Reply, er
 		return Reply{}, err
 	}
 	defer unlock()
-	c, err := s.readClaim(ctx, cmd.IdempotencyKey)
-	if err != nil {
-		return Reply{}, err
-	}
-	j, err := domain.Judge(c.DecidedFor(), req)
+	v, err := s.judgeClaim(ctx, cmd.IdempotencyKey, req)
 	switch {
-	case err != nil:
-		return Reply{}, err
-	case j.Verdict == domain.KeyConflict:
-		return reply.Conflict(cmd.IdempotencyKey, j.Fields), nil
-	case j.Verdict == domain.KeyNew:
+	case err != nil || v.conflict.answered:
+		return v.conflict.r, err
+	case v.Verdict == domain.KeyNew:
 		if o, err := s.startCaptureTo(ctx, cmd, req); err != nil || o.answered {
 			return o.r, err
 		}
 	}
 	// Claimed before this call: a saga that started (a retry after a crash
 	// answers as a duplicate, as a transfer's or a transaction's does).
-	ans, err := s.driveCaptureTo(ctx, cmd, req, c != nil)
+	ans, err := s.driveCaptureTo(ctx, cmd, req, v.c != nil)
 	switch {
 	case err != nil:
 		return Reply{}, err
 	case ans.r != nil:
 		return *ans.r, nil
 	}
-	return ownedRecordReply(ans.rec, ans.duplicate || c != nil), nil
+	return ownedRecordReply(ans.rec, ans.duplicate || v.c != nil), nil
 }
 
 // startCaptureTo begins the saga of a key never claimed: an account that does

@@ -114,6 +114,33 @@ func (s *Service) claimError(ctx context.Context, keyStream string, req domain.C
 	return &claimConflict{fields: j.Fields}
 }
 
+// claimVerdict is a client key's claim as read (c; nil: never claimed), the
+// verdict on a request under it (domain.Judge), and, when the key is bound
+// to another request, the conflict's answer.
+type claimVerdict struct {
+	c *domain.KeyClaimed
+	domain.Judgement
+	conflict outcome
+}
+
+// judgeClaim reads key's claim and judges req under it: the one way a client
+// key's claim is judged.
+func (s *Service) judgeClaim(ctx context.Context, key string, req domain.Canonical) (claimVerdict, error) {
+	c, err := s.readClaim(ctx, key)
+	if err != nil {
+		return claimVerdict{}, err
+	}
+	j, err := domain.Judge(c.DecidedFor(), req)
+	if err != nil {
+		return claimVerdict{}, err
+	}
+	v := claimVerdict{c: c, Judgement: j}
+	if j.Verdict == domain.KeyConflict {
+		v.conflict = answer(reply.Conflict(key, j.Fields))
+	}
+	return v, nil
+}
+
 // readClaim returns the claim of a client key, or nil when the key was never claimed.
 func (s *Service) readClaim(ctx context.Context, key string) (*domain.KeyClaimed, error) {
 	if c, ok := s.claims.Get(key); ok {

@@ -399,15 +399,15 @@ func (p *Process) sweepLocked(ctx context.Context, now time.Time) SweepStats {
 		if now.Sub(p.view.Transfers[id].LastAt) < p.opts.Grace || now.Before(p.retry[id].next) {
 			continue
 		}
-		if p.resume(&st, now, "", id, "transfer_id", func() (bool, error) {
+		if p.resume(&st, now, sagaID{id: id, retryKey: id, what: "transfer_id"}, func() (bool, error) {
 			pending, err := p.svc.ResumeTransfer(ctx, id)
 			return pending == 0, err
 		}) {
 			delete(p.view.Transfers, id)
 		}
 	}
-	p.sweepSagas(ctx, &st, now, p.view.Transactions, domain.TransactionStreamPrefix, "transaction_id", p.svc.ResumeTransaction)
-	p.sweepSagas(ctx, &st, now, p.view.Captures, domain.CaptureGuardHoldID(""), "capture_key", p.svc.ResumeCapture)
+	p.sweepSagas(ctx, &st, now, sagaKind{pending: p.view.Transactions, prefix: domain.TransactionStreamPrefix, what: "transaction_id", drive: p.svc.ResumeTransaction})
+	p.sweepSagas(ctx, &st, now, sagaKind{pending: p.view.Captures, prefix: domain.CaptureGuardHoldID(""), what: "capture_key", drive: p.svc.ResumeCapture})
 	for _, k := range slices.Sorted(maps.Keys(p.view.Holds)) {
 		if ctx.Err() != nil {
 			break
@@ -431,42 +431,55 @@ func (p *Process) sweepLocked(ctx context.Context, now time.Time) SweepStats {
 	return st
 }
 
-// sweepSagas drives the sagas of view (by id, with when each last progressed)
-// idle for the grace period, forgetting those found done; prefix makes an id
-// a key of p.retry, what names it in the log.
-func (p *Process) sweepSagas(ctx context.Context, st *SweepStats, now time.Time, view map[string]time.Time, prefix, what string, drive func(ctx context.Context, id string) (pending bool, err error)) {
-	for _, id := range slices.Sorted(maps.Keys(view)) {
+// sagaKind is a kind of saga the process drives besides the transfers':
+// those pending in the view (by id, with when each last progressed), the
+// prefix that makes an id a key of p.retry, what names an id in the log, and
+// how one is driven to its end.
+type sagaKind struct {
+	pending map[string]time.Time
+	prefix  string
+	what    string
+	drive   func(ctx context.Context, id string) (pending bool, err error)
+}
+
+// sagaID names one saga the process drives: its id, its key in p.retry, and
+// what names the id in the log.
+type sagaID struct{ id, retryKey, what string }
+
+// sweepSagas drives the sagas of kind k idle for the grace period,
+// forgetting those found done.
+func (p *Process) sweepSagas(ctx context.Context, st *SweepStats, now time.Time, k sagaKind) {
+	for _, id := range slices.Sorted(maps.Keys(k.pending)) {
 		if ctx.Err() != nil {
 			break
 		}
-		if now.Sub(view[id]) < p.opts.Grace || now.Before(p.retry[prefix+id].next) {
+		sid := sagaID{id: id, retryKey: k.prefix + id, what: k.what}
+		if now.Sub(k.pending[id]) < p.opts.Grace || now.Before(p.retry[sid.retryKey].next) {
 			continue
 		}
-		if p.resume(st, now, prefix, id, what, func() (bool, error) {
-			pending, err := drive(ctx, id)
+		if p.resume(st, now, sid, func() (bool, error) {
+			pending, err := k.drive(ctx, id)
 			return !pending, err
 		}) {
-			delete(view, id)
+			delete(k.pending, id)
 		}
 	}
 }
 
-// resume drives one saga (prefix+id names it in p.retry; what, in the log)
-// and reports whether it is decided; a failure is counted and retried later,
+// resume drives one saga (sid) and reports whether it is decided; a failure is counted and retried later,
 // with a growing delay.
-func (p *Process) resume(st *SweepStats, now time.Time, prefix, id, what string, drive func() (decided bool, err error)) bool {
-	retryKey := prefix + id
+func (p *Process) resume(st *SweepStats, now time.Time, sid sagaID, drive func() (decided bool, err error)) bool {
 	decided, err := drive()
 	if err != nil {
 		st.Errors++
-		r := p.retry[retryKey]
+		r := p.retry[sid.retryKey]
 		r.failures++
 		r.next = now.Add(min(time.Second<<min(r.failures-1, 16), maxRetryDelay))
-		p.retry[retryKey] = r
-		p.log.Warn("resuming a saga failed", what, id, "failures", r.failures, "err", err)
+		p.retry[sid.retryKey] = r
+		p.log.Warn("resuming a saga failed", sid.what, sid.id, "failures", r.failures, "err", err)
 		return false
 	}
-	delete(p.retry, retryKey)
+	delete(p.retry, sid.retryKey)
 	st.Resumed++
 	return decided
 }

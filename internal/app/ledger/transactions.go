@@ -122,12 +122,8 @@ func (s *Service) decidedTransaction(ctx context.Context, txStream string, cmd d
 // transactionExists answers a transaction whose ID another key took: a key
 // bound to another request is a conflict first, else transaction_exists.
 func (s *Service) transactionExists(ctx context.Context, cmd domain.Command, req domain.Canonical) (Reply, error) {
-	c, err := s.readClaim(ctx, cmd.IdempotencyKey)
-	if err != nil {
-		return Reply{}, err
-	}
-	if j, err := domain.Judge(c.DecidedFor(), req); err != nil || j.Verdict == domain.KeyConflict {
-		return reply.Conflict(cmd.IdempotencyKey, j.Fields), err
+	if v, err := s.judgeClaim(ctx, cmd.IdempotencyKey, req); err != nil || v.conflict.answered {
+		return v.conflict.r, err
 	}
 	return reply.NotRecorded(cmd.IdempotencyKey, &domain.Rejection{Code: domain.CodeTransactionExists,
 		Message: fmt.Sprintf("transaction %s was posted under another key", cmd.TransactionID)}), nil

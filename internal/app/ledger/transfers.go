@@ -209,12 +209,8 @@ func sagaConflict(sg *domain.Saga, req domain.Canonical) (Reply, bool) {
 // transferExists answers a transfer whose id belongs to another key's transfer;
 // a key already bound to another request is a conflict first.
 func (s *Service) transferExists(ctx context.Context, cmd domain.Command, req domain.Canonical, t *domain.Transfer) (Reply, error) {
-	c, err := s.readClaim(ctx, cmd.IdempotencyKey)
-	if err != nil {
-		return Reply{}, err
-	}
-	if j, err := domain.Judge(c.DecidedFor(), req); err != nil || j.Verdict == domain.KeyConflict {
-		return reply.Conflict(cmd.IdempotencyKey, j.Fields), err
+	if v, err := s.judgeClaim(ctx, cmd.IdempotencyKey, req); err != nil || v.conflict.answered {
+		return v.conflict.r, err
 	}
 	d := domain.DecideTransfer(t, cmd)
 	return reply.NotRecorded(cmd.IdempotencyKey, d.Rejection), nil
@@ -314,18 +310,18 @@ func (s *Service) runStep(ctx context.Context, t *domain.Transfer, sg *domain.Sa
 // (at.sg is step's saga) calls for, appends it (appendMarker) and calls the failpoint after it; false
 // when another instance wrote to the stream first, so the marker is not recorded.
 func (s *Service) recordMarker(ctx context.Context, at sagaAt, step stageStep) (bool, error) {
-	mkey, events, err := domain.DecideSagaMarker(at.t, at.sg, step.name, step.o)
+	m, err := domain.DecideSagaMarker(at.t, at.sg, step.name, step.o)
 	if err != nil {
 		return false, err
 	}
-	err = s.appendMarker(ctx, at, mkey, events)
+	err = s.appendMarker(ctx, at, m)
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	return true, s.fail(sagaFailpoint(at.sg, strings.TrimPrefix(mkey, at.sg.Key+":")))
+	return true, s.fail(sagaFailpoint(at.sg, strings.TrimPrefix(m.Key, at.sg.Key+":")))
 }
 
 // sagaFailpoint is the failpoint name of step (see fail) in saga sg.
@@ -363,7 +359,8 @@ func (s *Service) stepWithFailpoint(ctx context.Context, cmd domain.Command, ste
 
 // appendMarker records a saga's progress in the transfer stream under the
 // marker's derived key, at the revision the saga's state was read at.
-func (s *Service) appendMarker(ctx context.Context, at sagaAt, key string, events []domain.NewEvent) error {
+func (s *Service) appendMarker(ctx context.Context, at sagaAt, m domain.SagaMarker) error {
+	key, events := m.Key, m.Events
 	if len(events) == 0 {
 		return nil
 	}

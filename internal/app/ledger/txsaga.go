@@ -39,8 +39,8 @@ func (s *Service) handleTransactionSaga(ctx context.Context, tx domain.Command, 
 			r, err := s.finishTransactionSaga(ctx, txStream, tx.TransactionID, true)
 			return r, false, err
 		}
-		if r, missing, err := s.missingAccount(ctx, tx); err != nil || missing {
-			return r, false, err
+		if o, err := s.missingAccount(ctx, tx); err != nil || o.answered {
+			return o.r, false, err
 		}
 		requested := []domain.NewEvent{{Type: domain.EvTransactionRequested, Data: domain.TransactionRequested{
 			TransactionID: tx.TransactionID, Postings: tx.Postings, Metadata: tx.Metadata,
@@ -61,23 +61,23 @@ func (s *Service) handleTransactionSaga(ctx context.Context, tx domain.Command, 
 // not recorded (PROTOCOL.md §3), at the first posting naming one; and one
 // whose effective_at one of its accounts refuses: invalid. An account
 // never disappears, so none can go missing once the request is written.
-func (s *Service) missingAccount(ctx context.Context, tx domain.Command) (Reply, bool, error) {
+func (s *Service) missingAccount(ctx context.Context, tx domain.Command) (outcome, error) {
 	for i, p := range tx.Postings {
 		for _, id := range []string{p.From, p.To} {
 			open, err := s.accountOpened(ctx, id)
 			if err != nil {
-				return Reply{}, false, err
+				return outcome{}, err
 			}
 			if !open {
 				rej := &domain.Rejection{Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("posting %d: account %s does not exist", i, id)}
-				return reply.TransactionNotRecorded(tx.IdempotencyKey, tx.TransactionID, rej, i), true, nil
+				return answer(reply.TransactionNotRecorded(tx.IdempotencyKey, tx.TransactionID, rej, i)), nil
 			}
 		}
 	}
 	if ierr, err := s.effectiveRefused(ctx, tx, domain.TransactionAccounts(tx.Postings)...); ierr != nil || err != nil {
-		return reply.Invalid(tx.IdempotencyKey, ierr), true, err
+		return answer(reply.Invalid(tx.IdempotencyKey, ierr)), err
 	}
-	return Reply{}, false, nil
+	return outcome{}, nil
 }
 
 // loadTransactionSaga folds a transaction stream (a few events: no cache).
@@ -148,11 +148,11 @@ func (s *Service) driveTransactionSaga(ctx context.Context, txStream, id string)
 		case ts.Requested == nil:
 			return nil, fmt.Errorf("ledger: %s: no request and no outcome", txStream)
 		}
-		key, step, ev, err := s.nextTransactionRecord(ctx, ts)
+		rec, err := s.nextTransactionRecord(ctx, ts)
 		if err != nil {
 			return nil, err
 		}
-		err = s.appendTransactionRecord(ctx, txStream, ts, key, ev)
+		err = s.appendTransactionRecord(ctx, txStream, ts, rec)
 		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 			conflicts++ // another instance recorded it: read it
 			continue
@@ -160,42 +160,53 @@ func (s *Service) driveTransactionSaga(ctx context.Context, txStream, id string)
 		if err != nil {
 			return nil, err
 		}
-		if err := s.fail("transaction/" + step); err != nil {
+		if err := s.fail("transaction/" + rec.step); err != nil {
 			return nil, err
 		}
 	}
 	return nil, ErrTooManyConflicts
 }
 
+// txRecord is a record of a reservation saga in its transaction stream: its
+// derived key, its step's name and its event.
+type txRecord struct {
+	key, step string
+	ev        domain.NewEvent
+}
+
+// sagaRecord is the record of ts's step.
+func sagaRecord(ts *domain.TransactionSaga, step string, ev domain.NewEvent) txRecord {
+	return txRecord{key: domain.StepKey(ts.Key, step), step: step, ev: ev}
+}
+
 // nextTransactionRecord runs the account steps that come before the saga's
-// next record, and returns that record (its derived key and step name): the
-// reservations' outcome, or the outcome of the transaction after its legs or
-// its releases.
-func (s *Service) nextTransactionRecord(ctx context.Context, ts *domain.TransactionSaga) (key, step string, ev domain.NewEvent, err error) {
+// next record, and returns that record: the reservations' outcome, or the
+// outcome of the transaction after its legs or its releases.
+func (s *Service) nextTransactionRecord(ctx context.Context, ts *domain.TransactionSaga) (txRecord, error) {
 	switch {
 	case !ts.Reserved && ts.Refused == nil:
 		outcomes, err := s.reserveAll(ctx, ts)
 		if err != nil {
-			return "", "", domain.NewEvent{}, err
+			return txRecord{}, err
 		}
 		if refusal := ts.DecisiveRefusal(outcomes); refusal != nil {
-			return domain.StepKey(ts.Key, domain.StepRefused), domain.StepRefused, domain.NewEvent{Type: domain.EvTransactionReservationRefused, Data: *refusal}, nil
+			return sagaRecord(ts, domain.StepRefused, domain.NewEvent{Type: domain.EvTransactionReservationRefused, Data: *refusal}), nil
 		}
-		return domain.StepKey(ts.Key, domain.StepReserved), domain.StepReserved, domain.NewEvent{Type: domain.EvTransactionReserved, Data: domain.TransactionReserved{TransactionID: ts.ID}}, nil
+		return sagaRecord(ts, domain.StepReserved, domain.NewEvent{Type: domain.EvTransactionReserved, Data: domain.TransactionReserved{TransactionID: ts.ID}}), nil
 	case ts.Reserved:
 		legs, views := map[string][]domain.EventRef{}, map[string]domain.AccountView{}
 		for _, id := range ts.Accounts() {
 			rec, err := s.runTransactionStep(ctx, ts, domain.StepLeg, id)
 			if err != nil {
-				return "", "", domain.NewEvent{}, err
+				return txRecord{}, err
 			}
 			legs[id], views[id] = rec.Events, rec.After()
 		}
-		return domain.StepKey(ts.Key, domain.StepPosted), domain.StepPosted, ts.OutcomeEvent(legs, views), nil
+		return sagaRecord(ts, domain.StepPosted, ts.OutcomeEvent(legs, views)), nil
 	default: // refused: release what was reserved (the reservations answer again, as duplicates)
 		outcomes, err := s.reserveAll(ctx, ts)
 		if err != nil {
-			return "", "", domain.NewEvent{}, err
+			return txRecord{}, err
 		}
 		views := map[string]domain.AccountView{}
 		for _, o := range outcomes {
@@ -205,11 +216,11 @@ func (s *Service) nextTransactionRecord(ctx context.Context, ts *domain.Transact
 			}
 			rec, err := s.runTransactionStep(ctx, ts, domain.StepRelease, o.Account)
 			if err != nil {
-				return "", "", domain.NewEvent{}, err
+				return txRecord{}, err
 			}
 			views[o.Account] = rec.After()
 		}
-		return domain.StepKey(ts.Key, domain.StepRejected), domain.StepRejected, ts.OutcomeEvent(nil, views), nil
+		return sagaRecord(ts, domain.StepRejected, ts.OutcomeEvent(nil, views)), nil
 	}
 }
 
@@ -243,13 +254,13 @@ func (s *Service) runTransactionStep(ctx context.Context, ts *domain.Transaction
 // appendTransactionRecord appends a record of the saga (a marker or its
 // outcome) under its derived key, with the client's request and key as its
 // origin, at the revision the saga was read at.
-func (s *Service) appendTransactionRecord(ctx context.Context, txStream string, ts *domain.TransactionSaga, key string, ev domain.NewEvent) error {
+func (s *Service) appendTransactionRecord(ctx context.Context, txStream string, ts *domain.TransactionSaga, rec txRecord) error {
 	req, err := domain.ParseRequest(ts.Request)
 	if err != nil {
 		return fmt.Errorf("ledger: %s: request of %q: %w", txStream, ts.Key, err)
 	}
-	cmd := domain.Command{Type: domain.CommandType(ts.Command), IdempotencyKey: key, At: s.opts.Clock().UTC(), Origin: ts.Key}
-	_, err = s.appendStep(ctx, decision{cmd: cmd, req: req.Canonical(), events: []domain.NewEvent{ev}}, streamHead{stream: txStream, last: ts.Revision, chain: ts.LastChain})
+	cmd := domain.Command{Type: domain.CommandType(ts.Command), IdempotencyKey: rec.key, At: s.opts.Clock().UTC(), Origin: ts.Key}
+	_, err = s.appendStep(ctx, decision{cmd: cmd, req: req.Canonical(), events: []domain.NewEvent{rec.ev}}, streamHead{stream: txStream, last: ts.Revision, chain: ts.LastChain})
 	return err
 }
 
