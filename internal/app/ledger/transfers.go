@@ -43,23 +43,31 @@ func (s *Service) loadTransfer(ctx context.Context, stream, id string, refresh b
 	return t, nil
 }
 
-// transferToDecide is the transfer cmd is decided on (loadTransfer), except
-// that, on a store that reports an idempotent append (unreadNewTransfers), a
-// transfer command whose stream is not cached is decided on a new transfer,
-// unread (true): the stream of a new transfer does not exist, and reading it
+// transferToDecide is the transfer w's command is decided on (loadTransfer,
+// from the store when refresh), except that, on a store that reports an
+// idempotent append (unreadNewTransfers), a transfer command whose stream is
+// not cached is decided on a new transfer, unread: the stream of a new transfer does not exist, and reading it
 // cost a statement per transfer (BENCHMARKS.md, the history import).
 // decideOnTransfer decides again on the store's head when an unread decision
 // would answer without a write, or its append finds its events already there
 // (a resend after a restart or an eviction); a stream that exists otherwise
 // fails the append's expected revision.
-func (s *Service) transferToDecide(ctx context.Context, cmd domain.Command, stream, id string, refresh bool) (*domain.Transfer, bool, error) {
-	if refresh || !s.unreadNewTransfers || cmd.Type != domain.CmdTransfer || s.transfers.Contains(stream) {
-		t, err := s.loadTransfer(ctx, stream, id, refresh)
-		return t, false, err
+func (s *Service) transferToDecide(ctx context.Context, w transferWrite, refresh bool) (transferRead, error) {
+	stream := domain.TransferStream(w.id)
+	if refresh || !s.unreadNewTransfers || w.cmd.Type != domain.CmdTransfer || s.transfers.Contains(stream) {
+		t, err := s.loadTransfer(ctx, stream, w.id, refresh)
+		return transferRead{t: t}, err
 	}
-	t := domain.NewTransfer(id)
+	t := domain.NewTransfer(w.id)
 	s.transfers.Add(stream, t)
-	return t, true, nil
+	return transferRead{t: t, unread: true}, nil
+}
+
+// transferRead is the transfer a command is decided on, and whether it is a
+// new one assumed without a read of its stream (transferToDecide).
+type transferRead struct {
+	t      *domain.Transfer
+	unread bool
 }
 
 // applyTransferWritten folds freshly written events into the cached transfer, or
@@ -155,7 +163,8 @@ func (s *Service) decideOnTransfer(ctx context.Context, w transferWrite, decide 
 	stream, req := domain.TransferStream(id), cmd.Canonical()
 	wrote := false
 	return s.underLocks(ctx, []string{stream}, func(*attempt) (Reply, bool, error) {
-		t, unread, err := s.transferToDecide(ctx, cmd, stream, id, refresh)
+		read, err := s.transferToDecide(ctx, w, refresh)
+		t, unread := read.t, read.unread
 		if err != nil {
 			return Reply{}, false, err
 		}
