@@ -530,13 +530,13 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 	if len(events) == 0 {
 		return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append to %q: no events", stream)
 	}
-	data, size, err := s.toESDBEvents(stream, events)
+	out, err := s.toESDBEvents(stream, events)
 	if err != nil {
 		return eventstore.AppendResult{}, err
 	}
-	wr, err := s.send(ctx, stream, expected, data)
+	wr, err := s.send(ctx, stream, expected, out.events)
 	if errors.Is(err, io.EOF) {
-		wr, err = s.resendAfterEarlyEnd(ctx, stream, expected, data, size)
+		wr, err = s.resendAfterEarlyEnd(ctx, stream, expected, out)
 	}
 	if errors.Is(err, ErrAppendTooLarge) {
 		return eventstore.AppendResult{}, err
@@ -581,16 +581,16 @@ func (s *Store) send(ctx context.Context, stream string, expected eventstore.Exp
 // refusal there (ErrAccessDenied, ErrUnauthenticated) is the answer. Else it
 // resends the append once, and a second early end is ErrAppendTooLarge. So
 // an early end costs at most two more calls, never an endless retry.
-func (s *Store) resendAfterEarlyEnd(ctx context.Context, stream string, expected eventstore.ExpectedRevision, data []esdb.EventData, size int) (*esdb.WriteResult, error) {
+func (s *Store) resendAfterEarlyEnd(ctx context.Context, stream string, expected eventstore.ExpectedRevision, out outgoing) (*esdb.WriteResult, error) {
 	_, err := s.send(ctx, stream, eventstore.Exact(probeRevision), nil)
 	var e *esdb.Error
 	if err != nil && !(errors.As(err, &e) && (e.Code() == esdb.ErrorCodeWrongExpectedVersion || e.Code() == esdb.ErrorCodeStreamDeleted)) {
 		return nil, err
 	}
-	wr, err := s.send(ctx, stream, expected, data)
+	wr, err := s.send(ctx, stream, expected, out.events)
 	if errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("kurrentdb: append to %q: %w: the server ended it early twice while it accepts the stream's header, so its limits (MaxAppendSize, MaxAppendEventSize) are below this append's %d bytes: set WithMaxAppendSize and WithMaxAppendEventSize to them (%v)",
-			stream, ErrAppendTooLarge, size, err)
+			stream, ErrAppendTooLarge, out.size, err)
 	}
 	return wr, err
 }
@@ -635,29 +635,36 @@ func (s *Store) appended(ctx context.Context, stream string, expected eventstore
 		stream, ErrStreamTruncated, res.FirstRevision, last, len(evs), err)
 }
 
+// outgoing is an append's events as the client sends them, and their size as
+// the server counts it.
+type outgoing struct {
+	events []esdb.EventData
+	size   int
+}
+
 // toESDBEvents checks events as the server would before sending them: the
 // server refuses an event without ID or type, and an append over its maximum
 // size, while it reads the request, and the client then loses the status.
-func (s *Store) toESDBEvents(stream string, events []eventstore.EventData) ([]esdb.EventData, int, error) {
+func (s *Store) toESDBEvents(stream string, events []eventstore.EventData) (outgoing, error) {
 	data := make([]esdb.EventData, len(events))
 	size := 0
 	for i, e := range events {
 		switch {
 		case e.ID == uuid.Nil:
 			// The client would make up a random ID, and with it a new intent.
-			return nil, 0, fmt.Errorf("kurrentdb: append to %q: event %d has no ID", stream, i)
+			return outgoing{}, fmt.Errorf("kurrentdb: append to %q: event %d has no ID", stream, i)
 		case e.Type == "":
-			return nil, 0, fmt.Errorf("kurrentdb: append to %q: event %d has no type", stream, i)
+			return outgoing{}, fmt.Errorf("kurrentdb: append to %q: event %d has no type", stream, i)
 		}
 		// At least the server's count (Event.SizeOnDisk: the type in UTF-16).
 		one := len(e.Data) + len(e.Metadata) + 2*len(e.Type)
 		if max := s.opts.maxAppendEventSize; max > 0 && one > max {
-			return nil, 0, fmt.Errorf("kurrentdb: append to %q: %w (event %d has %d bytes, limit %d per event)",
+			return outgoing{}, fmt.Errorf("kurrentdb: append to %q: %w (event %d has %d bytes, limit %d per event)",
 				stream, ErrAppendTooLarge, i, one, max)
 		}
 		size += one
 		if size > s.opts.maxAppendSize {
-			return nil, 0, fmt.Errorf("kurrentdb: append to %q: %w (%d bytes from event %d, limit %d)",
+			return outgoing{}, fmt.Errorf("kurrentdb: append to %q: %w (%d bytes from event %d, limit %d)",
 				stream, ErrAppendTooLarge, size, i, s.opts.maxAppendSize)
 		}
 		data[i] = esdb.EventData{
@@ -668,7 +675,7 @@ func (s *Store) toESDBEvents(stream string, events []eventstore.EventData) ([]es
 			Metadata:    e.Metadata,
 		}
 	}
-	return data, size, nil
+	return outgoing{events: data, size: size}, nil
 }
 
 // lastRevision is the stream's last revision, -1 when it has none or when it
