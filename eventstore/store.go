@@ -208,6 +208,16 @@ type MultiAppender interface {
 	AppendMulti(ctx context.Context, parts []StreamAppend) ([]AppendResult, error)
 }
 
+// AppendOne is an Append made of one part of m's AppendMulti: how a store that
+// appends to several streams at once appends to one.
+func AppendOne(ctx context.Context, m MultiAppender, part StreamAppend) (AppendResult, error) {
+	res, err := m.AppendMulti(ctx, []StreamAppend{part})
+	if err != nil {
+		return AppendResult{}, err
+	}
+	return res[0], nil
+}
+
 // Direction of a read.
 type Direction uint8
 

@@ -189,11 +189,7 @@ func wrongRevision(stream string, expected eventstore.ExpectedRevision, actual i
 
 // Append implements eventstore.Appender.
 func (s *Store) Append(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events []eventstore.EventData) (eventstore.AppendResult, error) {
-	res, err := s.AppendMulti(ctx, []eventstore.StreamAppend{{Stream: stream, Expected: expected, Events: events}})
-	if err != nil {
-		return eventstore.AppendResult{}, err
-	}
-	return res[0], nil
+	return eventstore.AppendOne(ctx, s, eventstore.StreamAppend{Stream: stream, Expected: expected, Events: events})
 }
 
 // AppendMulti implements eventstore.MultiAppender: one transaction for all parts.

@@ -32,11 +32,7 @@ type recorder struct {
 }
 
 func (r *recorder) Append(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events []eventstore.EventData) (eventstore.AppendResult, error) {
-	res, err := r.AppendMulti(ctx, []eventstore.StreamAppend{{Stream: stream, Expected: expected, Events: events}})
-	if err != nil {
-		return eventstore.AppendResult{}, err
-	}
-	return res[0], nil
+	return eventstore.AppendOne(ctx, r, eventstore.StreamAppend{Stream: stream, Expected: expected, Events: events})
 }
 
 func (r *recorder) AppendMulti(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
