@@ -35,7 +35,7 @@ func TestConditionsUnderConcurrency(t *testing.T) {
 			// every resend, to either instance, answers the first decision
 			for key, want := range first {
 				for _, s := range []*Service{a, b} {
-					if got := post(t, s, want.typ, want.body); !sameDecision(got, want.r) {
+					if got := postUntilAnswered(t, s, want.typ, want.body); !sameDecision(got, want.r) {
 						t.Fatalf("%s resent: %+v, first %+v", key, got, want.r)
 					}
 				}
@@ -87,7 +87,7 @@ func sweepRace(t *testing.T, a, b *Service) (int64, map[string]sent) {
 		go func() {
 			defer wg.Done()
 			for i := range deposits {
-				r := post(t, []*Service{a, b}[i%2], "deposit", fmt.Sprintf(`{"idempotency_key":"pay-%d-%d","account_id":"m","amount":%d,"currency":"EUR"}`, p, i, 10+p+i))
+				r := postUntilAnswered(t, []*Service{a, b}[i%2], "deposit", fmt.Sprintf(`{"idempotency_key":"pay-%d-%d","account_id":"m","amount":%d,"currency":"EUR"}`, p, i, 10+p+i))
 				if r.Status != domain.StatusApplied {
 					t.Errorf("deposit: %+v", r)
 				}
@@ -111,7 +111,7 @@ func sweepRace(t *testing.T, a, b *Service) (int64, map[string]sent) {
 				var both sync.WaitGroup
 				for j, s := range []*Service{a, b} {
 					both.Add(1)
-					go func() { defer both.Done(); replies[j] = post(t, s, typ, body) }()
+					go func() { defer both.Done(); replies[j] = postUntilAnswered(t, s, typ, body) }()
 				}
 				both.Wait()
 				checkSweep(t, key, replies)
@@ -154,7 +154,7 @@ func conditionalRounds(t *testing.T, st eventstore.Store, a, b *Service) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				replies[w] = post(t, []*Service{a, b}[w%2], "deposit", fmt.Sprintf(`{"idempotency_key":"cond-%d-%d","account_id":"c","amount":1,"currency":"EUR","expected_revision":%d}`, round, w, rev))
+				replies[w] = postUntilAnswered(t, []*Service{a, b}[w%2], "deposit", fmt.Sprintf(`{"idempotency_key":"cond-%d-%d","account_id":"c","amount":1,"currency":"EUR","expected_revision":%d}`, round, w, rev))
 			}()
 		}
 		wg.Wait()
@@ -166,7 +166,7 @@ func conditionalRounds(t *testing.T, st eventstore.Store, a, b *Service) {
 			case r.Code != domain.CodeRevisionMismatch || len(r.Events) != 1:
 				t.Fatalf("round %d writer %d: %+v", round, w, r)
 			}
-			again := post(t, []*Service{a, b}[(w+1)%2], "deposit", fmt.Sprintf(`{"idempotency_key":"cond-%d-%d","account_id":"c","amount":1,"currency":"EUR","expected_revision":%d}`, round, w, rev))
+			again := postUntilAnswered(t, []*Service{a, b}[(w+1)%2], "deposit", fmt.Sprintf(`{"idempotency_key":"cond-%d-%d","account_id":"c","amount":1,"currency":"EUR","expected_revision":%d}`, round, w, rev))
 			// KurrentDB answers an append it deduplicated as a fresh one
 			// (docs/design.md, "Known edges"): the flag only where the store tells
 			if !sameDecision(again, r) || (devtest.ReportsIdempotent(st) && !again.Duplicate) {
@@ -243,4 +243,21 @@ func TestUpToTransferCrashAtEveryStep(t *testing.T) {
 			t.Fatalf("payee holds %d, the sweeps moved %d", a.balance("payee"), swept)
 		}
 	})
+}
+
+// postUntilAnswered posts a command as a client must (PROTOCOL.md §5): a status "error"
+// (here: concurrent writers on the hot account won MaxAttempts rounds) is
+// not an answer, so the command is resent with its key until one comes, a
+// bounded number of times.
+func postUntilAnswered(t *testing.T, s *Service, typ, body string) Reply {
+	t.Helper()
+	const resends = 20
+	var r Reply
+	for range resends {
+		if r = post(t, s, typ, body); r.Status != domain.StatusError {
+			return r
+		}
+	}
+	t.Errorf("%s %s: no answer after %d sends: %+v", typ, body, resends, r)
+	return r
 }
