@@ -189,6 +189,9 @@ type Account struct {
 	// forgot: some key decided on the stream may not be in Keys (one was
 	// forgotten, or the aggregate was loaded from a snapshot, which has none).
 	forgot bool
+	// keyPrints are the fingerprints of the recent keys of the Resident the
+	// aggregate was made from (Into), which it holds no records of.
+	keyPrints []uint64
 	// HoldLimit bounds the closed holds Holds keeps (0: all of them): the active
 	// ones are always kept, and the most recently closed ones up to HoldLimit;
 	// an older closed hold is forgotten and found again by its events' subject

@@ -28,6 +28,7 @@ const (
 	flagCacheSize       = "cache-size"
 	flagCacheMemory     = "cache-memory-mib"
 	flagWarmAccounts    = "warm-accounts"
+	flagResidents       = "resident-accounts"
 	flagRecentKeys      = "recent-keys"
 	flagRecentHolds     = "recent-holds"
 	flagRecentRefunds   = "recent-refunds"
@@ -53,7 +54,8 @@ func serviceFlags() []cli.Flag {
 		&cli.DurationFlag{Name: flagCommandTimeout, Category: cat, Value: 15 * time.Second, Usage: "bound on handling one command", Sources: cli.EnvVars("LEDGER_COMMAND_TIMEOUT")},
 		&cli.IntFlag{Name: flagCacheSize, Category: cat, Value: 100_000, Usage: "account aggregates kept in memory", Sources: cli.EnvVars("LEDGER_CACHE_SIZE")},
 		&cli.IntFlag{Name: flagCacheMemory, Category: cat, Value: 512, Usage: "estimated heap (MiB) the cached account aggregates may hold; 0: bounded by --cache-size only", Sources: cli.EnvVars("LEDGER_CACHE_MEMORY_MIB")},
-		&cli.IntFlag{Name: flagWarmAccounts, Category: cat, Value: 1_000_000, Usage: "after start, load up to this many of the event store's accounts into the cache in the background (PostgreSQL), never beyond nine tenths of --cache-size and --cache-memory-mib; commands do not wait for it; 0: none", Sources: cli.EnvVars("LEDGER_WARM_ACCOUNTS")},
+		&cli.IntFlag{Name: flagWarmAccounts, Category: cat, Value: 1_000_000, Usage: "after start, load up to this many of the event store's accounts in the background (PostgreSQL): into the cache up to nine tenths of --cache-size and --cache-memory-mib, then as residents up to --resident-accounts; commands do not wait for it; 0: none", Sources: cli.EnvVars("LEDGER_WARM_ACCOUNTS")},
+		&cli.IntFlag{Name: flagResidents, Category: cat, Value: 2_000_000, Usage: "accounts kept in compact form (about 200 bytes each) apart from the cache, so that a command on one reads nothing from the event store: those the cache dropped and those warmed beyond it; 0: none", Sources: cli.EnvVars("LEDGER_RESIDENT_ACCOUNTS")},
 		&cli.IntFlag{Name: flagRecentKeys, Category: cat, Value: 1024, Usage: "key records each cached account keeps; older keys are answered from the event store (PostgreSQL); 0 keeps every key", Sources: cli.EnvVars("LEDGER_RECENT_KEYS")},
 		&cli.IntFlag{Name: flagRecentHolds, Category: cat, Value: 1024, Usage: "closed holds each cached account keeps (active holds are always kept); older ones are found by their events' subject in the event store (PostgreSQL); 0 keeps every hold", Sources: cli.EnvVars("LEDGER_RECENT_HOLDS")},
 		&cli.IntFlag{Name: flagRecentRefunds, Category: cat, Value: 1024, Usage: "refunded originals each cached account keeps the refunded sum of; an older one's is summed from its refunds' subject in the event store (PostgreSQL); 0 keeps every one", Sources: cli.EnvVars("LEDGER_RECENT_REFUNDS")},
@@ -77,7 +79,7 @@ func serviceOptions(cmd *cli.Command, log *slog.Logger) (node.Options, error) {
 	if err != nil {
 		return node.Options{}, fmt.Errorf("--%s: %w", flagBackOff, err)
 	}
-	for _, f := range []string{flagCacheMemory, flagWarmAccounts, flagRecentKeys, flagRecentHolds, flagRecentRefunds, flagSnapshotEvery} {
+	for _, f := range []string{flagCacheMemory, flagWarmAccounts, flagResidents, flagRecentKeys, flagRecentHolds, flagRecentRefunds, flagSnapshotEvery} {
 		if cmd.Int(f) < 0 {
 			return node.Options{}, fmt.Errorf("--%s: %d is negative (0 means none)", f, cmd.Int(f))
 		}
@@ -95,13 +97,14 @@ func serviceOptions(cmd *cli.Command, log *slog.Logger) (node.Options, error) {
 		Name:                cmd.String(flagInstance),
 		DisableCommandQuery: !cmd.Bool(flagCommandQuery),
 		Ledger: ledger.Options{
-			CacheSize:     cmd.Int(flagCacheSize),
-			CacheBytes:    zeroMeansNone(int64(cmd.Int(flagCacheMemory))) << 20,
-			WarmAccounts:  cmd.Int(flagWarmAccounts),
-			RecentKeys:    int(zeroMeansNone(int64(cmd.Int(flagRecentKeys)))),
-			RecentHolds:   int(zeroMeansNone(int64(cmd.Int(flagRecentHolds)))),
-			RecentRefunds: int(zeroMeansNone(int64(cmd.Int(flagRecentRefunds)))),
-			SnapshotEvery: int(zeroMeansNone(int64(cmd.Int(flagSnapshotEvery)))),
+			CacheSize:        cmd.Int(flagCacheSize),
+			CacheBytes:       zeroMeansNone(int64(cmd.Int(flagCacheMemory))) << 20,
+			WarmAccounts:     cmd.Int(flagWarmAccounts),
+			ResidentAccounts: int(zeroMeansNone(int64(cmd.Int(flagResidents)))),
+			RecentKeys:       int(zeroMeansNone(int64(cmd.Int(flagRecentKeys)))),
+			RecentHolds:      int(zeroMeansNone(int64(cmd.Int(flagRecentHolds)))),
+			RecentRefunds:    int(zeroMeansNone(int64(cmd.Int(flagRecentRefunds)))),
+			SnapshotEvery:    int(zeroMeansNone(int64(cmd.Int(flagSnapshotEvery)))),
 		},
 		Intake: natsapi.Options{
 			QueueGroup:       cmd.String(flagQueueGroup),

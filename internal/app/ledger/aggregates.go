@@ -111,17 +111,25 @@ func (l *streamLocks) release(sl *streamLock) {
 // aggregate's own size is bounded too: its recent keys (Options.RecentKeys) and
 // its active holds; its history lives in the store.
 type accountCache struct {
-	c      *lru.Cache[string, *domain.Account]
-	gauge  prometheus.Gauge // total, as a metric
-	budget int64
-	mu     sync.Mutex
-	sizes  map[string]int64
-	total  int64
+	c *lru.Cache[string, *domain.Account]
+	// evicted, when set, is given each aggregate the cache drops, after
+	// forgetting it (Service.toResident).
+	evicted func(stream string, acc *domain.Account)
+	gauge   prometheus.Gauge // total, as a metric
+	budget  int64
+	mu      sync.Mutex
+	sizes   map[string]int64
+	total   int64
 }
 
 func newAccountCache(size int, budget int64, gauge prometheus.Gauge) *accountCache {
 	ac := &accountCache{budget: budget, gauge: gauge, sizes: map[string]int64{}}
-	ac.c = newLRU(size, func(stream string, _ *domain.Account) { ac.forget(stream) })
+	ac.c = newLRU(size, func(stream string, acc *domain.Account) {
+		ac.forget(stream)
+		if ac.evicted != nil {
+			ac.evicted(stream, acc)
+		}
+	})
 	return ac
 }
 
@@ -205,7 +213,7 @@ func (s *Service) loadPending(ctx context.Context, stream, id string, refresh bo
 	if ok {
 		err = catchUp(ctx, s.store, stream, acc.Revision, foldInto(acc))
 	} else {
-		acc, err = s.cold.load(ctx, stream, id)
+		acc, err = s.loadCold(ctx, stream, id, refresh)
 	}
 	if err != nil {
 		s.accounts.c.Remove(stream)

@@ -14,6 +14,7 @@ type metrics struct {
 	keysRecalled     prometheus.Counter
 	holdsRecalled    prometheus.Counter
 	refundsRecalled  prometheus.Counter
+	residentLoads    prometheus.Counter
 	cachedBytes      prometheus.Gauge
 	lookupBatch      prometheus.Histogram
 	coldBatch        prometheus.Histogram
@@ -33,6 +34,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		keysRecalled:     counter("ledger_keys_recalled_total", "Key records an aggregate had forgotten, rebuilt from the key's events."),
 		holdsRecalled:    counter("ledger_holds_recalled_total", "Closed holds an aggregate had forgotten, rebuilt from the hold's events (found by their subject)."),
 		refundsRecalled:  counter("ledger_refunds_recalled_total", "Refunded sums of originals an aggregate had forgotten, summed from the refunds' events (found by their subject)."),
+		residentLoads:    counter("ledger_resident_loads_total", "Account aggregates made from their compact resident state, without a read of the store (residents.go)."),
 		cachedBytes:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "ledger_account_cache_bytes", Help: "Estimated heap held by the cached account aggregates."}),
 		lookupBatch: histogram("ledger_key_lookup_batch", "Keys looked up in the store per request, while resends of forgotten keys arrive.",
 			prometheus.ExponentialBuckets(1, 2, 10)),
@@ -42,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.snapshotsTaken, m.snapshotsIgnored, m.keysRecalled, m.holdsRecalled, m.refundsRecalled, m.cachedBytes, m.lookupBatch, m.coldBatch, m.batchSize)
+		reg.MustRegister(m.snapshotsTaken, m.snapshotsIgnored, m.keysRecalled, m.holdsRecalled, m.refundsRecalled, m.residentLoads, m.cachedBytes, m.lookupBatch, m.coldBatch, m.batchSize)
 	}
 	return m
 }

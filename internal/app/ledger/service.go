@@ -57,6 +57,11 @@ type Options struct {
 	// into the cache in the background after New (warm.go): never more than
 	// nine tenths of CacheSize and CacheBytes. 0: none.
 	WarmAccounts int
+	// ResidentAccounts bounds the accounts kept in compact form apart from
+	// the cache (residents.go): those the cache dropped and those warmed
+	// beyond it. Default 2,000,000 (about 200 bytes each, docs/design.md);
+	// negative: none.
+	ResidentAccounts int
 	// SnapshotEvery is the number of events between snapshots of an account, on
 	// a store that keeps snapshots (default 1,000; negative: none are taken;
 	// existing ones are still read).
@@ -90,6 +95,8 @@ type Service struct {
 	locks    *streamLocks
 	pipes    *pipes
 	accounts *accountCache
+	// residents are the accounts not cached, in compact form (residents.go).
+	residents *residents
 	// claims keeps claims read from the store: a claim never changes once written.
 	claims *lru.Cache[string, *domain.KeyClaimed]
 	// transfers caches transfer aggregates (transfers.go), like accounts: an
@@ -149,6 +156,9 @@ func New(store Store, opts Options) *Service {
 	if opts.RecentRefunds == 0 {
 		opts.RecentRefunds = 1024
 	}
+	if opts.ResidentAccounts == 0 {
+		opts.ResidentAccounts = 2_000_000
+	}
 	if opts.SnapshotEvery == 0 {
 		opts.SnapshotEvery = 1000
 	}
@@ -158,6 +168,8 @@ func New(store Store, opts Options) *Service {
 	m := newMetrics(opts.Metrics)
 	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), pipes: newPipes(), accounts: newAccountCache(opts.CacheSize, opts.CacheBytes, m.cachedBytes),
 		claims: newLRU[string, *domain.KeyClaimed](opts.CacheSize, nil), transfers: newLRU[string, *domain.Transfer](opts.CacheSize, nil), metrics: m, snapSlots: make(chan struct{}, 4), elements: newElementWorkers()}
+	s.residents = newResidents(opts.ResidentAccounts)
+	s.accounts.evicted = s.toResident
 	s.mover = moverFor(s, store)
 	if r, ok := store.(interface{ ReportsIdempotentAppends() bool }); ok {
 		s.unreadNewTransfers = r.ReportsIdempotentAppends()

@@ -15,9 +15,10 @@ import (
 // Options.WarmAccounts asks for it and the store can list its streams and read
 // many of them at once (eventstore.StreamLister and ColdReader: PostgreSQL,
 // memory), the accounts the store holds are loaded into the aggregate cache in
-// the background, warmPage at a time, one page in flight, until the cache is
-// nine tenths full by count or by bytes (the rest is left to the accounts
-// commands touch, so warming never evicts them) or WarmAccounts were loaded.
+// the background, warmPage at a time, one page in flight: into the cache until
+// it is nine tenths full by count or by bytes (the rest is left to the
+// accounts commands touch, so warming never evicts them), then as residents
+// (residents.go) until they are at their bound, or WarmAccounts were loaded.
 //
 // It never blocks a command: a command on an account not yet warm loads it as
 // before, and warming skips every account a command holds or waits for, has
@@ -95,19 +96,23 @@ func (w *warmer) run(ctx context.Context) {
 		after = streams[len(streams)-1]
 		if time.Since(last) >= warmProgressEvery {
 			last = time.Now()
-			w.s.log.Info("warming accounts", "warmed", w.warmed.Load(), "skipped", w.skipped.Load(), "cached_bytes", w.s.accounts.bytes())
+			w.s.log.Info("warming accounts", "warmed", w.warmed.Load(), "skipped", w.skipped.Load(), "cached_bytes", w.s.accounts.bytes(), "residents", w.s.residents.len())
 		}
 	}
-	w.s.log.Info("accounts warmed", "warmed", w.warmed.Load(), "skipped", w.skipped.Load(), "cached_bytes", w.s.accounts.bytes(), "took", time.Since(start).Round(time.Millisecond))
+	w.s.log.Info("accounts warmed", "warmed", w.warmed.Load(), "skipped", w.skipped.Load(), "cached_bytes", w.s.accounts.bytes(), "residents", w.s.residents.len(), "took", time.Since(start).Round(time.Millisecond))
 }
 
-// room reports whether warming may add an account: under its limit, and the
-// cache under nine tenths of its bounds.
+// room reports whether warming may add an account: under its limit, and
+// room in the cache (cacheRoom) or among the residents.
 func (w *warmer) room() bool {
+	return int(w.warmed.Load()) < w.limit && (w.cacheRoom() || w.s.residents.room())
+}
+
+// cacheRoom reports whether the cache is under nine tenths of its bounds:
+// warming adds full aggregates there first, then residents.
+func (w *warmer) cacheRoom() bool {
 	ac := w.s.accounts
-	n := ac.c.Len()
-	return int(w.warmed.Load()) < w.limit && n < w.s.opts.CacheSize/10*9 &&
-		(ac.budget <= 0 || ac.bytes() < ac.budget/10*9)
+	return ac.c.Len() < w.s.opts.CacheSize/10*9 && (ac.budget <= 0 || ac.bytes() < ac.budget/10*9)
 }
 
 // page reads streams in one request and caches each account that is free.
@@ -127,7 +132,7 @@ func (w *warmer) page(ctx context.Context, streams []string) error {
 			}
 			w.s.log.Warn("account not warmed: its stream does not load", "stream", stream, "err", err)
 		}
-		if err != nil || !w.s.warmOne(stream, acc) {
+		if err != nil || !w.s.warmOne(stream, acc, w.cacheRoom()) {
 			w.skipped.Add(1)
 			continue
 		}
@@ -136,19 +141,27 @@ func (w *warmer) page(ctx context.Context, streams []string) error {
 	return nil
 }
 
-// warmOne caches acc as stream's aggregate unless a command holds or waits
-// for the stream, has appends in flight on it, or has cached it already.
-func (s *Service) warmOne(stream string, acc *domain.Account) bool {
+// warmOne caches acc as stream's aggregate (cache) or keeps it as its
+// resident, unless a command holds or waits for the stream, has appends in
+// flight on it, or has cached it or made it resident already.
+func (s *Service) warmOne(stream string, acc *domain.Account, cache bool) bool {
 	unlock, ok := s.locks.tryLock(stream)
 	if !ok {
 		return false
 	}
 	defer unlock()
-	if !s.pipes.idle(stream) || s.accounts.c.Contains(stream) {
+	if !s.pipes.idle(stream) || s.accounts.c.Contains(stream) || s.residents.has(stream) {
 		return false
 	}
-	s.accounts.add(stream, acc)
-	return true
+	if cache {
+		s.accounts.add(stream, acc)
+		return true
+	}
+	res, ok := domain.Compact(acc, s.residents.print)
+	if ok {
+		s.residents.put(stream, res)
+	}
+	return ok
 }
 
 // Warming reports how many accounts warming has loaded into the cache so far,

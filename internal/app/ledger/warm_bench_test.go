@@ -27,23 +27,9 @@ import (
 //	go test ./internal/app/ledger -run '^$' -bench WarmedAccountHeap -benchtime 1x -count 3
 func BenchmarkWarmedAccountHeap(b *testing.B) {
 	const accounts = 20_000
-	ctx := context.Background()
 	clock := devtest.NewClock().Now
 	for b.Loop() {
-		store := memory.New()
-		seed := ledger.New(store, ledger.Options{Clock: clock, CacheSize: 1000})
-		for i := range accounts {
-			id := fmt.Sprintf("cust-%07d", i)
-			for _, c := range []domain.Command{
-				{Type: domain.CmdOpenAccount, IdempotencyKey: "open-" + id, AccountID: id, Currency: "EUR"},
-				{Type: domain.CmdDeposit, IdempotencyKey: "dep-" + id, AccountID: id, Amount: 100, Currency: "EUR"},
-			} {
-				if r := seed.Handle(ctx, c); r.Status != domain.StatusApplied {
-					b.Fatalf("%s %s: %+v", c.Type, id, r)
-				}
-			}
-		}
-		seed.Close()
+		store := customers(b, accounts)
 		base := liveHeap()
 		svc := ledger.New(store, ledger.Options{Clock: clock, CacheSize: 2 * accounts, CacheBytes: -1, WarmAccounts: accounts})
 		var warmed int64
@@ -58,6 +44,56 @@ func BenchmarkWarmedAccountHeap(b *testing.B) {
 		held := liveHeap() - base
 		b.ReportMetric(float64(held)/accounts, "bytes/account")
 		b.ReportMetric(float64(svc.CachedBytes())/accounts, "estimated-bytes/account")
+		runtime.KeepAlive(svc)
+		svc.Close()
+	}
+}
+
+// customers is a memory store of n accounts opened and given one deposit each
+// (a customer's account touched once: two keys) through the real handler.
+func customers(b *testing.B, n int) *memory.Store {
+	ctx := context.Background()
+	store := memory.New()
+	seed := ledger.New(store, ledger.Options{Clock: devtest.NewClock().Now, CacheSize: 1000, ResidentAccounts: -1})
+	defer seed.Close()
+	for i := range n {
+		id := fmt.Sprintf("cust-%07d", i)
+		for _, c := range []domain.Command{
+			{Type: domain.CmdOpenAccount, IdempotencyKey: "open-" + id, AccountID: id, Currency: "EUR"},
+			{Type: domain.CmdDeposit, IdempotencyKey: "dep-" + id, AccountID: id, Amount: 100, Currency: "EUR"},
+		} {
+			if r := seed.Handle(ctx, c); r.Status != domain.StatusApplied {
+				b.Fatalf("%s %s: %+v", c.Type, id, r)
+			}
+		}
+	}
+	return store
+}
+
+// BenchmarkResidentAccountHeap measures the live heap a resident account
+// costs the ledger (residents.go): as BenchmarkWarmedAccountHeap, 20,000
+// accounts opened and given one deposit each, then a fresh Service whose
+// cache holds one aggregate warms them all as residents (the map of them by
+// stream name, the names, the compact states); the heap with the store alone
+// is left out. Run with
+//
+//	go test ./internal/app/ledger -run '^$' -bench ResidentAccountHeap -benchtime 1x -count 3
+func BenchmarkResidentAccountHeap(b *testing.B) {
+	const accounts = 20_000
+	clock := devtest.NewClock().Now
+	for b.Loop() {
+		store := customers(b, accounts)
+		base := liveHeap()
+		svc := ledger.New(store, ledger.Options{Clock: clock, CacheSize: 1, WarmAccounts: accounts})
+		devtest.Eventually(b, 5*time.Minute, "warming ends", func() bool {
+			_, done := svc.Warming()
+			return done
+		})
+		if n := svc.Residents(); n != accounts {
+			b.Fatalf("%d accounts resident, want %d", n, accounts)
+		}
+		held := liveHeap() - base
+		b.ReportMetric(float64(held)/accounts, "bytes/account")
 		runtime.KeepAlive(svc)
 		svc.Close()
 	}

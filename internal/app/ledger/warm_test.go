@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,9 +32,10 @@ func warmed(t *testing.T, s *Service) int64 {
 }
 
 // TestWarmingAfterARestart: a service started over a store of 30 accounts
-// loads them into its cache in the background, each the aggregate a cold load
-// gives, up to nine tenths of the cache (18 of 20, never evicting) or its
-// WarmAccounts; with WarmAccounts 0 it loads none.
+// loads them in the background, into its cache up to nine tenths of it (18
+// of 20, never evicting), then as residents up to ResidentAccounts, in all
+// up to WarmAccounts; each cached aggregate, and each resident's, holds what
+// a cold load gives. With WarmAccounts 0 it loads none.
 func TestWarmingAfterARestart(t *testing.T) {
 	for name, newStore := range warmStores {
 		t.Run(name, func(t *testing.T) {
@@ -45,24 +47,47 @@ func TestWarmingAfterARestart(t *testing.T) {
 				mustApply(t, seed, "deposit", fmt.Sprintf(`{"idempotency_key":"d-%s","account_id":%q,"amount":%d,"currency":"EUR"}`, id, id, 10+i))
 			}
 			seed.Close()
-			for _, c := range []struct{ warm, cache, want int }{{1000, 20, 18}, {5, 20, 5}, {0, 20, 0}, {1000, 100, 30}} {
-				s := New(st, Options{Clock: clock, CacheSize: c.cache, WarmAccounts: c.warm})
-				if n := warmed(t, s); n != int64(c.want) || s.accounts.c.Len() != c.want {
-					t.Fatalf("warm %d, cache %d: %d warmed, %d cached, want %d", c.warm, c.cache, n, s.accounts.c.Len(), c.want)
+			for _, c := range []struct{ warm, cache, residents, want, cached int }{
+				{1000, 20, -1, 18, 18}, {1000, 20, 0, 30, 18}, {1000, 20, 5, 23, 18}, {5, 20, 0, 5, 5}, {0, 20, 0, 0, 0}, {1000, 100, 0, 30, 30}} {
+				s := New(st, Options{Clock: clock, CacheSize: c.cache, WarmAccounts: c.warm, ResidentAccounts: c.residents})
+				if n := warmed(t, s); n != int64(c.want) || s.accounts.c.Len() != c.cached || s.Residents() != c.want-c.cached {
+					t.Fatalf("warm %d, cache %d, residents %d: %d warmed, %d cached, %d residents, want %d, %d", c.warm, c.cache, c.residents, n, s.accounts.c.Len(), s.Residents(), c.want, c.cached)
 				}
 				for _, stream := range s.accounts.c.Keys() {
 					acc, _ := s.accounts.c.Peek(stream)
-					var i int
-					if _, err := fmt.Sscanf(acc.ID, "w%02d", &i); err != nil {
-						t.Fatalf("%s cached as %q", stream, acc.ID)
+					if len(acc.Keys) != 2 {
+						t.Fatalf("%s cached with %d keys", stream, len(acc.Keys))
 					}
-					if acc.Revision != 1 || acc.Balance != int64(10+i) || acc.Currency != "EUR" || len(acc.Keys) != 2 || domain.AccountStream(acc.ID) != stream {
-						t.Fatalf("%s warmed as %+v", stream, acc)
-					}
+					checkWarmed(t, s, stream, acc)
+				}
+				for stream, res := range s.residents.m {
+					acc := s.newAccount(strings.TrimPrefix(stream, domain.AccountStreamPrefix))
+					res.Into(acc)
+					checkWarmed(t, s, stream, acc)
 				}
 				s.Close()
 			}
 		})
+	}
+}
+
+// checkWarmed fails unless acc, warmed as stream's, is the account a cold
+// load gives, with the balance its deposit left.
+func checkWarmed(t *testing.T, s *Service, stream string, acc *domain.Account) {
+	t.Helper()
+	var i int
+	if _, err := fmt.Sscanf(acc.ID, "w%02d", &i); err != nil {
+		t.Fatalf("%s warmed as %q", stream, acc.ID)
+	}
+	if acc.Revision != 1 || acc.Balance != int64(10+i) || acc.Currency != "EUR" || domain.AccountStream(acc.ID) != stream {
+		t.Fatalf("%s warmed as %+v", stream, acc)
+	}
+	cold, err := s.cold.load(context.Background(), stream, acc.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if same, diff := domain.SameState(acc, cold); !same {
+		t.Fatalf("%s warmed: %s", stream, diff)
 	}
 }
 
@@ -73,30 +98,36 @@ func TestWarmingAfterARestart(t *testing.T) {
 // when warming gives an aggregate the store's revision without its events.)
 func TestAStaleWarmedAccountNeverDecides(t *testing.T) {
 	for name, newStore := range warmStores {
-		t.Run(name, func(t *testing.T) {
-			st := newStore(t)
-			other := New(st, Options{Clock: clock})
-			defer other.Close()
-			mustApply(t, other, "open_account", `{"idempotency_key":"o-rich","account_id":"rich","currency":"EUR"}`)
-			mustApply(t, other, "deposit", `{"idempotency_key":"d-rich","account_id":"rich","amount":100,"currency":"EUR"}`)
-			mustApply(t, other, "open_account", `{"idempotency_key":"o-poor","account_id":"poor","currency":"EUR"}`)
-			s := New(st, Options{Clock: clock, WarmAccounts: 10})
-			defer s.Close()
-			if n := warmed(t, s); n != 2 {
-				t.Fatalf("%d accounts warmed, want 2", n)
-			}
-			mustApply(t, other, "withdraw", `{"idempotency_key":"w-rich","account_id":"rich","amount":100,"currency":"EUR"}`)
-			mustApply(t, other, "deposit", `{"idempotency_key":"d-poor","account_id":"poor","amount":100,"currency":"EUR"}`)
-			if r := post(t, s, "withdraw", `{"idempotency_key":"w2-rich","account_id":"rich","amount":60,"currency":"EUR"}`); r.Status != domain.StatusRejected || r.Code != domain.CodeInsufficientFunds {
-				t.Fatalf("a withdrawal from the emptied account: %s %s", r.Status, r.Code)
-			}
-			mustApply(t, s, "withdraw", `{"idempotency_key":"w2-poor","account_id":"poor","amount":60,"currency":"EUR"}`)
-			for id, want := range map[string]int64{"rich": 0, "poor": 40} {
-				if acc := devtest.Account(t, st, id); acc.Balance != want {
-					t.Fatalf("%s: balance %d in the store, want %d", id, acc.Balance, want)
-				}
-			}
-		})
+		for into, cacheSize := range map[string]int{"cached": 0, "resident": 1} {
+			t.Run(name+"/"+into, func(t *testing.T) { staleWarmedNeverDecides(t, newStore(t), cacheSize) })
+		}
+	}
+}
+
+// staleWarmedNeverDecides is TestAStaleWarmedAccountNeverDecides on st,
+// warmed into a cache of cacheSize aggregates (0: the default; 1: none
+// cached, every account made resident).
+func staleWarmedNeverDecides(t *testing.T, st Store, cacheSize int) {
+	other := New(st, Options{Clock: clock})
+	defer other.Close()
+	mustApply(t, other, "open_account", `{"idempotency_key":"o-rich","account_id":"rich","currency":"EUR"}`)
+	mustApply(t, other, "deposit", `{"idempotency_key":"d-rich","account_id":"rich","amount":100,"currency":"EUR"}`)
+	mustApply(t, other, "open_account", `{"idempotency_key":"o-poor","account_id":"poor","currency":"EUR"}`)
+	s := New(st, Options{Clock: clock, WarmAccounts: 10, CacheSize: cacheSize})
+	defer s.Close()
+	if n := warmed(t, s); n != 2 || (cacheSize == 1) != (s.Residents() == 2) {
+		t.Fatalf("%d accounts warmed, %d residents, want 2 (cache of %d)", n, s.Residents(), cacheSize)
+	}
+	mustApply(t, other, "withdraw", `{"idempotency_key":"w-rich","account_id":"rich","amount":100,"currency":"EUR"}`)
+	mustApply(t, other, "deposit", `{"idempotency_key":"d-poor","account_id":"poor","amount":100,"currency":"EUR"}`)
+	if r := post(t, s, "withdraw", `{"idempotency_key":"w2-rich","account_id":"rich","amount":60,"currency":"EUR"}`); r.Status != domain.StatusRejected || r.Code != domain.CodeInsufficientFunds {
+		t.Fatalf("a withdrawal from the emptied account: %s %s", r.Status, r.Code)
+	}
+	mustApply(t, s, "withdraw", `{"idempotency_key":"w2-poor","account_id":"poor","amount":60,"currency":"EUR"}`)
+	for id, want := range map[string]int64{"rich": 0, "poor": 40} {
+		if acc := devtest.Account(t, st, id); acc.Balance != want {
+			t.Fatalf("%s: balance %d in the store, want %d", id, acc.Balance, want)
+		}
 	}
 }
 
@@ -110,14 +141,14 @@ func TestWarmingSkipsBusyAccounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.warmOne(stream, s.newAccount("busy")) {
+	if s.warmOne(stream, s.newAccount("busy"), true) {
 		t.Fatal("warmed an account whose lock is held")
 	}
 	unlock()
-	if !s.warmOne(stream, s.newAccount("busy")) {
+	if !s.warmOne(stream, s.newAccount("busy"), true) {
 		t.Fatal("did not warm a free account")
 	}
-	if s.warmOne(stream, s.newAccount("busy")) {
+	if s.warmOne(stream, s.newAccount("busy"), true) {
 		t.Fatal("warmed an account already cached")
 	}
 	if n := s.locks.waiting(stream); n != 0 {

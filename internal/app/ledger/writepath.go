@@ -184,7 +184,7 @@ func (s *Service) decideOnAccountOnce(ctx context.Context, l *heldLocks, w *acco
 	if w.acc, w.chain, err = s.loadPending(ctx, w.stream, w.accountID, w.next.refresh); err != nil {
 		return false, err
 	}
-	if w.ans, err = s.answerKnownKey(ctx, w, w.next.recall || s.keys.first(w.acc)); err != nil || w.ans.known() {
+	if w.ans, err = s.answerKnownKey(ctx, w, w.next.recall || s.keys.first(w.acc) || w.acc.MayHaveDecided(w.cmd.IdempotencyKey, s.residents.print)); err != nil || w.ans.known() {
 		return false, err
 	}
 	switch err := s.recallForgotten(ctx, w.stream, w.acc, w.cmd); {

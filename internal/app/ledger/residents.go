@@ -1,0 +1,128 @@
+package ledger
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+
+	"github.com/ledgerworks/ledger/domain"
+)
+
+// Residents (issue 27): every account's state, compact (domain.Resident, about
+// 200 bytes), kept apart from the bounded cache of full aggregates with their
+// key records. An account leaves the cache as a resident (evicted, or warmed
+// after a start once the cache is full) and comes back from one without a read
+// of the store: a command on it decides at once. The two are disjoint: a
+// resident is taken out when its account is loaded into the cache, and made
+// again when the cache drops it.
+//
+// A resident is made only of a durable aggregate, under its stream's lock (a
+// cache eviction whose stream is busy, or has appends in flight or stale, makes
+// none: the next command loads the account cold, as before). It may be stale,
+// like any cached aggregate another instance wrote past: the append's expected
+// revision refuses a decision taken on it, and the command is decided again on
+// the store's head.
+//
+// Bounded by Options.ResidentAccounts: at the bound an arbitrary resident is
+// dropped for a new one (its account loads cold on its next command).
+type residents struct {
+	mu    sync.Mutex
+	m     map[string]*domain.Resident
+	limit int
+	// print is the fingerprint of a key (domain.Resident): maphash, seeded per
+	// process, so that no one can pick keys that collide.
+	print func(key string) uint64
+}
+
+func newResidents(limit int) *residents {
+	seed := maphash.MakeSeed()
+	return &residents{m: map[string]*domain.Resident{}, limit: limit, print: func(key string) uint64 { return maphash.String(seed, key) }}
+}
+
+// take removes and returns stream's resident; nil when there is none.
+func (r *residents) take(stream string) *domain.Resident {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res := r.m[stream]
+	if res != nil {
+		delete(r.m, stream)
+	}
+	return res
+}
+
+// put keeps res as stream's resident, dropping an arbitrary other one at the
+// bound; nothing when the bound is 0 or less.
+func (r *residents) put(stream string, res *domain.Resident) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.limit <= 0 {
+		return
+	}
+	if _, ok := r.m[stream]; !ok && len(r.m) >= r.limit {
+		for other := range r.m {
+			delete(r.m, other)
+			break
+		}
+	}
+	r.m[stream] = res
+}
+
+// has reports whether stream has a resident.
+func (r *residents) has(stream string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.m[stream]
+	return ok
+}
+
+// room reports whether a resident may be added without dropping another.
+func (r *residents) room() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.m) < r.limit
+}
+
+// len is the number of residents.
+func (r *residents) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.m)
+}
+
+// Residents is the number of accounts held in compact form, apart from the
+// cache of aggregates.
+func (s *Service) Residents() int { return s.residents.len() }
+
+// loadCold is the aggregate of an account not cached: from its resident when
+// it has one (caught up to the store's head when refresh is set), otherwise
+// read from the store. The caller holds the stream's lock.
+func (s *Service) loadCold(ctx context.Context, stream, id string, refresh bool) (*domain.Account, error) {
+	res := s.residents.take(stream)
+	if res == nil {
+		return s.cold.load(ctx, stream, id)
+	}
+	s.metrics.residentLoads.Inc()
+	acc := s.newAccount(id)
+	res.Into(acc)
+	if !refresh {
+		return acc, nil
+	}
+	return s.foldRest(ctx, stream, id, acc)
+}
+
+// toResident keeps acc, which the cache dropped, as stream's resident when
+// it is durable and no one holds or waits for the stream (else the cache's
+// caller holds it: it may be mid-command, or not what the store holds).
+func (s *Service) toResident(stream string, acc *domain.Account) {
+	unlock, ok := s.locks.tryLock(stream)
+	if !ok {
+		return
+	}
+	defer unlock()
+	if !s.pipes.idle(stream) || s.accounts.c.Contains(stream) {
+		return
+	}
+	if res, ok := domain.Compact(acc, s.residents.print); ok {
+		s.residents.put(stream, res)
+	}
+}
