@@ -38,6 +38,7 @@ const (
 	flagBenchProjTimeout  = "projection-timeout"
 	flagBenchHistory      = "history"
 	flagBenchMany         = "many-accounts"
+	flagBenchManyCold     = "many-cold"
 	flagBenchCapture      = "capture"
 	flagBenchGrace        = "grace"
 	flagBenchMaxInFlight  = "max-in-flight"
@@ -87,7 +88,8 @@ func benchCommand() *cli.Command {
 		&cli.IntFlag{Name: flagBenchKeySamples, Category: load, Value: d.KeyCheckSamples, Usage: "timed commands per kind and stream in the key-check phase", Sources: benchEnv(flagBenchKeySamples)},
 		&cli.DurationFlag{Name: flagBenchProjTimeout, Category: load, Value: d.ProjectionTimeout, Usage: "bound on the projection phase (0: skip it)", Sources: benchEnv(flagBenchProjTimeout)},
 		&cli.Int64Flag{Name: flagBenchHistory, Category: load, Usage: "seed about this many events over --accounts accounts (a mix of deposits, withdrawals, transfers, transactions, holds and refunds, through the command handler), then time `projector rebuild` (checked) and `ledger audit` on the whole store (0: skip it)", Sources: benchEnv(flagBenchHistory)},
-		&cli.IntFlag{Name: flagBenchMany, Category: load, Value: d.ManyAccounts, Usage: "after the ledger's other phases, open this many accounts in its event store (decided in batches of 1,000 by a ledger.Service of the bench's own and, on PostgreSQL, loaded with COPY, so that the ledger has none of them cached) and drive the load phase's clients over them, then half that rate open loop; prints the ledger's live heap and `ratio many/few accounts commands/s` (0: skip it; --quick: 0)", Sources: benchEnv(flagBenchMany)},
+		&cli.IntFlag{Name: flagBenchMany, Category: load, Value: d.ManyAccounts, Usage: "after the ledger's other phases, open this many accounts in its event store (decided in batches of 1,000 by a ledger.Service of the bench's own and, on PostgreSQL, loaded with COPY, behind the ledger's back), has the ledger warm them as a restart would (unless --many-cold) and drive the load phase's clients over them, then half that rate open loop; prints the ledger's live heap and `ratio many/few accounts commands/s` (0: skip it; --quick: 0)", Sources: benchEnv(flagBenchMany)},
+		&cli.BoolFlag{Name: flagBenchManyCold, Category: load, Usage: "leave the many accounts cold: the ledger does not warm them once they are opened, so that every first command on one reads it from the event store", Sources: benchEnv(flagBenchManyCold)},
 		&cli.StringFlag{Name: flagBenchSystems, Category: sut, Value: "ledger,baseline", Usage: "systems to drive, in order, comma-separated: ledger, baseline, echo (a fixed reply: the ceiling of NATS request-reply here)", Sources: benchEnv(flagBenchSystems)},
 		&cli.BoolFlag{Name: flagBenchCapture, Category: sut, Value: d.Capture, Usage: "declare LEDGER_COMMANDS so that JetStream stores every command and the consumer confirms it, as ledger dev does, for both systems (default on; --quick: off)", Sources: benchEnv(flagBenchCapture)},
 		&cli.DurationFlag{Name: flagBenchGrace, Category: sut, Value: d.Grace, Usage: "the intakes' JetStream grace (default: as ledger dev)", Sources: benchEnv(flagBenchGrace)},
@@ -135,7 +137,7 @@ func benchCommand() *cli.Command {
 			"(the standby not required) then pair (required), twice, and the line\n" +
 			"`ratio pair/lone commands/s: <number>` just before the ratio lines. With --many-accounts N\n" +
 			"(default 1,000,000; --quick: none), the ledger's load phase again over N accounts opened for it\n" +
-			"and none of them cached, then at half that rate, and the line `ratio many/few accounts\n" +
+			"and warmed by it (none cached with --many-cold), then at half that rate, and the line `ratio many/few accounts\n" +
 			"commands/s: <number>` (that phase over the load phase) just before the last line. --event-store puts the\n" +
 			"ledger's events on KurrentDB (the in-process test server, or a real one by URL) instead; the\n" +
 			"read models and the baseline stay on PostgreSQL. Progress goes to stderr; the report to\n" +
@@ -277,6 +279,7 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	set(flagBenchProjTimeout, func() { cfg.ProjectionTimeout = cmd.Duration(flagBenchProjTimeout) })
 	cfg.HistoryEvents = cmd.Int64(flagBenchHistory)
 	set(flagBenchMany, func() { cfg.ManyAccounts = cmd.Int(flagBenchMany) })
+	cfg.ManyCold = cmd.Bool(flagBenchManyCold)
 	set(flagBenchCapture, func() { cfg.Capture = cmd.Bool(flagBenchCapture) })
 	set(flagBenchGrace, func() { cfg.Grace = cmd.Duration(flagBenchGrace) })
 	set(flagBenchMaxInFlight, func() { cfg.MaxInFlight = cmd.Int(flagBenchMaxInFlight) })

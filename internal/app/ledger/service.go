@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -125,7 +126,7 @@ type Service struct {
 	refundLimit int
 	snapSlots   chan struct{}
 	snapWG      sync.WaitGroup
-	warm        *warmer // loads the store's accounts after a restart (warm.go); nil: none
+	warm        atomic.Pointer[warmer] // loads the store's accounts after a restart (warm.go); nil: none
 	// elements runs the commands of batches that are not atomic (batchworkers.go).
 	elements *workers.Pool
 	// failpoint, when set (by tests only), is called between the steps of a saga
@@ -187,14 +188,14 @@ func New(store Store, opts Options) *Service {
 		s.subjects, s.holdLimit, s.refundLimit = sr, max(opts.RecentHolds, 0), max(opts.RecentRefunds, 0)
 	}
 	s.appends = appenderFor(s, store)
-	s.warm = startWarming(s, store, opts.WarmAccounts)
+	s.warm.Store(startWarming(s, store, opts.WarmAccounts))
 	return s
 }
 
 // Close stops group commit after the appends already queued are answered. The
 // caller stops sending commands first; the store is the caller's to close.
 func (s *Service) Close() {
-	s.warm.stop()
+	s.warm.Load().stop()
 	s.appends.close()
 	s.snapWG.Wait()
 	s.keys.close()

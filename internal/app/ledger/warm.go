@@ -167,7 +167,7 @@ func (s *Service) warmOne(stream string, acc *domain.Account, cache bool) bool {
 // Warming reports how many accounts warming has loaded into the cache so far,
 // and whether it has ended (or never started).
 func (s *Service) Warming() (warmed int64, done bool) {
-	w := s.warm
+	w := s.warm.Load()
 	if w == nil {
 		return 0, true
 	}
@@ -177,4 +177,13 @@ func (s *Service) Warming() (warmed int64, done bool) {
 	default:
 	}
 	return w.warmed.Load(), done
+}
+
+// Warm warms the store's accounts again, in the background as after a start,
+// up to limit of them (0: none), once a warming in progress has stopped: for
+// accounts written into the store behind the service's back, as a bulk load
+// does (the bench's many-accounts phases). Not concurrently with Close.
+func (s *Service) Warm(limit int) {
+	s.warm.Load().stop()
+	s.warm.Store(startWarming(s, s.store, limit))
 }

@@ -131,6 +131,32 @@ func staleWarmedNeverDecides(t *testing.T, st Store, cacheSize int) {
 	}
 }
 
+// TestWarmAgain: accounts written into the store behind a running
+// service's back (another instance here) are warmed by Warm as after a
+// start, and decided on without a read of the store.
+func TestWarmAgain(t *testing.T) {
+	st := &readCounting{Store: memory.New()}
+	s := New(st, Options{Clock: clock, CacheSize: 1, WarmAccounts: 10})
+	defer s.Close()
+	if n := warmed(t, s); n != 0 {
+		t.Fatalf("%d accounts warmed over an empty store", n)
+	}
+	other := New(st, Options{Clock: clock})
+	for _, id := range []string{"x", "y", "z"} {
+		mustApply(t, other, "open_account", fmt.Sprintf(`{"idempotency_key":"o-%s","account_id":%q,"currency":"EUR"}`, id, id))
+	}
+	other.Close()
+	s.Warm(10)
+	if n := warmed(t, s); n != 3 || s.Residents() != 3 {
+		t.Fatalf("%d accounts warmed again, %d residents, want 3", n, s.Residents())
+	}
+	before := st.reads.Load()
+	mustApply(t, s, "deposit", `{"idempotency_key":"d-y","account_id":"y","amount":5,"currency":"EUR"}`)
+	if reads := st.reads.Load() - before; reads != 0 {
+		t.Fatalf("%d reads of the store for a warmed account", reads)
+	}
+}
+
 // TestWarmingSkipsBusyAccounts: warming caches an account only when no one
 // holds or waits for its lock and it is not cached already.
 func TestWarmingSkipsBusyAccounts(t *testing.T) {

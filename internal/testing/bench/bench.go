@@ -117,7 +117,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return rep, err
 	}
 	prog := &progress{log: log, interval: cfg.ProgressInterval}
-	cfg.ledgerMetrics = env.Node.Registry
+	cfg.ledgerMetrics, cfg.ledger = env.Node.Registry, env.Node.Ledger
 	cfg.eventStoreURL = env.EventStoreURL
 	if ps, ok := env.Node.Store.(interface{ Pool() *pgxpool.Pool }); ok {
 		cfg.ledgerPool = ps.Pool().Stat

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/app/ledger"
 )
 
 // Config shapes a benchmark run. Zero values take the defaults of Defaults.
@@ -17,6 +18,9 @@ type Config struct {
 	// ledgerMetrics is where the ledger under test registers its metrics
 	// (set by Run: its node's registry).
 	ledgerMetrics prometheus.Gatherer
+	// ledger is the ledger under test (set by Run), warmed over the many
+	// accounts (ManyCold).
+	ledger *ledger.Service
 	// pair is the private cluster when it is a pair (set by Run with Standby):
 	// the ledger's load phase is then also run alternately without and with
 	// the synchronous standby (pairload.go).
@@ -61,6 +65,11 @@ type Config struct {
 	// the load phase's clients over them, then half that rate. Unlike the
 	// other fields, 0 means no such phase (Defaults has 1,000,000; Quick 0).
 	ManyAccounts int
+	// ManyCold leaves the many accounts cold: without it the ledger warms
+	// them once they are opened (ledger.Service.Warm, as a restart over them
+	// would: the cache, then residents), and the phases start when warming
+	// has ended.
+	ManyCold bool
 	// HistoryEvents is the history of the history phase: about this many events
 	// seeded over Accounts accounts, then rebuilt and audited (0: no phase).
 	HistoryEvents int64
