@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
 )
 
 // Residents (issue 27): every account's state, compact (domain.Resident, about
@@ -23,7 +24,8 @@ import (
 // revision refuses a decision taken on it, and the command is decided again on
 // the store's head.
 //
-// Bounded by Options.ResidentAccounts: at the bound an arbitrary resident is
+// Only on a store that locates events by ID (residentsOn). Bounded by
+// Options.ResidentAccounts: at the bound an arbitrary resident is
 // dropped for a new one (its account loads cold on its next command).
 type residents struct {
 	mu    sync.Mutex
@@ -32,6 +34,17 @@ type residents struct {
 	// print is the fingerprint of a key (domain.Resident): maphash, seeded per
 	// process, so that no one can pick keys that collide.
 	print func(key string) uint64
+}
+
+// residentsOn is the bound on residents over store: limit where the store
+// locates events by ID (eventstore.EventLocator: PostgreSQL, memory), whose
+// unique event IDs refuse a key older than a resident's fingerprints; none
+// elsewhere (KurrentDB, where such a key would be written again).
+func residentsOn(store Store, limit int) int {
+	if _, ok := store.(eventstore.EventLocator); !ok {
+		return 0
+	}
+	return limit
 }
 
 func newResidents(limit int) *residents {

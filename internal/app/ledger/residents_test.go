@@ -155,7 +155,7 @@ func TestResidentPrintCollisionsNeverAnswerAnother(t *testing.T) {
 
 // TestResidentsBounded: at ResidentAccounts the residents stay bounded
 // (the others dropped), and every account, resident or dropped, is decided
-// on the store's state.
+// on the store's state; a store that locates no events by ID has none.
 func TestResidentsBounded(t *testing.T) {
 	const n, bound = 20, 5
 	s, st := residentService(t, n, 1, Options{ResidentAccounts: bound})
@@ -174,6 +174,14 @@ func TestResidentsBounded(t *testing.T) {
 	none, _ := residentService(t, 6, 0, Options{ResidentAccounts: -1})
 	if got := none.Residents(); got != 0 {
 		t.Fatalf("%d residents with none asked for", got)
+	}
+	unguarded := New(devtest.WithoutMultiAppend(memory.New()), Options{Clock: clock, CacheSize: 2})
+	defer unguarded.Close()
+	for i := range 6 {
+		mustApply(t, unguarded, "open_account", fmt.Sprintf(`{"idempotency_key":"o%d","account_id":"r%d","currency":"EUR"}`, i, i))
+	}
+	if got := unguarded.Residents(); got != 0 {
+		t.Fatalf("%d residents on a store that locates no events", got)
 	}
 }
 

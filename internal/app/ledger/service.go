@@ -169,7 +169,7 @@ func New(store Store, opts Options) *Service {
 	m := newMetrics(opts.Metrics)
 	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), pipes: newPipes(), accounts: newAccountCache(opts.CacheSize, opts.CacheBytes, m.cachedBytes),
 		claims: newLRU[string, *domain.KeyClaimed](opts.CacheSize, nil), transfers: newLRU[string, *domain.Transfer](opts.CacheSize, nil), metrics: m, snapSlots: make(chan struct{}, 4), elements: newElementWorkers()}
-	s.residents = newResidents(opts.ResidentAccounts)
+	s.residents = newResidents(residentsOn(store, opts.ResidentAccounts))
 	s.accounts.evicted = s.toResident
 	s.mover = moverFor(s, store)
 	if r, ok := store.(interface{ ReportsIdempotentAppends() bool }); ok {
