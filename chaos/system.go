@@ -400,11 +400,11 @@ func (sys *system) eventsOut(ctx context.Context) (*EventsOut, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	rep, violations, err := audit.EventsOut(cctx, sys.store, sys.pool, audit.EventsOutOptions{JS: js})
+	found, err := audit.EventsOut(cctx, sys.store, sys.pool, audit.EventsOutOptions{JS: js})
 	if err != nil {
 		return nil, err
 	}
-	return &EventsOut{Report: rep, Violations: violations}, nil
+	return &found, nil
 }
 
 // dlqReasons counts the dead letters by their reason header (bounded read).
