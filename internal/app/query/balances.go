@@ -59,16 +59,22 @@ type group struct {
 	at, effective *time.Time
 }
 
-// read is the read model that answers g, the SQL that sums it (sumsSQL) and
-// its arguments.
-func (g group) read() (projection, sql string, args []any) {
+// sumsRead is how a group's sums are read: the read model that answers them,
+// and the SQL that sums them (sumCols) with its arguments.
+type sumsRead struct {
+	projection, sql string
+	args            []any
+}
+
+// read is how g's sums are read.
+func (g group) read() sumsRead {
 	switch {
 	case g.at != nil:
-		return projections.Balances, sumsAsOf, []any{g.from, g.to, g.currency, *g.at}
+		return sumsRead{projections.Balances, sumsAsOf, []any{g.from, g.to, g.currency, *g.at}}
 	case g.effective != nil:
-		return projections.Balances, sumsEffective, []any{*g.effective, g.from, g.to, g.currency}
+		return sumsRead{projections.Balances, sumsEffective, []any{*g.effective, g.from, g.to, g.currency}}
 	}
-	return projections.Accounts, currentSums, []any{g.from, g.to, g.currency}
+	return sumsRead{projections.Accounts, currentSums, []any{g.from, g.to, g.currency}}
 }
 
 // groupOf checks a balances query and returns the group it asks about.
@@ -111,8 +117,8 @@ func (s *Service) Balances(ctx context.Context, q BalancesRequest) (*Balances, *
 	if qerr != nil {
 		return nil, qerr
 	}
-	projection, sql, args := g.read()
-	if _, qerr := s.wait(ctx, projection, q.MinPosition); qerr != nil {
+	r := g.read()
+	if _, qerr := s.wait(ctx, r.projection, q.MinPosition); qerr != nil {
 		return nil, qerr
 	}
 	out := &Balances{Prefix: q.Prefix, Balances: []CurrencyBalance{}}
@@ -132,10 +138,10 @@ func (s *Service) Balances(ctx context.Context, q BalancesRequest) (*Balances, *
 			return err
 		}
 		var err error
-		if pos, err = projections.Checkpoints.LiveOf(ctx, tx, projection); err != nil {
+		if pos, err = projections.Checkpoints.LiveOf(ctx, tx, r.projection); err != nil {
 			return err
 		}
-		out.Balances, err = readSums(ctx, tx, sql, args)
+		out.Balances, err = readSums(ctx, tx, r.sql, r.args)
 		return err
 	})
 	out.ProjectedPosition = pos.String()

@@ -259,19 +259,19 @@ func (s *Service) Account(ctx context.Context, q AccountRequest) (*Account, *rep
 // before it in time). A time before the account's first event is
 // account_not_found; a revision beyond its last one is invalid_request.
 func (s *Service) Balance(ctx context.Context, q BalanceRequest) (*Balance, *reply.QueryError) {
-	at, effective, qerr := balanceTimeOf(q)
+	when, qerr := balanceTimeOf(q)
 	if qerr != nil {
 		return nil, qerr
 	}
 	if _, qerr := s.wait(ctx, projections.Balances, q.MinPosition); qerr != nil {
 		return nil, qerr
 	}
-	if effective != nil {
-		return s.effectiveBalance(ctx, q, *effective)
+	if when.effective != nil {
+		return s.effectiveBalance(ctx, q, *when.effective)
 	}
 	var r balanceRead
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		return r.read(ctx, tx, q, at)
+		return r.read(ctx, tx, q, when.at)
 	})
 	if err != nil {
 		return nil, internal(err)
@@ -334,28 +334,33 @@ func (s *Service) effectiveBalance(ctx context.Context, q BalanceRequest, effect
 	return &out, nil
 }
 
-// balanceTimeOf checks a balance query and returns the time it asks about
-// (nil: a revision, or the current balance), or the effective instant.
-func balanceTimeOf(q BalanceRequest) (at, effective *time.Time, qerr *reply.QueryError) {
+// balanceTime is the instant a balance query asks about: at, a time (nil: a
+// revision, or the current balance), or effective, an effective instant.
+type balanceTime struct {
+	at, effective *time.Time
+}
+
+// balanceTimeOf checks a balance query and returns the instant it asks about.
+func balanceTimeOf(q BalanceRequest) (w balanceTime, qerr *reply.QueryError) {
 	if !domain.ValidID(q.AccountID) {
-		return nil, nil, invalidID("account_id")
+		return balanceTime{}, invalidID("account_id")
 	}
-	if at, qerr = timeBound("at", q.At); qerr != nil {
-		return nil, nil, qerr
+	if w.at, qerr = timeBound("at", q.At); qerr != nil {
+		return balanceTime{}, qerr
 	}
-	if effective, qerr = timeBound("effective_at", q.EffectiveAt); qerr != nil {
-		return nil, nil, qerr
+	if w.effective, qerr = timeBound("effective_at", q.EffectiveAt); qerr != nil {
+		return balanceTime{}, qerr
 	}
 	if q.Revision != nil && *q.Revision < 0 {
-		return nil, nil, invalid("revision", "must be 0 or more")
+		return balanceTime{}, invalid("revision", "must be 0 or more")
 	}
 	switch {
-	case at != nil && q.Revision != nil:
-		return nil, nil, invalid("revision", "give at or revision, not both")
-	case effective != nil && (at != nil || q.Revision != nil):
-		return nil, nil, invalid("effective_at", "give effective_at alone: not with at or revision")
+	case w.at != nil && q.Revision != nil:
+		return balanceTime{}, invalid("revision", "give at or revision, not both")
+	case w.effective != nil && (w.at != nil || q.Revision != nil):
+		return balanceTime{}, invalid("effective_at", "give effective_at alone: not with at or revision")
 	}
-	return at, effective, nil
+	return w, nil
 }
 
 // balanceRead is what the balance query reads in one snapshot: the balances
