@@ -206,7 +206,7 @@ func (s *Service) Account(ctx context.Context, q AccountRequest) (*Account, *rep
 		e.ProjectedPosition = pos.String()
 		return nil, e
 	}
-	a = Account{AccountID: *id, Currency: *curr, Balance: *bal, Held: *held, Available: *avail, Revision: uint64(*rev), Status: *status, ProjectedPosition: pos.String()}
+	a = Account{AccountView: domain.AccountView{AccountID: *id, Currency: *curr, Balance: *bal, Held: *held, Available: *avail, Revision: uint64(*rev)}, Status: *status, ProjectedPosition: pos.String()}
 	return &a, nil
 }
 
@@ -285,8 +285,8 @@ func (s *Service) effectiveBalance(ctx context.Context, q BalanceRequest, effect
 	if found.Closed {
 		status = domain.AccountStatusClosed
 	}
-	out := Balance{Account: Account{AccountID: q.AccountID, Currency: found.Currency, Balance: found.Balance, Held: found.Held, Available: found.Balance - found.Held,
-		Revision: uint64(found.Revision), Status: string(status), ProjectedPosition: pos.String()}, AsOfEffective: effective.UTC().Format(time.RFC3339Nano)}
+	view := domain.AccountView{AccountID: q.AccountID, Currency: found.Currency, Balance: found.Balance, Held: found.Held, Available: found.Balance - found.Held, Revision: uint64(found.Revision)}
+	out := Balance{Account: Account{AccountView: view, Status: string(status), ProjectedPosition: pos.String()}, AsOfEffective: effective.UTC().Format(time.RFC3339Nano)}
 	return &out, nil
 }
 

@@ -43,12 +43,7 @@ func InvalidQuery(field, format string, args ...any) *QueryError {
 // AccountState is the reply of the account query: the account object of a command
 // reply, plus its status and the position the accounts projection has reached.
 type AccountState struct {
-	AccountID         string `json:"account_id"`
-	Currency          string `json:"currency"`
-	Balance           int64  `json:"balance"`
-	Held              int64  `json:"held"`
-	Available         int64  `json:"available"`
-	Revision          uint64 `json:"revision"`
+	domain.AccountView
 	Status            string `json:"status"` // open or closed
 	ProjectedPosition string `json:"projected_position"`
 }
