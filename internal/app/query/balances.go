@@ -26,29 +26,11 @@ type BalancesRequest struct {
 	MinPosition string `json:"min_position,omitempty"`
 }
 
-// Balances is the reply of the balances query: one row per currency, sorted
-// by currency, none when no account matches.
-type Balances struct {
-	Prefix   string            `json:"prefix"`
-	Balances []CurrencyBalance `json:"balances"`
-	// AsOf is the time asked (at), RFC 3339 UTC; "" for the current sums.
-	AsOf string `json:"as_of,omitempty"`
-	// AsOfEffective is the effective instant asked (effective_at, §2.3).
-	AsOfEffective string `json:"as_of_effective,omitempty"`
-	// ProjectedPosition is the position of the read model summed: accounts for
-	// the current sums, balances for the sums as of a time.
-	ProjectedPosition string `json:"projected_position"`
-}
-
-// CurrencyBalance is one currency's sums over a group of accounts (open and
-// closed): Accounts is how many were summed.
-type CurrencyBalance struct {
-	Currency  string `json:"currency"`
-	Balance   int64  `json:"balance"`
-	Held      int64  `json:"held"`
-	Available int64  `json:"available"`
-	Accounts  int64  `json:"accounts"`
-}
+// The answers of the balances query are reply's, as the other queries' are.
+type (
+	Balances        = reply.Balances
+	CurrencyBalance = reply.CurrencyBalance
+)
 
 // group is what a balances query asks: the account IDs in [from, to) under
 // collation "C" (the IDs that start with the prefix), of one currency or all
