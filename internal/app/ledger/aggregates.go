@@ -186,20 +186,27 @@ const readPage = 4096
 // refresh is set or it is not cached; otherwise the cached one as is. While
 // appends are in flight on the stream, it is their pending state.
 func (s *Service) loadAccount(ctx context.Context, stream, id string, refresh bool) (*domain.Account, error) {
-	acc, _, err := s.loadPending(ctx, stream, id, refresh)
-	return acc, err
+	p, err := s.loadPending(ctx, stream, id, refresh)
+	return p.acc, err
 }
 
-// loadPending is loadAccount that also returns the pipeline chain of the pending
-// state it returns (pipeline.go), 0 when the state is durable.
-func (s *Service) loadPending(ctx context.Context, stream, id string, refresh bool) (*domain.Account, uint64, error) {
+// pendingAccount is an account's state as a command is decided on it: the
+// aggregate, and the pipeline chain (pipeline.go) of the appends in flight it
+// includes, 0 when the state is durable.
+type pendingAccount struct {
+	acc   *domain.Account
+	chain uint64
+}
+
+// loadPending is loadAccount with the pipeline chain of the state it returns.
+func (s *Service) loadPending(ctx context.Context, stream, id string, refresh bool) (pendingAccount, error) {
 	if acc, chain := s.pipes.pinned(stream); acc != nil {
-		return acc, chain, nil // the pending state is ahead of the store
+		return pendingAccount{acc, chain}, nil // the pending state is ahead of the store
 	}
 	s.dropStale(stream)
 	acc, ok := s.accounts.c.Get(stream)
 	if ok && !refresh {
-		return acc, 0, nil
+		return pendingAccount{acc: acc}, nil
 	}
 	var err error
 	if ok {
@@ -209,11 +216,11 @@ func (s *Service) loadPending(ctx context.Context, stream, id string, refresh bo
 	}
 	if err != nil {
 		s.accounts.c.Remove(stream)
-		return nil, 0, err
+		return pendingAccount{}, err
 	}
 	s.accounts.add(stream, acc)
 	s.snapshotIfDue(stream, acc)
-	return acc, 0, nil
+	return pendingAccount{acc: acc}, nil
 }
 
 // foldInto folds events into acc.

@@ -462,13 +462,13 @@ func (s *Service) loadAccounts(ctx context.Context, w *lockedAccounts, ids []str
 				return err
 			}
 		}
-		acc, chain, err := s.loadPending(ctx, stream, id, w.refresh)
+		p, err := s.loadPending(ctx, stream, id, w.refresh)
 		if err != nil {
 			return err
 		}
-		w.accs[id] = acc
+		w.accs[id] = p.acc
 		if stream == hotStream {
-			w.hot = &hotLeg{stream: stream, acc: acc, chain: chain}
+			w.hot = &hotLeg{stream: stream, acc: p.acc, chain: p.chain}
 		}
 	}
 	return nil

@@ -179,11 +179,11 @@ func (bd *batchDecision) load(ctx context.Context, l *heldLocks, ids []string) e
 		if err := s.drain(ctx, hot.stream); err != nil {
 			return err
 		}
-		acc, _, err := s.loadPending(ctx, hot.stream, hot.acc.ID, bd.refresh)
+		p, err := s.loadPending(ctx, hot.stream, hot.acc.ID, bd.refresh)
 		if err != nil {
 			return err
 		}
-		accs[hot.acc.ID] = acc
+		accs[hot.acc.ID] = p.acc
 	}
 	bd.accs, bd.base = accs, make(map[string]int64, len(accs))
 	for id, acc := range accs {

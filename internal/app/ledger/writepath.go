@@ -181,9 +181,11 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 // the (pending) state and appended; again asks for another attempt, w.next
 // saying how to take it.
 func (s *Service) decideOnAccountOnce(ctx context.Context, l *heldLocks, w *accountWrite) (again bool, err error) {
-	if w.acc, w.chain, err = s.loadPending(ctx, w.stream, w.accountID, w.next.refresh); err != nil {
+	p, err := s.loadPending(ctx, w.stream, w.accountID, w.next.refresh)
+	if err != nil {
 		return false, err
 	}
+	w.acc, w.chain = p.acc, p.chain
 	if w.ans, err = s.answerKnownKey(ctx, w, w.next.recall || s.keys.first(w.acc)); err != nil || w.ans.known() {
 		return false, err
 	}
