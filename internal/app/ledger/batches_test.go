@@ -591,3 +591,35 @@ func TestBatchDuplicatesWaitOnce(t *testing.T) {
 		t.Fatalf("a duplicate alone: %d waits, %+v", d.n.Load(), got)
 	}
 }
+
+// TestPipelineFullWaitsForOneAppend: a stream with half its key limit of
+// appends in flight takes its next command as soon as one of them resolves,
+// not once they all have (draining stopped a hot account's decisions for a
+// commit every keyLimit/2 commands).
+func TestPipelineFullWaitsForOneAppend(t *testing.T) {
+	ps := newPipes()
+	acc := &domain.Account{}
+	var chain uint64
+	for i := range 8 {
+		chain = ps.begin("account-hot", fmt.Sprintf("k%d", i), acc, chain)
+	}
+	room := ps.full("account-hot", 16)
+	if room == nil {
+		t.Fatal("8 appends in flight, key limit 16: not full")
+	}
+	ps.end("account-hot", true)
+	select {
+	case <-room:
+	default:
+		t.Fatal("one of the 8 appends resolved: still no room")
+	}
+	if ps.full("account-hot", 16) != nil || ps.inflightCount("account-hot") != 7 {
+		t.Fatalf("7 in flight: full, or %d in flight", ps.inflightCount("account-hot"))
+	}
+	for range 7 {
+		ps.end("account-hot", true)
+	}
+	if ps.full("account-hot", 16) != nil {
+		t.Fatal("drained: full")
+	}
+}
