@@ -43,6 +43,9 @@ type pipe struct {
 	// waits: full).
 	room   chan struct{}
 	roomAt int
+	// settling: a reader waits for inflight to drop to 0 (settle); the
+	// commands after it wait with it (full).
+	settling bool
 	// chain names the appends in flight, decided one on another's pending state
 	// since the state was last durable: group commit writes none of a chain
 	// after one of it failed (batch.go).
@@ -85,16 +88,21 @@ func (ps *pipes) wait(stream, key string) <-chan struct{} {
 // stopped a hot account's decisions for a whole commit every keyLimit/2
 // commands (BenchmarkBatchesHotAndSpread). A key's owner still reads its
 // record within keyLimit/2 decisions of its resolution: the stream's lock
-// is handed over in the order it was asked for. Nil when there is room.
+// is handed over in the order it was asked for. While a reader waits for the
+// stream to settle (settle), nothing more is pipelined on it until it has:
+// a hot account under a stream of batches would otherwise never settle.
+// Nil when there is room.
 func (ps *pipes) full(stream string, keyLimit int) <-chan struct{} {
-	if keyLimit <= 0 {
-		return nil
-	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	limit := max(1, keyLimit/2)
 	p := ps.m[stream]
-	if p == nil || p.inflight < limit {
+	switch {
+	case p == nil:
+		return nil
+	case p.settling && p.inflight > 0:
+		return p.drainedChan()
+	case keyLimit <= 0 || p.inflight < limit:
 		return nil
 	}
 	if p.room == nil {
@@ -114,6 +122,7 @@ func (ps *pipes) settle(stream string) <-chan struct{} {
 	case p == nil:
 		return nil
 	case p.inflight > 0:
+		p.settling = true // no more pipelined until it has (full)
 		return p.drainedChan()
 	}
 	for _, ch := range p.pending { // durable, its owner not done with it yet
@@ -245,6 +254,7 @@ func (ps *pipes) end(stream string, ok bool) {
 		return
 	}
 	p.acc = nil
+	p.settling = false
 	if p.drained != nil {
 		close(p.drained)
 		p.drained = nil
