@@ -27,10 +27,7 @@ var checkNames = [nChecks + 1]string{"", "C1 acked keys have one set of events",
 
 // EventsOut is what the audit's events-out check found on LEDGER_EVENTS
 // (internal/app/audit.EventsOut, the one home of C9's rule).
-type EventsOut struct {
-	Report     *audit.EventsOutReport
-	Violations []audit.Violation
-}
+type EventsOut = audit.EventsOutResult
 
 // checkPublished is C9 (PROTOCOL.md §4.1): the audit's events-out check finds
 // every stored event up to the publisher's checkpoint on the stream once, in

@@ -39,7 +39,7 @@ func (h *heldStore) Append(ctx context.Context, stream string, expected eventsto
 	if !hold {
 		return h.s.Append(ctx, stream, expected, events)
 	}
-	commit, rollback, err := h.s.AppendHeld(ctx, stream, expected, events)
+	held, err := h.s.AppendHeld(ctx, stream, expected, events)
 	if err != nil {
 		return eventstore.AppendResult{}, err
 	}
@@ -47,10 +47,10 @@ func (h *heldStore) Append(ctx context.Context, stream string, expected eventsto
 	select {
 	case <-h.release:
 	case <-time.After(20 * time.Second): // bounded
-		rollback()
+		held.Rollback()
 		return eventstore.AppendResult{}, errors.New("held append never released")
 	}
-	if err := commit(); err != nil {
+	if err := held.Commit(); err != nil {
 		return eventstore.AppendResult{}, err
 	}
 	// The same append again is idempotent and returns the committed result.

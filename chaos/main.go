@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
+	"github.com/ledgerworks/ledger/internal/platform/freeport"
 	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
 )
 
@@ -121,7 +122,7 @@ func run() int {
 	s.ledgerBin, s.projectorBin, s.self, err = buildBinaries(ctx, filepath.Join(workDir, "bin"))
 	if err == nil {
 		s.pgDir = filepath.Join(workDir, "pg")
-		if s.pgPort, err = freePort(); err == nil {
+		if s.pgPort, err = freeport.Loopback(); err == nil {
 			s.pg, err = pgcluster.Start(ctx, pgcluster.Options{Dir: s.pgDir, Port: s.pgPort, Fsync: true, Logger: quietLogger()})
 		}
 	}

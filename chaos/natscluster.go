@@ -15,6 +15,7 @@ import (
 
 	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 	"github.com/ledgerworks/ledger/internal/platform/config"
+	"github.com/ledgerworks/ledger/internal/platform/freeport"
 	"github.com/ledgerworks/ledger/projections"
 )
 
@@ -41,14 +42,14 @@ type natsNode struct {
 
 func newNATSCluster(sys *system, n int) (*natsCluster, error) {
 	c := &natsCluster{}
-	closed, err := freePort() // advertised by every node: nothing listens there
+	closed, err := freeport.Loopback() // advertised by every node: nothing listens there
 	if err != nil {
 		return nil, err
 	}
 	for i := range n {
 		nd := &natsNode{name: fmt.Sprintf("n%d", i), routes: map[int]*proxy{}}
 		for _, p := range []*int{&nd.clientPort, &nd.routePort, &nd.monitorPort} {
-			if *p, err = freePort(); err != nil {
+			if *p, err = freeport.Loopback(); err != nil {
 				return nil, err
 			}
 		}

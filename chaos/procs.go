@@ -94,16 +94,6 @@ func (p *proc) signal(sig syscall.Signal, wait time.Duration) bool {
 	}
 }
 
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // waitHTTP polls url until it answers 200, bounded by timeout.
 func waitHTTP(ctx context.Context, url string, timeout time.Duration, alive func() bool) error {
 	deadline := time.Now().Add(timeout)

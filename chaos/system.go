@@ -20,6 +20,7 @@ import (
 	"github.com/ledgerworks/ledger/eventstore/postgres"
 	"github.com/ledgerworks/ledger/internal/adapters/natsapi"
 	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/internal/platform/freeport"
 	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
 	"github.com/ledgerworks/ledger/projections"
 )
@@ -139,7 +140,7 @@ func newSystem(ctx context.Context, s *suite, name string) (*system, error) {
 	}
 	sys.dbURL = s.cluster().URLFor(sys.db)
 	sys.svcDBURL = sys.dbURL
-	if sys.natsPort, err = freePort(); err != nil {
+	if sys.natsPort, err = freeport.Loopback(); err != nil {
 		return nil, err
 	}
 	sys.natsStore = filepath.Join(sys.dir, "nats")
@@ -196,7 +197,7 @@ func (sys *system) connect(ctx context.Context, url string) error {
 }
 
 func (sys *system) newLedger(i int) (*svc, error) {
-	port, err := freePort()
+	port, err := freeport.Loopback()
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +215,7 @@ func (sys *system) newLedger(i int) (*svc, error) {
 }
 
 func (sys *system) newProjector(i int) (*svc, error) {
-	port, err := freePort()
+	port, err := freeport.Loopback()
 	if err != nil {
 		return nil, err
 	}
@@ -400,11 +401,11 @@ func (sys *system) eventsOut(ctx context.Context) (*EventsOut, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	rep, violations, err := audit.EventsOut(cctx, sys.store, sys.pool, audit.EventsOutOptions{JS: js})
+	found, err := audit.EventsOut(cctx, sys.store, sys.pool, audit.EventsOutOptions{JS: js})
 	if err != nil {
 		return nil, err
 	}
-	return &EventsOut{Report: rep, Violations: violations}, nil
+	return &found, nil
 }
 
 // dlqReasons counts the dead letters by their reason header (bounded read).

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ledgerworks/ledger/internal/app/reply"
 )
 
 // Queries asks the ledger's read side (PROTOCOL.md §4). Every query is
@@ -44,17 +46,24 @@ type AccountQuery struct {
 	MinPosition string `json:"min_position,omitempty"`
 }
 
-// AccountState is the account as the read model has it.
-type AccountState struct {
-	AccountID         string `json:"account_id"`
-	Currency          string `json:"currency"`
-	Balance           int64  `json:"balance"`
-	Held              int64  `json:"held"`
-	Available         int64  `json:"available"`
-	Revision          uint64 `json:"revision"`
-	Status            string `json:"status"` // open or closed
-	ProjectedPosition string `json:"projected_position"`
-}
+// The answers of the read models' queries are the server's own
+// (internal/app/reply), so that the two cannot drift: the client imports the
+// server's definitions, never the reverse.
+type (
+	// AccountState is the account as the read model has it.
+	AccountState = reply.AccountState
+	// Entries is a page of an account's statement, oldest first; Entry is one
+	// line of it.
+	Entries = reply.Entries
+	Entry   = reply.Entry
+	// Balances is the sum over the accounts whose ID starts with a prefix, one
+	// CurrencyBalance per currency, sorted by currency; none when no account
+	// matches.
+	Balances        = reply.Balances
+	CurrencyBalance = reply.CurrencyBalance
+	// TransferState is a transfer as the read model has it.
+	TransferState = reply.TransferState
+)
 
 // EntriesQuery is the body of ledger.v1.query.entries.
 type EntriesQuery struct {
@@ -68,30 +77,6 @@ type EntriesQuery struct {
 	To          *time.Time `json:"to,omitempty"`
 	By          string     `json:"by,omitempty"`
 	MinPosition string     `json:"min_position,omitempty"`
-}
-
-// Entries is a page of an account's statement, oldest first.
-type Entries struct {
-	Entries []Entry `json:"entries"`
-	// NextAfterRevision is the AfterRevision of the next page when the page was
-	// cut by its limit.
-	NextAfterRevision *int64 `json:"next_after_revision,omitempty"`
-	ProjectedPosition string `json:"projected_position"`
-}
-
-// Entry is one statement line.
-type Entry struct {
-	EventID        string            `json:"event_id"`
-	Revision       int64             `json:"revision"`
-	Type           string            `json:"type"`
-	Amount         int64             `json:"amount"` // signed
-	BalanceAfter   int64             `json:"balance_after"`
-	IdempotencyKey string            `json:"idempotency_key"`
-	At             string            `json:"at"`
-	EffectiveAt    string            `json:"effective_at"` // §2.3: At when none was given
-	TransferID     string            `json:"transfer_id,omitempty"`
-	TransactionID  string            `json:"transaction_id,omitempty"`
-	Metadata       map[string]string `json:"metadata"`
 }
 
 // BalanceQuery is the body of ledger.v1.query.balance: the account as of At,
@@ -110,17 +95,10 @@ type BalanceQuery struct {
 // happened at AsOf), or, asked with EffectiveAt, with everything effective by
 // AsOfEffective (AsOfRevision 0 and AsOf "" then).
 type Balance struct {
-	AccountID         string `json:"account_id"`
-	Currency          string `json:"currency"`
-	Balance           int64  `json:"balance"`
-	Held              int64  `json:"held"`
-	Available         int64  `json:"available"`
-	Revision          uint64 `json:"revision"`
-	Status            string `json:"status"`
-	ProjectedPosition string `json:"projected_position"`
-	AsOfRevision      uint64 `json:"as_of_revision"`
-	AsOf              string `json:"as_of"`
-	AsOfEffective     string `json:"as_of_effective,omitempty"`
+	AccountState
+	AsOfRevision  uint64 `json:"as_of_revision"`
+	AsOf          string `json:"as_of"`
+	AsOfEffective string `json:"as_of_effective,omitempty"`
 }
 
 // BalancesQuery is the body of ledger.v1.query.balances (v1.2): the sums over
@@ -137,42 +115,10 @@ type BalancesQuery struct {
 	MinPosition string     `json:"min_position,omitempty"`
 }
 
-// Balances is the sum over the accounts whose ID starts with Prefix, one row
-// per currency, sorted by currency; none when no account matches.
-type Balances struct {
-	Prefix   string            `json:"prefix"`
-	Balances []CurrencyBalance `json:"balances"`
-	// AsOf is the At asked (RFC 3339, UTC), "" for the current sums.
-	AsOf string `json:"as_of,omitempty"`
-	// AsOfEffective is the EffectiveAt asked (RFC 3339, UTC).
-	AsOfEffective     string `json:"as_of_effective,omitempty"`
-	ProjectedPosition string `json:"projected_position"`
-}
-
-// CurrencyBalance is one currency's row of Balances.
-type CurrencyBalance struct {
-	Currency  string `json:"currency"`
-	Balance   int64  `json:"balance"`
-	Held      int64  `json:"held"`
-	Available int64  `json:"available"`
-	Accounts  int64  `json:"accounts"`
-}
-
 // TransferQuery is the body of ledger.v1.query.transfer.
 type TransferQuery struct {
 	TransferID  string `json:"transfer_id"`
 	MinPosition string `json:"min_position,omitempty"`
-}
-
-// TransferState is a transfer as the read model has it.
-type TransferState struct {
-	TransferID        string `json:"transfer_id"`
-	From              string `json:"from"`
-	To                string `json:"to"`
-	Amount            int64  `json:"amount"`
-	Currency          string `json:"currency"`
-	Status            string `json:"status"` // pending, completed, rejected, failed
-	ProjectedPosition string `json:"projected_position"`
 }
 
 // TransactionDetail is a transaction as its stream records it.

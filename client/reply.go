@@ -1,54 +1,57 @@
 package client
 
-// Status is the outcome class of a command (PROTOCOL.md §3).
-type Status string
+import (
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/app/reply"
+)
+
+// Status is the outcome class of a command (PROTOCOL.md §3): the server's own
+// type, so that the two cannot drift (the client imports the server's
+// definitions, never the reverse). Status.Definite reports whether it is a
+// final answer to its key.
+type Status = domain.Status
 
 // The statuses. Applied, Rejected and Invalid are definite; Error is not (the
 // client resends, same key, until it gets one of the others).
 const (
-	StatusApplied  Status = "applied"
-	StatusRejected Status = "rejected"
-	StatusInvalid  Status = "invalid"
-	StatusError    Status = "error"
+	StatusApplied  = domain.StatusApplied
+	StatusRejected = domain.StatusRejected
+	StatusInvalid  = domain.StatusInvalid
+	StatusError    = domain.StatusError
 )
 
-// Definite reports whether s is a final answer to its key.
-func (s Status) Definite() bool {
-	return s == StatusApplied || s == StatusRejected || s == StatusInvalid
-}
-
 // Code is a reply's code (PROTOCOL.md §3; queries also answer CodeNotFound and
-// CodeProjectionBehind).
-type Code string
+// CodeProjectionBehind): the server's own type, as Status is.
+type Code = domain.Code
 
 // The codes of PROTOCOL.md §3 and §4.
 const (
-	CodeOK                     Code = "ok"
-	CodeInvalidRequest         Code = "invalid_request"
-	CodeIdempotencyKeyConflict Code = "idempotency_key_conflict"
-	CodeAccountNotFound        Code = "account_not_found"
-	CodeAccountExists          Code = "account_exists"
-	CodeAccountClosed          Code = "account_closed"
-	CodeAccountNotEmpty        Code = "account_not_empty"
-	CodeCurrencyMismatch       Code = "currency_mismatch"
-	CodeInsufficientFunds      Code = "insufficient_funds"
-	CodeAmountOverflow         Code = "amount_overflow"
-	CodeSameAccount            Code = "same_account"
-	CodeTransferExists         Code = "transfer_exists"
-	CodeTransferNotFound       Code = "transfer_not_found"
-	CodeTransactionExists      Code = "transaction_exists"
-	CodeHoldNotFound           Code = "hold_not_found"
-	CodeHoldExists             Code = "hold_exists"
-	CodeHoldExpired            Code = "hold_expired"
-	CodeHoldNotActive          Code = "hold_not_active"
-	CodeOriginalNotFound       Code = "original_not_found"
-	CodeRefundExceedsOriginal  Code = "refund_exceeds_original"
-	CodeNotRefundable          Code = "not_refundable"
-	CodeRevisionMismatch       Code = "revision_mismatch"
-	CodeLinkedEventFailed      Code = "linked_event_failed"
-	CodeInternalError          Code = "internal_error"
-	CodeNotFound               Code = "not_found"
-	CodeProjectionBehind       Code = "projection_behind"
+	CodeOK                     = domain.CodeOK
+	CodeInvalidRequest         = domain.CodeInvalidRequest
+	CodeIdempotencyKeyConflict = domain.CodeIdempotencyKeyConflict
+	CodeAccountNotFound        = domain.CodeAccountNotFound
+	CodeAccountExists          = domain.CodeAccountExists
+	CodeAccountClosed          = domain.CodeAccountClosed
+	CodeAccountNotEmpty        = domain.CodeAccountNotEmpty
+	CodeCurrencyMismatch       = domain.CodeCurrencyMismatch
+	CodeInsufficientFunds      = domain.CodeInsufficientFunds
+	CodeAmountOverflow         = domain.CodeAmountOverflow
+	CodeSameAccount            = domain.CodeSameAccount
+	CodeTransferExists         = domain.CodeTransferExists
+	CodeTransferNotFound       = domain.CodeTransferNotFound
+	CodeTransactionExists      = domain.CodeTransactionExists
+	CodeHoldNotFound           = domain.CodeHoldNotFound
+	CodeHoldExists             = domain.CodeHoldExists
+	CodeHoldExpired            = domain.CodeHoldExpired
+	CodeHoldNotActive          = domain.CodeHoldNotActive
+	CodeOriginalNotFound       = domain.CodeOriginalNotFound
+	CodeRefundExceedsOriginal  = domain.CodeRefundExceedsOriginal
+	CodeNotRefundable          = domain.CodeNotRefundable
+	CodeRevisionMismatch       = domain.CodeRevisionMismatch
+	CodeLinkedEventFailed      = domain.CodeLinkedEventFailed
+	CodeInternalError          = domain.CodeInternalError
+	CodeNotFound               = domain.CodeNotFound
+	CodeProjectionBehind       = reply.CodeProjectionBehind
 )
 
 // Reply is the ledger's answer to a command (PROTOCOL.md §3).
@@ -86,15 +89,8 @@ type EventRef struct {
 	Type     string `json:"type"`
 }
 
-// Account is an account as a reply shows it.
-type Account struct {
-	AccountID string `json:"account_id"`
-	Currency  string `json:"currency"`
-	Balance   int64  `json:"balance"`
-	Held      int64  `json:"held"`
-	Available int64  `json:"available"`
-	Revision  uint64 `json:"revision"`
-}
+// Account is an account as a reply shows it (the server's domain.AccountView).
+type Account = domain.AccountView
 
 // TransferRef is a transfer as a reply shows it.
 type TransferRef struct {

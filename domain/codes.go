@@ -12,6 +12,13 @@ const (
 	StatusError    Status = "error"    // infrastructure failure; retry with the same key
 )
 
+// Definite reports whether s is a final answer to its key: applied, rejected
+// and invalid are; error is not (the client resends, same key, until it gets
+// one of the others).
+func (s Status) Definite() bool {
+	return s == StatusApplied || s == StatusRejected || s == StatusInvalid
+}
+
 // Code is a typed outcome code, never matched as free text.
 type Code string
 

@@ -26,26 +26,18 @@ func decodeFast(t CommandType, specs []fieldSpec, body []byte) (Command, bool) {
 // flatMembers reads the members of a flat body (decodeFast) into buf, at most
 // len(buf) of them; false for any other body.
 func flatMembers(body []byte, buf []bodyField) ([]bodyField, bool) {
-	n := 0
-	i, started := objectStart(body)
-	if !started {
+	n, sc := 0, flatScan{b: body}
+	if !sc.objectStart() {
 		return nil, false
 	}
 	for more := true; more; {
-		name, j, ok := plainString(body, i)
-		if !ok || n == len(buf) || hasMember(buf[:n], name) {
-			return nil, false
-		}
-		if i = skipSpace(body, j); i >= len(body) || body[i] != ':' {
-			return nil, false
-		}
-		f := bodyField{name: name}
-		if f.value, f.str, j, ok = memberValue(body, skipSpace(body, i+1)); !ok {
+		f, ok := sc.member()
+		if !ok || n == len(buf) || hasMember(buf[:n], f.name) {
 			return nil, false
 		}
 		buf[n] = f
 		n++
-		if i, more, ok = afterMember(body, j); !ok {
+		if more, ok = sc.afterMember(); !ok {
 			return nil, false
 		}
 	}
@@ -60,53 +52,76 @@ type bodyField struct {
 	str         bool
 }
 
-// objectStart reads the opening brace of a body's object and gives the index of
-// its first member; false when body does not start an object or the object is
-// empty (it has no idempotency key: the general path says so).
-func objectStart(body []byte) (int, bool) {
-	i := skipSpace(body, 0)
-	if i >= len(body) || body[i] != '{' {
-		return 0, false
-	}
-	i = skipSpace(body, i+1)
-	if i < len(body) && body[i] == '}' {
-		return 0, false
-	}
-	return i, true
+// flatScan reads a flat body (decodeFast) front to back: b is the body and i
+// the index of the next byte to read. Each read advances i past what it read
+// when it succeeds; a read that fails leaves i undefined, and decodeFast gives
+// up on the body.
+type flatScan struct {
+	b []byte
+	i int
 }
 
-// afterMember reads what follows a member that ends at body[j]: a comma and the
-// index of the next member (more), or the closing brace of the object with
-// nothing but space after it (not more); false for anything else.
-func afterMember(body []byte, j int) (next int, more, ok bool) {
-	i := skipSpace(body, j)
-	if i >= len(body) {
-		return 0, false, false
+// objectStart reads the opening brace of a body's object up to its first
+// member; false when body does not start an object or the object is empty (it
+// has no idempotency key: the general path says so).
+func (sc *flatScan) objectStart() bool {
+	sc.i = skipSpace(sc.b, 0)
+	if sc.i >= len(sc.b) || sc.b[sc.i] != '{' {
+		return false
 	}
-	switch body[i] {
+	sc.i = skipSpace(sc.b, sc.i+1)
+	return sc.i >= len(sc.b) || sc.b[sc.i] != '}'
+}
+
+// member reads one member, "name": value.
+func (sc *flatScan) member() (bodyField, bool) {
+	name, ok := sc.plainString()
+	if !ok {
+		return bodyField{}, false
+	}
+	if sc.i = skipSpace(sc.b, sc.i); sc.i >= len(sc.b) || sc.b[sc.i] != ':' {
+		return bodyField{}, false
+	}
+	sc.i = skipSpace(sc.b, sc.i+1)
+	f := bodyField{name: name}
+	return f, sc.memberValue(&f)
+}
+
+// afterMember reads what follows a member: a comma up to the next member
+// (more), or the closing brace of the object with nothing but space after it
+// (not more); false for anything else.
+func (sc *flatScan) afterMember() (more, ok bool) {
+	sc.i = skipSpace(sc.b, sc.i)
+	if sc.i >= len(sc.b) {
+		return false, false
+	}
+	switch sc.b[sc.i] {
 	case ',':
-		return skipSpace(body, i+1), true, true
+		sc.i = skipSpace(sc.b, sc.i+1)
+		return true, true
 	case '}':
-		return 0, false, skipSpace(body, i+1) == len(body)
+		return false, skipSpace(sc.b, sc.i+1) == len(sc.b)
 	}
-	return 0, false, false
+	return false, false
 }
 
-// memberValue reads the value of a member at body[i], a plain string (its
-// content, str), an integer or the literal true or false (the text, not str),
-// and the index after it.
-func memberValue(body []byte, i int) (value []byte, str bool, next int, ok bool) {
-	if i < len(body) && body[i] == '"' {
-		value, next, ok = plainString(body, i)
-		return value, true, next, ok
+// memberValue reads the value of a member into f: a plain string (its
+// content, str), an integer or the literal true or false (the text, not str).
+func (sc *flatScan) memberValue(f *bodyField) bool {
+	var ok bool
+	if sc.i < len(sc.b) && sc.b[sc.i] == '"' {
+		f.value, ok = sc.plainString()
+		f.str = true
+		return ok
 	}
 	for _, lit := range [...]string{"true", "false"} {
-		if j := i + len(lit); j <= len(body) && string(body[i:j]) == lit {
-			return body[i:j], false, j, true
+		if j := sc.i + len(lit); j <= len(sc.b) && string(sc.b[sc.i:j]) == lit {
+			f.value, sc.i = sc.b[sc.i:j], j
+			return true
 		}
 	}
-	value, next, ok = jsonInteger(body, i)
-	return value, false, next, ok
+	f.value, ok = sc.jsonInteger()
+	return ok
 }
 
 // hasMember reports whether one of fields is named name.
@@ -220,26 +235,29 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// plainString reads a JSON string at b[i] that has no escapes and no control
-// characters: its content and the index after its closing quote.
-func plainString(b []byte, i int) ([]byte, int, bool) {
+// plainString reads a JSON string that has no escapes and no control
+// characters: its content.
+func (sc *flatScan) plainString() ([]byte, bool) {
+	b, i := sc.b, sc.i
 	if i >= len(b) || b[i] != '"' {
-		return nil, 0, false
+		return nil, false
 	}
 	for j := i + 1; j < len(b); j++ {
 		switch c := b[j]; {
 		case c == '"':
-			return b[i+1 : j], j + 1, true
+			sc.i = j + 1
+			return b[i+1 : j], true
 		case c == '\\' || c < 0x20:
-			return nil, 0, false
+			return nil, false
 		}
 	}
-	return nil, 0, false
+	return nil, false
 }
 
-// jsonInteger reads a JSON number at b[i] that is an integer by JSON's grammar
-// (-?(0|[1-9][0-9]*), no fraction, no exponent) and the index after it.
-func jsonInteger(b []byte, i int) ([]byte, int, bool) {
+// jsonInteger reads a JSON number that is an integer by JSON's grammar
+// (-?(0|[1-9][0-9]*), no fraction, no exponent): its text.
+func (sc *flatScan) jsonInteger() ([]byte, bool) {
+	b, i := sc.b, sc.i
 	j := i
 	if j < len(b) && b[j] == '-' {
 		j++
@@ -252,10 +270,11 @@ func jsonInteger(b []byte, i int) ([]byte, int, bool) {
 			j++
 		}
 	default:
-		return nil, 0, false
+		return nil, false
 	}
 	if j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E' || (b[j] >= '0' && b[j] <= '9')) {
-		return nil, 0, false
+		return nil, false
 	}
-	return b[i:j], j, true
+	sc.i = j
+	return b[i:j], true
 }

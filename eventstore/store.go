@@ -208,6 +208,15 @@ type MultiAppender interface {
 	AppendMulti(ctx context.Context, parts []StreamAppend) ([]AppendResult, error)
 }
 
+// HeldAppend is an append performed and not yet committed (the test capability
+// storetest.HeldAppender): its stream stays locked, appends to it waiting,
+// until Commit or Rollback ends it. The first of the two to be called ends it;
+// any later call errors.
+type HeldAppend struct {
+	Commit   func() error
+	Rollback func() error
+}
+
 // AppendOne is an Append made of one part of m's AppendMulti: how a store that
 // appends to several streams at once appends to one.
 func AppendOne(ctx context.Context, m MultiAppender, part StreamAppend) (AppendResult, error) {

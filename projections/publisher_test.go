@@ -84,10 +84,11 @@ func wantPublished(tb testing.TB, env *projtest.Env, nc *nats.Conn) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	rep, violations, err := audit.EventsOut(context.Background(), env.Store, env.Pool, audit.EventsOutOptions{JS: js})
+	found, err := audit.EventsOut(context.Background(), env.Store, env.Pool, audit.EventsOutOptions{JS: js})
 	if err != nil {
 		tb.Fatal(err)
 	}
+	rep, violations := found.Report, found.Violations
 	if len(violations) > 0 || rep.Pending > 0 {
 		tb.Fatalf("LEDGER_EVENTS: %d pending after the checkpoint, violations %+v", rep.Pending, violations)
 	}

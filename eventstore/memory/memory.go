@@ -115,13 +115,13 @@ func (s *Store) AppendMulti(ctx context.Context, parts []eventstore.StreamAppend
 // AppendHeld decides an append and keeps it pending, its stream locked (appends
 // to it wait), until commit or rollback: the test capability of a transaction
 // held open across a later commit. The events get their position at commit.
-func (s *Store) AppendHeld(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events []eventstore.EventData) (commit func() error, rollback func() error, err error) {
+func (s *Store) AppendHeld(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events []eventstore.EventData) (eventstore.HeldAppend, error) {
 	parts := []eventstore.StreamAppend{{Stream: stream, Expected: expected, Events: events}}
 	if err := validate(parts); err != nil {
-		return nil, nil, err
+		return eventstore.HeldAppend{}, err
 	}
 	if err := s.lockFree(ctx, parts); err != nil {
-		return nil, nil, err
+		return eventstore.HeldAppend{}, err
 	}
 	plans, err := s.decideLocked(parts)
 	if err == nil {
@@ -129,7 +129,7 @@ func (s *Store) AppendHeld(ctx context.Context, stream string, expected eventsto
 	}
 	s.mu.Unlock()
 	if err != nil {
-		return nil, nil, err
+		return eventstore.HeldAppend{}, err
 	}
 	ended := false
 	end := func(apply bool) error {
@@ -154,7 +154,7 @@ func (s *Store) AppendHeld(ctx context.Context, stream string, expected eventsto
 		s.applyLocked(plans)
 		return nil
 	}
-	return func() error { return end(true) }, func() error { return end(false) }, nil
+	return eventstore.HeldAppend{Commit: func() error { return end(true) }, Rollback: func() error { return end(false) }}, nil
 }
 
 func validate(parts []eventstore.StreamAppend) error {

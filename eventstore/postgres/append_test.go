@@ -310,7 +310,7 @@ func (r *cancelRig) wait(t *testing.T, done <-chan appendOutcome) appendOutcome 
 
 // cancelWaitingForLock cancels an append that waits for a stream's lock.
 func (r *cancelRig) cancelWaitingForLock(t *testing.T) {
-	_, rollback, err := r.s.AppendHeld(r.ctx, "held", eventstore.NoStream, []eventstore.EventData{ev()})
+	held, err := r.s.AppendHeld(r.ctx, "held", eventstore.NoStream, []eventstore.EventData{ev()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +322,7 @@ func (r *cancelRig) cancelWaitingForLock(t *testing.T) {
 	if o := r.wait(t, done); !errors.Is(o.err, context.Canceled) {
 		t.Fatalf("cancelled while waiting for a lock: %+v, %v", o.res, o.err)
 	}
-	if err := rollback(); err != nil {
+	if err := held.Rollback(); err != nil {
 		t.Fatal(err)
 	}
 	// The cancelled connection is closed (pgx ends it at the cancel): -1.

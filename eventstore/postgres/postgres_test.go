@@ -56,11 +56,11 @@ func TestNaiveReaderSkipsHeldTransaction(t *testing.T) {
 	naive := func(after int64) ([]uuid.UUID, int64) { return readNaively(ctx, t, conn, after) }
 
 	a, b := ev(), ev()
-	commitA, rollbackA, err := s.AppendHeld(ctx, "a", eventstore.NoStream, []eventstore.EventData{a})
+	heldA, err := s.AppendHeld(ctx, "a", eventstore.NoStream, []eventstore.EventData{a})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rollbackA()
+	defer heldA.Rollback()
 	if _, err := s.Append(ctx, "b", eventstore.NoStream, []eventstore.EventData{b}); err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestNaiveReaderSkipsHeldTransaction(t *testing.T) {
 		t.Fatalf("head before A committed: %s, %v", h, err)
 	}
 
-	if err := commitA(); err != nil {
+	if err := heldA.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	if seen, _ := naive(checkpoint); len(seen) != 0 {
@@ -135,11 +135,11 @@ func TestXidAssignedAfterStreamLock(t *testing.T) {
 	}
 	defer conn.Close(ctx)
 
-	commitA, rollbackA, err := s.AppendHeld(ctx, "s", eventstore.NoStream, []eventstore.EventData{ev()})
+	heldA, err := s.AppendHeld(ctx, "s", eventstore.NoStream, []eventstore.EventData{ev()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rollbackA()
+	defer heldA.Rollback()
 	type result struct {
 		res eventstore.AppendResult
 		err error
@@ -158,7 +158,7 @@ func TestXidAssignedAfterStreamLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := commitA(); err != nil {
+	if err := heldA.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	var d result

@@ -200,10 +200,11 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 // or conflicting part may cost more to check; a failed INSERT costs one more for
 // the ROLLBACK.
 func (s *Store) AppendMulti(ctx context.Context, parts []eventstore.StreamAppend) (res []eventstore.AppendResult, err error) {
-	c, plans, err := s.begin(ctx, parts)
+	b, err := s.begin(ctx, parts)
 	if err != nil {
 		return nil, err
 	}
+	c, plans := b.conn, b.plans
 	defer release(ctx, c)
 	if s.beforeCommit != nil {
 		s.beforeCommit(ctx, c.Conn())
@@ -220,11 +221,12 @@ func (s *Store) AppendMulti(ctx context.Context, parts []eventstore.StreamAppend
 // held open across a later commit (the "all" reader must not skip it). The
 // stream stays locked until then: appends to it wait. It takes the slower path
 // (INSERT in a round trip of its own) and holds a pooled connection until ended.
-func (s *Store) AppendHeld(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events []eventstore.EventData) (commit func() error, rollback func() error, err error) {
-	c, plans, err := s.begin(ctx, []eventstore.StreamAppend{{Stream: stream, Expected: expected, Events: events}})
+func (s *Store) AppendHeld(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events []eventstore.EventData) (eventstore.HeldAppend, error) {
+	b, err := s.begin(ctx, []eventstore.StreamAppend{{Stream: stream, Expected: expected, Events: events}})
 	if err != nil {
-		return nil, nil, err
+		return eventstore.HeldAppend{}, err
 	}
+	c, plans := b.conn, b.plans
 	if args := insertArgs(plans); args != nil {
 		rows, qerr := c.Conn().Query(ctx, insertSQL, args...)
 		if qerr == nil {
@@ -232,7 +234,7 @@ func (s *Store) AppendHeld(ctx context.Context, stream string, expected eventsto
 		}
 		if qerr != nil {
 			release(ctx, c)
-			return nil, nil, insertErr(ctx, plans, qerr)
+			return eventstore.HeldAppend{}, insertErr(ctx, plans, qerr)
 		}
 	}
 	var once sync.Once
@@ -260,9 +262,10 @@ func (s *Store) AppendHeld(ctx context.Context, stream string, expected eventsto
 		})
 		return err
 	}
-	commit = func() error { return end("COMMIT", "commit") }
-	rollback = func() error { return end("ROLLBACK", "rollback") }
-	return commit, rollback, nil
+	return eventstore.HeldAppend{
+		Commit:   func() error { return end("COMMIT", "commit") },
+		Rollback: func() error { return end("ROLLBACK", "rollback") },
+	}, nil
 }
 
 // plan is one part's decision: write at head+1, or return the original write.
@@ -329,38 +332,47 @@ const (
 // row taken *after* an xid was assigned would not give this.) A multi-stream
 // append locks all its streams in the order of their lock keys, so two appends
 // sharing streams cannot deadlock; colliding keys merely serialise.
-func (s *Store) begin(ctx context.Context, parts []eventstore.StreamAppend) (c *pgxpool.Conn, plans []plan, err error) {
+func (s *Store) begin(ctx context.Context, parts []eventstore.StreamAppend) (b begun, err error) {
 	if s.closed() {
-		return nil, nil, ErrClosed
+		return begun{}, ErrClosed
 	}
 	if err := validate(parts); err != nil {
-		return nil, nil, err
+		return begun{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, nil, fmt.Errorf("eventstore/postgres: append: %w", err)
+		return begun{}, fmt.Errorf("eventstore/postgres: append: %w", err)
 	}
 	acquired, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, nil, classify(ctx, "begin", err)
+		return begun{}, classify(ctx, "begin", err)
 	}
 	defer func() {
 		if err != nil {
-			release(ctx, acquired) // the returns below have set c to nil
+			release(ctx, acquired) // the returns below leave b empty
 		}
 	}()
 	conn := acquired.Conn()
 	if _, err := watchOf(conn.PgConn()); err != nil {
-		return nil, nil, err
+		return begun{}, err
 	}
+	heads, err := lockStreams(ctx, conn, parts)
+	if err != nil {
+		return begun{}, err
+	}
+	plans, err := planParts(ctx, conn, parts, heads)
+	if err != nil {
+		return begun{}, err
+	}
+	return begun{conn: acquired, plans: plans}, nil
+}
 
-	var heads map[string]int64
-	if heads, err = lockStreams(ctx, conn, parts); err != nil {
-		return nil, nil, err
-	}
-	if plans, err = planParts(ctx, conn, parts, heads); err != nil {
-		return nil, nil, err
-	}
-	return acquired, plans, nil
+// begun is an append begun: its connection, in a transaction that holds the
+// streams' locks, and each part's plan, decided on the heads read under them.
+// Committing (commit) or rolling back ends it; release gives the connection
+// back.
+type begun struct {
+	conn  *pgxpool.Conn
+	plans []plan
 }
 
 // lockStreams is begin's one round trip: BEGIN, the streams' locks, then their
@@ -546,24 +558,30 @@ func storedRange(ctx context.Context, q querier, stream string, from, to int64) 
 	return out, nil
 }
 
-// matchAt reports whether events sit, in order, at revisions first.. of the
-// stream, and if so the AppendResult of their original write.
-func matchAt(ctx context.Context, q querier, stream string, first int64, events []eventstore.EventData) (eventstore.AppendResult, bool, error) {
-	n := int64(len(events))
-	got, err := storedRange(ctx, q, stream, first, first+n-1)
-	if err != nil || int64(len(got)) != n {
-		return eventstore.AppendResult{}, false, err
+// repeated is the plan of an append whose events must already sit, in order,
+// at revisions first.. of its stream: when they do, the result of their
+// original write, idempotent; when they do not, the append conflicts.
+func repeated(ctx context.Context, q querier, pl plan, first int64) (plan, error) {
+	p, n := pl.part, int64(len(pl.part.Events))
+	got, err := storedRange(ctx, q, p.Stream, first, first+n-1)
+	if err != nil {
+		return pl, err
+	}
+	if int64(len(got)) != n {
+		return pl, wrongRevision(p.Stream, p.Expected, pl.head)
 	}
 	for i, st := range got {
-		if st.revision != first+int64(i) || st.id != events[i].ID {
-			return eventstore.AppendResult{}, false, nil
+		if st.revision != first+int64(i) || st.id != p.Events[i].ID {
+			return pl, wrongRevision(p.Stream, p.Expected, pl.head)
 		}
 	}
-	return eventstore.AppendResult{
+	pl.result = eventstore.AppendResult{
 		FirstRevision: uint64(first),
 		LastRevision:  uint64(first + n - 1),
 		Position:      got[len(got)-1].pos,
-	}, true, nil
+		Idempotent:    true,
+	}
+	return pl, nil
 }
 
 // decide applies KurrentDB's IndexWriter rules (see eventstore.Appender) to one
@@ -584,16 +602,7 @@ func decide(ctx context.Context, q querier, p eventstore.StreamAppend, head int6
 		if last+n > head {
 			return pl, wrongRevision(p.Stream, p.Expected, head)
 		}
-		res, ok, err := matchAt(ctx, q, p.Stream, last+1, p.Events)
-		if err != nil {
-			return pl, err
-		}
-		if !ok {
-			return pl, wrongRevision(p.Stream, p.Expected, head)
-		}
-		pl.result = res
-		pl.result.Idempotent = true
-		return pl, nil
+		return repeated(ctx, q, pl, last+1)
 	}
 	if p.Expected.IsStreamExists() && head < 0 {
 		return pl, wrongRevision(p.Stream, p.Expected, head)
@@ -609,16 +618,7 @@ func decide(ctx context.Context, q querier, p eventstore.StreamAppend, head int6
 	if err != nil {
 		return pl, classify(ctx, "read event", err)
 	}
-	res, ok, err := matchAt(ctx, q, p.Stream, first, p.Events)
-	if err != nil {
-		return pl, err
-	}
-	if !ok {
-		return pl, wrongRevision(p.Stream, p.Expected, head)
-	}
-	pl.result = res
-	pl.result.Idempotent = true
-	return pl, nil
+	return repeated(ctx, q, pl, first)
 }
 
 // insertArgs are the arguments of insertSQL for the parts to be written, nil

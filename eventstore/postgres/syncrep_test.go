@@ -83,11 +83,11 @@ func TestCancelledWaitForTheStandbyIsIndefinite(t *testing.T) {
 		}
 	}
 	held := func(ctx context.Context, s *postgres.Store, parts []eventstore.StreamAppend) error {
-		commit, _, err := s.AppendHeld(ctx, parts[0].Stream, parts[0].Expected, parts[0].Events)
+		held, err := s.AppendHeld(ctx, parts[0].Stream, parts[0].Expected, parts[0].Events)
 		if err != nil {
 			return err
 		}
-		return commit()
+		return held.Commit()
 	}
 	multi := func(ctx context.Context, s *postgres.Store, parts []eventstore.StreamAppend) error {
 		_, err := s.AppendMulti(ctx, parts)

@@ -26,7 +26,7 @@ import (
 // commit or rollback ends it. The suite uses it to hold a transaction open across
 // a later commit, the case in which a naive "all" reader skips an event.
 type HeldAppender interface {
-	AppendHeld(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events []eventstore.EventData) (commit func() error, rollback func() error, err error)
+	AppendHeld(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events []eventstore.EventData) (eventstore.HeldAppend, error)
 }
 
 // waitTimeout bounds every wait of the suite: nothing waits forever.
@@ -653,11 +653,11 @@ func testHeldTransaction(t *testing.T, s eventstore.Store, p string) {
 	sub := subscribe(t, s, start, p)
 
 	a, b := event("A", 0), event("B", 0)
-	commitA, rollbackA, err := ha.AppendHeld(ctx, p+"a", eventstore.NoStream, []eventstore.EventData{a})
+	heldA, err := ha.AppendHeld(ctx, p+"a", eventstore.NoStream, []eventstore.EventData{a})
 	if err != nil {
 		t.Fatalf("held append: %v", err)
 	}
-	defer rollbackA() // no-op once committed
+	defer heldA.Rollback() // no-op once committed
 	resB := mustAppend(t, s, p+"b", eventstore.NoStream, b)
 
 	// A reader checkpointing as it goes: what it sees before A commits.
@@ -669,7 +669,7 @@ func testHeldTransaction(t *testing.T, s eventstore.Store, p string) {
 	}
 	delivered := observeWhileHeld(t, sub, a.ID)
 
-	if err := commitA(); err != nil {
+	if err := heldA.Commit(); err != nil {
 		t.Fatalf("commit A: %v", err)
 	}
 	// The reader goes on from its checkpoint and must find A (and B if not yet).
@@ -878,7 +878,7 @@ func testContextCancellation(t *testing.T, s eventstore.Store, p string) {
 		return
 	}
 	held := p + "held"
-	_, rollback, err := ha.AppendHeld(ctxT(t), held, eventstore.NoStream, []eventstore.EventData{event("E", 0)})
+	h, err := ha.AppendHeld(ctxT(t), held, eventstore.NoStream, []eventstore.EventData{event("E", 0)})
 	if err != nil {
 		t.Fatalf("held append: %v", err)
 	}
@@ -892,7 +892,7 @@ func testContextCancellation(t *testing.T, s eventstore.Store, p string) {
 	if took := time.Since(began); took > 5*time.Second {
 		t.Fatalf("append took %s to notice its deadline", took)
 	}
-	if err := rollback(); err != nil {
+	if err := h.Rollback(); err != nil {
 		t.Fatalf("rollback: %v", err)
 	}
 	wantLen(t, s, held, 0)

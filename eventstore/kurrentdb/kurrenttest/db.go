@@ -407,21 +407,28 @@ func (d *db) snapshot(lag int) ([]*record, <-chan struct{}) {
 	return d.all[:n:n], d.changed
 }
 
-// stream returns a stream's events and state as a reader lagging lag records
-// behind what is committed sees them.
-func (d *db) stream(name string, lag int) (events []*record, exists, tombstoned bool) {
+// streamView is a stream as a reader sees it: its events, whether it exists
+// (it has events or is tombstoned), and whether it is tombstoned.
+type streamView struct {
+	events             []*record
+	exists, tombstoned bool
+}
+
+// stream returns a stream as a reader lagging lag records behind what is
+// committed sees it.
+func (d *db) stream(name string, lag int) streamView {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := d.streams[name]
 	if s == nil {
-		return nil, false, false
+		return streamView{}
 	}
 	n := len(s.events)
 	cut := max(d.visible-lag, 0)
 	for n > 0 && (cut == 0 || s.events[n-1].pos > d.all[cut-1].pos) {
 		n--
 	}
-	return s.events[:n:n], n > 0 || s.tombstoned, s.tombstoned
+	return streamView{events: s.events[:n:n], exists: n > 0 || s.tombstoned, tombstoned: s.tombstoned}
 }
 
 // validPosition reports whether a $all read may start at the commit position:

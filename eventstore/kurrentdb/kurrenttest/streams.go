@@ -573,8 +573,9 @@ func (ss *streamsServer) Read(req *api.ReadReq, srv api.Streams_ReadServer) erro
 }
 
 func (ss *streamsServer) readStream(ro *readOptions, srv api.Streams_ReadServer) error {
-	events, exists, tombstoned := ss.s.db.stream(ro.stream, ro.lag)
-	if tombstoned {
+	v := ss.s.db.stream(ro.stream, ro.lag)
+	events, exists := v.events, v.exists
+	if v.tombstoned {
 		return streamDeleted(srv.Context(), srv.SetTrailer, ro.stream)
 	}
 	first, softDeleted := ss.s.db.readableFrom(ro.stream, events)
@@ -723,14 +724,15 @@ func (s sender) wait(changed <-chan struct{}) error {
 	}
 }
 
-func (ss *streamsServer) confirm(srv api.Streams_ReadServer) (sender, func(), error) {
-	sub := ss.s.register()
-	done := func() { ss.s.unregister(sub) }
-	snd := sender{srv: srv, sub: sub}
-	err := snd.send(&api.ReadResp{Content: &api.ReadResp_Confirmation{Confirmation: &api.ReadResp_SubscriptionConfirmation{
+// confirm registers a subscription and sends its confirmation; the caller
+// unregisters snd.sub when the subscription ends, whether or not the
+// confirmation was sent.
+func (ss *streamsServer) confirm(srv api.Streams_ReadServer) (snd sender, err error) {
+	snd = sender{srv: srv, sub: ss.s.register()}
+	err = snd.send(&api.ReadResp{Content: &api.ReadResp_Confirmation{Confirmation: &api.ReadResp_SubscriptionConfirmation{
 		SubscriptionId: uuid.NewString(),
 	}}})
-	return snd, done, err
+	return snd, err
 }
 
 var caughtUp = &api.ReadResp{Content: &api.ReadResp_CaughtUp_{CaughtUp: &api.ReadResp_CaughtUp{}}}
@@ -751,8 +753,8 @@ func checkpoint(p position) *api.ReadResp {
 // at every interval-th considered event. The start position is exclusive when an
 // event sits at it (see below for when none does).
 func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServer) error {
-	snd, done, err := ss.confirm(srv)
-	defer done()
+	snd, err := ss.confirm(srv)
+	defer ss.s.unregister(snd.sub)
 	if err != nil {
 		return err
 	}
@@ -761,13 +763,13 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 	}
 	sub := &allSubscription{s: ss.s, ro: ro, snd: snd}
 	sub.seekStart()
-	live, matched, err := sub.catchUp()
+	live, err := sub.catchUp()
 	if err != nil {
 		return err
 	}
 	switch {
 	case ro.filter == nil:
-	case ro.fromStart && !matched && ss.s.release.maxCheckpoint():
+	case ro.fromStart && !sub.matched && ss.s.release.maxCheckpoint():
 		live = &position{math.MaxUint64, math.MaxUint64} // KDB-710
 	case !ss.s.release.liveCheckpoint():
 		live = nil
@@ -784,14 +786,15 @@ func (ss *streamsServer) subscribeAll(ro *readOptions, srv api.Streams_ReadServe
 }
 
 // allSubscription is one $all subscription's progress: the index in the log of
-// the next event to consider, and how many were considered since the last
-// checkpoint.
+// the next event to consider, how many were considered since the last
+// checkpoint, and whether the last page of the catch-up sent an event.
 type allSubscription struct {
 	s          *Server
 	ro         *readOptions
 	snd        sender
 	next       int
 	considered uint32
+	matched    bool
 }
 
 // seekStart places the subscription at its start.
@@ -823,8 +826,8 @@ func (a *allSubscription) seekStart() {
 }
 
 // catchUp sends the history page by page. It returns the checkpoint due when
-// catch-up goes live (nil if none) and whether the last page sent an event.
-func (a *allSubscription) catchUp() (live *position, matched bool, err error) {
+// catch-up goes live (nil if none), and sets a.matched.
+func (a *allSubscription) catchUp() (live *position, err error) {
 	ro := a.ro
 	first := true // the next page is the first
 	start := position{}
@@ -834,12 +837,12 @@ func (a *allSubscription) catchUp() (live *position, matched bool, err error) {
 	for {
 		all, _ := a.s.db.snapshot(ro.lag)
 		if a.next >= len(all) {
-			return live, matched, nil
+			return live, nil
 		}
 		if ro.filter == nil {
 			for ; a.next < len(all); a.next++ {
 				if err := a.snd.send(eventResp(all[a.next], ro.uuidString)); err != nil {
-					return nil, false, err
+					return nil, err
 				}
 			}
 			continue
@@ -854,24 +857,24 @@ func (a *allSubscription) catchUp() (live *position, matched bool, err error) {
 		if first {
 			cp = &start
 		}
-		first, matched = false, false
+		first, a.matched = false, false
 		for _, r := range page {
 			if ro.filter.match(r) {
 				if err := a.snd.send(eventResp(r, ro.uuidString)); err != nil {
-					return nil, false, err
+					return nil, err
 				}
-				cp, matched = &position{r.pos, r.pos}, true
+				cp, a.matched = &position{r.pos, r.pos}, true
 			}
 		}
 		a.next = end
 		a.considered += uint32(len(page))
 		if a.next >= len(all) { // end of stream: go live
-			return cp, matched, nil
+			return cp, nil
 		}
 		if a.considered >= ro.interval {
 			a.considered %= ro.interval
 			if err := a.snd.send(checkpoint(*cp)); err != nil {
-				return nil, false, err
+				return nil, err
 			}
 		}
 	}
@@ -909,12 +912,12 @@ func (a *allSubscription) live() error {
 // subscribeStream is the stream catch-up subscription: confirmation, the events
 // after the start revision (exclusive), caught_up, then live events.
 func (ss *streamsServer) subscribeStream(ro *readOptions, srv api.Streams_ReadServer) error {
-	snd, done, err := ss.confirm(srv)
-	defer done()
+	snd, err := ss.confirm(srv)
+	defer ss.s.unregister(snd.sub)
 	if err != nil {
 		return err
 	}
-	events, _, _ := ss.s.db.stream(ro.stream, ro.lag)
+	events := ss.s.db.stream(ro.stream, ro.lag).events
 	next := uint64(0)
 	switch {
 	case ro.fromStart:
@@ -926,7 +929,8 @@ func (ss *streamsServer) subscribeStream(ro *readOptions, srv api.Streams_ReadSe
 	isCaughtUp := false
 	for {
 		_, changed := ss.s.db.snapshot(ro.lag)
-		events, _, tombstoned := ss.s.db.stream(ro.stream, ro.lag)
+		v := ss.s.db.stream(ro.stream, ro.lag)
+		events, tombstoned := v.events, v.tombstoned
 		if first, _ := ss.s.db.readableFrom(ro.stream, events); !isCaughtUp {
 			next = max(next, uint64(first)) // catch-up reads leave out what metadata truncates
 		}

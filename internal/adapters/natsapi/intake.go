@@ -37,17 +37,18 @@ func (in *Intake) decide(ctx context.Context, typ string, body []byte) reply.Rep
 	return in.h.HandleRaw(ctx, typ, body)
 }
 
-// CommandLookup answers the outcome of a decided key: ledger.Service implements it
-// from the event store; the read side may serve it from its read models.
+// CommandLookup answers the outcome of a decided key, nil for a key never
+// decided: ledger.Service implements it from the event store; the read side
+// may serve it from its read models.
 type CommandLookup interface {
-	Lookup(ctx context.Context, key string) (r reply.Reply, found bool, err error)
+	Lookup(ctx context.Context, key string) (*reply.Reply, error)
 }
 
 // TransactionLookup answers a transaction by its ID (ledger.v1.query.transaction):
 // ledger.Service implements it from the event store. An Intake whose Lookup
 // implements it answers that query too.
 type TransactionLookup interface {
-	LookupTransaction(ctx context.Context, id string) (reply.TransactionDetail, bool, error)
+	LookupTransaction(ctx context.Context, id string) (*reply.TransactionDetail, error)
 }
 
 // Options configure an Intake. Zero values take the defaults.

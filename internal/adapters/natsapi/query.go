@@ -54,14 +54,14 @@ func AnswerCommandQuery(ctx context.Context, l CommandLookup, body []byte) any {
 	if !domain.ValidKey(q.IdempotencyKey) {
 		return *reply.InvalidQuery("idempotency_key", "must be 1-%d printable ASCII characters", domain.MaxKeyLen)
 	}
-	r, found, err := l.Lookup(ctx, q.IdempotencyKey)
+	r, err := l.Lookup(ctx, q.IdempotencyKey)
 	if err != nil {
 		return reply.QueryError{Status: domain.StatusError, Code: domain.CodeInternalError, IdempotencyKey: q.IdempotencyKey, Message: "lookup failed, retry: " + err.Error()}
 	}
-	if !found {
+	if r == nil {
 		return reply.QueryError{Code: domain.CodeNotFound, IdempotencyKey: q.IdempotencyKey, Message: "no command was decided with this idempotency key"}
 	}
-	return r
+	return *r
 }
 
 // TransactionQuery is the body of ledger.v1.query.transaction.
@@ -84,14 +84,14 @@ func AnswerTransactionQuery(ctx context.Context, l TransactionLookup, body []byt
 	if !domain.ValidTransactionName(q.TransactionID) {
 		return *reply.InvalidQuery("transaction_id", "must be 1-%d characters of [A-Za-z0-9._:-], or a refund's <id>~refund~<n>", domain.MaxIDLen)
 	}
-	d, found, err := l.LookupTransaction(ctx, q.TransactionID)
+	d, err := l.LookupTransaction(ctx, q.TransactionID)
 	if err != nil {
 		return reply.QueryError{Status: domain.StatusError, Code: domain.CodeInternalError, Message: "lookup failed, retry: " + err.Error()}
 	}
-	if !found {
+	if d == nil {
 		return reply.QueryError{Code: domain.CodeNotFound, Message: fmt.Sprintf("no transaction %s", q.TransactionID)}
 	}
-	return d
+	return *d
 }
 
 // onQuery answers one query message with answer, bounded like the others.

@@ -109,15 +109,21 @@ type eventsOut struct {
 // of the audit: the one home of the rule "every stored event up to the
 // publisher's checkpoint is on LEDGER_EVENTS once, in order, and none the store
 // does not hold", which the chaos checker's C9 and the publisher's tests call
-// too. rm is the read-model database (the publisher's checkpoint). It returns
-// the report and the violations found (the first 1,000).
-func EventsOut(ctx context.Context, store Store, rm *pgxpool.Pool, o EventsOutOptions) (*EventsOutReport, []Violation, error) {
+// too. rm is the read-model database (the publisher's checkpoint).
+func EventsOut(ctx context.Context, store Store, rm *pgxpool.Pool, o EventsOutOptions) (EventsOutResult, error) {
 	f := NewFold()
 	rep, err := checkEventsOut(ctx, store, rm, f, o)
 	if err != nil {
-		return nil, nil, err
+		return EventsOutResult{}, err
 	}
-	return rep, f.Violations, nil
+	return EventsOutResult{Report: rep, Violations: f.Violations}, nil
+}
+
+// EventsOutResult is what EventsOut found: its report and the violations (the
+// first 1,000).
+type EventsOutResult struct {
+	Report     *EventsOutReport
+	Violations []Violation
 }
 
 // checkEventsOut runs the check (and the repair) and records violations in f.

@@ -193,8 +193,8 @@ func (a *atomicRun) send(key string, cmds []batchCmd) {
 	} else if !reflect.DeepEqual(again, want) {
 		t.Fatalf("batch %s resent:\n got %+v\nwant %+v", key, again, want)
 	}
-	if got, found, err := a.s.Lookup(ctx, key); err != nil || found != recorded || (found && !reflect.DeepEqual(positionless(got), r)) {
-		t.Fatalf("batch %s looked up: found %v (want %v), %v:\n%+v", key, found, recorded, err, got)
+	if got, err := a.s.Lookup(ctx, key); err != nil || (got != nil) != recorded || (got != nil && !reflect.DeepEqual(positionless(*got), r)) {
+		t.Fatalf("batch %s looked up: found %v (want %v), %v:\n%+v", key, got != nil, recorded, err, got)
 	}
 	if recorded {
 		a.sent = append(a.sent, atomicSent{key, body, cmds, r})
@@ -319,8 +319,8 @@ func TestAtomicBatchAllOrNothing(t *testing.T) {
 		for _, b := range a.sent {
 			for _, c := range b.cmds {
 				k, _ := c.body["idempotency_key"].(string)
-				if _, found, err := a.s.Lookup(context.Background(), k); err != nil || found != decided[k] {
-					t.Fatalf("key %q of batch %s: decided %v (%v), want %v", k, b.key, found, err, decided[k])
+				if got, err := a.s.Lookup(context.Background(), k); err != nil || (got != nil) != decided[k] {
+					t.Fatalf("key %q of batch %s: decided %v (%v), want %v", k, b.key, got != nil, err, decided[k])
 				}
 			}
 		}
@@ -354,7 +354,7 @@ func TestAtomicBatchInvalidElement(t *testing.T) {
 				t.Fatalf("%s: %+v", c.bad.typ, r)
 			}
 		}
-		if _, found, err := s.Lookup(context.Background(), "b"); found || err != nil {
+		if got, err := s.Lookup(context.Background(), "b"); got != nil || err != nil {
 			t.Fatalf("%s: the batch's key is decided (%v)", c.bad.typ, err)
 		}
 	}
@@ -375,8 +375,8 @@ func TestAtomicBatchNeedsMultiAppend(t *testing.T) {
 		if r.Status != domain.StatusInvalid || r.Code != domain.CodeInvalidRequest || !reflect.DeepEqual(r.Fields, []string{"atomic"}) {
 			t.Fatalf("%+v", r)
 		}
-		if _, found, err := s.Lookup(context.Background(), "o"); err != nil || found {
-			t.Fatalf("the element was decided: %v %v", found, err)
+		if got, err := s.Lookup(context.Background(), "o"); err != nil || got != nil {
+			t.Fatalf("the element was decided: %+v %v", got, err)
 		}
 	})
 }
@@ -496,9 +496,9 @@ func TestAtomicBatchCrash(t *testing.T) {
 				t.Fatalf("%s: %+v", step, r)
 			}
 			crashed.Close()
-			_, found, err := newService(st).Lookup(ctx, key)
-			if err != nil || found != (step == "batch/appended") {
-				t.Fatalf("%s: the batch decided: %v %v", step, found, err)
+			got, err := newService(st).Lookup(ctx, key)
+			if err != nil || (got != nil) != (step == "batch/appended") {
+				t.Fatalf("%s: the batch decided: %v %v", step, got != nil, err)
 			}
 			s := newService(st)
 			r := s.HandleBatch(ctx, atomicBody(key, cmds), 0)

@@ -173,9 +173,6 @@ func (s *Service) ignoreSnapshot(stream string, revision uint64, err error) {
 // stream's snapshot when it has one that matches the stream, otherwise an
 // empty aggregate.
 func (s *Service) coldAccount(ctx context.Context, stream, id string) (*domain.Account, error) {
-	if s.snaps == nil {
-		return s.newAccount(id), nil
-	}
 	snap, err := s.snaps.ReadSnapshot(ctx, stream)
 	if errors.Is(err, eventstore.ErrSnapshotNotFound) {
 		return s.newAccount(id), nil

@@ -106,11 +106,11 @@ func (rig *crashRig) recover(crashing *Service, key, typ string, body []any, by 
 	if by == byProcess {
 		rig.clk.Advance(time.Minute) // past the grace period
 		recoverPass(t, NewProcess(rig.newService(rig.st, rig.clk), rig.st, ProcessOptions{Grace: time.Second}))
-		r, found, err := crashing.Lookup(context.Background(), key)
-		if err != nil || !found {
-			t.Fatalf("%s: lookup after recovery: %v %v", key, found, err)
+		r, err := crashing.Lookup(context.Background(), key)
+		if err != nil || r == nil {
+			t.Fatalf("%s: lookup after recovery: %v %v", key, r, err)
 		}
-		return r
+		return *r
 	}
 	crashing.failpoint = nil
 	r := send(crashing, typ, body...)

@@ -49,7 +49,7 @@ func (s *Service) bound(acc *domain.Account) *domain.Account {
 // when the writes fall behind, it is skipped (the next one is due as many events
 // later).
 func (s *Service) snapshotIfDue(stream string, acc *domain.Account) {
-	if s.snaps == nil || s.opts.SnapshotEvery <= 0 || acc.Revision-acc.SnapshotRevision < int64(s.opts.SnapshotEvery) {
+	if s.opts.SnapshotEvery <= 0 || acc.Revision-acc.SnapshotRevision < int64(s.opts.SnapshotEvery) {
 		return
 	}
 	if acc.Pinned() > 0 {
@@ -157,7 +157,7 @@ func (s *Service) recallForgotten(ctx context.Context, stream string, acc *domai
 // aggregate has not folded (another instance's), ask to decide again once the
 // stream has settled, on the store's head. The caller holds the stream's lock.
 func (s *Service) recallHold(ctx context.Context, stream string, acc *domain.Account, holdID string) error {
-	if holdID == "" || s.subjects == nil || !acc.ForgotHolds() || acc.Holds[holdID] != nil {
+	if holdID == "" || !acc.ForgotHolds() || acc.Holds[holdID] != nil {
 		return nil
 	}
 	evs, err := s.readSubject(ctx, stream, domain.HoldSubject(holdID))
@@ -185,7 +185,7 @@ func (s *Service) recallHold(ctx context.Context, stream string, acc *domain.Acc
 // (another instance's), asks to decide again on the store's head. The caller
 // holds the stream's lock.
 func (s *Service) recallRefunded(ctx context.Context, stream string, acc *domain.Account, originalKey string) error {
-	if _, kept := acc.Refunded[originalKey]; kept || s.subjects == nil || !acc.ForgotRefunds() {
+	if _, kept := acc.Refunded[originalKey]; kept || !acc.ForgotRefunds() {
 		return nil
 	}
 	evs, err := s.readSubject(ctx, stream, domain.RefundSubject(originalKey))
@@ -245,3 +245,36 @@ func (s *Service) recallByFold(ctx context.Context, stream string, acc *domain.A
 	acc.Remember(rec)
 	return acc.Keys[key], nil
 }
+
+// snapshots is what the service asks of a store's snapshots
+// (eventstore.SnapshotStore).
+type snapshots interface {
+	ReadSnapshot(ctx context.Context, stream string) (eventstore.Snapshot, error)
+	WriteSnapshot(ctx context.Context, s eventstore.Snapshot) error
+}
+
+// noSnapshots is the snapshots of a store that keeps none: none is found, and
+// none is taken (New sets SnapshotEvery negative).
+type noSnapshots struct{}
+
+func (noSnapshots) ReadSnapshot(context.Context, string) (eventstore.Snapshot, error) {
+	return eventstore.Snapshot{}, eventstore.ErrSnapshotNotFound
+}
+
+func (noSnapshots) WriteSnapshot(context.Context, eventstore.Snapshot) error {
+	return errNoCapability
+}
+
+// noSubjects is the subject reader of a store that reads no subjects. Its
+// aggregates forget no hold and no refunded original (New leaves their limits
+// 0), so recallHold and recallRefunded never read one: a read is a bug.
+type noSubjects struct{}
+
+func (noSubjects) ReadStreamSubject(context.Context, string, string, int) ([]eventstore.RecordedEvent, error) {
+	return nil, errNoCapability
+}
+
+// errNoCapability is a read or write asked of a capability the store lacks,
+// through the no-op implementation New chose for it: the service asks none (a
+// bug).
+var errNoCapability = errors.New("ledger: asked the store for a capability it lacks")

@@ -8,17 +8,17 @@ import (
 	"github.com/ledgerworks/ledger/internal/app/reply"
 )
 
-// Lookup returns the original reply of a decided client key, from the event store:
-// found is false when the key was never decided (or only refused without record).
-func (s *Service) Lookup(ctx context.Context, key string) (Reply, bool, error) {
+// Lookup returns the original reply of a decided client key, from the event
+// store: nil when the key was never decided (or only refused without record).
+func (s *Service) Lookup(ctx context.Context, key string) (*Reply, error) {
 	r, err := s.lookup(ctx, key)
 	if err == nil && r != nil {
 		err = s.answered(ctx)
 	}
-	if err != nil || r == nil {
-		return Reply{}, false, err
+	if err != nil {
+		return nil, err
 	}
-	return *r, true, nil
+	return r, nil
 }
 
 // replyOf is r, found, unless err.
@@ -82,12 +82,15 @@ func (s *Service) lookupAccountKey(ctx context.Context, key string, c *domain.Ke
 }
 
 // LookupTransaction returns a transaction as its stream records it, from the
-// event store; found is false when no transaction has the ID.
-func (s *Service) LookupTransaction(ctx context.Context, id string) (reply.TransactionDetail, bool, error) {
+// event store: nil when no transaction has the ID.
+func (s *Service) LookupTransaction(ctx context.Context, id string) (*reply.TransactionDetail, error) {
 	o, err := s.readTransaction(ctx, domain.TransactionStream(id))
 	if err != nil || o == nil {
-		return reply.TransactionDetail{}, false, err
+		return nil, err
 	}
 	d, err := reply.TransactionDetailOf(domain.ClientKey(o.ev.Metadata), o.payload, o.ev.Position)
-	return d, err == nil, err
+	if err != nil {
+		return nil, err
+	}
+	return &d, nil
 }

@@ -175,13 +175,13 @@ func TestProcessRun(t *testing.T) {
 			defer p.mu.Unlock()
 			return p.view.Transfers["t1"] != nil && p.view.Holds["alice/h1"] != nil
 		})
-		if _, found, _ := s.Lookup(ctx, "t-1"); found {
+		if r, _ := s.Lookup(ctx, "t-1"); r != nil {
 			t.Fatal("transfer decided within the grace period")
 		}
 		clk.Advance(2 * time.Hour)
 		devtest.Eventually(t, 20*time.Second, "the transfer to be decided", func() bool {
-			r, found, err := s.Lookup(ctx, "t-1")
-			return err == nil && found && r.Transfer.Status == "completed"
+			r, err := s.Lookup(ctx, "t-1")
+			return err == nil && r != nil && r.Transfer.Status == "completed"
 		})
 		devtest.Eventually(t, 20*time.Second, "the hold to expire", func() bool {
 			evs := devtest.StreamEvents(t, st, "account-alice")

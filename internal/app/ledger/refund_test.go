@@ -83,8 +83,8 @@ func TestRefundsOfTransfers(t *testing.T) {
 		if again := send(newSagaService(st, clk), "refund", refundBody("rf-full", "t-full", 0)...); !again.Duplicate || !sameReply(again, r) {
 			t.Fatalf("double refund:\n%+v\n%+v", again, r)
 		}
-		if got, found, err := s.Lookup(context.Background(), "rf-full"); err != nil || !found || !reflect.DeepEqual(got, r) {
-			t.Fatalf("lookup: %v %v %+v", found, err, got)
+		if got, err := s.Lookup(context.Background(), "rf-full"); err != nil || got == nil || !reflect.DeepEqual(*got, r) {
+			t.Fatalf("lookup: %v %+v", err, got)
 		}
 		if r = send(s, "refund", refundBody("rf-more", "t-full", 0)...); r.Code != domain.CodeRefundExceedsOriginal || r.Transfer.Status != "completed" {
 			t.Fatalf("nothing left: %+v", r)

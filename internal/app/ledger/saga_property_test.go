@@ -153,16 +153,16 @@ func runSagaProperty(t *testing.T, st ProcessStore, seed int64, workers, ops int
 	// answers its outcome) or is decided by its retry now (before the audit);
 	// either way the retry answers what the key answers.
 	for key, p := range h.retried {
-		prev, found, err := h.clean.Lookup(context.Background(), key)
+		prev, err := h.clean.Lookup(context.Background(), key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if found && p.typ == "post_transaction" && (prev.Transaction == nil || prev.Status == domain.StatusError) {
+		if prev != nil && p.typ == "post_transaction" && (prev.Transaction == nil || prev.Status == domain.StatusError) {
 			t.Fatalf("crashed transaction %q not decided: %+v", key, prev)
 		}
 		r := send(h.clean, p.typ, p.kv...)
-		if r.Status == domain.StatusError || r.Status == domain.StatusInvalid || (found && !sameReply(r, prev)) {
-			t.Fatalf("%s %s retried: %+v\nthe key answers %v %+v", p.typ, body(p.kv...), r, found, prev)
+		if r.Status == domain.StatusError || r.Status == domain.StatusInvalid || (prev != nil && !sameReply(r, *prev)) {
+			t.Fatalf("%s %s retried: %+v\nthe key answers %+v", p.typ, body(p.kv...), r, prev)
 		}
 		h.check(p.typ, p.kv, r, true) // its key answers it from now on (checked below)
 	}
@@ -178,17 +178,17 @@ func runSagaProperty(t *testing.T, st ProcessStore, seed int64, workers, ops int
 	// Every key answers its original reply; every crashed transfer was decided.
 	ctx := context.Background()
 	for key, want := range h.definite {
-		got, found, err := h.clean.Lookup(ctx, key)
-		if err != nil || !found || !sameReply(got, want) {
-			t.Fatalf("lookup %q: %v %v\n got %+v\nwant %+v", key, found, err, got, want)
+		got, err := h.clean.Lookup(ctx, key)
+		if err != nil || got == nil || !sameReply(*got, want) {
+			t.Fatalf("lookup %q: %v\n got %+v\nwant %+v", key, err, got, want)
 		}
 	}
 	for key := range h.errored {
 		if _, ok := h.definite[key]; ok {
 			continue
 		}
-		if r, found, err := h.clean.Lookup(ctx, key); err != nil || !found || r.Transfer == nil || r.Transfer.Status == "pending" {
-			t.Fatalf("crashed transfer %q not decided: %v %v %+v", key, found, err, r)
+		if r, err := h.clean.Lookup(ctx, key); err != nil || r == nil || r.Transfer == nil || r.Transfer.Status == "pending" {
+			t.Fatalf("crashed transfer %q not decided: %v %+v", key, err, r)
 		}
 	}
 	// Every transaction decided, all of its postings applied once or none

@@ -82,7 +82,8 @@ type Service struct {
 	// commit's, where the store group-commits (groupAppends).
 	appends appender
 	// durable is the store's when its readers may see writes not yet durable
-	// (a duplicate's reply and a lookup wait for them: answered).
+	// (a duplicate's reply and a lookup wait for them: answered), otherwise
+	// alreadyDurable.
 	durable  eventstore.DurableReader
 	batch    *batcher
 	opts     Options
@@ -99,19 +100,20 @@ type Service struct {
 	metrics   *metrics
 	// mover moves money over several accounts as the store allows (mover.go).
 	mover mover
-	// unreadNewTransfers: a transfer not cached is decided as new without a
-	// read of its stream, the store telling an append whose events were there
-	// already (transferToDecide).
-	unreadNewTransfers bool
+	// transferReads reads the transfer a command is decided on, as the store
+	// allows (transfers.go).
+	transferReads transferReads
 	// keys finds what aggregates forgot of a key, as the store allows
-	// (keys.go); snaps is the store's when it keeps snapshots (history.go);
-	// keyLimit is Account.KeyLimit for new aggregates.
+	// (keys.go); snaps is the store's when it keeps snapshots, otherwise
+	// noSnapshots (history.go); keyLimit is Account.KeyLimit for new
+	// aggregates.
 	keys     keyFinder
 	cold     coldLoader // how an aggregate not cached is read (coldloads.go)
-	snaps    eventstore.SnapshotStore
+	snaps    snapshots
 	keyLimit int
-	// subjects is the store's, when it reads events by subject; holdLimit and
-	// refundLimit are Account.HoldLimit and RefundLimit for new aggregates
+	// subjects is the store's, when it reads events by subject, otherwise
+	// noSubjects; holdLimit and refundLimit are Account.HoldLimit and
+	// RefundLimit for new aggregates, 0 (forget none) without subjects
 	// (history.go).
 	subjects    eventstore.SubjectReader
 	holdLimit   int
@@ -159,18 +161,18 @@ func New(store Store, opts Options) *Service {
 	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), pipes: newPipes(), accounts: newAccountCache(opts.CacheSize, opts.CacheBytes, m.cachedBytes),
 		claims: newLRU[string, *domain.KeyClaimed](opts.CacheSize, nil), transfers: newLRU[string, *domain.Transfer](opts.CacheSize, nil), metrics: m, snapSlots: make(chan struct{}, 4), elements: newElementWorkers()}
 	s.mover = moverFor(s, store)
-	if r, ok := store.(interface{ ReportsIdempotentAppends() bool }); ok {
-		s.unreadNewTransfers = r.ReportsIdempotentAppends()
-	}
+	s.transferReads = transferReadsFor(s, store)
 	s.keys = keyFinderFor(s, store)
 	s.cold = coldLoaderFor(s, store)
 	if s.keys.forgets() {
 		s.keyLimit = max(opts.RecentKeys, 0)
 	}
+	s.snaps, s.subjects, s.durable = noSnapshots{}, noSubjects{}, durableFor(store)
 	if ss, ok := store.(eventstore.SnapshotStore); ok {
 		s.snaps = ss
+	} else {
+		s.opts.SnapshotEvery = -1 // none are taken
 	}
-	s.durable, _ = store.(eventstore.DurableReader)
 	if sr, ok := store.(eventstore.SubjectReader); ok {
 		s.subjects, s.holdLimit, s.refundLimit = sr, max(opts.RecentHolds, 0), max(opts.RecentRefunds, 0)
 	}
@@ -255,8 +257,20 @@ func (s *Service) Handle(ctx context.Context, cmd domain.Command) Reply {
 // decided by a commit whose wait for the synchronous standby was cancelled is
 // on the primary alone, and a failover would lose it (eventstore.DurableReader).
 func (s *Service) answered(ctx context.Context) error {
-	if s.durable == nil {
-		return nil
-	}
 	return s.durable.Durable(ctx)
 }
+
+// durableFor is the store's DurableReader, or alreadyDurable for a store
+// whose readers see durable writes only.
+func durableFor(store Store) eventstore.DurableReader {
+	if d, ok := store.(eventstore.DurableReader); ok {
+		return d
+	}
+	return alreadyDurable{}
+}
+
+// alreadyDurable is the DurableReader of a store whose readers see durable
+// writes only: nothing to wait for.
+type alreadyDurable struct{}
+
+func (alreadyDurable) Durable(context.Context) error { return nil }

@@ -118,9 +118,9 @@ func TestTransferCompletes(t *testing.T) {
 			if !dup.Duplicate || !sameReply(dup, first) {
 				t.Fatalf("duplicate %d:\n got %+v\nwant %+v", i, dup, first)
 			}
-			got, found, err := svc.Lookup(context.Background(), "t-1")
-			if err != nil || !found || !reflect.DeepEqual(got, first) {
-				t.Fatalf("lookup %d: %v %v %+v", i, found, err, got)
+			got, err := svc.Lookup(context.Background(), "t-1")
+			if err != nil || got == nil || !reflect.DeepEqual(*got, first) {
+				t.Fatalf("lookup %d: %v %+v", i, err, got)
 			}
 		}
 		a := audit(t, st, true)
@@ -273,8 +273,8 @@ func TestSameTransferTenTimesTwoInstances(t *testing.T) {
 					t.Fatalf("%s reply %d: %+v\nfirst %+v", c.key, i, r, replies[0])
 				}
 			}
-			got, _, err := svcs[0].Lookup(context.Background(), c.key)
-			if err != nil || !sameReply(got, replies[0]) {
+			got, err := svcs[0].Lookup(context.Background(), c.key)
+			if err != nil || got == nil || !sameReply(*got, replies[0]) {
 				t.Fatalf("lookup %+v %v", got, err)
 			}
 		}

@@ -12,7 +12,7 @@ import (
 
 // TestTransferNotCachedIsDecidedOnTheStore: an instance that has not cached a
 // transfer decides a transfer command on a new one without reading its stream
-// where the store reports idempotent appends (transferToDecide), and must
+// where the store reports idempotent appends (unreadNewTransfers), and must
 // answer as if it had read it: a resend gets its recorded outcome, also when
 // this instance's clock is behind and the resend's effective_at would now be
 // refused, and so does a transfer to itself (refused, recorded with its

@@ -43,28 +43,52 @@ func (s *Service) loadTransfer(ctx context.Context, stream, id string, refresh b
 	return t, nil
 }
 
-// transferToDecide is the transfer w's command is decided on (loadTransfer,
-// from the store when refresh), except that, on a store that reports an
-// idempotent append (unreadNewTransfers), a transfer command whose stream is
-// not cached is decided on a new transfer, unread: the stream of a new transfer does not exist, and reading it
-// cost a statement per transfer (BENCHMARKS.md, the history import).
-// decideOnTransfer decides again on the store's head when an unread decision
-// would answer without a write, or its append finds its events already there
-// (a resend after a restart or an eviction); a stream that exists otherwise
-// fails the append's expected revision.
-func (s *Service) transferToDecide(ctx context.Context, w transferWrite, refresh bool) (transferRead, error) {
+// transferReads reads the transfer a command is decided on (toDecide), as the
+// store allows: every one with loadTransfer (readEveryTransfer), or, on a
+// store that reports an idempotent append, new ones unread (unreadNewTransfers).
+type transferReads interface {
+	toDecide(ctx context.Context, w transferWrite, refresh bool) (transferRead, error)
+}
+
+// transferReadsFor is the transferReads the store allows.
+func transferReadsFor(s *Service, store Store) transferReads {
+	if r, ok := store.(interface{ ReportsIdempotentAppends() bool }); ok && r.ReportsIdempotentAppends() {
+		return unreadNewTransfers{s}
+	}
+	return readEveryTransfer{s}
+}
+
+// readEveryTransfer decides each command on its transfer as loadTransfer
+// gives it (from the store when refresh).
+type readEveryTransfer struct{ s *Service }
+
+func (r readEveryTransfer) toDecide(ctx context.Context, w transferWrite, refresh bool) (transferRead, error) {
+	t, err := r.s.loadTransfer(ctx, domain.TransferStream(w.id), w.id, refresh)
+	return transferRead{t: t}, err
+}
+
+// unreadNewTransfers is readEveryTransfer, except that a transfer command
+// whose stream is not cached is decided on a new transfer, unread: the stream
+// of a new transfer does not exist, and reading it cost a statement per
+// transfer (BENCHMARKS.md, the history import). decideOnTransfer decides again
+// on the store's head when an unread decision would answer without a write,
+// or its append finds its events already there (a resend after a restart or
+// an eviction); a stream that exists otherwise fails the append's expected
+// revision.
+type unreadNewTransfers struct{ s *Service }
+
+func (u unreadNewTransfers) toDecide(ctx context.Context, w transferWrite, refresh bool) (transferRead, error) {
 	stream := domain.TransferStream(w.id)
-	if refresh || !s.unreadNewTransfers || w.cmd.Type != domain.CmdTransfer || s.transfers.Contains(stream) {
-		t, err := s.loadTransfer(ctx, stream, w.id, refresh)
-		return transferRead{t: t}, err
+	if refresh || w.cmd.Type != domain.CmdTransfer || u.s.transfers.Contains(stream) {
+		return readEveryTransfer(u).toDecide(ctx, w, refresh)
 	}
 	t := domain.NewTransfer(w.id)
-	s.transfers.Add(stream, t)
+	u.s.transfers.Add(stream, t)
 	return transferRead{t: t, unread: true}, nil
 }
 
 // transferRead is the transfer a command is decided on, and whether it is a
-// new one assumed without a read of its stream (transferToDecide).
+// new one assumed without a read of its stream (unreadNewTransfers).
 type transferRead struct {
 	t      *domain.Transfer
 	unread bool
@@ -163,7 +187,7 @@ func (s *Service) decideOnTransfer(ctx context.Context, w transferWrite, decide 
 	stream, req := domain.TransferStream(id), cmd.Canonical()
 	wrote := false
 	return s.underLocks(ctx, []string{stream}, func(*attempt) (Reply, bool, error) {
-		read, err := s.transferToDecide(ctx, w, refresh)
+		read, err := s.transferReads.toDecide(ctx, w, refresh)
 		t, unread := read.t, read.unread
 		if err != nil {
 			return Reply{}, false, err

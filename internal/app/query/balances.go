@@ -26,29 +26,11 @@ type BalancesRequest struct {
 	MinPosition string `json:"min_position,omitempty"`
 }
 
-// Balances is the reply of the balances query: one row per currency, sorted
-// by currency, none when no account matches.
-type Balances struct {
-	Prefix   string            `json:"prefix"`
-	Balances []CurrencyBalance `json:"balances"`
-	// AsOf is the time asked (at), RFC 3339 UTC; "" for the current sums.
-	AsOf string `json:"as_of,omitempty"`
-	// AsOfEffective is the effective instant asked (effective_at, §2.3).
-	AsOfEffective string `json:"as_of_effective,omitempty"`
-	// ProjectedPosition is the position of the read model summed: accounts for
-	// the current sums, balances for the sums as of a time.
-	ProjectedPosition string `json:"projected_position"`
-}
-
-// CurrencyBalance is one currency's sums over a group of accounts (open and
-// closed): Accounts is how many were summed.
-type CurrencyBalance struct {
-	Currency  string `json:"currency"`
-	Balance   int64  `json:"balance"`
-	Held      int64  `json:"held"`
-	Available int64  `json:"available"`
-	Accounts  int64  `json:"accounts"`
-}
+// The answers of the balances query are reply's, as the other queries' are.
+type (
+	Balances        = reply.Balances
+	CurrencyBalance = reply.CurrencyBalance
+)
 
 // group is what a balances query asks: the account IDs in [from, to) under
 // collation "C" (the IDs that start with the prefix), of one currency or all
@@ -59,16 +41,22 @@ type group struct {
 	at, effective *time.Time
 }
 
-// read is the read model that answers g, the SQL that sums it (sumsSQL) and
-// its arguments.
-func (g group) read() (projection, sql string, args []any) {
+// sumsRead is how a group's sums are read: the read model that answers them,
+// and the SQL that sums them (sumCols) with its arguments.
+type sumsRead struct {
+	projection, sql string
+	args            []any
+}
+
+// read is how g's sums are read.
+func (g group) read() sumsRead {
 	switch {
 	case g.at != nil:
-		return projections.Balances, sumsAsOf, []any{g.from, g.to, g.currency, *g.at}
+		return sumsRead{projections.Balances, sumsAsOf, []any{g.from, g.to, g.currency, *g.at}}
 	case g.effective != nil:
-		return projections.Balances, sumsEffective, []any{*g.effective, g.from, g.to, g.currency}
+		return sumsRead{projections.Balances, sumsEffective, []any{*g.effective, g.from, g.to, g.currency}}
 	}
-	return projections.Accounts, currentSums, []any{g.from, g.to, g.currency}
+	return sumsRead{projections.Accounts, currentSums, []any{g.from, g.to, g.currency}}
 }
 
 // groupOf checks a balances query and returns the group it asks about.
@@ -111,8 +99,8 @@ func (s *Service) Balances(ctx context.Context, q BalancesRequest) (*Balances, *
 	if qerr != nil {
 		return nil, qerr
 	}
-	projection, sql, args := g.read()
-	if _, qerr := s.wait(ctx, projection, q.MinPosition); qerr != nil {
+	r := g.read()
+	if _, qerr := s.wait(ctx, r.projection, q.MinPosition); qerr != nil {
 		return nil, qerr
 	}
 	out := &Balances{Prefix: q.Prefix, Balances: []CurrencyBalance{}}
@@ -132,10 +120,10 @@ func (s *Service) Balances(ctx context.Context, q BalancesRequest) (*Balances, *
 			return err
 		}
 		var err error
-		if pos, err = projections.Checkpoints.LiveOf(ctx, tx, projection); err != nil {
+		if pos, err = projections.Checkpoints.LiveOf(ctx, tx, r.projection); err != nil {
 			return err
 		}
-		out.Balances, err = readSums(ctx, tx, sql, args)
+		out.Balances, err = readSums(ctx, tx, r.sql, r.args)
 		return err
 	})
 	out.ProjectedPosition = pos.String()

@@ -134,58 +134,14 @@ type CommandRequest struct {
 	MinPosition    string `json:"min_position,omitempty"`
 }
 
-// Account is the reply of the account query: the account object of a command
-// reply, plus its status and the position the accounts projection has reached.
-type Account struct {
-	AccountID         string `json:"account_id"`
-	Currency          string `json:"currency"`
-	Balance           int64  `json:"balance"`
-	Held              int64  `json:"held"`
-	Available         int64  `json:"available"`
-	Revision          uint64 `json:"revision"`
-	Status            string `json:"status"` // open or closed
-	ProjectedPosition string `json:"projected_position"`
-}
-
-// Entry is one statement line.
-type Entry struct {
-	EventID        string `json:"event_id"`
-	Revision       int64  `json:"revision"`
-	Type           string `json:"type"`
-	Amount         int64  `json:"amount"` // signed
-	BalanceAfter   int64  `json:"balance_after"`
-	IdempotencyKey string `json:"idempotency_key"`
-	At             string `json:"at"` // RFC 3339, UTC
-	// EffectiveAt is when the money moved in the world (v1.2 §2.3), RFC 3339,
-	// UTC: the command's effective_at, or At when it gave none.
-	EffectiveAt string `json:"effective_at"`
-	// TransferID names the transfer of a transfer's or a transfer refund's step (v1.1).
-	TransferID string `json:"transfer_id,omitempty"`
-	// TransactionID names the transaction of a transaction's leg (v1.1).
-	TransactionID string `json:"transaction_id,omitempty"`
-	// Metadata is the client's, of the command that moved the money (v1.1).
-	Metadata map[string]string `json:"metadata"`
-}
-
-// Entries is the reply of the entries query, oldest first.
-type Entries struct {
-	Entries []Entry `json:"entries"`
-	// NextAfterRevision, when the page was cut by its limit, is the
-	// after_revision of the next page (v1.1).
-	NextAfterRevision *int64 `json:"next_after_revision,omitempty"`
-	ProjectedPosition string `json:"projected_position"`
-}
-
-// Transfer is the reply of the transfer query.
-type Transfer struct {
-	TransferID        string `json:"transfer_id"`
-	From              string `json:"from"`
-	To                string `json:"to"`
-	Amount            int64  `json:"amount"`
-	Currency          string `json:"currency"`
-	Status            string `json:"status"` // pending, completed, rejected, failed
-	ProjectedPosition string `json:"projected_position"`
-}
+// The answers of the queries are reply's (internal/app/reply/query.go),
+// which the client's are too.
+type (
+	Account  = reply.AccountState
+	Entry    = reply.Entry
+	Entries  = reply.Entries
+	Transfer = reply.TransferState
+)
 
 func invalid(field, format string, args ...any) *reply.QueryError {
 	return reply.InvalidQuery(field, format, args...)
@@ -250,7 +206,7 @@ func (s *Service) Account(ctx context.Context, q AccountRequest) (*Account, *rep
 		e.ProjectedPosition = pos.String()
 		return nil, e
 	}
-	a = Account{AccountID: *id, Currency: *curr, Balance: *bal, Held: *held, Available: *avail, Revision: uint64(*rev), Status: *status, ProjectedPosition: pos.String()}
+	a = Account{AccountView: domain.AccountView{AccountID: *id, Currency: *curr, Balance: *bal, Held: *held, Available: *avail, Revision: uint64(*rev)}, Status: *status, ProjectedPosition: pos.String()}
 	return &a, nil
 }
 
@@ -259,19 +215,19 @@ func (s *Service) Account(ctx context.Context, q AccountRequest) (*Account, *rep
 // before it in time). A time before the account's first event is
 // account_not_found; a revision beyond its last one is invalid_request.
 func (s *Service) Balance(ctx context.Context, q BalanceRequest) (*Balance, *reply.QueryError) {
-	at, effective, qerr := balanceTimeOf(q)
+	when, qerr := balanceTimeOf(q)
 	if qerr != nil {
 		return nil, qerr
 	}
 	if _, qerr := s.wait(ctx, projections.Balances, q.MinPosition); qerr != nil {
 		return nil, qerr
 	}
-	if effective != nil {
-		return s.effectiveBalance(ctx, q, *effective)
+	if when.effective != nil {
+		return s.effectiveBalance(ctx, q, *when.effective)
 	}
 	var r balanceRead
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		return r.read(ctx, tx, q, at)
+		return r.read(ctx, tx, q, when.at)
 	})
 	if err != nil {
 		return nil, internal(err)
@@ -329,33 +285,38 @@ func (s *Service) effectiveBalance(ctx context.Context, q BalanceRequest, effect
 	if found.Closed {
 		status = domain.AccountStatusClosed
 	}
-	out := Balance{Account: Account{AccountID: q.AccountID, Currency: found.Currency, Balance: found.Balance, Held: found.Held, Available: found.Balance - found.Held,
-		Revision: uint64(found.Revision), Status: string(status), ProjectedPosition: pos.String()}, AsOfEffective: effective.UTC().Format(time.RFC3339Nano)}
+	view := domain.AccountView{AccountID: q.AccountID, Currency: found.Currency, Balance: found.Balance, Held: found.Held, Available: found.Balance - found.Held, Revision: uint64(found.Revision)}
+	out := Balance{Account: Account{AccountView: view, Status: string(status), ProjectedPosition: pos.String()}, AsOfEffective: effective.UTC().Format(time.RFC3339Nano)}
 	return &out, nil
 }
 
-// balanceTimeOf checks a balance query and returns the time it asks about
-// (nil: a revision, or the current balance), or the effective instant.
-func balanceTimeOf(q BalanceRequest) (at, effective *time.Time, qerr *reply.QueryError) {
+// balanceTime is the instant a balance query asks about: at, a time (nil: a
+// revision, or the current balance), or effective, an effective instant.
+type balanceTime struct {
+	at, effective *time.Time
+}
+
+// balanceTimeOf checks a balance query and returns the instant it asks about.
+func balanceTimeOf(q BalanceRequest) (w balanceTime, qerr *reply.QueryError) {
 	if !domain.ValidID(q.AccountID) {
-		return nil, nil, invalidID("account_id")
+		return balanceTime{}, invalidID("account_id")
 	}
-	if at, qerr = timeBound("at", q.At); qerr != nil {
-		return nil, nil, qerr
+	if w.at, qerr = timeBound("at", q.At); qerr != nil {
+		return balanceTime{}, qerr
 	}
-	if effective, qerr = timeBound("effective_at", q.EffectiveAt); qerr != nil {
-		return nil, nil, qerr
+	if w.effective, qerr = timeBound("effective_at", q.EffectiveAt); qerr != nil {
+		return balanceTime{}, qerr
 	}
 	if q.Revision != nil && *q.Revision < 0 {
-		return nil, nil, invalid("revision", "must be 0 or more")
+		return balanceTime{}, invalid("revision", "must be 0 or more")
 	}
 	switch {
-	case at != nil && q.Revision != nil:
-		return nil, nil, invalid("revision", "give at or revision, not both")
-	case effective != nil && (at != nil || q.Revision != nil):
-		return nil, nil, invalid("effective_at", "give effective_at alone: not with at or revision")
+	case w.at != nil && q.Revision != nil:
+		return balanceTime{}, invalid("revision", "give at or revision, not both")
+	case w.effective != nil && (w.at != nil || q.Revision != nil):
+		return balanceTime{}, invalid("effective_at", "give effective_at alone: not with at or revision")
 	}
-	return at, effective, nil
+	return w, nil
 }
 
 // balanceRead is what the balance query reads in one snapshot: the balances

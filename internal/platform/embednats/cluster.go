@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/ledgerworks/ledger/internal/platform/freeport"
 )
 
 // clusterReadyTimeout bounds the wait for a new cluster's meta leader.
@@ -74,12 +76,11 @@ func NewCluster(name string, n int, dir string, base Options) (*Cluster, error) 
 }
 
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Loopback()
 	if err != nil {
-		return "", fmt.Errorf("embednats: picking a free port: %w", err)
+		return "", fmt.Errorf("embednats: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return fmt.Sprintf("127.0.0.1:%d", port), nil
 }
 
 // StartNode starts node i (again, after it was shut down).

@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ledgerworks/ledger/internal/platform/freeport"
 )
 
 // Database is the database Start creates and URL points at.
@@ -687,8 +689,8 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		port := opts.Port
 		if port == 0 {
 			var err error
-			if port, err = freePort(); err != nil {
-				return err
+			if port, err = freeport.Loopback(); err != nil {
+				return fmt.Errorf("pgcluster: %w", err)
 			}
 		}
 		if err := c.writeConf(port, opts); err != nil {
@@ -710,15 +712,6 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		}
 		return fmt.Errorf("pgcluster: pg_ctl start: %w: %s\nserver log:\n%s", err, strings.TrimSpace(out), tail)
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgcluster: picking a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func fileSize(p string) int64 {
