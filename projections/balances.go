@@ -122,6 +122,22 @@ func (balancesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 	if len(rows) == 0 {
 		return nil
 	}
+	// COPY first (the rows after each account's last are new), the upsert
+	// should some of them be there already.
+	cols := []string{"account_id", "revision", "event_id", "type", "currency", "balance", "held", "status", "at", "effective_at"}
+	err = copyOrUpsert(ctx, tx, genRows{base: "balance_history", gen: gen, columns: cols, n: len(rows), row: func(i int) []any {
+		r := &rows[i]
+		return []any{r.AccountID, r.Revision, [16]byte(r.EventID), r.Type, r.Currency, r.Balance, r.Held, r.Status, r.At, r.EffectiveAt}
+	}}, func() error { return insertBalanceRows(ctx, tx, gen, rows) })
+	if err != nil {
+		return fmt.Errorf("projections: balances: %w", err)
+	}
+	return nil
+}
+
+// insertBalanceRows writes rows to generation gen's balance history, those
+// already there left as they are.
+func insertBalanceRows(ctx context.Context, tx pgx.Tx, gen int, rows []BalanceRow) error {
 	n := len(rows)
 	var (
 		accounts, types, currencies, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -136,10 +152,8 @@ func (balancesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 	sql := fmt.Sprintf(`INSERT INTO %s (account_id, revision, event_id, type, currency, balance, held, status, at, effective_at)
 SELECT * FROM unnest($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::text[], $9::timestamptz[], $10::timestamptz[])
 ON CONFLICT DO NOTHING`, Table("balance_history", gen))
-	if _, err := tx.Exec(ctx, sql, accounts, revs, evIDs, types, currencies, balances, helds, statuses, ats, effective); err != nil {
-		return fmt.Errorf("projections: balances: %w", err)
-	}
-	return nil
+	_, err := tx.Exec(ctx, sql, accounts, revs, evIDs, types, currencies, balances, helds, statuses, ats, effective)
+	return err
 }
 
 // lastBalances reads the last row of each account: its state and revision (-1

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/ledgerworks/ledger/eventstore"
 )
@@ -323,38 +325,111 @@ func (Checkpointer) publish(ctx context.Context, tx execer, pos eventstore.Posit
 }
 
 // AuditCheckpoint is a clean audit's result carried forward
-// (readmodel.audit_checkpoints, migration 00008): the position of the last
-// event it folded, how many it folded, and its state as the audit encodes it.
+// (readmodel.audit_checkpoints, migration 00008, and its accounts,
+// readmodel.audit_checkpoint_accounts, 00013): the position of the last event
+// it folded, how many it folded, its state as the audit encodes it (what is
+// global or in flight), and, when loaded, how many account rows it holds.
 type AuditCheckpoint struct {
 	ID       int64
 	Position eventstore.Position
 	Events   int64
 	State    []byte
 	TakenAt  time.Time
+	Accounts int64 // its account rows (LoadAudit)
 }
 
+// AuditAccount is an account's row of an audit checkpoint (migration 00013):
+// its stream's next revision, chain head and open command group, whether a
+// capture saga is in flight on it (Guarded), and its state (Snapshot, as
+// domain.EncodeSnapshot writes it).
+type AuditAccount struct {
+	AccountID             string
+	Next                  uint64
+	Chain, GroupKey       string
+	GroupNext, GroupCount int
+	Guarded               bool
+	Snapshot              []byte
+}
+
+func (a *AuditAccount) values(checkpoint int64) []any {
+	return []any{checkpoint, a.AccountID, int64(a.Next), a.Chain, a.GroupKey, a.GroupNext, a.GroupCount, a.Guarded, a.Snapshot}
+}
+
+var auditAccountColumns = []string{"checkpoint_id", "account_id", "next", "chain", "group_key", "group_next", "group_count", "guarded", "snapshot"}
+
 // AuditCheckpointsKept bounds the audit checkpoints stored: SaveAudit drops
-// the oldest beyond it (a month of nightly audits; each holds every
-// account's state, some 7 MB at 40,000 accounts).
+// the oldest beyond it (a month of nightly audits; each holds a row of every
+// account, some 0.5 KB each).
 const AuditCheckpointsKept = 31
 
-// SaveAudit stores an audit checkpoint, drops the oldest beyond
-// AuditCheckpointsKept, and returns its ID.
-func (Checkpointer) SaveAudit(ctx context.Context, q RowQuerier, cp AuditCheckpoint) (int64, error) {
-	pp, err := posArgs(cp.Position)
-	if err != nil {
-		return 0, err
-	}
-	var id int64
-	err = q.QueryRow(ctx, `WITH saved AS (INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state)
-			VALUES ($1, $2, $3, $4) RETURNING id),
-		dropped AS (DELETE FROM readmodel.audit_checkpoints WHERE id NOT IN
-			(SELECT id FROM readmodel.audit_checkpoints ORDER BY id DESC LIMIT $5::int - 1))
-		SELECT id FROM saved`, pp.commit, pp.prepare, cp.Events, cp.State, AuditCheckpointsKept).Scan(&id)
-	if err != nil {
+// AuditSave is what SaveAudit stores: the checkpoint, its accounts (Next
+// hands them one at a time, false after the last), and, for an audit that
+// resumed from an earlier checkpoint, that checkpoint's ID (CarryFrom): its
+// rows of the accounts Next does not hand are kept in the new one. Rows is
+// how many account rows the new one must hold in all: SaveAudit fails
+// otherwise (CarryFrom dropped meanwhile, say).
+type AuditSave struct {
+	Checkpoint AuditCheckpoint
+	Next       func() (AuditAccount, bool, error)
+	CarryFrom  int64
+	Rows       int64
+}
+
+// Beginner starts a transaction: a pool or a connection.
+type Beginner interface {
+	Begin(context.Context) (pgx.Tx, error)
+}
+
+// SaveAudit stores an audit checkpoint and its accounts in one transaction
+// (the accounts by COPY), drops the oldest beyond AuditCheckpointsKept (their
+// accounts with them), and returns its ID.
+func (Checkpointer) SaveAudit(ctx context.Context, db Beginner, s AuditSave) (int64, error) {
+	if err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return saveAudit(ctx, tx, &s) }); err != nil {
 		return 0, fmt.Errorf("projections: audit checkpoint: %w", err)
 	}
-	return id, nil
+	return s.Checkpoint.ID, nil
+}
+
+func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
+	cp := &s.Checkpoint
+	pp, err := posArgs(cp.Position)
+	if err != nil {
+		return err
+	}
+	if err := tx.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state)
+		VALUES ($1, $2, $3, $4) RETURNING id`, pp.commit, pp.prepare, cp.Events, cp.State).Scan(&cp.ID); err != nil {
+		return err
+	}
+	src := pgx.CopyFromFunc(func() ([]any, error) {
+		a, ok, err := s.Next()
+		if !ok || err != nil {
+			return nil, err
+		}
+		return a.values(cp.ID), nil
+	})
+	rows, err := tx.CopyFrom(ctx, pgx.Identifier{"readmodel", "audit_checkpoint_accounts"}, auditAccountColumns, src)
+	if err != nil {
+		return err
+	}
+	if s.CarryFrom > 0 {
+		tag, err := tx.Exec(ctx, `INSERT INTO readmodel.audit_checkpoint_accounts (checkpoint_id, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot)
+			SELECT $1, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot
+			FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $2
+			ON CONFLICT (checkpoint_id, account_id) DO NOTHING`, cp.ID, s.CarryFrom)
+		if err != nil {
+			return err
+		}
+		rows += tag.RowsAffected()
+	}
+	if rows != s.Rows {
+		return fmt.Errorf("%d account rows written, %d expected (checkpoint %d carried from dropped meanwhile?)", rows, s.Rows, s.CarryFrom)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE readmodel.audit_checkpoints SET accounts_digest = (`+auditDigestSQL+`) WHERE id = $1`, cp.ID); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `DELETE FROM readmodel.audit_checkpoints WHERE id NOT IN
+		(SELECT id FROM readmodel.audit_checkpoints ORDER BY id DESC LIMIT $1)`, AuditCheckpointsKept)
+	return err
 }
 
 // ErrNoAuditCheckpoint means no audit checkpoint has the ID asked for (or,
@@ -367,8 +442,11 @@ func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (Audi
 		cp   AuditCheckpoint
 		c, p int64
 	)
-	err := q.QueryRow(ctx, `SELECT id, commit_position, prepare_position, events, state, taken_at FROM readmodel.audit_checkpoints
-		WHERE $1::bigint = 0 OR id = $1 ORDER BY id DESC LIMIT 1`, id).Scan(&cp.ID, &c, &p, &cp.Events, &cp.State, &cp.TakenAt)
+	var stored, digest pgtype.Numeric
+	err := q.QueryRow(ctx, `WITH c AS (SELECT id, commit_position, prepare_position, events, state, taken_at, accounts_digest
+			FROM readmodel.audit_checkpoints WHERE $1::bigint = 0 OR id = $1 ORDER BY id DESC LIMIT 1)
+		SELECT c.*, (SELECT count(*) FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = c.id),
+			(`+strings.ReplaceAll(auditDigestSQL, "$1", "c.id")+`) FROM c`, id).Scan(&cp.ID, &c, &p, &cp.Events, &cp.State, &cp.TakenAt, &stored, &cp.Accounts, &digest)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return cp, ErrNoAuditCheckpoint
 	}
@@ -376,5 +454,39 @@ func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (Audi
 		return cp, fmt.Errorf("projections: audit checkpoint: %w", err)
 	}
 	cp.Position = position(c, p)
+	if !stored.Valid || !digest.Valid || stored.Int.Cmp(digest.Int) != 0 || stored.Exp != digest.Exp {
+		return cp, fmt.Errorf("projections: audit checkpoint %d: its %d account rows do not match the digest stored with them (edited since, or a checkpoint of an earlier build, without its accounts' rows): run a full audit to store a new one", cp.ID, cp.Accounts)
+	}
 	return cp, nil
+}
+
+// auditDigestSQL sums, over the account rows of checkpoint $1, a 60-bit hash
+// of each row (migration 00013): one pass, in any order.
+const auditDigestSQL = `SELECT coalesce(sum(('x' || substr(md5(account_id || '/' || next || '/' || chain || '/' || group_key || '/' ||
+		group_next || '/' || group_count || '/' || guarded || '/' || md5(snapshot)), 1, 15))::bit(60)::bigint), 0)
+	FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $1`
+
+// LoadAuditAccounts reads the rows of audit checkpoint id of the accounts
+// named (an account the checkpoint does not hold is not handed), and, when
+// guarded, of every account with a capture saga in flight, handing each to
+// each.
+func (Checkpointer) LoadAuditAccounts(ctx context.Context, q Querier, id int64, ids []string, guarded bool, each func(AuditAccount) error) error {
+	rows, err := q.Query(ctx, `SELECT account_id, next, chain, group_key, group_next, group_count, guarded, snapshot
+		FROM readmodel.audit_checkpoint_accounts
+		WHERE checkpoint_id = $1 AND (account_id = ANY($2::text[]) OR ($3 AND guarded))`, id, ids, guarded)
+	if err != nil {
+		return fmt.Errorf("projections: audit checkpoint %d: accounts: %w", id, err)
+	}
+	var (
+		a    AuditAccount
+		next int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&a.AccountID, &next, &a.Chain, &a.GroupKey, &a.GroupNext, &a.GroupCount, &a.Guarded, &a.Snapshot}, func() error {
+		a.Next = uint64(next)
+		return each(a)
+	})
+	if err != nil {
+		return fmt.Errorf("projections: audit checkpoint %d: accounts: %w", id, err)
+	}
+	return nil
 }

@@ -61,24 +61,46 @@ GROUP BY account_id ORDER BY account_id`, key, where)
 // hands each to each in account order (rows are streamed: the caller keeps
 // what it needs). An account with no event effective by then is not handed.
 func EffectiveBalances(ctx context.Context, q Querier, account string, at time.Time, each func(EffectiveBalance) error) error {
+	return effectiveBalances(ctx, q, effectiveQuery{sqlf: effectiveBalancesSQL, account: account, at: at}, each)
+}
+
+// EffectiveBalancesOf is EffectiveBalances of the accounts named (an
+// incremental audit's: those its events touched), through the primary key.
+func EffectiveBalancesOf(ctx context.Context, q Querier, accounts []string, at time.Time, each func(EffectiveBalance) error) error {
+	return effectiveBalances(ctx, q, effectiveQuery{sqlf: effectiveBalancesSQL, accounts: nonNil(accounts), at: at}, each)
+}
+
+func effectiveBalances(ctx context.Context, q Querier, eq effectiveQuery, each func(EffectiveBalance) error) error {
 	var b EffectiveBalance
-	return effectiveRows(ctx, q, effectiveQuery{effectiveBalancesSQL, account, at}, []any{&b.AccountID, &b.Currency, &b.Balance, &b.Held, &b.Revision, &b.Closed, &b.Events},
+	return effectiveRows(ctx, q, eq, []any{&b.AccountID, &b.Currency, &b.Balance, &b.Held, &b.Revision, &b.Closed, &b.Events},
 		func() error { return each(b) })
+}
+
+// nonNil is accounts, or none (not every account) when nil.
+func nonNil(accounts []string) []string {
+	if accounts == nil {
+		return []string{}
+	}
+	return accounts
 }
 
 // effectiveQuery is a query of the read models by effective time: sqlf (its
 // %s the rows' filter: one account, or all) at the instant at, for account
-// ("": every account).
+// ("": every account) or, when accounts is not nil, for those named.
 type effectiveQuery struct {
-	sqlf    string
-	account string
-	at      time.Time
+	sqlf     string
+	account  string
+	accounts []string
+	at       time.Time
 }
 
 // effectiveRows runs the query, scanning each row into dest before calling each.
 func effectiveRows(ctx context.Context, q Querier, eq effectiveQuery, dest []any, each func() error) error {
 	where, args := "true", []any{eq.at}
-	if eq.account != "" {
+	switch {
+	case eq.accounts != nil:
+		where, args = "account_id = ANY($2::text[])", append(args, eq.accounts)
+	case eq.account != "":
 		where, args = "account_id = $2", append(args, eq.account)
 	}
 	rows, err := q.Query(ctx, fmt.Sprintf(eq.sqlf, where), args...)
@@ -104,8 +126,17 @@ WHERE %s AND effective_at <= $1 GROUP BY account_id ORDER BY account_id`
 // -1, Events the entries counted); an account without such entries is not
 // handed.
 func EffectiveEntrySums(ctx context.Context, q Querier, account string, at time.Time, each func(EffectiveBalance) error) error {
+	return effectiveEntrySums(ctx, q, effectiveQuery{sqlf: effectiveEntrySumsSQL, account: account, at: at}, each)
+}
+
+// EffectiveEntrySumsOf is EffectiveEntrySums of the accounts named.
+func EffectiveEntrySumsOf(ctx context.Context, q Querier, accounts []string, at time.Time, each func(EffectiveBalance) error) error {
+	return effectiveEntrySums(ctx, q, effectiveQuery{sqlf: effectiveEntrySumsSQL, accounts: nonNil(accounts), at: at}, each)
+}
+
+func effectiveEntrySums(ctx context.Context, q Querier, eq effectiveQuery, each func(EffectiveBalance) error) error {
 	b := EffectiveBalance{Revision: -1}
-	return effectiveRows(ctx, q, effectiveQuery{effectiveEntrySumsSQL, account, at}, []any{&b.AccountID, &b.Balance, &b.Events}, func() error { return each(b) })
+	return effectiveRows(ctx, q, eq, []any{&b.AccountID, &b.Balance, &b.Events}, func() error { return each(b) })
 }
 
 // EndOfTime is an instant after every effective time: the balances as of it

@@ -19,24 +19,47 @@ import (
 // would have written them, much faster than the ledger can (for benchmarks): per
 // command a KeyClaimed in the key's stream and the decision in an account stream
 // (deposits, withdrawals, recorded insufficient_funds rejections, holds placed and
-// released), with consistent balances, metadata and hash chains. Each chunk of
-// 10,000 events is one transaction. It returns the number of events written.
+// released), with consistent balances, metadata and hash chains, over one
+// account per 200 events. Each chunk of 10,000 events is one transaction. It
+// returns the number of events written.
 func (e *Env) Synthetic(tb testing.TB, n int, seed uint64) int {
 	tb.Helper()
-	rng := rand.New(rand.NewPCG(seed, 7))
-	accs := make([]*synthAccount, max(n/200, 10))
-	sw := &synthWriter{e: e, tb: tb, ctx: context.Background(), at: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	for i := range accs {
-		accs[i] = &synthAccount{id: fmt.Sprintf("syn-%d", i), rev: -1}
-		sw.decide(accs[i], string(domain.CmdOpenAccount), domain.EvAccountOpened, domain.AccountOpened{AccountID: accs[i].id, Currency: "EUR"})
+	return e.NewSynthetic(tb, max(n/200, 10), seed).Write(n)
+}
+
+// SyntheticHistory is a synthetic history that Write writes on, over the
+// same accounts (an incremental audit's benchmark writes more after a first
+// audit).
+type SyntheticHistory struct {
+	sw     *synthWriter
+	rng    *rand.Rand
+	accs   []*synthAccount
+	target int
+}
+
+// NewSynthetic starts a synthetic history of the given number of accounts:
+// their openings are written by the first Write, and counted in it.
+func (e *Env) NewSynthetic(tb testing.TB, accounts int, seed uint64) *SyntheticHistory {
+	h := &SyntheticHistory{rng: rand.New(rand.NewPCG(seed, 7)), accs: make([]*synthAccount, accounts),
+		sw: &synthWriter{e: e, tb: tb, ctx: context.Background(), at: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	for i := range h.accs {
+		h.accs[i] = &synthAccount{id: fmt.Sprintf("syn-%d", i), rev: -1}
+		h.sw.decide(h.accs[i], string(domain.CmdOpenAccount), domain.EvAccountOpened, domain.AccountOpened{AccountID: h.accs[i].id, Currency: "EUR"})
 	}
-	for sw.written < n {
-		a := accs[rng.IntN(len(accs))]
-		amount := int64(1 + rng.IntN(1000))
-		sw.decideRandom(a, amount, rng.IntN(100))
+	return h
+}
+
+// Write writes about n events more, on accounts drawn at random, and returns
+// the events written in all.
+func (h *SyntheticHistory) Write(n int) int {
+	h.target += n
+	for h.sw.written < h.target {
+		a := h.accs[h.rng.IntN(len(h.accs))]
+		amount := int64(1 + h.rng.IntN(1000))
+		h.sw.decideRandom(a, amount, h.rng.IntN(100))
 	}
-	sw.flush()
-	return sw.written
+	h.sw.flush()
+	return h.sw.written
 }
 
 // synthAccount is a synthetic account as written so far: its stream's revision

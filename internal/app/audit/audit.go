@@ -169,7 +169,9 @@ func (r *auditRun) readHead(ctx context.Context) error {
 		return err
 	}
 	if f.from != nil {
-		f.skipSnapshotsBefore()
+		if err := f.skipSnapshotsBefore(ctx); err != nil {
+			return err
+		}
 	}
 	if r.head, err = r.store.Head(ctx); err != nil {
 		return fmt.Errorf("audit: head: %w", err)
@@ -201,7 +203,7 @@ func runFold(ctx context.Context, store Store, opts Options) (*Fold, error) {
 	if opts.From != nil {
 		cp, err := projections.Checkpoints.LoadAudit(ctx, opts.Sets, *opts.From)
 		if err == nil {
-			err = f.resume(ctx, store, cp)
+			err = f.resume(ctx, store, opts.Sets, cp)
 		} else {
 			err = fmt.Errorf("audit: --from: %w", err)
 		}
@@ -217,11 +219,15 @@ func runFold(ctx context.Context, store Store, opts Options) (*Fold, error) {
 // report finishes the fold, compares the read models and writes the report.
 func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report, error) {
 	f, opts := r.f, r.opts
-	var state []byte
+	var save projections.AuditSave
 	if opts.SaveCheckpoint { // what it carries, before Finish adds up the balances
 		var err error
-		if state, err = f.carry(); err != nil {
+		if save.Checkpoint.State, save.Next, err = f.carry(); err != nil {
 			return nil, err
+		}
+		save.Rows = f.accountRows()
+		if f.from != nil {
+			save.CarryFrom = f.from.ID
 		}
 	}
 	totals, err := f.FinishContext(ctx)
@@ -233,7 +239,7 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 		return nil, fmt.Errorf("audit: keys: %w", err)
 	}
 	rep := &Report{
-		Snapshots: r.snapshots, Head: r.head.String(), Events: f.Events, Streams: len(f.streams) + f.claimed, Accounts: len(f.Accounts),
+		Snapshots: r.snapshots, Head: r.head.String(), Events: f.Events, Streams: len(f.streams) + f.claimed + int(f.accountRows()) - len(f.Accounts), Accounts: int(f.accountRows()),
 		Transfers: len(f.Transfers) + f.settledTransfers, Keys: keys, Account: opts.Account, ChainVerified: opts.VerifyChain, Totals: totals,
 	}
 	for i, l := range r.lives {
@@ -266,11 +272,12 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 		rep.From = &CheckpointRef{ID: f.from.ID, Position: f.from.Position.String(), Events: f.from.Events}
 	}
 	if opts.SaveCheckpoint && rep.OK() {
-		cp := projections.AuditCheckpoint{Position: f.Last, Events: f.Events, State: state}
-		if cp.ID, err = projections.Checkpoints.SaveAudit(ctx, opts.Sets, cp); err != nil {
+		save.Checkpoint.Position, save.Checkpoint.Events = f.Last, f.Events
+		id, err := projections.Checkpoints.SaveAudit(ctx, opts.Sets, save)
+		if err != nil {
 			return rep, err
 		}
-		rep.Checkpoint = &CheckpointRef{ID: cp.ID, Position: f.Last.String(), Events: f.Events}
+		rep.Checkpoint = &CheckpointRef{ID: id, Position: f.Last.String(), Events: f.Events}
 	}
 	return rep, nil
 }
@@ -390,7 +397,7 @@ func (f *Fold) compareTable(ctx context.Context, tr tableRead, expected expectat
 	if ps, ok := f.sets.(*pgSets); ok && notedTables[table] {
 		return ps.compare(ctx, tr, expected.seq, noted)
 	}
-	actual, err := ReadTable(ctx, tr.q, table, tr.gen, tr.account)
+	actual, err := readTable(ctx, tr, f.resumedKeys(table))
 	if err != nil {
 		return TableDiff{}, err
 	}
@@ -495,6 +502,9 @@ func foldUntil(ctx context.Context, store eventstore.AllReader, f *Fold, to fold
 	for p := range pages {
 		if p.err != nil {
 			return p.err
+		}
+		if err := f.prefetch(ctx, p.recs); err != nil {
+			return err
 		}
 		for i, re := range p.recs {
 			if before != nil {

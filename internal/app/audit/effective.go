@@ -59,9 +59,14 @@ func (f *Fold) accountBalances(account string) map[string][2]int64 {
 // and the statement's (the sum of each account's entries: balance; an
 // account without entries has none).
 func (f *Fold) checkEffectiveBalances(ctx context.Context, tx pgx.Tx, l liveGen, account string, want map[string][2]int64) error {
-	read, held := projections.EffectiveBalances, true
+	read, readOf, held := projections.EffectiveBalances, projections.EffectiveBalancesOf, true
 	if l.name == projections.Entries {
-		read, held = projections.EffectiveEntrySums, false
+		read, readOf, held = projections.EffectiveEntrySums, projections.EffectiveEntrySumsOf, false
+	}
+	if ids := f.resumedKeys("accounts"); ids != nil && account == "" { // an incremental audit: the accounts it read
+		read = func(ctx context.Context, q projections.Querier, _ string, at time.Time, each func(projections.EffectiveBalance) error) error {
+			return readOf(ctx, q, ids, at, each)
+		}
 	}
 	seen := map[string]bool{}
 	err := read(ctx, tx, account, projections.EndOfTime, func(b projections.EffectiveBalance) error {

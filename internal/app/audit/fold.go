@@ -152,6 +152,9 @@ type Fold struct {
 	// lookupClaim then finds a key's claim made before it.
 	from        *projections.AuditCheckpoint
 	lookupClaim func(key string) (*claim, error)
+	// resumed are the checkpoint's accounts, read as the events touch them
+	// (accounts.go); nil for a fold from the start.
+	resumed *resumedAccounts
 
 	Violations []Violation
 	violations int
@@ -758,6 +761,7 @@ func (f *Fold) finishConservation() []Totals {
 		t.Balances += a.Balance
 		t.Accounts++
 	}
+	f.resumed.addUntouched(f)
 	out := make([]Totals, 0, len(f.flows))
 	for _, t := range f.flows {
 		out = append(out, *t)

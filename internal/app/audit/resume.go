@@ -21,42 +21,41 @@ import (
 // An incremental audit (Options.From) starts from a clean audit's checkpoint
 // (projections.AuditCheckpoint) and folds only the events after it. The
 // checkpoint carries what the fold keeps, which the earlier audit found right:
-// every account's state and chain head (as the account's snapshot encoding
-// has it, with its stream's revision and open command group), the money
-// flows per currency, the saga steps and transaction legs still in flight and
-// the step records their replies need (named by their events, read again),
-// and the transfer and transaction streams not yet settled (read again from
-// the store, as a settled one is). So a check that spans the checkpoint (a
-// saga debited before it and credited after, a revision, a chain, a balance)
-// is made as the full audit makes it. What grows with history is not carried:
+// each account's state and its stream's revision, chain head and open command
+// group, one row per account (projections.AuditAccount, read only for the
+// accounts the new events touch, a page at a time: accounts.go); and, in its
+// state, the money flows per currency with the open accounts' balances
+// summed, the saga steps and transaction legs still in flight and the step
+// records their replies need (named by their events, read again), and the
+// transfer and transaction streams not yet settled (read again from the
+// store, as a settled one is). So a check that spans the checkpoint (a saga
+// debited before it and credited after, a revision, a chain, a balance) is
+// made as the full audit makes it. What grows with history is not carried:
 // a key decided after the checkpoint whose claim came before it is looked up
 // in the store (claimBefore); an event ID stored twice across the checkpoint
 // is refused by the PostgreSQL store's unique index (events_event_id_key),
 // and a key decided again in the same stream names the same event IDs (they
 // are derived from it). The read models' rows the new events touch are
-// compared (and every account), not the rows before the checkpoint.
+// compared (the accounts' rows of the accounts they touch), not the rows
+// before the checkpoint.
 
-// carried is the fold's state as a checkpoint stores it.
+// carried is the fold's state as a checkpoint stores it, beside its accounts.
 type carried struct {
-	Last     eventstore.Position `json:"last"`
-	Events   int64               `json:"events"`
-	Settled  int                 `json:"settled_transfers"`
-	Claimed  int                 `json:"claimed"`
-	Flows    []Totals            `json:"flows"`
-	Accounts []carriedAccount    `json:"accounts"`
-	Streams  []carriedStream     `json:"streams"`
-	Steps    []carriedSteps      `json:"steps,omitempty"`
-	Legs     []carriedLegs       `json:"legs,omitempty"`
-	Posted   []carriedLegs       `json:"posted,omitempty"`
-	Records  []carriedRecord     `json:"step_records,omitempty"`
-}
-
-type carriedAccount struct {
-	// Stream names the account's stream, so that its snapshot is decoded
-	// once (DecodeSnapshot checks that the snapshot names it too); a
-	// checkpoint stored before it was carried has it only in the snapshot.
-	Stream   string `json:"stream,omitempty"`
-	Snapshot []byte `json:"snapshot"` // domain.EncodeSnapshot
+	Last    eventstore.Position `json:"last"`
+	Events  int64               `json:"events"`
+	Settled int                 `json:"settled_transfers"`
+	Claimed int                 `json:"claimed"`
+	Flows   []Totals            `json:"flows"`
+	// Balances sums the open accounts' balances per currency (Totals'
+	// Balances and Accounts), AccountRows counts the checkpoint's account
+	// rows: both the whole ledger's, so that accounts not touched are not read.
+	Balances    []Totals        `json:"balances"`
+	AccountRows int64           `json:"account_rows"`
+	Streams     []carriedStream `json:"streams"` // not the accounts': theirs are in their rows
+	Steps       []carriedSteps  `json:"steps,omitempty"`
+	Legs        []carriedLegs   `json:"legs,omitempty"`
+	Posted      []carriedLegs   `json:"posted,omitempty"`
+	Records     []carriedRecord `json:"step_records,omitempty"`
 }
 
 type carriedStream struct {
@@ -100,99 +99,35 @@ func boundAccount(a *domain.Account) {
 }
 
 // carry encodes what the fold carries forward (before Finish, which adds the
-// balances and what is in flight to the totals), gzip'd JSON of a carried.
-// The accounts and streams are written one at a time into the compressor,
-// so that what the encoding costs is the compressed state, not the JSON of
-// every account at once (40 MB at 40,000 accounts when it was).
-func (f *Fold) carry() ([]byte, error) {
-	var b bytes.Buffer
-	zw := gzip.NewWriter(&b)
-	w := &carryWriter{w: zw}
-	w.raw(`{"last":`)
-	w.value(f.Last)
-	w.raw(`,"events":`)
-	w.value(f.Events)
-	w.raw(`,"settled_transfers":`)
-	w.value(f.settledTransfers)
-	w.raw(`,"claimed":`)
-	w.value(f.claimed)
-	flows := make([]Totals, 0, len(f.flows))
+// balances and what is in flight to the totals): gzip'd JSON of a carried,
+// and the accounts' rows, handed one at a time as they are written.
+func (f *Fold) carry() ([]byte, func() (projections.AuditAccount, bool, error), error) {
+	c := carried{Last: f.Last, Events: f.Events, Settled: f.settledTransfers, Claimed: f.claimed,
+		Balances: f.carriedBalances(), AccountRows: f.accountRows()}
 	for _, cur := range slices.Sorted(maps.Keys(f.flows)) {
-		flows = append(flows, *f.flows[cur])
+		c.Flows = append(c.Flows, *f.flows[cur])
 	}
-	w.raw(`,"flows":`)
-	w.value(flows)
-	w.raw(`,"accounts":[`)
-	for i, id := range slices.Sorted(maps.Keys(f.Accounts)) {
-		stream := domain.AccountStream(id)
-		snap, err := domain.EncodeSnapshot(stream, f.Accounts[id])
-		if err != nil {
-			return nil, fmt.Errorf("audit: checkpoint: %w", err)
+	for _, st := range slices.Sorted(maps.Keys(f.streams)) {
+		if ss := f.streams[st]; !strings.HasPrefix(st, domain.AccountStreamPrefix) {
+			c.Streams = append(c.Streams, carriedStream{Stream: st, Next: ss.next, Chain: ss.chain, GroupKey: ss.groupKey, GroupNext: ss.groupNext, GroupCount: ss.groupCount})
 		}
-		w.item(i, carriedAccount{Stream: stream, Snapshot: snap})
 	}
-	w.raw(`],"streams":[`)
-	for i, st := range slices.Sorted(maps.Keys(f.streams)) {
-		ss := f.streams[st]
-		w.item(i, carriedStream{Stream: st, Next: ss.next, Chain: ss.chain, GroupKey: ss.groupKey, GroupNext: ss.groupNext, GroupCount: ss.groupCount})
-	}
-	w.raw(`]`)
-	var steps []carriedSteps // what is in flight is few: encoded whole
 	for _, k := range slices.Sorted(maps.Keys(f.steps)) {
 		s := f.steps[k]
-		steps = append(steps, carriedSteps{Saga: k, Debit: s.debit, Credit: s.credit, Compensate: s.compensate, Debits: s.debits, Credits: s.credits, Comps: s.comps, Currency: s.currency})
+		c.Steps = append(c.Steps, carriedSteps{Saga: k, Debit: s.debit, Credit: s.credit, Compensate: s.compensate, Debits: s.debits, Credits: s.credits, Comps: s.comps, Currency: s.currency})
 	}
-	var records []carriedRecord
 	for _, k := range slices.Sorted(maps.Keys(f.stepRecords)) {
 		if rec := f.stepRecords[k]; len(rec.Events) > 0 {
-			records = append(records, carriedRecord{Key: k, Stream: rec.Events[0].Stream, From: rec.Events[0].Revision, Count: len(rec.Events)})
+			c.Records = append(c.Records, carriedRecord{Key: k, Stream: rec.Events[0].Stream, From: rec.Events[0].Revision, Count: len(rec.Events)})
 		}
 	}
-	w.raw(`,"steps":`)
-	w.value(steps)
-	w.raw(`,"legs":`)
-	w.value(carryLegs(f.legs))
-	w.raw(`,"posted":`)
-	w.value(carryLegs(f.posted))
-	w.raw(`,"step_records":`)
-	w.value(records)
-	w.raw("}\n")
-	if err := cmp.Or(w.err, zw.Close()); err != nil {
-		return nil, fmt.Errorf("audit: checkpoint: %w", err)
+	c.Legs, c.Posted = carryLegs(f.legs), carryLegs(f.posted)
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	if err := cmp.Or(json.NewEncoder(zw).Encode(c), zw.Close()); err != nil {
+		return nil, nil, fmt.Errorf("audit: checkpoint: %w", err)
 	}
-	return b.Bytes(), nil
-}
-
-// carryWriter writes JSON a piece at a time, keeping the first error.
-type carryWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (c *carryWriter) raw(s string) {
-	if c.err == nil {
-		_, c.err = io.WriteString(c.w, s)
-	}
-}
-
-func (c *carryWriter) value(v any) {
-	if c.err != nil {
-		return
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		c.err = err
-		return
-	}
-	_, c.err = c.w.Write(b)
-}
-
-// item writes the i-th element of an array.
-func (c *carryWriter) item(i int, v any) {
-	if i > 0 {
-		c.raw(",")
-	}
-	c.value(v)
+	return b.Bytes(), f.accountRowsOut(), nil
 }
 
 func carryLegs(m map[[2]string]*legSums) []carriedLegs {
@@ -204,8 +139,10 @@ func carryLegs(m map[[2]string]*legSums) []carriedLegs {
 }
 
 // resume restores the fold from a checkpoint's state, reading from store the
-// unsettled streams and the step records it names.
-func (f *Fold) resume(ctx context.Context, store Store, cp projections.AuditCheckpoint) error {
+// unsettled streams and the step records it names, and from q the rows of
+// the accounts they and the captures in flight need (the others as the
+// events touch them).
+func (f *Fold) resume(ctx context.Context, store Store, q projections.Querier, cp projections.AuditCheckpoint) error {
 	var c carried
 	zr, err := gzip.NewReader(bytes.NewReader(cp.State))
 	if err == nil {
@@ -214,8 +151,8 @@ func (f *Fold) resume(ctx context.Context, store Store, cp projections.AuditChec
 	if err != nil {
 		return fmt.Errorf("audit: checkpoint %d: %w", cp.ID, err)
 	}
-	if c.Last != cp.Position || c.Events != cp.Events {
-		return fmt.Errorf("audit: checkpoint %d: its state is at %s (%d events), the row at %s (%d)", cp.ID, c.Last, c.Events, cp.Position, cp.Events)
+	if err := checkCarried(cp, &c); err != nil {
+		return err
 	}
 	f.Last, f.Events, f.settledTransfers, f.claimed = c.Last, c.Events, c.Settled, c.Claimed
 	f.from = &cp
@@ -223,11 +160,7 @@ func (f *Fold) resume(ctx context.Context, store Store, cp projections.AuditChec
 		t := c.Flows[i]
 		f.flows[t.Currency] = &t
 	}
-	for _, ca := range c.Accounts {
-		if err := f.resumeAccount(ca); err != nil {
-			return fmt.Errorf("audit: checkpoint %d: %w", cp.ID, err)
-		}
-	}
+	f.resumed = newResumedAccounts(q, cp.ID, c)
 	if err := f.resumeStreams(c.Streams); err != nil {
 		return fmt.Errorf("audit: checkpoint %d: %w", cp.ID, err)
 	}
@@ -242,31 +175,34 @@ func (f *Fold) resume(ctx context.Context, store Store, cp projections.AuditChec
 		f.legSums(f.posted, l.Key, l.Currency).add(l.Debits, false)
 		f.legSums(f.posted, l.Key, l.Currency).add(l.Credits, true)
 	}
+	var ids []string
+	for _, r := range c.Records {
+		if id, ok := strings.CutPrefix(r.Stream, domain.AccountStreamPrefix); ok {
+			ids = append(ids, id)
+		}
+	}
+	if err := f.loadAccounts(ctx, ids, true); err != nil {
+		return err
+	}
 	return f.resumeRecords(ctx, store, c.Records)
 }
 
-// maxCheckpointBytes bounds a checkpoint's decoded state (about 300 bytes an
-// account: 3 GiB is some ten million accounts).
-const maxCheckpointBytes = 3 << 30
-
-func (f *Fold) resumeAccount(ca carriedAccount) error {
-	if ca.Stream == "" { // a checkpoint of an earlier build
-		var head struct {
-			Stream string `json:"stream"`
-		}
-		if err := json.Unmarshal(ca.Snapshot, &head); err != nil {
-			return err
-		}
-		ca.Stream = head.Stream
+// checkCarried refuses a checkpoint whose state does not match its row: its
+// position and events, its account rows' count (their digest is checked by
+// LoadAudit).
+func checkCarried(cp projections.AuditCheckpoint, c *carried) error {
+	switch {
+	case c.Last != cp.Position || c.Events != cp.Events:
+		return fmt.Errorf("audit: checkpoint %d: its state is at %s (%d events), the row at %s (%d)", cp.ID, c.Last, c.Events, cp.Position, cp.Events)
+	case c.AccountRows != cp.Accounts:
+		return fmt.Errorf("audit: checkpoint %d: its state counts %d accounts, it holds %d account rows: it was edited since; run a full audit", cp.ID, c.AccountRows, cp.Accounts)
 	}
-	a, err := domain.DecodeSnapshot(ca.Stream, ca.Snapshot)
-	if err != nil { // e.g. a checkpoint of a build before snapshot layout 3 (effective_at)
-		return fmt.Errorf("%w: the checkpoint's accounts are not this build's; run a full audit (without --from) to store a new checkpoint", err)
-	}
-	boundAccount(a)
-	f.Accounts[a.ID] = a
 	return nil
 }
+
+// maxCheckpointBytes bounds a checkpoint's decoded state: what is global or
+// in flight (the accounts are in rows of their own).
+const maxCheckpointBytes = 1 << 30
 
 // resumeStreams restores each stream's revision, chain head and open command
 // group; a transfer or transaction stream not yet settled is read again from
@@ -325,8 +261,15 @@ func (f *Fold) resumeRecords(ctx context.Context, store Store, recs []carriedRec
 
 // skipSnapshotsBefore drops the snapshots of revisions the checkpoint passed
 // (the audit that made it checked those it met) and checks at once those at
-// the checkpoint's own revision of their account.
-func (f *Fold) skipSnapshotsBefore() {
+// the checkpoint's own revision of their account (read from its row).
+func (f *Fold) skipSnapshotsBefore(ctx context.Context) error {
+	ids := make([]string, 0, len(f.snapshots))
+	for stream := range f.snapshots {
+		ids = append(ids, strings.TrimPrefix(stream, domain.AccountStreamPrefix))
+	}
+	if err := f.loadAccounts(ctx, ids, false); err != nil {
+		return err
+	}
 	for stream, sn := range f.snapshots {
 		a := f.Accounts[strings.TrimPrefix(stream, domain.AccountStreamPrefix)]
 		if a == nil || int64(sn.revision) > a.Revision {
@@ -338,6 +281,7 @@ func (f *Fold) skipSnapshotsBefore() {
 		}
 		delete(f.snapshots, stream)
 	}
+	return nil
 }
 
 // claimBefore looks up, in the store, the claim of a key decided after the

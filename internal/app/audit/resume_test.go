@@ -113,4 +113,33 @@ func TestIncrementalAuditCatchesWhatCameAfter(t *testing.T) {
 	}
 }
 
+// TestIncrementalAuditRefusesACheckpointThatDoesNotMatch: a checkpoint whose
+// account rows were edited or deleted since, or whose state is not at its
+// row's position, is refused (an error, nothing checked, nothing stored).
+func TestIncrementalAuditRefusesACheckpointThatDoesNotMatch(t *testing.T) {
+	env, _ := spanned(t)
+	ctx := context.Background()
+	var last int64
+	for _, edit := range []string{
+		`DELETE FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $1 AND account_id = 'w-acct-2'`,
+		`UPDATE readmodel.audit_checkpoint_accounts SET snapshot = (SELECT snapshot FROM readmodel.audit_checkpoint_accounts
+			WHERE checkpoint_id = $1 AND account_id = 'w-acct-2') WHERE checkpoint_id = $1 AND account_id = 'w-acct-1'`,
+		`UPDATE readmodel.audit_checkpoints SET events = events - 1 WHERE id = $1`,
+	} {
+		cp := run(t, env, audit.Options{SaveCheckpoint: true}).Checkpoint // a checkpoint of its own for each edit
+		if cp == nil {
+			t.Fatal("no checkpoint stored")
+		}
+		exec(t, env, edit, cp.ID)
+		if rep, err := audit.Run(ctx, env.Store, audit.Options{ReadModels: env.Pool, From: &cp.ID, SaveCheckpoint: true}); err == nil {
+			t.Fatalf("a checkpoint edited (%s) was resumed from: %+v", edit, rep)
+		}
+		last = cp.ID
+	}
+	var n int
+	if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM readmodel.audit_checkpoints WHERE id > $1`, last).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d checkpoints stored after the refused ones (%v)", n, err)
+	}
+}
+
 func ptr[T any](v T) *T { return &v }

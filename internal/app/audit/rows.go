@@ -257,7 +257,12 @@ type Querier interface {
 // gen is 0, else the table of generation gen. account, when set, keeps only the
 // rows that concern that account.
 func ReadTable(ctx context.Context, q Querier, table string, gen int, account string) (map[string]string, error) {
-	t, err := openTable(ctx, tableRead{q: q, table: table, gen: gen, account: account}, nil)
+	return readTable(ctx, tableRead{q: q, table: table, gen: gen, account: account}, nil)
+}
+
+// readTable is ReadTable of the rows of keys (every row when nil).
+func readTable(ctx context.Context, tr tableRead, keys []string) (map[string]string, error) {
+	t, err := openTable(ctx, tr, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -325,6 +330,7 @@ func openTable(ctx context.Context, tr tableRead, keys []string) (*tableRows, er
 // keyFilter selects a read-model table's rows by their keys ($2, as the fold
 // names them), through the table's unique index.
 var keyFilter = map[string]string{
+	"accounts":        `account_id = ANY($2::text[])`,
 	"holds":           `(account_id, hold_id) IN (SELECT split_part(k, '/', 1), substr(k, length(split_part(k, '/', 1)) + 2) FROM unnest($2::text[]) k)`,
 	"entries":         `event_id = ANY($2::text[]::uuid[])`,
 	"balance_history": `event_id = ANY($2::text[]::uuid[])`,
