@@ -64,10 +64,22 @@ func EffectiveBalances(ctx context.Context, q Querier, account string, at time.T
 	return effectiveBalances(ctx, q, effectiveQuery{sqlf: effectiveBalancesSQL, account: account, at: at}, each)
 }
 
-// EffectiveBalancesOf is EffectiveBalances of the accounts named (an
-// incremental audit's: those its events touched), through the primary key.
-func EffectiveBalancesOf(ctx context.Context, q Querier, accounts []string, at time.Time, each func(EffectiveBalance) error) error {
-	return effectiveBalances(ctx, q, effectiveQuery{sqlf: effectiveBalancesSQL, accounts: nonNil(accounts), at: at}, each)
+// AccountsAfter names accounts and, for each, the revision after which rows
+// are read: IDs[i] after Revisions[i] (-1: every row).
+type AccountsAfter struct {
+	IDs       []string
+	Revisions []int64
+}
+
+// EffectiveBalancesAfter is EffectiveBalances of the accounts named, over
+// each one's rows after its revision (an incremental audit's: the accounts
+// its events touched, from their checkpoint's last row), each account one
+// range of the primary key. The balance and held amount are sums of each
+// row's change from the row before in what is read (the first row's from
+// zero), so over rows after a revision the sums at an instant after them all
+// are the last row's, as over every row.
+func EffectiveBalancesAfter(ctx context.Context, q Querier, accounts AccountsAfter, at time.Time, each func(EffectiveBalance) error) error {
+	return effectiveBalances(ctx, q, effectiveQuery{sqlf: effectiveBalancesSQL, after: &accounts, at: at}, each)
 }
 
 func effectiveBalances(ctx context.Context, q Querier, eq effectiveQuery, each func(EffectiveBalance) error) error {
@@ -76,34 +88,29 @@ func effectiveBalances(ctx context.Context, q Querier, eq effectiveQuery, each f
 		func() error { return each(b) })
 }
 
-// nonNil is accounts, or none (not every account) when nil.
-func nonNil(accounts []string) []string {
-	if accounts == nil {
-		return []string{}
-	}
-	return accounts
-}
-
 // effectiveQuery is a query of the read models by effective time: sqlf (its
 // %s the rows' filter: one account, or all) at the instant at, for account
-// ("": every account) or, when accounts is not nil, for those named.
+// ("": every account) or, when after is set, for each account it names over
+// its rows after its revision.
 type effectiveQuery struct {
-	sqlf     string
-	account  string
-	accounts []string
-	at       time.Time
+	sqlf    string
+	account string
+	after   *AccountsAfter
+	at      time.Time
 }
 
 // effectiveRows runs the query, scanning each row into dest before calling each.
 func effectiveRows(ctx context.Context, q Querier, eq effectiveQuery, dest []any, each func() error) error {
-	where, args := "true", []any{eq.at}
+	sql, args := fmt.Sprintf(eq.sqlf, "true"), []any{eq.at}
 	switch {
-	case eq.accounts != nil:
-		where, args = "account_id = ANY($2::text[])", append(args, eq.accounts)
+	case eq.after != nil: // the query of one account, for each: a range of its key
+		sql = `SELECT e.* FROM unnest($2::text[], $3::bigint[]) AS f(id, rev) CROSS JOIN LATERAL (` +
+			fmt.Sprintf(eq.sqlf, "account_id = f.id AND revision > f.rev") + `) e`
+		args = append(args, eq.after.IDs, eq.after.Revisions)
 	case eq.account != "":
-		where, args = "account_id = $2", append(args, eq.account)
+		sql, args = fmt.Sprintf(eq.sqlf, "account_id = $2"), append(args, eq.account)
 	}
-	rows, err := q.Query(ctx, fmt.Sprintf(eq.sqlf, where), args...)
+	rows, err := q.Query(ctx, sql, args...)
 	if err == nil {
 		_, err = pgx.ForEachRow(rows, dest, each)
 	}
@@ -129,9 +136,10 @@ func EffectiveEntrySums(ctx context.Context, q Querier, account string, at time.
 	return effectiveEntrySums(ctx, q, effectiveQuery{sqlf: effectiveEntrySumsSQL, account: account, at: at}, each)
 }
 
-// EffectiveEntrySumsOf is EffectiveEntrySums of the accounts named.
-func EffectiveEntrySumsOf(ctx context.Context, q Querier, accounts []string, at time.Time, each func(EffectiveBalance) error) error {
-	return effectiveEntrySums(ctx, q, effectiveQuery{sqlf: effectiveEntrySumsSQL, accounts: nonNil(accounts), at: at}, each)
+// EffectiveEntrySumsAfter is EffectiveEntrySums of the accounts named, over
+// each one's entries after its revision: the sum of those entries alone.
+func EffectiveEntrySumsAfter(ctx context.Context, q Querier, accounts AccountsAfter, at time.Time, each func(EffectiveBalance) error) error {
+	return effectiveEntrySums(ctx, q, effectiveQuery{sqlf: effectiveEntrySumsSQL, after: &accounts, at: at}, each)
 }
 
 func effectiveEntrySums(ctx context.Context, q Querier, eq effectiveQuery, each func(EffectiveBalance) error) error {

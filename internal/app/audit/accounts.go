@@ -25,10 +25,13 @@ type resumedAccounts struct {
 	// and Accounts of a Totals): the whole ledger's sums at the checkpoint
 	// less each account read.
 	untouched map[string]*Totals
+	// at is each account read as the checkpoint has it: its revision and
+	// balance (effectiveSince).
+	at map[string][2]int64
 }
 
 func newResumedAccounts(q projections.Querier, id int64, c carried) *resumedAccounts {
-	r := &resumedAccounts{q: q, id: id, rows: c.AccountRows, untouched: map[string]*Totals{}}
+	r := &resumedAccounts{q: q, id: id, rows: c.AccountRows, untouched: map[string]*Totals{}, at: map[string][2]int64{}}
 	for _, t := range c.Balances {
 		r.untouched[t.Currency] = &Totals{Currency: t.Currency, Balances: t.Balances, Accounts: t.Accounts}
 	}
@@ -75,6 +78,7 @@ func (f *Fold) loadAccounts(ctx context.Context, ids []string, guarded bool) err
 		f.Accounts[a.ID] = a
 		f.streams[stream] = &streamState{next: row.Next, chain: row.Chain, groupKey: row.GroupKey, groupNext: row.GroupNext, groupCount: row.GroupCount}
 		r.loaded++
+		r.at[a.ID] = [2]int64{a.Revision, a.Balance}
 		if a.Opened {
 			t := r.untouched[a.Currency]
 			if t == nil || t.Accounts == 0 {
@@ -184,4 +188,28 @@ func (f *Fold) resumedKeys(table string) []string {
 		return nil
 	}
 	return append([]string{}, slices.Collect(maps.Keys(f.Accounts))...)
+}
+
+// effectiveSince narrows an incremental audit's check of the balances by
+// effective time (invariant 9) to the accounts of want, over their rows
+// since the checkpoint: the balance history's from each account's last row
+// at the checkpoint on (whose sums of changes are the last row's, as over
+// every row), the entries after it, whose sum is the account's balance less
+// its balance at the checkpoint (base: that balance, to add). An account the
+// checkpoint does not hold is read whole.
+func (r *resumedAccounts) effectiveSince(entries bool, want map[string][2]int64) (projections.AccountsAfter, map[string]int64) {
+	after := projections.AccountsAfter{IDs: make([]string, 0, len(want)), Revisions: make([]int64, 0, len(want))}
+	base := map[string]int64{}
+	for id := range want {
+		cp, ok := r.at[id]
+		if !ok {
+			cp = [2]int64{-1, 0}
+		}
+		rev := cp[0] - 1 // the checkpoint's last row and after
+		if entries {
+			rev, base[id] = cp[0], cp[1]
+		}
+		after.IDs, after.Revisions = append(after.IDs, id), append(after.Revisions, max(rev, -1))
+	}
+	return after, base
 }

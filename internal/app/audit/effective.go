@@ -59,19 +59,23 @@ func (f *Fold) accountBalances(account string) map[string][2]int64 {
 // and the statement's (the sum of each account's entries: balance; an
 // account without entries has none).
 func (f *Fold) checkEffectiveBalances(ctx context.Context, tx pgx.Tx, l liveGen, account string, want map[string][2]int64) error {
-	read, readOf, held := projections.EffectiveBalances, projections.EffectiveBalancesOf, true
+	read, readAfter, held := projections.EffectiveBalances, projections.EffectiveBalancesAfter, true
 	if l.name == projections.Entries {
-		read, readOf, held = projections.EffectiveEntrySums, projections.EffectiveEntrySumsOf, false
+		read, readAfter, held = projections.EffectiveEntrySums, projections.EffectiveEntrySumsAfter, false
 	}
-	if ids := f.resumedKeys("accounts"); ids != nil && account == "" { // an incremental audit: the accounts it read
+	var base map[string]int64              // what the rows before an incremental audit's checkpoint add up to
+	if f.resumed != nil && account == "" { // the accounts it read, since the checkpoint
+		var after projections.AccountsAfter
+		after, base = f.resumed.effectiveSince(!held, want)
 		read = func(ctx context.Context, q projections.Querier, _ string, at time.Time, each func(projections.EffectiveBalance) error) error {
-			return readOf(ctx, q, ids, at, each)
+			return readAfter(ctx, q, after, at, each)
 		}
 	}
 	seen := map[string]bool{}
 	err := read(ctx, tx, account, projections.EndOfTime, func(b projections.EffectiveBalance) error {
 		w, ok := want[b.AccountID]
 		seen[b.AccountID] = true
+		b.Balance += base[b.AccountID]
 		if !held {
 			b.Held = w[1]
 		}
@@ -84,7 +88,7 @@ func (f *Fold) checkEffectiveBalances(ctx context.Context, tx pgx.Tx, l liveGen,
 		return err
 	}
 	for id, w := range want { // per account, as the fold keeps accounts
-		if !seen[id] && (held || w[0] != 0) {
+		if !seen[id] && (held || w[0] != base[id]) {
 			f.effectiveMismatch(l, id, "nothing", w, true)
 		}
 	}

@@ -96,6 +96,9 @@ func TestIncrementalAuditCatchesWhatCameAfter(t *testing.T) {
 			`DELETE FROM events WHERE event_id = (SELECT event_id FROM events WHERE stream = 'account-w-acct-1' AND position > $1 ORDER BY revision LIMIT 1)`},
 		{"a balance off by one after the checkpoint", audit.InvReadModel, "read_model_mismatch",
 			`UPDATE readmodel.balance_history SET balance = balance + 1 WHERE event_id = (SELECT event_id FROM events WHERE stream = 'account-w-acct-1' AND position > $1 ORDER BY revision DESC LIMIT 1)`},
+		{"an entry's amount off by one after the checkpoint", audit.InvEffective, "effective_balance_mismatch",
+			`UPDATE readmodel.entries SET amount = amount + 1 WHERE event_id = (SELECT e.event_id FROM readmodel.entries e JOIN events v ON v.event_id = e.event_id
+				WHERE e.account_id = 'w-acct-1' AND v.position > $1 ORDER BY e.revision DESC LIMIT 1)`},
 		{"an account's balance off by one", audit.InvReadModel, "read_model_mismatch",
 			`UPDATE readmodel.accounts SET balance = balance + 1 WHERE account_id = 'w-acct-2' AND $1::bigint > 0`},
 	} {
