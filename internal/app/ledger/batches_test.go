@@ -512,8 +512,8 @@ func TestBatchCrashedMidwayIsDecidedOnce(t *testing.T) {
 
 // TestBatchHotAccountBeyondItsKeys: more commands of one account in flight
 // than its aggregate keeps keys of (RecentKeys 16 here) are all applied: the
-// pipeline drains before it holds half that many, so no key's record is
-// forgotten before its owner reads it (at 1,024, 64 clients' batches of 100
+// pipeline holds at most half that many in flight (pipes.full), so no key's
+// record is forgotten before its owner reads it (at 1,024, 64 clients' batches of 100
 // on one account got there: "key not found after its own append").
 func TestBatchHotAccountBeyondItsKeys(t *testing.T) {
 	st := devtest.Postgres(t)
@@ -589,5 +589,67 @@ func TestBatchDuplicatesWaitOnce(t *testing.T) {
 	}
 	if got := post(t, s, "deposit", string(dep("d2").alone())); got.Status != domain.StatusError || d.n.Load() != 3 {
 		t.Fatalf("a duplicate alone: %d waits, %+v", d.n.Load(), got)
+	}
+}
+
+// TestPipelineFullWaitsForOneAppend: a stream with half its key limit of
+// appends in flight takes its next command as soon as one of them resolves,
+// not once they all have (draining stopped a hot account's decisions for a
+// commit every keyLimit/2 commands).
+func TestPipelineFullWaitsForOneAppend(t *testing.T) {
+	ps := newPipes()
+	acc := &domain.Account{}
+	var chain uint64
+	for i := range 8 {
+		chain = ps.begin("account-hot", fmt.Sprintf("k%d", i), acc, chain)
+	}
+	room := ps.full("account-hot", 16)
+	if room == nil {
+		t.Fatal("8 appends in flight, key limit 16: not full")
+	}
+	ps.end("account-hot", true)
+	select {
+	case <-room:
+	default:
+		t.Fatal("one of the 8 appends resolved: still no room")
+	}
+	if ps.full("account-hot", 16) != nil || ps.inflightCount("account-hot") != 7 {
+		t.Fatalf("7 in flight: full, or %d in flight", ps.inflightCount("account-hot"))
+	}
+	for range 7 {
+		ps.end("account-hot", true)
+	}
+	if ps.full("account-hot", 16) != nil {
+		t.Fatal("drained: full")
+	}
+}
+
+// TestPipelineSettlesForAReader: once a reader waits for a stream to settle
+// (a lookup, a decision taken again on the store's head), nothing more is
+// pipelined on it until it has, whatever its key limit: the appends in
+// flight drain, and the reader gets its turn under a stream of batches.
+func TestPipelineSettlesForAReader(t *testing.T) {
+	for _, keyLimit := range []int{0, 1024} {
+		ps := newPipes()
+		acc := &domain.Account{}
+		chain := ps.begin("account-hot", "k1", acc, 0)
+		ps.begin("account-hot", "k2", acc, chain)
+		if ps.full("account-hot", keyLimit) != nil {
+			t.Fatalf("key limit %d: full with 2 in flight and no reader", keyLimit)
+		}
+		settled := ps.settle("account-hot")
+		if settled == nil || ps.full("account-hot", keyLimit) == nil {
+			t.Fatalf("key limit %d: a reader waits to settle, and more may be pipelined", keyLimit)
+		}
+		ps.end("account-hot", true)
+		ps.end("account-hot", true)
+		select {
+		case <-settled:
+		default:
+			t.Fatalf("key limit %d: drained, the reader still waits", keyLimit)
+		}
+		if ps.full("account-hot", keyLimit) != nil {
+			t.Fatalf("key limit %d: settled, still full", keyLimit)
+		}
 	}
 }

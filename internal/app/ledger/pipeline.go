@@ -39,6 +39,13 @@ type pipe struct {
 	stale bool
 	// drained is closed when inflight drops to 0 (made when someone waits).
 	drained chan struct{}
+	// room is closed when inflight drops below roomAt (made when someone
+	// waits: full).
+	room   chan struct{}
+	roomAt int
+	// settling: a reader waits for inflight to drop to 0 (settle); the
+	// commands after it wait with it (full).
+	settling bool
 	// chain names the appends in flight, decided one on another's pending state
 	// since the state was last durable: group commit writes none of a chain
 	// after one of it failed (batch.go).
@@ -75,18 +82,33 @@ func (ps *pipes) wait(stream, key string) <-chan struct{} {
 // full returns a channel to wait on before another command is pipelined on
 // the stream: when half of keyLimit (Account.KeyLimit; 0: no limit) appends
 // are in flight, the pending aggregate could forget the record of a key whose
-// append is still in flight before its owner reads it, so the stream drains
-// first (a batch of one hot account's commands gets there). Nil otherwise.
+// append is still in flight before its owner reads it, so the next command
+// waits until one of them resolves (a batch of one hot account's commands
+// gets there). It waits for one, not for them all: draining the stream
+// stopped a hot account's decisions for a whole commit every keyLimit/2
+// commands (BenchmarkBatchesHotAndSpread). A key's owner still reads its
+// record within keyLimit/2 decisions of its resolution: the stream's lock
+// is handed over in the order it was asked for. While a reader waits for the
+// stream to settle (settle), nothing more is pipelined on it until it has:
+// a hot account under a stream of batches would otherwise never settle.
+// Nil when there is room.
 func (ps *pipes) full(stream string, keyLimit int) <-chan struct{} {
-	if keyLimit <= 0 {
-		return nil
-	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if p := ps.m[stream]; p != nil && p.inflight >= max(1, keyLimit/2) {
+	limit := max(1, keyLimit/2)
+	p := ps.m[stream]
+	switch {
+	case p == nil:
+		return nil
+	case p.settling && p.inflight > 0:
 		return p.drainedChan()
+	case keyLimit <= 0 || p.inflight < limit:
+		return nil
 	}
-	return nil
+	if p.room == nil {
+		p.room, p.roomAt = make(chan struct{}), limit
+	}
+	return p.room
 }
 
 // settle returns a channel to wait on until nothing is in flight on the stream:
@@ -100,6 +122,7 @@ func (ps *pipes) settle(stream string) <-chan struct{} {
 	case p == nil:
 		return nil
 	case p.inflight > 0:
+		p.settling = true // no more pipelined until it has (full)
 		return p.drainedChan()
 	}
 	for _, ch := range p.pending { // durable, its owner not done with it yet
@@ -223,10 +246,15 @@ func (ps *pipes) end(stream string, ok bool) {
 	p := ps.m[stream]
 	p.inflight--
 	p.stale = p.stale || !ok
+	if p.room != nil && p.inflight < p.roomAt {
+		close(p.room)
+		p.room = nil
+	}
 	if p.inflight > 0 {
 		return
 	}
 	p.acc = nil
+	p.settling = false
 	if p.drained != nil {
 		close(p.drained)
 		p.drained = nil
