@@ -226,9 +226,10 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 	var save projections.AuditSave
 	if opts.SaveCheckpoint { // what it carries, before Finish adds up the balances
 		var err error
-		if save.Checkpoint.State, save.Next, err = f.carry(); err != nil {
+		if save.Checkpoint.State, err = f.carry(); err != nil {
 			return nil, err
 		}
+		save.Next = f.accountRowsOut()
 		save.Rows = f.accountRows()
 		if f.from != nil {
 			save.CarryFrom = f.from.ID
