@@ -61,6 +61,10 @@ type CheckpointRef struct {
 	ID       int64  `json:"id"`
 	Position string `json:"position"`
 	Events   int64  `json:"events"` // events folded from the start of "all" up to it
+	// Accounts and AccountsRead, of the checkpoint an incremental audit
+	// resumed from: its accounts, and those it read (the events touched them).
+	Accounts     int64 `json:"accounts,omitempty"`
+	AccountsRead int64 `json:"accounts_read,omitempty"`
 }
 
 // ReadModelCheck is one projection's comparison with the fold.
@@ -222,9 +226,10 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 	var save projections.AuditSave
 	if opts.SaveCheckpoint { // what it carries, before Finish adds up the balances
 		var err error
-		if save.Checkpoint.State, save.Next, err = f.carry(); err != nil {
+		if save.Checkpoint.State, err = f.carry(); err != nil {
 			return nil, err
 		}
+		save.Next = f.accountRowsOut()
 		save.Rows = f.accountRows()
 		if f.from != nil {
 			save.CarryFrom = f.from.ID
@@ -269,7 +274,7 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 		rep.Violations, rep.ViolationCount = f.forAccount(opts.Account)
 	}
 	if f.from != nil {
-		rep.From = &CheckpointRef{ID: f.from.ID, Position: f.from.Position.String(), Events: f.from.Events}
+		rep.From = &CheckpointRef{ID: f.from.ID, Position: f.from.Position.String(), Events: f.from.Events, Accounts: f.resumed.rows, AccountsRead: f.resumed.loaded}
 	}
 	if opts.SaveCheckpoint && rep.OK() {
 		save.Checkpoint.Position, save.Checkpoint.Events = f.Last, f.Events
@@ -741,7 +746,8 @@ func (r *Report) Write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "Audit of %s, up to position %s\n", scope, r.Head)
 	if r.From != nil {
-		fmt.Fprintf(w, "  from audit checkpoint %d at %s (%d events before it, trusted): the %d events after it checked\n", r.From.ID, r.From.Position, r.From.Events, r.Events-r.From.Events)
+		fmt.Fprintf(w, "  from audit checkpoint %d at %s (%d events before it, trusted): the %d events after it checked; %d of its %d accounts read (those they touched)\n",
+			r.From.ID, r.From.Position, r.From.Events, r.Events-r.From.Events, r.From.AccountsRead, r.From.Accounts)
 	}
 	fmt.Fprintf(w, "  %d events in %d streams: %d accounts, %d transfers, %d client keys\n", r.Events, r.Streams, r.Accounts, r.Transfers, r.Keys)
 	chain := "not verified (use --verify-chain)"

@@ -99,9 +99,9 @@ func boundAccount(a *domain.Account) {
 }
 
 // carry encodes what the fold carries forward (before Finish, which adds the
-// balances and what is in flight to the totals): gzip'd JSON of a carried,
-// and the accounts' rows, handed one at a time as they are written.
-func (f *Fold) carry() ([]byte, func() (projections.AuditAccount, bool, error), error) {
+// balances and what is in flight to the totals): gzip'd JSON of a carried.
+// The accounts' rows go apart, one at a time (accountRowsOut).
+func (f *Fold) carry() ([]byte, error) {
 	c := carried{Last: f.Last, Events: f.Events, Settled: f.settledTransfers, Claimed: f.claimed,
 		Balances: f.carriedBalances(), AccountRows: f.accountRows()}
 	for _, cur := range slices.Sorted(maps.Keys(f.flows)) {
@@ -125,9 +125,9 @@ func (f *Fold) carry() ([]byte, func() (projections.AuditAccount, bool, error), 
 	var b bytes.Buffer
 	zw := gzip.NewWriter(&b)
 	if err := cmp.Or(json.NewEncoder(zw).Encode(c), zw.Close()); err != nil {
-		return nil, nil, fmt.Errorf("audit: checkpoint: %w", err)
+		return nil, fmt.Errorf("audit: checkpoint: %w", err)
 	}
-	return b.Bytes(), f.accountRowsOut(), nil
+	return b.Bytes(), nil
 }
 
 func carryLegs(m map[[2]string]*legSums) []carriedLegs {

@@ -62,6 +62,11 @@ func TestIncrementalAuditAgreesWithAFullOne(t *testing.T) {
 	if !reflect.DeepEqual(inc.Totals, full.Totals) || inc.Accounts != full.Accounts {
 		t.Fatalf("incremental %+v over %d accounts, full %+v over %d", inc.Totals, inc.Accounts, full.Totals, full.Accounts)
 	}
+	// It read only the checkpoint's accounts the events after it touched:
+	// w-acct-1 and w-acct-2 (the spanning commands) among others, not all.
+	if inc.From.Accounts == 0 || inc.From.AccountsRead < 2 || inc.From.AccountsRead >= inc.From.Accounts {
+		t.Fatalf("%d of the checkpoint's %d accounts read", inc.From.AccountsRead, inc.From.Accounts)
+	}
 	if len(inc.ReadModels) != len(audit.ProjectionTables) {
 		t.Fatalf("read models compared: %+v", inc.ReadModels)
 	}
