@@ -141,6 +141,11 @@ type clientGen struct {
 	seq    int
 	ring   []command
 	ringAt int
+	// resendDue accrues dupRatio per command; a resend is sent when it
+	// reaches one half, and it then gives up one: the share of resends is
+	// dupRatio over any run of commands, not only on average, so a short
+	// phase has its resends too.
+	resendDue float64
 }
 
 func newClientGen(w *workload, phase string, client int) *clientGen {
@@ -151,10 +156,14 @@ func newClientGen(w *workload, phase string, client int) *clientGen {
 	}
 }
 
-// next returns a new command, or with probability dupRatio a resend of one that
-// was answered (when there is one).
+// next returns a new command, or, as dupRatio of the commands, a resend of a
+// random one that was answered (when there is one).
 func (g *clientGen) next(dupRatio float64) command {
-	if dupRatio > 0 && len(g.ring) > 0 && g.r.Float64() < dupRatio {
+	if dupRatio > 0 && len(g.ring) > 0 {
+		g.resendDue += dupRatio
+	}
+	if g.resendDue >= 0.5 {
+		g.resendDue--
 		c := g.ring[g.r.IntN(len(g.ring))]
 		c.dup = true
 		return c
