@@ -3,6 +3,7 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -233,11 +234,30 @@ type Account struct {
 	// stream is the account's stream name as its first recorded event gave it: the
 	// key records' event references share it rather than each event's own copy.
 	stream string
+	// discarded: this aggregate holds, or may hold, decisions the store never
+	// took (Discard); it is never made a Resident. A pointer, made by
+	// NewAccount, so that copying an Account (a decision's scratch copy) reads
+	// no field another goroutine writes; a copy shares its original's mark.
+	discarded *atomic.Bool
 }
+
+// Discard marks a as not the store's state: a decision folded into it was
+// refused or failed, or a fold into it stopped half-way. The caller drops it;
+// Compact refuses it from then on, whoever still holds a pointer to it (an
+// eviction callback that runs late, say). Safe for concurrent use.
+func (a *Account) Discard() {
+	if a.discarded != nil {
+		a.discarded.Store(true)
+	}
+}
+
+// Discarded reports whether Discard was called on a (or on the account a was
+// copied from).
+func (a *Account) Discarded() bool { return a.discarded != nil && a.discarded.Load() }
 
 // NewAccount is the state of an account stream that has no events.
 func NewAccount(id string) *Account {
-	return &Account{ID: id, Revision: -1, SnapshotRevision: -1, Holds: map[string]*Hold{}, Keys: map[string]*KeyRecord{}, Refunded: map[string]RefundedSum{}}
+	return &Account{ID: id, Revision: -1, SnapshotRevision: -1, Holds: map[string]*Hold{}, Keys: map[string]*KeyRecord{}, Refunded: map[string]RefundedSum{}, discarded: new(atomic.Bool)}
 }
 
 // RefundedSum is what was refunded so far of one refunded original.

@@ -63,10 +63,11 @@ type residentHold struct {
 // fingerprint; ok is false when a holds something it may not forget (a key,
 // closed hold or refunded original that no store lookup could find again: a
 // pinned step, or any of them where a's limits keep all), when it has no
-// events, or when a time does not fit in Unix nanoseconds. a must be durable
+// events, when a was discarded (Account.Discard), or when a time does not
+// fit in Unix nanoseconds. a must be durable
 // (nothing in flight on it): what it forgets must be in the store.
 func Compact(a *Account, print func(key string) uint64) (r *Resident, ok bool) {
-	if a.Revision < 0 || a.pinned > 0 || (a.KeyLimit == 0 && len(a.Keys) > 0) {
+	if a.Revision < 0 || a.pinned > 0 || (a.KeyLimit == 0 && len(a.Keys) > 0) || a.Discarded() {
 		return nil, false
 	}
 	r = &Resident{balance: a.Balance, held: a.Held, overdraft: a.OverdraftLimit, revision: a.Revision, snapRev: a.SnapshotRevision,
