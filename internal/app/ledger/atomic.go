@@ -434,9 +434,11 @@ func (s *Service) addStep(p *atomicParts, st *accountStep) error {
 // loadAccounts loads into w the accounts of a decision over several (ids,
 // their streams locked by w.l) of the client's key, on the store's head when
 // w.refresh.
-// First, as for a command of one account, it waits (the locks released) while
-// the key's own append is in flight on one of them, or a stale pipeline
-// drains: a resend is never decided, nor answered, on a pending state.
+// First, as for a command of one account, it waits (the locks released) for
+// whatever each of them asks a decision to wait for (pipes.before): the key's
+// own append in flight (a resend is never decided, nor answered, on a pending
+// state), a stale pipeline draining, a reader settling the stream, or the key
+// limit's bound on the appends in flight.
 // On a store that group-commits, one of them is pipelined (hot; nil
 // elsewhere): the one with appends in flight, else the one most callers hold
 // or wait for. It is decided on its pending state, and its lock given up
@@ -446,7 +448,7 @@ func (s *Service) addStep(p *atomicParts, st *accountStep) error {
 // durable state: a write joins one pipeline chain at most.
 func (s *Service) loadAccounts(ctx context.Context, w *lockedAccounts, ids []string) error {
 	for i := 0; i < len(ids); i++ {
-		if wait := s.pipes.wait(domain.AccountStream(ids[i]), w.key); wait != nil {
+		if wait := s.pipes.before(domain.AccountStream(ids[i]), w.key, s.keyLimit); wait != nil {
 			if err := w.l.waitFor(ctx, wait); err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand"
 	"reflect"
@@ -651,5 +652,57 @@ func TestPipelineSettlesForAReader(t *testing.T) {
 		if ps.full("account-hot", keyLimit) != nil {
 			t.Fatalf("key limit %d: settled, still full", keyLimit)
 		}
+	}
+}
+
+// TestWriteOverSeveralAccountsWaitsBeforePipelining: a write over several
+// accounts (loadAccounts) is pipelined on its hot account only when a
+// command of that account alone would be (pipes.before): not while a reader
+// waits for the stream to settle (pipelined anyway, a stream of transactions
+// on a hot account starved the reader), nor with half its key limit of
+// appends in flight. Appends are put in flight by hand; the write's ctx has
+// ended, so a write that waits returns its error, and one that pipelines
+// returns its hot leg.
+func TestWriteOverSeveralAccountsWaitsBeforePipelining(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		inflight int
+		keyLimit int
+		settling bool
+	}{
+		{"a reader settles the stream", 1, 0, true},
+		{"half the key limit in flight", 8, 16, false},
+		{"room", 7, 16, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newService(devtest.Memory(t))
+			defer s.Close()
+			for _, id := range []string{"hot", "b"} {
+				mustApply(t, s, "open_account", fmt.Sprintf(`{"idempotency_key":"o-%s","account_id":%q,"currency":"EUR"}`, id, id))
+			}
+			s.keyLimit = c.keyLimit
+			acc, _ := s.accounts.c.Get("account-hot")
+			var chain uint64
+			for i := range c.inflight {
+				chain = s.pipes.begin("account-hot", fmt.Sprintf("k%d", i), acc, chain)
+			}
+			if c.settling && s.pipes.settle("account-hot") == nil {
+				t.Fatal("appends in flight: nothing to settle")
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			w := &lockedAccounts{l: &heldLocks{s: s, streams: []string{"account-b", "account-hot"}}, key: "tx"}
+			if err := w.l.lock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			defer w.l.unlock()
+			err := s.loadAccounts(ctx, w, []string{"hot", "b"})
+			switch wantWait := c.settling || c.inflight >= c.keyLimit/2; {
+			case wantWait && !errors.Is(err, context.Canceled):
+				t.Fatalf("pipelined on a stream it should wait for: err %v, hot leg %+v", err, w.hot)
+			case !wantWait && (err != nil || w.hot == nil || w.hot.stream != "account-hot" || w.hot.chain != chain):
+				t.Fatalf("not pipelined with room: err %v, hot leg %+v", err, w.hot)
+			}
+		})
 	}
 }

@@ -111,6 +111,21 @@ func (ps *pipes) full(stream string, keyLimit int) <-chan struct{} {
 	return p.room
 }
 
+// before returns a channel to wait on, the stream's lock released, before a
+// command of key is decided on the stream's (pending) state and its append
+// pipelined there: the key's own append in flight or a stale pipeline
+// draining (wait), else a reader settling the stream or the key limit's
+// bound (full). Every write pipelined on an account asks it, whether of one
+// account (decideOnAccount) or of several (loadAccounts): one that skipped
+// it starved a reader waiting for the stream to settle, and could make the
+// pending aggregate forget a key in flight. Nil when the command may go on.
+func (ps *pipes) before(stream, key string, keyLimit int) <-chan struct{} {
+	if ch := ps.wait(stream, key); ch != nil {
+		return ch
+	}
+	return ps.full(stream, keyLimit)
+}
+
 // settle returns a channel to wait on until nothing is in flight on the stream:
 // for readers that must see only durable state (lookups, saga step records, hold
 // expiry). Nil when nothing is in flight.

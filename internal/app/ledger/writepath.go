@@ -164,10 +164,7 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 	}
 	w.req = w.cmd.Canonical()
 	_, err = s.underLocks(ctx, []string{stream}, func(a *attempt) (Reply, bool, error) {
-		if wait := s.pipes.wait(stream, cmd.IdempotencyKey); wait != nil {
-			return Reply{}, true, a.waitUncounted(ctx, wait)
-		}
-		if wait := s.pipes.full(stream, s.keyLimit); wait != nil {
+		if wait := s.pipes.before(stream, cmd.IdempotencyKey, s.keyLimit); wait != nil {
 			return Reply{}, true, a.waitUncounted(ctx, wait)
 		}
 		again, err := s.decideOnAccountOnce(ctx, a.locks, w)
