@@ -395,9 +395,9 @@ func scenarioBank(ctx context.Context, s *suite, res *result) error {
 		ledgers: 1, projectors: 1, accounts: s.size(3000, 1000), producers: 8,
 		ledgerArgs: []string{"--cache-size", bankCacheSize},
 		commands:   s.size(8000, 1000), resend: 0.10, reuse: 0.02, hot: 0.5, batch: 0.15, atomic: 0.35, backdated: 0.1, required: true,
-		retries: 12, timeout: 3 * time.Second,
+		retries: 12, timeout: 3 * time.Second, planned: true, // the load lasts until the kills happened
 		faults: func(ctx context.Context, sys *system, res *result) {
-			killer(sys, res, rng, s.size(3, 2), s.durScale(3*time.Second, 8*time.Second), s.durScale(5*time.Second, 12*time.Second), func() *svc { return ledger(sys) })(ctx)
+			killer(sys, res, rng, s.size(3, 2), s.durScale(2*time.Second, 8*time.Second), s.durScale(4*time.Second, 12*time.Second), func() *svc { return ledger(sys) })(ctx)
 		},
 		evidence: func(ctx context.Context, sys *system, res *result) {
 			// The client's own faults count too: resends and reuse.
