@@ -46,9 +46,10 @@ func auditCommand() *cli.Command {
 			"every read model, as of its checkpoint, with the fold. --verify-chain also recomputes the\n" +
 			"hash chains (tamper evidence). --events-out checks (8) that LEDGER_EVENTS holds every stored\n" +
 			"event up to the publisher's checkpoint, in order, and none the store lacks; --repair\n" +
-			"republishes the missing ones under their IDs. A clean audit of the whole ledger stores its\n" +
-			"result as an audit checkpoint; --from <id|last> then checks only the events after it (a\n" +
-			"nightly audit costs the day's events). Prints a report; exits 1 naming each violation.",
+			"republishes the missing ones under their IDs. A clean audit of the whole ledger, every read\n" +
+			"model at its head, stores its result as an audit checkpoint (the report says why it stored\n" +
+			"none); --from <id|last> then checks only the events after it (a nightly audit costs the\n" +
+			"day's events). Prints a report; exits 1 naming each violation.",
 		Flags:  flags,
 		Action: runAudit,
 	}

@@ -1,0 +1,98 @@
+package audit
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+	"github.com/ledgerworks/ledger/projections"
+)
+
+// BenchmarkAccountsTableDigest: what the incremental audit's whole-table
+// checks cost at LEDGER_BENCH_ACCOUNTS accounts (default 100,000; one
+// balance-history row and one entry each, 1% of them touched): the accounts
+// table's digest (checkAccountsTable's statement) and invariant 9 of the
+// untouched accounts (checkUntouchedEffective's, balance history and
+// statement), each against a baseline in the same run, a count of the
+// accounts table (one pass over it, nothing hashed).
+//
+//	LEDGER_BENCH_ACCOUNTS=1000000 go test ./internal/app/audit -run '^$' -bench AccountsTableDigest -benchtime 3x
+func BenchmarkAccountsTableDigest(b *testing.B) {
+	n := 100_000
+	if v, err := strconv.Atoi(os.Getenv("LEDGER_BENCH_ACCOUNTS")); err == nil && v > 0 {
+		n = v
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, devtest.DatabaseURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	for _, sql := range []string{
+		`INSERT INTO readmodel.accounts (account_id, currency, overdraft_limit, metadata, status, balance, held, revision, opened_at, updated_at)
+			SELECT 'acct-' || i, 'EUR', 0, '{"k": "v"}', 'open', i, 0, 1, now(), now() FROM generate_series(1, $1) i`,
+		`INSERT INTO readmodel.balance_history (account_id, revision, event_id, type, currency, balance, held, status, at, effective_at)
+			SELECT 'acct-' || i, 1, gen_random_uuid(), 'Deposited', 'EUR', i, 0, 'open', now(), now() FROM generate_series(1, $1) i`,
+		`INSERT INTO readmodel.entries (event_id, account_id, revision, type, reason, ref, amount, currency, balance_after, idempotency_key, at, metadata, effective_at)
+			SELECT gen_random_uuid(), 'acct-' || i, 1, 'Deposited', 'deposit', '', i, 'EUR', i, 'k-' || i, now(), '{}', now() FROM generate_series(1, $1) i`,
+		`ANALYZE`,
+	} {
+		if _, err := pool.Exec(ctx, sql, n); err != nil && sql != `ANALYZE` {
+			b.Fatal(err)
+		}
+	}
+	var (
+		touched []string
+		rows    []accountCols
+	)
+	for i := 1; i <= n; i += 100 {
+		touched = append(touched, fmt.Sprintf("acct-%d", i))
+		rows = append(rows, accountCols{id: touched[len(touched)-1], currency: "EUR", metadata: `{"k":"v"}`, status: "open", balance: int64(i), rev: 1})
+	}
+	old := columnsOf(rows)
+	statements := map[string]func(pgx.Tx) error{
+		"count": func(tx pgx.Tx) error {
+			var c int64
+			return tx.QueryRow(ctx, `SELECT count(*) FROM `+projections.View("accounts")).Scan(&c)
+		},
+		"digest": func(tx pgx.Tx) error {
+			var w, u, o string
+			return tx.QueryRow(ctx, fmt.Sprintf(accountsTableDigestSQL, projections.View("accounts")), append([]any{touched}, old...)...).Scan(&w, &u, &o)
+		},
+		"history": func(tx pgx.Tx) error {
+			f := NewFold()
+			return f.checkUntouchedEffective(ctx, tx, liveGen{name: projections.Balances}, touched)
+		},
+		"entries": func(tx pgx.Tx) error {
+			f := NewFold()
+			return f.checkUntouchedEffective(ctx, tx, liveGen{name: projections.Entries}, touched)
+		},
+	}
+	spent := map[string]time.Duration{}
+	b.ResetTimer()
+	for range b.N {
+		for _, name := range []string{"count", "digest", "history", "entries"} {
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				start := time.Now()
+				err := statements[name](tx)
+				spent[name] += time.Since(start)
+				return err
+			})
+			if err != nil {
+				b.Fatal(name, err)
+			}
+		}
+	}
+	for _, name := range []string{"digest", "history", "entries"} {
+		b.ReportMetric(spent[name].Seconds()/float64(b.N), name+"-s")
+		b.ReportMetric(spent[name].Seconds()/spent["count"].Seconds(), name+"/count")
+	}
+	b.ReportMetric(spent["count"].Seconds()/float64(b.N), "count-s")
+}
