@@ -673,6 +673,7 @@ func TestWriteOverSeveralAccountsWaitsBeforePipelining(t *testing.T) {
 		{"a reader settles the stream", 1, 0, true},
 		{"half the key limit in flight", 8, 16, false},
 		{"room", 7, 16, false},
+		{"no key limit, no reader", 1, 0, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := newService(devtest.Memory(t))
@@ -697,7 +698,7 @@ func TestWriteOverSeveralAccountsWaitsBeforePipelining(t *testing.T) {
 			}
 			defer w.l.unlock()
 			err := s.loadAccounts(ctx, w, []string{"hot", "b"})
-			switch wantWait := c.settling || c.inflight >= c.keyLimit/2; {
+			switch wantWait := c.settling || (c.keyLimit > 0 && c.inflight >= c.keyLimit/2); {
 			case wantWait && !errors.Is(err, context.Canceled):
 				t.Fatalf("pipelined on a stream it should wait for: err %v, hot leg %+v", err, w.hot)
 			case !wantWait && (err != nil || w.hot == nil || w.hot.stream != "account-hot" || w.hot.chain != chain):
