@@ -338,6 +338,9 @@ type AuditCheckpoint struct {
 	// stored it found the table (migration 00014; the audit computes it:
 	// internal/app/audit/tabledigest.go), a decimal integer.
 	AccountsTable string
+	// HoldsTable is the holds read model's digest likewise (migration
+	// 00016; internal/app/audit/holdsdigest.go).
+	HoldsTable string
 }
 
 // AuditAccount is an account's row of an audit checkpoint (migration 00013):
@@ -396,7 +399,7 @@ func (Checkpointer) SaveAudit(ctx context.Context, db Beginner, s AuditSave) (in
 
 func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 	cp := &s.Checkpoint
-	if cp.AccountsTable == "" {
+	if cp.AccountsTable == "" || cp.HoldsTable == "" {
 		return errors.New("no digest of the accounts read model: a checkpoint is stored only of read models compared at the audit's head")
 	}
 	pp, err := posArgs(cp.Position)
@@ -408,8 +411,8 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 			return err
 		}
 	}
-	if err := tx.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, state_digest, accounts_table_digest)
-		VALUES ($1, $2, $3, $4::bytea, md5($4::bytea), $5::numeric) RETURNING id`, pp.commit, pp.prepare, cp.Events, cp.State, cp.AccountsTable).Scan(&cp.ID); err != nil {
+	if err := tx.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, state_digest, accounts_table_digest, holds_table_digest)
+		VALUES ($1, $2, $3, $4::bytea, md5($4::bytea), $5::numeric, $6::numeric) RETURNING id`, pp.commit, pp.prepare, cp.Events, cp.State, cp.AccountsTable, cp.HoldsTable).Scan(&cp.ID); err != nil {
 		return err
 	}
 	src := pgx.CopyFromFunc(func() ([]any, error) {
@@ -458,10 +461,11 @@ func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (Audi
 		ok      bool
 		problem string
 		table   *string
+		holds   *string
 	)
 	err := q.QueryRow(ctx, `WITH c AS (SELECT * FROM readmodel.audit_checkpoints WHERE $1::bigint = 0 OR id = $1 ORDER BY id DESC LIMIT 1)
-		SELECT c.id, c.commit_position, c.prepare_position, c.events, c.state, c.taken_at, c.accounts_table_digest::text, d.*
-		FROM c CROSS JOIN LATERAL (`+auditCheckedSQL+`) d`, id).Scan(&cp.ID, &c, &p, &cp.Events, &cp.State, &cp.TakenAt, &table, &cp.Accounts, &ok, &problem)
+		SELECT c.id, c.commit_position, c.prepare_position, c.events, c.state, c.taken_at, c.accounts_table_digest::text, c.holds_table_digest::text, d.*
+		FROM c CROSS JOIN LATERAL (`+auditCheckedSQL+`) d`, id).Scan(&cp.ID, &c, &p, &cp.Events, &cp.State, &cp.TakenAt, &table, &holds, &cp.Accounts, &ok, &problem)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return cp, ErrNoAuditCheckpoint
 	}
@@ -472,7 +476,7 @@ func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (Audi
 	if !ok {
 		return cp, fmt.Errorf("projections: audit checkpoint %d: %s: run a full audit to store a new one", cp.ID, problem)
 	}
-	cp.AccountsTable = *table
+	cp.AccountsTable, cp.HoldsTable = *table, *holds
 	return cp, nil
 }
 
@@ -503,7 +507,7 @@ func recheckAudit(ctx context.Context, tx pgx.Tx, id int64) error {
 // lateral subquery over c): its account rows' count, whether it passes, and
 // why not.
 var auditCheckedSQL = `SELECT r.n, r.problem = '', r.problem FROM (SELECT a.n, CASE
-		WHEN c.state_digest IS NULL OR c.accounts_table_digest IS NULL OR c.accounts_digest IS NULL
+		WHEN c.state_digest IS NULL OR c.accounts_table_digest IS NULL OR c.holds_table_digest IS NULL OR c.accounts_digest IS NULL
 			THEN 'a checkpoint of an earlier build, without its digests'
 		WHEN c.state_digest <> md5(c.state) THEN 'its state does not match the digest stored with it (edited since)'
 		WHEN c.accounts_digest <> a.digest THEN 'its ' || a.n || ' account rows do not match the digest stored with them (edited since)'

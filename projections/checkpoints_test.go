@@ -20,7 +20,7 @@ func TestAuditCheckpointsKept(t *testing.T) {
 	var ids []int64
 	for i := range projections.AuditCheckpointsKept + 2 {
 		id, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{
-			Checkpoint: projections.AuditCheckpoint{Position: eventstore.Position{Commit: uint64(i), Prepare: uint64(i)}, Events: int64(i), State: []byte{byte(i)}, AccountsTable: "0"},
+			Checkpoint: projections.AuditCheckpoint{Position: eventstore.Position{Commit: uint64(i), Prepare: uint64(i)}, Events: int64(i), State: []byte{byte(i)}, AccountsTable: "0", HoldsTable: "0"},
 			Next:       accountsOf("a", "b"), Rows: 2})
 		if err != nil {
 			t.Fatal(err)
@@ -59,7 +59,7 @@ func accountsOf(ids ...string) func() (projections.AuditAccount, bool, error) {
 	}
 }
 
-var emptyState = projections.AuditCheckpoint{State: []byte{}, AccountsTable: "0"}
+var emptyState = projections.AuditCheckpoint{State: []byte{}, AccountsTable: "0", HoldsTable: "0"}
 
 // TestAuditCheckpointAccounts: a checkpoint saved from an earlier one keeps
 // that one's rows of the accounts it does not write itself and its own of

@@ -31,10 +31,13 @@ type resumedAccounts struct {
 	// old is each open account read, as the accounts read model's row should
 	// have held it at the checkpoint (checkAccountsTable).
 	old map[string]accountCols
+	// oldHolds is each hold of the accounts read, by account/hold, as the
+	// holds table should have held it at the checkpoint (checkHoldsTable).
+	oldHolds map[string]holdCols
 }
 
 func newResumedAccounts(q projections.Querier, id int64, c carried) *resumedAccounts {
-	r := &resumedAccounts{q: q, id: id, rows: c.AccountRows, untouched: map[string]*Totals{}, at: map[string][2]int64{}, old: map[string]accountCols{}}
+	r := &resumedAccounts{q: q, id: id, rows: c.AccountRows, untouched: map[string]*Totals{}, at: map[string][2]int64{}, old: map[string]accountCols{}, oldHolds: map[string]holdCols{}}
 	for _, t := range c.Balances {
 		r.untouched[t.Currency] = &Totals{Currency: t.Currency, Balances: t.Balances, Accounts: t.Accounts}
 	}
@@ -82,6 +85,7 @@ func (f *Fold) loadAccounts(ctx context.Context, ids []string, guarded bool) err
 		f.streams[stream] = &streamState{next: row.Next, chain: row.Chain, groupKey: row.GroupKey, groupNext: row.GroupNext, groupCount: row.GroupCount}
 		r.loaded++
 		r.at[a.ID] = [2]int64{a.Revision, a.Balance}
+		r.noteOldHolds(a)
 		if a.Opened {
 			r.old[a.ID] = accountColsOf(a)
 			t := r.untouched[a.Currency]

@@ -270,6 +270,7 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 			return rep, nil
 		}
 		save.Checkpoint.Position, save.Checkpoint.Events, save.Checkpoint.AccountsTable = f.Last, f.Events, r.accountsTable.digest
+		save.Checkpoint.HoldsTable = r.accountsTable.holds
 		id, err := projections.Checkpoints.SaveAudit(ctx, opts.Sets, save)
 		if err != nil {
 			return rep, err
@@ -296,6 +297,9 @@ func (r *auditRun) compareReadModels(ctx context.Context, rep *Report, expected 
 		}
 		if l.name == projections.Accounts && opts.Account == "" {
 			if r.accountsTable, err = f.checkAccountsTable(ctx, r.tx, l, expected[i].accounts); err != nil {
+				return err
+			}
+			if r.accountsTable.holds, err = f.checkHoldsTable(ctx, r.tx, l, expected[i].seq); err != nil {
 				return err
 			}
 		}

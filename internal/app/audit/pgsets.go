@@ -348,6 +348,22 @@ func (s *pgSets) copyNoted(ctx context.Context, tr tableRead, seq int64, keep bo
 	}
 }
 
+// notedKeys lists the keys of the rows the fold noted for a table up to seq.
+func (s *pgSets) notedKeys(ctx context.Context, table string, seq int64) ([]string, error) {
+	if err := s.sync(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.conn.Query(ctx, `SELECT DISTINCT key FROM audit_rows WHERE tbl = $1 AND seq <= $2`, table, seq)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %s: %w", table, err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("audit: %s: %w", table, err)
+	}
+	return keys, nil
+}
+
 func addAllLanes(a, b [4]uint64) [4]uint64 {
 	for i := range a {
 		a[i] += b[i]

@@ -150,6 +150,16 @@ func TestIncrementalAuditCatchesWhatCameAfter(t *testing.T) {
 		{"a phantom account's balance history", audit.InvEffective, "effective_balance_mismatch",
 			`INSERT INTO readmodel.balance_history (account_id, revision, event_id, type, currency, balance, held, status, at, effective_at) SELECT 'phantom', revision, gen_random_uuid(), type, currency, balance, held, status, at, effective_at
 				FROM readmodel.balance_history WHERE account_id = ` + untouchedAccount + ` ORDER BY revision LIMIT 1`},
+		// The holds of an account no event after the checkpoint touches:
+		// compared through the holds table's digest (holdsdigest.go).
+		{"a phantom active hold on an untouched account", audit.InvReadModel, "read_model_mismatch",
+			`INSERT INTO readmodel.holds (account_id, hold_id, amount, currency, status, captured, expires_at, idempotency_key, revision, placed_at, updated_at)
+				SELECT ` + untouchedAccount + `, 'phantom-h', amount, currency, 'active', 0, expires_at, 'phantom', revision, placed_at, updated_at
+				FROM readmodel.holds ORDER BY account_id, hold_id LIMIT 1`},
+		{"an untouched account's hold amount edited", audit.InvReadModel, "read_model_mismatch",
+			`UPDATE readmodel.holds SET amount = amount + 1 WHERE (account_id, hold_id) = (SELECT account_id, hold_id FROM readmodel.holds h
+				WHERE account_id LIKE 'w-%' AND NOT EXISTS (SELECT 1 FROM events WHERE stream = 'account-' || h.account_id AND position > $1)
+				ORDER BY account_id, hold_id LIMIT 1)`},
 		{"a phantom account's row", audit.InvReadModel, "read_model_mismatch",
 			`INSERT INTO readmodel.accounts (account_id, currency, overdraft_limit, metadata, status, balance, held, revision, opened_at, updated_at)
 				SELECT 'phantom', currency, overdraft_limit, metadata, status, balance, held, revision, opened_at, updated_at

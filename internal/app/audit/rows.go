@@ -131,12 +131,8 @@ func accountRowOf(a *domain.Account) string {
 }
 
 func holdRowOf(account, currency string, h *domain.Hold, captured int64) string {
-	var exp *time.Time
-	if !h.ExpiresAt.IsZero() {
-		t := h.ExpiresAt
-		exp = &t
-	}
-	return row(account, h.ID, h.Amount, currency, string(h.Status), captured, exp, h.Key)
+	c := holdColsOf(account, currency, h, captured)
+	return row(c.account, c.id, c.amount, c.currency, c.status, c.captured, c.expires, c.key)
 }
 
 // entryRow renders the statement row of a money event, with the fold's balance.

@@ -52,9 +52,9 @@ func accountColsOf(a *domain.Account) accountCols {
 		overdraft: a.OverdraftLimit, balance: a.Balance, held: a.Held, rev: a.Revision}
 }
 
-// accountsTable is what checkAccountsTable found: the whole table's digest
-// (a checkpoint stored at this audit's head keeps it).
-type accountsTable struct{ digest string }
+// accountsTable is what checkAccountsTable and checkHoldsTable found: the
+// whole tables' digests (a checkpoint stored at this audit's head keeps them).
+type accountsTable struct{ digest, holds string }
 
 // checkAccountsTable sums the accounts read model l's rows in the snapshot
 // tx and, in an incremental audit, compares those of the accounts not in
@@ -79,16 +79,31 @@ func (f *Fold) checkAccountsTable(ctx context.Context, tx pgx.Tx, l liveGen, tou
 	if f.from == nil {
 		return accountsTable{digest: whole}, nil
 	}
+	return accountsTable{digest: whole}, f.compareTableDigest(ctx, tx, l, tableDigest{table: "accounts", checkpoint: f.from.AccountsTable, untouched: untouched, old: oldSum, touched: len(old)})
+}
+
+// tableDigest is what an incremental audit found of a read-model table
+// compared whole: the checkpoint's digest of it, the sum of the rows it did
+// not touch, and the sum of the touched rows as the checkpoint had them.
+type tableDigest struct {
+	table, checkpoint, untouched, old string
+	touched                           int
+}
+
+// compareTableDigest reports a violation unless the untouched rows of read
+// model l's table d.table sum to the checkpoint's digest less the touched
+// rows then.
+func (f *Fold) compareTableDigest(ctx context.Context, tx pgx.Tx, l liveGen, d tableDigest) error {
 	var want string
-	if err := tx.QueryRow(ctx, `SELECT ($1::numeric - $2::numeric)::text`, f.from.AccountsTable, oldSum).Scan(&want); err != nil {
-		return accountsTable{}, fmt.Errorf("audit: accounts table digest: %w", err)
+	if err := tx.QueryRow(ctx, `SELECT ($1::numeric - $2::numeric)::text`, d.checkpoint, d.old).Scan(&want); err != nil {
+		return fmt.Errorf("audit: %s table digest: %w", d.table, err)
 	}
-	if untouched != want {
+	if d.untouched != want {
 		f.violate(Violation{Invariant: InvReadModel, Kind: "read_model_mismatch", Message: fmt.Sprintf(
-			"read model %s (generation %d, at %s): the rows of the accounts no event after audit checkpoint %d touched sum to digest %s, the checkpoint's less the %d touched accounts' rows then to %s: a row of an untouched account was edited, deleted or added since (a full audit names it)",
-			l.name, l.gen, l.pos, f.from.ID, untouched, len(old), want)})
+			"read model %s (generation %d, at %s): the rows of table %s no event after audit checkpoint %d touched sum to digest %s, the checkpoint's less the %d touched rows then to %s: an untouched row was edited, deleted or added since (a full audit names it)",
+			l.name, l.gen, l.pos, d.table, f.from.ID, d.untouched, d.touched, want)})
 	}
-	return accountsTable{digest: whole}, nil
+	return nil
 }
 
 // columnsOf hands rows as the columns accountsTableDigestSQL unnests ($2..$9).
