@@ -16,12 +16,13 @@
 -- - every generation created from now on (a rebuild's) gets its text columns
 --   in "C" (create_generation);
 -- - the generations that exist are converted here: the live one's views are
---   dropped, each text column altered (PostgreSQL rebuilds the indexes on it,
---   holding the table's readers and writers meanwhile: on a large ledger this
---   migration takes as long as building those indexes), and the views made
---   again, in this migration's transaction. So every view and generation
---   agree, and a rebuild's switch (CREATE OR REPLACE VIEW, which cannot change
---   a column's collation) keeps working.
+--   dropped, each table's text columns altered in one ALTER TABLE
+--   (PostgreSQL rebuilds the indexes on them once, holding the table's readers
+--   and writers meanwhile: on a large ledger this migration takes as long as
+--   building those indexes), and the views made again, in this migration's
+--   transaction. So every view and generation agree, and a rebuild's switch
+--   (CREATE OR REPLACE VIEW, which cannot change a column's collation) keeps
+--   working.
 --
 -- The indexes of 00011 and 00012, written `account_id COLLATE "C"`, are then
 -- on the column's own collation; they stay as they are.
@@ -49,16 +50,20 @@ $fn$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- collate_c_00015 alters those columns to collation "C" (a view on the table
--- must be dropped first).
+-- collate_c_00015 alters those columns to collation "C" in one ALTER TABLE,
+-- so that each index on them is rebuilt once, not once per column (the
+-- table's rows are not rewritten: text to text is binary coercible). A view
+-- on the table must be dropped first.
 CREATE FUNCTION readmodel.collate_c_00015(tbl text) RETURNS void
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    col name;
+    clauses text;
 BEGIN
-    FOR col IN SELECT * FROM readmodel.unordered_00015(tbl) LOOP
-        EXECUTE format('ALTER TABLE readmodel.%I ALTER COLUMN %I TYPE text COLLATE "C"', tbl, col);
-    END LOOP;
+    SELECT string_agg(format('ALTER COLUMN %I TYPE text COLLATE "C"', col), ', ')
+    INTO clauses FROM readmodel.unordered_00015(tbl) AS col;
+    IF clauses IS NOT NULL THEN
+        EXECUTE format('ALTER TABLE readmodel.%I ', tbl) || clauses;
+    END IF;
 END
 $fn$;
 -- +goose StatementEnd

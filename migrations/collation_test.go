@@ -63,7 +63,7 @@ func TestReadModelsInCollationC(t *testing.T) {
 
 // databaseWithLocale creates a database of the given locale beside the
 // harness's database for t, and returns its URL; it is dropped when t ends.
-func databaseWithLocale(t *testing.T, ctx context.Context, locale string) string {
+func databaseWithLocale(t testing.TB, ctx context.Context, locale string) string {
 	t.Helper()
 	base := pgtest.URL(t)
 	admin := connect(t, ctx, base)
@@ -85,7 +85,7 @@ func databaseWithLocale(t *testing.T, ctx context.Context, locale string) string
 }
 
 // upTo applies the migrations up to version.
-func upTo(t *testing.T, ctx context.Context, u string, version int64) {
+func upTo(t testing.TB, ctx context.Context, u string, version int64) {
 	t.Helper()
 	db, err := sql.Open("pgx", u)
 	if err != nil {
@@ -101,7 +101,7 @@ func upTo(t *testing.T, ctx context.Context, u string, version int64) {
 	}
 }
 
-func connect(t *testing.T, ctx context.Context, u string) *pgx.Conn {
+func connect(t testing.TB, ctx context.Context, u string) *pgx.Conn {
 	t.Helper()
 	conn, err := pgx.Connect(ctx, u)
 	if err != nil {
@@ -111,9 +111,9 @@ func connect(t *testing.T, ctx context.Context, u string) *pgx.Conn {
 	return conn
 }
 
-func mustExec(t *testing.T, ctx context.Context, conn *pgx.Conn, sql string) {
+func mustExec(t testing.TB, ctx context.Context, conn *pgx.Conn, sql string, args ...any) {
 	t.Helper()
-	if _, err := conn.Exec(ctx, sql); err != nil {
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
 }
@@ -150,4 +150,37 @@ func columnCollations(t *testing.T, ctx context.Context, conn *pgx.Conn) string 
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestCollateCAltersEachTableOnce (migration 00015): each table's text
+// columns are altered by one ALTER TABLE, so that an index over several of
+// them (holds' primary key on account_id, hold_id) is rebuilt once.
+func TestCollateCAltersEachTableOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	u := databaseWithLocale(t, ctx, "C.UTF-8")
+	upTo(t, ctx, u, 14)
+	conn := connect(t, ctx, u)
+	mustExec(t, ctx, conn, `CREATE TABLE public.altered (tbl text NOT NULL);
+		CREATE FUNCTION public.count_alters() RETURNS event_trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			INSERT INTO public.altered SELECT object_identity FROM pg_event_trigger_ddl_commands() WHERE command_tag = 'ALTER TABLE';
+		END $$;
+		CREATE EVENT TRIGGER count_alters ON ddl_command_end WHEN TAG IN ('ALTER TABLE') EXECUTE FUNCTION public.count_alters()`)
+
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	var many string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(string_agg(tbl || ' ' || n, ', ' ORDER BY tbl), '')
+		FROM (SELECT tbl, count(*) AS n FROM public.altered GROUP BY tbl HAVING count(*) > 1) x`).Scan(&many); err != nil {
+		t.Fatal(err)
+	}
+	if many != "" {
+		t.Fatalf("tables altered more than once by 00015: %s", many)
+	}
+	var holds int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM public.altered WHERE tbl = 'readmodel.holds_g1'`).Scan(&holds); err != nil || holds != 1 {
+		t.Fatalf("readmodel.holds_g1 altered %d times (%v), want once", holds, err)
+	}
 }
