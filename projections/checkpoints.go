@@ -384,14 +384,18 @@ type AuditSave struct {
 
 // Beginner starts a transaction: a pool or a connection.
 type Beginner interface {
-	Begin(context.Context) (pgx.Tx, error)
+	BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
 }
 
 // SaveAudit stores an audit checkpoint and its accounts in one transaction
 // (the accounts by COPY), drops the oldest beyond AuditCheckpointsKept (their
-// accounts with them), and returns its ID.
+// accounts with them), and returns its ID. The transaction is REPEATABLE
+// READ: the recheck of the rows it carries and their copy read one snapshot,
+// so a row edited after the recheck is carried as rechecked, not as edited
+// (TestAuditSaveCarriesWhatItRechecked).
 func (Checkpointer) SaveAudit(ctx context.Context, db Beginner, s AuditSave) (int64, error) {
-	if err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return saveAudit(ctx, tx, &s) }); err != nil {
+	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead}
+	if err := pgx.BeginTxFunc(ctx, db, opts, func(tx pgx.Tx) error { return saveAudit(ctx, tx, &s) }); err != nil {
 		return 0, fmt.Errorf("projections: audit checkpoint: %w", err)
 	}
 	return s.Checkpoint.ID, nil
@@ -483,7 +487,10 @@ func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (Audi
 // recheckAudit refuses, in a save's transaction, to carry the rows of
 // checkpoint id unless they and its state still match their digests (a row
 // edited since it was loaded would be carried into a checkpoint whose digest
-// is computed over it); the row lock keeps them until the save commits.
+// is computed over it). The lock on the checkpoint's own row keeps it from
+// being dropped meanwhile, not its account rows from being edited: the
+// save's snapshot (REPEATABLE READ, SaveAudit) is what makes the copy carry
+// the rows as rechecked here.
 func recheckAudit(ctx context.Context, tx pgx.Tx, id int64) error {
 	var (
 		n       int64
