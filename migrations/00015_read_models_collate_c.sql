@@ -39,28 +39,32 @@ $fn$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- unordered_00015 lists the text columns of readmodel.tbl not in byte order.
-CREATE FUNCTION readmodel.unordered_00015(tbl text) RETURNS SETOF name
+-- uncollated_00015 lists the text columns of readmodel.tbl to alter to coll:
+-- for "C", those not in byte order; for "default" (the down step), those in
+-- "C".
+CREATE FUNCTION readmodel.uncollated_00015(tbl text, coll text) RETURNS SETOF name
 LANGUAGE sql STABLE AS $fn$
     SELECT a.attname FROM pg_attribute a
     WHERE a.attrelid = format('readmodel.%I', tbl)::regclass AND a.attnum > 0 AND NOT a.attisdropped
-      AND a.atttypid = 'text'::regtype AND NOT readmodel.byte_ordered_00015(a.attcollation)
+      AND a.atttypid = 'text'::regtype
+      AND CASE coll WHEN 'C' THEN NOT readmodel.byte_ordered_00015(a.attcollation)
+          ELSE a.attcollation = 'pg_catalog."C"'::regcollation END
     ORDER BY a.attnum
 $fn$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- collate_c_00015 alters those columns to collation "C" in one ALTER TABLE,
--- so that each index on them is rebuilt once, not once per column (the
--- table's rows are not rewritten: text to text is binary coercible). A view
--- on the table must be dropped first.
-CREATE FUNCTION readmodel.collate_c_00015(tbl text) RETURNS void
+-- collate_00015 alters those columns to collation coll in one ALTER TABLE, so
+-- that each index on them is rebuilt once, not once per column (the table's
+-- rows are not rewritten: text to text is binary coercible). A view on the
+-- table must be dropped first.
+CREATE FUNCTION readmodel.collate_00015(tbl text, coll text) RETURNS void
 LANGUAGE plpgsql AS $fn$
 DECLARE
     clauses text;
 BEGIN
-    SELECT string_agg(format('ALTER COLUMN %I TYPE text COLLATE "C"', col), ', ')
-    INTO clauses FROM readmodel.unordered_00015(tbl) AS col;
+    SELECT string_agg(format('ALTER COLUMN %I TYPE text COLLATE %I', col, coll), ', ')
+    INTO clauses FROM readmodel.uncollated_00015(tbl, coll) AS col;
     IF clauses IS NOT NULL THEN
         EXECUTE format('ALTER TABLE readmodel.%I ', tbl) || clauses;
     END IF;
@@ -78,7 +82,7 @@ DECLARE
 BEGIN
     PERFORM readmodel.create_generation_00010(projection, gen);
     FOR t IN SELECT * FROM readmodel.generation_tables(projection, gen) LOOP
-        PERFORM readmodel.collate_c_00015(t);
+        PERFORM readmodel.collate_00015(t, 'C');
     END LOOP;
 END
 $fn$;
@@ -110,12 +114,14 @@ $fn$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- A column under a view cannot change its collation ("cannot alter type of a
--- column used by a view or rule"), so the live generation's views are dropped
--- and made again, with their owners and privileges. A user's object that
--- depends on one of them makes the DROP VIEW fail ("cannot drop view ...
+-- collate_generations_00015 alters the text columns of every generation to
+-- coll. A column under a view cannot change its collation ("cannot alter type
+-- of a column used by a view or rule"), so the live generation's views are
+-- dropped and made again, with their owners and privileges. A user's object
+-- that depends on one of them makes the DROP VIEW fail ("cannot drop view ...
 -- because other objects depend on it"), and the whole migration with it.
-DO $do$
+CREATE FUNCTION readmodel.collate_generations_00015(coll text) RETURNS void
+LANGUAGE plpgsql AS $fn$
 DECLARE
     c record;
     t text;
@@ -128,7 +134,7 @@ BEGIN
         saved := '{}';
         FOR t IN SELECT * FROM readmodel.generation_tables(c.name, c.generation) LOOP
             CONTINUE WHEN to_regclass(format('readmodel.%I', t)) IS NULL
-                OR NOT EXISTS (SELECT FROM readmodel.unordered_00015(t));
+                OR NOT EXISTS (SELECT FROM readmodel.uncollated_00015(t, coll));
             IF c.state = 'live' THEN
                 v := regexp_replace(t, '_g[0-9]+$', '');
                 saved := saved || coalesce((SELECT jsonb_build_object(v, jsonb_build_object('owner', pg_get_userbyid(relowner), 'acl', relacl::text))
@@ -136,7 +142,7 @@ BEGIN
                 EXECUTE format('DROP VIEW IF EXISTS readmodel.%I', v);
                 dropped := true;
             END IF;
-            PERFORM readmodel.collate_c_00015(t);
+            PERFORM readmodel.collate_00015(t, coll);
         END LOOP;
         IF dropped THEN
             PERFORM readmodel.publish_generation(c.name, c.generation);
@@ -145,15 +151,21 @@ BEGIN
         END IF;
     END LOOP;
 END
-$do$;
+$fn$;
 -- +goose StatementEnd
 
-DROP FUNCTION readmodel.restore_view_00015(text, name, aclitem[]);
+SELECT readmodel.collate_generations_00015('C');
 
 -- +goose Down
--- The columns stay in "C" (byte order answers every query the same).
+-- Every generation back in the database's collation, as an earlier build
+-- makes its generations: else its rebuild's CREATE OR REPLACE VIEW would fail
+-- ("cannot change collation of view column ... from "C" to "default"). It
+-- holds the read models as long as the up step does (docs/operations.md).
 DROP FUNCTION readmodel.create_generation(text, integer);
 ALTER FUNCTION readmodel.create_generation_00010(text, integer) RENAME TO create_generation;
-DROP FUNCTION readmodel.collate_c_00015(text);
-DROP FUNCTION readmodel.unordered_00015(text);
+SELECT readmodel.collate_generations_00015('default');
+DROP FUNCTION readmodel.collate_generations_00015(text);
+DROP FUNCTION readmodel.restore_view_00015(text, name, aclitem[]);
+DROP FUNCTION readmodel.collate_00015(text, text);
+DROP FUNCTION readmodel.uncollated_00015(text, text);
 DROP FUNCTION readmodel.byte_ordered_00015(oid);

@@ -88,18 +88,25 @@ func databaseWithLocale(t testing.TB, ctx context.Context, locale string) string
 // upTo applies the migrations up to version.
 func upTo(t testing.TB, ctx context.Context, u string, version int64) {
 	t.Helper()
+	if _, err := provider(t, u).UpTo(ctx, version); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// provider is a goose provider of the migrations on the database at u,
+// closed when t ends.
+func provider(t testing.TB, u string) *goose.Provider {
+	t.Helper()
 	db, err := sql.Open("pgx", u)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS(), goose.WithDisableGlobalRegistry(true))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.UpTo(ctx, version); err != nil {
-		t.Fatal(err)
-	}
+	return p
 }
 
 func connect(t testing.TB, ctx context.Context, u string) *pgx.Conn {
@@ -248,4 +255,35 @@ func viewPrivileges(t testing.TB, ctx context.Context, conn *pgx.Conn) string {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestCollateCDown (migration 00015): after migrating down from 00015 on a
+// database it converted, the views keep their privileges, an earlier build's
+// rebuild still makes and publishes a new generation over them, and the
+// migration goes up again.
+func TestCollateCDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	u := databaseWithLocale(t, ctx, "C.UTF-8")
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, ctx, u)
+	mustExec(t, ctx, conn, `GRANT SELECT ON readmodel.accounts TO PUBLIC`)
+	before := viewPrivileges(t, ctx, conn)
+	if _, err := provider(t, u).DownTo(ctx, 14); err != nil {
+		t.Fatal(err)
+	}
+	if after := viewPrivileges(t, ctx, conn); after != before {
+		t.Fatalf("the views' owners and privileges before the down step:\n%s\nafter:\n%s", before, after)
+	}
+	mustExec(t, ctx, conn, `SELECT readmodel.create_generation(name, 2), readmodel.publish_generation(name, 2), readmodel.drop_generation(name, 1)
+		FROM readmodel.checkpoints`)
+	mustExec(t, ctx, conn, `UPDATE readmodel.checkpoints SET generation = 2`)
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	if n := unorderedColumns(t, ctx, conn); len(n) != 0 {
+		t.Fatalf("up again: read-model text columns not in collation C: %v", n)
+	}
 }
