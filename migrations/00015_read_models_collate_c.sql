@@ -19,10 +19,10 @@
 --   dropped, each table's text columns altered in one ALTER TABLE
 --   (PostgreSQL rebuilds the indexes on them once, holding the table's readers
 --   and writers meanwhile: on a large ledger this migration takes as long as
---   building those indexes), and the views made again, in this migration's
---   transaction. So every view and generation agree, and a rebuild's switch
---   (CREATE OR REPLACE VIEW, which cannot change a column's collation) keeps
---   working.
+--   building those indexes), and the views made again with their owners and
+--   privileges, in this migration's transaction. So every view and generation
+--   agree, and a rebuild's switch (CREATE OR REPLACE VIEW, which cannot change
+--   a column's collation) keeps working.
 --
 -- The indexes of 00011 and 00012, written `account_id COLLATE "C"`, are then
 -- on the column's own collation; they stay as they are.
@@ -39,28 +39,32 @@ $fn$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- unordered_00015 lists the text columns of readmodel.tbl not in byte order.
-CREATE FUNCTION readmodel.unordered_00015(tbl text) RETURNS SETOF name
+-- uncollated_00015 lists the text columns of readmodel.tbl to alter to coll:
+-- for "C", those not in byte order; for "default" (the down step), those in
+-- "C".
+CREATE FUNCTION readmodel.uncollated_00015(tbl text, coll text) RETURNS SETOF name
 LANGUAGE sql STABLE AS $fn$
     SELECT a.attname FROM pg_attribute a
     WHERE a.attrelid = format('readmodel.%I', tbl)::regclass AND a.attnum > 0 AND NOT a.attisdropped
-      AND a.atttypid = 'text'::regtype AND NOT readmodel.byte_ordered_00015(a.attcollation)
+      AND a.atttypid = 'text'::regtype
+      AND CASE coll WHEN 'C' THEN NOT readmodel.byte_ordered_00015(a.attcollation)
+          ELSE a.attcollation = 'pg_catalog."C"'::regcollation END
     ORDER BY a.attnum
 $fn$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- collate_c_00015 alters those columns to collation "C" in one ALTER TABLE,
--- so that each index on them is rebuilt once, not once per column (the
--- table's rows are not rewritten: text to text is binary coercible). A view
--- on the table must be dropped first.
-CREATE FUNCTION readmodel.collate_c_00015(tbl text) RETURNS void
+-- collate_00015 alters those columns to collation coll in one ALTER TABLE, so
+-- that each index on them is rebuilt once, not once per column (the table's
+-- rows are not rewritten: text to text is binary coercible). A view on the
+-- table must be dropped first.
+CREATE FUNCTION readmodel.collate_00015(tbl text, coll text) RETURNS void
 LANGUAGE plpgsql AS $fn$
 DECLARE
     clauses text;
 BEGIN
-    SELECT string_agg(format('ALTER COLUMN %I TYPE text COLLATE "C"', col), ', ')
-    INTO clauses FROM readmodel.unordered_00015(tbl) AS col;
+    SELECT string_agg(format('ALTER COLUMN %I TYPE text COLLATE %I', col, coll), ', ')
+    INTO clauses FROM readmodel.uncollated_00015(tbl, coll) AS col;
     IF clauses IS NOT NULL THEN
         EXECUTE format('ALTER TABLE readmodel.%I ', tbl) || clauses;
     END IF;
@@ -78,42 +82,90 @@ DECLARE
 BEGIN
     PERFORM readmodel.create_generation_00010(projection, gen);
     FOR t IN SELECT * FROM readmodel.generation_tables(projection, gen) LOOP
-        PERFORM readmodel.collate_c_00015(t);
+        PERFORM readmodel.collate_00015(t, 'C');
     END LOOP;
 END
 $fn$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
-DO $do$
+-- restore_view_00015 gives a view made again its owner and privileges as they
+-- were before it was dropped (a GRANT made through a grant option is made
+-- again by the owner).
+CREATE FUNCTION readmodel.restore_view_00015(view text, owner name, acl aclitem[]) RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    g record;
+BEGIN
+    IF owner <> current_user THEN
+        EXECUTE format('ALTER VIEW readmodel.%I OWNER TO %I', view, owner);
+    END IF;
+    IF acl IS NULL THEN -- the default privileges, as a view made again has
+        RETURN;
+    END IF;
+    EXECUTE format('REVOKE ALL ON readmodel.%I FROM %I', view, owner);
+    FOR g IN SELECT * FROM aclexplode(acl) LOOP
+        EXECUTE format('GRANT %s ON readmodel.%I TO %s%s', g.privilege_type, view,
+            CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(g.grantee)) END,
+            CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$fn$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- collate_generations_00015 alters the text columns of every generation to
+-- coll. A column under a view cannot change its collation ("cannot alter type
+-- of a column used by a view or rule"), so the live generation's views are
+-- dropped and made again, with their owners and privileges. A user's object
+-- that depends on one of them makes the DROP VIEW fail ("cannot drop view ...
+-- because other objects depend on it"), and the whole migration with it.
+CREATE FUNCTION readmodel.collate_generations_00015(coll text) RETURNS void
+LANGUAGE plpgsql AS $fn$
 DECLARE
     c record;
     t text;
+    v text;
     dropped boolean;
+    saved jsonb; -- by view: its owner and privileges before the DROP
 BEGIN
     FOR c IN SELECT name, generation, state FROM readmodel.checkpoints ORDER BY name, generation LOOP
         dropped := false;
+        saved := '{}';
         FOR t IN SELECT * FROM readmodel.generation_tables(c.name, c.generation) LOOP
             CONTINUE WHEN to_regclass(format('readmodel.%I', t)) IS NULL
-                OR NOT EXISTS (SELECT FROM readmodel.unordered_00015(t));
+                OR NOT EXISTS (SELECT FROM readmodel.uncollated_00015(t, coll));
             IF c.state = 'live' THEN
-                EXECUTE format('DROP VIEW IF EXISTS readmodel.%I', regexp_replace(t, '_g[0-9]+$', ''));
+                v := regexp_replace(t, '_g[0-9]+$', '');
+                saved := saved || coalesce((SELECT jsonb_build_object(v, jsonb_build_object('owner', pg_get_userbyid(relowner), 'acl', relacl::text))
+                    FROM pg_class WHERE oid = to_regclass(format('readmodel.%I', v))), '{}');
+                EXECUTE format('DROP VIEW IF EXISTS readmodel.%I', v);
                 dropped := true;
             END IF;
-            PERFORM readmodel.collate_c_00015(t);
+            PERFORM readmodel.collate_00015(t, coll);
         END LOOP;
         IF dropped THEN
             PERFORM readmodel.publish_generation(c.name, c.generation);
+            PERFORM readmodel.restore_view_00015(key, (value->>'owner')::name, (value->>'acl')::aclitem[])
+            FROM jsonb_each(saved);
         END IF;
     END LOOP;
 END
-$do$;
+$fn$;
 -- +goose StatementEnd
 
+SELECT readmodel.collate_generations_00015('C');
+
 -- +goose Down
--- The columns stay in "C" (byte order answers every query the same).
+-- Every generation back in the database's collation, as an earlier build
+-- makes its generations: else its rebuild's CREATE OR REPLACE VIEW would fail
+-- ("cannot change collation of view column ... from "C" to "default"). It
+-- holds the read models as long as the up step does (docs/operations.md).
 DROP FUNCTION readmodel.create_generation(text, integer);
 ALTER FUNCTION readmodel.create_generation_00010(text, integer) RENAME TO create_generation;
-DROP FUNCTION readmodel.collate_c_00015(text);
-DROP FUNCTION readmodel.unordered_00015(text);
+SELECT readmodel.collate_generations_00015('default');
+DROP FUNCTION readmodel.collate_generations_00015(text);
+DROP FUNCTION readmodel.restore_view_00015(text, name, aclitem[]);
+DROP FUNCTION readmodel.collate_00015(text, text);
+DROP FUNCTION readmodel.uncollated_00015(text, text);
 DROP FUNCTION readmodel.byte_ordered_00015(oid);

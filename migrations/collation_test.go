@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,18 +88,25 @@ func databaseWithLocale(t testing.TB, ctx context.Context, locale string) string
 // upTo applies the migrations up to version.
 func upTo(t testing.TB, ctx context.Context, u string, version int64) {
 	t.Helper()
+	if _, err := provider(t, u).UpTo(ctx, version); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// provider is a goose provider of the migrations on the database at u,
+// closed when t ends.
+func provider(t testing.TB, u string) *goose.Provider {
+	t.Helper()
 	db, err := sql.Open("pgx", u)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS(), goose.WithDisableGlobalRegistry(true))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.UpTo(ctx, version); err != nil {
-		t.Fatal(err)
-	}
+	return p
 }
 
 func connect(t testing.TB, ctx context.Context, u string) *pgx.Conn {
@@ -182,5 +190,100 @@ func TestCollateCAltersEachTableOnce(t *testing.T) {
 	var holds int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM public.altered WHERE tbl = 'readmodel.holds_g1'`).Scan(&holds); err != nil || holds != 1 {
 		t.Fatalf("readmodel.holds_g1 altered %d times (%v), want once", holds, err)
+	}
+}
+
+// TestCollateCKeepsTheViewsPrivileges (migration 00015): the views 00015
+// drops and makes again keep their owner and privileges (a role granted
+// SELECT on one before the migration can still read it after); a user's
+// view over a read model's view, or over a generation's table, stops the
+// migration, which then leaves everything as it was.
+func TestCollateCKeepsTheViewsPrivileges(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	role := fmt.Sprintf("reader_%d", time.Now().UnixNano())
+	admin := connect(t, ctx, pgtest.URL(t))
+	mustExec(t, ctx, admin, fmt.Sprintf(`CREATE ROLE %s`, role))
+	t.Cleanup(func() { // after the database is dropped (cleanups run last first)
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := admin.Exec(cctx, fmt.Sprintf(`DROP ROLE IF EXISTS %s`, role)); err != nil {
+			t.Errorf("drop role %s: %v", role, err)
+		}
+	})
+	u := databaseWithLocale(t, ctx, "C.UTF-8")
+	upTo(t, ctx, u, 14)
+	conn := connect(t, ctx, u)
+	mustExec(t, ctx, conn, fmt.Sprintf(`GRANT SELECT ON readmodel.accounts TO %s; GRANT SELECT, INSERT ON readmodel.entries TO %[1]s WITH GRANT OPTION`, role))
+	before := viewPrivileges(t, ctx, conn)
+
+	mustExec(t, ctx, conn, `CREATE VIEW public.account_ids AS SELECT account_id FROM readmodel.accounts`)
+	err := migrations.Up(ctx, u)
+	if err == nil || !strings.Contains(err.Error(), "other objects depend on it") {
+		t.Fatalf("00015 with a user's view over readmodel.accounts: %v, want cannot drop view ... other objects depend on it", err)
+	}
+	var version int64
+	if err := conn.QueryRow(ctx, `SELECT max(version_id) FROM goose_db_version`).Scan(&version); err != nil || version != 14 {
+		t.Fatalf("after the failed 00015: version %d (%v), want 14", version, err)
+	}
+	if n := unorderedColumns(t, ctx, conn); len(n) == 0 {
+		t.Fatal("after the failed 00015, columns altered")
+	}
+	mustExec(t, ctx, conn, `DROP VIEW public.account_ids; CREATE VIEW public.account_ids AS SELECT account_id FROM readmodel.accounts_g1`)
+	if err := migrations.Up(ctx, u); err == nil || !strings.Contains(err.Error(), "cannot alter type of a column used by a view or rule") {
+		t.Fatalf("00015 with a user's view over readmodel.accounts_g1: %v, want cannot alter type of a column used by a view or rule", err)
+	}
+	mustExec(t, ctx, conn, `DROP VIEW public.account_ids`)
+
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	if n := unorderedColumns(t, ctx, conn); len(n) != 0 {
+		t.Fatalf("after 00015, read-model text columns not in collation C: %v", n)
+	}
+	if after := viewPrivileges(t, ctx, conn); after != before {
+		t.Fatalf("the views' owners and privileges before 00015:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// viewPrivileges lists the read models' views with their owner and ACL.
+func viewPrivileges(t testing.TB, ctx context.Context, conn *pgx.Conn) string {
+	t.Helper()
+	var s string
+	if err := conn.QueryRow(ctx, `SELECT string_agg(relname || ' ' || pg_get_userbyid(relowner) || ' ' || coalesce(relacl::text, 'default'), E'\n' ORDER BY relname)
+		FROM pg_class WHERE relnamespace = 'readmodel'::regnamespace AND relkind = 'v'`).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestCollateCDown (migration 00015): after migrating down from 00015 on a
+// database it converted, the views keep their privileges, an earlier build's
+// rebuild still makes and publishes a new generation over them, and the
+// migration goes up again.
+func TestCollateCDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	u := databaseWithLocale(t, ctx, "C.UTF-8")
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, ctx, u)
+	mustExec(t, ctx, conn, `GRANT SELECT ON readmodel.accounts TO PUBLIC`)
+	before := viewPrivileges(t, ctx, conn)
+	if _, err := provider(t, u).DownTo(ctx, 14); err != nil {
+		t.Fatal(err)
+	}
+	if after := viewPrivileges(t, ctx, conn); after != before {
+		t.Fatalf("the views' owners and privileges before the down step:\n%s\nafter:\n%s", before, after)
+	}
+	mustExec(t, ctx, conn, `SELECT readmodel.create_generation(name, 2), readmodel.publish_generation(name, 2), readmodel.drop_generation(name, 1)
+		FROM readmodel.checkpoints`)
+	mustExec(t, ctx, conn, `UPDATE readmodel.checkpoints SET generation = 2`)
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	if n := unorderedColumns(t, ctx, conn); len(n) != 0 {
+		t.Fatalf("up again: read-model text columns not in collation C: %v", n)
 	}
 }

@@ -341,6 +341,11 @@ type AuditCheckpoint struct {
 	// HoldsTable is the holds read model's digest likewise (migration
 	// 00016; internal/app/audit/holdsdigest.go).
 	HoldsTable string
+	// Digest anchors the checkpoint outside the database (LoadAudit): a hash
+	// of its ID, position, events and every digest stored with it
+	// (auditAnchorSQL). An operator who keeps it can tell a checkpoint
+	// edited, digests and all, by someone who writes the readmodel schema.
+	Digest string
 }
 
 // AuditAccount is an account's row of an audit checkpoint (migration 00013):
@@ -384,14 +389,18 @@ type AuditSave struct {
 
 // Beginner starts a transaction: a pool or a connection.
 type Beginner interface {
-	Begin(context.Context) (pgx.Tx, error)
+	BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
 }
 
 // SaveAudit stores an audit checkpoint and its accounts in one transaction
 // (the accounts by COPY), drops the oldest beyond AuditCheckpointsKept (their
-// accounts with them), and returns its ID.
+// accounts with them), and returns its ID. The transaction is REPEATABLE
+// READ: the recheck of the rows it carries and their copy read one snapshot,
+// so a row edited after the recheck is carried as rechecked, not as edited
+// (TestAuditSaveCarriesWhatItRechecked).
 func (Checkpointer) SaveAudit(ctx context.Context, db Beginner, s AuditSave) (int64, error) {
-	if err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return saveAudit(ctx, tx, &s) }); err != nil {
+	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead}
+	if err := pgx.BeginTxFunc(ctx, db, opts, func(tx pgx.Tx) error { return saveAudit(ctx, tx, &s) }); err != nil {
 		return 0, fmt.Errorf("projections: audit checkpoint: %w", err)
 	}
 	return s.Checkpoint.ID, nil
@@ -447,6 +456,20 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 	return err
 }
 
+// auditAnchorSQL is an audit checkpoint c's anchor (AuditCheckpoint.Digest).
+const auditAnchorSQL = `md5(concat_ws('|', c.id, c.commit_position, c.prepare_position, c.events, c.state_digest,
+	c.accounts_digest, c.accounts_table_digest, c.holds_table_digest))`
+
+// AuditDigest reads audit checkpoint id's anchor (AuditCheckpoint.Digest) as
+// stored, unchecked: what the audit that stored it reports.
+func (Checkpointer) AuditDigest(ctx context.Context, q RowQuerier, id int64) (string, error) {
+	var d string
+	if err := q.QueryRow(ctx, `SELECT `+auditAnchorSQL+` FROM readmodel.audit_checkpoints c WHERE c.id = $1`, id).Scan(&d); err != nil {
+		return "", fmt.Errorf("projections: audit checkpoint %d: %w", id, err)
+	}
+	return d, nil
+}
+
 // ErrNoAuditCheckpoint means no audit checkpoint has the ID asked for (or,
 // for the last, none was stored).
 var ErrNoAuditCheckpoint = errors.New("projections: no such audit checkpoint")
@@ -464,8 +487,8 @@ func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (Audi
 		holds   *string
 	)
 	err := q.QueryRow(ctx, `WITH c AS (SELECT * FROM readmodel.audit_checkpoints WHERE $1::bigint = 0 OR id = $1 ORDER BY id DESC LIMIT 1)
-		SELECT c.id, c.commit_position, c.prepare_position, c.events, c.state, c.taken_at, c.accounts_table_digest::text, c.holds_table_digest::text, d.*
-		FROM c CROSS JOIN LATERAL (`+auditCheckedSQL+`) d`, id).Scan(&cp.ID, &c, &p, &cp.Events, &cp.State, &cp.TakenAt, &table, &holds, &cp.Accounts, &ok, &problem)
+		SELECT c.id, c.commit_position, c.prepare_position, c.events, c.state, c.taken_at, c.accounts_table_digest::text, c.holds_table_digest::text, `+auditAnchorSQL+`, d.*
+		FROM c CROSS JOIN LATERAL (`+auditCheckedSQL+`) d`, id).Scan(&cp.ID, &c, &p, &cp.Events, &cp.State, &cp.TakenAt, &table, &holds, &cp.Digest, &cp.Accounts, &ok, &problem)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return cp, ErrNoAuditCheckpoint
 	}
@@ -483,7 +506,10 @@ func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (Audi
 // recheckAudit refuses, in a save's transaction, to carry the rows of
 // checkpoint id unless they and its state still match their digests (a row
 // edited since it was loaded would be carried into a checkpoint whose digest
-// is computed over it); the row lock keeps them until the save commits.
+// is computed over it). The lock on the checkpoint's own row keeps it from
+// being dropped meanwhile, not its account rows from being edited: the
+// save's snapshot (REPEATABLE READ, SaveAudit) is what makes the copy carry
+// the rows as rechecked here.
 func recheckAudit(ctx context.Context, tx pgx.Tx, id int64) error {
 	var (
 		n       int64

@@ -155,3 +155,33 @@ func TestAuditSaveRechecksWhatItCarries(t *testing.T) {
 		t.Fatal("a checkpoint without its state's and accounts table's digests was loaded")
 	}
 }
+
+// TestAuditSaveCarriesWhatItRechecked: a carried row edited, and committed,
+// after the save rechecked the rows it carries and before it copies them is
+// carried as it was rechecked, not as edited (the save reads one snapshot).
+func TestAuditSaveCarriesWhatItRechecked(t *testing.T) {
+	env := projtest.New(t)
+	ctx := context.Background()
+	first, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("a", "b"), Rows: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, edited := accountsOf("b"), false
+	src := func() (projections.AuditAccount, bool, error) {
+		if !edited { // the save's own rows are copied after its recheck, before what it carries
+			edited = true
+			if _, err := env.Pool.Exec(ctx, `UPDATE readmodel.audit_checkpoint_accounts SET next = next + 1 WHERE checkpoint_id = $1 AND account_id = 'a'`, first); err != nil {
+				return projections.AuditAccount{}, false, err
+			}
+		}
+		return next()
+	}
+	second, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: src, CarryFrom: first, Rows: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	if err := env.Pool.QueryRow(ctx, `SELECT next FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $1 AND account_id = 'a'`, second).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("checkpoint %d carried account a's row as edited after the recheck: next %d (%v), want 3", second, n, err)
+	}
+}
