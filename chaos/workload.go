@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -97,24 +97,19 @@ const openers = 8
 // open opens the accounts and gives each a starting balance (settled,
 // bounded), openers at a time: scenario 1 opens thousands.
 func (w *workload) open(ctx context.Context, c *client) error {
-	var next atomic.Int64
-	errs := make(chan error, openers)
+	errs := make([]error, openers)
 	var wg sync.WaitGroup
-	for range openers {
+	for g := range openers {
 		wg.Add(1)
-		go func() {
+		go func() { // opener g opens every openers-th account from the g-th
 			defer wg.Done()
-			for i := int(next.Add(1)) - 1; i < len(w.accounts) && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
-				if err := w.openOne(ctx, c, w.accounts[i]); err != nil {
-					errs <- err
-					return
-				}
+			for i := g; i < len(w.accounts) && errs[g] == nil && ctx.Err() == nil; i += openers {
+				errs[g] = w.openOne(ctx, c, w.accounts[i])
 			}
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	return ctx.Err()
