@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -90,21 +91,43 @@ type sentCmd struct {
 	fields   map[string]any
 }
 
-// open opens the accounts and gives each a starting balance (settled, bounded).
+// openers is how many accounts a workload opens at once.
+const openers = 8
+
+// open opens the accounts and gives each a starting balance (settled,
+// bounded), openers at a time: scenario 1 opens thousands.
 func (w *workload) open(ctx context.Context, c *client) error {
-	for _, a := range w.accounts {
-		key := "open-" + a.id
-		fields := map[string]any{"account_id": a.id, "currency": a.currency}
-		if w.backdated > 0 {
-			fields["effective_at"] = backdatedFrom.Format(time.RFC3339)
-		}
-		if r := c.settle(ctx, key, "open_account", body(key, fields), 20); r.Outcome != OK {
-			return fmt.Errorf("open %s: %s %s", a.id, r.Outcome, r.Err)
-		}
-		key = "seed-" + a.id
-		if r := c.settle(ctx, key, "deposit", body(key, map[string]any{"account_id": a.id, "amount": 5000, "currency": a.currency}), 20); r.Outcome != OK {
-			return fmt.Errorf("seed %s: %s %s", a.id, r.Outcome, r.Err)
-		}
+	errs := make([]error, openers)
+	var wg sync.WaitGroup
+	for g := range openers {
+		wg.Add(1)
+		go func() { // opener g opens every openers-th account from the g-th
+			defer wg.Done()
+			for i := g; i < len(w.accounts) && errs[g] == nil && ctx.Err() == nil; i += openers {
+				errs[g] = w.openOne(ctx, c, w.accounts[i])
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// openOne opens a and gives it its starting balance.
+func (w *workload) openOne(ctx context.Context, c *client, a account) error {
+	key := "open-" + a.id
+	fields := map[string]any{"account_id": a.id, "currency": a.currency}
+	if w.backdated > 0 {
+		fields["effective_at"] = backdatedFrom.Format(time.RFC3339)
+	}
+	if r := c.settle(ctx, key, "open_account", body(key, fields), 20); r.Outcome != OK {
+		return fmt.Errorf("open %s: %s %s", a.id, r.Outcome, r.Err)
+	}
+	key = "seed-" + a.id
+	if r := c.settle(ctx, key, "deposit", body(key, map[string]any{"account_id": a.id, "amount": 5000, "currency": a.currency}), 20); r.Outcome != OK {
+		return fmt.Errorf("seed %s: %s %s", a.id, r.Outcome, r.Err)
 	}
 	return nil
 }

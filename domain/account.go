@@ -3,7 +3,6 @@ package domain
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -234,30 +233,27 @@ type Account struct {
 	// stream is the account's stream name as its first recorded event gave it: the
 	// key records' event references share it rather than each event's own copy.
 	stream string
-	// discarded: this aggregate holds, or may hold, decisions the store never
-	// took (Discard); it is never made a Resident. A pointer, made by
-	// NewAccount, so that copying an Account (a decision's scratch copy) reads
-	// no field another goroutine writes; a copy shares its original's mark.
-	discarded *atomic.Bool
+	// durable is the revision up to which a is confirmed the store's state:
+	// folded only from events read from the store (EvolveAccount on a state
+	// durable before it), from a snapshot or a Resident, or confirmed by the
+	// store's acceptance of an append of the decisions folded into it
+	// (ForgetDurable). A decision folded ahead (EvolveAccountDecided) leaves
+	// it behind Revision until then, for good when its append fails. torn: a
+	// fold into a stopped half-way; nothing of a is confirmed again. Compact
+	// makes a Resident of a durable aggregate only (Durable).
+	durable int64
+	torn    bool
 }
 
-// Discard marks a as not the store's state: a decision folded into it was
-// refused or failed, or a fold into it stopped half-way. The caller drops it;
-// Compact refuses it from then on, whoever still holds a pointer to it (an
-// eviction callback that runs late, say). Safe for concurrent use.
-func (a *Account) Discard() {
-	if a.discarded != nil {
-		a.discarded.Store(true)
-	}
-}
-
-// Discarded reports whether Discard was called on a (or on the account a was
-// copied from).
-func (a *Account) Discarded() bool { return a.discarded != nil && a.discarded.Load() }
+// Durable reports whether a is the store's state at its revision: every
+// event folded into it was read from the store or confirmed written
+// (ForgetDurable), and no fold into it stopped half-way. An aggregate that
+// holds a decision the store refused never is.
+func (a *Account) Durable() bool { return !a.torn && a.durable == a.Revision }
 
 // NewAccount is the state of an account stream that has no events.
 func NewAccount(id string) *Account {
-	return &Account{ID: id, Revision: -1, SnapshotRevision: -1, Holds: map[string]*Hold{}, Keys: map[string]*KeyRecord{}, Refunded: map[string]RefundedSum{}, discarded: new(atomic.Bool)}
+	return &Account{ID: id, Revision: -1, SnapshotRevision: -1, Holds: map[string]*Hold{}, Keys: map[string]*KeyRecord{}, Refunded: map[string]RefundedSum{}, durable: -1}
 }
 
 // RefundedSum is what was refunded so far of one refunded original.
@@ -322,10 +318,15 @@ func (a *Account) closed(h *Hold) {
 // oldest refunded originals beyond RefundLimit whose last event (the hold's
 // closure, the original's last refund) is at or below durable: one changed by
 // an append still in flight stays until that append is durable, since the
-// store could not show it yet. Folds of stored events call it (EvolveAccount);
-// the ledger calls it once a decision it folded ahead (EvolveAccountDecided)
-// is durable.
+// store could not show it yet. The ledger calls it once the store accepted the
+// append of a decision it folded ahead (EvolveAccountDecided): it confirms a
+// as the store's state up to durable (Durable).
 func (a *Account) ForgetDurable(durable int64) {
+	a.durable = max(a.durable, durable)
+	a.forgetDurable(durable)
+}
+
+func (a *Account) forgetDurable(durable int64) {
 	a.forgetClosedHolds(durable)
 	a.forgetRefunded(durable)
 }
@@ -855,10 +856,14 @@ func EvolveAccount(a *Account, ev StoredEvent) error {
 	if err != nil {
 		return err
 	}
+	wasDurable := a.Durable()
 	if err := a.fold(ev, payload); err != nil {
 		return err
 	}
-	a.ForgetDurable(a.Revision) // a stored event is durable
+	if wasDurable { // a stored event on the store's state: still the store's
+		a.durable = a.Revision
+	}
+	a.forgetDurable(a.Revision) // a stored event is durable
 	return nil
 }
 
@@ -885,6 +890,7 @@ func (a *Account) fold(ev StoredEvent, payload any) error {
 		err = e.foldAccount(a, ev.Metadata)
 	}
 	if err != nil {
+		a.torn = true // what it changed before it stopped is no one's state
 		return fmt.Errorf("domain: %s@%d: %w", ev.Stream, ev.Revision, err)
 	}
 	a.Revision = int64(ev.Revision)

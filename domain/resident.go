@@ -63,11 +63,12 @@ type residentHold struct {
 // fingerprint; ok is false when a holds something it may not forget (a key,
 // closed hold or refunded original that no store lookup could find again: a
 // pinned step, or any of them where a's limits keep all), when it has no
-// events, when a was discarded (Account.Discard), or when a time does not
-// fit in Unix nanoseconds. a must be durable
-// (nothing in flight on it): what it forgets must be in the store.
+// events, when it is not the store's state (Account.Durable: it holds a
+// decision the store has not confirmed, or a fold into it stopped half-way),
+// or when a time does not fit in Unix nanoseconds: what it forgets must be in
+// the store, and what it keeps must be the store's.
 func Compact(a *Account, print func(key string) uint64) (r *Resident, ok bool) {
-	if a.Revision < 0 || a.pinned > 0 || (a.KeyLimit == 0 && len(a.Keys) > 0) || a.Discarded() {
+	if a.Revision < 0 || !a.Durable() || a.pinned > 0 || (a.KeyLimit == 0 && len(a.Keys) > 0) {
 		return nil, false
 	}
 	r = &Resident{balance: a.Balance, held: a.Held, overdraft: a.OverdraftLimit, revision: a.Revision, snapRev: a.SnapshotRevision,
@@ -179,6 +180,7 @@ func (r *Resident) Into(a *Account) {
 	a.Opened, a.Closed = r.flags&resOpened != 0, r.flags&resClosed != 0
 	a.Currency, a.Metadata = r.currency.Value(), r.metadata
 	a.Balance, a.Held, a.OverdraftLimit, a.Revision = r.balance, r.held, r.overdraft, r.revision
+	a.durable = r.revision // a Resident is made of durable state only (Compact)
 	a.SnapshotRevision = r.snapRev
 	if r.flags&resNoChain == 0 {
 		a.LastChain = hex.EncodeToString(r.chain[:])

@@ -179,3 +179,55 @@ func TestResidentPrints(t *testing.T) {
 		t.Fatal("a colliding print does not route")
 	}
 }
+
+// TestResidentOnlyOfDurableState: Compact makes a Resident only of an
+// aggregate that is the store's state (Account.Durable): folded from stored
+// events, or with the decisions it folded ahead confirmed (ForgetDurable);
+// never one holding a decision not confirmed (the pending state of an
+// append that may fail), even under stored events folded on top of it, nor
+// one a fold stopped in, even once confirmed. It fails when Compact ignores
+// Durable, or when a fold on an unconfirmed or torn state confirms it.
+func TestResidentOnlyOfDurableState(t *testing.T) {
+	at := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	dep := func(key string) Command {
+		return Command{Type: CmdDeposit, IdempotencyKey: key, AccountID: "a", Amount: 9, HasAmount: true, Currency: "EUR", At: at}
+	}
+	compacts := func(a *Account) bool { _, ok := Compact(a, fnvPrint); return ok }
+	a := limited("a")
+	chained(t, a, Command{Type: CmdOpenAccount, IdempotencyKey: "o", AccountID: "a", Currency: "EUR", At: at})
+	chained(t, a, dep("d0"))
+	if !compacts(a) {
+		t.Fatal("an aggregate folded from stored events: not compacted")
+	}
+	cmd := dep("ahead")
+	d := DecideAccount(a, cmd)
+	if err := EvolveAccountDecided(a, storedOf(t, cmd, d.Events, 0, uint64(a.Revision+1), "p"), d.Events[0].Data); err != nil {
+		t.Fatal(err)
+	}
+	if compacts(a) {
+		t.Fatal("compacted with a decision folded ahead of its append")
+	}
+	chained(t, a, dep("d1")) // a stored event on the unconfirmed state
+	if compacts(a) {
+		t.Fatal("compacted once a stored event was folded on an unconfirmed decision")
+	}
+	a.ForgetDurable(a.Revision) // the store accepted the appends
+	if !compacts(a) {
+		t.Fatal("confirmed durable: not compacted")
+	}
+	cmd = dep("torn")
+	d = DecideAccount(a, cmd)
+	bad, ok := d.Events[0].Data.(Credited)
+	if !ok {
+		t.Fatalf("a deposit decided %T", d.Events[0].Data)
+	}
+	bad.BalanceAfter++
+	if err := EvolveAccountDecided(a, storedOf(t, cmd, d.Events, 0, uint64(a.Revision+1), "p"), bad); err == nil {
+		t.Fatal("a credit with the wrong balance_after folded")
+	}
+	a.ForgetDurable(a.Revision)
+	chained(t, a, dep("d2"))
+	if compacts(a) {
+		t.Fatal("compacted after a fold stopped in it")
+	}
+}

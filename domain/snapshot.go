@@ -141,7 +141,8 @@ func DecodeSnapshot(stream string, b []byte) (*Account, error) {
 	a := NewAccount(st.ID)
 	a.Opened, a.Closed, a.Currency, a.OverdraftLimit, a.Metadata = st.Opened, st.Closed, st.Currency, st.OverdraftLimit, st.Metadata
 	a.Balance, a.Held, a.Revision, a.LastChain = st.Balance, st.Held, int64(s.Revision), s.Chain
-	a.forgot = true // a snapshot keeps no keys
+	a.durable = a.Revision // a snapshot is of the store's state (its chain is checked by the caller)
+	a.forgot = true        // a snapshot keeps no keys
 	if st.EffectiveFrom != nil {
 		a.EffectiveFrom = *st.EffectiveFrom
 	}

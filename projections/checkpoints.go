@@ -341,6 +341,11 @@ type AuditCheckpoint struct {
 	// HoldsTable is the holds read model's digest likewise (migration
 	// 00016; internal/app/audit/holdsdigest.go).
 	HoldsTable string
+	// Digest anchors the checkpoint outside the database (LoadAudit): a hash
+	// of its ID, position, events and every digest stored with it
+	// (auditAnchorSQL). An operator who keeps it can tell a checkpoint
+	// edited, digests and all, by someone who writes the readmodel schema.
+	Digest string
 }
 
 // AuditAccount is an account's row of an audit checkpoint (migration 00013):
@@ -451,6 +456,20 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 	return err
 }
 
+// auditAnchorSQL is an audit checkpoint c's anchor (AuditCheckpoint.Digest).
+const auditAnchorSQL = `md5(concat_ws('|', c.id, c.commit_position, c.prepare_position, c.events, c.state_digest,
+	c.accounts_digest, c.accounts_table_digest, c.holds_table_digest))`
+
+// AuditDigest reads audit checkpoint id's anchor (AuditCheckpoint.Digest) as
+// stored, unchecked: what the audit that stored it reports.
+func (Checkpointer) AuditDigest(ctx context.Context, q RowQuerier, id int64) (string, error) {
+	var d string
+	if err := q.QueryRow(ctx, `SELECT `+auditAnchorSQL+` FROM readmodel.audit_checkpoints c WHERE c.id = $1`, id).Scan(&d); err != nil {
+		return "", fmt.Errorf("projections: audit checkpoint %d: %w", id, err)
+	}
+	return d, nil
+}
+
 // ErrNoAuditCheckpoint means no audit checkpoint has the ID asked for (or,
 // for the last, none was stored).
 var ErrNoAuditCheckpoint = errors.New("projections: no such audit checkpoint")
@@ -468,8 +487,8 @@ func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (Audi
 		holds   *string
 	)
 	err := q.QueryRow(ctx, `WITH c AS (SELECT * FROM readmodel.audit_checkpoints WHERE $1::bigint = 0 OR id = $1 ORDER BY id DESC LIMIT 1)
-		SELECT c.id, c.commit_position, c.prepare_position, c.events, c.state, c.taken_at, c.accounts_table_digest::text, c.holds_table_digest::text, d.*
-		FROM c CROSS JOIN LATERAL (`+auditCheckedSQL+`) d`, id).Scan(&cp.ID, &c, &p, &cp.Events, &cp.State, &cp.TakenAt, &table, &holds, &cp.Accounts, &ok, &problem)
+		SELECT c.id, c.commit_position, c.prepare_position, c.events, c.state, c.taken_at, c.accounts_table_digest::text, c.holds_table_digest::text, `+auditAnchorSQL+`, d.*
+		FROM c CROSS JOIN LATERAL (`+auditCheckedSQL+`) d`, id).Scan(&cp.ID, &c, &p, &cp.Events, &cp.State, &cp.TakenAt, &table, &holds, &cp.Digest, &cp.Accounts, &ok, &problem)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return cp, ErrNoAuditCheckpoint
 	}

@@ -23,6 +23,7 @@ func auditCommand() *cli.Command {
 		&cli.IntFlag{Name: "max-violations", Value: 1000, Usage: "violations listed (all are counted)", Sources: cli.EnvVars("LEDGER_AUDIT_MAX_VIOLATIONS")},
 		&cli.StringFlag{Name: flagFrom, Usage: "check only the events after a stored audit checkpoint (its ID, or last), carrying its balances, chain heads and sagas in flight forward (needs --database-url)", Sources: cli.EnvVars("LEDGER_AUDIT_FROM"),
 			Validator: func(v string) error { _, err := parseFrom(v); return err }},
+		&cli.StringFlag{Name: flagExpectDigest, Usage: "with --from: refuse the checkpoint (exit 1, nothing stored) unless its digest is this one, as a clean audit printed it when it stored it: an anchor kept outside the database, which catches a checkpoint edited with its digests", Sources: cli.EnvVars("LEDGER_AUDIT_EXPECT_DIGEST")},
 		&cli.BoolFlag{Name: flagSaveCheckpoint, Value: true, Usage: "store a clean audit's result as an audit checkpoint for --from (needs --database-url; not with --account)", Sources: cli.EnvVars("LEDGER_AUDIT_SAVE_CHECKPOINT")},
 		&cli.BoolFlag{Name: flagEventsOut, Usage: "compare LEDGER_EVENTS with the event store (invariant 8: every stored event up to the publisher's checkpoint, in order, none unstored; needs --database-url and NATS)", Sources: cli.EnvVars("LEDGER_AUDIT_EVENTS_OUT")},
 		&cli.BoolFlag{Name: flagRepair, Usage: "with --events-out: republish the missing events under their IDs (takes the publisher's lease: stop the publishers first)", Sources: cli.EnvVars("LEDGER_AUDIT_REPAIR")},
@@ -48,8 +49,10 @@ func auditCommand() *cli.Command {
 			"event up to the publisher's checkpoint, in order, and none the store lacks; --repair\n" +
 			"republishes the missing ones under their IDs. A clean audit of the whole ledger, every read\n" +
 			"model at its head, stores its result as an audit checkpoint (the report says why it stored\n" +
-			"none); --from <id|last> then checks only the events after it (a nightly audit costs the\n" +
-			"day's events). Prints a report; exits 1 naming each violation.",
+			"none) and prints its digest; --from <id|last> then checks only the events after it (a\n" +
+			"nightly audit costs the day's events), and --expect-digest <digest> refuses it (exit 1)\n" +
+			"unless it is the checkpoint that digest was printed for. Prints a report; exits 1 naming\n" +
+			"each violation.",
 		Flags:  flags,
 		Action: runAudit,
 	}
@@ -73,6 +76,9 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 	if cmd.String(flagFrom) != "" {
 		from, _ := parseFrom(cmd.String(flagFrom)) // checked by its Validator
 		opts.From = &from
+	}
+	if opts.ExpectDigest = cmd.String(flagExpectDigest); opts.ExpectDigest != "" && opts.From == nil {
+		return config.Exit(2, fmt.Errorf("--%s is a checkpoint's digest: give the checkpoint (--%s)", flagExpectDigest, flagFrom))
 	}
 	if stores.Pool != nil {
 		// The audit's sets that grow with history live in a session of this
@@ -135,6 +141,7 @@ func parseFrom(v string) (int64, error) {
 
 const (
 	flagFrom           = "from"
+	flagExpectDigest   = "expect-digest"
 	flagSaveCheckpoint = "save-checkpoint"
 	flagEventsOut      = "events-out"
 	flagRepair         = "repair"

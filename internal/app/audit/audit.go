@@ -50,6 +50,10 @@ type Options struct {
 	// last one) and checks only the events after it (resume.go). It needs
 	// Sets or ReadModels, which hold the checkpoints.
 	From *int64
+	// ExpectDigest, with From, refuses the checkpoint unless its digest
+	// (projections.AuditCheckpoint.Digest) is this one: an anchor the
+	// operator kept outside the database.
+	ExpectDigest string
 	// SaveCheckpoint stores the audit's result as a checkpoint when it finds
 	// no violation (Report.Checkpoint). It needs Sets or ReadModels; not with
 	// Account (a checkpoint carries every account).
@@ -65,6 +69,9 @@ type CheckpointRef struct {
 	// resumed from: its accounts, and those it read (the events touched them).
 	Accounts     int64 `json:"accounts,omitempty"`
 	AccountsRead int64 `json:"accounts_read,omitempty"`
+	// Digest anchors the checkpoint (projections.AuditCheckpoint.Digest):
+	// kept outside the database, Options.ExpectDigest checks it.
+	Digest string `json:"digest,omitempty"`
 }
 
 // ReadModelCheck is one projection's comparison with the fold.
@@ -209,7 +216,9 @@ func runFold(ctx context.Context, store Store, opts Options) (*Fold, error) {
 	}
 	if opts.From != nil {
 		cp, err := projections.Checkpoints.LoadAudit(ctx, opts.Sets, *opts.From)
-		if err == nil {
+		if err == nil && opts.ExpectDigest != "" && cp.Digest != opts.ExpectDigest {
+			err = fmt.Errorf("audit: --from: checkpoint %d's digest is %s, not the %s expected: it was replaced or edited, digests and all, since; run a full audit", cp.ID, cp.Digest, opts.ExpectDigest)
+		} else if err == nil {
 			err = f.resume(ctx, store, opts.Sets, cp)
 		} else {
 			err = fmt.Errorf("audit: --from: %w", err)
@@ -263,7 +272,7 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 		rep.Violations, rep.ViolationCount = f.forAccount(opts.Account)
 	}
 	if f.from != nil {
-		rep.From = &CheckpointRef{ID: f.from.ID, Position: f.from.Position.String(), Events: f.from.Events, Accounts: f.resumed.rows, AccountsRead: f.resumed.loaded}
+		rep.From = &CheckpointRef{ID: f.from.ID, Position: f.from.Position.String(), Events: f.from.Events, Accounts: f.resumed.rows, AccountsRead: f.resumed.loaded, Digest: f.from.Digest}
 	}
 	if opts.SaveCheckpoint && rep.OK() {
 		if rep.NoCheckpoint = r.notCheckpointable(); rep.NoCheckpoint != "" {
@@ -276,6 +285,9 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 			return rep, err
 		}
 		rep.Checkpoint = &CheckpointRef{ID: id, Position: f.Last.String(), Events: f.Events}
+		if rep.Checkpoint.Digest, err = projections.Checkpoints.AuditDigest(ctx, opts.Sets, id); err != nil {
+			return rep, err
+		}
 	}
 	return rep, nil
 }
@@ -337,6 +349,9 @@ func (r *auditRun) notCheckpointable() string {
 
 // checkpointOptions checks what From and SaveCheckpoint need.
 func checkpointOptions(opts Options) error {
+	if opts.ExpectDigest != "" && opts.From == nil {
+		return errors.New("audit: an expected digest is a checkpoint's: give the checkpoint (From)")
+	}
 	if (opts.From != nil || opts.SaveCheckpoint) && opts.Sets == nil {
 		return errors.New("audit: checkpoints are kept in PostgreSQL: give the read models' database")
 	}
@@ -802,8 +817,8 @@ func (r *Report) Write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "Audit of %s, up to position %s\n", scope, r.Head)
 	if r.From != nil {
-		fmt.Fprintf(w, "  from audit checkpoint %d at %s (%d events before it, trusted): the %d events after it checked; %d of its %d accounts read (those they touched)\n",
-			r.From.ID, r.From.Position, r.From.Events, r.Events-r.From.Events, r.From.AccountsRead, r.From.Accounts)
+		fmt.Fprintf(w, "  from audit checkpoint %d at %s (%d events before it, trusted; digest %s): the %d events after it checked; %d of its %d accounts read (those they touched)\n",
+			r.From.ID, r.From.Position, r.From.Events, r.From.Digest, r.Events-r.From.Events, r.From.AccountsRead, r.From.Accounts)
 	}
 	fmt.Fprintf(w, "  %d events in %d streams: %d accounts, %d transfers, %d client keys\n", r.Events, r.Streams, r.Accounts, r.Transfers, r.Keys)
 	chain := "not verified (use --verify-chain)"
@@ -841,7 +856,8 @@ func (r *Report) Write(w io.Writer) {
 		r.EventsOut.write(w)
 	}
 	if r.Checkpoint != nil {
-		fmt.Fprintf(w, "Audit checkpoint %d stored at %s (%d events): ledger audit --from %d checks what comes after\n", r.Checkpoint.ID, r.Checkpoint.Position, r.Checkpoint.Events, r.Checkpoint.ID)
+		fmt.Fprintf(w, "Audit checkpoint %d stored at %s (%d events): ledger audit --from %d --expect-digest %s checks what comes after\n",
+			r.Checkpoint.ID, r.Checkpoint.Position, r.Checkpoint.Events, r.Checkpoint.ID, r.Checkpoint.Digest)
 	}
 	if r.NoCheckpoint != "" {
 		fmt.Fprintf(w, "No audit checkpoint stored: %s\n", r.NoCheckpoint)

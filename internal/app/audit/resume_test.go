@@ -232,3 +232,28 @@ func TestIncrementalAuditRefusesACheckpointThatDoesNotMatch(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestIncrementalAuditChecksTheExpectedDigest: an audit that stores a
+// checkpoint reports its digest, and an incremental audit given that digest
+// refuses the checkpoint once its digests were edited in the database (as
+// someone who writes the readmodel schema would, to hide an edited row), or
+// given another digest; given its own it resumes.
+func TestIncrementalAuditChecksTheExpectedDigest(t *testing.T) {
+	env, cp := spanned(t)
+	if len(cp.Digest) != 32 {
+		t.Fatalf("checkpoint %d reported with digest %q", cp.ID, cp.Digest)
+	}
+	if rep := run(t, env, audit.Options{From: &cp.ID, ExpectDigest: cp.Digest}); !rep.OK() || rep.From.Digest != cp.Digest {
+		t.Fatalf("from checkpoint %d with its own digest: ok %v, digest %q: %v", cp.ID, rep.OK(), rep.From.Digest, rep.Violations)
+	}
+	refused := func(what, digest string) {
+		t.Helper()
+		_, err := audit.Run(context.Background(), env.Store, audit.Options{ReadModels: env.Pool, From: &cp.ID, ExpectDigest: digest})
+		if err == nil || !strings.Contains(err.Error(), "not the "+digest+" expected") {
+			t.Fatalf("%s: the audit from checkpoint %d was not refused: %v", what, cp.ID, err)
+		}
+	}
+	refused("another digest", strings.Repeat("0", 32))
+	exec(t, env, `UPDATE readmodel.audit_checkpoints SET accounts_table_digest = accounts_table_digest + 1 WHERE id = $1`, cp.ID)
+	refused("its accounts table digest edited", cp.Digest)
+}

@@ -127,7 +127,7 @@ func metadataJSON(m map[string]string) string {
 
 func accountRowOf(a *domain.Account) string {
 	c := accountColsOf(a)
-	return row(c.id, c.currency, c.overdraft, c.metadata, c.status, c.balance, c.held, c.balance-c.held, c.rev)
+	return row(c.values()...)
 }
 
 func holdRowOf(account, currency string, h *domain.Hold, captured int64) string {
@@ -297,7 +297,7 @@ func openTable(ctx context.Context, tr tableRead, keys []string) (*tableRows, er
 	var sql string
 	switch tr.table {
 	case "accounts":
-		sql = `SELECT account_id, currency, overdraft_limit, metadata::text, status, balance, held, available, revision FROM %s WHERE $1 = '' OR account_id = $1`
+		sql = `SELECT ` + accountsSelect + ` FROM %s WHERE $1 = '' OR account_id = $1`
 	case "holds":
 		sql = `SELECT account_id, hold_id, amount, currency, status, captured, expires_at, idempotency_key FROM %s WHERE $1 = '' OR account_id = $1`
 	case "entries":
@@ -362,16 +362,16 @@ func (t *tableRows) scan() (err error) {
 	rows := t.rows
 	switch t.table {
 	case "accounts":
-		var id, currency, md, status string
-		var overdraft, balance, held, available, rev int64
-		if err := rows.Scan(&id, &currency, &overdraft, &md, &status, &balance, &held, &available, &rev); err != nil {
+		var c accountCols
+		if err := rows.Scan(c.ptrs()...); err != nil {
 			return err
 		}
 		var m map[string]string
-		if err := json.Unmarshal([]byte(md), &m); err != nil {
+		if err := json.Unmarshal([]byte(c.metadata), &m); err != nil {
 			return err
 		}
-		t.key, t.row = id, row(id, currency, overdraft, metadataJSON(m), status, balance, held, available, rev)
+		c.metadata = metadataJSON(m)
+		t.key, t.row = c.id, row(c.values()...)
 		return nil
 	case "holds":
 		var account, hold, currency, status, key string

@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -24,32 +25,99 @@ import (
 // table in one statement (one pass over it, a hash anti-join with the
 // touched accounts), whose cost grows with the accounts, not the events.
 
-// accountRowHash hashes an accounts row's compared columns (those openTable
-// reads; available is balance - held) to a 64-bit integer: PostgreSQL renders
-// the row from the table's columns or from the fold's values alike (same
-// types), so that both hash the same text.
-const accountRowHash = `('x' || substr(md5(ROW(account_id, currency, overdraft_limit, metadata, status, balance, held, balance - held, revision)::text), 1, 16))::bit(64)::bigint`
-
-// accountsTableDigestSQL sums, in the read models' snapshot, the hashes of
-// the accounts table's rows (%s: the live view) apart from the accounts $1
-// (the whole table's, the others'), and of the rows $2..$9 (the touched
-// accounts' checkpoint rows), each sum a decimal integer.
-const accountsTableDigestSQL = `SELECT coalesce(sum(h), 0)::text, coalesce(sum(h) FILTER (WHERE t.id IS NULL), 0)::text,
-	(SELECT coalesce(sum(` + accountRowHash + `), 0) FROM (SELECT account_id, currency, overdraft_limit, md::jsonb AS metadata, status, balance, held, revision
-		FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::bigint[])
-		AS o(account_id, currency, overdraft_limit, md, status, balance, held, revision)) o)::text
-FROM (SELECT account_id, ` + accountRowHash + ` AS h FROM %s) a LEFT JOIN unnest($1::text[]) t(id) ON t.id = a.account_id`
-
 // accountCols are an accounts row's compared columns, as the fold expects
-// them (accountRowOf renders them).
+// them or as the table holds them (its metadata as metadataJSON renders it).
 type accountCols struct {
-	id, currency, metadata, status string
-	overdraft, balance, held, rev  int64
+	id, currency, metadata, status           string
+	overdraft, balance, held, available, rev int64
 }
 
 func accountColsOf(a *domain.Account) accountCols {
 	return accountCols{id: a.ID, currency: a.Currency, metadata: metadataJSON(a.Metadata), status: string(a.Status()),
-		overdraft: a.OverdraftLimit, balance: a.Balance, held: a.Held, rev: a.Revision}
+		overdraft: a.OverdraftLimit, balance: a.Balance, held: a.Held, available: a.Balance - a.Held, rev: a.Revision}
+}
+
+// accountColumns is the one list of the accounts table's compared columns,
+// in order: what openTable selects and scans (accountsSelect, ptrs), the row
+// the comparison renders (accountRowOf), what the digest hashes
+// (accountRowHash) and the fold's rows it unnests (columnsOf). A column
+// added here is compared everywhere.
+var accountColumns = []struct {
+	name string                   // the table's column
+	text bool                     // text (else bigint)
+	cast string                   // the column's type when not text or bigint: read as text, cast back to hash
+	ptr  func(c *accountCols) any // the field
+}{
+	{"account_id", true, "", func(c *accountCols) any { return &c.id }},
+	{"currency", true, "", func(c *accountCols) any { return &c.currency }},
+	{"overdraft_limit", false, "", func(c *accountCols) any { return &c.overdraft }},
+	{"metadata", true, "jsonb", func(c *accountCols) any { return &c.metadata }},
+	{"status", true, "", func(c *accountCols) any { return &c.status }},
+	{"balance", false, "", func(c *accountCols) any { return &c.balance }},
+	{"held", false, "", func(c *accountCols) any { return &c.held }},
+	{"available", false, "", func(c *accountCols) any { return &c.available }},
+	{"revision", false, "", func(c *accountCols) any { return &c.rev }},
+}
+
+// ptrs are c's fields in accountColumns' order (to scan into).
+func (c *accountCols) ptrs() []any {
+	out := make([]any, len(accountColumns))
+	for i, col := range accountColumns {
+		out[i] = col.ptr(c)
+	}
+	return out
+}
+
+// values are c's fields in accountColumns' order.
+func (c *accountCols) values() []any {
+	out := c.ptrs()
+	for i, p := range out {
+		switch v := p.(type) {
+		case *string:
+			out[i] = *v
+		case *int64:
+			out[i] = *v
+		}
+	}
+	return out
+}
+
+// accountsSelect, accountRowHash and accountsTableDigestSQL are derived from
+// accountColumns (accountsSQL).
+var accountsSelect, accountRowHash, accountsTableDigestSQL = accountsSQL()
+
+// accountsSQL derives from accountColumns the columns openTable selects, the
+// hash of a row's compared columns to a 64-bit integer (PostgreSQL renders
+// the row from the table's columns or from the fold's values alike, same
+// types, so that both hash the same text), and the statement that sums, in
+// the read models' snapshot, the hashes of the accounts table's rows (%s: the
+// live view) apart from the accounts $1 (the whole table's, the others'), and
+// of the rows $2... (the touched accounts' checkpoint rows, a column each),
+// each sum a decimal integer.
+func accountsSQL() (string, string, string) {
+	var sel, names, arrays, back []string
+	for i, c := range accountColumns {
+		typ, name := "bigint", c.name
+		if c.text {
+			typ = "text"
+		}
+		if c.cast != "" {
+			name = c.name + "::text"
+		}
+		sel, names = append(sel, name), append(names, c.name)
+		arrays = append(arrays, fmt.Sprintf("$%d::%s[]", i+2, typ))
+		if c.cast != "" {
+			back = append(back, c.name+"::"+c.cast+" AS "+c.name)
+		} else {
+			back = append(back, c.name)
+		}
+	}
+	hash := `('x' || substr(md5(ROW(` + strings.Join(names, ", ") + `)::text), 1, 16))::bit(64)::bigint`
+	digest := `SELECT coalesce(sum(h), 0)::text, coalesce(sum(h) FILTER (WHERE t.id IS NULL), 0)::text,
+	(SELECT coalesce(sum(` + hash + `), 0) FROM (SELECT ` + strings.Join(back, ", ") + `
+		FROM unnest(` + strings.Join(arrays, ", ") + `) AS o(` + strings.Join(names, ", ") + `)) o)::text
+FROM (SELECT account_id, ` + hash + ` AS h FROM %s) a LEFT JOIN unnest($1::text[]) t(id) ON t.id = a.account_id`
+	return strings.Join(sel, ", "), hash, digest
 }
 
 // accountsTable is what checkAccountsTable and checkHoldsTable found: the
@@ -106,13 +174,25 @@ func (f *Fold) compareTableDigest(ctx context.Context, tx pgx.Tx, l liveGen, d t
 	return nil
 }
 
-// columnsOf hands rows as the columns accountsTableDigestSQL unnests ($2..$9).
+// columnsOf hands rows as the columns accountsTableDigestSQL unnests ($2...).
 func columnsOf(rows []accountCols) []any {
-	ids, curs, mds, sts := make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows))
-	ods, bals, helds, revs := make([]int64, len(rows)), make([]int64, len(rows)), make([]int64, len(rows)), make([]int64, len(rows))
-	for i, r := range rows {
-		ids[i], curs[i], mds[i], sts[i] = r.id, r.currency, r.metadata, r.status
-		ods[i], bals[i], helds[i], revs[i] = r.overdraft, r.balance, r.held, r.rev
+	out := make([]any, len(accountColumns))
+	for i, c := range accountColumns {
+		if c.text {
+			out[i] = make([]string, len(rows))
+		} else {
+			out[i] = make([]int64, len(rows))
+		}
 	}
-	return []any{ids, curs, ods, mds, sts, bals, helds, revs}
+	for j := range rows {
+		for i, v := range rows[j].values() {
+			switch x := v.(type) {
+			case string:
+				out[i].([]string)[j] = x
+			case int64:
+				out[i].([]int64)[j] = x
+			}
+		}
+	}
+	return out
 }

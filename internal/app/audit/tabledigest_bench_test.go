@@ -54,7 +54,7 @@ func BenchmarkAccountsTableDigest(b *testing.B) {
 	)
 	for i := 1; i <= n; i += 100 {
 		touched = append(touched, fmt.Sprintf("acct-%d", i))
-		rows = append(rows, accountCols{id: touched[len(touched)-1], currency: "EUR", metadata: `{"k":"v"}`, status: "open", balance: int64(i), rev: 1})
+		rows = append(rows, accountCols{id: touched[len(touched)-1], currency: "EUR", metadata: `{"k":"v"}`, status: "open", balance: int64(i), available: int64(i), rev: 1})
 	}
 	old := columnsOf(rows)
 	statements := map[string]func(pgx.Tx) error{

@@ -223,9 +223,6 @@ func (bd *batchDecision) settle(res []eventstore.AppendResult) {
 // failed (the folds never happened).
 func (bd *batchDecision) forget() {
 	for stream := range bd.folded {
-		if acc := bd.accs[strings.TrimPrefix(stream, domain.AccountStreamPrefix)]; acc != nil {
-			acc.Discard()
-		}
 		bd.s.accounts.c.Remove(stream)
 	}
 	for stream := range bd.transfers {

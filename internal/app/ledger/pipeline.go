@@ -225,9 +225,6 @@ func (ps *pipes) poison(stream string) {
 	defer ps.mu.Unlock()
 	if p := ps.m[stream]; p != nil {
 		p.stale = true
-		if p.acc != nil {
-			p.acc.Discard()
-		}
 	}
 }
 
@@ -264,9 +261,6 @@ func (ps *pipes) end(stream string, ok bool) {
 	p := ps.m[stream]
 	p.inflight--
 	p.stale = p.stale || !ok
-	if !ok && p.acc != nil {
-		p.acc.Discard() // whoever still holds it (a late eviction) makes no resident of it
-	}
 	if p.room != nil && p.inflight < p.roomAt {
 		close(p.room)
 		p.room = nil
@@ -325,7 +319,6 @@ func (s *Service) appendHot(ctx context.Context, l *heldLocks, parts []eventstor
 		if err := domain.EvolveAccountDecided(hot.acc, ev, hot.w.payloads[i]); err != nil {
 			// Half folded: the store's state is read again, once the appends in
 			// flight on this pending state have drained.
-			hot.acc.Discard()
 			s.accounts.c.Remove(hot.stream)
 			s.pipes.poison(hot.stream)
 			return nil, err

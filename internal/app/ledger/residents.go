@@ -17,9 +17,12 @@ import (
 // resident is taken out when its account is loaded into the cache, and made
 // again when the cache drops it.
 //
-// A resident is made only of a durable aggregate, under its stream's lock (a
-// cache eviction whose stream is busy, or has appends in flight or stale, makes
-// none: the next command loads the account cold, as before). It may be stale,
+// A resident is made only of an aggregate the store confirmed
+// (domain.Account.Durable, which Compact checks: never the pending state of an
+// append, even one that failed long before an eviction callback hands it
+// over), under its stream's lock (a cache eviction whose stream is busy, or
+// has appends in flight or stale, makes none: the next command loads the
+// account cold, as before). It may be stale,
 // like any cached aggregate another instance wrote past: the append's expected
 // revision refuses a decision taken on it, and the command is decided again on
 // the store's head.
@@ -124,8 +127,8 @@ func (s *Service) loadCold(ctx context.Context, stream, id string, refresh bool)
 }
 
 // toResident keeps acc, which the cache dropped, as stream's resident when
-// it is durable and no one holds or waits for the stream (else the cache's
-// caller holds it: it may be mid-command, or not what the store holds).
+// no one holds or waits for the stream (else the cache's caller holds it: it
+// may be mid-command) and Compact takes it (it is the store's state).
 func (s *Service) toResident(stream string, acc *domain.Account) {
 	unlock, ok := s.locks.tryLock(stream)
 	if !ok {

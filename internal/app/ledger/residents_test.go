@@ -187,11 +187,7 @@ func TestResidentsBounded(t *testing.T) {
 
 // TestNoResidentOfABusyAccount: an aggregate the cache drops while a
 // command holds its stream's lock, or while it has appends in flight or
-// stale, is not made resident (it may be mid-command, or ahead of the store);
-// nor, once the stream is free again, the pending state of a failed append
-// (found by review: an eviction callback that ran late made it resident, and
-// the store took decisions on a phantom balance at the expected revision). It
-// failed so before Account.Discard.
+// stale, is not made resident (it may be mid-command, or ahead of the store).
 func TestNoResidentOfABusyAccount(t *testing.T) {
 	s := New(memory.New(), Options{Clock: clock})
 	defer s.Close()
@@ -219,17 +215,93 @@ func TestNoResidentOfABusyAccount(t *testing.T) {
 	}
 	s.pipes.resolve(stream, "k")
 	s.pipes.takeStale(stream)
-	// Free and idle again, but acc was the pending state of the failed
-	// append: an eviction callback that runs that late must make nothing of
-	// it (it may hold a decision the store never took).
-	s.toResident(stream, acc)
-	if s.residents.has(stream) {
-		t.Fatal("made resident of the pending state of a failed append")
-	}
-	// The state read again from the store is made resident when dropped.
-	mustApply(t, s, "deposit", `{"idempotency_key":"d","account_id":"b","amount":5,"currency":"EUR"}`)
-	s.accounts.c.Remove(stream)
+	s.toResident(stream, acc) // nothing was folded into it: the store's state
 	if !s.residents.has(stream) {
 		t.Fatal("a durable, free account not made resident")
+	}
+}
+
+// refusingStore is the memory store failing every append while fail is set,
+// before anything is written.
+type refusingStore struct {
+	*memory.Store
+	fail atomic.Bool
+}
+
+func (r *refusingStore) Append(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events []eventstore.EventData) (eventstore.AppendResult, error) {
+	if r.fail.Load() {
+		return eventstore.AppendResult{}, errInjected
+	}
+	return r.Store.Append(ctx, stream, expected, events)
+}
+
+func (r *refusingStore) AppendMulti(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	if r.fail.Load() {
+		return nil, errInjected
+	}
+	return r.Store.AppendMulti(ctx, parts)
+}
+
+// TestResidentOnlyOfConfirmedState: an aggregate that held a decision whose
+// append failed is never made resident, however late the cache's eviction
+// callback hands it over (it runs after the cache's lock is released: once
+// the stream is free and idle again, say): a resident is made only of an
+// aggregate the store confirmed (domain.Account.Durable), whichever path
+// folded the decision ahead of its append: a pipelined command, a transfer,
+// an atomic batch. Found by review: a late callback made the pending state of
+// a failed append resident, and the store took the next decision on its
+// phantom balance at the expected revision. Without the confirmation
+// (Compact ignoring Durable) the pipelined and atomic batch cases fail.
+func TestResidentOnlyOfConfirmedState(t *testing.T) {
+	cases := []struct {
+		name string
+		send func(s *Service) Reply
+	}{
+		{"pipelined deposit", func(s *Service) Reply {
+			return post(t, s, "deposit", `{"idempotency_key":"x","account_id":"a","amount":50,"currency":"EUR"}`)
+		}},
+		{"transfer", func(s *Service) Reply {
+			return post(t, s, "transfer", `{"idempotency_key":"x","from_account_id":"a","to_account_id":"b","amount":30,"currency":"EUR"}`)
+		}},
+		{"atomic batch", func(s *Service) Reply {
+			return s.HandleBatch(context.Background(), atomicBody("x", []batchCmd{
+				{"deposit", map[string]any{"idempotency_key": "x1", "account_id": "a", "amount": 50, "currency": "EUR"}},
+				{"withdraw", map[string]any{"idempotency_key": "x2", "account_id": "b", "amount": 5, "currency": "EUR"}},
+			}), 0)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st := &refusingStore{Store: memory.New()}
+			s := New(st, Options{Clock: clock})
+			defer s.Close()
+			for _, id := range []string{"a", "b"} {
+				mustApply(t, s, "open_account", fmt.Sprintf(`{"idempotency_key":"o%s","account_id":"%s","currency":"EUR"}`, id, id))
+				mustApply(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"d%s","account_id":"%s","amount":100,"currency":"EUR"}`, id, id))
+			}
+			held := map[string]*domain.Account{}
+			for _, id := range []string{"a", "b"} {
+				held[id], _ = s.accounts.c.Peek(domain.AccountStream(id))
+			}
+			st.fail.Store(true)
+			if r := c.send(s); r.Status == domain.StatusApplied {
+				t.Fatalf("applied on a store that failed the append: %+v", r)
+			}
+			st.fail.Store(false)
+			for id, acc := range held {
+				stream := domain.AccountStream(id)
+				s.pipes.takeStale(stream)   // free and idle again
+				s.accounts.c.Remove(stream) // dropped now
+				s.toResident(stream, acc)   // or handed over this late
+				if s.residents.has(stream) && acc.Balance != 100 {
+					t.Fatalf("%s made resident with a balance of %d the store never held", id, acc.Balance)
+				}
+			}
+			// The store's state decides the next command.
+			r := mustApply(t, s, "withdraw", `{"idempotency_key":"w","account_id":"a","amount":100,"currency":"EUR"}`)
+			if r.Account.Balance != 0 {
+				t.Fatalf("withdrawing the 100 the store holds leaves %d", r.Account.Balance)
+			}
+		})
 	}
 }

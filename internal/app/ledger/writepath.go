@@ -419,7 +419,6 @@ func (s *Service) applyWritten(ctx context.Context, stream string, acc *domain.A
 	}
 	for i, ev := range w.events {
 		if err := domain.EvolveAccountDecided(acc, ev, w.payloads[i]); err != nil {
-			acc.Discard()
 			s.accounts.c.Remove(stream)
 			return err
 		}

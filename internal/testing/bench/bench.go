@@ -50,7 +50,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		HottestShare: w.hottestShare(), Duration: cfg.Duration.String(), Capture: cfg.Capture, Grace: cfg.Grace.String(), NATSSync: natsSync(cfg),
 		MaxInFlight: cfg.MaxInFlight, GroupCommit: !cfg.DisableGroupCommit, BatchMax: cfg.BatchMax, Committers: cfg.Committers,
 		BaselinePoolSize: cfg.BaselinePoolSize, BaselineLockedRead: !cfg.BaselinePlainRead, JetStreamMessages: cfg.JetStreamMessages, KeyCheckEvents: cfg.KeyCheckEvents,
-		EventStore: reportedEventStore(cfg.EventStore),
+		EventStore: reportedEventStore(cfg.EventStore), Target: cfg.TargetNATSURL,
 	}}
 	if isKurrent(cfg.EventStore) {
 		rep.Config.GroupCommit = false // KurrentDB writes one stream per append
@@ -62,6 +62,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		rep.Seconds = time.Since(rep.Started).Seconds()
 		rep.Machine.LoadAfter = loadAvg()
 	}()
+
+	if cfg.TargetNATSURL != "" {
+		return rep, runTarget(ctx, cfg, w, rep)
+	}
 
 	dir := cfg.DataDir
 	if dir == "" {
@@ -347,7 +351,6 @@ func startBaseline(ctx context.Context, cfg Config, env *devenv.Env, dir string,
 // runSystem drives one system through the phases; calls, when not nil, counts
 // the calls its event store receives.
 func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload, pm int, prog *progress, calls *storeCalls) ([]PhaseResult, *ManyReport, error) {
-	log := cfg.Progress
 	t, err := dialTarget(sys, natsURL, cfg.Clients)
 	if err != nil {
 		return nil, nil, err
@@ -365,23 +368,13 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 			return nil, nil, err
 		}
 	}
-	start := time.Now()
-	rrStart := start
-	if err := openAccounts(ctx, t, w, cfg.Clients); err != nil {
-		return nil, nil, err
-	}
-	log.Info("bench: accounts open", "system", sys, "accounts", len(w.accounts), "took", time.Since(start).Round(time.Millisecond))
-
+	rrStart := time.Now()
 	gens := func(phase string) []*clientGen { return newGens(w, sys[:1]+phase, cfg.Clients) }
 	pr := &phaseRunner{ctx: ctx, cfg: cfg, sys: sys, t: t, pm: pm, prog: prog, calls: calls}
 	phase := pr.run
-	var warmNew int64
-	if cfg.Warmup > 0 {
-		wr, err := drive(ctx, t, gens("warm"), loadSpec{system: sys, phase: "warm-up", duration: cfg.Warmup, dupRatio: cfg.DuplicateRatio}, prog)
-		if err != nil {
-			return pr.out, pr.manyRep, err
-		}
-		warmNew = wr.c.newAnswered.Load()
+	warmNew, err := openAndWarm(ctx, cfg, sys, t, w, prog)
+	if err != nil {
+		return pr.out, pr.manyRep, err
 	}
 	load := gens("load")
 	lr, err := phase(PhaseLoad, load, loadSpec{duration: cfg.Duration, dupRatio: cfg.DuplicateRatio})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ledgerworks/ledger/internal/platform/devenv"
 	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 )
 
@@ -476,5 +477,44 @@ func TestRunTinyPairAndLone(t *testing.T) {
 	}
 	if hot := lines[len(lines)-3]; hot != rep.HotRatioLine() {
 		t.Fatalf("third line from the end %q", hot)
+	}
+}
+
+// TestRunTarget: with TargetNATSURL the bench starts nothing and drives the
+// ledger it is given (here one started beside it, as `ledger dev` in another
+// process would be): the accounts are opened through it and the load phase
+// alone is reported, its new commands applied in that ledger's store, with
+// no error. No figure is asserted.
+func TestRunTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts NATS and a ledger")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dbURL := pgtest.URL(t)
+	env, err := devenv.Start(ctx, devenv.Options{DataDir: t.TempDir(), NATSAddr: "127.0.0.1:0", DatabaseURL: dbURL, NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop(context.WithoutCancel(ctx))
+	cfg := Config{Clients: 4, Accounts: 20, DuplicateRatio: 0.2, Duration: time.Second, Warmup: 100 * time.Millisecond, TargetNATSURL: env.NATSURL}
+	rep, text, _ := runTiny(ctx, t, cfg)
+	if len(rep.Phases) != 1 || rep.Phases[0].Phase != PhaseLoad || rep.Phases[0].Errors != 0 || rep.Phases[0].NewApplied == 0 {
+		t.Fatalf("phases %+v", rep.Phases)
+	}
+	if !strings.Contains(text, "target: a ledger in another process at "+env.NATSURL) {
+		t.Fatalf("the report does not name its target:\n%s", text)
+	}
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var opened int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM events WHERE type = 'AccountOpened'`).Scan(&opened); err != nil {
+		t.Fatal(err)
+	}
+	if opened != cfg.Accounts {
+		t.Fatalf("%d accounts opened in the target's store, want %d", opened, cfg.Accounts)
 	}
 }

@@ -86,6 +86,13 @@ type Config struct {
 	// checkpoints and the baseline stay on PostgreSQL.
 	EventStore string
 
+	// TargetNATSURL, when set, is the NATS server of a ledger this process
+	// does not start (`ledger dev` or `serve` in another process): Run opens
+	// the accounts through it and runs the warm-up and the load phase only
+	// (RunTarget), starting nothing; the ledger's own figures (heap, CPU,
+	// RSS) are for the caller to sample from outside.
+	TargetNATSURL string
+
 	// DataDir holds the private PostgreSQL cluster and the NATS stores; empty: a
 	// temporary directory removed at the end.
 	DataDir string

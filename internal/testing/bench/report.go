@@ -170,6 +170,9 @@ type ReportConfig struct {
 	// EventStore is the ledger's event store: postgres, kurrenttest, or a
 	// KurrentDB URL without its secrets (Config.EventStore).
 	EventStore string `json:"event_store"`
+	// Target is Config.TargetNATSURL: the NATS URL of a ledger in another
+	// process, the only system driven; empty when the bench started its own.
+	Target string `json:"target,omitempty"`
 }
 
 // Phase returns the result of a system's phase, or nil.
@@ -221,15 +224,17 @@ func (r *Report) Print(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "\nledger bench: %d clients, %d accounts (skew %.2f, hottest account %.2f%% of commands), duplicate ratio %.2f, transaction ratio %.2f, %s per load phase\n",
 		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.TransactionRatio, c.Duration)
-	fmt.Fprintf(w, "machine: %d cores, %d MiB, %s, fsync %v; load average before %s, after %s\n",
-		r.Machine.Cores, r.Machine.MemoryMB, r.Machine.GoVersion, onOff(r.Machine.Fsync), r.Machine.LoadBefore, r.Machine.LoadAfter)
-	capture := "off (plain request-reply)"
-	if c.Capture {
-		capture = "on (LEDGER_COMMANDS stores every command, fsync " + c.NATSSync + "; the consumer confirms each after " + c.Grace + ")"
+	fsync := onOff(r.Machine.Fsync)
+	if c.Target != "" {
+		fsync = "the target's"
 	}
-	fmt.Fprintf(w, "JetStream capture of request-reply: %s\n", capture)
-	fmt.Fprintf(w, "ledger event store: %s\n", eventStoreLine(c.EventStore))
-	fmt.Fprintf(w, "baseline: %s; ledger group commit %s\n\n", baselineRead(c), groupCommit(c))
+	fmt.Fprintf(w, "machine: %d cores, %d MiB, %s, fsync %v; load average before %s, after %s\n",
+		r.Machine.Cores, r.Machine.MemoryMB, r.Machine.GoVersion, fsync, r.Machine.LoadBefore, r.Machine.LoadAfter)
+	if c.Target != "" {
+		fmt.Fprintf(w, "target: a ledger in another process at %s (its event store, capture and group commit are its own)\n\n", c.Target)
+	} else {
+		r.printSettings(w)
+	}
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "system\tphase\tcommands/s\tp50 ms\tp99 ms\tp99.9 ms\tduplicates/s\tapplied\terrors\tanomalies\tearly dups\tbatch\tcpu bench/pg/other\tmode\t")
@@ -475,4 +480,16 @@ func (r *Report) Markdown(w io.Writer) {
 		fmt.Fprintf(w, "\n`%s`\n", r.ManyRatioLine())
 	}
 	fmt.Fprintf(w, "\n`%s`\n", r.RatioLine())
+}
+
+// printSettings writes how the systems this bench started were set up.
+func (r *Report) printSettings(w io.Writer) {
+	c := r.Config
+	capture := "off (plain request-reply)"
+	if c.Capture {
+		capture = "on (LEDGER_COMMANDS stores every command, fsync " + c.NATSSync + "; the consumer confirms each after " + c.Grace + ")"
+	}
+	fmt.Fprintf(w, "JetStream capture of request-reply: %s\n", capture)
+	fmt.Fprintf(w, "ledger event store: %s\n", eventStoreLine(c.EventStore))
+	fmt.Fprintf(w, "baseline: %s; ledger group commit %s\n\n", baselineRead(c), groupCommit(c))
 }
