@@ -297,7 +297,7 @@ func openTable(ctx context.Context, tr tableRead, keys []string) (*tableRows, er
 	var sql string
 	switch tr.table {
 	case "accounts":
-		sql = `SELECT ` + accountsSelect + ` FROM %s WHERE $1 = '' OR account_id = $1`
+		sql = `SELECT ` + accountsSQLs.selects + ` FROM %s WHERE $1 = '' OR account_id = $1`
 	case "holds":
 		sql = `SELECT account_id, hold_id, amount, currency, status, captured, expires_at, idempotency_key FROM %s WHERE $1 = '' OR account_id = $1`
 	case "entries":

@@ -18,7 +18,7 @@ import (
 // found the table equal to its fold, at its head (every live read model
 // there: checkpointable), and kept its digest (AuditCheckpoint.AccountsTable,
 // migration 00014), an order-free sum of a 64-bit hash of each row
-// (accountRowHash). The rows of the accounts not touched must still sum to
+// (accountsSQL's hash). The rows of the accounts not touched must still sum to
 // it less the rows the touched ones had then (their checkpoint rows,
 // resumedAccounts.old): a row of an untouched account edited, deleted or
 // added since is caught, as a full audit catches it. PostgreSQL sums the
@@ -38,9 +38,9 @@ func accountColsOf(a *domain.Account) accountCols {
 }
 
 // accountColumns is the one list of the accounts table's compared columns,
-// in order: what openTable selects and scans (accountsSelect, ptrs), the row
+// in order: what openTable selects and scans (accountsSQLs.selects, ptrs), the row
 // the comparison renders (accountRowOf), what the digest hashes
-// (accountRowHash) and the fold's rows it unnests (columnsOf). A column
+// (accountsSQL's hash) and the fold's rows it unnests (columnsOf). A column
 // added here is compared everywhere.
 var accountColumns = []struct {
 	name string                   // the table's column
@@ -82,9 +82,16 @@ func (c *accountCols) values() []any {
 	return out
 }
 
-// accountsSelect, accountRowHash and accountsTableDigestSQL are derived from
-// accountColumns (accountsSQL).
-var accountsSelect, accountRowHash, accountsTableDigestSQL = accountsSQL()
+// accountsSQLText is what accountsSQL derives from accountColumns.
+type accountsSQLText struct {
+	// selects is the columns openTable selects.
+	selects string
+	// tableDigest sums the accounts table's row hashes (checkAccountsTable).
+	tableDigest string
+}
+
+// accountsSQLs is derived once from accountColumns (accountsSQL).
+var accountsSQLs = accountsSQL()
 
 // accountsSQL derives from accountColumns the columns openTable selects, the
 // hash of a row's compared columns to a 64-bit integer (PostgreSQL renders
@@ -94,7 +101,7 @@ var accountsSelect, accountRowHash, accountsTableDigestSQL = accountsSQL()
 // live view) apart from the accounts $1 (the whole table's, the others'), and
 // of the rows $2... (the touched accounts' checkpoint rows, a column each),
 // each sum a decimal integer.
-func accountsSQL() (string, string, string) {
+func accountsSQL() accountsSQLText {
 	var sel, names, arrays, back []string
 	for i, c := range accountColumns {
 		typ, name := "bigint", c.name
@@ -117,7 +124,7 @@ func accountsSQL() (string, string, string) {
 	(SELECT coalesce(sum(` + hash + `), 0) FROM (SELECT ` + strings.Join(back, ", ") + `
 		FROM unnest(` + strings.Join(arrays, ", ") + `) AS o(` + strings.Join(names, ", ") + `)) o)::text
 FROM (SELECT account_id, ` + hash + ` AS h FROM %s) a LEFT JOIN unnest($1::text[]) t(id) ON t.id = a.account_id`
-	return strings.Join(sel, ", "), hash, digest
+	return accountsSQLText{selects: strings.Join(sel, ", "), tableDigest: digest}
 }
 
 // accountsTable is what checkAccountsTable and checkHoldsTable found: the
@@ -140,7 +147,7 @@ func (f *Fold) checkAccountsTable(ctx context.Context, tx pgx.Tx, l liveGen, tou
 	args := []any{touched}
 	args = append(args, columnsOf(old)...)
 	var whole, untouched, oldSum string
-	sql := fmt.Sprintf(accountsTableDigestSQL, projections.View("accounts"))
+	sql := fmt.Sprintf(accountsSQLs.tableDigest, projections.View("accounts"))
 	if err := tx.QueryRow(ctx, sql, args...).Scan(&whole, &untouched, &oldSum); err != nil {
 		return accountsTable{}, fmt.Errorf("audit: accounts table digest: %w", err)
 	}
@@ -174,7 +181,7 @@ func (f *Fold) compareTableDigest(ctx context.Context, tx pgx.Tx, l liveGen, d t
 	return nil
 }
 
-// columnsOf hands rows as the columns accountsTableDigestSQL unnests ($2...).
+// columnsOf hands rows as the columns accountsSQLs.tableDigest unnests ($2...).
 func columnsOf(rows []accountCols) []any {
 	out := make([]any, len(accountColumns))
 	for i, c := range accountColumns {

@@ -64,7 +64,7 @@ func BenchmarkAccountsTableDigest(b *testing.B) {
 		},
 		"digest": func(tx pgx.Tx) error {
 			var w, u, o string
-			return tx.QueryRow(ctx, fmt.Sprintf(accountsTableDigestSQL, projections.View("accounts")), append([]any{touched}, old...)...).Scan(&w, &u, &o)
+			return tx.QueryRow(ctx, fmt.Sprintf(accountsSQLs.tableDigest, projections.View("accounts")), append([]any{touched}, old...)...).Scan(&w, &u, &o)
 		},
 		"history": func(tx pgx.Tx) error {
 			f := NewFold()
