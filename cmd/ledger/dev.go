@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -32,6 +33,7 @@ func devCommand() *cli.Command {
 	}
 	flags = append(flags, serviceFlags()...)
 	flags = append(flags, config.LogFlags()...)
+	flags = append(flags, config.ProfileFlags()...)
 	return &cli.Command{
 		Name:  "dev",
 		Usage: "run everything in one process: NATS, PostgreSQL, the ledger, the HTTP API",
@@ -47,10 +49,11 @@ func devCommand() *cli.Command {
 }
 
 func runDev(ctx context.Context, cmd *cli.Command) error {
-	log, err := config.LoggerFromCommand(cmd, os.Stderr)
+	log, finishProfiles, err := config.ReadToolStart(cmd, os.Stderr)
 	if err != nil {
-		return config.Exit(2, err)
+		return err
 	}
+	defer finishProfiles()
 	dir, err := filepath.Abs(cmd.String(config.FlagDataDir))
 	if err != nil {
 		return config.Exit(2, err)
@@ -63,35 +66,14 @@ func runDev(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	defer unlock()
-	opts, err := serviceOptions(cmd, log)
+	devOpts, err := devOptions(cmd, dir, log)
 	if err != nil {
 		return config.Exit(2, err)
-	}
-	opts.Runners = append(opts.Runners, devRunners(opts.Intake.Replicas)...)
-	syncEvery, syncAlways, err := embednats.ParseSync(cmd.String("nats-sync"))
-	if err != nil {
-		return config.Exit(2, err)
-	}
-
-	if cmd.Bool(flagStandby) && cmd.String(config.FlagDatabaseURL) != "" {
-		return config.Exit(2, fmt.Errorf("--%s makes a standby of the private cluster: not with --%s", flagStandby, config.FlagDatabaseURL))
 	}
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	env, err := devenv.Start(ctx, devenv.Options{
-		DataDir:          dir,
-		NATSAddr:         cmd.String("nats-addr"),
-		NATSAuth:         cmd.Bool("nats-auth"),
-		NATSSyncInterval: syncEvery,
-		NATSSyncAlways:   syncAlways,
-		HTTPAddr:         cmd.String(config.FlagHTTPAddr),
-		DatabaseURL:      cmd.String(config.FlagDatabaseURL),
-		EventStoreURL:    cmd.String(config.FlagEventStoreURL),
-		Standby:          cmd.Bool(flagStandby),
-		Node:             opts,
-		Logger:           log,
-	})
+	env, err := devenv.Start(ctx, devOpts)
 	if err != nil {
 		return err
 	}
@@ -117,6 +99,36 @@ func runDev(ctx context.Context, cmd *cli.Command) error {
 	}
 	log.Info("stopped")
 	return cause
+}
+
+// devOptions reads the flags of `ledger dev` into the environment's options
+// (a usage error when they do not go together).
+func devOptions(cmd *cli.Command, dir string, log *slog.Logger) (devenv.Options, error) {
+	opts, err := serviceOptions(cmd, log)
+	if err != nil {
+		return devenv.Options{}, err
+	}
+	opts.Runners = append(opts.Runners, devRunners(opts.Intake.Replicas)...)
+	syncEvery, syncAlways, err := embednats.ParseSync(cmd.String("nats-sync"))
+	if err != nil {
+		return devenv.Options{}, err
+	}
+	if cmd.Bool(flagStandby) && cmd.String(config.FlagDatabaseURL) != "" {
+		return devenv.Options{}, fmt.Errorf("--%s makes a standby of the private cluster: not with --%s", flagStandby, config.FlagDatabaseURL)
+	}
+	return devenv.Options{
+		DataDir:          dir,
+		NATSAddr:         cmd.String("nats-addr"),
+		NATSAuth:         cmd.Bool("nats-auth"),
+		NATSSyncInterval: syncEvery,
+		NATSSyncAlways:   syncAlways,
+		HTTPAddr:         cmd.String(config.FlagHTTPAddr),
+		DatabaseURL:      cmd.String(config.FlagDatabaseURL),
+		EventStoreURL:    cmd.String(config.FlagEventStoreURL),
+		Standby:          cmd.Bool(flagStandby),
+		Node:             opts,
+		Logger:           log,
+	}, nil
 }
 
 func printDevBanner(w io.Writer, dir string, info config.DevInfo, env *devenv.Env) {

@@ -43,6 +43,7 @@ const (
 	flagShutdownTimeout = "shutdown-timeout"
 	flagMigrate         = "migrate"
 	flagTransferProcess = "transfer-process"
+	flagPprof           = "pprof"
 )
 
 func serviceFlags() []cli.Flag {
@@ -70,6 +71,7 @@ func serviceFlags() []cli.Flag {
 		config.ReplicasFlag(cat, "replicas of the LEDGER_COMMANDS and LEDGER_DLQ streams (and of LEDGER_EVENTS under ledger dev)"),
 		&cli.BoolFlag{Name: flagTransferProcess, Category: cat, Value: true, Usage: "run the transfer process (finishes sagas a crash left half-way, expires holds)", Sources: cli.EnvVars("LEDGER_TRANSFER_PROCESS")},
 		&cli.DurationFlag{Name: flagShutdownTimeout, Category: cat, Value: 30 * time.Second, Usage: "bound on a graceful stop", Sources: cli.EnvVars("LEDGER_SHUTDOWN_TIMEOUT")},
+		&cli.BoolFlag{Name: flagPprof, Category: cat, Usage: "serve the runtime's profiles on --http-addr under /debug/pprof/ (heap at any moment: /debug/pprof/heap); they show the process's memory: only on an address others cannot reach", Sources: cli.EnvVars("LEDGER_PPROF")},
 	}
 }
 
@@ -84,6 +86,9 @@ func serviceOptions(cmd *cli.Command, log *slog.Logger) (node.Options, error) {
 			return node.Options{}, fmt.Errorf("--%s: %d is negative (0 means none)", f, cmd.Int(f))
 		}
 	}
+	if cmd.Bool(flagPprof) && cmd.String(config.FlagHTTPAddr) == "" {
+		return node.Options{}, fmt.Errorf("--%s serves on --%s: it is empty", flagPprof, config.FlagHTTPAddr)
+	}
 	grace := cmd.Duration(flagGrace)
 	if grace == 0 {
 		grace = -1 // zero means "no grace" on the command line
@@ -95,6 +100,7 @@ func serviceOptions(cmd *cli.Command, log *slog.Logger) (node.Options, error) {
 	return node.Options{
 		Runners:             runners,
 		Name:                cmd.String(flagInstance),
+		Pprof:               cmd.Bool(flagPprof),
 		DisableCommandQuery: !cmd.Bool(flagCommandQuery),
 		Ledger: ledger.Options{
 			CacheSize:        cmd.Int(flagCacheSize),
@@ -160,6 +166,7 @@ func serveCommand() *cli.Command {
 	flags = append(flags, config.NATSFlags()...)
 	flags = append(flags, serviceFlags()...)
 	flags = append(flags, config.LogFlags()...)
+	flags = append(flags, config.ProfileFlags()...)
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the command service against NATS and an event store",
@@ -175,10 +182,11 @@ func serveCommand() *cli.Command {
 const envFailpoints = "LEDGER_FAILPOINTS"
 
 func runServe(ctx context.Context, cmd *cli.Command) error {
-	log, err := config.LoggerFromCommand(cmd, os.Stderr)
+	log, finishProfiles, err := config.ReadToolStart(cmd, os.Stderr)
 	if err != nil {
-		return config.Exit(2, err)
+		return err
 	}
+	defer finishProfiles()
 	esURL := cmd.String(config.FlagEventStoreURL)
 	dbURL := cmd.String(config.FlagDatabaseURL)
 	if esURL == "" {

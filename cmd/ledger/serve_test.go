@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -135,5 +138,39 @@ func TestDevNATSAuth(t *testing.T) {
 	noSecret(t, "ledger dev", logs, password, strings.TrimSpace(string(pgPassword)))
 	if !strings.Contains(logs, "nats-server ready") || !strings.Contains(logs, "level=DEBUG") {
 		t.Fatalf("the log at debug lacks the server's start or any debug line (the test would pass vacuously):\n%s", logs)
+	}
+}
+
+// `ledger dev --pprof --memprofile --cpuprofile`: the heap profile is served on
+// demand while it runs, and SIGTERM leaves both profiles written (gzipped
+// profile.proto naming their sample types).
+func TestDevProfiles(t *testing.T) {
+	dir := t.TempDir()
+	heapFile, cpuFile := filepath.Join(dir, "dev.heap"), filepath.Join(dir, "dev.cpu")
+	dev := startDev(t, dir, nil, []string{"LEDGER_PPROF=true", config.EnvMemProfile + "=" + heapFile, config.EnvCPUProfile + "=" + cpuFile})
+	resp, err := http.Get(dev.info.HTTPURL + "/debug/pprof/heap?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "heap profile:") {
+		t.Fatalf("/debug/pprof/heap answered %d:\n%.300s", resp.StatusCode, body)
+	}
+	dev.stop()
+	for file, sampleType := range map[string]string{heapFile: "inuse_space", cpuFile: "nanoseconds"} {
+		f, err := os.Open(file)
+		if err != nil {
+			t.Fatalf("profile not written: %v\n%s", err, dev.out.String())
+		}
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		proto, err := io.ReadAll(zr)
+		f.Close()
+		if err != nil || !bytes.Contains(proto, []byte(sampleType)) {
+			t.Fatalf("%s: %d bytes, err %v, no sample type %q", file, len(proto), err, sampleType)
+		}
 	}
 }

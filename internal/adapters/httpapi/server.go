@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -31,7 +32,12 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// CheckTimeout bounds each readiness check (default 2s).
 	CheckTimeout time.Duration
-	Logger       *slog.Logger
+	// Pprof serves the runtime's profiles under /debug/pprof/ (heap, goroutine,
+	// CPU for ?seconds= under the server's 60 s write timeout). Off by default:
+	// the profiles show the process's memory, so turn it on only where the
+	// address is not reachable by others.
+	Pprof  bool
+	Logger *slog.Logger
 }
 
 // Server serves the operational endpoints and any routes added with Handle.
@@ -62,6 +68,13 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{ErrorLog: slogErrorLog{s.log}}))
+	if opts.Pprof {
+		s.mux.HandleFunc("GET /debug/pprof/", pprof.Index) // heap, goroutine, allocs... by name
+		s.mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		s.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		s.mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		s.mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return s
 }
 

@@ -109,8 +109,9 @@ func peakHeapProfile(path string) func() error {
 	}
 }
 
-// ReadToolStart is LoggerFromCommand for a command of ReadToolFlags, with its
-// profiles started; finish stops them (a profile it cannot write is logged).
+// ReadToolStart is LoggerFromCommand for a command of ReadToolFlags (or of
+// LogFlags and ProfileFlags, as ledger serve and dev), with its profiles
+// started; finish stops them (a profile it cannot write is logged).
 func ReadToolStart(cmd *cli.Command, w io.Writer) (log *slog.Logger, finish func(), err error) {
 	if log, err = LoggerFromCommand(cmd, w); err != nil {
 		return nil, nil, Exit(2, err)

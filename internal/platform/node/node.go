@@ -57,6 +57,8 @@ type Options struct {
 	DatabaseURL string
 	// HTTPAddr is where /healthz, /readyz and /metrics listen ("" for none).
 	HTTPAddr string
+	// Pprof serves /debug/pprof/ on HTTPAddr (httpapi.Options.Pprof).
+	Pprof bool
 	// DisableCommandQuery leaves ledger.v1.query.command to another service (the
 	// read side); by default the intake answers it from the event store.
 	DisableCommandQuery bool
@@ -164,7 +166,7 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	n.Intake = natsapi.New(n.NC, n.Ledger, iopts)
 
 	if opts.HTTPAddr != "" {
-		n.HTTP = httpapi.New(httpapi.Options{Addr: opts.HTTPAddr, Gatherer: reg, Logger: log})
+		n.HTTP = httpapi.New(httpapi.Options{Addr: opts.HTTPAddr, Gatherer: reg, Pprof: opts.Pprof, Logger: log})
 		n.HTTP.AddCheck("nats", func(context.Context) error {
 			if !n.NC.IsConnected() {
 				return fmt.Errorf("nats %s", n.NC.Status())
