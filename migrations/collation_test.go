@@ -194,10 +194,12 @@ func TestCollateCAltersEachTableOnce(t *testing.T) {
 }
 
 // TestCollateCKeepsTheViewsPrivileges (migration 00015): the views 00015
-// drops and makes again keep their owner and privileges (a role granted
-// SELECT on one before the migration can still read it after); a user's
-// view over a read model's view, or over a generation's table, stops the
-// migration, which then leaves everything as it was.
+// drops and makes again keep their owner (another role's view too), their
+// privileges (a role granted SELECT on one before the migration can still
+// read it after), their column privileges, their options (security_barrier,
+// security_invoker) and their comments and their columns'; a user's view over
+// a read model's view, or over a generation's table, or a rule on one of
+// them, stops the migration, which then leaves everything as it was.
 func TestCollateCKeepsTheViewsPrivileges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -214,7 +216,13 @@ func TestCollateCKeepsTheViewsPrivileges(t *testing.T) {
 	u := databaseWithLocale(t, ctx, "C.UTF-8")
 	upTo(t, ctx, u, 14)
 	conn := connect(t, ctx, u)
-	mustExec(t, ctx, conn, fmt.Sprintf(`GRANT SELECT ON readmodel.accounts TO %s; GRANT SELECT, INSERT ON readmodel.entries TO %[1]s WITH GRANT OPTION`, role))
+	mustExec(t, ctx, conn, fmt.Sprintf(`GRANT SELECT ON readmodel.accounts TO %s; GRANT SELECT, INSERT ON readmodel.entries TO %[1]s WITH GRANT OPTION;
+		GRANT SELECT (transfer_id, amount) ON readmodel.transfers TO %[1]s; GRANT UPDATE (status) ON readmodel.accounts TO %[1]s;
+		COMMENT ON VIEW readmodel.accounts IS 'balances, as of the projector''s checkpoint';
+		COMMENT ON COLUMN readmodel.transfers.amount IS 'minor units';
+		ALTER VIEW readmodel.entries SET (security_barrier = true);
+		ALTER VIEW readmodel.transfers SET (security_invoker = true, security_barrier = false);
+		ALTER VIEW readmodel.commands OWNER TO %[1]s`, role))
 	before := viewPrivileges(t, ctx, conn)
 
 	mustExec(t, ctx, conn, `CREATE VIEW public.account_ids AS SELECT account_id FROM readmodel.accounts`)
@@ -233,7 +241,11 @@ func TestCollateCKeepsTheViewsPrivileges(t *testing.T) {
 	if err := migrations.Up(ctx, u); err == nil || !strings.Contains(err.Error(), "cannot alter type of a column used by a view or rule") {
 		t.Fatalf("00015 with a user's view over readmodel.accounts_g1: %v, want cannot alter type of a column used by a view or rule", err)
 	}
-	mustExec(t, ctx, conn, `DROP VIEW public.account_ids`)
+	mustExec(t, ctx, conn, `DROP VIEW public.account_ids; CREATE RULE keep_holds AS ON DELETE TO readmodel.holds DO INSTEAD NOTHING`)
+	if err := migrations.Up(ctx, u); err == nil || !strings.Contains(err.Error(), "has a trigger or a rule of its own") {
+		t.Fatalf("00015 with a rule on readmodel.holds: %v, want has a trigger or a rule of its own", err)
+	}
+	mustExec(t, ctx, conn, `DROP RULE keep_holds ON readmodel.holds`)
 
 	if err := migrations.Up(ctx, u); err != nil {
 		t.Fatal(err)
@@ -246,12 +258,16 @@ func TestCollateCKeepsTheViewsPrivileges(t *testing.T) {
 	}
 }
 
-// viewPrivileges lists the read models' views with their owner and ACL.
+// viewPrivileges lists the read models' views with their owner, ACL,
+// options and comment, and their columns with a column ACL or comment.
 func viewPrivileges(t testing.TB, ctx context.Context, conn *pgx.Conn) string {
 	t.Helper()
 	var s string
-	if err := conn.QueryRow(ctx, `SELECT string_agg(relname || ' ' || pg_get_userbyid(relowner) || ' ' || coalesce(relacl::text, 'default'), E'\n' ORDER BY relname)
-		FROM pg_class WHERE relnamespace = 'readmodel'::regnamespace AND relkind = 'v'`).Scan(&s); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT string_agg(concat_ws(' ', relname, pg_get_userbyid(relowner), coalesce(relacl::text, 'default'),
+			reloptions::text, obj_description(c.oid, 'pg_class'), cols), E'\n' ORDER BY relname)
+		FROM pg_class c, LATERAL (SELECT string_agg(concat_ws(' ', attname, attacl::text, col_description(c.oid, attnum)), '; ' ORDER BY attnum) AS cols
+			FROM pg_attribute WHERE attrelid = c.oid AND attnum > 0 AND (attacl IS NOT NULL OR col_description(c.oid, attnum) IS NOT NULL)) a
+		WHERE relnamespace = 'readmodel'::regnamespace AND relkind = 'v'`).Scan(&s); err != nil {
 		t.Fatal(err)
 	}
 	return s
