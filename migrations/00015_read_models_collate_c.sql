@@ -29,6 +29,11 @@
 -- on the column's own collation; they stay as they are.
 
 -- +goose Up
+-- A lock the migration waits for longer than lock_timeout (a long reader of
+-- the read models: an audit's REPEATABLE READ transaction, say) fails it,
+-- rolled back, rather than queueing every projector write and API read behind
+-- its ACCESS EXCLUSIVE request meanwhile (docs/operations.md, "Upgrading").
+SET LOCAL lock_timeout = '10s';
 -- +goose StatementBegin
 CREATE FUNCTION readmodel.byte_ordered_00015(coll oid) RETURNS boolean
 LANGUAGE sql STABLE AS $fn$
@@ -201,6 +206,9 @@ BEGIN
             PERFORM readmodel.restore_view_00015(key, value) FROM jsonb_each(saved) WHERE value <> 'null';
         END IF;
     END LOOP;
+EXCEPTION WHEN lock_not_available THEN
+    RAISE EXCEPTION 'migration 00015 waited more than lock_timeout (%) for a lock on the read models (%) and changed nothing: stop audits (ledger audit) and other long transactions on them, then migrate again (docs/operations.md, "Upgrading")',
+        current_setting('lock_timeout'), SQLERRM USING ERRCODE = 'lock_not_available';
 END
 $fn$;
 -- +goose StatementEnd
@@ -208,6 +216,7 @@ $fn$;
 SELECT readmodel.collate_generations_00015('C');
 
 -- +goose Down
+SET LOCAL lock_timeout = '10s';
 -- Every generation back in the database's collation, as an earlier build
 -- makes its generations: else its rebuild's CREATE OR REPLACE VIEW would fail
 -- ("cannot change collation of view column ... from "C" to "default"). It

@@ -26,9 +26,7 @@ import (
 func TestReadModelsInCollationC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	u := databaseWithLocale(t, ctx, "C.UTF-8")
-	upTo(t, ctx, u, 14)
-	conn := connect(t, ctx, u)
+	u, conn := before00015(t, ctx)
 	mustExec(t, ctx, conn, `INSERT INTO readmodel.accounts (account_id, currency, overdraft_limit, status, balance, held, revision, opened_at, updated_at)
 		VALUES ('m:1', 'EUR', 0, 'open', 5, 0, 0, now(), now()), ('m.2', 'EUR', 0, 'open', 7, 0, 0, now(), now())`)
 	if n := unorderedColumns(t, ctx, conn); len(n) == 0 {
@@ -83,6 +81,24 @@ func databaseWithLocale(t testing.TB, ctx context.Context, locale string) string
 	}
 	pu.Path = "/" + name
 	return pu.String()
+}
+
+// before00015 is a database in C.UTF-8 (databaseWithLocale) migrated up to
+// 00014, and a connection to it.
+func before00015(t testing.TB, ctx context.Context) (string, *pgx.Conn) {
+	t.Helper()
+	u := databaseWithLocale(t, ctx, "C.UTF-8")
+	upTo(t, ctx, u, 14)
+	return u, connect(t, ctx, u)
+}
+
+// stillAt14 fails t unless the database is at 00014 (after a failed 00015).
+func stillAt14(t testing.TB, ctx context.Context, conn *pgx.Conn) {
+	t.Helper()
+	var version int64
+	if err := conn.QueryRow(ctx, `SELECT max(version_id) FROM goose_db_version`).Scan(&version); err != nil || version != 14 {
+		t.Fatalf("after the failed 00015: version %d (%v), want 14", version, err)
+	}
 }
 
 // upTo applies the migrations up to version.
@@ -166,9 +182,7 @@ func columnCollations(t *testing.T, ctx context.Context, conn *pgx.Conn) string 
 func TestCollateCAltersEachTableOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	u := databaseWithLocale(t, ctx, "C.UTF-8")
-	upTo(t, ctx, u, 14)
-	conn := connect(t, ctx, u)
+	u, conn := before00015(t, ctx)
 	mustExec(t, ctx, conn, `CREATE TABLE public.altered (tbl text NOT NULL);
 		CREATE FUNCTION public.count_alters() RETURNS event_trigger LANGUAGE plpgsql AS $$
 		BEGIN
@@ -213,9 +227,7 @@ func TestCollateCKeepsTheViewsPrivileges(t *testing.T) {
 			t.Errorf("drop role %s: %v", role, err)
 		}
 	})
-	u := databaseWithLocale(t, ctx, "C.UTF-8")
-	upTo(t, ctx, u, 14)
-	conn := connect(t, ctx, u)
+	u, conn := before00015(t, ctx)
 	mustExec(t, ctx, conn, fmt.Sprintf(`GRANT SELECT ON readmodel.accounts TO %s; GRANT SELECT, INSERT ON readmodel.entries TO %[1]s WITH GRANT OPTION;
 		GRANT SELECT (transfer_id, amount) ON readmodel.transfers TO %[1]s; GRANT UPDATE (status) ON readmodel.accounts TO %[1]s;
 		COMMENT ON VIEW readmodel.accounts IS 'balances, as of the projector''s checkpoint';
@@ -230,10 +242,7 @@ func TestCollateCKeepsTheViewsPrivileges(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "other objects depend on it") {
 		t.Fatalf("00015 with a user's view over readmodel.accounts: %v, want cannot drop view ... other objects depend on it", err)
 	}
-	var version int64
-	if err := conn.QueryRow(ctx, `SELECT max(version_id) FROM goose_db_version`).Scan(&version); err != nil || version != 14 {
-		t.Fatalf("after the failed 00015: version %d (%v), want 14", version, err)
-	}
+	stillAt14(t, ctx, conn)
 	if n := unorderedColumns(t, ctx, conn); len(n) == 0 {
 		t.Fatal("after the failed 00015, columns altered")
 	}
@@ -301,5 +310,38 @@ func TestCollateCDown(t *testing.T) {
 	}
 	if n := unorderedColumns(t, ctx, conn); len(n) != 0 {
 		t.Fatalf("up again: read-model text columns not in collation C: %v", n)
+	}
+}
+
+// TestCollateCFailsFastBehindALongReader (migration 00015): a transaction
+// reading a read model (an audit's, say) and left open makes 00015 fail
+// once lock_timeout is over, saying what to do, and leaves the database at
+// 00014, rather than waiting for it with every reader and writer queued
+// behind.
+func TestCollateCFailsFastBehindALongReader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	u, conn := before00015(t, ctx)
+	reader, err := connect(t, ctx, u).BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback(ctx)
+	if _, err := reader.Exec(ctx, `SELECT count(*) FROM readmodel.entries`); err != nil {
+		t.Fatal(err)
+	}
+
+	uctx, ucancel := context.WithTimeout(ctx, time.Minute) // the old migration waited for the reader as long as asked
+	defer ucancel()
+	err = migrations.Up(uctx, u)
+	if err == nil || !strings.Contains(err.Error(), "waited more than lock_timeout") || !strings.Contains(err.Error(), "stop audits") {
+		t.Fatalf("00015 behind an open reader of readmodel.entries: %v, want waited more than lock_timeout ... stop audits", err)
+	}
+	stillAt14(t, ctx, conn)
+	if err := reader.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatalf("00015 once the reader is gone: %v", err)
 	}
 }
