@@ -341,10 +341,11 @@ type AuditCheckpoint struct {
 	// HoldsTable is the holds read model's digest likewise (migration
 	// 00016; internal/app/audit/holdsdigest.go).
 	HoldsTable string
-	// Digest anchors the checkpoint outside the database (LoadAudit): a hash
-	// of its ID, position, events and every digest stored with it
-	// (auditAnchorSQL). An operator who keeps it can tell a checkpoint
-	// edited, digests and all, by someone who writes the readmodel schema.
+	// Digest anchors the checkpoint outside the database (LoadAudit, and
+	// SaveAudit in its transaction): sha256 of its ID, position, events,
+	// state and every digest stored with it (auditAnchorSQL). An operator who keeps it
+	// can tell a checkpoint edited, digests and all, by someone who writes
+	// the readmodel schema.
 	Digest string
 }
 
@@ -394,19 +395,20 @@ type Beginner interface {
 
 // SaveAudit stores an audit checkpoint and its accounts in one transaction
 // (the accounts by COPY), then drops the oldest beyond AuditCheckpointsKept
-// (their accounts with them), and returns its ID. The save is REPEATABLE
+// (their accounts with them), and returns it with its ID and its Digest (as
+// the save's transaction wrote it). The save is REPEATABLE
 // READ: the recheck of the rows it carries and their copy read one snapshot,
 // so a row edited after the recheck is carried as rechecked, not as edited
 // (TestAuditSaveCarriesWhatItRechecked). The drop is a READ COMMITTED
 // transaction of its own after the commit: inside the save it would fail
 // (SQLSTATE 40001) on a checkpoint another save dropped since the snapshot
 // (TestConcurrentAuditSavesBothLand). Should the drop fail, the checkpoint
-// is stored all the same and its ID comes with the error; the next save
-// drops what this one left.
-func (Checkpointer) SaveAudit(ctx context.Context, db Beginner, s AuditSave) (int64, error) {
+// is stored all the same and comes with the error; the next save drops
+// what this one left.
+func (Checkpointer) SaveAudit(ctx context.Context, db Beginner, s AuditSave) (AuditCheckpoint, error) {
 	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead}
 	if err := pgx.BeginTxFunc(ctx, db, opts, func(tx pgx.Tx) error { return saveAudit(ctx, tx, &s) }); err != nil {
-		return 0, fmt.Errorf("projections: audit checkpoint: %w", err)
+		return AuditCheckpoint{}, fmt.Errorf("projections: audit checkpoint: %w", err)
 	}
 	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `DELETE FROM readmodel.audit_checkpoints WHERE id NOT IN
@@ -414,9 +416,9 @@ func (Checkpointer) SaveAudit(ctx context.Context, db Beginner, s AuditSave) (in
 		return err
 	})
 	if err != nil {
-		return s.Checkpoint.ID, fmt.Errorf("projections: audit checkpoint %d stored, dropping the oldest: %w", s.Checkpoint.ID, err)
+		return s.Checkpoint, fmt.Errorf("projections: audit checkpoint %d stored, dropping the oldest: %w", s.Checkpoint.ID, err)
 	}
-	return s.Checkpoint.ID, nil
+	return s.Checkpoint, nil
 }
 
 func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
@@ -461,23 +463,14 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 	if rows != s.Rows {
 		return fmt.Errorf("%d account rows written, %d expected (checkpoint %d carried from dropped meanwhile?)", rows, s.Rows, s.CarryFrom)
 	}
-	_, err = tx.Exec(ctx, `UPDATE readmodel.audit_checkpoints SET accounts_digest = (`+auditDigestSQL+`) WHERE id = $1`, cp.ID)
-	return err
+	return tx.QueryRow(ctx, `UPDATE readmodel.audit_checkpoints c SET accounts_sha256 = (SELECT a.digest FROM (`+auditRowsDigestSQL("$1")+`) a)
+		WHERE c.id = $1 RETURNING `+auditAnchorSQL, cp.ID).Scan(&cp.Digest)
 }
 
 // auditAnchorSQL is an audit checkpoint c's anchor (AuditCheckpoint.Digest).
-const auditAnchorSQL = `md5(concat_ws('|', c.id, c.commit_position, c.prepare_position, c.events, c.state_digest,
-	c.accounts_digest, c.accounts_table_digest, c.holds_table_digest))`
-
-// AuditDigest reads audit checkpoint id's anchor (AuditCheckpoint.Digest) as
-// stored, unchecked: what the audit that stored it reports.
-func (Checkpointer) AuditDigest(ctx context.Context, q RowQuerier, id int64) (string, error) {
-	var d string
-	if err := q.QueryRow(ctx, `SELECT `+auditAnchorSQL+` FROM readmodel.audit_checkpoints c WHERE c.id = $1`, id).Scan(&d); err != nil {
-		return "", fmt.Errorf("projections: audit checkpoint %d: %w", id, err)
-	}
-	return d, nil
-}
+// It hashes the state itself with sha256, not its md5 (state_digest).
+const auditAnchorSQL = `encode(sha256(convert_to(concat_ws('|', c.id, c.commit_position, c.prepare_position, c.events, encode(sha256(c.state), 'hex'),
+	c.accounts_sha256, c.accounts_table_digest, c.holds_table_digest), 'UTF8')), 'hex')`
 
 // ErrNoAuditCheckpoint means no audit checkpoint has the ID asked for (or,
 // for the last, none was stored).
@@ -542,22 +535,24 @@ func recheckAudit(ctx context.Context, tx pgx.Tx, id int64) error {
 // lateral subquery over c): its account rows' count, whether it passes, and
 // why not.
 var auditCheckedSQL = `SELECT r.n, r.problem = '', r.problem FROM (SELECT a.n, CASE
-		WHEN c.state_digest IS NULL OR c.accounts_table_digest IS NULL OR c.holds_table_digest IS NULL OR c.accounts_digest IS NULL
+		WHEN c.state_digest IS NULL OR c.accounts_table_digest IS NULL OR c.holds_table_digest IS NULL OR c.accounts_sha256 IS NULL
 			THEN 'a checkpoint of an earlier build, without its digests'
 		WHEN c.state_digest <> md5(c.state) THEN 'its state does not match the digest stored with it (edited since)'
-		WHEN c.accounts_digest <> a.digest THEN 'its ' || a.n || ' account rows do not match the digest stored with them (edited since)'
+		WHEN c.accounts_sha256 <> a.digest THEN 'its ' || a.n || ' account rows do not match the digest stored with them (edited since)'
 		ELSE '' END AS problem
-	FROM (SELECT count(*) AS n, ` + auditRowsDigest + ` AS digest
-		FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = c.id) a) r`
+	FROM (` + auditRowsDigestSQL("c.id") + `) a) r`
 
-// auditDigestSQL sums, over the account rows of checkpoint $1, a 60-bit hash
-// of each row (migration 00013): one pass, in any order.
-const auditDigestSQL = `SELECT ` + auditRowsDigest + ` FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $1`
-
-// auditRowsDigest is the digest of the account rows selected: the sum of a
-// 60-bit hash of each.
-const auditRowsDigest = `coalesce(sum(('x' || substr(md5(account_id || '/' || next || '/' || chain || '/' || group_key || '/' ||
-		group_next || '/' || group_count || '/' || guarded || '/' || md5(snapshot)), 1, 15))::bit(60)::bigint), 0)`
+// auditRowsDigestSQL selects the count (n) and the digest (migration 00017)
+// of the account rows of checkpoint id (an SQL expression): sha256 over the
+// sha256 of each row's text form (a record's: every column quoted as
+// needed, so no text moves from one column to the next unseen), sorted, so
+// that any order of reading gives it. Two sets of rows with one digest are a
+// sha256 collision.
+func auditRowsDigestSQL(id string) string {
+	return `SELECT count(*) AS n, encode(sha256(coalesce(string_agg(h, ''::bytea ORDER BY h), ''::bytea)), 'hex') AS digest
+		FROM (SELECT sha256(convert_to(row(account_id, next, chain, group_key, group_next, group_count, guarded, sha256(snapshot))::text, 'UTF8')) AS h
+			FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = ` + id + `) rows`
+}
 
 // LoadAuditAccounts reads the rows of audit checkpoint id of the accounts
 // named (an account the checkpoint does not hold is not handed), and, when

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"strings"
 	"testing"
 
 	"github.com/ledgerworks/ledger/eventstore"
@@ -19,7 +20,7 @@ func TestAuditCheckpointsKept(t *testing.T) {
 	ctx := context.Background()
 	var ids []int64
 	for i := range projections.AuditCheckpointsKept + 2 {
-		id, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{
+		id, err := saveAudit(ctx, env.Pool, projections.AuditSave{
 			Checkpoint: projections.AuditCheckpoint{Position: eventstore.Position{Commit: uint64(i), Prepare: uint64(i)}, Events: int64(i), State: []byte{byte(i)}, AccountsTable: "0", HoldsTable: "0"},
 			Next:       accountsOf("a", "b"), Rows: 2})
 		if err != nil {
@@ -47,6 +48,12 @@ func TestAuditCheckpointsKept(t *testing.T) {
 	}
 }
 
+// saveAudit is SaveAudit, returning the checkpoint's ID.
+func saveAudit(ctx context.Context, db projections.Beginner, s projections.AuditSave) (int64, error) {
+	cp, err := projections.Checkpoints.SaveAudit(ctx, db, s)
+	return cp.ID, err
+}
+
 // accountsOf hands an account row of each ID, as SaveAudit's source.
 func accountsOf(ids ...string) func() (projections.AuditAccount, bool, error) {
 	return func() (projections.AuditAccount, bool, error) {
@@ -69,7 +76,7 @@ var emptyState = projections.AuditCheckpoint{State: []byte{}, AccountsTable: "0"
 func TestAuditCheckpointAccounts(t *testing.T) {
 	env := projtest.New(t)
 	ctx := context.Background()
-	first, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("a", "b", "c"), Rows: 3})
+	first, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("a", "b", "c"), Rows: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +88,7 @@ func TestAuditCheckpointAccounts(t *testing.T) {
 			return a, ok, err
 		}
 	}
-	second, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: guarded(), CarryFrom: first, Rows: 4})
+	second, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: guarded(), CarryFrom: first, Rows: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +100,7 @@ func TestAuditCheckpointAccounts(t *testing.T) {
 	if want := map[string]uint64{"a": 3, "b": 7, "d": 7}; err != nil || !maps.Equal(got, want) {
 		t.Fatalf("rows read %v (%v), want %v", got, err, want)
 	}
-	if _, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("e"), CarryFrom: first, Rows: 5}); err == nil {
+	if _, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("e"), CarryFrom: first, Rows: 5}); err == nil {
 		t.Fatal("a save of 4 rows expecting 5 was stored")
 	}
 	last, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, 0)
@@ -132,7 +139,7 @@ func TestAuditSaveRechecksWhatItCarries(t *testing.T) {
 		`UPDATE readmodel.audit_checkpoint_accounts SET next = next + 1 WHERE checkpoint_id = $1 AND account_id = 'a'`,
 		`UPDATE readmodel.audit_checkpoints SET state = '\x01' WHERE id = $1`,
 	} {
-		first, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("a", "b"), Rows: 2})
+		first, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("a", "b"), Rows: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +149,7 @@ func TestAuditSaveRechecksWhatItCarries(t *testing.T) {
 		if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, first); err == nil {
 			t.Fatalf("a checkpoint edited (%s) was loaded", edit)
 		}
-		if id, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("b"), CarryFrom: first, Rows: 2}); err == nil {
+		if id, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("b"), CarryFrom: first, Rows: 2}); err == nil {
 			t.Fatalf("checkpoint %d carried the rows of checkpoint %d, edited (%s)", id, first, edit)
 		}
 	}
@@ -162,7 +169,7 @@ func TestAuditSaveRechecksWhatItCarries(t *testing.T) {
 func TestAuditSaveCarriesWhatItRechecked(t *testing.T) {
 	env := projtest.New(t)
 	ctx := context.Background()
-	first, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("a", "b"), Rows: 2})
+	first, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("a", "b"), Rows: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +183,7 @@ func TestAuditSaveCarriesWhatItRechecked(t *testing.T) {
 		}
 		return next()
 	}
-	second, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: src, CarryFrom: first, Rows: 2})
+	second, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: src, CarryFrom: first, Rows: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +201,7 @@ func TestConcurrentAuditSavesBothLand(t *testing.T) {
 	env := projtest.New(t)
 	ctx := context.Background()
 	for range projections.AuditCheckpointsKept {
-		if _, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("a"), Rows: 1}); err != nil {
+		if _, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("a"), Rows: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -202,13 +209,13 @@ func TestConcurrentAuditSavesBothLand(t *testing.T) {
 	src := func() (projections.AuditAccount, bool, error) {
 		if inner == 0 {
 			var err error
-			if inner, err = projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("b"), Rows: 1}); err != nil {
+			if inner, err = saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("b"), Rows: 1}); err != nil {
 				return projections.AuditAccount{}, false, err
 			}
 		}
 		return next()
 	}
-	outer, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: src, Rows: 1})
+	outer, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: src, Rows: 1})
 	if err != nil {
 		t.Fatalf("the save around another (checkpoint %d): %v", inner, err)
 	}
@@ -220,5 +227,39 @@ func TestConcurrentAuditSavesBothLand(t *testing.T) {
 	var n int
 	if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM readmodel.audit_checkpoints`).Scan(&n); err != nil || n != projections.AuditCheckpointsKept {
 		t.Fatalf("%d checkpoints kept (%v), want %d", n, err, projections.AuditCheckpointsKept)
+	}
+}
+
+// TestAuditCheckpointRowsBoundWhole: a checkpoint whose account row has text
+// moved from one column to the next (chain "c-a", group key "k/1" become
+// "c-a/k" and "1": the same characters, other values) is refused, as is one
+// with every digest of an earlier build but not the rows' sha256.
+func TestAuditCheckpointRowsBoundWhole(t *testing.T) {
+	env := projtest.New(t)
+	ctx := context.Background()
+	one := true
+	src := func() (projections.AuditAccount, bool, error) {
+		a := projections.AuditAccount{AccountID: "a", Next: 3, Chain: "c-a", GroupKey: "k/1", Snapshot: []byte("a")}
+		ok := one
+		one = false
+		return a, ok, nil
+	}
+	id, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: src, Rows: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Pool.Exec(ctx, `UPDATE readmodel.audit_checkpoint_accounts SET chain = 'c-a/k', group_key = '1' WHERE checkpoint_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, id); err == nil {
+		t.Fatalf("checkpoint %d loaded with its row's chain and group key edited", id)
+	}
+	var earlier int64
+	if err := env.Pool.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, state_digest, accounts_digest, accounts_table_digest, holds_table_digest)
+		VALUES (0, 0, 0, '', md5(''::bytea), 0, 0, 0) RETURNING id`).Scan(&earlier); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, earlier); err == nil || !strings.Contains(err.Error(), "earlier build") {
+		t.Fatalf("a checkpoint of an earlier build (its rows' 60-bit sum, no sha256): %v, want refused", err)
 	}
 }

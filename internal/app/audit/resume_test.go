@@ -240,7 +240,7 @@ func ptr[T any](v T) *T { return &v }
 // given another digest; given its own it resumes.
 func TestIncrementalAuditChecksTheExpectedDigest(t *testing.T) {
 	env, cp := spanned(t)
-	if len(cp.Digest) != 32 {
+	if len(cp.Digest) != 64 { // sha256, in hex
 		t.Fatalf("checkpoint %d reported with digest %q", cp.ID, cp.Digest)
 	}
 	if rep := run(t, env, audit.Options{From: &cp.ID, ExpectDigest: cp.Digest}); !rep.OK() || rep.From.Digest != cp.Digest {
@@ -253,7 +253,7 @@ func TestIncrementalAuditChecksTheExpectedDigest(t *testing.T) {
 			t.Fatalf("%s: the audit from checkpoint %d was not refused: %v", what, cp.ID, err)
 		}
 	}
-	refused("another digest", strings.Repeat("0", 32))
+	refused("another digest", strings.Repeat("0", 64))
 	exec(t, env, `UPDATE readmodel.audit_checkpoints SET accounts_table_digest = accounts_table_digest + 1 WHERE id = $1`, cp.ID)
 	refused("its accounts table digest edited", cp.Digest)
 }

@@ -3,13 +3,10 @@ package audit
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 	"github.com/ledgerworks/ledger/projections"
@@ -25,16 +22,8 @@ import (
 //
 //	LEDGER_BENCH_ACCOUNTS=1000000 go test ./internal/app/audit -run '^$' -bench AccountsTableDigest -benchtime 3x
 func BenchmarkAccountsTableDigest(b *testing.B) {
-	n := 100_000
-	if v, err := strconv.Atoi(os.Getenv("LEDGER_BENCH_ACCOUNTS")); err == nil && v > 0 {
-		n = v
-	}
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, devtest.DatabaseURL(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pool.Close()
+	pool, n := devtest.BenchAccounts(b)
 	for _, sql := range []string{
 		`INSERT INTO readmodel.accounts (account_id, currency, overdraft_limit, metadata, status, balance, held, revision, opened_at, updated_at)
 			SELECT 'acct-' || i, 'EUR', 0, '{"k": "v"}', 'open', i, 0, 1, now(), now() FROM generate_series(1, $1) i`,

@@ -8,8 +8,9 @@
 //
 // Packages whose own (in-package) tests import devtest cannot be imported by
 // it: internal/app/ledger, internal/adapters/natsapi, internal/platform/config,
-// nor what imports them (internal/app/audit, internal/platform/node): the
-// helpers that need the audit are projections/projtest's.
+// projections (BenchmarkAuditCheckpointDigest), nor what imports them
+// (internal/app/audit, internal/platform/node): the helpers that need the
+// audit are projections/projtest's.
 package devtest
 
 import (
@@ -18,9 +19,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
@@ -137,6 +140,23 @@ func DatabaseURL(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return url
+}
+
+// BenchAccounts is a pool on a fresh database with the migrations applied
+// (closed when b ends) and how many accounts a benchmark loads:
+// LEDGER_BENCH_ACCOUNTS, 100,000 when unset.
+func BenchAccounts(b testing.TB) (*pgxpool.Pool, int) {
+	b.Helper()
+	n := 100_000
+	if v, err := strconv.Atoi(os.Getenv("LEDGER_BENCH_ACCOUNTS")); err == nil && v > 0 {
+		n = v
+	}
+	pool, err := pgxpool.New(context.Background(), DatabaseURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	return pool, n
 }
 
 // Store opens the PostgreSQL event store at url; it is closed when t ends.
