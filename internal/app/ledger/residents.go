@@ -67,14 +67,21 @@ func (r *residents) take(stream string) *domain.Resident {
 }
 
 // put keeps res as stream's resident, dropping an arbitrary other one at the
-// bound; nothing when the bound is 0 or less.
+// bound; nothing when the bound is 0 or less, or when stream's resident is at
+// res's revision or above: a late eviction callback (the cache calls it after
+// releasing its lock) may hand over an aggregate older than the resident
+// made since, and replacing it would cost a refused append and a reload.
 func (r *residents) put(stream string, res *domain.Resident) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.limit <= 0 {
 		return
 	}
-	if _, ok := r.m[stream]; !ok && len(r.m) >= r.limit {
+	old, ok := r.m[stream]
+	if ok && old.Revision() >= res.Revision() {
+		return
+	}
+	if !ok && len(r.m) >= r.limit {
 		for other := range r.m {
 			delete(r.m, other)
 			break

@@ -305,3 +305,33 @@ func TestResidentOnlyOfConfirmedState(t *testing.T) {
 		})
 	}
 }
+
+// TestLateEvictionKeepsTheNewerResident: an eviction callback that runs late
+// (after the account was loaded again, took a deposit and was dropped again,
+// its newer state made resident) does not replace the newer resident with its
+// older aggregate. Found by review: the stale resident cost the next command a
+// refused append and a reload. It fails when put replaces whatever is there.
+func TestLateEvictionKeepsTheNewerResident(t *testing.T) {
+	s := New(memory.New(), Options{Clock: clock})
+	defer s.Close()
+	mustApply(t, s, "open_account", `{"idempotency_key":"o","account_id":"a","currency":"EUR"}`)
+	mustApply(t, s, "deposit", `{"idempotency_key":"d1","account_id":"a","amount":100,"currency":"EUR"}`)
+	stream := domain.AccountStream("a")
+	older, _ := s.accounts.c.Peek(stream)
+	s.accounts.c.Remove(stream)
+	if s.residents.take(stream) == nil { // as if its callback had not run yet
+		t.Fatal("a not made resident when dropped")
+	}
+	mustApply(t, s, "deposit", `{"idempotency_key":"d2","account_id":"a","amount":50,"currency":"EUR"}`)
+	s.accounts.c.Remove(stream) // the newer state made resident
+	s.toResident(stream, older) // the late callback
+	res := s.residents.take(stream)
+	if res == nil || res.Revision() != 2 {
+		t.Fatalf("resident %+v after the late callback, want the newer one at revision 2", res)
+	}
+	acc := s.newAccount("a")
+	res.Into(acc)
+	if acc.Balance != 150 {
+		t.Fatalf("resident balance %d, want 150", acc.Balance)
+	}
+}
