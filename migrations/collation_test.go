@@ -26,9 +26,7 @@ import (
 func TestReadModelsInCollationC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	u := databaseWithLocale(t, ctx, "C.UTF-8")
-	upTo(t, ctx, u, 14)
-	conn := connect(t, ctx, u)
+	u, conn := before00015(t, ctx)
 	mustExec(t, ctx, conn, `INSERT INTO readmodel.accounts (account_id, currency, overdraft_limit, status, balance, held, revision, opened_at, updated_at)
 		VALUES ('m:1', 'EUR', 0, 'open', 5, 0, 0, now(), now()), ('m.2', 'EUR', 0, 'open', 7, 0, 0, now(), now())`)
 	if n := unorderedColumns(t, ctx, conn); len(n) == 0 {
@@ -83,6 +81,24 @@ func databaseWithLocale(t testing.TB, ctx context.Context, locale string) string
 	}
 	pu.Path = "/" + name
 	return pu.String()
+}
+
+// before00015 is a database in C.UTF-8 (databaseWithLocale) migrated up to
+// 00014, and a connection to it.
+func before00015(t testing.TB, ctx context.Context) (string, *pgx.Conn) {
+	t.Helper()
+	u := databaseWithLocale(t, ctx, "C.UTF-8")
+	upTo(t, ctx, u, 14)
+	return u, connect(t, ctx, u)
+}
+
+// stillAt14 fails t unless the database is at 00014 (after a failed 00015).
+func stillAt14(t testing.TB, ctx context.Context, conn *pgx.Conn) {
+	t.Helper()
+	var version int64
+	if err := conn.QueryRow(ctx, `SELECT max(version_id) FROM goose_db_version`).Scan(&version); err != nil || version != 14 {
+		t.Fatalf("after the failed 00015: version %d (%v), want 14", version, err)
+	}
 }
 
 // upTo applies the migrations up to version.
@@ -166,9 +182,7 @@ func columnCollations(t *testing.T, ctx context.Context, conn *pgx.Conn) string 
 func TestCollateCAltersEachTableOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	u := databaseWithLocale(t, ctx, "C.UTF-8")
-	upTo(t, ctx, u, 14)
-	conn := connect(t, ctx, u)
+	u, conn := before00015(t, ctx)
 	mustExec(t, ctx, conn, `CREATE TABLE public.altered (tbl text NOT NULL);
 		CREATE FUNCTION public.count_alters() RETURNS event_trigger LANGUAGE plpgsql AS $$
 		BEGIN
@@ -194,10 +208,12 @@ func TestCollateCAltersEachTableOnce(t *testing.T) {
 }
 
 // TestCollateCKeepsTheViewsPrivileges (migration 00015): the views 00015
-// drops and makes again keep their owner and privileges (a role granted
-// SELECT on one before the migration can still read it after); a user's
-// view over a read model's view, or over a generation's table, stops the
-// migration, which then leaves everything as it was.
+// drops and makes again keep their owner (another role's view too), their
+// privileges (a role granted SELECT on one before the migration can still
+// read it after), their column privileges, their options (security_barrier,
+// security_invoker) and their comments and their columns'; a user's view over
+// a read model's view, or over a generation's table, or a rule on one of
+// them, stops the migration, which then leaves everything as it was.
 func TestCollateCKeepsTheViewsPrivileges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -211,10 +227,14 @@ func TestCollateCKeepsTheViewsPrivileges(t *testing.T) {
 			t.Errorf("drop role %s: %v", role, err)
 		}
 	})
-	u := databaseWithLocale(t, ctx, "C.UTF-8")
-	upTo(t, ctx, u, 14)
-	conn := connect(t, ctx, u)
-	mustExec(t, ctx, conn, fmt.Sprintf(`GRANT SELECT ON readmodel.accounts TO %s; GRANT SELECT, INSERT ON readmodel.entries TO %[1]s WITH GRANT OPTION`, role))
+	u, conn := before00015(t, ctx)
+	mustExec(t, ctx, conn, fmt.Sprintf(`GRANT SELECT ON readmodel.accounts TO %s; GRANT SELECT, INSERT ON readmodel.entries TO %[1]s WITH GRANT OPTION;
+		GRANT SELECT (transfer_id, amount) ON readmodel.transfers TO %[1]s; GRANT UPDATE (status) ON readmodel.accounts TO %[1]s;
+		COMMENT ON VIEW readmodel.accounts IS 'balances, as of the projector''s checkpoint';
+		COMMENT ON COLUMN readmodel.transfers.amount IS 'minor units';
+		ALTER VIEW readmodel.entries SET (security_barrier = true);
+		ALTER VIEW readmodel.transfers SET (security_invoker = true, security_barrier = false);
+		ALTER VIEW readmodel.commands OWNER TO %[1]s`, role))
 	before := viewPrivileges(t, ctx, conn)
 
 	mustExec(t, ctx, conn, `CREATE VIEW public.account_ids AS SELECT account_id FROM readmodel.accounts`)
@@ -222,10 +242,7 @@ func TestCollateCKeepsTheViewsPrivileges(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "other objects depend on it") {
 		t.Fatalf("00015 with a user's view over readmodel.accounts: %v, want cannot drop view ... other objects depend on it", err)
 	}
-	var version int64
-	if err := conn.QueryRow(ctx, `SELECT max(version_id) FROM goose_db_version`).Scan(&version); err != nil || version != 14 {
-		t.Fatalf("after the failed 00015: version %d (%v), want 14", version, err)
-	}
+	stillAt14(t, ctx, conn)
 	if n := unorderedColumns(t, ctx, conn); len(n) == 0 {
 		t.Fatal("after the failed 00015, columns altered")
 	}
@@ -233,7 +250,11 @@ func TestCollateCKeepsTheViewsPrivileges(t *testing.T) {
 	if err := migrations.Up(ctx, u); err == nil || !strings.Contains(err.Error(), "cannot alter type of a column used by a view or rule") {
 		t.Fatalf("00015 with a user's view over readmodel.accounts_g1: %v, want cannot alter type of a column used by a view or rule", err)
 	}
-	mustExec(t, ctx, conn, `DROP VIEW public.account_ids`)
+	mustExec(t, ctx, conn, `DROP VIEW public.account_ids; CREATE RULE keep_holds AS ON DELETE TO readmodel.holds DO INSTEAD NOTHING`)
+	if err := migrations.Up(ctx, u); err == nil || !strings.Contains(err.Error(), "has a trigger or a rule of its own") {
+		t.Fatalf("00015 with a rule on readmodel.holds: %v, want has a trigger or a rule of its own", err)
+	}
+	mustExec(t, ctx, conn, `DROP RULE keep_holds ON readmodel.holds`)
 
 	if err := migrations.Up(ctx, u); err != nil {
 		t.Fatal(err)
@@ -246,12 +267,16 @@ func TestCollateCKeepsTheViewsPrivileges(t *testing.T) {
 	}
 }
 
-// viewPrivileges lists the read models' views with their owner and ACL.
+// viewPrivileges lists the read models' views with their owner, ACL,
+// options and comment, and their columns with a column ACL or comment.
 func viewPrivileges(t testing.TB, ctx context.Context, conn *pgx.Conn) string {
 	t.Helper()
 	var s string
-	if err := conn.QueryRow(ctx, `SELECT string_agg(relname || ' ' || pg_get_userbyid(relowner) || ' ' || coalesce(relacl::text, 'default'), E'\n' ORDER BY relname)
-		FROM pg_class WHERE relnamespace = 'readmodel'::regnamespace AND relkind = 'v'`).Scan(&s); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT string_agg(concat_ws(' ', relname, pg_get_userbyid(relowner), coalesce(relacl::text, 'default'),
+			reloptions::text, obj_description(c.oid, 'pg_class'), cols), E'\n' ORDER BY relname)
+		FROM pg_class c, LATERAL (SELECT string_agg(concat_ws(' ', attname, attacl::text, col_description(c.oid, attnum)), '; ' ORDER BY attnum) AS cols
+			FROM pg_attribute WHERE attrelid = c.oid AND attnum > 0 AND (attacl IS NOT NULL OR col_description(c.oid, attnum) IS NOT NULL)) a
+		WHERE relnamespace = 'readmodel'::regnamespace AND relkind = 'v'`).Scan(&s); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -285,5 +310,38 @@ func TestCollateCDown(t *testing.T) {
 	}
 	if n := unorderedColumns(t, ctx, conn); len(n) != 0 {
 		t.Fatalf("up again: read-model text columns not in collation C: %v", n)
+	}
+}
+
+// TestCollateCFailsFastBehindALongReader (migration 00015): a transaction
+// reading a read model (an audit's, say) and left open makes 00015 fail
+// once lock_timeout is over, saying what to do, and leaves the database at
+// 00014, rather than waiting for it with every reader and writer queued
+// behind.
+func TestCollateCFailsFastBehindALongReader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	u, conn := before00015(t, ctx)
+	reader, err := connect(t, ctx, u).BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback(ctx)
+	if _, err := reader.Exec(ctx, `SELECT count(*) FROM readmodel.entries`); err != nil {
+		t.Fatal(err)
+	}
+
+	uctx, ucancel := context.WithTimeout(ctx, time.Minute) // the old migration waited for the reader as long as asked
+	defer ucancel()
+	err = migrations.Up(uctx, u)
+	if err == nil || !strings.Contains(err.Error(), "waited more than lock_timeout") || !strings.Contains(err.Error(), "stop audits") {
+		t.Fatalf("00015 behind an open reader of readmodel.entries: %v, want waited more than lock_timeout ... stop audits", err)
+	}
+	stillAt14(t, ctx, conn)
+	if err := reader.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatalf("00015 once the reader is gone: %v", err)
 	}
 }

@@ -393,15 +393,28 @@ type Beginner interface {
 }
 
 // SaveAudit stores an audit checkpoint and its accounts in one transaction
-// (the accounts by COPY), drops the oldest beyond AuditCheckpointsKept (their
-// accounts with them), and returns its ID. The transaction is REPEATABLE
+// (the accounts by COPY), then drops the oldest beyond AuditCheckpointsKept
+// (their accounts with them), and returns its ID. The save is REPEATABLE
 // READ: the recheck of the rows it carries and their copy read one snapshot,
 // so a row edited after the recheck is carried as rechecked, not as edited
-// (TestAuditSaveCarriesWhatItRechecked).
+// (TestAuditSaveCarriesWhatItRechecked). The drop is a READ COMMITTED
+// transaction of its own after the commit: inside the save it would fail
+// (SQLSTATE 40001) on a checkpoint another save dropped since the snapshot
+// (TestConcurrentAuditSavesBothLand). Should the drop fail, the checkpoint
+// is stored all the same and its ID comes with the error; the next save
+// drops what this one left.
 func (Checkpointer) SaveAudit(ctx context.Context, db Beginner, s AuditSave) (int64, error) {
 	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead}
 	if err := pgx.BeginTxFunc(ctx, db, opts, func(tx pgx.Tx) error { return saveAudit(ctx, tx, &s) }); err != nil {
 		return 0, fmt.Errorf("projections: audit checkpoint: %w", err)
+	}
+	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `DELETE FROM readmodel.audit_checkpoints WHERE id NOT IN
+			(SELECT id FROM readmodel.audit_checkpoints ORDER BY id DESC LIMIT $1)`, AuditCheckpointsKept)
+		return err
+	})
+	if err != nil {
+		return s.Checkpoint.ID, fmt.Errorf("projections: audit checkpoint %d stored, dropping the oldest: %w", s.Checkpoint.ID, err)
 	}
 	return s.Checkpoint.ID, nil
 }
@@ -448,11 +461,7 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 	if rows != s.Rows {
 		return fmt.Errorf("%d account rows written, %d expected (checkpoint %d carried from dropped meanwhile?)", rows, s.Rows, s.CarryFrom)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE readmodel.audit_checkpoints SET accounts_digest = (`+auditDigestSQL+`) WHERE id = $1`, cp.ID); err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, `DELETE FROM readmodel.audit_checkpoints WHERE id NOT IN
-		(SELECT id FROM readmodel.audit_checkpoints ORDER BY id DESC LIMIT $1)`, AuditCheckpointsKept)
+	_, err = tx.Exec(ctx, `UPDATE readmodel.audit_checkpoints SET accounts_digest = (`+auditDigestSQL+`) WHERE id = $1`, cp.ID)
 	return err
 }
 

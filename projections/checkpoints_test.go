@@ -185,3 +185,40 @@ func TestAuditSaveCarriesWhatItRechecked(t *testing.T) {
 		t.Fatalf("checkpoint %d carried account a's row as edited after the recheck: next %d (%v), want 3", second, n, err)
 	}
 }
+
+// TestConcurrentAuditSavesBothLand: two audit saves at once, each dropping
+// the oldest checkpoint beyond AuditCheckpointsKept, both store their
+// checkpoint (the second saved from inside the first's copy; the drop of the
+// first no longer conflicts with the second's), and the bound holds after.
+func TestConcurrentAuditSavesBothLand(t *testing.T) {
+	env := projtest.New(t)
+	ctx := context.Background()
+	for range projections.AuditCheckpointsKept {
+		if _, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("a"), Rows: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next, inner := accountsOf("a"), int64(0)
+	src := func() (projections.AuditAccount, bool, error) {
+		if inner == 0 {
+			var err error
+			if inner, err = projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("b"), Rows: 1}); err != nil {
+				return projections.AuditAccount{}, false, err
+			}
+		}
+		return next()
+	}
+	outer, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: src, Rows: 1})
+	if err != nil {
+		t.Fatalf("the save around another (checkpoint %d): %v", inner, err)
+	}
+	for _, id := range []int64{inner, outer} {
+		if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, id); err != nil {
+			t.Fatalf("checkpoint %d: %v", id, err)
+		}
+	}
+	var n int
+	if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM readmodel.audit_checkpoints`).Scan(&n); err != nil || n != projections.AuditCheckpointsKept {
+		t.Fatalf("%d checkpoints kept (%v), want %d", n, err, projections.AuditCheckpointsKept)
+	}
+}
