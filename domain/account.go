@@ -321,6 +321,15 @@ func (a *Account) closed(h *Hold) {
 // store could not show it yet. The ledger calls it once the store accepted the
 // append of a decision it folded ahead (EvolveAccountDecided): it confirms a
 // as the store's state up to durable (Durable).
+//
+// It raises the confirmed revision to durable without checking the revisions
+// in between: that a confirmed append confirms every decision folded before
+// it rests on the caller. The ledger passes only its own accepted append's
+// last revision, or a.Revision only while the stream is drained (nothing in
+// flight) and locked; and its committer kills the rest of a pipeline chain
+// once one append of it is refused or fails (the dead chains of
+// ledger.committer), so no later append of that chain is ever accepted to
+// confirm the refused decision below it.
 func (a *Account) ForgetDurable(durable int64) {
 	a.durable = max(a.durable, durable)
 	a.forgetDurable(durable)

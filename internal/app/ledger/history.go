@@ -43,13 +43,14 @@ func (s *Service) bound(acc *domain.Account) *domain.Account {
 	return acc
 }
 
-// snapshotIfDue takes a snapshot of a durable aggregate (the caller holds the
-// stream's lock, and nothing is in flight on it) when SnapshotEvery events have
-// passed since the last one. It is encoded here and written in the background;
-// when the writes fall behind, it is skipped (the next one is due as many events
-// later).
+// snapshotIfDue takes a snapshot of acc (the caller holds the stream's lock,
+// and nothing is in flight on it) when SnapshotEvery events have passed since
+// the last one and acc is the store's state (domain.Account.Durable, the rule
+// residents are made by too: never a decision the store has not confirmed).
+// It is encoded here and written in the background; when the writes fall
+// behind, it is skipped (the next one is due as many events later).
 func (s *Service) snapshotIfDue(stream string, acc *domain.Account) {
-	if s.opts.SnapshotEvery <= 0 || acc.Revision-acc.SnapshotRevision < int64(s.opts.SnapshotEvery) {
+	if s.opts.SnapshotEvery <= 0 || acc.Revision-acc.SnapshotRevision < int64(s.opts.SnapshotEvery) || !acc.Durable() {
 		return
 	}
 	if acc.Pinned() > 0 {

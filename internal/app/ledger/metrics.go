@@ -14,7 +14,7 @@ type metrics struct {
 	keysRecalled     prometheus.Counter
 	holdsRecalled    prometheus.Counter
 	refundsRecalled  prometheus.Counter
-	residentLoads    prometheus.Counter
+	residentLoads    *prometheus.CounterVec // by origin (residentOrigin)
 	cachedBytes      prometheus.Gauge
 	lookupBatch      prometheus.Histogram
 	coldBatch        prometheus.Histogram
@@ -34,14 +34,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		keysRecalled:     counter("ledger_keys_recalled_total", "Key records an aggregate had forgotten, rebuilt from the key's events."),
 		holdsRecalled:    counter("ledger_holds_recalled_total", "Closed holds an aggregate had forgotten, rebuilt from the hold's events (found by their subject)."),
 		refundsRecalled:  counter("ledger_refunds_recalled_total", "Refunded sums of originals an aggregate had forgotten, summed from the refunds' events (found by their subject)."),
-		residentLoads:    counter("ledger_resident_loads_total", "Account aggregates made from their compact resident state, without a read of the store (residents.go)."),
-		cachedBytes:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "ledger_account_cache_bytes", Help: "Estimated heap held by the cached account aggregates."}),
+		residentLoads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ledger_resident_loads_total",
+			Help: "Account aggregates made from their compact resident state, without a read of the store (residents.go), by where the resident came from: origin eviction (the cache dropped the account) or warm (warmed after a start)."},
+			[]string{"origin"}),
+		cachedBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ledger_account_cache_bytes", Help: "Estimated heap held by the cached account aggregates."}),
 		lookupBatch: histogram("ledger_key_lookup_batch", "Keys looked up in the store per request, while resends of forgotten keys arrive.",
 			prometheus.ExponentialBuckets(1, 2, 10)),
 		coldBatch: histogram("ledger_cold_load_batch_streams", "Account streams read in one request by the cold loads of concurrent commands (aggregates not in the cache).",
 			prometheus.ExponentialBuckets(1, 2, 10)),
 		batchSize: histogram("ledger_group_commit_batch_commands", "Commands carried by one group-commit transaction.",
 			[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}),
+	}
+	for _, o := range []residentOrigin{fromEviction, fromWarm} {
+		m.residentLoads.WithLabelValues(string(o)) // both series shown from the start
 	}
 	if reg != nil {
 		reg.MustRegister(m.snapshotsTaken, m.snapshotsIgnored, m.keysRecalled, m.holdsRecalled, m.refundsRecalled, m.residentLoads, m.cachedBytes, m.lookupBatch, m.coldBatch, m.batchSize)

@@ -32,7 +32,7 @@ import (
 // dropped for a new one (its account loads cold on its next command).
 type residents struct {
 	mu    sync.Mutex
-	m     map[string]*domain.Resident
+	m     map[string]resident
 	limit int
 	// print is the fingerprint of a key (domain.Resident): maphash, seeded per
 	// process, so that no one can pick keys that collide.
@@ -50,31 +50,55 @@ func residentsOn(store Store, limit int) int {
 	return limit
 }
 
-func newResidents(limit int) *residents {
-	seed := maphash.MakeSeed()
-	return &residents{m: map[string]*domain.Resident{}, limit: limit, print: func(key string) uint64 { return maphash.String(seed, key) }}
+// resident is an account's compact state and where it came from.
+type resident struct {
+	*domain.Resident
+	origin residentOrigin
 }
 
-// take removes and returns stream's resident; nil when there is none.
-func (r *residents) take(stream string) *domain.Resident {
+// residentOrigin is where a resident came from, the label origin of
+// ledger_resident_loads_total: made when the cache dropped the account, or
+// when it was warmed after a start.
+type residentOrigin string
+
+const (
+	fromEviction residentOrigin = "eviction"
+	fromWarm     residentOrigin = "warm"
+)
+
+func newResidents(limit int) *residents {
+	seed := maphash.MakeSeed()
+	return &residents{m: map[string]resident{}, limit: limit, print: func(key string) uint64 { return maphash.String(seed, key) }}
+}
+
+// take removes and returns stream's resident; its Resident is nil when there
+// is none.
+func (r *residents) take(stream string) resident {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res := r.m[stream]
-	if res != nil {
+	res, ok := r.m[stream]
+	if ok {
 		delete(r.m, stream)
 	}
 	return res
 }
 
 // put keeps res as stream's resident, dropping an arbitrary other one at the
-// bound; nothing when the bound is 0 or less.
-func (r *residents) put(stream string, res *domain.Resident) {
+// bound; nothing when the bound is 0 or less, or when stream's resident is at
+// res's revision or above: a late eviction callback (the cache calls it after
+// releasing its lock) may hand over an aggregate older than the resident
+// made since, and replacing it would cost a refused append and a reload.
+func (r *residents) put(stream string, res resident) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.limit <= 0 {
 		return
 	}
-	if _, ok := r.m[stream]; !ok && len(r.m) >= r.limit {
+	old, ok := r.m[stream]
+	if ok && old.Revision() >= res.Revision() {
+		return
+	}
+	if !ok && len(r.m) >= r.limit {
 		for other := range r.m {
 			delete(r.m, other)
 			break
@@ -114,10 +138,10 @@ func (s *Service) Residents() int { return s.residents.len() }
 // read from the store. The caller holds the stream's lock.
 func (s *Service) loadCold(ctx context.Context, stream, id string, refresh bool) (*domain.Account, error) {
 	res := s.residents.take(stream)
-	if res == nil {
+	if res.Resident == nil {
 		return s.cold.load(ctx, stream, id)
 	}
-	s.metrics.residentLoads.Inc()
+	s.metrics.residentLoads.WithLabelValues(string(res.origin)).Inc()
 	acc := s.newAccount(id)
 	res.Into(acc)
 	if !refresh {
@@ -139,6 +163,6 @@ func (s *Service) toResident(stream string, acc *domain.Account) {
 		return
 	}
 	if res, ok := domain.Compact(acc, s.residents.print); ok {
-		s.residents.put(stream, res)
+		s.residents.put(stream, resident{res, fromEviction})
 	}
 }

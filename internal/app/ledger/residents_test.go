@@ -59,7 +59,8 @@ func residentService(t *testing.T, n, deposits int, opts Options) (*Service, *re
 // decided from their residents without a read of the store, on the state
 // the store holds (each reply's balances and revision, and the store's fold,
 // agree). It fails when a dropped account is not made resident (a read per
-// command) or when a resident forgets the balance.
+// command), when a resident forgets the balance, or when its loads are not
+// counted under origin eviction.
 func TestEvictedAccountsDecideFromResidents(t *testing.T) {
 	const n = 12
 	s, st := residentService(t, n, 2, Options{})
@@ -77,8 +78,11 @@ func TestEvictedAccountsDecideFromResidents(t *testing.T) {
 			t.Fatalf("r%d: replied balance %d revision %d, the store %d at %d, want 16", i, r.Account.Balance, r.Account.Revision, want.Balance, want.Revision)
 		}
 	}
-	if got := counterValue(t, s.metrics.residentLoads); got != n-2 {
-		t.Fatalf("%v resident loads, want %d", got, n-2)
+	if got := counterValue(t, s.metrics.residentLoads.WithLabelValues("eviction")); got != n-2 {
+		t.Fatalf("%v resident loads of evicted accounts, want %d", got, n-2)
+	}
+	if got := counterValue(t, s.metrics.residentLoads.WithLabelValues("warm")); got != 0 {
+		t.Fatalf("%v resident loads counted as warmed, none was", got)
 	}
 }
 
@@ -303,5 +307,35 @@ func TestResidentOnlyOfConfirmedState(t *testing.T) {
 				t.Fatalf("withdrawing the 100 the store holds leaves %d", r.Account.Balance)
 			}
 		})
+	}
+}
+
+// TestLateEvictionKeepsTheNewerResident: an eviction callback that runs late
+// (after the account was loaded again, took a deposit and was dropped again,
+// its newer state made resident) does not replace the newer resident with its
+// older aggregate. Found by review: the stale resident cost the next command a
+// refused append and a reload. It fails when put replaces whatever is there.
+func TestLateEvictionKeepsTheNewerResident(t *testing.T) {
+	s := New(memory.New(), Options{Clock: clock})
+	defer s.Close()
+	mustApply(t, s, "open_account", `{"idempotency_key":"o","account_id":"a","currency":"EUR"}`)
+	mustApply(t, s, "deposit", `{"idempotency_key":"d1","account_id":"a","amount":100,"currency":"EUR"}`)
+	stream := domain.AccountStream("a")
+	older, _ := s.accounts.c.Peek(stream)
+	s.accounts.c.Remove(stream)
+	if s.residents.take(stream).Resident == nil { // as if its callback had not run yet
+		t.Fatal("a not made resident when dropped")
+	}
+	mustApply(t, s, "deposit", `{"idempotency_key":"d2","account_id":"a","amount":50,"currency":"EUR"}`)
+	s.accounts.c.Remove(stream) // the newer state made resident
+	s.toResident(stream, older) // the late callback
+	res := s.residents.take(stream)
+	if res.Resident == nil || res.Revision() != 2 {
+		t.Fatalf("resident %+v after the late callback, want the newer one at revision 2", res)
+	}
+	acc := s.newAccount("a")
+	res.Into(acc)
+	if acc.Balance != 150 {
+		t.Fatalf("resident balance %d, want 150", acc.Balance)
 	}
 }

@@ -159,7 +159,7 @@ func (s *Service) warmOne(stream string, acc *domain.Account, cache bool) bool {
 	}
 	res, ok := domain.Compact(acc, s.residents.print)
 	if ok {
-		s.residents.put(stream, res)
+		s.residents.put(stream, resident{res, fromWarm})
 	}
 	return ok
 }

@@ -133,7 +133,8 @@ func staleWarmedNeverDecides(t *testing.T, st Store, cacheSize int) {
 
 // TestWarmAgain: accounts written into the store behind a running
 // service's back (another instance here) are warmed by Warm as after a
-// start, and decided on without a read of the store.
+// start, and decided on without a read of the store, counted as a load of
+// a warmed resident (origin warm).
 func TestWarmAgain(t *testing.T) {
 	st := &readCounting{Store: memory.New()}
 	s := New(st, Options{Clock: clock, CacheSize: 1, WarmAccounts: 10})
@@ -154,6 +155,10 @@ func TestWarmAgain(t *testing.T) {
 	mustApply(t, s, "deposit", `{"idempotency_key":"d-y","account_id":"y","amount":5,"currency":"EUR"}`)
 	if reads := st.reads.Load() - before; reads != 0 {
 		t.Fatalf("%d reads of the store for a warmed account", reads)
+	}
+	warm, evicted := counterValue(t, s.metrics.residentLoads.WithLabelValues("warm")), counterValue(t, s.metrics.residentLoads.WithLabelValues("eviction"))
+	if warm != 1 || evicted != 0 {
+		t.Fatalf("resident loads: %v warm, %v eviction, want the warmed one only", warm, evicted)
 	}
 }
 
