@@ -251,11 +251,15 @@ func (r *refusingStore) AppendMulti(ctx context.Context, parts []eventstore.Stre
 // callback hands it over (it runs after the cache's lock is released: once
 // the stream is free and idle again, say): a resident is made only of an
 // aggregate the store confirmed (domain.Account.Durable), whichever path
-// folded the decision ahead of its append: a pipelined command, a transfer,
-// an atomic batch. Found by review: a late callback made the pending state of
-// a failed append resident, and the store took the next decision on its
+// folded the decision ahead of its append: a pipelined command, a transfer
+// and a transaction (one write over two accounts, pipelined on one of them,
+// appendSteps: the pipelined account folded ahead, the other only once
+// written), an atomic batch. Each must reach the store and be failed by it
+// (a reply of status error): a request refused before its write would pass
+// on anything. Found by review: a late callback made the pending state of a
+// failed append resident, and the store took the next decision on its
 // phantom balance at the expected revision. Without the confirmation
-// (Compact ignoring Durable) the pipelined and atomic batch cases fail.
+// (Compact ignoring Durable) every case fails.
 func TestResidentOnlyOfConfirmedState(t *testing.T) {
 	cases := []struct {
 		name string
@@ -265,7 +269,10 @@ func TestResidentOnlyOfConfirmedState(t *testing.T) {
 			return post(t, s, "deposit", `{"idempotency_key":"x","account_id":"a","amount":50,"currency":"EUR"}`)
 		}},
 		{"transfer", func(s *Service) Reply {
-			return post(t, s, "transfer", `{"idempotency_key":"x","from_account_id":"a","to_account_id":"b","amount":30,"currency":"EUR"}`)
+			return post(t, s, "transfer", `{"idempotency_key":"x","transfer_id":"t","from":"a","to":"b","amount":30,"currency":"EUR"}`)
+		}},
+		{"post_transaction", func(s *Service) Reply {
+			return post(t, s, "post_transaction", `{"idempotency_key":"x","transaction_id":"t","postings":[{"from":"a","to":"b","amount":30,"currency":"EUR"}]}`)
 		}},
 		{"atomic batch", func(s *Service) Reply {
 			return s.HandleBatch(context.Background(), atomicBody("x", []batchCmd{
@@ -288,8 +295,8 @@ func TestResidentOnlyOfConfirmedState(t *testing.T) {
 				held[id], _ = s.accounts.c.Peek(domain.AccountStream(id))
 			}
 			st.fail.Store(true)
-			if r := c.send(s); r.Status == domain.StatusApplied {
-				t.Fatalf("applied on a store that failed the append: %+v", r)
+			if r := c.send(s); r.Status != domain.StatusError {
+				t.Fatalf("not the store's failure: %+v", r) // applied, or never written (invalid)
 			}
 			st.fail.Store(false)
 			for id, acc := range held {
