@@ -190,9 +190,7 @@ func TestCollateCAltersEachTableOnce(t *testing.T) {
 		END $$;
 		CREATE EVENT TRIGGER count_alters ON ddl_command_end WHEN TAG IN ('ALTER TABLE') EXECUTE FUNCTION public.count_alters()`)
 
-	if err := migrations.Up(ctx, u); err != nil {
-		t.Fatal(err)
-	}
+	upTo(t, ctx, u, 15) // 00015 alone: later migrations alter tables of their own
 	var many string
 	if err := conn.QueryRow(ctx, `SELECT coalesce(string_agg(tbl || ' ' || n, ', ' ORDER BY tbl), '')
 		FROM (SELECT tbl, count(*) AS n FROM public.altered GROUP BY tbl HAVING count(*) > 1) x`).Scan(&many); err != nil {

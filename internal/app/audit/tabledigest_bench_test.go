@@ -3,6 +3,8 @@ package audit
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,13 +19,20 @@ import (
 // balance-history row and one entry each, 1% of them touched): the accounts
 // table's digest (checkAccountsTable's statement) and invariant 9 of the
 // untouched accounts (checkUntouchedEffective's, balance history and
-// statement), each against a baseline in the same run, a count of the
-// accounts table (one pass over it, nothing hashed).
+// statement), and the holds table's digest (checkHoldsTable's statement,
+// LEDGER_BENCH_HOLDS holds per account, default 4: one active, the others
+// closed, as the table keeps them; one of each touched account's touched),
+// each against a baseline in the same run, a count of the accounts table
+// (one pass over it, nothing hashed).
 //
-//	LEDGER_BENCH_ACCOUNTS=1000000 go test ./internal/app/audit -run '^$' -bench AccountsTableDigest -benchtime 3x
+//	LEDGER_BENCH_ACCOUNTS=1000000 LEDGER_BENCH_HOLDS=4 go test ./internal/app/audit -run '^$' -bench AccountsTableDigest -benchtime 3x
 func BenchmarkAccountsTableDigest(b *testing.B) {
 	ctx := context.Background()
 	pool, n := devtest.BenchAccounts(b)
+	holds := 4
+	if v, err := strconv.Atoi(os.Getenv("LEDGER_BENCH_HOLDS")); err == nil && v > 0 {
+		holds = v
+	}
 	for _, sql := range []string{
 		`INSERT INTO readmodel.accounts (account_id, currency, overdraft_limit, metadata, status, balance, held, revision, opened_at, updated_at)
 			SELECT 'acct-' || i, 'EUR', 0, '{"k": "v"}', 'open', i, 0, 1, now(), now() FROM generate_series(1, $1) i`,
@@ -31,6 +40,10 @@ func BenchmarkAccountsTableDigest(b *testing.B) {
 			SELECT 'acct-' || i, 1, gen_random_uuid(), 'Deposited', 'EUR', i, 0, 'open', now(), now() FROM generate_series(1, $1) i`,
 		`INSERT INTO readmodel.entries (event_id, account_id, revision, type, reason, ref, amount, currency, balance_after, idempotency_key, at, metadata, effective_at)
 			SELECT gen_random_uuid(), 'acct-' || i, 1, 'Deposited', 'deposit', '', i, 'EUR', i, 'k-' || i, now(), '{}', now() FROM generate_series(1, $1) i`,
+		`INSERT INTO readmodel.holds (account_id, hold_id, amount, currency, status, captured, expires_at, idempotency_key, revision, placed_at, updated_at)
+			SELECT 'acct-' || i, 'hold-' || j, 100, 'EUR', CASE WHEN j = 1 THEN 'active' ELSE 'captured' END, CASE WHEN j = 1 THEN 0 ELSE 100 END,
+				now() + interval '1 day', 'h-' || i || '-' || j, j, now(), now()
+			FROM generate_series(1, $1) i, generate_series(1, ` + strconv.Itoa(holds) + `) j`,
 		`ANALYZE`,
 	} {
 		if _, err := pool.Exec(ctx, sql, n); err != nil && sql != `ANALYZE` {
@@ -38,11 +51,11 @@ func BenchmarkAccountsTableDigest(b *testing.B) {
 		}
 	}
 	var (
-		touched []string
-		rows    []accountCols
+		touched, touchedHolds []string
+		rows                  []accountCols
 	)
 	for i := 1; i <= n; i += 100 {
-		touched = append(touched, fmt.Sprintf("acct-%d", i))
+		touched, touchedHolds = append(touched, fmt.Sprintf("acct-%d", i)), append(touchedHolds, fmt.Sprintf("acct-%d/hold-1", i))
 		rows = append(rows, accountCols{id: touched[len(touched)-1], currency: "EUR", metadata: `{"k":"v"}`, status: "open", balance: int64(i), available: int64(i), rev: 1})
 	}
 	old := columnsOf(rows)
@@ -54,6 +67,10 @@ func BenchmarkAccountsTableDigest(b *testing.B) {
 		"digest": func(tx pgx.Tx) error {
 			var w, u, o string
 			return tx.QueryRow(ctx, fmt.Sprintf(accountsSQLs.tableDigest, projections.View("accounts")), append([]any{touched}, old...)...).Scan(&w, &u, &o)
+		},
+		"holds": func(tx pgx.Tx) error {
+			var w, u, o string
+			return tx.QueryRow(ctx, fmt.Sprintf(holdsTableDigestSQL, projections.View("holds")), append([]any{touchedHolds}, holdColumnsOf(nil)...)...).Scan(&w, &u, &o)
 		},
 		"history": func(tx pgx.Tx) error {
 			f := NewFold()
@@ -67,7 +84,7 @@ func BenchmarkAccountsTableDigest(b *testing.B) {
 	spent := map[string]time.Duration{}
 	b.ResetTimer()
 	for range b.N {
-		for _, name := range []string{"count", "digest", "history", "entries"} {
+		for _, name := range []string{"count", "digest", "holds", "history", "entries"} {
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				start := time.Now()
 				err := statements[name](tx)
@@ -79,7 +96,7 @@ func BenchmarkAccountsTableDigest(b *testing.B) {
 			}
 		}
 	}
-	for _, name := range []string{"digest", "history", "entries"} {
+	for _, name := range []string{"digest", "holds", "history", "entries"} {
 		b.ReportMetric(spent[name].Seconds()/float64(b.N), name+"-s")
 		b.ReportMetric(spent[name].Seconds()/spent["count"].Seconds(), name+"/count")
 	}
