@@ -330,18 +330,20 @@ func TestLateEvictionKeepsTheNewerResident(t *testing.T) {
 	stream := domain.AccountStream("a")
 	older, _ := s.accounts.c.Peek(stream)
 	s.accounts.c.Remove(stream)
-	if s.residents.take(stream).Resident == nil { // as if its callback had not run yet
+	if !s.residents.take(stream).ok { // as if its callback had not run yet
 		t.Fatal("a not made resident when dropped")
 	}
 	mustApply(t, s, "deposit", `{"idempotency_key":"d2","account_id":"a","amount":50,"currency":"EUR"}`)
 	s.accounts.c.Remove(stream) // the newer state made resident
 	s.toResident(stream, older) // the late callback
 	res := s.residents.take(stream)
-	if res.Resident == nil || res.Revision() != 2 {
+	if !res.ok || res.Revision() != 2 {
 		t.Fatalf("resident %+v after the late callback, want the newer one at revision 2", res)
 	}
 	acc := s.newAccount("a")
-	res.Into(acc)
+	if err := res.Into(acc, res.tail); err != nil {
+		t.Fatal(err)
+	}
 	if acc.Balance != 150 {
 		t.Fatalf("resident balance %d, want 150", acc.Balance)
 	}
