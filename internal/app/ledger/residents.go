@@ -312,5 +312,6 @@ func (s *Service) toResident(stream string, acc *domain.Account) {
 	}
 	if res, tail, ok := domain.Compact(acc, s.residents.print); ok {
 		s.residents.put(stream, resident{res, tail, fromEviction, true})
+		s.metrics.residentsMade.WithLabelValues(headLabel(acc.DecidedHead())).Inc()
 	}
 }
