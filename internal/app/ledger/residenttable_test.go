@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -86,7 +87,7 @@ func checkResidentTable(t *testing.T, r *residents, model map[string]resident, l
 // residentStates are the compact states of one account after each of n
 // deposits, with metadata of a size growing with the revision (tails from
 // none to several hundred bytes), alternately from eviction and warming.
-func residentStates(t *testing.T, n int) []resident {
+func residentStates(t testing.TB, n int) []resident {
 	t.Helper()
 	var out []resident
 	for i := range n {
@@ -142,4 +143,29 @@ func pointerIn(typ reflect.Type) string {
 	default:
 		return typ.String()
 	}
+}
+
+// BenchmarkResidentsGC times a full garbage collection (runtime.GC) of a
+// process holding 1,000,000 residents, each of an account opened without
+// metadata, under names of its own: what the table costs every collection's
+// marking. Compare builds alternated in one window (BENCHMARKS.md). Run with
+//
+//	go test ./internal/app/ledger -run '^$' -bench ResidentsGC -benchtime 20x -count 3
+func BenchmarkResidentsGC(b *testing.B) {
+	const n = 1_000_000
+	res := residentStates(b, 1)[0]
+	r := newResidents(n)
+	for i := range n {
+		r.put(fmt.Sprintf("account-c%07d", i), res)
+	}
+	runtime.GC()
+	b.ResetTimer()
+	for b.Loop() {
+		runtime.GC()
+	}
+	b.StopTimer()
+	if r.len() != n {
+		b.Fatalf("%d residents, want %d", r.len(), n)
+	}
+	runtime.KeepAlive(r)
 }
