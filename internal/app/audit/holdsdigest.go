@@ -19,8 +19,7 @@ import (
 // held them (resumedAccounts.oldHolds). A hold is keyed account/hold, not by
 // account: a touched account's holds that no event after the checkpoint
 // touched are compared through the digest too. The checkpoint's snapshots
-// keep every active hold (a closed one may be forgotten, but no event
-// touches a closed hold again).
+// keep every active hold (a closed one may be forgotten: noteOldHolds).
 
 // holdCols are a holds row's compared columns, as the fold expects them
 // (holdRowOf renders them) or as the table holds them.
@@ -60,7 +59,11 @@ func holdColsOf(account, currency string, h *domain.Hold, captured int64) holdCo
 
 // noteOldHolds keeps the holds of account a, read from the checkpoint, as
 // the holds table held them then (a hold captured by then captured its
-// amount; none is touched again).
+// amount). A hold closed by then takes no event after it: one that does is
+// named by the fold (checkHoldPlaced; a capture or release of it does not
+// fold), and one the checkpoint's snapshot forgot (closed earlier than its
+// last closed) is not in oldHolds, so that its row, in the checkpoint's
+// digest but touched now, leaves the digests unequal: never trusted.
 func (r *resumedAccounts) noteOldHolds(a *domain.Account) {
 	for _, h := range a.Holds {
 		var captured int64
