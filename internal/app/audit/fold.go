@@ -419,6 +419,7 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent, 
 	// EvolveAccount does, but for decoding the event a second time.
 	payload, err := md.payloadOf(re)
 	if err == nil {
+		f.checkHoldPlaced(re, a, payload)
 		err = domain.EvolveAccountDecided(a, ev, payload)
 	}
 	if err != nil {
@@ -499,6 +500,23 @@ func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata,
 		// count refunds of deposits, which does not touch balances. The account
 		// forgets it when it records the next (KeyLimit 1), keys and their
 		// queue alike.
+	}
+}
+
+// checkHoldPlaced names a hold placed under the ID of a hold the account
+// holds (before the event is folded): active, or closed and kept (the last
+// closed ones, boundAccount). A hold is placed once, and once closed
+// (captured, released, expired) no event touches it again: a capture or
+// release of it does not fold (fold_failed), and the holds table's row of a
+// closed hold is final, which an incremental audit relies on for the holds it
+// compares through the checkpoint's digest (noteOldHolds).
+func (f *Fold) checkHoldPlaced(re eventstore.RecordedEvent, a *domain.Account, payload any) {
+	p, ok := payload.(*domain.HoldPlaced)
+	if !ok {
+		return
+	}
+	if h := a.Holds[p.HoldID]; h != nil {
+		f.eventViolation(InvBalance, "hold_placed_again", re, "hold %s of %s placed again, its earlier one %s", p.HoldID, a.ID, h.Status)
 	}
 }
 
