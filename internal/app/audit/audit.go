@@ -72,6 +72,20 @@ type CheckpointRef struct {
 	// Digest anchors the checkpoint (projections.AuditCheckpoint.Digest):
 	// kept outside the database, Options.ExpectDigest checks it.
 	Digest string `json:"digest,omitempty"`
+	// Trusted, of the checkpoint an incremental audit resumed from: what it
+	// does not check again by design (TrustedFromCheckpoint), which a full
+	// audit checks.
+	Trusted []string `json:"trusted,omitempty"`
+}
+
+// TrustedFromCheckpoint is what an incremental audit trusts of the ledger
+// before its checkpoint, by design (docs/design.md, "An incremental audit"):
+// a full audit checks all of it.
+var TrustedFromCheckpoint = []string{
+	"the read models' rows of the events before the checkpoint in the balance history, statement, transfers and commands tables " +
+		"(the accounts table and the active holds are compared whole; invariant 9 checks each untouched account's last balance-history row, and that no entry follows it)",
+	"the holds closed before the checkpoint: their rows in the holds table",
+	"a key decided before the checkpoint and again after it under event IDs of its own: not named key_decided_twice",
 }
 
 // ReadModelCheck is one projection's comparison with the fold.
@@ -272,14 +286,14 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 		rep.Violations, rep.ViolationCount = f.forAccount(opts.Account)
 	}
 	if f.from != nil {
-		rep.From = &CheckpointRef{ID: f.from.ID, Position: f.from.Position.String(), Events: f.from.Events, Accounts: f.resumed.rows, AccountsRead: f.resumed.loaded, Digest: f.from.Digest}
+		rep.From = &CheckpointRef{ID: f.from.ID, Position: f.from.Position.String(), Events: f.from.Events, Accounts: f.resumed.rows, AccountsRead: f.resumed.loaded, Digest: f.from.Digest, Trusted: TrustedFromCheckpoint}
 	}
 	if opts.SaveCheckpoint && rep.OK() {
 		if rep.NoCheckpoint = r.notCheckpointable(); rep.NoCheckpoint != "" {
 			return rep, nil
 		}
 		save.Checkpoint.Position, save.Checkpoint.Events, save.Checkpoint.AccountsTable = f.Last, f.Events, r.accountsTable.digest
-		save.Checkpoint.HoldsTable = r.accountsTable.holds
+		save.Checkpoint.ActiveHolds = r.accountsTable.holds
 		saved, err := projections.Checkpoints.SaveAudit(ctx, opts.Sets, save)
 		if saved.ID != 0 { // stored, even should dropping the oldest have failed
 			rep.Checkpoint = &CheckpointRef{ID: saved.ID, Position: f.Last.String(), Events: f.Events, Digest: saved.Digest}
@@ -823,6 +837,9 @@ func (r *Report) Write(w io.Writer) {
 	if r.From != nil {
 		fmt.Fprintf(w, "  from audit checkpoint %d at %s (%d events before it, trusted; digest %s): the %d events after it checked; %d of its %d accounts read (those they touched)\n",
 			r.From.ID, r.From.Position, r.From.Events, r.From.Digest, r.Events-r.From.Events, r.From.AccountsRead, r.From.Accounts)
+		for _, t := range r.From.Trusted {
+			fmt.Fprintf(w, "  trusted from the checkpoint, not checked again (a full audit checks it): %s\n", t)
+		}
 	}
 	fmt.Fprintf(w, "  %d events in %d streams: %d accounts, %d transfers, %d client keys\n", r.Events, r.Streams, r.Accounts, r.Transfers, r.Keys)
 	chain := "not verified (use --verify-chain)"

@@ -55,7 +55,7 @@ var accountColumns = columns[accountCols]{
 }
 
 // accountsSQLs is derived once from accountColumns; a row's key is its account.
-var accountsSQLs = accountColumns.sql("a.account_id")
+var accountsSQLs = accountColumns.sql("a.account_id", "true")
 
 // column is one compared column of a read-model table compared whole (the
 // accounts read model's two tables: accountColumns, holdColumns), for the
@@ -137,11 +137,12 @@ type tableSQL struct {
 // compared columns to a 64-bit integer (PostgreSQL renders the row from the
 // table's columns or from the fold's values alike, same types, so that both
 // hash the same text), and the statement that sums, in the read models'
-// snapshot, the hashes of the table's rows (%s: the live view) apart from
-// the rows of the keys $1 (key: a row's key, over the table's alias a; the
-// whole table's sum, the others'), and of the rows $2... (the touched rows
-// as the checkpoint had them, a column each), each sum a decimal integer.
-func (cs columns[C]) sql(key string) tableSQL {
+// snapshot, the hashes of the table's rows compared whole (%s: the live
+// view; where: which rows, over the table's alias a) apart from the rows of
+// the keys $1 (key: a row's key, over a; the sum of all of them, of the
+// others), and of the rows $2... (the touched rows as the checkpoint had
+// them, a column each), each sum a decimal integer.
+func (cs columns[C]) sql(key, where string) tableSQL {
 	var sel, names, hashed, arrays, back []string
 	for i, c := range cs {
 		name := c.name
@@ -164,7 +165,7 @@ func (cs columns[C]) sql(key string) tableSQL {
 	digest := `SELECT coalesce(sum(h), 0)::text, coalesce(sum(h) FILTER (WHERE t.k IS NULL), 0)::text,
 	(SELECT coalesce(sum(` + hash + `), 0) FROM (SELECT ` + strings.Join(back, ", ") + `
 		FROM unnest(` + strings.Join(arrays, ", ") + `) AS o(` + strings.Join(names, ", ") + `)) o)::text
-FROM (SELECT ` + key + ` AS k, ` + hash + ` AS h FROM %s a) a LEFT JOIN unnest($1::text[]) t(k) ON t.k = a.k`
+FROM (SELECT ` + key + ` AS k, ` + hash + ` AS h FROM %s a WHERE ` + where + `) a LEFT JOIN unnest($1::text[]) t(k) ON t.k = a.k`
 	return tableSQL{selects: strings.Join(sel, ", "), tableDigest: digest}
 }
 
