@@ -2,7 +2,6 @@ package audit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -264,11 +263,11 @@ func decodeClaim(re eventstore.RecordedEvent) (*domain.KeyClaimed, error) {
 	if re.Type != domain.EvKeyClaimed && re.Type != domain.EvBatchDecided {
 		return nil, errNotClaim
 	}
-	c := new(domain.KeyClaimed)
-	if err := json.Unmarshal(re.Data, c); err != nil {
+	c, err := domain.DecodeKeyClaimed(re.Data)
+	if err != nil {
 		return nil, err
 	}
-	return c, nil
+	return &c, nil
 }
 
 // apply folds the next event of "all", its metadata decoded (beside the fold,
