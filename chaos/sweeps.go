@@ -57,9 +57,11 @@ func movedInStore(typ string, es []*stored) (int64, bool) {
 // by their first definite reply: the sweeps that moved all they asked, less
 // (all that was available) or nothing (insufficient_funds); the writes with
 // expected_revision that applied, and those refused revision_mismatch; the
-// money commands booked late (effective_at) that applied.
+// money commands booked late (effective_at) that applied; and the workload's
+// refunds: applied, and refused refund_exceeds_original or otherwise.
 func (h *History) Conditions() string {
 	var full, partial, empty, condApplied, mismatch, backdated int
+	refunds := map[string]int{}
 	for _, ks := range h.Keys() {
 		if len(ks.acked) == 0 {
 			continue
@@ -70,6 +72,7 @@ func (h *History) Conditions() string {
 			Expected *int64 `json:"expected_revision"`
 			// Effective: an open_account's or a late booking's (v1.2 §2.3).
 			Effective string `json:"effective_at"`
+			Original  string `json:"original_key"` // a refund's
 		}
 		if json.Unmarshal(ks.firstBody, &f) != nil {
 			continue
@@ -83,6 +86,14 @@ func (h *History) Conditions() string {
 		case f.UpTo && rep.Code == domain.CodeInsufficientFunds:
 			empty++
 		}
+		switch {
+		case f.Original != "" && rep.Status == domain.StatusApplied:
+			refunds["applied"]++
+		case f.Original != "" && rep.Code == domain.CodeRefundExceedsOriginal:
+			refunds["exceeds"]++
+		case f.Original != "":
+			refunds["other"]++
+		}
 		if f.Effective != "" && f.Amount > 0 && rep.Status == domain.StatusApplied {
 			backdated++
 		}
@@ -93,6 +104,6 @@ func (h *History) Conditions() string {
 			mismatch++
 		}
 	}
-	return fmt.Sprintf("sweeps (up_to): %d moved all they asked, %d less (all available), %d nothing (insufficient_funds); expected_revision: %d applied, %d revision_mismatch; booked late (effective_at): %d applied",
-		full, partial, empty, condApplied, mismatch, backdated)
+	return fmt.Sprintf("sweeps (up_to): %d moved all they asked, %d less (all available), %d nothing (insufficient_funds); expected_revision: %d applied, %d revision_mismatch; booked late (effective_at): %d applied; refunds: %d applied, %d refund_exceeds_original, %d refused otherwise",
+		full, partial, empty, condApplied, mismatch, backdated, refunds["applied"], refunds["exceeds"], refunds["other"])
 }

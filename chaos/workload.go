@@ -16,9 +16,9 @@ type account struct {
 	id, currency string
 }
 
-// workload is a seeded bank workload: deposits, withdrawals, transfers and
-// transactions (a payment with its fee leg) on a few hot accounts, with exact
-// resends (some concurrent) and key reuse.
+// workload is a seeded bank workload: deposits, withdrawals, transfers,
+// transactions (a payment with its fee leg) and refunds on a few hot accounts,
+// with exact resends (some concurrent) and key reuse.
 type workload struct {
 	prefix    string
 	accounts  []account
@@ -53,6 +53,21 @@ type workload struct {
 	// holds are the holds each producer placed and has not captured yet:
 	// producer -> heldRef. Its next authorisation command captures it.
 	holds sync.Map
+	// refundable is each producer's last deposit, withdrawal or transfer with
+	// a definite reply (applied or recorded rejected, so a refund of it is
+	// decided the same whenever it runs): producer -> sentCmd. Its next refund
+	// reverses it.
+	refundable sync.Map
+}
+
+// ack appends cmd, which got a definite reply, to producer p's acknowledged
+// commands, and keeps it as p's next refund's original when it can be one.
+func (w *workload) ack(p int, acked []sentCmd, cmd sentCmd) []sentCmd {
+	switch cmd.typ {
+	case "deposit", "withdraw", "transfer":
+		w.refundable.Store(p, cmd)
+	}
+	return append(acked, cmd)
 }
 
 // heldRef is a hold a producer placed: captured later into account to.
@@ -156,20 +171,20 @@ func (w *workload) run(ctx context.Context, c *client) {
 					a := c.settle(ctx, cmd.key, cmd.typ, b, w.retries)
 					inner.Wait()
 					if a.Outcome == OK {
-						acked = append(acked, cmd)
+						acked = w.ack(p, acked, cmd)
 					}
 				case x < w.resend: // sequential exact resend
 					a := c.settle(ctx, cmd.key, cmd.typ, b, w.retries)
 					c.settle(ctx, cmd.key, cmd.typ, b, w.retries)
 					if a.Outcome == OK {
-						acked = append(acked, cmd)
+						acked = w.ack(p, acked, cmd)
 					}
 				case x < w.resend+w.reuse && len(acked) > 0: // key reuse with another payload
 					old := acked[rng.IntN(len(acked))]
 					c.send(ctx, old.key, old.typ, reused(rng, old))
 				default:
 					if a := c.settle(ctx, cmd.key, cmd.typ, b, w.retries); a.Outcome == OK {
-						acked = append(acked, cmd)
+						acked = w.ack(p, acked, cmd)
 					}
 				}
 				if w.pace > 0 {
@@ -244,7 +259,7 @@ func (w *workload) sendBatch(ctx context.Context, c *client, rng *rand.Rand, p, 
 	for _, cmd := range cmds {
 		for _, a := range got {
 			if a.Key == cmd.key && a.Outcome == OK {
-				*acked = append(*acked, cmd)
+				*acked = w.ack(p, *acked, cmd)
 			}
 		}
 	}
@@ -281,7 +296,7 @@ func (w *workload) sendAtomic(ctx context.Context, c *client, rng *rand.Rand, p,
 		if a.Outcome == OK {
 			for _, cmd := range cmds {
 				if cmd.key == a.Key {
-					*acked = append(*acked, cmd)
+					*acked = w.ack(p, *acked, cmd)
 				}
 			}
 		}
@@ -305,6 +320,11 @@ func (w *workload) next(rng *rand.Rand, p, i int) sentCmd {
 		a = w.accounts[0]
 	}
 	x := rng.Float64()
+	if x < 0.06 { // a refund of producer p's last acknowledged money command
+		if cmd, ok := w.refund(rng, p, key); ok {
+			return cmd
+		}
+	}
 	switch {
 	case x < 0.35:
 		return w.backdate(rng, w.conditional(rng, sentCmd{key, "deposit", map[string]any{"account_id": a.id, "amount": 1 + rng.IntN(1000), "currency": a.currency}}))
@@ -366,4 +386,27 @@ func (w *workload) conditional(rng *rand.Rand, cmd sentCmd) sentCmd {
 		cmd.fields["expected_revision"] = w.revision(cmd.fields["account_id"].(string))
 	}
 	return cmd
+}
+
+// refund reverses producer p's last acknowledged deposit, withdrawal or
+// transfer (PROTOCOL.md §2) under key: a third in full, the rest of an amount
+// drawn up to one and a half times the original's (beyond what is left:
+// refund_exceeds_original, recorded); one in two leaves the original
+// refundable again, so that the refunds of one original add up (never beyond
+// it: the audit's fold and C5's replay check them). A refund of a rejected
+// original is refused, recorded.
+func (w *workload) refund(rng *rand.Rand, p int, key string) (sentCmd, bool) {
+	v, ok := w.refundable.LoadAndDelete(p)
+	if !ok {
+		return sentCmd{}, false
+	}
+	orig := v.(sentCmd)
+	fields := map[string]any{"original_key": orig.key}
+	if amount, _ := orig.fields["amount"].(int); amount > 0 && rng.IntN(3) > 0 {
+		fields["amount"] = 1 + rng.IntN(amount+amount/2)
+	}
+	if rng.IntN(2) == 0 {
+		w.refundable.LoadOrStore(p, orig)
+	}
+	return sentCmd{key, "refund", fields}, true
 }

@@ -2,11 +2,14 @@ package migrations_test
 
 import (
 	"context"
+	"database/sql"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 
 	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 	"github.com/ledgerworks/ledger/migrations"
@@ -72,5 +75,48 @@ func TestUpCancelled(t *testing.T) {
 	cancel()
 	if err := migrations.Up(ctx, pgtest.URL(t)); err == nil {
 		t.Fatal("Up with a cancelled context succeeded")
+	}
+}
+
+// TestDownLeavesNoAuditCheckpointAnEarlierBuildMisreads: migrating down past
+// 00014 removes the checkpoints stored with its digests, and past 00013 those
+// whose accounts are in rows of their own (an earlier build would read either
+// as a ledger without accounts, or without its digests' checks); a
+// checkpoint of an earlier format stays.
+func TestDownLeavesNoAuditCheckpointAnEarlierBuildMisreads(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := pgtest.URL(t)
+	if err := migrations.Up(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, err = db.ExecContext(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, accounts_digest, state_digest)
+		VALUES (1, 1, 1, 'before 00013', NULL, NULL), (2, 2, 2, 'of 00013', 0, NULL), (3, 3, 3, 'of 00014', 0, md5('of 00014'))`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS(), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		to   int64
+		kept string
+	}{{13, "before 00013,of 00013"}, {12, "before 00013"}} {
+		if _, err := p.DownTo(ctx, c.to); err != nil {
+			t.Fatal(err)
+		}
+		var kept string
+		if err := db.QueryRowContext(ctx, `SELECT coalesce(string_agg(convert_from(state, 'UTF8'), ',' ORDER BY id), '') FROM readmodel.audit_checkpoints`).Scan(&kept); err != nil || kept != c.kept {
+			t.Fatalf("down to %d: checkpoints kept %q (%v), want %q", c.to, kept, err, c.kept)
+		}
+	}
+	if err := migrations.Up(ctx, url); err != nil {
+		t.Fatalf("up again: %v", err)
 	}
 }

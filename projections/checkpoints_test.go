@@ -20,7 +20,7 @@ func TestAuditCheckpointsKept(t *testing.T) {
 	var ids []int64
 	for i := range projections.AuditCheckpointsKept + 2 {
 		id, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{
-			Checkpoint: projections.AuditCheckpoint{Position: eventstore.Position{Commit: uint64(i), Prepare: uint64(i)}, Events: int64(i), State: []byte{byte(i)}},
+			Checkpoint: projections.AuditCheckpoint{Position: eventstore.Position{Commit: uint64(i), Prepare: uint64(i)}, Events: int64(i), State: []byte{byte(i)}, AccountsTable: "0"},
 			Next:       accountsOf("a", "b"), Rows: 2})
 		if err != nil {
 			t.Fatal(err)
@@ -59,7 +59,7 @@ func accountsOf(ids ...string) func() (projections.AuditAccount, bool, error) {
 	}
 }
 
-var emptyState = projections.AuditCheckpoint{State: []byte{}}
+var emptyState = projections.AuditCheckpoint{State: []byte{}, AccountsTable: "0"}
 
 // TestAuditCheckpointAccounts: a checkpoint saved from an earlier one keeps
 // that one's rows of the accounts it does not write itself and its own of
@@ -117,5 +117,41 @@ func TestAuditCheckpointAccounts(t *testing.T) {
 		if err == nil {
 			t.Fatalf("a checkpoint whose rows were edited (%s) was loaded", edit)
 		}
+	}
+}
+
+// TestAuditSaveRechecksWhatItCarries: a save that carries an earlier
+// checkpoint's rows refuses them when they or its state no longer match the
+// digests stored with them (its own digest would be computed over the edited
+// rows and bless them), and stores nothing; a checkpoint without its digests
+// (an earlier build's) is refused by LoadAudit.
+func TestAuditSaveRechecksWhatItCarries(t *testing.T) {
+	env := projtest.New(t)
+	ctx := context.Background()
+	for _, edit := range []string{
+		`UPDATE readmodel.audit_checkpoint_accounts SET next = next + 1 WHERE checkpoint_id = $1 AND account_id = 'a'`,
+		`UPDATE readmodel.audit_checkpoints SET state = '\x01' WHERE id = $1`,
+	} {
+		first, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("a", "b"), Rows: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.Pool.Exec(ctx, edit, first); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, first); err == nil {
+			t.Fatalf("a checkpoint edited (%s) was loaded", edit)
+		}
+		if id, err := projections.Checkpoints.SaveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("b"), CarryFrom: first, Rows: 2}); err == nil {
+			t.Fatalf("checkpoint %d carried the rows of checkpoint %d, edited (%s)", id, first, edit)
+		}
+	}
+	var earlier int64
+	if err := env.Pool.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, accounts_digest)
+		VALUES (0, 0, 0, '', 0) RETURNING id`).Scan(&earlier); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, earlier); err == nil {
+		t.Fatal("a checkpoint without its state's and accounts table's digests was loaded")
 	}
 }

@@ -273,3 +273,25 @@ func runLedger(t testing.TB, env []string, stdin []byte, args ...string) ([]byte
 	}
 	return out, stderr.String(), code
 }
+
+// TestBadCommandLinesExit2: a command line the CLI library refuses (an unknown
+// flag, a flag without its value, a required flag missing) exits 2, as the
+// programs' help says, never 1, which a script reads as "sent and refused";
+// nothing is sent (no NATS server is named that could answer).
+func TestBadCommandLinesExit2(t *testing.T) {
+	env := []string{config.EnvDataDir + "=" + t.TempDir()}
+	for _, args := range [][]string{
+		{"--bogus"},
+		{"post", "--bogus", "deposit"},
+		{"post", "deposit", "--key", "k", "--amount"},
+		{"statement", "--bogus", "alice"},
+		{"balances"},
+		{"balances", "--prefix"},
+		{"audit", "--bogus"},
+	} {
+		out, stderr, code := runLedger(t, env, nil, args...)
+		if code != exitUsage || !strings.Contains(stderr, "--help") {
+			t.Errorf("ledger %s: exit %d, want %d and a pointer to --help:\n%s%s", strings.Join(args, " "), code, exitUsage, out, stderr)
+		}
+	}
+}

@@ -25,10 +25,10 @@ import (
 
 // Exit statuses of `ledger post`.
 const (
-	exitApplied  = 0 // the ledger answered applied
-	exitAnswered = 1 // the ledger answered something else (printed)
-	exitUsage    = 2 // the command line is wrong
-	exitNoReply  = 3 // no answer: the outcome is unknown, retry with the same key
+	exitApplied  = 0                // the ledger answered applied
+	exitAnswered = 1                // the ledger answered something else (printed)
+	exitUsage    = config.ExitUsage // the command line is wrong
+	exitNoReply  = 3                // no answer: the outcome is unknown, retry with the same key
 )
 
 // postField maps a flag to a body field.

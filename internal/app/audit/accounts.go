@@ -28,10 +28,13 @@ type resumedAccounts struct {
 	// at is each account read as the checkpoint has it: its revision and
 	// balance (effectiveSince).
 	at map[string][2]int64
+	// old is each open account read, as the accounts read model's row should
+	// have held it at the checkpoint (checkAccountsTable).
+	old map[string]accountCols
 }
 
 func newResumedAccounts(q projections.Querier, id int64, c carried) *resumedAccounts {
-	r := &resumedAccounts{q: q, id: id, rows: c.AccountRows, untouched: map[string]*Totals{}, at: map[string][2]int64{}}
+	r := &resumedAccounts{q: q, id: id, rows: c.AccountRows, untouched: map[string]*Totals{}, at: map[string][2]int64{}, old: map[string]accountCols{}}
 	for _, t := range c.Balances {
 		r.untouched[t.Currency] = &Totals{Currency: t.Currency, Balances: t.Balances, Accounts: t.Accounts}
 	}
@@ -80,6 +83,7 @@ func (f *Fold) loadAccounts(ctx context.Context, ids []string, guarded bool) err
 		r.loaded++
 		r.at[a.ID] = [2]int64{a.Revision, a.Balance}
 		if a.Opened {
+			r.old[a.ID] = accountColsOf(a)
 			t := r.untouched[a.Currency]
 			if t == nil || t.Accounts == 0 {
 				return fmt.Errorf("audit: checkpoint %d: account %s is open in %s, which its sums do not count: it was edited since; run a full audit", r.id, a.ID, a.Currency)

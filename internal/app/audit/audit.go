@@ -91,8 +91,9 @@ type Report struct {
 	Totals         []Totals         `json:"totals"`
 	ReadModels     []ReadModelCheck `json:"read_models,omitempty"`
 	EventsOut      *EventsOutReport `json:"events_out,omitempty"`
-	From           *CheckpointRef   `json:"from,omitempty"`       // the checkpoint an incremental audit resumed from
-	Checkpoint     *CheckpointRef   `json:"checkpoint,omitempty"` // the checkpoint this audit stored
+	From           *CheckpointRef   `json:"from,omitempty"`          // the checkpoint an incremental audit resumed from
+	Checkpoint     *CheckpointRef   `json:"checkpoint,omitempty"`    // the checkpoint this audit stored
+	NoCheckpoint   string           `json:"no_checkpoint,omitempty"` // why a clean audit asked to store one did not
 	Violations     []Violation      `json:"violations"`
 	ViolationCount int              `json:"violation_count"`
 }
@@ -161,6 +162,8 @@ type auditRun struct {
 	lives     []liveGen // their live generations in that snapshot
 	snapshots int       // the account snapshots the fold checks
 	head      eventstore.Position
+	// accountsTable is what the accounts read model's comparison found.
+	accountsTable accountsTable
 }
 
 // readHead lists the snapshots to check, then reads the head the audit
@@ -247,22 +250,8 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 		Snapshots: r.snapshots, Head: r.head.String(), Events: f.Events, Streams: len(f.streams) + f.claimed + int(f.accountRows()) - len(f.Accounts), Accounts: int(f.accountRows()),
 		Transfers: len(f.Transfers) + f.settledTransfers, Keys: keys, Account: opts.Account, ChainVerified: opts.VerifyChain, Totals: totals,
 	}
-	for i, l := range r.lives {
-		if expected[i].behind {
-			rep.ReadModels = append(rep.ReadModels, ReadModelCheck{Projection: l.name, Generation: l.gen, Position: l.pos.String(),
-				NotCompared: "its checkpoint is before the audit checkpoint's"})
-			continue
-		}
-		check, err := r.checkReadModel(ctx, l, expected[i])
-		if err != nil {
-			return nil, err
-		}
-		if expected[i].balances != nil {
-			if err := f.checkEffectiveBalances(ctx, r.tx, l, opts.Account, expected[i].balances); err != nil {
-				return nil, err
-			}
-		}
-		rep.ReadModels = append(rep.ReadModels, check)
+	if err := r.compareReadModels(ctx, rep, expected); err != nil {
+		return nil, err
 	}
 	if opts.EventsOut != nil {
 		if rep.EventsOut, err = checkEventsOut(ctx, r.store, opts.ReadModels, f, *opts.EventsOut); err != nil {
@@ -277,7 +266,10 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 		rep.From = &CheckpointRef{ID: f.from.ID, Position: f.from.Position.String(), Events: f.from.Events, Accounts: f.resumed.rows, AccountsRead: f.resumed.loaded}
 	}
 	if opts.SaveCheckpoint && rep.OK() {
-		save.Checkpoint.Position, save.Checkpoint.Events = f.Last, f.Events
+		if rep.NoCheckpoint = r.notCheckpointable(); rep.NoCheckpoint != "" {
+			return rep, nil
+		}
+		save.Checkpoint.Position, save.Checkpoint.Events, save.Checkpoint.AccountsTable = f.Last, f.Events, r.accountsTable.digest
 		id, err := projections.Checkpoints.SaveAudit(ctx, opts.Sets, save)
 		if err != nil {
 			return rep, err
@@ -285,6 +277,58 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 		rep.Checkpoint = &CheckpointRef{ID: id, Position: f.Last.String(), Events: f.Events}
 	}
 	return rep, nil
+}
+
+// compareReadModels compares each live read model with the fold as of its
+// checkpoint (invariants 4 and 9; the accounts table as a whole too:
+// tabledigest.go), adding each comparison to rep.
+func (r *auditRun) compareReadModels(ctx context.Context, rep *Report, expected []expectation) error {
+	f, opts := r.f, r.opts
+	for i, l := range r.lives {
+		if expected[i].behind {
+			rep.ReadModels = append(rep.ReadModels, ReadModelCheck{Projection: l.name, Generation: l.gen, Position: l.pos.String(),
+				NotCompared: "its checkpoint is before the audit checkpoint's"})
+			continue
+		}
+		check, err := r.checkReadModel(ctx, l, expected[i])
+		if err != nil {
+			return err
+		}
+		if l.name == projections.Accounts && opts.Account == "" {
+			if r.accountsTable, err = f.checkAccountsTable(ctx, r.tx, l, expected[i].accounts); err != nil {
+				return err
+			}
+		}
+		if expected[i].balances != nil {
+			if err := f.checkEffectiveBalances(ctx, r.tx, l, opts.Account, expected[i].balances); err != nil {
+				return err
+			}
+			if f.resumed != nil && opts.Account == "" { // the accounts it read by the end, compared or not
+				if err := f.checkUntouchedEffective(ctx, r.tx, l, f.resumedKeys("accounts")); err != nil {
+					return err
+				}
+			}
+		}
+		rep.ReadModels = append(rep.ReadModels, check)
+	}
+	return nil
+}
+
+// notCheckpointable says why a clean audit stores no checkpoint ("": it
+// does): a checkpoint is trusted for every row before it, so every live read
+// model must have been compared at the audit's head (one behind it leaves
+// rows projected later unchecked, which an audit from the checkpoint would
+// never compare), the accounts table's digest among them.
+func (r *auditRun) notCheckpointable() string {
+	for _, l := range r.lives {
+		if l.pos != r.f.Last {
+			return fmt.Sprintf("read model %s is at %s, not at the audit's head %s: run the audit again once the projector has caught up", l.name, l.pos, r.f.Last)
+		}
+	}
+	if r.accountsTable.digest == "" {
+		return "the accounts read model was not compared (give the read models' database)"
+	}
+	return ""
 }
 
 // checkpointOptions checks what From and SaveCheckpoint need.
@@ -794,6 +838,9 @@ func (r *Report) Write(w io.Writer) {
 	}
 	if r.Checkpoint != nil {
 		fmt.Fprintf(w, "Audit checkpoint %d stored at %s (%d events): ledger audit --from %d checks what comes after\n", r.Checkpoint.ID, r.Checkpoint.Position, r.Checkpoint.Events, r.Checkpoint.ID)
+	}
+	if r.NoCheckpoint != "" {
+		fmt.Fprintf(w, "No audit checkpoint stored: %s\n", r.NoCheckpoint)
 	}
 	if r.OK() {
 		fmt.Fprintln(w, "OK: invariants 1, 2, 3, 5 hold"+map[bool]string{true: ", 4 and 9 hold", false: ", 9's times hold"}[len(r.ReadModels) > 0]+map[bool]string{true: ", 8 holds", false: ""}[r.EventsOut != nil]+map[bool]string{true: ", chains intact", false: ""}[r.ChainVerified])

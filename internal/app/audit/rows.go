@@ -126,8 +126,8 @@ func metadataJSON(m map[string]string) string {
 }
 
 func accountRowOf(a *domain.Account) string {
-	status := string(a.Status())
-	return row(a.ID, a.Currency, a.OverdraftLimit, metadataJSON(a.Metadata), status, a.Balance, a.Held, a.Balance-a.Held, a.Revision)
+	c := accountColsOf(a)
+	return row(c.id, c.currency, c.overdraft, c.metadata, c.status, c.balance, c.held, c.balance-c.held, c.rev)
 }
 
 func holdRowOf(account, currency string, h *domain.Hold, captured int64) string {

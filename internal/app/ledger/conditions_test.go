@@ -11,10 +11,11 @@ import (
 )
 
 // TestConditionsUnderConcurrency: two instances on one store, many clients, one
-// hot merchant account (PROTOCOL.md v1.2 §2.3). Payers deposit into it while
-// sweepers move up to a sum out of it (transfers and withdrawals with up_to),
-// each sweep sent to both instances at once, and conditional writers race on
-// expected_revision. Nothing is swept twice or into the overdraft, the money
+// hot merchant account with an overdraft (PROTOCOL.md v1.2 §2.3). Payers
+// deposit into it while sweepers move up to a sum out of it (transfers and
+// withdrawals with up_to), each sweep sent to both instances at once, and
+// conditional writers race on expected_revision. Nothing is swept twice or
+// into the overdraft (the merchant's balance never goes below zero), the money
 // that left is exactly the sum of the replies' "moved", exactly one write of
 // each round of conditional writers applies, and every resend answers the
 // first decision. On PostgreSQL (one append per transfer) and on KurrentDB's
@@ -27,8 +28,9 @@ func TestConditionsUnderConcurrency(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			st := open(t)
 			a, b := newService(st), newService(st)
+			// the merchant has an overdraft, which no sweep may use
 			for _, id := range []string{"m", "p", "c"} {
-				mustApply(t, a, "open_account", fmt.Sprintf(`{"idempotency_key":"open-%s","account_id":%q,"currency":"EUR"}`, id, id))
+				mustApply(t, a, "open_account", fmt.Sprintf(`{"idempotency_key":"open-%s","account_id":%q,"currency":"EUR","overdraft_limit":%d}`, id, id, map[string]int{"m": 50}[id]))
 			}
 			deposited, first := sweepRace(t, a, b)
 			conditionalRounds(t, st, a, b)

@@ -256,6 +256,29 @@ func (f *fixture) checkGroupRefusals(t *testing.T) {
 	if code, r, _ := f.get(t, "/v1/balances?prefix="+url.QueryEscape("m%")); code != 400 || r["code"] != "invalid_request" {
 		t.Fatalf("GET /v1/balances?prefix=m%%: %d %v", code, r)
 	}
+	f.checkHTTPParamRefusals(t, url.QueryEscape(now))
+}
+
+// checkHTTPParamRefusals: over HTTP, a parameter a query does not take (a
+// misspelt effective_at would otherwise answer the current sums) or one given
+// twice is 400 invalid_request naming it, on every read route.
+func (f *fixture) checkHTTPParamRefusals(t *testing.T, now string) {
+	t.Helper()
+	for _, bad := range []struct{ path, field string }{
+		{"/v1/balances?prefix=m&efective_at=" + now, "efective_at"},
+		{"/v1/balances?prefix=m&prefix=n", "prefix"},
+		{"/v1/balances?prefix=m&at=" + now + "&at=" + now, "at"},
+		{"/v1/accounts/m_1?bogus=1", "bogus"},
+		{"/v1/accounts/m_1/balance?effectiveat=" + now, "effectiveat"},
+		{"/v1/accounts/m_1/entries?by=effective&frm=" + now, "frm"},
+		{"/v1/transfers/t1?status=completed", "status"},
+		{"/v1/commands/g-0?min_position=0/0&x=", "x"},
+	} {
+		code, r, _ := f.get(t, bad.path)
+		if code != 400 || r["code"] != "invalid_request" || !reflect.DeepEqual(r["fields"], []any{bad.field}) {
+			t.Fatalf("GET %s: %d %v, want 400 invalid_request naming %q", bad.path, code, r, bad.field)
+		}
+	}
 }
 
 // checkPrefixIndexes checks that the generations a rebuild made have the
