@@ -103,3 +103,35 @@ func serverCPU(ctx context.Context, s *postgres.Store) (time.Duration, bool) {
 	}
 	return time.Duration(ticks) * (time.Second / 100), true // USER_HZ
 }
+
+// BenchmarkEventsExist is the key finder's batched lookup (ledger's
+// keyLookups): one EventsExist of 64 IDs, half of them stored, its
+// allocations beside its time (they do not move with the machine's load).
+//
+//	go test -run '^$' -bench EventsExist -benchtime 2000x -benchmem ./eventstore/postgres/
+func BenchmarkEventsExist(b *testing.B) {
+	ctx := context.Background()
+	s := devtest.Postgres(b)
+	const n = 64
+	ids := make([]uuid.UUID, n)
+	parts := make([]eventstore.StreamAppend, 0, n/2)
+	for i := range ids {
+		ids[i] = uuid.New()
+		if i%2 == 0 {
+			parts = append(parts, eventstore.StreamAppend{Stream: "exist-" + uuid.NewString(), Expected: eventstore.NoStream, Events: []eventstore.EventData{{ID: ids[i], Type: "Claimed", Data: []byte(`{}`), Metadata: []byte(`{}`)}}})
+		}
+	}
+	if _, err := s.AppendMulti(ctx, parts); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		got, err := s.EventsExist(ctx, ids)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(got) != n/2 {
+			b.Fatalf("%d of %d found, want %d", len(got), n, n/2)
+		}
+	}
+}

@@ -1136,13 +1136,17 @@ func (s *Store) EventsExist(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID
 	if s.closed() {
 		return nil, ErrClosed
 	}
-	rows, err := s.pool.Query(ctx, `SELECT event_id FROM events WHERE event_id = ANY($1)`, ids)
+	raw := make([][16]byte, len(ids)) // not uuid.UUID: as insertArgs' ids
+	for i, id := range ids {
+		raw[i] = id
+	}
+	rows, err := s.pool.Query(ctx, `SELECT event_id FROM events WHERE event_id = ANY($1)`, raw)
 	if err != nil {
 		return nil, classify(ctx, "read events", err)
 	}
 	out := make(map[uuid.UUID]bool, len(ids))
 	var id uuid.UUID
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{(*[16]byte)(&id)}, func() error {
 		out[id] = true
 		return nil
 	})

@@ -89,7 +89,7 @@ func intParam[N int | int64](req *http.Request, name string) (*N, *reply.QueryEr
 func queryHandler(svc *query.Service, name string, params []string, answer func(*http.Request) (any, *reply.QueryError)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		out, qerr := svc.Observe(name, func() (any, *reply.QueryError) {
-			if qerr := checkParams(req.URL.Query(), params); qerr != nil {
+			if qerr := CheckParams(req.URL.Query(), params); qerr != nil {
 				return nil, qerr
 			}
 			return answer(req)
@@ -105,10 +105,10 @@ func queryHandler(svc *query.Service, name string, params []string, answer func(
 	})
 }
 
-// checkParams refuses a URL parameter that is not one of params, or that is
+// CheckParams refuses a URL parameter that is not one of params, or that is
 // given more than once, naming it (the first in name order, so that the
-// answer does not depend on the map's order).
-func checkParams(got url.Values, params []string) *reply.QueryError {
+// answer does not depend on the map's order): every read route's rule.
+func CheckParams(got url.Values, params []string) *reply.QueryError {
 	names := slices.Sorted(maps.Keys(got))
 	for _, name := range names {
 		switch {

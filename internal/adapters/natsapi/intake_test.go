@@ -375,7 +375,8 @@ func TestTransactionQuery(t *testing.T) {
 	mux.Handle("GET /v1/transactions/{id}", TransactionHTTP(r.svc))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	for path, want := range map[string]int{"/v1/transactions/t-1": 200, "/v1/transactions/t-1~refund~0": 200, "/v1/transactions/never": 404, "/v1/transactions/a%20b": 400} {
+	for path, want := range map[string]int{"/v1/transactions/t-1": 200, "/v1/transactions/t-1~refund~0": 200, "/v1/transactions/never": 404, "/v1/transactions/a%20b": 400,
+		"/v1/transactions/t-1?status=posted": 400} { // no parameter is taken (httpapi.CheckParams)
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)

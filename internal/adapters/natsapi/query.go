@@ -147,11 +147,16 @@ func (qr queryRunner) respond(msg *nats.Msg, answer func(context.Context) any) {
 
 // TransactionHTTP serves GET /v1/transactions/{id}: ledger.v1.query.transaction
 // over HTTP, the same answer (AnswerTransactionQuery) with the HTTP status of
-// its code.
+// its code. It takes no URL parameter (httpapi.CheckParams).
 func TransactionHTTP(l TransactionLookup) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		body, _ := json.Marshal(TransactionQuery{TransactionID: req.PathValue("id")})
-		ans := AnswerTransactionQuery(req.Context(), l, body)
+		var ans any
+		if qerr := httpapi.CheckParams(req.URL.Query(), nil); qerr != nil {
+			ans = *qerr
+		} else {
+			body, _ := json.Marshal(TransactionQuery{TransactionID: req.PathValue("id")})
+			ans = AnswerTransactionQuery(req.Context(), l, body)
+		}
 		status := http.StatusOK
 		if qe, ok := ans.(reply.QueryError); ok {
 			status = httpapi.StatusOf(qe.Code)
