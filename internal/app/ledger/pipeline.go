@@ -307,14 +307,36 @@ type hotLeg struct {
 // appendHot appends parts in one write pipelined on hot: it folds hot's events
 // into the pending aggregate, queues the write behind the stream's appends in
 // flight (joining their chain, on their committer), and waits for it with hot's
-// lock released. The other locks of l stay held: their accounts were drained,
-// so no other request names them until this one resolves. When every part was
-// written, settled runs with the results, those locks still held; then every
-// lock of l is taken again, in order (hot's alone would invert it). On success
-// hot's record of its events carries their position. A write that found its
-// events stored already (another instance) makes the pending state stale; the
-// caller learns it from the results.
+// lock released (queueHot, then finishHot). The other locks of l stay held:
+// their accounts were drained, so no other request names them until this one
+// resolves. When every part was written, settled runs with the results, those
+// locks still held; then every lock of l is taken again, in order (hot's alone
+// would invert it). On success hot's record of its events carries their
+// position. A write that found its events stored already (another instance)
+// makes the pending state stale; the caller learns it from the results.
 func (s *Service) appendHot(ctx context.Context, l *heldLocks, parts []eventstore.StreamAppend, hot hotLeg, settled func(res []eventstore.AppendResult) error) ([]eventstore.AppendResult, error) {
+	q, err := s.queueHot(ctx, l, parts, hot, settled)
+	if err != nil {
+		return nil, err
+	}
+	return s.finishHot(ctx, q, <-q.r.done)
+}
+
+// queuedHot is a write queued on its hot account by queueHot, whose outcome
+// (q.r.done) is yet to be handed to finishHot: hot's lock is released, the
+// key pending on the stream, the decision folded into its pending state.
+type queuedHot struct {
+	l       *heldLocks
+	parts   []eventstore.StreamAppend
+	hot     hotLeg
+	settled func(res []eventstore.AppendResult) error
+	r       *appendReq
+}
+
+// queueHot is appendHot up to the wait: the decision folded into the pending
+// state and queued, hot's lock released, the batch element (if any) marked
+// decided. On error nothing is queued and hot's lock is still held.
+func (s *Service) queueHot(ctx context.Context, l *heldLocks, parts []eventstore.StreamAppend, hot hotLeg, settled func(res []eventstore.AppendResult) error) (*queuedHot, error) {
 	for i, ev := range hot.w.events {
 		if err := domain.EvolveAccountDecided(hot.acc, ev, hot.w.payloads[i]); err != nil {
 			// Half folded: the store's state is read again, once the appends in
@@ -325,13 +347,13 @@ func (s *Service) appendHot(ctx context.Context, l *heldLocks, parts []eventstor
 		}
 	}
 	chain := s.pipes.begin(hot.stream, hot.key, hot.acc, hot.chain)
-	defer s.pipes.resolve(hot.stream, hot.key) // with the locks held again
 	// Queued whatever becomes of ctx: the decision is folded into the pending
 	// state, and the commands decided on it after must find it in the queue (or
 	// the batcher closed, which refuses them too).
 	r, err := s.batch.enqueue(context.WithoutCancel(ctx), parts, hot.stream, chain)
 	if err != nil {
 		s.pipes.end(hot.stream, false)
+		s.pipes.resolve(hot.stream, hot.key)
 		return nil, err
 	}
 	// Once queued, the outcome is waited for even if ctx ends: the append may
@@ -340,12 +362,21 @@ func (s *Service) appendHot(ctx context.Context, l *heldLocks, parts []eventstor
 	if e := batchElementOf(ctx); e != nil {
 		e.markDecided() // the batch's next command of this account decides on the pending state (batches.go)
 	}
-	resp := <-r.done
+	return &queuedHot{l: l, parts: parts, hot: hot, settled: settled, r: r}, nil
+}
+
+// finishHot is appendHot after the wait, given the write's outcome: the
+// pipeline learns it (a failure makes the pending state stale, so that every
+// command decided on it is refused or decided again), settled runs, and every
+// lock of q.l is taken again; the key stops pending once they are.
+func (s *Service) finishHot(ctx context.Context, q *queuedHot, resp appendResp) ([]eventstore.AppendResult, error) {
+	hot, l := q.hot, q.l
+	defer s.pipes.resolve(hot.stream, hot.key) // with the locks held again
 	ok := resp.err == nil && !anyIdempotent(resp.res)
 	s.pipes.end(hot.stream, ok)
 	var serr error
-	if ok && settled != nil {
-		serr = settled(resp.res)
+	if ok && q.settled != nil {
+		serr = q.settled(resp.res)
 	}
 	l.unlock()
 	if err := l.lock(context.WithoutCancel(ctx)); err != nil {
@@ -359,7 +390,7 @@ func (s *Service) appendHot(ctx context.Context, l *heldLocks, parts []eventstor
 	}
 	if n := len(hot.w.events); ok && n > 0 {
 		if rec := hot.acc.Keys[hot.w.events[0].Metadata.Key]; rec != nil {
-			rec.Position = resp.res[partOf(parts, hot.stream)].Position.String()
+			rec.Position = resp.res[partOf(q.parts, hot.stream)].Position.String()
 		}
 	}
 	return resp.res, nil
