@@ -79,7 +79,8 @@ func TestUpCancelled(t *testing.T) {
 }
 
 // TestDownLeavesNoAuditCheckpointAnEarlierBuildMisreads: migrating down past
-// 00014 removes the checkpoints stored with its digests, and past 00013 those
+// 00018 removes the checkpoints stored with its active holds' digest, past
+// 00014 those stored with its digests, and past 00013 those
 // whose accounts are in rows of their own (an earlier build would read either
 // as a ledger without accounts, or without its digests' checks); a
 // checkpoint of an earlier format stays.
@@ -97,6 +98,10 @@ func TestDownLeavesNoAuditCheckpointAnEarlierBuildMisreads(t *testing.T) {
 	defer db.Close()
 	_, err = db.ExecContext(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, accounts_digest, state_digest)
 		VALUES (1, 1, 1, 'before 00013', NULL, NULL), (2, 2, 2, 'of 00013', 0, NULL), (3, 3, 3, 'of 00014', 0, md5('of 00014'))`)
+	if err == nil {
+		_, err = db.ExecContext(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, accounts_digest, state_digest, active_holds_digest)
+			VALUES (4, 4, 4, 'of 00018', 0, md5('of 00018'), 0)`)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +112,7 @@ func TestDownLeavesNoAuditCheckpointAnEarlierBuildMisreads(t *testing.T) {
 	for _, c := range []struct {
 		to   int64
 		kept string
-	}{{13, "before 00013,of 00013"}, {12, "before 00013"}} {
+	}{{17, "before 00013,of 00013,of 00014"}, {13, "before 00013,of 00013"}, {12, "before 00013"}} {
 		if _, err := p.DownTo(ctx, c.to); err != nil {
 			t.Fatal(err)
 		}

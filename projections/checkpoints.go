@@ -338,9 +338,9 @@ type AuditCheckpoint struct {
 	// stored it found the table (migration 00014; the audit computes it:
 	// internal/app/audit/tabledigest.go), a decimal integer.
 	AccountsTable string
-	// HoldsTable is the holds read model's digest likewise (migration
-	// 00016; internal/app/audit/holdsdigest.go).
-	HoldsTable string
+	// ActiveHolds is the holds read model's digest likewise, of its active
+	// holds' rows (migration 00018; internal/app/audit/holdsdigest.go).
+	ActiveHolds string
 	// Digest anchors the checkpoint outside the database (LoadAudit, and
 	// SaveAudit in its transaction): sha256 of its ID, position, events,
 	// state and every digest stored with it (auditAnchorSQL). An operator who keeps it
@@ -423,7 +423,7 @@ func (Checkpointer) SaveAudit(ctx context.Context, db Beginner, s AuditSave) (Au
 
 func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 	cp := &s.Checkpoint
-	if cp.AccountsTable == "" || cp.HoldsTable == "" {
+	if cp.AccountsTable == "" || cp.ActiveHolds == "" {
 		return errors.New("no digest of the accounts read model: a checkpoint is stored only of read models compared at the audit's head")
 	}
 	pp, err := posArgs(cp.Position)
@@ -435,8 +435,8 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 			return err
 		}
 	}
-	if err := tx.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, state_digest, accounts_table_digest, holds_table_digest)
-		VALUES ($1, $2, $3, $4::bytea, md5($4::bytea), $5::numeric, $6::numeric) RETURNING id`, pp.commit, pp.prepare, cp.Events, cp.State, cp.AccountsTable, cp.HoldsTable).Scan(&cp.ID); err != nil {
+	if err := tx.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, state_digest, accounts_table_digest, active_holds_digest)
+		VALUES ($1, $2, $3, $4::bytea, md5($4::bytea), $5::numeric, $6::numeric) RETURNING id`, pp.commit, pp.prepare, cp.Events, cp.State, cp.AccountsTable, cp.ActiveHolds).Scan(&cp.ID); err != nil {
 		return err
 	}
 	src := pgx.CopyFromFunc(func() ([]any, error) {
@@ -470,7 +470,7 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 // auditAnchorSQL is an audit checkpoint c's anchor (AuditCheckpoint.Digest).
 // It hashes the state itself with sha256, not its md5 (state_digest).
 const auditAnchorSQL = `encode(sha256(convert_to(concat_ws('|', c.id, c.commit_position, c.prepare_position, c.events, encode(sha256(c.state), 'hex'),
-	c.accounts_sha256, c.accounts_table_digest, c.holds_table_digest), 'UTF8')), 'hex')`
+	c.accounts_sha256, c.accounts_table_digest, c.active_holds_digest), 'UTF8')), 'hex')`
 
 // ErrNoAuditCheckpoint means no audit checkpoint has the ID asked for (or,
 // for the last, none was stored).
@@ -489,7 +489,7 @@ func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (Audi
 		holds   *string
 	)
 	err := q.QueryRow(ctx, `WITH c AS (SELECT * FROM readmodel.audit_checkpoints WHERE $1::bigint = 0 OR id = $1 ORDER BY id DESC LIMIT 1)
-		SELECT c.id, c.commit_position, c.prepare_position, c.events, c.state, c.taken_at, c.accounts_table_digest::text, c.holds_table_digest::text, `+auditAnchorSQL+`, d.*
+		SELECT c.id, c.commit_position, c.prepare_position, c.events, c.state, c.taken_at, c.accounts_table_digest::text, c.active_holds_digest::text, `+auditAnchorSQL+`, d.*
 		FROM c CROSS JOIN LATERAL (`+auditCheckedSQL+`) d`, id).Scan(&cp.ID, &c, &p, &cp.Events, &cp.State, &cp.TakenAt, &table, &holds, &cp.Digest, &cp.Accounts, &ok, &problem)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return cp, ErrNoAuditCheckpoint
@@ -501,7 +501,7 @@ func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (Audi
 	if !ok {
 		return cp, fmt.Errorf("projections: audit checkpoint %d: %s: run a full audit to store a new one", cp.ID, problem)
 	}
-	cp.AccountsTable, cp.HoldsTable = *table, *holds
+	cp.AccountsTable, cp.ActiveHolds = *table, *holds
 	return cp, nil
 }
 
@@ -535,7 +535,7 @@ func recheckAudit(ctx context.Context, tx pgx.Tx, id int64) error {
 // lateral subquery over c): its account rows' count, whether it passes, and
 // why not.
 var auditCheckedSQL = `SELECT r.n, r.problem = '', r.problem FROM (SELECT a.n, CASE
-		WHEN c.state_digest IS NULL OR c.accounts_table_digest IS NULL OR c.holds_table_digest IS NULL OR c.accounts_sha256 IS NULL
+		WHEN c.state_digest IS NULL OR c.accounts_table_digest IS NULL OR c.active_holds_digest IS NULL OR c.accounts_sha256 IS NULL
 			THEN 'a checkpoint of an earlier build, without its digests'
 		WHEN c.state_digest <> md5(c.state) THEN 'its state does not match the digest stored with it (edited since)'
 		WHEN c.accounts_sha256 <> a.digest THEN 'its ' || a.n || ' account rows do not match the digest stored with them (edited since)'

@@ -2,8 +2,8 @@ package projections
 
 import (
 	"context"
+	"fmt"
 	"testing"
-	"time"
 
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
@@ -32,23 +32,14 @@ func BenchmarkAuditCheckpointDigest(b *testing.B) {
 			group_next || '/' || group_count || '/' || guarded || '/' || md5(snapshot)), 1, 15))::bit(60)::bigint), 0)::text
 			FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $1`,
 	}
-	spent := map[string]time.Duration{}
-	b.ResetTimer()
-	for range b.N {
-		for _, name := range []string{"sum60", "sha256"} {
-			var (
-				rows   int64
-				digest string
-			)
-			start := time.Now()
-			if err := pool.QueryRow(ctx, statements[name], id).Scan(&rows, &digest); err != nil || rows != int64(n) {
-				b.Fatal(name, rows, err)
-			}
-			spent[name] += time.Since(start)
+	devtest.TimeStatements(b, "sum60", []string{"sum60", "sha256"}, func(name string) error {
+		var (
+			rows   int64
+			digest string
+		)
+		if err := pool.QueryRow(ctx, statements[name], id).Scan(&rows, &digest); err != nil || rows != int64(n) {
+			return fmt.Errorf("%d rows of %d: %v", rows, n, err)
 		}
-	}
-	for name, d := range spent {
-		b.ReportMetric(d.Seconds()/float64(b.N), name+"-s")
-	}
-	b.ReportMetric(spent["sha256"].Seconds()/spent["sum60"].Seconds(), "sha256/sum60")
+		return nil
+	})
 }

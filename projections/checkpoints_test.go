@@ -21,7 +21,7 @@ func TestAuditCheckpointsKept(t *testing.T) {
 	var ids []int64
 	for i := range projections.AuditCheckpointsKept + 2 {
 		id, err := saveAudit(ctx, env.Pool, projections.AuditSave{
-			Checkpoint: projections.AuditCheckpoint{Position: eventstore.Position{Commit: uint64(i), Prepare: uint64(i)}, Events: int64(i), State: []byte{byte(i)}, AccountsTable: "0", HoldsTable: "0"},
+			Checkpoint: projections.AuditCheckpoint{Position: eventstore.Position{Commit: uint64(i), Prepare: uint64(i)}, Events: int64(i), State: []byte{byte(i)}, AccountsTable: "0", ActiveHolds: "0"},
 			Next:       accountsOf("a", "b"), Rows: 2})
 		if err != nil {
 			t.Fatal(err)
@@ -66,7 +66,7 @@ func accountsOf(ids ...string) func() (projections.AuditAccount, bool, error) {
 	}
 }
 
-var emptyState = projections.AuditCheckpoint{State: []byte{}, AccountsTable: "0", HoldsTable: "0"}
+var emptyState = projections.AuditCheckpoint{State: []byte{}, AccountsTable: "0", ActiveHolds: "0"}
 
 // TestAuditCheckpointAccounts: a checkpoint saved from an earlier one keeps
 // that one's rows of the accounts it does not write itself and its own of
@@ -254,12 +254,18 @@ func TestAuditCheckpointRowsBoundWhole(t *testing.T) {
 	if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, id); err == nil {
 		t.Fatalf("checkpoint %d loaded with its row's chain and group key edited", id)
 	}
-	var earlier int64
-	if err := env.Pool.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, state_digest, accounts_digest, accounts_table_digest, holds_table_digest)
-		VALUES (0, 0, 0, '', md5(''::bytea), 0, 0, 0) RETURNING id`).Scan(&earlier); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, earlier); err == nil || !strings.Contains(err.Error(), "earlier build") {
-		t.Fatalf("a checkpoint of an earlier build (its rows' 60-bit sum, no sha256): %v, want refused", err)
+	for build, insert := range map[string]string{
+		"its rows' 60-bit sum, no sha256 (00013)": `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, state_digest, accounts_digest, accounts_table_digest, holds_table_digest)
+			VALUES (0, 0, 0, '', md5(''::bytea), 0, 0, 0) RETURNING id`,
+		"the whole holds table's digest, not the active holds' (00016)": `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, state_digest, accounts_sha256, accounts_table_digest, holds_table_digest)
+			VALUES (0, 0, 0, '', md5(''::bytea), encode(sha256(''::bytea), 'hex'), 0, 0) RETURNING id`,
+	} {
+		var earlier int64
+		if err := env.Pool.QueryRow(ctx, insert).Scan(&earlier); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, earlier); err == nil || !strings.Contains(err.Error(), "earlier build") {
+			t.Fatalf("a checkpoint of an earlier build (%s): %v, want refused", build, err)
+		}
 	}
 }

@@ -30,10 +30,12 @@ type EffectiveBalance struct {
 	Events int64
 }
 
-// effectiveBalancesSQL selects EffectiveBalance per account of the live
-// balance history under the database's collation (the primary key's order),
-// where %s is the filter of its rows ($1 the instant).
-var effectiveBalancesSQL = EffectiveBalancesSQL("account_id", "%s")
+// effectiveBalancesSQL selects EffectiveBalance per account of the rows from
+// (the live balance history, or a join that reads some of its rows) that
+// where keeps, under the database's collation (the primary key's order).
+func effectiveBalancesSQL(from, where string) string {
+	return effectiveBalancesFrom("account_id", from, where)
+}
 
 // EffectiveBalancesSQL is the query of EffectiveBalance per account over the
 // balance history's rows that where keeps (an SQL condition on them, whose
@@ -45,15 +47,22 @@ var effectiveBalancesSQL = EffectiveBalancesSQL("account_id", "%s")
 // (migrations/00012_group_effective_index.sql), which holds every column read:
 // a group is then one index-only range scan, without a sort.
 func EffectiveBalancesSQL(key, where string) string {
+	return effectiveBalancesFrom(key, "readmodel.balance_history", where)
+}
+
+// effectiveBalancesFrom is EffectiveBalancesSQL over the rows of from: the
+// balance history, or a join that reads the rows of a set of accounts
+// (effectiveRows), whose other columns are named apart from the history's.
+func effectiveBalancesFrom(key, from, where string) string {
 	return fmt.Sprintf(`SELECT account_id, min(currency), coalesce(sum(d_balance), 0)::bigint, coalesce(sum(d_held), 0)::bigint,
 	max(revision), bool_or(status = 'closed'), count(*)
 FROM (SELECT %[1]s AS account_id, revision, currency, status, effective_at,
 		balance - lag(balance, 1, 0::bigint) OVER w AS d_balance,
 		held - lag(held, 1, 0::bigint) OVER w AS d_held
-	FROM readmodel.balance_history WHERE %[2]s
+	FROM %[3]s WHERE %[2]s
 	WINDOW w AS (PARTITION BY %[1]s ORDER BY revision)) d
 WHERE effective_at <= $1
-GROUP BY account_id ORDER BY account_id`, key, where)
+GROUP BY account_id ORDER BY account_id`, key, where, from)
 }
 
 // EffectiveBalances reads, from the live balance history, every account (or
@@ -61,7 +70,7 @@ GROUP BY account_id ORDER BY account_id`, key, where)
 // hands each to each in account order (rows are streamed: the caller keeps
 // what it needs). An account with no event effective by then is not handed.
 func EffectiveBalances(ctx context.Context, q Querier, account string, at time.Time, each func(EffectiveBalance) error) error {
-	return effectiveBalances(ctx, q, effectiveQuery{sqlf: effectiveBalancesSQL, account: account, at: at}, each)
+	return effectiveBalances(ctx, q, effectiveQuery{sql: effectiveBalancesSQL, table: "readmodel.balance_history", account: account, at: at}, each)
 }
 
 // AccountsAfter names accounts and, for each, the revision after which rows
@@ -74,12 +83,12 @@ type AccountsAfter struct {
 // EffectiveBalancesAfter is EffectiveBalances of the accounts named, over
 // each one's rows after its revision (an incremental audit's: the accounts
 // its events touched, from their checkpoint's last row), each account one
-// range of the primary key. The balance and held amount are sums of each
+// range of the primary key, folded in one statement. The balance and held amount are sums of each
 // row's change from the row before in what is read (the first row's from
 // zero), so over rows after a revision the sums at an instant after them all
 // are the last row's, as over every row.
 func EffectiveBalancesAfter(ctx context.Context, q Querier, accounts AccountsAfter, at time.Time, each func(EffectiveBalance) error) error {
-	return effectiveBalances(ctx, q, effectiveQuery{sqlf: effectiveBalancesSQL, after: &accounts, at: at}, each)
+	return effectiveBalances(ctx, q, effectiveQuery{sql: effectiveBalancesSQL, table: "readmodel.balance_history", after: &accounts, at: at}, each)
 }
 
 func effectiveBalances(ctx context.Context, q Querier, eq effectiveQuery, each func(EffectiveBalance) error) error {
@@ -88,27 +97,33 @@ func effectiveBalances(ctx context.Context, q Querier, eq effectiveQuery, each f
 		func() error { return each(b) })
 }
 
-// effectiveQuery is a query of the read models by effective time: sqlf (its
-// %s the rows' filter: one account, or all) at the instant at, for account
-// ("": every account) or, when after is set, for each account it names over
-// its rows after its revision.
+// effectiveQuery is a query of the read models by effective time: sql (the
+// query over the rows of a source that a filter keeps) over table at the
+// instant at, for account ("": every account) or, when after is set, for each
+// account it names over its rows after its revision.
 type effectiveQuery struct {
-	sqlf    string
+	sql     func(from, where string) string
+	table   string
 	account string
 	after   *AccountsAfter
 	at      time.Time
 }
 
-// effectiveRows runs the query, scanning each row into dest before calling each.
+// effectiveRows runs the query, scanning each row into dest before calling
+// each. The accounts of after are read in one statement: each one's rows a
+// range of the table's primary key (the lateral subquery, kept apart from the
+// join by its OFFSET 0, is an index scan an account: the planner, left to
+// join the set, chose a pass over the whole table), folded together.
 func effectiveRows(ctx context.Context, q Querier, eq effectiveQuery, dest []any, each func() error) error {
-	sql, args := fmt.Sprintf(eq.sqlf, "true"), []any{eq.at}
+	sql, args := eq.sql(eq.table, "true"), []any{eq.at}
 	switch {
-	case eq.after != nil: // the query of one account, for each: a range of its key
-		sql = `SELECT e.* FROM unnest($2::text[], $3::bigint[]) AS f(id, rev) CROSS JOIN LATERAL (` +
-			fmt.Sprintf(eq.sqlf, "account_id = f.id AND revision > f.rev") + `) e`
+	case eq.after != nil:
+		from := `unnest($2::text[], $3::bigint[]) AS f(id, rev) CROSS JOIN LATERAL (SELECT * FROM ` + eq.table +
+			` r WHERE r.account_id = f.id AND r.revision > f.rev OFFSET 0) r`
+		sql = eq.sql(from, "true")
 		args = append(args, eq.after.IDs, eq.after.Revisions)
 	case eq.account != "":
-		sql, args = fmt.Sprintf(eq.sqlf, "account_id = $2"), append(args, eq.account)
+		sql, args = eq.sql(eq.table, "account_id = $2"), append(args, eq.account)
 	}
 	rows, err := q.Query(ctx, sql, args...)
 	if err == nil {
@@ -120,10 +135,13 @@ func effectiveRows(ctx context.Context, q Querier, eq effectiveQuery, dest []any
 	return nil
 }
 
-// effectiveEntrySumsSQL selects, per account of the live statement, the sum
-// of its entries effective at or before $1, where %s filters the rows.
-const effectiveEntrySumsSQL = `SELECT account_id, coalesce(sum(amount), 0)::bigint, count(*) FROM readmodel.entries
-WHERE %s AND effective_at <= $1 GROUP BY account_id ORDER BY account_id`
+// effectiveEntrySumsSQL selects, per account of the rows of from (the live
+// statement, or a join that reads some of its rows), the sum of its entries
+// effective at or before $1 that where keeps.
+func effectiveEntrySumsSQL(from, where string) string {
+	return `SELECT account_id, coalesce(sum(amount), 0)::bigint, count(*) FROM ` + from + `
+WHERE ` + where + ` AND effective_at <= $1 GROUP BY account_id ORDER BY account_id`
+}
 
 // EffectiveEntrySums reads, from the live statement (the entries read model),
 // each account's balance by effective time at the instant at (every account,
@@ -133,13 +151,13 @@ WHERE %s AND effective_at <= $1 GROUP BY account_id ORDER BY account_id`
 // -1, Events the entries counted); an account without such entries is not
 // handed.
 func EffectiveEntrySums(ctx context.Context, q Querier, account string, at time.Time, each func(EffectiveBalance) error) error {
-	return effectiveEntrySums(ctx, q, effectiveQuery{sqlf: effectiveEntrySumsSQL, account: account, at: at}, each)
+	return effectiveEntrySums(ctx, q, effectiveQuery{sql: effectiveEntrySumsSQL, table: "readmodel.entries", account: account, at: at}, each)
 }
 
 // EffectiveEntrySumsAfter is EffectiveEntrySums of the accounts named, over
 // each one's entries after its revision: the sum of those entries alone.
 func EffectiveEntrySumsAfter(ctx context.Context, q Querier, accounts AccountsAfter, at time.Time, each func(EffectiveBalance) error) error {
-	return effectiveEntrySums(ctx, q, effectiveQuery{sqlf: effectiveEntrySumsSQL, after: &accounts, at: at}, each)
+	return effectiveEntrySums(ctx, q, effectiveQuery{sql: effectiveEntrySumsSQL, table: "readmodel.entries", after: &accounts, at: at}, each)
 }
 
 func effectiveEntrySums(ctx context.Context, q Querier, eq effectiveQuery, each func(EffectiveBalance) error) error {

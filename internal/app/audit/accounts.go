@@ -31,8 +31,8 @@ type resumedAccounts struct {
 	// old is each open account read, as the accounts read model's row should
 	// have held it at the checkpoint (checkAccountsTable).
 	old map[string]accountCols
-	// oldHolds is each hold of the accounts read, by account/hold, as the
-	// holds table should have held it at the checkpoint (checkHoldsTable).
+	// oldHolds is each active hold of the accounts read, by account/hold, as
+	// the holds table should have held it at the checkpoint (checkHoldsTable).
 	oldHolds map[string]holdCols
 }
 

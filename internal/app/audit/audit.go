@@ -72,6 +72,20 @@ type CheckpointRef struct {
 	// Digest anchors the checkpoint (projections.AuditCheckpoint.Digest):
 	// kept outside the database, Options.ExpectDigest checks it.
 	Digest string `json:"digest,omitempty"`
+	// Trusted, of the checkpoint an incremental audit resumed from: what it
+	// does not check again by design (TrustedFromCheckpoint), which a full
+	// audit checks.
+	Trusted []string `json:"trusted,omitempty"`
+}
+
+// TrustedFromCheckpoint is what an incremental audit trusts of the ledger
+// before its checkpoint, by design (docs/design.md, "An incremental audit"):
+// a full audit checks all of it.
+var TrustedFromCheckpoint = []string{
+	"the read models' rows of the events before the checkpoint in the balance history, statement, transfers and commands tables " +
+		"(the accounts table and the active holds are compared whole; invariant 9 checks each untouched account's last balance-history row, and that no entry follows it)",
+	"the holds closed before the checkpoint: their rows in the holds table",
+	"a key decided before the checkpoint and again after it under event IDs of its own: not named key_decided_twice",
 }
 
 // ReadModelCheck is one projection's comparison with the fold.
@@ -272,14 +286,14 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 		rep.Violations, rep.ViolationCount = f.forAccount(opts.Account)
 	}
 	if f.from != nil {
-		rep.From = &CheckpointRef{ID: f.from.ID, Position: f.from.Position.String(), Events: f.from.Events, Accounts: f.resumed.rows, AccountsRead: f.resumed.loaded, Digest: f.from.Digest}
+		rep.From = &CheckpointRef{ID: f.from.ID, Position: f.from.Position.String(), Events: f.from.Events, Accounts: f.resumed.rows, AccountsRead: f.resumed.loaded, Digest: f.from.Digest, Trusted: TrustedFromCheckpoint}
 	}
 	if opts.SaveCheckpoint && rep.OK() {
 		if rep.NoCheckpoint = r.notCheckpointable(); rep.NoCheckpoint != "" {
 			return rep, nil
 		}
 		save.Checkpoint.Position, save.Checkpoint.Events, save.Checkpoint.AccountsTable = f.Last, f.Events, r.accountsTable.digest
-		save.Checkpoint.HoldsTable = r.accountsTable.holds
+		save.Checkpoint.ActiveHolds = r.accountsTable.holds
 		saved, err := projections.Checkpoints.SaveAudit(ctx, opts.Sets, save)
 		if saved.ID != 0 { // stored, even should dropping the oldest have failed
 			rep.Checkpoint = &CheckpointRef{ID: saved.ID, Position: f.Last.String(), Events: f.Events, Digest: saved.Digest}
@@ -625,7 +639,7 @@ func readAhead(ctx context.Context, store eventstore.AllReader, from, until even
 			}
 			p := page{recs: recs, metas: make([]meta, len(recs)), err: err}
 			for i, re := range recs {
-				p.metas[i] = decodeMeta(re)
+				p.metas[i] = decodeAll(re)
 			}
 			select {
 			case pages <- p:
@@ -713,15 +727,20 @@ func (c *generationCheck) run(ctx context.Context, from eventstore.Position, pag
 	}
 }
 
-// Fold hands the check the build's batch with the metadata the build
-// decoded (the same decoder as the audit's, domain.DecodeMetadataNoRequest),
-// decoding only what the projections skip (key streams).
+// Fold hands the check the build's batch with the metadata and the account
+// events' payloads the build decoded (the same decoders as the audit's,
+// domain.DecodeMetadataNoRequest and domain.DecodeEvent), decoding only the
+// metadata the projections skip (key streams); the check's goroutine decodes
+// the claims.
 func (c *generationCheck) Fold(events []*projections.Event) error {
 	p := page{recs: make([]eventstore.RecordedEvent, len(events)), metas: make([]meta, len(events))}
 	for i, ev := range events {
 		p.recs[i] = ev.RecordedEvent
 		if ev.MetaDecoded {
 			p.metas[i] = meta{m: ev.Meta}
+			if _, ok := ev.AccountID(); ok {
+				p.metas[i].payload, p.metas[i].payloadErr, p.metas[i].decoded = ev.Payload, ev.DecodeErr, true
+			}
 		} else {
 			p.metas[i] = decodeMeta(ev.RecordedEvent)
 		}
@@ -818,6 +837,9 @@ func (r *Report) Write(w io.Writer) {
 	if r.From != nil {
 		fmt.Fprintf(w, "  from audit checkpoint %d at %s (%d events before it, trusted; digest %s): the %d events after it checked; %d of its %d accounts read (those they touched)\n",
 			r.From.ID, r.From.Position, r.From.Events, r.From.Digest, r.Events-r.From.Events, r.From.AccountsRead, r.From.Accounts)
+		for _, t := range r.From.Trusted {
+			fmt.Fprintf(w, "  trusted from the checkpoint, not checked again (a full audit checks it): %s\n", t)
+		}
 	}
 	fmt.Fprintf(w, "  %d events in %d streams: %d accounts, %d transfers, %d client keys\n", r.Events, r.Streams, r.Accounts, r.Transfers, r.Keys)
 	chain := "not verified (use --verify-chain)"

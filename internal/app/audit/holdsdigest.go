@@ -3,50 +3,59 @@ package audit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/projections"
 )
 
-// The accounts read model's second table, holds, is compared whole as the
-// accounts table is (tabledigest.go): an incremental audit compares the rows
-// of the holds its events touched one by one (the rows the fold noted), and
-// the others as the sum of a 64-bit hash of each row (holdRowHash), which
-// must equal the checkpoint's digest of the table (AuditCheckpoint.HoldsTable,
-// migration 00016) less the touched holds' rows as the checkpoint's accounts
-// held them (resumedAccounts.oldHolds). A hold is keyed account/hold, not by
-// account: a touched account's holds that no event after the checkpoint
+// The accounts read model's second table, holds, is compared as the
+// accounts table is (tabledigest.go), its active holds whole: an incremental
+// audit compares the rows of the holds its events touched one by one (the
+// rows the fold noted), and the other active holds' rows as the sum of a
+// 64-bit hash of each row (holdColumns), which must equal the checkpoint's
+// digest of the active holds (AuditCheckpoint.ActiveHolds, migration 00018)
+// less the touched holds' rows as the checkpoint's accounts held them, those
+// active then (resumedAccounts.oldHolds). A hold is keyed account/hold, not
+// by account: a touched account's holds that no event after the checkpoint
 // touched are compared through the digest too. The checkpoint's snapshots
-// keep every active hold (a closed one may be forgotten, but no event
-// touches a closed hold again).
-
-// holdRowHash hashes a holds row's compared columns (those openTable reads)
-// to a 64-bit integer, its expiry as microseconds since the epoch: a
-// timestamptz's text depends on the session's time zone.
-const holdRowHash = `('x' || substr(md5(ROW(account_id, hold_id, amount, currency, status, captured,
-	(extract(epoch FROM expires_at) * 1000000)::bigint, idempotency_key)::text), 1, 16))::bit(64)::bigint`
-
-// holdsTableDigestSQL sums, in the read models' snapshot, the hashes of the
-// holds table's rows (%s: the live view) apart from the holds $1 (keys
-// account/hold: the whole table's, the others'), and of the rows $2..$9 (the
-// touched holds' checkpoint rows), each sum a decimal integer.
-const holdsTableDigestSQL = `SELECT coalesce(sum(h), 0)::text, coalesce(sum(h) FILTER (WHERE t.k IS NULL), 0)::text,
-	(SELECT coalesce(sum(` + holdRowHash + `), 0)
-		FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::timestamptz[], $9::text[])
-		AS o(account_id, hold_id, amount, currency, status, captured, expires_at, idempotency_key))::text
-FROM (SELECT account_id, hold_id, ` + holdRowHash + ` AS h FROM %s) a LEFT JOIN unnest($1::text[]) t(k) ON t.k = a.account_id || '/' || a.hold_id`
+// keep every active hold. A hold closed (captured, released, expired)
+// before the checkpoint is not compared: the table keeps every hold ever
+// placed, and hashing them all made every incremental audit cost the whole
+// history of holds (BENCHMARKS.md). Such a hold takes no event after the
+// checkpoint (a capture or release of it does not fold, a placement of it
+// again is named: checkHoldPlaced, for the closed holds the snapshot kept),
+// and its row is trusted as the history rows before the checkpoint are
+// (Trusted): an edit of it, or a closed hold added, is caught by a full
+// audit; one closed since the checkpoint is touched, compared row by row.
 
 // holdCols are a holds row's compared columns, as the fold expects them
-// (holdRowOf renders them).
+// (holdRowOf renders them) or as the table holds them.
 type holdCols struct {
 	account, id, currency, status, key string
 	amount, captured                   int64
 	expires                            *time.Time
 }
+
+// holdColumns is the one list of the holds table's compared columns, in
+// order (as accountColumns is the accounts table's): its expiry hashed as
+// microseconds since the epoch, since a timestamptz's text depends on the
+// session's time zone.
+var holdColumns = columns[holdCols]{
+	{"account_id", "text", "", "", func(c *holdCols) any { return &c.account }},
+	{"hold_id", "text", "", "", func(c *holdCols) any { return &c.id }},
+	{"amount", "bigint", "", "", func(c *holdCols) any { return &c.amount }},
+	{"currency", "text", "", "", func(c *holdCols) any { return &c.currency }},
+	{"status", "text", "", "", func(c *holdCols) any { return &c.status }},
+	{"captured", "bigint", "", "", func(c *holdCols) any { return &c.captured }},
+	{"expires_at", "timestamptz", "", "(extract(epoch FROM %[1]s) * 1000000)::bigint", func(c *holdCols) any { return &c.expires }},
+	{"idempotency_key", "text", "", "", func(c *holdCols) any { return &c.key }},
+}
+
+// holdsSQLs is derived once from holdColumns; a row's key is account/hold,
+// and the rows compared whole are the active holds'.
+var holdsSQLs = holdColumns.sql("a.account_id || '/' || a.hold_id", "a.status = 'active'")
 
 func holdColsOf(account, currency string, h *domain.Hold, captured int64) holdCols {
 	var exp *time.Time
@@ -58,24 +67,21 @@ func holdColsOf(account, currency string, h *domain.Hold, captured int64) holdCo
 		amount: h.Amount, captured: captured, expires: exp}
 }
 
-// noteOldHolds keeps the holds of account a, read from the checkpoint, as
-// the holds table held them then (a hold captured by then captured its
-// amount; none is touched again).
+// noteOldHolds keeps the active holds of account a, read from the
+// checkpoint, as the holds table held them then: the rows its digest summed.
 func (r *resumedAccounts) noteOldHolds(a *domain.Account) {
 	for _, h := range a.Holds {
-		var captured int64
-		if h.Status == domain.HoldStatusCaptured {
-			captured = h.Amount
+		if h.Status == domain.HoldStatusActive {
+			r.oldHolds[a.ID+"/"+h.ID] = holdColsOf(a.ID, a.Currency, h, 0)
 		}
-		r.oldHolds[a.ID+"/"+h.ID] = holdColsOf(a.ID, a.Currency, h, captured)
 	}
 }
 
-// checkHoldsTable sums the holds table of the accounts read model l in the
-// snapshot tx and, in an incremental audit, compares the rows of the holds
-// its events did not touch (up to seq, l's checkpoint) with the checkpoint's
-// digest less the touched holds' checkpoint rows. It returns the whole
-// table's digest.
+// checkHoldsTable sums the active holds of the accounts read model l in the
+// snapshot tx and, in an incremental audit, compares the rows of those its
+// events did not touch (up to seq, l's checkpoint) with the checkpoint's
+// digest less the touched holds' checkpoint rows. It returns the active
+// holds' digest.
 func (f *Fold) checkHoldsTable(ctx context.Context, tx pgx.Tx, l liveGen, seq int64) (string, error) {
 	var touched []string
 	var old []holdCols
@@ -94,25 +100,10 @@ func (f *Fold) checkHoldsTable(ctx context.Context, tx pgx.Tx, l liveGen, seq in
 			}
 		}
 	}
-	args := append([]any{touched}, holdColumnsOf(old)...)
-	var whole, untouched, oldSum string
-	sql := fmt.Sprintf(holdsTableDigestSQL, projections.View("holds"))
-	if err := tx.QueryRow(ctx, sql, args...).Scan(&whole, &untouched, &oldSum); err != nil {
-		return "", fmt.Errorf("audit: holds table digest: %w", err)
+	d, err := sumTable(ctx, tx, "holds", holdsSQLs, touched, holdColumns.arrays(old))
+	if err != nil || f.from == nil {
+		return d.whole, err
 	}
-	if f.from == nil {
-		return whole, nil
-	}
-	return whole, f.compareTableDigest(ctx, tx, l, tableDigest{table: "holds", checkpoint: f.from.HoldsTable, untouched: untouched, old: oldSum, touched: len(old)})
-}
-
-// holdColumnsOf hands rows as the columns holdsTableDigestSQL unnests ($2..$9).
-func holdColumnsOf(rows []holdCols) []any {
-	accs, ids, curs, sts, keys := make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows))
-	amounts, captured, exps := make([]int64, len(rows)), make([]int64, len(rows)), make([]*time.Time, len(rows))
-	for i, r := range rows {
-		accs[i], ids[i], curs[i], sts[i], keys[i] = r.account, r.id, r.currency, r.status, r.key
-		amounts[i], captured[i], exps[i] = r.amount, r.captured, r.expires
-	}
-	return []any{accs, ids, amounts, curs, sts, captured, exps, keys}
+	d.checkpoint, d.touched = f.from.ActiveHolds, len(old)
+	return d.whole, f.compareTableDigest(ctx, tx, l, d)
 }

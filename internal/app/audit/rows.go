@@ -127,12 +127,12 @@ func metadataJSON(m map[string]string) string {
 
 func accountRowOf(a *domain.Account) string {
 	c := accountColsOf(a)
-	return row(c.values()...)
+	return row(accountColumns.values(&c)...)
 }
 
 func holdRowOf(account, currency string, h *domain.Hold, captured int64) string {
 	c := holdColsOf(account, currency, h, captured)
-	return row(c.account, c.id, c.amount, c.currency, c.status, c.captured, c.expires, c.key)
+	return row(holdColumns.values(&c)...)
 }
 
 // entryRow renders the statement row of a money event, with the fold's balance.
@@ -299,7 +299,7 @@ func openTable(ctx context.Context, tr tableRead, keys []string) (*tableRows, er
 	case "accounts":
 		sql = `SELECT ` + accountsSQLs.selects + ` FROM %s WHERE $1 = '' OR account_id = $1`
 	case "holds":
-		sql = `SELECT account_id, hold_id, amount, currency, status, captured, expires_at, idempotency_key FROM %s WHERE $1 = '' OR account_id = $1`
+		sql = `SELECT ` + holdsSQLs.selects + ` FROM %s WHERE $1 = '' OR account_id = $1`
 	case "entries":
 		sql = `SELECT event_id, account_id, revision, type, reason, ref, amount, currency, balance_after, idempotency_key, at, metadata::text, effective_at FROM %s WHERE $1 = '' OR account_id = $1`
 	case "transfers":
@@ -363,7 +363,7 @@ func (t *tableRows) scan() (err error) {
 	switch t.table {
 	case "accounts":
 		var c accountCols
-		if err := rows.Scan(c.ptrs()...); err != nil {
+		if err := rows.Scan(accountColumns.ptrs(&c)...); err != nil {
 			return err
 		}
 		var m map[string]string
@@ -371,16 +371,14 @@ func (t *tableRows) scan() (err error) {
 			return err
 		}
 		c.metadata = metadataJSON(m)
-		t.key, t.row = c.id, row(c.values()...)
+		t.key, t.row = c.id, row(accountColumns.values(&c)...)
 		return nil
 	case "holds":
-		var account, hold, currency, status, key string
-		var amount, captured int64
-		var exp *time.Time
-		if err := rows.Scan(&account, &hold, &amount, &currency, &status, &captured, &exp, &key); err != nil {
+		var c holdCols
+		if err := rows.Scan(holdColumns.ptrs(&c)...); err != nil {
 			return err
 		}
-		t.key, t.row = account+"/"+hold, row(account, hold, amount, currency, status, captured, exp, key)
+		t.key, t.row = c.account+"/"+c.id, row(holdColumns.values(&c)...)
 		return nil
 	case "entries":
 		var id uuid.UUID

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -38,93 +39,134 @@ func accountColsOf(a *domain.Account) accountCols {
 }
 
 // accountColumns is the one list of the accounts table's compared columns,
-// in order: what openTable selects and scans (accountsSQLs.selects, ptrs), the row
-// the comparison renders (accountRowOf), what the digest hashes
-// (accountsSQL's hash) and the fold's rows it unnests (columnsOf). A column
-// added here is compared everywhere.
-var accountColumns = []struct {
-	name string                   // the table's column
-	text bool                     // text (else bigint)
-	cast string                   // the column's type when not text or bigint: read as text, cast back to hash
-	ptr  func(c *accountCols) any // the field
-}{
-	{"account_id", true, "", func(c *accountCols) any { return &c.id }},
-	{"currency", true, "", func(c *accountCols) any { return &c.currency }},
-	{"overdraft_limit", false, "", func(c *accountCols) any { return &c.overdraft }},
-	{"metadata", true, "jsonb", func(c *accountCols) any { return &c.metadata }},
-	{"status", true, "", func(c *accountCols) any { return &c.status }},
-	{"balance", false, "", func(c *accountCols) any { return &c.balance }},
-	{"held", false, "", func(c *accountCols) any { return &c.held }},
-	{"available", false, "", func(c *accountCols) any { return &c.available }},
-	{"revision", false, "", func(c *accountCols) any { return &c.rev }},
+// in order: what openTable selects and scans, the row the comparison renders
+// (accountRowOf), what the digest hashes and the fold's rows it unnests. A
+// column added here is compared everywhere.
+var accountColumns = columns[accountCols]{
+	{"account_id", "text", "", "", func(c *accountCols) any { return &c.id }},
+	{"currency", "text", "", "", func(c *accountCols) any { return &c.currency }},
+	{"overdraft_limit", "bigint", "", "", func(c *accountCols) any { return &c.overdraft }},
+	{"metadata", "text", "jsonb", "", func(c *accountCols) any { return &c.metadata }},
+	{"status", "text", "", "", func(c *accountCols) any { return &c.status }},
+	{"balance", "bigint", "", "", func(c *accountCols) any { return &c.balance }},
+	{"held", "bigint", "", "", func(c *accountCols) any { return &c.held }},
+	{"available", "bigint", "", "", func(c *accountCols) any { return &c.available }},
+	{"revision", "bigint", "", "", func(c *accountCols) any { return &c.rev }},
 }
 
-// ptrs are c's fields in accountColumns' order (to scan into).
-func (c *accountCols) ptrs() []any {
-	out := make([]any, len(accountColumns))
-	for i, col := range accountColumns {
+// accountsSQLs is derived once from accountColumns; a row's key is its account.
+var accountsSQLs = accountColumns.sql("a.account_id", "true")
+
+// column is one compared column of a read-model table compared whole (the
+// accounts read model's two tables: accountColumns, holdColumns), for the
+// rows of type C that the fold expects and the table is read into.
+type column[C any] struct {
+	name string // the table's column
+	typ  string // text, bigint or timestamptz: how it is read and the fold's values unnested
+	cast string // the column's type when it is not typ: read as typ, cast back to hash it
+	hash string // what is hashed of it ("": the column; %[1]s stands for it)
+	ptr  func(c *C) any
+}
+
+// columns is a table's compared columns, in order.
+type columns[C any] []column[C]
+
+// ptrs are c's fields in the columns' order (to scan into).
+func (cs columns[C]) ptrs(c *C) []any {
+	out := make([]any, len(cs))
+	for i, col := range cs {
 		out[i] = col.ptr(c)
 	}
 	return out
 }
 
-// values are c's fields in accountColumns' order.
-func (c *accountCols) values() []any {
-	out := c.ptrs()
+// values are c's fields in the columns' order.
+func (cs columns[C]) values(c *C) []any {
+	out := cs.ptrs(c)
 	for i, p := range out {
 		switch v := p.(type) {
 		case *string:
 			out[i] = *v
 		case *int64:
 			out[i] = *v
+		case **time.Time:
+			out[i] = *v
 		}
 	}
 	return out
 }
 
-// accountsSQLText is what accountsSQL derives from accountColumns.
-type accountsSQLText struct {
+// arrays hands rows as the columns the digest unnests ($2...), an array a
+// column.
+func (cs columns[C]) arrays(rows []C) []any {
+	out := make([]any, len(cs))
+	for i, col := range cs {
+		switch col.typ {
+		case "text":
+			out[i] = make([]string, len(rows))
+		case "bigint":
+			out[i] = make([]int64, len(rows))
+		default:
+			out[i] = make([]*time.Time, len(rows))
+		}
+	}
+	for j := range rows {
+		for i, v := range cs.values(&rows[j]) {
+			switch x := v.(type) {
+			case string:
+				out[i].([]string)[j] = x
+			case int64:
+				out[i].([]int64)[j] = x
+			case *time.Time:
+				out[i].([]*time.Time)[j] = x
+			}
+		}
+	}
+	return out
+}
+
+// tableSQL is what columns.sql derives.
+type tableSQL struct {
 	// selects is the columns openTable selects.
 	selects string
-	// tableDigest sums the accounts table's row hashes (checkAccountsTable).
+	// tableDigest sums the table's row hashes (compareTable).
 	tableDigest string
 }
 
-// accountsSQLs is derived once from accountColumns (accountsSQL).
-var accountsSQLs = accountsSQL()
-
-// accountsSQL derives from accountColumns the columns openTable selects, the
-// hash of a row's compared columns to a 64-bit integer (PostgreSQL renders
-// the row from the table's columns or from the fold's values alike, same
-// types, so that both hash the same text), and the statement that sums, in
-// the read models' snapshot, the hashes of the accounts table's rows (%s: the
-// live view) apart from the accounts $1 (the whole table's, the others'), and
-// of the rows $2... (the touched accounts' checkpoint rows, a column each),
-// each sum a decimal integer.
-func accountsSQL() accountsSQLText {
-	var sel, names, arrays, back []string
-	for i, c := range accountColumns {
-		typ, name := "bigint", c.name
-		if c.text {
-			typ = "text"
-		}
+// sql derives from the columns those openTable selects, the hash of a row's
+// compared columns to a 64-bit integer (PostgreSQL renders the row from the
+// table's columns or from the fold's values alike, same types, so that both
+// hash the same text), and the statement that sums, in the read models'
+// snapshot, the hashes of the table's rows compared whole (%s: the live
+// view; where: which rows, over the table's alias a) apart from the rows of
+// the keys $1 (key: a row's key, over a; the sum of all of them, of the
+// others), and of the rows $2... (the touched rows as the checkpoint had
+// them, a column each), each sum a decimal integer.
+func (cs columns[C]) sql(key, where string) tableSQL {
+	var sel, names, hashed, arrays, back []string
+	for i, c := range cs {
+		name := c.name
 		if c.cast != "" {
-			name = c.name + "::text"
+			name = c.name + "::" + c.typ
 		}
-		sel, names = append(sel, name), append(names, c.name)
-		arrays = append(arrays, fmt.Sprintf("$%d::%s[]", i+2, typ))
+		h := c.name
+		if c.hash != "" {
+			h = fmt.Sprintf(c.hash, c.name)
+		}
+		sel, names, hashed = append(sel, name), append(names, c.name), append(hashed, h)
+		arrays = append(arrays, fmt.Sprintf("$%d::%s[]", i+2, c.typ))
 		if c.cast != "" {
 			back = append(back, c.name+"::"+c.cast+" AS "+c.name)
 		} else {
 			back = append(back, c.name)
 		}
 	}
-	hash := `('x' || substr(md5(ROW(` + strings.Join(names, ", ") + `)::text), 1, 16))::bit(64)::bigint`
-	digest := `SELECT coalesce(sum(h), 0)::text, coalesce(sum(h) FILTER (WHERE t.id IS NULL), 0)::text,
+	hash := `('x' || substr(md5(ROW(` + strings.Join(hashed, ", ") + `)::text), 1, 16))::bit(64)::bigint`
+	digest := `SELECT coalesce(sum(h), 0)::text, coalesce(sum(h) FILTER (WHERE t.k IS NULL), 0)::text,
 	(SELECT coalesce(sum(` + hash + `), 0) FROM (SELECT ` + strings.Join(back, ", ") + `
 		FROM unnest(` + strings.Join(arrays, ", ") + `) AS o(` + strings.Join(names, ", ") + `)) o)::text
-FROM (SELECT account_id, ` + hash + ` AS h FROM %s) a LEFT JOIN unnest($1::text[]) t(id) ON t.id = a.account_id`
-	return accountsSQLText{selects: strings.Join(sel, ", "), tableDigest: digest}
+FROM (SELECT ` + key + ` AS k, ` + hash + ` AS h FROM %s a WHERE ` + where + `) a LEFT JOIN unnest($1::text[]) t(k) ON t.k = a.k`
+	return tableSQL{selects: strings.Join(sel, ", "), tableDigest: digest}
 }
 
 // accountsTable is what checkAccountsTable and checkHoldsTable found: the
@@ -144,25 +186,33 @@ func (f *Fold) checkAccountsTable(ctx context.Context, tx pgx.Tx, l liveGen, tou
 			}
 		}
 	}
-	args := []any{touched}
-	args = append(args, columnsOf(old)...)
-	var whole, untouched, oldSum string
-	sql := fmt.Sprintf(accountsSQLs.tableDigest, projections.View("accounts"))
-	if err := tx.QueryRow(ctx, sql, args...).Scan(&whole, &untouched, &oldSum); err != nil {
-		return accountsTable{}, fmt.Errorf("audit: accounts table digest: %w", err)
+	d, err := sumTable(ctx, tx, "accounts", accountsSQLs, touched, accountColumns.arrays(old))
+	if err != nil || f.from == nil {
+		return accountsTable{digest: d.whole}, err
 	}
-	if f.from == nil {
-		return accountsTable{digest: whole}, nil
-	}
-	return accountsTable{digest: whole}, f.compareTableDigest(ctx, tx, l, tableDigest{table: "accounts", checkpoint: f.from.AccountsTable, untouched: untouched, old: oldSum, touched: len(old)})
+	d.checkpoint, d.touched = f.from.AccountsTable, len(old)
+	return accountsTable{digest: d.whole}, f.compareTableDigest(ctx, tx, l, d)
 }
 
-// tableDigest is what an incremental audit found of a read-model table
-// compared whole: the checkpoint's digest of it, the sum of the rows it did
-// not touch, and the sum of the touched rows as the checkpoint had them.
+// sumTable sums, in the snapshot tx, the hashes of the live table's rows
+// (sqls: its columns'), those of the rows whose keys are not in touched, and
+// those of old (the touched rows as the checkpoint had them, as columns).
+func sumTable(ctx context.Context, tx pgx.Tx, table string, sqls tableSQL, touched []string, old []any) (tableDigest, error) {
+	d := tableDigest{table: table}
+	sql := fmt.Sprintf(sqls.tableDigest, projections.View(table))
+	if err := tx.QueryRow(ctx, sql, append([]any{touched}, old...)...).Scan(&d.whole, &d.untouched, &d.old); err != nil {
+		return d, fmt.Errorf("audit: %s table digest: %w", table, err)
+	}
+	return d, nil
+}
+
+// tableDigest is what an audit found of a read-model table compared whole:
+// the sum of its rows, and in an incremental audit the checkpoint's digest of
+// it, the sum of the rows it did not touch, and the sum of the touched rows
+// as the checkpoint had them.
 type tableDigest struct {
-	table, checkpoint, untouched, old string
-	touched                           int
+	table, checkpoint, whole, untouched, old string
+	touched                                  int
 }
 
 // compareTableDigest reports a violation unless the untouched rows of read
@@ -179,27 +229,4 @@ func (f *Fold) compareTableDigest(ctx context.Context, tx pgx.Tx, l liveGen, d t
 			l.name, l.gen, l.pos, d.table, f.from.ID, d.untouched, d.touched, want)})
 	}
 	return nil
-}
-
-// columnsOf hands rows as the columns accountsSQLs.tableDigest unnests ($2...).
-func columnsOf(rows []accountCols) []any {
-	out := make([]any, len(accountColumns))
-	for i, c := range accountColumns {
-		if c.text {
-			out[i] = make([]string, len(rows))
-		} else {
-			out[i] = make([]int64, len(rows))
-		}
-	}
-	for j := range rows {
-		for i, v := range rows[j].values() {
-			switch x := v.(type) {
-			case string:
-				out[i].([]string)[j] = x
-			case int64:
-				out[i].([]int64)[j] = x
-			}
-		}
-	}
-	return out
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -58,7 +57,7 @@ func BenchmarkAccountsTableDigest(b *testing.B) {
 		touched, touchedHolds = append(touched, fmt.Sprintf("acct-%d", i)), append(touchedHolds, fmt.Sprintf("acct-%d/hold-1", i))
 		rows = append(rows, accountCols{id: touched[len(touched)-1], currency: "EUR", metadata: `{"k":"v"}`, status: "open", balance: int64(i), available: int64(i), rev: 1})
 	}
-	old := columnsOf(rows)
+	old := accountColumns.arrays(rows)
 	statements := map[string]func(pgx.Tx) error{
 		"count": func(tx pgx.Tx) error {
 			var c int64
@@ -70,7 +69,7 @@ func BenchmarkAccountsTableDigest(b *testing.B) {
 		},
 		"holds": func(tx pgx.Tx) error {
 			var w, u, o string
-			return tx.QueryRow(ctx, fmt.Sprintf(holdsTableDigestSQL, projections.View("holds")), append([]any{touchedHolds}, holdColumnsOf(nil)...)...).Scan(&w, &u, &o)
+			return tx.QueryRow(ctx, fmt.Sprintf(holdsSQLs.tableDigest, projections.View("holds")), append([]any{touchedHolds}, holdColumns.arrays(nil)...)...).Scan(&w, &u, &o)
 		},
 		"history": func(tx pgx.Tx) error {
 			f := NewFold()
@@ -81,24 +80,7 @@ func BenchmarkAccountsTableDigest(b *testing.B) {
 			return f.checkUntouchedEffective(ctx, tx, liveGen{name: projections.Entries}, touched)
 		},
 	}
-	spent := map[string]time.Duration{}
-	b.ResetTimer()
-	for range b.N {
-		for _, name := range []string{"count", "digest", "holds", "history", "entries"} {
-			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				start := time.Now()
-				err := statements[name](tx)
-				spent[name] += time.Since(start)
-				return err
-			})
-			if err != nil {
-				b.Fatal(name, err)
-			}
-		}
-	}
-	for _, name := range []string{"digest", "holds", "history", "entries"} {
-		b.ReportMetric(spent[name].Seconds()/float64(b.N), name+"-s")
-		b.ReportMetric(spent[name].Seconds()/spent["count"].Seconds(), name+"/count")
-	}
-	b.ReportMetric(spent["count"].Seconds()/float64(b.N), "count-s")
+	devtest.TimeStatements(b, "count", []string{"count", "digest", "holds", "history", "entries"}, func(name string) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return statements[name](tx) })
+	})
 }

@@ -159,6 +159,32 @@ func BenchAccounts(b testing.TB) (*pgxpool.Pool, int) {
 	return pool, n
 }
 
+// TimeStatements runs each of names b.N times, in turn within each round
+// (so that a loaded machine's swings fall on all alike), and reports each
+// one's seconds a run (<name>-s) and its time against baseline's, measured
+// in the same rounds (<name>/<baseline>): the statement benchmarks' one
+// timing loop.
+func TimeStatements(b *testing.B, baseline string, names []string, run func(name string) error) {
+	b.Helper()
+	spent := map[string]time.Duration{}
+	b.ResetTimer()
+	for range b.N {
+		for _, name := range names {
+			start := time.Now()
+			if err := run(name); err != nil {
+				b.Fatal(name, err)
+			}
+			spent[name] += time.Since(start)
+		}
+	}
+	for _, name := range names {
+		b.ReportMetric(spent[name].Seconds()/float64(b.N), name+"-s")
+		if name != baseline {
+			b.ReportMetric(spent[name].Seconds()/spent[baseline].Seconds(), name+"/"+baseline)
+		}
+	}
+}
+
 // Store opens the PostgreSQL event store at url; it is closed when t ends.
 func Store(t testing.TB, url string) *postgres.Store {
 	t.Helper()
