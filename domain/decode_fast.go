@@ -75,16 +75,25 @@ func (sc *flatScan) objectStart() bool {
 
 // member reads one member, "name": value.
 func (sc *flatScan) member() (bodyField, bool) {
-	name, ok := sc.plainString()
+	name, ok := sc.memberName()
 	if !ok {
 		return bodyField{}, false
 	}
-	if sc.i = skipSpace(sc.b, sc.i); sc.i >= len(sc.b) || sc.b[sc.i] != ':' {
-		return bodyField{}, false
-	}
-	sc.i = skipSpace(sc.b, sc.i+1)
 	f := bodyField{name: name}
 	return f, sc.memberValue(&f)
+}
+
+// memberName reads a member's name and the colon after it, up to its value.
+func (sc *flatScan) memberName() ([]byte, bool) {
+	name, ok := sc.plainString()
+	if !ok {
+		return nil, false
+	}
+	if sc.i = skipSpace(sc.b, sc.i); sc.i >= len(sc.b) || sc.b[sc.i] != ':' {
+		return nil, false
+	}
+	sc.i = skipSpace(sc.b, sc.i+1)
+	return name, true
 }
 
 // afterMember reads what follows a member: a comma up to the next member

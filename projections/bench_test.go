@@ -3,9 +3,14 @@ package projections_test
 import (
 	"context"
 	"os"
+	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/projections"
@@ -18,8 +23,11 @@ import (
 //	LEDGER_BENCH_EVENTS=1000000 go test ./projections -run '^$' -bench Rebuild -benchtime 1x -timeout 30m
 //
 // LEDGER_BENCH_EVENTS sets the events written (default 100,000; half of them are
-// key claims, which every projection reads and skips), LEDGER_BENCH_BATCH the
-// batch size (default: the runner's).
+// key claims, which every projection reads and skips), LEDGER_BENCH_ACCOUNTS
+// the accounts they are spread over (default one per 200 events),
+// LEDGER_BENCH_BATCH the batch size (default: the runner's).
+// LEDGER_BENCH_CPUPROFILE=<file> profiles the timed part only (-test.cpuprofile
+// would include the seeding).
 
 func benchInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -29,6 +37,66 @@ func benchInt(name string, def int) int {
 }
 
 // resetReadModels empties the live generations and rewinds their checkpoints.
+// synthetic seeds the benchmark's history (LEDGER_BENCH_EVENTS over
+// LEDGER_BENCH_ACCOUNTS) and returns the events written.
+func synthetic(b *testing.B, env *projtest.Env, seed uint64) int {
+	b.Helper()
+	return env.SyntheticAccounts(b, benchInt("LEDGER_BENCH_EVENTS", 100_000), benchInt("LEDGER_BENCH_ACCOUNTS", 0), seed)
+}
+
+// profileTimed starts LEDGER_BENCH_CPUPROFILE's CPU profile, if set; the
+// function it returns stops it.
+func profileTimed(b *testing.B) func() {
+	b.Helper()
+	path := os.Getenv("LEDGER_BENCH_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
+	}
+}
+
+// peakRSS returns the memory freed to the OS and resets the process's peak
+// resident set (Linux's /proc/self/clear_refs); the function it returns
+// reports the peak since as the metric name, in MiB. Elsewhere it reports
+// nothing.
+func peakRSS(b *testing.B) func(name string) {
+	b.Helper()
+	debug.FreeOSMemory()
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		b.Logf("peak RSS not measured: %v", err)
+		return func(string) {}
+	}
+	return func(name string) {
+		status, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for line := range strings.Lines(string(status)) {
+			if kb, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				n, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")))
+				if err != nil {
+					b.Fatalf("VmHWM %q: %v", kb, err)
+				}
+				b.ReportMetric(float64(n)/1024, name)
+				return
+			}
+		}
+		b.Fatal("no VmHWM in /proc/self/status")
+	}
+}
+
 func resetReadModels(b *testing.B, env *projtest.Env) {
 	b.Helper()
 	_, err := env.Pool.Exec(context.Background(), `DO $$
@@ -51,7 +119,7 @@ END $$`)
 
 func BenchmarkProjection(b *testing.B) {
 	env := projtest.New(b)
-	total := env.Synthetic(b, benchInt("LEDGER_BENCH_EVENTS", 100_000), 1)
+	total := synthetic(b, env, 1)
 	var elapsed time.Duration
 	b.ResetTimer()
 	for range b.N {
@@ -84,41 +152,86 @@ func BenchmarkProjection(b *testing.B) {
 
 func BenchmarkRebuild(b *testing.B) {
 	env := projtest.New(b)
-	total := env.Synthetic(b, benchInt("LEDGER_BENCH_EVENTS", 100_000), 2)
-	// The rebuild runs on the projector's pool (projections.NewPool), as
-	// `projector rebuild` does: its projections and its check hold
-	// connections at once, more than the test pool's four.
-	pool, err := projections.NewPool(context.Background(), env.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pool.Close()
-	env.Pool = pool
+	total := synthetic(b, env, 2)
+	pool := rebuildPool(b, env)
+	peak, stop := peakRSS(b), profileTimed(b)
 	var elapsed time.Duration
 	b.ResetTimer()
 	for range b.N {
-		start := time.Now()
-		_, err := projections.Rebuild(context.Background(), env.Pool, env.Store, projections.RebuildOptions{
-			BatchSize: benchInt("LEDGER_BENCH_BATCH", 0), Check: audit.VerifyGeneration(env.Pool, env.Store),
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		elapsed += time.Since(start)
+		elapsed += benchRebuild(b, env, pool)
 	}
+	b.StopTimer()
+	stop()
+	peak("peak-RSS-MiB")
 	b.ReportMetric(float64(total*b.N)/elapsed.Seconds(), "events/s")
 	b.ReportMetric(elapsed.Seconds()/float64(b.N), "s/rebuild")
 }
 
 func BenchmarkAudit(b *testing.B) {
 	env := projtest.New(b)
-	total := env.Synthetic(b, benchInt("LEDGER_BENCH_EVENTS", 100_000), 3)
+	total := synthetic(b, env, 3)
 	project(b, env)
+	peak, stop := peakRSS(b), profileTimed(b)
 	b.ResetTimer()
 	for range b.N {
 		benchAudit(b, env, audit.Options{})
 	}
+	b.StopTimer()
+	stop()
+	peak("peak-RSS-MiB")
 	b.ReportMetric(float64(total*b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkReadTools: BenchmarkRebuild and then BenchmarkAudit on one
+// seeding (the rebuild makes the read models the audit compares), each
+// with its rate and its own peak RSS: the issue's 10,000,000-event figures in
+// one run,
+//
+//	LEDGER_BENCH_EVENTS=10000000 LEDGER_BENCH_ACCOUNTS=100000 go test ./projections -run '^$' -bench ReadTools -benchtime 1x -timeout 170m
+func BenchmarkReadTools(b *testing.B) {
+	env := projtest.New(b)
+	total := synthetic(b, env, 5)
+	pool := rebuildPool(b, env)
+	var rebuild, auditing time.Duration
+	b.ResetTimer()
+	for range b.N {
+		peak := peakRSS(b)
+		rebuild += benchRebuild(b, env, pool)
+		peak("rebuild-peak-RSS-MiB")
+		peak = peakRSS(b)
+		start := time.Now()
+		benchAudit(b, env, audit.Options{})
+		auditing += time.Since(start)
+		peak("audit-peak-RSS-MiB")
+	}
+	b.ReportMetric(float64(total*b.N)/rebuild.Seconds(), "rebuild-events/s")
+	b.ReportMetric(float64(total*b.N)/auditing.Seconds(), "audit-events/s")
+}
+
+// rebuildPool is the pool a rebuild runs on: the projector's
+// (projections.NewPool), as `projector rebuild` does; its projections and its
+// check hold connections at once, more than the test pool's four.
+func rebuildPool(b *testing.B, env *projtest.Env) *pgxpool.Pool {
+	b.Helper()
+	pool, err := projections.NewPool(context.Background(), env.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	return pool
+}
+
+// benchRebuild rebuilds every projection, checked, and returns its time.
+func benchRebuild(b *testing.B, env *projtest.Env, pool *pgxpool.Pool) time.Duration {
+	b.Helper()
+	start := time.Now()
+	_, err := projections.Rebuild(context.Background(), pool, env.Store, projections.RebuildOptions{
+		BatchSize: benchInt("LEDGER_BENCH_BATCH", 0), Check: audit.VerifyGeneration(pool, env.Store),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
 }
 
 // BenchmarkAuditIncremental: a full audit storing its checkpoint, then, after

@@ -20,11 +20,21 @@ import (
 // command a KeyClaimed in the key's stream and the decision in an account stream
 // (deposits, withdrawals, recorded insufficient_funds rejections, holds placed and
 // released), with consistent balances, metadata and hash chains, over one
-// account per 200 events. Each chunk of 10,000 events is one transaction. It
-// returns the number of events written.
+// account per 200 events (SyntheticAccounts chooses the accounts). Each chunk
+// of 10,000 events is one transaction. It returns the number of events written.
 func (e *Env) Synthetic(tb testing.TB, n int, seed uint64) int {
 	tb.Helper()
-	return e.NewSynthetic(tb, max(n/200, 10), seed).Write(n)
+	return e.SyntheticAccounts(tb, n, 0, seed)
+}
+
+// SyntheticAccounts is Synthetic over the given number of accounts (0: one
+// per 200 events, at least 10).
+func (e *Env) SyntheticAccounts(tb testing.TB, n, accounts int, seed uint64) int {
+	tb.Helper()
+	if accounts <= 0 {
+		accounts = max(n/200, 10)
+	}
+	return e.NewSynthetic(tb, accounts, seed).Write(n)
 }
 
 // SyntheticHistory is a synthetic history that Write writes on, over the
@@ -163,7 +173,9 @@ func (sw *synthWriter) add(c synthCommand, e synthEvent) string {
 	if err != nil {
 		sw.tb.Fatal(err)
 	}
-	sw.rows = append(sw.rows, []any{stream, rev, id, typ, b, mb})
+	// [16]byte: pgx writes it as a binary uuid; a uuid.UUID would go through
+	// its driver.Valuer, a string parsed again.
+	sw.rows = append(sw.rows, []any{stream, rev, [16]byte(id), typ, b, mb})
 	sw.written++
 	if len(sw.rows) == 10_000 {
 		sw.flush()

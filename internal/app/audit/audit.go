@@ -639,7 +639,7 @@ func readAhead(ctx context.Context, store eventstore.AllReader, from, until even
 			}
 			p := page{recs: recs, metas: make([]meta, len(recs)), err: err}
 			for i, re := range recs {
-				p.metas[i] = decodeMeta(re)
+				p.metas[i] = decodeAll(re)
 			}
 			select {
 			case pages <- p:
@@ -727,15 +727,20 @@ func (c *generationCheck) run(ctx context.Context, from eventstore.Position, pag
 	}
 }
 
-// Fold hands the check the build's batch with the metadata the build
-// decoded (the same decoder as the audit's, domain.DecodeMetadataNoRequest),
-// decoding only what the projections skip (key streams).
+// Fold hands the check the build's batch with the metadata and the account
+// events' payloads the build decoded (the same decoders as the audit's,
+// domain.DecodeMetadataNoRequest and domain.DecodeEvent), decoding only the
+// metadata the projections skip (key streams); the check's goroutine decodes
+// the claims.
 func (c *generationCheck) Fold(events []*projections.Event) error {
 	p := page{recs: make([]eventstore.RecordedEvent, len(events)), metas: make([]meta, len(events))}
 	for i, ev := range events {
 		p.recs[i] = ev.RecordedEvent
 		if ev.MetaDecoded {
 			p.metas[i] = meta{m: ev.Meta}
+			if _, ok := ev.AccountID(); ok {
+				p.metas[i].payload, p.metas[i].payloadErr, p.metas[i].decoded = ev.Payload, ev.DecodeErr, true
+			}
 		} else {
 			p.metas[i] = decodeMeta(ev.RecordedEvent)
 		}

@@ -2,7 +2,7 @@ package audit
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -212,15 +212,62 @@ func (f *Fold) Apply(re eventstore.RecordedEvent) {
 	f.apply(re, decodeMeta(re))
 }
 
-// meta is an event's metadata decoded, or why it could not be.
+// meta is an event's metadata decoded, or why it could not be, and, when
+// decoded is set, its payload (an account event's, domain.DecodeEvent; a key
+// stream's claim, decodeClaim) or why not: decoded beside the fold, by the
+// page reader, or by the rebuild that hands the check its batch.
 type meta struct {
-	m   domain.Metadata
-	err error
+	m          domain.Metadata
+	err        error
+	payload    any
+	payloadErr error
+	decoded    bool
 }
 
+// decodeMeta decodes an event's metadata only: the fold decodes its payload.
 func decodeMeta(re eventstore.RecordedEvent) meta {
 	m, err := domain.DecodeMetadataNoRequest(re.Metadata)
-	return meta{m, err}
+	return meta{m: m, err: err}
+}
+
+// decodeAll decodes an event's metadata and the payload the fold reads of it.
+func decodeAll(re eventstore.RecordedEvent) meta {
+	md := decodeMeta(re)
+	switch {
+	case strings.HasPrefix(re.Stream, domain.AccountStreamPrefix):
+		md.payload, md.payloadErr = domain.DecodeEvent(re.Type, re.Data)
+	case strings.HasPrefix(re.Stream, domain.KeyStreamPrefix):
+		md.payload, md.payloadErr = decodeClaim(re)
+	default:
+		return md
+	}
+	md.decoded = true
+	return md
+}
+
+// payloadOf returns an account event's payload, or a key stream's claim,
+// decoded beside the fold or now.
+func (md meta) payloadOf(re eventstore.RecordedEvent) (any, error) {
+	if md.decoded {
+		return md.payload, md.payloadErr
+	}
+	return decodeAll(re).payloadOf(re)
+}
+
+// errNotClaim: a key stream holds an event that is not a claim.
+var errNotClaim = errors.New("not a claim")
+
+// decodeClaim decodes a key stream's claim; an atomic batch's decision is its
+// key's claim too (batches.go).
+func decodeClaim(re eventstore.RecordedEvent) (*domain.KeyClaimed, error) {
+	if re.Type != domain.EvKeyClaimed && re.Type != domain.EvBatchDecided {
+		return nil, errNotClaim
+	}
+	c, err := domain.DecodeKeyClaimed(re.Data)
+	if err != nil {
+		return nil, err
+	}
+	return &c, nil
 }
 
 // apply folds the next event of "all", its metadata decoded (beside the fold,
@@ -270,7 +317,7 @@ func (f *Fold) apply(re eventstore.RecordedEvent, md meta) {
 
 	switch {
 	case strings.HasPrefix(re.Stream, domain.AccountStreamPrefix):
-		f.applyAccount(re, ev)
+		f.applyAccount(re, ev, md)
 	case strings.HasPrefix(re.Stream, domain.TransferStreamPrefix):
 		f.applyTransfer(re, ev)
 	case domain.IsTransactionStream(re.Stream):
@@ -320,12 +367,13 @@ func (f *Fold) applyKeyStream(re eventstore.RecordedEvent, md meta) {
 	if f.VerifyChain && m.Chain != domain.ChainHash("", ev) {
 		f.eventViolation(InvChain, "chain_mismatch", re, "stored content no longer matches its chain hash (type %s, key %q): the first altered event of %s", re.Type, m.Key, re.Stream)
 	}
-	f.applyClaim(re)
+	f.applyClaim(re, md)
 }
 
-func (f *Fold) applyClaim(re eventstore.RecordedEvent) {
-	var c domain.KeyClaimed // an atomic batch's decision is its key's claim too (batches.go)
-	if (re.Type != domain.EvKeyClaimed && re.Type != domain.EvBatchDecided) || json.Unmarshal(re.Data, &c) != nil {
+func (f *Fold) applyClaim(re eventstore.RecordedEvent, md meta) {
+	p, err := md.payloadOf(re)
+	c, _ := p.(*domain.KeyClaimed)
+	if err != nil || c == nil {
 		f.eventViolation(InvKeyOnce, "bad_claim", re, "a key stream holds %s, not a claim", re.Type)
 		return
 	}
@@ -353,7 +401,7 @@ func (f *Fold) noteHome(re eventstore.RecordedEvent, m domain.Metadata) {
 	f.sets.home(f, re, m.Key, m.RequestHash)
 }
 
-func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) {
+func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent, md meta) {
 	if f.badStream[re.Stream] {
 		return
 	}
@@ -368,7 +416,7 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent) 
 	f.noteHome(re, m)
 	// Decoded once and folded as the ledger folds what it decided: what
 	// EvolveAccount does, but for decoding the event a second time.
-	payload, err := domain.DecodeEvent(re.Type, re.Data)
+	payload, err := md.payloadOf(re)
 	if err == nil {
 		f.checkHoldPlaced(re, a, payload)
 		err = domain.EvolveAccountDecided(a, ev, payload)

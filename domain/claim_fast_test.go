@@ -1,0 +1,114 @@
+package domain
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// checkClaimFast: DecodeKeyClaimed reads what encoding/json reads, and refuses
+// what it refuses; it returns whether the fast path took the body.
+func checkClaimFast(t *testing.T, b []byte) (fastTook bool) {
+	t.Helper()
+	var general KeyClaimed
+	generalErr := json.Unmarshal(b, &general)
+	got, err := DecodeKeyClaimed(b)
+	if (err != nil) != (generalErr != nil) {
+		t.Fatalf("%q: DecodeKeyClaimed's error %v, encoding/json's %v", b, err, generalErr)
+	}
+	if err == nil && !reflect.DeepEqual(got, general) {
+		t.Fatalf("%q:\ndecoded %+v\ngeneral %+v", b, got, general)
+	}
+	_, fastTook = claimFast(b)
+	return fastTook
+}
+
+// claimSamples are claims as the ledger writes them (json.Marshal of KeyClaimed).
+func claimSamples(t testing.TB) [][]byte {
+	rev := uint64(41)
+	var out [][]byte
+	for _, c := range []KeyClaimed{
+		{Key: "k-1", Command: "deposit", RequestHash: strings.Repeat("ab", 32), Request: json.RawMessage(`{"type":"deposit","account_id":"a-1","amount":5,"metadata":{"x":"}{\"]"}}`), Stream: "account-a-1", Revision: &rev},
+		{Key: "ключ", Command: "transfer", RequestHash: "00", Request: json.RawMessage(`{"legs":[{"a":1},{"b":[2,3]}]}`), Stream: "transfer-t"},
+	} {
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// TestKeyClaimedFastAgrees compares DecodeKeyClaimed with encoding/json on the
+// ledger's own claims (which the fast path must take) and on mutations of them
+// that it must leave to encoding/json or read as encoding/json does.
+func TestKeyClaimedFastAgrees(t *testing.T) {
+	samples := claimSamples(t)
+	for _, b := range samples {
+		if !checkClaimFast(t, b) {
+			t.Fatalf("the fast path did not take the ledger's own claim %s", b)
+		}
+	}
+	mutations := []func(string) string{
+		func(s string) string { return strings.Replace(s, `"key"`, `"Key"`, 1) },                   // another case
+		func(s string) string { return strings.Replace(s, `"key":`, `"key":"x","key":`, 1) },       // repeated
+		func(s string) string { return strings.Replace(s, `"key":`, `"other":1,"key":`, 1) },       // unknown
+		func(s string) string { return strings.Replace(s, `"k-1"`, `"k\u002d1"`, 1) },              // escape
+		func(s string) string { return strings.Replace(s, `"k-1"`, "\"\xff\"", 1) },                // invalid UTF-8
+		func(s string) string { return strings.Replace(s, `"revision":41`, `"revision":4.1`, 1) },  // fraction
+		func(s string) string { return strings.Replace(s, `"revision":41`, `"revision":-1`, 1) },   // negative
+		func(s string) string { return strings.Replace(s, `"revision":41`, `"revision":041`, 1) },  // leading zero
+		func(s string) string { return strings.Replace(s, `"revision":41`, `"revision":null`, 1) }, // null
+		func(s string) string {
+			return strings.Replace(s, `"revision":41`, `"revision":99999999999999999999`, 1)
+		},
+		func(s string) string { return strings.Replace(s, `"stream":"`, `"stream":7,"x":"`, 1) },
+		func(s string) string { return strings.Replace(s, `"request":{`, `"request":{,`, 1) }, // invalid request
+		func(s string) string { return strings.Replace(s, `"request":{`, `"request":[{`, 1) }, // unbalanced
+		func(s string) string { return strings.Replace(s, `"request":{`, `"request":"x","y":{`, 1) },
+		func(s string) string { return strings.Replace(s, `"request":`, `"request":null,"r":`, 1) },
+		func(s string) string { return strings.Replace(s, `,`, " ,\n\t", -1) }, // spaces
+		func(s string) string { return strings.TrimSuffix(s, "}") },            // cut
+		func(s string) string { return s + "}" },                               // trailing
+		func(s string) string { return "[" + s + "]" },                         // not an object
+		func(s string) string { return `{}` },
+	}
+	for _, b := range samples {
+		for i, m := range mutations {
+			t.Run(strings.Repeat("m", i+1), func(t *testing.T) { checkClaimFast(t, []byte(m(string(b)))) })
+		}
+	}
+}
+
+// FuzzDecodeKeyClaimed: on any body, DecodeKeyClaimed agrees with encoding/json.
+func FuzzDecodeKeyClaimed(f *testing.F) {
+	for _, b := range claimSamples(f) {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkClaimFast(t, b) })
+}
+
+// BenchmarkDecodeKeyClaimed: the claim the synthetic history writes, through
+// DecodeKeyClaimed and through encoding/json.
+//
+//	go test ./domain -run '^$' -bench DecodeKeyClaimed -benchmem
+func BenchmarkDecodeKeyClaimed(b *testing.B) {
+	claim := claimSamples(b)[0]
+	b.Run("fast", func(b *testing.B) {
+		for range b.N {
+			if _, err := DecodeKeyClaimed(claim); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for range b.N {
+			var c KeyClaimed
+			if err := json.Unmarshal(claim, &c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
