@@ -280,6 +280,7 @@ func (s *Service) afterRefusedAppend(w *accountWrite, res written, err error) (*
 		// of failed (perhaps a resend of a key the aggregate forgot, as this
 		// one may be): catch up and decide again, the key looked up first.
 		w.next = nextAttempt{refresh: true, recall: w.acc.Forgot()}
+		s.metrics.appendsRefused.Inc()
 	case errors.Is(err, eventstore.ErrDuplicateEventID):
 		// The store holds this key's events already: it was decided long ago
 		// (the aggregate forgot it) or by another instance. Answer it from them.
