@@ -82,6 +82,10 @@ type streamState struct {
 
 type claim struct {
 	stream, hash string
+	// decidedBefore, of a claim an incremental audit found before its
+	// checkpoint (claimBefore): where the key was decided before it
+	// ("stream@revision"), or "".
+	decidedBefore string
 }
 
 // Totals are one currency's money flows as the fold sees them.
