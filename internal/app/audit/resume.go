@@ -299,7 +299,7 @@ func (f *Fold) claimBefore(ctx context.Context, store Store, key string) (*claim
 	if err != nil || len(recs) == 0 || recs[0].Position.Compare(f.from.Position) > 0 {
 		return nil, ignoreNotFound(err)
 	}
-	c, err := decodeClaim(recs[0])
+	c, err := decodeClaim(recs[0].Type, recs[0].Data)
 	if err != nil {
 		return nil, nil
 	}
