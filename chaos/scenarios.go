@@ -375,13 +375,22 @@ func (sys *system) finish(ctx context.Context, h *History, res *result, required
 // most of those commands decide on their account's resident (the compact
 // state of an account the cache dropped, issue 27) or load it cold from the
 // store, grouped with the concurrent commands' loads, among the hot account's
-// pipelined commands, batches, atomic batches and resends. The ledger is
-// SIGKILLed and restarted during the load (3 times; 2 quick): after each start
+// pipelined commands, batches, atomic batches and resends. Two ledgers serve
+// them, as two instances of one deployment: each one's cached aggregates and
+// residents go stale as the other writes, and the store refuses the appends
+// decided on them (ledger_appends_refused_total, which C8 demands above 0),
+// so that a resident made of a decision the store refused (the race fixed in
+// c125731) would decide on a phantom balance, which C4 and C5 catch. The
+// first ledger is SIGKILLed and restarted during the load (3 times; 2 quick): after each start
 // it warms the store's accounts in the background (a few into the cache, the
 // rest as residents) while the commands go on. C4 and C5 cover every account;
 // the ledger's own counters, read before each kill and at the end, must show
-// accounts loaded cold and commands decided on residents that evictions made
-// (not only warming: bankEvictedShare), or the run did not test them (C8).
+// accounts loaded cold, commands decided on residents that evictions made
+// (not only warming: bankEvictedShare), and as many residents made of
+// accounts the ledger had just written (ledger_residents_made_total{head=
+// "decided"}: not only those last folded from the store, which a ledger that
+// never confirmed its own writes as the store's state would still make), or
+// the run did not test them (C8).
 const bankCacheSize = "16"
 
 // bankEvictedShare is the least share of scenario 1's spread keys (its keys
@@ -399,7 +408,7 @@ func scenarioBank(ctx context.Context, s *suite, res *result) error {
 		return sys.ledgers[0]
 	}
 	err := runBank(ctx, s, res, bank{
-		ledgers: 1, projectors: 1, accounts: s.size(3000, 1000), producers: 8,
+		ledgers: 2, projectors: 1, accounts: s.size(3000, 1000), producers: 8,
 		ledgerArgs: []string{"--cache-size", bankCacheSize},
 		commands:   s.size(8000, 1000), resend: 0.10, reuse: 0.02, hot: bankHot, batch: 0.15, atomic: 0.35, backdated: 0.1, required: true,
 		retries: 12, timeout: 3 * time.Second, planned: true, // the load lasts until the kills happened
@@ -410,7 +419,8 @@ func scenarioBank(ctx context.Context, s *suite, res *result) error {
 			// The client's own faults count too: resends and reuse.
 			res.ev.Other += res.stats.Duplicates + res.stats.Conflicts
 			ledger(sys)
-			res.notes = append(res.notes, fmt.Sprintf("the ledger's aggregates made from residents: %d of evicted accounts, %d of warmed ones; account streams loaded cold: %d (over its starts; counters unread: %d)", used.evicted, used.warmed, used.cold, used.unread))
+			used.read(ctx, sys.ledgers[1]) // never killed: read once
+			res.notes = append(res.notes, fmt.Sprintf("the ledgers' aggregates made from residents: %d of evicted accounts, %d of warmed ones; residents made of accounts just written: %d; account streams loaded cold: %d; appends refused (stale state): %d (over their starts; counters unread: %d)", used.evicted, used.warmed, used.written, used.cold, used.refused, used.unread))
 		},
 	})
 	if err == nil && res.report != nil {
@@ -428,17 +438,20 @@ const bankHot = 0.5
 // in its cache (issue 27), over its starts.
 type accountLoads struct {
 	evicted, warmed, cold int64 // resident loads by origin, streams loaded cold
+	written               int64 // residents made of evicted accounts whose head the ledger wrote
+	refused               int64 // appends the store refused for a wrong expected revision
 	unread                int   // reads that failed (a ledger already dead)
 }
 
 // vacuous says why the loads did not test the many accounts of spread keys
-// (C8): no cold loads, or fewer resident loads of evicted accounts than
+// (C8): no cold loads or refused appends, or fewer resident loads of
+// evicted accounts, or fewer residents made of accounts just written, than
 // bankEvictedShare of them; "" when they did.
 func (l *accountLoads) vacuous(spread int) string {
 	want := max(1, int64(float64(spread)*bankEvictedShare))
-	if l.evicted < want || l.cold == 0 {
-		return fmt.Sprintf("the many accounts were not decided on residents made by eviction (%d, want %d: %.0f%% of %d spread keys; %d of warmed ones) and cold loads (%d)",
-			l.evicted, want, 100*bankEvictedShare, spread, l.warmed, l.cold)
+	if l.evicted < want || l.written < want || l.cold == 0 || l.refused == 0 {
+		return fmt.Sprintf("the many accounts were not decided on residents made by eviction (%d, want %d: %.0f%% of %d spread keys; %d of warmed ones), made of accounts just written (%d, want %d), cold loads (%d) and refused appends (%d)",
+			l.evicted, want, 100*bankEvictedShare, spread, l.warmed, l.written, want, l.cold, l.refused)
 	}
 	return ""
 }
@@ -453,6 +466,8 @@ func (l *accountLoads) read(ctx context.Context, v *svc) {
 	l.evicted += int64(m[`ledger_resident_loads_total{origin="eviction"}`])
 	l.warmed += int64(m[`ledger_resident_loads_total{origin="warm"}`])
 	l.cold += int64(m["ledger_cold_load_batch_streams_sum"])
+	l.written += int64(m[`ledger_residents_made_total{head="decided"}`])
+	l.refused += int64(m["ledger_appends_refused_total"])
 }
 
 // scrapeMetrics reads the samples of a service's /metrics, each under its

@@ -243,7 +243,16 @@ type Account struct {
 	// makes a Resident of a durable aggregate only (Durable).
 	durable int64
 	torn    bool
+	// decidedHead: the last event folded into a is one this process decided
+	// (EvolveAccountDecided), not one read from the store.
+	decidedHead bool
 }
+
+// DecidedHead reports whether the last event folded into a is one this
+// process decided and folded as it wrote it (EvolveAccountDecided), rather
+// than one read from the store: what the ledger counts of the residents it
+// makes (a written account must become one once its append is confirmed).
+func (a *Account) DecidedHead() bool { return a.decidedHead }
 
 // Durable reports whether a is the store's state at its revision: every
 // event folded into it was read from the store or confirmed written
@@ -873,6 +882,7 @@ func EvolveAccount(a *Account, ev StoredEvent) error {
 		a.durable = a.Revision
 	}
 	a.forgetDurable(a.Revision) // a stored event is durable
+	a.decidedHead = false
 	return nil
 }
 
@@ -883,6 +893,7 @@ func EvolveAccountDecided(a *Account, ev StoredEvent, payload any) error {
 	if err := a.nextRevision(ev); err != nil {
 		return err
 	}
+	a.decidedHead = true
 	return a.fold(ev, payload)
 }
 

@@ -35,7 +35,7 @@ func TestEvolveAccountDecidedMatchesStored(t *testing.T) {
 				t.Fatal(err)
 			}
 			decided.ForgetDurable(decided.Revision) // its append is durable: confirmed
-			if !reflect.DeepEqual(stored, decided) {
+			if !sameButProvenance(stored, decided) {
 				t.Fatalf("%d %s: aggregates differ:\nstored  %+v\ndecided %+v", i, ne.Type, stored, decided)
 			}
 		}
@@ -143,4 +143,17 @@ func sampleAccountCommands(at time.Time) []Command {
 		{Type: CmdTransferDebit, AccountID: "a", Amount: 7, HasAmount: true, Currency: "EUR", Reason: ReasonTransferOut, Ref: "t"},
 		{Type: CmdCloseAccount, AccountID: "a"}, // not empty: recorded
 	}
+}
+
+// sameButProvenance reports whether read, folded from stored events, and
+// decided, folded from the same events as decided here, are the same
+// aggregate but for where their last event came from (DecidedHead: false
+// for read, true for decided).
+func sameButProvenance(read, decided *Account) bool {
+	if read.DecidedHead() || !decided.DecidedHead() {
+		return false
+	}
+	c := *decided
+	c.decidedHead = false
+	return reflect.DeepEqual(read, &c)
 }

@@ -215,7 +215,7 @@ func checkAccountEvent(t *testing.T, stored []StoredEvent, evs []NewEvent) {
 		}
 	}
 	fromDecided.ForgetDurable(fromDecided.Revision)
-	if !reflect.DeepEqual(fromData, fromDecided) {
+	if !sameButProvenance(fromData, fromDecided) {
 		t.Errorf("%s: folded from data %+v, from the decided payload %+v", stored[len(stored)-1].Type, fromData, fromDecided)
 	}
 	if st := evs[len(evs)-1].Data.(AccountEvent).Change().Status; st != "" && fromData.Status() != st {

@@ -1,18 +1,22 @@
 package domain
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/hex"
+	"errors"
+	"maps"
 	"slices"
+	"strings"
 	"time"
-	"unique"
 )
 
 // Resident is an account's state in compact form (issue 27): what deciding a
 // command on it needs, and no more, so that every account of a ledger of
 // millions can stay in memory apart from the bounded cache of full aggregates.
 // It keeps the balances, the overdraft, the revision and the chain hash, the
-// status, the currency (interned), the effective opening, the metadata (shared,
-// never changed once folded), the active holds, and 8-byte fingerprints of the
+// status, the currency, the effective opening, the metadata and the active
+// holds (in its tail, below), and 8-byte fingerprints of the
 // most recent keys; not the key records, the closed holds or the refunded sums,
 // which the store answers for (RecallKey, RecallHold, RecallRefunded), as for
 // an aggregate loaded from a snapshot. An aggregate made from it (Into) says
@@ -29,17 +33,24 @@ type Resident struct {
 	// snapRev is Account.SnapshotRevision.
 	effectiveFrom, snapRev int64
 	chain                  [32]byte // Account.LastChain, decoded
-	currency               unique.Handle[string]
-	metadata               map[string]string
-	holds                  []residentHold // the active ones
 	prints                 [ResidentPrints]uint64
+	currency               [residentCurrency]byte // zero-padded
 	nprints                uint8
 	flags                  residentFlags
 }
 
+// A Resident holds no pointer (issue 27): a table of a million of them is
+// memory the garbage collector never marks. What varies in size, the metadata
+// and the active holds, goes in its tail, bytes the caller keeps beside it
+// (nil for an account with neither), encoded by Compact and decoded by Into.
+
 // ResidentPrints is how many of an account's most recent keys a Resident keeps
 // the fingerprint of.
 const ResidentPrints = 4
+
+// residentCurrency is the longest currency a Resident holds (ValidCurrency's
+// three letters): an account in a longer one is never compacted.
+const residentCurrency = 3
 
 type residentFlags uint8
 
@@ -52,40 +63,40 @@ const (
 	resNoChain
 )
 
-type residentHold struct {
-	id, key   string
-	amount    int64
-	expiresAt int64 // Unix nanoseconds; 0: never
-	findable  bool
-}
-
-// Compact is a's state as a Resident, print giving each recent key's
-// fingerprint; ok is false when a holds something it may not forget (a key,
-// closed hold or refunded original that no store lookup could find again: a
-// pinned step, or any of them where a's limits keep all), when it has no
+// Compact is a's state as a Resident and its tail, print giving each recent
+// key's fingerprint; ok is false when a holds something it may not forget (a
+// key, closed hold or refunded original that no store lookup could find again:
+// a pinned step, or any of them where a's limits keep all), when it has no
 // events, when it is not the store's state (Account.Durable: it holds a
 // decision the store has not confirmed, or a fold into it stopped half-way),
-// or when a time does not fit in Unix nanoseconds: what it forgets must be in
-// the store, and what it keeps must be the store's.
-func Compact(a *Account, print func(key string) uint64) (r *Resident, ok bool) {
-	if a.Revision < 0 || !a.Durable() || a.pinned > 0 || (a.KeyLimit == 0 && len(a.Keys) > 0) {
-		return nil, false
+// when a time does not fit in Unix nanoseconds, or when its currency is
+// longer than a Resident holds: what it forgets must be in the store, and
+// what it keeps must be the store's.
+func Compact(a *Account, print func(key string) uint64) (r Resident, tail []byte, ok bool) {
+	if a.Revision < 0 || !a.Durable() || a.pinned > 0 || (a.KeyLimit == 0 && len(a.Keys) > 0) || !fitsCurrency(a.Currency) {
+		return Resident{}, nil, false
 	}
-	r = &Resident{balance: a.Balance, held: a.Held, overdraft: a.OverdraftLimit, revision: a.Revision, snapRev: a.SnapshotRevision,
-		currency: unique.Make(a.Currency), metadata: a.Metadata}
+	r = Resident{balance: a.Balance, held: a.Held, overdraft: a.OverdraftLimit, revision: a.Revision, snapRev: a.SnapshotRevision}
+	copy(r.currency[:], a.Currency)
 	if r.flags, ok = compactFlags(a); !ok || !r.noteChain(a.LastChain) {
-		return nil, false
+		return Resident{}, nil, false
 	}
 	if a.Opened {
 		if r.effectiveFrom, ok = unixNano(a.EffectiveFrom); !ok {
-			return nil, false
+			return Resident{}, nil, false
 		}
 	}
-	if r.holds, ok = activeHolds(a); !ok {
-		return nil, false
+	if tail, ok = appendTail(nil, a); !ok {
+		return Resident{}, nil, false
 	}
 	r.notePrints(a, print)
-	return r, true
+	return r, tail, true
+}
+
+// fitsCurrency reports whether a Resident holds c: at most residentCurrency
+// bytes, none of them the zero byte its padding is.
+func fitsCurrency(c string) bool {
+	return len(c) <= residentCurrency && !strings.ContainsRune(c, 0)
 }
 
 // noteChain keeps chain (a hex SHA-256, or "" for a stream written before
@@ -135,23 +146,131 @@ func compactFlags(a *Account) (f residentFlags, ok bool) {
 	return f, true
 }
 
-// activeHolds are a's active holds, compacted (nil for none).
-func activeHolds(a *Account) ([]residentHold, bool) {
-	var hs []residentHold
+// appendTail appends a's metadata and active holds to tail, nothing when it
+// has neither: the metadata's count plus one (0: nil) and its pairs in key
+// order, then the active holds' count and each one's ID, key, amount, expiry
+// (Unix nanoseconds, 0: never) and findability, in ID order. ok is false when
+// an expiry does not fit in Unix nanoseconds.
+func appendTail(tail []byte, a *Account) ([]byte, bool) {
+	var holds []*Hold
 	for _, h := range a.Holds {
-		if h.Status != HoldStatusActive {
-			continue
+		if h.Status == HoldStatusActive {
+			holds = append(holds, h)
 		}
-		rh := residentHold{id: h.ID, key: h.Key, amount: h.Amount, findable: h.Findable}
+	}
+	if a.Metadata == nil && len(holds) == 0 {
+		return tail, true
+	}
+	n := uint64(0)
+	if a.Metadata != nil {
+		n = uint64(len(a.Metadata)) + 1
+	}
+	tail = binary.AppendUvarint(tail, n)
+	for _, k := range slices.Sorted(maps.Keys(a.Metadata)) {
+		tail = appendString(appendString(tail, k), a.Metadata[k])
+	}
+	slices.SortFunc(holds, func(x, y *Hold) int { return strings.Compare(x.ID, y.ID) })
+	tail = binary.AppendUvarint(tail, uint64(len(holds)))
+	for _, h := range holds {
+		exp := int64(0)
 		if !h.ExpiresAt.IsZero() {
 			var ok bool
-			if rh.expiresAt, ok = unixNano(h.ExpiresAt); !ok || rh.expiresAt == 0 {
+			if exp, ok = unixNano(h.ExpiresAt); !ok || exp == 0 {
 				return nil, false
 			}
 		}
-		hs = append(hs, rh)
+		tail = appendString(appendString(tail, h.ID), h.Key)
+		tail = binary.AppendVarint(binary.AppendVarint(tail, h.Amount), exp)
+		tail = append(tail, boolByte(h.Findable))
 	}
-	return slices.Clip(hs), true
+	return tail, true
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// tailReader reads a tail appendTail wrote; err is set at the first
+// malformed field, and every read after it gives zero values.
+type tailReader struct {
+	b   []byte
+	err error
+}
+
+var errResidentTail = errors.New("domain: malformed resident tail")
+
+func (t *tailReader) uvarint() uint64 { return tailInt(t, binary.Uvarint) }
+func (t *tailReader) varint() int64   { return tailInt(t, binary.Varint) }
+
+// tailInt reads an integer of t with read (binary.Uvarint or Varint).
+func tailInt[T uint64 | int64](t *tailReader, read func([]byte) (T, int)) T {
+	v, n := read(t.b)
+	if n <= 0 {
+		t.err = errResidentTail
+		return 0
+	}
+	t.b = t.b[n:]
+	return v
+}
+
+func (t *tailReader) string() string {
+	n := t.uvarint()
+	if t.err != nil || n > uint64(len(t.b)) {
+		t.err = errResidentTail
+		return ""
+	}
+	s := string(t.b[:n])
+	t.b = t.b[n:]
+	return s
+}
+
+func (t *tailReader) byte() byte {
+	if len(t.b) == 0 {
+		t.err = errResidentTail
+		return 0
+	}
+	c := t.b[0]
+	t.b = t.b[1:]
+	return c
+}
+
+// intoTail folds tail (appendTail) into a: its metadata and active holds.
+func intoTail(a *Account, tail []byte) error {
+	if len(tail) == 0 {
+		return nil
+	}
+	t := &tailReader{b: tail}
+	n := t.uvarint()
+	if n > uint64(len(tail)) {
+		return errResidentTail
+	}
+	if n > 0 {
+		a.Metadata = make(map[string]string, n-1)
+		for range n - 1 {
+			k := t.string()
+			a.Metadata[k] = t.string()
+		}
+	}
+	holds := t.uvarint()
+	for i := uint64(0); i < holds && t.err == nil; i++ {
+		h := &Hold{ID: t.string(), Key: t.string(), Amount: t.varint(), Status: HoldStatusActive}
+		if exp := t.varint(); exp != 0 {
+			h.ExpiresAt = time.Unix(0, exp).UTC()
+		}
+		h.Findable = t.byte() == 1
+		a.Holds[h.ID] = h
+	}
+	if t.err == nil && len(t.b) > 0 {
+		t.err = errResidentTail
+	}
+	return t.err
 }
 
 // notePrints keeps the fingerprints of a's most recent keys: those it holds,
@@ -174,11 +293,12 @@ func unixNano(t time.Time) (int64, bool) {
 }
 
 // Into makes a, a new aggregate (NewAccount, its limits set), the account r
-// holds: it decides every command as the aggregate r was made from would,
-// reading from the store what r forgot.
-func (r *Resident) Into(a *Account) {
+// and its tail (Compact) hold: it decides every command as the aggregate r was
+// made from would, reading from the store what r forgot. An error says the
+// tail is not one Compact wrote; a is then not to be used.
+func (r *Resident) Into(a *Account, tail []byte) error {
 	a.Opened, a.Closed = r.flags&resOpened != 0, r.flags&resClosed != 0
-	a.Currency, a.Metadata = r.currency.Value(), r.metadata
+	a.Currency = string(bytes.TrimRight(r.currency[:], "\x00"))
 	a.Balance, a.Held, a.OverdraftLimit, a.Revision = r.balance, r.held, r.overdraft, r.revision
 	a.durable = r.revision // a Resident is made of durable state only (Compact)
 	a.SnapshotRevision = r.snapRev
@@ -188,17 +308,11 @@ func (r *Resident) Into(a *Account) {
 	if a.Opened {
 		a.EffectiveFrom = time.Unix(0, r.effectiveFrom).UTC()
 	}
-	for _, rh := range r.holds {
-		h := &Hold{ID: rh.id, Key: rh.key, Amount: rh.amount, Status: HoldStatusActive, Findable: rh.findable}
-		if rh.expiresAt != 0 {
-			h.ExpiresAt = time.Unix(0, rh.expiresAt).UTC()
-		}
-		a.Holds[h.ID] = h
-	}
 	a.forgot = r.flags&resForgotKeys != 0
 	a.forgotHolds = r.flags&resForgotHolds != 0
 	a.forgotRefunds = r.flags&resForgotRefunds != 0
 	a.keyPrints = slices.Clone(r.prints[:r.nprints])
+	return intoTail(a, tail)
 }
 
 // Revision is the revision of the account r holds.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -76,17 +77,19 @@ func TestResidentDecidesAsTheAggregate(t *testing.T) {
 	for i, cmd := range cmds {
 		cmd.IdempotencyKey, cmd.At = fmt.Sprintf("k%d", i), at
 		chained(t, a, cmd)
-		r, ok := Compact(a, fnvPrint)
+		r, tail, ok := Compact(a, fnvPrint)
 		if !ok {
 			continue
 		}
 		compacted++
 		b := limited("a")
-		r.Into(b)
+		if err := r.Into(b, tail); err != nil {
+			t.Fatalf("after %s: %v", cmd.Type, err)
+		}
 		if same, diff := SameState(b, a); !same {
 			t.Fatalf("after %s: %s", cmd.Type, diff)
 		}
-		if b.SnapshotRevision != a.SnapshotRevision || !b.EffectiveFrom.Equal(a.EffectiveFrom) || !b.Forgot() {
+		if b.SnapshotRevision != a.SnapshotRevision || !b.EffectiveFrom.Equal(a.EffectiveFrom) || !b.Forgot() || !reflect.DeepEqual(b.Metadata, a.Metadata) {
 			t.Fatalf("after %s: snapshot revision %d effective %v forgot %v, want %d %v true", cmd.Type, b.SnapshotRevision, b.EffectiveFrom, b.Forgot(), a.SnapshotRevision, a.EffectiveFrom)
 		}
 		for _, p := range probes(at, a) {
@@ -134,12 +137,12 @@ func TestResidentRefusesWhatCannotBeForgotten(t *testing.T) {
 	unchained := life(limited("a"), opened)
 	unchained.LastChain = "not a hash"
 	for name, a := range map[string]*Account{"every key kept": keepsKeys, "every hold kept": keepsHolds, "every refund kept": keepsRefunds, "a chain that is no hash": unchained, "no events": limited("a")} {
-		if _, ok := Compact(a, fnvPrint); ok {
+		if _, _, ok := Compact(a, fnvPrint); ok {
 			t.Errorf("%s: compacted", name)
 		}
 	}
 	for name, a := range map[string]*Account{"holds": life(limited("a"), opened, dep, hold, release), "refunds": life(limited("a"), opened, dep, refund)} {
-		if _, ok := Compact(a, fnvPrint); !ok {
+		if _, _, ok := Compact(a, fnvPrint); !ok {
 			t.Errorf("%s forgettable: not compacted", name)
 		}
 	}
@@ -155,13 +158,13 @@ func TestResidentPrints(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		chained(t, a, Command{Type: CmdDeposit, AccountID: "a", Amount: 1, HasAmount: true, Currency: "EUR", IdempotencyKey: fmt.Sprintf("k%d", i), At: at})
 	}
-	r, _ := Compact(a, fnvPrint)
+	r, tail, _ := Compact(a, fnvPrint)
 	b := limited("a")
-	r.Into(b)
+	mustInto(t, r, b, tail)
 	chained(t, b, Command{Type: CmdDeposit, AccountID: "a", Amount: 1, HasAmount: true, Currency: "EUR", IdempotencyKey: "k4", At: at})
-	r, _ = Compact(b, fnvPrint)
+	r, tail, _ = Compact(b, fnvPrint)
 	c := limited("a")
-	r.Into(c)
+	mustInto(t, r, c, tail)
 	var may []string
 	for i := range 6 {
 		if k := fmt.Sprintf("k%d", i); c.MayHaveDecided(k, fnvPrint) {
@@ -171,9 +174,9 @@ func TestResidentPrints(t *testing.T) {
 	if want := []string{"k1", "k2", "k3", "k4"}; !reflect.DeepEqual(may, want) {
 		t.Fatalf("may have decided %v, want %v", may, want)
 	}
-	r, _ = Compact(a, func(string) uint64 { return 7 })
+	r, tail, _ = Compact(a, func(string) uint64 { return 7 })
 	d := limited("a")
-	r.Into(d)
+	mustInto(t, r, d, tail)
 	seven := func(string) uint64 { return 7 }
 	if !d.MayHaveDecided("never", seven) || d.MayHaveDecided("k4", fnvPrint) {
 		t.Fatal("a colliding print does not route")
@@ -192,7 +195,7 @@ func TestResidentOnlyOfDurableState(t *testing.T) {
 	dep := func(key string) Command {
 		return Command{Type: CmdDeposit, IdempotencyKey: key, AccountID: "a", Amount: 9, HasAmount: true, Currency: "EUR", At: at}
 	}
-	compacts := func(a *Account) bool { _, ok := Compact(a, fnvPrint); return ok }
+	compacts := func(a *Account) bool { _, _, ok := Compact(a, fnvPrint); return ok }
 	a := limited("a")
 	chained(t, a, Command{Type: CmdOpenAccount, IdempotencyKey: "o", AccountID: "a", Currency: "EUR", At: at})
 	chained(t, a, dep("d0"))
@@ -229,5 +232,40 @@ func TestResidentOnlyOfDurableState(t *testing.T) {
 	chained(t, a, dep("d2"))
 	if compacts(a) {
 		t.Fatal("compacted after a fold stopped in it")
+	}
+}
+
+func mustInto(t *testing.T, r Resident, a *Account, tail []byte) {
+	t.Helper()
+	if err := r.Into(a, tail); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestResidentTailRefusesWhatCompactDidNotWrite: Into refuses a tail cut
+// short anywhere or followed by more bytes, and takes the tail whole. It
+// fails when a read past a field's end is not caught.
+func TestResidentTailRefusesWhatCompactDidNotWrite(t *testing.T) {
+	at := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	a := limited("a")
+	chained(t, a, Command{Type: CmdOpenAccount, AccountID: "a", Currency: "EUR", IdempotencyKey: "o", At: at, Metadata: map[string]string{"tier": "gold", "x": ""}})
+	chained(t, a, Command{Type: CmdDeposit, AccountID: "a", Amount: 9, HasAmount: true, Currency: "EUR", IdempotencyKey: "d", At: at})
+	chained(t, a, Command{Type: CmdPlaceHold, AccountID: "a", HoldID: "h", Amount: 4, HasAmount: true, Currency: "EUR", IdempotencyKey: "h", At: at, ExpiresAt: at.Add(time.Hour)})
+	r, tail, ok := Compact(a, fnvPrint)
+	if !ok || len(tail) == 0 {
+		t.Fatalf("compacted %v with a tail of %d bytes", ok, len(tail))
+	}
+	whole := limited("a")
+	mustInto(t, r, whole, tail)
+	if same, diff := SameState(whole, a); !same || !reflect.DeepEqual(whole.Metadata, a.Metadata) {
+		t.Fatalf("from the whole tail: %s, metadata %v", diff, whole.Metadata)
+	}
+	for n := 1; n < len(tail); n++ { // 0: no tail, an account with neither
+		if err := r.Into(limited("a"), tail[:n]); err == nil {
+			t.Fatalf("a tail cut to %d of %d bytes taken", n, len(tail))
+		}
+	}
+	if err := r.Into(limited("a"), append(slices.Clone(tail), 0)); err == nil {
+		t.Fatal("a tail with a byte more taken")
 	}
 }

@@ -3,7 +3,6 @@ package audit
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"testing"
 
@@ -28,10 +27,7 @@ import (
 func BenchmarkAccountsTableDigest(b *testing.B) {
 	ctx := context.Background()
 	pool, n := devtest.BenchAccounts(b)
-	holds := 4
-	if v, err := strconv.Atoi(os.Getenv("LEDGER_BENCH_HOLDS")); err == nil && v > 0 {
-		holds = v
-	}
+	holds := devtest.BenchEnv("LEDGER_BENCH_HOLDS", 4)
 	for _, sql := range []string{
 		`INSERT INTO readmodel.accounts (account_id, currency, overdraft_limit, metadata, status, balance, held, revision, opened_at, updated_at)
 			SELECT 'acct-' || i, 'EUR', 0, '{"k": "v"}', 'open', i, 0, 1, now(), now() FROM generate_series(1, $1) i`,

@@ -82,15 +82,25 @@ func (s *Service) runBatch(ctx context.Context, cmds []domain.BatchCommand) []Re
 		}
 		e := elems[i]
 		wg.Add(1)
-		s.elements.Go(nil, func() {
-			defer wg.Done()
-			defer e.finish()
+		done := func(r Reply) {
+			replies[i] = r
+			e.finish()
+			wg.Done()
+		}
+		// It waits for its turn on a goroutine of its own, whose few shallow
+		// frames never grow, and is decided on an element worker only once
+		// it may start: a worker parked in waitStart (a hot batch's
+		// commands, each waiting for the one before) was shrunk by every
+		// collection and grew again with its command.
+		go func() {
 			if err := e.waitStart(ctx, slots); err != nil {
-				replies[i] = reply.Error(c.IdempotencyKey, err)
+				done(reply.Error(c.IdempotencyKey, err))
 				return
 			}
-			replies[i] = s.Handle(context.WithValue(ctx, batchElementKey{}, e), c.Command)
-		})
+			s.workersFor(c.Command).Go(nil, func() {
+				s.handleElement(context.WithValue(ctx, batchElementKey{}, e), c.Command, done) // done perhaps once its commit resolves (queued.go)
+			})
+		}()
 	}
 	wg.Wait()
 	return s.answeredAll(ctx, replies)

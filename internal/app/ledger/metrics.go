@@ -15,6 +15,8 @@ type metrics struct {
 	holdsRecalled    prometheus.Counter
 	refundsRecalled  prometheus.Counter
 	residentLoads    *prometheus.CounterVec // by origin (residentOrigin)
+	residentsMade    *prometheus.CounterVec // of evictions, by head (headLabel)
+	appendsRefused   prometheus.Counter
 	cachedBytes      prometheus.Gauge
 	lookupBatch      prometheus.Histogram
 	coldBatch        prometheus.Histogram
@@ -37,7 +39,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		residentLoads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ledger_resident_loads_total",
 			Help: "Account aggregates made from their compact resident state, without a read of the store (residents.go), by where the resident came from: origin eviction (the cache dropped the account) or warm (warmed after a start)."},
 			[]string{"origin"}),
-		cachedBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ledger_account_cache_bytes", Help: "Estimated heap held by the cached account aggregates."}),
+		residentsMade: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ledger_residents_made_total",
+			Help: "Residents made of aggregates the cache dropped (residents.go), by head: decided (the aggregate's last event is one this process wrote, confirmed) or read (folded from the store)."},
+			[]string{"head"}),
+		appendsRefused: counter("ledger_appends_refused_total", "Appends of an account command's decision the store refused for a wrong expected revision (another instance wrote, or an append the decision was on top of failed): the command is decided again on the store's head."),
+		cachedBytes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "ledger_account_cache_bytes", Help: "Estimated heap held by the cached account aggregates."}),
 		lookupBatch: histogram("ledger_key_lookup_batch", "Keys looked up in the store per request, while resends of forgotten keys arrive.",
 			prometheus.ExponentialBuckets(1, 2, 10)),
 		coldBatch: histogram("ledger_cold_load_batch_streams", "Account streams read in one request by the cold loads of concurrent commands (aggregates not in the cache).",
@@ -48,8 +54,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, o := range []residentOrigin{fromEviction, fromWarm} {
 		m.residentLoads.WithLabelValues(string(o)) // both series shown from the start
 	}
+	for _, h := range []bool{true, false} {
+		m.residentsMade.WithLabelValues(headLabel(h))
+	}
 	if reg != nil {
-		reg.MustRegister(m.snapshotsTaken, m.snapshotsIgnored, m.keysRecalled, m.holdsRecalled, m.refundsRecalled, m.residentLoads, m.cachedBytes, m.lookupBatch, m.coldBatch, m.batchSize)
+		reg.MustRegister(m.snapshotsTaken, m.snapshotsIgnored, m.keysRecalled, m.holdsRecalled, m.refundsRecalled, m.residentLoads, m.residentsMade, m.appendsRefused, m.cachedBytes, m.lookupBatch, m.coldBatch, m.batchSize)
 	}
 	return m
+}
+
+// headLabel is the label head of ledger_residents_made_total: whether the
+// aggregate's last event is one this process decided (Account.DecidedHead).
+func headLabel(decided bool) string {
+	if decided {
+		return "decided"
+	}
+	return "read"
 }

@@ -88,9 +88,12 @@ func (ps *pipes) wait(stream, key string) <-chan struct{} {
 // stopped a hot account's decisions for a whole commit every keyLimit/2
 // commands (BenchmarkBatchesHotAndSpread). A key's owner still reads its
 // record within keyLimit/2 decisions of its resolution: the stream's lock
-// is handed over in the order it was asked for. While a reader waits for the
-// stream to settle (settle), nothing more is pipelined on it until it has:
-// a hot account under a stream of batches would otherwise never settle.
+// is handed over in the order it was asked for (a batch's command, answered
+// by its transaction's continuation, reads the record its decision folded,
+// forgotten or not: queuedHot.rec; TestBatchesOnAHotAccountWithFewKeys).
+// While a reader waits for the stream to settle (settle), nothing more is
+// pipelined on it until it has: a hot account under a stream of batches
+// would otherwise never settle.
 // Nil when there is room.
 func (ps *pipes) full(stream string, keyLimit int) <-chan struct{} {
 	ps.mu.Lock()
@@ -302,19 +305,48 @@ type hotLeg struct {
 	chain  uint64
 	key    string
 	w      written
+	// apart, when set, takes the write's outcome once its transaction has
+	// resolved (queued.go); else the queuer waits for it (appendHot).
+	apart *handoff
 }
 
 // appendHot appends parts in one write pipelined on hot: it folds hot's events
 // into the pending aggregate, queues the write behind the stream's appends in
 // flight (joining their chain, on their committer), and waits for it with hot's
-// lock released. The other locks of l stay held: their accounts were drained,
-// so no other request names them until this one resolves. When every part was
-// written, settled runs with the results, those locks still held; then every
-// lock of l is taken again, in order (hot's alone would invert it). On success
-// hot's record of its events carries their position. A write that found its
-// events stored already (another instance) makes the pending state stale; the
-// caller learns it from the results.
+// lock released (queueHot, then finishHot). The other locks of l stay held:
+// their accounts were drained, so no other request names them until this one
+// resolves. When every part was written, settled runs with the results, those
+// locks still held; then every lock of l is taken again, in order (hot's alone
+// would invert it). On success hot's record of its events carries their
+// position. A write that found its events stored already (another instance)
+// makes the pending state stale; the caller learns it from the results.
 func (s *Service) appendHot(ctx context.Context, l *heldLocks, parts []eventstore.StreamAppend, hot hotLeg, settled func(res []eventstore.AppendResult) error) ([]eventstore.AppendResult, error) {
+	q, err := s.queueHot(ctx, l, parts, hot, settled)
+	if err != nil {
+		return nil, err
+	}
+	return s.finishHot(ctx, q, <-q.r.done)
+}
+
+// queuedHot is a write queued on its hot account by queueHot, whose outcome
+// (q.r.done) is yet to be handed to finishHot: hot's lock is released, the
+// key pending on the stream, the decision folded into its pending state.
+type queuedHot struct {
+	l       *heldLocks
+	parts   []eventstore.StreamAppend
+	hot     hotLeg
+	settled func(res []eventstore.AppendResult) error
+	r       *appendReq
+	// rec is the record of hot's key its decision folded into the pending
+	// aggregate: read through it, not through the aggregate, which may
+	// have forgotten it by the time the commit is known (Account.KeyLimit).
+	rec *domain.KeyRecord
+}
+
+// queueHot is appendHot up to the wait: the decision folded into the pending
+// state and queued, hot's lock released, the batch element (if any) marked
+// decided. On error nothing is queued and hot's lock is still held.
+func (s *Service) queueHot(ctx context.Context, l *heldLocks, parts []eventstore.StreamAppend, hot hotLeg, settled func(res []eventstore.AppendResult) error) (*queuedHot, error) {
 	for i, ev := range hot.w.events {
 		if err := domain.EvolveAccountDecided(hot.acc, ev, hot.w.payloads[i]); err != nil {
 			// Half folded: the store's state is read again, once the appends in
@@ -325,13 +357,22 @@ func (s *Service) appendHot(ctx context.Context, l *heldLocks, parts []eventstor
 		}
 	}
 	chain := s.pipes.begin(hot.stream, hot.key, hot.acc, hot.chain)
-	defer s.pipes.resolve(hot.stream, hot.key) // with the locks held again
 	// Queued whatever becomes of ctx: the decision is folded into the pending
 	// state, and the commands decided on it after must find it in the queue (or
 	// the batcher closed, which refuses them too).
-	r, err := s.batch.enqueue(context.WithoutCancel(ctx), parts, hot.stream, chain)
+	q := &queuedHot{l: l, parts: parts, hot: hot, settled: settled}
+	if len(hot.w.events) > 0 {
+		q.rec = hot.acc.Keys[hot.w.events[0].Metadata.Key]
+	}
+	var then continuation
+	if hot.apart != nil {
+		hot.apart.end = func(resp appendResp) { s.pipes.end(hot.stream, resp.written()) }
+		then = hot.apart
+	}
+	r, err := s.batch.enqueue(context.WithoutCancel(ctx), parts, hot.stream, chain, then)
 	if err != nil {
 		s.pipes.end(hot.stream, false)
+		s.pipes.resolve(hot.stream, hot.key)
 		return nil, err
 	}
 	// Once queued, the outcome is waited for even if ctx ends: the append may
@@ -340,12 +381,24 @@ func (s *Service) appendHot(ctx context.Context, l *heldLocks, parts []eventstor
 	if e := batchElementOf(ctx); e != nil {
 		e.markDecided() // the batch's next command of this account decides on the pending state (batches.go)
 	}
-	resp := <-r.done
-	ok := resp.err == nil && !anyIdempotent(resp.res)
-	s.pipes.end(hot.stream, ok)
+	q.r = r
+	return q, nil
+}
+
+// finishHot is appendHot after the wait, given the write's outcome: the
+// pipeline learns it (a failure makes the pending state stale, so that every
+// command decided on it is refused or decided again), settled runs, and every
+// lock of q.l is taken again; the key stops pending once they are.
+func (s *Service) finishHot(ctx context.Context, q *queuedHot, resp appendResp) ([]eventstore.AppendResult, error) {
+	hot, l := q.hot, q.l
+	defer s.pipes.resolve(hot.stream, hot.key) // with the locks held again
+	ok := resp.written()
+	if hot.apart == nil { // else told on the committer (handoff.resolved)
+		s.pipes.end(hot.stream, ok)
+	}
 	var serr error
-	if ok && settled != nil {
-		serr = settled(resp.res)
+	if ok && q.settled != nil {
+		serr = q.settled(resp.res)
 	}
 	l.unlock()
 	if err := l.lock(context.WithoutCancel(ctx)); err != nil {
@@ -357,10 +410,8 @@ func (s *Service) appendHot(ctx context.Context, l *heldLocks, parts []eventstor
 	case serr != nil:
 		return nil, serr
 	}
-	if n := len(hot.w.events); ok && n > 0 {
-		if rec := hot.acc.Keys[hot.w.events[0].Metadata.Key]; rec != nil {
-			rec.Position = resp.res[partOf(parts, hot.stream)].Position.String()
-		}
+	if n := len(hot.w.events); ok && n > 0 && q.rec != nil {
+		q.rec.Position = resp.res[partOf(q.parts, hot.stream)].Position.String()
 	}
 	return resp.res, nil
 }

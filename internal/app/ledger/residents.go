@@ -3,6 +3,8 @@ package ledger
 import (
 	"context"
 	"hash/maphash"
+	"math"
+	"slices"
 	"sync"
 
 	"github.com/ledgerworks/ledger/domain"
@@ -30,14 +32,43 @@ import (
 // Only on a store that locates events by ID (residentsOn). Bounded by
 // Options.ResidentAccounts: at the bound an arbitrary resident is
 // dropped for a new one (its account loads cold on its next command).
+//
+// The table holds no pointer per resident, so that the garbage collector
+// marks none of a million of them (issue 27: the skewed half-load p99 was
+// GC marking): the compact states in pages of fixed-size records, the stream
+// names and tails (domain.Resident) in pages of bytes (residentArena), and an
+// index from the stream name's hash to the record (a map of integers,
+// which the collector does not scan), a name whose hash the index holds for
+// another resident's name in a side map (almost always empty; found there
+// by name, so it needs no moving when the other one goes).
 type residents struct {
-	mu    sync.Mutex
-	m     map[string]resident
-	limit int
+	mu      sync.Mutex
+	index   map[uint64]uint32 // name hash -> record
+	collide map[string]uint32 // names whose hash index holds for another
+	pages   [][]residentRec   // residentPageRecs records each
+	free    []uint32          // records not in use
+	arena   residentArena
+	n       int
+	limit   int
+	// hash is the stream name's hash: maphash, seeded per process.
+	hash func(stream string) uint64
 	// print is the fingerprint of a key (domain.Resident): maphash, seeded per
 	// process, so that no one can pick keys that collide.
 	print func(key string) uint64
 }
+
+// residentRec is one resident in the table: no pointer.
+type residentRec struct {
+	res    domain.Resident
+	block  uint32      // the name then the tail, in the arena (residentArena.at)
+	name   uint16      // the name's length
+	tail   uint32      // the tail's length
+	origin originLabel // fromEviction or fromWarm
+	used   bool
+}
+
+// residentPageRecs is how many records a page holds (about 600 KiB).
+const residentPageRecs = 4096
 
 // residentsOn is the bound on residents over store: limit where the store
 // locates events by ID (eventstore.EventLocator: PostgreSQL, memory), whose
@@ -50,10 +81,13 @@ func residentsOn(store Store, limit int) int {
 	return limit
 }
 
-// resident is an account's compact state and where it came from.
+// resident is an account's compact state, its tail and where it came from;
+// ok is false for none.
 type resident struct {
-	*domain.Resident
+	domain.Resident
+	tail   []byte
 	origin residentOrigin
+	ok     bool
 }
 
 // residentOrigin is where a resident came from, the label origin of
@@ -66,52 +100,147 @@ const (
 	fromWarm     residentOrigin = "warm"
 )
 
-func newResidents(limit int) *residents {
-	seed := maphash.MakeSeed()
-	return &residents{m: map[string]resident{}, limit: limit, print: func(key string) uint64 { return maphash.String(seed, key) }}
+// originLabel is a residentOrigin in a record.
+type originLabel uint8
+
+var origins = [...]residentOrigin{fromEviction, fromWarm}
+
+func labelOf(o residentOrigin) originLabel {
+	if o == fromWarm {
+		return 1
+	}
+	return 0
 }
 
-// take removes and returns stream's resident; its Resident is nil when there
-// is none.
+func newResidents(limit int) *residents {
+	seed, names := maphash.MakeSeed(), maphash.MakeSeed()
+	return &residents{index: map[uint64]uint32{}, collide: map[string]uint32{}, limit: limit,
+		hash:  func(stream string) uint64 { return maphash.String(names, stream) },
+		print: func(key string) uint64 { return maphash.String(seed, key) }}
+}
+
+// rec is record i.
+func (r *residents) rec(i uint32) *residentRec {
+	return &r.pages[i/residentPageRecs][i%residentPageRecs]
+}
+
+// name is record i's stream name, in the arena.
+func (r *residents) name(i uint32) []byte {
+	rc := r.rec(i)
+	return r.arena.at(rc.block, int(rc.name))
+}
+
+// find is stream's record, ok false when it has none.
+func (r *residents) find(stream string, h uint64) (uint32, bool) {
+	if i, ok := r.index[h]; ok && string(r.name(i)) == stream {
+		return i, true
+	}
+	if len(r.collide) == 0 {
+		return 0, false
+	}
+	i, ok := r.collide[stream]
+	return i, ok
+}
+
+// take removes and returns stream's resident; ok is false when there is
+// none.
 func (r *residents) take(stream string) resident {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res, ok := r.m[stream]
-	if ok {
-		delete(r.m, stream)
+	i, ok := r.find(stream, r.hash(stream))
+	if !ok {
+		return resident{}
 	}
+	rc := r.rec(i)
+	res := resident{Resident: rc.res, origin: origins[rc.origin], ok: true}
+	if rc.tail > 0 {
+		res.tail = slices.Clone(r.arena.at(rc.block, int(rc.name)+int(rc.tail))[rc.name:])
+	}
+	r.remove(stream, i)
 	return res
 }
 
 // put keeps res as stream's resident, dropping an arbitrary other one at the
-// bound; nothing when the bound is 0 or less, or when stream's resident is at
-// res's revision or above: a late eviction callback (the cache calls it after
-// releasing its lock) may hand over an aggregate older than the resident
-// made since, and replacing it would cost a refused append and a reload.
+// bound; nothing when the bound is 0 or less, when stream's resident is at
+// res's revision or above (a late eviction callback, which the cache calls
+// after releasing its lock, may hand over an aggregate older than the
+// resident made since, and replacing it would cost a refused append and a
+// reload), or when its name and tail are longer than a block of the arena.
 func (r *residents) put(stream string, res resident) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.limit <= 0 {
+	size := len(stream) + len(res.tail)
+	if r.limit <= 0 || len(stream) > math.MaxUint16 || size > residentBlockMax {
 		return
 	}
-	old, ok := r.m[stream]
-	if ok && old.Revision() >= res.Revision() {
-		return
-	}
-	if !ok && len(r.m) >= r.limit {
-		for other := range r.m {
-			delete(r.m, other)
-			break
+	h := r.hash(stream)
+	if i, ok := r.find(stream, h); ok {
+		if r.rec(i).res.Revision() >= res.Revision() {
+			return
 		}
+		r.remove(stream, i)
 	}
-	r.m[stream] = res
+	if r.n >= r.limit {
+		r.dropOne()
+	}
+	block, ok := r.arena.alloc(size)
+	if !ok {
+		return
+	}
+	copy(r.arena.at(block, size), stream)
+	copy(r.arena.at(block, size)[len(stream):], res.tail)
+	i := r.newRec()
+	*r.rec(i) = residentRec{res: res.Resident, block: block, name: uint16(len(stream)), tail: uint32(len(res.tail)), origin: labelOf(res.origin), used: true}
+	if _, taken := r.index[h]; taken {
+		r.collide[stream] = i
+	} else {
+		r.index[h] = i
+	}
+	r.n++
+}
+
+// newRec is a record not in use, a new page's first when none is free.
+func (r *residents) newRec() uint32 {
+	if n := len(r.free); n > 0 {
+		i := r.free[n-1]
+		r.free = r.free[:n-1]
+		return i
+	}
+	base := uint32(len(r.pages) * residentPageRecs)
+	r.pages = append(r.pages, make([]residentRec, residentPageRecs))
+	for j := residentPageRecs - 1; j > 0; j-- {
+		r.free = append(r.free, base+uint32(j))
+	}
+	return base
+}
+
+// remove drops record i, stream's, from the table.
+func (r *residents) remove(stream string, i uint32) {
+	rc, h := r.rec(i), r.hash(stream)
+	r.arena.release(rc.block, int(rc.name)+int(rc.tail))
+	*rc = residentRec{}
+	r.free = append(r.free, i)
+	r.n--
+	if j, ok := r.index[h]; ok && j == i {
+		delete(r.index, h)
+	} else {
+		delete(r.collide, stream)
+	}
+}
+
+// dropOne drops an arbitrary resident (the map's iteration order is random).
+func (r *residents) dropOne() {
+	for _, i := range r.index {
+		r.remove(string(r.name(i)), i)
+		return
+	}
 }
 
 // has reports whether stream has a resident.
 func (r *residents) has(stream string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, ok := r.m[stream]
+	_, ok := r.find(stream, r.hash(stream))
 	return ok
 }
 
@@ -119,14 +248,30 @@ func (r *residents) has(stream string) bool {
 func (r *residents) room() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.m) < r.limit
+	return r.n < r.limit
 }
 
 // len is the number of residents.
 func (r *residents) len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.m)
+	return r.n
+}
+
+// each calls f with every resident, under the table's lock (tests).
+func (r *residents) each(f func(stream string, res resident)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, page := range r.pages {
+		for j := range page {
+			rc := &page[j]
+			if !rc.used {
+				continue
+			}
+			all := r.arena.at(rc.block, int(rc.name)+int(rc.tail))
+			f(string(all[:rc.name]), resident{Resident: rc.res, tail: all[rc.name:], origin: origins[rc.origin], ok: true})
+		}
+	}
 }
 
 // Residents is the number of accounts held in compact form, apart from the
@@ -138,12 +283,15 @@ func (s *Service) Residents() int { return s.residents.len() }
 // read from the store. The caller holds the stream's lock.
 func (s *Service) loadCold(ctx context.Context, stream, id string, refresh bool) (*domain.Account, error) {
 	res := s.residents.take(stream)
-	if res.Resident == nil {
+	if !res.ok {
+		return s.cold.load(ctx, stream, id)
+	}
+	acc := s.newAccount(id)
+	if err := res.Into(acc, res.tail); err != nil {
+		s.log.Error("resident not taken", "stream", stream, "err", err)
 		return s.cold.load(ctx, stream, id)
 	}
 	s.metrics.residentLoads.WithLabelValues(string(res.origin)).Inc()
-	acc := s.newAccount(id)
-	res.Into(acc)
 	if !refresh {
 		return acc, nil
 	}
@@ -162,7 +310,8 @@ func (s *Service) toResident(stream string, acc *domain.Account) {
 	if !s.pipes.idle(stream) || s.accounts.c.Contains(stream) {
 		return
 	}
-	if res, ok := domain.Compact(acc, s.residents.print); ok {
-		s.residents.put(stream, resident{res, fromEviction})
+	if res, tail, ok := domain.Compact(acc, s.residents.print); ok {
+		s.residents.put(stream, resident{res, tail, fromEviction, true})
+		s.metrics.residentsMade.WithLabelValues(headLabel(acc.DecidedHead())).Inc()
 	}
 }

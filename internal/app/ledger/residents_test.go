@@ -59,13 +59,18 @@ func residentService(t *testing.T, n, deposits int, opts Options) (*Service, *re
 // decided from their residents without a read of the store, on the state
 // the store holds (each reply's balances and revision, and the store's fold,
 // agree). It fails when a dropped account is not made resident (a read per
-// command), when a resident forgets the balance, or when its loads are not
-// counted under origin eviction.
+// command), when a resident forgets the balance, when its loads are not
+// counted under origin eviction, or when the residents made of accounts
+// this process wrote are not counted as such (head decided: each account
+// was dropped just after its last deposit was written).
 func TestEvictedAccountsDecideFromResidents(t *testing.T) {
 	const n = 12
 	s, st := residentService(t, n, 2, Options{})
 	if got := s.Residents(); got != n-2 {
 		t.Fatalf("%d residents, want %d (the accounts the cache of 2 dropped)", got, n-2)
+	}
+	if got, read := counterValue(t, s.metrics.residentsMade.WithLabelValues("decided")), counterValue(t, s.metrics.residentsMade.WithLabelValues("read")); got != n-2 || read != 0 {
+		t.Fatalf("residents made of written heads %v, of read ones %v, want %d and 0", got, read, n-2)
 	}
 	for i := range n - 2 {
 		before := st.reads.Load()
@@ -330,19 +335,43 @@ func TestLateEvictionKeepsTheNewerResident(t *testing.T) {
 	stream := domain.AccountStream("a")
 	older, _ := s.accounts.c.Peek(stream)
 	s.accounts.c.Remove(stream)
-	if s.residents.take(stream).Resident == nil { // as if its callback had not run yet
+	if !s.residents.take(stream).ok { // as if its callback had not run yet
 		t.Fatal("a not made resident when dropped")
 	}
 	mustApply(t, s, "deposit", `{"idempotency_key":"d2","account_id":"a","amount":50,"currency":"EUR"}`)
 	s.accounts.c.Remove(stream) // the newer state made resident
 	s.toResident(stream, older) // the late callback
 	res := s.residents.take(stream)
-	if res.Resident == nil || res.Revision() != 2 {
+	if !res.ok || res.Revision() != 2 {
 		t.Fatalf("resident %+v after the late callback, want the newer one at revision 2", res)
 	}
 	acc := s.newAccount("a")
-	res.Into(acc)
+	if err := res.Into(acc, res.tail); err != nil {
+		t.Fatal(err)
+	}
 	if acc.Balance != 150 {
 		t.Fatalf("resident balance %d, want 150", acc.Balance)
+	}
+}
+
+// TestRefusedAppendsCounted: a command decided on an aggregate another
+// instance wrote past is refused by the store's expected revision, counted
+// (ledger_appends_refused_total, chaos scenario 1's evidence that appends
+// failed in a live ledger), and decided again on the store's head. It fails
+// when the refusal is not counted, or counted for an append the store took.
+func TestRefusedAppendsCounted(t *testing.T) {
+	st := memory.New()
+	a, b := New(st, Options{Clock: clock}), New(st, Options{Clock: clock})
+	defer a.Close()
+	defer b.Close()
+	mustApply(t, a, "open_account", `{"idempotency_key":"o","account_id":"x","currency":"EUR"}`)
+	mustApply(t, a, "deposit", `{"idempotency_key":"d1","account_id":"x","amount":5,"currency":"EUR"}`)
+	mustApply(t, b, "deposit", `{"idempotency_key":"d2","account_id":"x","amount":7,"currency":"EUR"}`)
+	if got := counterValue(t, a.metrics.appendsRefused); got != 0 {
+		t.Fatalf("%v appends refused before any was", got)
+	}
+	r := mustApply(t, a, "deposit", `{"idempotency_key":"d3","account_id":"x","amount":1,"currency":"EUR"}`)
+	if got := counterValue(t, a.metrics.appendsRefused); got != 1 || r.Account.Balance != 13 {
+		t.Fatalf("%v appends refused, balance %d; want 1 and 13", got, r.Account.Balance)
 	}
 }

@@ -131,6 +131,8 @@ type Service struct {
 	warm        atomic.Pointer[warmer] // loads the store's accounts after a restart (warm.go); nil: none
 	// elements runs the commands of batches that are not atomic (batchworkers.go).
 	elements *workers.Pool
+	// deciders decide a batch's commands of one account (batchworkers.go).
+	deciders *workers.Pool
 	// failpoint, when set (by tests only), is called between the steps of a saga
 	// with the step's name; an error aborts the handler there, as a crash would.
 	failpoint func(step string) error
@@ -190,6 +192,7 @@ func New(store Store, opts Options) *Service {
 		s.subjects, s.holdLimit, s.refundLimit = sr, max(opts.RecentHolds, 0), max(opts.RecentRefunds, 0)
 	}
 	s.appends = appenderFor(s, store)
+	s.deciders = decidersFor(s, s.elements)
 	s.warm.Store(startWarming(s, store, opts.WarmAccounts))
 	return s
 }
@@ -203,6 +206,7 @@ func (s *Service) Close() {
 	s.keys.close()
 	s.cold.close()
 	s.elements.Close()
+	s.deciders.Close()
 }
 
 // ErrTooManyConflicts means concurrent writers kept winning for MaxAttempts rounds.
@@ -233,29 +237,54 @@ func keyOf(body []byte) string {
 
 // Handle decides one validated client command and replies.
 func (s *Service) Handle(ctx context.Context, cmd domain.Command) Reply {
+	cmd = s.stamped(cmd)
+	r, err := s.route(ctx, cmd)
+	return s.replyOf(ctx, cmd, r, err)
+}
+
+// stamped is cmd with the time it is accepted at, unless it has one.
+func (s *Service) stamped(cmd domain.Command) domain.Command {
 	if cmd.At.IsZero() {
 		cmd.At = s.opts.Clock().UTC()
 	}
-	var (
-		r   Reply
-		err error
-	)
+	return cmd
+}
+
+// route decides cmd the way its type takes.
+func (s *Service) route(ctx context.Context, cmd domain.Command) (Reply, error) {
 	move, moved := moverCommands[cmd.Type]
 	switch {
 	case !cmd.Type.IsClient():
-		return reply.Invalid(cmd.IdempotencyKey, &domain.InvalidError{Field: "type", Message: fmt.Sprintf("unknown command type %q", cmd.Type)})
+		return reply.Invalid(cmd.IdempotencyKey, &domain.InvalidError{Field: "type", Message: fmt.Sprintf("unknown command type %q", cmd.Type)}), nil
+	case isAccountCommand(cmd):
+		return s.handleAccountCommand(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID)
 	case moved:
-		r, err = move(s.mover, ctx, cmd)
+		return move(s.mover, ctx, cmd)
 	case cmd.Type == domain.CmdTransfer:
-		r, err = s.handleTransfer(ctx, cmd)
+		return s.handleTransfer(ctx, cmd)
 	case cmd.Type == domain.CmdRefund:
-		r, err = s.handleRefund(ctx, cmd)
-	case cmd.Type == domain.CmdCaptureHold && cmd.To != "":
-		r, err = s.mover.captureTo(ctx, cmd)
-	default:
-		r, err = s.handleAccountCommand(ctx, cmd, domain.AccountStream(cmd.AccountID), cmd.AccountID)
+		return s.handleRefund(ctx, cmd)
 	}
-	if err == nil && r.Duplicate && batchElementOf(ctx) == nil { // a batch's elements: once for all (runBatch)
+	return s.mover.captureTo(ctx, cmd) // a capture_hold with `to`
+}
+
+// isAccountCommand reports whether cmd, a client command, is decided on its
+// own account alone (handleAccountCommand): not a move over several accounts,
+// a transfer, a refund, nor a capture into another account.
+func isAccountCommand(cmd domain.Command) bool {
+	_, moved := moverCommands[cmd.Type]
+	switch {
+	case moved, cmd.Type == domain.CmdTransfer, cmd.Type == domain.CmdRefund:
+		return false
+	}
+	return cmd.Type != domain.CmdCaptureHold || cmd.To == ""
+}
+
+// replyOf is the reply to cmd decided as r, err: a duplicate made durable
+// first (answered; a batch's elements once for all, runBatch), an error
+// logged and answered as one.
+func (s *Service) replyOf(ctx context.Context, cmd domain.Command, r Reply, err error) Reply {
+	if err == nil && r.Duplicate && batchElementOf(ctx) == nil {
 		err = s.answered(ctx)
 	}
 	if err != nil {

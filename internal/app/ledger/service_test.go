@@ -26,12 +26,12 @@ var clock = devtest.NewClock().Now
 
 func newService(st Store) *Service { return New(st, Options{Clock: clock}) }
 
-func post(t *testing.T, s *Service, typ, body string) Reply {
+func post(t testing.TB, s *Service, typ, body string) Reply {
 	t.Helper()
 	return s.HandleRaw(context.Background(), typ, []byte(body))
 }
 
-func mustApply(t *testing.T, s *Service, typ, body string) Reply {
+func mustApply(t testing.TB, s *Service, typ, body string) Reply {
 	t.Helper()
 	r := post(t, s, typ, body)
 	if r.Status != domain.StatusApplied {

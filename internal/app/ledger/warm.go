@@ -157,9 +157,9 @@ func (s *Service) warmOne(stream string, acc *domain.Account, cache bool) bool {
 		s.accounts.add(stream, acc)
 		return true
 	}
-	res, ok := domain.Compact(acc, s.residents.print)
+	res, tail, ok := domain.Compact(acc, s.residents.print)
 	if ok {
-		s.residents.put(stream, resident{res, fromWarm})
+		s.residents.put(stream, resident{res, tail, fromWarm, true})
 	}
 	return ok
 }

@@ -60,11 +60,13 @@ func TestWarmingAfterARestart(t *testing.T) {
 					}
 					checkWarmed(t, s, stream, acc)
 				}
-				for stream, res := range s.residents.m {
+				s.residents.each(func(stream string, res resident) {
 					acc := s.newAccount(strings.TrimPrefix(stream, domain.AccountStreamPrefix))
-					res.Into(acc)
+					if err := res.Into(acc, res.tail); err != nil {
+						t.Fatal(err)
+					}
 					checkWarmed(t, s, stream, acc)
-				}
+				})
 				s.Close()
 			}
 		})

@@ -52,7 +52,11 @@ func (s *Service) underLocks(ctx context.Context, streams []string, try func(a *
 		return Reply{}, err
 	}
 	defer l.unlock()
-	a := &attempt{locks: l}
+	return s.attempts(ctx, &attempt{locks: l}, try)
+}
+
+// attempts is underLocks' loop from attempt a on, a's locks held.
+func (s *Service) attempts(ctx context.Context, a *attempt, try func(a *attempt) (r Reply, retry bool, err error)) (Reply, error) {
 	for a.n < s.opts.MaxAttempts {
 		a.waited = false
 		r, retry, err := try(a)
@@ -115,6 +119,14 @@ type accountWrite struct {
 	chain uint64          // its pipeline chain (pipeline.go)
 	next  nextAttempt
 	ans   accountAnswer
+	// apart: a pipelined append is not waited for in place but left queued
+	// (queued), its commit waited for apart (queued.go: batch elements).
+	apart  bool
+	queued *queuedWrite
+	// rec is the key's record its pipelined append folded, once that append
+	// succeeded (finishPipelined): the answer, even should the pending
+	// aggregate have forgotten it since (afterAccountAppend).
+	rec *domain.KeyRecord
 }
 
 // nextAttempt is how the next attempt at a command is taken.
@@ -154,23 +166,39 @@ func (a accountAnswer) reply() Reply {
 // is released while it commits, and the next command of the stream is decided on
 // the state it will leave.
 func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, stream, accountID string, claim bool) (accountAnswer, error) {
+	w, err := s.newAccountWrite(ctx, cmd, stream, accountID, claim)
+	if err != nil {
+		return accountAnswer{}, err
+	}
+	_, err = s.underLocks(ctx, []string{stream}, s.accountAttempt(ctx, w))
+	return w.ans, err
+}
+
+// newAccountWrite is the write of cmd on an account stream, before its
+// first attempt (decideOnAccount).
+func (s *Service) newAccountWrite(ctx context.Context, cmd domain.Command, stream, accountID string, claim bool) (*accountWrite, error) {
 	w := &accountWrite{cmd: cmd, stream: stream, accountID: accountID, claim: claim}
 	var err error
 	if w.next.recall, err = s.keys.decidedBefore(ctx, stream, cmd.IdempotencyKey); err != nil {
-		return accountAnswer{}, err
+		return nil, err
 	}
 	if !w.claim && s.keys.stepsClaim() { // a saga step claims its key too: that is how it is found once forgotten
 		w.claim, w.cmd.Claimed = true, true
 	}
 	w.req = w.cmd.Canonical()
-	_, err = s.underLocks(ctx, []string{stream}, func(a *attempt) (Reply, bool, error) {
-		if wait := s.pipes.before(stream, cmd.IdempotencyKey, s.keyLimit); wait != nil {
+	return w, nil
+}
+
+// accountAttempt is an attempt at w (underLocks' try): once nothing asks it
+// to wait (pipes.before), decideOnAccountOnce.
+func (s *Service) accountAttempt(ctx context.Context, w *accountWrite) func(a *attempt) (Reply, bool, error) {
+	return func(a *attempt) (Reply, bool, error) {
+		if wait := s.pipes.before(w.stream, w.cmd.IdempotencyKey, s.keyLimit); wait != nil {
 			return Reply{}, true, a.waitUncounted(ctx, wait)
 		}
 		again, err := s.decideOnAccountOnce(ctx, a.locks, w)
 		return Reply{}, again, err
-	})
-	return w.ans, err
+	}
 }
 
 // decideOnAccountOnce is one attempt of decideOnAccount, under the stream's
@@ -204,12 +232,25 @@ func (s *Service) decideOnAccountOnce(ctx context.Context, l *heldLocks, w *acco
 		return false, nil
 	}
 	res, err := s.appends.account(ctx, l, w, d.Events)
+	if w.queued != nil {
+		return false, nil // its commit is waited for apart (queued.go)
+	}
+	return s.afterAccountAppend(w, res, err)
+}
+
+// afterAccountAppend is decideOnAccountOnce once w's append has resolved
+// (res, err), the stream's lock held: the answer, or again to decide again.
+func (s *Service) afterAccountAppend(w *accountWrite, res written, err error) (again bool, _ error) {
 	if err != nil || res.idempotent {
 		w.ans.r, err = s.afterRefusedAppend(w, res, err)
 		return w.ans.r == nil && err == nil, err
 	}
-	kr, ok := w.acc.Keys[w.cmd.IdempotencyKey]
-	if !ok {
+	kr := w.rec // the record its pipelined append folded, forgotten or not
+	if kr == nil {
+		kr = w.acc.Keys[w.cmd.IdempotencyKey]
+	}
+	w.rec = nil
+	if kr == nil {
 		return false, fmt.Errorf("ledger: %s: key %q not found after its own append", w.stream, w.cmd.IdempotencyKey)
 	}
 	s.tookCommand(w.stream, w.acc, int64(res.events[len(res.events)-1].Revision))
@@ -280,6 +321,7 @@ func (s *Service) afterRefusedAppend(w *accountWrite, res written, err error) (*
 		// of failed (perhaps a resend of a key the aggregate forgot, as this
 		// one may be): catch up and decide again, the key looked up first.
 		w.next = nextAttempt{refresh: true, recall: w.acc.Forgot()}
+		s.metrics.appendsRefused.Inc()
 	case errors.Is(err, eventstore.ErrDuplicateEventID):
 		// The store holds this key's events already: it was decided long ago
 		// (the aggregate forgot it) or by another instance. Answer it from them.
@@ -335,6 +377,8 @@ func (s *Service) appendAccount(ctx context.Context, w *accountWrite, events []d
 // queues its append behind the stream's appends in flight, and waits for it
 // with the stream's lock released (appendHot). On return the lock is held
 // again; on success the key's record in w.acc is durable, its position set.
+// When w.apart, it returns once queued, leaving the wait to w.queued's owner
+// (queued.go).
 func (s *Service) appendPipelined(ctx context.Context, l *heldLocks, w *accountWrite, events []domain.NewEvent) (written, error) {
 	acc := w.acc
 	e, err := s.encodeEvents(decision{cmd: w.cmd, req: w.req, events: events}, streamHead{stream: w.stream, last: acc.Revision, chain: acc.LastChain})
@@ -349,17 +393,47 @@ func (s *Service) appendPipelined(ctx context.Context, l *heldLocks, w *accountW
 		}
 		parts = append([]eventstore.StreamAppend{c}, parts...)
 	}
-	done := e.pending()
-	res, err := s.appendHot(ctx, l, parts, hotLeg{stream: w.stream, acc: acc, chain: w.chain, key: w.cmd.IdempotencyKey, w: done}, nil)
+	hot := hotLeg{stream: w.stream, acc: acc, chain: w.chain, key: w.cmd.IdempotencyKey, w: e.pending()}
+	if w.apart {
+		hot.apart = newHandoff()
+	}
+	q, err := s.queueHot(ctx, l, parts, hot, nil)
+	if err != nil {
+		return s.pipelinedOutcome(ctx, w, parts, nil, err)
+	}
+	qw := &queuedWrite{hot: q}
+	if w.apart {
+		w.queued = qw
+		return written{}, nil
+	}
+	return s.finishPipelined(ctx, w, qw, <-q.r.done)
+}
+
+// queuedWrite is an account command's write queued on its pipeline
+// (appendPipelined), its outcome not yet waited for.
+type queuedWrite struct{ hot *queuedHot }
+
+// finishPipelined is appendPipelined after the wait, given the outcome of
+// the write queued (q, resp): the stream's lock is held again on return.
+func (s *Service) finishPipelined(ctx context.Context, w *accountWrite, q *queuedWrite, resp appendResp) (written, error) {
+	res, err := s.finishHot(ctx, q.hot, resp)
+	if err == nil && !anyIdempotent(res) {
+		w.rec = q.hot.rec
+		return q.hot.hot.w, nil // the events as they were folded, now durable
+	}
+	return s.pipelinedOutcome(ctx, w, q.hot.parts, res, err)
+}
+
+// pipelinedOutcome is what appendPipelined answers for a write of parts
+// that was refused or failed (err), or found its events stored already (res).
+func (s *Service) pipelinedOutcome(ctx context.Context, w *accountWrite, parts []eventstore.StreamAppend, res []eventstore.AppendResult, err error) (written, error) {
 	switch {
 	case err != nil && w.claim:
 		return written{}, s.claimError(ctx, parts[0].Stream, w.req, err)
 	case err != nil:
 		return written{}, err
-	case anyIdempotent(res):
-		return written{idempotent: true}, nil
 	}
-	return done, nil
+	return written{idempotent: anyIdempotent(res)}, nil
 }
 
 // ownedRecord is a key record copied out of a cached aggregate, with its account

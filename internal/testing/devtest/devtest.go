@@ -147,16 +147,22 @@ func DatabaseURL(t testing.TB) string {
 // LEDGER_BENCH_ACCOUNTS, 100,000 when unset.
 func BenchAccounts(b testing.TB) (*pgxpool.Pool, int) {
 	b.Helper()
-	n := 100_000
-	if v, err := strconv.Atoi(os.Getenv("LEDGER_BENCH_ACCOUNTS")); err == nil && v > 0 {
-		n = v
-	}
+	n := BenchEnv("LEDGER_BENCH_ACCOUNTS", 100_000)
 	pool, err := pgxpool.New(context.Background(), DatabaseURL(b))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(pool.Close)
 	return pool, n
+}
+
+// BenchEnv is a benchmark's size from the environment variable name: its
+// value when it is a positive integer, else def.
+func BenchEnv(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
 }
 
 // TimeStatements runs each of names b.N times, in turn within each round

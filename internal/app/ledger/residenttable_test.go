@@ -1,0 +1,171 @@
+package ledger
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore/memory"
+)
+
+// TestResidentTableAgainstAMap: random puts, takes and lookups of residents
+// of various name and tail lengths, with the table's name hash and with one
+// under which most names collide, give what a map of the same residents
+// gives: a take returns the resident put last (its revision and tail), a put
+// at a lower revision than the resident's is ignored, the bound holds, and
+// a resident the bound dropped is gone from every lookup. It fails when a
+// collision answers for another name, when a freed record or block is
+// handed out while in use, or when a put replaces a newer resident (shown
+// failing so).
+func TestResidentTableAgainstAMap(t *testing.T) {
+	states := residentStates(t, 12)
+	for name, hash := range map[string]func(string) uint64{"maphash": nil, "colliding": func(s string) uint64 { return uint64(len(s) % 3) }} {
+		t.Run(name, func(t *testing.T) {
+			const limit = 25
+			r := newResidents(limit)
+			if hash != nil {
+				r.hash = hash
+			}
+			model := map[string]resident{}
+			rng := rand.New(rand.NewPCG(1, 2))
+			for step := range 3000 {
+				stream := fmt.Sprintf("account-%s%d", strings.Repeat("x", rng.IntN(300)), rng.IntN(40))
+				switch rng.IntN(3) {
+				case 0:
+					res := states[rng.IntN(len(states))]
+					r.put(stream, res)
+					if old, ok := model[stream]; !ok || old.Revision() < res.Revision() {
+						model[stream] = res
+					}
+				case 1:
+					got, want := r.take(stream), model[stream]
+					delete(model, stream)
+					if got.ok && (!want.ok || got.Revision() != want.Revision() || !slices.Equal(got.tail, want.tail) || got.origin != want.origin) {
+						t.Fatalf("step %d: took %s at %d, want %+v", step, stream, got.Revision(), want)
+					}
+				default:
+					if r.has(stream) && !model[stream].ok {
+						t.Fatalf("step %d: %s resident, never put", step, stream)
+					}
+				}
+				checkResidentTable(t, r, model, limit)
+			}
+		})
+	}
+}
+
+// checkResidentTable fails unless every resident of r is model's, r is
+// within limit, and its count is its records'; model loses those r dropped.
+func checkResidentTable(t *testing.T, r *residents, model map[string]resident, limit int) {
+	t.Helper()
+	seen := map[string]bool{}
+	r.each(func(stream string, res resident) {
+		want := model[stream]
+		if seen[stream] || !want.ok || want.Revision() != res.Revision() || !slices.Equal(want.tail, res.tail) {
+			t.Fatalf("%s resident at %d (twice: %v), want %+v", stream, res.Revision(), seen[stream], want)
+		}
+		seen[stream] = true
+	})
+	if r.len() != len(seen) || len(seen) > limit {
+		t.Fatalf("%d residents counted, %d held, bound %d", r.len(), len(seen), limit)
+	}
+	for stream := range model {
+		if !seen[stream] {
+			delete(model, stream) // dropped at the bound
+		}
+		if r.has(stream) != seen[stream] {
+			t.Fatalf("%s: has %v, held %v", stream, r.has(stream), seen[stream])
+		}
+	}
+}
+
+// residentStates are the compact states of one account after each of n
+// deposits, with metadata of a size growing with the revision (tails from
+// none to several hundred bytes), alternately from eviction and warming.
+func residentStates(t testing.TB, n int) []resident {
+	t.Helper()
+	var out []resident
+	for i := range n {
+		s := New(memory.New(), Options{Clock: clock})
+		meta := "null"
+		if i > 0 {
+			var pairs []string
+			for k := range i {
+				pairs = append(pairs, fmt.Sprintf(`"m%d":%q`, k, strings.Repeat("m", 20*k)))
+			}
+			meta = "{" + strings.Join(pairs, ",") + "}"
+		}
+		mustApply(t, s, "open_account", fmt.Sprintf(`{"idempotency_key":"o","account_id":"a","currency":"EUR","metadata":%s}`, meta))
+		for j := range i {
+			mustApply(t, s, "deposit", fmt.Sprintf(`{"idempotency_key":"d%d","account_id":"a","amount":1,"currency":"EUR"}`, j))
+		}
+		acc, _ := s.accounts.c.Peek(domain.AccountStream("a"))
+		res, tail, ok := domain.Compact(acc, s.residents.print)
+		if !ok {
+			t.Fatalf("state %d not compacted", i)
+		}
+		out = append(out, resident{res, tail, origins[i%2], true})
+		s.Close()
+	}
+	return out
+}
+
+// TestResidentRecordsHoldNoPointer: a resident's record holds no pointer,
+// so that the garbage collector never marks the table's records (issue 27).
+// It fails when a field with a pointer (a string, a slice, a map) is added
+// to domain.Resident or to the record.
+func TestResidentRecordsHoldNoPointer(t *testing.T) {
+	if p := pointerIn(reflect.TypeFor[residentRec]()); p != "" {
+		t.Fatalf("a resident's record holds a pointer: %s", p)
+	}
+}
+
+// pointerIn names a field of typ that holds a pointer, "" when none does.
+func pointerIn(typ reflect.Type) string {
+	switch typ.Kind() {
+	case reflect.Struct:
+		for i := range typ.NumField() {
+			if p := pointerIn(typ.Field(i).Type); p != "" {
+				return typ.Name() + "." + typ.Field(i).Name + ": " + p
+			}
+		}
+		return ""
+	case reflect.Array:
+		return pointerIn(typ.Elem())
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr, reflect.Float32, reflect.Float64:
+		return ""
+	default:
+		return typ.String()
+	}
+}
+
+// BenchmarkResidentsGC times a full garbage collection (runtime.GC) of a
+// process holding 1,000,000 residents, each of an account opened without
+// metadata, under names of its own: what the table costs every collection's
+// marking. Compare builds alternated in one window (BENCHMARKS.md). Run with
+//
+//	go test ./internal/app/ledger -run '^$' -bench ResidentsGC -benchtime 20x -count 3
+func BenchmarkResidentsGC(b *testing.B) {
+	const n = 1_000_000
+	res := residentStates(b, 1)[0]
+	r := newResidents(n)
+	for i := range n {
+		r.put(fmt.Sprintf("account-c%07d", i), res)
+	}
+	runtime.GC()
+	b.ResetTimer()
+	for b.Loop() {
+		runtime.GC()
+	}
+	b.StopTimer()
+	if r.len() != n {
+		b.Fatalf("%d residents, want %d", r.len(), n)
+	}
+	runtime.KeepAlive(r)
+}
