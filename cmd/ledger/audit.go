@@ -21,7 +21,7 @@ func auditCommand() *cli.Command {
 		&cli.BoolFlag{Name: "json", Usage: "print the report as JSON", Sources: cli.EnvVars("LEDGER_AUDIT_JSON")},
 		&cli.BoolFlag{Name: "progress", Usage: "show a progress bar on stderr (events/s, time left)", Sources: cli.EnvVars("LEDGER_AUDIT_PROGRESS")},
 		&cli.IntFlag{Name: "max-violations", Value: 1000, Usage: "violations listed (all are counted)", Sources: cli.EnvVars("LEDGER_AUDIT_MAX_VIOLATIONS")},
-		&cli.StringFlag{Name: flagFrom, Usage: "check only the events after a stored audit checkpoint (its ID, or last), carrying its balances, chain heads and sagas in flight forward (needs --database-url)", Sources: cli.EnvVars("LEDGER_AUDIT_FROM"),
+		&cli.StringFlag{Name: flagFrom, Usage: "check only the events after a stored audit checkpoint (its ID, or last), carrying its balances, chain heads and sagas in flight forward; what it trusts from before the checkpoint, which a full audit checks, is listed in its report (needs --database-url)", Sources: cli.EnvVars("LEDGER_AUDIT_FROM"),
 			Validator: func(v string) error { _, err := parseFrom(v); return err }},
 		&cli.StringFlag{Name: flagExpectDigest, Usage: "with --from: refuse the checkpoint (exit 1, nothing stored) unless its digest is this one, as a clean audit printed it when it stored it: an anchor kept outside the database, which catches a checkpoint edited with its digests", Sources: cli.EnvVars("LEDGER_AUDIT_EXPECT_DIGEST")},
 		&cli.BoolFlag{Name: flagSaveCheckpoint, Value: true, Usage: "store a clean audit's result as an audit checkpoint for --from (needs --database-url; not with --account)", Sources: cli.EnvVars("LEDGER_AUDIT_SAVE_CHECKPOINT")},
