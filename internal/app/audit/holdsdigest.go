@@ -55,7 +55,7 @@ var holdColumns = columns[holdCols]{
 
 // holdsSQLs is derived once from holdColumns; a row's key is account/hold,
 // and the rows compared whole are the active holds'.
-var holdsSQLs = holdColumns.sql("a.account_id || '/' || a.hold_id", "a.status = 'active'")
+var holdsSQLs = holdColumns.sql("a.account_id || '/' || a.hold_id", "a.status = '"+string(domain.HoldStatusActive)+"'")
 
 func holdColsOf(account, currency string, h *domain.Hold, captured int64) holdCols {
 	var exp *time.Time
