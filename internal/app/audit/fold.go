@@ -512,8 +512,10 @@ func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata,
 // closed ones, boundAccount). A hold is placed once, and once closed
 // (captured, released, expired) no event touches it again: a capture or
 // release of it does not fold (fold_failed), and the holds table's row of a
-// closed hold is final, which an incremental audit relies on for the holds it
-// compares through the checkpoint's digest (noteOldHolds).
+// closed hold is final, which an incremental audit relies on: it compares
+// only the active holds through the checkpoint's digest (holdsdigest.go). A
+// closed hold the account no longer keeps placed again is named through its
+// key's claim instead (key_decided_twice, claimBefore).
 func (f *Fold) checkHoldPlaced(re eventstore.RecordedEvent, a *domain.Account, payload any) {
 	p, ok := payload.(*domain.HoldPlaced)
 	if !ok {
