@@ -112,3 +112,29 @@ func BenchmarkDecodeKeyClaimed(b *testing.B) {
 		}
 	})
 }
+
+// TestSetFastHasEveryTag: setFast spells KeyClaimed's JSON names again; it
+// has a case for each of them (a field added to KeyClaimed without one would
+// send every claim to encoding/json), each setting its field, with a bit of
+// its own.
+func TestSetFastHasEveryTag(t *testing.T) {
+	values := map[reflect.Type]string{
+		reflect.TypeOf(""): `"x"`, reflect.TypeOf((*uint64)(nil)): `7`, reflect.TypeOf(json.RawMessage(nil)): `{"a":1}`,
+	}
+	var seen uint8
+	rt := reflect.TypeOf(KeyClaimed{})
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		v, ok := values[f.Type]
+		if !ok {
+			t.Fatalf("KeyClaimed.%s is a %s: give setFast and this test a case for it", f.Name, f.Type)
+		}
+		var c KeyClaimed
+		bit, ok := c.setFast(&flatScan{b: []byte(v)}, name)
+		if !ok || bit == 0 || seen&bit != 0 || reflect.ValueOf(c).Field(i).IsZero() {
+			t.Fatalf("setFast(%q) on %s: bit %d (ok %v, bits taken %b), KeyClaimed.%s set: %v", name, v, bit, ok, seen, f.Name, !reflect.ValueOf(c).Field(i).IsZero())
+		}
+		seen |= bit
+	}
+}

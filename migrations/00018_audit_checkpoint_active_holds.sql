@@ -22,9 +22,24 @@
 -- audit stores a new one.
 
 -- +goose Up
-ALTER TABLE readmodel.audit_checkpoints ADD COLUMN active_holds_digest numeric;
+-- ADD COLUMN takes ACCESS EXCLUSIVE on the checkpoints, which an audit reads
+-- in its long transaction: past lock_timeout the migration fails, rolled
+-- back, rather than queueing every reader of the table behind it
+-- (docs/operations.md, "Upgrading"; as 00015 does).
+SET LOCAL lock_timeout = '10s';
+-- +goose StatementBegin
+DO $do$
+BEGIN
+    ALTER TABLE readmodel.audit_checkpoints ADD COLUMN active_holds_digest numeric;
+EXCEPTION WHEN lock_not_available THEN
+    RAISE EXCEPTION 'migration 00018 waited more than lock_timeout (%) for a lock on readmodel.audit_checkpoints (%) and changed nothing: stop audits (ledger audit) and other long transactions on it, then migrate again (docs/operations.md, "Upgrading")',
+        current_setting('lock_timeout'), SQLERRM USING ERRCODE = 'lock_not_available';
+END
+$do$;
+-- +goose StatementEnd
 
 -- +goose Down
+SET LOCAL lock_timeout = '10s';
 -- An earlier build would refuse these checkpoints (no holds_table_digest):
 -- they go.
 DELETE FROM readmodel.audit_checkpoints WHERE active_holds_digest IS NOT NULL;

@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,34 +79,34 @@ func TestUpCancelled(t *testing.T) {
 	}
 }
 
-// TestDownLeavesNoAuditCheckpointAnEarlierBuildMisreads: migrating down past
-// 00018 removes the checkpoints stored with its active holds' digest, past
-// 00014 those stored with its digests, and past 00013 those
-// whose accounts are in rows of their own (an earlier build would read either
+// TestDownLeavesNoAuditCheckpointAnEarlierBuildMisreads: from 00018 (pinned
+// to it, its rows shaped as of it), migrating down past 00018 removes the
+// checkpoints stored with its active holds' digest, past 00014 those stored
+// with its digests, and past 00013 those whose accounts are in rows of their own (an earlier build would read either
 // as a ledger without accounts, or without its digests' checks); a
 // checkpoint of an earlier format stays.
 func TestDownLeavesNoAuditCheckpointAnEarlierBuildMisreads(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	url := pgtest.URL(t)
-	if err := migrations.Up(ctx, url); err != nil {
-		t.Fatal(err)
-	}
 	db, err := sql.Open("pgx", url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS(), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 18); err != nil { // its rows shaped as of 00018, whatever comes later
+		t.Fatal(err)
+	}
 	_, err = db.ExecContext(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, accounts_digest, state_digest)
 		VALUES (1, 1, 1, 'before 00013', NULL, NULL), (2, 2, 2, 'of 00013', 0, NULL), (3, 3, 3, 'of 00014', 0, md5('of 00014'))`)
 	if err == nil {
 		_, err = db.ExecContext(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, accounts_digest, state_digest, active_holds_digest)
 			VALUES (4, 4, 4, 'of 00018', 0, md5('of 00018'), 0)`)
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS(), goose.WithDisableGlobalRegistry(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,5 +124,41 @@ func TestDownLeavesNoAuditCheckpointAnEarlierBuildMisreads(t *testing.T) {
 	}
 	if err := migrations.Up(ctx, url); err != nil {
 		t.Fatalf("up again: %v", err)
+	}
+}
+
+// TestActiveHoldsDigestFailsFastBehindALongReader (migration 00018): a
+// transaction reading the audit checkpoints (an audit's) and left open makes
+// 00018 fail once lock_timeout is over, saying what to do, and leaves the
+// database at 00017, rather than queueing every reader of the table behind it.
+func TestActiveHoldsDigestFailsFastBehindALongReader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	u := pgtest.URL(t)
+	upTo(t, ctx, u, 17)
+	conn := connect(t, ctx, u)
+	reader, err := connect(t, ctx, u).BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback(ctx)
+	if _, err := reader.Exec(ctx, `SELECT count(*) FROM readmodel.audit_checkpoints`); err != nil {
+		t.Fatal(err)
+	}
+	uctx, ucancel := context.WithTimeout(ctx, 40*time.Second) // without lock_timeout it waits for the reader as long as asked
+	defer ucancel()
+	err = migrations.Up(uctx, u)
+	if err == nil || !strings.Contains(err.Error(), "migration 00018 waited more than lock_timeout") || !strings.Contains(err.Error(), "stop audits") {
+		t.Fatalf("00018 behind an open reader of readmodel.audit_checkpoints: %v, want waited more than lock_timeout ... stop audits", err)
+	}
+	var version int64
+	if err := conn.QueryRow(ctx, `SELECT max(version_id) FROM goose_db_version`).Scan(&version); err != nil || version != 17 {
+		t.Fatalf("after the failed 00018: version %d (%v), want 17", version, err)
+	}
+	if err := reader.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatalf("00018 once the reader is gone: %v", err)
 	}
 }

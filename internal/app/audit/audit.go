@@ -84,8 +84,10 @@ type CheckpointRef struct {
 var TrustedFromCheckpoint = []string{
 	"the read models' rows of the events before the checkpoint in the balance history, statement, transfers and commands tables " +
 		"(the accounts table and the active holds are compared whole; invariant 9 checks each untouched account's last balance-history row, and that no entry follows it)",
-	"the holds closed before the checkpoint: their rows in the holds table",
-	"a key decided before the checkpoint and again after it under event IDs of its own: not named key_decided_twice",
+	"the holds table's rows of closed holds that no event after the checkpoint touched: one edited (and still closed), deleted or added " +
+		"(the active holds are compared whole)",
+	"a key decided before the checkpoint and again after it under event IDs of its own, when its claim does not give the revision of its decision " +
+		"(a claim without one, or one written before a decision that landed later): not named key_decided_twice",
 }
 
 // ReadModelCheck is one projection's comparison with the fold.

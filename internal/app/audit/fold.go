@@ -82,6 +82,10 @@ type streamState struct {
 
 type claim struct {
 	stream, hash string
+	// decidedBefore, of a claim an incremental audit found before its
+	// checkpoint (claimBefore): where the key was decided before it
+	// ("stream@revision"), or "".
+	decidedBefore string
 }
 
 // Totals are one currency's money flows as the fold sees them.
@@ -237,7 +241,7 @@ func decodeAll(re eventstore.RecordedEvent) meta {
 	case strings.HasPrefix(re.Stream, domain.AccountStreamPrefix):
 		md.payload, md.payloadErr = domain.DecodeEvent(re.Type, re.Data)
 	case strings.HasPrefix(re.Stream, domain.KeyStreamPrefix):
-		md.payload, md.payloadErr = decodeClaim(re)
+		md.payload, md.payloadErr = decodeClaim(re.Type, re.Data)
 	default:
 		return md
 	}
@@ -257,13 +261,14 @@ func (md meta) payloadOf(re eventstore.RecordedEvent) (any, error) {
 // errNotClaim: a key stream holds an event that is not a claim.
 var errNotClaim = errors.New("not a claim")
 
-// decodeClaim decodes a key stream's claim; an atomic batch's decision is its
-// key's claim too (batches.go).
-func decodeClaim(re eventstore.RecordedEvent) (*domain.KeyClaimed, error) {
-	if re.Type != domain.EvKeyClaimed && re.Type != domain.EvBatchDecided {
+// decodeClaim decodes a key stream's claim (an event of type typ with data):
+// the one decoder of claims of the audit, replay and the incremental audit's
+// lookups; an atomic batch's decision is its key's claim too (batches.go).
+func decodeClaim(typ string, data []byte) (*domain.KeyClaimed, error) {
+	if typ != domain.EvKeyClaimed && typ != domain.EvBatchDecided {
 		return nil, errNotClaim
 	}
-	c, err := domain.DecodeKeyClaimed(re.Data)
+	c, err := domain.DecodeKeyClaimed(data)
 	if err != nil {
 		return nil, err
 	}
@@ -507,8 +512,10 @@ func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata,
 // closed ones, boundAccount). A hold is placed once, and once closed
 // (captured, released, expired) no event touches it again: a capture or
 // release of it does not fold (fold_failed), and the holds table's row of a
-// closed hold is final, which an incremental audit relies on for the holds it
-// compares through the checkpoint's digest (noteOldHolds).
+// closed hold is final, which an incremental audit relies on: it compares
+// only the active holds through the checkpoint's digest (holdsdigest.go). A
+// closed hold the account no longer keeps placed again is named through its
+// key's claim instead (key_decided_twice, claimBefore).
 func (f *Fold) checkHoldPlaced(re eventstore.RecordedEvent, a *domain.Account, payload any) {
 	p, ok := payload.(*domain.HoldPlaced)
 	if !ok {

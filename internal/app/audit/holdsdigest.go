@@ -25,10 +25,12 @@ import (
 // placed, and hashing them all made every incremental audit cost the whole
 // history of holds (BENCHMARKS.md). Such a hold takes no event after the
 // checkpoint (a capture or release of it does not fold, a placement of it
-// again is named: checkHoldPlaced, for the closed holds the snapshot kept),
-// and its row is trusted as the history rows before the checkpoint are
-// (Trusted): an edit of it, or a closed hold added, is caught by a full
-// audit; one closed since the checkpoint is touched, compared row by row.
+// again is named: hold_placed_again for the closed holds the snapshot kept,
+// checkHoldPlaced, key_decided_twice for older ones through their claim,
+// claimBefore), and its row is trusted as the history rows before the
+// checkpoint are (TrustedFromCheckpoint): one edited and still closed,
+// deleted, or a closed hold added, is caught by a full audit; one closed
+// since the checkpoint is touched, compared row by row.
 
 // holdCols are a holds row's compared columns, as the fold expects them
 // (holdRowOf renders them) or as the table holds them.
@@ -55,7 +57,7 @@ var holdColumns = columns[holdCols]{
 
 // holdsSQLs is derived once from holdColumns; a row's key is account/hold,
 // and the rows compared whole are the active holds'.
-var holdsSQLs = holdColumns.sql("a.account_id || '/' || a.hold_id", "a.status = 'active'")
+var holdsSQLs = holdColumns.sql("a.account_id || '/' || a.hold_id", "a.status = '"+string(domain.HoldStatusActive)+"'")
 
 func holdColsOf(account, currency string, h *domain.Hold, captured int64) holdCols {
 	var exp *time.Time

@@ -196,8 +196,8 @@ type TransactionSagaState struct {
 
 // foldClaim folds a key stream, which holds only its claim.
 func foldClaim(ev domain.StoredEvent) (any, error) {
-	var c domain.KeyClaimed
-	if (ev.Type != domain.EvKeyClaimed && ev.Type != domain.EvBatchDecided) || json.Unmarshal(ev.Data, &c) != nil || ev.Revision != 0 {
+	c, err := decodeClaim(ev.Type, ev.Data)
+	if err != nil || ev.Revision != 0 {
 		return nil, fmt.Errorf("audit: %s@%d: a key stream holds only its claim, not %s", ev.Stream, ev.Revision, ev.Type)
 	}
 	return &ClaimState{Key: c.Key, Command: c.Command, Stream: c.Stream, RequestHash: c.RequestHash, Request: c.Request}, nil

@@ -32,10 +32,12 @@ import (
 // debited before it and credited after, a revision, a chain, a balance) is
 // made as the full audit makes it. What grows with history is not carried:
 // a key decided after the checkpoint whose claim came before it is looked up
-// in the store (claimBefore); an event ID stored twice across the checkpoint
-// is refused by the PostgreSQL store's unique index (events_event_id_key),
-// and a key decided again in the same stream names the same event IDs (they
-// are derived from it). The read models' rows the new events touch are
+// in the store (claimBefore), and so is the decision its claim names: a key
+// decided before the checkpoint and again after it is named key_decided_twice
+// when its claim gives the revision of that decision (claims older than
+// Revision, or written before a decision that landed later, do not); an event
+// ID stored twice across the checkpoint is refused by the PostgreSQL store's
+// unique index (events_event_id_key). The read models' rows the new events touch are
 // compared (the accounts' rows of the accounts they touch), not the rows
 // before the checkpoint.
 
@@ -286,7 +288,8 @@ func (f *Fold) skipSnapshotsBefore(ctx context.Context) error {
 
 // claimBefore looks up, in the store, the claim of a key decided after the
 // checkpoint that has none after it: its claim came before (revision 0 of
-// its key stream, at or before the checkpoint); nil when it finds none.
+// its key stream, at or before the checkpoint); nil when it finds none. It
+// also reads the claim's decision (decidedBefore): one point read per key.
 func (f *Fold) claimBefore(ctx context.Context, store Store, key string) (*claim, error) {
 	sr, ok := store.(eventstore.StreamReader)
 	if !ok || f.from == nil {
@@ -296,11 +299,48 @@ func (f *Fold) claimBefore(ctx context.Context, store Store, key string) (*claim
 	if err != nil || len(recs) == 0 || recs[0].Position.Compare(f.from.Position) > 0 {
 		return nil, ignoreNotFound(err)
 	}
-	var c domain.KeyClaimed
-	if recs[0].Type != domain.EvKeyClaimed || json.Unmarshal(recs[0].Data, &c) != nil {
+	c, err := decodeClaim(recs[0].Type, recs[0].Data)
+	if err != nil {
 		return nil, nil
 	}
-	return &claim{stream: c.Stream, hash: c.RequestHash}, nil
+	found := &claim{stream: c.Stream, hash: c.RequestHash}
+	if c.Revision != nil {
+		found.decidedBefore, err = f.decidedBefore(ctx, sr, key, c.Stream, *c.Revision)
+	}
+	return found, err
+}
+
+// decidedBefore reads the command group a claim names (its stream, from its
+// revision): "stream@revision" when it carries the key and ends at or before
+// the checkpoint, the key's decision there, so that one after the checkpoint
+// decides it a second time; "" when it does not (the claim's revision is a
+// lower bound where the claim is written before its decision).
+func (f *Fold) decidedBefore(ctx context.Context, sr eventstore.StreamReader, key, stream string, rev uint64) (string, error) {
+	first, m, err := f.readDecision(ctx, sr, stream, rev)
+	if err != nil || first == nil || m.Key != key || m.Index != 0 {
+		return "", err
+	}
+	if m.Count > 1 {
+		last, lm, err := f.readDecision(ctx, sr, stream, rev+uint64(m.Count-1))
+		if err != nil || last == nil || lm.Key != key {
+			return "", err
+		}
+	}
+	return fmt.Sprintf("%s@%d", stream, rev), nil
+}
+
+// readDecision is the event at a stream's revision with its metadata when it
+// is at or before the checkpoint; nil otherwise.
+func (f *Fold) readDecision(ctx context.Context, sr eventstore.StreamReader, stream string, rev uint64) (*eventstore.RecordedEvent, domain.Metadata, error) {
+	recs, err := sr.ReadStream(ctx, stream, rev, eventstore.Forwards, 1)
+	if err != nil || len(recs) == 0 || recs[0].Revision != rev || recs[0].Position.Compare(f.from.Position) > 0 {
+		return nil, domain.Metadata{}, ignoreNotFound(err)
+	}
+	m, err := domain.DecodeMetadataNoRequest(recs[0].Metadata)
+	if err != nil {
+		return nil, domain.Metadata{}, nil
+	}
+	return &recs[0], m, nil
 }
 
 func ignoreNotFound(err error) error {

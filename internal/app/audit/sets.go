@@ -152,6 +152,10 @@ func (f *Fold) checkClaim(key, home, hash string, c claim, claimed bool) error {
 			c = *found
 		}
 	}
+	if c.decidedBefore != "" {
+		f.violate(Violation{Invariant: InvKeyOnce, Kind: "key_decided_twice", Stream: home,
+			Message: fmt.Sprintf("key %q decided before the checkpoint (%s) and again after it in %s", key, c.decidedBefore, home)})
+	}
 	switch {
 	case !claimed:
 		f.violate(Violation{Invariant: InvKeyOnce, Kind: "unclaimed_key", Stream: home, Message: fmt.Sprintf("key %q was decided without a claim", key)})

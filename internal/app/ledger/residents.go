@@ -161,22 +161,23 @@ func (r *residents) take(stream string) resident {
 }
 
 // put keeps res as stream's resident, dropping an arbitrary other one at the
-// bound; nothing when the bound is 0 or less, when stream's resident is at
+// bound, and reports whether it kept it; nothing when the bound is 0 or less, when stream's resident is at
 // res's revision or above (a late eviction callback, which the cache calls
 // after releasing its lock, may hand over an aggregate older than the
 // resident made since, and replacing it would cost a refused append and a
-// reload), or when its name and tail are longer than a block of the arena.
-func (r *residents) put(stream string, res resident) {
+// reload), when its name and tail are longer than a block of the arena, or
+// when the arena has no offset left.
+func (r *residents) put(stream string, res resident) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	size := len(stream) + len(res.tail)
 	if r.limit <= 0 || len(stream) > math.MaxUint16 || size > residentBlockMax {
-		return
+		return false
 	}
 	h := r.hash(stream)
 	if i, ok := r.find(stream, h); ok {
 		if r.rec(i).res.Revision() >= res.Revision() {
-			return
+			return false
 		}
 		r.remove(stream, i)
 	}
@@ -185,7 +186,7 @@ func (r *residents) put(stream string, res resident) {
 	}
 	block, ok := r.arena.alloc(size)
 	if !ok {
-		return
+		return false
 	}
 	copy(r.arena.at(block, size), stream)
 	copy(r.arena.at(block, size)[len(stream):], res.tail)
@@ -197,6 +198,7 @@ func (r *residents) put(stream string, res resident) {
 		r.index[h] = i
 	}
 	r.n++
+	return true
 }
 
 // newRec is a record not in use, a new page's first when none is free.
@@ -300,7 +302,8 @@ func (s *Service) loadCold(ctx context.Context, stream, id string, refresh bool)
 
 // toResident keeps acc, which the cache dropped, as stream's resident when
 // no one holds or waits for the stream (else the cache's caller holds it: it
-// may be mid-command) and Compact takes it (it is the store's state).
+// may be mid-command) and Compact takes it (it is the store's state), and
+// counts it made (by head) when the table kept it.
 func (s *Service) toResident(stream string, acc *domain.Account) {
 	unlock, ok := s.locks.tryLock(stream)
 	if !ok {
@@ -310,8 +313,8 @@ func (s *Service) toResident(stream string, acc *domain.Account) {
 	if !s.pipes.idle(stream) || s.accounts.c.Contains(stream) {
 		return
 	}
-	if res, tail, ok := domain.Compact(acc, s.residents.print); ok {
-		s.residents.put(stream, resident{res, tail, fromEviction, true})
+	res, tail, ok := domain.Compact(acc, s.residents.print)
+	if ok && s.residents.put(stream, resident{res, tail, fromEviction, true}) {
 		s.metrics.residentsMade.WithLabelValues(headLabel(acc.DecidedHead())).Inc()
 	}
 }

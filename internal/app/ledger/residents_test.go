@@ -164,7 +164,8 @@ func TestResidentPrintCollisionsNeverAnswerAnother(t *testing.T) {
 
 // TestResidentsBounded: at ResidentAccounts the residents stay bounded
 // (the others dropped), and every account, resident or dropped, is decided
-// on the store's state; a store that locates no events by ID has none.
+// on the store's state; a store that locates no events by ID has none, and
+// with none kept none is counted made (ledger_residents_made_total).
 func TestResidentsBounded(t *testing.T) {
 	const n, bound = 20, 5
 	s, st := residentService(t, n, 1, Options{ResidentAccounts: bound})
@@ -183,6 +184,9 @@ func TestResidentsBounded(t *testing.T) {
 	none, _ := residentService(t, 6, 0, Options{ResidentAccounts: -1})
 	if got := none.Residents(); got != 0 {
 		t.Fatalf("%d residents with none asked for", got)
+	}
+	if made := counterValue(t, none.metrics.residentsMade.WithLabelValues("decided")) + counterValue(t, none.metrics.residentsMade.WithLabelValues("read")); made != 0 {
+		t.Fatalf("%v residents counted made with none asked for", made)
 	}
 	unguarded := New(devtest.WithoutMultiAppend(memory.New()), Options{Clock: clock, CacheSize: 2})
 	defer unguarded.Close()

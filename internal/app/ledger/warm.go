@@ -143,7 +143,8 @@ func (w *warmer) page(ctx context.Context, streams []string) error {
 
 // warmOne caches acc as stream's aggregate (cache) or keeps it as its
 // resident, unless a command holds or waits for the stream, has appends in
-// flight on it, or has cached it or made it resident already.
+// flight on it, or has cached it or made it resident already; it reports
+// whether it cached or kept it (the table may keep none: residents.put).
 func (s *Service) warmOne(stream string, acc *domain.Account, cache bool) bool {
 	unlock, ok := s.locks.tryLock(stream)
 	if !ok {
@@ -158,10 +159,7 @@ func (s *Service) warmOne(stream string, acc *domain.Account, cache bool) bool {
 		return true
 	}
 	res, tail, ok := domain.Compact(acc, s.residents.print)
-	if ok {
-		s.residents.put(stream, resident{res, tail, fromWarm, true})
-	}
-	return ok
+	return ok && s.residents.put(stream, resident{res, tail, fromWarm, true})
 }
 
 // Warming reports how many accounts warming has loaded into the cache so far,

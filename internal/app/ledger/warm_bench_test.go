@@ -3,10 +3,8 @@ package ledger_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
 	"runtime/metrics"
-	"strconv"
 	"testing"
 	"time"
 
@@ -86,7 +84,7 @@ func customers(b *testing.B, n int) *memory.Store {
 // table's pages are allocated whole, so that the figure at 20,000 carries
 // their unused part.
 func BenchmarkResidentAccountHeap(b *testing.B) {
-	accounts := envInt(b, "LEDGER_BENCH_RESIDENT_ACCOUNTS", 20_000)
+	accounts := devtest.BenchEnv("LEDGER_BENCH_RESIDENT_ACCOUNTS", 20_000)
 	clock := devtest.NewClock().Now
 	for b.Loop() {
 		store := customers(b, accounts)
@@ -125,7 +123,7 @@ func scannableHeap() int64 {
 //
 //	go test ./internal/app/ledger -run '^$' -bench WarmingOnPostgres -benchtime 1x
 func BenchmarkWarmingOnPostgres(b *testing.B) {
-	accounts := envInt(b, "LEDGER_BENCH_WARM_ACCOUNTS", 100_000)
+	accounts := devtest.BenchEnv("LEDGER_BENCH_WARM_ACCOUNTS", 100_000)
 	ctx := context.Background()
 	store := devtest.Postgres(b)
 	body := func(i int) []byte {
@@ -153,18 +151,4 @@ func BenchmarkWarmingOnPostgres(b *testing.B) {
 		runtime.KeepAlive(svc)
 		svc.Close()
 	}
-}
-
-// envInt is the positive number in the environment variable name, def when
-// it is unset.
-func envInt(b *testing.B, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		b.Fatalf("%s=%q: want a positive number", name, v)
-	}
-	return n
 }
