@@ -166,12 +166,12 @@ func (r *residents) take(stream string) resident {
 // after releasing its lock, may hand over an aggregate older than the
 // resident made since, and replacing it would cost a refused append and a
 // reload), when its name and tail are longer than a block of the arena, or
-// when the arena has no offset left.
+// when the arena has no offset left. In those last two cases stream's older
+// resident is dropped all the same: a decision on it would be refused.
 func (r *residents) put(stream string, res resident) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	size := len(stream) + len(res.tail)
-	if r.limit <= 0 || len(stream) > math.MaxUint16 || size > residentBlockMax {
+	if r.limit <= 0 {
 		return false
 	}
 	h := r.hash(stream)
@@ -179,7 +179,11 @@ func (r *residents) put(stream string, res resident) bool {
 		if r.rec(i).res.Revision() >= res.Revision() {
 			return false
 		}
-		r.remove(stream, i)
+		r.remove(stream, i) // older: gone even when res is not kept
+	}
+	size := len(stream) + len(res.tail)
+	if len(stream) > math.MaxUint16 || size > residentBlockMax {
+		return false
 	}
 	if r.n >= r.limit {
 		r.dropOne()

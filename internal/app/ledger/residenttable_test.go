@@ -59,6 +59,27 @@ func TestResidentTableAgainstAMap(t *testing.T) {
 	}
 }
 
+// TestResidentTooLargeDropsTheOlder: a newer resident that is not kept
+// (its name and tail longer than a block) takes out the older one: a take
+// then returns none rather than the older state, whose decision the store
+// would refuse. It fails when the size check returns before the older
+// resident is removed (shown failing so).
+func TestResidentTooLargeDropsTheOlder(t *testing.T) {
+	states := residentStates(t, 3)
+	r := newResidents(10)
+	if !r.put("account-a", states[0]) {
+		t.Fatal("first resident not kept")
+	}
+	big := states[2]
+	big.tail = make([]byte, residentBlockMax)
+	if r.put("account-a", big) {
+		t.Fatal("a resident longer than a block kept")
+	}
+	if got := r.take("account-a"); got.ok || r.len() != 0 {
+		t.Fatalf("took a resident at %d (%d held), want none: the older one is stale", got.Revision(), r.len())
+	}
+}
+
 // checkResidentTable fails unless every resident of r is model's, r is
 // within limit, and its count is its records'; model loses those r dropped.
 func checkResidentTable(t *testing.T, r *residents, model map[string]resident, limit int) {
