@@ -232,6 +232,35 @@ func (r *residents) remove(stream string, i uint32) {
 	} else {
 		delete(r.collide, stream)
 	}
+	if r.arena.sparse() {
+		r.compact()
+	}
+}
+
+// compact copies the blocks in use into a fresh arena and points their
+// records at the copies: the freed blocks of each size, never merged, go
+// (residentArena). Every block is a record's, under r.mu.
+func (r *residents) compact() {
+	var fresh residentArena
+	for _, page := range r.pages {
+		for j := range page {
+			rc := &page[j]
+			if !rc.used {
+				continue
+			}
+			n := int(rc.name) + int(rc.tail)
+			block, ok := fresh.alloc(n)
+			if !ok {
+				panic("residents: compacting needs more offsets than the arena had")
+			}
+			copy(fresh.at(block, n), r.arena.at(rc.block, n))
+			rc.block = block
+		}
+	}
+	if fresh.live != r.arena.live {
+		panic("residents: the arena's bytes in use are not its records'")
+	}
+	r.arena = fresh
 }
 
 // dropOne drops an arbitrary resident (the map's iteration order is random).

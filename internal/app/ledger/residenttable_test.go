@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -82,6 +83,40 @@ func TestResidentTooLargeDropsTheOlder(t *testing.T) {
 	}
 	if got := r.take("account-a"); got.ok || r.len() != 0 {
 		t.Fatalf("took a resident at %d (%d held), want none: the older one is stale", got.Revision(), r.len())
+	}
+}
+
+// TestResidentArenaStaysBounded: residents whose tails grow through
+// several sizes and shrink back (accounts gaining and closing holds) leave
+// the arena's pages within twice the bytes of the blocks in use and a page,
+// those blocks within twice the names and tails, and every resident reads
+// back its own tail. It fails when freed blocks of each size are kept and
+// never merged, the pages the sum of each size's peak (shown failing so).
+func TestResidentArenaStaysBounded(t *testing.T) {
+	const n = 10_000
+	res := residentStates(t, 1)[0]
+	r := newResidents(n)
+	for _, size := range []int{1, 40, 100, 200, 450, 900, 1} {
+		for i := range n {
+			stream := fmt.Sprintf("account-c%05d", i)
+			r.take(stream)
+			res.tail = bytes.Repeat([]byte{byte(i)}, size)
+			r.put(stream, res)
+		}
+		if held, live := r.arena.held(), r.arena.live; held > 2*live+arenaPage {
+			t.Fatalf("tails of %d bytes: %d bytes of pages held for %d in use", size, held, live)
+		}
+	}
+	names := 0
+	r.each(func(stream string, got resident) {
+		names += len(stream) + len(got.tail)
+		var i int
+		if _, err := fmt.Sscanf(stream, "account-c%d", &i); err != nil || !bytes.Equal(got.tail, []byte{byte(i)}) {
+			t.Fatalf("%s: tail %v, want [%d]", stream, got.tail, byte(i))
+		}
+	})
+	if r.len() != n || r.arena.live > 2*names {
+		t.Fatalf("%d residents, %d bytes of blocks for %d of names and tails", r.len(), r.arena.live, names)
 	}
 }
 
