@@ -48,8 +48,6 @@ type appendReq struct {
 	ctx   context.Context
 	parts []eventstore.StreamAppend
 	done  chan appendResp
-	// then, when set, takes the outcome instead of done (queued.go).
-	then continuation
 	// chain names the pipeline chain the request was decided in (pipeline.go): the
 	// commands of one stream decided one on another's pending state, since the
 	// state was last read from the store. 0: none (decided on durable state).
@@ -63,10 +61,6 @@ type appendResp struct {
 	res []eventstore.AppendResult
 	err error
 }
-
-// written reports whether the request's events were written by its append:
-// not failed, nor found stored already.
-func (r appendResp) written() bool { return r.err == nil && !anyIdempotent(r.res) }
 
 type batcher struct {
 	multi  eventstore.MultiAppender
@@ -106,7 +100,7 @@ func (b *batcher) close() {
 
 // submit appends parts atomically, in a shared transaction when others are queued.
 func (b *batcher) submit(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
-	r, err := b.enqueue(ctx, parts, "", 0, nil)
+	r, err := b.enqueue(ctx, parts, "", 0)
 	if err != nil {
 		return nil, err
 	}
@@ -117,18 +111,14 @@ func (b *batcher) submit(ctx context.Context, parts []eventstore.StreamAppend) (
 }
 
 // enqueue queues parts for a transaction and returns at once; the outcome
-// arrives on the request's done channel, or is handed to then (when not nil)
-// once the transaction has resolved. home names the committer, so that one
+// arrives on the request's done channel. home names the committer, so that one
 // stream's requests stay in order: the stream the request joins the chain of
 // ("": the last part's).
-func (b *batcher) enqueue(ctx context.Context, parts []eventstore.StreamAppend, home string, chain uint64, then continuation) (*appendReq, error) {
+func (b *batcher) enqueue(ctx context.Context, parts []eventstore.StreamAppend, home string, chain uint64) (*appendReq, error) {
 	if home == "" {
 		home = parts[len(parts)-1].Stream
 	}
-	r := &appendReq{ctx: ctx, parts: parts, chain: chain, home: home, then: then}
-	if then == nil {
-		r.done = make(chan appendResp, 1)
-	}
+	r := &appendReq{ctx: ctx, parts: parts, done: make(chan appendResp, 1), chain: chain, home: home}
 	q := b.queues[0]
 	if len(b.queues) > 1 {
 		h := fnv.New32a()
@@ -159,14 +149,10 @@ type committer struct {
 	// the failed request's revision.) One entry per stream: a chain that follows
 	// is a new one.
 	dead map[string]uint64
-	// thens are the continuations of the transaction being committed
-	// (answer), run by conts once it has resolved (flush).
-	thens []func()
-	conts *continuations
 }
 
 func (b *batcher) newCommitter() *committer {
-	return &committer{b: b, queue: make(chan *appendReq, max(1, b.opts.QueueLen/b.opts.Committers)), dead: map[string]uint64{}, conts: newContinuations()}
+	return &committer{b: b, queue: make(chan *appendReq, max(1, b.opts.QueueLen/b.opts.Committers)), dead: map[string]uint64{}}
 }
 
 func (c *committer) loop() {
@@ -181,106 +167,12 @@ func (c *committer) loop() {
 				batch = append(batch, r)
 			case <-c.b.stop:
 				c.drain()
-				c.conts.close()
 				return
 			}
 		}
 		batch = c.fill(batch)
 		batch, carry = splitOverlaps(batch)
 		c.commit(batch)
-		c.flush()
-	}
-}
-
-// continuation takes a request's outcome in two steps: resolved at once, on
-// the committer, which must not wait for anything (the pipeline learns the
-// outcome: a reader holding a stream's lock may wait for it to drain), and
-// deliver once the transaction's outcomes are all known, on the committer's
-// continuations (flush), where it may wait for a stream's lock.
-type continuation interface {
-	resolved(appendResp)
-	deliver(appendResp)
-}
-
-// answer hands r its outcome: on its done channel, or to its continuation.
-func (c *committer) answer(r *appendReq, resp appendResp) {
-	if r.then == nil {
-		r.done <- resp
-		return
-	}
-	r.then.resolved(resp)
-	c.thens = append(c.thens, func() { r.then.deliver(resp) })
-}
-
-// flush hands the continuations of the transaction just resolved to the
-// committer's continuations, which run them after those of the transactions
-// before it, on a goroutine of their own: one continuation per transaction,
-// not one goroutine per request parked with its stack until the commit
-// (queued.go). The committer goes on at once: a continuation may wait for a
-// stream's lock, whose holder may wait for room in the committer's queue.
-func (c *committer) flush() {
-	if len(c.thens) == 0 {
-		return
-	}
-	c.conts.push(c.thens)
-	c.thens = nil
-}
-
-// continuations runs the thens of a committer's transactions (flush), those
-// of each transaction after those of the one before.
-type continuations struct {
-	mu     sync.Mutex
-	queue  [][]func()
-	wake   chan struct{} // a push since the runner last looked
-	closed bool
-}
-
-func newContinuations() *continuations {
-	cs := &continuations{wake: make(chan struct{}, 1)}
-	go cs.run()
-	return cs
-}
-
-// push queues a transaction's thens; it never waits.
-func (cs *continuations) push(thens []func()) {
-	cs.mu.Lock()
-	cs.queue = append(cs.queue, thens)
-	cs.mu.Unlock()
-	cs.signal()
-}
-
-// close ends the runner once what is queued has run.
-func (cs *continuations) close() {
-	cs.mu.Lock()
-	cs.closed = true
-	cs.mu.Unlock()
-	cs.signal()
-}
-
-func (cs *continuations) signal() {
-	select {
-	case cs.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (cs *continuations) run() {
-	for {
-		cs.mu.Lock()
-		queue, closed := cs.queue, cs.closed
-		cs.queue = nil
-		cs.mu.Unlock()
-		for _, thens := range queue {
-			for _, t := range thens {
-				t()
-			}
-		}
-		if len(queue) == 0 {
-			if closed {
-				return
-			}
-			<-cs.wake
-		}
 	}
 }
 
@@ -319,7 +211,6 @@ func (c *committer) drain() {
 		select {
 		case r := <-c.queue:
 			c.commit([]*appendReq{r})
-			c.flush()
 		default:
 			return
 		}
@@ -407,7 +298,7 @@ func (c *committer) commit(batch []*appendReq) {
 					// rest of its chain was decided on this one's version of them.
 					c.dead[r.home] = r.chain
 				}
-				c.answer(r, appendResp{res: mine})
+				r.done <- appendResp{res: mine}
 			}
 			return
 		}
@@ -452,7 +343,7 @@ func (c *committer) fail(r *appendReq, err error) {
 	if r.chain != 0 {
 		c.dead[r.home] = r.chain
 	}
-	c.answer(r, appendResp{err: err})
+	r.done <- appendResp{err: err}
 }
 
 // errDecidedOnFailed answers a request that was decided on top of one that was

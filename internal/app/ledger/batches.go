@@ -97,7 +97,7 @@ func (s *Service) runBatch(ctx context.Context, cmds []domain.BatchCommand) []Re
 				done(reply.Error(c.IdempotencyKey, err))
 				return
 			}
-			s.workersFor(c.Command).Go(nil, func() {
+			s.elements.Go(nil, func() {
 				s.handleElement(context.WithValue(ctx, batchElementKey{}, e), c.Command, done) // done perhaps once its commit resolves (queued.go)
 			})
 		}()

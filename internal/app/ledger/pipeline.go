@@ -88,12 +88,9 @@ func (ps *pipes) wait(stream, key string) <-chan struct{} {
 // stopped a hot account's decisions for a whole commit every keyLimit/2
 // commands (BenchmarkBatchesHotAndSpread). A key's owner still reads its
 // record within keyLimit/2 decisions of its resolution: the stream's lock
-// is handed over in the order it was asked for (a batch's command, answered
-// by its transaction's continuation, reads the record its decision folded,
-// forgotten or not: queuedHot.rec; TestBatchesOnAHotAccountWithFewKeys).
-// While a reader waits for the stream to settle (settle), nothing more is
-// pipelined on it until it has: a hot account under a stream of batches
-// would otherwise never settle.
+// is handed over in the order it was asked for. While a reader waits for the
+// stream to settle (settle), nothing more is pipelined on it until it has:
+// a hot account under a stream of batches would otherwise never settle.
 // Nil when there is room.
 func (ps *pipes) full(stream string, keyLimit int) <-chan struct{} {
 	ps.mu.Lock()
@@ -305,9 +302,6 @@ type hotLeg struct {
 	chain  uint64
 	key    string
 	w      written
-	// apart, when set, takes the write's outcome once its transaction has
-	// resolved (queued.go); else the queuer waits for it (appendHot).
-	apart *handoff
 }
 
 // appendHot appends parts in one write pipelined on hot: it folds hot's events
@@ -337,10 +331,6 @@ type queuedHot struct {
 	hot     hotLeg
 	settled func(res []eventstore.AppendResult) error
 	r       *appendReq
-	// rec is the record of hot's key its decision folded into the pending
-	// aggregate: read through it, not through the aggregate, which may
-	// have forgotten it by the time the commit is known (Account.KeyLimit).
-	rec *domain.KeyRecord
 }
 
 // queueHot is appendHot up to the wait: the decision folded into the pending
@@ -360,16 +350,7 @@ func (s *Service) queueHot(ctx context.Context, l *heldLocks, parts []eventstore
 	// Queued whatever becomes of ctx: the decision is folded into the pending
 	// state, and the commands decided on it after must find it in the queue (or
 	// the batcher closed, which refuses them too).
-	q := &queuedHot{l: l, parts: parts, hot: hot, settled: settled}
-	if len(hot.w.events) > 0 {
-		q.rec = hot.acc.Keys[hot.w.events[0].Metadata.Key]
-	}
-	var then continuation
-	if hot.apart != nil {
-		hot.apart.end = func(resp appendResp) { s.pipes.end(hot.stream, resp.written()) }
-		then = hot.apart
-	}
-	r, err := s.batch.enqueue(context.WithoutCancel(ctx), parts, hot.stream, chain, then)
+	r, err := s.batch.enqueue(context.WithoutCancel(ctx), parts, hot.stream, chain)
 	if err != nil {
 		s.pipes.end(hot.stream, false)
 		s.pipes.resolve(hot.stream, hot.key)
@@ -381,8 +362,7 @@ func (s *Service) queueHot(ctx context.Context, l *heldLocks, parts []eventstore
 	if e := batchElementOf(ctx); e != nil {
 		e.markDecided() // the batch's next command of this account decides on the pending state (batches.go)
 	}
-	q.r = r
-	return q, nil
+	return &queuedHot{l: l, parts: parts, hot: hot, settled: settled, r: r}, nil
 }
 
 // finishHot is appendHot after the wait, given the write's outcome: the
@@ -392,10 +372,8 @@ func (s *Service) queueHot(ctx context.Context, l *heldLocks, parts []eventstore
 func (s *Service) finishHot(ctx context.Context, q *queuedHot, resp appendResp) ([]eventstore.AppendResult, error) {
 	hot, l := q.hot, q.l
 	defer s.pipes.resolve(hot.stream, hot.key) // with the locks held again
-	ok := resp.written()
-	if hot.apart == nil { // else told on the committer (handoff.resolved)
-		s.pipes.end(hot.stream, ok)
-	}
+	ok := resp.err == nil && !anyIdempotent(resp.res)
+	s.pipes.end(hot.stream, ok)
 	var serr error
 	if ok && q.settled != nil {
 		serr = q.settled(resp.res)
@@ -410,8 +388,10 @@ func (s *Service) finishHot(ctx context.Context, q *queuedHot, resp appendResp) 
 	case serr != nil:
 		return nil, serr
 	}
-	if n := len(hot.w.events); ok && n > 0 && q.rec != nil {
-		q.rec.Position = resp.res[partOf(q.parts, hot.stream)].Position.String()
+	if n := len(hot.w.events); ok && n > 0 {
+		if rec := hot.acc.Keys[hot.w.events[0].Metadata.Key]; rec != nil {
+			rec.Position = resp.res[partOf(q.parts, hot.stream)].Position.String()
+		}
 	}
 	return resp.res, nil
 }

@@ -6,36 +6,25 @@ import (
 	"github.com/ledgerworks/ledger/domain"
 )
 
-// Batch elements decided apart from their commit (runBatch). A decider (a
-// bounded pool of element workers, batchworkers.go) decides a command of one
-// account, queues its append on the account's pipeline (pipeline.go) and
-// returns to the pool at once: it never parks, with the deep frames of a
-// decision (about 9 KiB, BENCHMARKS.md "runtime.copystack"), for the length
-// of a commit. What follows the commit (the key's record is read under the
-// stream's lock, the reply is made) runs as the transaction's continuation:
-// one goroutine per committer runs those of every command its transactions
-// carried, one after another (committer.flush), so the stacks that grow are
-// one per committer, not one per command.
-//
-// No continuation waits for a decider, so the bound cannot deadlock: a
-// decider waits only for what the store, the committers or the
-// continuations give (room on a pipeline, a key's append in flight, a stream
-// draining, earlier commands of its batch finished, a lock held by a decision
-// under way), and a continuation waits only for a stream's lock. The
-// pipeline learns a commit's outcome on the committer itself (handoff.resolved),
-// not behind the continuations queued before it: a transfer holding one
-// account's lock while it waits for another to drain would otherwise wait
-// for a continuation stuck behind one that waits for that lock. A
-// continuation reads the record its decision folded (queuedHot.rec), so
-// that the pending aggregate may forget it first (Account.KeyLimit). A
-// command whose write was refused (a command decided before it in its
-// pipeline was not written, or the store failed) is decided again on a
-// goroutine of its own, as alone (finish, then again, waiting where it
-// must): the continuation goes on with the transaction's other commands.
+// Batch elements decided apart from their commit (runBatch). An element
+// worker that decided a command of one account and queued its append on the
+// account's pipeline (pipeline.go) does not wait for the group commit: the
+// wait is left to a goroutine that holds nothing but the queued write, and
+// what follows the commit (the pipeline learns the outcome, the key's record
+// is read under the stream's lock, or the command decided again when the
+// commit failed) runs on an element worker once the commit has resolved. So
+// a worker decides the next command, of the same hot account on the pending
+// state or of another, while the commit is in flight, and the deep frames of
+// a decision (about 9 KiB down to the group commit's wait, BENCHMARKS.md
+// "runtime.copystack") are not held, one stack per command in flight, for
+// the length of a commit.
 //
 // Nothing changes in what a client is told: the reply is made only after the
-// commit is known, exactly as Handle would make it, and a failed commit fails
-// or decides again every command decided on it (TestBatchOnAFailedCommit).
+// commit is known, exactly as Handle would make it. A commit that failed, or
+// was refused because a command decided before it in its pipeline failed,
+// makes the pending state stale (finishHot), and the command is answered an
+// error or decided again, as alone (afterAccountAppend, then the attempts
+// that remain, waited for in place).
 
 // handleElement decides cmd, a command of a batch (ctx carries its element),
 // and hands its reply to done: at once, or once its commit has resolved when
@@ -51,36 +40,14 @@ func (s *Service) handleElement(ctx context.Context, cmd domain.Command, done fu
 		done(s.replyOf(ctx, cmd, r, err))
 		return
 	}
-	q.w.queued.hot.hot.apart.onDone(func(resp appendResp) {
-		r, again, err := q.finish(ctx, resp)
-		if !again {
+	go func() {
+		resp := <-q.w.queued.hot.r.done // a shallow frame: the commit's wait holds no decision's stack
+		s.elements.Go(nil, func() {
+			r, err := q.finish(ctx, resp)
 			done(s.replyOf(ctx, cmd, r, err))
-			return
-		}
-		go func() { // its write refused: decided again, waiting where it must
-			r, err := q.again(ctx)
-			done(s.replyOf(ctx, cmd, r, err))
-		}()
-	})
+		})
+	}()
 }
-
-// handoff is a queued write's continuation (batch.go): resolved, on the
-// committer, tells the pipeline the outcome (end); deliver runs the
-// command's continuation (onDone) with it, once given: the decider that
-// queued the write gives it on its way back, waiting for nothing.
-type handoff struct {
-	k   chan func(appendResp)
-	end func(appendResp)
-}
-
-func newHandoff() *handoff { return &handoff{k: make(chan func(appendResp), 1)} }
-
-func (h *handoff) resolved(resp appendResp) { h.end(resp) }
-
-func (h *handoff) deliver(resp appendResp) { (<-h.k)(resp) }
-
-// onDone gives the command's continuation k, run with the outcome.
-func (h *handoff) onDone(k func(appendResp)) { h.k <- k }
 
 // queuedCommand is a command of one account decided and queued on the
 // account's pipeline (queueAccountCommand), its commit not yet known: the
@@ -120,38 +87,28 @@ func (s *Service) queueAccountCommand(ctx context.Context, cmd domain.Command) (
 }
 
 // finish is the rest of the queued command given its commit's outcome
-// (resp), waiting for nothing but the stream's lock: the pipeline learns the
-// outcome, the lock is taken again, and the command is answered from its
-// record (the lock released), or again asks for it to be decided again (its
-// write was refused), the lock still held: then again decides it.
-func (q *queuedCommand) finish(ctx context.Context, resp appendResp) (r Reply, again bool, err error) {
+// (resp): the pipeline learns it, the stream's lock is taken again, and the
+// command is answered from its record, or decided again in place (its
+// remaining attempts, after the earlier commands of its batch it shares
+// something with: attempts, afterEarlier) when its write was refused.
+func (q *queuedCommand) finish(ctx context.Context, resp appendResp) (Reply, error) {
 	s, w, a := q.s, q.w, q.a
+	defer a.locks.unlock()
 	qw := w.queued
 	w.queued, w.apart = nil, false // any attempt after this one waits in place
 	res, err := s.finishPipelined(ctx, w, qw, resp)
-	again, err = s.afterAccountAppend(w, res, err)
-	if err == nil && again {
-		return Reply{}, true, nil
-	}
-	a.locks.unlock()
+	again, err := s.afterAccountAppend(w, res, err)
 	if err != nil {
-		return Reply{}, false, err
-	}
-	return w.ans.reply(), false, nil
-}
-
-// again decides the queued command again after its write was refused
-// (finish): its remaining attempts, after the earlier commands of its batch
-// it shares something with (attempts, afterEarlier), its lock held on entry.
-func (q *queuedCommand) again(ctx context.Context) (Reply, error) {
-	s, w, a := q.s, q.w, q.a
-	defer a.locks.unlock()
-	a.n++
-	if err := s.appends.afterEarlier(ctx, a); err != nil {
 		return Reply{}, err
 	}
-	if _, err := s.attempts(ctx, a, q.try); err != nil {
-		return Reply{}, err
+	if again {
+		a.n++
+		if err := s.appends.afterEarlier(ctx, a); err != nil {
+			return Reply{}, err
+		}
+		if _, err := s.attempts(ctx, a, q.try); err != nil {
+			return Reply{}, err
+		}
 	}
 	return w.ans.reply(), nil
 }

@@ -131,8 +131,6 @@ type Service struct {
 	warm        atomic.Pointer[warmer] // loads the store's accounts after a restart (warm.go); nil: none
 	// elements runs the commands of batches that are not atomic (batchworkers.go).
 	elements *workers.Pool
-	// deciders decide a batch's commands of one account (batchworkers.go).
-	deciders *workers.Pool
 	// failpoint, when set (by tests only), is called between the steps of a saga
 	// with the step's name; an error aborts the handler there, as a crash would.
 	failpoint func(step string) error
@@ -192,7 +190,6 @@ func New(store Store, opts Options) *Service {
 		s.subjects, s.holdLimit, s.refundLimit = sr, max(opts.RecentHolds, 0), max(opts.RecentRefunds, 0)
 	}
 	s.appends = appenderFor(s, store)
-	s.deciders = decidersFor(s, s.elements)
 	s.warm.Store(startWarming(s, store, opts.WarmAccounts))
 	return s
 }
@@ -206,7 +203,6 @@ func (s *Service) Close() {
 	s.keys.close()
 	s.cold.close()
 	s.elements.Close()
-	s.deciders.Close()
 }
 
 // ErrTooManyConflicts means concurrent writers kept winning for MaxAttempts rounds.

@@ -123,10 +123,6 @@ type accountWrite struct {
 	// (queued), its commit waited for apart (queued.go: batch elements).
 	apart  bool
 	queued *queuedWrite
-	// rec is the key's record its pipelined append folded, once that append
-	// succeeded (finishPipelined): the answer, even should the pending
-	// aggregate have forgotten it since (afterAccountAppend).
-	rec *domain.KeyRecord
 }
 
 // nextAttempt is how the next attempt at a command is taken.
@@ -245,12 +241,8 @@ func (s *Service) afterAccountAppend(w *accountWrite, res written, err error) (a
 		w.ans.r, err = s.afterRefusedAppend(w, res, err)
 		return w.ans.r == nil && err == nil, err
 	}
-	kr := w.rec // the record its pipelined append folded, forgotten or not
-	if kr == nil {
-		kr = w.acc.Keys[w.cmd.IdempotencyKey]
-	}
-	w.rec = nil
-	if kr == nil {
+	kr, ok := w.acc.Keys[w.cmd.IdempotencyKey]
+	if !ok {
 		return false, fmt.Errorf("ledger: %s: key %q not found after its own append", w.stream, w.cmd.IdempotencyKey)
 	}
 	s.tookCommand(w.stream, w.acc, int64(res.events[len(res.events)-1].Revision))
@@ -393,11 +385,7 @@ func (s *Service) appendPipelined(ctx context.Context, l *heldLocks, w *accountW
 		}
 		parts = append([]eventstore.StreamAppend{c}, parts...)
 	}
-	hot := hotLeg{stream: w.stream, acc: acc, chain: w.chain, key: w.cmd.IdempotencyKey, w: e.pending()}
-	if w.apart {
-		hot.apart = newHandoff()
-	}
-	q, err := s.queueHot(ctx, l, parts, hot, nil)
+	q, err := s.queueHot(ctx, l, parts, hotLeg{stream: w.stream, acc: acc, chain: w.chain, key: w.cmd.IdempotencyKey, w: e.pending()}, nil)
 	if err != nil {
 		return s.pipelinedOutcome(ctx, w, parts, nil, err)
 	}
@@ -418,7 +406,6 @@ type queuedWrite struct{ hot *queuedHot }
 func (s *Service) finishPipelined(ctx context.Context, w *accountWrite, q *queuedWrite, resp appendResp) (written, error) {
 	res, err := s.finishHot(ctx, q.hot, resp)
 	if err == nil && !anyIdempotent(res) {
-		w.rec = q.hot.rec
 		return q.hot.hot.w, nil // the events as they were folded, now durable
 	}
 	return s.pipelinedOutcome(ctx, w, q.hot.parts, res, err)
