@@ -60,7 +60,7 @@ type residents struct {
 // residentRec is one resident in the table: no pointer.
 type residentRec struct {
 	res    domain.Resident
-	block  uint32      // the name then the tail, in the arena (residentArena.at)
+	block  uint32      // the name then the tail, in the arena (parts)
 	name   uint16      // the name's length
 	tail   uint32      // the tail's length
 	origin originLabel // fromEviction or fromWarm
@@ -105,11 +105,13 @@ type originLabel uint8
 
 var origins = [...]residentOrigin{fromEviction, fromWarm}
 
+// labelOf is o's label: its index in origins, the one home of the mapping.
 func labelOf(o residentOrigin) originLabel {
-	if o == fromWarm {
-		return 1
+	i := slices.Index(origins[:], o)
+	if i < 0 {
+		panic("residents: an origin not in origins: " + string(o))
 	}
-	return 0
+	return originLabel(i)
 }
 
 func newResidents(limit int) *residents {
@@ -126,9 +128,19 @@ func (r *residents) rec(i uint32) *residentRec {
 
 // name is record i's stream name, in the arena.
 func (r *residents) name(i uint32) []byte {
-	rc := r.rec(i)
-	return r.arena.at(rc.block, int(rc.name))
+	name, _ := r.parts(r.rec(i))
+	return name
 }
+
+// parts is rc's stream name and tail in the arena: its block holds the
+// name, then the tail (the layout's one home).
+func (r *residents) parts(rc *residentRec) (name, tail []byte) {
+	all := r.arena.at(rc.block, rc.size())
+	return all[:rc.name:rc.name], all[rc.name:]
+}
+
+// size is the bytes of rc's block in use: its name's and tail's.
+func (rc *residentRec) size() int { return int(rc.name) + int(rc.tail) }
 
 // find is stream's record, ok false when it has none.
 func (r *residents) find(stream string, h uint64) (uint32, bool) {
@@ -153,8 +165,8 @@ func (r *residents) take(stream string) resident {
 	}
 	rc := r.rec(i)
 	res := resident{Resident: rc.res, origin: origins[rc.origin], ok: true}
-	if rc.tail > 0 {
-		res.tail = slices.Clone(r.arena.at(rc.block, int(rc.name)+int(rc.tail))[rc.name:])
+	if _, tail := r.parts(rc); len(tail) > 0 {
+		res.tail = slices.Clone(tail)
 	}
 	r.remove(stream, i)
 	return res
@@ -192,10 +204,12 @@ func (r *residents) put(stream string, res resident) bool {
 	if !ok {
 		return false
 	}
-	copy(r.arena.at(block, size), stream)
-	copy(r.arena.at(block, size)[len(stream):], res.tail)
 	i := r.newRec()
-	*r.rec(i) = residentRec{res: res.Resident, block: block, name: uint16(len(stream)), tail: uint32(len(res.tail)), origin: labelOf(res.origin), used: true}
+	rc := r.rec(i)
+	*rc = residentRec{res: res.Resident, block: block, name: uint16(len(stream)), tail: uint32(len(res.tail)), origin: labelOf(res.origin), used: true}
+	name, tail := r.parts(rc)
+	copy(name, stream)
+	copy(tail, res.tail)
 	if _, taken := r.index[h]; taken {
 		r.collide[stream] = i
 	} else {
@@ -223,7 +237,7 @@ func (r *residents) newRec() uint32 {
 // remove drops record i, stream's, from the table.
 func (r *residents) remove(stream string, i uint32) {
 	rc, h := r.rec(i), r.hash(stream)
-	r.arena.release(rc.block, int(rc.name)+int(rc.tail))
+	r.arena.release(rc.block, rc.size())
 	*rc = residentRec{}
 	r.free = append(r.free, i)
 	r.n--
@@ -248,7 +262,7 @@ func (r *residents) compact() {
 			if !rc.used {
 				continue
 			}
-			n := int(rc.name) + int(rc.tail)
+			n := rc.size()
 			block, ok := fresh.alloc(n)
 			if !ok {
 				panic("residents: compacting needs more offsets than the arena had")
@@ -303,8 +317,8 @@ func (r *residents) each(f func(stream string, res resident)) {
 			if !rc.used {
 				continue
 			}
-			all := r.arena.at(rc.block, int(rc.name)+int(rc.tail))
-			f(string(all[:rc.name]), resident{Resident: rc.res, tail: all[rc.name:], origin: origins[rc.origin], ok: true})
+			name, tail := r.parts(rc)
+			f(string(name), resident{Resident: rc.res, tail: tail, origin: origins[rc.origin], ok: true})
 		}
 	}
 }
