@@ -70,6 +70,12 @@ type batcher struct {
 	wg     sync.WaitGroup
 	stop   chan struct{}
 	once   sync.Once
+	// mu makes closing and queuing atomic: a request is queued only while
+	// closed is false (enqueue holds mu for reading), so none is queued after
+	// a committer drained its queue on stop; a select between the send and
+	// the stop would choose at random when both are ready (TestCloseDuringBatches).
+	mu     sync.RWMutex
+	closed bool
 }
 
 func newBatcher(multi eventstore.MultiAppender, opts BatchOptions, sizes prometheus.Observer) *batcher {
@@ -94,7 +100,12 @@ func newBatcher(multi eventstore.MultiAppender, opts BatchOptions, sizes prometh
 
 // close stops the committers after the queue drains. Callers must not submit after.
 func (b *batcher) close() {
-	b.once.Do(func() { close(b.stop) })
+	b.once.Do(func() {
+		b.mu.Lock() // after the sends under way: the committers still take them
+		b.closed = true
+		b.mu.Unlock()
+		close(b.stop)
+	})
 	b.wg.Wait()
 }
 
@@ -125,13 +136,16 @@ func (b *batcher) enqueue(ctx context.Context, parts []eventstore.StreamAppend, 
 		h.Write([]byte(r.home))
 		q = b.queues[h.Sum32()%uint32(len(b.queues))]
 	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return nil, errBatcherClosed
+	}
 	select {
 	case q <- r:
 		return r, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-b.stop:
-		return nil, errBatcherClosed
 	}
 }
 
