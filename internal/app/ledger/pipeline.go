@@ -88,7 +88,11 @@ func (ps *pipes) wait(stream, key string) <-chan struct{} {
 // stopped a hot account's decisions for a whole commit every keyLimit/2
 // commands (BenchmarkBatchesHotAndSpread). A key's owner still reads its
 // record within keyLimit/2 decisions of its resolution: the stream's lock
-// is handed over in the order it was asked for. While a reader waits for the
+// is handed over in the order it was asked for. That does not bound the
+// decisions taken between a commit and its owner's taking the lock again
+// (the commits that resolve meanwhile make room for more), so the owner
+// reads the record its decision folded, forgotten or not (queuedHot.rec;
+// TestBatchesOnAHotAccountWithFewKeys). While a reader waits for the
 // stream to settle (settle), nothing more is pipelined on it until it has:
 // a hot account under a stream of batches would otherwise never settle.
 // Nil when there is room.
@@ -331,6 +335,11 @@ type queuedHot struct {
 	hot     hotLeg
 	settled func(res []eventstore.AppendResult) error
 	r       *appendReq
+	// rec is the record of hot's key its decision folded into the pending
+	// aggregate: read through it, not through the aggregate, which may have
+	// forgotten it (Account.KeyLimit) by the time the commit is known and
+	// the stream's lock taken again (TestBatchesOnAHotAccountWithFewKeys).
+	rec *domain.KeyRecord
 }
 
 // queueHot is appendHot up to the wait: the decision folded into the pending
@@ -345,6 +354,10 @@ func (s *Service) queueHot(ctx context.Context, l *heldLocks, parts []eventstore
 			s.pipes.poison(hot.stream)
 			return nil, err
 		}
+	}
+	var rec *domain.KeyRecord
+	if len(hot.w.events) > 0 {
+		rec = hot.acc.Keys[hot.w.events[0].Metadata.Key]
 	}
 	chain := s.pipes.begin(hot.stream, hot.key, hot.acc, hot.chain)
 	// Queued whatever becomes of ctx: the decision is folded into the pending
@@ -362,7 +375,7 @@ func (s *Service) queueHot(ctx context.Context, l *heldLocks, parts []eventstore
 	if e := batchElementOf(ctx); e != nil {
 		e.markDecided() // the batch's next command of this account decides on the pending state (batches.go)
 	}
-	return &queuedHot{l: l, parts: parts, hot: hot, settled: settled, r: r}, nil
+	return &queuedHot{l: l, parts: parts, hot: hot, settled: settled, r: r, rec: rec}, nil
 }
 
 // finishHot is appendHot after the wait, given the write's outcome: the
@@ -388,10 +401,8 @@ func (s *Service) finishHot(ctx context.Context, q *queuedHot, resp appendResp) 
 	case serr != nil:
 		return nil, serr
 	}
-	if n := len(hot.w.events); ok && n > 0 {
-		if rec := hot.acc.Keys[hot.w.events[0].Metadata.Key]; rec != nil {
-			rec.Position = resp.res[partOf(q.parts, hot.stream)].Position.String()
-		}
+	if ok && q.rec != nil {
+		q.rec.Position = resp.res[partOf(q.parts, hot.stream)].Position.String()
 	}
 	return resp.res, nil
 }

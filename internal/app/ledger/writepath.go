@@ -123,6 +123,10 @@ type accountWrite struct {
 	// (queued), its commit waited for apart (queued.go: batch elements).
 	apart  bool
 	queued *queuedWrite
+	// rec is the key's record its pipelined append folded, once that append
+	// succeeded (finishPipelined): the answer, even should the pending
+	// aggregate have forgotten it since (afterAccountAppend).
+	rec *domain.KeyRecord
 }
 
 // nextAttempt is how the next attempt at a command is taken.
@@ -241,8 +245,12 @@ func (s *Service) afterAccountAppend(w *accountWrite, res written, err error) (a
 		w.ans.r, err = s.afterRefusedAppend(w, res, err)
 		return w.ans.r == nil && err == nil, err
 	}
-	kr, ok := w.acc.Keys[w.cmd.IdempotencyKey]
-	if !ok {
+	kr := w.rec // the record its pipelined append folded, forgotten or not
+	if kr == nil {
+		kr = w.acc.Keys[w.cmd.IdempotencyKey] // appended holding the lock throughout
+	}
+	w.rec = nil
+	if kr == nil {
 		return false, fmt.Errorf("ledger: %s: key %q not found after its own append", w.stream, w.cmd.IdempotencyKey)
 	}
 	s.tookCommand(w.stream, w.acc, int64(res.events[len(res.events)-1].Revision))
@@ -406,6 +414,7 @@ type queuedWrite struct{ hot *queuedHot }
 func (s *Service) finishPipelined(ctx context.Context, w *accountWrite, q *queuedWrite, resp appendResp) (written, error) {
 	res, err := s.finishHot(ctx, q.hot, resp)
 	if err == nil && !anyIdempotent(res) {
+		w.rec = q.hot.rec
 		return q.hot.hot.w, nil // the events as they were folded, now durable
 	}
 	return s.pipelinedOutcome(ctx, w, q.hot.parts, res, err)
