@@ -209,7 +209,11 @@ func (m atomicMover) captureTo(ctx context.Context, cmd domain.Command) (Reply, 
 		if o, err := refusedAppend(cmd.IdempotencyKey, err); o.decided() || err != nil {
 			return o.r, o.retry, err
 		}
-		return ownedRecordReply(copyRecord(a.Keys[cmd.IdempotencyKey]), false), false, nil
+		rec := w.keyRecord(a, cmd.IdempotencyKey)
+		if rec == nil {
+			return Reply{}, false, fmt.Errorf("ledger: %s: key %q not found after its own append", held, cmd.IdempotencyKey)
+		}
+		return ownedRecordReply(copyRecord(rec), false), false, nil
 	})
 }
 
@@ -402,7 +406,8 @@ func (s *Service) appendSteps(ctx context.Context, w *lockedAccounts, p atomicPa
 		at := p.first + len(p.steps)
 		parts = slices.Insert(parts, at, eventstore.StreamAppend{Stream: hot.stream, Expected: eventstore.ExactOrNoStream(hot.acc.Revision)})
 	}
-	res, err := s.appendHot(ctx, w.l, parts, *hot, fold)
+	res, rec, err := s.appendHot(ctx, w.l, parts, *hot, fold)
+	hot.rec = rec
 	if err != nil || anyIdempotent(res) {
 		return res, err
 	}
@@ -488,6 +493,17 @@ type lockedAccounts struct {
 	hot     *hotLeg
 }
 
+// keyRecord is the record of key in acc, one of w's accounts, after w's write:
+// the hot account's as its write folded it (hotLeg.rec), forgotten or not
+// since (its lock was given up while the write committed); another's from
+// its aggregate, whose lock was held throughout. Nil when there is none.
+func (w *lockedAccounts) keyRecord(acc *domain.Account, key string) *domain.KeyRecord {
+	if h := w.hot; h != nil && h.acc == acc && h.rec != nil && h.rec.Key == key {
+		return h.rec
+	}
+	return acc.Keys[key]
+}
+
 // multiWrite is one attempt at a command over several accounts decided in
 // one append: the command (the client's, or what its refund is shaped as),
 // the client's request, and its accounts.
@@ -551,7 +567,7 @@ func (s *Service) appendTransferAtomically(ctx context.Context, w *multiWrite, r
 	}
 	rq.records = map[string]*domain.KeyRecord{}
 	for _, st := range p.steps {
-		if rec := st.acc.Keys[st.cmd.IdempotencyKey]; rec != nil {
+		if rec := w.keyRecord(st.acc, st.cmd.IdempotencyKey); rec != nil {
 			rq.records[st.cmd.IdempotencyKey] = &copyRecord(rec).KeyRecord
 		}
 	}

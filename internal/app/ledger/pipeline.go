@@ -306,6 +306,9 @@ type hotLeg struct {
 	chain  uint64
 	key    string
 	w      written
+	// rec is the record its write folded, once appendHot returned (atomic
+	// writes: lockedAccounts.keyRecord).
+	rec *domain.KeyRecord
 }
 
 // appendHot appends parts in one write pipelined on hot: it folds hot's events
@@ -316,14 +319,16 @@ type hotLeg struct {
 // resolves. When every part was written, settled runs with the results, those
 // locks still held; then every lock of l is taken again, in order (hot's alone
 // would invert it). On success hot's record of its events carries their
-// position. A write that found its events stored already (another instance)
+// position; it is returned, to be read rather than hot's pending aggregate,
+// which may have forgotten it meanwhile (queuedHot.rec). A write that found its events stored already (another instance)
 // makes the pending state stale; the caller learns it from the results.
-func (s *Service) appendHot(ctx context.Context, l *heldLocks, parts []eventstore.StreamAppend, hot hotLeg, settled func(res []eventstore.AppendResult) error) ([]eventstore.AppendResult, error) {
+func (s *Service) appendHot(ctx context.Context, l *heldLocks, parts []eventstore.StreamAppend, hot hotLeg, settled func(res []eventstore.AppendResult) error) ([]eventstore.AppendResult, *domain.KeyRecord, error) {
 	q, err := s.queueHot(ctx, l, parts, hot, settled)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return s.finishHot(ctx, q, <-q.r.done)
+	res, err := s.finishHot(ctx, q, <-q.r.done)
+	return res, q.rec, err
 }
 
 // queuedHot is a write queued on its hot account by queueHot, whose outcome
