@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -27,7 +28,8 @@ import (
 // the accounts they are spread over (default one per 200 events),
 // LEDGER_BENCH_BATCH the batch size (default: the runner's).
 // LEDGER_BENCH_CPUPROFILE=<file> profiles the timed part only (-test.cpuprofile
-// would include the seeding).
+// would include the seeding). LEDGER_BENCH_MEMPROFILE=<file> writes a heap
+// profile of the timed part at its peak of live heap (memProfilePeak).
 
 func benchInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -48,9 +50,10 @@ func synthetic(b *testing.B, env *projtest.Env, seed uint64) int {
 // function it returns stops it.
 func profileTimed(b *testing.B) func() {
 	b.Helper()
+	stopHeap := memProfilePeak(b)
 	path := os.Getenv("LEDGER_BENCH_CPUPROFILE")
 	if path == "" {
-		return func() {}
+		return stopHeap
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -64,7 +67,59 @@ func profileTimed(b *testing.B) func() {
 		if err := f.Close(); err != nil {
 			b.Error(err)
 		}
+		stopHeap()
 	}
+}
+
+// memProfilePeak writes LEDGER_BENCH_MEMPROFILE's heap profile, if set, each
+// time the live heap (runtime/metrics' /gc/heap/live:bytes, as of the last
+// collection) passes its peak so far by 5%, polled every 100 ms: the file left
+// is the profile at the timed part's peak. The function it returns stops it.
+func memProfilePeak(b *testing.B) func() {
+	b.Helper()
+	path := os.Getenv("LEDGER_BENCH_MEMPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	done, stopped := make(chan struct{}), make(chan struct{})
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	go func() {
+		defer close(stopped)
+		var peak uint64
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			metrics.Read(sample)
+			if live := sample[0].Value.Uint64(); live > peak+peak/20 {
+				peak = live
+				if err := writeHeapProfile(path); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // peakRSS returns the memory freed to the OS and resets the process's peak
