@@ -518,6 +518,25 @@ func releasedStatus(reason string) HoldStatus {
 // when it does not, a key not in Keys was never decided here.
 func (a *Account) Forgot() bool { return a.forgot }
 
+// ForgetKeys forgets every key record the aggregate keeps but the pinned ones
+// (PinUnclaimedSteps), as KeyLimit forgets the oldest: a reader that needs no
+// record once its command's events are folded (the audit's fold) keeps none
+// between commands. Keys is then a new map, so that what the old one grew to
+// is freed.
+func (a *Account) ForgetKeys() {
+	if a.keyOrder.len() == 0 {
+		return
+	}
+	if a.pinned == 0 {
+		a.Keys = map[string]*KeyRecord{}
+	} else {
+		for a.keyOrder.len() > 0 {
+			delete(a.Keys, a.keyOrder.pop())
+		}
+	}
+	a.keyOrder, a.forgot = fifo{}, true
+}
+
 // remember adds a key's record to Keys, forgetting the oldest beyond KeyLimit.
 func (a *Account) remember(rec *KeyRecord) {
 	if old, known := a.Keys[rec.Key]; !known {

@@ -219,6 +219,10 @@ func TestUnclaimedStepsArePinned(t *testing.T) {
 		if a.Balance != 25 {
 			t.Fatalf("pin %v: balance %d", pin, a.Balance)
 		}
+		a.ForgetKeys() // all at once: the pinned step still stays
+		if _, legacy := a.Keys["t1:credit"]; legacy != pin || len(a.Keys) != a.Pinned() || !a.Forgot() {
+			t.Fatalf("pin %v: keys after ForgetKeys %v", pin, keysOf(a))
+		}
 	}
 }
 

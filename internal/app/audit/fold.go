@@ -500,10 +500,10 @@ func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata,
 			c.Events = append([]domain.EventRef(nil), rec.Events...)
 			f.stepRecords[m.Key] = &c
 		}
-		// Decided: the reply is kept above; Evolve needs the key again only to
-		// count refunds of deposits, which does not touch balances. The account
-		// forgets it when it records the next (KeyLimit 1), keys and their
-		// queue alike.
+		// Decided: the reply is kept above and Evolve reads no key record
+		// (deciding a refund does, folding one does not), so the account
+		// forgets it now rather than keep one per account (issue 23).
+		a.ForgetKeys()
 	}
 }
 

@@ -91,7 +91,8 @@ type carriedRecord struct {
 }
 
 // boundAccount gives an account of the fold the bounds of what its checks
-// need: the key being read (its command's reply, expectAccountRows), the
+// need: the key being read (its command's reply, expectAccountRows; forgotten
+// once its command's last event is folded, domain.Account.ForgetKeys), the
 // active holds and the one just closed (its read-model row is noted as it
 // changes), no refunded original (the ledger's refund limit is its
 // decisions' concern, not the fold's). So an account costs the same at any
