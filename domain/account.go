@@ -197,6 +197,12 @@ type Account struct {
 	// an older closed hold is forgotten and found again by its events' subject
 	// (RecallHold). Set it before folding events.
 	HoldLimit int
+	// ForgetUnfindableHolds lets HoldLimit bound the closed holds placed
+	// without a subject too (Hold.Findable unset), which no store lookup could
+	// find again (RecallHold): only for a reader that never decides a command
+	// on the aggregate (the audit's fold), or a history written before holds
+	// had subjects keeps every closed hold of it. Set it before folding events.
+	ForgetUnfindableHolds bool
 	// closedOrder lists the forgettable closed holds in Holds in the order they
 	// closed: the next to forget first. forgotHolds: one was forgotten, or the
 	// aggregate came from a snapshot taken by an aggregate that forgot some.
@@ -313,10 +319,11 @@ func (a *Account) ForgotHolds() bool { return a.forgotHolds }
 // Refunded: when it does not, an original not in Refunded was never refunded.
 func (a *Account) ForgotRefunds() bool { return a.forgotRefunds }
 
-// closed notes that a hold closed: a findable one joins the closed holds that
-// may be forgotten, the oldest forgotten beyond HoldLimit.
+// closed notes that a hold closed: a findable one (any one, with
+// ForgetUnfindableHolds) joins the closed holds that may be forgotten, the
+// oldest forgotten beyond HoldLimit.
 func (a *Account) closed(h *Hold) {
-	if !h.Findable {
+	if !h.Findable && !a.ForgetUnfindableHolds {
 		return
 	}
 	h.closedRev = a.Revision + 1 // the event being folded

@@ -308,6 +308,20 @@ func TestClosedHoldsAreBounded(t *testing.T) {
 	if old.Holds["h1"] == nil || old.Holds["h2"] == nil || old.ForgotHolds() {
 		t.Fatalf("holds without subjects: %v, forgot %v", old.Holds, old.ForgotHolds())
 	}
+	// A reader that never decides (ForgetUnfindableHolds, the audit's fold)
+	// forgets them as the others, says so, and is the whole fold's state but
+	// for them (SameState).
+	reader := NewAccount("a")
+	reader.HoldLimit, reader.ForgetUnfindableHolds = 1, true
+	foldWithoutSubjects(t, reader, all)
+	if reader.Holds["h1"] != nil || reader.Holds["h2"] == nil || !reader.ForgotHolds() {
+		t.Fatalf("holds without subjects, a reader's: %v, forgot %v", reader.Holds, reader.ForgotHolds())
+	}
+	whole := NewAccount("a")
+	foldWithoutSubjects(t, whole, all)
+	if ok, diff := SameState(reader, whole); !ok {
+		t.Fatalf("a reader that forgot holds without subjects: %s", diff)
+	}
 }
 
 // TestRefundedOriginalsAreBounded: an aggregate that keeps one refunded

@@ -199,12 +199,13 @@ func SameState(x, y *Account) (bool, string) {
 }
 
 // keepHoldsOf leaves in os the holds keeper keeps, and those it cannot forget
-// (the active and the unfindable); "" unless keeper forgot some and does not
+// (the active, and the unfindable unless it forgets those too,
+// ForgetUnfindableHolds); "" unless keeper forgot some and does not
 // say so.
 func keepHoldsOf(keeper *Account, os *snapshotState) string {
 	kept := os.Holds[:0:0]
 	for _, h := range os.Holds {
-		if _, in := keeper.Holds[h.ID]; in || h.Status == HoldStatusActive || !h.Findable {
+		if _, in := keeper.Holds[h.ID]; in || h.Status == HoldStatusActive || (!h.Findable && !keeper.ForgetUnfindableHolds) {
 			kept = append(kept, h)
 		}
 	}

@@ -99,6 +99,7 @@ type carriedRecord struct {
 // length of history.
 func boundAccount(a *domain.Account) {
 	a.KeyLimit, a.HoldLimit, a.RefundLimit = 1, 1, 1
+	a.ForgetUnfindableHolds = true // the fold never recalls a hold
 }
 
 // carry encodes what the fold carries forward (before Finish, which adds the
