@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
@@ -31,12 +33,15 @@ func (h *heldReads) ReadStream(ctx context.Context, stream string, from eventsto
 // deposit a (its commit fails), w1 withdraw 100 from a (150), x deposit b
 // (b's read held), j transfer 100 a->b]; the commits are held until c0, d0
 // and w1 are queued; c's lock is held (as by a decider loading c) so that
-// the committer's continuations, c0's first, wait; the commits resolve, then
-// x and j may go. Sequentially w1 applies (150 -> 50) and j is refused
-// (insufficient_funds). With 953312d (the pipeline told of the refusal on
+// the committer's continuations, c0's first, wait; the commits resolve, w1
+// is decided again and written, then x and j may go. Each step waits for a
+// state the store or the pipeline shows, not for time. Sequentially w1
+// applies (150 -> 50) and j is refused (insufficient_funds). With 953312d (the pipeline told of the refusal on
 // the committer, w1 decided again only when its continuation, queued behind
-// c0's, took a's lock), j reloaded a from the store once the failed pipeline
-// drained, was decided first and applied, and w1 was refused.
+// c0's, took a's lock), w1 was not decided again while c's lock was held
+// (the test fails at that wait); let go, j reloaded a from the store once
+// the failed pipeline drained, was decided first and applied, and w1 was
+// refused.
 func TestBatchRefusedWriteIsNotOvertaken(t *testing.T) {
 	st := devtest.Memory(t)
 	s := newService(st)
@@ -79,12 +84,26 @@ func TestBatchRefusedWriteIsNotOvertaken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	unlocked := false
+	defer func() { // when the test fails with c's lock held
+		if !unlocked {
+			unlockC()
+		}
+	}()
 	gateOnce = true
 	gate.open()
-	time.Sleep(300 * time.Millisecond) // the commits resolve; nothing can be seen to wait for
+	// w1, refused with d0's commit, is decided again and written before j
+	// may start (x's read is held), c's lock still held: its re-decision
+	// waits for nothing of c's. With 953312d it waited behind c0's
+	// continuation, which waits for c's lock, and once let go j overtook it.
+	w1 := domain.EventID("w1", domain.AccountStream("a"), 0)
+	devtest.Eventually(t, 30*time.Second, "w1 decided again and written while c's lock is held (its re-decision waits behind another account's lock)", func() bool {
+		found, err := st.EventsExist(context.Background(), []uuid.UUID{w1})
+		return err == nil && found[w1]
+	})
 	readsOnce = true
 	close(reads.release)
-	time.Sleep(300 * time.Millisecond) // time for j to overtake, had it been let
+	unlocked = true
 	unlockC()
 	var r Reply
 	select {
