@@ -94,6 +94,9 @@ type relay struct {
 	drop func(subject string, req, rep []byte) bool
 	// rename, when set, forwards a request on another subject.
 	rename func(subject string) string
+	// before, when set, is called before the nth request on subject (from
+	// 1) is forwarded, and may hold it.
+	before func(subject string, n int)
 	// held replies wait until release is closed.
 	hold        func(subject string, req []byte) bool
 	release     chan struct{}
@@ -112,6 +115,7 @@ func relayTo(t testing.TB, ledgerNS *server.Server) (*relay, *nats.Conn) {
 	sub, err := in.Subscribe("ledger.v1.>", func(m *nats.Msg) {
 		r.mu.Lock()
 		r.requests[m.Subject]++
+		n, before := r.requests[m.Subject], r.before
 		drop, hold, subject := r.drop, r.hold, m.Subject
 		if r.rename != nil {
 			subject = r.rename(subject)
@@ -120,6 +124,9 @@ func relayTo(t testing.TB, ledgerNS *server.Server) (*relay, *nats.Conn) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if before != nil {
+				before(m.Subject, n)
+			}
 			rep, err := out.Request(subject, m.Data, 30*time.Second)
 			if err != nil {
 				return
