@@ -371,6 +371,9 @@ type EventLocator interface {
 	ReadEventByID(ctx context.Context, id uuid.UUID) (RecordedEvent, error)
 	// EventsExist reports which of ids the store holds, in one request.
 	EventsExist(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]bool, error)
+	// ReadEventsByID returns the events of ids the store holds, by ID, in one
+	// request: none (and no error) when it holds none of them.
+	ReadEventsByID(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]RecordedEvent, error)
 }
 
 // SubjectReader finds the events of a stream written with a subject

@@ -638,6 +638,22 @@ func (s *Store) EventsExist(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID
 	return out, nil
 }
 
+// ReadEventsByID implements eventstore.EventLocator.
+func (s *Store) ReadEventsByID(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]eventstore.RecordedEvent, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	out := make(map[uuid.UUID]eventstore.RecordedEvent, len(ids))
+	for _, id := range ids {
+		if i, ok := s.ids[id]; ok {
+			out[id] = clone(s.all[i])
+		}
+	}
+	return out, nil
+}
+
 // WriteSnapshot implements eventstore.SnapshotStore.
 func (s *Store) WriteSnapshot(ctx context.Context, snap eventstore.Snapshot) error {
 	s.mu.Lock()

@@ -1136,11 +1136,7 @@ func (s *Store) EventsExist(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID
 	if s.closed() {
 		return nil, ErrClosed
 	}
-	raw := make([][16]byte, len(ids)) // not uuid.UUID: as insertArgs' ids
-	for i, id := range ids {
-		raw[i] = id
-	}
-	rows, err := s.pool.Query(ctx, `SELECT event_id FROM events WHERE event_id = ANY($1)`, raw)
+	rows, err := s.pool.Query(ctx, `SELECT event_id FROM events WHERE event_id = ANY($1)`, rawIDs(ids))
 	if err != nil {
 		return nil, classify(ctx, "read events", err)
 	}
@@ -1151,6 +1147,36 @@ func (s *Store) EventsExist(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID
 		return nil
 	})
 	return out, classify(ctx, "read events", err)
+}
+
+// ReadEventsByID implements eventstore.EventLocator: one read of them all
+// through the unique index on event_id.
+func (s *Store) ReadEventsByID(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]eventstore.RecordedEvent, error) {
+	if s.closed() {
+		return nil, ErrClosed
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE event_id = ANY($1)`, rawIDs(ids))
+	if err != nil {
+		return nil, classify(ctx, "read events", err)
+	}
+	evs, err := scanEvents(rows)
+	if err != nil {
+		return nil, classify(ctx, "read events", err)
+	}
+	out := make(map[uuid.UUID]eventstore.RecordedEvent, len(evs))
+	for _, e := range evs {
+		out[e.ID] = e
+	}
+	return out, nil
+}
+
+// rawIDs are ids as the driver sends them (not uuid.UUID: as insertArgs' ids).
+func rawIDs(ids []uuid.UUID) [][16]byte {
+	raw := make([][16]byte, len(ids))
+	for i, id := range ids {
+		raw[i] = id
+	}
+	return raw
 }
 
 // WriteSnapshot implements eventstore.SnapshotStore: one upsert that keeps the

@@ -1220,6 +1220,18 @@ func testLocateEvents(t *testing.T, s eventstore.Store, p string) {
 	if err != nil || len(exist) != 2 || !exist[evs[0].ID] || !exist[evs[2].ID] || exist[unknown] {
 		t.Fatalf("which exist: %v, %v", exist, err)
 	}
+	read, err := loc.ReadEventsByID(ctx, []uuid.UUID{evs[2].ID, unknown, evs[0].ID})
+	if err != nil || len(read) != 2 {
+		t.Fatalf("read by ID: %v, %v", read, err)
+	}
+	for _, i := range []int{0, 2} {
+		if got := read[evs[i].ID]; got.Stream != a || got.Revision != eventstore.Revision(i) || got.Type != evs[i].Type || !bytes.Equal(got.Data, evs[i].Data) {
+			t.Fatalf("read by ID, event %d: %+v", i, got)
+		}
+	}
+	if none, err := loc.ReadEventsByID(ctx, []uuid.UUID{unknown}); err != nil || len(none) != 0 {
+		t.Fatalf("read by ID, none held: %v, %v", none, err)
+	}
 	_, err = s.Append(ctx, a, eventstore.Exact(2), []eventstore.EventData{event("E", 9), evs[0]})
 	var dup *eventstore.DuplicateEventIDError
 	if !errors.As(err, &dup) || dup.ID != evs[0].ID || dup.Stream != a || !errors.Is(err, eventstore.ErrDuplicateEventID) {

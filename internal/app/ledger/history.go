@@ -88,15 +88,24 @@ func (s *Service) snapshotIfDue(stream string, acc *domain.Account) {
 // store when the aggregate has forgotten it (and then remembered again); nil
 // when the key was never decided on the stream. The caller holds the lock.
 func (s *Service) keyRecord(ctx context.Context, stream string, acc *domain.Account, key string) (*domain.KeyRecord, error) {
+	return s.keyRecordFrom(ctx, stream, acc, key, nil)
+}
+
+// keyRecordFrom is keyRecord given the key's first event when it was read
+// already (decidedBefore; nil: read it here).
+func (s *Service) keyRecordFrom(ctx context.Context, stream string, acc *domain.Account, key string, first *eventstore.RecordedEvent) (*domain.KeyRecord, error) {
 	if rec := acc.Keys[key]; rec != nil || !s.keys.asks(acc) {
 		return rec, nil
 	}
-	first, err := s.keys.firstEventOf(ctx, stream, key)
-	if errors.Is(err, eventstore.ErrEventNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
+	if first == nil {
+		e, err := s.keys.firstEventOf(ctx, stream, key)
+		if errors.Is(err, eventstore.ErrEventNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		first = &e
 	}
 	m, err := domain.DecodeMetadata(first.Metadata)
 	if err != nil {
@@ -105,7 +114,7 @@ func (s *Service) keyRecord(ctx context.Context, stream string, acc *domain.Acco
 	if first.Stream != stream || m.Key != key || m.Index != 0 || m.Count < 1 {
 		return nil, fmt.Errorf("ledger: event %s of key %q is %s@%d, event %d of key %q", first.ID, key, first.Stream, first.Revision, m.Index, m.Key)
 	}
-	evs := []eventstore.RecordedEvent{first}
+	evs := []eventstore.RecordedEvent{*first}
 	if m.Count > 1 {
 		rest, err := s.store.ReadStream(ctx, stream, first.Revision+1, eventstore.Forwards, m.Count-1)
 		if err != nil {

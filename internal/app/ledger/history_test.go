@@ -2,14 +2,17 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -191,15 +194,16 @@ func TestKeyLookupsAnswerEachCaller(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			found, err := k.exists(context.Background(), domain.EventID(fmt.Sprintf("d%d", i), "account-a", 0))
-			if err != nil || found != (i < 50) {
-				t.Errorf("d%d: found %v, %v", i, found, err)
+			id := domain.EventID(fmt.Sprintf("d%d", i), "account-a", 0)
+			e, err := k.event(context.Background(), id)
+			if err != nil || (e != nil) != (i < 50) || (e != nil && e.ID != id) {
+				t.Errorf("d%d: found %+v, %v", i, e, err)
 			}
 		}()
 	}
 	wg.Wait()
 	k.close()
-	if _, err := k.exists(context.Background(), domain.EventID("d0", "account-a", 0)); !errors.Is(err, errRoundsClosed) {
+	if _, err := k.event(context.Background(), domain.EventID("d0", "account-a", 0)); !errors.Is(err, errRoundsClosed) {
 		t.Fatalf("after close: %v", err)
 	}
 	s.Close()
@@ -494,4 +498,85 @@ func TestNoSnapshotOfUnconfirmedState(t *testing.T) {
 	if snap, err := st.ReadSnapshot(context.Background(), stream); !errors.Is(err, eventstore.ErrSnapshotNotFound) {
 		t.Fatalf("a snapshot of an unconfirmed aggregate: revision %d, %v", snap.Revision, err)
 	}
+}
+
+// countedLocator counts the reads of one event by ID.
+type countedLocator struct {
+	eventstore.EventLocator
+	byID atomic.Int64
+}
+
+func (c *countedLocator) ReadEventByID(ctx context.Context, id uuid.UUID) (eventstore.RecordedEvent, error) {
+	c.byID.Add(1)
+	return c.EventLocator.ReadEventByID(ctx, id)
+}
+
+// TestForgottenKeysReadInRounds: once a resend of a key its aggregate forgot
+// has put an account in "old keys" mode, a batch of resends of forgotten
+// keys, new deposits between them, answers each resend with the reply it
+// gave the first time (duplicate) and applies each new deposit on the
+// balance before it; the resends' records are rebuilt from the events the
+// batched lookup read before the account's lock (keyLookups), not read one
+// by one under it (ReadEventByID). Before, each resend read its first event
+// by ID under the lock: 19 reads here.
+func TestForgottenKeysReadInRounds(t *testing.T) {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		loc := &countedLocator{EventLocator: st.(eventstore.EventLocator)}
+		s := New(struct {
+			eventstore.Store
+			eventstore.MultiAppender
+			eventstore.EventLocator
+		}{st, st.(eventstore.MultiAppender), loc}, Options{Clock: clock, Logger: quietLog, RecentKeys: 2})
+		defer s.Close()
+		mustApply(t, s, "open_account", `{"idempotency_key":"o","account_id":"a","currency":"EUR"}`)
+		const n = 20
+		deposit := func(key string, amount int) batchCmd {
+			return batchCmd{"deposit", map[string]any{"idempotency_key": key, "account_id": "a", "amount": amount, "currency": "EUR"}}
+		}
+		body := func(c batchCmd) string { b, _ := json.Marshal(c.body); return string(b) }
+		first := make([]Reply, n)
+		for i := range n {
+			c := deposit(fmt.Sprintf("k%d", i), i+1)
+			mustApply(t, s, c.typ, body(c))
+			first[i] = post(t, s, c.typ, body(c)) // as resent right away, the aggregate holding it
+			first[i].Duplicate = false
+		}
+		// The first resend of a forgotten key: the store refuses its events
+		// (their IDs are taken) and the account goes into "old keys" mode.
+		if r := post(t, s, "deposit", body(deposit("k0", 1))); !r.Duplicate {
+			t.Fatalf("resend of k0: %+v", r)
+		}
+		before := loc.byID.Load()
+		var cmds []batchCmd
+		balance := int64(n * (n + 1) / 2)
+		var want []int64 // the balance each new deposit leaves; 0 for a resend
+		for i := 1; i < n; i++ {
+			cmds, want = append(cmds, deposit(fmt.Sprintf("k%d", i), i+1)), append(want, 0)
+			if i%5 == 0 {
+				balance += 1000
+				cmds, want = append(cmds, deposit(fmt.Sprintf("new%d", i), 1000)), append(want, balance)
+			}
+		}
+		rs := s.HandleBatch(context.Background(), batchBody(cmds), 0).Replies
+		k := 1
+		for i, r := range rs {
+			if want[i] != 0 {
+				if r.Status != domain.StatusApplied || r.Duplicate || r.Account == nil || r.Account.Balance != want[i] {
+					t.Errorf("element %d, a new deposit: %+v, want applied at %d", i, r, want[i])
+				}
+				continue
+			}
+			if !r.Duplicate {
+				t.Errorf("element %d, a resend of k%d: not a duplicate: %+v", i, k, r)
+			}
+			r.Duplicate = false
+			if !reflect.DeepEqual(r, first[k]) {
+				t.Errorf("element %d, a resend of k%d:\n got %+v\nwant %+v", i, k, r, first[k])
+			}
+			k++
+		}
+		if reads := loc.byID.Load() - before; reads != 0 {
+			t.Fatalf("%d events read by ID for %d resends of forgotten keys, want 0 (their records from the batched lookup)", reads, n-1)
+		}
+	})
 }

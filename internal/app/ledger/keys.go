@@ -36,9 +36,12 @@ type keyFinder interface {
 	first(acc *domain.Account) bool
 	// firstEventOf is the first event key wrote to stream, or ErrEventNotFound.
 	firstEventOf(ctx context.Context, stream, key string) (eventstore.RecordedEvent, error)
-	// decidedBefore reports whether the store holds events of key on stream,
-	// while resends of forgotten keys arrive on it; false otherwise, reading nothing.
-	decidedBefore(ctx context.Context, stream, key string) (bool, error)
+	// decidedBefore is the first event key wrote to stream, nil when the
+	// store holds none, while resends of forgotten keys arrive on it; nil
+	// otherwise, reading nothing. The event is read with the other
+	// commands' (keyLookups), so that a resend's record is rebuilt from it
+	// (keyRecordFrom) without another read under the stream's lock.
+	decidedBefore(ctx context.Context, stream, key string) (*eventstore.RecordedEvent, error)
 	// mayExist reports whether the store may hold an event of id: false only
 	// when it is known not to (one batched lookup); a finder that cannot tell
 	// answers true.
@@ -77,7 +80,8 @@ func (*byEventID) first(*domain.Account) bool { return false }
 func (*byEventID) stepsClaim() bool           { return false }
 func (f *byEventID) close()                   { f.lookups.close() }
 func (f *byEventID) mayExist(ctx context.Context, id uuid.UUID) (bool, error) {
-	return f.lookups.exists(ctx, id)
+	e, err := f.lookups.event(ctx, id)
+	return e != nil, err
 }
 
 func (f *byEventID) firstEventOf(ctx context.Context, stream, key string) (eventstore.RecordedEvent, error) {
@@ -99,16 +103,16 @@ func (f *byEventID) noteOldKey(stream string) {
 // commands decided on top of it in the meantime fail with it and are decided
 // again, so in a burst of old resends (a client replaying yesterday's file)
 // the lookup first is cheaper; outside one, new commands pay no read.
-func (f *byEventID) decidedBefore(ctx context.Context, stream, key string) (bool, error) {
+func (f *byEventID) decidedBefore(ctx context.Context, stream, key string) (*eventstore.RecordedEvent, error) {
 	seen, ok := f.oldKeys.Load(stream)
 	if !ok {
-		return false, nil
+		return nil, nil
 	}
 	if time.Since(seen.(time.Time)) > oldKeyWindow {
 		f.oldKeys.CompareAndDelete(stream, seen)
-		return false, nil
+		return nil, nil
 	}
-	return f.lookups.exists(ctx, domain.EventID(key, stream, 0))
+	return f.lookups.event(ctx, domain.EventID(key, stream, 0))
 }
 
 // byClaim finds a key's first event through its claim (KeyClaimed); it
@@ -173,8 +177,8 @@ func (keepingAll) stepsClaim() bool                                  { return fa
 func (keepingAll) close()                                            {}
 func (keepingAll) noteOldKey(string)                                 {}
 func (keepingAll) mayExist(context.Context, uuid.UUID) (bool, error) { return true, nil }
-func (keepingAll) decidedBefore(context.Context, string, string) (bool, error) {
-	return false, nil
+func (keepingAll) decidedBefore(context.Context, string, string) (*eventstore.RecordedEvent, error) {
+	return nil, nil
 }
 func (keepingAll) firstEventOf(context.Context, string, string) (eventstore.RecordedEvent, error) {
 	return eventstore.RecordedEvent{}, eventstore.ErrEventNotFound

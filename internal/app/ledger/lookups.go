@@ -168,11 +168,15 @@ func (r *rounds[Q, A]) close() {
 	<-r.stopped
 }
 
-// keyLookups asks the store whether events exist for the keys of concurrent
-// commands in one request per round (decidedBefore): while resends of
-// forgotten keys arrive on a hot account, each of its commands needs the
-// answer, and one request per command would cost a round trip each.
-type keyLookups struct{ *rounds[uuid.UUID, bool] }
+// keyLookups reads from the store the events of the keys of concurrent
+// commands, when it holds them, in one request per round (decidedBefore):
+// while resends of forgotten keys arrive on a hot account, each of its
+// commands needs to know whether its key was decided, and a resend the
+// record its first event starts; one request per command would cost a round
+// trip each, and a resend's read under the account's lock one more.
+type keyLookups struct {
+	*rounds[uuid.UUID, *eventstore.RecordedEvent]
+}
 
 // maxLookupBatch bounds the IDs of one request; lookupRounds the requests in
 // flight at once (a lookup waits for at most one round ahead of its own).
@@ -182,20 +186,22 @@ const (
 )
 
 func newKeyLookups(l eventstore.EventLocator, sizes prometheus.Observer) *keyLookups {
-	return &keyLookups{newRounds(maxLookupBatch, lookupRounds, sizes, func(ctx context.Context, ids []uuid.UUID) ([]bool, error) {
-		found, err := l.EventsExist(ctx, ids)
+	return &keyLookups{newRounds(maxLookupBatch, lookupRounds, sizes, func(ctx context.Context, ids []uuid.UUID) ([]*eventstore.RecordedEvent, error) {
+		found, err := l.ReadEventsByID(ctx, ids)
 		if err != nil {
 			return nil, err
 		}
-		out := make([]bool, len(ids))
+		out := make([]*eventstore.RecordedEvent, len(ids))
 		for i, id := range ids {
-			out[i] = found[id]
+			if e, ok := found[id]; ok {
+				out[i] = &e
+			}
 		}
 		return out, nil
 	})}
 }
 
-// exists reports whether the store holds an event of this ID.
-func (k *keyLookups) exists(ctx context.Context, id uuid.UUID) (bool, error) {
+// event is the store's event of this ID, nil when it holds none.
+func (k *keyLookups) event(ctx context.Context, id uuid.UUID) (*eventstore.RecordedEvent, error) {
 	return k.do(ctx, id)
 }

@@ -123,6 +123,10 @@ type accountWrite struct {
 	// (queued), its commit waited for apart (queued.go: batch elements).
 	apart  bool
 	queued *queuedWrite
+	// first is the key's first event, found in the store before the first
+	// attempt (decidedBefore: a resend of a key decided long ago): its record
+	// is rebuilt from it, not read again under the lock.
+	first *eventstore.RecordedEvent
 	// rec is the key's record its pipelined append folded, once that append
 	// succeeded (finishPipelined): the answer, even should the pending
 	// aggregate have forgotten it since (afterAccountAppend).
@@ -179,9 +183,10 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 func (s *Service) newAccountWrite(ctx context.Context, cmd domain.Command, stream, accountID string, claim bool) (*accountWrite, error) {
 	w := &accountWrite{cmd: cmd, stream: stream, accountID: accountID, claim: claim}
 	var err error
-	if w.next.recall, err = s.keys.decidedBefore(ctx, stream, cmd.IdempotencyKey); err != nil {
+	if w.first, err = s.keys.decidedBefore(ctx, stream, cmd.IdempotencyKey); err != nil {
 		return nil, err
 	}
+	w.next.recall = w.first != nil
 	if !w.claim && s.keys.stepsClaim() { // a saga step claims its key too: that is how it is found once forgotten
 		w.claim, w.cmd.Claimed = true, true
 	}
@@ -289,7 +294,7 @@ func (s *Service) answerKnownKey(ctx context.Context, w *accountWrite, recall bo
 	rec := w.acc.Keys[key]
 	if rec == nil && recall {
 		var err error
-		if rec, err = s.keyRecord(ctx, w.stream, w.acc, key); err != nil {
+		if rec, err = s.keyRecordFrom(ctx, w.stream, w.acc, key, w.first); err != nil {
 			return accountAnswer{}, err
 		}
 	}
