@@ -73,6 +73,7 @@ func (s *Service) atomicBatch(ctx context.Context, b domain.Batch) Reply {
 func (s *Service) runBatch(ctx context.Context, cmds []domain.BatchCommand) []Reply {
 	replies := make([]Reply, len(cmds))
 	elems := scheduleBatch(cmds)
+	s.lookUpBatchKeys(ctx, cmds, elems)
 	slots := make(chan struct{}, maxBatchParallel)
 	var wg sync.WaitGroup
 	for i, c := range cmds {
@@ -104,6 +105,27 @@ func (s *Service) runBatch(ctx context.Context, cmds []domain.BatchCommand) []Re
 	}
 	wg.Wait()
 	return s.answeredAll(ctx, replies)
+}
+
+// lookUpBatchKeys asks, for the batch's account commands on streams where
+// resends of forgotten keys arrive, whether their keys were decided, in one
+// request for them all (keyFinder.decidedBeforeAll), each element keeping
+// its answer for newAccountWrite. Should it fail, each asks alone.
+func (s *Service) lookUpBatchKeys(ctx context.Context, cmds []domain.BatchCommand, elems []*batchElement) {
+	qs := make([]keyAnswer, len(cmds))
+	for i, c := range cmds {
+		if c.Invalid == nil && c.Type.IsClient() && isAccountCommand(c.Command) {
+			qs[i] = keyAnswer{stream: domain.AccountStream(c.AccountID), key: c.IdempotencyKey}
+		}
+	}
+	qs, err := s.keys.decidedBeforeAll(ctx, qs)
+	if err != nil {
+		s.log.Warn("batch: keys not looked up together", "err", err)
+		return
+	}
+	for i, q := range qs {
+		elems[i].key = q
+	}
 }
 
 // answeredAll makes the duplicates among a batch's replies durable
@@ -147,6 +169,9 @@ type batchElement struct {
 	// finished is closed once the command and every earlier one it shares
 	// something with have their answers.
 	finished chan struct{}
+	// key is whether its key was decided, looked up with the batch's
+	// (lookUpBatchKeys), when it was.
+	key keyAnswer
 }
 
 type batchElementKey struct{}

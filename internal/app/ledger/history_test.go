@@ -500,10 +500,15 @@ func TestNoSnapshotOfUnconfirmedState(t *testing.T) {
 	}
 }
 
-// countedLocator counts the reads of one event by ID.
+// countedLocator counts the reads of one event by ID, and of many.
 type countedLocator struct {
 	eventstore.EventLocator
-	byID atomic.Int64
+	byID, byIDs atomic.Int64
+}
+
+func (c *countedLocator) ReadEventsByID(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]eventstore.RecordedEvent, error) {
+	c.byIDs.Add(1)
+	return c.EventLocator.ReadEventsByID(ctx, ids)
 }
 
 func (c *countedLocator) ReadEventByID(ctx context.Context, id uuid.UUID) (eventstore.RecordedEvent, error) {
@@ -516,9 +521,11 @@ func (c *countedLocator) ReadEventByID(ctx context.Context, id uuid.UUID) (event
 // keys, new deposits between them, answers each resend with the reply it
 // gave the first time (duplicate) and applies each new deposit on the
 // balance before it; the resends' records are rebuilt from the events the
-// batched lookup read before the account's lock (keyLookups), not read one
-// by one under it (ReadEventByID). Before, each resend read its first event
-// by ID under the lock: 19 reads here.
+// batch's lookup read before the account's lock, not read one by one under
+// it (ReadEventByID), and the batch's keys are looked up in one request
+// (lookUpBatchKeys), not one round each. Before, each resend read its first
+// event by ID under the lock (19 reads here), and the batch's commands, each
+// started once the one before was decided, asked a round each (22).
 func TestForgottenKeysReadInRounds(t *testing.T) {
 	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
 		loc := &countedLocator{EventLocator: st.(eventstore.EventLocator)}
@@ -546,7 +553,7 @@ func TestForgottenKeysReadInRounds(t *testing.T) {
 		if r := post(t, s, "deposit", body(deposit("k0", 1))); !r.Duplicate {
 			t.Fatalf("resend of k0: %+v", r)
 		}
-		before := loc.byID.Load()
+		before, beforeRounds := loc.byID.Load(), loc.byIDs.Load()
 		var cmds []batchCmd
 		balance := int64(n * (n + 1) / 2)
 		var want []int64 // the balance each new deposit leaves; 0 for a resend
@@ -577,6 +584,9 @@ func TestForgottenKeysReadInRounds(t *testing.T) {
 		}
 		if reads := loc.byID.Load() - before; reads != 0 {
 			t.Fatalf("%d events read by ID for %d resends of forgotten keys, want 0 (their records from the batched lookup)", reads, n-1)
+		}
+		if rounds := loc.byIDs.Load() - beforeRounds; rounds != 1 {
+			t.Fatalf("the batch's %d keys looked up in %d requests, want 1", len(cmds), rounds)
 		}
 	})
 }

@@ -42,6 +42,10 @@ type keyFinder interface {
 	// commands' (keyLookups), so that a resend's record is rebuilt from it
 	// (keyRecordFrom) without another read under the stream's lock.
 	decidedBefore(ctx context.Context, stream, key string) (*eventstore.RecordedEvent, error)
+	// decidedBeforeAll is decidedBefore of many keys at once (a batch's), in
+	// one request: answers[i].looked when qs[i]'s stream is in "old keys"
+	// mode, and then answers[i].first as decidedBefore's.
+	decidedBeforeAll(ctx context.Context, qs []keyAnswer) ([]keyAnswer, error)
 	// mayExist reports whether the store may hold an event of id: false only
 	// when it is known not to (one batched lookup); a finder that cannot tell
 	// answers true.
@@ -97,6 +101,20 @@ func (f *byEventID) noteOldKey(stream string) {
 	f.oldKeys.Store(stream, time.Now())
 }
 
+// oldKeysOn reports whether resends of forgotten keys arrive on stream
+// (noteOldKey, within oldKeyWindow).
+func (f *byEventID) oldKeysOn(stream string) bool {
+	seen, ok := f.oldKeys.Load(stream)
+	if !ok {
+		return false
+	}
+	if time.Since(seen.(time.Time)) > oldKeyWindow {
+		f.oldKeys.CompareAndDelete(stream, seen)
+		return false
+	}
+	return true
+}
+
 // decidedBefore: one indexed read, outside the stream's lock, shared with the
 // concurrent commands' (keyLookups). An old key decided again is refused by
 // the store anyway (its event IDs are taken), but only at its append: the
@@ -104,15 +122,48 @@ func (f *byEventID) noteOldKey(stream string) {
 // again, so in a burst of old resends (a client replaying yesterday's file)
 // the lookup first is cheaper; outside one, new commands pay no read.
 func (f *byEventID) decidedBefore(ctx context.Context, stream, key string) (*eventstore.RecordedEvent, error) {
-	seen, ok := f.oldKeys.Load(stream)
-	if !ok {
-		return nil, nil
-	}
-	if time.Since(seen.(time.Time)) > oldKeyWindow {
-		f.oldKeys.CompareAndDelete(stream, seen)
+	if !f.oldKeysOn(stream) {
 		return nil, nil
 	}
 	return f.lookups.event(ctx, domain.EventID(key, stream, 0))
+}
+
+// keyAnswer is decidedBefore's answer for key on stream, taken ahead
+// (decidedBeforeAll): looked when it was asked, first what it found.
+type keyAnswer struct {
+	stream, key string
+	looked      bool
+	first       *eventstore.RecordedEvent
+}
+
+// decidedBeforeAll: the keys of the streams in "old keys" mode in one
+// ReadEventsByID (at most maxLookupBatch of them; the others are left for
+// decidedBefore), not one round each: a hot batch's commands start one after
+// another, each once the one before is decided, so each one's round was on
+// the way of the next.
+func (f *byEventID) decidedBeforeAll(ctx context.Context, qs []keyAnswer) ([]keyAnswer, error) {
+	var ids []uuid.UUID
+	var at []int
+	for i, q := range qs {
+		if len(ids) < maxLookupBatch && q.key != "" && f.oldKeysOn(q.stream) {
+			ids, at = append(ids, domain.EventID(q.key, q.stream, 0)), append(at, i)
+		}
+	}
+	if len(ids) == 0 {
+		return qs, nil
+	}
+	found, err := f.locator.ReadEventsByID(ctx, ids)
+	if err != nil {
+		return qs, err
+	}
+	f.s.metrics.lookupBatch.Observe(float64(len(ids)))
+	for j, i := range at {
+		qs[i].looked = true
+		if e, ok := found[ids[j]]; ok {
+			qs[i].first = &e
+		}
+	}
+	return qs, nil
 }
 
 // byClaim finds a key's first event through its claim (KeyClaimed); it
@@ -179,6 +230,9 @@ func (keepingAll) noteOldKey(string)                                 {}
 func (keepingAll) mayExist(context.Context, uuid.UUID) (bool, error) { return true, nil }
 func (keepingAll) decidedBefore(context.Context, string, string) (*eventstore.RecordedEvent, error) {
 	return nil, nil
+}
+func (keepingAll) decidedBeforeAll(_ context.Context, qs []keyAnswer) ([]keyAnswer, error) {
+	return qs, nil
 }
 func (keepingAll) firstEventOf(context.Context, string, string) (eventstore.RecordedEvent, error) {
 	return eventstore.RecordedEvent{}, eventstore.ErrEventNotFound

@@ -183,7 +183,9 @@ func (s *Service) decideOnAccount(ctx context.Context, cmd domain.Command, strea
 func (s *Service) newAccountWrite(ctx context.Context, cmd domain.Command, stream, accountID string, claim bool) (*accountWrite, error) {
 	w := &accountWrite{cmd: cmd, stream: stream, accountID: accountID, claim: claim}
 	var err error
-	if w.first, err = s.keys.decidedBefore(ctx, stream, cmd.IdempotencyKey); err != nil {
+	if e := batchElementOf(ctx); e != nil && e.key.looked && e.key.stream == stream && e.key.key == cmd.IdempotencyKey {
+		w.first = e.key.first // looked up with its batch's (runBatch)
+	} else if w.first, err = s.keys.decidedBefore(ctx, stream, cmd.IdempotencyKey); err != nil {
 		return nil, err
 	}
 	w.next.recall = w.first != nil
