@@ -73,18 +73,46 @@ func (p *Pool) loop(f func()) {
 	}()
 	idle := time.NewTimer(p.idle)
 	defer idle.Stop()
-	for {
+	for ok := true; ok; f, ok = p.next(idle) {
 		f()
-		idle.Reset(p.idle)
-		select {
-		case f = <-p.jobs:
-		case <-idle.C:
-			return
-		case <-p.closed:
-			return
-		}
 	}
 }
+
+// parkedFrame is the stack a worker keeps in use while it waits for a job,
+// so that the garbage collector, which halves the stack of a goroutine using
+// less than a quarter of it, leaves a parked worker up to 4*parkedFrame
+// (32 KiB): a job grows a worker's stack to tens of KiB (a batch element's
+// decision, the intake's request), and a worker parked in a shallow frame
+// was shrunk by every collection and grew again with its next job
+// (runtime.copystack, newstack and shrinkstack 25% of the samples of
+// BenchmarkBatchesHotAndSpread: BENCHMARKS.md "Issue 24: parked workers keep
+// their stacks"). A larger stack still shrinks to 4*parkedFrame. What it
+// costs: a worker's stack is held while it is idle, at most the pool's
+// workers times 32 KiB, for the pool's idle time at most.
+const parkedFrame = 8 << 10
+
+// next waits, deep in its frame (parkedFrame), for the worker's next job; ok
+// false: the worker has been idle for p.idle or the pool is closed.
+//
+//go:noinline
+func (p *Pool) next(idle *time.Timer) (f func(), ok bool) {
+	var frame [parkedFrame]byte
+	inUse(&frame)
+	idle.Reset(p.idle)
+	select {
+	case f = <-p.jobs:
+		return f, true
+	case <-idle.C:
+	case <-p.closed:
+	}
+	return nil, false
+}
+
+// inUse keeps frame on its caller's stack: the compiler drops a local that
+// nothing reads, and with it the frame.
+//
+//go:noinline
+func inUse(frame *[parkedFrame]byte) { frame[0] = 1 }
 
 // Close ends the idle workers, and each busy one once its job is done. It
 // may be called more than once.
