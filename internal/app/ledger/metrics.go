@@ -21,6 +21,7 @@ type metrics struct {
 	lookupBatch      prometheus.Histogram
 	coldBatch        prometheus.Histogram
 	batchSize        prometheus.Histogram
+	compaction       prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -50,6 +51,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			prometheus.ExponentialBuckets(1, 2, 10)),
 		batchSize: histogram("ledger_group_commit_batch_commands", "Commands carried by one group-commit transaction.",
 			[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}),
+		compaction: histogram("ledger_resident_compaction_seconds", "How long each compaction of the residents' arena held the residents' table lock (residents.compact): every command's resident lookup and every eviction waits for it.",
+			prometheus.ExponentialBuckets(0.0005, 2, 14)),
 	}
 	for _, o := range []residentOrigin{fromEviction, fromWarm} {
 		m.residentLoads.WithLabelValues(string(o)) // both series shown from the start
@@ -58,7 +61,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.residentsMade.WithLabelValues(headLabel(h))
 	}
 	if reg != nil {
-		reg.MustRegister(m.snapshotsTaken, m.snapshotsIgnored, m.keysRecalled, m.holdsRecalled, m.refundsRecalled, m.residentLoads, m.residentsMade, m.appendsRefused, m.cachedBytes, m.lookupBatch, m.coldBatch, m.batchSize)
+		reg.MustRegister(m.snapshotsTaken, m.snapshotsIgnored, m.keysRecalled, m.holdsRecalled, m.refundsRecalled, m.residentLoads, m.residentsMade, m.appendsRefused, m.cachedBytes, m.lookupBatch, m.coldBatch, m.batchSize, m.compaction)
 	}
 	return m
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"hash/maphash"
 	"math"
+	"runtime/trace"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
@@ -55,6 +57,9 @@ type residents struct {
 	// print is the fingerprint of a key (domain.Resident): maphash, seeded per
 	// process, so that no one can pick keys that collide.
 	print func(key string) uint64
+	// compacted, when set, is told how long each compaction held the
+	// table's lock (ledger_resident_compaction_seconds).
+	compacted func(time.Duration)
 }
 
 // residentRec is one resident in the table: no pointer.
@@ -255,6 +260,10 @@ func (r *residents) remove(stream string, i uint32) {
 // records at the copies: the freed blocks of each size, never merged, go
 // (residentArena). Every block is a record's, under r.mu.
 func (r *residents) compact() {
+	defer trace.StartRegion(context.Background(), "residents.compact").End()
+	if r.compacted != nil {
+		defer func(t0 time.Time) { r.compacted(time.Since(t0)) }(time.Now())
+	}
 	var fresh residentArena
 	for _, page := range r.pages {
 		for j := range page {

@@ -172,6 +172,7 @@ func New(store Store, opts Options) *Service {
 	s := &Service{store: store, opts: opts, log: opts.Logger, locks: newStreamLocks(), pipes: newPipes(), accounts: newAccountCache(opts.CacheSize, opts.CacheBytes, m.cachedBytes),
 		claims: newLRU[string, *domain.KeyClaimed](opts.CacheSize, nil), transfers: newLRU[string, *domain.Transfer](opts.CacheSize, nil), metrics: m, snapSlots: make(chan struct{}, 4), elements: newElementWorkers()}
 	s.residents = newResidents(residentsOn(store, opts.ResidentAccounts))
+	s.residents.compacted = func(d time.Duration) { m.compaction.Observe(d.Seconds()) }
 	s.accounts.evicted = s.toResident
 	s.mover = moverFor(s, store)
 	s.transferReads = transferReadsFor(s, store)
