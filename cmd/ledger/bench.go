@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,6 +53,8 @@ const (
 	flagBenchCPUProfile   = "cpuprofile"
 	flagBenchProfPhase    = "cpuprofile-phase"
 	flagBenchMemProfile   = "memprofile"
+	flagBenchTrace        = "trace"
+	flagBenchTracePhase   = "trace-phase"
 	flagBenchJSON         = "json"
 	flagBenchMarkdown     = "markdown"
 	flagBenchProgress     = "progress-interval"
@@ -69,6 +68,31 @@ const (
 func benchEnv(name string) cli.ValueSourceChain {
 	return cli.EnvVars("LEDGER_BENCH_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
 }
+
+// benchDescription is the help text of ledger bench.
+const benchDescription = "Starts everything in this process, as `ledger dev` does (an embedded NATS server, a private\n" +
+	"PostgreSQL cluster with fsync on, the migrations, the ledger with its NATS intake), opens the\n" +
+	"accounts and drives the ledger over NATS request-reply with --clients clients: a load phase\n" +
+	"(--duplicate-ratio of resends), a hot phase (the same with every client on one account), a\n" +
+	"duplicates phase (only resends), a half-load phase (open loop at half the load phase's rate)\n" +
+	"and two JetStream phases (js.Publish; publish for the consumer).\n" +
+	"Then the baseline, the seed documents' idempotency-key table (one transaction per command),\n" +
+	"behind the same intake on its own NATS server and its own database of the same cluster, through\n" +
+	"the same phases. Then the key check on streams of 10 and --key-check-events events, and the\n" +
+	"projector over everything written; with --history N, a history of N events seeded and\n" +
+	"rebuilt and audited (the lines `rebuild events/s: <n>` and `audit events/s: <n>` come just\n" +
+	"before the ratio lines). With --standby, the ledger's load phase again, half as long, lone\n" +
+	"(the standby not required) then pair (required), twice, and the line\n" +
+	"`ratio pair/lone commands/s: <number>` just before the ratio lines. With --many-accounts N\n" +
+	"(default 1,000,000; --quick: none), the ledger's load phase again over N accounts opened for it\n" +
+	"and warmed by it (none cached with --many-cold), then at half that rate, and the line `ratio many/few accounts\n" +
+	"commands/s: <number>` (that phase over the load phase) just before the last line. --event-store puts the\n" +
+	"ledger's events on KurrentDB (the in-process test server, or a real one by URL) instead; the\n" +
+	"read models and the baseline stay on PostgreSQL. Progress goes to stderr; the report to\n" +
+	"stdout, whose last three lines are `ratio hot/uniform commands/s: <number>` (the ledger's hot\n" +
+	"phase over its load phase), `ratio batch/single commands/s: <number>` (its batch phase over\n" +
+	"its load phase) and `ratio ledger/baseline commands/s: <number>`. Ctrl-C stops the run\n" +
+	"cleanly."
 
 func benchCommand() *cli.Command {
 	d := bench.Defaults()
@@ -115,6 +139,8 @@ func benchCommand() *cli.Command {
 		&cli.StringFlag{Name: flagBenchMemProfile, Category: out, Usage: "write a heap profile (live objects, after a GC) to this file as the phase of --cpuprofile-phase ends (default: ledger/load)", Sources: benchEnv(flagBenchMemProfile), TakesFile: true},
 		&cli.StringFlag{Name: flagBenchCPUProfile, Category: out, Usage: "write a CPU profile of the whole run (clients, NATS, ledger, baseline handler) to this file", Sources: benchEnv(flagBenchCPUProfile), TakesFile: true},
 		&cli.StringFlag{Name: flagBenchProfPhase, Category: out, Usage: "profile only this phase, as system/phase (e.g. ledger/load) instead of the whole run", Sources: benchEnv(flagBenchProfPhase)},
+		&cli.StringFlag{Name: flagBenchTrace, Category: out, Usage: "write an execution trace (runtime/trace: go tool trace FILE) of the phase of --trace-phase to this file", Sources: benchEnv(flagBenchTrace), TakesFile: true},
+		&cli.StringFlag{Name: flagBenchTracePhase, Category: out, Value: bench.SystemLedger + "/" + bench.PhaseManyHalfLoad, Usage: "the phase --trace traces, as system/phase", Sources: benchEnv(flagBenchTracePhase)},
 		&cli.StringFlag{Name: flagBenchJSON, Category: out, Usage: "also write the report as JSON to this file", Sources: benchEnv(flagBenchJSON), TakesFile: true},
 		&cli.StringFlag{Name: flagBenchMarkdown, Category: out, Usage: "also write the report as Markdown tables to this file (for BENCHMARKS.md)", Sources: benchEnv(flagBenchMarkdown), TakesFile: true},
 		&cli.DurationFlag{Name: flagBenchProgress, Category: out, Value: d.ProgressInterval, Usage: "period of the progress lines on stderr (0: none)", Sources: benchEnv(flagBenchProgress)},
@@ -122,33 +148,11 @@ func benchCommand() *cli.Command {
 	}
 	flags = append(flags, config.LogFlags()...)
 	return &cli.Command{
-		Name:  "bench",
-		Usage: "measure the ledger against the idempotency-table baseline over NATS",
-		Description: "Starts everything in this process, as `ledger dev` does (an embedded NATS server, a private\n" +
-			"PostgreSQL cluster with fsync on, the migrations, the ledger with its NATS intake), opens the\n" +
-			"accounts and drives the ledger over NATS request-reply with --clients clients: a load phase\n" +
-			"(--duplicate-ratio of resends), a hot phase (the same with every client on one account), a\n" +
-			"duplicates phase (only resends), a half-load phase (open loop at half the load phase's rate)\n" +
-			"and two JetStream phases (js.Publish; publish for the consumer).\n" +
-			"Then the baseline, the seed documents' idempotency-key table (one transaction per command),\n" +
-			"behind the same intake on its own NATS server and its own database of the same cluster, through\n" +
-			"the same phases. Then the key check on streams of 10 and --key-check-events events, and the\n" +
-			"projector over everything written; with --history N, a history of N events seeded and\n" +
-			"rebuilt and audited (the lines `rebuild events/s: <n>` and `audit events/s: <n>` come just\n" +
-			"before the ratio lines). With --standby, the ledger's load phase again, half as long, lone\n" +
-			"(the standby not required) then pair (required), twice, and the line\n" +
-			"`ratio pair/lone commands/s: <number>` just before the ratio lines. With --many-accounts N\n" +
-			"(default 1,000,000; --quick: none), the ledger's load phase again over N accounts opened for it\n" +
-			"and warmed by it (none cached with --many-cold), then at half that rate, and the line `ratio many/few accounts\n" +
-			"commands/s: <number>` (that phase over the load phase) just before the last line. --event-store puts the\n" +
-			"ledger's events on KurrentDB (the in-process test server, or a real one by URL) instead; the\n" +
-			"read models and the baseline stay on PostgreSQL. Progress goes to stderr; the report to\n" +
-			"stdout, whose last three lines are `ratio hot/uniform commands/s: <number>` (the ledger's hot\n" +
-			"phase over its load phase), `ratio batch/single commands/s: <number>` (its batch phase over\n" +
-			"its load phase) and `ratio ledger/baseline commands/s: <number>`. Ctrl-C stops the run\n" +
-			"cleanly.",
-		Flags:  flags,
-		Action: runBench,
+		Name:        "bench",
+		Usage:       "measure the ledger against the idempotency-table baseline over NATS",
+		Description: benchDescription,
+		Flags:       flags,
+		Action:      runBench,
 	}
 }
 
@@ -167,81 +171,20 @@ func runBench(ctx context.Context, cmd *cli.Command) error {
 	}
 	cfg.Logger, cfg.Progress = components.With("component", "bench-env"), progress
 
-	var hooks []func(system, name string, start bool)
-	cfg.PhaseHook = func(system, name string, start bool) {
-		for _, h := range hooks {
-			h(system, name, start)
-		}
+	outs, err := openBenchOutputs(cmd, progress)
+	if err != nil {
+		return err
 	}
-	if p := cmd.String(flagBenchMemProfile); p != "" {
-		f, err := os.Create(p)
-		if err != nil {
-			return config.Exit(2, err)
-		}
-		defer f.Close()
-		phase := cmd.String(flagBenchProfPhase)
-		if phase == "" {
-			phase = bench.SystemLedger + "/" + bench.PhaseLoad
-		}
-		hooks = append(hooks, func(system, name string, start bool) {
-			if start || system+"/"+name != phase {
-				return
-			}
-			runtime.GC() // the profile then shows what is live
-			if err := pprof.WriteHeapProfile(f); err != nil {
-				progress.Error("heap profile", "err", err)
-			}
-		})
-	}
-	if p := cmd.String(flagBenchCPUProfile); p != "" {
-		f, err := os.Create(p)
-		if err != nil {
-			return config.Exit(2, err)
-		}
-		defer f.Close()
-		if phase := cmd.String(flagBenchProfPhase); phase != "" {
-			hooks = append(hooks, func(system, name string, start bool) {
-				if system+"/"+name != phase {
-					return
-				}
-				if start {
-					if err := pprof.StartCPUProfile(f); err != nil {
-						progress.Error("cpu profile", "err", err)
-					}
-					return
-				}
-				pprof.StopCPUProfile()
-			})
-		} else {
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return err
-			}
-			defer pprof.StopCPUProfile()
-		}
-	}
+	defer outs.close()
+	cfg.PhaseHook = outs.hook
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
 	rep, runErr := bench.Run(ctx, cfg)
 	stop()
-	pprof.StopCPUProfile()
-	if p := cmd.String(flagBenchJSON); p != "" && rep != nil {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err == nil {
-			err = os.WriteFile(p, append(b, '\n'), 0o644)
-		}
-		if err != nil {
-			progress.Error("write JSON report", "err", err)
-		}
-	}
-	if p := cmd.String(flagBenchMarkdown); p != "" && rep != nil {
-		var b strings.Builder
-		rep.Markdown(&b)
-		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
-			progress.Error("write Markdown report", "err", err)
-		}
-	}
+	outs.close()
+	writeBenchReports(cmd, rep, progress)
 	if runErr != nil {
 		if rep != nil && len(rep.Phases) > 0 {
 			rep.Print(cmd.Root().Writer)

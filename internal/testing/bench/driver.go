@@ -338,6 +338,9 @@ type SecondStat struct {
 	P50Ms    float64 `json:"p50_ms"`
 	P99Ms    float64 `json:"p99_ms"`
 	MaxMs    float64 `json:"max_ms"`
+	// PG is what PostgreSQL was doing in that second (ledger phases on
+	// PostgreSQL: pgstate.go).
+	PG *PGSecond `json:"pg,omitempty"`
 }
 
 func timeline(start time.Time, workers []*worker) []SecondStat {

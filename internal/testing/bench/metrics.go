@@ -17,6 +17,9 @@ const (
 	// coldLoadMetric is the histogram of streams per grouped cold-load
 	// request (internal/app/ledger/coldloads.go).
 	coldLoadMetric = "ledger_cold_load_batch_streams"
+	// compactionMetric is the histogram of the residents' arena's
+	// compactions (internal/app/ledger/residents.go).
+	compactionMetric = "ledger_resident_compaction_seconds"
 )
 
 // eachMetric calls f with every series of the named metric family.

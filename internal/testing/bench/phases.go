@@ -54,13 +54,24 @@ func (pr *phaseRunner) measure(name string, f func() (PhaseResult, error)) (*Pha
 	cr0, cs0 := coldTotals(cfg.ledgerMetrics)
 	p0 := pr.poolStat()
 	a0, r0 := pr.calls.count()
+	k0, ks0 := histogramTotals(cfg.ledgerMetrics, compactionMetric)
+	var pg *pgWatch
+	if p0 != nil {
+		pg = watchPG(pr.ctx, cfg.eventStoreURL, cfg.Progress.Warn)
+	}
 	hook(cfg, sys, name, true)
 	res, err := f()
 	hook(cfg, sys, name, false)
+	if pg != nil {
+		res.PG = pg.end(pr.ctx, res.Timeline)
+	}
 	if err != nil {
 		return nil, err
 	}
 	res.System, res.Phase = sys, name
+	if k1, ks1 := histogramTotals(cfg.ledgerMetrics, compactionMetric); sys == SystemLedger {
+		res.ResidentCompactions, res.ResidentCompactionMs = int64(k1-k0), (ks1-ks0)*1000
+	}
 	pr.calls.since(&res, a0, r0)
 	res.CPU = cpuBetween(before, sampleCPU(pr.pm), cpuCount())
 	if tx1, cmds1 := batchTotals(cfg.ledgerMetrics); sys == SystemLedger && tx1 > tx0 {
@@ -84,6 +95,10 @@ func (pr *phaseRunner) measure(name string, f func() (PhaseResult, error)) (*Pha
 	}
 	pr.out = append(pr.out, res)
 	cfg.Progress.Info("bench: phase done", "system", sys, "phase", name, "commands_per_sec", int(res.CommandsPerSec), "p99_ms", res.P99Ms, "errors", res.Errors)
+	if res.PG != nil {
+		cfg.Progress.Info("bench: postgres in the phase", "system", sys, "phase", name, "pg", res.PG.String(),
+			"resident_compactions", res.ResidentCompactions, "resident_compaction_ms", res.ResidentCompactionMs)
+	}
 	return &pr.out[len(pr.out)-1], nil
 }
 

@@ -71,6 +71,14 @@ type PhaseResult struct {
 	SyncStandbyNames *string `json:"synchronous_standby_names,omitempty"`
 	SyncRepWaits     int64   `json:"syncrep_waits,omitempty"`
 	SyncRepSamples   int64   `json:"syncrep_samples,omitempty"`
+	// PG is PostgreSQL's checkpoints and WAL through a ledger phase on
+	// PostgreSQL (pgstate.go).
+	PG *PGPhase `json:"pg,omitempty"`
+	// ResidentCompactions are the compactions of the residents' arena in
+	// the phase, ResidentCompactionMs the time they held its lock in all
+	// (ledger_resident_compaction_seconds).
+	ResidentCompactions  int64   `json:"resident_compactions,omitempty"`
+	ResidentCompactionMs float64 `json:"resident_compaction_ms,omitempty"`
 	// Timeline is the phase second by second (request-reply phases).
 	Timeline []SecondStat `json:"timeline,omitempty"`
 }

@@ -1,0 +1,196 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// What PostgreSQL did through a ledger phase (issue 27: a tail latency that
+// no profile of the process explained): its checkpoints and WAL, from its
+// cumulative statistics (PostgreSQL 15: pg_stat_bgwriter, pg_stat_wal) and
+// its control file at the phase's ends, and every pgSampleEvery what the
+// checkpointer and the backends were waiting for (pg_stat_activity), so
+// that a slow second of the timeline can be set beside a checkpoint's
+// writes or its fsyncs.
+
+// pgSampleEvery is the period of the samples of pg_stat_activity.
+const pgSampleEvery = 100 * time.Millisecond
+
+// PGPhase is PostgreSQL's work through a phase: the differences of its
+// cumulative counters between the phase's start and end. The counters lag
+// (the checkpointer's reach pg_stat_bgwriter within about a second of a
+// checkpoint's end, a backend's WAL counts once it is idle a while), so
+// what ended in a phase's last second may be counted in the next phase;
+// pg_control_checkpoint and the samples of pg_stat_activity do not lag.
+type PGPhase struct {
+	// CheckpointsTimed and CheckpointsRequested started in the phase (by
+	// checkpoint_timeout; by max_wal_size or a CHECKPOINT).
+	CheckpointsTimed     int64 `json:"checkpoints_timed"`
+	CheckpointsRequested int64 `json:"checkpoints_requested"`
+	// LastCheckpoint is when the latest completed checkpoint began
+	// (pg_control_checkpoint), at the phase's end; CheckpointEnded says
+	// whether one completed in the phase.
+	LastCheckpoint  time.Time `json:"last_checkpoint"`
+	CheckpointEnded bool      `json:"checkpoint_ended"`
+	// BuffersCheckpoint are the pages the checkpointer wrote,
+	// CheckpointWriteMs and CheckpointSyncMs the time it spent writing them
+	// and in fsync of the data files (both counted when a checkpoint ends).
+	BuffersCheckpoint int64   `json:"buffers_checkpoint"`
+	CheckpointWriteMs float64 `json:"checkpoint_write_ms"`
+	CheckpointSyncMs  float64 `json:"checkpoint_sync_ms"`
+	// BuffersBackend are the pages the backends had to write themselves.
+	BuffersBackend int64 `json:"buffers_backend"`
+	// WALBytes, WALWrites and WALSyncs: the WAL generated, its writes and
+	// fsyncs.
+	WALBytes  int64 `json:"wal_bytes"`
+	WALWrites int64 `json:"wal_writes"`
+	WALSyncs  int64 `json:"wal_syncs"`
+	// CheckpointerSamples counts the samples that found the checkpointer
+	// in each wait event ("" for on CPU), WALWaits the backends found
+	// waiting on the WAL (IO WALSync, WALWrite; LWLock WALWrite, WALInsert)
+	// summed over Samples samples.
+	CheckpointerSamples map[string]int `json:"checkpointer_samples,omitempty"`
+	WALWaits            int64          `json:"wal_waits"`
+	Samples             int64          `json:"samples"`
+}
+
+// PGSecond is what the samples of one second of a phase found.
+type PGSecond struct {
+	// Checkpointer lists the wait events the checkpointer was found in
+	// ("cpu" for none), WALWaits the backends waiting on the WAL summed
+	// over the second's samples.
+	Checkpointer string `json:"checkpointer,omitempty"`
+	WALWaits     int64  `json:"wal_waits,omitempty"`
+}
+
+// pgCounters are the cumulative counters at one moment.
+type pgCounters struct {
+	timed, req, bufCkpt, bufBackend int64
+	writeMs, syncMs                 float64
+	walBytes, walWrites, walSyncs   int64
+	last                            time.Time
+}
+
+const pgCountersSQL = `SELECT b.checkpoints_timed, b.checkpoints_req, b.buffers_checkpoint, b.buffers_backend,
+	b.checkpoint_write_time, b.checkpoint_sync_time, w.wal_bytes::bigint, w.wal_write, w.wal_sync,
+	(pg_control_checkpoint()).checkpoint_time
+	FROM pg_stat_bgwriter b, pg_stat_wal w`
+
+func readPGCounters(ctx context.Context, conn *pgx.Conn) (pgCounters, error) {
+	var c pgCounters
+	err := conn.QueryRow(ctx, pgCountersSQL).Scan(&c.timed, &c.req, &c.bufCkpt, &c.bufBackend,
+		&c.writeMs, &c.syncMs, &c.walBytes, &c.walWrites, &c.walSyncs, &c.last)
+	return c, err
+}
+
+// pgWaitsSQL is one sample: the checkpointer's wait event and the backends
+// waiting on the WAL.
+const pgWaitsSQL = `SELECT coalesce(max(wait_event) FILTER (WHERE backend_type = 'checkpointer'), ''),
+	count(*) FILTER (WHERE wait_event IN ('WALSync', 'WALWrite', 'WALInsert'))
+	FROM pg_stat_activity`
+
+// pgWatch samples PostgreSQL through one phase.
+type pgWatch struct {
+	conn   *pgx.Conn
+	c0     pgCounters
+	start  time.Time
+	stop   chan struct{}
+	done   chan struct{}
+	phase  PGPhase
+	perSec []PGSecond
+	seen   []map[string]bool // the checkpointer's wait events by second
+}
+
+// watchPG starts sampling the PostgreSQL at url; nil (and a warning) when
+// it cannot, so that a phase is never refused for want of its statistics.
+func watchPG(ctx context.Context, url string, warn func(string, ...any)) *pgWatch {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		warn("bench: postgres statistics", "err", err)
+		return nil
+	}
+	c0, err := readPGCounters(ctx, conn)
+	if err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		warn("bench: postgres statistics", "err", err)
+		return nil
+	}
+	w := &pgWatch{conn: conn, c0: c0, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
+	w.phase.CheckpointerSamples = map[string]int{}
+	go w.sample(ctx)
+	return w
+}
+
+func (w *pgWatch) sample(ctx context.Context) {
+	defer close(w.done)
+	t := time.NewTicker(pgSampleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+		}
+		var event string
+		var walWaits int64
+		if w.conn.QueryRow(ctx, pgWaitsSQL).Scan(&event, &walWaits) != nil {
+			continue
+		}
+		if event == "" {
+			event = "cpu"
+		}
+		sec := int(time.Since(w.start) / time.Second)
+		for len(w.perSec) <= sec {
+			w.perSec = append(w.perSec, PGSecond{})
+			w.seen = append(w.seen, map[string]bool{})
+		}
+		w.perSec[sec].WALWaits += walWaits
+		w.seen[sec][event] = true
+		w.phase.CheckpointerSamples[event]++
+		w.phase.WALWaits += walWaits
+		w.phase.Samples++
+	}
+}
+
+// end stops the samples and returns the phase's figures, the seconds'
+// merged into timeline (by second since the watch began, which is within
+// the driver's set-up of the phase's start).
+func (w *pgWatch) end(ctx context.Context, timeline []SecondStat) *PGPhase {
+	close(w.stop)
+	<-w.done
+	defer w.conn.Close(context.WithoutCancel(ctx))
+	c1, err := readPGCounters(ctx, w.conn)
+	if err != nil {
+		return nil
+	}
+	p, c0 := &w.phase, w.c0
+	p.CheckpointsTimed, p.CheckpointsRequested = c1.timed-c0.timed, c1.req-c0.req
+	p.LastCheckpoint, p.CheckpointEnded = c1.last, !c1.last.Equal(c0.last)
+	p.BuffersCheckpoint, p.BuffersBackend = c1.bufCkpt-c0.bufCkpt, c1.bufBackend-c0.bufBackend
+	p.CheckpointWriteMs, p.CheckpointSyncMs = c1.writeMs-c0.writeMs, c1.syncMs-c0.syncMs
+	p.WALBytes, p.WALWrites, p.WALSyncs = c1.walBytes-c0.walBytes, c1.walWrites-c0.walWrites, c1.walSyncs-c0.walSyncs
+	for sec := range min(len(timeline), len(w.perSec)) {
+		s := w.perSec[sec]
+		events := make([]string, 0, len(w.seen[sec]))
+		for e := range w.seen[sec] {
+			events = append(events, e)
+		}
+		slices.Sort(events)
+		s.Checkpointer = strings.Join(events, ",")
+		timeline[sec].PG = &s
+	}
+	return p
+}
+
+// String is the phase's PostgreSQL line of the progress log.
+func (p *PGPhase) String() string {
+	return fmt.Sprintf("checkpoints started %d timed, %d requested; one ended: %v (the last began %s); %d buffers written by checkpoints (write %.0f ms, sync %.0f ms), %d by backends; WAL %.1f MiB, %d writes, %d syncs; backends waiting on the WAL %.2f a sample; the checkpointer's samples %v",
+		p.CheckpointsTimed, p.CheckpointsRequested, p.CheckpointEnded, p.LastCheckpoint.UTC().Format(time.TimeOnly),
+		p.BuffersCheckpoint, p.CheckpointWriteMs, p.CheckpointSyncMs, p.BuffersBackend,
+		float64(p.WALBytes)/(1<<20), p.WALWrites, p.WALSyncs, float64(p.WALWaits)/float64(max(p.Samples, 1)), p.CheckpointerSamples)
+}
