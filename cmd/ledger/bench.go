@@ -36,6 +36,7 @@ const (
 	flagBenchHistory      = "history"
 	flagBenchMany         = "many-accounts"
 	flagBenchManyCold     = "many-cold"
+	flagBenchManyUnsettle = "many-unsettled"
 	flagBenchCapture      = "capture"
 	flagBenchGrace        = "grace"
 	flagBenchMaxInFlight  = "max-in-flight"
@@ -115,6 +116,7 @@ func benchCommand() *cli.Command {
 		&cli.Int64Flag{Name: flagBenchHistory, Category: load, Usage: "seed about this many events over --accounts accounts (a mix of deposits, withdrawals, transfers, transactions, holds and refunds, through the command handler), then time `projector rebuild` (checked) and `ledger audit` on the whole store (0: skip it)", Sources: benchEnv(flagBenchHistory)},
 		&cli.IntFlag{Name: flagBenchMany, Category: load, Value: d.ManyAccounts, Usage: "after the ledger's other phases, open this many accounts in its event store (decided in batches of 1,000 by a ledger.Service of the bench's own and, on PostgreSQL, loaded with COPY, behind the ledger's back), has the ledger warm them as a restart would (unless --many-cold) and drive the load phase's clients over them, then half that rate open loop; prints the ledger's live heap and `ratio many/few accounts commands/s` (0: skip it; --quick: 0)", Sources: benchEnv(flagBenchMany)},
 		&cli.BoolFlag{Name: flagBenchManyCold, Category: load, Usage: "leave the many accounts cold: the ledger does not warm them once they are opened, so that every first command on one reads it from the event store", Sources: benchEnv(flagBenchManyCold)},
+		&cli.BoolFlag{Name: flagBenchManyUnsettle, Category: load, Usage: "skip the VACUUM (ANALYZE) and CHECKPOINT the bench runs on PostgreSQL once the many accounts are opened and warmed, as an operator does after a bulk load: the many-accounts phases then run during the checkpoint of the rows just copied in (BENCHMARKS.md)", Sources: benchEnv(flagBenchManyUnsettle)},
 		&cli.StringFlag{Name: flagBenchSystems, Category: sut, Value: "ledger,baseline", Usage: "systems to drive, in order, comma-separated: ledger, baseline, echo (a fixed reply: the ceiling of NATS request-reply here)", Sources: benchEnv(flagBenchSystems)},
 		&cli.BoolFlag{Name: flagBenchCapture, Category: sut, Value: d.Capture, Usage: "declare LEDGER_COMMANDS so that JetStream stores every command and the consumer confirms it, as ledger dev does, for both systems (default on; --quick: off)", Sources: benchEnv(flagBenchCapture)},
 		&cli.DurationFlag{Name: flagBenchGrace, Category: sut, Value: d.Grace, Usage: "the intakes' JetStream grace (default: as ledger dev)", Sources: benchEnv(flagBenchGrace)},
@@ -225,6 +227,7 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	cfg.HistoryEvents = cmd.Int64(flagBenchHistory)
 	set(flagBenchMany, func() { cfg.ManyAccounts = cmd.Int(flagBenchMany) })
 	cfg.ManyCold = cmd.Bool(flagBenchManyCold)
+	cfg.ManyUnsettled = cmd.Bool(flagBenchManyUnsettle)
 	set(flagBenchCapture, func() { cfg.Capture = cmd.Bool(flagBenchCapture) })
 	set(flagBenchGrace, func() { cfg.Grace = cmd.Duration(flagBenchGrace) })
 	set(flagBenchMaxInFlight, func() { cfg.MaxInFlight = cmd.Int(flagBenchMaxInFlight) })

@@ -228,6 +228,14 @@ func checkMany(t *testing.T, rep *Report, lines []string, accounts int) {
 	if mr := rep.Many; mr.Warmed != int64(accounts) || mr.WarmSeconds <= 0 || m.ColdLoadsPerCommand != 0 {
 		t.Fatalf("many accounts warmed %d in %vs, %v cold loads a command, want %d and none: %+v", mr.Warmed, mr.WarmSeconds, m.ColdLoadsPerCommand, accounts, m)
 	}
+	// Settled once warmed (Config.ManyUnsettled unset), as after a bulk
+	// load; PostgreSQL's part of each phase sampled.
+	if mr := rep.Many; mr.SettleSeconds <= 0 || mr.SettleError != "" || !strings.Contains(strings.Join(lines, "\n"), "settled by VACUUM (ANALYZE) and CHECKPOINT") {
+		t.Fatalf("many accounts not settled: %+v", mr)
+	}
+	if h := rep.Phase(SystemLedger, PhaseManyHalfLoad); m.PG == nil || h.PG == nil {
+		t.Fatalf("many phases without PostgreSQL's figures: %+v, %+v", m.PG, h.PG)
+	}
 	if m.PoolAcquiresPerCommand <= 0 || !strings.Contains(strings.Join(lines, "\n"), "the ledger's PostgreSQL pool per answered command") {
 		t.Fatalf("many phase without its pool's figures: %+v", m)
 	}

@@ -70,6 +70,12 @@ type Config struct {
 	// would: the cache, then residents), and the phases start when warming
 	// has ended.
 	ManyCold bool
+	// ManyUnsettled skips what an operator does after a bulk load, which
+	// the bench does by default once the many accounts are opened and
+	// warmed, on PostgreSQL: VACUUM (ANALYZE), then CHECKPOINT (many.go:
+	// settle), so that the phases measure the ledger's steady state and not
+	// the checkpoint of the million rows just copied in.
+	ManyUnsettled bool
 	// HistoryEvents is the history of the history phase: about this many events
 	// seeded over Accounts accounts, then rebuilt and audited (0: no phase).
 	HistoryEvents int64

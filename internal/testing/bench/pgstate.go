@@ -56,7 +56,9 @@ type PGPhase struct {
 	// summed over Samples samples.
 	CheckpointerSamples map[string]int `json:"checkpointer_samples,omitempty"`
 	WALWaits            int64          `json:"wal_waits"`
-	Samples             int64          `json:"samples"`
+	// Autovacuum is the autovacuum workers found, summed over the samples.
+	Autovacuum int64 `json:"autovacuum"`
+	Samples    int64 `json:"samples"`
 }
 
 // PGSecond is what the samples of one second of a phase found.
@@ -66,6 +68,7 @@ type PGSecond struct {
 	// over the second's samples.
 	Checkpointer string `json:"checkpointer,omitempty"`
 	WALWaits     int64  `json:"wal_waits,omitempty"`
+	Autovacuum   int64  `json:"autovacuum,omitempty"`
 }
 
 // pgCounters are the cumulative counters at one moment.
@@ -88,10 +91,11 @@ func readPGCounters(ctx context.Context, conn *pgx.Conn) (pgCounters, error) {
 	return c, err
 }
 
-// pgWaitsSQL is one sample: the checkpointer's wait event and the backends
-// waiting on the WAL.
+// pgWaitsSQL is one sample: the checkpointer's wait event, the backends
+// waiting on the WAL and the autovacuum workers.
 const pgWaitsSQL = `SELECT coalesce(max(wait_event) FILTER (WHERE backend_type = 'checkpointer'), ''),
-	count(*) FILTER (WHERE wait_event IN ('WALSync', 'WALWrite', 'WALInsert'))
+	count(*) FILTER (WHERE wait_event IN ('WALSync', 'WALWrite', 'WALInsert')),
+	count(*) FILTER (WHERE backend_type = 'autovacuum worker')
 	FROM pg_stat_activity`
 
 // pgWatch samples PostgreSQL through one phase.
@@ -137,8 +141,8 @@ func (w *pgWatch) sample(ctx context.Context) {
 		case <-t.C:
 		}
 		var event string
-		var walWaits int64
-		if w.conn.QueryRow(ctx, pgWaitsSQL).Scan(&event, &walWaits) != nil {
+		var walWaits, autovacuum int64
+		if w.conn.QueryRow(ctx, pgWaitsSQL).Scan(&event, &walWaits, &autovacuum) != nil {
 			continue
 		}
 		if event == "" {
@@ -150,6 +154,8 @@ func (w *pgWatch) sample(ctx context.Context) {
 			w.seen = append(w.seen, map[string]bool{})
 		}
 		w.perSec[sec].WALWaits += walWaits
+		w.perSec[sec].Autovacuum += autovacuum
+		w.phase.Autovacuum += autovacuum
 		w.seen[sec][event] = true
 		w.phase.CheckpointerSamples[event]++
 		w.phase.WALWaits += walWaits
@@ -189,8 +195,8 @@ func (w *pgWatch) end(ctx context.Context, timeline []SecondStat) *PGPhase {
 
 // String is the phase's PostgreSQL line of the progress log.
 func (p *PGPhase) String() string {
-	return fmt.Sprintf("checkpoints started %d timed, %d requested; one ended: %v (the last began %s); %d buffers written by checkpoints (write %.0f ms, sync %.0f ms), %d by backends; WAL %.1f MiB, %d writes, %d syncs; backends waiting on the WAL %.2f a sample; the checkpointer's samples %v",
+	return fmt.Sprintf("checkpoints started %d timed, %d requested; one ended: %v (the last began %s); %d buffers written by checkpoints (write %.0f ms, sync %.0f ms), %d by backends; WAL %.1f MiB, %d writes, %d syncs; backends waiting on the WAL %.2f a sample; autovacuum workers %.2f a sample; the checkpointer's samples %v",
 		p.CheckpointsTimed, p.CheckpointsRequested, p.CheckpointEnded, p.LastCheckpoint.UTC().Format(time.TimeOnly),
 		p.BuffersCheckpoint, p.CheckpointWriteMs, p.CheckpointSyncMs, p.BuffersBackend,
-		float64(p.WALBytes)/(1<<20), p.WALWrites, p.WALSyncs, float64(p.WALWaits)/float64(max(p.Samples, 1)), p.CheckpointerSamples)
+		float64(p.WALBytes)/(1<<20), p.WALWrites, p.WALSyncs, float64(p.WALWaits)/float64(max(p.Samples, 1)), float64(p.Autovacuum)/float64(max(p.Samples, 1)), p.CheckpointerSamples)
 }
