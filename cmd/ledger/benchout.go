@@ -54,12 +54,12 @@ func openBenchOutputs(cmd *cli.Command, progress *slog.Logger) (*benchOutputs, e
 	if f, err := create(flagBenchTrace); err != nil {
 		return nil, err
 	} else if f != nil {
-		o.hooks = append(o.hooks, tracePhase(f, cmd.String(flagBenchTracePhase), progress))
+		o.hooks = append(o.hooks, startStopPhase(cmd.String(flagBenchTracePhase), "trace", func() error { return trace.Start(f) }, trace.Stop, progress))
 	}
 	if f, err := create(flagBenchCPUProfile); err != nil {
 		return nil, err
 	} else if f != nil && profPhase != "" {
-		o.hooks = append(o.hooks, cpuProfilePhase(f, profPhase, progress))
+		o.hooks = append(o.hooks, startStopPhase(profPhase, "cpu profile", func() error { return pprof.StartCPUProfile(f) }, pprof.StopCPUProfile, progress))
 	} else if f != nil {
 		if err := pprof.StartCPUProfile(f); err != nil {
 			o.close()
@@ -101,35 +101,19 @@ func heapProfilePhase(f io.Writer, phase string, progress *slog.Logger) func(sys
 	}
 }
 
-// cpuProfilePhase profiles the phase named phase into f.
-func cpuProfilePhase(f io.Writer, phase string, progress *slog.Logger) func(system, name string, start bool) {
-	return func(system, name string, start bool) {
+// startStopPhase is a phase hook that calls start as the phase named phase
+// (system/phase) begins and stop as it ends: a CPU profile, a trace.
+func startStopPhase(phase, what string, start func() error, stop func(), progress *slog.Logger) func(system, name string, begins bool) {
+	return func(system, name string, begins bool) {
 		if system+"/"+name != phase {
 			return
 		}
-		if !start {
-			pprof.StopCPUProfile()
+		if !begins {
+			stop()
 			return
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			progress.Error("cpu profile", "err", err)
-		}
-	}
-}
-
-// tracePhase is the phase hook of --trace: an execution trace of the phase
-// named phase (system/phase) into f.
-func tracePhase(f io.Writer, phase string, progress *slog.Logger) func(system, name string, start bool) {
-	return func(system, name string, start bool) {
-		if system+"/"+name != phase {
-			return
-		}
-		if !start {
-			trace.Stop()
-			return
-		}
-		if err := trace.Start(f); err != nil {
-			progress.Error("trace", "err", err)
+		if err := start(); err != nil {
+			progress.Error(what, "err", err)
 		}
 	}
 }

@@ -218,11 +218,7 @@ func pointerIn(typ reflect.Type) string {
 //	go test ./internal/app/ledger -run '^$' -bench ResidentsGC -benchtime 20x -count 3
 func BenchmarkResidentsGC(b *testing.B) {
 	const n = 1_000_000
-	res := residentStates(b, 1)[0]
-	r := newResidents(n)
-	for i := range n {
-		r.put(fmt.Sprintf("account-c%07d", i), res)
-	}
+	r := manyResidents(b, n)
 	runtime.GC()
 	b.ResetTimer()
 	for b.Loop() {
@@ -244,11 +240,7 @@ func BenchmarkResidentsGC(b *testing.B) {
 //	go test ./internal/app/ledger -run '^$' -bench ResidentsCompact -benchtime 20x -count 3
 func BenchmarkResidentsCompact(b *testing.B) {
 	const n = 1_000_000
-	res := residentStates(b, 1)[0]
-	r := newResidents(n)
-	for i := range n {
-		r.put(fmt.Sprintf("account-c%07d", i), res)
-	}
+	r := manyResidents(b, n)
 	live := r.arena.live
 	b.ResetTimer()
 	for b.Loop() {
@@ -260,4 +252,15 @@ func BenchmarkResidentsCompact(b *testing.B) {
 	if r.len() != n || r.arena.live != live {
 		b.Fatalf("%d residents and %d bytes of blocks, want %d and %d", r.len(), r.arena.live, n, live)
 	}
+}
+
+// manyResidents is a table of n residents of accounts opened without
+// metadata, under names of their own.
+func manyResidents(b *testing.B, n int) *residents {
+	res := residentStates(b, 1)[0]
+	r := newResidents(n)
+	for i := range n {
+		r.put(fmt.Sprintf("account-c%07d", i), res)
+	}
+	return r
 }
