@@ -33,8 +33,9 @@ type PGPhase struct {
 	CheckpointsTimed     int64 `json:"checkpoints_timed"`
 	CheckpointsRequested int64 `json:"checkpoints_requested"`
 	// LastCheckpoint is when the latest completed checkpoint began
-	// (pg_control_checkpoint), at the phase's end; CheckpointEnded says
-	// whether one completed in the phase.
+	// (pg_control_checkpoint), at the phase's end, to the second;
+	// CheckpointEnded says whether one completed in the phase (its LSN moved:
+	// two may begin in one second).
 	LastCheckpoint  time.Time `json:"last_checkpoint"`
 	CheckpointEnded bool      `json:"checkpoint_ended"`
 	// BuffersCheckpoint are the pages the checkpointer wrote,
@@ -76,18 +77,19 @@ type pgCounters struct {
 	timed, req, bufCkpt, bufBackend int64
 	writeMs, syncMs                 float64
 	walBytes, walWrites, walSyncs   int64
-	last                            time.Time
+	last                            time.Time // to the second
+	lastLSN                         string    // the latest checkpoint's
 }
 
 const pgCountersSQL = `SELECT b.checkpoints_timed, b.checkpoints_req, b.buffers_checkpoint, b.buffers_backend,
 	b.checkpoint_write_time, b.checkpoint_sync_time, w.wal_bytes::bigint, w.wal_write, w.wal_sync,
-	(pg_control_checkpoint()).checkpoint_time
+	(pg_control_checkpoint()).checkpoint_time, (pg_control_checkpoint()).checkpoint_lsn::text
 	FROM pg_stat_bgwriter b, pg_stat_wal w`
 
 func readPGCounters(ctx context.Context, conn *pgx.Conn) (pgCounters, error) {
 	var c pgCounters
 	err := conn.QueryRow(ctx, pgCountersSQL).Scan(&c.timed, &c.req, &c.bufCkpt, &c.bufBackend,
-		&c.writeMs, &c.syncMs, &c.walBytes, &c.walWrites, &c.walSyncs, &c.last)
+		&c.writeMs, &c.syncMs, &c.walBytes, &c.walWrites, &c.walSyncs, &c.last, &c.lastLSN)
 	return c, err
 }
 
@@ -176,7 +178,7 @@ func (w *pgWatch) end(ctx context.Context, timeline []SecondStat) *PGPhase {
 	}
 	p, c0 := &w.phase, w.c0
 	p.CheckpointsTimed, p.CheckpointsRequested = c1.timed-c0.timed, c1.req-c0.req
-	p.LastCheckpoint, p.CheckpointEnded = c1.last, !c1.last.Equal(c0.last)
+	p.LastCheckpoint, p.CheckpointEnded = c1.last, c1.lastLSN != c0.lastLSN
 	p.BuffersCheckpoint, p.BuffersBackend = c1.bufCkpt-c0.bufCkpt, c1.bufBackend-c0.bufBackend
 	p.CheckpointWriteMs, p.CheckpointSyncMs = c1.writeMs-c0.writeMs, c1.syncMs-c0.syncMs
 	p.WALBytes, p.WALWrites, p.WALSyncs = c1.walBytes-c0.walBytes, c1.walWrites-c0.walWrites, c1.walSyncs-c0.walSyncs
