@@ -142,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			// pays for the first's writes (autovacuum of its tables, a checkpoint
 			// and the full-page writes after it): the baseline measured after the
 			// ledger did 1,146 commands/s, first on a fresh cluster 2,036.
-			settle(ctx, written, env.DatabaseURL, log)
+			_ = settle(ctx, written, env.DatabaseURL, log) // logged: the run goes on unsettled
 		}
 		switch sys {
 		case SystemLedger:
@@ -644,11 +644,13 @@ func natsSync(cfg Config) string {
 
 // settle vacuums and analyzes the databases in vacuum, then takes a checkpoint
 // (through checkpointURL), so that the next system does not pay for what the
-// previous ones wrote and every system starts right after a checkpoint. What the
-// benchmark may not do (an external database without the rights) is logged and
-// skipped: the run goes on unsettled.
-func settle(ctx context.Context, vacuum []string, checkpointURL string, log *slog.Logger) {
+// previous ones wrote and every system starts right after a checkpoint (and
+// the many-accounts phases after their bulk load: many.go). What the
+// benchmark may not do (an external database without the rights) is logged,
+// skipped and returned: the run goes on unsettled.
+func settle(ctx context.Context, vacuum []string, checkpointURL string, log *slog.Logger) error {
 	start := time.Now()
+	var errs []error
 	exec := func(url, sql string) {
 		conn, err := pgx.Connect(ctx, url)
 		if err == nil {
@@ -657,6 +659,7 @@ func settle(ctx context.Context, vacuum []string, checkpointURL string, log *slo
 		}
 		if err != nil {
 			log.Warn("bench: settle", "sql", sql, "err", err)
+			errs = append(errs, fmt.Errorf("%s: %w", sql, err))
 		}
 	}
 	for _, url := range vacuum {
@@ -664,4 +667,5 @@ func settle(ctx context.Context, vacuum []string, checkpointURL string, log *slo
 	}
 	exec(checkpointURL, "CHECKPOINT")
 	log.Info("bench: settled PostgreSQL (VACUUM ANALYZE, CHECKPOINT)", "vacuumed", len(vacuum), "took", time.Since(start).Round(time.Millisecond))
+	return errors.Join(errs...)
 }

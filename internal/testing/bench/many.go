@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/ledgerworks/ledger/internal/platform/config"
 	"github.com/ledgerworks/ledger/internal/testing/bench/seed"
 )
@@ -135,32 +133,20 @@ func (mr *ManyReport) warm(ctx context.Context, cfg Config) error {
 }
 
 // settle does what an operator does after a bulk load, on the ledger's
-// PostgreSQL: VACUUM (ANALYZE) (the visibility map, the hint bits the
-// warming's reads would otherwise leave to be written by the commands'
-// backends, the planner's statistics) and CHECKPOINT, so that the
-// checkpoint of the rows just copied in, with its fsync of the data files,
-// is not taken by the phases' commits (BENCHMARKS.md: a checkpoint was in
-// its writes through both phases of an unsettled run). The ledger's own
-// checkpoints still come as they come. A failure is reported, not fatal.
+// PostgreSQL (the bench's settle: VACUUM (ANALYZE), which sets the hint bits
+// the warming's reads would otherwise leave to the commands' backends, then
+// CHECKPOINT), so that the checkpoint of the rows just copied in, with its
+// fsync of the data files, is not taken by the phases' commits
+// (BENCHMARKS.md: a checkpoint was in its writes through both phases of an
+// unsettled run). The ledger's own checkpoints still come as they come. A
+// failure is reported, not fatal.
 func (mr *ManyReport) settle(ctx context.Context, cfg Config) {
 	start := time.Now()
-	conn, err := pgx.Connect(ctx, cfg.eventStoreURL)
-	if err == nil {
-		defer conn.Close(context.WithoutCancel(ctx))
-		for _, sql := range []string{"VACUUM (ANALYZE)", "CHECKPOINT"} {
-			if _, err = conn.Exec(ctx, sql); err != nil {
-				err = fmt.Errorf("%s: %w", sql, err)
-				break
-			}
-		}
-	}
-	if err != nil {
+	if err := settle(ctx, []string{cfg.eventStoreURL}, cfg.eventStoreURL, cfg.Progress); err != nil {
 		mr.SettleError = err.Error()
-		cfg.Progress.Warn("bench: many accounts not settled", "err", err)
 		return
 	}
 	mr.SettleSeconds = time.Since(start).Seconds()
-	cfg.Progress.Info("bench: many accounts settled (VACUUM (ANALYZE), CHECKPOINT)", "took", time.Since(start).Round(time.Millisecond))
 }
 
 // sampleHeap records the heap by source now, keeping the larger ledger part.
