@@ -11,6 +11,7 @@ package workers
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,14 +23,27 @@ type Pool struct {
 	closed chan struct{}
 	once   sync.Once
 	wg     sync.WaitGroup
+	// keep bounds the workers parked deep (parkedFrame) at once; deep counts
+	// them.
+	keep int32
+	deep atomic.Int32
 }
+
+// KeptStacks bounds the workers of an unbounded pool that keep their stacks
+// while parked (4096 times 32 KiB: 128 MiB); a bounded pool keeps every
+// worker's. The workers parked beyond it wait in a shallow frame, and the
+// collector shrinks their stacks as it did before parkedFrame: a burst of
+// batch elements (up to the intake's 64 batches of 1,000 in flight) would
+// otherwise hold 64,000 stacks of 32 KiB, 2 GiB, for the idle time.
+const KeptStacks = 4096
 
 // New returns a pool of at most max workers (max <= 0: no bound but the jobs
 // in flight at once), each ending once idle for idle (> 0).
 func New(max int, idle time.Duration) *Pool {
-	p := &Pool{jobs: make(chan func()), idle: idle, closed: make(chan struct{})}
+	p := &Pool{jobs: make(chan func()), idle: idle, closed: make(chan struct{}), keep: KeptStacks}
 	if max > 0 {
 		p.slots = make(chan struct{}, max)
+		p.keep = int32(max)
 	}
 	return p
 }
@@ -88,16 +102,33 @@ func (p *Pool) loop(f func()) {
 // BenchmarkBatchesHotAndSpread: BENCHMARKS.md "Issue 24: parked workers keep
 // their stacks"). A larger stack still shrinks to 4*parkedFrame. What it
 // costs: a worker's stack is held while it is idle, at most the pool's
-// workers times 32 KiB, for the pool's idle time at most.
+// bound (or KeptStacks) times 32 KiB, for the pool's idle time at most.
 const parkedFrame = 8 << 10
 
-// next waits, deep in its frame (parkedFrame), for the worker's next job; ok
+// next waits for the worker's next job, deep in its frame (parkedFrame)
+// while fewer than p.keep workers are parked so, else in a shallow one; ok
 // false: the worker has been idle for p.idle or the pool is closed.
+func (p *Pool) next(idle *time.Timer) (f func(), ok bool) {
+	defer p.deep.Add(-1)
+	if p.deep.Add(1) <= p.keep {
+		return p.nextDeep(idle)
+	}
+	return p.wait(idle)
+}
+
+// nextDeep waits for the next job below a parkedFrame of its own.
 //
 //go:noinline
-func (p *Pool) next(idle *time.Timer) (f func(), ok bool) {
+func (p *Pool) nextDeep(idle *time.Timer) (f func(), ok bool) {
 	var frame [parkedFrame]byte
 	inUse(&frame)
+	return p.wait(idle)
+}
+
+// wait waits for the next job, the idle time or the pool's close.
+//
+//go:noinline
+func (p *Pool) wait(idle *time.Timer) (f func(), ok bool) {
 	idle.Reset(p.idle)
 	select {
 	case f = <-p.jobs:

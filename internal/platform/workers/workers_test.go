@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -79,4 +80,61 @@ func TestPoolUnboundedAndClose(t *testing.T) {
 	if n := ran.Load(); n != 8 {
 		t.Fatalf("%d of 8 jobs ran", n)
 	}
+}
+
+// Beyond the pool's keep, parked workers wait shallow and the collector
+// shrinks their stacks: n workers, each grown to tens of KiB by its job, hold
+// far less stack parked when only a tenth of them keep theirs than when every
+// one does.
+func TestPoolKeepsBoundedStacks(t *testing.T) {
+	const n = 1000
+	all := parkedStacks(t, n, n)
+	capped := parkedStacks(t, n, n/10)
+	t.Logf("stack in use with %d workers parked: %d KiB, all kept; %d KiB, %d kept", n, all>>10, capped>>10, n/10)
+	if capped*2 > all {
+		t.Fatalf("%d workers parked, %d of them keeping their stacks, hold %d KiB of stack; all keeping theirs, %d KiB", n, n/10, capped>>10, all>>10)
+	}
+}
+
+// parkedStacks starts n workers on a pool keeping keep stacks, grows each
+// one's stack, parks them all, collects, and returns the stack in use.
+func parkedStacks(t *testing.T, n int, keep int32) uint64 {
+	t.Helper()
+	p := New(0, time.Hour)
+	p.keep = keep
+	defer func() { p.Close(); p.Wait() }()
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	started.Add(n)
+	for range n {
+		p.Go(nil, func() { started.Done(); growStack(24 << 10); <-release })
+	}
+	started.Wait()
+	close(release)
+	parked := make(chan struct{})
+	go func() {
+		for p.deep.Load() < int32(n) {
+			time.Sleep(time.Millisecond) // a poll of the count, not an order
+		}
+		close(parked)
+	}()
+	waitOrFail(t, parked, "every worker parked")
+	for range 3 {
+		runtime.GC()
+	}
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.StackInuse
+}
+
+// growStack uses about bytes of stack.
+//
+//go:noinline
+func growStack(bytes int) byte {
+	var frame [1 << 10]byte
+	frame[bytes%len(frame)] = byte(bytes)
+	if bytes <= len(frame) {
+		return frame[0]
+	}
+	return growStack(bytes-len(frame)) + frame[bytes%len(frame)]
 }
