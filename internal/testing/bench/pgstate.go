@@ -12,7 +12,10 @@ import (
 
 // What PostgreSQL did through a ledger phase (issue 27: a tail latency that
 // no profile of the process explained): its checkpoints and WAL, from its
-// cumulative statistics (PostgreSQL 15: pg_stat_bgwriter, pg_stat_wal) and
+// cumulative statistics (PostgreSQL 15 and 16: pg_stat_bgwriter, pg_stat_wal;
+// PostgreSQL 17 moved the checkpointer's counters to pg_stat_checkpointer and
+// the backends' writes to pg_stat_io, so there watchPG warns and a phase has
+// no PostgreSQL figures: docker-compose.yml's postgres:17 is not read) and
 // its control file at the phase's ends, and every pgSampleEvery what the
 // checkpointer and the backends were waiting for (pg_stat_activity), so
 // that a slow second of the timeline can be set beside a checkpoint's

@@ -44,6 +44,7 @@ func TestPGWatchSeesACheckpoint(t *testing.T) {
 		if err != nil || ctx.Err() != nil {
 			t.Fatalf("the CHECKPOINT never counted: %v (%v)", err, ctx.Err())
 		}
+		time.Sleep(50 * time.Millisecond) // a poll of the counters, not an order
 	}
 	timeline := []SecondStat{{Second: 0}}
 	p := w.end(ctx, timeline)
