@@ -208,6 +208,9 @@ type pendingAccount struct {
 
 // loadPending is loadAccount with the pipeline chain of the state it returns.
 func (s *Service) loadPending(ctx context.Context, stream, id string, refresh bool) (pendingAccount, error) {
+	if s.loadHook != nil {
+		s.loadHook(ctx, stream)
+	}
 	if acc, chain := s.pipes.pinned(stream); acc != nil {
 		return pendingAccount{acc, chain}, nil // the pending state is ahead of the store
 	}

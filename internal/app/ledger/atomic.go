@@ -450,7 +450,9 @@ func (s *Service) addStep(p *atomicParts, st *accountStep) error {
 // while the write commits, so a hot account takes the commands that follow as
 // it takes any other's. Every other one is drained first (its appends in
 // flight waited for, its lock held so that no new one starts) and decided on
-// durable state: a write joins one pipeline chain at most.
+// durable state: a write joins one pipeline chain at most. A command of a
+// batch loaded on durable state while an earlier one of its batch is to be
+// decided again returns earlierRefusedWait (Service.refusedBefore).
 func (s *Service) loadAccounts(ctx context.Context, w *lockedAccounts, ids []string) error {
 	for i := 0; i < len(ids); i++ {
 		if wait := s.pipes.before(domain.AccountStream(ids[i]), w.key, s.keyLimit); wait != nil {
@@ -472,6 +474,9 @@ func (s *Service) loadAccounts(ctx context.Context, w *lockedAccounts, ids []str
 		p, err := s.loadPending(ctx, stream, id, w.refresh)
 		if err != nil {
 			return err
+		}
+		if wait := s.refusedBefore(ctx, p); wait != nil {
+			return &earlierRefusedWait{wait} // waited for by attempts, every lock released
 		}
 		w.accs[id] = p.acc
 		if stream == hotStream {

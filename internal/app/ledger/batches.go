@@ -27,7 +27,12 @@ import (
 // pipeline was not written: another instance wrote its account, or the store
 // failed), it is decided again only once every earlier command it shares
 // something with has finished, so that the order holds when decisions are
-// taken again (underLocks calls afterEarlier).
+// taken again (underLocks calls afterEarlier). Until it is decided again
+// (or answered), no later command of its batch is decided on its account's
+// durable state (refusedBefore): one that started once the refused command
+// was decided, and loaded the account after the refusal, would be decided on
+// the store's state without it, before it
+// (TestBatchRefusalBetweenCheckAndLoad).
 
 // maxBatchParallel bounds the commands of one batch being decided at once (a
 // command waiting for an earlier one, or for its commit, does not count).
@@ -172,6 +177,100 @@ type batchElement struct {
 	// key is whether its key was decided, looked up with the batch's
 	// (lookUpBatchKeys), when it was.
 	key keyAnswer
+	// index is the command's place in its batch, whose commands refused and
+	// not yet decided again are refusals.
+	index    int
+	refusals *batchRefusals
+	answered bool // guarded by refusals.mu: finish was called
+}
+
+// batchRefusals are the commands of a batch whose append was refused and
+// that are neither decided again nor answered yet, each with a channel
+// closed once it is. No later command of the batch is decided on durable
+// state meanwhile (Service.refusedBefore): it would be decided before the
+// refused one, on a state without it.
+type batchRefusals struct {
+	mu      sync.Mutex
+	pending map[int]chan struct{}
+}
+
+// refused records that e's append was refused (finishHot), before its
+// pipeline learns it (pipes.end): a later command that finds the pipeline
+// drained (pipes.pinned under pipes.mu) finds e here. Nothing once e is
+// answered (a write made on its behalf after its answer).
+func (e *batchElement) refused() {
+	if e == nil {
+		return
+	}
+	e.refusals.mu.Lock()
+	defer e.refusals.mu.Unlock()
+	if !e.answered && e.refusals.pending[e.index] == nil {
+		e.refusals.pending[e.index] = make(chan struct{})
+	}
+}
+
+// redecided records that e, should its append have been refused, is decided
+// again (its append queued anew: queueHot) or answered (answered set).
+func (e *batchElement) redecided(answered bool) {
+	e.refusals.mu.Lock()
+	defer e.refusals.mu.Unlock()
+	e.answered = e.answered || answered
+	if ch := e.refusals.pending[e.index]; ch != nil {
+		close(ch)
+		delete(e.refusals.pending, e.index)
+	}
+}
+
+// earlierRefused is a channel to wait on before e is decided on durable
+// state: an earlier command of its batch refused and not yet decided again;
+// nil when there is none (or e is not a batch's). Any earlier one, whether e
+// shares something with it or not: refusals are rare, and a wide wait is
+// simpler to prove (Service.refusedBefore).
+func (e *batchElement) earlierRefused() <-chan struct{} {
+	if e == nil {
+		return nil
+	}
+	e.refusals.mu.Lock()
+	defer e.refusals.mu.Unlock()
+	for i, ch := range e.refusals.pending {
+		if i < e.index {
+			return ch
+		}
+	}
+	return nil
+}
+
+// refusedBefore is what a command must wait for, its locks released, before
+// it is decided on p, the state loadPending returned it: for a command of a
+// batch decided on durable state (p.chain 0), an earlier command of its
+// batch whose append was refused and that is not decided again yet
+// (earlierRefused). Asked after the load, never before: the refused command
+// is marked before its pipeline learns of the refusal (finishHot), and the
+// load reads the pipeline under pipes.mu (pinned). So either the load found
+// the earlier command's append in flight, decided on its pending state and
+// joined its chain, which group commit refuses with it (the later command
+// is refused too, and decided again only after the earlier ones it shares
+// something with finished: afterEarlier); or the load came after the
+// refusal and this finds the mark. A command refused and not yet decided
+// again never has a later command of its batch decided before it, on one
+// account or across several (loadAccounts asks for each). Nil when it may
+// go on.
+// earlierRefusedWait is the error a decision (decideOnAccountOnce,
+// loadAccounts) returns when refusedBefore asks it to wait: the attempts
+// loop (attempts) waits with every lock it holds released, the command's own
+// stream's too (a transfer's, a transaction's: the refused command may be
+// of the same transfer, and need it to be decided again), and tries again.
+type earlierRefusedWait struct{ ch <-chan struct{} }
+
+func (*earlierRefusedWait) Error() string {
+	return "ledger: an earlier command of the batch is to be decided again first"
+}
+
+func (s *Service) refusedBefore(ctx context.Context, p pendingAccount) <-chan struct{} {
+	if p.chain != 0 {
+		return nil
+	}
+	return batchElementOf(ctx).earlierRefused()
 }
 
 type batchElementKey struct{}
@@ -203,8 +302,9 @@ func scheduleBatch(cmds []domain.BatchCommand) []*batchElement {
 	last := map[string]*batchElement{}
 	var barrier *batchElement
 	var sinceBarrier []*batchElement
+	refusals := &batchRefusals{pending: map[int]chan struct{}{}}
 	for i, c := range cmds {
-		e := &batchElement{decided: make(chan struct{}), finished: make(chan struct{})}
+		e := &batchElement{decided: make(chan struct{}), finished: make(chan struct{}), index: i, refusals: refusals}
 		elems[i] = e
 		if c.Invalid != nil {
 			e.finish()
@@ -291,6 +391,7 @@ func (e *batchElement) markDecided() {
 // comes after are.
 func (e *batchElement) finish() {
 	e.markDecided()
+	e.redecided(true)
 	go func() {
 		for _, a := range e.after {
 			<-a.finished

@@ -378,7 +378,8 @@ func (s *Service) queueHot(ctx context.Context, l *heldLocks, parts []eventstore
 	// commit, and the pipeline must learn it rather than guess.
 	l.release(hot.stream)
 	if e := batchElementOf(ctx); e != nil {
-		e.markDecided() // the batch's next command of this account decides on the pending state (batches.go)
+		e.markDecided()    // the batch's next command of this account decides on the pending state (batches.go)
+		e.redecided(false) // and so do its later ones, if this is its decision again after a refusal
 	}
 	return &queuedHot{l: l, parts: parts, hot: hot, settled: settled, r: r, rec: rec}, nil
 }
@@ -391,6 +392,9 @@ func (s *Service) finishHot(ctx context.Context, q *queuedHot, resp appendResp) 
 	hot, l := q.hot, q.l
 	defer s.pipes.resolve(hot.stream, hot.key) // with the locks held again
 	ok := resp.err == nil && !anyIdempotent(resp.res)
+	if !ok {
+		batchElementOf(ctx).refused() // before the pipeline learns it (Service.refusedBefore)
+	}
 	s.pipes.end(hot.stream, ok)
 	var serr error
 	if ok && q.settled != nil {

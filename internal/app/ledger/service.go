@@ -134,6 +134,9 @@ type Service struct {
 	// failpoint, when set (by tests only), is called between the steps of a saga
 	// with the step's name; an error aborts the handler there, as a crash would.
 	failpoint func(step string) error
+	// loadHook, when set (by tests only), is called as a decision starts to
+	// load an account's (pending) state (loadPending).
+	loadHook func(ctx context.Context, stream string)
 }
 
 // New returns a Service over store.

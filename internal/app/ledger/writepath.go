@@ -60,6 +60,13 @@ func (s *Service) attempts(ctx context.Context, a *attempt, try func(a *attempt)
 	for a.n < s.opts.MaxAttempts {
 		a.waited = false
 		r, retry, err := try(a)
+		var refused *earlierRefusedWait
+		if errors.As(err, &refused) { // decided nothing: again once it is decided again
+			if err := a.waitUncounted(ctx, refused.ch); err != nil {
+				return Reply{}, err
+			}
+			continue
+		}
 		if err != nil || !retry {
 			return r, err
 		}
@@ -216,6 +223,9 @@ func (s *Service) decideOnAccountOnce(ctx context.Context, l *heldLocks, w *acco
 	p, err := s.loadPending(ctx, w.stream, w.accountID, w.next.refresh)
 	if err != nil {
 		return false, err
+	}
+	if wait := s.refusedBefore(ctx, p); wait != nil {
+		return false, &earlierRefusedWait{wait} // waited for by attempts
 	}
 	w.acc, w.chain = p.acc, p.chain
 	if w.ans, err = s.answerKnownKey(ctx, w, w.next.recall || s.keys.first(w.acc) || w.acc.MayHaveDecided(w.cmd.IdempotencyKey, s.residents.print)); err != nil || w.ans.known() {
