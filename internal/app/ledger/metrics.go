@@ -17,6 +17,7 @@ type metrics struct {
 	residentLoads    *prometheus.CounterVec // by origin (residentOrigin)
 	residentsMade    *prometheus.CounterVec // of evictions, by head (headLabel)
 	appendsRefused   prometheus.Counter
+	refusalWaits     prometheus.Counter
 	cachedBytes      prometheus.Gauge
 	lookupBatch      prometheus.Histogram
 	coldBatch        prometheus.Histogram
@@ -43,6 +44,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		residentsMade: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ledger_residents_made_total",
 			Help: "Residents made of aggregates the cache dropped (residents.go), by head: decided (the aggregate's last event is one this process wrote, confirmed) or read (folded from the store)."},
 			[]string{"head"}),
+		refusalWaits:   counter("ledger_batch_refusal_waits_total", "Times a command of a batch, loaded on durable state, waited for an earlier command of its batch whose append was refused to be decided again (batches.go: refusedBefore)."),
 		appendsRefused: counter("ledger_appends_refused_total", "Appends of an account command's decision the store refused for a wrong expected revision (another instance wrote, or an append the decision was on top of failed): the command is decided again on the store's head."),
 		cachedBytes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "ledger_account_cache_bytes", Help: "Estimated heap held by the cached account aggregates."}),
 		lookupBatch: histogram("ledger_key_lookup_batch", "Keys looked up in the store per request, while resends of forgotten keys arrive.",
@@ -61,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.residentsMade.WithLabelValues(headLabel(h))
 	}
 	if reg != nil {
-		reg.MustRegister(m.snapshotsTaken, m.snapshotsIgnored, m.keysRecalled, m.holdsRecalled, m.refundsRecalled, m.residentLoads, m.residentsMade, m.appendsRefused, m.cachedBytes, m.lookupBatch, m.coldBatch, m.batchSize, m.compaction)
+		reg.MustRegister(m.snapshotsTaken, m.snapshotsIgnored, m.keysRecalled, m.holdsRecalled, m.refundsRecalled, m.residentLoads, m.residentsMade, m.appendsRefused, m.refusalWaits, m.cachedBytes, m.lookupBatch, m.coldBatch, m.batchSize, m.compaction)
 	}
 	return m
 }

@@ -2,12 +2,12 @@ package ledger
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
@@ -36,18 +36,7 @@ func TestBatchRefusalBetweenCheckAndLoad(t *testing.T) {
 
 func testRefusalBetweenCheckAndLoad(t *testing.T, j batchCmd) {
 	st := devtest.Memory(t)
-	s := newService(st)
-	mustApply(t, s, "open_account", `{"idempotency_key":"oa","account_id":"a","currency":"EUR"}`)
-	mustApply(t, s, "deposit", `{"idempotency_key":"da","account_id":"a","amount":150,"currency":"EUR"}`)
-	mustApply(t, s, "open_account", `{"idempotency_key":"ob","account_id":"b","currency":"EUR"}`)
-	s.Close()
-	failing := &failingKeyMulti{MultiAppender: st, key: "d0", release: make(chan struct{})}
-	s = New(struct {
-		eventstore.Store
-		eventstore.MultiAppender
-	}{st, failing}, Options{Clock: clock, Logger: quietLog, Batch: BatchOptions{Committers: 1}})
-	defer s.Close()
-	defer failing.open() // when the test fails before it opens it
+	s, failing := refusalService(t, st, st, quietLog)
 	var hooked sync.Once
 	s.loadHook = func(ctx context.Context, stream string) {
 		if e := batchElementOf(ctx); e == nil || e.index != 2 || stream != domain.AccountStream("a") {
@@ -67,20 +56,46 @@ func testRefusalBetweenCheckAndLoad(t *testing.T, j batchCmd) {
 	}
 	done := make(chan Reply, 1)
 	go func() { done <- s.HandleBatch(context.Background(), batchBody(cmds), 0) }()
-	var r Reply
-	select {
-	case r = <-done:
-	case <-time.After(time.Minute):
-		t.Fatal("the batch did not return")
+	checkReplies(t, awaitBatch(t, done), cmds, []wantReply{
+		{domain.StatusError, ""}, {domain.StatusApplied, ""}, {domain.StatusRejected, domain.CodeInsufficientFunds}})
+}
+
+// TestBatchRefusalWaitHoldsNoStreamLock: a command of a batch that waits for
+// an earlier refused command to be decided again holds no lock meanwhile,
+// not even its own transfer's stream, which the refused command may need.
+// Batch [d0 deposit 1 to a (its commit fails, then its answer held: the
+// warning it logs), e transfer tj 100 a->b (refused with d0's chain, then
+// waiting for d0 to finish), j transfer tj 100 a->b under another key]: j
+// takes tj's lock once e gave it up, finds a drained and e to be decided
+// again, and waits; then d0 answers, and e is decided again, on tj's lock.
+// Waiting in loadAccounts with only the accounts' locks released, j kept
+// tj's and e waited for it forever (the batch did not return).
+func TestBatchRefusalWaitHoldsNoStreamLock(t *testing.T) {
+	st := devtest.Memory(t)
+	warning := &heldWarning{Handler: slog.DiscardHandler, key: "d0", release: make(chan struct{})}
+	s, failing := refusalService(t, st, st, slog.New(warning))
+	var once sync.Once
+	let := func() { once.Do(func() { close(warning.release) }) }
+	defer let()
+	cmds := []batchCmd{
+		{"deposit", map[string]any{"idempotency_key": "d0", "account_id": "a", "amount": 1, "currency": "EUR"}},
+		{"transfer", map[string]any{"idempotency_key": "e", "transfer_id": "tj", "from": "a", "to": "b", "amount": 100, "currency": "EUR"}},
+		{"transfer", map[string]any{"idempotency_key": "j", "transfer_id": "tj", "from": "a", "to": "b", "amount": 100, "currency": "EUR"}},
 	}
-	want := []struct {
-		status domain.Status
-		code   domain.Code
-	}{ // code "": any
-		{domain.StatusError, ""}, {domain.StatusApplied, ""}, {domain.StatusRejected, domain.CodeInsufficientFunds}}
-	for i, w := range want {
-		if got := r.Replies[i]; got.Status != w.status || (w.code != "" && got.Code != w.code) {
-			t.Errorf("element %d (%s): %s %s %s, want %s %s", i, cmds[i].typ, got.Status, got.Code, got.Message, w.status, w.code)
-		}
+	done := make(chan Reply, 1)
+	go func() { done <- s.HandleBatch(context.Background(), batchBody(cmds), 0) }()
+	devtest.Eventually(t, time.Minute, "d0 and e queued on a", func() bool { return s.pipes.inflightCount("account-a") == 2 })
+	failing.open()
+	devtest.Eventually(t, time.Minute, "j waiting for e to be decided again", func() bool { return counterValue(t, s.metrics.refusalWaits) > 0 })
+	let()
+	r := awaitBatch(t, done)
+	if got := r.Replies[0]; got.Status != domain.StatusError {
+		t.Errorf("d0: %s %s, want error", got.Status, got.Code)
+	}
+	if got := r.Replies[1]; got.Status != domain.StatusApplied {
+		t.Errorf("e: %s %s %s, want applied", got.Status, got.Code, got.Message)
+	}
+	if got := r.Replies[2]; got.Status == domain.StatusApplied {
+		t.Errorf("j: applied, want refused (tj is e's)")
 	}
 }

@@ -62,6 +62,7 @@ func (s *Service) attempts(ctx context.Context, a *attempt, try func(a *attempt)
 		r, retry, err := try(a)
 		var refused *earlierRefusedWait
 		if errors.As(err, &refused) { // decided nothing: again once it is decided again
+			s.metrics.refusalWaits.Inc()
 			if err := a.waitUncounted(ctx, refused.ch); err != nil {
 				return Reply{}, err
 			}
