@@ -475,7 +475,7 @@ func (s *Service) loadAccounts(ctx context.Context, w *lockedAccounts, ids []str
 		if err != nil {
 			return err
 		}
-		if wait := s.refusedBefore(ctx, p); wait != nil {
+		if wait := s.refusedBefore(ctx); wait != nil {
 			return &earlierRefusedWait{wait} // waited for by attempts, every lock released
 		}
 		w.accs[id] = p.acc

@@ -241,20 +241,22 @@ func (e *batchElement) earlierRefused() <-chan struct{} {
 }
 
 // refusedBefore is what a command must wait for, its locks released, before
-// it is decided on p, the state loadPending returned it: for a command of a
-// batch decided on durable state (p.chain 0), an earlier command of its
-// batch whose append was refused and that is not decided again yet
-// (earlierRefused). Asked after the load, never before: the refused command
-// is marked before its pipeline learns of the refusal (finishHot), and the
-// load reads the pipeline under pipes.mu (pinned). So either the load found
-// the earlier command's append in flight, decided on its pending state and
-// joined its chain, which group commit refuses with it (the later command
-// is refused too, and decided again only after the earlier ones it shares
-// something with finished: afterEarlier); or the load came after the
-// refusal and this finds the mark. A command refused and not yet decided
-// again never has a later command of its batch decided before it, on one
-// account or across several (loadAccounts asks for each). Nil when it may
-// go on.
+// it is decided on the state loadPending returned it (durable or
+// pending): an earlier command of its batch whose append was refused and
+// that is not decided again yet (earlierRefused). Asked after every load,
+// never before: the refused command is marked before its pipeline learns of
+// the refusal (finishHot), and the load reads the pipeline under pipes.mu
+// (pinned). So either the load found the earlier command's append in flight
+// and the mark not yet set, decided on its pending state and joined its
+// chain, which group commit refuses with it (the later command is refused
+// too, and decided again only after the earlier ones it shares something
+// with finished: afterEarlier); or the mark is set and this finds it,
+// whether the state loaded is durable or a newer chain's (a third party's
+// command, or an earlier refused one decided again, that began a chain
+// after the refusal: neither holds the refused command). A command refused
+// and not yet decided again never has a later command of its batch decided
+// before it, on one account or across several (loadAccounts asks for each).
+// Nil when it may go on.
 // earlierRefusedWait is the error a decision (decideOnAccountOnce,
 // loadAccounts) returns when refusedBefore asks it to wait: the attempts
 // loop (attempts) waits with every lock it holds released, the command's own
@@ -266,10 +268,7 @@ func (*earlierRefusedWait) Error() string {
 	return "ledger: an earlier command of the batch is to be decided again first"
 }
 
-func (s *Service) refusedBefore(ctx context.Context, p pendingAccount) <-chan struct{} {
-	if p.chain != 0 {
-		return nil
-	}
+func (s *Service) refusedBefore(ctx context.Context) <-chan struct{} {
 	return batchElementOf(ctx).earlierRefused()
 }
 

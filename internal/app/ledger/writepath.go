@@ -225,7 +225,7 @@ func (s *Service) decideOnAccountOnce(ctx context.Context, l *heldLocks, w *acco
 	if err != nil {
 		return false, err
 	}
-	if wait := s.refusedBefore(ctx, p); wait != nil {
+	if wait := s.refusedBefore(ctx); wait != nil {
 		return false, &earlierRefusedWait{wait} // waited for by attempts
 	}
 	w.acc, w.chain = p.acc, p.chain

@@ -1,0 +1,211 @@
+package ledger
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+)
+
+// holdKeyMulti holds the append of the command with key until release closes.
+type holdKeyMulti struct {
+	eventstore.MultiAppender
+	key     string
+	release chan struct{}
+}
+
+func (h *holdKeyMulti) AppendMulti(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	for _, p := range parts {
+		if p.Stream == domain.KeyStream(h.key) {
+			<-h.release
+			break
+		}
+	}
+	return h.MultiAppender.AppendMulti(ctx, parts)
+}
+
+// pollFor polls cond until it holds or d has passed (a hook's wait for a
+// state, not an order by time); whether it held.
+func pollFor(d time.Duration, cond func() bool) bool {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		if cond() {
+			return true
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return false
+}
+
+// A third party's command (a single deposit y on a, not of the batch), taking
+// a's lock after d0 and w1 were refused and a drained, starts a new chain on
+// a; k, queued behind y, loads y's pending state, which does not hold w1. It
+// must still wait for w1 to be decided again (refusedBefore on every load):
+// when only a durable load asked the marks, k was applied and w1 rejected.
+func TestBatchRefusalBeforeAThirdPartysChain(t *testing.T) {
+	st := devtest.Memory(t)
+	s := newService(st)
+	mustApply(t, s, "open_account", `{"idempotency_key":"oa","account_id":"a","currency":"EUR"}`)
+	mustApply(t, s, "deposit", `{"idempotency_key":"da","account_id":"a","amount":150,"currency":"EUR"}`)
+	s.Close()
+	failing := &failingKeyMulti{MultiAppender: st, key: "d0", release: make(chan struct{})}
+	hold := &holdKeyMulti{MultiAppender: failing, key: "y", release: make(chan struct{})}
+	s = New(struct {
+		eventstore.Store
+		eventstore.MultiAppender
+	}{st, hold}, Options{Clock: clock, Logger: quietLog, Batch: BatchOptions{Committers: 1}})
+	defer s.Close()
+	defer failing.open()
+	var relOnce sync.Once
+	rel := func() { relOnce.Do(func() { close(hold.release) }) }
+	defer rel()
+
+	a := domain.AccountStream("a")
+	yDone := make(chan Reply, 1)
+	var w1Once, yOnce sync.Once
+	yHooked := make(chan struct{})
+	s.loadHook = func(ctx context.Context, stream string) {
+		if stream != a {
+			return
+		}
+		e := batchElementOf(ctx)
+		if e != nil && e.index == 2 {
+			acc, chain := s.pipes.pinned(a)
+			e.refusals.mu.Lock()
+			marks := len(e.refusals.pending)
+			e.refusals.mu.Unlock()
+			t.Logf("k loads a: pinned=%v chain=%d inflight=%d marks=%d waits=%v", acc != nil, chain, s.pipes.inflightCount(a), marks, counterValue(t, s.metrics.refusalWaits))
+		}
+		switch {
+		case e != nil && e.index == 1:
+			w1Once.Do(func() {
+				go func() {
+					yDone <- post(t, s, "deposit", `{"idempotency_key":"y","account_id":"a","amount":1,"currency":"EUR"}`)
+				}()
+				pollFor(10*time.Second, func() bool { return s.locks.waiting(a) >= 2 }) // y queued on a's lock behind w1
+			})
+		case e == nil:
+			yOnce.Do(func() {
+				ok1 := pollFor(10*time.Second, func() bool { return s.locks.waiting(a) >= 2 }) // k queued behind y
+				failing.open()
+				ok2 := pollFor(10*time.Second, func() bool { return s.pipes.inflightCount(a) == 0 }) // d0, w1 refused, drained
+				t.Logf("y hook: k waiting=%v, drained=%v", ok1, ok2)
+				close(yHooked)
+			})
+		}
+	}
+	cmds := []batchCmd{
+		{"deposit", map[string]any{"idempotency_key": "d0", "account_id": "a", "amount": 1, "currency": "EUR"}},
+		{"withdraw", map[string]any{"idempotency_key": "w1", "account_id": "a", "amount": 100, "currency": "EUR"}},
+		{"withdraw", map[string]any{"idempotency_key": "k", "account_id": "a", "amount": 100, "currency": "EUR"}},
+	}
+	done := make(chan Reply, 1)
+	go func() { done <- s.HandleBatch(context.Background(), batchBody(cmds), 0) }()
+	select {
+	case <-yHooked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("y never loaded a")
+	}
+	pinned := pollFor(5*time.Second, func() bool { return s.pipes.inflightCount(a) == 2 })
+	t.Logf("k queued on y's pending state (inflight 2): %v; waits counted: %v", pinned, counterValue(t, s.metrics.refusalWaits))
+	rel()
+	r := awaitBatch(t, done)
+	y := <-yDone
+	t.Logf("y: %s %s", y.Status, y.Code)
+	for i, rr := range r.Replies {
+		t.Logf("element %d %s: %s %s %s", i, cmds[i].body["idempotency_key"], rr.Status, rr.Code, rr.Message)
+	}
+	checkReplies(t, r, cmds, []wantReply{
+		{domain.StatusError, ""}, {domain.StatusApplied, ""}, {domain.StatusRejected, domain.CodeInsufficientFunds}})
+}
+
+// conflictOnceMulti: d0's first append lets another instance write a first
+// (d0's expected revision is then wrong); its second (d0 decided again) is
+// held until hold2 closes.
+type conflictOnceMulti struct {
+	eventstore.MultiAppender
+	other   func()
+	release chan struct{}
+	hold2   chan struct{}
+	n       atomic.Int32
+}
+
+func (c *conflictOnceMulti) AppendMulti(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	for _, p := range parts {
+		if p.Stream == domain.KeyStream("d0") {
+			if c.n.Add(1) == 1 {
+				<-c.release
+				c.other()
+			} else {
+				<-c.hold2
+			}
+			break
+		}
+	}
+	return c.MultiAppender.AppendMulti(ctx, parts)
+}
+
+// No third party: d0 and w1 refused (another instance wrote a), k waits on
+// one of the two marks (earlierRefused returns any); when it is d0's, d0
+// decided again (a new chain, its commit in flight) wakes k, and k loads
+// d0's pending state, which does not hold w1: it must wait again. When only
+// a durable load asked the marks, k was applied and w1 rejected (5 runs of 6).
+func TestBatchRefusalAfterAnEarlierRedecided(t *testing.T) {
+	st := devtest.Memory(t)
+	s := newService(st)
+	mustApply(t, s, "open_account", `{"idempotency_key":"oa","account_id":"a","currency":"EUR"}`)
+	mustApply(t, s, "deposit", `{"idempotency_key":"da","account_id":"a","amount":150,"currency":"EUR"}`)
+	s.Close()
+	other := New(st, Options{Clock: clock, Logger: quietLog, DisableGroupCommit: true})
+	defer other.Close()
+	c := &conflictOnceMulti{MultiAppender: st, release: make(chan struct{}), hold2: make(chan struct{})}
+	c.other = func() {
+		mustApply(t, other, "deposit", `{"idempotency_key":"other","account_id":"a","amount":1,"currency":"EUR"}`)
+	}
+	s = New(struct {
+		eventstore.Store
+		eventstore.MultiAppender
+	}{st, c}, Options{Clock: clock, Logger: quietLog, Batch: BatchOptions{Committers: 1}})
+	defer s.Close()
+	var o1, o2 sync.Once
+	open1 := func() { o1.Do(func() { close(c.release) }) }
+	open2 := func() { o2.Do(func() { close(c.hold2) }) }
+	defer open1()
+	defer open2()
+	a := domain.AccountStream("a")
+	var kOnce sync.Once
+	hooked := make(chan struct{})
+	s.loadHook = func(ctx context.Context, stream string) {
+		e := batchElementOf(ctx)
+		if stream != a || e == nil || e.index != 2 {
+			return
+		}
+		kOnce.Do(func() {
+			open1()
+			pollFor(10*time.Second, func() bool { return s.pipes.inflightCount(a) == 0 })
+			close(hooked)
+		})
+	}
+	cmds := []batchCmd{
+		{"deposit", map[string]any{"idempotency_key": "d0", "account_id": "a", "amount": 1, "currency": "EUR"}},
+		{"withdraw", map[string]any{"idempotency_key": "w1", "account_id": "a", "amount": 100, "currency": "EUR"}},
+		{"withdraw", map[string]any{"idempotency_key": "k", "account_id": "a", "amount": 100, "currency": "EUR"}},
+	}
+	done := make(chan Reply, 1)
+	go func() { done <- s.HandleBatch(context.Background(), batchBody(cmds), 0) }()
+	<-hooked
+	two := pollFor(3*time.Second, func() bool { return s.pipes.inflightCount(a) == 2 })
+	t.Logf("k queued on d0's new chain while w1 waits: %v (waits %v)", two, counterValue(t, s.metrics.refusalWaits))
+	open2()
+	r := awaitBatch(t, done)
+	for i, rr := range r.Replies {
+		t.Logf("element %d %s: %s %s %s", i, cmds[i].body["idempotency_key"], rr.Status, rr.Code, rr.Message)
+	}
+	checkReplies(t, r, cmds, []wantReply{
+		{domain.StatusApplied, ""}, {domain.StatusApplied, ""}, {domain.StatusRejected, domain.CodeInsufficientFunds}})
+}
