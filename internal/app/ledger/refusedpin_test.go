@@ -99,13 +99,7 @@ func TestBatchRefusalBeforeAThirdPartysChain(t *testing.T) {
 			})
 		}
 	}
-	cmds := []batchCmd{
-		{"deposit", map[string]any{"idempotency_key": "d0", "account_id": "a", "amount": 1, "currency": "EUR"}},
-		{"withdraw", map[string]any{"idempotency_key": "w1", "account_id": "a", "amount": 100, "currency": "EUR"}},
-		{"withdraw", map[string]any{"idempotency_key": "k", "account_id": "a", "amount": 100, "currency": "EUR"}},
-	}
-	done := make(chan Reply, 1)
-	go func() { done <- s.HandleBatch(context.Background(), batchBody(cmds), 0) }()
+	cmds, done := startD0W1K(s)
 	select {
 	case <-yHooked:
 	case <-time.After(30 * time.Second):
@@ -117,9 +111,6 @@ func TestBatchRefusalBeforeAThirdPartysChain(t *testing.T) {
 	r := awaitBatch(t, done)
 	y := <-yDone
 	t.Logf("y: %s %s", y.Status, y.Code)
-	for i, rr := range r.Replies {
-		t.Logf("element %d %s: %s %s %s", i, cmds[i].body["idempotency_key"], rr.Status, rr.Code, rr.Message)
-	}
 	checkReplies(t, r, cmds, []wantReply{
 		{domain.StatusError, ""}, {domain.StatusApplied, ""}, {domain.StatusRejected, domain.CodeInsufficientFunds}})
 }
@@ -191,21 +182,25 @@ func TestBatchRefusalAfterAnEarlierRedecided(t *testing.T) {
 			close(hooked)
 		})
 	}
-	cmds := []batchCmd{
-		{"deposit", map[string]any{"idempotency_key": "d0", "account_id": "a", "amount": 1, "currency": "EUR"}},
-		{"withdraw", map[string]any{"idempotency_key": "w1", "account_id": "a", "amount": 100, "currency": "EUR"}},
-		{"withdraw", map[string]any{"idempotency_key": "k", "account_id": "a", "amount": 100, "currency": "EUR"}},
-	}
-	done := make(chan Reply, 1)
-	go func() { done <- s.HandleBatch(context.Background(), batchBody(cmds), 0) }()
+	cmds, done := startD0W1K(s)
 	<-hooked
 	two := pollFor(3*time.Second, func() bool { return s.pipes.inflightCount(a) == 2 })
 	t.Logf("k queued on d0's new chain while w1 waits: %v (waits %v)", two, counterValue(t, s.metrics.refusalWaits))
 	open2()
 	r := awaitBatch(t, done)
-	for i, rr := range r.Replies {
-		t.Logf("element %d %s: %s %s %s", i, cmds[i].body["idempotency_key"], rr.Status, rr.Code, rr.Message)
-	}
 	checkReplies(t, r, cmds, []wantReply{
 		{domain.StatusApplied, ""}, {domain.StatusApplied, ""}, {domain.StatusRejected, domain.CodeInsufficientFunds}})
+}
+
+// startD0W1K sends the batch [d0 deposit 1 to a, w1 withdraw 100 from a, k
+// withdraw 100 from a] to s; its reply comes on done.
+func startD0W1K(s *Service) (cmds []batchCmd, done chan Reply) {
+	cmds = []batchCmd{
+		{"deposit", map[string]any{"idempotency_key": "d0", "account_id": "a", "amount": 1, "currency": "EUR"}},
+		{"withdraw", map[string]any{"idempotency_key": "w1", "account_id": "a", "amount": 100, "currency": "EUR"}},
+		{"withdraw", map[string]any{"idempotency_key": "k", "account_id": "a", "amount": 100, "currency": "EUR"}},
+	}
+	done = make(chan Reply, 1)
+	go func() { done <- s.HandleBatch(context.Background(), batchBody(cmds), 0) }()
+	return cmds, done
 }
