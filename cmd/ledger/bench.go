@@ -87,8 +87,8 @@ const benchDescription = "Starts everything in this process, as `ledger dev` doe
 	"`ratio pair/lone commands/s: <number>` just before the ratio lines. With --many-accounts N\n" +
 	"(default 1,000,000; --quick: none), the ledger's load phase again over N accounts opened for it\n" +
 	"and warmed by it (none cached with --many-cold), PostgreSQL settled after that bulk load\n" +
-	"(VACUUM (ANALYZE), CHECKPOINT: its phases then hold no checkpoint; --many-unsettled measures\n" +
-	"them through the bulk load's), then at half that rate, and the line `ratio many/few accounts\n" +
+	"(VACUUM (ANALYZE), CHECKPOINT: its phases then hold no timed checkpoint, but may one that\n" +
+	"max_wal_size forces; --many-unsettled measures them through the bulk load's), then at half that rate, and the line `ratio many/few accounts\n" +
 	"commands/s: <number>` (that phase over the load phase) just before the last line. --event-store puts the\n" +
 	"ledger's events on KurrentDB (the in-process test server, or a real one by URL) instead; the\n" +
 	"read models and the baseline stay on PostgreSQL. Progress goes to stderr; the report to\n" +
