@@ -174,9 +174,7 @@ func TestKeyReusedWithAnotherRequest(t *testing.T) {
 		if r.Code != domain.CodeIdempotencyKeyConflict {
 			t.Fatalf("cold cache, other account: %+v", r)
 		}
-		if after := len(devtest.ReadAll(t, st)); after != before {
-			t.Fatalf("conflicts wrote %d events", after-before)
-		}
+		conflictsWroteNothing(t, st, before)
 	})
 }
 
@@ -214,9 +212,7 @@ func TestKeyConflictFieldsFromTheStore(t *testing.T) {
 		if r := post(t, s, "deposit", `{"idempotency_key":"dep-2","account_id":"c","amount":12,"currency":"EUR"}`); !r.Duplicate {
 			t.Fatalf("original request: %+v", r)
 		}
-		if after := len(devtest.ReadAll(t, st)); after != before {
-			t.Fatalf("conflicts wrote %d events", after-before)
-		}
+		conflictsWroteNothing(t, st, before)
 	})
 }
 
@@ -450,4 +446,19 @@ func TestStaleCacheKnowsTheKeyBeforeInvalid(t *testing.T) {
 			t.Fatalf("answers wrote %d events", after-before)
 		}
 	})
+}
+
+// conflictsWroteNothing fails the test when the store holds other than before
+// events, naming the events past the last two it held (a run under load once
+// found one more, which did not reproduce: what it is says why).
+func conflictsWroteNothing(t *testing.T, st eventstore.Store, before int) {
+	t.Helper()
+	all := devtest.ReadAll(t, st)
+	if len(all) == before {
+		return
+	}
+	for _, e := range all[max(0, min(before, len(all))-2):] {
+		t.Logf("event %s %s revision %d: %s", e.Stream, e.Type, e.Revision, e.Data)
+	}
+	t.Fatalf("conflicts wrote %d events", len(all)-before)
 }
