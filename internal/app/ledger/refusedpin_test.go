@@ -68,33 +68,26 @@ func TestBatchRefusalBeforeAThirdPartysChain(t *testing.T) {
 	a := domain.AccountStream("a")
 	yDone := make(chan Reply, 1)
 	var w1Once, yOnce sync.Once
+	var yQueued, kQueued, drained atomic.Bool // the interleaving the hooks set up was reached
 	yHooked := make(chan struct{})
 	s.loadHook = func(ctx context.Context, stream string) {
 		if stream != a {
 			return
 		}
 		e := batchElementOf(ctx)
-		if e != nil && e.index == 2 {
-			acc, chain := s.pipes.pinned(a)
-			e.refusals.mu.Lock()
-			marks := len(e.refusals.pending)
-			e.refusals.mu.Unlock()
-			t.Logf("k loads a: pinned=%v chain=%d inflight=%d marks=%d waits=%v", acc != nil, chain, s.pipes.inflightCount(a), marks, counterValue(t, s.metrics.refusalWaits))
-		}
 		switch {
 		case e != nil && e.index == 1:
 			w1Once.Do(func() {
 				go func() {
 					yDone <- post(t, s, "deposit", `{"idempotency_key":"y","account_id":"a","amount":1,"currency":"EUR"}`)
 				}()
-				pollFor(10*time.Second, func() bool { return s.locks.waiting(a) >= 2 }) // y queued on a's lock behind w1
+				yQueued.Store(pollFor(10*time.Second, func() bool { return s.locks.waiting(a) >= 2 })) // y queued on a's lock behind w1
 			})
 		case e == nil:
 			yOnce.Do(func() {
-				ok1 := pollFor(10*time.Second, func() bool { return s.locks.waiting(a) >= 2 }) // k queued behind y
+				kQueued.Store(pollFor(10*time.Second, func() bool { return s.locks.waiting(a) >= 2 })) // k queued behind y
 				failing.open()
-				ok2 := pollFor(10*time.Second, func() bool { return s.pipes.inflightCount(a) == 0 }) // d0, w1 refused, drained
-				t.Logf("y hook: k waiting=%v, drained=%v", ok1, ok2)
+				drained.Store(pollFor(10*time.Second, func() bool { return s.pipes.inflightCount(a) == 0 })) // d0, w1 refused, drained
 				close(yHooked)
 			})
 		}
@@ -105,12 +98,15 @@ func TestBatchRefusalBeforeAThirdPartysChain(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("y never loaded a")
 	}
-	pinned := pollFor(5*time.Second, func() bool { return s.pipes.inflightCount(a) == 2 })
-	t.Logf("k queued on y's pending state (inflight 2): %v; waits counted: %v", pinned, counterValue(t, s.metrics.refusalWaits))
+	// time for k, queued on y's pending state, to be decided before w1 had
+	// it been let (two appends in flight), or to wait for w1
+	pollFor(5*time.Second, func() bool { return s.pipes.inflightCount(a) == 2 })
 	rel()
 	r := awaitBatch(t, done)
-	y := <-yDone
-	t.Logf("y: %s %s", y.Status, y.Code)
+	<-yDone
+	if !yQueued.Load() || !kQueued.Load() || !drained.Load() {
+		t.Fatalf("the interleaving was not reached: y queued behind w1 %v, k behind y %v, a drained %v", yQueued.Load(), kQueued.Load(), drained.Load())
+	}
 	checkReplies(t, r, cmds, []wantReply{
 		{domain.StatusError, ""}, {domain.StatusApplied, ""}, {domain.StatusRejected, domain.CodeInsufficientFunds}})
 }
@@ -170,6 +166,7 @@ func TestBatchRefusalAfterAnEarlierRedecided(t *testing.T) {
 	defer open2()
 	a := domain.AccountStream("a")
 	var kOnce sync.Once
+	var drained atomic.Bool // d0 and w1 refused and a drained before k went on
 	hooked := make(chan struct{})
 	s.loadHook = func(ctx context.Context, stream string) {
 		e := batchElementOf(ctx)
@@ -178,16 +175,20 @@ func TestBatchRefusalAfterAnEarlierRedecided(t *testing.T) {
 		}
 		kOnce.Do(func() {
 			open1()
-			pollFor(10*time.Second, func() bool { return s.pipes.inflightCount(a) == 0 })
+			drained.Store(pollFor(10*time.Second, func() bool { return s.pipes.inflightCount(a) == 0 }))
 			close(hooked)
 		})
 	}
 	cmds, done := startD0W1K(s)
 	<-hooked
-	two := pollFor(3*time.Second, func() bool { return s.pipes.inflightCount(a) == 2 })
-	t.Logf("k queued on d0's new chain while w1 waits: %v (waits %v)", two, counterValue(t, s.metrics.refusalWaits))
+	// time for k, woken by d0 decided again, to be decided on d0's new chain
+	// before w1 had it been let (two appends in flight), or to wait again
+	pollFor(3*time.Second, func() bool { return s.pipes.inflightCount(a) == 2 })
 	open2()
 	r := awaitBatch(t, done)
+	if !drained.Load() {
+		t.Fatal("the interleaving was not reached: d0 and w1 were not refused with a drained before k went on")
+	}
 	checkReplies(t, r, cmds, []wantReply{
 		{domain.StatusApplied, ""}, {domain.StatusApplied, ""}, {domain.StatusRejected, domain.CodeInsufficientFunds}})
 }
