@@ -84,13 +84,13 @@ func TestMapErrorUnwraps(t *testing.T) {
 		want []error
 	}{
 		{"unavailable",
-			clientError(t, func(s *kurrenttest.Server) { s.FailNext(kurrenttest.MethodAppend, 1, codes.Unavailable) }, appendOne("s", esdb.Any{})),
+			clientError(t, func(s *kurrenttest.Server) { s.FailNextAppendTo("s", codes.Unavailable) }, appendOne("s", esdb.Any{})),
 			[]error{eventstore.ErrUnavailable}},
 		{"server timeout (Aborted)",
-			clientError(t, func(s *kurrenttest.Server) { s.FailNext(kurrenttest.MethodAppend, 1, codes.Aborted) }, appendOne("s", esdb.Any{})),
+			clientError(t, func(s *kurrenttest.Server) { s.FailNextAppendTo("s", codes.Aborted) }, appendOne("s", esdb.Any{})),
 			[]error{eventstore.ErrUnavailable}},
 		{"deadline",
-			clientError(t, func(s *kurrenttest.Server) { s.FailNext(kurrenttest.MethodAppend, 1, codes.DeadlineExceeded) }, appendOne("s", esdb.Any{})),
+			clientError(t, func(s *kurrenttest.Server) { s.FailNextAppendTo("s", codes.DeadlineExceeded) }, appendOne("s", esdb.Any{})),
 			[]error{eventstore.ErrUnavailable}},
 		{"stream deleted",
 			clientError(t, func(s *kurrenttest.Server) {}, func(ctx context.Context, c *esdb.Client) error {

@@ -148,10 +148,13 @@ func TestAppendRejectsEventsWithoutID(t *testing.T) {
 	}
 }
 
+// TestUnavailableIsRetryable: an Unavailable answer is ErrUnavailable. The
+// append's fault is FailNextAppendTo's, whose status always reaches the client
+// (FailNext's may not: see there; the store then resends the append).
 func TestUnavailableIsRetryable(t *testing.T) {
 	srv, url := kurrenttest.Start(t)
 	s := devtest.OpenKurrentDB(t, url)
-	srv.FailNext(kurrenttest.MethodAppend, 1, codes.Unavailable)
+	srv.FailNextAppendTo("a", codes.Unavailable)
 	_, err := s.Append(ctxT(t), "a", eventstore.NoStream, evs(1))
 	if !errors.Is(err, eventstore.ErrUnavailable) {
 		t.Fatalf("append answered Unavailable: %v, want ErrUnavailable", err)

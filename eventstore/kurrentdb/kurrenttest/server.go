@@ -241,7 +241,11 @@ func (s *Server) SetUnavailable(on bool) {
 }
 
 // FailNext makes the next n calls of method (a full gRPC method name, see
-// MethodAppend and friends) fail with code before doing anything.
+// MethodAppend and friends) fail with code before doing anything. An append so
+// failed ends before the server reads it: client v4.2.0 gets the status, or,
+// when the answer beats its Send (in some runs on a loaded machine, in every
+// run for an append larger than flow control lets through unread), a bare
+// io.EOF. A test that needs the status uses FailNextAppendTo.
 func (s *Server) FailNext(method string, n int, code codes.Code) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
