@@ -51,6 +51,10 @@ const (
 	confName   = "ledger.conf"        // included at the end of postgresql.conf, rewritten on each start
 )
 
+// maxWALMiB is a durable cluster's max_wal_size: WAL a million accounts'
+// random writes fill between two timed checkpoints (docs/operations.md).
+const maxWALMiB = 8192
+
 // maxSocketPath is the usable length of sun_path on Linux (108 bytes with the NUL).
 const maxSocketPath = 107
 
@@ -665,6 +669,13 @@ func (c *Cluster) writeConf(port int, opts Options) error {
 	} else {
 		fmt.Fprintf(&b, "synchronous_commit = %s\n", onOff(fsync))
 		fmt.Fprintf(&b, "full_page_writes = %s\n", onOff(fsync))
+	}
+	if fsync {
+		// A durable cluster checkpoints as a production ledger's should
+		// (docs/operations.md, "PostgreSQL settings that matter").
+		fmt.Fprintf(&b, "max_wal_size = '%dMB'\n", maxWALMiB)
+		fmt.Fprintf(&b, "checkpoint_completion_target = 0.9\n")
+		fmt.Fprintf(&b, "wal_compression = lz4\n")
 	}
 	fmt.Fprintf(&b, "logging_collector = off\n")
 	fmt.Fprintf(&b, "log_min_messages = warning\n")
