@@ -675,7 +675,6 @@ func (c *Cluster) writeConf(port int, opts Options) error {
 		// (docs/operations.md, "PostgreSQL settings that matter").
 		fmt.Fprintf(&b, "max_wal_size = '%dMB'\n", maxWALMiB)
 		fmt.Fprintf(&b, "checkpoint_completion_target = 0.9\n")
-		fmt.Fprintf(&b, "wal_compression = lz4\n")
 	}
 	fmt.Fprintf(&b, "logging_collector = off\n")
 	fmt.Fprintf(&b, "log_min_messages = warning\n")

@@ -145,6 +145,13 @@ func TestStartStopRestart(t *testing.T) {
 	if got := query(t, c2.URL(), "SHOW synchronous_commit"); got != "on" {
 		t.Fatalf("synchronous_commit = %q, want on", got)
 	}
+	// A durable cluster checkpoints as docs/operations.md recommends.
+	if got := query(t, c2.URL(), "SHOW max_wal_size"); got != "8GB" {
+		t.Fatalf("max_wal_size = %q, want 8GB", got)
+	}
+	if got := query(t, c2.URL(), "SHOW checkpoint_completion_target"); got != "0.9" {
+		t.Fatalf("checkpoint_completion_target = %q, want 0.9", got)
+	}
 }
 
 // TestReuseRunning is the parent-killed case: the server of a previous Start still
