@@ -209,7 +209,8 @@ type plan struct {
 	result eventstore.AppendResult
 }
 
-// matchAtLocked reports whether events sit at revisions first.. of stream.
+// matchAtLocked reports whether events sit at revisions first.. of stream
+// (eventstore.SameEvent).
 func (s *Store) matchAtLocked(stream string, first int64, events []eventstore.EventData) (eventstore.AppendResult, bool) {
 	idx := s.streams[stream]
 	n := int64(len(events))
@@ -217,7 +218,7 @@ func (s *Store) matchAtLocked(stream string, first int64, events []eventstore.Ev
 		return eventstore.AppendResult{}, false
 	}
 	for i, e := range events {
-		if s.all[idx[first+int64(i)]].ID != e.ID {
+		if st := s.all[idx[first+int64(i)]]; !eventstore.SameEvent(e, st.ID, st.Type) {
 			return eventstore.AppendResult{}, false
 		}
 	}

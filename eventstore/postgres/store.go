@@ -532,12 +532,13 @@ func validate(parts []eventstore.StreamAppend) error {
 type stored struct {
 	revision int64
 	id       uuid.UUID
+	typ      string
 	pos      eventstore.Position
 }
 
 // storedRange returns the stream's events at revisions from..to.
 func storedRange(ctx context.Context, q querier, stream string, from, to int64) ([]stored, error) {
-	rows, err := q.Query(ctx, `SELECT revision, event_id, transaction_id::text AS xid, position FROM events
+	rows, err := q.Query(ctx, `SELECT revision, event_id, type, transaction_id::text AS xid, position FROM events
 		WHERE stream = $1 AND revision BETWEEN $2 AND $3 ORDER BY revision`, stream, from, to)
 	if err != nil {
 		return nil, classify(ctx, "read stream", err)
@@ -546,7 +547,7 @@ func storedRange(ctx context.Context, q querier, stream string, from, to int64) 
 	var st stored
 	var xid string
 	var pos int64
-	_, err = pgx.ForEachRow(rows, []any{&st.revision, (*[16]byte)(&st.id), &xid, &pos}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&st.revision, (*[16]byte)(&st.id), &st.typ, &xid, &pos}, func() error {
 		p, err := position(xid, pos)
 		st.pos = p
 		out = append(out, st)
@@ -559,8 +560,9 @@ func storedRange(ctx context.Context, q querier, stream string, from, to int64) 
 }
 
 // repeated is the plan of an append whose events must already sit, in order,
-// at revisions first.. of its stream: when they do, the result of their
-// original write, idempotent; when they do not, the append conflicts.
+// at revisions first.. of its stream (eventstore.SameEvent): when they do, the
+// result of their original write, idempotent; when they do not, the append
+// conflicts.
 func repeated(ctx context.Context, q querier, pl plan, first int64) (plan, error) {
 	p, n := pl.part, int64(len(pl.part.Events))
 	got, err := storedRange(ctx, q, p.Stream, first, first+n-1)
@@ -571,7 +573,7 @@ func repeated(ctx context.Context, q querier, pl plan, first int64) (plan, error
 		return pl, wrongRevision(p.Stream, p.Expected, pl.head)
 	}
 	for i, st := range got {
-		if st.revision != first+int64(i) || st.id != p.Events[i].ID {
+		if st.revision != first+int64(i) || !eventstore.SameEvent(p.Events[i], st.id, st.typ) {
 			return pl, wrongRevision(p.Stream, p.Expected, pl.head)
 		}
 	}

@@ -57,6 +57,7 @@ func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 		{"MultiStreamAppend", testMultiAppend},
 		{"MultiAppendChainsPartsOfOneStream", testMultiAppendChain},
 		{"MultiAppendAssertsRevisions", testMultiAppendAsserts},
+		{"MultiAppendRepeatsOnlyTheSameEvents", testMultiAppendRepeatsSameEvents},
 		{"LocateEventsByIDAndRefuseRepeats", testLocateEvents},
 		{"SnapshotsKeepTheLatest", testSnapshots},
 		{"ReadEventsBySubject", testSubjects},
@@ -1063,6 +1064,49 @@ func testMultiAppendAsserts(t *testing.T, s eventstore.Store, p string) {
 	wantLen(t, s, out, 1)
 	if _, err := ma.AppendMulti(ctx, []eventstore.StreamAppend{{Stream: other, Expected: eventstore.Any}}); err == nil {
 		t.Fatal("a part with no events and no exact revision was taken")
+	}
+}
+
+// testMultiAppendRepeatsSameEvents: a part is idempotent only where its
+// events sit with the same types, not only the same IDs (eventstore.SameEvent);
+// otherwise the whole append is refused and writes nothing. Chaos C4 (seed 258958648): two
+// ledgers decided one post_transaction, one rejected it (its key's claim and a
+// TransactionRejected), the other posted it in an append whose claim and
+// transaction event had the same IDs (taken as idempotent) and whose legs in
+// the accounts were new: legs written with no posting.
+func testMultiAppendRepeatsSameEvents(t *testing.T, s eventstore.Store, p string) {
+	ma := multiAppender(t, s)
+	ctx := ctxT(t)
+	key, tx, acc := p+"key", p+"tx", p+"acc"
+	claim, rejected := event("Claimed", 0), event("Rejected", 0)
+	mustAppend(t, s, acc, eventstore.NoStream, event("Opened", 0))
+	if _, err := ma.AppendMulti(ctx, []eventstore.StreamAppend{
+		{Stream: key, Expected: eventstore.NoStream, Events: []eventstore.EventData{claim}},
+		{Stream: tx, Expected: eventstore.NoStream, Events: []eventstore.EventData{rejected}},
+		{Stream: acc, Expected: eventstore.Exact(0)},
+	}); err != nil {
+		t.Fatalf("the first decision: %v", err)
+	}
+	posted := event("Posted", 0)
+	posted.ID = rejected.ID // the same key's other decision: its event IDs are the same
+	_, err := ma.AppendMulti(ctx, []eventstore.StreamAppend{
+		{Stream: key, Expected: eventstore.NoStream, Events: []eventstore.EventData{claim}},
+		{Stream: tx, Expected: eventstore.NoStream, Events: []eventstore.EventData{posted}},
+		{Stream: acc, Expected: eventstore.Exact(0), Events: []eventstore.EventData{event("Debited", 1)}},
+	})
+	var wrong *eventstore.WrongExpectedRevisionError
+	if !errors.As(err, &wrong) || wrong.Stream != tx {
+		t.Errorf("another type under the ID of a stored event: %v, want a wrong expected revision of %s", err, tx)
+	}
+	wantLen(t, s, acc, 1)
+	reclaim := claim
+	reclaim.Data = []byte(`{"first": 1}`) // a claim made again with another attempt's revision
+	res, err := ma.AppendMulti(ctx, []eventstore.StreamAppend{
+		{Stream: key, Expected: eventstore.NoStream, Events: []eventstore.EventData{reclaim}},
+		{Stream: tx, Expected: eventstore.NoStream, Events: []eventstore.EventData{rejected}},
+	})
+	if err != nil || !res[0].Idempotent || !res[1].Idempotent {
+		t.Fatalf("the same events again (the claim's data other): %+v, %v; want both idempotent", res, err)
 	}
 }
 
