@@ -433,3 +433,69 @@ func TestTransactionPipelinesOnAHotAccount(t *testing.T) {
 		}
 	})
 }
+
+// TestTransactionDecidedByAnotherInstanceMeanwhile: two instances decide one
+// post_transaction. b has found the key undecided and starts to load the
+// paying account (loadHook); meanwhile a rejects the transaction
+// (insufficient_funds, recorded) and the account is funded; then b loads it,
+// decides the transaction posted and appends its claim, its transaction event
+// and its legs. The claim and the event have the IDs a wrote (an ID names the
+// key's intent, not its decision): the store must refuse b's append rather
+// than take them as repeats and write the legs, and b answers a's rejection.
+// Chaos C4 (seed 258958648) found the legs of a rejected transaction in the
+// store; main (a1408e2) fails here with "x has 1 transaction legs, want 0".
+func TestTransactionDecidedByAnotherInstanceMeanwhile(t *testing.T) {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		a, b := newService(st), newService(st)
+		defer a.Close()
+		defer b.Close()
+		for _, id := range []string{"x", "y"} {
+			mustApply(t, a, "open_account", fmt.Sprintf(`{"idempotency_key":"open-%s","account_id":%q,"currency":"EUR"}`, id, id))
+		}
+		mustApply(t, a, "deposit", `{"idempotency_key":"dep-1","account_id":"x","amount":100,"currency":"EUR"}`)
+		reached, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		b.loadHook = func(ctx context.Context, stream string) {
+			if stream != domain.AccountStream("x") {
+				return
+			}
+			once.Do(func() {
+				close(reached)
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			})
+		}
+		body := txBody("tx", "t", posting("x", "y", 150, "EUR"))
+		done := make(chan Reply, 1)
+		go func() { done <- post(t, b, "post_transaction", body) }()
+		select {
+		case <-reached:
+		case r := <-done:
+			t.Fatalf("b answered before loading x: %+v", r)
+		}
+		ra := post(t, a, "post_transaction", body)
+		if ra.Status != domain.StatusRejected || ra.Code != domain.CodeInsufficientFunds {
+			t.Fatalf("a: %+v, want rejected (insufficient_funds)", ra)
+		}
+		mustApply(t, a, "deposit", `{"idempotency_key":"dep-2","account_id":"x","amount":100,"currency":"EUR"}`)
+		close(release)
+		rb := <-done
+		if rb.Status != domain.StatusRejected || rb.Code != domain.CodeInsufficientFunds || !reflect.DeepEqual(rb.Events, ra.Events) {
+			t.Fatalf("b: %+v, want a's rejection %+v", rb, ra)
+		}
+		for _, id := range []string{"x", "y"} {
+			legs := 0
+			for _, e := range devtest.StreamEvents(t, st, domain.AccountStream(id)) {
+				if m, err := domain.DecodeMetadataNoRequest(e.Metadata); err == nil && m.Origin == "tx" {
+					legs++
+				}
+			}
+			if legs != 0 {
+				t.Errorf("%s has %d transaction legs, want 0 (the transaction was rejected)", id, legs)
+			}
+		}
+		audit(t, st, true)
+	})
+}
