@@ -125,7 +125,7 @@ func TestBadInputIsInvalidAndWritesNothing(t *testing.T) {
 	if rep := r.request("open_account", body(map[string]any{"idempotency_key": "open-acc", "account_id": "acc", "currency": "EUR"})); rep.Status != domain.StatusApplied {
 		t.Fatalf("open_account: %+v", rep)
 	}
-	before := len(devtest.ReadAll(r.t, r.store))
+	before := len(devtest.SettledAll(r.t, r.store))
 
 	deposit := func(extra string) []byte {
 		return []byte(`{"idempotency_key":"bad-1","account_id":"acc","currency":"EUR",` + extra + `}`)
@@ -191,7 +191,7 @@ func TestBadInputIsInvalidAndWritesNothing(t *testing.T) {
 	if m.Header.Get(HeaderDLQReason) != string(domain.CodeInvalidRequest) || m.Header.Get(HeaderDLQSubject) == "" || m.Header.Get(HeaderDLQMessage) == "" {
 		t.Errorf("dead letter headers: %v", m.Header)
 	}
-	if after := len(devtest.ReadAll(r.t, r.store)); after != before {
+	if after := len(devtest.SettledAll(r.t, r.store)); after != before {
 		t.Fatalf("bad input appended %d events", after-before)
 	}
 }

@@ -156,7 +156,7 @@ func (a *atomicRun) send(key string, cmds []batchCmd) {
 	t := a.t
 	ctx := context.Background()
 	body := atomicBody(key, cmds)
-	before := len(devtest.ReadAll(t, a.st))
+	before := len(devtest.SettledAll(t, a.st))
 	want := expectAtomic(t, a.history, cmds)
 	r := positionless(a.s.HandleBatch(ctx, body, 0))
 	keys := make([]string, len(cmds))
@@ -184,7 +184,7 @@ func (a *atomicRun) send(key string, cmds []batchCmd) {
 			}
 		}
 	}
-	if err := checkAllOrNothing(devtest.ReadAll(t, a.st)[before:], key, keys, r, recorded); err != nil {
+	if err := checkAllOrNothing(devtest.SettledAll(t, a.st)[before:], key, keys, r, recorded); err != nil {
 		t.Fatalf("batch %s (%s): %v", key, body, err)
 	}
 	again := positionless(a.s.HandleBatch(ctx, body, 0))

@@ -496,7 +496,7 @@ func TestBatchCrashedMidwayIsDecidedOnce(t *testing.T) {
 			}
 		}
 		audit(t, st.(eventstore.AllReader), true)
-		before := len(devtest.ReadAll(t, st.(eventstore.AllReader)))
+		before := len(devtest.SettledAll(t, st.(eventstore.AllReader)))
 		fresh := newService(st)
 		defer fresh.Close()
 		for i, r := range send(fresh) {
@@ -504,7 +504,7 @@ func TestBatchCrashedMidwayIsDecidedOnce(t *testing.T) {
 				t.Errorf("command %d (%s %s) a third time:\n got %+v\nwant %+v", i, cmds[i].typ, cmds[i].alone(), r, second[i])
 			}
 		}
-		if after := len(devtest.ReadAll(t, st.(eventstore.AllReader))); after != before {
+		if after := len(devtest.SettledAll(t, st.(eventstore.AllReader))); after != before {
 			t.Fatalf("sending the batches a third time wrote %d events", after-before)
 		}
 		t.Logf("%d commands answered error in the crash, decided once after", errs)

@@ -57,7 +57,7 @@ func TestEffectiveAt(t *testing.T) {
 		mustApply(t, s, "place_hold", fmt.Sprintf(`{"idempotency_key":"%sh2","account_id":%q,"hold_id":"h2","amount":1,"currency":"EUR"}`, p, a))
 		mustApply(t, s, "refund", fmt.Sprintf(`{"idempotency_key":"%sr1","original_key":"%sd1","amount":5,"effective_at":%q}`, p, p, ts(4*time.Second)))
 
-		before := len(devtest.ReadAll(t, st))
+		before := len(devtest.SettledAll(t, st))
 		for _, c := range []struct{ what, typ, body string }{
 			{"a deposit effective beyond the skew", "deposit", fmt.Sprintf(`{"idempotency_key":"%sbad1","account_id":%q,"amount":1,"currency":"EUR","effective_at":%q}`, p, a, ts(6*time.Second))},
 			{"an opening effective beyond the skew", "open_account", fmt.Sprintf(`{"idempotency_key":"%sbad2","account_id":"%sz","currency":"EUR","effective_at":%q}`, p, p, ts(time.Hour))},
@@ -80,7 +80,7 @@ func TestEffectiveAt(t *testing.T) {
 				t.Errorf("an atomic batch with a transaction effective before an opening: %+v", r)
 			}
 		}
-		for _, ev := range devtest.ReadAll(t, st)[before:] { // but the atomic batch's own decision
+		for _, ev := range devtest.SettledAll(t, st)[before:] { // but the atomic batch's own decision
 			if ev.Stream != domain.KeyStreamPrefix+p+"ab" {
 				t.Fatalf("an invalid command wrote %s %s %s", ev.Stream, ev.Type, ev.Data)
 			}

@@ -233,13 +233,13 @@ func TestSnapshotsOnKurrentDB(t *testing.T) {
 			t.Fatalf("a snapshot in all: %s", re.Stream)
 		}
 	}
-	before := len(devtest.ReadAll(t, st))
+	before := len(devtest.SettledAll(t, st))
 	cold := New(st, opts)
 	defer cold.Close()
 	if r := post(t, cold, "deposit", `{"idempotency_key":"d1","account_id":"a","amount":100,"currency":"EUR"}`); !r.Duplicate || r.Account == nil || r.Account.Balance != 200 {
 		t.Fatalf("resend of a forgotten key after a cold load from the snapshot: %+v", r)
 	}
-	if n := len(devtest.ReadAll(t, st)); n != before {
+	if n := len(devtest.SettledAll(t, st)); n != before {
 		t.Fatalf("the resend wrote %d events", n-before)
 	}
 	if r := mustApply(t, cold, "withdraw", `{"idempotency_key":"w","account_id":"a","amount":1000,"currency":"EUR"}`); r.Account.Balance != 0 {

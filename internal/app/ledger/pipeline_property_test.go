@@ -338,7 +338,7 @@ func runPipelinedProperty(t *testing.T, st ProcessStore, multi eventstore.MultiA
 
 	// Forever: every decided key resent to a fresh instance (its caches cold)
 	// answers its first reply, and writes nothing.
-	before := len(devtest.ReadAll(t, st))
+	before := len(devtest.SettledAll(t, st))
 	fresh := newSagaService(st, clk)
 	defer fresh.Close()
 	for _, key := range slices.Sorted(maps.Keys(p.definite)) {
@@ -347,7 +347,7 @@ func runPipelinedProperty(t *testing.T, st ProcessStore, multi eventstore.MultiA
 			t.Fatalf("%s %s resent after the run:\n got %+v\nwant %+v", c.typ, key, r, p.definite[key])
 		}
 	}
-	if after := len(devtest.ReadAll(t, st)); after != before {
+	if after := len(devtest.SettledAll(t, st)); after != before {
 		t.Fatalf("resends after the run wrote %d events", after-before)
 	}
 

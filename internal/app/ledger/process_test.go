@@ -96,7 +96,7 @@ func TestHolds(t *testing.T) {
 		}
 		// Again, and by other instances with their own views at once: nothing more.
 		recoverPass(t, p)
-		n := len(devtest.ReadAll(t, st))
+		n := len(devtest.SettledAll(t, st))
 		var wg sync.WaitGroup
 		for i := 0; i < 2; i++ {
 			wg.Add(1)
@@ -109,10 +109,10 @@ func TestHolds(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		if got := countType(devtest.ReadAll(t, st), domain.EvHoldReleased); got != 3 { // h2 released, h3 released, h4 expired
+		if got := countType(devtest.SettledAll(t, st), domain.EvHoldReleased); got != 3 { // h2 released, h3 released, h4 expired
 			t.Fatalf("%d releases", got)
 		}
-		if got := len(devtest.ReadAll(t, st)); got != n+2 { // the two new checkpoint streams
+		if got := len(devtest.SettledAll(t, st)); got != n+2 { // the two new checkpoint streams
 			t.Fatalf("%d events written after the expiry", got-n)
 		}
 		a := audit(t, st, true)

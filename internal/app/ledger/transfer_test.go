@@ -181,7 +181,7 @@ func TestTransferRejections(t *testing.T) {
 		}
 
 		// The id of someone else's transfer, and a key bound to another request.
-		before := len(devtest.ReadAll(t, st))
+		before := len(devtest.SettledAll(t, st))
 		r = send(s, "transfer", transferBody("t-other", "early", "alice", "carol", 5)...)
 		if r.Code != domain.CodeTransferExists || r.Status != domain.StatusRejected || len(r.Events) != 0 {
 			t.Fatalf("used id: %+v", r)
@@ -198,7 +198,7 @@ func TestTransferRejections(t *testing.T) {
 		if r.Code != domain.CodeIdempotencyKeyConflict {
 			t.Fatalf("deposit's key on a used transfer id: %+v", r)
 		}
-		if after := len(devtest.ReadAll(t, st)); after != before {
+		if after := len(devtest.SettledAll(t, st)); after != before {
 			t.Fatalf("refusals wrote %d events", after-before)
 		}
 		audit(t, st, true)

@@ -29,7 +29,7 @@ func TestTransferNotCachedIsDecidedOnTheStore(t *testing.T) {
 		first := must(t, s, "transfer", body...)
 		self := transferBody("t-self", "self", "alice", "alice", 5) // refused, recorded with its request alone
 		refused := send(s, "transfer", self...)
-		before := len(devtest.ReadAll(t, st))
+		before := len(devtest.SettledAll(t, st))
 		for _, c := range []struct {
 			name string
 			clk  *devtest.Clock
@@ -47,7 +47,7 @@ func TestTransferNotCachedIsDecidedOnTheStore(t *testing.T) {
 				t.Fatalf("%s: the ID under another key: %+v", c.name, r)
 			}
 		}
-		if got := devtest.ReadAll(t, st); len(got) != before {
+		if got := devtest.SettledAll(t, st); len(got) != before {
 			t.Fatalf("%d events written by resends and refusals", len(got)-before)
 		}
 		if a := audit(t, st, true); !reflect.DeepEqual([]int64{a.balance("alice"), a.balance("bob")}, []int64{70, 30}) {

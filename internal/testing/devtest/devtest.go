@@ -3,8 +3,8 @@
 // migrated PostgreSQL database from internal/testing/pgtest), the event store
 // of every backend and Stores to run a test on each, a controllable Clock,
 // the bounded polls Eventually and Await, the readers of a store (ReadAll,
-// StreamEvents, Account, Receive), the runners of a test (Go, CatchUp), and
-// Failure to show a checker failing.
+// SettledAll, StreamEvents, Account, Receive), the runners of a test (Go,
+// CatchUp), and Failure to show a checker failing.
 //
 // Packages whose own (in-package) tests import devtest cannot be imported by
 // it: internal/app/ledger, internal/adapters/natsapi, internal/platform/config,
@@ -250,6 +250,49 @@ func ReadAll(t testing.TB, st eventstore.AllReader) []eventstore.RecordedEvent {
 		after = evs[len(evs)-1].Position
 	}
 }
+
+// settleWait bounds SettledAll's wait for older transactions to end.
+const settleWait = 30 * time.Second
+
+// SettledAll is every event of "all" in st once every write that ended before
+// the call shows there. A reader of "all" may see a committed write only
+// later: PostgreSQL's gap-safe horizon hides a transaction's events while any
+// transaction of the cluster (in any database, an autovacuum's ANALYZE among
+// them) that took its ID earlier runs (eventstore/postgres visibleBelow). So
+// on PostgreSQL it first waits until every transaction ID given out before
+// the call has ended. A test that counts the events a step wrote counts with
+// it before and after.
+func SettledAll(t testing.TB, st eventstore.AllReader) []eventstore.RecordedEvent {
+	t.Helper()
+	if w, ok := st.(storeOnly); ok {
+		st = w.Store
+	}
+	if pg, ok := st.(*postgres.Store); ok {
+		settle(t, pg.Pool())
+	}
+	return ReadAll(t, st)
+}
+
+// settle waits until every transaction of the cluster that had taken its ID
+// when it was called has ended: the horizon of "all" has passed them.
+func settle(t testing.TB, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	var next string // the first transaction ID not given out yet
+	if err := pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, settleWait, "the transactions older than the call to end", func() bool {
+		var passed bool
+		if err := pool.QueryRow(ctx, settledQuery, next).Scan(&passed); err != nil {
+			t.Fatal(err)
+		}
+		return passed
+	})
+}
+
+// settledQuery reports whether every transaction ID below $1 has ended.
+const settledQuery = `SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::text::xid8`
 
 // StreamEvents reads every event of a stream in st; none when it does not exist.
 func StreamEvents(t testing.TB, st eventstore.StreamReader, stream string) []eventstore.RecordedEvent {
