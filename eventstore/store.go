@@ -172,6 +172,15 @@ type StreamAppend struct {
 	Stream   string
 	Expected ExpectedRevision
 	Events   []EventData
+	// MustBeNew refuses a repeat: where the stream already holds the part's
+	// events (expected before the head), the append is refused (wrong expected
+	// revision on Stream) instead of taken as idempotent. A multi-stream
+	// append's other parts keep the rules of Appender. The ledger sets it on
+	// the key's claim of an atomic command: every path reads the claim before
+	// deciding, so a stored claim means another decision of the key was written
+	// meanwhile, and the other parts, whose event IDs name the key's intent and
+	// not its decision, must not be written beside it (chaos C4).
+	MustBeNew bool
 }
 
 // Appender appends events to one stream with an expected revision.

@@ -275,7 +275,7 @@ func (s *Store) decideLocked(parts []eventstore.StreamAppend) ([]plan, error) {
 			}
 		}
 		switch {
-		case pl.write && matched[p.Stream]:
+		case !pl.write && p.MustBeNew, pl.write && matched[p.Stream]:
 			return nil, wrongRevision(p, head)
 		case pl.write:
 			ahead[p.Stream] += n

@@ -562,9 +562,12 @@ func storedRange(ctx context.Context, q querier, stream string, from, to int64) 
 // repeated is the plan of an append whose events must already sit, in order,
 // at revisions first.. of its stream (eventstore.SameEvent): when they do, the
 // result of their original write, idempotent; when they do not, the append
-// conflicts.
+// conflicts. A part that MustBeNew conflicts.
 func repeated(ctx context.Context, q querier, pl plan, first int64) (plan, error) {
 	p, n := pl.part, int64(len(pl.part.Events))
+	if p.MustBeNew {
+		return pl, wrongRevision(p.Stream, p.Expected, pl.head)
+	}
 	got, err := storedRange(ctx, q, p.Stream, first, first+n-1)
 	if err != nil {
 		return pl, err

@@ -58,6 +58,7 @@ func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 		{"MultiAppendChainsPartsOfOneStream", testMultiAppendChain},
 		{"MultiAppendAssertsRevisions", testMultiAppendAsserts},
 		{"MultiAppendRepeatsOnlyTheSameEvents", testMultiAppendRepeatsSameEvents},
+		{"MultiAppendRefusesARepeatThatMustBeNew", testMultiAppendMustBeNew},
 		{"LocateEventsByIDAndRefuseRepeats", testLocateEvents},
 		{"SnapshotsKeepTheLatest", testSnapshots},
 		{"ReadEventsBySubject", testSubjects},
@@ -1107,6 +1108,41 @@ func testMultiAppendRepeatsSameEvents(t *testing.T, s eventstore.Store, p string
 	})
 	if err != nil || !res[0].Idempotent || !res[1].Idempotent {
 		t.Fatalf("the same events again (the claim's data other): %+v, %v; want both idempotent", res, err)
+	}
+}
+
+// testMultiAppendMustBeNew: a part that MustBeNew is refused where the
+// stream holds its events, same IDs, types and data, and the whole append
+// writes nothing; without the flag the same part is a repeat. The ledger sets
+// it on an atomic command's claim (chaos C4): two decisions of one key that
+// write the same types with other data (an atomic batch refused and applied)
+// pass SameEvent, and the second one's new parts would be written.
+func testMultiAppendMustBeNew(t *testing.T, s eventstore.Store, p string) {
+	ma := multiAppender(t, s)
+	ctx := ctxT(t)
+	key, acc := p+"key", p+"acc"
+	claim := event("Claimed", 0)
+	mustAppend(t, s, acc, eventstore.NoStream, event("Opened", 0))
+	if _, err := ma.AppendMulti(ctx, []eventstore.StreamAppend{
+		{Stream: key, Expected: eventstore.NoStream, Events: []eventstore.EventData{claim}, MustBeNew: true},
+		{Stream: acc, Expected: eventstore.Exact(0)},
+	}); err != nil {
+		t.Fatalf("the first decision, its claim new: %v", err)
+	}
+	_, err := ma.AppendMulti(ctx, []eventstore.StreamAppend{
+		{Stream: key, Expected: eventstore.NoStream, Events: []eventstore.EventData{claim}, MustBeNew: true},
+		{Stream: acc, Expected: eventstore.Exact(0), Events: []eventstore.EventData{event("Debited", 1)}},
+	})
+	var wrong *eventstore.WrongExpectedRevisionError
+	if !errors.As(err, &wrong) || wrong.Stream != key {
+		t.Errorf("a stored claim that must be new: %v, want a wrong expected revision of %s", err, key)
+	}
+	wantLen(t, s, acc, 1)
+	res, err := ma.AppendMulti(ctx, []eventstore.StreamAppend{
+		{Stream: key, Expected: eventstore.NoStream, Events: []eventstore.EventData{claim}},
+	})
+	if err != nil || !res[0].Idempotent {
+		t.Fatalf("the same claim again, not required new: %+v, %v; want idempotent", res, err)
 	}
 }
 
