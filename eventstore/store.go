@@ -211,7 +211,10 @@ type Appender interface {
 // (PostgreSQL, memory) repeat a part only where its events have the stored
 // types too; KurrentDB's server compares IDs only. Data is not compared: a
 // key's claim is claimed again, idempotently, with the revision of another
-// attempt's decision in its data.
+// attempt's decision in its data. Two decisions that write the same types
+// (an atomic batch refused and applied) pass it: the guard against them is
+// the caller's, a part that MustBeNew (StreamAppend), which the ledger sets
+// on an atomic command's claim; this check is a second guard.
 func SameEvent(e EventData, id uuid.UUID, typ string) bool {
 	return e.ID == id && e.Type == typ
 }
@@ -223,7 +226,8 @@ func SameEvent(e EventData, id uuid.UUID, typ string) bool {
 // group commit). A part to be written after one that was already stored
 // (idempotent) is refused (wrong expected revision): it was decided on the events
 // the earlier part carries, and the store holds events of those IDs, not
-// necessarily those. A part with no events is an assertion: it writes nothing,
+// necessarily those. A part that MustBeNew is refused (wrong expected revision)
+// where its events are stored already. A part with no events is an assertion: it writes nothing,
 // and the whole append is refused (wrong expected revision) unless its stream
 // is at its expected revision, Exact or NoStream (a decision that read a
 // stream it does not write, such as a refusal that names every account it

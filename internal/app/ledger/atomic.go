@@ -130,7 +130,7 @@ func (m atomicMover) refundTransaction(ctx context.Context, cmd domain.Command, 
 // aggregates.
 func (s *Service) appendTransaction(ctx context.Context, w *multiWrite, txStream string, d domain.TransactionDecision) (Reply, error) {
 	cmd := w.cmd
-	claim, err := s.claimPart(cmd, w.req, txStream, 0)
+	claim, err := mustBeNew(s.claimPart(cmd, w.req, txStream, 0))
 	if err != nil {
 		return Reply{}, err
 	}
@@ -223,7 +223,7 @@ func (m atomicMover) captureTo(ctx context.Context, cmd domain.Command) (Reply, 
 func (s *Service) appendCaptureTo(ctx context.Context, w *multiWrite, capture, credit []domain.NewEvent) error {
 	cmd := w.cmd
 	a := w.accs[cmd.AccountID]
-	claim, err := s.claimPart(cmd, w.req, domain.AccountStream(a.ID), uint64(a.Revision+1))
+	claim, err := mustBeNew(s.claimPart(cmd, w.req, domain.AccountStream(a.ID), uint64(a.Revision+1)))
 	if err != nil {
 		return err
 	}
@@ -553,7 +553,7 @@ func (s *Service) appendTransferAtomically(ctx context.Context, w *multiWrite, r
 	if err != nil {
 		return outcome{}, err
 	}
-	claim, err := s.claimPart(cmd, w.req, stream, rq.enc.first)
+	claim, err := mustBeNew(s.claimPart(cmd, w.req, stream, rq.enc.first))
 	if err != nil {
 		return outcome{}, err
 	}

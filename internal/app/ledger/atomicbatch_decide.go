@@ -544,7 +544,7 @@ func (bd *batchDecision) record(refused *elementRefusal) ([]eventstore.StreamApp
 		return nil, err
 	}
 	m := domain.Metadata{Key: b.Key, Command: string(domain.CmdBatch), RequestHash: bd.req.Hash, At: b.Commands[0].At}
-	claim, err := bd.s.keyStreamPart(m, domain.EvBatchDecided, data)
+	claim, err := mustBeNew(bd.s.keyStreamPart(m, domain.EvBatchDecided, data))
 	if err != nil {
 		return nil, err
 	}

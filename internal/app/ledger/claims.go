@@ -40,6 +40,23 @@ func (s *Service) claimPart(cmd domain.Command, req domain.Canonical, home strin
 	return s.keyStreamPart(m, domain.EvKeyClaimed, data)
 }
 
+// mustBeNew makes part, the key's part of an atomic command (its claim, or
+// an atomic batch's decision) written in one append with the command's other
+// parts, refuse a repeat (eventstore.StreamAppend.MustBeNew): every path reads
+// the key before deciding, so a stored claim means another decision of the key
+// was written meanwhile, perhaps another one (one instance refusing what
+// another applies on a fresher state), whose event IDs, named by the key's
+// intent, its other parts share. The refusal (a wrong expected revision on the
+// key stream, claimError) is decided again and answered from the stored
+// decision, as an idempotent part was (anyIdempotent). The claim written
+// alone before its home write (a store that appends one stream a write) is
+// claimed again idempotently by a later attempt, as is an atomic batch's
+// element decided alone before.
+func mustBeNew(part eventstore.StreamAppend, err error) (eventstore.StreamAppend, error) {
+	part.MustBeNew = true
+	return part, err
+}
+
 // keyStreamPart is the single event of a key's stream (m.Key's), of type typ
 // (a claim, or an atomic batch's decision) with data: written expecting no
 // stream, its ID derived from the key and the request's hash (m.RequestHash),
