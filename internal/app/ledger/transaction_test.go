@@ -453,20 +453,7 @@ func TestTransactionDecidedByAnotherInstanceMeanwhile(t *testing.T) {
 			mustApply(t, a, "open_account", fmt.Sprintf(`{"idempotency_key":"open-%s","account_id":%q,"currency":"EUR"}`, id, id))
 		}
 		mustApply(t, a, "deposit", `{"idempotency_key":"dep-1","account_id":"x","amount":100,"currency":"EUR"}`)
-		reached, release := make(chan struct{}), make(chan struct{})
-		var once sync.Once
-		b.loadHook = func(ctx context.Context, stream string) {
-			if stream != domain.AccountStream("x") {
-				return
-			}
-			once.Do(func() {
-				close(reached)
-				select {
-				case <-release:
-				case <-ctx.Done():
-				}
-			})
-		}
+		reached, release := holdLoad(b, domain.AccountStream("x"))
 		body := txBody("tx", "t", posting("x", "y", 150, "EUR"))
 		done := make(chan Reply, 1)
 		go func() { done <- post(t, b, "post_transaction", body) }()
