@@ -152,8 +152,8 @@ func (bd *batchDecision) run(ctx context.Context, l *heldLocks, ids []string) (b
 	}
 	if res[0].Idempotent {
 		// The batch's decision was there (another sender's): answered from
-		// it. An element's writes alone found there are the same command
-		// decided alone on the same state meanwhile: the batch is written.
+		// it. (The batch's decision and its elements' claims must be new,
+		// so a store that honours MustBeNew refuses such an append instead.)
 		return batchOutcome{again: true}, nil
 	}
 	if refused != nil {
@@ -487,9 +487,14 @@ func (bd *batchDecision) transferState(ctx context.Context, stream, id string) (
 }
 
 // claim adds the claim of an element's key (cmd's, for its request req) for
-// its decision in home, whose first event is written at revision first.
+// its decision in home, whose first event is written at revision first. It
+// must be new (mustBeNew): an element decided before the batch is answered
+// from its decision (priorDecisions, decideAll) and never claimed again, so a
+// stored claim means the element was decided alone meanwhile, perhaps
+// otherwise (a capture that one instance's clock finds expired); the batch
+// is then decided again and answers it as a duplicate.
 func (bd *batchDecision) claim(cmd domain.Command, req domain.Canonical, home string, first uint64) error {
-	part, err := bd.s.claimPart(cmd, req, home, first)
+	part, err := mustBeNew(bd.s.claimPart(cmd, req, home, first))
 	bd.parts = append(bd.parts, part)
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
@@ -29,6 +30,39 @@ func holdLoad(s *Service, stream string) (reached, release chan struct{}) {
 		})
 	}
 	return reached, release
+}
+
+// batchHeldAtDecided starts b's HandleBatch of body and returns once b has
+// decided it and not yet appended it (failpoint "batch/decided"): its reply
+// comes on done after release.
+func batchHeldAtDecided(t *testing.T, b *Service, body []byte) (done <-chan Reply, release func()) {
+	reached, released := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b.failpoint = func(step string) error {
+		if step == "batch/decided" {
+			once.Do(func() { close(reached); <-released })
+		}
+		return nil
+	}
+	replies := make(chan Reply, 1)
+	go func() { replies <- b.HandleBatch(context.Background(), body, 0) }()
+	select {
+	case <-reached:
+	case r := <-replies:
+		t.Fatalf("b answered before its append: %+v", r)
+	}
+	return replies, func() { close(released) }
+}
+
+// keyEvents counts the events of stream written under key.
+func keyEvents(t *testing.T, st eventstore.Store, stream, key string) int {
+	n := 0
+	for _, e := range devtest.StreamEvents(t, st, stream) {
+		if m, err := domain.DecodeMetadataNoRequest(e.Metadata); err == nil && m.Key == key {
+			n++
+		}
+	}
+	return n
 }
 
 // TestAtomicBatchDecidedByAnotherInstanceMeanwhile: two instances decide one
@@ -68,14 +102,80 @@ func TestAtomicBatchDecidedByAnotherInstanceMeanwhile(t *testing.T) {
 		if !reflect.DeepEqual(rb.Status, ra.Status) || rb.Code != ra.Code || rb.Index == nil || ra.Index == nil || *rb.Index != *ra.Index {
 			t.Errorf("b: %+v, want a's refusal %+v", rb, ra)
 		}
-		n := 0
-		for _, e := range devtest.StreamEvents(t, st, domain.AccountStream("x")) {
-			if m, err := domain.DecodeMetadataNoRequest(e.Metadata); err == nil && m.Key == "w" {
-				n++
-			}
-		}
-		if n != 0 {
+		if n := keyEvents(t, st, domain.AccountStream("x"), "w"); n != 0 {
 			t.Errorf("x holds %d event of the element's key, want 0 (the batch was refused)", n)
+		}
+		audit(t, st, true)
+	})
+}
+
+// TestAtomicBatchElementDecidedAloneMeanwhile: b has decided an atomic batch
+// (failpoint "batch/decided", after the elements' keys were read and checked
+// under the locks) when a decides one of its elements alone, on the same
+// state. The element's claim must be new: b's append is refused, b decides
+// the batch again and answers the element as what it is, a key an earlier
+// command decided (duplicate, PROTOCOL.md §2.2), with a's events. With the
+// element's claim taken as a repeat, b wrote the batch around a's events and
+// answered the element as its own (duplicate false).
+func TestAtomicBatchElementDecidedAloneMeanwhile(t *testing.T) {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		a, b := newService(st), newService(st)
+		defer a.Close()
+		defer b.Close()
+		mustApply(t, a, "open_account", `{"idempotency_key":"open-x","account_id":"x","currency":"EUR"}`)
+		done, release := batchHeldAtDecided(t, b, atomicBody("B", []batchCmd{{"deposit", map[string]any{"idempotency_key": "d", "account_id": "x", "amount": 10, "currency": "EUR"}}}))
+		ra := post(t, a, "deposit", `{"idempotency_key":"d","account_id":"x","amount":10,"currency":"EUR"}`)
+		if ra.Status != domain.StatusApplied {
+			t.Fatalf("a alone: %+v, want applied", ra)
+		}
+		release()
+		rb := <-done
+		if rb.Status != domain.StatusApplied || len(rb.Replies) != 1 {
+			t.Fatalf("b's batch: %+v, want applied with one reply", rb)
+		}
+		if el := rb.Replies[0]; !el.Duplicate || !reflect.DeepEqual(el.Events, ra.Events) {
+			t.Errorf("b's element: duplicate %v, events %+v; want a's decision %+v marked duplicate", el.Duplicate, el.Events, ra.Events)
+		}
+		if n := keyEvents(t, st, domain.AccountStream("x"), "d"); n != 1 {
+			t.Errorf("x holds %d events of the element's key, want 1", n)
+		}
+		audit(t, st, true)
+	})
+}
+
+// TestAtomicBatchCaptureDecidedAloneOtherwiseMeanwhile: as
+// TestAtomicBatchElementDecidedAloneMeanwhile, but a decides the element
+// otherwise: its clock finds the hold expired (rejected, a CommandRejected
+// under the ID b's HoldCaptured carries), b's finds it live (captured into y).
+// The element's claim must be new: b answers a's rejection and y is never
+// credited. It holds on the claim rule alone (with eventstore.SameEvent
+// comparing IDs only, tried: without the element's claim rule, b answered
+// applied and credited y, the legs of a capture that posted nothing).
+func TestAtomicBatchCaptureDecidedAloneOtherwiseMeanwhile(t *testing.T) {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		clkA, clkB := devtest.NewClock(), devtest.NewClock()
+		a, b := New(st, Options{Clock: clkA.Now}), New(st, Options{Clock: clkB.Now})
+		defer a.Close()
+		defer b.Close()
+		for _, id := range []string{"x", "y"} {
+			mustApply(t, b, "open_account", `{"idempotency_key":"open-`+id+`","account_id":"`+id+`","currency":"EUR"}`)
+		}
+		mustApply(t, b, "deposit", `{"idempotency_key":"dep-1","account_id":"x","amount":100,"currency":"EUR"}`)
+		expires := clkB.Now().Add(10 * time.Minute).UTC().Format(time.RFC3339)
+		mustApply(t, b, "place_hold", `{"idempotency_key":"h","account_id":"x","hold_id":"h1","amount":50,"currency":"EUR","expires_at":"`+expires+`"}`)
+		clkA.Advance(20 * time.Minute)
+		done, release := batchHeldAtDecided(t, b, atomicBody("B", []batchCmd{{"capture_hold", map[string]any{"idempotency_key": "cap", "account_id": "x", "hold_id": "h1", "to": "y"}}}))
+		ra := post(t, a, "capture_hold", `{"idempotency_key":"cap","account_id":"x","hold_id":"h1","to":"y"}`)
+		if ra.Status != domain.StatusRejected {
+			t.Fatalf("a alone: %+v, want the expired hold rejected", ra)
+		}
+		release()
+		rb := <-done
+		if rb.Status != domain.StatusRejected || rb.Index == nil || *rb.Index != 0 || rb.Code != ra.Code {
+			t.Errorf("b's batch: %+v, want refused at its element with a's %s", rb, ra.Code)
+		}
+		if evs := devtest.StreamEvents(t, st, domain.AccountStream("y")); len(evs) != 1 {
+			t.Errorf("y holds %d events, want its opening only", len(evs))
 		}
 		audit(t, st, true)
 	})
