@@ -887,14 +887,16 @@ var (
 	readStreamBackwards = readStreamQuery("revision <= $2", "DESC")
 )
 
-// visibleBelow is the gap-safe horizon of "all" (ARCHITECTURE decision 8): every
+// VisibleBelow is the gap-safe horizon of "all" (ARCHITECTURE decision 8): every
 // transaction with a smaller xid has ended, so no event can still appear below
 // it. Rows at or above it are left for a later read, even when already
 // committed, because a smaller running xid may yet commit events before them.
 // The scalar subquery is evaluated once per statement, from the statement's own
 // snapshot. The price: xids are cluster-wide, so any long write transaction on
 // the cluster (in any database) holds "all" readers back until it ends.
-const visibleBelow = `(SELECT pg_snapshot_xmin(pg_current_snapshot()))`
+// Exported so that a test waiting for the horizon (devtest.SettledAll) waits
+// for this one.
+const VisibleBelow = `(SELECT pg_snapshot_xmin(pg_current_snapshot()))`
 
 // ReadAll implements eventstore.AllReader: up to max (max <= 0: all) events
 // strictly after `after` in (transaction id, position) order, only from
@@ -917,7 +919,7 @@ func (s *Store) readAll(ctx context.Context, after eventstore.Position, max int)
 	}
 	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM events
 		WHERE (transaction_id, position) > ($1::text::xid8, $2)
-		  AND transaction_id < `+visibleBelow+`
+		  AND transaction_id < `+VisibleBelow+`
 		ORDER BY transaction_id, position
 		LIMIT $3`, strconv.FormatUint(after.Commit, 10), prepare, limit(max))
 	if err != nil {
@@ -939,7 +941,7 @@ func (s *Store) Head(ctx context.Context) (eventstore.Position, error) {
 	var xid string
 	var pos int64
 	err := s.pool.QueryRow(ctx, `SELECT transaction_id::text AS xid, position FROM events
-		WHERE transaction_id < `+visibleBelow+`
+		WHERE transaction_id < `+VisibleBelow+`
 		ORDER BY transaction_id DESC, position DESC LIMIT 1`).Scan(&xid, &pos)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return eventstore.Start, nil

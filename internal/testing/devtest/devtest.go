@@ -258,7 +258,7 @@ const settleWait = 30 * time.Second
 // the call shows there. A reader of "all" may see a committed write only
 // later: PostgreSQL's gap-safe horizon hides a transaction's events while any
 // transaction of the cluster (in any database, an autovacuum's ANALYZE among
-// them) that took its ID earlier runs (eventstore/postgres visibleBelow). So
+// them) that took its ID earlier runs (postgres.VisibleBelow). So
 // on PostgreSQL it first waits until every transaction ID given out before
 // the call has ended. A test that counts the events a step wrote counts with
 // it before and after.
@@ -291,8 +291,9 @@ func settle(t testing.TB, pool *pgxpool.Pool) {
 	})
 }
 
-// settledQuery reports whether every transaction ID below $1 has ended.
-const settledQuery = `SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::text::xid8`
+// settledQuery reports whether the horizon of "all" has passed every
+// transaction ID below $1.
+const settledQuery = `SELECT ` + postgres.VisibleBelow + ` >= $1::text::xid8`
 
 // StreamEvents reads every event of a stream in st; none when it does not exist.
 func StreamEvents(t testing.TB, st eventstore.StreamReader, stream string) []eventstore.RecordedEvent {
