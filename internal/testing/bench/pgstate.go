@@ -62,7 +62,14 @@ type PGPhase struct {
 	WALWaits            int64          `json:"wal_waits"`
 	// Autovacuum is the autovacuum workers found, summed over the samples.
 	Autovacuum int64 `json:"autovacuum"`
-	Samples    int64 `json:"samples"`
+	// BackendWaits counts the client backends found in a statement or a
+	// transaction (pg_stat_activity's state not idle) by
+	// wait_event_type:wait_event ("cpu" for none), summed over the samples:
+	// what a DBA reads first, e.g. IO:DataFileWrite for a backend writing a
+	// dirty page itself to free a buffer, IO:DataFileRead for a page read
+	// from the kernel, IO:WALSync for a commit's flush.
+	BackendWaits map[string]int `json:"backend_waits,omitempty"`
+	Samples      int64          `json:"samples"`
 }
 
 // PGSecond is what the samples of one second of a phase found.
@@ -73,6 +80,9 @@ type PGSecond struct {
 	Checkpointer string `json:"checkpointer,omitempty"`
 	WALWaits     int64  `json:"wal_waits,omitempty"`
 	Autovacuum   int64  `json:"autovacuum,omitempty"`
+	// Vacuumed are the autovacuum workers' queries seen in the second.
+	Vacuumed     []string       `json:"vacuumed,omitempty"`
+	BackendWaits map[string]int `json:"backend_waits,omitempty"`
 }
 
 // pgCounters are the cumulative counters at one moment.
@@ -100,8 +110,16 @@ func readPGCounters(ctx context.Context, conn *pgx.Conn) (pgCounters, error) {
 // waiting on the WAL and the autovacuum workers.
 const pgWaitsSQL = `SELECT coalesce(max(wait_event) FILTER (WHERE backend_type = 'checkpointer'), ''),
 	count(*) FILTER (WHERE wait_event IN ('WALSync', 'WALWrite', 'WALInsert')),
-	count(*) FILTER (WHERE backend_type = 'autovacuum worker')
+	count(*) FILTER (WHERE backend_type = 'autovacuum worker'),
+	coalesce(array_agg(DISTINCT query) FILTER (WHERE backend_type = 'autovacuum worker'), '{}')
 	FROM pg_stat_activity`
+
+// pgBackendWaitsSQL is one sample of the client backends (but the watch's
+// own) in a statement or a transaction, by wait event.
+const pgBackendWaitsSQL = `SELECT coalesce(wait_event_type || ':' || wait_event, 'cpu'), count(*)
+	FROM pg_stat_activity
+	WHERE backend_type = 'client backend' AND state <> 'idle' AND pid <> pg_backend_pid()
+	GROUP BY 1`
 
 // pgWatch samples PostgreSQL through one phase.
 type pgWatch struct {
@@ -129,9 +147,16 @@ func watchPG(ctx context.Context, url string, warn func(string, ...any)) *pgWatc
 		warn("bench: postgres statistics", "err", err)
 		return nil
 	}
+	w := newPGWatch(conn, c0)
+	go w.sample(ctx)
+	return w
+}
+
+// newPGWatch is a watch on conn from the counters c0, not yet sampling.
+func newPGWatch(conn *pgx.Conn, c0 pgCounters) *pgWatch {
 	w := &pgWatch{conn: conn, c0: c0, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
 	w.phase.CheckpointerSamples = map[string]int{}
-	go w.sample(ctx)
+	w.phase.BackendWaits = map[string]int{}
 	return w
 }
 
@@ -145,27 +170,63 @@ func (w *pgWatch) sample(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		var event string
-		var walWaits, autovacuum int64
-		if w.conn.QueryRow(ctx, pgWaitsSQL).Scan(&event, &walWaits, &autovacuum) != nil {
-			continue
-		}
-		if event == "" {
-			event = "cpu"
-		}
-		sec := int(time.Since(w.start) / time.Second)
-		for len(w.perSec) <= sec {
-			w.perSec = append(w.perSec, PGSecond{})
-			w.seen = append(w.seen, map[string]bool{})
-		}
-		w.perSec[sec].WALWaits += walWaits
-		w.perSec[sec].Autovacuum += autovacuum
-		w.phase.Autovacuum += autovacuum
-		w.seen[sec][event] = true
-		w.phase.CheckpointerSamples[event]++
-		w.phase.WALWaits += walWaits
-		w.phase.Samples++
+		w.sampleOnce(ctx)
 	}
+}
+
+// sampleOnce reads pg_stat_activity once into the phase and its second.
+func (w *pgWatch) sampleOnce(ctx context.Context) {
+	var event string
+	var walWaits, autovacuum int64
+	var vacuumed []string
+	if w.conn.QueryRow(ctx, pgWaitsSQL).Scan(&event, &walWaits, &autovacuum, &vacuumed) != nil {
+		return
+	}
+	waits, err := w.backendWaits(ctx)
+	if err != nil {
+		return
+	}
+	if event == "" {
+		event = "cpu"
+	}
+	sec := int(time.Since(w.start) / time.Second)
+	for len(w.perSec) <= sec {
+		w.perSec = append(w.perSec, PGSecond{BackendWaits: map[string]int{}})
+		w.seen = append(w.seen, map[string]bool{})
+	}
+	s := &w.perSec[sec]
+	s.WALWaits += walWaits
+	s.Autovacuum += autovacuum
+	for _, q := range vacuumed {
+		if !slices.Contains(s.Vacuumed, q) {
+			s.Vacuumed = append(s.Vacuumed, q)
+		}
+	}
+	for e, n := range waits {
+		s.BackendWaits[e] += n
+		w.phase.BackendWaits[e] += n
+	}
+	w.phase.Autovacuum += autovacuum
+	w.seen[sec][event] = true
+	w.phase.CheckpointerSamples[event]++
+	w.phase.WALWaits += walWaits
+	w.phase.Samples++
+}
+
+// backendWaits is one sample of pgBackendWaitsSQL.
+func (w *pgWatch) backendWaits(ctx context.Context) (map[string]int, error) {
+	rows, err := w.conn.Query(ctx, pgBackendWaitsSQL)
+	if err != nil {
+		return nil, err
+	}
+	waits := map[string]int{}
+	var event string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&event, &n}, func() error {
+		waits[event] = n
+		return nil
+	})
+	return waits, err
 }
 
 // end stops the samples and returns the phase's figures, the seconds'
@@ -200,8 +261,8 @@ func (w *pgWatch) end(ctx context.Context, timeline []SecondStat) *PGPhase {
 
 // String is the phase's PostgreSQL line of the progress log.
 func (p *PGPhase) String() string {
-	return fmt.Sprintf("checkpoints started %d timed, %d requested; one ended: %v (the last began %s); %d buffers written by checkpoints (write %.0f ms, sync %.0f ms), %d by backends; WAL %.1f MiB, %d writes, %d syncs; backends waiting on the WAL %.2f a sample; autovacuum workers %.2f a sample; the checkpointer's samples %v",
+	return fmt.Sprintf("checkpoints started %d timed, %d requested; one ended: %v (the last began %s); %d buffers written by checkpoints (write %.0f ms, sync %.0f ms), %d by backends; WAL %.1f MiB, %d writes, %d syncs; backends waiting on the WAL %.2f a sample; autovacuum workers %.2f a sample; the checkpointer's samples %v; the client backends' waits %v",
 		p.CheckpointsTimed, p.CheckpointsRequested, p.CheckpointEnded, p.LastCheckpoint.UTC().Format(time.TimeOnly),
 		p.BuffersCheckpoint, p.CheckpointWriteMs, p.CheckpointSyncMs, p.BuffersBackend,
-		float64(p.WALBytes)/(1<<20), p.WALWrites, p.WALSyncs, float64(p.WALWaits)/float64(max(p.Samples, 1)), float64(p.Autovacuum)/float64(max(p.Samples, 1)), p.CheckpointerSamples)
+		float64(p.WALBytes)/(1<<20), p.WALWrites, p.WALSyncs, float64(p.WALWaits)/float64(max(p.Samples, 1)), float64(p.Autovacuum)/float64(max(p.Samples, 1)), p.CheckpointerSamples, p.BackendWaits)
 }

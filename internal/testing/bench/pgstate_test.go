@@ -55,3 +55,49 @@ func TestPGWatchSeesACheckpoint(t *testing.T) {
 		t.Fatalf("after rows and a CHECKPOINT: %s", p)
 	}
 }
+
+// TestPGWatchSeesABackendsWait: a sample finds a client backend in its
+// wait event (pg_sleep's Timeout:PgSleep), in the phase and in its second,
+// and not the watch's own connection. Shown failing with the sample's SQL
+// reading only idle backends (no wait counted).
+func TestPGWatchSeesABackendsWait(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url := pgtest.URL(t)
+	conns := make([]*pgx.Conn, 3)
+	for i := range conns {
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.WithoutCancel(ctx))
+		conns[i] = c
+	}
+	sleeper, poller, watched := conns[0], conns[1], conns[2]
+	sleepCtx, stopSleep := context.WithCancel(ctx)
+	slept := make(chan error, 1)
+	go func() {
+		_, err := sleeper.Exec(sleepCtx, `SELECT pg_sleep(60)`)
+		slept <- err
+	}()
+	for n := 0; n == 0; {
+		if err := poller.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := newPGWatch(watched, pgCounters{})
+	w.sampleOnce(ctx)
+	stopSleep()
+	<-slept
+	if got := w.phase.BackendWaits["Timeout:PgSleep"]; got != 1 || w.phase.Samples != 1 {
+		t.Fatalf("one sample of a sleeping backend: %d sleeping in %d samples (%v)", got, w.phase.Samples, w.phase.BackendWaits)
+	}
+	if got := w.perSec[0].BackendWaits["Timeout:PgSleep"]; got != 1 {
+		t.Fatalf("its second: %v", w.perSec[0].BackendWaits)
+	}
+	// The poller is idle and the watch's own connection is left out: the
+	// sleeper is the only client backend in a statement.
+	if n := len(w.phase.BackendWaits); n != 1 {
+		t.Fatalf("backends other than the sleeper counted: %v", w.phase.BackendWaits)
+	}
+}
