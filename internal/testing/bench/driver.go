@@ -136,6 +136,7 @@ type worker struct {
 	req  *requester
 	lats []time.Duration
 	ends []time.Time // when each of lats ended
+	dups []bool      // whether each of lats was a resend's
 	errs []string
 }
 
@@ -178,6 +179,7 @@ func (w *worker) record(c *counters, cmd command, rep replyHead, err error, lat 
 	if keep {
 		w.lats = append(w.lats, lat)
 		w.ends = append(w.ends, time.Now())
+		w.dups = append(w.dups, cmd.dup)
 	}
 }
 
@@ -338,13 +340,19 @@ type SecondStat struct {
 	P50Ms    float64 `json:"p50_ms"`
 	P99Ms    float64 `json:"p99_ms"`
 	MaxMs    float64 `json:"max_ms"`
+	// Resends are the resends of answered keys among Commands (answered
+	// from a key lookup when the key is not cached), ResendP99Ms their p99
+	// and NewP99Ms the other commands': which kind a slow second slowed.
+	Resends     int     `json:"resends"`
+	ResendP99Ms float64 `json:"resend_p99_ms"`
+	NewP99Ms    float64 `json:"new_p99_ms"`
 	// PG is what PostgreSQL was doing in that second (ledger phases on
 	// PostgreSQL: pgstate.go).
 	PG *PGSecond `json:"pg,omitempty"`
 }
 
 func timeline(start time.Time, workers []*worker) []SecondStat {
-	var buckets [][]time.Duration
+	var buckets, resends [][]time.Duration // all; the resends'
 	for _, w := range workers {
 		for i, end := range w.ends {
 			sec := int(end.Sub(start) / time.Second)
@@ -352,19 +360,39 @@ func timeline(start time.Time, workers []*worker) []SecondStat {
 				continue
 			}
 			for len(buckets) <= sec {
-				buckets = append(buckets, nil)
+				buckets, resends = append(buckets, nil), append(resends, nil)
 			}
 			buckets[sec] = append(buckets[sec], w.lats[i])
+			if w.dups[i] {
+				resends[sec] = append(resends[sec], w.lats[i])
+			}
 		}
 	}
 	out := make([]SecondStat, len(buckets))
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	for sec, b := range buckets {
 		slices.Sort(b)
-		out[sec] = SecondStat{Second: sec, Commands: len(b), P50Ms: ms(percentile(b, 50)), P99Ms: ms(percentile(b, 99))}
+		r := resends[sec]
+		slices.Sort(r)
+		out[sec] = SecondStat{Second: sec, Commands: len(b), P50Ms: ms(percentile(b, 50)), P99Ms: ms(percentile(b, 99)),
+			Resends: len(r), ResendP99Ms: ms(percentile(r, 99)), NewP99Ms: ms(percentile(without(b, r), 99))}
 		if len(b) > 0 {
 			out[sec].MaxMs = ms(b[len(b)-1])
 		}
+	}
+	return out
+}
+
+// without is sorted all less the sorted sub (a sub-multiset of it), sorted.
+func without(all, sub []time.Duration) []time.Duration {
+	out := make([]time.Duration, 0, len(all)-len(sub))
+	j := 0
+	for _, d := range all {
+		if j < len(sub) && sub[j] == d {
+			j++
+			continue
+		}
+		out = append(out, d)
 	}
 	return out
 }
