@@ -83,6 +83,10 @@ type PGSecond struct {
 	// Vacuumed are the autovacuum workers' queries seen in the second.
 	Vacuumed     []string       `json:"vacuumed,omitempty"`
 	BackendWaits map[string]int `json:"backend_waits,omitempty"`
+	// CPU is the cores each part of the machine took in the second (this
+	// process, the PostgreSQL server, the rest): who had the CPU when the
+	// process's goroutines waited for it (go tool trace's scheduler delay).
+	CPU *CPUUse `json:"cpu,omitempty"`
 }
 
 // pgCounters are the cumulative counters at one moment.
@@ -124,6 +128,8 @@ const pgBackendWaitsSQL = `SELECT coalesce(wait_event_type || ':' || wait_event,
 // pgWatch samples PostgreSQL through one phase.
 type pgWatch struct {
 	conn   *pgx.Conn
+	pm     int       // the postmaster's PID, for sampleCPU
+	cpu    cpuSample // at the last whole second
 	c0     pgCounters
 	start  time.Time
 	stop   chan struct{}
@@ -135,7 +141,7 @@ type pgWatch struct {
 
 // watchPG starts sampling the PostgreSQL at url; nil (and a warning) when
 // it cannot, so that a phase is never refused for want of its statistics.
-func watchPG(ctx context.Context, url string, warn func(string, ...any)) *pgWatch {
+func watchPG(ctx context.Context, url string, pm int, warn func(string, ...any)) *pgWatch {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		warn("bench: postgres statistics", "err", err)
@@ -148,6 +154,7 @@ func watchPG(ctx context.Context, url string, warn func(string, ...any)) *pgWatc
 		return nil
 	}
 	w := newPGWatch(conn, c0)
+	w.pm, w.cpu = pm, sampleCPU(pm)
 	go w.sample(ctx)
 	return w
 }
@@ -195,6 +202,11 @@ func (w *pgWatch) sampleOnce(ctx context.Context) {
 		w.seen = append(w.seen, map[string]bool{})
 	}
 	s := &w.perSec[sec]
+	if sec > 0 && w.perSec[sec-1].CPU == nil && w.cpu.ok {
+		// The first sample of a second closes the previous one's CPU.
+		now := sampleCPU(w.pm)
+		w.perSec[sec-1].CPU, w.cpu = cpuBetween(w.cpu, now, cpuCount()), now
+	}
 	s.WALWaits += walWaits
 	s.Autovacuum += autovacuum
 	for _, q := range vacuumed {

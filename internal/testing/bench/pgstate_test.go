@@ -25,7 +25,7 @@ func TestPGWatchSeesACheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	w := watchPG(ctx, url, t.Logf)
+	w := watchPG(ctx, url, 0, t.Logf)
 	if w == nil {
 		t.Fatal("no watch")
 	}

@@ -57,7 +57,7 @@ func (pr *phaseRunner) measure(name string, f func() (PhaseResult, error)) (*Pha
 	k0, ks0 := histogramTotals(cfg.ledgerMetrics, compactionMetric)
 	var pg *pgWatch
 	if p0 != nil {
-		pg = watchPG(pr.ctx, cfg.eventStoreURL, cfg.Progress.Warn)
+		pg = watchPG(pr.ctx, cfg.eventStoreURL, pr.pm, cfg.Progress.Warn)
 	}
 	hook(cfg, sys, name, true)
 	res, err := f()
