@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -87,6 +89,12 @@ type PGSecond struct {
 	// process, the PostgreSQL server, the rest): who had the CPU when the
 	// process's goroutines waited for it (go tool trace's scheduler delay).
 	CPU *CPUUse `json:"cpu,omitempty"`
+	// DirtyMiB and WritebackMiB are the kernel's dirty page cache and what
+	// it was writing back at the second's end (/proc/meminfo): the pages the
+	// backends wrote themselves wait there, and a flush of them shares the
+	// disk with the commits' WAL fsyncs.
+	DirtyMiB     int64 `json:"dirty_mib"`
+	WritebackMiB int64 `json:"writeback_mib"`
 }
 
 // pgCounters are the cumulative counters at one moment.
@@ -206,6 +214,7 @@ func (w *pgWatch) sampleOnce(ctx context.Context) {
 		// The first sample of a second closes the previous one's CPU.
 		now := sampleCPU(w.pm)
 		w.perSec[sec-1].CPU, w.cpu = cpuBetween(w.cpu, now, cpuCount()), now
+		w.perSec[sec-1].DirtyMiB, w.perSec[sec-1].WritebackMiB = kernelDirty()
 	}
 	s.WALWaits += walWaits
 	s.Autovacuum += autovacuum
@@ -277,4 +286,27 @@ func (p *PGPhase) String() string {
 		p.CheckpointsTimed, p.CheckpointsRequested, p.CheckpointEnded, p.LastCheckpoint.UTC().Format(time.TimeOnly),
 		p.BuffersCheckpoint, p.CheckpointWriteMs, p.CheckpointSyncMs, p.BuffersBackend,
 		float64(p.WALBytes)/(1<<20), p.WALWrites, p.WALSyncs, float64(p.WALWaits)/float64(max(p.Samples, 1)), float64(p.Autovacuum)/float64(max(p.Samples, 1)), p.CheckpointerSamples, p.BackendWaits)
+}
+
+// kernelDirty reads the kernel's Dirty and Writeback pages from
+// /proc/meminfo, in MiB (0, 0 when it cannot).
+func kernelDirty() (dirty, writeback int64) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, 0
+	}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kib, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "Dirty:":
+			dirty = kib >> 10
+		case "Writeback:":
+			writeback = kib >> 10
+		}
+	}
+	return dirty, writeback
 }
