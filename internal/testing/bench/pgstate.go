@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -95,6 +97,13 @@ type PGSecond struct {
 	// disk with the commits' WAL fsyncs.
 	DirtyMiB     int64 `json:"dirty_mib"`
 	WritebackMiB int64 `json:"writeback_mib"`
+	// SchedWaitMs is the time this process's goroutines spent runnable but
+	// not running in the second, summed (runtime/metrics
+	// /sched/latencies:seconds, each wait at its bucket's midpoint), and
+	// SchedP99Ms the p99 of those waits (its bucket's upper bound): go tool
+	// trace -pprof=sched per second, without a trace.
+	SchedWaitMs float64 `json:"sched_wait_ms"`
+	SchedP99Ms  float64 `json:"sched_p99_ms"`
 }
 
 // pgCounters are the cumulative counters at one moment.
@@ -138,6 +147,7 @@ type pgWatch struct {
 	conn   *pgx.Conn
 	pm     int       // the postmaster's PID, for sampleCPU
 	cpu    cpuSample // at the last whole second
+	sched  []uint64  // /sched/latencies:seconds's counts then
 	c0     pgCounters
 	start  time.Time
 	stop   chan struct{}
@@ -163,6 +173,7 @@ func watchPG(ctx context.Context, url string, pm int, warn func(string, ...any))
 	}
 	w := newPGWatch(conn, c0)
 	w.pm, w.cpu = pm, sampleCPU(pm)
+	_, w.sched = schedLatencies()
 	go w.sample(ctx)
 	return w
 }
@@ -215,6 +226,7 @@ func (w *pgWatch) sampleOnce(ctx context.Context) {
 		now := sampleCPU(w.pm)
 		w.perSec[sec-1].CPU, w.cpu = cpuBetween(w.cpu, now, cpuCount()), now
 		w.perSec[sec-1].DirtyMiB, w.perSec[sec-1].WritebackMiB = kernelDirty()
+		w.closeSched(&w.perSec[sec-1])
 	}
 	s.WALWaits += walWaits
 	s.Autovacuum += autovacuum
@@ -309,4 +321,47 @@ func kernelDirty() (dirty, writeback int64) {
 		}
 	}
 	return dirty, writeback
+}
+
+// closeSched sets s's scheduler waits from the histogram's counts since
+// the last call.
+func (w *pgWatch) closeSched(s *PGSecond) {
+	buckets, counts := schedLatencies()
+	if len(counts) != len(w.sched) {
+		w.sched = counts
+		return
+	}
+	var n uint64
+	diff := make([]uint64, len(counts))
+	for i := range counts {
+		diff[i] = counts[i] - w.sched[i]
+		n += diff[i]
+	}
+	w.sched = counts
+	var seen uint64
+	for i, d := range diff {
+		lo, hi := buckets[i], buckets[i+1]
+		if math.IsInf(lo, -1) {
+			lo = 0
+		}
+		if math.IsInf(hi, 1) {
+			hi = lo
+		}
+		s.SchedWaitMs += float64(d) * (lo + hi) / 2 * 1000
+		if seen < n-n/100 && seen+d >= n-n/100 && n > 0 {
+			s.SchedP99Ms = hi * 1000
+		}
+		seen += d
+	}
+}
+
+// schedLatencies reads runtime/metrics' /sched/latencies:seconds.
+func schedLatencies() (buckets []float64, counts []uint64) {
+	m := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(m)
+	if m[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return nil, nil
+	}
+	h := m[0].Value.Float64Histogram()
+	return h.Buckets, slices.Clone(h.Counts)
 }

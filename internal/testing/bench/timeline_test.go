@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 )
@@ -31,5 +33,39 @@ func TestTimelineSplitsResends(t *testing.T) {
 	}
 	if s := got[1]; s.Commands != 1 || s.Resends != 0 || s.ResendP99Ms != 0 || s.NewP99Ms != 3 {
 		t.Fatalf("second 1: %+v", s)
+	}
+}
+
+// TestCloseSchedCountsRunnableWaits: goroutines that yield to each other
+// on one P wait runnable, and closeSched counts those waits since the last
+// call, not the process's whole history. Shown failing with the counts not
+// kept between calls (the second call then finds nothing new).
+func TestCloseSchedCountsRunnableWaits(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	w := &pgWatch{}
+	_, w.sched = schedLatencies()
+	yield := func() {
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 1000 {
+					runtime.Gosched()
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	yield()
+	var s PGSecond
+	w.closeSched(&s)
+	if s.SchedWaitMs <= 0 || s.SchedP99Ms <= 0 {
+		t.Fatalf("after goroutines yielded to each other: %+v, want their waits", s)
+	}
+	var quiet PGSecond
+	w.closeSched(&quiet)
+	if quiet.SchedWaitMs >= s.SchedWaitMs {
+		t.Fatalf("a second call with nothing yielding between: %+v, not below the first's %+v", quiet, s)
 	}
 }
