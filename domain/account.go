@@ -3,6 +3,7 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -397,6 +398,17 @@ func (q *fifo) len() int { return len(q.names) - q.head }
 // peek is the oldest name.
 func (q *fifo) peek() string { return q.names[q.head] }
 
+// drop removes name from the queue, if it is there; an emptied queue frees
+// its storage.
+func (q *fifo) drop(name string) {
+	if i := slices.Index(q.names[q.head:], name); i >= 0 {
+		q.names = slices.Delete(q.names, q.head+i, q.head+i+1)
+	}
+	if q.len() == 0 {
+		*q = fifo{}
+	}
+}
+
 // pop removes and returns the oldest name.
 func (q *fifo) pop() string {
 	name := q.names[q.head]
@@ -542,6 +554,23 @@ func (a *Account) ForgetKeys() {
 		}
 	}
 	a.keyOrder, a.forgot = fifo{}, true
+}
+
+// ForgetClosedHold forgets hold id if it is closed, whatever HoldLimit: a
+// reader that keeps apart what it needs of a closed hold (the audit's fold
+// keeps its ID and status, to name a hold placed again) keeps none of them.
+// Holds left empty is then a new map, so that what the old one grew to is
+// freed (ForgetKeys).
+func (a *Account) ForgetClosedHold(id string) {
+	if h := a.Holds[id]; h == nil || h.Status == HoldStatusActive {
+		return
+	}
+	delete(a.Holds, id)
+	if len(a.Holds) == 0 {
+		a.Holds = map[string]*Hold{}
+	}
+	a.closedOrder.drop(id)
+	a.forgotHolds = true
 }
 
 // remember adds a key's record to Keys, forgetting the oldest beyond KeyLimit.

@@ -82,7 +82,9 @@ func (f *Fold) loadAccounts(ctx context.Context, ids []string, guarded bool) err
 		}
 		boundAccount(a)
 		f.Accounts[a.ID] = a
-		f.streams[stream] = &streamState{next: row.Next, chain: row.Chain, groupKey: row.GroupKey, groupNext: row.GroupNext, groupCount: row.GroupCount}
+		ss := &streamState{next: row.Next, chain: row.Chain, groupKey: row.GroupKey, groupNext: row.GroupNext, groupCount: row.GroupCount}
+		restoreClosedHold(a, ss)
+		f.streams[stream] = ss
 		r.loaded++
 		r.at[a.ID] = [2]int64{a.Revision, a.Balance}
 		r.noteOldHolds(a)
@@ -165,15 +167,43 @@ func (f *Fold) accountRowsOut() func() (projections.AuditAccount, bool, error) {
 		id := ids[0]
 		ids = ids[1:]
 		a, stream := f.Accounts[id], domain.AccountStream(id)
-		snap, err := domain.EncodeSnapshot(stream, a)
+		ss := f.streams[stream]
+		snap, err := accountSnapshot(stream, a, ss)
 		if err != nil {
 			return projections.AuditAccount{}, false, fmt.Errorf("audit: checkpoint: %w", err)
 		}
 		row := projections.AuditAccount{AccountID: id, Guarded: captureInFlight(a), Snapshot: snap}
-		if ss := f.streams[stream]; ss != nil {
+		if ss != nil {
 			row.Next, row.Chain, row.GroupKey, row.GroupNext, row.GroupCount = ss.next, ss.chain, ss.groupKey, ss.groupNext, ss.groupCount
 		}
 		return row, true, nil
+	}
+}
+
+// accountSnapshot encodes an account for its checkpoint row with its last
+// closed hold, which the fold keeps as its ID and status only
+// (forgetClosedHold), as a hold of that ID and status (no amount, no key):
+// what an audit resumed from the row needs of it (restoreClosedHold).
+// Rows stored before carry the whole hold, which restoreClosedHold reads
+// alike.
+func accountSnapshot(stream string, a *domain.Account, ss *streamState) ([]byte, error) {
+	if ss == nil || ss.closedHold == "" || a.Holds[ss.closedHold] != nil {
+		return domain.EncodeSnapshot(stream, a)
+	}
+	a.Holds[ss.closedHold] = &domain.Hold{ID: ss.closedHold, Status: ss.closedStatus}
+	defer delete(a.Holds, ss.closedHold)
+	return domain.EncodeSnapshot(stream, a)
+}
+
+// restoreClosedHold moves an account's closed holds, read from a checkpoint
+// row (at most its last one, boundAccount's HoldLimit), into its stream
+// state as the fold keeps them (forgetClosedHold).
+func restoreClosedHold(a *domain.Account, ss *streamState) {
+	for id, h := range a.Holds {
+		if h.Status != domain.HoldStatusActive {
+			ss.closedHold, ss.closedStatus = id, h.Status
+			a.ForgetClosedHold(id)
+		}
 	}
 }
 
