@@ -1,7 +1,10 @@
 package projections_test
 
 import (
+	"bufio"
+	"cmp"
 	"context"
+	"fmt"
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
@@ -30,6 +33,9 @@ import (
 // LEDGER_BENCH_CPUPROFILE=<file> profiles the timed part only (-test.cpuprofile
 // would include the seeding). LEDGER_BENCH_MEMPROFILE=<file> writes a heap
 // profile of the timed part at its peak of live heap (memProfilePeak).
+// LEDGER_BENCH_MEMSTATS=<file> writes, every 100 ms of the timed part, the
+// process's resident set and the runtime's memory classes (memStats): what
+// the peak RSS is made of.
 
 func benchInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -50,7 +56,8 @@ func synthetic(b *testing.B, env *projtest.Env, seed uint64) int {
 // function it returns stops it.
 func profileTimed(b *testing.B) func() {
 	b.Helper()
-	stopHeap := memProfilePeak(b)
+	stopStats, stopPeak := memStats(b), memProfilePeak(b)
+	stopHeap := func() { stopPeak(); stopStats() }
 	path := os.Getenv("LEDGER_BENCH_CPUPROFILE")
 	if path == "" {
 		return stopHeap
@@ -113,6 +120,90 @@ func memProfilePeak(b *testing.B) func() {
 	}
 }
 
+// memStatNames are the runtime/metrics memStats writes, after the
+// process's VmRSS (kB, /proc/self/status).
+var memStatNames = []string{
+	"/gc/heap/live:bytes", "/gc/heap/goal:bytes", "/gc/cycles/total:gc-cycles",
+	"/memory/classes/heap/objects:bytes", "/memory/classes/heap/unused:bytes",
+	"/memory/classes/heap/free:bytes", "/memory/classes/heap/released:bytes",
+	"/memory/classes/heap/stacks:bytes", "/memory/classes/os-stacks:bytes",
+	"/memory/classes/metadata/other:bytes", "/memory/classes/metadata/mspan/inuse:bytes",
+	"/memory/classes/other:bytes", "/memory/classes/profiling/buckets:bytes",
+	"/memory/classes/total:bytes", "/sched/goroutines:goroutines",
+}
+
+// memStats writes LEDGER_BENCH_MEMSTATS's samples, if set: a header line,
+// then every 100 ms the seconds since the start, VmRSS in bytes and
+// memStatNames' values, tab-separated. The function it returns stops it.
+func memStats(b *testing.B) func() {
+	b.Helper()
+	path := os.Getenv("LEDGER_BENCH_MEMSTATS")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := bufio.NewWriter(f)
+	fmt.Fprintf(w, "s\tVmRSS\t%s\n", strings.Join(memStatNames, "\t"))
+	samples := make([]metrics.Sample, len(memStatNames))
+	for i, n := range memStatNames {
+		samples[i].Name = n
+	}
+	done, stopped := make(chan struct{}), make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			metrics.Read(samples)
+			fmt.Fprintf(w, "%.1f\t%d", time.Since(start).Seconds(), vmRSS())
+			for _, s := range samples {
+				fmt.Fprintf(w, "\t%d", s.Value.Uint64())
+			}
+			fmt.Fprintln(w)
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+		if err := cmp.Or(w.Flush(), f.Close()); err != nil {
+			b.Error(err)
+		}
+	}
+}
+
+// vmRSS is the process's resident set in bytes (0 where /proc has none).
+func vmRSS() int64 {
+	kb, _ := procStatusKB("VmRSS")
+	return kb * 1024
+}
+
+// procStatusKB reads a field of /proc/self/status, in kB.
+func procStatusKB(field string) (int64, error) {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(status)) {
+		if kb, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s %q: %w", field, kb, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/self/status", field)
+}
+
 func writeHeapProfile(path string) error {
 	f, err := os.Create(path)
 	if err != nil {
@@ -137,21 +228,11 @@ func peakRSS(b *testing.B) func(name string) {
 		return func(string) {}
 	}
 	return func(name string) {
-		status, err := os.ReadFile("/proc/self/status")
+		kb, err := procStatusKB("VmHWM")
 		if err != nil {
 			b.Fatal(err)
 		}
-		for line := range strings.Lines(string(status)) {
-			if kb, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-				n, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")))
-				if err != nil {
-					b.Fatalf("VmHWM %q: %v", kb, err)
-				}
-				b.ReportMetric(float64(n)/1024, name)
-				return
-			}
-		}
-		b.Fatal("no VmHWM in /proc/self/status")
+		b.ReportMetric(float64(kb)/1024, name)
 	}
 }
 
