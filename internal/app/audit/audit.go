@@ -488,18 +488,12 @@ func (f *Fold) compareTable(ctx context.Context, tr tableRead, expected expectat
 	if table == "accounts" {
 		keys = expected.accounts
 	}
-	actual, err := readTable(ctx, tr, keys)
+	t, err := openTable(ctx, tr, keys)
 	if err != nil {
 		return TableDiff{}, err
 	}
-	if noted {
-		for k := range actual {
-			if _, ok := expected.rows[table][k]; !ok {
-				delete(actual, k)
-			}
-		}
-	}
-	return CompareTable(table, expected.rows[table], actual), nil
+	defer t.Close()
+	return compareRows(table, expected.rows[table], t, noted)
 }
 
 // readSnapshots lists every account snapshot (only the account's, when set).

@@ -121,6 +121,23 @@ func TestAuditNamesAChangedBalance(t *testing.T) {
 	}
 }
 
+// TestAuditNamesAMissingAndAnExtraAccountRow: the accounts table, compared a
+// row at a time (compareRows), names the rows deleted or renamed and the row
+// it has that the fold does not.
+func TestAuditNamesAMissingAndAnExtraAccountRow(t *testing.T) {
+	env := projected(t, projtest.Workload{Commands: 100, Seed: 4})
+	exec(t, env, `UPDATE readmodel.accounts SET account_id = 'w-ghost' WHERE account_id = 'w-acct-3'`)
+	exec(t, env, `DELETE FROM readmodel.accounts WHERE account_id = 'w-acct-2'`)
+	rep := run(t, env, audit.Options{})
+	if len(rep.Violations) == 0 {
+		t.Fatal("a deleted and a renamed account row passed the audit")
+	}
+	m := rep.Violations[0].Message
+	if !rep.Has(audit.InvReadModel, "read_model_mismatch") || !strings.Contains(m, `"w-acct-2"`) || !strings.Contains(m, `"w-acct-3"`) || !strings.Contains(m, `"w-ghost"`) {
+		t.Fatalf("a deleted and an extra account row were not named: %v", rep.Violations)
+	}
+}
+
 // TestAuditChecksSnapshots: a snapshot that is its stream's fold passes; one
 // with a well-formed state the stream never had (its hash recomputed), one whose
 // bytes no longer match its hash, and one beyond its stream are each named
