@@ -111,6 +111,9 @@ type Service struct {
 	// transferReads reads the transfer a command is decided on, as the store
 	// allows (transfers.go).
 	transferReads transferReads
+	// repeats tells an append to an account or a transfer that the store
+	// took for a repeat of another decision's events (repeats.go).
+	repeats repeatFinder
 	// keys finds what aggregates forgot of a key, as the store allows
 	// (keys.go); snaps is the store's when it keeps snapshots, otherwise
 	// noSnapshots (history.go); keyLimit is Account.KeyLimit for new
@@ -179,6 +182,7 @@ func New(store Store, opts Options) *Service {
 	s.accounts.evicted = s.toResident
 	s.mover = moverFor(s, store)
 	s.transferReads = transferReadsFor(s, store)
+	s.repeats = repeatsFor(s, store)
 	s.keys = keyFinderFor(s, store)
 	s.cold = coldLoaderFor(s, store)
 	if s.keys.forgets() {

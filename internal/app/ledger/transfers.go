@@ -52,7 +52,7 @@ type transferReads interface {
 
 // transferReadsFor is the transferReads the store allows.
 func transferReadsFor(s *Service, store Store) transferReads {
-	if r, ok := store.(interface{ ReportsIdempotentAppends() bool }); ok && r.ReportsIdempotentAppends() {
+	if reportsRepeats(store) {
 		return unreadNewTransfers{s}
 	}
 	return readEveryTransfer{s}
@@ -209,9 +209,9 @@ func (s *Service) decideOnTransfer(ctx context.Context, w transferWrite, decide 
 			refresh = o.retry
 			return o.r, o.retry, err
 		}
-		if res.idempotent && unread {
+		if repeat, err := s.repeats.foundAt(ctx, stream, res); err != nil || repeat {
 			refresh = true // written before, not by this call: decide on what is there
-			return Reply{}, true, nil
+			return Reply{}, err == nil, err
 		}
 		if err := s.applyTransferWritten(ctx, stream, t, res); err != nil {
 			return Reply{}, false, err

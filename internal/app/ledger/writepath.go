@@ -385,6 +385,9 @@ func (s *Service) appendAccount(ctx context.Context, w *accountWrite, events []d
 	} else {
 		res, err = s.appendStep(ctx, d, head)
 	}
+	if err == nil {
+		res.idempotent, err = s.repeats.foundAt(ctx, w.stream, res)
+	}
 	if err != nil || res.idempotent {
 		return res, err
 	}
