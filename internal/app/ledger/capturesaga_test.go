@@ -239,7 +239,7 @@ func TestCaptureSagaGuardKeepsToOpen(t *testing.T) {
 func TestCaptureSagaConcurrentSends(t *testing.T) {
 	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
 		clk := devtest.NewClock()
-		svcs := []*Service{newSagaService(st, clk), newSagaService(st, clk)}
+		svcs := twoSagaServices(st, clk)
 		openFunded(t, svcs[0], "payer", "EUR", 1000)
 		openFunded(t, svcs[0], "shop", "EUR", 0)
 		must(t, svcs[0], "place_hold", holdBody("p-h", "payer", "h", 500)...)
@@ -254,10 +254,8 @@ func TestCaptureSagaConcurrentSends(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		for i, r := range replies {
-			if r.Status != domain.StatusApplied || !sameReply(r, replies[0]) {
-				t.Fatalf("reply %d: %+v\nfirst %+v", i, r, replies[0])
-			}
+		if o := oneOriginal(t, replies); o.Status != domain.StatusApplied {
+			t.Fatalf("the capture: %+v, want applied", o)
 		}
 		if got, err := svcs[1].Lookup(context.Background(), "c"); err != nil || got == nil || !sameReply(*got, replies[0]) {
 			t.Fatalf("lookup: %+v %v", got, err)
