@@ -62,7 +62,7 @@ func audit(t testing.TB, st eventstore.AllReader, decided bool) *ledgerAudit {
 	ids := map[string]bool{}
 	next := map[string]uint64{}
 	var last eventstore.Position
-	for _, e := range devtest.ReadAll(t, st) {
+	for _, e := range devtest.SettledAll(t, st) {
 		// Invariant 5: gapless revisions, unique IDs, increasing positions.
 		if e.Position.Compare(last) <= 0 {
 			t.Fatalf("position %s of %s@%d not after %s", e.Position, e.Stream, e.Revision, last)
