@@ -558,10 +558,13 @@ func (a *Account) ForgetKeys() {
 
 // ForgetClosedHold forgets hold id if it is closed, whatever HoldLimit: a
 // reader that keeps apart what it needs of a closed hold (the audit's fold
-// keeps its ID and status, to name a hold placed again) keeps none of them.
-// Holds left empty is then a new map, so that what the old one grew to is
-// freed (ForgetKeys).
-func (a *Account) ForgetClosedHold(id string) {
+// keeps its ID, status and a digest of the rest) keeps none of them. The
+// account says it forgot holds (ForgotHolds) only when dropped: the reader
+// keeps nothing of this hold, or has just dropped what it kept apart of an
+// earlier one; a hold kept apart is not forgotten, so that a snapshot that
+// lacks it is still named. Holds left empty is then a new map, so that what
+// the old one grew to is freed (ForgetKeys).
+func (a *Account) ForgetClosedHold(id string, dropped bool) {
 	if h := a.Holds[id]; h == nil || h.Status == HoldStatusActive {
 		return
 	}
@@ -570,7 +573,7 @@ func (a *Account) ForgetClosedHold(id string) {
 		a.Holds = map[string]*Hold{}
 	}
 	a.closedOrder.drop(id)
-	a.forgotHolds = true
+	a.forgotHolds = a.forgotHolds || dropped
 }
 
 // remember adds a key's record to Keys, forgetting the oldest beyond KeyLimit.

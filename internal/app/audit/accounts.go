@@ -181,30 +181,59 @@ func (f *Fold) accountRowsOut() func() (projections.AuditAccount, bool, error) {
 }
 
 // accountSnapshot encodes an account for its checkpoint row with its last
-// closed hold, which the fold keeps as its ID and status only
-// (forgetClosedHold), as a hold of that ID and status (no amount, no key):
-// what an audit resumed from the row needs of it (restoreClosedHold).
-// Rows stored before carry the whole hold, which restoreClosedHold reads
-// alike.
+// closed hold, which the fold keeps as its ID, status and digest
+// (forgetClosedHold), as a stub of them (holdStub): what an audit resumed
+// from the row needs of it (restoreClosedHold). Rows stored by 017808d and
+// before carry the whole hold, which restoreClosedHold reads alike.
 func accountSnapshot(stream string, a *domain.Account, ss *streamState) ([]byte, error) {
 	if ss == nil || ss.closedHold == "" || a.Holds[ss.closedHold] != nil {
 		return domain.EncodeSnapshot(stream, a)
 	}
-	a.Holds[ss.closedHold] = &domain.Hold{ID: ss.closedHold, Status: ss.closedStatus}
-	defer delete(a.Holds, ss.closedHold)
+	defer lendHold(a, holdStub(ss))()
 	return domain.EncodeSnapshot(stream, a)
 }
 
 // restoreClosedHold moves an account's closed holds, read from a checkpoint
-// row (at most its last one, boundAccount's HoldLimit), into its stream
-// state as the fold keeps them (forgetClosedHold).
+// row, into its stream state as the fold keeps them (forgetClosedHold): the
+// last one (lastClosedInRow) as its ID, status and digest, the others
+// dropped. A stub without a digest (c4c1c2f's) is dropped too.
 func restoreClosedHold(a *domain.Account, ss *streamState) {
-	for id, h := range a.Holds {
-		if h.Status != domain.HoldStatusActive {
-			ss.closedHold, ss.closedStatus = id, h.Status
-			a.ForgetClosedHold(id)
+	last := lastClosedInRow(a)
+	for _, id := range slices.Sorted(maps.Keys(a.Holds)) {
+		if h := a.Holds[id]; h.Status != domain.HoldStatusActive && h != last {
+			a.ForgetClosedHold(id, true)
 		}
 	}
+	if last == nil {
+		return
+	}
+	d, ok := digestHold(last), true
+	if isStub(last) {
+		d, ok = stubDigest(last)
+	}
+	if ok {
+		ss.closedHold, ss.closedStatus, ss.closedDigest, ss.closedFindable = last.ID, last.Status, d, last.Findable
+	}
+	a.ForgetClosedHold(last.ID, !ok)
+}
+
+// lastClosedInRow is the last closed hold of an account read from a
+// checkpoint row. A row written by this build carries at most one, a stub;
+// one written by 017808d (boundAccount's HoldLimit) or resumed by it from
+// this build's row keeps its stub beside the whole hold it closed after: a
+// whole hold is later than a stub. Of two alike (which no build writes), the
+// greater ID, so that the choice never depends on a map's order.
+func lastClosedInRow(a *domain.Account) *domain.Hold {
+	var last *domain.Hold
+	for _, h := range a.Holds {
+		if h.Status == domain.HoldStatusActive {
+			continue
+		}
+		if last == nil || (isStub(last) && !isStub(h)) || (isStub(last) == isStub(h) && h.ID > last.ID) {
+			last = h
+		}
+	}
+	return last
 }
 
 // captureInFlight reports whether a capture saga guards one of the account's

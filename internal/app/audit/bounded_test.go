@@ -22,7 +22,7 @@ import (
 // released, as projtest.Synthetic writes it) and checks that what the fold
 // keeps of each account stays bounded, whatever the account's history: no
 // key record between commands and at most its active hold, its last closed
-// one kept as its ID only (the per-account state the fold's peak grows with until each
+// one kept apart as its ID, status and digest (the per-account state the fold's peak grows with until each
 // account holds it; docs/design.md, "What each tool keeps in memory").
 func TestFoldAccountStateBounded(t *testing.T) {
 	h := newBoundedHistory(20)
