@@ -12,7 +12,8 @@ import (
 // A command's append to an account or a transfer that the store took for a
 // repeat of events of the same IDs (another decision of its key, docs/design.md
 // section 1) is never answered from the decision it carried: it is decided
-// again on the store's head (afterRefusedAppend, decideOnTransfer). The store
+// again on the store's head (afterRefusedAppend, decideOnTransfer,
+// handleTransactionSaga). The store
 // tells a repeat where it can (reportsRepeats); where it cannot (KurrentDB),
 // repeatFinder reads the append's last event back.
 

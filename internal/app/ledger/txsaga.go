@@ -45,9 +45,12 @@ func (s *Service) handleTransactionSaga(ctx context.Context, tx domain.Command, 
 		requested := []domain.NewEvent{{Type: domain.EvTransactionRequested, Data: domain.TransactionRequested{
 			TransactionID: tx.TransactionID, Postings: tx.Postings, Metadata: tx.Metadata,
 		}}}
-		_, err = s.appendDecision(ctx, decision{cmd: tx, req: req, events: requested}, streamHead{stream: txStream, last: -1})
+		res, err := s.appendDecision(ctx, decision{cmd: tx, req: req, events: requested}, streamHead{stream: txStream, last: -1})
 		if o, err := refusedAppend(tx.IdempotencyKey, err); o.decided() || err != nil {
 			return o.r, o.retry, err
+		}
+		if repeat, err := s.repeats.foundAt(ctx, txStream, res); err != nil || repeat {
+			return Reply{}, err == nil, err // written before, not by this call: answered from the stream
 		}
 		if err := s.fail("transaction/requested"); err != nil {
 			return Reply{}, false, err
