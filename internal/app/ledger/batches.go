@@ -16,9 +16,11 @@ import (
 // something with (an account, a key, a transfer or transaction ID; a refund,
 // whose original's accounts are known only once it is found, shares with
 // everything) has been decided, its append queued behind it on the accounts'
-// pending states (pipeline.go) or answered. A refund alone waits for more: every
+// pending states (pipeline.go) or answered. A refund waits for more: every
 // earlier command answered, its append durable, since it finds its original
-// in the store (scheduleBatch says why). Commands that share nothing run in
+// in the store; so does a command whose key an earlier one carries, for that
+// one, since the store's claim of the key binds it across accounts
+// (scheduleBatch says why). Commands that share nothing run in
 // parallel and join the same group commits. So a batch of one hot account
 // costs what a spread one costs: every command is decided on the pending state
 // the one before it left, and they commit together.
@@ -115,11 +117,13 @@ func (s *Service) runBatch(ctx context.Context, cmds []domain.BatchCommand) []Re
 // lookUpBatchKeys asks, for the batch's account commands on streams where
 // resends of forgotten keys arrive, whether their keys were decided, in one
 // request for them all (keyFinder.decidedBeforeAll), each element keeping
-// its answer for newAccountWrite. Should it fail, each asks alone.
+// its answer for newAccountWrite. Should it fail, each asks alone; so does an
+// element whose key an earlier one carries (afterKey), once that one is
+// answered: looked up now, its key would be found absent.
 func (s *Service) lookUpBatchKeys(ctx context.Context, cmds []domain.BatchCommand, elems []*batchElement) {
 	qs := make([]keyAnswer, len(cmds))
 	for i, c := range cmds {
-		if c.Invalid == nil && c.Type.IsClient() && isAccountCommand(c.Command) {
+		if c.Invalid == nil && c.Type.IsClient() && isAccountCommand(c.Command) && elems[i].afterKey == nil {
 			qs[i] = keyAnswer{stream: domain.AccountStream(c.AccountID), key: c.IdempotencyKey}
 		}
 	}
@@ -164,6 +168,10 @@ type batchElement struct {
 	// afterAnswers: the command starts only once the ones it comes after
 	// have finished, not merely been decided (a refund: scheduleBatch).
 	afterAnswers bool
+	// afterKey is the last earlier command with the same key, if any: the
+	// command starts only once it has finished (scheduleBatch), and looks
+	// its key up then, not with the batch's (lookUpBatchKeys).
+	afterKey *batchElement
 	// decided is closed once the command is decided: its append queued (its
 	// account's pending state holds it) or its answer given.
 	decided     chan struct{}
@@ -296,6 +304,17 @@ func batchElementOf(ctx context.Context) *batchElement {
 // a revision early), where sent alone after it, it finds it. The commands
 // after a refund still start once it is decided: they are decided on the
 // pending state it leaves, as on any other command's.
+//
+// A command whose key an earlier command carries (afterKey) starts only once
+// that one has finished, too, and looks its key up afresh: what binds a key
+// to one request across accounts is its claim, written with the decision's
+// append and refused by the store to another request (claims.go). Started on
+// the earlier one's decision alone, a command of another account raced its
+// claim to the store from its own account's group commit: a deposit on b
+// with the key of a deposit on a just before it was now and then applied,
+// and the one on a answered idempotency_key_conflict, where sent one after
+// the other the later one is the conflict
+// (TestBatchKeyReusedOnAnotherAccount).
 func scheduleBatch(cmds []domain.BatchCommand) []*batchElement {
 	elems := make([]*batchElement, len(cmds))
 	last := map[string]*batchElement{}
@@ -315,12 +334,15 @@ func scheduleBatch(cmds []domain.BatchCommand) []*batchElement {
 		if c.Type == domain.CmdRefund {
 			e.after = append(e.after, sinceBarrier...)
 			e.afterAnswers = true
-			barrier, sinceBarrier, last = e, nil, map[string]*batchElement{}
+			barrier, sinceBarrier, last = e, nil, map[string]*batchElement{keyName(c.IdempotencyKey): e}
 			continue
 		}
 		for _, name := range namesOf(c.Command) {
 			if prev := last[name]; prev != nil && prev != e { // a name may come twice (postings)
 				e.after = append(e.after, prev)
+				if name == keyName(c.IdempotencyKey) {
+					e.afterKey = prev
+				}
 			}
 			last[name] = e
 		}
@@ -332,7 +354,7 @@ func scheduleBatch(cmds []domain.BatchCommand) []*batchElement {
 // namesOf is what a command shares with others that it may be decided on:
 // its accounts, its key and its transfer's or transaction's ID.
 func namesOf(c domain.Command) []string {
-	names := []string{"key " + c.IdempotencyKey}
+	names := []string{keyName(c.IdempotencyKey)}
 	for _, id := range []string{c.AccountID, c.From, c.To} {
 		if id != "" {
 			names = append(names, domain.AccountStream(id))
@@ -350,13 +372,16 @@ func namesOf(c domain.Command) []string {
 	return names
 }
 
+// keyName is the name (namesOf) of a command's key.
+func keyName(key string) string { return "key " + key }
+
 // waitStart waits until every command e comes after is decided (finished,
-// for a refund: scheduleBatch), then for a slot among the commands being
-// decided.
+// for a refund, and for the earlier command of its key: scheduleBatch), then
+// for a slot among the commands being decided.
 func (e *batchElement) waitStart(ctx context.Context, slots chan struct{}) error {
 	for _, a := range e.after {
 		ready := a.decided
-		if e.afterAnswers {
+		if e.afterAnswers || a == e.afterKey {
 			ready = a.finished
 		}
 		select {
