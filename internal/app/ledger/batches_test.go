@@ -61,7 +61,7 @@ func batchBody(cmds []batchCmd, extra ...any) []byte {
 
 // randomBatchWorkload is n commands over a few accounts, meant to interact:
 // resends of earlier commands (duplicates, in the same batch or not), keys
-// reused for other requests (conflicts), malformed commands, refusals
+// reused for other requests (conflicts, on any account), malformed commands, refusals
 // (insufficient funds, unknown accounts, currencies, holds, refunds beyond
 // their original), transfers, transactions, holds and refunds.
 func randomBatchWorkload(rng *rand.Rand, n int) []batchCmd {
@@ -96,9 +96,12 @@ func randomBatchWorkload(rng *rand.Rand, n int) []batchCmd {
 		switch x := rng.Intn(100); {
 		case x < 12 && len(out) > 0: // a resend, same request
 			c = out[rng.Intn(len(out))]
-		case x < 16 && len(out) > 0: // the key of an earlier command with another request
-			prev := out[rng.Intn(len(out))]
-			c = batchCmd{"deposit", map[string]any{"idempotency_key": prev.body["idempotency_key"], "account_id": "a0", "amount": 7777, "currency": "EUR"}}
+		case x < 18 && len(out) > 0: // the key of an earlier command (mostly the one just before, likely in flight in the same batch) with another request, on any account
+			prev := out[len(out)-1]
+			if rng.Intn(3) == 0 {
+				prev = out[rng.Intn(len(out))]
+			}
+			c = batchCmd{"deposit", map[string]any{"idempotency_key": prev.body["idempotency_key"], "account_id": a, "amount": 7777, "currency": cur(a)}}
 		case x < 20: // malformed
 			c = batchCmd{"deposit", map[string]any{"idempotency_key": key, "account_id": a, "amount": 0, "currency": "EUR"}}
 		case x < 22:
@@ -161,7 +164,7 @@ func positionless(r Reply) Reply {
 // status, code, events (their IDs and revisions), balances and refusals.
 // LEDGER_PROPERTY_SEED replays another seed.
 func TestBatchIsDecidedAsOneAfterAnother(t *testing.T) {
-	seed := propertySeed(t, 20261126)
+	seed := propertySeed(t, 4) // on the code before afterKey (scheduleBatch), 4 failed 4 runs in 4, 20261126 passed
 	devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
 		n := 160
 		if testing.Short() {
