@@ -761,3 +761,30 @@ func checkCached(t *testing.T, s *Service, st eventstore.Store, ids ...string) {
 		}
 	}
 }
+
+// TestAtomicBatchKeyRepeatedOnAnotherAccount (PROTOCOL.md v1.2 §2.2): in an
+// atomic batch, an element with the key of an earlier element and another
+// request (the same deposit on another account) is refused as alone after it,
+// idempotency_key_conflict, and refuses the batch at its index, deciding none
+// of its keys; the same request again is a duplicate and counts as applied.
+func TestAtomicBatchKeyRepeatedOnAnotherAccount(t *testing.T) {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		s := newService(st)
+		defer s.Close()
+		ctx := context.Background()
+		deposit := func(key, account string) batchCmd { return eurDeposit(key, account, 5) }
+		s.HandleBatch(ctx, batchBody([]batchCmd{openEUR("a"), openEUR("b")}), 0)
+		r := s.HandleBatch(ctx, atomicBody("ab1", []batchCmd{deposit("K", "a"), deposit("K", "b")}), 0)
+		if r.Status != domain.StatusInvalid || r.Code != domain.CodeIdempotencyKeyConflict || r.Index == nil || *r.Index != 1 ||
+			r.Replies[0].Code != domain.CodeLinkedEventFailed || r.Replies[1].Code != domain.CodeIdempotencyKeyConflict {
+			t.Fatalf("key K on a then on b: %+v", r)
+		}
+		if alone := s.HandleRaw(ctx, "deposit", deposit("K", "a").alone()); alone.Status != domain.StatusApplied || alone.Duplicate {
+			t.Fatalf("K alone after the refused batch: %+v", alone)
+		}
+		r = s.HandleBatch(ctx, atomicBody("ab2", []batchCmd{deposit("K2", "b"), deposit("K2", "b")}), 0)
+		if r.Status != domain.StatusApplied || r.Replies[0].Duplicate || !r.Replies[1].Duplicate || r.Replies[1].Status != domain.StatusApplied {
+			t.Fatalf("key K2 twice, the same request: %+v", r)
+		}
+	})
+}

@@ -726,13 +726,8 @@ func TestBatchKeyReusedOnAnotherAccount(t *testing.T) {
 		s := newService(st)
 		defer s.Close()
 		ctx := context.Background()
-		open := func(a string) batchCmd {
-			return batchCmd{"open_account", map[string]any{"idempotency_key": "open-" + a, "account_id": a, "currency": "EUR"}}
-		}
-		deposit := func(key, account string, amount int) batchCmd {
-			return batchCmd{"deposit", map[string]any{"idempotency_key": key, "account_id": account, "amount": amount, "currency": "EUR"}}
-		}
-		s.HandleBatch(ctx, batchBody([]batchCmd{open("a"), open("b"), deposit("d-a", "a", 1000)}), 0)
+		deposit := eurDeposit
+		s.HandleBatch(ctx, batchBody([]batchCmd{openEUR("a"), openEUR("b"), deposit("d-a", "a", 1000)}), 0)
 		rounds := 100
 		if testing.Short() {
 			rounds = 30
@@ -767,4 +762,14 @@ func TestBatchKeyReusedOnAnotherAccount(t *testing.T) {
 			t.Fatalf("%d of %d batches not answered as their commands alone", bad, rounds)
 		}
 	})
+}
+
+// openEUR opens account a in EUR, under the key "open-" + a.
+func openEUR(a string) batchCmd {
+	return batchCmd{"open_account", map[string]any{"idempotency_key": "open-" + a, "account_id": a, "currency": "EUR"}}
+}
+
+// eurDeposit deposits amount EUR on account under key.
+func eurDeposit(key, account string, amount int) batchCmd {
+	return batchCmd{"deposit", map[string]any{"idempotency_key": key, "account_id": account, "amount": amount, "currency": "EUR"}}
 }
