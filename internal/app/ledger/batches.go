@@ -83,32 +83,19 @@ func (s *Service) runBatch(ctx context.Context, cmds []domain.BatchCommand) []Re
 	s.lookUpBatchKeys(ctx, cmds, elems)
 	slots := make(chan struct{}, maxBatchParallel)
 	var wg sync.WaitGroup
+	done := func(i int, r Reply) {
+		replies[i] = r
+		elems[i].finish()
+		wg.Done()
+	}
 	for i, c := range cmds {
 		if c.Invalid != nil {
 			replies[i] = reply.Invalid(keyOf(c.Raw), c.Invalid)
-			continue
 		}
-		e := elems[i]
-		wg.Add(1)
-		done := func(r Reply) {
-			replies[i] = r
-			e.finish()
-			wg.Done()
-		}
-		// It waits for its turn on a goroutine of its own, whose few shallow
-		// frames never grow, and is decided on an element worker only once
-		// it may start: a worker parked in waitStart (a hot batch's
-		// commands, each waiting for the one before) was shrunk by every
-		// collection and grew again with its command.
-		go func() {
-			if err := e.waitStart(ctx, slots); err != nil {
-				done(reply.Error(c.IdempotencyKey, err))
-				return
-			}
-			s.elements.Go(nil, func() {
-				s.handleElement(context.WithValue(ctx, batchElementKey{}, e), c.Command, done) // done perhaps once its commit resolves (queued.go)
-			})
-		}()
+	}
+	for _, run := range batchRuns(cmds, elems) {
+		wg.Add(len(run))
+		go s.decideRun(ctx, cmds, elems, run, slots, done) // a run's commands of one account on one worker (batchruns.go)
 	}
 	wg.Wait()
 	return s.answeredAll(ctx, replies)

@@ -369,8 +369,11 @@ func TestBatchHotAccountPipelines(t *testing.T) {
 				t.Fatalf("element %d: %+v", i, el)
 			}
 		}
-		if n := gate.n.Load(); n != 2 {
-			t.Fatalf("%d commands took %d transactions, want 2 (the first, then the rest)", len(cmds), n)
+		// Two: the first, then the rest; or one, when the batch's commands,
+		// decided in a loop on one worker (batchruns.go), were all queued
+		// before the committer took the first.
+		if n := gate.n.Load(); n != 1 && n != 2 {
+			t.Fatalf("%d commands took %d transactions, want 2 (the first, then the rest) or 1", len(cmds), n)
 		}
 	})
 }
