@@ -30,8 +30,17 @@ func encodeReply(r reply.Reply) ([]byte, error) {
 }
 
 // appendReply appends r's members, from the object's opening brace on, without
-// the closing one (the wire reply adds its own members).
+// the closing one (the wire reply adds its own members), in the wire's order.
 func appendReply(b []byte, r reply.Reply) []byte {
+	b = appendOutcome(b, r)
+	b = appendEvents(b, r.Events)
+	b = appendSubjects(b, r)
+	return appendRest(b, r)
+}
+
+// appendOutcome appends the opening brace and the members every reply has:
+// status, code, message, key, duplicate, and the fields when there are some.
+func appendOutcome(b []byte, r reply.Reply) []byte {
 	b = append(b, `{"status":`...)
 	b = domain.AppendJSONString(b, string(r.Status))
 	b = append(b, `,"code":`...)
@@ -52,27 +61,36 @@ func appendReply(b []byte, r reply.Reply) []byte {
 		}
 		b = append(b, ']')
 	}
+	return b
+}
+
+// appendEvents appends the events member: null when there are none.
+func appendEvents(b []byte, events []domain.EventRef) []byte {
 	b = append(b, `,"events":`...)
-	if r.Events == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i, e := range r.Events {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"id":"`...)
-			b = appendUUID(b, e.ID)
-			b = append(b, `","stream":`...)
-			b = domain.AppendJSONString(b, e.Stream)
-			b = append(b, `,"revision":`...)
-			b = strconv.AppendUint(b, e.Revision, 10)
-			b = append(b, `,"type":`...)
-			b = domain.AppendJSONString(b, e.Type)
-			b = append(b, '}')
-		}
-		b = append(b, ']')
+	if events == nil {
+		return append(b, "null"...)
 	}
+	b = append(b, '[')
+	for i, e := range events {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"id":"`...)
+		b = appendUUID(b, e.ID)
+		b = append(b, `","stream":`...)
+		b = domain.AppendJSONString(b, e.Stream)
+		b = append(b, `,"revision":`...)
+		b = strconv.AppendUint(b, e.Revision, 10)
+		b = append(b, `,"type":`...)
+		b = domain.AppendJSONString(b, e.Type)
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+// appendSubjects appends what the command left, when it names it: the
+// account, the transfer, the transaction, the accounts.
+func appendSubjects(b []byte, r reply.Reply) []byte {
 	if a := r.Account; a != nil {
 		b = append(b, `,"account":`...)
 		b = appendAccount(b, a)
@@ -101,6 +119,13 @@ func appendReply(b []byte, r reply.Reply) []byte {
 		}
 		b = append(b, ']')
 	}
+	return b
+}
+
+// appendRest appends the members that only some replies have: the posting,
+// moved, the position, a batch's replies (each an object of its own) and
+// the refused element's index.
+func appendRest(b []byte, r reply.Reply) []byte {
 	if r.Posting != nil {
 		b = append(b, `,"posting":`...)
 		b = strconv.AppendInt(b, int64(*r.Posting), 10)
