@@ -47,9 +47,11 @@ func batchRuns(cmds []domain.BatchCommand, elems []*batchElement) []batchRun {
 	return runs
 }
 
-// soleAfter is the one command e waits to be decided, or nil.
+// soleAfter is the one command e waits to be decided, or nil: nil too where
+// e waits for one to finish (a refund's wait, or its key's: afterKey), which
+// a run, deciding each command on the one before it, would not wait for.
 func soleAfter(e *batchElement) *batchElement {
-	if len(e.after) != 1 || e.afterAnswers {
+	if len(e.after) != 1 || e.afterAnswers || e.afterKey != nil {
 		return nil
 	}
 	return e.after[0]
