@@ -55,6 +55,9 @@ const (
 // random writes fill between two timed checkpoints (docs/operations.md).
 const maxWALMiB = 8192
 
+// backendFlushKiB is a durable cluster's backend_flush_after (docs/operations.md).
+const backendFlushKiB = 256
+
 // maxSocketPath is the usable length of sun_path on Linux (108 bytes with the NUL).
 const maxSocketPath = 107
 
@@ -675,6 +678,10 @@ func (c *Cluster) writeConf(port int, opts Options) error {
 		// (docs/operations.md, "PostgreSQL settings that matter").
 		fmt.Fprintf(&b, "max_wal_size = '%dMB'\n", maxWALMiB)
 		fmt.Fprintf(&b, "checkpoint_completion_target = 0.9\n")
+		// Pages the backends write themselves go to the disk as they go,
+		// not left dirty in the kernel's cache until its flusher writes
+		// hundreds of MiB at once and the WAL's fsync waits behind them.
+		fmt.Fprintf(&b, "backend_flush_after = '%dkB'\n", backendFlushKiB)
 	}
 	fmt.Fprintf(&b, "logging_collector = off\n")
 	fmt.Fprintf(&b, "log_min_messages = warning\n")

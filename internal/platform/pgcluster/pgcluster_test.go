@@ -152,6 +152,9 @@ func TestStartStopRestart(t *testing.T) {
 	if got := query(t, c2.URL(), "SHOW checkpoint_completion_target"); got != "0.9" {
 		t.Fatalf("checkpoint_completion_target = %q, want 0.9", got)
 	}
+	if got := query(t, c2.URL(), "SHOW backend_flush_after"); got != "256kB" {
+		t.Fatalf("backend_flush_after = %q, want 256kB", got)
+	}
 }
 
 // TestReuseRunning is the parent-killed case: the server of a previous Start still
