@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/internal/platform/config"
 	"github.com/ledgerworks/ledger/projections"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
@@ -52,12 +53,19 @@ func synthetic(b *testing.B, env *projtest.Env, seed uint64) int {
 	return env.SyntheticAccounts(b, benchInt("LEDGER_BENCH_EVENTS", 100_000), benchInt("LEDGER_BENCH_ACCOUNTS", 0), seed)
 }
 
-// profileTimed starts LEDGER_BENCH_CPUPROFILE's CPU profile, if set; the
-// function it returns stops it.
+// profileTimed sets the read tools' memory limit for the timed part, as the
+// tools set it (config.ReadToolMemoryLimit; a GOMEMLIMIT in the environment
+// wins, GOMEMLIMIT=off measures without one), and starts
+// LEDGER_BENCH_CPUPROFILE's CPU profile, if set; the function it returns
+// stops it and puts back the limit.
 func profileTimed(b *testing.B) func() {
 	b.Helper()
+	restoreLimit, err := config.SetMemoryLimit(config.ReadToolMemoryLimit, false)
+	if err != nil {
+		b.Fatal(err)
+	}
 	stopStats, stopPeak := memStats(b), memProfilePeak(b)
-	stopHeap := func() { stopPeak(); stopStats() }
+	stopHeap := func() { stopPeak(); stopStats(); restoreLimit() }
 	path := os.Getenv("LEDGER_BENCH_CPUPROFILE")
 	if path == "" {
 		return stopHeap

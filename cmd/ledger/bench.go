@@ -34,6 +34,7 @@ const (
 	flagBenchKeySamples   = "key-check-samples"
 	flagBenchProjTimeout  = "projection-timeout"
 	flagBenchHistory      = "history"
+	flagBenchHistoryMem   = "history-memory-limit"
 	flagBenchMany         = "many-accounts"
 	flagBenchManyCold     = "many-cold"
 	flagBenchManyUnsettle = "many-unsettled"
@@ -65,6 +66,11 @@ const (
 	flagBenchComponentLog = "component-log-level"
 	flagBenchEventStore   = "event-store"
 )
+
+func withCategory(f *cli.StringFlag, category string) *cli.StringFlag {
+	f.Category = category
+	return f
+}
 
 func benchEnv(name string) cli.ValueSourceChain {
 	return cli.EnvVars("LEDGER_BENCH_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
@@ -116,6 +122,7 @@ func benchCommand() *cli.Command {
 		&cli.IntFlag{Name: flagBenchKeySamples, Category: load, Value: d.KeyCheckSamples, Usage: "timed commands per kind and stream in the key-check phase", Sources: benchEnv(flagBenchKeySamples)},
 		&cli.DurationFlag{Name: flagBenchProjTimeout, Category: load, Value: d.ProjectionTimeout, Usage: "bound on the projection phase (0: skip it)", Sources: benchEnv(flagBenchProjTimeout)},
 		&cli.Int64Flag{Name: flagBenchHistory, Category: load, Usage: "seed about this many events over --accounts accounts (a mix of deposits, withdrawals, transfers, transactions, holds and refunds, through the command handler), then time `projector rebuild` (checked) and `ledger audit` on the whole store (0: skip it)", Sources: benchEnv(flagBenchHistory)},
+		withCategory(config.MemoryLimitFlag(flagBenchHistoryMem, config.ReadToolMemoryLimit, " while the history phase rebuilds and audits (the whole process's)", benchEnv(flagBenchHistoryMem)), load),
 		&cli.IntFlag{Name: flagBenchMany, Category: load, Value: d.ManyAccounts, Usage: "after the ledger's other phases, open this many accounts in its event store (decided in batches of 1,000 by a ledger.Service of the bench's own and, on PostgreSQL, loaded with COPY, behind the ledger's back), has the ledger warm them as a restart would (unless --many-cold) and drive the load phase's clients over them, then half that rate open loop; prints the ledger's live heap and `ratio many/few accounts commands/s` (0: skip it; --quick: 0)", Sources: benchEnv(flagBenchMany)},
 		&cli.BoolFlag{Name: flagBenchManyCold, Category: load, Usage: "leave the many accounts cold: the ledger does not warm them once they are opened, so that every first command on one reads it from the event store", Sources: benchEnv(flagBenchManyCold)},
 		&cli.BoolFlag{Name: flagBenchManyUnsettle, Category: load, Usage: "skip the VACUUM (ANALYZE) and CHECKPOINT the bench runs on PostgreSQL once the many accounts are opened and warmed, as an operator does after a bulk load: the many-accounts phases may then run during the checkpoint of the rows just copied in and the warming's hint bits (BENCHMARKS.md)", Sources: benchEnv(flagBenchManyUnsettle)},
@@ -227,6 +234,7 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	set(flagBenchKeySamples, func() { cfg.KeyCheckSamples = cmd.Int(flagBenchKeySamples) })
 	set(flagBenchProjTimeout, func() { cfg.ProjectionTimeout = cmd.Duration(flagBenchProjTimeout) })
 	cfg.HistoryEvents = cmd.Int64(flagBenchHistory)
+	cfg.HistoryMemoryLimit, cfg.HistoryMemoryLimitSet = cmd.String(flagBenchHistoryMem), cmd.IsSet(flagBenchHistoryMem)
 	set(flagBenchMany, func() { cfg.ManyAccounts = cmd.Int(flagBenchMany) })
 	cfg.ManyCold = cmd.Bool(flagBenchManyCold)
 	cfg.ManyUnsettled = cmd.Bool(flagBenchManyUnsettle)

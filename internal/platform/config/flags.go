@@ -217,9 +217,13 @@ const ReadToolGOGC = "100"
 // and --gogc (applied by LoggerFromCommand).
 func LogFlags() []cli.Flag { return logFlags(DefaultGOGC) }
 
-// ReadToolFlags are LogFlags with --gogc at ReadToolGOGC, and ProfileFlags:
-// the flags of the tools that read the whole history (StartProfiles).
-func ReadToolFlags() []cli.Flag { return append(logFlags(ReadToolGOGC), ProfileFlags()...) }
+// ReadToolFlags are LogFlags with --gogc at ReadToolGOGC, --memory-limit at
+// ReadToolMemoryLimit, and ProfileFlags: the flags of the tools that read the
+// whole history (StartProfiles).
+func ReadToolFlags() []cli.Flag {
+	flags := append(logFlags(ReadToolGOGC), MemoryLimitFlag(FlagMemoryLimit, ReadToolMemoryLimit, "", cli.EnvVars(EnvMemoryLimit)))
+	return append(flags, ProfileFlags()...)
+}
 
 func logFlags(gogc string) []cli.Flag {
 	return []cli.Flag{
@@ -267,6 +271,9 @@ func LoggerFromCommand(cmd *cli.Command, w io.Writer) (*slog.Logger, error) {
 		if err := SetGOGC(cmd.String(FlagGOGC)); err != nil {
 			return nil, err
 		}
+	}
+	if err := memoryLimitFromCommand(cmd); err != nil {
+		return nil, err
 	}
 	return NewLogger(w, cmd.String(FlagLogFormat), cmd.String(FlagLogLevel))
 }

@@ -232,7 +232,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	if cfg.HistoryEvents > 0 {
 		log.Info("bench: history", "events", cfg.HistoryEvents, "accounts", cfg.Accounts)
-		rep.History, err = historyPhase(ctx, env.DatabaseURL, env.EventStoreURL, runID, cfg.HistoryEvents, cfg.Accounts, cfg.Logger, log)
+		rep.History, err = historyPhase(ctx, env.DatabaseURL, env.EventStoreURL, runID, cfg, log)
 		if err != nil {
 			return rep, fmt.Errorf("bench: history: %w", err)
 		}

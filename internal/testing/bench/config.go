@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
+	"github.com/ledgerworks/ledger/internal/platform/config"
 )
 
 // Config shapes a benchmark run. Zero values take the defaults of Defaults.
@@ -79,6 +81,13 @@ type Config struct {
 	// HistoryEvents is the history of the history phase: about this many events
 	// seeded over Accounts accounts, then rebuilt and audited (0: no phase).
 	HistoryEvents int64
+	// HistoryMemoryLimit is the process's soft memory limit while the
+	// history phase rebuilds and audits (config.ParseMemoryLimit's syntax;
+	// "": config.ReadToolMemoryLimit, the tools' own default), put back
+	// after each. Unless HistoryMemoryLimitSet, a GOMEMLIMIT in the
+	// environment wins (config.SetMemoryLimit).
+	HistoryMemoryLimit    string
+	HistoryMemoryLimitSet bool
 	// ProjectionTimeout bounds the projection phase (0: no phase).
 	ProjectionTimeout time.Duration
 	// Systems to drive, in order: "ledger", "baseline", "echo" (default: ledger
@@ -237,6 +246,9 @@ func (c *Config) defaults() error {
 	}
 	if c.HistoryEvents < 0 {
 		return errors.New("bench: history events must be >= 0")
+	}
+	if _, err := config.ParseMemoryLimit(cmp.Or(c.HistoryMemoryLimit, config.ReadToolMemoryLimit)); err != nil {
+		return fmt.Errorf("bench: history: %w", err)
 	}
 	if c.HistoryEvents > 0 && c.Accounts < 2 {
 		return errors.New("bench: a history needs two accounts")

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -35,8 +36,10 @@ type ToolRun struct {
 
 // historyPhase seeds about n events over accounts accounts in the ledger's event
 // store (storeURL), then rebuilds every projection in the read-model database
-// (url) and audits the ledger, timing both.
-func historyPhase(ctx context.Context, url, storeURL, runID string, n int64, accounts int, components, log *slog.Logger) (*HistoryReport, error) {
+// (url) and audits the ledger, timing both, each under cfg's
+// HistoryMemoryLimit.
+func historyPhase(ctx context.Context, url, storeURL, runID string, cfg Config, log *slog.Logger) (*HistoryReport, error) {
+	n, accounts, components := cfg.HistoryEvents, cfg.Accounts, cfg.Logger
 	store, err := config.OpenEventStore(ctx, storeURL, components)
 	if err != nil {
 		return nil, err
@@ -57,7 +60,10 @@ func historyPhase(ctx context.Context, url, storeURL, runID string, n int64, acc
 	}
 	log.Info("bench: seeded history", "events", res.Events, "commands", res.Commands, "rejected", res.Rejected, "took", time.Since(start).Round(time.Millisecond))
 
-	rep.Rebuild = timeTool(func(progress func(int64)) (int64, error) {
+	limit := func() (restore func(), err error) {
+		return config.SetMemoryLimit(cmp.Or(cfg.HistoryMemoryLimit, config.ReadToolMemoryLimit), cfg.HistoryMemoryLimitSet)
+	}
+	rep.Rebuild = timeTool(limit, func(progress func(int64)) (int64, error) {
 		results, err := projections.Rebuild(ctx, pool, store, projections.RebuildOptions{
 			Check: audit.VerifyGeneration(pool, store), Logger: components, Progress: progress})
 		if len(results) == 0 {
@@ -65,7 +71,7 @@ func historyPhase(ctx context.Context, url, storeURL, runID string, n int64, acc
 		}
 		return results[0].Events, err
 	}, log, "rebuild")
-	rep.Audit = timeTool(func(progress func(int64)) (int64, error) {
+	rep.Audit = timeTool(limit, func(progress func(int64)) (int64, error) {
 		r, err := audit.Run(ctx, store, audit.Options{ReadModels: pool, Progress: progress})
 		if err != nil {
 			return 0, err
@@ -78,9 +84,14 @@ func historyPhase(ctx context.Context, url, storeURL, runID string, n int64, acc
 	return rep, ctx.Err()
 }
 
-// timeTool runs a tool, logging its progress, and measures its time and peak
-// heap.
-func timeTool(run func(progress func(int64)) (int64, error), log *slog.Logger, name string) ToolRun {
+// timeTool runs a tool under the memory limit limit sets (put back after),
+// logging its progress, and measures its time and peak heap.
+func timeTool(limit func() (func(), error), run func(progress func(int64)) (int64, error), log *slog.Logger, name string) ToolRun {
+	restore, err := limit()
+	if err != nil {
+		return ToolRun{Error: err.Error()}
+	}
+	defer restore()
 	base := heapInUse(true)
 	peak := sampleHeapPeak()
 	last := time.Now()
