@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"io"
+	"math"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -130,5 +131,66 @@ func TestGOGCFlagYieldsToTheEnvironment(t *testing.T) {
 	run()
 	if got := debug.SetGCPercent(100); got != 400 {
 		t.Errorf("no GOGC, default --gogc set %d, want %s", got, DefaultGOGC)
+	}
+}
+
+func TestParseMemoryLimit(t *testing.T) {
+	for in, want := range map[string]int64{
+		"384MiB": 384 << 20, "1GiB": 1 << 30, "2TiB": 2 << 40, "512KiB": 512 << 10,
+		"1000B": 1000, "123456": 123456, "off": math.MaxInt64,
+	} {
+		if got, err := ParseMemoryLimit(in); err != nil || got != want {
+			t.Errorf("ParseMemoryLimit(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "0", "-1MiB", "384MB", "1.5GiB", "MiB", "9000000TiB", "Off"} {
+		if n, err := ParseMemoryLimit(bad); err == nil {
+			t.Errorf("ParseMemoryLimit(%q) accepted as %d", bad, n)
+		}
+	}
+}
+
+// --memory-limit left at its default does not override a GOMEMLIMIT the
+// runtime took from the environment; set explicitly, it wins; a command
+// without the flag (LogFlags) leaves the limit alone; a bad value fails and
+// changes nothing.
+func TestMemoryLimitFlag(t *testing.T) {
+	const userLimit = 300 << 20
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(math.MaxInt64))
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	limit := func() int64 { return debug.SetMemoryLimit(-1) } // -1 reads it
+	run := func(flags []cli.Flag, args ...string) error {
+		t.Helper()
+		cmd := &cli.Command{Name: "x", Flags: flags, Action: func(ctx context.Context, cmd *cli.Command) error {
+			_, err := LoggerFromCommand(cmd, io.Discard)
+			return err
+		}}
+		return cmd.Run(context.Background(), append([]string{"x"}, args...))
+	}
+	t.Setenv("GOMEMLIMIT", "300MiB")
+	debug.SetMemoryLimit(userLimit) // as the runtime did at start
+	if err := run(ReadToolFlags()); err != nil || limit() != userLimit {
+		t.Errorf("default --memory-limit with GOMEMLIMIT=300MiB: limit %d (%v), want %d", limit(), err, userLimit)
+	}
+	if err := run(ReadToolFlags(), "--memory-limit", "1GiB"); err != nil || limit() != 1<<30 {
+		t.Errorf("--memory-limit 1GiB: limit %d (%v)", limit(), err)
+	}
+	if err := run(ReadToolFlags(), "--memory-limit", "1GB"); err == nil || limit() != 1<<30 {
+		t.Errorf("--memory-limit 1GB: limit %d (%v), want an error and the limit unchanged", limit(), err)
+	}
+	t.Setenv("GOMEMLIMIT", "")
+	if err := run(ReadToolFlags()); err != nil || limit() != 384<<20 {
+		t.Errorf("no GOMEMLIMIT, default --memory-limit: limit %d (%v), want %s", limit(), err, ReadToolMemoryLimit)
+	}
+	debug.SetMemoryLimit(userLimit)
+	if err := run(LogFlags()); err != nil || limit() != userLimit {
+		t.Errorf("a command without --memory-limit changed the limit to %d (%v)", limit(), err)
+	}
+	restore, err := SetMemoryLimit("off", true)
+	if err != nil || limit() != math.MaxInt64 {
+		t.Fatalf("SetMemoryLimit(off): limit %d (%v)", limit(), err)
+	}
+	if restore(); limit() != userLimit {
+		t.Errorf("restore put back %d, want %d", limit(), userLimit)
 	}
 }
