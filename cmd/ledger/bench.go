@@ -180,6 +180,10 @@ func runBench(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return config.Exit(2, err)
 	}
+	cfg.HistoryMemoryLimit, cfg.HistoryMemoryLimitSet = cmd.String(flagBenchHistoryMem), cmd.IsSet(flagBenchHistoryMem)
+	if _, err := config.ParseMemoryLimit(cfg.HistoryMemoryLimit); err != nil {
+		return config.Exit(2, fmt.Errorf("--%s: %w", flagBenchHistoryMem, err))
+	}
 	cfg.Logger, cfg.Progress = components.With("component", "bench-env"), progress
 
 	outs, err := openBenchOutputs(cmd, progress)
@@ -234,7 +238,6 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	set(flagBenchKeySamples, func() { cfg.KeyCheckSamples = cmd.Int(flagBenchKeySamples) })
 	set(flagBenchProjTimeout, func() { cfg.ProjectionTimeout = cmd.Duration(flagBenchProjTimeout) })
 	cfg.HistoryEvents = cmd.Int64(flagBenchHistory)
-	cfg.HistoryMemoryLimit, cfg.HistoryMemoryLimitSet = cmd.String(flagBenchHistoryMem), cmd.IsSet(flagBenchHistoryMem)
 	set(flagBenchMany, func() { cfg.ManyAccounts = cmd.Int(flagBenchMany) })
 	cfg.ManyCold = cmd.Bool(flagBenchManyCold)
 	cfg.ManyUnsettled = cmd.Bool(flagBenchManyUnsettle)

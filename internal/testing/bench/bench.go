@@ -42,10 +42,23 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	log := cfg.Progress
 	runID := strconv.FormatInt(time.Now().UnixNano()/1e6%(36*36*36*36*36), 36)
 	w := newWorkload(runID, cfg.Accounts, cfg.Skew, cfg.TransactionRatio)
-	rep = &Report{Started: time.Now(), Machine: machine(), Config: ReportConfig{
+	rep = newReport(cfg, w)
+	defer func() {
+		rep.Seconds = time.Since(rep.Started).Seconds()
+		rep.Machine.LoadAfter = loadAvg()
+	}()
+
+	if cfg.TargetNATSURL != "" {
+		return rep, runTarget(ctx, cfg, w, rep)
+	}
+	return rep, runLocal(ctx, cfg, runID, w, rep)
+}
+
+// newReport is a run's report before anything is measured: its configuration.
+func newReport(cfg Config, w *workload) *Report {
+	rep := &Report{Started: time.Now(), Machine: machine(), Config: ReportConfig{
 		Clients: cfg.Clients, Accounts: cfg.Accounts, DuplicateRatio: cfg.DuplicateRatio, Skew: cfg.Skew, TransactionRatio: cfg.TransactionRatio,
 		HottestShare: w.hottestShare(), Duration: cfg.Duration.String(), Capture: cfg.Capture, Grace: cfg.Grace.String(), NATSSync: natsSync(cfg),
 		MaxInFlight: cfg.MaxInFlight, GroupCommit: !cfg.DisableGroupCommit, BatchMax: cfg.BatchMax, Committers: cfg.Committers,
@@ -58,29 +71,65 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if cfg.BatchWait > 0 {
 		rep.Config.BatchWait = cfg.BatchWait.String()
 	}
-	defer func() {
-		rep.Seconds = time.Since(rep.Started).Seconds()
-		rep.Machine.LoadAfter = loadAvg()
-	}()
+	return rep
+}
 
-	if cfg.TargetNATSURL != "" {
-		return rep, runTarget(ctx, cfg, w, rep)
-	}
-
+// runLocal is Run in this process's own environment: it drives every
+// system, then the phases after them, and stops what it started.
+func runLocal(ctx context.Context, cfg Config, runID string, w *workload, rep *Report) error {
+	log := cfg.Progress
 	dir := cfg.DataDir
 	if dir == "" {
+		var err error
 		if dir, err = os.MkdirTemp("", "ledger-bench-"); err != nil {
-			return rep, err
+			return err
 		}
 		defer os.RemoveAll(dir)
 	}
 	esURL, stopES, calls, err := startEventStore(cfg.EventStore)
 	if err != nil {
-		return rep, err
+		return err
 	}
 	defer stopES() // after the environment, deferred below
-	grace := cfg.Grace
-	env, err := devenv.Start(ctx, devenv.Options{
+	env, err := startEnv(ctx, cfg, dir, esURL)
+	if err != nil {
+		return fmt.Errorf("bench: start the ledger's environment: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+		defer cancel()
+		if serr := env.Stop(sctx); serr != nil {
+			log.Warn("bench: stop environment", "err", serr)
+		}
+	}()
+	pm := 0
+	if env.PG != nil {
+		pm = postmasterPID(filepath.Join(env.PG.Dir(), "data"))
+	} else if env.Pair != nil {
+		pm = postmasterPID(filepath.Join(env.Pair.Primary().Dir(), "data"))
+	}
+	if err := describeDatabase(ctx, env.DatabaseURL, &rep.Machine); err != nil {
+		return err
+	}
+	cfg.ledgerMetrics, cfg.ledger = env.Node.Registry, env.Node.Ledger
+	cfg.eventStoreURL = env.EventStoreURL
+	if ps, ok := env.Node.Store.(interface{ Pool() *pgxpool.Pool }); ok {
+		cfg.ledgerPool = ps.Pool().Stat
+	}
+	if env.Pair != nil {
+		cfg.pair = &pairSwitch{set: env.Pair.SetSynchronous, url: env.DatabaseURL}
+	}
+	if err := driveSystems(ctx, cfg, env, dir, w, pm, calls, rep); err != nil {
+		return err
+	}
+	rep.ratios()
+	return afterSystems(ctx, cfg, env, runID, pm, rep)
+}
+
+// startEnv starts the ledger's environment in dir, its event store at esURL
+// ("": the ledger's database).
+func startEnv(ctx context.Context, cfg Config, dir, esURL string) (*devenv.Env, error) {
+	return devenv.Start(ctx, devenv.Options{
 		DataDir:          dir,
 		NATSAddr:         "127.0.0.1:0",
 		DatabaseURL:      cfg.LedgerDatabaseURL,
@@ -98,44 +147,18 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 				DisableGroupCommit: cfg.DisableGroupCommit,
 				Batch:              ledger.BatchOptions{MaxBatch: cfg.BatchMax, MaxWait: cfg.BatchWait, Committers: cfg.Committers},
 			},
-			Intake: intakeOptions(cfg, grace, cfg.Logger),
+			Intake: intakeOptions(cfg, cfg.Grace, cfg.Logger),
 		},
 	})
-	if err != nil {
-		return rep, fmt.Errorf("bench: start the ledger's environment: %w", err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
-		defer cancel()
-		if serr := env.Stop(sctx); serr != nil {
-			log.Warn("bench: stop environment", "err", serr)
-		}
-	}()
-	pm := 0
-	if env.PG != nil {
-		pm = postmasterPID(filepath.Join(env.PG.Dir(), "data"))
-	} else if env.Pair != nil {
-		pm = postmasterPID(filepath.Join(env.Pair.Primary().Dir(), "data"))
-	}
-	if err := describeDatabase(ctx, env.DatabaseURL, &rep.Machine); err != nil {
-		return rep, err
-	}
-	prog := &progress{log: log, interval: cfg.ProgressInterval}
-	cfg.ledgerMetrics, cfg.ledger = env.Node.Registry, env.Node.Ledger
-	cfg.eventStoreURL = env.EventStoreURL
-	if ps, ok := env.Node.Store.(interface{ Pool() *pgxpool.Pool }); ok {
-		cfg.ledgerPool = ps.Pool().Stat
-	}
-	if env.Pair != nil {
-		cfg.pair = &pairSwitch{set: env.Pair.SetSynchronous, url: env.DatabaseURL}
-	}
+}
 
+// driveSystems drives cfg's systems in turn through their phases, each
+// started on a settled cluster and stopped after.
+func driveSystems(ctx context.Context, cfg Config, env *devenv.Env, dir string, w *workload, pm int, calls *storeCalls, rep *Report) error {
+	log := cfg.Progress
+	prog := &progress{log: log, interval: cfg.ProgressInterval}
 	var written []string // databases the systems driven so far wrote to
 	for _, sys := range cfg.Systems {
-		var (
-			natsURL string
-			stop    func()
-		)
 		if sys != SystemEcho {
 			// Each system starts on a settled cluster: the previous one's tables
 			// vacuumed and a checkpoint just taken. Otherwise the second system
@@ -144,32 +167,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			// ledger did 1,146 commands/s, first on a fresh cluster 2,036.
 			_ = settle(ctx, written, env.DatabaseURL, log) // logged: the run goes on unsettled
 		}
-		switch sys {
-		case SystemLedger:
-			natsURL = env.NATSURL
-			written = append(written, env.DatabaseURL)
-			if env.EventStoreURL != env.DatabaseURL && !isKurrent(cfg.EventStore) {
-				written = append(written, env.EventStoreURL)
-			}
-			stop = func() {
-				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
-				defer cancel()
-				_ = env.Node.Stop(sctx) // its intake, consumer and store; NATS and PostgreSQL stay up
-			}
-		case SystemBaseline:
-			b, err := startBaseline(ctx, cfg, env, dir, grace)
-			if err != nil {
-				return rep, err
-			}
-			natsURL, stop = b.natsURL, b.stop
-			written = append(written, b.dbURL)
-		case SystemEcho:
-			e, err := startEcho(dir)
-			if err != nil {
-				return rep, err
-			}
-			natsURL, stop = e.natsURL, e.stop
+		natsURL, stop, dbs, err := startSystem(ctx, cfg, env, dir, sys)
+		if err != nil {
+			return err
 		}
+		written = append(written, dbs...)
 		log.Info("bench: driving", "system", sys, "nats", natsURL)
 		var phases []PhaseResult
 		if sys == SystemEcho {
@@ -192,9 +194,44 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		stop()
 		rep.Phases = append(rep.Phases, phases...)
 		if err != nil {
-			return rep, fmt.Errorf("bench: %s: %w", sys, err)
+			return fmt.Errorf("bench: %s: %w", sys, err)
 		}
 	}
+	return nil
+}
+
+// startSystem starts sys (the ledger is running already) and returns its NATS
+// URL, how to stop it and the databases it writes to.
+func startSystem(ctx context.Context, cfg Config, env *devenv.Env, dir, sys string) (natsURL string, stop func(), dbs []string, err error) {
+	switch sys {
+	case SystemLedger:
+		dbs = []string{env.DatabaseURL}
+		if env.EventStoreURL != env.DatabaseURL && !isKurrent(cfg.EventStore) {
+			dbs = append(dbs, env.EventStoreURL)
+		}
+		return env.NATSURL, func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+			defer cancel()
+			_ = env.Node.Stop(sctx) // its intake, consumer and store; NATS and PostgreSQL stay up
+		}, dbs, nil
+	case SystemBaseline:
+		b, err := startBaseline(ctx, cfg, env, dir, cfg.Grace)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		return b.natsURL, b.stop, []string{b.dbURL}, nil
+	case SystemEcho:
+		e, err := startEcho(dir)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		return e.natsURL, e.stop, nil, nil
+	}
+	return "", nil, nil, fmt.Errorf("bench: no system %q", sys)
+}
+
+// ratios sets the report's ratios between the phases measured.
+func (rep *Report) ratios() {
 	if l, b := rep.Phase(SystemLedger, PhaseLoad), rep.Phase(SystemBaseline, PhaseLoad); l != nil && b != nil {
 		rep.Ratio = ratio(l.CommandsPerSec, b.CommandsPerSec)
 	}
@@ -211,12 +248,17 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		rep.ManyRatio = ratio(m.CommandsPerSec, l.CommandsPerSec)
 	}
 	rep.PairRatio = pairLoneRatio(rep.Phases)
+}
 
+// afterSystems runs the phases after the systems': the key check, the
+// projection and the history, those cfg asks for.
+func afterSystems(ctx context.Context, cfg Config, env *devenv.Env, runID string, pm int, rep *Report) (err error) {
+	log := cfg.Progress
 	if cfg.KeyCheckEvents > 0 {
 		log.Info("bench: key check", "events", cfg.KeyCheckEvents)
 		rep.KeyCheck, err = keyCheck(ctx, env.EventStoreURL, cfg.EventStore, runID, cfg.KeyCheckEvents, cfg.KeyCheckSamples, cfg.Logger, func(msg string, args ...any) { log.Info("bench: "+msg, args...) })
 		if err != nil {
-			return rep, fmt.Errorf("bench: key check: %w", err)
+			return fmt.Errorf("bench: key check: %w", err)
 		}
 	}
 	if cfg.ProjectionTimeout > 0 {
@@ -227,17 +269,17 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			rep.Projection.CPU = cpuBetween(before, sampleCPU(pm), cpuCount())
 		}
 		if err != nil {
-			return rep, fmt.Errorf("bench: projection: %w", err)
+			return fmt.Errorf("bench: projection: %w", err)
 		}
 	}
 	if cfg.HistoryEvents > 0 {
 		log.Info("bench: history", "events", cfg.HistoryEvents, "accounts", cfg.Accounts)
 		rep.History, err = historyPhase(ctx, env.DatabaseURL, env.EventStoreURL, runID, cfg, log)
 		if err != nil {
-			return rep, fmt.Errorf("bench: history: %w", err)
+			return fmt.Errorf("bench: history: %w", err)
 		}
 	}
-	return rep, nil
+	return nil
 }
 
 func hook(cfg Config, system, phase string, start bool) {

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
-	"github.com/ledgerworks/ledger/internal/platform/config"
 )
 
 // Config shapes a benchmark run. Zero values take the defaults of Defaults.
@@ -246,9 +244,6 @@ func (c *Config) defaults() error {
 	}
 	if c.HistoryEvents < 0 {
 		return errors.New("bench: history events must be >= 0")
-	}
-	if _, err := config.ParseMemoryLimit(cmp.Or(c.HistoryMemoryLimit, config.ReadToolMemoryLimit)); err != nil {
-		return fmt.Errorf("bench: history: %w", err)
 	}
 	if c.HistoryEvents > 0 && c.Accounts < 2 {
 		return errors.New("bench: a history needs two accounts")
