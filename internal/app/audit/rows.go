@@ -46,33 +46,48 @@ var notedTables = map[string]bool{"entries": true, "commands": true, "balance_hi
 // no field is boxed or rendered into a string of its own.
 type rowText struct{ b []byte }
 
-func (r *rowText) sep() {
+// rowTextBytes is the buffer a row starts with (newRowText): enough for the
+// rows the fold renders per event, so that rendering one does not grow it
+// five times from nothing (2.1% of the audit's allocated bytes each for the
+// separators and the times appended, in a heap profile at 200,000 events).
+const rowTextBytes = 256
+
+// newRowText returns a rowText over buf, which the caller declares on its
+// stack: the row is rendered without allocating unless it outgrows buf.
+func newRowText(buf *[rowTextBytes]byte) rowText { return rowText{b: buf[:0]} }
+
+// The methods take and return rowText by value, the caller keeping the
+// result (r = r.str(...)): through a pointer the buffer would escape, and a
+// buffer on the caller's stack (newRowText) with it.
+
+func (r rowText) sep() rowText {
 	if len(r.b) > 0 {
 		r.b = append(r.b, '|')
 	}
+	return r
 }
 
-func (r *rowText) str(s string) *rowText {
-	r.sep()
+func (r rowText) str(s string) rowText {
+	r = r.sep()
 	r.b = strconv.AppendQuote(r.b, s)
 	return r
 }
 
-func (r *rowText) num(n int64) *rowText {
-	r.sep()
+func (r rowText) num(n int64) rowText {
+	r = r.sep()
 	r.b = strconv.AppendInt(r.b, n, 10)
 	return r
 }
 
-func (r *rowText) at(t time.Time) *rowText {
-	r.sep()
+func (r rowText) at(t time.Time) rowText {
+	r = r.sep()
 	r.b = t.UTC().Truncate(time.Microsecond).AppendFormat(r.b, time.RFC3339Nano)
 	return r
 }
 
-func (r *rowText) atOrNull(t *time.Time) *rowText {
+func (r rowText) atOrNull(t *time.Time) rowText {
 	if t == nil {
-		r.sep()
+		r = r.sep()
 		r.b = append(r.b, "null"...)
 		return r
 	}
@@ -80,31 +95,33 @@ func (r *rowText) atOrNull(t *time.Time) *rowText {
 }
 
 // digest is the row's digest (rowDigest) without a string of the row.
-func (r *rowText) digest() string {
+func (r rowText) digest() string {
 	sum := sha256.Sum256(r.b)
 	return hex.EncodeToString(sum[:16])
 }
 
-func field(r *rowText, v any) {
+func field(r rowText, v any) rowText {
 	switch x := v.(type) {
 	case string:
-		r.str(x)
+		return r.str(x)
 	case int64:
-		r.num(x)
+		return r.num(x)
 	case time.Time:
-		r.at(x)
+		return r.at(x)
 	case *time.Time:
-		r.atOrNull(x)
+		return r.atOrNull(x)
 	default:
-		r.sep()
+		r = r.sep()
 		r.b = fmt.Append(r.b, x)
+		return r
 	}
 }
 
 func row(fields ...any) string {
-	var r rowText
+	var buf [rowTextBytes]byte
+	r := newRowText(&buf)
 	for _, f := range fields {
-		field(&r, f)
+		r = field(r, f)
 	}
 	return string(r.b)
 }
@@ -170,9 +187,10 @@ type entryFields struct {
 }
 
 func (e entryFields) digest() string {
-	var r rowText
-	r.str(e.id).str(e.account).num(e.rev).str(e.typ).str(e.reason).str(e.ref).num(e.amount)
-	r.str(e.currency).num(e.balance).str(e.key).at(e.at).str(metadataJSON(e.md)).at(e.effective)
+	var buf [rowTextBytes]byte
+	r := newRowText(&buf)
+	r = r.str(e.id).str(e.account).num(e.rev).str(e.typ).str(e.reason).str(e.ref).num(e.amount)
+	r = r.str(e.currency).num(e.balance).str(e.key).at(e.at).str(metadataJSON(e.md)).at(e.effective)
 	return r.digest()
 }
 
@@ -194,8 +212,9 @@ type historyFields struct {
 }
 
 func (h historyFields) digest() string {
-	var r rowText
-	r.str(h.account).num(h.rev).str(h.id).str(h.typ).str(h.currency).num(h.balance).num(h.held).str(h.status).at(h.at).at(h.effective)
+	var buf [rowTextBytes]byte
+	r := newRowText(&buf)
+	r = r.str(h.account).num(h.rev).str(h.id).str(h.typ).str(h.currency).num(h.balance).num(h.held).str(h.status).at(h.at).at(h.effective)
 	return r.digest()
 }
 
@@ -213,7 +232,8 @@ func transferRowOf(t *domain.Transfer) string {
 func replyRow(r reply.Reply) string {
 	r.Duplicate = false
 	b, _ := json.Marshal(r)
-	return rowDigest(string(b))
+	sum := sha256.Sum256(b) // rowDigest's, without a string of b
+	return hex.EncodeToString(sum[:16])
 }
 
 // Expected renders the rows a projection's tables should hold now, by table and
@@ -548,7 +568,9 @@ func addLanes(lanes [4]uint64, key, row string) [4]uint64 {
 // rowHash is the SHA-256 of a (key, row): what Digest sums, and what the
 // PostgreSQL sets keep of a row instead of the row itself.
 func rowHash(key, row string) [sha256.Size]byte {
-	return sha256.Sum256([]byte(key + "\x00" + row))
+	var buf [rowTextBytes]byte // the bytes hashed, on the stack unless longer
+	b := append(append(append(buf[:0], key...), 0), row...)
+	return sha256.Sum256(b)
 }
 
 // addHash adds a row's hash (rowHash) to the lanes.
