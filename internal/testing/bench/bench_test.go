@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -51,8 +52,16 @@ func TestRunTiny(t *testing.T) {
 		BaselineDatabaseURL: baselineURL,
 		NoFsync:             true,
 	}
+	cfg.HistoryMemoryLimit, cfg.HistoryMemoryLimitSet = "1GiB", true
+	limitBefore := debug.SetMemoryLimit(-1) // -1 reads it
 	rep, text, lines := runTiny(ctx, t, cfg)
 	checkHistory(t, rep.History, lines)
+	if r, a := rep.History.Rebuild.MemoryLimitMB, rep.History.Audit.MemoryLimitMB; r != 1024 || a != 1024 {
+		t.Errorf("history ran under memory limits of %v and %v MiB, want HistoryMemoryLimit's 1024", r, a)
+	}
+	if l := debug.SetMemoryLimit(-1); l != limitBefore {
+		t.Errorf("the memory limit after the run is %d, was %d before", l, limitBefore)
+	}
 	last := lines[len(lines)-1]
 	if !regexp.MustCompile(`^ratio ledger/baseline commands/s: [0-9]+\.[0-9]{2}$`).MatchString(last) || last != rep.RatioLine() {
 		t.Fatalf("last line %q", last)

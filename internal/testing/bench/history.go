@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"runtime/debug"
 	"time"
 
 	"github.com/ledgerworks/ledger/internal/app/audit"
@@ -31,7 +33,9 @@ type ToolRun struct {
 	Seconds      float64 `json:"seconds"`
 	EventsPerSec float64 `json:"events_per_sec"`
 	PeakHeapMB   float64 `json:"peak_heap_mib"` // above the heap in use before it started
-	Error        string  `json:"error,omitempty"`
+	// MemoryLimitMB is the runtime's soft memory limit it ran under (0: none).
+	MemoryLimitMB float64 `json:"memory_limit_mib,omitempty"`
+	Error         string  `json:"error,omitempty"`
 }
 
 // historyPhase seeds about n events over accounts accounts in the ledger's event
@@ -103,6 +107,9 @@ func timeTool(limit func() (func(), error), run func(progress func(int64)) (int6
 		}
 	})
 	r := ToolRun{Events: events, Seconds: time.Since(start).Seconds(), PeakHeapMB: mib(peak() - base)}
+	if l := debug.SetMemoryLimit(-1); l != math.MaxInt64 { // -1 reads it
+		r.MemoryLimitMB = mib(l)
+	}
 	if r.Seconds > 0 {
 		r.EventsPerSec = float64(events) / r.Seconds
 	}
