@@ -120,7 +120,9 @@ type Fold struct {
 	NoRows bool
 	// Reload, when set, reads a stream's events before a revision from the
 	// store: the fold then forgets what it settled (settle.go).
-	Reload    func(stream string, before uint64) ([]eventstore.RecordedEvent, error)
+	Reload func(stream string, before uint64) ([]eventstore.RecordedEvent, error)
+	// reloadErr is the first error of Reload or of the holds read model's
+	// queries (checkSnapshotHolds): the fold stops at the end of the page.
 	reloadErr error
 	// touched: the settling streams and leg sums an append touched, by the
 	// commit of its last event; checkedSagas: the sagas of a stream folded
@@ -161,6 +163,11 @@ type Fold struct {
 	// Snapshots are the account snapshots to check, by stream (CheckSnapshots):
 	// each is compared with the fold when it reaches the snapshot's revision.
 	snapshots map[string]snapshotCheck
+	// holdsRM is where the closed holds of snapshots are checked
+	// (snapshotholds.go); nil without it. snapshotHoldsUnchecked counts the
+	// snapshots whose closed holds it could not check.
+	holdsRM                *holdsReadModel
+	snapshotHoldsUnchecked int
 
 	// from is the checkpoint an incremental audit resumed from (resume.go);
 	// lookupClaim then finds a key's claim made before it.
@@ -442,7 +449,7 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent, 
 		return
 	}
 	a.ForgetDurable(a.Revision) // a stored event is durable
-	f.checkSnapshot(re.Stream, a)
+	f.checkSnapshot(re.Stream, a, re.Position)
 	f.checkEffective(re, m, a, payload)
 	f.checkAccountEvent(re, m, a, payload)
 	f.checkConditions(re, m, a, payload)
@@ -923,7 +930,10 @@ func (f *Fold) CheckSnapshots(snaps []eventstore.Snapshot) {
 	}
 }
 
-func (f *Fold) checkSnapshot(stream string, a *domain.Account) {
+// checkSnapshot compares the snapshot of stream, if at a's revision, whose
+// event is at or before position at, with a and its closed holds with the
+// holds read model.
+func (f *Fold) checkSnapshot(stream string, a *domain.Account, at eventstore.Position) {
 	sn, ok := f.snapshots[stream]
 	if !ok || int64(sn.revision) != a.Revision {
 		return
@@ -932,7 +942,9 @@ func (f *Fold) checkSnapshot(stream string, a *domain.Account) {
 	same, diff := f.sameSnapshot(stream, sn.acc, a)
 	if !same {
 		f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_mismatch", Stream: stream, Revision: int64(sn.revision), Message: fmt.Sprintf("the snapshot of %s at revision %d is not the fold of its stream: %s", stream, sn.revision, diff)})
+		return
 	}
+	f.checkSnapshotHolds(stream, sn, at)
 }
 
 // finishSnapshots reports the snapshots the fold never reached.

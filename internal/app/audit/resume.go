@@ -280,12 +280,12 @@ func (f *Fold) skipSnapshotsBefore(ctx context.Context) error {
 			continue
 		}
 		if int64(sn.revision) == a.Revision {
-			f.checkSnapshot(stream, a)
+			f.checkSnapshot(stream, a, f.from.Position)
 			continue
 		}
 		delete(f.snapshots, stream)
 	}
-	return nil
+	return f.reloadErr
 }
 
 // claimBefore looks up, in the store, the claim of a key decided after the
