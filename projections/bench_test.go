@@ -14,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/platform/config"
 	"github.com/ledgerworks/ledger/projections"
@@ -36,7 +39,8 @@ import (
 // profile of the timed part at its peak of live heap (memProfilePeak).
 // LEDGER_BENCH_MEMSTATS=<file> writes, every 100 ms of the timed part, the
 // process's resident set and the runtime's memory classes (memStats): what
-// the peak RSS is made of.
+// the peak RSS is made of. LEDGER_BENCH_SNAPSHOTS=1 has BenchmarkAudit write
+// a snapshot of every account first (snapshotAccounts), which it checks.
 
 func benchInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -318,15 +322,62 @@ func BenchmarkAudit(b *testing.B) {
 	env := projtest.New(b)
 	total := synthetic(b, env, 3)
 	project(b, env)
+	snapshots := snapshotAccounts(b, env)
 	peak, stop := peakRSS(b), profileTimed(b)
 	b.ResetTimer()
 	for range b.N {
-		benchAudit(b, env, audit.Options{})
+		if rep := benchAudit(b, env, audit.Options{}); rep.Snapshots != snapshots {
+			b.Fatalf("%d snapshots checked of %d", rep.Snapshots, snapshots)
+		}
 	}
 	b.StopTimer()
 	stop()
 	peak("peak-RSS-MiB")
 	b.ReportMetric(float64(total*b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// snapshotAccounts writes, when LEDGER_BENCH_SNAPSHOTS is set, a snapshot of
+// every account at its last revision as a ledger keeps it (closed holds up to
+// 1,024), and returns how many.
+func snapshotAccounts(b *testing.B, env *projtest.Env) int {
+	b.Helper()
+	if benchInt("LEDGER_BENCH_SNAPSHOTS", 0) == 0 {
+		return 0
+	}
+	ctx := context.Background()
+	rows, err := env.Pool.Query(ctx, `SELECT DISTINCT stream FROM events WHERE stream LIKE $1`, domain.AccountStreamPrefix+"%")
+	if err != nil {
+		b.Fatal(err)
+	}
+	streams, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, stream := range streams {
+		evs, err := env.Store.ReadStream(ctx, stream, 0, eventstore.Forwards, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		a := domain.NewAccount(strings.TrimPrefix(stream, domain.AccountStreamPrefix))
+		a.HoldLimit = 1024
+		for _, re := range evs {
+			m, err := domain.DecodeMetadata(re.Metadata)
+			if err == nil {
+				err = domain.EvolveAccount(a, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: m})
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		data, err := domain.EncodeSnapshot(stream, a)
+		if err == nil {
+			err = env.Store.WriteSnapshot(ctx, eventstore.Snapshot{Stream: stream, Revision: uint64(a.Revision), Data: data})
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	return len(streams)
 }
 
 // BenchmarkReadTools: BenchmarkRebuild and then BenchmarkAudit on one
