@@ -48,20 +48,7 @@ func writeSnapshotOf(t *testing.T, env *projtest.Env, id string, corrupt func(a 
 	t.Helper()
 	ctx := context.Background()
 	stream := domain.AccountStream(id)
-	evs, err := env.Store.ReadStream(ctx, stream, 0, eventstore.Forwards, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := domain.NewAccount(id)
-	for _, re := range evs {
-		m, err := domain.DecodeMetadata(re.Metadata)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := domain.EvolveAccount(a, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: m}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a := devtest.Account(t, env.Store, id)
 	if len(a.Holds) != 3 || a.ForgotHolds() {
 		t.Fatalf("the account's fold keeps %d holds, forgot %v", len(a.Holds), a.ForgotHolds())
 	}
