@@ -13,8 +13,8 @@ import (
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
 
-// closedHoldsEnv is a ledger where account "sh" placed and released holds
-// sh-1 (with an expiry), sh-2 and sh-3, then was audited clean with a
+// closedHoldsEnv is a ledger where account "sh" placed holds sh-1 (with an
+// expiry), sh-2 and sh-3 and released them (captured sh-2), then was audited clean with a
 // checkpoint, then took a deposit after it; projected. The fold keeps of
 // sh-1 and sh-2 nothing (of sh-3, its digest).
 func closedHoldsEnv(t *testing.T) (*projtest.Env, int64) {
@@ -29,6 +29,10 @@ func closedHoldsEnv(t *testing.T) (*projtest.Env, int64) {
 			place["expires_at"] = devtest.Epoch.Add(time.Hour).Format(time.RFC3339)
 		}
 		env.MustApply(t, "place_hold", place)
+		if i == 1 {
+			env.MustApply(t, "capture_hold", map[string]any{"idempotency_key": h + "-capture", "account_id": "sh", "hold_id": h, "amount": 150})
+			continue
+		}
 		env.MustApply(t, "release_hold", map[string]any{"idempotency_key": h + "-release", "account_id": "sh", "hold_id": h})
 	}
 	catchUp(t, env)
@@ -84,7 +88,7 @@ func TestAuditChecksEveryClosedHoldOfASnapshot(t *testing.T) {
 		}},
 		{"an earlier closed hold's amount altered", "sh-1", func(a *domain.Account) { a.Holds["sh-1"].Amount++ }},
 		{"an earlier closed hold's key altered", "sh-2", func(a *domain.Account) { a.Holds["sh-2"].Key = "other-key" }},
-		{"an earlier closed hold's status altered", "sh-2", func(a *domain.Account) { a.Holds["sh-2"].Status = domain.HoldStatusCaptured }},
+		{"an earlier closed hold's status altered", "sh-2", func(a *domain.Account) { a.Holds["sh-2"].Status = domain.HoldStatusReleased }},
 		{"an earlier closed hold's expiry altered", "sh-1", func(a *domain.Account) { a.Holds["sh-1"].ExpiresAt = a.Holds["sh-1"].ExpiresAt.Add(time.Second) }},
 		{"an earlier closed hold deleted, the snapshot saying it forgot none", "sh-1", func(a *domain.Account) { delete(a.Holds, "sh-1") }},
 	}
