@@ -15,6 +15,8 @@ func TestParseStoredAck(t *testing.T) {
 		{`{"error":{"code":503,"description":"x"}}`, true, 0},
 		{`{"status":"applied","code":"ok","duplicate":false,"stream":"LEDGER_COMMANDS"}`, false, 0},
 		{`{"code":"not_found"}`, false, 0},
+		{`{"status":"applied","code":"ok","stream":"LEDGER_COMMANDS","seq":5}`, false, 0},
+		{`{ "status":"applied","code":"ok","stream":"LEDGER_COMMANDS","seq":5}`, false, 0},
 		{`not json`, false, 0},
 	} {
 		a, isAck := parseStoredAck([]byte(c.in))
