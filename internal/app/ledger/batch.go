@@ -55,6 +55,39 @@ type appendReq struct {
 	// home is the stream whose committer carries the request and whose chain
 	// it joins: the stream it was pipelined on.
 	home string
+	// then, once set (onAnswer), takes the outcome in place of done; mu
+	// orders it with the committer's answer.
+	mu       sync.Mutex
+	then     func(appendResp)
+	answered bool
+}
+
+// answer hands r its outcome: to then if it is set, else on done.
+func (r *appendReq) answer(resp appendResp) {
+	r.mu.Lock()
+	f := r.then
+	r.answered = true
+	if f == nil {
+		r.done <- resp // buffered: never blocks
+	}
+	r.mu.Unlock()
+	if f != nil {
+		f(resp)
+	}
+}
+
+// onAnswer runs f with r's outcome once it is known, instead of a goroutine
+// waiting on done: on the committer, once it answers r, or at once here when
+// it has already. f must not block (it runs on the committer).
+func (r *appendReq) onAnswer(f func(appendResp)) {
+	r.mu.Lock()
+	if !r.answered {
+		r.then = f
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	f(<-r.done)
 }
 
 type appendResp struct {
@@ -312,7 +345,7 @@ func (c *committer) commit(batch []*appendReq) {
 					// rest of its chain was decided on this one's version of them.
 					c.dead[r.home] = r.chain
 				}
-				r.done <- appendResp{res: mine}
+				r.answer(appendResp{res: mine})
 			}
 			return
 		}
@@ -357,7 +390,7 @@ func (c *committer) fail(r *appendReq, err error) {
 	if r.chain != 0 {
 		c.dead[r.home] = r.chain
 	}
-	r.done <- appendResp{err: err}
+	r.answer(appendResp{err: err})
 }
 
 // errDecidedOnFailed answers a request that was decided on top of one that was

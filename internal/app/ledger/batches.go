@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/internal/app/reply"
@@ -95,6 +96,10 @@ func (s *Service) runBatch(ctx context.Context, cmds []domain.BatchCommand) []Re
 	}
 	for _, run := range batchRuns(cmds, elems) {
 		wg.Add(len(run))
+		if elems[run[0]].tryStart(slots) { // no goroutine to wait for its turn
+			s.decideRunOn(ctx, cmds, elems, run, slots, done, nil)
+			continue
+		}
 		go s.decideRun(ctx, cmds, elems, run, slots, done) // a run's commands of one account on one worker (batchruns.go)
 	}
 	wg.Wait()
@@ -167,8 +172,14 @@ type batchElement struct {
 	// decided (maxBatchParallel) until it is decided.
 	slots chan struct{}
 	// finished is closed once the command and every earlier one it shares
-	// something with have their answers.
-	finished chan struct{}
+	// something with have their answers: once unfinished, the command itself
+	// (until answered) and each of after not finished yet, falls to zero.
+	// waiters are the later commands whose after holds this one. Counted, not
+	// waited for: a goroutine per command waiting for the ones before it cost
+	// its creation and its wake-ups on every element (BENCHMARKS.md).
+	finished   chan struct{}
+	unfinished atomic.Int32
+	waiters    []*batchElement
 	// key is whether its key was decided, looked up with the batch's
 	// (lookUpBatchKeys), when it was.
 	key keyAnswer
@@ -312,6 +323,7 @@ func scheduleBatch(cmds []domain.BatchCommand) []*batchElement {
 		e := &batchElement{decided: make(chan struct{}), finished: make(chan struct{}), index: i, refusals: refusals}
 		elems[i] = e
 		if c.Invalid != nil {
+			e.linkAfter()
 			e.finish()
 			continue
 		}
@@ -322,6 +334,7 @@ func scheduleBatch(cmds []domain.BatchCommand) []*batchElement {
 			e.after = append(e.after, sinceBarrier...)
 			e.afterAnswers = true
 			barrier, sinceBarrier, last = e, nil, map[string]*batchElement{keyName(c.IdempotencyKey): e}
+			e.linkAfter()
 			continue
 		}
 		for _, name := range namesOf(c.Command) {
@@ -333,6 +346,7 @@ func scheduleBatch(cmds []domain.BatchCommand) []*batchElement {
 			}
 			last[name] = e
 		}
+		e.linkAfter()
 		sinceBarrier = append(sinceBarrier, e)
 	}
 	return elems
@@ -367,12 +381,8 @@ func keyName(key string) string { return "key " + key }
 // for a slot among the commands being decided.
 func (e *batchElement) waitStart(ctx context.Context, slots chan struct{}) error {
 	for _, a := range e.after {
-		ready := a.decided
-		if e.afterAnswers || a == e.afterKey {
-			ready = a.finished
-		}
 		select {
-		case <-ready:
+		case <-e.ready(a):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -383,6 +393,34 @@ func (e *batchElement) waitStart(ctx context.Context, slots chan struct{}) error
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// ready is what e waits for of a, one of its after: a decided, or a
+// finished (scheduleBatch).
+func (e *batchElement) ready(a *batchElement) <-chan struct{} {
+	if e.afterAnswers || a == e.afterKey {
+		return a.finished
+	}
+	return a.decided
+}
+
+// tryStart is waitStart when it need not wait: true, with a slot taken, when
+// every command e comes after is ready and a slot is free.
+func (e *batchElement) tryStart(slots chan struct{}) bool {
+	for _, a := range e.after {
+		select {
+		case <-e.ready(a):
+		default:
+			return false
+		}
+	}
+	select {
+	case slots <- struct{}{}:
+		e.slots = slots
+		return true
+	default:
+		return false
 	}
 }
 
@@ -403,12 +441,30 @@ func (e *batchElement) markDecided() {
 func (e *batchElement) finish() {
 	e.markDecided()
 	e.redecided(true)
-	go func() {
-		for _, a := range e.after {
-			<-a.finished
+	e.countFinished()
+}
+
+// countFinished counts one of e's unfinished down and, for each command
+// that this finishes, one of its waiters' (in a loop: a batch's chain of
+// commands may be 1,000 long).
+func (e *batchElement) countFinished() {
+	next := []*batchElement{e}
+	for len(next) > 0 {
+		x := next[len(next)-1]
+		next = next[:len(next)-1]
+		if x.unfinished.Add(-1) == 0 {
+			close(x.finished)
+			next = append(next, x.waiters...)
 		}
-		close(e.finished)
-	}()
+	}
+}
+
+// linkAfter records e's after: e is finished once they are, and answered.
+func (e *batchElement) linkAfter() {
+	e.unfinished.Store(int32(len(e.after)) + 1)
+	for _, a := range e.after {
+		a.waiters = append(a.waiters, e)
+	}
 }
 
 // earlierFinished is closed once every command e comes after has finished.

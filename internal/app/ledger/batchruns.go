@@ -75,7 +75,12 @@ func runnable(c domain.Command) bool {
 // waitStart was shrunk by every collection and grew again with its command).
 // done(i, r) answers the batch's element i.
 func (s *Service) decideRun(ctx context.Context, cmds []domain.BatchCommand, elems []*batchElement, run batchRun, slots chan struct{}, done func(int, Reply)) {
-	err := elems[run[0]].waitStart(ctx, slots)
+	s.decideRunOn(ctx, cmds, elems, run, slots, done, elems[run[0]].waitStart(ctx, slots))
+}
+
+// decideRunOn decides run on an element worker, its first command started
+// (err: why it could not be).
+func (s *Service) decideRunOn(ctx context.Context, cmds []domain.BatchCommand, elems []*batchElement, run batchRun, slots chan struct{}, done func(int, Reply), err error) {
 	s.elements.Go(nil, func() {
 		for k, i := range run {
 			if k > 0 {

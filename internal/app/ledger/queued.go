@@ -9,8 +9,8 @@ import (
 // Batch elements decided apart from their commit (runBatch). An element
 // worker that decided a command of one account and queued its append on the
 // account's pipeline (pipeline.go) does not wait for the group commit: the
-// wait is left to a goroutine that holds nothing but the queued write, and
-// what follows the commit (the pipeline learns the outcome, the key's record
+// committer hands the outcome on (appendReq.onAnswer), with no goroutine
+// waiting for it, and what follows the commit (the pipeline learns the outcome, the key's record
 // is read under the stream's lock, or the command decided again when the
 // commit failed) runs on an element worker once the commit has resolved. So
 // a worker decides the next command, of the same hot account on the pending
@@ -40,13 +40,14 @@ func (s *Service) handleElement(ctx context.Context, cmd domain.Command, done fu
 		done(s.replyOf(ctx, cmd, r, err))
 		return
 	}
-	go func() {
-		resp := <-q.w.queued.hot.r.done // a shallow frame: the commit's wait holds no decision's stack
+	// No goroutine waits for the commit: the committer hands its outcome to
+	// an element worker (the pool has no bound, so Go never blocks it).
+	q.w.queued.hot.r.onAnswer(func(resp appendResp) {
 		s.elements.Go(nil, func() {
 			r, err := q.finish(ctx, resp)
 			done(s.replyOf(ctx, cmd, r, err))
 		})
-	}()
+	})
 }
 
 // queuedCommand is a command of one account decided and queued on the
