@@ -15,9 +15,7 @@ import (
 // answers, whatever order the answers come in, on a chain of a batch's full
 // length too (countFinished, which replaced a goroutine per element).
 func TestBatchFinishedIsCounted(t *testing.T) {
-	dep := func(key, acc string) batchCmd {
-		return batchCmd{"deposit", map[string]any{"idempotency_key": key, "account_id": acc, "amount": 1, "currency": "EUR"}}
-	}
+	dep := unitDeposit
 	mixed := []batchCmd{
 		dep("k0", "a"), dep("k1", "a"), dep("k2", "b"),
 		{"transfer", map[string]any{"idempotency_key": "k3", "transfer_id": "t", "from": "a", "to": "b", "amount": 1, "currency": "EUR"}}, // after 1 and 2

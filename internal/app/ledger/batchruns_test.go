@@ -7,14 +7,17 @@ import (
 	"github.com/ledgerworks/ledger/domain"
 )
 
+// unitDeposit is a batch's deposit of 1 EUR on acc.
+func unitDeposit(key, acc string) batchCmd {
+	return batchCmd{"deposit", map[string]any{"idempotency_key": key, "account_id": acc, "amount": 1, "currency": "EUR"}}
+}
+
 // TestBatchRuns: the consecutive commands of one account that come after
 // the one before them alone are decided on one worker (one run); a command
 // that comes after anything else, or is not an account command, starts a run
 // of its own, and an invalid command is in none.
 func TestBatchRuns(t *testing.T) {
-	dep := func(key, acc string) batchCmd {
-		return batchCmd{"deposit", map[string]any{"idempotency_key": key, "account_id": acc, "amount": 1, "currency": "EUR"}}
-	}
+	dep := unitDeposit
 	cmds := []batchCmd{
 		dep("k0", "a"), dep("k1", "a"), // 0 1: one run
 		dep("k2", "b"), // 2: b's own
