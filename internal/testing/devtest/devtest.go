@@ -264,13 +264,22 @@ const settleWait = 30 * time.Second
 // it before and after.
 func SettledAll(t testing.TB, st eventstore.AllReader) []eventstore.RecordedEvent {
 	t.Helper()
+	Settle(t, st)
+	return ReadAll(t, st)
+}
+
+// Settle returns once every write that ended before the call shows in "all"
+// of st (at once but on PostgreSQL: SettledAll). A test that has the product
+// read "all" (a process's pass) and takes what it found for everything
+// written calls it first.
+func Settle(t testing.TB, st eventstore.AllReader) {
+	t.Helper()
 	if w, ok := st.(storeOnly); ok {
 		st = w.Store
 	}
 	if pg, ok := st.(*postgres.Store); ok {
 		settle(t, pg.Pool())
 	}
-	return ReadAll(t, st)
 }
 
 // settle waits until every transaction of the cluster that had taken its ID
