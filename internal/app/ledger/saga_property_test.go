@@ -137,13 +137,9 @@ func runSagaProperty(t *testing.T, st ProcessStore, seed int64, workers, ops int
 	crashMu.Unlock()
 	clk.Advance(24 * time.Hour)
 	for pass := 0; ; pass++ {
-		// A pass reads "all" only up to the store's gap-safe horizon, which a
-		// transaction of the cluster that took its ID before the last writes
-		// (an autovacuum's ANALYZE: devtest.SettledAll) holds back while it runs: a
-		// pass that ends there finds nothing pending and would end the loop
-		// with a hold placed at the end of the run not yet expired. The
-		// product is right (its next pass sees the hold and expires it); the
-		// loop's "nothing pending" must mean "nothing written is pending".
+		// Settled first, as recoverPass is: unsettled, a pass that stopped
+		// at the gap-safe horizon found nothing pending and ended the loop
+		// with a hold placed last still active (its next pass expires it).
 		devtest.Settle(t, st)
 		sw, err := h.proc.Recover(context.Background())
 		if err != nil {
