@@ -44,6 +44,10 @@ func spanned(t *testing.T) (*projtest.Env, *audit.CheckpointRef) {
 
 func catchUp(t *testing.T, env *projtest.Env) {
 	t.Helper()
+	// CatchUp stops at the first step that reads nothing, and the store shows
+	// no event newer than the oldest transaction running in the cluster:
+	// wait for those first, so the projector reaches the store's head.
+	devtest.SettledAll(t, env.Store)
 	r, err := projections.NewRunner(env.Pool, env.Store, projections.Options{BatchSize: 37})
 	if err != nil {
 		t.Fatal(err)
