@@ -166,7 +166,7 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 		if r.lives, err = liveGenerations(ctx, r.tx); err != nil {
 			return nil, err
 		}
-		f.holdsRM = newHoldsReadModel(ctx, r.tx, r.lives)
+		f.holdsRM = newHoldsReadModel(ctx, opts.ReadModels, r.lives)
 	}
 	if err := r.readHead(ctx); err != nil {
 		return nil, err
@@ -277,7 +277,11 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 		Snapshots: r.snapshots, HoldsUnchecked: f.snapshotHoldsUnchecked, Head: r.head.String(), Events: f.Events, Streams: len(f.streams) + f.claimed + int(f.accountRows()) - len(f.Accounts), Accounts: int(f.accountRows()),
 		Transfers: len(f.Transfers) + f.settledTransfers, Keys: keys, Account: opts.Account, ChainVerified: opts.VerifyChain, Totals: totals,
 	}
-	if err := r.compareReadModels(ctx, rep, expected); err != nil {
+	err = r.compareReadModels(ctx, rep, expected)
+	if serr := r.liveSwitched(ctx); serr != nil {
+		return nil, serr
+	}
+	if err != nil {
 		return nil, err
 	}
 	if opts.EventsOut != nil {
@@ -552,6 +556,38 @@ func liveGenerations(ctx context.Context, q Querier) ([]liveGen, error) {
 		out[i] = liveGen{name: l.Name, gen: l.Generation, pos: l.Position}
 	}
 	return out, nil
+}
+
+// liveSwitched is an error naming each read model whose live generation is
+// no longer the one the audit's read-model snapshot found (nil: none). The
+// comparisons read the live views in that snapshot: after a rebuild's
+// switch committed mid-audit, a view names the new generation's tables,
+// whose rows the snapshot cannot see, and the comparison would report a
+// false mismatch (or fail on the dropped tables). A switch can commit only
+// before the comparisons read a table (they hold it until the audit ends),
+// so one read after them sees every switch that could have misled them.
+func (r *auditRun) liveSwitched(ctx context.Context) error {
+	if r.tx == nil {
+		return nil
+	}
+	now, err := liveGenerations(ctx, r.opts.ReadModels)
+	if err != nil {
+		return err
+	}
+	gens := make(map[string]int, len(now))
+	for _, l := range now {
+		gens[l.name] = l.gen
+	}
+	var switched []string
+	for _, l := range r.lives {
+		if g, ok := gens[l.name]; !ok || g != l.gen {
+			switched = append(switched, fmt.Sprintf("%s from generation %d to %d", l.name, l.gen, g))
+		}
+	}
+	if switched == nil {
+		return nil
+	}
+	return fmt.Errorf("audit: a rebuild switched read model %s during the audit, which read the old one's snapshot: its read-model comparison is void; rerun the audit", strings.Join(switched, ", "))
 }
 
 // foldTo is how far foldUntil folds, by pages of batch events, and what it

@@ -3,11 +3,13 @@ package audit
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
@@ -21,9 +23,17 @@ import (
 // a full audit; an incremental one trusts the rows of holds closed before its
 // checkpoint, TrustedFromCheckpoint), so a row there is trusted once that
 // comparison passed, and a row that differs from the store is named there.
-// One query per snapshot, in the audit's read-model snapshot tx, streamed
-// and merged by hold ID with the snapshot's closed holds, sorted: nothing
-// kept across snapshots. A snapshot at revision R must carry each closed
+// One short query per snapshot on the read-model pool, streamed and merged
+// by hold ID with the snapshot's closed holds, sorted: nothing kept across
+// snapshots. Not in the audit's read-model snapshot tx: a table read there
+// stays locked (ACCESS SHARE) until the audit ends, and a rebuild's switch,
+// which drops the old generation, would wait for it and fail. A later read
+// is as good: the query takes the generation the audit compares (its table
+// by name) and rows of holds closed by the snapshot's revision, which is at
+// or before that generation's checkpoint in the tx, and a closed hold's row
+// is never changed once written. If a switch dropped that generation
+// meanwhile, the snapshots left are counted unchecked, and the audit ends in
+// an error naming the switch (liveSwitched). A snapshot at revision R must carry each closed
 // hold as the account's row of a hold closed at or before R holds it (amount,
 // status, expiry, key); and, saying it forgot no hold, every such hold.
 // Findability is not in the table, so not checked here.
@@ -35,17 +45,21 @@ var snapshotHoldsSQL = `SELECT hold_id, amount, status, expires_at, idempotency_
 	ORDER BY hold_id COLLATE "C"`
 
 // holdsReadModel is where the fold checks the closed holds of snapshots: the
-// accounts read model's holds table in the audit's read-model snapshot, as
-// of its checkpoint pos.
+// holds table of the accounts read model's generation that the audit's
+// read-model snapshot found live, at checkpoint pos there, read through q
+// (the pool, not the snapshot's tx). dropped is set once that table is gone
+// (a switch dropped the generation).
 type holdsReadModel struct {
-	ctx   context.Context
-	q     Querier
-	table string
-	pos   eventstore.Position
+	ctx     context.Context
+	q       Querier
+	table   string
+	pos     eventstore.Position
+	dropped bool
 }
 
 // newHoldsReadModel is the holds table of the accounts read model among
-// lives, read through q; nil when there is none.
+// lives, read through q (short queries, each its own transaction); nil when
+// there is none.
 func newHoldsReadModel(ctx context.Context, q Querier, lives []liveGen) *holdsReadModel {
 	for _, l := range lives {
 		if l.name != projections.Accounts {
@@ -66,7 +80,7 @@ func newHoldsReadModel(ctx context.Context, q Querier, lives []liveGen) *holdsRe
 // is before at) is counted in snapshotHoldsUnchecked.
 func (f *Fold) checkSnapshotHolds(stream string, sn snapshotCheck, at eventstore.Position) {
 	rm := f.holdsRM
-	if rm == nil || at.Compare(rm.pos) > 0 {
+	if rm == nil || rm.dropped || at.Compare(rm.pos) > 0 {
 		f.snapshotHoldsUnchecked++
 		return
 	}
@@ -89,10 +103,18 @@ func (f *Fold) checkSnapshotHolds(stream string, sn snapshotCheck, at eventstore
 	if err == nil {
 		err = f.mergeSnapshotHolds(stream, sn, closed, rows)
 	}
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == undefinedTable {
+		rm.dropped = true
+		f.snapshotHoldsUnchecked++
+		return
+	}
 	if err != nil {
 		f.reloadErr = cmp.Or(f.reloadErr, fmt.Errorf("audit: the closed holds of the snapshot of %s: %w", stream, err))
 	}
 }
+
+// undefinedTable is PostgreSQL's SQLSTATE for a table that does not exist.
+const undefinedTable = "42P01"
 
 // heldRow is a holds row as checkSnapshotHolds reads it.
 type heldRow struct {
@@ -131,7 +153,8 @@ func (f *Fold) mergeSnapshotHolds(stream string, sn snapshotCheck, closed []*dom
 	}
 	if diff != "" {
 		f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_mismatch", Stream: stream, Revision: int64(sn.revision), Message: fmt.Sprintf(
-			"the snapshot of %s at revision %d is not the fold of its stream: %s", stream, sn.revision, diff)})
+			"the snapshot of %s at revision %d differs from the holds read model's rows of the holds its account closed by then (%s): %s; "+
+				"the snapshot or the row is wrong (the holds table's comparison names a row that differs from the store)", stream, sn.revision, f.holdsRM.table, diff)})
 	}
 	return nil
 }

@@ -3,13 +3,17 @@ package audit_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
+	"github.com/ledgerworks/ledger/projections"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
 
@@ -96,8 +100,8 @@ func TestAuditChecksEveryClosedHoldOfASnapshot(t *testing.T) {
 		stream := writeSnapshotOf(t, env, "sh", c.corrupt)
 		for name, opts := range map[string]audit.Options{"full": {}, "incremental": {From: &cp}} {
 			rep := run(t, env, opts)
-			if rep.Snapshots != 1 {
-				t.Fatalf("%s, the %s audit: %d snapshots checked", c.name, name, rep.Snapshots)
+			if rep.Snapshots != 1 || rep.HoldsUnchecked != 0 {
+				t.Fatalf("%s, the %s audit: %d snapshots, %d of them unchecked", c.name, name, rep.Snapshots, rep.HoldsUnchecked)
 			}
 			if c.hold == "" {
 				if !rep.OK() {
@@ -130,5 +134,54 @@ func TestAuditCountsSnapshotHoldsItCannotCheck(t *testing.T) {
 	rep := run(t, env, audit.Options{})
 	if !rep.OK() || rep.Snapshots != 1 || rep.HoldsUnchecked != 1 {
 		t.Fatalf("a snapshot past the read model: ok %v, %d checked, %d unchecked: %v", rep.OK(), rep.Snapshots, rep.HoldsUnchecked, rep.Violations)
+	}
+}
+
+// TestAuditLetsARebuildSwitch: an audit paused after its fold, which checked
+// a snapshot's closed holds against the holds read model, holds no lock on a
+// read-model table, so a rebuild of accounts (its switch's lock timeout
+// short) switches generation; the audit then ends in an error naming the
+// switch, not in a false read_model_mismatch. (On f760149 the switch failed:
+// the holds query had locked the old generation's holds table in the
+// audit's transaction until its end.)
+func TestAuditLetsARebuildSwitch(t *testing.T) {
+	env, _ := closedHoldsEnv(t)
+	writeSnapshotOf(t, env, "sh", func(a *domain.Account) {})
+	events := int64(len(devtest.SettledAll(t, env.Store)))
+	folded, resume := make(chan struct{}), make(chan struct{})
+	var stop sync.Once
+	done := make(chan error, 1)
+	go func() {
+		_, err := audit.Run(context.Background(), env.Store, audit.Options{ReadModels: env.Pool, Progress: func(n int64) {
+			if n == events { // the fold's end, past the snapshot
+				close(folded)
+				<-resume
+			}
+		}})
+		done <- err
+	}()
+	t.Cleanup(func() { stop.Do(func() { close(resume) }); <-done })
+	select {
+	case <-folded:
+	case err := <-done:
+		t.Fatalf("the audit ended before pausing at %d events: %v", events, err)
+	}
+	// The rebuild's own pool, as another process's: the paused audit holds
+	// connections of env.Pool.
+	pool, err := pgxpool.New(context.Background(), env.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	_, err = projections.Rebuild(context.Background(), pool, env.Store, projections.RebuildOptions{
+		Projections: []string{projections.Accounts}, LockTimeout: 2 * time.Second, Check: audit.VerifyGeneration(pool, env.Store)})
+	if err != nil {
+		t.Fatalf("the rebuild's switch during the paused audit: %v", err)
+	}
+	stop.Do(func() { close(resume) })
+	err = <-done
+	done <- err // for the cleanup
+	if err == nil || !strings.Contains(err.Error(), "switched read model accounts") || !strings.Contains(err.Error(), "rerun") {
+		t.Fatalf("the audit across the switch: %v", err)
 	}
 }
