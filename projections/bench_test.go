@@ -21,6 +21,7 @@ import (
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/platform/config"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 	"github.com/ledgerworks/ledger/projections"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
@@ -473,9 +474,11 @@ func BenchmarkAuditIncremental(b *testing.B) {
 	b.ReportMetric(inc.Seconds()/full.Seconds(), "incremental/full")
 }
 
-// project brings the live read models up to the store's head.
+// project brings the live read models up to the store's head (settled
+// first: the store shows no event newer than a transaction still running).
 func project(b *testing.B, env *projtest.Env) {
 	b.Helper()
+	devtest.Settle(b, env.Store)
 	r, err := projections.NewRunner(env.Pool, env.Store, projections.Options{})
 	if err != nil {
 		b.Fatal(err)

@@ -47,7 +47,7 @@ func catchUp(t *testing.T, env *projtest.Env) {
 	// CatchUp stops at the first step that reads nothing, and the store shows
 	// no event newer than the oldest transaction running in the cluster:
 	// wait for those first, so the projector reaches the store's head.
-	devtest.SettledAll(t, env.Store)
+	devtest.Settle(t, env.Store)
 	r, err := projections.NewRunner(env.Pool, env.Store, projections.Options{BatchSize: 37})
 	if err != nil {
 		t.Fatal(err)
