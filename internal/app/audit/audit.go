@@ -166,7 +166,11 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 		if r.lives, err = liveGenerations(ctx, r.tx); err != nil {
 			return nil, err
 		}
-		f.holdsRM = newHoldsReadModel(ctx, opts.ReadModels, r.lives)
+		if r.short, err = shortReads(ctx, opts.ReadModels); err != nil {
+			return nil, err
+		}
+		defer r.short.Close(context.WithoutCancel(ctx))
+		f.holdsRM = newHoldsReadModel(ctx, r.short, r.lives)
 	}
 	if err := r.readHead(ctx); err != nil {
 		return nil, err
@@ -184,6 +188,7 @@ type auditRun struct {
 	opts      Options
 	f         *Fold
 	tx        pgx.Tx    // the read models' snapshot; nil without them
+	short     *pgx.Conn // the short reads beside it (shortReads)
 	lives     []liveGen // their live generations in that snapshot
 	snapshots int       // the account snapshots the fold checks
 	head      eventstore.Position
@@ -558,6 +563,19 @@ func liveGenerations(ctx context.Context, q Querier) ([]liveGen, error) {
 	return out, nil
 }
 
+// shortReads is the connection of the audit's short reads of the read
+// models outside its snapshot (the closed holds' check, liveSwitched): its
+// own, not one of the pool's, whose sets' session and snapshot tx the audit
+// holds for its whole run, so that a pool of two connections
+// (pool_max_conns=2) does not leave a third read waiting for ever.
+func shortReads(ctx context.Context, pool *pgxpool.Pool) (*pgx.Conn, error) {
+	c, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
+	if err != nil {
+		return nil, fmt.Errorf("audit: read models: %w", err)
+	}
+	return c, nil
+}
+
 // liveSwitched is an error naming each read model whose live generation is
 // no longer the one the audit's read-model snapshot found (nil: none). The
 // comparisons read the live views in that snapshot: after a rebuild's
@@ -570,7 +588,7 @@ func (r *auditRun) liveSwitched(ctx context.Context) error {
 	if r.tx == nil {
 		return nil
 	}
-	now, err := liveGenerations(ctx, r.opts.ReadModels)
+	now, err := liveGenerations(ctx, r.short)
 	if err != nil {
 		return err
 	}

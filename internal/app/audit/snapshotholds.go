@@ -47,8 +47,8 @@ var snapshotHoldsSQL = `SELECT hold_id, amount, status, expires_at, idempotency_
 // holdsReadModel is where the fold checks the closed holds of snapshots: the
 // holds table of the accounts read model's generation that the audit's
 // read-model snapshot found live, at checkpoint pos there, read through q
-// (the pool, not the snapshot's tx). dropped is set once that table is gone
-// (a switch dropped the generation).
+// (the audit's own short-read connection, shortReads, not the snapshot's tx).
+// dropped is set once that table is gone (a switch dropped the generation).
 type holdsReadModel struct {
 	ctx     context.Context
 	q       Querier

@@ -185,3 +185,33 @@ func TestAuditLetsARebuildSwitch(t *testing.T) {
 		t.Fatalf("the audit across the switch: %v", err)
 	}
 }
+
+// An audit of read models whose URL allows two connections
+// (pool_max_conns=2) ends: the sets' session and the snapshot's tx hold both
+// for the whole run, and the short reads beside them (the closed holds'
+// check, the end's look for a switch) take a connection of their own. On
+// 1690d19 each waited for a third of the pool's and the audit never ended.
+func TestAuditOnATwoConnectionPool(t *testing.T) {
+	env, _ := closedHoldsEnv(t)
+	writeSnapshotOf(t, env, "sh", func(*domain.Account) {})
+	sep := "?"
+	if strings.Contains(env.URL, "?") {
+		sep = "&"
+	}
+	pool, err := pgxpool.New(context.Background(), env.URL+sep+"pool_max_conns=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	// The bound turns the old code's endless wait into a failure; an audit
+	// of this history takes well under a second.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := audit.Run(ctx, env.Store, audit.Options{ReadModels: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.Snapshots != 1 || rep.HoldsUnchecked != 0 {
+		t.Fatalf("ok %v, %d snapshots, %d unchecked: %v", rep.OK(), rep.Snapshots, rep.HoldsUnchecked, rep.Violations)
+	}
+}
