@@ -175,8 +175,9 @@ func TestMemoryLimitFlag(t *testing.T) {
 	if err := run(ReadToolFlags(), "--memory-limit", "1GiB"); err != nil || limit() != 1<<30 {
 		t.Errorf("--memory-limit 1GiB: limit %d (%v)", limit(), err)
 	}
-	if err := run(ReadToolFlags(), "--memory-limit", "1GB"); err == nil || limit() != 1<<30 {
-		t.Errorf("--memory-limit 1GB: limit %d (%v), want an error and the limit unchanged", limit(), err)
+	if err := run(ReadToolFlags(), "--memory-limit", "1GB"); err == nil || limit() != 1<<30 ||
+		!strings.Contains(err.Error(), "--memory-limit (LEDGER_MEMORY_LIMIT)") {
+		t.Errorf("--memory-limit 1GB: limit %d (%v), want an error naming the flag and the limit unchanged", limit(), err)
 	}
 	t.Setenv("GOMEMLIMIT", "")
 	if err := run(ReadToolFlags()); err != nil || limit() != 384<<20 {

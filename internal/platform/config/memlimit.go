@@ -83,6 +83,8 @@ func memoryLimitFromCommand(cmd *cli.Command) error {
 	if cmd.Value(FlagMemoryLimit) == nil {
 		return nil
 	}
-	_, err := SetMemoryLimit(cmd.String(FlagMemoryLimit), cmd.IsSet(FlagMemoryLimit))
-	return err
+	if _, err := SetMemoryLimit(cmd.String(FlagMemoryLimit), cmd.IsSet(FlagMemoryLimit)); err != nil {
+		return fmt.Errorf("--%s (%s): %w", FlagMemoryLimit, EnvMemoryLimit, err)
+	}
+	return nil
 }
