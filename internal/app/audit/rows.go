@@ -95,10 +95,7 @@ func (r rowText) atOrNull(t *time.Time) rowText {
 }
 
 // digest is the row's digest (rowDigest) without a string of the row.
-func (r rowText) digest() string {
-	sum := sha256.Sum256(r.b)
-	return hex.EncodeToString(sum[:16])
-}
+func (r rowText) digest() string { return digestOf(r.b) }
 
 func field(r rowText, v any) rowText {
 	switch x := v.(type) {
@@ -126,8 +123,12 @@ func row(fields ...any) string {
 	return string(r.b)
 }
 
-func rowDigest(s string) string {
-	sum := sha256.Sum256([]byte(s))
+func rowDigest(s string) string { return digestOf([]byte(s)) }
+
+// digestOf is the digest of a row's bytes: the hex of the first 16 bytes of
+// their SHA-256 (rowDigest, rowText.digest, replyRow).
+func digestOf(b []byte) string {
+	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
 }
 
@@ -232,8 +233,7 @@ func transferRowOf(t *domain.Transfer) string {
 func replyRow(r reply.Reply) string {
 	r.Duplicate = false
 	b, _ := json.Marshal(r)
-	sum := sha256.Sum256(b) // rowDigest's, without a string of b
-	return hex.EncodeToString(sum[:16])
+	return digestOf(b) // rowDigest's, without a string of b
 }
 
 // Expected renders the rows a projection's tables should hold now, by table and
