@@ -554,6 +554,27 @@ func auditRowsDigestSQL(id string) string {
 			FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = ` + id + `) rows`
 }
 
+// AuditAccountNext reads, of audit checkpoint id, each named account's next
+// revision (its row's; an account the checkpoint does not hold is not
+// handed), without its state: what an incremental audit needs to tell a
+// snapshot the checkpoint passed.
+func (Checkpointer) AuditAccountNext(ctx context.Context, q Querier, id int64, ids []string, each func(accountID string, next uint64) error) error {
+	rows, err := q.Query(ctx, `SELECT account_id, next FROM readmodel.audit_checkpoint_accounts
+		WHERE checkpoint_id = $1 AND account_id = ANY($2::text[])`, id, ids)
+	if err != nil {
+		return fmt.Errorf("projections: audit checkpoint %d: accounts: %w", id, err)
+	}
+	var (
+		account string
+		next    int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&account, &next}, func() error { return each(account, uint64(next)) })
+	if err != nil {
+		return fmt.Errorf("projections: audit checkpoint %d: accounts: %w", id, err)
+	}
+	return nil
+}
+
 // LoadAuditAccounts reads the rows of audit checkpoint id of the accounts
 // named (an account the checkpoint does not hold is not handed), and, when
 // guarded, of every account with a capture saga in flight, handing each to

@@ -205,11 +205,6 @@ func (r *auditRun) readHead(ctx context.Context) error {
 	if r.snapshots, err = checkSnapshotsOf(ctx, r.store, f, r.opts.Account); err != nil {
 		return err
 	}
-	if f.from != nil {
-		if err := f.skipSnapshotsBefore(ctx); err != nil {
-			return err
-		}
-	}
 	if r.head, err = r.store.Head(ctx); err != nil {
 		return fmt.Errorf("audit: head: %w", err)
 	}
@@ -403,22 +398,6 @@ func reloader(ctx context.Context, store Store) func(string, uint64) ([]eventsto
 	}
 }
 
-// checkSnapshotsOf hands the fold the account snapshots of a store that keeps
-// them (only the account's, when set), to check as it reaches them; it returns
-// how many.
-func checkSnapshotsOf(ctx context.Context, store Store, f *Fold, account string) (int, error) {
-	ss, ok := store.(eventstore.SnapshotStore)
-	if !ok {
-		return 0, nil
-	}
-	snaps, err := readSnapshots(ctx, ss, account)
-	if err != nil {
-		return 0, err
-	}
-	f.CheckSnapshots(snaps)
-	return len(snaps), nil
-}
-
 // expectation is what a read model should hold as of its checkpoint: the
 // rows of its tables kept in memory, and the fold's event count then (the
 // rows noted in PostgreSQL up to it).
@@ -505,27 +484,6 @@ func (f *Fold) compareTable(ctx context.Context, tr tableRead, expected expectat
 	}
 	defer t.Close()
 	return compareRows(table, expected.rows[table], t, noted)
-}
-
-// readSnapshots lists every account snapshot (only the account's, when set).
-func readSnapshots(ctx context.Context, ss eventstore.SnapshotStore, account string) ([]eventstore.Snapshot, error) {
-	var out []eventstore.Snapshot
-	after := ""
-	for {
-		page, err := ss.ReadSnapshots(ctx, after, 1000)
-		if err != nil {
-			return nil, fmt.Errorf("audit: snapshots: %w", err)
-		}
-		for _, sn := range page {
-			if account == "" || sn.Stream == domain.AccountStream(account) {
-				out = append(out, sn)
-			}
-		}
-		if len(page) < 1000 {
-			return out, nil
-		}
-		after = page[len(page)-1].Stream
-	}
 }
 
 // forAccount keeps the violations that concern the account, and the global ones.

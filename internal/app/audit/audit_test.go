@@ -150,31 +150,10 @@ func TestAuditChecksSnapshots(t *testing.T) {
 	if err != nil || len(evs) < 4 {
 		t.Fatalf("stream %s: %d events, %v", stream, len(evs), err)
 	}
-	acc := domain.NewAccount("w-acct-1")
-	for _, re := range evs[:len(evs)/2] {
-		m, err := domain.DecodeMetadata(re.Metadata)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := domain.EvolveAccount(acc, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: m}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	acc := accountAt(t, env, "w-acct-1", len(evs)/2)
 	write := func(a *domain.Account, rev uint64, corrupt func([]byte) []byte) {
 		t.Helper()
-		b, err := domain.EncodeSnapshot(stream, a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if corrupt != nil {
-			b = corrupt(b)
-		}
-		if _, err := env.Pool.Exec(ctx, `DELETE FROM snapshots WHERE stream = $1`, stream); err != nil {
-			t.Fatal(err)
-		}
-		if err := env.Store.WriteSnapshot(ctx, eventstore.Snapshot{Stream: stream, Revision: rev, Data: b}); err != nil {
-			t.Fatal(err)
-		}
+		writeSnapshot(t, env, a, rev, corrupt)
 	}
 	rev := uint64(acc.Revision)
 	write(acc, rev, nil)

@@ -161,8 +161,10 @@ type Fold struct {
 	// reservation saga still running has legs and no outcome yet (in flight).
 	txSagas map[string]*domain.TransactionSaga
 	// Snapshots are the account snapshots to check, by stream (CheckSnapshots):
-	// each is compared with the fold when it reaches the snapshot's revision.
-	snapshots map[string]snapshotCheck
+	// each is compared with the fold when it reaches the snapshot's revision,
+	// read again then through readSnapshot when set (snapshots.go).
+	snapshots    map[string]snapshotCheck
+	readSnapshot func(stream string) (eventstore.Snapshot, error)
 	// holdsRM is where the closed holds of snapshots are checked
 	// (snapshotholds.go); nil without it. snapshotHoldsUnchecked counts the
 	// snapshots whose closed holds it could not check.
@@ -900,58 +902,6 @@ func (f *Fold) finishCommands() {
 			f.violate(Violation{Invariant: InvKeyOnce, Kind: "incomplete_command", Stream: stream, Revision: int64(ss.next) - 1,
 				Message: fmt.Sprintf("key %q wrote %d of its %d events", ss.groupKey, ss.groupNext, ss.groupCount)})
 		}
-	}
-}
-
-// snapshotCheck is a snapshot waiting for the fold to reach its revision.
-type snapshotCheck struct {
-	revision uint64
-	acc      *domain.Account
-}
-
-// CheckSnapshots has the fold compare each snapshot with the account's fold at
-// the snapshot's revision (invariant 7). A snapshot that does not decode (its
-// version, stream or hash) is a violation at once; one the fold never reaches,
-// at Finish. Call it before the first Apply.
-func (f *Fold) CheckSnapshots(snaps []eventstore.Snapshot) {
-	if f.snapshots == nil {
-		f.snapshots = map[string]snapshotCheck{}
-	}
-	for _, sn := range snaps {
-		acc, err := domain.DecodeSnapshot(sn.Stream, sn.Data)
-		if err == nil && uint64(acc.Revision) != sn.Revision {
-			err = fmt.Errorf("filed at revision %d, holds revision %d", sn.Revision, acc.Revision)
-		}
-		if err != nil {
-			f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_unreadable", Stream: sn.Stream, Revision: int64(sn.Revision), Message: fmt.Sprintf("snapshot of %s: %v", sn.Stream, err)})
-			continue
-		}
-		f.snapshots[sn.Stream] = snapshotCheck{revision: sn.Revision, acc: acc}
-	}
-}
-
-// checkSnapshot compares the snapshot of stream, if at a's revision, whose
-// event is at or before position at, with a and its closed holds with the
-// holds read model.
-func (f *Fold) checkSnapshot(stream string, a *domain.Account, at eventstore.Position) {
-	sn, ok := f.snapshots[stream]
-	if !ok || int64(sn.revision) != a.Revision {
-		return
-	}
-	delete(f.snapshots, stream)
-	same, diff := f.sameSnapshot(stream, sn.acc, a)
-	if !same {
-		f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_mismatch", Stream: stream, Revision: int64(sn.revision), Message: fmt.Sprintf("the snapshot of %s at revision %d is not the fold of its stream: %s", stream, sn.revision, diff)})
-		return
-	}
-	f.checkSnapshotHolds(stream, sn, at)
-}
-
-// finishSnapshots reports the snapshots the fold never reached.
-func (f *Fold) finishSnapshots() {
-	for _, s := range slices.Sorted(maps.Keys(f.snapshots)) {
-		sn := f.snapshots[s]
-		f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_beyond_stream", Stream: s, Revision: int64(sn.revision), Message: fmt.Sprintf("the snapshot of %s is at revision %d, beyond its stream (or of a stream that failed to fold)", s, sn.revision)})
 	}
 }
 

@@ -263,31 +263,6 @@ func (f *Fold) resumeRecords(ctx context.Context, store Store, recs []carriedRec
 	return nil
 }
 
-// skipSnapshotsBefore drops the snapshots of revisions the checkpoint passed
-// (the audit that made it checked those it met) and checks at once those at
-// the checkpoint's own revision of their account (read from its row).
-func (f *Fold) skipSnapshotsBefore(ctx context.Context) error {
-	ids := make([]string, 0, len(f.snapshots))
-	for stream := range f.snapshots {
-		ids = append(ids, strings.TrimPrefix(stream, domain.AccountStreamPrefix))
-	}
-	if err := f.loadAccounts(ctx, ids, false); err != nil {
-		return err
-	}
-	for stream, sn := range f.snapshots {
-		a := f.Accounts[strings.TrimPrefix(stream, domain.AccountStreamPrefix)]
-		if a == nil || int64(sn.revision) > a.Revision {
-			continue
-		}
-		if int64(sn.revision) == a.Revision {
-			f.checkSnapshot(stream, a, f.from.Position)
-			continue
-		}
-		delete(f.snapshots, stream)
-	}
-	return f.reloadErr
-}
-
 // claimBefore looks up, in the store, the claim of a key decided after the
 // checkpoint that has none after it: its claim came before (revision 0 of
 // its key stream, at or before the checkpoint); nil when it finds none. It

@@ -1,0 +1,216 @@
+package audit
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/projections"
+)
+
+// The account snapshots (invariant 7) are listed a page at a time and each
+// decoded there once, so that one that does not decode is named at once; the
+// fold keeps of each only its revision until it reaches it, and reads it
+// again then (Fold.readSnapshot): the audit holds a page of snapshots and
+// the one it checks, not every snapshot decoded (a ledger's keeps up to 1,024
+// closed holds). An incremental audit keeps only the snapshots of revisions
+// after its checkpoint's revision of their account (whose events after the
+// checkpoint the fold reads anyway) or of accounts opened since, checks at
+// once those at that revision, and drops the others, which the audit that
+// stored the checkpoint checked; it reads, for a page, the checkpoint's
+// revisions of its accounts, not their states.
+
+// snapshotPage is how many snapshots the audit lists at a time.
+const snapshotPage = 1000
+
+// snapshotCheck is a snapshot waiting for the fold to reach its revision.
+type snapshotCheck struct {
+	revision uint64
+	// acc is the snapshot decoded; nil until the fold reaches it when the
+	// fold reads it again then (readSnapshot).
+	acc *domain.Account
+	// late: read again, it had been replaced by this later one since it was
+	// listed (the ledger snapshots as it writes), perhaps after the audit's
+	// head: checked if the fold reaches it, not reported if it does not.
+	late bool
+}
+
+// checkSnapshotsOf hands the fold the account snapshots of a store that keeps
+// them (only the account's, when set), to check as it reaches them, a page
+// at a time; it returns how many.
+func checkSnapshotsOf(ctx context.Context, store Store, f *Fold, account string) (int, error) {
+	ss, ok := store.(eventstore.SnapshotStore)
+	if !ok {
+		return 0, nil
+	}
+	f.readSnapshot = func(stream string) (eventstore.Snapshot, error) { return ss.ReadSnapshot(ctx, stream) }
+	if account != "" {
+		sn, err := ss.ReadSnapshot(ctx, domain.AccountStream(account))
+		if errors.Is(err, eventstore.ErrSnapshotNotFound) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("audit: snapshots: %w", err)
+		}
+		return 1, f.checkSnapshotPage(ctx, []eventstore.Snapshot{sn})
+	}
+	n, after := 0, ""
+	for {
+		page, err := ss.ReadSnapshots(ctx, after, snapshotPage)
+		if err != nil {
+			return 0, fmt.Errorf("audit: snapshots: %w", err)
+		}
+		if err := f.checkSnapshotPage(ctx, page); err != nil {
+			return 0, err
+		}
+		n += len(page)
+		if len(page) < snapshotPage {
+			return n, nil
+		}
+		after = page[len(page)-1].Stream
+	}
+}
+
+// checkSnapshotPage has the fold check a page of snapshots, and, in an
+// incremental audit, keep of them only those after its checkpoint.
+func (f *Fold) checkSnapshotPage(ctx context.Context, page []eventstore.Snapshot) error {
+	f.CheckSnapshots(page)
+	if f.from == nil {
+		return nil
+	}
+	return f.skipSnapshotsBefore(ctx, page)
+}
+
+// CheckSnapshots has the fold compare each snapshot with the account's fold at
+// the snapshot's revision (invariant 7). A snapshot that does not decode (its
+// version, stream or hash) is a violation at once; one the fold never reaches,
+// at Finish. Call it before the first Apply.
+func (f *Fold) CheckSnapshots(snaps []eventstore.Snapshot) {
+	if f.snapshots == nil {
+		f.snapshots = map[string]snapshotCheck{}
+	}
+	for _, sn := range snaps {
+		acc, ok := f.decodeSnapshot(sn)
+		if !ok {
+			continue
+		}
+		if f.readSnapshot != nil {
+			acc = nil // read again when the fold reaches it
+		}
+		f.snapshots[sn.Stream] = snapshotCheck{revision: sn.Revision, acc: acc}
+	}
+}
+
+// decodeSnapshot decodes a snapshot, naming one that does not decode or
+// holds another revision than it is filed at.
+func (f *Fold) decodeSnapshot(sn eventstore.Snapshot) (*domain.Account, bool) {
+	acc, err := domain.DecodeSnapshot(sn.Stream, sn.Data)
+	if err == nil && uint64(acc.Revision) != sn.Revision {
+		err = fmt.Errorf("filed at revision %d, holds revision %d", sn.Revision, acc.Revision)
+	}
+	if err != nil {
+		f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_unreadable", Stream: sn.Stream, Revision: int64(sn.Revision), Message: fmt.Sprintf("snapshot of %s: %v", sn.Stream, err)})
+		return nil, false
+	}
+	return acc, true
+}
+
+// checkSnapshot compares the snapshot of stream, if at a's revision, whose
+// event is at or before position at, with a and its closed holds with the
+// holds read model.
+func (f *Fold) checkSnapshot(stream string, a *domain.Account, at eventstore.Position) {
+	sn, ok := f.snapshots[stream]
+	if !ok || int64(sn.revision) != a.Revision {
+		return
+	}
+	delete(f.snapshots, stream)
+	if sn.acc == nil && !f.readSnapshotAgain(stream, &sn) {
+		return
+	}
+	same, diff := f.sameSnapshot(stream, sn.acc, a)
+	if !same {
+		f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_mismatch", Stream: stream, Revision: int64(sn.revision), Message: fmt.Sprintf("the snapshot of %s at revision %d is not the fold of its stream: %s", stream, sn.revision, diff)})
+		return
+	}
+	f.checkSnapshotHolds(stream, sn, at)
+}
+
+// readSnapshotAgain reads the snapshot of stream the fold has reached into
+// sn.acc, and reports whether there is one at its revision to check: one
+// replaced since by a later one waits for the fold to reach that (late), one
+// deleted since has nothing to check.
+func (f *Fold) readSnapshotAgain(stream string, sn *snapshotCheck) bool {
+	got, err := f.readSnapshot(stream)
+	switch {
+	case errors.Is(err, eventstore.ErrSnapshotNotFound):
+		return false
+	case err != nil:
+		f.reloadErr = cmp.Or(f.reloadErr, fmt.Errorf("audit: the snapshot of %s: %w", stream, err))
+		return false
+	case got.Revision > sn.revision:
+		f.snapshots[stream] = snapshotCheck{revision: got.Revision, late: true}
+		return false
+	case got.Revision < sn.revision:
+		f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_mismatch", Stream: stream, Revision: int64(sn.revision), Message: fmt.Sprintf(
+			"the snapshot of %s, listed at revision %d, was at revision %d when the fold reached it: a store keeps a stream's latest", stream, sn.revision, got.Revision)})
+		return false
+	}
+	acc, ok := f.decodeSnapshot(got)
+	sn.acc = acc
+	return ok
+}
+
+// finishSnapshots reports the snapshots the fold never reached, but those
+// replaced by a later one during the audit.
+func (f *Fold) finishSnapshots() {
+	for _, s := range slices.Sorted(maps.Keys(f.snapshots)) {
+		sn := f.snapshots[s]
+		if sn.late {
+			continue
+		}
+		f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_beyond_stream", Stream: s, Revision: int64(sn.revision), Message: fmt.Sprintf("the snapshot of %s is at revision %d, beyond its stream (or of a stream that failed to fold)", s, sn.revision)})
+	}
+}
+
+// skipSnapshotsBefore drops, of a page of snapshots, those of revisions the
+// checkpoint passed (the audit that stored it checked those it met), checks
+// at once those at the checkpoint's revision of their account (read from its
+// row), and keeps the others: of revisions after it, or of accounts the
+// checkpoint does not hold.
+func (f *Fold) skipSnapshotsBefore(ctx context.Context, page []eventstore.Snapshot) error {
+	ids := make([]string, 0, len(page))
+	for _, sn := range page {
+		if _, ok := f.snapshots[sn.Stream]; ok {
+			ids = append(ids, strings.TrimPrefix(sn.Stream, domain.AccountStreamPrefix))
+		}
+	}
+	var at []string // at the checkpoint's revision of their account
+	err := projections.Checkpoints.AuditAccountNext(ctx, f.resumed.q, f.resumed.id, ids, func(id string, next uint64) error {
+		stream := domain.AccountStream(id)
+		switch rev := f.snapshots[stream].revision; {
+		case rev+1 < next:
+			delete(f.snapshots, stream)
+		case rev+1 == next:
+			at = append(at, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := f.loadAccounts(ctx, at, false); err != nil {
+		return err
+	}
+	for _, id := range at {
+		if a := f.Accounts[id]; a != nil {
+			f.checkSnapshot(domain.AccountStream(id), a, f.from.Position)
+		}
+	}
+	return f.reloadErr
+}
