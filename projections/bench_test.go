@@ -41,7 +41,8 @@ import (
 // LEDGER_BENCH_MEMSTATS=<file> writes, every 100 ms of the timed part, the
 // process's resident set and the runtime's memory classes (memStats): what
 // the peak RSS is made of. LEDGER_BENCH_SNAPSHOTS=1 has BenchmarkAudit write
-// a snapshot of every account first (snapshotAccounts), which it checks.
+// a snapshot of every account first (snapshotAccounts), which it checks
+// (BenchmarkAuditIncremental too: its comment).
 
 func benchInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -442,6 +443,10 @@ func benchRebuild(b *testing.B, env *projtest.Env, pool *pgxpool.Pool) time.Dura
 // reports both audits' seconds and the ratio incremental/full (the issue's
 // target: at most 0.02 for the last 1%). LEDGER_BENCH_CPUPROFILE and the
 // other profiles (profileTimed) cover the incremental audit alone.
+// LEDGER_BENCH_SNAPSHOTS=1 writes a snapshot of every account
+// (snapshotAccounts) and then five increments more before the full audit,
+// so that most snapshots are before the checkpoint, as a ledger's taken
+// every SnapshotEvery events are.
 //
 //	LEDGER_BENCH_EVENTS=1000000 go test ./projections -run '^$' -bench AuditIncremental -benchtime 1x -timeout 60m
 func BenchmarkAuditIncremental(b *testing.B) {
@@ -450,6 +455,9 @@ func BenchmarkAuditIncremental(b *testing.B) {
 	more := max(n*benchInt("LEDGER_BENCH_INCREMENT_PERMILLE", 10)/1000, 1)
 	h := env.NewSynthetic(b, max(n/200, 10), 4)
 	h.Write(n)
+	if snapshotAccounts(b, env) > 0 {
+		h.Write(5 * more)
+	}
 	var full, inc time.Duration
 	b.ResetTimer()
 	for range b.N {
