@@ -365,13 +365,7 @@ func snapshotAccounts(b *testing.B, env *projtest.Env) int {
 		a := domain.NewAccount(strings.TrimPrefix(stream, domain.AccountStreamPrefix))
 		a.HoldLimit = 1024
 		for _, re := range evs {
-			m, err := domain.DecodeMetadata(re.Metadata)
-			if err == nil {
-				err = domain.EvolveAccount(a, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: m})
-			}
-			if err != nil {
-				b.Fatal(err)
-			}
+			devtest.EvolveRecorded(b, a, re)
 		}
 		data, err := domain.EncodeSnapshot(stream, a)
 		if err == nil {

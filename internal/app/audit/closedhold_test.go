@@ -9,6 +9,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // TestClosedHoldThroughCheckpointRows: an account's last closed hold, which
@@ -80,13 +81,7 @@ func closedHoldHistory(t *testing.T) ([]eventstore.RecordedEvent, *domain.Accoun
 	evs := h.next(0)
 	stored := domain.NewAccount(a.id)
 	for _, re := range evs {
-		m, err := domain.DecodeMetadata(re.Metadata)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := domain.EvolveAccount(stored, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: m}); err != nil {
-			t.Fatal(err)
-		}
+		devtest.EvolveRecorded(t, stored, re)
 	}
 	return evs, stored
 }

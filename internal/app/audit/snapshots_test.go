@@ -7,6 +7,7 @@ import (
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
 
@@ -19,13 +20,7 @@ func accountAt(t *testing.T, env *projtest.Env, id string, n int) *domain.Accoun
 	}
 	acc := domain.NewAccount(id)
 	for _, re := range evs {
-		m, err := domain.DecodeMetadata(re.Metadata)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := domain.EvolveAccount(acc, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: m}); err != nil {
-			t.Fatal(err)
-		}
+		devtest.EvolveRecorded(t, acc, re)
 	}
 	return acc
 }

@@ -532,13 +532,7 @@ func foldAccountStates(t *testing.T, f *fixture, stream string) []balanceState {
 	var states []balanceState
 	acc := domain.NewAccount(strings.TrimPrefix(stream, domain.AccountStreamPrefix))
 	for _, re := range recs {
-		m, err := domain.DecodeMetadata(re.Metadata)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := domain.EvolveAccount(acc, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: m}); err != nil {
-			t.Fatal(err)
-		}
+		m := devtest.EvolveRecorded(t, acc, re)
 		states = append(states, balanceState{at: m.At, balance: acc.Balance, held: acc.Held, rev: acc.Revision})
 	}
 	return states

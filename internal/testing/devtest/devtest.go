@@ -385,3 +385,18 @@ func Pair(t testing.TB, prefix string) *pgcluster.Pair {
 	t.Cleanup(func() { pair.Stop(context.Background()) })
 	return pair
 }
+
+// EvolveRecorded folds a stored account event into acc and returns its
+// metadata, failing t when it does not decode or fold: the tests' one such
+// step.
+func EvolveRecorded(t testing.TB, acc *domain.Account, re eventstore.RecordedEvent) domain.Metadata {
+	t.Helper()
+	m, err := domain.DecodeMetadata(re.Metadata)
+	if err == nil {
+		err = domain.EvolveAccount(acc, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: m})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
