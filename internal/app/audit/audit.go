@@ -175,6 +175,11 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 	if err := r.readHead(ctx); err != nil {
 		return nil, err
 	}
+	stop, err := r.readActuals(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
 	expected, err := r.foldExpecting(ctx)
 	if err != nil {
 		return nil, err
@@ -192,6 +197,9 @@ type auditRun struct {
 	lives     []liveGen // their live generations in that snapshot
 	snapshots int       // the account snapshots the fold checks
 	head      eventstore.Position
+	// actuals are the read models' hashed tables' digests, read while the
+	// fold runs (readActuals); nil when read after it.
+	actuals *actuals
 	// accountsTable is what the accounts read model's comparison found.
 	accountsTable accountsTable
 }
@@ -452,7 +460,11 @@ func (r *auditRun) checkReadModel(ctx context.Context, l liveGen, expected expec
 	}
 	check := ReadModelCheck{Projection: l.name, Generation: l.gen, Position: l.pos.String()}
 	for _, table := range ProjectionTables[l.name] {
-		d, err := f.compareTable(ctx, tableRead{q: r.tx, table: table, account: r.opts.Account}, expected)
+		actual, err := r.actuals.of(l.name, table)
+		if err != nil {
+			return ReadModelCheck{}, err
+		}
+		d, err := f.compareTable(ctx, tableRead{q: r.tx, table: table, account: r.opts.Account}, expected, actual)
 		if err != nil {
 			return ReadModelCheck{}, err
 		}
@@ -467,12 +479,13 @@ func (r *auditRun) checkReadModel(ctx context.Context, l liveGen, expected expec
 
 // compareTable compares a read-model table (gen 0: the live view) with what
 // the fold expected of it: a table whose rows the fold noted in PostgreSQL by
-// a join there, another in memory.
-func (f *Fold) compareTable(ctx context.Context, tr tableRead, expected expectation) (TableDiff, error) {
+// a join there (actual, when set, the table's digest already read), another
+// in memory.
+func (f *Fold) compareTable(ctx context.Context, tr tableRead, expected expectation, actual *digester) (TableDiff, error) {
 	table := tr.table
 	noted := f.from != nil && notedTables[table] // an incremental audit: the rows its events touched
 	if ps, ok := f.sets.(*pgSets); ok && notedTables[table] {
-		return ps.compare(ctx, tr, expected.seq, noted)
+		return ps.compare(ctx, tr, expected.seq, noted, actual)
 	}
 	var keys []string // every row, but in an incremental audit's accounts table
 	if table == "accounts" {
@@ -817,7 +830,7 @@ func verifyOne(ctx context.Context, pool *pgxpool.Pool, f *Fold, v projections.V
 	expected := expectation{rows: f.Expected(v.Projection, ""), seq: f.Events}
 	var faults []string
 	for _, table := range ProjectionTables[v.Projection] {
-		d, err := f.compareTable(ctx, tableRead{q: pool, table: table, gen: v.Generation}, expected)
+		d, err := f.compareTable(ctx, tableRead{q: pool, table: table, gen: v.Generation}, expected, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -245,17 +245,18 @@ func (s *pgSets) check(ctx context.Context, f *Fold, c pgCheck) error {
 // its digest; only when that differs from the expected one is it read again
 // (the same snapshot), its rows copied into the session as they are read, and
 // a join names the differences: a table that matches costs one read, no copy.
+// actual, when set, is that first read's digest, read before (readActuals).
 //
 // noted (an incremental audit) compares only the rows noted, those the events
 // after its checkpoint touched: the table is read by their keys, a page of
 // keys at a time, and a row the fold did not note is not looked at.
-func (s *pgSets) compare(ctx context.Context, tr tableRead, seq int64, noted bool) (TableDiff, error) {
+func (s *pgSets) compare(ctx context.Context, tr tableRead, seq int64, noted bool, read *digester) (TableDiff, error) {
 	table, account := tr.table, tr.account
 	if err := s.sync(ctx); err != nil {
 		return TableDiff{}, err
 	}
 	d := TableDiff{Table: table}
-	actual, err := s.readActual(ctx, tr, seq, noted, false)
+	actual, err := s.firstRead(ctx, tr, seq, noted, read)
 	if err != nil {
 		return d, err
 	}
@@ -275,6 +276,14 @@ func (s *pgSets) compare(ctx context.Context, tr tableRead, seq int64, noted boo
 	return d, s.differences(ctx, &d, table, account, seq)
 }
 
+// firstRead is the digest compare reads first: read, when set, or the table's.
+func (s *pgSets) firstRead(ctx context.Context, tr tableRead, seq int64, noted bool, read *digester) (digester, error) {
+	if read != nil {
+		return *read, nil
+	}
+	return s.readActual(ctx, tr, seq, noted, false)
+}
+
 // readActual reads a read-model table's rows (noted: those of the keys noted
 // up to seq) and returns their digest; with keep it also copies them into
 // audit_actual.
@@ -289,18 +298,15 @@ func (s *pgSets) readActual(ctx context.Context, tr tableRead, seq int64, noted,
 // copying them into audit_actual as they are read when keep is set, and
 // returns their digest.
 func (s *pgSets) copyTable(ctx context.Context, tr tableRead, keys []string, keep bool) (digester, error) {
+	if !keep {
+		return digestOfTable(ctx, tr, keys)
+	}
 	t, err := openTable(ctx, tr, keys)
 	if err != nil {
 		return digester{}, err
 	}
 	defer t.Close()
 	src := &copyRows{t: t}
-	if !keep {
-		for src.Next() {
-			src.sum.add(t.key, t.row)
-		}
-		return src.sum, src.Err()
-	}
 	if _, err := s.conn.CopyFrom(ctx, pgx.Identifier{"audit_actual"}, []string{"tbl", "key", "digest"}, src); err != nil {
 		return digester{}, fmt.Errorf("audit: %s: %w", tr.table, err)
 	}
