@@ -67,10 +67,29 @@ func (r rowText) sep() rowText {
 	return r
 }
 
+// str appends s as strconv.Quote renders it. Most of the rows' strings (IDs,
+// keys, types, currencies) are printable ASCII with no quote or backslash,
+// which Quote leaves as they are: those are copied between quotes, without
+// Quote's rune by rune decoding (rowText.str was 6.6% of the audit's CPU at
+// 1,000,000 events, nearly all of it strconv's).
 func (r rowText) str(s string) rowText {
 	r = r.sep()
-	r.b = strconv.AppendQuote(r.b, s)
+	if !plainASCII(s) {
+		r.b = strconv.AppendQuote(r.b, s)
+		return r
+	}
+	r.b = append(append(append(r.b, '"'), s...), '"')
 	return r
+}
+
+// plainASCII reports whether s is printable ASCII without '"' or '\\'.
+func plainASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c > '~' || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 func (r rowText) num(n int64) rowText {
