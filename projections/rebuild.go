@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -336,24 +337,15 @@ func (r *rebuildRun) verifyAndSwitch(ctx context.Context, slots []*slot) ([]Rebu
 	pool, opts := r.pool, r.opts
 	var results []RebuildResult
 	var errs []error
-	if err := createIndexes(ctx, pool, slots, opts.Logger); err != nil {
+	verdicts, err := r.indexAndVerify(ctx, slots)
+	if err != nil {
 		return nil, err
 	}
-	verdicts := make([]error, len(slots))
-	if opts.Check != nil {
-		vs := make([]Verification, len(slots))
-		for i, s := range slots {
-			vs[i] = Verification{Projection: s.proj.Name(), Generation: s.gen, Position: s.pos}
-		}
-		verdicts = opts.Check.Verify(ctx, vs)
-	}
 	for i, s := range slots {
-		if opts.Check != nil {
-			if err := verdicts[i]; err != nil {
-				dropBuilds(ctx, pool, []*slot{s})
-				errs = append(errs, fmt.Errorf("projections: rebuild of %s refused: generation %d does not match the event store: %w", s.proj.Name(), s.gen, err))
-				continue
-			}
+		if err := verdicts[i]; err != nil {
+			dropBuilds(ctx, pool, []*slot{s})
+			errs = append(errs, fmt.Errorf("projections: rebuild of %s refused: generation %d does not match the event store: %w", s.proj.Name(), s.gen, err))
+			continue
 		}
 		prev, err := r.switchGeneration(ctx, s)
 		if err != nil {
@@ -367,18 +359,50 @@ func (r *rebuildRun) verifyAndSwitch(ctx context.Context, slots []*slot) ([]Rebu
 	return results, errors.Join(errs...)
 }
 
-// createIndexes builds the secondary indexes of the loaded generations
-// (migration 00009): one pass over the rows each, rather than one insertion
-// per row during the load.
-func createIndexes(ctx context.Context, pool *pgxpool.Pool, slots []*slot, logger *slog.Logger) error {
-	for _, s := range slots {
-		start := time.Now()
-		if _, err := pool.Exec(ctx, `SELECT readmodel.create_secondary_indexes($1, $2)`, s.proj.Name(), s.gen); err != nil {
-			return fmt.Errorf("projections: indexes of %s generation %d: %w", s.proj.Name(), s.gen, err)
+// indexAndVerify builds the loaded generations' indexes (createIndexes) while
+// opts.Check verifies them, and returns the check's verdicts (all nil without
+// a check). The check reads every row of each table and needs none of the
+// indexes; the two overlap, the index builds being PostgreSQL's work and the
+// check's mostly the fold's.
+func (r *rebuildRun) indexAndVerify(ctx context.Context, slots []*slot) ([]error, error) {
+	indexed := make(chan error, 1)
+	go func() { indexed <- createIndexes(ctx, r.pool, slots, r.opts.Logger) }()
+	verdicts := make([]error, len(slots))
+	if r.opts.Check != nil {
+		vs := make([]Verification, len(slots))
+		for i, s := range slots {
+			vs[i] = Verification{Projection: s.proj.Name(), Generation: s.gen, Position: s.pos}
 		}
-		logger.Info("rebuild: indexes built", "projection", s.proj.Name(), "generation", s.gen, "took", time.Since(start).Round(time.Millisecond))
+		verdicts = r.opts.Check.Verify(ctx, vs)
 	}
-	return nil
+	if err := <-indexed; err != nil {
+		return nil, err
+	}
+	return verdicts, nil
+}
+
+// createIndexes builds the indexes of the loaded generations that their load
+// did without (migrations 00009 and 00019: the secondary ones, and the unique
+// ones no write of the load needs), one projection's on a connection each at
+// once: one pass over the rows each, rather than one insertion per row during
+// the load.
+func createIndexes(ctx context.Context, pool *pgxpool.Pool, slots []*slot, logger *slog.Logger) error {
+	errs := make([]error, len(slots))
+	var wg sync.WaitGroup
+	for i, s := range slots {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			if _, err := pool.Exec(ctx, `SELECT readmodel.create_secondary_indexes($1, $2)`, s.proj.Name(), s.gen); err != nil {
+				errs[i] = fmt.Errorf("projections: indexes of %s generation %d: %w", s.proj.Name(), s.gen, err)
+				return
+			}
+			logger.Info("rebuild: indexes built", "projection", s.proj.Name(), "generation", s.gen, "took", time.Since(start).Round(time.Millisecond))
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // createGeneration creates the tables and the building checkpoint of a new
@@ -389,7 +413,8 @@ func createGeneration(ctx context.Context, pool *pgxpool.Pool, name string) (int
 		if err := tx.QueryRow(ctx, `SELECT nextval('readmodel.generation_seq')::int`).Scan(&gen); err != nil {
 			return err
 		}
-		// Its secondary indexes are built after the load (createIndexes).
+		// Its secondary indexes, and the unique ones its load does not need,
+		// are built after the load (createIndexes).
 		if _, err := tx.Exec(ctx, `SELECT readmodel.create_generation($1, $2), readmodel.drop_secondary_indexes($1, $2)`, name, gen); err != nil {
 			return err
 		}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
@@ -263,4 +266,55 @@ func TestRebuildStoppedAndResumed(t *testing.T) {
 		t.Fatalf("fresh rebuild: %+v, %v", res, err)
 	}
 	projtest.SameSnapshot(t, "a fresh rebuild vs one run through", through, projtest.Snapshot(t, env.Pool))
+}
+
+// TestRebuildKeepsTheSchema: a rebuild loads its generations without the
+// indexes its writes do not need and builds them after the load (migrations
+// 00009 and 00019); the generations it switches to must have every index and
+// constraint of a generation made whole (create_generation, then
+// create_secondary_indexes, as the migrations make the first).
+func TestRebuildKeepsTheSchema(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 60, Seed: 70})
+	devtest.CatchUp(t, newRunner(t, env, projections.Options{}))
+	if _, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 20}); err != nil {
+		t.Fatal(err)
+	}
+	const whole = 99999
+	for name, gen := range liveGenerations(t, env) {
+		if _, err := env.Pool.Exec(context.Background(), `SELECT readmodel.create_generation($1, $2), readmodel.create_secondary_indexes($1, $2)`, name, whole); err != nil {
+			t.Fatal(err)
+		}
+		want, got := generationSchema(t, env, name, whole), generationSchema(t, env, name, gen)
+		if _, err := env.Pool.Exec(context.Background(), `SELECT readmodel.drop_generation($1, $2)`, name, whole); err != nil {
+			t.Fatal(err)
+		}
+		if len(want) == 0 || strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%s: generation %d, rebuilt, has\n%s\nwhere a generation made whole has\n%s", name, gen, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+}
+
+// generationSchema lists the indexes and constraints of a generation's
+// tables, sorted, with the generation's number taken out of their names.
+func generationSchema(t *testing.T, env *projtest.Env, name string, gen int) []string {
+	t.Helper()
+	rows, err := env.Pool.Query(context.Background(), `
+		SELECT replace('index ' || i.indexname || ': ' || i.indexdef, '_g' || $2 || ' ', '_gN ')
+		FROM readmodel.generation_tables($1, $2) g JOIN pg_indexes i ON i.schemaname = 'readmodel' AND i.tablename = g
+		UNION ALL
+		SELECT 'constraint ' || c.conname || ': ' || pg_get_constraintdef(c.oid)
+		FROM readmodel.generation_tables($1, $2) g JOIN pg_constraint c ON c.conrelid = ('readmodel.' || quote_ident(g))::regclass`, name, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range defs {
+		defs[i] = strings.ReplaceAll(strings.ReplaceAll(d, fmt.Sprintf("_g%d_", gen), "_gN_"), fmt.Sprintf("_g%d", gen), "_gN")
+	}
+	sort.Strings(defs)
+	return defs
 }
