@@ -13,9 +13,11 @@ import (
 // does not depend on the fold, so it reads it while the fold runs, on the
 // other core: after the fold only the expected side is left to sum. It reads
 // in a transaction of its own on a connection of its own, which imports the
-// snapshot's (pg_export_snapshot) and ends once the tables are read, so that
-// the fold holds no lock on a read-model table (a rebuild switches while an
-// audit folds; liveSwitched then names the switch). An incremental audit
+// snapshot's (pg_export_snapshot) and ends once the tables are read: its
+// transaction holds a share lock on each table it has read until it has
+// read them all (about as long as the comparisons after the fold took), and
+// none after that, so a rebuild's switch waits for that reading at most, not
+// for the whole fold (liveSwitched then names the switch). An incremental audit
 // reads the rows of the keys its events noted, known only after its fold,
 // and a rebuild's check reads a generation the build has just written: both
 // read after the fold, as before.

@@ -553,8 +553,12 @@ func shortReads(ctx context.Context, pool *pgxpool.Pool) (*pgx.Conn, error) {
 // switch committed mid-audit, a view names the new generation's tables,
 // whose rows the snapshot cannot see, and the comparison would report a
 // false mismatch (or fail on the dropped tables). A switch can commit only
-// before the comparisons read a table (they hold it until the audit ends),
-// so one read after them sees every switch that could have misled them.
+// before a comparison reads a table, or after the comparison is done with it
+// (the comparisons in the audit's transaction hold a table until the audit
+// ends; a full audit's reading during the fold, actuals.go, holds its tables
+// until it has read them all, in a transaction whose snapshot is the
+// audit's): so one read after every comparison sees every switch that could
+// have misled one.
 func (r *auditRun) liveSwitched(ctx context.Context) error {
 	if r.tx == nil {
 		return nil
