@@ -332,6 +332,10 @@ type AuditCheckpoint struct {
 	Position eventstore.Position
 	Events   int64
 	State    []byte
+	// TakenAt is when the audit that stored it began (it lists the account
+	// snapshots then: an incremental audit from it checks each written since,
+	// internal/app/audit/snapshots.go); SaveAudit stores the time of its own
+	// transaction when zero, as a checkpoint of an earlier build holds.
 	TakenAt  time.Time
 	Accounts int64 // its account rows (LoadAudit)
 	// AccountsTable is the accounts read model's digest as the audit that
@@ -435,8 +439,12 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 			return err
 		}
 	}
-	if err := tx.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, state_digest, accounts_table_digest, active_holds_digest)
-		VALUES ($1, $2, $3, $4::bytea, md5($4::bytea), $5::numeric, $6::numeric) RETURNING id`, pp.commit, pp.prepare, cp.Events, cp.State, cp.AccountsTable, cp.ActiveHolds).Scan(&cp.ID); err != nil {
+	var taken *time.Time
+	if !cp.TakenAt.IsZero() {
+		taken = &cp.TakenAt
+	}
+	if err := tx.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, state_digest, accounts_table_digest, active_holds_digest, taken_at)
+		VALUES ($1, $2, $3, $4::bytea, md5($4::bytea), $5::numeric, $6::numeric, coalesce($7, now())) RETURNING id`, pp.commit, pp.prepare, cp.Events, cp.State, cp.AccountsTable, cp.ActiveHolds, taken).Scan(&cp.ID); err != nil {
 		return err
 	}
 	src := pgx.CopyFromFunc(func() ([]any, error) {

@@ -170,6 +170,10 @@ type Fold struct {
 	// snapshots whose closed holds it could not check.
 	holdsRM                *holdsReadModel
 	snapshotHoldsUnchecked int
+	// snapshotsTrusted counts the snapshots an incremental audit does not
+	// check: of revisions its checkpoint passed, taken before the audit that
+	// stored it began (snapshots.go).
+	snapshotsTrusted int
 
 	// from is the checkpoint an incremental audit resumed from (resume.go);
 	// lookupClaim then finds a key's claim made before it.

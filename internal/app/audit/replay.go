@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -96,6 +97,30 @@ func Replay(ctx context.Context, r eventstore.StreamReader, stream string, toRev
 	if err != nil {
 		return err
 	}
+	errStop := errors.New("stop")
+	err = readStreamTo(ctx, r, stream, toRevision, func(re eventstore.RecordedEvent) error {
+		m, err := domain.DecodeMetadata(re.Metadata)
+		step := Step{Event: re, Metadata: m}
+		if err != nil {
+			step.Err = err
+			return cmp.Or(fn(step), errStop)
+		}
+		step.State, step.Err = fold(domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Position: re.Position.String(), Type: re.Type, Data: re.Data, Metadata: m})
+		if err := fn(step); err != nil || step.Err != nil {
+			return cmp.Or(err, errStop)
+		}
+		return nil
+	})
+	if errors.Is(err, errStop) {
+		return nil
+	}
+	return err
+}
+
+// readStreamTo hands fn the events of a stream from its first up to and
+// including toRevision (negative: to the end), read a page at a time; it
+// stops at fn's first error and returns it.
+func readStreamTo(ctx context.Context, r eventstore.StreamReader, stream string, toRevision int64, fn func(eventstore.RecordedEvent) error) error {
 	next := uint64(0)
 	const page = 1000
 	for {
@@ -107,14 +132,7 @@ func Replay(ctx context.Context, r eventstore.StreamReader, stream string, toRev
 			if toRevision >= 0 && int64(re.Revision) > toRevision {
 				return nil
 			}
-			m, err := domain.DecodeMetadata(re.Metadata)
-			step := Step{Event: re, Metadata: m}
-			if err != nil {
-				step.Err = err
-				return fn(step)
-			}
-			step.State, step.Err = fold(domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Position: re.Position.String(), Type: re.Type, Data: re.Data, Metadata: m})
-			if err := fn(step); err != nil || step.Err != nil {
+			if err := fn(re); err != nil {
 				return err
 			}
 		}
@@ -125,16 +143,22 @@ func Replay(ctx context.Context, r eventstore.StreamReader, stream string, toRev
 	}
 }
 
+// newReplayAccount is the account aggregate a replay folds: it keeps what
+// the ledger's own keeps (the recent keys, closed holds and refunded
+// originals), so that its memory does not grow with the stream.
+func newReplayAccount(stream string) *domain.Account {
+	a := domain.NewAccount(strings.TrimPrefix(stream, domain.AccountStreamPrefix))
+	a.KeyLimit, a.HoldLimit, a.RefundLimit = replayRecent, replayRecent, replayRecent
+	return a
+}
+
 // streamFold returns the fold of a stream's kind: an event and the state
 // after it. ErrUnknownStream means the stream is of no known kind.
 func streamFold(stream string) (func(domain.StoredEvent) (any, error), error) {
 	switch {
 	case strings.HasPrefix(stream, domain.AccountStreamPrefix):
-		// The replay shows the state, not every key: the aggregate keeps what
-		// the ledger's own keeps (the recent keys, closed holds and refunded
-		// originals), so that a replay's memory does not grow with the stream.
-		a := domain.NewAccount(strings.TrimPrefix(stream, domain.AccountStreamPrefix))
-		a.KeyLimit, a.HoldLimit, a.RefundLimit = replayRecent, replayRecent, replayRecent
+		// The replay shows the state, not every key (newReplayAccount).
+		a := newReplayAccount(stream)
 		decided := 0
 		return func(ev domain.StoredEvent) (any, error) {
 			if err := domain.EvolveAccount(a, ev); err != nil {

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
@@ -22,9 +23,20 @@ import (
 // closed holds). An incremental audit keeps only the snapshots of revisions
 // after its checkpoint's revision of their account (whose events after the
 // checkpoint the fold reads anyway) or of accounts opened since, checks at
-// once those at that revision, and drops the others, which the audit that
-// stored the checkpoint checked; it reads, for a page, the checkpoint's
-// revisions of its accounts, not their states.
+// once those at that revision, and of the others, of revisions the
+// checkpoint passed, checks those taken since the audit that stored the
+// checkpoint began (less snapshotTakenSlack) by folding their account's
+// stream up to them (checkPassedSnapshot), and trusts the rest, which that
+// audit checked (TrustedFromCheckpoint; not counted as checked); it reads,
+// for a page, the checkpoint's revisions of its accounts, not their states.
+
+// snapshotTakenSlack is how long before the start of the audit that stored a
+// checkpoint (its TakenAt) an incremental audit from it still checks a
+// snapshot of a revision the checkpoint passed: for the clocks that stamp a
+// snapshot's Taken (PostgreSQL's now(), or with KurrentDB the ledger's host)
+// and the audit's start (the audit's host), and a snapshot write in flight
+// while that audit listed them.
+const snapshotTakenSlack = 5 * time.Minute
 
 // snapshotPage is how many snapshots the audit lists at a time.
 const snapshotPage = 1000
@@ -58,7 +70,7 @@ func checkSnapshotsOf(ctx context.Context, store Store, f *Fold, account string)
 		if err != nil {
 			return 0, fmt.Errorf("audit: snapshots: %w", err)
 		}
-		return 1, f.checkSnapshotPage(ctx, []eventstore.Snapshot{sn})
+		return 1, f.checkSnapshotPage(ctx, store, []eventstore.Snapshot{sn})
 	}
 	n, after := 0, ""
 	for {
@@ -66,7 +78,7 @@ func checkSnapshotsOf(ctx context.Context, store Store, f *Fold, account string)
 		if err != nil {
 			return 0, fmt.Errorf("audit: snapshots: %w", err)
 		}
-		if err := f.checkSnapshotPage(ctx, page); err != nil {
+		if err := f.checkSnapshotPage(ctx, store, page); err != nil {
 			return 0, err
 		}
 		n += len(page)
@@ -79,12 +91,13 @@ func checkSnapshotsOf(ctx context.Context, store Store, f *Fold, account string)
 
 // checkSnapshotPage has the fold check a page of snapshots, and, in an
 // incremental audit, keep of them only those after its checkpoint.
-func (f *Fold) checkSnapshotPage(ctx context.Context, page []eventstore.Snapshot) error {
+func (f *Fold) checkSnapshotPage(ctx context.Context, store Store, page []eventstore.Snapshot) error {
 	f.CheckSnapshots(page)
 	if f.from == nil {
 		return nil
 	}
-	return f.skipSnapshotsBefore(ctx, page)
+	sr, _ := store.(eventstore.StreamReader)
+	return f.skipSnapshotsBefore(ctx, sr, page)
 }
 
 // CheckSnapshots has the fold compare each snapshot with the account's fold at
@@ -178,24 +191,31 @@ func (f *Fold) finishSnapshots() {
 	}
 }
 
-// skipSnapshotsBefore drops, of a page of snapshots, those of revisions the
-// checkpoint passed (the audit that stored it checked those it met), checks
-// at once those at the checkpoint's revision of their account (read from its
-// row), and keeps the others: of revisions after it, or of accounts the
-// checkpoint does not hold.
-func (f *Fold) skipSnapshotsBefore(ctx context.Context, page []eventstore.Snapshot) error {
+// skipSnapshotsBefore trusts, of a page of snapshots, those of revisions
+// the checkpoint passed taken before the audit that stored it began (it
+// checked those it met), checks those of such revisions taken since by
+// folding their streams, checks at once those at the checkpoint's revision
+// of their account (read from its row), and keeps the others: of revisions
+// after it, or of accounts the checkpoint does not hold.
+func (f *Fold) skipSnapshotsBefore(ctx context.Context, sr eventstore.StreamReader, page []eventstore.Snapshot) error {
 	ids := make([]string, 0, len(page))
+	taken := make(map[string]time.Time, len(page))
 	for _, sn := range page {
 		if _, ok := f.snapshots[sn.Stream]; ok {
 			ids = append(ids, strings.TrimPrefix(sn.Stream, domain.AccountStreamPrefix))
+			taken[sn.Stream] = sn.Taken
 		}
 	}
-	var at []string // at the checkpoint's revision of their account
+	since := f.from.TakenAt.Add(-snapshotTakenSlack)
+	var at, passed []string // at the checkpoint's revision of their account; before it, taken since
 	err := projections.Checkpoints.AuditAccountNext(ctx, f.resumed.q, f.resumed.id, ids, func(id string, next uint64) error {
 		stream := domain.AccountStream(id)
 		switch rev := f.snapshots[stream].revision; {
-		case rev+1 < next:
+		case rev+1 < next && taken[stream].Before(since):
 			delete(f.snapshots, stream)
+			f.snapshotsTrusted++
+		case rev+1 < next:
+			passed = append(passed, stream)
 		case rev+1 == next:
 			at = append(at, id)
 		}
@@ -203,6 +223,11 @@ func (f *Fold) skipSnapshotsBefore(ctx context.Context, page []eventstore.Snapsh
 	})
 	if err != nil {
 		return err
+	}
+	for _, stream := range passed {
+		if err := f.checkPassedSnapshot(ctx, sr, stream); err != nil {
+			return err
+		}
 	}
 	if err := f.loadAccounts(ctx, at, false); err != nil {
 		return err
@@ -212,5 +237,35 @@ func (f *Fold) skipSnapshotsBefore(ctx context.Context, page []eventstore.Snapsh
 			f.checkSnapshot(domain.AccountStream(id), a, f.from.Position)
 		}
 	}
+	return f.reloadErr
+}
+
+// checkPassedSnapshot checks the snapshot of stream, of a revision the
+// checkpoint passed, against the account's stream folded up to it by the
+// replay's aggregate (newReplayAccount), read a page of events at a time:
+// it costs the account's events up to the snapshot (read and folded once),
+// and the memory of a page and an account. A stream that does not fold up to
+// the snapshot's revision leaves it to finishSnapshots to name.
+func (f *Fold) checkPassedSnapshot(ctx context.Context, sr eventstore.StreamReader, stream string) error {
+	if sr == nil {
+		return fmt.Errorf("audit: --from: the store does not read a stream, to check the snapshot of %s written since the checkpoint", stream)
+	}
+	rev := f.snapshots[stream].revision
+	a, at, broken := newReplayAccount(stream), eventstore.Position{}, false
+	err := readStreamTo(ctx, sr, stream, int64(rev), func(re eventstore.RecordedEvent) error {
+		m, err := domain.DecodeMetadata(re.Metadata)
+		if err == nil {
+			err = domain.EvolveAccount(a, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: m})
+		}
+		at, broken = re.Position, err != nil
+		return err
+	})
+	if broken || errors.Is(err, eventstore.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("audit: the stream of %s up to its snapshot: %w", stream, err)
+	}
+	f.checkSnapshot(stream, a, at)
 	return f.reloadErr
 }
