@@ -331,20 +331,21 @@ func afterBuildBatch(ctx context.Context, opts RebuildOptions, consumed int64, g
 }
 
 // verifyAndSwitch checks each built generation with opts.Check and switches to
-// it; a generation that fails the check or the switch is dropped, and its error
-// joins the others while the remaining projections go on.
+// it; a generation that fails its index build, the check or the switch is
+// dropped, and its error joins the others while the remaining projections go
+// on.
 func (r *rebuildRun) verifyAndSwitch(ctx context.Context, slots []*slot) ([]RebuildResult, error) {
 	pool, opts := r.pool, r.opts
 	var results []RebuildResult
 	var errs []error
-	verdicts, err := r.indexAndVerify(ctx, slots)
+	refusals, err := r.indexAndVerify(ctx, slots)
 	if err != nil {
 		return nil, err
 	}
 	for i, s := range slots {
-		if err := verdicts[i]; err != nil {
+		if err := refusals[i]; err != nil {
 			dropBuilds(ctx, pool, []*slot{s})
-			errs = append(errs, fmt.Errorf("projections: rebuild of %s refused: generation %d does not match the event store: %w", s.proj.Name(), s.gen, err))
+			errs = append(errs, err)
 			continue
 		}
 		prev, err := r.switchGeneration(ctx, s)
@@ -360,12 +361,15 @@ func (r *rebuildRun) verifyAndSwitch(ctx context.Context, slots []*slot) ([]Rebu
 }
 
 // indexAndVerify builds the loaded generations' indexes (createIndexes) while
-// opts.Check verifies them, and returns the check's verdicts (all nil without
-// a check). The check reads every row of each table and needs none of the
-// indexes; the two overlap, the index builds being PostgreSQL's work and the
-// check's mostly the fold's.
+// opts.Check verifies them, and returns one refusal per slot (nil: switch
+// it). A generation is refused when its indexes fail to build (a unique one
+// on a row loaded twice, migration 00019) or the check finds it differs from
+// the store; both verdicts are kept. The check reads every row of each table
+// and needs none of the indexes; the two overlap, the index builds being
+// PostgreSQL's work and the check's mostly the fold's. Stopped (ctx ended),
+// it returns the error alone, the generations left for a rebuild to resume.
 func (r *rebuildRun) indexAndVerify(ctx context.Context, slots []*slot) ([]error, error) {
-	indexed := make(chan error, 1)
+	indexed := make(chan []error, 1)
 	go func() { indexed <- createIndexes(ctx, r.pool, slots, r.opts.Logger) }()
 	verdicts := make([]error, len(slots))
 	if r.opts.Check != nil {
@@ -375,18 +379,30 @@ func (r *rebuildRun) indexAndVerify(ctx context.Context, slots []*slot) ([]error
 		}
 		verdicts = r.opts.Check.Verify(ctx, vs)
 	}
-	if err := <-indexed; err != nil {
-		return nil, err
+	indexErrs := <-indexed
+	if err := errors.Join(indexErrs...); err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("projections: rebuild: %w", err)
 	}
-	return verdicts, nil
+	refusals := make([]error, len(slots))
+	for i, s := range slots {
+		var errs []error
+		if err := indexErrs[i]; err != nil {
+			errs = append(errs, fmt.Errorf("projections: rebuild of %s refused: %w; generation %d dropped: run the rebuild again to build it afresh", s.proj.Name(), err, s.gen))
+		}
+		if err := verdicts[i]; err != nil {
+			errs = append(errs, fmt.Errorf("projections: rebuild of %s refused: generation %d does not match the event store: %w", s.proj.Name(), s.gen, err))
+		}
+		refusals[i] = errors.Join(errs...)
+	}
+	return refusals, nil
 }
 
 // createIndexes builds the indexes of the loaded generations that their load
 // did without (migrations 00009 and 00019: the secondary ones, and the unique
 // ones no write of the load needs), one projection's on a connection each at
 // once: one pass over the rows each, rather than one insertion per row during
-// the load.
-func createIndexes(ctx context.Context, pool *pgxpool.Pool, slots []*slot, logger *slog.Logger) error {
+// the load. It returns each slot's error (nil: built).
+func createIndexes(ctx context.Context, pool *pgxpool.Pool, slots []*slot, logger *slog.Logger) []error {
 	errs := make([]error, len(slots))
 	var wg sync.WaitGroup
 	for i, s := range slots {
@@ -395,14 +411,14 @@ func createIndexes(ctx context.Context, pool *pgxpool.Pool, slots []*slot, logge
 			defer wg.Done()
 			start := time.Now()
 			if _, err := pool.Exec(ctx, `SELECT readmodel.create_secondary_indexes($1, $2)`, s.proj.Name(), s.gen); err != nil {
-				errs[i] = fmt.Errorf("projections: indexes of %s generation %d: %w", s.proj.Name(), s.gen, err)
+				errs[i] = fmt.Errorf("indexes of %s generation %d: %w", s.proj.Name(), s.gen, err)
 				return
 			}
 			logger.Info("rebuild: indexes built", "projection", s.proj.Name(), "generation", s.gen, "took", time.Since(start).Round(time.Millisecond))
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return errs
 }
 
 // createGeneration creates the tables and the building checkpoint of a new

@@ -154,43 +154,92 @@ func TestRebuildRefusesATamperedGeneration(t *testing.T) {
 	devtest.CatchUp(t, newRunner(t, env, projections.Options{}))
 	live := projtest.Snapshot(t, env.Pool)
 	before := liveGenerations(t, env)
-	var tampered atomic.Bool
-	_, err := rebuild(t, env, projections.RebuildOptions{
-		BatchSize: 30,
-		AfterBatch: func(ctx context.Context, gens map[string]int) error {
-			if tampered.Load() {
-				return nil
-			}
-			ct, err := env.Pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET amount = amount + 1
-				WHERE event_id = (SELECT event_id FROM %[1]s ORDER BY event_id LIMIT 1)`, projections.Table("entries", gens[projections.Entries])))
-			if err != nil {
-				return err
-			}
-			tampered.Store(ct.RowsAffected() == 1)
-			return nil
-		},
-	})
-	if !tampered.Load() {
-		t.Fatal("nothing was tampered with")
-	}
+	err := rebuildAlteringEntriesOnce(t, env, `UPDATE %s SET amount = amount + 1
+		WHERE event_id = (SELECT event_id FROM %[1]s ORDER BY event_id LIMIT 1)`)
 	if !errors.Is(err, audit.ErrGenerationMismatch) || !strings.Contains(err.Error(), "entries") || !strings.Contains(err.Error(), "differing row") {
 		t.Fatalf("the rebuild took a tampered generation: %v", err)
 	}
 	t.Log(err)
 	// The live generations stay; the tampered one is gone; the others switched.
-	after := liveGenerations(t, env)
+	entriesRefusedOthersSwitched(t, env, before)
+	projtest.SameSnapshot(t, "read models after a refused rebuild", live, projtest.Snapshot(t, env.Pool))
+	projtest.AuditOK(t, env.Store, env.Pool)
+}
+
+// TestRebuildDropsAGenerationWhoseIndexFails: a duplicate row in a generation
+// being built fails the build of its unique index after the load (migration
+// 00019); that projection's generation is refused and dropped, the error names
+// it, its verdict and what to do, the others switch, and a plain rebuild run
+// again builds it afresh.
+func TestRebuildDropsAGenerationWhoseIndexFails(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 200, Seed: 51})
+	devtest.CatchUp(t, newRunner(t, env, projections.Options{}))
+	live := projtest.Snapshot(t, env.Pool)
+	before := liveGenerations(t, env)
+	err := rebuildAlteringEntriesOnce(t, env, `INSERT INTO %s SELECT * FROM %[1]s ORDER BY event_id LIMIT 1`)
+	if err == nil || !strings.Contains(err.Error(), "rebuild of entries refused") || !strings.Contains(err.Error(), "23505") || !strings.Contains(err.Error(), "run the rebuild again") {
+		t.Fatalf("the rebuild did not refuse entries for its index: %v", err)
+	}
+	t.Log(err)
+	entriesRefusedOthersSwitched(t, env, before)
+	projtest.SameSnapshot(t, "read models after a refused rebuild", live, projtest.Snapshot(t, env.Pool))
+
+	// Run again, plainly: entries is built afresh and switches.
+	if _, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 30}); err != nil {
+		t.Fatalf("the rebuild run again: %v", err)
+	}
+	if again := liveGenerations(t, env); again[projections.Entries] == before[projections.Entries] {
+		t.Fatal("entries did not switch on the rebuild run again")
+	}
+	projtest.SameSnapshot(t, "read models after the rebuild run again", live, projtest.Snapshot(t, env.Pool))
+	projtest.AuditOK(t, env.Store, env.Pool)
+}
+
+// rebuildAlteringEntriesOnce rebuilds every projection, running stmt (%s: the
+// entries generation being built) once after a build batch, and returns the
+// rebuild's error; it fails t if stmt changed no row.
+func rebuildAlteringEntriesOnce(t *testing.T, env *projtest.Env, stmt string) error {
+	t.Helper()
+	var altered atomic.Bool
+	_, err := rebuild(t, env, projections.RebuildOptions{
+		BatchSize: 30,
+		AfterBatch: func(ctx context.Context, gens map[string]int) error {
+			if altered.Load() {
+				return nil
+			}
+			ct, err := env.Pool.Exec(ctx, fmt.Sprintf(stmt, projections.Table("entries", gens[projections.Entries])))
+			if err != nil {
+				return err
+			}
+			altered.Store(ct.RowsAffected() == 1)
+			return nil
+		},
+	})
+	if !altered.Load() {
+		t.Fatal("no row of entries was altered")
+	}
+	return err
+}
+
+// entriesRefusedOthersSwitched fails t unless entries is still at its live
+// generation of before, its refused one dropped, while the others switched and
+// none is left building.
+func entriesRefusedOthersSwitched(t *testing.T, env *projtest.Env, before map[string]int) {
+	t.Helper()
+	after := liveGenerations(t, env) // fails on a generation left building
 	if after[projections.Entries] != before[projections.Entries] {
 		t.Fatalf("entries switched to generation %d", after[projections.Entries])
 	}
-	if after[projections.Accounts] == before[projections.Accounts] {
-		t.Fatal("the untampered projections did not switch")
+	for _, name := range []string{projections.Accounts, projections.Balances} {
+		if after[name] == before[name] {
+			t.Fatalf("%s did not switch", name)
+		}
 	}
 	var left int
 	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'readmodel' AND tablename LIKE 'entries_g%'`).Scan(&left); err != nil || left != 1 {
 		t.Fatalf("%d entries generations left (%v)", left, err)
 	}
-	projtest.SameSnapshot(t, "read models after a refused rebuild", live, projtest.Snapshot(t, env.Pool))
-	projtest.AuditOK(t, env.Store, env.Pool)
 }
 
 // TestRebuildStoppedAndResumed: a rebuild stopped half-way (its context ended
