@@ -181,6 +181,9 @@ func TestRebuildDropsAGenerationWhoseIndexFails(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "rebuild of entries refused") || !strings.Contains(err.Error(), "23505") || !strings.Contains(err.Error(), "run the rebuild again") {
 		t.Fatalf("the rebuild did not refuse entries for its index: %v", err)
 	}
+	if !errors.Is(err, audit.ErrGenerationMismatch) || !strings.Contains(err.Error(), "unexpected row") {
+		t.Fatalf("the check's verdict on the duplicate is not in the error: %v", err)
+	}
 	t.Log(err)
 	entriesRefusedOthersSwitched(t, env, before)
 	projtest.SameSnapshot(t, "read models after a refused rebuild", live, projtest.Snapshot(t, env.Pool))

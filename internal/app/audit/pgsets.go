@@ -397,9 +397,12 @@ func (s *pgSets) expectedDigest(ctx context.Context, d *TableDiff, table, accoun
 const maxNamed = 1000
 
 func (s *pgSets) differences(ctx context.Context, d *TableDiff, table, account string, seq int64) error {
-	rows, err := s.conn.Query(ctx, `WITH e AS (`+expectedRows+`), a AS (SELECT key, digest FROM audit_actual)
-		SELECT coalesce(e.key, a.key), e.key IS NULL, a.key IS NULL FROM e FULL JOIN a ON a.key = e.key
-		WHERE e.digest IS DISTINCT FROM a.digest ORDER BY 1`, table, seq, account)
+	// A key read twice is named extra (its second row), as compareRows does.
+	rows, err := s.conn.Query(ctx, `WITH e AS (`+expectedRows+`),
+		a AS (SELECT key, digest, row_number() OVER (PARTITION BY key) AS n FROM audit_actual)
+		SELECT * FROM (SELECT coalesce(e.key, a.key), e.key IS NULL, a.key IS NULL FROM e FULL JOIN (SELECT * FROM a WHERE n = 1) a ON a.key = e.key
+			WHERE e.digest IS DISTINCT FROM a.digest
+		UNION ALL SELECT key, true, false FROM a WHERE n > 1) d ORDER BY 1`, table, seq, account)
 	if err != nil {
 		return fmt.Errorf("audit: %s: %w", table, err)
 	}
