@@ -93,8 +93,9 @@ const rebuildLockID int64 = 0x6c6564676572 // "ledger"
 // opts.Check, and then switches to it in one transaction: the switch locks the
 // live checkpoint (so the live runner pauses), applies whatever the live runner
 // applied meanwhile, makes the new generation's checkpoint live, points the views
-// at its tables and drops the old generation. A generation that fails the check
-// is dropped and the live one is left as it was.
+// at its tables and drops the old generation. A generation that fails its
+// index build or the check is dropped and the live one is left as it was, the
+// other projections switching; the next rebuild builds it afresh.
 func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildOptions) ([]RebuildResult, error) {
 	opts.defaults()
 	projs, err := rebuildProjections(opts.Projections)

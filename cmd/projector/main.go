@@ -213,10 +213,11 @@ func rebuildCommand() *cli.Command {
 			"while the live generation keeps answering queries (and a running projector keeps it\n" +
 			"current). The new generation is then checked against a fold of the event store (row\n" +
 			"counts and a digest of every table); only if it matches are readers switched to it, in one\n" +
-			"transaction, and the old generation dropped. A generation that does not match is dropped\n" +
-			"and the command exits 1 naming the first differing rows. Stopped (SIGINT, SIGTERM) before\n" +
-			"the switch, it leaves its generations at their checkpoints, and the next rebuild resumes\n" +
-			"them (--fresh: builds anew).",
+			"transaction, and the old generation dropped. A generation that does not match, or whose\n" +
+			"indexes fail to build (a row loaded twice), is dropped while the others switch, and the\n" +
+			"command exits 1 naming it and its first differing rows; run it again to build that one\n" +
+			"afresh. Stopped (SIGINT, SIGTERM) before the switch, it leaves its generations at their\n" +
+			"checkpoints, and the next rebuild resumes them (--fresh: builds anew).",
 		Flags:  flags,
 		Action: runRebuild,
 	}
