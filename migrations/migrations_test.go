@@ -162,3 +162,29 @@ func TestActiveHoldsDigestFailsFastBehindALongReader(t *testing.T) {
 		t.Fatalf("00018 once the reader is gone: %v", err)
 	}
 }
+
+// TestSnapshotsListedAtDown (migration 00022): migrating down past 00022
+// gives each checkpoint that has it its snapshots' listing time as taken_at,
+// which the build before 00022 reads as that time, not the save's.
+func TestSnapshotsListedAtDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	u := pgtest.URL(t)
+	p := provider(t, u)
+	if _, err := p.UpTo(ctx, 22); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, ctx, u)
+	mustExec(t, ctx, conn, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, snapshots_listed_at)
+		VALUES (1, 1, 1, 'listed', '2026-11-28 03:00:00+00'), (2, 2, 2, 'unlisted', NULL)`)
+	if _, err := p.DownTo(ctx, 21); err != nil {
+		t.Fatal(err)
+	}
+	var taken string
+	if err := conn.QueryRow(ctx, `SELECT string_agg(convert_from(state, 'UTF8') || '=' || (taken_at = '2026-11-28 03:00:00+00')::text, ',' ORDER BY id) FROM readmodel.audit_checkpoints`).Scan(&taken); err != nil || taken != "listed=true,unlisted=false" {
+		t.Fatalf("down to 21: %q (%v), want the listed checkpoint's taken_at its listing time", taken, err)
+	}
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+}

@@ -332,12 +332,13 @@ type AuditCheckpoint struct {
 	Position eventstore.Position
 	Events   int64
 	State    []byte
-	// TakenAt is when the audit that stored it began (it lists the account
-	// snapshots then: an incremental audit from it checks each written since,
-	// internal/app/audit/snapshots.go); SaveAudit stores the time of its own
-	// transaction when zero, as a checkpoint of an earlier build holds.
-	TakenAt  time.Time
-	Accounts int64 // its account rows (LoadAudit)
+	// SnapshotsListedAt is when the audit that stored it began listing the
+	// account snapshots, by the read models' PostgreSQL clock (migration
+	// 00022): an incremental audit from it checks each written since
+	// (internal/app/audit/snapshots.go). SaveAudit refuses it zero; LoadAudit
+	// refuses a checkpoint without it (an earlier build's).
+	SnapshotsListedAt time.Time
+	Accounts          int64 // its account rows (LoadAudit)
 	// AccountsTable is the accounts read model's digest as the audit that
 	// stored it found the table (migration 00014; the audit computes it:
 	// internal/app/audit/tabledigest.go), a decimal integer.
@@ -430,6 +431,9 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 	if cp.AccountsTable == "" || cp.ActiveHolds == "" {
 		return errors.New("no digest of the accounts read model: a checkpoint is stored only of read models compared at the audit's head")
 	}
+	if cp.SnapshotsListedAt.IsZero() {
+		return errors.New("no time of the snapshots' listing: an incremental audit from the checkpoint could not tell the snapshots its audit checked")
+	}
 	pp, err := posArgs(cp.Position)
 	if err != nil {
 		return err
@@ -439,12 +443,8 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 			return err
 		}
 	}
-	var taken *time.Time
-	if !cp.TakenAt.IsZero() {
-		taken = &cp.TakenAt
-	}
-	if err := tx.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, state_digest, accounts_table_digest, active_holds_digest, taken_at)
-		VALUES ($1, $2, $3, $4::bytea, md5($4::bytea), $5::numeric, $6::numeric, coalesce($7, now())) RETURNING id`, pp.commit, pp.prepare, cp.Events, cp.State, cp.AccountsTable, cp.ActiveHolds, taken).Scan(&cp.ID); err != nil {
+	if err := tx.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, state_digest, accounts_table_digest, active_holds_digest, snapshots_listed_at)
+		VALUES ($1, $2, $3, $4::bytea, md5($4::bytea), $5::numeric, $6::numeric, $7) RETURNING id`, pp.commit, pp.prepare, cp.Events, cp.State, cp.AccountsTable, cp.ActiveHolds, cp.SnapshotsListedAt).Scan(&cp.ID); err != nil {
 		return err
 	}
 	src := pgx.CopyFromFunc(func() ([]any, error) {
@@ -495,10 +495,11 @@ func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (Audi
 		problem string
 		table   *string
 		holds   *string
+		listed  *time.Time
 	)
 	err := q.QueryRow(ctx, `WITH c AS (SELECT * FROM readmodel.audit_checkpoints WHERE $1::bigint = 0 OR id = $1 ORDER BY id DESC LIMIT 1)
-		SELECT c.id, c.commit_position, c.prepare_position, c.events, c.state, c.taken_at, c.accounts_table_digest::text, c.active_holds_digest::text, `+auditAnchorSQL+`, d.*
-		FROM c CROSS JOIN LATERAL (`+auditCheckedSQL+`) d`, id).Scan(&cp.ID, &c, &p, &cp.Events, &cp.State, &cp.TakenAt, &table, &holds, &cp.Digest, &cp.Accounts, &ok, &problem)
+		SELECT c.id, c.commit_position, c.prepare_position, c.events, c.state, c.snapshots_listed_at, c.accounts_table_digest::text, c.active_holds_digest::text, `+auditAnchorSQL+`, d.*
+		FROM c CROSS JOIN LATERAL (`+auditCheckedSQL+`) d`, id).Scan(&cp.ID, &c, &p, &cp.Events, &cp.State, &listed, &table, &holds, &cp.Digest, &cp.Accounts, &ok, &problem)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return cp, ErrNoAuditCheckpoint
 	}
@@ -509,7 +510,7 @@ func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (Audi
 	if !ok {
 		return cp, fmt.Errorf("projections: audit checkpoint %d: %s: run a full audit to store a new one", cp.ID, problem)
 	}
-	cp.AccountsTable, cp.ActiveHolds = *table, *holds
+	cp.AccountsTable, cp.ActiveHolds, cp.SnapshotsListedAt = *table, *holds, *listed
 	return cp, nil
 }
 
@@ -545,6 +546,8 @@ func recheckAudit(ctx context.Context, tx pgx.Tx, id int64) error {
 var auditCheckedSQL = `SELECT r.n, r.problem = '', r.problem FROM (SELECT a.n, CASE
 		WHEN c.state_digest IS NULL OR c.accounts_table_digest IS NULL OR c.active_holds_digest IS NULL OR c.accounts_sha256 IS NULL
 			THEN 'a checkpoint of an earlier build, without its digests'
+		WHEN c.snapshots_listed_at IS NULL
+			THEN 'a checkpoint of an earlier build, without the time its audit listed the snapshots (migration 00022)'
 		WHEN c.state_digest <> md5(c.state) THEN 'its state does not match the digest stored with it (edited since)'
 		WHEN c.accounts_sha256 <> a.digest THEN 'its ' || a.n || ' account rows do not match the digest stored with them (edited since)'
 		ELSE '' END AS problem

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/projections"
@@ -21,7 +22,7 @@ func TestAuditCheckpointsKept(t *testing.T) {
 	var ids []int64
 	for i := range projections.AuditCheckpointsKept + 2 {
 		id, err := saveAudit(ctx, env.Pool, projections.AuditSave{
-			Checkpoint: projections.AuditCheckpoint{Position: eventstore.Position{Commit: uint64(i), Prepare: uint64(i)}, Events: int64(i), State: []byte{byte(i)}, AccountsTable: "0", ActiveHolds: "0"},
+			Checkpoint: projections.AuditCheckpoint{Position: eventstore.Position{Commit: uint64(i), Prepare: uint64(i)}, Events: int64(i), State: []byte{byte(i)}, AccountsTable: "0", ActiveHolds: "0", SnapshotsListedAt: listedAt},
 			Next:       accountsOf("a", "b"), Rows: 2})
 		if err != nil {
 			t.Fatal(err)
@@ -66,7 +67,38 @@ func accountsOf(ids ...string) func() (projections.AuditAccount, bool, error) {
 	}
 }
 
-var emptyState = projections.AuditCheckpoint{State: []byte{}, AccountsTable: "0", ActiveHolds: "0"}
+var emptyState = projections.AuditCheckpoint{State: []byte{}, AccountsTable: "0", ActiveHolds: "0", SnapshotsListedAt: listedAt}
+
+// listedAt is the snapshots' listing time the tests' checkpoints carry.
+var listedAt = time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC)
+
+// TestAuditCheckpointSnapshotsListedAt (migration 00022): a checkpoint
+// carries its audit's snapshots' listing time, not its save's; a save
+// without one stores nothing; one without it (an earlier build's, whose
+// taken_at is its audit's end) is refused, naming the full audit to run.
+func TestAuditCheckpointSnapshotsListedAt(t *testing.T) {
+	env := projtest.New(t)
+	ctx := context.Background()
+	id, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("a"), Rows: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, id)
+	if err != nil || !cp.SnapshotsListedAt.Equal(listedAt) {
+		t.Fatalf("checkpoint %d: listed at %v (%v), want %v", id, cp.SnapshotsListedAt, err, listedAt)
+	}
+	unlisted := emptyState
+	unlisted.SnapshotsListedAt = time.Time{}
+	if id, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: unlisted, Next: accountsOf("a"), Rows: 1}); err == nil {
+		t.Fatalf("checkpoint %d stored without its snapshots' listing time", id)
+	}
+	if _, err := env.Pool.Exec(ctx, `UPDATE readmodel.audit_checkpoints SET snapshots_listed_at = NULL WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, id); err == nil || !strings.Contains(err.Error(), "earlier build") || !strings.Contains(err.Error(), "full audit") {
+		t.Fatalf("a checkpoint without its snapshots' listing time: %v, want refused", err)
+	}
+}
 
 // TestAuditCheckpointAccounts: a checkpoint saved from an earlier one keeps
 // that one's rows of the accounts it does not write itself and its own of

@@ -88,7 +88,7 @@ var TrustedFromCheckpoint = []string{
 	"the holds table's rows of closed holds that no event after the checkpoint touched: one edited (and still closed), deleted or added " +
 		"(the active holds are compared whole), and so a snapshot's copy of such a hold, which is checked against its row",
 	"a snapshot of a revision the checkpoint passed whose store says it was taken before the audit that stored the checkpoint began " +
-		"(less " + snapshotTakenSlack.String() + " for the clocks; the checkpoint's taken_at, not in its digest): one forged with such a time, as an event edited before the checkpoint",
+		"(less " + snapshotTakenSlack.String() + " for the clocks; the checkpoint's snapshots_listed_at, not in its digest): one forged with such a time, as an event edited before the checkpoint",
 	"a key decided before the checkpoint and again after it under event IDs of its own, when its claim does not give the revision of its decision " +
 		"(a claim without one, or one written before a decision that landed later): not named key_decided_twice",
 }
@@ -206,10 +206,26 @@ type auditRun struct {
 	actuals *actuals
 	// accountsTable is what the accounts read model's comparison found.
 	accountsTable accountsTable
-	// started is when the audit began listing the snapshots: the checkpoint
-	// it stores carries it (TakenAt), so that an incremental audit from it
+	// listed is when the audit began listing the snapshots, by the read
+	// models' PostgreSQL clock (listingStart): the checkpoint it stores
+	// carries it (SnapshotsListedAt), so that an incremental audit from it
 	// checks every snapshot written since (snapshots.go).
-	started time.Time
+	listed time.Time
+}
+
+// listingStart reads the read models' PostgreSQL clock in the audit's own
+// transaction, as it begins listing the snapshots: the clock that stamps a
+// snapshot's Taken on a PostgreSQL store sharing that server, not the audit
+// host's. Without read models the audit stores no checkpoint, so it reads
+// none.
+func (r *auditRun) listingStart(ctx context.Context) error {
+	if r.tx == nil {
+		return nil
+	}
+	if err := r.tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&r.listed); err != nil {
+		return fmt.Errorf("audit: the snapshots' listing time: %w", err)
+	}
+	return nil
 }
 
 // readHead lists the snapshots to check, then reads the head the audit
@@ -217,8 +233,10 @@ type auditRun struct {
 // to the head reaches every one.
 func (r *auditRun) readHead(ctx context.Context) error {
 	f := r.f
+	if err := r.listingStart(ctx); err != nil {
+		return err
+	}
 	var err error
-	r.started = time.Now()
 	if r.snapshots, err = checkSnapshotsOf(ctx, r.store, f, r.opts.Account); err != nil {
 		return err
 	}
@@ -318,7 +336,7 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 			return rep, nil
 		}
 		save.Checkpoint.Position, save.Checkpoint.Events, save.Checkpoint.AccountsTable = f.Last, f.Events, r.accountsTable.digest
-		save.Checkpoint.ActiveHolds, save.Checkpoint.TakenAt = r.accountsTable.holds, r.started
+		save.Checkpoint.ActiveHolds, save.Checkpoint.SnapshotsListedAt = r.accountsTable.holds, r.listed
 		saved, err := projections.Checkpoints.SaveAudit(ctx, opts.Sets, save)
 		if saved.ID != 0 { // stored, even should dropping the oldest have failed
 			rep.Checkpoint = &CheckpointRef{ID: saved.ID, Position: f.Last.String(), Events: f.Events, Digest: saved.Digest}

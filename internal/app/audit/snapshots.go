@@ -31,11 +31,11 @@ import (
 // for a page, the checkpoint's revisions of its accounts, not their states.
 
 // snapshotTakenSlack is how long before the start of the audit that stored a
-// checkpoint (its TakenAt) an incremental audit from it still checks a
+// checkpoint (its SnapshotsListedAt) an incremental audit from it still checks a
 // snapshot of a revision the checkpoint passed: for the clocks that stamp a
-// snapshot's Taken (PostgreSQL's now(), or with KurrentDB the ledger's host)
-// and the audit's start (the audit's host), and a snapshot write in flight
-// while that audit listed them.
+// snapshot's Taken (the event store's PostgreSQL's now(), or with KurrentDB
+// the ledger's host) and the audit's start (the read models' PostgreSQL),
+// and a snapshot write in flight while that audit listed them.
 const snapshotTakenSlack = 5 * time.Minute
 
 // snapshotPage is how many snapshots the audit lists at a time.
@@ -206,7 +206,7 @@ func (f *Fold) skipSnapshotsBefore(ctx context.Context, sr eventstore.StreamRead
 			taken[sn.Stream] = sn.Taken
 		}
 	}
-	since := f.from.TakenAt.Add(-snapshotTakenSlack)
+	since := f.from.SnapshotsListedAt.Add(-snapshotTakenSlack)
 	var at, passed []string // at the checkpoint's revision of their account; before it, taken since
 	err := projections.Checkpoints.AuditAccountNext(ctx, f.resumed.q, f.resumed.id, ids, func(id string, next uint64) error {
 		stream := domain.AccountStream(id)

@@ -3,8 +3,10 @@ package audit_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
@@ -119,7 +121,7 @@ func TestIncrementalAuditChecksASnapshotWrittenSinceIt(t *testing.T) {
 	if inc.OK() || !snapshotMismatchOf(inc, "idle") || inc.Snapshots != 1 || inc.SnapsTrusted != 0 {
 		t.Fatalf("a forged snapshot written since the checkpoint: ok %v, %d checked, %d trusted: %v", inc.OK(), inc.Snapshots, inc.SnapsTrusted, inc.Violations)
 	}
-	if _, err := env.Pool.Exec(ctx, `UPDATE snapshots SET taken = (SELECT taken_at FROM readmodel.audit_checkpoints WHERE id = $1) - interval '1 hour'
+	if _, err := env.Pool.Exec(ctx, `UPDATE snapshots SET taken = (SELECT snapshots_listed_at FROM readmodel.audit_checkpoints WHERE id = $1) - interval '1 hour'
 		WHERE stream = $2`, cp.ID, domain.AccountStream("idle")); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +139,12 @@ func TestIncrementalAuditChecksASnapshotWrittenSinceIt(t *testing.T) {
 // audit that stores a checkpoint runs, after it listed the snapshots, which
 // it then does not check: the incremental audit from its checkpoint checks
 // it, though it is of a revision the checkpoint passed and no event after
-// the checkpoint touches the account.
+// the checkpoint touches the account. The checkpoint carries the time its
+// audit began listing the snapshots, no later than the snapshot's (not the
+// audit's end: the audits here are shorter than snapshotTakenSlack, so
+// only this comparison tells the two apart). A checkpoint without that time
+// (an earlier build's, whose taken_at is its audit's end, here 10 minutes
+// after the snapshot) is refused, not trusted to have checked it.
 func TestIncrementalAuditChecksASnapshotWrittenDuringItsCheckpointsAudit(t *testing.T) {
 	ctx := context.Background()
 	env := projtest.New(t)
@@ -162,7 +169,19 @@ func TestIncrementalAuditChecksASnapshotWrittenDuringItsCheckpointsAudit(t *test
 	if wrote != nil || !first.OK() || first.Checkpoint == nil {
 		t.Fatalf("the audit during which the snapshot was written: %v; ok %v, checkpoint %v: %v", wrote, first.OK(), first.Checkpoint, first.Violations)
 	}
+	var listed, taken time.Time
+	if err := env.Pool.QueryRow(ctx, `SELECT c.snapshots_listed_at, s.taken FROM readmodel.audit_checkpoints c, snapshots s WHERE c.id = $1 AND s.stream = $2`,
+		first.Checkpoint.ID, domain.AccountStream("idle")).Scan(&listed, &taken); err != nil || listed.After(taken) {
+		t.Fatalf("checkpoint %d: snapshots listed at %v, after the snapshot written during its audit (%v): %v", first.Checkpoint.ID, listed, taken, err)
+	}
 	if inc := run(t, env, audit.Options{From: &first.Checkpoint.ID}); inc.OK() || !snapshotMismatchOf(inc, "idle") {
 		t.Fatalf("the incremental audit from its checkpoint: ok %v: %v", inc.OK(), inc.Violations)
+	}
+	if _, err := env.Pool.Exec(ctx, `UPDATE readmodel.audit_checkpoints SET taken_at = $2::timestamptz + interval '10 minutes', snapshots_listed_at = NULL WHERE id = $1`,
+		first.Checkpoint.ID, taken); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := audit.Run(ctx, env.Store, audit.Options{From: &first.Checkpoint.ID, ReadModels: env.Pool}); err == nil || !strings.Contains(err.Error(), "full audit") {
+		t.Fatalf("an incremental audit from an earlier build's checkpoint: %v, want refused; report %+v", err, rep)
 	}
 }
