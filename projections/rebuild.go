@@ -32,8 +32,9 @@ type RebuildOptions struct {
 	BatchSize int
 	// Check checks the built generations before the switch (internal/app/audit's
 	// VerifyGeneration), beside the build: it is handed every batch the build
-	// reads, and its Verify error refuses its generation, which is dropped. Nil
-	// skips the check: only tests that check otherwise should do that.
+	// reads, and its Verify verdict refuses its generation, which is dropped;
+	// a check that could not be done drops none. Nil skips the check: only
+	// tests that check otherwise should do that.
 	Check Check
 	// Progress, when set, is called after each batch with the events consumed so far.
 	Progress func(events int64)
@@ -66,8 +67,10 @@ type Check interface {
 	// used the batch, and returns the check's error once it has one.
 	Fold(events []*Event) error
 	// Verify checks each built generation, all at once, after the last batch:
-	// one error per verification (nil: it matches the event store).
-	Verify(ctx context.Context, vs []Verification) []error
+	// one verdict per verification (nil: it matches the event store; an
+	// error: it differs), or an error alone when it could not check them (its
+	// context ended, a read failed), which is no verdict on any.
+	Verify(ctx context.Context, vs []Verification) (verdicts []error, err error)
 	// End releases what Begin took, whether or not Verify ran.
 	End()
 }
@@ -95,7 +98,10 @@ const rebuildLockID int64 = 0x6c6564676572 // "ledger"
 // applied meanwhile, makes the new generation's checkpoint live, points the views
 // at its tables and drops the old generation. A generation that fails its
 // index build or the check is dropped and the live one is left as it was, the
-// other projections switching; the next rebuild builds it afresh.
+// other projections switching; the next rebuild builds it afresh. Stopped
+// (ctx ended) before a generation's switch, or unable to check, it keeps the
+// generations it has not refused, each at its checkpoint, for the next
+// rebuild to resume (docs/design.md, "A rebuild").
 func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildOptions) ([]RebuildResult, error) {
 	opts.defaults()
 	projs, err := rebuildProjections(opts.Projections)
@@ -126,10 +132,7 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 	}
 	if err := r.buildGenerations(ctx, slots); err != nil {
 		if ctx.Err() != nil {
-			// Stopped: the generations stay, each at its checkpoint, for the
-			// next rebuild to resume.
-			opts.Logger.Warn("rebuild: stopped; run it again to resume", "error", err)
-			return nil, err
+			return nil, r.stopped(ctx, err)
 		}
 		dropBuilds(ctx, pool, slots)
 		return nil, err
@@ -143,6 +146,14 @@ type rebuildRun struct {
 	store Store
 	opts  RebuildOptions
 	start time.Time
+}
+
+// stopped returns the error of a rebuild whose context ended before its
+// switch, whatever err its step returned: its generations stay, each at its
+// checkpoint, for the next rebuild to resume.
+func (r *rebuildRun) stopped(ctx context.Context, err error) error {
+	r.opts.Logger.Warn("rebuild: stopped; run it again to resume", "error", err)
+	return fmt.Errorf("projections: rebuild stopped (%w); its generations are kept: run it again to resume them", context.Cause(ctx))
 }
 
 // defaults fills in the zero values of RebuildOptions.
@@ -334,7 +345,8 @@ func afterBuildBatch(ctx context.Context, opts RebuildOptions, consumed int64, g
 // verifyAndSwitch checks each built generation with opts.Check and switches to
 // it; a generation that fails its index build, the check or the switch is
 // dropped, and its error joins the others while the remaining projections go
-// on.
+// on. Stopped (ctx ended) or unable to check, it drops none that it has not
+// refused and returns that error: the next rebuild resumes them.
 func (r *rebuildRun) verifyAndSwitch(ctx context.Context, slots []*slot) ([]RebuildResult, error) {
 	pool, opts := r.pool, r.opts
 	var results []RebuildResult
@@ -343,13 +355,23 @@ func (r *rebuildRun) verifyAndSwitch(ctx context.Context, slots []*slot) ([]Rebu
 	if err != nil {
 		return nil, err
 	}
+	var verified []*slot
 	for i, s := range slots {
 		if err := refusals[i]; err != nil {
 			dropBuilds(ctx, pool, []*slot{s})
 			errs = append(errs, err)
 			continue
 		}
+		verified = append(verified, s)
+	}
+	for _, s := range verified {
 		prev, err := r.switchGeneration(ctx, s)
+		if err != nil && ctx.Err() != nil {
+			// A switch whose commit landed all the same made it live:
+			// the next rebuild resumes only those still being built.
+			errs = append(errs, r.stopped(ctx, err))
+			break
+		}
 		if err != nil {
 			dropBuilds(ctx, pool, []*slot{s})
 			errs = append(errs, err)
@@ -368,21 +390,30 @@ func (r *rebuildRun) verifyAndSwitch(ctx context.Context, slots []*slot) ([]Rebu
 // the store; both verdicts are kept. The check reads every row of each table
 // and needs none of the indexes; the two overlap, the index builds being
 // PostgreSQL's work and the check's mostly the fold's. Stopped (ctx ended),
-// it returns the error alone, the generations left for a rebuild to resume.
+// whatever the index builds and the check returned, or when the check could
+// not be done, it returns that error alone: no verdict, the generations left
+// for a rebuild to resume.
 func (r *rebuildRun) indexAndVerify(ctx context.Context, slots []*slot) ([]error, error) {
 	indexed := make(chan []error, 1)
 	go func() { indexed <- createIndexes(ctx, r.pool, slots, r.opts.Logger) }()
 	verdicts := make([]error, len(slots))
+	var checkErr error
 	if r.opts.Check != nil {
 		vs := make([]Verification, len(slots))
 		for i, s := range slots {
 			vs[i] = Verification{Projection: s.proj.Name(), Generation: s.gen, Position: s.pos}
 		}
-		verdicts = r.opts.Check.Verify(ctx, vs)
+		verdicts, checkErr = r.opts.Check.Verify(ctx, vs)
+		if checkErr == nil && len(verdicts) != len(slots) {
+			checkErr = fmt.Errorf("%d verdicts for %d generations", len(verdicts), len(slots))
+		}
 	}
 	indexErrs := <-indexed
-	if err := errors.Join(indexErrs...); err != nil && ctx.Err() != nil {
-		return nil, fmt.Errorf("projections: rebuild: %w", err)
+	if ctx.Err() != nil {
+		return nil, r.stopped(ctx, errors.Join(append(indexErrs, checkErr)...))
+	}
+	if checkErr != nil {
+		return nil, fmt.Errorf("projections: rebuild: could not check the generations (%w); they are kept: run the rebuild again to resume them", checkErr)
 	}
 	refusals := make([]error, len(slots))
 	for i, s := range slots {

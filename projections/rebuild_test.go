@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -369,4 +371,177 @@ func generationSchema(t *testing.T, env *projtest.Env, name string, gen int) []s
 	}
 	sort.Strings(defs)
 	return defs
+}
+
+// TestRebuildStoppedInItsCheckResumes: a rebuild stopped (its context ended)
+// after its index builds, during its check or its switch, or whose check
+// could not be done (an infrastructure error, not a verdict), drops no
+// generation as differing from the store: it returns that error, leaves
+// every generation being built and the live ones as they were, and the
+// next rebuild resumes them to read models equal to a rebuild run through.
+func TestRebuildStoppedInItsCheckResumes(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 200, Seed: 41})
+	devtest.CatchUp(t, newRunner(t, env, projections.Options{}))
+	if _, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 50}); err != nil {
+		t.Fatal(err)
+	}
+	through := projtest.Snapshot(t, env.Pool)
+	lost := errors.New("connection lost")
+	for _, c := range []struct {
+		name string
+		when stopWhen
+		want error
+	}{
+		{"stopped during the check", stopInCheck, context.Canceled},
+		{"stopped at the switch", stopAtSwitch, context.Canceled},
+		{"the check could not be done", failCheck, lost},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := liveGenerations(t, env)
+			ctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			held, release := []string(nil), func() {} // left being built: all, but at the switch the one held
+			if c.when == stopAtSwitch {
+				held = []string{projections.Transfers}
+				release = stopWhenSwitchWaits(t, env, ctx, stop, projections.Transfers)
+			}
+			check := &interruptedCheck{Check: audit.VerifyGeneration(env.Pool, env.Store), built: new(atomic.Int64), when: c.when, stop: stop, lost: lost}
+			logger := slog.New(indexLog{slog.Default().Handler(), check.built})
+			_, err := projections.Rebuild(ctx, env.Pool, env.Store, projections.RebuildOptions{BatchSize: 50, Check: check, Logger: logger})
+			if !errors.Is(err, c.want) || errors.Is(err, audit.ErrGenerationMismatch) || strings.Contains(err.Error(), "does not match") {
+				t.Fatalf("the rebuild returned %v, want %v and no verdict", err, c.want)
+			}
+			t.Log(err)
+			buildingLeft(t, env, before, held)
+			release()
+			res, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 50})
+			if err != nil || len(res) != len(projections.Names) {
+				t.Fatalf("resumed rebuild: %+v, %v", res, err)
+			}
+			projtest.SameSnapshot(t, "a rebuild "+c.name+" and resumed vs one run through", through, projtest.Snapshot(t, env.Pool))
+		})
+	}
+	projtest.AuditOK(t, env.Store, env.Pool)
+}
+
+// stopWhenSwitchWaits holds the live checkpoint of name (its switch locks it)
+// until the function it returns is called, and ends the rebuild's context
+// (stop) once its switch waits for it, the projections before it switched.
+func stopWhenSwitchWaits(t *testing.T, env *projtest.Env, ctx context.Context, stop context.CancelFunc, name string) (release func()) {
+	t.Helper()
+	// Connections of their own: the rebuild may take every one of the pool.
+	holding, polling := connect(t, env), connect(t, env)
+	tx, err := holding.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	release = func() { tx.Rollback(context.Background()) }
+	t.Cleanup(release)
+	var holder int
+	if err := tx.QueryRow(context.Background(), `SELECT pg_backend_pid() FROM readmodel.checkpoints WHERE name = $1 AND state = 'live' FOR UPDATE`, name).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer stop()
+		for ctx.Err() == nil { // polled: nothing tells when a backend starts waiting
+			var waiting bool
+			err := polling.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))`, holder).Scan(&waiting)
+			if err != nil || waiting {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return release
+}
+
+// connect opens a connection to env's database, closed at t's end.
+func connect(t *testing.T, env *projtest.Env) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.ConnectConfig(context.Background(), env.Pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// buildingLeft fails t unless held (nil: every projection) have a generation
+// left being built and their live generation is that of before.
+func buildingLeft(t *testing.T, env *projtest.Env, before map[string]int, held []string) {
+	t.Helper()
+	st, err := projections.ReadStatus(context.Background(), env.Pool, env.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held == nil {
+		held = projections.Names
+	}
+	var building []string
+	for _, s := range st {
+		switch {
+		case s.State == "building":
+			building = append(building, s.Projection)
+		case s.State == "live" && slices.Contains(held, s.Projection) && s.Generation != before[s.Projection]:
+			t.Fatalf("%s switched to generation %d", s.Projection, s.Generation)
+		}
+	}
+	sort.Strings(building)
+	if !slices.Equal(building, held) {
+		t.Fatalf("generations left being built: %v, want %v: %+v", building, held, st)
+	}
+}
+
+type stopWhen int
+
+const (
+	stopInCheck  stopWhen = iota // the context ends once the indexes are built, before the check reads
+	stopAtSwitch                 // the context ends while the switch of transfers waits (stopWhenSwitchWaits)
+	failCheck                    // the check fails to check every generation
+)
+
+// interruptedCheck is a Check whose Verify waits for the index builds of the
+// generations it verifies, then stops the rebuild or fails as when says.
+type interruptedCheck struct {
+	projections.Check
+	built *atomic.Int64
+	when  stopWhen
+	stop  context.CancelFunc
+	lost  error
+}
+
+func (c *interruptedCheck) Verify(ctx context.Context, vs []projections.Verification) ([]error, error) {
+	for c.built.Load() < int64(len(vs)) { // polled: the index builds run beside Verify
+		time.Sleep(5 * time.Millisecond)
+	}
+	switch c.when {
+	case stopInCheck:
+		c.stop()
+	case failCheck:
+		return nil, fmt.Errorf("audit: read: %w", c.lost)
+	}
+	return c.Check.Verify(ctx, vs)
+}
+
+// indexLog counts the rebuild's "indexes built" records: a generation's
+// index build is done once its record is logged.
+type indexLog struct {
+	slog.Handler
+	built *atomic.Int64
+}
+
+func (h indexLog) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "rebuild: indexes built" {
+		h.built.Add(1)
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h indexLog) WithAttrs(as []slog.Attr) slog.Handler {
+	return indexLog{h.Handler.WithAttrs(as), h.built}
+}
+
+func (h indexLog) WithGroup(name string) slog.Handler {
+	return indexLog{h.Handler.WithGroup(name), h.built}
 }

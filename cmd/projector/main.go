@@ -216,8 +216,10 @@ func rebuildCommand() *cli.Command {
 			"transaction, and the old generation dropped. A generation that does not match, or whose\n" +
 			"indexes fail to build (a row loaded twice), is dropped while the others switch, and the\n" +
 			"command exits 1 naming it and its first differing rows; run it again to build that one\n" +
-			"afresh. Stopped (SIGINT, SIGTERM) before the switch, it leaves its generations at their\n" +
-			"checkpoints, and the next rebuild resumes them (--fresh: builds anew).",
+			"afresh. Stopped (SIGINT, SIGTERM) before a generation's switch, during the build, the\n" +
+			"check or the switches, it leaves that generation at its checkpoint, exits 1, and the next\n" +
+			"rebuild resumes it (--fresh: builds anew); so does a check that could not be done (a lost\n" +
+			"connection), which is no verdict: run it again.",
 		Flags:  flags,
 		Action: runRebuild,
 	}

@@ -807,16 +807,12 @@ func (c *generationCheck) Fold(events []*projections.Event) error {
 	}
 }
 
-func (c *generationCheck) Verify(ctx context.Context, vs []projections.Verification) []error {
+// Verify returns an error alone, no verdict, when it could not check (its
+// context ended, a read failed).
+func (c *generationCheck) Verify(ctx context.Context, vs []projections.Verification) ([]error, error) {
 	errs := make([]error, len(vs))
-	failAll := func(err error) []error {
-		for i := range errs {
-			errs[i] = cmp.Or(errs[i], err)
-		}
-		return errs
-	}
 	if err := c.finishFolding(); err != nil {
-		return failAll(err)
+		return nil, err
 	}
 	order := make([]int, len(vs))
 	for i := range order {
@@ -829,14 +825,14 @@ func (c *generationCheck) Verify(ctx context.Context, vs []projections.Verificat
 			continue
 		}
 		if err := foldUntil(ctx, c.store, c.f, foldTo{until: vs[i].Position, batch: 5000}); err != nil {
-			return failAll(err)
+			return nil, err
 		}
 		var err error
 		if errs[i], err = verifyOne(ctx, c.pool, c.f, vs[i]); err != nil {
-			return failAll(err)
+			return nil, err
 		}
 	}
-	return errs
+	return errs, nil
 }
 
 // finishFolding waits for run to fold the batches handed to it.
