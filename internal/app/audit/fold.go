@@ -329,7 +329,7 @@ func (f *Fold) apply(re eventstore.RecordedEvent, md meta) {
 		f.badStream[re.Stream] = true
 		return
 	}
-	ev := domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Position: re.Position.String(), Type: re.Type, Data: re.Data, Metadata: m}
+	ev := storedEvent(re, m)
 
 	// The hash chain: each event's chain links the stored chain of the one before.
 	if f.VerifyChain && !ss.chainFault {
@@ -391,7 +391,7 @@ func (f *Fold) applyKeyStream(re eventstore.RecordedEvent, md meta) {
 		f.eventViolation(InvStreams, "undecodable_metadata", re, "%v", err)
 		return
 	}
-	ev := domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Position: re.Position.String(), Type: re.Type, Data: re.Data, Metadata: m}
+	ev := storedEvent(re, m)
 	if f.VerifyChain && m.Chain != domain.ChainHash("", ev) {
 		f.eventViolation(InvChain, "chain_mismatch", re, "stored content no longer matches its chain hash (type %s, key %q): the first altered event of %s", re.Type, m.Key, re.Stream)
 	}

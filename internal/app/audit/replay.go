@@ -105,7 +105,7 @@ func Replay(ctx context.Context, r eventstore.StreamReader, stream string, toRev
 			step.Err = err
 			return cmp.Or(fn(step), errStop)
 		}
-		step.State, step.Err = fold(domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Position: re.Position.String(), Type: re.Type, Data: re.Data, Metadata: m})
+		step.State, step.Err = fold(storedEvent(re, m))
 		if err := fn(step); err != nil || step.Err != nil {
 			return cmp.Or(err, errStop)
 		}
@@ -141,6 +141,12 @@ func readStreamTo(ctx context.Context, r eventstore.StreamReader, stream string,
 		}
 		next = evs[len(evs)-1].Revision + 1
 	}
+}
+
+// storedEvent is a recorded event as the domain folds it, with its metadata
+// decoded (m).
+func storedEvent(re eventstore.RecordedEvent, m domain.Metadata) domain.StoredEvent {
+	return domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Position: re.Position.String(), Type: re.Type, Data: re.Data, Metadata: m}
 }
 
 // newReplayAccount is the account aggregate a replay folds: it keeps what

@@ -248,7 +248,7 @@ func (f *Fold) resumeRecords(ctx context.Context, store Store, recs []carriedRec
 			if err != nil {
 				return fmt.Errorf("audit: checkpoint: step %s: %w", r.Key, err)
 			}
-			evs = append(evs, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Position: re.Position.String(), Type: re.Type, Data: re.Data, Metadata: m})
+			evs = append(evs, storedEvent(re, m))
 		}
 		tmp := domain.NewAccount(strings.TrimPrefix(r.Stream, domain.AccountStreamPrefix))
 		if a := f.Accounts[tmp.ID]; a != nil {

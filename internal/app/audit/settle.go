@@ -141,7 +141,7 @@ func (f *Fold) reload(stream string, rev uint64) *streamState {
 		if err != nil || re.Revision != uint64(i) {
 			return nil
 		}
-		ev := domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Position: re.Position.String(), Type: re.Type, Data: re.Data, Metadata: m}
+		ev := storedEvent(re, m)
 		if transfer {
 			err = domain.EvolveTransfer(t, ev)
 		} else {

@@ -255,7 +255,7 @@ func (f *Fold) checkPassedSnapshot(ctx context.Context, sr eventstore.StreamRead
 	err := readStreamTo(ctx, sr, stream, int64(rev), func(re eventstore.RecordedEvent) error {
 		m, err := domain.DecodeMetadata(re.Metadata)
 		if err == nil {
-			err = domain.EvolveAccount(a, domain.StoredEvent{ID: re.ID, Stream: re.Stream, Revision: re.Revision, Type: re.Type, Data: re.Data, Metadata: m})
+			err = domain.EvolveAccount(a, storedEvent(re, m))
 		}
 		at, broken = re.Position, err != nil
 		return err
