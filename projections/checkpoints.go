@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -332,13 +331,7 @@ type AuditCheckpoint struct {
 	Position eventstore.Position
 	Events   int64
 	State    []byte
-	// SnapshotsListedAt is when the audit that stored it began listing the
-	// account snapshots, by the read models' PostgreSQL clock (migration
-	// 00022): an incremental audit from it checks each written since
-	// (internal/app/audit/snapshots.go). SaveAudit refuses it zero; LoadAudit
-	// refuses a checkpoint without it (an earlier build's).
-	SnapshotsListedAt time.Time
-	Accounts          int64 // its account rows (LoadAudit)
+	Accounts int64 // its account rows (LoadAudit)
 	// AccountsTable is the accounts read model's digest as the audit that
 	// stored it found the table (migration 00014; the audit computes it:
 	// internal/app/audit/tabledigest.go), a decimal integer.
@@ -356,8 +349,9 @@ type AuditCheckpoint struct {
 
 // AuditAccount is an account's row of an audit checkpoint (migration 00013):
 // its stream's next revision, chain head and open command group, whether a
-// capture saga is in flight on it (Guarded), and its state (Snapshot, as
-// domain.EncodeSnapshot writes it).
+// capture saga is in flight on it (Guarded), its state (Snapshot, as
+// domain.EncodeSnapshot writes it), and the record of its snapshot an audit
+// checked (Checked, migration 00023).
 type AuditAccount struct {
 	AccountID             string
 	Next                  uint64
@@ -365,13 +359,26 @@ type AuditAccount struct {
 	GroupNext, GroupCount int
 	Guarded               bool
 	Snapshot              []byte
+	Checked               CheckedSnapshot
+}
+
+// CheckedSnapshot is an account's snapshot as an audit found it equal to the
+// fold of its stream: its revision and its stored bytes (Data nil: none).
+type CheckedSnapshot struct {
+	Revision uint64
+	Data     []byte
 }
 
 func (a *AuditAccount) values(checkpoint int64) []any {
-	return []any{checkpoint, a.AccountID, int64(a.Next), a.Chain, a.GroupKey, a.GroupNext, a.GroupCount, a.Guarded, a.Snapshot}
+	var rev *int64
+	if a.Checked.Data != nil {
+		r := int64(a.Checked.Revision)
+		rev = &r
+	}
+	return []any{checkpoint, a.AccountID, int64(a.Next), a.Chain, a.GroupKey, a.GroupNext, a.GroupCount, a.Guarded, a.Snapshot, rev, a.Checked.Data}
 }
 
-var auditAccountColumns = []string{"checkpoint_id", "account_id", "next", "chain", "group_key", "group_next", "group_count", "guarded", "snapshot"}
+var auditAccountColumns = []string{"checkpoint_id", "account_id", "next", "chain", "group_key", "group_next", "group_count", "guarded", "snapshot", "snapshot_revision", "snapshot_data"}
 
 // AuditCheckpointsKept bounds the audit checkpoints stored: SaveAudit drops
 // the oldest beyond it. Each holds a row of every account (some 0.5 KB), so
@@ -431,9 +438,6 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 	if cp.AccountsTable == "" || cp.ActiveHolds == "" {
 		return errors.New("no digest of the accounts read model: a checkpoint is stored only of read models compared at the audit's head")
 	}
-	if cp.SnapshotsListedAt.IsZero() {
-		return errors.New("no time of the snapshots' listing: an incremental audit from the checkpoint could not tell the snapshots its audit checked")
-	}
 	pp, err := posArgs(cp.Position)
 	if err != nil {
 		return err
@@ -443,8 +447,8 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 			return err
 		}
 	}
-	if err := tx.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, state_digest, accounts_table_digest, active_holds_digest, snapshots_listed_at)
-		VALUES ($1, $2, $3, $4::bytea, md5($4::bytea), $5::numeric, $6::numeric, $7) RETURNING id`, pp.commit, pp.prepare, cp.Events, cp.State, cp.AccountsTable, cp.ActiveHolds, cp.SnapshotsListedAt).Scan(&cp.ID); err != nil {
+	if err := tx.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, state_digest, accounts_table_digest, active_holds_digest, snapshots_recorded)
+		VALUES ($1, $2, $3, $4::bytea, md5($4::bytea), $5::numeric, $6::numeric, true) RETURNING id`, pp.commit, pp.prepare, cp.Events, cp.State, cp.AccountsTable, cp.ActiveHolds).Scan(&cp.ID); err != nil {
 		return err
 	}
 	src := pgx.CopyFromFunc(func() ([]any, error) {
@@ -459,8 +463,8 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 		return err
 	}
 	if s.CarryFrom > 0 {
-		tag, err := tx.Exec(ctx, `INSERT INTO readmodel.audit_checkpoint_accounts (checkpoint_id, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot)
-			SELECT $1, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot
+		tag, err := tx.Exec(ctx, `INSERT INTO readmodel.audit_checkpoint_accounts (checkpoint_id, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, snapshot_revision, snapshot_data)
+			SELECT $1, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, snapshot_revision, snapshot_data
 			FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $2
 			ON CONFLICT (checkpoint_id, account_id) DO NOTHING`, cp.ID, s.CarryFrom)
 		if err != nil {
@@ -495,11 +499,10 @@ func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (Audi
 		problem string
 		table   *string
 		holds   *string
-		listed  *time.Time
 	)
 	err := q.QueryRow(ctx, `WITH c AS (SELECT * FROM readmodel.audit_checkpoints WHERE $1::bigint = 0 OR id = $1 ORDER BY id DESC LIMIT 1)
-		SELECT c.id, c.commit_position, c.prepare_position, c.events, c.state, c.snapshots_listed_at, c.accounts_table_digest::text, c.active_holds_digest::text, `+auditAnchorSQL+`, d.*
-		FROM c CROSS JOIN LATERAL (`+auditCheckedSQL+`) d`, id).Scan(&cp.ID, &c, &p, &cp.Events, &cp.State, &listed, &table, &holds, &cp.Digest, &cp.Accounts, &ok, &problem)
+		SELECT c.id, c.commit_position, c.prepare_position, c.events, c.state, c.accounts_table_digest::text, c.active_holds_digest::text, `+auditAnchorSQL+`, d.*
+		FROM c CROSS JOIN LATERAL (`+auditCheckedSQL+`) d`, id).Scan(&cp.ID, &c, &p, &cp.Events, &cp.State, &table, &holds, &cp.Digest, &cp.Accounts, &ok, &problem)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return cp, ErrNoAuditCheckpoint
 	}
@@ -510,7 +513,7 @@ func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (Audi
 	if !ok {
 		return cp, fmt.Errorf("projections: audit checkpoint %d: %s: run a full audit to store a new one", cp.ID, problem)
 	}
-	cp.AccountsTable, cp.ActiveHolds, cp.SnapshotsListedAt = *table, *holds, *listed
+	cp.AccountsTable, cp.ActiveHolds = *table, *holds
 	return cp, nil
 }
 
@@ -546,8 +549,8 @@ func recheckAudit(ctx context.Context, tx pgx.Tx, id int64) error {
 var auditCheckedSQL = `SELECT r.n, r.problem = '', r.problem FROM (SELECT a.n, CASE
 		WHEN c.state_digest IS NULL OR c.accounts_table_digest IS NULL OR c.active_holds_digest IS NULL OR c.accounts_sha256 IS NULL
 			THEN 'a checkpoint of an earlier build, without its digests'
-		WHEN c.snapshots_listed_at IS NULL
-			THEN 'a checkpoint of an earlier build, without the time its audit listed the snapshots (migration 00022)'
+		WHEN c.snapshots_recorded IS NULL
+			THEN 'a checkpoint of an earlier build, without the record of the snapshots its audit checked (migration 00023)'
 		WHEN c.state_digest <> md5(c.state) THEN 'its state does not match the digest stored with it (edited since)'
 		WHEN c.accounts_sha256 <> a.digest THEN 'its ' || a.n || ' account rows do not match the digest stored with them (edited since)'
 		ELSE '' END AS problem
@@ -561,25 +564,40 @@ var auditCheckedSQL = `SELECT r.n, r.problem = '', r.problem FROM (SELECT a.n, C
 // sha256 collision.
 func auditRowsDigestSQL(id string) string {
 	return `SELECT count(*) AS n, encode(sha256(coalesce(string_agg(h, ''::bytea ORDER BY h), ''::bytea)), 'hex') AS digest
-		FROM (SELECT sha256(convert_to(row(account_id, next, chain, group_key, group_next, group_count, guarded, sha256(snapshot))::text, 'UTF8')) AS h
+		FROM (SELECT sha256(convert_to(row(account_id, next, chain, group_key, group_next, group_count, guarded, sha256(snapshot), snapshot_revision, sha256(snapshot_data))::text, 'UTF8')) AS h
 			FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = ` + id + `) rows`
 }
 
+// AuditSnapshotNext is an account's row of an audit checkpoint as an
+// incremental audit reads it to tell a snapshot: its stream's next revision
+// and the record of its checked snapshot, its revision and the sha256 of its
+// bytes (nil: none).
+type AuditSnapshotNext struct {
+	AccountID     string
+	Next          uint64
+	Checked       uint64
+	CheckedSHA256 []byte
+}
+
 // AuditAccountNext reads, of audit checkpoint id, each named account's next
-// revision (its row's; an account the checkpoint does not hold is not
-// handed), without its state: what an incremental audit needs to tell a
-// snapshot the checkpoint passed.
-func (Checkpointer) AuditAccountNext(ctx context.Context, q Querier, id int64, ids []string, each func(accountID string, next uint64) error) error {
-	rows, err := q.Query(ctx, `SELECT account_id, next FROM readmodel.audit_checkpoint_accounts
+// revision and checked snapshot's record (AuditSnapshotNext; an account the
+// checkpoint does not hold is not handed), without its state or the
+// snapshot's bytes: what an incremental audit needs to tell a snapshot the
+// checkpoint passed, and one it recorded.
+func (Checkpointer) AuditAccountNext(ctx context.Context, q Querier, id int64, ids []string, each func(AuditSnapshotNext) error) error {
+	rows, err := q.Query(ctx, `SELECT account_id, next, coalesce(snapshot_revision, -1), sha256(snapshot_data) FROM readmodel.audit_checkpoint_accounts
 		WHERE checkpoint_id = $1 AND account_id = ANY($2::text[])`, id, ids)
 	if err != nil {
 		return fmt.Errorf("projections: audit checkpoint %d: accounts: %w", id, err)
 	}
 	var (
-		account string
-		next    int64
+		a         AuditSnapshotNext
+		next, rev int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&account, &next}, func() error { return each(account, uint64(next)) })
+	_, err = pgx.ForEachRow(rows, []any{&a.AccountID, &next, &rev, &a.CheckedSHA256}, func() error {
+		a.Next, a.Checked = uint64(next), uint64(max(rev, 0))
+		return each(a)
+	})
 	if err != nil {
 		return fmt.Errorf("projections: audit checkpoint %d: accounts: %w", id, err)
 	}
@@ -591,18 +609,18 @@ func (Checkpointer) AuditAccountNext(ctx context.Context, q Querier, id int64, i
 // guarded, of every account with a capture saga in flight, handing each to
 // each.
 func (Checkpointer) LoadAuditAccounts(ctx context.Context, q Querier, id int64, ids []string, guarded bool, each func(AuditAccount) error) error {
-	rows, err := q.Query(ctx, `SELECT account_id, next, chain, group_key, group_next, group_count, guarded, snapshot
+	rows, err := q.Query(ctx, `SELECT account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, coalesce(snapshot_revision, 0), snapshot_data
 		FROM readmodel.audit_checkpoint_accounts
 		WHERE checkpoint_id = $1 AND (account_id = ANY($2::text[]) OR ($3 AND guarded))`, id, ids, guarded)
 	if err != nil {
 		return fmt.Errorf("projections: audit checkpoint %d: accounts: %w", id, err)
 	}
 	var (
-		a    AuditAccount
-		next int64
+		a         AuditAccount
+		next, rev int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&a.AccountID, &next, &a.Chain, &a.GroupKey, &a.GroupNext, &a.GroupCount, &a.Guarded, &a.Snapshot}, func() error {
-		a.Next = uint64(next)
+	_, err = pgx.ForEachRow(rows, []any{&a.AccountID, &next, &a.Chain, &a.GroupKey, &a.GroupNext, &a.GroupCount, &a.Guarded, &a.Snapshot, &rev, &a.Checked.Data}, func() error {
+		a.Next, a.Checked.Revision = uint64(next), uint64(rev)
 		return each(a)
 	})
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/projections"
@@ -22,7 +21,7 @@ func TestAuditCheckpointsKept(t *testing.T) {
 	var ids []int64
 	for i := range projections.AuditCheckpointsKept + 2 {
 		id, err := saveAudit(ctx, env.Pool, projections.AuditSave{
-			Checkpoint: projections.AuditCheckpoint{Position: eventstore.Position{Commit: uint64(i), Prepare: uint64(i)}, Events: int64(i), State: []byte{byte(i)}, AccountsTable: "0", ActiveHolds: "0", SnapshotsListedAt: listedAt},
+			Checkpoint: projections.AuditCheckpoint{Position: eventstore.Position{Commit: uint64(i), Prepare: uint64(i)}, Events: int64(i), State: []byte{byte(i)}, AccountsTable: "0", ActiveHolds: "0"},
 			Next:       accountsOf("a", "b"), Rows: 2})
 		if err != nil {
 			t.Fatal(err)
@@ -67,36 +66,62 @@ func accountsOf(ids ...string) func() (projections.AuditAccount, bool, error) {
 	}
 }
 
-var emptyState = projections.AuditCheckpoint{State: []byte{}, AccountsTable: "0", ActiveHolds: "0", SnapshotsListedAt: listedAt}
+var emptyState = projections.AuditCheckpoint{State: []byte{}, AccountsTable: "0", ActiveHolds: "0"}
 
-// listedAt is the snapshots' listing time the tests' checkpoints carry.
-var listedAt = time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC)
-
-// TestAuditCheckpointSnapshotsListedAt (migration 00022): a checkpoint
-// carries its audit's snapshots' listing time, not its save's; a save
-// without one stores nothing; one without it (an earlier build's, whose
-// taken_at is its audit's end) is refused, naming the full audit to run.
-func TestAuditCheckpointSnapshotsListedAt(t *testing.T) {
+// TestAuditCheckpointSnapshotRecord (migration 00023): a checkpoint's
+// account row records the snapshot its audit checked (revision and bytes),
+// read back with the row and, as a revision and a sha256, by
+// AuditAccountNext; the record is in the rows' digest, so a checkpoint whose
+// record is edited is refused, and so is one without the record (an
+// earlier build's), naming the full audit to run.
+func TestAuditCheckpointSnapshotRecord(t *testing.T) {
 	env := projtest.New(t)
 	ctx := context.Background()
-	id, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("a"), Rows: 1})
+	checked := projections.CheckedSnapshot{Revision: 2, Data: []byte("snapshot of a at 2")}
+	rows := []projections.AuditAccount{{AccountID: "a", Next: 3, Snapshot: []byte("a"), Checked: checked}, {AccountID: "b", Next: 3, Snapshot: []byte("b")}}
+	id, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Rows: 2, Next: func() (projections.AuditAccount, bool, error) {
+		if len(rows) == 0 {
+			return projections.AuditAccount{}, false, nil
+		}
+		r := rows[0]
+		rows = rows[1:]
+		return r, true, nil
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, id)
-	if err != nil || !cp.SnapshotsListedAt.Equal(listedAt) {
-		t.Fatalf("checkpoint %d: listed at %v (%v), want %v", id, cp.SnapshotsListedAt, err, listedAt)
+	if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, id); err != nil {
+		t.Fatal(err)
 	}
-	unlisted := emptyState
-	unlisted.SnapshotsListedAt = time.Time{}
-	if id, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: unlisted, Next: accountsOf("a"), Rows: 1}); err == nil {
-		t.Fatalf("checkpoint %d stored without its snapshots' listing time", id)
+	got := map[string]projections.CheckedSnapshot{}
+	if err := projections.Checkpoints.LoadAuditAccounts(ctx, env.Pool, id, []string{"a", "b"}, false, func(a projections.AuditAccount) error {
+		got[a.AccountID] = a.Checked
+		return nil
+	}); err != nil || got["a"].Revision != 2 || string(got["a"].Data) != string(checked.Data) || got["b"].Data != nil {
+		t.Fatalf("the rows' records: %+v (%v)", got, err)
 	}
-	if _, err := env.Pool.Exec(ctx, `UPDATE readmodel.audit_checkpoints SET snapshots_listed_at = NULL WHERE id = $1`, id); err != nil {
+	sums := map[string]projections.AuditSnapshotNext{}
+	if err := projections.Checkpoints.AuditAccountNext(ctx, env.Pool, id, []string{"a", "b"}, func(n projections.AuditSnapshotNext) error {
+		sums[n.AccountID] = n
+		return nil
+	}); err != nil || sums["a"].Checked != 2 || sums["a"].CheckedSHA256 == nil || sums["b"].CheckedSHA256 != nil || sums["a"].Next != 3 {
+		t.Fatalf("the rows' records by AuditAccountNext: %+v (%v)", sums, err)
+	}
+	if _, err := env.Pool.Exec(ctx, `UPDATE readmodel.audit_checkpoint_accounts SET snapshot_data = 'forged' WHERE checkpoint_id = $1 AND account_id = 'a'`, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, id); err == nil || !strings.Contains(err.Error(), "account rows do not match") {
+		t.Fatalf("a checkpoint whose snapshot record was edited: %v, want refused", err)
+	}
+	id, err = saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("a"), Rows: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Pool.Exec(ctx, `UPDATE readmodel.audit_checkpoints SET snapshots_recorded = NULL WHERE id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, id); err == nil || !strings.Contains(err.Error(), "earlier build") || !strings.Contains(err.Error(), "full audit") {
-		t.Fatalf("a checkpoint without its snapshots' listing time: %v, want refused", err)
+		t.Fatalf("a checkpoint without the record of its snapshots: %v, want refused", err)
 	}
 }
 

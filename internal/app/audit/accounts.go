@@ -85,6 +85,9 @@ func (f *Fold) loadAccounts(ctx context.Context, ids []string, guarded bool) err
 		ss := &streamState{next: row.Next, chain: row.Chain, groupKey: row.GroupKey, groupNext: row.GroupNext, groupCount: row.GroupCount}
 		restoreClosedHold(a, ss)
 		f.streams[stream] = ss
+		if row.Checked.Data != nil {
+			f.recordChecked(stream, row.Checked)
+		}
 		r.loaded++
 		r.at[a.ID] = [2]int64{a.Revision, a.Balance}
 		r.noteOldHolds(a)
@@ -172,7 +175,7 @@ func (f *Fold) accountRowsOut() func() (projections.AuditAccount, bool, error) {
 		if err != nil {
 			return projections.AuditAccount{}, false, fmt.Errorf("audit: checkpoint: %w", err)
 		}
-		row := projections.AuditAccount{AccountID: id, Guarded: captureInFlight(a), Snapshot: snap}
+		row := projections.AuditAccount{AccountID: id, Guarded: captureInFlight(a), Snapshot: snap, Checked: f.checked[stream]}
 		if ss != nil {
 			row.Next, row.Chain, row.GroupKey, row.GroupNext, row.GroupCount = ss.next, ss.chain, ss.groupKey, ss.groupNext, ss.groupCount
 		}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -87,8 +86,6 @@ var TrustedFromCheckpoint = []string{
 		"(the accounts table and the active holds are compared whole; invariant 9 checks each untouched account's last balance-history row, and that no entry follows it)",
 	"the holds table's rows of closed holds that no event after the checkpoint touched: one edited (and still closed), deleted or added " +
 		"(the active holds are compared whole), and so a snapshot's copy of such a hold, which is checked against its row",
-	"a snapshot of a revision the checkpoint passed whose store says it was taken before the audit that stored the checkpoint began " +
-		"(less " + snapshotTakenSlack.String() + " for the clocks; the checkpoint's snapshots_listed_at, not in its digest): one forged with such a time, as an event edited before the checkpoint",
 	"a key decided before the checkpoint and again after it under event IDs of its own, when its claim does not give the revision of its decision " +
 		"(a claim without one, or one written before a decision that landed later): not named key_decided_twice",
 }
@@ -111,9 +108,10 @@ type Report struct {
 	Accounts       int              `json:"accounts"`
 	Transfers      int              `json:"transfers"`
 	Keys           int              `json:"keys"`
-	Snapshots      int              `json:"snapshots"`                          // account snapshots checked (invariant 7)
-	HoldsUnchecked int              `json:"snapshot_holds_unchecked,omitempty"` // of those, the snapshots whose closed holds were not checked (no holds read model at or past them)
-	SnapsTrusted   int              `json:"snapshots_trusted,omitempty"`        // not counted in Snapshots: an incremental audit's, of revisions its checkpoint passed, taken before the audit that stored it began (TrustedFromCheckpoint)
+	Snapshots      int              `json:"snapshots"`                             // account snapshots checked (invariant 7)
+	HoldsUnchecked int              `json:"snapshot_holds_unchecked,omitempty"`    // of those, the snapshots whose closed holds were not checked (no holds read model at or past them)
+	SnapsTrusted   int              `json:"snapshots_trusted,omitempty"`           // not counted in Snapshots: an incremental audit's, of revisions its checkpoint passed, stored with the bytes the checkpoint records its audit checked
+	SnapsFromStart int              `json:"snapshots_folded_from_start,omitempty"` // of Snapshots, an incremental audit's of revisions its checkpoint passed with no checked snapshot recorded below them: folded from their stream's first event
 	Account        string           `json:"account,omitempty"`
 	ChainVerified  bool             `json:"chain_verified"`
 	Totals         []Totals         `json:"totals"`
@@ -206,26 +204,6 @@ type auditRun struct {
 	actuals *actuals
 	// accountsTable is what the accounts read model's comparison found.
 	accountsTable accountsTable
-	// listed is when the audit began listing the snapshots, by the read
-	// models' PostgreSQL clock (listingStart): the checkpoint it stores
-	// carries it (SnapshotsListedAt), so that an incremental audit from it
-	// checks every snapshot written since (snapshots.go).
-	listed time.Time
-}
-
-// listingStart reads the read models' PostgreSQL clock in the audit's own
-// transaction, as it begins listing the snapshots: the clock that stamps a
-// snapshot's Taken on a PostgreSQL store sharing that server, not the audit
-// host's. Without read models the audit stores no checkpoint, so it reads
-// none.
-func (r *auditRun) listingStart(ctx context.Context) error {
-	if r.tx == nil {
-		return nil
-	}
-	if err := r.tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&r.listed); err != nil {
-		return fmt.Errorf("audit: the snapshots' listing time: %w", err)
-	}
-	return nil
 }
 
 // readHead lists the snapshots to check, then reads the head the audit
@@ -233,9 +211,6 @@ func (r *auditRun) listingStart(ctx context.Context) error {
 // to the head reaches every one.
 func (r *auditRun) readHead(ctx context.Context) error {
 	f := r.f
-	if err := r.listingStart(ctx); err != nil {
-		return err
-	}
 	var err error
 	if r.snapshots, err = checkSnapshotsOf(ctx, r.store, f, r.opts.Account); err != nil {
 		return err
@@ -309,7 +284,7 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 		return nil, fmt.Errorf("audit: keys: %w", err)
 	}
 	rep := &Report{
-		Snapshots: r.snapshots - f.snapshotsTrusted, SnapsTrusted: f.snapshotsTrusted, HoldsUnchecked: f.snapshotHoldsUnchecked, Head: r.head.String(), Events: f.Events, Streams: len(f.streams) + f.claimed + int(f.accountRows()) - len(f.Accounts), Accounts: int(f.accountRows()),
+		Snapshots: r.snapshots - f.snapshotsTrusted, SnapsTrusted: f.snapshotsTrusted, SnapsFromStart: f.snapshotsFromStart, HoldsUnchecked: f.snapshotHoldsUnchecked, Head: r.head.String(), Events: f.Events, Streams: len(f.streams) + f.claimed + int(f.accountRows()) - len(f.Accounts), Accounts: int(f.accountRows()),
 		Transfers: len(f.Transfers) + f.settledTransfers, Keys: keys, Account: opts.Account, ChainVerified: opts.VerifyChain, Totals: totals,
 	}
 	err = r.compareReadModels(ctx, rep, expected)
@@ -336,7 +311,7 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 			return rep, nil
 		}
 		save.Checkpoint.Position, save.Checkpoint.Events, save.Checkpoint.AccountsTable = f.Last, f.Events, r.accountsTable.digest
-		save.Checkpoint.ActiveHolds, save.Checkpoint.SnapshotsListedAt = r.accountsTable.holds, r.listed
+		save.Checkpoint.ActiveHolds = r.accountsTable.holds
 		saved, err := projections.Checkpoints.SaveAudit(ctx, opts.Sets, save)
 		if saved.ID != 0 { // stored, even should dropping the oldest have failed
 			rep.Checkpoint = &CheckpointRef{ID: saved.ID, Position: f.Last.String(), Events: f.Events, Digest: saved.Digest}
@@ -899,7 +874,10 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "  hash chains: %s\n", chain)
 	fmt.Fprintf(w, "  account snapshots: %d checked against their streams (invariant 7)\n", r.Snapshots)
 	if r.SnapsTrusted > 0 {
-		fmt.Fprintf(w, "  account snapshots: %d not checked, trusted from the checkpoint (of revisions it passed, taken before the audit that stored it began)\n", r.SnapsTrusted)
+		fmt.Fprintf(w, "  account snapshots: %d not checked again, recorded by the checkpoint with the same bytes (of revisions it passed)\n", r.SnapsTrusted)
+	}
+	if r.SnapsFromStart > 0 {
+		fmt.Fprintf(w, "  account snapshots: %d of revisions the checkpoint passed, with none recorded below them, checked by a fold from their stream's first event\n", r.SnapsFromStart)
 	}
 	if r.HoldsUnchecked > 0 {
 		fmt.Fprintf(w, "  account snapshots: %d whose closed holds were not checked (no holds read model at or past them)\n", r.HoldsUnchecked)

@@ -171,9 +171,16 @@ type Fold struct {
 	holdsRM                *holdsReadModel
 	snapshotHoldsUnchecked int
 	// snapshotsTrusted counts the snapshots an incremental audit does not
-	// check: of revisions its checkpoint passed, taken before the audit that
-	// stored it began (snapshots.go).
-	snapshotsTrusted int
+	// check again: of revisions its checkpoint passed, stored with the bytes
+	// the checkpoint records (snapshots.go); snapshotsFromStart those of such
+	// revisions it checked by a fold from their stream's first event, the
+	// checkpoint recording no checked snapshot below them.
+	snapshotsTrusted, snapshotsFromStart int
+	// checked is, per account stream, the snapshot found equal to the fold
+	// (by this audit, or recorded by the checkpoint it resumed from, read
+	// with the account's row): what the checkpoint it stores records
+	// (accountRowsOut). It holds a snapshot's bytes per account snapshotted.
+	checked map[string]projections.CheckedSnapshot
 
 	// from is the checkpoint an incremental audit resumed from (resume.go);
 	// lookupClaim then finds a key's claim made before it.

@@ -121,10 +121,22 @@ func Replay(ctx context.Context, r eventstore.StreamReader, stream string, toRev
 // including toRevision (negative: to the end), read a page at a time; it
 // stops at fn's first error and returns it.
 func readStreamTo(ctx context.Context, r eventstore.StreamReader, stream string, toRevision int64, fn func(eventstore.RecordedEvent) error) error {
-	next := uint64(0)
+	return readStreamRange(ctx, r, stream, 0, toRevision, fn)
+}
+
+// readStreamRange is readStreamTo from revision next on, asking for no event
+// after toRevision.
+func readStreamRange(ctx context.Context, r eventstore.StreamReader, stream string, next uint64, toRevision int64, fn func(eventstore.RecordedEvent) error) error {
 	const page = 1000
 	for {
-		evs, err := r.ReadStream(ctx, stream, next, eventstore.Forwards, page)
+		n := page
+		if toRevision >= 0 {
+			n = int(min(int64(page), toRevision-int64(next)+1))
+		}
+		if n <= 0 {
+			return nil
+		}
+		evs, err := r.ReadStream(ctx, stream, next, eventstore.Forwards, n)
 		if err != nil {
 			return err
 		}
@@ -136,7 +148,7 @@ func readStreamTo(ctx context.Context, r eventstore.StreamReader, stream string,
 				return err
 			}
 		}
-		if len(evs) < page {
+		if len(evs) < n {
 			return nil
 		}
 		next = evs[len(evs)-1].Revision + 1

@@ -1,14 +1,15 @@
 package audit
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
@@ -20,23 +21,17 @@ import (
 // fold keeps of each only its revision until it reaches it, and reads it
 // again then (Fold.readSnapshot): the audit holds a page of snapshots and
 // the one it checks, not every snapshot decoded (a ledger's keeps up to 1,024
-// closed holds). An incremental audit keeps only the snapshots of revisions
+// closed holds). Each snapshot found equal to the fold is recorded (its
+// revision and bytes, Fold.checked) in the checkpoint the audit stores, one
+// per account. An incremental audit keeps only the snapshots of revisions
 // after its checkpoint's revision of their account (whose events after the
 // checkpoint the fold reads anyway) or of accounts opened since, checks at
 // once those at that revision, and of the others, of revisions the
-// checkpoint passed, checks those taken since the audit that stored the
-// checkpoint began (less snapshotTakenSlack) by folding their account's
-// stream up to them (checkPassedSnapshot), and trusts the rest, which that
-// audit checked (TrustedFromCheckpoint; not counted as checked); it reads,
-// for a page, the checkpoint's revisions of its accounts, not their states.
-
-// snapshotTakenSlack is how long before the start of the audit that stored a
-// checkpoint (its SnapshotsListedAt) an incremental audit from it still checks a
-// snapshot of a revision the checkpoint passed: for the clocks that stamp a
-// snapshot's Taken (the event store's PostgreSQL's now(), or with KurrentDB
-// the ledger's host) and the audit's start (the read models' PostgreSQL),
-// and a snapshot write in flight while that audit listed them.
-const snapshotTakenSlack = 5 * time.Minute
+// checkpoint passed, trusts those the checkpoint records with the same
+// bytes and checks every other one by folding its account's stream from the
+// checked snapshot the checkpoint records below it (checkPassedSnapshot); it
+// reads, for a page, the checkpoint's revisions and records of its
+// accounts (their bytes' sha256), not their states.
 
 // snapshotPage is how many snapshots the audit lists at a time.
 const snapshotPage = 1000
@@ -44,9 +39,10 @@ const snapshotPage = 1000
 // snapshotCheck is a snapshot waiting for the fold to reach its revision.
 type snapshotCheck struct {
 	revision uint64
-	// acc is the snapshot decoded; nil until the fold reaches it when the
-	// fold reads it again then (readSnapshot).
-	acc *domain.Account
+	// acc is the snapshot decoded, data its bytes; nil until the fold
+	// reaches it when the fold reads it again then (readSnapshot).
+	acc  *domain.Account
+	data []byte
 	// late: read again, it had been replaced by this later one since it was
 	// listed (the ledger snapshots as it writes), perhaps after the audit's
 	// head: checked if the fold reaches it, not reported if it does not.
@@ -113,10 +109,11 @@ func (f *Fold) CheckSnapshots(snaps []eventstore.Snapshot) {
 		if !ok {
 			continue
 		}
+		data := sn.Data
 		if f.readSnapshot != nil {
-			acc = nil // read again when the fold reaches it
+			acc, data = nil, nil // read again when the fold reaches it
 		}
-		f.snapshots[sn.Stream] = snapshotCheck{revision: sn.Revision, acc: acc}
+		f.snapshots[sn.Stream] = snapshotCheck{revision: sn.Revision, acc: acc, data: data}
 	}
 }
 
@@ -151,6 +148,7 @@ func (f *Fold) checkSnapshot(stream string, a *domain.Account, at eventstore.Pos
 		f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_mismatch", Stream: stream, Revision: int64(sn.revision), Message: fmt.Sprintf("the snapshot of %s at revision %d is not the fold of its stream: %s", stream, sn.revision, diff)})
 		return
 	}
+	f.recordChecked(stream, projections.CheckedSnapshot{Revision: sn.revision, Data: sn.data})
 	f.checkSnapshotHolds(stream, sn, at)
 }
 
@@ -175,7 +173,7 @@ func (f *Fold) readSnapshotAgain(stream string, sn *snapshotCheck) bool {
 		return false
 	}
 	acc, ok := f.decodeSnapshot(got)
-	sn.acc = acc
+	sn.acc, sn.data = acc, got.Data
 	return ok
 }
 
@@ -191,43 +189,53 @@ func (f *Fold) finishSnapshots() {
 	}
 }
 
-// skipSnapshotsBefore trusts, of a page of snapshots, those of revisions
-// the checkpoint passed taken before the audit that stored it began (it
-// checked those it met), checks those of such revisions taken since by
-// folding their streams, checks at once those at the checkpoint's revision
-// of their account (read from its row), and keeps the others: of revisions
-// after it, or of accounts the checkpoint does not hold.
+// recordChecked records c as the snapshot of stream found equal to the fold,
+// unless one of a later revision is recorded (the checkpoint's record, read
+// with its row, gives way to one checked since, not the other way round).
+func (f *Fold) recordChecked(stream string, c projections.CheckedSnapshot) {
+	if f.checked == nil {
+		f.checked = map[string]projections.CheckedSnapshot{}
+	}
+	if old, ok := f.checked[stream]; !ok || c.Revision >= old.Revision {
+		f.checked[stream] = c
+	}
+}
+
+// skipSnapshotsBefore trusts, of a page of snapshots, those of revisions the
+// checkpoint passed that it records with the same bytes, checks the other
+// ones of such revisions by folding their streams (checkPassedSnapshots),
+// checks at once those at the checkpoint's revision of their account (read
+// from its row), and keeps the others: of revisions after it, or of accounts
+// the checkpoint does not hold.
 func (f *Fold) skipSnapshotsBefore(ctx context.Context, sr eventstore.StreamReader, page []eventstore.Snapshot) error {
 	ids := make([]string, 0, len(page))
-	taken := make(map[string]time.Time, len(page))
+	sums := make(map[string][sha256.Size]byte, len(page))
 	for _, sn := range page {
 		if _, ok := f.snapshots[sn.Stream]; ok {
 			ids = append(ids, strings.TrimPrefix(sn.Stream, domain.AccountStreamPrefix))
-			taken[sn.Stream] = sn.Taken
+			sums[sn.Stream] = sha256.Sum256(sn.Data)
 		}
 	}
-	since := f.from.SnapshotsListedAt.Add(-snapshotTakenSlack)
-	var at, passed []string // at the checkpoint's revision of their account; before it, taken since
-	err := projections.Checkpoints.AuditAccountNext(ctx, f.resumed.q, f.resumed.id, ids, func(id string, next uint64) error {
-		stream := domain.AccountStream(id)
+	var at, passed []string // at the checkpoint's revision of their account; before it, not recorded
+	err := projections.Checkpoints.AuditAccountNext(ctx, f.resumed.q, f.resumed.id, ids, func(row projections.AuditSnapshotNext) error {
+		stream := domain.AccountStream(row.AccountID)
+		sum := sums[stream]
 		switch rev := f.snapshots[stream].revision; {
-		case rev+1 < next && taken[stream].Before(since):
+		case rev+1 < row.Next && row.CheckedSHA256 != nil && row.Checked == rev && bytes.Equal(row.CheckedSHA256, sum[:]):
 			delete(f.snapshots, stream)
 			f.snapshotsTrusted++
-		case rev+1 < next:
-			passed = append(passed, stream)
-		case rev+1 == next:
-			at = append(at, id)
+		case rev+1 < row.Next:
+			passed = append(passed, row.AccountID)
+		case rev+1 == row.Next:
+			at = append(at, row.AccountID)
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	for _, stream := range passed {
-		if err := f.checkPassedSnapshot(ctx, sr, stream); err != nil {
-			return err
-		}
+	if err := f.checkPassedSnapshots(ctx, sr, passed); err != nil {
+		return err
 	}
 	if err := f.loadAccounts(ctx, at, false); err != nil {
 		return err
@@ -240,19 +248,57 @@ func (f *Fold) skipSnapshotsBefore(ctx context.Context, sr eventstore.StreamRead
 	return f.reloadErr
 }
 
+// checkPassedSnapshots checks the snapshots of the accounts ids, of
+// revisions the checkpoint passed and not recorded by it, each from the
+// checked snapshot the checkpoint records below it (read with its row), then
+// reads those accounts into the fold, so that the checkpoint the audit
+// stores records what it checked (their rows are read twice: the first time
+// before the fold holds their stream state, which the check must not see).
+func (f *Fold) checkPassedSnapshots(ctx context.Context, sr eventstore.StreamReader, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	bases := make(map[string]projections.CheckedSnapshot, len(ids))
+	err := projections.Checkpoints.LoadAuditAccounts(ctx, f.resumed.q, f.resumed.id, ids, false, func(row projections.AuditAccount) error {
+		if row.Checked.Data != nil {
+			bases[row.AccountID] = row.Checked
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := f.checkPassedSnapshot(ctx, sr, domain.AccountStream(id), bases[id]); err != nil {
+			return err
+		}
+	}
+	return f.loadAccounts(ctx, ids, false)
+}
+
 // checkPassedSnapshot checks the snapshot of stream, of a revision the
 // checkpoint passed, against the account's stream folded up to it by the
-// replay's aggregate (newReplayAccount), read a page of events at a time:
-// it costs the account's events up to the snapshot (read and folded once),
-// and the memory of a page and an account. A stream that does not fold up to
-// the snapshot's revision leaves it to finishSnapshots to name.
-func (f *Fold) checkPassedSnapshot(ctx context.Context, sr eventstore.StreamReader, stream string) error {
+// replay's aggregate (newReplayAccount) from base, the checked snapshot the
+// checkpoint records, when below it (else from the first event: counted in
+// snapshotsFromStart), read a page of events at a time: it costs the
+// account's events between the two (at most the ledger's snapshot interval
+// when base is the one before), and the memory of a page and an account. A
+// stream that does not fold up to the snapshot's revision leaves it to
+// finishSnapshots to name.
+func (f *Fold) checkPassedSnapshot(ctx context.Context, sr eventstore.StreamReader, stream string, base projections.CheckedSnapshot) error {
 	if sr == nil {
-		return fmt.Errorf("audit: --from: the store does not read a stream, to check the snapshot of %s written since the checkpoint", stream)
+		return fmt.Errorf("audit: --from: the store does not read a stream, to check the snapshot of %s the checkpoint does not record", stream)
 	}
 	rev := f.snapshots[stream].revision
-	a, at, broken := newReplayAccount(stream), eventstore.Position{}, false
-	err := readStreamTo(ctx, sr, stream, int64(rev), func(re eventstore.RecordedEvent) error {
+	a, from, err := foldBase(stream, base, rev)
+	if err != nil {
+		return fmt.Errorf("audit: checkpoint %d: %w: run a full audit (without --from) to store a new checkpoint", f.resumed.id, err)
+	}
+	if from == 0 {
+		f.snapshotsFromStart++
+	}
+	at, broken := eventstore.Position{}, false
+	err = readStreamRange(ctx, sr, stream, from, int64(rev), func(re eventstore.RecordedEvent) error {
 		m, err := domain.DecodeMetadata(re.Metadata)
 		if err == nil {
 			err = domain.EvolveAccount(a, storedEvent(re, m))
@@ -268,4 +314,19 @@ func (f *Fold) checkPassedSnapshot(ctx context.Context, sr eventstore.StreamRead
 	}
 	f.checkSnapshot(stream, a, at)
 	return f.reloadErr
+}
+
+// foldBase is the account a passed snapshot's check folds from, and the
+// revision of the first event it folds: the checked snapshot base decoded
+// when it is below rev, as the replay bounds it; a new account otherwise.
+func foldBase(stream string, base projections.CheckedSnapshot, rev uint64) (*domain.Account, uint64, error) {
+	if base.Data == nil || base.Revision >= rev {
+		return newReplayAccount(stream), 0, nil
+	}
+	a, err := domain.DecodeSnapshot(stream, base.Data)
+	if err != nil {
+		return nil, 0, err
+	}
+	a.KeyLimit, a.HoldLimit, a.RefundLimit = replayRecent, replayRecent, replayRecent
+	return a, base.Revision + 1, nil
 }

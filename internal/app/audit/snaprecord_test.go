@@ -1,0 +1,179 @@
+package audit_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/postgres"
+	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/projections/projtest"
+)
+
+// hotEvents is how many events the hot account's stream holds before the
+// checkpoint; hotChecked is the revision of its snapshot the checkpointing
+// audit checks, hotLater that of one written after it.
+const (
+	hotEvents  = 60
+	hotChecked = 20
+	hotLater   = 40
+)
+
+// hotLedger is a small ledger with an account "hot" of hotEvents events
+// whose snapshot at hotChecked is written (an hour before) before a full
+// audit stores a checkpoint (onFirst runs at its first progress), and one event after the
+// checkpoint elsewhere.
+func hotLedger(t *testing.T, onFirst func(env *projtest.Env)) (*projtest.Env, *audit.CheckpointRef) {
+	t.Helper()
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 30, Seed: 31})
+	env.MustApply(t, "open_account", map[string]any{"idempotency_key": "hot-open", "account_id": "hot", "currency": "EUR"})
+	for i := 1; i < hotEvents; i++ {
+		env.MustApply(t, "deposit", map[string]any{"idempotency_key": fmt.Sprintf("hot-dep-%d", i), "account_id": "hot", "amount": 10, "currency": "EUR"})
+	}
+	env.MustApply(t, "open_account", map[string]any{"idempotency_key": "idle-open", "account_id": "idle", "currency": "EUR"})
+	env.MustApply(t, "deposit", map[string]any{"idempotency_key": "idle-dep", "account_id": "idle", "amount": 500, "currency": "EUR"})
+	env.MustApply(t, "place_hold", map[string]any{"idempotency_key": "idle-hold", "account_id": "idle", "hold_id": "idle-h", "amount": 200, "currency": "EUR"})
+	checked := accountAt(t, env, "hot", hotChecked+1)
+	writeSnapshot(t, env, checked, hotChecked, nil)
+	// An old snapshot, as a hot account's last but one is: taken long before the audit.
+	if _, err := env.Pool.Exec(context.Background(), `UPDATE snapshots SET taken = taken - interval '1 hour' WHERE stream = $1`, domain.AccountStream("hot")); err != nil {
+		t.Fatal(err)
+	}
+	catchUp(t, env)
+	var once sync.Once
+	first := run(t, env, audit.Options{SaveCheckpoint: true, Progress: func(int64) {
+		if onFirst != nil {
+			once.Do(func() { onFirst(env) })
+		}
+	}})
+	if !first.OK() || first.Checkpoint == nil || first.Snapshots < 1 {
+		t.Fatalf("the checkpointing audit: ok %v, checkpoint %v, %d snapshots: %v", first.OK(), first.Checkpoint, first.Snapshots, first.Violations)
+	}
+	env.MustApply(t, "deposit", map[string]any{"idempotency_key": "after-dep", "account_id": "w-acct-1", "amount": 5, "currency": "EUR"})
+	catchUp(t, env)
+	return env, first.Checkpoint
+}
+
+// forgedSnapshot is the snapshot of account id at revision rev with a
+// balance it never had.
+func forgedSnapshot(t *testing.T, env *projtest.Env, id string, rev int) []byte {
+	t.Helper()
+	forged := *accountAt(t, env, id, rev+1)
+	forged.Balance += 1000
+	b, err := domain.EncodeSnapshot(domain.AccountStream(id), &forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// countingStore counts the events of one stream read by ReadStream.
+type countingStore struct {
+	*postgres.Store
+	stream string
+	read   atomic.Int64
+}
+
+func (s *countingStore) ReadStream(ctx context.Context, stream string, from eventstore.Revision, dir eventstore.Direction, max int) ([]eventstore.RecordedEvent, error) {
+	evs, err := s.Store.ReadStream(ctx, stream, from, dir, max)
+	if stream == s.stream {
+		s.read.Add(int64(len(evs)))
+	}
+	return evs, err
+}
+
+// runCounting runs an audit from cp over a store that counts the events of
+// account id's stream read, and returns the report and that count.
+func runCounting(t *testing.T, env *projtest.Env, cp int64, id string) (*audit.Report, int64) {
+	t.Helper()
+	cs := &countingStore{Store: env.Store, stream: domain.AccountStream(id)}
+	rep, err := audit.Run(context.Background(), cs, audit.Options{From: &cp, ReadModels: env.Pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, cs.read.Load()
+}
+
+// TestIncrementalAuditCatchesAnEditedCheckedSnapshot: a snapshot the
+// checkpointing audit checked, of a revision the checkpoint passed, whose
+// stored bytes are edited after it (its taken time left as it was) is
+// checked again by an incremental audit and named; unedited, it is trusted
+// (the checkpoint records its bytes). On 3bc829e (the clock rule) the edited
+// one passed: it was taken before the checkpointing audit began.
+func TestIncrementalAuditCatchesAnEditedCheckedSnapshot(t *testing.T) {
+	ctx := context.Background()
+	env, cp := hotLedger(t, nil)
+	if rep := run(t, env, audit.Options{From: &cp.ID}); !rep.OK() || rep.SnapsTrusted != 1 || rep.Snapshots != 0 {
+		t.Fatalf("the recorded snapshot unedited: ok %v, %d checked, %d trusted: %v", rep.OK(), rep.Snapshots, rep.SnapsTrusted, rep.Violations)
+	}
+	if _, err := env.Pool.Exec(ctx, `UPDATE snapshots SET data = $2 WHERE stream = $1`, domain.AccountStream("hot"), forgedSnapshot(t, env, "hot", hotChecked)); err != nil {
+		t.Fatal(err)
+	}
+	if rep := run(t, env, audit.Options{From: &cp.ID}); rep.OK() || !snapshotMismatchOf(rep, "hot") || rep.SnapsTrusted != 0 {
+		t.Fatalf("the recorded snapshot edited since: ok %v, %d trusted: %v", rep.OK(), rep.SnapsTrusted, rep.Violations)
+	}
+}
+
+// TestIncrementalAuditChecksAHotSnapshotFromTheLastChecked: a snapshot of a
+// revision the checkpoint passed that its audit did not check (written since)
+// is checked by folding from the snapshot the checkpoint records as checked
+// below it, reading hotLater-hotChecked events of its stream, not the
+// hotLater+1 from its first; true it passes, forged it is named. On 3bc829e
+// the check read the stream from its first event (41 events).
+func TestIncrementalAuditChecksAHotSnapshotFromTheLastChecked(t *testing.T) {
+	env, cp := hotLedger(t, nil)
+	writeSnapshot(t, env, accountAt(t, env, "hot", hotLater+1), hotLater, nil)
+	rep, read := runCounting(t, env, cp.ID, "hot")
+	if !rep.OK() || rep.Snapshots != 1 || read > hotLater-hotChecked {
+		t.Fatalf("a true snapshot written since: ok %v, %d checked, %d events of its stream read (at most %d): %v", rep.OK(), rep.Snapshots, read, hotLater-hotChecked, rep.Violations)
+	}
+	writeSnapshot(t, env, accountAt(t, env, "hot", hotLater+1), hotLater, func([]byte) []byte { return forgedSnapshot(t, env, "hot", hotLater) })
+	rep, read = runCounting(t, env, cp.ID, "hot")
+	if rep.OK() || !snapshotMismatchOf(rep, "hot") || read > hotLater-hotChecked {
+		t.Fatalf("a forged snapshot written since: ok %v, %d events of its stream read (at most %d): %v", rep.OK(), read, hotLater-hotChecked, rep.Violations)
+	}
+}
+
+// TestIncrementalAuditChecksSnapshotsWrittenDuringItsCheckpointsAudit: the
+// ledger writes snapshots in the background, so one may land while the full
+// audit that stores a checkpoint runs, after it listed the snapshots: the
+// incremental audit from its checkpoint checks each one the checkpoint does
+// not record, whatever its time, naming the forged one ("idle", no event
+// after the checkpoint) and passing the true one ("hot") with at most an
+// interval of its events read. A checkpoint of the format before 00023 is
+// refused. On 3bc829e the true one's check read its stream from the first
+// event, and the format had no record to refuse.
+func TestIncrementalAuditChecksSnapshotsWrittenDuringItsCheckpointsAudit(t *testing.T) {
+	ctx := context.Background()
+	var wrote error
+	env, cp := hotLedger(t, func(env *projtest.Env) {
+		idle := forgedSnapshot(t, env, "idle", 1)
+		wrote = env.Store.WriteSnapshot(ctx, eventstore.Snapshot{Stream: domain.AccountStream("idle"), Revision: 1, Data: idle})
+		if wrote == nil {
+			hot, err := domain.EncodeSnapshot(domain.AccountStream("hot"), accountAt(t, env, "hot", hotLater+1))
+			wrote = err
+			if err == nil {
+				wrote = env.Store.WriteSnapshot(ctx, eventstore.Snapshot{Stream: domain.AccountStream("hot"), Revision: hotLater, Data: hot})
+			}
+		}
+	})
+	if wrote != nil {
+		t.Fatal(wrote)
+	}
+	rep, read := runCounting(t, env, cp.ID, "hot")
+	if rep.OK() || !snapshotMismatchOf(rep, "idle") || snapshotMismatchOf(rep, "hot") || read > hotLater-hotChecked {
+		t.Fatalf("snapshots written during the checkpointing audit: ok %v, %d events of hot read (at most %d): %v", rep.OK(), read, hotLater-hotChecked, rep.Violations)
+	}
+	if _, err := env.Pool.Exec(ctx, `UPDATE readmodel.audit_checkpoints SET snapshots_recorded = NULL WHERE id = $1`, cp.ID); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := audit.Run(ctx, env.Store, audit.Options{From: &cp.ID, ReadModels: env.Pool}); err == nil || !strings.Contains(err.Error(), "full audit") {
+		t.Fatalf("an incremental audit from a checkpoint of the earlier format: %v, want refused; report %+v", err, rep)
+	}
+}
