@@ -188,3 +188,40 @@ func TestSnapshotsListedAtDown(t *testing.T) {
 		t.Fatalf("up again: %v", err)
 	}
 }
+
+// TestSnapshotRecordUpDown (migration 00023): going up, a checkpoint of the
+// clock rule loses its snapshots_listed_at and has no record (refused by
+// LoadAudit, projections' TestAuditCheckpointSnapshotRecord); going down
+// past 00023, the checkpoints with a record go (the build before would
+// refuse them) and the others stay, without a listing time.
+func TestSnapshotRecordUpDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	u := pgtest.URL(t)
+	p := provider(t, u)
+	if _, err := p.UpTo(ctx, 22); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, ctx, u)
+	mustExec(t, ctx, conn, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, snapshots_listed_at)
+		VALUES (1, 1, 1, 'clock', '2026-11-28 03:00:00+00')`)
+	if _, err := p.UpTo(ctx, 23); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, ctx, conn, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, snapshots_recorded)
+		VALUES (2, 2, 2, 'recorded', true)`)
+	var up string
+	if err := conn.QueryRow(ctx, `SELECT string_agg(convert_from(state, 'UTF8') || '=' || coalesce(snapshots_recorded::text, 'null'), ',' ORDER BY id) FROM readmodel.audit_checkpoints`).Scan(&up); err != nil || up != "clock=null,recorded=true" {
+		t.Fatalf("up to 23: %q (%v), want the clock rule's checkpoint without a record", up, err)
+	}
+	if _, err := p.DownTo(ctx, 22); err != nil {
+		t.Fatal(err)
+	}
+	var down string
+	if err := conn.QueryRow(ctx, `SELECT string_agg(convert_from(state, 'UTF8') || '=' || coalesce(snapshots_listed_at::text, 'null'), ',' ORDER BY id) FROM readmodel.audit_checkpoints`).Scan(&down); err != nil || down != "clock=null" {
+		t.Fatalf("down to 22: %q (%v), want the recorded checkpoint gone", down, err)
+	}
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+}
