@@ -92,12 +92,18 @@ func accountIDs(events []*Event) []string {
 	return ids
 }
 
-func (balancesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events []*Event) error {
+func (p balancesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events []*Event) error {
+	return p.applyWith(ctx, tx, gen, events, nil)
+}
+
+// applyWith is Apply, the accounts' last rows recalled from memo where it
+// holds them and remembered in it.
+func (balancesProjection) applyWith(ctx context.Context, tx pgx.Tx, gen int, events []*Event, memo *accountMemo) error {
 	ids := accountIDs(events)
 	if len(ids) == 0 {
 		return nil
 	}
-	lb, err := lastBalances(ctx, tx, gen, ids)
+	lb, err := lastBalances(ctx, tx, gen, ids, memo)
 	if err != nil {
 		return err
 	}
@@ -118,6 +124,9 @@ func (balancesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 		state[id], last[id] = s, int64(ev.Revision)
 		rows = append(rows, BalanceRow{AccountID: id, Revision: int64(ev.Revision), EventID: ev.ID, Type: ev.Type,
 			Currency: s.Currency, Balance: s.Balance, Held: s.Held, Status: s.rowStatus(), At: ev.Meta.At, EffectiveAt: domain.EffectiveTime(ev.Meta)})
+	}
+	for _, id := range ids {
+		memo.remember(id, memoAccount{state: state[id], rev: last[id]})
 	}
 	if len(rows) == 0 {
 		return nil
@@ -160,12 +169,20 @@ ON CONFLICT DO NOTHING`, Table("balance_history", gen))
 // and the zero state when it has none). Each account's row is one descent of
 // the (account_id, revision) key, LIMIT 1 in a lateral join: a DISTINCT ON
 // over account_id = ANY($1) reads every row of those accounts (PostgreSQL has
-// no skip scan), so a batch's cost grew with its accounts' histories.
-func lastBalances(ctx context.Context, tx pgx.Tx, gen int, ids []string) (lastRows, error) {
+// no skip scan), so a batch's cost grew with its accounts' histories. Those
+// memo holds are not read.
+func lastBalances(ctx context.Context, tx pgx.Tx, gen int, ids []string, memo *accountMemo) (lastRows, error) {
 	state := make(map[string]BalanceState, len(ids))
 	last := make(map[string]int64, len(ids))
+	known, ids := memo.recall(ids)
+	for id, a := range known {
+		state[id], last[id] = a.state, a.rev
+	}
 	for _, id := range ids {
 		last[id] = -1
+	}
+	if len(ids) == 0 {
+		return lastRows{state: state, rev: last}, nil
 	}
 	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT a.id, h.revision, h.currency, h.balance, h.held, h.status
 		FROM unnest($1::text[]) AS a(id)

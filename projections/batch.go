@@ -19,6 +19,9 @@ type slot struct {
 	gen    int
 	pos    eventstore.Position
 	events int64 // events consumed by this generation
+	// memo: a rebuild's builder's memo of its generation's accounts (nil
+	// otherwise: a live generation has other writers, the switch's catch-up).
+	memo *accountMemo
 }
 
 // ErrCheckpointMoved means a batch's compare-and-set found a checkpoint other than
@@ -89,7 +92,7 @@ func applySlot(ctx context.Context, pool *pgxpool.Pool, s *slot, events []*Event
 	if err := Checkpoints.advance(ctx, tx, s, end, len(events)); err != nil {
 		return err
 	}
-	if err := s.proj.Apply(ctx, tx, s.gen, events); err != nil {
+	if err := s.apply(ctx, tx, events); err != nil {
 		return err
 	}
 	if hook != nil {
@@ -103,6 +106,15 @@ func applySlot(ctx context.Context, pool *pgxpool.Pool, s *slot, events []*Event
 	s.pos = end
 	s.events += int64(len(events))
 	return nil
+}
+
+// apply applies events to the slot's generation in tx, with its memo if it
+// has one and its projection can use it.
+func (s *slot) apply(ctx context.Context, tx pgx.Tx, events []*Event) error {
+	if m, ok := s.proj.(memoApplier); ok && s.memo != nil {
+		return m.applyWith(ctx, tx, s.gen, events, s.memo)
+	}
+	return s.proj.Apply(ctx, tx, s.gen, events)
 }
 
 // minPos is the earliest checkpoint of the slots: where the next read starts.

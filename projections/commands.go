@@ -46,8 +46,14 @@ func clientCommand(m domain.Metadata) bool {
 	return m.Origin == "" && domain.CommandType(m.Command).IsClient()
 }
 
-func (commandsProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events []*Event) error {
-	accounts, err := loadCmdAccounts(ctx, tx, gen, events)
+func (p commandsProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events []*Event) error {
+	return p.applyWith(ctx, tx, gen, events, nil)
+}
+
+// applyWith is Apply, the accounts' folds recalled from memo where it holds
+// them and remembered in it.
+func (commandsProjection) applyWith(ctx context.Context, tx pgx.Tx, gen int, events []*Event, memo *accountMemo) error {
+	accounts, err := loadCmdAccounts(ctx, tx, gen, events, memo)
 	if err != nil {
 		return err
 	}
@@ -61,7 +67,7 @@ func (commandsProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 			return err
 		}
 	}
-	if err := writeCmdAccounts(ctx, tx, gen, accounts); err != nil {
+	if err := writeCmdAccounts(ctx, tx, gen, accounts, memo); err != nil {
 		return err
 	}
 	if err := parts.write(ctx, tx, gen); err != nil {
@@ -225,9 +231,16 @@ func evolveCmdAccount(a *cmdAccount, ev *Event) {
 	a.dirty = true
 }
 
-func loadCmdAccounts(ctx context.Context, tx pgx.Tx, gen int, events []*Event) (map[string]*cmdAccount, error) {
-	ids := accountIDs(events)
-	out := make(map[string]*cmdAccount, len(ids))
+// loadCmdAccounts reads the folds of the events' accounts (those memo holds
+// from it; an account with none is not in the map).
+func loadCmdAccounts(ctx context.Context, tx pgx.Tx, gen int, events []*Event, memo *accountMemo) (map[string]*cmdAccount, error) {
+	known, ids := memo.recall(accountIDs(events))
+	out := make(map[string]*cmdAccount, len(known)+len(ids))
+	for id, a := range known {
+		if a.rev >= 0 {
+			out[id] = &cmdAccount{currency: a.state.Currency, balance: a.state.Balance, held: a.state.Held, revision: a.rev}
+		}
+	}
 	if len(ids) == 0 {
 		return out, nil
 	}
@@ -250,11 +263,14 @@ func loadCmdAccounts(ctx context.Context, tx pgx.Tx, gen int, events []*Event) (
 	return out, nil
 }
 
-func writeCmdAccounts(ctx context.Context, tx pgx.Tx, gen int, accounts map[string]*cmdAccount) error {
+// writeCmdAccounts writes the folds the batch changed, and remembers them in
+// memo.
+func writeCmdAccounts(ctx context.Context, tx pgx.Tx, gen int, accounts map[string]*cmdAccount, memo *accountMemo) error {
 	var ids []string
 	for id, a := range accounts {
 		if a.dirty {
 			ids = append(ids, id)
+			memo.remember(id, memoAccount{state: BalanceState{Currency: a.currency, Balance: a.balance, Held: a.held}, rev: a.revision})
 		}
 	}
 	if len(ids) == 0 {

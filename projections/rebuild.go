@@ -252,6 +252,7 @@ func (r *rebuildRun) createGenerations(ctx context.Context, projs []Projection, 
 	var created []*slot
 	for _, p := range projs {
 		if s := resumed[p.Name()]; s != nil {
+			s.memo = newAccountMemo(false) // its rows so far are read back once
 			slots = append(slots, s)
 			logger.Info("rebuild: resuming", "projection", p.Name(), "generation", s.gen, "position", s.pos.String(), "events", s.events)
 			continue
@@ -261,7 +262,7 @@ func (r *rebuildRun) createGenerations(ctx context.Context, projs []Projection, 
 			dropBuilds(ctx, pool, created)
 			return nil, err
 		}
-		created = append(created, &slot{proj: p, gen: gen})
+		created = append(created, &slot{proj: p, gen: gen, memo: newAccountMemo(true)})
 		slots = append(slots, created[len(created)-1])
 		logger.Info("rebuild: building", "projection", p.Name(), "generation", gen)
 	}
