@@ -16,7 +16,7 @@ import (
 // before its commit: a batch that fails fails the rebuild, and the memo goes
 // with it (a resumed rebuild starts with an empty one).
 //
-// Its size is bounded by maxMemoAccounts: past it, accounts not yet in it are
+// Its size is bounded by memoAccountsLimit: past it, accounts not yet in it are
 // read from the generation as before.
 type accountMemo struct {
 	// complete: every account with a row in the generation is in m (the
@@ -33,9 +33,10 @@ type memoAccount struct {
 	rev   int64
 }
 
-// maxMemoAccounts bounds the accounts an accountMemo holds (about 150 bytes
-// each with the map's share: 30 MiB at the bound).
-const maxMemoAccounts = 200_000
+// memoAccountsLimit bounds the accounts an accountMemo holds (about 150 bytes
+// each with the map's share: 30 MiB at the bound). A variable for the tests
+// of a rebuild past it.
+var memoAccountsLimit = 200_000
 
 // newAccountMemo returns an empty memo; complete when its generation is empty.
 func newAccountMemo(complete bool) *accountMemo {
@@ -70,7 +71,7 @@ func (am *accountMemo) remember(id string, a memoAccount) {
 	if am == nil {
 		return
 	}
-	if _, ok := am.m[id]; !ok && len(am.m) >= maxMemoAccounts {
+	if _, ok := am.m[id]; !ok && len(am.m) >= memoAccountsLimit {
 		am.complete = false
 		return
 	}

@@ -83,6 +83,21 @@ func TestReadModelsEqualARebuild(t *testing.T) {
 	projtest.AuditOK(t, env.Store, env.Pool)
 }
 
+// TestRebuildPastItsMemoBound: a rebuild whose builders remember more
+// accounts than their memo's bound reads the others' last rows back from the
+// generation, and builds the same read models as the live runner.
+func TestRebuildPastItsMemoBound(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 300, Seed: 32})
+	devtest.CatchUp(t, newRunner(t, env, projections.Options{}))
+	live := projtest.Snapshot(t, env.Pool)
+	defer projections.SetMemoAccountsLimit(3)()
+	if _, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 40}); err != nil {
+		t.Fatal(err)
+	}
+	projtest.SameSnapshot(t, "live read models vs a rebuild past its memo's bound", live, projtest.Snapshot(t, env.Pool))
+}
+
 func TestRebuildUnderLiveTraffic(t *testing.T) {
 	env := projtest.New(t)
 	env.Run(t, projtest.Workload{Commands: 300, Seed: 40, Prefix: "p"})
