@@ -913,15 +913,11 @@ func (s *Store) ReadAll(ctx context.Context, after eventstore.Position, max int)
 }
 
 func (s *Store) readAll(ctx context.Context, after eventstore.Position, max int) ([]eventstore.RecordedEvent, error) {
-	prepare := int64(math.MaxInt64)
-	if after.Prepare < math.MaxInt64 {
-		prepare = int64(after.Prepare)
-	}
 	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM events
 		WHERE (transaction_id, position) > ($1::text::xid8, $2)
 		  AND transaction_id < `+VisibleBelow+`
 		ORDER BY transaction_id, position
-		LIMIT $3`, strconv.FormatUint(after.Commit, 10), prepare, limit(max))
+		LIMIT $3`, strconv.FormatUint(after.Commit, 10), prepareOf(after), limit(max))
 	if err != nil {
 		return nil, classify(ctx, "read all", err)
 	}

@@ -177,6 +177,9 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 	if err := r.readHead(ctx); err != nil {
 		return nil, err
 	}
+	if ps, ok := f.sets.(*pgSets); ok {
+		ps.idsFromStore(ctx, store, f.next(), r.head, f.MaxViolations)
+	}
 	stop, err := r.readActuals(ctx)
 	if err != nil {
 		return nil, err
@@ -595,6 +598,15 @@ type foldTo struct {
 	progress func(int64)
 }
 
+// next is the position the fold reads "all" after: its last event's, or the
+// start.
+func (f *Fold) next() eventstore.Position {
+	if f.Events > 0 {
+		return f.Last
+	}
+	return eventstore.Start
+}
+
 // foldUntil folds "all" after the fold's last event up to and including
 // position until, storing the fold's sets after each page. before, when set,
 // is called with each event's position before the event is folded. The
@@ -603,10 +615,7 @@ type foldTo struct {
 // COPY of the page before run at the same time.
 func foldUntil(ctx context.Context, store eventstore.AllReader, f *Fold, to foldTo) error {
 	until, batch, before, progress := to.until, to.batch, to.before, to.progress
-	from := eventstore.Start
-	if f.Events > 0 {
-		from = f.Last
-	}
+	from := f.next()
 	if from.Compare(until) >= 0 {
 		return nil
 	}

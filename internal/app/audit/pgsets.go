@@ -20,6 +20,9 @@ type pgSets struct {
 	pgRows
 	spare   pgRows     // the buffers of the page being copied, reused after it
 	pending chan error // the COPY running behind the fold; nil when none
+	// storeIDs, when set, is the duplicate-ID check the event store answers
+	// (idsFromStore): no ID is copied into audit_ids.
+	storeIDs *storeIDs
 }
 
 // pgRows are a page's rows of each table, in COPY's binary format (copyBuf).
@@ -61,12 +64,15 @@ func newPGSets(ctx context.Context, pool *pgxpool.Pool) (*pgSets, error) {
 // temporary tables is not handed out again.
 func (s *pgSets) close() {
 	_ = s.wait()
+	s.storeIDs.stop()
 	_ = s.conn.Conn().Close(context.Background())
 	s.conn.Release()
 }
 
 func (s *pgSets) eventID(f *Fold, re eventstore.RecordedEvent) {
-	s.ids.tuple(2).uuid(re.ID).int8(f.Events)
+	if s.storeIDs == nil {
+		s.ids.tuple(2).uuid(re.ID).int8(f.Events)
+	}
 }
 
 func (s *pgSets) group(f *Fold, re eventstore.RecordedEvent, key string) {
@@ -160,11 +166,14 @@ type pgCheck struct {
 	message   func(vals []any) string
 }
 
-// pgChecks are the set queries of invariants 1 and 5, each row a violation.
-var pgChecks = []pgCheck{
-	{InvStreams, "duplicate_event_id",
-		`SELECT event_id::text, count(*) FROM audit_ids GROUP BY event_id HAVING count(*) > 1 ORDER BY min(seq)`,
-		func(v []any) string { return fmt.Sprintf("event ID %s is stored %d times", v[0], v[1]) }},
+// pgIDCheck is invariant 5's set query over audit_ids (a store that answers it
+// itself takes no copy of the IDs: idsFromStore).
+var pgIDCheck = pgCheck{InvStreams, "duplicate_event_id",
+	`SELECT event_id::text, count(*) FROM audit_ids GROUP BY event_id HAVING count(*) > 1 ORDER BY min(seq)`,
+	func(v []any) string { return fmt.Sprintf("event ID %s is stored %d times", v[0], v[1]) }}
+
+// pgKeyChecks are the set queries of invariant 1, each row a violation.
+var pgKeyChecks = []pgCheck{
 	{InvKeyOnce, "key_decided_twice",
 		`SELECT key, stream, revision, event_id::text FROM (SELECT *, row_number() OVER (PARTITION BY stream, key ORDER BY seq) AS n FROM audit_groups) g WHERE n > 1 ORDER BY seq`,
 		func(v []any) string { return fmt.Sprintf("key %q decided a second time in %s", v[0], v[1]) }},
@@ -192,7 +201,10 @@ func (s *pgSets) finish(ctx context.Context, f *Fold) error {
 	if err := s.sync(ctx); err != nil {
 		return err
 	}
-	for _, c := range pgChecks {
+	if err := s.checkIDs(ctx, f); err != nil {
+		return err
+	}
+	for _, c := range pgKeyChecks {
 		if err := s.check(ctx, f, c); err != nil {
 			return err
 		}
@@ -211,6 +223,15 @@ func (s *pgSets) finish(ctx context.Context, f *Fold) error {
 		return fmt.Errorf("audit: claims: %w", err)
 	}
 	return nil
+}
+
+// checkIDs reports the duplicate event IDs: the store's answer (storeIDs) or
+// pgIDCheck's.
+func (s *pgSets) checkIDs(ctx context.Context, f *Fold) error {
+	if s.storeIDs != nil {
+		return s.storeIDs.report(f)
+	}
+	return s.check(ctx, f, pgIDCheck)
 }
 
 // check runs one set query; each row it returns is a violation: its first
