@@ -361,3 +361,52 @@ func TestSubscriptionFailsOnPermanentError(t *testing.T) {
 		t.Fatalf("Err = %v, want a permanent error", err)
 	}
 }
+
+// TestDuplicateIDsCountsRows: DuplicateIDs counts the rows of "all" in its
+// range, in a table whose unique constraints were dropped, and names each ID
+// stored more than once in the order of its first position.
+func TestDuplicateIDsCountsRows(t *testing.T) {
+	ctx := ctxT(t)
+	s := devtest.Postgres(t)
+	e1, e2, e3 := ev(), ev(), ev()
+	if _, err := s.Append(ctx, "a", eventstore.NoStream, []eventstore.EventData{e1, e2, e3}); err != nil {
+		t.Fatal(err)
+	}
+	originals, err := s.ReadAll(ctx, eventstore.Start, 0)
+	if err != nil || len(originals) != 3 {
+		t.Fatalf("read all: %d events, %v", len(originals), err)
+	}
+	if _, err := s.Pool().Exec(ctx, `ALTER TABLE events DROP CONSTRAINT events_event_id_key, DROP CONSTRAINT events_stream_revision_key`); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []uuid.UUID{e2.ID, e1.ID, e1.ID} { // each copy in a transaction of its own, after the originals
+		if _, err := s.Pool().Exec(ctx, `INSERT INTO events (stream, revision, event_id, type, data, metadata)
+			SELECT stream, revision, event_id, type, data, metadata FROM events WHERE event_id = $1 LIMIT 1`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head, err := s.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dups := func(after, until eventstore.Position) string {
+		var got string
+		err := s.DuplicateIDs(ctx, after, until, func(id string, times int64) error {
+			got += id + "x" + strconv.FormatInt(times, 10) + " "
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got, want := dups(eventstore.Start, head), e1.ID.String()+"x3 "+e2.ID.String()+"x2 "; got != want {
+		t.Errorf("the whole of all: %q, want %q", got, want)
+	}
+	if got := dups(eventstore.Start, originals[2].Position); got != "" {
+		t.Errorf("up to the originals: %q, want none", got)
+	}
+	if got, want := dups(originals[2].Position, head), e1.ID.String()+"x2 "; got != want {
+		t.Errorf("after the originals (their copies): %q, want %q", got, want)
+	}
+}
