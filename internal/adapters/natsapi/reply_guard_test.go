@@ -4,14 +4,12 @@ import (
 	"reflect"
 	"slices"
 	"testing"
-
-	"github.com/ledgerworks/ledger/domain"
-	"github.com/ledgerworks/ledger/internal/app/reply"
 )
 
 // encodeReply is proven equal to json.Marshal(wire(r)) over random replies of
 // today's types. A field added to one of them would be missed silently where it
-// is omitempty or zero in those replies: this test fails first.
+// is omitempty or zero in those replies: this test fails first (the reply's
+// own types: reply.TestAppendJSONKnowsEveryField).
 func TestEncodeReplyKnowsEveryField(t *testing.T) {
 	for _, c := range []struct {
 		typ    reflect.Type
@@ -19,11 +17,6 @@ func TestEncodeReplyKnowsEveryField(t *testing.T) {
 	}{
 		{reflect.TypeFor[WireReply](), []string{"Reply", "Stream", "Error"}},
 		{reflect.TypeFor[WireError](), []string{"Code", "Description"}},
-		{reflect.TypeFor[reply.Reply](), []string{"Status", "Code", "Message", "IdempotencyKey", "Duplicate", "Fields", "Events", "Account", "Transfer", "Transaction", "Accounts", "Posting", "Moved", "Position", "Replies", "Index"}},
-		{reflect.TypeFor[reply.TransferView](), []string{"TransferID", "Status"}},
-		{reflect.TypeFor[reply.TransactionView](), []string{"TransactionID", "Status"}},
-		{reflect.TypeFor[domain.EventRef](), []string{"ID", "Stream", "Revision", "Type"}},
-		{reflect.TypeFor[domain.AccountView](), []string{"AccountID", "Currency", "Balance", "Held", "Available", "Revision"}},
 	} {
 		var got []string
 		for f := range c.typ.Fields() {

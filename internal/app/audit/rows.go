@@ -248,11 +248,18 @@ func transferRowOf(t *domain.Transfer) string {
 	return row(t.ID, t.From, t.To, t.Amount, t.Currency, t.Saga.Stage.Status(), refunded)
 }
 
-// replyRow is the digest of a reply as the ledger encodes it (duplicate false).
+// replyBytes is the buffer replyRow renders a reply in: enough for an
+// account command's reply with a few events, so that rendering one does not
+// allocate.
+const replyBytes = 512
+
+// replyRow is the digest of a reply as the ledger encodes it (duplicate
+// false): reply.AppendJSON, json.Marshal's bytes without its reflection
+// (json.Marshal was 7.5% of the audit's CPU at 1,000,000 events).
 func replyRow(r reply.Reply) string {
 	r.Duplicate = false
-	b, _ := json.Marshal(r)
-	return digestOf(b) // rowDigest's, without a string of b
+	var buf [replyBytes]byte
+	return digestOf(reply.AppendJSON(buf[:0], r)) // rowDigest's, without a string of the reply
 }
 
 // Expected renders the rows a projection's tables should hold now, by table and
