@@ -534,16 +534,16 @@ func (f *Fold) checkAccountEvent(re eventstore.RecordedEvent, m domain.Metadata,
 // kept until its saga is decided.
 func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account, payload any) {
 	if !f.NoRows {
-		id := re.ID.String()
+		id, tag := re.ID.String(), accountsTag(a.ID)
 		if e, ok := entryRow(re, m, payload, a.ID, a.Balance); ok {
-			f.sets.row(f, "entries", id, accountsTag(a.ID), e)
+			f.sets.row(f, "entries", id, tag, e)
 		}
-		f.sets.row(f, "balance_history", id, accountsTag(a.ID), historyRow(re, m, a))
+		f.sets.row(f, "balance_history", id, tag, historyRow(re, m, a))
 		if h := holdOf(a, payload); h != nil {
-			f.sets.row(f, "holds", a.ID+"/"+h.ID, accountsTag(a.ID), holdRowOf(a.ID, a.Currency, h, capturedBy(payload)))
+			f.sets.row(f, "holds", a.ID+"/"+h.ID, tag, holdRowOf(a.ID, a.Currency, h, capturedBy(payload)))
 		}
 		if rec := a.Keys[m.Key]; rec != nil && clientCommand(m) {
-			f.sets.row(f, "commands", m.Key, accountsTag(a.ID), replyRow(accountReply(rec)))
+			f.sets.row(f, "commands", m.Key, tag, replyRow(accountReply(rec)))
 		}
 	}
 	if m.Index == m.Count-1 {
