@@ -1,9 +1,8 @@
 package reply_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"math/rand"
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -18,18 +17,13 @@ import (
 // (replytest.Text: every escaping rule of encoding/json), appended after
 // bytes already in the buffer.
 func TestAppendJSONMatchesMarshal(t *testing.T) {
-	rng := rand.New(rand.NewSource(23))
-	for i := range 50000 {
-		r := replytest.Reply(rng)
-		if i%4 == 0 {
-			r = replytest.BatchReply(rng)
+	replytest.MatchesMarshal(t, 23, 50000, func(r reply.Reply) ([]byte, error) {
+		b := reply.AppendJSON([]byte("x"), r)
+		if b[0] != 'x' {
+			return nil, fmt.Errorf("the buffer's bytes overwritten: %q", b)
 		}
-		got := reply.AppendJSON([]byte("x"), r)
-		want, err := json.Marshal(r)
-		if err != nil || !bytes.Equal(got[1:], want) || got[0] != 'x' {
-			t.Fatalf("reply %d %+v:\n got %s\nwant %s (%v)", i, r, got, want, err)
-		}
-	}
+		return b[1:], nil
+	}, func(r reply.Reply) ([]byte, error) { return json.Marshal(r) })
 }
 
 // TestAppendJSONKnowsEveryField: AppendJSON is proven equal to json.Marshal

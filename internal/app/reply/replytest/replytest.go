@@ -3,7 +3,9 @@
 package replytest
 
 import (
+	"bytes"
 	"math/rand"
+	"testing"
 
 	"github.com/google/uuid"
 
@@ -84,4 +86,23 @@ func BatchReply(rng *rand.Rand) reply.Reply {
 		r.Index = &i
 	}
 	return r
+}
+
+// MatchesMarshal checks that encode writes what marshal writes over n random
+// replies of every shape (every fourth a batch's) from seed, and fails t at
+// the first that differs.
+func MatchesMarshal(t testing.TB, seed int64, n int, encode func(reply.Reply) ([]byte, error), marshal func(reply.Reply) ([]byte, error)) {
+	t.Helper()
+	rng := rand.New(rand.NewSource(seed))
+	for i := range n {
+		r := Reply(rng)
+		if i%4 == 0 {
+			r = BatchReply(rng)
+		}
+		got, err := encode(r)
+		want, werr := marshal(r)
+		if err != nil || werr != nil || !bytes.Equal(got, want) {
+			t.Fatalf("reply %d %+v:\n got %s (%v)\nwant %s (%v)", i, r, got, err, want, werr)
+		}
+	}
 }
