@@ -18,10 +18,14 @@ type duplicateIDer interface {
 // store, run beside the fold on a connection of the store's: the events the
 // fold reads (after its start up to its head) are counted where they are
 // stored, instead of each ID being copied into the sets' audit_ids and
-// counted there after the fold. It finds what that copy finds: the fold reads
-// every committed event of "all" up to its head, and the store counts the
-// same rows (a row stored twice is read twice, the "all" order being a
-// total order of rows). The violations keep the copy's kind and message.
+// counted there after the fold. It finds the IDs and counts that copy finds:
+// the fold reads every committed event of "all" up to its head, and the store
+// counts the same rows (a row stored twice is read twice, the "all" order
+// being a total order of rows). The violations keep the copy's kind and
+// message, but not its order: they come by their first position, where the
+// copy's came by the fold's order ((transaction_id, position)), and the two
+// differ when transactions commit out of order, so a list cut short by the
+// audit's maximum may name other IDs of the same set.
 type storeIDs struct {
 	cancel context.CancelFunc
 	done   chan struct{}
