@@ -174,10 +174,7 @@ ON CONFLICT DO NOTHING`, Table("balance_history", gen))
 func lastBalances(ctx context.Context, tx pgx.Tx, gen int, ids []string, memo *accountMemo) (lastRows, error) {
 	state := make(map[string]BalanceState, len(ids))
 	last := make(map[string]int64, len(ids))
-	known, ids := memo.recall(ids)
-	for id, a := range known {
-		state[id], last[id] = a.state, a.rev
-	}
+	ids = memo.recall(ids, func(id string, a memoAccount) { state[id], last[id] = a.state, a.rev })
 	for _, id := range ids {
 		last[id] = -1
 	}

@@ -234,13 +234,13 @@ func evolveCmdAccount(a *cmdAccount, ev *Event) {
 // loadCmdAccounts reads the folds of the events' accounts (those memo holds
 // from it; an account with none is not in the map).
 func loadCmdAccounts(ctx context.Context, tx pgx.Tx, gen int, events []*Event, memo *accountMemo) (map[string]*cmdAccount, error) {
-	known, ids := memo.recall(accountIDs(events))
-	out := make(map[string]*cmdAccount, len(known)+len(ids))
-	for id, a := range known {
+	ids := accountIDs(events)
+	out := make(map[string]*cmdAccount, len(ids))
+	ids = memo.recall(ids, func(id string, a memoAccount) {
 		if a.rev >= 0 {
 			out[id] = &cmdAccount{currency: a.state.Currency, balance: a.state.Balance, held: a.state.Held, revision: a.rev}
 		}
-	}
+	})
 	if len(ids) == 0 {
 		return out, nil
 	}

@@ -43,26 +43,26 @@ func newAccountMemo(complete bool) *accountMemo {
 	return &accountMemo{complete: complete, m: map[string]memoAccount{}}
 }
 
-// recall returns the accounts of ids the memo answers (an account it does not
-// hold, when complete, as one with no row: revision -1, the zero state) and the
-// ids left to read from the generation. A nil memo answers none.
-func (am *accountMemo) recall(ids []string) (known map[string]memoAccount, unknown []string) {
+// recall calls found with each account of ids the memo answers (an account it
+// does not hold, when complete, as one with no row: revision -1, the zero
+// state) and returns the ids left to read from the generation. A nil memo
+// answers none.
+func (am *accountMemo) recall(ids []string, found func(id string, a memoAccount)) (unknown []string) {
 	if am == nil {
-		return nil, ids
+		return ids
 	}
-	known = make(map[string]memoAccount, len(ids))
 	for _, id := range ids {
 		a, ok := am.m[id]
 		switch {
 		case ok:
-			known[id] = a
+			found(id, a)
 		case am.complete:
-			known[id] = memoAccount{rev: -1}
+			found(id, memoAccount{rev: -1})
 		default:
 			unknown = append(unknown, id)
 		}
 	}
-	return known, unknown
+	return unknown
 }
 
 // remember records an account's last row; past the bound it records a new
