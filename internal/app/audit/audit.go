@@ -111,7 +111,7 @@ type Report struct {
 	Snapshots      int              `json:"snapshots"`                             // account snapshots checked (invariant 7)
 	HoldsUnchecked int              `json:"snapshot_holds_unchecked,omitempty"`    // of those, the snapshots whose closed holds were not checked (no holds read model at or past them)
 	SnapsTrusted   int              `json:"snapshots_trusted,omitempty"`           // not counted in Snapshots: an incremental audit's, of revisions its checkpoint passed, stored with the bytes the checkpoint records its audit checked
-	SnapsFromStart int              `json:"snapshots_folded_from_start,omitempty"` // of Snapshots, an incremental audit's of revisions its checkpoint passed with no checked snapshot recorded below them: folded from their stream's first event
+	SnapsFromStart int              `json:"snapshots_folded_from_start,omitempty"` // of Snapshots, an incremental audit's of revisions its checkpoint passed that it does not record: folded from their stream's first event
 	Account        string           `json:"account,omitempty"`
 	ChainVerified  bool             `json:"chain_verified"`
 	Totals         []Totals         `json:"totals"`
@@ -886,7 +886,7 @@ func (r *Report) Write(w io.Writer) {
 		fmt.Fprintf(w, "  account snapshots: %d not checked again, recorded by the checkpoint with the same bytes (of revisions it passed)\n", r.SnapsTrusted)
 	}
 	if r.SnapsFromStart > 0 {
-		fmt.Fprintf(w, "  account snapshots: %d of revisions the checkpoint passed, with none recorded below them, checked by a fold from their stream's first event\n", r.SnapsFromStart)
+		fmt.Fprintf(w, "  account snapshots: %d of revisions the checkpoint passed, not recorded by it, checked by a fold from their stream's first event\n", r.SnapsFromStart)
 	}
 	if r.HoldsUnchecked > 0 {
 		fmt.Fprintf(w, "  account snapshots: %d whose closed holds were not checked (no holds read model at or past them)\n", r.HoldsUnchecked)

@@ -173,8 +173,7 @@ type Fold struct {
 	// snapshotsTrusted counts the snapshots an incremental audit does not
 	// check again: of revisions its checkpoint passed, stored with the bytes
 	// the checkpoint records (snapshots.go); snapshotsFromStart those of such
-	// revisions it checked by a fold from their stream's first event, the
-	// checkpoint recording no checked snapshot below them.
+	// revisions it checked by a fold from their stream's first event.
 	snapshotsTrusted, snapshotsFromStart int
 	// checked is, per account stream, the snapshot found equal to the fold
 	// (by this audit, or recorded by the checkpoint it resumed from, read

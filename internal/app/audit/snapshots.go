@@ -28,8 +28,8 @@ import (
 // checkpoint the fold reads anyway) or of accounts opened since, checks at
 // once those at that revision, and of the others, of revisions the
 // checkpoint passed, trusts those the checkpoint records with the same
-// bytes and checks every other one by folding its account's stream from the
-// checked snapshot the checkpoint records below it (checkPassedSnapshot); it
+// bytes and checks every other one by folding its account's stream from its
+// first event (checkPassedSnapshot); it
 // reads, for a page, the checkpoint's revisions and records of its
 // accounts (their bytes' sha256), not their states.
 
@@ -249,27 +249,17 @@ func (f *Fold) skipSnapshotsBefore(ctx context.Context, sr eventstore.StreamRead
 }
 
 // checkPassedSnapshots checks the snapshots of the accounts ids, of
-// revisions the checkpoint passed and not recorded by it, each from the
-// checked snapshot the checkpoint records below it (read with its row), then
-// reads those accounts into the fold, so that the checkpoint the audit
-// stores records what it checked (their rows are read twice: the first time
-// before the fold holds their stream state, which the check must not see).
+// revisions the checkpoint passed and not recorded by it, each by folding
+// its account's stream from the first event, then reads those accounts into
+// the fold, so that the checkpoint the audit stores records what it checked
+// (their streams are folded before the fold holds their stream state, which
+// the check must not see).
 func (f *Fold) checkPassedSnapshots(ctx context.Context, sr eventstore.StreamReader, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	bases := make(map[string]projections.CheckedSnapshot, len(ids))
-	err := projections.Checkpoints.LoadAuditAccounts(ctx, f.resumed.q, f.resumed.id, ids, false, func(row projections.AuditAccount) error {
-		if row.Checked.Data != nil {
-			bases[row.AccountID] = row.Checked
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
 	for _, id := range ids {
-		if err := f.checkPassedSnapshot(ctx, sr, domain.AccountStream(id), bases[id]); err != nil {
+		if err := f.checkPassedSnapshot(ctx, sr, domain.AccountStream(id)); err != nil {
 			return err
 		}
 	}
@@ -277,28 +267,25 @@ func (f *Fold) checkPassedSnapshots(ctx context.Context, sr eventstore.StreamRea
 }
 
 // checkPassedSnapshot checks the snapshot of stream, of a revision the
-// checkpoint passed, against the account's stream folded up to it by the
-// replay's aggregate (newReplayAccount) from base, the checked snapshot the
-// checkpoint records, when below it (else from the first event: counted in
-// snapshotsFromStart), read a page of events at a time: it costs the
-// account's events between the two (at most the ledger's snapshot interval
-// when base is the one before), and the memory of a page and an account. A
-// stream that does not fold up to the snapshot's revision leaves it to
+// checkpoint passed, against the account's stream folded from its first
+// event up to it by the replay's aggregate (newReplayAccount), read a page
+// of events at a time (counted in snapshotsFromStart): it costs the
+// account's events up to the snapshot, and the memory of a page and an
+// account. Not from the snapshot the checkpoint records below it: the audit
+// that checked it compared only what its bounded fold keeps (boundAccount),
+// not every refunded original and closed hold the snapshot carries, which a
+// fold from it would adopt unchecked (docs/design.md, invariant 7). A stream
+// that does not fold up to the snapshot's revision leaves it to
 // finishSnapshots to name.
-func (f *Fold) checkPassedSnapshot(ctx context.Context, sr eventstore.StreamReader, stream string, base projections.CheckedSnapshot) error {
+func (f *Fold) checkPassedSnapshot(ctx context.Context, sr eventstore.StreamReader, stream string) error {
 	if sr == nil {
 		return fmt.Errorf("audit: --from: the store does not read a stream, to check the snapshot of %s the checkpoint does not record", stream)
 	}
 	rev := f.snapshots[stream].revision
-	a, from, err := foldBase(stream, base, rev)
-	if err != nil {
-		return fmt.Errorf("audit: checkpoint %d: %w: run a full audit (without --from) to store a new checkpoint", f.resumed.id, err)
-	}
-	if from == 0 {
-		f.snapshotsFromStart++
-	}
+	a := newReplayAccount(stream)
+	f.snapshotsFromStart++
 	at, broken := eventstore.Position{}, false
-	err = readStreamRange(ctx, sr, stream, from, int64(rev), func(re eventstore.RecordedEvent) error {
+	err := readStreamRange(ctx, sr, stream, 0, int64(rev), func(re eventstore.RecordedEvent) error {
 		m, err := domain.DecodeMetadata(re.Metadata)
 		if err == nil {
 			err = domain.EvolveAccount(a, storedEvent(re, m))
@@ -314,19 +301,4 @@ func (f *Fold) checkPassedSnapshot(ctx context.Context, sr eventstore.StreamRead
 	}
 	f.checkSnapshot(stream, a, at)
 	return f.reloadErr
-}
-
-// foldBase is the account a passed snapshot's check folds from, and the
-// revision of the first event it folds: the checked snapshot base decoded
-// when it is below rev, as the replay bounds it; a new account otherwise.
-func foldBase(stream string, base projections.CheckedSnapshot, rev uint64) (*domain.Account, uint64, error) {
-	if base.Data == nil || base.Revision >= rev {
-		return newReplayAccount(stream), 0, nil
-	}
-	a, err := domain.DecodeSnapshot(stream, base.Data)
-	if err != nil {
-		return nil, 0, err
-	}
-	a.KeyLimit, a.HoldLimit, a.RefundLimit = replayRecent, replayRecent, replayRecent
-	return a, base.Revision + 1, nil
 }
