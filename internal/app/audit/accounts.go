@@ -86,7 +86,7 @@ func (f *Fold) loadAccounts(ctx context.Context, ids []string, guarded bool) err
 		restoreClosedHold(a, ss)
 		f.streams[stream] = ss
 		if row.Checked.Data != nil {
-			f.recordChecked(stream, row.Checked)
+			f.recordResumed(stream, row.Checked)
 		}
 		r.loaded++
 		r.at[a.ID] = [2]int64{a.Revision, a.Balance}

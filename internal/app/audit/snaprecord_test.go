@@ -223,3 +223,31 @@ func TestIncrementalAuditTrustsNoUncheckedPartOfARecordedSnapshot(t *testing.T) 
 		t.Fatalf("a forged refunded sum carried from the recorded snapshot: ok %v, %d checked, %d trusted: %v", inc.OK(), inc.Snapshots, inc.SnapsTrusted, inc.Violations)
 	}
 }
+
+// TestIncrementalAuditRecordsTheSnapshotItChecked: the recorded snapshot
+// rewritten at its revision with other bytes (the same state) is checked
+// from the stream's first event by an incremental audit, whose checkpoint
+// then records those bytes, so that the next incremental audit trusts it.
+// On 10ca48c the checkpoint's old record won the tie (recordChecked's >=):
+// every later incremental audit folded the stream from its first event again.
+func TestIncrementalAuditRecordsTheSnapshotItChecked(t *testing.T) {
+	ctx := context.Background()
+	env, cp := hotLedger(t, nil)
+	stream := domain.AccountStream("hot")
+	var b []byte
+	if err := env.Pool.QueryRow(ctx, `SELECT data FROM snapshots WHERE stream = $1`, stream).Scan(&b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Pool.Exec(ctx, `UPDATE snapshots SET data = $2 WHERE stream = $1`, stream, append([]byte("{ "), b[1:]...)); err != nil {
+		t.Fatal(err)
+	}
+	first, err := audit.Run(ctx, env.Store, audit.Options{From: &cp.ID, ReadModels: env.Pool, SaveCheckpoint: true})
+	if err != nil || !first.OK() || first.Checkpoint == nil || first.Snapshots != 1 || first.SnapsTrusted != 0 {
+		t.Fatalf("the snapshot rewritten: %v, %+v", err, first)
+	}
+	next, read := runCounting(t, env, first.Checkpoint.ID, "hot")
+	if !next.OK() || next.SnapsTrusted != 1 || next.Snapshots != 0 || read != 0 {
+		t.Fatalf("from the checkpoint that checked it: ok %v, %d checked, %d trusted, %d from the first event, %d events of hot read: %v",
+			next.OK(), next.Snapshots, next.SnapsTrusted, next.SnapsFromStart, read, next.Violations)
+	}
+}

@@ -189,15 +189,25 @@ func (f *Fold) finishSnapshots() {
 	}
 }
 
-// recordChecked records c as the snapshot of stream found equal to the fold,
-// unless one of a later revision is recorded (the checkpoint's record, read
-// with its row, gives way to one checked since, not the other way round).
+// recordChecked records c as the snapshot of stream this audit found equal
+// to the fold, in place of any recorded before: the checkpoint's record read
+// with the account's row (recordResumed), or one this audit checked at an
+// earlier revision (the fold reaches a stream's snapshots in order).
 func (f *Fold) recordChecked(stream string, c projections.CheckedSnapshot) {
 	if f.checked == nil {
 		f.checked = map[string]projections.CheckedSnapshot{}
 	}
-	if old, ok := f.checked[stream]; !ok || c.Revision >= old.Revision {
-		f.checked[stream] = c
+	f.checked[stream] = c
+}
+
+// recordResumed records c, the checked snapshot the checkpoint records for
+// stream (read with its row), unless this audit checked one already, which
+// wins whatever its revision: it is the one the store held (an incremental
+// audit checks a passed snapshot before it reads the account's row,
+// checkPassedSnapshots).
+func (f *Fold) recordResumed(stream string, c projections.CheckedSnapshot) {
+	if _, ok := f.checked[stream]; !ok {
+		f.recordChecked(stream, c)
 	}
 }
 
