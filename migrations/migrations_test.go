@@ -225,3 +225,62 @@ func TestSnapshotRecordUpDown(t *testing.T) {
 		t.Fatalf("up again: %v", err)
 	}
 }
+
+// TestSnapshotDigestUpDown (migration 00024): going up, a checkpoint row's
+// recorded snapshot bytes become their sha256, and the row's digest (00017's
+// form, which took sha256 of the bytes) is what it was, so the checkpoint
+// stands; going down past 00024, the checkpoints that record a snapshot go
+// (the build before would take their rows for edited) and the others stay.
+func TestSnapshotDigestUpDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	u := pgtest.URL(t)
+	p := provider(t, u)
+	if _, err := p.UpTo(ctx, 23); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, ctx, u)
+	var ids [2]int64
+	for i, state := range []string{"recording", "none recorded"} {
+		if err := conn.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, snapshots_recorded)
+			VALUES (1, 1, 1, $1, true) RETURNING id`, state).Scan(&ids[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustExec(t, ctx, conn, `INSERT INTO readmodel.audit_checkpoint_accounts (checkpoint_id, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, snapshot_revision, snapshot_data)
+		VALUES ($1, 'a', 9, 'c', '', 0, 0, false, 'state a', 5, 'snapshot of a at 5'), ($1, 'b', 3, 'c', '', 0, 0, false, 'state b', NULL, NULL),
+			($2, 'b', 3, 'c', '', 0, 0, false, 'state b', NULL, NULL)`, ids[0], ids[1])
+	digest := func(sum string) string {
+		var d string
+		if err := conn.QueryRow(ctx, `SELECT encode(sha256(string_agg(h, ''::bytea ORDER BY h)), 'hex') FROM (
+			SELECT sha256(convert_to(row(account_id, next, chain, group_key, group_next, group_count, guarded, sha256(snapshot), snapshot_revision, `+sum+`)::text, 'UTF8')) AS h
+			FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $1) r`, ids[0]).Scan(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	before := digest("sha256(snapshot_data)")
+	if _, err := p.UpTo(ctx, 24); err != nil {
+		t.Fatal(err)
+	}
+	if after := digest("snapshot_sha256"); after != before {
+		t.Fatalf("up to 24: the rows' digest %s, was %s", after, before)
+	}
+	var recorded bool
+	if err := conn.QueryRow(ctx, `SELECT snapshot_sha256 = sha256('snapshot of a at 5') FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $1 AND account_id = 'a'`, ids[0]).Scan(&recorded); err != nil || !recorded {
+		t.Fatalf("up to 24: the record of a is not the sha256 of its bytes (%v)", err)
+	}
+	if _, err := conn.Exec(ctx, `UPDATE readmodel.audit_checkpoint_accounts SET snapshot_sha256 = 'short' WHERE checkpoint_id = $1 AND account_id = 'a'`, ids[0]); err == nil {
+		t.Fatal("up to 24: a record that is no sha256 was stored")
+	}
+	if _, err := p.DownTo(ctx, 23); err != nil {
+		t.Fatal(err)
+	}
+	var kept string
+	if err := conn.QueryRow(ctx, `SELECT string_agg(convert_from(state, 'UTF8'), ',' ORDER BY id) FROM readmodel.audit_checkpoints`).Scan(&kept); err != nil || kept != "none recorded" {
+		t.Fatalf("down to 23: %q (%v), want the recording checkpoint gone", kept, err)
+	}
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package projections
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strconv"
@@ -351,7 +352,7 @@ type AuditCheckpoint struct {
 // its stream's next revision, chain head and open command group, whether a
 // capture saga is in flight on it (Guarded), its state (Snapshot, as
 // domain.EncodeSnapshot writes it), and the record of its snapshot an audit
-// checked (Checked, migration 00023).
+// checked (Checked, migrations 00023 and 00024).
 type AuditAccount struct {
 	AccountID             string
 	Next                  uint64
@@ -363,22 +364,29 @@ type AuditAccount struct {
 }
 
 // CheckedSnapshot is an account's snapshot as an audit found it equal to the
-// fold of its stream: its revision and its stored bytes (Data nil: none).
+// fold of its stream: its revision and the sha256 of its stored bytes (all
+// zero: none), not the bytes (migration 00024).
 type CheckedSnapshot struct {
 	Revision uint64
-	Data     []byte
+	SHA256   [sha256.Size]byte
 }
+
+// Recorded reports whether c records a snapshot.
+func (c CheckedSnapshot) Recorded() bool { return c.SHA256 != [sha256.Size]byte{} }
 
 func (a *AuditAccount) values(checkpoint int64) []any {
-	var rev *int64
-	if a.Checked.Data != nil {
+	var (
+		rev *int64
+		sum []byte
+	)
+	if a.Checked.Recorded() {
 		r := int64(a.Checked.Revision)
-		rev = &r
+		rev, sum = &r, a.Checked.SHA256[:]
 	}
-	return []any{checkpoint, a.AccountID, int64(a.Next), a.Chain, a.GroupKey, a.GroupNext, a.GroupCount, a.Guarded, a.Snapshot, rev, a.Checked.Data}
+	return []any{checkpoint, a.AccountID, int64(a.Next), a.Chain, a.GroupKey, a.GroupNext, a.GroupCount, a.Guarded, a.Snapshot, rev, sum}
 }
 
-var auditAccountColumns = []string{"checkpoint_id", "account_id", "next", "chain", "group_key", "group_next", "group_count", "guarded", "snapshot", "snapshot_revision", "snapshot_data"}
+var auditAccountColumns = []string{"checkpoint_id", "account_id", "next", "chain", "group_key", "group_next", "group_count", "guarded", "snapshot", "snapshot_revision", "snapshot_sha256"}
 
 // AuditCheckpointsKept bounds the audit checkpoints stored: SaveAudit drops
 // the oldest beyond it. Each holds a row of every account (some 0.5 KB), so
@@ -463,8 +471,8 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 		return err
 	}
 	if s.CarryFrom > 0 {
-		tag, err := tx.Exec(ctx, `INSERT INTO readmodel.audit_checkpoint_accounts (checkpoint_id, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, snapshot_revision, snapshot_data)
-			SELECT $1, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, snapshot_revision, snapshot_data
+		tag, err := tx.Exec(ctx, `INSERT INTO readmodel.audit_checkpoint_accounts (checkpoint_id, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, snapshot_revision, snapshot_sha256)
+			SELECT $1, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, snapshot_revision, snapshot_sha256
 			FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $2
 			ON CONFLICT (checkpoint_id, account_id) DO NOTHING`, cp.ID, s.CarryFrom)
 		if err != nil {
@@ -559,12 +567,14 @@ var auditCheckedSQL = `SELECT r.n, r.problem = '', r.problem FROM (SELECT a.n, C
 // auditRowsDigestSQL selects the count (n) and the digest (migration 00017)
 // of the account rows of checkpoint id (an SQL expression): sha256 over the
 // sha256 of each row's text form (a record's: every column quoted as
-// needed, so no text moves from one column to the next unseen), sorted, so
+// needed, so no text moves from one column to the next unseen; the recorded
+// snapshot's sha256 as 00023 took it of its bytes, so the digests of rows
+// stored before 00024 stand), sorted, so
 // that any order of reading gives it. Two sets of rows with one digest are a
 // sha256 collision.
 func auditRowsDigestSQL(id string) string {
 	return `SELECT count(*) AS n, encode(sha256(coalesce(string_agg(h, ''::bytea ORDER BY h), ''::bytea)), 'hex') AS digest
-		FROM (SELECT sha256(convert_to(row(account_id, next, chain, group_key, group_next, group_count, guarded, sha256(snapshot), snapshot_revision, sha256(snapshot_data))::text, 'UTF8')) AS h
+		FROM (SELECT sha256(convert_to(row(account_id, next, chain, group_key, group_next, group_count, guarded, sha256(snapshot), snapshot_revision, snapshot_sha256)::text, 'UTF8')) AS h
 			FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = ` + id + `) rows`
 }
 
@@ -585,7 +595,7 @@ type AuditSnapshotNext struct {
 // snapshot's bytes: what an incremental audit needs to tell a snapshot the
 // checkpoint passed, and one it recorded.
 func (Checkpointer) AuditAccountNext(ctx context.Context, q Querier, id int64, ids []string, each func(AuditSnapshotNext) error) error {
-	rows, err := q.Query(ctx, `SELECT account_id, next, coalesce(snapshot_revision, -1), sha256(snapshot_data) FROM readmodel.audit_checkpoint_accounts
+	rows, err := q.Query(ctx, `SELECT account_id, next, coalesce(snapshot_revision, -1), snapshot_sha256 FROM readmodel.audit_checkpoint_accounts
 		WHERE checkpoint_id = $1 AND account_id = ANY($2::text[])`, id, ids)
 	if err != nil {
 		return fmt.Errorf("projections: audit checkpoint %d: accounts: %w", id, err)
@@ -609,7 +619,7 @@ func (Checkpointer) AuditAccountNext(ctx context.Context, q Querier, id int64, i
 // guarded, of every account with a capture saga in flight, handing each to
 // each.
 func (Checkpointer) LoadAuditAccounts(ctx context.Context, q Querier, id int64, ids []string, guarded bool, each func(AuditAccount) error) error {
-	rows, err := q.Query(ctx, `SELECT account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, coalesce(snapshot_revision, 0), snapshot_data
+	rows, err := q.Query(ctx, `SELECT account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, coalesce(snapshot_revision, 0), snapshot_sha256
 		FROM readmodel.audit_checkpoint_accounts
 		WHERE checkpoint_id = $1 AND (account_id = ANY($2::text[]) OR ($3 AND guarded))`, id, ids, guarded)
 	if err != nil {
@@ -618,9 +628,11 @@ func (Checkpointer) LoadAuditAccounts(ctx context.Context, q Querier, id int64, 
 	var (
 		a         AuditAccount
 		next, rev int64
+		sum       []byte
 	)
-	_, err = pgx.ForEachRow(rows, []any{&a.AccountID, &next, &a.Chain, &a.GroupKey, &a.GroupNext, &a.GroupCount, &a.Guarded, &a.Snapshot, &rev, &a.Checked.Data}, func() error {
-		a.Next, a.Checked.Revision = uint64(next), uint64(rev)
+	_, err = pgx.ForEachRow(rows, []any{&a.AccountID, &next, &a.Chain, &a.GroupKey, &a.GroupNext, &a.GroupCount, &a.Guarded, &a.Snapshot, &rev, &sum}, func() error {
+		a.Next, a.Checked = uint64(next), CheckedSnapshot{Revision: uint64(rev)}
+		copy(a.Checked.SHA256[:], sum) // nil: none; 32 bytes by 00024's check
 		return each(a)
 	})
 	if err != nil {

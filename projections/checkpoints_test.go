@@ -1,7 +1,9 @@
 package projections_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"maps"
 	"strings"
@@ -68,8 +70,8 @@ func accountsOf(ids ...string) func() (projections.AuditAccount, bool, error) {
 
 var emptyState = projections.AuditCheckpoint{State: []byte{}, AccountsTable: "0", ActiveHolds: "0"}
 
-// TestAuditCheckpointSnapshotRecord (migration 00023): a checkpoint's
-// account row records the snapshot its audit checked (revision and bytes),
+// TestAuditCheckpointSnapshotRecord (migrations 00023, 00024): a checkpoint's
+// account row records the snapshot its audit checked (revision and sha256),
 // read back with the row and, as a revision and a sha256, by
 // AuditAccountNext; the record is in the rows' digest, so a checkpoint whose
 // record is edited is refused, and so is one without the record (an
@@ -77,7 +79,7 @@ var emptyState = projections.AuditCheckpoint{State: []byte{}, AccountsTable: "0"
 func TestAuditCheckpointSnapshotRecord(t *testing.T) {
 	env := projtest.New(t)
 	ctx := context.Background()
-	checked := projections.CheckedSnapshot{Revision: 2, Data: []byte("snapshot of a at 2")}
+	checked := projections.CheckedSnapshot{Revision: 2, SHA256: sha256.Sum256([]byte("snapshot of a at 2"))}
 	rows := []projections.AuditAccount{{AccountID: "a", Next: 3, Snapshot: []byte("a"), Checked: checked}, {AccountID: "b", Next: 3, Snapshot: []byte("b")}}
 	id, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Rows: 2, Next: func() (projections.AuditAccount, bool, error) {
 		if len(rows) == 0 {
@@ -97,17 +99,17 @@ func TestAuditCheckpointSnapshotRecord(t *testing.T) {
 	if err := projections.Checkpoints.LoadAuditAccounts(ctx, env.Pool, id, []string{"a", "b"}, false, func(a projections.AuditAccount) error {
 		got[a.AccountID] = a.Checked
 		return nil
-	}); err != nil || got["a"].Revision != 2 || string(got["a"].Data) != string(checked.Data) || got["b"].Data != nil {
+	}); err != nil || got["a"] != checked || got["b"].Recorded() {
 		t.Fatalf("the rows' records: %+v (%v)", got, err)
 	}
 	sums := map[string]projections.AuditSnapshotNext{}
 	if err := projections.Checkpoints.AuditAccountNext(ctx, env.Pool, id, []string{"a", "b"}, func(n projections.AuditSnapshotNext) error {
 		sums[n.AccountID] = n
 		return nil
-	}); err != nil || sums["a"].Checked != 2 || sums["a"].CheckedSHA256 == nil || sums["b"].CheckedSHA256 != nil || sums["a"].Next != 3 {
+	}); err != nil || sums["a"].Checked != 2 || !bytes.Equal(sums["a"].CheckedSHA256, checked.SHA256[:]) || sums["b"].CheckedSHA256 != nil || sums["a"].Next != 3 {
 		t.Fatalf("the rows' records by AuditAccountNext: %+v (%v)", sums, err)
 	}
-	if _, err := env.Pool.Exec(ctx, `UPDATE readmodel.audit_checkpoint_accounts SET snapshot_data = 'forged' WHERE checkpoint_id = $1 AND account_id = 'a'`, id); err != nil {
+	if _, err := env.Pool.Exec(ctx, `UPDATE readmodel.audit_checkpoint_accounts SET snapshot_sha256 = sha256('forged') WHERE checkpoint_id = $1 AND account_id = 'a'`, id); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, id); err == nil || !strings.Contains(err.Error(), "account rows do not match") {

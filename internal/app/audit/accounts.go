@@ -85,7 +85,7 @@ func (f *Fold) loadAccounts(ctx context.Context, ids []string, guarded bool) err
 		ss := &streamState{next: row.Next, chain: row.Chain, groupKey: row.GroupKey, groupNext: row.GroupNext, groupCount: row.GroupCount}
 		restoreClosedHold(a, ss)
 		f.streams[stream] = ss
-		if row.Checked.Data != nil {
+		if row.Checked.Recorded() {
 			f.recordResumed(stream, row.Checked)
 		}
 		r.loaded++

@@ -178,7 +178,8 @@ type Fold struct {
 	// checked is, per account stream, the snapshot found equal to the fold
 	// (by this audit, or recorded by the checkpoint it resumed from, read
 	// with the account's row): what the checkpoint it stores records
-	// (accountRowsOut). It holds a snapshot's bytes per account snapshotted.
+	// (accountRowsOut). It holds a revision and a sha256 per account
+	// snapshotted, not the snapshot's bytes.
 	checked map[string]projections.CheckedSnapshot
 
 	// from is the checkpoint an incremental audit resumed from (resume.go);

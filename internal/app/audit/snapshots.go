@@ -22,8 +22,8 @@ import (
 // again then (Fold.readSnapshot): the audit holds a page of snapshots and
 // the one it checks, not every snapshot decoded (a ledger's keeps up to 1,024
 // closed holds). Each snapshot found equal to the fold is recorded (its
-// revision and bytes, Fold.checked) in the checkpoint the audit stores, one
-// per account. An incremental audit keeps only the snapshots of revisions
+// revision and the sha256 of its bytes, Fold.checked) in the checkpoint the
+// audit stores, one per account. An incremental audit keeps only the snapshots of revisions
 // after its checkpoint's revision of their account (whose events after the
 // checkpoint the fold reads anyway) or of accounts opened since, checks at
 // once those at that revision, and of the others, of revisions the
@@ -148,7 +148,7 @@ func (f *Fold) checkSnapshot(stream string, a *domain.Account, at eventstore.Pos
 		f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_mismatch", Stream: stream, Revision: int64(sn.revision), Message: fmt.Sprintf("the snapshot of %s at revision %d is not the fold of its stream: %s", stream, sn.revision, diff)})
 		return
 	}
-	f.recordChecked(stream, projections.CheckedSnapshot{Revision: sn.revision, Data: sn.data})
+	f.recordChecked(stream, projections.CheckedSnapshot{Revision: sn.revision, SHA256: sha256.Sum256(sn.data)})
 	f.checkSnapshotHolds(stream, sn, at)
 }
 
