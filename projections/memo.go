@@ -34,7 +34,8 @@ type memoAccount struct {
 }
 
 // memoAccountsLimit bounds the accounts an accountMemo holds (about 150 bytes
-// each with the map's share: 30 MiB at the bound). A variable for the tests
+// each with the map's share: 30 MiB at the bound, for each of the two memos,
+// balance history's and the commands'). A variable for the tests
 // of a rebuild past it.
 var memoAccountsLimit = 200_000
 
