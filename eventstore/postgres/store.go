@@ -355,6 +355,7 @@ func (s *Store) begin(ctx context.Context, parts []eventstore.StreamAppend) (b b
 	if _, err := watchOf(conn.PgConn()); err != nil {
 		return begun{}, err
 	}
+	registerArrays(conn.TypeMap())
 	heads, err := lockStreams(ctx, conn, parts)
 	if err != nil {
 		return begun{}, err
@@ -629,14 +630,23 @@ func decide(ctx context.Context, q querier, p eventstore.StreamAppend, head int6
 // insertArgs are the arguments of insertSQL for the parts to be written, nil
 // when there are none.
 func insertArgs(plans []plan) []any {
+	n := 0
+	for _, pl := range plans {
+		if pl.write {
+			n += len(pl.part.Events)
+		}
+	}
+	if n == 0 {
+		return nil
+	}
 	var (
-		streams   []string
-		revisions []int64
-		ids       [][16]byte // not uuid.UUID: pgx encodes a driver.Valuer through its text form, failing once per element first
-		types     []string
-		data      [][]byte
-		metadata  [][]byte
-		subjects  []string
+		streams   = make(textArray, 0, n)
+		revisions = make(int8Array, 0, n)
+		ids       = make(uuidArray, 0, n) // not uuid.UUID: pgx encodes a driver.Valuer through its text form
+		types     = make(textArray, 0, n)
+		data      = make(byteaArray, 0, n)
+		metadata  = make(byteaArray, 0, n)
+		subjects  = make(textArray, 0, n)
 	)
 	for _, pl := range plans {
 		if !pl.write {
@@ -647,13 +657,10 @@ func insertArgs(plans []plan) []any {
 			revisions = append(revisions, pl.head+1+int64(i))
 			ids = append(ids, e.ID)
 			types = append(types, e.Type)
-			data = append(data, nonNil(e.Data))
-			metadata = append(metadata, nonNil(e.Metadata))
+			data = append(data, e.Data) // an empty value, never NULL (encodeArray)
+			metadata = append(metadata, e.Metadata)
 			subjects = append(subjects, e.Subject)
 		}
-	}
-	if len(streams) == 0 {
-		return nil
 	}
 	return []any{streams, revisions, ids, types, data, metadata, subjects}
 }
