@@ -8,7 +8,7 @@ import (
 )
 
 // The insert's arrays (insertArgs), encoded in PostgreSQL's binary array format
-// in one pass into a buffer grown once to their size. pgx's own array encoding
+// in one pass, into a buffer grown at most once for each. pgx's own array encoding
 // boxes every element in an interface (an allocation per string, ID and
 // revision) and appends to a buffer that starts at 256 bytes and grows by
 // 1.25x, so that a group commit of a few hundred events allocated about five
@@ -66,7 +66,12 @@ func (a byteaArray) appendElement(buf []byte, i int) []byte { return append(buf,
 // length and lower bound, then each element as its length and its bytes.
 func encodeArray(a binaryArray, buf []byte) []byte {
 	n := a.length()
-	buf = slices.Grow(buf, 20+4*n+a.dataBytes())
+	if need := 20 + 4*n + a.dataBytes(); cap(buf)-len(buf) < need {
+		// pgx encodes the insert's seven arrays one after another into one
+		// buffer: grown to twice what it then holds, the next ones (as large)
+		// fit without copying the first again.
+		buf = slices.Grow(buf, len(buf)+2*need)
+	}
 	buf = binary.BigEndian.AppendUint32(buf, 1) // one dimension, even when empty (as pgx)
 	buf = binary.BigEndian.AppendUint32(buf, 0) // no NULL
 	buf = binary.BigEndian.AppendUint32(buf, a.elementOID())
