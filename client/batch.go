@@ -92,14 +92,7 @@ func (c *Client) batchEach(ctx context.Context, elems []json.RawMessage) (BatchR
 	}
 	r := resender{c: c, key: fmt.Sprintf("batch of %d", len(elems))}
 	for {
-		sub := make([]json.RawMessage, len(pending))
-		for j, i := range pending {
-			sub[j] = elems[i]
-		}
-		body, err := json.Marshal(batchRequest{Commands: sub})
-		if err != nil {
-			return BatchReply{}, fmt.Errorf("client: encode batch: %w", err)
-		}
+		body := batchBody(len(pending), func(j int) []byte { return elems[pending[j]] })
 		var br BatchReply
 		ok, next := settled(c.request(ctx, BatchSubject, body), &br)
 		switch {

@@ -153,15 +153,7 @@ func (b *batcher) send(batch []*call) {
 		cl.out <- b.c.request(cl.ctx, CommandSubjectPrefix+cl.typ, cl.body)
 		return
 	}
-	body := make([]byte, 0, b.bytesOf(live))
-	body = append(body, `{"commands":[`...)
-	for i, cl := range live {
-		if i > 0 {
-			body = append(body, ',')
-		}
-		body = append(body, cl.elem...)
-	}
-	body = append(body, "]}"...)
+	body := batchBody(len(live), func(i int) []byte { return live[i].elem })
 	out := b.c.request(context.Background(), BatchSubject, body)
 	if out.final { // over the server's max payload: each goes alone
 		out = outcome{err: out.err, alone: true}
@@ -169,14 +161,6 @@ func (b *batcher) send(batch []*call) {
 	for i, o := range b.split(out, len(live)) {
 		live[i].out <- o
 	}
-}
-
-func (b *batcher) bytesOf(calls []*call) int {
-	n := batchOverhead
-	for _, cl := range calls {
-		n += len(cl.elem) + 1
-	}
-	return n
 }
 
 // batchWire is a batch reply with its elements left to their callers to decode.

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 )
@@ -225,35 +226,43 @@ func postings(c Command) int {
 	return 0
 }
 
-// element is a command as a batch carries it: its body with its "type" first.
-// ok is false when the body is not a JSON object (a Raw the ledger must judge
-// alone).
+// element is a command as a batch carries it: its body compacted, with its
+// "type" first. ok is false when the body is not a JSON object (a Raw the
+// ledger must judge alone).
 func element(typ string, body []byte) ([]byte, bool) {
-	if len(body) < 2 || body[0] != '{' || !json.Valid(body) {
+	if len(body) < 2 || body[0] != '{' {
 		return nil, false
 	}
 	t, _ := json.Marshal(typ)
-	out := make([]byte, 0, len(body)+len(t)+10)
-	out = append(out, `{"type":`...)
-	out = append(out, t...)
-	rest := body[1:]
-	if !isEmptyObject(rest) {
-		out = append(out, ',')
+	out := bytes.NewBuffer(make([]byte, 0, len(body)+len(t)+10))
+	out.WriteString(`{"type":`)
+	out.Write(t)
+	at := out.Len()
+	if json.Compact(out, body) != nil { // validates it too
+		return nil, false
 	}
-	return append(out, rest...), true
+	b := out.Bytes()
+	if b[at+1] == '}' { // an empty object
+		return append(b[:at], '}'), true
+	}
+	b[at] = ',' // the body's '{'
+	return b, true
 }
 
-// isEmptyObject reports whether rest (an object without its '{') is "}" with
-// only whitespace before it.
-func isEmptyObject(rest []byte) bool {
-	for _, c := range rest {
-		switch c {
-		case ' ', '\t', '\n', '\r':
-		case '}':
-			return true
-		default:
-			return false
-		}
+// batchBody is the body of a ledger.v1.cmd.batch that is not atomic: elems
+// (each from element) under "commands".
+func batchBody(n int, elem func(i int) []byte) []byte {
+	size := batchOverhead
+	for i := range n {
+		size += len(elem(i)) + 1
 	}
-	return false
+	body := make([]byte, 0, size)
+	body = append(body, `{"commands":[`...)
+	for i := range n {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, elem(i)...)
+	}
+	return append(body, "]}"...)
 }
