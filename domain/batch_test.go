@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 const depositElement = `{"type":"deposit","idempotency_key":"d1","account_id":"alice","amount":5,"currency":"EUR"}`
@@ -120,4 +121,63 @@ func TestDecodeBatchElements(t *testing.T) {
 	if !ok || fast.Type != CmdDeposit || fast.IdempotencyKey != "d1" {
 		t.Fatalf("the fast path did not take a flat element: %+v %v", fast, ok)
 	}
+}
+
+// batchBodies are batch bodies the fast split takes and bodies it leaves to
+// the general path, for TestSplitBatchFastIsTheGeneralPath and its fuzzing.
+var batchBodies = []string{
+	`{"commands":[` + depositElement + `]}`,
+	" {\n \"commands\" : [ " + depositElement + " ,\t" + depositElement + " ] } \n",
+	`{"commands":[{"type":"post_transaction","idempotency_key":"t","transaction_id":"t","postings":[{"from":"a","to":"b","amount":1,"currency":"EUR"}],"metadata":{"n":"} ] \" {"}}]}`,
+	`{"commands":[{"type":"deposit","idempotency_key":"d\u00e9","account_id":"a\\\"b","amount":5,"currency":"EUR"},{}]}`,
+	`{"commands":[{"type":"batch"},{"type":"deposit"}]}`,
+	`{"commands":[]}`,
+	`{"commands":[1,{}]}`,
+	`{"commands":[{},[]]}`,
+	`{"commands":{}}`,
+	`{"commands":[{}],"atomic":false}`,
+	`{"atomic":true,"idempotency_key":"b","commands":[` + depositElement + `]}`,
+	`{"commands":[{}],"commands":[{}]}`,
+	`{"comm\u0061nds":[{}]}`,
+	`{"commands":[{}]}x`,
+	`{"commands":[{}]`,
+	`{"commands":[{"a":1 "b":2}]}`,
+	`{"commands":null}`,
+	`{}`,
+	`[]`,
+}
+
+// TestSplitBatchFastIsTheGeneralPath: every body decodes to what the general
+// path (encoding/json's decoder) makes of it, whichever path DecodeBatch
+// takes; the fast split takes the plain bodies among them (the first five).
+func TestSplitBatchFastIsTheGeneralPath(t *testing.T) {
+	fast := 0
+	for _, body := range batchBodies {
+		if _, ok := splitBatchFast([]byte(body)); ok {
+			fast++
+		}
+		checkBatchPaths(t, []byte(body))
+	}
+	if fast != 5 {
+		t.Fatalf("the fast split took %d of the bodies, want the first 5", fast)
+	}
+}
+
+func checkBatchPaths(t *testing.T, body []byte) {
+	t.Helper()
+	got, gerr := DecodeBatch(body)
+	if len(body) > MaxBatchBodyBytes || !utf8.Valid(body) {
+		return // refused before either path
+	}
+	want, werr := decodeBatchGeneral(body)
+	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(gerr, werr) {
+		t.Fatalf("%q decodes to\n%+v, %v\nthe general path to\n%+v, %v", body, got, gerr, want, werr)
+	}
+}
+
+func FuzzSplitBatchFast(f *testing.F) {
+	for _, body := range batchBodies {
+		f.Add([]byte(body))
+	}
+	f.Fuzz(checkBatchPaths)
 }

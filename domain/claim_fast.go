@@ -95,8 +95,21 @@ func (c *KeyClaimed) setFast(sc *flatScan, name string) (uint8, bool) {
 // json.RawMessage: a copy of its text, which must be valid JSON.
 func (sc *flatScan) rawObject() ([]byte, bool) {
 	b, start := sc.b, sc.i
-	if start >= len(b) || b[start] != '{' {
+	end := closing(b, start)
+	if end < 0 || b[start] != '{' {
 		return nil, false
+	}
+	raw := b[start:end]
+	sc.i = end
+	return append([]byte(nil), raw...), json.Valid(raw)
+}
+
+// closing is the index just past the object or array that starts at b[start],
+// read as JSON (its strings skipped, their escapes too); -1 when b[start] opens
+// none, or it is not closed. It does not validate what it skips.
+func closing(b []byte, start int) int {
+	if start >= len(b) || (b[start] != '{' && b[start] != '[') {
+		return -1
 	}
 	depth, inString := 0, false
 	for j := start; j < len(b); j++ {
@@ -110,11 +123,9 @@ func (sc *flatScan) rawObject() ([]byte, bool) {
 			depth++
 		case c == '}' || c == ']':
 			if depth--; depth == 0 {
-				raw := b[start : j+1]
-				sc.i = j + 1
-				return append([]byte(nil), raw...), json.Valid(raw)
+				return j + 1
 			}
 		}
 	}
-	return nil, false
+	return -1
 }
