@@ -29,14 +29,9 @@ type binaryArray interface {
 	appendElement(buf []byte, i int) []byte
 }
 
-func (a textArray) elementOID() uint32 { return pgtype.TextOID }
-func (a textArray) length() int        { return len(a) }
-func (a textArray) dataBytes() (n int) {
-	for _, s := range a {
-		n += len(s)
-	}
-	return n
-}
+func (a textArray) elementOID() uint32                     { return pgtype.TextOID }
+func (a textArray) length() int                            { return len(a) }
+func (a textArray) dataBytes() int                         { return totalLen(a) }
 func (a textArray) appendElement(buf []byte, i int) []byte { return append(buf, a[i]...) }
 
 func (a int8Array) elementOID() uint32 { return pgtype.Int8OID }
@@ -53,9 +48,12 @@ func (a uuidArray) appendElement(buf []byte, i int) []byte { return append(buf, 
 
 func (a byteaArray) elementOID() uint32 { return pgtype.ByteaOID }
 func (a byteaArray) length() int        { return len(a) }
-func (a byteaArray) dataBytes() (n int) {
-	for _, b := range a {
-		n += len(b)
+func (a byteaArray) dataBytes() int     { return totalLen(a) }
+
+// totalLen is the bytes of a's elements.
+func totalLen[E string | []byte](a []E) (n int) {
+	for _, e := range a {
+		n += len(e)
 	}
 	return n
 }
