@@ -657,8 +657,11 @@ func insertArgs(plans []plan) []any {
 			revisions = append(revisions, pl.head+1+int64(i))
 			ids = append(ids, e.ID)
 			types = append(types, e.Type)
-			data = append(data, e.Data) // an empty value, never NULL (encodeArray)
-			metadata = append(metadata, e.Metadata)
+			// nonNil: an empty value, never NULL, in whichever format pgx
+			// sends the array (encodeArray's binary one writes nil as empty;
+			// a text one would write NULL, which the columns refuse).
+			data = append(data, nonNil(e.Data))
+			metadata = append(metadata, nonNil(e.Metadata))
 			subjects = append(subjects, e.Subject)
 		}
 	}
