@@ -507,22 +507,34 @@ func (a *Account) RecallRefunded(originalKey string, events []StoredEvent) error
 
 // refundAmount is the amount of a stored refund of originalKey.
 func refundAmount(ev StoredEvent, originalKey string) (int64, error) {
-	payload, err := DecodeEvent(ev.Type, ev.Data)
+	ref, amount, err := RefundOf(ev)
 	if err != nil {
 		return 0, err
 	}
+	if ref != originalKey {
+		return 0, fmt.Errorf("domain: %s@%d is no refund of %q", ev.Stream, ev.Revision, originalKey)
+	}
+	return amount, nil
+}
+
+// RefundOf is the original (its key) a stored event refunds and the amount
+// refunded; "" for an event that is no refund.
+func RefundOf(ev StoredEvent) (originalKey string, amount int64, err error) {
+	payload, err := DecodeEvent(ev.Type, ev.Data)
+	if err != nil {
+		return "", 0, err
+	}
 	var reason, ref string
-	var amount int64
 	switch e := payload.(type) {
 	case *Credited:
 		reason, ref, amount = e.Reason, e.Ref, e.Amount
 	case *Debited:
 		reason, ref, amount = e.Reason, e.Ref, e.Amount
 	}
-	if reason != ReasonRefund || ref != originalKey {
-		return 0, fmt.Errorf("domain: %s@%d is no refund of %q", ev.Stream, ev.Revision, originalKey)
+	if reason != ReasonRefund {
+		return "", 0, nil
 	}
-	return amount, nil
+	return ref, amount, nil
 }
 
 // releasedStatus is the status a release leaves.

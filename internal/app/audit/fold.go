@@ -165,6 +165,10 @@ type Fold struct {
 	// read again then through readSnapshot when set (snapshots.go).
 	snapshots    map[string]snapshotCheck
 	readSnapshot func(stream string) (eventstore.Snapshot, error)
+	// readRefunds checks the refunded sums of a snapshot the comparison with
+	// the fold leaves (snapshotrefunds.go); nil when the snapshots were handed
+	// in (CheckSnapshots) without a store that reads them: not checked then.
+	readRefunds refundsReader
 	// holdsRM is where the closed holds of snapshots are checked
 	// (snapshotholds.go); nil without it. snapshotHoldsUnchecked counts the
 	// snapshots whose closed holds it could not check.
@@ -175,6 +179,9 @@ type Fold struct {
 	// the checkpoint records (snapshots.go); snapshotsFromStart those of such
 	// revisions it checked by a fold from their stream's first event.
 	snapshotsTrusted, snapshotsFromStart int
+	// trustRecorded: the checkpoint resumed from records snapshots checked
+	// with every refunded sum (carried.RefundsChecked), so trusted.
+	trustRecorded bool
 	// checked is, per account stream, the snapshot found equal to the fold
 	// (by this audit, or recorded by the checkpoint it resumed from, read
 	// with the account's row): what the checkpoint it stores records

@@ -58,6 +58,10 @@ type carried struct {
 	Legs        []carriedLegs   `json:"legs,omitempty"`
 	Posted      []carriedLegs   `json:"posted,omitempty"`
 	Records     []carriedRecord `json:"step_records,omitempty"`
+	// RefundsChecked: the snapshots the checkpoint records were checked with
+	// every refunded sum they carry (snapshotrefunds.go); those a checkpoint
+	// without it records are checked again, not trusted.
+	RefundsChecked bool `json:"snapshot_refunds_checked,omitempty"`
 }
 
 type carriedStream struct {
@@ -107,7 +111,7 @@ func boundAccount(a *domain.Account) {
 // The accounts' rows go apart, one at a time (accountRowsOut).
 func (f *Fold) carry() ([]byte, error) {
 	c := carried{Last: f.Last, Events: f.Events, Settled: f.settledTransfers, Claimed: f.claimed,
-		Balances: f.carriedBalances(), AccountRows: f.accountRows()}
+		Balances: f.carriedBalances(), AccountRows: f.accountRows(), RefundsChecked: true}
 	for _, cur := range slices.Sorted(maps.Keys(f.flows)) {
 		c.Flows = append(c.Flows, *f.flows[cur])
 	}
@@ -159,7 +163,7 @@ func (f *Fold) resume(ctx context.Context, store Store, q projections.Querier, c
 		return err
 	}
 	f.Last, f.Events, f.settledTransfers, f.claimed = c.Last, c.Events, c.Settled, c.Claimed
-	f.from = &cp
+	f.from, f.trustRecorded = &cp, c.RefundsChecked
 	for i := range c.Flows {
 		t := c.Flows[i]
 		f.flows[t.Currency] = &t

@@ -180,22 +180,16 @@ func TestIncrementalAuditChecksSnapshotsWrittenDuringItsCheckpointsAudit(t *test
 
 // TestIncrementalAuditTrustsNoUncheckedPartOfARecordedSnapshot: a refunded
 // original's sum forged in the snapshot the checkpointing full audit checks
-// (its bounded fold keeps one refunded original, so it compares none of the
-// older ones: the forgery passes it) and carried by the ledger into the next
-// snapshot, written after the checkpoint at a revision it passed, is named by
-// the incremental audit. On 10ca48c it passed (`foldBase` folded from the
-// recorded snapshot, adopting the forged sum); on 3bc829e, which folded from
-// the first event, it was named.
+// is named by it (its bounded fold keeps one refunded original; the older
+// ones' sums are read from the store, snapshotrefunds.go: on 371b4d8 the
+// forgery passed and was recorded); the same forgery carried by the ledger
+// into the next snapshot, written after a checkpoint that records the true
+// one at a revision it passed, is named by the incremental audit. On
+// 10ca48c that passed (`foldBase` folded from the recorded snapshot,
+// adopting the forged sum); on 3bc829e, which folded from the first event,
+// it was named.
 func TestIncrementalAuditTrustsNoUncheckedPartOfARecordedSnapshot(t *testing.T) {
-	env := projtest.New(t)
-	env.MustApply(t, "open_account", map[string]any{"idempotency_key": "r-open", "account_id": "r", "currency": "EUR"})
-	env.MustApply(t, "deposit", map[string]any{"idempotency_key": "r-d1", "account_id": "r", "amount": 1000, "currency": "EUR"})
-	env.MustApply(t, "deposit", map[string]any{"idempotency_key": "r-d2", "account_id": "r", "amount": 1000, "currency": "EUR"})
-	env.MustApply(t, "refund", map[string]any{"idempotency_key": "r-f1", "original_key": "r-d1", "amount": 100})
-	env.MustApply(t, "refund", map[string]any{"idempotency_key": "r-f2", "original_key": "r-d2", "amount": 50})
-	for i := 0; i < 10; i++ {
-		env.MustApply(t, "deposit", map[string]any{"idempotency_key": fmt.Sprintf("r-x%d", i), "account_id": "r", "amount": 10, "currency": "EUR"})
-	}
+	env, _ := refundedEnv(t, false)
 	forge := func(a *domain.Account) *domain.Account {
 		forged := false
 		for k, v := range a.Refunded {
@@ -212,6 +206,10 @@ func TestIncrementalAuditTrustsNoUncheckedPartOfARecordedSnapshot(t *testing.T) 
 	const s1, s2 = 6, 12
 	writeSnapshot(t, env, forge(accountAt(t, env, "r", s1+1)), s1, nil)
 	catchUp(t, env)
+	if rep := run(t, env, audit.Options{SaveCheckpoint: true}); rep.OK() || !snapshotMismatchOf(rep, "r") || rep.Checkpoint != nil {
+		t.Fatalf("the full audit of the forged snapshot: ok %v, checkpoint %v: %v", rep.OK(), rep.Checkpoint, rep.Violations)
+	}
+	writeSnapshot(t, env, accountAt(t, env, "r", s1+1), s1, nil)
 	first := run(t, env, audit.Options{SaveCheckpoint: true})
 	if first.Checkpoint == nil {
 		t.Fatalf("the full audit stored no checkpoint: %v", first.Violations)

@@ -1,0 +1,113 @@
+package audit
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+)
+
+// The fold keeps one refunded original per account (boundAccount), and a
+// snapshot is compared with it on what both keep (domain.SameState), so the
+// refunded sums a snapshot carries beyond that (a ledger's keeps up to
+// --recent-refunds, 1,024) are checked against the store instead: each
+// findable one the comparison did not cover must be the sum of that
+// original's refunds up to the snapshot's revision. On a store that finds
+// events by subject (eventstore.SubjectReader: PostgreSQL, memory) they are
+// read as the ledger recalls a forgotten original (domain.RecallRefunded):
+// one indexed read of the original's refunds (domain.RefundSubject) per
+// original; on one that does not (KurrentDB, whose ledger's aggregates keep
+// every original) by one read of the account's stream from its first event
+// up to the snapshot's revision. Either way the audit holds one snapshot's
+// list of originals and their sums at a time. A mismatch is a
+// snapshot_mismatch (invariant 7), and the snapshot is not recorded as
+// checked.
+
+// refundsReader sums, of an account's stream up to a revision, the refunds
+// of each of the originals named (the keys of sums, whose values it adds to).
+type refundsReader func(stream string, rev uint64, sums map[string]int64) error
+
+// newRefundsReader is the store's refundsReader: by subject when it reads
+// them, else by the stream; nil when it reads neither.
+func newRefundsReader(ctx context.Context, store Store) refundsReader {
+	if sub, ok := store.(eventstore.SubjectReader); ok {
+		return func(stream string, rev uint64, sums map[string]int64) error {
+			for _, k := range slices.Sorted(maps.Keys(sums)) {
+				evs, err := sub.ReadStreamSubject(ctx, stream, domain.RefundSubject(k), 0)
+				if err != nil {
+					return err
+				}
+				for _, re := range evs {
+					if re.Revision <= rev {
+						if err := addRefund(sums, re, k); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			return nil
+		}
+	}
+	sr, ok := store.(eventstore.StreamReader)
+	if !ok {
+		return nil
+	}
+	return func(stream string, rev uint64, sums map[string]int64) error {
+		err := readStreamRange(ctx, sr, stream, 0, int64(rev), func(re eventstore.RecordedEvent) error {
+			return addRefund(sums, re, "")
+		})
+		if errors.Is(err, eventstore.ErrStreamNotFound) {
+			return nil
+		}
+		return err
+	}
+}
+
+// addRefund adds re to the sum of the original it refunds, when sums names
+// it; of an event read by the subject of original want, an error unless it
+// is a refund of want.
+func addRefund(sums map[string]int64, re eventstore.RecordedEvent, want string) error {
+	ref, amount, err := domain.RefundOf(storedEvent(re, domain.Metadata{}))
+	if err == nil && want != "" && ref != want {
+		err = fmt.Errorf("written with the subject of %q, is no refund of it", want)
+	}
+	if err != nil {
+		return fmt.Errorf("%s@%d: %w", re.Stream, re.Revision, err)
+	}
+	if _, ok := sums[ref]; ok {
+		sums[ref] += amount
+	}
+	return nil
+}
+
+// sameRefunded checks the refunded sums of snapshot snap of stream that the
+// comparison with the fold's account a did not cover (findable, and not kept
+// by a with an amount: domain.SameState) against the store; "" when they
+// match or there are none. A read that fails sets reloadErr and reports them
+// as matching (the audit ends in that error).
+func (f *Fold) sameRefunded(stream string, snap, a *domain.Account) (bool, string) {
+	sums := map[string]int64{}
+	for k, r := range snap.Refunded {
+		if kept, in := a.Refunded[k]; r.Findable && (!in || kept.Amount == 0) {
+			sums[k] = 0
+		}
+	}
+	if len(sums) == 0 || f.readRefunds == nil {
+		return true, ""
+	}
+	if err := f.readRefunds(stream, uint64(snap.Revision), sums); err != nil {
+		f.reloadErr = cmp.Or(f.reloadErr, fmt.Errorf("audit: the refunds of the snapshot of %s: %w", stream, err))
+		return true, ""
+	}
+	for _, k := range slices.Sorted(maps.Keys(sums)) {
+		if got := snap.Refunded[k].Amount; got != sums[k] {
+			return false, fmt.Sprintf("refunded %d of original %q, the store's refunds of it up to revision %d sum %d", got, k, snap.Revision, sums[k])
+		}
+	}
+	return true, ""
+}
