@@ -32,7 +32,7 @@ func projected(t *testing.T, w projtest.Workload) *projtest.Env {
 	return env
 }
 
-func run(t *testing.T, env *projtest.Env, opts audit.Options) *audit.Report {
+func run(t testing.TB, env *projtest.Env, opts audit.Options) *audit.Report {
 	t.Helper()
 	opts.ReadModels = env.Pool
 	rep, err := audit.Run(context.Background(), env.Store, opts)

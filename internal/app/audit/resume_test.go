@@ -42,7 +42,7 @@ func spanned(t *testing.T) (*projtest.Env, *audit.CheckpointRef) {
 	return env, first.Checkpoint
 }
 
-func catchUp(t *testing.T, env *projtest.Env) {
+func catchUp(t testing.TB, env *projtest.Env) {
 	t.Helper()
 	// CatchUp stops at the first step that reads nothing, and the store shows
 	// no event newer than the oldest transaction running in the cluster:

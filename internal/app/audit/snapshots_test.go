@@ -12,7 +12,7 @@ import (
 )
 
 // accountAt folds the first n events of an account's stream (0: all).
-func accountAt(t *testing.T, env *projtest.Env, id string, n int) *domain.Account {
+func accountAt(t testing.TB, env *projtest.Env, id string, n int) *domain.Account {
 	t.Helper()
 	evs, err := env.Store.ReadStream(context.Background(), domain.AccountStream(id), 0, eventstore.Forwards, n)
 	if err != nil || len(evs) < n {
@@ -27,7 +27,7 @@ func accountAt(t *testing.T, env *projtest.Env, id string, n int) *domain.Accoun
 
 // writeSnapshot replaces the account's snapshot with a at revision rev, its
 // bytes passed through corrupt when set.
-func writeSnapshot(t *testing.T, env *projtest.Env, a *domain.Account, rev uint64, corrupt func([]byte) []byte) {
+func writeSnapshot(t testing.TB, env *projtest.Env, a *domain.Account, rev uint64, corrupt func([]byte) []byte) {
 	t.Helper()
 	ctx, stream := context.Background(), domain.AccountStream(a.ID)
 	b, err := domain.EncodeSnapshot(stream, a)
