@@ -124,9 +124,7 @@ func TestIncrementalAuditCatchesAnEditedCheckedSnapshot(t *testing.T) {
 // revision the checkpoint passed that its audit did not check (written since)
 // is checked by folding its stream from the first event (hotLater+1 events
 // read, counted as folded from the start), not from the snapshot the
-// checkpoint records below it, which its audit checked only in part
-// (TestIncrementalAuditTrustsNoUncheckedPartOfARecordedSnapshot); true it
-// passes, forged it is named.
+// checkpoint records below it; true it passes, forged it is named.
 func TestIncrementalAuditChecksAHotSnapshotFromTheFirstEvent(t *testing.T) {
 	env, cp := hotLedger(t, nil)
 	writeSnapshot(t, env, accountAt(t, env, "hot", hotLater+1), hotLater, nil)
@@ -178,17 +176,16 @@ func TestIncrementalAuditChecksSnapshotsWrittenDuringItsCheckpointsAudit(t *test
 	}
 }
 
-// TestIncrementalAuditTrustsNoUncheckedPartOfARecordedSnapshot: a refunded
-// original's sum forged in the snapshot the checkpointing full audit checks
-// is named by it (its bounded fold keeps one refunded original; the older
-// ones' sums are read from the store, snapshotrefunds.go: on 371b4d8 the
-// forgery passed and was recorded); the same forgery carried by the ledger
-// into the next snapshot, written after a checkpoint that records the true
-// one at a revision it passed, is named by the incremental audit. On
-// 10ca48c that passed (`foldBase` folded from the recorded snapshot,
-// adopting the forged sum); on 3bc829e, which folded from the first event,
-// it was named.
-func TestIncrementalAuditTrustsNoUncheckedPartOfARecordedSnapshot(t *testing.T) {
+// TestIncrementalAuditNamesAForgedRefundedSumAfterItsCheckpoint: a refunded
+// original's sum forged in the snapshot a checkpointing full audit checks is
+// named by it and no checkpoint is stored; the same forgery carried into a
+// snapshot written after a checkpoint that records the true one is named by
+// the incremental audit. Both are caught by the check of every refunded sum
+// against the store (snapshotrefunds.go), whatever the fold starts from: this
+// no longer guards that no check starts from a recorded snapshot (no
+// forgery the full audit lets through is known to do so; on 10ca48c, before
+// that check, `foldBase` folded from the recorded snapshot and this passed).
+func TestIncrementalAuditNamesAForgedRefundedSumAfterItsCheckpoint(t *testing.T) {
 	env, _ := refundedEnv(t, false)
 	forge := func(a *domain.Account) *domain.Account {
 		forged := false
