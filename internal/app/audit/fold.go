@@ -169,6 +169,9 @@ type Fold struct {
 	// the fold leaves (snapshotrefunds.go); nil when the snapshots were handed
 	// in (CheckSnapshots) without a store that reads them: not checked then.
 	readRefunds refundsReader
+	// readStreamTo reads a stream from its first event up to a revision, in
+	// pages (sameAllRefunded); nil on a store that reads no streams.
+	readStreamTo func(stream string, rev int64, fn func(eventstore.RecordedEvent) error) error
 	// holdsRM is where the closed holds of snapshots are checked
 	// (snapshotholds.go); nil without it. snapshotHoldsUnchecked counts the
 	// snapshots whose closed holds it could not check.

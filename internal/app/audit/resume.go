@@ -59,9 +59,12 @@ type carried struct {
 	Posted      []carriedLegs   `json:"posted,omitempty"`
 	Records     []carriedRecord `json:"step_records,omitempty"`
 	// RefundsChecked: the snapshots the checkpoint records were checked with
-	// every refunded sum they carry (snapshotrefunds.go); those a checkpoint
-	// without it records are checked again, not trusted.
-	RefundsChecked bool `json:"snapshot_refunds_checked,omitempty"`
+	// every refunded sum they carry and, when they say they forgot no
+	// refunded original, every one refunded (snapshotrefunds.go); those a
+	// checkpoint without it records are checked again, not trusted, and not
+	// carried. The builds that checked only the sums wrote it as
+	// snapshot_refunds_checked, which is read as its absence.
+	RefundsChecked bool `json:"snapshot_refunds_listed,omitempty"`
 }
 
 type carriedStream struct {

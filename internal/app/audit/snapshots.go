@@ -59,6 +59,11 @@ func checkSnapshotsOf(ctx context.Context, store Store, f *Fold, account string)
 	}
 	f.readSnapshot = func(stream string) (eventstore.Snapshot, error) { return ss.ReadSnapshot(ctx, stream) }
 	f.readRefunds = newRefundsReader(ctx, store)
+	if sr, ok := store.(eventstore.StreamReader); ok {
+		f.readStreamTo = func(stream string, rev int64, fn func(eventstore.RecordedEvent) error) error {
+			return readStreamRange(ctx, sr, stream, 0, rev, fn)
+		}
+	}
 	if account != "" {
 		sn, err := ss.ReadSnapshot(ctx, domain.AccountStream(account))
 		if errors.Is(err, eventstore.ErrSnapshotNotFound) {
@@ -208,9 +213,11 @@ func (f *Fold) recordChecked(stream string, c projections.CheckedSnapshot) {
 // stream (read with its row), unless this audit checked one already, which
 // wins whatever its revision: it is the one the store held (an incremental
 // audit checks a passed snapshot before it reads the account's row,
-// checkPassedSnapshots).
+// checkPassedSnapshots). A checkpoint without snapshot_refunds_listed
+// (trustRecorded false) passes on none of its records: this audit's
+// checkpoint says every snapshot it records had every refunded sum checked.
 func (f *Fold) recordResumed(stream string, c projections.CheckedSnapshot) {
-	if _, ok := f.checked[stream]; !ok {
+	if _, ok := f.checked[stream]; !ok && f.trustRecorded {
 		f.recordChecked(stream, c)
 	}
 }
