@@ -23,7 +23,9 @@ import (
 // one indexed read of the original's refunds (domain.RefundSubject) per
 // original; on one that does not (KurrentDB, whose ledger's aggregates keep
 // every original) by one read of the account's stream from its first event
-// up to the snapshot's revision. Either way the audit holds one snapshot's
+// up to the snapshot's revision. A snapshot that says it forgot none while
+// the fold forgot some is read by its stream instead (sameAllRefunded).
+// Either way the audit holds one snapshot's
 // list of originals and their sums at a time. A mismatch is a
 // snapshot_mismatch (invariant 7), and the snapshot is not recorded as
 // checked.

@@ -13,9 +13,10 @@ import (
 // BenchmarkAuditSnapshotRefunds: a full audit of one account that refunded
 // LEDGER_BENCH_REFUNDED originals (default 1,024, a ledger's
 // --recent-refunds) and whose snapshot, at its last revision, lists them
-// all: what checking every refunded sum of a snapshot costs (one indexed
-// read of each original's refunds, snapshotrefunds.go) beside the rest of
-// the audit of that account's 2N+2 events.
+// all, saying it forgot none: what checking every refunded sum and original
+// of a snapshot costs (one read of the account's stream up to it, as the fold
+// forgot some: sameAllRefunded, snapshotrefunds.go) beside the rest of the
+// audit of that account's 2N+2 events.
 func BenchmarkAuditSnapshotRefunds(b *testing.B) {
 	n := 1024
 	if v, err := strconv.Atoi(os.Getenv("LEDGER_BENCH_REFUNDED")); err == nil && v > 0 {
