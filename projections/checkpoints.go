@@ -400,12 +400,15 @@ const AuditCheckpointsKept = 3
 // resumed from an earlier checkpoint, that checkpoint's ID (CarryFrom): its
 // rows of the accounts Next does not hand are kept in the new one. Rows is
 // how many account rows the new one must hold in all: SaveAudit fails
-// otherwise (CarryFrom dropped meanwhile, say).
+// otherwise (CarryFrom dropped meanwhile, say). CarryNoSnapshots keeps those
+// rows without the snapshot each records (revision and sha256 NULL): the
+// records of a checkpoint whose audit did not check what this one's does.
 type AuditSave struct {
-	Checkpoint AuditCheckpoint
-	Next       func() (AuditAccount, bool, error)
-	CarryFrom  int64
-	Rows       int64
+	Checkpoint       AuditCheckpoint
+	Next             func() (AuditAccount, bool, error)
+	CarryFrom        int64
+	CarryNoSnapshots bool
+	Rows             int64
 }
 
 // Beginner starts a transaction: a pool or a connection.
@@ -472,9 +475,10 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 	}
 	if s.CarryFrom > 0 {
 		tag, err := tx.Exec(ctx, `INSERT INTO readmodel.audit_checkpoint_accounts (checkpoint_id, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, snapshot_revision, snapshot_sha256)
-			SELECT $1, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, snapshot_revision, snapshot_sha256
+			SELECT $1, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot,
+				CASE WHEN $3 THEN NULL ELSE snapshot_revision END, CASE WHEN $3 THEN NULL ELSE snapshot_sha256 END
 			FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $2
-			ON CONFLICT (checkpoint_id, account_id) DO NOTHING`, cp.ID, s.CarryFrom)
+			ON CONFLICT (checkpoint_id, account_id) DO NOTHING`, cp.ID, s.CarryFrom, s.CarryNoSnapshots)
 		if err != nil {
 			return err
 		}

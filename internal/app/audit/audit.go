@@ -275,7 +275,11 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 		save.Next = f.accountRowsOut()
 		save.Rows = f.accountRows()
 		if f.from != nil {
-			save.CarryFrom = f.from.ID
+			// A checkpoint whose audit did not check every refunded sum
+			// (trustRecorded false) passes none of its records on, neither
+			// of the accounts this audit folds (recordResumed) nor of the
+			// others.
+			save.CarryFrom, save.CarryNoSnapshots = f.from.ID, !f.trustRecorded
 		}
 	}
 	totals, err := f.FinishContext(ctx)
