@@ -3,6 +3,7 @@ package domain
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"time"
 )
@@ -65,6 +66,9 @@ type EventType struct {
 	Kind StreamKind
 	// newPayload is a zero payload to decode into: a pointer to the payload type.
 	newPayload func() any
+	// plan reads the payload type's common bodies without encoding/json (nil:
+	// every body goes through encoding/json).
+	plan *payloadPlan
 }
 
 // New is a zero payload of the type, a pointer, as DecodeEvent returns it.
@@ -98,8 +102,8 @@ var eventTypes = []EventType{
 	transactionEvent[TransactionPosted](EvTransactionPosted),
 	transactionEvent[TransactionRejected](EvTransactionRejected),
 
-	{Name: EvKeyClaimed, Kind: StreamKey, newPayload: func() any { return new(KeyClaimed) }},
-	{Name: EvBatchDecided, Kind: StreamKey, newPayload: func() any { return new(BatchDecided) }},
+	{Name: EvKeyClaimed, Kind: StreamKey, newPayload: func() any { return new(KeyClaimed) }, plan: newPayloadPlan(reflect.TypeFor[KeyClaimed]())},
+	{Name: EvBatchDecided, Kind: StreamKey, newPayload: func() any { return new(BatchDecided) }, plan: newPayloadPlan(reflect.TypeFor[BatchDecided]())},
 }
 
 // eventTypeByName indexes eventTypes (a variable's initialiser, not init: it
@@ -123,7 +127,7 @@ func accountEvent[T any, P interface {
 	*T
 	AccountEvent
 }](name string) EventType {
-	return EventType{Name: name, Kind: StreamAccount, newPayload: func() any { return P(new(T)) }}
+	return EventType{Name: name, Kind: StreamAccount, newPayload: func() any { return P(new(T)) }, plan: newPayloadPlan(reflect.TypeFor[T]())}
 }
 
 // transferEvent declares an event type of transfer streams.
@@ -131,7 +135,7 @@ func transferEvent[T any, P interface {
 	*T
 	TransferEvent
 }](name string) EventType {
-	return EventType{Name: name, Kind: StreamTransfer, newPayload: func() any { return P(new(T)) }}
+	return EventType{Name: name, Kind: StreamTransfer, newPayload: func() any { return P(new(T)) }, plan: newPayloadPlan(reflect.TypeFor[T]())}
 }
 
 // transactionEvent declares an event type of transaction streams.
@@ -139,7 +143,7 @@ func transactionEvent[T any, P interface {
 	*T
 	TransactionEvent
 }](name string) EventType {
-	return EventType{Name: name, Kind: StreamTransaction, newPayload: func() any { return P(new(T)) }}
+	return EventType{Name: name, Kind: StreamTransaction, newPayload: func() any { return P(new(T)) }, plan: newPayloadPlan(reflect.TypeFor[T]())}
 }
 
 // EventTypes lists every registered event type.
@@ -151,13 +155,19 @@ func LookupEventType(name string) (EventType, bool) {
 	return t, ok
 }
 
-// DecodeEvent parses an event's data into its typed payload (a pointer).
+// DecodeEvent parses an event's data into its typed payload (a pointer), as
+// encoding/json does: the common bodies through the type's plan
+// (payloadPlan), the rest through encoding/json, which decides them.
 func DecodeEvent(typ string, data []byte) (any, error) {
 	t, ok := eventTypeByName[typ]
 	if !ok {
 		return nil, fmt.Errorf("domain: unknown event type %q", typ)
 	}
 	v := t.newPayload()
+	if t.plan != nil && t.plan.decode(v, data) {
+		return v, nil
+	}
+	v = t.newPayload() // the plan may have set some fields
 	if err := json.Unmarshal(data, v); err != nil {
 		return nil, fmt.Errorf("domain: %s: %w", typ, err)
 	}

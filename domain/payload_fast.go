@@ -1,0 +1,264 @@
+package domain
+
+import (
+	"encoding"
+	"encoding/json"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// payloadPlan is how DecodeEvent reads one payload type without encoding/json:
+// the JSON names of its fields and how each is set, built once by reflection
+// from the type's own declaration (its json tags), so the type stays the one
+// home of its wire form. The common payload (a flat object of plain strings,
+// integers, booleans, a flat object of strings for a map[string]string, an
+// RFC 3339 string for a *time.Time) is read member by member (decode); any
+// other body (escapes, null, unknown or repeated names, a name in another
+// case, invalid UTF-8, a value of another kind, a field of a kind the plan
+// does not read) is left to encoding/json, which decides it. On the bodies
+// the plan takes it yields what encoding/json yields (TestPayloadFastAgrees,
+// FuzzDecodeEvent).
+type payloadPlan struct {
+	fields []planField
+}
+
+// planField is one field of a payload type: its JSON name, its index in the
+// struct and how its value is read.
+type planField struct {
+	name  string
+	index int
+	kind  planKind
+	bits  int // an integer's size
+}
+
+type planKind uint8
+
+const (
+	planOther   planKind = iota // a kind decode leaves to encoding/json
+	planString                  // a string (or a type whose kind is string)
+	planInt                     // a signed integer
+	planIntPtr                  // a pointer to a signed integer
+	planBool                    // a boolean
+	planStrMap                  // a map[string]string
+	planTimePtr                 // a *time.Time
+)
+
+// planMembers bounds the fields of a type a plan reads (a bit each).
+const planMembers = 64
+
+var (
+	jsonUnmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+	strMapType          = reflect.TypeFor[map[string]string]()
+	timePtrType         = reflect.TypeFor[*time.Time]()
+	intKindsBits        = map[reflect.Kind]int{reflect.Int: strconv.IntSize, reflect.Int8: 8, reflect.Int16: 16, reflect.Int32: 32, reflect.Int64: 64}
+)
+
+// newPayloadPlan is the plan of struct type t, or nil when t has a field
+// whose name encoding/json does not take from its tag or its Go name alone
+// (an embedded struct, the ",string" option): its payloads all go through
+// encoding/json.
+func newPayloadPlan(t reflect.Type) *payloadPlan {
+	if t.Kind() != reflect.Struct || t.NumField() > planMembers {
+		return nil
+	}
+	p := &payloadPlan{}
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		if sf.Anonymous {
+			return nil
+		}
+		if !sf.IsExported() {
+			continue
+		}
+		tag := sf.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		if strings.Contains(","+opts+",", ",string,") {
+			return nil
+		}
+		if name == "" {
+			name = sf.Name
+		}
+		p.fields = append(p.fields, planField{name: name, index: i, kind: planKindOf(sf.Type), bits: intBits(sf.Type)})
+	}
+	return p
+}
+
+func planKindOf(t reflect.Type) planKind {
+	switch {
+	case reflect.PointerTo(t).Implements(jsonUnmarshalerType) || reflect.PointerTo(t).Implements(textUnmarshalerType):
+		return planOther // encoding/json calls its method
+	case t == strMapType:
+		return planStrMap
+	case t == timePtrType:
+		return planTimePtr
+	case t.Kind() == reflect.String:
+		return planString
+	case t.Kind() == reflect.Bool:
+		return planBool
+	case intKindsBits[t.Kind()] != 0:
+		return planInt
+	case t.Kind() == reflect.Pointer && intKindsBits[t.Elem().Kind()] != 0:
+		return planIntPtr
+	}
+	return planOther
+}
+
+func intBits(t reflect.Type) int {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return intKindsBits[t.Kind()]
+}
+
+// decode reads body into the payload v points to (a pointer to the plan's
+// type, zero); false when it leaves body to encoding/json, v then partly set.
+func (p *payloadPlan) decode(v any, body []byte) bool {
+	sc := flatScan{b: body}
+	if !sc.objectStart() { // not an object, or an empty one
+		return false
+	}
+	s := reflect.ValueOf(v).Elem()
+	var seen uint64
+	for more := true; more; {
+		name, ok := sc.memberName()
+		if !ok {
+			return false
+		}
+		k := p.field(name)
+		if k < 0 || seen&(1<<k) != 0 || !p.fields[k].set(&sc, s.Field(p.fields[k].index)) {
+			return false
+		}
+		seen |= 1 << k
+		if more, ok = sc.afterMember(); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// field is the index in p.fields of the field called name exactly, or -1.
+func (p *payloadPlan) field(name []byte) int {
+	for k := range p.fields {
+		if p.fields[k].name == string(name) {
+			return k
+		}
+	}
+	return -1
+}
+
+// set reads the member's value at sc into the field fv; false for a value
+// encoding/json decides.
+func (f *planField) set(sc *flatScan, fv reflect.Value) bool {
+	switch f.kind {
+	case planString:
+		v, ok := sc.validString()
+		if ok {
+			fv.SetString(string(v))
+		}
+		return ok
+	case planInt, planIntPtr:
+		return f.setInt(sc, fv)
+	case planBool:
+		return sc.setBool(fv)
+	case planStrMap:
+		m, ok := sc.strMap()
+		if ok {
+			fv.Set(reflect.ValueOf(m))
+		}
+		return ok
+	case planTimePtr:
+		start := sc.i
+		if _, ok := sc.plainString(); !ok {
+			return false
+		}
+		t := new(time.Time)
+		if t.UnmarshalJSON(sc.b[start:sc.i]) != nil { // what encoding/json calls
+			return false
+		}
+		fv.Set(reflect.ValueOf(t))
+		return true
+	}
+	return false
+}
+
+// setInt reads an integer into an integer field or a new one its pointer
+// field points to.
+func (f *planField) setInt(sc *flatScan, fv reflect.Value) bool {
+	text, ok := sc.jsonInteger()
+	if !ok {
+		return false
+	}
+	n, err := strconv.ParseInt(string(text), 10, f.bits)
+	if err != nil {
+		return false
+	}
+	if f.kind == planIntPtr {
+		p := reflect.New(fv.Type().Elem())
+		fv.Set(p)
+		fv = p.Elem()
+	}
+	fv.SetInt(n)
+	return true
+}
+
+// setBool reads the literal true or false into a boolean field.
+func (sc *flatScan) setBool(fv reflect.Value) bool {
+	for _, lit := range [...]string{"true", "false"} {
+		if j := sc.i + len(lit); j <= len(sc.b) && string(sc.b[sc.i:j]) == lit {
+			fv.SetBool(lit == "true")
+			sc.i = j
+			return true
+		}
+	}
+	return false
+}
+
+// validString reads a plain string (plainString) whose bytes are valid UTF-8
+// (encoding/json replaces invalid ones).
+func (sc *flatScan) validString() ([]byte, bool) {
+	v, ok := sc.plainString()
+	return v, ok && utf8.Valid(v)
+}
+
+// strMap reads a flat object of plain strings, each name once, into a new map
+// (an empty object into an empty map, as encoding/json makes it).
+func (sc *flatScan) strMap() (map[string]string, bool) {
+	if sc.i >= len(sc.b) || sc.b[sc.i] != '{' {
+		return nil, false
+	}
+	m := map[string]string{}
+	if sc.i = skipSpace(sc.b, sc.i+1); sc.i < len(sc.b) && sc.b[sc.i] == '}' {
+		sc.i++
+		return m, true
+	}
+	for {
+		name, ok := sc.memberName()
+		if !ok || !utf8.Valid(name) {
+			return nil, false
+		}
+		v, ok := sc.validString()
+		if _, dup := m[string(name)]; !ok || dup {
+			return nil, false
+		}
+		m[string(name)] = string(v)
+		if sc.i = skipSpace(sc.b, sc.i); sc.i >= len(sc.b) {
+			return nil, false
+		}
+		switch sc.b[sc.i] {
+		case ',':
+			sc.i = skipSpace(sc.b, sc.i+1)
+		case '}':
+			sc.i++
+			return m, true
+		default:
+			return nil, false
+		}
+	}
+}

@@ -1,0 +1,275 @@
+package domain
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// checkPayloadFast: whatever the plan of type t takes, encoding/json reads the
+// same payload from, and DecodeEvent agrees with encoding/json on every body
+// (both refuse it, or both read the same payload); fastTook reports whether
+// the plan took it.
+func checkPayloadFast(t *testing.T, et EventType, b []byte) (fastTook bool) {
+	t.Helper()
+	general := et.New()
+	gerr := json.Unmarshal(b, general)
+	if et.plan != nil {
+		fast := et.New()
+		if fastTook = et.plan.decode(fast, b); fastTook {
+			if gerr != nil {
+				t.Fatalf("%s %q: the plan took what encoding/json refuses: %v", et.Name, b, gerr)
+			}
+			if !reflect.DeepEqual(fast, general) {
+				t.Fatalf("%s %q:\nplan    %+v\ngeneral %+v", et.Name, b, fast, general)
+			}
+		}
+	}
+	got, err := DecodeEvent(et.Name, b)
+	if (err == nil) != (gerr == nil) || err == nil && !reflect.DeepEqual(got, general) {
+		t.Fatalf("%s %q: DecodeEvent %+v, %v; encoding/json %+v, %v", et.Name, b, got, err, general, gerr)
+	}
+	return fastTook
+}
+
+// hostileStrings are strings a payload may hold that the plan must leave to
+// encoding/json or read as it does.
+var hostileStrings = []string{"", "EUR", "deposit", "ключ", "a\"b", `a\b`, "a\nb", "\x00", "\xff\xfe", "\u2028", "<&>", "e\u0301", strings.Repeat("x", 300)}
+
+// randomPayload fills the payload v points to with random values, some
+// fields left zero (so omitempty drops them).
+func randomPayload(r *rand.Rand, v reflect.Value, hostile bool) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if r.IntN(3) == 0 {
+			return
+		}
+		v.Set(reflect.New(v.Type().Elem()))
+		randomPayload(r, v.Elem(), hostile)
+	case reflect.Struct:
+		if v.Type() == reflect.TypeFor[time.Time]() {
+			v.Set(reflect.ValueOf(time.Unix(r.Int64N(4e9), r.Int64N(1e9)).In(time.FixedZone("z", 3600*(r.IntN(5)-2)))))
+			return
+		}
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() && r.IntN(4) != 0 {
+				randomPayload(r, v.Field(i), hostile)
+			}
+		}
+	case reflect.String:
+		v.SetString(randomString(r, hostile))
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		n := r.Int64() >> r.IntN(64)
+		if r.IntN(2) == 0 {
+			n = -n
+		}
+		if !v.OverflowInt(n) {
+			v.SetInt(n)
+		}
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if n := r.Uint64() >> r.IntN(64); !v.OverflowUint(n) {
+			v.SetUint(n)
+		}
+	case reflect.Bool:
+		v.SetBool(r.IntN(2) == 0)
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		for range r.IntN(4) {
+			k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+			randomPayload(r, k, hostile)
+			randomPayload(r, e, hostile)
+			m.SetMapIndex(k, e)
+		}
+		v.Set(m)
+	case reflect.Slice:
+		if v.Type().Elem().Kind() == reflect.Uint8 { // json.RawMessage: an object
+			v.SetBytes([]byte(fmt.Sprintf(`{"n":%d}`, r.IntN(100))))
+			return
+		}
+		s := reflect.MakeSlice(v.Type(), r.IntN(3), r.IntN(3)+3)
+		for i := range s.Len() {
+			randomPayload(r, s.Index(i), hostile)
+		}
+		v.Set(s)
+	}
+}
+
+func randomString(r *rand.Rand, hostile bool) string {
+	if hostile && r.IntN(3) == 0 {
+		return hostileStrings[r.IntN(len(hostileStrings))]
+	}
+	return fmt.Sprintf("s-%d", r.IntN(1000))
+}
+
+// payloadMutations turn a body into one the plan must leave to encoding/json
+// or read as encoding/json does: each replaces the first member's name or
+// value, or the text around them.
+var payloadMutations = []func(string) string{
+	func(s string) string { return strings.Replace(s, `{"`, `{"Zz":1,"`, 1) },                              // unknown
+	func(s string) string { return strings.Replace(s, `{"`, `{"Amount":1,"`, 1) },                          // another case
+	func(s string) string { return upperFirstName(s) },                                                     // another case
+	func(s string) string { return repeatFirstMember(s) },                                                  // repeated
+	func(s string) string { return strings.Replace(s, `":"`, `":null,"x":"`, 1) },                          // null
+	func(s string) string { return strings.Replace(s, `":"`, `":"\u0041`, 1) },                             // escape
+	func(s string) string { return strings.Replace(s, `":"`, "\":\"\xff", 1) },                             // invalid UTF-8
+	func(s string) string { return strings.Replace(s, `":"`, "\":\"\x01", 1) },                             // control character
+	func(s string) string { return replaceFirstNumber(s, "1.0") },                                          // fraction
+	func(s string) string { return replaceFirstNumber(s, "1e3") },                                          // exponent
+	func(s string) string { return replaceFirstNumber(s, "99999999999999999999") },                         // overflow
+	func(s string) string { return replaceFirstNumber(s, "-0") },                                           // negative zero
+	func(s string) string { return replaceFirstNumber(s, "01") },                                           // leading zero
+	func(s string) string { return replaceFirstNumber(s, "true") },                                         // a boolean for an integer
+	func(s string) string { return replaceFirstNumber(s, `"7"`) },                                          // a string for an integer
+	func(s string) string { return replaceFirstNumber(s, `{}`) },                                           // an object for an integer
+	func(s string) string { return strings.Replace(s, `":"`, `":7,"y":"`, 1) },                             // an integer for a string
+	func(s string) string { return strings.Replace(s, `"metadata":{`, `"metadata":{"a":"1","a":"2",`, 1) }, // a repeated map key
+	func(s string) string { return strings.Replace(s, `"metadata":{`, `"metadata":{"a":1,`, 1) },
+	func(s string) string {
+		return strings.Replace(s, `"metadata":{`, `"metadata":{"z":"9"},"metadata":{`, 1)
+	}, // a repeated map           // an integer in a map
+	func(s string) string { return strings.Replace(s, `"metadata":{`, `"metadata":{"a":{"b":"c"},`, 1) }, // nesting
+	func(s string) string { return strings.Replace(s, `"expires_at":"`, `"expires_at":" `, 1) },          // a loose time
+	func(s string) string { return strings.Replace(s, `"expires_at":"2`, `"expires_at":"x`, 1) },         // a bad time
+	func(s string) string { return strings.Replace(s, `"up_to":true`, `"up_to":1`, 1) },
+	func(s string) string { return strings.Replace(s, `"up_to":true`, `"up_to":false`, 1) }, // an integer for a boolean
+	func(s string) string { return strings.ReplaceAll(s, `,`, " ,\n\t") },                   // space
+	func(s string) string { return " " + s + "\n" },                                         // space
+	func(s string) string { return s + "x" },                                                // trailing
+	func(s string) string { return s + "{}" },                                               // trailing
+	func(s string) string { return s[:len(s)/2] },                                           // truncated
+	func(s string) string { return strings.Replace(s, `,`, `,,`, 1) },                       // malformed
+	func(s string) string { return strings.Replace(s, `}`, `,}`, 1) },                       // malformed
+	func(string) string { return `{}` },
+	func(string) string { return `[]` },
+	func(string) string { return `null` },
+	func(string) string { return `}` },
+	func(string) string { return `` },
+}
+
+func upperFirstName(s string) string {
+	if i := strings.Index(s, `{"`); i >= 0 && i+2 < len(s) {
+		return s[:i+2] + strings.ToUpper(s[i+2:i+3]) + s[i+3:]
+	}
+	return s
+}
+
+func repeatFirstMember(s string) string {
+	if end := strings.IndexAny(s, ",}"); strings.HasPrefix(s, "{") && end > 1 {
+		return "{" + s[1:end] + "," + s[1:]
+	}
+	return s
+}
+
+func replaceFirstNumber(s, with string) string {
+	for i := 1; i < len(s); i++ {
+		if s[i-1] == ':' && (s[i] == '-' || s[i] >= '0' && s[i] <= '9') {
+			j := i + 1
+			for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+				j++
+			}
+			return s[:i] + with + s[j:]
+		}
+	}
+	return s
+}
+
+// TestPayloadFastAgrees compares DecodeEvent with encoding/json on random
+// payloads of every registered type as json.Marshal writes them (which the
+// plan of every flat type must take, hostile strings apart), and on
+// mutations of them: unknown and repeated names, names in another case,
+// escapes, invalid UTF-8, null, values of another kind, malformed bodies.
+func TestPayloadFastAgrees(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 1))
+	for _, et := range eventTypes {
+		took := 0
+		for i := range 400 {
+			v := et.New()
+			randomPayload(r, reflect.ValueOf(v).Elem(), i%2 == 1)
+			b, err := json.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if checkPayloadFast(t, et, b) {
+				took++
+			}
+			for _, mut := range payloadMutations {
+				checkPayloadFast(t, et, []byte(mut(string(b))))
+			}
+		}
+		if flat := et.plan != nil && !planHasOther(et.plan); flat && took < 100 {
+			t.Errorf("%s: the plan took %d of 400 bodies json.Marshal wrote", et.Name, took)
+		}
+	}
+}
+
+// planHasOther reports whether a plan has a field it leaves to encoding/json.
+func planHasOther(p *payloadPlan) bool {
+	for _, f := range p.fields {
+		if f.kind == planOther {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPayloadPlanReadsTheLedgersEvents: the plan takes every account event the
+// registry's samples hold, as the ledger writes them.
+func TestPayloadPlanReadsTheLedgersEvents(t *testing.T) {
+	for name, evs := range registrySamples() {
+		et, _ := LookupEventType(name)
+		ev := evs[len(evs)-1]
+		b, err := json.Marshal(ev.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := checkPayloadFast(t, et, b); !took && et.Kind == StreamAccount {
+			t.Errorf("%s: the plan left %s to encoding/json", name, b)
+		}
+	}
+}
+
+func FuzzDecodeEvent(f *testing.F) {
+	for name, evs := range registrySamples() {
+		for _, ev := range evs {
+			b, err := json.Marshal(ev.Data)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(name, b)
+			f.Add(ev.Type, b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, name string, b []byte) {
+		if et, ok := LookupEventType(name); ok {
+			checkPayloadFast(t, et, b)
+		}
+	})
+}
+
+// BenchmarkDecodeEvent: a credit's payload decoded by DecodeEvent against
+// encoding/json, in one run.
+func BenchmarkDecodeEvent(b *testing.B) {
+	held := int64(0)
+	data, err := json.Marshal(Credited{Amount: 100, Currency: "EUR", Reason: ReasonDeposit, BalanceAfter: 100, HeldAfter: &held})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("encoding-json", func(b *testing.B) {
+		for range b.N {
+			if err := json.Unmarshal(data, new(Credited)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("fast", func(b *testing.B) {
+		for range b.N {
+			if _, err := DecodeEvent(EvCredited, data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
