@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -324,12 +325,20 @@ func commandTypes() string {
 }
 
 // fileSummary tallies the answers of a file's lines, in bounded memory: the
-// counts by code and the first failing lines.
+// counts by code and the first failing lines (the show lowest numbers: a line
+// found invalid as it is read is counted before the lines above it that are
+// in a batch still being answered).
 type fileSummary struct {
 	lines, applied, duplicate int
 	rejected, invalid         map[client.Code]int
-	failures                  []string
+	failures                  []failedLine // by line number, at most show
 	show                      int
+}
+
+// failedLine is a failing line of the summary: its number and what it says.
+type failedLine struct {
+	n    int
+	text string
 }
 
 func newFileSummary(show int) *fileSummary {
@@ -352,7 +361,8 @@ func (s *fileSummary) add(n int, r client.Reply) {
 	default:
 		s.invalid[r.Code]++
 	}
-	if len(s.failures) < s.show {
+	i, _ := slices.BinarySearchFunc(s.failures, n, func(f failedLine, n int) int { return cmp.Compare(f.n, n) })
+	if i < s.show {
 		f := fmt.Sprintf("  line %d: %s %s", n, r.Status, r.Code)
 		if r.Key != "" {
 			f += " (key " + r.Key + ")"
@@ -366,7 +376,8 @@ func (s *fileSummary) add(n int, r client.Reply) {
 		if r.Message != "" {
 			f += ": " + r.Message
 		}
-		s.failures = append(s.failures, f)
+		s.failures = slices.Insert(s.failures, i, failedLine{n, f})
+		s.failures = s.failures[:min(len(s.failures), s.show)]
 	}
 }
 
@@ -391,6 +402,9 @@ func (s *fileSummary) print(w io.Writer, name string) {
 	fmt.Fprintf(w, "  rejected   %d %s\n", rej, rejBy)
 	fmt.Fprintf(w, "  invalid    %d %s\n", inv, invBy)
 	if len(s.failures) > 0 {
-		fmt.Fprintf(w, "first failing lines:\n%s\n", strings.Join(s.failures, "\n"))
+		fmt.Fprintln(w, "first failing lines:")
+		for _, f := range s.failures {
+			fmt.Fprintln(w, f.text)
+		}
 	}
 }

@@ -248,6 +248,12 @@ func TestPostFileSummary(t *testing.T) {
 	if code != exitAnswered || summaryCount(t, out, "rejected") != 1 || !strings.Contains(out, "line 4: rejected insufficient_funds (key s-w1) (decided by an earlier run)") {
 		t.Fatalf("run again: exit %d:\n%s", code, out)
 	}
+	// The first failing lines are the lowest numbers, though line 5 is found
+	// invalid as it is read and line 4's answer comes with its batch.
+	out, _ = postFileCLI(t, env, nil, "--file", path, "--show-failures", "1")
+	if !strings.Contains(out, "line 4: rejected") || strings.Contains(out, "line 5:") {
+		t.Fatalf("--show-failures 1: want line 4 alone:\n%s", out)
+	}
 	if _, code := postFileCLI(t, env, nil, "--file", path, "--batch-size", "0"); code != exitUsage {
 		t.Fatalf("--batch-size 0: exit %d, want %d", code, exitUsage)
 	}
