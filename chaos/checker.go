@@ -132,8 +132,10 @@ func (e *stored) own() bool {
 
 // checkAtomicKey is C1 for an atomic batch's key (PROTOCOL.md v1.2 §2.2):
 // its one event is the batch's decision (BatchDecided), with the status every
-// definite reply gave; applied, every element's key has its events (all of
-// it; nothing of a refused one is C3's: its elements are never noted as sent).
+// definite reply gave; refused, with the code and the index of the refusing
+// element every reply gave; applied, every element's key has its events (all
+// of it; nothing of a refused one is C3's: its elements are never noted as
+// sent).
 func checkAtomicKey(r *Report, ks *keyState, byKey map[string][]*stored) {
 	es := byKey[ks.key]
 	if len(es) != 1 || es[0].Type != domain.EvBatchDecided {
@@ -149,6 +151,9 @@ func checkAtomicKey(r *Report, ks *keyState, byKey map[string][]*stored) {
 		if rep.Status != d.Status || len(rep.Replies) != len(d.Keys) {
 			r.fail(1, "atomic batch %q: answered %s with %d replies, decided %s with %d elements", ks.key, rep.Status, len(rep.Replies), d.Status, len(d.Keys))
 		}
+		if d.Status != domain.StatusApplied && (rep.Code != d.Code || rep.Index == nil || d.Index == nil || *rep.Index != *d.Index) {
+			r.fail(1, "atomic batch %q: answered refused by element %s with %s, decided refused by element %s with %s", ks.key, indexName(rep.Index), rep.Code, indexName(d.Index), d.Code)
+		}
 	}
 	if d.Status != domain.StatusApplied {
 		return
@@ -158,6 +163,14 @@ func checkAtomicKey(r *Report, ks *keyState, byKey map[string][]*stored) {
 			r.fail(1, "atomic batch %q applied, its element %q has no events", ks.key, k)
 		}
 	}
+}
+
+// indexName is a refusing element's index as a report names it.
+func indexName(i *int) string {
+	if i == nil {
+		return "none"
+	}
+	return strconv.Itoa(*i)
 }
 
 // Querier is what the checker reads through (a transaction in the self-test, so
