@@ -131,13 +131,7 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 		timeout = 5 * time.Second
 	}
 	c := newClient(sys.nc, h, timeout)
-	retries := b.retries
-	if retries == 0 {
-		retries = 8
-	}
-	w := &workload{prefix: "s" + res.id, accounts: hotAccounts("s"+res.id, b.accounts), producers: b.producers, commands: b.commands,
-		resend: b.resend, reuse: b.reuse, jetstream: b.js, batch: b.batch, atomic: b.atomic, retries: retries, pace: b.pace, seed: s.seed ^ uint64(len(res.id))<<32 ^ uint64(res.id[0]), hot: b.hot,
-		backdated: b.backdated}
+	w := b.workload(s, res.id)
 	if err := w.open(ctx, c); err != nil {
 		return err
 	}
@@ -165,6 +159,29 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 	fcancel()
 	fwg.Wait()
 	s.logf("scenario %s: workload done", res.id)
+	if err := settleAndFinish(ctx, sys, c, h, res, b); err != nil {
+		return err
+	}
+	batchNotes(res, h, b)
+	res.notes = append(res.notes, "applied: "+h.AppliedByType(), h.Conditions())
+	return nil
+}
+
+// workload is the workload of b in scenario id.
+func (b bank) workload(s *suite, id string) *workload {
+	retries := b.retries
+	if retries == 0 {
+		retries = 8
+	}
+	return &workload{prefix: "s" + id, accounts: hotAccounts("s"+id, b.accounts), producers: b.producers, commands: b.commands,
+		resend: b.resend, reuse: b.reuse, jetstream: b.js, batch: b.batch, atomic: b.atomic, retries: retries, pace: b.pace, seed: s.seed ^ uint64(len(id))<<32 ^ uint64(id[0]), hot: b.hot,
+		backdated: b.backdated}
+}
+
+// settleAndFinish settles every key of h once the workload is done (the
+// JetStream consumer drained, every key resent until its answer is definite),
+// waits for quiet and checks.
+func settleAndFinish(ctx context.Context, sys *system, c *client, h *History, res *result, b bank) error {
 	if err := sys.heal(ctx); err != nil {
 		return err
 	}
@@ -193,6 +210,21 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 	if err := sys.finish(ctx, h, res, b.required, b.evidence); err != nil {
 		return err
 	}
+	for _, k := range undecided {
+		res.report.fail(1, "key %q: JetStream acknowledged the command, the ledger never decided it", k)
+	}
+	return nil
+}
+
+// batchNotes notes what the batches of b's workload got, and fails a run that
+// was to send batches (atomic ones, batches through JetStream) and sent none:
+// C8, as a run without faults.
+func batchNotes(res *result, h *History, b bank) {
+	at := h.Atomics()
+	sent := 0 // atomic batches, by request-reply
+	for _, n := range at {
+		sent += n
+	}
 	if b.batch > 0 {
 		var n, dup, conflict, indefinite, published int
 		for _, a := range h.Attempts() {
@@ -213,23 +245,25 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 			}
 		}
 		res.notes = append(res.notes, fmt.Sprintf("%d of %d attempts were elements of batches (not atomic) by request-reply: %d duplicates, %d conflicts, %d indefinite; %d elements of batches published to JetStream", n, len(h.Attempts()), dup, conflict, indefinite, published))
+		if n+published+sent == 0 {
+			res.report.fail(8, "vacuous: the workload sent no batch (its share of batches is %g)", b.batch)
+		} else if b.js > 0 && published == 0 {
+			res.report.fail(8, "vacuous: the workload published no batch to JetStream (its share is %g of batches)", b.js)
+		}
 	}
 	if b.atomic > 0 {
+		if sent == 0 {
+			res.report.fail(8, "vacuous: the workload sent no atomic batch (its share is %g of batches)", b.atomic)
+		}
 		elems := 0
 		for _, a := range h.Attempts() {
 			if a.Via == "atomic" {
 				elems++
 			}
 		}
-		at := h.Atomics()
 		res.notes = append(res.notes, fmt.Sprintf("atomic batches (sends and resends): %d applied (%d element attempts: C1 demands all of their events), %d rejected and %d invalid (their elements never noted as sent: C3 fails on any event of theirs), %d without a definite answer (their elements settled by key)",
 			at[lclient.StatusApplied], elems, at[lclient.StatusRejected], at[lclient.StatusInvalid], at[""]))
 	}
-	res.notes = append(res.notes, "applied: "+h.AppliedByType(), h.Conditions())
-	for _, k := range undecided {
-		res.report.fail(1, "key %q: JetStream acknowledged the command, the ledger never decided it", k)
-	}
-	return nil
 }
 
 func (b bank) settleTimeoutOr(d time.Duration) time.Duration {
