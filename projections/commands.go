@@ -300,12 +300,10 @@ func writeCommands(ctx context.Context, tx pgx.Tx, gen int, rows map[string]*cmd
 		return err
 	}
 	replies := make([]string, len(order))
+	var buf []byte
 	for i, k := range order {
-		b, err := json.Marshal(rows[k].reply)
-		if err != nil {
-			return fmt.Errorf("projections: commands: %w", err)
-		}
-		replies[i] = string(b)
+		buf = reply.AppendJSON(buf[:0], rows[k].reply)
+		replies[i] = string(buf)
 	}
 	// A command's row is new unless the batch, or its first part, was applied before.
 	cols := []string{"idempotency_key", "stream", "command", "status", "code", "first_revision", "last_revision", "reply", "at"}
