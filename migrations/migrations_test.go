@@ -284,3 +284,49 @@ func TestSnapshotDigestUpDown(t *testing.T) {
 		t.Fatalf("up again: %v", err)
 	}
 }
+
+// TestLoadWithoutAutovacuumUpDown (migration 00025): drop_secondary_indexes
+// turns autovacuum off on a generation's tables and create_secondary_indexes
+// analyzes them and turns it on again; going down, a generation being built
+// gets autovacuum back, and the functions are the earlier ones again.
+func TestLoadWithoutAutovacuumUpDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	u := pgtest.URL(t)
+	p := provider(t, u)
+	if _, err := p.UpTo(ctx, 25); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, ctx, u)
+	options := func() string {
+		var o string
+		if err := conn.QueryRow(ctx, `SELECT coalesce(array_to_string(reloptions, ' '), '') FROM pg_class WHERE oid = 'readmodel.balance_history_g900'::regclass`).Scan(&o); err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	mustExec(t, ctx, conn, `SELECT readmodel.create_generation('balances', 900), readmodel.drop_secondary_indexes('balances', 900)`)
+	if o := options(); o != "autovacuum_enabled=false" {
+		t.Fatalf("a generation being loaded has options %q", o)
+	}
+	mustExec(t, ctx, conn, `SELECT readmodel.create_secondary_indexes('balances', 900)`)
+	var analyzed bool
+	if err := conn.QueryRow(ctx, `SELECT last_analyze IS NOT NULL FROM pg_stat_user_tables WHERE relid = 'readmodel.balance_history_g900'::regclass`).Scan(&analyzed); err != nil || !analyzed || options() != "" {
+		t.Fatalf("after its indexes: analyzed %v, options %q (%v)", analyzed, options(), err)
+	}
+	mustExec(t, ctx, conn, `SELECT readmodel.drop_secondary_indexes('balances', 900)`)
+	mustExec(t, ctx, conn, `INSERT INTO readmodel.checkpoints (name, generation, state) VALUES ('balances', 900, 'building')`)
+	if _, err := p.DownTo(ctx, 24); err != nil {
+		t.Fatal(err)
+	}
+	if o := options(); o != "" {
+		t.Fatalf("down to 24: a generation being built has options %q", o)
+	}
+	mustExec(t, ctx, conn, `SELECT readmodel.drop_secondary_indexes('balances', 900)`)
+	if o := options(); o != "" {
+		t.Fatalf("down to 24: drop_secondary_indexes set options %q", o)
+	}
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+}

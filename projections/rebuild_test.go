@@ -560,3 +560,72 @@ func (h indexLog) WithAttrs(as []slog.Attr) slog.Handler {
 func (h indexLog) WithGroup(name string) slog.Handler {
 	return indexLog{h.Handler.WithGroup(name), h.built}
 }
+
+// TestRebuildLoadsWithoutAutovacuum (migration 00025): a rebuild loads its
+// generations with autovacuum off on their tables, and every table it makes
+// live has been analyzed (its statistics taken, when it has rows), with
+// autovacuum back on.
+func TestRebuildLoadsWithoutAutovacuum(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 60, Seed: 71})
+	devtest.CatchUp(t, newRunner(t, env, projections.Options{}))
+	loaded := 0
+	_, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 20,
+		AfterBatch: func(ctx context.Context, gens map[string]int) error {
+			for name, gen := range gens {
+				for _, s := range tableSettings(t, env, name, gen) {
+					if loaded++; !strings.Contains(s.options, "autovacuum_enabled=false") {
+						t.Errorf("during the load, %s has options %q", s.table, s.options)
+					}
+				}
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loaded == 0 {
+		t.Fatal("no batch was loaded")
+	}
+	for name, gen := range liveGenerations(t, env) {
+		for _, s := range tableSettings(t, env, name, gen) {
+			if strings.Contains(s.options, "autovacuum") || !s.analyzed || s.rows > 0 && !s.statistics {
+				t.Errorf("made live: %+v", s)
+			}
+		}
+	}
+}
+
+// tableSetting is what TestRebuildLoadsWithoutAutovacuum looks at in a table.
+type tableSetting struct {
+	table, options       string
+	analyzed, statistics bool // ever analyzed by hand; has rows in pg_stats
+	rows                 int64
+}
+
+// tableSettings describes each table of a generation.
+func tableSettings(t *testing.T, env *projtest.Env, name string, gen int) []tableSetting {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := env.Pool.Query(ctx, `
+		SELECT g, array_to_string(coalesce(c.reloptions, '{}'), ' '), s.last_analyze IS NOT NULL,
+			EXISTS (SELECT 1 FROM pg_stats p WHERE p.schemaname = 'readmodel' AND p.tablename = g)
+		FROM readmodel.generation_tables($1, $2) g
+		JOIN pg_class c ON c.oid = ('readmodel.' || quote_ident(g))::regclass
+		JOIN pg_stat_user_tables s ON s.relid = c.oid`, name, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (s tableSetting, err error) {
+		return s, r.Scan(&s.table, &s.options, &s.analyzed, &s.statistics)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range out {
+		if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM readmodel.`+pgx.Identifier{out[i].table}.Sanitize()).Scan(&out[i].rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
