@@ -524,17 +524,24 @@ func RefundOf(ev StoredEvent) (originalKey string, amount int64, err error) {
 	if err != nil {
 		return "", 0, err
 	}
-	var reason, ref string
+	originalKey, amount, _ = RefundPayload(payload)
+	return originalKey, amount, nil
+}
+
+// RefundPayload is RefundOf for an event's decoded data (DecodeEvent's
+// pointer form): ok is false for an event that is no refund.
+func RefundPayload(payload any) (originalKey string, amount int64, ok bool) {
+	var reason string
 	switch e := payload.(type) {
 	case *Credited:
-		reason, ref, amount = e.Reason, e.Ref, e.Amount
+		reason, originalKey, amount = e.Reason, e.Ref, e.Amount
 	case *Debited:
-		reason, ref, amount = e.Reason, e.Ref, e.Amount
+		reason, originalKey, amount = e.Reason, e.Ref, e.Amount
 	}
 	if reason != ReasonRefund {
-		return "", 0, nil
+		return "", 0, false
 	}
-	return ref, amount, nil
+	return originalKey, amount, true
 }
 
 // releasedStatus is the status a release leaves.

@@ -330,3 +330,48 @@ func TestLoadWithoutAutovacuumUpDown(t *testing.T) {
 		t.Fatalf("up again: %v", err)
 	}
 }
+
+// TestRefundsTotalUpDown (migration 00026): going up, the rows stored before
+// keep no total (NULL) and a negative one is refused; going down past
+// 00026, the checkpoints with a row carrying a total go (the build before
+// would take their rows for edited) and the others stay.
+func TestRefundsTotalUpDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	u := pgtest.URL(t)
+	p := provider(t, u)
+	if _, err := p.UpTo(ctx, 25); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, ctx, u)
+	var ids [2]int64
+	for i, state := range []string{"with a total", "without"} {
+		if err := conn.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, snapshots_recorded)
+			VALUES (1, 1, 1, $1, true) RETURNING id`, state).Scan(&ids[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustExec(t, ctx, conn, `INSERT INTO readmodel.audit_checkpoint_accounts (checkpoint_id, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot)
+		VALUES ($1, 'a', 9, 'c', '', 0, 0, false, 'state a'), ($2, 'a', 9, 'c', '', 0, 0, false, 'state a')`, ids[0], ids[1])
+	if _, err := p.UpTo(ctx, 26); err != nil {
+		t.Fatal(err)
+	}
+	var totals int
+	if err := conn.QueryRow(ctx, `SELECT count(refunds_total) FROM readmodel.audit_checkpoint_accounts`).Scan(&totals); err != nil || totals != 0 {
+		t.Fatalf("up to 26: %d rows with a total (%v), want none", totals, err)
+	}
+	if _, err := conn.Exec(ctx, `UPDATE readmodel.audit_checkpoint_accounts SET refunds_total = -1 WHERE checkpoint_id = $1`, ids[0]); err == nil {
+		t.Fatal("up to 26: a negative total was stored")
+	}
+	mustExec(t, ctx, conn, `UPDATE readmodel.audit_checkpoint_accounts SET refunds_total = 150 WHERE checkpoint_id = $1`, ids[0])
+	if _, err := p.DownTo(ctx, 25); err != nil {
+		t.Fatal(err)
+	}
+	var kept string
+	if err := conn.QueryRow(ctx, `SELECT string_agg(convert_from(state, 'UTF8'), ',' ORDER BY id) FROM readmodel.audit_checkpoints`).Scan(&kept); err != nil || kept != "without" {
+		t.Fatalf("down to 25: %q (%v), want the checkpoint with a total gone", kept, err)
+	}
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/ledgerworks/ledger/eventstore"
 )
@@ -361,6 +362,9 @@ type AuditAccount struct {
 	Guarded               bool
 	Snapshot              []byte
 	Checked               CheckedSnapshot
+	// RefundsTotal is the sum of the refunds of the account's stream up to
+	// Next (migration 00026); nil when not known.
+	RefundsTotal *int64
 }
 
 // CheckedSnapshot is an account's snapshot as an audit found it equal to the
@@ -383,10 +387,10 @@ func (a *AuditAccount) values(checkpoint int64) []any {
 		r := int64(a.Checked.Revision)
 		rev, sum = &r, a.Checked.SHA256[:]
 	}
-	return []any{checkpoint, a.AccountID, int64(a.Next), a.Chain, a.GroupKey, a.GroupNext, a.GroupCount, a.Guarded, a.Snapshot, rev, sum}
+	return []any{checkpoint, a.AccountID, int64(a.Next), a.Chain, a.GroupKey, a.GroupNext, a.GroupCount, a.Guarded, a.Snapshot, rev, sum, a.RefundsTotal}
 }
 
-var auditAccountColumns = []string{"checkpoint_id", "account_id", "next", "chain", "group_key", "group_next", "group_count", "guarded", "snapshot", "snapshot_revision", "snapshot_sha256"}
+var auditAccountColumns = []string{"checkpoint_id", "account_id", "next", "chain", "group_key", "group_next", "group_count", "guarded", "snapshot", "snapshot_revision", "snapshot_sha256", "refunds_total"}
 
 // AuditCheckpointsKept bounds the audit checkpoints stored: SaveAudit drops
 // the oldest beyond it. Each holds a row of every account (some 0.5 KB), so
@@ -474,9 +478,9 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 		return err
 	}
 	if s.CarryFrom > 0 {
-		tag, err := tx.Exec(ctx, `INSERT INTO readmodel.audit_checkpoint_accounts (checkpoint_id, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, snapshot_revision, snapshot_sha256)
+		tag, err := tx.Exec(ctx, `INSERT INTO readmodel.audit_checkpoint_accounts (checkpoint_id, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, snapshot_revision, snapshot_sha256, refunds_total)
 			SELECT $1, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot,
-				CASE WHEN $3 THEN NULL ELSE snapshot_revision END, CASE WHEN $3 THEN NULL ELSE snapshot_sha256 END
+				CASE WHEN $3 THEN NULL ELSE snapshot_revision END, CASE WHEN $3 THEN NULL ELSE snapshot_sha256 END, refunds_total
 			FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $2
 			ON CONFLICT (checkpoint_id, account_id) DO NOTHING`, cp.ID, s.CarryFrom, s.CarryNoSnapshots)
 		if err != nil {
@@ -573,12 +577,15 @@ var auditCheckedSQL = `SELECT r.n, r.problem = '', r.problem FROM (SELECT a.n, C
 // sha256 of each row's text form (a record's: every column quoted as
 // needed, so no text moves from one column to the next unseen; the recorded
 // snapshot's sha256 as 00023 took it of its bytes, so the digests of rows
-// stored before 00024 stand), sorted, so
+// stored before 00024 stand; the refunds' total, 00026, only when it is not
+// NULL, so the digests of rows stored before 00026 stand), sorted, so
 // that any order of reading gives it. Two sets of rows with one digest are a
 // sha256 collision.
 func auditRowsDigestSQL(id string) string {
 	return `SELECT count(*) AS n, encode(sha256(coalesce(string_agg(h, ''::bytea ORDER BY h), ''::bytea)), 'hex') AS digest
-		FROM (SELECT sha256(convert_to(row(account_id, next, chain, group_key, group_next, group_count, guarded, sha256(snapshot), snapshot_revision, snapshot_sha256)::text, 'UTF8')) AS h
+		FROM (SELECT sha256(convert_to(CASE WHEN refunds_total IS NULL
+				THEN row(account_id, next, chain, group_key, group_next, group_count, guarded, sha256(snapshot), snapshot_revision, snapshot_sha256)::text
+				ELSE row(account_id, next, chain, group_key, group_next, group_count, guarded, sha256(snapshot), snapshot_revision, snapshot_sha256, refunds_total)::text END, 'UTF8')) AS h
 			FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = ` + id + `) rows`
 }
 
@@ -623,7 +630,7 @@ func (Checkpointer) AuditAccountNext(ctx context.Context, q Querier, id int64, i
 // guarded, of every account with a capture saga in flight, handing each to
 // each.
 func (Checkpointer) LoadAuditAccounts(ctx context.Context, q Querier, id int64, ids []string, guarded bool, each func(AuditAccount) error) error {
-	rows, err := q.Query(ctx, `SELECT account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, coalesce(snapshot_revision, 0), snapshot_sha256
+	rows, err := q.Query(ctx, `SELECT account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, coalesce(snapshot_revision, 0), snapshot_sha256, refunds_total
 		FROM readmodel.audit_checkpoint_accounts
 		WHERE checkpoint_id = $1 AND (account_id = ANY($2::text[]) OR ($3 AND guarded))`, id, ids, guarded)
 	if err != nil {
@@ -633,9 +640,14 @@ func (Checkpointer) LoadAuditAccounts(ctx context.Context, q Querier, id int64, 
 		a         AuditAccount
 		next, rev int64
 		sum       []byte
+		total     pgtype.Int8
 	)
-	_, err = pgx.ForEachRow(rows, []any{&a.AccountID, &next, &a.Chain, &a.GroupKey, &a.GroupNext, &a.GroupCount, &a.Guarded, &a.Snapshot, &rev, &sum}, func() error {
-		a.Next, a.Checked = uint64(next), CheckedSnapshot{Revision: uint64(rev)}
+	_, err = pgx.ForEachRow(rows, []any{&a.AccountID, &next, &a.Chain, &a.GroupKey, &a.GroupNext, &a.GroupCount, &a.Guarded, &a.Snapshot, &rev, &sum, &total}, func() error {
+		a.Next, a.Checked, a.RefundsTotal = uint64(next), CheckedSnapshot{Revision: uint64(rev)}, nil
+		if total.Valid {
+			v := total.Int64
+			a.RefundsTotal = &v
+		}
 		copy(a.Checked.SHA256[:], sum) // nil: none; 32 bytes by 00024's check
 		return each(a)
 	})

@@ -68,6 +68,18 @@ func accountsOf(ids ...string) func() (projections.AuditAccount, bool, error) {
 	}
 }
 
+// rowsOf hands rows one at a time, as AuditSave.Next.
+func rowsOf(rows ...projections.AuditAccount) func() (projections.AuditAccount, bool, error) {
+	return func() (projections.AuditAccount, bool, error) {
+		if len(rows) == 0 {
+			return projections.AuditAccount{}, false, nil
+		}
+		r := rows[0]
+		rows = rows[1:]
+		return r, true, nil
+	}
+}
+
 var emptyState = projections.AuditCheckpoint{State: []byte{}, AccountsTable: "0", ActiveHolds: "0"}
 
 // TestAuditCheckpointSnapshotRecord (migrations 00023, 00024): a checkpoint's
@@ -81,14 +93,7 @@ func TestAuditCheckpointSnapshotRecord(t *testing.T) {
 	ctx := context.Background()
 	checked := projections.CheckedSnapshot{Revision: 2, SHA256: sha256.Sum256([]byte("snapshot of a at 2"))}
 	rows := []projections.AuditAccount{{AccountID: "a", Next: 3, Snapshot: []byte("a"), Checked: checked}, {AccountID: "b", Next: 3, Snapshot: []byte("b")}}
-	id, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Rows: 2, Next: func() (projections.AuditAccount, bool, error) {
-		if len(rows) == 0 {
-			return projections.AuditAccount{}, false, nil
-		}
-		r := rows[0]
-		rows = rows[1:]
-		return r, true, nil
-	}})
+	id, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Rows: 2, Next: rowsOf(rows...)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +129,45 @@ func TestAuditCheckpointSnapshotRecord(t *testing.T) {
 	}
 	if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, id); err == nil || !strings.Contains(err.Error(), "earlier build") || !strings.Contains(err.Error(), "full audit") {
 		t.Fatalf("a checkpoint without the record of its snapshots: %v, want refused", err)
+	}
+}
+
+// TestAuditCheckpointRefundsTotal (migration 00026): a row's total of its
+// account's refunds is read back as written (nil: not known), kept by a
+// checkpoint that carries the row, and in the rows' digest whether it is
+// edited or set to NULL since.
+func TestAuditCheckpointRefundsTotal(t *testing.T) {
+	env := projtest.New(t)
+	ctx := context.Background()
+	total := int64(150)
+	rows := []projections.AuditAccount{{AccountID: "a", Next: 3, Snapshot: []byte("a"), RefundsTotal: &total}, {AccountID: "b", Next: 3, Snapshot: []byte("b")}}
+	id, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Rows: 2, Next: rowsOf(rows...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	carried, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Rows: 2, CarryFrom: id, Next: accountsOf()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cp := range []int64{id, carried} {
+		if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, cp); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]*int64{}
+		if err := projections.Checkpoints.LoadAuditAccounts(ctx, env.Pool, cp, []string{"a", "b"}, false, func(a projections.AuditAccount) error {
+			got[a.AccountID] = a.RefundsTotal
+			return nil
+		}); err != nil || got["a"] == nil || *got["a"] != total || got["b"] != nil {
+			t.Fatalf("checkpoint %d's totals: %v (%v)", cp, got, err)
+		}
+	}
+	for _, edit := range []string{"refunds_total = 50", "refunds_total = NULL"} {
+		if _, err := env.Pool.Exec(ctx, `UPDATE readmodel.audit_checkpoint_accounts SET `+edit+` WHERE checkpoint_id = $1 AND account_id = 'a'`, carried); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, carried); err == nil || !strings.Contains(err.Error(), "account rows do not match") {
+			t.Fatalf("a checkpoint whose total was edited (%s): %v, want refused", edit, err)
+		}
 	}
 }
 

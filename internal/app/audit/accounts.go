@@ -82,7 +82,7 @@ func (f *Fold) loadAccounts(ctx context.Context, ids []string, guarded bool) err
 		}
 		boundAccount(a)
 		f.Accounts[a.ID] = a
-		ss := &streamState{next: row.Next, chain: row.Chain, groupKey: row.GroupKey, groupNext: row.GroupNext, groupCount: row.GroupCount}
+		ss := &streamState{next: row.Next, chain: row.Chain, groupKey: row.GroupKey, groupNext: row.GroupNext, groupCount: row.GroupCount, refunds: refundsTotalOfRow(row.RefundsTotal)}
 		restoreClosedHold(a, ss)
 		f.streams[stream] = ss
 		if row.Checked.Recorded() {
@@ -178,6 +178,7 @@ func (f *Fold) accountRowsOut() func() (projections.AuditAccount, bool, error) {
 		row := projections.AuditAccount{AccountID: id, Guarded: captureInFlight(a), Snapshot: snap, Checked: f.checked[stream]}
 		if ss != nil {
 			row.Next, row.Chain, row.GroupKey, row.GroupNext, row.GroupCount = ss.next, ss.chain, ss.groupKey, ss.groupNext, ss.groupCount
+			row.RefundsTotal = ss.refunds.row()
 		}
 		return row, true, nil
 	}

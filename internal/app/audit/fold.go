@@ -88,6 +88,8 @@ type streamState struct {
 	closedHold     string
 	closedStatus   domain.HoldStatus
 	closedDigest   holdDigest
+	// refunds sums an account's refunds (snapshotrefunds.go).
+	refunds refundsTotal
 }
 
 type claim struct {
@@ -472,6 +474,9 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent, 
 		return
 	}
 	a.ForgetDurable(a.Revision) // a stored event is durable
+	if ss := f.streams[re.Stream]; ss != nil {
+		ss.refunds.addEvent(payload)
+	}
 	f.checkSnapshot(re.Stream, a, re.Position)
 	f.checkEffective(re, m, a, payload)
 	f.checkAccountEvent(re, m, a, payload)

@@ -92,8 +92,17 @@ func (s *countingStore) ReadStream(ctx context.Context, stream string, from even
 // account id's stream read, and returns the report and that count.
 func runCounting(t *testing.T, env *projtest.Env, cp int64, id string) (*audit.Report, int64) {
 	t.Helper()
+	return runCountingWith(t, env, audit.Options{From: &cp}, id)
+}
+
+// runCountingWith runs an audit with opts (and the read models) over a
+// store that counts the events of account id's stream read, and returns
+// the report and that count.
+func runCountingWith(t *testing.T, env *projtest.Env, opts audit.Options, id string) (*audit.Report, int64) {
+	t.Helper()
 	cs := &countingStore{Store: env.Store, stream: domain.AccountStream(id)}
-	rep, err := audit.Run(context.Background(), cs, audit.Options{From: &cp, ReadModels: env.Pool})
+	opts.ReadModels = env.Pool
+	rep, err := audit.Run(context.Background(), cs, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 
 	"github.com/ledgerworks/ledger/domain"
@@ -24,11 +25,66 @@ import (
 // original; on one that does not (KurrentDB, whose ledger's aggregates keep
 // every original) by one read of the account's stream from its first event
 // up to the snapshot's revision. A snapshot that says it forgot none while
-// the fold forgot some is read by its stream instead (sameAllRefunded).
-// Either way the audit holds one snapshot's
-// list of originals and their sums at a time. A mismatch is a
-// snapshot_mismatch (invariant 7), and the snapshot is not recorded as
-// checked.
+// the fold forgot some must list every refunded original: its listed sums,
+// each checked so, must add up to the fold's total of the stream's refunds
+// (refundsTotal, carried in the checkpoint's rows); only where that total
+// is not known is its stream read instead (sameAllRefunded). Either way the
+// audit holds one snapshot's list of originals and their sums at a time. A
+// mismatch is a snapshot_mismatch (invariant 7), and the snapshot is not
+// recorded as checked. docs/design.md, invariant 7, says why that is enough.
+
+// refundsTotal is the sum of the amounts of every refund of an account's
+// stream up to the fold's revision of it (domain.RefundPayload): what a
+// snapshot's refunded sums must add up to when it says it forgot no
+// refunded original. Unknown when it cannot serve so: a stream with a
+// refund of no positive amount (then a sum of zero would not mean no
+// refund), a sum beyond int64, or an account read from a checkpoint row that
+// does not carry it (stored before migration 00026).
+type refundsTotal struct {
+	sum     int64
+	unknown bool
+}
+
+// add adds a refund's amount.
+func (t *refundsTotal) add(amount int64) {
+	if t.unknown || amount <= 0 || t.sum > math.MaxInt64-amount {
+		*t = refundsTotal{unknown: true}
+		return
+	}
+	t.sum += amount
+}
+
+// addEvent adds an account event's amount when it is a refund (payload: its
+// decoded data).
+func (t *refundsTotal) addEvent(payload any) {
+	if _, amount, ok := domain.RefundPayload(payload); ok {
+		t.add(amount)
+	}
+}
+
+// row is t as a checkpoint row carries it (nil: not known).
+func (t refundsTotal) row() *int64 {
+	if t.unknown {
+		return nil
+	}
+	return &t.sum
+}
+
+// refundsTotalOfRow is the total a checkpoint row carries.
+func refundsTotalOfRow(v *int64) refundsTotal {
+	if v == nil || *v < 0 {
+		return refundsTotal{unknown: true}
+	}
+	return refundsTotal{sum: *v}
+}
+
+// refundsTotalOf is the fold's total of stream's refunds.
+func (f *Fold) refundsTotalOf(stream string) refundsTotal {
+	if ss := f.streams[stream]; ss != nil {
+		return ss.refunds
+	}
+	return refundsTotal{unknown: true}
+}
 
 // refundsReader sums, of an account's stream up to a revision, the refunds
 // of each of the originals named (the keys of sums, whose values it adds to).
@@ -89,27 +145,60 @@ func addRefund(sums map[string]int64, re eventstore.RecordedEvent, want string) 
 
 // sameRefunded checks the refunded sums of snapshot snap of stream that the
 // comparison with the fold's account a did not cover (findable, and not kept
-// by a with an amount: domain.SameState) against the store; "" when they
-// match or there are none. A read that fails sets reloadErr and reports them
-// as matching (the audit ends in that error).
-func (f *Fold) sameRefunded(stream string, snap, a *domain.Account) (bool, string) {
-	if !snap.ForgotRefunds() && a.ForgotRefunds() {
-		return f.sameAllRefunded(stream, snap, a)
+// by a with an amount: domain.SameState) against the store, and, when snap
+// says it forgot no refunded original while a forgot some, that its sums add
+// up to total, the fold's total of the stream's refunds up to snap's
+// revision; "" when they match. A read that fails sets reloadErr and reports
+// them as matching (the audit ends in that error).
+func (f *Fold) sameRefunded(stream string, snap, a *domain.Account, total refundsTotal) (bool, string) {
+	all := !snap.ForgotRefunds() && a.ForgotRefunds()
+	sums := uncheckedSums(snap, a)
+	if all && (total.unknown || (len(sums) > 0 && f.readRefunds == nil)) {
+		return f.sameAllRefunded(stream, snap, sums)
 	}
+	if len(sums) > 0 && f.readRefunds != nil {
+		if err := f.readRefunds(stream, uint64(snap.Revision), sums); err != nil {
+			f.reloadErr = cmp.Or(f.reloadErr, fmt.Errorf("audit: the refunds of the snapshot of %s: %w", stream, err))
+			return true, ""
+		}
+		if same, diff := sameSums(snap, sums); !same {
+			return false, diff
+		}
+	}
+	if all {
+		return sameTotal(snap, total)
+	}
+	return true, ""
+}
+
+// uncheckedSums names, with a sum of 0 each, the originals of snap whose
+// refunded sums the comparison with the fold's a does not cover: findable,
+// and not kept by a with an amount.
+func uncheckedSums(snap, a *domain.Account) map[string]int64 {
 	sums := map[string]int64{}
 	for k, r := range snap.Refunded {
 		if kept, in := a.Refunded[k]; r.Findable && (!in || kept.Amount == 0) {
 			sums[k] = 0
 		}
 	}
-	if len(sums) == 0 || f.readRefunds == nil {
-		return true, ""
+	return sums
+}
+
+// sameTotal checks that the refunded sums of snap, each checked already
+// (against the fold or the store), add up to total: with every refund of a
+// positive amount, a refunded original snap omits, or a sum of one that
+// counts less than all its refunds, leaves them short of it.
+func sameTotal(snap *domain.Account, total refundsTotal) (bool, string) {
+	listed := refundsTotal{}
+	for _, r := range snap.Refunded {
+		if r.Amount != 0 {
+			listed.add(r.Amount)
+		}
 	}
-	if err := f.readRefunds(stream, uint64(snap.Revision), sums); err != nil {
-		f.reloadErr = cmp.Or(f.reloadErr, fmt.Errorf("audit: the refunds of the snapshot of %s: %w", stream, err))
-		return true, ""
+	if listed.unknown || listed.sum != total.sum {
+		return false, fmt.Sprintf("its %d refunded originals sum %d, the stream's refunds up to revision %d sum %d: it omits a refunded original while it says it forgot none", len(snap.Refunded), listed.sum, snap.Revision, total.sum)
 	}
-	return sameSums(snap, sums)
+	return true, ""
 }
 
 // sameSums compares the refunded sums read from the store with snap's.
@@ -123,25 +212,19 @@ func sameSums(snap *domain.Account, sums map[string]int64) (bool, string) {
 }
 
 // sameAllRefunded checks a snapshot that says it forgot no refunded original
-// while the fold forgot some (its bounded fold cannot tell whether the
-// snapshot omits one): one read of the account's stream up to the
+// while the fold forgot some, where the fold's total of its refunds is not
+// known (refundsTotal): one read of the account's stream up to the
 // snapshot's revision, in pages, in which every refund's original must be
-// one the snapshot lists, and each listed findable one the fold does not
-// keep with an amount must sum as the snapshot says. An omitted original
-// would be refunded again in full by a ledger that cold-loads the snapshot
-// (it recalls only when the snapshot says it forgot some). The audit holds
-// the snapshot's list and one page of events; the read costs the stream's
-// length, once per such snapshot checked.
-func (f *Fold) sameAllRefunded(stream string, snap, a *domain.Account) (bool, string) {
+// one the snapshot lists, and each listed original of sums (uncheckedSums)
+// must sum as the snapshot says. An omitted original would be refunded again
+// in full by a ledger that cold-loads the snapshot (it recalls only when the
+// snapshot says it forgot some). The audit holds the snapshot's list and one
+// page of events; the read costs the stream's length, once per such
+// snapshot checked.
+func (f *Fold) sameAllRefunded(stream string, snap *domain.Account, sums map[string]int64) (bool, string) {
 	if f.readStreamTo == nil {
 		f.reloadErr = cmp.Or(f.reloadErr, fmt.Errorf("audit: the snapshot of %s lists every refunded original and the store reads no streams", stream))
 		return true, ""
-	}
-	sums := map[string]int64{}
-	for k, r := range snap.Refunded {
-		if kept, in := a.Refunded[k]; r.Findable && (!in || kept.Amount == 0) {
-			sums[k] = 0
-		}
 	}
 	missing := ""
 	err := f.readStreamTo(stream, snap.Revision, func(re eventstore.RecordedEvent) error {

@@ -167,7 +167,8 @@ func recordedTrueSnapshot(t *testing.T) (*projtest.Env, int64) {
 
 // recordAsAnEarlierBuild makes checkpoint id record r's snapshot as it is
 // in the store, as a build that did not check every refunded sum stored it
-// (its state without snapshot_refunds_listed), both digests taken again;
+// (its state without snapshot_refunds_listed, its rows without
+// refunds_total), both digests taken again;
 // it returns the snapshot's bytes.
 func recordAsAnEarlierBuild(t *testing.T, env *projtest.Env, id int64) []byte {
 	t.Helper()
@@ -178,15 +179,24 @@ func recordAsAnEarlierBuild(t *testing.T, env *projtest.Env, id int64) []byte {
 	}
 	sum := sha256.Sum256(sn.Data)
 	exec(t, env, `UPDATE readmodel.audit_checkpoint_accounts SET snapshot_sha256 = $2 WHERE checkpoint_id = $1 AND account_id = 'r'`, id, sum[:])
-	exec(t, env, `UPDATE readmodel.audit_checkpoints c SET accounts_sha256 = (SELECT encode(sha256(coalesce(string_agg(h, ''::bytea ORDER BY h), ''::bytea)), 'hex')
-		FROM (SELECT sha256(convert_to(row(account_id, next, chain, group_key, group_next, group_count, guarded, sha256(snapshot), snapshot_revision, snapshot_sha256)::text, 'UTF8')) AS h
-			FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $1) rows) WHERE c.id = $1`, id)
+	withoutRefundsTotals(t, env, id)
 	var state []byte
 	if err := env.Pool.QueryRow(ctx, `SELECT state FROM readmodel.audit_checkpoints WHERE id = $1`, id).Scan(&state); err != nil {
 		t.Fatal(err)
 	}
 	exec(t, env, `UPDATE readmodel.audit_checkpoints SET state = $2::bytea, state_digest = md5($2::bytea) WHERE id = $1`, id, withoutRefundsChecked(t, state))
 	return sn.Data
+}
+
+// withoutRefundsTotals makes checkpoint id's rows as a build before
+// migration 00026 stored them: without refunds_total, their digest taken
+// again as such a build took it.
+func withoutRefundsTotals(t *testing.T, env *projtest.Env, id int64) {
+	t.Helper()
+	exec0(t, env, `UPDATE readmodel.audit_checkpoint_accounts SET refunds_total = NULL WHERE checkpoint_id = $1`, id)
+	exec(t, env, `UPDATE readmodel.audit_checkpoints c SET accounts_sha256 = (SELECT encode(sha256(coalesce(string_agg(h, ''::bytea ORDER BY h), ''::bytea)), 'hex')
+		FROM (SELECT sha256(convert_to(row(account_id, next, chain, group_key, group_next, group_count, guarded, sha256(snapshot), snapshot_revision, snapshot_sha256)::text, 'UTF8')) AS h
+			FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $1) rows) WHERE c.id = $1`, id)
 }
 
 // TestIncrementalAuditCarriesNoRecordOfAnEarlierBuild: the checkpoint an

@@ -141,6 +141,12 @@ func (f *Fold) decodeSnapshot(sn eventstore.Snapshot) (*domain.Account, bool) {
 // event is at or before position at, with a and its closed holds with the
 // holds read model.
 func (f *Fold) checkSnapshot(stream string, a *domain.Account, at eventstore.Position) {
+	f.checkSnapshotTotal(stream, a, f.refundsTotalOf(stream), at)
+}
+
+// checkSnapshotTotal is checkSnapshot with total, the total of the stream's
+// refunds up to a's revision (refundsTotal).
+func (f *Fold) checkSnapshotTotal(stream string, a *domain.Account, total refundsTotal, at eventstore.Position) {
 	sn, ok := f.snapshots[stream]
 	if !ok || int64(sn.revision) != a.Revision {
 		return
@@ -151,7 +157,7 @@ func (f *Fold) checkSnapshot(stream string, a *domain.Account, at eventstore.Pos
 	}
 	same, diff := f.sameSnapshot(stream, sn.acc, a)
 	if same {
-		same, diff = f.sameRefunded(stream, sn.acc, a)
+		same, diff = f.sameRefunded(stream, sn.acc, a, total)
 	}
 	if !same {
 		f.violate(Violation{Invariant: InvSnapshot, Kind: "snapshot_mismatch", Stream: stream, Revision: int64(sn.revision), Message: fmt.Sprintf("the snapshot of %s at revision %d is not the fold of its stream: %s", stream, sn.revision, diff)})
@@ -306,11 +312,17 @@ func (f *Fold) checkPassedSnapshot(ctx context.Context, sr eventstore.StreamRead
 	rev := f.snapshots[stream].revision
 	a := newReplayAccount(stream)
 	f.snapshotsFromStart++
-	at, broken := eventstore.Position{}, false
+	at, broken, total := eventstore.Position{}, false, refundsTotal{}
 	err := readStreamRange(ctx, sr, stream, 0, int64(rev), func(re eventstore.RecordedEvent) error {
 		m, err := domain.DecodeMetadata(re.Metadata)
+		var payload any
 		if err == nil {
-			err = domain.EvolveAccount(a, storedEvent(re, m))
+			payload, err = domain.DecodeEvent(re.Type, re.Data)
+		}
+		if err == nil { // decoded once, as applyAccount folds
+			err = domain.EvolveAccountDecided(a, storedEvent(re, m), payload)
+			a.ForgetDurable(a.Revision)
+			total.addEvent(payload)
 		}
 		at, broken = re.Position, err != nil
 		return err
@@ -321,6 +333,6 @@ func (f *Fold) checkPassedSnapshot(ctx context.Context, sr eventstore.StreamRead
 	if err != nil {
 		return fmt.Errorf("audit: the stream of %s up to its snapshot: %w", stream, err)
 	}
-	f.checkSnapshot(stream, a, at)
+	f.checkSnapshotTotal(stream, a, total, at)
 	return f.reloadErr
 }
