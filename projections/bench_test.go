@@ -64,15 +64,20 @@ func synthetic(b *testing.B, env *projtest.Env, seed uint64) int {
 // wins, GOMEMLIMIT=off measures without one), and starts
 // LEDGER_BENCH_CPUPROFILE's CPU profile, if set; the function it returns
 // stops it and puts back the limit.
-func profileTimed(b *testing.B) func() {
+func profileTimed(b *testing.B) func() { return profileTool(b, "") }
+
+// profileTool is profileTimed for one tool of several in a benchmark: each
+// profile's file is the variable's path with "-"+tool after it, where tool is
+// not "".
+func profileTool(b *testing.B, tool string) func() {
 	b.Helper()
 	restoreLimit, err := config.SetMemoryLimit(config.ReadToolMemoryLimit, false)
 	if err != nil {
 		b.Fatal(err)
 	}
-	stopStats, stopPeak := memStats(b), memProfilePeak(b)
+	stopStats, stopPeak := memStats(b, benchPath("LEDGER_BENCH_MEMSTATS", tool)), memProfilePeak(b, benchPath("LEDGER_BENCH_MEMPROFILE", tool))
 	stopHeap := func() { stopPeak(); stopStats(); restoreLimit() }
-	path := os.Getenv("LEDGER_BENCH_CPUPROFILE")
+	path := benchPath("LEDGER_BENCH_CPUPROFILE", tool)
 	if path == "" {
 		return stopHeap
 	}
@@ -92,16 +97,15 @@ func profileTimed(b *testing.B) func() {
 	}
 }
 
-// memProfilePeak writes LEDGER_BENCH_MEMPROFILE's heap profile, if set, each
-// time the live heap (runtime/metrics' /gc/heap/live:bytes, as of the last
+// memProfilePeak writes a heap profile to path (LEDGER_BENCH_MEMPROFILE's),
+// unless it is "", each time the live heap (runtime/metrics' /gc/heap/live:bytes, as of the last
 // collection) passes its peak so far by 1%, polled every 100 ms: the file left
 // is the profile within 1% of the timed part's peak. (By 5%, a run whose heap
 // peaked early and then grew by less left its early profile: the 1,000,000-event
 // ones of BENCHMARKS.md, "What the fold keeps per account".) The function it
 // returns stops it.
-func memProfilePeak(b *testing.B) func() {
+func memProfilePeak(b *testing.B, path string) func() {
 	b.Helper()
-	path := os.Getenv("LEDGER_BENCH_MEMPROFILE")
 	if path == "" {
 		return func() {}
 	}
@@ -146,12 +150,11 @@ var memStatNames = []string{
 	"/memory/classes/total:bytes", "/sched/goroutines:goroutines",
 }
 
-// memStats writes LEDGER_BENCH_MEMSTATS's samples, if set: a header line,
+// memStats writes to path (LEDGER_BENCH_MEMSTATS's), unless it is "": a header line,
 // then every 100 ms the seconds since the start, VmRSS in bytes and
 // memStatNames' values, tab-separated. The function it returns stops it.
-func memStats(b *testing.B) func() {
+func memStats(b *testing.B, path string) func() {
 	b.Helper()
-	path := os.Getenv("LEDGER_BENCH_MEMSTATS")
 	if path == "" {
 		return func() {}
 	}
@@ -192,6 +195,16 @@ func memStats(b *testing.B) func() {
 			b.Error(err)
 		}
 	}
+}
+
+// benchPath is the file the environment variable name gives ("": none), with
+// "-"+tool after it where tool is not "".
+func benchPath(name, tool string) string {
+	path := os.Getenv(name)
+	if path == "" || tool == "" {
+		return path
+	}
+	return path + "-" + tool
 }
 
 // vmRSS is the process's resident set in bytes (0 where /proc has none).
@@ -405,8 +418,10 @@ func writeSnapshots(b *testing.B, env *projtest.Env, snaps []eventstore.Snapshot
 
 // BenchmarkReadTools: BenchmarkRebuild and then BenchmarkAudit on one
 // seeding (the rebuild makes the read models the audit compares), each
-// with its rate and its own peak RSS: the issue's 10,000,000-event figures in
-// one run,
+// with its rate and its own peak RSS, each under the tools' memory limit as
+// `projector rebuild` and `ledger audit` run (profileTool; GOMEMLIMIT=off
+// measures without it), with its own profiles (their files end in -rebuild
+// and -audit): the issue's 10,000,000-event figures in one run,
 //
 //	LEDGER_BENCH_EVENTS=10000000 LEDGER_BENCH_ACCOUNTS=100000 go test ./projections -run '^$' -bench ReadTools -benchtime 1x -timeout 170m
 func BenchmarkReadTools(b *testing.B) {
@@ -416,13 +431,15 @@ func BenchmarkReadTools(b *testing.B) {
 	var rebuild, auditing time.Duration
 	b.ResetTimer()
 	for range b.N {
-		peak := peakRSS(b)
+		peak, stop := peakRSS(b), profileTool(b, "rebuild")
 		rebuild += benchRebuild(b, env, pool)
+		stop()
 		peak("rebuild-peak-RSS-MiB")
-		peak = peakRSS(b)
+		peak, stop = peakRSS(b), profileTool(b, "audit")
 		start := time.Now()
 		benchAudit(b, env, audit.Options{})
 		auditing += time.Since(start)
+		stop()
 		peak("audit-peak-RSS-MiB")
 	}
 	b.ReportMetric(float64(total*b.N)/rebuild.Seconds(), "rebuild-events/s")
