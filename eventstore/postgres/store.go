@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ledgerworks/ledger/eventstore"
@@ -738,29 +739,109 @@ func position(xid string, pos int64) (eventstore.Position, error) {
 	return eventstore.Position{Commit: commit, Prepare: uint64(pos)}, nil
 }
 
+// positionOf is position of the bytes of a transaction id, without a string
+// unless it is not a plain decimal.
+func positionOf(xid []byte, pos int64) (eventstore.Position, error) {
+	if commit, ok := decimal(xid); ok {
+		return eventstore.Position{Commit: commit, Prepare: uint64(pos)}, nil
+	}
+	return position(string(xid), pos)
+}
+
+// decimal reads an unsigned decimal integer as strconv.ParseUint(s, 10, 64)
+// does, without a string; false where ParseUint fails, or for a leading zero
+// (then ParseUint decides).
+func decimal(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 19 || b[0] == '0' && len(b) > 1 { // 19 digits never overflow
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n, true
+}
+
 // ---- reads ----
 
 // eventColumns are read by scanEvents. The text form of the xid has its own name:
 // named transaction_id, it would be what ORDER BY transaction_id sorts on (as text!).
 const eventColumns = `position, transaction_id::text AS xid, stream, revision, event_id, type, data, metadata, created`
 
-func scanEvents(rows pgx.Rows) ([]eventstore.RecordedEvent, error) {
-	var out []eventstore.RecordedEvent
+// scanEvents reads the rows of a read of up to maxEvents events (<= 0: no
+// bound). Per event it allocates the stream's name only: the events share
+// their slice (sized for max, up to eventsSliceMax), their types' names
+// (one per type a read) and blocks holding their data and metadata
+// (eventBytes), so a page of the audit or a rebuild is a few objects for the
+// collector, not six an event. The transaction id is read without a string.
+func scanEvents(rows pgx.Rows, maxEvents int) ([]eventstore.RecordedEvent, error) {
+	out := make([]eventstore.RecordedEvent, 0, min(max(maxEvents, 0), eventsSliceMax))
 	var (
-		e   eventstore.RecordedEvent
-		pos int64
-		xid string
-		rev int64
+		e                  eventstore.RecordedEvent
+		pos, rev           int64
+		xid, typ, data, md pgtype.DriverBytes
+		types              = map[string]string{}
+		bytes              = eventBytes{blockBytes: blockBytesFor(maxEvents)}
 	)
-	_, err := pgx.ForEachRow(rows, []any{&pos, &xid, &e.Stream, &rev, (*[16]byte)(&e.ID), &e.Type, &e.Data, &e.Metadata, &e.Created}, func() error {
-		p, err := position(xid, pos)
+	_, err := pgx.ForEachRow(rows, []any{&pos, &xid, &e.Stream, &rev, (*[16]byte)(&e.ID), &typ, &data, &md, &e.Created}, func() error {
+		p, err := positionOf(xid, pos)
 		e.Position = p
 		e.Revision = uint64(rev)
+		e.Type = typeName(types, typ)
+		e.Data, e.Metadata = bytes.copy(data), bytes.copy(md)
 		out = append(out, e)
-		e.Data, e.Metadata = nil, nil // fresh slices for the next row
 		return err
 	})
 	return out, err
+}
+
+// eventsSliceMax bounds the events scanEvents makes room for up front.
+const eventsSliceMax = 4096
+
+// typeName is an event type's name, one string per name a read meets.
+func typeName(types map[string]string, b []byte) string {
+	if s, ok := types[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	types[s] = s
+	return s
+}
+
+// eventBytes copies the events' data and metadata of one read into blocks of
+// blockBytes (a longer value gets a block of its own). Each value is a
+// full slice (its capacity its length), so appending to one never writes into
+// the next. An event kept after its page keeps its block (at most 64 KiB)
+// alive: the readers of "all" keep none but the pages in flight.
+type eventBytes struct {
+	block      []byte
+	blockBytes int
+}
+
+// blockBytesFor is the block size of a read of up to maxEvents events: about
+// 512 bytes an event, from 1 KiB to 64 KiB.
+func blockBytesFor(maxEvents int) int {
+	if maxEvents <= 0 {
+		return 64 << 10
+	}
+	return min(max(maxEvents*512, 1<<10), 64<<10)
+}
+
+func (b *eventBytes) copy(v []byte) []byte {
+	switch {
+	case v == nil: // NULL, as pgx reads it into a []byte
+		return nil
+	case len(v) == 0:
+		return []byte{}
+	case len(v) > cap(b.block)-len(b.block):
+		b.block = make([]byte, 0, max(b.blockBytes, len(v)))
+	}
+	start := len(b.block)
+	b.block = append(b.block, v...)
+	return b.block[start:len(b.block):len(b.block)]
 }
 
 func limit(max int) any {
@@ -794,7 +875,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 	if err != nil {
 		return nil, classify(ctx, "read stream", err)
 	}
-	out, err := scanEvents(rows)
+	out, err := scanEvents(rows, max)
 	if err != nil {
 		return nil, classify(ctx, "read stream", err)
 	}
@@ -931,7 +1012,7 @@ func (s *Store) readAll(ctx context.Context, after eventstore.Position, max int)
 	if err != nil {
 		return nil, classify(ctx, "read all", err)
 	}
-	out, err := scanEvents(rows)
+	out, err := scanEvents(rows, max)
 	if err != nil {
 		return nil, classify(ctx, "read all", err)
 	}
@@ -1116,7 +1197,7 @@ func (s *Store) ReadStreamSubject(ctx context.Context, stream, subject string, m
 	if err != nil {
 		return nil, classify(ctx, "read stream subject", err)
 	}
-	out, err := scanEvents(rows)
+	out, err := scanEvents(rows, max)
 	if err != nil {
 		return nil, classify(ctx, "read stream subject", err)
 	}
@@ -1133,7 +1214,7 @@ func (s *Store) ReadEventByID(ctx context.Context, id uuid.UUID) (eventstore.Rec
 	if err != nil {
 		return eventstore.RecordedEvent{}, classify(ctx, "read event", err)
 	}
-	out, err := scanEvents(rows)
+	out, err := scanEvents(rows, 1)
 	if err != nil {
 		return eventstore.RecordedEvent{}, classify(ctx, "read event", err)
 	}
@@ -1172,7 +1253,7 @@ func (s *Store) ReadEventsByID(ctx context.Context, ids []uuid.UUID) (map[uuid.U
 	if err != nil {
 		return nil, classify(ctx, "read events", err)
 	}
-	evs, err := scanEvents(rows)
+	evs, err := scanEvents(rows, len(ids))
 	if err != nil {
 		return nil, classify(ctx, "read events", err)
 	}
