@@ -550,10 +550,10 @@ func (f *Fold) checkAccountEvent(re eventstore.RecordedEvent, m domain.Metadata,
 func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account, payload any) {
 	if !f.NoRows {
 		id, tag := re.ID.String(), accountsTag(a.ID)
-		if e, ok := entryRow(re, m, payload, a.ID, a.Balance); ok {
+		if e, ok := entryRow(re, id, m, payload, a.ID, a.Balance); ok {
 			f.sets.row(f, "entries", id, tag, e)
 		}
-		f.sets.row(f, "balance_history", id, tag, historyRow(re, m, a))
+		f.sets.row(f, "balance_history", id, tag, historyRow(re, id, m, a))
 		if h := holdOf(a, payload); h != nil {
 			f.sets.row(f, "holds", a.ID+"/"+h.ID, tag, holdRowOf(a.ID, a.Currency, h, capturedBy(payload)))
 		}

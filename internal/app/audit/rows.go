@@ -172,8 +172,9 @@ func holdRowOf(account, currency string, h *domain.Hold, captured int64) string 
 	return row(holdColumns.values(&c)...)
 }
 
-// entryRow renders the statement row of a money event, with the fold's balance.
-func entryRow(re eventstore.RecordedEvent, m domain.Metadata, payload any, account string, balance int64) (string, bool) {
+// entryRow renders the statement row of a money event (id: its ID's text),
+// with the fold's balance.
+func entryRow(re eventstore.RecordedEvent, id string, m domain.Metadata, payload any, account string, balance int64) (string, bool) {
 	var reason, ref, currency string
 	var amount int64
 	var md map[string]string
@@ -187,7 +188,7 @@ func entryRow(re eventstore.RecordedEvent, m domain.Metadata, payload any, accou
 	default:
 		return "", false
 	}
-	return entryFields{id: re.ID.String(), account: account, rev: int64(re.Revision), typ: re.Type, reason: reason, ref: ref, amount: amount,
+	return entryFields{id: id, account: account, rev: int64(re.Revision), typ: re.Type, reason: reason, ref: ref, amount: amount,
 		currency: currency, balance: balance, key: m.Key, at: m.At, md: md, effective: domain.EffectiveTime(m)}.digest(), true
 }
 
@@ -214,10 +215,10 @@ func (e entryFields) digest() string {
 	return r.digest()
 }
 
-// historyRow renders the balance-history row of an account event: the account
-// as the fold has it after the event.
-func historyRow(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account) string {
-	return historyFields{account: a.ID, rev: int64(re.Revision), id: re.ID.String(), typ: re.Type, currency: a.Currency,
+// historyRow renders the balance-history row of an account event (id: its
+// ID's text): the account as the fold has it after the event.
+func historyRow(re eventstore.RecordedEvent, id string, m domain.Metadata, a *domain.Account) string {
+	return historyFields{account: a.ID, rev: int64(re.Revision), id: id, typ: re.Type, currency: a.Currency,
 		balance: a.Balance, held: a.Held, status: string(a.Status()), at: m.At, effective: domain.EffectiveTime(m)}.digest()
 }
 
