@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -324,6 +325,35 @@ type tableRows struct {
 	rows        pgx.Rows
 	key, row    string
 	err         error
+	// typ, reason, currency and status scan the columns of few values.
+	typ, reason, currency, status interned
+}
+
+// interned scans a text column of few values (an event type, a reason, a
+// currency, a status) into v, one string per value a read meets (up to
+// internedMax, then a string a row) rather than one a row. NULL fails, as it
+// does scanned into a string.
+type interned struct {
+	v     string
+	names map[string]string
+}
+
+// internedMax bounds the values a table read keeps one string of.
+const internedMax = 256
+
+func (s *interned) ScanBytes(b []byte) error {
+	if b == nil {
+		return errors.New("cannot scan NULL into a string")
+	}
+	if v, ok := s.names[string(b)]; ok {
+		s.v = v
+		return nil
+	}
+	s.v = string(b)
+	if len(s.names) < internedMax {
+		s.names[s.v] = s.v
+	}
+	return nil
 }
 
 // tableRead is a read-model table as the comparison reads it: through q (a
@@ -367,7 +397,9 @@ func openTable(ctx context.Context, tr tableRead, keys []string) (*tableRows, er
 	if err != nil {
 		return nil, fmt.Errorf("audit: read %s: %w", name, err)
 	}
-	return &tableRows{table: tr.table, name: name, rows: rows}, nil
+	names := map[string]string{}
+	return &tableRows{table: tr.table, name: name, rows: rows, typ: interned{names: names}, reason: interned{names: names},
+		currency: interned{names: names}, status: interned{names: names}}, nil
 }
 
 // keyFilter selects a read-model table's rows by their keys ($2, as the fold
@@ -431,9 +463,10 @@ func (t *tableRows) scan() (err error) {
 		var id uuid.UUID
 		var e entryFields
 		var mdText string
-		if err := rows.Scan(&id, &e.account, &e.rev, &e.typ, &e.reason, &e.ref, &e.amount, &e.currency, &e.balance, &e.key, &e.at, &mdText, &e.effective); err != nil {
+		if err := rows.Scan(&id, &e.account, &e.rev, &t.typ, &t.reason, &e.ref, &e.amount, &t.currency, &e.balance, &e.key, &e.at, &mdText, &e.effective); err != nil {
 			return err
 		}
+		e.typ, e.reason, e.currency = t.typ.v, t.reason.v, t.currency.v
 		if mdText != "{}" {
 			if err := json.Unmarshal([]byte(mdText), &e.md); err != nil {
 				return err
@@ -445,9 +478,10 @@ func (t *tableRows) scan() (err error) {
 	case "balance_history":
 		var id uuid.UUID
 		var h historyFields
-		if err := rows.Scan(&h.account, &h.rev, &id, &h.typ, &h.currency, &h.balance, &h.held, &h.status, &h.at, &h.effective); err != nil {
+		if err := rows.Scan(&h.account, &h.rev, &id, &t.typ, &t.currency, &h.balance, &h.held, &t.status, &h.at, &h.effective); err != nil {
 			return err
 		}
+		h.typ, h.currency, h.status = t.typ.v, t.currency.v, t.status.v
 		h.id = id.String()
 		t.key, t.row = h.id, h.digest()
 		return nil
