@@ -128,6 +128,9 @@ var payloadMutations = []func(string) string{
 	func(s string) string { return strings.Replace(s, `":"`, `":7,"y":"`, 1) },                             // an integer for a string
 	func(s string) string { return strings.Replace(s, `"metadata":{`, `"metadata":{"a":"1","a":"2",`, 1) }, // a repeated map key
 	func(s string) string { return strings.Replace(s, `"metadata":{`, `"metadata":{"a":1,`, 1) },
+	func(s string) string { return strings.Replace(s, `"metadata":{`, "\"metadata\":{\"\xff\":\"1\",", 1) }, // invalid UTF-8 in a map key
+	func(s string) string { return strings.Replace(s, `"metadata":{`, "\"metadata\":{\"\x01\":\"1\",", 1) }, // a control character in a map key
+	func(s string) string { return strings.Replace(s, `{"`, `{"metadata":{},"`, 1) },                        // an empty map (json.Marshal omits it)
 	func(s string) string {
 		return strings.Replace(s, `"metadata":{`, `"metadata":{"z":"9"},"metadata":{`, 1)
 	}, // a repeated map           // an integer in a map
@@ -242,6 +245,11 @@ func FuzzDecodeEvent(f *testing.F) {
 			f.Add(name, b)
 			f.Add(ev.Type, b)
 		}
+	}
+	// What json.Marshal never writes: an empty map, a map key of invalid
+	// UTF-8 or with a control character.
+	for _, md := range []string{`{}`, "{\"\xff\":\"1\"}", "{\"\x01\":\"1\"}", "{\"a\":\"1\",\"\xfe\":\"2\"}"} {
+		f.Add(EvCredited, []byte(`{"amount":1,"currency":"EUR","metadata":`+md+`}`))
 	}
 	f.Fuzz(func(t *testing.T, name string, b []byte) {
 		if et, ok := LookupEventType(name); ok {
