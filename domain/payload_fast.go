@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -57,47 +58,80 @@ var (
 	intKindsBits        = map[reflect.Kind]int{reflect.Int: strconv.IntSize, reflect.Int8: 8, reflect.Int16: 16, reflect.Int32: 32, reflect.Int64: 64}
 )
 
-// newPayloadPlan is the plan of struct type t, or nil when t has a field
-// whose name encoding/json does not take from its tag or its Go name alone
-// (an embedded struct, the ",string" option): its payloads all go through
-// encoding/json.
+// newPayloadPlan is the plan of struct type t, or nil when encoding/json
+// alone is to read its payloads: t or a field decodes itself (json.Unmarshaler
+// or encoding.TextUnmarshaler on the type, its pointer, or a pointer field's
+// element), a field's name is not its tag's or its Go name alone (an embedded
+// struct, the ",string" option, a tag name encoding/json does not take, two
+// fields of one name).
 func newPayloadPlan(t reflect.Type) *payloadPlan {
-	if t.Kind() != reflect.Struct || t.NumField() > planMembers {
+	if t.Kind() != reflect.Struct || t.NumField() > planMembers || decodesItself(t) {
 		return nil
 	}
 	p := &payloadPlan{}
+	names := map[string]bool{}
 	for i := range t.NumField() {
-		sf := t.Field(i)
-		if sf.Anonymous {
+		f, use, ok := planFieldOf(t.Field(i), i)
+		if !ok || names[f.name] {
 			return nil
 		}
-		if !sf.IsExported() {
-			continue
+		if use {
+			names[f.name] = true
+			p.fields = append(p.fields, f)
 		}
-		tag := sf.Tag.Get("json")
-		if tag == "-" {
-			continue
-		}
-		name, opts, _ := strings.Cut(tag, ",")
-		if strings.Contains(","+opts+",", ",string,") {
-			return nil
-		}
-		if name == "" {
-			name = sf.Name
-		}
-		p.fields = append(p.fields, planField{name: name, index: i, kind: planKindOf(sf.Type), bits: intBits(sf.Type)})
 	}
 	return p
 }
 
+// planFieldOf is the plan's field of struct field sf, its i-th; use false for
+// a field encoding/json skips, ok false when the type is to have no plan.
+func planFieldOf(sf reflect.StructField, i int) (f planField, use, ok bool) {
+	if sf.Anonymous {
+		return planField{}, false, false
+	}
+	tag := sf.Tag.Get("json")
+	if !sf.IsExported() || tag == "-" {
+		return planField{}, false, true
+	}
+	name, opts, _ := strings.Cut(tag, ",")
+	if strings.Contains(","+opts+",", ",string,") || name != "" && !validTagName(name) {
+		return planField{}, false, false
+	}
+	if name == "" {
+		name = sf.Name
+	}
+	f = planField{name: name, index: i, kind: planKindOf(sf.Type), bits: intBits(sf.Type)}
+	return f, true, true
+}
+
+// validTagName: encoding/json takes name from a tag (else it uses the Go name).
+func validTagName(name string) bool {
+	for _, c := range name {
+		if !strings.ContainsRune("!#$%&()*+-./:;<=>?@[]^_{|}~ ", c) && !unicode.IsLetter(c) && !unicode.IsDigit(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// decodesItself: encoding/json calls a method of t or *t to decode a t.
+func decodesItself(t reflect.Type) bool {
+	for _, u := range [...]reflect.Type{t, reflect.PointerTo(t)} {
+		if u.Implements(jsonUnmarshalerType) || u.Implements(textUnmarshalerType) {
+			return true
+		}
+	}
+	return false
+}
+
 func planKindOf(t reflect.Type) planKind {
 	switch {
-	case reflect.PointerTo(t).Implements(jsonUnmarshalerType) || reflect.PointerTo(t).Implements(textUnmarshalerType):
-		return planOther // encoding/json calls its method
 	case t == strMapType:
 		return planStrMap
-	case t == timePtrType:
+	case t == timePtrType: // what encoding/json calls, decode calls
 		return planTimePtr
+	case decodesItself(t) || t.Kind() == reflect.Pointer && decodesItself(t.Elem()):
+		return planOther // encoding/json calls its method
 	case t.Kind() == reflect.String:
 		return planString
 	case t.Kind() == reflect.Bool:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -280,4 +281,59 @@ func BenchmarkDecodeEvent(b *testing.B) {
 			}
 		}
 	})
+}
+
+// Payload types the plan must leave to encoding/json: their own decoder, a
+// pointer field whose element has one, a tag name encoding/json does not take,
+// two fields of one name.
+type (
+	planOwnJSON struct{ N int64 }
+	planOwnText struct{ N int64 }
+	hundredfold int64
+	planPtrJSON struct{ N *hundredfold }
+	shout       string
+	planPtrText struct{ S *shout }
+	planBadTag  struct {
+		N int64 `json:"a'b"`
+	}
+	planTwoNames struct {
+		N int64
+		A int64 `json:"N"` // encoding/json's field N: a tag beats a Go name
+	}
+)
+
+func (p *planOwnJSON) UnmarshalJSON([]byte) error { p.N = 500; return nil }
+func (p *planOwnText) UnmarshalText([]byte) error { p.N = 500; return nil }
+func (h *hundredfold) UnmarshalJSON(b []byte) error {
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	*h = hundredfold(100 * n)
+	return err
+}
+func (s *shout) UnmarshalText(b []byte) error { *s = shout(strings.ToUpper(string(b))); return nil }
+
+// TestPayloadPlanLeavesCustomDecoders: what a plan takes of a type with its
+// own decoding, or names encoding/json reads otherwise, it reads as
+// encoding/json does (no such type gets a plan).
+func TestPayloadPlanLeavesCustomDecoders(t *testing.T) {
+	for _, c := range []struct {
+		typ  reflect.Type
+		body string
+	}{
+		{reflect.TypeFor[planOwnJSON](), `{"N":5}`},
+		{reflect.TypeFor[planOwnText](), `{"N":5}`},
+		{reflect.TypeFor[planPtrJSON](), `{"N":5}`},
+		{reflect.TypeFor[planPtrText](), `{"S":"a"}`},
+		{reflect.TypeFor[planBadTag](), `{"a'b":5}`},
+		{reflect.TypeFor[planTwoNames](), `{"N":5}`},
+	} {
+		p := newPayloadPlan(c.typ)
+		if p == nil {
+			continue
+		}
+		fast, general := reflect.New(c.typ).Interface(), reflect.New(c.typ).Interface()
+		gerr := json.Unmarshal([]byte(c.body), general)
+		if p.decode(fast, []byte(c.body)) && (gerr != nil || !reflect.DeepEqual(fast, general)) {
+			t.Errorf("%s %s: plan %+v; encoding/json %+v, %v", c.typ, c.body, fast, general, gerr)
+		}
+	}
 }
