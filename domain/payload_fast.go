@@ -63,7 +63,8 @@ var (
 // or encoding.TextUnmarshaler on the type, its pointer, or a pointer field's
 // element), a field's name is not its tag's or its Go name alone (an embedded
 // struct, the ",string" option, a tag name encoding/json does not take, two
-// fields of one name).
+// fields of one name), or a field the plan cannot read is always written (no
+// omitempty: the plan would start every body only to hand it over).
 func newPayloadPlan(t reflect.Type) *payloadPlan {
 	if t.Kind() != reflect.Struct || t.NumField() > planMembers || decodesItself(t) {
 		return nil
@@ -101,6 +102,9 @@ func planFieldOf(sf reflect.StructField, i int) (f planField, use, ok bool) {
 		name = sf.Name
 	}
 	f = planField{name: name, index: i, kind: planKindOf(sf.Type), bits: intBits(sf.Type)}
+	if f.kind == planOther && !strings.Contains(","+opts+",", ",omitempty,") {
+		return planField{}, false, false
+	}
 	return f, true, true
 }
 

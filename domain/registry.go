@@ -167,7 +167,7 @@ func DecodeEvent(typ string, data []byte) (any, error) {
 	if t.plan != nil && t.plan.decode(v, data) {
 		return v, nil
 	}
-	v = t.newPayload() // the plan may have set some fields
+	reflect.ValueOf(v).Elem().SetZero() // the plan may have set some fields
 	if err := json.Unmarshal(data, v); err != nil {
 		return nil, fmt.Errorf("domain: %s: %w", typ, err)
 	}
