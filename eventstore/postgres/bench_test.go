@@ -135,3 +135,31 @@ func BenchmarkEventsExist(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkReadFew reads what the ledger's refreshes and the projector's and
+// the publisher's polls mostly read: a read asking for thousands of events
+// that finds a few (a 2-event stream, max 4,096) or none (a stream that does
+// not exist). Its bytes per op are what the read allocates: they must follow
+// the rows returned, not the limit asked.
+func BenchmarkReadFew(b *testing.B) {
+	ctx := context.Background()
+	s := devtest.Postgres(b)
+	stream := "account-readfew-" + uuid.NewString()
+	evs := []eventstore.EventData{
+		{ID: uuid.New(), Type: "Credited", Data: []byte(`{"amount":5,"currency":"EUR"}`), Metadata: []byte(`{"key":"k1"}`)},
+		{ID: uuid.New(), Type: "Credited", Data: []byte(`{"amount":7,"currency":"EUR"}`), Metadata: []byte(`{"key":"k2"}`)},
+	}
+	if _, err := s.Append(ctx, stream, eventstore.NoStream, evs); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct{ name, stream string }{{"events=2", stream}, {"events=0", "account-readfew-none"}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.ReadStream(ctx, c.stream, 0, eventstore.Forwards, 4096); err != nil && c.name == "events=2" {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

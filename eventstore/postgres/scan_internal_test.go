@@ -12,7 +12,7 @@ import (
 // values included.
 func TestEventBytesKeepsValuesApart(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	b := eventBytes{blockBytes: blockBytesFor(8)}
+	var b eventBytes
 	var want, got [][]byte
 	for i := range 2000 {
 		v := bytes.Repeat([]byte{byte(i)}, r.IntN(3000))
@@ -53,5 +53,30 @@ func TestDecimalAgreesWithParseUint(t *testing.T) {
 		if !ok && err == nil && len(s) <= 19 && s[0] != '0' {
 			t.Fatalf("%q: decimal left to ParseUint what it reads", s)
 		}
+	}
+}
+
+// TestEventBytesBlocksFollowTheValues: a read of a few small values takes one
+// block of minBlockBytes; the blocks then double up to maxBlockBytes, never
+// sized by what the read asked for.
+func TestEventBytesBlocksFollowTheValues(t *testing.T) {
+	var b eventBytes
+	b.copy(make([]byte, 100))
+	b.copy(make([]byte, 100))
+	if cap(b.block) != minBlockBytes {
+		t.Fatalf("two values of 100 bytes: a block of %d bytes, want %d", cap(b.block), minBlockBytes)
+	}
+	last := cap(b.block)
+	for range 10000 {
+		b.copy(make([]byte, 300))
+		if c := cap(b.block); c != last {
+			if c != min(2*last, maxBlockBytes) {
+				t.Fatalf("a block of %d bytes after one of %d, want %d", c, last, min(2*last, maxBlockBytes))
+			}
+			last = c
+		}
+	}
+	if last != maxBlockBytes {
+		t.Fatalf("3 MB of values: the last block %d bytes, want %d", last, maxBlockBytes)
 	}
 }

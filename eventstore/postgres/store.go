@@ -771,20 +771,22 @@ func decimal(b []byte) (uint64, bool) {
 // named transaction_id, it would be what ORDER BY transaction_id sorts on (as text!).
 const eventColumns = `position, transaction_id::text AS xid, stream, revision, event_id, type, data, metadata, created`
 
-// scanEvents reads the rows of a read of up to maxEvents events (<= 0: no
-// bound). Per event it allocates the stream's name only: the events share
-// their slice (sized for max, up to eventsSliceMax), their types' names
-// (one per type a read) and blocks holding their data and metadata
-// (eventBytes), so a page of the audit or a rebuild is a few objects for the
-// collector, not six an event. The transaction id is read without a string.
-func scanEvents(rows pgx.Rows, maxEvents int) ([]eventstore.RecordedEvent, error) {
-	out := make([]eventstore.RecordedEvent, 0, min(max(maxEvents, 0), eventsSliceMax))
+// scanEvents reads the rows of a read. Per event it allocates the stream's
+// name only: the events share their slice (grown as rows come: a read's limit
+// says nothing of how many rows it returns, and the ledger's and the
+// projector's reads ask for thousands and mostly get a few or none), their
+// types' names (one per type a read) and blocks holding their data and
+// metadata (eventBytes), so a page of the audit or a rebuild is a few objects
+// for the collector, not six an event. The transaction id is read without a
+// string.
+func scanEvents(rows pgx.Rows) ([]eventstore.RecordedEvent, error) {
 	var (
+		out                []eventstore.RecordedEvent
 		e                  eventstore.RecordedEvent
 		pos, rev           int64
 		xid, typ, data, md pgtype.DriverBytes
 		types              = map[string]string{}
-		bytes              = eventBytes{blockBytes: blockBytesFor(maxEvents)}
+		bytes              eventBytes
 	)
 	_, err := pgx.ForEachRow(rows, []any{&pos, &xid, &e.Stream, &rev, (*[16]byte)(&e.ID), &typ, &data, &md, &e.Created}, func() error {
 		p, err := positionOf(xid, pos)
@@ -798,9 +800,6 @@ func scanEvents(rows pgx.Rows, maxEvents int) ([]eventstore.RecordedEvent, error
 	return out, err
 }
 
-// eventsSliceMax bounds the events scanEvents makes room for up front.
-const eventsSliceMax = 4096
-
 // typeName is an event type's name, one string per name a read meets.
 func typeName(types map[string]string, b []byte) string {
 	if s, ok := types[string(b)]; ok {
@@ -811,24 +810,23 @@ func typeName(types map[string]string, b []byte) string {
 	return s
 }
 
-// eventBytes copies the events' data and metadata of one read into blocks of
-// blockBytes (a longer value gets a block of its own). Each value is a
-// full slice (its capacity its length), so appending to one never writes into
-// the next. An event kept after its page keeps its block (at most 64 KiB)
-// alive: the readers of "all" keep none but the pages in flight.
+// eventBytes copies the events' data and metadata of one read into blocks,
+// the first of minBlockBytes, each next one twice the last up to
+// maxBlockBytes (a longer value gets a block of its own): a read of a few
+// events allocates about what they hold, a page of thousands a few 64 KiB
+// blocks. Each value is a full slice (its capacity its length), so appending
+// to one never writes into the next. An event kept after its read keeps its
+// block (at most 64 KiB) alive: a reader that keeps events beyond their page
+// copies what it keeps (the audit's events-out gaps).
 type eventBytes struct {
-	block      []byte
-	blockBytes int
+	block []byte
+	next  int // the size of the next block
 }
 
-// blockBytesFor is the block size of a read of up to maxEvents events: about
-// 512 bytes an event, from 1 KiB to 64 KiB.
-func blockBytesFor(maxEvents int) int {
-	if maxEvents <= 0 {
-		return 64 << 10
-	}
-	return min(max(maxEvents*512, 1<<10), 64<<10)
-}
+const (
+	minBlockBytes = 1 << 10
+	maxBlockBytes = 64 << 10
+)
 
 func (b *eventBytes) copy(v []byte) []byte {
 	switch {
@@ -837,7 +835,8 @@ func (b *eventBytes) copy(v []byte) []byte {
 	case len(v) == 0:
 		return []byte{}
 	case len(v) > cap(b.block)-len(b.block):
-		b.block = make([]byte, 0, max(b.blockBytes, len(v)))
+		b.next = min(max(2*b.next, minBlockBytes), maxBlockBytes)
+		b.block = make([]byte, 0, max(b.next, len(v)))
 	}
 	start := len(b.block)
 	b.block = append(b.block, v...)
@@ -875,7 +874,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 	if err != nil {
 		return nil, classify(ctx, "read stream", err)
 	}
-	out, err := scanEvents(rows, max)
+	out, err := scanEvents(rows)
 	if err != nil {
 		return nil, classify(ctx, "read stream", err)
 	}
@@ -1012,7 +1011,7 @@ func (s *Store) readAll(ctx context.Context, after eventstore.Position, max int)
 	if err != nil {
 		return nil, classify(ctx, "read all", err)
 	}
-	out, err := scanEvents(rows, max)
+	out, err := scanEvents(rows)
 	if err != nil {
 		return nil, classify(ctx, "read all", err)
 	}
@@ -1197,7 +1196,7 @@ func (s *Store) ReadStreamSubject(ctx context.Context, stream, subject string, m
 	if err != nil {
 		return nil, classify(ctx, "read stream subject", err)
 	}
-	out, err := scanEvents(rows, max)
+	out, err := scanEvents(rows)
 	if err != nil {
 		return nil, classify(ctx, "read stream subject", err)
 	}
@@ -1214,7 +1213,7 @@ func (s *Store) ReadEventByID(ctx context.Context, id uuid.UUID) (eventstore.Rec
 	if err != nil {
 		return eventstore.RecordedEvent{}, classify(ctx, "read event", err)
 	}
-	out, err := scanEvents(rows, 1)
+	out, err := scanEvents(rows)
 	if err != nil {
 		return eventstore.RecordedEvent{}, classify(ctx, "read event", err)
 	}
@@ -1253,7 +1252,7 @@ func (s *Store) ReadEventsByID(ctx context.Context, ids []uuid.UUID) (map[uuid.U
 	if err != nil {
 		return nil, classify(ctx, "read events", err)
 	}
-	evs, err := scanEvents(rows, len(ids))
+	evs, err := scanEvents(rows)
 	if err != nil {
 		return nil, classify(ctx, "read events", err)
 	}

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -346,6 +347,9 @@ func (x *eventsOut) outOfPlace(ctx context.Context, seq uint64, em projections.E
 func (x *eventsOut) gap(e eventstore.RecordedEvent) {
 	x.rep.Missing++
 	if len(x.gaps) < x.maxGaps {
+		// Its own copy of the bytes: a read's events share blocks of them
+		// (eventstore/postgres), and a kept one would keep its whole block.
+		e.Data, e.Metadata = bytes.Clone(e.Data), bytes.Clone(e.Metadata)
 		x.gaps[e.ID] = e
 		x.order = append(x.order, e.ID)
 	}
