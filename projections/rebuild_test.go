@@ -573,7 +573,7 @@ func TestRebuildLoadsWithoutAutovacuum(t *testing.T) {
 	_, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 20,
 		AfterBatch: func(ctx context.Context, gens map[string]int) error {
 			for name, gen := range gens {
-				for _, s := range tableSettings(t, env, name, gen) {
+				for _, s := range tableSettings(t, env.Pool, name, gen) {
 					if loaded++; !strings.Contains(s.options, "autovacuum_enabled=false") {
 						t.Errorf("during the load, %s has options %q", s.table, s.options)
 					}
@@ -588,7 +588,7 @@ func TestRebuildLoadsWithoutAutovacuum(t *testing.T) {
 		t.Fatal("no batch was loaded")
 	}
 	for name, gen := range liveGenerations(t, env) {
-		for _, s := range tableSettings(t, env, name, gen) {
+		for _, s := range tableSettings(t, env.Pool, name, gen) {
 			if strings.Contains(s.options, "autovacuum") || !s.analyzed || s.rows > 0 && !s.statistics {
 				t.Errorf("made live: %+v", s)
 			}
@@ -596,19 +596,25 @@ func TestRebuildLoadsWithoutAutovacuum(t *testing.T) {
 	}
 }
 
-// tableSetting is what TestRebuildLoadsWithoutAutovacuum looks at in a table.
+// tableSetting is what TestRebuildLoadsWithoutAutovacuum and
+// TestRebuildSwitchesVacuumedGenerations look at in a table.
 type tableSetting struct {
-	table, options       string
-	analyzed, statistics bool // ever analyzed by hand; has rows in pg_stats
-	rows                 int64
+	table, options                 string
+	analyzed, vacuumed, statistics bool // ever analyzed, vacuumed by hand; has rows in pg_stats
+	rows                           int64
+	pages, allVisible              int32
 }
 
 // tableSettings describes each table of a generation.
-func tableSettings(t *testing.T, env *projtest.Env, name string, gen int) []tableSetting {
+func tableSettings(t *testing.T, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, name string, gen int) []tableSetting {
 	t.Helper()
 	ctx := context.Background()
-	rows, err := env.Pool.Query(ctx, `
+	rows, err := q.Query(ctx, `
 		SELECT g, array_to_string(coalesce(c.reloptions, '{}'), ' '), s.last_analyze IS NOT NULL,
+			s.last_vacuum IS NOT NULL, c.relpages, c.relallvisible,
 			EXISTS (SELECT 1 FROM pg_stats p WHERE p.schemaname = 'readmodel' AND p.tablename = g)
 		FROM readmodel.generation_tables($1, $2) g
 		JOIN pg_class c ON c.oid = ('readmodel.' || quote_ident(g))::regclass
@@ -617,15 +623,110 @@ func tableSettings(t *testing.T, env *projtest.Env, name string, gen int) []tabl
 		t.Fatal(err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (s tableSetting, err error) {
-		return s, r.Scan(&s.table, &s.options, &s.analyzed, &s.statistics)
+		return s, r.Scan(&s.table, &s.options, &s.analyzed, &s.vacuumed, &s.pages, &s.allVisible, &s.statistics)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range out {
-		if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM readmodel.`+pgx.Identifier{out[i].table}.Sanitize()).Scan(&out[i].rows); err != nil {
+		if err := q.QueryRow(ctx, `SELECT count(*) FROM readmodel.`+pgx.Identifier{out[i].table}.Sanitize()).Scan(&out[i].rows); err != nil {
 			t.Fatal(err)
 		}
+	}
+	return out
+}
+
+// TestRebuildSwitchesVacuumedGenerations: at the switch, every table of each
+// new generation has been vacuumed and analyzed by the rebuild, not left for
+// autovacuum to do once live (docs/design.md, "A rebuild"). The test holds
+// the live generations' tables (ACCESS SHARE, no transaction ID or snapshot
+// kept, so nothing held back from the vacuum): the first switch waits to
+// drop its old generation, and the test looks at the new ones meanwhile.
+func TestRebuildSwitchesVacuumedGenerations(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 60, Seed: 73})
+	devtest.CatchUp(t, newRunner(t, env, projections.Options{}))
+	ctx := context.Background()
+	// Connections of their own: the rebuild may take every one of the pool's.
+	holder, blocker := holdLiveTables(t, env)
+	watch := connect(t, env)
+	done := make(chan error, 1)
+	go func() {
+		_, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 20, LockTimeout: 10 * time.Minute})
+		done <- err
+	}()
+	devtest.Eventually(t, 10*time.Minute, "the switch waits for the live tables", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("the rebuild returned before its switch waited: %v", err)
+		default:
+		}
+		var waits bool
+		if err := watch.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE $1::int = ANY (pg_blocking_pids(pid)))`, blocker).Scan(&waits); err != nil {
+			t.Fatal(err)
+		}
+		return waits
+	})
+	checked := 0
+	for name, gen := range buildingGenerations(t, watch) {
+		for _, s := range tableSettings(t, watch, name, gen) {
+			checked++
+			if !s.vacuumed || !s.analyzed {
+				t.Errorf("at the switch, %s generation %d: %+v", name, gen, s)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("no table of a new generation at the switch")
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// holdLiveTables takes ACCESS SHARE on every table of the live generations,
+// in a transaction it returns with its backend's pid.
+func holdLiveTables(t *testing.T, env *projtest.Env) (pgx.Tx, int) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := connect(t, env).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	var pid int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	var tables string
+	if err := tx.QueryRow(ctx, `SELECT string_agg(format('readmodel.%I', g), ', ')
+		FROM readmodel.checkpoints c, readmodel.generation_tables(c.name, c.generation) g
+		WHERE c.state = 'live' AND c.name NOT LIKE 'publisher:%'`).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE `+tables+` IN ACCESS SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	return tx, pid
+}
+
+// buildingGenerations returns the generations being built, by projection.
+func buildingGenerations(t *testing.T, conn *pgx.Conn) map[string]int {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `SELECT name, generation FROM readmodel.checkpoints WHERE state = 'building'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	var name string
+	var gen int
+	_, err = pgx.ForEachRow(rows, []any{&name, &gen}, func() error { out[name] = gen; return nil })
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
