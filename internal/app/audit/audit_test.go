@@ -398,3 +398,38 @@ func TestAuditChecksEffectiveTimes(t *testing.T) {
 		t.Fatalf("a deposit effective an hour after its record time: %v", rep.Violations)
 	}
 }
+
+// TestAuditNamesAnEditedValueOfAFewValuedColumn: a row of the read models
+// whose type, reason, currency or status is changed to another value the same
+// table holds (a value the audit's read already met, so the one string it
+// keeps for it: rows.go, interned) is a read-model mismatch.
+func TestAuditNamesAnEditedValueOfAFewValuedColumn(t *testing.T) {
+	env := projected(t, projtest.Workload{Commands: 80, Seed: 11})
+	if rep := run(t, env, audit.Options{}); !rep.OK() {
+		t.Fatalf("violations before the edit: %v", rep.Violations)
+	}
+	// alt is the value written where the table holds one value only (the
+	// workload's one currency): one the audit's read meets first there.
+	for _, c := range []struct{ table, column, alt string }{
+		{"entries", "type", ""}, {"entries", "reason", ""}, {"entries", "currency", "USD"},
+		{"balance_history", "type", ""}, {"balance_history", "currency", "USD"}, {"balance_history", "status", "closed"},
+	} {
+		t.Run(c.table+"."+c.column, func(t *testing.T) {
+			// One row's value swapped for another of the table's values, and back after.
+			tag := fmt.Sprintf(`UPDATE readmodel.%[1]s r SET %[2]s = o.v
+				FROM (SELECT event_id, %[2]s AS old, coalesce((SELECT %[2]s FROM readmodel.%[1]s x WHERE x.%[2]s IS DISTINCT FROM t.%[2]s AND x.%[2]s IS NOT NULL LIMIT 1), nullif($1, '')) AS v
+					FROM readmodel.%[1]s t WHERE %[2]s IS NOT NULL ORDER BY event_id LIMIT 1) o
+				WHERE r.event_id = o.event_id AND o.v IS NOT NULL AND r.%[2]s = o.old
+				RETURNING r.event_id, o.old`, c.table, c.column)
+			var id any
+			var old string
+			if err := env.Pool.QueryRow(context.Background(), tag, c.alt).Scan(&id, &old); err != nil {
+				t.Fatalf("no row of %s has two values of %s to swap: %v", c.table, c.column, err)
+			}
+			defer exec0(t, env, fmt.Sprintf(`UPDATE readmodel.%s SET %s = $1 WHERE event_id = $2`, c.table, c.column), old, id)
+			if rep := run(t, env, audit.Options{}); !rep.Has(audit.InvReadModel, "read_model_mismatch") {
+				t.Fatalf("%s.%s edited was not named: %v", c.table, c.column, rep.Violations)
+			}
+		})
+	}
+}
