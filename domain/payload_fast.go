@@ -56,16 +56,20 @@ var (
 	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
 	strMapType          = reflect.TypeFor[map[string]string]()
 	timePtrType         = reflect.TypeFor[*time.Time]()
+	jsonNumberType      = reflect.TypeFor[json.Number]()
 	intKindsBits        = map[reflect.Kind]int{reflect.Int: strconv.IntSize, reflect.Int8: 8, reflect.Int16: 16, reflect.Int32: 32, reflect.Int64: 64}
 )
 
 // newPayloadPlan is the plan of struct type t, or nil when encoding/json
-// alone is to read its payloads: t or a field decodes itself (json.Unmarshaler
-// or encoding.TextUnmarshaler on the type, its pointer, or a pointer field's
-// element), a field's name is not its tag's or its Go name alone (an embedded
-// struct, the ",string" option, a tag name encoding/json does not take, two
-// fields of one name), or a field the plan cannot read is always written (no
-// omitempty: the plan would start every body only to hand it over).
+// alone is to read its payloads: t decodes itself (json.Unmarshaler or
+// encoding.TextUnmarshaler on the type or its pointer), a field's name is not
+// its tag's or its Go name alone (an embedded struct, the ",string" option, a
+// tag name encoding/json does not take, two fields of one name), or a field that is not a plain string, bool or integer
+// is written without omitempty (one the plan cannot read, or a pointer or a
+// map written null when nil, which the plan does not read either: it would
+// start such bodies only to hand them over). A field that decodes itself
+// (or a json.Number) with omitempty keeps the plan: the plan hands a body over
+// when it meets that field.
 func newPayloadPlan(t reflect.Type) *payloadPlan {
 	if t.Kind() != reflect.Struct || t.NumField() > planMembers || decodesItself(t) {
 		return nil
@@ -103,7 +107,9 @@ func planFieldOf(sf reflect.StructField, i int) (f planField, use, ok bool) {
 		name = sf.Name
 	}
 	f = planField{name: name, index: i, kind: planKindOf(sf.Type), bits: intBits(sf.Type)}
-	if f.kind == planOther && !strings.Contains(","+opts+",", ",omitempty,") {
+	if f.kind != planString && f.kind != planBool && f.kind != planInt && !strings.Contains(","+opts+",", ",omitempty,") {
+		// Always written, and as null when nil (a pointer, a map), which the
+		// plan does not read: it would start such bodies only to hand them over.
 		return planField{}, false, false
 	}
 	return f, true, true
@@ -137,6 +143,8 @@ func planKindOf(t reflect.Type) planKind {
 		return planTimePtr
 	case decodesItself(t) || t.Kind() == reflect.Pointer && decodesItself(t.Elem()):
 		return planOther // encoding/json calls its method
+	case t == jsonNumberType || t.Kind() == reflect.Pointer && t.Elem() == jsonNumberType:
+		return planOther // a string kind encoding/json reads as a number
 	case t.Kind() == reflect.String:
 		return planString
 	case t.Kind() == reflect.Bool:

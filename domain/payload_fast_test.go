@@ -343,6 +343,8 @@ func TestPayloadPlanLeavesCustomDecoders(t *testing.T) {
 		{reflect.TypeFor[planPtrText](), `{"S":"a"}`},
 		{reflect.TypeFor[planBadTag](), `{"a'b":5}`},
 		{reflect.TypeFor[planTwoNames](), `{"N":5}`},
+		{reflect.TypeFor[planNumber](), `{"N":"abc"}`},
+		{reflect.TypeFor[planNumberPtr](), `{"N":"abc"}`},
 	} {
 		p := newPayloadPlan(c.typ)
 		if p == nil {
@@ -352,6 +354,46 @@ func TestPayloadPlanLeavesCustomDecoders(t *testing.T) {
 		gerr := json.Unmarshal([]byte(c.body), general)
 		if p.decode(fast, []byte(c.body)) && (gerr != nil || !reflect.DeepEqual(fast, general)) {
 			t.Errorf("%s %s: plan %+v; encoding/json %+v, %v", c.typ, c.body, fast, general, gerr)
+		}
+	}
+}
+
+// planNumber and planNumberPtr have a json.Number, a string kind that
+// encoding/json reads as a number (it refuses "abc").
+type planNumber struct {
+	N json.Number `json:",omitempty"`
+}
+
+type planNumberPtr struct {
+	N *json.Number `json:",omitempty"`
+}
+
+// planNullable has a pointer and a map written without omitempty: json.Marshal
+// writes them null when nil, which the plan does not read.
+type planNullable struct {
+	P *int64
+	M map[string]string
+	S string
+}
+
+// TestPayloadPlanNotStartedOnNull: a type whose pointer or map is written
+// without omitempty gets no plan (its nil values are written null, which the
+// plan would start to read and hand over, costing more than encoding/json).
+func TestPayloadPlanNotStartedOnNull(t *testing.T) {
+	if p := newPayloadPlan(reflect.TypeFor[planNullable]()); p != nil {
+		t.Fatalf("a plan for %T, whose nil pointer and map json.Marshal writes null", planNullable{})
+	}
+}
+
+// TestPayloadPlansOfTheLedgersTypes: which registered event types have a plan
+// is what this list says, so a rule of newPayloadPlan too broad (or too
+// narrow) shows here, not only in a benchmark. The types without one have a
+// member the plan never reads that json.Marshal always writes.
+func TestPayloadPlansOfTheLedgersTypes(t *testing.T) {
+	none := map[string]bool{EvTransactionRequested: true, EvTransactionPosted: true, EvTransactionRejected: true, EvKeyClaimed: true, EvBatchDecided: true}
+	for _, et := range eventTypes {
+		if got := et.plan != nil; got == none[et.Name] {
+			t.Errorf("%s: has a plan %v, want %v", et.Name, got, !none[et.Name])
 		}
 	}
 }
