@@ -417,6 +417,9 @@ func (r *rebuildRun) indexAndVerify(ctx context.Context, slots []*slot) ([]error
 	if checkErr != nil {
 		return nil, fmt.Errorf("projections: rebuild: could not check the generations (%w); they are kept: run the rebuild again to resume them", checkErr)
 	}
+	if err := noVerdict(indexErrs); err != nil {
+		return nil, fmt.Errorf("projections: rebuild: %w; the generations are kept: run the rebuild again to resume them", err)
+	}
 	refusals := make([]error, len(slots))
 	for i, s := range slots {
 		var errs []error
@@ -429,6 +432,23 @@ func (r *rebuildRun) indexAndVerify(ctx context.Context, slots []*slot) ([]error
 		refusals[i] = errors.Join(errs...)
 	}
 	return refusals, nil
+}
+
+// errNoVerdict marks the error of a step after the load that says nothing of
+// the generation's rows (its vacuum: a lost connection, a cancel, a statement
+// timeout): the generation is kept for a resume, not dropped as a refusal,
+// whose load a statement timeout would otherwise throw away on every attempt.
+var errNoVerdict = errors.New("not a verdict on the generation's rows")
+
+// noVerdict joins the errors of errs that are no verdict (errNoVerdict).
+func noVerdict(errs []error) error {
+	var out []error
+	for _, err := range errs {
+		if errors.Is(err, errNoVerdict) {
+			out = append(out, err)
+		}
+	}
+	return errors.Join(out...)
 }
 
 // createIndexes builds the indexes of the loaded generations that their load
@@ -445,7 +465,7 @@ func createIndexes(ctx context.Context, pool *pgxpool.Pool, slots []*slot, logge
 			defer wg.Done()
 			start := time.Now()
 			if err := vacuumGeneration(ctx, pool, s.proj.Name(), s.gen); err != nil {
-				errs[i] = fmt.Errorf("vacuum of %s generation %d: %w", s.proj.Name(), s.gen, err)
+				errs[i] = fmt.Errorf("vacuum of %s generation %d: %w (%w)", s.proj.Name(), s.gen, err, errNoVerdict)
 				return
 			}
 			logger.Info("rebuild: vacuumed", "projection", s.proj.Name(), "generation", s.gen, "took", time.Since(start).Round(time.Millisecond))

@@ -730,3 +730,61 @@ func buildingGenerations(t *testing.T, conn *pgx.Conn) map[string]int {
 	}
 	return out
 }
+
+// TestRebuildKeepsAGenerationWhoseVacuumFailed: a VACUUM of a loaded
+// generation that fails (here cancelled from another session while it waits
+// for a table another session locks) is no verdict on its rows: the rebuild
+// returns an error and keeps the generation, and the next rebuild resumes and
+// switches it, where a refusal would drop the load and start afresh.
+func TestRebuildKeepsAGenerationWhoseVacuumFailed(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 60, Seed: 74})
+	ctx := context.Background()
+	locker, watch := connect(t, env), connect(t, env)
+	var locked string
+	opts := projections.RebuildOptions{BatchSize: 20, AfterBatch: func(ctx context.Context, gens map[string]int) error {
+		gen, ok := gens["entries"]
+		if locked != "" || !ok {
+			return nil
+		}
+		locked = fmt.Sprintf("readmodel.entries_g%d", gen)
+		if _, err := locker.Exec(ctx, `BEGIN`); err != nil {
+			return err
+		}
+		_, err := locker.Exec(ctx, `LOCK TABLE `+locked+` IN SHARE UPDATE EXCLUSIVE MODE`)
+		return err
+	}}
+	done := make(chan error, 1)
+	go func() {
+		_, err := rebuild(t, env, opts)
+		done <- err
+	}()
+	devtest.Eventually(t, 10*time.Minute, "a VACUUM waits for the locked table", func() bool {
+		var n int
+		if err := watch.QueryRow(ctx, `SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity
+			WHERE query LIKE 'VACUUM%' AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+	err := <-done
+	if _, rerr := locker.Exec(ctx, `ROLLBACK`); rerr != nil {
+		t.Fatal(rerr)
+	}
+	if err == nil || !strings.Contains(err.Error(), "kept") {
+		t.Fatalf("a rebuild whose vacuum failed: %v, want the generations kept", err)
+	}
+	kept := buildingGenerations(t, watch)
+	if len(kept) == 0 {
+		t.Fatalf("no generation kept after the vacuum failed: %v", err)
+	}
+	res, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 20})
+	if err != nil {
+		t.Fatalf("the resumed rebuild: %v", err)
+	}
+	for _, r := range res {
+		if g, ok := kept[r.Projection]; ok && r.Generation != g {
+			t.Errorf("%s switched to generation %d, not the kept %d: the load was thrown away", r.Projection, r.Generation, g)
+		}
+	}
+}
