@@ -94,6 +94,36 @@ type Node struct {
 
 // Start assembles and starts an instance. On error everything started is undone.
 func Start(ctx context.Context, opts Options) (n *Node, err error) {
+	n = newNode(&opts)
+	defer func() {
+		if err != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = n.Stop(sctx)
+		}
+	}()
+	if err := n.connectNATS(opts); err != nil {
+		return n, err
+	}
+	if err := n.openStore(ctx, opts); err != nil {
+		return n, err
+	}
+	n.Ledger = ledger.New(n.Store, n.ledgerOptions(opts))
+	iopts := n.intakeOptions(opts)
+	n.Intake = natsapi.New(n.NC, n.Ledger, iopts)
+	if err := n.startHTTP(opts, iopts.Lookup); err != nil {
+		return n, err
+	}
+	if err := n.Intake.Start(ctx); err != nil {
+		return n, err
+	}
+	n.startRunners(opts.Runners)
+	return n, nil
+}
+
+// newNode fills opts' defaults (logger, name, registry) and returns the Node
+// they describe, nothing started yet.
+func newNode(opts *Options) *Node {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
@@ -107,15 +137,12 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	n = &Node{Name: opts.Name, Registry: reg, DatabaseURL: opts.DatabaseURL, EventStoreURL: opts.EventStoreURL, Logger: log, done: make(chan error, 1)}
-	defer func() {
-		if err != nil {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = n.Stop(sctx)
-		}
-	}()
+	return &Node{Name: opts.Name, Registry: reg, DatabaseURL: opts.DatabaseURL, EventStoreURL: opts.EventStoreURL, Logger: log, done: make(chan error, 1)}
+}
 
+// connectNATS takes opts.Conn or connects with opts.NATS.
+func (n *Node) connectNATS(opts Options) (err error) {
+	log := n.Logger
 	n.NC = opts.Conn
 	if n.NC == nil {
 		n.NC, err = opts.NATS.Connect(opts.Name,
@@ -128,71 +155,87 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 			nats.ClosedHandler(func(*nats.Conn) { n.fail(errors.New("node: NATS connection closed")) }),
 		)
 		if err != nil {
-			return n, err
+			return err
 		}
 	}
 	log.Info("nats connected", "url", config.Redact(n.NC.ConnectedUrl()))
+	return nil
+}
 
+// openStore takes opts.Store or opens opts.EventStoreURL.
+func (n *Node) openStore(ctx context.Context, opts Options) (err error) {
 	n.Store = opts.Store
 	if n.Store == nil {
-		if n.Store, err = config.OpenEventStore(ctx, opts.EventStoreURL, log); err != nil {
-			return n, err
+		if n.Store, err = config.OpenEventStore(ctx, opts.EventStoreURL, n.Logger); err != nil {
+			return err
 		}
-		log.Info("event store open", "url", config.Redact(opts.EventStoreURL))
+		n.Logger.Info("event store open", "url", config.Redact(opts.EventStoreURL))
 	}
+	return nil
+}
 
+// ledgerOptions are opts.Ledger with the instance's defaults filled in.
+func (n *Node) ledgerOptions(opts Options) ledger.Options {
 	lopts := opts.Ledger
 	if lopts.Producer == "" {
 		lopts.Producer = opts.Name
 	}
 	if lopts.Logger == nil {
-		lopts.Logger = log.With("component", "ledger")
+		lopts.Logger = n.Logger.With("component", "ledger")
 	}
 	if lopts.Metrics == nil {
-		lopts.Metrics = reg
+		lopts.Metrics = n.Registry
 	}
-	n.Ledger = ledger.New(n.Store, lopts)
+	return lopts
+}
 
+// intakeOptions are opts.Intake with the instance's defaults filled in (call
+// it once n.Ledger is set: it answers the command query by default).
+func (n *Node) intakeOptions(opts Options) natsapi.Options {
 	iopts := opts.Intake
 	if iopts.Metrics == nil {
-		iopts.Metrics = natsapi.NewMetrics(reg)
+		iopts.Metrics = natsapi.NewMetrics(n.Registry)
 	}
 	if iopts.Logger == nil {
-		iopts.Logger = log
+		iopts.Logger = n.Logger
 	}
 	if iopts.Lookup == nil && !opts.DisableCommandQuery {
 		iopts.Lookup = n.Ledger
 	}
-	n.Intake = natsapi.New(n.NC, n.Ledger, iopts)
+	return iopts
+}
 
-	if opts.HTTPAddr != "" {
-		n.HTTP = httpapi.New(httpapi.Options{Addr: opts.HTTPAddr, Gatherer: reg, Pprof: opts.Pprof, Logger: log})
-		n.HTTP.AddCheck("nats", func(context.Context) error {
-			if !n.NC.IsConnected() {
-				return fmt.Errorf("nats %s", n.NC.Status())
-			}
-			return nil
-		})
-		n.HTTP.AddCheck("eventstore", func(ctx context.Context) error {
-			_, err := n.Store.Head(ctx)
-			return err
-		})
-		n.HTTP.AddCheck("intake", func(context.Context) error { return n.Intake.Ready() })
-		if tl, ok := iopts.Lookup.(natsapi.TransactionLookup); ok {
-			n.HTTP.Handle("GET /v1/transactions/{id}", natsapi.TransactionHTTP(tl))
-		}
-		if err := n.HTTP.Start(); err != nil {
-			return n, err
-		}
+// startHTTP serves the health checks and metrics on opts.HTTPAddr, if any, and
+// the transaction lookup when the intake's lookup answers it.
+func (n *Node) startHTTP(opts Options, lookup natsapi.CommandLookup) error {
+	if opts.HTTPAddr == "" {
+		return nil
 	}
-
-	if err := n.Intake.Start(ctx); err != nil {
-		return n, err
+	n.HTTP = httpapi.New(httpapi.Options{Addr: opts.HTTPAddr, Gatherer: n.Registry, Pprof: opts.Pprof, Logger: n.Logger})
+	n.HTTP.AddCheck("nats", func(context.Context) error {
+		if !n.NC.IsConnected() {
+			return fmt.Errorf("nats %s", n.NC.Status())
+		}
+		return nil
+	})
+	n.HTTP.AddCheck("eventstore", func(ctx context.Context) error {
+		_, err := n.Store.Head(ctx)
+		return err
+	})
+	n.HTTP.AddCheck("intake", func(context.Context) error { return n.Intake.Ready() })
+	if tl, ok := lookup.(natsapi.TransactionLookup); ok {
+		n.HTTP.Handle("GET /v1/transactions/{id}", natsapi.TransactionHTTP(tl))
 	}
+	return n.HTTP.Start()
+}
 
+// startRunners runs each runner in its own goroutine until Stop; a runner's
+// failure fails the instance (Done).
+func (n *Node) startRunners(runners []Runner) {
+	log := n.Logger
 	rctx, cancel := context.WithCancel(context.Background())
 	n.cancelRunners = cancel
-	for _, r := range opts.Runners {
+	for _, r := range runners {
 		n.runners.Add(1)
 		go func() {
 			defer n.runners.Done()
@@ -206,7 +249,6 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 			log.Info("runner stopped", "runner", r.Name)
 		}()
 	}
-	return n, nil
 }
 
 // Done delivers an error when the instance can no longer work (a runner failed,
