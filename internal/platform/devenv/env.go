@@ -79,6 +79,35 @@ type Env struct {
 // Start brings up NATS, PostgreSQL, the migrations and a node, in that order.
 // On error whatever was started is stopped.
 func Start(ctx context.Context, o Options) (env *Env, err error) {
+	env, err = newEnv(o)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_ = env.Stop(sctx)
+		}
+	}()
+	if err := env.startNATS(o); err != nil {
+		return env, err
+	}
+	if err := env.startPostgres(ctx, o); err != nil {
+		return env, err
+	}
+	if err := migrate(ctx, env.DatabaseURL, env.EventStoreURL); err != nil {
+		return env, err
+	}
+	env.log.Info("migrations applied", "database", config.Redact(env.DatabaseURL))
+	if err := env.startNode(ctx, o); err != nil {
+		return env, err
+	}
+	return env, nil
+}
+
+// newEnv makes o.DataDir and returns the Env it holds, nothing started yet.
+func newEnv(o Options) (*Env, error) {
 	log := o.Logger
 	if log == nil {
 		log = slog.Default()
@@ -93,58 +122,62 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("devenv: %w", err)
 	}
-	env = &Env{DataDir: dir, log: log}
-	defer func() {
-		if err != nil {
-			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			_ = env.Stop(sctx)
-		}
-	}()
+	return &Env{DataDir: dir, log: log}, nil
+}
 
+// startNATS starts the embedded nats-server (with a random password under
+// o.NATSAuth) and sets NATSURL.
+func (env *Env) startNATS(o Options) (err error) {
 	if o.NATSAddr == "" {
 		o.NATSAddr = "127.0.0.1:4222"
 	}
-	nopt := embednats.Options{Addr: o.NATSAddr, StoreDir: filepath.Join(dir, NATSSubdir), SyncInterval: o.NATSSyncInterval, SyncAlways: o.NATSSyncAlways, Logger: log}
+	dir := env.DataDir
+	nopt := embednats.Options{Addr: o.NATSAddr, StoreDir: filepath.Join(dir, NATSSubdir), SyncInterval: o.NATSSyncInterval, SyncAlways: o.NATSSyncAlways, Logger: env.log}
 	if o.NATSAuth {
 		var raw [24]byte
 		if _, err := rand.Read(raw[:]); err != nil {
-			return env, err
+			return err
 		}
 		nopt.User, nopt.Password = "ledger", hex.EncodeToString(raw[:])
 	}
 	env.NATS, err = embednats.Start(nopt)
 	if err != nil {
-		return env, err
+		return err
 	}
 	env.NATSURL = env.NATS.ClientURL()
 	if o.NATSAuth {
 		u, err := url.Parse(env.NATSURL)
 		if err != nil {
-			return env, err
+			return err
 		}
 		u.User = url.UserPassword(nopt.User, nopt.Password)
 		env.NATSURL = u.String()
 	}
-	log.Info("nats-server ready", "url", config.Redact(env.NATSURL), "auth", o.NATSAuth, "jetstream", filepath.Join(dir, NATSSubdir))
+	env.log.Info("nats-server ready", "url", config.Redact(env.NATSURL), "auth", o.NATSAuth, "jetstream", filepath.Join(dir, NATSSubdir))
+	return nil
+}
 
+// startPostgres takes o.DatabaseURL or starts the private cluster (a pair
+// under o.Standby), and sets DatabaseURL and EventStoreURL.
+func (env *Env) startPostgres(ctx context.Context, o Options) (err error) {
+	dir, log := env.DataDir, env.log
 	env.DatabaseURL = o.DatabaseURL
 	switch {
 	case o.Standby && env.DatabaseURL != "":
-		return env, errors.New("devenv: a standby is made for the private cluster only, not for a database URL")
+		return errors.New("devenv: a standby is made for the private cluster only, not for a database URL")
 	case o.Standby:
 		env.Pair, err = pgcluster.StartPair(ctx, pgcluster.PairOptions{
 			Dirs:  [2]string{filepath.Join(dir, PostgresSubdir), filepath.Join(dir, StandbySubdir)},
 			Fsync: !o.NoFsync, Logger: log,
 		})
 		if err != nil {
-			return env, fmt.Errorf("devenv: private PostgreSQL pair: %w", err)
+			return fmt.Errorf("devenv: private PostgreSQL pair: %w", err)
 		}
 		env.DatabaseURL = env.Pair.URL()
 	case env.DatabaseURL == "":
 		env.PG, err = pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(dir, PostgresSubdir), Fsync: !o.NoFsync, Logger: log})
 		if err != nil {
-			return env, fmt.Errorf("devenv: private PostgreSQL (set %s to use another): %w", config.EnvDatabaseURL, err)
+			return fmt.Errorf("devenv: private PostgreSQL (set %s to use another): %w", config.EnvDatabaseURL, err)
 		}
 		env.DatabaseURL = env.PG.URL()
 	}
@@ -152,24 +185,21 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	if env.EventStoreURL == "" {
 		env.EventStoreURL = env.DatabaseURL
 	}
-	if err := migrate(ctx, env.DatabaseURL, env.EventStoreURL); err != nil {
-		return env, err
-	}
-	log.Info("migrations applied", "database", config.Redact(env.DatabaseURL))
+	return nil
+}
 
+// startNode starts the ledger node on the environment's NATS and PostgreSQL.
+func (env *Env) startNode(ctx context.Context, o Options) (err error) {
 	nopts := o.Node
 	nopts.NATS.URL = env.NATSURL
 	nopts.EventStoreURL = env.EventStoreURL
 	nopts.DatabaseURL = env.DatabaseURL
 	nopts.HTTPAddr = o.HTTPAddr
 	if nopts.Logger == nil {
-		nopts.Logger = log
+		nopts.Logger = env.log
 	}
 	env.Node, err = node.Start(ctx, nopts)
-	if err != nil {
-		return env, err
-	}
-	return env, nil
+	return err
 }
 
 // migrate applies the migrations to the read-model database and, when it is a
