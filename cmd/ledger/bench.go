@@ -221,6 +221,20 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	if cmd.Bool(flagBenchQuick) {
 		cfg = cfg.Quick()
 	}
+	applyBenchWorkloadFlags(cmd, &cfg)
+	if err := applyBenchServerFlags(cmd, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := applyBenchFractions(cmd, &cfg); err != nil {
+		return cfg, err
+	}
+	applyBenchSystems(cmd, &cfg)
+	return cfg, checkBenchConfig(cfg)
+}
+
+// applyBenchWorkloadFlags sets the workload's fields from the flags set
+// explicitly, and the few that always come from their flag.
+func applyBenchWorkloadFlags(cmd *cli.Command, cfg *bench.Config) {
 	set := func(name string, apply func()) {
 		if cmd.IsSet(name) {
 			apply()
@@ -246,6 +260,11 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	set(flagBenchMaxInFlight, func() { cfg.MaxInFlight = cmd.Int(flagBenchMaxInFlight) })
 	set(flagBenchLanes, func() { cfg.Lanes = cmd.Int(flagBenchLanes) })
 	set(flagBenchBatchSize, func() { cfg.BatchSize = cmd.Int(flagBenchBatchSize) })
+}
+
+// applyBenchServerFlags sets the fields that always come from their flag: the
+// servers', the stores' and the targets'.
+func applyBenchServerFlags(cmd *cli.Command, cfg *bench.Config) error {
 	cfg.BatchMax = cmd.Int(flagBenchBatchMax)
 	cfg.BatchWait = cmd.Duration(flagBenchBatchWait)
 	cfg.Committers = cmd.Int(flagBenchCommitters)
@@ -254,7 +273,7 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	cfg.Standby = cmd.Bool(flagBenchStandby)
 	var err error
 	if cfg.NATSSyncInterval, cfg.NATSSyncAlways, err = embednats.ParseSync(cmd.String(flagBenchNATSSync)); err != nil {
-		return cfg, err
+		return err
 	}
 	cfg.BaselinePoolSize = cmd.Int(flagBenchPoolSize)
 	cfg.BaselinePlainRead = !cmd.Bool(flagBenchForUpdate)
@@ -265,8 +284,14 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	cfg.DataDir = cmd.String(config.FlagDataDir)
 	cfg.EventStore = cmd.String(flagBenchEventStore)
 	if err := bench.CheckEventStore(cfg.EventStore); err != nil {
-		return cfg, fmt.Errorf("--%s: %w", flagBenchEventStore, err)
+		return fmt.Errorf("--%s: %w", flagBenchEventStore, err)
 	}
+	return nil
+}
+
+// applyBenchFractions reads --fractions, a comma-separated list of fractions
+// in (0, 1].
+func applyBenchFractions(cmd *cli.Command, cfg *bench.Config) error {
 	cfg.OpenLoopFractions = nil
 	for _, f := range strings.Split(cmd.String(flagBenchFractions), ",") {
 		if f = strings.TrimSpace(f); f == "" {
@@ -274,21 +299,30 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 		}
 		v, err := strconv.ParseFloat(f, 64)
 		if err != nil || v <= 0 || v > 1 {
-			return cfg, fmt.Errorf("--%s: %q is not a fraction in (0, 1]", flagBenchFractions, f)
+			return fmt.Errorf("--%s: %q is not a fraction in (0, 1]", flagBenchFractions, f)
 		}
 		cfg.OpenLoopFractions = append(cfg.OpenLoopFractions, v)
 	}
+	return nil
+}
+
+// applyBenchSystems reads --systems, a comma-separated list.
+func applyBenchSystems(cmd *cli.Command, cfg *bench.Config) {
 	cfg.Systems = nil
 	for _, s := range strings.Split(cmd.String(flagBenchSystems), ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			cfg.Systems = append(cfg.Systems, s)
 		}
 	}
+}
+
+// checkBenchConfig refuses a workload that cannot run.
+func checkBenchConfig(cfg bench.Config) error {
 	if cfg.Clients <= 0 || cfg.Accounts <= 0 || cfg.Duration <= 0 {
-		return cfg, errors.New("--clients, --accounts and --duration must be positive")
+		return errors.New("--clients, --accounts and --duration must be positive")
 	}
 	if cfg.Grace < 0 {
-		return cfg, errors.New("--grace must not be negative")
+		return errors.New("--grace must not be negative")
 	}
-	return cfg, nil
+	return nil
 }
