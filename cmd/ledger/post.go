@@ -120,26 +120,36 @@ func runPost(ctx context.Context, cmd *cli.Command) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cmd.Duration("timeout"))
 	defer cancel()
-
 	if cmd.Bool("query") {
-		if cmd.Args().Len() > 0 || cmd.String("key") == "" {
-			return config.Exit(exitUsage, errors.New("--query takes --key and no command type"))
-		}
-		nc, err := nopts.Connect("ledger-post")
-		if err != nil {
-			return config.Exit(exitNoReply, err)
-		}
-		defer nc.Close()
-		r, err := client.New(nc).Queries().Command(ctx, cmd.String("key"))
-		var qe *client.QueryError
-		switch {
-		case errors.As(err, &qe):
-			return printJSON(out, qe, "", cmd.Bool("compact"))
-		case err != nil:
-			return config.Exit(exitNoReply, err)
-		}
-		return printJSON(out, r, r.Status, cmd.Bool("compact"))
+		return postQuery(ctx, cmd, out, nopts)
 	}
+	return postOne(ctx, cmd, out, nopts)
+}
+
+// postQuery answers --query: the outcome of --key.
+func postQuery(ctx context.Context, cmd *cli.Command, out io.Writer, nopts config.NATS) error {
+	if cmd.Args().Len() > 0 || cmd.String("key") == "" {
+		return config.Exit(exitUsage, errors.New("--query takes --key and no command type"))
+	}
+	nc, err := nopts.Connect("ledger-post")
+	if err != nil {
+		return config.Exit(exitNoReply, err)
+	}
+	defer nc.Close()
+	r, err := client.New(nc).Queries().Command(ctx, cmd.String("key"))
+	var qe *client.QueryError
+	switch {
+	case errors.As(err, &qe):
+		return printJSON(out, qe, "", cmd.Bool("compact"))
+	case err != nil:
+		return config.Exit(exitNoReply, err)
+	}
+	return printJSON(out, r, r.Status, cmd.Bool("compact"))
+}
+
+// postOne sends the one command the arguments describe, by request or, with
+// --jetstream, to the stream.
+func postOne(ctx context.Context, cmd *cli.Command, out io.Writer, nopts config.NATS) error {
 	if cmd.Args().Len() != 1 {
 		return config.Exit(exitUsage, errors.New("usage: ledger post <type> --key K [--field value ...] (see --help)"))
 	}
@@ -155,17 +165,7 @@ func runPost(ctx context.Context, cmd *cli.Command) error {
 	defer nc.Close()
 
 	if cmd.Bool("jetstream") {
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return config.Exit(exitNoReply, err)
-		}
-		hdr := nats.Header{}
-		hdr.Set(jetstream.MsgIDHeader, msgID(body))
-		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: client.CommandSubjectPrefix + typ, Data: body, Header: hdr})
-		if err != nil {
-			return config.Exit(exitNoReply, fmt.Errorf("publish to %s: %w (unknown whether it is stored: publish again, same key)", natsapi.StreamName, err))
-		}
-		return printJSON(out, ack, client.StatusApplied, cmd.Bool("compact"))
+		return postJetStream(ctx, nc, out, typ, body, cmd.Bool("compact"))
 	}
 
 	// Resent, same key, until the answer is definite or --timeout ends.
@@ -174,6 +174,22 @@ func runPost(ctx context.Context, cmd *cli.Command) error {
 		return config.Exit(exitNoReply, err)
 	}
 	return printJSON(out, r, r.Status, cmd.Bool("compact"))
+}
+
+// postJetStream publishes the command to the stream, deduplicated by a message
+// ID made from its body, and prints the stream's ack.
+func postJetStream(ctx context.Context, nc *nats.Conn, out io.Writer, typ string, body []byte, compact bool) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return config.Exit(exitNoReply, err)
+	}
+	hdr := nats.Header{}
+	hdr.Set(jetstream.MsgIDHeader, msgID(body))
+	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: client.CommandSubjectPrefix + typ, Data: body, Header: hdr})
+	if err != nil {
+		return config.Exit(exitNoReply, fmt.Errorf("publish to %s: %w (unknown whether it is stored: publish again, same key)", natsapi.StreamName, err))
+	}
+	return printJSON(out, ack, client.StatusApplied, compact)
 }
 
 // postBody builds the command body from --json and the field flags.
