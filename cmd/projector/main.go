@@ -20,7 +20,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v3"
@@ -140,60 +139,108 @@ func runRun(ctx context.Context, cmd *cli.Command) error {
 		return config.Exit(2, err)
 	}
 	qlog := log.With("component", "query")
-	svc := query.New(c.Pool, query.Options{MaxWait: cmd.Duration(flagMaxWait), Logger: qlog, Metrics: query.NewMetrics(reg)})
-
-	var nc *nats.Conn
-	if cmd.Bool(flagNATS) || cmd.Bool(flagPublish) {
-		natsURL, err := config.FromDataDir(cmd, config.FlagNATSURL, func(i config.DevInfo) string { return i.NATSURL })
-		if err != nil {
-			return err
-		}
-		nopts := config.NATSFromCommand(cmd)
-		nopts.URL = natsURL
-		if nc, err = nopts.Connect("projector"); err != nil {
-			return err
-		}
-		defer nc.Drain()
+	r := &projectorRun{cmd: cmd, log: log, qlog: qlog, c: c, reg: reg,
+		svc: query.New(c.Pool, query.Options{MaxWait: cmd.Duration(flagMaxWait), Logger: qlog, Metrics: query.NewMetrics(reg)})}
+	defer r.undo()
+	if err := r.startNATS(ctx); err != nil {
+		return err
 	}
-	if cmd.Bool(flagNATS) {
-		resp, err := natsapi.ServeReadQueries(nc, svc, natsapi.ReadQueryOptions{Queries: cmd.StringSlice(flagQueries), QueueGroup: cmd.String(flagQueueGroup), Logger: qlog})
-		if err != nil {
-			return err
-		}
-		defer resp.Stop()
-		log.Info("answering queries over NATS", "url", config.Redact(nc.ConnectedUrl()), "queries", cmd.StringSlice(flagQueries))
-	}
-	if cmd.Bool(flagPublish) {
-		pub, err := projections.NewPublisher(c.Pool, c.Store, nc, projections.PublisherOptions{
-			MaxAge: cmd.Duration(flagEventsMaxAge), Replicas: cmd.Int(config.FlagJetStreamReplicas), Logger: log.With("component", "publisher"), Registry: reg,
-		})
-		if err != nil {
-			return err
-		}
-		defer pub.Start(ctx)()
-		log.Info("publishing events", "stream", projections.EventsStream, "url", config.Redact(nc.ConnectedUrl()))
-	}
-	var srv *httpapi.Server
-	if addr := cmd.String(config.FlagHTTPAddr); addr != "" {
-		srv = httpapi.New(httpapi.Options{Addr: addr, Gatherer: reg, Logger: log})
-		httpapi.QueryRoutes(srv, svc)
-		srv.AddCheck("database", func(ctx context.Context) error { return c.Pool.Ping(ctx) })
-		srv.AddCheck("eventstore", func(ctx context.Context) error { _, err := c.Store.Head(ctx); return err })
-		if err := srv.Start(); err != nil {
-			return err
-		}
-		log.Info("answering queries over HTTP", "url", srv.URL())
+	srv, err := r.startHTTP()
+	if err != nil {
+		return err
 	}
 	log.Info("projector running", "database", config.Redact(c.DatabaseURL), "eventstore", config.Redact(c.EventStoreURL))
 	err = runner.Run(ctx)
 	log.Info("stopping")
-	if srv != nil {
-		srv.SetDraining()
-		sctx, cancel := context.WithTimeout(context.Background(), cmd.Duration(flagShutdown))
-		defer cancel()
-		if serr := srv.Shutdown(sctx); serr != nil {
-			err = errors.Join(err, serr)
+	return r.stopHTTP(srv, err)
+}
+
+// projectorRun holds what runRun's steps share, and what to undo when it
+// returns (last started, first undone).
+type projectorRun struct {
+	cmd       *cli.Command
+	log, qlog *slog.Logger
+	c         *config.Stores
+	reg       *prometheus.Registry
+	svc       *query.Service
+	undos     []func()
+}
+
+func (r *projectorRun) undo() {
+	for i := len(r.undos) - 1; i >= 0; i-- {
+		r.undos[i]()
+	}
+}
+
+// startNATS connects to NATS when --nats or --publish asks for it, answers
+// the read queries over it (--nats) and publishes the events (--publish).
+func (r *projectorRun) startNATS(ctx context.Context) error {
+	cmd, log := r.cmd, r.log
+	if !cmd.Bool(flagNATS) && !cmd.Bool(flagPublish) {
+		return nil
+	}
+	natsURL, err := config.FromDataDir(cmd, config.FlagNATSURL, func(i config.DevInfo) string { return i.NATSURL })
+	if err != nil {
+		return err
+	}
+	nopts := config.NATSFromCommand(cmd)
+	nopts.URL = natsURL
+	nc, err := nopts.Connect("projector")
+	if err != nil {
+		return err
+	}
+	r.undos = append(r.undos, func() { _ = nc.Drain() })
+	if cmd.Bool(flagNATS) {
+		resp, err := natsapi.ServeReadQueries(nc, r.svc, natsapi.ReadQueryOptions{Queries: cmd.StringSlice(flagQueries), QueueGroup: cmd.String(flagQueueGroup), Logger: r.qlog})
+		if err != nil {
+			return err
 		}
+		r.undos = append(r.undos, func() { resp.Stop() })
+		log.Info("answering queries over NATS", "url", config.Redact(nc.ConnectedUrl()), "queries", cmd.StringSlice(flagQueries))
+	}
+	if cmd.Bool(flagPublish) {
+		pub, err := projections.NewPublisher(r.c.Pool, r.c.Store, nc, projections.PublisherOptions{
+			MaxAge: cmd.Duration(flagEventsMaxAge), Replicas: cmd.Int(config.FlagJetStreamReplicas), Logger: log.With("component", "publisher"), Registry: r.reg,
+		})
+		if err != nil {
+			return err
+		}
+		r.undos = append(r.undos, pub.Start(ctx))
+		log.Info("publishing events", "stream", projections.EventsStream, "url", config.Redact(nc.ConnectedUrl()))
+	}
+	return nil
+}
+
+// startHTTP answers the queries, the checks and the metrics over HTTP when
+// --http-addr is set (nil server otherwise).
+func (r *projectorRun) startHTTP() (*httpapi.Server, error) {
+	addr := r.cmd.String(config.FlagHTTPAddr)
+	if addr == "" {
+		return nil, nil
+	}
+	c := r.c
+	srv := httpapi.New(httpapi.Options{Addr: addr, Gatherer: r.reg, Logger: r.log})
+	httpapi.QueryRoutes(srv, r.svc)
+	srv.AddCheck("database", func(ctx context.Context) error { return c.Pool.Ping(ctx) })
+	srv.AddCheck("eventstore", func(ctx context.Context) error { _, err := c.Store.Head(ctx); return err })
+	if err := srv.Start(); err != nil {
+		return nil, err
+	}
+	r.log.Info("answering queries over HTTP", "url", srv.URL())
+	return srv, nil
+}
+
+// stopHTTP drains and shuts srv down within --shutdown, joining its error to
+// the runner's err.
+func (r *projectorRun) stopHTTP(srv *httpapi.Server, err error) error {
+	if srv == nil {
+		return err
+	}
+	srv.SetDraining()
+	sctx, cancel := context.WithTimeout(context.Background(), r.cmd.Duration(flagShutdown))
+	defer cancel()
+	if serr := srv.Shutdown(sctx); serr != nil {
+		err = errors.Join(err, serr)
 	}
 	return err
 }
