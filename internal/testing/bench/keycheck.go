@@ -120,234 +120,313 @@ func keyCheck(ctx context.Context, storeURL, eventStore, runID string, long, sam
 		return nil, err
 	}
 	defer store.Close()
-	lengths := []int{10, long}
-	streams := make([]*seed.Stream, 2)
-	rep := &KeyCheckReport{EventStore: reportedEventStore(eventStore), Samples: samples}
-	out := []*KeyCheckStream{&rep.Short, &rep.Long}
+	k := &keyCheckRun{store: store, runID: runID, samples: samples, log: log,
+		rep: &KeyCheckReport{EventStore: reportedEventStore(eventStore), Samples: samples}}
+	k.out = []*KeyCheckStream{&k.rep.Short, &k.rep.Long}
+	if err := k.seed(ctx, []int{10, long}); err != nil {
+		return nil, err
+	}
+	if err := k.pickKeys(); err != nil {
+		return nil, err
+	}
+	if err := k.coldLoads(ctx); err != nil {
+		return nil, err
+	}
+	// Warm: one service, both streams cached.
+	k.reg = prometheus.NewRegistry()
+	k.svc = ledger.New(store, ledger.Options{Metrics: k.reg})
+	defer k.svc.Close()
+	for _, step := range []func(context.Context) error{k.warm, k.timeDuplicates, k.timeEach, k.firstResends, k.timeDecideOnly} {
+		if err := step(ctx); err != nil {
+			return nil, err
+		}
+	}
+	k.summarize()
+	return k.rep, nil
+}
+
+// keyCheckRun is one key check: its two streams (short, long), the keys it
+// sends, the warm service and what it has timed so far, by stream.
+type keyCheckRun struct {
+	store   eventstore.Store
+	runID   string
+	samples int
+	log     func(msg string, args ...any)
+	rep     *KeyCheckReport
+	out     []*KeyCheckStream
+	streams []*seed.Stream
+
+	// Known keys: keyCheckWorkingSet and samples spread over each stream's whole
+	// length (most of them keys its aggregate has forgotten: answered from the
+	// store), and the latest keyCheckWorkingSet and min(samples,
+	// keyCheckRecentKeys) (keys the aggregate remembers: the decide-only
+	// measures, which read no store).
+	ten, spread, latest10, latest [][]domain.Command
+
+	reg *prometheus.Registry
+	svc *ledger.Service
+
+	dup10, dupSpread, dupLat, decLat, decide10, decideSpread [][]time.Duration
+}
+
+// seed writes the streams, one per length, and reports how long each took.
+func (k *keyCheckRun) seed(ctx context.Context, lengths []int) error {
+	k.streams = make([]*seed.Stream, len(lengths))
 	for i, n := range lengths {
 		start := time.Now()
 		last := time.Now()
-		st, err := seed.Account(ctx, store, "kc"+runID+"-"+strconv.Itoa(n), n, seed.Options{
+		st, err := seed.Account(ctx, k.store, "kc"+k.runID+"-"+strconv.Itoa(n), n, seed.Options{
 			Progress: func(done, total int) {
 				if time.Since(last) > 2*time.Second {
 					last = time.Now()
-					log("seeding key-check stream", "events", n, "done", done, "of", total)
+					k.log("seeding key-check stream", "events", n, "done", done, "of", total)
 				}
 			},
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
-		streams[i] = st
-		out[i].Events = n
-		out[i].SeedSeconds = time.Since(start).Seconds()
-		log("seeded key-check stream", "stream", st.Stream, "events", n, "key_claims", st.Claims, "took", time.Since(start).Round(time.Millisecond))
+		k.streams[i] = st
+		k.out[i].Events = n
+		k.out[i].SeedSeconds = time.Since(start).Seconds()
+		k.log("seeded key-check stream", "stream", st.Stream, "events", n, "key_claims", st.Claims, "took", time.Since(start).Round(time.Millisecond))
 	}
+	return nil
+}
 
-	// Known keys: n spread over each stream's whole length (most of them keys its
-	// aggregate has forgotten: answered from the store), and the latest n (keys
-	// the aggregate remembers: the decide-only measures, which read no store).
-	ten := make([][]domain.Command, 2)
-	spread := make([][]domain.Command, 2)
-	latest10 := make([][]domain.Command, 2)
-	latest := make([][]domain.Command, 2)
-	for i, st := range streams {
-		if ten[i], err = st.Spread(keyCheckWorkingSet); err != nil {
-			return nil, err
+// pickKeys picks the known keys of each stream (keyCheckRun's key sets).
+func (k *keyCheckRun) pickKeys() (err error) {
+	n := len(k.streams)
+	k.ten, k.spread, k.latest10, k.latest = make([][]domain.Command, n), make([][]domain.Command, n), make([][]domain.Command, n), make([][]domain.Command, n)
+	for i, st := range k.streams {
+		if k.ten[i], err = st.Spread(keyCheckWorkingSet); err != nil {
+			return err
 		}
-		if spread[i], err = st.Spread(samples); err != nil {
-			return nil, err
+		if k.spread[i], err = st.Spread(k.samples); err != nil {
+			return err
 		}
-		if latest10[i], err = st.Latest(keyCheckWorkingSet); err != nil {
-			return nil, err
+		if k.latest10[i], err = st.Latest(keyCheckWorkingSet); err != nil {
+			return err
 		}
-		if latest[i], err = st.Latest(min(samples, keyCheckRecentKeys)); err != nil {
-			return nil, err
+		if k.latest[i], err = st.Latest(min(k.samples, keyCheckRecentKeys)); err != nil {
+			return err
 		}
-		out[i].SpreadKeys = len(spread[i])
+		k.out[i].SpreadKeys = len(k.spread[i])
 	}
-	handleDup := func(svc *ledger.Service, cmd domain.Command) error {
-		if r := svc.Handle(ctx, cmd); !r.Duplicate {
-			return fmt.Errorf("bench: key check: duplicate answered %s %s duplicate=%v: %s", r.Status, r.Code, r.Duplicate, r.Message)
-		}
-		return nil
-	}
+	return nil
+}
 
-	// Cold: a fresh service; its first command loads the stream.
-	for i := range streams {
+// handleDup sends a known key to svc, which must answer it as a duplicate.
+func (k *keyCheckRun) handleDup(ctx context.Context, svc *ledger.Service, cmd domain.Command) error {
+	if r := svc.Handle(ctx, cmd); !r.Duplicate {
+		return fmt.Errorf("bench: key check: duplicate answered %s %s duplicate=%v: %s", r.Status, r.Code, r.Duplicate, r.Message)
+	}
+	return nil
+}
+
+// coldLoads times a fresh service's first command on each stream, which loads
+// it, and the heap the load takes and holds.
+func (k *keyCheckRun) coldLoads(ctx context.Context) error {
+	for i := range k.streams {
 		var cold []time.Duration
-		for k := 0; k < keyCheckColdLoads; k++ {
+		for c := 0; c < keyCheckColdLoads; c++ {
 			base := heapInUse(true)
 			peak := sampleHeapPeak()
-			svc := ledger.New(store, ledger.Options{})
+			svc := ledger.New(k.store, ledger.Options{})
 			start := time.Now()
-			err := handleDup(svc, spread[i][len(spread[i])-1])
+			err := k.handleDup(ctx, svc, k.spread[i][len(k.spread[i])-1])
 			cold = append(cold, time.Since(start))
-			out[i].PeakHeapMB = max(out[i].PeakHeapMB, mib(peak()-base))
-			out[i].HeldHeapMB = max(out[i].HeldHeapMB, mib(heapInUse(true)-base))
+			k.out[i].PeakHeapMB = max(k.out[i].PeakHeapMB, mib(peak()-base))
+			k.out[i].HeldHeapMB = max(k.out[i].HeldHeapMB, mib(heapInUse(true)-base))
 			svc.Close()
 			if err != nil {
-				return nil, err
+				return err
 			}
 		}
 		slices.Sort(cold)
-		out[i].ColdLoadMs = float64(cold[len(cold)/2].Microseconds()) / 1000
+		k.out[i].ColdLoadMs = float64(cold[len(cold)/2].Microseconds()) / 1000
 	}
+	return nil
+}
 
-	// Warm: one service, both streams cached.
-	reg := prometheus.NewRegistry()
-	svc := ledger.New(store, ledger.Options{Metrics: reg})
-	defer svc.Close()
-	for i := range streams {
-		if err := handleDup(svc, spread[i][0]); err != nil {
-			return nil, err
+// warm loads both streams into the warm service.
+func (k *keyCheckRun) warm(ctx context.Context) error {
+	for i := range k.streams {
+		if err := k.handleDup(ctx, k.svc, k.spread[i][0]); err != nil {
+			return err
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	// Duplicates, batch-timed: the best of rounds of keyCheckHandleOps.
-	dup10 := make([][]time.Duration, 2)
-	dupSpread := make([][]time.Duration, 2)
+	return ctx.Err()
+}
+
+// timeDuplicates times duplicates in batches: the best of rounds of
+// keyCheckHandleOps.
+func (k *keyCheckRun) timeDuplicates(ctx context.Context) error {
+	k.dup10 = make([][]time.Duration, len(k.streams))
+	k.dupSpread = make([][]time.Duration, len(k.streams))
 	for round := 0; round < keyCheckRounds; round++ {
-		for i := range streams {
+		for i := range k.streams {
 			for _, m := range []struct {
 				keys []domain.Command
 				out  *[]time.Duration
-			}{{ten[i], &dup10[i]}, {spread[i], &dupSpread[i]}} {
+			}{{k.ten[i], &k.dup10[i]}, {k.spread[i], &k.dupSpread[i]}} {
 				start := time.Now()
-				for k := 0; k < keyCheckHandleOps; k++ {
-					if err := handleDup(svc, m.keys[(round*keyCheckHandleOps+k)%len(m.keys)]); err != nil {
-						return nil, err
+				for op := 0; op < keyCheckHandleOps; op++ {
+					if err := k.handleDup(ctx, k.svc, m.keys[(round*keyCheckHandleOps+op)%len(m.keys)]); err != nil {
+						return err
 					}
 				}
 				*m.out = append(*m.out, time.Since(start)/keyCheckHandleOps)
 			}
 		}
 	}
-	// Individually timed: duplicates (for their p99) and new deposits.
-	dupLat := make([][]time.Duration, 2)
-	decLat := make([][]time.Duration, 2)
-	for k := 0; k < samples; k++ {
+	return nil
+}
+
+// timeEach times duplicates (for their p99) and new deposits one by one.
+func (k *keyCheckRun) timeEach(ctx context.Context) error {
+	k.dupLat = make([][]time.Duration, len(k.streams))
+	k.decLat = make([][]time.Duration, len(k.streams))
+	for s := 0; s < k.samples; s++ {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
-		for i, st := range streams {
-			cmd := spread[i][k%len(spread[i])]
+		for i, st := range k.streams {
+			cmd := k.spread[i][s%len(k.spread[i])]
 			start := time.Now()
-			if err := handleDup(svc, cmd); err != nil {
-				return nil, err
+			if err := k.handleDup(ctx, k.svc, cmd); err != nil {
+				return err
 			}
-			dupLat[i] = append(dupLat[i], time.Since(start))
-			key := "kc" + runID + "-new-" + strconv.Itoa(i) + "-" + strconv.Itoa(k)
+			k.dupLat[i] = append(k.dupLat[i], time.Since(start))
+			key := "kc" + k.runID + "-new-" + strconv.Itoa(i) + "-" + strconv.Itoa(s)
 			ncmd, ierr := domain.DecodeCommand(domain.CmdDeposit, moneyBody(key, st.AccountID, 5, st.Currency))
 			if ierr != nil {
-				return nil, ierr
+				return ierr
 			}
 			start = time.Now()
-			r := svc.Handle(ctx, ncmd)
-			decLat[i] = append(decLat[i], time.Since(start))
+			r := k.svc.Handle(ctx, ncmd)
+			k.decLat[i] = append(k.decLat[i], time.Since(start))
 			if r.Status != domain.StatusApplied || r.Duplicate {
-				return nil, fmt.Errorf("bench: key check: new deposit answered %s %s: %s", r.Status, r.Code, r.Message)
+				return fmt.Errorf("bench: key check: new deposit answered %s %s: %s", r.Status, r.Code, r.Message)
 			}
 		}
 	}
+	return nil
+}
 
-	// First resends of keys never resent before in this run: on a stream longer
-	// than the keys an aggregate remembers, keys older than the latest ones,
-	// which no load, resend or new deposit so far has brought back (duplicates
-	// of old keys); else keys between the spread ones.
+// firstResends times the first resends of keys never resent before in this
+// run: on a stream longer than the keys an aggregate remembers, keys older
+// than the latest ones, which no load, resend or new deposit so far has
+// brought back (duplicates of old keys); else keys between the spread ones.
+func (k *keyCheckRun) firstResends(ctx context.Context) error {
 	resent := map[string]bool{}
-	for _, keys := range [][][]domain.Command{ten, spread} {
+	for _, keys := range [][][]domain.Command{k.ten, k.spread} {
 		for _, cs := range keys {
 			for _, c := range cs {
 				resent[c.IdempotencyKey] = true
 			}
 		}
 	}
-	for i, st := range streams {
-		old := st.Events - keyCheckRecentKeys
-		out[i].FirstResendOld = old > 0
-		if !out[i].FirstResendOld {
-			old = st.Events
-		}
-		keys, err := st.Between(samples, old)
-		if err != nil {
-			return nil, err
-		}
-		var lat []time.Duration
-		recalled := keysRecalled(reg)
-		for _, cmd := range keys {
-			if out[i].FirstResendOld && resent[cmd.IdempotencyKey] {
-				continue
-			}
-			start := time.Now()
-			if err := handleDup(svc, cmd); err != nil {
-				return nil, err
-			}
-			lat = append(lat, time.Since(start))
-		}
-		out[i].FirstResendRecalled = keysRecalled(reg) - recalled
-		slices.Sort(lat)
-		out[i].FirstResendKeys = len(lat)
-		out[i].FirstResendP50Us, out[i].FirstResendP99Us = us(percentile(lat, 50)), us(percentile(lat, 99))
-		if out[i].FirstResendOld && out[i].FirstResendRecalled != len(lat) {
-			log("WARNING: duplicates of old keys did not all take the store's path", "events", st.Events, "keys", len(lat), "recalled", out[i].FirstResendRecalled)
+	for i, st := range k.streams {
+		if err := k.firstResendsOf(ctx, st, k.out[i], resent); err != nil {
+			return err
 		}
 	}
+	return nil
+}
 
-	// The pure decision, on aggregates folded from the store as a cache miss does.
-	accs := make([]*domain.Account, 2)
-	for i, st := range streams {
-		if accs[i], err = foldAccount(ctx, store, st.Stream, st.AccountID); err != nil {
-			return nil, err
+// firstResendsOf times the first resends on one stream into out.
+func (k *keyCheckRun) firstResendsOf(ctx context.Context, st *seed.Stream, out *KeyCheckStream, resent map[string]bool) error {
+	old := st.Events - keyCheckRecentKeys
+	out.FirstResendOld = old > 0
+	if !out.FirstResendOld {
+		old = st.Events
+	}
+	keys, err := st.Between(k.samples, old)
+	if err != nil {
+		return err
+	}
+	var lat []time.Duration
+	recalled := keysRecalled(k.reg)
+	for _, cmd := range keys {
+		if out.FirstResendOld && resent[cmd.IdempotencyKey] {
+			continue
+		}
+		start := time.Now()
+		if err := k.handleDup(ctx, k.svc, cmd); err != nil {
+			return err
+		}
+		lat = append(lat, time.Since(start))
+	}
+	out.FirstResendRecalled = keysRecalled(k.reg) - recalled
+	slices.Sort(lat)
+	out.FirstResendKeys = len(lat)
+	out.FirstResendP50Us, out.FirstResendP99Us = us(percentile(lat, 50)), us(percentile(lat, 99))
+	if out.FirstResendOld && out.FirstResendRecalled != len(lat) {
+		k.log("WARNING: duplicates of old keys did not all take the store's path", "events", st.Events, "keys", len(lat), "recalled", out.FirstResendRecalled)
+	}
+	return nil
+}
+
+// timeDecideOnly times the pure decision, on aggregates folded from the store
+// as a cache miss does: the best of rounds of keyCheckDecideOps.
+func (k *keyCheckRun) timeDecideOnly(ctx context.Context) (err error) {
+	accs := make([]*domain.Account, len(k.streams))
+	for i, st := range k.streams {
+		if accs[i], err = foldAccount(ctx, k.store, st.Stream, st.AccountID); err != nil {
+			return err
 		}
 	}
-	decide10 := make([][]time.Duration, 2)
-	decideSpread := make([][]time.Duration, 2)
+	k.decide10 = make([][]time.Duration, len(k.streams))
+	k.decideSpread = make([][]time.Duration, len(k.streams))
 	for round := 0; round < keyCheckRounds; round++ {
-		for i, st := range streams {
-			fresh, ierr := domain.DecodeCommand(domain.CmdDeposit, moneyBody("kc"+runID+"-fresh", st.AccountID, 5, st.Currency))
+		for i, st := range k.streams {
+			fresh, ierr := domain.DecodeCommand(domain.CmdDeposit, moneyBody("kc"+k.runID+"-fresh", st.AccountID, 5, st.Currency))
 			if ierr != nil {
-				return nil, ierr
+				return ierr
 			}
 			for _, m := range []struct {
 				keys []domain.Command
 				out  *[]time.Duration
-			}{{latest10[i], &decide10[i]}, {latest[i], &decideSpread[i]}} {
+			}{{k.latest10[i], &k.decide10[i]}, {k.latest[i], &k.decideSpread[i]}} {
 				start := time.Now()
-				for k := 0; k < keyCheckDecideOps; k++ {
-					if err := decideOnly(accs[i], m.keys[(round*keyCheckDecideOps+k)%len(m.keys)], fresh); err != nil {
-						return nil, err
+				for op := 0; op < keyCheckDecideOps; op++ {
+					if err := decideOnly(accs[i], m.keys[(round*keyCheckDecideOps+op)%len(m.keys)], fresh); err != nil {
+						return err
 					}
 				}
 				*m.out = append(*m.out, time.Since(start)/keyCheckDecideOps)
 			}
 		}
 	}
+	return nil
+}
 
-	// The best round: other processes on the machine only ever add time, and
-	// both streams had the same chances.
+// summarize reports the best round of each batch-timed measure (other
+// processes on the machine only ever add time, and both streams had the same
+// chances), the percentiles of the individually timed ones, and the ratios.
+func (k *keyCheckRun) summarize() {
 	best := func(d []time.Duration) float64 {
 		return float64(slices.Min(d).Nanoseconds())
 	}
-	for i := range streams {
-		out[i].Duplicate10Ns = best(dup10[i])
-		out[i].DuplicateSpreadNs = best(dupSpread[i])
-		out[i].DecideOnly10Ns = best(decide10[i])
-		out[i].DecideOnlySpreadNs = best(decideSpread[i])
-		slices.Sort(dupLat[i])
-		slices.Sort(decLat[i])
-		out[i].DuplicateP99Us = us(percentile(dupLat[i], 99))
-		out[i].DecideP50Us = us(percentile(decLat[i], 50))
-		out[i].DecideP99Us = us(percentile(decLat[i], 99))
+	for i := range k.streams {
+		out := k.out[i]
+		out.Duplicate10Ns = best(k.dup10[i])
+		out.DuplicateSpreadNs = best(k.dupSpread[i])
+		out.DecideOnly10Ns = best(k.decide10[i])
+		out.DecideOnlySpreadNs = best(k.decideSpread[i])
+		slices.Sort(k.dupLat[i])
+		slices.Sort(k.decLat[i])
+		out.DuplicateP99Us = us(percentile(k.dupLat[i], 99))
+		out.DecideP50Us = us(percentile(k.decLat[i], 50))
+		out.DecideP99Us = us(percentile(k.decLat[i], 99))
 	}
+	rep := k.rep
 	rep.Duplicate10Ratio = ratio(rep.Long.Duplicate10Ns, rep.Short.Duplicate10Ns)
 	rep.DuplicateSpreadRatio = ratio(rep.Long.DuplicateSpreadNs, rep.Short.DuplicateSpreadNs)
 	rep.DecideRatio = ratio(rep.Long.DecideP50Us, rep.Short.DecideP50Us)
 	rep.DecideOnly10Ratio = ratio(rep.Long.DecideOnly10Ns, rep.Short.DecideOnly10Ns)
 	rep.DecideOnlySpreadRatio = ratio(rep.Long.DecideOnlySpreadNs, rep.Short.DecideOnlySpreadNs)
-	return rep, nil
 }
 
 // FirstResendLine describes the first resends of a key check's streams, for
