@@ -312,30 +312,9 @@ func startBaseline(ctx context.Context, cfg Config, env *devenv.Env, dir string,
 	log := cfg.Logger // the components' logger
 	url := cfg.BaselineDatabaseURL
 	if url == "" {
-		var urlFor func(string) string
-		switch {
-		case env.PG != nil:
-			urlFor = env.PG.URLFor
-		case env.Pair != nil:
-			urlFor = env.Pair.URLFor
-		default:
-			return nil, errors.New("bench: no database for the baseline: set the baseline database URL")
-		}
-		admin := urlFor("postgres")
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
+		if url, err = createBaselineDatabase(ctx, env); err != nil {
 			return nil, err
 		}
-		name := pgx.Identifier{BaselineDatabase}.Sanitize()
-		_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-		if err == nil {
-			_, err = conn.Exec(ctx, "CREATE DATABASE "+name)
-		}
-		conn.Close(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("bench: baseline database: %w", err)
-		}
-		url = urlFor(BaselineDatabase)
 	}
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -390,6 +369,35 @@ func startBaseline(ctx context.Context, cfg Config, env *devenv.Env, dir string,
 	return &baselineServer{natsURL: ns.ClientURL(), dbURL: url, stop: stop}, nil
 }
 
+// createBaselineDatabase (re)creates the baseline's database, empty, on the
+// environment's private cluster and returns its URL.
+func createBaselineDatabase(ctx context.Context, env *devenv.Env) (string, error) {
+	var urlFor func(string) string
+	switch {
+	case env.PG != nil:
+		urlFor = env.PG.URLFor
+	case env.Pair != nil:
+		urlFor = env.Pair.URLFor
+	default:
+		return "", errors.New("bench: no database for the baseline: set the baseline database URL")
+	}
+	admin := urlFor("postgres")
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return "", err
+	}
+	name := pgx.Identifier{BaselineDatabase}.Sanitize()
+	_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	if err == nil {
+		_, err = conn.Exec(ctx, "CREATE DATABASE "+name)
+	}
+	conn.Close(ctx)
+	if err != nil {
+		return "", fmt.Errorf("bench: baseline database: %w", err)
+	}
+	return urlFor(BaselineDatabase), nil
+}
+
 // runSystem drives one system through the phases; calls, when not nil, counts
 // the calls its event store receives.
 func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload, pm int, prog *progress, calls *storeCalls) ([]PhaseResult, *ManyReport, error) {
@@ -400,94 +408,16 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 	defer t.close()
 	var base uint64 // the stream's last sequence before this run (a reused data dir)
 	if cfg.Capture {
-		p, err := newJSProbe(ctx, natsURL, nil, 0)
-		if err != nil {
-			return nil, nil, err
-		}
-		base, err = p.lastSeq(ctx)
-		p.close()
-		if err != nil {
+		if base, err = streamLastSeq(ctx, natsURL); err != nil {
 			return nil, nil, err
 		}
 	}
 	rrStart := time.Now()
 	gens := func(phase string) []*clientGen { return newGens(w, sys[:1]+phase, cfg.Clients) }
 	pr := &phaseRunner{ctx: ctx, cfg: cfg, sys: sys, t: t, pm: pm, prog: prog, calls: calls}
-	phase := pr.run
-	warmNew, err := openAndWarm(ctx, cfg, sys, t, w, prog)
-	if err != nil {
+	if err := pr.requestReply(w, gens); err != nil {
 		return pr.out, pr.manyRep, err
 	}
-	load := gens("load")
-	lr, err := phase(PhaseLoad, load, loadSpec{duration: cfg.Duration, dupRatio: cfg.DuplicateRatio})
-	if err != nil {
-		return pr.out, pr.manyRep, err
-	}
-	lr.Mode = fmt.Sprintf("closed loop, %d clients", cfg.Clients)
-	lr.WarmupNewAnswered = warmNew
-	loadRate := lr.CommandsPerSec
-	if sys == SystemLedger && cfg.pair != nil {
-		// The same load without and with the standby required, alternated: the
-		// standby's cost measured in one run, on one cluster.
-		if err := cfg.pair.alternate(ctx, cfg.Clients, func(name string) (*PhaseResult, error) {
-			return phase(name, gens(name), loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio})
-		}); err != nil {
-			return pr.out, pr.manyRep, err
-		}
-	}
-
-	// The same load with every client on one account (a merchant's, a fee
-	// account): a hot account must cost what a cold one costs.
-	hot := make([]*clientGen, cfg.Clients)
-	for i := range hot {
-		hot[i] = newClientGen(w.hot(), sys[:1]+PhaseHot, i)
-	}
-	hr, err := phase(PhaseHot, hot, loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio})
-	if err != nil {
-		return pr.out, pr.manyRep, err
-	}
-	hr.Mode = fmt.Sprintf("closed loop, %d clients, all on one account", cfg.Clients)
-
-	// The load phase's clients and accounts, each request a batch of
-	// BatchSize commands (ledger.v1.cmd.batch, not atomic); then every
-	// command of them on one account.
-	br, err := phase(PhaseBatch, gens("batch"), loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio, batch: cfg.BatchSize})
-	if err != nil {
-		return pr.out, pr.manyRep, err
-	}
-	br.Mode = fmt.Sprintf("closed loop, %d clients, batches of %d", cfg.Clients, cfg.BatchSize)
-	hotBatch := make([]*clientGen, cfg.Clients)
-	for i := range hotBatch {
-		hotBatch[i] = newClientGen(w.hot(), sys[:1]+"hb", i)
-	}
-	hbr, err := phase(PhaseHotBatch, hotBatch, loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio, batch: cfg.BatchSize})
-	if err != nil {
-		return pr.out, pr.manyRep, err
-	}
-	hbr.Mode = fmt.Sprintf("closed loop, %d clients, batches of %d, all on one account", cfg.Clients, cfg.BatchSize)
-
-	dups := gens("dups")
-	for i := range dups {
-		dups[i].inherit(load[i])
-	}
-	dr, err := phase(PhaseDuplicates, dups, loadSpec{duration: cfg.Duration / 2, dupRatio: 1})
-	if err != nil {
-		return pr.out, pr.manyRep, err
-	}
-	dr.Mode = fmt.Sprintf("closed loop, %d clients, every command a resend", cfg.Clients)
-
-	if loadRate > 0 {
-		for _, f := range cfg.OpenLoopFractions {
-			name := PhaseHalfLoad
-			if f != 0.5 {
-				name = fmt.Sprintf("load@%g%%", 100*f)
-			}
-			if err := pr.openLoop(name, gens(name), loadRate, f, "the load phase"); err != nil {
-				return pr.out, pr.manyRep, err
-			}
-		}
-	}
-
 	if cfg.Capture {
 		if err := pr.capture(natsURL, base, rrStart, gens); err != nil {
 			return pr.out, pr.manyRep, err
@@ -499,6 +429,112 @@ func runSystem(ctx context.Context, cfg Config, sys, natsURL string, w *workload
 		}
 	}
 	return pr.out, pr.manyRep, nil
+}
+
+// streamLastSeq is the last sequence of the intake's stream (natsapi.StreamName)
+// at natsURL.
+func streamLastSeq(ctx context.Context, natsURL string) (uint64, error) {
+	p, err := newJSProbe(ctx, natsURL, nil, 0)
+	if err != nil {
+		return 0, err
+	}
+	base, err := p.lastSeq(ctx)
+	p.close()
+	return base, err
+}
+
+// requestReply opens and warms the system, then runs the request-reply
+// phases: load (and the standby's alternation), hot, batches, duplicates and
+// the open-loop fractions of the load's rate.
+func (pr *phaseRunner) requestReply(w *workload, gens func(string) []*clientGen) error {
+	cfg, sys := pr.cfg, pr.sys
+	warmNew, err := openAndWarm(pr.ctx, cfg, sys, pr.t, w, pr.prog)
+	if err != nil {
+		return err
+	}
+	load := gens("load")
+	lr, err := pr.run(PhaseLoad, load, loadSpec{duration: cfg.Duration, dupRatio: cfg.DuplicateRatio})
+	if err != nil {
+		return err
+	}
+	lr.Mode = fmt.Sprintf("closed loop, %d clients", cfg.Clients)
+	lr.WarmupNewAnswered = warmNew
+	loadRate := lr.CommandsPerSec
+	if sys == SystemLedger && cfg.pair != nil {
+		// The same load without and with the standby required, alternated: the
+		// standby's cost measured in one run, on one cluster.
+		if err := cfg.pair.alternate(pr.ctx, cfg.Clients, func(name string) (*PhaseResult, error) {
+			return pr.run(name, gens(name), loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio})
+		}); err != nil {
+			return err
+		}
+	}
+	if err := pr.hotAndBatches(w, gens); err != nil {
+		return err
+	}
+	if err := pr.duplicates(load, gens); err != nil {
+		return err
+	}
+	if loadRate > 0 {
+		for _, f := range cfg.OpenLoopFractions {
+			name := PhaseHalfLoad
+			if f != 0.5 {
+				name = fmt.Sprintf("load@%g%%", 100*f)
+			}
+			if err := pr.openLoop(name, gens(name), loadRate, f, "the load phase"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// hotAndBatches runs the load with every client on one account (a
+// merchant's, a fee account: a hot account must cost what a cold one costs),
+// then the load phase's clients and accounts, each request a batch of
+// BatchSize commands (ledger.v1.cmd.batch, not atomic), then every command of
+// them on one account.
+func (pr *phaseRunner) hotAndBatches(w *workload, gens func(string) []*clientGen) error {
+	cfg, sys := pr.cfg, pr.sys
+	hot := make([]*clientGen, cfg.Clients)
+	for i := range hot {
+		hot[i] = newClientGen(w.hot(), sys[:1]+PhaseHot, i)
+	}
+	hr, err := pr.run(PhaseHot, hot, loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio})
+	if err != nil {
+		return err
+	}
+	hr.Mode = fmt.Sprintf("closed loop, %d clients, all on one account", cfg.Clients)
+
+	br, err := pr.run(PhaseBatch, gens("batch"), loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio, batch: cfg.BatchSize})
+	if err != nil {
+		return err
+	}
+	br.Mode = fmt.Sprintf("closed loop, %d clients, batches of %d", cfg.Clients, cfg.BatchSize)
+	hotBatch := make([]*clientGen, cfg.Clients)
+	for i := range hotBatch {
+		hotBatch[i] = newClientGen(w.hot(), sys[:1]+"hb", i)
+	}
+	hbr, err := pr.run(PhaseHotBatch, hotBatch, loadSpec{duration: cfg.Duration / 2, dupRatio: cfg.DuplicateRatio, batch: cfg.BatchSize})
+	if err != nil {
+		return err
+	}
+	hbr.Mode = fmt.Sprintf("closed loop, %d clients, batches of %d, all on one account", cfg.Clients, cfg.BatchSize)
+	return nil
+}
+
+// duplicates resends the load phase's commands: every command a resend.
+func (pr *phaseRunner) duplicates(load []*clientGen, gens func(string) []*clientGen) error {
+	dups := gens("dups")
+	for i := range dups {
+		dups[i].inherit(load[i])
+	}
+	dr, err := pr.run(PhaseDuplicates, dups, loadSpec{duration: pr.cfg.Duration / 2, dupRatio: 1})
+	if err != nil {
+		return err
+	}
+	dr.Mode = fmt.Sprintf("closed loop, %d clients, every command a resend", pr.cfg.Clients)
+	return nil
 }
 
 // capture measures how long JetStream's capture of the request-reply phases
