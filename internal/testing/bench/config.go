@@ -197,8 +197,21 @@ func (c Config) Quick() Config {
 	return c
 }
 
+// defaults fills in the zero fields of c and refuses the values that cannot
+// run: the workload's, the systems', then the servers'.
 func (c *Config) defaults() error {
 	d := Defaults()
+	if err := c.workloadDefaults(d); err != nil {
+		return err
+	}
+	if err := c.systemsDefaults(); err != nil {
+		return err
+	}
+	return c.serverDefaults(d)
+}
+
+// workloadDefaults: clients, accounts, ratios, durations, fractions, samples.
+func (c *Config) workloadDefaults(d Config) error {
 	if c.Clients <= 0 {
 		c.Clients = d.Clients
 	}
@@ -228,6 +241,12 @@ func (c *Config) defaults() error {
 	if c.KeyCheckSamples <= 0 {
 		c.KeyCheckSamples = d.KeyCheckSamples
 	}
+	return nil
+}
+
+// systemsDefaults: the systems under test and what each can serve, the many
+// accounts, the history, and the accounts the workload needs.
+func (c *Config) systemsDefaults() error {
 	if len(c.Systems) == 0 {
 		c.Systems = []string{SystemLedger, SystemBaseline}
 	}
@@ -251,6 +270,12 @@ func (c *Config) defaults() error {
 	if c.TransactionRatio > 0 && c.Accounts < 2 {
 		return errors.New("bench: a transaction needs two accounts")
 	}
+	return nil
+}
+
+// serverDefaults: the event store, the intake's limits and lanes, the
+// baseline's pool and the loggers.
+func (c *Config) serverDefaults(d Config) error {
 	if err := CheckEventStore(c.EventStore); err != nil {
 		return err
 	}
