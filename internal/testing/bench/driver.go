@@ -234,15 +234,11 @@ type phaseRun struct {
 // drive runs spec with one worker per generator.
 func drive(ctx context.Context, t *target, gens []*clientGen, spec loadSpec, prog *progress) (*phaseRun, error) {
 	run := &phaseRun{spec: spec}
-	workers := make([]*worker, len(gens))
-	for i, g := range gens {
-		req, err := t.requester(i)
-		if err != nil {
-			return nil, err
-		}
-		defer req.close()
-		workers[i] = &worker{gen: g, req: req}
+	workers, err := openWorkers(t, gens)
+	if err != nil {
+		return nil, err
 	}
+	defer closeWorkers(workers)
 	for _, nc := range t.conns {
 		if err := nc.Flush(); err != nil {
 			return nil, err
@@ -253,73 +249,123 @@ func drive(ctx context.Context, t *target, gens []*clientGen, spec loadSpec, pro
 	stopProg := prog.start(spec.system+"/"+spec.phase, spec.duration, &run.c)
 	start := time.Now()
 	var wg sync.WaitGroup
-	if spec.batch > 1 {
-		for _, w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for pctx.Err() == nil {
-					w.sendBatch(&run.c, spec)
-				}
-			}()
-		}
-	} else if spec.rate <= 0 {
-		for _, w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for pctx.Err() == nil {
-					cmd := w.gen.next(spec.dupRatio)
-					t0 := time.Now()
-					rep, err := w.req.do(cmd)
-					w.record(&run.c, cmd, rep, err, time.Since(t0), spec.record)
-				}
-			}()
-		}
-	} else {
-		due := make(chan time.Time, 1<<16)
-		for _, w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for at := range due {
-					cmd := w.gen.next(spec.dupRatio)
-					rep, err := w.req.do(cmd)
-					w.record(&run.c, cmd, rep, err, time.Since(at), spec.record)
-				}
-			}()
-		}
-		interval := time.Duration(float64(time.Second) / spec.rate)
-	schedule:
-		for i := 0; ; i++ {
-			at := start.Add(time.Duration(i) * interval)
-			if wait := time.Until(at); wait > 0 {
-				select {
-				case <-pctx.Done():
-					break schedule
-				case <-time.After(wait):
-				}
-			}
-			if pctx.Err() != nil {
-				break
-			}
-			select {
-			case due <- at:
-			default:
-				// The backlog is full: the system is far below the rate. Wait
-				// rather than drop, and let the latencies show it.
-				select {
-				case due <- at:
-				case <-pctx.Done():
-					break schedule
-				}
-			}
-		}
-		close(due)
+	switch {
+	case spec.batch > 1:
+		run.driveBatches(pctx, workers, &wg)
+	case spec.rate <= 0:
+		run.driveClosed(pctx, workers, &wg)
+	default:
+		run.driveOpen(pctx, start, workers, &wg)
 	}
 	wg.Wait()
 	run.elapsed = time.Since(start)
 	stopProg()
+	run.collect(start, workers)
+	return run, ctx.Err()
+}
+
+// openWorkers opens a requester per generator (none left open on error).
+func openWorkers(t *target, gens []*clientGen) ([]*worker, error) {
+	workers := make([]*worker, len(gens))
+	for i, g := range gens {
+		req, err := t.requester(i)
+		if err != nil {
+			closeWorkers(workers[:i])
+			return nil, err
+		}
+		workers[i] = &worker{gen: g, req: req}
+	}
+	return workers, nil
+}
+
+// closeWorkers closes the workers' requesters, the last opened first.
+func closeWorkers(workers []*worker) {
+	for i := len(workers) - 1; i >= 0; i-- {
+		workers[i].req.close()
+	}
+}
+
+// driveBatches starts the workers closed-loop, each request a batch of
+// spec.batch commands, until ctx ends.
+func (run *phaseRun) driveBatches(ctx context.Context, workers []*worker, wg *sync.WaitGroup) {
+	for _, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				w.sendBatch(&run.c, run.spec)
+			}
+		}()
+	}
+}
+
+// driveClosed starts the workers closed-loop, each sending its next command
+// when the previous one is answered, until ctx ends.
+func (run *phaseRun) driveClosed(ctx context.Context, workers []*worker, wg *sync.WaitGroup) {
+	spec := run.spec
+	for _, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				cmd := w.gen.next(spec.dupRatio)
+				t0 := time.Now()
+				rep, err := w.req.do(cmd)
+				w.record(&run.c, cmd, rep, err, time.Since(t0), spec.record)
+			}
+		}()
+	}
+}
+
+// driveOpen starts the workers open-loop and schedules spec.rate commands a
+// second from start until ctx ends, each command's latency measured from its
+// scheduled time.
+func (run *phaseRun) driveOpen(ctx context.Context, start time.Time, workers []*worker, wg *sync.WaitGroup) {
+	spec := run.spec
+	due := make(chan time.Time, 1<<16)
+	for _, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for at := range due {
+				cmd := w.gen.next(spec.dupRatio)
+				rep, err := w.req.do(cmd)
+				w.record(&run.c, cmd, rep, err, time.Since(at), spec.record)
+			}
+		}()
+	}
+	interval := time.Duration(float64(time.Second) / spec.rate)
+schedule:
+	for i := 0; ; i++ {
+		at := start.Add(time.Duration(i) * interval)
+		if wait := time.Until(at); wait > 0 {
+			select {
+			case <-ctx.Done():
+				break schedule
+			case <-time.After(wait):
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		select {
+		case due <- at:
+		default:
+			// The backlog is full: the system is far below the rate. Wait
+			// rather than drop, and let the latencies show it.
+			select {
+			case due <- at:
+			case <-ctx.Done():
+				break schedule
+			}
+		}
+	}
+	close(due)
+}
+
+// collect gathers the workers' latencies (sorted) and first errors, and the
+// phase's timeline from start.
+func (run *phaseRun) collect(start time.Time, workers []*worker) {
 	run.timeline = timeline(start, workers)
 	for _, w := range workers {
 		run.lats = append(run.lats, w.lats...)
@@ -329,7 +375,6 @@ func drive(ctx context.Context, t *target, gens []*clientGen, spec loadSpec, pro
 	if len(run.errs) > 5 {
 		run.errs = run.errs[:5]
 	}
-	return run, ctx.Err()
 }
 
 // SecondStat is one second of a phase: the commands that ended in it and their
