@@ -229,6 +229,25 @@ func fmtCPU(c *CPUUse) string {
 // Print writes the report as text: the table of phases, the key check, the
 // projection, the targets of issue 7, and last the ratio line.
 func (r *Report) Print(w io.Writer) {
+	r.printHeader(w)
+	r.printPhases(w)
+	if k := r.KeyCheck; k != nil {
+		k.print(w)
+	}
+	if p := r.Projection; p != nil {
+		p.print(w)
+	}
+	r.Many.print(w)
+	r.printTargets(w)
+	if r.History != nil {
+		r.History.print(w)
+	}
+	r.printRatios(w)
+}
+
+// printHeader writes the workload, the machine and the settings (or the
+// target's address).
+func (r *Report) printHeader(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "\nledger bench: %d clients, %d accounts (skew %.2f, hottest account %.2f%% of commands), duplicate ratio %.2f, transaction ratio %.2f, %s per load phase\n",
 		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.TransactionRatio, c.Duration)
@@ -243,7 +262,11 @@ func (r *Report) Print(w io.Writer) {
 	} else {
 		r.printSettings(w)
 	}
+}
 
+// printPhases writes the table of phases, the store's calls and the pool's
+// lines, and the phases' error samples.
+func (r *Report) printPhases(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "system\tphase\tcommands/s\tp50 ms\tp99 ms\tp99.9 ms\tduplicates/s\tapplied\terrors\tanomalies\tearly dups\tbatch\tcpu bench/pg/other\tmode\t")
 	for _, p := range r.Phases {
@@ -269,36 +292,38 @@ func (r *Report) Print(w io.Writer) {
 			fmt.Fprintf(w, "  %s/%s error: %s\n", p.System, p.Phase, e)
 		}
 	}
+}
 
-	if k := r.KeyCheck; k != nil {
-		fmt.Fprintf(w, "\nkey check (ledger.Service on the %s store; duplicates and decide-only: best of %d rounds; decide+append and p99: %d timed commands):\n", storeName(k.EventStore), keyCheckRounds, k.Samples)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "events\tcold load ms\tcold load peak heap MiB\theld heap MiB\tduplicate ns (10 keys)\tduplicate ns (spread)\tduplicate p99 µs\tdecide+append p50 µs\tdecide+append p99 µs\tdecide only ns (latest 10)\tdecide only ns (latest)\tseeded in s\t")
-		for _, s := range []KeyCheckStream{k.Short, k.Long} {
-			fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.1f\t\n", s.Events, s.ColdLoadMs, s.PeakHeapMB, s.HeldHeapMB, s.Duplicate10Ns, s.DuplicateSpreadNs,
-				s.DuplicateP99Us, s.DecideP50Us, s.DecideP99Us, s.DecideOnly10Ns, s.DecideOnlySpreadNs, s.SeedSeconds)
-		}
-		tw.Flush()
-		fmt.Fprintf(w, "long/short: duplicate %.2fx (10 keys), %.2fx (spread over %d keys); decide+append p50 %.2fx; decide only %.2fx (10 keys), %.2fx (spread)\n",
-			k.Duplicate10Ratio, k.DuplicateSpreadRatio, k.Long.SpreadKeys, k.DecideRatio, k.DecideOnly10Ratio, k.DecideOnlySpreadRatio)
-		fmt.Fprintln(w, k.FirstResendLine())
+// print writes the key check's table and its long/short ratios.
+func (k *KeyCheckReport) print(w io.Writer) {
+	fmt.Fprintf(w, "\nkey check (ledger.Service on the %s store; duplicates and decide-only: best of %d rounds; decide+append and p99: %d timed commands):\n", storeName(k.EventStore), keyCheckRounds, k.Samples)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "events\tcold load ms\tcold load peak heap MiB\theld heap MiB\tduplicate ns (10 keys)\tduplicate ns (spread)\tduplicate p99 µs\tdecide+append p50 µs\tdecide+append p99 µs\tdecide only ns (latest 10)\tdecide only ns (latest)\tseeded in s\t")
+	for _, s := range []KeyCheckStream{k.Short, k.Long} {
+		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.1f\t\n", s.Events, s.ColdLoadMs, s.PeakHeapMB, s.HeldHeapMB, s.Duplicate10Ns, s.DuplicateSpreadNs,
+			s.DuplicateP99Us, s.DecideP50Us, s.DecideP99Us, s.DecideOnly10Ns, s.DecideOnlySpreadNs, s.SeedSeconds)
 	}
-	if p := r.Projection; p != nil {
-		state := "caught up"
-		if !p.CaughtUp {
-			state = "stopped by its time bound before catching up"
-		}
-		fmt.Fprintf(w, "\nprojection: %d events in %.1fs = %.0f events/s (%d projections, %s; cpu bench/pg/other %s)\n",
-			p.Events, p.Seconds, p.EventsPerSec, p.Projections, state, fmtCPU(p.CPU))
-		if p.ErrorSample != "" {
-			fmt.Fprintf(w, "  projection error: %s\n", p.ErrorSample)
-		}
+	tw.Flush()
+	fmt.Fprintf(w, "long/short: duplicate %.2fx (10 keys), %.2fx (spread over %d keys); decide+append p50 %.2fx; decide only %.2fx (10 keys), %.2fx (spread)\n",
+		k.Duplicate10Ratio, k.DuplicateSpreadRatio, k.Long.SpreadKeys, k.DecideRatio, k.DecideOnly10Ratio, k.DecideOnlySpreadRatio)
+	fmt.Fprintln(w, k.FirstResendLine())
+}
+
+// print writes the projection's rate and its error sample.
+func (p *ProjectionReport) print(w io.Writer) {
+	state := "caught up"
+	if !p.CaughtUp {
+		state = "stopped by its time bound before catching up"
 	}
-	r.Many.print(w)
-	r.printTargets(w)
-	if r.History != nil {
-		r.History.print(w)
+	fmt.Fprintf(w, "\nprojection: %d events in %.1fs = %.0f events/s (%d projections, %s; cpu bench/pg/other %s)\n",
+		p.Events, p.Seconds, p.EventsPerSec, p.Projections, state, fmtCPU(p.CPU))
+	if p.ErrorSample != "" {
+		fmt.Fprintf(w, "  projection error: %s\n", p.ErrorSample)
 	}
+}
+
+// printRatios writes the ratio lines, the main one last.
+func (r *Report) printRatios(w io.Writer) {
 	fmt.Fprintln(w)
 	if r.PairRatio > 0 {
 		fmt.Fprintln(w, r.PairRatioLine())
