@@ -67,6 +67,78 @@ type scenario struct {
 }
 
 func run() int {
+	o := parseFlags()
+	fmt.Printf("chaos: seed %d (%s run; replay with --seed %d%s)\n", o.seed, o.mode(), o.seed, map[bool]string{true: " --quick", false: ""}[o.quick])
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	budget := 14 * time.Minute // 12 before scenario 13 (about 2 min)
+	if o.quick {
+		budget = 6 * time.Minute // 3 min before scenario 12 (about 1 min), 13 (about 1 min)
+	}
+	ctx, cancel := context.WithTimeout(ctx, budget+2*time.Minute) // a hard stop beyond the budget
+	defer cancel()
+
+	workDir, err := makeWorkDir(o.dir)
+	if err != nil {
+		fmt.Println(err)
+		fmt.Println("0 passed, 1 failed")
+		return 1
+	}
+	keep := o.dir != ""
+	s := newSuite(workDir, o)
+	began := time.Now()
+	if err := s.setUp(ctx); err != nil {
+		fmt.Printf("setup: %v\n", err)
+		fmt.Println("0 passed, 1 failed")
+		return 1
+	}
+	defer func() {
+		sctx, c := context.WithTimeout(context.Background(), 30*time.Second)
+		defer c()
+		s.cluster().Stop(sctx)
+	}()
+	fmt.Printf("chaos: binaries built and PostgreSQL up in %s; work dir %s\n", time.Since(began).Round(time.Millisecond), workDir)
+
+	results := runScenarios(ctx, s, o.only)
+	passed, failed := 0, 0
+	for _, r := range results {
+		if r.ok() {
+			passed++
+		} else {
+			failed++
+		}
+	}
+	total := time.Since(began)
+	fmt.Printf("chaos: seed %d, %s in total (budget %s)\n", o.seed, total.Round(time.Second), budget)
+	if total > budget {
+		fmt.Printf("chaos: over the time budget\n")
+		failed++
+	}
+	if failed == 0 && !keep {
+		os.RemoveAll(workDir)
+	} else {
+		fmt.Printf("chaos: logs kept in %s\n", workDir)
+	}
+	fmt.Printf("%d passed, %d failed\n", passed, failed)
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+// options are the command line's flags.
+type options struct {
+	seed    uint64
+	quick   bool
+	only    string
+	dir     string
+	verbose bool
+	fuzz    time.Duration
+}
+
+// parseFlags reads the flags; a zero seed becomes a random one.
+func parseFlags() options {
 	var (
 		seed    = flag.Uint64("seed", 0, "seed of the run (0: a random one, printed)")
 		quick   = flag.Bool("quick", false, "scaled-down run (CI)")
@@ -79,68 +151,62 @@ func run() int {
 	if *seed == 0 {
 		*seed = rand.Uint64() % 1_000_000_000
 	}
-	mode := "full"
-	if *quick {
-		mode = "quick"
-	}
-	fmt.Printf("chaos: seed %d (%s run; replay with --seed %d%s)\n", *seed, mode, *seed, map[bool]string{true: " --quick", false: ""}[*quick])
+	return options{seed: *seed, quick: *quick, only: *only, dir: *dir, verbose: *verbose, fuzz: *fuzz}
+}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	budget := 14 * time.Minute // 12 before scenario 13 (about 2 min)
-	if *quick {
-		budget = 6 * time.Minute // 3 min before scenario 12 (about 1 min), 13 (about 1 min)
+func (o options) mode() string {
+	if o.quick {
+		return "quick"
 	}
-	ctx, cancel := context.WithTimeout(ctx, budget+2*time.Minute) // a hard stop beyond the budget
-	defer cancel()
+	return "full"
+}
 
-	workDir := *dir
-	keep := workDir != ""
-	if workDir == "" {
+// makeWorkDir makes dir, or a temporary directory when dir is "".
+func makeWorkDir(dir string) (string, error) {
+	if dir == "" {
 		d, err := os.MkdirTemp("", "ledger-chaos-")
 		if err != nil {
-			fmt.Println(err)
-			fmt.Println("0 passed, 1 failed")
-			return 1
+			return "", err
 		}
-		workDir = d
+		dir = d
 	}
-	if err := os.MkdirAll(workDir, 0o755); err != nil {
-		fmt.Println(err)
-		fmt.Println("0 passed, 1 failed")
-		return 1
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
 	}
-	s := &suite{dir: workDir, quick: *quick, seed: *seed, verbose: *verbose, fuzzTime: *fuzz}
+	return dir, nil
+}
+
+func newSuite(workDir string, o options) *suite {
+	s := &suite{dir: workDir, quick: o.quick, seed: o.seed, verbose: o.verbose, fuzzTime: o.fuzz}
 	if s.fuzzTime == 0 {
 		s.fuzzTime = 30 * time.Second
-		if *quick {
+		if o.quick {
 			s.fuzzTime = 5 * time.Second
 		}
 	}
-	began := time.Now()
-	var err error
-	s.ledgerBin, s.projectorBin, s.self, err = buildBinaries(ctx, filepath.Join(workDir, "bin"))
-	if err == nil {
-		s.pgDir = filepath.Join(workDir, "pg")
-		if s.pgPort, err = freeport.Loopback(); err == nil {
-			s.pg, err = pgcluster.Start(ctx, pgcluster.Options{Dir: s.pgDir, Port: s.pgPort, Fsync: true, Logger: quietLogger()})
-		}
-	}
-	if err != nil {
-		fmt.Printf("setup: %v\n", err)
-		fmt.Println("0 passed, 1 failed")
-		return 1
-	}
-	defer func() {
-		sctx, c := context.WithTimeout(context.Background(), 30*time.Second)
-		defer c()
-		s.cluster().Stop(sctx)
-	}()
-	fmt.Printf("chaos: binaries built and PostgreSQL up in %s; work dir %s\n", time.Since(began).Round(time.Millisecond), workDir)
+	return s
+}
 
+// setUp builds the binaries and starts the suite's PostgreSQL.
+func (s *suite) setUp(ctx context.Context) (err error) {
+	s.ledgerBin, s.projectorBin, s.self, err = buildBinaries(ctx, filepath.Join(s.dir, "bin"))
+	if err != nil {
+		return err
+	}
+	s.pgDir = filepath.Join(s.dir, "pg")
+	if s.pgPort, err = freeport.Loopback(); err != nil {
+		return err
+	}
+	s.pg, err = pgcluster.Start(ctx, pgcluster.Options{Dir: s.pgDir, Port: s.pgPort, Fsync: true, Logger: quietLogger()})
+	return err
+}
+
+// runScenarios runs the scenarios only names (comma-separated; "" for all),
+// in order, until ctx ends, printing each one's result.
+func runScenarios(ctx context.Context, s *suite, only string) []*result {
 	var want []string
-	if *only != "" {
-		want = strings.Split(*only, ",")
+	if only != "" {
+		want = strings.Split(only, ",")
 	}
 	var results []*result
 	for _, sc := range scenarios() {
@@ -157,30 +223,7 @@ func run() int {
 		printResult(res)
 		results = append(results, res)
 	}
-	passed, failed := 0, 0
-	for _, r := range results {
-		if r.ok() {
-			passed++
-		} else {
-			failed++
-		}
-	}
-	total := time.Since(began)
-	fmt.Printf("chaos: seed %d, %s in total (budget %s)\n", *seed, total.Round(time.Second), budget)
-	if total > budget {
-		fmt.Printf("chaos: over the time budget\n")
-		failed++
-	}
-	if failed == 0 && !keep {
-		os.RemoveAll(workDir)
-	} else {
-		fmt.Printf("chaos: logs kept in %s\n", workDir)
-	}
-	fmt.Printf("%d passed, %d failed\n", passed, failed)
-	if failed > 0 {
-		return 1
-	}
-	return 0
+	return results
 }
 
 func printResult(r *result) {
