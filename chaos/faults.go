@@ -128,99 +128,124 @@ func killer(sys *system, res *result, rng *rand.Rand, n int, lo, hi time.Duratio
 // ---- scenario 2: JetStream redelivery ----
 
 func scenarioRedelivery(ctx context.Context, s *suite, res *result) error {
-	rng := s.rng("2")
-	var invalid int
-	var dlq uint64
-	var stops, holds, badBatches int
+	rd := &redelivery{rng: s.rng("2")}
 	err := runBank(ctx, s, res, bank{
 		ledgers: 2, projectors: 1, accounts: 10, producers: 4, commands: s.size(1200, 200),
 		resend: 0.05, js: 0.6, batch: 0.15, retries: 10, timeout: 4 * time.Second,
 		// A short AckWait, a short grace: the consumer races request-reply.
 		ledgerArgs: []string{"--jetstream-backoff", "1s,1s,2s,2s", "--jetstream-grace", "100ms", "--jetstream-max-deliver", "20"},
 		required:   true,
-		faults: func(ctx context.Context, sys *system, res *result) {
-			var wg sync.WaitGroup
-			wg.Add(3)
-			// No ack: freeze a ledger (SIGSTOP) beyond the AckWait; what it was
-			// handling is redelivered to the other.
-			go func() {
-				defer wg.Done()
-				for ctx.Err() == nil {
-					if !sleepCtx(ctx, between(rng, 500*time.Millisecond, 1500*time.Millisecond)) {
-						return
-					}
-					v := sys.ledgers[rng.IntN(len(sys.ledgers))]
-					if c := v.cmd; c != nil {
-						syscall.Kill(-c.Process.Pid, syscall.SIGSTOP)
-						time.Sleep(between(rng, 1500*time.Millisecond, 3*time.Second))
-						syscall.Kill(-c.Process.Pid, syscall.SIGCONT)
-						stops++
-					}
-				}
-			}()
-			// Slow ack: hold an account stream's lock in an open append, so that
-			// commands on it outlive the AckWait (in-progress, then redelivery).
-			go func() {
-				defer wg.Done()
-				for ctx.Err() == nil {
-					if !sleepCtx(ctx, between(rng, 500*time.Millisecond, time.Second)) {
-						return
-					}
-					if sys.holdStream(ctx, "account-s2-acc-0"+itoa(rng.IntN(5)), between(rng, 1500*time.Millisecond, 2500*time.Millisecond)) == nil {
-						holds++
-					}
-				}
-			}()
-			// Permanent errors: invalid commands published durably go to the DLQ.
-			go func() {
-				defer wg.Done()
-				js, err := sys.nc.JetStream()
-				if err != nil {
-					return
-				}
-				// A batch that can never be decoded (a byte after its JSON
-				// object) must be dead-lettered too.
-				bctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				js.Publish(natsapi.CommandSubject("batch"), []byte(`{"commands":[{"type":"deposit","idempotency_key":"s2-invalid-batch","account_id":"s2-acc-00","amount":1,"currency":"EUR"}]}x`), nats.Context(bctx))
-				cancel()
-				invalid++
-				badBatches++
-				for i := 0; ctx.Err() == nil && i < 20; i++ {
-					if !sleepCtx(ctx, 200*time.Millisecond) {
-						return
-					}
-					key := fmt.Sprintf("s2-invalid-%d", i)
-					b := []byte(fmt.Sprintf(`{"idempotency_key":%q,"account_id":"s2-acc-00","amount":1.5,"currency":"EUR"}`, key))
-					pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-					// The ledger may answer the ack inbox first with its 400: an
-					// error here, yet the message is stored and must reach the DLQ.
-					js.Publish("ledger.v1.cmd.deposit", b, nats.Context(pctx))
-					invalid++
-					cancel()
-				}
-			}()
-			wg.Wait()
-		},
-		evidence: func(ctx context.Context, sys *system, res *result) {
-			// The dead letters arrive once the stream's messages are handled.
-			for i := 0; i < 50; i++ {
-				dlq, _ = sys.dlqCount(ctx)
-				if int(dlq) >= invalid {
-					break
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
-			res.ev.Other += stops + holds + int(dlq)
-			if reasons, err := sys.dlqReasons(ctx); err == nil {
-				res.note("dead letters by reason: %v", reasons)
-			}
-		},
+		faults:     rd.faults,
+		evidence:   rd.evidence,
 	})
-	res.notes = append(res.notes, fmt.Sprintf("%d ledger freezes beyond the AckWait, %d held streams, %d invalid commands published (%d of them an undecodable batch), %d dead letters", stops, holds, invalid, badBatches, dlq))
-	if err == nil && res.report != nil && int(dlq) < invalid {
-		res.report.fail(3, "%d invalid commands were published durably, only %d reached the DLQ", invalid, dlq)
+	res.notes = append(res.notes, fmt.Sprintf("%d ledger freezes beyond the AckWait, %d held streams, %d invalid commands published (%d of them an undecodable batch), %d dead letters", rd.stops, rd.holds, rd.invalid, rd.badBatches, rd.dlq))
+	if err == nil && res.report != nil && int(rd.dlq) < rd.invalid {
+		res.report.fail(3, "%d invalid commands were published durably, only %d reached the DLQ", rd.invalid, rd.dlq)
 	}
 	return err
+}
+
+// redelivery is scenario 2's faults and what they did.
+type redelivery struct {
+	rng                      *rand.Rand
+	invalid                  int
+	dlq                      uint64
+	stops, holds, badBatches int
+}
+
+func (rd *redelivery) faults(ctx context.Context, sys *system, res *result) {
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		rd.freezeLedgers(ctx, sys)
+	}()
+	go func() {
+		defer wg.Done()
+		rd.holdStreams(ctx, sys)
+	}()
+	go func() {
+		defer wg.Done()
+		rd.publishInvalid(ctx, sys)
+	}()
+	wg.Wait()
+}
+
+// freezeLedgers, for no ack: freezes a ledger (SIGSTOP) beyond the AckWait;
+// what it was handling is redelivered to the other.
+func (rd *redelivery) freezeLedgers(ctx context.Context, sys *system) {
+	rng := rd.rng
+	for ctx.Err() == nil {
+		if !sleepCtx(ctx, between(rng, 500*time.Millisecond, 1500*time.Millisecond)) {
+			return
+		}
+		v := sys.ledgers[rng.IntN(len(sys.ledgers))]
+		if c := v.cmd; c != nil {
+			syscall.Kill(-c.Process.Pid, syscall.SIGSTOP)
+			time.Sleep(between(rng, 1500*time.Millisecond, 3*time.Second))
+			syscall.Kill(-c.Process.Pid, syscall.SIGCONT)
+			rd.stops++
+		}
+	}
+}
+
+// holdStreams, for slow acks: holds an account stream's lock in an open
+// append, so that commands on it outlive the AckWait (in-progress, then
+// redelivery).
+func (rd *redelivery) holdStreams(ctx context.Context, sys *system) {
+	rng := rd.rng
+	for ctx.Err() == nil {
+		if !sleepCtx(ctx, between(rng, 500*time.Millisecond, time.Second)) {
+			return
+		}
+		if sys.holdStream(ctx, "account-s2-acc-0"+itoa(rng.IntN(5)), between(rng, 1500*time.Millisecond, 2500*time.Millisecond)) == nil {
+			rd.holds++
+		}
+	}
+}
+
+// publishInvalid, for permanent errors: invalid commands published durably go
+// to the DLQ.
+func (rd *redelivery) publishInvalid(ctx context.Context, sys *system) {
+	js, err := sys.nc.JetStream()
+	if err != nil {
+		return
+	}
+	// A batch that can never be decoded (a byte after its JSON
+	// object) must be dead-lettered too.
+	bctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	js.Publish(natsapi.CommandSubject("batch"), []byte(`{"commands":[{"type":"deposit","idempotency_key":"s2-invalid-batch","account_id":"s2-acc-00","amount":1,"currency":"EUR"}]}x`), nats.Context(bctx))
+	cancel()
+	rd.invalid++
+	rd.badBatches++
+	for i := 0; ctx.Err() == nil && i < 20; i++ {
+		if !sleepCtx(ctx, 200*time.Millisecond) {
+			return
+		}
+		key := fmt.Sprintf("s2-invalid-%d", i)
+		b := []byte(fmt.Sprintf(`{"idempotency_key":%q,"account_id":"s2-acc-00","amount":1.5,"currency":"EUR"}`, key))
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		// The ledger may answer the ack inbox first with its 400: an
+		// error here, yet the message is stored and must reach the DLQ.
+		js.Publish("ledger.v1.cmd.deposit", b, nats.Context(pctx))
+		rd.invalid++
+		cancel()
+	}
+}
+
+func (rd *redelivery) evidence(ctx context.Context, sys *system, res *result) {
+	// The dead letters arrive once the stream's messages are handled.
+	for i := 0; i < 50; i++ {
+		rd.dlq, _ = sys.dlqCount(ctx)
+		if int(rd.dlq) >= rd.invalid {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	res.ev.Other += rd.stops + rd.holds + int(rd.dlq)
+	if reasons, err := sys.dlqReasons(ctx); err == nil {
+		res.note("dead letters by reason: %v", reasons)
+	}
 }
 
 // holdStream opens an append to stream and keeps it (and the stream's lock)
