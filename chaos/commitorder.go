@@ -86,38 +86,14 @@ func scenarioCommitOrder(ctx context.Context, s *suite, res *result) error {
 		hs.mu.Unlock()
 		h.noteSent(key, "deposit", b)
 		done := make(chan Attempt, 1)
-		go func() {
-			a := Attempt{Key: key, Type: "deposit", Body: b, Via: "inproc", Start: time.Now()}
-			hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			defer cancel()
-			r := svc2.HandleRaw(hctx, "deposit", b)
-			a.Duration = time.Since(a.Start)
-			a.Reply = &r
-			switch r.Status {
-			case domain.StatusApplied, domain.StatusRejected:
-				a.Outcome = OK
-			case domain.StatusInvalid:
-				a.Outcome = Failed
-			default:
-				a.Outcome, a.Err = Indefinite, r.Message
-			}
-			h.add(a)
-			done <- a
-		}()
+		go func() { done <- depositInProc(ctx, svc2, h, key, b) }()
 		select {
 		case <-hs.held:
 		case <-time.After(20 * time.Second):
 			return errors.New("the held append never started")
 		}
 		// Later transactions commit while the earlier one is open.
-		later := 0
-		for j := 0; j < 3; j++ {
-			acc2 := w.accounts[4+(i+j)%4]
-			k2 := fmt.Sprintf("s8-later-%03d-%d", i, j)
-			if a := c.settle(ctx, k2, "deposit", body(k2, map[string]any{"account_id": acc2.id, "amount": 1 + j, "currency": acc2.currency}), 8); a.Outcome == OK {
-				later++
-			}
-		}
+		later := commitLater(ctx, c, w, i)
 		time.Sleep(150 * time.Millisecond) // the projector polls meanwhile
 		close(hs.release)
 		a := <-done
@@ -134,4 +110,39 @@ func scenarioCommitOrder(ctx context.Context, s *suite, res *result) error {
 		return err
 	}
 	return sys.finish(ctx, h, res, true, func(_ context.Context, _ *system, res *result) { res.ev.Other += raced })
+}
+
+// depositInProc sends the deposit b under key to svc in this process, as a
+// client would (30 s to answer), and records the attempt in h.
+func depositInProc(ctx context.Context, svc *ledger.Service, h *History, key string, b []byte) Attempt {
+	a := Attempt{Key: key, Type: "deposit", Body: b, Via: "inproc", Start: time.Now()}
+	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	r := svc.HandleRaw(hctx, "deposit", b)
+	a.Duration = time.Since(a.Start)
+	a.Reply = &r
+	switch r.Status {
+	case domain.StatusApplied, domain.StatusRejected:
+		a.Outcome = OK
+	case domain.StatusInvalid:
+		a.Outcome = Failed
+	default:
+		a.Outcome, a.Err = Indefinite, r.Message
+	}
+	h.add(a)
+	return a
+}
+
+// commitLater commits round i's 3 later deposits, on other accounts than the
+// held one, and counts those whose outcome was OK.
+func commitLater(ctx context.Context, c *client, w *workload, i int) int {
+	later := 0
+	for j := 0; j < 3; j++ {
+		acc2 := w.accounts[4+(i+j)%4]
+		k2 := fmt.Sprintf("s8-later-%03d-%d", i, j)
+		if a := c.settle(ctx, k2, "deposit", body(k2, map[string]any{"account_id": acc2.id, "amount": 1 + j, "currency": acc2.currency}), 8); a.Outcome == OK {
+			later++
+		}
+	}
+	return later
 }
