@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -320,88 +321,119 @@ func pollUntil(ctx context.Context, timeout time.Duration, cond func() bool) err
 // demands each fault seen: a leader change after each kill, the cut node
 // without a route.
 func scenarioNATSCluster(ctx context.Context, s *suite, res *result) error {
-	rng := s.rng("13")
-	changes := 0
+	nf := &natsFaults{s: s, rng: s.rng("13")}
 	err := runBank(ctx, s, res, bank{
 		ledgers: 2, projectors: 2, accounts: 20, producers: 6, commands: s.size(2500, 400),
 		resend: 0.05, js: 0.3, retries: 15, timeout: 4 * time.Second,
 		ledgerArgs: []string{"--jetstream-backoff", "2s,2s,4s", "--jetstream-grace", "300ms"},
 		required:   true, planned: true, loadFor: s.durScale(75*time.Second, 120*time.Second),
 		evidence: stopLedgersFirst,
-		setup: func(ctx context.Context, sys *system) error {
-			c, err := newNATSCluster(sys, 3)
-			if err != nil {
-				return err
-			}
-			sys.cluster = c
-			sys.svcNATSURL = c.proxyURL()
-			sys.svcEnv = []string{config.EnvJetStreamReplicas + "=3"}
-			return nil
-		},
-		faults: func(ctx context.Context, sys *system, res *result) {
-			c := sys.cluster
-			js, err := jetstream.New(sys.nc)
-			if err != nil {
-				res.note("jetstream: %v", err)
-				return
-			}
-			bg := context.WithoutCancel(ctx)
-			if err := c.waitWhole(bg, js); err != nil {
-				res.note("before the faults: %v", err)
-				return
-			}
-			leaders := []struct {
-				what   string
-				leader func() int
-			}{
-				{"the JetStream meta leader", func() int { return c.metaLeader(bg) }},
-				{natsapi.StreamName + "'s leader", func() int { l, _ := c.streamLeader(bg, js, natsapi.StreamName); return l }},
-				{projections.EventsStream + "'s leader", func() int { l, _ := c.streamLeader(bg, js, projections.EventsStream); return l }},
-			}
-			for _, l := range leaders {
-				if !sleepCtx(ctx, between(rng, s.durScale(2*time.Second, 3*time.Second), s.durScale(3*time.Second, 6*time.Second))) {
-					return
-				}
-				elected, whole, err := c.killLeader(bg, sys, js, l.leader)
-				if err != nil {
-					res.note("SIGKILL of %s: %v", l.what, err)
-					return
-				}
-				changes++
-				resMu.Lock()
-				res.ev.Other++
-				res.noteRecover(whole)
-				resMu.Unlock()
-				res.note("%s SIGKILLed: another node led after %s, the cluster whole again after %s", l.what, elected.Round(time.Millisecond), whole.Round(time.Millisecond))
-			}
-			if !sleepCtx(ctx, between(rng, 2*time.Second, 3*time.Second)) {
-				return
-			}
-			k := rng.IntN(len(c.nodes))
-			nd := c.nodes[k]
-			began := time.Now()
-			c.setCut(k, true)
-			alone := pollUntil(bg, 10*time.Second, func() bool { n, err := nd.routeCount(bg); return err == nil && n == 0 }) == nil
-			isolated := time.Since(began)
-			sleepCtx(bg, s.durScale(3*time.Second, 6*time.Second))
-			c.setCut(k, false)
-			if err := c.waitWhole(bg, js); err != nil {
-				res.note("after node %s was cut off: %v", nd.name, err)
-				return
-			}
-			if !alone {
-				res.note("node %s kept a route to the others through the cut", nd.name)
-				return
-			}
-			changes++
-			resMu.Lock()
-			res.ev.Other++
-			resMu.Unlock()
-			res.note("node %s cut off by its proxies (no route left after %s) for %s; whole again %s after the cut", nd.name, isolated.Round(time.Millisecond), s.durScale(3*time.Second, 6*time.Second), time.Since(began).Round(time.Millisecond))
-		},
+		setup:    setUpNATSCluster,
+		faults:   nf.faults,
 	})
-	if err == nil && res.report != nil && changes < 4 {
-		res.report.fail(8, "%d of 4 faults seen (a leader change after each of 3 SIGKILLs: meta, %s, %s; a node without routes)", changes, natsapi.StreamName, projections.EventsStream)
+	if err == nil && res.report != nil && nf.changes < 4 {
+		res.report.fail(8, "%d of 4 faults seen (a leader change after each of 3 SIGKILLs: meta, %s, %s; a node without routes)", nf.changes, natsapi.StreamName, projections.EventsStream)
 	}
 	return err
+}
+
+// setUpNATSCluster starts the 3-node cluster and points the services at its
+// proxies, every stream at 3 replicas.
+func setUpNATSCluster(ctx context.Context, sys *system) error {
+	c, err := newNATSCluster(sys, 3)
+	if err != nil {
+		return err
+	}
+	sys.cluster = c
+	sys.svcNATSURL = c.proxyURL()
+	sys.svcEnv = []string{config.EnvJetStreamReplicas + "=3"}
+	return nil
+}
+
+// natsFaults is scenario 13's faults and the faults seen (changes).
+type natsFaults struct {
+	s       *suite
+	rng     *rand.Rand
+	changes int
+}
+
+// faults kills the leaders in turn, then cuts a node off.
+func (nf *natsFaults) faults(ctx context.Context, sys *system, res *result) {
+	c := sys.cluster
+	js, err := jetstream.New(sys.nc)
+	if err != nil {
+		res.note("jetstream: %v", err)
+		return
+	}
+	bg := context.WithoutCancel(ctx)
+	if err := c.waitWhole(bg, js); err != nil {
+		res.note("before the faults: %v", err)
+		return
+	}
+	if !nf.killLeaders(ctx, bg, sys, js, res) {
+		return
+	}
+	if !sleepCtx(ctx, between(nf.rng, 2*time.Second, 3*time.Second)) {
+		return
+	}
+	nf.cutNode(bg, c, js, res)
+}
+
+// killLeaders SIGKILLs in turn the meta leader and the two streams' leaders,
+// each after a pause, and waits for another leader and the whole cluster
+// each time; false when ctx ended or a kill failed.
+func (nf *natsFaults) killLeaders(ctx, bg context.Context, sys *system, js jetstream.JetStream, res *result) bool {
+	c, s := sys.cluster, nf.s
+	leaders := []struct {
+		what   string
+		leader func() int
+	}{
+		{"the JetStream meta leader", func() int { return c.metaLeader(bg) }},
+		{natsapi.StreamName + "'s leader", func() int { l, _ := c.streamLeader(bg, js, natsapi.StreamName); return l }},
+		{projections.EventsStream + "'s leader", func() int { l, _ := c.streamLeader(bg, js, projections.EventsStream); return l }},
+	}
+	for _, l := range leaders {
+		if !sleepCtx(ctx, between(nf.rng, s.durScale(2*time.Second, 3*time.Second), s.durScale(3*time.Second, 6*time.Second))) {
+			return false
+		}
+		elected, whole, err := c.killLeader(bg, sys, js, l.leader)
+		if err != nil {
+			res.note("SIGKILL of %s: %v", l.what, err)
+			return false
+		}
+		nf.changes++
+		resMu.Lock()
+		res.ev.Other++
+		res.noteRecover(whole)
+		resMu.Unlock()
+		res.note("%s SIGKILLed: another node led after %s, the cluster whole again after %s", l.what, elected.Round(time.Millisecond), whole.Round(time.Millisecond))
+	}
+	return true
+}
+
+// cutNode cuts a node off by its proxies for a few seconds: it must lose every
+// route, and the cluster be whole again after.
+func (nf *natsFaults) cutNode(bg context.Context, c *natsCluster, js jetstream.JetStream, res *result) {
+	s := nf.s
+	k := nf.rng.IntN(len(c.nodes))
+	nd := c.nodes[k]
+	began := time.Now()
+	c.setCut(k, true)
+	alone := pollUntil(bg, 10*time.Second, func() bool { n, err := nd.routeCount(bg); return err == nil && n == 0 }) == nil
+	isolated := time.Since(began)
+	sleepCtx(bg, s.durScale(3*time.Second, 6*time.Second))
+	c.setCut(k, false)
+	if err := c.waitWhole(bg, js); err != nil {
+		res.note("after node %s was cut off: %v", nd.name, err)
+		return
+	}
+	if !alone {
+		res.note("node %s kept a route to the others through the cut", nd.name)
+		return
+	}
+	nf.changes++
+	resMu.Lock()
+	res.ev.Other++
+	resMu.Unlock()
+	res.note("node %s cut off by its proxies (no route left after %s) for %s; whole again %s after the cut", nd.name, isolated.Round(time.Millisecond), s.durScale(3*time.Second, 6*time.Second), time.Since(began).Round(time.Millisecond))
 }
