@@ -154,70 +154,98 @@ func (w *workload) run(ctx context.Context, c *client) {
 		wg.Add(1)
 		go func(p int) {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(w.seed, uint64(p)+1))
-			var acked []sentCmd
-			more := func(i int) bool {
-				if ctx.Err() != nil {
-					return false
-				}
-				if i < per {
-					return true
-				}
-				if w.until == nil {
-					return false
-				}
-				select {
-				case <-w.until:
-					return false
-				default:
-					return true
-				}
-			}
-			for i := 0; more(i); i++ {
-				if w.batch > 0 && rng.Float64() < w.batch {
-					i = w.sendSomeBatch(ctx, c, js, rng, p, i, &acked)
-					continue
-				}
-				cmd := w.next(rng, p, i)
-				b := body(cmd.key, cmd.fields)
-				if js != nil && rng.Float64() < w.jetstream {
-					pctx, cancel := context.WithTimeout(ctx, c.timeout)
-					c.publish(pctx, js, cmd.key, cmd.typ, b)
-					cancel()
-					continue
-				}
-				x := rng.Float64()
-				switch {
-				case x < w.resend/2: // concurrent exact resend
-					var inner sync.WaitGroup
-					inner.Add(1)
-					go func() { defer inner.Done(); c.settle(ctx, cmd.key, cmd.typ, b, w.retries) }()
-					a := c.settle(ctx, cmd.key, cmd.typ, b, w.retries)
-					inner.Wait()
-					if a.Outcome == OK {
-						acked = w.ack(p, acked, cmd)
-					}
-				case x < w.resend: // sequential exact resend
-					a := c.settle(ctx, cmd.key, cmd.typ, b, w.retries)
-					c.settle(ctx, cmd.key, cmd.typ, b, w.retries)
-					if a.Outcome == OK {
-						acked = w.ack(p, acked, cmd)
-					}
-				case x < w.resend+w.reuse && len(acked) > 0: // key reuse with another payload
-					old := acked[rng.IntN(len(acked))]
-					c.send(ctx, old.key, old.typ, reused(rng, old))
-				default:
-					if a := c.settle(ctx, cmd.key, cmd.typ, b, w.retries); a.Outcome == OK {
-						acked = w.ack(p, acked, cmd)
-					}
-				}
-				if w.pace > 0 {
-					time.Sleep(w.pace)
-				}
-			}
+			pr := &producer{w: w, c: c, js: js, p: p, per: per, rng: rand.New(rand.NewPCG(w.seed, uint64(p)+1))}
+			pr.produce(ctx)
 		}(p)
 	}
 	wg.Wait()
+}
+
+// producer is one of a workload's producers: its share (per), its own rng and
+// the commands acknowledged to it.
+type producer struct {
+	w     *workload
+	c     *client
+	js    nats.JetStreamContext // nil without JetStream
+	p     int
+	per   int
+	rng   *rand.Rand
+	acked []sentCmd
+}
+
+// produce sends the producer's commands, each a batch, a JetStream publish,
+// a resend, a reused key or a plain command as the workload's ratios draw.
+func (pr *producer) produce(ctx context.Context) {
+	w, c, rng := pr.w, pr.c, pr.rng
+	for i := 0; pr.more(ctx, i); i++ {
+		if w.batch > 0 && rng.Float64() < w.batch {
+			i = w.sendSomeBatch(ctx, c, pr.js, rng, pr.p, i, &pr.acked)
+			continue
+		}
+		cmd := w.next(rng, pr.p, i)
+		b := body(cmd.key, cmd.fields)
+		if pr.js != nil && rng.Float64() < w.jetstream {
+			pctx, cancel := context.WithTimeout(ctx, c.timeout)
+			c.publish(pctx, pr.js, cmd.key, cmd.typ, b)
+			cancel()
+			continue
+		}
+		pr.send(ctx, cmd, b)
+		if w.pace > 0 {
+			time.Sleep(w.pace)
+		}
+	}
+}
+
+// more says whether command i is due: within the share, or until w.until
+// closes when the workload has one; never once ctx ended.
+func (pr *producer) more(ctx context.Context, i int) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if i < pr.per {
+		return true
+	}
+	if pr.w.until == nil {
+		return false
+	}
+	select {
+	case <-pr.w.until:
+		return false
+	default:
+		return true
+	}
+}
+
+// send sends cmd (body b) by request-reply: resent concurrently or after its
+// answer, its key reused by an earlier command's, or once.
+func (pr *producer) send(ctx context.Context, cmd sentCmd, b []byte) {
+	w, c, rng := pr.w, pr.c, pr.rng
+	x := rng.Float64()
+	switch {
+	case x < w.resend/2: // concurrent exact resend
+		var inner sync.WaitGroup
+		inner.Add(1)
+		go func() { defer inner.Done(); c.settle(ctx, cmd.key, cmd.typ, b, w.retries) }()
+		a := c.settle(ctx, cmd.key, cmd.typ, b, w.retries)
+		inner.Wait()
+		if a.Outcome == OK {
+			pr.acked = w.ack(pr.p, pr.acked, cmd)
+		}
+	case x < w.resend: // sequential exact resend
+		a := c.settle(ctx, cmd.key, cmd.typ, b, w.retries)
+		c.settle(ctx, cmd.key, cmd.typ, b, w.retries)
+		if a.Outcome == OK {
+			pr.acked = w.ack(pr.p, pr.acked, cmd)
+		}
+	case x < w.resend+w.reuse && len(pr.acked) > 0: // key reuse with another payload
+		old := pr.acked[rng.IntN(len(pr.acked))]
+		c.send(ctx, old.key, old.typ, reused(rng, old))
+	default:
+		if a := c.settle(ctx, cmd.key, cmd.typ, b, w.retries); a.Outcome == OK {
+			pr.acked = w.ack(pr.p, pr.acked, cmd)
+		}
+	}
 }
 
 // reused is the body of an acknowledged command with another payload: its key
