@@ -241,25 +241,84 @@ func Check(ctx context.Context, q Querier, h *History, ev Evidence, out *EventsO
 	if out != nil {
 		checkPublished(out, r)
 	}
+	c := newChecked(r, events, h.Keys())
+	c.checkDuplicates()
+	c.checkRevisions()
+	lives, err := readCheckpoints(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoints: %w", err)
+	}
+	f, expected, totals := c.fold(lives)
+	c.checkAcked()
+	c.checkStray()
+	if err := c.checkMoney(ctx, q, f, totals); err != nil {
+		return nil, err
+	}
+	// C5 (second half): a pure replay of the domain reproduces every decision.
+	replay(events, c.keys, r)
+	if err := c.checkReadModels(ctx, q, lives, expected, f); err != nil {
+		return nil, err
+	}
+	c.checkRequestHashes()
+
+	// C8: the faults really happened.
+	if ev.Required && !ev.any() {
+		r.fail(8, "vacuous: no redelivery, indefinite outcome, reconnect, kill or restart happened")
+	}
+	return r, nil
+}
+
+// checked is what Check reads once and its checks share: the events, the
+// history's keys, and the events by ID and by client key.
+type checked struct {
+	r      *Report
+	events []*stored
+	keys   map[string]*keyState
+	byID   map[uuid.UUID][]*stored
+	// byKey holds the events of each client key, homes its own decisions:
+	// key -> home stream -> index-0 events.
+	byKey map[string][]*stored
+	homes map[string]map[string]int
+}
+
+// newChecked indexes the events, and fails C5 for undecodable metadata.
+func newChecked(r *Report, events []*stored, keys map[string]*keyState) *checked {
+	c := &checked{r: r, events: events, keys: keys, byID: map[uuid.UUID][]*stored{}, byKey: map[string][]*stored{}, homes: map[string]map[string]int{}}
 	r.Events = len(events)
-	keys := h.Keys()
 	r.Keys = len(keys)
-	byID := map[uuid.UUID][]*stored{}
 	for _, e := range events {
-		byID[e.ID] = append(byID[e.ID], e)
+		c.byID[e.ID] = append(c.byID[e.ID], e)
 		if e.mErr != nil {
 			r.fail(5, "event %s in %s@%d: undecodable metadata: %v", e.ID, e.Stream, e.Revision, e.mErr)
 		}
 	}
+	for _, e := range events {
+		if !e.ledgerStream() {
+			continue // the transfer process's own checkpoints: no client key (the fold checks them)
+		}
+		k := e.clientKey()
+		c.byKey[k] = append(c.byKey[k], e)
+		if e.own() && e.meta.Index == 0 {
+			if c.homes[k] == nil {
+				c.homes[k] = map[string]int{}
+			}
+			c.homes[k][e.Stream]++
+		}
+	}
+	return c
+}
 
-	// C2: duplicates, counted directly over the rows (never trusting constraints).
+// checkDuplicates is C2: duplicates, counted directly over the rows (never
+// trusting constraints).
+func (c *checked) checkDuplicates() {
+	r := c.r
 	groups := map[[3]string]int{} // (stream, key, index) -> rows
-	for id, es := range byID {
+	for id, es := range c.byID {
 		if len(es) > 1 {
 			r.fail(2, "event ID %s stored %d times (%s@%d)", id, len(es), es[0].Stream, es[0].Revision)
 		}
 	}
-	for _, e := range events {
+	for _, e := range c.events {
 		groups[[3]string{e.Stream, e.meta.Key, strconv.Itoa(e.meta.Index)}]++
 	}
 	for g, n := range groups {
@@ -267,28 +326,30 @@ func Check(ctx context.Context, q Querier, h *History, ev Evidence, out *EventsO
 			r.fail(2, "key %q wrote event %s of %s %d times", g[1], g[2], g[0], n)
 		}
 	}
+}
 
-	// C5 (first half): every stream's revisions run 0..n-1, each once.
+// checkRevisions is C5's first half: every stream's revisions run 0..n-1,
+// each once.
+func (c *checked) checkRevisions() {
 	revs := map[string][]uint64{}
-	for _, e := range events {
+	for _, e := range c.events {
 		revs[e.Stream] = append(revs[e.Stream], e.Revision)
 	}
 	for stream, rs := range revs {
 		sort.Slice(rs, func(i, j int) bool { return rs[i] < rs[j] })
 		for i, rv := range rs {
 			if rv != uint64(i) {
-				r.fail(5, "stream %s: revision %d where %d was due (revisions %v...)", stream, rv, i, head(rs, 8))
+				c.r.fail(5, "stream %s: revision %d where %d was due (revisions %v...)", stream, rv, i, head(rs, 8))
 				break
 			}
 		}
 	}
+}
 
-	// The fold of the audit library: invariants, and the read models' expected rows
-	// as of each live checkpoint.
-	lives, err := readCheckpoints(ctx, q)
-	if err != nil {
-		return nil, fmt.Errorf("read checkpoints: %w", err)
-	}
+// fold runs the fold of the audit library over the events: its invariants
+// (reported under their checks), the read models' expected rows as of each
+// live checkpoint, and the totals.
+func (c *checked) fold(lives []liveGen) (*audit.Fold, []map[string]map[string]string, []audit.Totals) {
 	f := audit.NewFold()
 	expected := make([]map[string]map[string]string, len(lives))
 	snap := func(next *eventstore.Position) {
@@ -298,7 +359,7 @@ func Check(ctx context.Context, q Querier, h *History, ev Evidence, out *EventsO
 			}
 		}
 	}
-	for _, e := range events {
+	for _, e := range c.events {
 		snap(&e.Position)
 		f.Apply(e.RecordedEvent)
 	}
@@ -307,85 +368,80 @@ func Check(ctx context.Context, q Querier, h *History, ev Evidence, out *EventsO
 	for _, v := range f.Violations {
 		switch v.Invariant {
 		case audit.InvKeyOnce:
-			r.fail(1, "audit: %s", v)
+			c.r.fail(1, "audit: %s", v)
 		case audit.InvConservation, audit.InvBalance:
-			r.fail(4, "audit: %s", v)
+			c.r.fail(4, "audit: %s", v)
 		case audit.InvStreams:
 			if v.Kind == "duplicate_event_id" {
-				r.fail(2, "audit: %s", v)
+				c.r.fail(2, "audit: %s", v)
 			} else {
-				r.fail(5, "audit: %s", v)
+				c.r.fail(5, "audit: %s", v)
 			}
 		default:
-			r.fail(5, "audit: %s", v)
+			c.r.fail(5, "audit: %s", v)
 		}
 	}
+	return f, expected, totals
+}
 
-	// Events of each client key, and its own decisions (home streams).
-	byKey := map[string][]*stored{}
-	homes := map[string]map[string]int{} // key -> home stream -> index-0 events
-	for _, e := range events {
-		if !e.ledgerStream() {
-			continue // the transfer process's own checkpoints: no client key (the fold checks them)
-		}
-		k := e.clientKey()
-		byKey[k] = append(byKey[k], e)
-		if e.own() && e.meta.Index == 0 {
-			if homes[k] == nil {
-				homes[k] = map[string]int{}
-			}
-			homes[k][e.Stream]++
-		}
-	}
-
-	// C1: every acked key has exactly one set of events: every definite reply names
-	// the same events, each stored where the reply says, and an applied or
-	// recorded outcome has its events.
-	for _, ks := range keys {
+// checkAcked is C1: every acked key has exactly one set of events: every
+// definite reply names the same events, each stored where the reply says, and
+// an applied or recorded outcome has its events.
+func (c *checked) checkAcked() {
+	for _, ks := range c.keys {
 		if len(ks.acked) == 0 {
 			continue
 		}
 		if ks.typ == string(domain.CmdBatch) {
-			checkAtomicKey(r, ks, byKey)
+			checkAtomicKey(c.r, ks, c.byKey)
 			continue
 		}
-		var want string
-		for i, rep := range ks.acked {
-			ids := make([]string, 0, len(rep.Events))
-			for _, ref := range rep.Events {
-				ids = append(ids, ref.ID.String())
-				es := byID[ref.ID]
-				if len(es) == 0 {
-					r.fail(1, "key %q: acknowledged event %s (%s@%d, %s) is not in the store", ks.key, ref.ID, ref.Stream, ref.Revision, ref.Type)
-					continue
-				}
-				if es[0].Stream != ref.Stream || es[0].Revision != ref.Revision || es[0].Type != ref.Type {
-					r.fail(1, "key %q: acknowledged event %s was %s@%d %s, the store holds %s@%d %s", ks.key, ref.ID, ref.Stream, ref.Revision, ref.Type, es[0].Stream, es[0].Revision, es[0].Type)
-				}
-				if es[0].clientKey() != ks.key {
-					r.fail(1, "key %q: acknowledged event %s belongs to key %q in the store", ks.key, ref.ID, es[0].clientKey())
-				}
+		c.checkAckedKey(ks)
+	}
+}
+
+// checkAckedKey is C1 for a key of one command.
+func (c *checked) checkAckedKey(ks *keyState) {
+	r := c.r
+	var want string
+	for i, rep := range ks.acked {
+		ids := make([]string, 0, len(rep.Events))
+		for _, ref := range rep.Events {
+			ids = append(ids, ref.ID.String())
+			es := c.byID[ref.ID]
+			if len(es) == 0 {
+				r.fail(1, "key %q: acknowledged event %s (%s@%d, %s) is not in the store", ks.key, ref.ID, ref.Stream, ref.Revision, ref.Type)
+				continue
 			}
-			sort.Strings(ids)
-			set := strings.Join(ids, ",")
-			if i == 0 {
-				want = set
-			} else if set != want {
-				r.fail(1, "key %q: replies name different events: [%s] and [%s]", ks.key, want, set)
+			if es[0].Stream != ref.Stream || es[0].Revision != ref.Revision || es[0].Type != ref.Type {
+				r.fail(1, "key %q: acknowledged event %s was %s@%d %s, the store holds %s@%d %s", ks.key, ref.ID, ref.Stream, ref.Revision, ref.Type, es[0].Stream, es[0].Revision, es[0].Type)
 			}
-			if rep.Status == domain.StatusApplied && len(rep.Events) == 0 {
-				r.fail(1, "key %q: applied without events", ks.key)
+			if es[0].clientKey() != ks.key {
+				r.fail(1, "key %q: acknowledged event %s belongs to key %q in the store", ks.key, ref.ID, es[0].clientKey())
 			}
 		}
-		if ks.acked[0].Status == domain.StatusApplied && len(homes[ks.key]) != 1 {
-			r.fail(1, "key %q: applied, decided in %d streams", ks.key, len(homes[ks.key]))
+		sort.Strings(ids)
+		set := strings.Join(ids, ",")
+		if i == 0 {
+			want = set
+		} else if set != want {
+			r.fail(1, "key %q: replies name different events: [%s] and [%s]", ks.key, want, set)
+		}
+		if rep.Status == domain.StatusApplied && len(rep.Events) == 0 {
+			r.fail(1, "key %q: applied without events", ks.key)
 		}
 	}
+	if ks.acked[0].Status == domain.StatusApplied && len(c.homes[ks.key]) != 1 {
+		r.fail(1, "key %q: applied, decided in %d streams", ks.key, len(c.homes[ks.key]))
+	}
+}
 
-	// C3: no events for keys never sent; none for failed keys; every key (the
-	// indefinite ones included) decided at most once.
-	for k, es := range byKey {
-		ks := keys[k]
+// checkStray is C3: no events for keys never sent; none for failed keys;
+// every key (the indefinite ones included) decided at most once.
+func (c *checked) checkStray() {
+	r := c.r
+	for k, es := range c.byKey {
+		ks := c.keys[k]
 		if ks == nil {
 			r.fail(3, "%d events (first %s@%d %s) for key %q, which no client sent", len(es), es[0].Stream, es[0].Revision, es[0].Type, k)
 			continue
@@ -393,33 +449,36 @@ func Check(ctx context.Context, q Querier, h *History, ev Evidence, out *EventsO
 		if ks.failed > 0 && len(ks.acked) == 0 && ks.indefinite == 0 {
 			r.fail(3, "key %q failed (invalid) yet has %d events", k, len(es))
 		}
-		if n := len(homes[k]); n > 1 {
+		if n := len(c.homes[k]); n > 1 {
 			r.fail(3, "key %q decided in %d streams", k, n)
 		}
-		for stream, n := range homes[k] {
+		for stream, n := range c.homes[k] {
 			if n > 1 {
 				r.fail(3, "key %q decided %d times in %s", k, n, stream)
 			}
 		}
 	}
+}
 
-	// C4: money conserved (the fold above), every read-model balance equals its
-	// entries and the fold, none below its overdraft limit.
+// checkMoney is C4: money conserved (the fold), every read-model balance
+// equals its entries and the fold, none below its overdraft limit.
+func (c *checked) checkMoney(ctx context.Context, q Querier, f *audit.Fold, totals []audit.Totals) error {
 	for _, t := range totals {
 		if t.PendingSaga > 0 {
-			r.fail(4, "%s: %d transfer sagas still pending after the run settled (%d in flight)", t.Currency, t.PendingSaga, t.InFlight)
+			c.r.fail(4, "%s: %d transfer sagas still pending after the run settled (%d in flight)", t.Currency, t.PendingSaga, t.InFlight)
 		}
 	}
-	if err := checkBalances(ctx, q, f, r); err != nil {
-		return nil, err
+	if err := checkBalances(ctx, q, f, c.r); err != nil {
+		return err
 	}
-	checkMoved(keys, byKey, r)
+	checkMoved(c.keys, c.byKey, c.r)
+	return nil
+}
 
-	// C5 (second half): a pure replay of the domain reproduces every decision.
-	replay(events, keys, r)
-
-	// C6: each read model equals a rebuild (the fold as of its checkpoint), and
-	// every checkpoint reached the head.
+// checkReadModels is C6: each read model equals a rebuild (the fold as of its
+// checkpoint), and every checkpoint reached the head.
+func (c *checked) checkReadModels(ctx context.Context, q Querier, lives []liveGen, expected []map[string]map[string]string, f *audit.Fold) error {
+	r := c.r
 	if len(lives) != len(projections.Names) {
 		r.fail(6, "%d live projections, want %d", len(lives), len(projections.Names))
 	}
@@ -430,24 +489,29 @@ func Check(ctx context.Context, q Querier, h *History, ev Evidence, out *EventsO
 		for _, table := range audit.ProjectionTables[l.name] {
 			actual, err := audit.ReadTable(ctx, q, table, 0, "")
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if d := audit.CompareTable(table, expected[i][table], actual); !d.OK() {
 				r.fail(6, "read model %s (checkpoint %s) differs from a rebuild: %s", table, l.pos, d.Describe(3))
 			}
 		}
 	}
+	return nil
+}
 
-	// C7: every stored request hash is the hash of the key's first request.
-	for _, e := range events {
-		ks := keys[e.clientKey()]
+// checkRequestHashes is C7: every stored request hash is the hash of the
+// key's first request.
+func (c *checked) checkRequestHashes() {
+	r := c.r
+	for _, e := range c.events {
+		ks := c.keys[e.clientKey()]
 		if ks == nil || ks.firstHash == "" {
 			continue
 		}
 		if strings.HasPrefix(e.Stream, domain.KeyStreamPrefix) {
-			var c domain.KeyClaimed
-			if json.Unmarshal(e.Data, &c) == nil && c.RequestHash != ks.firstHash {
-				r.fail(7, "key %q claimed for request hash %.12s, its first request has %.12s", ks.key, c.RequestHash, ks.firstHash)
+			var kc domain.KeyClaimed
+			if json.Unmarshal(e.Data, &kc) == nil && kc.RequestHash != ks.firstHash {
+				r.fail(7, "key %q claimed for request hash %.12s, its first request has %.12s", ks.key, kc.RequestHash, ks.firstHash)
 			}
 			continue
 		}
@@ -455,12 +519,6 @@ func Check(ctx context.Context, q Querier, h *History, ev Evidence, out *EventsO
 			r.fail(7, "key %q: event %s@%d carries request hash %.12s, the first request has %.12s", ks.key, e.Stream, e.Revision, e.meta.RequestHash, ks.firstHash)
 		}
 	}
-
-	// C8: the faults really happened.
-	if ev.Required && !ev.any() {
-		r.fail(8, "vacuous: no redelivery, indefinite outcome, reconnect, kill or restart happened")
-	}
-	return r, nil
 }
 
 func head(rs []uint64, n int) []uint64 {
