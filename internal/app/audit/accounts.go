@@ -76,14 +76,11 @@ func (f *Fold) loadAccounts(ctx context.Context, ids []string, guarded bool) err
 		if f.streams[stream] != nil {
 			return nil // read already
 		}
-		a, err := domain.DecodeSnapshot(stream, row.Snapshot)
+		a, ss, err := rowAccount(stream, row)
 		if err != nil {
 			return fmt.Errorf("audit: checkpoint %d: %w: run a full audit (without --from) to store a new checkpoint", r.id, err)
 		}
-		boundAccount(a)
 		f.Accounts[a.ID] = a
-		ss := &streamState{next: row.Next, chain: row.Chain, groupKey: row.GroupKey, groupNext: row.GroupNext, groupCount: row.GroupCount, refunds: refundsTotalOfRow(row.RefundsTotal)}
-		restoreClosedHold(a, ss)
 		f.streams[stream] = ss
 		if row.Checked.Recorded() {
 			f.recordResumed(stream, row.Checked)
@@ -102,6 +99,19 @@ func (f *Fold) loadAccounts(ctx context.Context, ids []string, guarded bool) err
 		}
 		return nil
 	})
+}
+
+// rowAccount is an account and its stream's state as a checkpoint row holds
+// them, bounded as the fold keeps them (boundAccount, restoreClosedHold).
+func rowAccount(stream string, row projections.AuditAccount) (*domain.Account, *streamState, error) {
+	a, err := domain.DecodeSnapshot(stream, row.Snapshot)
+	if err != nil {
+		return nil, nil, err
+	}
+	boundAccount(a)
+	ss := &streamState{next: row.Next, chain: row.Chain, groupKey: row.GroupKey, groupNext: row.GroupNext, groupCount: row.GroupCount, refunds: refundsTotalOfRow(row.RefundsTotal)}
+	restoreClosedHold(a, ss)
+	return a, ss, nil
 }
 
 // addUntouched adds the open accounts the fold did not read to the totals

@@ -61,12 +61,11 @@ func stubDigest(h *domain.Hold) (d holdDigest, ok bool) {
 func isStub(h *domain.Hold) bool { return h.Amount == 0 }
 
 // sameSnapshot is domain.SameState of a snapshot and the fold's account a,
-// with the last closed hold a forgot: the snapshot's copy of it must match
-// its digest (then it is compared as a's own) or, missing, the snapshot must
-// say it forgot holds and the hold be one a ledger forgets (findable, as
-// domain.SameState has it).
-func (f *Fold) sameSnapshot(stream string, snap, a *domain.Account) (bool, string) {
-	ss := f.streams[stream]
+// with the last closed hold a forgot, kept in its stream's state ss: the
+// snapshot's copy of it must match its digest (then it is compared as a's
+// own) or, missing, the snapshot must say it forgot holds and the hold be one
+// a ledger forgets (findable, as domain.SameState has it).
+func sameSnapshot(ss *streamState, snap, a *domain.Account) (bool, string) {
 	if ss == nil || ss.closedHold == "" || a.Holds[ss.closedHold] != nil {
 		return domain.SameState(snap, a)
 	}

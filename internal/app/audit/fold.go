@@ -182,8 +182,10 @@ type Fold struct {
 	// snapshotsTrusted counts the snapshots an incremental audit does not
 	// check again: of revisions its checkpoint passed, stored with the bytes
 	// the checkpoint records (snapshots.go); snapshotsFromStart those of such
-	// revisions it checked by a fold from their stream's first event.
-	snapshotsTrusted, snapshotsFromStart int
+	// revisions it checked by a fold from their stream's first event;
+	// snapshotsWritten those written while the audit ran, listed again
+	// before it stores its checkpoint (snapshotswritten.go).
+	snapshotsTrusted, snapshotsFromStart, snapshotsWritten int
 	// trustRecorded: the checkpoint resumed from records snapshots checked
 	// with every refunded sum (carried.RefundsChecked), so trusted.
 	trustRecorded bool
@@ -482,7 +484,7 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent, 
 	f.checkAccountEvent(re, m, a, payload)
 	f.checkConditions(re, m, a, payload)
 	f.expectAccountRows(re, m, a, payload)
-	f.forgetClosedHold(re.Stream, a, payload)
+	forgetClosedHold(f.streams[re.Stream], a, payload)
 }
 
 // forgetClosedHold keeps of a hold an account event closed only its ID,
@@ -490,13 +492,13 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent, 
 // (expectAccountRows): nothing but a snapshot's copy of it reads the rest
 // again, so an account keeps its active holds and not its last closed one
 // (issue 23: about 200 bytes an account that held funds). The account says
-// it forgot holds once the fold drops what it kept of an earlier one.
-func (f *Fold) forgetClosedHold(stream string, a *domain.Account, payload any) {
+// it forgot holds once the fold drops what it kept of an earlier one. ss is
+// the account's stream state (nil: the hold is dropped whole).
+func forgetClosedHold(ss *streamState, a *domain.Account, payload any) {
 	h := holdOf(a, payload)
 	if h == nil || h.Status == domain.HoldStatusActive {
 		return
 	}
-	ss := f.streams[stream]
 	if ss == nil {
 		a.ForgetClosedHold(h.ID, true)
 		return

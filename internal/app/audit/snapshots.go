@@ -141,12 +141,17 @@ func (f *Fold) decodeSnapshot(sn eventstore.Snapshot) (*domain.Account, bool) {
 // event is at or before position at, with a and its closed holds with the
 // holds read model.
 func (f *Fold) checkSnapshot(stream string, a *domain.Account, at eventstore.Position) {
-	f.checkSnapshotTotal(stream, a, f.refundsTotalOf(stream), at)
+	f.checkSnapshotIn(stream, a, f.streams[stream], at)
 }
 
-// checkSnapshotTotal is checkSnapshot with total, the total of the stream's
-// refunds up to a's revision (refundsTotal).
-func (f *Fold) checkSnapshotTotal(stream string, a *domain.Account, total refundsTotal, at eventstore.Position) {
+// checkSnapshotIn is checkSnapshot with ss, the stream's state that the fold
+// of a keeps beside it: its last closed hold (sameSnapshot) and the total of
+// its refunds up to a's revision (refundsTotal); nil: neither is known.
+func (f *Fold) checkSnapshotIn(stream string, a *domain.Account, ss *streamState, at eventstore.Position) {
+	total := refundsTotal{unknown: true}
+	if ss != nil {
+		total = ss.refunds
+	}
 	sn, ok := f.snapshots[stream]
 	if !ok || int64(sn.revision) != a.Revision {
 		return
@@ -155,7 +160,7 @@ func (f *Fold) checkSnapshotTotal(stream string, a *domain.Account, total refund
 	if sn.acc == nil && !f.readSnapshotAgain(stream, &sn) {
 		return
 	}
-	same, diff := f.sameSnapshot(stream, sn.acc, a)
+	same, diff := sameSnapshot(ss, sn.acc, a)
 	if same {
 		same, diff = f.sameRefunded(stream, sn.acc, a, total)
 	}
@@ -309,11 +314,27 @@ func (f *Fold) checkPassedSnapshot(ctx context.Context, sr eventstore.StreamRead
 	if sr == nil {
 		return fmt.Errorf("audit: --from: the store does not read a stream, to check the snapshot of %s the checkpoint does not record", stream)
 	}
-	rev := f.snapshots[stream].revision
-	a := newReplayAccount(stream)
 	f.snapshotsFromStart++
-	at, broken, total := eventstore.Position{}, false, refundsTotal{}
-	err := readStreamRange(ctx, sr, stream, 0, int64(rev), func(re eventstore.RecordedEvent) error {
+	return f.checkSnapshotFromStart(ctx, sr, stream)
+}
+
+// checkSnapshotFromStart checks the snapshot of stream the fold waits for
+// (f.snapshots) against the account's stream folded from its first event up
+// to it by the replay's aggregate (newReplayAccount), read a page at a time.
+func (f *Fold) checkSnapshotFromStart(ctx context.Context, sr eventstore.StreamReader, stream string) error {
+	a, ss := newReplayAccount(stream), &streamState{}
+	return f.checkSnapshotFolding(ctx, sr, stream, a, ss, eventstore.Position{}, false)
+}
+
+// checkSnapshotFolding checks the snapshot of stream the fold waits for
+// (f.snapshots) against a, at revision ss.next-1 (its event at position
+// at), folded on up to the snapshot's revision, read a page at a time, as
+// applyAccount folds (bounded: forgetting closed holds into ss, as the main
+// fold's accounts do; else keeping what a keeps). A stream that does not
+// fold up to the snapshot's revision leaves it to finishSnapshots to name.
+func (f *Fold) checkSnapshotFolding(ctx context.Context, sr eventstore.StreamReader, stream string, a *domain.Account, ss *streamState, at eventstore.Position, bounded bool) error {
+	broken := false
+	err := readStreamRange(ctx, sr, stream, ss.next, int64(f.snapshots[stream].revision), func(re eventstore.RecordedEvent) error {
 		m, err := domain.DecodeMetadata(re.Metadata)
 		var payload any
 		if err == nil {
@@ -322,7 +343,14 @@ func (f *Fold) checkPassedSnapshot(ctx context.Context, sr eventstore.StreamRead
 		if err == nil { // decoded once, as applyAccount folds
 			err = domain.EvolveAccountDecided(a, storedEvent(re, m), payload)
 			a.ForgetDurable(a.Revision)
-			total.addEvent(payload)
+			ss.refunds.addEvent(payload)
+			ss.next = re.Revision + 1
+		}
+		if err == nil && bounded {
+			forgetClosedHold(ss, a, payload)
+			if m.Index == m.Count-1 {
+				a.ForgetKeys() // as expectAccountRows
+			}
 		}
 		at, broken = re.Position, err != nil
 		return err
@@ -333,6 +361,6 @@ func (f *Fold) checkPassedSnapshot(ctx context.Context, sr eventstore.StreamRead
 	if err != nil {
 		return fmt.Errorf("audit: the stream of %s up to its snapshot: %w", stream, err)
 	}
-	f.checkSnapshotTotal(stream, a, total, at)
+	f.checkSnapshotIn(stream, a, ss, at)
 	return f.reloadErr
 }

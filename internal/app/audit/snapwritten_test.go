@@ -1,0 +1,125 @@
+package audit_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/projections/projtest"
+)
+
+// A snapshot the ledger writes while an audit runs, after the audit listed
+// the snapshots, is written here at each of the audit's progress reports
+// (Options.Progress, after each page folded): the last after its fold has
+// passed every event and before it stores its checkpoint.
+
+// hotDeposits makes n deposits of 10 to "hot" and projects them.
+func hotDeposits(t *testing.T, env *projtest.Env, n int) {
+	t.Helper()
+	for i := range n {
+		env.MustApply(t, "deposit", map[string]any{"idempotency_key": fmt.Sprintf("hot-more-%d", i), "account_id": "hot", "amount": 10, "currency": "EUR"})
+	}
+	catchUp(t, env)
+}
+
+// TestAuditRecordsASnapshotWrittenWhileItRuns: hot's snapshot at hotLater,
+// written while the checkpointing full audit runs, is checked by it and
+// recorded in its checkpoint: the incremental audit from it trusts the
+// snapshot and reads none of hot's events. On eb5ab02 the checkpoint did not
+// record it and the incremental audit folded hot from its first event
+// (hotLater+1 events read).
+func TestAuditRecordsASnapshotWrittenWhileItRuns(t *testing.T) {
+	env, cp := hotLedger(t, func(env *projtest.Env) {
+		writeSnapshot(t, env, accountAt(t, env, "hot", hotLater+1), hotLater, nil)
+	})
+	rep, read := runCounting(t, env, cp.ID, "hot")
+	if !rep.OK() || rep.SnapsTrusted != 1 || rep.Snapshots != 0 || rep.SnapsFromStart != 0 || read != 0 {
+		t.Fatalf("from the checkpoint of the audit it ran beside: ok %v, %d checked, %d trusted, %d from the first event, %d events of hot read: %v",
+			rep.OK(), rep.Snapshots, rep.SnapsTrusted, rep.SnapsFromStart, read, rep.Violations)
+	}
+}
+
+// TestIncrementalAuditChecksASnapshotWrittenWhileItRunsFromItsBase: an
+// incremental audit that stores a checkpoint checks hot's snapshot written
+// while it runs, at a revision after the checkpoint it resumed from, by
+// folding hot from that checkpoint's row: it reads hot's 6 events after the
+// checkpoint up to the snapshot, none before; the next incremental audit
+// trusts it and reads none. On eb5ab02 the first read none of hot's stream
+// (the snapshot unchecked) and the next folded hot from its first event
+// (hotEvents+6 events).
+func TestIncrementalAuditChecksASnapshotWrittenWhileItRunsFromItsBase(t *testing.T) {
+	env, cp := hotLedger(t, nil)
+	hotDeposits(t, env, 10)
+	const rev = hotEvents + 5 // 6 events after the checkpoint's hotEvents-1
+	write := func(int64) { writeSnapshot(t, env, accountAt(t, env, "hot", rev+1), rev, nil) }
+	first, read := runCountingWith(t, env, audit.Options{From: &cp.ID, SaveCheckpoint: true, Progress: write}, "hot")
+	if !first.OK() || first.Checkpoint == nil || first.Snapshots != 1 || first.SnapsWritten != 1 || read != 6 {
+		t.Fatalf("the checkpointing incremental audit: ok %v, checkpoint %v, %d checked, %d events of hot read (want 6): %v",
+			first.OK(), first.Checkpoint, first.Snapshots, read, first.Violations)
+	}
+	next, read := runCounting(t, env, first.Checkpoint.ID, "hot")
+	if !next.OK() || next.SnapsTrusted != 1 || next.Snapshots != 0 || read != 0 {
+		t.Fatalf("the next incremental audit: ok %v, %d checked, %d trusted, %d events of hot read: %v", next.OK(), next.Snapshots, next.SnapsTrusted, read, next.Violations)
+	}
+}
+
+// TestAuditNamesAForgedSnapshotWrittenWhileItRuns: a forged snapshot
+// written while a checkpointing audit runs is named by that audit, which
+// stores no checkpoint (so none records it): a balance, by a full audit
+// (folding hot from its first event) and an incremental one (from its
+// row); a refunded original's sum lowered, which the fold from the row does
+// not keep (read from the store); a closed hold's amount, which neither
+// keeps (read from the holds read model). On eb5ab02 each audit passed and
+// stored a checkpoint.
+func TestAuditNamesAForgedSnapshotWrittenWhileItRuns(t *testing.T) {
+	t.Run("balance", func(t *testing.T) {
+		env, cp := hotLedger(t, nil)
+		hotDeposits(t, env, 10)
+		for name, rev := range map[string]int{"full": hotLater, "incremental": hotEvents + 5} {
+			write := func(int64) {
+				writeSnapshot(t, env, accountAt(t, env, "hot", rev+1), uint64(rev), func([]byte) []byte { return forgedSnapshot(t, env, "hot", rev) })
+			}
+			opts := audit.Options{SaveCheckpoint: true, Progress: write}
+			if name == "incremental" {
+				opts.From = &cp.ID
+			}
+			if _, err := env.Pool.Exec(context.Background(), `DELETE FROM snapshots WHERE stream = $1`, domain.AccountStream("hot")); err != nil {
+				t.Fatal(err) // none listed: the forged one is written while the audit runs
+			}
+			if rep := run(t, env, opts); rep.OK() || !snapshotMismatchOf(rep, "hot") || rep.Checkpoint != nil {
+				t.Errorf("the %s audit: ok %v, checkpoint %v: %v", name, rep.OK(), rep.Checkpoint, rep.Violations)
+			}
+		}
+	})
+	t.Run("refunded sum", func(t *testing.T) {
+		env, cp := refundedEnv(t, true) // r's checkpoint at revision 4
+		catchUp(t, env)
+		write := func(int64) {
+			a := accountAt(t, env, "r", 7)
+			a.Refunded["r-d1"] = domain.RefundedSum{Amount: 10, Findable: a.Refunded["r-d1"].Findable}
+			writeSnapshot(t, env, a, 6, nil)
+		}
+		rep, read := runCountingWith(t, env, audit.Options{From: &cp, SaveCheckpoint: true, Progress: write}, "r")
+		if rep.OK() || !snapshotMismatchOf(rep, "r") || rep.Checkpoint != nil || read != 2 {
+			t.Fatalf("ok %v, checkpoint %v, %d events of r read (want 2): %v", rep.OK(), rep.Checkpoint, read, rep.Violations)
+		}
+	})
+	t.Run("closed hold", func(t *testing.T) {
+		env, cp := closedHoldsEnv(t)
+		var stream string
+		write := func(int64) {
+			stream = writeSnapshotOf(t, env, "sh", func(a *domain.Account) { a.Holds["sh-1"].Amount++ })
+		}
+		rep := run(t, env, audit.Options{From: &cp, SaveCheckpoint: true, Progress: write})
+		named := false
+		for _, v := range rep.Violations {
+			named = named || (v.Kind == "snapshot_mismatch" && v.Stream == stream && strings.Contains(v.Message, "hold sh-1 "))
+		}
+		if rep.OK() || !named || rep.Checkpoint != nil {
+			t.Fatalf("ok %v, checkpoint %v: %v", rep.OK(), rep.Checkpoint, rep.Violations)
+		}
+	})
+}
