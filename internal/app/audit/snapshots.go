@@ -31,7 +31,9 @@ import (
 // bytes (when its audit checked every refunded sum: trustRecorded) and checks every other one by folding its account's stream from its
 // first event (checkPassedSnapshot); it
 // reads, for a page, the checkpoint's revisions and records of its
-// accounts (their bytes' sha256), not their states.
+// accounts (their bytes' sha256), not their states. A checkpointing audit
+// lists them again once its fold reaches its head, for those written while
+// it ran (snapshotswritten.go).
 
 // snapshotPage is how many snapshots the audit lists at a time.
 const snapshotPage = 1000
