@@ -128,7 +128,7 @@ func killer(sys *system, res *result, rng *rand.Rand, n int, lo, hi time.Duratio
 // ---- scenario 2: JetStream redelivery ----
 
 func scenarioRedelivery(ctx context.Context, s *suite, res *result) error {
-	rd := &redelivery{rng: s.rng("2")}
+	rd := &redelivery{freezeRng: s.rng("2-freeze"), holdRng: s.rng("2-hold")}
 	err := runBank(ctx, s, res, bank{
 		ledgers: 2, projectors: 1, accounts: 10, producers: 4, commands: s.size(1200, 200),
 		resend: 0.05, js: 0.6, batch: 0.15, retries: 10, timeout: 4 * time.Second,
@@ -145,9 +145,12 @@ func scenarioRedelivery(ctx context.Context, s *suite, res *result) error {
 	return err
 }
 
-// redelivery is scenario 2's faults and what they did.
+// redelivery is scenario 2's faults and what they did. Its faults run in
+// parallel goroutines, each drawing from its own generator of the seed (a
+// *rand.Rand is not safe for concurrent use, and draws interleaved by the
+// scheduler would not replay from --seed).
 type redelivery struct {
-	rng                      *rand.Rand
+	freezeRng, holdRng       *rand.Rand
 	invalid                  int
 	dlq                      uint64
 	stops, holds, badBatches int
@@ -174,7 +177,7 @@ func (rd *redelivery) faults(ctx context.Context, sys *system, res *result) {
 // freezeLedgers, for no ack: freezes a ledger (SIGSTOP) beyond the AckWait;
 // what it was handling is redelivered to the other.
 func (rd *redelivery) freezeLedgers(ctx context.Context, sys *system) {
-	rng := rd.rng
+	rng := rd.freezeRng
 	for ctx.Err() == nil {
 		if !sleepCtx(ctx, between(rng, 500*time.Millisecond, 1500*time.Millisecond)) {
 			return
@@ -193,7 +196,7 @@ func (rd *redelivery) freezeLedgers(ctx context.Context, sys *system) {
 // append, so that commands on it outlive the AckWait (in-progress, then
 // redelivery).
 func (rd *redelivery) holdStreams(ctx context.Context, sys *system) {
-	rng := rd.rng
+	rng := rd.holdRng
 	for ctx.Err() == nil {
 		if !sleepCtx(ctx, between(rng, 500*time.Millisecond, time.Second)) {
 			return
