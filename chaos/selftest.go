@@ -119,7 +119,7 @@ func scenarioSelfTest(ctx context.Context, s *suite, res *result) error {
 	}
 	res.notes = append(res.notes, "the duplicated, deleted and phantom events are beside a deposit sent as a batch element")
 	caught, planted := 0, 0 // planted: the corruptions judged so far
-	for _, cr := range slices.Concat(eventCorruptions(d1, d2), modelCorruptions(d1), atomicCorruptions()) {
+	for _, cr := range slices.Concat(eventCorruptions(d1, d2), modelCorruptions(d1), atomicCorruptions(), hashCorruptions(d1)) {
 		rep, err := check(Evidence{}, cr.apply, out)
 		if err != nil {
 			return fmt.Errorf("%s: %w", cr.name, err)
@@ -249,6 +249,30 @@ func eventCorruptions(d1, d2 depositRef) []corruption {
 		{"a swapped payload", 5, "", func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `UPDATE events e SET data = o.data FROM events o
 				WHERE (e.event_id, o.event_id) IN (($1::uuid, $2::uuid), ($2::uuid, $1::uuid))`, d1.id, d2.id)
+			return err
+		}},
+	}
+}
+
+// hashCorruptions are faults of the request hashes (C7): d1's key claimed,
+// and decided, for another request than the client's first. The claim and the
+// decision's metadata agree with each other (the audit's claim check holds), so
+// that only C7, which compares them with the history, can catch it.
+func hashCorruptions(d1 depositRef) []corruption {
+	const setHash = `convert_to(jsonb_set(convert_from(%[1]s, 'UTF8')::jsonb, '{request_hash}', to_jsonb($2::text))::text, 'UTF8')`
+	return []corruption{
+		{"a key claimed for another request", 7, "claimed for request hash", func(ctx context.Context, tx pgx.Tx) error {
+			var key string
+			if err := tx.QueryRow(ctx, `SELECT convert_from(metadata, 'UTF8')::jsonb->>'key' FROM events WHERE event_id = $1`, d1.id).Scan(&key); err != nil {
+				return err
+			}
+			other := domain.Request{"type": "deposit", "account_id": strings.TrimPrefix(d1.stream, domain.AccountStreamPrefix), "amount": d1.amount + 1, "currency": d1.currency}.Hash()
+			if err := exec1(ctx, tx, `UPDATE events SET data = `+fmt.Sprintf(setHash, "data")+` WHERE stream = $1 AND type = $3`,
+				domain.KeyStreamPrefix+key, other, domain.EvKeyClaimed); err != nil {
+				return fmt.Errorf("the claim of %q: %w", key, err)
+			}
+			_, err := tx.Exec(ctx, `UPDATE events SET metadata = `+fmt.Sprintf(setHash, "metadata")+`
+				WHERE convert_from(metadata, 'UTF8')::jsonb->>'key' = $1`, key, other)
 			return err
 		}},
 	}
