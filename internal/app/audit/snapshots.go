@@ -25,11 +25,12 @@ import (
 // revision and the sha256 of its bytes, Fold.checked) in the checkpoint the
 // audit stores, one per account. An incremental audit keeps only the snapshots of revisions
 // after its checkpoint's revision of their account (whose events after the
-// checkpoint the fold reads anyway) or of accounts opened since, checks at
-// once those at that revision, and of the others, of revisions the
-// checkpoint passed, trusts those the checkpoint records with the same
-// bytes (when its audit checked every refunded sum: trustRecorded) and checks every other one by folding its account's stream from its
-// first event (checkPassedSnapshot); it
+// checkpoint the fold reads anyway) or of accounts opened since; of the
+// others, of revisions the checkpoint passed or at it, trusts those the
+// checkpoint records with the same bytes (when its audit checked every
+// refunded sum: trustRecorded), checks at once the other ones at that
+// revision, and checks every other one by folding its account's stream
+// from its first event (checkPassedSnapshot); it
 // reads, for a page, the checkpoint's revisions and records of its
 // accounts (their bytes' sha256), not their states. A checkpointing audit
 // lists them again once its fold reaches its head, for those written while
@@ -236,10 +237,10 @@ func (f *Fold) recordResumed(stream string, c projections.CheckedSnapshot) {
 }
 
 // skipSnapshotsBefore trusts, of a page of snapshots, those of revisions the
-// checkpoint passed that it records with the same bytes, checks the other
-// ones of such revisions by folding their streams (checkPassedSnapshots),
-// checks at once those at the checkpoint's revision of their account (read
-// from its row), and keeps the others: of revisions after it, or of accounts
+// checkpoint passed or at its revision of their account that it records
+// with the same bytes, checks the other ones of passed revisions by folding
+// their streams (checkPassedSnapshots), checks at once the other ones at
+// the checkpoint's revision (read from its row), and keeps the others: of revisions after it, or of accounts
 // the checkpoint does not hold.
 func (f *Fold) skipSnapshotsBefore(ctx context.Context, sr eventstore.StreamReader, page []eventstore.Snapshot) error {
 	ids := make([]string, 0, len(page))
@@ -255,7 +256,7 @@ func (f *Fold) skipSnapshotsBefore(ctx context.Context, sr eventstore.StreamRead
 		stream := domain.AccountStream(row.AccountID)
 		sum := sums[stream]
 		switch rev := f.snapshots[stream].revision; {
-		case rev+1 < row.Next && f.trustRecorded && row.CheckedSHA256 != nil && row.Checked == rev && bytes.Equal(row.CheckedSHA256, sum[:]):
+		case rev+1 <= row.Next && f.trustRecorded && row.CheckedSHA256 != nil && row.Checked == rev && bytes.Equal(row.CheckedSHA256, sum[:]):
 			delete(f.snapshots, stream)
 			f.snapshotsTrusted++
 		case rev+1 < row.Next:
