@@ -3,6 +3,7 @@ package natsapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,8 +18,8 @@ import (
 // atomic batch by request-reply applies all of it, or is refused as a whole
 // and answers so again; ledger.v1.query.command on its key answers its
 // reply; one published to LEDGER_COMMANDS is decided by the consumer and
-// acknowledged (refused included: its refusal is recorded), none of them
-// dead-lettered.
+// acknowledged (refused included, by a rejected or an invalid element: its
+// refusal is recorded), none of them dead-lettered.
 func TestAtomicBatchThroughRequestReplyAndJetStream(t *testing.T) {
 	r := newRig(t)
 	r.intake(Options{BackOff: []time.Duration{time.Second}})
@@ -40,13 +41,24 @@ func TestAtomicBatchThroughRequestReplyAndJetStream(t *testing.T) {
 			t.Fatalf("refused (duplicate %v): %+v", dup, rep)
 		}
 	}
-	m, err := r.nc.Request(CommandQuerySubject, []byte(`{"idempotency_key":"b2"}`), 20*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	invalid := []byte(`{"atomic":true,"idempotency_key":"b5","commands":[
+		{"type":"deposit","idempotency_key":"d-b5","account_id":"b","amount":5,"currency":"EUR"},
+		{"type":"deposit","idempotency_key":"x-b5","account_id":"a","amount":0,"currency":"EUR"}]}`)
+	for _, dup := range []bool{false, true} {
+		rep := r.request("batch", invalid)
+		if rep.Status != domain.StatusInvalid || rep.Code != domain.CodeInvalidRequest || rep.Index == nil || *rep.Index != 1 || rep.Duplicate != dup {
+			t.Fatalf("refused by an invalid element (duplicate %v): %+v", dup, rep)
+		}
 	}
-	var q reply.Reply
-	if err := json.Unmarshal(m.Data, &q); err != nil || q.Code != domain.CodeInsufficientFunds || q.Index == nil || *q.Index != 1 {
-		t.Fatalf("query.command b2: %s (%v)", m.Data, err)
+	for key, code := range map[string]domain.Code{"b2": domain.CodeInsufficientFunds, "b5": domain.CodeInvalidRequest} {
+		m, err := r.nc.Request(CommandQuerySubject, fmt.Appendf(nil, `{"idempotency_key":%q}`, key), 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var q reply.Reply
+		if err := json.Unmarshal(m.Data, &q); err != nil || q.Code != code || q.Index == nil || *q.Index != 1 {
+			t.Fatalf("query.command %s: %s (%v)", key, m.Data, err)
+		}
 	}
 
 	ctx := context.Background()
@@ -57,7 +69,8 @@ func TestAtomicBatchThroughRequestReplyAndJetStream(t *testing.T) {
 	published := `{"atomic":true,"idempotency_key":"b3","commands":[
 		{"type":"deposit","idempotency_key":"d-b2","account_id":"b","amount":7,"currency":"EUR"},
 		{"type":"transfer","idempotency_key":"t-2","transfer_id":"t-2","from":"b","to":"a","amount":37,"currency":"EUR"}]}`
-	for _, body := range []string{published, `{"atomic":true,"idempotency_key":"b4","commands":[{"type":"withdraw","idempotency_key":"w-b","account_id":"b","amount":1,"currency":"EUR"}]}`} {
+	for _, body := range []string{published, `{"atomic":true,"idempotency_key":"b4","commands":[{"type":"withdraw","idempotency_key":"w-b","account_id":"b","amount":1,"currency":"EUR"}]}`,
+		`{"atomic":true,"idempotency_key":"b6","commands":[{"type":"deposit","idempotency_key":"x-b6","account_id":"b","amount":0,"currency":"EUR"}]}`} {
 		if _, err := js.Publish(ctx, CommandSubject("batch"), []byte(body)); err != nil {
 			t.Fatal(err)
 		}
@@ -71,9 +84,9 @@ func TestAtomicBatchThroughRequestReplyAndJetStream(t *testing.T) {
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
 	})
 	if a, b := devtest.Account(t, r.store, "a").Balance, devtest.Account(t, r.store, "b").Balance; a != 107 || b != 0 {
-		t.Fatalf("balances a %d b %d, want 107 and 0 (b3 applied; b2, b4 refused)", a, b)
+		t.Fatalf("balances a %d b %d, want 107 and 0 (b3 applied; b2, b4, b5, b6 refused)", a, b)
 	}
-	for key, status := range map[string]domain.Status{"b3": domain.StatusApplied, "b4": domain.StatusRejected} {
+	for key, status := range map[string]domain.Status{"b3": domain.StatusApplied, "b4": domain.StatusRejected, "b6": domain.StatusInvalid} {
 		if rep, err := r.svc.Lookup(ctx, key); err != nil || rep == nil || rep.Status != status {
 			t.Fatalf("%s: %v %+v", key, err, rep)
 		}

@@ -393,13 +393,13 @@ func (in *Intake) logOutcome(source, typ string, r reply.Reply, took time.Durati
 // the command subjects, so a js.Publish of a command reaches this intake too, and
 // its reply may reach the publisher before the stream's PubAck; the publisher then
 // takes it as its ack (a stronger one: the outcome is durable) or, when nothing
-// was applied or recorded, as a publish error (code 400 for status invalid, 503 for
-// status error: publish again, same key).
+// was applied or recorded (reply.Recorded), as a publish error (code 400 for
+// status invalid, 503 for status error: publish again, same key).
 type WireReply struct {
 	reply.Reply
 	// Stream names the stream that captured the command (PubAck compatibility).
 	Stream string `json:"stream"`
-	// Error is set when status is invalid or error.
+	// Error is set when nothing was recorded: status invalid or error.
 	Error *WireError `json:"error,omitempty"`
 }
 
@@ -411,10 +411,11 @@ type WireError struct {
 
 func wire(r reply.Reply) WireReply {
 	w := WireReply{Reply: r, Stream: StreamName}
-	switch r.Status {
-	case domain.StatusInvalid:
+	switch {
+	case reply.Recorded(r): // an atomic batch refused by an invalid element included
+	case r.Status == domain.StatusInvalid:
 		w.Error = &WireError{Code: 400, Description: string(r.Code) + ": " + r.Message}
-	case domain.StatusError:
+	case r.Status == domain.StatusError:
 		w.Error = &WireError{Code: 503, Description: string(r.Code) + ": " + r.Message}
 	}
 	return w

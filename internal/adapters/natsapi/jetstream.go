@@ -280,8 +280,11 @@ func (c *consumerLoop) handle(m jetstream.Msg) {
 		return
 	}
 	status := r.Status
-	if reply.Undecided(r) { // a batch with a command left undecided: deliver it again
+	switch {
+	case reply.Undecided(r): // a batch with a command left undecided: deliver it again
 		status = domain.StatusError
+	case reply.Recorded(r): // an atomic batch refused by an invalid element included
+		status = domain.StatusApplied
 	}
 	switch status {
 	case domain.StatusApplied, domain.StatusRejected:

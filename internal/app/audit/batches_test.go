@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"testing"
 
@@ -13,9 +14,11 @@ import (
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
 
-// TestAuditAtomicBatches: the history of atomic batches, applied and refused,
-// folds without violations; the same history without the claim of an element
-// of an applied batch is named batch_element_undecided.
+// TestAuditAtomicBatches: the history of atomic batches, applied and refused
+// (by a rejected element, and by an invalid one), folds without violations;
+// the same history without the claim of an element of an applied batch is
+// named batch_element_undecided, and with a refused batch's decision whose
+// status or code is not its refusing element's (reply.BatchDecided), bad_claim.
 func TestAuditAtomicBatches(t *testing.T) {
 	st := devtest.Memory(t)
 	s := ledger.New(st, ledger.Options{})
@@ -42,5 +45,21 @@ func TestAuditAtomicBatches(t *testing.T) {
 	f := fold(broken)
 	if !slices.ContainsFunc(f.Violations, func(v audit.Violation) bool { return v.Kind == "batch_element_undecided" }) {
 		t.Fatalf("an applied batch's element without its claim: %v", f.Violations)
+	}
+	for key, forge := range map[string]func(*domain.BatchDecided){
+		"b3": func(d *domain.BatchDecided) { d.Code = domain.CodeAccountNotFound },
+		"b4": func(d *domain.BatchDecided) { d.Status = domain.StatusRejected },
+	} {
+		forged := slices.Clone(all)
+		i := slices.IndexFunc(forged, func(re eventstore.RecordedEvent) bool { return re.Stream == domain.KeyStream(key) })
+		var d domain.BatchDecided
+		if i < 0 || json.Unmarshal(forged[i].Data, &d) != nil {
+			t.Fatalf("%s: no decision", key)
+		}
+		forge(&d)
+		forged[i].Data, _ = json.Marshal(d)
+		if f := fold(forged); !slices.ContainsFunc(f.Violations, func(v audit.Violation) bool { return v.Kind == "bad_claim" && v.Stream == domain.KeyStream(key) }) {
+			t.Fatalf("%s: a decision not its refusing element's: %v", key, f.Violations)
+		}
 	}
 }

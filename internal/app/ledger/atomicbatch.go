@@ -28,10 +28,12 @@ import (
 // transaction as the transaction, a transfer as openSaga (the same events, the
 // saga decided at once). Applied, one append writes the batch's BatchDecided,
 // every element's claim and events, each stream expected at the revision it
-// was decided on. Refused at element i, the append writes the BatchDecided
-// alone (the refusing element's reply in it) and asserts the revisions the
-// refusal was decided on, so that a refusal decided on a stale cache is
-// decided again rather than recorded forever. A racing writer (another
+// was decided on. Refused at element i (rejected, or invalid: by itself, or
+// on the state the elements before it leave, such as an effective_at before
+// its account's opening), the append writes the BatchDecided alone (the
+// refusing element's reply in it) and asserts the revisions the refusal was
+// decided on, so that a refusal decided on a stale cache is decided again
+// rather than recorded forever. A racing writer (another
 // instance, a command of one of the elements' keys) makes the append fail:
 // the round is taken again on the store's head, at most MaxAttempts rounds.
 //
@@ -44,13 +46,6 @@ import (
 // as a single command's atomic write does. Refused, or not written, every
 // aggregate it folded into is dropped (batchDecision.forget): the next
 // command reads the store.
-//
-// An element invalid_request (by itself, or on the state the elements before
-// it leave: an effective_at before its account's opening) refuses the batch
-// in its turn, like any other, but such a refusal is not recorded: like any
-// invalid request (PROTOCOL.md §3, "nothing is recorded"), the batch is then
-// decided never, its key stays free, and each time it is sent it is decided
-// again and answered as it stands then (the same, but never duplicate).
 
 // atomicBatch decides an atomic batch in one append.
 func (m atomicMover) atomicBatch(ctx context.Context, b domain.Batch) (Reply, error) {
@@ -86,9 +81,6 @@ func (s *Service) decideAtomicBatch(ctx context.Context, b domain.Batch) (Reply,
 			continue
 		case d.r != nil:
 			return *d.r, nil
-		}
-		if err := s.fail("batch/appended"); err != nil {
-			return Reply{}, err
 		}
 		return s.batchReply(ctx, d.decided, false)
 	}

@@ -57,13 +57,6 @@ type elementRefusal struct {
 	r     Reply
 }
 
-// unrecorded: the element is invalid (by itself, or on the state it meets:
-// an effective_at before an account's opening), and the batch with it is
-// decided never, as any invalid request (PROTOCOL.md §3: nothing recorded).
-func (e *elementRefusal) unrecorded() bool {
-	return e.r.Status == domain.StatusInvalid && e.r.Code == domain.CodeInvalidRequest
-}
-
 // errDecidedMeanwhile: an element's key, undecided when the round began
 // (priorDecisions), was decided before the batch took its locks: the next
 // round answers it as decided.
@@ -131,10 +124,6 @@ func (bd *batchDecision) run(ctx context.Context, l *heldLocks, ids []string) (b
 	if err != nil {
 		return batchOutcome{}, err
 	}
-	if refused != nil && refused.unrecorded() {
-		r := reply.AtomicRefused(bd.b.Key, batchKeys(bd.b), refused.index, refused.r, false)
-		return batchOutcome{r: &r}, nil
-	}
 	parts, err := bd.record(refused)
 	if err != nil {
 		return batchOutcome{}, err
@@ -155,6 +144,9 @@ func (bd *batchDecision) run(ctx context.Context, l *heldLocks, ids []string) (b
 		// it. (The batch's decision and its elements' claims must be new,
 		// so a store that honours MustBeNew refuses such an append instead.)
 		return batchOutcome{again: true}, nil
+	}
+	if err := bd.s.fail("batch/appended"); err != nil { // applied or refused, decided
+		return batchOutcome{}, err
 	}
 	if refused != nil {
 		r := reply.AtomicRefused(bd.b.Key, bd.decided.Keys, refused.index, refused.r, false)

@@ -77,10 +77,10 @@ func expectAtomic(t *testing.T, history, cmds []batchCmd) atomicExpected {
 // checkAllOrNothing is the store's side of an atomic batch (key, its
 // elements' keys) answered r: the events it added (added) are, applied, the
 // batch's decision and every element's claim but for those answered as
-// duplicates, and nothing but what the batch and its elements wrote; refused,
-// the batch's decision alone (none when the refusal is not recorded), so no
+// duplicates, and nothing but what the batch and its elements wrote; refused
+// (by a rejected or an invalid element), the batch's decision alone, so no
 // element's claim nor any money.
-func checkAllOrNothing(added []eventstore.RecordedEvent, key string, keys []string, r Reply, recorded bool) error {
+func checkAllOrNothing(added []eventstore.RecordedEvent, key string, keys []string, r Reply) error {
 	claims := map[string]string{}
 	for _, ev := range added {
 		if k, ok := strings.CutPrefix(ev.Stream, domain.KeyStreamPrefix); ok {
@@ -96,11 +96,8 @@ func checkAllOrNothing(added []eventstore.RecordedEvent, key string, keys []stri
 		}
 	}
 	if r.Status != domain.StatusApplied {
-		switch {
-		case recorded && (len(added) != 1 || claims[key] != domain.EvBatchDecided):
+		if len(added) != 1 || claims[key] != domain.EvBatchDecided {
 			return fmt.Errorf("refused at %v, the batch wrote %d events, want its decision alone: %v", r.Index, len(added), claims)
-		case !recorded && len(added) != 0:
-			return fmt.Errorf("refused at %v without record, the batch wrote %d events", r.Index, len(added))
 		}
 		return nil
 	}
@@ -140,6 +137,7 @@ type atomicRun struct {
 	st      eventstore.Store
 	history []batchCmd // the commands of the batches that applied, in order
 	sent    []atomicSent
+	invalid int // batches refused by an invalid element
 }
 
 // atomicSent is a batch sent and recorded: its key, body, commands and first reply.
@@ -166,7 +164,9 @@ func (a *atomicRun) send(key string, cmds []batchCmd) {
 	if len(r.Replies) != len(cmds) || r.IdempotencyKey != key || r.Duplicate {
 		t.Fatalf("batch %s: %+v", key, r)
 	}
-	recorded := true
+	if r.Status == domain.StatusInvalid {
+		a.invalid++
+	}
 	if want.refused < 0 {
 		if r.Status != domain.StatusApplied || r.Index != nil || !reflect.DeepEqual(r.Replies, want.replies) {
 			t.Fatalf("batch %s (%s): applied alone, got\n%+v\nwant\n%+v", key, body, r.Replies, want.replies)
@@ -174,7 +174,6 @@ func (a *atomicRun) send(key string, cmds []batchCmd) {
 		a.history = append(a.history, cmds...)
 	} else {
 		i, w := want.refused, want.replies[want.refused]
-		recorded = w.Code != domain.CodeInvalidRequest
 		if r.Status != w.Status || r.Code != w.Code || r.Index == nil || *r.Index != i || r.Replies[i].Code != w.Code {
 			t.Fatalf("batch %s (%s): refused alone at %d (%+v), got %+v", key, body, i, w, r)
 		}
@@ -184,23 +183,16 @@ func (a *atomicRun) send(key string, cmds []batchCmd) {
 			}
 		}
 	}
-	if err := checkAllOrNothing(devtest.SettledAll(t, a.st)[before:], key, keys, r, recorded); err != nil {
+	if err := checkAllOrNothing(devtest.SettledAll(t, a.st)[before:], key, keys, r); err != nil {
 		t.Fatalf("batch %s (%s): %v", key, body, err)
 	}
-	again := positionless(a.s.HandleBatch(ctx, body, 0))
-	wantAgain := asDuplicate(r)
-	if !recorded { // an invalid element decides nothing: the same reply, not a duplicate (§2.2)
-		wantAgain = r
+	if again := positionless(a.s.HandleBatch(ctx, body, 0)); !reflect.DeepEqual(again, asDuplicate(r)) {
+		t.Fatalf("batch %s resent:\n got %+v\nwant %+v", key, again, asDuplicate(r))
 	}
-	if !reflect.DeepEqual(again, wantAgain) {
-		t.Fatalf("batch %s resent:\n got %+v\nwant %+v", key, again, wantAgain)
+	if got, err := a.s.Lookup(ctx, key); err != nil || got == nil || !reflect.DeepEqual(positionless(*got), r) {
+		t.Fatalf("batch %s looked up: found %v, %v:\n%+v", key, got != nil, err, got)
 	}
-	if got, err := a.s.Lookup(ctx, key); err != nil || (got != nil) != recorded || (got != nil && !reflect.DeepEqual(positionless(*got), r)) {
-		t.Fatalf("batch %s looked up: found %v (want %v), %v:\n%+v", key, got != nil, recorded, err, got)
-	}
-	if recorded {
-		a.sent = append(a.sent, atomicSent{key, body, cmds, r})
-	}
+	a.sent = append(a.sent, atomicSent{key, body, cmds, r})
 }
 
 // resend sends an earlier batch again: it answers its first reply, duplicate.
@@ -264,6 +256,16 @@ func (a *atomicRun) applying(cmds []batchCmd) []batchCmd {
 	return out
 }
 
+// invalidElement is an element invalid by itself (malformed) or on the state
+// it meets (an effective_at before its account's opening), under key inv<n>.
+func invalidElement(rng *rand.Rand, n int) batchCmd {
+	c := batchCmd{"deposit", map[string]any{"idempotency_key": fmt.Sprintf("inv%d", n), "account_id": "a0", "amount": 0, "currency": "EUR"}}
+	if rng.Intn(2) == 0 {
+		c.body["amount"], c.body["effective_at"] = 1, "2020-01-01T00:00:00Z"
+	}
+	return c
+}
+
 // TestAtomicBatchAllOrNothing (PROTOCOL.md v1.2 §2.2): random atomic batches
 // (resent commands, keys reused for other requests, invalid commands,
 // refusals, transfers, transactions, holds, refunds of every kind) on memory and PostgreSQL. Each
@@ -271,8 +273,8 @@ func (a *atomicRun) applying(cmds []batchCmd) []batchCmd {
 // apply, answering what they would answer; otherwise it is refused at the
 // first that would not, and nothing of it is applied (checkAllOrNothing on
 // what it wrote). Resent, at once or after later batches, it answers the same,
-// duplicate; its key with another batch is a conflict; the keys of a refused
-// batch's commands stay undecided. LEDGER_PROPERTY_SEED replays another seed.
+// duplicate (refused by an invalid element too); its key with another batch
+// is a conflict; the keys of a refused batch's commands stay undecided. LEDGER_PROPERTY_SEED replays another seed.
 func TestAtomicBatchAllOrNothing(t *testing.T) {
 	seed := propertySeed(t, 20261127)
 	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
@@ -295,6 +297,9 @@ func TestAtomicBatchAllOrNothing(t *testing.T) {
 				if len(batch) > 0 {
 					a.send(fmt.Sprintf("b%d", n), batch)
 				}
+				continue
+			case x == 3: // what applies of the next commands, then an invalid element
+				a.send(fmt.Sprintf("b%d", n), append(a.applying(cmds[i:min(i+1+rng.Intn(4), len(cmds))]), invalidElement(rng, n)))
 				continue
 			case x == 1 && len(a.sent) > 0: // an earlier batch's key for other commands
 				b := a.sent[rng.Intn(len(a.sent))]
@@ -326,7 +331,10 @@ func TestAtomicBatchAllOrNothing(t *testing.T) {
 				refunds++
 			}
 		}
-		t.Logf("%d batches sent, %d commands applied in them, %d of them refunds", len(a.sent), len(a.history), refunds)
+		t.Logf("%d batches sent, %d commands applied in them, %d of them refunds; %d refused by an invalid element", len(a.sent), len(a.history), refunds, a.invalid)
+		if a.invalid == 0 {
+			t.Fatal("no batch was refused by an invalid element")
+		}
 		for _, b := range a.sent {
 			for _, c := range b.cmds {
 				k, _ := c.body["idempotency_key"].(string)
@@ -338,40 +346,115 @@ func TestAtomicBatchAllOrNothing(t *testing.T) {
 	})
 }
 
-// TestAtomicBatchInvalidElement: a command invalid by itself, or on the state
-// the elements before it leave (an effective_at before its account's opening,
-// which an element before it opens), refuses the batch in its turn without a
-// record: an invalid reply decides nothing (PROTOCOL.md §3), so the batch's
-// key stays undecided, and the batch answers the same each time, never as a
-// duplicate.
+// TestAtomicBatchInvalidElement (PROTOCOL.md v1.2 §2.2): a command invalid by
+// itself, or on the state the elements before it leave (an effective_at
+// before its account's opening, which an element before it opens), refuses
+// the batch in its turn, and the refusal is recorded under the batch's key as
+// a rejected one is: its decision alone, no element's key decided. Sent again
+// after the state changed (the account it would open opened alone, from
+// earlier: sent anew, the batch would now be refused at its first element),
+// it answers its first reply, duplicate; the key answers it (query.command)
+// and refuses another batch and a single command as a conflict.
 func TestAtomicBatchInvalidElement(t *testing.T) {
-	st := devtest.Memory(t)
-	s := newService(st)
-	defer s.Close()
-	open := batchCmd{"open_account", map[string]any{"idempotency_key": "o", "account_id": "a", "currency": "EUR"}}
-	dep := batchCmd{"deposit", map[string]any{"idempotency_key": "d", "account_id": "a", "amount": 5, "currency": "EUR"}}
-	for _, c := range []struct {
-		bad   batchCmd
-		field string
-	}{
-		{batchCmd{"deposit", map[string]any{"idempotency_key": "x", "account_id": "a", "amount": 0, "currency": "EUR"}}, "amount"},
-		{batchCmd{"deposit", map[string]any{"idempotency_key": "x", "account_id": "a", "amount": 1, "currency": "EUR", "effective_at": devtest.Epoch.Add(-time.Hour).Format(time.RFC3339)}}, "effective_at"},
-	} {
-		body := atomicBody("b", []batchCmd{open, dep, c.bad})
-		for range 2 {
-			r := s.HandleBatch(context.Background(), body, 0)
-			if r.Status != domain.StatusInvalid || r.Code != domain.CodeInvalidRequest || r.Index == nil || *r.Index != 2 || r.Duplicate ||
-				!reflect.DeepEqual(r.Replies[2].Fields, []string{c.field}) || r.Replies[0].Code != domain.CodeLinkedEventFailed {
-				t.Fatalf("%s: %+v", c.bad.typ, r)
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		s := newService(st)
+		defer s.Close()
+		ctx := context.Background()
+		for i, c := range []struct {
+			bad   batchCmd
+			field string
+		}{
+			{batchCmd{"deposit", map[string]any{"idempotency_key": "x", "account_id": "a", "amount": 0, "currency": "EUR"}}, "amount"},
+			{batchCmd{"deposit", map[string]any{"idempotency_key": "x", "account_id": "a", "amount": 1, "currency": "EUR", "effective_at": devtest.Epoch.Add(-time.Hour).Format(time.RFC3339)}}, "effective_at"},
+		} {
+			key, acc := fmt.Sprintf("b%d", i), fmt.Sprintf("a%d", i)
+			open := batchCmd{"open_account", map[string]any{"idempotency_key": "o" + key, "account_id": acc, "currency": "EUR"}}
+			dep := batchCmd{"deposit", map[string]any{"idempotency_key": "d" + key, "account_id": acc, "amount": 5, "currency": "EUR"}}
+			c.bad.body["account_id"], c.bad.body["idempotency_key"] = acc, "x"+key
+			body := atomicBody(key, []batchCmd{open, dep, c.bad})
+			before := len(devtest.SettledAll(t, st))
+			first := positionless(s.HandleBatch(ctx, body, 0))
+			if first.Status != domain.StatusInvalid || first.Code != domain.CodeInvalidRequest || first.Index == nil || *first.Index != 2 || first.Duplicate ||
+				!reflect.DeepEqual(first.Replies[2].Fields, []string{c.field}) || first.Replies[0].Code != domain.CodeLinkedEventFailed {
+				t.Fatalf("%s: %+v", c.field, first)
+			}
+			if err := checkAllOrNothing(devtest.SettledAll(t, st)[before:], key, []string{"o" + key, "d" + key, "x" + key}, first); err != nil {
+				t.Fatalf("%s: %v", c.field, err)
+			}
+			opened := fmt.Appendf(nil, `{"idempotency_key":"alone-%s","account_id":%q,"currency":"EUR","effective_at":%q}`, key, acc, devtest.Epoch.Add(-2*time.Hour).Format(time.RFC3339))
+			if r := s.HandleRaw(ctx, "open_account", opened); r.Status != domain.StatusApplied {
+				t.Fatalf("%s: %+v", c.field, r)
+			}
+			checkInvalidDecided(t, s, key, body, first)
+		}
+	})
+}
+
+// checkInvalidDecided: the atomic batch under key (body), first answered
+// first (refused by an invalid element), answers it again, duplicate, and
+// from its key (Lookup, what query.command answers); its elements' keys are
+// undecided; the key refuses another batch and a single command.
+func checkInvalidDecided(t *testing.T, s *Service, key string, body []byte, first Reply) {
+	t.Helper()
+	ctx := context.Background()
+	if again := positionless(s.HandleBatch(ctx, body, 0)); !reflect.DeepEqual(again, asDuplicate(first)) {
+		t.Fatalf("%s resent:\n got %+v\nwant %+v", key, again, asDuplicate(first))
+	}
+	if got, err := s.Lookup(ctx, key); err != nil || got == nil || !reflect.DeepEqual(positionless(*got), first) {
+		t.Fatalf("%s looked up (%v): %+v", key, err, got)
+	}
+	for _, el := range first.Replies {
+		if got, err := s.Lookup(ctx, el.IdempotencyKey); err != nil || got != nil {
+			t.Fatalf("%s: its element's key %q is decided (%v): %+v", key, el.IdempotencyKey, err, got)
+		}
+	}
+	other := atomicBody(key, []batchCmd{{"open_account", map[string]any{"idempotency_key": "other-" + key, "account_id": "other-" + key, "currency": "EUR"}}})
+	if r := s.HandleBatch(ctx, other, 0); r.Code != domain.CodeIdempotencyKeyConflict || !reflect.DeepEqual(r.Fields, []string{"commands"}) {
+		t.Fatalf("%s, another batch: %+v", key, r)
+	}
+	alone := fmt.Appendf(nil, `{"idempotency_key":%q,"account_id":"other-%s","currency":"EUR"}`, key, key)
+	if r := s.HandleRaw(ctx, "open_account", alone); r.Code != domain.CodeIdempotencyKeyConflict {
+		t.Fatalf("%s, a single command: %+v", key, r)
+	}
+}
+
+// TestAtomicBatchInvalidElementRace: an atomic batch refused by an invalid
+// element, sent at once by several goroutines of two ledgers on one store,
+// is decided once: its key stream holds one decision, one sender answered it
+// first and every other its duplicate.
+func TestAtomicBatchInvalidElementRace(t *testing.T) {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		a, b := newService(st), newService(st)
+		defer a.Close()
+		defer b.Close()
+		ctx := context.Background()
+		body := atomicBody("race", []batchCmd{
+			{"open_account", map[string]any{"idempotency_key": "o", "account_id": "a", "currency": "EUR"}},
+			{"deposit", map[string]any{"idempotency_key": "x", "account_id": "a", "amount": 1, "currency": "EUR", "effective_at": devtest.Epoch.Add(-time.Hour).Format(time.RFC3339)}},
+		})
+		replies := make([]Reply, 6)
+		var wg sync.WaitGroup
+		for i := range replies {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				replies[i] = positionless([]*Service{a, b}[i%2].HandleBatch(ctx, body, 0))
+			}()
+		}
+		wg.Wait()
+		first := slices.IndexFunc(replies, func(r Reply) bool { return !r.Duplicate })
+		if first < 0 || replies[first].Status != domain.StatusInvalid || replies[first].Index == nil || *replies[first].Index != 1 {
+			t.Fatalf("no sender answered the refusal first: %+v", replies)
+		}
+		for i, r := range replies {
+			if i != first && !reflect.DeepEqual(r, asDuplicate(replies[first])) {
+				t.Fatalf("sender %d:\n got %+v\nwant %+v", i, r, asDuplicate(replies[first]))
 			}
 		}
-		if got, err := s.Lookup(context.Background(), "b"); got != nil || err != nil {
-			t.Fatalf("%s: the batch's key is decided (%v)", c.bad.typ, err)
+		if evs := devtest.SettledAll(t, st); len(evs) != 1 || evs[0].Stream != domain.KeyStream("race") || evs[0].Type != domain.EvBatchDecided {
+			t.Fatalf("the store holds %d events, want the batch's one decision", len(evs))
 		}
-	}
-	if evs := devtest.ReadAll(t, st); len(evs) != 0 {
-		t.Fatalf("an invalid atomic batch wrote %d events", len(evs))
-	}
+	})
 }
 
 // TestAtomicBatchNeedsMultiAppend: where the store cannot append to several
@@ -522,6 +605,49 @@ func TestAtomicBatchCrash(t *testing.T) {
 			t.Logf("%s: %s", step, raw)
 		}
 		checkKeysDecidedOnce(t, st, 0)
+	})
+}
+
+// TestAtomicBatchInvalidElementCrash: a ledger that crashes after deciding
+// an atomic batch refused by an invalid element and before its append leaves
+// nothing of it (sent again, decided then), and one that crashes after the
+// append leaves its decision (sent again, answered duplicate): either way
+// decided once, its decision alone in the store.
+func TestAtomicBatchInvalidElementCrash(t *testing.T) {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		ctx := context.Background()
+		for _, step := range []string{"batch/decided", "batch/appended"} {
+			key := "crash-" + step
+			body := atomicBody(key, []batchCmd{
+				{"open_account", map[string]any{"idempotency_key": "o-" + step, "account_id": "a", "currency": "EUR"}},
+				{"deposit", map[string]any{"idempotency_key": "x-" + step, "account_id": "a", "amount": 0, "currency": "EUR"}},
+			})
+			crashed := newService(st)
+			crashAt(crashed, step)
+			if r := crashed.HandleBatch(ctx, body, 0); r.Status != domain.StatusError {
+				t.Fatalf("%s: %+v", step, r)
+			}
+			crashed.Close()
+			got, err := newService(st).Lookup(ctx, key)
+			if err != nil || (got != nil) != (step == "batch/appended") {
+				t.Fatalf("%s: the batch decided: %v %v", step, got != nil, err)
+			}
+			s := newService(st)
+			r := s.HandleBatch(ctx, body, 0)
+			s.Close()
+			if r.Status != domain.StatusInvalid || r.Index == nil || *r.Index != 1 || r.Duplicate != (step == "batch/appended") {
+				t.Fatalf("%s, sent again: %+v", step, r)
+			}
+			var decisions int
+			for _, ev := range devtest.SettledAll(t, st) {
+				if ev.Stream == domain.KeyStream(key) {
+					decisions++
+				}
+			}
+			if decisions != 1 {
+				t.Fatalf("%s: %d events in the batch's key stream, want its one decision", step, decisions)
+			}
+		}
 	})
 }
 

@@ -32,7 +32,7 @@ func TestCommandQueryOfAtomicBatches(t *testing.T) {
 	}
 	devtest.CatchUp(t, r)
 	svc := query.New(env.Pool, query.Options{})
-	for _, key := range []string{"b1", "b2", "b3"} {
+	for _, key := range []string{"b1", "b2", "b3", "b4"} {
 		raw, qerr := svc.Command(ctx, query.CommandRequest{IdempotencyKey: key})
 		if qerr != nil {
 			t.Fatalf("%s: %+v", key, qerr)

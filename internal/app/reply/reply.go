@@ -299,6 +299,21 @@ func Undecided(r Reply) bool {
 	return false
 }
 
+// Recorded reports whether r answers a decision recorded under its key, which
+// answers the same forever (duplicate when sent again): applied or rejected,
+// or an atomic batch refused at one of its elements (its Index), whether that
+// element was rejected or invalid (PROTOCOL.md v1.2 §2.2). A request invalid
+// as a whole records nothing (§3), and an error is no answer.
+func Recorded(r Reply) bool {
+	switch r.Status {
+	case domain.StatusApplied, domain.StatusRejected:
+		return true
+	case domain.StatusInvalid:
+		return r.Index != nil
+	}
+	return false
+}
+
 // Bounds of a reply's size on the wire, for a batch's (PROTOCOL.md v1.2 §2.2:
 // a batch whose reply could not fit a NATS message is refused before anything
 // is decided). A command's reply holds at most a few events, one account, a
@@ -354,6 +369,9 @@ func BatchDecided(d *domain.BatchDecided) (Reply, error) {
 		if err := json.Unmarshal(d.Reply, &elem); err != nil {
 			return Reply{}, fmt.Errorf("reply: batch %q: its refusing element's reply: %w", d.Key, err)
 		}
+		if err := refusedBy(d, elem); err != nil {
+			return Reply{}, err
+		}
 		return AtomicRefused(d.Key, d.Keys, *d.Index, elem, false), nil
 	}
 	stubs := make([]Reply, len(d.Keys))
@@ -361,6 +379,23 @@ func BatchDecided(d *domain.BatchDecided) (Reply, error) {
 		stubs[i] = Reply{IdempotencyKey: k, Duplicate: slices.Contains(d.Duplicates, i)}
 	}
 	return AtomicApplied(d.Key, stubs, false), nil
+}
+
+// refusedBy checks a refused batch's decision (d) against the reply of the
+// element it names (elem): the decision's status and code are that
+// element's, a refusal (rejected, or invalid: PROTOCOL.md v1.2 §2.2), under
+// that element's key.
+func refusedBy(d *domain.BatchDecided, elem Reply) error {
+	i := *d.Index
+	switch {
+	case elem.Status != domain.StatusRejected && elem.Status != domain.StatusInvalid:
+		return fmt.Errorf("reply: batch %q: decided %s, its element %d answered %s, not a refusal", d.Key, d.Status, i, elem.Status)
+	case elem.Status != d.Status || elem.Code != d.Code:
+		return fmt.Errorf("reply: batch %q: decided %s %s, its element %d answered %s %s", d.Key, d.Status, d.Code, i, elem.Status, elem.Code)
+	case elem.IdempotencyKey != d.Keys[i]:
+		return fmt.Errorf("reply: batch %q: its element %d has key %q, its reply %q", d.Key, i, d.Keys[i], elem.IdempotencyKey)
+	}
+	return nil
 }
 
 // FillBatch fills an applied batch's stubs (BatchDecided) with its elements'

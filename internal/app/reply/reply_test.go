@@ -85,3 +85,25 @@ func TestConflictNamesTheFields(t *testing.T) {
 		t.Fatalf("message %q, want %q", r.Message, want)
 	}
 }
+
+// TestRecorded: a reply answers a recorded decision when applied, rejected,
+// or an atomic batch refused at an element (its index), invalid included;
+// not when invalid as a whole, nor an error.
+func TestRecorded(t *testing.T) {
+	i := 1
+	for _, c := range []struct {
+		r    Reply
+		want bool
+	}{
+		{Reply{Status: domain.StatusApplied}, true},
+		{Reply{Status: domain.StatusRejected}, true},
+		{Reply{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest, Index: &i}, true},
+		{Reply{Status: domain.StatusInvalid, Code: domain.CodeInvalidRequest}, false},
+		{Reply{Status: domain.StatusInvalid, Code: domain.CodeIdempotencyKeyConflict}, false},
+		{Reply{Status: domain.StatusError}, false},
+	} {
+		if got := Recorded(c.r); got != c.want {
+			t.Errorf("%s %s index %v: recorded %v, want %v", c.r.Status, c.r.Code, c.r.Index, got, c.want)
+		}
+	}
+}
