@@ -15,6 +15,7 @@ import (
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/internal/app/reply"
 	"github.com/ledgerworks/ledger/projections"
 )
 
@@ -131,9 +132,10 @@ func (e *stored) own() bool {
 }
 
 // checkAtomicKey is C1 for an atomic batch's key (PROTOCOL.md v1.2 §2.2):
-// its one event is the batch's decision (BatchDecided), with the status every
-// definite reply gave; refused, with the code and the index of the refusing
-// element every reply gave; applied, every element's key has its events (all
+// its one event is the batch's decision (BatchDecided), and every definite
+// reply is the reply that decision renders (reply.BatchDecided, the ledger's
+// own renderer: sameBatchReply); refused (by a rejected or an invalid
+// element), nothing else; applied, every element's key has its events (all
 // of it; nothing of a refused one is C3's: its elements are never noted as
 // sent).
 func checkAtomicKey(r *Report, ks *keyState, byKey map[string][]*stored) {
@@ -147,12 +149,14 @@ func checkAtomicKey(r *Report, ks *keyState, byKey map[string][]*stored) {
 		r.fail(1, "atomic batch %q: undecodable decision: %v", ks.key, err)
 		return
 	}
+	want, err := reply.BatchDecided(&d)
+	if err != nil {
+		r.fail(1, "atomic batch %q: its decision: %v", ks.key, err)
+		return
+	}
 	for _, rep := range ks.acked {
-		if rep.Status != d.Status || len(rep.Replies) != len(d.Keys) {
-			r.fail(1, "atomic batch %q: answered %s with %d replies, decided %s with %d elements", ks.key, rep.Status, len(rep.Replies), d.Status, len(d.Keys))
-		}
-		if d.Status != domain.StatusApplied && (rep.Code != d.Code || rep.Index == nil || d.Index == nil || *rep.Index != *d.Index) {
-			r.fail(1, "atomic batch %q: answered refused by element %s with %s, decided refused by element %s with %s", ks.key, indexName(rep.Index), rep.Code, indexName(d.Index), d.Code)
+		if diff := sameBatchReply(rep, &want); diff != "" {
+			r.fail(1, "atomic batch %q: %s", ks.key, diff)
 		}
 	}
 	if d.Status != domain.StatusApplied {
@@ -163,6 +167,23 @@ func checkAtomicKey(r *Report, ks *keyState, byKey map[string][]*stored) {
 			r.fail(1, "atomic batch %q applied, its element %q has no events", ks.key, k)
 		}
 	}
+}
+
+// sameBatchReply names how an atomic batch's reply (got) differs from the
+// reply its decision renders (want: refused, in full; applied, one stub per
+// element, its key): "" when it does not. Duplicate marks are a resend's.
+func sameBatchReply(got, want *reply.Reply) string {
+	if got.Status != want.Status || got.Code != want.Code || indexName(got.Index) != indexName(want.Index) || len(got.Replies) != len(want.Replies) {
+		return fmt.Sprintf("answered %s %s by element %s with %d replies, decided %s %s by element %s with %d elements",
+			got.Status, got.Code, indexName(got.Index), len(got.Replies), want.Status, want.Code, indexName(want.Index), len(want.Replies))
+	}
+	for i, w := range want.Replies {
+		g := got.Replies[i]
+		if g.IdempotencyKey != w.IdempotencyKey || (want.Status != domain.StatusApplied && (g.Status != w.Status || g.Code != w.Code)) {
+			return fmt.Sprintf("element %d answered %s %s (key %q), decided %s %s (key %q)", i, g.Status, g.Code, g.IdempotencyKey, w.Status, w.Code, w.IdempotencyKey)
+		}
+	}
+	return ""
 }
 
 // indexName is a refusing element's index as a report names it.

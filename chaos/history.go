@@ -441,7 +441,7 @@ func (c *client) recordBatch(key string, body []byte, br lclient.BatchReply, err
 		a.Err = fmt.Sprintf("undecodable reply: %v", jerr)
 	default:
 		a.Reply, a.Outcome = &r, OK
-		if r.Status == domain.StatusInvalid {
+		if r.Status == domain.StatusInvalid && !reply.Recorded(r) { // invalid as a whole: its key decides nothing
 			a.Outcome = Failed
 		}
 	}

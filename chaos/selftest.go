@@ -168,10 +168,12 @@ func pickDeposits(h *History) (d1, d2 depositRef, err error) {
 
 // The atomic batches of the self-test's corruptions (C1's checkAtomicKey):
 // one applied (two deposits), one refused by its second element (a
-// withdrawal of more than the account holds).
+// withdrawal of more than the account holds), one refused by its second
+// element invalid (a deposit of nothing), recorded as the rejected one is.
 const (
 	atomicApplied = "s0-atomic-applied"
 	atomicRefused = "s0-atomic-refused"
+	atomicInvalid = "s0-atomic-invalid"
 )
 
 // sendAtomics sends the self-test's atomic batches on account a.
@@ -181,8 +183,9 @@ func sendAtomics(ctx context.Context, c *client, a account) error {
 	}
 	c.atomicBatch(ctx, atomicApplied, []element{el(atomicApplied+"-0", "deposit", 7), el(atomicApplied+"-1", "deposit", 8)}, 10*c.timeout)
 	c.atomicBatch(ctx, atomicRefused, []element{el(atomicRefused+"-0", "deposit", 9), el(atomicRefused+"-1", "withdraw", 1<<40)}, 10*c.timeout)
+	c.atomicBatch(ctx, atomicInvalid, []element{el(atomicInvalid+"-0", "deposit", 9), el(atomicInvalid+"-1", "deposit", 0)}, 10*c.timeout)
 	keys := c.h.Keys()
-	for key, want := range map[string]domain.Status{atomicApplied: domain.StatusApplied, atomicRefused: domain.StatusRejected} {
+	for key, want := range map[string]domain.Status{atomicApplied: domain.StatusApplied, atomicRefused: domain.StatusRejected, atomicInvalid: domain.StatusInvalid} {
 		if ks := keys[key]; ks == nil || len(ks.acked) == 0 || ks.acked[0].Status != want {
 			return fmt.Errorf("self-test: atomic batch %s was not answered %s", key, want)
 		}
@@ -191,15 +194,24 @@ func sendAtomics(ctx context.Context, c *client, a account) error {
 }
 
 // atomicCorruptions are faults of the self-test's atomic batches that only
-// checkAtomicKey sees: an applied batch missing an element's events, and a
+// checkAtomicKey sees: an applied batch missing an element's events, a
 // refused batch's decision naming another element or another code than its
-// replies.
+// refusing element's reply, and the invalid one's decision forged whole into
+// a rejection (consistent in itself, not what its elements decided).
 func atomicCorruptions() []corruption {
-	decision := func(path, value string) func(ctx context.Context, tx pgx.Tx) error {
+	decisionOf := func(batch string, sets ...[]string) func(ctx context.Context, tx pgx.Tx) error {
 		return func(ctx context.Context, tx pgx.Tx) error {
-			return exec1(ctx, tx, `UPDATE events SET data = convert_to(jsonb_set(convert_from(data, 'UTF8')::jsonb, $2::text[], $3::jsonb)::text, 'UTF8')
-				WHERE stream = $1`, domain.KeyStreamPrefix+atomicRefused, []string{path}, value)
+			for _, set := range sets { // a path, then its value
+				if err := exec1(ctx, tx, `UPDATE events SET data = convert_to(jsonb_set(convert_from(data, 'UTF8')::jsonb, $2::text[], $3::jsonb)::text, 'UTF8')
+				WHERE stream = $1`, domain.KeyStreamPrefix+batch, set[:len(set)-1], set[len(set)-1]); err != nil {
+					return err
+				}
+			}
+			return nil
 		}
+	}
+	decision := func(path, value string) func(ctx context.Context, tx pgx.Tx) error {
+		return decisionOf(atomicRefused, []string{path, value})
 	}
 	return []corruption{
 		{"an atomic batch applied in part", 1, "its element \"" + atomicApplied + "-1\" has no events", func(ctx context.Context, tx pgx.Tx) error {
@@ -210,8 +222,10 @@ func atomicCorruptions() []corruption {
 			}
 			return err
 		}},
-		{"a refused atomic batch decided at another element", 1, "decided refused by element 0 with insufficient_funds", decision("index", "0")},
-		{"a refused atomic batch decided with another code", 1, "decided refused by element 1 with account_not_found", decision("code", `"account_not_found"`)},
+		{"a refused atomic batch decided at another element", 1, "its element 0 has key \"" + atomicRefused + "-0\"", decision("index", "0")},
+		{"a refused atomic batch decided with another code", 1, "decided rejected account_not_found, its element 1 answered rejected insufficient_funds", decision("code", `"account_not_found"`)},
+		{"an invalid element's refusal forged into a rejection", 1, "decided rejected invalid_request by element 1",
+			decisionOf(atomicInvalid, []string{"status", `"rejected"`}, []string{"reply", "status", `"rejected"`})},
 	}
 }
 
