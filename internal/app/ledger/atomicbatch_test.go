@@ -418,45 +418,6 @@ func checkInvalidDecided(t *testing.T, s *Service, key string, body []byte, firs
 	}
 }
 
-// TestAtomicBatchInvalidElementRace: an atomic batch refused by an invalid
-// element, sent at once by several goroutines of two ledgers on one store,
-// is decided once: its key stream holds one decision, one sender answered it
-// first and every other its duplicate.
-func TestAtomicBatchInvalidElementRace(t *testing.T) {
-	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
-		a, b := newService(st), newService(st)
-		defer a.Close()
-		defer b.Close()
-		ctx := context.Background()
-		body := atomicBody("race", []batchCmd{
-			{"open_account", map[string]any{"idempotency_key": "o", "account_id": "a", "currency": "EUR"}},
-			{"deposit", map[string]any{"idempotency_key": "x", "account_id": "a", "amount": 1, "currency": "EUR", "effective_at": devtest.Epoch.Add(-time.Hour).Format(time.RFC3339)}},
-		})
-		replies := make([]Reply, 6)
-		var wg sync.WaitGroup
-		for i := range replies {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				replies[i] = positionless([]*Service{a, b}[i%2].HandleBatch(ctx, body, 0))
-			}()
-		}
-		wg.Wait()
-		first := slices.IndexFunc(replies, func(r Reply) bool { return !r.Duplicate })
-		if first < 0 || replies[first].Status != domain.StatusInvalid || replies[first].Index == nil || *replies[first].Index != 1 {
-			t.Fatalf("no sender answered the refusal first: %+v", replies)
-		}
-		for i, r := range replies {
-			if i != first && !reflect.DeepEqual(r, asDuplicate(replies[first])) {
-				t.Fatalf("sender %d:\n got %+v\nwant %+v", i, r, asDuplicate(replies[first]))
-			}
-		}
-		if evs := devtest.SettledAll(t, st); len(evs) != 1 || evs[0].Stream != domain.KeyStream("race") || evs[0].Type != domain.EvBatchDecided {
-			t.Fatalf("the store holds %d events, want the batch's one decision", len(evs))
-		}
-	})
-}
-
 // TestAtomicBatchNeedsMultiAppend: where the store cannot append to several
 // streams at once (KurrentDB, and the others with that hidden), an atomic
 // batch is invalid naming atomic, and nothing is decided.
@@ -479,6 +440,7 @@ func TestAtomicBatchNeedsMultiAppend(t *testing.T) {
 // each sending it from several goroutines, while single commands race under
 // its elements' keys: the batch is decided once (every answer the same but
 // for duplicate), and it and the single commands never both decide a key.
+// So is one refused by an invalid element, raced alone.
 func TestAtomicBatchRace(t *testing.T) {
 	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
 		a, b := newService(st), newService(st)
@@ -498,38 +460,15 @@ func TestAtomicBatchRace(t *testing.T) {
 				{"transfer", map[string]any{"idempotency_key": fmt.Sprintf("t%d", round), "transfer_id": fmt.Sprintf("t%d", round), "from": "a1", "to": "a2", "amount": 10, "currency": "EUR"}},
 			}
 			body := atomicBody(fmt.Sprintf("race%d", round), cmds)
-			replies := make([]Reply, 6)
-			var wg sync.WaitGroup
-			for i := range replies {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					s := []*Service{a, b}[i%2]
-					if i >= 4 { // a command of the batch's, alone
-						c := cmds[i-4]
-						replies[i] = s.HandleRaw(ctx, c.typ, c.alone())
-						return
-					}
-					replies[i] = s.HandleBatch(ctx, body, 0)
-				}()
-			}
-			wg.Wait()
-			first := -1
-			for i, r := range replies[:4] {
-				if r.Status == domain.StatusError {
-					t.Fatalf("round %d, sender %d: %+v", round, i, r)
+			replies := atOnce(6, func(i int) Reply {
+				s := []*Service{a, b}[i%2]
+				if i >= 4 { // a command of the batch's, alone
+					c := cmds[i-4]
+					return s.HandleRaw(ctx, c.typ, c.alone())
 				}
-				if !r.Duplicate {
-					if first >= 0 {
-						t.Fatalf("round %d: senders %d and %d both decided the batch", round, first, i)
-					}
-					first = i
-				}
-			}
-			if first < 0 {
-				t.Fatalf("round %d: no sender decided the batch: %+v", round, replies[:4])
-			}
-			want := positionless(asDuplicate(replies[first]))
+				return s.HandleBatch(ctx, body, 0)
+			})
+			want := asDuplicate(decidedOnce(t, round, replies[:4]))
 			if alone := replies[5]; alone.Status != domain.StatusApplied { // the transfer alone came first, before the deposit
 				if want.Status != domain.StatusRejected || *want.Index != 1 || want.Code != alone.Code {
 					t.Fatalf("round %d: the transfer alone refused (%+v), the batch: %+v", round, alone, want)
@@ -537,14 +476,68 @@ func TestAtomicBatchRace(t *testing.T) {
 			} else if want.Status != domain.StatusApplied {
 				t.Fatalf("round %d: %+v", round, want)
 			}
-			for i, r := range replies[:4] {
-				if i != first && !reflect.DeepEqual(positionless(r), want) {
-					t.Fatalf("round %d, sender %d:\n got %+v\nwant %+v", round, i, positionless(r), want)
-				}
-			}
 			checkKeysDecidedOnce(t, st, round)
 		}
+		// Refused by an invalid element, the batch is decided once too: its
+		// decision alone is written.
+		body := atomicBody("race-invalid", []batchCmd{
+			{"open_account", map[string]any{"idempotency_key": "o3", "account_id": "a3", "currency": "EUR"}},
+			{"deposit", map[string]any{"idempotency_key": "x3", "account_id": "a3", "amount": 1, "currency": "EUR", "effective_at": devtest.Epoch.Add(-time.Hour).Format(time.RFC3339)}},
+		})
+		before := len(devtest.SettledAll(t, st))
+		replies := atOnce(6, func(i int) Reply { return []*Service{a, b}[i%2].HandleBatch(ctx, body, 0) })
+		if first := decidedOnce(t, 4, replies); first.Status != domain.StatusInvalid || first.Index == nil || *first.Index != 1 {
+			t.Fatalf("refused by an invalid element: %+v", first)
+		}
+		if evs := devtest.SettledAll(t, st)[before:]; len(evs) != 1 || evs[0].Stream != domain.KeyStream("race-invalid") || evs[0].Type != domain.EvBatchDecided {
+			t.Fatalf("refused by an invalid element: %d events written, want the batch's one decision", len(evs))
+		}
 	})
+}
+
+// atOnce calls send(0), ..., send(n-1) each in a goroutine of its own and
+// returns their replies.
+func atOnce(n int, send func(i int) Reply) []Reply {
+	replies := make([]Reply, n)
+	var wg sync.WaitGroup
+	for i := range replies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replies[i] = send(i)
+		}()
+	}
+	wg.Wait()
+	return replies
+}
+
+// decidedOnce: of replies, the answers of senders racing one atomic batch,
+// none is an error, exactly one decided it (not a duplicate), and every other
+// is that one's duplicate; it returns that one (positionless).
+func decidedOnce(t *testing.T, round int, replies []Reply) Reply {
+	t.Helper()
+	first := -1
+	for i, r := range replies {
+		if r.Status == domain.StatusError {
+			t.Fatalf("round %d, sender %d: %+v", round, i, r)
+		}
+		if !r.Duplicate {
+			if first >= 0 {
+				t.Fatalf("round %d: senders %d and %d both decided the batch", round, first, i)
+			}
+			first = i
+		}
+	}
+	if first < 0 {
+		t.Fatalf("round %d: no sender decided the batch: %+v", round, replies)
+	}
+	want := positionless(asDuplicate(replies[first]))
+	for i, r := range replies {
+		if i != first && !reflect.DeepEqual(positionless(r), want) {
+			t.Fatalf("round %d, sender %d:\n got %+v\nwant %+v", round, i, positionless(r), want)
+		}
+	}
+	return positionless(replies[first])
 }
 
 // checkKeysDecidedOnce: every event a client key wrote, a claim aside, is in
