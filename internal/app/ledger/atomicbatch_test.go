@@ -570,26 +570,12 @@ func checkKeysDecidedOnce(t *testing.T, st eventstore.Store, round int) {
 // again (to another instance), the batch is decided once and answered.
 func TestAtomicBatchCrash(t *testing.T) {
 	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
-		ctx := context.Background()
 		cmds := []batchCmd{
 			{"open_account", map[string]any{"idempotency_key": "o", "account_id": "a", "currency": "EUR"}},
 			{"deposit", map[string]any{"idempotency_key": "d", "account_id": "a", "amount": 5, "currency": "EUR"}},
 		}
 		for _, step := range []string{"batch/decided", "batch/appended"} {
-			key := "crash-" + step
-			crashed := newService(st)
-			crashAt(crashed, step)
-			if r := crashed.HandleBatch(ctx, atomicBody(key, cmds), 0); r.Status != domain.StatusError {
-				t.Fatalf("%s: %+v", step, r)
-			}
-			crashed.Close()
-			got, err := newService(st).Lookup(ctx, key)
-			if err != nil || (got != nil) != (step == "batch/appended") {
-				t.Fatalf("%s: the batch decided: %v %v", step, got != nil, err)
-			}
-			s := newService(st)
-			r := s.HandleBatch(ctx, atomicBody(key, cmds), 0)
-			s.Close()
+			r := crashThenResend(t, st, step, "crash-"+step, atomicBody("crash-"+step, cmds))
 			if r.Status != domain.StatusApplied || r.Duplicate != (step == "batch/appended") {
 				t.Fatalf("%s, sent again: %+v", step, r)
 			}
@@ -601,6 +587,28 @@ func TestAtomicBatchCrash(t *testing.T) {
 	})
 }
 
+// crashThenResend sends the atomic batch under key (body) to a ledger that
+// crashes at step, checks that the batch is decided exactly when the step
+// follows its append (batch/appended), and returns the reply of another
+// ledger the batch is sent to again.
+func crashThenResend(t *testing.T, st eventstore.Store, step, key string, body []byte) Reply {
+	t.Helper()
+	ctx := context.Background()
+	crashed := newService(st)
+	crashAt(crashed, step)
+	if r := crashed.HandleBatch(ctx, body, 0); r.Status != domain.StatusError {
+		t.Fatalf("%s: %+v", step, r)
+	}
+	crashed.Close()
+	got, err := newService(st).Lookup(ctx, key)
+	if err != nil || (got != nil) != (step == "batch/appended") {
+		t.Fatalf("%s: the batch decided: %v %v", step, got != nil, err)
+	}
+	s := newService(st)
+	defer s.Close()
+	return s.HandleBatch(ctx, body, 0)
+}
+
 // TestAtomicBatchInvalidElementCrash: a ledger that crashes after deciding
 // an atomic batch refused by an invalid element and before its append leaves
 // nothing of it (sent again, decided then), and one that crashes after the
@@ -608,26 +616,13 @@ func TestAtomicBatchCrash(t *testing.T) {
 // decided once, its decision alone in the store.
 func TestAtomicBatchInvalidElementCrash(t *testing.T) {
 	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
-		ctx := context.Background()
 		for _, step := range []string{"batch/decided", "batch/appended"} {
 			key := "crash-" + step
 			body := atomicBody(key, []batchCmd{
 				{"open_account", map[string]any{"idempotency_key": "o-" + step, "account_id": "a", "currency": "EUR"}},
 				{"deposit", map[string]any{"idempotency_key": "x-" + step, "account_id": "a", "amount": 0, "currency": "EUR"}},
 			})
-			crashed := newService(st)
-			crashAt(crashed, step)
-			if r := crashed.HandleBatch(ctx, body, 0); r.Status != domain.StatusError {
-				t.Fatalf("%s: %+v", step, r)
-			}
-			crashed.Close()
-			got, err := newService(st).Lookup(ctx, key)
-			if err != nil || (got != nil) != (step == "batch/appended") {
-				t.Fatalf("%s: the batch decided: %v %v", step, got != nil, err)
-			}
-			s := newService(st)
-			r := s.HandleBatch(ctx, body, 0)
-			s.Close()
+			r := crashThenResend(t, st, step, key, body)
 			if r.Status != domain.StatusInvalid || r.Index == nil || *r.Index != 1 || r.Duplicate != (step == "batch/appended") {
 				t.Fatalf("%s, sent again: %+v", step, r)
 			}
