@@ -557,8 +557,8 @@ func writeAtTheHead(b *testing.B, env *projtest.Env, snaps []eventstore.Snapshot
 			b.Errorf("the audit reported no progress at the store's %d events: the snapshots were not written", total)
 		}
 	})
-	opts.Progress = func(events int64) {
-		if events >= total && snaps != nil {
+	opts.Progress = func(done, carried int64) {
+		if done+carried >= total && snaps != nil {
 			start := time.Now()
 			writeSnapshots(b, env, snaps)
 			snaps, *took = nil, time.Since(start)

@@ -37,8 +37,10 @@ type RebuildOptions struct {
 	// a check that could not be done drops none. Nil skips the check: only
 	// tests that check otherwise should do that.
 	Check Check
-	// Progress, when set, is called after each batch with the events consumed so far.
-	Progress func(events int64)
+	// Progress, when set, is called after each batch with the events this
+	// rebuild has consumed (done) and those before where it started reading
+	// (carried: a resumed build's, at its checkpoint).
+	Progress func(done, carried int64)
 	// Hook, when set, runs in every build batch's transaction before its commit.
 	Hook Hook
 	// AfterBatch, when set, is called after each committed build batch (tests use
@@ -286,6 +288,7 @@ func (r *rebuildRun) buildGenerations(ctx context.Context, slots []*slot) error 
 	pool, store, opts, gens := r.pool, r.store, r.opts, generations(slots)
 	var (
 		consumed int64
+		carried  = carriedEvents(slots)
 		ahead    *prefetched
 	)
 	defer func() {
@@ -310,7 +313,7 @@ func (r *rebuildRun) buildGenerations(ctx context.Context, slots []*slot) error 
 		}
 		if len(events) > 0 {
 			consumed += int64(len(events))
-			if err := afterBuildBatch(ctx, opts, consumed, gens); err != nil {
+			if err := afterBuildBatch(ctx, opts, consumed, carried, gens); err != nil {
 				return err
 			}
 		}
@@ -318,6 +321,18 @@ func (r *rebuildRun) buildGenerations(ctx context.Context, slots []*slot) error 
 			return nil
 		}
 	}
+}
+
+// carriedEvents is the events before where the build starts reading (minPos):
+// those the slot standing there consumed before (0 at the start).
+func carriedEvents(slots []*slot) int64 {
+	from := minPos(slots)
+	for _, s := range slots {
+		if s.pos == from {
+			return s.events
+		}
+	}
+	return 0
 }
 
 // nextBuildBatch returns the batch after from: the one read ahead when it
@@ -334,9 +349,9 @@ func nextBuildBatch(ctx context.Context, store Store, ahead *prefetched, from ev
 
 // afterBuildBatch reports the events consumed so far to opts.Progress and runs
 // opts.AfterBatch.
-func afterBuildBatch(ctx context.Context, opts RebuildOptions, consumed int64, gens map[string]int) error {
+func afterBuildBatch(ctx context.Context, opts RebuildOptions, consumed, carried int64, gens map[string]int) error {
 	if opts.Progress != nil {
-		opts.Progress(consumed)
+		opts.Progress(consumed, carried)
 	}
 	if opts.AfterBatch != nil {
 		return opts.AfterBatch(ctx, gens)

@@ -56,7 +56,7 @@ func TestReadModelsEqualARebuild(t *testing.T) {
 	before := liveGenerations(t, env)
 
 	var progress atomic.Int64
-	res, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 64, Progress: func(n int64) { progress.Store(n) }})
+	res, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 64, Progress: func(n, _ int64) { progress.Store(n) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,8 +304,8 @@ func TestRebuildStoppedAndResumed(t *testing.T) {
 		t.Fatalf("%d generations left being built after the stop: %+v", building, st)
 	}
 
-	var read atomic.Int64
-	res, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 50, Progress: func(n int64) { read.Store(n) }})
+	var read, carried atomic.Int64
+	res, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 50, Progress: func(n, c int64) { read.Store(n); carried.Store(c) }})
 	if err != nil || len(res) != len(projections.Names) {
 		t.Fatalf("resumed rebuild: %+v, %v", res, err)
 	}
@@ -316,6 +316,11 @@ func TestRebuildStoppedAndResumed(t *testing.T) {
 	}
 	if n := read.Load(); n == 0 || n > total-250 {
 		t.Fatalf("the resumed rebuild read %d of the %d events (5 batches of 50 were built before the stop)", n, total)
+	}
+	// Its progress counts from where it resumed: the events it read and those
+	// its checkpoint carried make the store's, none counted twice.
+	if n, c := read.Load(), carried.Load(); c < 250 || n+c != total {
+		t.Fatalf("the resumed rebuild's progress: %d read after %d carried, want %d in all, at least 250 carried", n, c, total)
 	}
 	projtest.SameSnapshot(t, "a rebuild stopped and resumed vs one run through", through, projtest.Snapshot(t, env.Pool))
 

@@ -91,7 +91,7 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 	} else {
 		log.Warn("no PostgreSQL database (--database-url): the audit keeps every event ID and key in memory, and invariant 4 is not checked")
 	}
-	finish := func() {}
+	finish := func(bool) {}
 	if cmd.Bool("progress") {
 		opts.Progress, finish = config.EventsProgress(ctx, os.Stderr, stores.Store, "auditing")
 	}
@@ -105,7 +105,7 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 		return config.Exit(2, fmt.Errorf("--%s repairs what --%s finds: give both", flagRepair, flagEventsOut))
 	}
 	rep, err := audit.Run(ctx, stores.Store, opts)
-	finish()
+	finish(err == nil)
 	if err != nil {
 		return err
 	}

@@ -289,13 +289,13 @@ func runRebuild(ctx context.Context, cmd *cli.Command) error {
 		Projections: cmd.StringSlice(flagProjection), BatchSize: int(cmd.Int(flagBatchSize)),
 		Check: audit.VerifyGeneration(c.Pool, c.Store), Logger: log, Fresh: cmd.Bool("fresh"),
 	}
-	finish := func() {}
+	finish := func(bool) {}
 	if cmd.Bool("progress") {
 		opts.Progress, finish = config.EventsProgress(ctx, os.Stderr, c.Store, "rebuilding")
 	}
 	start := time.Now()
 	res, err := projections.Rebuild(ctx, c.Pool, c.Store, opts)
-	finish()
+	finish(err == nil)
 	w := cmd.Root().Writer
 	if w == nil {
 		w = os.Stdout

@@ -41,8 +41,10 @@ type Options struct {
 	BatchSize int
 	// MaxViolations bounds the violations listed (all are counted; default 1000).
 	MaxViolations int
-	// Progress, when set, is told the events folded so far.
-	Progress func(events int64)
+	// Progress, when set, is told after each page the events this run has
+	// folded (done) and those before its start that it carries from its
+	// checkpoint (carried), which it does not read.
+	Progress func(done, carried int64)
 	// EventsOut, when set, checks LEDGER_EVENTS against the store (invariant
 	// 8, eventsout.go); it needs ReadModels.
 	EventsOut *EventsOutOptions
@@ -603,7 +605,7 @@ type foldTo struct {
 	until    eventstore.Position
 	batch    int
 	before   func(*eventstore.Position)
-	progress func(int64)
+	progress func(done, carried int64)
 }
 
 // next is the position the fold reads "all" after: its last event's, or the
@@ -623,7 +625,7 @@ func (f *Fold) next() eventstore.Position {
 // COPY of the page before run at the same time.
 func foldUntil(ctx context.Context, store eventstore.AllReader, f *Fold, to foldTo) error {
 	until, batch, before, progress := to.until, to.batch, to.before, to.progress
-	from := f.next()
+	from, carried := f.next(), f.Events
 	if from.Compare(until) >= 0 {
 		return nil
 	}
@@ -652,7 +654,7 @@ func foldUntil(ctx context.Context, store eventstore.AllReader, f *Fold, to fold
 			return err
 		}
 		if progress != nil {
-			progress(f.Events)
+			progress(f.Events-carried, carried)
 		}
 	}
 	return ctx.Err() // the reader stops without a last page when ctx is done

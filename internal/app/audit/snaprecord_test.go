@@ -47,7 +47,7 @@ func hotLedger(t *testing.T, onFirst func(env *projtest.Env)) (*projtest.Env, *a
 	}
 	catchUp(t, env)
 	var once sync.Once
-	first := run(t, env, audit.Options{SaveCheckpoint: true, Progress: func(int64) {
+	first := run(t, env, audit.Options{SaveCheckpoint: true, Progress: func(int64, int64) {
 		if onFirst != nil {
 			once.Do(func() { onFirst(env) })
 		}
@@ -161,7 +161,7 @@ func TestAuditChecksSnapshotsWrittenDuringItsCheckpointsAudit(t *testing.T) {
 	ctx := context.Background()
 	env, cp := hotLedger(t, nil)
 	var wrote error
-	rep := run(t, env, audit.Options{SaveCheckpoint: true, Progress: func(int64) {
+	rep := run(t, env, audit.Options{SaveCheckpoint: true, Progress: func(int64, int64) {
 		idle := forgedSnapshot(t, env, "idle", 1)
 		wrote = env.Store.WriteSnapshot(ctx, eventstore.Snapshot{Stream: domain.AccountStream("idle"), Revision: 1, Data: idle})
 		if wrote == nil {

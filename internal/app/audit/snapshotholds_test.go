@@ -152,7 +152,7 @@ func TestAuditLetsARebuildSwitch(t *testing.T) {
 	var stop sync.Once
 	done := make(chan error, 1)
 	go func() {
-		_, err := audit.Run(context.Background(), env.Store, audit.Options{ReadModels: env.Pool, Progress: func(n int64) {
+		_, err := audit.Run(context.Background(), env.Store, audit.Options{ReadModels: env.Pool, Progress: func(n, _ int64) {
 			if n == events { // the fold's end, past the snapshot
 				close(folded)
 				<-resume

@@ -54,7 +54,7 @@ func TestIncrementalAuditChecksASnapshotWrittenWhileItRunsFromItsBase(t *testing
 	env, cp := hotLedger(t, nil)
 	hotDeposits(t, env, 10)
 	const rev = hotEvents + 5 // 6 events after the checkpoint's hotEvents-1
-	write := func(int64) { writeSnapshot(t, env, accountAt(t, env, "hot", rev+1), rev, nil) }
+	write := func(int64, int64) { writeSnapshot(t, env, accountAt(t, env, "hot", rev+1), rev, nil) }
 	first, read := runCountingWith(t, env, audit.Options{From: &cp.ID, SaveCheckpoint: true, Progress: write}, "hot")
 	if !first.OK() || first.Checkpoint == nil || first.Snapshots != 1 || first.SnapsWritten != 1 || read != 6 {
 		t.Fatalf("the checkpointing incremental audit: ok %v, checkpoint %v, %d checked, %d events of hot read (want 6): %v",
@@ -79,7 +79,7 @@ func TestAuditNamesAForgedSnapshotWrittenWhileItRuns(t *testing.T) {
 		env, cp := hotLedger(t, nil)
 		hotDeposits(t, env, 10)
 		for name, rev := range map[string]int{"full": hotLater, "incremental": hotEvents + 5} {
-			write := func(int64) {
+			write := func(int64, int64) {
 				writeSnapshot(t, env, accountAt(t, env, "hot", rev+1), uint64(rev), func([]byte) []byte { return forgedSnapshot(t, env, "hot", rev) })
 			}
 			opts := audit.Options{SaveCheckpoint: true, Progress: write}
@@ -97,7 +97,7 @@ func TestAuditNamesAForgedSnapshotWrittenWhileItRuns(t *testing.T) {
 	t.Run("refunded sum", func(t *testing.T) {
 		env, cp := refundedEnv(t, true) // r's checkpoint at revision 4
 		catchUp(t, env)
-		write := func(int64) {
+		write := func(int64, int64) {
 			a := accountAt(t, env, "r", 7)
 			a.Refunded["r-d1"] = domain.RefundedSum{Amount: 10, Findable: a.Refunded["r-d1"].Findable}
 			writeSnapshot(t, env, a, 6, nil)
@@ -110,7 +110,7 @@ func TestAuditNamesAForgedSnapshotWrittenWhileItRuns(t *testing.T) {
 	t.Run("closed hold", func(t *testing.T) {
 		env, cp := closedHoldsEnv(t)
 		var stream string
-		write := func(int64) {
+		write := func(int64, int64) {
 			stream = writeSnapshotOf(t, env, "sh", func(a *domain.Account) { a.Holds["sh-1"].Amount++ })
 		}
 		rep := run(t, env, audit.Options{From: &cp, SaveCheckpoint: true, Progress: write})

@@ -67,7 +67,7 @@ func historyPhase(ctx context.Context, url, storeURL, runID string, cfg Config, 
 	limit := func() (restore func(), err error) {
 		return config.SetMemoryLimit(cmp.Or(cfg.HistoryMemoryLimit, config.ReadToolMemoryLimit), cfg.HistoryMemoryLimitSet)
 	}
-	rep.Rebuild = timeTool(limit, func(progress func(int64)) (int64, error) {
+	rep.Rebuild = timeTool(limit, func(progress func(done, carried int64)) (int64, error) {
 		results, err := projections.Rebuild(ctx, pool, store, projections.RebuildOptions{
 			Check: audit.VerifyGeneration(pool, store), Logger: components, Progress: progress})
 		if len(results) == 0 {
@@ -75,7 +75,7 @@ func historyPhase(ctx context.Context, url, storeURL, runID string, cfg Config, 
 		}
 		return results[0].Events, err
 	}, log, "rebuild")
-	rep.Audit = timeTool(limit, func(progress func(int64)) (int64, error) {
+	rep.Audit = timeTool(limit, func(progress func(done, carried int64)) (int64, error) {
 		r, err := audit.Run(ctx, store, audit.Options{ReadModels: pool, Progress: progress})
 		if err != nil {
 			return 0, err
@@ -90,7 +90,7 @@ func historyPhase(ctx context.Context, url, storeURL, runID string, cfg Config, 
 
 // timeTool runs a tool under the memory limit limit sets (put back after),
 // logging its progress, and measures its time and peak heap.
-func timeTool(limit func() (func(), error), run func(progress func(int64)) (int64, error), log *slog.Logger, name string) ToolRun {
+func timeTool(limit func() (func(), error), run func(progress func(done, carried int64)) (int64, error), log *slog.Logger, name string) ToolRun {
 	restore, err := limit()
 	if err != nil {
 		return ToolRun{Error: err.Error()}
@@ -100,7 +100,7 @@ func timeTool(limit func() (func(), error), run func(progress func(int64)) (int6
 	peak := sampleHeapPeak()
 	last := time.Now()
 	start := time.Now()
-	events, err := run(func(done int64) {
+	events, err := run(func(done, _ int64) {
 		if time.Since(last) > 2*time.Second {
 			last = time.Now()
 			log.Info("bench: "+name, "events", done, "rate", int(float64(done)/time.Since(start).Seconds()))
