@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
+	"syscall"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/urfave/cli/v3"
@@ -52,7 +54,8 @@ func auditCommand() *cli.Command {
 			"none) and prints its digest; --from <id|last> then checks only the events after it (a\n" +
 			"nightly audit costs the day's events), and --expect-digest <digest> refuses it (exit 1)\n" +
 			"unless it is the checkpoint that digest was printed for. Prints a report; exits 1 naming\n" +
-			"each violation.",
+			"each violation; stopped (SIGINT, SIGTERM) it exits 3, says how far it had folded, and\n" +
+			"stores nothing.",
 		Flags:  flags,
 		Action: runAudit,
 	}
@@ -67,6 +70,8 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	defer finishProfiles()
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{ReadModels: true, IfNamed: true})
 	if err != nil {
 		return err
@@ -91,10 +96,12 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 	} else {
 		log.Warn("no PostgreSQL database (--database-url): the audit keeps every event ID and key in memory, and invariant 4 is not checked")
 	}
-	finish := func(bool) {}
+	var folded, carried int64 // where a stopped audit stood
+	bar, finish := func(int64, int64) {}, func(bool) {}
 	if cmd.Bool("progress") {
-		opts.Progress, finish = config.EventsProgress(ctx, os.Stderr, stores.Store, "auditing")
+		bar, finish = config.EventsProgress(ctx, os.Stderr, stores.Store, "auditing")
 	}
+	opts.Progress = func(done, c int64) { folded, carried = done, c; bar(done, c) }
 	if cmd.Bool(flagEventsOut) {
 		closeNATS, err := eventsOutOptions(cmd, &opts)
 		if err != nil {
@@ -106,9 +113,21 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 	}
 	rep, err := audit.Run(ctx, stores.Store, opts)
 	finish(err == nil)
+	if err != nil && ctx.Err() != nil {
+		where := fmt.Sprintf("after %d events folded", folded)
+		if carried > 0 {
+			where += fmt.Sprintf(" past its checkpoint's %d", carried)
+		}
+		return stopped(ctx, log, "audit", where, "no verdict and no checkpoint stored: run it again")
+	}
 	if err != nil {
 		return err
 	}
+	return auditVerdict(cmd, rep)
+}
+
+// auditVerdict prints the audit's report and exits 1 on a violation.
+func auditVerdict(cmd *cli.Command, rep *audit.Report) error {
 	w := outputOf(cmd)
 	if cmd.Bool("json") {
 		if err := writeJSON(w, rep); err != nil {

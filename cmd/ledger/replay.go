@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -28,6 +31,19 @@ func eventStoreFlags() []cli.Flag {
 	}
 }
 
+// exitStopped: a read tool stopped by SIGINT or SIGTERM before its end (no
+// verdict; post's exitNoReply is the same 3: "not done, run it again").
+const exitStopped = exitNoReply
+
+// stopped is a read tool's end when its context was ended by a signal: it
+// logs where the work stopped and exits exitStopped. The deferred profiles are
+// written on the way out.
+func stopped(ctx context.Context, log *slog.Logger, tool, where, left string) error {
+	cause := context.Cause(ctx)
+	log.Warn(tool+" stopped", "cause", cause, "at", where)
+	return config.Exit(exitStopped, fmt.Errorf("%s stopped (%v) %s; %s", tool, cause, where, left))
+}
+
 func replayCommand() *cli.Command {
 	flags := append(eventStoreFlags(),
 		&cli.Int64Flag{Name: "to-revision", Value: -1, Usage: "stop after this revision (default: the whole stream)", Sources: cli.EnvVars("LEDGER_REPLAY_TO_REVISION")},
@@ -40,7 +56,8 @@ func replayCommand() *cli.Command {
 		ArgsUsage: "<stream>",
 		Description: "Reads a stream (account-<id>, transfer-<id> or key-<key>; a bare account id means its\n" +
 			"account stream) from its first event and folds each with the domain's Evolve, printing\n" +
-			"the event and the state right after it. --to-revision N stops after revision N.",
+			"the event and the state right after it. --to-revision N stops after revision N. Stopped\n" +
+			"(SIGINT, SIGTERM), it ends its output after a whole event and exits 3.",
 		Flags:  flags,
 		Action: runReplay,
 	}
@@ -59,6 +76,8 @@ func runReplay(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	defer finishProfiles()
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{ReadOnly: true})
 	if err != nil {
 		return err
@@ -92,6 +111,9 @@ func runReplay(ctx context.Context, cmd *cli.Command) error {
 	})
 	if ferr := w.Flush(); err == nil {
 		err = ferr
+	}
+	if err != nil && ctx.Err() != nil {
+		return stopped(ctx, log, "replay", fmt.Sprintf("after %d events of %s", n, stream), "what was printed is whole")
 	}
 	if errors.Is(err, eventstore.ErrStreamNotFound) {
 		return config.Exit(1, fmt.Errorf("stream %s has no events", stream))
