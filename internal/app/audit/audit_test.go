@@ -34,8 +34,14 @@ func projected(t *testing.T, w projtest.Workload) *projtest.Env {
 
 func run(t testing.TB, env *projtest.Env, opts audit.Options) *audit.Report {
 	t.Helper()
+	return runOn(t, env, env.Store, opts)
+}
+
+// runOn is run on another view of env's events (withoutDuplicateIDs).
+func runOn(t testing.TB, env *projtest.Env, store audit.Store, opts audit.Options) *audit.Report {
+	t.Helper()
 	opts.ReadModels = env.Pool
-	rep, err := audit.Run(context.Background(), env.Store, opts)
+	rep, err := audit.Run(context.Background(), store, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,10 +215,6 @@ func TestAuditChecksTransactions(t *testing.T) {
 // its streamed path (its sets in PostgreSQL, the read models compared by a
 // join there): each is caught by the check that names it.
 func TestAuditCatchesPlantedCorruptions(t *testing.T) {
-	type deposit struct {
-		id, stream string
-		rev        int64
-	}
 	deposits := func(t *testing.T, env *projtest.Env) (d1, d2 deposit) {
 		rows, err := env.Pool.Query(context.Background(), `SELECT event_id::text, stream, revision FROM events
 			WHERE type = 'Credited' AND convert_from(data, 'UTF8')::jsonb->>'reason' = 'deposit' ORDER BY position`)
@@ -241,45 +243,77 @@ func TestAuditCatchesPlantedCorruptions(t *testing.T) {
 		invariant int
 		kind      string
 		plant     func(t *testing.T, env *projtest.Env, d1, d2 deposit)
+		// idsInSets: the store's DuplicateIDs hidden, as KurrentDB has none,
+		// so that the audit counts the event IDs in its sets (audit_ids).
+		idsInSets bool
 	}{
-		{"a duplicated event", audit.Options{}, audit.InvStreams, "duplicate_event_id", func(t *testing.T, env *projtest.Env, d1, _ deposit) {
-			// The constraints would refuse it: drop them, so that the audit has to count.
-			exec0(t, env, `ALTER TABLE events DROP CONSTRAINT events_event_id_key, DROP CONSTRAINT events_stream_revision_key`)
-			exec(t, env, `INSERT INTO events (stream, revision, event_id, type, data, metadata)
-				SELECT stream, revision, event_id, type, data, metadata FROM events WHERE event_id = $1`, d1.id)
-		}},
+		{"a duplicated event", audit.Options{}, audit.InvStreams, "duplicate_event_id", duplicateEvent, false},
+		{"a duplicated event, IDs counted in the audit's sets", audit.Options{}, audit.InvStreams, "duplicate_event_id", duplicateEvent, true},
 		{"a deleted event", audit.Options{}, audit.InvStreams, "revision_gap", func(t *testing.T, env *projtest.Env, d1, _ deposit) {
 			exec(t, env, `DELETE FROM events WHERE event_id = $1`, d1.id)
-		}},
+		}, false},
 		{"a phantom event", audit.Options{}, audit.InvKeyOnce, "unclaimed_key", func(t *testing.T, env *projtest.Env, d1, _ deposit) {
 			exec(t, env, `INSERT INTO events (stream, revision, event_id, type, data, metadata)
 				SELECT stream, (SELECT max(revision) + 1 FROM events WHERE stream = $1), gen_random_uuid(), type, data,
 					convert_to(jsonb_set(convert_from(metadata, 'UTF8')::jsonb, '{key}', '"phantom-key"')::text, 'UTF8')
 				FROM events WHERE event_id = $2`, d1.stream, d1.id)
-		}},
+		}, false},
 		{"a balance off by one", audit.Options{}, audit.InvReadModel, "read_model_mismatch", func(t *testing.T, env *projtest.Env, d1, _ deposit) {
 			exec(t, env, `UPDATE readmodel.balance_history SET balance = balance + 1 WHERE event_id = $1`, d1.id)
-		}},
+		}, false},
 		{"a swapped payload", audit.Options{}, audit.InvBalance, "", func(t *testing.T, env *projtest.Env, d1, d2 deposit) {
 			exec0(t, env, `UPDATE events e SET data = o.data FROM events o
 				WHERE (e.event_id, o.event_id) IN (($1::uuid, $2::uuid), ($2::uuid, $1::uuid))`, d1.id, d2.id)
-		}},
+		}, false},
 		{"an edited event, chains verified", audit.Options{VerifyChain: true}, audit.InvChain, "chain_mismatch", func(t *testing.T, env *projtest.Env, d1, _ deposit) {
 			exec(t, env, `UPDATE events SET data = convert_to(replace(convert_from(data, 'UTF8'), '"amount":', '"amount":1'), 'UTF8') WHERE event_id = $1`, d1.id)
-		}},
+		}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			env := projected(t, projtest.Workload{Commands: 80, Seed: 11})
-			if rep := run(t, env, c.opts); !rep.OK() {
+			var store audit.Store = env.Store
+			if c.idsInSets {
+				store = withoutDuplicateIDs{env.Store, env.Store, env.Store, env.Store, env.Store}
+			}
+			// Pages of 7 of the ~143 events: every plant is read through the
+			// streamed path, its page neither the first nor the last.
+			opts := c.opts
+			opts.BatchSize = 7
+			if rep := runOn(t, env, store, opts); !rep.OK() {
 				t.Fatalf("violations before the corruption: %v", rep.Violations)
 			}
 			d1, d2 := deposits(t, env)
 			c.plant(t, env, d1, d2)
-			if rep := run(t, env, c.opts); !rep.Has(c.invariant, c.kind) {
+			if rep := runOn(t, env, store, opts); !rep.Has(c.invariant, c.kind) {
 				t.Fatalf("%s was not caught as invariant %d %q: %v", c.name, c.invariant, c.kind, rep.Violations)
 			}
 		})
 	}
+}
+
+// deposit is a deposit's event, where a test plants a corruption.
+type deposit struct {
+	id, stream string
+	rev        int64
+}
+
+// duplicateEvent stores the event d1 a second time, its constraints dropped.
+func duplicateEvent(t *testing.T, env *projtest.Env, d1, _ deposit) {
+	// The constraints would refuse it: drop them, so that the audit has to count.
+	exec0(t, env, `ALTER TABLE events DROP CONSTRAINT events_event_id_key, DROP CONSTRAINT events_stream_revision_key`)
+	exec(t, env, `INSERT INTO events (stream, revision, event_id, type, data, metadata)
+		SELECT stream, revision, event_id, type, data, metadata FROM events WHERE event_id = $1`, d1.id)
+}
+
+// withoutDuplicateIDs is the PostgreSQL store with DuplicateIDs hidden, as a
+// KurrentDB store has none: the audit then counts the event IDs it folds in
+// its sets' audit_ids (pgIDCheck) instead of asking the store.
+type withoutDuplicateIDs struct {
+	audit.Store
+	eventstore.StreamReader
+	eventstore.SnapshotStore
+	eventstore.SubjectReader
+	eventstore.EventLocator
 }
 
 // exec0 runs a statement, whatever rows it touches.
