@@ -114,15 +114,17 @@ func TestRebuildUnderLiveTraffic(t *testing.T) {
 			env.Run(t, projtest.Workload{Commands: 30, Accounts: 3, Seed: uint64(41 + i), Prefix: fmt.Sprintf("l%d", i)})
 		}
 	}()
-	var reads atomic.Int64
+	before := liveGenerations(t, env)[projections.Accounts]
+	var reads, firstGen, lastGen atomic.Int64 // the accounts' live generation of the reader's first and last reads
 	readerErr := make(chan error, 1)
 	go func() { // readers: never a half-built model (counts never go down), never an error
 		defer wg.Done()
 		var maxAccounts, maxEntries, maxCommands int64
 		for ctx.Err() == nil {
-			var a, e, c int64
+			var a, e, c, gen int64
 			err := env.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM readmodel.accounts), (SELECT count(*) FROM readmodel.entries),
-				(SELECT count(*) FROM readmodel.commands)`).Scan(&a, &e, &c)
+				(SELECT count(*) FROM readmodel.commands),
+				(SELECT generation FROM readmodel.checkpoints WHERE name = $1 AND state = 'live')`, projections.Accounts).Scan(&a, &e, &c, &gen)
 			if ctx.Err() != nil {
 				return
 			}
@@ -135,13 +137,23 @@ func TestRebuildUnderLiveTraffic(t *testing.T) {
 				return
 			}
 			maxAccounts, maxEntries, maxCommands = a, e, c
+			firstGen.CompareAndSwap(0, gen)
+			lastGen.Store(gen)
 			reads.Add(1)
 		}
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// The readers read the live generation before the rebuild starts, and go
+	// on until they have read the one it switched to: their reads span the
+	// switch.
+	awaitReader(t, readerErr, "a first read", func() bool { return reads.Load() > 0 })
 	res, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 40})
 	if err != nil {
 		t.Fatal(err)
+	}
+	after := int64(liveGenerations(t, env)[projections.Accounts])
+	awaitReader(t, readerErr, "a read of the new generation", func() bool { return lastGen.Load() == after })
+	if first := firstGen.Load(); first != int64(before) || after == first {
+		t.Fatalf("the readers read generation %d first and %d last, want %d then the rebuild's", first, lastGen.Load(), before)
 	}
 	<-trafficDone
 	waitCaughtUp(t, env)
@@ -163,6 +175,23 @@ func TestRebuildUnderLiveTraffic(t *testing.T) {
 		t.Fatalf("events consumed %v, store holds %d (%d at or below the checkpoint %s, %d of other streams); %+v", got, want, below, cp, nonledger, res)
 	}
 	t.Logf("%d reads during the rebuild; %+v", reads.Load(), res)
+}
+
+// awaitReader polls until done says the reader got as far as what names, and
+// fails the test if the reader failed first.
+func awaitReader(t *testing.T, readerErr chan error, what string, done func() bool) {
+	t.Helper()
+	devtest.Await(t, 2*time.Minute, func() error {
+		select {
+		case err := <-readerErr:
+			t.Fatal(err)
+		default:
+		}
+		if !done() {
+			return fmt.Errorf("the readers have not done %s", what)
+		}
+		return nil
+	})
 }
 
 func TestRebuildRefusesATamperedGeneration(t *testing.T) {
