@@ -221,7 +221,7 @@ type outcome struct {
 // do runs cmd until its answer is definite or ctx ends: the protocol's resend
 // rule, in one place for every command of this package.
 func (c *Client) do(ctx context.Context, cmd Command) (Reply, error) {
-	typ, key := cmd.commandType(), cmd.key()
+	typ := cmd.commandType()
 	body, err := cmd.body()
 	if err != nil {
 		return Reply{}, fmt.Errorf("client: encode %s: %w", typ, err)
@@ -231,7 +231,7 @@ func (c *Client) do(ctx context.Context, cmd Command) (Reply, error) {
 	if c.b != nil && len(body) <= MaxCommandBytes {
 		elem, batchable = element(typ, body)
 	}
-	r := resender{c: c, key: key}
+	r := resender{c: c, cmd: cmd}
 	for {
 		var out outcome
 		if batchable && !c.b.unsupported.Load() {
@@ -276,12 +276,23 @@ func settled(out outcome, v answer) (ok bool, next outcome) {
 
 // resender keeps the state of one command's resends.
 type resender struct {
-	c        *Client
-	key      string
+	c   *Client
+	key string
+	// cmd, when set, gives key once a resend needs it: a Raw's key is a
+	// decoding of its body, which an answered first attempt never reads.
+	cmd      Command
 	attempts int
 	stored   *StoredAck
 	last     error // why the last attempt that ran its course got no answer
 	pause    time.Duration
+}
+
+// name is the key the attempts are sent under.
+func (r *resender) name() string {
+	if r.cmd != nil {
+		r.key, r.cmd = r.cmd.key(), nil
+	}
+	return r.key
 }
 
 // next records an attempt without a definite answer and waits before the next
@@ -299,14 +310,14 @@ func (r *resender) next(ctx context.Context, out outcome) error {
 		if why == nil {
 			why = r.last
 		}
-		return &IndefiniteError{Key: r.key, Attempts: r.attempts, Stored: r.stored, Last: r.last, Err: why}
+		return &IndefiniteError{Key: r.name(), Attempts: r.attempts, Stored: r.stored, Last: r.last, Err: why}
 	}
 	if ctx.Err() != nil || errors.Is(out.err, ErrClosed) || out.final {
 		return fail()
 	}
-	r.c.o.log.Debug("resend", "key", r.key, "attempt", r.attempts, "why", out.err)
+	r.c.o.log.Debug("resend", "key", r.name(), "attempt", r.attempts, "why", out.err)
 	if r.c.o.onResend != nil {
-		r.c.o.onResend(r.key, r.attempts, out.err)
+		r.c.o.onResend(r.name(), r.attempts, out.err)
 	}
 	if !out.wait {
 		r.pause = 0
