@@ -64,8 +64,11 @@ func isStub(h *domain.Hold) bool { return h.Amount == 0 }
 // with the last closed hold a forgot, kept in its stream's state ss: the
 // snapshot's copy of it must match its digest (then it is compared as a's
 // own) or, missing, the snapshot must say it forgot holds and the hold be one
-// a ledger forgets (findable, as domain.SameState has it).
+// a ledger forgets (findable, as domain.SameState has it); and with the not
+// findable refunded originals a forgot that the snapshot lists
+// (lendRefunded).
 func sameSnapshot(ss *streamState, snap, a *domain.Account) (bool, string) {
+	defer lendRefunded(snap, a)()
 	if ss == nil || ss.closedHold == "" || a.Holds[ss.closedHold] != nil {
 		return domain.SameState(snap, a)
 	}

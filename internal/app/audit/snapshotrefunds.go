@@ -17,12 +17,14 @@ import (
 // snapshot is compared with it on what both keep (domain.SameState), so the
 // refunded sums a snapshot carries beyond that (a ledger's keeps up to
 // --recent-refunds, 1,024) are checked against the store instead: each
-// findable one the comparison did not cover must be the sum of that
-// original's refunds up to the snapshot's revision. On a store that finds
-// events by subject (eventstore.SubjectReader: PostgreSQL, memory) they are
-// read as the ledger recalls a forgotten original (domain.RecallRefunded):
-// one indexed read of the original's refunds (domain.RefundSubject) per
-// original; on one that does not (KurrentDB, whose ledger's aggregates keep
+// findable one the comparison did not cover, and each not findable one the
+// fold, having forgot some, does not keep (lendRefunded), must be the sum of
+// that original's refunds up to the snapshot's revision. On a store that
+// finds events by subject (eventstore.SubjectReader: PostgreSQL, memory)
+// they are read as the ledger recalls a forgotten original
+// (domain.RecallRefunded): one indexed read of the original's refunds
+// (domain.RefundSubject, which every refund stored has since migration
+// 00027) per original; on one that does not (KurrentDB, whose ledger's aggregates keep
 // every original) by one read of the account's stream from its first event
 // up to the snapshot's revision. A snapshot that says it forgot none while
 // the fold forgot some must list every refunded original: its listed sums,
@@ -172,16 +174,60 @@ func (f *Fold) sameRefunded(stream string, snap, a *domain.Account, total refund
 }
 
 // uncheckedSums names, with a sum of 0 each, the originals of snap whose
-// refunded sums the comparison with the fold's a does not cover: findable,
-// and not kept by a with an amount.
+// refunded sums the comparison with the fold's a does not cover: not kept by
+// a with an amount, and findable, or not findable while a forgot some (met
+// by a after it forgot some, as lendRefunded has it).
 func uncheckedSums(snap, a *domain.Account) map[string]int64 {
 	sums := map[string]int64{}
 	for k, r := range snap.Refunded {
-		if kept, in := a.Refunded[k]; r.Findable && (!in || kept.Amount == 0) {
+		if (r.Findable || a.ForgotRefunds()) && unkept(a, k) {
 			sums[k] = 0
 		}
 	}
 	return sums
+}
+
+// unkept reports whether a keeps no refunded sum of original k.
+func unkept(a *domain.Account, k string) bool {
+	kept, in := a.Refunded[k]
+	return !in || kept.Amount == 0
+}
+
+// lendRefunded puts among the fold's a, until the function it returns is
+// called, the refunded originals snap lists as not findable that a, which
+// forgot some, does not keep: so domain.SameState compares them as a's own,
+// and sameRefunded checks their sums against the store (uncheckedSums). A
+// ledger never forgets such an original, but a fold keeps no original it
+// meets after it forgot some (domain.Account's noteRefund): the audit's,
+// keeping one, forgets long before the ledger's, and a refund written
+// without a subject (by a build before refunds had one) after that is one
+// its fold never keeps, while the ledger's true snapshot lists it. Its
+// refunds are all found by its subject since migration 00027.
+func lendRefunded(snap, a *domain.Account) func() {
+	if !a.ForgotRefunds() {
+		return func() {}
+	}
+	type entry struct {
+		sum domain.RefundedSum
+		in  bool
+	}
+	lent := map[string]entry{}
+	for k, r := range snap.Refunded {
+		if !r.Findable && unkept(a, k) {
+			was, in := a.Refunded[k]
+			lent[k] = entry{was, in}
+			a.Refunded[k] = domain.RefundedSum{Amount: r.Amount}
+		}
+	}
+	return func() {
+		for k, e := range lent {
+			if e.in {
+				a.Refunded[k] = e.sum
+			} else {
+				delete(a.Refunded, k)
+			}
+		}
+	}
 }
 
 // sameTotal checks that the refunded sums of snap, each checked already
