@@ -232,7 +232,7 @@ func atomicCorruptions() []corruption {
 // eventCorruptions are faults of the event store beside deposits d1 and d2.
 func eventCorruptions(d1, d2 depositRef) []corruption {
 	return []corruption{
-		{"a duplicated event", 2, "", func(ctx context.Context, tx pgx.Tx) error {
+		{"a duplicated event", 2, " stored 2 times (", func(ctx context.Context, tx pgx.Tx) error {
 			// The constraints would refuse it: drop them (rolled back), so that the
 			// check has to count.
 			if _, err := tx.Exec(ctx, `ALTER TABLE events DROP CONSTRAINT events_event_id_key, DROP CONSTRAINT events_stream_revision_key`); err != nil {
@@ -259,6 +259,10 @@ func eventCorruptions(d1, d2 depositRef) []corruption {
 			_, err := tx.Exec(ctx, `INSERT INTO events (stream, revision, event_id, type, data, metadata) VALUES ($1, $2, $3, $4, $5, $6)`,
 				d1.stream, rev+1, domain.EventID(key, d1.stream, 0), domain.EvCredited, db, mb)
 			return err
+		}},
+		{"a revision skipped", 5, " was due (revisions ", func(ctx context.Context, tx pgx.Tx) error {
+			return exec1(ctx, tx, `UPDATE events SET revision = revision + 1
+				WHERE stream = $1 AND revision = (SELECT max(revision) FROM events WHERE stream = $1)`, d2.stream)
 		}},
 		{"a swapped payload", 5, "", func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `UPDATE events e SET data = o.data FROM events o
@@ -297,13 +301,21 @@ func hashCorruptions(d1 depositRef) []corruption {
 func modelCorruptions(d1 depositRef) []corruption {
 	return []corruption{
 		{"a balance off by one", 4, "", func(ctx context.Context, tx pgx.Tx) error {
-			var g int
-			if err := tx.QueryRow(ctx, `SELECT generation FROM readmodel.checkpoints WHERE name = $1 AND state = 'live'`, projections.Accounts).Scan(&g); err != nil {
+			t, err := liveTable(ctx, tx, projections.Accounts, "accounts")
+			if err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, `UPDATE `+projections.Table("accounts", g)+` SET balance = balance + 1 WHERE account_id = $1`,
+			_, err = tx.Exec(ctx, `UPDATE `+t+` SET balance = balance + 1 WHERE account_id = $1`,
 				strings.TrimPrefix(d1.stream, domain.AccountStreamPrefix))
 			return err
+		}},
+		{"a balance by effective time off by one", 4, "by effective time at the end of time", func(ctx context.Context, tx pgx.Tx) error {
+			t, err := liveTable(ctx, tx, projections.Balances, "balance_history")
+			if err != nil {
+				return err
+			}
+			return exec1(ctx, tx, `UPDATE `+t+` SET balance = balance + 1
+				WHERE account_id = $1 AND revision = (SELECT max(revision) FROM `+t+` WHERE account_id = $1)`, strings.TrimPrefix(d1.stream, domain.AccountStreamPrefix))
 		}},
 		// v1.2 §2.3: a withdrawal with up_to whose event says it asked less than
 		// it moved, and a transfer with up_to whose completion records another
@@ -321,6 +333,13 @@ func modelCorruptions(d1 depositRef) []corruption {
 					AND (convert_from(d.data, 'UTF8')::jsonb->>'amount')::bigint > 1)`)
 		}},
 	}
+}
+
+// liveTable names the table base of projection name's live generation.
+func liveTable(ctx context.Context, tx pgx.Tx, name, base string) (string, error) {
+	var g int
+	err := tx.QueryRow(ctx, `SELECT generation FROM readmodel.checkpoints WHERE name = $1 AND state = 'live'`, name).Scan(&g)
+	return projections.Table(base, g), err
 }
 
 // checkpointPast checks a checkpoint past an unapplied event: it stops the
