@@ -113,6 +113,12 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 	}
 	rep, err := audit.Run(ctx, stores.Store, opts)
 	finish(err == nil)
+	if err != nil && rep != nil && rep.Checkpoint != nil {
+		// The checkpoint is stored (only dropping the oldest failed, a stop
+		// included): its verdict, ID and digest are what the next --from needs.
+		log.Warn("audit checkpoint stored; dropping the oldest checkpoints failed, the next save drops them", "checkpoint", rep.Checkpoint.ID, "err", err)
+		return auditVerdict(cmd, rep)
+	}
 	if err != nil && ctx.Err() != nil {
 		where := fmt.Sprintf("after %d events folded", folded)
 		if carried > 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,9 +16,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ledgerworks/ledger/internal/platform/config"
-	"github.com/ledgerworks/ledger/migrations"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 	"github.com/ledgerworks/ledger/internal/testing/pgtest"
+	"github.com/ledgerworks/ledger/migrations"
+	"github.com/ledgerworks/ledger/projections"
 )
 
 // SIGTERM ends `ledger audit` and `ledger replay` cleanly: the context is
@@ -46,7 +48,7 @@ func TestReadToolsStopCleanlyOnSIGTERM(t *testing.T) {
 	}
 	for _, args := range [][]string{{"audit"}, {"replay", "account-a"}} {
 		profile := filepath.Join(t.TempDir(), "cpu.pprof")
-		out := stopMidRead(t, conn, env, append(args, "--cpuprofile", profile))
+		out := stopWaitingOn(t, conn, env, lockEvents, exitStopped, append(args, "--cpuprofile", profile))
 		t.Logf("ledger %s after SIGTERM:\n%s", args[0], out)
 		if !strings.Contains(out, args[0]+" stopped") {
 			t.Fatalf("ledger %s after SIGTERM does not say it stopped:\n%s", args[0], out)
@@ -61,10 +63,13 @@ func TestReadToolsStopCleanlyOnSIGTERM(t *testing.T) {
 	}
 }
 
-// stopMidRead runs ledger args while conn holds the events table locked,
-// sends SIGTERM once the tool waits on the lock, and returns its output after
-// checking that it exited 3.
-func stopMidRead(t *testing.T, conn *pgx.Conn, env, args []string) string {
+// lockEvents holds the events table: a read tool waits on it at its first read.
+const lockEvents = `LOCK TABLE events IN ACCESS EXCLUSIVE MODE`
+
+// stopWaitingOn runs ledger args while conn holds what lock takes, sends
+// SIGTERM once the tool waits on that lock, and returns its output after
+// checking that it exited with code want.
+func stopWaitingOn(t *testing.T, conn *pgx.Conn, env []string, lock string, want int, args []string) string {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := conn.Begin(ctx)
@@ -72,7 +77,7 @@ func stopMidRead(t *testing.T, conn *pgx.Conn, env, args []string) string {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `LOCK TABLE events IN ACCESS EXCLUSIVE MODE`); err != nil {
+	if _, err := tx.Exec(ctx, lock); err != nil {
 		t.Fatal(err)
 	}
 	run := exec.Command(ledgerBinary(t), args...)
@@ -87,7 +92,7 @@ func stopMidRead(t *testing.T, conn *pgx.Conn, env, args []string) string {
 	devtest.Await(t, 2*time.Minute, func() error { // the lock's holder asks who waits on it
 		select {
 		case err := <-done:
-			t.Fatalf("ledger %v ended (%v) before it read the events:\n%s", args, err, out.String())
+			t.Fatalf("ledger %v ended (%v) before it waited on the lock:\n%s", args, err, out.String())
 		default:
 		}
 		var waiting int // a transaction reads one snapshot of the statistics unless cleared
@@ -98,7 +103,7 @@ func stopMidRead(t *testing.T, conn *pgx.Conn, env, args []string) string {
 			return err
 		}
 		if waiting == 0 {
-			return errors.New("ledger " + args[0] + " does not wait on the events table yet")
+			return errors.New("ledger " + args[0] + " does not wait on the lock yet")
 		}
 		return nil
 	})
@@ -106,8 +111,47 @@ func stopMidRead(t *testing.T, conn *pgx.Conn, env, args []string) string {
 		t.Fatal(err)
 	}
 	var ee *exec.ExitError
-	if err := <-done; !errors.As(err, &ee) || ee.ExitCode() != exitStopped {
-		t.Fatalf("ledger %v after SIGTERM: %v, want exit status %d:\n%s", args, err, exitStopped, out.String())
+	err = <-done
+	if code := 0; (err == nil && want != 0) || (err != nil && (!errors.As(err, &ee) || ee.ExitCode() != want)) {
+		if ee != nil {
+			code = ee.ExitCode()
+		}
+		t.Fatalf("ledger %v after SIGTERM: %v (exit %d), want exit status %d:\n%s", args, err, code, want, out.String())
 	}
 	return out.String()
+}
+
+// An audit stopped after its checkpoint's save committed (SIGTERM while it
+// drops the oldest checkpoints, waiting on a row the test holds) has stored
+// its checkpoint: it prints its verdict and the checkpoint's ID and digest,
+// which the next --from needs, and exits 0, rather than saying nothing was
+// stored (a reviewer of 5f70999: "exit 3; checkpoints before 3, after 4").
+func TestAuditStoppedAfterItsCheckpointSavedPrintsIt(t *testing.T) {
+	url := pgtest.URL(t)
+	if err := migrations.Up(context.Background(), url); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{config.EnvDatabaseURL + "=" + url, config.EnvEventStoreURL + "=" + url}
+	for range projections.AuditCheckpointsKept {
+		if out, stderr, code := runLedger(t, env, nil, "audit", "--log-level", "warn"); code != 0 {
+			t.Fatalf("the audit of an empty ledger: exit %d:\n%s%s", code, out, stderr)
+		}
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	out := stopWaitingOn(t, conn, env, `SELECT id FROM readmodel.audit_checkpoints ORDER BY id LIMIT 1 FOR UPDATE`, 0, []string{"audit", "--json"})
+	var id int64
+	if err := conn.QueryRow(ctx, `SELECT max(id) FROM readmodel.audit_checkpoints`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if id != int64(projections.AuditCheckpointsKept)+1 {
+		t.Fatalf("the newest checkpoint is %d, want %d: the audit did not store one before the signal", id, projections.AuditCheckpointsKept+1)
+	}
+	if !strings.Contains(out, `"checkpoint"`) || !strings.Contains(out, `"digest"`) || (!strings.Contains(out, fmt.Sprintf(`"id": %d`, id)) && !strings.Contains(out, fmt.Sprintf(`"id":%d`, id))) {
+		t.Fatalf("the audit stored checkpoint %d and does not print it:\n%s", id, out)
+	}
 }

@@ -276,7 +276,9 @@ func TestAuditCatchesPlantedCorruptions(t *testing.T) {
 				store = withoutDuplicateIDs{env.Store, env.Store, env.Store, env.Store, env.Store}
 			}
 			// Pages of 7 of the ~143 events: every plant is read through the
-			// streamed path, its page neither the first nor the last.
+			// streamed path across pages; a plant that edits an event is read
+			// in a middle page, one that adds a row (a duplicated or phantom
+			// event, at a new position) in the last.
 			opts := c.opts
 			opts.BatchSize = 7
 			if rep := runOn(t, env, store, opts); !rep.OK() {
