@@ -184,8 +184,10 @@ func (rd *redelivery) freezeLedgers(ctx context.Context, sys *system) {
 		}
 		v := sys.ledgers[rng.IntN(len(sys.ledgers))]
 		if c := v.cmd; c != nil {
+			d := between(rng, 1500*time.Millisecond, 3*time.Second)
+			sys.s.logf("freeze %s for %s", v.name, d.Round(time.Millisecond))
 			syscall.Kill(-c.Process.Pid, syscall.SIGSTOP)
-			time.Sleep(between(rng, 1500*time.Millisecond, 3*time.Second))
+			time.Sleep(d)
 			syscall.Kill(-c.Process.Pid, syscall.SIGCONT)
 			rd.stops++
 		}
@@ -201,7 +203,9 @@ func (rd *redelivery) holdStreams(ctx context.Context, sys *system) {
 		if !sleepCtx(ctx, between(rng, 500*time.Millisecond, time.Second)) {
 			return
 		}
-		if sys.holdStream(ctx, "account-s2-acc-0"+itoa(rng.IntN(5)), between(rng, 1500*time.Millisecond, 2500*time.Millisecond)) == nil {
+		stream, d := "account-s2-acc-0"+itoa(rng.IntN(5)), between(rng, 1500*time.Millisecond, 2500*time.Millisecond)
+		sys.s.logf("hold %s for %s", stream, d.Round(time.Millisecond))
+		if sys.holdStream(ctx, stream, d) == nil {
 			rd.holds++
 		}
 	}
