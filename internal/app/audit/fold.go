@@ -468,23 +468,52 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent, 
 	payload, err := md.payloadOf(re)
 	if err == nil {
 		f.checkHoldPlaced(re, a, payload)
-		err = domain.EvolveAccountDecided(a, ev, payload)
+		err = foldAccountEvent(a, f.streams[re.Stream], ev, payload, true, func() {
+			f.checkSnapshot(re.Stream, a, re.Position)
+			f.checkEffective(re, m, a, payload)
+			f.checkAccountEvent(re, m, a, payload)
+			f.checkConditions(re, m, a, payload)
+			f.expectAccountRows(re, m, a, payload)
+		})
 	}
 	if err != nil {
 		f.eventViolation(InvBalance, "fold_failed", re, "%v", err)
 		f.badStream[re.Stream] = true
-		return
+	}
+}
+
+// foldAccountEvent folds an account event, decoded once (payload), into a
+// as the ledger folds what it decided (what EvolveAccount does, but for
+// decoding the event a second time), adds it to its stream's refunds' total
+// (ss, nil: not kept), then calls at (the checks at a's new revision: any
+// snapshot of it is compared there), then, bounded (boundAccount), forgets
+// what the fold keeps no longer: the key once its command's last event is
+// folded, the hold the event closed into ss (forgetClosedHold). The one
+// order of the main fold (applyAccount) and the side folds that check a
+// snapshot apart (checkSnapshotFolding): a snapshot at the revision that
+// closes a hold is compared while the account still holds that hold whole
+// and ss the one closed before it, findability included (invariant 7).
+func foldAccountEvent(a *domain.Account, ss *streamState, ev domain.StoredEvent, payload any, bounded bool, at func()) error {
+	if err := domain.EvolveAccountDecided(a, ev, payload); err != nil {
+		return err
 	}
 	a.ForgetDurable(a.Revision) // a stored event is durable
-	if ss := f.streams[re.Stream]; ss != nil {
+	if ss != nil {
 		ss.refunds.addEvent(payload)
 	}
-	f.checkSnapshot(re.Stream, a, re.Position)
-	f.checkEffective(re, m, a, payload)
-	f.checkAccountEvent(re, m, a, payload)
-	f.checkConditions(re, m, a, payload)
-	f.expectAccountRows(re, m, a, payload)
-	forgetClosedHold(f.streams[re.Stream], a, payload)
+	at()
+	if !bounded {
+		return nil
+	}
+	if m := ev.Metadata; m.Index == m.Count-1 {
+		// Decided: the reply is kept (expectAccountRows) and Evolve reads
+		// no key record (deciding a refund does, folding one does not), so
+		// the account forgets it now rather than keep one per account
+		// (issue 23).
+		a.ForgetKeys()
+	}
+	forgetClosedHold(ss, a, payload)
+	return nil
 }
 
 // forgetClosedHold keeps of a hold an account event closed only its ID,
@@ -569,10 +598,6 @@ func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata,
 			c.Events = append([]domain.EventRef(nil), rec.Events...)
 			f.stepRecords[m.Key] = &c
 		}
-		// Decided: the reply is kept above and Evolve reads no key record
-		// (deciding a refund does, folding one does not), so the account
-		// forgets it now rather than keep one per account (issue 23).
-		a.ForgetKeys()
 	}
 }
 

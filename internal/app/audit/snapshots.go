@@ -238,10 +238,12 @@ func (f *Fold) recordResumed(stream string, c projections.CheckedSnapshot) {
 
 // skipSnapshotsBefore trusts, of a page of snapshots, those of revisions the
 // checkpoint passed or at its revision of their account that it records
-// with the same bytes, checks the other ones of passed revisions by folding
-// their streams (checkPassedSnapshots), checks at once the other ones at
-// the checkpoint's revision (read from its row), and keeps the others: of revisions after it, or of accounts
-// the checkpoint does not hold.
+// with the same bytes, checks the other ones of those revisions by folding
+// their streams from the first event (checkPassedSnapshots), and keeps the
+// others: of revisions after it, or of accounts the checkpoint does not
+// hold. Not one at the checkpoint's revision against its row: the row is
+// the account after the forgets of its event, which the compare at that
+// revision must come before (foldAccountEvent; docs/design.md, invariant 7).
 func (f *Fold) skipSnapshotsBefore(ctx context.Context, sr eventstore.StreamReader, page []eventstore.Snapshot) error {
 	ids := make([]string, 0, len(page))
 	sums := make(map[string][sha256.Size]byte, len(page))
@@ -251,7 +253,7 @@ func (f *Fold) skipSnapshotsBefore(ctx context.Context, sr eventstore.StreamRead
 			sums[sn.Stream] = sha256.Sum256(sn.Data)
 		}
 	}
-	var at, passed []string // at the checkpoint's revision of their account; before it, not recorded
+	var passed []string // at or before the checkpoint's revision of their account, not recorded
 	err := projections.Checkpoints.AuditAccountNext(ctx, f.resumed.q, f.resumed.id, ids, func(row projections.AuditSnapshotNext) error {
 		stream := domain.AccountStream(row.AccountID)
 		sum := sums[stream]
@@ -259,10 +261,8 @@ func (f *Fold) skipSnapshotsBefore(ctx context.Context, sr eventstore.StreamRead
 		case rev+1 <= row.Next && f.trustRecorded && row.CheckedSHA256 != nil && row.Checked == rev && bytes.Equal(row.CheckedSHA256, sum[:]):
 			delete(f.snapshots, stream)
 			f.snapshotsTrusted++
-		case rev+1 < row.Next:
+		case rev+1 <= row.Next:
 			passed = append(passed, row.AccountID)
-		case rev+1 == row.Next:
-			at = append(at, row.AccountID)
 		}
 		return nil
 	})
@@ -271,14 +271,6 @@ func (f *Fold) skipSnapshotsBefore(ctx context.Context, sr eventstore.StreamRead
 	}
 	if err := f.checkPassedSnapshots(ctx, sr, passed); err != nil {
 		return err
-	}
-	if err := f.loadAccounts(ctx, at, false); err != nil {
-		return err
-	}
-	for _, id := range at {
-		if a := f.Accounts[id]; a != nil {
-			f.checkSnapshot(domain.AccountStream(id), a, f.from.Position)
-		}
 	}
 	return f.reloadErr
 }
@@ -326,16 +318,17 @@ func (f *Fold) checkPassedSnapshot(ctx context.Context, sr eventstore.StreamRead
 // to it by the replay's aggregate (newReplayAccount), read a page at a time.
 func (f *Fold) checkSnapshotFromStart(ctx context.Context, sr eventstore.StreamReader, stream string) error {
 	a, ss := newReplayAccount(stream), &streamState{}
-	return f.checkSnapshotFolding(ctx, sr, stream, a, ss, eventstore.Position{}, false)
+	return f.checkSnapshotFolding(ctx, sr, stream, a, ss, false)
 }
 
 // checkSnapshotFolding checks the snapshot of stream the fold waits for
-// (f.snapshots) against a, at revision ss.next-1 (its event at position
-// at), folded on up to the snapshot's revision, read a page at a time, as
-// applyAccount folds (bounded: forgetting closed holds into ss, as the main
-// fold's accounts do; else keeping what a keeps). A stream that does not
-// fold up to the snapshot's revision leaves it to finishSnapshots to name.
-func (f *Fold) checkSnapshotFolding(ctx context.Context, sr eventstore.StreamReader, stream string, a *domain.Account, ss *streamState, at eventstore.Position, bounded bool) error {
+// (f.snapshots) against a, at revision ss.next-1, folded on up to the
+// snapshot's revision, read a page at a time, in the main fold's order
+// (foldAccountEvent: compared at its revision before the forgets of its
+// event; bounded: forgetting as the main fold's accounts do, else keeping
+// what a keeps). A stream that does not fold up to the snapshot's revision
+// leaves it to finishSnapshots to name.
+func (f *Fold) checkSnapshotFolding(ctx context.Context, sr eventstore.StreamReader, stream string, a *domain.Account, ss *streamState, bounded bool) error {
 	broken := false
 	err := readStreamRange(ctx, sr, stream, ss.next, int64(f.snapshots[stream].revision), func(re eventstore.RecordedEvent) error {
 		m, err := domain.DecodeMetadata(re.Metadata)
@@ -344,18 +337,12 @@ func (f *Fold) checkSnapshotFolding(ctx context.Context, sr eventstore.StreamRea
 			payload, err = domain.DecodeEvent(re.Type, re.Data)
 		}
 		if err == nil { // decoded once, as applyAccount folds
-			err = domain.EvolveAccountDecided(a, storedEvent(re, m), payload)
-			a.ForgetDurable(a.Revision)
-			ss.refunds.addEvent(payload)
-			ss.next = re.Revision + 1
+			err = foldAccountEvent(a, ss, storedEvent(re, m), payload, bounded, func() {
+				ss.next = re.Revision + 1
+				f.checkSnapshotIn(stream, a, ss, re.Position)
+			})
 		}
-		if err == nil && bounded {
-			forgetClosedHold(ss, a, payload)
-			if m.Index == m.Count-1 {
-				a.ForgetKeys() // as expectAccountRows
-			}
-		}
-		at, broken = re.Position, err != nil
+		broken = err != nil
 		return err
 	})
 	if broken || errors.Is(err, eventstore.ErrStreamNotFound) {
@@ -364,6 +351,5 @@ func (f *Fold) checkSnapshotFolding(ctx context.Context, sr eventstore.StreamRea
 	if err != nil {
 		return fmt.Errorf("audit: the stream of %s up to its snapshot: %w", stream, err)
 	}
-	f.checkSnapshotIn(stream, a, ss, at)
 	return f.reloadErr
 }

@@ -90,7 +90,7 @@ func (f *Fold) checkWritten(ctx context.Context, sr eventstore.StreamReader, sn 
 	if sr == nil {
 		return fmt.Errorf("audit: the store does not read a stream, to check the snapshot of %s written while the audit ran", stream)
 	}
-	if at, ok := f.resumedAt(id); ok && uint64(at) <= sn.Revision {
+	if at, ok := f.resumedAt(id); ok && uint64(at) < sn.Revision { // at it: the row is after its forgets (skipSnapshotsBefore)
 		return f.sideFromRow(ctx, sr, stream, id)
 	}
 	return f.checkSnapshotFromStart(ctx, sr, stream)
@@ -128,5 +128,5 @@ func (f *Fold) sideFromRow(ctx context.Context, sr eventstore.StreamReader, stre
 	if err != nil {
 		return fmt.Errorf("audit: checkpoint %d, to check the snapshot of %s written while the audit ran: %w", r.id, stream, err)
 	}
-	return f.checkSnapshotFolding(ctx, sr, stream, a, ss, f.from.Position, true)
+	return f.checkSnapshotFolding(ctx, sr, stream, a, ss, true)
 }
