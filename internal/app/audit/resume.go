@@ -60,11 +60,16 @@ type carried struct {
 	Records     []carriedRecord `json:"step_records,omitempty"`
 	// RefundsChecked: the snapshots the checkpoint records were checked with
 	// every refunded sum they carry and, when they say they forgot no
-	// refunded original, every one refunded (snapshotrefunds.go); those a
-	// checkpoint without it records are checked again, not trusted, and not
-	// carried. The builds that checked only the sums wrote it as
-	// snapshot_refunds_checked, which is read as its absence.
-	RefundsChecked bool `json:"snapshot_refunds_listed,omitempty"`
+	// refunded original, every one refunded (snapshotrefunds.go), and each
+	// at its revision before the forgets of its event (foldAccountEvent:
+	// the closed hold before the last one compared by its digest,
+	// findability included); those a checkpoint without it records are
+	// checked again, not trusted, and not carried. The builds that checked
+	// only the sums wrote it as snapshot_refunds_checked, and those that
+	// compared some snapshots after those forgets (the side fold of
+	// e446ad9, the check at the checkpoint's revision against its row) as
+	// snapshot_refunds_listed: both are read as its absence.
+	RefundsChecked bool `json:"snapshot_holds_compared,omitempty"`
 }
 
 type carriedStream struct {

@@ -109,3 +109,26 @@ func TestIncrementalAuditNamesAClosedHoldsFindabilityAtItsCheckpoint(t *testing.
 		t.Fatalf("the audit passed the snapshot at its checkpoint (checked %d, trusted %d): %v", rep.Snapshots, rep.SnapsTrusted, rep.Violations)
 	}
 }
+
+// TestIncrementalAuditTrustsNoRecordOfABuildThatComparedAfterTheForgets: a
+// checkpoint stored by a build whose side fold or check at the checkpoint's
+// revision compared a snapshot after the forgets of its event (its state
+// says snapshot_refunds_listed) may record a snapshot with a closed hold's
+// findability forged, as the tests above show: an incremental audit from it
+// trusts none of its records and checks each snapshot from its stream's
+// first event.
+func TestIncrementalAuditTrustsNoRecordOfABuildThatComparedAfterTheForgets(t *testing.T) {
+	env, id := recordedTrueSnapshot(t)
+	ctx := context.Background()
+	var state []byte
+	if err := env.Pool.QueryRow(ctx, `SELECT state FROM readmodel.audit_checkpoints WHERE id = $1`, id).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, env, `UPDATE readmodel.audit_checkpoints SET state = $2::bytea, state_digest = md5($2::bytea) WHERE id = $1`, id, withFlagOf(t, state, "snapshot_refunds_listed"))
+	env.MustApply(t, "deposit", map[string]any{"idempotency_key": "r-after", "account_id": "r", "amount": 5, "currency": "EUR"})
+	catchUp(t, env)
+	inc := run(t, env, audit.Options{From: &id})
+	if !inc.OK() || inc.SnapsTrusted != 0 || inc.SnapsFromStart != 1 {
+		t.Fatalf("from a checkpoint of a build that compared after the forgets: ok %v, %d trusted, %d from the first event: %v", inc.OK(), inc.SnapsTrusted, inc.SnapsFromStart, inc.Violations)
+	}
+}

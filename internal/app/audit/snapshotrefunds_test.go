@@ -133,7 +133,7 @@ func TestAuditPassesATrueSnapshotOfManyRefundedOriginals(t *testing.T) {
 
 // TestIncrementalAuditChecksASnapshotAnEarlierBuildRecorded: a checkpoint
 // stored by a build that did not check every refunded sum (its state
-// without snapshot_refunds_listed) may record a snapshot whose older
+// without snapshot_holds_compared) may record a snapshot whose older
 // refunded sum is forged, as such a build's full audit did: an incremental
 // audit from it checks that snapshot again rather than trust it. Here the
 // checkpoint's record is made so by hand (its row takes the forged bytes'
@@ -167,7 +167,7 @@ func recordedTrueSnapshot(t *testing.T) (*projtest.Env, int64) {
 
 // recordAsAnEarlierBuild makes checkpoint id record r's snapshot as it is
 // in the store, as a build that did not check every refunded sum stored it
-// (its state without snapshot_refunds_listed, its rows without
+// (its state without snapshot_holds_compared, its rows without
 // refunds_total), both digests taken again;
 // it returns the snapshot's bytes.
 func recordAsAnEarlierBuild(t *testing.T, env *projtest.Env, id int64) []byte {
@@ -202,7 +202,7 @@ func withoutRefundsTotals(t *testing.T, env *projtest.Env, id int64) {
 // TestIncrementalAuditCarriesNoRecordOfAnEarlierBuild: the checkpoint an
 // incremental audit stores from an earlier build's checkpoint (recording a
 // forged snapshot, since deleted from the store) does not carry that record
-// under its own snapshot_refunds_listed: the forged bytes written back at
+// under its own snapshot_holds_compared: the forged bytes written back at
 // their revision are checked by the next incremental audit and named.
 // Shown failing on 7c70aa1 (ok, 0 checked, 1 trusted).
 func TestIncrementalAuditCarriesNoRecordOfAnEarlierBuild(t *testing.T) {
@@ -262,9 +262,15 @@ func TestAuditNamesASnapshotOmittingARefundedOriginal(t *testing.T) {
 }
 
 // withoutRefundsChecked is a checkpoint's state (gzip'd JSON) without its
-// snapshot_refunds_listed, as a build before it stored it (the last ones
+// snapshot_holds_compared, as a build before it stored it (the last ones
 // with snapshot_refunds_checked, which checked no list for omissions).
 func withoutRefundsChecked(t *testing.T, state []byte) []byte {
+	return withFlagOf(t, state, "snapshot_refunds_checked") // as 6d54987 to 7c70aa1 wrote it
+}
+
+// withFlagOf is a checkpoint's state (gzip'd JSON) with flag in place of
+// its snapshot_holds_compared, as an earlier build wrote its state.
+func withFlagOf(t *testing.T, state []byte, flag string) []byte {
 	t.Helper()
 	zr, err := gzip.NewReader(bytes.NewReader(state))
 	if err != nil {
@@ -274,8 +280,12 @@ func withoutRefundsChecked(t *testing.T, state []byte) []byte {
 	if err := json.NewDecoder(zr).Decode(&m); err != nil {
 		t.Fatal(err)
 	}
-	delete(m, "snapshot_refunds_listed")
-	m["snapshot_refunds_checked"] = json.RawMessage("true") // as 6d54987 to 7c70aa1 wrote it
+	if m["snapshot_holds_compared"] == nil && m["snapshot_refunds_listed"] == nil {
+		t.Fatal("the state says no snapshot it records is trusted")
+	}
+	delete(m, "snapshot_holds_compared")
+	delete(m, "snapshot_refunds_listed") // the flag of the builds before snapshot_holds_compared
+	m[flag] = json.RawMessage("true")
 	var b bytes.Buffer
 	zw := gzip.NewWriter(&b)
 	if err := json.NewEncoder(zw).Encode(m); err != nil || zw.Close() != nil {

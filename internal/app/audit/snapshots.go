@@ -227,7 +227,7 @@ func (f *Fold) recordChecked(stream string, c projections.CheckedSnapshot) {
 // stream (read with its row), unless this audit checked one already, which
 // wins whatever its revision: it is the one the store held (an incremental
 // audit checks a passed snapshot before it reads the account's row,
-// checkPassedSnapshots). A checkpoint without snapshot_refunds_listed
+// checkPassedSnapshots). A checkpoint without snapshot_holds_compared
 // (trustRecorded false) passes on none of its records: this audit's
 // checkpoint says every snapshot it records had every refunded sum checked.
 func (f *Fold) recordResumed(stream string, c projections.CheckedSnapshot) {
