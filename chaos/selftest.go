@@ -196,8 +196,9 @@ func sendAtomics(ctx context.Context, c *client, a account) error {
 // atomicCorruptions are faults of the self-test's atomic batches that only
 // checkAtomicKey sees: an applied batch missing an element's events, a
 // refused batch's decision naming another element or another code than its
-// refusing element's reply, and the invalid one's decision forged whole into
-// a rejection (consistent in itself, not what its elements decided).
+// refusing element's reply or another key for an element before it, and the
+// invalid one's decision forged whole into a rejection (consistent in itself,
+// not what its elements decided).
 func atomicCorruptions() []corruption {
 	decisionOf := func(batch string, sets ...[]string) func(ctx context.Context, tx pgx.Tx) error {
 		return func(ctx context.Context, tx pgx.Tx) error {
@@ -226,6 +227,11 @@ func atomicCorruptions() []corruption {
 		{"a refused atomic batch decided with another code", 1, "decided rejected account_not_found, its element 1 answered rejected insufficient_funds", decision("code", `"account_not_found"`)},
 		{"an invalid element's refusal forged into a rejection", 1, "decided rejected invalid_request by element 1",
 			decisionOf(atomicInvalid, []string{"status", `"rejected"`}, []string{"reply", "status", `"rejected"`})},
+		// Only sameBatchReply's comparison of each element's key sees it: the
+		// refusing element (1) keeps its key, so refusedBy passes, and no other
+		// record holds a refused batch's element keys (the batch's canonical
+		// request carries no element's key).
+		{"a refused atomic batch's element key forged", 1, `(key "forged")`, decisionOf(atomicRefused, []string{"keys", "0", `"forged"`})},
 	}
 }
 
