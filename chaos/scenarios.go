@@ -69,6 +69,7 @@ type bank struct {
 	resend, reuse, js   float64
 	batch               float64 // share of the producers' steps sending a batch (workload.batch)
 	atomic              float64 // share of those batches that are atomic (workload.atomic)
+	invalid             float64 // share of the atomic ones with an invalid element (workload.invalid)
 	hot                 float64 // share of the commands on one account
 	backdated           float64 // share of the deposits booked late (workload.backdated)
 	retries             int
@@ -162,7 +163,7 @@ func runBank(ctx context.Context, s *suite, res *result, b bank) error {
 	if err := settleAndFinish(ctx, sys, c, h, res, b); err != nil {
 		return err
 	}
-	batchNotes(res, h, b)
+	batchNotes(res, h, b, w.invalidSent.Load())
 	res.notes = append(res.notes, "applied: "+h.AppliedByType(), h.Conditions())
 	return nil
 }
@@ -175,7 +176,7 @@ func (b bank) workload(s *suite, id string) *workload {
 	}
 	return &workload{prefix: "s" + id, accounts: hotAccounts("s"+id, b.accounts), producers: b.producers, commands: b.commands,
 		resend: b.resend, reuse: b.reuse, jetstream: b.js, batch: b.batch, atomic: b.atomic, retries: retries, pace: b.pace, seed: s.seed ^ uint64(len(id))<<32 ^ uint64(id[0]), hot: b.hot,
-		backdated: b.backdated}
+		backdated: b.backdated, invalid: b.invalid}
 }
 
 // settleAndFinish settles every key of h once the workload is done (the
@@ -218,8 +219,9 @@ func settleAndFinish(ctx context.Context, sys *system, c *client, h *History, re
 
 // batchNotes notes what the batches of b's workload got, and fails a run that
 // was to send batches (atomic ones, batches through JetStream) and sent none:
-// C8, as a run without faults.
-func batchNotes(res *result, h *History, b bank) {
+// C8, as a run without faults. invalidSent is how many atomic batches the
+// workload sent with an invalid element.
+func batchNotes(res *result, h *History, b bank, invalidSent int64) {
 	at := h.Atomics()
 	sent := 0 // atomic batches, by request-reply
 	for _, n := range at {
@@ -263,6 +265,12 @@ func batchNotes(res *result, h *History, b bank) {
 		}
 		res.notes = append(res.notes, fmt.Sprintf("atomic batches (sends and resends): %d applied (%d element attempts: C1 demands all of their events), %d rejected and %d invalid (their elements never noted as sent: C3 fails on any event of theirs), %d without a definite answer (their elements settled by key)",
 			at[lclient.StatusApplied], elems, at[lclient.StatusRejected], at[lclient.StatusInvalid], at[""]))
+	}
+	if b.invalid > 0 {
+		res.notes = append(res.notes, fmt.Sprintf("%d atomic batches sent with an invalid element (answered invalid, or rejected when an element before it refused first)", invalidSent))
+		if invalidSent == 0 {
+			res.report.fail(8, "vacuous: the workload sent no atomic batch with an invalid element (its share is %g of atomic batches)", b.invalid)
+		}
 	}
 }
 
@@ -444,7 +452,7 @@ func scenarioBank(ctx context.Context, s *suite, res *result) error {
 	err := runBank(ctx, s, res, bank{
 		ledgers: 2, projectors: 1, accounts: s.size(3000, 1000), producers: 8,
 		ledgerArgs: []string{"--cache-size", bankCacheSize},
-		commands:   s.size(8000, 1000), resend: 0.10, reuse: 0.02, hot: bankHot, batch: 0.15, atomic: 0.35, backdated: 0.1, required: true,
+		commands:   s.size(8000, 1000), resend: 0.10, reuse: 0.02, hot: bankHot, batch: 0.15, atomic: 0.35, invalid: 0.25, backdated: 0.1, required: true,
 		retries: 12, timeout: 3 * time.Second, planned: true, // the load lasts until the kills happened
 		faults: func(ctx context.Context, sys *system, res *result) {
 			killer(sys, res, rng, s.size(3, 2), s.durScale(2*time.Second, 8*time.Second), s.durScale(4*time.Second, 12*time.Second), func() *svc { return ledger(sys) })(ctx)

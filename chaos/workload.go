@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -36,7 +37,11 @@ type workload struct {
 	batch float64
 	// atomic is the share of those batches (sent by request-reply) that are
 	// atomic, under a key of their own: all of it or none of it.
-	atomic  float64
+	atomic float64
+	// invalid is the share of the atomic batches that carry one invalid
+	// element besides their commands (invalidElement): PROTOCOL.md v1.2 §2.2
+	// records such a batch refused under its key, as a rejected one.
+	invalid float64
 	retries int // attempts per command while the outcome is indefinite
 	pace    time.Duration
 	seed    uint64
@@ -66,6 +71,12 @@ type workload struct {
 	// is never vacuous by chance (C8 fails one that sent none: a scenario of
 	// 300 commands drew no published batch for about 0.24% of seeds).
 	firstPublished, firstAtomic atomic.Bool
+	// firstInvalid is set by the first atomic batch with an invalid element,
+	// which carries one whatever its draw says (as firstAtomic); invalidSent
+	// counts the atomic batches sent with one (C8 fails a run of share
+	// invalid that sent none).
+	firstInvalid atomic.Bool
+	invalidSent  atomic.Int64
 }
 
 // ack appends cmd, which got a definite reply, to producer p's acknowledged
@@ -356,6 +367,7 @@ func (w *workload) sendAtomic(ctx context.Context, c *client, rng *rand.Rand, p,
 	cmds, elems := w.batchOf(rng, p, i)
 	unconditional(cmds, elems)
 	key := fmt.Sprintf("%s-p%d-%05d-atomic", w.prefix, p, i)
+	elems = w.invalidElement(rng, key, elems)
 	d := time.Duration(max(1, w.retries)) * c.timeout
 	got := c.atomicBatch(ctx, key, elems, d)
 	if rng.Float64() < w.resend {
@@ -372,6 +384,33 @@ func (w *workload) sendAtomic(ctx context.Context, c *client, rng *rand.Rand, p,
 	}
 	return i + len(cmds) - 1
 }
+
+// invalidElement inserts, in a share w.invalid of atomic batches (and the
+// first when the share is set), one invalid element at a random place among
+// elems: a deposit of nothing (malformed), or one effective before every
+// account's opening (invalid on the state the elements before it leave). The
+// batch is refused at it unless an element before it refuses first; its key
+// (the batch's key and "-invalid") is never decided.
+func (w *workload) invalidElement(rng *rand.Rand, key string, elems []element) []element {
+	if w.invalid <= 0 || (rng.Float64() >= w.invalid && !w.firstInvalid.CompareAndSwap(false, true)) {
+		return elems
+	}
+	w.firstInvalid.Store(true)
+	w.invalidSent.Add(1)
+	a := w.accounts[rng.IntN(len(w.accounts))]
+	k := key + "-invalid"
+	f := map[string]any{"account_id": a.id, "amount": 0, "currency": a.currency}
+	if rng.IntN(2) == 0 {
+		f["amount"] = 1 + rng.IntN(100)
+		f["effective_at"] = beforeOpening.Format(time.RFC3339Nano)
+	}
+	at := rng.IntN(len(elems) + 1)
+	return slices.Insert(elems, at, element{k, "deposit", body(k, f)})
+}
+
+// beforeOpening is before every account's opening (backdatedFrom, or when
+// the workload opened them).
+var beforeOpening = backdatedFrom.AddDate(-1, 0, 0)
 
 // peer is another account of a's currency, when one is found in a few tries.
 func (w *workload) peer(rng *rand.Rand, a account) account {
