@@ -27,10 +27,11 @@ import (
 // after its checkpoint's revision of their account (whose events after the
 // checkpoint the fold reads anyway) or of accounts opened since; of the
 // others, of revisions the checkpoint passed or at it, trusts those the
-// checkpoint records with the same bytes (when its audit checked every
-// refunded sum: trustRecorded), checks at once the other ones at that
-// revision, and checks every other one by folding its account's stream
-// from its first event (checkPassedSnapshot); it
+// checkpoint records with the same bytes (when its audit compared them as
+// the fold does: trustRecorded), and checks every other one, at that
+// revision too (the row is the account after its last event's forgets),
+// by folding its account's stream from its first event
+// (checkPassedSnapshot); it
 // reads, for a page, the checkpoint's revisions and records of its
 // accounts (their bytes' sha256), not their states. A checkpointing audit
 // lists them again once its fold reaches its head, for those written while

@@ -23,10 +23,10 @@ import (
 // reached the head and before it carries its state, lists the snapshots
 // again (checkSnapshotsWritten) and checks each one of a revision its fold
 // passed that it did not check, by a side fold of that one account from the
-// audit's own base: the checkpoint row it resumed from (its revision C0 at
-// or before the snapshot's: the events after C0 only, sideFromRow), else
-// from the stream's first event (a full audit, an account opened since, a
-// snapshot before C0), compared as the main fold compares
+// audit's own base: the checkpoint row it resumed from (its revision C0
+// before the snapshot's: the events after C0 only, sideFromRow), else from
+// the stream's first event (a full audit, an account opened since, a
+// snapshot at or before C0), compared as the main fold compares
 // (checkSnapshotIn), and recorded as checked (recordChecked). What remains:
 // one written after this listing, which the next incremental audit folds
 // from the first event (docs/design.md, invariant 7).
