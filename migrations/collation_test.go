@@ -118,7 +118,7 @@ func provider(t testing.TB, u string) *goose.Provider {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS(), goose.WithDisableGlobalRegistry(true))
+	p, err := migrations.NewProvider(db)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
@@ -53,12 +54,56 @@ func Up(ctx context.Context, databaseURL string) (err error) {
 		}
 	}()
 
-	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithDisableGlobalRegistry(true))
+	p, err := NewProvider(db)
 	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
+		return err
 	}
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("migrations: up: %w", err)
+	}
+	return nil
+}
+
+// NewProvider is goose's provider of this build's migrations (the SQL files
+// and the Go ones) on db.
+func NewProvider(db *sql.DB) (*goose.Provider, error) {
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithDisableGlobalRegistry(true), goose.WithGoMigrations(subjectsMigration()))
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	return p, nil
+}
+
+// Check returns an error unless the database at databaseURL has every
+// migration of this build applied: a build decides on what they write (00027
+// gives old events the subjects the ledger's recall reads), so it must not
+// serve a database below them (`ledger serve --migrate=false` on one the
+// operator did not migrate). The error names the versions missing and the
+// command that applies them. An older build writing after they ran is not
+// seen here (docs/operations.md, "Upgrading").
+func Check(ctx context.Context, databaseURL string) error {
+	db, err := sql.Open("pgx", databaseURL)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	defer db.Close()
+	p, err := NewProvider(db)
+	if err != nil {
+		return err
+	}
+	st, err := p.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: status: %w", err)
+	}
+	var missing []string
+	for _, m := range st {
+		if m.State != goose.StatePending {
+			continue
+		}
+		missing = append(missing, fmt.Sprintf("%05d", m.Source.Version))
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("migrations: the database lacks this build's migrations %s: apply them with `ledger serve --migrate` (LEDGER_MIGRATE=true, the default), then start again", strings.Join(missing, ", "))
 	}
 	return nil
 }

@@ -216,9 +216,12 @@ func runServe(ctx context.Context, cmd *cli.Command) error {
 	defer stop()
 
 	if cmd.Bool(flagMigrate) {
-		if err := config.MigrateStores(ctx, esURL, dbURL, log); err != nil {
-			return err
-		}
+		err = config.MigrateStores(ctx, esURL, dbURL, log)
+	} else {
+		err = config.CheckStores(ctx, esURL, dbURL) // a build serves only the schema it needs
+	}
+	if err != nil {
+		return err
 	}
 	opts.NATS = config.NATSFromCommand(cmd)
 	opts.EventStoreURL = esURL

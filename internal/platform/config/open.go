@@ -54,7 +54,8 @@ type Opening struct {
 	// it only when a URL is given.
 	ReadModels, IfNamed bool
 	// Migrate applies the migrations first: to the read-model database, and to
-	// the event store when it is another PostgreSQL database.
+	// the event store when it is another PostgreSQL database. Without it,
+	// OpenStores refuses databases missing some (CheckStores).
 	Migrate bool
 	// ReadOnly: the process never appends to the event store (ledger
 	// replay); on PostgreSQL its store refuses appends and opens each
@@ -72,9 +73,12 @@ func OpenStores(ctx context.Context, cmd *cli.Command, log *slog.Logger, o Openi
 	s := &Stores{EventStoreURL: es, DatabaseURL: db}
 	openPool := o.ReadModels && db != ""
 	if o.Migrate {
-		if err := MigrateStores(ctx, es, db, log); err != nil {
-			return nil, err
-		}
+		err = MigrateStores(ctx, es, db, log)
+	} else {
+		err = CheckStores(ctx, es, db)
+	}
+	if err != nil {
+		return nil, err
 	}
 	if openPool {
 		if s.Pool, err = projections.NewPool(ctx, db); err == nil {
@@ -95,20 +99,37 @@ func OpenStores(ctx context.Context, cmd *cli.Command, log *slog.Logger, o Openi
 // MigrateStores applies the migrations to the read-model database db (when
 // named) and to the event store es when it is another PostgreSQL database.
 func MigrateStores(ctx context.Context, es, db string, log *slog.Logger) error {
-	urls := []string{db}
-	if es != db && IsPostgresURL(es) {
-		urls = append(urls, es)
-	}
-	for _, u := range urls {
-		if u == "" {
-			continue
-		}
+	for _, u := range postgresURLs(es, db) {
 		if err := migrations.Up(ctx, u); err != nil {
 			return err
 		}
 		log.Info("migrations applied", "database", Redact(u))
 	}
 	return nil
+}
+
+// CheckStores returns an error (exit 2) unless the databases MigrateStores
+// migrates have every migration of this build applied (migrations.Check).
+func CheckStores(ctx context.Context, es, db string) error {
+	for _, u := range postgresURLs(es, db) {
+		if err := migrations.Check(ctx, u); err != nil {
+			return Exit(2, fmt.Errorf("%s: %w", Redact(u), err))
+		}
+	}
+	return nil
+}
+
+// postgresURLs are the databases a build migrates: db when named, and es when
+// it is another PostgreSQL database.
+func postgresURLs(es, db string) []string {
+	var urls []string
+	if db != "" {
+		urls = append(urls, db)
+	}
+	if es != db && IsPostgresURL(es) {
+		urls = append(urls, es)
+	}
+	return urls
 }
 
 // Close closes what OpenStores opened.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
@@ -64,7 +63,7 @@ func MigrateAgain(t testing.TB, pool *pgxpool.Pool, version int64) {
 	t.Helper()
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS(), goose.WithDisableGlobalRegistry(true))
+	p, err := migrations.NewProvider(db)
 	if err != nil {
 		t.Fatal(err)
 	}
