@@ -15,14 +15,7 @@ import (
 // in balance_history, a tenth of that in holds and a hundredth in accounts:
 // the time its ALTER TABLEs hold their tables.
 func BenchmarkCollateC00015(b *testing.B) {
-	rows := 200_000
-	if s := os.Getenv("LEDGER_BENCH_ROWS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rows = n
-	}
+	rows := benchRows(b, 200_000)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	for range b.N {
@@ -49,4 +42,17 @@ func BenchmarkCollateC00015(b *testing.B) {
 		}
 		b.ReportMetric(time.Since(start).Seconds(), "s/migration")
 	}
+}
+
+// benchRows is LEDGER_BENCH_ROWS, or def when it is not set.
+func benchRows(b *testing.B, def int) int {
+	s := os.Getenv("LEDGER_BENCH_ROWS")
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
