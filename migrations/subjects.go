@@ -40,12 +40,19 @@ const subjectsBatch = 5000
 // subjectsCandidates lists, after a position, the rows without a subject
 // that may need one: the hold events, and the credits and debits whose data
 // holds the bytes "refund" (a refund's reason; a byte search, not a parse,
-// so that a deposit or withdrawal is never decoded).
+// so that a deposit or withdrawal is never decoded). The bytes are a
+// parameter (refundBytes), not a literal: a literal '\x...' means them only
+// under standard_conforming_strings on, and a database set off would read it
+// as other text, match no row and skip every refund (a reviewer of 26434d3).
 const subjectsCandidates = `SELECT position, type, data FROM events
 WHERE position > $1 AND subject IS NULL
   AND (type IN ('HoldPlaced', 'HoldCaptured', 'HoldReleased')
-    OR (type IN ('Credited', 'Debited') AND position('\x726566756e64'::bytea IN data) > 0))
+    OR (type IN ('Credited', 'Debited') AND position($3::bytea IN data) > 0))
 ORDER BY position LIMIT $2`
+
+// refundBytes are the bytes subjectsCandidates searches a credit's or
+// debit's data for: a refund's reason as the ledger writes it.
+var refundBytes = []byte(domain.ReasonRefund)
 
 // subjectsUpdate sets the subjects of one batch; a row given one meanwhile
 // (by nothing today: no writer changes a stored row) keeps it.
@@ -91,7 +98,7 @@ func backfillBatch(ctx context.Context, db *sql.DB, last int64, batch int) (int6
 		return 0, 0, err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it does nothing
-	rows, err := tx.QueryContext(ctx, subjectsCandidates, last, batch)
+	rows, err := tx.QueryContext(ctx, subjectsCandidates, last, batch, refundBytes)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -89,6 +89,25 @@ func TestSubjectsBackfillMatchesTheLedger(t *testing.T) {
 	if n != 9 {
 		t.Fatalf("only %d rows with a subject compared", n)
 	}
+	// Again through sessions with standard_conforming_strings off, as a
+	// database may be set: the refund's subject is still found (a literal
+	// '\x...' in the candidates' query read as other text there and skipped
+	// every refund; a reviewer of 26434d3).
+	if _, err := st.Pool().Exec(ctx, `UPDATE events SET subject = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.Pool().Config().ConnConfig.Copy()
+	cfg.RuntimeParams["standard_conforming_strings"] = "off"
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	if err := migrations.BackfillSubjects(ctx, db, 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	for pos, want := range written {
+		if got := subjects()[pos]; got != want {
+			t.Errorf("standard_conforming_strings off: position %d: subject %q after the backfill, the ledger wrote %q", pos, got, want)
+		}
+	}
 }
 
 // TestSubjectsBackfillCommitsEachBatch (migration 00027): the backfill holds
