@@ -375,6 +375,58 @@ func TestRefundsTotalUpDown(t *testing.T) {
 	}
 }
 
+// TestAuditStopPointUpDown (migration 00028): the rows before it are
+// checkpoints; a stop point needs its sets, named as an audit names them,
+// and there is at most one; down to 27 drops the stop point and its sets'
+// schema (the build before would read it as a checkpoint), keeping the
+// checkpoints.
+func TestAuditStopPointUpDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	u := pgtest.URL(t)
+	p := provider(t, u)
+	if _, err := p.UpTo(ctx, 27); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, ctx, u)
+	mustExec(t, ctx, conn, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, snapshots_recorded) VALUES (1, 1, 1, 'before', true)`)
+	if _, err := p.UpTo(ctx, 28); err != nil {
+		t.Fatal(err)
+	}
+	var kind string
+	if err := conn.QueryRow(ctx, `SELECT kind FROM readmodel.audit_checkpoints`).Scan(&kind); err != nil || kind != "checkpoint" {
+		t.Fatalf("up to 28: the row before is a %q (%v), want a checkpoint", kind, err)
+	}
+	const sets = "audit_sets_0123456789abcdef"
+	for _, bad := range []string{
+		`INSERT INTO readmodel.audit_checkpoints (kind, commit_position, prepare_position, events, state) VALUES ('stop', 2, 2, 2, 'no sets')`,
+		`INSERT INTO readmodel.audit_checkpoints (kind, sets, commit_position, prepare_position, events, state) VALUES ('stop', 'public', 2, 2, 2, 'sets of another name')`,
+		`INSERT INTO readmodel.audit_checkpoints (sets, commit_position, prepare_position, events, state) VALUES ('` + sets + `', 2, 2, 2, 'a checkpoint with sets')`,
+		`INSERT INTO readmodel.audit_checkpoints (kind, commit_position, prepare_position, events, state) VALUES ('other', 2, 2, 2, 'another kind')`,
+	} {
+		if _, err := conn.Exec(ctx, bad); err == nil {
+			t.Fatalf("up to 28: stored: %s", bad)
+		}
+	}
+	mustExec(t, ctx, conn, `CREATE SCHEMA `+sets+`; CREATE UNLOGGED TABLE `+sets+`.audit_ids (event_id uuid)`)
+	stop := `INSERT INTO readmodel.audit_checkpoints (kind, sets, commit_position, prepare_position, events, state) VALUES ('stop', '` + sets + `', 2, 2, 2, 'stop')`
+	mustExec(t, ctx, conn, stop)
+	if _, err := conn.Exec(ctx, stop); err == nil {
+		t.Fatal("up to 28: a second stop point stored")
+	}
+	if _, err := p.DownTo(ctx, 27); err != nil {
+		t.Fatal(err)
+	}
+	var kept string
+	var schemas int
+	if err := conn.QueryRow(ctx, `SELECT string_agg(convert_from(state, 'UTF8'), ','), (SELECT count(*) FROM pg_namespace WHERE nspname = $1) FROM readmodel.audit_checkpoints`, sets).Scan(&kept, &schemas); err != nil || kept != "before" || schemas != 0 {
+		t.Fatalf("down to 27: rows %q, %d schemas of the sets (%v), want the checkpoint alone and no sets", kept, schemas, err)
+	}
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+}
+
 // TestCheckNamesTheMissingMigrations: a build refuses a database below its
 // migrations (ledger serve --migrate=false, and the commands that open the
 // stores without migrating them), naming the versions missing and how to

@@ -18,7 +18,8 @@ import (
 // and 00008): readmodel.checkpoints, one row per generation of each projection
 // ('live', or 'building' while a rebuild runs),
 // readmodel.publisher_checkpoints, the events publisher's row and its lease,
-// and readmodel.audit_checkpoints, the clean audits' results carried forward.
+// and readmodel.audit_checkpoints, the clean audits' results carried forward
+// (and a stopped full audit's stop point, a kind of its own: 00028).
 // Every reader and writer of them (the runner, the rebuild, the publisher,
 // status, the queries, the audit) goes through Checkpoints; no statement on
 // these tables is written anywhere else (STYLE: one owner per table, after
@@ -438,8 +439,8 @@ func (Checkpointer) SaveAudit(ctx context.Context, db Beginner, s AuditSave) (Au
 		return AuditCheckpoint{}, fmt.Errorf("projections: audit checkpoint: %w", err)
 	}
 	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `DELETE FROM readmodel.audit_checkpoints WHERE id NOT IN
-			(SELECT id FROM readmodel.audit_checkpoints ORDER BY id DESC LIMIT $1)`, AuditCheckpointsKept)
+		_, err := tx.Exec(ctx, `DELETE FROM readmodel.audit_checkpoints WHERE kind = 'checkpoint' AND id NOT IN
+			(SELECT id FROM readmodel.audit_checkpoints WHERE kind = 'checkpoint' ORDER BY id DESC LIMIT $1)`, AuditCheckpointsKept)
 		return err
 	})
 	if err != nil {
@@ -466,14 +467,7 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 		VALUES ($1, $2, $3, $4::bytea, md5($4::bytea), $5::numeric, $6::numeric, true) RETURNING id`, pp.commit, pp.prepare, cp.Events, cp.State, cp.AccountsTable, cp.ActiveHolds).Scan(&cp.ID); err != nil {
 		return err
 	}
-	src := pgx.CopyFromFunc(func() ([]any, error) {
-		a, ok, err := s.Next()
-		if !ok || err != nil {
-			return nil, err
-		}
-		return a.values(cp.ID), nil
-	})
-	rows, err := tx.CopyFrom(ctx, pgx.Identifier{"readmodel", "audit_checkpoint_accounts"}, auditAccountColumns, src)
+	rows, err := copyAuditAccounts(ctx, tx, cp.ID, s.Next)
 	if err != nil {
 		return err
 	}
@@ -493,6 +487,19 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 	}
 	return tx.QueryRow(ctx, `UPDATE readmodel.audit_checkpoints c SET accounts_sha256 = (SELECT a.digest FROM (`+auditRowsDigestSQL("$1")+`) a)
 		WHERE c.id = $1 RETURNING `+auditAnchorSQL, cp.ID).Scan(&cp.Digest)
+}
+
+// copyAuditAccounts copies the account rows next hands into checkpoint id
+// (COPY) and returns how many it copied.
+func copyAuditAccounts(ctx context.Context, tx pgx.Tx, id int64, next func() (AuditAccount, bool, error)) (int64, error) {
+	src := pgx.CopyFromFunc(func() ([]any, error) {
+		a, ok, err := next()
+		if !ok || err != nil {
+			return nil, err
+		}
+		return a.values(id), nil
+	})
+	return tx.CopyFrom(ctx, pgx.Identifier{"readmodel", "audit_checkpoint_accounts"}, auditAccountColumns, src)
 }
 
 // auditAnchorSQL is an audit checkpoint c's anchor (AuditCheckpoint.Digest).
@@ -516,7 +523,7 @@ func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (Audi
 		table   *string
 		holds   *string
 	)
-	err := q.QueryRow(ctx, `WITH c AS (SELECT * FROM readmodel.audit_checkpoints WHERE $1::bigint = 0 OR id = $1 ORDER BY id DESC LIMIT 1)
+	err := q.QueryRow(ctx, `WITH c AS (SELECT * FROM readmodel.audit_checkpoints WHERE kind = 'checkpoint' AND ($1::bigint = 0 OR id = $1) ORDER BY id DESC LIMIT 1)
 		SELECT c.id, c.commit_position, c.prepare_position, c.events, c.state, c.accounts_table_digest::text, c.active_holds_digest::text, `+auditAnchorSQL+`, d.*
 		FROM c CROSS JOIN LATERAL (`+auditCheckedSQL+`) d`, id).Scan(&cp.ID, &c, &p, &cp.Events, &cp.State, &table, &holds, &cp.Digest, &cp.Accounts, &ok, &problem)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -546,7 +553,7 @@ func recheckAudit(ctx context.Context, tx pgx.Tx, id int64) error {
 		ok      bool
 		problem string
 	)
-	err := tx.QueryRow(ctx, `SELECT d.* FROM (SELECT * FROM readmodel.audit_checkpoints WHERE id = $1 FOR SHARE) c
+	err := tx.QueryRow(ctx, `SELECT d.* FROM (SELECT * FROM readmodel.audit_checkpoints WHERE id = $1 AND kind = 'checkpoint' FOR SHARE) c
 		CROSS JOIN LATERAL (`+auditCheckedSQL+`) d`, id).Scan(&n, &ok, &problem)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -630,9 +637,15 @@ func (Checkpointer) AuditAccountNext(ctx context.Context, q Querier, id int64, i
 // guarded, of every account with a capture saga in flight, handing each to
 // each.
 func (Checkpointer) LoadAuditAccounts(ctx context.Context, q Querier, id int64, ids []string, guarded bool, each func(AuditAccount) error) error {
+	return loadAuditAccounts(ctx, q, id, each, `AND (account_id = ANY($2::text[]) OR ($3 AND guarded))`, ids, guarded)
+}
+
+// loadAuditAccounts hands each to each of the rows of audit checkpoint id
+// that where (an SQL condition on its further arguments, $2 on) selects.
+func loadAuditAccounts(ctx context.Context, q Querier, id int64, each func(AuditAccount) error, where string, args ...any) error {
 	rows, err := q.Query(ctx, `SELECT account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, coalesce(snapshot_revision, 0), snapshot_sha256, refunds_total
 		FROM readmodel.audit_checkpoint_accounts
-		WHERE checkpoint_id = $1 AND (account_id = ANY($2::text[]) OR ($3 AND guarded))`, id, ids, guarded)
+		WHERE checkpoint_id = $1 `+where, append([]any{id}, args...)...)
 	if err != nil {
 		return fmt.Errorf("projections: audit checkpoint %d: accounts: %w", id, err)
 	}
@@ -655,4 +668,114 @@ func (Checkpointer) LoadAuditAccounts(ctx context.Context, q Querier, id int64, 
 		return fmt.Errorf("projections: audit checkpoint %d: accounts: %w", id, err)
 	}
 	return nil
+}
+
+// AuditStop is a stopped full audit's stop point (migration 00028): a row of
+// audit_checkpoints of kind 'stop', never a checkpoint (LoadAudit never
+// selects it), with its account rows. Sets is the schema of its sets that
+// grow with history (UNLOGGED tables, named by its run).
+type AuditStop struct {
+	Checkpoint AuditCheckpoint // ID, Position, Events, State, Accounts; no digests of read models
+	Sets       string
+}
+
+// ErrNoAuditStop means no stop point is stored.
+var ErrNoAuditStop = errors.New("projections: no audit stop point")
+
+// ErrAuditStopEdited means the stop point's state or account rows do not
+// match the digests stored with them.
+var ErrAuditStopEdited = errors.New("projections: audit stop point edited since it was stored")
+
+// SaveAuditStop stores a stopped full audit's stop point in one transaction:
+// s's position, events and state (md5'd as a checkpoint's) and its accounts
+// (s.Next, s.Rows of them; digested as a checkpoint's), with sets, in place
+// of the stop point stored before, if any: it returns that one's sets (""
+// when none), which the caller drops. s.CarryFrom and the read models'
+// digests are not used: a stop point is no verdict.
+func (Checkpointer) SaveAuditStop(ctx context.Context, db Beginner, s AuditSave, sets string) (AuditStop, string, error) {
+	stop := AuditStop{Checkpoint: s.Checkpoint, Sets: sets}
+	var replaced string
+	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		var err error
+		if replaced, err = dropAuditStop(ctx, tx); err != nil {
+			return err
+		}
+		return saveAuditStop(ctx, tx, &stop, s)
+	})
+	if err != nil {
+		return AuditStop{}, "", fmt.Errorf("projections: audit stop point: %w", err)
+	}
+	return stop, replaced, nil
+}
+
+func saveAuditStop(ctx context.Context, tx pgx.Tx, stop *AuditStop, s AuditSave) error {
+	cp := &stop.Checkpoint
+	pp, err := posArgs(cp.Position)
+	if err != nil {
+		return err
+	}
+	if err := tx.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (kind, sets, commit_position, prepare_position, events, state, state_digest, snapshots_recorded)
+		VALUES ('stop', $1, $2, $3, $4, $5::bytea, md5($5::bytea), true) RETURNING id`, stop.Sets, pp.commit, pp.prepare, cp.Events, cp.State).Scan(&cp.ID); err != nil {
+		return err
+	}
+	rows, err := copyAuditAccounts(ctx, tx, cp.ID, s.Next)
+	if err != nil {
+		return err
+	}
+	if rows != s.Rows {
+		return fmt.Errorf("%d account rows written, %d expected", rows, s.Rows)
+	}
+	cp.Accounts = rows
+	_, err = tx.Exec(ctx, `UPDATE readmodel.audit_checkpoints c SET accounts_sha256 = (SELECT a.digest FROM (`+auditRowsDigestSQL("$1")+`) a) WHERE c.id = $1`, cp.ID)
+	return err
+}
+
+// LoadAuditStop reads the stop point (ErrNoAuditStop: none), and refuses it
+// (ErrAuditStopEdited, its Sets given all the same) unless its state and
+// account rows match the digests stored with them.
+func (Checkpointer) LoadAuditStop(ctx context.Context, q RowQuerier) (AuditStop, error) {
+	var (
+		stop AuditStop
+		cp   = &stop.Checkpoint
+		c, p int64
+		ok   bool
+	)
+	err := q.QueryRow(ctx, `SELECT c.id, c.sets, c.commit_position, c.prepare_position, c.events, c.state, a.n,
+			coalesce(c.state_digest = md5(c.state) AND c.accounts_sha256 = a.digest, false)
+		FROM readmodel.audit_checkpoints c CROSS JOIN LATERAL (`+auditRowsDigestSQL("c.id")+`) a WHERE c.kind = 'stop'`).Scan(&cp.ID, &stop.Sets, &c, &p, &cp.Events, &cp.State, &cp.Accounts, &ok)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return stop, ErrNoAuditStop
+	case err != nil:
+		return stop, fmt.Errorf("projections: audit stop point: %w", err)
+	case !ok:
+		return stop, fmt.Errorf("%w: its state or its %d account rows do not match the digests stored with them", ErrAuditStopEdited, cp.Accounts)
+	}
+	cp.Position = position(c, p)
+	return stop, nil
+}
+
+// AllAuditAccounts hands each to each of the account rows of audit
+// checkpoint (or stop point) id, in no order.
+func (Checkpointer) AllAuditAccounts(ctx context.Context, q Querier, id int64, each func(AuditAccount) error) error {
+	return loadAuditAccounts(ctx, q, id, each, "")
+}
+
+// DropAuditStop drops the stop point, if any, with its account rows, and
+// returns its sets ("" when none), which the caller drops.
+func (Checkpointer) DropAuditStop(ctx context.Context, db execer) (string, error) {
+	sets, err := dropAuditStop(ctx, db)
+	if err != nil {
+		return "", fmt.Errorf("projections: audit stop point: %w", err)
+	}
+	return sets, nil
+}
+
+func dropAuditStop(ctx context.Context, db execer) (string, error) {
+	var sets string
+	err := db.QueryRow(ctx, `DELETE FROM readmodel.audit_checkpoints WHERE kind = 'stop' RETURNING sets`).Scan(&sets)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return sets, err
 }

@@ -372,3 +372,79 @@ func TestAuditCheckpointRowsBoundWhole(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditStopPoint (migration 00028): a stopped audit's stop point is no
+// checkpoint: LoadAudit never selects it, by ID or as the last (--from last),
+// and SaveAudit's drop of the oldest neither counts nor drops it. There is
+// one: a new stop point replaces the old and hands back its sets; one whose
+// state is edited is refused; DropAuditStop drops it and hands back its sets.
+// Shown failing before the kind filter: LoadAudit(0) selected the stop point
+// (refused as "a checkpoint of an earlier build, without its digests").
+func TestAuditStopPoint(t *testing.T) {
+	env := projtest.New(t)
+	ctx := context.Background()
+	saveCP := func(i int) int64 {
+		id, err := saveAudit(ctx, env.Pool, projections.AuditSave{
+			Checkpoint: projections.AuditCheckpoint{Position: eventstore.Position{Commit: uint64(i), Prepare: uint64(i)}, Events: int64(i), State: []byte{byte(i)}, AccountsTable: "0", ActiveHolds: "0"},
+			Next:       accountsOf("a"), Rows: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	const sets1, sets2 = "audit_sets_0000000000000001", "audit_sets_0000000000000002"
+	saveStop := func(sets string, events int64) (projections.AuditStop, string) {
+		stop, replaced, err := projections.Checkpoints.SaveAuditStop(ctx, env.Pool, projections.AuditSave{
+			Checkpoint: projections.AuditCheckpoint{Position: eventstore.Position{Commit: 50, Prepare: 50}, Events: events, State: []byte("stopped")},
+			Next:       accountsOf("a", "b"), Rows: 2}, sets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stop, replaced
+	}
+	first := saveCP(1)
+	stop, replaced := saveStop(sets1, 50)
+	if replaced != "" || stop.Checkpoint.ID <= first {
+		t.Fatalf("the first stop point: %+v, replacing %q", stop, replaced)
+	}
+	if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, stop.Checkpoint.ID); !errors.Is(err, projections.ErrNoAuditCheckpoint) {
+		t.Fatalf("the stop point loaded as checkpoint %d: %v", stop.Checkpoint.ID, err)
+	}
+	if last, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, 0); err != nil || last.ID != first {
+		t.Fatalf("the last checkpoint: %d (%v), want %d, not the stop point", last.ID, err, first)
+	}
+	for i := range projections.AuditCheckpointsKept + 1 {
+		saveCP(i + 2)
+	}
+	got, err := projections.Checkpoints.LoadAuditStop(ctx, env.Pool)
+	if err != nil || got.Checkpoint.ID != stop.Checkpoint.ID || got.Sets != sets1 || string(got.Checkpoint.State) != "stopped" || got.Checkpoint.Events != 50 || got.Checkpoint.Position.Commit != 50 || got.Checkpoint.Accounts != 2 {
+		t.Fatalf("the stop point after %d checkpoints more: %+v, %v", projections.AuditCheckpointsKept+1, got, err)
+	}
+	var n int
+	if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM readmodel.audit_checkpoints WHERE kind = 'checkpoint'`).Scan(&n); err != nil || n != projections.AuditCheckpointsKept {
+		t.Fatalf("%d checkpoints kept (%v), want %d beside the stop point", n, err, projections.AuditCheckpointsKept)
+	}
+	var ids []string
+	if err := projections.Checkpoints.AllAuditAccounts(ctx, env.Pool, got.Checkpoint.ID, func(a projections.AuditAccount) error { ids = append(ids, a.AccountID+"/"+a.Chain); return nil }); err != nil || len(ids) != 2 {
+		t.Fatalf("the stop point's accounts: %v (%v)", ids, err)
+	}
+	stop2, replaced := saveStop(sets2, 60)
+	if replaced != sets1 {
+		t.Fatalf("the second stop point replaced %q, want %q", replaced, sets1)
+	}
+	if _, err := env.Pool.Exec(ctx, `UPDATE readmodel.audit_checkpoints SET state = 'edited' WHERE id = $1`, stop2.Checkpoint.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := projections.Checkpoints.LoadAuditStop(ctx, env.Pool); !errors.Is(err, projections.ErrAuditStopEdited) || got.Sets != sets2 {
+		t.Fatalf("an edited stop point: %+v, %v", got, err)
+	}
+	if dropped, err := projections.Checkpoints.DropAuditStop(ctx, env.Pool); err != nil || dropped != sets2 {
+		t.Fatalf("dropped %q (%v), want %q", dropped, err, sets2)
+	}
+	if _, err := projections.Checkpoints.LoadAuditStop(ctx, env.Pool); !errors.Is(err, projections.ErrNoAuditStop) {
+		t.Fatalf("after the drop: %v", err)
+	}
+	if dropped, err := projections.Checkpoints.DropAuditStop(ctx, env.Pool); err != nil || dropped != "" {
+		t.Fatalf("a second drop: %q (%v)", dropped, err)
+	}
+}
