@@ -140,3 +140,100 @@ func TestIncrementalAuditTrustsARecordedSnapshotAtItsCheckpoint(t *testing.T) {
 		t.Fatalf("ok %v, %d checked, %d trusted, %d rows read, %d events of hot read: %v", rep.OK(), rep.Snapshots, rep.SnapsTrusted, rep.From.AccountsRead, read, rep.Violations)
 	}
 }
+
+// A snapshot written after a checkpointing audit listed the snapshots again
+// and before it stored its checkpoint (Options.SnapshotsListedAgain) is not
+// recorded by that checkpoint: the next incremental audit folds its account
+// from the first event (docs/design.md, invariant 7, "What remains").
+
+// auditWithWindow runs a checkpointing audit (incremental from from, else
+// full) that calls write in that window, and returns its checkpoint: it
+// finds nothing and checks nothing written while it ran (it never sees it).
+func auditWithWindow(t *testing.T, env *projtest.Env, from *int64, write func()) int64 {
+	t.Helper()
+	calls := 0
+	rep := run(t, env, audit.Options{From: from, SaveCheckpoint: true, SnapshotsListedAgain: func() { calls++; write() }})
+	if !rep.OK() || rep.Checkpoint == nil || rep.SnapsWritten != 0 || calls != 1 {
+		t.Fatalf("the audit with a snapshot written in its window: ok %v, checkpoint %v, %d written while it ran, hook called %d times: %v",
+			rep.OK(), rep.Checkpoint, rep.SnapsWritten, calls, rep.Violations)
+	}
+	return rep.Checkpoint.ID
+}
+
+// TestIncrementalAuditFoldsASnapshotWrittenInTheWindowFromTheStart: hot's
+// true snapshot written in that window, by a full audit (at hotLater) or an
+// incremental one (at hotEvents+5, after the checkpoint it resumed from),
+// is folded by the next incremental audit from hot's first event (rev+1
+// events read, counted in snapshots_folded_from_start), found equal and
+// recorded: the incremental audit after that trusts it and reads none of
+// hot's events. With the window's snapshot wrongly trusted (skipSnapshotsBefore
+// trusting a snapshot the checkpoint does not record) this failed: 0 read, 0
+// folded from the start.
+func TestIncrementalAuditFoldsASnapshotWrittenInTheWindowFromTheStart(t *testing.T) {
+	for _, name := range []string{"full", "incremental"} {
+		t.Run(name, func(t *testing.T) {
+			env, cp := hotLedger(t, nil)
+			from, rev := (*int64)(nil), hotLater
+			if name == "incremental" {
+				hotDeposits(t, env, 10)
+				from, rev = &cp.ID, hotEvents+5
+			}
+			window := auditWithWindow(t, env, from, func() { writeSnapshot(t, env, accountAt(t, env, "hot", rev+1), uint64(rev), nil) })
+			next, read := runCountingWith(t, env, audit.Options{From: &window, SaveCheckpoint: true}, "hot")
+			if !next.OK() || next.Checkpoint == nil || next.SnapsFromStart != 1 || next.Snapshots != 1 || next.SnapsTrusted != 0 || read != int64(rev+1) {
+				t.Fatalf("the next audit: ok %v, checkpoint %v, %d checked, %d folded from the start, %d trusted, %d events of hot read (want %d): %v",
+					next.OK(), next.Checkpoint, next.Snapshots, next.SnapsFromStart, next.SnapsTrusted, read, rev+1, next.Violations)
+			}
+			after, read := runCounting(t, env, next.Checkpoint.ID, "hot")
+			if !after.OK() || after.SnapsTrusted != 1 || after.Snapshots != 0 || read != 0 {
+				t.Fatalf("the audit after it: ok %v, %d checked, %d trusted, %d events of hot read: %v", after.OK(), after.Snapshots, after.SnapsTrusted, read, after.Violations)
+			}
+		})
+	}
+}
+
+// TestIncrementalAuditNamesAForgedSnapshotWrittenInTheWindow: a forged
+// snapshot written in that window passes the audit it was written beside
+// (which never sees it) and is named by the next incremental audit, which
+// folds its account from the first event and stores no checkpoint: a
+// balance, a refunded original's sum lowered, a closed hold's amount. With
+// the window's snapshot wrongly trusted (as above) each passed.
+func TestIncrementalAuditNamesAForgedSnapshotWrittenInTheWindow(t *testing.T) {
+	named := func(t *testing.T, env *projtest.Env, window int64, id, message string) {
+		t.Helper()
+		rep := run(t, env, audit.Options{From: &window, SaveCheckpoint: true})
+		found := false
+		for _, v := range rep.Violations {
+			found = found || (v.Kind == "snapshot_mismatch" && v.Stream == domain.AccountStream(id) && strings.Contains(v.Message, message))
+		}
+		if rep.OK() || !found || rep.Checkpoint != nil || rep.SnapsFromStart != 1 {
+			t.Fatalf("the next audit: ok %v, checkpoint %v, %d folded from the start: %v", rep.OK(), rep.Checkpoint, rep.SnapsFromStart, rep.Violations)
+		}
+	}
+	t.Run("balance", func(t *testing.T) {
+		env, cp := hotLedger(t, nil)
+		hotDeposits(t, env, 10)
+		const rev = hotEvents + 5
+		window := auditWithWindow(t, env, &cp.ID, func() {
+			writeSnapshot(t, env, accountAt(t, env, "hot", rev+1), rev, func([]byte) []byte { return forgedSnapshot(t, env, "hot", rev) })
+		})
+		named(t, env, window, "hot", "")
+	})
+	t.Run("refunded sum", func(t *testing.T) {
+		env, cp := refundedEnv(t, true) // r's checkpoint at revision 4
+		catchUp(t, env)
+		window := auditWithWindow(t, env, &cp, func() {
+			a := accountAt(t, env, "r", 7)
+			a.Refunded["r-d1"] = domain.RefundedSum{Amount: 10, Findable: a.Refunded["r-d1"].Findable}
+			writeSnapshot(t, env, a, 6, nil)
+		})
+		named(t, env, window, "r", "r-d1")
+	})
+	t.Run("closed hold", func(t *testing.T) {
+		env, cp := closedHoldsEnv(t)
+		window := auditWithWindow(t, env, &cp, func() {
+			writeSnapshotOf(t, env, "sh", func(a *domain.Account) { a.Holds["sh-1"].Amount++ })
+		})
+		named(t, env, window, "sh", `{"id":"sh-1","amount":101,`)
+	})
+}
