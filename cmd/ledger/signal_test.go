@@ -28,20 +28,8 @@ import (
 // table locked, waits (a poll of pg_stat_activity) until the tool's read waits
 // on that lock, and only then sends the signal.
 func TestReadToolsStopCleanlyOnSIGTERM(t *testing.T) {
-	url := pgtest.URL(t)
-	if err := migrations.Up(context.Background(), url); err != nil {
-		t.Fatal(err)
-	}
-	env := []string{config.EnvDatabaseURL + "=" + url, config.EnvEventStoreURL + "=" + url}
-	if out, stderr, code := runLedger(t, env, nil, "audit", "--log-level", "warn"); code != 0 {
-		t.Fatalf("the audit of an empty ledger: exit %d:\n%s%s", code, out, stderr)
-	}
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	env, conn := auditedLedger(t, 1)
 	var before int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM readmodel.audit_checkpoints`).Scan(&before); err != nil {
 		t.Fatal(err)
@@ -65,6 +53,30 @@ func TestReadToolsStopCleanlyOnSIGTERM(t *testing.T) {
 
 // lockEvents holds the events table: a read tool waits on it at its first read.
 const lockEvents = `LOCK TABLE events IN ACCESS EXCLUSIVE MODE`
+
+// auditedLedger is a migrated, empty ledger on its own database, audited
+// audits times (each storing a checkpoint): the ledger's environment and a
+// connection to the database, closed with the test.
+func auditedLedger(t *testing.T, audits int) ([]string, *pgx.Conn) {
+	t.Helper()
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	if err := migrations.Up(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{config.EnvDatabaseURL + "=" + url, config.EnvEventStoreURL + "=" + url}
+	for range audits {
+		if out, stderr, code := runLedger(t, env, nil, "audit", "--log-level", "warn"); code != 0 {
+			t.Fatalf("the audit of an empty ledger: exit %d:\n%s%s", code, out, stderr)
+		}
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return env, conn
+}
 
 // stopWaitingOn runs ledger args while conn holds what lock takes, sends
 // SIGTERM once the tool waits on that lock, and returns its output after
@@ -127,22 +139,8 @@ func stopWaitingOn(t *testing.T, conn *pgx.Conn, env []string, lock string, want
 // which the next --from needs, and exits 0, rather than saying nothing was
 // stored (a reviewer of 5f70999: "exit 3; checkpoints before 3, after 4").
 func TestAuditStoppedAfterItsCheckpointSavedPrintsIt(t *testing.T) {
-	url := pgtest.URL(t)
-	if err := migrations.Up(context.Background(), url); err != nil {
-		t.Fatal(err)
-	}
-	env := []string{config.EnvDatabaseURL + "=" + url, config.EnvEventStoreURL + "=" + url}
-	for range projections.AuditCheckpointsKept {
-		if out, stderr, code := runLedger(t, env, nil, "audit", "--log-level", "warn"); code != 0 {
-			t.Fatalf("the audit of an empty ledger: exit %d:\n%s%s", code, out, stderr)
-		}
-	}
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	env, conn := auditedLedger(t, projections.AuditCheckpointsKept)
 	out := stopWaitingOn(t, conn, env, `SELECT id FROM readmodel.audit_checkpoints ORDER BY id LIMIT 1 FOR UPDATE`, 0, []string{"audit", "--json"})
 	var id int64
 	if err := conn.QueryRow(ctx, `SELECT max(id) FROM readmodel.audit_checkpoints`).Scan(&id); err != nil {
