@@ -147,9 +147,15 @@ func TestEffectiveAtSent(t *testing.T) {
 	}
 }
 
-// A reply lost after the ledger decided the command: the client resends with
-// the same key and returns the original outcome, flagged duplicate; the money
-// moved once. Without batching and with it.
+// A command whose reply is lost is resent with its key until the answer is
+// definite, and is decided once, alone and in an automatic batch. A first
+// call ("hold") is kept in flight, its reply held by the relay, so that two
+// concurrent calls queue behind it: with batching (a linger of a minute and
+// batches of two, so that they go together whatever the machine's load) they
+// go as one ledger.v1.cmd.batch, whose reply is lost, and are resent; with
+// WithoutBatching each goes alone on ledger.v1.cmd.deposit and the relay sees
+// no batch. The held reply is released once the relay has seen a batch, or,
+// without batching, once both calls are answered.
 func TestResendAfterLostReply(t *testing.T) {
 	for _, mode := range []string{"alone", "batching"} {
 		t.Run(mode, func(t *testing.T) {
@@ -157,41 +163,68 @@ func TestResendAfterLostReply(t *testing.T) {
 			ledgerOn(t, ns, st, "")
 			direct := client.New(devtest.Connect(t, ns))
 			open(t, direct, "alice", 0)
+			open(t, direct, "bob", 0)
 
 			rl, nc := relayTo(t, ns)
+			rl.before = func(subject string, _ int) {
+				if subject == client.BatchSubject {
+					rl.releaseAll()
+				}
+			}
 			var mu sync.Mutex
 			lost := map[string]bool{}
-			rl.set(func(_ string, _, rep []byte) bool { // lose the first reply of every key
+			rl.set(func(_ string, _, rep []byte) bool { // lose the first reply of every lost- key
 				mu.Lock()
 				defer mu.Unlock()
 				k := string(rep)
-				if i := strings.Index(k, `"idempotency_key":`); i >= 0 {
+				if i := strings.Index(k, `"idempotency_key":"lost-`); i >= 0 {
 					k = k[i : i+30]
+				} else {
+					return false
 				}
 				if lost[k] {
 					return false
 				}
 				lost[k] = true
 				return true
-			}, nil)
-			opts := []client.Option{client.WithAttemptTimeout(200 * time.Millisecond)}
+			}, func(_ string, req []byte) bool { return strings.Contains(string(req), `"hold"`) })
+			opts := []client.Option{client.WithAttemptTimeout(5 * time.Second), client.WithLinger(time.Minute), client.WithMaxBatch(2)}
 			if mode == "alone" {
 				opts = append(opts, client.WithoutBatching())
 			}
 			c := client.New(nc, opts...)
-			ctx := ctxFor(t, time.Minute)
-			r, err := c.Deposit(ctx, client.Deposit{Key: "dep-lost", AccountID: "alice", Amount: 700, Currency: "EUR"})
-			if err != nil {
-				t.Fatal(err)
+			ctx := ctxFor(t, 2*time.Minute)
+			held := make(chan error, 1)
+			go func() {
+				_, err := c.Deposit(ctx, client.Deposit{Key: "hold", AccountID: "alice", Amount: 1, Currency: "EUR"})
+				held <- err
+			}()
+			devtest.Eventually(t, time.Minute, "the held call reached the relay", func() bool { return rl.count("ledger.v1.cmd.") == 1 })
+			var wg sync.WaitGroup
+			for _, id := range []string{"alice", "bob"} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r, err := c.Deposit(ctx, client.Deposit{Key: "lost-" + id, AccountID: id, Amount: 700, Currency: "EUR"})
+					if err != nil || r.Status != client.StatusApplied || !r.Duplicate {
+						t.Errorf("%s's deposit after a lost reply: %+v %v; want applied, duplicate", id, r, err)
+					}
+				}()
 			}
-			if r.Status != client.StatusApplied || !r.Duplicate || r.Account.Balance != 700 {
-				t.Fatalf("reply after a lost one: %s duplicate %v balance %v; want applied, duplicate, 700", r.Status, r.Duplicate, r.Account)
+			wg.Wait()
+			rl.releaseAll()
+			if err := <-held; err != nil {
+				t.Fatalf("the held call: %v", err)
 			}
-			if rl.dropped.Load() != 1 || rl.count("ledger.v1.cmd.") != 2 {
-				t.Fatalf("the relay lost %d replies of %d requests; want 1 of 2", rl.dropped.Load(), rl.count("ledger.v1.cmd."))
+			batches, singles := rl.count(client.BatchSubject), rl.count("ledger.v1.cmd.deposit")
+			if mode == "batching" && (batches == 0 || rl.dropped.Load() != 1) {
+				t.Fatalf("%d batches and %d single deposits, %d replies lost; want the two calls batched, one batch reply lost", batches, singles, rl.dropped.Load())
 			}
-			if acc := devtest.Account(t, st, "alice"); acc.Balance != 700 {
-				t.Fatalf("alice's stream folds to %d, want 700: the deposit moved money once", acc.Balance)
+			if mode == "alone" && (batches != 0 || rl.dropped.Load() != 2) {
+				t.Fatalf("%d batches and %d single deposits, %d replies lost without batching; want no batch, two replies lost", batches, singles, rl.dropped.Load())
+			}
+			if a, b := devtest.Account(t, st, "alice"), devtest.Account(t, st, "bob"); a.Balance != 701 || b.Balance != 700 {
+				t.Fatalf("alice folds to %d, bob to %d; want 701 and 700: each deposit moved money once", a.Balance, b.Balance)
 			}
 		})
 	}
