@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/urfave/cli/v3"
@@ -70,8 +68,6 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	defer finishProfiles()
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{ReadModels: true, IfNamed: true})
 	if err != nil {
 		return err
@@ -124,7 +120,7 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 		if carried > 0 {
 			where += fmt.Sprintf(" past its checkpoint's %d", carried)
 		}
-		return stopped(ctx, log, "audit", where, "no verdict and no checkpoint stored: run it again")
+		return stopped(ctx, "audit", where, "no verdict and no checkpoint stored: run it again")
 	}
 	if err != nil {
 		return err

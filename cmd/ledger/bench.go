@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -193,11 +191,8 @@ func runBench(ctx context.Context, cmd *cli.Command) error {
 	defer outs.close()
 	cfg.PhaseHook = outs.hook
 
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	start := time.Now()
 	rep, runErr := bench.Run(ctx, cfg)
-	stop()
 	outs.close()
 	writeBenchReports(cmd, rep, progress)
 	if runErr != nil {
@@ -205,7 +200,7 @@ func runBench(ctx context.Context, cmd *cli.Command) error {
 			rep.Print(cmd.Root().Writer)
 		}
 		if ctx.Err() != nil {
-			return config.Exit(130, fmt.Errorf("bench interrupted after %s: %w", time.Since(start).Round(time.Second), runErr))
+			return config.Exit(config.ExitStopped, fmt.Errorf("bench interrupted after %s: %w", time.Since(start).Round(time.Second), runErr))
 		}
 		return runErr
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"syscall"
 
@@ -71,8 +70,6 @@ func runDev(ctx context.Context, cmd *cli.Command) error {
 		return config.Exit(2, err)
 	}
 
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	env, err := devenv.Start(ctx, devOpts)
 	if err != nil {
 		return err
@@ -90,7 +87,6 @@ func runDev(ctx context.Context, cmd *cli.Command) error {
 	case cause = <-env.Node.Done():
 		log.Error("stopping", "reason", cause)
 	}
-	stop() // a second Ctrl-C kills at once
 	sctx, cancel := context.WithTimeout(context.Background(), cmd.Duration(flagShutdownTimeout))
 	defer cancel()
 	_ = config.RemoveDevInfo(dir, os.Getpid())

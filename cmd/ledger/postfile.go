@@ -11,10 +11,8 @@ import (
 	"io"
 	"maps"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -41,8 +39,6 @@ type fileLine struct {
 // Ctrl-C, SIGTERM, no answer within --timeout) is finished by running it
 // again: what was decided answers as a duplicate.
 func postFile(ctx context.Context, cmd *cli.Command, nopts config.NATS) error {
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	size := int(cmd.Int("batch-size"))
 	if size < 1 || size > client.MaxBatchCommands {
 		return config.Exit(exitUsage, fmt.Errorf("--batch-size must be 1-%d, got %d", client.MaxBatchCommands, size))

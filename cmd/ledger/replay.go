@@ -7,11 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -31,17 +28,11 @@ func eventStoreFlags() []cli.Flag {
 	}
 }
 
-// exitStopped: a read tool stopped by SIGINT or SIGTERM before its end (no
-// verdict; post's exitNoReply is the same 3: "not done, run it again").
-const exitStopped = exitNoReply
-
-// stopped is a read tool's end when its context was ended by a signal: it
-// logs where the work stopped and exits exitStopped. The deferred profiles are
-// written on the way out.
-func stopped(ctx context.Context, log *slog.Logger, tool, where, left string) error {
-	cause := context.Cause(ctx)
-	log.Warn(tool+" stopped", "cause", cause, "at", where)
-	return config.Exit(exitStopped, fmt.Errorf("%s stopped (%v) %s; %s", tool, cause, where, left))
+// stopped is a read tool's error when a signal ended its context: where
+// the work stopped and what is left; config.Main logs it and exits
+// config.ExitStopped. The deferred profiles are written on the way out.
+func stopped(ctx context.Context, tool, where, left string) error {
+	return fmt.Errorf("%s stopped (%v) %s; %s", tool, context.Cause(ctx), where, left)
 }
 
 func replayCommand() *cli.Command {
@@ -76,8 +67,6 @@ func runReplay(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	defer finishProfiles()
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{ReadOnly: true})
 	if err != nil {
 		return err
@@ -113,7 +102,7 @@ func runReplay(ctx context.Context, cmd *cli.Command) error {
 		err = ferr
 	}
 	if err != nil && ctx.Err() != nil {
-		return stopped(ctx, log, "replay", fmt.Sprintf("after %d events of %s", n, stream), "what was printed is whole")
+		return stopped(ctx, "replay", fmt.Sprintf("after %d events of %s", n, stream), "what was printed is whole")
 	}
 	if errors.Is(err, eventstore.ErrStreamNotFound) {
 		return config.Exit(1, fmt.Errorf("stream %s has no events", stream))

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -212,9 +210,6 @@ func runServe(ctx context.Context, cmd *cli.Command) error {
 		opts.Intake.Failpoint = natsapi.FailpointHook(fps, os.Stderr, os.Exit)
 		log.Warn("failpoints enabled: this process will exit on purpose (test only)", "failpoints", natsapi.FailpointString(fps))
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
 	if cmd.Bool(flagMigrate) {
 		err = config.MigrateStores(ctx, esURL, dbURL, log)
 	} else {
@@ -239,7 +234,6 @@ func runServe(ctx context.Context, cmd *cli.Command) error {
 	case cause = <-n.Done():
 		log.Error("stopping", "reason", cause)
 	}
-	stop() // a second signal kills at once
 	sctx, cancel := context.WithTimeout(context.Background(), cmd.Duration(flagShutdownTimeout))
 	defer cancel()
 	if err := n.Stop(sctx); err != nil {

@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -36,7 +39,7 @@ func TestReadToolsStopCleanlyOnSIGTERM(t *testing.T) {
 	}
 	for _, args := range [][]string{{"audit"}, {"replay", "account-a"}} {
 		profile := filepath.Join(t.TempDir(), "cpu.pprof")
-		out := stopWaitingOn(t, conn, env, lockEvents, exitStopped, append(args, "--cpuprofile", profile))
+		out := stopWaitingOn(t, conn, env, lockEvents, config.ExitStopped, append(args, "--cpuprofile", profile))
 		t.Logf("ledger %s after SIGTERM:\n%s", args[0], out)
 		if !strings.Contains(out, args[0]+" stopped") {
 			t.Fatalf("ledger %s after SIGTERM does not say it stopped:\n%s", args[0], out)
@@ -83,7 +86,17 @@ func auditedLedger(t *testing.T, audits int) ([]string, *pgx.Conn) {
 // checking that it exited with code want.
 func stopWaitingOn(t *testing.T, conn *pgx.Conn, env []string, lock string, want int, args []string) string {
 	t.Helper()
+	return stopWaitingOnIn(t, ledgerBinary(t), conn, env, lock, want, args)
+}
+
+// stopWaitingOnIn is stopWaitingOn of the program bin. Its connections are
+// named (PGAPPNAME), so that only its own wait is seen: not one of an
+// earlier program's, which the server ends only when it gets its lock.
+func stopWaitingOnIn(t *testing.T, bin string, conn *pgx.Conn, env []string, lock string, want int, args []string) string {
+	t.Helper()
 	ctx := context.Background()
+	app := fmt.Sprintf("stop-%d", stops.Add(1))
+	env = append(env[:len(env):len(env)], "PGAPPNAME="+app)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +105,29 @@ func stopWaitingOn(t *testing.T, conn *pgx.Conn, env []string, lock string, want
 	if _, err := tx.Exec(ctx, lock); err != nil {
 		t.Fatal(err)
 	}
-	run := exec.Command(ledgerBinary(t), args...)
+	return stopWhen(t, bin, env, args, want, func() error { // the lock's holder asks who waits on it
+		var waiting int // a transaction reads one snapshot of the statistics unless cleared
+		if err := tx.QueryRow(ctx, `SELECT pg_stat_clear_snapshot()`).Scan(nil); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database() AND application_name = $1`, app).Scan(&waiting); err != nil {
+			return err
+		}
+		if waiting == 0 {
+			return errors.New(args[0] + " does not wait on the lock yet")
+		}
+		return nil
+	})
+}
+
+// stops numbers stopWaitingOnIn's programs.
+var stops atomic.Int64
+
+// stopWhen runs bin args, sends SIGTERM once ready (polled) returns nil,
+// and returns its output after checking that it exited with code want.
+func stopWhen(t *testing.T, bin string, env, args []string, want int, ready func() error) string {
+	t.Helper()
+	run := exec.Command(bin, args...)
 	run.Env = append(os.Environ(), env...)
 	var out bytes.Buffer
 	run.Stdout, run.Stderr = &out, &out
@@ -101,36 +136,101 @@ func stopWaitingOn(t *testing.T, conn *pgx.Conn, env []string, lock string, want
 	}
 	done := make(chan error, 1)
 	go func() { done <- run.Wait() }()
-	devtest.Await(t, 2*time.Minute, func() error { // the lock's holder asks who waits on it
+	devtest.Await(t, 2*time.Minute, func() error {
 		select {
 		case err := <-done:
-			t.Fatalf("ledger %v ended (%v) before it waited on the lock:\n%s", args, err, out.String())
+			t.Fatalf("%s %v ended (%v) before it was ready to stop:\n%s", filepath.Base(bin), args, err, out.String())
 		default:
 		}
-		var waiting int // a transaction reads one snapshot of the statistics unless cleared
-		if err := tx.QueryRow(ctx, `SELECT pg_stat_clear_snapshot()`).Scan(nil); err != nil {
-			return err
-		}
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting); err != nil {
-			return err
-		}
-		if waiting == 0 {
-			return errors.New("ledger " + args[0] + " does not wait on the lock yet")
-		}
-		return nil
+		return ready()
 	})
 	if err := run.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	var ee *exec.ExitError
-	err = <-done
+	err := <-done
 	if code := 0; (err == nil && want != 0) || (err != nil && (!errors.As(err, &ee) || ee.ExitCode() != want)) {
 		if ee != nil {
 			code = ee.ExitCode()
 		}
-		t.Fatalf("ledger %v after SIGTERM: %v (exit %d), want exit status %d:\n%s", args, err, code, want, out.String())
+		t.Fatalf("%s %v after SIGTERM: %v (exit %d), want exit status %d:\n%s", filepath.Base(bin), args, err, code, want, out.String())
 	}
 	return out.String()
+}
+
+// silentServer listens on a port that accepts connections and never
+// answers (a PostgreSQL that hangs at connect): the URL, and a poll of
+// whether a connection came.
+func silentServer(t *testing.T) (string, func() error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted atomic.Int64
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			accepted.Add(1)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "postgres://ledger:x@" + ln.Addr().String() + "/ledger?sslmode=disable", func() error {
+		if accepted.Load() == 0 {
+			return errors.New("no connection yet")
+		}
+		return nil
+	}
+}
+
+// TestStoppedCommandsExit3WhereverTheStopLands: `ledger audit`, `ledger
+// replay` and `projector rebuild`, stopped by SIGTERM while they connect to
+// the database (a server that never answers), while their migrations check
+// waits (goose's table locked) or in their work (the events table locked),
+// exit 3 and log that they stopped. On bde2e73 the first two exited 2 (the
+// migrations check's refusal), a stopped rebuild's work 1, and none logged
+// "<program> stopped".
+func TestStoppedCommandsExit3WhereverTheStopLands(t *testing.T) {
+	env, conn := auditedLedger(t, 0)
+	for _, c := range []struct {
+		bin  string
+		args []string
+	}{
+		{ledgerBinary(t), []string{"audit"}},
+		{ledgerBinary(t), []string{"replay", "account-a"}},
+		{projectorBinary(t), []string{"rebuild", "--progress=false"}},
+	} {
+		said := func(t *testing.T, out string) {
+			if !strings.Contains(out, filepath.Base(c.bin)+" stopped") {
+				t.Fatalf("%v after SIGTERM does not say it stopped:\n%s", c.args, out)
+			}
+		}
+		t.Run(c.args[0]+"/connecting", func(t *testing.T) {
+			silent, connected := silentServer(t)
+			said(t, stopWhen(t, c.bin, []string{config.EnvDatabaseURL + "=" + silent, config.EnvEventStoreURL + "=" + silent}, c.args, config.ExitStopped, connected))
+		})
+		t.Run(c.args[0]+"/migrations check", func(t *testing.T) {
+			said(t, stopWaitingOnIn(t, c.bin, conn, env, `LOCK TABLE goose_db_version IN ACCESS EXCLUSIVE MODE`, config.ExitStopped, c.args))
+		})
+		t.Run(c.args[0]+"/work", func(t *testing.T) {
+			said(t, stopWaitingOnIn(t, c.bin, conn, env, lockEvents, config.ExitStopped, c.args))
+		})
+	}
 }
 
 // An audit stopped after its checkpoint's save committed (SIGTERM while it

@@ -13,10 +13,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -121,8 +119,6 @@ func runRun(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return config.Exit(2, err)
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	c, err := open(ctx, cmd, log, cmd.Bool(flagMigrate))
 	if err != nil {
 		return err
@@ -264,9 +260,9 @@ func rebuildCommand() *cli.Command {
 			"indexes fail to build (a row loaded twice), is dropped while the others switch, and the\n" +
 			"command exits 1 naming it and its first differing rows; run it again to build that one\n" +
 			"afresh. Stopped (SIGINT, SIGTERM) before a generation's switch, during the build, the\n" +
-			"check or the switches, it leaves that generation at its checkpoint, exits 1, and the next\n" +
-			"rebuild resumes it (--fresh: builds anew); so does a check that could not be done (a lost\n" +
-			"connection), which is no verdict: run it again.",
+			"check or the switches, it leaves that generation at its checkpoint and exits 3, and the\n" +
+			"next rebuild resumes it (--fresh: builds anew); so does a check that could not be done (a\n" +
+			"lost connection), which is no verdict (exit 1): run it again.",
 		Flags:  flags,
 		Action: runRebuild,
 	}
@@ -278,8 +274,6 @@ func runRebuild(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	defer finishProfiles()
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	c, err := open(ctx, cmd, log, false)
 	if err != nil {
 		return err

@@ -195,3 +195,28 @@ func TestMemoryLimitFlag(t *testing.T) {
 		t.Errorf("restore put back %d, want %d", limit(), userLimit)
 	}
 }
+
+// TestExitStatus: an error a command returns once its context was ended (a
+// stop signal, in Main) exits ExitStopped whatever its own code (a refused
+// migrations check's 2, a verdict's 1, none); otherwise its code, or 1.
+func TestExitStatus(t *testing.T) {
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	running := context.Background()
+	for _, c := range []struct {
+		ctx  context.Context
+		err  error
+		want int
+	}{
+		{running, Exit(2, context.Canceled), 2},
+		{running, Exit(0, nil), 0},
+		{running, io.EOF, 1},
+		{stopped, Exit(2, context.Canceled), ExitStopped},
+		{stopped, Exit(1, io.EOF), ExitStopped},
+		{stopped, io.EOF, ExitStopped},
+	} {
+		if got := ExitStatus(c.ctx, c.err); got != c.want {
+			t.Errorf("ExitStatus(%v, %v) = %d, want %d", c.ctx.Err(), c.err, got, c.want)
+		}
+	}
+}

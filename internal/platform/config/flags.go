@@ -263,9 +263,9 @@ func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("config: log format %q: want text or json", format)
 }
 
-// LoggerFromCommand builds the logger of cmd's LogFlags and applies --gogc, unless
-// it was left at its default and the Go runtime already took GOGC from the
-// environment.
+// LoggerFromCommand builds the logger of cmd's LogFlags, makes it slog's
+// default (Main logs a stop with it), and applies --gogc, unless it was left
+// at its default and the Go runtime already took GOGC from the environment.
 func LoggerFromCommand(cmd *cli.Command, w io.Writer) (*slog.Logger, error) {
 	if cmd.IsSet(FlagGOGC) || os.Getenv("GOGC") == "" {
 		if err := SetGOGC(cmd.String(FlagGOGC)); err != nil {
@@ -275,7 +275,11 @@ func LoggerFromCommand(cmd *cli.Command, w io.Writer) (*slog.Logger, error) {
 	if err := memoryLimitFromCommand(cmd); err != nil {
 		return nil, err
 	}
-	return NewLogger(w, cmd.String(FlagLogFormat), cmd.String(FlagLogLevel))
+	log, err := NewLogger(w, cmd.String(FlagLogFormat), cmd.String(FlagLogLevel))
+	if err == nil {
+		slog.SetDefault(log)
+	}
+	return log, err
 }
 
 // FromDataDir returns the value of flag on cmd when it was set (by flag or

@@ -4,31 +4,62 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/urfave/cli/v3"
 )
 
-// Main runs app with the process's arguments and exits: 0 on success, else
-// the error's exit code (a cli.ExitCoder, such as Exit's; ExitUsage for a
-// wrong command line) or 1, after printing its message, if any, to stderr
-// after the app's name. Both programs' main is
-// this call; app should set ExitErrHandler to a no-op, so that Main prints.
+// Main runs app with the process's arguments under a context that SIGINT or
+// SIGTERM ends (the one home of both programs' signal handling; a second
+// signal kills at once), and exits:
+// 0 on success, else ExitStatus's code, after logging a stop and printing
+// the error's message, if any, to stderr after the app's name. Both
+// programs' main is this call; app should set ExitErrHandler to a no-op, so
+// that Main prints.
 func Main(app *cli.Command) {
 	UsageErrorsExit(app, ExitUsage)
-	err := app.Run(context.Background(), os.Args)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop) // a second signal kills at once
+	err := app.Run(ctx, os.Args)
 	if err == nil {
 		return
 	}
-	code := 1
-	var ec cli.ExitCoder
-	if errors.As(err, &ec) {
-		code = ec.ExitCode()
+	code := ExitStatus(ctx, err) // before stop, which ends ctx too
+	stop()
+	if code == ExitStopped {
+		slog.Warn(app.Name+" stopped", "cause", context.Cause(ctx), "err", err)
 	}
 	if msg := err.Error(); msg != "" {
 		fmt.Fprintln(os.Stderr, app.Name+":", msg)
 	}
 	os.Exit(code)
+}
+
+// ExitStopped is the exit status of a command that SIGINT or SIGTERM
+// stopped before its end, wherever the stop landed (opening the stores,
+// checking their migrations, the work): not done and no verdict, run it
+// again (a stopped rebuild resumes its generations from their checkpoints,
+// a file of commands answers what was decided as duplicates). A server
+// (dev, serve, projector run), whose end a signal is, exits 0 when it
+// stopped cleanly. The same 3 as `ledger post`'s "no answer".
+const ExitStopped = 3
+
+// ExitStatus is the exit status of err (not nil), returned by a command run
+// under ctx: ExitStopped once a stop signal ended ctx, whatever error the
+// stop caused (a cancelled query, a closed connection, a check refused);
+// else the error's code (a cli.ExitCoder, such as Exit's) or 1.
+func ExitStatus(ctx context.Context, err error) int {
+	if ctx.Err() != nil {
+		return ExitStopped
+	}
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return 1
 }
 
 // ExitUsage is the exit status of a wrong command line (an unknown flag, a
