@@ -46,6 +46,32 @@ func publishAll(t *testing.T, p *projections.Publisher) {
 	devtest.CatchUpRetrying(t, p, func(err error) bool { return !errors.Is(err, projections.ErrNoLease) })
 }
 
+// leaseEnded waits (a poll of leaseHeld, up to a minute) until no session
+// holds the publisher's lease: a publisher gives it up by closing its
+// session (Close, or Run's end), and the server ends that session, which
+// releases the lock, only after the client has gone; a publisher that tries
+// before then is refused (ErrNoLease), as it should be.
+func leaseEnded(t *testing.T, env *projtest.Env) {
+	t.Helper()
+	devtest.Await(t, time.Minute, func() error {
+		held, err := leaseHeld(env)
+		if err == nil && held {
+			err = errors.New("the publisher's lease is still held")
+		}
+		return err
+	})
+}
+
+// leaseHeld reports whether a session holds the publisher's lease (its
+// advisory lock, a bigint key: classid its high half, objid its low).
+func leaseHeld(env *projtest.Env) (bool, error) {
+	var held bool
+	err := env.Pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT FROM pg_locks l JOIN readmodel.publisher_checkpoints c
+		ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND ((l.classid::bigint << 32) | l.objid::bigint) = c.lease_key
+		WHERE c.name = 'events' AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))`).Scan(&held)
+	return held, err
+}
+
 // streamMessages reads every message of LEDGER_EVENTS, in stream order.
 func streamMessages(t testing.TB, nc *nats.Conn) []*jetstream.RawStreamMsg {
 	t.Helper()
@@ -119,6 +145,7 @@ func TestPublisherPublishesEveryEventOnceInOrder(t *testing.T) {
 	p := newPublisher(t, env, nc, projections.PublisherOptions{BatchSize: 64})
 	publishAll(t, p)
 	p.Close()
+	leaseEnded(t, env)
 	stored := devtest.ReadAll(t, env.Store)
 	wantPublished(t, env, nc)
 	if got := p.Position(); got != stored[len(stored)-1].Position {
@@ -150,6 +177,7 @@ func TestPublisherRecordsWhatTheStreamHolds(t *testing.T) {
 	p := newPublisher(t, env, nc, projections.PublisherOptions{BatchSize: 16})
 	publishAll(t, p)
 	p.Close()
+	leaseEnded(t, env)
 	stored := devtest.ReadAll(t, env.Store)
 	want := publisherRow(t, env)
 	back := stored[len(stored)-8].Position // the last round's 7 events not counted
@@ -231,9 +259,13 @@ func TestPublisherLease(t *testing.T) {
 	if _, err := b.Step(context.Background()); !errors.Is(err, projections.ErrNoLease) {
 		t.Fatalf("second publisher: %v, want ErrNoLease", err)
 	}
+	if held, err := leaseHeld(env); !held || err != nil { // what leaseEnded waits on sees a's lease
+		t.Fatalf("a holds the lease, leaseHeld says %v (%v)", held, err)
+	}
 	if err := devtest.Go(t, a.Run).Stop(); err != nil { // a's Run ends and gives up the lease
 		t.Fatal(err)
 	}
+	leaseEnded(t, env)
 	env.Run(t, projtest.Workload{Commands: 30, Seed: 8, Prefix: "v"})
 	publishAll(t, b)
 	wantPublished(t, env, nc)
@@ -246,6 +278,7 @@ func TestRebuildNeverRepublishes(t *testing.T) {
 	p := newPublisher(t, env, nc, projections.PublisherOptions{})
 	publishAll(t, p)
 	p.Close()
+	leaseEnded(t, env)
 	before := publisherRow(t, env)
 	if _, err := rebuild(t, env, projections.RebuildOptions{}); err != nil {
 		t.Fatal(err)
