@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -178,10 +176,6 @@ func runBench(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return config.Exit(2, err)
 	}
-	cfg.HistoryMemoryLimit, cfg.HistoryMemoryLimitSet = cmd.String(flagBenchHistoryMem), cmd.IsSet(flagBenchHistoryMem)
-	if _, err := config.ParseMemoryLimit(cfg.HistoryMemoryLimit); err != nil {
-		return config.Exit(2, fmt.Errorf("--%s: %w", flagBenchHistoryMem, err))
-	}
 	cfg.Logger, cfg.Progress = components.With("component", "bench-env"), progress
 
 	outs, err := openBenchOutputs(cmd, progress)
@@ -224,7 +218,8 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 		return cfg, err
 	}
 	applyBenchSystems(cmd, &cfg)
-	return cfg, checkBenchConfig(cfg)
+	cfg.HistoryMemoryLimit, cfg.HistoryMemoryLimitSet = cmd.String(flagBenchHistoryMem), cmd.IsSet(flagBenchHistoryMem)
+	return cfg, cfg.Check()
 }
 
 // applyBenchWorkloadFlags sets the workload's fields from the flags set
@@ -278,27 +273,14 @@ func applyBenchServerFlags(cmd *cli.Command, cfg *bench.Config) error {
 	cfg.BaselineDatabaseURL = cmd.String(flagBenchBaselineDB)
 	cfg.DataDir = cmd.String(config.FlagDataDir)
 	cfg.EventStore = cmd.String(flagBenchEventStore)
-	if err := bench.CheckEventStore(cfg.EventStore); err != nil {
-		return fmt.Errorf("--%s: %w", flagBenchEventStore, err)
-	}
 	return nil
 }
 
-// applyBenchFractions reads --fractions, a comma-separated list of fractions
-// in (0, 1].
+// applyBenchFractions reads --open-loop-fractions (bench.ParseFractions).
 func applyBenchFractions(cmd *cli.Command, cfg *bench.Config) error {
-	cfg.OpenLoopFractions = nil
-	for _, f := range strings.Split(cmd.String(flagBenchFractions), ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		v, err := strconv.ParseFloat(f, 64)
-		if err != nil || v <= 0 || v > 1 {
-			return fmt.Errorf("--%s: %q is not a fraction in (0, 1]", flagBenchFractions, f)
-		}
-		cfg.OpenLoopFractions = append(cfg.OpenLoopFractions, v)
-	}
-	return nil
+	var err error
+	cfg.OpenLoopFractions, err = bench.ParseFractions(cmd.String(flagBenchFractions))
+	return err
 }
 
 // applyBenchSystems reads --systems, a comma-separated list.
@@ -309,15 +291,4 @@ func applyBenchSystems(cmd *cli.Command, cfg *bench.Config) {
 			cfg.Systems = append(cfg.Systems, s)
 		}
 	}
-}
-
-// checkBenchConfig refuses a workload that cannot run.
-func checkBenchConfig(cfg bench.Config) error {
-	if cfg.Clients <= 0 || cfg.Accounts <= 0 || cfg.Duration <= 0 {
-		return errors.New("--clients, --accounts and --duration must be positive")
-	}
-	if cfg.Grace < 0 {
-		return errors.New("--grace must not be negative")
-	}
-	return nil
 }

@@ -34,3 +34,41 @@ func TestBenchRefusesAnUnknownEventStore(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchRefusesABadFlag: every rule of bench.Config.Check, reached through
+// its flag, is refused with status 2 and its message before anything starts
+// (each case would otherwise start a cluster and run for minutes).
+func TestBenchRefusesABadFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--clients", "0"}, "--clients, --accounts and --duration must be positive"},
+		{[]string{"--accounts", "-1"}, "--clients, --accounts and --duration must be positive"},
+		{[]string{"--duration", "0s"}, "--clients, --accounts and --duration must be positive"},
+		{[]string{"--duplicate-ratio", "1"}, "duplicate ratio must be in [0, 1)"},
+		{[]string{"--skew", "-0.5"}, "skew must be >= 0"},
+		{[]string{"--transaction-ratio", "1.5", "--systems", "ledger"}, "transaction ratio must be in [0, 1]"},
+		{[]string{"--open-loop-fractions", "0.5,1.5"}, `--open-loop-fractions: "1.5" is not a fraction in (0, 1]`},
+		{[]string{"--open-loop-fractions", "half"}, `--open-loop-fractions: "half" is not a fraction in (0, 1]`},
+		{[]string{"--systems", "ledger,other"}, "systems are ledger, baseline and echo"},
+		{[]string{"--transaction-ratio", "0.5"}, "use --systems ledger"},
+		{[]string{"--many-accounts", "-1"}, "many accounts must be >= 0"},
+		{[]string{"--history", "-1"}, "history events must be >= 0"},
+		{[]string{"--history", "10", "--accounts", "1"}, "a history needs two accounts"},
+		{[]string{"--transaction-ratio", "0.5", "--systems", "ledger", "--accounts", "1"}, "a transaction needs two accounts"},
+		{[]string{"--grace", "-1s"}, "--grace must not be negative"},
+		{[]string{"--batch-size", "1001"}, "batch size 1001 is over the protocol's 1000 commands"},
+		{[]string{"--history-memory-limit", "lots"}, "--history-memory-limit: "},
+	} {
+		args := append([]string{"ledger", "bench"}, c.args...)
+		var out bytes.Buffer
+		a := newApp()
+		a.Writer, a.ErrWriter = &out, &out
+		err := a.Run(context.Background(), args)
+		var ec cli.ExitCoder
+		if err == nil || !errors.As(err, &ec) || ec.ExitCode() != 2 || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want status 2 and %q", args, err, c.want)
+		}
+	}
+}

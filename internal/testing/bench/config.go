@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
+	"github.com/ledgerworks/ledger/internal/platform/config"
 )
 
 // Config shapes a benchmark run. Zero values take the defaults of Defaults.
@@ -197,26 +200,84 @@ func (c Config) Quick() Config {
 	return c
 }
 
-// defaults fills in the zero fields of c and refuses the values that cannot
-// run: the workload's, the systems', then the servers'.
+// defaults fills in the zero fields of c, then refuses the values that
+// cannot run (Check).
 func (c *Config) defaults() error {
 	d := Defaults()
-	if err := c.workloadDefaults(d); err != nil {
-		return err
-	}
-	if err := c.systemsDefaults(); err != nil {
-		return err
-	}
-	return c.serverDefaults(d)
+	c.workloadDefaults(d)
+	c.serverDefaults(d)
+	return c.Check()
 }
 
-// workloadDefaults: clients, accounts, ratios, durations, fractions, samples.
-func (c *Config) workloadDefaults(d Config) error {
+// workloadDefaults: clients, accounts, durations, fractions, samples, systems.
+func (c *Config) workloadDefaults(d Config) {
 	if c.Clients <= 0 {
 		c.Clients = d.Clients
 	}
 	if c.Accounts <= 0 {
 		c.Accounts = d.Accounts
+	}
+	if c.Duration <= 0 {
+		c.Duration = d.Duration
+	}
+	if c.OpenLoopFractions == nil {
+		c.OpenLoopFractions = []float64{0.5}
+	}
+	if c.KeyCheckSamples <= 0 {
+		c.KeyCheckSamples = d.KeyCheckSamples
+	}
+	if len(c.Systems) == 0 {
+		c.Systems = []string{SystemLedger, SystemBaseline}
+	}
+}
+
+// serverDefaults: the event store, the intake's limits and lanes, the
+// baseline's pool and the loggers.
+func (c *Config) serverDefaults(d Config) {
+	if c.EventStore == "" {
+		c.EventStore = EventStorePostgres
+	}
+	if c.Grace == 0 {
+		c.Grace = d.Grace
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = d.MaxInFlight
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = d.BatchSize
+	}
+	if c.Lanes <= 0 {
+		c.Lanes = d.Lanes
+	}
+	if c.BaselinePoolSize <= 0 {
+		c.BaselinePoolSize = c.MaxInFlight + c.Lanes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Progress == nil {
+		c.Progress = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Check refuses a configuration that cannot run: the one home of the bench's
+// rules. Run calls it once the zero fields have their defaults; ledger bench
+// calls it on its flags' values (Defaults, then what was set), so that a bad
+// flag is refused before anything starts, and with the same message.
+func (c Config) Check() error {
+	if err := c.checkWorkload(); err != nil {
+		return err
+	}
+	if err := c.checkSystems(); err != nil {
+		return err
+	}
+	return c.checkServers()
+}
+
+// checkWorkload: clients, accounts, ratios, durations, fractions.
+func (c Config) checkWorkload() error {
+	if c.Clients <= 0 || c.Accounts <= 0 || c.Duration <= 0 {
+		return errors.New("--clients, --accounts and --duration must be positive")
 	}
 	if c.DuplicateRatio < 0 || c.DuplicateRatio >= 1 {
 		return errors.New("bench: duplicate ratio must be in [0, 1)")
@@ -227,29 +288,41 @@ func (c *Config) workloadDefaults(d Config) error {
 	if c.TransactionRatio < 0 || c.TransactionRatio > 1 {
 		return errors.New("bench: transaction ratio must be in [0, 1]")
 	}
-	if c.Duration <= 0 {
-		c.Duration = d.Duration
-	}
-	if c.OpenLoopFractions == nil {
-		c.OpenLoopFractions = []float64{0.5}
-	}
 	for _, f := range c.OpenLoopFractions {
-		if f <= 0 || f > 1 {
-			return errors.New("bench: open-loop fractions must be in (0, 1]")
+		if !isFraction(f) {
+			return fractionError(strconv.FormatFloat(f, 'g', -1, 64))
 		}
-	}
-	if c.KeyCheckSamples <= 0 {
-		c.KeyCheckSamples = d.KeyCheckSamples
 	}
 	return nil
 }
 
-// systemsDefaults: the systems under test and what each can serve, the many
-// accounts, the history, and the accounts the workload needs.
-func (c *Config) systemsDefaults() error {
-	if len(c.Systems) == 0 {
-		c.Systems = []string{SystemLedger, SystemBaseline}
+// ParseFractions reads a comma-separated list of open-loop fractions
+// (Config.OpenLoopFractions; blanks skipped, none: nil, the default).
+func ParseFractions(list string) ([]float64, error) {
+	var fs []float64
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil || !isFraction(v) {
+			return nil, fractionError(f)
+		}
+		fs = append(fs, v)
 	}
+	return fs, nil
+}
+
+// isFraction is the rule of an open-loop fraction: in (0, 1].
+func isFraction(f float64) bool { return f > 0 && f <= 1 }
+
+func fractionError(f string) error {
+	return fmt.Errorf("--open-loop-fractions: %q is not a fraction in (0, 1]", f)
+}
+
+// checkSystems: the systems under test and what each can serve, the many
+// accounts, the history, and the accounts the workload needs.
+func (c Config) checkSystems() error {
 	for _, s := range c.Systems {
 		if s != SystemLedger && s != SystemBaseline && s != SystemEcho {
 			return errors.New("bench: systems are ledger, baseline and echo")
@@ -273,38 +346,22 @@ func (c *Config) systemsDefaults() error {
 	return nil
 }
 
-// serverDefaults: the event store, the intake's limits and lanes, the
-// baseline's pool and the loggers.
-func (c *Config) serverDefaults(d Config) error {
+// checkServers: the event store, the intake's grace, the batches, the
+// history's memory limit.
+func (c Config) checkServers() error {
 	if err := CheckEventStore(c.EventStore); err != nil {
-		return err
+		return fmt.Errorf("--event-store: %w", err)
 	}
-	if c.EventStore == "" {
-		c.EventStore = EventStorePostgres
-	}
-	if c.Grace == 0 {
-		c.Grace = d.Grace
-	}
-	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = d.MaxInFlight
-	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = d.BatchSize
+	if c.Grace < 0 {
+		return errors.New("--grace must not be negative")
 	}
 	if c.BatchSize > domain.MaxBatchCommands {
 		return fmt.Errorf("bench: batch size %d is over the protocol's %d commands", c.BatchSize, domain.MaxBatchCommands)
 	}
-	if c.Lanes <= 0 {
-		c.Lanes = d.Lanes
-	}
-	if c.BaselinePoolSize <= 0 {
-		c.BaselinePoolSize = c.MaxInFlight + c.Lanes
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Progress == nil {
-		c.Progress = slog.New(slog.DiscardHandler)
+	if c.HistoryMemoryLimit != "" {
+		if _, err := config.ParseMemoryLimit(c.HistoryMemoryLimit); err != nil {
+			return fmt.Errorf("--history-memory-limit: %w", err)
+		}
 	}
 	return nil
 }
