@@ -6,8 +6,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
 )
 
@@ -78,13 +76,7 @@ func startPair(ctx context.Context, sys *system) (*pgcluster.Pair, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := pgx.Connect(sctx, pair.URLFor("postgres"))
-	if err != nil {
-		pair.Stop(context.WithoutCancel(ctx))
-		return nil, err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(sctx, `CREATE DATABASE `+pgx.Identifier{sys.db}.Sanitize()); err != nil {
+	if err := pgcluster.CreateDatabase(sctx, pair.URLFor("postgres"), sys.db); err != nil {
 		pair.Stop(context.WithoutCancel(ctx))
 		return nil, err
 	}

@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -127,19 +126,12 @@ func newSystem(ctx context.Context, s *suite, name string) (*system, error) {
 	if err := os.MkdirAll(sys.dir, 0o755); err != nil {
 		return nil, err
 	}
-	conn, err := pgx.Connect(ctx, s.cluster().URL())
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{sys.db}.Sanitize()+` WITH (FORCE)`); err != nil {
-		return nil, err
-	}
-	if _, err := conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{sys.db}.Sanitize()); err != nil {
+	if err := pgcluster.RecreateDatabase(ctx, s.cluster().URL(), sys.db); err != nil {
 		return nil, err
 	}
 	sys.dbURL = s.cluster().URLFor(sys.db)
 	sys.svcDBURL = sys.dbURL
+	var err error
 	if sys.natsPort, err = freeport.Loopback(); err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pressly/goose/v3"
 
+	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
 	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 	"github.com/ledgerworks/ledger/migrations"
 )
@@ -71,8 +72,8 @@ func databaseWithLocale(t testing.TB, ctx context.Context, locale string) string
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if _, err := admin.Exec(cctx, fmt.Sprintf(`DROP DATABASE IF EXISTS %s WITH (FORCE)`, name)); err != nil {
-			t.Errorf("drop %s: %v", name, err)
+		if err := pgcluster.DropDatabase(cctx, base, name); err != nil {
+			t.Error(err)
 		}
 	})
 	pu, err := url.Parse(base)

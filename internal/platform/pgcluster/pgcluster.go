@@ -800,12 +800,12 @@ func (c *Cluster) ensureDatabase(ctx context.Context) error {
 	if exists {
 		return nil
 	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{Database}.Sanitize()); err != nil {
+	if err := createDatabase(ctx, conn, Database); err != nil {
 		var exists bool // created concurrently?
 		if qerr := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", Database).Scan(&exists); qerr == nil && exists {
 			return nil
 		}
-		return fmt.Errorf("pgcluster: create database %s: %w", Database, err)
+		return err
 	}
 	c.log.Info("created database", "database", Database)
 	return nil

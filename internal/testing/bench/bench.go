@@ -25,6 +25,7 @@ import (
 	"github.com/ledgerworks/ledger/internal/platform/devenv"
 	"github.com/ledgerworks/ledger/internal/platform/embednats"
 	"github.com/ledgerworks/ledger/internal/platform/node"
+	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
 )
 
 // BaselineDatabase is the database of the baseline on the private cluster.
@@ -381,18 +382,7 @@ func createBaselineDatabase(ctx context.Context, env *devenv.Env) (string, error
 	default:
 		return "", errors.New("bench: no database for the baseline: set the baseline database URL")
 	}
-	admin := urlFor("postgres")
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return "", err
-	}
-	name := pgx.Identifier{BaselineDatabase}.Sanitize()
-	_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-	if err == nil {
-		_, err = conn.Exec(ctx, "CREATE DATABASE "+name)
-	}
-	conn.Close(ctx)
-	if err != nil {
+	if err := pgcluster.RecreateDatabase(ctx, urlFor("postgres"), BaselineDatabase); err != nil {
 		return "", fmt.Errorf("bench: baseline database: %w", err)
 	}
 	return urlFor(BaselineDatabase), nil

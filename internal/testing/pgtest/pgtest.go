@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
 )
 
@@ -53,15 +51,15 @@ func URL(t testing.TB) string {
 	name := "t_" + randomHex(8)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := execAdmin(ctx, admin, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		t.Fatalf("pgtest: create database %s: %v", name, err)
+	if err := pgcluster.CreateDatabase(ctx, admin, name); err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
-		// FORCE ends the sessions a test left open (PostgreSQL 13+).
-		if err := execAdmin(ctx, admin, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Errorf("pgtest: drop database %s: %v", name, err)
+		// The drop ends the sessions a test left open.
+		if err := pgcluster.DropDatabase(ctx, admin, name); err != nil {
+			t.Errorf("pgtest: %v", err)
 		}
 	})
 	u, err := withDatabase(admin, name)
@@ -162,16 +160,6 @@ func reapOrphans(ctx context.Context, logger *slog.Logger) {
 		}
 		os.RemoveAll(dir)
 	}
-}
-
-func execAdmin(ctx context.Context, admin, sql string) error {
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, sql)
-	return err
 }
 
 // withDatabase returns the URL u with its database replaced by name.
