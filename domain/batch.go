@@ -251,8 +251,9 @@ type BatchDecided struct {
 
 // Canonical is an atomic batch's canonical request: its elements' canonical
 // requests, in order, under "commands" (an invalid element as it was sent,
-// compacted). Two batches are the same request when they carry the same
-// commands in the same order.
+// compacted). It leaves out the valid elements' keys, as Command.Canonical
+// does: two batches are the same request when they also carry the same keys
+// (JudgeBatch).
 func (b Batch) Canonical() Canonical {
 	buf := append(make([]byte, 0, 64+160*len(b.Commands)), `{"atomic":true,"commands":[`...)
 	for i, c := range b.Commands {

@@ -93,3 +93,27 @@ func conflictFields(recorded []byte, req Canonical) []string {
 	}
 	return fields
 }
+
+// JudgeBatch is the verdict on an atomic batch b under a key that decided
+// the batch d records, once the claim's hash matched b's canonical request
+// (Judge said duplicate). The hash leaves out a valid element's key (a
+// command's key is not part of its request: Command.Canonical; an invalid
+// element is hashed as sent, its key with it), so the same commands under
+// other keys hash alike; but a key names one request, and an element's key
+// decides what the element answers, so they are another batch: a conflict
+// naming commands. Every BatchDecided, applied or refused, records its
+// elements' keys in order (Keys, since the first build that wrote one), so
+// the comparison tells records of every build alike; one that does not list
+// an element matches no batch, as a hash that does not parse matches no
+// request (Judge).
+func JudgeBatch(d *BatchDecided, b Batch) Judgement {
+	if len(d.Keys) != len(b.Commands) {
+		return Judgement{Verdict: KeyConflict, Fields: []string{"commands"}}
+	}
+	for i, c := range b.Commands {
+		if c.Invalid == nil && c.IdempotencyKey != d.Keys[i] {
+			return Judgement{Verdict: KeyConflict, Fields: []string{"commands"}}
+		}
+	}
+	return Judgement{Verdict: KeyDuplicate}
+}

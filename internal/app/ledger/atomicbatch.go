@@ -62,7 +62,7 @@ func (s *Service) decideAtomicBatch(ctx context.Context, b domain.Batch) (Reply,
 	}
 	req := b.Canonical()
 	for round := 0; round < s.opts.MaxAttempts; round++ {
-		if o, err := s.decidedBatch(ctx, b.Key, req); err != nil || o.answered {
+		if o, err := s.decidedBatch(ctx, b, req); err != nil || o.answered {
 			return o.r, err
 		}
 		bd := &batchDecision{s: s, b: b, req: req, refresh: round > 0}
@@ -89,8 +89,10 @@ func (s *Service) decideAtomicBatch(ctx context.Context, b domain.Batch) (Reply,
 
 // decidedBatch answers a batch key already decided: the batch's reply
 // (duplicate), or a conflict when the key is bound to another request (another
-// batch, or a command of its own); no answer for a key never decided.
-func (s *Service) decidedBatch(ctx context.Context, key string, req domain.Canonical) (outcome, error) {
+// batch, the same commands under other keys included: domain.JudgeBatch, or a
+// command of its own); no answer for a key never decided.
+func (s *Service) decidedBatch(ctx context.Context, b domain.Batch, req domain.Canonical) (outcome, error) {
+	key := b.Key
 	v, err := s.judgeClaim(ctx, key, req)
 	if err != nil || v.c == nil || v.conflict.answered {
 		return v.conflict, err
@@ -98,6 +100,9 @@ func (s *Service) decidedBatch(ctx context.Context, key string, req domain.Canon
 	d, err := s.readBatchDecided(ctx, key)
 	if err != nil {
 		return outcome{}, err
+	}
+	if j := domain.JudgeBatch(d, b); j.Verdict == domain.KeyConflict {
+		return answer(reply.Conflict(key, j.Fields)), nil
 	}
 	r, err := s.batchReply(ctx, d, true)
 	if err != nil {
