@@ -1,9 +1,6 @@
 package audit
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -138,24 +135,5 @@ func TestSnapshotOfForgottenClosedHold(t *testing.T) {
 // sayForgotHolds is snap with its state saying it forgot holds, its hash
 // recomputed.
 func sayForgotHolds(t *testing.T, snap []byte) []byte {
-	var s map[string]json.RawMessage
-	if err := json.Unmarshal(snap, &s); err != nil {
-		t.Fatal(err)
-	}
-	var st map[string]any
-	if err := json.Unmarshal(s["state"], &st); err != nil {
-		t.Fatal(err)
-	}
-	st["forgot_holds"] = true
-	state, err := json.Marshal(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(state)
-	s["state"], s["hash"] = state, json.RawMessage(`"`+hex.EncodeToString(sum[:])+`"`)
-	out, err := json.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return devtest.ForgeSnapshotState(t, snap, func(st map[string]any) { st["forgot_holds"] = true })
 }

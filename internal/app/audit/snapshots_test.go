@@ -14,7 +14,13 @@ import (
 // accountAt folds the first n events of an account's stream (0: all).
 func accountAt(t testing.TB, env *projtest.Env, id string, n int) *domain.Account {
 	t.Helper()
-	evs, err := env.Store.ReadStream(context.Background(), domain.AccountStream(id), 0, eventstore.Forwards, n)
+	return accountIn(t, env.Store, id, n)
+}
+
+// accountIn is accountAt of the account's stream in st.
+func accountIn(t testing.TB, st eventstore.StreamReader, id string, n int) *domain.Account {
+	t.Helper()
+	evs, err := st.ReadStream(context.Background(), domain.AccountStream(id), 0, eventstore.Forwards, n)
 	if err != nil || len(evs) < n {
 		t.Fatalf("stream of %s: %d events of %d, %v", id, len(evs), n, err)
 	}
@@ -92,8 +98,14 @@ func TestIncrementalAuditReadsOnlyTheSnapshotsAfterIt(t *testing.T) {
 // snapshotMismatchOf reports whether rep names the snapshot of account id
 // not the fold of its stream.
 func snapshotMismatchOf(rep *audit.Report, id string) bool {
+	return snapshotViolationOf(rep, "snapshot_mismatch", id)
+}
+
+// snapshotViolationOf reports whether rep names the snapshot of account id
+// with a violation of kind.
+func snapshotViolationOf(rep *audit.Report, kind, id string) bool {
 	for _, v := range rep.Violations {
-		if v.Invariant == audit.InvSnapshot && v.Kind == "snapshot_mismatch" && v.Stream == domain.AccountStream(id) {
+		if v.Invariant == audit.InvSnapshot && v.Kind == kind && v.Stream == domain.AccountStream(id) {
 			return true
 		}
 	}
