@@ -174,6 +174,10 @@ type Fold struct {
 	// readStreamTo reads a stream from its first event up to a revision, in
 	// pages (sameAllRefunded); nil on a store that reads no streams.
 	readStreamTo func(stream string, rev int64, fn func(eventstore.RecordedEvent) error) error
+	// noSubjects: the store reads no events by subject (KurrentDB), so its
+	// ledger forgets no closed hold and no refunded original, and a snapshot
+	// saying it forgot some is forged (decodeSnapshot).
+	noSubjects bool
 	// holdsRM is where the closed holds of snapshots are checked
 	// (snapshotholds.go); nil without it. snapshotHoldsUnchecked counts the
 	// snapshots whose closed holds it could not check.

@@ -1,11 +1,17 @@
 package audit_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
 	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/internal/app/ledger"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
+	"github.com/ledgerworks/ledger/projections"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
 
@@ -70,4 +76,66 @@ func TestAuditNamesAForgedRefundedSumOfZero(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAuditOnKurrentDBNamesASnapshotThatForgot: on KurrentDB, which reads no
+// events by subject, a ledger forgets no closed hold and no refunded
+// original, and a snapshot saying it forgot some (which a ledger's cold load
+// there ignores) is named snapshot_unreadable by a full audit and by
+// incremental ones, after the checkpoint and at a revision it passed. Shown
+// failing on bde2e73: every audit passed it.
+func TestAuditOnKurrentDBNamesASnapshotThatForgot(t *testing.T) {
+	for _, flag := range []string{"forgot_holds", "forgot_refunds"} {
+		t.Run(flag, func(t *testing.T) {
+			for _, n := range []int{0, 7, 5} { // its head (after the checkpoint), revision 6, revision 4 (the checkpoint's)
+				st, env, cp := kurrentRefundedEnv(t)
+				a := accountIn(t, st, "r", n)
+				b, err := domain.EncodeSnapshot("account-r", a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				forged := eventstore.Snapshot{Stream: "account-r", Revision: uint64(a.Revision), Data: devtest.ForgeSnapshotState(t, b, func(s map[string]any) { s[flag] = true })}
+				if err := st.WriteSnapshot(context.Background(), forged); err != nil {
+					t.Fatal(err)
+				}
+				for _, from := range []*int64{nil, &cp} {
+					rep, err := audit.Run(context.Background(), st, audit.Options{ReadModels: env.Pool, From: from})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if rep.OK() || !snapshotViolationOf(rep, "snapshot_unreadable", "r") {
+						t.Fatalf("at revision %d, incremental %v: ok %v: %v", a.Revision, from != nil, rep.OK(), rep.Violations)
+					}
+				}
+			}
+		})
+	}
+}
+
+// kurrentRefundedEnv is refundedEnv on a KurrentDB test server, its read
+// models caught up, with a checkpoint at revision 4.
+func kurrentRefundedEnv(t *testing.T) (*kurrentdb.Store, *projtest.Env, int64) {
+	t.Helper()
+	st := devtest.KurrentDB(t)
+	env := projtest.New(t)
+	env.Ledger = ledger.New(st, ledger.Options{SnapshotEvery: 100000})
+	env.MustApply(t, "open_account", map[string]any{"idempotency_key": "r-open", "account_id": "r", "currency": "EUR"})
+	env.MustApply(t, "deposit", map[string]any{"idempotency_key": "r-d1", "account_id": "r", "amount": 1000, "currency": "EUR"})
+	env.MustApply(t, "deposit", map[string]any{"idempotency_key": "r-d2", "account_id": "r", "amount": 1000, "currency": "EUR"})
+	env.MustApply(t, "refund", map[string]any{"idempotency_key": "r-f1", "original_key": "r-d1", "amount": 100})
+	env.MustApply(t, "refund", map[string]any{"idempotency_key": "r-f2", "original_key": "r-d2", "amount": 50})
+	r, err := projections.NewRunner(env.Pool, st, projections.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devtest.CatchUp(t, r)
+	first, err := audit.Run(context.Background(), st, audit.Options{ReadModels: env.Pool, SaveCheckpoint: true})
+	if err != nil || !first.OK() || first.Checkpoint == nil {
+		t.Fatalf("the checkpointing audit: %v %v", err, first)
+	}
+	for i := range 10 {
+		env.MustApply(t, "deposit", map[string]any{"idempotency_key": fmt.Sprintf("r-x%d", i), "account_id": "r", "amount": 10, "currency": "EUR"})
+	}
+	devtest.CatchUp(t, r)
+	return st, env, first.Checkpoint.ID
 }

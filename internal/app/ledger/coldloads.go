@@ -140,7 +140,10 @@ func (s *Service) fromCold(ctx context.Context, stream, id string, read eventsto
 // snapshotAccount is the aggregate of a snapshot checked against its
 // stream's event at its revision (first, nil when the stream has none
 // there): that event must carry the snapshot's chain hash, which chains every
-// earlier event of the stream.
+// earlier event of the stream. On a store that reads no subjects, a snapshot
+// saying it forgot closed holds or refunded originals is forged (New keeps
+// them all there): loaded, every hold and original it lacks would be
+// recalled from a store that cannot, and the commands naming them fail.
 func (s *Service) snapshotAccount(stream string, snap eventstore.Snapshot, first *eventstore.RecordedEvent) (*domain.Account, error) {
 	acc, err := domain.DecodeSnapshot(stream, snap.Data)
 	if err != nil {
@@ -148,6 +151,9 @@ func (s *Service) snapshotAccount(stream string, snap eventstore.Snapshot, first
 	}
 	if uint64(acc.Revision) != snap.Revision {
 		return nil, fmt.Errorf("ledger: snapshot of %s is filed at revision %d but holds %d", stream, snap.Revision, acc.Revision)
+	}
+	if _, none := s.subjects.(noSubjects); none && (acc.ForgotHolds() || acc.ForgotRefunds()) {
+		return nil, fmt.Errorf("ledger: snapshot of %s at revision %d says it forgot closed holds or refunded originals, which no aggregate on a store that reads no subjects does: it could recall none", stream, snap.Revision)
 	}
 	if first == nil || first.Revision != snap.Revision {
 		return nil, fmt.Errorf("ledger: snapshot of %s at revision %d is beyond the stream", stream, snap.Revision)

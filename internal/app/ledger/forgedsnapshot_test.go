@@ -76,3 +76,29 @@ func TestColdLoadIgnoresAForgedRefundedSum(t *testing.T) {
 		})
 	}
 }
+
+// TestColdLoadOnKurrentDBIgnoresASnapshotThatForgot: on KurrentDB, which
+// reads no events by subject, the ledger forgets no closed hold and no
+// refunded original, so a snapshot saying it forgot some is forged; a cold
+// load ignores it, and a new hold is placed and a deposit never refunded is
+// refunded. Shown failing on bde2e73: both replied internal_error.
+func TestColdLoadOnKurrentDBIgnoresASnapshotThatForgot(t *testing.T) {
+	for _, flag := range []string{"forgot_holds", "forgot_refunds"} {
+		t.Run(flag, func(t *testing.T) {
+			st := devtest.KurrentDB(t)
+			opts := Options{Clock: clock, Logger: quietLog, SnapshotEvery: 100000}
+			s := New(st, opts)
+			mustApply(t, s, "open_account", `{"idempotency_key":"o","account_id":"a","currency":"EUR"}`)
+			mustApply(t, s, "deposit", `{"idempotency_key":"d0","account_id":"a","amount":5000,"currency":"EUR"}`)
+			s.Close()
+			writeForgedSnapshot(t, st, func(state map[string]any) { state[flag] = true })
+			cold := New(st, opts)
+			defer cold.Close()
+			mustApply(t, cold, "place_hold", `{"idempotency_key":"h1","account_id":"a","hold_id":"new","amount":10,"currency":"EUR"}`)
+			mustApply(t, cold, "refund", `{"idempotency_key":"f1","original_key":"d0","amount":10}`)
+			if counterValue(t, cold.metrics.snapshotsIgnored) != 1 {
+				t.Fatal("the forged snapshot was not ignored")
+			}
+		})
+	}
+}
