@@ -501,8 +501,10 @@ func (w *workload) conditional(rng *rand.Rand, cmd sentCmd) sentCmd {
 // drawn up to one and a half times the original's (beyond what is left:
 // refund_exceeds_original, recorded); one in two leaves the original
 // refundable again, so that the refunds of one original add up (never beyond
-// it: the audit's fold and C5's replay check them). A refund of a rejected
-// original is refused, recorded.
+// it: C5's replay re-decides each refund the ledger decided on the whole
+// fold of its stream and fails on one the domain refuses; the audit does not
+// check it, its bounded fold keeps no original's amount). A refund of a
+// rejected original is refused, recorded.
 func (w *workload) refund(rng *rand.Rand, p int, key string) (sentCmd, bool) {
 	v, ok := w.refundable.LoadAndDelete(p)
 	if !ok {
