@@ -48,8 +48,8 @@ func (c Command) Canonical() Canonical {
 		b = strconv.AppendInt(b, c.Amount, 10)
 	}
 	str("currency", c.Currency)
-	if !c.EffectiveAt.IsZero() {
-		str("effective_at", c.EffectiveAt.UTC().Format(time.RFC3339Nano))
+	if e := c.requestEffective(); !e.IsZero() {
+		str("effective_at", e.UTC().Format(time.RFC3339Nano))
 	}
 	if c.HasExpectedRevision {
 		name("expected_revision")

@@ -104,6 +104,9 @@ func TestCanonicalMatchesRequest(t *testing.T) {
 		}
 		if rng.Intn(3) == 0 {
 			c.EffectiveAt = time.Unix(rng.Int63n(4e9), rng.Int63n(1e9)*int64(rng.Intn(2))).In(time.FixedZone("y", 3600*(rng.Intn(5)-2)))
+			if rng.Intn(2) == 0 { // as decoded from a request finer than the microsecond
+				c.effectiveGiven, c.EffectiveAt = c.EffectiveAt, c.EffectiveAt.Truncate(time.Microsecond)
+			}
 		}
 		if n := rng.Intn(4); n > 0 {
 			c.Metadata = map[string]string{}

@@ -77,7 +77,8 @@ func TestCaptureSagaSteps(t *testing.T) {
 	conditional.ExpectedRevision, conditional.HasExpectedRevision = 4, true
 	conditional.EffectiveAt = time.Date(2026, 3, 31, 23, 59, 59, 5, time.UTC)
 	claim = &KeyClaimed{Key: "k", Command: string(CmdCaptureHold), RequestHash: conditional.Canonical().Hash, Request: conditional.Canonical().JSON}
-	if back, err := CaptureToCommand("k", claim); err != nil || back.ExpectedRevision != 4 || !back.HasExpectedRevision || !back.EffectiveAt.Equal(conditional.EffectiveAt) {
+	if back, err := CaptureToCommand("k", claim); err != nil || back.ExpectedRevision != 4 || !back.HasExpectedRevision || back.Canonical().Hash != conditional.Canonical().Hash ||
+		!back.EffectiveAt.Equal(conditional.EffectiveAt.Truncate(time.Microsecond)) { // decided to the microsecond, the request as given
 		t.Fatalf("a conditional capture read back from the claim: %+v %v", back, err)
 	}
 	plain := capture

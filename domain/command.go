@@ -87,9 +87,18 @@ type Command struct {
 	// UpTo (v1.2 §2.3): Amount is a maximum; the command moves as much of it
 	// as the source's available balance allows without its overdraft.
 	UpTo bool
-	// EffectiveAt is when the money moved in the world (v1.2 §2.3), as given;
-	// zero: none given, the record time At. Part of the request.
+	// EffectiveAt is when the money moved in the world (v1.2 §2.3), in UTC and
+	// to the microsecond: the instant the ledger decides by, records and its
+	// read models answer by (PostgreSQL's timestamptz), a finer fraction
+	// truncated at intake (setTime); zero: none given, the record time At.
+	// Part of the request.
 	EffectiveAt time.Time
+	// effectiveGiven is effective_at as the request gave it when it was finer
+	// than the microsecond (zero otherwise): the request keeps it
+	// (requestEffective), so that its hash is what it was before the
+	// truncation and an exact resend stays a duplicate, whichever build
+	// recorded the key.
+	effectiveGiven time.Time
 
 	// At is the time the ledger accepted the command. It is not part of the
 	// request: a retry carries a later At and is still the same intent.
@@ -394,7 +403,10 @@ func decodePostings(raw json.RawMessage) ([]Posting, *InvalidError) {
 // setTime sets the time field called name (expires_at, effective_at), in UTC.
 func (c *Command) setTime(name string, ts time.Time) {
 	if name == effectiveField.name {
-		c.EffectiveAt = ts.UTC()
+		c.EffectiveAt, c.effectiveGiven = ts.UTC().Truncate(time.Microsecond), time.Time{}
+		if !c.EffectiveAt.Equal(ts) {
+			c.effectiveGiven = ts.UTC()
+		}
 		return
 	}
 	c.ExpiresAt = ts.UTC()
@@ -579,10 +591,19 @@ func (c Command) Request() Request {
 	if !c.ExpiresAt.IsZero() {
 		r["expires_at"] = c.ExpiresAt.UTC().Format(time.RFC3339Nano)
 	}
-	if !c.EffectiveAt.IsZero() {
-		r["effective_at"] = c.EffectiveAt.UTC().Format(time.RFC3339Nano)
+	if e := c.requestEffective(); !e.IsZero() {
+		r["effective_at"] = e.UTC().Format(time.RFC3339Nano)
 	}
 	return r
+}
+
+// requestEffective is effective_at as the request gave it: the canonical
+// request's (Canonical, Request), finer than EffectiveAt when it was.
+func (c Command) requestEffective() time.Time {
+	if !c.effectiveGiven.IsZero() {
+		return c.effectiveGiven
+	}
+	return c.EffectiveAt
 }
 
 // CanonicalJSON is the request as JSON with sorted keys and integers exact.

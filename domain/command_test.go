@@ -2,7 +2,10 @@ package domain
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -254,5 +257,43 @@ func TestDecodeCommandAcceptsTrailingSpace(t *testing.T) {
 		if _, err := DecodeCommand(CmdDeposit, []byte(body)); err != nil {
 			t.Fatalf("%q: %v", body, err)
 		}
+	}
+}
+
+// TestEffectiveAtTruncatedAtIntake (PROTOCOL.md §2.3): an effective_at finer
+// than the microsecond is decided and recorded truncated to it (EffectiveAt,
+// the metadata), as PostgreSQL's read models answer by it, while the request
+// keeps it as given: its canonical JSON and hash are those pinned here, what
+// the builds before the truncation computed, so that an exact resend is a
+// duplicate whichever build recorded the key; a resend with the truncated
+// instant is another request. A whole microsecond stays as given.
+func TestEffectiveAtTruncatedAtIntake(t *testing.T) {
+	dec := func(eff string) Command {
+		c, ierr := DecodeCommand(CmdDeposit, []byte(`{"idempotency_key":"k","account_id":"a","amount":5,"currency":"EUR","effective_at":"`+eff+`"}`))
+		if ierr != nil {
+			t.Fatal(ierr)
+		}
+		return c
+	}
+	fine := dec("2026-01-01T02:00:00.0000003+02:00")
+	want := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if !fine.EffectiveAt.Equal(want) || *fine.EffectivePtr() != want {
+		t.Errorf("EffectiveAt %v, metadata %v, want %v", fine.EffectiveAt, fine.EffectivePtr(), want)
+	}
+	const pinned = `{"account_id":"a","amount":5,"currency":"EUR","effective_at":"2026-01-01T00:00:00.0000003Z","type":"deposit"}`
+	sum := sha256.Sum256([]byte(pinned))
+	if c := fine.Canonical(); string(c.JSON) != pinned || c.Hash != hex.EncodeToString(sum[:]) || !bytes.Equal(fine.Request().CanonicalJSON(), c.JSON) {
+		t.Errorf("canonical %s %s, Request %s; want %s %x", c.JSON, c.Hash, fine.Request().CanonicalJSON(), pinned, sum)
+	}
+	if dec("2026-01-01T00:00:00.0000003Z").Canonical().Hash != fine.Canonical().Hash {
+		t.Error("the same instant in UTC hashes otherwise")
+	}
+	coarse := dec("2026-01-01T00:00:00Z")
+	if coarse.Canonical().Hash == fine.Canonical().Hash || !slices.Equal(DiffFields(fine.Request(), coarse.Request()), []string{"effective_at"}) {
+		t.Error("the truncated instant is the same request")
+	}
+	micro := dec("2026-01-01T00:00:00.000001Z")
+	if got := string(micro.Canonical().JSON); !strings.Contains(got, `"effective_at":"2026-01-01T00:00:00.000001Z"`) || !micro.EffectiveAt.Equal(want.Add(time.Microsecond)) {
+		t.Errorf("a whole microsecond: %s %v", got, micro.EffectiveAt)
 	}
 }

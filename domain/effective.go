@@ -34,11 +34,21 @@ func CheckEffectiveOn(cmd Command, accountID string, opened bool, effectiveFrom 
 		return invalid("effective_at", "%s is later than the ledger's time %s (at most %s of clock skew)",
 			cmd.EffectiveAt.Format(time.RFC3339Nano), cmd.At.UTC().Format(time.RFC3339Nano), MaxEffectiveSkew)
 	}
-	if opened && cmd.Type != CmdOpenAccount && cmd.EffectiveAt.Before(effectiveFrom) {
+	if opened && cmd.Type != CmdOpenAccount && BeforeOpening(cmd.EffectiveAt, effectiveFrom) {
 		return invalid("effective_at", "%s is earlier than account %s's opening, effective %s",
 			cmd.EffectiveAt.Format(time.RFC3339Nano), accountID, effectiveFrom.UTC().Format(time.RFC3339Nano))
 	}
 	return nil
+}
+
+// BeforeOpening reports whether the effective instant effective lies before
+// an account's effective opening, both to the microsecond, as the read models
+// keep them and queries answer by them: an opening is effective from its
+// record time when it gave no effective_at, which the ledger's clock gives
+// finer (and accounts recorded before effective_at was truncated at intake
+// may carry a finer one).
+func BeforeOpening(effective, opening time.Time) bool {
+	return effective.Truncate(time.Microsecond).Before(opening.Truncate(time.Microsecond))
 }
 
 // EffectivePtr is the command's effective_at as metadata carries it: nil when none given.

@@ -34,7 +34,7 @@ func (f *Fold) checkEffective(re eventstore.RecordedEvent, m domain.Metadata, a 
 		f.eventViolation(InvEffective, "effective_after_record", re, "effective %s is more than %s after the record time %s",
 			eff.Format(time.RFC3339Nano), domain.MaxEffectiveSkew, m.At.Format(time.RFC3339Nano))
 	}
-	if _, opens := payload.(*domain.AccountOpened); !opens && eff.Before(a.EffectiveFrom) {
+	if _, opens := payload.(*domain.AccountOpened); !opens && domain.BeforeOpening(eff, a.EffectiveFrom) {
 		f.eventViolation(InvEffective, "effective_before_opening", re, "effective %s, before the effective opening %s of %s",
 			eff.Format(time.RFC3339Nano), a.EffectiveFrom.Format(time.RFC3339Nano), a.ID)
 	}
