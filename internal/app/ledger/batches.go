@@ -81,6 +81,11 @@ func (s *Service) atomicBatch(ctx context.Context, b domain.Batch) Reply {
 func (s *Service) runBatch(ctx context.Context, cmds []domain.BatchCommand) []Reply {
 	replies := make([]Reply, len(cmds))
 	elems := scheduleBatch(cmds)
+	if s.waitHook != nil {
+		for _, e := range elems {
+			e.waitHook = s.waitHook
+		}
+	}
 	s.lookUpBatchKeys(ctx, cmds, elems)
 	slots := make(chan struct{}, maxBatchParallel)
 	var wg sync.WaitGroup
@@ -188,6 +193,8 @@ type batchElement struct {
 	index    int
 	refusals *batchRefusals
 	answered bool // guarded by refusals.mu: finish was called
+	// waitHook is Service.waitHook (tests only).
+	waitHook func(e, a *batchElement, ch <-chan struct{})
 }
 
 // batchRefusals are the commands of a batch whose append was refused and
@@ -381,8 +388,12 @@ func keyName(key string) string { return "key " + key }
 // for a slot among the commands being decided.
 func (e *batchElement) waitStart(ctx context.Context, slots chan struct{}) error {
 	for _, a := range e.after {
+		ch := e.ready(a)
+		if e.waitHook != nil {
+			e.waitHook(e, a, ch)
+		}
 		select {
-		case <-e.ready(a):
+		case <-ch:
 		case <-ctx.Done():
 			return ctx.Err()
 		}

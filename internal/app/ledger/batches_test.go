@@ -210,11 +210,12 @@ func TestBatchIsDecidedAsOneAfterAnother(t *testing.T) {
 // in a batch finds it, though the original's append is still queued in a
 // group commit when the refund's turn comes, and the command after the
 // refund is decided on the state the refund left: the batch answers what the
-// same commands sent one after another answer. The store holds its first
-// commit (the deposit) back until the refund has read its original's claim,
-// or a second has passed with the original queued behind the deposit: a
-// refund started on its original's decision alone reads it then, and finds
-// nothing (original_not_found, and the withdrawal after it refused).
+// same commands sent one after another answer. The store holds every commit
+// back until the refund has either read its original's claim or begun to
+// wait for an earlier command of its batch to finish (waitHook): a refund
+// started on its original's decision alone never waits for that, reads the
+// claim with the commits held, and finds nothing (original_not_found, and the
+// withdrawal after it refused). No timeout opens the store early.
 func TestBatchRefundAfterItsOriginalInFlight(t *testing.T) {
 	originals := []batchCmd{
 		{"withdraw", map[string]any{"idempotency_key": "orig", "account_id": "a", "amount": 30, "currency": "EUR"}},
@@ -260,16 +261,26 @@ func TestBatchRefundAfterItsOriginalInFlight(t *testing.T) {
 					eventstore.MultiAppender
 				}{reads, gate}, Options{Clock: clock})
 				defer s.Close()
-				defer gate.open() // when the test fails before it opens the gate
+				defer gate.open()           // when the test fails before it opens the gate
+				var refundWaits atomic.Bool // the refund waits for an earlier command to finish
+				s.waitHook = func(e, a *batchElement, ch <-chan struct{}) {
+					if e.index == 2 && ch == a.finished {
+						refundWaits.Store(true)
+					}
+				}
 				done := make(chan Reply, 1)
 				go func() { done <- s.HandleBatch(context.Background(), batchBody(cmds), 0) }()
 				devtest.Eventually(t, time.Minute, "the original queued behind the deposit", func() bool {
 					return s.pipes.inflightCount("account-a") >= 2
 				})
-				select {
-				case <-reads.read:
-				case <-time.After(time.Second): // the refund waits for the original's commit
-				}
+				devtest.Eventually(t, time.Minute, "the refund reads its original's claim or waits for it to finish", func() bool {
+					select {
+					case <-reads.read:
+						return true
+					default:
+						return refundWaits.Load()
+					}
+				})
 				gate.open()
 				r := <-done
 				for i, got := range r.Replies {

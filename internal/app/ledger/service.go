@@ -140,6 +140,10 @@ type Service struct {
 	// loadHook, when set (by tests only), is called as a decision starts to
 	// load an account's (pending) state (loadPending).
 	loadHook func(ctx context.Context, stream string)
+	// waitHook, when set (by tests only), is called as a command of a batch
+	// that is not atomic waits for its turn (waitStart), before each wait:
+	// e waits on ch, one of a's channels (ready).
+	waitHook func(e, a *batchElement, ch <-chan struct{})
 }
 
 // New returns a Service over store.
