@@ -96,6 +96,12 @@ func decodeElements(b Batch, elements []json.RawMessage) (Batch, *InvalidError) 
 			return Batch{}, invalid("commands", "command %d is %d bytes, over the limit of %d", i, len(raw), MaxBodyBytes)
 		}
 		cmd, ierr := DecodeBatchElement(raw)
+		if ierr == nil && b.Atomic && cmd.IdempotencyKey == b.Key {
+			// The batch's record and the element's claim would both be the
+			// key's stream's first event: the store refuses the append on
+			// every send, and the batch would never be decided.
+			return Batch{}, invalid("commands", "command %d has the batch's own idempotency_key: a key names one request", i)
+		}
 		b.Commands[i] = BatchCommand{Command: cmd, Invalid: ierr, Raw: raw}
 		if postings += len(cmd.Postings); postings > MaxBatchPostings {
 			return Batch{}, invalid("commands", "has more than %d postings in all", MaxBatchPostings)

@@ -31,6 +31,7 @@ func TestDecodeBatchRejectsWhole(t *testing.T) {
 		{"key on a batch that is not atomic", `{"commands":[` + depositElement + `],"idempotency_key":"b"}`, "idempotency_key"},
 		{"atomic without key", `{"commands":[` + depositElement + `],"atomic":true}`, "idempotency_key"},
 		{"atomic with a bad key", `{"commands":[` + depositElement + `],"atomic":true,"idempotency_key":""}`, "idempotency_key"},
+		{"atomic with an element under the batch's key", `{"commands":[` + depositElement + `],"atomic":true,"idempotency_key":"d1"}`, "commands"},
 		{"atomic not a boolean", `{"commands":[` + depositElement + `],"atomic":"yes"}`, "atomic"},
 		{"unknown field", `{"commands":[` + depositElement + `],"linger":1}`, "linger"},
 		{"trailing byte", `{"commands":[` + depositElement + `]}x`, ""},

@@ -102,3 +102,34 @@ func checkDecidedAfresh(t *testing.T, s *Service, c batchCmd, want int64) {
 		t.Fatalf("%s again: %+v, first %+v", c.alone(), again, r)
 	}
 }
+
+// TestAtomicBatchElementUnderTheBatchKey: an atomic batch one of whose
+// elements carries the batch's own key is invalid as a whole, naming
+// commands, and writes nothing. The batch's record and the element's claim
+// would both open the key's stream, so the store refused the append on every
+// send and the batch answered error forever (a reviewer's finding); the key,
+// sent alone afterwards, is decided once.
+func TestAtomicBatchElementUnderTheBatchKey(t *testing.T) {
+	devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+		s := newService(st)
+		defer s.Close()
+		ctx := context.Background()
+		open := batchCmd{"open_account", map[string]any{"idempotency_key": "o-sk", "account_id": "sk", "currency": "EUR"}}
+		dep := batchCmd{"deposit", map[string]any{"idempotency_key": "SK", "account_id": "sk", "amount": 1, "currency": "EUR"}}
+		for range 2 {
+			r := s.HandleBatch(ctx, atomicBody("SK", []batchCmd{open, dep}), 0)
+			if r.Status != domain.StatusInvalid || r.Code != domain.CodeInvalidRequest || !reflect.DeepEqual(r.Fields, []string{"commands"}) {
+				t.Fatalf("the batch: %+v, want invalid naming commands", r)
+			}
+		}
+		if n := len(devtest.StreamEvents(t, st, "account-sk")); n != 0 {
+			t.Fatalf("%d events of the account after an invalid batch", n)
+		}
+		if r := s.HandleRaw(ctx, open.typ, open.alone()); r.Status != domain.StatusApplied || r.Duplicate {
+			t.Fatalf("the opening alone: %+v", r)
+		}
+		if r := s.HandleRaw(ctx, dep.typ, dep.alone()); r.Status != domain.StatusApplied || r.Duplicate {
+			t.Fatalf("the deposit alone: %+v", r)
+		}
+	})
+}
