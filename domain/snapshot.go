@@ -183,10 +183,12 @@ func DecodeSnapshot(stream string, b []byte) (*Account, error) {
 }
 
 // check refuses a state EncodeSnapshot never writes: its account not the
-// stream's, a hold without an ID, of an unknown status, or listed twice, an
-// active hold of no positive amount or a closed one of a negative amount (the
-// audit's checkpoint rows carry a closed hold it forgot as a stub of amount
-// 0), a refunded original without a key or of a sum not positive. A snapshot
+// stream's, a hold without an ID, of an unknown status, or listed twice, a
+// hold of a negative amount (an active hold of 0 is the ledger's own: a
+// capture saga's guard on the account it credits, a transaction's reservation
+// on an account its postings only credit; the audit's checkpoint rows carry a
+// closed hold it forgot as a stub of amount 0), a refunded original without a
+// key or of a sum not positive. A snapshot
 // is a cold load's starting point, checked against the stream's fold only by
 // the audit, and compared there on what both keep (SameState): a refunded sum
 // of 0 would read as an original refunded nothing, then refunded again in
@@ -203,7 +205,7 @@ func (st *snapshotState) check(stream string) error {
 			return fmt.Errorf("hold %q without an ID or listed twice", h.ID)
 		case h.Status != HoldStatusActive && h.Status != HoldStatusCaptured && h.Status != HoldStatusReleased && h.Status != HoldStatusExpired:
 			return fmt.Errorf("hold %q of status %q", h.ID, h.Status)
-		case h.Amount < 0 || (h.Amount == 0 && h.Status == HoldStatusActive):
+		case h.Amount < 0:
 			return fmt.Errorf("hold %q (%s) of amount %d", h.ID, h.Status, h.Amount)
 		}
 		seen[h.ID] = true
