@@ -317,7 +317,9 @@ func (c *Command) setField(s fieldSpec, raw json.RawMessage) *InvalidError {
 		if err != nil {
 			return invalid(s.name, "must be an RFC 3339 timestamp: %v", err)
 		}
-		c.setTime(s.name, ts)
+		if !c.setTime(s.name, ts) {
+			return invalid(s.name, "must not fall inside the first microsecond of year 1")
+		}
 	case fPostings:
 		p, ierr := decodePostings(raw)
 		if ierr != nil {
@@ -400,16 +402,21 @@ func decodePostings(raw json.RawMessage) ([]Posting, *InvalidError) {
 	return out, nil
 }
 
-// setTime sets the time field called name (expires_at, effective_at), in UTC.
-func (c *Command) setTime(name string, ts time.Time) {
+// setTime sets the time field called name (expires_at, effective_at), in UTC;
+// false for an effective_at inside the first microsecond after the zero time
+// and not on it, which the truncation would make the zero time, read
+// everywhere as no effective_at given (a reviewer of 2cb508d: a deposit
+// "effective" then was applied as effective now).
+func (c *Command) setTime(name string, ts time.Time) bool {
 	if name == effectiveField.name {
 		c.EffectiveAt, c.effectiveGiven = ts.UTC().Truncate(time.Microsecond), time.Time{}
 		if !c.EffectiveAt.Equal(ts) {
 			c.effectiveGiven = ts.UTC()
 		}
-		return
+		return !c.EffectiveAt.IsZero() || ts.IsZero()
 	}
 	c.ExpiresAt = ts.UTC()
+	return true
 }
 
 // setID sets the ID field called name; false for a name that is not an ID field.

@@ -297,3 +297,26 @@ func TestEffectiveAtTruncatedAtIntake(t *testing.T) {
 		t.Errorf("a whole microsecond: %s %v", got, micro.EffectiveAt)
 	}
 }
+
+// TestEffectiveAtInsideTheFirstMicrosecondIsInvalid: an effective_at inside
+// the first microsecond of year 1, and not on the zero time, would truncate
+// to the zero time, which every home reads as no effective_at given: the
+// deposit was applied as effective now while its request said year 1 (a
+// reviewer of 2cb508d). It is invalid, naming effective_at, through both
+// decoders (the single command's fast path and a batch element's general
+// path); the microsecond after it decodes.
+func TestEffectiveAtInsideTheFirstMicrosecondIsInvalid(t *testing.T) {
+	for _, eff := range []string{"0001-01-01T00:00:00.0000005Z", "0001-01-01T00:00:00.000000999Z", "0001-01-01T01:00:00.0000001+01:00"} {
+		body := `{"idempotency_key":"k","account_id":"a","amount":5,"currency":"EUR","effective_at":"` + eff + `"}`
+		if _, ierr := DecodeCommand(CmdDeposit, []byte(body)); ierr == nil || ierr.Field != "effective_at" {
+			t.Errorf("%s: decoded, error %v; want invalid naming effective_at", eff, ierr)
+		}
+		if _, ierr := DecodeBatchElement([]byte(`{"type":"deposit",` + body[1:])); ierr == nil || ierr.Field != "effective_at" {
+			t.Errorf("%s as a batch element: error %v; want invalid naming effective_at", eff, ierr)
+		}
+	}
+	c, ierr := DecodeCommand(CmdDeposit, []byte(`{"idempotency_key":"k","account_id":"a","amount":5,"currency":"EUR","effective_at":"0001-01-01T00:00:00.000001Z"}`))
+	if ierr != nil || c.EffectiveAt.IsZero() {
+		t.Errorf("the first whole microsecond: %v %v", c.EffectiveAt, ierr)
+	}
+}

@@ -232,7 +232,7 @@ func (c *Command) setFast(s fieldSpec, v []byte, str bool) bool {
 		if err != nil {
 			return false
 		}
-		c.setTime(s.name, ts)
+		return c.setTime(s.name, ts)
 	}
 	return true
 }
