@@ -31,16 +31,20 @@ func (m sagaMover) captureTo(ctx context.Context, cmd domain.Command) (Reply, er
 	}
 	defer unlock()
 	v, err := s.judgeClaim(ctx, cmd.IdempotencyKey, req)
+	wrote := false
 	switch {
 	case err != nil || v.conflict.answered:
 		return v.conflict.r, err
 	case v.Verdict == domain.KeyNew:
-		if o, err := s.startCaptureTo(ctx, cmd, req); err != nil || o.answered {
+		var o outcome
+		if o, wrote, err = s.startCaptureTo(ctx, cmd, req); err != nil || o.answered {
 			return o.r, err
 		}
 	}
-	// Claimed before this call: a saga that started (a retry after a crash
-	// answers as a duplicate, as a transfer's or a transaction's does).
+	// Claimed before this call (v.c): a saga that started, which may be
+	// decided already. The reply is a duplicate unless this call wrote the
+	// claim (its request), as a transfer's (finishSaga) or a transaction's
+	// is: whoever decides the capture, and a retry after a crash.
 	ans, err := s.driveCaptureTo(ctx, cmd, req, v.c != nil)
 	switch {
 	case err != nil:
@@ -48,7 +52,7 @@ func (m sagaMover) captureTo(ctx context.Context, cmd domain.Command) (Reply, er
 	case ans.r != nil:
 		return *ans.r, nil
 	}
-	return ownedRecordReply(ans.rec, ans.duplicate || v.c != nil), nil
+	return ownedRecordReply(ans.rec, !wrote), nil
 }
 
 // startCaptureTo begins the saga of a key never claimed: an account that does
@@ -56,44 +60,51 @@ func (m sagaMover) captureTo(ctx context.Context, cmd domain.Command) (Reply, er
 // held account's own refusals first: into a missing `to`, the capture is
 // decided on the held account alone and can only be refused, so it needs no
 // guard); otherwise the key is claimed for the held account, where its
-// decision is to be written; an answer when the command is answered.
-func (s *Service) startCaptureTo(ctx context.Context, cmd domain.Command, req domain.Canonical) (outcome, error) {
+// decision is to be written; an answer when the command is answered, and
+// whether this call wrote the claim (not a repeat of another call's, repeats.go).
+func (s *Service) startCaptureTo(ctx context.Context, cmd domain.Command, req domain.Canonical) (outcome, bool, error) {
 	held, err := s.accountFacts(ctx, cmd.AccountID)
 	if err != nil || !held.opened {
-		return answer(reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(cmd.AccountID))), err
+		return answer(reply.NotRecorded(cmd.IdempotencyKey, domain.MissingAccount(cmd.AccountID))), false, err
 	}
 	if ierr, err := s.effectiveRefused(ctx, cmd, cmd.AccountID, cmd.To); ierr != nil || err != nil {
-		return answer(reply.Invalid(cmd.IdempotencyKey, ierr)), err
+		return answer(reply.Invalid(cmd.IdempotencyKey, ierr)), false, err
 	}
 	heldStream := domain.AccountStream(cmd.AccountID)
 	switch open, err := s.accountOpened(ctx, cmd.To); {
 	case err != nil:
-		return answer(Reply{}), err
+		return answer(Reply{}), false, err
 	case !open:
 		c := cmd
 		c.ToRefusal = domain.MissingAccount(cmd.To)
 		ans, err := s.decideOnAccount(ctx, c, heldStream, cmd.AccountID, true)
 		if err != nil {
-			return answer(Reply{}), err
+			return answer(Reply{}), false, err
 		}
-		return answer(ans.reply()), nil
+		return answer(ans.reply()), false, nil
 	}
 	claim, err := s.claimPart(cmd, req, heldStream, held.next)
 	if err != nil {
-		return answer(Reply{}), err
+		return answer(Reply{}), false, err
 	}
-	if _, err := s.appends.one(ctx, claim); err != nil {
+	res, err := s.appends.one(ctx, claim)
+	if err != nil {
 		// Claimed meanwhile by the same request (another instance): go on.
 		o, err := refusedAppend(cmd.IdempotencyKey, s.claimError(ctx, claim.Stream, req, err))
-		return outcome{r: o.r, answered: o.answered || err != nil}, err
+		return outcome{r: o.r, answered: o.answered || err != nil}, false, err
 	}
-	return outcome{}, nil
+	w, err := keyPartWritten(claim, res)
+	if err != nil {
+		return answer(Reply{}), false, err
+	}
+	repeat, err := s.repeats.foundAt(ctx, claim.Stream, w)
+	return outcome{}, err == nil && !repeat, err
 }
 
 // driveCaptureTo runs the saga of a claimed capture cmd from wherever it
 // stands (known: the capture may have been decided already) to its end, and
-// answers the capture's record (duplicate: decided before this call), or the
-// reply of a key found bound to another request.
+// answers the capture's record, or the reply of a key found bound to another
+// request.
 func (s *Service) driveCaptureTo(ctx context.Context, cmd domain.Command, req domain.Canonical, known bool) (accountAnswer, error) {
 	held := domain.AccountStream(cmd.AccountID)
 	if known {
@@ -104,7 +115,7 @@ func (s *Service) driveCaptureTo(ctx context.Context, cmd domain.Command, req do
 			if err == nil && guarded {
 				err = s.finishCaptureTo(ctx, cmd, ans.rec)
 			}
-			return accountAnswer{rec: ans.rec, duplicate: true}, err
+			return accountAnswer{rec: ans.rec}, err
 		}
 	}
 	facts, err := s.accountFacts(ctx, cmd.AccountID)
@@ -133,7 +144,7 @@ func (s *Service) driveCaptureTo(ctx context.Context, cmd domain.Command, req do
 	if guarded {
 		err = s.finishCaptureTo(ctx, cmd, ans.rec)
 	}
-	return accountAnswer{rec: ans.rec, duplicate: ans.duplicate}, err
+	return accountAnswer{rec: ans.rec}, err
 }
 
 // finishCaptureTo credits `to` with what the capture (rec) took, when it

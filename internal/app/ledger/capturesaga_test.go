@@ -234,16 +234,22 @@ func TestCaptureSagaGuardKeepsToOpen(t *testing.T) {
 	})
 }
 
+// twoInstancesToCapture is two instances over st, a payer holding 500 of its
+// 1000 EUR, a shop, and the body of a capture of 120 of the hold into the shop.
+func twoInstancesToCapture(t *testing.T, st eventstore.Store) ([]*Service, []any) {
+	t.Helper()
+	svcs := twoSagaServices(st, devtest.NewClock())
+	openFunded(t, svcs[0], "payer", "EUR", 1000)
+	openFunded(t, svcs[0], "shop", "EUR", 0)
+	must(t, svcs[0], "place_hold", holdBody("p-h", "payer", "h", 500)...)
+	return svcs, []any{"idempotency_key", "c", "account_id", "payer", "hold_id", "h", "amount", 120, "to", "shop"}
+}
+
 // TestCaptureSagaConcurrentSends: the same capture sent ten times at once to two
 // instances moves its money once, and every send answers the same reply.
 func TestCaptureSagaConcurrentSends(t *testing.T) {
 	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
-		clk := devtest.NewClock()
-		svcs := twoSagaServices(st, clk)
-		openFunded(t, svcs[0], "payer", "EUR", 1000)
-		openFunded(t, svcs[0], "shop", "EUR", 0)
-		must(t, svcs[0], "place_hold", holdBody("p-h", "payer", "h", 500)...)
-		body := []any{"idempotency_key", "c", "account_id", "payer", "hold_id", "h", "amount", 120, "to", "shop"}
+		svcs, body := twoInstancesToCapture(t, st)
 		replies := make([]Reply, 10)
 		var wg sync.WaitGroup
 		for i := range replies {
@@ -266,6 +272,40 @@ func TestCaptureSagaConcurrentSends(t *testing.T) {
 		a := audit(t, st, true)
 		if a.balance("payer") != 880 || a.balance("shop") != 120 {
 			t.Fatalf("payer %d, shop %d", a.balance("payer"), a.balance("shop"))
+		}
+	})
+}
+
+// TestCaptureSagaClaimerLosesTheDecide: the call that claims the key answers
+// the original even when another instance, which found the claim, decides the
+// capture first (docs/protocol.md §3). A claims the key and stops after its
+// guard; B sends meanwhile, decides, credits and releases; then A goes on.
+func TestCaptureSagaClaimerLosesTheDecide(t *testing.T) {
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
+		svcs, body := twoInstancesToCapture(t, st)
+		reached, goOn := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		svcs[0].failpoint = func(step string) error {
+			if step == "capture/guard" {
+				once.Do(func() { close(reached); <-goOn })
+			}
+			return nil
+		}
+		replies := make([]Reply, 2)
+		done := make(chan struct{})
+		go func() { replies[0] = send(svcs[0], "capture_hold", body...); close(done) }()
+		<-reached
+		replies[1] = send(svcs[1], "capture_hold", body...)
+		close(goOn)
+		<-done
+		if o := oneOriginal(t, replies); o.Status != domain.StatusApplied {
+			t.Fatalf("the capture: %+v, want applied", o)
+		}
+		if replies[0].Duplicate {
+			t.Fatalf("the claimer answered a duplicate: %+v", replies[0])
+		}
+		if n := countType(devtest.StreamEvents(t, st, "account-shop"), domain.EvCredited); n != 1 {
+			t.Fatalf("%d credits of the shop", n)
 		}
 	})
 }

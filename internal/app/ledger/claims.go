@@ -40,6 +40,21 @@ func (s *Service) claimPart(cmd domain.Command, req domain.Canonical, home strin
 	return s.keyStreamPart(m, domain.EvKeyClaimed, data)
 }
 
+// keyPartWritten is a key stream's part (keyStreamPart: one event) as the
+// append whose result is res left it: what repeats.foundAt is asked of.
+func keyPartWritten(part eventstore.StreamAppend, res eventstore.AppendResult) (written, error) {
+	if len(part.Events) != 1 {
+		return written{}, fmt.Errorf("ledger: %s: a key's part of %d events", part.Stream, len(part.Events))
+	}
+	ev := part.Events[0]
+	m, err := domain.DecodeMetadata(ev.Metadata)
+	if err != nil {
+		return written{}, err
+	}
+	stored := domain.StoredEvent{ID: ev.ID, Stream: part.Stream, Revision: res.FirstRevision, Type: ev.Type, Data: ev.Data, Metadata: m}
+	return written{events: []domain.StoredEvent{stored}, idempotent: res.Idempotent}, nil
+}
+
 // mustBeNew makes part, the key's part of an atomic command (its claim, or
 // an atomic batch's decision) written in one append with the command's other
 // parts, refuse a repeat (eventstore.StreamAppend.MustBeNew): every path reads

@@ -17,8 +17,9 @@ import (
 // tells a repeat where it can (reportsRepeats); where it cannot (KurrentDB),
 // repeatFinder reads the append's last event back.
 
-// repeatFinder tells whether a command's append to an account or a transfer,
-// answered as written (w), wrote nothing because the store held events of the same IDs.
+// repeatFinder tells whether a command's append to an account or a transfer
+// (or a capture saga's claim, startCaptureTo), answered as written (w), wrote
+// nothing because the store held events of the same IDs.
 type repeatFinder interface {
 	foundAt(ctx context.Context, stream string, w written) (repeat bool, err error)
 }
