@@ -32,7 +32,7 @@ func eventStoreFlags() []cli.Flag {
 // the work stopped and what is left; config.Main logs it and exits
 // config.ExitStopped. The deferred profiles are written on the way out.
 func stopped(ctx context.Context, tool, where, left string) error {
-	return fmt.Errorf("%s stopped (%v) %s; %s", tool, context.Cause(ctx), where, left)
+	return fmt.Errorf("%s stopped (%w) %s; %s", tool, context.Cause(ctx), where, left)
 }
 
 func replayCommand() *cli.Command {

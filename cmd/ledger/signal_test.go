@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -251,5 +252,56 @@ func TestAuditStoppedAfterItsCheckpointSavedPrintsIt(t *testing.T) {
 	}
 	if !strings.Contains(out, `"checkpoint"`) || !strings.Contains(out, `"digest"`) || (!strings.Contains(out, fmt.Sprintf(`"id": %d`, id)) && !strings.Contains(out, fmt.Sprintf(`"id":%d`, id))) {
 		t.Fatalf("the audit stored checkpoint %d and does not print it:\n%s", id, out)
+	}
+}
+
+// TestSignalAfterTheAuditVerdictKeepsExit1: a SIGTERM that lands once the
+// audit found its violations and writes its report (to a pipe the test reads
+// slowly: 3000 forged read-model accounts make a report over the pipe's 64
+// KiB) leaves the verdict's exit 1, not 3 ("stopped, no verdict: run it
+// again"), which a cron wrapper would take for "retry later". On main before
+// this change it exited 3 (config.ExitStatus made any error after a stop 3).
+func TestSignalAfterTheAuditVerdictKeepsExit1(t *testing.T) {
+	ctx := context.Background()
+	env, conn := auditedLedger(t, 0)
+	var table string
+	if err := conn.QueryRow(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = 'readmodel' AND tablename LIKE 'accounts_g%' ORDER BY tablename LIMIT 1`).Scan(&table); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`INSERT INTO readmodel.%s (account_id, currency, overdraft_limit, status, balance, held, revision, opened_at, updated_at)
+		SELECT 'forged-' || i, 'EUR', 0, 'open', 100, 0, 0, now(), now() FROM generate_series(1, 3000) i`, table)); err != nil {
+		t.Fatal(err)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	run := exec.Command(ledgerBinary(t), "audit", "--json", "--progress=false")
+	run.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	run.Stdout, run.Stderr = pw, &stderr
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(pr, first); err != nil { // the verdict is being written: audit.Run returned
+		t.Fatalf("no report: %v\n%s", err, stderr.String())
+	}
+	if err := run.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = run.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("an audit that found violations, signalled while it wrote them: %v, want exit status 1:\n%s", err, stderr.String())
+	}
+	if out := string(first) + string(rest); !strings.Contains(out, "read_model_mismatch") || !strings.Contains(out, "forged-1") {
+		t.Fatalf("the report (%d bytes) does not name the forged accounts: %.300s", len(out), out)
 	}
 }

@@ -2,6 +2,8 @@ package config
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -196,12 +198,18 @@ func TestMemoryLimitFlag(t *testing.T) {
 	}
 }
 
-// TestExitStatus: an error a command returns once its context was ended (a
-// stop signal, in Main) exits ExitStopped whatever its own code (a refused
-// migrations check's 2, a verdict's 1, none); otherwise its code, or 1.
+// TestExitStatus: an error a command returns once a stop signal ended its
+// context exits ExitStopped when the stop caused it (it wraps
+// context.Canceled or the context's cause: a cancelled connect, a read tool's
+// "stopped"); any other error keeps its own code, or 1, whenever the signal
+// landed: a verdict (an audit's violations, a failed drain) is not a stop.
+// On main before this table the verdict rows exited ExitStopped.
 func TestExitStatus(t *testing.T) {
 	stopped, stop := context.WithCancel(context.Background())
 	stop()
+	signal := errors.New("terminated signal received")
+	signalled, end := context.WithCancelCause(context.Background())
+	end(signal)
 	running := context.Background()
 	for _, c := range []struct {
 		ctx  context.Context
@@ -212,8 +220,13 @@ func TestExitStatus(t *testing.T) {
 		{running, Exit(0, nil), 0},
 		{running, io.EOF, 1},
 		{stopped, Exit(2, context.Canceled), ExitStopped},
-		{stopped, Exit(1, io.EOF), ExitStopped},
-		{stopped, io.EOF, ExitStopped},
+		{stopped, fmt.Errorf("query: %w", context.Canceled), ExitStopped},
+		{signalled, fmt.Errorf("audit stopped (%w) after 3 events", signal), ExitStopped},
+		{signalled, Exit(2, fmt.Errorf("migrations: %w", context.Canceled)), ExitStopped},
+		{stopped, Exit(1, io.EOF), 1},
+		{signalled, Exit(1, errors.New("audit failed: 3 violations")), 1},
+		{signalled, errors.Join(nil, fmt.Errorf("node: nats drain: %w", context.DeadlineExceeded)), 1},
+		{stopped, io.EOF, 1},
 	} {
 		if got := ExitStatus(c.ctx, c.err); got != c.want {
 			t.Errorf("ExitStatus(%v, %v) = %d, want %d", c.ctx.Err(), c.err, got, c.want)

@@ -48,11 +48,14 @@ func Main(app *cli.Command) {
 const ExitStopped = 3
 
 // ExitStatus is the exit status of err (not nil), returned by a command run
-// under ctx: ExitStopped once a stop signal ended ctx, whatever error the
-// stop caused (a cancelled query, a closed connection, a check refused);
-// else the error's code (a cli.ExitCoder, such as Exit's) or 1.
+// under ctx: ExitStopped when the stop signal that ended ctx caused err (err
+// wraps context.Canceled or ctx's cause: a cancelled connection, migrations
+// check or query, a read tool's or rebuild's "stopped"); else the error's
+// code (a cli.ExitCoder, such as Exit's) or 1. A verdict is not a stop: a
+// signal that lands after the work ended (an audit's violations, a rejected
+// post, a server's failed drain) leaves the verdict's code.
 func ExitStatus(ctx context.Context, err error) int {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.Cause(ctx))) {
 		return ExitStopped
 	}
 	var ec cli.ExitCoder
