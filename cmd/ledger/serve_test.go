@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 
 	"github.com/ledgerworks/ledger/internal/platform/config"
@@ -172,5 +175,60 @@ func TestDevProfiles(t *testing.T) {
 		if err != nil || !bytes.Contains(proto, []byte(sampleType)) {
 			t.Fatalf("%s: %d bytes, err %v, no sample type %q", file, len(proto), err, sampleType)
 		}
+	}
+}
+
+// TestServeWhoseDrainFailsExits1: `ledger serve` signalled while a command
+// is in flight (blocked on its account stream's lock, an advisory lock the
+// event store takes before it appends, which the test holds until serve has
+// exited) cannot drain within --shutdown-timeout: it exits 1
+// (a failed stop), not 3 ("stopped, run it again": the status of a command a
+// stop cut short) nor 0. On main before config.ExitStatus's verdict rule it
+// exited 3.
+func TestServeWhoseDrainFailsExits1(t *testing.T) {
+	ctx := context.Background()
+	ns := devtest.NATS(t)
+	dbURL := pgtest.URL(t)
+	serve := startProc(t, ledgerBinary(t), []string{"serve", "--log-format", "json", "--jetstream-grace", "100ms", "--http-addr", anyPort, "--shutdown-timeout", "200ms"},
+		[]string{config.EnvNATSURL + "=" + ns.ClientURL(), config.EnvDatabaseURL + "=" + dbURL, "PGAPPNAME=drained-serve"}, "intake started")
+	env := []string{config.EnvNATSURL + "=" + ns.ClientURL(), config.EnvDataDir + "=" + t.TempDir()}
+	if r, o, code := postCLI(t, env, "open_account", "--key", "o-1", "--account", "a", "--currency", "EUR"); code != 0 || r["status"] != "applied" {
+		t.Fatalf("open_account: exit %d\n%s", code, o)
+	}
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) // after serve's exit: its command stays in flight until then
+	// Not the events table: the transfer process's reads would wait on it too.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('account-a', 0))`); err != nil {
+		t.Fatal(err)
+	}
+	post := exec.Command(ledgerBinary(t), "post", "deposit", "--key", "d-1", "--account", "a", "--amount", "250", "--currency", "EUR")
+	post.Env = append(os.Environ(), env...)
+	if err := post.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = post.Process.Kill(); _ = post.Wait() })
+	devtest.Eventually(t, time.Minute, "the deposit waits on account-a's lock", func() bool {
+		var waiting int
+		if err := tx.QueryRow(ctx, `SELECT pg_stat_clear_snapshot()`).Scan(nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND application_name = 'drained-serve'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return waiting > 0
+	})
+	_ = serve.cmd.Process.Signal(syscall.SIGTERM)
+	<-serve.done
+	var ee *exec.ExitError
+	if !errors.As(serve.err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("serve whose drain failed: %v, want exit status 1:\n%s", serve.err, serve.out.String())
 	}
 }

@@ -44,7 +44,8 @@ func Main(app *cli.Command) {
 // again (a stopped rebuild resumes its generations from their checkpoints,
 // a file of commands answers what was decided as duplicates). A server
 // (dev, serve, projector run), whose end a signal is, exits 0 when it
-// stopped cleanly. The same 3 as `ledger post`'s "no answer".
+// stopped cleanly, 1 when its stop failed (a drain past its timeout). The
+// same 3 as `ledger post`'s "no answer".
 const ExitStopped = 3
 
 // ExitStatus is the exit status of err (not nil), returned by a command run
