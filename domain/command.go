@@ -309,17 +309,7 @@ func (c *Command) setField(s fieldSpec, raw json.RawMessage) *InvalidError {
 		}
 		c.Metadata = m
 	case fTime:
-		var v string
-		if decodeString(raw, &v) != nil {
-			return invalid(s.name, "must be an RFC 3339 timestamp string")
-		}
-		ts, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			return invalid(s.name, "must be an RFC 3339 timestamp: %v", err)
-		}
-		if !c.setTime(s.name, ts) {
-			return invalid(s.name, "must not fall inside the first microsecond of year 1")
-		}
+		return c.decodeTime(s.name, raw)
 	case fPostings:
 		p, ierr := decodePostings(raw)
 		if ierr != nil {
@@ -340,6 +330,22 @@ func (c *Command) setField(s fieldSpec, raw json.RawMessage) *InvalidError {
 		default:
 			return invalid(s.name, "must be true or false")
 		}
+	}
+	return nil
+}
+
+// decodeTime reads the time field called name, an RFC 3339 string (setTime).
+func (c *Command) decodeTime(name string, raw json.RawMessage) *InvalidError {
+	var v string
+	if decodeString(raw, &v) != nil {
+		return invalid(name, "must be an RFC 3339 timestamp string")
+	}
+	ts, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return invalid(name, "must be an RFC 3339 timestamp: %v", err)
+	}
+	if !c.setTime(name, ts) {
+		return invalid(name, "must not fall inside the first microsecond of year 1")
 	}
 	return nil
 }
