@@ -276,6 +276,20 @@ func TestCaptureSagaConcurrentSends(t *testing.T) {
 	})
 }
 
+// pauseAfterGuard stops s's first capture after its guard step: reached is
+// closed there, and the capture goes on when goOn is closed.
+func pauseAfterGuard(s *Service) (reached, goOn chan struct{}) {
+	reached, goOn = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s.failpoint = func(step string) error {
+		if step == "capture/guard" {
+			once.Do(func() { close(reached); <-goOn })
+		}
+		return nil
+	}
+	return reached, goOn
+}
+
 // TestCaptureSagaClaimerLosesTheDecide: the call that claims the key answers
 // the original even when another instance, which found the claim, decides the
 // capture first (docs/protocol.md §3). A claims the key and stops after its
@@ -283,14 +297,7 @@ func TestCaptureSagaConcurrentSends(t *testing.T) {
 func TestCaptureSagaClaimerLosesTheDecide(t *testing.T) {
 	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
 		svcs, body := twoInstancesToCapture(t, st)
-		reached, goOn := make(chan struct{}), make(chan struct{})
-		var once sync.Once
-		svcs[0].failpoint = func(step string) error {
-			if step == "capture/guard" {
-				once.Do(func() { close(reached); <-goOn })
-			}
-			return nil
-		}
+		reached, goOn := pauseAfterGuard(svcs[0])
 		replies := make([]Reply, 2)
 		done := make(chan struct{})
 		go func() { replies[0] = send(svcs[0], "capture_hold", body...); close(done) }()
@@ -352,14 +359,7 @@ func TestCaptureSagaBothFindTheKeyNew(t *testing.T) {
 func TestCaptureSagaResumeRacesTheSender(t *testing.T) {
 	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
 		svcs, body := twoInstancesToCapture(t, st)
-		reached, goOn := make(chan struct{}), make(chan struct{})
-		var once sync.Once
-		svcs[0].failpoint = func(step string) error {
-			if step == "capture/guard" {
-				once.Do(func() { close(reached); <-goOn })
-			}
-			return nil
-		}
+		reached, goOn := pauseAfterGuard(svcs[0])
 		var r Reply
 		done := make(chan struct{})
 		go func() { r = send(svcs[0], "capture_hold", body...); close(done) }()
