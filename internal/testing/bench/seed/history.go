@@ -1,6 +1,7 @@
 package seed
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,7 +21,30 @@ type HistoryOptions struct {
 	KeyPrefix string
 	// Progress, when set, is called now and then with the events written so far.
 	Progress func(events, total int64)
+	// Chunk is the events one bulk load carries, on a store that loads in
+	// bulk (default historyChunk; at most maxHistoryChunk).
+	Chunk int
+	// SnapshotEvery is the seeding ledger's ledger.Options.SnapshotEvery (0:
+	// the ledger's default): the history has the snapshots a ledger so
+	// configured takes.
+	SnapshotEvery int
+	// Loaded, when set, is called after each bulk load with the events loaded
+	// so far, while the seeder's state is live (a test reads the heap there).
+	Loaded func(events int64)
 }
+
+// The events one bulk load of a history carries: the default, and the most,
+// which leaves room within eventstore/postgres.MaxLoadEvents for the units in
+// flight when a chunk fills (Workers of them, a dozen events at most each).
+const (
+	historyChunk    = 50_000
+	maxHistoryChunk = 90_000
+)
+
+// historyRecentKeys is the key records a seeding ledger's aggregates keep
+// (ledger.Options.RecentKeys): what they remember of keys is never written,
+// and the seeder sends no key twice, so a few keep its memory small.
+const historyRecentKeys = 16
 
 // HistoryResult describes a seeded history.
 type HistoryResult struct {
@@ -59,29 +83,53 @@ type command struct {
 }
 
 // History writes about n events (key claims included) over opts.Accounts
-// accounts to dst through the command handler, as clients would: the accounts
-// are opened, then units of a realistic mix (deposits, withdrawals, transfers,
-// transactions of two postings, holds captured, captured into another account
-// or released, deposits refunded in part) run on random-looking accounts, many
-// at once. Rejections (insufficient funds) are recorded as in production. The
-// accounts must not exist in dst.
+// accounts to dst, decided by the command handler as clients' commands would
+// be: the accounts are opened, then units of a realistic mix (deposits,
+// withdrawals, transfers, transactions of two postings, holds captured,
+// captured into another account or released, deposits refunded in part) run
+// on random-looking accounts, many at once. Rejections (insufficient funds)
+// are recorded as in production, snapshots taken as the ledger takes them.
+// A dst that loads in bulk (Loader: PostgreSQL) gets the events in chunks of
+// o.Chunk, decided by a ledger.Service over a recorder that keeps the
+// accounts' state between chunks, each chunk loaded in the order it was
+// decided; another gets the commands themselves. The accounts must not exist
+// in dst.
 func History(ctx context.Context, dst ledger.Store, n int64, o HistoryOptions) (HistoryResult, error) {
 	if o.Accounts < 2 {
 		return HistoryResult{}, errors.New("seed: a history needs at least 2 accounts")
 	}
-	if o.KeyPrefix == "" {
-		o.KeyPrefix = "h"
+	o.KeyPrefix = cmp.Or(o.KeyPrefix, "h")
+	o.Chunk = min(cmp.Or(o.Chunk, historyChunk), maxHistoryChunk)
+	h := &history{o: o, total: n}
+	target := dst
+	if l, ok := dst.(Loader); ok {
+		h.rec, h.dst = newRecorder(), l
+		target = h.rec
+		defer h.rec.close()
 	}
-	svc := ledger.New(dst, ledger.Options{Producer: "bench-history"})
-	defer svc.Close()
-	h := &history{svc: svc, o: o, total: n}
+	h.svc = ledger.New(target, h.serviceOptions())
 	stop := h.reportProgress()
 	defer stop()
-	if err := h.run(ctx, int64(o.Accounts), func(i int64) []command { return []command{h.open(i)} }); err != nil {
-		return h.result(), err
+	err := h.run(ctx, int64(o.Accounts), func(i int64) []command { return []command{h.open(i)} })
+	if err == nil {
+		err = h.run(ctx, -1, h.unit)
 	}
-	err := h.run(ctx, -1, h.unit)
+	h.svc.Close() // its snapshots written
+	if err == nil && h.rec != nil {
+		err = h.flush(ctx)
+	}
 	return h.result(), err
+}
+
+// serviceOptions are the seeding ledger's: the ledger's defaults, but that
+// over a recorder it keeps every account cached (the recorder holds none of
+// their events once loaded) and few keys of each.
+func (h *history) serviceOptions() ledger.Options {
+	o := ledger.Options{Producer: "bench-history", SnapshotEvery: h.o.SnapshotEvery}
+	if h.rec != nil {
+		o.CacheSize, o.CacheBytes, o.RecentKeys = h.o.Accounts+OpenBatch, -1, historyRecentKeys
+	}
+	return o
 }
 
 type history struct {
@@ -89,42 +137,99 @@ type history struct {
 	o                          HistoryOptions
 	total                      int64
 	events, commands, rejected atomic.Int64
+	// rec and dst, on a store that loads in bulk: the recorder the service
+	// decides on, and the store its chunks are loaded into.
+	rec *recorder
+	dst Loader
 }
 
 func (h *history) result() HistoryResult {
-	return HistoryResult{Events: h.events.Load(), Commands: h.commands.Load(), Rejected: h.rejected.Load()}
+	r := HistoryResult{Events: h.events.Load(), Commands: h.commands.Load(), Rejected: h.rejected.Load()}
+	if h.rec != nil {
+		r.Events, _ = h.rec.counts() // all of them, once loaded
+	}
+	return r
+}
+
+// written is the events written so far: those the recorder took, or counted
+// from the replies.
+func (h *history) written() int64 {
+	if h.rec != nil {
+		_, taken := h.rec.counts()
+		return taken
+	}
+	return h.events.Load()
+}
+
+// full reports whether the recorder's chunk is due to be loaded.
+func (h *history) full() bool {
+	return h.rec != nil && h.rec.chunkEvents() >= h.o.Chunk
+}
+
+// flush loads the recorder's chunk.
+func (h *history) flush(ctx context.Context) error {
+	if err := h.rec.flush(ctx, h.dst); err != nil {
+		return fmt.Errorf("seed: loading a chunk of the history: %w", err)
+	}
+	if h.o.Loaded != nil {
+		loaded, _ := h.rec.counts()
+		h.o.Loaded(loaded)
+	}
+	return nil
 }
 
 func (h *history) reportProgress() (stop func()) {
 	if h.o.Progress == nil {
 		return func() {}
 	}
-	return everySecond(func() { h.o.Progress(h.events.Load(), h.total) })
+	return everySecond(func() { h.o.Progress(h.written(), h.total) })
 }
 
 // run sends units 0..units-1 (units < 0: until the history has its events) on
-// Workers workers; it returns the first failure.
+// Workers workers, in rounds: a round ends once the recorder's chunk is full
+// (no unit in flight, so that a unit's commands share a chunk), and the chunk
+// is loaded. It returns the first failure.
 func (h *history) run(ctx context.Context, units int64, unit func(i int64) []command) error {
+	var next atomic.Int64
+	for {
+		if err := h.round(ctx, &next, units, unit); err != nil {
+			return err
+		}
+		if !h.full() {
+			return ctx.Err()
+		}
+		if err := h.flush(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// round sends units from next on until they run out or the chunk is full.
+func (h *history) round(ctx context.Context, next *atomic.Int64, units int64, unit func(i int64) []command) error {
 	var (
-		next     atomic.Int64
 		wg       sync.WaitGroup
 		mu       sync.Mutex
 		firstErr error
+		failed   atomic.Bool
 	)
 	more := func(i int64) bool {
 		if units >= 0 {
 			return i < units
 		}
-		return h.events.Load() < h.total
+		return h.written() < h.total
 	}
 	for range Workers {
 		wg.Go(func() {
-			for i := next.Add(1) - 1; more(i) && ctx.Err() == nil; i = next.Add(1) - 1 {
+			for ctx.Err() == nil && !failed.Load() && !h.full() {
+				i := next.Add(1) - 1
+				if !more(i) {
+					return
+				}
 				if err := h.send(ctx, unit(i)); err != nil {
 					mu.Lock()
 					firstErr = cmpErr(firstErr, err)
 					mu.Unlock()
-					next.Store(1 << 62) // the others stop too
+					failed.Store(true) // the others stop too
 					return
 				}
 			}

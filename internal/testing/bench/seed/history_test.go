@@ -1,0 +1,178 @@
+package seed_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/postgres"
+	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/internal/testing/bench/seed"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+	"github.com/ledgerworks/ledger/projections"
+	"github.com/ledgerworks/ledger/projections/projtest"
+)
+
+// historyKinds are the kinds of event a seeded history must hold, one for
+// each of its units' outcomes: "type" or "type/reason".
+var historyKinds = []string{
+	domain.EvAccountOpened, domain.EvKeyClaimed, domain.EvCommandRejected,
+	"Credited/" + domain.ReasonDeposit, "Debited/" + domain.ReasonWithdrawal,
+	"Debited/" + domain.ReasonTransferOut, "Credited/" + domain.ReasonTransferIn,
+	"Debited/" + domain.ReasonTransactionOut, "Credited/" + domain.ReasonTransactionIn,
+	domain.EvHoldPlaced, domain.EvHoldCaptured, "Credited/" + domain.ReasonCaptureIn, domain.EvHoldReleased,
+	"Debited/" + domain.ReasonRefund,
+}
+
+// kindsOf counts the events of a store by kind (see historyKinds), and checks
+// that positions increase along every stream with its revisions.
+func kindsOf(t *testing.T, st eventstore.AllReader) map[string]int {
+	t.Helper()
+	kinds := map[string]int{}
+	heads := map[string]eventstore.RecordedEvent{}
+	for _, re := range devtest.ReadAll(t, st) {
+		if prev, ok := heads[re.Stream]; ok && (re.Revision != prev.Revision+1 || re.Position.Compare(prev.Position) <= 0) {
+			t.Fatalf("%s: revision %d at %s follows revision %d at %s", re.Stream, re.Revision, re.Position, prev.Revision, prev.Position)
+		}
+		heads[re.Stream] = re
+		kind := re.Type
+		switch e, _ := domain.DecodeEvent(re.Type, re.Data); e := e.(type) {
+		case *domain.Credited:
+			kind += "/" + e.Reason
+		case *domain.Debited:
+			kind += "/" + e.Reason
+		}
+		kinds[kind]++
+	}
+	return kinds
+}
+
+// TestHistoryLoaded: a history seeded in chunks by bulk loads, snapshots
+// taken every 40 events of an account, holds every unit kind's events, its
+// streams in order, and is what the ledger writes: every projection rebuilt
+// from it passes the rebuild's check, and the audit (every invariant, the
+// chain verified, the read models compared, the snapshots checked) finds
+// nothing.
+func TestHistoryLoaded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	env := projtest.New(t)
+	var loads []int64
+	res, err := seed.History(ctx, env.Store, 20_000, seed.HistoryOptions{Accounts: 200, Chunk: 3000, SnapshotEvery: 40,
+		Loaded: func(events int64) { loads = append(loads, events) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Events < 20_000 || res.Rejected == 0 || len(loads) < 6 || loads[len(loads)-1] != res.Events {
+		t.Fatalf("seeded %+v in loads ending at %v", res, loads)
+	}
+	kinds := kindsOf(t, env.Store)
+	var total int
+	for _, k := range kinds {
+		total += k
+	}
+	for _, k := range historyKinds {
+		if kinds[k] == 0 {
+			t.Errorf("no %s among the history's events: %v", k, kinds)
+		}
+	}
+	if int64(total) != res.Events {
+		t.Errorf("the store holds %d events, the seeder says it loaded %d", total, res.Events)
+	}
+	if _, err := projections.Rebuild(ctx, env.Pool, env.Store, projections.RebuildOptions{Check: audit.VerifyGeneration(env.Pool, env.Store)}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := audit.Run(ctx, env.Store, audit.Options{ReadModels: env.Pool, VerifyChain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.Events != res.Events || rep.Snapshots == 0 {
+		t.Fatalf("audit of %d events, %d snapshots checked: %d violations %v", rep.Events, rep.Snapshots, rep.ViolationCount, rep.Violations)
+	}
+	t.Logf("%+v in %d loads; %d snapshots; kinds %v", res, len(loads), rep.Snapshots, kinds)
+}
+
+// dropping is the PostgreSQL store, but that its Nth Load loses one event:
+// a broken seeder.
+type dropping struct {
+	*postgres.Store
+	load, n int
+	dropped eventstore.EventData
+	stream  string
+}
+
+func (d *dropping) Load(ctx context.Context, parts []eventstore.StreamAppend) error {
+	if d.load++; d.load == d.n {
+		for i, p := range parts {
+			if strings.HasPrefix(p.Stream, domain.AccountStreamPrefix) && len(p.Events) == 1 && i > len(parts)/2 {
+				d.dropped, d.stream = p.Events[0], p.Stream
+				parts = append(parts[:i:i], parts[i+1:]...)
+				break
+			}
+		}
+	}
+	return d.Store.Load(ctx, parts)
+}
+
+// TestHistoryLoadedDropAudited: a seeder that loses one account event from a
+// chunk leaves a history the audit refuses, naming the stream.
+func TestHistoryLoadedDropAudited(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	env := projtest.New(t)
+	dst := &dropping{Store: env.Store, n: 2}
+	if _, err := seed.History(ctx, dst, 6000, seed.HistoryOptions{Accounts: 50, Chunk: 2000}); err != nil {
+		t.Fatal(err)
+	}
+	if dst.stream == "" {
+		t.Fatal("no event dropped")
+	}
+	rep, err := audit.Run(ctx, env.Store, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := false
+	for _, v := range rep.Violations {
+		named = named || v.Stream == dst.stream
+	}
+	if rep.OK() || !named {
+		t.Fatalf("the audit after %s's %s %s was dropped: %d violations %v", dst.stream, dst.dropped.Type, dst.dropped.ID, rep.ViolationCount, rep.Violations)
+	}
+	t.Logf("%s's %s dropped: %v", dst.stream, dst.dropped.Type, rep.Violations[0])
+}
+
+// TestHistoryHeapBounded: the seeder's live heap, read after a forced GC as
+// each chunk is loaded, does not grow with the history: seeding three times
+// the events over the same accounts peaks within a generous bound of the
+// smaller run's peak.
+func TestHistoryHeapBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	peak := func(n int64) uint64 {
+		store := devtest.Postgres(t)
+		var peak uint64
+		_, err := seed.History(ctx, store, n, seed.HistoryOptions{Accounts: 200, Chunk: 4000, KeyPrefix: fmt.Sprintf("heap%d", n),
+			Loaded: func(int64) {
+				var ms runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				peak = max(peak, ms.HeapAlloc)
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return peak
+	}
+	small, large := peak(20_000), peak(60_000)
+	t.Logf("live heap peaks: %.1f MiB at 20,000 events, %.1f MiB at 60,000", mib(small), mib(large))
+	if float64(large) > 1.3*float64(small)+8<<20 {
+		t.Fatalf("the live heap grew with the events: %.1f MiB at 20,000, %.1f MiB at 60,000", mib(small), mib(large))
+	}
+}
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
