@@ -73,7 +73,7 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	defer stores.Close()
-	opts := audit.Options{Account: cmd.String("account"), VerifyChain: cmd.Bool("verify-chain"), MaxViolations: int(cmd.Int("max-violations"))}
+	opts := audit.Options{Account: cmd.String("account"), VerifyChain: cmd.Bool("verify-chain"), MaxViolations: int(cmd.Int("max-violations")), Logger: log}
 	if cmd.String(flagFrom) != "" {
 		from, _ := parseFrom(cmd.String(flagFrom)) // checked by its Validator
 		opts.From = &from

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
 	"strings"
 
@@ -32,7 +33,8 @@ type Options struct {
 	// compared with the fold (invariant 4). Nil checks the event store alone.
 	ReadModels *pgxpool.Pool
 	// Sets, when set, is a PostgreSQL database whose session keeps, in
-	// temporary tables, what grows with history (every event ID, command group,
+	// tables of its own (a full audit's: UNLOGGED, in a schema of its run,
+	// runsets.go; else TEMP), what grows with history (every event ID, command group,
 	// key and claim, the read models' expected rows), checked there by set
 	// queries: the audit's memory then grows with accounts and sagas, not
 	// with events. Default: ReadModels; nil there too: Go maps.
@@ -66,6 +68,16 @@ type Options struct {
 	// the checkpoint does not record (docs/design.md, invariant 7). Nil in
 	// production.
 	SnapshotsListedAgain func()
+	// Logger, when set, is told what the audit does beside its report (its
+	// sets not resumable, runs left behind dropped). Default: slog.Default().
+	Logger *slog.Logger
+}
+
+func (o Options) logger() *slog.Logger {
+	if o.Logger != nil {
+		return o.Logger
+	}
+	return slog.Default()
 }
 
 // CheckpointRef names an audit checkpoint.
@@ -254,7 +266,7 @@ func runFold(ctx context.Context, store Store, opts Options) (*Fold, error) {
 	}
 	f.Reload = reloader(ctx, store)
 	if opts.Sets != nil {
-		ps, err := newPGSets(ctx, opts.Sets)
+		ps, err := foldSets(ctx, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -276,6 +288,16 @@ func runFold(ctx context.Context, store Store, opts Options) (*Fold, error) {
 		f.lookupClaim = func(key string) (*claim, error) { return f.claimBefore(ctx, store, key) }
 	}
 	return f, nil
+}
+
+// foldSets takes the fold's sets in opts.Sets: a full audit's in a schema
+// of its run (runsets.go), an incremental audit's in its session's TEMP
+// tables.
+func foldSets(ctx context.Context, opts Options) (*pgSets, error) {
+	if opts.From != nil {
+		return newPGSets(ctx, opts.Sets)
+	}
+	return newRunSets(ctx, opts.Sets, opts.logger())
 }
 
 // report finishes the fold, compares the read models and writes the report.

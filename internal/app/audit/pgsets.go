@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,6 +24,10 @@ type pgSets struct {
 	// storeIDs, when set, is the duplicate-ID check the event store answers
 	// (idsFromStore): no ID is copied into audit_ids.
 	storeIDs *storeIDs
+	// run, when set, is the schema of a full audit's run that holds the
+	// history tables (runsets.go); keep leaves it to a stop point.
+	run  string
+	keep bool
 }
 
 // pgRows are a page's rows of each table, in COPY's binary format (copyBuf).
@@ -35,36 +40,65 @@ func (r pgRows) emptied() pgRows {
 	return pgRows{r.ids.emptied(), r.groups.emptied(), r.homes.emptied(), r.claims.emptied(), r.rows.emptied()}
 }
 
-// pgSetsSchema creates the session's tables (dropped with the session).
-const pgSetsSchema = `
-CREATE TEMP TABLE audit_ids (event_id uuid NOT NULL, seq bigint NOT NULL);
-CREATE TEMP TABLE audit_groups (stream text NOT NULL, key text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL);
-CREATE TEMP TABLE audit_homes (key text NOT NULL, stream text NOT NULL, hash text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL);
-CREATE TEMP TABLE audit_claims (key text NOT NULL, stream text NOT NULL, hash text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL);
-CREATE TEMP TABLE audit_rows (tbl text NOT NULL, key text NOT NULL, account text NOT NULL, digest bytea NOT NULL, seq bigint NOT NULL);
+// historyTables are the sets that grow with history (a CREATE TABLE's name
+// and columns): a session's TEMP tables (newPGSets) or a full audit's run's
+// UNLOGGED ones (runsets.go).
+var historyTables = []string{
+	`audit_ids (event_id uuid NOT NULL, seq bigint NOT NULL)`,
+	`audit_groups (stream text NOT NULL, key text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL)`,
+	`audit_homes (key text NOT NULL, stream text NOT NULL, hash text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL)`,
+	`audit_claims (key text NOT NULL, stream text NOT NULL, hash text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL)`,
+	`audit_rows (tbl text NOT NULL, key text NOT NULL, account text NOT NULL, digest bytea NOT NULL, seq bigint NOT NULL)`,
+}
+
+// scratchTables are compare's, always the session's TEMP tables (pg_temp is
+// searched before any schema), with the session's work_mem.
+const scratchTables = `
 CREATE TEMP TABLE audit_actual (tbl text NOT NULL, key text NOT NULL, digest bytea NOT NULL);
 CREATE TEMP TABLE audit_noted (key text NOT NULL, n bigint NOT NULL);
 CREATE INDEX ON audit_noted (n);
 SET work_mem = '64MB'`
 
-// newPGSets takes a session of pool for the audit's sets; close releases it.
+// historySchema creates the history tables, each as "CREATE " + create +
+// its name: "TEMP TABLE " or "UNLOGGED TABLE <schema>.".
+func historySchema(create string) string {
+	var b strings.Builder
+	for _, t := range historyTables {
+		b.WriteString("CREATE " + create + t + ";\n")
+	}
+	return b.String()
+}
+
+// newPGSets takes a session of pool for the audit's sets, in its TEMP tables
+// (dropped with the session); close releases it.
 func newPGSets(ctx context.Context, pool *pgxpool.Pool) (*pgSets, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("audit: sets: %w", err)
 	}
-	if _, err := conn.Exec(ctx, pgSetsSchema); err != nil {
+	s := &pgSets{conn: conn}
+	if err := s.tempTables(ctx); err != nil {
 		conn.Release()
-		return nil, fmt.Errorf("audit: sets: %w", err)
+		return nil, err
 	}
-	return &pgSets{conn: conn}, nil
+	return s, nil
+}
+
+// tempTables creates the session's TEMP tables, the history's and compare's.
+func (s *pgSets) tempTables(ctx context.Context) error {
+	if _, err := s.conn.Exec(ctx, historySchema("TEMP TABLE ")+scratchTables); err != nil {
+		return fmt.Errorf("audit: sets: %w", err)
+	}
+	return nil
 }
 
 // close drops the session (and its tables with it): a session that held
-// temporary tables is not handed out again.
+// temporary tables is not handed out again. A run's sets (runsets.go) are
+// dropped first, unless a stop point keeps them.
 func (s *pgSets) close() {
 	_ = s.wait()
 	s.storeIDs.stop()
+	s.dropRun()
 	_ = s.conn.Conn().Close(context.Background())
 	s.conn.Release()
 }
