@@ -675,7 +675,7 @@ func loadAuditAccounts(ctx context.Context, q Querier, id int64, each func(Audit
 // selects it), with its account rows. Sets is the schema of its sets that
 // grow with history (UNLOGGED tables, named by its run).
 type AuditStop struct {
-	Checkpoint AuditCheckpoint // ID, Position, Events, State, Accounts; no digests of read models
+	Checkpoint AuditCheckpoint // ID, Position, Events, State, Accounts, Digest (auditStopAnchorSQL); no digests of read models
 	Sets       string
 }
 
@@ -726,9 +726,14 @@ func saveAuditStop(ctx context.Context, tx pgx.Tx, stop *AuditStop, s AuditSave)
 		return fmt.Errorf("%d account rows written, %d expected", rows, s.Rows)
 	}
 	cp.Accounts = rows
-	_, err = tx.Exec(ctx, `UPDATE readmodel.audit_checkpoints c SET accounts_sha256 = (SELECT a.digest FROM (`+auditRowsDigestSQL("$1")+`) a) WHERE c.id = $1`, cp.ID)
-	return err
+	return tx.QueryRow(ctx, `UPDATE readmodel.audit_checkpoints c SET accounts_sha256 = (SELECT a.digest FROM (`+auditRowsDigestSQL("$1")+`) a)
+		WHERE c.id = $1 RETURNING `+auditStopAnchorSQL, cp.ID).Scan(&cp.Digest)
 }
+
+// auditStopAnchorSQL is a stop point c's anchor (its Checkpoint.Digest): a
+// checkpoint's (auditAnchorSQL, its read models' digests NULL) with its kind
+// and sets, so that no stop point's digest is a checkpoint's.
+const auditStopAnchorSQL = `encode(sha256(convert_to(concat_ws('|', c.kind, c.sets, ` + auditAnchorSQL + `), 'UTF8')), 'hex')`
 
 // LoadAuditStop reads the stop point (ErrNoAuditStop: none), and refuses it
 // (ErrAuditStopEdited, its Sets given all the same) unless its state and
@@ -741,8 +746,8 @@ func (Checkpointer) LoadAuditStop(ctx context.Context, q RowQuerier) (AuditStop,
 		ok   bool
 	)
 	err := q.QueryRow(ctx, `SELECT c.id, c.sets, c.commit_position, c.prepare_position, c.events, c.state, a.n,
-			coalesce(c.state_digest = md5(c.state) AND c.accounts_sha256 = a.digest, false)
-		FROM readmodel.audit_checkpoints c CROSS JOIN LATERAL (`+auditRowsDigestSQL("c.id")+`) a WHERE c.kind = 'stop'`).Scan(&cp.ID, &stop.Sets, &c, &p, &cp.Events, &cp.State, &cp.Accounts, &ok)
+			coalesce(c.state_digest = md5(c.state) AND c.accounts_sha256 = a.digest, false), `+auditStopAnchorSQL+`
+		FROM readmodel.audit_checkpoints c CROSS JOIN LATERAL (`+auditRowsDigestSQL("c.id")+`) a WHERE c.kind = 'stop'`).Scan(&cp.ID, &stop.Sets, &c, &p, &cp.Events, &cp.State, &cp.Accounts, &ok, &cp.Digest)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return stop, ErrNoAuditStop

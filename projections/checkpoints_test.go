@@ -420,6 +420,9 @@ func TestAuditStopPoint(t *testing.T) {
 	if err != nil || got.Checkpoint.ID != stop.Checkpoint.ID || got.Sets != sets1 || string(got.Checkpoint.State) != "stopped" || got.Checkpoint.Events != 50 || got.Checkpoint.Position.Commit != 50 || got.Checkpoint.Accounts != 2 {
 		t.Fatalf("the stop point after %d checkpoints more: %+v, %v", projections.AuditCheckpointsKept+1, got, err)
 	}
+	if len(stop.Checkpoint.Digest) != 64 || got.Checkpoint.Digest != stop.Checkpoint.Digest {
+		t.Fatalf("the stop point's digest: saved %q, loaded %q", stop.Checkpoint.Digest, got.Checkpoint.Digest)
+	}
 	var n int
 	if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM readmodel.audit_checkpoints WHERE kind = 'checkpoint'`).Scan(&n); err != nil || n != projections.AuditCheckpointsKept {
 		t.Fatalf("%d checkpoints kept (%v), want %d beside the stop point", n, err, projections.AuditCheckpointsKept)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -23,7 +24,8 @@ func auditCommand() *cli.Command {
 		&cli.IntFlag{Name: "max-violations", Value: 1000, Usage: "violations listed (all are counted)", Sources: cli.EnvVars("LEDGER_AUDIT_MAX_VIOLATIONS")},
 		&cli.StringFlag{Name: flagFrom, Usage: "check only the events after a stored audit checkpoint (its ID, or last), carrying its balances, chain heads and sagas in flight forward; what it trusts from before the checkpoint, which a full audit checks, is listed in its report (needs --database-url)", Sources: cli.EnvVars("LEDGER_AUDIT_FROM"),
 			Validator: func(v string) error { _, err := parseFrom(v); return err }},
-		&cli.StringFlag{Name: flagExpectDigest, Usage: "with --from: refuse the checkpoint (exit 1, nothing stored) unless its digest is this one, as a clean audit printed it when it stored it: an anchor kept outside the database, which catches a checkpoint edited with its digests", Sources: cli.EnvVars("LEDGER_AUDIT_EXPECT_DIGEST")},
+		&cli.StringFlag{Name: flagExpectDigest, Usage: "with --from: refuse the checkpoint (exit 1, nothing stored) unless its digest is this one, as a clean audit printed it when it stored it: an anchor kept outside the database, which catches a checkpoint edited with its digests; with --resume, the stop point's, as the stopped audit printed it", Sources: cli.EnvVars("LEDGER_AUDIT_EXPECT_DIGEST")},
+		&cli.BoolFlag{Name: flagResume, Usage: "fold on from the stop point a stopped full audit stored (SIGINT, SIGTERM) to the head, and report as one run through; refused (exit 1: start over without it) for a stop point edited since, of another build or store, whose sets are gone, or with a read model whose checkpoint is before the stop; exit 2 when none is stored; not with --from or --account (needs --database-url)", Sources: cli.EnvVars("LEDGER_AUDIT_RESUME")},
 		&cli.BoolFlag{Name: flagSaveCheckpoint, Value: true, Usage: "store a clean audit's result as an audit checkpoint for --from (needs --database-url; not with --account)", Sources: cli.EnvVars("LEDGER_AUDIT_SAVE_CHECKPOINT")},
 		&cli.BoolFlag{Name: flagEventsOut, Usage: "compare LEDGER_EVENTS with the event store (invariant 8: every stored event up to the publisher's checkpoint, in order, none unstored; needs --database-url and NATS)", Sources: cli.EnvVars("LEDGER_AUDIT_EVENTS_OUT")},
 		&cli.BoolFlag{Name: flagRepair, Usage: "with --events-out: republish the missing events under their IDs (takes the publisher's lease: stop the publishers first)", Sources: cli.EnvVars("LEDGER_AUDIT_REPAIR")},
@@ -52,8 +54,11 @@ func auditCommand() *cli.Command {
 			"none) and prints its digest; --from <id|last> then checks only the events after it (a\n" +
 			"nightly audit costs the day's events), and --expect-digest <digest> refuses it (exit 1)\n" +
 			"unless it is the checkpoint that digest was printed for. Prints a report; exits 1 naming\n" +
-			"each violation; stopped (SIGINT, SIGTERM) it exits 3, says how far it had folded, and\n" +
-			"stores nothing.",
+			"each violation; stopped (SIGINT, SIGTERM) it exits 3 and says how far it had folded. A\n" +
+			"full audit of the whole ledger with its sets in a schema of its own (its role may CREATE\n" +
+			"in the database) stopped at a page's end stores a stop point and prints its ID and digest;\n" +
+			"--resume [--expect-digest <digest>] folds on from it and reports as one run through. Any\n" +
+			"other stopped audit stores nothing.",
 		Flags:  flags,
 		Action: runAudit,
 	}
@@ -78,8 +83,8 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 		from, _ := parseFrom(cmd.String(flagFrom)) // checked by its Validator
 		opts.From = &from
 	}
-	if opts.ExpectDigest = cmd.String(flagExpectDigest); opts.ExpectDigest != "" && opts.From == nil {
-		return config.Exit(2, fmt.Errorf("--%s is a checkpoint's digest: give the checkpoint (--%s)", flagExpectDigest, flagFrom))
+	if err := resumeFlags(cmd, &opts); err != nil {
+		return err
 	}
 	if stores.Pool != nil {
 		// The audit's sets that grow with history live in a session of this
@@ -89,6 +94,8 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 			opts.ReadModels = stores.Pool
 		}
 		opts.SaveCheckpoint = cmd.Bool(flagSaveCheckpoint) && opts.Account == ""
+	} else if opts.Resume {
+		return config.Exit(2, fmt.Errorf("--%s: the stop point and its sets are kept in PostgreSQL: give --%s", flagResume, config.FlagDatabaseURL))
 	} else {
 		log.Warn("no PostgreSQL database (--database-url): the audit keeps every event ID and key in memory, and invariant 4 is not checked")
 	}
@@ -116,16 +123,51 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 		return auditVerdict(cmd, rep)
 	}
 	if err != nil && ctx.Err() != nil {
-		where := fmt.Sprintf("after %d events folded", folded)
-		if carried > 0 {
-			where += fmt.Sprintf(" past its checkpoint's %d", carried)
-		}
-		return stopped(ctx, "audit", where, "no verdict and no checkpoint stored: run it again")
+		return auditStopped(ctx, cmd, rep, folded, carried)
+	}
+	if errors.Is(err, audit.ErrNoStopPoint) {
+		return config.Exit(2, err)
 	}
 	if err != nil {
 		return err
 	}
 	return auditVerdict(cmd, rep)
+}
+
+// resumeFlags sets --resume and --expect-digest, which needs --from or
+// --resume; --resume with --from or --account is invalid (exit 2).
+func resumeFlags(cmd *cli.Command, opts *audit.Options) error {
+	opts.Resume = cmd.Bool(flagResume)
+	if opts.Resume && (opts.From != nil || opts.Account != "") {
+		return config.Exit(2, fmt.Errorf("--%s folds on a stopped full audit of the whole ledger: not with --%s or --account", flagResume, flagFrom))
+	}
+	if opts.ExpectDigest = cmd.String(flagExpectDigest); opts.ExpectDigest != "" && opts.From == nil && !opts.Resume {
+		return config.Exit(2, fmt.Errorf("--%s is a checkpoint's or a stop point's digest: give the checkpoint (--%s) or --%s", flagExpectDigest, flagFrom, flagResume))
+	}
+	return nil
+}
+
+// auditStopped says where a stopped audit stood and, when it stored one, its
+// stop point's ID and digest (on the output, as JSON with --json), and
+// exits 3.
+func auditStopped(ctx context.Context, cmd *cli.Command, rep *audit.Report, folded, carried int64) error {
+	where := fmt.Sprintf("after %d events folded", folded)
+	if carried > 0 {
+		where += fmt.Sprintf(" past its checkpoint's %d", carried)
+	}
+	if rep == nil || rep.Stop == nil {
+		return stopped(ctx, "audit", where, "no verdict and nothing stored: run it again")
+	}
+	st := rep.Stop
+	if cmd.Bool("json") {
+		if err := writeJSON(outputOf(cmd), rep); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(outputOf(cmd), "stop point %d stored at %s after %d events (digest %s): ledger audit --%s --%s %s folds on from it\n",
+			st.ID, st.Position, st.Events, st.Digest, flagResume, flagExpectDigest, st.Digest)
+	}
+	return stopped(ctx, "audit", where, fmt.Sprintf("no verdict; stop point %d stored (digest %s): resume with --%s", st.ID, st.Digest, flagResume))
 }
 
 // auditVerdict prints the audit's report and exits 1 on a violation.
@@ -162,6 +204,7 @@ func parseFrom(v string) (int64, error) {
 
 const (
 	flagFrom           = "from"
+	flagResume         = "resume"
 	flagExpectDigest   = "expect-digest"
 	flagSaveCheckpoint = "save-checkpoint"
 	flagEventsOut      = "events-out"

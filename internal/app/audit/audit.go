@@ -58,6 +58,10 @@ type Options struct {
 	// (projections.AuditCheckpoint.Digest) is this one: an anchor the
 	// operator kept outside the database.
 	ExpectDigest string
+	// Resume folds on from the stop point a stopped full audit stored
+	// (resumestop.go), ExpectDigest, when set, its digest (StopRef.Digest).
+	// Not with From or Account; it needs Sets.
+	Resume bool
 	// SaveCheckpoint stores the audit's result as a checkpoint when it finds
 	// no violation (Report.Checkpoint). It needs Sets or ReadModels; not with
 	// Account (a checkpoint carries every account).
@@ -141,6 +145,8 @@ type Report struct {
 	From           *CheckpointRef   `json:"from,omitempty"`          // the checkpoint an incremental audit resumed from
 	Checkpoint     *CheckpointRef   `json:"checkpoint,omitempty"`    // the checkpoint this audit stored
 	NoCheckpoint   string           `json:"no_checkpoint,omitempty"` // why a clean audit asked to store one did not
+	Stop           *StopRef         `json:"stop_point,omitempty"`    // the stop point a stopped audit stored (with ErrStopped)
+	Resumed        *StopRef         `json:"resumed_from,omitempty"`  // the stop point a resumed audit folded on from
 	Violations     []Violation      `json:"violations"`
 	ViolationCount int              `json:"violation_count"`
 }
@@ -172,12 +178,12 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 	if err := checkpointOptions(opts); err != nil {
 		return nil, err
 	}
-	f, err := runFold(ctx, store, opts)
+	r := &auditRun{store: store, opts: opts}
+	f, err := r.runFold(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer f.sets.close()
-	r := &auditRun{store: store, opts: opts, f: f}
 	// The read models' snapshot comes first, so that the store's head is at or
 	// after every checkpoint.
 	if opts.ReadModels != nil {
@@ -189,6 +195,11 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 		if r.lives, err = liveGenerations(ctx, r.tx); err != nil {
 			return nil, err
 		}
+		if r.stop != nil {
+			if err := checkResumable(r.stop, r.lives); err != nil {
+				return nil, err
+			}
+		}
 		if r.short, err = shortReads(ctx, opts.ReadModels); err != nil {
 			return nil, err
 		}
@@ -198,15 +209,16 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 	if err := r.readHead(ctx); err != nil {
 		return nil, err
 	}
-	if ps, ok := f.sets.(*pgSets); ok {
-		ps.idsFromStore(ctx, store, f.next(), r.head, f.MaxViolations)
-	}
+	r.idsFromStore(ctx)
 	stop, err := r.readActuals(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
 	expected, err := r.foldExpecting(ctx)
+	if err != nil && r.canStop(ctx, err) {
+		return r.saveStop(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +228,12 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 	if opts.SnapshotsListedAgain != nil && opts.SaveCheckpoint {
 		opts.SnapshotsListedAgain()
 	}
-	return r.report(ctx, expected)
+	rep, err := r.report(ctx, expected)
+	if err == nil && r.stop != nil {
+		rep.Resumed = stopRef(r.stop)
+		err = endResume(ctx, opts.Sets, f.sets.(*pgSets))
+	}
+	return rep, err
 }
 
 // auditRun is what the steps of one Run share.
@@ -224,10 +241,11 @@ type auditRun struct {
 	store     Store
 	opts      Options
 	f         *Fold
-	tx        pgx.Tx    // the read models' snapshot; nil without them
-	short     *pgx.Conn // the short reads beside it (shortReads)
-	lives     []liveGen // their live generations in that snapshot
-	snapshots int       // the account snapshots the fold checks
+	stop      *projections.AuditStop // the stop point a resumed audit folds on from
+	tx        pgx.Tx                 // the read models' snapshot; nil without them
+	short     *pgx.Conn              // the short reads beside it (shortReads)
+	lives     []liveGen              // their live generations in that snapshot
+	snapshots int                    // the account snapshots the fold checks
 	head      eventstore.Position
 	// actuals are the read models' hashed tables' digests, read while the
 	// fold runs (readActuals); nil when read after it.
@@ -242,11 +260,19 @@ type auditRun struct {
 func (r *auditRun) readHead(ctx context.Context) error {
 	f := r.f
 	var err error
-	if r.snapshots, err = checkSnapshotsOf(ctx, r.store, f, r.opts.Account); err != nil {
+	if r.stop == nil {
+		r.snapshots, err = checkSnapshotsOf(ctx, r.store, f, r.opts.Account)
+	} else { // the stop point's listing and the checks its fold had not reached
+		snapshotReaders(ctx, r.store, f)
+	}
+	if err != nil {
 		return err
 	}
 	if r.head, err = r.store.Head(ctx); err != nil {
 		return fmt.Errorf("audit: head: %w", err)
+	}
+	if r.stop != nil && r.stop.Checkpoint.Position.Compare(r.head) > 0 {
+		return fmt.Errorf("audit: --resume: stop point %d is at %s, after the store's head %s: it was made of another store: %w", r.stop.Checkpoint.ID, r.stop.Checkpoint.Position, r.head, ErrStartOver)
 	}
 	if f.from != nil && f.from.Position.Compare(r.head) > 0 {
 		return fmt.Errorf("audit: --from: checkpoint %d is at %s, after the store's head %s: it was made of another store", f.from.ID, f.from.Position, r.head)
@@ -254,17 +280,31 @@ func (r *auditRun) readHead(ctx context.Context) error {
 	return nil
 }
 
-// runFold is the fold Run drives: its options, its sets in PostgreSQL when
-// there is a database for them (f.sets.close drops them), and, with --from,
-// the state of the audit checkpoint it resumes from.
-func runFold(ctx context.Context, store Store, opts Options) (*Fold, error) {
+// runFold is the fold Run drives (r.f): its options, its sets in PostgreSQL
+// when there is a database for them (f.sets.close drops them), and, with
+// --from, the state of the audit checkpoint it resumes from, with --resume,
+// the stop point's (r.stop, r.snapshots; resumestop.go).
+func (r *auditRun) runFold(ctx context.Context) (*Fold, error) {
+	store, opts := r.store, r.opts
 	f := NewFold()
+	r.f = f
 	f.VerifyChain = opts.VerifyChain
 	f.NoRows = opts.ReadModels == nil
 	if opts.MaxViolations > 0 {
 		f.MaxViolations = opts.MaxViolations
 	}
 	f.Reload = reloader(ctx, store)
+	if opts.Resume {
+		stop, snapshots, err := resumeFold(ctx, store, opts, f)
+		if err != nil {
+			if f.sets != nil {
+				f.sets.close()
+			}
+			return nil, err
+		}
+		r.stop, r.snapshots = stop, snapshots
+		return f, nil
+	}
 	if opts.Sets != nil {
 		ps, err := foldSets(ctx, opts)
 		if err != nil {
@@ -422,9 +462,12 @@ func (r *auditRun) notCheckpointable() string {
 	return ""
 }
 
-// checkpointOptions checks what From and SaveCheckpoint need.
+// checkpointOptions checks what From, Resume and SaveCheckpoint need.
 func checkpointOptions(opts Options) error {
-	if opts.ExpectDigest != "" && opts.From == nil {
+	if opts.Resume && (opts.From != nil || opts.Account != "" || opts.Sets == nil) {
+		return errors.New("audit: a resume folds on a stopped full audit of the whole ledger: not with From or Account, and with the database of its sets")
+	}
+	if opts.ExpectDigest != "" && opts.From == nil && !opts.Resume {
 		return errors.New("audit: an expected digest is a checkpoint's: give the checkpoint (From)")
 	}
 	if (opts.From != nil || opts.SaveCheckpoint) && opts.Sets == nil {
@@ -671,6 +714,7 @@ func foldUntil(ctx context.Context, store eventstore.AllReader, f *Fold, to fold
 		if p.err != nil {
 			return p.err
 		}
+		f.pageEnd = false
 		if err := f.prefetch(ctx, p.recs); err != nil {
 			return err
 		}
@@ -684,8 +728,15 @@ func foldUntil(ctx context.Context, store eventstore.AllReader, f *Fold, to fold
 		if err := cmp.Or(f.reloadErr, f.sets.flush(ctx)); err != nil {
 			return err
 		}
+		if n := len(p.recs); n > 0 {
+			f.noteLast(p.recs[n-1])
+		}
+		f.pageEnd = true
 		if progress != nil {
 			progress(f.Events-carried, carried)
+		}
+		if err := ctx.Err(); err != nil {
+			return err // stopped at a page's end (stop.go)
 		}
 	}
 	return ctx.Err() // the reader stops without a last page when ctx is done

@@ -208,6 +208,15 @@ type Fold struct {
 	// (accounts.go); nil for a fold from the start.
 	resumed *resumedAccounts
 
+	// pageEnd: every page the fold began it applied, settled and flushed
+	// (foldUntil), so a stopped audit may store its state (stop.go).
+	pageEnd bool
+	// lastStream, lastRevision and lastID name the last event of the last
+	// page folded (noteLast): the store's identity at a stop point.
+	lastStream   string
+	lastRevision uint64
+	lastID       string
+
 	Violations []Violation
 	violations int
 	// MaxViolations bounds the violations kept (all are counted).

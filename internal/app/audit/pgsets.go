@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -28,6 +29,10 @@ type pgSets struct {
 	// history tables (runsets.go); keep leaves it to a stop point.
 	run  string
 	keep bool
+	// copied counts the rows copied into each history table (historyTables'
+	// order), this run's and a resumed one's: a resume checks that its run's
+	// tables still hold rows (an UNLOGGED table is emptied by a crash).
+	copied [5]int64
 }
 
 // pgRows are a page's rows of each table, in COPY's binary format (copyBuf).
@@ -139,9 +144,15 @@ func (s *pgSets) flush(ctx context.Context) error {
 	s.pgRows, s.spare = s.spare.emptied(), page
 	done := make(chan error, 1)
 	s.pending = done
-	go func() { done <- s.copyPage(ctx, page) }()
+	// Not cancelled with the fold: a stopped full audit's stop point holds
+	// the page's rows, so its sets must too (stop.go).
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), copyTimeout)
+	go func() { defer cancel(); done <- s.copyPage(cctx, page) }()
 	return nil
 }
+
+// copyTimeout bounds a page's COPY into the sets.
+const copyTimeout = 10 * time.Minute
 
 // wait waits for the COPY running behind the fold, if any, and returns its error.
 func (s *pgSets) wait() error {
@@ -161,9 +172,10 @@ func (s *pgSets) sync(ctx context.Context) error {
 	return s.wait()
 }
 
-// copyPage copies a page's rows into the session's tables.
+// copyPage copies a page's rows into the session's tables, counting them
+// (copied, by historyTables' order).
 func (s *pgSets) copyPage(ctx context.Context, page pgRows) error {
-	for _, t := range []struct {
+	for i, t := range []struct {
 		table, cols string
 		rows        *copyBuf
 	}{
@@ -180,6 +192,7 @@ func (s *pgSets) copyPage(ctx context.Context, page pgRows) error {
 		if _, err := s.conn.Conn().PgConn().CopyFrom(ctx, t.rows.reader(), sql); err != nil {
 			return fmt.Errorf("audit: sets: %s: %w", t.table, err)
 		}
+		s.copied[i] += int64(t.rows.n)
 	}
 	return nil
 }

@@ -70,6 +70,8 @@ type carried struct {
 	// e446ad9, the check at the checkpoint's revision against its row) as
 	// snapshot_refunds_listed: both are read as its absence.
 	RefundsChecked bool `json:"snapshot_holds_compared,omitempty"`
+	// Stop is a stop point's, what a full audit's resume needs beside (stop.go).
+	Stop *carriedStop `json:"stop,omitempty"`
 }
 
 type carriedStream struct {
@@ -118,6 +120,11 @@ func boundAccount(a *domain.Account) {
 // balances and what is in flight to the totals): gzip'd JSON of a carried.
 // The accounts' rows go apart, one at a time (accountRowsOut).
 func (f *Fold) carry() ([]byte, error) {
+	return encodeCarried(f.carriedState())
+}
+
+// carriedState is what carry encodes.
+func (f *Fold) carriedState() carried {
 	c := carried{Last: f.Last, Events: f.Events, Settled: f.settledTransfers, Claimed: f.claimed,
 		Balances: f.carriedBalances(), AccountRows: f.accountRows(), RefundsChecked: true}
 	for _, cur := range slices.Sorted(maps.Keys(f.flows)) {
@@ -138,6 +145,12 @@ func (f *Fold) carry() ([]byte, error) {
 		}
 	}
 	c.Legs, c.Posted = carryLegs(f.legs), carryLegs(f.posted)
+	return c
+}
+
+// encodeCarried is a carried as a checkpoint or a stop point stores it:
+// gzip'd JSON.
+func encodeCarried(c carried) ([]byte, error) {
 	var b bytes.Buffer
 	zw := gzip.NewWriter(&b)
 	if err := cmp.Or(json.NewEncoder(zw).Encode(c), zw.Close()); err != nil {
@@ -159,15 +172,8 @@ func carryLegs(m map[[2]string]*legSums) []carriedLegs {
 // the accounts they and the captures in flight need (the others as the
 // events touch them).
 func (f *Fold) resume(ctx context.Context, store Store, q projections.Querier, cp projections.AuditCheckpoint) error {
-	var c carried
-	zr, err := gzip.NewReader(bytes.NewReader(cp.State))
-	if err == nil {
-		err = json.NewDecoder(io.LimitReader(zr, maxCheckpointBytes)).Decode(&c)
-	}
+	c, err := decodeCarried(cp)
 	if err != nil {
-		return fmt.Errorf("audit: checkpoint %d: %w", cp.ID, err)
-	}
-	if err := checkCarried(cp, &c); err != nil {
 		return err
 	}
 	f.Last, f.Events, f.settledTransfers, f.claimed = c.Last, c.Events, c.Settled, c.Claimed
@@ -180,6 +186,35 @@ func (f *Fold) resume(ctx context.Context, store Store, q projections.Querier, c
 	if err := f.resumeStreams(c.Streams); err != nil {
 		return fmt.Errorf("audit: checkpoint %d: %w", cp.ID, err)
 	}
+	f.resumeSagas(c)
+	var ids []string
+	for _, r := range c.Records {
+		if id, ok := strings.CutPrefix(r.Stream, domain.AccountStreamPrefix); ok {
+			ids = append(ids, id)
+		}
+	}
+	if err := f.loadAccounts(ctx, ids, true); err != nil {
+		return err
+	}
+	return f.resumeRecords(ctx, store, c.Records)
+}
+
+// decodeCarried decodes a checkpoint's (or a stop point's) state and checks
+// it against its row (checkCarried).
+func decodeCarried(cp projections.AuditCheckpoint) (carried, error) {
+	var c carried
+	zr, err := gzip.NewReader(bytes.NewReader(cp.State))
+	if err == nil {
+		err = json.NewDecoder(io.LimitReader(zr, maxCheckpointBytes)).Decode(&c)
+	}
+	if err != nil {
+		return c, fmt.Errorf("audit: checkpoint %d: %w", cp.ID, err)
+	}
+	return c, checkCarried(cp, &c)
+}
+
+// resumeSagas restores the saga steps and the transactions' legs in flight.
+func (f *Fold) resumeSagas(c carried) {
 	for _, s := range c.Steps {
 		f.steps[s.Saga] = &sagaSteps{debit: s.Debit, credit: s.Credit, compensate: s.Compensate, debits: s.Debits, credits: s.Credits, comps: s.Comps, currency: s.Currency}
 	}
@@ -191,16 +226,6 @@ func (f *Fold) resume(ctx context.Context, store Store, q projections.Querier, c
 		f.legSums(f.posted, l.Key, l.Currency).add(l.Debits, false)
 		f.legSums(f.posted, l.Key, l.Currency).add(l.Credits, true)
 	}
-	var ids []string
-	for _, r := range c.Records {
-		if id, ok := strings.CutPrefix(r.Stream, domain.AccountStreamPrefix); ok {
-			ids = append(ids, id)
-		}
-	}
-	if err := f.loadAccounts(ctx, ids, true); err != nil {
-		return err
-	}
-	return f.resumeRecords(ctx, store, c.Records)
 }
 
 // checkCarried refuses a checkpoint whose state does not match its row: its
@@ -222,10 +247,11 @@ const maxCheckpointBytes = 1 << 30
 
 // resumeStreams restores each stream's revision, chain head and open command
 // group; a transfer or transaction stream not yet settled is read again from
-// the store, as a settled one is when a refund comes (reload).
+// the store, as a settled one is when a refund comes (reload); one whose fold
+// failed (a stop point's badStream) is checked no further, not read again.
 func (f *Fold) resumeStreams(streams []carriedStream) error {
 	for _, cs := range streams {
-		if settles(cs.Stream) && cs.Next > 0 {
+		if settles(cs.Stream) && cs.Next > 0 && !f.badStream[cs.Stream] {
 			if f.Reload == nil {
 				return fmt.Errorf("%s is in flight and the store reads no streams", cs.Stream)
 			}

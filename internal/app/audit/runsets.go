@@ -100,16 +100,27 @@ func (s *pgSets) attachRun(ctx context.Context) error {
 	return nil
 }
 
-// dropRun drops s.run's schema unless a stop point keeps it (s.keep); the
-// lock goes with the session.
+// dropRun drops s.run's schema unless a stop point keeps it (s.keep), and
+// releases its lock before the session is closed: a session's end releases
+// it too, but after close returns (a resume at once would find it held).
 func (s *pgSets) dropRun() {
-	if s.run == "" || s.keep {
+	if s.run == "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dropRunTimeout)
 	defer cancel()
-	// Failing, it is left to the next plain audit (dropOrphanRuns).
-	_, _ = s.conn.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{s.run}.Sanitize()+` CASCADE`)
+	if !s.keep {
+		s.dropSchema(ctx, s.run, slog.New(slog.DiscardHandler))
+	}
+	_, _ = s.conn.Exec(ctx, `SELECT pg_advisory_unlock(`+runLock+`)`, s.run)
+}
+
+// dropSchema drops a run's schema; failing, it is logged and left to the
+// next plain audit (dropOrphanRuns).
+func (s *pgSets) dropSchema(ctx context.Context, run string, log *slog.Logger) {
+	if _, err := s.conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{run}.Sanitize()+` CASCADE`); err != nil {
+		log.Warn("audit: a run's sets could not be dropped: the next plain audit drops them", "schema", run, "err", err)
+	}
 }
 
 // dropOrphanRuns drops the schemas of the runs that no audit holds (their

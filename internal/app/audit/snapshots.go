@@ -57,18 +57,9 @@ type snapshotCheck struct {
 // them (only the account's, when set), to check as it reaches them, a page
 // at a time; it returns how many.
 func checkSnapshotsOf(ctx context.Context, store Store, f *Fold, account string) (int, error) {
-	ss, ok := store.(eventstore.SnapshotStore)
+	ss, ok := snapshotReaders(ctx, store, f)
 	if !ok {
 		return 0, nil
-	}
-	f.readSnapshot = func(stream string) (eventstore.Snapshot, error) { return ss.ReadSnapshot(ctx, stream) }
-	f.readRefunds = newRefundsReader(ctx, store)
-	_, subjects := store.(eventstore.SubjectReader)
-	f.noSubjects = !subjects
-	if sr, ok := store.(eventstore.StreamReader); ok {
-		f.readStreamTo = func(stream string, rev int64, fn func(eventstore.RecordedEvent) error) error {
-			return readStreamRange(ctx, sr, stream, 0, rev, fn)
-		}
 	}
 	if account != "" {
 		sn, err := ss.ReadSnapshot(ctx, domain.AccountStream(account))
@@ -95,6 +86,25 @@ func checkSnapshotsOf(ctx context.Context, store Store, f *Fold, account string)
 		}
 		after = page[len(page)-1].Stream
 	}
+}
+
+// snapshotReaders gives the fold what it reads the snapshots it checks
+// with, from a store that keeps them (ok).
+func snapshotReaders(ctx context.Context, store Store, f *Fold) (eventstore.SnapshotStore, bool) {
+	ss, ok := store.(eventstore.SnapshotStore)
+	if !ok {
+		return nil, false
+	}
+	f.readSnapshot = func(stream string) (eventstore.Snapshot, error) { return ss.ReadSnapshot(ctx, stream) }
+	f.readRefunds = newRefundsReader(ctx, store)
+	_, subjects := store.(eventstore.SubjectReader)
+	f.noSubjects = !subjects
+	if sr, ok := store.(eventstore.StreamReader); ok {
+		f.readStreamTo = func(stream string, rev int64, fn func(eventstore.RecordedEvent) error) error {
+			return readStreamRange(ctx, sr, stream, 0, rev, fn)
+		}
+	}
+	return ss, true
 }
 
 // checkSnapshotPage has the fold check a page of snapshots, and, in an

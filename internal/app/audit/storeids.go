@@ -34,6 +34,22 @@ type storeIDs struct {
 	err    error
 }
 
+// idsFromStore starts the run's check of the event IDs by the store (its
+// PostgreSQL sets'): after the fold's start up to its head, from the start
+// of "all" for a resumed full audit (the stopped run's stopped with it).
+func (r *auditRun) idsFromStore(ctx context.Context) {
+	f := r.f
+	ps, ok := f.sets.(*pgSets)
+	if !ok {
+		return
+	}
+	from := f.next()
+	if r.stop != nil { // the stopped run's check stopped with it: run whole
+		from = eventstore.Start
+	}
+	ps.idsFromStore(ctx, r.store, from, r.head, f.MaxViolations)
+}
+
 // idsFromStore starts, when store answers it (duplicateIDer), the check of the
 // event IDs after from up to and including head: the sets then keep no ID
 // (eventID) and finish reports what the store found. Without such a store

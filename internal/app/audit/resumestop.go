@@ -1,0 +1,215 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/projections"
+)
+
+// A full audit resumed from its stop point (Options.Resume; stop.go stores
+// it) folds on from the stop position to the head and runs the end-of-audit
+// checks whole, so that its report is a run through's (docs/design.md, "A
+// full audit stopped and resumed"): the fold's state from the stop point
+// (every account's row, what carry carries and carriedStop), the sets of the
+// stopped run re-attached (its schema, under its lock), and the snapshot
+// checks the fold had not reached. It refuses (start over) a stop point
+// edited since, of another build or another store, whose sets were emptied,
+// or when a live read model's checkpoint is before the stop position (the
+// rows the fold expected there are not kept). Ending, it drops the stop
+// point and its sets.
+
+// ErrNoStopPoint means --resume found no stop point.
+var ErrNoStopPoint = errors.New("audit: --resume: no stop point is stored (a stopped full audit stores one)")
+
+// ErrStartOver means the stop point cannot be resumed: the audit must be run
+// again from the start (without Resume).
+var ErrStartOver = errors.New("start over: run the audit without --resume")
+
+// resumeFold loads the stop point, re-attaches its run's sets to f and
+// restores f from it; it returns the stop point and the snapshots its audit
+// listed.
+func resumeFold(ctx context.Context, store Store, opts Options, f *Fold) (*projections.AuditStop, int, error) {
+	stop, err := projections.Checkpoints.LoadAuditStop(ctx, opts.Sets)
+	switch {
+	case errors.Is(err, projections.ErrNoAuditStop):
+		return nil, 0, ErrNoStopPoint
+	case errors.Is(err, projections.ErrAuditStopEdited):
+		return nil, 0, fmt.Errorf("audit: --resume: %w: %w", err, ErrStartOver)
+	case err != nil:
+		return nil, 0, fmt.Errorf("audit: --resume: %w", err)
+	case opts.ExpectDigest != "" && stop.Checkpoint.Digest != opts.ExpectDigest:
+		return nil, 0, fmt.Errorf("audit: --resume: stop point %d's digest is %s, not the %s expected: it was replaced or edited, digests and all, since: %w",
+			stop.Checkpoint.ID, stop.Checkpoint.Digest, opts.ExpectDigest, ErrStartOver)
+	}
+	c, err := decodeCarried(stop.Checkpoint)
+	if err == nil && c.Stop == nil {
+		err = errors.New("its state carries no stop")
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("audit: --resume: stop point %d: %w: %w", stop.Checkpoint.ID, err, ErrStartOver)
+	}
+	ps, err := attachRunSets(ctx, opts.Sets, stop.Sets)
+	if err != nil {
+		return nil, 0, err
+	}
+	f.sets = ps
+	if err := checkStopIdentity(ctx, store, ps, c.Stop); err != nil {
+		return nil, 0, fmt.Errorf("audit: --resume: stop point %d: %w", stop.Checkpoint.ID, err)
+	}
+	ps.copied = c.Stop.SetsRows
+	return &stop, c.Stop.Snapshots, f.resumeStop(ctx, store, opts.Sets, stop.Checkpoint, c)
+}
+
+// attachRunSets takes a session of pool for the stopped run's sets: its
+// lock (refused while another audit holds it) and its schema, first on the
+// session's search_path. The sets are kept (keep) until the resume ends.
+func attachRunSets(ctx context.Context, pool *pgxpool.Pool, run string) (*pgSets, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("audit: sets: %w", err)
+	}
+	s := &pgSets{conn: conn, run: run, keep: true}
+	var got, exists bool
+	err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+runLock+`), EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, run).Scan(&got, &exists)
+	switch {
+	case err != nil:
+	case !got:
+		err = fmt.Errorf("audit: --resume: another audit holds the stop point's sets (%s): it is being resumed", run)
+	case !exists:
+		err = fmt.Errorf("audit: --resume: the stop point's sets (schema %s) are gone: %w", run, ErrStartOver)
+	default:
+		err = s.attachRun(ctx)
+	}
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// checkStopIdentity refuses a stop point of another build, whose sets were
+// emptied (an UNLOGGED table is, by a crash of PostgreSQL), or whose event
+// at the stop position the store no longer holds (another store).
+func checkStopIdentity(ctx context.Context, store Store, ps *pgSets, st *carriedStop) error {
+	if b := buildID(); st.Build != b {
+		return fmt.Errorf("stored by build %q, this is %q: %w", st.Build, b, ErrStartOver)
+	}
+	for i, t := range historyTables {
+		var held bool
+		table, _, _ := strings.Cut(t, " ")
+		if err := ps.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+table+`)`).Scan(&held); err != nil {
+			return fmt.Errorf("its sets: %s: %w", table, err)
+		}
+		if st.SetsRows[i] > 0 && !held {
+			return fmt.Errorf("its sets were emptied (%s held %d rows; UNLOGGED tables are emptied by a crash of PostgreSQL): %w", table, st.SetsRows[i], ErrStartOver)
+		}
+	}
+	sr, ok := store.(eventstore.StreamReader)
+	if !ok {
+		return errors.New("the store reads no streams, to check the event at the stop position")
+	}
+	recs, err := sr.ReadStream(ctx, st.StopEvent.Stream, st.StopEvent.From, eventstore.Forwards, 1)
+	if err = ignoreNotFound(err); err != nil {
+		return fmt.Errorf("the event at the stop position: %w", err)
+	}
+	if len(recs) == 0 || recs[0].ID.String() != st.StopID || recs[0].Revision != st.StopEvent.From {
+		return fmt.Errorf("the store does not hold its event at the stop position (%s@%d, ID %s): another store, or one rewritten since: %w",
+			st.StopEvent.Stream, st.StopEvent.From, st.StopID, ErrStartOver)
+	}
+	return nil
+}
+
+// resumeStop restores the fold from the stop point's state c and every one
+// of its account rows.
+func (f *Fold) resumeStop(ctx context.Context, store Store, q projections.Querier, cp projections.AuditCheckpoint, c carried) error {
+	st := c.Stop
+	f.Last, f.Events, f.settledTransfers, f.claimed = c.Last, c.Events, c.Settled, c.Claimed
+	f.lastStream, f.lastRevision, f.lastID = st.StopEvent.Stream, st.StopEvent.From, st.StopID
+	for i := range c.Flows {
+		t := c.Flows[i]
+		f.flows[t.Currency] = &t
+	}
+	for _, s := range st.BadStreams {
+		f.badStream[s] = true
+	}
+	if err := f.resumeStreams(c.Streams); err != nil {
+		return fmt.Errorf("audit: --resume: stop point %d: %w", cp.ID, err)
+	}
+	f.resumeSagas(c)
+	if err := f.resumeAllAccounts(ctx, q, cp); err != nil {
+		return err
+	}
+	if err := f.resumeRecords(ctx, store, c.Records); err != nil {
+		return err
+	}
+	f.Violations, f.violations = st.Violations, st.ViolationCount
+	f.batchElements, f.snapshotHoldsUnchecked = st.BatchElements, st.HoldsUnchecked
+	f.snapshots = map[string]snapshotCheck{}
+	for _, sn := range st.Pending {
+		f.snapshots[sn.Stream] = snapshotCheck{revision: sn.Revision, late: sn.Late}
+	}
+	return nil
+}
+
+// resumeAllAccounts reads every account row of the stop point into the
+// fold, with the snapshot each records as checked.
+func (f *Fold) resumeAllAccounts(ctx context.Context, q projections.Querier, cp projections.AuditCheckpoint) error {
+	var n int64
+	err := projections.Checkpoints.AllAuditAccounts(ctx, q, cp.ID, func(row projections.AuditAccount) error {
+		stream := domain.AccountStream(row.AccountID)
+		a, ss, err := rowAccount(stream, row)
+		if err != nil {
+			return err
+		}
+		f.Accounts[a.ID], f.streams[stream] = a, ss
+		if row.Checked.Recorded() {
+			f.recordChecked(stream, row.Checked)
+		}
+		n++
+		return nil
+	})
+	if err == nil && n != cp.Accounts {
+		err = fmt.Errorf("%d account rows read, %d stored", n, cp.Accounts)
+	}
+	if err != nil {
+		return fmt.Errorf("audit: --resume: stop point %d: accounts: %w: %w", cp.ID, err, ErrStartOver)
+	}
+	return nil
+}
+
+// checkResumable refuses a resume when a live read model's checkpoint is
+// before the stop position: the fold passed it before it stopped, and the
+// rows it expected there are not kept. One at the stop position is compared
+// as in a run through (foldExpecting takes its rows before the next event).
+func checkResumable(stop *projections.AuditStop, lives []liveGen) error {
+	for _, l := range lives {
+		if l.pos.Compare(stop.Checkpoint.Position) < 0 {
+			return fmt.Errorf("audit: --resume: read model %s (generation %d) is at %s, before the stop point's position %s: the rows the fold expected there are not kept; resume once its projector has passed the stop point, or %w",
+				l.name, l.gen, l.pos, stop.Checkpoint.Position, ErrStartOver)
+		}
+	}
+	return nil
+}
+
+// endResume drops the stop point and, with the sets' session closing, its
+// sets: the resumed audit ran through.
+func endResume(ctx context.Context, pool *pgxpool.Pool, ps *pgSets) error {
+	if _, err := projections.Checkpoints.DropAuditStop(ctx, pool); err != nil {
+		return err
+	}
+	ps.keep = false
+	return nil
+}
+
+// stopRef names a stop point.
+func stopRef(stop *projections.AuditStop) *StopRef {
+	cp := stop.Checkpoint
+	return &StopRef{ID: cp.ID, Position: cp.Position.String(), Events: cp.Events, Digest: cp.Digest}
+}

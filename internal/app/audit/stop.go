@@ -1,0 +1,132 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/projections"
+)
+
+// A full audit stopped (its context cancelled: SIGINT, SIGTERM) at a page's
+// end stores a stop point (docs/design.md, "A full audit stopped and
+// resumed"): the fold's state as a checkpoint carries it (carried, a row per
+// account), with what a full audit's resume needs beside it (carriedStop),
+// and the schema of its run's sets, which it then keeps (pgSets.keep). Only a
+// full audit of the whole ledger (not --from, not --account) whose sets are
+// its run's (not the TEMP fallback) stores one.
+
+// ErrStopped means the audit was stopped (its context ended). Its report,
+// when not nil, names the stop point it stored (Report.Stop).
+var ErrStopped = errors.New("audit: stopped")
+
+// StopRef names a stored stop point (Report.Stop): `ledger audit --resume`
+// folds on from it; Digest anchors it as a checkpoint's digest does
+// (Options.ExpectDigest).
+type StopRef struct {
+	ID       int64  `json:"id"`
+	Position string `json:"position"`
+	Events   int64  `json:"events"`
+	Digest   string `json:"digest"`
+}
+
+// carriedStop is what a full audit's resume needs beside carried (read from
+// fold.go: what carry does not carry).
+type carriedStop struct {
+	// Build is the build that stored it; StopEvent the event at its
+	// position (the store's identity): another's is started over.
+	Build     string        `json:"build"`
+	StopEvent carriedRecord `json:"stop_event"` // Count unused
+	StopID    string        `json:"stop_event_id"`
+	// The violations found so far and their count.
+	Violations     []Violation `json:"violations"`
+	ViolationCount int         `json:"violation_count"`
+	// BatchElements, BadStreams: Fold.batchElements and Fold.badStream.
+	BatchElements map[string]string `json:"batch_elements,omitempty"`
+	BadStreams    []string          `json:"bad_streams,omitempty"`
+	// Snapshots is how many snapshots the audit listed; Pending those the
+	// fold had not reached yet, each checked when it does (the others are
+	// recorded in the account rows, or named among the violations).
+	Snapshots      int               `json:"snapshots"`
+	Pending        []carriedSnapshot `json:"pending_snapshots,omitempty"`
+	HoldsUnchecked int               `json:"snapshot_holds_unchecked,omitempty"`
+	// SetsRows counts the rows of each history table (historyTables).
+	SetsRows [5]int64 `json:"sets_rows"`
+}
+
+type carriedSnapshot struct {
+	Stream   string `json:"stream"`
+	Revision uint64 `json:"revision"`
+	Late     bool   `json:"late,omitempty"`
+}
+
+// stopSaveTimeout bounds storing a stop point once the audit is stopped.
+const stopSaveTimeout = 5 * time.Minute
+
+// canStop reports whether a run stopped with err may store a stop point.
+func (r *auditRun) canStop(ctx context.Context, err error) bool {
+	ps, ok := r.f.sets.(*pgSets)
+	return ctx.Err() != nil && errors.Is(err, ctx.Err()) && ok && ps.run != "" && r.f.pageEnd &&
+		r.f.reloadErr == nil && r.f.Events > 0 && r.opts.From == nil && r.opts.Account == ""
+}
+
+// saveStop stores the stopped run's stop point, under a context the stop
+// does not cancel (bounded), and returns a report naming it with ErrStopped.
+func (r *auditRun) saveStop(ctx context.Context) (*Report, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopSaveTimeout)
+	defer cancel()
+	ps := r.f.sets.(*pgSets)
+	if err := ps.wait(); err != nil { // the last page's COPY, not cancelled with the fold
+		return nil, fmt.Errorf("%w; its stop point not stored: the last page's sets: %w", ErrStopped, err)
+	}
+	f := r.f
+	c := f.carriedState()
+	c.Stop = &carriedStop{Build: buildID(), StopEvent: carriedRecord{Stream: f.lastStream, From: f.lastRevision}, StopID: f.lastID,
+		Violations: f.Violations, ViolationCount: f.violations, BatchElements: f.batchElements, Snapshots: r.snapshots,
+		HoldsUnchecked: f.snapshotHoldsUnchecked, SetsRows: ps.copied, BadStreams: slices.Sorted(maps.Keys(f.badStream))}
+	for _, s := range slices.Sorted(maps.Keys(f.snapshots)) {
+		c.Stop.Pending = append(c.Stop.Pending, carriedSnapshot{Stream: s, Revision: f.snapshots[s].revision, Late: f.snapshots[s].late})
+	}
+	state, err := encodeCarried(c)
+	if err != nil {
+		return nil, err
+	}
+	save := projections.AuditSave{Checkpoint: projections.AuditCheckpoint{Position: f.Last, Events: f.Events, State: state}, Next: f.accountRowsOut(), Rows: f.accountRows()}
+	stop, replaced, err := projections.Checkpoints.SaveAuditStop(ctx, r.opts.Sets, save, ps.run)
+	if err != nil {
+		return nil, fmt.Errorf("%w; its stop point not stored: %w", ErrStopped, err)
+	}
+	ps.keep = true
+	if replaced != "" && replaced != ps.run {
+		ps.dropSchema(ctx, replaced, r.opts.logger())
+	}
+	return &Report{Stop: stopRef(&stop)}, ErrStopped
+}
+
+// buildID names the build: its module version and VCS revision.
+func buildID() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	id := bi.Main.Version
+	for _, s := range bi.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			id += " " + s.Value
+		case s.Key == "vcs.modified" && s.Value == "true":
+			id += " modified"
+		}
+	}
+	return id
+}
+
+// noteLast notes the last event of a page folded: where a stop point stands.
+func (f *Fold) noteLast(re eventstore.RecordedEvent) {
+	f.lastStream, f.lastRevision, f.lastID = re.Stream, re.Revision, re.ID.String()
+}
