@@ -30,7 +30,7 @@ func stopAt(t *testing.T, env *projtest.Env, opts audit.Options, pages int) *aud
 		}
 	}
 	rep, err := audit.Run(ctx, env.Store, opts)
-	if !errors.Is(err, audit.ErrStopped) || rep == nil || rep.Stop == nil {
+	if !errors.Is(err, audit.ErrStopped) || !errors.Is(err, context.Canceled) || rep == nil || rep.Stop == nil {
 		t.Fatalf("the audit stopped after %d pages: %v, %+v", pages, err, rep)
 	}
 	if s := runSchemas(t, env.Pool); len(s) != 1 {

@@ -21,7 +21,8 @@ import (
 // full audit of the whole ledger (not --from, not --account) whose sets are
 // its run's (not the TEMP fallback) stores one.
 
-// ErrStopped means the audit was stopped (its context ended). Its report,
+// ErrStopped means the audit was stopped (its context ended; the error
+// wraps the context's too). Its report,
 // when not nil, names the stop point it stored (Report.Stop).
 var ErrStopped = errors.New("audit: stopped")
 
@@ -78,11 +79,12 @@ func (r *auditRun) canStop(ctx context.Context, err error) bool {
 // saveStop stores the stopped run's stop point, under a context the stop
 // does not cancel (bounded), and returns a report naming it with ErrStopped.
 func (r *auditRun) saveStop(ctx context.Context) (*Report, error) {
+	stopped := fmt.Errorf("%w (%w)", ErrStopped, ctx.Err())
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopSaveTimeout)
 	defer cancel()
 	ps := r.f.sets.(*pgSets)
 	if err := ps.wait(); err != nil { // the last page's COPY, not cancelled with the fold
-		return nil, fmt.Errorf("%w; its stop point not stored: the last page's sets: %w", ErrStopped, err)
+		return nil, fmt.Errorf("%w; its stop point not stored: the last page's sets: %w", stopped, err)
 	}
 	f := r.f
 	c := f.carriedState()
@@ -99,13 +101,13 @@ func (r *auditRun) saveStop(ctx context.Context) (*Report, error) {
 	save := projections.AuditSave{Checkpoint: projections.AuditCheckpoint{Position: f.Last, Events: f.Events, State: state}, Next: f.accountRowsOut(), Rows: f.accountRows()}
 	stop, replaced, err := projections.Checkpoints.SaveAuditStop(ctx, r.opts.Sets, save, ps.run)
 	if err != nil {
-		return nil, fmt.Errorf("%w; its stop point not stored: %w", ErrStopped, err)
+		return nil, fmt.Errorf("%w; its stop point not stored: %w", stopped, err)
 	}
 	ps.keep = true
 	if replaced != "" && replaced != ps.run {
 		ps.dropSchema(ctx, replaced, r.opts.logger())
 	}
-	return &Report{Stop: stopRef(&stop)}, ErrStopped
+	return &Report{Stop: stopRef(&stop)}, stopped
 }
 
 // buildID names the build: its module version and VCS revision.
