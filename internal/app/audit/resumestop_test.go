@@ -1,9 +1,12 @@
 package audit_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -57,8 +60,9 @@ func comparable(t *testing.T, rep *audit.Report) string {
 // counts, digests, read-model comparisons), on a history with corruptions
 // planted before the stop (an edited event, a balance off by one) and after
 // it (a duplicated event, a key decided again that was decided before the
-// stop), each found; a clean history resumed stores the checkpoint a run
-// through stores (its state and account rows).
+// stop), each found, the corrupted one's resume stopped and resumed again;
+// a clean history resumed stores the checkpoint a run through stores (its
+// state and account rows).
 func TestStoppedAuditResumedEqualsOneRunThrough(t *testing.T) {
 	for _, corrupt := range []bool{false, true} {
 		t.Run(map[bool]string{false: "clean", true: "corrupted"}[corrupt], func(t *testing.T) {
@@ -78,6 +82,13 @@ func TestStoppedAuditResumedEqualsOneRunThrough(t *testing.T) {
 				t.Fatalf("stopped after %d events, not after the plants before the stop (%d) and before the head (%d)", stop.Events, before, through.Events)
 			}
 			opts.Resume, opts.ExpectDigest = true, stop.Digest
+			if corrupt { // stopped again while resumed: its stop point replaces the first, in the same sets
+				again := stopAt(t, env, opts, 4)
+				if again.ID == stop.ID || again.Events <= stop.Events || again.Events >= through.Events {
+					t.Fatalf("stopped again at %+v, after %+v, before the head (%d)", again, stop, through.Events)
+				}
+				stop, opts.ExpectDigest = again, again.Digest
+			}
 			resumed := run(t, env, opts)
 			if resumed.Resumed == nil || resumed.Resumed.ID != stop.ID {
 				t.Fatalf("resumed from %+v, want stop point %d", resumed.Resumed, stop.ID)
@@ -252,5 +263,39 @@ func TestStoppedAuditWithTempSetsStoresNoStopPoint(t *testing.T) {
 	}
 	if _, err := projections.Checkpoints.LoadAuditStop(context.Background(), env.Pool); !errors.Is(err, projections.ErrNoAuditStop) {
 		t.Fatalf("a stop point stored: %v", err)
+	}
+}
+
+// TestResumeRefusesAnotherBuild: a stop point whose state names another
+// build, edited with its digests recomputed, is refused (start over); with
+// the digest the stop printed, the edit itself is named.
+func TestResumeRefusesAnotherBuild(t *testing.T) {
+	env := projected(t, projtest.Workload{Commands: 30, Seed: 3})
+	stop := stopAt(t, env, audit.Options{BatchSize: 7}, 3)
+	ctx := context.Background()
+	var state []byte
+	if err := env.Pool.QueryRow(ctx, `SELECT state FROM readmodel.audit_checkpoints WHERE id = $1`, stop.ID).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(state))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := io.ReadAll(zr)
+	if err != nil || !bytes.Contains(plain, []byte(`"build":"`)) {
+		t.Fatalf("the stop point's state names no build (%v): %.200s", err, plain)
+	}
+	plain = bytes.Replace(plain, []byte(`"build":"`), []byte(`"build":"another `), 1)
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	if _, err := zw.Write(plain); err != nil || zw.Close() != nil {
+		t.Fatal(err)
+	}
+	exec(t, env, `UPDATE readmodel.audit_checkpoints SET state = $2::bytea, state_digest = md5($2::bytea) WHERE id = $1`, stop.ID, b.Bytes())
+	if err := resumeErr(t, env, ""); !errors.Is(err, audit.ErrStartOver) || !strings.Contains(err.Error(), `stored by build "another `) {
+		t.Fatalf("another build's stop point: %v", err)
+	}
+	if err := resumeErr(t, env, stop.Digest); !errors.Is(err, audit.ErrStartOver) || !strings.Contains(err.Error(), "not the "+stop.Digest+" expected") {
+		t.Fatalf("the edited stop point, its digest expected: %v", err)
 	}
 }
