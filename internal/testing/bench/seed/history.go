@@ -114,10 +114,11 @@ func History(ctx context.Context, dst ledger.Store, n int64, o HistoryOptions) (
 	if err == nil {
 		err = h.run(ctx, -1, h.unit)
 	}
-	h.svc.Close() // its snapshots written
+	h.svc.Close() // its snapshots taken
 	if err == nil && h.rec != nil {
 		err = h.flush(ctx)
 	}
+	err = errors.Join(err, h.loaded())
 	return h.result(), err
 }
 
@@ -141,12 +142,16 @@ type history struct {
 	// decides on, and the store its chunks are loaded into.
 	rec *recorder
 	dst Loader
+	// loading is the load of the last chunk cut, under way while the next
+	// is decided (nil: none); loadedEvents the events of those done.
+	loading      chan error
+	loadedEvents int64
 }
 
 func (h *history) result() HistoryResult {
 	r := HistoryResult{Events: h.events.Load(), Commands: h.commands.Load(), Rejected: h.rejected.Load()}
 	if h.rec != nil {
-		r.Events, _ = h.rec.counts() // all of them, once loaded
+		r.Events = h.loadedEvents
 	}
 	return r
 }
@@ -155,8 +160,7 @@ func (h *history) result() HistoryResult {
 // from the replies.
 func (h *history) written() int64 {
 	if h.rec != nil {
-		_, taken := h.rec.counts()
-		return taken
+		return h.rec.taken()
 	}
 	return h.events.Load()
 }
@@ -166,16 +170,38 @@ func (h *history) full() bool {
 	return h.rec != nil && h.rec.chunkEvents() >= h.o.Chunk
 }
 
-// flush loads the recorder's chunk.
+// flush cuts the recorder's chunk and starts its load once the chunk before
+// it is loaded: a chunk's load is under way while the next one is decided,
+// and the chunks are loaded one after another, in order (their positions
+// increase).
 func (h *history) flush(ctx context.Context) error {
-	if err := h.rec.flush(ctx, h.dst); err != nil {
-		return fmt.Errorf("seed: loading a chunk of the history: %w", err)
+	c := h.rec.cut()
+	if err := h.loaded(); err != nil {
+		return err
 	}
-	if h.o.Loaded != nil {
-		loaded, _ := h.rec.counts()
-		h.o.Loaded(loaded)
-	}
+	h.loading = make(chan error, 1)
+	go func(done chan<- error) {
+		if err := c.load(ctx, h.dst); err != nil {
+			done <- fmt.Errorf("seed: loading a chunk of the history: %w", err)
+			return
+		}
+		h.loadedEvents += int64(c.events) // read once done is closed (loaded)
+		close(done)
+	}(h.loading)
 	return nil
+}
+
+// loaded waits for the chunk under load, if any, and reports it (Loaded).
+func (h *history) loaded() error {
+	if h.loading == nil {
+		return nil
+	}
+	err := <-h.loading
+	h.loading = nil
+	if err == nil && h.o.Loaded != nil {
+		h.o.Loaded(h.loadedEvents)
+	}
+	return err
 }
 
 func (h *history) reportProgress() (stop func()) {

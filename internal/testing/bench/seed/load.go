@@ -37,5 +37,5 @@ func loadOpened(ctx context.Context, dst Loader, o OpenOptions, from, to int) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return rec.flush(ctx, dst)
+	return rec.cut().load(ctx, dst)
 }

@@ -38,11 +38,12 @@ type recorder struct {
 	mem *memory.Store // this chunk's events, at revisions shifted by base
 	// base is each account stream's last revision loaded before this chunk.
 	base map[string]int64
-	// loaded is the events loaded before this chunk: positions continue it.
+	// loaded is the events of the chunks cut before this one: positions
+	// continue it.
 	loaded uint64
 	parts  []eventstore.StreamAppend // this chunk's appends, at true revisions
 	events int                       // in parts
-	snaps  []eventstore.Snapshot     // taken since the last flush
+	snaps  []eventstore.Snapshot     // taken since the last cut
 }
 
 var (
@@ -73,18 +74,18 @@ func (r *recorder) shift(stream string) int64 {
 	return 0
 }
 
-// chunkEvents is the events taken since the last flush.
+// chunkEvents is the events taken since the last cut.
 func (r *recorder) chunkEvents() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.events
 }
 
-// counts is the events loaded so far, and those taken so far, loaded or not.
-func (r *recorder) counts() (loaded, taken int64) {
+// taken is the events taken so far, cut or not.
+func (r *recorder) taken() int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return int64(r.loaded), int64(r.loaded) + int64(r.events)
+	return int64(r.loaded) + int64(r.events)
 }
 
 func (r *recorder) ReportsIdempotentAppends() bool { return true }
@@ -230,7 +231,7 @@ func (r *recorder) ReadStreamSubject(ctx context.Context, stream, subject string
 	return r.fromChunkAll(evs), err
 }
 
-// WriteSnapshot keeps s for the next flush.
+// WriteSnapshot keeps s for the next cut.
 func (r *recorder) WriteSnapshot(_ context.Context, s eventstore.Snapshot) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -254,13 +255,21 @@ func (r *recorder) ReadSnapshots(context.Context, string, int) ([]eventstore.Sna
 	return nil, fmt.Errorf("%w: snapshots are listed from the store loaded", ErrLoaded)
 }
 
-// flush loads the chunk's appends into dst in the order they were taken (one
-// Load), then the snapshots taken since the last flush, and starts the next
-// chunk. No append may be in flight.
-func (r *recorder) flush(ctx context.Context, dst Loader) error {
+// chunk is what a recorder took between two cuts: its appends in the order
+// they were taken, and the snapshots the service took meanwhile.
+type chunk struct {
+	parts  []eventstore.StreamAppend
+	snaps  []eventstore.Snapshot
+	events int
+}
+
+// cut ends the chunk and starts the next one empty, the account streams'
+// heads kept. No append may be in flight.
+func (r *recorder) cut() chunk {
 	r.mu.Lock()
-	parts, snaps := r.parts, r.snaps
-	for _, p := range parts {
+	defer r.mu.Unlock()
+	c := chunk{parts: r.parts, snaps: r.snaps, events: r.events}
+	for _, p := range c.parts {
 		if strings.HasPrefix(p.Stream, domain.AccountStreamPrefix) {
 			last, _ := p.Expected.LastBefore()
 			r.base[p.Stream] = last + int64(len(p.Events))
@@ -270,13 +279,18 @@ func (r *recorder) flush(ctx context.Context, dst Loader) error {
 	r.parts, r.snaps, r.events = nil, nil, 0
 	r.mem.Close()
 	r.mem = memory.New()
-	r.mu.Unlock()
-	if len(parts) > 0 {
-		if err := dst.Load(ctx, parts); err != nil {
+	return c
+}
+
+// load writes the chunk's appends into dst in their order (one Load), then
+// its snapshots (each at a revision loaded by now).
+func (c chunk) load(ctx context.Context, dst Loader) error {
+	if len(c.parts) > 0 {
+		if err := dst.Load(ctx, c.parts); err != nil {
 			return err
 		}
 	}
-	for _, s := range snaps {
+	for _, s := range c.snaps {
 		if err := dst.WriteSnapshot(ctx, s); err != nil {
 			return err
 		}
