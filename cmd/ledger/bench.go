@@ -31,6 +31,7 @@ const (
 	flagBenchProjTimeout  = "projection-timeout"
 	flagBenchHistory      = "history"
 	flagBenchHistoryMem   = "history-memory-limit"
+	flagBenchHistorySnap  = "history-snapshot-every"
 	flagBenchMany         = "many-accounts"
 	flagBenchManyCold     = "many-cold"
 	flagBenchManyUnsettle = "many-unsettled"
@@ -118,6 +119,7 @@ func benchCommand() *cli.Command {
 		&cli.IntFlag{Name: flagBenchKeySamples, Category: load, Value: d.KeyCheckSamples, Usage: "timed commands per kind and stream in the key-check phase", Sources: benchEnv(flagBenchKeySamples)},
 		&cli.DurationFlag{Name: flagBenchProjTimeout, Category: load, Value: d.ProjectionTimeout, Usage: "bound on the projection phase (0: skip it)", Sources: benchEnv(flagBenchProjTimeout)},
 		&cli.Int64Flag{Name: flagBenchHistory, Category: load, Usage: "seed about this many events over --accounts accounts (a mix of deposits, withdrawals, transfers, transactions, holds and refunds, decided by a ledger.Service of the bench's own and, on PostgreSQL, loaded with COPY in chunks of 50,000 events, snapshots included; on KurrentDB sent through the command handler), then time `projector rebuild` (checked) and `ledger audit` on the whole store (0: skip it)", Sources: benchEnv(flagBenchHistory)},
+		&cli.IntFlag{Name: flagBenchHistorySnap, Category: load, Value: 1000, Usage: "events between snapshots of an account in the seeded history, as ledger serve's --snapshot-every (0 takes none): a history of fewer events an account than this has no snapshot for the audit to check", Sources: benchEnv(flagBenchHistorySnap)},
 		withCategory(config.MemoryLimitFlag(flagBenchHistoryMem, config.ReadToolMemoryLimit, " while the history phase rebuilds and audits (the whole process's)", benchEnv(flagBenchHistoryMem)), load),
 		&cli.IntFlag{Name: flagBenchMany, Category: load, Value: d.ManyAccounts, Usage: "after the ledger's other phases, open this many accounts in its event store (decided in batches of 1,000 by a ledger.Service of the bench's own and, on PostgreSQL, loaded with COPY, behind the ledger's back), has the ledger warm them as a restart would (unless --many-cold) and drive the load phase's clients over them, then half that rate open loop; prints the ledger's live heap and `ratio many/few accounts commands/s` (0: skip it; --quick: 0)", Sources: benchEnv(flagBenchMany)},
 		&cli.BoolFlag{Name: flagBenchManyCold, Category: load, Usage: "leave the many accounts cold: the ledger does not warm them once they are opened, so that every first command on one reads it from the event store", Sources: benchEnv(flagBenchManyCold)},
@@ -242,6 +244,7 @@ func applyBenchWorkloadFlags(cmd *cli.Command, cfg *bench.Config) {
 	set(flagBenchKeySamples, func() { cfg.KeyCheckSamples = cmd.Int(flagBenchKeySamples) })
 	set(flagBenchProjTimeout, func() { cfg.ProjectionTimeout = cmd.Duration(flagBenchProjTimeout) })
 	cfg.HistoryEvents = cmd.Int64(flagBenchHistory)
+	cfg.HistorySnapshotEvery = int(zeroMeansNone(int64(cmd.Int(flagBenchHistorySnap))))
 	set(flagBenchMany, func() { cfg.ManyAccounts = cmd.Int(flagBenchMany) })
 	cfg.ManyCold = cmd.Bool(flagBenchManyCold)
 	cfg.ManyUnsettled = cmd.Bool(flagBenchManyUnsettle)

@@ -34,23 +34,24 @@ func TestRunTiny(t *testing.T) {
 	defer cancel()
 	baselineURL := pgtest.URL(t)
 	cfg := Config{
-		Clients:             4,
-		Accounts:            25,
-		DuplicateRatio:      0.3,
-		Skew:                1.1,
-		Duration:            time.Second,
-		Warmup:              200 * time.Millisecond,
-		JetStreamMessages:   40,
-		KeyCheckEvents:      keyCheckRecentKeys + 100, // longer than the keys an aggregate remembers
-		KeyCheckSamples:     10,
-		ProjectionTimeout:   time.Minute,
-		HistoryEvents:       1500,
-		Capture:             true,
-		Grace:               500 * time.Millisecond,
-		DataDir:             t.TempDir(),
-		LedgerDatabaseURL:   pgtest.URL(t),
-		BaselineDatabaseURL: baselineURL,
-		NoFsync:             true,
+		Clients:              4,
+		Accounts:             25,
+		DuplicateRatio:       0.3,
+		Skew:                 1.1,
+		Duration:             time.Second,
+		Warmup:               200 * time.Millisecond,
+		JetStreamMessages:    40,
+		KeyCheckEvents:       keyCheckRecentKeys + 100, // longer than the keys an aggregate remembers
+		KeyCheckSamples:      10,
+		ProjectionTimeout:    time.Minute,
+		HistoryEvents:        1500,
+		HistorySnapshotEvery: 20, // a history of ~40 events an account: snapshots for the audit to check
+		Capture:              true,
+		Grace:                500 * time.Millisecond,
+		DataDir:              t.TempDir(),
+		LedgerDatabaseURL:    pgtest.URL(t),
+		BaselineDatabaseURL:  baselineURL,
+		NoFsync:              true,
 	}
 	cfg.HistoryMemoryLimit, cfg.HistoryMemoryLimitSet = "1GiB", true
 	limitBefore := debug.SetMemoryLimit(-1) // -1 reads it
@@ -436,7 +437,7 @@ func checkHistory(t *testing.T, h *HistoryReport, lines []string) {
 	if h == nil {
 		t.Fatal("no history phase")
 	}
-	if h.Seeded < 1500 || h.Rebuild.Error != "" || h.Audit.Error != "" || h.Audit.Events < h.Seeded || h.Rebuild.Events != h.Audit.Events {
+	if h.Seeded < 1500 || h.Rebuild.Error != "" || h.Audit.Error != "" || h.Audit.Events < h.Seeded || h.Rebuild.Events != h.Audit.Events || h.Snapshots == 0 {
 		t.Fatalf("history %+v", h)
 	}
 	if r, a := lines[len(lines)-6], lines[len(lines)-5]; !regexp.MustCompile(`^rebuild events/s: [0-9]+$`).MatchString(r) || !regexp.MustCompile(`^audit events/s: [0-9]+$`).MatchString(a) {

@@ -82,6 +82,10 @@ type Config struct {
 	// HistoryEvents is the history of the history phase: about this many events
 	// seeded over Accounts accounts, then rebuilt and audited (0: no phase).
 	HistoryEvents int64
+	// HistorySnapshotEvery is the seeding ledger's snapshot interval
+	// (ledger.Options.SnapshotEvery: 0 its default, 1,000 as ledger serve's;
+	// negative: none): the history holds the snapshots such a ledger takes.
+	HistorySnapshotEvery int
 	// HistoryMemoryLimit is the process's soft memory limit while the
 	// history phase rebuilds and audits (config.ParseMemoryLimit's syntax;
 	// "": config.ReadToolMemoryLimit, the tools' own default), put back

@@ -25,6 +25,9 @@ type HistoryReport struct {
 	SeedSeconds float64 `json:"seed_seconds"`
 	Rebuild     ToolRun `json:"rebuild"`
 	Audit       ToolRun `json:"audit"`
+	// Snapshots is the account snapshots the audit checked (the seeding
+	// ledger's, HistorySnapshotEvery).
+	Snapshots int `json:"audit_snapshots_checked"`
 }
 
 // ToolRun is one timed run of a read-side tool over the whole store.
@@ -56,7 +59,7 @@ func historyPhase(ctx context.Context, url, storeURL, runID string, cfg Config, 
 	defer pool.Close()
 	rep := &HistoryReport{Accounts: accounts}
 	start := time.Now()
-	res, err := seed.History(ctx, store, n, seed.HistoryOptions{Accounts: accounts, KeyPrefix: "hist" + runID,
+	res, err := seed.History(ctx, store, n, seed.HistoryOptions{Accounts: accounts, KeyPrefix: "hist" + runID, SnapshotEvery: cfg.HistorySnapshotEvery,
 		Progress: func(done, total int64) { log.Info("bench: seeding history", "events", done, "of", total) }})
 	rep.Seeded, rep.SeedSeconds = res.Events, time.Since(start).Seconds()
 	if err != nil {
@@ -80,6 +83,7 @@ func historyPhase(ctx context.Context, url, storeURL, runID string, cfg Config, 
 		if err != nil {
 			return 0, err
 		}
+		rep.Snapshots = r.Snapshots
 		if !r.OK() {
 			return r.Events, fmt.Errorf("audit found %d violations: %s", r.ViolationCount, r.Violations[0])
 		}
