@@ -187,8 +187,11 @@ func DecodeSnapshot(stream string, b []byte) (*Account, error) {
 // hold of a negative amount (an active hold of 0 is the ledger's own: a
 // capture saga's guard on the account it credits, a transaction's reservation
 // on an account its postings only credit; the audit's checkpoint rows carry a
-// closed hold it forgot as a stub of amount 0), a refunded original without a
-// key or of a sum not positive. A snapshot
+// closed hold it forgot as a stub of amount 0), a held amount that is not the
+// sum of the active holds' (every hold event moves held by its hold's amount,
+// and an active hold is never forgotten, so the fold keeps them equal: a
+// forged held would make funds available that are held, or refuse what is
+// not), a refunded original without a key or of a sum not positive. A snapshot
 // is a cold load's starting point, checked against the stream's fold only by
 // the audit, and compared there on what both keep (SameState): a refunded sum
 // of 0 would read as an original refunded nothing, then refunded again in
@@ -199,8 +202,15 @@ func (st *snapshotState) check(stream string) error {
 		return fmt.Errorf("holds account %q", st.ID)
 	}
 	seen := make(map[string]bool, len(st.Holds))
+	var active int64
 	for _, h := range st.Holds {
+		ok := true
+		if h.Status == HoldStatusActive {
+			active, ok = addMinor(active, h.Amount)
+		}
 		switch {
+		case !ok:
+			return fmt.Errorf("active holds summing beyond the int64 range")
 		case h.ID == "" || seen[h.ID]:
 			return fmt.Errorf("hold %q without an ID or listed twice", h.ID)
 		case h.Status != HoldStatusActive && h.Status != HoldStatusCaptured && h.Status != HoldStatusReleased && h.Status != HoldStatusExpired:
@@ -209,6 +219,9 @@ func (st *snapshotState) check(stream string) error {
 			return fmt.Errorf("hold %q (%s) of amount %d", h.ID, h.Status, h.Amount)
 		}
 		seen[h.ID] = true
+	}
+	if active != st.Held {
+		return fmt.Errorf("held %d, its active holds %d", st.Held, active)
 	}
 	for k, v := range st.Refunded {
 		if k == "" || v <= 0 {

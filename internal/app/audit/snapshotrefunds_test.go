@@ -30,17 +30,24 @@ func refundedEnv(t *testing.T, checkpoint bool) (*projtest.Env, int64) {
 	env.MustApply(t, "refund", map[string]any{"idempotency_key": "r-f2", "original_key": "r-d2", "amount": 50})
 	var cp int64
 	if checkpoint {
-		catchUp(t, env)
-		rep := run(t, env, audit.Options{SaveCheckpoint: true})
-		if !rep.OK() || rep.Checkpoint == nil {
-			t.Fatalf("the checkpointing audit: ok %v, checkpoint %v: %v", rep.OK(), rep.Checkpoint, rep.Violations)
-		}
-		cp = rep.Checkpoint.ID
+		cp = checkpointed(t, env)
 	}
 	for i := range 10 {
 		env.MustApply(t, "deposit", map[string]any{"idempotency_key": fmt.Sprintf("r-x%d", i), "account_id": "r", "amount": 10, "currency": "EUR"})
 	}
 	return env, cp
+}
+
+// checkpointed is the ID of the checkpoint a full audit of env, caught up,
+// stores; it must find nothing.
+func checkpointed(t *testing.T, env *projtest.Env) int64 {
+	t.Helper()
+	catchUp(t, env)
+	rep := run(t, env, audit.Options{SaveCheckpoint: true})
+	if !rep.OK() || rep.Checkpoint == nil {
+		t.Fatalf("the checkpointing audit: ok %v, checkpoint %v: %v", rep.OK(), rep.Checkpoint, rep.Violations)
+	}
+	return rep.Checkpoint.ID
 }
 
 // writeForgedRefund writes r's snapshot at revision 6 saying 10 of r-d1 was

@@ -140,7 +140,8 @@ func (s *Service) fromCold(ctx context.Context, stream, id string, read eventsto
 // snapshotAccount is the aggregate of a snapshot checked against its
 // stream's event at its revision (first, nil when the stream has none
 // there): that event must carry the snapshot's chain hash, which chains every
-// earlier event of the stream. On a store that reads no subjects, a snapshot
+// earlier event of the stream, and agree with its state (the amounts it
+// states, the hold it touches: domain.SnapshotAgreesWithHead). On a store that reads no subjects, a snapshot
 // saying it forgot closed holds or refunded originals is forged (New keeps
 // them all there): loaded, every hold and original it lacks would be
 // recalled from a store that cannot, and the commands naming them fail.
@@ -164,6 +165,9 @@ func (s *Service) snapshotAccount(stream string, snap eventstore.Snapshot, first
 	}
 	if m.Chain != acc.LastChain {
 		return nil, fmt.Errorf("ledger: snapshot of %s at revision %d has chain %s, the stream %s", stream, snap.Revision, acc.LastChain, m.Chain)
+	}
+	if err := domain.SnapshotAgreesWithHead(acc, first.Type, first.Data); err != nil {
+		return nil, fmt.Errorf("ledger: snapshot of %s at revision %d: %w", stream, snap.Revision, err)
 	}
 	s.bound(acc).SnapshotRevision = acc.Revision
 	return acc, nil

@@ -51,20 +51,12 @@ func TestColdLoadIgnoresAForgedRefundedSum(t *testing.T) {
 	}
 	for name, edit := range forged {
 		t.Run(name, func(t *testing.T) {
-			devtest.Stores(t, devtest.AnyStore, func(t *testing.T, st eventstore.Store) {
-				if _, ok := st.(eventstore.SnapshotStore); !ok {
-					t.Skip("the store keeps no snapshots")
-				}
-				opts := Options{Clock: clock, Logger: quietLog, SnapshotEvery: 100000}
-				s := New(st, opts)
+			onForgedSnapshot(t, devtest.AnyStore, func(s *Service) {
 				mustApply(t, s, "open_account", `{"idempotency_key":"o","account_id":"a","currency":"EUR"}`)
 				mustApply(t, s, "deposit", `{"idempotency_key":"d0","account_id":"a","amount":5000,"currency":"EUR"}`)
 				mustApply(t, s, "deposit", `{"idempotency_key":"d1","account_id":"a","amount":1000,"currency":"EUR"}`)
 				mustApply(t, s, "refund", `{"idempotency_key":"f1","original_key":"d1"}`)
-				s.Close()
-				writeForgedSnapshot(t, st, edit)
-				cold := New(st, opts)
-				defer cold.Close()
+			}, edit, func(t *testing.T, cold *Service) {
 				r := post(t, cold, "refund", `{"idempotency_key":"f2","original_key":"d1","amount":1000}`)
 				if r.Code != domain.CodeRefundExceedsOriginal || r.Account == nil || r.Account.Balance != 5000 {
 					t.Fatalf("a second refund of d1 (1000, refunded in full) after a cold load from a forged snapshot: %+v", r)
@@ -75,6 +67,27 @@ func TestColdLoadIgnoresAForgedRefundedSum(t *testing.T) {
 			})
 		})
 	}
+}
+
+// onForgedSnapshot runs, on each store c admits that keeps snapshots, a
+// service's commands (setup), writes account a's snapshot at its head edited
+// by edit (writeForgedSnapshot), and passes check another service, whose
+// loads of a are cold.
+func onForgedSnapshot(t *testing.T, c devtest.Capability, setup func(s *Service), edit func(state map[string]any), check func(t *testing.T, cold *Service)) {
+	t.Helper()
+	devtest.Stores(t, c, func(t *testing.T, st eventstore.Store) {
+		if _, ok := st.(eventstore.SnapshotStore); !ok {
+			t.Skip("the store keeps no snapshots")
+		}
+		opts := Options{Clock: clock, Logger: quietLog, SnapshotEvery: 100000}
+		s := New(st, opts)
+		setup(s)
+		s.Close()
+		writeForgedSnapshot(t, st, edit)
+		cold := New(st, opts)
+		defer cold.Close()
+		check(t, cold)
+	})
 }
 
 // TestColdLoadOnKurrentDBIgnoresASnapshotThatForgot: on KurrentDB, which
