@@ -294,6 +294,7 @@ func (r *auditRun) runFold(ctx context.Context) (*Fold, error) {
 		f.MaxViolations = opts.MaxViolations
 	}
 	f.Reload = reloader(ctx, store)
+	f.originals = newOriginals(ctx, store)
 	if opts.Resume {
 		stop, snapshots, err := resumeFold(ctx, store, opts, f)
 		if err != nil {

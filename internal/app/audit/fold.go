@@ -171,6 +171,9 @@ type Fold struct {
 	// the fold leaves (snapshotrefunds.go); nil when the snapshots were handed
 	// in (CheckSnapshots) without a store that reads them: not checked then.
 	readRefunds refundsReader
+	// originals reads a refund's original and what was refunded of it
+	// (overrefund.go); nil: refunds are not checked against their originals.
+	originals *originals
 	// readStreamTo reads a stream from its first event up to a revision, in
 	// pages (sameAllRefunded); nil on a store that reads no streams.
 	readStreamTo func(stream string, rev int64, fn func(eventstore.RecordedEvent) error) error
@@ -485,6 +488,7 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent, 
 			f.checkSnapshot(re.Stream, a, re.Position)
 			f.checkEffective(re, m, a, payload)
 			f.checkAccountEvent(re, m, a, payload)
+			f.checkRefund(re, a, payload)
 			f.checkConditions(re, m, a, payload)
 			f.expectAccountRows(re, m, a, payload)
 		})

@@ -24,6 +24,21 @@ import (
 // stream's last event, with the balance and held sum it leaves.
 func AppendLegacyRefund(t testing.TB, st eventstore.Store, id, key, originalKey string, amount int64) {
 	t.Helper()
+	appendRefund(t, st, id, key, originalKey, amount, "")
+}
+
+// AppendForgedRefund is AppendLegacyRefund with the refund's subject
+// (domain.RefundSubject), as this build writes one: a refund decided by no
+// ledger (no check of what is left of its original), found by the store's
+// subject reads as the ledger's own are.
+func AppendForgedRefund(t testing.TB, st eventstore.Store, id, key, originalKey string, amount int64) {
+	t.Helper()
+	appendRefund(t, st, id, key, originalKey, amount, domain.RefundSubject(originalKey))
+}
+
+// appendRefund is AppendLegacyRefund written with subject ("": none).
+func appendRefund(t testing.TB, st eventstore.Store, id, key, originalKey string, amount int64, subject string) {
+	t.Helper()
 	a := Account(t, st, id)
 	held := a.Held
 	data, err := json.Marshal(domain.Debited{Amount: amount, Currency: a.Currency, Reason: domain.ReasonRefund, Ref: originalKey, BalanceAfter: a.Balance - amount, HeldAfter: &held})
@@ -39,11 +54,12 @@ func AppendLegacyRefund(t testing.TB, st eventstore.Store, id, key, originalKey 
 		t.Fatal(err)
 	}
 	appendChained(t, st, domain.KeyStream(key), eventstore.NoStream, "", domain.StoredEvent{Type: domain.EvKeyClaimed, Data: claim, Metadata: m})
+	m.Subject = subject
 	appendChained(t, st, stream, eventstore.Exact(uint64(a.Revision)), a.LastChain, domain.StoredEvent{Revision: rev, Type: domain.EvDebited, Data: data, Metadata: m})
 }
 
 // appendChained appends ev to stream, its ID derived from its key and its
-// chain hash linked to prev, with no subject.
+// chain hash linked to prev, with its metadata's subject.
 func appendChained(t testing.TB, st eventstore.Store, stream string, expected eventstore.ExpectedRevision, prev string, ev domain.StoredEvent) {
 	t.Helper()
 	ev.Stream, ev.ID = stream, domain.EventID(ev.Metadata.Key, stream, 0)
@@ -52,7 +68,7 @@ func appendChained(t testing.TB, st eventstore.Store, stream string, expected ev
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Append(context.Background(), stream, expected, []eventstore.EventData{{ID: ev.ID, Type: ev.Type, Data: ev.Data, Metadata: meta}}); err != nil {
+	if _, err := st.Append(context.Background(), stream, expected, []eventstore.EventData{{ID: ev.ID, Type: ev.Type, Data: ev.Data, Metadata: meta, Subject: ev.Metadata.Subject}}); err != nil {
 		t.Fatal(err)
 	}
 }
