@@ -62,7 +62,7 @@ func EntryOf(ev *Event) (Entry, bool) {
 }
 
 func (entriesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events []*Event) error {
-	var rows []Entry
+	rows := make([]Entry, 0, accountEvents(events))
 	for _, ev := range events {
 		if _, ok := ev.AccountID(); ok && ev.DecodeErr != nil {
 			return fmt.Errorf("projections: entries: %s@%d: %w", ev.Stream, ev.Revision, ev.DecodeErr)

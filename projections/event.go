@@ -35,28 +35,37 @@ type Event struct {
 // transfer and transaction streams are decoded: the others (key claims, the
 // ledger's own bookkeeping) are read by no projection and keep Meta and Payload zero.
 func Decode(re eventstore.RecordedEvent) (*Event, error) {
-	ev := &Event{RecordedEvent: re}
-	if !strings.HasPrefix(re.Stream, domain.AccountStreamPrefix) && !strings.HasPrefix(re.Stream, domain.TransferStreamPrefix) && !domain.IsTransactionStream(re.Stream) {
-		return ev, nil
+	ev := &Event{}
+	if err := ev.decode(re); err != nil {
+		return nil, err
 	}
-	m, err := domain.DecodeMetadataNoRequest(re.Metadata)
-	if err != nil {
-		return nil, fmt.Errorf("projections: %s@%d: %w", re.Stream, re.Revision, err)
-	}
-	ev.Meta, ev.MetaDecoded = m, true
-	ev.Payload, ev.DecodeErr = domain.DecodeEvent(re.Type, re.Data)
 	return ev, nil
 }
 
-// DecodeAll decodes a batch.
+// decode sets ev, a zero Event, to re decoded (Decode).
+func (ev *Event) decode(re eventstore.RecordedEvent) error {
+	ev.RecordedEvent = re
+	if !strings.HasPrefix(re.Stream, domain.AccountStreamPrefix) && !strings.HasPrefix(re.Stream, domain.TransferStreamPrefix) && !domain.IsTransactionStream(re.Stream) {
+		return nil
+	}
+	m, err := domain.DecodeMetadataNoRequest(re.Metadata)
+	if err != nil {
+		return fmt.Errorf("projections: %s@%d: %w", re.Stream, re.Revision, err)
+	}
+	ev.Meta, ev.MetaDecoded = m, true
+	ev.Payload, ev.DecodeErr = domain.DecodeEvent(re.Type, re.Data)
+	return nil
+}
+
+// DecodeAll decodes a batch. Its events are one allocation, not one each (a
+// rebuild decodes a page of thousands).
 func DecodeAll(res []eventstore.RecordedEvent) ([]*Event, error) {
-	out := make([]*Event, len(res))
+	out, evs := make([]*Event, len(res)), make([]Event, len(res))
 	for i, re := range res {
-		ev, err := Decode(re)
-		if err != nil {
+		if err := evs[i].decode(re); err != nil {
 			return nil, err
 		}
-		out[i] = ev
+		out[i] = &evs[i]
 	}
 	return out, nil
 }

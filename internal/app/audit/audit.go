@@ -818,7 +818,7 @@ type generationCheck struct {
 	store  Store
 	f      *Fold
 	ps     *pgSets
-	pages  chan page
+	pages  chan []*projections.Event
 	done   chan struct{}
 	err    error
 	cancel context.CancelFunc
@@ -835,21 +835,21 @@ func (c *generationCheck) Begin(ctx context.Context, from eventstore.Position) e
 	c.ps, c.f = ps, NewFold()
 	c.f.sets, c.f.Reload = ps, reloader(ctx, c.store)
 	ctx, c.cancel = context.WithCancel(ctx)
-	c.pages, c.done = make(chan page, checkAhead), make(chan struct{})
+	c.pages, c.done = make(chan []*projections.Event, checkAhead), make(chan struct{})
 	go c.run(ctx, from, c.pages)
 	return nil
 }
 
 // run folds "all" up to from (a resumed build's events before it), then each
 // batch handed to Fold, storing the sets after each.
-func (c *generationCheck) run(ctx context.Context, from eventstore.Position, pages <-chan page) {
+func (c *generationCheck) run(ctx context.Context, from eventstore.Position, pages <-chan []*projections.Event) {
 	defer close(c.done)
 	if c.err = foldUntil(ctx, c.store, c.f, foldTo{until: from, batch: 5000}); c.err != nil {
 		return
 	}
-	for p := range pages {
-		for i, re := range p.recs {
-			c.f.apply(re, p.metas[i])
+	for events := range pages {
+		for _, ev := range events {
+			c.f.apply(ev.RecordedEvent, builtMeta(ev))
 		}
 		c.f.Settle()
 		if c.err = cmp.Or(c.f.reloadErr, c.ps.flush(ctx)); c.err != nil {
@@ -858,30 +858,33 @@ func (c *generationCheck) run(ctx context.Context, from eventstore.Position, pag
 	}
 }
 
-// Fold hands the check the build's batch with the metadata and the account
-// events' payloads the build decoded (the same decoders as the audit's,
-// domain.DecodeMetadataNoRequest and domain.DecodeEvent), decoding only the
-// metadata the projections skip (key streams); the check's goroutine decodes
-// the claims.
+// Fold hands the check the build's batch as it is: the check's goroutine
+// folds its events with the metadata and the account events' payloads the
+// build decoded (builtMeta). The build and the check only read the events.
 func (c *generationCheck) Fold(events []*projections.Event) error {
-	p := page{recs: make([]eventstore.RecordedEvent, len(events)), metas: make([]meta, len(events))}
-	for i, ev := range events {
-		p.recs[i] = ev.RecordedEvent
-		if ev.MetaDecoded {
-			p.metas[i] = meta{m: ev.Meta}
-			if _, ok := ev.AccountID(); ok {
-				p.metas[i].payload, p.metas[i].payloadErr, p.metas[i].decoded = ev.Payload, ev.DecodeErr, true
-			}
-		} else {
-			p.metas[i] = decodeMeta(ev.RecordedEvent)
-		}
-	}
 	select {
-	case c.pages <- p:
+	case c.pages <- events:
 		return nil
 	case <-c.done:
 		return cmp.Or(c.err, errors.New("audit: the check has ended"))
 	}
+}
+
+// builtMeta is an event's meta for the fold from what the build decoded of it
+// (the same decoders as the audit's, domain.DecodeMetadataNoRequest and
+// domain.DecodeEvent): its metadata, and an account event's payload; the
+// events the projections skip (key streams) are decoded here, metadata and
+// claim at once (decodeAll: decodeMeta alone had the fold decode a claim's
+// metadata a second time, in payloadOf).
+func builtMeta(ev *projections.Event) meta {
+	if !ev.MetaDecoded {
+		return decodeAll(ev.RecordedEvent)
+	}
+	md := meta{m: ev.Meta}
+	if _, ok := ev.AccountID(); ok {
+		md.payload, md.payloadErr, md.decoded = ev.Payload, ev.DecodeErr, true
+	}
+	return md
 }
 
 // Verify returns an error alone, no verdict, when it could not check (its
