@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/platform/pgcopy"
 )
 
 // balancesProjection maintains readmodel.balance_history: one row per event of
@@ -148,9 +149,10 @@ func (balancesProjection) applyWith(ctx context.Context, tx pgx.Tx, gen int, eve
 	// COPY first (the rows after each account's last are new), the upsert
 	// should some of them be there already.
 	cols := []string{"account_id", "revision", "event_id", "type", "currency", "balance", "held", "status", "at", "effective_at"}
-	err = copyOrUpsert(ctx, tx, genRows{base: "balance_history", gen: gen, columns: cols, n: len(rows), row: func(i int) []any {
+	err = copyOrUpsert(ctx, tx, genRows{base: "balance_history", gen: gen, columns: cols, n: len(rows), row: func(c *pgcopy.Buf, i int) error {
 		r := &rows[i]
-		return []any{r.AccountID, r.Revision, [16]byte(r.EventID), r.Type, r.Currency, r.Balance, r.Held, r.Status, r.At, r.EffectiveAt}
+		c.Text(r.AccountID).Int8(r.Revision).UUID(r.EventID).Text(r.Type).Text(r.Currency).Int8(r.Balance).Int8(r.Held).Text(r.Status).Timestamptz(r.At).Timestamptz(r.EffectiveAt)
+		return nil
 	}}, func() error { return insertBalanceRows(ctx, tx, gen, rows) })
 	if err != nil {
 		return fmt.Errorf("projections: balances: %w", err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/internal/app/reply"
+	"github.com/ledgerworks/ledger/internal/platform/pgcopy"
 )
 
 // commandsProjection maintains readmodel.commands: per client idempotency key, the
@@ -308,9 +309,10 @@ func writeCommands(ctx context.Context, tx pgx.Tx, gen int, rows map[string]*cmd
 	// A command's row is new unless the batch, or its first part, was applied before.
 	cols := []string{"idempotency_key", "stream", "command", "status", "code", "first_revision", "last_revision", "reply", "at"}
 	n := len(order)
-	err := copyOrUpsert(ctx, tx, genRows{base: "commands", gen: gen, columns: cols, n: n, row: func(i int) []any {
+	err := copyOrUpsert(ctx, tx, genRows{base: "commands", gen: gen, columns: cols, n: n, row: func(c *pgcopy.Buf, i int) error {
 		r := rows[order[i]]
-		return []any{r.key, r.stream, r.command, string(r.reply.Status), string(r.reply.Code), r.firstRev, r.lastRev, replies[i], r.at}
+		c.Text(r.key).Text(r.stream).Text(r.command).Text(string(r.reply.Status)).Text(string(r.reply.Code)).Int8(r.firstRev).Int8(r.lastRev).Text(replies[i]).Timestamptz(r.at)
+		return nil
 	}}, func() error {
 		var (
 			keys, streams, commands, statuses, codes = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)

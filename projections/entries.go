@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/internal/platform/pgcopy"
 )
 
 // entriesProjection maintains readmodel.entries, the statement: one row per money
@@ -75,9 +76,14 @@ func (entriesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events [
 		return nil
 	}
 	cols := []string{"event_id", "account_id", "revision", "type", "reason", "ref", "amount", "currency", "balance_after", "idempotency_key", "at", "metadata", "effective_at"}
-	err := copyOrUpsert(ctx, tx, genRows{base: "entries", gen: gen, columns: cols, n: len(rows), row: func(i int) []any {
+	err := copyOrUpsert(ctx, tx, genRows{base: "entries", gen: gen, columns: cols, n: len(rows), row: func(c *pgcopy.Buf, i int) error {
 		e := &rows[i]
-		return []any{[16]byte(e.EventID), e.AccountID, e.Revision, e.Type, e.Reason, e.Ref, e.Amount, e.Currency, e.BalanceAfter, e.IdempotencyKey, e.At, e.Metadata, e.EffectiveAt}
+		md, err := json.Marshal(e.Metadata) // as pgx encodes a map into jsonb
+		if err != nil {
+			return err
+		}
+		c.UUID(e.EventID).Text(e.AccountID).Int8(e.Revision).Text(e.Type).Text(e.Reason).Text(e.Ref).Int8(e.Amount).Text(e.Currency).Int8(e.BalanceAfter).Text(e.IdempotencyKey).Timestamptz(e.At).JSONB(md).Timestamptz(e.EffectiveAt)
+		return nil
 	}}, func() error {
 		n := len(rows)
 		var (

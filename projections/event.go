@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/platform/pgcopy"
 )
 
 // Event is one event of "all", decoded once per batch and shared by every
@@ -139,26 +141,43 @@ func position(commit, prepare int64) eventstore.Position {
 }
 
 // genRows are n rows for generation gen of the table base, in columns:
-// row(i) gives the values of the i-th.
+// row(c, i) writes the fields of the i-th to c, one per column, in their
+// binary form (pgcopy), after copyOrUpsert has started its tuple.
 type genRows struct {
 	base    string
 	gen     int
 	columns []string
 	n       int
-	row     func(i int) []any
+	row     func(c *pgcopy.Buf, i int) error
 }
+
+// copyBufs are the COPY buffers of the projections' writes, kept for the
+// next batch: a rebuild's batch writes hundreds of KiB a table.
+var copyBufs = sync.Pool{New: func() any { return new(pgcopy.Buf) }}
 
 // copyOrUpsert writes rows to a generation's table: first with COPY straight
 // into it, the fastest way in, inside a savepoint; should a row already be there
 // (a unique violation: the batch, or part of it, was applied before), the
 // savepoint is rolled back and fallback writes the rows with its conflict rules.
 func copyOrUpsert(ctx context.Context, tx pgx.Tx, rows genRows, fallback func() error) error {
+	c := copyBufs.Get().(*pgcopy.Buf)
+	defer copyBufs.Put(c)
+	*c = c.Emptied()
+	for i := range rows.n {
+		if err := rows.row(c.Tuple(int16(len(rows.columns))), i); err != nil {
+			return err
+		}
+	}
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return err
 	}
-	table := fmt.Sprintf("%s_g%d", rows.base, rows.gen)
-	_, err = sp.CopyFrom(ctx, pgx.Identifier{"readmodel", table}, rows.columns, pgx.CopyFromSlice(rows.n, func(i int) ([]any, error) { return rows.row(i), nil }))
+	cols := make([]string, len(rows.columns))
+	for i, col := range rows.columns {
+		cols[i] = pgx.Identifier{col}.Sanitize()
+	}
+	sql := fmt.Sprintf("COPY %s (%s) FROM STDIN (FORMAT binary)", Table(rows.base, rows.gen), strings.Join(cols, ", "))
+	_, err = sp.Conn().PgConn().CopyFrom(ctx, c.Reader(), sql)
 	if err == nil {
 		return sp.Commit(ctx)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/platform/pgcopy"
 )
 
 // pgSets are historySets in temporary tables of one PostgreSQL session: each
@@ -35,14 +36,14 @@ type pgSets struct {
 	copied [5]int64
 }
 
-// pgRows are a page's rows of each table, in COPY's binary format (copyBuf).
+// pgRows are a page's rows of each table, in COPY's binary format (pgcopy.Buf).
 type pgRows struct {
-	ids, groups, homes, claims, rows copyBuf
+	ids, groups, homes, claims, rows pgcopy.Buf
 }
 
 // emptied returns the buffers emptied, their arrays kept for another page.
 func (r pgRows) emptied() pgRows {
-	return pgRows{r.ids.emptied(), r.groups.emptied(), r.homes.emptied(), r.claims.emptied(), r.rows.emptied()}
+	return pgRows{r.ids.Emptied(), r.groups.Emptied(), r.homes.Emptied(), r.claims.Emptied(), r.rows.Emptied()}
 }
 
 // historyTables are the sets that grow with history (a CREATE TABLE's name
@@ -110,27 +111,27 @@ func (s *pgSets) close() {
 
 func (s *pgSets) eventID(f *Fold, re eventstore.RecordedEvent) {
 	if s.storeIDs == nil {
-		s.ids.tuple(2).uuid(re.ID).int8(f.Events)
+		s.ids.Tuple(2).UUID(re.ID).Int8(f.Events)
 	}
 }
 
 func (s *pgSets) group(f *Fold, re eventstore.RecordedEvent, key string) {
-	s.groups.tuple(5).text(re.Stream).text(key).int8(int64(re.Revision)).uuid(re.ID).int8(f.Events)
+	s.groups.Tuple(5).Text(re.Stream).Text(key).Int8(int64(re.Revision)).UUID(re.ID).Int8(f.Events)
 }
 
 func (s *pgSets) home(f *Fold, re eventstore.RecordedEvent, key, hash string) {
-	s.homes.tuple(6).text(key).text(re.Stream).text(hash).int8(int64(re.Revision)).uuid(re.ID).int8(f.Events)
+	s.homes.Tuple(6).Text(key).Text(re.Stream).Text(hash).Int8(int64(re.Revision)).UUID(re.ID).Int8(f.Events)
 }
 
 func (s *pgSets) claim(f *Fold, re eventstore.RecordedEvent, key string, c claim) {
-	s.claims.tuple(6).text(key).text(c.stream).text(c.hash).int8(int64(re.Revision)).uuid(re.ID).int8(f.Events)
+	s.claims.Tuple(6).Text(key).Text(c.stream).Text(c.hash).Int8(int64(re.Revision)).UUID(re.ID).Int8(f.Events)
 }
 
 // row keeps the row's hash (rowHash), not the row: 32 bytes to copy, store
 // and sort instead of the whole rendered row, and what the table's digest sums.
 func (s *pgSets) row(f *Fold, table, key, account, digest string) {
 	h := rowHash(key, digest)
-	s.rows.tuple(5).text(table).text(key).text(account).bytes(h[:]).int8(f.Events)
+	s.rows.Tuple(5).Text(table).Text(key).Text(account).Bytes(h[:]).Int8(f.Events)
 }
 
 // flush starts copying the rows noted so far into the session and returns:
@@ -177,7 +178,7 @@ func (s *pgSets) sync(ctx context.Context) error {
 func (s *pgSets) copyPage(ctx context.Context, page pgRows) error {
 	for i, t := range []struct {
 		table, cols string
-		rows        *copyBuf
+		rows        *pgcopy.Buf
 	}{
 		{"audit_ids", "event_id, seq", &page.ids},
 		{"audit_groups", "stream, key, revision, event_id, seq", &page.groups},
@@ -185,14 +186,14 @@ func (s *pgSets) copyPage(ctx context.Context, page pgRows) error {
 		{"audit_claims", "key, stream, hash, revision, event_id, seq", &page.claims},
 		{"audit_rows", "tbl, key, account, digest, seq", &page.rows},
 	} {
-		if t.rows.n == 0 {
+		if t.rows.Tuples() == 0 {
 			continue
 		}
 		sql := "COPY " + t.table + " (" + t.cols + ") FROM STDIN (FORMAT binary)"
-		if _, err := s.conn.Conn().PgConn().CopyFrom(ctx, t.rows.reader(), sql); err != nil {
+		if _, err := s.conn.Conn().PgConn().CopyFrom(ctx, t.rows.Reader(), sql); err != nil {
 			return fmt.Errorf("audit: sets: %s: %w", t.table, err)
 		}
-		s.copied[i] += int64(t.rows.n)
+		s.copied[i] += int64(t.rows.Tuples())
 	}
 	return nil
 }
