@@ -300,20 +300,21 @@ func writeCommands(ctx context.Context, tx pgx.Tx, gen int, rows map[string]*cmd
 	if err := mergeContinuations(ctx, tx, gen, rows, order); err != nil {
 		return err
 	}
-	replies := make([]string, len(order))
-	var buf []byte
-	for i, k := range order {
-		buf = reply.AppendJSON(buf[:0], rows[k].reply)
-		replies[i] = string(buf)
-	}
 	// A command's row is new unless the batch, or its first part, was applied before.
 	cols := []string{"idempotency_key", "stream", "command", "status", "code", "first_revision", "last_revision", "reply", "at"}
 	n := len(order)
+	var buf []byte // the row's reply: rendered into the COPY's buffer, not a string each
 	err := copyOrUpsert(ctx, tx, genRows{base: "commands", gen: gen, columns: cols, n: n, row: func(c *pgcopy.Buf, i int) error {
 		r := rows[order[i]]
-		c.Text(r.key).Text(r.stream).Text(r.command).Text(string(r.reply.Status)).Text(string(r.reply.Code)).Int8(r.firstRev).Int8(r.lastRev).Text(replies[i]).Timestamptz(r.at)
+		buf = reply.AppendJSON(buf[:0], r.reply)
+		c.Text(r.key).Text(r.stream).Text(r.command).Text(string(r.reply.Status)).Text(string(r.reply.Code)).Int8(r.firstRev).Int8(r.lastRev).Bytes(buf).Timestamptz(r.at)
 		return nil
 	}}, func() error {
+		replies := make([]string, n)
+		for i, k := range order {
+			buf = reply.AppendJSON(buf[:0], rows[k].reply)
+			replies[i] = string(buf)
+		}
 		var (
 			keys, streams, commands, statuses, codes = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 			first, last                              = make([]int64, n), make([]int64, n)

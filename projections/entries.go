@@ -62,6 +62,19 @@ func EntryOf(ev *Event) (Entry, bool) {
 	return e, true
 }
 
+// emptyObject is the JSON of an empty map, as encoding/json writes it.
+var emptyObject = []byte("{}")
+
+// entryMetadata is an entry's metadata as its jsonb column takes it: the
+// JSON encoding/json writes of it (as pgx encoded the map), without a call
+// for the usual empty one.
+func entryMetadata(m map[string]string) ([]byte, error) {
+	if len(m) == 0 {
+		return emptyObject, nil
+	}
+	return json.Marshal(m)
+}
+
 func (entriesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events []*Event) error {
 	rows := make([]Entry, 0, accountEvents(events))
 	for _, ev := range events {
@@ -78,7 +91,7 @@ func (entriesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events [
 	cols := []string{"event_id", "account_id", "revision", "type", "reason", "ref", "amount", "currency", "balance_after", "idempotency_key", "at", "metadata", "effective_at"}
 	err := copyOrUpsert(ctx, tx, genRows{base: "entries", gen: gen, columns: cols, n: len(rows), row: func(c *pgcopy.Buf, i int) error {
 		e := &rows[i]
-		md, err := json.Marshal(e.Metadata) // as pgx encodes a map into jsonb
+		md, err := entryMetadata(e.Metadata)
 		if err != nil {
 			return err
 		}
@@ -96,7 +109,7 @@ func (entriesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events [
 		for i, e := range rows {
 			ids[i], accounts[i], revs[i], types[i], reasons[i], refs[i] = e.EventID, e.AccountID, e.Revision, e.Type, e.Reason, e.Ref
 			amounts[i], currency[i], balances[i], key[i], ats[i], effective[i] = e.Amount, e.Currency, e.BalanceAfter, e.IdempotencyKey, e.At, e.EffectiveAt
-			md, err := json.Marshal(e.Metadata)
+			md, err := entryMetadata(e.Metadata)
 			if err != nil {
 				return err
 			}
