@@ -475,8 +475,8 @@ func (s *Service) loadAccounts(ctx context.Context, w *lockedAccounts, ids []str
 		if err != nil {
 			return err
 		}
-		if wait := s.refusedBefore(ctx); wait != nil {
-			return &earlierRefusedWait{wait} // waited for by attempts, every lock released
+		if err := s.batchTurn(ctx); err != nil {
+			return err
 		}
 		w.accs[id] = p.acc
 		if stream == hotStream {

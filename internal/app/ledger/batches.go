@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,12 @@ import (
 // was decided, and loaded the account after the refusal, would be decided on
 // the store's state without it, before it
 // (TestBatchRefusalBetweenCheckAndLoad).
+//
+// Should a command answer error (nothing written: the client resends the
+// batch), every later command that comes after it, through after followed
+// transitively, answers error too, nothing written for it
+// (ErrEarlierUndecided, earlierFailed): decided without it, it would be
+// decided before it, since the resend decides the failed one first.
 
 // maxBatchParallel bounds the commands of one batch being decided at once (a
 // command waiting for an earlier one, or for its commit, does not count).
@@ -91,6 +98,9 @@ func (s *Service) runBatch(ctx context.Context, cmds []domain.BatchCommand) []Re
 	var wg sync.WaitGroup
 	done := func(i int, r Reply) {
 		replies[i] = r
+		if r.Status == domain.StatusError {
+			elems[i].fail() // before finish: a later command that waits for it finds it (earlierFailed)
+		}
 		elems[i].finish()
 		wg.Done()
 	}
@@ -193,6 +203,9 @@ type batchElement struct {
 	index    int
 	refusals *batchRefusals
 	answered bool // guarded by refusals.mu: finish was called
+	// failed: the command answered error (an infrastructure failure left it
+	// undecided), set before it finishes (runBatch).
+	failed atomic.Bool
 	// waitHook is Service.waitHook (tests only).
 	waitHook func(e, a *batchElement, ch <-chan struct{})
 }
@@ -205,6 +218,51 @@ type batchElement struct {
 type batchRefusals struct {
 	mu      sync.Mutex
 	pending map[int]chan struct{}
+	// anyFailed: a command of the batch answered error (batchElement.fail).
+	anyFailed atomic.Bool
+}
+
+// ErrEarlierUndecided answers a command of a batch that is not atomic when
+// an earlier command of the batch it comes after (scheduleBatch's after,
+// followed through every command in between) answered error: sent alone
+// after that one, as the client resends it, it would be decided on a state
+// holding it, so it is not decided now; nothing is written for it, and the
+// client resends the batch (PROTOCOL.md §2.2).
+var ErrEarlierUndecided = errors.New("ledger: an earlier command of the batch that this one shares an account, a key, a transfer or a transaction with was left undecided: send the batch again")
+
+// fail records that e answered error (runBatch), before it finishes.
+func (e *batchElement) fail() {
+	e.failed.Store(true)
+	e.refusals.anyFailed.Store(true)
+}
+
+// earlierFailed reports whether a command e comes after answered error,
+// directly or through the commands it comes after in turn (scheduleBatch):
+// e must then not be decided (ErrEarlierUndecided). Nothing to walk while no
+// command of the batch failed, the common case. Asked before e starts
+// (decideRunOn) and after every load of a decision (batchTurn): a command
+// decided on the pending state of one that fails later is refused with its
+// chain and decided again only after it finished (afterEarlier), so the
+// load of that decision finds it failed.
+func (e *batchElement) earlierFailed() bool {
+	if e == nil || !e.refusals.anyFailed.Load() {
+		return false
+	}
+	seen := map[*batchElement]bool{}
+	next := slices.Clone(e.after)
+	for len(next) > 0 {
+		a := next[len(next)-1]
+		next = next[:len(next)-1]
+		if seen[a] {
+			continue
+		}
+		if a.failed.Load() {
+			return true
+		}
+		seen[a] = true
+		next = append(next, a.after...)
+	}
+	return false
 }
 
 // refused records that e's append was refused (finishHot), before its
@@ -283,6 +341,21 @@ func (*earlierRefusedWait) Error() string {
 
 func (s *Service) refusedBefore(ctx context.Context) <-chan struct{} {
 	return batchElementOf(ctx).earlierRefused()
+}
+
+// batchTurn is asked after every load of a decision (decideOnAccountOnce,
+// loadAccounts), before the command is decided on what was loaded:
+// ErrEarlierUndecided when an earlier command it comes after answered error
+// (earlierFailed), earlierRefusedWait when it must wait (refusedBefore), nil
+// when it may go on, as it always may outside a batch.
+func (s *Service) batchTurn(ctx context.Context) error {
+	if batchElementOf(ctx).earlierFailed() {
+		return ErrEarlierUndecided
+	}
+	if wait := s.refusedBefore(ctx); wait != nil {
+		return &earlierRefusedWait{wait} // waited for by attempts, every lock released
+	}
+	return nil
 }
 
 type batchElementKey struct{}

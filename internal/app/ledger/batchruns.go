@@ -87,6 +87,9 @@ func (s *Service) decideRunOn(ctx context.Context, cmds []domain.BatchCommand, e
 				err = elems[i].waitStart(ctx, slots) // decided before: only a slot to take
 			}
 			c := cmds[i]
+			if err == nil && elems[i].earlierFailed() {
+				err = ErrEarlierUndecided
+			}
 			if err != nil {
 				done(i, reply.Error(c.IdempotencyKey, err))
 				continue

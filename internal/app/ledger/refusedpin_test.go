@@ -43,24 +43,21 @@ func pollFor(d time.Duration, cond func() bool) bool {
 }
 
 // A third party's command (a single deposit y on a, not of the batch), taking
-// a's lock after d0 and w1 were refused and a drained, starts a new chain on
-// a; k, queued behind y, loads y's pending state, which does not hold w1. It
-// must still wait for w1 to be decided again (refusedBefore on every load):
-// when only a durable load asked the marks, k was applied and w1 rejected.
+// a's lock after d0 and w1 were refused (another instance wrote a first:
+// conflictOnceMulti) and a drained, starts a new chain on a; k, queued
+// behind y, loads y's pending state, which does not hold w1. It must still
+// wait for w1 to be decided again (refusedBefore on every load): when only a
+// durable load asked the marks, k was applied and w1 rejected. (Until the
+// rule of the element after an error, d0's commit failed here instead:
+// ErrEarlierUndecided now answers w1 and k error.)
 func TestBatchRefusalBeforeAThirdPartysChain(t *testing.T) {
 	st := devtest.Memory(t)
-	s := newService(st)
-	mustApply(t, s, "open_account", `{"idempotency_key":"oa","account_id":"a","currency":"EUR"}`)
-	mustApply(t, s, "deposit", `{"idempotency_key":"da","account_id":"a","amount":150,"currency":"EUR"}`)
-	s.Close()
-	failing := &failingKeyMulti{MultiAppender: st, key: "d0", release: make(chan struct{})}
-	hold := &holdKeyMulti{MultiAppender: failing, key: "y", release: make(chan struct{})}
-	s = New(struct {
-		eventstore.Store
-		eventstore.MultiAppender
-	}{st, hold}, Options{Clock: clock, Logger: quietLog, Batch: BatchOptions{Committers: 1}})
-	defer s.Close()
-	defer failing.open()
+	var hold *holdKeyMulti
+	s, c := conflictService(t, st, st, 1, func(m eventstore.MultiAppender) eventstore.MultiAppender {
+		hold = &holdKeyMulti{MultiAppender: m, key: "y", release: make(chan struct{})}
+		return hold
+	})
+	c.let() // d0 decided again goes at once
 	var relOnce sync.Once
 	rel := func() { relOnce.Do(func() { close(hold.release) }) }
 	defer rel()
@@ -86,7 +83,7 @@ func TestBatchRefusalBeforeAThirdPartysChain(t *testing.T) {
 		case e == nil:
 			yOnce.Do(func() {
 				kQueued.Store(pollFor(10*time.Second, func() bool { return s.locks.waiting(a) >= 2 })) // k queued behind y
-				failing.open()
+				c.open()
 				drained.Store(pollFor(10*time.Second, func() bool { return s.pipes.inflightCount(a) == 0 })) // d0, w1 refused, drained
 				close(yHooked)
 			})
@@ -108,19 +105,27 @@ func TestBatchRefusalBeforeAThirdPartysChain(t *testing.T) {
 		t.Fatalf("the interleaving was not reached: y queued behind w1 %v, k behind y %v, a drained %v", yQueued.Load(), kQueued.Load(), drained.Load())
 	}
 	checkReplies(t, r, cmds, []wantReply{
-		{domain.StatusError, ""}, {domain.StatusApplied, ""}, {domain.StatusRejected, domain.CodeInsufficientFunds}})
+		{domain.StatusApplied, ""}, {domain.StatusApplied, ""}, {domain.StatusRejected, domain.CodeInsufficientFunds}})
 }
 
-// conflictOnceMulti: d0's first append lets another instance write a first
-// (d0's expected revision is then wrong); its second (d0 decided again) is
-// held until hold2 closes.
+// conflictOnceMulti: d0's first append waits for open, then lets another
+// instance write a first (other: d0's expected revision is then wrong, and
+// d0 and the commands decided on it are refused and decided again); its
+// second (d0 decided again) waits for let.
 type conflictOnceMulti struct {
 	eventstore.MultiAppender
 	other   func()
 	release chan struct{}
 	hold2   chan struct{}
 	n       atomic.Int32
+	o1, o2  sync.Once
 }
+
+// open lets d0's first append go (and be refused).
+func (c *conflictOnceMulti) open() { c.o1.Do(func() { close(c.release) }) }
+
+// let lets d0's second append go.
+func (c *conflictOnceMulti) let() { c.o2.Do(func() { close(c.hold2) }) }
 
 func (c *conflictOnceMulti) AppendMulti(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
 	for _, p := range parts {
@@ -137,6 +142,41 @@ func (c *conflictOnceMulti) AppendMulti(ctx context.Context, parts []eventstore.
 	return c.MultiAppender.AppendMulti(ctx, parts)
 }
 
+// conflictService is a service over st (reads: st's reads, or a wrapper of
+// them) with that many committers (a's appends all go to one, b's to the
+// other when two), on a book of a (150 EUR) and b
+// (open), whose appends go through c (conflictOnceMulti: another instance
+// deposits 1 to a, key "other", as d0's first append is let go; its
+// cleanups open c). wrap, when not nil, wraps c.
+func conflictService(t *testing.T, st interface {
+	eventstore.Store
+	eventstore.MultiAppender
+}, reads eventstore.Store, committers int, wrap func(eventstore.MultiAppender) eventstore.MultiAppender) (*Service, *conflictOnceMulti) {
+	s := newService(st)
+	mustApply(t, s, "open_account", `{"idempotency_key":"oa","account_id":"a","currency":"EUR"}`)
+	mustApply(t, s, "deposit", `{"idempotency_key":"da","account_id":"a","amount":150,"currency":"EUR"}`)
+	mustApply(t, s, "open_account", `{"idempotency_key":"ob","account_id":"b","currency":"EUR"}`)
+	s.Close()
+	other := New(st, Options{Clock: clock, Logger: quietLog, DisableGroupCommit: true})
+	t.Cleanup(other.Close)
+	c := &conflictOnceMulti{MultiAppender: st, release: make(chan struct{}), hold2: make(chan struct{})}
+	c.other = func() {
+		mustApply(t, other, "deposit", `{"idempotency_key":"other","account_id":"a","amount":1,"currency":"EUR"}`)
+	}
+	var multi eventstore.MultiAppender = c
+	if wrap != nil {
+		multi = wrap(c)
+	}
+	s = New(struct {
+		eventstore.Store
+		eventstore.MultiAppender
+	}{reads, multi}, Options{Clock: clock, Logger: quietLog, Batch: BatchOptions{Committers: committers}})
+	t.Cleanup(s.Close)
+	t.Cleanup(c.let) // when the test fails before it lets them (cleanups run last first)
+	t.Cleanup(c.open)
+	return s, c
+}
+
 // No third party: d0 and w1 refused (another instance wrote a), k waits on
 // one of the two marks (earlierRefused returns any); when it is d0's, d0
 // decided again (a new chain, its commit in flight) wakes k, and k loads
@@ -144,26 +184,7 @@ func (c *conflictOnceMulti) AppendMulti(ctx context.Context, parts []eventstore.
 // a durable load asked the marks, k was applied and w1 rejected (5 runs of 6).
 func TestBatchRefusalAfterAnEarlierRedecided(t *testing.T) {
 	st := devtest.Memory(t)
-	s := newService(st)
-	mustApply(t, s, "open_account", `{"idempotency_key":"oa","account_id":"a","currency":"EUR"}`)
-	mustApply(t, s, "deposit", `{"idempotency_key":"da","account_id":"a","amount":150,"currency":"EUR"}`)
-	s.Close()
-	other := New(st, Options{Clock: clock, Logger: quietLog, DisableGroupCommit: true})
-	defer other.Close()
-	c := &conflictOnceMulti{MultiAppender: st, release: make(chan struct{}), hold2: make(chan struct{})}
-	c.other = func() {
-		mustApply(t, other, "deposit", `{"idempotency_key":"other","account_id":"a","amount":1,"currency":"EUR"}`)
-	}
-	s = New(struct {
-		eventstore.Store
-		eventstore.MultiAppender
-	}{st, c}, Options{Clock: clock, Logger: quietLog, Batch: BatchOptions{Committers: 1}})
-	defer s.Close()
-	var o1, o2 sync.Once
-	open1 := func() { o1.Do(func() { close(c.release) }) }
-	open2 := func() { o2.Do(func() { close(c.hold2) }) }
-	defer open1()
-	defer open2()
+	s, c := conflictService(t, st, st, 1, nil)
 	a := domain.AccountStream("a")
 	var kOnce sync.Once
 	var drained atomic.Bool // d0 and w1 refused and a drained before k went on
@@ -174,7 +195,7 @@ func TestBatchRefusalAfterAnEarlierRedecided(t *testing.T) {
 			return
 		}
 		kOnce.Do(func() {
-			open1()
+			c.open()
 			drained.Store(pollFor(10*time.Second, func() bool { return s.pipes.inflightCount(a) == 0 }))
 			close(hooked)
 		})
@@ -184,7 +205,7 @@ func TestBatchRefusalAfterAnEarlierRedecided(t *testing.T) {
 	// time for k, woken by d0 decided again, to be decided on d0's new chain
 	// before w1 had it been let (two appends in flight), or to wait again
 	pollFor(3*time.Second, func() bool { return s.pipes.inflightCount(a) == 2 })
-	open2()
+	c.let()
 	r := awaitBatch(t, done)
 	if !drained.Load() {
 		t.Fatal("the interleaving was not reached: d0 and w1 were not refused with a drained before k went on")

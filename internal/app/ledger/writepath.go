@@ -225,8 +225,8 @@ func (s *Service) decideOnAccountOnce(ctx context.Context, l *heldLocks, w *acco
 	if err != nil {
 		return false, err
 	}
-	if wait := s.refusedBefore(ctx); wait != nil {
-		return false, &earlierRefusedWait{wait} // waited for by attempts
+	if err := s.batchTurn(ctx); err != nil {
+		return false, err
 	}
 	w.acc, w.chain = p.acc, p.chain
 	if w.ans, err = s.answerKnownKey(ctx, w, w.next.recall || s.keys.first(w.acc) || w.acc.MayHaveDecided(w.cmd.IdempotencyKey, s.residents.print)); err != nil || w.ans.known() {
