@@ -169,3 +169,43 @@ func (f *failingAppends) Append(ctx context.Context, stream string, exp eventsto
 	}
 	return f.Store.Append(ctx, stream, exp, evs)
 }
+
+// TestTransferSagaFirstStepError: on a store without multi-stream appends, a
+// transfer whose first step (the debit of a) fails answers error with its
+// request already recorded on its stream (the saga's request is its first
+// write). What a batch's element after an error could once leave behind
+// (TestBatchChainAfterAnErrorSaga: no longer, the element is not started),
+// and what any infrastructure failure of a step still leaves. Its resend
+// drives the saga on and answers its outcome: applied, a debited and b
+// credited once; a second resend answers the same reply, duplicate.
+func TestTransferSagaFirstStepError(t *testing.T) {
+	devtest.Stores(t, devtest.SingleAppend, func(t *testing.T, st eventstore.Store) {
+		s := newService(st)
+		for _, id := range []string{"a", "b"} {
+			mustApply(t, s, "open_account", `{"idempotency_key":"open-`+id+`","account_id":"`+id+`","currency":"EUR"}`)
+		}
+		mustApply(t, s, "deposit", `{"idempotency_key":"fund-a","account_id":"a","amount":100,"currency":"EUR"}`)
+		s.Close()
+		failing := &failingAppends{Store: st, stream: domain.AccountStream("a")}
+		s = New(failing, Options{Clock: clock, Logger: quietLog})
+		defer s.Close()
+		body := `{"idempotency_key":"tk","transfer_id":"t1","from":"a","to":"b","amount":30,"currency":"EUR"}`
+		if r := post(t, s, "transfer", body); r.Status != domain.StatusError {
+			t.Fatalf("the transfer, its debit failing: %+v, want error", r)
+		}
+		if evs := devtest.StreamEvents(t, st, domain.TransferStream("t1")); len(evs) == 0 {
+			t.Fatal("no request recorded: the case this test is for was not reached")
+		}
+		failing.healed.Store(true)
+		r := post(t, s, "transfer", body)
+		if r.Status != domain.StatusApplied || r.Transfer == nil || r.Transfer.Status != "completed" {
+			t.Fatalf("the transfer resent: %+v, want applied, completed", r)
+		}
+		if again := post(t, s, "transfer", body); !again.Duplicate || again.Status != r.Status || again.Transfer == nil || again.Transfer.Status != r.Transfer.Status {
+			t.Fatalf("resent again: %+v, want %s %s, duplicate", again, r.Status, r.Transfer.Status)
+		}
+		if a, b := devtest.Account(t, st, "a"), devtest.Account(t, st, "b"); a.Balance != 70 || b.Balance != 30 {
+			t.Fatalf("a folds to %d, b to %d; want 70 and 30", a.Balance, b.Balance)
+		}
+	})
+}
