@@ -205,27 +205,27 @@ func (m atomicMover) captureTo(ctx context.Context, cmd domain.Command) (Reply, 
 			}
 			return reply.NotRecorded(cmd.IdempotencyKey, capture.Rejection), false, nil
 		}
-		err := s.appendCaptureTo(ctx, w, capture.Events, credit.Events)
+		rec, err := s.appendCaptureTo(ctx, w, capture.Events, credit.Events)
 		if o, err := refusedAppend(cmd.IdempotencyKey, err); o.decided() || err != nil {
 			return o.r, o.retry, err
 		}
-		rec := w.keyRecord(a, cmd.IdempotencyKey)
 		if rec == nil {
 			return Reply{}, false, fmt.Errorf("ledger: %s: key %q not found after its own append", held, cmd.IdempotencyKey)
 		}
-		return ownedRecordReply(copyRecord(rec), false), false, nil
+		return ownedRecordReply(rec, false), false, nil
 	})
 }
 
 // appendCaptureTo writes the claim, the held account's events and, when the
 // capture applies, the credit to `to`, in one append (pipelined on hot, when
-// not nil), and folds them. w's accounts are the held one's and `to`'s.
-func (s *Service) appendCaptureTo(ctx context.Context, w *multiWrite, capture, credit []domain.NewEvent) error {
+// not nil), and folds them: the record of the key on the held account, as
+// folded. w's accounts are the held one's and `to`'s.
+func (s *Service) appendCaptureTo(ctx context.Context, w *multiWrite, capture, credit []domain.NewEvent) (*ownedRecord, error) {
 	cmd := w.cmd
 	a := w.accs[cmd.AccountID]
 	claim, err := mustBeNew(s.claimPart(cmd, w.req, domain.AccountStream(a.ID), uint64(a.Revision+1)))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p := atomicParts{parts: []eventstore.StreamAppend{claim}, first: 1}
 	steps := []*accountStep{{acc: a, cmd: cmd, events: capture}}
@@ -234,17 +234,17 @@ func (s *Service) appendCaptureTo(ctx context.Context, w *multiWrite, capture, c
 	}
 	for _, st := range steps {
 		if err := s.addStep(&p, st); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	res, err := s.appendSteps(ctx, &w.lockedAccounts, p)
 	switch {
 	case err != nil:
-		return s.claimError(ctx, claim.Stream, w.req, err)
+		return nil, s.claimError(ctx, claim.Stream, w.req, err)
 	case anyIdempotent(res):
-		return fmt.Errorf("%w: capture %s was written meanwhile", eventstore.ErrWrongExpectedRevision, cmd.IdempotencyKey)
+		return nil, fmt.Errorf("%w: capture %s was written meanwhile", eventstore.ErrWrongExpectedRevision, cmd.IdempotencyKey)
 	}
-	return nil
+	return steps[0].rec, nil
 }
 
 // openSaga decides a saga of a transfer stream (a new transfer, or a
@@ -353,12 +353,14 @@ func (s *Service) decideTransferAtomically(ctx context.Context, w *multiWrite, r
 }
 
 // accountStep is one account's part of an atomic write: its command, decided
-// events and their encoding.
+// events and their encoding; once written (appendSteps), the record of its
+// command's key as the write folded it.
 type accountStep struct {
 	acc    *domain.Account
 	cmd    domain.Command
 	events []domain.NewEvent
 	enc    encoded
+	rec    *ownedRecord
 }
 
 // encodeStep encodes an account's step of an atomic write at the account's next
@@ -371,9 +373,13 @@ func (s *Service) encodeStep(st *accountStep) (eventstore.StreamAppend, error) {
 
 // appendSteps appends p in one write, pipelined on w's hot account when it
 // has one (appendHot; w.key is the client's), and folds each step into its
-// cached aggregate. A hot
-// account without a step has its revision asserted, after the steps, so that
-// the write follows the appends its decision was taken on.
+// cached aggregate, keeping the record of its key as folded (accountStep.rec):
+// the one home of a step's answer after its own append. Every lock is given up
+// once the write commits (finishHot), so an aggregate read after may have
+// forgotten the key (Account.KeyLimit) to the commands that folded meanwhile
+// (TestCaptureToOnTwoHotAccountsWithFewKeys). A hot account without a step has
+// its revision asserted, after the steps, so that the write follows the
+// appends its decision was taken on.
 func (s *Service) appendSteps(ctx context.Context, w *lockedAccounts, p atomicParts) ([]eventstore.AppendResult, error) {
 	hot, parts := w.hot, p.parts
 	fold := func(res []eventstore.AppendResult) error {
@@ -384,6 +390,9 @@ func (s *Service) appendSteps(ctx context.Context, w *lockedAccounts, p atomicPa
 			}
 			if err := s.applyWritten(ctx, stream, st.acc, st.enc.written(res[p.first+i])); err != nil {
 				return err
+			}
+			if rec := st.acc.Keys[st.cmd.IdempotencyKey]; rec != nil {
+				st.rec = copyRecord(rec) // its lock still held
 			}
 			s.tookCommand(stream, st.acc, st.acc.Revision) // drained: durable
 		}
@@ -397,9 +406,10 @@ func (s *Service) appendSteps(ctx context.Context, w *lockedAccounts, p atomicPa
 		return res, fold(res)
 	}
 	hot.key = w.key
+	var hotStep *accountStep
 	for _, st := range p.steps {
 		if stream := domain.AccountStream(st.acc.ID); stream == hot.stream {
-			hot.w = st.enc.pending()
+			hot.w, hotStep = st.enc.pending(), st
 		}
 	}
 	if partOf(parts, hot.stream) < 0 {
@@ -407,9 +417,11 @@ func (s *Service) appendSteps(ctx context.Context, w *lockedAccounts, p atomicPa
 		parts = slices.Insert(parts, at, eventstore.StreamAppend{Stream: hot.stream, Expected: eventstore.ExactOrNoStream(hot.acc.Revision)})
 	}
 	res, rec, err := s.appendHot(ctx, w.l, parts, *hot, fold)
-	hot.rec = rec
 	if err != nil || anyIdempotent(res) {
 		return res, err
+	}
+	if hotStep != nil && rec != nil {
+		hotStep.rec = copyRecord(rec) // as its write folded it, forgotten or not since
 	}
 	if n := len(hot.w.events); n > 0 {
 		s.tookCommand(hot.stream, hot.acc, int64(hot.w.events[n-1].Revision))
@@ -498,17 +510,6 @@ type lockedAccounts struct {
 	hot     *hotLeg
 }
 
-// keyRecord is the record of key in acc, one of w's accounts, after w's write:
-// the hot account's as its write folded it (hotLeg.rec), forgotten or not
-// since (its lock was given up while the write committed); another's from
-// its aggregate, whose lock was held throughout. Nil when there is none.
-func (w *lockedAccounts) keyRecord(acc *domain.Account, key string) *domain.KeyRecord {
-	if h := w.hot; h != nil && h.acc == acc && h.rec != nil && h.rec.Key == key {
-		return h.rec
-	}
-	return acc.Keys[key]
-}
-
 // multiWrite is one attempt at a command over several accounts decided in
 // one append: the command (the client's, or what its refund is shaped as),
 // the client's request, and its accounts.
@@ -572,8 +573,8 @@ func (s *Service) appendTransferAtomically(ctx context.Context, w *multiWrite, r
 	}
 	rq.records = map[string]*domain.KeyRecord{}
 	for _, st := range p.steps {
-		if rec := w.keyRecord(st.acc, st.cmd.IdempotencyKey); rec != nil {
-			rq.records[st.cmd.IdempotencyKey] = &copyRecord(rec).KeyRecord
+		if st.rec != nil {
+			rq.records[st.cmd.IdempotencyKey] = &st.rec.KeyRecord
 		}
 	}
 	for _, tw := range []written{rq.enc.written(res[1]), marker.written(res[len(res)-1])} {

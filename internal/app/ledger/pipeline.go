@@ -306,9 +306,6 @@ type hotLeg struct {
 	chain  uint64
 	key    string
 	w      written
-	// rec is the record its write folded, once appendHot returned (atomic
-	// writes: lockedAccounts.keyRecord).
-	rec *domain.KeyRecord
 }
 
 // appendHot appends parts in one write pipelined on hot: it folds hot's events
