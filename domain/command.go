@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -532,6 +533,11 @@ func decodeMetadata(raw json.RawMessage) (map[string]string, *InvalidError) {
 		}
 		if len(k) == 0 || len(k) > MaxMetadataKeyLen || len(v) > MaxMetadataValueLen {
 			return nil, invalid("metadata", "keys must be 1-%d bytes and values at most %d bytes", MaxMetadataKeyLen, MaxMetadataValueLen)
+		}
+		// PostgreSQL's jsonb refuses U+0000, so the read models could not
+		// store it: an event holding it would stop its projection for good.
+		if strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0 {
+			return nil, invalid("metadata", "keys and values must not contain U+0000")
 		}
 		m[k] = v
 	}

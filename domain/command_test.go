@@ -230,6 +230,7 @@ func TestMoneyCommandsTakeMetadata(t *testing.T) {
 			`{"` + strings.Repeat("k", 65) + `":"v"}`,  // a 65-byte key
 			`{"k":"` + strings.Repeat("v", 257) + `"}`, // a 257-byte value
 			`{"k":1}`, `{"k":null}`, `["k"]`, `"k"`, `{"":"v"}`, // not string values, not an object, an empty key
+			`{"k":"a\u0000b"}`, `{"a\u0000":"v"}`, // U+0000, which PostgreSQL's jsonb cannot store (the read models)
 		} {
 			if _, ierr := DecodeCommand(typ, []byte(with(bad))); ierr == nil || ierr.Field != "metadata" {
 				t.Fatalf("%s with metadata %.40s: %v, want invalid_request naming metadata", typ, bad, ierr)
