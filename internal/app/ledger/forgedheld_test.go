@@ -107,3 +107,29 @@ func TestColdLoadFromAnHonestSnapshotWithHolds(t *testing.T) {
 		}
 	})
 }
+
+// TestColdLoadIgnoresSwappedHolds (from the review of 80bd5a9): two holds of the same amount, h2
+// captured at the head, h1 active. A snapshot at the head, its hash taken
+// again, showing h2 active and h1 released keeps held (1000) equal to its
+// active holds' sum and to the head event's held_after, and the balance: only
+// SnapshotAgreesWithHead's hold-status branch refuses it. Loaded, h2 would be
+// captured a second time (1000 debited twice) and h1 refused.
+func TestColdLoadIgnoresSwappedHolds(t *testing.T) {
+	onForgedSnapshot(t, devtest.AnyStore, func(s *Service) {
+		mustApply(t, s, "open_account", `{"idempotency_key":"o","account_id":"a","currency":"EUR"}`)
+		mustApply(t, s, "deposit", `{"idempotency_key":"d0","account_id":"a","amount":5000,"currency":"EUR"}`)
+		mustApply(t, s, "place_hold", `{"idempotency_key":"p1","account_id":"a","hold_id":"h1","amount":1000,"currency":"EUR"}`)
+		mustApply(t, s, "place_hold", `{"idempotency_key":"p2","account_id":"a","hold_id":"h2","amount":1000,"currency":"EUR"}`)
+		mustApply(t, s, "capture_hold", `{"idempotency_key":"c1","account_id":"a","hold_id":"h2"}`)
+	}, func(state map[string]any) {
+		holdsOf(state, "h2")["status"], holdsOf(state, "h1")["status"] = "active", "released"
+	}, func(t *testing.T, cold *Service) {
+		r := post(t, cold, "capture_hold", `{"idempotency_key":"c2","account_id":"a","hold_id":"h2"}`)
+		if r.Code != domain.CodeHoldNotActive {
+			t.Fatalf("h2 (captured) captured again after a cold load from a snapshot showing it active: %+v", r)
+		}
+		if counterValue(t, cold.metrics.snapshotsIgnored) != 1 {
+			t.Fatal("the forged snapshot was not ignored")
+		}
+	})
+}
