@@ -1,10 +1,14 @@
-// Package seed writes long account streams faithfully and in bounded memory:
-// the commands are decided and appended by the real command handler
-// (internal/ledger) on the target store, many at once on the one account, so
-// that they pipeline and group-commit as a hot account's commands do in
-// production (and snapshots are taken as production takes them). Nothing of the
-// stream is held in memory: its keys and request bodies are a function of their
-// index.
+// Package seed writes long account streams and histories faithfully and in
+// bounded memory: every command is decided by the real command handler
+// (internal/app/ledger), many at once, and snapshots are taken as production
+// takes them. Account appends through the handler on the target store, so
+// that its commands pipeline and group-commit as a hot account's do in
+// production. OpenAccounts and History, on PostgreSQL (a store that loads in
+// bulk, Loader), have the handler decide over an in-memory recorder and load
+// the decided events by COPY (History in chunks, keeping only the accounts'
+// state between them); on another store (KurrentDB) the handler appends to
+// the store itself. Nothing is held beyond a chunk: keys and request bodies
+// are a function of their index.
 package seed
 
 import (
