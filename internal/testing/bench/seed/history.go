@@ -51,6 +51,10 @@ type HistoryResult struct {
 	Events   int64 // events written, key claims included
 	Commands int64 // client commands sent (each decided once)
 	Rejected int64 // of them refused and recorded (insufficient funds, ...)
+	// Snapshots is, on a store that loads in bulk, the snapshots the seeding
+	// service took (each loaded after its chunk; the store keeps a stream's
+	// latest); 0 on another store, which the service writes them to itself.
+	Snapshots int64
 }
 
 // A history's unit of work: a few commands of one account (and a counterparty)
@@ -151,7 +155,7 @@ type history struct {
 func (h *history) result() HistoryResult {
 	r := HistoryResult{Events: h.events.Load(), Commands: h.commands.Load(), Rejected: h.rejected.Load()}
 	if h.rec != nil {
-		r.Events = h.loadedEvents
+		r.Events, r.Snapshots = h.loadedEvents, h.rec.snapshotsTaken()
 	}
 	return r
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,8 +63,9 @@ func TestHistoryLoaded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	env := projtest.New(t)
+	dst := &snapWatch{Store: env.Store, latest: map[string]uint64{}}
 	var loads []int64
-	res, err := seed.History(ctx, env.Store, 20_000, seed.HistoryOptions{Accounts: 200, Chunk: 3000, SnapshotEvery: 40,
+	res, err := seed.History(ctx, dst, 20_000, seed.HistoryOptions{Accounts: 200, Chunk: 3000, SnapshotEvery: 40,
 		Loaded: func(events int64) { loads = append(loads, events) }})
 	if err != nil {
 		t.Fatal(err)
@@ -91,10 +93,46 @@ func TestHistoryLoaded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.OK() || rep.Events != res.Events || rep.Snapshots == 0 {
+	if !rep.OK() || rep.Events != res.Events {
 		t.Fatalf("audit of %d events, %d snapshots checked: %d violations %v", rep.Events, rep.Snapshots, rep.ViolationCount, rep.Violations)
 	}
+	dst.check(ctx, t, res.Snapshots, rep.Snapshots)
 	t.Logf("%+v in %d loads; %d snapshots; kinds %v", res, len(loads), rep.Snapshots, kinds)
+}
+
+// snapWatch is the PostgreSQL store, watching the snapshots written to it.
+type snapWatch struct {
+	*postgres.Store
+	mu      sync.Mutex
+	written int64
+	latest  map[string]uint64 // each stream's latest revision written
+}
+
+func (w *snapWatch) WriteSnapshot(ctx context.Context, s eventstore.Snapshot) error {
+	w.mu.Lock()
+	w.written++
+	w.latest[s.Stream] = max(w.latest[s.Stream], s.Revision)
+	w.mu.Unlock()
+	return w.Store.WriteSnapshot(ctx, s)
+}
+
+// check: every snapshot the seeder's service took (taken) was written to the
+// store, the store holds each stream's latest of them and no other, and the
+// audit checked exactly those.
+func (w *snapWatch) check(ctx context.Context, t *testing.T, taken int64, checked int) {
+	t.Helper()
+	stored, err := w.Store.ReadSnapshots(ctx, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if taken == 0 || w.written != taken || len(stored) != len(w.latest) || checked != len(stored) {
+		t.Fatalf("snapshots: %d taken, %d written to the store over %d streams, %d stored, %d checked by the audit", taken, w.written, len(w.latest), len(stored), checked)
+	}
+	for _, s := range stored {
+		if rev, ok := w.latest[s.Stream]; !ok || rev != s.Revision {
+			t.Errorf("%s's snapshot stored at revision %d, its latest written at %d", s.Stream, s.Revision, rev)
+		}
+	}
 }
 
 // dropping is the PostgreSQL store, but that its Nth Load loses one event:

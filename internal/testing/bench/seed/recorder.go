@@ -44,6 +44,8 @@ type recorder struct {
 	parts  []eventstore.StreamAppend // this chunk's appends, at true revisions
 	events int                       // in parts
 	snaps  []eventstore.Snapshot     // taken since the last cut
+	// snapsTaken is the snapshots the service has written to it in all.
+	snapsTaken int64
 }
 
 var (
@@ -236,7 +238,15 @@ func (r *recorder) WriteSnapshot(_ context.Context, s eventstore.Snapshot) error
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.snaps = append(r.snaps, s)
+	r.snapsTaken++
 	return nil
+}
+
+// snapshotsTaken is the snapshots the service has written to the recorder.
+func (r *recorder) snapshotsTaken() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.snapsTaken
 }
 
 // ReadSnapshot: a stream with loaded events is ErrLoaded (its snapshot may
