@@ -187,10 +187,13 @@ func TestHistoryLoadedDropAudited(t *testing.T) {
 }
 
 // TestHistoryHeapBounded: the seeder's live heap, read after a forced GC as
-// each chunk is loaded, does not grow with the history: seeding three times
-// the events over the same accounts peaks within a generous bound of the
-// smaller run's peak.
+// each chunk is loaded, does not grow with the history: over the same 200
+// accounts, once each has seen 150 events (its key records, claims and holds
+// at their bounds), seeding 60,000 more events adds under heapPerEvent bytes
+// per event to the peak. Measured: 16.5 bytes per event (what still grows
+// there is not known); a leak of 128 bytes per event loaded: 247.
 func TestHistoryHeapBounded(t *testing.T) {
+	const heapPerEvent = 64
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	peak := func(n int64) uint64 {
@@ -208,10 +211,12 @@ func TestHistoryHeapBounded(t *testing.T) {
 		}
 		return peak
 	}
-	small, large := peak(20_000), peak(60_000)
-	t.Logf("live heap peaks: %.1f MiB at 20,000 events, %.1f MiB at 60,000", mib(small), mib(large))
-	if float64(large) > 1.3*float64(small)+8<<20 {
-		t.Fatalf("the live heap grew with the events: %.1f MiB at 20,000, %.1f MiB at 60,000", mib(small), mib(large))
+	const small, large = 30_000, 90_000
+	hs, hl := peak(small), peak(large)
+	grew := (float64(hl) - float64(hs)) / (large - small)
+	t.Logf("live heap peaks: %.2f MiB at %d events, %.2f MiB at %d: %.1f bytes per added event", mib(hs), small, mib(hl), large, grew)
+	if grew >= heapPerEvent {
+		t.Fatalf("the live heap grew with the events: %.1f bytes per event from %d to %d (%.2f to %.2f MiB)", grew, small, large, mib(hs), mib(hl))
 	}
 }
 
