@@ -160,8 +160,10 @@ func conflictService(t *testing.T, st interface {
 	other := New(st, Options{Clock: clock, Logger: quietLog, DisableGroupCommit: true})
 	t.Cleanup(other.Close)
 	c := &conflictOnceMulti{MultiAppender: st, release: make(chan struct{}), hold2: make(chan struct{})}
-	c.other = func() {
-		mustApply(t, other, "deposit", `{"idempotency_key":"other","account_id":"a","amount":1,"currency":"EUR"}`)
+	c.other = func() { // on a committer goroutine: t.Errorf, as t.Fatalf there would stop it and hang the batch
+		if r := post(t, other, "deposit", `{"idempotency_key":"other","account_id":"a","amount":1,"currency":"EUR"}`); r.Status != domain.StatusApplied {
+			t.Errorf("another instance's deposit to a: %+v", r)
+		}
 	}
 	var multi eventstore.MultiAppender = c
 	if wrap != nil {
