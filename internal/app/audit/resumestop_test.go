@@ -23,6 +23,12 @@ import (
 // stored.
 func stopAt(t *testing.T, env *projtest.Env, opts audit.Options, pages int) *audit.StopRef {
 	t.Helper()
+	return stopAtOn(t, env, env.Store, opts, pages)
+}
+
+// stopAtOn is stopAt of an audit of store (env's sets and read models).
+func stopAtOn(t *testing.T, env *projtest.Env, store audit.Store, opts audit.Options, pages int) *audit.StopRef {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	n := 0
@@ -32,7 +38,7 @@ func stopAt(t *testing.T, env *projtest.Env, opts audit.Options, pages int) *aud
 			cancel()
 		}
 	}
-	rep, err := audit.Run(ctx, env.Store, opts)
+	rep, err := audit.Run(ctx, store, opts)
 	if !errors.Is(err, audit.ErrStopped) || !errors.Is(err, context.Canceled) || rep == nil || rep.Stop == nil {
 		t.Fatalf("the audit stopped after %d pages: %v, %+v", pages, err, rep)
 	}
