@@ -488,7 +488,7 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent, 
 			f.checkSnapshot(re.Stream, a, re.Position)
 			f.checkEffective(re, m, a, payload)
 			f.checkAccountEvent(re, m, a, payload)
-			f.checkRefund(re, a, payload)
+			f.checkRefund(re, m, a, payload)
 			f.checkConditions(re, m, a, payload)
 			f.expectAccountRows(re, m, a, payload)
 		})

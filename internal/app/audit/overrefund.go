@@ -24,16 +24,51 @@ import (
 // account's stream up to the refund answers both. Nothing is carried across
 // a checkpoint: an incremental audit reads what its rows do not keep.
 
-// originals answers the over-refund check's reads; nil: no store to read.
+// originalsKept bounds the originals whose amount and refunded sum the
+// over-refund check keeps per account (originalWindow): the last ones
+// folded (a deposit or withdrawal seen) or read (a refund's original the
+// window did not hold), the first kept forgotten first. A refund of an
+// original it holds reads nothing; one of an original it does not hold
+// reads it once, then holds it.
+const originalsKept = 64
+
+// originalSum is what the check knows of one original: its amount (found:
+// a deposit or withdrawal of the account) and what was refunded of it up
+// to the last event folded.
+type originalSum struct {
+	amount, refunded int64
+	found            bool
+}
+
+// originalWindow is one account's originals kept, at most originalsKept.
+type originalWindow struct {
+	sums  map[string]originalSum
+	order []string // the keys of sums, the first kept first
+}
+
+// put keeps s as key's, forgetting the first kept when full.
+func (w *originalWindow) put(key string, s originalSum) {
+	if _, kept := w.sums[key]; !kept {
+		if len(w.order) == originalsKept {
+			delete(w.sums, w.order[0])
+			w.order = append(w.order[:0], w.order[1:]...)
+		}
+		w.order = append(w.order, key)
+	}
+	w.sums[key] = s
+}
+
+// originals answers the over-refund check; nil: no store to read.
 type originals struct {
 	ctx     context.Context
 	locator eventstore.EventLocator // nil: read the stream instead
 	stream  eventstore.StreamReader
 	refunds refundsReader
+	windows map[string]*originalWindow // by stream
 }
 
 func newOriginals(ctx context.Context, store Store) *originals {
-	o := &originals{ctx: ctx, refunds: newRefundsReader(ctx, store)}
+	o := &originals{ctx: ctx, refunds: newRefundsReader(ctx, store), windows: map[string]*originalWindow{}}
 	o.locator, _ = store.(eventstore.EventLocator)
 	o.stream, _ = store.(eventstore.StreamReader)
 	if o.refunds == nil || (o.locator == nil && o.stream == nil) {
@@ -42,45 +77,86 @@ func newOriginals(ctx context.Context, store Store) *originals {
 	return o
 }
 
-// checkRefund checks a refund event re, folded into a, against its
-// original; payload is its decoded data.
-func (f *Fold) checkRefund(re eventstore.RecordedEvent, a *domain.Account, payload any) {
-	key, _, ok := domain.RefundPayload(payload)
-	if !ok || f.originals == nil {
+// window is stream's originalWindow.
+func (o *originals) window(stream string) *originalWindow {
+	w := o.windows[stream]
+	if w == nil {
+		w = &originalWindow{sums: map[string]originalSum{}}
+		o.windows[stream] = w
+	}
+	return w
+}
+
+// checkRefund keeps an original folded into a (its command's first event
+// m) and checks a refund against its original; payload is re's decoded
+// data.
+func (f *Fold) checkRefund(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account, payload any) {
+	if f.originals == nil {
 		return
 	}
-	refunded, amount, found, err := f.originals.of(re, a, key)
+	if amount, ok := originalOf(payload); ok && m.Index == 0 {
+		f.originals.window(re.Stream).put(m.Key, originalSum{amount: amount, found: true})
+		return
+	}
+	key, part, ok := domain.RefundPayload(payload)
+	if !ok {
+		return
+	}
+	s, err := f.originals.of(re, a, key, part)
 	switch {
 	case err != nil:
 		f.reloadErr = cmp.Or(f.reloadErr, fmt.Errorf("audit: the original of the refund %s@%d: %w", re.Stream, re.Revision, err))
-	case !found:
+	case !s.found:
 		f.eventViolation(InvBalance, "refund_without_original", re, "a refund of %q, which is no deposit or withdrawal before it on %s", key, re.Stream)
-	case refunded > amount:
-		f.eventViolation(InvBalance, "refund_exceeds_original", re, "the refunds of %q sum %d up to revision %d, more than its amount %d", key, refunded, re.Revision, amount)
+	case s.refunded > s.amount:
+		f.eventViolation(InvBalance, "refund_exceeds_original", re, "the refunds of %q sum %d up to revision %d, more than its amount %d", key, s.refunded, re.Revision, s.amount)
 	}
 }
 
-// of is what is refunded of original key up to re (a refund of it folded
-// into a) and the original's amount; found is false when key names no
-// deposit or withdrawal of re's stream before re.
-func (o *originals) of(re eventstore.RecordedEvent, a *domain.Account, key string) (refunded, amount int64, found bool, err error) {
-	if o.locator == nil {
-		return o.fromStream(re, key)
+// of is what is known of original key once re, a refund of part of it
+// folded into a, is counted: from the window when it holds key (no read),
+// else read from the store and then kept.
+func (o *originals) of(re eventstore.RecordedEvent, a *domain.Account, key string, part int64) (originalSum, error) {
+	w := o.window(re.Stream)
+	if s, kept := w.sums[key]; kept {
+		s.refunded += part
+		w.sums[key] = s
+		return s, nil
 	}
+	var s originalSum
+	var err error
+	if o.locator == nil {
+		s.refunded, s.amount, s.found, err = o.fromStream(re, key)
+	} else {
+		s, err = o.byID(re, a, key)
+	}
+	if err == nil {
+		w.put(key, s)
+	}
+	return s, err
+}
+
+// byID is of's read on a store that finds an event by ID: the original's
+// first event by its derived ID, what was refunded of it by the refunds'
+// subject unless a keeps it.
+func (o *originals) byID(re eventstore.RecordedEvent, a *domain.Account, key string) (originalSum, error) {
 	orig, err := o.locator.ReadEventByID(o.ctx, domain.EventID(key, re.Stream, 0))
 	if errors.Is(err, eventstore.ErrEventNotFound) {
-		return 0, 0, false, nil
+		return originalSum{}, nil
 	}
 	if err != nil {
-		return 0, 0, false, err
+		return originalSum{}, err
 	}
-	amount, found = originalAmount(orig, re)
+	s := originalSum{}
+	s.amount, s.found = originalAmount(orig, re)
 	if r, kept := a.Refunded[key]; kept && r.Amount != 0 {
-		return r.Amount, amount, found, nil
+		s.refunded = r.Amount
+		return s, nil
 	}
 	sums := map[string]int64{key: 0}
 	err = o.refunds(re.Stream, re.Revision, sums)
-	return sums[key], amount, found, err
+	s.refunded = sums[key]
+	return s, err
 }
 
 // fromStream is of, reading re's stream from its first event up to re.
@@ -109,6 +185,12 @@ func originalAmount(orig, re eventstore.RecordedEvent) (int64, bool) {
 	if err != nil {
 		return 0, false
 	}
+	return originalOf(payload)
+}
+
+// originalOf is the amount of payload when it is a deposit or withdrawal,
+// what a refund refunds.
+func originalOf(payload any) (int64, bool) {
 	switch e := payload.(type) {
 	case *domain.Credited:
 		return e.Amount, e.Reason == domain.ReasonDeposit

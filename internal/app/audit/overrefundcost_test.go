@@ -1,0 +1,58 @@
+package audit_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/eventstore/kurrentdb"
+	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/internal/app/ledger"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+)
+
+// countingKurrent is a kurrentdb.Store counting the events ReadStream
+// returns.
+type countingKurrent struct {
+	*kurrentdb.Store
+	read atomic.Int64
+}
+
+func (c *countingKurrent) ReadStream(ctx context.Context, stream string, from eventstore.Revision, dir eventstore.Direction, max int) ([]eventstore.RecordedEvent, error) {
+	evs, err := c.Store.ReadStream(ctx, stream, from, dir, max)
+	c.read.Add(int64(len(evs)))
+	return evs, err
+}
+
+// TestAuditOverRefundReadsLinearlyOnKurrentDB: one account on KurrentDB, n
+// deposits each refunded once (2n+1 events). A full audit reads at most
+// 4(2n+1) events by ReadStream: the over-refund check reads nothing for an
+// original whose deposit the fold folded (it read the stream from its first
+// event up to each refund before: some n² events).
+func TestAuditOverRefundReadsLinearlyOnKurrentDB(t *testing.T) {
+	const n = 400
+	st := devtest.KurrentDB(t)
+	l := ledger.New(st, ledger.Options{})
+	defer l.Close()
+	apply := func(typ, body string) {
+		if r := l.HandleRaw(context.Background(), typ, []byte(body)); r.Code != "ok" {
+			t.Fatalf("%s %s: %+v", typ, body, r)
+		}
+	}
+	apply("open_account", `{"idempotency_key":"h-open","account_id":"h","currency":"EUR"}`)
+	for i := range n {
+		apply("deposit", fmt.Sprintf(`{"idempotency_key":"h-d%d","account_id":"h","amount":1000,"currency":"EUR"}`, i))
+		apply("refund", fmt.Sprintf(`{"idempotency_key":"h-f%d","original_key":"h-d%d","amount":1}`, i, i))
+	}
+	c := &countingKurrent{Store: st}
+	rep, err := audit.Run(context.Background(), c, audit.Options{})
+	if err != nil || !rep.OK() {
+		t.Fatalf("%v %v", err, rep)
+	}
+	t.Logf("events read by ReadStream: %d, of a stream of %d", c.read.Load(), 2*n+1)
+	if read, most := c.read.Load(), int64(4*(2*n+1)); read > most {
+		t.Fatalf("the audit read %d events of a stream of %d, more than %d", read, 2*n+1, most)
+	}
+}
