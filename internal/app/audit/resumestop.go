@@ -55,6 +55,9 @@ func resumeFold(ctx context.Context, store Store, opts Options, f *Fold) (*proje
 	if err != nil {
 		return nil, 0, fmt.Errorf("audit: --resume: stop point %d: %w: %w", stop.Checkpoint.ID, err, ErrStartOver)
 	}
+	if err := checkStopOptions(c.Stop.Options, foldOptions(f)); err != nil {
+		return nil, 0, fmt.Errorf("audit: --resume: stop point %d: %w", stop.Checkpoint.ID, err)
+	}
 	ps, err := attachRunSets(ctx, opts.Sets, stop.Sets)
 	if err != nil {
 		return nil, 0, err
@@ -65,6 +68,26 @@ func resumeFold(ctx context.Context, store Store, opts Options, f *Fold) (*proje
 	}
 	ps.copied = c.Stop.SetsRows
 	return &stop, c.Stop.Snapshots, f.resumeStop(ctx, store, opts.Sets, stop.Checkpoint, c)
+}
+
+// checkStopOptions refuses a resume whose options (now) change what is
+// checked from those of the audit that stored the stop point (stored): the
+// events before the stop were checked with those.
+func checkStopOptions(stored, now stopOptions) error {
+	var differ []string
+	if stored.VerifyChain != now.VerifyChain {
+		differ = append(differ, fmt.Sprintf("--verify-chain=%v", stored.VerifyChain))
+	}
+	if stored.NoReadModels != now.NoReadModels {
+		differ = append(differ, fmt.Sprintf("--read-models=%v", !stored.NoReadModels))
+	}
+	if stored.MaxViolations != now.MaxViolations {
+		differ = append(differ, fmt.Sprintf("--max-violations=%d", stored.MaxViolations))
+	}
+	if len(differ) > 0 {
+		return fmt.Errorf("it was stored by an audit run with %s: resume with the same options, or %w", strings.Join(differ, " "), ErrStartOver)
+	}
+	return nil
 }
 
 // attachRunSets takes a session of pool for the stopped run's sets: its

@@ -29,23 +29,12 @@ func stopAt(t *testing.T, env *projtest.Env, opts audit.Options, pages int) *aud
 // stopAtOn is stopAt of an audit of store (env's sets and read models).
 func stopAtOn(t *testing.T, env *projtest.Env, store audit.Store, opts audit.Options, pages int) *audit.StopRef {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	n := 0
 	opts.ReadModels = env.Pool
-	opts.Progress = func(int64, int64) {
-		if n++; n == pages {
-			cancel()
-		}
-	}
-	rep, err := audit.Run(ctx, store, opts)
-	if !errors.Is(err, audit.ErrStopped) || !errors.Is(err, context.Canceled) || rep == nil || rep.Stop == nil {
-		t.Fatalf("the audit stopped after %d pages: %v, %+v", pages, err, rep)
-	}
+	stop := stopWith(t, env, store, opts, pages)
 	if s := runSchemas(t, env.Pool); len(s) != 1 {
 		t.Fatalf("run schemas after the stop: %v, want its one", s)
 	}
-	return rep.Stop
+	return stop
 }
 
 // comparable blanks what differs between two audits of one history by

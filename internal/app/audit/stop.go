@@ -58,6 +58,23 @@ type carriedStop struct {
 	HoldsUnchecked int               `json:"snapshot_holds_unchecked,omitempty"`
 	// SetsRows counts the rows of each history table (historyTables).
 	SetsRows [5]int64 `json:"sets_rows"`
+	// Options are the options that change what the audit checks: a resume
+	// with others is refused (checkStopOptions).
+	Options stopOptions `json:"options"`
+}
+
+// stopOptions are a fold's options that change what it checks
+// (Fold.VerifyChain, Fold.NoRows, Fold.MaxViolations), as a stop point
+// stores them.
+type stopOptions struct {
+	VerifyChain   bool `json:"verify_chain"`
+	NoReadModels  bool `json:"no_read_models"`
+	MaxViolations int  `json:"max_violations"`
+}
+
+// foldOptions are f's options that change what it checks.
+func foldOptions(f *Fold) stopOptions {
+	return stopOptions{VerifyChain: f.VerifyChain, NoReadModels: f.NoRows, MaxViolations: f.MaxViolations}
 }
 
 type carriedSnapshot struct {
@@ -90,7 +107,7 @@ func (r *auditRun) saveStop(ctx context.Context) (*Report, error) {
 	c := f.carriedState()
 	c.Stop = &carriedStop{Build: buildID(), StopEvent: carriedRecord{Stream: f.lastStream, From: f.lastRevision}, StopID: f.lastID,
 		Violations: f.Violations, ViolationCount: f.violations, BatchElements: f.batchElements, Snapshots: r.snapshots,
-		HoldsUnchecked: f.snapshotHoldsUnchecked, SetsRows: ps.copied, BadStreams: slices.Sorted(maps.Keys(f.badStream))}
+		HoldsUnchecked: f.snapshotHoldsUnchecked, SetsRows: ps.copied, Options: foldOptions(f), BadStreams: slices.Sorted(maps.Keys(f.badStream))}
 	for _, s := range slices.Sorted(maps.Keys(f.snapshots)) {
 		c.Stop.Pending = append(c.Stop.Pending, carriedSnapshot{Stream: s, Revision: f.snapshots[s].revision, Late: f.snapshots[s].late})
 	}
