@@ -72,3 +72,29 @@ func TestResumeWithReadModelsOfAStopWithout(t *testing.T) {
 		t.Errorf("run through: %v", rep.Violations)
 	}
 }
+
+// TestResumeRefusesAStaleStopPointOverItsRunsNewerSets: a stop point whose
+// run's sets hold more rows than it counted (a resume of it went on past it:
+// stopped again, its newer stop point replaced by the old one as a second
+// resume that read it before the lock would see it; or killed) is refused,
+// start over. Found by review (rev2): folded on, it named a false
+// key_decided_twice on a clean ledger.
+func TestResumeRefusesAStaleStopPointOverItsRunsNewerSets(t *testing.T) {
+	env := projected(t, projtest.Workload{Commands: 80, Seed: 11})
+	opts := audit.Options{BatchSize: 7}
+	p1 := stopAt(t, env, opts, 3)
+	exec0(t, env, `CREATE TABLE stale_cp AS SELECT * FROM readmodel.audit_checkpoints WHERE id = $1`, p1.ID)
+	exec0(t, env, `CREATE TABLE stale_acc AS SELECT * FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $1`, p1.ID)
+	again := opts
+	again.Resume = true
+	p2 := stopAt(t, env, again, 4) // resumed and stopped again: P1' in the same sets
+	exec0(t, env, `DELETE FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $1`, p2.ID)
+	exec0(t, env, `DELETE FROM readmodel.audit_checkpoints WHERE id = $1`, p2.ID)
+	exec0(t, env, `INSERT INTO readmodel.audit_checkpoints OVERRIDING SYSTEM VALUE SELECT * FROM stale_cp`)
+	exec0(t, env, `INSERT INTO readmodel.audit_checkpoint_accounts SELECT * FROM stale_acc`)
+	rep, err := audit.Run(context.Background(), env.Store, audit.Options{BatchSize: 7, ReadModels: env.Pool, Resume: true, ExpectDigest: p1.Digest})
+	if !errors.Is(err, audit.ErrStartOver) || !strings.Contains(err.Error(), "not its own") {
+		ok := rep != nil && rep.OK()
+		t.Fatalf("stop point %d (%d events) over the sets of %d (%d events) resumed: err %v, report ok %v", p1.ID, p1.Events, p2.ID, p2.Events, err, ok)
+	}
+}

@@ -34,40 +34,60 @@ var ErrStartOver = errors.New("start over: run the audit without --resume")
 
 // resumeFold loads the stop point, re-attaches its run's sets to f and
 // restores f from it; it returns the stop point and the snapshots its audit
-// listed.
+// listed. The stop point is read again once its run's lock is held (a
+// resume stopped again meanwhile replaces it), and what it is checked
+// against is what it holds then.
 func resumeFold(ctx context.Context, store Store, opts Options, f *Fold) (*projections.AuditStop, int, error) {
-	stop, err := projections.Checkpoints.LoadAuditStop(ctx, opts.Sets)
-	switch {
-	case errors.Is(err, projections.ErrNoAuditStop):
-		return nil, 0, ErrNoStopPoint
-	case errors.Is(err, projections.ErrAuditStopEdited):
-		return nil, 0, fmt.Errorf("audit: --resume: %w: %w", err, ErrStartOver)
-	case err != nil:
-		return nil, 0, fmt.Errorf("audit: --resume: %w", err)
-	case opts.ExpectDigest != "" && stop.Checkpoint.Digest != opts.ExpectDigest:
-		return nil, 0, fmt.Errorf("audit: --resume: stop point %d's digest is %s, not the %s expected: it was replaced or edited, digests and all, since: %w",
-			stop.Checkpoint.ID, stop.Checkpoint.Digest, opts.ExpectDigest, ErrStartOver)
+	first, err := loadStop(ctx, opts)
+	if err != nil {
+		return nil, 0, err
+	}
+	ps, err := attachRunSets(ctx, opts.Sets, first.Sets)
+	if err != nil {
+		return nil, 0, err
+	}
+	f.sets = ps
+	stop, err := loadStop(ctx, opts)
+	if err == nil && stop.Sets != first.Sets {
+		err = fmt.Errorf("audit: --resume: stop point %d was replaced by %d, of other sets, while this resume took its lock: resume again", first.Checkpoint.ID, stop.Checkpoint.ID)
+	}
+	if err != nil {
+		return nil, 0, err
 	}
 	c, err := decodeCarried(stop.Checkpoint)
 	if err == nil && c.Stop == nil {
 		err = errors.New("its state carries no stop")
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("audit: --resume: stop point %d: %w: %w", stop.Checkpoint.ID, err, ErrStartOver)
+		err = fmt.Errorf("%w: %w", err, ErrStartOver)
+	} else {
+		err = checkStopOptions(c.Stop.Options, foldOptions(f))
 	}
-	if err := checkStopOptions(c.Stop.Options, foldOptions(f)); err != nil {
-		return nil, 0, fmt.Errorf("audit: --resume: stop point %d: %w", stop.Checkpoint.ID, err)
+	if err == nil {
+		err = checkStopIdentity(ctx, store, ps, c.Stop)
 	}
-	ps, err := attachRunSets(ctx, opts.Sets, stop.Sets)
 	if err != nil {
-		return nil, 0, err
-	}
-	f.sets = ps
-	if err := checkStopIdentity(ctx, store, ps, c.Stop); err != nil {
 		return nil, 0, fmt.Errorf("audit: --resume: stop point %d: %w", stop.Checkpoint.ID, err)
 	}
 	ps.copied = c.Stop.SetsRows
-	return &stop, c.Stop.Snapshots, f.resumeStop(ctx, store, opts.Sets, stop.Checkpoint, c)
+	return stop, c.Stop.Snapshots, f.resumeStop(ctx, store, opts.Sets, stop.Checkpoint, c)
+}
+
+// loadStop loads the stop point, checked against Options.ExpectDigest.
+func loadStop(ctx context.Context, opts Options) (*projections.AuditStop, error) {
+	stop, err := projections.Checkpoints.LoadAuditStop(ctx, opts.Sets)
+	switch {
+	case errors.Is(err, projections.ErrNoAuditStop):
+		return nil, ErrNoStopPoint
+	case errors.Is(err, projections.ErrAuditStopEdited):
+		return nil, fmt.Errorf("audit: --resume: %w: %w", err, ErrStartOver)
+	case err != nil:
+		return nil, fmt.Errorf("audit: --resume: %w", err)
+	case opts.ExpectDigest != "" && stop.Checkpoint.Digest != opts.ExpectDigest:
+		return nil, fmt.Errorf("audit: --resume: stop point %d's digest is %s, not the %s expected: it was replaced or edited, digests and all, since: %w",
+			stop.Checkpoint.ID, stop.Checkpoint.Digest, opts.ExpectDigest, ErrStartOver)
+	}
+	return &stop, nil
 }
 
 // checkStopOptions refuses a resume whose options (now) change what is
@@ -117,21 +137,25 @@ func attachRunSets(ctx context.Context, pool *pgxpool.Pool, run string) (*pgSets
 	return s, nil
 }
 
-// checkStopIdentity refuses a stop point of another build, whose sets were
-// emptied (an UNLOGGED table is, by a crash of PostgreSQL), or whose event
+// checkStopIdentity refuses a stop point of another build, whose sets do not
+// hold exactly the rows it counted (emptied: an UNLOGGED table is, by a crash
+// of PostgreSQL; more: a resume of it went on past it), or whose event
 // at the stop position the store no longer holds (another store).
 func checkStopIdentity(ctx context.Context, store Store, ps *pgSets, st *carriedStop) error {
 	if b := buildID(); st.Build != b {
 		return fmt.Errorf("stored by build %q, this is %q: %w", st.Build, b, ErrStartOver)
 	}
 	for i, t := range historyTables {
-		var held bool
+		var held int64
 		table, _, _ := strings.Cut(t, " ")
-		if err := ps.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+table+`)`).Scan(&held); err != nil {
+		if err := ps.conn.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&held); err != nil {
 			return fmt.Errorf("its sets: %s: %w", table, err)
 		}
-		if st.SetsRows[i] > 0 && !held {
+		switch {
+		case held == 0 && st.SetsRows[i] > 0:
 			return fmt.Errorf("its sets were emptied (%s held %d rows; UNLOGGED tables are emptied by a crash of PostgreSQL): %w", table, st.SetsRows[i], ErrStartOver)
+		case held != st.SetsRows[i]:
+			return fmt.Errorf("its sets are not its own: %s holds %d rows, the stop point counted %d (a resume of it went on past it, killed or stopped again): %w", table, held, st.SetsRows[i], ErrStartOver)
 		}
 	}
 	sr, ok := store.(eventstore.StreamReader)
