@@ -33,15 +33,7 @@ func (c *countingKurrent) ReadStream(ctx context.Context, stream string, from ev
 // event up to each refund before: some n² events).
 func TestAuditOverRefundReadsLinearlyOnKurrentDB(t *testing.T) {
 	const n = 400
-	st := devtest.KurrentDB(t)
-	l := ledger.New(st, ledger.Options{})
-	defer l.Close()
-	apply := func(typ, body string) {
-		if r := l.HandleRaw(context.Background(), typ, []byte(body)); r.Code != "ok" {
-			t.Fatalf("%s %s: %+v", typ, body, r)
-		}
-	}
-	apply("open_account", `{"idempotency_key":"h-open","account_id":"h","currency":"EUR"}`)
+	st, apply := kurrentLedger(t)
 	for i := range n {
 		apply("deposit", fmt.Sprintf(`{"idempotency_key":"h-d%d","account_id":"h","amount":1000,"currency":"EUR"}`, i))
 		apply("refund", fmt.Sprintf(`{"idempotency_key":"h-f%d","original_key":"h-d%d","amount":1}`, i, i))
@@ -55,4 +47,42 @@ func TestAuditOverRefundReadsLinearlyOnKurrentDB(t *testing.T) {
 	if read, most := c.read.Load(), int64(4*(2*n+1)); read > most {
 		t.Fatalf("the audit read %d events of a stream of %d, more than %d", read, 2*n+1, most)
 	}
+}
+
+// TestAuditOnKurrentDBNamesAnOverRefundOfAForgottenOriginal: deposit h-d0
+// (1000) refunded 600 by the ledger, then 64 more deposits (the check keeps
+// the last 64 originals: h-d0 is forgotten), then a forged refund of h-d0
+// of 600: a full audit reads h-d0 and its refunds again and names it.
+func TestAuditOnKurrentDBNamesAnOverRefundOfAForgottenOriginal(t *testing.T) {
+	st, apply := kurrentLedger(t)
+	apply("deposit", `{"idempotency_key":"h-d0","account_id":"h","amount":1000,"currency":"EUR"}`)
+	apply("refund", `{"idempotency_key":"h-f0","original_key":"h-d0","amount":600}`)
+	for i := 1; i <= 64; i++ {
+		apply("deposit", fmt.Sprintf(`{"idempotency_key":"h-d%d","account_id":"h","amount":10,"currency":"EUR"}`, i))
+	}
+	devtest.AppendForgedRefund(t, st, "h", "h-f1", "h-d0", 600)
+	rep, err := audit.Run(context.Background(), st, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Has(audit.InvBalance, "refund_exceeds_original") {
+		t.Fatalf("not named: %v", rep.Violations)
+	}
+}
+
+// kurrentLedger is a ledger on a KurrentDB test server with account h open,
+// and apply, which has it handle a command that must succeed.
+func kurrentLedger(t *testing.T) (*kurrentdb.Store, func(typ, body string)) {
+	t.Helper()
+	st := devtest.KurrentDB(t)
+	l := ledger.New(st, ledger.Options{})
+	t.Cleanup(l.Close)
+	apply := func(typ, body string) {
+		t.Helper()
+		if r := l.HandleRaw(context.Background(), typ, []byte(body)); r.Code != "ok" {
+			t.Fatalf("%s %s: %+v", typ, body, r)
+		}
+	}
+	apply("open_account", `{"idempotency_key":"h-open","account_id":"h","currency":"EUR"}`)
+	return st, apply
 }
