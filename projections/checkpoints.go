@@ -766,12 +766,17 @@ func (Checkpointer) AllAuditAccounts(ctx context.Context, q Querier, id int64, e
 	return loadAuditAccounts(ctx, q, id, each, "")
 }
 
-// DropAuditStop drops the stop point, if any, with its account rows, and
-// returns its sets ("" when none), which the caller drops.
-func (Checkpointer) DropAuditStop(ctx context.Context, db execer) (string, error) {
-	sets, err := dropAuditStop(ctx, db)
-	if err != nil {
-		return "", fmt.Errorf("projections: audit stop point: %w", err)
+// DropAuditStop drops stop point id, if it is still stored (not replaced
+// since), with its account rows, and returns its sets ("" when not), which
+// the caller drops.
+func (Checkpointer) DropAuditStop(ctx context.Context, db execer, id int64) (string, error) {
+	var sets string
+	err := db.QueryRow(ctx, `DELETE FROM readmodel.audit_checkpoints WHERE kind = 'stop' AND id = $1 RETURNING sets`, id).Scan(&sets)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("projections: audit stop point %d: %w", id, err)
 	}
 	return sets, nil
 }

@@ -377,7 +377,7 @@ func TestAuditCheckpointRowsBoundWhole(t *testing.T) {
 // checkpoint: LoadAudit never selects it, by ID or as the last (--from last),
 // and SaveAudit's drop of the oldest neither counts nor drops it. There is
 // one: a new stop point replaces the old and hands back its sets; one whose
-// state is edited is refused; DropAuditStop drops it and hands back its sets.
+// state is edited is refused; DropAuditStop drops it (not a stop point it replaced) and hands back its sets.
 // Shown failing before the kind filter: LoadAudit(0) selected the stop point
 // (refused as "a checkpoint of an earlier build, without its digests").
 func TestAuditStopPoint(t *testing.T) {
@@ -441,13 +441,16 @@ func TestAuditStopPoint(t *testing.T) {
 	if got, err := projections.Checkpoints.LoadAuditStop(ctx, env.Pool); !errors.Is(err, projections.ErrAuditStopEdited) || got.Sets != sets2 {
 		t.Fatalf("an edited stop point: %+v, %v", got, err)
 	}
-	if dropped, err := projections.Checkpoints.DropAuditStop(ctx, env.Pool); err != nil || dropped != sets2 {
+	if dropped, err := projections.Checkpoints.DropAuditStop(ctx, env.Pool, got.Checkpoint.ID); err != nil || dropped != "" {
+		t.Fatalf("the drop of the stop point replaced: dropped %q (%v), want none", dropped, err)
+	}
+	if dropped, err := projections.Checkpoints.DropAuditStop(ctx, env.Pool, stop2.Checkpoint.ID); err != nil || dropped != sets2 {
 		t.Fatalf("dropped %q (%v), want %q", dropped, err, sets2)
 	}
 	if _, err := projections.Checkpoints.LoadAuditStop(ctx, env.Pool); !errors.Is(err, projections.ErrNoAuditStop) {
 		t.Fatalf("after the drop: %v", err)
 	}
-	if dropped, err := projections.Checkpoints.DropAuditStop(ctx, env.Pool); err != nil || dropped != "" {
+	if dropped, err := projections.Checkpoints.DropAuditStop(ctx, env.Pool, stop2.Checkpoint.ID); err != nil || dropped != "" {
 		t.Fatalf("a second drop: %q (%v)", dropped, err)
 	}
 }

@@ -231,7 +231,7 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 	rep, err := r.report(ctx, expected)
 	if err == nil && r.stop != nil {
 		rep.Resumed = stopRef(r.stop)
-		err = endResume(ctx, opts.Sets, f.sets.(*pgSets))
+		err = endResume(ctx, opts.Sets, r.stop, f.sets.(*pgSets))
 	}
 	return rep, err
 }

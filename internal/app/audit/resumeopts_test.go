@@ -6,7 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/projections"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
 
@@ -96,5 +99,48 @@ func TestResumeRefusesAStaleStopPointOverItsRunsNewerSets(t *testing.T) {
 	if !errors.Is(err, audit.ErrStartOver) || !strings.Contains(err.Error(), "not its own") {
 		ok := rep != nil && rep.OK()
 		t.Fatalf("stop point %d (%d events) over the sets of %d (%d events) resumed: err %v, report ok %v", p1.ID, p1.Events, p2.ID, p2.Events, err, ok)
+	}
+}
+
+// TestAStopLeavesTheSetsOfARunningResume: another audit stopped while a
+// resume runs replaces its stop point but leaves its sets (their run's lock
+// is held): the resume runs through, and ending it drops its own stop point
+// only, not the one stored since. Found by review (rev2): the stop dropped
+// the running resume's schema (relation "audit_groups" does not exist).
+func TestAStopLeavesTheSetsOfARunningResume(t *testing.T) {
+	env := projected(t, projtest.Workload{Commands: 80, Seed: 11})
+	first := stopAt(t, env, audit.Options{BatchSize: 7}, 3)
+	paused, release, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	n := 0
+	var rep *audit.Report
+	var err error
+	go func() {
+		defer close(done)
+		rep, err = audit.Run(context.Background(), env.Store, audit.Options{BatchSize: 7, ReadModels: env.Pool, Sets: env.Pool, Resume: true,
+			Progress: func(int64, int64) {
+				if n++; n == 1 {
+					close(paused)
+					<-release
+				}
+			}})
+	}()
+	<-paused
+	other, perr := pgxpool.NewWithConfig(context.Background(), env.Pool.Config().Copy()) // another instance's pool
+	if perr != nil {
+		close(release)
+		t.Fatal(perr)
+	}
+	defer other.Close()
+	second := stopWith(t, env, env.Store, audit.Options{BatchSize: 7, ReadModels: other}, 3)
+	close(release)
+	<-done
+	if err != nil || rep == nil || !rep.OK() {
+		t.Fatalf("the resume of stop point %d, its lock held, while %d was stored: %v", first.ID, second.ID, err)
+	}
+	if got, lerr := projections.Checkpoints.LoadAuditStop(context.Background(), env.Pool); lerr != nil || got.Checkpoint.ID != second.ID {
+		t.Fatalf("after the resume of %d, the stop point stored since (%d): %+v, %v", first.ID, second.ID, got.Checkpoint, lerr)
+	}
+	if s := runSchemas(t, env.Pool); len(s) != 1 {
+		t.Errorf("run schemas after the resume: %v, want the second stop point's one", s)
 	}
 }

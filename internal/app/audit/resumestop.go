@@ -245,10 +245,11 @@ func checkResumable(stop *projections.AuditStop, lives []liveGen) error {
 	return nil
 }
 
-// endResume drops the stop point and, with the sets' session closing, its
+// endResume drops the stop point it resumed from (not one another audit
+// stored since in its place) and, with the sets' session closing, its
 // sets: the resumed audit ran through.
-func endResume(ctx context.Context, pool *pgxpool.Pool, ps *pgSets) error {
-	if _, err := projections.Checkpoints.DropAuditStop(ctx, pool); err != nil {
+func endResume(ctx context.Context, pool *pgxpool.Pool, stop *projections.AuditStop, ps *pgSets) error {
+	if _, err := projections.Checkpoints.DropAuditStop(ctx, pool, stop.Checkpoint.ID); err != nil {
 		return err
 	}
 	ps.keep = false

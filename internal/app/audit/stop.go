@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"runtime/debug"
 	"slices"
@@ -122,7 +123,7 @@ func (r *auditRun) saveStop(ctx context.Context) (*Report, error) {
 	}
 	ps.keep = true
 	if replaced != "" && replaced != ps.run {
-		ps.dropSchema(ctx, replaced, r.opts.logger())
+		ps.dropReplaced(ctx, replaced, r.opts.logger())
 	}
 	return &Report{Stop: stopRef(&stop)}, stopped
 }
@@ -148,4 +149,17 @@ func buildID() string {
 // noteLast notes the last event of a page folded: where a stop point stands.
 func (f *Fold) noteLast(re eventstore.RecordedEvent) {
 	f.lastStream, f.lastRevision, f.lastID = re.Stream, re.Revision, re.ID.String()
+}
+
+// dropReplaced drops the sets of the stop point a stop replaced, under their
+// run's lock: while a resume of it holds the lock, they are its and left
+// (that resume drops them as it ends; else the next full audit does).
+func (s *pgSets) dropReplaced(ctx context.Context, run string, log *slog.Logger) {
+	dropped, err := s.dropOrphanRun(ctx, run)
+	switch {
+	case err != nil:
+		log.Warn("audit: the sets of the stop point replaced could not be dropped: the next full audit drops them", "schema", run, "err", err)
+	case !dropped:
+		log.Info("audit: the sets of the stop point replaced are held by a running resume: left to it", "schema", run)
+	}
 }
