@@ -1,0 +1,91 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+
+	"github.com/ledgerworks/ledger/domain"
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+)
+
+// TestFirstReplyIsTheResendsAndTheLookups: capture_hold with `to`, transfers,
+// transactions and their refunds on two busy accounts; the first reply must
+// be duplicate=false and equal, field by field but the flag, to the resend's
+// (duplicate=true) and to Lookup's (query.command). RecentKeys 1 and the
+// default; group commit on (pipelined/hot) and off (atomic, no hot leg).
+func TestFirstReplyIsTheResendsAndTheLookups(t *testing.T) {
+	for _, keys := range []int{1, 0} {
+		for _, nogc := range []bool{false, true} {
+			t.Run(fmt.Sprintf("keys%d-nogc%v", keys, nogc), func(t *testing.T) {
+				devtest.Stores(t, devtest.MultiAppend, func(t *testing.T, st eventstore.Store) {
+					s := New(st, Options{Clock: clock, Logger: quietLog, RecentKeys: keys, DisableGroupCommit: nogc})
+					defer s.Close()
+					openHeldAndTo(t, s)
+					mustApply(t, s, "deposit", `{"idempotency_key":"d","account_id":"held","amount":100000,"currency":"EUR"}`)
+					var caps, moves, refunds []batchCmd
+					for h := range 20 {
+						mustApply(t, s, "place_hold", fmt.Sprintf(`{"idempotency_key":"h%d","account_id":"held","hold_id":"h%d","amount":3,"currency":"EUR"}`, h, h))
+						caps = append(caps, batchCmd{"capture_hold", map[string]any{"idempotency_key": fmt.Sprintf("c%d", h), "account_id": "held", "hold_id": fmt.Sprintf("h%d", h), "to": "to", "amount": 2}})
+					}
+					for i := range 8 {
+						tk, xk := fmt.Sprintf("t%d", i), fmt.Sprintf("x%d", i)
+						moves = append(moves,
+							batchCmd{"transfer", map[string]any{"idempotency_key": tk, "transfer_id": tk, "from": "held", "to": "to", "amount": 2, "currency": "EUR"}},
+							batchCmd{"post_transaction", map[string]any{"idempotency_key": xk, "transaction_id": xk, "postings": []map[string]any{{"from": "held", "to": "to", "amount": 2, "currency": "EUR"}}}})
+						refunds = append(refunds,
+							batchCmd{"refund", map[string]any{"idempotency_key": "r" + tk, "original_key": tk, "amount": 1}},
+							batchCmd{"refund", map[string]any{"idempotency_key": "r" + xk, "original_key": xk, "amount": 1}})
+					}
+					checkFirstReplies(t, s, caps)
+					checkFirstReplies(t, s, moves)
+					checkFirstReplies(t, s, refunds)
+				})
+			})
+		}
+	}
+}
+
+func checkFirstReplies(t *testing.T, s *Service, cmds []batchCmd) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range 60 {
+		for j, acc := range []string{"held", "to", "to"} {
+			wg.Go(func() {
+				send(s, "deposit", "idempotency_key", fmt.Sprintf("%s-%s%d-%d", cmds[0].typ, acc, i, j), "account_id", acc, "amount", 1, "currency", "EUR")
+			})
+		}
+	}
+	replies := make([]Reply, len(cmds))
+	for i, c := range cmds {
+		wg.Go(func() { replies[i] = s.HandleRaw(context.Background(), c.typ, c.alone()) })
+	}
+	wg.Wait()
+	for i, r := range replies {
+		if r.Status != domain.StatusApplied || r.Duplicate {
+			t.Errorf("%s %v: %+v", cmds[i].typ, cmds[i].body, r)
+			continue
+		}
+		again := s.HandleRaw(context.Background(), cmds[i].typ, cmds[i].alone())
+		if !again.Duplicate {
+			t.Errorf("%s %v: resend not duplicate: %+v", cmds[i].typ, cmds[i].body, again)
+		}
+		again.Duplicate = false
+		if !reflect.DeepEqual(again, r) {
+			t.Errorf("%s %v answered %+v, its resend %+v", cmds[i].typ, cmds[i].body, r, again)
+		}
+		lk, err := s.Lookup(context.Background(), cmds[i].body["idempotency_key"].(string))
+		if err != nil || lk == nil {
+			t.Errorf("lookup %v: %v %v", cmds[i].body, lk, err)
+			continue
+		}
+		l := *lk
+		l.Duplicate = false
+		if !reflect.DeepEqual(l, r) {
+			t.Errorf("%s %v answered %+v, query.command %+v", cmds[i].typ, cmds[i].body, r, l)
+		}
+	}
+}
