@@ -22,7 +22,14 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // projected runs a workload and projects it.
 func projected(t *testing.T, w projtest.Workload) *projtest.Env {
 	t.Helper()
+	return projectedAfter(t, w, func(*projtest.Env) {})
+}
+
+// projectedAfter is projected of a history that before starts.
+func projectedAfter(t *testing.T, w projtest.Workload, before func(*projtest.Env)) *projtest.Env {
+	t.Helper()
 	env := projtest.New(t)
+	before(env)
 	env.Run(t, w)
 	r, err := projections.NewRunner(env.Pool, env.Store, projections.Options{BatchSize: 37})
 	if err != nil {
