@@ -30,7 +30,7 @@ import (
 // window did not hold), the first kept forgotten first. A refund of an
 // original it holds reads nothing; one of an original it does not hold
 // reads it once, then holds it.
-const originalsKept = 64
+const originalsKept = 8
 
 // originalSum is what the check knows of one original: its amount (found:
 // a deposit or withdrawal of the account) and what was refunded of it up
@@ -40,22 +40,40 @@ type originalSum struct {
 	found            bool
 }
 
-// originalWindow is one account's originals kept, at most originalsKept.
+// keptOriginal is one original of a window: its key and what is known of it.
+type keptOriginal struct {
+	key string
+	originalSum
+}
+
+// originalWindow is one account's originals kept, the first kept first, at
+// most originalsKept: a slice searched in order, not a map, as a full audit
+// keeps one window for every account (some 70 bytes an original with its
+// key, so at most some 600 bytes an account).
 type originalWindow struct {
-	sums  map[string]originalSum
-	order []string // the keys of sums, the first kept first
+	kept []keptOriginal
+}
+
+// find is the index of key's original in w, or -1.
+func (w *originalWindow) find(key string) int {
+	for i := range w.kept {
+		if w.kept[i].key == key {
+			return i
+		}
+	}
+	return -1
 }
 
 // put keeps s as key's, forgetting the first kept when full.
 func (w *originalWindow) put(key string, s originalSum) {
-	if _, kept := w.sums[key]; !kept {
-		if len(w.order) == originalsKept {
-			delete(w.sums, w.order[0])
-			w.order = append(w.order[:0], w.order[1:]...)
-		}
-		w.order = append(w.order, key)
+	if i := w.find(key); i >= 0 {
+		w.kept[i].originalSum = s
+		return
 	}
-	w.sums[key] = s
+	if len(w.kept) == originalsKept {
+		w.kept = append(w.kept[:0], w.kept[1:]...)
+	}
+	w.kept = append(w.kept, keptOriginal{key: key, originalSum: s})
 }
 
 // originals answers the over-refund check; nil: no store to read.
@@ -81,7 +99,7 @@ func newOriginals(ctx context.Context, store Store) *originals {
 func (o *originals) window(stream string) *originalWindow {
 	w := o.windows[stream]
 	if w == nil {
-		w = &originalWindow{sums: map[string]originalSum{}}
+		w = &originalWindow{}
 		o.windows[stream] = w
 	}
 	return w
@@ -118,10 +136,9 @@ func (f *Fold) checkRefund(re eventstore.RecordedEvent, m domain.Metadata, a *do
 // else read from the store and then kept.
 func (o *originals) of(re eventstore.RecordedEvent, a *domain.Account, key string, part int64) (originalSum, error) {
 	w := o.window(re.Stream)
-	if s, kept := w.sums[key]; kept {
-		s.refunded += part
-		w.sums[key] = s
-		return s, nil
+	if i := w.find(key); i >= 0 {
+		w.kept[i].refunded += part
+		return w.kept[i].originalSum, nil
 	}
 	var s originalSum
 	var err error

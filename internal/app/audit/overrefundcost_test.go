@@ -50,8 +50,8 @@ func TestAuditOverRefundReadsLinearlyOnKurrentDB(t *testing.T) {
 }
 
 // TestAuditOnKurrentDBNamesAnOverRefundOfAForgottenOriginal: deposit h-d0
-// (1000) refunded 600 by the ledger, then 64 more deposits (the check keeps
-// the last 64 originals: h-d0 is forgotten), then a forged refund of h-d0
+// (1000) refunded 600 by the ledger, then 64 more deposits (more than the
+// originals the check keeps: h-d0 is forgotten), then a forged refund of h-d0
 // of 600: a full audit reads h-d0 and its refunds again and names it.
 func TestAuditOnKurrentDBNamesAnOverRefundOfAForgottenOriginal(t *testing.T) {
 	st, apply := kurrentLedger(t)
