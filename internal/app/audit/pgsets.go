@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -30,6 +31,10 @@ type pgSets struct {
 	// history tables (runsets.go); keep leaves it to a stop point.
 	run  string
 	keep bool
+	// pool and log, with run: where run's schema is dropped from when the
+	// session broke (dropRun), and what is told of it.
+	pool *pgxpool.Pool
+	log  *slog.Logger
 	// copied counts the rows copied into each history table (historyTables'
 	// order), this run's and a resumed one's: a resume checks that its run's
 	// tables still hold rows (an UNLOGGED table is emptied by a crash).

@@ -118,7 +118,7 @@ func attachRunSets(ctx context.Context, pool *pgxpool.Pool, run string) (*pgSets
 	if err != nil {
 		return nil, fmt.Errorf("audit: sets: %w", err)
 	}
-	s := &pgSets{conn: conn, run: run, keep: true}
+	s := &pgSets{conn: conn, run: run, keep: true, pool: pool}
 	var got, exists bool
 	err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+runLock+`), EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, run).Scan(&got, &exists)
 	switch {

@@ -50,7 +50,7 @@ func newRunSets(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*pgS
 	if err != nil {
 		return nil, fmt.Errorf("audit: sets: %w", err)
 	}
-	s := &pgSets{conn: conn}
+	s := &pgSets{conn: conn, pool: pool, log: log}
 	err = s.createRun(ctx)
 	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == insufficientPrivilege {
 		log.Warn("audit: the role may not create a schema (CREATE on the database): the audit's sets are its session's TEMP tables, and a stopped audit stores no stop point to resume from", "err", err)
@@ -102,17 +102,45 @@ func (s *pgSets) attachRun(ctx context.Context) error {
 
 // dropRun drops s.run's schema unless a stop point keeps it (s.keep), and
 // releases its lock before the session is closed: a session's end releases
-// it too, but after close returns (a resume at once would find it held).
+// it too, but after close returns (a resume at once would find it held). A
+// session that broke (a query cancelled by a stop) held the lock no more:
+// the schema is dropped from another, under the lock (dropBroken).
 func (s *pgSets) dropRun() {
 	if s.run == "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dropRunTimeout)
 	defer cancel()
+	if s.conn.Conn().IsClosed() {
+		if !s.keep {
+			s.dropBroken(ctx)
+		}
+		return
+	}
 	if !s.keep {
-		s.dropSchema(ctx, s.run, slog.New(slog.DiscardHandler))
+		s.dropSchema(ctx, s.run, s.logger())
 	}
 	_, _ = s.conn.Exec(ctx, `SELECT pg_advisory_unlock(`+runLock+`)`, s.run)
+}
+
+// dropBroken drops s.run's schema from another session of s.pool, as a run
+// left behind (dropOrphanRun: under its lock, when no stop point names it).
+func (s *pgSets) dropBroken(ctx context.Context) {
+	conn, err := s.pool.Acquire(ctx)
+	if err == nil {
+		defer conn.Release()
+		_, err = (&pgSets{conn: conn}).dropOrphanRun(ctx, s.run)
+	}
+	if err != nil {
+		s.logger().Warn("audit: a run's sets could not be dropped: the next full audit drops them", "schema", s.run, "err", err)
+	}
+}
+
+func (s *pgSets) logger() *slog.Logger {
+	if s.log == nil {
+		return slog.Default()
+	}
+	return s.log
 }
 
 // dropSchema drops a run's schema; failing, it is logged and left to the
