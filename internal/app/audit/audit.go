@@ -333,12 +333,19 @@ func (r *auditRun) runFold(ctx context.Context) (*Fold, error) {
 
 // foldSets takes the fold's sets in opts.Sets: a full audit's in a schema
 // of its run (runsets.go), an incremental audit's in its session's TEMP
-// tables.
+// tables; either drops the runs left behind (dropOrphanRuns).
 func foldSets(ctx context.Context, opts Options) (*pgSets, error) {
-	if opts.From != nil {
-		return newPGSets(ctx, opts.Sets)
+	if opts.From == nil {
+		return newRunSets(ctx, opts.Sets, opts.logger())
 	}
-	return newRunSets(ctx, opts.Sets, opts.logger())
+	s, err := newPGSets(ctx, opts.Sets)
+	if err == nil {
+		if err = s.dropOrphanRuns(ctx, opts.logger()); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
+	return s, err
 }
 
 // report finishes the fold, compares the read models and writes the report.

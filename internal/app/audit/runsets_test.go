@@ -84,12 +84,30 @@ func firstKey(m map[string]bool) string {
 	return ""
 }
 
-// TestPlainAuditDropsTheRunsLeftBehind: a full audit drops the schemas of
-// runs no audit holds (one killed by SIGKILL) and no stop point names, and
-// leaves a held run's and a stop point's.
+// TestPlainAuditDropsTheRunsLeftBehind: a full audit, and an incremental
+// one, drops the schemas of runs no audit holds (one killed by SIGKILL) and
+// no stop point names, and leaves a held run's and a stop point's.
 func TestPlainAuditDropsTheRunsLeftBehind(t *testing.T) {
+	for _, incremental := range []bool{false, true} {
+		t.Run(map[bool]string{false: "full", true: "incremental"}[incremental], func(t *testing.T) {
+			dropsTheRunsLeftBehind(t, incremental)
+		})
+	}
+}
+
+// dropsTheRunsLeftBehind is TestPlainAuditDropsTheRunsLeftBehind of a full
+// audit or, incremental, of one from a checkpoint.
+func dropsTheRunsLeftBehind(t *testing.T, incremental bool) {
 	env := projected(t, projtest.Workload{Commands: 30, Seed: 3})
 	ctx := context.Background()
+	var opts audit.Options
+	if incremental {
+		first := run(t, env, audit.Options{SaveCheckpoint: true})
+		if first.Checkpoint == nil {
+			t.Fatalf("no checkpoint stored: %v", first.Violations)
+		}
+		opts.From = &first.Checkpoint.ID
+	}
 	orphan, held, stopped := runName(), runName(), runName()
 	for _, s := range []string{orphan, held, stopped} {
 		if _, err := env.Pool.Exec(ctx, `CREATE SCHEMA `+s+`; CREATE UNLOGGED TABLE `+s+`.audit_ids (event_id uuid NOT NULL, seq bigint NOT NULL)`); err != nil {
@@ -109,7 +127,7 @@ func TestPlainAuditDropsTheRunsLeftBehind(t *testing.T) {
 	if _, _, err := projections.Checkpoints.SaveAuditStop(ctx, env.Pool, save, stopped); err != nil {
 		t.Fatal(err)
 	}
-	if rep := run(t, env, audit.Options{}); !rep.OK() {
+	if rep := run(t, env, opts); !rep.OK() {
 		t.Fatalf("violations: %v", rep.Violations)
 	}
 	left := runSchemas(t, env.Pool)
