@@ -32,6 +32,13 @@ var ErrNoStopPoint = errors.New("audit: --resume: no stop point is stored (a sto
 // again from the start (without Resume).
 var ErrStartOver = errors.New("start over: run the audit without --resume")
 
+// errSetsNotItsOwn marks a stop point no audit can resume: its sets do not
+// hold the rows it counted (emptied by a crash, or grown by a resume of it
+// that went on past it and ended without a stop point of its own). Found
+// under its run's lock, the stop point and its sets are dropped, as nothing
+// else would drop them (a plain audit keeps the schema a stop point names).
+var errSetsNotItsOwn = errors.New("its sets are not the ones it counted")
+
 // resumeFold loads the stop point, re-attaches its run's sets to f and
 // restores f from it; it returns the stop point and the snapshots its audit
 // listed. The stop point is read again once its run's lock is held (a
@@ -65,6 +72,9 @@ func resumeFold(ctx context.Context, store Store, opts Options, f *Fold) (*proje
 	}
 	if err == nil {
 		err = checkStopIdentity(ctx, store, ps, c.Stop)
+	}
+	if errors.Is(err, errSetsNotItsOwn) {
+		err = dropUnresumable(ctx, opts.Sets, stop, ps, err)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("audit: --resume: stop point %d: %w", stop.Checkpoint.ID, err)
@@ -153,9 +163,9 @@ func checkStopIdentity(ctx context.Context, store Store, ps *pgSets, st *carried
 		}
 		switch {
 		case held == 0 && st.SetsRows[i] > 0:
-			return fmt.Errorf("its sets were emptied (%s held %d rows; UNLOGGED tables are emptied by a crash of PostgreSQL): %w", table, st.SetsRows[i], ErrStartOver)
+			return fmt.Errorf("its sets were emptied (%s held %d rows; UNLOGGED tables are emptied by a crash of PostgreSQL): %w: %w", table, st.SetsRows[i], errSetsNotItsOwn, ErrStartOver)
 		case held != st.SetsRows[i]:
-			return fmt.Errorf("its sets are not its own: %s holds %d rows, the stop point counted %d (a resume of it went on past it, killed or stopped again): %w", table, held, st.SetsRows[i], ErrStartOver)
+			return fmt.Errorf("its sets are not its own: %s holds %d rows, the stop point counted %d (a resume of it went on past it, killed or stopped again): %w: %w", table, held, st.SetsRows[i], errSetsNotItsOwn, ErrStartOver)
 		}
 	}
 	sr, ok := store.(eventstore.StreamReader)
@@ -243,6 +253,16 @@ func checkResumable(stop *projections.AuditStop, lives []liveGen) error {
 		}
 	}
 	return nil
+}
+
+// dropUnresumable drops stop, which no audit can resume (why), and, as ps
+// closes, its sets; ps holds its run's lock.
+func dropUnresumable(ctx context.Context, pool *pgxpool.Pool, stop *projections.AuditStop, ps *pgSets, why error) error {
+	if _, err := projections.Checkpoints.DropAuditStop(ctx, pool, stop.Checkpoint.ID); err != nil {
+		return fmt.Errorf("%w (dropping it: %w)", why, err)
+	}
+	ps.keep = false
+	return fmt.Errorf("%w; it and its sets (schema %s) are dropped", why, stop.Sets)
 }
 
 // endResume drops the stop point it resumed from (not one another audit
