@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/ledgerworks/ledger/eventstore"
@@ -14,7 +15,8 @@ import (
 )
 
 // TestSubjectsBackfillMatchesTheLedger (migration 00027): events written by
-// the ledger today (a deposit whose client metadata holds "\u0000", a
+// the ledger today (a deposit whose client metadata holds "\u0000", as builds
+// before 3de8c97 accepted it: written with a marker, then edited in place, a
 // withdrawal, holds captured with and without `to`, released and expired,
 // a transfer, a transaction and the refunds of a deposit, a transfer and a
 // transaction), their subjects taken away as a build before subjects wrote
@@ -24,7 +26,7 @@ import (
 func TestSubjectsBackfillMatchesTheLedger(t *testing.T) {
 	st, clk, s := aliceOnPostgres(t, 1000)
 	openFunded(t, s, "shop", "EUR", 0)
-	must(t, s, "deposit", "idempotency_key", "nul", "account_id", "alice", "amount", 50, "currency", "EUR", "metadata", map[string]string{"note": "refund a\x00b"})
+	must(t, s, "deposit", "idempotency_key", "nul", "account_id", "alice", "amount", 50, "currency", "EUR", "metadata", map[string]string{"note": "refund a" + nulMarker + "b"})
 	must(t, s, "withdraw", "idempotency_key", "w", "account_id", "alice", "amount", 10, "currency", "EUR")
 	must(t, s, "place_hold", holdBody("h1", "alice", "h1", 30)...)
 	must(t, s, "capture_hold", "idempotency_key", "c1", "account_id", "alice", "hold_id", "h1", "to", "shop", "amount", 20)
@@ -45,6 +47,7 @@ func TestSubjectsBackfillMatchesTheLedger(t *testing.T) {
 	devtest.Settle(t, st)
 
 	ctx := context.Background()
+	writeNulAsOldBuilds(t, st.Pool())
 	subjects := func() map[int64]string {
 		rows, err := st.Pool().Query(ctx, `SELECT position, coalesce(subject, '') FROM events`)
 		if err != nil {
@@ -180,4 +183,27 @@ func aliceOnPostgres(t *testing.T, funds int64) (*postgres.Store, *devtest.Clock
 	t.Cleanup(s.Close)
 	openFunded(t, s, "alice", "EUR", funds)
 	return st, clk, s
+}
+
+// nulMarker stands for the JSON escape of U+0000 (six bytes, as long as
+// `\u0000`) in a command the ledger no longer accepts (3de8c97: metadata
+// holding U+0000 is invalid_request), so that the events holding it can be
+// written as builds before it wrote them (writeNulAsOldBuilds).
+const nulMarker = "NULNUL"
+
+// writeNulAsOldBuilds puts the JSON escape of U+0000 in place of nulMarker
+// in every event's data and metadata, byte for byte where the ledger before
+// 3de8c97 wrote it.
+func writeNulAsOldBuilds(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	tag, err := pool.Exec(context.Background(), `UPDATE events SET
+		data = convert_to(replace(convert_from(data, 'UTF8'), $1, '\u0000'), 'UTF8'),
+		metadata = convert_to(replace(convert_from(metadata, 'UTF8'), $1, '\u0000'), 'UTF8')
+		WHERE position(convert_to($1, 'UTF8') IN data) > 0 OR position(convert_to($1, 'UTF8') IN metadata) > 0`, nulMarker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tag.RowsAffected() == 0 {
+		t.Fatal("no event holds the marker")
+	}
 }
