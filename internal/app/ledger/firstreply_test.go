@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"sync"
 	"testing"
 
 	"github.com/ledgerworks/ledger/domain"
@@ -51,20 +50,7 @@ func TestFirstReplyIsTheResendsAndTheLookups(t *testing.T) {
 
 func checkFirstReplies(t *testing.T, s *Service, cmds []batchCmd) {
 	t.Helper()
-	var wg sync.WaitGroup
-	for i := range 60 {
-		for j, acc := range []string{"held", "to", "to"} {
-			wg.Go(func() {
-				send(s, "deposit", "idempotency_key", fmt.Sprintf("%s-%s%d-%d", cmds[0].typ, acc, i, j), "account_id", acc, "amount", 1, "currency", "EUR")
-			})
-		}
-	}
-	replies := make([]Reply, len(cmds))
-	for i, c := range cmds {
-		wg.Go(func() { replies[i] = s.HandleRaw(context.Background(), c.typ, c.alone()) })
-	}
-	wg.Wait()
-	for i, r := range replies {
+	for i, r := range sendOnTwoHotAccounts(s, cmds, 60) {
 		if r.Status != domain.StatusApplied || r.Duplicate {
 			t.Errorf("%s %v: %+v", cmds[i].typ, cmds[i].body, r)
 			continue

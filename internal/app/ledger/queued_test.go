@@ -164,8 +164,24 @@ func openHeldAndTo(t *testing.T, s *Service) {
 // was answered applied, with the reply its resend gets.
 func answeredAsResentOnTwoHotAccounts(t *testing.T, s *Service, cmds []batchCmd) {
 	t.Helper()
+	for i, r := range sendOnTwoHotAccounts(s, cmds, 100) {
+		if r.Status != domain.StatusApplied {
+			t.Errorf("%s %v: %+v", cmds[i].typ, cmds[i].body, r)
+			continue
+		}
+		again := s.HandleRaw(context.Background(), cmds[i].typ, cmds[i].alone())
+		again.Duplicate = false
+		if !reflect.DeepEqual(again, r) {
+			t.Errorf("%s %v answered %+v, its resend %+v", cmds[i].typ, cmds[i].body, r, again)
+		}
+	}
+}
+
+// sendOnTwoHotAccounts sends cmds at once while "held" and "to" take rounds
+// and 2*rounds deposits of their own, and returns cmds' replies in order.
+func sendOnTwoHotAccounts(s *Service, cmds []batchCmd, rounds int) []Reply {
 	var wg sync.WaitGroup
-	for i := range 100 {
+	for i := range rounds {
 		for j, acc := range []string{"held", "to", "to"} {
 			wg.Go(func() {
 				send(s, "deposit", "idempotency_key", fmt.Sprintf("%s-%s%d-%d", cmds[0].typ, acc, i, j), "account_id", acc, "amount", 1, "currency", "EUR")
@@ -177,15 +193,5 @@ func answeredAsResentOnTwoHotAccounts(t *testing.T, s *Service, cmds []batchCmd)
 		wg.Go(func() { replies[i] = s.HandleRaw(context.Background(), c.typ, c.alone()) })
 	}
 	wg.Wait()
-	for i, r := range replies {
-		if r.Status != domain.StatusApplied {
-			t.Errorf("%s %v: %+v", cmds[i].typ, cmds[i].body, r)
-			continue
-		}
-		again := s.HandleRaw(context.Background(), cmds[i].typ, cmds[i].alone())
-		again.Duplicate = false
-		if !reflect.DeepEqual(again, r) {
-			t.Errorf("%s %v answered %+v, its resend %+v", cmds[i].typ, cmds[i].body, r, again)
-		}
-	}
+	return replies
 }
