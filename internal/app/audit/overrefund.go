@@ -21,7 +21,8 @@ import (
 // amount is read from its first event, found by its derived ID as the
 // ledger finds a forgotten key (eventstore.EventLocator: PostgreSQL,
 // memory). On a store that finds no event by ID (KurrentDB) one read of the
-// account's stream up to the refund answers both. Nothing is carried across
+// account's stream, from the revision the original's key claim names up to
+// the refund, answers both. Nothing is carried across
 // a checkpoint: an incremental audit reads what its rows do not keep.
 
 // originalsKept bounds the originals whose amount and refunded sum the
@@ -176,10 +177,45 @@ func (o *originals) byID(re eventstore.RecordedEvent, a *domain.Account, key str
 	return s, err
 }
 
-// fromStream is of, reading re's stream from its first event up to re.
+// fromStream is of on a store that finds no event by ID (KurrentDB): re's
+// stream read from the original's revision, as its key's claim names it
+// (claimedFrom), up to re: the original's first event and every refund of
+// it, none of which comes before it. When the claim names no revision, or
+// the original is not found from it (a claim that is no lower bound), the
+// stream is read from its first event, as before claims held revisions.
 func (o *originals) fromStream(re eventstore.RecordedEvent, key string) (refunded, amount int64, found bool, err error) {
+	from, err := o.claimedFrom(re, key)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	refunded, amount, found, err = o.streamRange(re, key, from)
+	if err == nil && !found && from > 0 {
+		return o.streamRange(re, key, 0)
+	}
+	return refunded, amount, found, err
+}
+
+// claimedFrom is the revision of re's stream the claim of key names, where
+// the ledger wrote (or was to write) its first event: a lower bound where the
+// claim was written first (domain.KeyClaimed.Revision), as the ledger reads
+// a forgotten key from it. 0 when key has no claim on re's stream, or one
+// without a revision (an older claim), or one at or past re.
+func (o *originals) claimedFrom(re eventstore.RecordedEvent, key string) (uint64, error) {
+	recs, err := o.stream.ReadStream(o.ctx, domain.KeyStreamPrefix+key, 0, eventstore.Forwards, 1)
+	if err != nil || len(recs) == 0 {
+		return 0, ignoreNotFound(err)
+	}
+	c, err := decodeClaim(recs[0].Type, recs[0].Data)
+	if err != nil || c.Stream != re.Stream || c.Revision == nil || *c.Revision >= re.Revision {
+		return 0, nil
+	}
+	return *c.Revision, nil
+}
+
+// streamRange is fromStream's read of re's stream from revision from up to re.
+func (o *originals) streamRange(re eventstore.RecordedEvent, key string, from uint64) (refunded, amount int64, found bool, err error) {
 	sums := map[string]int64{key: 0}
-	err = readStreamRange(o.ctx, o.stream, re.Stream, 0, int64(re.Revision), func(e eventstore.RecordedEvent) error {
+	err = readStreamRange(o.ctx, o.stream, re.Stream, from, int64(re.Revision), func(e eventstore.RecordedEvent) error {
 		m, err := domain.DecodeMetadata(e.Metadata)
 		if err != nil {
 			return err

@@ -49,6 +49,39 @@ func TestAuditOverRefundReadsLinearlyOnKurrentDB(t *testing.T) {
 	}
 }
 
+// TestAuditOverRefundOfOldOriginalsReadsFromTheirClaimOnKurrentDB: one
+// account on KurrentDB, a long history (prefix deposits), then rounds of a
+// deposit and a refund of the deposit lag rounds back: more originals back
+// than the check keeps, so each refund's original is read. A full audit reads,
+// per refund, its original's claim and the stream from the revision the claim
+// names up to the refund (at most 2·lag+3 events), whatever the stream's
+// length: it read the stream from its first event up to each refund before.
+func TestAuditOverRefundOfOldOriginalsReadsFromTheirClaimOnKurrentDB(t *testing.T) {
+	const prefix, rounds, lag = 300, 60, 10
+	st, apply := kurrentLedger(t)
+	for i := range prefix {
+		apply("deposit", fmt.Sprintf(`{"idempotency_key":"p-d%d","account_id":"h","amount":10,"currency":"EUR"}`, i))
+	}
+	refunds := 0
+	for i := range rounds {
+		apply("deposit", fmt.Sprintf(`{"idempotency_key":"h-d%d","account_id":"h","amount":1000,"currency":"EUR"}`, i))
+		if i >= lag {
+			apply("refund", fmt.Sprintf(`{"idempotency_key":"h-f%d","original_key":"h-d%d","amount":1}`, i, i-lag))
+			refunds++
+		}
+	}
+	c := &countingKurrent{Store: st}
+	rep, err := audit.Run(context.Background(), c, audit.Options{})
+	if err != nil || !rep.OK() {
+		t.Fatalf("%v %v", err, rep)
+	}
+	stream := 1 + prefix + rounds + refunds
+	t.Logf("events read by ReadStream: %d, for %d refunds of a stream of %d", c.read.Load(), refunds, stream)
+	if read, most := c.read.Load(), int64(refunds*(2*lag+3)); read > most {
+		t.Fatalf("the audit read %d events for %d refunds of a stream of %d, more than %d", read, refunds, stream, most)
+	}
+}
+
 // TestAuditOnKurrentDBNamesAnOverRefundOfAForgottenOriginal: deposit h-d0
 // (1000) refunded 600 by the ledger, then 64 more deposits (more than the
 // originals the check keeps: h-d0 is forgotten), then a forged refund of h-d0
