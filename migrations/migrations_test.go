@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 
 	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 	"github.com/ledgerworks/ledger/migrations"
@@ -464,5 +466,50 @@ func TestCheckNamesTheMissingMigrations(t *testing.T) {
 	err = migrations.Check(ctx, u)
 	if err == nil || !strings.Contains(err.Error(), "00005") || strings.Contains(err.Error(), "00027") {
 		t.Fatalf("a database without 00005's row: %v", err)
+	}
+}
+
+// TestDownPastTheWithdrawnMigration (migration 00029): a database migrated
+// by a build that had 00021 (0d8b992, withdrawn by c1fd7f0) records it, and
+// goose's down stopped at that row with no file for it; 00029 forgets the
+// row, after which the way down reaches 00020, and up again.
+func TestDownPastTheWithdrawnMigration(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	u := pgtest.URL(t)
+	p := provider(t, u)
+	if _, err := p.UpTo(ctx, 20); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, ctx, u)
+	// 00021's up, as the builds of 0d8b992 ran it and recorded it.
+	mustExec(t, ctx, conn, `CREATE UNIQUE INDEX events_all_key ON events (transaction_id, position);
+		ALTER TABLE events DROP CONSTRAINT events_pkey, ADD CONSTRAINT events_pkey PRIMARY KEY USING INDEX events_all_key;
+		DROP INDEX events_all_idx;
+		INSERT INTO goose_db_version (version_id, is_applied) VALUES (21, true)`)
+	if _, err := p.UpTo(ctx, 28); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 20); !errors.Is(err, goose.ErrVersionNotFound) {
+		t.Fatalf("down to 20 from 28 over the row of 00021: %v, want goose's %v", err, goose.ErrVersionNotFound)
+	}
+	if _, err := p.DownTo(ctx, 21); err != nil {
+		t.Fatalf("down to 21, above the row: %v", err) // 28..22 went down: the row of 00021 is what stopped it
+	}
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 20); err != nil {
+		t.Fatalf("down to 20 after 00029: %v", err)
+	}
+	var version int64
+	if err := conn.QueryRow(ctx, `SELECT max(version_id) FROM goose_db_version`).Scan(&version); err != nil || version != 20 {
+		t.Fatalf("version after down to 20: %d (%v)", version, err)
+	}
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	if err := migrations.Check(ctx, u); err != nil {
+		t.Fatal(err)
 	}
 }
