@@ -104,7 +104,7 @@ func TestQueries(t *testing.T) {
 	now := time.Now()
 	sums, err = q.Balances(ctx, client.BalancesQuery{Prefix: "al", EffectiveAt: &now, MinPosition: tx.Position})
 	want[0].Balance, want[0].Available = 750, 750
-	if err != nil || !reflect.DeepEqual(sums.Balances, want) || sums.AsOfEffective != now.UTC().Format(time.RFC3339Nano) || sums.AsOf != "" {
+	if err != nil || !reflect.DeepEqual(sums.Balances, want) || sums.AsOfEffective != now.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano) || sums.AsOf != "" {
 		t.Fatalf("balances of al by effective time now: %+v %v; want %+v", sums, err, want)
 	}
 	_, err = q.Balances(ctx, client.BalancesQuery{Prefix: "al%"})

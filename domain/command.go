@@ -416,7 +416,7 @@ func decodePostings(raw json.RawMessage) ([]Posting, *InvalidError) {
 // "effective" then was applied as effective now).
 func (c *Command) setTime(name string, ts time.Time) bool {
 	if name == effectiveField.name {
-		c.EffectiveAt, c.effectiveGiven = ts.UTC().Truncate(time.Microsecond), time.Time{}
+		c.EffectiveAt, c.effectiveGiven = Instant(ts), time.Time{}
 		if !c.EffectiveAt.Equal(ts) {
 			c.effectiveGiven = ts.UTC()
 		}

@@ -48,8 +48,14 @@ func CheckEffectiveOn(cmd Command, accountID string, opened bool, effectiveFrom 
 // finer (and accounts recorded before effective_at was truncated at intake
 // may carry a finer one).
 func BeforeOpening(effective, opening time.Time) bool {
-	return effective.Truncate(time.Microsecond).Before(opening.Truncate(time.Microsecond))
+	return Instant(effective).Before(Instant(opening))
 }
+
+// Instant is t in UTC to the microsecond, as PostgreSQL's timestamptz keeps
+// it (a finer fraction truncated): the instant the ledger decides, records and
+// answers by for an effective_at given finer (Command.setTime), and that a
+// query's time asks and echoes (as_of_effective; PROTOCOL.md §2.3).
+func Instant(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
 // EffectivePtr is the command's effective_at as metadata carries it: nil when none given.
 func (c Command) EffectivePtr() *time.Time {

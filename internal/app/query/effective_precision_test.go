@@ -119,3 +119,38 @@ func TestOpeningRecordedBelowTheMicrosecond(t *testing.T) {
 		t.Fatalf("query.balance effective at the opening as answered, %s: %+v; a deposit effective then: %+v", eff.Format(time.RFC3339Nano), found, d)
 	}
 }
+
+// TestAsOfEffectiveIsTheInstantUsed (PROTOCOL.md §2.3, §4): a query's
+// effective_at with a fraction below the microsecond is answered as of the
+// microsecond below it (the read models keep no finer), and as_of_effective
+// is that instant, not the text asked; over NATS, for query.balance and
+// query.balances. A deposit effective at E and one at E+1µs: asked at
+// E+999ns, both answer the first deposit alone and echo E.
+func TestAsOfEffectiveIsTheInstantUsed(t *testing.T) {
+	ctx := context.Background()
+	f := setup(t, 5*time.Second)
+	f.start(t)
+	e := opened.Truncate(time.Second).Add(time.Hour)
+	send := func(body string) ledger.Reply {
+		r := f.env.Ledger.HandleRaw(ctx, "deposit", []byte(body))
+		if r.Status != domain.StatusApplied {
+			t.Fatalf("%s: %+v", body, r)
+		}
+		return r
+	}
+	if o := f.env.Ledger.HandleRaw(ctx, "open_account", []byte(fmt.Sprintf(`{"idempotency_key":"o-u","account_id":"u:1","currency":"EUR","effective_at":%q}`, opened.Format(time.RFC3339Nano)))); o.Status != domain.StatusApplied {
+		t.Fatalf("open: %+v", o)
+	}
+	send(fmt.Sprintf(`{"idempotency_key":"d-u1","account_id":"u:1","amount":10,"currency":"EUR","effective_at":%q}`, e.Format(time.RFC3339Nano)))
+	last := send(fmt.Sprintf(`{"idempotency_key":"d-u2","account_id":"u:1","amount":5,"currency":"EUR","effective_at":%q}`, e.Add(time.Microsecond).Format(time.RFC3339Nano))).Position
+	asked, used := e.Add(999*time.Nanosecond).Format(time.RFC3339Nano), e.Format(time.RFC3339Nano)
+	b := f.ask(t, "balance", map[string]any{"account_id": "u:1", "effective_at": asked, "min_position": last})
+	if b["balance"] != 10.0 || b["as_of_effective"] != used {
+		t.Errorf("query.balance effective at %s: %v, want balance 10 as_of_effective %s", asked, b, used)
+	}
+	s := f.ask(t, "balances", map[string]any{"prefix": "u:", "effective_at": asked, "min_position": last})
+	rows, _ := s["balances"].([]any)
+	if len(rows) != 1 || rows[0].(map[string]any)["balance"] != 10.0 || s["as_of_effective"] != used {
+		t.Errorf("query.balances effective at %s: %v, want balance 10 as_of_effective %s", asked, s, used)
+	}
+}

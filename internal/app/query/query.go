@@ -113,8 +113,8 @@ type BalanceRequest struct {
 
 // Balance is the reply of the balance query: the account object as it stood
 // after the event at AsOfRevision, which happened at AsOf; or, asked with
-// effective_at, with everything effective by AsOfEffective (the instant asked,
-// and then neither of the other two).
+// effective_at, with everything effective by AsOfEffective (the instant asked
+// to the microsecond, the one used; and then neither of the other two).
 type Balance struct {
 	Account
 	AsOfRevision  *uint64 `json:"as_of_revision,omitempty"`
@@ -488,7 +488,8 @@ func readEntries(ctx context.Context, tx pgx.Tx, accountID string, page entriesP
 
 var errNotFound = errors.New("not found")
 
-// timeBound parses an optional RFC 3339 time of a query.
+// timeBound parses an optional RFC 3339 time of a query, to the microsecond
+// (domain.Instant): the instant the query reads by and echoes.
 func timeBound(field, v string) (*time.Time, *reply.QueryError) {
 	if v == "" {
 		return nil, nil
@@ -497,6 +498,7 @@ func timeBound(field, v string) (*time.Time, *reply.QueryError) {
 	if err != nil {
 		return nil, invalid(field, "%q is not an RFC 3339 time", v)
 	}
+	t = domain.Instant(t) // the read models keep microseconds: the instant asked is the one used and echoed
 	return &t, nil
 }
 

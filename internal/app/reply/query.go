@@ -93,9 +93,11 @@ type TransferState struct {
 type Balances struct {
 	Prefix   string            `json:"prefix"`
 	Balances []CurrencyBalance `json:"balances"`
-	// AsOf is the time asked (at), RFC 3339 UTC; "" for the current sums.
+	// AsOf is the time asked (at) to the microsecond, RFC 3339 UTC; "" for
+	// the current sums.
 	AsOf string `json:"as_of,omitempty"`
-	// AsOfEffective is the effective instant asked (effective_at, §2.3).
+	// AsOfEffective is the effective instant asked (effective_at, §2.3) to
+	// the microsecond: the instant the sums are of.
 	AsOfEffective string `json:"as_of_effective,omitempty"`
 	// ProjectedPosition is the position of the read model summed: accounts for
 	// the current sums, balances for the sums as of a time.
