@@ -41,10 +41,13 @@ const (
 	maxHistoryChunk = 90_000
 )
 
-// historyRecentKeys is the key records a seeding ledger's aggregates keep
-// (ledger.Options.RecentKeys): what they remember of keys is never written,
-// and the seeder sends no key twice, so a few keep its memory small.
-const historyRecentKeys = 16
+// historyRecent is the key records, closed holds and refunded originals a
+// seeding ledger's aggregates keep (ledger.Options.RecentKeys, RecentHolds,
+// RecentRefunds): what they remember is never written, the seeder sends no
+// key twice and a unit's capture or refund shares its chunk with its hold or
+// original (found there by ID or subject when forgotten), so one each keeps
+// an account's state from growing with its history.
+const historyRecent = 1
 
 // HistoryResult describes a seeded history.
 type HistoryResult struct {
@@ -128,11 +131,13 @@ func History(ctx context.Context, dst ledger.Store, n int64, o HistoryOptions) (
 
 // serviceOptions are the seeding ledger's: the ledger's defaults, but that
 // over a recorder it keeps every account cached (the recorder holds none of
-// their events once loaded) and few keys of each.
+// their events once loaded) with one key record, closed hold and refunded
+// original each (historyRecent).
 func (h *history) serviceOptions() ledger.Options {
 	o := ledger.Options{Producer: "bench-history", SnapshotEvery: h.o.SnapshotEvery}
 	if h.rec != nil {
-		o.CacheSize, o.CacheBytes, o.RecentKeys = h.o.Accounts+OpenBatch, -1, historyRecentKeys
+		o.CacheSize, o.CacheBytes = h.o.Accounts+OpenBatch, -1
+		o.RecentKeys, o.RecentHolds, o.RecentRefunds = historyRecent, historyRecent, historyRecent
 	}
 	return o
 }
