@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,5 +153,39 @@ func TestAsOfEffectiveIsTheInstantUsed(t *testing.T) {
 	rows, _ := s["balances"].([]any)
 	if len(rows) != 1 || rows[0].(map[string]any)["balance"] != 10.0 || s["as_of_effective"] != used {
 		t.Errorf("query.balances effective at %s: %v, want balance 10 as_of_effective %s", asked, s, used)
+	}
+}
+
+// TestTimesBelowTheMicrosecondAsSent (PROTOCOL.md §2.3, §4): a query's times
+// are ordered as sent and used to the microsecond. Over NATS: an entries
+// range inside one microsecond (from E+100ns to E+900ns) is valid and
+// empty, the same range reversed is invalid_request naming to; a balance
+// asked effective before the account's first event is account_not_found
+// naming the instant used (the microsecond below), not the text sent.
+func TestTimesBelowTheMicrosecondAsSent(t *testing.T) {
+	ctx := context.Background()
+	f := setup(t, 5*time.Second)
+	f.start(t)
+	e := opened.Truncate(time.Second).Add(time.Hour)
+	at := func(ns int) string { return e.Add(time.Duration(ns)).Format(time.RFC3339Nano) }
+	if o := f.env.Ledger.HandleRaw(ctx, "open_account", []byte(fmt.Sprintf(`{"idempotency_key":"o-s","account_id":"s","currency":"EUR","effective_at":%q}`, at(0)))); o.Status != domain.StatusApplied {
+		t.Fatalf("open: %+v", o)
+	}
+	d := f.env.Ledger.HandleRaw(ctx, "deposit", []byte(fmt.Sprintf(`{"idempotency_key":"d-s","account_id":"s","amount":3,"currency":"EUR","effective_at":%q}`, at(0))))
+	if d.Status != domain.StatusApplied {
+		t.Fatalf("deposit: %+v", d)
+	}
+	page := f.ask(t, "entries", map[string]any{"account_id": "s", "by": "effective", "from": at(100), "to": at(900), "min_position": d.Position})
+	if page["status"] == "invalid" || page["entries"] == nil || len(page["entries"].([]any)) != 0 {
+		t.Errorf("entries from %s to %s: %v, want an empty page", at(100), at(900), page)
+	}
+	rev := f.ask(t, "entries", map[string]any{"account_id": "s", "by": "effective", "from": at(900), "to": at(100), "min_position": d.Position})
+	if rev["code"] != "invalid_request" || !slices.Equal(rev["fields"].([]any), []any{"to"}) {
+		t.Errorf("entries from %s to %s: %v, want invalid_request naming to", at(900), at(100), rev)
+	}
+	used := e.Add(-time.Microsecond).Format(time.RFC3339Nano)
+	b := f.ask(t, "balance", map[string]any{"account_id": "s", "effective_at": at(-100), "min_position": d.Position})
+	if b["code"] != "account_not_found" || !strings.HasSuffix(b["message"].(string), "before "+used) {
+		t.Errorf("query.balance effective at %s: %v, want account_not_found naming %s", at(-100), b, used)
 	}
 }

@@ -241,7 +241,7 @@ func (s *Service) Balance(ctx context.Context, q BalanceRequest) (*Balance, *rep
 	case !r.found && q.Revision != nil:
 		return nil, invalid("revision", "account %s is at revision %d (the balances read model is at %s)", q.AccountID, *r.last, pos)
 	case !r.found:
-		e := &reply.QueryError{Status: domain.StatusRejected, Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s did not exist at %s", q.AccountID, q.At), ProjectedPosition: pos}
+		e := &reply.QueryError{Status: domain.StatusRejected, Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s did not exist at %s", q.AccountID, echoTime(when.at, q.At)), ProjectedPosition: pos}
 		return nil, e
 	}
 	out := r.out
@@ -279,7 +279,7 @@ func (s *Service) effectiveBalance(ctx context.Context, q BalanceRequest, effect
 		e.ProjectedPosition = pos.String()
 		return nil, e
 	case found == nil:
-		return nil, &reply.QueryError{Status: domain.StatusRejected, Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s had no event effective at or before %s", q.AccountID, q.EffectiveAt), ProjectedPosition: pos.String()}
+		return nil, &reply.QueryError{Status: domain.StatusRejected, Code: domain.CodeAccountNotFound, Message: fmt.Sprintf("account %s had no event effective at or before %s", q.AccountID, echoTime(&effective, q.EffectiveAt)), ProjectedPosition: pos.String()}
 	}
 	status := domain.AccountStatusOpen
 	if found.Closed {
@@ -417,15 +417,18 @@ func entriesPageOf(q EntriesRequest) (entriesPage, *reply.QueryError) {
 		page.limit = *q.Limit
 	}
 	var qerr *reply.QueryError
-	if page.from, qerr = timeBound("from", q.From); qerr != nil {
+	if page.from, qerr = parseTime("from", q.From); qerr != nil {
 		return entriesPage{}, qerr
 	}
-	if page.to, qerr = timeBound("to", q.To); qerr != nil {
+	if page.to, qerr = parseTime("to", q.To); qerr != nil {
 		return entriesPage{}, qerr
 	}
+	// The order is checked on the times as sent: a range within one
+	// microsecond is valid, and empty once truncated.
 	if page.from != nil && page.to != nil && !page.from.Before(*page.to) {
 		return entriesPage{}, invalid("to", "must be after from")
 	}
+	page.from, page.to = instant(page.from), instant(page.to)
 	switch q.By {
 	case "", ByRecord:
 	case ByEffective:
@@ -491,6 +494,21 @@ var errNotFound = errors.New("not found")
 // timeBound parses an optional RFC 3339 time of a query, to the microsecond
 // (domain.Instant): the instant the query reads by and echoes.
 func timeBound(field, v string) (*time.Time, *reply.QueryError) {
+	t, qerr := parseTime(field, v)
+	return instant(t), qerr
+}
+
+// echoTime is the instant a query used, as its reply names it (sent, the
+// text as sent when none was parsed).
+func echoTime(used *time.Time, sent string) string {
+	if used == nil {
+		return sent
+	}
+	return used.UTC().Format(time.RFC3339Nano)
+}
+
+// parseTime parses an optional RFC 3339 time of a query as sent.
+func parseTime(field, v string) (*time.Time, *reply.QueryError) {
 	if v == "" {
 		return nil, nil
 	}
@@ -498,8 +516,17 @@ func timeBound(field, v string) (*time.Time, *reply.QueryError) {
 	if err != nil {
 		return nil, invalid(field, "%q is not an RFC 3339 time", v)
 	}
-	t = domain.Instant(t) // the read models keep microseconds: the instant asked is the one used and echoed
 	return &t, nil
+}
+
+// instant is t to the microsecond (domain.Instant), nil kept: the read
+// models keep microseconds, so the instant asked is the one used and echoed.
+func instant(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	i := domain.Instant(*t)
+	return &i
 }
 
 // Transfer answers the transfer query.
