@@ -53,9 +53,11 @@ SELECT readmodel.create_generation('balances', 1), readmodel.publish_generation(
 INSERT INTO readmodel.checkpoints (name, generation, state) VALUES ('balances', 1, 'live');
 
 -- +goose Down
+-- The view first: it reads the generation's table, which DROP TABLE (no
+-- CASCADE) would not drop under it.
+DROP VIEW IF EXISTS readmodel.balance_history;
 SELECT readmodel.drop_generation(name, generation) FROM readmodel.checkpoints WHERE name = 'balances';
 DELETE FROM readmodel.checkpoints WHERE name = 'balances';
-DROP VIEW IF EXISTS readmodel.balance_history;
 DROP FUNCTION readmodel.create_generation(text, integer);
 DROP FUNCTION readmodel.generation_tables(text, integer);
 ALTER FUNCTION readmodel.create_generation_00002(text, integer) RENAME TO create_generation;

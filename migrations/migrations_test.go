@@ -513,3 +513,34 @@ func TestDownPastTheWithdrawnMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDownToNothingAndUpAgain: every migration's down runs, from the last
+// to none (an empty schema but goose's table), and Up then brings the
+// database back to a state Check accepts. 00004's down dropped the
+// balances generation's table before the view that reads it, and stopped.
+func TestDownToNothingAndUpAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	u := pgtest.URL(t)
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := provider(t, u).DownTo(ctx, 0); err != nil {
+		t.Fatalf("down to 0: %v", err)
+	}
+	var left []string
+	rows, err := connect(t, ctx, u).Query(ctx, `SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast') AND c.relkind IN ('r', 'v', 'p') AND c.relname <> 'goose_db_version'`)
+	if err == nil {
+		left, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil || len(left) != 0 {
+		t.Fatalf("tables and views left after down to 0: %v (%v)", left, err)
+	}
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	if err := migrations.Check(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+}
