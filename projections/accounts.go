@@ -124,9 +124,9 @@ func applyHoldChange(h *holdRow, c domain.HoldChange, ev *Event) {
 }
 
 // open records an account's opening: its currency, overdraft limit and
-// metadata ({} when it has none).
+// metadata as the read models hold it ({} when it has none; ReadModelMetadata).
 func (a *accountRow) open(c domain.AccountChange, ev *Event) error {
-	md, err := json.Marshal(c.Metadata)
+	md, err := json.Marshal(ReadModelMetadata(c.Metadata))
 	if err != nil {
 		return err
 	}

@@ -66,13 +66,13 @@ func EntryOf(ev *Event) (Entry, bool) {
 var emptyObject = []byte("{}")
 
 // entryMetadata is an entry's metadata as its jsonb column takes it: the
-// JSON encoding/json writes of it (as pgx encoded the map), without a call
-// for the usual empty one.
+// JSON encoding/json writes of it (as pgx encoded the map) as the read models
+// hold it (ReadModelMetadata), without a call for the usual empty one.
 func entryMetadata(m map[string]string) ([]byte, error) {
 	if len(m) == 0 {
 		return emptyObject, nil
 	}
-	return json.Marshal(m)
+	return json.Marshal(ReadModelMetadata(m))
 }
 
 func (entriesProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events []*Event) error {

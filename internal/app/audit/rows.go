@@ -154,12 +154,14 @@ func digestOf(b []byte) string {
 
 // metadataJSON renders a client's metadata as PostgreSQL's jsonb::text and
 // encoding/json both render an empty one, and through encoding/json otherwise
-// (sorted keys; the comparison reads the table's through the same function).
+// (sorted keys; the comparison reads the table's through the same function),
+// as the read models hold it (projections.ReadModelMetadata: an event's
+// U+0000 is U+FFFD there, on purpose, not a difference).
 func metadataJSON(m map[string]string) string {
 	if len(m) == 0 {
 		return "{}"
 	}
-	b, _ := json.Marshal(m)
+	b, _ := json.Marshal(projections.ReadModelMetadata(m))
 	return string(b)
 }
 
