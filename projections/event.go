@@ -152,22 +152,22 @@ type genRows struct {
 }
 
 // copyBufs are the COPY buffers of the projections' writes, kept for the
-// next batch: a rebuild's batch writes hundreds of KiB a table.
+// next batch: each holds one piece of a COPY's data at a time
+// (pgcopy.StreamPieceBytes), not a batch's rows.
 var copyBufs = sync.Pool{New: func() any { return new(pgcopy.Buf) }}
 
 // copyOrUpsert writes rows to a generation's table: first with COPY straight
 // into it, the fastest way in, inside a savepoint; should a row already be there
 // (a unique violation: the batch, or part of it, was applied before), the
 // savepoint is rolled back and fallback writes the rows with its conflict rules.
+// The rows are written as COPY reads them, a piece at a time (pgcopy.Stream).
+// No rows is no write: a COPY of none, no savepoint.
 func copyOrUpsert(ctx context.Context, tx pgx.Tx, rows genRows, fallback func() error) error {
+	if rows.n == 0 {
+		return nil
+	}
 	c := copyBufs.Get().(*pgcopy.Buf)
 	defer copyBufs.Put(c)
-	*c = c.Emptied()
-	for i := range rows.n {
-		if err := rows.row(c.Tuple(int16(len(rows.columns))), i); err != nil {
-			return err
-		}
-	}
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return err
@@ -177,9 +177,13 @@ func copyOrUpsert(ctx context.Context, tx pgx.Tx, rows genRows, fallback func() 
 		cols[i] = pgx.Identifier{col}.Sanitize()
 	}
 	sql := fmt.Sprintf("COPY %s (%s) FROM STDIN (FORMAT binary)", Table(rows.base, rows.gen), strings.Join(cols, ", "))
-	_, err = sp.Conn().PgConn().CopyFrom(ctx, c.Reader(), sql)
+	r := pgcopy.Stream(c, int16(len(rows.columns)), rows.n, rows.row)
+	_, err = sp.Conn().PgConn().CopyFrom(ctx, r, sql)
 	if err == nil {
 		return sp.Commit(ctx)
+	}
+	if r.Err() != nil { // a row that could not be written: the COPY was abandoned
+		return r.Err()
 	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "23505" { // unique_violation

@@ -1,6 +1,6 @@
 // Package pgcopy writes rows in the binary format of PostgreSQL's COPY (COPY
-// ... FROM STDIN (FORMAT binary)) into one buffer: the audit's sets and the
-// projections' loads. pgx's CopyFrom takes each row as a []any and looks up an
+// ... FROM STDIN (FORMAT binary)): into one buffer (Buf: the audit's sets), or
+// streamed in pieces as COPY reads them (Stream: the projections' loads). pgx's CopyFrom takes each row as a []any and looks up an
 // encode plan for each value (8% of the audit's CPU at 1,000,000 events, and
 // 6% of a rebuild's, with the boxing of the values besides: a rebuild's third
 // largest allocation by bytes); the columns written here are of types whose
@@ -9,6 +9,7 @@ package pgcopy
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"io"
 	"time"
@@ -87,9 +88,75 @@ func (c *Buf) Timestamptz(t time.Time) *Buf {
 
 // Reader ends the COPY's data (its trailer) and reads it.
 func (c *Buf) Reader() io.Reader {
-	c.b = binary.BigEndian.AppendUint16(c.b, 0xffff)
+	c.end()
 	return bytes.NewReader(c.b)
 }
 
+// end writes the trailer that ends the COPY's data: a field count of -1.
+func (c *Buf) end() { c.b = binary.BigEndian.AppendUint16(c.b, 0xffff) }
+
 // Emptied returns the buffer emptied, its array kept.
 func (c Buf) Emptied() Buf { return Buf{b: c.b[:0]} }
+
+// StreamPieceBytes is about the most a Stream holds of its COPY's data at
+// once: the size of the pieces pgx's CopyFrom sends (64 KiB), plus one row.
+const StreamPieceBytes = 64 << 10
+
+// Stream returns n tuples of fields fields in COPY's binary format, a header
+// before them and the trailer after, written into c as they are read, a piece
+// of about StreamPieceBytes at a time: a COPY of thousands of rows holds one
+// piece, not all of them (c's array is reused for each; its tuples are lost).
+// row(c, i) writes the i-th tuple's fields, after Stream has started it. A
+// row's error ends the reading with it (Err).
+func Stream(c *Buf, fields int16, n int, row func(c *Buf, i int) error) *StreamReader {
+	*c = c.Emptied()
+	return &StreamReader{c: c, fields: fields, n: n, row: row}
+}
+
+// StreamReader is a Stream being read.
+type StreamReader struct {
+	c      *Buf
+	fields int16
+	n, i   int
+	row    func(c *Buf, i int) error
+	off    int  // read of c.b
+	ended  bool // the trailer is in c.b
+	err    error
+}
+
+func (r *StreamReader) Read(p []byte) (int, error) {
+	if r.off == len(r.c.b) {
+		if r.ended || r.err != nil {
+			return 0, cmp.Or(r.err, io.EOF)
+		}
+		if r.err = r.fill(); r.err != nil {
+			return 0, r.err
+		}
+	}
+	n := copy(p, r.c.b[r.off:])
+	r.off += n
+	return n, nil
+}
+
+// fill writes the next piece of tuples into c, from its start, and the
+// trailer after the last (a stream of none is its header and trailer).
+func (r *StreamReader) fill() error {
+	r.c.b, r.off = r.c.b[:0], 0
+	if r.n == 0 {
+		r.c.b = append(r.c.b, signature...)
+	}
+	for r.i < r.n && len(r.c.b) < StreamPieceBytes {
+		if err := r.row(r.c.Tuple(r.fields), r.i); err != nil {
+			return err
+		}
+		r.i++
+	}
+	if r.i == r.n {
+		r.c.end()
+		r.ended = true
+	}
+	return nil
+}
+
+// Err is the error of a row that ended the reading (nil: none).
+func (r *StreamReader) Err() error { return r.err }

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"testing"
 	"time"
 
@@ -89,5 +92,68 @@ func TestEmptiedStartsAnotherCopy(t *testing.T) {
 	c.Tuple(1).Int8(3)
 	if !bytes.HasPrefix(c.b, signature) || len(c.b) != len(signature)+2+4+8 {
 		t.Fatalf("after Emptied: %x", c.b)
+	}
+}
+
+// TestStreamWritesWhatBufWrites: a Stream's bytes, read in pgx's 64 KiB
+// reads, are a Buf's of the same tuples (one COPY: one header, one
+// trailer), while it holds about one piece of them at a time; a stream of
+// no tuples is a header and a trailer; a row's error ends it.
+func TestStreamWritesWhatBufWrites(t *testing.T) {
+	row := func(c *Buf, i int) error {
+		c.Text(fmt.Sprintf("account-%06d", i)).Int8(int64(i))
+		return nil
+	}
+	for _, n := range []int{0, 1, 3000, 20000} {
+		var want Buf
+		if n == 0 {
+			want.b = append(want.b, signature...)
+		}
+		for i := range n {
+			_ = row(want.Tuple(2), i)
+		}
+		wantBytes, err := io.ReadAll(want.Reader())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c Buf
+		r := Stream(&c, 2, n, row)
+		got, most := readPieces(t, r, &c)
+		if !bytes.Equal(got, wantBytes) {
+			t.Errorf("%d tuples: the stream wrote %d bytes, not the %d a Buf writes", n, len(got), len(wantBytes))
+		}
+		if most > StreamPieceBytes+64 {
+			t.Errorf("%d tuples: the stream held %d bytes at once", n, most)
+		}
+	}
+	boom := errors.New("boom")
+	var c Buf
+	r := Stream(&c, 1, 100000, func(c *Buf, i int) error {
+		if i == 50000 {
+			return boom
+		}
+		c.Int8(int64(i))
+		return nil
+	})
+	if _, err := io.ReadAll(r); !errors.Is(err, boom) || !errors.Is(r.Err(), boom) {
+		t.Fatalf("a row's error: read %v, Err %v", err, r.Err())
+	}
+}
+
+// readPieces reads r to its end 64 KiB at a time, as pgx's CopyFrom does,
+// and returns what it read and the most c held meanwhile.
+func readPieces(t *testing.T, r io.Reader, c *Buf) (read []byte, most int) {
+	t.Helper()
+	p := make([]byte, 65531)
+	for {
+		n, err := r.Read(p)
+		read = append(read, p[:n]...)
+		most = max(most, len(c.b))
+		if err == io.EOF {
+			return read, most
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
