@@ -29,39 +29,82 @@ const lockID = lock.DefaultLockID
 // Up applies every migration not yet applied to the database at databaseURL. Two
 // processes may call it at once: the second waits on a PostgreSQL advisory lock
 // (as long as ctx allows) and then finds nothing left to do.
-func Up(ctx context.Context, databaseURL string) (err error) {
+func Up(ctx context.Context, databaseURL string) error {
+	return locked(ctx, databaseURL, func(p *goose.Provider) error {
+		if _, err := p.Up(ctx); err != nil {
+			return fmt.Errorf("migrations: up: %w", err)
+		}
+		return nil
+	})
+}
+
+// DownTo runs the down of every applied migration above version, newest
+// first, under Up's lock, and returns the versions it took down. Go
+// migrations (00027) are this build's: goose's CLI over the SQL files alone
+// stops at them, this does not.
+func DownTo(ctx context.Context, databaseURL string, version int64) (down []int64, err error) {
+	err = locked(ctx, databaseURL, func(p *goose.Provider) error {
+		res, err := p.DownTo(ctx, version)
+		for _, r := range res {
+			down = append(down, r.Source.Version)
+		}
+		if err != nil {
+			return fmt.Errorf("migrations: down to %d: %w", version, err)
+		}
+		return nil
+	})
+	return down, err
+}
+
+// Status lists this build's migrations on the database, applied or pending.
+func Status(ctx context.Context, databaseURL string) ([]*goose.MigrationStatus, error) {
+	var st []*goose.MigrationStatus
+	err := withProvider(databaseURL, func(_ *sql.DB, p *goose.Provider) (err error) {
+		if st, err = p.Status(ctx); err != nil {
+			return fmt.Errorf("migrations: status: %w", err)
+		}
+		return nil
+	})
+	return st, err
+}
+
+// locked runs f with this build's provider under the advisory lock that
+// serialises migrations (lockID), held by a session of its own.
+func locked(ctx context.Context, databaseURL string, f func(*goose.Provider) error) error {
+	return withProvider(databaseURL, func(db *sql.DB, p *goose.Provider) (err error) {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return fmt.Errorf("migrations: connect: %w", err)
+		}
+		defer conn.Close() // also ends the session holding the lock, should unlocking fail
+		// A blocking lock, not goose's polling session locker (which retries every few
+		// seconds): a waiting process goes on the moment the first one is done.
+		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", lockID); err != nil {
+			return fmt.Errorf("migrations: lock: %w", err)
+		}
+		defer func() {
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if _, uerr := conn.ExecContext(uctx, "SELECT pg_advisory_unlock($1)", lockID); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("migrations: unlock: %w", uerr))
+			}
+		}()
+		return f(p)
+	})
+}
+
+// withProvider runs f with this build's provider on the database at databaseURL.
+func withProvider(databaseURL string, f func(*sql.DB, *goose.Provider) error) error {
 	db, err := sql.Open("pgx", databaseURL)
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
-	defer db.Close() // also ends the session holding the lock, should unlocking fail
-
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("migrations: connect: %w", err)
-	}
-	defer conn.Close()
-	// A blocking lock, not goose's polling session locker (which retries every few
-	// seconds): a waiting process goes on the moment the first one is done.
-	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", lockID); err != nil {
-		return fmt.Errorf("migrations: lock: %w", err)
-	}
-	defer func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if _, uerr := conn.ExecContext(uctx, "SELECT pg_advisory_unlock($1)", lockID); uerr != nil {
-			err = errors.Join(err, fmt.Errorf("migrations: unlock: %w", uerr))
-		}
-	}()
-
+	defer db.Close()
 	p, err := NewProvider(db)
 	if err != nil {
 		return err
 	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("migrations: up: %w", err)
-	}
-	return nil
+	return f(db, p)
 }
 
 // NewProvider is goose's provider of this build's migrations (the SQL files

@@ -23,6 +23,7 @@ func subcommands() []*cli.Command {
 		balancesCommand(),  // balances.go
 		benchCommand(),     // bench.go
 		devCommand(),       // dev.go
+		migrateCommand(),   // migrate.go
 		postCommand(),      // post.go
 		replayCommand(),    // replay.go
 		serveCommand(),     // serve.go
