@@ -226,12 +226,25 @@ func RefundTransactionID(txID string, n int) string { return txID + refundInfix 
 // ValidTransactionName reports whether id names a transaction: a client's
 // transaction ID, or a refund's (RefundTransactionID of one).
 func ValidTransactionName(id string) bool {
-	i := strings.LastIndex(id, refundInfix)
-	if i < 0 {
+	if !strings.Contains(id, refundInfix) {
 		return ValidID(id)
 	}
+	orig, _, ok := RefundSlotOf(id)
+	return ok && ValidTransactionName(orig)
+}
+
+// RefundSlotOf is the inverse of RefundTransactionID: the transaction id
+// refunds and its slot n; ok is false for an id that names no refund.
+func RefundSlotOf(id string) (original string, n int, ok bool) {
+	i := strings.LastIndex(id, refundInfix)
+	if i < 0 {
+		return "", 0, false
+	}
 	n, err := strconv.Atoi(id[i+len(refundInfix):])
-	return err == nil && n >= 0 && RefundTransactionID(id[:i], n) == id && ValidTransactionName(id[:i])
+	if err != nil || n < 0 || RefundTransactionID(id[:i], n) != id {
+		return "", 0, false
+	}
+	return id[:i], n, true
 }
 
 const refundInfix = "~refund~"
@@ -242,16 +255,13 @@ const refundInfix = "~refund~"
 // one posting. The refusal, when it may not be refunded so, is not recorded:
 // what was refunded only grows, so it stands. The caller names the transaction.
 func RefundOfTransaction(orig *TransactionPosted, cmd Command, refunded int64) (Command, *Rejection) {
-	total := int64(0)
-	for _, p := range orig.Postings {
-		total += p.Amount
-	}
+	left := TransactionRefundable(orig, refunded)
 	tx := Command{Type: CmdRefund, IdempotencyKey: cmd.IdempotencyKey, OriginalKey: cmd.OriginalKey, Metadata: cmd.Metadata, At: cmd.At, EffectiveAt: cmd.EffectiveAt}
 	switch {
 	case cmd.HasAmount && len(orig.Postings) > 1:
 		return Command{}, &Rejection{Code: CodeNotRefundable, Message: fmt.Sprintf("transaction %s has %d postings: it is refunded in full, without an amount", orig.TransactionID, len(orig.Postings))}
-	case refunded >= total || (cmd.HasAmount && cmd.Amount > total-refunded):
-		return Command{}, &Rejection{Code: CodeRefundExceedsOriginal, Message: fmt.Sprintf("refund exceeds the %d still refundable of transaction %s", total-refunded, orig.TransactionID)}
+	case left <= 0 || (cmd.HasAmount && cmd.Amount > left):
+		return Command{}, &Rejection{Code: CodeRefundExceedsOriginal, Message: fmt.Sprintf("refund exceeds the %d still refundable of transaction %s", left, orig.TransactionID)}
 	}
 	for i := len(orig.Postings) - 1; i >= 0; i-- {
 		p := orig.Postings[i]
@@ -259,11 +269,31 @@ func RefundOfTransaction(orig *TransactionPosted, cmd Command, refunded int64) (
 		if cmd.HasAmount {
 			amount = cmd.Amount
 		} else if len(orig.Postings) == 1 {
-			amount = total - refunded
+			amount = left
 		}
 		tx.Postings = append(tx.Postings, Posting{From: p.To, To: p.From, Amount: amount, Currency: p.Currency})
 	}
 	return tx, nil
+}
+
+// Total is the sum of a posted transaction's postings: what it moved, what
+// its refunds together may reach, and what a refund of it (a transaction of
+// its own) refunded.
+func (e *TransactionPosted) Total() int64 {
+	total := int64(0)
+	for _, p := range e.Postings {
+		total += p.Amount
+	}
+	return total
+}
+
+// TransactionRefundable is what the refunds of the posted transaction orig
+// may still reach once its earlier refunds refunded refunded (the Totals of
+// its refund slots before): the one bound of a transaction's refunds, which
+// RefundOfTransaction decides by and the audit checks stored refunds
+// against.
+func TransactionRefundable(orig *TransactionPosted, refunded int64) int64 {
+	return orig.Total() - refunded
 }
 
 // TransactionPayload is a decided transaction event's payload (a value) in the

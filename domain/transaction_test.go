@@ -77,3 +77,36 @@ func TestValidTransactionName(t *testing.T) {
 		}
 	}
 }
+
+func TestRefundSlotOf(t *testing.T) {
+	nested := RefundTransactionID(RefundTransactionID("t-1", 3), 12)
+	if orig, n, ok := RefundSlotOf(nested); !ok || n != 12 || orig != RefundTransactionID("t-1", 3) {
+		t.Errorf("%q: %q %d %v", nested, orig, n, ok)
+	}
+	for _, id := range []string{"t-1", "t-1~refund~", "t-1~refund~x", "t-1~refund~01", "t-1~refund~-1"} {
+		if orig, n, ok := RefundSlotOf(id); ok {
+			t.Errorf("%q: a refund of %q in slot %d", id, orig, n)
+		}
+	}
+}
+
+// TestTransactionRefundable: what is left to refund of a transaction of
+// 300+700, and RefundOfTransaction refusing past it (in full: nothing
+// left once refunded; in part: more than is left) and reversing what is left.
+func TestTransactionRefundable(t *testing.T) {
+	two := &TransactionPosted{TransactionID: "t", Postings: []Posting{{"a", "b", 300, "EUR"}, {"b", "c", 700, "EUR"}}}
+	one := &TransactionPosted{TransactionID: "u", Postings: []Posting{{"a", "b", 1000, "EUR"}}}
+	if got := TransactionRefundable(two, 0); got != 1000 || two.Total() != 1000 {
+		t.Fatalf("refundable %d, total %d", got, two.Total())
+	}
+	if _, rej := RefundOfTransaction(two, Command{}, 1000); rej == nil || rej.Code != CodeRefundExceedsOriginal {
+		t.Errorf("a second refund in full: %v", rej)
+	}
+	if _, rej := RefundOfTransaction(one, Command{HasAmount: true, Amount: 401}, 600); rej == nil || rej.Code != CodeRefundExceedsOriginal {
+		t.Errorf("401 of the 400 left: %v", rej)
+	}
+	tx, rej := RefundOfTransaction(one, Command{}, 600)
+	if rej != nil || len(tx.Postings) != 1 || tx.Postings[0] != (Posting{"b", "a", 400, "EUR"}) {
+		t.Errorf("the rest of one refunded 600: %v %+v", rej, tx.Postings)
+	}
+}
