@@ -1031,6 +1031,7 @@ func (f *Fold) applyTransaction(re eventstore.RecordedEvent, ev domain.StoredEve
 		f.eventViolation(InvStreams, "undecodable_event", re, "%v", err)
 		return
 	}
+	f.checkTransactionRefund(re, payload)
 	key := domain.ClientKey(m) // a saga's outcome is written under a derived key
 	if p, ok := payload.(*domain.TransactionPosted); ok {
 		for _, ps := range p.Postings {

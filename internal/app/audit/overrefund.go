@@ -84,6 +84,8 @@ type originals struct {
 	stream  eventstore.StreamReader
 	refunds refundsReader
 	windows map[string]*originalWindow // by stream
+	// txRefunds are the refunded transactions kept (overrefundtx.go).
+	txRefunds txRefundWindow
 }
 
 func newOriginals(ctx context.Context, store Store) *originals {

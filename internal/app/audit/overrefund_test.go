@@ -42,14 +42,9 @@ func TestAuditNamesAnOverRefund(t *testing.T) {
 				if c.forgot {
 					env.MustApply(t, "refund", map[string]any{"idempotency_key": "o-g1", "original_key": "o-d2", "amount": 100})
 				}
-				opts := audit.Options{SaveCheckpoint: true}
-				if incremental {
-					cp := checkpointed(t, env)
-					opts.From = &cp
-				}
-				devtest.AppendForgedRefund(t, env.Store, "o", "o-f2", c.original, c.amount)
-				catchUp(t, env)
-				rep := run(t, env, opts)
+				rep := auditPlanted(t, env, incremental, func() {
+					devtest.AppendForgedRefund(t, env.Store, "o", "o-f2", c.original, c.amount)
+				})
 				if c.kind == "" {
 					if !rep.OK() {
 						t.Fatalf("incremental %v: %v", incremental, rep.Violations)
@@ -62,6 +57,21 @@ func TestAuditNamesAnOverRefund(t *testing.T) {
 			}
 		})
 	}
+}
+
+// auditPlanted is the audit of env (one storing a checkpoint) once plant
+// has written to its store: a full one, or (incremental) one from a
+// checkpoint stored before the plant.
+func auditPlanted(t *testing.T, env *projtest.Env, incremental bool, plant func()) *audit.Report {
+	t.Helper()
+	opts := audit.Options{SaveCheckpoint: true}
+	if incremental {
+		cp := checkpointed(t, env)
+		opts.From = &cp
+	}
+	plant()
+	catchUp(t, env)
+	return run(t, env, opts)
 }
 
 // TestAuditOnKurrentDBNamesAnOverRefund: on KurrentDB, which finds no event

@@ -59,10 +59,11 @@ func appendRefund(t testing.TB, st eventstore.Store, id, key, originalKey string
 }
 
 // appendChained appends ev to stream, its ID derived from its key and its
-// chain hash linked to prev, with its metadata's subject.
-func appendChained(t testing.TB, st eventstore.Store, stream string, expected eventstore.ExpectedRevision, prev string, ev domain.StoredEvent) {
+// index in its command's write, and its chain hash linked to prev, with its
+// metadata's subject; its chain hash.
+func appendChained(t testing.TB, st eventstore.Store, stream string, expected eventstore.ExpectedRevision, prev string, ev domain.StoredEvent) string {
 	t.Helper()
-	ev.Stream, ev.ID = stream, domain.EventID(ev.Metadata.Key, stream, 0)
+	ev.Stream, ev.ID = stream, domain.EventID(ev.Metadata.Key, stream, ev.Metadata.Index)
 	ev.Metadata.Chain = domain.ChainHash(prev, ev)
 	meta, err := domain.EncodeMetadata(ev.Metadata)
 	if err != nil {
@@ -71,6 +72,7 @@ func appendChained(t testing.TB, st eventstore.Store, stream string, expected ev
 	if _, err := st.Append(context.Background(), stream, expected, []eventstore.EventData{{ID: ev.ID, Type: ev.Type, Data: ev.Data, Metadata: meta, Subject: ev.Metadata.Subject}}); err != nil {
 		t.Fatal(err)
 	}
+	return ev.Metadata.Chain
 }
 
 // MigrateAgain rolls the database of pool back to version and applies the
