@@ -2,8 +2,6 @@ package seed_test
 
 import (
 	"context"
-	"runtime"
-	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +14,7 @@ import (
 	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/testing/bench/seed"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
+	"github.com/ledgerworks/ledger/internal/testing/heaptest"
 	"github.com/ledgerworks/ledger/projections"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
@@ -208,7 +207,7 @@ func TestHistoryHeapBounded(t *testing.T) {
 	defer cancel()
 	var at []heapAt
 	_, err := seed.History(ctx, devtest.Postgres(t), m, seed.HistoryOptions{Accounts: accounts, Chunk: chunk,
-		Loaded: func(events int64) { at = append(at, heapAt{events, liveHeap()}) }})
+		Loaded: func(events int64) { at = append(at, heapAt{events, heaptest.Live()}) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,14 +227,6 @@ func TestHistoryHeapBounded(t *testing.T) {
 type heapAt struct {
 	events int64
 	heap   uint64
-}
-
-// liveHeap is the heap live after a forced collection.
-func liveHeap() uint64 {
-	runtime.GC()
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
