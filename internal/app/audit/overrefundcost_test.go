@@ -82,6 +82,31 @@ func TestAuditOverRefundOfOldOriginalsReadsFromTheirClaimOnKurrentDB(t *testing.
 	}
 }
 
+// TestAuditTransactionRefundsReadLinearlyOnKurrentDB: a transaction of one
+// posting on KurrentDB refunded n times, one slot each: a full audit reads
+// the original's outcome once (one event) and no slot (the check keeps what
+// the slots before refunded); reading every slot before each would be
+// n(n+1)/2 events.
+func TestAuditTransactionRefundsReadLinearlyOnKurrentDB(t *testing.T) {
+	const n = 20
+	st, apply := kurrentLedger(t)
+	apply("open_account", `{"idempotency_key":"g-open","account_id":"g","currency":"EUR"}`)
+	apply("deposit", `{"idempotency_key":"h-d","account_id":"h","amount":1000,"currency":"EUR"}`)
+	apply("post_transaction", `{"idempotency_key":"h-post","transaction_id":"h-t","postings":[{"from":"h","to":"g","amount":1000,"currency":"EUR"}]}`)
+	for i := range n {
+		apply("refund", fmt.Sprintf(`{"idempotency_key":"h-f%d","original_key":"h-post","amount":1}`, i))
+	}
+	c := &countingKurrent{Store: st}
+	rep, err := audit.Run(context.Background(), c, audit.Options{})
+	if err != nil || !rep.OK() {
+		t.Fatalf("%v %v", err, rep)
+	}
+	t.Logf("events read by ReadStream: %d, for %d refunds of one transaction", c.read.Load(), n)
+	if read := c.read.Load(); read > 1 {
+		t.Fatalf("the audit read %d events for %d refunds of one transaction, more than the original's outcome", read, n)
+	}
+}
+
 // TestAuditOnKurrentDBNamesAnOverRefundOfAForgottenOriginal: deposit h-d0
 // (1000) refunded 600 by the ledger, then 64 more deposits (more than the
 // originals the check keeps: h-d0 is forgotten), then a forged refund of h-d0
