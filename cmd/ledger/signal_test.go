@@ -106,19 +106,23 @@ func stopWaitingOnIn(t *testing.T, bin string, conn *pgx.Conn, env []string, loc
 	if _, err := tx.Exec(ctx, lock); err != nil {
 		t.Fatal(err)
 	}
-	return stopWhen(t, bin, env, args, want, func() error { // the lock's holder asks who waits on it
-		var waiting int // a transaction reads one snapshot of the statistics unless cleared
-		if err := tx.QueryRow(ctx, `SELECT pg_stat_clear_snapshot()`).Scan(nil); err != nil {
-			return err
-		}
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database() AND application_name = $1`, app).Scan(&waiting); err != nil {
-			return err
-		}
-		if waiting == 0 {
-			return errors.New(args[0] + " does not wait on the lock yet")
-		}
-		return nil
-	})
+	return stopWhen(t, bin, env, args, want, func() error { return waitsOnLock(ctx, tx, app) }) // the lock's holder asks who waits on it
+}
+
+// waitsOnLock says, asked in tx, whether a session of application app
+// waits on a lock.
+func waitsOnLock(ctx context.Context, tx pgx.Tx, app string) error {
+	var waiting int // a transaction reads one snapshot of the statistics unless cleared
+	if err := tx.QueryRow(ctx, `SELECT pg_stat_clear_snapshot()`).Scan(nil); err != nil {
+		return err
+	}
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database() AND application_name = $1`, app).Scan(&waiting); err != nil {
+		return err
+	}
+	if waiting == 0 {
+		return errors.New(app + " does not wait on the lock yet")
+	}
+	return nil
 }
 
 // stops numbers stopWaitingOnIn's programs.
@@ -127,6 +131,13 @@ var stops atomic.Int64
 // stopWhen runs bin args, sends SIGTERM once ready (polled) returns nil,
 // and returns its output after checking that it exited with code want.
 func stopWhen(t *testing.T, bin string, env, args []string, want int, ready func() error) string {
+	t.Helper()
+	return stopWhenThen(t, bin, env, args, want, ready, func() {})
+}
+
+// stopWhenThen is stopWhen that calls signalled once the signal is sent (a
+// test there lets go of what held the program where the signal finds it).
+func stopWhenThen(t *testing.T, bin string, env, args []string, want int, ready func() error, signalled func()) string {
 	t.Helper()
 	run := exec.Command(bin, args...)
 	run.Env = append(os.Environ(), env...)
@@ -148,6 +159,7 @@ func stopWhen(t *testing.T, bin string, env, args []string, want int, ready func
 	if err := run.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	signalled()
 	var ee *exec.ExitError
 	err := <-done
 	if code := 0; (err == nil && want != 0) || (err != nil && (!errors.As(err, &ee) || ee.ExitCode() != want)) {
