@@ -56,7 +56,8 @@ func auditCommand() *cli.Command {
 			"unless it is the checkpoint that digest was printed for. Prints a report; exits 1 naming\n" +
 			"each violation; stopped (SIGINT, SIGTERM) it exits 3 and says how far it had folded. A\n" +
 			"full audit of the whole ledger with its sets in a schema of its own (its role may CREATE\n" +
-			"in the database) stopped at a page's end stores a stop point and prints its ID and digest;\n" +
+			"in the database) stopped once it has read its first page finishes that page and stores a\n" +
+			"stop point at its end, and prints its ID and digest;\n" +
 			"--resume [--expect-digest <digest>] folds on from it and reports as one run through. Any\n" +
 			"other stopped audit stores nothing.",
 		Flags:  flags,
@@ -123,7 +124,7 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 		return auditVerdict(cmd, rep)
 	}
 	if err != nil && ctx.Err() != nil {
-		return auditStopped(ctx, cmd, rep, folded, carried)
+		return auditStopped(ctx, cmd, rep, err, folded, carried)
 	}
 	if errors.Is(err, audit.ErrNoStopPoint) {
 		return config.Exit(2, err)
@@ -148,15 +149,15 @@ func resumeFlags(cmd *cli.Command, opts *audit.Options) error {
 }
 
 // auditStopped says where a stopped audit stood and, when it stored one, its
-// stop point's ID and digest (on the output, as JSON with --json), and
-// exits 3.
-func auditStopped(ctx context.Context, cmd *cli.Command, rep *audit.Report, folded, carried int64) error {
+// stop point's ID and digest (on the output, as JSON with --json), else why
+// it stored none (the audit's error, err), and exits 3.
+func auditStopped(ctx context.Context, cmd *cli.Command, rep *audit.Report, err error, folded, carried int64) error {
 	where := fmt.Sprintf("after %d events folded", folded)
 	if carried > 0 {
 		where += fmt.Sprintf(" past its checkpoint's %d", carried)
 	}
 	if rep == nil || rep.Stop == nil {
-		return stopped(ctx, "audit", where, "no verdict and nothing stored: run it again")
+		return stopped(ctx, "audit", where, fmt.Sprintf("no verdict and nothing stored (%v): run it again", err))
 	}
 	st := rep.Stop
 	if cmd.Bool("json") {

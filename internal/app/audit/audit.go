@@ -179,6 +179,9 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 		return nil, err
 	}
 	r := &auditRun{store: store, opts: opts}
+	var endReads func()
+	r.reads, endReads = pageReads(ctx)
+	defer endReads()
 	f, err := r.runFold(ctx)
 	if err != nil {
 		return nil, err
@@ -204,7 +207,7 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 			return nil, err
 		}
 		defer r.short.Close(context.WithoutCancel(ctx))
-		f.holdsRM = newHoldsReadModel(ctx, r.short, r.lives)
+		f.holdsRM = newHoldsReadModel(r.reads, r.short, r.lives)
 	}
 	if err := r.readHead(ctx); err != nil {
 		return nil, err
@@ -242,6 +245,7 @@ type auditRun struct {
 	opts      Options
 	f         *Fold
 	stop      *projections.AuditStop // the stop point a resumed audit folds on from
+	reads     context.Context        // the fold's reads inside a page (pageReads)
 	tx        pgx.Tx                 // the read models' snapshot; nil without them
 	short     *pgx.Conn              // the short reads beside it (shortReads)
 	lives     []liveGen              // their live generations in that snapshot
@@ -262,12 +266,13 @@ func (r *auditRun) readHead(ctx context.Context) error {
 	var err error
 	if r.stop == nil {
 		r.snapshots, err = checkSnapshotsOf(ctx, r.store, f, r.opts.Account)
-	} else { // the stop point's listing and the checks its fold had not reached
-		snapshotReaders(ctx, r.store, f)
 	}
 	if err != nil {
 		return err
 	}
+	// The fold reads the snapshots listed (a resume's: its stop point's) as
+	// it reaches them, inside a page.
+	snapshotReaders(r.reads, r.store, f)
 	if r.head, err = r.store.Head(ctx); err != nil {
 		return fmt.Errorf("audit: head: %w", err)
 	}
@@ -293,8 +298,8 @@ func (r *auditRun) runFold(ctx context.Context) (*Fold, error) {
 	if opts.MaxViolations > 0 {
 		f.MaxViolations = opts.MaxViolations
 	}
-	f.Reload = reloader(ctx, store)
-	f.originals = newOriginals(ctx, store)
+	f.Reload = reloader(r.reads, store)
+	f.originals = newOriginals(r.reads, store)
 	if opts.Resume {
 		stop, snapshots, err := resumeFold(ctx, store, opts, f)
 		if err != nil {
@@ -539,7 +544,7 @@ func (r *auditRun) foldExpecting(ctx context.Context) ([]expectation, error) {
 			}
 		}
 	}
-	if err := foldUntil(ctx, r.store, f, foldTo{until: r.head, batch: opts.BatchSize, before: snapshot, progress: opts.Progress}); err != nil {
+	if err := foldUntil(ctx, r.store, f, foldTo{until: r.head, batch: opts.BatchSize, before: snapshot, progress: opts.Progress, reads: r.reads}); err != nil {
 		return nil, err
 	}
 	snapshot(nil)
@@ -682,12 +687,14 @@ func (r *auditRun) liveSwitched(ctx context.Context) error {
 
 // foldTo is how far foldUntil folds, by pages of batch events, and what it
 // calls on the way: before with each event's position before the event is
-// folded, progress with the events folded so far (either may be nil).
+// folded, progress with the events folded so far (either may be nil). reads
+// is the context of the reads inside a page (pageReads; nil: foldUntil's).
 type foldTo struct {
 	until    eventstore.Position
 	batch    int
 	before   func(*eventstore.Position)
 	progress func(done, carried int64)
+	reads    context.Context
 }
 
 // next is the position the fold reads "all" after: its last event's, or the
@@ -706,7 +713,10 @@ func (f *Fold) next() eventstore.Position {
 // (readAhead), so the store's query, the decoding, the fold and the sets'
 // COPY of the page before run at the same time.
 func foldUntil(ctx context.Context, store eventstore.AllReader, f *Fold, to foldTo) error {
-	until, batch, before, progress := to.until, to.batch, to.before, to.progress
+	until, batch, before, progress, reads := to.until, to.batch, to.before, to.progress, to.reads
+	if reads == nil {
+		reads = ctx
+	}
 	from, carried := f.next(), f.Events
 	if from.Compare(until) >= 0 {
 		return nil
@@ -719,11 +729,14 @@ func foldUntil(ctx context.Context, store eventstore.AllReader, f *Fold, to fold
 		}
 	}()
 	for p := range pages {
+		if err := ctx.Err(); err != nil {
+			return err // stopped at the last page's end, the next one (or its read's error) not begun
+		}
 		if p.err != nil {
 			return p.err
 		}
 		f.pageEnd = false
-		if err := f.prefetch(ctx, p.recs); err != nil {
+		if err := f.prefetch(reads, p.recs); err != nil {
 			return err
 		}
 		for i, re := range p.recs {

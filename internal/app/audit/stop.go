@@ -87,6 +87,35 @@ type carriedSnapshot struct {
 // stopSaveTimeout bounds storing a stop point once the audit is stopped.
 const stopSaveTimeout = 5 * time.Minute
 
+// stopGrace bounds how long a stop lets the page it landed in finish its
+// reads (snapshots read again, streams reloaded, refunded originals, the
+// holds read model, a resumed fold's account rows): past it they are
+// cancelled, the page does not end, and no stop point is stored.
+const stopGrace = time.Minute
+
+// pageReads is the context of the fold's reads inside a page: a stop (ctx
+// ended) cancels them only stopGrace later, so that the page it landed in
+// ends and the stop point stands at that end (foldUntil stops there), as it
+// would had the stop landed between two pages. end releases it.
+func pageReads(ctx context.Context) (reads context.Context, end func()) {
+	reads, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-reads.Done():
+			return
+		}
+		grace := time.NewTimer(stopGrace)
+		defer grace.Stop()
+		select {
+		case <-grace.C:
+			cancel(fmt.Errorf("audit: the page the stop landed in did not end within %s: %w", stopGrace, context.Cause(ctx)))
+		case <-reads.Done():
+		}
+	}()
+	return reads, func() { cancel(nil) }
+}
+
 // canStop reports whether a run stopped with err may store a stop point.
 func (r *auditRun) canStop(ctx context.Context, err error) bool {
 	ps, ok := r.f.sets.(*pgSets)
