@@ -43,9 +43,13 @@ func TestAuditResumeFlag(t *testing.T) {
 	}
 }
 
-// historyEvents is the history the SIGTERM test audits: six pages of the
-// audit's 5000 events.
-const historyEvents = 30_000
+// auditPage is the events of a page of `ledger audit` (audit.Options'
+// BatchSize by default); historyEvents the history the SIGTERM test audits:
+// six such pages.
+const (
+	auditPage     = 5000
+	historyEvents = 6 * auditPage
+)
 
 // TestAuditStoppedBySIGTERMAndResumed: `ledger audit` on a seeded history
 // (snapshots, read models rebuilt at the head), sent SIGTERM once it has
@@ -103,11 +107,13 @@ func TestAuditStoppedBySIGTERMAndResumed(t *testing.T) {
 var stopLine = regexp.MustCompile(`stop point (\d+) stored at (\S+) after (\d+) events \(digest ([0-9a-f]+)\)`)
 
 // stopAuditBySIGTERM runs `ledger audit --verify-chain`, holds its run
-// schema's audit_groups until the audit waits on it (its first page's COPY),
-// sends SIGTERM, and lets go: the stop lands at a page's end past the first
-// and before the head. (Held only once the first page's rows were seen, a
-// fast audit could reach the head before the poll: one run of six failed.) It checks the exit status 3,
-// the stop point printed and stored, and returns it.
+// schema's audit_groups from the schema's creation until the audit waits on
+// it (its first page's COPY), sends SIGTERM, and lets go. The fold is then
+// in its second page, or waits at that page's end for the first page's
+// COPY: either way the stop lands in the second page, which ends (its reads
+// are not cancelled: audit.pageReads), and the stop point stands at its
+// end, 10,000 events. It checks the exit status 3, the stop point printed
+// and stored there, and returns it.
 func stopAuditBySIGTERM(t *testing.T, conn *pgx.Conn, env []string) audit.StopRef {
 	t.Helper()
 	ctx := context.Background()
@@ -135,8 +141,8 @@ func stopAuditBySIGTERM(t *testing.T, conn *pgx.Conn, env []string) audit.StopRe
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&head); err != nil {
 		t.Fatal(err)
 	}
-	if stop.Events < 5000 || stop.Events >= head {
-		t.Fatalf("stopped after %d events: not past the first page (5000) and before the head (%d)", stop.Events, head)
+	if stop.Events != 2*auditPage || stop.Events >= head {
+		t.Fatalf("stopped after %d events: not at the second page's end (%d) before the head (%d)", stop.Events, 2*auditPage, head)
 	}
 	stopStored(t, conn, stop)
 	return stop
