@@ -128,6 +128,9 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 	}
 	if opts.Check != nil {
 		if err := opts.Check.Begin(ctx, minPos(slots)); err != nil {
+			if ctx.Err() != nil {
+				return nil, r.stopped(ctx, err) // the generations stay, to resume
+			}
 			dropBuilds(ctx, pool, slots)
 			return nil, fmt.Errorf("projections: rebuild: check: %w", err)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 	"github.com/ledgerworks/ledger/projections"
@@ -423,7 +424,8 @@ func generationSchema(t *testing.T, env *projtest.Env, name string, gen int) []s
 }
 
 // TestRebuildStoppedInItsCheckResumes: a rebuild stopped (its context ended)
-// after its index builds, during its check or its switch, or whose check
+// as its check begins (on main before, its generations were dropped), after
+// its index builds, during its check or its switch, or whose check
 // could not be done (an infrastructure error, not a verdict), drops no
 // generation as differing from the store: it returns that error, leaves
 // every generation being built and the live ones as they were, and the
@@ -442,6 +444,7 @@ func TestRebuildStoppedInItsCheckResumes(t *testing.T) {
 		when stopWhen
 		want error
 	}{
+		{"stopped as the check begins", stopInBegin, context.Canceled},
 		{"stopped during the check", stopInCheck, context.Canceled},
 		{"stopped at the switch", stopAtSwitch, context.Canceled},
 		{"the check could not be done", failCheck, lost},
@@ -548,6 +551,7 @@ const (
 	stopInCheck  stopWhen = iota // the context ends once the indexes are built, before the check reads
 	stopAtSwitch                 // the context ends while the switch of transfers waits (stopWhenSwitchWaits)
 	failCheck                    // the check fails to check every generation
+	stopInBegin                  // the context ends as the check begins, the generations created
 )
 
 // interruptedCheck is a Check whose Verify waits for the index builds of the
@@ -558,6 +562,13 @@ type interruptedCheck struct {
 	when  stopWhen
 	stop  context.CancelFunc
 	lost  error
+}
+
+func (c *interruptedCheck) Begin(ctx context.Context, from eventstore.Position) error {
+	if c.when == stopInBegin {
+		c.stop()
+	}
+	return c.Check.Begin(ctx, from)
 }
 
 func (c *interruptedCheck) Verify(ctx context.Context, vs []projections.Verification) ([]error, error) {

@@ -257,7 +257,13 @@ func postCLI(t *testing.T, env []string, args ...string) (map[string]any, string
 // end and returns its stdout, its stderr and its exit status.
 func runLedger(t testing.TB, env []string, stdin []byte, args ...string) ([]byte, string, int) {
 	t.Helper()
-	cmd := exec.Command(ledgerBinary(t), args...)
+	return runProgram(t, ledgerBinary(t), env, stdin, args...)
+}
+
+// runProgram is runLedger of the program bin.
+func runProgram(t testing.TB, bin string, env []string, stdin []byte, args ...string) ([]byte, string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdin = bytes.NewReader(stdin)
 	var stderr bytes.Buffer
@@ -267,7 +273,7 @@ func runLedger(t testing.TB, env []string, stdin []byte, args ...string) ([]byte
 	if err != nil {
 		ee, ok := err.(*exec.ExitError)
 		if !ok {
-			t.Fatalf("ledger %v: %v", args, err)
+			t.Fatalf("%s %v: %v", filepath.Base(bin), args, err)
 		}
 		code = ee.ExitCode()
 	}
