@@ -63,8 +63,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	defer os.RemoveAll(binDir)
-	pgtest.Main(m) // exits
+	code := pgtest.Run(m)
+	if err := os.RemoveAll(binDir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
 }
 
 // ledgerBinary builds this command once per test binary.

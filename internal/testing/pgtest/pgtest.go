@@ -72,7 +72,12 @@ func URL(t testing.TB) string {
 // Main runs the tests and then stops the shared cluster, if one was started:
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main without the exit: it runs the tests, stops the shared test
+// server and returns the exit code, for a TestMain with its own cleanup to do
+// before it exits (deferred functions do not run past os.Exit).
+func Run(m *testing.M) int {
 	code := m.Run()
 	if err := stopShared(); err != nil {
 		fmt.Fprintln(os.Stderr, "pgtest:", err)
@@ -80,7 +85,7 @@ func Main(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // adminURL is the URL of an existing database on the test server, used to create
