@@ -108,30 +108,35 @@ func (f *Fold) effectiveMismatch(l liveGen, id, got string, want [2]int64, known
 // its events touched (effectiveSince); an account they did not touch has, at
 // the end of time, its balance and held amount at the checkpoint, which the
 // accounts read model's row still holds (its digest is compared whole:
-// tabledigest.go), and no row since. So for each such account (one index
-// probe each, in one statement: its cost grows with the accounts, not the
-// events) the balance history's last row must be at or before the row's
-// revision and hold its balance and held amount (the sum of its changes at
-// the end of time is the last row's), the statement must hold no entry after
-// that revision, and neither may hold rows of an account the accounts read
-// model lacks (a loose scan of their keys). The rows before the checkpoint are
+// tabledigest.go), and no row since. So for each such account the balance
+// history's last row must be at or before the row's revision and hold its
+// balance and held amount (the sum of its changes at the end of time is the
+// last row's), the statement must hold no entry after that revision, and
+// neither may hold rows of an account the accounts read model lacks. One
+// statement a history table answers it: a loose scan of the table's key
+// backwards takes each account's last row (one index descent an account,
+// touched or not: its cost grows with the accounts, not the events), joined
+// whole with the accounts read model. The rows before the checkpoint are
 // trusted, as an incremental audit trusts them for every account.
 
 // untouchedEffectiveSQL lists, for the history table %[1]s and the accounts
-// table %[2]s, up to $2 accounts not in $1 whose last row (%[3]s: compared
-// with the account's balance and held amount, or only its revision) breaks
-// the rule above, and those of %[1]s without an accounts row: their ID, the
-// last row's revision, balance and held amount, and the account's (-1
-// without a row).
-const untouchedEffectiveSQL = `(SELECT a.account_id, coalesce(l.revision, -1), coalesce(l.balance, 0), coalesce(l.held, 0), a.revision, a.balance, a.held
-	FROM %[2]s a LEFT JOIN unnest($1::text[]) t(id) ON t.id = a.account_id
-	LEFT JOIN LATERAL (SELECT revision, %[3]s FROM %[1]s h WHERE h.account_id = a.account_id ORDER BY revision DESC LIMIT 1) l ON true
-	WHERE t.id IS NULL AND (l.revision > a.revision OR %[4]s) LIMIT $2)
-UNION ALL
-(WITH RECURSIVE ids(id) AS ((SELECT account_id FROM %[1]s ORDER BY account_id LIMIT 1)
-	UNION ALL SELECT (SELECT account_id FROM %[1]s WHERE account_id > ids.id ORDER BY account_id LIMIT 1) FROM ids WHERE ids.id IS NOT NULL)
-SELECT ids.id, 0, 0, 0, -1, 0, 0 FROM ids LEFT JOIN unnest($1::text[]) t(id) ON t.id = ids.id
-	WHERE ids.id IS NOT NULL AND t.id IS NULL AND NOT EXISTS (SELECT 1 FROM %[2]s a WHERE a.account_id = ids.id) LIMIT $2)`
+// table %[2]s, up to $2 accounts not in $1 whose last row (%[3]s: its
+// balance and held amount, or zeros; %[4]s: whether it breaks the rule
+// above against the account's row) breaks it, and those of %[1]s without an
+// accounts row: their ID, the last row's revision, balance and held amount
+// (-1, 0, 0 without one), and the account's revision, balance and held
+// amount (-1, 0, 0 without a row).
+const untouchedEffectiveSQL = `WITH RECURSIVE l AS (
+	(SELECT account_id, revision, %[3]s FROM %[1]s ORDER BY account_id DESC, revision DESC LIMIT 1)
+	UNION ALL
+	SELECT n.* FROM l CROSS JOIN LATERAL (SELECT h.account_id, h.revision, %[3]s FROM %[1]s h
+		WHERE h.account_id < l.account_id ORDER BY h.account_id DESC, h.revision DESC LIMIT 1) n)
+SELECT coalesce(a.account_id, l.account_id), coalesce(l.revision, -1), coalesce(l.balance, 0), coalesce(l.held, 0),
+	coalesce(a.revision, -1), coalesce(a.balance, 0), coalesce(a.held, 0)
+FROM l FULL JOIN %[2]s a ON a.account_id = l.account_id
+	LEFT JOIN unnest($1::text[]) t(id) ON t.id = coalesce(a.account_id, l.account_id)
+WHERE t.id IS NULL AND (a.account_id IS NULL OR l.revision > a.revision OR %[4]s)
+LIMIT $2`
 
 // checkUntouchedEffective checks invariant 9 for the accounts an incremental
 // audit did not read (touched: those it read), for read model l (the balance
