@@ -3,8 +3,6 @@ package audit
 import (
 	"context"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // A full audit reads each hashed read-model table (notedTables) once for its
@@ -53,18 +51,11 @@ func (r *auditRun) readActuals(ctx context.Context) (stop func(), err error) {
 // read reads the tables' digests in a transaction of the snapshot's, on a
 // connection it closes (ending the transaction and its locks) when done.
 func (a *actuals) read(ctx context.Context, r *auditRun, snapshot string) error {
-	conn, err := shortReads(ctx, r.opts.ReadModels)
+	tx, closeConn, err := snapshotTx(ctx, r, snapshot)
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return fmt.Errorf("audit: read models: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT '`+snapshot+`'`); err != nil {
-		return fmt.Errorf("audit: read models: %w", err)
-	}
+	defer closeConn()
 	for _, l := range r.lives {
 		for _, table := range ProjectionTables[l.name] {
 			if !notedTables[table] {

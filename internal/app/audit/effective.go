@@ -59,6 +59,32 @@ func (f *Fold) accountBalances(account string) map[string][2]int64 {
 // and the statement's (the sum of each account's entries: balance; an
 // account without entries has none).
 func (f *Fold) checkEffectiveBalances(ctx context.Context, tx pgx.Tx, l liveGen, account string, want map[string][2]int64) error {
+	found, err := f.effectiveMismatches(ctx, tx, l, account, want)
+	f.reportEffective(l, found)
+	return err
+}
+
+// effectiveFound is an account whose balance by effective time at the end
+// of time, as a read model answers it (got), is not want, its balance by
+// record time (known: an account of the fold's or the accounts read
+// model's).
+type effectiveFound struct {
+	id, got string
+	want    [2]int64
+	known   bool
+}
+
+// reportEffective names each account found (effectiveMismatch).
+func (f *Fold) reportEffective(l liveGen, found []effectiveFound) {
+	for _, m := range found {
+		f.effectiveMismatch(l, m.id, m.got, m.want, m.known)
+	}
+}
+
+// effectiveMismatches is what checkEffectiveBalances finds, read in q (the
+// audit's read-model snapshot or a transaction of it): it changes nothing
+// of the fold, so it may run beside the comparisons (sideReads).
+func (f *Fold) effectiveMismatches(ctx context.Context, q projections.Querier, l liveGen, account string, want map[string][2]int64) ([]effectiveFound, error) {
 	read, readAfter, held := projections.EffectiveBalances, projections.EffectiveBalancesAfter, true
 	if l.name == projections.Entries {
 		read, readAfter, held = projections.EffectiveEntrySums, projections.EffectiveEntrySumsAfter, false
@@ -71,8 +97,8 @@ func (f *Fold) checkEffectiveBalances(ctx context.Context, tx pgx.Tx, l liveGen,
 			return readAfter(ctx, q, after, at, each)
 		}
 	}
-	seen := map[string]bool{}
-	err := read(ctx, tx, account, projections.EndOfTime, func(b projections.EffectiveBalance) error {
+	seen, found := map[string]bool{}, []effectiveFound(nil)
+	err := read(ctx, q, account, projections.EndOfTime, func(b projections.EffectiveBalance) error {
 		w, ok := want[b.AccountID]
 		seen[b.AccountID] = true
 		b.Balance += base[b.AccountID]
@@ -80,19 +106,19 @@ func (f *Fold) checkEffectiveBalances(ctx context.Context, tx pgx.Tx, l liveGen,
 			b.Held = w[1]
 		}
 		if !ok || w != [2]int64{b.Balance, b.Held} {
-			f.effectiveMismatch(l, b.AccountID, fmt.Sprintf("balance %d held %d", b.Balance, b.Held), w, ok)
+			found = append(found, effectiveFound{b.AccountID, fmt.Sprintf("balance %d held %d", b.Balance, b.Held), w, ok})
 		}
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for id, w := range want { // per account, as the fold keeps accounts
 		if !seen[id] && (held || w[0] != base[id]) {
-			f.effectiveMismatch(l, id, "nothing", w, true)
+			found = append(found, effectiveFound{id, "nothing", w, true})
 		}
 	}
-	return nil
+	return found, nil
 }
 
 // effectiveMismatch names an account whose balance by effective time at the
@@ -138,32 +164,35 @@ FROM l FULL JOIN %[2]s a ON a.account_id = l.account_id
 WHERE t.id IS NULL AND (a.account_id IS NULL OR l.revision > a.revision OR %[4]s)
 LIMIT $2`
 
-// checkUntouchedEffective checks invariant 9 for the accounts an incremental
+// untouchedMismatches checks invariant 9 for the accounts an incremental
 // audit did not read (touched: those it read), for read model l (the balance
-// history or the statement).
-func (f *Fold) checkUntouchedEffective(ctx context.Context, tx pgx.Tx, l liveGen, touched []string) error {
+// history or the statement), and returns what it finds (up to limit), read
+// in q: it changes nothing of the fold, so it may run beside the
+// comparisons (sideReads).
+func untouchedMismatches(ctx context.Context, q projections.Querier, l liveGen, touched []string, limit int) ([]effectiveFound, error) {
 	cols, broken := "balance, held", "l.revision IS NULL OR l.balance <> a.balance OR l.held <> a.held"
 	table := projections.View("balance_history")
 	if l.name == projections.Entries {
 		cols, broken, table = "0::bigint AS balance, 0::bigint AS held", "false", projections.View("entries")
 	}
 	sql := fmt.Sprintf(untouchedEffectiveSQL, table, projections.View("accounts"), cols, broken)
-	rows, err := tx.Query(ctx, sql, touched, f.MaxViolations)
+	rows, err := q.Query(ctx, sql, touched, limit)
 	if err != nil {
-		return fmt.Errorf("audit: %s of the accounts not touched: %w", l.name, err)
+		return nil, fmt.Errorf("audit: %s of the accounts not touched: %w", l.name, err)
 	}
 	var (
+		found             []effectiveFound
 		id                string
 		rev, bal, held    int64
 		aRev, aBal, aHeld int64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&id, &rev, &bal, &held, &aRev, &aBal, &aHeld}, func() error {
 		got := fmt.Sprintf("its last row at revision %d (balance %d held %d), the account's row at revision %d", rev, bal, held, aRev)
-		f.effectiveMismatch(l, id, got, [2]int64{aBal, aHeld}, aRev >= 0)
+		found = append(found, effectiveFound{id, got, [2]int64{aBal, aHeld}, aRev >= 0})
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("audit: %s of the accounts not touched: %w", l.name, err)
+		return nil, fmt.Errorf("audit: %s of the accounts not touched: %w", l.name, err)
 	}
-	return nil
+	return found, nil
 }
