@@ -178,6 +178,10 @@ func copyOrUpsert(ctx context.Context, tx pgx.Tx, rows genRows, fallback func() 
 	}
 	sql := fmt.Sprintf("COPY %s (%s) FROM STDIN (FORMAT binary)", Table(rows.base, rows.gen), strings.Join(cols, ", "))
 	r := pgcopy.Stream(c, int16(len(rows.columns)), rows.n, rows.row)
+	// pgconn's CopyFrom returns on a failed connection without waiting for
+	// the goroutine reading r: Close waits for its Read and ends it before c
+	// goes back to the pool (defers run in reverse).
+	defer r.Close()
 	_, err = sp.Conn().PgConn().CopyFrom(ctx, r, sql)
 	if err == nil {
 		return sp.Commit(ctx)

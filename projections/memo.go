@@ -12,7 +12,8 @@ import (
 // each batch would otherwise read back with one index descent per account
 // (lastBalances, loadCmdAccounts). It is sound because a generation being built
 // has one writer, its builder: nothing else changes the rows it remembers. It
-// lives as long as one Rebuild call, and is updated as a batch is applied,
+// lives as long as one Rebuild call's load (dropped before its check), and is
+// updated as a batch is applied,
 // before its commit: a batch that fails fails the rebuild, and the memo goes
 // with it (a resumed rebuild starts with an empty one).
 //

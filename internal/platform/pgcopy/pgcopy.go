@@ -9,9 +9,10 @@ package pgcopy
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/binary"
+	"errors"
 	"io"
+	"sync"
 	"time"
 )
 
@@ -113,8 +114,12 @@ func Stream(c *Buf, fields int16, n int, row func(c *Buf, i int) error) *StreamR
 	return &StreamReader{c: c, fields: fields, n: n, row: row}
 }
 
-// StreamReader is a Stream being read.
+// StreamReader is a Stream being read. Its reader may be another goroutine
+// (pgconn's CopyFrom reads in one, and returns without waiting for it when
+// the connection fails): Close, before c is used again, waits for a Read
+// under way and ends the reading.
 type StreamReader struct {
+	mu     sync.Mutex
 	c      *Buf
 	fields int16
 	n, i   int
@@ -122,13 +127,25 @@ type StreamReader struct {
 	off    int  // read of c.b
 	ended  bool // the trailer is in c.b
 	err    error
+	closed bool
 }
 
+// ErrStreamClosed is what a Read of a closed StreamReader returns.
+var ErrStreamClosed = errors.New("pgcopy: stream closed")
+
+// Read hands out the next bytes of the COPY's data. After a row's error
+// every Read returns it, and no byte (the piece under way is half written).
 func (r *StreamReader) Read(p []byte) (int, error) {
-	if r.off == len(r.c.b) {
-		if r.ended || r.err != nil {
-			return 0, cmp.Or(r.err, io.EOF)
-		}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.closed:
+		return 0, ErrStreamClosed
+	case r.err != nil:
+		return 0, r.err
+	case r.off == len(r.c.b) && r.ended:
+		return 0, io.EOF
+	case r.off == len(r.c.b):
 		if r.err = r.fill(); r.err != nil {
 			return 0, r.err
 		}
@@ -136,6 +153,14 @@ func (r *StreamReader) Read(p []byte) (int, error) {
 	n := copy(p, r.c.b[r.off:])
 	r.off += n
 	return n, nil
+}
+
+// Close ends the reading, once a Read under way has returned: after it no
+// row is written into c, which its caller may then reuse.
+func (r *StreamReader) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
 }
 
 // fill writes the next piece of tuples into c, from its start, and the
@@ -159,4 +184,8 @@ func (r *StreamReader) fill() error {
 }
 
 // Err is the error of a row that ended the reading (nil: none).
-func (r *StreamReader) Err() error { return r.err }
+func (r *StreamReader) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}

@@ -157,3 +157,28 @@ func readPieces(t *testing.T, r io.Reader, c *Buf) (read []byte, most int) {
 		}
 	}
 }
+
+// TestStreamAfterAnErrorHandsOutNoByte: once a row failed, every later Read returns the
+// error and no byte (an io.Reader that returned an error hands out no
+// half-written tuple after it).
+func TestStreamAfterAnErrorHandsOutNoByte(t *testing.T) {
+	boom := errors.New("boom")
+	var c Buf
+	r := Stream(&c, 2, 10, func(c *Buf, i int) error {
+		c.Int8(int64(i))
+		if i == 5 {
+			return boom // after writing a field: the tuple is half written
+		}
+		c.Int8(int64(i))
+		return nil
+	})
+	p := make([]byte, 1<<16)
+	n, err := r.Read(p)
+	if n != 0 || !errors.Is(err, boom) {
+		t.Fatalf("first read: %d bytes, %v", n, err)
+	}
+	n, err = r.Read(p)
+	if n != 0 || err == nil {
+		t.Errorf("read after the error: %d bytes (%x), err %v", n, p[:n], err)
+	}
+}
