@@ -55,23 +55,31 @@ func checkFirstReplies(t *testing.T, s *Service, cmds []batchCmd) {
 			t.Errorf("%s %v: %+v", cmds[i].typ, cmds[i].body, r)
 			continue
 		}
-		again := s.HandleRaw(context.Background(), cmds[i].typ, cmds[i].alone())
-		if !again.Duplicate {
-			t.Errorf("%s %v: resend not duplicate: %+v", cmds[i].typ, cmds[i].body, again)
-		}
-		again.Duplicate = false
-		if !reflect.DeepEqual(again, r) {
-			t.Errorf("%s %v answered %+v, its resend %+v", cmds[i].typ, cmds[i].body, r, again)
-		}
-		lk, err := s.Lookup(context.Background(), cmds[i].body["idempotency_key"].(string))
-		if err != nil || lk == nil {
-			t.Errorf("lookup %v: %v %v", cmds[i].body, lk, err)
-			continue
-		}
-		l := *lk
-		l.Duplicate = false
-		if !reflect.DeepEqual(l, r) {
-			t.Errorf("%s %v answered %+v, query.command %+v", cmds[i].typ, cmds[i].body, r, l)
-		}
+		sameAsResentAndLookedUp(t, s, cmds[i].typ, cmds[i].body["idempotency_key"].(string), cmds[i].alone(), r)
+	}
+}
+
+// sameAsResentAndLookedUp checks that s answers the command body of type typ
+// (key) resent, duplicate, and looked up (query.command) as first, the
+// duplicate flag aside.
+func sameAsResentAndLookedUp(t *testing.T, s *Service, typ, key string, body []byte, first Reply) {
+	t.Helper()
+	again := s.HandleRaw(context.Background(), typ, body)
+	if !again.Duplicate {
+		t.Errorf("%s %s: resend not duplicate: %+v", typ, body, again)
+	}
+	again.Duplicate = false
+	if !reflect.DeepEqual(again, first) {
+		t.Errorf("%s %s answered %+v, its resend %+v", typ, body, first, again)
+	}
+	lk, err := s.Lookup(context.Background(), key)
+	if err != nil || lk == nil {
+		t.Errorf("lookup %s: %v %v", key, lk, err)
+		return
+	}
+	l := *lk
+	l.Duplicate = false
+	if !reflect.DeepEqual(l, first) {
+		t.Errorf("%s %s answered %+v, query.command %+v", typ, body, first, l)
 	}
 }
