@@ -71,13 +71,26 @@ CREATE INDEX ON audit_noted (n);
 SET work_mem = '64MB'`
 
 // historySchema creates the history tables, each as "CREATE " + create +
-// its name: "TEMP TABLE " or "UNLOGGED TABLE <schema>.".
+// its name: "TEMP TABLE " or "UNLOGGED TABLE <schema>.". Autovacuum leaves
+// them alone: they are only inserted into, and read whole once the fold
+// ends, after finish has analyzed them (analyze); before, a full audit's run's
+// tables had autovacuum's workers VACUUM ANALYZE them again and again as
+// they grew (TEMP tables it never touches).
 func historySchema(create string) string {
 	var b strings.Builder
 	for _, t := range historyTables {
-		b.WriteString("CREATE " + create + t + ";\n")
+		b.WriteString("CREATE " + create + t + " WITH (autovacuum_enabled = false);\n")
 	}
 	return b.String()
+}
+
+// analyze gives the planner the history tables' statistics before the set
+// queries read them: autovacuum takes none (historySchema).
+func (s *pgSets) analyze(ctx context.Context) error {
+	if _, err := s.conn.Exec(ctx, `ANALYZE audit_ids, audit_groups, audit_homes, audit_claims, audit_rows`); err != nil {
+		return fmt.Errorf("audit: sets: analyze: %w", err)
+	}
+	return nil
 }
 
 // newPGSets takes a session of pool for the audit's sets, in its TEMP tables
@@ -252,6 +265,9 @@ ORDER BY h.key`
 
 func (s *pgSets) finish(ctx context.Context, f *Fold) error {
 	if err := s.sync(ctx); err != nil {
+		return err
+	}
+	if err := s.analyze(ctx); err != nil {
 		return err
 	}
 	if err := s.checkIDs(ctx, f); err != nil {
