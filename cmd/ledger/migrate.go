@@ -35,7 +35,7 @@ func migrateCommand() *cli.Command {
 			{Name: "status", Usage: "list this build's migrations, applied (with when) or pending", Flags: db(), Action: runMigrateStatus},
 			{
 				Name: "down", Usage: "roll back every applied migration above --to, newest first",
-				Flags: append(db(), &cli.Int64Flag{Name: flagMigrateTo, Usage: "the version to roll back to (0: every migration)", Required: true, Sources: cli.EnvVars("LEDGER_MIGRATE_TO")}),
+				Flags:  append(db(), &cli.Int64Flag{Name: flagMigrateTo, Usage: "the version to roll back to (0: every migration)", Required: true, Sources: cli.EnvVars("LEDGER_MIGRATE_TO")}),
 				Action: runMigrateDown,
 			},
 		},
