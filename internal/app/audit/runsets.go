@@ -129,7 +129,12 @@ func (s *pgSets) dropBroken(ctx context.Context) {
 	conn, err := s.pool.Acquire(ctx)
 	if err == nil {
 		defer conn.Release()
-		_, err = (&pgSets{conn: conn}).dropOrphanRun(ctx, s.run)
+		// The broken session's backend holds the run's lock until it has
+		// noticed its client gone: wait for it (bounded by ctx), then drop as
+		// a run left behind, which takes the lock again.
+		if _, err = conn.Exec(ctx, `SELECT pg_advisory_lock(`+runLock+`), pg_advisory_unlock(`+runLock+`)`, s.run); err == nil {
+			_, err = (&pgSets{conn: conn}).dropOrphanRun(ctx, s.run)
+		}
 	}
 	if err != nil {
 		s.logger().Warn("audit: a run's sets could not be dropped: the next full audit drops them", "schema", s.run, "err", err)
