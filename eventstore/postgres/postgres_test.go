@@ -410,3 +410,45 @@ func TestDuplicateIDsCountsRows(t *testing.T) {
 		t.Errorf("after the originals (their copies): %q, want %q", got, want)
 	}
 }
+
+// TestReadAllPageRoomFollowsTheLastPage: a read of "all" makes room for as
+// many events as the last one returned, up to its limit: a full page after a
+// full page is one slice of the page's size (not doubled up to it), and a
+// read after an empty one makes no room ahead of its rows.
+func TestReadAllPageRoomFollowsTheLastPage(t *testing.T) {
+	ctx := ctxT(t)
+	s := devtest.Store(t, devtest.DatabaseURL(t))
+	const page = 100
+	for i := range 3 * page {
+		if _, err := s.Append(ctx, "s-"+strconv.Itoa(i), eventstore.NoStream, []eventstore.EventData{ev()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := eventstore.Start
+	for i := range 3 {
+		got, err := s.ReadAll(ctx, after, page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != page {
+			t.Fatalf("page %d: %d events, want %d", i, len(got), page)
+		}
+		if i > 0 && cap(got) != page {
+			t.Fatalf("page %d after a full one: room for %d events, want %d", i, cap(got), page)
+		}
+		after = got[len(got)-1].Position
+	}
+	if got, err := s.ReadAll(ctx, after, page); err != nil || len(got) != 0 {
+		t.Fatalf("after the last: %d events, %v", len(got), err)
+	}
+	if _, err := s.Append(ctx, "s-last", eventstore.NoStream, []eventstore.EventData{ev()}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ReadAll(ctx, after, page)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("after an empty read: %d events, %v; want 1", len(got), err)
+	}
+	if cap(got) >= page {
+		t.Fatalf("one event after an empty read: room for %d, want fewer than %d", cap(got), page)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -59,6 +60,10 @@ type Store struct {
 	// beforeCommit, when set (by tests), runs between an append's two round
 	// trips, on its connection inside its open transaction.
 	beforeCommit func(ctx context.Context, conn *pgx.Conn)
+
+	// lastPage is the number of events the last ReadAll returned: the next
+	// one's first guess of its page's size (readAll).
+	lastPage atomic.Int64
 }
 
 // DefaultPollInterval is the default Store.PollInterval.
@@ -772,15 +777,16 @@ func decimal(b []byte) (uint64, bool) {
 const eventColumns = `position, transaction_id::text AS xid, stream, revision, event_id, type, data, metadata, created`
 
 // scanEvents reads the rows of a read. Per event it allocates the stream's
-// name only: the events share their slice (grown as rows come, doubling
-// (growEvents): a read's limit says nothing of how many rows it returns, and
-// the ledger's and the projector's reads ask for thousands and mostly get a
-// few or none), their
+// name only: the events share their slice (room for hint events at first,
+// then grown as rows come, doubling (growEvents): a read's limit says nothing
+// of how many rows it returns, and the ledger's and the projector's reads ask
+// for thousands and mostly get a few or none; readAll's hint is its last
+// page's size, pageHint), their
 // types' names (one per type a read) and blocks holding their data and
 // metadata (eventBytes), so a page of the audit or a rebuild is a few objects
 // for the collector, not six an event. The transaction id is read without a
 // string.
-func scanEvents(rows pgx.Rows) ([]eventstore.RecordedEvent, error) {
+func scanEvents(rows pgx.Rows, hint int) ([]eventstore.RecordedEvent, error) {
 	var (
 		out                []eventstore.RecordedEvent
 		e                  eventstore.RecordedEvent
@@ -789,6 +795,9 @@ func scanEvents(rows pgx.Rows) ([]eventstore.RecordedEvent, error) {
 		types              = map[string]string{}
 		bytes              eventBytes
 	)
+	if hint > 0 {
+		out = make([]eventstore.RecordedEvent, 0, hint)
+	}
 	_, err := pgx.ForEachRow(rows, []any{&pos, &xid, &e.Stream, &rev, (*[16]byte)(&e.ID), &typ, &data, &md, &e.Created}, func() error {
 		p, err := positionOf(xid, pos)
 		e.Position = p
@@ -886,7 +895,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 	if err != nil {
 		return nil, classify(ctx, "read stream", err)
 	}
-	out, err := scanEvents(rows)
+	out, err := scanEvents(rows, 0)
 	if err != nil {
 		return nil, classify(ctx, "read stream", err)
 	}
@@ -1023,11 +1032,25 @@ func (s *Store) readAll(ctx context.Context, after eventstore.Position, max int)
 	if err != nil {
 		return nil, classify(ctx, "read all", err)
 	}
-	out, err := scanEvents(rows)
+	out, err := scanEvents(rows, pageHint(s.lastPage.Load(), max))
 	if err != nil {
 		return nil, classify(ctx, "read all", err)
 	}
+	s.lastPage.Store(int64(len(out)))
 	return out, nil
+}
+
+// pageHint is the room a read of "all" of up to max events (max <= 0: all)
+// makes for its page before its first row: as many as the last page held
+// (last), up to max. A rebuild's or an audit's pages of thousands follow one
+// another, and each is then one slice of its size, not one doubled up to it
+// (with the copies on the way, about three times the page); a caught-up
+// reader's polls of a few events or none get room for a few.
+func pageHint(last int64, max int) int {
+	if max <= 0 {
+		return 0 // a read of everything: its size is not the last page's
+	}
+	return int(min(last, int64(max)))
 }
 
 // Head implements eventstore.Store: the position of the last event a reader of
@@ -1208,7 +1231,7 @@ func (s *Store) ReadStreamSubject(ctx context.Context, stream, subject string, m
 	if err != nil {
 		return nil, classify(ctx, "read stream subject", err)
 	}
-	out, err := scanEvents(rows)
+	out, err := scanEvents(rows, 0)
 	if err != nil {
 		return nil, classify(ctx, "read stream subject", err)
 	}
@@ -1225,7 +1248,7 @@ func (s *Store) ReadEventByID(ctx context.Context, id uuid.UUID) (eventstore.Rec
 	if err != nil {
 		return eventstore.RecordedEvent{}, classify(ctx, "read event", err)
 	}
-	out, err := scanEvents(rows)
+	out, err := scanEvents(rows, 0)
 	if err != nil {
 		return eventstore.RecordedEvent{}, classify(ctx, "read event", err)
 	}
@@ -1264,7 +1287,7 @@ func (s *Store) ReadEventsByID(ctx context.Context, ids []uuid.UUID) (map[uuid.U
 	if err != nil {
 		return nil, classify(ctx, "read events", err)
 	}
-	evs, err := scanEvents(rows)
+	evs, err := scanEvents(rows, 0)
 	if err != nil {
 		return nil, classify(ctx, "read events", err)
 	}
