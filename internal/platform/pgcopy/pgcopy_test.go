@@ -7,10 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // fields splits a buffer of one tuple (after Tuple) into its fields' bytes.
@@ -181,4 +185,66 @@ func TestStreamAfterAnErrorHandsOutNoByte(t *testing.T) {
 	if n != 0 || err == nil {
 		t.Errorf("read after the error: %d bytes (%x), err %v", n, p[:n], err)
 	}
+}
+
+// TestCloseWaitsForTheReadUnderWay: Close returns only once a Read under way
+// (its rows being written into c, by another goroutine, as pgconn's CopyFrom
+// reads) has returned, and after it no row is written and a Read hands out
+// nothing: its caller may then reuse c (copyOrUpsert puts it back in its
+// pool for the next COPY).
+func TestCloseWaitsForTheReadUnderWay(t *testing.T) {
+	var (
+		c                    Buf
+		entered, release     = make(chan struct{}), make(chan struct{})
+		rows                 atomic.Int64
+		closed, rowAfterShut atomic.Bool
+	)
+	r := Stream(&c, 1, 1000, func(c *Buf, i int) error {
+		rows.Add(1)
+		if i == 0 {
+			close(entered)
+			<-release
+		}
+		if closed.Load() {
+			rowAfterShut.Store(true)
+		}
+		c.Int8(int64(i))
+		return nil
+	})
+	readErr := make(chan error, 1)
+	go func() { _, err := r.Read(make([]byte, 16)); readErr <- err }()
+	<-entered
+	closeDone := make(chan struct{})
+	go func() { r.Close(); closed.Store(true); close(closeDone) }()
+	devtest.Eventually(t, 10*time.Second, "Close neither returned nor waited for the Read under way", func() bool {
+		return closed.Load() || waitingIn("pgcopy.(*StreamReader).Close", "sync.(*Mutex).Lock")
+	})
+	close(release)
+	<-closeDone
+	if err := <-readErr; err != nil {
+		t.Fatalf("the Read under way: %v", err)
+	}
+	if rowAfterShut.Load() {
+		t.Fatal("Close returned while a Read under way was still writing rows into its Buf")
+	}
+	written := rows.Load()
+	if n, err := r.Read(make([]byte, 16)); n != 0 || !errors.Is(err, ErrStreamClosed) {
+		t.Fatalf("a Read after Close: %d bytes, %v; want %v", n, err, ErrStreamClosed)
+	}
+	if rows.Load() != written {
+		t.Fatalf("%d rows written after Close", rows.Load()-written)
+	}
+}
+
+// waitingIn reports whether a goroutine's stack holds both frames (the
+// first calling the second).
+func waitingIn(caller, callee string) bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		if i := bytes.Index(g, []byte(callee)); i >= 0 && bytes.Contains(g[i:], []byte(caller)) {
+			return true
+		}
+	}
+	return false
 }
