@@ -21,29 +21,18 @@ import (
 // upsert; a row that cannot be written fails the write with its own error.
 func TestCopyOrUpsertStreamsItsRows(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, devtest.DatabaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	gen, err := createGeneration(ctx, pool, Transfers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dropGeneration(context.Background(), pool, Transfers, gen) })
-	at := time.Date(2026, 11, 28, 20, 0, 0, 0, time.UTC)
+	pool, gen := copyTestGeneration(t)
 	rows := func(prefix string, n int, fail error) genRows {
-		return genRows{base: "transfers", gen: gen, columns: []string{"transfer_id", "from_account", "to_account", "amount", "currency", "status", "idempotency_key", "revision", "requested_at", "updated_at"}, n: n,
-			row: func(c *pgcopy.Buf, i int) error {
-				if fail != nil && i == n/2 {
-					return fail
-				}
-				c.Text(fmt.Sprintf("%s-%07d", prefix, i)).Text("a").Text("b").Int8(int64(i)).Text("EUR").Text("pending").Text("k").Int8(0).Timestamptz(at).Timestamptz(at)
-				return nil
-			}}
+		return testTransferRows(gen, n, func(c *pgcopy.Buf, i int) error {
+			if fail != nil && i == n/2 {
+				return fail
+			}
+			testTransferRow(c, prefix, i)
+			return nil
+		})
 	}
 	noFallback := func() error { t.Error("fell back to the upsert"); return nil }
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if err := copyOrUpsert(ctx, tx, rows("t", 0, nil), noFallback); err != nil {
 			return fmt.Errorf("no rows: %w", err)
 		}
@@ -71,4 +60,34 @@ func TestCopyOrUpsertStreamsItsRows(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("a row's error: %v", err)
 	}
+}
+
+// copyTestGeneration opens a pool on a database of the test's own and
+// creates a generation of transfers in it, dropped when the test ends.
+func copyTestGeneration(t *testing.T) (*pgxpool.Pool, int) {
+	t.Helper()
+	bg := context.Background()
+	pool, err := pgxpool.New(bg, devtest.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	gen, err := createGeneration(bg, pool, Transfers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dropGeneration(bg, pool, Transfers, gen) })
+	return pool, gen
+}
+
+// testTransferRows are n rows of the transfers table of generation gen, each
+// written by row.
+func testTransferRows(gen, n int, row func(c *pgcopy.Buf, i int) error) genRows {
+	return genRows{base: "transfers", gen: gen, columns: []string{"transfer_id", "from_account", "to_account", "amount", "currency", "status", "idempotency_key", "revision", "requested_at", "updated_at"}, n: n, row: row}
+}
+
+// testTransferRow writes the i-th transfers row, its ID prefix and i, its amount i.
+func testTransferRow(c *pgcopy.Buf, prefix string, i int) {
+	at := time.Date(2026, 11, 28, 20, 0, 0, 0, time.UTC)
+	c.Text(fmt.Sprintf("%s-%07d", prefix, i)).Text("a").Text("b").Int8(int64(i)).Text("EUR").Text("pending").Text("k").Int8(0).Timestamptz(at).Timestamptz(at)
 }

@@ -7,10 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/ledgerworks/ledger/internal/platform/pgcopy"
-	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // TestCopyOrUpsertLeavesNoRowEncodedPastItsReturn: when the COPY's
@@ -23,16 +20,7 @@ func TestCopyOrUpsertLeavesNoRowEncodedPastItsReturn(t *testing.T) {
 	for _, how := range []string{"cancel", "terminate"} {
 		t.Run(how, func(t *testing.T) {
 			bg := context.Background()
-			pool, err := pgxpool.New(bg, devtest.DatabaseURL(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
-			gen, err := createGeneration(bg, pool, Transfers)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = dropGeneration(bg, pool, Transfers, gen) })
+			pool, gen := copyTestGeneration(t)
 			tx, err := pool.Begin(bg)
 			if err != nil {
 				t.Fatal(err)
@@ -44,31 +32,29 @@ func TestCopyOrUpsertLeavesNoRowEncodedPastItsReturn(t *testing.T) {
 			returnedCh := make(chan struct{})
 			var late atomic.Int64
 			orphanDone := make(chan struct{})
-			at := time.Date(2026, 11, 28, 20, 0, 0, 0, time.UTC)
 			const n, k = 20000, 2000 // k in the 4th piece: the COPY is under way
-			rows := genRows{base: "transfers", gen: gen, columns: []string{"transfer_id", "from_account", "to_account", "amount", "currency", "status", "idempotency_key", "revision", "requested_at", "updated_at"}, n: n,
-				row: func(c *pgcopy.Buf, i int) error {
-					if i == k {
-						if how == "cancel" {
-							cancel()
-						} else if _, err := pool.Exec(bg, `SELECT pg_terminate_backend($1)`, pid); err != nil {
-							t.Error(err)
-						}
-						select { // copyOrUpsert returns meanwhile, or not (then 5 s pass)
-						case <-returnedCh:
-						case <-time.After(5 * time.Second):
-						}
+			rows := testTransferRows(gen, n, func(c *pgcopy.Buf, i int) error {
+				if i == k {
+					if how == "cancel" {
+						cancel()
+					} else if _, err := pool.Exec(bg, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+						t.Error(err)
 					}
-					if returned.Load() {
-						late.Add(1)
-						if i == k+200 {
-							close(orphanDone)
-							return fmt.Errorf("late row %d", i) // written to r.err after copyOrUpsert read it
-						}
+					select { // copyOrUpsert returns meanwhile, or not (then 5 s pass)
+					case <-returnedCh:
+					case <-time.After(5 * time.Second):
 					}
-					c.Text(fmt.Sprintf("t-%07d", i)).Text("a").Text("b").Int8(int64(i)).Text("EUR").Text("pending").Text("k").Int8(0).Timestamptz(at).Timestamptz(at)
-					return nil
-				}}
+				}
+				if returned.Load() {
+					late.Add(1)
+					if i == k+200 {
+						close(orphanDone)
+						return fmt.Errorf("late row %d", i) // written to r.err after copyOrUpsert read it
+					}
+				}
+				testTransferRow(c, "t", i)
+				return nil
+			})
 			err = copyOrUpsert(ctx, tx, rows, func() error { return nil })
 			returned.Store(true)
 			close(returnedCh)
