@@ -52,6 +52,7 @@ func TestBenchRefusesABadFlag(t *testing.T) {
 		{[]string{"--open-loop-fractions", "0.5,1.5"}, `--open-loop-fractions: "1.5" is not a fraction in (0, 1]`},
 		{[]string{"--open-loop-fractions", "half"}, `--open-loop-fractions: "half" is not a fraction in (0, 1]`},
 		{[]string{"--systems", "ledger,other"}, "systems are ledger, baseline and echo"},
+		{[]string{"--systems", "none,ledger"}, "systems are ledger, baseline and echo (or none alone)"},
 		{[]string{"--transaction-ratio", "0.5"}, "use --systems ledger"},
 		{[]string{"--many-accounts", "-1"}, "many accounts must be >= 0"},
 		{[]string{"--history", "-1"}, "history events must be >= 0"},

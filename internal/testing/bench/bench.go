@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -159,7 +160,7 @@ func driveSystems(ctx context.Context, cfg Config, env *devenv.Env, dir string, 
 	log := cfg.Progress
 	prog := &progress{log: log, interval: cfg.ProgressInterval}
 	var written []string // databases the systems driven so far wrote to
-	for _, sys := range cfg.Systems {
+	for _, sys := range cfg.driven() {
 		if sys != SystemEcho {
 			// Each system starts on a settled cluster: the previous one's tables
 			// vacuumed and a checkpoint just taken. Otherwise the second system
@@ -274,13 +275,28 @@ func afterSystems(ctx context.Context, cfg Config, env *devenv.Env, runID string
 		}
 	}
 	if cfg.HistoryEvents > 0 {
-		log.Info("bench: history", "events", cfg.HistoryEvents, "accounts", cfg.Accounts)
-		rep.History, err = historyPhase(ctx, env.DatabaseURL, env.EventStoreURL, runID, cfg, log)
+		other := rep.ledgerAccounts(cfg)
+		log.Info("bench: history", "events", cfg.HistoryEvents, "accounts", cfg.Accounts, "other_accounts_in_store", other)
+		rep.History, err = historyPhase(ctx, env.DatabaseURL, env.EventStoreURL, runID, other, cfg, log)
 		if err != nil {
 			return fmt.Errorf("bench: history: %w", err)
 		}
 	}
 	return nil
+}
+
+// ledgerAccounts is the accounts the systems' phases opened in the ledger's
+// event store: the load phase's when the ledger was driven, and the
+// many-accounts phase's.
+func (rep *Report) ledgerAccounts(cfg Config) int {
+	n := 0
+	if slices.Contains(cfg.driven(), SystemLedger) {
+		n = cfg.Accounts
+	}
+	if rep.Many != nil {
+		n += rep.Many.Accounts
+	}
+	return n
 }
 
 func hook(cfg Config, system, phase string, start bool) {

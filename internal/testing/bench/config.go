@@ -96,7 +96,7 @@ type Config struct {
 	// ProjectionTimeout bounds the projection phase (0: no phase).
 	ProjectionTimeout time.Duration
 	// Systems to drive, in order: "ledger", "baseline", "echo" (default: ledger
-	// and baseline).
+	// and baseline); or "none" alone (SystemNone): no system is driven.
 	Systems []string
 
 	// EventStore is the ledger's event store: EventStorePostgres (the default:
@@ -328,8 +328,11 @@ func fractionError(f string) error {
 // accounts, the history, and the accounts the workload needs.
 func (c Config) checkSystems() error {
 	for _, s := range c.Systems {
+		if s == SystemNone && len(c.Systems) == 1 {
+			continue
+		}
 		if s != SystemLedger && s != SystemBaseline && s != SystemEcho {
-			return errors.New("bench: systems are ledger, baseline and echo")
+			return errors.New("bench: systems are ledger, baseline and echo (or none alone)")
 		}
 		if s != SystemLedger && c.TransactionRatio > 0 {
 			return errors.New("bench: transactions are the ledger's only (the baseline serves open_account, deposit and withdraw): use --systems ledger")
@@ -376,4 +379,17 @@ const (
 	SystemBaseline = "baseline"
 	// SystemEcho answers every command with a fixed reply: the NATS ceiling.
 	SystemEcho = "echo"
+	// SystemNone, alone in Systems, drives no system: only the phases after
+	// them run (key check, projection, history), and no account is opened
+	// in the ledger's event store but the history's and the key check's
+	// streams.
+	SystemNone = "none"
 )
+
+// driven is the systems Run drives, in order (none for SystemNone).
+func (c Config) driven() []string {
+	if len(c.Systems) == 1 && c.Systems[0] == SystemNone {
+		return nil
+	}
+	return c.Systems
+}

@@ -20,11 +20,20 @@ import (
 // ledger's event store, then every projection rebuilt (checked) and the whole
 // ledger audited on it, each timed with its peak heap.
 type HistoryReport struct {
-	Seeded      int64   `json:"seeded_events"`
-	Accounts    int     `json:"accounts"`
-	SeedSeconds float64 `json:"seed_seconds"`
-	Rebuild     ToolRun `json:"rebuild"`
-	Audit       ToolRun `json:"audit"`
+	Seeded int64 `json:"seeded_events"`
+	// Accounts is the history's accounts: its own, opened by it, IDs
+	// FirstAccount to LastAccount (seed.HistoryAccount).
+	Accounts     int    `json:"accounts"`
+	FirstAccount string `json:"first_account"`
+	LastAccount  string `json:"last_account"`
+	// OtherAccounts is the accounts the systems' phases opened in the same
+	// event store before it (the ledger's load phase's and many-accounts
+	// phase's; 0 with --systems none): the rebuild and the audit read them
+	// too.
+	OtherAccounts int     `json:"other_accounts"`
+	SeedSeconds   float64 `json:"seed_seconds"`
+	Rebuild       ToolRun `json:"rebuild"`
+	Audit         ToolRun `json:"audit"`
 	// Snapshots is the account snapshots the audit checked (the seeding
 	// ledger's, HistorySnapshotEvery).
 	Snapshots int `json:"audit_snapshots_checked"`
@@ -41,11 +50,12 @@ type ToolRun struct {
 	Error         string  `json:"error,omitempty"`
 }
 
-// historyPhase seeds about n events over accounts accounts in the ledger's event
-// store (storeURL), then rebuilds every projection in the read-model database
-// (url) and audits the ledger, timing both, each under cfg's
+// historyPhase seeds about n events over accounts accounts of its own in the
+// ledger's event store (storeURL), beside the other accounts the systems'
+// phases opened there, then rebuilds every projection in the read-model
+// database (url) and audits the ledger, timing both, each under cfg's
 // HistoryMemoryLimit.
-func historyPhase(ctx context.Context, url, storeURL, runID string, cfg Config, log *slog.Logger) (*HistoryReport, error) {
+func historyPhase(ctx context.Context, url, storeURL, runID string, other int, cfg Config, log *slog.Logger) (*HistoryReport, error) {
 	n, accounts, components := cfg.HistoryEvents, cfg.Accounts, cfg.Logger
 	store, err := config.OpenEventStore(ctx, storeURL, components)
 	if err != nil {
@@ -57,9 +67,11 @@ func historyPhase(ctx context.Context, url, storeURL, runID string, cfg Config, 
 		return nil, err
 	}
 	defer pool.Close()
-	rep := &HistoryReport{Accounts: accounts}
+	prefix := "hist" + runID
+	rep := &HistoryReport{Accounts: accounts, OtherAccounts: other,
+		FirstAccount: seed.HistoryAccount(prefix, 0), LastAccount: seed.HistoryAccount(prefix, int64(accounts-1))}
 	start := time.Now()
-	res, err := seed.History(ctx, store, n, seed.HistoryOptions{Accounts: accounts, KeyPrefix: "hist" + runID, SnapshotEvery: cfg.HistorySnapshotEvery,
+	res, err := seed.History(ctx, store, n, seed.HistoryOptions{Accounts: accounts, KeyPrefix: prefix, SnapshotEvery: cfg.HistorySnapshotEvery,
 		Progress: func(done, total int64) { log.Info("bench: seeding history", "events", done, "of", total) }})
 	rep.Seeded, rep.SeedSeconds = res.Events, time.Since(start).Seconds()
 	if err != nil {
@@ -126,7 +138,12 @@ func timeTool(limit func() (func(), error), run func(progress func(done, carried
 
 // print writes the phase's lines; the last two are the rates the issue asks for.
 func (h *HistoryReport) print(w io.Writer) {
-	fmt.Fprintf(w, "\nhistory: %d events seeded over %d accounts in %.1fs\n", h.Seeded, h.Accounts, h.SeedSeconds)
+	fmt.Fprintf(w, "\nhistory: %d events seeded over %d accounts in %.1fs (its own, %s to %s; ", h.Seeded, h.Accounts, h.SeedSeconds, h.FirstAccount, h.LastAccount)
+	if h.OtherAccounts > 0 {
+		fmt.Fprintf(w, "the store also holds the %d accounts the systems' phases opened, which the tools read too)\n", h.OtherAccounts)
+	} else {
+		fmt.Fprintln(w, "no system driven: no other account in the store)")
+	}
 	for _, t := range []struct {
 		name string
 		run  ToolRun

@@ -17,7 +17,7 @@ import (
 type HistoryOptions struct {
 	// Accounts is the number of accounts the history spreads over (at least 2).
 	Accounts int
-	// KeyPrefix makes keys and IDs unique (default "h").
+	// KeyPrefix makes keys and IDs unique (default defaultHistoryPrefix).
 	KeyPrefix string
 	// Progress, when set, is called now and then with the events written so far.
 	Progress func(events, total int64)
@@ -48,6 +48,9 @@ const (
 // original (found there by ID or subject when forgotten), so one each keeps
 // an account's state from growing with its history.
 const historyRecent = 1
+
+// defaultHistoryPrefix is HistoryOptions.KeyPrefix's default.
+const defaultHistoryPrefix = "h"
 
 // HistoryResult describes a seeded history.
 type HistoryResult struct {
@@ -105,7 +108,7 @@ func History(ctx context.Context, dst ledger.Store, n int64, o HistoryOptions) (
 	if o.Accounts < 2 {
 		return HistoryResult{}, errors.New("seed: a history needs at least 2 accounts")
 	}
-	o.KeyPrefix = cmp.Or(o.KeyPrefix, "h")
+	o.KeyPrefix = cmp.Or(o.KeyPrefix, defaultHistoryPrefix)
 	o.Chunk = min(cmp.Or(o.Chunk, historyChunk), maxHistoryChunk)
 	h := &history{o: o, total: n}
 	target := dst
@@ -306,7 +309,13 @@ func (h *history) send(ctx context.Context, cmds []command) error {
 	return nil
 }
 
-func (h *history) account(i int64) string { return h.o.KeyPrefix + "-acc-" + strconv.FormatInt(i, 10) }
+func (h *history) account(i int64) string { return HistoryAccount(h.o.KeyPrefix, i) }
+
+// HistoryAccount is the ID of account i of a history seeded with KeyPrefix
+// prefix (History opens accounts 0 to Accounts-1).
+func HistoryAccount(prefix string, i int64) string {
+	return cmp.Or(prefix, defaultHistoryPrefix) + "-acc-" + strconv.FormatInt(i, 10)
+}
 
 func (h *history) open(i int64) command {
 	return command{domain.CmdOpenAccount, fmt.Appendf(nil, `{"idempotency_key":"%s-open-%d","account_id":%q,"currency":"EUR"}`, h.o.KeyPrefix, i, h.account(i))}
