@@ -24,6 +24,8 @@ func auditCommand() *cli.Command {
 		&cli.IntFlag{Name: "max-violations", Value: 1000, Usage: "violations listed (all are counted)", Sources: cli.EnvVars("LEDGER_AUDIT_MAX_VIOLATIONS")},
 		&cli.StringFlag{Name: flagFrom, Usage: "check only the events after a stored audit checkpoint (its ID, or last), carrying its balances, chain heads and sagas in flight forward; what it trusts from before the checkpoint, which a full audit checks, is listed in its report (needs --database-url)", Sources: cli.EnvVars("LEDGER_AUDIT_FROM"),
 			Validator: func(v string) error { _, err := parseFrom(v); return err }},
+		&cli.StringFlag{Name: flagDropStop, Usage: "drop the stop point of a stopped full audit (its ID, as the stopped audit printed it, or last: the one stored) and its sets, under its run's lock, and do nothing else; refused (exit 1) while an audit runs it (a resume of it), exit 2 when it is not stored; alone (not with --from, --resume, --account, --expect-digest, --events-out) and needs --database-url", Sources: cli.EnvVars("LEDGER_AUDIT_DROP_STOP"),
+			Validator: func(v string) error { _, err := parseDropStop(v); return err }},
 		&cli.StringFlag{Name: flagExpectDigest, Usage: "with --from: refuse the checkpoint (exit 1, nothing stored) unless its digest is this one, as a clean audit printed it when it stored it: an anchor kept outside the database, which catches a checkpoint edited with its digests; with --resume, the stop point's, as the stopped audit printed it", Sources: cli.EnvVars("LEDGER_AUDIT_EXPECT_DIGEST")},
 		&cli.BoolFlag{Name: flagResume, Usage: "fold on from the stop point a stopped full audit stored (SIGINT, SIGTERM) to the head, and report as one run through; refused (exit 1: start over without it) for a stop point edited since, of another build or store, whose sets are gone or not its own, run with other --verify-chain, --read-models or --max-violations than these, or with a read model whose checkpoint is before the stop; exit 2 when none is stored; not with --from or --account (needs --database-url)", Sources: cli.EnvVars("LEDGER_AUDIT_RESUME")},
 		&cli.BoolFlag{Name: flagSaveCheckpoint, Value: true, Usage: "store a clean audit's result as an audit checkpoint for --from (needs --database-url; not with --account)", Sources: cli.EnvVars("LEDGER_AUDIT_SAVE_CHECKPOINT")},
@@ -58,8 +60,8 @@ func auditCommand() *cli.Command {
 			"full audit of the whole ledger with its sets in a schema of its own (its role may CREATE\n" +
 			"in the database) stopped once it has read its first page finishes that page and stores a\n" +
 			"stop point at its end, and prints its ID and digest;\n" +
-			"--resume [--expect-digest <digest>] folds on from it and reports as one run through. Any\n" +
-			"other stopped audit stores nothing.",
+			"--resume [--expect-digest <digest>] folds on from it and reports as one run through;\n" +
+			"--drop-stop <id|last> drops it and its sets instead. Any other stopped audit stores nothing.",
 		Flags:  flags,
 		Action: runAudit,
 	}
@@ -74,6 +76,9 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	defer finishProfiles()
+	if cmd.String(flagDropStop) != "" {
+		return dropStop(ctx, cmd, log)
+	}
 	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{ReadModels: true, IfNamed: true})
 	if err != nil {
 		return err
@@ -192,13 +197,19 @@ func auditVerdict(cmd *cli.Command, rep *audit.Report) error {
 }
 
 // parseFrom reads --from: a checkpoint's ID, or last (0).
-func parseFrom(v string) (int64, error) {
+func parseFrom(v string) (int64, error) { return parseID(flagFrom, "an audit checkpoint's", v) }
+
+// parseDropStop reads --drop-stop: a stop point's ID, or last (0).
+func parseDropStop(v string) (int64, error) { return parseID(flagDropStop, "a stop point's", v) }
+
+// parseID reads flag's value v: whose ID (1, 2, ...), or last (0).
+func parseID(flag, whose, v string) (int64, error) {
 	if v == "last" {
 		return 0, nil
 	}
 	id, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || id < 1 {
-		return 0, fmt.Errorf("--%s %q: an audit checkpoint's ID (1, 2, ...) or last", flagFrom, v)
+		return 0, fmt.Errorf("--%s %q: %s ID (1, 2, ...) or last", flag, v, whose)
 	}
 	return id, nil
 }
@@ -211,6 +222,7 @@ const (
 	flagEventsOut      = "events-out"
 	flagRepair         = "repair"
 	flagMaxGaps        = "max-gaps"
+	flagDropStop       = "drop-stop"
 )
 
 // eventsOutOptions connects to NATS for --events-out (and --repair); the

@@ -17,7 +17,6 @@ import (
 	"github.com/ledgerworks/ledger/internal/platform/config"
 	"github.com/ledgerworks/ledger/internal/testing/bench/seed"
 	"github.com/ledgerworks/ledger/projections"
-	"github.com/ledgerworks/ledger/projections/projtest"
 )
 
 // TestAuditResumeFlag: `ledger audit --resume` without a stop point says so
@@ -63,19 +62,10 @@ const (
 func TestAuditStoppedBySIGTERMAndResumed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	env := projtest.New(t)
-	if _, err := seed.History(ctx, env.Store, historyEvents, seed.HistoryOptions{Accounts: 100, SnapshotEvery: 40}); err != nil {
-		t.Fatal(err)
-	}
+	env, conn, lenv := seededLedger(t, historyEvents, seed.HistoryOptions{Accounts: 100, SnapshotEvery: 40})
 	if _, err := projections.Rebuild(ctx, env.Pool, env.Store, projections.RebuildOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := pgx.Connect(ctx, env.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	lenv := []string{config.EnvDatabaseURL + "=" + env.URL, config.EnvEventStoreURL + "=" + env.URL}
 
 	stop := stopAuditBySIGTERM(t, conn, lenv)
 	wrong := "0" + stop.Digest[1:]

@@ -11,7 +11,6 @@ import (
 	"github.com/ledgerworks/ledger/internal/platform/config"
 	"github.com/ledgerworks/ledger/internal/testing/bench/seed"
 	"github.com/ledgerworks/ledger/projections"
-	"github.com/ledgerworks/ledger/projections/projtest"
 )
 
 // TestRebuildStoppedBySIGTERMResumesItsGeneration: `projector rebuild`
@@ -23,16 +22,7 @@ import (
 // left being built.
 func TestRebuildStoppedBySIGTERMResumesItsGeneration(t *testing.T) {
 	ctx := context.Background()
-	env := projtest.New(t)
-	if _, err := seed.History(ctx, env.Store, 20_000, seed.HistoryOptions{Accounts: 50}); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.Connect(ctx, env.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	penv := []string{config.EnvDatabaseURL + "=" + env.URL, config.EnvEventStoreURL + "=" + env.URL}
+	_, conn, penv := seededLedger(t, 20_000, seed.HistoryOptions{Accounts: 50})
 	app := fmt.Sprintf("rebuildstop-%d", stops.Add(1))
 	var tx pgx.Tx
 	defer func() {

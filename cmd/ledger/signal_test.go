@@ -20,10 +20,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ledgerworks/ledger/internal/platform/config"
+	"github.com/ledgerworks/ledger/internal/testing/bench/seed"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 	"github.com/ledgerworks/ledger/migrations"
 	"github.com/ledgerworks/ledger/projections"
+	"github.com/ledgerworks/ledger/projections/projtest"
 )
 
 // SIGTERM ends `ledger audit` and `ledger replay` cleanly: the context is
@@ -80,6 +82,24 @@ func auditedLedger(t *testing.T, audits int) ([]string, *pgx.Conn) {
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return env, conn
+}
+
+// seededLedger seeds a history of events events (o) into a new database
+// and returns it, a connection to it, and the environment that points
+// ledger (or projector) at it.
+func seededLedger(t *testing.T, events int64, o seed.HistoryOptions) (*projtest.Env, *pgx.Conn, []string) {
+	t.Helper()
+	ctx := context.Background()
+	env := projtest.New(t)
+	if _, err := seed.History(ctx, env.Store, events, o); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, env.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return env, conn, []string{config.EnvDatabaseURL + "=" + env.URL, config.EnvEventStoreURL + "=" + env.URL}
 }
 
 // stopWaitingOn runs ledger args while conn holds what lock takes, sends

@@ -10,6 +10,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/projections"
 )
@@ -191,4 +194,68 @@ func (s *pgSets) dropReplaced(ctx context.Context, run string, log *slog.Logger)
 	case !dropped:
 		log.Info("audit: the sets of the stop point replaced are held by a running resume: left to it", "schema", run)
 	}
+}
+
+// ErrNoSuchStop means DropStop found no stop point of the ID given (none
+// stored, for ID 0).
+var ErrNoSuchStop = errors.New("audit: no such stop point")
+
+// ErrStopRunning means DropStop found the stop point's run held: an audit
+// runs it (a resume of it, or the audit that stored it, still ending).
+var ErrStopRunning = errors.New("audit: the stop point's run is running")
+
+// DropStop drops stop point id (0: the one stored, whatever its ID) with its
+// account rows and its run's sets (its schema), in one transaction under its
+// run's lock (runLock), as a resume that ends does; it returns the ID
+// dropped and the schema. It refuses (ErrStopRunning) while an audit holds
+// the run, and (ErrNoSuchStop) a stop point not stored or replaced meanwhile;
+// refused or failing, it has dropped nothing.
+func DropStop(ctx context.Context, pool *pgxpool.Pool, id int64) (int64, string, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return 0, "", fmt.Errorf("audit: drop stop point: %w", err)
+	}
+	defer conn.Release()
+	asked := id
+	var run string
+	err = conn.QueryRow(ctx, `SELECT id, sets FROM readmodel.audit_checkpoints WHERE kind = 'stop' AND ($1 = 0 OR id = $1)`, id).Scan(&id, &run)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, "", noSuchStop(asked)
+	}
+	var got bool
+	if err == nil {
+		err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+runLock+`)`, run).Scan(&got)
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("audit: drop stop point: %w", err)
+	}
+	if !got {
+		return 0, "", fmt.Errorf("%w: stop point %d: an audit holds its sets (schema %s): a resume of it (or the audit that stored it, still ending); let it end", ErrStopRunning, id, run)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(`+runLock+`)`, run)
+	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		sets, err := projections.Checkpoints.DropAuditStop(ctx, tx, id)
+		if err == nil && sets != run { // replaced (deleted) since it was read
+			return noSuchStop(id)
+		}
+		if err == nil {
+			_, err = tx.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{run}.Sanitize()+` CASCADE`)
+		}
+		return err
+	})
+	if errors.Is(err, ErrNoSuchStop) {
+		return 0, "", err
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("audit: drop stop point %d: %w", id, err)
+	}
+	return id, run, nil
+}
+
+// noSuchStop is ErrNoSuchStop for the ID asked (0: the one stored).
+func noSuchStop(asked int64) error {
+	if asked == 0 {
+		return fmt.Errorf("%w: none is stored (a stopped full audit stores one)", ErrNoSuchStop)
+	}
+	return fmt.Errorf("%w: %d is not stored (a stopped full audit prints its stop point's ID; there is one at a time)", ErrNoSuchStop, asked)
 }
