@@ -6,8 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
+	"sync"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -22,14 +24,21 @@ const (
 	EnvMemProfile  = "LEDGER_MEMPROFILE"
 )
 
-// heapSampleEvery is how often --memprofile reads the heap in use.
-const heapSampleEvery = 200 * time.Millisecond
+// --memprofile's sampler: how often it reads the live heap (as the last
+// collection marked it), the growth of the live heap over the one that last
+// made it force a collection that makes it force another, and how often at
+// most it forces one.
+const (
+	heapSampleEvery = 100 * time.Millisecond
+	heapGrowth      = 20 // 1/20: 5%
+	heapForceEvery  = time.Second
+)
 
 // ProfileFlags are --cpuprofile and --memprofile.
 func ProfileFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: FlagCPUProfile, Usage: "write a CPU profile of the whole run to this file (go tool pprof)", Sources: cli.EnvVars(EnvCPUProfile), TakesFile: true},
-		&cli.StringFlag{Name: FlagMemProfile, Usage: "write a heap profile to this file, taken when the heap in use was at its peak (read every 200 ms; go tool pprof -sample_index=inuse_space)", Sources: cli.EnvVars(EnvMemProfile), TakesFile: true},
+		&cli.StringFlag{Name: FlagMemProfile, Usage: "write a heap profile to this file: the objects live at the highest live heap of the run (the live heap is read as each collection marked it, every 100 ms; at a new high, 5% over the last, a collection is forced, at most one a second, and the profile taken right after it, of what that collection found live; go tool pprof -sample_index=inuse_space)", Sources: cli.EnvVars(EnvMemProfile), TakesFile: true},
 	}
 }
 
@@ -63,50 +72,101 @@ func StartProfiles(cmd *cli.Command) (stop func() error, err error) {
 	return stop, nil
 }
 
-// peakHeapProfile keeps, in memory, the heap profile taken at the highest
-// heap in use seen so far (the profile is of the live objects of the last
-// collection before it), and writes it to path when stopped.
+// peakHeapProfile starts --memprofile's sampler (heapPeak) and returns what
+// stops it and writes its profile to path.
 func peakHeapProfile(path string) func() error {
-	var (
-		best  []byte // written by the sampler, read once it has ended
-		peak  uint64
-		done  = make(chan struct{})
-		ended = make(chan struct{})
-	)
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	take := func() {
-		metrics.Read(sample)
-		inUse := sample[0].Value.Uint64()
-		if inUse <= peak+peak/20 && best != nil { // 5% above the last peak before another
-			return
-		}
-		var b bytes.Buffer
-		if pprof.Lookup("heap").WriteTo(&b, 0) == nil {
-			best, peak = b.Bytes(), inUse
-		}
-	}
+	return startHeapPeak(path, heapSampleEvery).stop
+}
+
+// heapPeak keeps, in memory, the heap profile taken at the highest live heap
+// seen so far, and writes it to path when stopped. It reads the live heap
+// (/gc/heap/live:bytes, what the last collection marked: not the heap in
+// use, which holds the garbage not yet collected) every so often; once it has
+// grown by 1/heapGrowth over the one that last made it do so (and not within
+// heapForceEvery of that), it forces a collection and takes the profile right
+// after it. A profile is of the objects live at a collection, and a forced
+// one's is complete at once (a collection of the runtime's own publishes the
+// one before it): so the kept profile is of the collection that found the
+// most live, and that is its peak, within a growth step.
+type heapPeak struct {
+	path   string
+	sample []metrics.Sample
+	seen   uint64    // the live heap that last made it force a collection
+	forced time.Time // when it did
+	done   chan struct{}
+	ended  chan struct{}
+
+	mu   sync.Mutex
+	best []byte // the profile kept
+	peak uint64 // the live heap of the collection best was taken after
+}
+
+func startHeapPeak(path string, every time.Duration) *heapPeak {
+	h := &heapPeak{path: path, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}, done: make(chan struct{}), ended: make(chan struct{})}
 	go func() {
-		defer close(ended)
-		t := time.NewTicker(heapSampleEvery)
+		defer close(h.ended)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
-			take()
 			select {
-			case <-done:
+			case <-h.done:
 				return
 			case <-t.C:
+				h.poll(false)
 			}
 		}
 	}()
-	return func() error {
-		close(done)
-		<-ended
-		take()
-		if err := os.WriteFile(path, best, 0o644); err != nil {
-			return fmt.Errorf("config: --%s: %w", FlagMemProfile, err)
-		}
-		return nil
+	return h
+}
+
+// live is the live heap the last collection marked.
+func (h *heapPeak) live() uint64 {
+	metrics.Read(h.sample)
+	return h.sample[0].Value.Uint64()
+}
+
+// poll forces a collection and takes the profile after it when the live heap
+// has grown enough since the last one forced (or when force), keeping the
+// profile if that collection found more live than the kept one's.
+func (h *heapPeak) poll(force bool) {
+	seen := h.live()
+	if !force && (seen <= h.seen+h.seen/heapGrowth || time.Since(h.forced) < heapForceEvery) {
+		return
 	}
+	runtime.GC()
+	h.seen, h.forced = seen, time.Now()
+	live := h.live()
+	var b bytes.Buffer
+	if pprof.Lookup("heap").WriteTo(&b, 0) != nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.best == nil || live > h.peak {
+		h.best, h.peak = b.Bytes(), live
+	}
+}
+
+// peakBytes is the live heap of the collection the kept profile was taken
+// after (0: none yet).
+func (h *heapPeak) peakBytes() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.peak
+}
+
+// stop ends the sampler, polls once more (a profile is taken if none was) and
+// writes the kept profile.
+func (h *heapPeak) stop() error {
+	close(h.done)
+	<-h.ended
+	h.poll(h.peakBytes() == 0)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := os.WriteFile(h.path, h.best, 0o644); err != nil {
+		return fmt.Errorf("config: --%s: %w", FlagMemProfile, err)
+	}
+	return nil
 }
 
 // ReadToolStart is LoggerFromCommand for a command of ReadToolFlags (or of
