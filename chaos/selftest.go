@@ -204,7 +204,7 @@ func atomicCorruptions() []corruption {
 		return func(ctx context.Context, tx pgx.Tx) error {
 			for _, set := range sets { // a path, then its value
 				if err := exec1(ctx, tx, `UPDATE events SET data = convert_to(jsonb_set(convert_from(data, 'UTF8')::jsonb, $2::text[], $3::jsonb)::text, 'UTF8')
-				WHERE stream = $1`, domain.KeyStreamPrefix+batch, set[:len(set)-1], set[len(set)-1]); err != nil {
+				WHERE stream = $1`, domain.KeyStream(batch), set[:len(set)-1], set[len(set)-1]); err != nil {
 					return err
 				}
 			}
@@ -217,7 +217,7 @@ func atomicCorruptions() []corruption {
 	return []corruption{
 		{"an atomic batch applied in part", 1, "its element \"" + atomicApplied + "-1\" has no events", func(ctx context.Context, tx pgx.Tx) error {
 			k := atomicApplied + "-1"
-			ct, err := tx.Exec(ctx, `DELETE FROM events WHERE stream = $1 OR convert_from(metadata, 'UTF8')::jsonb->>'key' = $2`, domain.KeyStreamPrefix+k, k)
+			ct, err := tx.Exec(ctx, `DELETE FROM events WHERE stream = $1 OR convert_from(metadata, 'UTF8')::jsonb->>'key' = $2`, domain.KeyStream(k), k)
 			if err == nil && ct.RowsAffected() == 0 {
 				err = fmt.Errorf("element %s has no events", k)
 			}
@@ -292,7 +292,7 @@ func hashCorruptions(d1 depositRef) []corruption {
 			}
 			other := domain.Request{"type": "deposit", "account_id": strings.TrimPrefix(d1.stream, domain.AccountStreamPrefix), "amount": d1.amount + 1, "currency": d1.currency}.Hash()
 			if err := exec1(ctx, tx, `UPDATE events SET data = `+fmt.Sprintf(setHash, "data")+` WHERE stream = $1 AND type = $3`,
-				domain.KeyStreamPrefix+key, other, domain.EvKeyClaimed); err != nil {
+				domain.KeyStream(key), other, domain.EvKeyClaimed); err != nil {
 				return fmt.Errorf("the claim of %q: %w", key, err)
 			}
 			_, err := tx.Exec(ctx, `UPDATE events SET metadata = `+fmt.Sprintf(setHash, "metadata")+`

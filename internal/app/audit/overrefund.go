@@ -203,7 +203,7 @@ func (o *originals) fromStream(re eventstore.RecordedEvent, key string) (refunde
 // a forgotten key from it. 0 when key has no claim on re's stream, or one
 // without a revision (an older claim), or one at or past re.
 func (o *originals) claimedFrom(re eventstore.RecordedEvent, key string) (uint64, error) {
-	recs, err := o.stream.ReadStream(o.ctx, domain.KeyStreamPrefix+key, 0, eventstore.Forwards, 1)
+	recs, err := o.stream.ReadStream(o.ctx, domain.KeyStream(key), 0, eventstore.Forwards, 1)
 	if err != nil || len(recs) == 0 {
 		return 0, ignoreNotFound(err)
 	}

@@ -310,7 +310,7 @@ func (f *Fold) claimBefore(ctx context.Context, store Store, key string) (*claim
 	if !ok || f.from == nil {
 		return nil, nil
 	}
-	recs, err := sr.ReadStream(ctx, domain.KeyStreamPrefix+key, 0, eventstore.Forwards, 1)
+	recs, err := sr.ReadStream(ctx, domain.KeyStream(key), 0, eventstore.Forwards, 1)
 	if err != nil || len(recs) == 0 || recs[0].Position.Compare(f.from.Position) > 0 {
 		return nil, ignoreNotFound(err)
 	}
