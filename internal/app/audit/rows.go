@@ -101,7 +101,7 @@ func (r rowText) num(n int64) rowText {
 
 func (r rowText) at(t time.Time) rowText {
 	r = r.sep()
-	r.b = t.UTC().Truncate(time.Microsecond).AppendFormat(r.b, time.RFC3339Nano)
+	r.b = domain.Instant(t).AppendFormat(r.b, time.RFC3339Nano)
 	return r
 }
 

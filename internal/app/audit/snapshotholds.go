@@ -166,7 +166,7 @@ func notClosedThere(h *domain.Hold, rev uint64) string {
 // heldRowDiff compares a snapshot's closed hold with its row ("" when
 // equal): the expiry as the table keeps it, to the microsecond.
 func heldRowDiff(h *domain.Hold, r heldRow) string {
-	sameExpiry := (r.expires == nil) == h.ExpiresAt.IsZero() && (r.expires == nil || r.expires.Equal(h.ExpiresAt.Truncate(time.Microsecond)))
+	sameExpiry := (r.expires == nil) == h.ExpiresAt.IsZero() && (r.expires == nil || r.expires.Equal(domain.Instant(h.ExpiresAt)))
 	if h.Amount == r.amount && string(h.Status) == r.status && h.Key == r.key && sameExpiry {
 		return ""
 	}
