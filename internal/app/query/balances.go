@@ -104,12 +104,7 @@ func (s *Service) Balances(ctx context.Context, q BalancesRequest) (*Balances, *
 		return nil, qerr
 	}
 	out := &Balances{Prefix: q.Prefix, Balances: []CurrencyBalance{}}
-	if g.at != nil {
-		out.AsOf = g.at.UTC().Format(time.RFC3339Nano)
-	}
-	if g.effective != nil {
-		out.AsOfEffective = g.effective.UTC().Format(time.RFC3339Nano)
-	}
+	out.AsOf, out.AsOfEffective = echoTime(g.at, ""), echoTime(g.effective, "")
 	var pos eventstore.Position
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		// A large group's plan costs enough for PostgreSQL to compile it (JIT),

@@ -246,7 +246,7 @@ func (s *Service) Balance(ctx context.Context, q BalanceRequest) (*Balance, *rep
 	}
 	out := r.out
 	out.AccountID, out.Status, out.Available, out.ProjectedPosition = q.AccountID, r.status, out.Balance-out.Held, pos
-	out.AsOf = r.when.UTC().Format(time.RFC3339Nano)
+	out.AsOf = replyTime(r.when)
 	return &out, nil
 }
 
@@ -286,7 +286,7 @@ func (s *Service) effectiveBalance(ctx context.Context, q BalanceRequest, effect
 		status = domain.AccountStatusClosed
 	}
 	view := domain.AccountView{AccountID: q.AccountID, Currency: found.Currency, Balance: found.Balance, Held: found.Held, Available: found.Balance - found.Held, Revision: uint64(found.Revision)}
-	out := Balance{Account: Account{AccountView: view, Status: string(status), ProjectedPosition: pos.String()}, AsOfEffective: effective.UTC().Format(time.RFC3339Nano)}
+	out := Balance{Account: Account{AccountView: view, Status: string(status), ProjectedPosition: pos.String()}, AsOfEffective: echoTime(&effective, q.EffectiveAt)}
 	return &out, nil
 }
 
@@ -469,7 +469,7 @@ func readEntries(ctx context.Context, tx pgx.Tx, accountID string, page entriesP
 	var at, effective time.Time
 	var reason, ref string
 	_, err = pgx.ForEachRow(rows, []any{&e.EventID, &e.Revision, &e.Type, &e.Amount, &e.BalanceAfter, &e.IdempotencyKey, &at, &effective, &reason, &ref, &e.Metadata}, func() error {
-		e.At, e.EffectiveAt = at.UTC().Format(time.RFC3339Nano), effective.UTC().Format(time.RFC3339Nano)
+		e.At, e.EffectiveAt = replyTime(at), replyTime(effective)
 		e.TransferID, e.TransactionID = "", ""
 		switch {
 		case domain.TransferReason(reason):
@@ -504,8 +504,13 @@ func echoTime(used *time.Time, sent string) string {
 	if used == nil {
 		return sent
 	}
-	return used.UTC().Format(time.RFC3339Nano)
+	return replyTime(*used)
 }
+
+// replyTime is an instant as every reply names it: RFC 3339 in UTC, its
+// fraction as kept (to the microsecond in the read models), trailing zeros
+// dropped.
+func replyTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // parseTime parses an optional RFC 3339 time of a query as sent.
 func parseTime(field, v string) (*time.Time, *reply.QueryError) {
