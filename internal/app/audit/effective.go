@@ -3,6 +3,8 @@ package audit
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -74,8 +76,11 @@ type effectiveFound struct {
 	known   bool
 }
 
-// reportEffective names each account found (effectiveMismatch).
+// reportEffective names each account found (effectiveMismatch), in account
+// order, as the report lists accounts: found comes partly from the fold's
+// accounts, a map.
 func (f *Fold) reportEffective(l liveGen, found []effectiveFound) {
+	slices.SortFunc(found, func(a, b effectiveFound) int { return strings.Compare(a.id, b.id) })
 	for _, m := range found {
 		f.effectiveMismatch(l, m.id, m.got, m.want, m.known)
 	}

@@ -1,0 +1,43 @@
+package audit_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/ledgerworks/ledger/internal/app/audit"
+	"github.com/ledgerworks/ledger/projections/projtest"
+)
+
+// TestEffectiveMismatchesAreListedInAccountOrder: the balance-history rows
+// of twelve accounts deleted, invariant 9 names each account's
+// effective_balance_mismatch (found missing from the read model, the fold's
+// accounts kept in a map) in account order, as the rest of the report lists
+// accounts, in every run: before, in the map's order, which changes from run
+// to run.
+func TestEffectiveMismatchesAreListedInAccountOrder(t *testing.T) {
+	env := projtest.New(t)
+	var want []string
+	for i := range 12 {
+		id := fmt.Sprintf("ord-%02d", i)
+		env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-" + id, "account_id": id, "currency": "EUR"})
+		env.MustApply(t, "deposit", map[string]any{"idempotency_key": "d-" + id, "account_id": id, "amount": 10 + i, "currency": "EUR"})
+		want = append(want, "account-"+id)
+	}
+	catchUp(t, env)
+	if _, err := env.Pool.Exec(context.Background(), `DELETE FROM readmodel.balance_history WHERE account_id LIKE 'ord-%'`); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		var got []string
+		for _, v := range run(t, env, audit.Options{}).Violations {
+			if v.Invariant == audit.InvEffective && v.Kind == "effective_balance_mismatch" {
+				got = append(got, v.Stream)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("effective_balance_mismatch listed for %v, want %v", got, want)
+		}
+	}
+}
