@@ -2,8 +2,11 @@ package projections
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ledgerworks/ledger/domain"
 )
 
 // accountMemo is what a rebuild's builder of one generation remembers, between
@@ -24,7 +27,12 @@ type accountMemo struct {
 	// generation was created empty by this rebuild and m never reached its
 	// bound), so an account not in m has no row.
 	complete bool
-	m        map[string]memoAccount
+	m        map[string]memoRow
+	// names are the currencies and statuses the rows name, each once, and
+	// index their places in it: a row holds two small numbers, not two
+	// strings (and not the decoded events' strings, which it would keep).
+	names []string
+	index map[string]uint16
 }
 
 // memoAccount is an account's last row: its state after its last event applied,
@@ -34,15 +42,26 @@ type memoAccount struct {
 	rev   int64
 }
 
-// memoAccountsLimit bounds the accounts an accountMemo holds (about 150 bytes
-// each with the map's share: 30 MiB at the bound, for each of the two memos,
+// memoRow is how the memo holds a memoAccount: 32 bytes against 56, its
+// currency and status as indexes into the memo's names.
+type memoRow struct {
+	balance, held, rev int64
+	currency, status   uint16
+}
+
+// memoAccountsLimit bounds the accounts an accountMemo holds (about 70 bytes
+// each with the map's share: 13 MiB at the bound, for each of the two memos,
 // balance history's and the commands'). A variable for the tests
 // of a rebuild past it.
 var memoAccountsLimit = 200_000
 
+// memoNamesLimit bounds a memo's names (the most a uint16 indexes): an
+// account whose currency or status would be past it is not remembered.
+const memoNamesLimit = 1 << 16
+
 // newAccountMemo returns an empty memo; complete when its generation is empty.
 func newAccountMemo(complete bool) *accountMemo {
-	return &accountMemo{complete: complete, m: map[string]memoAccount{}}
+	return &accountMemo{complete: complete, m: map[string]memoRow{}, index: map[string]uint16{}}
 }
 
 // recall calls found with each account of ids the memo answers (an account it
@@ -54,10 +73,10 @@ func (am *accountMemo) recall(ids []string, found func(id string, a memoAccount)
 		return ids
 	}
 	for _, id := range ids {
-		a, ok := am.m[id]
+		r, ok := am.m[id]
 		switch {
 		case ok:
-			found(id, a)
+			found(id, am.account(r))
 		case am.complete:
 			found(id, memoAccount{rev: -1})
 		default:
@@ -73,11 +92,42 @@ func (am *accountMemo) remember(id string, a memoAccount) {
 	if am == nil {
 		return
 	}
-	if _, ok := am.m[id]; !ok && len(am.m) >= memoAccountsLimit {
+	_, known := am.m[id]
+	if !known && len(am.m) >= memoAccountsLimit {
 		am.complete = false
 		return
 	}
-	am.m[id] = a
+	currency, ok1 := am.name(a.state.Currency)
+	status, ok2 := am.name(string(a.state.Status))
+	if !ok1 || !ok2 { // past the names' bound: read back from the generation
+		delete(am.m, id)
+		am.complete = false
+		return
+	}
+	am.m[id] = memoRow{balance: a.state.Balance, held: a.state.Held, rev: a.rev, currency: currency, status: status}
+}
+
+// account is the memoAccount a row holds.
+func (am *accountMemo) account(r memoRow) memoAccount {
+	return memoAccount{
+		state: BalanceState{Currency: am.names[r.currency], Balance: r.balance, Held: r.held, Status: domain.AccountStatus(am.names[r.status])},
+		rev:   r.rev,
+	}
+}
+
+// name returns the index of s in the memo's names, adding it (a copy: not
+// the decoded event's string) if it is new; false past memoNamesLimit.
+func (am *accountMemo) name(s string) (uint16, bool) {
+	if i, ok := am.index[s]; ok {
+		return i, true
+	}
+	if len(am.names) >= memoNamesLimit {
+		return 0, false
+	}
+	s = strings.Clone(s)
+	am.names = append(am.names, s)
+	am.index[s] = uint16(len(am.names) - 1)
+	return am.index[s], true
 }
 
 // memoApplier is a projection whose Apply can use its builder's memo (Apply is
