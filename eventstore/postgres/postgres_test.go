@@ -452,3 +452,42 @@ func TestReadAllPageRoomFollowsTheLastPage(t *testing.T) {
 		t.Fatalf("one event after an empty read: room for %d, want fewer than %d", cap(got), page)
 	}
 }
+
+// TestReadAllPageRoomIsEachLimitsOwn: one Store serves several readers of
+// "all" at once, each with a limit of its own (a node's projector runner,
+// publisher, process subscription): a catching-up reader's full pages are
+// each one slice of their size though a caught-up reader polls in between,
+// and those empty polls make no room for the other's page (a review's case:
+// one hint for the whole Store failed both).
+func TestReadAllPageRoomIsEachLimitsOwn(t *testing.T) {
+	ctx := ctxT(t)
+	s := devtest.Store(t, devtest.DatabaseURL(t))
+	const page, poll = 100, 30
+	for i := range 3 * page {
+		if _, err := s.Append(ctx, "s-"+strconv.Itoa(i), eventstore.NoStream, []eventstore.EventData{ev()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head, err := s.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := eventstore.Start
+	for i := range 3 {
+		got, err := s.ReadAll(ctx, after, page)
+		if err != nil || len(got) != page {
+			t.Fatalf("page %d: %d events, %v", i, len(got), err)
+		}
+		if i > 0 && cap(got) != page {
+			t.Errorf("page %d after a full one of its limit, an empty poll between: room for %d events, want %d", i, cap(got), page)
+		}
+		after = got[len(got)-1].Position
+		polled, err := s.ReadAll(ctx, head, poll)
+		if err != nil || len(polled) != 0 {
+			t.Fatalf("poll %d: %d events, %v", i, len(polled), err)
+		}
+		if i > 0 && cap(polled) != 0 {
+			t.Errorf("empty poll %d after an empty one of its limit: room for %d events, want none", i, cap(polled))
+		}
+	}
+}

@@ -61,9 +61,13 @@ type Store struct {
 	// trips, on its connection inside its open transaction.
 	beforeCommit func(ctx context.Context, conn *pgx.Conn)
 
-	// lastPage is the number of events the last ReadAll returned: the next
-	// one's first guess of its page's size (readAll).
-	lastPage atomic.Int64
+	// lastPages is, by page limit, the number of events the last ReadAll of
+	// that limit returned: the next one's first guess of its page's size
+	// (readAll). By limit, since one Store serves several readers of "all" at
+	// once (a node's projector runner, publisher and process subscription),
+	// each with a limit of its own: one reader's full page must not size
+	// another's empty poll. Its size is the number of limits readers use.
+	lastPages sync.Map // int -> *atomic.Int64
 }
 
 // DefaultPollInterval is the default Store.PollInterval.
@@ -1032,17 +1036,27 @@ func (s *Store) readAll(ctx context.Context, after eventstore.Position, max int)
 	if err != nil {
 		return nil, classify(ctx, "read all", err)
 	}
-	out, err := scanEvents(rows, pageHint(s.lastPage.Load(), max))
+	last := s.lastPage(max)
+	out, err := scanEvents(rows, pageHint(last.Load(), max))
 	if err != nil {
 		return nil, classify(ctx, "read all", err)
 	}
-	s.lastPage.Store(int64(len(out)))
+	last.Store(int64(len(out)))
 	return out, nil
 }
 
+// lastPage is the size of the last page read of "all" with this limit (lastPages).
+func (s *Store) lastPage(max int) *atomic.Int64 {
+	if v, ok := s.lastPages.Load(max); ok {
+		return v.(*atomic.Int64)
+	}
+	v, _ := s.lastPages.LoadOrStore(max, new(atomic.Int64))
+	return v.(*atomic.Int64)
+}
+
 // pageHint is the room a read of "all" of up to max events (max <= 0: all)
-// makes for its page before its first row: as many as the last page held
-// (last), up to max. A rebuild's or an audit's pages of thousands follow one
+// makes for its page before its first row: as many as the last page of that
+// limit held (last), up to max. A rebuild's or an audit's pages of thousands follow one
 // another, and each is then one slice of its size, not one doubled up to it
 // (with the copies on the way, about three times the page); a caught-up
 // reader's polls of a few events or none get room for a few.
