@@ -285,9 +285,9 @@ func afterSystems(ctx context.Context, cfg Config, env *devenv.Env, runID string
 	return nil
 }
 
-// ledgerAccounts is the accounts the systems' phases opened in the ledger's
-// event store: the load phase's when the ledger was driven, and the
-// many-accounts phase's.
+// ledgerAccounts is the accounts this run's other phases opened in the
+// ledger's event store: the load phase's when the ledger was driven, the
+// many-accounts phase's and the key check's (driven or not).
 func (rep *Report) ledgerAccounts(cfg Config) int {
 	n := 0
 	if slices.Contains(cfg.driven(), SystemLedger) {
@@ -295,6 +295,9 @@ func (rep *Report) ledgerAccounts(cfg Config) int {
 	}
 	if rep.Many != nil {
 		n += rep.Many.Accounts
+	}
+	if rep.KeyCheck != nil {
+		n += keyCheckAccounts
 	}
 	return n
 }

@@ -140,9 +140,9 @@ func timeTool(limit func() (func(), error), run func(progress func(done, carried
 func (h *HistoryReport) print(w io.Writer) {
 	fmt.Fprintf(w, "\nhistory: %d events seeded over %d accounts in %.1fs (its own, %s to %s; ", h.Seeded, h.Accounts, h.SeedSeconds, h.FirstAccount, h.LastAccount)
 	if h.OtherAccounts > 0 {
-		fmt.Fprintf(w, "the store also holds the %d accounts the systems' phases opened, which the tools read too)\n", h.OtherAccounts)
+		fmt.Fprintf(w, "the store also holds the %d accounts this run's other phases opened, which the tools read too)\n", h.OtherAccounts)
 	} else {
-		fmt.Fprintln(w, "no system driven: no other account in the store)")
+		fmt.Fprintln(w, "no other account opened by this run)")
 	}
 	for _, t := range []struct {
 		name string

@@ -70,6 +70,10 @@ type KeyCheckStream struct {
 }
 
 // KeyCheckReport compares a short and a long stream.
+// keyCheckAccounts is the accounts the key check opens in the ledger's event
+// store: one a stream it seeds (Short and Long).
+const keyCheckAccounts = 2
+
 type KeyCheckReport struct {
 	// EventStore is the ledger's event store (ReportConfig.EventStore).
 	EventStore string         `json:"event_store"`
@@ -123,7 +127,7 @@ func keyCheck(ctx context.Context, storeURL, eventStore, runID string, long, sam
 	k := &keyCheckRun{store: store, runID: runID, samples: samples, log: log,
 		rep: &KeyCheckReport{EventStore: reportedEventStore(eventStore), Samples: samples}}
 	k.out = []*KeyCheckStream{&k.rep.Short, &k.rep.Long}
-	if err := k.seed(ctx, []int{10, long}); err != nil {
+	if err := k.seed(ctx, []int{10, long}); err != nil { // one account each: keyCheckAccounts
 		return nil, err
 	}
 	if err := k.pickKeys(); err != nil {
