@@ -287,6 +287,18 @@ func (e *TransactionPosted) Total() int64 {
 	return total
 }
 
+// SlotRefunded is what a refund slot refunded of its original, its outcome
+// (a decoded payload) read: a posted slot's Total, nothing for a refusal
+// recorded in it or no outcome. The one home of the sum of the slots before a
+// refund, which the ledger decides its next slot by and the audit checks a
+// slot against.
+func SlotRefunded(outcome any) int64 {
+	if p, ok := outcome.(*TransactionPosted); ok {
+		return p.Total()
+	}
+	return 0
+}
+
 // TransactionRefundable is what the refunds of the posted transaction orig
 // may still reach once its earlier refunds refunded refunded (the Totals of
 // its refund slots before): the one bound of a transaction's refunds, which

@@ -110,3 +110,18 @@ func TestTransactionRefundable(t *testing.T) {
 		t.Errorf("the rest of one refunded 600: %v %+v", rej, tx.Postings)
 	}
 }
+
+// TestSlotRefunded: a posted refund slot refunded its postings' sum; a
+// refusal recorded in a slot, or no outcome, refunded nothing.
+func TestSlotRefunded(t *testing.T) {
+	posted := &TransactionPosted{Postings: []Posting{{"b", "c", 700, "EUR"}, {"a", "b", 300, "EUR"}}}
+	rejected := &TransactionRejected{Postings: []Posting{{"b", "a", 400, "EUR"}}, Code: CodeInsufficientFunds}
+	for _, c := range []struct {
+		outcome any
+		want    int64
+	}{{posted, 1000}, {rejected, 0}, {nil, 0}} {
+		if got := SlotRefunded(c.outcome); got != c.want {
+			t.Errorf("SlotRefunded(%T) = %d, want %d", c.outcome, got, c.want)
+		}
+	}
+}

@@ -77,7 +77,7 @@ func (f *Fold) checkTransactionRefund(re eventstore.RecordedEvent, payload any) 
 		f.eventViolation(InvBalance, "refund_exceeds_original", re, "refund slot %d of transaction %q refunds %d, more than the %d its slots before left of %d",
 			slot, original, refund.Total(), domain.TransactionRefundable(r.posted, r.refunded), r.posted.Total())
 	}
-	r.next, r.refunded = slot+1, r.refunded+refund.Total()
+	r.next, r.refunded = slot+1, r.refunded+domain.SlotRefunded(refund)
 }
 
 // txRefundsBefore is what is known of transaction original before its refund
@@ -100,9 +100,7 @@ func (o *originals) txRefundsBefore(original string, slot int) (*txRefunded, err
 		if err != nil {
 			return nil, err
 		}
-		if p, ok := out.(*domain.TransactionPosted); ok {
-			r.refunded += p.Total()
-		}
+		r.refunded += domain.SlotRefunded(out)
 	}
 	o.txRefunds.put(original, r)
 	return r, nil

@@ -78,11 +78,7 @@ func refundSlot(ctx context.Context, read txReader, txID string, cmd domain.Comm
 			r, err := o.reply(true)
 			return refundAt{answer: &r}, err
 		}
-		if p, ok := o.payload.(*domain.TransactionPosted); ok {
-			for _, ps := range p.Postings {
-				at.refunded += ps.Amount
-			}
-		}
+		at.refunded += domain.SlotRefunded(o.payload)
 	}
 }
 

@@ -311,11 +311,7 @@ func (m sagaMover) refundTransaction(ctx context.Context, cmd domain.Command, re
 				r, err := transactionReply(ts.Outcome, payload, true)
 				return r, false, err
 			}
-			if p, ok := payload.(*domain.TransactionPosted); ok {
-				for _, ps := range p.Postings {
-					refunded += ps.Amount
-				}
-			}
+			refunded += domain.SlotRefunded(payload)
 		}
 	})
 }
