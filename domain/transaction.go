@@ -276,6 +276,20 @@ func RefundOfTransaction(orig *TransactionPosted, cmd Command, refunded int64) (
 	return tx, nil
 }
 
+// RefundReversal is what RefundOfTransaction writes in a refund slot of orig
+// that refunds amount once the slots before it refunded refunded: in part
+// only for a transaction of one posting (a refund in full of what is left of
+// it writes the same), else every posting in full; or its refusal. The audit
+// checks a stored slot's postings against it, the slot's Total its amount.
+func RefundReversal(orig *TransactionPosted, amount, refunded int64) ([]Posting, *Rejection) {
+	cmd := Command{Type: CmdRefund}
+	if len(orig.Postings) == 1 {
+		cmd.HasAmount, cmd.Amount = true, amount
+	}
+	tx, rej := RefundOfTransaction(orig, cmd, refunded)
+	return tx.Postings, rej
+}
+
 // Total is the sum of a posted transaction's postings: what it moved, what
 // its refunds together may reach, and what a refund of it (a transaction of
 // its own) refunded.

@@ -125,3 +125,21 @@ func TestSlotRefunded(t *testing.T) {
 		}
 	}
 }
+
+// TestRefundReversal: what the ledger writes in a slot of a given sum, the
+// audit's reference: a part of a one-posting transaction reversed; a
+// transaction of two postings reversed in full, the last first, whatever the
+// sum; a slot past what is left refused.
+func TestRefundReversal(t *testing.T) {
+	two := &TransactionPosted{TransactionID: "t", Postings: []Posting{{"a", "b", 300, "EUR"}, {"b", "c", 700, "USD"}}}
+	one := &TransactionPosted{TransactionID: "u", Postings: []Posting{{"a", "b", 1000, "EUR"}}}
+	if ps, rej := RefundReversal(one, 250, 600); rej != nil || len(ps) != 1 || ps[0] != (Posting{"b", "a", 250, "EUR"}) {
+		t.Errorf("250 of one refunded 600: %v %+v", rej, ps)
+	}
+	if ps, rej := RefundReversal(two, 10, 0); rej != nil || len(ps) != 2 || ps[0] != (Posting{"c", "b", 700, "USD"}) || ps[1] != (Posting{"b", "a", 300, "EUR"}) {
+		t.Errorf("two in full: %v %+v", rej, ps)
+	}
+	if _, rej := RefundReversal(one, 401, 600); rej == nil || rej.Code != CodeRefundExceedsOriginal {
+		t.Errorf("401 of the 400 left: %v", rej)
+	}
+}

@@ -14,8 +14,10 @@ import (
 // transaction is a transaction of its own in the original's next refund
 // slot (domain.RefundTransactionID), and the ledger posts it only within
 // what domain.TransactionRefundable leaves of the original once the slots
-// before it refunded (their Totals), so the fold checks each refund slot's
-// posted outcome against the same bound: the original's outcome read from
+// before it refunded (domain.SlotRefunded), and posts the original's
+// postings reversed (domain.RefundOfTransaction), so the fold checks each
+// refund slot's posted outcome against the same bound and the same reversal
+// (domain.RefundReversal of the slot's sum): the original's outcome read from
 // its stream (its last event, as the ledger reads it: a posted
 // post_transaction, else no original), the slots before it read the same
 // way unless the check kept what they refunded (txRefundWindow: the last
@@ -59,7 +61,7 @@ func (w *txRefundWindow) put(original string, r *txRefunded) {
 
 // checkTransactionRefund checks a transaction stream's outcome re (payload
 // decoded) when it is a refund slot's posted transaction: that it refunds a
-// posted transaction and no more than is left of it.
+// posted transaction, no more than is left of it, and reverses it.
 func (f *Fold) checkTransactionRefund(re eventstore.RecordedEvent, payload any) {
 	refund, posted := payload.(*domain.TransactionPosted)
 	original, slot, isRefund := domain.RefundSlotOf(strings.TrimPrefix(re.Stream, domain.TransactionStreamPrefix))
@@ -76,8 +78,44 @@ func (f *Fold) checkTransactionRefund(re eventstore.RecordedEvent, payload any) 
 	case refund.Total() > domain.TransactionRefundable(r.posted, r.refunded):
 		f.eventViolation(InvBalance, "refund_exceeds_original", re, "refund slot %d of transaction %q refunds %d, more than the %d its slots before left of %d",
 			slot, original, refund.Total(), domain.TransactionRefundable(r.posted, r.refunded), r.posted.Total())
+	default:
+		f.checkReversal(re, original, slot, r, refund)
 	}
 	r.next, r.refunded = slot+1, r.refunded+domain.SlotRefunded(refund)
+}
+
+// checkReversal checks that refund slot slot of transaction original (r what
+// is known of it before the slot) posts what the ledger writes there, the
+// original's postings reversed (domain.RefundReversal of the slot's sum):
+// else refund_not_reversal, naming the first posting that differs and what
+// the original had.
+func (f *Fold) checkReversal(re eventstore.RecordedEvent, original string, slot int, r *txRefunded, refund *domain.TransactionPosted) {
+	want, rej := domain.RefundReversal(r.posted, refund.Total(), r.refunded)
+	if rej != nil {
+		f.eventViolation(InvBalance, "refund_not_reversal", re, "refund slot %d of transaction %q posts %v, which the ledger does not write: %s", slot, original, refund.Postings, rej.Message)
+		return
+	}
+	i := 0
+	for i < len(want) && i < len(refund.Postings) && want[i] == refund.Postings[i] {
+		i++
+	}
+	switch {
+	case i < len(want):
+		f.eventViolation(InvBalance, "refund_not_reversal", re, "refund slot %d of transaction %q: its posting %d is %s where the ledger writes %s, the reversal of the original's posting %d (%s)",
+			slot, original, i, postingText(refund.Postings, i), postingText(want, i), len(want)-1-i, postingText(r.posted.Postings, len(want)-1-i))
+	case i < len(refund.Postings):
+		f.eventViolation(InvBalance, "refund_not_reversal", re, "refund slot %d of transaction %q: its posting %d is %s, past the %d reversing the original's %v",
+			slot, original, i, postingText(refund.Postings, i), len(want), r.posted.Postings)
+	}
+}
+
+// postingText is posting i of ps as a violation names it ("none" past its
+// end).
+func postingText(ps []domain.Posting, i int) string {
+	if i >= len(ps) {
+		return "none"
+	}
+	return fmt.Sprintf("%s->%s %d %s", ps[i].From, ps[i].To, ps[i].Amount, ps[i].Currency)
 }
 
 // txRefundsBefore is what is known of transaction original before its refund

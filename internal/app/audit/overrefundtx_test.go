@@ -51,25 +51,96 @@ func TestAuditNamesAnOverRefundOfATransaction(t *testing.T) {
 	}
 }
 
+// TestAuditNamesARefundThatIsNoReversal: a forged refund slot within what is
+// left of its original, but not what the ledger writes there (the original's
+// postings reversed: domain.RefundReversal), is named refund_not_reversal by
+// a full audit and an incremental one from a checkpoint before the plant (the
+// original and the slots before read). After x-t (x pays y 1000, refunded 600
+// in slot 0): slot 1 paying the rest from y to z, an account x-t never
+// touched (the review's TestRev3ForgedSlotToAnotherAccountNotNamed); paying
+// it the wrong way (x to y); in two postings. After m-t (z pays y 300, y pays
+// x 700): slot 0 reversing only its last posting; both, the first first.
+func TestAuditNamesARefundThatIsNoReversal(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		next   func(*testing.T, *projtest.Env) (string, int)
+		forged []domain.Posting
+	}{
+		{"to another account", nextOfXT, []domain.Posting{{From: "y", To: "z", Amount: 400, Currency: "EUR"}}},
+		{"the wrong way", nextOfXT, []domain.Posting{{From: "x", To: "y", Amount: 400, Currency: "EUR"}}},
+		{"in two postings", nextOfXT, []domain.Posting{{From: "y", To: "x", Amount: 200, Currency: "EUR"}, {From: "y", To: "x", Amount: 200, Currency: "EUR"}}},
+		{"in part", nextOfMT, []domain.Posting{{From: "x", To: "y", Amount: 700, Currency: "EUR"}}},
+		{"first first", nextOfMT, []domain.Posting{{From: "y", To: "z", Amount: 300, Currency: "EUR"}, {From: "x", To: "y", Amount: 700, Currency: "EUR"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, incremental := range []bool{false, true} {
+				env := projtest.New(t)
+				tx, slot := c.next(t, env)
+				rep := auditPlanted(t, env, incremental, func() {
+					devtest.AppendForgedTransactionRefund(t, env.Store, "x-g", "x-post", tx, slot, c.forged)
+				})
+				if rep.Checkpoint != nil {
+					t.Fatalf("incremental %v: checkpoint %v stored", incremental, rep.Checkpoint)
+				}
+				onlyNamed(t, rep, "refund_not_reversal", domain.RefundTransactionID(tx, slot))
+			}
+		})
+	}
+}
+
+// nextOfXT has env's ledger post x-t (x pays y 1000) and refund 600 of it
+// (refundedTransaction), and open z: x-t's next refund slot is 1.
+func nextOfXT(t *testing.T, env *projtest.Env) (string, int) {
+	t.Helper()
+	refundedTransaction(t, env)
+	env.MustApply(t, "open_account", map[string]any{"idempotency_key": "z-open", "account_id": "z", "currency": "EUR"})
+	return "x-t", 1
+}
+
+// nextOfMT has env's ledger open x, y and z with 1000 each and post m-t (z
+// pays y 300, y pays x 700) under the key x-post: its next refund slot is 0.
+func nextOfMT(t *testing.T, env *projtest.Env) (string, int) {
+	t.Helper()
+	for _, a := range []string{"x", "y", "z"} {
+		env.MustApply(t, "open_account", map[string]any{"idempotency_key": a + "-open", "account_id": a, "currency": "EUR"})
+		env.MustApply(t, "deposit", map[string]any{"idempotency_key": a + "-d1", "account_id": a, "amount": 1000, "currency": "EUR"})
+	}
+	env.MustApply(t, "post_transaction", map[string]any{"idempotency_key": "x-post", "transaction_id": "m-t", "postings": []map[string]any{
+		{"from": "z", "to": "y", "amount": 300, "currency": "EUR"}, {"from": "y", "to": "x", "amount": 700, "currency": "EUR"}}})
+	return "m-t", 0
+}
+
 // TestAuditOnKurrentDBNamesAnOverRefundOfATransaction: the same on
 // KurrentDB, where the ledger posts and refunds x-t as reservation sagas: a
-// forged slot 1 of 600 after the ledger's 600 is named by a full audit.
+// forged slot 1 of 600 after the ledger's 600 is named refund_exceeds_original,
+// one paying the 400 left to z (no reversal) refund_not_reversal, by a full
+// audit.
 func TestAuditOnKurrentDBNamesAnOverRefundOfATransaction(t *testing.T) {
-	st := devtest.KurrentDB(t)
-	env := projtest.New(t)
-	env.Ledger = ledger.New(st, ledger.Options{})
-	refundedTransaction(t, env)
-	devtest.AppendForgedTransactionRefund(t, st, "x-f2", "x-post", "x-t", 1, []domain.Posting{{From: "y", To: "x", Amount: 600, Currency: "EUR"}})
-	r, err := projections.NewRunner(env.Pool, st, projections.Options{})
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		kind   string
+		forged domain.Posting
+	}{
+		{"refund_exceeds_original", domain.Posting{From: "y", To: "x", Amount: 600, Currency: "EUR"}},
+		{"refund_not_reversal", domain.Posting{From: "y", To: "z", Amount: 400, Currency: "EUR"}},
+	} {
+		t.Run(c.kind, func(t *testing.T) {
+			st := devtest.KurrentDB(t)
+			env := projtest.New(t)
+			env.Ledger = ledger.New(st, ledger.Options{})
+			nextOfXT(t, env)
+			devtest.AppendForgedTransactionRefund(t, st, "x-f2", "x-post", "x-t", 1, []domain.Posting{c.forged})
+			r, err := projections.NewRunner(env.Pool, st, projections.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			devtest.CatchUp(t, r)
+			rep, err := audit.Run(context.Background(), st, audit.Options{ReadModels: env.Pool})
+			if err != nil {
+				t.Fatal(err)
+			}
+			onlyNamed(t, rep, c.kind, domain.RefundTransactionID("x-t", 1))
+		})
 	}
-	devtest.CatchUp(t, r)
-	rep, err := audit.Run(context.Background(), st, audit.Options{ReadModels: env.Pool})
-	if err != nil {
-		t.Fatal(err)
-	}
-	onlyNamed(t, rep, "refund_exceeds_original", domain.RefundTransactionID("x-t", 1))
 }
 
 // onlyNamed fails t unless rep names kind of invariant 3, each of its
