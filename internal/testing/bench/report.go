@@ -265,8 +265,13 @@ func (r *Report) printHeader(w io.Writer) {
 }
 
 // printPhases writes the table of phases, the store's calls and the pool's
-// lines, and the phases' error samples.
+// lines, and the phases' error samples; without a phase (--systems none), a
+// line that says so.
 func (r *Report) printPhases(w io.Writer) {
+	if len(r.Phases) == 0 {
+		fmt.Fprintln(w, "no system driven: no phase of the systems")
+		return
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "system\tphase\tcommands/s\tp50 ms\tp99 ms\tp99.9 ms\tduplicates/s\tapplied\terrors\tanomalies\tearly dups\tbatch\tcpu bench/pg/other\tmode\t")
 	for _, p := range r.Phases {
