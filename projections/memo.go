@@ -49,11 +49,16 @@ type memoRow struct {
 	currency, status   uint16
 }
 
-// memoAccountsLimit bounds the accounts an accountMemo holds (about 70 bytes
-// each with the map's share: 13 MiB at the bound, for each of the two memos,
-// balance history's and the commands'). A variable for the tests
-// of a rebuild past it.
-var memoAccountsLimit = 200_000
+// memoAccountsLimit bounds the accounts an accountMemo holds (about 54 bytes
+// each with the map's share, measured: 21.6 MB for the two memos, balance
+// history's and the commands', over 200,000 accounts; 9.0 MB for both at
+// this bound).
+// Where the rebuild's heap is at the read tools' memory limit every byte
+// kept costs the collector, which outweighed what a memo of every account
+// saves PostgreSQL: over 200,000 accounts the bound of 50,000 took 0.92x
+// the CPU of one of 200,000 (BENCHMARKS.md, "Issue 23: the rebuild's own
+// live heap"). A variable for the tests of a rebuild past it.
+var memoAccountsLimit = 50_000
 
 // memoNamesLimit bounds a memo's names (the most a uint16 indexes): an
 // account whose currency or status would be past it is not remembered.
