@@ -259,7 +259,11 @@ type KeyClaimed struct {
 	Command     string          `json:"command"`
 	RequestHash string          `json:"request_hash"`
 	Request     json.RawMessage `json:"request"`
-	Stream      string          `json:"stream"` // the stream that decides the command
+	// Stream is the stream that decides the command; a refund of a
+	// transaction whose instance lost the claimed refund slot to another key
+	// (a store that appends one stream a write) is decided in a later slot
+	// (NextRefundSlot).
+	Stream string `json:"stream"`
 	// Revision is where the command's first event was to be written in Stream
 	// when the claim was made: exact where the claim and the decision are written
 	// together, a lower bound where the claim is written first (a decision taken

@@ -249,6 +249,25 @@ func RefundSlotOf(id string) (original string, n int, ok bool) {
 
 const refundInfix = "~refund~"
 
+// NextRefundSlot is the stream of the refund slot after the one whose
+// transaction stream is stream; ok is false for a stream of no refund slot.
+// A refund of a transaction is claimed naming the slot it is about to
+// write; on a store that appends one stream a write the claim is written
+// first, and an instance that loses the slot to another key decides the
+// refund in a later one under that claim: the ledger's lookup and the
+// audit's claim check follow such a claim slot after slot, each taken by
+// another key.
+func NextRefundSlot(stream string) (next string, ok bool) {
+	if !IsTransactionStream(stream) {
+		return "", false
+	}
+	orig, n, ok := RefundSlotOf(strings.TrimPrefix(stream, TransactionStreamPrefix))
+	if !ok {
+		return "", false
+	}
+	return TransactionStream(RefundTransactionID(orig, n+1)), true
+}
+
 // RefundOfTransaction is the transaction that refunds a posted one (the
 // refund command cmd, refunded already refunded by earlier refunds): every
 // posting reversed, the last first, in full; in part only for a transaction of

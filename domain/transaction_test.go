@@ -90,6 +90,17 @@ func TestRefundSlotOf(t *testing.T) {
 	}
 }
 
+func TestNextRefundSlot(t *testing.T) {
+	if next, ok := NextRefundSlot(TransactionStream(RefundTransactionID("t-1", 9))); !ok || next != TransactionStream(RefundTransactionID("t-1", 10)) {
+		t.Errorf("after slot 9: %q %v", next, ok)
+	}
+	for _, stream := range []string{TransactionStream("t-1"), TransactionStream("t-1~refund~x"), AccountStream("t-1~refund~0"), RefundTransactionID("t-1", 0)} {
+		if next, ok := NextRefundSlot(stream); ok {
+			t.Errorf("%q: a refund slot before %q", stream, next)
+		}
+	}
+}
+
 // TestTransactionRefundable: what is left to refund of a transaction of
 // 300+700, and RefundOfTransaction refusing past it (in full: nothing
 // left once refunded; in part: more than is left) and reversing what is left.

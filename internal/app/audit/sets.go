@@ -2,12 +2,14 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
 	"github.com/google/uuid"
 
+	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 )
 
@@ -156,13 +158,68 @@ func (f *Fold) checkClaim(key, home, hash string, c claim, claimed bool) error {
 		f.violate(Violation{Invariant: InvKeyOnce, Kind: "key_decided_twice", Stream: home,
 			Message: fmt.Sprintf("key %q decided before the checkpoint (%s) and again after it in %s", key, c.decidedBefore, home)})
 	}
-	switch {
-	case !claimed:
+	if !claimed {
 		f.violate(Violation{Invariant: InvKeyOnce, Kind: "unclaimed_key", Stream: home, Message: fmt.Sprintf("key %q was decided without a claim", key)})
-	case c.stream != home:
+		return nil
+	}
+	claimedHome := c.stream == home
+	if !claimedHome {
+		lost, err := f.slotsLost(key, c.stream, home)
+		if err != nil {
+			return fmt.Errorf("audit: claim of %q: %w", key, err)
+		}
+		claimedHome = lost
+	}
+	switch {
+	case !claimedHome:
 		f.violate(Violation{Invariant: InvKeyOnce, Kind: "claim_mismatch", Stream: home, Message: fmt.Sprintf("key %q is claimed for %s but decided in %s", key, c.stream, home)})
 	case c.hash != hash:
 		f.violate(Violation{Invariant: InvKeyOnce, Kind: "claim_mismatch", Stream: home, Message: fmt.Sprintf("key %q was decided for another request than its claim", key)})
 	}
 	return nil
+}
+
+// slotsLost reports whether a refund of a transaction claimed (by key) for
+// the refund slot of stream claimed and decided in home, a later slot of the
+// same transaction, lost every slot from the claimed one up to home to
+// another key (domain.NextRefundSlot: on a store that appends one stream a
+// write the claim is written before its slot). Each slot in between must
+// begin with the decision of another client key, written before home began:
+// a slot holding nothing, one holding this key's decision, or one written
+// after home, and a home before the claimed slot or of another transaction,
+// are not lost. Read from the store (Reload, once per slot); false without
+// one.
+func (f *Fold) slotsLost(key, claimed, home string) (bool, error) {
+	first := func(stream string) (*eventstore.RecordedEvent, error) {
+		recs, err := f.Reload(stream, 1)
+		switch {
+		case errors.Is(err, eventstore.ErrStreamNotFound):
+			return nil, nil
+		case err != nil || len(recs) == 0:
+			return nil, err
+		}
+		return &recs[0], nil
+	}
+	if f.Reload == nil {
+		return false, nil
+	}
+	h, err := first(home)
+	if h == nil || err != nil {
+		return false, err
+	}
+	for slot := claimed; slot != home; {
+		next, ok := domain.NextRefundSlot(slot)
+		if !ok {
+			return false, nil
+		}
+		re, err := first(slot)
+		if re == nil || err != nil || re.Position.Compare(h.Position) >= 0 {
+			return false, err
+		}
+		if m, err := domain.DecodeMetadataNoRequest(re.Metadata); err != nil || m.Origin != "" || m.Key == "" || m.Key == key {
+			return false, nil
+		}
+		slot = next
+	}
+	return true, nil
 }

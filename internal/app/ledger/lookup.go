@@ -47,13 +47,32 @@ func (s *Service) lookup(ctx context.Context, key string) (*Reply, error) {
 	case strings.HasPrefix(c.Stream, domain.TransferStreamPrefix):
 		return s.lookupTransfer(ctx, key, c)
 	case domain.IsTransactionStream(c.Stream):
-		o, err := s.readTransaction(ctx, c.Stream)
-		if err != nil || o == nil || domain.ClientKey(o.ev.Metadata) != key {
-			return nil, err // claimed, but its decision is not written (or not this key's)
+		o, err := s.claimedTransaction(ctx, key, c.Stream)
+		if err != nil || o == nil {
+			return nil, err // claimed, but its decision is not written
 		}
 		return replyOf(o.reply(false))
 	}
 	return nil, nil
+}
+
+// claimedTransaction is the outcome of the transaction key decided, from
+// stream, the one its claim names; nil when it is not written. A refund of a
+// transaction whose instance lost the claimed slot to another key is decided
+// in a later slot (domain.NextRefundSlot): followed past each slot another
+// key decided.
+func (s *Service) claimedTransaction(ctx context.Context, key, stream string) (*txOutcome, error) {
+	for {
+		o, err := s.readTransaction(ctx, stream)
+		if err != nil || o == nil || domain.ClientKey(o.ev.Metadata) == key {
+			return o, err
+		}
+		next, ok := domain.NextRefundSlot(stream)
+		if !ok {
+			return nil, nil // another key's transaction
+		}
+		stream = next
+	}
 }
 
 // lookupAccountKey answers a key claimed (c) for an account stream: its

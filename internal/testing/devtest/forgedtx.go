@@ -17,6 +17,15 @@ import (
 // they are, chained and written one stream at a time.
 func AppendForgedTransactionRefund(t testing.TB, st eventstore.Store, key, originalKey, originalTx string, slot int, postings []domain.Posting) {
 	t.Helper()
+	slotStream := domain.TransactionStream(domain.RefundTransactionID(originalTx, slot))
+	AppendForgedTransactionRefundClaimed(t, st, key, originalKey, originalTx, slot, slotStream, postings)
+}
+
+// AppendForgedTransactionRefundClaimed is AppendForgedTransactionRefund with
+// the key's claim naming claimed, which may be another stream than the slot
+// the refund is written in; "": no claim is written (a key claimed before).
+func AppendForgedTransactionRefundClaimed(t testing.TB, st eventstore.Store, key, originalKey, originalTx string, slot int, claimed string, postings []domain.Posting) {
+	t.Helper()
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	refund := domain.Command{Type: domain.CmdRefund, IdempotencyKey: key, OriginalKey: originalKey, At: at}
 	if len(postings) == 1 {
@@ -34,7 +43,9 @@ func AppendForgedTransactionRefund(t testing.TB, st eventstore.Store, key, origi
 	}
 	txStream, req := domain.TransactionStream(tx.TransactionID), refund.Canonical()
 	m := domain.Metadata{Key: key, Command: string(domain.CmdRefund), RequestHash: req.Hash, Count: 1, At: at, Schema: 1}
-	appendChained(t, st, domain.KeyStream(key), eventstore.NoStream, "", domain.StoredEvent{Type: domain.EvKeyClaimed, Data: domain.EncodeKeyClaimed(key, m.Command, req, txStream, 0), Metadata: m})
+	if claimed != "" {
+		appendChained(t, st, domain.KeyStream(key), eventstore.NoStream, "", domain.StoredEvent{Type: domain.EvKeyClaimed, Data: domain.EncodeKeyClaimed(key, m.Command, req, claimed, 0), Metadata: m})
+	}
 	m.Request = req.JSON
 	appendChained(t, st, txStream, eventstore.NoStream, "", domain.StoredEvent{Type: d.Event.Type, Data: mustJSON(t, d.Event.Data), Metadata: m})
 	for _, id := range domain.TransactionAccounts(postings) {
