@@ -161,8 +161,9 @@ func TestKurrentDBRefundInALostSlotPassesAudit(t *testing.T) {
 // decision written before (g-g: accepted as a lost slot): a claim of an
 // empty slot (a-g), of a later slot (b-g), of a slot before an empty one
 // (c-g), of a slot another key took only after (d-g), of a slot holding the
-// key's own second decision (e-g, also key_decided_twice), of another
-// transaction's slot (f-g).
+// key's own second decision (e-g, also key_decided_twice, and that
+// decision, z paying w, refund_not_reversal), of another transaction's slot
+// (f-g).
 func TestAuditNamesAForgedClaimOfARefundSlot(t *testing.T) {
 	st, env := kurrentTransaction(t)
 	env.MustApply(t, "open_account", map[string]any{"idempotency_key": "z-open", "account_id": "z", "currency": "EUR"})
@@ -194,7 +195,8 @@ func TestAuditNamesAForgedClaimOfARefundSlot(t *testing.T) {
 	forge("f-t", 1, slot("g-t", 0), back)
 	forge("g-t", 1, slot("g-t", 0), back)
 	want := map[string]bool{"claim_mismatch a-g": true, "claim_mismatch b-g": true, "claim_mismatch c-g": true, "claim_mismatch d-g": true,
-		"claim_mismatch e-g": true, "key_decided_twice e-g": true, "claim_mismatch f-g": true}
+		"claim_mismatch e-g": true, "key_decided_twice e-g": true, "claim_mismatch f-g": true,
+		"refund_not_reversal ": true} // e-g's second decision (z pays w) reverses nothing of e-t
 	keyOf := regexp.MustCompile(`key "([^"]+)"`)
 	for name, rep := range auditKurrent(t, st, env, nil) {
 		got := map[string]bool{}
