@@ -90,6 +90,9 @@ type streamState struct {
 	closedDigest   holdDigest
 	// refunds sums an account's refunds (snapshotrefunds.go).
 	refunds refundsTotal
+	// originals are an account's originals the over-refund check keeps
+	// (overrefund.go).
+	originals originalWindow
 }
 
 type claim struct {
@@ -483,12 +486,13 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent, 
 	// EvolveAccount does, but for decoding the event a second time.
 	payload, err := md.payloadOf(re)
 	if err == nil {
+		ss := f.streams[re.Stream]
 		f.checkHoldPlaced(re, a, payload)
-		err = foldAccountEvent(a, f.streams[re.Stream], ev, payload, true, func() {
+		err = foldAccountEvent(a, ss, ev, payload, true, func() {
 			f.checkSnapshot(re.Stream, a, re.Position)
 			f.checkEffective(re, m, a, payload)
 			f.checkAccountEvent(re, m, a, payload)
-			f.checkRefund(re, m, a, payload)
+			f.checkRefund(re, m, a, &ss.originals, payload)
 			f.checkConditions(re, m, a, payload)
 			f.expectAccountRows(re, m, a, payload)
 		})

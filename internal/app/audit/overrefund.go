@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/google/uuid"
+
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 )
@@ -41,40 +43,49 @@ type originalSum struct {
 	found            bool
 }
 
-// keptOriginal is one original of a window: its key and what is known of it.
+// keptOriginal is one original of a window: the ID of its first event,
+// derived from its key and stream (domain.EventID, what byID reads it by),
+// and what is known of it. The ID, not the key: 16 bytes in place, where
+// a key is a string of its own, so a window holds no pointer and the
+// collector never scans it (issue 23). Two keys of one stream have one
+// derived ID only if SHA-1 collides, which the ledger's idempotency already
+// rules out (its events' IDs are these).
 type keptOriginal struct {
-	key string
+	id uuid.UUID
 	originalSum
 }
 
 // originalWindow is one account's originals kept, the first kept first, at
-// most originalsKept: a slice searched in order, not a map, as a full audit
-// keeps one window for every account (some 70 bytes an original with its
-// key, so at most some 600 bytes an account).
+// most originalsKept: a slice searched in order, not a map, held in the
+// account's streamState, as a full audit keeps one window for every
+// account (40 bytes an original, so at most 320 an account).
 type originalWindow struct {
 	kept []keptOriginal
 }
 
-// find is the index of key's original in w, or -1.
-func (w *originalWindow) find(key string) int {
+// originalID is the window's name of original key on stream.
+func originalID(key, stream string) uuid.UUID { return domain.EventID(key, stream, 0) }
+
+// find is the index of id's original in w, or -1.
+func (w *originalWindow) find(id uuid.UUID) int {
 	for i := range w.kept {
-		if w.kept[i].key == key {
+		if w.kept[i].id == id {
 			return i
 		}
 	}
 	return -1
 }
 
-// put keeps s as key's, forgetting the first kept when full.
-func (w *originalWindow) put(key string, s originalSum) {
-	if i := w.find(key); i >= 0 {
+// put keeps s as id's, forgetting the first kept when full.
+func (w *originalWindow) put(id uuid.UUID, s originalSum) {
+	if i := w.find(id); i >= 0 {
 		w.kept[i].originalSum = s
 		return
 	}
 	if len(w.kept) == originalsKept {
 		w.kept = append(w.kept[:0], w.kept[1:]...)
 	}
-	w.kept = append(w.kept, keptOriginal{key: key, originalSum: s})
+	w.kept = append(w.kept, keptOriginal{id: id, originalSum: s})
 }
 
 // originals answers the over-refund check; nil: no store to read.
@@ -83,13 +94,12 @@ type originals struct {
 	locator eventstore.EventLocator // nil: read the stream instead
 	stream  eventstore.StreamReader
 	refunds refundsReader
-	windows map[string]*originalWindow // by stream
 	// txRefunds are the refunded transactions kept (overrefundtx.go).
 	txRefunds txRefundWindow
 }
 
 func newOriginals(ctx context.Context, store Store) *originals {
-	o := &originals{ctx: ctx, refunds: newRefundsReader(ctx, store), windows: map[string]*originalWindow{}}
+	o := &originals{ctx: ctx, refunds: newRefundsReader(ctx, store)}
 	o.locator, _ = store.(eventstore.EventLocator)
 	o.stream, _ = store.(eventstore.StreamReader)
 	if o.refunds == nil || (o.locator == nil && o.stream == nil) {
@@ -98,32 +108,22 @@ func newOriginals(ctx context.Context, store Store) *originals {
 	return o
 }
 
-// window is stream's originalWindow.
-func (o *originals) window(stream string) *originalWindow {
-	w := o.windows[stream]
-	if w == nil {
-		w = &originalWindow{}
-		o.windows[stream] = w
-	}
-	return w
-}
-
 // checkRefund keeps an original folded into a (its command's first event
-// m) and checks a refund against its original; payload is re's decoded
-// data.
-func (f *Fold) checkRefund(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account, payload any) {
+// m) in w, its stream's window, and checks a refund against its original;
+// payload is re's decoded data.
+func (f *Fold) checkRefund(re eventstore.RecordedEvent, m domain.Metadata, a *domain.Account, w *originalWindow, payload any) {
 	if f.originals == nil {
 		return
 	}
 	if amount, ok := originalOf(payload); ok && m.Index == 0 {
-		f.originals.window(re.Stream).put(m.Key, originalSum{amount: amount, found: true})
+		w.put(originalID(m.Key, re.Stream), originalSum{amount: amount, found: true})
 		return
 	}
 	key, part, ok := domain.RefundPayload(payload)
 	if !ok {
 		return
 	}
-	s, err := f.originals.of(re, a, key, part)
+	s, err := f.originals.of(re, a, w, key, part)
 	switch {
 	case err != nil:
 		f.reloadErr = cmp.Or(f.reloadErr, fmt.Errorf("audit: the original of the refund %s@%d: %w", re.Stream, re.Revision, err))
@@ -135,11 +135,11 @@ func (f *Fold) checkRefund(re eventstore.RecordedEvent, m domain.Metadata, a *do
 }
 
 // of is what is known of original key once re, a refund of part of it
-// folded into a, is counted: from the window when it holds key (no read),
-// else read from the store and then kept.
-func (o *originals) of(re eventstore.RecordedEvent, a *domain.Account, key string, part int64) (originalSum, error) {
-	w := o.window(re.Stream)
-	if i := w.find(key); i >= 0 {
+// folded into a, is counted: from w, re's stream's window, when it holds
+// key (no read), else read from the store and then kept.
+func (o *originals) of(re eventstore.RecordedEvent, a *domain.Account, w *originalWindow, key string, part int64) (originalSum, error) {
+	id := originalID(key, re.Stream)
+	if i := w.find(id); i >= 0 {
 		w.kept[i].refunded += part
 		return w.kept[i].originalSum, nil
 	}
@@ -151,7 +151,7 @@ func (o *originals) of(re eventstore.RecordedEvent, a *domain.Account, key strin
 		s, err = o.byID(re, a, key)
 	}
 	if err == nil {
-		w.put(key, s)
+		w.put(id, s)
 	}
 	return s, err
 }
@@ -160,7 +160,7 @@ func (o *originals) of(re eventstore.RecordedEvent, a *domain.Account, key strin
 // first event by its derived ID, what was refunded of it by the refunds'
 // subject unless a keeps it.
 func (o *originals) byID(re eventstore.RecordedEvent, a *domain.Account, key string) (originalSum, error) {
-	orig, err := o.locator.ReadEventByID(o.ctx, domain.EventID(key, re.Stream, 0))
+	orig, err := o.locator.ReadEventByID(o.ctx, originalID(key, re.Stream))
 	if errors.Is(err, eventstore.ErrEventNotFound) {
 		return originalSum{}, nil
 	}

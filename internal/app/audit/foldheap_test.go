@@ -1,0 +1,90 @@
+package audit
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ledgerworks/ledger/eventstore/memory"
+	"github.com/ledgerworks/ledger/internal/testing/bench/seed"
+	"github.com/ledgerworks/ledger/internal/testing/heaptest"
+)
+
+// realisticFold is a history of bench/seed's realistic mix (deposits,
+// withdrawals, transfers, transactions, holds captured and released,
+// deposits refunded, rejections, snapshots) over accounts accounts in a
+// memory store, and the live heap the audit's fold keeps per account once
+// it folded all of it (its sets left out: PostgreSQL's in the audit), as
+// the audit folds it: page by page, settling, with the over-refund check's
+// store reads.
+func realisticFold(tb testing.TB, accounts int, events int64) (f *Fold, perAccount float64) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	store := memory.New()
+	tb.Cleanup(func() { store.Close() })
+	if _, err := seed.History(ctx, store, events, seed.HistoryOptions{Accounts: accounts, SnapshotEvery: 50}); err != nil {
+		tb.Fatal(err)
+	}
+	head, err := store.Head(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if os.Getenv("LEDGER_BENCH_MEMPROFILE") != "" {
+		runtime.MemProfileRate = 64 // the fold's allocations, finely
+	}
+	before := heaptest.Live()
+	f = NewFold()
+	f.sets = noSets{}
+	f.Reload = reloader(ctx, store)
+	f.originals = newOriginals(ctx, store)
+	if err := foldUntil(ctx, store, f, foldTo{until: head, batch: 5000}); err != nil {
+		tb.Fatal(err)
+	}
+	after := heaptest.Live()
+	if f.ViolationCount() != 0 {
+		tb.Fatalf("%d violations in a valid history: %v", f.ViolationCount(), f.Violations[0])
+	}
+	if len(f.Accounts) < accounts {
+		tb.Fatalf("the fold holds %d accounts of the history's %d", len(f.Accounts), accounts)
+	}
+	return f, (float64(after) - float64(before)) / float64(len(f.Accounts))
+}
+
+// BenchmarkFoldRealisticHeap reports the live heap the audit's fold keeps
+// per account after folding a realistic history of about 60 events an
+// account (key claims included; the lead's 10,268,252 events over 200,000
+// accounts are 51), LEDGER_BENCH_ACCOUNTS accounts (default 4,000), and
+// writes the fold's in-use heap profile to LEDGER_BENCH_MEMPROFILE when set:
+//
+//	go test ./internal/app/audit -run '^$' -bench FoldRealisticHeap -benchtime 1x
+func BenchmarkFoldRealisticHeap(b *testing.B) {
+	accounts := 4000
+	if n, err := strconv.Atoi(os.Getenv("LEDGER_BENCH_ACCOUNTS")); err == nil && n > 0 {
+		accounts = n
+	}
+	for range b.N {
+		f, per := realisticFold(b, accounts, int64(accounts)*60)
+		b.ReportMetric(per, "B/account")
+		if path := os.Getenv("LEDGER_BENCH_MEMPROFILE"); path != "" {
+			writeHeapProfile(b, path)
+		}
+		runtime.KeepAlive(f)
+	}
+}
+
+func writeHeapProfile(tb testing.TB, path string) {
+	out, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer out.Close()
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(out, 0); err != nil {
+		tb.Fatal(err)
+	}
+}
