@@ -41,7 +41,7 @@ func TestCaptureSagaSteps(t *testing.T) {
 
 	payer := open("payer", "EUR", 100)
 	payer.Held = 50
-	payer.Holds["h"] = &Hold{ID: "h", Amount: 50, Status: HoldStatusActive}
+	payer.SetHold(&Hold{ID: "h", Amount: 50, Status: HoldStatusActive})
 	c := capture
 	c.To, c.ToRefusal = "gone", guardRefusal
 	if d := DecideAccount(payer, c); d.Rejection == nil || d.Rejection.Message != "capture to gone: account gone is closed" || len(d.Events) != 1 {

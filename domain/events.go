@@ -146,7 +146,7 @@ func (e HoldPlaced) foldAccount(a *Account, m Metadata) error {
 	if e.ExpiresAt != nil {
 		h.ExpiresAt = *e.ExpiresAt
 	}
-	a.Holds[e.HoldID] = h
+	a.SetHold(h)
 	a.Held += e.Amount
 	return nil
 }

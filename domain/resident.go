@@ -265,7 +265,7 @@ func intoTail(a *Account, tail []byte) error {
 			h.ExpiresAt = time.Unix(0, exp).UTC()
 		}
 		h.Findable = t.byte() == 1
-		a.Holds[h.ID] = h
+		a.SetHold(h)
 	}
 	if t.err == nil && len(t.b) > 0 {
 		t.err = errResidentTail

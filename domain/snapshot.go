@@ -161,14 +161,14 @@ func DecodeSnapshot(stream string, b []byte) (*Account, error) {
 		if h.ExpiresAt != nil {
 			hold.ExpiresAt = *h.ExpiresAt
 		}
-		a.Holds[h.ID] = hold
+		a.SetHold(hold)
 		if hold.Status != HoldStatusActive && hold.Findable {
 			a.closedOrder.push(h.ID) // in ID order: the order they closed in is not kept
 		}
 	}
 	a.forgotRefunds = st.ForgotRefunds
 	for k, v := range st.Refunded {
-		a.Refunded[k] = RefundedSum{Amount: v}
+		a.SetRefunded(k, RefundedSum{Amount: v})
 	}
 	for _, k := range st.FindableRefunds { // in key order: the order they were kept in is not kept
 		r, ok := a.Refunded[k]
@@ -176,7 +176,7 @@ func DecodeSnapshot(stream string, b []byte) (*Account, error) {
 			return nil, fmt.Errorf("domain: snapshot of %s@%d: findable refund of %q not refunded, or listed twice", stream, s.Revision, k)
 		}
 		r.Findable = true
-		a.Refunded[k] = r
+		a.SetRefunded(k, r)
 		a.refundOrder.push(k)
 	}
 	return a, nil

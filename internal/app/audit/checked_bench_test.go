@@ -27,8 +27,8 @@ func BenchmarkCheckedRecords(b *testing.B) {
 		a.Opened, a.Currency, a.Revision = true, "EUR", 5000
 		for j := 0; j < recent; j++ {
 			id := fmt.Sprintf("hold-%08d-4a8e-4f55-9a4e-2f1d3c4b5a69", j)
-			a.Holds[id] = &domain.Hold{ID: id, Amount: 123456, Status: domain.HoldStatusCaptured, Key: "key-" + id, Findable: true, ExpiresAt: exp}
-			a.Refunded[fmt.Sprintf("orig-%08d-4a8e-4f55-9a4e-2f1d3c4b5a69", j)] = domain.RefundedSum{Amount: 1000, Findable: true}
+			a.SetHold(&domain.Hold{ID: id, Amount: 123456, Status: domain.HoldStatusCaptured, Key: "key-" + id, Findable: true, ExpiresAt: exp})
+			a.SetRefunded(fmt.Sprintf("orig-%08d-4a8e-4f55-9a4e-2f1d3c4b5a69", j), domain.RefundedSum{Amount: 1000, Findable: true})
 		}
 		streams[i], snaps[i] = domain.AccountStream(a.ID), a
 	}

@@ -87,14 +87,14 @@ func sameSnapshot(ss *streamState, snap, a *domain.Account) (bool, string) {
 }
 
 // lendHold puts h among a's holds until the function it returns is called,
-// which leaves them as they were (emptied, a new map, as ForgetClosedHold
-// leaves them: not a group allocated for every account that lent one).
+// which leaves them as they were (emptied, nil, as ForgetClosedHold leaves
+// them: not a group allocated for every account that lent one).
 func lendHold(a *domain.Account, h *domain.Hold) func() {
-	a.Holds[h.ID] = h
+	a.SetHold(h)
 	return func() {
 		delete(a.Holds, h.ID)
 		if len(a.Holds) == 0 {
-			a.Holds = map[string]*domain.Hold{}
+			a.Holds = nil
 		}
 	}
 }

@@ -25,7 +25,7 @@ func TestClosedHoldThroughCheckpointRows(t *testing.T) {
 		boundAccount(a)
 		a.Opened, a.Currency, a.Revision = true, "EUR", 7
 		for _, h := range holds {
-			a.Holds[h.ID] = h
+			a.SetHold(h)
 			if h.Status == domain.HoldStatusActive {
 				a.Held += h.Amount // as the fold keeps it (domain.DecodeSnapshot checks)
 			}
@@ -115,7 +115,7 @@ func TestSnapshotOfForgottenClosedHold(t *testing.T) {
 		"closed hold deleted": func(a *domain.Account) { delete(a.Holds, "h-1") },
 		"closed hold deleted, the snapshot saying it forgot holds": func(a *domain.Account) { delete(a.Holds, "h-1") }, // h-1 is not findable
 		"phantom closed hold": func(a *domain.Account) {
-			a.Holds["h-ghost"] = &domain.Hold{ID: "h-ghost", Amount: 7, Status: domain.HoldStatusReleased, Key: "k-ghost", Findable: true}
+			a.SetHold(&domain.Hold{ID: "h-ghost", Amount: 7, Status: domain.HoldStatusReleased, Key: "k-ghost", Findable: true})
 		},
 	} {
 		evs, stored := closedHoldHistory(t)

@@ -88,7 +88,7 @@ func TestAuditChecksEveryClosedHoldOfASnapshot(t *testing.T) {
 	}{
 		{"true", "", func(a *domain.Account) {}},
 		{"an invented closed hold", "sh-ghost", func(a *domain.Account) {
-			a.Holds["sh-ghost"] = &domain.Hold{ID: "sh-ghost", Amount: 7, Status: domain.HoldStatusReleased, Key: "sh-ghost-hold", Findable: true}
+			a.SetHold(&domain.Hold{ID: "sh-ghost", Amount: 7, Status: domain.HoldStatusReleased, Key: "sh-ghost-hold", Findable: true})
 		}},
 		{"an earlier closed hold's amount altered", "sh-1", func(a *domain.Account) { a.Holds["sh-1"].Amount++ }},
 		{"an earlier closed hold's key altered", "sh-2", func(a *domain.Account) { a.Holds["sh-2"].Key = "other-key" }},

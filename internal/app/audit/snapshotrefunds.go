@@ -216,13 +216,13 @@ func lendRefunded(snap, a *domain.Account) func() {
 		if !r.Findable && unkept(a, k) {
 			was, in := a.Refunded[k]
 			lent[k] = entry{was, in}
-			a.Refunded[k] = domain.RefundedSum{Amount: r.Amount}
+			a.SetRefunded(k, domain.RefundedSum{Amount: r.Amount})
 		}
 	}
 	return func() {
 		for k, e := range lent {
 			if e.in {
-				a.Refunded[k] = e.sum
+				a.SetRefunded(k, e.sum)
 			} else {
 				delete(a.Refunded, k)
 			}

@@ -47,7 +47,7 @@ func TestAuditPassesATrueSnapshotWithARefundWithoutSubject(t *testing.T) {
 	if rep := run(t, env, audit.Options{}); !rep.OK() || rep.Snapshots != 1 {
 		t.Fatalf("a true snapshot: ok %v, %d checked: %v", rep.OK(), rep.Snapshots, rep.Violations)
 	}
-	a.Refunded["l-d3"] = domain.RefundedSum{Amount: 80}
+	a.SetRefunded("l-d3", domain.RefundedSum{Amount: 80})
 	writeSnapshot(t, env, a, 7, nil)
 	if rep := run(t, env, audit.Options{}); rep.OK() || !snapshotMismatchOf(rep, "l") {
 		t.Fatalf("l-d3's sum lowered to 80: ok %v, %d checked: %v", rep.OK(), rep.Snapshots, rep.Violations)
@@ -71,7 +71,7 @@ func TestAuditNamesALoweredSumOfAnOriginalRefundedWithoutSubject(t *testing.T) {
 	if _, kept := a.Refunded["l-d3"]; kept || !a.ForgotRefunds() {
 		t.Fatalf("the bounded fold of l refunded %+v, forgot %v", a.Refunded, a.ForgotRefunds())
 	}
-	a.Refunded["l-d3"] = domain.RefundedSum{Amount: 30, Findable: true}
+	a.SetRefunded("l-d3", domain.RefundedSum{Amount: 30, Findable: true})
 	writeSnapshot(t, env, a, 7, nil)
 	catchUp(t, env)
 	if rep := run(t, env, audit.Options{}); rep.OK() || !snapshotMismatchOf(rep, "l") {

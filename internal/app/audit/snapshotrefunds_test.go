@@ -59,7 +59,7 @@ func writeForgedRefund(t *testing.T, env *projtest.Env) {
 	if a.Revision != 6 || a.Refunded["r-d1"].Amount != 100 || a.Refunded["r-d2"].Amount != 50 {
 		t.Fatalf("r at revision %d refunded %+v", a.Revision, a.Refunded)
 	}
-	a.Refunded["r-d1"] = domain.RefundedSum{Amount: 10, Findable: a.Refunded["r-d1"].Findable}
+	a.SetRefunded("r-d1", domain.RefundedSum{Amount: 10, Findable: a.Refunded["r-d1"].Findable})
 	writeSnapshot(t, env, a, 6, nil)
 	catchUp(t, env)
 }

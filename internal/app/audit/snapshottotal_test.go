@@ -19,15 +19,15 @@ import (
 var refundListForges = map[string]func(a *domain.Account){
 	"an original omitted": func(a *domain.Account) { delete(a.Refunded, "r-d1") },
 	"a sum lowered": func(a *domain.Account) {
-		a.Refunded["r-d1"] = domain.RefundedSum{Amount: 10, Findable: true}
+		a.SetRefunded("r-d1", domain.RefundedSum{Amount: 10, Findable: true})
 	},
 	// The same total and count: r-d1's 100 listed under a deposit never refunded.
 	"an original swapped": func(a *domain.Account) {
 		delete(a.Refunded, "r-d1")
-		a.Refunded["r-x0"] = domain.RefundedSum{Amount: 100, Findable: true}
+		a.SetRefunded("r-x0", domain.RefundedSum{Amount: 100, Findable: true})
 	},
 	"one original more": func(a *domain.Account) {
-		a.Refunded["r-x0"] = domain.RefundedSum{Amount: 10, Findable: true}
+		a.SetRefunded("r-x0", domain.RefundedSum{Amount: 10, Findable: true})
 	},
 }
 
