@@ -55,6 +55,25 @@ func realisticFold(tb testing.TB, accounts int, events int64) (f *Fold, perAccou
 	return f, (float64(after) - float64(before)) / float64(len(f.Accounts))
 }
 
+// foldBytesPerAccount bounds the live heap the audit's fold keeps per
+// account on bench/seed's history at about 60 events an account: 1,808-1,810
+// bytes at 1,000 accounts before issue 23's cuts (the over-refund window's
+// keys and map, the account's empty maps), 1,486-1,502 after them.
+const foldBytesPerAccount = 1650
+
+// TestFoldHeapPerAccountBounded: the audit's fold of a realistic history
+// keeps at most foldBytesPerAccount bytes of live heap per account, so
+// that 200,000 accounts fit the read tools' memory limit with room for the
+// pages in flight (docs/design.md, "What each tool keeps in memory").
+func TestFoldHeapPerAccountBounded(t *testing.T) {
+	f, per := realisticFold(t, 1000, 60_000)
+	runtime.KeepAlive(f)
+	t.Logf("%.0f bytes of live heap per account (bound %d)", per, foldBytesPerAccount)
+	if per > foldBytesPerAccount {
+		t.Fatalf("the fold keeps %.0f bytes of live heap per account, past %d", per, foldBytesPerAccount)
+	}
+}
+
 // BenchmarkFoldRealisticHeap reports the live heap the audit's fold keeps
 // per account after folding a realistic history of about 60 events an
 // account (key claims included; the lead's 10,268,252 events over 200,000

@@ -45,23 +45,31 @@ type originalSum struct {
 
 // keptOriginal is one original of a window: the ID of its first event,
 // derived from its key and stream (domain.EventID, what byID reads it by),
-// and what is known of it. The ID, not the key: 16 bytes in place, where
-// a key is a string of its own, so a window holds no pointer and the
-// collector never scans it (issue 23). Two keys of one stream have one
-// derived ID only if SHA-1 collides, which the ledger's idempotency already
-// rules out (its events' IDs are these).
+// its amount and what was refunded of it (whether it was found is the
+// window's unfound). The ID, not the key: 16 bytes in place, where a key is
+// a string of its own, so a window holds no pointer and the collector
+// never scans it (issue 23). Two keys of one stream have one derived ID
+// only if SHA-1 collides, which the ledger's idempotency already rules out
+// (its events' IDs are these).
 type keptOriginal struct {
-	id uuid.UUID
-	originalSum
+	id               uuid.UUID
+	amount, refunded int64
 }
 
 // originalWindow is one account's originals kept, the first kept first, at
 // most originalsKept: a slice searched in order, not a map, held in the
 // account's streamState, as a full audit keeps one window for every
-// account (40 bytes an original, so at most 320 an account).
+// account (32 bytes an original, so at most 256 an account). unfound has
+// bit i set when kept[i]'s original was not found (originalSum.found
+// unset): a flag apart, not in each entry, where it would cost 8 bytes of
+// padding an entry.
 type originalWindow struct {
-	kept []keptOriginal
+	kept    []keptOriginal
+	unfound uint8
 }
+
+// unfound holds a bit per original kept.
+var _ [8 - originalsKept]struct{}
 
 // originalID is the window's name of original key on stream.
 func originalID(key, stream string) uuid.UUID { return domain.EventID(key, stream, 0) }
@@ -76,16 +84,27 @@ func (w *originalWindow) find(id uuid.UUID) int {
 	return -1
 }
 
+// sum is what w knows of its i-th original.
+func (w *originalWindow) sum(i int) originalSum {
+	return originalSum{amount: w.kept[i].amount, refunded: w.kept[i].refunded, found: w.unfound&(1<<i) == 0}
+}
+
 // put keeps s as id's, forgetting the first kept when full.
 func (w *originalWindow) put(id uuid.UUID, s originalSum) {
-	if i := w.find(id); i >= 0 {
-		w.kept[i].originalSum = s
-		return
+	i := w.find(id)
+	if i < 0 {
+		if len(w.kept) == originalsKept {
+			w.kept = append(w.kept[:0], w.kept[1:]...)
+			w.unfound >>= 1
+		}
+		i = len(w.kept)
+		w.kept = append(w.kept, keptOriginal{id: id})
 	}
-	if len(w.kept) == originalsKept {
-		w.kept = append(w.kept[:0], w.kept[1:]...)
+	w.kept[i].amount, w.kept[i].refunded = s.amount, s.refunded
+	w.unfound &^= 1 << i
+	if !s.found {
+		w.unfound |= 1 << i
 	}
-	w.kept = append(w.kept, keptOriginal{id: id, originalSum: s})
 }
 
 // originals answers the over-refund check; nil: no store to read.
@@ -141,7 +160,7 @@ func (o *originals) of(re eventstore.RecordedEvent, a *domain.Account, w *origin
 	id := originalID(key, re.Stream)
 	if i := w.find(id); i >= 0 {
 		w.kept[i].refunded += part
-		return w.kept[i].originalSum, nil
+		return w.sum(i), nil
 	}
 	var s originalSum
 	var err error
