@@ -82,17 +82,16 @@ func peakHeapProfile(path string) func() error {
 // seen so far, and writes it to path when stopped. It reads the live heap
 // (/gc/heap/live:bytes, what the last collection marked: not the heap in
 // use, which holds the garbage not yet collected) every so often; once it has
-// grown by 1/heapGrowth over what the last collection it forced found (and not
-// within heapForceEvery of that), it forces a collection and takes the profile
-// right after it (collect: what that collection found live, less what was
-// allocated while it ran). A profile is of the objects live at a collection, and a forced
+// grown by 1/heapGrowth over the one that last made it do so (and not within
+// heapForceEvery of that), it forces a collection and takes the profile right
+// after it. A profile is of the objects live at a collection, and a forced
 // one's is complete at once (a collection of the runtime's own publishes the
 // one before it): so the kept profile is of the collection that found the
 // most live, and that is its peak, within a growth step.
 type heapPeak struct {
 	path   string
 	sample []metrics.Sample
-	seen   uint64    // the live heap the collection it last forced found (collect)
+	seen   uint64    // the live heap that last made it force a collection
 	forced time.Time // when it did
 	done   chan struct{}
 	ended  chan struct{}
@@ -103,7 +102,7 @@ type heapPeak struct {
 }
 
 func startHeapPeak(path string, every time.Duration) *heapPeak {
-	h := &heapPeak{path: path, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/allocs:bytes"}}, done: make(chan struct{}), ended: make(chan struct{})}
+	h := &heapPeak{path: path, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}, done: make(chan struct{}), ended: make(chan struct{})}
 	go func() {
 		defer close(h.ended)
 		t := time.NewTicker(every)
@@ -122,23 +121,8 @@ func startHeapPeak(path string, every time.Duration) *heapPeak {
 
 // live is the live heap the last collection marked.
 func (h *heapPeak) live() uint64 {
-	metrics.Read(h.sample[:1])
-	return h.sample[0].Value.Uint64()
-}
-
-// collect forces a collection and returns the live heap it found, less what
-// the program allocated while it ran: a collection counts every object
-// allocated during it as live, so one forced in a program churning garbage
-// (a read tool's pages, on a loaded machine where the collection is slow)
-// would read that garbage as a higher peak than the real one, and keep its
-// profile (a review's runs: 84-164 MiB read with 48 MiB held).
-func (h *heapPeak) collect() uint64 {
-	metrics.Read(h.sample[1:])
-	before := h.sample[1].Value.Uint64()
-	runtime.GC()
 	metrics.Read(h.sample)
-	live, during := h.sample[0].Value.Uint64(), h.sample[1].Value.Uint64()-before
-	return live - min(live, during)
+	return h.sample[0].Value.Uint64()
 }
 
 // poll forces a collection and takes the profile after it when the live heap
@@ -149,8 +133,9 @@ func (h *heapPeak) poll(force bool) {
 	if !force && (seen <= h.seen+h.seen/heapGrowth || time.Since(h.forced) < heapForceEvery) {
 		return
 	}
-	live := h.collect()
-	h.seen, h.forced = live, time.Now()
+	runtime.GC()
+	h.seen, h.forced = seen, time.Now()
+	live := h.live()
 	var b bytes.Buffer
 	if pprof.Lookup("heap").WriteTo(&b, 0) != nil {
 		return
