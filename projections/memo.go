@@ -49,10 +49,10 @@ type memoRow struct {
 	currency, status   uint16
 }
 
-// memoAccountsLimit bounds the accounts an accountMemo holds (about 54 bytes
-// each with the map's share, measured: 21.6 MB for the two memos, balance
-// history's and the commands', over 200,000 accounts; 9.0 MB for both at
-// this bound).
+// memoAccountsLimit bounds the accounts an accountMemo holds (measured with
+// the map's share: 21.6 MB for the two memos, balance history's and the
+// commands', over 200,000 accounts each, about 54 bytes an account; 9.0 MB
+// for both at this bound, about 90).
 // Where the rebuild's heap is at the read tools' memory limit every byte
 // kept costs the collector, which outweighed what a memo of every account
 // saves PostgreSQL: over 200,000 accounts the bound of 50,000 took 0.92x

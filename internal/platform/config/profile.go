@@ -82,16 +82,19 @@ func peakHeapProfile(path string) func() error {
 // seen so far, and writes it to path when stopped. It reads the live heap
 // (/gc/heap/live:bytes, what the last collection marked: not the heap in
 // use, which holds the garbage not yet collected) every so often; once it has
-// grown by 1/heapGrowth over the one that last made it do so (and not within
-// heapForceEvery of that), it forces a collection and takes the profile right
-// after it. A profile is of the objects live at a collection, and a forced
+// grown by 1/heapGrowth over what the collection it last forced found (and
+// not within heapForceEvery of that), it forces a collection and takes the
+// profile right after it. A profile is of the objects live at a collection, and a forced
 // one's is complete at once (a collection of the runtime's own publishes the
 // one before it): so the kept profile is of the collection that found the
-// most live, and that is its peak, within a growth step.
+// most live, and that is its peak, within a growth step. Live as the
+// collector counts it (as gctrace does): what the program allocates while a
+// collection marks counts as live in it, so a profile forced while a tool
+// allocates its pages holds some of them.
 type heapPeak struct {
 	path   string
 	sample []metrics.Sample
-	seen   uint64    // the live heap that last made it force a collection
+	seen   uint64    // the live heap the collection it last forced found
 	forced time.Time // when it did
 	done   chan struct{}
 	ended  chan struct{}
@@ -134,8 +137,8 @@ func (h *heapPeak) poll(force bool) {
 		return
 	}
 	runtime.GC()
-	h.seen, h.forced = seen, time.Now()
 	live := h.live()
+	h.seen, h.forced = live, time.Now() // what it found, not the reading that made it force one
 	var b bytes.Buffer
 	if pprof.Lookup("heap").WriteTo(&b, 0) != nil {
 		return

@@ -44,17 +44,25 @@ func churn(t *testing.T, cycles uint64) {
 // then, and the one it kept, taken without a collection, counted 98-203 MiB
 // of that garbage in use), then lets it go and churns again. The profile
 // written must hold the 48 MiB in use, and not much more.
+//
+// The test polls the sampler itself, between its own allocations (its ticker
+// is an hour): a collection counts what is allocated while it marks as live
+// (so does gctrace), and one forced while this test churned on a loaded
+// machine read up to 491 MiB with 48 held (a review, 2026-11-29), which
+// would make the test's figure depend on the machine's load, not on the
+// sampler's choice.
 func TestMemProfileAtLivePeak(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(math.MaxInt64))
 	const chunk, chunks = 4 << 20, 12 // chunks of 4 MiB: each sampled by the profiler (its rate 512 KiB)
 	const held = chunk * chunks
 	path := filepath.Join(t.TempDir(), "heap.pprof")
-	h := startHeapPeak(path, heapSampleEvery)
+	h := startHeapPeak(path, time.Hour)
 
 	debug.SetGCPercent(-1)
 	debug.SetMemoryLimit(192 << 20)
 	churn(t, 10)
+	h.poll(false) // the heap in use is high, the live heap not: a collection of the first reading only
 	debug.SetMemoryLimit(math.MaxInt64)
 	debug.SetGCPercent(100)
 
@@ -65,11 +73,13 @@ func TestMemProfileAtLivePeak(t *testing.T) {
 	}
 	devtest.Eventually(t, 2*time.Minute, "a profile taken with the 48 MiB live", func() bool {
 		heapSink = make([]byte, 1<<20) // garbage, so that the runtime collects
+		h.poll(false)
 		return h.peakBytes() >= held
 	})
 	runtime.KeepAlive(live)
 	live = nil
 	churn(t, 5)
+	h.poll(true) // a collection with the 48 MiB gone: its profile is not kept
 	if err := h.stop(); err != nil {
 		t.Fatal(err)
 	}
