@@ -8,7 +8,7 @@ import (
 // TestOriginalWindowKeepsFoundFlags: a window keeps the last originalsKept
 // originals put, each with its amount, refunded sum and whether it was
 // found (a bit apart, shifted as the first kept is forgotten), and put
-// again updates one in place.
+// again updates one in place, its found bit set and cleared.
 func TestOriginalWindowKeepsFoundFlags(t *testing.T) {
 	var w originalWindow
 	sumOf := func(n int) originalSum {
@@ -20,6 +20,7 @@ func TestOriginalWindowKeepsFoundFlags(t *testing.T) {
 	}
 	w.put(originalID("k10", "account-a"), originalSum{amount: 7, refunded: 3, found: false})
 	w.put(originalID("k11", "account-a"), originalSum{amount: 8, refunded: 2, found: true})
+	w.put(originalID("k12", "account-a"), originalSum{amount: 9, refunded: 1, found: true}) // not found, then found (a refund read before its original)
 	if len(w.kept) != originalsKept {
 		t.Fatalf("%d originals kept, want %d", len(w.kept), originalsKept)
 	}
@@ -31,6 +32,8 @@ func TestOriginalWindowKeepsFoundFlags(t *testing.T) {
 			want = originalSum{amount: 7, refunded: 3, found: false}
 		case 11:
 			want = originalSum{amount: 8, refunded: 2, found: true}
+		case 12:
+			want = originalSum{amount: 9, refunded: 1, found: true}
 		}
 		switch {
 		case i < n-originalsKept && at >= 0:
