@@ -781,6 +781,38 @@ func (Checkpointer) DropAuditStop(ctx context.Context, db execer, id int64) (str
 	return sets, nil
 }
 
+// AuditStopOf reads the stop point's ID and sets: of stop point id, or of
+// the one stored whatever its ID when id is 0 (ErrNoAuditStop: none such).
+func (Checkpointer) AuditStopOf(ctx context.Context, q RowQuerier, id int64) (int64, string, error) {
+	var sets string
+	err := q.QueryRow(ctx, `SELECT id, sets FROM readmodel.audit_checkpoints WHERE kind = 'stop' AND ($1 = 0 OR id = $1)`, id).Scan(&id, &sets)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, "", ErrNoAuditStop
+	case err != nil:
+		return 0, "", fmt.Errorf("projections: audit stop point: %w", err)
+	}
+	return id, sets, nil
+}
+
+// AuditStopNames reports whether the stop point names sets (a run's schema).
+// A database without the checkpoints' table (not migrated) stores no stop
+// point: false.
+func (Checkpointer) AuditStopNames(ctx context.Context, q RowQuerier, sets string) (bool, error) {
+	var named bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM readmodel.audit_checkpoints WHERE kind = 'stop' AND sets = $1)`, sets).Scan(&named)
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == undefinedTable {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("projections: audit stop point: %w", err)
+	}
+	return named, nil
+}
+
+// undefinedTable is PostgreSQL's SQLSTATE for a table that does not exist.
+const undefinedTable = "42P01"
+
 func dropAuditStop(ctx context.Context, db execer) (string, error) {
 	var sets string
 	err := db.QueryRow(ctx, `DELETE FROM readmodel.audit_checkpoints WHERE kind = 'stop' RETURNING sets`).Scan(&sets)

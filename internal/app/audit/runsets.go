@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ledgerworks/ledger/projections"
 )
 
 // A full audit's sets outlive its session (docs/design.md, "A full audit
@@ -192,21 +194,10 @@ func (s *pgSets) dropOrphanRun(ctx context.Context, run string) (bool, error) {
 		return false, err
 	}
 	defer s.conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(`+runLock+`)`, run)
-	named, err := stopPointNames(ctx, s.conn, run)
+	named, err := projections.Checkpoints.AuditStopNames(ctx, s.conn, run)
 	if err != nil || named {
 		return false, err
 	}
 	_, err = s.conn.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{run}.Sanitize()+` CASCADE`)
 	return err == nil, err
-}
-
-// stopPointNames reports whether the stop point names run's sets. A database
-// without the checkpoints' table stores no stop point.
-func stopPointNames(ctx context.Context, conn *pgxpool.Conn, run string) (bool, error) {
-	var named bool
-	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM readmodel.audit_checkpoints WHERE kind = 'stop' AND sets = $1)`, run).Scan(&named)
-	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == undefinedTable {
-		return false, nil
-	}
-	return named, err
 }

@@ -217,9 +217,8 @@ func DropStop(ctx context.Context, pool *pgxpool.Pool, id int64) (int64, string,
 	}
 	defer conn.Release()
 	asked := id
-	var run string
-	err = conn.QueryRow(ctx, `SELECT id, sets FROM readmodel.audit_checkpoints WHERE kind = 'stop' AND ($1 = 0 OR id = $1)`, id).Scan(&id, &run)
-	if errors.Is(err, pgx.ErrNoRows) {
+	id, run, err := projections.Checkpoints.AuditStopOf(ctx, conn, id)
+	if errors.Is(err, projections.ErrNoAuditStop) {
 		return 0, "", noSuchStop(asked)
 	}
 	var got bool
