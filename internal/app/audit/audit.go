@@ -746,7 +746,8 @@ func foldUntil(ctx context.Context, store eventstore.AllReader, f *Fold, to fold
 		return nil
 	}
 	rctx, cancel := context.WithCancel(ctx) // the reader's: ends it when the fold stops early
-	pages := readAhead(rctx, store, from, until, batch)
+	spent := make(chan []meta, pagesInFlight)
+	pages := readAhead(rctx, store, from, until, batch, spent)
 	defer func() {
 		cancel()
 		for range pages { // the reader's last page, if it was sending one
@@ -763,15 +764,20 @@ func foldUntil(ctx context.Context, store eventstore.AllReader, f *Fold, to fold
 		if err := f.prefetch(reads, p.recs); err != nil {
 			return err
 		}
-		for i, re := range p.recs {
+		for i := range p.recs {
+			re := &p.recs[i] // not a copy taken by address: one allocation an event
 			if before != nil {
 				before(&re.Position)
 			}
-			f.apply(re, p.metas[i])
+			f.apply(*re, p.metas[i])
 		}
 		f.Settle()
 		if err := cmp.Or(f.reloadErr, f.sets.flush(ctx)); err != nil {
 			return err
+		}
+		select { // folded: the reader decodes a later page into it
+		case spent <- p.metas:
+		default:
 		}
 		if n := len(p.recs); n > 0 {
 			f.noteLast(p.recs[n-1])
@@ -795,11 +801,18 @@ type page struct {
 	err   error
 }
 
+// pagesInFlight bounds the pages readAhead's reader and its fold hold at
+// once: the one folded, the one in the channel, the one being decoded.
+const pagesInFlight = 3
+
 // readAhead reads "all" after from up to and including until, a page of
 // batch events at a time, one page ahead of its reader: the channel holds one
 // page while the next is read. It closes the channel after the last page, a
-// page with an error, or when ctx is done.
-func readAhead(ctx context.Context, store eventstore.AllReader, from, until eventstore.Position, batch int) <-chan page {
+// page with an error, or when ctx is done. It decodes a page's metadata into
+// a slice its reader sent back on spent once folded when there is one
+// (spent holds at most pagesInFlight), else into a new one: a page's
+// metadata is about 256 bytes an event, the most the fold allocated of it.
+func readAhead(ctx context.Context, store eventstore.AllReader, from, until eventstore.Position, batch int, spent chan []meta) <-chan page {
 	pages := make(chan page, 1)
 	go func() {
 		defer close(pages)
@@ -812,7 +825,7 @@ func readAhead(ctx context.Context, store eventstore.AllReader, from, until even
 			if i := cutAfter(recs, until); i < len(recs) {
 				recs, done = recs[:i], true
 			}
-			p := page{recs: recs, metas: make([]meta, len(recs)), err: err}
+			p := page{recs: recs, metas: reuseMetas(spent, len(recs)), err: err}
 			for i, re := range recs {
 				p.metas[i] = decodeAll(re)
 			}
@@ -828,6 +841,19 @@ func readAhead(ctx context.Context, store eventstore.AllReader, from, until even
 		}
 	}()
 	return pages
+}
+
+// reuseMetas is a slice of n metas: one sent back on spent when there is
+// one long enough, else a new one.
+func reuseMetas(spent chan []meta, n int) []meta {
+	select {
+	case m := <-spent:
+		if cap(m) >= n {
+			return m[:n]
+		}
+	default:
+	}
+	return make([]meta, n)
 }
 
 // cutAfter returns the number of recs at or before until.
