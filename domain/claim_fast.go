@@ -87,7 +87,11 @@ func (c *KeyClaimed) setFast(sc *flatScan, name string) (uint8, bool) {
 	if !ok || !utf8.Valid(v) { // encoding/json replaces invalid bytes
 		return 0, false
 	}
-	*dst = string(v)
+	if dst == &c.Command { // one of the few: interned
+		*dst = repeated.value(v)
+	} else {
+		*dst = string(v)
+	}
 	return bit, true
 }
 

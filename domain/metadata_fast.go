@@ -67,7 +67,12 @@ func metadataFast(b []byte, request bool) (Metadata, bool) {
 // or read otherwise.
 func (m *Metadata) setFast(f bodyField, request bool) bool {
 	switch name := string(f.name); name {
-	case "key", "command", "request_hash", "origin", "chain", "producer", "subject":
+	case "command", "producer":
+		if !f.str {
+			return false
+		}
+		*m.stringField(name) = repeated.value(f.value)
+	case "key", "request_hash", "origin", "chain", "subject":
 		if !f.str {
 			return false
 		}
@@ -126,7 +131,8 @@ func (m *Metadata) setTime(name string, t time.Time) {
 		m.At = t
 		return
 	}
-	m.EffectiveAt = &t
+	effective := t // its own variable: t, taken by address, would be one every time
+	m.EffectiveAt = &effective
 }
 
 // setRequest decodes the request's base64, as encoding/json decodes a []byte.
