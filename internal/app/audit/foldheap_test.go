@@ -20,8 +20,9 @@ import (
 // memory store, and the live heap the audit's fold keeps per account once
 // it folded all of it (its sets left out: PostgreSQL's in the audit), as
 // the audit folds it: page by page, settling, with the over-refund check's
-// store reads.
-func realisticFold(tb testing.TB, accounts int, events int64) (f *Fold, perAccount float64) {
+// store reads; and of that heap per account, what the collector scans for
+// pointers (heaptest.Heap).
+func realisticFold(tb testing.TB, accounts int, events int64) (f *Fold, perAccount, scannable float64) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -37,7 +38,7 @@ func realisticFold(tb testing.TB, accounts int, events int64) (f *Fold, perAccou
 	if os.Getenv("LEDGER_BENCH_MEMPROFILE") != "" {
 		runtime.MemProfileRate = 64 // the fold's allocations, finely
 	}
-	before := heaptest.Live()
+	before := heaptest.Now()
 	f = NewFold()
 	f.sets = noSets{}
 	f.Reload = reloader(ctx, store)
@@ -45,14 +46,15 @@ func realisticFold(tb testing.TB, accounts int, events int64) (f *Fold, perAccou
 	if err := foldUntil(ctx, store, f, foldTo{until: head, batch: 5000}); err != nil {
 		tb.Fatal(err)
 	}
-	after := heaptest.Live()
+	after := heaptest.Now()
 	if f.ViolationCount() != 0 {
 		tb.Fatalf("%d violations in a valid history: %v", f.ViolationCount(), f.Violations[0])
 	}
 	if len(f.Accounts) < accounts {
 		tb.Fatalf("the fold holds %d accounts of the history's %d", len(f.Accounts), accounts)
 	}
-	return f, (float64(after) - float64(before)) / float64(len(f.Accounts))
+	n := float64(len(f.Accounts))
+	return f, (float64(after.Live) - float64(before.Live)) / n, (float64(after.Scannable) - float64(before.Scannable)) / n
 }
 
 // foldBytesPerAccount bounds the live heap the audit's fold keeps per
@@ -68,9 +70,9 @@ const foldBytesPerAccount = 1580
 // that 200,000 accounts fit the read tools' memory limit with room for the
 // pages in flight (docs/design.md, "What each tool keeps in memory").
 func TestFoldHeapPerAccountBounded(t *testing.T) {
-	f, per := realisticFold(t, 1000, 60_000)
+	f, per, scan := realisticFold(t, 1000, 60_000)
 	runtime.KeepAlive(f)
-	t.Logf("%.0f bytes of live heap per account (bound %d)", per, foldBytesPerAccount)
+	t.Logf("%.0f bytes of live heap per account (bound %d), %.0f of them scanned for pointers", per, foldBytesPerAccount, scan)
 	if per > foldBytesPerAccount {
 		t.Fatalf("the fold keeps %.0f bytes of live heap per account, past %d", per, foldBytesPerAccount)
 	}
@@ -89,8 +91,9 @@ func BenchmarkFoldRealisticHeap(b *testing.B) {
 		accounts = n
 	}
 	for range b.N {
-		f, per := realisticFold(b, accounts, int64(accounts)*60)
+		f, per, scan := realisticFold(b, accounts, int64(accounts)*60)
 		b.ReportMetric(per, "B/account")
+		b.ReportMetric(scan, "scan-B/account")
 		if path := os.Getenv("LEDGER_BENCH_MEMPROFILE"); path != "" {
 			writeHeapProfile(b, path)
 		}

@@ -9,9 +9,18 @@ import (
 
 // Live is the heap live after a forced collection (runtime/metrics'
 // /gc/heap/live:bytes): what is reachable, not what the collector let grow.
-func Live() uint64 {
+func Live() uint64 { return Now().Live }
+
+// Heap is the heap after a forced collection: what is live, and of it what
+// the collector must scan for pointers (runtime/metrics' /gc/scan/heap:bytes:
+// an object's bytes up to its last pointer; a pointer-free one is not
+// scanned), the collector's work for each mark of it.
+type Heap struct{ Live, Scannable uint64 }
+
+// Now is the heap after a forced collection.
+func Now() Heap {
 	runtime.GC()
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/heap:bytes"}}
 	metrics.Read(s)
-	return s[0].Value.Uint64()
+	return Heap{Live: s[0].Value.Uint64(), Scannable: s[1].Value.Uint64()}
 }
