@@ -187,8 +187,12 @@ func (f *Fold) checkClaim(key, home, hash string, c claim, claimed bool) error {
 // begin with the decision of another client key, written before home began:
 // a slot holding nothing, one holding this key's decision, or one written
 // after home, and a home before the claimed slot or of another transaction,
-// are not lost. Read from the store (Reload, once per slot); false without
-// one.
+// are not lost. A slot that begins with this key's decision, written before
+// home, is met only by an incremental audit (a full one folds that decision
+// first: it is the key's home) whose checkpoint comes after it, named
+// key_decided_twice there only when the claim gives its revision
+// (TestIncrementalAuditNamesAKeyDecidedAgainPastItsClaimedSlot). Read from
+// the store (Reload, once per slot); false without one.
 func (f *Fold) slotsLost(key, claimed, home string) (bool, error) {
 	first := func(stream string) (*eventstore.RecordedEvent, error) {
 		recs, err := f.Reload(stream, 1)

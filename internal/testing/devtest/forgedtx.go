@@ -26,6 +26,22 @@ func AppendForgedTransactionRefund(t testing.TB, st eventstore.Store, key, origi
 // the refund is written in; "": no claim is written (a key claimed before).
 func AppendForgedTransactionRefundClaimed(t testing.TB, st eventstore.Store, key, originalKey, originalTx string, slot int, claimed string, postings []domain.Posting) {
 	t.Helper()
+	appendForgedTransactionRefund(t, st, key, originalKey, originalTx, slot, claimed, new(uint64), postings)
+}
+
+// AppendForgedTransactionRefundEarlierClaim is
+// AppendForgedTransactionRefundClaimed with the claim as a build before
+// claims gave their decision's revision wrote it: no revision, so that an
+// incremental audit cannot read the decision it claims.
+func AppendForgedTransactionRefundEarlierClaim(t testing.TB, st eventstore.Store, key, originalKey, originalTx string, slot int, claimed string, postings []domain.Posting) {
+	t.Helper()
+	appendForgedTransactionRefund(t, st, key, originalKey, originalTx, slot, claimed, nil, postings)
+}
+
+// appendForgedTransactionRefund is AppendForgedTransactionRefundClaimed with
+// the claim's revision (nil: none).
+func appendForgedTransactionRefund(t testing.TB, st eventstore.Store, key, originalKey, originalTx string, slot int, claimed string, revision *uint64, postings []domain.Posting) {
+	t.Helper()
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	refund := domain.Command{Type: domain.CmdRefund, IdempotencyKey: key, OriginalKey: originalKey, At: at}
 	if len(postings) == 1 {
@@ -44,7 +60,8 @@ func AppendForgedTransactionRefundClaimed(t testing.TB, st eventstore.Store, key
 	txStream, req := domain.TransactionStream(tx.TransactionID), refund.Canonical()
 	m := domain.Metadata{Key: key, Command: string(domain.CmdRefund), RequestHash: req.Hash, Count: 1, At: at, Schema: 1}
 	if claimed != "" {
-		appendChained(t, st, domain.KeyStream(key), eventstore.NoStream, "", domain.StoredEvent{Type: domain.EvKeyClaimed, Data: domain.EncodeKeyClaimed(key, m.Command, req, claimed, 0), Metadata: m})
+		c := domain.KeyClaimed{Key: key, Command: m.Command, RequestHash: req.Hash, Request: req.JSON, Stream: claimed, Revision: revision}
+		appendChained(t, st, domain.KeyStream(key), eventstore.NoStream, "", domain.StoredEvent{Type: domain.EvKeyClaimed, Data: mustJSON(t, c), Metadata: m})
 	}
 	m.Request = req.JSON
 	appendChained(t, st, txStream, eventstore.NoStream, "", domain.StoredEvent{Type: d.Event.Type, Data: mustJSON(t, d.Event.Data), Metadata: m})
