@@ -194,7 +194,8 @@ func unkept(a *domain.Account, k string) bool {
 }
 
 // lendRefunded puts among the fold's a, until the function it returns is
-// called, the refunded originals snap lists as not findable that a, which
+// called (which leaves a's refunded originals as they were: nil when it kept
+// none), the refunded originals snap lists as not findable that a, which
 // forgot some, does not keep: so domain.SameState compares them as a's own,
 // and sameRefunded checks their sums against the store (uncheckedSums). A
 // ledger never forgets such an original, but a fold keeps no original it
@@ -226,6 +227,9 @@ func lendRefunded(snap, a *domain.Account) func() {
 			} else {
 				delete(a.Refunded, k)
 			}
+		}
+		if len(a.Refunded) == 0 {
+			a.Refunded = nil // as it was: none kept, no map (domain.Account makes it on first use)
 		}
 	}
 }
