@@ -154,7 +154,9 @@ func (f *Fold) effectiveMismatch(l liveGen, id, got string, want [2]int64, known
 // table %[2]s, up to $2 accounts not in $1 whose last row (%[3]s: its
 // balance and held amount, or zeros; %[4]s: whether it breaks the rule
 // above against the account's row) breaks it, and those of %[1]s without an
-// accounts row: their ID, the last row's revision, balance and held amount
+// accounts row, the first in account order (byte order, as reportEffective
+// lists them, so that which are listed past --max-violations is the same in
+// every run): their ID, the last row's revision, balance and held amount
 // (-1, 0, 0 without one), and the account's revision, balance and held
 // amount (-1, 0, 0 without a row).
 const untouchedEffectiveSQL = `WITH RECURSIVE l AS (
@@ -167,6 +169,7 @@ SELECT coalesce(a.account_id, l.account_id), coalesce(l.revision, -1), coalesce(
 FROM l FULL JOIN %[2]s a ON a.account_id = l.account_id
 	LEFT JOIN unnest($1::text[]) t(id) ON t.id = coalesce(a.account_id, l.account_id)
 WHERE t.id IS NULL AND (a.account_id IS NULL OR l.revision > a.revision OR %[4]s)
+ORDER BY coalesce(a.account_id, l.account_id) COLLATE "C"
 LIMIT $2`
 
 // untouchedMismatches checks invariant 9 for the accounts an incremental

@@ -41,3 +41,42 @@ func TestEffectiveMismatchesAreListedInAccountOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestUntouchedEffectiveMismatchesPastTheLimitAreTheFirst: the last
+// balance-history rows of twelve accounts an incremental audit does not
+// touch edited after its checkpoint, the audit, listing three violations
+// (--max-violations), lists the first three accounts in account order, in
+// every run: before, the statement that finds them (untouchedMismatches)
+// kept three in whatever order its plan gave (ord-00, -02 and -03 on the
+// build before), the accounts' rows written in no order.
+func TestUntouchedEffectiveMismatchesPastTheLimitAreTheFirst(t *testing.T) {
+	env := projtest.New(t)
+	var want []string
+	for i := range 12 {
+		want = append(want, fmt.Sprintf("account-ord-%02d", i))
+	}
+	for _, i := range []int{7, 11, 2, 9, 0, 5, 10, 3, 8, 1, 6, 4} { // the rows written in no order
+		id := fmt.Sprintf("ord-%02d", i)
+		env.MustApply(t, "open_account", map[string]any{"idempotency_key": "o-" + id, "account_id": id, "currency": "EUR"})
+		env.MustApply(t, "deposit", map[string]any{"idempotency_key": "d-" + id, "account_id": id, "amount": 10 + i, "currency": "EUR"})
+	}
+	catchUp(t, env)
+	cp := run(t, env, audit.Options{SaveCheckpoint: true})
+	if !cp.OK() || cp.Checkpoint == nil {
+		t.Fatalf("the first audit: ok %v, checkpoint %v: %v", cp.OK(), cp.Checkpoint, cp.Violations)
+	}
+	if _, err := env.Pool.Exec(context.Background(), `UPDATE readmodel.balance_history SET balance = balance + 1 WHERE account_id LIKE 'ord-%'`); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		var got []string
+		for _, v := range run(t, env, audit.Options{From: &cp.Checkpoint.ID, MaxViolations: 3}).Violations {
+			if v.Invariant == audit.InvEffective && v.Kind == "effective_balance_mismatch" {
+				got = append(got, v.Stream)
+			}
+		}
+		if !slices.Equal(got, want[:3]) {
+			t.Fatalf("effective_balance_mismatch listed for %v, want %v", got, want[:3])
+		}
+	}
+}
