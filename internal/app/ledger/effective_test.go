@@ -81,7 +81,7 @@ func TestEffectiveAt(t *testing.T) {
 			}
 		}
 		for _, ev := range devtest.SettledAll(t, st)[before:] { // but the atomic batch's own decision
-			if ev.Stream != domain.KeyStreamPrefix+p+"ab" {
+			if ev.Stream != domain.KeyStream(p+"ab") {
 				t.Fatalf("an invalid command wrote %s %s %s", ev.Stream, ev.Type, ev.Data)
 			}
 		}
@@ -92,16 +92,17 @@ func TestEffectiveAt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if strings.HasPrefix(ev.Stream, "account-"+p) && m.EffectiveAt != nil {
+			if strings.HasPrefix(ev.Stream, domain.AccountStream(p)) && m.EffectiveAt != nil {
 				effective[ev.Stream+"/"+ev.Type] = m.EffectiveAt.Sub(now).String()
 			}
 		}
+		sa, sb := domain.AccountStream(a), domain.AccountStream(b)
 		want := map[string]string{
-			"account-" + a + "/AccountOpened": "-2160h0m0s", "account-" + b + "/AccountOpened": "-1440h0m0s",
-			"account-" + a + "/Credited":   "-1920h0m0s", // the deposit; the refund's Debited below
-			"account-" + a + "/Debited":    "4s",
-			"account-" + b + "/Credited":   "-696h0m0s", // the last credit to b: the capture's
-			"account-" + a + "/HoldPlaced": "-720h0m0s", "account-" + a + "/HoldCaptured": "-696h0m0s",
+			sa + "/AccountOpened": "-2160h0m0s", sb + "/AccountOpened": "-1440h0m0s",
+			sa + "/Credited":   "-1920h0m0s", // the deposit; the refund's Debited below
+			sa + "/Debited":    "4s",
+			sb + "/Credited":   "-696h0m0s", // the last credit to b: the capture's
+			sa + "/HoldPlaced": "-720h0m0s", sa + "/HoldCaptured": "-696h0m0s",
 		}
 		for k, v := range want {
 			if effective[k] != v {
