@@ -85,7 +85,8 @@ const benchDescription = "Starts everything in this process, as `ledger dev` doe
 	"the same phases. Then the key check on streams of 10 and --key-check-events events, and the\n" +
 	"projector over everything written; with --history N, a history of N events seeded over\n" +
 	"--accounts accounts of its own (besides the load phase's; --systems none drives no system, so\n" +
-	"that the store holds the history's accounts alone) and rebuilt and audited (the lines\n" +
+	"that the store holds the history's accounts alone, and runs none of a system's phases: JetStream,\n" +
+	"many accounts and standby are off, refused when asked for) and rebuilt and audited (the lines\n" +
 	"`rebuild events/s: <n>` and `audit events/s: <n>` come just before the ratio lines). With --standby, the ledger's load phase again, half as long, lone\n" +
 	"(the standby not required) then pair (required), twice, and the line\n" +
 	"`ratio pair/lone commands/s: <number>` just before the ratio lines. With --many-accounts N\n" +
@@ -115,17 +116,17 @@ func benchCommand() *cli.Command {
 		&cli.IntFlag{Name: flagBenchBatchSize, Category: load, Value: d.BatchSize, Usage: "commands per request in the batch phases (ledger.v1.cmd.batch, 1-1000)", Sources: benchEnv(flagBenchBatchSize)},
 		&cli.DurationFlag{Name: flagBenchWarmup, Category: load, Value: d.Warmup, Usage: "unrecorded load before the load phase", Sources: benchEnv(flagBenchWarmup)},
 		&cli.StringFlag{Name: flagBenchFractions, Category: load, Value: "0.5", Usage: "open-loop phases, as fractions of the load phase's rate, comma-separated (0.5 is the half-load phase)", Sources: benchEnv(flagBenchFractions)},
-		&cli.IntFlag{Name: flagBenchJSMessages, Category: load, Value: d.JetStreamMessages, Usage: "commands of each JetStream phase (0: skip them)", Sources: benchEnv(flagBenchJSMessages)},
+		&cli.IntFlag{Name: flagBenchJSMessages, Category: load, Value: d.JetStreamMessages, Usage: "commands of each JetStream phase (0: skip them; --systems none: 0)", Sources: benchEnv(flagBenchJSMessages)},
 		&cli.IntFlag{Name: flagBenchKeyEvents, Category: load, Value: d.KeyCheckEvents, Usage: "events of the long stream of the key-check phase (0: skip it)", Sources: benchEnv(flagBenchKeyEvents)},
 		&cli.IntFlag{Name: flagBenchKeySamples, Category: load, Value: d.KeyCheckSamples, Usage: "timed commands per kind and stream in the key-check phase", Sources: benchEnv(flagBenchKeySamples)},
 		&cli.DurationFlag{Name: flagBenchProjTimeout, Category: load, Value: d.ProjectionTimeout, Usage: "bound on the projection phase (0: skip it)", Sources: benchEnv(flagBenchProjTimeout)},
 		&cli.Int64Flag{Name: flagBenchHistory, Category: load, Usage: "seed about this many events over --accounts accounts of its own, opened by it, besides those this run's other phases opened in the same event store (the ledger's load phase's --accounts, --many-accounts, and the key check's two unless --key-check-events 0): with --systems none and --key-check-events 0 the history's are the only accounts this run opens (a reused --data-dir keeps earlier runs' too); the report names them (a mix of deposits, withdrawals, transfers, transactions, holds and refunds, decided by a ledger.Service of the bench's own and, on PostgreSQL, loaded with COPY in chunks of 50,000 events, snapshots included; on KurrentDB sent through the command handler), then time `projector rebuild` (checked) and `ledger audit` on the whole store (0: skip it)", Sources: benchEnv(flagBenchHistory)},
 		&cli.IntFlag{Name: flagBenchHistorySnap, Category: load, Value: 1000, Usage: "events between snapshots of an account in the seeded history, as ledger serve's --snapshot-every (0 takes none): a history of fewer events an account than this has no snapshot for the audit to check", Sources: benchEnv(flagBenchHistorySnap)},
 		withCategory(config.MemoryLimitFlag(flagBenchHistoryMem, config.ReadToolMemoryLimit, " while the history phase rebuilds and audits (the whole process's)", benchEnv(flagBenchHistoryMem)), load),
-		&cli.IntFlag{Name: flagBenchMany, Category: load, Value: d.ManyAccounts, Usage: "after the ledger's other phases, open this many accounts in its event store (decided in batches of 1,000 by a ledger.Service of the bench's own and, on PostgreSQL, loaded with COPY, behind the ledger's back), has the ledger warm them as a restart would (unless --many-cold) and drive the load phase's clients over them, then half that rate open loop; prints the ledger's live heap and `ratio many/few accounts commands/s` (0: skip it; --quick: 0)", Sources: benchEnv(flagBenchMany)},
+		&cli.IntFlag{Name: flagBenchMany, Category: load, Value: d.ManyAccounts, Usage: "after the ledger's other phases, open this many accounts in its event store (decided in batches of 1,000 by a ledger.Service of the bench's own and, on PostgreSQL, loaded with COPY, behind the ledger's back), has the ledger warm them as a restart would (unless --many-cold) and drive the load phase's clients over them, then half that rate open loop; prints the ledger's live heap and `ratio many/few accounts commands/s` (0: skip it; --quick and --systems none: 0)", Sources: benchEnv(flagBenchMany)},
 		&cli.BoolFlag{Name: flagBenchManyCold, Category: load, Usage: "leave the many accounts cold: the ledger does not warm them once they are opened, so that every first command on one reads it from the event store", Sources: benchEnv(flagBenchManyCold)},
 		&cli.BoolFlag{Name: flagBenchManyUnsettle, Category: load, Usage: "skip the VACUUM (ANALYZE) and CHECKPOINT the bench runs on PostgreSQL once the many accounts are opened and warmed, as an operator does after a bulk load: the many-accounts phases may then run during the checkpoint of the rows just copied in and the warming's hint bits (BENCHMARKS.md)", Sources: benchEnv(flagBenchManyUnsettle)},
-		&cli.StringFlag{Name: flagBenchSystems, Category: sut, Value: "ledger,baseline", Usage: "systems to drive, in order, comma-separated: ledger, baseline, echo (a fixed reply: the ceiling of NATS request-reply here); or none: drive no system, only the phases after them (with --history: a history over --accounts accounts alone)", Sources: benchEnv(flagBenchSystems)},
+		&cli.StringFlag{Name: flagBenchSystems, Category: sut, Value: "ledger,baseline", Usage: "systems to drive, in order, comma-separated: ledger, baseline, echo (a fixed reply: the ceiling of NATS request-reply here); or none: drive no system, only the phases after them (with --history: a history over --accounts accounts alone; the phases of a driven system, --jetstream-messages, --many-accounts and --standby, are then off, and refused when asked for)", Sources: benchEnv(flagBenchSystems)},
 		&cli.BoolFlag{Name: flagBenchCapture, Category: sut, Value: d.Capture, Usage: "declare LEDGER_COMMANDS so that JetStream stores every command and the consumer confirms it, as ledger dev does, for both systems (default on; --quick: off)", Sources: benchEnv(flagBenchCapture)},
 		&cli.DurationFlag{Name: flagBenchGrace, Category: sut, Value: d.Grace, Usage: "the intakes' JetStream grace (default: as ledger dev)", Sources: benchEnv(flagBenchGrace)},
 		&cli.IntFlag{Name: flagBenchMaxInFlight, Category: sut, Value: d.MaxInFlight, Usage: "request-reply commands each intake handles at once", Sources: benchEnv(flagBenchMaxInFlight)},
@@ -134,7 +135,7 @@ func benchCommand() *cli.Command {
 		&cli.DurationFlag{Name: flagBenchBatchWait, Category: sut, Usage: "ledger group commit: extra wait for a batch to fill (0: the ledger's default)", Sources: benchEnv(flagBenchBatchWait)},
 		&cli.IntFlag{Name: flagBenchCommitters, Category: sut, Usage: "ledger group commit: transactions in flight (0: the ledger's default)", Sources: benchEnv(flagBenchCommitters)},
 		&cli.StringFlag{Name: flagBenchNATSSync, Category: sut, Value: embednats.DefaultSyncInterval.String(), Usage: "how often the embedded NATS servers fsync JetStream: a duration, or always (every message), as ledger dev --nats-sync", Sources: benchEnv(flagBenchNATSSync)},
-		&cli.BoolFlag{Name: flagBenchStandby, Category: sut, Usage: "run the private PostgreSQL as a primary and a synchronous standby, as ledger dev --standby: every commit of both systems waits for the standby (docs/operations.md); the ledger's load phase then runs again without and with the standby required (synchronous_standby_names cleared, then '*'), alternated twice on the same cluster, for the line `ratio pair/lone commands/s`", Sources: benchEnv(flagBenchStandby)},
+		&cli.BoolFlag{Name: flagBenchStandby, Category: sut, Usage: "run the private PostgreSQL as a primary and a synchronous standby, as ledger dev --standby: every commit of both systems waits for the standby (docs/operations.md); the ledger's load phase then runs again without and with the standby required (synchronous_standby_names cleared, then '*'), alternated twice on the same cluster, for the line `ratio pair/lone commands/s` (refused with --systems none, which drives no ledger)", Sources: benchEnv(flagBenchStandby)},
 		&cli.BoolFlag{Name: flagBenchNoFsync, Category: sut, Usage: "run the private PostgreSQL without fsync (an experiment: what the disk costs; never a figure to quote as the ledger's)", Sources: benchEnv(flagBenchNoFsync)},
 		&cli.BoolFlag{Name: flagBenchNoGroup, Category: sut, Usage: "ledger: one transaction per command", Sources: benchEnv(flagBenchNoGroup)},
 		&cli.IntFlag{Name: flagBenchPoolSize, Category: sut, Usage: "baseline: PostgreSQL connections (0: max-in-flight + lanes)", Sources: benchEnv(flagBenchPoolSize)},
@@ -206,13 +207,16 @@ func runBench(ctx context.Context, cmd *cli.Command) error {
 	return nil
 }
 
-// benchConfig reads the flags: the defaults, shrunk by --quick, then every flag
-// set explicitly (on the command line or in the environment).
+// benchConfig reads the flags: the defaults, shrunk by --quick, without the
+// driven systems' phases under --systems none (bench.Config.Undriven), then
+// every flag set explicitly (on the command line or in the environment).
 func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	cfg := bench.Defaults()
 	if cmd.Bool(flagBenchQuick) {
 		cfg = cfg.Quick()
 	}
+	applyBenchSystems(cmd, &cfg)
+	cfg = cfg.Undriven()
 	applyBenchWorkloadFlags(cmd, &cfg)
 	if err := applyBenchServerFlags(cmd, &cfg); err != nil {
 		return cfg, err
@@ -220,7 +224,6 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	if err := applyBenchFractions(cmd, &cfg); err != nil {
 		return cfg, err
 	}
-	applyBenchSystems(cmd, &cfg)
 	cfg.HistoryMemoryLimit, cfg.HistoryMemoryLimitSet = cmd.String(flagBenchHistoryMem), cmd.IsSet(flagBenchHistoryMem)
 	return cfg, cfg.Check()
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/urfave/cli/v3"
+
+	"github.com/ledgerworks/ledger/internal/testing/bench"
 )
 
 // TestBenchRefusesAnUnknownEventStore: --event-store (or LEDGER_BENCH_EVENT_STORE)
@@ -37,8 +39,11 @@ func TestBenchRefusesAnUnknownEventStore(t *testing.T) {
 
 // TestBenchRefusesABadFlag: every rule of bench.Config.Check, reached through
 // its flag, is refused with status 2 and its message before anything starts
-// (each case would otherwise start a cluster and run for minutes).
+// (each case would otherwise start a cluster and run for minutes: the run's
+// context is cancelled, so that a rule lost fails the case at once).
 func TestBenchRefusesABadFlag(t *testing.T) {
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
 	for _, c := range []struct {
 		args []string
 		want string
@@ -61,15 +66,48 @@ func TestBenchRefusesABadFlag(t *testing.T) {
 		{[]string{"--grace", "-1s"}, "--grace must not be negative"},
 		{[]string{"--batch-size", "1001"}, "batch size 1001 is over the protocol's 1000 commands"},
 		{[]string{"--history-memory-limit", "lots"}, "--history-memory-limit: "},
+		{[]string{"--systems", "none", "--many-accounts", "10"}, "--many-accounts asks for phases of a driven system, and --systems none drives none"},
+		{[]string{"--systems", "none", "--jetstream-messages", "5"}, "--jetstream-messages asks for phases of a driven system, and --systems none drives none"},
+		{[]string{"--systems", "none", "--standby"}, "--standby asks for phases of a driven system, and --systems none drives none"},
 	} {
 		args := append([]string{"ledger", "bench"}, c.args...)
 		var out bytes.Buffer
 		a := newApp()
 		a.Writer, a.ErrWriter = &out, &out
-		err := a.Run(context.Background(), args)
+		err := a.Run(stopped, args)
 		var ec cli.ExitCoder
 		if err == nil || !errors.As(err, &ec) || ec.ExitCode() != 2 || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want status 2 and %q", args, err, c.want)
+		}
+	}
+}
+
+// TestBenchSystemsNoneLeavesTheDrivenPhasesOut: --systems none takes the
+// phases of a driven system (JetStream, many accounts) off by default,
+// where the other systems keep them, and takes them off when set to 0;
+// asked for, they are refused (TestBenchRefusesABadFlag).
+func TestBenchSystemsNoneLeavesTheDrivenPhasesOut(t *testing.T) {
+	d := bench.Defaults()
+	for _, c := range []struct {
+		args     []string
+		js, many int
+	}{
+		{[]string{"--systems", "none"}, 0, 0},
+		{[]string{"--systems", "none", "--many-accounts", "0", "--jetstream-messages", "0"}, 0, 0},
+		{[]string{"--systems", "ledger"}, d.JetStreamMessages, d.ManyAccounts},
+		{[]string{"--systems", "baseline", "--many-accounts", "7"}, d.JetStreamMessages, 7},
+	} {
+		var cfg bench.Config
+		cmd := benchCommand()
+		cmd.Action = func(_ context.Context, cmd *cli.Command) (err error) {
+			cfg, err = benchConfig(cmd)
+			return err
+		}
+		if err := cmd.Run(context.Background(), append([]string{"bench"}, c.args...)); err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if cfg.JetStreamMessages != c.js || cfg.ManyAccounts != c.many {
+			t.Errorf("%v: %d JetStream messages, %d many accounts, want %d and %d", c.args, cfg.JetStreamMessages, cfg.ManyAccounts, c.js, c.many)
 		}
 	}
 }

@@ -275,6 +275,9 @@ func (c Config) Check() error {
 	if err := c.checkSystems(); err != nil {
 		return err
 	}
+	if err := c.checkUndriven(); err != nil {
+		return err
+	}
 	return c.checkServers()
 }
 
@@ -353,6 +356,34 @@ func (c Config) checkSystems() error {
 	return nil
 }
 
+// checkUndriven: --systems none drives no system, so it runs none of the
+// phases of one (the JetStream and many-accounts phases, the standby's lone
+// and pair load phases): asked for, they are refused, not skipped.
+func (c Config) checkUndriven() error {
+	if !c.drivesNone() {
+		return nil
+	}
+	for _, p := range []struct {
+		asked bool
+		flag  string
+	}{{c.JetStreamMessages > 0, "--jetstream-messages"}, {c.ManyAccounts > 0, "--many-accounts"}, {c.Standby, "--standby"}} {
+		if p.asked {
+			return fmt.Errorf("bench: %s asks for phases of a driven system, and --systems none drives none: leave %s out or drive the ledger (--systems ledger)", p.flag, p.flag)
+		}
+	}
+	return nil
+}
+
+// Undriven is c with the phases of a driven system off (the JetStream and
+// many-accounts phases) when it drives none (--systems none): its defaults
+// there. A flag set after it that asks for them is refused (Check).
+func (c Config) Undriven() Config {
+	if c.drivesNone() {
+		c.JetStreamMessages, c.ManyAccounts = 0, 0
+	}
+	return c
+}
+
 // checkServers: the event store, the intake's grace, the batches, the
 // history's memory limit.
 func (c Config) checkServers() error {
@@ -388,8 +419,11 @@ const (
 
 // driven is the systems Run drives, in order (none for SystemNone).
 func (c Config) driven() []string {
-	if len(c.Systems) == 1 && c.Systems[0] == SystemNone {
+	if c.drivesNone() {
 		return nil
 	}
 	return c.Systems
 }
+
+// drivesNone reports whether c's systems are SystemNone alone.
+func (c Config) drivesNone() bool { return len(c.Systems) == 1 && c.Systems[0] == SystemNone }
