@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -194,17 +195,24 @@ func runBench(ctx context.Context, cmd *cli.Command) error {
 	outs.close()
 	writeBenchReports(cmd, rep, progress)
 	if runErr != nil {
-		if rep != nil && len(rep.Phases) > 0 {
-			rep.Print(cmd.Root().Writer)
-		}
-		if ctx.Err() != nil {
-			return config.Exit(config.ExitStopped, fmt.Errorf("bench interrupted after %s: %w", time.Since(start).Round(time.Second), runErr))
-		}
-		return runErr
+		return benchFailed(ctx, cmd.Root().Writer, rep, runErr, time.Since(start))
 	}
 	progress.Info("bench done", "took", time.Since(start).Round(time.Second))
 	rep.Print(cmd.Root().Writer)
 	return nil
+}
+
+// benchFailed prints what a run that ended in runErr after took measured
+// (bench.Report.Measured: a --systems none run's history so far too) to w
+// and returns runErr, with status ExitStopped when ctx ended (interrupted).
+func benchFailed(ctx context.Context, w io.Writer, rep *bench.Report, runErr error, took time.Duration) error {
+	if rep.Measured() {
+		rep.Print(w)
+	}
+	if ctx.Err() != nil {
+		return config.Exit(config.ExitStopped, fmt.Errorf("bench interrupted after %s: %w", took.Round(time.Second), runErr))
+	}
+	return runErr
 }
 
 // benchConfig reads the flags: the defaults, shrunk by --quick, without the

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/ledgerworks/ledger/internal/platform/config"
 	"github.com/ledgerworks/ledger/internal/testing/bench"
 )
 
@@ -109,5 +111,29 @@ func TestBenchSystemsNoneLeavesTheDrivenPhasesOut(t *testing.T) {
 		if cfg.JetStreamMessages != c.js || cfg.ManyAccounts != c.many {
 			t.Errorf("%v: %d JetStream messages, %d many accounts, want %d and %d", c.args, cfg.JetStreamMessages, cfg.ManyAccounts, c.js, c.many)
 		}
+	}
+}
+
+// TestBenchPrintsAnInterruptedHistoryOnlyRun: a --systems none run
+// interrupted while it seeds its history (bench.Run returns the report so
+// far: no phase, the history's seeding measured) prints that report, as an
+// interrupted run of the systems prints its phases, and ends with status
+// ExitStopped; its JSON was written before.
+func TestBenchPrintsAnInterruptedHistoryOnlyRun(t *testing.T) {
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
+	rep := &bench.Report{History: &bench.HistoryReport{Accounts: 100, Seeded: 52000, SeedSeconds: 3.5, FirstAccount: "hist1-acc-0", LastAccount: "hist1-acc-99"}}
+	var out bytes.Buffer
+	err := benchFailed(stopped, &out, rep, stopped.Err(), 4*time.Second)
+	var ec cli.ExitCoder
+	if !errors.As(err, &ec) || ec.ExitCode() != config.ExitStopped || !strings.Contains(err.Error(), "bench interrupted after 4s") {
+		t.Errorf("status and error %v, want %d and the interruption", err, config.ExitStopped)
+	}
+	if want := "history: 52000 events seeded over 100 accounts in 3.5s"; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "no system driven") {
+		t.Errorf("printed %q, want the history's line %q", out.String(), want)
+	}
+	out.Reset()
+	if err := benchFailed(stopped, &out, &bench.Report{}, stopped.Err(), time.Second); err == nil || out.Len() != 0 {
+		t.Errorf("a run interrupted before it measured anything printed %q (%v), want nothing", out.String(), err)
 	}
 }

@@ -245,6 +245,14 @@ func (r *Report) Print(w io.Writer) {
 	r.printRatios(w)
 }
 
+// Measured reports whether r holds anything measured: a phase, or what a
+// phase after the systems' measured (a --systems none run has no phase, and
+// one interrupted in its history has the history's figures so far). A nil r
+// measured nothing.
+func (r *Report) Measured() bool {
+	return r != nil && (len(r.Phases) > 0 || r.KeyCheck != nil || r.Projection != nil || r.History != nil || r.Many != nil)
+}
+
 // printHeader writes the workload, the machine and the settings (or the
 // target's address).
 func (r *Report) printHeader(w io.Writer) {
