@@ -70,7 +70,6 @@ func TestBenchRefusesABadFlag(t *testing.T) {
 		{[]string{"--history-memory-limit", "lots"}, "--history-memory-limit: "},
 		{[]string{"--systems", "none", "--many-accounts", "10"}, "--many-accounts asks for phases of a driven system, and --systems none drives none"},
 		{[]string{"--systems", "none", "--jetstream-messages", "5"}, "--jetstream-messages asks for phases of a driven system, and --systems none drives none"},
-		{[]string{"--systems", "none", "--standby"}, "--standby asks for phases of a driven system, and --systems none drives none"},
 	} {
 		args := append([]string{"ledger", "bench"}, c.args...)
 		var out bytes.Buffer
@@ -96,6 +95,7 @@ func TestBenchSystemsNoneLeavesTheDrivenPhasesOut(t *testing.T) {
 	}{
 		{[]string{"--systems", "none"}, 0, 0},
 		{[]string{"--systems", "none", "--many-accounts", "0", "--jetstream-messages", "0"}, 0, 0},
+		{[]string{"--systems", "none", "--standby"}, 0, 0}, // the store a pair for the phases that run
 		{[]string{"--systems", "ledger"}, d.JetStreamMessages, d.ManyAccounts},
 		{[]string{"--systems", "baseline", "--many-accounts", "7"}, d.JetStreamMessages, 7},
 	} {
@@ -131,6 +131,17 @@ func TestBenchPrintsAnInterruptedHistoryOnlyRun(t *testing.T) {
 	}
 	if want := "history: 52000 events seeded over 100 accounts in 3.5s"; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "no system driven") {
 		t.Errorf("printed %q, want the history's line %q", out.String(), want)
+	}
+	for _, unmeasured := range []string{"events/s", "0 events in 0.0s"} { // neither tool ran
+		if strings.Contains(out.String(), unmeasured) {
+			t.Errorf("printed %q: the rebuild and the audit never ran", unmeasured)
+		}
+	}
+	out.Reset()
+	rep.History.Rebuild = bench.ToolRun{Events: 52000, Seconds: 2, EventsPerSec: 26000}
+	_ = benchFailed(stopped, &out, rep, stopped.Err(), 4*time.Second)
+	if got := out.String(); !strings.Contains(got, "rebuild events/s: 26000\n") || strings.Contains(got, "audit events/s") || !strings.Contains(got, "audit (read models compared): not run") {
+		t.Errorf("interrupted after its rebuild, printed %q, want the rebuild's rate and the audit not run", got)
 	}
 	out.Reset()
 	if err := benchFailed(stopped, &out, &bench.Report{}, stopped.Err(), time.Second); err == nil || out.Len() != 0 {

@@ -357,8 +357,11 @@ func (c Config) checkSystems() error {
 }
 
 // checkUndriven: --systems none drives no system, so it runs none of the
-// phases of one (the JetStream and many-accounts phases, the standby's lone
-// and pair load phases): asked for, they are refused, not skipped.
+// phases of one (the JetStream and many-accounts phases): asked for, they are
+// refused, not skipped. --standby is accepted: the private PostgreSQL is then
+// a primary and a synchronous standby for every phase that runs (the key
+// check, the projection, the history's seeding, rebuild and audit); only its
+// lone and pair load phases, a driven ledger's, do not run.
 func (c Config) checkUndriven() error {
 	if !c.drivesNone() {
 		return nil
@@ -366,7 +369,7 @@ func (c Config) checkUndriven() error {
 	for _, p := range []struct {
 		asked bool
 		flag  string
-	}{{c.JetStreamMessages > 0, "--jetstream-messages"}, {c.ManyAccounts > 0, "--many-accounts"}, {c.Standby, "--standby"}} {
+	}{{c.JetStreamMessages > 0, "--jetstream-messages"}, {c.ManyAccounts > 0, "--many-accounts"}} {
 		if p.asked {
 			return fmt.Errorf("bench: %s asks for phases of a driven system, and --systems none drives none: leave %s out or drive the ledger (--systems ledger)", p.flag, p.flag)
 		}

@@ -144,15 +144,28 @@ func (h *HistoryReport) print(w io.Writer) {
 	} else {
 		fmt.Fprintln(w, "no other account opened by this run)")
 	}
-	for _, t := range []struct {
-		name string
-		run  ToolRun
-	}{{"rebuild (every projection, checked)", h.Rebuild}, {"audit (read models compared)", h.Audit}} {
+	tools := []struct {
+		name, rate string
+		run        ToolRun
+	}{{"rebuild (every projection, checked)", "rebuild", h.Rebuild}, {"audit (read models compared)", "audit", h.Audit}}
+	for _, t := range tools {
+		if !t.run.ran() {
+			fmt.Fprintf(w, "  %s: not run (the run ended before it)\n", t.name)
+			continue
+		}
 		fmt.Fprintf(w, "  %s: %d events in %.1fs, peak heap %.0f MiB", t.name, t.run.Events, t.run.Seconds, t.run.PeakHeapMB)
 		if t.run.Error != "" {
 			fmt.Fprintf(w, "  error: %s", t.run.Error)
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "rebuild events/s: %.0f\naudit events/s: %.0f\n", h.Rebuild.EventsPerSec, h.Audit.EventsPerSec)
+	for _, t := range tools {
+		if t.run.ran() {
+			fmt.Fprintf(w, "%s events/s: %.0f\n", t.rate, t.run.EventsPerSec)
+		}
+	}
 }
+
+// ran reports whether the tool was run: a run takes time or fails; one the
+// bench never started (interrupted before it) is the zero ToolRun.
+func (r ToolRun) ran() bool { return r.Seconds > 0 || r.Error != "" }
