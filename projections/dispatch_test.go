@@ -28,7 +28,7 @@ func TestDispatchEveryEventType(t *testing.T) {
 		err = (&transferRow{id: "t"}).apply(ev(domain.TransferStream("t")))
 		check(t, et, "transfers", transfer, err)
 		ps := &cmdParts{m: map[string]*part{"saga/k": {Stage: domain.SagaPending}}, dirty: map[string]bool{}, deleted: map[string]bool{}}
-		_, err = ps.sagaStage(ev(domain.TransferStream("t")), "t", "k", &part{revision: -1})
+		_, err = ps.sagaStage(ev(domain.TransferStream("t")), "t", "saga/k", &part{revision: -1})
 		check(t, et, "commands (sagas)", transfer, err)
 	}
 }

@@ -171,8 +171,8 @@ func (ps *cmdParts) transferEvent(ev *Event, decided func(*cmdRow)) error {
 		return nil // applied by an earlier batch
 	}
 	sk := sagaKeyOf(ev)
-	skey := "saga/" + sk
-	s, err := ps.sagaStage(ev, id, sk, tp)
+	skey := "saga/" + sk // its part's key, made once for the event
+	s, err := ps.sagaStage(ev, id, skey, tp)
 	if err != nil {
 		return err
 	}
@@ -190,7 +190,7 @@ func (ps *cmdParts) transferEvent(ev *Event, decided func(*cmdRow)) error {
 		key: sk, stream: ev.Stream, command: s.Command, reset: true, firstRev: s.FirstRev, lastRev: int64(ev.Revision), at: s.At,
 		reply: ps.reply(sk, s, tp.Stage.Status()),
 	})
-	ps.dropDecided(sk)
+	ps.dropDecided(skey)
 	return nil
 }
 
@@ -211,12 +211,13 @@ func (ps *cmdParts) transferRevision(id string, ev *Event) (*part, bool) {
 	return tp, true
 }
 
-// sagaStage applies a transfer-stream event to the stage of its saga sk, of
-// transfer id whose part is tp: a request starts the saga's part, a later event
-// moves its stage and must follow a part. It returns the saga's part.
-func (ps *cmdParts) sagaStage(ev *Event, id, sk string, tp *part) (*part, error) {
+// sagaStage applies a transfer-stream event to the stage of its saga, whose
+// part's key is skey ("saga/" and the saga's key), of transfer id whose part
+// is tp: a request starts the saga's part, a later event moves its stage and
+// must follow a part. It returns the saga's part.
+func (ps *cmdParts) sagaStage(ev *Event, id, skey string, tp *part) (*part, error) {
 	m := ev.Meta
-	skey := "saga/" + sk
+	sk := strings.TrimPrefix(skey, "saga/")
 	s := ps.m[skey]
 	newSaga := func(refund bool) *part {
 		s = &part{TransferID: id, Command: m.Command, Refund: refund, Stage: domain.SagaPending, FirstRev: int64(ev.Revision), At: m.At}
@@ -270,10 +271,11 @@ func (ps *cmdParts) sagaStage(ev *Event, id, sk string, tp *part) (*part, error)
 	return s, nil
 }
 
-// dropDecided marks the parts of a decided saga sk (the saga's and its steps')
-// for deletion: its reply row holds them now.
-func (ps *cmdParts) dropDecided(sk string) {
-	for _, k := range []string{"saga/" + sk, "step/" + domain.StepKey(sk, domain.StepDebit), "step/" + domain.StepKey(sk, domain.StepCredit), "step/" + domain.StepKey(sk, domain.StepCompensate)} {
+// dropDecided marks the parts of a decided saga, whose part's key is skey
+// (the saga's and its steps'), for deletion: its reply row holds them now.
+func (ps *cmdParts) dropDecided(skey string) {
+	sk := strings.TrimPrefix(skey, "saga/")
+	for _, k := range []string{skey, "step/" + domain.StepKey(sk, domain.StepDebit), "step/" + domain.StepKey(sk, domain.StepCredit), "step/" + domain.StepKey(sk, domain.StepCompensate)} {
 		delete(ps.dirty, k)
 		ps.deleted[k] = true
 	}
