@@ -113,6 +113,24 @@ func TestProjectsAMixedWorkload(t *testing.T) {
 			t.Fatalf("reply of %q:\n read model %s\n ledger     %s", k, raw, wantJSON)
 		}
 	}
+	noDecidedSagaParts(t, env)
+}
+
+// noDecidedSagaParts requires that no saga decided in the commands read model
+// keeps its part in command_parts (its reply row holds it now), and that the
+// workload decided one.
+func noDecidedSagaParts(t *testing.T, env *projtest.Env) {
+	t.Helper()
+	var decided, kept int
+	err := env.Pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM readmodel.commands WHERE command IN ('transfer', 'refund')),
+		(SELECT count(*) FROM readmodel.command_parts p JOIN readmodel.commands c ON p.key = 'saga/' || c.idempotency_key)`).Scan(&decided, &kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if decided == 0 || kept != 0 {
+		t.Fatalf("%d transfers and refunds decided, %d of their saga parts kept; want some decided, none kept", decided, kept)
+	}
 }
 
 func TestReplayingABatchChangesNothing(t *testing.T) {
