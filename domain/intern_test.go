@@ -73,3 +73,21 @@ func TestInternerHoldsTheLedgersCommands(t *testing.T) {
 		t.Fatalf("the interner copies %v of the ledger's %d commands and producers again", n, len(values))
 	}
 }
+
+// TestDecodeEventInternsRepeatedMembers: decoding a credit allocates its
+// payload, its ref and its held_after, not its currency and reason
+// (repeatedMembers): 3 objects, 5 before.
+func TestDecodeEventInternsRepeatedMembers(t *testing.T) {
+	b := []byte(`{"amount":392,"currency":"EUR","reason":"transfer_in","ref":"h-149","balance_after":449,"held_after":0}`)
+	if _, err := DecodeEvent(EvCredited, b); err != nil {
+		t.Fatal(err)
+	}
+	n := testing.AllocsPerRun(100, func() {
+		if _, err := DecodeEvent(EvCredited, b); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n > 3 {
+		t.Fatalf("decoding %s allocates %v objects, more than its payload, ref and held_after", b, n)
+	}
+}

@@ -34,7 +34,15 @@ type planField struct {
 	index int
 	kind  planKind
 	bits  int // an integer's size
+	// repeats: a string of one of the few values that repeat across events
+	// (repeatedMembers), interned.
+	repeats bool
 }
+
+// repeatedMembers names the payloads' members whose values are a few that
+// repeat across every event (a currency, a reason, a rejection's code and
+// command): their strings are interned (interner), not copied for each event.
+var repeatedMembers = map[string]bool{"currency": true, "reason": true, "code": true, "command": true}
 
 type planKind uint8
 
@@ -107,6 +115,7 @@ func planFieldOf(sf reflect.StructField, i int) (f planField, use, ok bool) {
 		name = sf.Name
 	}
 	f = planField{name: name, index: i, kind: planKindOf(sf.Type), bits: intBits(sf.Type)}
+	f.repeats = f.kind == planString && repeatedMembers[name]
 	if f.kind != planString && f.kind != planBool && f.kind != planInt && !strings.Contains(","+opts+",", ",omitempty,") {
 		// Always written, and as null when nil (a pointer, a map), which the
 		// plan does not read: it would start such bodies only to hand them over.
@@ -209,7 +218,10 @@ func (f *planField) set(sc *flatScan, fv reflect.Value) bool {
 	switch f.kind {
 	case planString:
 		v, ok := sc.validString()
-		if ok {
+		switch {
+		case ok && f.repeats:
+			fv.SetString(repeated.value(v))
+		case ok:
 			fv.SetString(string(v))
 		}
 		return ok
