@@ -475,8 +475,8 @@ func (r *auditRun) checkEffective(ctx context.Context, side *sideReads, l liveGe
 		return err
 	}
 	if f.resumed != nil && opts.Account == "" {
-		found, err := untouchedMismatches(ctx, r.tx, l, f.resumedKeys("accounts"), f.MaxViolations)
-		f.reportEffective(l, found)
+		found, unlisted, err := untouchedMismatches(ctx, r.tx, l, f.resumedKeys("accounts"), f.MaxViolations)
+		f.reportEffective(l, found, unlisted)
 		return err
 	}
 	return nil

@@ -62,7 +62,7 @@ func (f *Fold) accountBalances(account string) map[string][2]int64 {
 // account without entries has none).
 func (f *Fold) checkEffectiveBalances(ctx context.Context, tx pgx.Tx, l liveGen, account string, want map[string][2]int64) error {
 	found, err := f.effectiveMismatches(ctx, tx, l, account, want)
-	f.reportEffective(l, found)
+	f.reportEffective(l, found, 0)
 	return err
 }
 
@@ -77,13 +77,15 @@ type effectiveFound struct {
 }
 
 // reportEffective names each account found (effectiveMismatch), in account
-// order, as the report lists accounts: found comes partly from the fold's
-// accounts, a map.
-func (f *Fold) reportEffective(l liveGen, found []effectiveFound) {
+// order, as the report lists accounts (found comes partly from the fold's
+// accounts, a map), and counts unlisted more found but not read (past
+// --max-violations: untouchedMismatches).
+func (f *Fold) reportEffective(l liveGen, found []effectiveFound, unlisted int) {
 	slices.SortFunc(found, func(a, b effectiveFound) int { return strings.Compare(a.id, b.id) })
 	for _, m := range found {
 		f.effectiveMismatch(l, m.id, m.got, m.want, m.known)
 	}
+	f.violations += unlisted // found past the limit: counted, as violate counts those it does not keep
 }
 
 // effectiveMismatches is what checkEffectiveBalances finds, read in q (the
@@ -165,7 +167,7 @@ const untouchedEffectiveSQL = `WITH RECURSIVE l AS (
 	SELECT n.* FROM l CROSS JOIN LATERAL (SELECT h.account_id, h.revision, %[3]s FROM %[1]s h
 		WHERE h.account_id < l.account_id ORDER BY h.account_id DESC, h.revision DESC LIMIT 1) n)
 SELECT coalesce(a.account_id, l.account_id), coalesce(l.revision, -1), coalesce(l.balance, 0), coalesce(l.held, 0),
-	coalesce(a.revision, -1), coalesce(a.balance, 0), coalesce(a.held, 0)
+	coalesce(a.revision, -1), coalesce(a.balance, 0), coalesce(a.held, 0), count(*) OVER ()
 FROM l FULL JOIN %[2]s a ON a.account_id = l.account_id
 	LEFT JOIN unnest($1::text[]) t(id) ON t.id = coalesce(a.account_id, l.account_id)
 WHERE t.id IS NULL AND (a.account_id IS NULL OR l.revision > a.revision OR %[4]s)
@@ -174,10 +176,11 @@ LIMIT $2`
 
 // untouchedMismatches checks invariant 9 for the accounts an incremental
 // audit did not read (touched: those it read), for read model l (the balance
-// history or the statement), and returns what it finds (up to limit), read
-// in q: it changes nothing of the fold, so it may run beside the
-// comparisons (sideReads).
-func untouchedMismatches(ctx context.Context, q projections.Querier, l liveGen, touched []string, limit int) ([]effectiveFound, error) {
+// history or the statement), and returns what it finds (the first limit in
+// account order) and how many more it found (counted, not listed: the
+// report counts every violation), read in q: it changes nothing of the fold,
+// so it may run beside the comparisons (sideReads).
+func untouchedMismatches(ctx context.Context, q projections.Querier, l liveGen, touched []string, limit int) ([]effectiveFound, int, error) {
 	cols, broken := "balance, held", "l.revision IS NULL OR l.balance <> a.balance OR l.held <> a.held"
 	table := projections.View("balance_history")
 	if l.name == projections.Entries {
@@ -186,21 +189,22 @@ func untouchedMismatches(ctx context.Context, q projections.Querier, l liveGen, 
 	sql := fmt.Sprintf(untouchedEffectiveSQL, table, projections.View("accounts"), cols, broken)
 	rows, err := q.Query(ctx, sql, touched, limit)
 	if err != nil {
-		return nil, fmt.Errorf("audit: %s of the accounts not touched: %w", l.name, err)
+		return nil, 0, fmt.Errorf("audit: %s of the accounts not touched: %w", l.name, err)
 	}
 	var (
 		found             []effectiveFound
 		id                string
 		rev, bal, held    int64
 		aRev, aBal, aHeld int64
+		all               int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &rev, &bal, &held, &aRev, &aBal, &aHeld}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &rev, &bal, &held, &aRev, &aBal, &aHeld, &all}, func() error {
 		got := fmt.Sprintf("its last row at revision %d (balance %d held %d), the account's row at revision %d", rev, bal, held, aRev)
 		found = append(found, effectiveFound{id, got, [2]int64{aBal, aHeld}, aRev >= 0})
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("audit: %s of the accounts not touched: %w", l.name, err)
+		return nil, 0, fmt.Errorf("audit: %s of the accounts not touched: %w", l.name, err)
 	}
-	return found, nil
+	return found, int(all) - len(found), nil
 }

@@ -68,9 +68,14 @@ func TestUntouchedEffectiveMismatchesPastTheLimitAreTheFirst(t *testing.T) {
 	if _, err := env.Pool.Exec(context.Background(), `UPDATE readmodel.balance_history SET balance = balance + 1 WHERE account_id LIKE 'ord-%'`); err != nil {
 		t.Fatal(err)
 	}
+	all := run(t, env, audit.Options{From: &cp.Checkpoint.ID})
+	if n := countKind(all.Violations, "effective_balance_mismatch"); n != len(want) || all.ViolationCount != len(all.Violations) {
+		t.Fatalf("with no limit reached: %d effective_balance_mismatch listed, want %d; %d counted, %d listed", n, len(want), all.ViolationCount, len(all.Violations))
+	}
 	for range 3 {
 		var got []string
-		for _, v := range run(t, env, audit.Options{From: &cp.Checkpoint.ID, MaxViolations: 3}).Violations {
+		rep := run(t, env, audit.Options{From: &cp.Checkpoint.ID, MaxViolations: 3})
+		for _, v := range rep.Violations {
 			if v.Invariant == audit.InvEffective && v.Kind == "effective_balance_mismatch" {
 				got = append(got, v.Stream)
 			}
@@ -78,5 +83,19 @@ func TestUntouchedEffectiveMismatchesPastTheLimitAreTheFirst(t *testing.T) {
 		if !slices.Equal(got, want[:3]) {
 			t.Fatalf("effective_balance_mismatch listed for %v, want %v", got, want[:3])
 		}
+		if rep.ViolationCount != all.ViolationCount { // every one counted, listed or not (Options.MaxViolations)
+			t.Fatalf("%d violations counted with --max-violations 3, %d with no limit reached", rep.ViolationCount, all.ViolationCount)
+		}
 	}
+}
+
+// countKind is the number of violations of kind in vs.
+func countKind(vs []audit.Violation, kind string) int {
+	n := 0
+	for _, v := range vs {
+		if v.Kind == kind {
+			n++
+		}
+	}
+	return n
 }

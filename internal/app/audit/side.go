@@ -23,10 +23,11 @@ import (
 
 // sideRead is one statement of sideReads: what it found once done.
 type sideRead struct {
-	run   func(ctx context.Context, q pgx.Tx) ([]effectiveFound, error)
-	done  chan struct{}
-	found []effectiveFound
-	err   error
+	run      func(ctx context.Context, q pgx.Tx) ([]effectiveFound, int, error)
+	done     chan struct{}
+	found    []effectiveFound
+	unlisted int // found past the limit (untouchedMismatches)
+	err      error
 }
 
 // sideReads are the statements run beside the comparisons, by name.
@@ -50,17 +51,18 @@ func (r *auditRun) startSideReads(ctx context.Context, expected []expectation) (
 	}
 	s := &sideReads{reads: map[string]*sideRead{}, ended: make(chan struct{})}
 	var order []*sideRead
-	add := func(name string, run func(context.Context, pgx.Tx) ([]effectiveFound, error)) {
+	add := func(name string, run func(context.Context, pgx.Tx) ([]effectiveFound, int, error)) {
 		sr := &sideRead{run: run, done: make(chan struct{})}
 		s.reads[name], order = sr, append(order, sr)
 	}
 	touched := f.resumedKeys("accounts")
 	for i, l := range r.lives {
 		if want := expected[i].balances; want != nil && !expected[i].behind {
-			add(sideName("effective", l), func(ctx context.Context, q pgx.Tx) ([]effectiveFound, error) {
-				return f.effectiveMismatches(ctx, q, l, "", want)
+			add(sideName("effective", l), func(ctx context.Context, q pgx.Tx) ([]effectiveFound, int, error) {
+				found, err := f.effectiveMismatches(ctx, q, l, "", want)
+				return found, 0, err
 			})
-			add(sideName("untouched", l), func(ctx context.Context, q pgx.Tx) ([]effectiveFound, error) {
+			add(sideName("untouched", l), func(ctx context.Context, q pgx.Tx) ([]effectiveFound, int, error) {
 				return untouchedMismatches(ctx, q, l, touched, f.MaxViolations)
 			})
 		}
@@ -89,7 +91,7 @@ func (s *sideReads) run(ctx context.Context, r *auditRun, snapshot string, order
 	}
 	for _, sr := range order {
 		if err == nil {
-			sr.found, err = sr.run(ctx, tx)
+			sr.found, sr.unlisted, err = sr.run(ctx, tx)
 		}
 		sr.err = err
 		close(sr.done)
@@ -129,7 +131,7 @@ func (s *sideReads) report(f *Fold, l liveGen, what string) (bool, error) {
 	if sr.err != nil {
 		return true, sr.err
 	}
-	f.reportEffective(l, sr.found)
+	f.reportEffective(l, sr.found, sr.unlisted)
 	return true, nil
 }
 

@@ -81,7 +81,7 @@ func BenchmarkAccountsTableDigest(b *testing.B) {
 
 // untouchedNone fails on an untouched account found broken: the benchmark's
 // tables break no rule.
-func untouchedNone(found []effectiveFound, err error) error {
+func untouchedNone(found []effectiveFound, _ int, err error) error {
 	if err == nil && len(found) > 0 {
 		err = fmt.Errorf("%d untouched accounts found broken, the first %+v", len(found), found[0])
 	}
