@@ -2,8 +2,9 @@ package domain
 
 import "sync/atomic"
 
-// interner keeps one copy of each of the few values that repeat across the
-// metadata of every event (its command, its producer): decoding a value it
+// interner keeps one copy of each of the few values that repeat across
+// events (the metadata's command and producer, a claim's command, a
+// payload's currency, reason, code and command): decoding a value it
 // holds allocates nothing, where the read side's decoding of a long history
 // allocated a copy of each for every event (issue 23). A value may sit in
 // either of two slots (internSlots) chosen by a hash of its bytes, fixed
@@ -19,7 +20,8 @@ const (
 	internLongest = 64
 )
 
-// repeated interns the metadata's and the claims' commands and producers.
+// repeated interns the metadata's and the claims' commands and producers and
+// the payloads' repeated members (repeatedMembers).
 var repeated interner
 
 // value is b as a string: the copy the interner holds when it holds one

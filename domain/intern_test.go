@@ -32,7 +32,7 @@ func TestInternerValueIsACopy(t *testing.T) {
 // TestDecodeMetadataInternsItsCommonValues: decoding the metadata of an event
 // the ledger writes allocates one string for each of its values but its
 // command and producer, which repeat across events (interner): 3 objects for
-// the first sample (its key, request hash and chain; its subject 1 more), 5
+// the first sample (its key, request hash and chain; its subject 1 more), 7
 // before (TestMetadataFastAgrees says the values are encoding/json's).
 func TestDecodeMetadataInternsItsCommonValues(t *testing.T) {
 	b := metadataSamples(t)[0]
