@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"strconv"
 	"testing"
 	"time"
 
@@ -542,5 +543,60 @@ func TestDownToNothingAndUpAgain(t *testing.T) {
 	}
 	if err := migrations.Check(ctx, u); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAuditCheckpointChainUpDown (00030): a checkpoint stored before is a
+// root as it is (depth 0, no parent, its digests untouched); a delta names
+// its parent, which cannot be dropped before it nor be a stop point's; down,
+// the deltas go and the roots stay.
+func TestAuditCheckpointChainUpDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	u := pgtest.URL(t)
+	p := provider(t, u)
+	if _, err := p.UpTo(ctx, 29); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, ctx, u)
+	var root int64
+	if err := conn.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, snapshots_recorded, accounts_sha256)
+		VALUES (1, 1, 1, 'before', true, 'abc') RETURNING id`).Scan(&root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 30); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		depth  int
+		parent *int64
+		sha    string
+	)
+	if err := conn.QueryRow(ctx, `SELECT depth, parent_id, accounts_sha256 FROM readmodel.audit_checkpoints WHERE id = $1`, root).Scan(&depth, &parent, &sha); err != nil || depth != 0 || parent != nil || sha != "abc" {
+		t.Fatalf("up to 30: the checkpoint before is at depth %d, parent %v, digest %q (%v), want a root as it was", depth, parent, sha, err)
+	}
+	for _, bad := range []string{
+		`INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, parent_id, depth) VALUES (2, 2, 2, 'no depth', $1, 0)`,
+		`INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, depth) VALUES (2, 2, 2, 'no parent', 1)`,
+		`INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, parent_id, depth) VALUES (2, 2, 2, 'a parent not stored', $1 + 100, 1)`,
+		`INSERT INTO readmodel.audit_checkpoints (kind, sets, commit_position, prepare_position, events, state, parent_id, depth) VALUES ('stop', 'audit_sets_0123456789abcdef', 2, 2, 2, 'a stop point', $1, 1)`,
+	} {
+		if _, err := conn.Exec(ctx, bad, root); err == nil {
+			t.Fatalf("up to 30: stored: %s", bad)
+		}
+	}
+	mustExec(t, ctx, conn, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, parent_id, depth) VALUES (2, 2, 2, 'delta', `+strconv.FormatInt(root, 10)+`, 1)`)
+	if _, err := conn.Exec(ctx, `DELETE FROM readmodel.audit_checkpoints WHERE id = $1`, root); err == nil {
+		t.Fatal("up to 30: a delta's parent dropped before it")
+	}
+	if _, err := p.DownTo(ctx, 29); err != nil {
+		t.Fatal(err)
+	}
+	var kept string
+	if err := conn.QueryRow(ctx, `SELECT string_agg(convert_from(state, 'UTF8'), ',') FROM readmodel.audit_checkpoints`).Scan(&kept); err != nil || kept != "before" {
+		t.Fatalf("down to 29: rows %q (%v), want the root alone", kept, err)
+	}
+	if err := migrations.Up(ctx, u); err != nil {
+		t.Fatalf("up again: %v", err)
 	}
 }

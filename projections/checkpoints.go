@@ -344,7 +344,8 @@ type AuditCheckpoint struct {
 	ActiveHolds string
 	// Digest anchors the checkpoint outside the database (LoadAudit, and
 	// SaveAudit in its transaction): sha256 of its ID, position, events,
-	// state and every digest stored with it (auditAnchorSQL). An operator who keeps it
+	// state, every digest stored with it and a delta's parent
+	// (auditAnchorSQL). An operator who keeps it
 	// can tell a checkpoint edited, digests and all, by someone who writes
 	// the readmodel schema.
 	Digest string
@@ -394,17 +395,22 @@ func (a *AuditAccount) values(checkpoint int64) []any {
 var auditAccountColumns = []string{"checkpoint_id", "account_id", "next", "chain", "group_key", "group_next", "group_count", "guarded", "snapshot", "snapshot_revision", "snapshot_sha256", "refunds_total"}
 
 // AuditCheckpointsKept bounds the audit checkpoints stored: SaveAudit drops
-// the oldest beyond it. Each holds a row of every account (some 0.5 KB), so
-// the table holds at most AuditCheckpointsKept+1 rows per account while a
-// save runs (about 2 GB at 1,000,000 accounts, 200 MB at 100,000): the last
-// for the next --from, and two before it should the last be refused.
+// the oldest beyond it, but never an ancestor of one it keeps (a delta's
+// chain, auditchain.go). A root holds a row of every account (some 0.5 KB),
+// a delta those its audit folded; the table holds at most
+// AuditCheckpointsKept+1 roots' rows while a save runs (about 2 GB at
+// 1,000,000 accounts, 200 MB at 100,000) beside their deltas (bounded by
+// AuditChainMax and compaction): the last for the next --from, and two
+// before it should the last be refused.
 const AuditCheckpointsKept = 3
 
 // AuditSave is what SaveAudit stores: the checkpoint, its accounts (Next
 // hands them one at a time, false after the last), and, for an audit that
 // resumed from an earlier checkpoint, that checkpoint's ID (CarryFrom): its
-// rows of the accounts Next does not hand are kept in the new one. Rows is
-// how many account rows the new one must hold in all: SaveAudit fails
+// rows of the accounts Next does not hand stay the new one's, the new one
+// being a delta of it (auditchain.go), or, when its chain is long
+// (compactAudit) or CarryNoSnapshots, a root they are copied into. Rows is
+// how many accounts the new one must hold a row of in all: SaveAudit fails
 // otherwise (CarryFrom dropped meanwhile, say). CarryNoSnapshots keeps those
 // rows without the snapshot each records (revision and sha256 NULL): the
 // records of a checkpoint whose audit did not check what this one's does.
@@ -423,24 +429,23 @@ type Beginner interface {
 
 // SaveAudit stores an audit checkpoint and its accounts in one transaction
 // (the accounts by COPY), then drops the oldest beyond AuditCheckpointsKept
-// (their accounts with them), and returns it with its ID and its Digest (as
-// the save's transaction wrote it). The save is REPEATABLE
-// READ: the recheck of the rows it carries and their copy read one snapshot,
-// so a row edited after the recheck is carried as rechecked, not as edited
-// (TestAuditSaveCarriesWhatItRechecked). The drop is a READ COMMITTED
-// transaction of its own after the commit: inside the save it would fail
-// (SQLSTATE 40001) on a checkpoint another save dropped since the snapshot
-// (TestConcurrentAuditSavesBothLand). Should the drop fail, the checkpoint
-// is stored all the same and comes with the error; the next save drops
-// what this one left.
+// (their accounts with them) that no kept one chains to, and returns it with
+// its ID and its Digest (as the save's transaction wrote it). The save is
+// REPEATABLE READ: a compaction's recheck of the rows it carries and their
+// copy read one snapshot, so a row edited after the recheck is carried as
+// rechecked, not as edited (TestAuditSaveCarriesWhatItRechecked). The drop
+// is a READ COMMITTED transaction of its own after the commit: inside the
+// save it would fail (SQLSTATE 40001) on a checkpoint another save dropped
+// since the snapshot (TestConcurrentAuditSavesBothLand). Should the drop
+// fail, the checkpoint is stored all the same and comes with the error; the
+// next save drops what this one left.
 func (Checkpointer) SaveAudit(ctx context.Context, db Beginner, s AuditSave) (AuditCheckpoint, error) {
 	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead}
 	if err := pgx.BeginTxFunc(ctx, db, opts, func(tx pgx.Tx) error { return saveAudit(ctx, tx, &s) }); err != nil {
 		return AuditCheckpoint{}, fmt.Errorf("projections: audit checkpoint: %w", err)
 	}
 	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `DELETE FROM readmodel.audit_checkpoints WHERE kind = 'checkpoint' AND id NOT IN
-			(SELECT id FROM readmodel.audit_checkpoints WHERE kind = 'checkpoint' ORDER BY id DESC LIMIT $1)`, AuditCheckpointsKept)
+		_, err := tx.Exec(ctx, dropOldAuditSQL, AuditCheckpointsKept)
 		return err
 	})
 	if err != nil {
@@ -448,6 +453,13 @@ func (Checkpointer) SaveAudit(ctx context.Context, db Beginner, s AuditSave) (Au
 	}
 	return s.Checkpoint, nil
 }
+
+// dropOldAuditSQL drops the checkpoints beyond the newest $1 that none of
+// those chains to.
+const dropOldAuditSQL = `WITH RECURSIVE kept AS (
+		(SELECT id, parent_id FROM readmodel.audit_checkpoints WHERE kind = 'checkpoint' ORDER BY id DESC LIMIT $1)
+		UNION SELECT p.id, p.parent_id FROM readmodel.audit_checkpoints p JOIN kept k ON p.id = k.parent_id AND p.id < k.id)
+	DELETE FROM readmodel.audit_checkpoints WHERE kind = 'checkpoint' AND id NOT IN (SELECT id FROM kept)`
 
 func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 	cp := &s.Checkpoint
@@ -458,35 +470,53 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 	if err != nil {
 		return err
 	}
+	var parent *auditParent
 	if s.CarryFrom > 0 {
-		if err := recheckAudit(ctx, tx, s.CarryFrom); err != nil {
+		if parent, err = lockAuditParent(ctx, tx, s.CarryFrom); err != nil {
 			return err
 		}
+		if parent.compact || s.CarryNoSnapshots {
+			if err := recheckAudit(ctx, tx, s.CarryFrom); err != nil {
+				return err
+			}
+		}
 	}
-	if err := tx.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, state_digest, accounts_table_digest, active_holds_digest, snapshots_recorded)
-		VALUES ($1, $2, $3, $4::bytea, md5($4::bytea), $5::numeric, $6::numeric, true) RETURNING id`, pp.commit, pp.prepare, cp.Events, cp.State, cp.AccountsTable, cp.ActiveHolds).Scan(&cp.ID); err != nil {
+	parentID, depth := parent.link(s)
+	if err := tx.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, state_digest, accounts_table_digest, active_holds_digest, snapshots_recorded, parent_id, depth)
+		VALUES ($1, $2, $3, $4::bytea, md5($4::bytea), $5::numeric, $6::numeric, true, $7, $8) RETURNING id`, pp.commit, pp.prepare, cp.Events, cp.State, cp.AccountsTable, cp.ActiveHolds, parentID, depth).Scan(&cp.ID); err != nil {
 		return err
 	}
 	rows, err := copyAuditAccounts(ctx, tx, cp.ID, s.Next)
 	if err != nil {
 		return err
 	}
+	if parent.chains(s) {
+		return saveAuditDelta(ctx, tx, s, parent)
+	}
 	if s.CarryFrom > 0 {
-		tag, err := tx.Exec(ctx, `INSERT INTO readmodel.audit_checkpoint_accounts (checkpoint_id, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, snapshot_revision, snapshot_sha256, refunds_total)
-			SELECT $1, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot,
-				CASE WHEN $3 THEN NULL ELSE snapshot_revision END, CASE WHEN $3 THEN NULL ELSE snapshot_sha256 END, refunds_total
-			FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $2
-			ON CONFLICT (checkpoint_id, account_id) DO NOTHING`, cp.ID, s.CarryFrom, s.CarryNoSnapshots)
+		carried, err := carryAuditRows(ctx, tx, s)
 		if err != nil {
 			return err
 		}
-		rows += tag.RowsAffected()
+		rows += carried
 	}
 	if rows != s.Rows {
 		return fmt.Errorf("%d account rows written, %d expected (checkpoint %d carried from dropped meanwhile?)", rows, s.Rows, s.CarryFrom)
 	}
-	return tx.QueryRow(ctx, `UPDATE readmodel.audit_checkpoints c SET accounts_sha256 = (SELECT a.digest FROM (`+auditRowsDigestSQL("$1")+`) a)
-		WHERE c.id = $1 RETURNING `+auditAnchorSQL, cp.ID).Scan(&cp.Digest)
+	return tx.QueryRow(ctx, `UPDATE readmodel.audit_checkpoints c SET accounts_sha256 = a.digest, rows_sha256 = a.digest, accounts = a.n
+		FROM (`+auditRowsDigestSQL("$1")+`) a WHERE c.id = $1 RETURNING `+auditAnchorSQL, cp.ID).Scan(&cp.Digest)
+}
+
+// carryAuditRows copies into the root s stores the newest row of its
+// chain (s.CarryFrom's) of each account s did not hand (s.CarryNoSnapshots:
+// without their records) and returns how many it copied.
+func carryAuditRows(ctx context.Context, tx pgx.Tx, s *AuditSave) (int64, error) {
+	tag, err := tx.Exec(ctx, `INSERT INTO readmodel.audit_checkpoint_accounts (checkpoint_id, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, snapshot_revision, snapshot_sha256, refunds_total)
+		SELECT $1, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot,
+			CASE WHEN $3 THEN NULL ELSE snapshot_revision END, CASE WHEN $3 THEN NULL ELSE snapshot_sha256 END, refunds_total
+		FROM `+auditChainRowsSQL("$2", "true")+`
+		ON CONFLICT (checkpoint_id, account_id) DO NOTHING`, s.Checkpoint.ID, s.CarryFrom, s.CarryNoSnapshots)
+	return tag.RowsAffected(), err
 }
 
 // copyAuditAccounts copies the account rows next hands into checkpoint id
@@ -503,29 +533,30 @@ func copyAuditAccounts(ctx context.Context, tx pgx.Tx, id int64, next func() (Au
 }
 
 // auditAnchorSQL is an audit checkpoint c's anchor (AuditCheckpoint.Digest).
-// It hashes the state itself with sha256, not its md5 (state_digest).
+// It hashes the state itself with sha256, not its md5 (state_digest), and a
+// delta's parent (migration 00030; NULL for a root, which concat_ws skips,
+// so a root's anchor is as an earlier build took it): a delta's
+// accounts_sha256 binds its chain's rows (auditChainDigest).
 const auditAnchorSQL = `encode(sha256(convert_to(concat_ws('|', c.id, c.commit_position, c.prepare_position, c.events, encode(sha256(c.state), 'hex'),
-	c.accounts_sha256, c.accounts_table_digest, c.active_holds_digest), 'UTF8')), 'hex')`
+	c.accounts_sha256, c.accounts_table_digest, c.active_holds_digest, c.parent_id), 'UTF8')), 'hex')`
 
 // ErrNoAuditCheckpoint means no audit checkpoint has the ID asked for (or,
 // for the last, none was stored).
 var ErrNoAuditCheckpoint = errors.New("projections: no such audit checkpoint")
 
 // LoadAudit reads audit checkpoint id, or the last one stored when id is 0,
-// and refuses it unless its state and account rows match the digests stored
-// with them (auditCheckedSQL).
-func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (AuditCheckpoint, error) {
+// and refuses it unless its state matches the digest stored with it and the
+// account rows of its chain theirs (checkAuditChain).
+func (Checkpointer) LoadAudit(ctx context.Context, q RowsQuerier, id int64) (AuditCheckpoint, error) {
 	var (
 		cp      AuditCheckpoint
 		c, p    int64
-		ok      bool
 		problem string
 		table   *string
 		holds   *string
 	)
-	err := q.QueryRow(ctx, `WITH c AS (SELECT * FROM readmodel.audit_checkpoints WHERE kind = 'checkpoint' AND ($1::bigint = 0 OR id = $1) ORDER BY id DESC LIMIT 1)
-		SELECT c.id, c.commit_position, c.prepare_position, c.events, c.state, c.accounts_table_digest::text, c.active_holds_digest::text, `+auditAnchorSQL+`, d.*
-		FROM c CROSS JOIN LATERAL (`+auditCheckedSQL+`) d`, id).Scan(&cp.ID, &c, &p, &cp.Events, &cp.State, &table, &holds, &cp.Digest, &cp.Accounts, &ok, &problem)
+	err := q.QueryRow(ctx, `SELECT c.id, c.commit_position, c.prepare_position, c.events, c.state, c.accounts_table_digest::text, c.active_holds_digest::text, `+auditAnchorSQL+`, `+auditStateCheckedSQL+`
+		FROM readmodel.audit_checkpoints c WHERE kind = 'checkpoint' AND ($1::bigint = 0 OR id = $1) ORDER BY id DESC LIMIT 1`, id).Scan(&cp.ID, &c, &p, &cp.Events, &cp.State, &table, &holds, &cp.Digest, &problem)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return cp, ErrNoAuditCheckpoint
 	}
@@ -533,51 +564,51 @@ func (Checkpointer) LoadAudit(ctx context.Context, q RowQuerier, id int64) (Audi
 		return cp, fmt.Errorf("projections: audit checkpoint: %w", err)
 	}
 	cp.Position = position(c, p)
-	if !ok {
+	if problem == "" {
+		cp.Accounts, problem, err = checkAuditChain(ctx, q, cp.ID)
+		if err != nil {
+			return cp, fmt.Errorf("projections: audit checkpoint %d: %w", cp.ID, err)
+		}
+	}
+	if problem != "" {
 		return cp, fmt.Errorf("projections: audit checkpoint %d: %s: run a full audit to store a new one", cp.ID, problem)
 	}
 	cp.AccountsTable, cp.ActiveHolds = *table, *holds
 	return cp, nil
 }
 
-// recheckAudit refuses, in a save's transaction, to carry the rows of
-// checkpoint id unless they and its state still match their digests (a row
-// edited since it was loaded would be carried into a checkpoint whose digest
-// is computed over it). The lock on the checkpoint's own row keeps it from
-// being dropped meanwhile, not its account rows from being edited: the
-// save's snapshot (REPEATABLE READ, SaveAudit) is what makes the copy carry
-// the rows as rechecked here.
-func recheckAudit(ctx context.Context, tx pgx.Tx, id int64) error {
-	var (
-		n       int64
-		ok      bool
-		problem string
-	)
-	err := tx.QueryRow(ctx, `SELECT d.* FROM (SELECT * FROM readmodel.audit_checkpoints WHERE id = $1 AND kind = 'checkpoint' FOR SHARE) c
-		CROSS JOIN LATERAL (`+auditCheckedSQL+`) d`, id).Scan(&n, &ok, &problem)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("checkpoint %d carried from: %w", id, ErrNoAuditCheckpoint)
-	case err != nil:
-		return err
-	case !ok:
-		return fmt.Errorf("checkpoint %d carried from: %s", id, problem)
-	}
-	return nil
+// RowsQuerier reads rows and one row: a pool, a connection or a transaction.
+type RowsQuerier interface {
+	Querier
+	RowQuerier
 }
 
-// auditCheckedSQL checks an audit checkpoint c against its digests (a
-// lateral subquery over c): its account rows' count, whether it passes, and
-// why not.
-var auditCheckedSQL = `SELECT r.n, r.problem = '', r.problem FROM (SELECT a.n, CASE
+// recheckAudit refuses, in a save's transaction, to carry the rows of
+// checkpoint id's chain (a compaction's copy) unless they still match their
+// digests: a row edited since it was loaded would be carried into a
+// checkpoint whose digest is computed over it. The lock on the checkpoint's
+// own row (lockAuditParent, which checks its state) keeps it from being
+// dropped meanwhile, not its account rows from being edited: the save's
+// snapshot (REPEATABLE READ, SaveAudit) is what makes the copy carry the
+// rows as rechecked here.
+func recheckAudit(ctx context.Context, tx pgx.Tx, id int64) error {
+	_, problem, err := checkAuditChain(ctx, tx, id)
+	if err == nil && problem != "" {
+		err = fmt.Errorf("checkpoint %d carried from: %s", id, problem)
+	}
+	return err
+}
+
+// auditStateCheckedSQL checks an audit checkpoint c's own row against its
+// digests: why it is refused (” when it is not); its account rows are
+// checkAuditChain's.
+const auditStateCheckedSQL = `CASE
 		WHEN c.state_digest IS NULL OR c.accounts_table_digest IS NULL OR c.active_holds_digest IS NULL OR c.accounts_sha256 IS NULL
 			THEN 'a checkpoint of an earlier build, without its digests'
 		WHEN c.snapshots_recorded IS NULL
 			THEN 'a checkpoint of an earlier build, without the record of the snapshots its audit checked (migration 00023)'
 		WHEN c.state_digest <> md5(c.state) THEN 'its state does not match the digest stored with it (edited since)'
-		WHEN c.accounts_sha256 <> a.digest THEN 'its ' || a.n || ' account rows do not match the digest stored with them (edited since)'
-		ELSE '' END AS problem
-	FROM (` + auditRowsDigestSQL("c.id") + `) a) r`
+		ELSE '' END`
 
 // auditRowsDigestSQL selects the count (n) and the digest (migration 00017)
 // of the account rows of checkpoint id (an SQL expression): sha256 over the
@@ -613,8 +644,8 @@ type AuditSnapshotNext struct {
 // snapshot's bytes: what an incremental audit needs to tell a snapshot the
 // checkpoint passed, and one it recorded.
 func (Checkpointer) AuditAccountNext(ctx context.Context, q Querier, id int64, ids []string, each func(AuditSnapshotNext) error) error {
-	rows, err := q.Query(ctx, `SELECT account_id, next, coalesce(snapshot_revision, -1), snapshot_sha256 FROM readmodel.audit_checkpoint_accounts
-		WHERE checkpoint_id = $1 AND account_id = ANY($2::text[])`, id, ids)
+	rows, err := q.Query(ctx, `SELECT account_id, next, coalesce(snapshot_revision, -1), snapshot_sha256 FROM `+
+		auditChainRowsSQL("$1", "account_id = ANY($2::text[])"), id, ids)
 	if err != nil {
 		return fmt.Errorf("projections: audit checkpoint %d: accounts: %w", id, err)
 	}
@@ -632,20 +663,23 @@ func (Checkpointer) AuditAccountNext(ctx context.Context, q Querier, id int64, i
 	return nil
 }
 
-// LoadAuditAccounts reads the rows of audit checkpoint id of the accounts
-// named (an account the checkpoint does not hold is not handed), and, when
-// guarded, of every account with a capture saga in flight, handing each to
-// each.
+// LoadAuditAccounts reads the rows of audit checkpoint id (the newest of
+// its chain's, auditChainRowsSQL) of the accounts named (an account the
+// checkpoint does not hold is not handed), and, when guarded, of every
+// account with a capture saga in flight, handing each to each.
 func (Checkpointer) LoadAuditAccounts(ctx context.Context, q Querier, id int64, ids []string, guarded bool, each func(AuditAccount) error) error {
-	return loadAuditAccounts(ctx, q, id, each, `AND (account_id = ANY($2::text[]) OR ($3 AND guarded))`, ids, guarded)
+	// The guarded rows of the chain name the candidates; an account's
+	// newest row says whether it is still guarded.
+	from := auditChainRowsSQL("$1", `(account_id = ANY($2::text[]) OR $3 AND account_id IN (SELECT g.account_id FROM readmodel.audit_checkpoint_accounts g
+		WHERE g.checkpoint_id IN (`+auditChainIDsSQL("$1")+`) AND g.guarded))`) + ` WHERE account_id = ANY($2::text[]) OR ($3 AND guarded)`
+	return loadAuditAccounts(ctx, q, id, each, from, ids, guarded)
 }
 
-// loadAuditAccounts hands each to each of the rows of audit checkpoint id
-// that where (an SQL condition on its further arguments, $2 on) selects.
-func loadAuditAccounts(ctx context.Context, q Querier, id int64, each func(AuditAccount) error, where string, args ...any) error {
+// loadAuditAccounts hands each to each of the account rows that from (a
+// FROM clause on checkpoint $1 and its further arguments, $2 on) selects.
+func loadAuditAccounts(ctx context.Context, q Querier, id int64, each func(AuditAccount) error, from string, args ...any) error {
 	rows, err := q.Query(ctx, `SELECT account_id, next, chain, group_key, group_next, group_count, guarded, snapshot, coalesce(snapshot_revision, 0), snapshot_sha256, refunds_total
-		FROM readmodel.audit_checkpoint_accounts
-		WHERE checkpoint_id = $1 `+where, append([]any{id}, args...)...)
+		FROM `+from, append([]any{id}, args...)...)
 	if err != nil {
 		return fmt.Errorf("projections: audit checkpoint %d: accounts: %w", id, err)
 	}
@@ -760,10 +794,10 @@ func (Checkpointer) LoadAuditStop(ctx context.Context, q RowQuerier) (AuditStop,
 	return stop, nil
 }
 
-// AllAuditAccounts hands each to each of the account rows of audit
-// checkpoint (or stop point) id, in no order.
+// AllAuditAccounts hands each to each of the account rows of stop point id
+// (its own: a stop point is never a delta), in no order.
 func (Checkpointer) AllAuditAccounts(ctx context.Context, q Querier, id int64, each func(AuditAccount) error) error {
-	return loadAuditAccounts(ctx, q, id, each, "")
+	return loadAuditAccounts(ctx, q, id, each, `readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $1`)
 }
 
 // DropAuditStop drops stop point id, if it is still stored (not replaced

@@ -162,7 +162,8 @@ func TestAuditCheckpointRefundsTotal(t *testing.T) {
 		}
 	}
 	for _, edit := range []string{"refunds_total = 50", "refunds_total = NULL"} {
-		if _, err := env.Pool.Exec(ctx, `UPDATE readmodel.audit_checkpoint_accounts SET `+edit+` WHERE checkpoint_id = $1 AND account_id = 'a'`, carried); err != nil {
+		// carried is a delta of id: a's row is its root's (id's)
+		if _, err := env.Pool.Exec(ctx, `UPDATE readmodel.audit_checkpoint_accounts SET `+edit+` WHERE checkpoint_id <= $1 AND account_id = 'a'`, carried); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, carried); err == nil || !strings.Contains(err.Error(), "account rows do not match") {
@@ -210,10 +211,16 @@ func TestAuditCheckpointAccounts(t *testing.T) {
 	if err != nil || last.ID != second || last.Accounts != 4 {
 		t.Fatalf("the last checkpoint: %+v, %v", last, err)
 	}
+	// second is a delta of first: a's and c's rows are first's (its root),
+	// b's its own (and first's, older).
 	for _, edit := range []string{
-		`UPDATE readmodel.audit_checkpoint_accounts SET next = next + 1 WHERE checkpoint_id = $1 AND account_id = 'a'`,
+		`UPDATE readmodel.audit_checkpoint_accounts SET next = next + 1 WHERE checkpoint_id < $1 AND account_id = 'a'`,
 		`UPDATE readmodel.audit_checkpoint_accounts SET snapshot = snapshot || '\x00' WHERE checkpoint_id = $1 AND account_id = 'b'`,
-		`DELETE FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $1 AND account_id = 'c'`,
+		`DELETE FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id < $1 AND account_id = 'c'`,
+		`DELETE FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $1 AND account_id = 'd'`,
+		`INSERT INTO readmodel.audit_checkpoint_accounts (checkpoint_id, account_id, next, chain, group_key, group_next, group_count, guarded, snapshot)
+			VALUES ($1, 'z', 1, '', '', 0, 0, false, '')`,
+		`UPDATE readmodel.audit_checkpoints SET parent_id = NULL, depth = 0 WHERE id = $1`,
 	} {
 		tx, err := env.Pool.Begin(ctx)
 		if err != nil {
@@ -230,10 +237,13 @@ func TestAuditCheckpointAccounts(t *testing.T) {
 	}
 }
 
-// TestAuditSaveRechecksWhatItCarries: a save that carries an earlier
-// checkpoint's rows refuses them when they or its state no longer match the
-// digests stored with them (its own digest would be computed over the edited
-// rows and bless them), and stores nothing; a checkpoint without its digests
+// TestAuditSaveRechecksWhatItCarries: a save that copies an earlier
+// checkpoint's rows (a root: a compaction, or CarryNoSnapshots) refuses them
+// when they or its state no longer match the digests stored with them (its
+// own digest would be computed over the edited rows and bless them), and
+// stores nothing; a delta refuses a parent whose state was edited, and one
+// stored on a parent whose rows were is refused by LoadAudit (its chain's
+// rows are checked there); a checkpoint without its digests
 // (an earlier build's) is refused by LoadAudit.
 func TestAuditSaveRechecksWhatItCarries(t *testing.T) {
 	env := projtest.New(t)
@@ -252,8 +262,16 @@ func TestAuditSaveRechecksWhatItCarries(t *testing.T) {
 		if _, err := projections.Checkpoints.LoadAudit(ctx, env.Pool, first); err == nil {
 			t.Fatalf("a checkpoint edited (%s) was loaded", edit)
 		}
-		if id, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("b"), CarryFrom: first, Rows: 2}); err == nil {
-			t.Fatalf("checkpoint %d carried the rows of checkpoint %d, edited (%s)", id, first, edit)
+		// A delta of it does not read its rows (a root, CarryNoSnapshots,
+		// copies them): either is refused, the delta when it is loaded.
+		for _, root := range []bool{false, true} {
+			id, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: accountsOf("b"), CarryFrom: first, CarryNoSnapshots: root, Rows: 2})
+			if err == nil {
+				_, err = projections.Checkpoints.LoadAudit(ctx, env.Pool, id)
+			}
+			if err == nil {
+				t.Fatalf("checkpoint %d (a root: %v) stands on the rows of checkpoint %d, edited (%s)", id, root, first, edit)
+			}
 		}
 	}
 	var earlier int64
@@ -286,7 +304,8 @@ func TestAuditSaveCarriesWhatItRechecked(t *testing.T) {
 		}
 		return next()
 	}
-	second, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: src, CarryFrom: first, Rows: 2})
+	// A root (CarryNoSnapshots) copies the rows it carries, as a compaction does.
+	second, err := saveAudit(ctx, env.Pool, projections.AuditSave{Checkpoint: emptyState, Next: src, CarryFrom: first, CarryNoSnapshots: true, Rows: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
