@@ -3,7 +3,10 @@ package projections
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
@@ -42,4 +45,66 @@ func BenchmarkAuditCheckpointDigest(b *testing.B) {
 		}
 		return nil
 	})
+}
+
+// BenchmarkAuditSaveDelta: an incremental audit's save and the next load of
+// what it stored, over a root of LEDGER_BENCH_ACCOUNTS accounts (default
+// 50,000, BenchmarkAuditIncremental's at 10,000,000 events; a 500-byte
+// snapshot each) of which LEDGER_BENCH_TOUCH_PERMILLE (default 632, the
+// 31,620 of 50,000 that its last 1% touches) are handed: stored as a delta
+// (migration 00030) against stored as a root that copies the others after
+// rechecking the root's rows (CarryNoSnapshots: the save before 00030), in
+// turn within each round; each stored checkpoint is dropped, untimed.
+//
+//	LEDGER_BENCH_ACCOUNTS=50000 go test ./projections -run '^$' -bench AuditSaveDelta -benchtime 3x
+func BenchmarkAuditSaveDelta(b *testing.B) {
+	ctx := context.Background()
+	pool, n := devtest.BenchAccounts(b)
+	if n == 100_000 && os.Getenv("LEDGER_BENCH_ACCOUNTS") == "" {
+		n = 50_000
+	}
+	touched := n * devtest.BenchEnv("LEDGER_BENCH_TOUCH_PERMILLE", 632) / 1000
+	state := AuditCheckpoint{State: []byte{}, AccountsTable: "0", ActiveHolds: "0"}
+	rows := func(k, next int) func() (AuditAccount, bool, error) {
+		i := 0
+		return func() (AuditAccount, bool, error) {
+			if i == k {
+				return AuditAccount{}, false, nil
+			}
+			i++
+			return AuditAccount{AccountID: fmt.Sprintf("acct-%d", i), Next: uint64(next), Chain: fmt.Sprint(i, next), Snapshot: []byte(strings.Repeat(fmt.Sprint(i), 500/len(fmt.Sprint(i))))}, true, nil
+		}
+	}
+	root, err := Checkpoints.SaveAudit(ctx, pool, AuditSave{Checkpoint: state, Next: rows(n, 1), Rows: int64(n)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	spent := map[bool]time.Duration{}
+	loads := map[bool]time.Duration{}
+	b.ResetTimer()
+	for range b.N {
+		for _, copyAll := range []bool{true, false} {
+			start := time.Now()
+			cp, err := Checkpoints.SaveAudit(ctx, pool, AuditSave{Checkpoint: state, Next: rows(touched, 2), CarryFrom: root.ID, CarryNoSnapshots: copyAll, Rows: int64(n)})
+			spent[copyAll] += time.Since(start)
+			if err == nil {
+				start = time.Now()
+				_, err = Checkpoints.LoadAudit(ctx, pool, cp.ID)
+				loads[copyAll] += time.Since(start)
+			}
+			if err == nil {
+				_, err = pool.Exec(ctx, `DELETE FROM readmodel.audit_checkpoints WHERE id = $1`, cp.ID)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.StopTimer()
+	runs := float64(b.N)
+	b.ReportMetric(spent[true].Seconds()/runs, "root-save-s")
+	b.ReportMetric(spent[false].Seconds()/runs, "delta-save-s")
+	b.ReportMetric(spent[false].Seconds()/spent[true].Seconds(), "delta/root-save")
+	b.ReportMetric(loads[true].Seconds()/runs, "root-load-s")
+	b.ReportMetric(loads[false].Seconds()/runs, "delta-load-s")
 }
