@@ -527,7 +527,7 @@ func (c *copyRows) Err() error { return c.t.Err() }
 func (c *copyRows) Values() ([]any, error) {
 	h := rowHash(c.t.key, c.t.row)
 	c.sum.addHash(h[:])
-	return []any{c.t.table, c.t.key, h[:]}, nil
+	return []any{c.t.table, string(c.t.key), h[:]}, nil
 }
 
 // digester sums Digest's lanes row by row.
@@ -536,7 +536,7 @@ type digester struct {
 	n     int
 }
 
-func (g *digester) add(key, row string) {
+func (g *digester) add(key, row []byte) {
 	h := rowHash(key, row)
 	g.addHash(h[:])
 }

@@ -19,9 +19,9 @@ import (
 func BenchmarkRowDigests(b *testing.B) {
 	at := time.Date(2026, 11, 27, 22, 46, 0, 123456789, time.UTC)
 	id := uuid.MustParse("0193a1f2-7c4e-7d2a-9b1e-3f5a6c7d8e9f")
-	h := historyFields{account: "hist-acc-12345", rev: 42, id: id.String(), typ: "FundsDeposited", currency: "EUR",
+	h := historyFields[string]{account: "hist-acc-12345", rev: 42, id: id.String(), typ: "FundsDeposited", currency: "EUR",
 		balance: 123456, held: 500, status: "open", at: at, effective: at}
-	e := entryFields{id: id.String(), account: "hist-acc-12345", rev: 42, typ: "credit", reason: "deposit", ref: "",
+	e := entryFields[string]{id: id.String(), account: "hist-acc-12345", rev: 42, typ: "credit", reason: "deposit", ref: "",
 		amount: 1000, currency: "EUR", balance: 123456, key: "hist-key-98765", at: at, effective: at}
 	r := reply.Reply{Status: domain.StatusApplied, IdempotencyKey: "hist-key-98765",
 		Events: []domain.EventRef{{ID: id, Stream: "account-hist-acc-12345", Revision: 42, Type: "FundsDeposited"}}}

@@ -6,14 +6,12 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ledgerworks/ledger/domain"
@@ -73,10 +71,14 @@ func (r rowText) sep() rowText {
 // which Quote leaves as they are: those are copied between quotes, without
 // Quote's rune by rune decoding (rowText.str was 6.6% of the audit's CPU at
 // 1,000,000 events, nearly all of it strconv's).
-func (r rowText) str(s string) rowText {
+func (r rowText) str(s string) rowText { return quoted(r, s) }
+
+// quoted is rowText.str of a string or of the bytes of one (a column's as
+// the driver hands them: rowscan.go), alike for the same text.
+func quoted[S ~string | ~[]byte](r rowText, s S) rowText {
 	r = r.sep()
 	if !plainASCII(s) {
-		r.b = strconv.AppendQuote(r.b, s)
+		r.b = strconv.AppendQuote(r.b, string(s))
 		return r
 	}
 	r.b = append(append(append(r.b, '"'), s...), '"')
@@ -84,7 +86,7 @@ func (r rowText) str(s string) rowText {
 }
 
 // plainASCII reports whether s is printable ASCII without '"' or '\\'.
-func plainASCII(s string) bool {
+func plainASCII[S ~string | ~[]byte](s S) bool {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < ' ' || c > '~' || c == '"' || c == '\\' {
 			return false
@@ -114,7 +116,7 @@ func (r rowText) atOrNull(t *time.Time) rowText {
 	return r.at(*t)
 }
 
-// digest is the row's digest (rowDigest) without a string of the row.
+// digest is the row's digest (digestOf) without a string of the row.
 func (r rowText) digest() string { return digestOf(r.b) }
 
 func field(r rowText, v any) rowText {
@@ -143,13 +145,20 @@ func row(fields ...any) string {
 	return string(r.b)
 }
 
-func rowDigest(s string) string { return digestOf([]byte(s)) }
-
 // digestOf is the digest of a row's bytes: the hex of the first 16 bytes of
-// their SHA-256 (rowDigest, rowText.digest, replyRow).
+// their SHA-256 (rowText.digest, the rows' appendDigest, replyRow).
 func digestOf(b []byte) string {
+	var out [digestLen]byte
+	return string(appendDigest(out[:0], b))
+}
+
+// digestLen is the length of a row's digest (digestOf).
+const digestLen = 32
+
+// appendDigest appends digestOf(b) to dst.
+func appendDigest(dst, b []byte) []byte {
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:16])
+	return hex.AppendEncode(dst, sum[:16])
 }
 
 // metadataJSON renders a client's metadata as PostgreSQL's jsonb::text and
@@ -191,55 +200,73 @@ func entryRow(re eventstore.RecordedEvent, id string, m domain.Metadata, payload
 	default:
 		return "", false
 	}
-	return entryFields{id: id, account: account, rev: int64(re.Revision), typ: re.Type, reason: reason, ref: ref, amount: amount,
+	return entryFields[string]{id: id, account: account, rev: int64(re.Revision), typ: re.Type, reason: reason, ref: ref, amount: amount,
 		currency: currency, balance: balance, key: m.Key, at: m.At, md: md, effective: domain.EffectiveTime(m)}.digest(), true
 }
 
 // entryFields are the columns of a statement row (entries), as the fold
-// expects them and as the table holds them.
-type entryFields struct {
-	id, account      string
+// expects them (S string) and as the table holds them (S []byte: the
+// driver's bytes, rowscan.go), rendered alike (appendDigest).
+type entryFields[S ~string | ~[]byte] struct {
+	id, account      S
 	rev              int64
-	typ, reason, ref string
+	typ, reason, ref S
 	amount           int64
-	currency         string
+	currency         S
 	balance          int64
-	key              string
+	key              S
 	at               time.Time
 	md               map[string]string
 	effective        time.Time
 }
 
-func (e entryFields) digest() string {
+func (e entryFields[S]) digest() string {
+	var out [digestLen]byte
+	return string(e.appendDigest(out[:0]))
+}
+
+// appendDigest appends the row's digest (digestOf of its text) to dst.
+func (e entryFields[S]) appendDigest(dst []byte) []byte {
 	var buf [rowTextBytes]byte
 	r := newRowText(&buf)
-	r = r.str(e.id).str(e.account).num(e.rev).str(e.typ).str(e.reason).str(e.ref).num(e.amount)
-	r = r.str(e.currency).num(e.balance).str(e.key).at(e.at).str(metadataJSON(e.md)).at(e.effective)
-	return r.digest()
+	r = quoted(quoted(r, e.id), e.account).num(e.rev)
+	r = quoted(quoted(quoted(r, e.typ), e.reason), e.ref).num(e.amount)
+	r = quoted(r, e.currency).num(e.balance)
+	r = quoted(r, e.key).at(e.at).str(metadataJSON(e.md)).at(e.effective)
+	return appendDigest(dst, r.b)
 }
 
 // historyRow renders the balance-history row of an account event (id: its
 // ID's text): the account as the fold has it after the event.
 func historyRow(re eventstore.RecordedEvent, id string, m domain.Metadata, a *domain.Account) string {
-	return historyFields{account: a.ID, rev: int64(re.Revision), id: id, typ: re.Type, currency: a.Currency,
+	return historyFields[string]{account: a.ID, rev: int64(re.Revision), id: id, typ: re.Type, currency: a.Currency,
 		balance: a.Balance, held: a.Held, status: string(a.Status()), at: m.At, effective: domain.EffectiveTime(m)}.digest()
 }
 
-// historyFields are the columns of a balance-history row.
-type historyFields struct {
-	account           string
+// historyFields are the columns of a balance-history row, as entryFields
+// are a statement row's.
+type historyFields[S ~string | ~[]byte] struct {
+	account           S
 	rev               int64
-	id, typ, currency string
+	id, typ, currency S
 	balance, held     int64
-	status            string
+	status            S
 	at, effective     time.Time
 }
 
-func (h historyFields) digest() string {
+func (h historyFields[S]) digest() string {
+	var out [digestLen]byte
+	return string(h.appendDigest(out[:0]))
+}
+
+// appendDigest appends the row's digest (digestOf of its text) to dst.
+func (h historyFields[S]) appendDigest(dst []byte) []byte {
 	var buf [rowTextBytes]byte
 	r := newRowText(&buf)
-	r = r.str(h.account).num(h.rev).str(h.id).str(h.typ).str(h.currency).num(h.balance).num(h.held).str(h.status).at(h.at).at(h.effective)
-	return r.digest()
+	r = quoted(r, h.account).num(h.rev)
+	r = quoted(quoted(quoted(r, h.id), h.typ), h.currency).num(h.balance).num(h.held)
+	r = quoted(r, h.status).at(h.at).at(h.effective)
+	return appendDigest(dst, r.b)
 }
 
 func transferRowOf(t *domain.Transfer) string {
@@ -249,7 +276,27 @@ func transferRowOf(t *domain.Transfer) string {
 			refunded += r.Amount
 		}
 	}
-	return row(t.ID, t.From, t.To, t.Amount, t.Currency, t.Saga.Stage.Status(), refunded)
+	var out [rowTextBytes]byte
+	return string(transferFields[string]{id: t.ID, from: t.From, to: t.To, amount: t.Amount, currency: t.Currency,
+		status: t.Saga.Stage.Status(), refunded: refunded}.appendRow(out[:0]))
+}
+
+// transferFields are the columns of a transfers row, as entryFields are a
+// statement row's; the row is compared as its text.
+type transferFields[S ~string | ~[]byte] struct {
+	id, from, to     S
+	amount           int64
+	currency, status S
+	refunded         int64
+}
+
+// appendRow appends the row's text to dst.
+func (t transferFields[S]) appendRow(dst []byte) []byte {
+	var buf [rowTextBytes]byte
+	r := newRowText(&buf)
+	r = quoted(quoted(quoted(r, t.id), t.from), t.to).num(t.amount)
+	r = quoted(quoted(r, t.currency), t.status).num(t.refunded)
+	return append(dst, r.b...)
 }
 
 // replyBytes is the buffer replyRow renders a reply in: enough for an
@@ -263,7 +310,7 @@ const replyBytes = 512
 func replyRow(r reply.Reply) string {
 	r.Duplicate = false
 	var buf [replyBytes]byte
-	return digestOf(reply.AppendJSON(buf[:0], r)) // rowDigest's, without a string of the reply
+	return digestOf(reply.AppendJSON(buf[:0], r)) // without a string of the reply
 }
 
 // Expected renders the rows a projection's tables should hold now, by table and
@@ -315,47 +362,25 @@ func readTable(ctx context.Context, tr tableRead, keys []string) (map[string]str
 	defer t.Close()
 	out := map[string]string{}
 	for t.Next() {
-		out[t.key] = t.row
+		out[string(t.key)] = string(t.row)
 	}
 	return out, t.Err()
 }
 
 // tableRows reads a read-model table's rows one at a time, each rendered
-// (key, row) as the fold renders what it expects.
+// (key, row) as the fold renders what it expects: bytes valid until the
+// next row (the driver's, or buffers the next row reuses), which a caller
+// that keeps them copies.
 type tableRows struct {
 	table, name string
 	rows        pgx.Rows
-	key, row    string
+	key, row    []byte
 	err         error
-	// typ, reason, currency and status scan the columns of few values.
-	typ, reason, currency, status interned
-}
-
-// interned scans a text column of few values (an event type, a reason, a
-// currency, a status) into v, one string per value a read meets (up to
-// internedMax, then a string a row) rather than one a row. NULL fails, as it
-// does scanned into a string.
-type interned struct {
-	v     string
-	names map[string]string
-}
-
-// internedMax bounds the values a table read keeps one string of.
-const internedMax = 256
-
-func (s *interned) ScanBytes(b []byte) error {
-	if b == nil {
-		return errors.New("cannot scan NULL into a string")
-	}
-	if v, ok := s.names[string(b)]; ok {
-		s.v = v
-		return nil
-	}
-	s.v = string(b)
-	if len(s.names) < internedMax {
-		s.names[s.v] = s.v
-	}
-	return nil
+	raw         rawRow
+	// id, digest and text are the buffers a row's key and row are rendered in.
+	id     [36]byte
+	digest [digestLen]byte
+	text   []byte
 }
 
 // tableRead is a read-model table as the comparison reads it: through q (a
@@ -399,9 +424,7 @@ func openTable(ctx context.Context, tr tableRead, keys []string) (*tableRows, er
 	if err != nil {
 		return nil, fmt.Errorf("audit: read %s: %w", name, err)
 	}
-	names := map[string]string{}
-	return &tableRows{table: tr.table, name: name, rows: rows, typ: interned{names: names}, reason: interned{names: names},
-		currency: interned{names: names}, status: interned{names: names}}, nil
+	return &tableRows{table: tr.table, name: name, rows: rows}, nil
 }
 
 // keyFilter selects a read-model table's rows by their keys ($2, as the fold
@@ -438,13 +461,75 @@ func (t *tableRows) Err() error {
 func (t *tableRows) Close() { t.rows.Close() }
 
 // scan reads the row at the cursor into key and row, rendered as the fold
-// renders what it expects.
-func (t *tableRows) scan() (err error) {
-	rows := t.rows
+// renders what it expects: the tables of a row per event from the driver's
+// bytes (rowscan.go), the accounts read model's through Scan (its columns'
+// list).
+func (t *tableRows) scan() error {
+	switch t.table {
+	case "accounts", "holds":
+		return t.scanColumns()
+	}
+	r := &t.raw
+	r.vals, r.err = t.rows.RawValues(), nil
+	if r.fields == nil {
+		r.fields = t.rows.FieldDescriptions()
+	}
+	if len(r.vals) != len(r.fields) {
+		return fmt.Errorf("audit: %d values in a row of %d columns", len(r.vals), len(r.fields))
+	}
+	switch t.table {
+	case "entries":
+		t.scanEntry(r)
+	case "balance_history":
+		h := historyFields[[]byte]{account: r.text(0), rev: r.int8(1), id: r.uuidText(2, &t.id), typ: r.text(3), currency: r.text(4),
+			balance: r.int8(5), held: r.int8(6), status: r.text(7), at: r.at(8), effective: r.at(9)}
+		t.key, t.row = h.id, h.appendDigest(t.digest[:0])
+	case "transfers":
+		tf := transferFields[[]byte]{id: r.text(0), from: r.text(1), to: r.text(2), amount: r.int8(3), currency: r.text(4),
+			status: r.text(5), refunded: r.int8(6)}
+		t.text = tf.appendRow(t.text[:0])
+		t.key, t.row = tf.id, t.text
+	case "commands":
+		// The read model holds the reply as the ledger encodes it, byte for byte.
+		t.key = r.text(0)
+		t.row = appendDigest(t.digest[:0], r.text(1))
+	default:
+		return fmt.Errorf("audit: unknown table %q", t.table)
+	}
+	return r.err
+}
+
+// scanEntry reads a statement row; its metadata is read into a map and
+// rendered as the fold renders it (metadataJSON) unless empty.
+func (t *tableRows) scanEntry(r *rawRow) {
+	e := entryFields[[]byte]{id: r.uuidText(0, &t.id), account: r.text(1), rev: r.int8(2), typ: r.text(3), reason: r.text(4),
+		ref: r.text(5), amount: r.int8(6), currency: r.text(7), balance: r.int8(8), key: r.text(9), at: r.at(10), effective: r.at(12)}
+	if md := r.text(11); r.err == nil && string(md) != "{}" {
+		var err error
+		if e.md, err = metadataOf(md); err != nil {
+			r.fail(11, err)
+		}
+	}
+	t.key, t.row = e.id, e.appendDigest(t.digest[:0])
+}
+
+// metadataOf reads a read model's metadata (jsonb's text) into a map: a
+// function of its own, so that the map's variable is on the heap only when
+// there is metadata to read.
+func metadataOf(b []byte) (map[string]string, error) {
+	var m map[string]string
+	err := json.Unmarshal(b, &m)
+	return m, err
+}
+
+// scanColumns reads a row of the accounts read model's tables through
+// Scan, into their columns (accountColumns, holdColumns).
+func (t *tableRows) scanColumns() error {
+	var key, text string
 	switch t.table {
 	case "accounts":
 		var c accountCols
-		if err := rows.Scan(accountColumns.ptrs(&c)...); err != nil {
+		if err := t.rows.Scan(accountColumns.ptrs(&c)...); err != nil {
 			return err
 		}
 		var m map[string]string
@@ -452,59 +537,17 @@ func (t *tableRows) scan() (err error) {
 			return err
 		}
 		c.metadata = metadataJSON(m)
-		t.key, t.row = c.id, row(accountColumns.values(&c)...)
-		return nil
+		key, text = c.id, row(accountColumns.values(&c)...)
 	case "holds":
 		var c holdCols
-		if err := rows.Scan(holdColumns.ptrs(&c)...); err != nil {
+		if err := t.rows.Scan(holdColumns.ptrs(&c)...); err != nil {
 			return err
 		}
-		t.key, t.row = c.account+"/"+c.id, row(holdColumns.values(&c)...)
-		return nil
-	case "entries":
-		var id uuid.UUID
-		var e entryFields
-		var mdText string
-		if err := rows.Scan(&id, &e.account, &e.rev, &t.typ, &t.reason, &e.ref, &e.amount, &t.currency, &e.balance, &e.key, &e.at, &mdText, &e.effective); err != nil {
-			return err
-		}
-		e.typ, e.reason, e.currency = t.typ.v, t.reason.v, t.currency.v
-		if mdText != "{}" {
-			if err := json.Unmarshal([]byte(mdText), &e.md); err != nil {
-				return err
-			}
-		}
-		e.id = id.String()
-		t.key, t.row = e.id, e.digest()
-		return nil
-	case "balance_history":
-		var id uuid.UUID
-		var h historyFields
-		if err := rows.Scan(&h.account, &h.rev, &id, &t.typ, &t.currency, &h.balance, &h.held, &t.status, &h.at, &h.effective); err != nil {
-			return err
-		}
-		h.typ, h.currency, h.status = t.typ.v, t.currency.v, t.status.v
-		h.id = id.String()
-		t.key, t.row = h.id, h.digest()
-		return nil
-	case "transfers":
-		var id, from, to, currency, status string
-		var amount, refunded int64
-		if err := rows.Scan(&id, &from, &to, &amount, &currency, &status, &refunded); err != nil {
-			return err
-		}
-		t.key, t.row = id, row(id, from, to, amount, currency, status, refunded)
-		return nil
-	case "commands":
-		var key, reply string
-		if err := rows.Scan(&key, &reply); err != nil {
-			return err
-		}
-		// The read model holds the reply as the ledger encodes it, byte for byte.
-		t.key, t.row = key, rowDigest(reply)
-		return nil
+		key, text = c.account+"/"+c.id, row(holdColumns.values(&c)...)
 	}
-	return fmt.Errorf("audit: unknown table %q", t.table)
+	t.text = append(append(t.text[:0], key...), text...)
+	t.key, t.row = t.text[:len(key)], t.text[len(key):]
+	return nil
 }
 
 // TableDiff is how a table differs from the fold.
@@ -585,19 +628,20 @@ func compareRows(table string, expected map[string]string, t *tableRows, onlyExp
 	seen := make(map[string]struct{}, len(expected))
 	var lanes [4]uint64
 	for t.Next() {
-		want, ok := expected[t.key]
+		want, ok := expected[string(t.key)]
 		if !ok && onlyExpected {
 			continue
 		}
 		d.Rows++
 		lanes = addLanes(lanes, t.key, t.row)
-		if _, again := seen[t.key]; again || !ok {
-			d.Extra = append(d.Extra, t.key)
+		key := string(t.key)
+		if _, again := seen[key]; again || !ok {
+			d.Extra = append(d.Extra, key)
 			continue
 		}
-		seen[t.key] = struct{}{}
-		if t.row != want {
-			d.Differ = append(d.Differ, t.key)
+		seen[key] = struct{}{}
+		if string(t.row) != want {
+			d.Differ = append(d.Differ, key)
 		}
 	}
 	if err := t.Err(); err != nil {
@@ -623,14 +667,15 @@ func Digest(rows map[string]string) string {
 	return lanesString(lanes)
 }
 
-func addLanes(lanes [4]uint64, key, row string) [4]uint64 {
+func addLanes[K, R ~string | ~[]byte](lanes [4]uint64, key K, row R) [4]uint64 {
 	sum := rowHash(key, row)
 	return addHash(lanes, sum[:])
 }
 
 // rowHash is the SHA-256 of a (key, row): what Digest sums, and what the
-// PostgreSQL sets keep of a row instead of the row itself.
-func rowHash(key, row string) [sha256.Size]byte {
+// PostgreSQL sets keep of a row instead of the row itself; alike for the
+// same text as strings (the fold's) or bytes (a table's, rowscan.go).
+func rowHash[K, R ~string | ~[]byte](key K, row R) [sha256.Size]byte {
 	var buf [rowTextBytes]byte // the bytes hashed, on the stack unless longer
 	b := append(append(append(buf[:0], key...), 0), row...)
 	return sha256.Sum256(b)

@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"fmt"
 	"strconv"
 	"testing"
 )
@@ -17,28 +16,5 @@ func TestRowTextStrQuotesAsStrconv(t *testing.T) {
 		if got, want := string(newRowText(&buf).str(s).b), strconv.Quote(s); got != want {
 			t.Errorf("str(%q) = %s, want %s", s, got, want)
 		}
-	}
-}
-
-// TestInternedScansAsAString: interned reads a column's bytes as a string
-// does, one string per value up to internedMax, and refuses NULL.
-func TestInternedScansAsAString(t *testing.T) {
-	s := interned{names: map[string]string{}}
-	if err := s.ScanBytes(nil); err == nil {
-		t.Fatal("NULL scanned into a string")
-	}
-	for i := range 2 * internedMax {
-		want := fmt.Sprintf("v%d", i%(internedMax+10))
-		b := []byte(want)
-		if err := s.ScanBytes(b); err != nil || s.v != want {
-			t.Fatalf("%q scanned as %q, %v", want, s.v, err)
-		}
-		b[0] = 'x' // the driver reuses its buffer
-		if s.v != want {
-			t.Fatalf("%q changed with the driver's buffer: %q", want, s.v)
-		}
-	}
-	if len(s.names) != internedMax {
-		t.Fatalf("%d values kept, want the bound %d", len(s.names), internedMax)
 	}
 }

@@ -73,7 +73,7 @@ func appendEvents(b []byte, events []domain.EventRef) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"id":"`...)
-		b = appendUUID(b, e.ID)
+		b = AppendUUID(b, e.ID)
 		b = append(b, `","stream":`...)
 		b = domain.AppendJSONString(b, e.Stream)
 		b = append(b, `,"revision":`...)
@@ -169,8 +169,9 @@ func appendAccount(b []byte, a *domain.AccountView) []byte {
 	return append(b, '}')
 }
 
-// appendUUID appends id as its canonical text (what uuid.UUID.MarshalText writes).
-func appendUUID(b []byte, id uuid.UUID) []byte {
+// AppendUUID appends id as its canonical text (what uuid.UUID.MarshalText and
+// String write), without a string of it.
+func AppendUUID(b []byte, id uuid.UUID) []byte {
 	var buf [36]byte
 	hex.Encode(buf[0:8], id[0:4])
 	buf[8] = '-'
