@@ -460,15 +460,9 @@ func (t *tableRows) Err() error {
 
 func (t *tableRows) Close() { t.rows.Close() }
 
-// scan reads the row at the cursor into key and row, rendered as the fold
-// renders what it expects: the tables of a row per event from the driver's
-// bytes (rowscan.go), the accounts read model's through Scan (its columns'
-// list).
+// scan reads the row at the cursor into key and row, rendered from the
+// driver's bytes (rowscan.go) as the fold renders what it expects.
 func (t *tableRows) scan() error {
-	switch t.table {
-	case "accounts", "holds":
-		return t.scanColumns()
-	}
 	r := &t.raw
 	r.vals, r.err = t.rows.RawValues(), nil
 	if r.fields == nil {
@@ -478,6 +472,14 @@ func (t *tableRows) scan() error {
 		return fmt.Errorf("audit: %d values in a row of %d columns", len(r.vals), len(r.fields))
 	}
 	switch t.table {
+	case "accounts":
+		t.text = accountColumns.appendRaw(t.text[:0], r)
+		t.key, t.row = r.text(0), t.text
+	case "holds":
+		t.text = holdColumns.appendRaw(t.text[:0], r)
+		n := len(t.text)
+		t.text = append(append(append(t.text, r.text(0)...), '/'), r.text(1)...) // account/hold
+		t.key, t.row = t.text[n:], t.text[:n]
 	case "entries":
 		t.scanEntry(r)
 	case "balance_history":
@@ -520,34 +522,6 @@ func metadataOf(b []byte) (map[string]string, error) {
 	var m map[string]string
 	err := json.Unmarshal(b, &m)
 	return m, err
-}
-
-// scanColumns reads a row of the accounts read model's tables through
-// Scan, into their columns (accountColumns, holdColumns).
-func (t *tableRows) scanColumns() error {
-	var key, text string
-	switch t.table {
-	case "accounts":
-		var c accountCols
-		if err := t.rows.Scan(accountColumns.ptrs(&c)...); err != nil {
-			return err
-		}
-		var m map[string]string
-		if err := json.Unmarshal([]byte(c.metadata), &m); err != nil {
-			return err
-		}
-		c.metadata = metadataJSON(m)
-		key, text = c.id, row(accountColumns.values(&c)...)
-	case "holds":
-		var c holdCols
-		if err := t.rows.Scan(holdColumns.ptrs(&c)...); err != nil {
-			return err
-		}
-		key, text = c.account+"/"+c.id, row(holdColumns.values(&c)...)
-	}
-	t.text = append(append(t.text[:0], key...), text...)
-	t.key, t.row = t.text[:len(key)], t.text[len(key):]
-	return nil
 }
 
 // TableDiff is how a table differs from the fold.

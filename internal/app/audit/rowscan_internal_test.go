@@ -115,7 +115,7 @@ func rowscanPool(t *testing.T, url string, mode pgx.QueryExecMode) *pgxpool.Pool
 
 // scannedRow is the reference: a row of the table read through pgx's Scan
 // into Go values, rendered by the fold's functions.
-func scannedRow(table string, rows pgx.Rows) (key, row string, err error) {
+func scannedRow(table string, rows pgx.Rows) (key, rendered string, err error) {
 	switch table {
 	case "entries":
 		var id uuid.UUID
@@ -145,6 +145,21 @@ func scannedRow(table string, rows pgx.Rows) (key, row string, err error) {
 		var f transferFields[string]
 		err := rows.Scan(&f.id, &f.from, &f.to, &f.amount, &f.currency, &f.status, &f.refunded)
 		return f.id, string(f.appendRow(nil)), err
+	case "accounts":
+		var c accountCols
+		if err := rows.Scan(accountColumns.ptrs(&c)...); err != nil {
+			return "", "", err
+		}
+		var m map[string]string
+		if err := json.Unmarshal([]byte(c.metadata), &m); err != nil {
+			return "", "", err
+		}
+		c.metadata = metadataJSON(m)
+		return c.id, row(accountColumns.values(&c)...), nil
+	case "holds":
+		var c holdCols
+		err := rows.Scan(holdColumns.ptrs(&c)...)
+		return c.account + "/" + c.id, row(holdColumns.values(&c)...), err
 	}
 	return "", "", fmt.Errorf("no reference for %s", table)
 }
@@ -180,7 +195,7 @@ func TestTableRowsReadAsScan(t *testing.T) {
 	ctx := context.Background()
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol} {
 		pool := rowscanPool(t, url, mode)
-		for _, table := range []string{"entries", "balance_history", "commands", "transfers"} {
+		for _, table := range rowscanTables {
 			got, want, err := readBoth(ctx, pool, table)
 			if err != nil {
 				t.Fatalf("%s, %s: %v", mode, table, err)

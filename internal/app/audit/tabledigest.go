@@ -96,6 +96,36 @@ func (cs columns[C]) values(c *C) []any {
 	return out
 }
 
+// appendRaw appends to dst the text of the row at r, its columns selected
+// in cs's order (openTable), as row renders the columns' values (values):
+// text quoted, bigint in decimal, timestamptz or null, and a jsonb
+// column's text as metadataJSON renders the map it holds.
+func (cs columns[C]) appendRaw(dst []byte, r *rawRow) []byte {
+	var buf [rowTextBytes]byte
+	rt := newRowText(&buf)
+	for i, c := range cs {
+		switch {
+		case c.cast == "jsonb":
+			m, err := metadataOf(r.text(i))
+			if err != nil {
+				r.fail(i, err)
+			}
+			rt = rt.str(metadataJSON(m))
+		case c.typ == "text":
+			rt = quoted(rt, r.text(i))
+		case c.typ == "bigint":
+			rt = rt.num(r.int8(i))
+		default:
+			if at, ok := r.atOrNull(i); ok {
+				rt = rt.at(at)
+			} else {
+				rt = rt.atOrNull(nil)
+			}
+		}
+	}
+	return append(dst, rt.b...)
+}
+
 // arrays hands rows as the columns the digest unnests ($2...), an array a
 // column.
 func (cs columns[C]) arrays(rows []C) []any {
