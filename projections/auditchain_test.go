@@ -196,3 +196,35 @@ func TestAuditChainOnARootStoredBefore00030(t *testing.T) {
 		t.Fatalf("the save from the old root: depth %d, want a delta", depth)
 	}
 }
+
+// TestAuditChainGuardedReadsTheNewestRow: an account guarded in its root's
+// row and not in the delta's (its newest, trusted row) is not handed as
+// guarded, and never with the root's older row; one guarded only in the
+// delta is handed with the delta's row (review r465: a filter on any row of
+// the chain passed every other test).
+func TestAuditChainGuardedReadsTheNewestRow(t *testing.T) {
+	env := projtest.New(t)
+	ctx := context.Background()
+	g1 := chainRow("g", 1)
+	g1.Guarded = true
+	h1 := chainRow("h", 1)
+	m := chainModel{}
+	root := m.save(t, env, 0, g1, h1, chainRow("x", 1))
+	g2 := chainRow("g", 2) // capture done: no longer guarded
+	h2 := chainRow("h", 2)
+	h2.Guarded = true
+	delta := m.save(t, env, root, g2, h2)
+	got := map[string]projections.AuditAccount{}
+	if err := projections.Checkpoints.LoadAuditAccounts(ctx, env.Pool, delta, nil, true, func(a projections.AuditAccount) error {
+		got[a.AccountID] = a
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := got["g"]; ok {
+		t.Fatalf("g handed as guarded at next %d (its trusted row, the delta's, is at 2 and not guarded)", a.Next)
+	}
+	if got["h"].Next != 2 || len(got) != 1 {
+		t.Fatalf("guarded rows read %v, want h at 2 alone", got)
+	}
+}

@@ -401,7 +401,8 @@ var auditAccountColumns = []string{"checkpoint_id", "account_id", "next", "chain
 // AuditCheckpointsKept+1 roots' rows while a save runs (about 2 GB at
 // 1,000,000 accounts, 200 MB at 100,000) beside their deltas (bounded by
 // AuditChainMax and compaction): the last for the next --from, and two
-// before it should the last be refused.
+// before it should the last be refused (checkpoints of one chain share its
+// root and earlier deltas: a shared link refused refuses them all).
 const AuditCheckpointsKept = 3
 
 // AuditSave is what SaveAudit stores: the checkpoint, its accounts (Next
