@@ -335,6 +335,10 @@ type AuditCheckpoint struct {
 	Events   int64
 	State    []byte
 	Accounts int64 // its account rows (LoadAudit)
+	// Parent is the checkpoint a delta chains to (SaveAudit: 0 when it
+	// stored a root, every account's row: a full audit's, a compaction's,
+	// or one that keeps no record of snapshots).
+	Parent int64
 	// AccountsTable is the accounts read model's digest as the audit that
 	// stored it found the table (migration 00014; the audit computes it:
 	// internal/app/audit/tabledigest.go), a decimal integer.
@@ -483,6 +487,9 @@ func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
 		}
 	}
 	parentID, depth := parent.link(s)
+	if parentID != nil {
+		cp.Parent = *parentID
+	}
 	if err := tx.QueryRow(ctx, `INSERT INTO readmodel.audit_checkpoints (commit_position, prepare_position, events, state, state_digest, accounts_table_digest, active_holds_digest, snapshots_recorded, parent_id, depth)
 		VALUES ($1, $2, $3, $4::bytea, md5($4::bytea), $5::numeric, $6::numeric, true, $7, $8) RETURNING id`, pp.commit, pp.prepare, cp.Events, cp.State, cp.AccountsTable, cp.ActiveHolds, parentID, depth).Scan(&cp.ID); err != nil {
 		return err

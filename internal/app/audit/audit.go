@@ -100,6 +100,11 @@ type CheckpointRef struct {
 	// does not check again by design (TrustedFromCheckpoint), which a full
 	// audit checks.
 	Trusted []string `json:"trusted,omitempty"`
+	// Parent, of the checkpoint an audit stored: the checkpoint its delta
+	// chains to (migration 00030), absent when it stored a root of every
+	// account's row (a full audit's, or an incremental audit's compaction:
+	// projections.AuditChainMax).
+	Parent int64 `json:"parent,omitempty"`
 }
 
 // TrustedFromCheckpoint is what an incremental audit trusts of the ledger
@@ -411,7 +416,7 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 		save.Checkpoint.ActiveHolds = r.accountsTable.holds
 		saved, err := projections.Checkpoints.SaveAudit(ctx, opts.Sets, save)
 		if saved.ID != 0 { // stored, even should dropping the oldest have failed
-			rep.Checkpoint = &CheckpointRef{ID: saved.ID, Position: f.Last.String(), Events: f.Events, Digest: saved.Digest}
+			rep.Checkpoint = &CheckpointRef{ID: saved.ID, Position: f.Last.String(), Events: f.Events, Digest: saved.Digest, Parent: saved.Parent}
 		}
 		if err != nil {
 			return rep, err
@@ -1070,9 +1075,13 @@ func (r *Report) Write(w io.Writer) {
 	if r.EventsOut != nil {
 		r.EventsOut.write(w)
 	}
-	if r.Checkpoint != nil {
-		fmt.Fprintf(w, "Audit checkpoint %d stored at %s (%d events): ledger audit --from %d --expect-digest %s checks what comes after\n",
-			r.Checkpoint.ID, r.Checkpoint.Position, r.Checkpoint.Events, r.Checkpoint.ID, r.Checkpoint.Digest)
+	if c := r.Checkpoint; c != nil {
+		form := "a root: every account's row"
+		if c.Parent != 0 {
+			form = fmt.Sprintf("a delta of checkpoint %d: the rows of the accounts this audit read", c.Parent)
+		}
+		fmt.Fprintf(w, "Audit checkpoint %d stored at %s (%d events; %s): ledger audit --from %d --expect-digest %s checks what comes after\n",
+			c.ID, c.Position, c.Events, form, c.ID, c.Digest)
 	}
 	if r.NoCheckpoint != "" {
 		fmt.Fprintf(w, "No audit checkpoint stored: %s\n", r.NoCheckpoint)

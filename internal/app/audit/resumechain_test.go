@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/ledgerworks/ledger/eventstore"
@@ -82,6 +83,11 @@ func TestIncrementalAuditsInAChainAgreeWithFullOnes(t *testing.T) {
 		var depth int
 		if err := env.Pool.QueryRow(context.Background(), `SELECT depth FROM readmodel.audit_checkpoints WHERE id = $1`, inc.Checkpoint.ID).Scan(&depth); err != nil || depth != i+1 {
 			t.Fatalf("round %d: the incremental audit's checkpoint at depth %d (%v), want a delta at %d", i, depth, err, i+1)
+		}
+		var text strings.Builder
+		inc.Write(&text)
+		if delta := fmt.Sprintf("a delta of checkpoint %d:", from); inc.Checkpoint.Parent != from || full.Checkpoint.Parent != 0 || !strings.Contains(text.String(), delta) {
+			t.Fatalf("round %d: the checkpoints stored said parents %d and %d, want %d (a delta, %q in its report) and 0 (a root)", i, inc.Checkpoint.Parent, full.Checkpoint.Parent, from, delta)
 		}
 		sameRows(t, env, inc.Checkpoint.ID, full.Checkpoint.ID)
 		from = inc.Checkpoint.ID
