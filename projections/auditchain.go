@@ -40,12 +40,20 @@ func auditChainDigest(parent, own string) string {
 	return hex.EncodeToString(h[:])
 }
 
+// auditParentsSQL is the one rule of every walk up a chain: the recursive
+// step of a CTE named cte, selecting cols of the checkpoints p that are
+// parents of its rows. A parent is followed only to a lower ID (a child is
+// inserted after its parent), so an edited parent_id cannot make a walk
+// loop (TestAuditChainWalkStopsAtAHigherParent).
+func auditParentsSQL(cte, cols string) string {
+	return `SELECT ` + cols + ` FROM readmodel.audit_checkpoints p JOIN ` + cte + ` ch ON p.id = ch.parent_id AND p.id < ch.id`
+}
+
 // auditChainIDsSQL selects the IDs of checkpoint id's chain (id an SQL
-// expression): itself, its parent, ... its root. A parent is followed only
-// to a lower ID, so an edited parent_id cannot make it loop.
+// expression): itself, its parent, ... its root.
 func auditChainIDsSQL(id string) string {
 	return `WITH RECURSIVE chain AS (SELECT id, parent_id FROM readmodel.audit_checkpoints WHERE id = ` + id + `
-		UNION ALL SELECT p.id, p.parent_id FROM readmodel.audit_checkpoints p JOIN chain ch ON p.id = ch.parent_id AND p.id < ch.id)
+		UNION ALL ` + auditParentsSQL("chain", "p.id, p.parent_id") + `)
 		SELECT id FROM chain`
 }
 
@@ -162,8 +170,7 @@ type auditLink struct {
 func checkAuditChain(ctx context.Context, q RowsQuerier, id int64) (int64, string, error) {
 	rows, err := q.Query(ctx, `WITH RECURSIVE chain AS (
 			SELECT id, parent_id, depth, kind, rows_sha256, accounts_sha256, accounts FROM readmodel.audit_checkpoints WHERE id = $1
-			UNION ALL SELECT p.id, p.parent_id, p.depth, p.kind, p.rows_sha256, p.accounts_sha256, p.accounts
-			FROM readmodel.audit_checkpoints p JOIN chain ch ON p.id = ch.parent_id AND p.id < ch.id)
+			UNION ALL `+auditParentsSQL("chain", "p.id, p.parent_id, p.depth, p.kind, p.rows_sha256, p.accounts_sha256, p.accounts")+`)
 		SELECT ch.id, coalesce(ch.parent_id, 0), ch.depth, ch.kind, coalesce(ch.rows_sha256, ''), coalesce(ch.accounts_sha256, ''), ch.accounts, d.n, d.digest,
 			CASE WHEN ch.parent_id IS NULL THEN d.n ELSE `+auditAddedSQL("ch.id", "ARRAY(SELECT a.id FROM chain a WHERE a.id < ch.id)")+` END
 		FROM chain ch CROSS JOIN LATERAL (`+auditRowsDigestSQL("ch.id")+`) d ORDER BY ch.id`, id)

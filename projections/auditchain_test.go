@@ -228,3 +228,44 @@ func TestAuditChainGuardedReadsTheNewestRow(t *testing.T) {
 		t.Fatalf("guarded rows read %v, want h at 2 alone", got)
 	}
 }
+
+// TestAuditChainWalkStopsAtAHigherParent: a parent_id edited to a later
+// checkpoint (a cycle: root <- d1 <- d2 <- d3, d1's parent set to d3) does
+// not make a walk up the chain loop: the load refuses the chain, naming d1,
+// and the reads of its rows end at d1. Without the walk's rule (auditParentsSQL)
+// each statement runs until the statement_timeout cancels it.
+func TestAuditChainWalkStopsAtAHigherParent(t *testing.T) {
+	env := projtest.New(t)
+	ctx := context.Background()
+	m := chainModel{}
+	ids := []int64{m.save(t, env, 0, chainRow("a", 1), chainRow("b", 1), chainRow("c", 1), chainRow("d", 1))}
+	for i := range 3 {
+		ids = append(ids, m.save(t, env, ids[i], chainRow("a", uint64(i+2))))
+	}
+	if depth, _ := depthOf(t, env, ids[3]); depth != 3 {
+		t.Fatalf("d3 at depth %d, want 3", depth)
+	}
+	tx, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = '60s'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE readmodel.audit_checkpoints SET parent_id = $2 WHERE id = $1`, ids[1], ids[3]); err != nil {
+		t.Fatal(err)
+	}
+	_, err = projections.Checkpoints.LoadAudit(ctx, tx, ids[3])
+	if want := fmt.Sprintf("checkpoint %d names a parent %d", ids[1], ids[3]); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("the cycle's load: %v, want refused (%q)", err, want)
+	}
+	n := 0
+	err = projections.Checkpoints.LoadAuditAccounts(ctx, tx, ids[3], []string{"a", "b", "c", "d"}, true, func(projections.AuditAccount) error {
+		n++
+		return nil
+	})
+	if err != nil || n != 1 { // a, of the deltas: the walk ends at d1, short of the root
+		t.Fatalf("the cycle's rows: %d read (%v), want 1", n, err)
+	}
+}

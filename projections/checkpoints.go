@@ -461,9 +461,9 @@ func (Checkpointer) SaveAudit(ctx context.Context, db Beginner, s AuditSave) (Au
 
 // dropOldAuditSQL drops the checkpoints beyond the newest $1 that none of
 // those chains to.
-const dropOldAuditSQL = `WITH RECURSIVE kept AS (
+var dropOldAuditSQL = `WITH RECURSIVE kept AS (
 		(SELECT id, parent_id FROM readmodel.audit_checkpoints WHERE kind = 'checkpoint' ORDER BY id DESC LIMIT $1)
-		UNION SELECT p.id, p.parent_id FROM readmodel.audit_checkpoints p JOIN kept k ON p.id = k.parent_id AND p.id < k.id)
+		UNION ` + auditParentsSQL("kept", "p.id, p.parent_id") + `)
 	DELETE FROM readmodel.audit_checkpoints WHERE kind = 'checkpoint' AND id NOT IN (SELECT id FROM kept)`
 
 func saveAudit(ctx context.Context, tx pgx.Tx, s *AuditSave) error {
