@@ -197,6 +197,9 @@ func lastBalances(ctx context.Context, tx pgx.Tx, gen int, ids []string, memo *a
 	if len(ids) == 0 {
 		return lastRows{state: state, rev: last}, nil
 	}
+	if err := ensureReadBackKey(ctx, tx, gen, memo); err != nil {
+		return lastRows{}, err
+	}
 	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT a.id, h.revision, h.currency, h.balance, h.held, h.status
 		FROM unnest($1::text[]) AS a(id)
 		CROSS JOIN LATERAL (SELECT revision, currency, balance, held, status FROM %s
@@ -218,6 +221,25 @@ func lastBalances(ctx context.Context, tx pgx.Tx, gen int, ids []string, memo *a
 		return lastRows{}, fmt.Errorf("projections: balances: %w", err)
 	}
 	return lastRows{state: state, rev: last}, nil
+}
+
+// ensureReadBackKey builds, in tx, the key lastBalances reads by
+// (balance_history's primary key) when the memo's generation lacks it: a
+// rebuild loads a generation without it (migration 00031) while its
+// builder's memo holds every account; a resumed build, or one whose memo
+// reached its bound, builds it before its first read-back. Once per memo
+// (a batch that fails fails the rebuild, and its memo with it); a nil memo
+// (the live runner, the switch's catch-up) reads a generation whose key is
+// there.
+func ensureReadBackKey(ctx context.Context, tx pgx.Tx, gen int, memo *accountMemo) error {
+	if memo == nil || memo.keyed {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `SELECT readmodel.create_read_back_keys($1, $2)`, Balances, gen); err != nil {
+		return fmt.Errorf("projections: balances: the read-back key of generation %d: %w", gen, err)
+	}
+	memo.keyed = true
+	return nil
 }
 
 // lastRows are accounts' last balance-history rows: by account, its state

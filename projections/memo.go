@@ -27,7 +27,11 @@ type accountMemo struct {
 	// generation was created empty by this rebuild and m never reached its
 	// bound), so an account not in m has no row.
 	complete bool
-	m        map[string]memoRow
+	// keyed: the generation's read-back key is known to be there
+	// (ensureReadBackKey). A rebuild creates a generation without it
+	// (migration 00031): a complete memo reads nothing back.
+	keyed bool
+	m     map[string]memoRow
 	// names are the currencies and statuses the rows name, each once, and
 	// index their places in it: a row holds two small numbers, not two
 	// strings (and not the decoded events' strings, which it would keep).
