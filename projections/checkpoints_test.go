@@ -9,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 	"github.com/ledgerworks/ledger/projections"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
@@ -471,5 +474,38 @@ func TestAuditStopPoint(t *testing.T) {
 	}
 	if dropped, err := projections.Checkpoints.DropAuditStop(ctx, env.Pool, stop2.Checkpoint.ID); err != nil || dropped != "" {
 		t.Fatalf("a second drop: %q (%v)", dropped, err)
+	}
+}
+
+// TestAuditStopNames: the stop point names the sets it was stored with and
+// no others; a database before the checkpoints' table (not migrated) stores
+// no stop point, so it names none, without an error; any other error (a
+// cancelled context here) is one.
+func TestAuditStopNames(t *testing.T) {
+	ctx := context.Background()
+	bare, err := pgx.Connect(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bare.Close(ctx)
+	if named, err := projections.Checkpoints.AuditStopNames(ctx, bare, "audit_sets_0000000000000001"); named || err != nil {
+		t.Fatalf("a database not migrated: named %v (%v), want false and no error", named, err)
+	}
+	env := projtest.New(t)
+	const sets = "audit_sets_0000000000000001"
+	if _, _, err := projections.Checkpoints.SaveAuditStop(ctx, env.Pool, projections.AuditSave{
+		Checkpoint: projections.AuditCheckpoint{Position: eventstore.Position{Commit: 5, Prepare: 5}, Events: 5, State: []byte("stopped")},
+		Next:       accountsOf("a"), Rows: 1}, sets); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{sets: true, "audit_sets_0000000000000002": false} {
+		if named, err := projections.Checkpoints.AuditStopNames(ctx, env.Pool, name); named != want || err != nil {
+			t.Fatalf("the stop point of %s names %s: %v (%v), want %v", sets, name, named, err, want)
+		}
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := projections.Checkpoints.AuditStopNames(cancelled, env.Pool, sets); err == nil {
+		t.Fatal("a cancelled read: no error")
 	}
 }
