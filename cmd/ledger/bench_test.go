@@ -68,7 +68,9 @@ func TestBenchRefusesABadFlag(t *testing.T) {
 		{[]string{"--grace", "-1s"}, "--grace must not be negative"},
 		{[]string{"--batch-size", "1001"}, "batch size 1001 is over the protocol's 1000 commands"},
 		{[]string{"--history-memory-limit", "lots"}, "--history-memory-limit: "},
-		{[]string{"--systems", "none", "--many-accounts", "10"}, "--many-accounts asks for phases of a driven system, and --systems none drives none"},
+		{[]string{"--systems", "none", "--many-accounts", "10"}, "--many-accounts asks for phases of the ledger, and --systems none does not drive it"},
+		{[]string{"--systems", "baseline", "--many-accounts", "10"}, "--many-accounts asks for phases of the ledger, and --systems baseline does not drive it"},
+		{[]string{"--systems", "baseline,echo", "--many-accounts", "10"}, "--systems baseline,echo does not drive it"},
 		{[]string{"--systems", "none", "--jetstream-messages", "5"}, "--jetstream-messages asks for phases of a driven system, and --systems none drives none"},
 	} {
 		args := append([]string{"ledger", "bench"}, c.args...)
@@ -85,8 +87,10 @@ func TestBenchRefusesABadFlag(t *testing.T) {
 
 // TestBenchSystemsNoneLeavesTheDrivenPhasesOut: --systems none takes the
 // phases of a driven system (JetStream, many accounts) off by default,
-// where the other systems keep them, and takes them off when set to 0;
-// asked for, they are refused (TestBenchRefusesABadFlag).
+// where the other systems keep them, and takes them off when set to 0; a
+// run that does not drive the ledger (--systems baseline) takes its
+// many-accounts phases off; asked for, they are refused
+// (TestBenchRefusesABadFlag). --standby is taken by every run.
 func TestBenchSystemsNoneLeavesTheDrivenPhasesOut(t *testing.T) {
 	d := bench.Defaults()
 	for _, c := range []struct {
@@ -97,7 +101,9 @@ func TestBenchSystemsNoneLeavesTheDrivenPhasesOut(t *testing.T) {
 		{[]string{"--systems", "none", "--many-accounts", "0", "--jetstream-messages", "0"}, 0, 0},
 		{[]string{"--systems", "none", "--standby"}, 0, 0}, // the store a pair for the phases that run
 		{[]string{"--systems", "ledger"}, d.JetStreamMessages, d.ManyAccounts},
-		{[]string{"--systems", "baseline", "--many-accounts", "7"}, d.JetStreamMessages, 7},
+		{[]string{"--systems", "baseline"}, d.JetStreamMessages, 0},
+		{[]string{"--systems", "baseline", "--standby", "--many-accounts", "0"}, d.JetStreamMessages, 0}, // the baseline's commits wait for the standby
+		{[]string{"--systems", "ledger,baseline", "--many-accounts", "7"}, d.JetStreamMessages, 7},
 	} {
 		var cfg bench.Config
 		cmd := benchCommand()

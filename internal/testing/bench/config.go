@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -356,33 +357,57 @@ func (c Config) checkSystems() error {
 	return nil
 }
 
-// checkUndriven: --systems none drives no system, so it runs none of the
-// phases of one (the JetStream and many-accounts phases): asked for, they are
-// refused, not skipped. --standby is accepted: the private PostgreSQL is then
-// a primary and a synchronous standby for every phase that runs (the key
-// check, the projection, the history's seeding, rebuild and audit); only its
-// lone and pair load phases, a driven ledger's, do not run.
+// checkUndriven refuses, not skips, a flag that asks for phases the run
+// does not run (undriven), the one home of the rule; Undriven takes such
+// phases' defaults off. The JetStream phases are a driven system's (none
+// under --systems none); the many-accounts phases the ledger's alone (after
+// its other phases, in its event store: not the baseline's, nor echo's).
+// --standby is accepted whatever is driven: the private PostgreSQL is then
+// a primary and a synchronous standby for every phase that runs (the
+// baseline's commits wait for the standby as the ledger's do; the key
+// check, the projection, the history's seeding, rebuild and audit); only
+// the pair/lone alternation of the load phase is the ledger's, and does not
+// run without it.
 func (c Config) checkUndriven() error {
-	if !c.drivesNone() {
-		return nil
-	}
-	for _, p := range []struct {
-		asked bool
-		flag  string
-	}{{c.JetStreamMessages > 0, "--jetstream-messages"}, {c.ManyAccounts > 0, "--many-accounts"}} {
+	for _, p := range c.undriven() {
 		if p.asked {
-			return fmt.Errorf("bench: %s asks for phases of a driven system, and --systems none drives none: leave %s out or drive the ledger (--systems ledger)", p.flag, p.flag)
+			return fmt.Errorf("bench: %s asks for %s, and %s: leave %s out or %s", p.flag, p.phases, p.why, p.flag, p.fix)
 		}
 	}
 	return nil
 }
 
-// Undriven is c with the phases of a driven system off (the JetStream and
-// many-accounts phases) when it drives none (--systems none): its defaults
-// there. A flag set after it that asks for them is refused (Check).
+// undrivenFlag is a flag that asks for phases the run does not run: why
+// not, and how to have them run.
+type undrivenFlag struct {
+	asked                  bool
+	flag, phases, why, fix string
+}
+
+// undriven is the flags of the phases c does not run, each with whether c
+// asks for them.
+func (c Config) undriven() []undrivenFlag {
+	var fs []undrivenFlag
+	if c.drivesNone() {
+		fs = append(fs, undrivenFlag{c.JetStreamMessages > 0, "--jetstream-messages", "phases of a driven system", "--systems none drives none", "drive the ledger (--systems ledger)"})
+	}
+	if !c.drivesLedger() {
+		why := "--systems " + strings.Join(c.Systems, ",") + " does not drive it"
+		fs = append(fs, undrivenFlag{c.ManyAccounts > 0, "--many-accounts", "phases of the ledger", why, "drive the ledger (--systems ledger)"})
+	}
+	return fs
+}
+
+// Undriven is c with the phases it does not drive off (their defaults
+// there): the JetStream phases when it drives no system (--systems none),
+// the many-accounts phases when it does not drive the ledger. A flag set
+// after it that asks for them is refused (Check).
 func (c Config) Undriven() Config {
 	if c.drivesNone() {
-		c.JetStreamMessages, c.ManyAccounts = 0, 0
+		c.JetStreamMessages = 0
+	}
+	if !c.drivesLedger() {
+		c.ManyAccounts = 0
 	}
 	return c
 }
@@ -427,6 +452,9 @@ func (c Config) driven() []string {
 	}
 	return c.Systems
 }
+
+// drivesLedger reports whether c drives the ledger.
+func (c Config) drivesLedger() bool { return slices.Contains(c.driven(), SystemLedger) }
 
 // drivesNone reports whether c's systems are SystemNone alone.
 func (c Config) drivesNone() bool { return len(c.Systems) == 1 && c.Systems[0] == SystemNone }
