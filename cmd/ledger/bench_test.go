@@ -72,6 +72,11 @@ func TestBenchRefusesABadFlag(t *testing.T) {
 		{[]string{"--systems", "baseline", "--many-accounts", "10"}, "--many-accounts asks for phases of the ledger, and --systems baseline does not drive it"},
 		{[]string{"--systems", "baseline,echo", "--many-accounts", "10"}, "--systems baseline,echo does not drive it"},
 		{[]string{"--systems", "none", "--jetstream-messages", "5"}, "--jetstream-messages asks for phases of a driven system, and --systems none drives none"},
+		{[]string{"--systems", "none", "--many-cold"}, "--many-cold asks for a change of the many-accounts phases, and they do not run"},
+		{[]string{"--systems", "none", "--many-unsettled"}, "--many-unsettled asks for a change of the many-accounts phases, and they do not run"},
+		{[]string{"--systems", "baseline", "--many-cold"}, "--many-cold asks for a change of the many-accounts phases"},
+		{[]string{"--systems", "ledger", "--many-accounts", "0", "--many-unsettled"}, "--many-unsettled asks for a change of the many-accounts phases"},
+		{[]string{"--quick", "--many-cold"}, "--many-cold asks for a change of the many-accounts phases"},
 	} {
 		args := append([]string{"ledger", "bench"}, c.args...)
 		var out bytes.Buffer
@@ -103,7 +108,7 @@ func TestBenchSystemsNoneLeavesTheDrivenPhasesOut(t *testing.T) {
 		{[]string{"--systems", "ledger"}, d.JetStreamMessages, d.ManyAccounts},
 		{[]string{"--systems", "baseline"}, d.JetStreamMessages, 0},
 		{[]string{"--systems", "baseline", "--standby", "--many-accounts", "0"}, d.JetStreamMessages, 0}, // the baseline's commits wait for the standby
-		{[]string{"--systems", "ledger,baseline", "--many-accounts", "7"}, d.JetStreamMessages, 7},
+		{[]string{"--systems", "ledger,baseline", "--many-accounts", "7", "--many-cold", "--many-unsettled"}, d.JetStreamMessages, 7},
 	} {
 		var cfg bench.Config
 		cmd := benchCommand()

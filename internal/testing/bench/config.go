@@ -361,7 +361,10 @@ func (c Config) checkSystems() error {
 // does not run (undriven), the one home of the rule; Undriven takes such
 // phases' defaults off. The JetStream phases are a driven system's (none
 // under --systems none); the many-accounts phases the ledger's alone (after
-// its other phases, in its event store: not the baseline's, nor echo's).
+// its other phases, in its event store: not the baseline's, nor echo's);
+// --many-cold and --many-unsettled change the many-accounts phases, so they
+// are refused where those do not run (--many-accounts 0, --quick's default,
+// or the ledger not driven: --systems baseline, none).
 // --standby is accepted whatever is driven: the private PostgreSQL is then
 // a primary and a synchronous standby for every phase that runs (the
 // baseline's commits wait for the standby as the ledger's do; the key
@@ -394,6 +397,15 @@ func (c Config) undriven() []undrivenFlag {
 	if !c.drivesLedger() {
 		why := "--systems " + strings.Join(c.Systems, ",") + " does not drive it"
 		fs = append(fs, undrivenFlag{c.ManyAccounts > 0, "--many-accounts", "phases of the ledger", why, "drive the ledger (--systems ledger)"})
+	}
+	if c.ManyAccounts <= 0 || !c.drivesLedger() {
+		const why = "they do not run (--many-accounts 0, or the ledger not driven)"
+		for _, f := range []struct {
+			asked bool
+			flag  string
+		}{{c.ManyCold, "--many-cold"}, {c.ManyUnsettled, "--many-unsettled"}} {
+			fs = append(fs, undrivenFlag{f.asked, f.flag, "a change of the many-accounts phases", why, "run them (--systems ledger --many-accounts N)"})
+		}
 	}
 	return fs
 }
