@@ -76,6 +76,15 @@ DO $do$
 DECLARE
     c record;
 BEGIN
+    -- A rebuild holds projections.rebuildLockID (0x6c6564676572) from before it
+    -- creates its generations to its end. Rolled back beside it, a generation
+    -- created in a transaction this one cannot see would be left without the
+    -- key, and the rebuild's later read-back would call the function dropped
+    -- below: refuse instead, holding the lock to the commit.
+    IF NOT pg_try_advisory_xact_lock(x'6c6564676572'::bigint) THEN
+        RAISE EXCEPTION 'migration 00031 down: a rebuild is running (projector status); roll back when it has ended'
+            USING ERRCODE = 'lock_not_available';
+    END IF;
     FOR c IN SELECT p.name, p.generation FROM readmodel.checkpoints p
         WHERE EXISTS (SELECT 1 FROM readmodel.read_back_keys(p.name, p.generation) k
             WHERE to_regclass(format('readmodel.%I', k.tbl)) IS NOT NULL) LOOP

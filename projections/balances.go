@@ -21,8 +21,12 @@ import (
 // Events state the balance or the held amount they leave (balance_after,
 // held_after); the others leave both as they were (NextBalance, which the
 // commands projection folds with too), so a batch starts from each account's last
-// row and folds forward. Rows are inserted ON CONFLICT DO NOTHING:
-// applying a batch again changes nothing.
+// row and folds forward. The live projector inserts rows ON CONFLICT DO
+// NOTHING: applying a batch again changes nothing. A rebuild's load copies
+// them into a generation without its unique keys (migrations 00019, 00031),
+// each batch once, in the transaction of its checkpoint, and builds the keys
+// after the load: a row loaded twice fails the build and the generation is
+// refused.
 type balancesProjection struct{}
 
 func (balancesProjection) Name() string { return Balances }

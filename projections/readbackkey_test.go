@@ -2,9 +2,11 @@ package projections_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
+	"github.com/ledgerworks/ledger/migrations"
 	"github.com/ledgerworks/ledger/projections"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
@@ -106,4 +108,47 @@ func keyedAt(keyed []bool) int {
 		}
 	}
 	return at
+}
+
+// TestRollbackOf00031RefusedBesideARebuild: migration 00031's rollback drops
+// the function a builder past its memo calls before its first read-back, and
+// builds the key only on the generations it can see; beside a rebuild (which
+// holds the rebuild lock from before it creates its generations) it refuses,
+// the database staying at 00031, and the rebuild, its memo bound crossed
+// after the refusal, builds its key and switches.
+func TestRollbackOf00031RefusedBesideARebuild(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 300, Seed: 33})
+	devtest.CatchUp(t, newRunner(t, env, projections.Options{}))
+	var accounts int
+	if err := env.Pool.QueryRow(context.Background(), `SELECT count(DISTINCT account_id) FROM readmodel.balance_history`).Scan(&accounts); err != nil {
+		t.Fatal(err)
+	}
+	defer projections.SetMemoAccountsLimit(accounts - 1)()
+	var downErr error
+	batches := 0
+	results, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 5, AfterBatch: func(ctx context.Context, _ map[string]int) error {
+		if batches++; batches == 1 {
+			_, downErr = migrations.DownTo(ctx, env.URL, 30)
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatalf("the rebuild beside 00031's rollback: %v", err)
+	}
+	if downErr == nil || !strings.Contains(downErr.Error(), "a rebuild is running") {
+		t.Fatalf("00031's rollback beside a rebuild: got %v, want its refusal", downErr)
+	}
+	var version int64
+	if err := env.Pool.QueryRow(context.Background(), `SELECT max(version_id) FROM goose_db_version`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if version < 31 {
+		t.Fatalf("after the refused rollback the database is at %d, want 31 or later", version)
+	}
+	for _, r := range results {
+		if r.Projection == projections.Balances && !balanceKey(t, env, r.Generation) {
+			t.Fatalf("the switched balance history (generation %d) has no primary key", r.Generation)
+		}
+	}
 }

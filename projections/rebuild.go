@@ -416,7 +416,7 @@ func (r *rebuildRun) verifyAndSwitch(ctx context.Context, slots []*slot) ([]Rebu
 // indexAndVerify builds the loaded generations' indexes (createIndexes) while
 // opts.Check verifies them, and returns one refusal per slot (nil: switch
 // it). A generation is refused when its indexes fail to build (a unique one
-// on a row loaded twice, migration 00019) or the check finds it differs from
+// on a row loaded twice, migrations 00019 and 00031) or the check finds it differs from
 // the store; both verdicts are kept. The check reads every row of each table
 // and needs none of the indexes; the two overlap, the index builds being
 // PostgreSQL's work and the check's mostly the fold's. Stopped (ctx ended),
@@ -480,7 +480,7 @@ func noVerdict(errs []error) error {
 }
 
 // createIndexes builds the indexes of the loaded generations that their load
-// did without (migrations 00009 and 00019: the secondary ones, and the unique
+// did without (migrations 00009, 00019 and 00031: the secondary ones, and the unique
 // ones no write of the load needs), one projection's on a connection each at
 // once: one pass over the rows each, rather than one insertion per row during
 // the load. It returns each slot's error (nil: built).
