@@ -55,14 +55,20 @@ type memoRow struct {
 
 // memoAccountsLimit bounds the accounts an accountMemo holds (measured with
 // the map's share: 21.6 MB for the two memos, balance history's and the
-// commands', over 200,000 accounts each, about 54 bytes an account; 9.0 MB
-// for both at this bound, about 90).
+// commands', over 200,000 accounts each, about 54 bytes an account and memo;
+// about 13 MB for both at this bound).
 // Where the rebuild's heap is at the read tools' memory limit every byte
 // kept costs the collector, which outweighed what a memo of every account
-// saves PostgreSQL: over 200,000 accounts the bound of 50,000 took 0.92x
-// the CPU of one of 200,000 (BENCHMARKS.md, "Issue 23: the rebuild's own
-// live heap"). A variable for the tests of a rebuild past it.
-var memoAccountsLimit = 50_000
+// saved PostgreSQL while the balance history's key was kept during the load:
+// over 200,000 accounts a bound of 50,000 took 0.92x the CPU of one of
+// 200,000 (BENCHMARKS.md, "Issue 23: the rebuild's own live heap"). Since
+// 00031 a balances memo that holds every account also spares PostgreSQL that
+// key during the load (built after it: one sort): over 100,000 accounts (the
+// lead's shape) a bound of 120,000 took 0.90x and 0.86x of PostgreSQL's CPU
+// of the bound of 50,000 with the key kept (0.96x of it the key's), the
+// process's and the peak RSS the same (BENCHMARKS.md, "Issue 23, histpk").
+// A variable for the tests of a rebuild past it.
+var memoAccountsLimit = 120_000
 
 // memoNamesLimit bounds a memo's names (the most a uint16 indexes): an
 // account whose currency or status would be past it is not remembered.
