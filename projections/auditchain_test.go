@@ -269,3 +269,33 @@ func TestAuditChainWalkStopsAtAHigherParent(t *testing.T) {
 		t.Fatalf("the cycle's rows: %d read (%v), want 1", n, err)
 	}
 }
+
+// TestAuditChainWalkStopsAtItself: a parent_id edited to the checkpoint's own
+// ID (root <- d1 <- d2, d1's parent set to d1) is refused, naming d1, not
+// walked again: the one edit that tells the walk's rule (auditParentsSQL, a
+// parent followed only to a lower ID) from a parent followed to a lower or
+// equal one, which loops until the statement_timeout cancels it.
+func TestAuditChainWalkStopsAtItself(t *testing.T) {
+	env := projtest.New(t)
+	ctx := context.Background()
+	m := chainModel{}
+	ids := []int64{m.save(t, env, 0, chainRow("a", 1), chainRow("b", 1))}
+	for i := range 2 {
+		ids = append(ids, m.save(t, env, ids[i], chainRow("a", uint64(i+2))))
+	}
+	tx, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = '10s'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE readmodel.audit_checkpoints SET parent_id = id WHERE id = $1`, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	_, err = projections.Checkpoints.LoadAudit(ctx, tx, ids[2])
+	if want := fmt.Sprintf("checkpoint %d names a parent %d", ids[1], ids[1]); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("the self-parent's load: %v, want refused (%q)", err, want)
+	}
+}
