@@ -223,6 +223,11 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 		return nil, err
 	}
 	defer stop()
+	stopUntouched, err := r.readUntouched(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stopUntouched()
 	expected, err := r.foldExpecting(ctx)
 	if err != nil && r.canStop(ctx, err) {
 		return r.saveStop(ctx)
@@ -259,6 +264,9 @@ type auditRun struct {
 	// actuals are the read models' hashed tables' digests, read while the
 	// fold runs (readActuals); nil when read after it.
 	actuals *actuals
+	// untouched are an incremental audit's reads over every account, made
+	// while the fold runs (readUntouched); nil otherwise.
+	untouched *sideReads
 	// accountsTable is what the accounts read model's comparison found.
 	accountsTable accountsTable
 }
@@ -435,6 +443,10 @@ func (r *auditRun) compareReadModels(ctx context.Context, rep *Report, expected 
 		return err
 	}
 	defer side.stop()
+	touched := map[string]bool{} // the accounts an incremental audit read, by the end
+	for _, id := range f.resumedKeys("accounts") {
+		touched[id] = true
+	}
 	for i, l := range r.lives {
 		if expected[i].behind {
 			rep.ReadModels = append(rep.ReadModels, ReadModelCheck{Projection: l.name, Generation: l.gen, Position: l.pos.String(),
@@ -446,15 +458,12 @@ func (r *auditRun) compareReadModels(ctx context.Context, rep *Report, expected 
 			return err
 		}
 		if l.name == projections.Accounts && opts.Account == "" {
-			if r.accountsTable, err = f.checkAccountsTable(ctx, r.tx, l, expected[i].accounts); err != nil {
-				return err
-			}
-			if r.accountsTable.holds, err = f.checkHoldsTable(ctx, r.tx, l, expected[i].seq); err != nil {
+			if err := r.checkAccountsTables(ctx, l, expected[i]); err != nil {
 				return err
 			}
 		}
 		if expected[i].balances != nil {
-			if err := r.checkEffective(ctx, side, l, expected[i].balances); err != nil {
+			if err := r.checkEffective(ctx, side, l, expected[i].balances, touched); err != nil {
 				return err
 			}
 		}
@@ -463,28 +472,43 @@ func (r *auditRun) compareReadModels(ctx context.Context, rep *Report, expected 
 	return nil
 }
 
+// checkAccountsTables compares the accounts read model l's two tables
+// compared whole (tabledigest.go, holdsdigest.go), with their digests read
+// beside the fold when they were (readUntouched).
+func (r *auditRun) checkAccountsTables(ctx context.Context, l liveGen, expected expectation) error {
+	f := r.f
+	whole, err := r.wholeOf("digest", l)
+	if err == nil {
+		r.accountsTable, err = f.checkAccountsTable(ctx, r.tx, l, expected.accounts, whole)
+	}
+	if err == nil {
+		whole, err = r.wholeOf("holds", l)
+	}
+	if err == nil {
+		r.accountsTable.holds, err = f.checkHoldsTable(ctx, r.tx, l, expected.seq, whole)
+	}
+	return err
+}
+
 // checkEffective checks invariant 9 of read model l: the balances by
-// effective time of the fold's accounts and, in an incremental audit of the
-// whole ledger, of those it did not read (the accounts it read by the end,
-// compared or not), as side made them or, without it, in turn.
-func (r *auditRun) checkEffective(ctx context.Context, side *sideReads, l liveGen, want map[string][2]int64) error {
+// effective time of the fold's accounts, as side made them or, without it,
+// in turn, and, in an incremental audit of the whole ledger, of those it did
+// not read (those not in touched: the accounts it read by the end, compared
+// or not), from what was read beside the fold (readUntouched).
+func (r *auditRun) checkEffective(ctx context.Context, side *sideReads, l liveGen, want map[string][2]int64, touched map[string]bool) error {
 	f, opts := r.f, r.opts
-	if ok, err := side.report(f, l, "effective"); ok {
-		if err != nil {
-			return err
-		}
-		_, err = side.report(f, l, "untouched")
+	found, ok, err := side.wait(sideName("effective", l))
+	if ok && err == nil {
+		f.reportEffective(l, found.([]effectiveFound), 0)
+	} else if !ok {
+		err = f.checkEffectiveBalances(ctx, r.tx, l, opts.Account, want)
+	}
+	if err != nil || f.resumed == nil || opts.Account != "" {
 		return err
 	}
-	if err := f.checkEffectiveBalances(ctx, r.tx, l, opts.Account, want); err != nil {
-		return err
-	}
-	if f.resumed != nil && opts.Account == "" {
-		found, unlisted, err := untouchedMismatches(ctx, r.tx, l, f.resumedKeys("accounts"), f.MaxViolations)
-		f.reportEffective(l, found, unlisted)
-		return err
-	}
-	return nil
+	untouched, unlisted, err := r.untouchedOf(l, touched)
+	f.reportEffective(l, untouched, unlisted)
+	return err
 }
 
 // notCheckpointable says why a clean audit stores no checkpoint ("": it
@@ -561,7 +585,7 @@ func (r *auditRun) foldExpecting(ctx context.Context) ([]expectation, error) {
 	f, lives, opts := r.f, r.lives, r.opts
 	expected := make([]expectation, len(lives))
 	for i, l := range r.lives {
-		expected[i].behind = f.from != nil && l.pos.Compare(f.from.Position) < 0
+		expected[i].behind = r.behind(l)
 	}
 	snapshot := func(next *eventstore.Position) {
 		for i, l := range r.lives {

@@ -79,7 +79,7 @@ type effectiveFound struct {
 // reportEffective names each account found (effectiveMismatch), in account
 // order, as the report lists accounts (found comes partly from the fold's
 // accounts, a map), and counts unlisted more found but not read (past
-// --max-violations: untouchedMismatches).
+// --max-violations: untouchedFound).
 func (f *Fold) reportEffective(l liveGen, found []effectiveFound, unlisted int) {
 	slices.SortFunc(found, func(a, b effectiveFound) int { return strings.Compare(a.id, b.id) })
 	for _, m := range found {
@@ -149,62 +149,80 @@ func (f *Fold) effectiveMismatch(l liveGen, id, got string, want [2]int64, known
 // statement a history table answers it: a loose scan of the table's key
 // backwards takes each account's last row (one index descent an account,
 // touched or not: its cost grows with the accounts, not the events), joined
-// whole with the accounts read model. The rows before the checkpoint are
+// whole with the accounts read model. It lists every account that breaks
+// the rule, touched or not, so that it needs nothing of the fold and runs
+// while the fold runs (untouched.go); the accounts the fold read are left
+// out after it (untouchedFound). The rows before the checkpoint are
 // trusted, as an incremental audit trusts them for every account.
 
 // untouchedEffectiveSQL lists, for the history table %[1]s and the accounts
-// table %[2]s, up to $2 accounts not in $1 whose last row (%[3]s: its
-// balance and held amount, or zeros; %[4]s: whether it breaks the rule
-// above against the account's row) breaks it, and those of %[1]s without an
-// accounts row, the first in account order (byte order, as reportEffective
-// lists them, so that which are listed past --max-violations is the same in
-// every run): their ID, the last row's revision, balance and held amount
-// (-1, 0, 0 without one), and the account's revision, balance and held
-// amount (-1, 0, 0 without a row).
+// table %[2]s, the accounts whose last row (%[3]s: its balance and held
+// amount, or zeros; %[4]s: whether it breaks the rule above against the
+// account's row) breaks it, and those of %[1]s without an accounts row, in
+// account order (byte order, as reportEffective lists them, so that which
+// are listed past --max-violations is the same in every run): their ID, the
+// last row's revision, balance and held amount (-1, 0, 0 without one), and
+// the account's revision, balance and held amount (-1, 0, 0 without a row).
 const untouchedEffectiveSQL = `WITH RECURSIVE l AS (
 	(SELECT account_id, revision, %[3]s FROM %[1]s ORDER BY account_id DESC, revision DESC LIMIT 1)
 	UNION ALL
 	SELECT n.* FROM l CROSS JOIN LATERAL (SELECT h.account_id, h.revision, %[3]s FROM %[1]s h
 		WHERE h.account_id < l.account_id ORDER BY h.account_id DESC, h.revision DESC LIMIT 1) n)
 SELECT coalesce(a.account_id, l.account_id), coalesce(l.revision, -1), coalesce(l.balance, 0), coalesce(l.held, 0),
-	coalesce(a.revision, -1), coalesce(a.balance, 0), coalesce(a.held, 0), count(*) OVER ()
+	coalesce(a.revision, -1), coalesce(a.balance, 0), coalesce(a.held, 0)
 FROM l FULL JOIN %[2]s a ON a.account_id = l.account_id
-	LEFT JOIN unnest($1::text[]) t(id) ON t.id = coalesce(a.account_id, l.account_id)
-WHERE t.id IS NULL AND (a.account_id IS NULL OR l.revision > a.revision OR %[4]s)
-ORDER BY coalesce(a.account_id, l.account_id) COLLATE "C"
-LIMIT $2`
+WHERE a.account_id IS NULL OR l.revision > a.revision OR %[4]s
+ORDER BY coalesce(a.account_id, l.account_id) COLLATE "C"`
 
-// untouchedMismatches checks invariant 9 for the accounts an incremental
-// audit did not read (touched: those it read), for read model l (the balance
-// history or the statement), and returns what it finds (the first limit in
-// account order) and how many more it found (counted, not listed: the
-// report counts every violation), read in q: it changes nothing of the fold,
-// so it may run beside the comparisons (sideReads).
-func untouchedMismatches(ctx context.Context, q projections.Querier, l liveGen, touched []string, limit int) ([]effectiveFound, int, error) {
+// untouchedBroken lists, in account order, every account whose rows of
+// read model l (the balance history or the statement) break invariant 9's
+// rule for an account no event after the checkpoint touched, read in q. It
+// changes nothing of the fold and needs nothing of it, so it runs while the
+// fold runs (untouched.go); untouchedFound keeps the accounts not touched.
+// What it lists grows with the accounts found, never with the events.
+func untouchedBroken(ctx context.Context, q projections.Querier, l liveGen) ([]effectiveFound, error) {
 	cols, broken := "balance, held", "l.revision IS NULL OR l.balance <> a.balance OR l.held <> a.held"
 	table := projections.View("balance_history")
 	if l.name == projections.Entries {
 		cols, broken, table = "0::bigint AS balance, 0::bigint AS held", "false", projections.View("entries")
 	}
 	sql := fmt.Sprintf(untouchedEffectiveSQL, table, projections.View("accounts"), cols, broken)
-	rows, err := q.Query(ctx, sql, touched, limit)
+	rows, err := q.Query(ctx, sql)
 	if err != nil {
-		return nil, 0, fmt.Errorf("audit: %s of the accounts not touched: %w", l.name, err)
+		return nil, fmt.Errorf("audit: %s of the accounts not touched: %w", l.name, err)
 	}
 	var (
 		found             []effectiveFound
 		id                string
 		rev, bal, held    int64
 		aRev, aBal, aHeld int64
-		all               int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &rev, &bal, &held, &aRev, &aBal, &aHeld, &all}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &rev, &bal, &held, &aRev, &aBal, &aHeld}, func() error {
 		got := fmt.Sprintf("its last row at revision %d (balance %d held %d), the account's row at revision %d", rev, bal, held, aRev)
 		found = append(found, effectiveFound{id, got, [2]int64{aBal, aHeld}, aRev >= 0})
 		return nil
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("audit: %s of the accounts not touched: %w", l.name, err)
+		return nil, fmt.Errorf("audit: %s of the accounts not touched: %w", l.name, err)
 	}
-	return found, int(all) - len(found), nil
+	return found, nil
+}
+
+// untouchedFound keeps, of broken (untouchedBroken's, in account order), the
+// accounts not touched (those an incremental audit did not read): the first
+// limit, and how many more (counted, not listed: the report counts every
+// violation).
+func untouchedFound(broken []effectiveFound, touched func(id string) bool, limit int) ([]effectiveFound, int) {
+	var found []effectiveFound
+	unlisted := 0
+	for _, b := range broken {
+		switch {
+		case touched(b.id):
+		case len(found) < limit:
+			found = append(found, b)
+		default:
+			unlisted++
+		}
+	}
+	return found, unlisted
 }

@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -83,8 +84,9 @@ func (r *resumedAccounts) noteOldHolds(a *domain.Account) {
 // snapshot tx and, in an incremental audit, compares the rows of those its
 // events did not touch (up to seq, l's checkpoint) with the checkpoint's
 // digest less the touched holds' checkpoint rows. It returns the active
-// holds' digest.
-func (f *Fold) checkHoldsTable(ctx context.Context, tx pgx.Tx, l liveGen, seq int64) (string, error) {
+// holds' digest. whole is that digest when it was read beside the fold
+// (untouched.go; "": it is summed here).
+func (f *Fold) checkHoldsTable(ctx context.Context, tx pgx.Tx, l liveGen, seq int64, whole string) (string, error) {
 	var touched []string
 	var old []holdCols
 	if r := f.resumed; r != nil {
@@ -102,10 +104,26 @@ func (f *Fold) checkHoldsTable(ctx context.Context, tx pgx.Tx, l liveGen, seq in
 			}
 		}
 	}
-	d, err := sumTable(ctx, tx, "holds", holdsSQLs, touched, holdColumns.arrays(old))
+	d, err := sumTable(ctx, tx, "holds", holdsSQLs, tableSum{touched: touched, accounts: holdKeyAccounts(touched), old: holdColumns.arrays(old), whole: whole})
 	if err != nil || f.from == nil {
 		return d.whole, err
 	}
 	d.checkpoint, d.touched = f.from.ActiveHolds, len(old)
 	return d.whole, f.compareTableDigest(ctx, tx, l, d)
+}
+
+// holdKeyAccounts are the accounts the holds keyed keys (account/hold) may
+// be of: each key's text before each of its slashes (an account's ID may
+// hold one), so that the holds of the keys are found by their account.
+func holdKeyAccounts(keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		for i := range len(k) {
+			if k[i] == '/' {
+				out = append(out, k[:i])
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

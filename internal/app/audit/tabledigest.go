@@ -161,6 +161,11 @@ type tableSQL struct {
 	selects string
 	// tableDigest sums the table's row hashes (compareTable).
 	tableDigest string
+	// wholeDigest sums the hashes of the rows compared whole, all of them;
+	// touchedDigest, given that sum ($2), subtracts from it those of the
+	// rows of the keys $1 (found by their account_id, $3: each key's
+	// account) and sums the rows $4... (untouched.go).
+	wholeDigest, touchedDigest string
 }
 
 // sql derives from the columns those openTable selects, the hash of a row's
@@ -171,10 +176,11 @@ type tableSQL struct {
 // view; where: which rows, over the table's alias a) apart from the rows of
 // the keys $1 (key: a row's key, over a; the sum of all of them, of the
 // others), and of the rows $2... (the touched rows as the checkpoint had
-// them, a column each), each sum a decimal integer.
+// them, a column each), each sum a decimal integer; and the two statements
+// that make that sum in two (tableSQL's wholeDigest and touchedDigest).
 func (cs columns[C]) sql(key, where string) tableSQL {
-	var sel, names, hashed, arrays, back []string
-	for i, c := range cs {
+	var sel, names, hashed, back []string
+	for _, c := range cs {
 		name := c.name
 		if c.cast != "" {
 			name = c.name + "::" + c.typ
@@ -184,7 +190,6 @@ func (cs columns[C]) sql(key, where string) tableSQL {
 			h = fmt.Sprintf(c.hash, c.name)
 		}
 		sel, names, hashed = append(sel, name), append(names, c.name), append(hashed, h)
-		arrays = append(arrays, fmt.Sprintf("$%d::%s[]", i+2, c.typ))
 		if c.cast != "" {
 			back = append(back, c.name+"::"+c.cast+" AS "+c.name)
 		} else {
@@ -192,11 +197,23 @@ func (cs columns[C]) sql(key, where string) tableSQL {
 		}
 	}
 	hash := `('x' || substr(md5(ROW(` + strings.Join(hashed, ", ") + `)::text), 1, 16))::bit(64)::bigint`
-	digest := `SELECT coalesce(sum(h), 0)::text, coalesce(sum(h) FILTER (WHERE t.k IS NULL), 0)::text,
-	(SELECT coalesce(sum(` + hash + `), 0) FROM (SELECT ` + strings.Join(back, ", ") + `
-		FROM unnest(` + strings.Join(arrays, ", ") + `) AS o(` + strings.Join(names, ", ") + `)) o)::text
-FROM (SELECT ` + key + ` AS k, ` + hash + ` AS h FROM %s a WHERE ` + where + `) a LEFT JOIN unnest($1::text[]) t(k) ON t.k = a.k`
-	return tableSQL{selects: strings.Join(sel, ", "), tableDigest: digest}
+	old := func(first int) string { // the sum of the rows unnested from $first...
+		arrays := make([]string, len(cs))
+		for i, c := range cs {
+			arrays[i] = fmt.Sprintf("$%d::%s[]", i+first, c.typ)
+		}
+		return `(SELECT coalesce(sum(` + hash + `), 0) FROM (SELECT ` + strings.Join(back, ", ") + `
+		FROM unnest(` + strings.Join(arrays, ", ") + `) AS o(` + strings.Join(names, ", ") + `)) o)::text`
+	}
+	return tableSQL{
+		selects: strings.Join(sel, ", "),
+		tableDigest: `SELECT coalesce(sum(h), 0)::text, coalesce(sum(h) FILTER (WHERE t.k IS NULL), 0)::text,
+	` + old(2) + `
+FROM (SELECT ` + key + ` AS k, ` + hash + ` AS h FROM %s a WHERE ` + where + `) a LEFT JOIN unnest($1::text[]) t(k) ON t.k = a.k`,
+		wholeDigest: `SELECT coalesce(sum(` + hash + `), 0)::text FROM %s a WHERE ` + where,
+		touchedDigest: `SELECT ($2::numeric - coalesce(sum(` + hash + `), 0))::text, ` + old(4) + `
+FROM %s a WHERE ` + where + ` AND a.account_id = ANY($3::text[]) AND ` + key + ` = ANY($1::text[])`,
+	}
 }
 
 // accountsTable is what checkAccountsTable and checkHoldsTable found: the
@@ -206,8 +223,10 @@ type accountsTable struct{ digest, holds string }
 // checkAccountsTable sums the accounts read model l's rows in the snapshot
 // tx and, in an incremental audit, compares those of the accounts not in
 // touched (the accounts the fold had read as of l's checkpoint, compared row
-// by row) with the checkpoint's digest less their checkpoint rows.
-func (f *Fold) checkAccountsTable(ctx context.Context, tx pgx.Tx, l liveGen, touched []string) (accountsTable, error) {
+// by row) with the checkpoint's digest less their checkpoint rows. whole is
+// the table's digest when it was read beside the fold (untouched.go; "": it
+// is summed here).
+func (f *Fold) checkAccountsTable(ctx context.Context, tx pgx.Tx, l liveGen, touched []string, whole string) (accountsTable, error) {
 	var old []accountCols
 	if r := f.resumed; r != nil {
 		for _, id := range touched {
@@ -216,7 +235,7 @@ func (f *Fold) checkAccountsTable(ctx context.Context, tx pgx.Tx, l liveGen, tou
 			}
 		}
 	}
-	d, err := sumTable(ctx, tx, "accounts", accountsSQLs, touched, accountColumns.arrays(old))
+	d, err := sumTable(ctx, tx, "accounts", accountsSQLs, tableSum{touched: touched, accounts: touched, old: accountColumns.arrays(old), whole: whole})
 	if err != nil || f.from == nil {
 		return accountsTable{digest: d.whole}, err
 	}
@@ -224,13 +243,31 @@ func (f *Fold) checkAccountsTable(ctx context.Context, tx pgx.Tx, l liveGen, tou
 	return accountsTable{digest: d.whole}, f.compareTableDigest(ctx, tx, l, d)
 }
 
+// tableSum is what sumTable sums of a table: the keys of the rows touched
+// (and the accounts they are of), the touched rows as the checkpoint had
+// them (as columns), and the whole table's digest when it was read beside
+// the fold ("": not read).
+type tableSum struct {
+	touched, accounts []string
+	old               []any
+	whole             string
+}
+
 // sumTable sums, in the snapshot tx, the hashes of the live table's rows
-// (sqls: its columns'), those of the rows whose keys are not in touched, and
-// those of old (the touched rows as the checkpoint had them, as columns).
-func sumTable(ctx context.Context, tx pgx.Tx, table string, sqls tableSQL, touched []string, old []any) (tableDigest, error) {
-	d := tableDigest{table: table}
-	sql := fmt.Sprintf(sqls.tableDigest, projections.View(table))
-	if err := tx.QueryRow(ctx, sql, append([]any{touched}, old...)...).Scan(&d.whole, &d.untouched, &d.old); err != nil {
+// (sqls: its columns'; or takes s.whole, read beside the fold), those of
+// the rows whose keys are not in s.touched (the whole less the touched
+// rows', read by their accounts' index), and those of s.old.
+func sumTable(ctx context.Context, tx pgx.Tx, table string, sqls tableSQL, s tableSum) (tableDigest, error) {
+	d := tableDigest{table: table, whole: s.whole}
+	var err error
+	if s.whole == "" {
+		sql := fmt.Sprintf(sqls.tableDigest, projections.View(table))
+		err = tx.QueryRow(ctx, sql, append([]any{s.touched}, s.old...)...).Scan(&d.whole, &d.untouched, &d.old)
+	} else {
+		sql := fmt.Sprintf(sqls.touchedDigest, projections.View(table))
+		err = tx.QueryRow(ctx, sql, append([]any{s.touched, s.whole, s.accounts}, s.old...)...).Scan(&d.untouched, &d.old)
+	}
+	if err != nil {
 		return d, fmt.Errorf("audit: %s table digest: %w", table, err)
 	}
 	return d, nil

@@ -15,13 +15,16 @@ import (
 // BenchmarkAccountsTableDigest: what the incremental audit's whole-table
 // checks cost at LEDGER_BENCH_ACCOUNTS accounts (default 100,000; one
 // balance-history row and one entry each, 1% of them touched): the accounts
-// table's digest (checkAccountsTable's statement) and invariant 9 of the
-// untouched accounts (untouchedMismatches', balance history and
-// statement), and the holds table's digest (checkHoldsTable's statement,
+// table's digest (checkAccountsTable's statement in one, and in the two
+// an incremental audit makes: the whole beside the fold, the touched rows
+// after it, untouched.go) and invariant 9 of the untouched accounts
+// (untouchedBroken's, balance history and statement), and the holds
+// table's digest (checkHoldsTable's statements likewise,
 // LEDGER_BENCH_HOLDS holds per account, default 4: one active, the others
 // closed, as the table keeps them; one of each touched account's touched),
 // each against a baseline in the same run, a count of the accounts table
-// (one pass over it, nothing hashed).
+// (one pass over it, nothing hashed). LEDGER_BENCH_TOUCH_EVERY=k touches
+// one account in k (default 100: 1%).
 //
 //	LEDGER_BENCH_ACCOUNTS=1000000 LEDGER_BENCH_HOLDS=4 go test ./internal/app/audit -run '^$' -bench AccountsTableDigest -benchtime 3x
 func BenchmarkAccountsTableDigest(b *testing.B) {
@@ -49,7 +52,7 @@ func BenchmarkAccountsTableDigest(b *testing.B) {
 		touched, touchedHolds []string
 		rows                  []accountCols
 	)
-	for i := 1; i <= n; i += 100 {
+	for i := 1; i <= n; i += devtest.BenchEnv("LEDGER_BENCH_TOUCH_EVERY", 100) {
 		touched, touchedHolds = append(touched, fmt.Sprintf("acct-%d", i)), append(touchedHolds, fmt.Sprintf("acct-%d/hold-1", i))
 		rows = append(rows, accountCols{id: touched[len(touched)-1], currency: "EUR", metadata: `{"k":"v"}`, status: "open", balance: int64(i), available: int64(i), rev: 1})
 	}
@@ -60,28 +63,40 @@ func BenchmarkAccountsTableDigest(b *testing.B) {
 			return tx.QueryRow(ctx, `SELECT count(*) FROM `+projections.View("accounts")).Scan(&c)
 		},
 		"digest": func(tx pgx.Tx) error {
-			var w, u, o string
-			return tx.QueryRow(ctx, fmt.Sprintf(accountsSQLs.tableDigest, projections.View("accounts")), append([]any{touched}, old...)...).Scan(&w, &u, &o)
+			_, err := sumTable(ctx, tx, "accounts", accountsSQLs, tableSum{touched: touched, accounts: touched, old: old})
+			return err
+		},
+		"digest-whole": func(tx pgx.Tx) error {
+			_, err := wholeDigest("accounts", accountsSQLs)(ctx, tx)
+			return err
+		},
+		"digest-touched": func(tx pgx.Tx) error {
+			_, err := sumTable(ctx, tx, "accounts", accountsSQLs, tableSum{touched: touched, accounts: touched, old: old, whole: "0"})
+			return err
 		},
 		"holds": func(tx pgx.Tx) error {
-			var w, u, o string
-			return tx.QueryRow(ctx, fmt.Sprintf(holdsSQLs.tableDigest, projections.View("holds")), append([]any{touchedHolds}, holdColumns.arrays(nil)...)...).Scan(&w, &u, &o)
+			_, err := sumTable(ctx, tx, "holds", holdsSQLs, tableSum{touched: touchedHolds, accounts: holdKeyAccounts(touchedHolds), old: holdColumns.arrays(nil)})
+			return err
+		},
+		"holds-touched": func(tx pgx.Tx) error {
+			_, err := sumTable(ctx, tx, "holds", holdsSQLs, tableSum{touched: touchedHolds, accounts: holdKeyAccounts(touchedHolds), old: holdColumns.arrays(nil), whole: "0"})
+			return err
 		},
 		"history": func(tx pgx.Tx) error {
-			return untouchedNone(untouchedMismatches(ctx, tx, liveGen{name: projections.Balances}, touched, 100))
+			return untouchedNone(untouchedBroken(ctx, tx, liveGen{name: projections.Balances}))
 		},
 		"entries": func(tx pgx.Tx) error {
-			return untouchedNone(untouchedMismatches(ctx, tx, liveGen{name: projections.Entries}, touched, 100))
+			return untouchedNone(untouchedBroken(ctx, tx, liveGen{name: projections.Entries}))
 		},
 	}
-	devtest.TimeStatements(b, "count", []string{"count", "digest", "holds", "history", "entries"}, func(name string) error {
+	devtest.TimeStatements(b, "count", []string{"count", "digest", "digest-whole", "digest-touched", "holds", "holds-touched", "history", "entries"}, func(name string) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return statements[name](tx) })
 	})
 }
 
-// untouchedNone fails on an untouched account found broken: the benchmark's
-// tables break no rule.
-func untouchedNone(found []effectiveFound, _ int, err error) error {
+// untouchedNone fails on an account found broken: the benchmark's tables
+// break no rule.
+func untouchedNone(found []effectiveFound, err error) error {
 	if err == nil && len(found) > 0 {
 		err = fmt.Errorf("%d untouched accounts found broken, the first %+v", len(found), found[0])
 	}
