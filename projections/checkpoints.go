@@ -554,8 +554,22 @@ var ErrNoAuditCheckpoint = errors.New("projections: no such audit checkpoint")
 
 // LoadAudit reads audit checkpoint id, or the last one stored when id is 0,
 // and refuses it unless its state matches the digest stored with it and the
-// account rows of its chain theirs (checkAuditChain).
-func (Checkpointer) LoadAudit(ctx context.Context, q RowsQuerier, id int64) (AuditCheckpoint, error) {
+// account rows of its chain theirs (checkAuditChain): LoadAuditRow, then
+// CheckAuditChain.
+func (c Checkpointer) LoadAudit(ctx context.Context, q RowsQuerier, id int64) (AuditCheckpoint, error) {
+	cp, err := c.LoadAuditRow(ctx, q, id)
+	if err == nil {
+		err = c.CheckAuditChain(ctx, q, &cp)
+	}
+	return cp, err
+}
+
+// LoadAuditRow reads audit checkpoint id, or the last one stored when id is
+// 0, and refuses it unless its own row matches the digests stored with it;
+// the account rows of its chain are not checked, nor counted (Accounts 0):
+// CheckAuditChain does that, and must before anything read of them is
+// trusted (an incremental audit runs it beside its fold).
+func (Checkpointer) LoadAuditRow(ctx context.Context, q RowQuerier, id int64) (AuditCheckpoint, error) {
 	var (
 		cp      AuditCheckpoint
 		c, p    int64
@@ -572,17 +586,32 @@ func (Checkpointer) LoadAudit(ctx context.Context, q RowsQuerier, id int64) (Aud
 		return cp, fmt.Errorf("projections: audit checkpoint: %w", err)
 	}
 	cp.Position = position(c, p)
-	if problem == "" {
-		cp.Accounts, problem, err = checkAuditChain(ctx, q, cp.ID)
-		if err != nil {
-			return cp, fmt.Errorf("projections: audit checkpoint %d: %w", cp.ID, err)
-		}
-	}
 	if problem != "" {
-		return cp, fmt.Errorf("projections: audit checkpoint %d: %s: run a full audit to store a new one", cp.ID, problem)
+		return cp, auditRefused(cp.ID, problem)
 	}
 	cp.AccountsTable, cp.ActiveHolds = *table, *holds
 	return cp, nil
+}
+
+// CheckAuditChain checks the account rows of checkpoint cp's chain against
+// the digests stored with them (checkAuditChain) and sets cp.Accounts to
+// how many accounts they hold; it refuses the checkpoint when they do not
+// match.
+func (Checkpointer) CheckAuditChain(ctx context.Context, q RowsQuerier, cp *AuditCheckpoint) error {
+	accounts, problem, err := checkAuditChain(ctx, q, cp.ID)
+	if err != nil {
+		return fmt.Errorf("projections: audit checkpoint %d: %w", cp.ID, err)
+	}
+	if problem != "" {
+		return auditRefused(cp.ID, problem)
+	}
+	cp.Accounts = accounts
+	return nil
+}
+
+// auditRefused is the error of checkpoint id refused for problem.
+func auditRefused(id int64, problem string) error {
+	return fmt.Errorf("projections: audit checkpoint %d: %s: run a full audit to store a new one", id, problem)
 }
 
 // RowsQuerier reads rows and one row: a pool, a connection or a transaction.

@@ -187,6 +187,18 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 	var endReads func()
 	r.reads, endReads = pageReads(ctx)
 	defer endReads()
+	rep, err := r.run(ctx)
+	if err != nil { // a checkpoint refused by the check of its chain beside the fold first
+		if refused := r.chain.wait(); refused != nil {
+			return nil, refused
+		}
+	}
+	return rep, err
+}
+
+// run is Run's audit once its options are checked.
+func (r *auditRun) run(ctx context.Context) (*Report, error) {
+	opts := r.opts
 	f, err := r.runFold(ctx)
 	if err != nil {
 		return nil, err
@@ -229,6 +241,9 @@ func Run(ctx context.Context, store Store, opts Options) (*Report, error) {
 	}
 	defer stopUntouched()
 	expected, err := r.foldExpecting(ctx)
+	if err == nil {
+		err = r.chain.wait() // the checkpoint's rows are trusted from here on
+	}
 	if err != nil && r.canStop(ctx, err) {
 		return r.saveStop(ctx)
 	}
@@ -267,6 +282,9 @@ type auditRun struct {
 	// untouched are an incremental audit's reads over every account, made
 	// while the fold runs (readUntouched); nil otherwise.
 	untouched *sideReads
+	// chain is an incremental audit's check of its checkpoint's chain, run
+	// beside the fold (checkChainBeside); nil otherwise.
+	chain *chainCheck
 	// accountsTable is what the accounts read model's comparison found.
 	accountsTable accountsTable
 }
@@ -332,11 +350,12 @@ func (r *auditRun) runFold(ctx context.Context) (*Fold, error) {
 		f.sets = ps
 	}
 	if opts.From != nil {
-		cp, err := projections.Checkpoints.LoadAudit(ctx, opts.Sets, *opts.From)
+		cp, err := projections.Checkpoints.LoadAuditRow(ctx, opts.Sets, *opts.From)
 		if err == nil && opts.ExpectDigest != "" && cp.Digest != opts.ExpectDigest {
 			err = fmt.Errorf("audit: --from: checkpoint %d's digest is %s, not the %s expected: it was replaced or edited, digests and all, since; run a full audit", cp.ID, cp.Digest, opts.ExpectDigest)
 		} else if err == nil {
-			err = f.resume(ctx, store, opts.Sets, cp)
+			r.chain = checkChainBeside(ctx, opts.Sets, cp)
+			err = f.resume(ctx, store, opts.Sets, cp, r.chain)
 		} else {
 			err = fmt.Errorf("audit: --from: %w", err)
 		}

@@ -170,12 +170,17 @@ func carryLegs(m map[[2]string]*legSums) []carriedLegs {
 // resume restores the fold from a checkpoint's state, reading from store the
 // unsettled streams and the step records it names, and from q the rows of
 // the accounts they and the captures in flight need (the others as the
-// events touch them).
-func (f *Fold) resume(ctx context.Context, store Store, q projections.Querier, cp projections.AuditCheckpoint) error {
-	c, err := decodeCarried(cp)
+// events touch them). chain checks the checkpoint's rows beside it, and is
+// told how many its state counts.
+func (f *Fold) resume(ctx context.Context, store Store, q projections.Querier, cp projections.AuditCheckpoint, chain *chainCheck) error {
+	c, err := decodeState(cp)
+	if err == nil {
+		err = checkCarriedAt(cp, &c)
+	}
 	if err != nil {
 		return err
 	}
+	chain.rows = &c.AccountRows
 	f.Last, f.Events, f.settledTransfers, f.claimed = c.Last, c.Events, c.Settled, c.Claimed
 	f.from, f.trustRecorded = &cp, c.RefundsChecked
 	for i := range c.Flows {
@@ -202,6 +207,15 @@ func (f *Fold) resume(ctx context.Context, store Store, q projections.Querier, c
 // decodeCarried decodes a checkpoint's (or a stop point's) state and checks
 // it against its row (checkCarried).
 func decodeCarried(cp projections.AuditCheckpoint) (carried, error) {
+	c, err := decodeState(cp)
+	if err != nil {
+		return c, err
+	}
+	return c, checkCarried(cp, &c)
+}
+
+// decodeState decodes a checkpoint's (or a stop point's) state.
+func decodeState(cp projections.AuditCheckpoint) (carried, error) {
 	var c carried
 	zr, err := gzip.NewReader(bytes.NewReader(cp.State))
 	if err == nil {
@@ -210,7 +224,7 @@ func decodeCarried(cp projections.AuditCheckpoint) (carried, error) {
 	if err != nil {
 		return c, fmt.Errorf("audit: checkpoint %d: %w", cp.ID, err)
 	}
-	return c, checkCarried(cp, &c)
+	return c, nil
 }
 
 // resumeSagas restores the saga steps and the transactions' legs in flight.
@@ -229,16 +243,73 @@ func (f *Fold) resumeSagas(c carried) {
 }
 
 // checkCarried refuses a checkpoint whose state does not match its row: its
-// position and events, its account rows' count (their digest is checked by
-// LoadAudit).
+// position and events (checkCarriedAt), its account rows' count (their
+// digest is checked by LoadAudit).
 func checkCarried(cp projections.AuditCheckpoint, c *carried) error {
-	switch {
-	case c.Last != cp.Position || c.Events != cp.Events:
+	if err := checkCarriedAt(cp, c); err != nil {
+		return err
+	}
+	return checkCarriedRows(cp, c.AccountRows)
+}
+
+// checkCarriedAt refuses a checkpoint whose state is not at its row's
+// position and events.
+func checkCarriedAt(cp projections.AuditCheckpoint, c *carried) error {
+	if c.Last != cp.Position || c.Events != cp.Events {
 		return fmt.Errorf("audit: checkpoint %d: its state is at %s (%d events), the row at %s (%d)", cp.ID, c.Last, c.Events, cp.Position, cp.Events)
-	case c.AccountRows != cp.Accounts:
-		return fmt.Errorf("audit: checkpoint %d: its state counts %d accounts, it holds %d account rows: it was edited since; run a full audit", cp.ID, c.AccountRows, cp.Accounts)
 	}
 	return nil
+}
+
+// checkCarriedRows refuses a checkpoint whose state counts rows accounts
+// when it holds another number of account rows.
+func checkCarriedRows(cp projections.AuditCheckpoint, rows int64) error {
+	if rows != cp.Accounts {
+		return fmt.Errorf("audit: checkpoint %d: its state counts %d accounts, it holds %d account rows: it was edited since; run a full audit", cp.ID, rows, cp.Accounts)
+	}
+	return nil
+}
+
+// chainCheck is the check of the account rows of an incremental audit's
+// checkpoint's chain against their digests (projections.CheckAuditChain)
+// and of their count against the checkpoint's state (checkCarriedRows).
+// It reads every row of the chain, none of which the fold needs checked
+// before the end: so it runs beside the fold, on a connection of the pool
+// of its own, and the audit waits for it once the fold is done, before
+// anything read of the rows is reported or saved; an audit that fails
+// before then fails with the checkpoint refused, when it is, as when the
+// check came first.
+type chainCheck struct {
+	done chan struct{}
+	cp   projections.AuditCheckpoint
+	err  error
+	rows *int64 // how many accounts the checkpoint's state counts (resume; nil: not decoded)
+}
+
+// checkChainBeside starts checking checkpoint cp's chain in q.
+func checkChainBeside(ctx context.Context, q projections.RowsQuerier, cp projections.AuditCheckpoint) *chainCheck {
+	c := &chainCheck{done: make(chan struct{}), cp: cp}
+	go func() {
+		defer close(c.done)
+		if err := projections.Checkpoints.CheckAuditChain(ctx, q, &c.cp); err != nil {
+			c.err = fmt.Errorf("audit: --from: %w", err)
+		}
+	}()
+	return c
+}
+
+// wait waits for the check: nil when the chain's rows match their digests
+// and their count the state's (nil c: no check), the checkpoint refused
+// otherwise.
+func (c *chainCheck) wait() error {
+	if c == nil {
+		return nil
+	}
+	<-c.done
+	if c.err != nil || c.rows == nil {
+		return c.err
+	}
+	return checkCarriedRows(c.cp, *c.rows)
 }
 
 // maxCheckpointBytes bounds a checkpoint's decoded state: what is global or

@@ -217,19 +217,31 @@ func TestIncrementalAuditRefusesACheckpointThatDoesNotMatch(t *testing.T) {
 	env, _ := spanned(t)
 	ctx := context.Background()
 	var last int64
-	for _, edit := range []string{
-		`DELETE FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $1 AND account_id = 'w-acct-2'`,
-		`UPDATE readmodel.audit_checkpoint_accounts SET snapshot = (SELECT snapshot FROM readmodel.audit_checkpoint_accounts
-			WHERE checkpoint_id = $1 AND account_id = 'w-acct-2') WHERE checkpoint_id = $1 AND account_id = 'w-acct-1'`,
-		`UPDATE readmodel.audit_checkpoints SET events = events - 1 WHERE id = $1`,
+	// Each refused with what refuses it: the account rows by their digest
+	// (checked beside the fold, chainCheck; a snapshot that does not decode
+	// fails the fold first, which reads it, and still the refusal is the
+	// error), the state by its row.
+	for _, edit := range []struct{ sql, refused string }{
+		{`DELETE FROM readmodel.audit_checkpoint_accounts WHERE checkpoint_id = $1 AND account_id = 'w-acct-2'`, "do not match the digest stored with them"},
+		{`UPDATE readmodel.audit_checkpoint_accounts SET snapshot = (SELECT snapshot FROM readmodel.audit_checkpoint_accounts
+			WHERE checkpoint_id = $1 AND account_id = 'w-acct-2') WHERE checkpoint_id = $1 AND account_id = 'w-acct-1'`, "do not match the digest stored with them"},
+		{`UPDATE readmodel.audit_checkpoint_accounts SET snapshot = '\x00'::bytea WHERE checkpoint_id = $1 AND account_id = 'w-acct-1'`, "do not match the digest stored with them"},
+		{`UPDATE readmodel.audit_checkpoints SET events = events - 1 WHERE id = $1`, "its state is at"},
 	} {
 		cp := run(t, env, audit.Options{SaveCheckpoint: true}).Checkpoint // a checkpoint of its own for each edit
 		if cp == nil {
 			t.Fatal("no checkpoint stored")
 		}
-		exec(t, env, edit, cp.ID)
-		if rep, err := audit.Run(ctx, env.Store, audit.Options{ReadModels: env.Pool, From: &cp.ID, SaveCheckpoint: true}); err == nil {
-			t.Fatalf("a checkpoint edited (%s) was resumed from: %+v", edit, rep)
+		exec(t, env, edit.sql, cp.ID)
+		// An event after the checkpoint, so that the fold reads w-acct-1's row.
+		env.MustApply(t, "deposit", map[string]any{"idempotency_key": fmt.Sprintf("refused-%d", cp.ID), "account_id": "w-acct-1", "amount": 1, "currency": "EUR"})
+		catchUp(t, env)
+		rep, err := audit.Run(ctx, env.Store, audit.Options{ReadModels: env.Pool, From: &cp.ID, SaveCheckpoint: true})
+		if err == nil {
+			t.Fatalf("a checkpoint edited (%s) was resumed from: %+v", edit.sql, rep)
+		}
+		if !strings.Contains(err.Error(), edit.refused) {
+			t.Fatalf("a checkpoint edited (%s) failed the audit with %q, not refused (%q)", edit.sql, err, edit.refused)
 		}
 		last = cp.ID
 	}
