@@ -1,7 +1,10 @@
 package projections_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -56,12 +59,14 @@ func TestRebuildLoadsBalanceHistoryWithoutItsKey(t *testing.T) {
 	devtest.CatchUp(t, newRunner(t, env, projections.Options{}))
 
 	through := &keyLog{t: t, env: env}
-	if _, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 40, AfterBatch: through.afterBatch}); err != nil {
+	var log bytes.Buffer
+	if _, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 40, AfterBatch: through.afterBatch, Logger: slog.New(slog.NewTextHandler(&log, nil))}); err != nil {
 		t.Fatal(err)
 	}
 	if len(through.keyed) < 10 || keyedAt(through.keyed) != -1 {
 		t.Fatalf("a fresh rebuild within its memo: the key there after batches %v, want none of at least 10", through.keyed)
 	}
+	loadedLog(t, &log, "memo_complete=true key_built_in_load=false")
 	if gen := liveGenerations(t, env)[projections.Balances]; !balanceKey(t, env, gen) {
 		t.Fatalf("generation %d went live without its balance history's key", gen)
 	}
@@ -86,13 +91,25 @@ func TestRebuildLoadsBalanceHistoryWithoutItsKey(t *testing.T) {
 
 	defer projections.SetMemoAccountsLimit(3)()
 	past := &keyLog{t: t, env: env}
-	if _, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 40, AfterBatch: past.afterBatch}); err != nil {
+	log.Reset()
+	if _, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 40, AfterBatch: past.afterBatch, Logger: slog.New(slog.NewTextHandler(&log, nil))}); err != nil {
 		t.Fatal(err)
 	}
+	loadedLog(t, &log, "memo_complete=false key_built_in_load=true")
 	if at := keyedAt(past.keyed); at < 1 {
 		t.Fatalf("past its memo's bound: the key there after batches %v, want built after the first", past.keyed)
 	}
 	projtest.SameSnapshot(t, "a rebuild past its memo's bound vs one run through", want, projtest.Snapshot(t, env.Pool))
+}
+
+// loadedLog fails unless the rebuild logged its balance history's load
+// ("rebuild: loaded") with want after its generation.
+func loadedLog(t *testing.T, log *bytes.Buffer, want string) {
+	t.Helper()
+	re := regexp.MustCompile(`msg="rebuild: loaded" projection=balances generation=\d+ memo_accounts=\d+ ` + regexp.QuoteMeta(want) + `\n`)
+	if !re.Match(log.Bytes()) {
+		t.Fatalf("the rebuild's log has no balances line %q:\n%s", want, log.String())
+	}
 }
 
 // keyedAt is the first batch after which the key was there and stayed,

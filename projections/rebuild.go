@@ -143,7 +143,7 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 		dropBuilds(ctx, pool, slots)
 		return nil, err
 	}
-	forgetMemos(slots)
+	forgetMemos(slots, opts.Logger)
 	return r.verifyAndSwitch(ctx, slots)
 }
 
@@ -278,9 +278,19 @@ func (r *rebuildRun) createGenerations(ctx context.Context, projs []Projection, 
 
 // forgetMemos lets the builders' memos go once the load is done: the check
 // and the switch's catch-up read none (their 100,000 accounts were 43 MB of
-// the live heap at the rebuild's peak, in its check).
-func forgetMemos(slots []*slot) {
+// the live heap at the rebuild's peak, in its check). It logs what those
+// its projections use held, and for the balance history whether its key was built during the
+// load (a read-back: a resumed build, or a memo past its bound) or is left
+// to be built after it (migration 00031).
+func forgetMemos(slots []*slot, logger *slog.Logger) {
 	for _, s := range slots {
+		if _, uses := s.proj.(memoApplier); uses && s.memo != nil {
+			attrs := []any{"projection", s.proj.Name(), "generation", s.gen, "memo_accounts", len(s.memo.m), "memo_complete", s.memo.complete}
+			if s.proj.Name() == Balances {
+				attrs = append(attrs, "key_built_in_load", s.memo.keyed)
+			}
+			logger.Info("rebuild: loaded", attrs...)
+		}
 		s.memo = nil
 	}
 }
