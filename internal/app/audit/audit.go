@@ -946,7 +946,7 @@ type generationCheck struct {
 const checkAhead = 1
 
 func (c *generationCheck) Begin(ctx context.Context, from eventstore.Position) error {
-	ps, err := newPGSets(ctx, c.pool)
+	ps, err := newRowSets(ctx, c.pool)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,76 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
+)
+
+// TestRebuildCheckCopiesTheRowsAlone: the rebuild's check (VerifyGeneration)
+// compares the read models and runs no key or event-ID query, so its sets
+// copy the rows alone: an event's ID, group, home and claim noted through
+// them reach no table, its row does, and finish and keys refuse rather than
+// pass a history they never saw. An audit's sets copy all five.
+func TestRebuildCheckCopiesTheRowsAlone(t *testing.T) {
+	ctx := context.Background()
+	url := devtest.DatabaseURL(t)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	c := VerifyGeneration(pool, devtest.Store(t, url)).(*generationCheck)
+	if err := c.Begin(ctx, eventstore.Start); err != nil {
+		t.Fatal(err)
+	}
+	defer c.End()
+	if err := c.finishFolding(); err != nil {
+		t.Fatal(err)
+	}
+	if got := noteOneOfEach(t, c.f, c.ps); got != [5]int64{0, 0, 0, 0, 1} {
+		t.Fatalf("the rebuild's check copied %v rows (IDs, groups, homes, claims, rows); want the row alone", got)
+	}
+	if err := c.ps.finish(ctx, c.f); !errors.Is(err, errRowsOnly) {
+		t.Fatalf("finish on the rows alone: %v, want %v", err, errRowsOnly)
+	}
+	if _, err := c.ps.keys(ctx); !errors.Is(err, errRowsOnly) {
+		t.Fatalf("keys on the rows alone: %v, want %v", err, errRowsOnly)
+	}
+	all, err := newPGSets(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.close()
+	if got := noteOneOfEach(t, NewFold(), all); got != [5]int64{1, 1, 1, 1, 1} {
+		t.Fatalf("an audit's sets copied %v rows (IDs, groups, homes, claims, rows); want one each", got)
+	}
+}
+
+// noteOneOfEach notes an event's ID, group, home, claim and a row through s,
+// stores them, and returns the rows each history table holds.
+func noteOneOfEach(t *testing.T, f *Fold, s *pgSets) [5]int64 {
+	t.Helper()
+	ctx := context.Background()
+	re := eventstore.RecordedEvent{ID: uuid.New(), Stream: "account-a", Type: "Credited"}
+	s.eventID(f, re)
+	s.group(f, re, "k1")
+	s.home(f, re, "k1", "h1")
+	s.claim(f, re, "k1", claim{stream: "account-a", hash: "h1"})
+	s.row(f, "entries", re.ID.String(), accountsTag("a"), "d1")
+	if err := s.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got [5]int64
+	for i, table := range []string{"audit_ids", "audit_groups", "audit_homes", "audit_claims", "audit_rows"} {
+		if err := s.conn.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&got[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return got
+}
