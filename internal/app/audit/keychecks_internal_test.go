@@ -3,6 +3,8 @@ package audit
 import (
 	"context"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -28,10 +30,14 @@ func TestKeyChecksInPostgreSQLAsInMemory(t *testing.T) {
 		notes []keyNote
 		want  int
 	}{
-		{"clean", []keyNote{{"s1", "k1", true}, {"s2", "k2", true}, {"s2", "k3", true}}, 0},
-		{"begun twice in a stream", []keyNote{{"s1", "k1", true}, {"s2", "k2", true}, {"s1", "k1", false}}, 1},
-		{"decided in two streams", []keyNote{{"s1", "k1", true}, {"s2", "k1", false}}, 1},
-		{"claimed twice, decided in two streams", []keyNote{{"s1", "k1", true}, {"key-k1", "k1", true}}, 3},
+		{"clean", []keyNote{{"s1", "k1", "h", "s1"}, {"s2", "k2", "h", "s2"}, {"s2", "k3", "h", "s2"}}, 0},
+		{"begun twice in a stream", []keyNote{{"s1", "k1", "h", "s1"}, {"s2", "k2", "h", "s2"}, {"s1", "k1", "h", ""}}, 1},
+		{"decided in two streams, claimed for the first", []keyNote{{"s1", "k1", "h", "s1"}, {"s2", "k1", "h", ""}}, 1},
+		{"decided in two streams, claimed for the second", []keyNote{{"s1", "k1", "h", ""}, {"s2", "k1", "h", "s2"}}, 2},
+		{"claimed twice, decided in two streams", []keyNote{{"s1", "k1", "h", "s1"}, {"key-k1", "k1", "h", "key-k1"}}, 3},
+		{"the home's last hash claimed", []keyNote{{"s1", "k1", "a", ""}, {"s2", "k1", "c", ""}, {"s1", "k1", "b", "s1"}}, 2},
+		{"the home's first hash claimed", []keyNote{{"s1", "k1", "a", ""}, {"s1", "k1", "b", ""}, {"key-k1", "k1", "x", "s1"}}, 3},
+		{"decided without a claim", []keyNote{{"s1", "k1", "h", ""}}, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mem := foldKeyNotes(t, newMemSets(), c.notes)
@@ -49,15 +55,16 @@ func TestKeyChecksInPostgreSQLAsInMemory(t *testing.T) {
 }
 
 // keyNote is an event of a client's command: the first of its group in
-// stream, noted as its key's home and, with claimed, claimed for stream.
+// stream, noted as its key's home with the request hash hash and, when
+// claim is set, claimed for that stream with the same hash.
 type keyNote struct {
-	stream, key string
-	claimed     bool
+	stream, key, hash, claim string
 }
 
 // foldKeyNotes notes each event's group, home and claim through s, one event
 // each, finishes, and returns the violations named, without event IDs (the
-// sets name them alike; the events here are made up).
+// sets name them alike; the events here are made up), by message (the maps
+// name them as the events come, PostgreSQL's check by check).
 func foldKeyNotes(t *testing.T, s historySets, notes []keyNote) []Violation {
 	t.Helper()
 	f := NewFold()
@@ -66,9 +73,9 @@ func foldKeyNotes(t *testing.T, s historySets, notes []keyNote) []Violation {
 		f.Events = int64(i + 1)
 		re := eventstore.RecordedEvent{ID: uuid.New(), Stream: n.stream, Revision: uint64(i)}
 		s.group(f, re, n.key)
-		s.home(f, re, n.key, "h-"+n.key)
-		if n.claimed {
-			s.claim(f, re, n.key, claim{stream: n.stream, hash: "h-" + n.key})
+		s.home(f, re, n.key, n.hash)
+		if n.claim != "" {
+			s.claim(f, re, n.key, claim{stream: n.claim, hash: n.hash})
 		}
 	}
 	if err := s.finish(context.Background(), f); err != nil {
@@ -78,5 +85,6 @@ func foldKeyNotes(t *testing.T, s historySets, notes []keyNote) []Violation {
 	for i := range out {
 		out[i].EventID = ""
 	}
+	slices.SortFunc(out, func(a, b Violation) int { return strings.Compare(a.Message, b.Message) })
 	return out
 }
