@@ -610,6 +610,9 @@ func (r *auditRun) foldExpecting(ctx context.Context) ([]expectation, error) {
 		for i, l := range r.lives {
 			if expected[i].rows == nil && !expected[i].behind && (next == nil || next.Compare(l.pos) > 0) {
 				expected[i] = expectation{rows: f.Expected(l.name, opts.Account), seq: f.Events, accounts: f.resumedKeys("accounts")}
+				if ps, ok := f.sets.(*pgSets); ok {
+					ps.sums.mark(f.Events)
+				}
 				if l.name == projections.Balances || l.name == projections.Entries {
 					expected[i].balances = f.accountBalances(opts.Account)
 				}

@@ -52,7 +52,7 @@ func newRunSets(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*pgS
 	if err != nil {
 		return nil, fmt.Errorf("audit: sets: %w", err)
 	}
-	s := &pgSets{conn: conn, pool: pool, log: log}
+	s := &pgSets{conn: conn, pool: pool, log: log, sums: rowSums{whole: true}}
 	err = s.createRun(ctx)
 	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == insufficientPrivilege {
 		log.Warn("audit: the role may not create a schema (CREATE on the database): the audit's sets are its session's TEMP tables, and a stopped audit stores no stop point to resume from", "err", err)
