@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/platform/pgerr"
 )
 
 // Checkpointer owns the SQL of the checkpoint tables (migrations 00002, 00003
@@ -872,7 +873,7 @@ func (Checkpointer) AuditStopOf(ctx context.Context, q RowQuerier, id int64) (in
 func (Checkpointer) AuditStopNames(ctx context.Context, q RowQuerier, sets string) (bool, error) {
 	var named bool
 	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM readmodel.audit_checkpoints WHERE kind = 'stop' AND sets = $1)`, sets).Scan(&named)
-	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == undefinedTable {
+	if pgerr.IsUndefinedTable(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -880,9 +881,6 @@ func (Checkpointer) AuditStopNames(ctx context.Context, q RowQuerier, sets strin
 	}
 	return named, nil
 }
-
-// undefinedTable is PostgreSQL's SQLSTATE for a table that does not exist.
-const undefinedTable = "42P01"
 
 func dropAuditStop(ctx context.Context, db execer) (string, error) {
 	var sets string

@@ -3,16 +3,15 @@ package audit
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/platform/pgerr"
 	"github.com/ledgerworks/ledger/projections"
 )
 
@@ -103,7 +102,7 @@ func (f *Fold) checkSnapshotHolds(stream string, sn snapshotCheck, at eventstore
 	if err == nil {
 		err = f.mergeSnapshotHolds(stream, sn, closed, rows)
 	}
-	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == undefinedTable {
+	if pgerr.IsUndefinedTable(err) {
 		rm.dropped = true
 		f.snapshotHoldsUnchecked++
 		return
@@ -112,9 +111,6 @@ func (f *Fold) checkSnapshotHolds(stream string, sn snapshotCheck, at eventstore
 		f.reloadErr = cmp.Or(f.reloadErr, fmt.Errorf("audit: the closed holds of the snapshot of %s: %w", stream, err))
 	}
 }
-
-// undefinedTable is PostgreSQL's SQLSTATE for a table that does not exist.
-const undefinedTable = "42P01"
 
 // heldRow is a holds row as checkSnapshotHolds reads it.
 type heldRow struct {
