@@ -159,56 +159,28 @@ func refundSubject(reason, ref string) string {
 
 // Account is the state of an account stream. Revision is -1 before any event.
 type Account struct {
-	ID             string
-	Opened         bool
-	Closed         bool
-	Currency       string
-	OverdraftLimit int64
-	Metadata       map[string]string
-	Balance        int64
-	Held           int64
-	Holds          map[string]*Hold
-	Revision       int64
+	// The fields that hold pointers come first, the scalars and flags after
+	// them, so that the collector scans the fewest words of the one Account
+	// an aggregate is (issue 23: the audit keeps one for every account).
+	ID       string
+	Currency string
+	Metadata map[string]string
+	Holds    map[string]*Hold
 	// Keys are the records of the keys this aggregate decided most recently: all
 	// of them when KeyLimit is 0, otherwise at most KeyLimit, the oldest forgotten
 	// first. A key not here may still have been decided: the store knows
 	// (RecallKey rebuilds its record from its events).
 	Keys map[string]*KeyRecord
-	// KeyLimit bounds Keys (0: unbounded). Set it before folding events.
-	KeyLimit int
-	// PinUnclaimedSteps keeps, beyond KeyLimit, the records of saga steps
-	// written without a claim of their own (Metadata.Claimed unset): on a store
-	// that finds a forgotten key only by its claim (KurrentDB), nothing else
-	// could tell that such a step was decided. Set it with KeyLimit. Only steps
-	// written before steps claimed their keys are pinned, so their number stops
-	// growing. pinned counts them.
-	PinUnclaimedSteps bool
-	pinned            int
 	// keyOrder lists Keys (but the pinned) in the order they were recorded: the
 	// next to forget first.
 	keyOrder fifo
-	// forgot: some key decided on the stream may not be in Keys (one was
-	// forgotten, or the aggregate was loaded from a snapshot, which has none).
-	forgot bool
 	// keyPrints are the fingerprints of the recent keys of the Resident the
 	// aggregate was made from (Into), which it holds no records of.
 	keyPrints []uint64
-	// HoldLimit bounds the closed holds Holds keeps (0: all of them): the active
-	// ones are always kept, and the most recently closed ones up to HoldLimit;
-	// an older closed hold is forgotten and found again by its events' subject
-	// (RecallHold). Set it before folding events.
-	HoldLimit int
-	// ForgetUnfindableHolds lets HoldLimit bound the closed holds placed
-	// without a subject too (Hold.Findable unset), which no store lookup could
-	// find again (RecallHold): only for a reader that never decides a command
-	// on the aggregate (the audit's fold), or a history written before holds
-	// had subjects keeps every closed hold of it. Set it before folding events.
-	ForgetUnfindableHolds bool
 	// closedOrder lists the forgettable closed holds in Holds in the order they
 	// closed: the next to forget first. forgotHolds: one was forgotten, or the
 	// aggregate came from a snapshot taken by an aggregate that forgot some.
 	closedOrder fifo
-	forgotHolds bool
 	// Refunded is how much of each refunded original (a deposit or withdrawal,
 	// by its key) has been refunded so far: all of them when RefundLimit is 0,
 	// otherwise at most RefundLimit findable ones (and every unfindable one),
@@ -216,30 +188,42 @@ type Account struct {
 	// been refunded when ForgotRefunds: its refunds' subject finds them
 	// (RecallRefunded). It is part of the state (snapshots carry it), since an
 	// original's record may be forgotten.
-	Refunded map[string]RefundedSum
-	// RefundLimit bounds the findable entries Refunded keeps (0: all of
-	// them). Set it before folding events.
-	RefundLimit int
+	Refunded Refunds
 	// refundOrder lists the findable entries of Refunded in the order they
 	// were first kept: the next to forget first. forgotRefunds: one was
 	// forgotten, or the aggregate came from a snapshot taken by an aggregate
 	// that forgot some.
-	refundOrder   fifo
-	forgotRefunds bool
+	refundOrder fifo
 	// LastChain is the tamper-evidence chain hash of the last event (ChainHash).
 	LastChain string
-	// EffectiveFrom is when the account opened in the world: its opening's
-	// effective time (EffectiveTime). No command's effective_at is earlier.
-	EffectiveFrom time.Time
-	// SnapshotRevision is the revision of the latest snapshot of this aggregate
-	// that was loaded or taken, -1 for none: the ledger's bookkeeping of when the
-	// next one is due, not part of the state.
-	SnapshotRevision int64
 	// ident is the account's name and currency as its key records share them.
 	ident *accountIdent
 	// stream is the account's stream name as its first recorded event gave it: the
 	// key records' event references share it rather than each event's own copy.
 	stream string
+	// EffectiveFrom is when the account opened in the world: its opening's
+	// effective time (EffectiveTime). No command's effective_at is earlier.
+	EffectiveFrom  time.Time
+	OverdraftLimit int64
+	Balance        int64
+	Held           int64
+	Revision       int64
+	// KeyLimit bounds Keys (0: unbounded). Set it before folding events.
+	KeyLimit int
+	// pinned counts the steps PinUnclaimedSteps pinned.
+	pinned int
+	// HoldLimit bounds the closed holds Holds keeps (0: all of them): the active
+	// ones are always kept, and the most recently closed ones up to HoldLimit;
+	// an older closed hold is forgotten and found again by its events' subject
+	// (RecallHold). Set it before folding events.
+	HoldLimit int
+	// RefundLimit bounds the findable entries Refunded keeps (0: all of
+	// them). Set it before folding events.
+	RefundLimit int
+	// SnapshotRevision is the revision of the latest snapshot of this aggregate
+	// that was loaded or taken, -1 for none: the ledger's bookkeeping of when the
+	// next one is due, not part of the state.
+	SnapshotRevision int64
 	// durable is the revision up to which a is confirmed the store's state:
 	// folded only from events read from the store (EvolveAccount on a state
 	// durable before it), from a snapshot or a Resident, or confirmed by the
@@ -249,7 +233,30 @@ type Account struct {
 	// fold into a stopped half-way; nothing of a is confirmed again. Compact
 	// makes a Resident of a durable aggregate only (Durable).
 	durable int64
-	torn    bool
+	Opened  bool
+	Closed  bool
+	// PinUnclaimedSteps keeps, beyond KeyLimit, the records of saga steps
+	// written without a claim of their own (Metadata.Claimed unset): on a store
+	// that finds a forgotten key only by its claim (KurrentDB), nothing else
+	// could tell that such a step was decided. Set it with KeyLimit. Only steps
+	// written before steps claimed their keys are pinned, so their number stops
+	// growing. pinned counts them.
+	PinUnclaimedSteps bool
+	// forgot: some key decided on the stream may not be in Keys (one was
+	// forgotten, or the aggregate was loaded from a snapshot, which has none).
+	forgot bool
+	// ForgetUnfindableHolds lets HoldLimit bound the closed holds placed
+	// without a subject too (Hold.Findable unset), which no store lookup could
+	// find again (RecallHold): only for a reader that never decides a command
+	// on the aggregate (the audit's fold), or a history written before holds
+	// had subjects keeps every closed hold of it. Set it before folding events.
+	ForgetUnfindableHolds bool
+	// forgotHolds: see closedOrder.
+	forgotHolds bool
+	// forgotRefunds: see refundOrder.
+	forgotRefunds bool
+	// torn: see durable.
+	torn bool
 	// decidedHead: the last event folded into a is one this process decided
 	// (EvolveAccountDecided), not one read from the store.
 	decidedHead bool
@@ -268,9 +275,9 @@ func (a *Account) DecidedHead() bool { return a.decidedHead }
 func (a *Account) Durable() bool { return !a.torn && a.durable == a.Revision }
 
 // NewAccount is the state of an account stream that has no events. Its
-// maps (Holds, Keys, Refunded) are made on first use, each written through
-// one method (SetHold, remember, SetRefunded), and left nil again when
-// emptied on purpose (ForgetKeys, ForgetClosedHold): a reader of every
+// maps (Holds, Keys) and Refunded's storage are made on first use, each
+// written through one method (SetHold, remember, SetRefunded), and left nil
+// again when emptied (ForgetKeys, ForgetClosedHold, Refunds.Delete): a reader of every
 // account (the audit's fold keeps 200,000 and more) pays for none of them
 // on an account that holds none (issue 23). Reading a nil map is reading an
 // empty one.
@@ -288,12 +295,9 @@ func (a *Account) SetHold(h *Hold) {
 }
 
 // SetRefunded puts r into Refunded as originalKey's: the one write of
-// Refunded, which it makes on first use (NewAccount).
+// Refunded, which makes its storage on first use (NewAccount).
 func (a *Account) SetRefunded(originalKey string, r RefundedSum) {
-	if a.Refunded == nil {
-		a.Refunded = map[string]RefundedSum{}
-	}
-	a.Refunded[originalKey] = r
+	a.Refunded.set(originalKey, r)
 }
 
 // RefundedSum is what was refunded so far of one refunded original.
@@ -329,7 +333,7 @@ const (
 
 // ApproxBytes estimates the heap an aggregate holds.
 func (a *Account) ApproxBytes() int64 {
-	n := AccountBaseBytes + len(a.Keys)*KeyRecordBytes + len(a.Holds)*HoldBytes + len(a.Refunded)*RefundedEntryByte
+	n := AccountBaseBytes + len(a.Keys)*KeyRecordBytes + len(a.Holds)*HoldBytes + a.Refunded.Len()*RefundedEntryByte
 	for k, v := range a.Metadata {
 		n += 32 + len(k) + len(v)
 	}
@@ -401,13 +405,13 @@ func (a *Account) forgetClosedHolds(durable int64) {
 // instance that did not write them yet) leaves the queue, not Refunded.
 func (a *Account) forgetRefunded(durable int64) {
 	for a.RefundLimit > 0 && a.refundOrder.len() > a.RefundLimit {
-		r := a.Refunded[a.refundOrder.peek()]
+		r := a.Refunded.Of(a.refundOrder.peek())
 		if r.Findable && r.rev > durable {
 			return
 		}
 		key := a.refundOrder.pop()
 		if r.Findable {
-			delete(a.Refunded, key)
+			a.Refunded.Delete(key)
 			a.forgotRefunds = true
 		}
 	}
@@ -514,7 +518,7 @@ var ErrHoldInFlight = fmt.Errorf("%w: a forgotten hold is still active in the st
 // ErrRecallUnsettled when the store holds a refund beyond the aggregate's
 // revision (another instance's): decide again on the store's head.
 func (a *Account) RecallRefunded(originalKey string, events []StoredEvent) error {
-	if _, kept := a.Refunded[originalKey]; kept || !a.forgotRefunds {
+	if _, kept := a.Refunded.Lookup(originalKey); kept || !a.forgotRefunds {
 		return nil
 	}
 	var sum int64
@@ -955,7 +959,7 @@ func (a *Account) decideRefund(cmd Command) Decision {
 	if orig.Status != StatusApplied || (orig.Command != CmdDeposit && orig.Command != CmdWithdraw) {
 		return reject(cmd, CodeNotRefundable, true, "%s %q (%s) cannot be refunded", orig.Command, cmd.OriginalKey, orig.Status)
 	}
-	remaining := orig.Amount - a.Refunded[cmd.OriginalKey].Amount
+	remaining := orig.Amount - a.Refunded.Of(cmd.OriginalKey).Amount
 	amount := remaining
 	if cmd.HasAmount {
 		amount = cmd.Amount
@@ -1068,7 +1072,7 @@ func (a *Account) noteRefund(reason, originalKey string, amount int64, findable 
 	if reason != ReasonRefund {
 		return
 	}
-	r, kept := a.Refunded[originalKey]
+	r, kept := a.Refunded.Lookup(originalKey)
 	if !kept {
 		if a.forgotRefunds {
 			return

@@ -40,7 +40,7 @@ func TestEvolveAccountDecidedMatchesStored(t *testing.T) {
 			}
 		}
 	}
-	if decided.Keys["k13"].Code != CodeAccountNotEmpty || decided.Keys["k3"].Status != StatusRejected || decided.Refunded["k1"].Amount != 40 {
+	if decided.Keys["k13"].Code != CodeAccountNotEmpty || decided.Keys["k3"].Status != StatusRejected || decided.Refunded.Of("k1").Amount != 40 {
 		t.Fatalf("the sequence did not go as planned: %+v", decided)
 	}
 }

@@ -80,7 +80,7 @@ func TestBoundedKeysRecallFromEvents(t *testing.T) {
 	if len(bounded.Keys) != 3 || bounded.Keys["k13"] == nil || bounded.Keys["k11"] == nil || bounded.Keys["k10"] != nil {
 		t.Fatalf("bounded keys: %v", keysOf(bounded))
 	}
-	if ok, diff := SameState(bounded, full); !ok || bounded.Refunded["k1"].Amount != 40 || bounded.Refunded["k2"].Amount != 30 {
+	if ok, diff := SameState(bounded, full); !ok || bounded.Refunded.Of("k1").Amount != 40 || bounded.Refunded.Of("k2").Amount != 30 {
 		t.Fatalf("bounded state differs: %s (refunded %v)", diff, bounded.Refunded)
 	}
 	for key, evs := range byKey {
@@ -342,11 +342,11 @@ func TestRefundedOriginalsAreBounded(t *testing.T) {
 	bounded := NewAccount("a")
 	bounded.RefundLimit = 1
 	fold(t, bounded, all)
-	if _, kept := bounded.Refunded["k1"]; kept || !bounded.ForgotRefunds() || bounded.Refunded["k2"] != (RefundedSum{Amount: 30, Findable: true, rev: 10}) {
+	if _, kept := bounded.Refunded.Lookup("k1"); kept || !bounded.ForgotRefunds() || bounded.Refunded.Of("k2") != (RefundedSum{Amount: 30, Findable: true, rev: 10}) {
 		t.Fatalf("refunded kept %v, forgot %v", bounded.Refunded, bounded.ForgotRefunds())
 	}
-	sameButForgotten(t, bounded, full, all, (*Account).ForgotRefunds, func(a *Account) { delete(a.Refunded, "k1") })
-	if !viaSnapshot(t, bounded).Refunded["k2"].Findable {
+	sameButForgotten(t, bounded, full, all, (*Account).ForgotRefunds, func(a *Account) { a.Refunded.Delete("k1") })
+	if !viaSnapshot(t, bounded).Refunded.Of("k2").Findable {
 		t.Fatal("a snapshot lost k2's findability")
 	}
 
@@ -364,12 +364,12 @@ func TestRefundedOriginalsAreBounded(t *testing.T) {
 		all = append(all, ev)
 	}
 	fold(t, bounded, all[len(all)-2:len(all)-1])
-	if err := bounded.RecallRefunded("k1", refundsOf(all, "k1")); !errors.Is(err, ErrRecallUnsettled) || bounded.Refunded["k1"] != (RefundedSum{}) {
+	if err := bounded.RecallRefunded("k1", refundsOf(all, "k1")); !errors.Is(err, ErrRecallUnsettled) || bounded.Refunded.Of("k1") != (RefundedSum{}) {
 		t.Fatalf("a recall that meets a refund beyond the aggregate: %v", err)
 	}
 	fold(t, bounded, all[len(all)-1:])
-	if _, kept := bounded.Refunded["k1"]; kept {
-		t.Fatalf("a refund of a forgotten original folded: %v", bounded.Refunded["k1"])
+	if _, kept := bounded.Refunded.Lookup("k1"); kept {
+		t.Fatalf("a refund of a forgotten original folded: %v", bounded.Refunded.Of("k1"))
 	}
 	refund := Command{Type: CmdRefund, IdempotencyKey: "n1", OriginalKey: "k1", Amount: 51, HasAmount: true, At: at}
 	if d := DecideAccount(bounded, refund); d.Rejection != nil {
@@ -385,12 +385,12 @@ func TestRefundedOriginalsAreBounded(t *testing.T) {
 			t.Fatalf("refund of %d after the recall: %+v, the full aggregate's %+v", amount, got, want)
 		}
 	}
-	if ok, diff := SameState(bounded, full); !ok || bounded.Refunded["k1"].Amount != 50 {
+	if ok, diff := SameState(bounded, full); !ok || bounded.Refunded.Of("k1").Amount != 50 {
 		t.Fatalf("after the recall: %s", diff)
 	}
 	// An original never refunded is recalled as 0, for the refund decided next.
-	if err := bounded.RecallRefunded("k99", nil); err != nil || bounded.Refunded["k99"] != (RefundedSum{Findable: true}) {
-		t.Fatalf("recall of an original never refunded: %v, %v", err, bounded.Refunded["k99"])
+	if err := bounded.RecallRefunded("k99", nil); err != nil || bounded.Refunded.Of("k99") != (RefundedSum{Findable: true}) {
+		t.Fatalf("recall of an original never refunded: %v, %v", err, bounded.Refunded.Of("k99"))
 	}
 	if ok, diff := SameState(bounded, full); !ok {
 		t.Fatalf("with an entry of 0: %s", diff)
@@ -403,12 +403,12 @@ func TestRefundedOriginalsAreBounded(t *testing.T) {
 	foldAhead(t, ahead, all[:len(all)-1])
 	for _, durable := range []int64{-1, 8} {
 		ahead.ForgetDurable(durable)
-		if len(ahead.Refunded) != 2 || ahead.ForgotRefunds() {
+		if ahead.Refunded.Len() != 2 || ahead.ForgotRefunds() {
 			t.Fatalf("durable %d: forgotten before: %v", durable, ahead.Refunded)
 		}
 	}
 	ahead.ForgetDurable(9)
-	if _, kept := ahead.Refunded["k1"]; kept || ahead.Refunded["k2"].Amount != 30 || !ahead.ForgotRefunds() {
+	if _, kept := ahead.Refunded.Lookup("k1"); kept || ahead.Refunded.Of("k2").Amount != 30 || !ahead.ForgotRefunds() {
 		t.Fatalf("durable: %v", ahead.Refunded)
 	}
 
@@ -418,7 +418,7 @@ func TestRefundedOriginalsAreBounded(t *testing.T) {
 	old := NewAccount("a")
 	old.RefundLimit = 1
 	foldWithoutSubjects(t, old, all)
-	if old.Refunded["k1"] != (RefundedSum{Amount: 50, rev: 15}) || old.Refunded["k2"].Amount != 30 || old.ForgotRefunds() {
+	if old.Refunded.Of("k1") != (RefundedSum{Amount: 50, rev: 15}) || old.Refunded.Of("k2").Amount != 30 || old.ForgotRefunds() {
 		t.Fatalf("refunds without subjects: %v, forgot %v", old.Refunded, old.ForgotRefunds())
 	}
 	b, err := EncodeSnapshot("account-a", old)
@@ -431,7 +431,7 @@ func TestRefundedOriginalsAreBounded(t *testing.T) {
 	legacy := viaSnapshot(t, old)
 	legacy.RefundLimit = 1
 	legacy.ForgetDurable(legacy.Revision)
-	if len(legacy.Refunded) != 2 || legacy.Refunded["k1"].Findable || legacy.ForgotRefunds() {
+	if legacy.Refunded.Len() != 2 || legacy.Refunded.Of("k1").Findable || legacy.ForgotRefunds() {
 		t.Fatalf("from a snapshot without findable refunds: %v", legacy.Refunded)
 	}
 	// A kept original refunded again without a subject (by an instance that
@@ -439,7 +439,7 @@ func TestRefundedOriginalsAreBounded(t *testing.T) {
 	mixed := fold(t, NewAccount("a"), all[:len(all)-1])
 	mixed.RefundLimit = 1
 	foldWithoutSubjects(t, mixed, all[len(all)-1:])
-	if len(mixed.Refunded) != 2 || mixed.Refunded["k1"].Findable || !mixed.Refunded["k2"].Findable {
+	if mixed.Refunded.Len() != 2 || mixed.Refunded.Of("k1").Findable || !mixed.Refunded.Of("k2").Findable {
 		t.Fatalf("refunded again without a subject: %v", mixed.Refunded)
 	}
 }

@@ -137,7 +137,7 @@ func compactFlags(a *Account) (f residentFlags, ok bool) {
 	if a.forgotRefunds {
 		f |= resForgotRefunds
 	}
-	for _, sum := range a.Refunded {
+	for _, sum := range a.Refunded.All() {
 		if sum.Amount != 0 && (!sum.Findable || a.RefundLimit == 0) {
 			return 0, false
 		}

@@ -92,7 +92,7 @@ func encodeState(stream string, rev uint64, chain string, st snapshotState) ([]b
 
 func (a *Account) snapshotState() snapshotState {
 	st := snapshotState{ID: a.ID, Opened: a.Opened, Closed: a.Closed, Currency: a.Currency, OverdraftLimit: a.OverdraftLimit,
-		Metadata: a.Metadata, Balance: a.Balance, Held: a.Held, Holds: make([]snapshotHold, 0, len(a.Holds)), Refunded: make(map[string]int64, len(a.Refunded)),
+		Metadata: a.Metadata, Balance: a.Balance, Held: a.Held, Holds: make([]snapshotHold, 0, len(a.Holds)), Refunded: make(map[string]int64, a.Refunded.Len()),
 		ForgotHolds: a.forgotHolds, ForgotRefunds: a.forgotRefunds}
 	if a.Opened {
 		t := a.EffectiveFrom.UTC()
@@ -107,7 +107,7 @@ func (a *Account) snapshotState() snapshotState {
 		st.Holds = append(st.Holds, sh)
 	}
 	slices.SortFunc(st.Holds, func(x, y snapshotHold) int { return strings.Compare(x.ID, y.ID) })
-	for k, r := range a.Refunded {
+	for k, r := range a.Refunded.All() {
 		if r.Amount == 0 {
 			continue // recalled for a refund that was refused: as good as forgotten
 		}
@@ -171,7 +171,7 @@ func DecodeSnapshot(stream string, b []byte) (*Account, error) {
 		a.SetRefunded(k, RefundedSum{Amount: v})
 	}
 	for _, k := range st.FindableRefunds { // in key order: the order they were kept in is not kept
-		r, ok := a.Refunded[k]
+		r, ok := a.Refunded.Lookup(k)
 		if !ok || r.Findable {
 			return nil, fmt.Errorf("domain: snapshot of %s@%d: findable refund of %q not refunded, or listed twice", stream, s.Revision, k)
 		}
@@ -279,7 +279,7 @@ func keepHoldsOf(keeper *Account, os *snapshotState) string {
 func keepRefundsOf(keeper, other *Account, os *snapshotState) string {
 	kept := make(map[string]int64, len(os.Refunded))
 	for k, v := range os.Refunded {
-		if r, in := keeper.Refunded[k]; (in && r.Amount != 0) || !other.Refunded[k].Findable {
+		if r, in := keeper.Refunded.Lookup(k); (in && r.Amount != 0) || !other.Refunded.Of(k).Findable {
 			kept[k] = v
 		}
 	}

@@ -16,7 +16,7 @@ import (
 func TestDecodeSnapshotRefusesWhatEncodeNeverWrites(t *testing.T) {
 	all, _ := sampleStream(t)
 	full := fold(t, NewAccount("a"), all)
-	if full.Refunded["k1"].Amount != 40 || full.Holds["h1"] == nil {
+	if full.Refunded.Of("k1").Amount != 40 || full.Holds["h1"] == nil {
 		t.Fatalf("the sample refunded %+v, holds %v", full.Refunded, full.Holds)
 	}
 	active := snapshotHold{ID: "h3", Amount: 5, Status: HoldStatusActive, Key: "k-h3"}

@@ -188,7 +188,7 @@ func (o *originals) byID(re eventstore.RecordedEvent, a *domain.Account, key str
 	}
 	s := originalSum{}
 	s.amount, s.found = originalAmount(orig, re)
-	if r, kept := a.Refunded[key]; kept && r.Amount != 0 {
+	if r, kept := a.Refunded.Lookup(key); kept && r.Amount != 0 {
 		s.refunded = r.Amount
 		return s, nil
 	}

@@ -199,10 +199,11 @@ func TestIncrementalAuditNamesAForgedRefundedSumAfterItsCheckpoint(t *testing.T)
 	env, _ := refundedEnv(t, false)
 	forge := func(a *domain.Account) *domain.Account {
 		forged := false
-		for k, v := range a.Refunded {
+		for k, v := range a.Refunded.All() {
 			if v.Amount == 100 {
 				v.Amount = 10 // 90 of r-d1 refundable again
-				a.Refunded[k], forged = v, true
+				a.SetRefunded(k, v)
+				forged = true
 			}
 		}
 		if !forged {

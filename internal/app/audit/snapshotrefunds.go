@@ -179,7 +179,7 @@ func (f *Fold) sameRefunded(stream string, snap, a *domain.Account, total refund
 // by a after it forgot some, as lendRefunded has it).
 func uncheckedSums(snap, a *domain.Account) map[string]int64 {
 	sums := map[string]int64{}
-	for k, r := range snap.Refunded {
+	for k, r := range snap.Refunded.All() {
 		if (r.Findable || a.ForgotRefunds()) && unkept(a, k) {
 			sums[k] = 0
 		}
@@ -189,7 +189,7 @@ func uncheckedSums(snap, a *domain.Account) map[string]int64 {
 
 // unkept reports whether a keeps no refunded sum of original k.
 func unkept(a *domain.Account, k string) bool {
-	kept, in := a.Refunded[k]
+	kept, in := a.Refunded.Lookup(k)
 	return !in || kept.Amount == 0
 }
 
@@ -213,9 +213,9 @@ func lendRefunded(snap, a *domain.Account) func() {
 		in  bool
 	}
 	lent := map[string]entry{}
-	for k, r := range snap.Refunded {
+	for k, r := range snap.Refunded.All() {
 		if !r.Findable && unkept(a, k) {
-			was, in := a.Refunded[k]
+			was, in := a.Refunded.Lookup(k)
 			lent[k] = entry{was, in}
 			a.SetRefunded(k, domain.RefundedSum{Amount: r.Amount})
 		}
@@ -225,11 +225,8 @@ func lendRefunded(snap, a *domain.Account) func() {
 			if e.in {
 				a.SetRefunded(k, e.sum)
 			} else {
-				delete(a.Refunded, k)
+				a.Refunded.Delete(k) // emptied, it holds no storage, as it was
 			}
-		}
-		if len(a.Refunded) == 0 {
-			a.Refunded = nil // as it was: none kept, no map (domain.Account makes it on first use)
 		}
 	}
 }
@@ -240,13 +237,13 @@ func lendRefunded(snap, a *domain.Account) func() {
 // counts less than all its refunds, leaves them short of it.
 func sameTotal(snap *domain.Account, total refundsTotal) (bool, string) {
 	listed := refundsTotal{}
-	for _, r := range snap.Refunded {
+	for _, r := range snap.Refunded.All() {
 		if r.Amount != 0 {
 			listed.add(r.Amount)
 		}
 	}
 	if listed.unknown || listed.sum != total.sum {
-		return false, fmt.Sprintf("its %d refunded originals sum %d, the stream's refunds up to revision %d sum %d: it omits a refunded original while it says it forgot none", len(snap.Refunded), listed.sum, snap.Revision, total.sum)
+		return false, fmt.Sprintf("its %d refunded originals sum %d, the stream's refunds up to revision %d sum %d: it omits a refunded original while it says it forgot none", snap.Refunded.Len(), listed.sum, snap.Revision, total.sum)
 	}
 	return true, ""
 }
@@ -254,7 +251,7 @@ func sameTotal(snap *domain.Account, total refundsTotal) (bool, string) {
 // sameSums compares the refunded sums read from the store with snap's.
 func sameSums(snap *domain.Account, sums map[string]int64) (bool, string) {
 	for _, k := range slices.Sorted(maps.Keys(sums)) {
-		if got := snap.Refunded[k].Amount; got != sums[k] {
+		if got := snap.Refunded.Of(k).Amount; got != sums[k] {
 			return false, fmt.Sprintf("refunded %d of original %q, the store's refunds of it up to revision %d sum %d", got, k, snap.Revision, sums[k])
 		}
 	}
@@ -280,7 +277,7 @@ func (f *Fold) sameAllRefunded(stream string, snap *domain.Account, sums map[str
 	err := f.readStreamTo(stream, snap.Revision, func(re eventstore.RecordedEvent) error {
 		ref, _, err := domain.RefundOf(storedEvent(re, domain.Metadata{}))
 		if err == nil && ref != "" && missing == "" {
-			if _, listed := snap.Refunded[ref]; !listed {
+			if _, listed := snap.Refunded.Lookup(ref); !listed {
 				missing = fmt.Sprintf("original %q refunded at revision %d is missing from a snapshot that says it forgot no refunded original", ref, re.Revision)
 			}
 		}

@@ -42,8 +42,8 @@ func BenchmarkAuditSnapshotRefunds(b *testing.B) {
 		opts.From = checkpointThenDeposit(b, env)
 	}
 	a := accountAt(b, env, "b", 0)
-	if len(a.Refunded) != n {
-		b.Fatalf("b refunded %d originals, not %d", len(a.Refunded), n)
+	if a.Refunded.Len() != n {
+		b.Fatalf("b refunded %d originals, not %d", a.Refunded.Len(), n)
 	}
 	writeSnapshot(b, env, a, uint64(a.Revision), nil)
 	catchUp(b, env)

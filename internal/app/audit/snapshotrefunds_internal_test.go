@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"maps"
 	"reflect"
 	"testing"
 
@@ -13,22 +12,22 @@ import (
 
 // TestLendRefundedLeavesTheAccountAsItWas: lendRefunded lends the fold's
 // account, which forgot refunded originals, a snapshot's unfindable one and
-// takes it back. An account that keeps none (Refunded nil: domain.Account
-// makes its maps on first use) is left nil, not with an empty map (48 bytes
-// an account so checked); one that keeps another keeps it as it was.
+// takes it back. An account that keeps none (Refunded holding no storage:
+// domain.Account makes it on first use) is left so, not with an emptied
+// slice or map (bytes an account so checked); one that keeps another keeps it as it was.
 func TestLendRefundedLeavesTheAccountAsItWas(t *testing.T) {
 	snap := domain.NewAccount("r")
 	snap.SetRefunded("k", domain.RefundedSum{Amount: 5})
 	for name, refunded := range map[string]string{"none kept": `{}`, "one kept": `{"j":7}`} {
 		a := forgetfulAccount(t, refunded)
-		was := maps.Clone(a.Refunded)
+		was, none := a.Refunded.Map(), reflect.DeepEqual(a.Refunded, domain.Refunds{})
 		back := lendRefunded(snap, a)
-		if got := a.Refunded["k"]; got.Amount != 5 || len(a.Refunded) != len(was)+1 {
+		if got := a.Refunded.Of("k"); got.Amount != 5 || a.Refunded.Len() != len(was)+1 {
 			t.Fatalf("%s: lent %+v, refunded %v", name, got, a.Refunded)
 		}
 		back()
-		if (a.Refunded == nil) != (was == nil) || !reflect.DeepEqual(a.Refunded, was) {
-			t.Errorf("%s: refunded %#v after the loan, %#v before", name, a.Refunded, was)
+		if reflect.DeepEqual(a.Refunded, domain.Refunds{}) != none || !reflect.DeepEqual(a.Refunded.Map(), was) {
+			t.Errorf("%s: refunded %#v after the loan, %v before", name, a.Refunded, was)
 		}
 	}
 }

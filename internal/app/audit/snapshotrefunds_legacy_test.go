@@ -39,7 +39,7 @@ func legacyRefundEnv(t *testing.T) *projtest.Env {
 func TestAuditPassesATrueSnapshotWithARefundWithoutSubject(t *testing.T) {
 	env := legacyRefundEnv(t)
 	a := accountAt(t, env, "l", 8)
-	if r := a.Refunded["l-d3"]; r.Amount != 90 || r.Findable || a.ForgotRefunds() {
+	if r := a.Refunded.Of("l-d3"); r.Amount != 90 || r.Findable || a.ForgotRefunds() {
 		t.Fatalf("l at revision %d refunded %+v, forgot %v", a.Revision, a.Refunded, a.ForgotRefunds())
 	}
 	writeSnapshot(t, env, a, 7, nil)
@@ -68,7 +68,7 @@ func TestAuditNamesALoweredSumOfAnOriginalRefundedWithoutSubject(t *testing.T) {
 	for _, re := range devtest.StreamEvents(t, env.Store, domain.AccountStream("l"))[:8] {
 		devtest.EvolveRecorded(t, a, re)
 	}
-	if _, kept := a.Refunded["l-d3"]; kept || !a.ForgotRefunds() {
+	if _, kept := a.Refunded.Lookup("l-d3"); kept || !a.ForgotRefunds() {
 		t.Fatalf("the bounded fold of l refunded %+v, forgot %v", a.Refunded, a.ForgotRefunds())
 	}
 	a.SetRefunded("l-d3", domain.RefundedSum{Amount: 30, Findable: true})

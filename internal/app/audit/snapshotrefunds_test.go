@@ -56,10 +56,10 @@ func checkpointed(t *testing.T, env *projtest.Env) int64 {
 func writeForgedRefund(t *testing.T, env *projtest.Env) {
 	t.Helper()
 	a := accountAt(t, env, "r", 7)
-	if a.Revision != 6 || a.Refunded["r-d1"].Amount != 100 || a.Refunded["r-d2"].Amount != 50 {
+	if a.Revision != 6 || a.Refunded.Of("r-d1").Amount != 100 || a.Refunded.Of("r-d2").Amount != 50 {
 		t.Fatalf("r at revision %d refunded %+v", a.Revision, a.Refunded)
 	}
-	a.SetRefunded("r-d1", domain.RefundedSum{Amount: 10, Findable: a.Refunded["r-d1"].Findable})
+	a.SetRefunded("r-d1", domain.RefundedSum{Amount: 10, Findable: a.Refunded.Of("r-d1").Findable})
 	writeSnapshot(t, env, a, 6, nil)
 	catchUp(t, env)
 }
@@ -119,8 +119,8 @@ func TestAuditPassesATrueSnapshotOfManyRefundedOriginals(t *testing.T) {
 		env.MustApply(t, "refund", map[string]any{"idempotency_key": fmt.Sprintf("m-g%d", i), "original_key": fmt.Sprintf("m-d%d", i), "amount": 5})
 	}
 	a := accountAt(t, env, "m", 0)
-	if len(a.Refunded) != 41 {
-		t.Fatalf("m refunded %d originals", len(a.Refunded))
+	if a.Refunded.Len() != 41 {
+		t.Fatalf("m refunded %d originals", a.Refunded.Len())
 	}
 	writeSnapshot(t, env, a, uint64(a.Revision), nil)
 	env.MustApply(t, "deposit", map[string]any{"idempotency_key": "m-last", "account_id": "m", "amount": 5, "currency": "EUR"})
@@ -259,10 +259,10 @@ func carriesNoRecordOfAnEarlierBuild(t *testing.T, touched bool) {
 func TestAuditNamesASnapshotOmittingARefundedOriginal(t *testing.T) {
 	omit := func(t *testing.T, env *projtest.Env) {
 		a := accountAt(t, env, "r", 7)
-		if a.ForgotRefunds() || a.Refunded["r-d1"].Amount != 100 {
+		if a.ForgotRefunds() || a.Refunded.Of("r-d1").Amount != 100 {
 			t.Fatalf("r at revision %d refunded %+v, forgot %v", a.Revision, a.Refunded, a.ForgotRefunds())
 		}
-		delete(a.Refunded, "r-d1")
+		a.Refunded.Delete("r-d1")
 		writeSnapshot(t, env, a, 6, nil)
 		catchUp(t, env)
 	}

@@ -17,13 +17,13 @@ import (
 // may lie about its refunded originals while it says it forgot none: each
 // lets a ledger that cold-loads it refund r-d1 beyond what is left of it.
 var refundListForges = map[string]func(a *domain.Account){
-	"an original omitted": func(a *domain.Account) { delete(a.Refunded, "r-d1") },
+	"an original omitted": func(a *domain.Account) { a.Refunded.Delete("r-d1") },
 	"a sum lowered": func(a *domain.Account) {
 		a.SetRefunded("r-d1", domain.RefundedSum{Amount: 10, Findable: true})
 	},
 	// The same total and count: r-d1's 100 listed under a deposit never refunded.
 	"an original swapped": func(a *domain.Account) {
-		delete(a.Refunded, "r-d1")
+		a.Refunded.Delete("r-d1")
 		a.SetRefunded("r-x0", domain.RefundedSum{Amount: 100, Findable: true})
 	},
 	"one original more": func(a *domain.Account) {
@@ -36,7 +36,7 @@ var refundListForges = map[string]func(a *domain.Account){
 func writeListedSnapshot(t *testing.T, env *projtest.Env, forge func(a *domain.Account)) {
 	t.Helper()
 	a := accountAt(t, env, "r", 7)
-	if a.ForgotRefunds() || a.Refunded["r-d1"].Amount != 100 || !a.Refunded["r-d1"].Findable || a.Refunded["r-d2"].Amount != 50 {
+	if a.ForgotRefunds() || a.Refunded.Of("r-d1").Amount != 100 || !a.Refunded.Of("r-d1").Findable || a.Refunded.Of("r-d2").Amount != 50 {
 		t.Fatalf("r at revision %d refunded %+v, forgot %v", a.Revision, a.Refunded, a.ForgotRefunds())
 	}
 	if forge != nil {

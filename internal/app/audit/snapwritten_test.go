@@ -99,7 +99,7 @@ func TestAuditNamesAForgedSnapshotWrittenWhileItRuns(t *testing.T) {
 		catchUp(t, env)
 		write := func(int64, int64) {
 			a := accountAt(t, env, "r", 7)
-			a.SetRefunded("r-d1", domain.RefundedSum{Amount: 10, Findable: a.Refunded["r-d1"].Findable})
+			a.SetRefunded("r-d1", domain.RefundedSum{Amount: 10, Findable: a.Refunded.Of("r-d1").Findable})
 			writeSnapshot(t, env, a, 6, nil)
 		}
 		rep, read := runCountingWith(t, env, audit.Options{From: &cp, SaveCheckpoint: true, Progress: write}, "r")
@@ -224,7 +224,7 @@ func TestIncrementalAuditNamesAForgedSnapshotWrittenInTheWindow(t *testing.T) {
 		catchUp(t, env)
 		window := auditWithWindow(t, env, &cp, func() {
 			a := accountAt(t, env, "r", 7)
-			a.SetRefunded("r-d1", domain.RefundedSum{Amount: 10, Findable: a.Refunded["r-d1"].Findable})
+			a.SetRefunded("r-d1", domain.RefundedSum{Amount: 10, Findable: a.Refunded.Of("r-d1").Findable})
 			writeSnapshot(t, env, a, 6, nil)
 		})
 		named(t, env, window, "r", "r-d1")

@@ -195,7 +195,7 @@ func (s *Service) recallHold(ctx context.Context, stream string, acc *domain.Acc
 // (another instance's), asks to decide again on the store's head. The caller
 // holds the stream's lock.
 func (s *Service) recallRefunded(ctx context.Context, stream string, acc *domain.Account, originalKey string) error {
-	if _, kept := acc.Refunded[originalKey]; kept || !acc.ForgotRefunds() {
+	if _, kept := acc.Refunded.Lookup(originalKey); kept || !acc.ForgotRefunds() {
 		return nil
 	}
 	evs, err := s.readSubject(ctx, stream, domain.RefundSubject(originalKey))

@@ -467,7 +467,7 @@ func TestForgottenRefundsAnswerAsKept(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !a.ForgotRefunds() || len(a.Refunded) > 2 || a.SnapshotRevision < 0 {
+		if !a.ForgotRefunds() || a.Refunded.Len() > 2 || a.SnapshotRevision < 0 {
 			t.Fatalf("the bounded aggregate keeps %v, forgot: %v, snapshot at %d", a.Refunded, a.ForgotRefunds(), a.SnapshotRevision)
 		}
 	})
