@@ -593,11 +593,33 @@ func (a *Account) Forgot() bool { return a.forgot }
 // record once its command's events are folded (the audit's fold) keeps none
 // between commands. Keys is then nil, so that what the old map grew to is
 // freed (remember makes one again).
-func (a *Account) ForgetKeys() {
+func (a *Account) ForgetKeys() { a.ForgetKeysInto(nil) }
+
+// SpareKeys is the storage of one aggregate's emptied Keys (its map and the
+// queue of their order), handed by a reader that forgets each aggregate's
+// keys after each command to the next command it folds, of any aggregate
+// (ForgetKeysInto, UseSpareKeys): it then makes a map per aggregate that
+// keeps keys at once, not one per command (issue 23: the audit's fold made
+// a map of 8 slots and a queue for every command, some 230 bytes and 3
+// objects, its largest garbage an event), and keeps no map per account
+// between commands. What the aggregates hold is the same either way.
+type SpareKeys struct {
+	m     map[string]*KeyRecord
+	names []string
+}
+
+// ForgetKeysInto is ForgetKeys, the emptied storage of Keys kept in spare
+// (nil: freed) when none is kept there already.
+func (a *Account) ForgetKeysInto(spare *SpareKeys) {
 	if a.keyOrder.len() == 0 {
 		return
 	}
 	if a.pinned == 0 {
+		if spare != nil && spare.m == nil {
+			clear(a.Keys)
+			clear(a.keyOrder.names)
+			spare.m, spare.names = a.Keys, a.keyOrder.names[:0]
+		}
 		a.Keys = nil
 	} else {
 		for a.keyOrder.len() > 0 {
@@ -629,6 +651,16 @@ func (a *Account) ForgetClosedHold(id string, dropped bool) {
 
 // remember adds a key's record to Keys, forgetting the oldest beyond
 // KeyLimit: the one write of Keys, which it makes on first use (NewAccount).
+// UseSpareKeys gives a the storage spare keeps (ForgetKeysInto) when a keeps
+// no key: what its next key record is remembered in.
+func (a *Account) UseSpareKeys(spare *SpareKeys) {
+	if a.Keys != nil || a.keyOrder.names != nil || spare.m == nil {
+		return
+	}
+	a.Keys, a.keyOrder = spare.m, fifo{names: spare.names}
+	*spare = SpareKeys{}
+}
+
 func (a *Account) remember(rec *KeyRecord) {
 	if a.Keys == nil {
 		a.Keys = map[string]*KeyRecord{}

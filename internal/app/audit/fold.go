@@ -136,6 +136,9 @@ type Fold struct {
 	legTouched       map[[2]string]uint64
 	checkedSagas     map[string]bool
 	settledTransfers int
+	// spareKeys is the storage of the keys an account forgot last, for the
+	// next command's (foldAccountEvent).
+	spareKeys domain.SpareKeys
 
 	Accounts  map[string]*domain.Account  // by account ID
 	Transfers map[string]*domain.Transfer // by transfer ID
@@ -488,7 +491,7 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent, 
 	if err == nil {
 		ss := f.streams[re.Stream]
 		f.checkHoldPlaced(re, a, payload)
-		err = foldAccountEvent(a, ss, ev, payload, true, func() {
+		err = foldAccountEvent(a, ss, ev, payload, true, &f.spareKeys, func() {
 			f.checkSnapshot(re.Stream, a, re.Position)
 			f.checkEffective(re, m, a, payload)
 			f.checkAccountEvent(re, m, a, payload)
@@ -514,7 +517,12 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent, 
 // snapshot apart (checkSnapshotFolding): a snapshot at the revision that
 // closes a hold is compared while the account still holds that hold whole
 // and ss the one closed before it, findability included (invariant 7).
-func foldAccountEvent(a *domain.Account, ss *streamState, ev domain.StoredEvent, payload any, bounded bool, at func()) error {
+// spare (nil: none) is the storage of the keys forgotten last, which a
+// command's records are remembered in (domain.SpareKeys).
+func foldAccountEvent(a *domain.Account, ss *streamState, ev domain.StoredEvent, payload any, bounded bool, spare *domain.SpareKeys, at func()) error {
+	if spare != nil {
+		a.UseSpareKeys(spare)
+	}
 	if err := domain.EvolveAccountDecided(a, ev, payload); err != nil {
 		return err
 	}
@@ -531,7 +539,7 @@ func foldAccountEvent(a *domain.Account, ss *streamState, ev domain.StoredEvent,
 		// no key record (deciding a refund does, folding one does not), so
 		// the account forgets it now rather than keep one per account
 		// (issue 23).
-		a.ForgetKeys()
+		a.ForgetKeysInto(spare)
 	}
 	forgetClosedHold(ss, a, payload)
 	return nil

@@ -357,7 +357,7 @@ func (f *Fold) checkSnapshotFolding(ctx context.Context, sr eventstore.StreamRea
 			payload, err = domain.DecodeEvent(re.Type, re.Data)
 		}
 		if err == nil { // decoded once, as applyAccount folds
-			err = foldAccountEvent(a, ss, storedEvent(re, m), payload, bounded, func() {
+			err = foldAccountEvent(a, ss, storedEvent(re, m), payload, bounded, nil, func() {
 				ss.next = re.Revision + 1
 				f.checkSnapshotIn(stream, a, ss, re.Position)
 			})
