@@ -649,8 +649,6 @@ func (a *Account) ForgetClosedHold(id string, dropped bool) {
 	a.forgotHolds = a.forgotHolds || dropped
 }
 
-// remember adds a key's record to Keys, forgetting the oldest beyond
-// KeyLimit: the one write of Keys, which it makes on first use (NewAccount).
 // UseSpareKeys gives a the storage spare keeps (ForgetKeysInto) when a keeps
 // no key: what its next key record is remembered in.
 func (a *Account) UseSpareKeys(spare *SpareKeys) {
@@ -661,6 +659,8 @@ func (a *Account) UseSpareKeys(spare *SpareKeys) {
 	*spare = SpareKeys{}
 }
 
+// remember adds a key's record to Keys, forgetting the oldest beyond
+// KeyLimit: the one write of Keys, which it makes on first use (NewAccount).
 func (a *Account) remember(rec *KeyRecord) {
 	if a.Keys == nil {
 		a.Keys = map[string]*KeyRecord{}
