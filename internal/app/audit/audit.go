@@ -522,7 +522,7 @@ func (r *auditRun) checkEffective(ctx context.Context, side *sideReads, l liveGe
 	} else if !ok {
 		err = f.checkEffectiveBalances(ctx, r.tx, l, opts.Account, want)
 	}
-	if err != nil || f.resumed == nil || opts.Account != "" {
+	if err != nil || !f.incrementalOfAll(opts.Account) {
 		return err
 	}
 	untouched, unlisted, err := r.untouchedOf(l, touched)

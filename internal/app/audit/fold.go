@@ -1110,3 +1110,9 @@ func (f *Fold) finishTransactions() {
 		}
 	}
 }
+
+// incrementalOfAll reports whether f folds an incremental audit of the whole
+// ledger (from a checkpoint, not of one account): the one that checks the
+// accounts its events did not touch against their checkpoint rows, and
+// reads only the touched accounts' rows by effective time.
+func (f *Fold) incrementalOfAll(account string) bool { return f.resumed != nil && account == "" }

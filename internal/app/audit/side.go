@@ -56,7 +56,7 @@ func (s *sideReads) add(name string, run func(context.Context, pgx.Tx) (any, err
 // turn).
 func (r *auditRun) startSideReads(ctx context.Context, expected []expectation) (*sideReads, error) {
 	f := r.f
-	if f.resumed == nil || r.opts.Account != "" || r.tx == nil {
+	if !f.incrementalOfAll(r.opts.Account) || r.tx == nil {
 		return nil, nil
 	}
 	s := &sideReads{}

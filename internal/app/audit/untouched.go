@@ -33,7 +33,7 @@ import (
 // the reading and waits for it.
 func (r *auditRun) readUntouched(ctx context.Context) (stop func(), err error) {
 	f := r.f
-	if f.resumed == nil || r.opts.Account != "" || r.tx == nil {
+	if !f.incrementalOfAll(r.opts.Account) || r.tx == nil {
 		return func() {}, nil
 	}
 	s := &sideReads{}
