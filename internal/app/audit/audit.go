@@ -561,6 +561,26 @@ func checkpointOptions(opts Options) error {
 	if opts.SaveCheckpoint && opts.Account != "" {
 		return errors.New("audit: a checkpoint carries every account: not with an audit of one account")
 	}
+	return incrementalPoolSize(opts)
+}
+
+// incrementalPoolSize refuses an incremental audit whose sets' pool cannot
+// give the connections it takes at once: its sets' session and its
+// read-model snapshot's (when that pool is the same) for the whole run, and
+// one more for the reads of its checkpoint's rows beside them (the fold's,
+// and the chain's check's, which waits on nothing). With fewer, those reads
+// would wait for ever (review r475: pool_max_conns=2 hung).
+func incrementalPoolSize(opts Options) error {
+	if opts.From == nil || opts.Sets == nil {
+		return nil
+	}
+	need := int32(2)
+	if opts.Sets == opts.ReadModels {
+		need = 3
+	}
+	if have := opts.Sets.Config().MaxConns; have < need {
+		return fmt.Errorf("audit: an incremental audit (--from) takes %d connections of the read models' pool at once; it allows %d (pool_max_conns): give it %d or more", need, have, need)
+	}
 	return nil
 }
 

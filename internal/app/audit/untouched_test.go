@@ -1,8 +1,13 @@
 package audit_test
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/testing/devtest"
@@ -70,5 +75,40 @@ func TestIncrementalAuditCatchesAHoldMovedBesideATouchedOne(t *testing.T) {
 	exec(t, env, `UPDATE readmodel.holds SET account_id = 'w-acct-1' WHERE account_id = 'idle' AND hold_id = 'idle-h' AND $1::bigint > 0`, 1)
 	if rep := run(t, env, audit.Options{From: &cp.ID, SaveCheckpoint: true}); !rep.Has(audit.InvReadModel, "read_model_mismatch") || rep.Checkpoint != nil {
 		t.Fatalf("idle-h moved to w-acct-1 was not caught (or a checkpoint %v was stored): %v", rep.Checkpoint, rep.Violations)
+	}
+}
+
+// TestIncrementalAuditOnASmallPool: an incremental audit holds two of its
+// pool's connections for its whole run (its sets' session, its read-model
+// snapshot) and reads its checkpoint's rows beside them, so on a pool of two
+// (pool_max_conns=2) it refuses at once, naming the limit, rather than wait
+// for ever for a third (review r475: it hung); on a pool of three it ends,
+// clean.
+func TestIncrementalAuditOnASmallPool(t *testing.T) {
+	env, cp := spanned(t)
+	sep := "?"
+	if strings.Contains(env.URL, "?") {
+		sep = "&"
+	}
+	for _, conns := range []int{2, 3} {
+		pool, err := pgxpool.New(context.Background(), fmt.Sprintf("%s%spool_max_conns=%d", env.URL, sep, conns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The bound turns an endless wait into a failure; this audit takes
+		// well under a second.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		rep, err := audit.Run(ctx, env.Store, audit.Options{ReadModels: pool, From: &cp.ID})
+		cancel()
+		pool.Close()
+		if conns == 2 {
+			if err == nil || !strings.Contains(err.Error(), "takes 3 connections of the read models' pool at once; it allows 2") {
+				t.Fatalf("an incremental audit on a pool of 2: %v, want refused naming the limit", err)
+			}
+			continue
+		}
+		if err != nil || !rep.OK() {
+			t.Fatalf("an incremental audit on a pool of %d: %v %v", conns, err, rep)
+		}
 	}
 }
