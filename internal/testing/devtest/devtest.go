@@ -57,15 +57,31 @@ func NATSAt(t testing.TB, addr, dir string) *server.Server {
 	return s
 }
 
+// natsClusterTries bounds the starts of a test's NATS cluster (NATSCluster).
+const natsClusterTries = 3
+
 // NATSCluster starts a 3-node JetStream cluster on loopback for t (the
-// production shape's NATS) and stops it when t ends.
+// production shape's NATS) and stops it when t ends. Its nodes' ports are
+// picked free before the nodes bind them (a node restarts on its own), so a
+// process beside the test can take one between; a cluster that does not
+// start is started again on new ports, up to natsClusterTries times, and the
+// last error fails t.
 func NATSCluster(t testing.TB) (*embednats.Cluster, []*server.Server) {
 	t.Helper()
-	c, err := embednats.NewCluster("ledger", 3, t.TempDir(), embednats.Options{})
-	if err != nil {
-		t.Fatal(err)
+	var (
+		c       *embednats.Cluster
+		servers []*server.Server
+		err     error
+	)
+	for try := 1; try <= natsClusterTries; try++ {
+		if c, err = embednats.NewCluster("ledger", 3, t.TempDir(), embednats.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		if servers, err = c.Start(); err == nil {
+			break
+		}
+		t.Logf("the NATS cluster, try %d of %d: %v", try, natsClusterTries, err)
 	}
-	servers, err := c.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
