@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -409,6 +410,70 @@ func TestDuplicateIDsCountsRows(t *testing.T) {
 	if got, want := dups(originals[2].Position, head), e1.ID.String()+"x2 "; got != want {
 		t.Errorf("after the originals (their copies): %q, want %q", got, want)
 	}
+}
+
+// TestDuplicateIDsTrustsOnlyAWholeUniqueIndex: DuplicateIDs answers from the
+// table's unique index on event_id alone when that index holds every row of
+// "all" to one ID (as migration 00001 made it); each way of planting an ID
+// twice behind a unique index that does not (one that leaves rows out, one
+// over more columns, a child table beside it) is counted and found.
+func TestDuplicateIDsTrustsOnlyAWholeUniqueIndex(t *testing.T) {
+	const dropped = `ALTER TABLE events DROP CONSTRAINT events_event_id_key, DROP CONSTRAINT events_stream_revision_key;`
+	const copyOf = `SELECT stream, revision, event_id, type, data, metadata FROM events WHERE event_id = $1 LIMIT 1`
+	for _, c := range []struct {
+		name        string
+		before, dup string // SQL run before the copy of the event's row, the copy ($1 its ID)
+		after       string // SQL run after it
+	}{
+		{"a partial unique index leaving the copy out", dropped, `INSERT INTO events (stream, revision, event_id, type, data, metadata) ` + copyOf,
+			`CREATE UNIQUE INDEX events_some_ids ON events (event_id) WHERE revision > 0 OR stream <> 'a'`},
+		{"a unique index over the ID and the stream", dropped + `CREATE UNIQUE INDEX events_id_stream ON events (event_id, stream)`,
+			`INSERT INTO events (stream, revision, event_id, type, data, metadata) SELECT 'b', revision, event_id, type, data, metadata FROM events WHERE event_id = $1 LIMIT 1`, ``},
+		{"a child table holding the copy, the constraint whole", `CREATE TABLE events_child () INHERITS (events)`,
+			`INSERT INTO events_child (position, stream, revision, event_id, type, data, metadata) SELECT position + 1000, 'c', revision, event_id, type, data, metadata FROM events WHERE event_id = $1 LIMIT 1`, ``},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			s := devtest.Postgres(t)
+			e := ev()
+			if _, err := s.Append(ctx, "a", eventstore.NoStream, []eventstore.EventData{e, ev()}); err != nil {
+				t.Fatal(err)
+			}
+			if got := idsUniqueByIndex(ctx, t, s); !got {
+				t.Fatal("the store as migrated: not trusted, want trusted")
+			}
+			for _, sql := range []string{c.before, c.dup, c.after} {
+				args := []any{}
+				if sql == c.dup {
+					args = append(args, e.ID)
+				}
+				if _, err := s.Pool().Exec(ctx, sql, args...); sql != "" && err != nil {
+					t.Fatalf("%s: %v", sql, err)
+				}
+			}
+			if idsUniqueByIndex(ctx, t, s) {
+				t.Error("trusted, want counted")
+			}
+			var got string
+			err := s.DuplicateIDs(ctx, eventstore.Start, eventstore.Position{Commit: math.MaxUint64, Prepare: math.MaxUint64}, func(id string, times int64) error {
+				got += id + "x" + strconv.FormatInt(times, 10) + " "
+				return nil
+			})
+			if want := e.ID.String() + "x2 "; err != nil || got != want {
+				t.Errorf("DuplicateIDs: %q, %v; want %q", got, err, want)
+			}
+		})
+	}
+}
+
+// idsUniqueByIndex runs the query by which s trusts its unique index.
+func idsUniqueByIndex(ctx context.Context, t *testing.T, s *postgres.Store) bool {
+	t.Helper()
+	var unique bool
+	if err := s.Pool().QueryRow(ctx, postgres.IDsUniqueByIndex).Scan(&unique); err != nil {
+		t.Fatal(err)
+	}
+	return unique
 }
 
 // TestReadAllPageRoomFollowsTheLastPage: a read of "all" makes room for as
