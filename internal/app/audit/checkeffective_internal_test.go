@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -17,7 +18,9 @@ import (
 // without it, the audit is refused, not passed with those accounts
 // unchecked. A full audit and an audit of one account have no untouched
 // accounts and make their statement in turn: an account of the fold's that
-// the (empty) read model lacks is named.
+// the (empty) read model lacks is named. The refusal is typed: an
+// *UntouchedNotReadError naming the read model, matched by
+// ErrUntouchedNotRead.
 func TestEffectiveWithoutUntouchedRead(t *testing.T) {
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, devtest.DatabaseURL(t))
@@ -50,6 +53,10 @@ func TestEffectiveWithoutUntouchedRead(t *testing.T) {
 		err := r.checkEffective(ctx, nil, l, map[string][2]int64{"a": {5, 0}}, map[string]bool{})
 		if (c.refused == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), c.refused) || len(f.Violations) != c.named {
 			t.Errorf("%s: %v, %d violations %v; want %q and %d", c.name, err, len(f.Violations), f.Violations, c.refused, c.named)
+		}
+		var notRead *UntouchedNotReadError
+		if c.refused != "" && (!errors.As(err, &notRead) || notRead.ReadModel != l.name || !errors.Is(err, ErrUntouchedNotRead)) {
+			t.Errorf("%s: %#v, want an *UntouchedNotReadError naming %s, matched by ErrUntouchedNotRead", c.name, err, l.name)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -87,11 +88,29 @@ func (r *auditRun) untouchedOf(l liveGen, touched map[string]bool) ([]effectiveF
 		return nil, 0, err
 	}
 	if !ok {
-		return nil, 0, fmt.Errorf("audit: %s of the accounts not touched: not read", l.name)
+		return nil, 0, &UntouchedNotReadError{ReadModel: l.name}
 	}
 	found, unlisted := untouchedFound(broken.([]effectiveFound), func(id string) bool { return touched[id] }, r.f.MaxViolations)
 	return found, unlisted, nil
 }
+
+// ErrUntouchedNotRead matches every *UntouchedNotReadError with errors.Is.
+var ErrUntouchedNotRead = errors.New("audit: the accounts not touched: not read")
+
+// UntouchedNotReadError refuses an incremental audit of the whole ledger
+// whose check of read model ReadModel's accounts not touched by the fold was
+// not read beside it (readUntouched): passing would leave those accounts
+// unchecked.
+type UntouchedNotReadError struct {
+	ReadModel string
+}
+
+func (e *UntouchedNotReadError) Error() string {
+	return fmt.Sprintf("audit: %s of the accounts not touched: not read", e.ReadModel)
+}
+
+// Is makes errors.Is(err, ErrUntouchedNotRead) true.
+func (e *UntouchedNotReadError) Is(target error) bool { return target == ErrUntouchedNotRead }
 
 // behind reports whether read model l's checkpoint is before an incremental
 // audit's checkpoint: the fold never stood where it stands, so it is not
