@@ -358,13 +358,8 @@ func (c Config) checkSystems() error {
 }
 
 // checkUndriven refuses, not skips, a flag that asks for phases the run
-// does not run (undriven), the one home of the rule; Undriven takes such
-// phases' defaults off. The JetStream phases are a driven system's (none
-// under --systems none); the many-accounts phases the ledger's alone (after
-// its other phases, in its event store: not the baseline's, nor echo's);
-// --many-cold and --many-unsettled change the many-accounts phases, so they
-// are refused where those do not run (--many-accounts 0, --quick's default,
-// or the ledger not driven: --systems baseline, none).
+// does not run (undriven); Undriven takes such phases' defaults off. Both
+// read one table, phaseFlags, the one home of the rule.
 // --standby is accepted whatever is driven: the private PostgreSQL is then
 // a primary and a synchronous standby for every phase that runs (the
 // baseline's commits wait for the standby as the ledger's do; the key
@@ -380,46 +375,99 @@ func (c Config) checkUndriven() error {
 	return nil
 }
 
-// undrivenFlag is a flag that asks for phases the run does not run: why
-// not, and how to have them run.
-type undrivenFlag struct {
-	asked                  bool
-	flag, phases, why, fix string
+// phaseFlag is a flag that asks for phases of a run, or for a change of
+// them, paired with the conditions under which those phases do not run:
+// where one holds, Undriven takes the flag's field off (off: its default
+// there) and Check refuses the flag asked for (asks).
+type phaseFlag struct {
+	flag, phases string
+	asks         func(Config) bool
+	off          func(*Config)
+	notRun       []notRun
 }
 
-// undriven is the flags of the phases c does not run, each with whether c
-// asks for them.
+// notRun says why c does not run some phases and how to have them run
+// (why "": it runs them).
+type notRun func(c Config) (why, fix string)
+
+// phaseFlags is the one table of the flags of phases a run may not run:
+// the JetStream phases are a driven system's (none under --systems none);
+// the many-accounts phases the ledger's alone (after its other phases, in
+// its event store: not the baseline's, nor echo's); --many-cold and
+// --many-unsettled change the many-accounts phases, so they are refused
+// where those do not run (--many-accounts 0, --quick's default, or the
+// ledger not driven: --systems baseline, none).
+var phaseFlags = []phaseFlag{
+	{flag: "--jetstream-messages", phases: "phases of a driven system",
+		asks: func(c Config) bool { return c.JetStreamMessages > 0 }, off: func(c *Config) { c.JetStreamMessages = 0 },
+		notRun: []notRun{noSystemDriven}},
+	{flag: "--many-accounts", phases: "phases of the ledger",
+		asks: func(c Config) bool { return c.ManyAccounts > 0 }, off: func(c *Config) { c.ManyAccounts = 0 },
+		notRun: []notRun{ledgerNotDriven}},
+	{flag: "--many-cold", phases: "a change of the many-accounts phases",
+		asks: func(c Config) bool { return c.ManyCold }, off: func(c *Config) { c.ManyCold = false },
+		notRun: []notRun{manyNotRun}},
+	{flag: "--many-unsettled", phases: "a change of the many-accounts phases",
+		asks: func(c Config) bool { return c.ManyUnsettled }, off: func(c *Config) { c.ManyUnsettled = false },
+		notRun: []notRun{manyNotRun}},
+}
+
+// noSystemDriven: --systems none runs no driven system's phases.
+func noSystemDriven(c Config) (why, fix string) {
+	if !c.drivesNone() {
+		return "", ""
+	}
+	return "--systems none drives none", "drive the ledger (--systems ledger)"
+}
+
+// ledgerNotDriven: a run that does not drive the ledger runs none of its
+// phases.
+func ledgerNotDriven(c Config) (why, fix string) {
+	if c.drivesLedger() {
+		return "", ""
+	}
+	return "--systems " + strings.Join(c.Systems, ",") + " does not drive it", "drive the ledger (--systems ledger)"
+}
+
+// manyNotRun: the many-accounts phases run over a positive number of
+// accounts, in a run that drives the ledger.
+func manyNotRun(c Config) (why, fix string) {
+	if c.ManyAccounts > 0 && c.drivesLedger() {
+		return "", ""
+	}
+	return "they do not run (--many-accounts 0, or the ledger not driven)", "run them (--systems ledger --many-accounts N)"
+}
+
+// undrivenFlag is a flag of phaseFlags whose phases c does not run:
+// whether c asks for them, why they do not run, how to have them run.
+type undrivenFlag struct {
+	phaseFlag
+	asked    bool
+	why, fix string
+}
+
+// undriven is the flags of the phases c does not run, each with the first
+// of its conditions that holds.
 func (c Config) undriven() []undrivenFlag {
 	var fs []undrivenFlag
-	if c.drivesNone() {
-		fs = append(fs, undrivenFlag{c.JetStreamMessages > 0, "--jetstream-messages", "phases of a driven system", "--systems none drives none", "drive the ledger (--systems ledger)"})
-	}
-	if !c.drivesLedger() {
-		why := "--systems " + strings.Join(c.Systems, ",") + " does not drive it"
-		fs = append(fs, undrivenFlag{c.ManyAccounts > 0, "--many-accounts", "phases of the ledger", why, "drive the ledger (--systems ledger)"})
-	}
-	if c.ManyAccounts <= 0 || !c.drivesLedger() {
-		const why = "they do not run (--many-accounts 0, or the ledger not driven)"
-		for _, f := range []struct {
-			asked bool
-			flag  string
-		}{{c.ManyCold, "--many-cold"}, {c.ManyUnsettled, "--many-unsettled"}} {
-			fs = append(fs, undrivenFlag{f.asked, f.flag, "a change of the many-accounts phases", why, "run them (--systems ledger --many-accounts N)"})
+	for _, f := range phaseFlags {
+		for _, n := range f.notRun {
+			if why, fix := n(c); why != "" {
+				fs = append(fs, undrivenFlag{phaseFlag: f, asked: f.asks(c), why: why, fix: fix})
+				break
+			}
 		}
 	}
 	return fs
 }
 
-// Undriven is c with the phases it does not drive off (their defaults
-// there): the JetStream phases when it drives no system (--systems none),
-// the many-accounts phases when it does not drive the ledger. A flag set
-// after it that asks for them is refused (Check).
+// Undriven is c with the phases it does not run off (phaseFlags: their
+// defaults there): the JetStream phases when it drives no system (--systems
+// none), the many-accounts phases when it does not drive the ledger. A flag
+// set after it that asks for them is refused (Check).
 func (c Config) Undriven() Config {
-	if c.drivesNone() {
-		c.JetStreamMessages = 0
-	}
-	if !c.drivesLedger() {
-		c.ManyAccounts = 0
+	for _, u := range c.undriven() {
+		u.off(&c)
 	}
 	return c
 }
