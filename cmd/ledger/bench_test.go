@@ -74,9 +74,11 @@ func TestBenchRefusesABadFlag(t *testing.T) {
 		{[]string{"--systems", "none", "--jetstream-messages", "5"}, "--jetstream-messages asks for phases of a driven system, and --systems none drives none"},
 		{[]string{"--systems", "none", "--many-cold"}, "--many-cold asks for a change of the many-accounts phases, and they do not run"},
 		{[]string{"--systems", "none", "--many-unsettled"}, "--many-unsettled asks for a change of the many-accounts phases, and they do not run"},
-		{[]string{"--systems", "baseline", "--many-cold"}, "--many-cold asks for a change of the many-accounts phases"},
-		{[]string{"--systems", "ledger", "--many-accounts", "0", "--many-unsettled"}, "--many-unsettled asks for a change of the many-accounts phases"},
-		{[]string{"--quick", "--many-cold"}, "--many-cold asks for a change of the many-accounts phases"},
+		{[]string{"--systems", "baseline", "--many-cold"}, "--many-cold asks for a change of the many-accounts phases, and they do not run (--systems baseline does not drive the ledger)"},
+		{[]string{"--systems", "ledger", "--many-accounts", "0", "--many-unsettled"}, "--many-unsettled asks for a change of the many-accounts phases, and they do not run (--many-accounts 0)"},
+		{[]string{"--quick", "--many-cold"}, "--many-cold asks for a change of the many-accounts phases, and they do not run (--quick sets --many-accounts 0)"},
+		{[]string{"--quick", "--many-unsettled"}, "--many-unsettled asks for a change of the many-accounts phases, and they do not run (--quick sets --many-accounts 0)"},
+		{[]string{"--systems", "none", "--quick", "--many-cold"}, "they do not run (--systems none does not drive the ledger)"},
 	} {
 		args := append([]string{"ledger", "bench"}, c.args...)
 		var out bytes.Buffer

@@ -32,6 +32,9 @@ type Config struct {
 	// ledgerPool reads the connection pool of the ledger's PostgreSQL event
 	// store (set by Run; nil on another store).
 	ledgerPool func() *pgxpool.Stat
+	// quick is set by Quick: the phases it leaves out by default are
+	// refused as its (phaseFlags), when asked for.
+	quick bool
 	// eventStoreURL is the ledger's event store (set by Run): the
 	// many-accounts phases open their accounts there.
 	eventStoreURL string
@@ -202,6 +205,7 @@ func (c Config) Quick() Config {
 	// (see BENCHMARKS.md), so the quick run leaves it and the JetStream phases out.
 	c.Capture = false
 	c.ManyAccounts = 0 // opening them is minutes of work
+	c.quick = true
 	return c
 }
 
@@ -426,17 +430,28 @@ func ledgerNotDriven(c Config) (why, fix string) {
 	if c.drivesLedger() {
 		return "", ""
 	}
-	return "--systems " + strings.Join(c.Systems, ",") + " does not drive it", "drive the ledger (--systems ledger)"
+	return c.systemsFlag() + " does not drive it", "drive the ledger (--systems ledger)"
 }
 
 // manyNotRun: the many-accounts phases run over a positive number of
-// accounts, in a run that drives the ledger.
+// accounts, in a run that drives the ledger; why names what left them out
+// (--quick when its default did).
 func manyNotRun(c Config) (why, fix string) {
-	if c.ManyAccounts > 0 && c.drivesLedger() {
+	switch {
+	case !c.drivesLedger():
+		why = c.systemsFlag() + " does not drive the ledger"
+	case c.ManyAccounts > 0:
 		return "", ""
+	case c.quick:
+		why = "--quick sets --many-accounts 0"
+	default:
+		why = "--many-accounts 0"
 	}
-	return "they do not run (--many-accounts 0, or the ledger not driven)", "run them (--systems ledger --many-accounts N)"
+	return "they do not run (" + why + ")", "run them (--systems ledger --many-accounts N)"
 }
+
+// systemsFlag is c's systems as their flag.
+func (c Config) systemsFlag() string { return "--systems " + strings.Join(c.Systems, ",") }
 
 // undrivenFlag is a flag of phaseFlags whose phases c does not run:
 // whether c asks for them, why they do not run, how to have them run.
