@@ -80,7 +80,7 @@ const benchDescription = "Starts everything in this process, as `ledger dev` doe
 	"accounts and drives the ledger over NATS request-reply with --clients clients: a load phase\n" +
 	"(--duplicate-ratio of resends), a hot phase (the same with every client on one account), a\n" +
 	"duplicates phase (only resends), a half-load phase (open loop at half the load phase's rate)\n" +
-	"and two JetStream phases (js.Publish; publish for the consumer).\n" +
+	"and, with the capture on (--capture), two JetStream phases (js.Publish; publish for the consumer).\n" +
 	"Then the baseline, the seed documents' idempotency-key table (one transaction per command),\n" +
 	"behind the same intake on its own NATS server and its own database of the same cluster, through\n" +
 	"the same phases. Then the key check on streams of 10 and --key-check-events events, and the\n" +
@@ -118,7 +118,7 @@ func benchCommand() *cli.Command {
 		&cli.IntFlag{Name: flagBenchBatchSize, Category: load, Value: d.BatchSize, Usage: "commands per request in the batch phases (ledger.v1.cmd.batch, 1-1000)", Sources: benchEnv(flagBenchBatchSize)},
 		&cli.DurationFlag{Name: flagBenchWarmup, Category: load, Value: d.Warmup, Usage: "unrecorded load before the load phase", Sources: benchEnv(flagBenchWarmup)},
 		&cli.StringFlag{Name: flagBenchFractions, Category: load, Value: "0.5", Usage: "open-loop phases, as fractions of the load phase's rate, comma-separated (0.5 is the half-load phase)", Sources: benchEnv(flagBenchFractions)},
-		&cli.IntFlag{Name: flagBenchJSMessages, Category: load, Value: d.JetStreamMessages, Usage: "commands of each JetStream phase (0: skip them; --systems none: 0)", Sources: benchEnv(flagBenchJSMessages)},
+		&cli.IntFlag{Name: flagBenchJSMessages, Category: load, Value: d.JetStreamMessages, Usage: "commands of each JetStream phase (0: skip them; where they do not run, without the capture, --capture=false or --quick, or without the ledger and the baseline, --systems echo or none: 0, refused when asked for)", Sources: benchEnv(flagBenchJSMessages)},
 		&cli.IntFlag{Name: flagBenchKeyEvents, Category: load, Value: d.KeyCheckEvents, Usage: "events of the long stream of the key-check phase (0: skip it)", Sources: benchEnv(flagBenchKeyEvents)},
 		&cli.IntFlag{Name: flagBenchKeySamples, Category: load, Value: d.KeyCheckSamples, Usage: "timed commands per kind and stream in the key-check phase", Sources: benchEnv(flagBenchKeySamples)},
 		&cli.DurationFlag{Name: flagBenchProjTimeout, Category: load, Value: d.ProjectionTimeout, Usage: "bound on the projection phase (0: skip it)", Sources: benchEnv(flagBenchProjTimeout)},
@@ -127,7 +127,7 @@ func benchCommand() *cli.Command {
 		withCategory(config.MemoryLimitFlag(flagBenchHistoryMem, config.ReadToolMemoryLimit, " while the history phase rebuilds and audits (the whole process's)", benchEnv(flagBenchHistoryMem)), load),
 		&cli.IntFlag{Name: flagBenchMany, Category: load, Value: d.ManyAccounts, Usage: "after the ledger's other phases, open this many accounts in its event store (decided in batches of 1,000 by a ledger.Service of the bench's own and, on PostgreSQL, loaded with COPY, behind the ledger's back), has the ledger warm them as a restart would (unless --many-cold) and drive the load phase's clients over them, then half that rate open loop; prints the ledger's live heap and `ratio many/few accounts commands/s` (0: skip it; --quick, and a run that does not drive the ledger, --systems baseline or none: 0, refused when asked for)", Sources: benchEnv(flagBenchMany)},
 		&cli.BoolFlag{Name: flagBenchManyCold, Category: load, Usage: "leave the many accounts cold: the ledger does not warm them once they are opened, so that every first command on one reads it from the event store (refused where the many-accounts phases do not run: --many-accounts 0, --quick, or no ledger driven)", Sources: benchEnv(flagBenchManyCold)},
-		&cli.BoolFlag{Name: flagBenchManyUnsettle, Category: load, Usage: "skip the VACUUM (ANALYZE) and CHECKPOINT the bench runs on PostgreSQL once the many accounts are opened and warmed, as an operator does after a bulk load: the many-accounts phases may then run during the checkpoint of the rows just copied in and the warming's hint bits (BENCHMARKS.md; refused where those phases do not run, as --many-cold)", Sources: benchEnv(flagBenchManyUnsettle)},
+		&cli.BoolFlag{Name: flagBenchManyUnsettle, Category: load, Usage: "skip the VACUUM (ANALYZE) and CHECKPOINT the bench runs on PostgreSQL once the many accounts are opened and warmed, as an operator does after a bulk load: the many-accounts phases may then run during the checkpoint of the rows just copied in and the warming's hint bits (BENCHMARKS.md; refused where those phases do not run, as --many-cold, and on KurrentDB, --event-store, where the bench settles nothing)", Sources: benchEnv(flagBenchManyUnsettle)},
 		&cli.StringFlag{Name: flagBenchSystems, Category: sut, Value: "ledger,baseline", Usage: "systems to drive, in order, comma-separated: ledger, baseline, echo (a fixed reply: the ceiling of NATS request-reply here); or none: drive no system, only the phases after them (with --history: a history over --accounts accounts alone; the phases of a driven system, --jetstream-messages and --many-accounts, are then off, and refused when asked for; --standby's lone and pair load phases do not run)", Sources: benchEnv(flagBenchSystems)},
 		&cli.BoolFlag{Name: flagBenchCapture, Category: sut, Value: d.Capture, Usage: "declare LEDGER_COMMANDS so that JetStream stores every command and the consumer confirms it, as ledger dev does, for both systems (default on; --quick: off)", Sources: benchEnv(flagBenchCapture)},
 		&cli.DurationFlag{Name: flagBenchGrace, Category: sut, Value: d.Grace, Usage: "the intakes' JetStream grace (default: as ledger dev)", Sources: benchEnv(flagBenchGrace)},
@@ -216,16 +216,16 @@ func benchFailed(ctx context.Context, w io.Writer, rep *bench.Report, runErr err
 	return runErr
 }
 
-// benchConfig reads the flags: the defaults, shrunk by --quick, without the
-// driven systems' phases under --systems none (bench.Config.Undriven), then
-// every flag set explicitly (on the command line or in the environment).
+// benchConfig reads the flags: the defaults, shrunk by --quick, then every
+// flag set explicitly (on the command line or in the environment), then
+// without the phases the run does not run but for the flags set explicitly
+// (bench.Config.Undriven), which Check refuses.
 func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	cfg := bench.Defaults()
 	if cmd.Bool(flagBenchQuick) {
 		cfg = cfg.Quick()
 	}
 	applyBenchSystems(cmd, &cfg)
-	cfg = cfg.Undriven()
 	applyBenchWorkloadFlags(cmd, &cfg)
 	if err := applyBenchServerFlags(cmd, &cfg); err != nil {
 		return cfg, err
@@ -233,6 +233,7 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	if err := applyBenchFractions(cmd, &cfg); err != nil {
 		return cfg, err
 	}
+	cfg = cfg.Undriven(func(flag string) bool { return cmd.IsSet(strings.TrimPrefix(flag, "--")) })
 	cfg.HistoryMemoryLimit, cfg.HistoryMemoryLimitSet = cmd.String(flagBenchHistoryMem), cmd.IsSet(flagBenchHistoryMem)
 	return cfg, cfg.Check()
 }

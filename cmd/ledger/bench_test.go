@@ -71,7 +71,11 @@ func TestBenchRefusesABadFlag(t *testing.T) {
 		{[]string{"--systems", "none", "--many-accounts", "10"}, "--many-accounts asks for phases of the ledger, and --systems none does not drive it"},
 		{[]string{"--systems", "baseline", "--many-accounts", "10"}, "--many-accounts asks for phases of the ledger, and --systems baseline does not drive it"},
 		{[]string{"--systems", "baseline,echo", "--many-accounts", "10"}, "--systems baseline,echo does not drive it"},
-		{[]string{"--systems", "none", "--jetstream-messages", "5"}, "--jetstream-messages asks for phases of a driven system, and --systems none drives none"},
+		{[]string{"--systems", "none", "--jetstream-messages", "5"}, "--jetstream-messages asks for the JetStream phases, and --systems none drives no system"},
+		{[]string{"--systems", "echo", "--jetstream-messages", "5"}, "--jetstream-messages asks for the JetStream phases, and --systems echo drives neither the ledger nor the baseline"},
+		{[]string{"--capture=false", "--jetstream-messages", "5"}, "--jetstream-messages asks for the JetStream phases, and they need the capture (--capture=false)"},
+		{[]string{"--quick", "--jetstream-messages", "5"}, "--jetstream-messages asks for the JetStream phases, and they need the capture (--quick turns it off)"},
+		{[]string{"--event-store", "kurrenttest", "--many-unsettled"}, "--many-unsettled asks for a change of the many-accounts phases, and the bench settles nothing on KurrentDB (--event-store kurrenttest)"},
 		{[]string{"--systems", "none", "--many-cold"}, "--many-cold asks for a change of the many-accounts phases, and they do not run"},
 		{[]string{"--systems", "none", "--many-unsettled"}, "--many-unsettled asks for a change of the many-accounts phases, and they do not run"},
 		{[]string{"--systems", "baseline", "--many-cold"}, "--many-cold asks for a change of the many-accounts phases, and they do not run (--systems baseline does not drive the ledger)"},
@@ -96,8 +100,10 @@ func TestBenchRefusesABadFlag(t *testing.T) {
 // phases of a driven system (JetStream, many accounts) off by default,
 // where the other systems keep them, and takes them off when set to 0; a
 // run that does not drive the ledger (--systems baseline) takes its
-// many-accounts phases off; asked for, they are refused
-// (TestBenchRefusesABadFlag). --standby is taken by every run.
+// many-accounts phases off; a run without the capture (--capture=false,
+// --quick) or with echo alone takes the JetStream phases off; asked for,
+// they are refused (TestBenchRefusesABadFlag). --standby is taken by every
+// run.
 func TestBenchSystemsNoneLeavesTheDrivenPhasesOut(t *testing.T) {
 	d := bench.Defaults()
 	for _, c := range []struct {
@@ -111,6 +117,13 @@ func TestBenchSystemsNoneLeavesTheDrivenPhasesOut(t *testing.T) {
 		{[]string{"--systems", "baseline"}, d.JetStreamMessages, 0},
 		{[]string{"--systems", "baseline", "--standby", "--many-accounts", "0"}, d.JetStreamMessages, 0}, // the baseline's commits wait for the standby
 		{[]string{"--systems", "ledger,baseline", "--many-accounts", "7", "--many-cold", "--many-unsettled"}, d.JetStreamMessages, 7},
+		// where the JetStream phases do not run, their default is off, not refused
+		{[]string{"--capture=false"}, 0, d.ManyAccounts},
+		{[]string{"--systems", "echo"}, 0, 0},
+		{[]string{"--systems", "echo,ledger"}, d.JetStreamMessages, d.ManyAccounts},
+		{[]string{"--quick"}, 0, 0},
+		{[]string{"--quick", "--capture"}, d.Quick().JetStreamMessages, 0},
+		{[]string{"--event-store", "kurrenttest", "--many-cold"}, d.JetStreamMessages, d.ManyAccounts},
 	} {
 		var cfg bench.Config
 		cmd := benchCommand()

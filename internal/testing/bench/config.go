@@ -395,16 +395,18 @@ type phaseFlag struct {
 type notRun func(c Config) (why, fix string)
 
 // phaseFlags is the one table of the flags of phases a run may not run:
-// the JetStream phases are a driven system's (none under --systems none);
-// the many-accounts phases the ledger's alone (after its other phases, in
-// its event store: not the baseline's, nor echo's); --many-cold and
+// the JetStream phases are those of a system behind an intake (the ledger,
+// the baseline: not echo, and none under --systems none) with the capture
+// on; the many-accounts phases the ledger's alone (after its other phases,
+// in its event store: not the baseline's, nor echo's); --many-cold and
 // --many-unsettled change the many-accounts phases, so they are refused
 // where those do not run (--many-accounts 0, --quick's default, or the
-// ledger not driven: --systems baseline, none).
+// ledger not driven: --systems baseline, none), and --many-unsettled where
+// the bench settles nothing (the ledger's events on KurrentDB).
 var phaseFlags = []phaseFlag{
-	{flag: "--jetstream-messages", phases: "phases of a driven system",
+	{flag: "--jetstream-messages", phases: "the JetStream phases",
 		asks: func(c Config) bool { return c.JetStreamMessages > 0 }, off: func(c *Config) { c.JetStreamMessages = 0 },
-		notRun: []notRun{noSystemDriven}},
+		notRun: []notRun{noSystemDriven, noIntakeDriven, captureOff}},
 	{flag: "--many-accounts", phases: "phases of the ledger",
 		asks: func(c Config) bool { return c.ManyAccounts > 0 }, off: func(c *Config) { c.ManyAccounts = 0 },
 		notRun: []notRun{ledgerNotDriven}},
@@ -413,7 +415,7 @@ var phaseFlags = []phaseFlag{
 		notRun: []notRun{manyNotRun}},
 	{flag: "--many-unsettled", phases: "a change of the many-accounts phases",
 		asks: func(c Config) bool { return c.ManyUnsettled }, off: func(c *Config) { c.ManyUnsettled = false },
-		notRun: []notRun{manyNotRun}},
+		notRun: []notRun{manyNotRun, settlesNothing}},
 }
 
 // noSystemDriven: --systems none runs no driven system's phases.
@@ -421,7 +423,34 @@ func noSystemDriven(c Config) (why, fix string) {
 	if !c.drivesNone() {
 		return "", ""
 	}
-	return "--systems none drives none", "drive the ledger (--systems ledger)"
+	return "--systems none drives no system", "drive the ledger (--systems ledger)"
+}
+
+// noIntakeDriven: echo alone runs no JetStream phase (it answers
+// request-reply only).
+func noIntakeDriven(c Config) (why, fix string) {
+	if slices.ContainsFunc(c.driven(), func(s string) bool { return s != SystemEcho }) {
+		return "", ""
+	}
+	return c.systemsFlag() + " drives neither the ledger nor the baseline", "drive one of them (--systems ledger)"
+}
+
+// captureOff: the JetStream phases run on the capture's stream alone
+// (Config.Capture), which --quick turns off by default.
+func captureOff(c Config) (why, fix string) {
+	if c.Capture {
+		return "", ""
+	}
+	return "they need the capture (" + c.byQuick("--quick turns it off", "--capture=false") + ")", "turn it on (--capture)"
+}
+
+// settlesNothing: the bench settles the many accounts' bulk load on
+// PostgreSQL alone (many.go: settle), not on KurrentDB.
+func settlesNothing(c Config) (why, fix string) {
+	if !isKurrent(c.EventStore) {
+		return "", ""
+	}
+	return "the bench settles nothing on KurrentDB (--event-store " + config.Redact(c.EventStore) + ")", "put the ledger's events on PostgreSQL (--event-store " + EventStorePostgres + ")"
 }
 
 // ledgerNotDriven: a run that does not drive the ledger runs none of its
@@ -434,20 +463,26 @@ func ledgerNotDriven(c Config) (why, fix string) {
 }
 
 // manyNotRun: the many-accounts phases run over a positive number of
-// accounts, in a run that drives the ledger; why names what left them out
-// (--quick when its default did).
+// accounts, in a run that drives the ledger; why names what left them out.
 func manyNotRun(c Config) (why, fix string) {
 	switch {
 	case !c.drivesLedger():
 		why = c.systemsFlag() + " does not drive the ledger"
 	case c.ManyAccounts > 0:
 		return "", ""
-	case c.quick:
-		why = "--quick sets --many-accounts 0"
 	default:
-		why = "--many-accounts 0"
+		why = c.byQuick("--quick sets --many-accounts 0", "--many-accounts 0")
 	}
 	return "they do not run (" + why + ")", "run them (--systems ledger --many-accounts N)"
+}
+
+// byQuick names what left phases out: quick, where --quick's defaults did
+// (Quick made c), or else own.
+func (c Config) byQuick(quick, own string) string {
+	if c.quick {
+		return quick
+	}
+	return own
 }
 
 // systemsFlag is c's systems as their flag.
@@ -477,12 +512,14 @@ func (c Config) undriven() []undrivenFlag {
 }
 
 // Undriven is c with the phases it does not run off (phaseFlags: their
-// defaults there): the JetStream phases when it drives no system (--systems
-// none), the many-accounts phases when it does not drive the ledger. A flag
-// set after it that asks for them is refused (Check).
-func (c Config) Undriven() Config {
+// defaults there), but for the flags set explicitly (set reports whether
+// one was; nil: none was): Check then refuses those that ask for them, and
+// a default is never refused.
+func (c Config) Undriven(set func(flag string) bool) Config {
 	for _, u := range c.undriven() {
-		u.off(&c)
+		if set == nil || !set(u.flag) {
+			u.off(&c)
+		}
 	}
 	return c
 }
