@@ -61,10 +61,14 @@ func (s *Store) DuplicateIDs(ctx context.Context, after, until eventstore.Positi
 // name it, holds each event ID at most once by a unique index that PostgreSQL
 // enforces on every row a reader of "all" reads: a plain table (not a view,
 // not partitioned) that no table inherits from (a child's rows are read with
-// the parent's and are outside its index), with a unique index that is
-// valid, ready and live, on the event_id column alone (NOT NULL: a unique
-// index lets NULLs repeat), with the type's default operator class (uuid's
-// equality), no expression and no predicate (a partial index leaves rows out).
+// the parent's and are outside its index), with a unique index checked at
+// each insert (indimmediate: a deferrable one is checked by a trigger at
+// commit, which session_replication_role = replica or disabled triggers skip),
+// valid, ready and live, on the event_id column alone, a uuid column (another
+// type's collation could make two IDs equal that its index holds apart), NOT
+// NULL (a unique index lets NULLs repeat), with the type's default operator
+// class (uuid's equality), no expression and no predicate (a partial index
+// leaves rows out).
 // events_event_id_key, as migration 00001 made it, is such an index.
 const idsUniqueByIndex = `SELECT EXISTS (SELECT FROM pg_class c
 	JOIN pg_index i ON i.indrelid = c.oid
@@ -72,9 +76,9 @@ const idsUniqueByIndex = `SELECT EXISTS (SELECT FROM pg_class c
 	JOIN pg_opclass o ON o.oid = i.indclass[0]
 	WHERE c.oid = 'events'::regclass AND c.relkind = 'r'
 		AND NOT EXISTS (SELECT FROM pg_inherits h WHERE h.inhparent = c.oid)
-		AND i.indisunique AND i.indisvalid AND i.indisready AND i.indislive
+		AND i.indisunique AND i.indimmediate AND i.indisvalid AND i.indisready AND i.indislive
 		AND i.indnatts = 1 AND i.indexprs IS NULL AND i.indpred IS NULL
-		AND a.attname = 'event_id' AND a.attnotnull AND NOT a.attisdropped AND o.opcdefault)`
+		AND a.attname = 'event_id' AND a.atttypid = 'uuid'::regtype AND a.attnotnull AND NOT a.attisdropped AND o.opcdefault)`
 
 // prepareOf is a position's event position as the table's bigint holds it
 // (the largest beyond it).

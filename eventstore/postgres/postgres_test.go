@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -416,10 +417,14 @@ func TestDuplicateIDsCountsRows(t *testing.T) {
 // table's unique index on event_id alone when that index holds every row of
 // "all" to one ID (as migration 00001 made it); each way of planting an ID
 // twice behind a unique index that does not (one that leaves rows out, one
-// over more columns, a child table beside it) is counted and found.
+// over more columns, a child table beside it, an index not unique, a
+// deferrable constraint whose check at commit was skipped, a text column
+// whose collation makes IDs equal that its index holds apart) is counted and
+// found.
 func TestDuplicateIDsTrustsOnlyAWholeUniqueIndex(t *testing.T) {
 	const dropped = `ALTER TABLE events DROP CONSTRAINT events_event_id_key, DROP CONSTRAINT events_stream_revision_key;`
 	const copyOf = `SELECT stream, revision, event_id, type, data, metadata FROM events WHERE event_id = $1 LIMIT 1`
+	const copyToB = `INSERT INTO events (stream, revision, event_id, type, data, metadata) SELECT 'b', revision, event_id, type, data, metadata FROM events WHERE event_id = $1 LIMIT 1`
 	for _, c := range []struct {
 		name        string
 		before, dup string // SQL run before the copy of the event's row, the copy ($1 its ID)
@@ -431,6 +436,16 @@ func TestDuplicateIDsTrustsOnlyAWholeUniqueIndex(t *testing.T) {
 			`INSERT INTO events (stream, revision, event_id, type, data, metadata) SELECT 'b', revision, event_id, type, data, metadata FROM events WHERE event_id = $1 LIMIT 1`, ``},
 		{"a child table holding the copy, the constraint whole", `CREATE TABLE events_child () INHERITS (events)`,
 			`INSERT INTO events_child (position, stream, revision, event_id, type, data, metadata) SELECT position + 1000, 'c', revision, event_id, type, data, metadata FROM events WHERE event_id = $1 LIMIT 1`, ``},
+		{"an index on the ID that is not unique", dropped + `CREATE INDEX events_ids ON events (event_id)`, copyToB, ``},
+		{"a deferrable constraint whose check at commit was skipped (its triggers disabled)",
+			`ALTER TABLE events DROP CONSTRAINT events_event_id_key, ADD CONSTRAINT events_event_id_key UNIQUE (event_id) DEFERRABLE INITIALLY DEFERRED;
+			ALTER TABLE events DISABLE TRIGGER ALL`, copyToB, `ALTER TABLE events ENABLE TRIGGER ALL`},
+		{"a text column of a case-blind collation, its unique index in collation C",
+			`CREATE COLLATION case_blind (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+			ALTER TABLE events DROP CONSTRAINT events_event_id_key;
+			ALTER TABLE events ALTER COLUMN event_id TYPE text COLLATE case_blind;
+			CREATE UNIQUE INDEX events_event_id_c ON events (event_id COLLATE "C")`,
+			`INSERT INTO events (stream, revision, event_id, type, data, metadata) SELECT 'b', revision, upper(event_id), type, data, metadata FROM events WHERE event_id = $1::text LIMIT 1`, ``},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := ctxT(t)
@@ -456,7 +471,7 @@ func TestDuplicateIDsTrustsOnlyAWholeUniqueIndex(t *testing.T) {
 			}
 			var got string
 			err := s.DuplicateIDs(ctx, eventstore.Start, eventstore.Position{Commit: math.MaxUint64, Prepare: math.MaxUint64}, func(id string, times int64) error {
-				got += id + "x" + strconv.FormatInt(times, 10) + " "
+				got += strings.ToLower(id) + "x" + strconv.FormatInt(times, 10) + " "
 				return nil
 			})
 			if want := e.ID.String() + "x2 "; err != nil || got != want {
