@@ -52,6 +52,38 @@ type holdRow struct {
 func (accountsProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events []*Event) error {
 	accounts := map[string]*accountRow{}
 	holds := map[[2]string]*holdRow{}
+	if err := foldAccounts(accounts, holds, events); err != nil {
+		return err
+	}
+	if len(accounts) == 0 {
+		return nil
+	}
+	if err := writeAccounts(ctx, tx, gen, accounts); err != nil {
+		return err
+	}
+	if len(holds) > 0 {
+		return writeHolds(ctx, tx, gen, holds)
+	}
+	return nil
+}
+
+// applyHeld is Apply for a builder that holds its accounts' rows (heldAccounts):
+// the events are folded into held's rows, which are written when the builder
+// releases them, and the holds are written now.
+func (accountsProjection) applyHeld(ctx context.Context, tx pgx.Tx, gen int, events []*Event, held *heldAccounts) error {
+	holds := map[[2]string]*holdRow{}
+	if err := foldAccounts(held.rows, holds, events); err != nil {
+		return err
+	}
+	if len(holds) > 0 {
+		return writeHolds(ctx, tx, gen, holds)
+	}
+	return nil
+}
+
+// foldAccounts folds the account events of events into the accounts' rows and
+// the holds' (applyAccountEvent).
+func foldAccounts(accounts map[string]*accountRow, holds map[[2]string]*holdRow, events []*Event) error {
 	for _, ev := range events {
 		id, ok := ev.AccountID()
 		if !ok {
@@ -63,15 +95,6 @@ func (accountsProjection) Apply(ctx context.Context, tx pgx.Tx, gen int, events 
 		if err := applyAccountEvent(accounts, holds, id, ev); err != nil {
 			return err
 		}
-	}
-	if len(accounts) == 0 {
-		return nil
-	}
-	if err := writeAccounts(ctx, tx, gen, accounts); err != nil {
-		return err
-	}
-	if len(holds) > 0 {
-		return writeHolds(ctx, tx, gen, holds)
 	}
 	return nil
 }

@@ -22,6 +22,9 @@ type slot struct {
 	// memo: a rebuild's builder's memo of its generation's accounts (nil
 	// otherwise: a live generation has other writers, the switch's catch-up).
 	memo *accountMemo
+	// held: the accounts builder's rows held until their release
+	// (heldAccounts; nil otherwise), its checkpoint as stored in held.
+	held *heldAccounts
 }
 
 // ErrCheckpointMoved means a batch's compare-and-set found a checkpoint other than
@@ -89,11 +92,20 @@ func applySlot(ctx context.Context, pool *pgxpool.Pool, s *slot, events []*Event
 	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
 		return fmt.Errorf("projections: %s: %w", s.proj.Name(), err)
 	}
-	if err := Checkpoints.advance(ctx, tx, s, end, len(events)); err != nil {
-		return err
+	if s.held == nil { // held rows move their checkpoint when released
+		if err := Checkpoints.advance(ctx, tx, s, end, len(events)); err != nil {
+			return err
+		}
 	}
+	s.held.folding()
 	if err := s.apply(ctx, tx, events); err != nil {
 		return err
+	}
+	release := s.held.pastBound()
+	if release {
+		if err := s.release(ctx, tx, end, len(events)); err != nil {
+			return err
+		}
 	}
 	if hook != nil {
 		if err := hook(ctx, tx); err != nil {
@@ -105,12 +117,20 @@ func applySlot(ctx context.Context, pool *pgxpool.Pool, s *slot, events []*Event
 	}
 	s.pos = end
 	s.events += int64(len(events))
+	s.held.committed()
+	if release {
+		s.held = nil
+	}
 	return nil
 }
 
-// apply applies events to the slot's generation in tx, with its memo if it
-// has one and its projection can use it.
+// apply applies events to the slot's generation in tx: into its held rows
+// if it holds them, else with its memo if it has one and its projection can
+// use it.
 func (s *slot) apply(ctx context.Context, tx pgx.Tx, events []*Event) error {
+	if s.held != nil {
+		return accountsProjection{}.applyHeld(ctx, tx, s.gen, events, s.held)
+	}
 	if m, ok := s.proj.(memoApplier); ok && s.memo != nil {
 		return m.applyWith(ctx, tx, s.gen, events, s.memo)
 	}

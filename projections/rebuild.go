@@ -138,7 +138,15 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 	}
 	if err := r.buildGenerations(ctx, slots); err != nil {
 		if ctx.Err() != nil {
+			releaseHeldOnStop(ctx, pool, slots, opts.Logger)
 			return nil, r.stopped(ctx, err)
+		}
+		dropBuilds(ctx, pool, slots)
+		return nil, err
+	}
+	if err := releaseHeld(ctx, pool, slots, opts.Logger); err != nil {
+		if ctx.Err() != nil {
+			return nil, r.stopped(ctx, err) // held rows not written: resumed from their start
 		}
 		dropBuilds(ctx, pool, slots)
 		return nil, err
@@ -260,6 +268,7 @@ func (r *rebuildRun) createGenerations(ctx context.Context, projs []Projection, 
 	for _, p := range projs {
 		if s := resumed[p.Name()]; s != nil {
 			s.memo = newAccountMemo(false) // its rows so far are read back once
+			s.held = holdAccounts(s)
 			slots = append(slots, s)
 			logger.Info("rebuild: resuming", "projection", p.Name(), "generation", s.gen, "position", s.pos.String(), "events", s.events)
 			continue
@@ -269,8 +278,10 @@ func (r *rebuildRun) createGenerations(ctx context.Context, projs []Projection, 
 			dropBuilds(ctx, pool, created)
 			return nil, err
 		}
-		created = append(created, &slot{proj: p, gen: gen, memo: newAccountMemo(true)})
-		slots = append(slots, created[len(created)-1])
+		s := &slot{proj: p, gen: gen, memo: newAccountMemo(true)}
+		s.held = holdAccounts(s)
+		created = append(created, s)
+		slots = append(slots, s)
 		logger.Info("rebuild: building", "projection", p.Name(), "generation", gen)
 	}
 	return slots, nil
