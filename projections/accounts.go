@@ -149,14 +149,15 @@ func applyHoldChange(h *holdRow, c domain.HoldChange, ev *Event) {
 // open records an account's opening: its currency, overdraft limit and
 // metadata as the read models hold it ({} when it has none; ReadModelMetadata).
 func (a *accountRow) open(c domain.AccountChange, ev *Event) error {
-	md, err := json.Marshal(ReadModelMetadata(c.Metadata))
-	if err != nil {
-		return err
+	md := "{}" // none: one string for every such row (a fresh build holds them all)
+	if c.Metadata != nil {
+		b, err := json.Marshal(ReadModelMetadata(c.Metadata))
+		if err != nil {
+			return err
+		}
+		md = string(b)
 	}
-	if c.Metadata == nil {
-		md = []byte("{}")
-	}
-	a.opened, a.currency, a.overdraft, a.metadata, a.openedAt = true, c.Currency, c.OverdraftLimit, string(md), ev.Meta.At
+	a.opened, a.currency, a.overdraft, a.metadata, a.openedAt = true, c.Currency, c.OverdraftLimit, md, ev.Meta.At
 	return nil
 }
 
