@@ -79,7 +79,8 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, slots []*slot, events [
 // first the compare-and-set of its checkpoint to the last event's position
 // (so that a second runner waits on the row lock and then finds the
 // checkpoint moved, before any work), then the read-model writes, then hook,
-// then the commit.
+// then the commit. A builder that holds its rows (heldAccounts: a rebuild's,
+// which has the rebuild's lock) moves its checkpoint when it writes them.
 func applySlot(ctx context.Context, pool *pgxpool.Pool, s *slot, events []*Event, hook Hook) error {
 	end := events[len(events)-1].Position
 	tx, err := pool.Begin(ctx)
