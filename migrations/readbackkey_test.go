@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/ledgerworks/ledger/internal/platform/pgerr"
 	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 	"github.com/ledgerworks/ledger/migrations"
 )
@@ -59,7 +60,7 @@ func TestBalanceKeyAfterLoadUpDown(t *testing.T) {
 		SELECT 'acc', 0, gen_random_uuid(), 'opened', 'EUR', 0, 0, 'open', now(), now() FROM generate_series(1, 2)`)
 	_, err := conn.Exec(ctx, `SELECT readmodel.create_read_back_keys('balances', 900)`)
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+	if !errors.As(err, &pgErr) || pgErr.Code != pgerr.UniqueViolation {
 		t.Fatalf("create_read_back_keys over a row loaded twice: %v, want 23505", err)
 	}
 	mustExec(t, ctx, conn, `DELETE FROM readmodel.balance_history_g900 WHERE ctid = (SELECT max(ctid) FROM readmodel.balance_history_g900)`)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/ledgerworks/ledger/internal/platform/pgerr"
 	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 	"github.com/ledgerworks/ledger/migrations"
 )
@@ -40,7 +41,7 @@ func TestUniqueIndexesBuiltBeforeTheirConstraints(t *testing.T) {
 	mustExec(t, ctx, conn, `SET lock_timeout = '10s'`) // the old order waits that long, then fails
 	_, err = conn.Exec(ctx, `SELECT readmodel.create_secondary_indexes('entries', 900)`)
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "entries_g900_account_id_revision_key" {
+	if !errors.As(err, &pgErr) || pgErr.Code != pgerr.UniqueViolation || pgErr.ConstraintName != "entries_g900_account_id_revision_key" {
 		t.Fatalf("create_secondary_indexes with a duplicate (account_id, revision) beside a reader: %v, want 23505 on entries_g900_account_id_revision_key", err)
 	}
 	// Its down step puts back 00019's function, and up again.

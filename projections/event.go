@@ -2,18 +2,17 @@ package projections
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/eventstore"
 	"github.com/ledgerworks/ledger/internal/platform/pgcopy"
+	"github.com/ledgerworks/ledger/internal/platform/pgerr"
 )
 
 // Event is one event of "all", decoded once per batch and shared by every
@@ -189,8 +188,7 @@ func copyOrUpsert(ctx context.Context, tx pgx.Tx, rows genRows, fallback func() 
 	if r.Err() != nil { // a row that could not be written: the COPY was abandoned
 		return r.Err()
 	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "23505" { // unique_violation
+	if !pgerr.Is(err, pgerr.UniqueViolation) {
 		return err
 	}
 	if err := sp.Rollback(ctx); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/platform/pgerr"
 )
 
 // ErrDuplicateEventID is returned when an append would store an event ID that is
@@ -175,17 +176,14 @@ func classify(ctx context.Context, op string, err error) error {
 }
 
 func transientCode(code string) bool {
-	switch {
-	case len(code) == 5 && code[:2] == "08": // connection exception
-		return true
-	case len(code) == 5 && code[:2] == "53": // insufficient resources (too many connections...)
+	if pgerr.InClass(code, pgerr.ClassConnectionException) || pgerr.InClass(code, pgerr.ClassInsufficientResources) {
 		return true
 	}
 	switch code {
-	case "57P01", "57P02", "57P03", // admin/crash shutdown, cannot connect now
-		"57014",          // query canceled (statement_timeout)
-		"40001", "40P01", // serialization failure, deadlock
-		"55P03": // lock not available (lock_timeout)
+	case pgerr.AdminShutdown, pgerr.CrashShutdown, pgerr.CannotConnectNow,
+		pgerr.QueryCanceled, // statement_timeout
+		pgerr.SerializationFailure, pgerr.DeadlockDetected,
+		pgerr.LockNotAvailable: // lock_timeout
 		return true
 	}
 	return false
@@ -717,7 +715,7 @@ func scanInserted(rows pgx.Rows, plans []plan) error {
 
 func insertErr(ctx context.Context, plans []plan, err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "events_event_id_key" {
+	if errors.As(err, &pgErr) && pgErr.Code == pgerr.UniqueViolation && pgErr.ConstraintName == "events_event_id_key" {
 		// Detail: Key (event_id)=(<uuid>) already exists.
 		_, rest, _ := strings.Cut(pgErr.Detail, ")=(")
 		id, perr := uuid.Parse(strings.TrimSuffix(strings.TrimSuffix(rest, "."), ") already exists"))

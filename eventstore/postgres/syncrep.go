@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ledgerworks/ledger/eventstore"
+	"github.com/ledgerworks/ledger/internal/platform/pgerr"
 )
 
 // A commit that waits for a synchronous standby and whose wait is cancelled
@@ -97,7 +98,7 @@ func untranslated(lc string) bool {
 // translating lc_messages every WARNING of those codes counts (COMMIT of an
 // append raises no other; a false alarm costs a resend, a missed one money).
 func syncWaitCancelled(n *pgconn.Notice, english bool) bool {
-	if n.SeverityUnlocalized != "WARNING" || (n.Code != "01000" && n.Code != "57P01") {
+	if n.SeverityUnlocalized != "WARNING" || (n.Code != pgerr.Warning && n.Code != pgerr.AdminShutdown) {
 		return false
 	}
 	return !english || strings.Contains(n.Message, "wait for synchronous replication")

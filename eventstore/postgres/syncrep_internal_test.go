@@ -4,15 +4,17 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ledgerworks/ledger/internal/platform/pgerr"
 )
 
 // TestSyncWaitCancelledIsPrecise: the warnings of a cancelled wait for the
 // standby count, under English and translated messages; other notices do not.
 func TestSyncWaitCancelledIsPrecise(t *testing.T) {
 	const detail = "The transaction has already committed locally, but might not have been replicated to the standby."
-	cancelled := pgconn.Notice{SeverityUnlocalized: "WARNING", Code: "01000", Message: "canceling wait for synchronous replication due to user request", Detail: detail}
-	terminated := pgconn.Notice{SeverityUnlocalized: "WARNING", Code: "57P01", Message: "canceling the wait for synchronous replication and terminating connection due to administrator command", Detail: detail}
-	translated := pgconn.Notice{SeverityUnlocalized: "WARNING", Code: "01000", Message: "Warten auf synchrone Replikation wird abgebrochen"}
+	cancelled := pgconn.Notice{SeverityUnlocalized: "WARNING", Code: pgerr.Warning, Message: "canceling wait for synchronous replication due to user request", Detail: detail}
+	terminated := pgconn.Notice{SeverityUnlocalized: "WARNING", Code: pgerr.AdminShutdown, Message: "canceling the wait for synchronous replication and terminating connection due to administrator command", Detail: detail}
+	translated := pgconn.Notice{SeverityUnlocalized: "WARNING", Code: pgerr.Warning, Message: "Warten auf synchrone Replikation wird abgebrochen"}
 	for _, tc := range []struct {
 		n       pgconn.Notice
 		english bool
@@ -22,7 +24,7 @@ func TestSyncWaitCancelledIsPrecise(t *testing.T) {
 		{terminated, true, true},
 		{translated, false, true},
 		{translated, true, false}, // an English server says it in English
-		{pgconn.Notice{SeverityUnlocalized: "WARNING", Code: "01000", Message: "some trigger's warning"}, true, false},
+		{pgconn.Notice{SeverityUnlocalized: "WARNING", Code: pgerr.Warning, Message: "some trigger's warning"}, true, false},
 		{pgconn.Notice{SeverityUnlocalized: "NOTICE", Code: "00000", Message: cancelled.Message}, true, false},
 		{pgconn.Notice{SeverityUnlocalized: "WARNING", Code: "25P01", Message: "there is no transaction in progress"}, false, false},
 	} {

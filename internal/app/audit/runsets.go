@@ -4,15 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ledgerworks/ledger/internal/platform/pgerr"
 	"github.com/ledgerworks/ledger/projections"
 )
 
@@ -36,10 +35,6 @@ const (
 // runLock is the bigint of a run's session advisory lock, of its schema $1.
 const runLock = `hashtextextended('ledger audit sets ' || $1, 0)`
 
-// insufficientPrivilege is PostgreSQL's SQLSTATE for a privilege missing
-// (CREATE on the database, for a schema).
-const insufficientPrivilege = "42501"
-
 // dropRunTimeout bounds dropping a run's schema when the audit ends.
 const dropRunTimeout = time.Minute
 
@@ -54,7 +49,7 @@ func newRunSets(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*pgS
 	}
 	s := &pgSets{conn: conn, pool: pool, log: log, sums: rowSums{whole: true}}
 	err = s.createRun(ctx)
-	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == insufficientPrivilege {
+	if pgerr.Is(err, pgerr.InsufficientPrivilege) { // CREATE on the database, for a schema
 		log.Warn("audit: the role may not create a schema (CREATE on the database): the audit's sets are its session's TEMP tables, and a stopped audit stores no stop point to resume from", "err", err)
 		err = s.tempTables(ctx)
 	} else if err == nil {
