@@ -74,14 +74,14 @@ func TestBenchRefusesABadFlag(t *testing.T) {
 		{[]string{"--systems", "none", "--jetstream-messages", "5"}, "--jetstream-messages asks for the JetStream phases, and --systems none drives no system"},
 		{[]string{"--systems", "echo", "--jetstream-messages", "5"}, "--jetstream-messages asks for the JetStream phases, and --systems echo drives neither the ledger nor the baseline"},
 		{[]string{"--capture=false", "--jetstream-messages", "5"}, "--jetstream-messages asks for the JetStream phases, and they need the capture (--capture=false)"},
-		{[]string{"--quick", "--jetstream-messages", "5"}, "--jetstream-messages asks for the JetStream phases, and they need the capture (--quick turns it off)"},
+		{[]string{"--quick", "--jetstream-messages", "5"}, "--jetstream-messages asks for the JetStream phases, and they need the capture (--capture=false, --quick's default)"},
 		{[]string{"--event-store", "kurrenttest", "--many-unsettled"}, "--many-unsettled asks for a change of the many-accounts phases, and the bench settles nothing on KurrentDB (--event-store kurrenttest)"},
 		{[]string{"--systems", "none", "--many-cold"}, "--many-cold asks for a change of the many-accounts phases, and they do not run"},
 		{[]string{"--systems", "none", "--many-unsettled"}, "--many-unsettled asks for a change of the many-accounts phases, and they do not run"},
 		{[]string{"--systems", "baseline", "--many-cold"}, "--many-cold asks for a change of the many-accounts phases, and they do not run (--systems baseline does not drive the ledger)"},
 		{[]string{"--systems", "ledger", "--many-accounts", "0", "--many-unsettled"}, "--many-unsettled asks for a change of the many-accounts phases, and they do not run (--many-accounts 0)"},
-		{[]string{"--quick", "--many-cold"}, "--many-cold asks for a change of the many-accounts phases, and they do not run (--quick sets --many-accounts 0)"},
-		{[]string{"--quick", "--many-unsettled"}, "--many-unsettled asks for a change of the many-accounts phases, and they do not run (--quick sets --many-accounts 0)"},
+		{[]string{"--quick", "--many-cold"}, "--many-cold asks for a change of the many-accounts phases, and they do not run (--many-accounts 0, --quick's default)"},
+		{[]string{"--quick", "--many-unsettled"}, "--many-unsettled asks for a change of the many-accounts phases, and they do not run (--many-accounts 0, --quick's default)"},
 		{[]string{"--systems", "none", "--quick", "--many-cold"}, "they do not run (--systems none does not drive the ledger)"},
 	} {
 		args := append([]string{"ledger", "bench"}, c.args...)

@@ -441,7 +441,7 @@ func captureOff(c Config) (why, fix string) {
 	if c.Capture {
 		return "", ""
 	}
-	return "they need the capture (" + c.byQuick("--quick turns it off", "--capture=false") + ")", "turn it on (--capture)"
+	return "they need the capture (" + c.byQuick("--capture=false") + ")", "turn it on (--capture)"
 }
 
 // settlesNothing: the bench settles the many accounts' bulk load on
@@ -471,18 +471,19 @@ func manyNotRun(c Config) (why, fix string) {
 	case c.ManyAccounts > 0:
 		return "", ""
 	default:
-		why = c.byQuick("--quick sets --many-accounts 0", "--many-accounts 0")
+		why = c.byQuick("--many-accounts 0")
 	}
 	return "they do not run (" + why + ")", "run them (--systems ledger --many-accounts N)"
 }
 
-// byQuick names what left phases out: quick, where --quick's defaults did
-// (Quick made c), or else own.
-func (c Config) byQuick(quick, own string) string {
+// byQuick names the setting that left phases out, and --quick beside it
+// where --quick made c (its default, unless the setting was given too: c
+// does not say which).
+func (c Config) byQuick(setting string) string {
 	if c.quick {
-		return quick
+		return setting + ", --quick's default"
 	}
-	return own
+	return setting
 }
 
 // systemsFlag is c's systems as their flag.
