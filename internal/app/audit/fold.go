@@ -1020,6 +1020,19 @@ func (f *Fold) legSums(m map[[2]string]*legSums, key, currency string) *legSums 
 	return m[k]
 }
 
+// ownOutcome gives a decided transaction saga's outcome event data of its
+// own. A store's page holds its events' bytes in shared blocks (PostgreSQL's
+// of up to 64 KiB, eventstore/postgres's eventBytes), and the fold keeps a
+// decided saga until it settles, some past their page: its outcome's data,
+// a slice of the page's block, kept the whole block live (29 MB of the
+// 119 MB the audit's fold held at the end of 1,000,000 events over 100,000
+// accounts, in 1,444 sagas; issue 23). The copy has the same bytes.
+func ownOutcome(ts *domain.TransactionSaga) {
+	if ts.Outcome != nil {
+		ts.Outcome.Data = slices.Clone(ts.Outcome.Data)
+	}
+}
+
 // applyTransaction folds a transaction stream's one event: the key's home, the
 // reply the commands read model must hold, and what its legs must sum to.
 func (f *Fold) applyTransaction(re eventstore.RecordedEvent, ev domain.StoredEvent) {
@@ -1038,6 +1051,7 @@ func (f *Fold) applyTransaction(re eventstore.RecordedEvent, ev domain.StoredEve
 	if !ts.Decided() || ts.Outcome.Revision != re.Revision {
 		return // a reservation saga's request or marker
 	}
+	ownOutcome(ts)
 	payload, err := domain.DecodeEvent(re.Type, re.Data)
 	if err != nil {
 		f.eventViolation(InvStreams, "undecodable_event", re, "%v", err)

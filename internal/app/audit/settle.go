@@ -166,6 +166,7 @@ func (f *Fold) reload(stream string, rev uint64) *streamState {
 			}
 		}
 	} else {
+		ownOutcome(ts) // the reload's page, as applyTransaction's
 		f.txSagas[stream] = ts
 	}
 	f.streams[stream] = ss
