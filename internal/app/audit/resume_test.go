@@ -134,6 +134,13 @@ func TestIncrementalAuditCatchesWhatCameAfter(t *testing.T) {
 		{"an entry's amount off by one after the checkpoint", audit.InvEffective, "effective_balance_mismatch",
 			`UPDATE readmodel.entries SET amount = amount + 1 WHERE event_id = (SELECT e.event_id FROM readmodel.entries e JOIN events v ON v.event_id = e.event_id
 				WHERE e.account_id = 'w-acct-1' AND v.position > $1 ORDER BY e.revision DESC LIMIT 1)`},
+		// Invariant 9 of an account an event after the checkpoint moved
+		// reads its balance history after the checkpoint only
+		// (effectiveSince): a row added after its last is read.
+		{"a balance-history row added after a touched account's last", audit.InvEffective, "effective_balance_mismatch",
+			`INSERT INTO readmodel.balance_history (account_id, revision, event_id, type, currency, balance, held, status, at, effective_at)
+				SELECT account_id, revision + 1, gen_random_uuid(), type, currency, balance + 7, held, status, at, effective_at
+				FROM readmodel.balance_history WHERE account_id = 'w-acct-1' AND $1::bigint > 0 ORDER BY revision DESC LIMIT 1`},
 		{"an account's balance off by one", audit.InvReadModel, "read_model_mismatch",
 			`UPDATE readmodel.accounts SET balance = balance + 1 WHERE account_id = 'w-acct-2' AND $1::bigint > 0`},
 		// An account no event after the checkpoint touches: its row is
