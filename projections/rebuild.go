@@ -146,7 +146,8 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 	}
 	if err := releaseHeld(ctx, pool, slots, opts.Logger); err != nil {
 		if ctx.Err() != nil {
-			return nil, r.stopped(ctx, err) // held rows not written: resumed from their start
+			releaseHeldOnStop(ctx, pool, slots, opts.Logger) // as a stop during the load does
+			return nil, r.stopped(ctx, err)
 		}
 		dropBuilds(ctx, pool, slots)
 		return nil, err
