@@ -37,7 +37,8 @@ import (
 // when its claim gives the revision of that decision (claims older than
 // Revision, or written before a decision that landed later, do not); an event
 // ID stored twice across the checkpoint is refused by the PostgreSQL store's
-// unique index (events_event_id_key). The read models' rows the new events touch are
+// unique index (events_event_id_key), and where that index does not stand
+// whole the store counts every ID from the start of "all" (storeids.go). The read models' rows the new events touch are
 // compared (the accounts' rows of the accounts they touch), not the rows
 // before the checkpoint.
 

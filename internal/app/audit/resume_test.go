@@ -194,6 +194,27 @@ func TestIncrementalAuditCatchesWhatCameAfter(t *testing.T) {
 	}
 }
 
+// TestIncrementalAuditCatchesAnIDStoredAgainAcrossItsCheckpoint: with the
+// store's unique index on event_id dropped, an event ID stored before the
+// checkpoint and again after it is caught by an incremental audit as a full
+// audit catches it: the store counts the IDs from the start of "all", not
+// after the checkpoint alone.
+func TestIncrementalAuditCatchesAnIDStoredAgainAcrossItsCheckpoint(t *testing.T) {
+	env, cp := spanned(t)
+	pos, err := eventstore.ParsePosition(cp.Position)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Pool.Exec(context.Background(), `ALTER TABLE events DROP CONSTRAINT events_event_id_key, DROP CONSTRAINT events_stream_revision_key`); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, env, `INSERT INTO events (stream, revision, event_id, type, data, metadata) SELECT stream, revision, event_id, type, data, metadata
+		FROM events WHERE stream = 'account-w-acct-1' AND position <= $1 ORDER BY revision DESC LIMIT 1`, int64(pos.Prepare))
+	if rep := run(t, env, audit.Options{From: &cp.ID, SaveCheckpoint: true}); !rep.Has(audit.InvStreams, "duplicate_event_id") || rep.Checkpoint != nil {
+		t.Fatalf("an ID stored before the checkpoint and again after it was not caught (or a checkpoint %v was stored): %v", rep.Checkpoint, rep.Violations)
+	}
+}
+
 // untouchedAccount selects an account of the first workload that no event
 // after position $1 touches.
 const untouchedAccount = `(SELECT account_id FROM readmodel.accounts a WHERE account_id LIKE 'w-%' AND NOT EXISTS

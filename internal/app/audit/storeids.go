@@ -35,19 +35,19 @@ type storeIDs struct {
 }
 
 // idsFromStore starts the run's check of the event IDs by the store (its
-// PostgreSQL sets'): after the fold's start up to its head, from the start
-// of "all" for a resumed full audit (the stopped run's stopped with it).
+// PostgreSQL sets'): from the start of "all" up to the head, whatever the
+// fold's start. An incremental audit counting after its checkpoint alone
+// would miss an ID stored before the checkpoint and again after it; a
+// resumed full audit's check stopped with the stopped run. While the store's
+// unique index on event_id stands whole the store answers without reading a
+// row; where it does not, it counts every event's ID, as a full audit does.
 func (r *auditRun) idsFromStore(ctx context.Context) {
 	f := r.f
 	ps, ok := f.sets.(*pgSets)
 	if !ok {
 		return
 	}
-	from := f.next()
-	if r.stop != nil { // the stopped run's check stopped with it: run whole
-		from = eventstore.Start
-	}
-	ps.idsFromStore(ctx, r.store, from, r.head, f.MaxViolations)
+	ps.idsFromStore(ctx, r.store, eventstore.Start, r.head, f.MaxViolations)
 }
 
 // idsFromStore starts, when store answers it (duplicateIDer), the check of the
