@@ -273,19 +273,12 @@ func (f *Fold) resumedKeys(table string) []string {
 
 // effectiveSince narrows an incremental audit's check of the balances by
 // effective time (invariant 9) to the accounts of want, over their rows
-// since the checkpoint: the balance history's after the checkpoint's
-// revision of each account an event after it moved (now: the fold's
-// accounts), else from its last row at the checkpoint on (the sums of
-// changes over rows read are the last row's, as over every row: the first
-// row read counts from zero, so which row the read starts at changes
-// nothing but when none is after it, and every event of an account stream
-// has its row), the entries after it, whose sum is the account's balance
-// less its balance at the checkpoint (base: that balance, to add). An
-// account the checkpoint does not hold is read whole. A row after the
-// checkpoint is on the table's newest pages; the last row at it, of an
-// account moved since, on a page as old as the account's previous event,
-// which the read need not reach (BENCHMARKS.md, "incr").
-func (r *resumedAccounts) effectiveSince(entries bool, want map[string][2]int64, now map[string]*domain.Account) (projections.AccountsAfter, map[string]int64) {
+// since the checkpoint: the balance history's from each account's last row
+// at the checkpoint on (whose sums of changes are the last row's, as over
+// every row), the entries after it, whose sum is the account's balance less
+// its balance at the checkpoint (base: that balance, to add). An account the
+// checkpoint does not hold is read whole.
+func (r *resumedAccounts) effectiveSince(entries bool, want map[string][2]int64) (projections.AccountsAfter, map[string]int64) {
 	after := projections.AccountsAfter{IDs: make([]string, 0, len(want)), Revisions: make([]int64, 0, len(want))}
 	base := map[string]int64{}
 	for id := range want {
@@ -294,11 +287,8 @@ func (r *resumedAccounts) effectiveSince(entries bool, want map[string][2]int64,
 			cp = [2]int64{-1, 0}
 		}
 		rev := cp[0] - 1 // the checkpoint's last row and after
-		if a := now[id]; entries || ok && a != nil && a.Revision > cp[0] {
-			rev = cp[0] // after it
-		}
 		if entries {
-			base[id] = cp[1]
+			rev, base[id] = cp[0], cp[1]
 		}
 		after.IDs, after.Revisions = append(after.IDs, id), append(after.Revisions, max(rev, -1))
 	}

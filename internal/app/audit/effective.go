@@ -99,7 +99,7 @@ func (f *Fold) effectiveMismatches(ctx context.Context, q projections.Querier, l
 	var base map[string]int64        // what the rows before an incremental audit's checkpoint add up to
 	if f.incrementalOfAll(account) { // the accounts it read, since the checkpoint
 		var after projections.AccountsAfter
-		after, base = f.resumed.effectiveSince(!held, want, f.Accounts)
+		after, base = f.resumed.effectiveSince(!held, want)
 		read = func(ctx context.Context, q projections.Querier, _ string, at time.Time, each func(projections.EffectiveBalance) error) error {
 			return readAfter(ctx, q, after, at, each)
 		}
