@@ -539,12 +539,20 @@ func DecideSagaMarker(t *Transfer, s *Saga, step string, o StepOutcome) (SagaMar
 // come in stream order; a gap, a foreign event or a marker that does not follow
 // its saga's stage is an error (the caller's invariant broke).
 func EvolveTransfer(t *Transfer, ev StoredEvent) error {
+	payload, err := DecodeEvent(ev.Type, ev.Data)
+	return EvolveTransferDecoded(t, ev, payload, err)
+}
+
+// EvolveTransferDecoded is EvolveTransfer for an event its reader has decoded:
+// payload and decodeErr are what DecodeEvent(ev.Type, ev.Data) returned (the
+// audit decodes its events beside the fold, the rebuild's check takes what the
+// build decoded), folded as EvolveTransfer folds them, with its errors.
+func EvolveTransferDecoded(t *Transfer, ev StoredEvent, payload any, decodeErr error) error {
 	if int64(ev.Revision) != t.Revision+1 {
 		return fmt.Errorf("domain: %s: event at revision %d after revision %d", ev.Stream, ev.Revision, t.Revision)
 	}
-	payload, err := DecodeEvent(ev.Type, ev.Data)
-	if err != nil {
-		return err
+	if decodeErr != nil {
+		return decodeErr
 	}
 	e, ok := payload.(TransferEvent)
 	if !ok {

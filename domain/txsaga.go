@@ -209,15 +209,22 @@ func ClientKey(m Metadata) string {
 
 // EvolveTransactionSaga applies a transaction stream's stored event, in order.
 func EvolveTransactionSaga(ts *TransactionSaga, ev StoredEvent) error {
+	payload, err := DecodeEvent(ev.Type, ev.Data)
+	return EvolveTransactionSagaDecoded(ts, ev, payload, err)
+}
+
+// EvolveTransactionSagaDecoded is EvolveTransactionSaga for an event its reader
+// has decoded: payload and decodeErr are what DecodeEvent(ev.Type, ev.Data)
+// returned (EvolveTransferDecoded).
+func EvolveTransactionSagaDecoded(ts *TransactionSaga, ev StoredEvent, payload any, decodeErr error) error {
 	if int64(ev.Revision) != ts.Revision+1 {
 		return fmt.Errorf("domain: %s: event at revision %d after %d", ev.Stream, ev.Revision, ts.Revision)
 	}
 	if ts.Outcome != nil {
 		return fmt.Errorf("domain: %s: %s at revision %d after the transaction's outcome", ev.Stream, ev.Type, ev.Revision)
 	}
-	payload, err := DecodeEvent(ev.Type, ev.Data)
-	if err != nil {
-		return err
+	if decodeErr != nil {
+		return decodeErr
 	}
 	e, ok := payload.(TransactionEvent)
 	if !ok {

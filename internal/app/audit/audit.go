@@ -1013,19 +1013,15 @@ func (c *generationCheck) Fold(events []*projections.Event) error {
 
 // builtMeta is an event's meta for the fold from what the build decoded of it
 // (the same decoders as the audit's, domain.DecodeMetadataNoRequest and
-// domain.DecodeEvent): its metadata, and an account event's payload; the
-// events the projections skip (key streams) are decoded here, metadata and
-// claim at once (decodeAll: decodeMeta alone had the fold decode a claim's
-// metadata a second time, in payloadOf).
+// domain.DecodeEvent): the metadata and payload of an account, transfer or
+// transaction event, which the fold takes as they are rather than decode the
+// event again; the events the projections skip (key streams) are decoded
+// here, metadata and claim at once (decodeAll).
 func builtMeta(ev *projections.Event) meta {
 	if !ev.MetaDecoded {
 		return decodeAll(ev.RecordedEvent)
 	}
-	md := meta{m: ev.Meta}
-	if _, ok := ev.AccountID(); ok {
-		md.payload, md.payloadErr, md.decoded = ev.Payload, ev.DecodeErr, true
-	}
-	return md
+	return meta{m: ev.Meta, payload: ev.Payload, payloadErr: ev.DecodeErr, decoded: true}
 }
 
 // Verify returns an error alone, no verdict, when it could not check (its

@@ -283,9 +283,10 @@ func (f *Fold) Apply(re eventstore.RecordedEvent) {
 }
 
 // meta is an event's metadata decoded, or why it could not be, and, when
-// decoded is set, its payload (an account event's, domain.DecodeEvent; a key
-// stream's claim, decodeClaim) or why not: decoded beside the fold, by the
-// page reader, or by the rebuild that hands the check its batch.
+// decoded is set, its payload (an account, transfer or transaction event's,
+// domain.DecodeEvent; a key stream's claim, decodeClaim) or why not: decoded
+// beside the fold, by the page reader, or by the rebuild that hands the check
+// its batch.
 type meta struct {
 	m          domain.Metadata
 	err        error
@@ -303,25 +304,34 @@ func decodeMeta(re eventstore.RecordedEvent) meta {
 // decodeAll decodes an event's metadata and the payload the fold reads of it.
 func decodeAll(re eventstore.RecordedEvent) meta {
 	md := decodeMeta(re)
-	switch {
-	case strings.HasPrefix(re.Stream, domain.AccountStreamPrefix):
-		md.payload, md.payloadErr = domain.DecodeEvent(re.Type, re.Data)
-	case strings.HasPrefix(re.Stream, domain.KeyStreamPrefix):
-		md.payload, md.payloadErr = decodeClaim(re.Type, re.Data)
-	default:
-		return md
-	}
-	md.decoded = true
+	md.payload, md.payloadErr, md.decoded = decodePayload(re)
 	return md
 }
 
-// payloadOf returns an account event's payload, or a key stream's claim,
+// decodePayload decodes the payload the fold reads of an event: an account,
+// transfer or transaction event's (domain.DecodeEvent), a key stream's claim
+// (decodeClaim); decoded false for the other streams, which the fold reads
+// no payload of.
+func decodePayload(re eventstore.RecordedEvent) (payload any, err error, decoded bool) {
+	switch {
+	case strings.HasPrefix(re.Stream, domain.AccountStreamPrefix), strings.HasPrefix(re.Stream, domain.TransferStreamPrefix), domain.IsTransactionStream(re.Stream):
+		payload, err = domain.DecodeEvent(re.Type, re.Data)
+	case strings.HasPrefix(re.Stream, domain.KeyStreamPrefix):
+		payload, err = decodeClaim(re.Type, re.Data)
+	default:
+		return nil, nil, false
+	}
+	return payload, err, true
+}
+
+// payloadOf returns the payload the fold reads of an event (decodePayload),
 // decoded beside the fold or now.
 func (md meta) payloadOf(re eventstore.RecordedEvent) (any, error) {
 	if md.decoded {
 		return md.payload, md.payloadErr
 	}
-	return decodeAll(re).payloadOf(re)
+	payload, err, _ := decodePayload(re)
+	return payload, err
 }
 
 // errNotClaim: a key stream holds an event that is not a claim.
@@ -390,9 +400,9 @@ func (f *Fold) apply(re eventstore.RecordedEvent, md meta) {
 	case strings.HasPrefix(re.Stream, domain.AccountStreamPrefix):
 		f.applyAccount(re, ev, md)
 	case strings.HasPrefix(re.Stream, domain.TransferStreamPrefix):
-		f.applyTransfer(re, ev)
+		f.applyTransfer(re, ev, md)
 	case domain.IsTransactionStream(re.Stream):
-		f.applyTransaction(re, ev)
+		f.applyTransaction(re, ev, md)
 	case re.Type == ledger.EvProcessCheckpoint:
 		// The transfer process keeps its checkpoints in the event store
 		// (ledger.Process): no money and no keys, only revisions and the chain.
@@ -760,7 +770,7 @@ func isSagaReason(r string) bool {
 	return false
 }
 
-func (f *Fold) applyTransfer(re eventstore.RecordedEvent, ev domain.StoredEvent) {
+func (f *Fold) applyTransfer(re eventstore.RecordedEvent, ev domain.StoredEvent, md meta) {
 	if f.badStream[re.Stream] {
 		return
 	}
@@ -773,7 +783,8 @@ func (f *Fold) applyTransfer(re eventstore.RecordedEvent, ev domain.StoredEvent)
 	f.noteHome(re, ev.Metadata)
 	f.touch(re.Stream)
 	decided := decidedSagas(t)
-	if err := domain.EvolveTransfer(t, ev); err != nil {
+	payload, err := md.payloadOf(re)
+	if err := domain.EvolveTransferDecoded(t, ev, payload, err); err != nil {
 		f.eventViolation(InvConservation, "fold_failed", re, "%v", err)
 		f.badStream[re.Stream] = true
 		return
@@ -1035,7 +1046,7 @@ func ownOutcome(ts *domain.TransactionSaga) {
 
 // applyTransaction folds a transaction stream's one event: the key's home, the
 // reply the commands read model must hold, and what its legs must sum to.
-func (f *Fold) applyTransaction(re eventstore.RecordedEvent, ev domain.StoredEvent) {
+func (f *Fold) applyTransaction(re eventstore.RecordedEvent, ev domain.StoredEvent, md meta) {
 	m := ev.Metadata
 	f.noteHome(re, m)
 	f.touch(re.Stream)
@@ -1044,7 +1055,8 @@ func (f *Fold) applyTransaction(re eventstore.RecordedEvent, ev domain.StoredEve
 		ts = domain.NewTransactionSaga(strings.TrimPrefix(re.Stream, domain.TransactionStreamPrefix))
 		f.txSagas[re.Stream] = ts
 	}
-	if err := domain.EvolveTransactionSaga(ts, ev); err != nil {
+	payload, err := md.payloadOf(re)
+	if err := domain.EvolveTransactionSagaDecoded(ts, ev, payload, err); err != nil {
 		f.eventViolation(InvStreams, "transaction_rewritten", re, "%v", err)
 		return
 	}
@@ -1052,11 +1064,6 @@ func (f *Fold) applyTransaction(re eventstore.RecordedEvent, ev domain.StoredEve
 		return // a reservation saga's request or marker
 	}
 	ownOutcome(ts)
-	payload, err := domain.DecodeEvent(re.Type, re.Data)
-	if err != nil {
-		f.eventViolation(InvStreams, "undecodable_event", re, "%v", err)
-		return
-	}
 	f.checkTransactionRefund(re, payload)
 	key := domain.ClientKey(m) // a saga's outcome is written under a derived key
 	if p, ok := payload.(*domain.TransactionPosted); ok {
