@@ -1,6 +1,10 @@
 package domain
 
-import "time"
+import (
+	"bytes"
+	"encoding/binary"
+	"time"
+)
 
 // decodeFast decodes the common shape of a command body without encoding/json: one
 // flat object whose values are plain strings (no escapes) and JSON integers, each
@@ -245,22 +249,51 @@ func skipSpace(b []byte, i int) int {
 }
 
 // plainString reads a JSON string that has no escapes and no control
-// characters: its content.
+// characters: its content. Its end is the first quote after its start (a
+// quote escaped would follow a backslash, which plainBytes refuses).
 func (sc *flatScan) plainString() ([]byte, bool) {
 	b, i := sc.b, sc.i
 	if i >= len(b) || b[i] != '"' {
 		return nil, false
 	}
-	for j := i + 1; j < len(b); j++ {
-		switch c := b[j]; {
-		case c == '"':
-			sc.i = j + 1
-			return b[i+1 : j], true
-		case c == '\\' || c < 0x20:
-			return nil, false
-		}
+	n := bytes.IndexByte(b[i+1:], '"')
+	if n < 0 {
+		return nil, false
+	}
+	if s := b[i+1 : i+1+n]; plainBytes(s) {
+		sc.i = i + 2 + n
+		return s, true
 	}
 	return nil, false
+}
+
+// Bytes repeated across a word, for plainBytes.
+const (
+	eachByte   = 0x0101010101010101
+	eachHigh   = 0x8080808080808080
+	eachEscape = eachByte * '\\'
+	eachSpace  = eachByte * 0x20
+)
+
+// plainBytes reports whether s, a string's content, has no backslash and no
+// control character (a byte below 0x20), eight bytes at a time: a word has a
+// byte below n when (x - n in each byte) &^ x has a high bit set (n <= 0x80,
+// exact), and a backslash where x ^ '\\' in each byte has a zero byte.
+func plainBytes(s []byte) bool {
+	for len(s) >= 8 {
+		x := binary.LittleEndian.Uint64(s)
+		y := x ^ eachEscape
+		if ((x-eachSpace)&^x|(y-eachByte)&^y)&eachHigh != 0 {
+			return false
+		}
+		s = s[8:]
+	}
+	for _, c := range s {
+		if c == '\\' || c < 0x20 {
+			return false
+		}
+	}
+	return true
 }
 
 // jsonInteger reads a JSON number that is an integer by JSON's grammar
