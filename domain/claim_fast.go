@@ -96,7 +96,8 @@ func (c *KeyClaimed) setFast(sc *flatScan, name string) (uint8, bool) {
 }
 
 // rawObject reads a JSON object as encoding/json reads one into a
-// json.RawMessage: a copy of its text, which must be valid JSON.
+// json.RawMessage: a copy of its text, which must be valid JSON (a flat
+// object is, flatObject; any other is json.Valid's to decide).
 func (sc *flatScan) rawObject() ([]byte, bool) {
 	b, start := sc.b, sc.i
 	end := closing(b, start)
@@ -105,7 +106,28 @@ func (sc *flatScan) rawObject() ([]byte, bool) {
 	}
 	raw := b[start:end]
 	sc.i = end
-	return append([]byte(nil), raw...), json.Valid(raw)
+	return append([]byte(nil), raw...), flatObject(raw) || json.Valid(raw)
+}
+
+// flatObject reports whether b is a flat object of the members flatScan
+// reads (plain strings, integers, true and false), which is valid JSON: the
+// request a claim holds is one (a command's body), read without
+// encoding/json's scanner. False says nothing: json.Valid decides.
+func flatObject(b []byte) bool {
+	sc := flatScan{b: b}
+	if !sc.objectStart() {
+		return false
+	}
+	for more := true; more; {
+		if _, ok := sc.member(); !ok {
+			return false
+		}
+		var ok bool
+		if more, ok = sc.afterMember(); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // closing is the index just past the object or array that starts at b[start],

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -31,6 +32,7 @@ func claimSamples(t testing.TB) [][]byte {
 	for _, c := range []KeyClaimed{
 		{Key: "k-1", Command: "deposit", RequestHash: strings.Repeat("ab", 32), Request: json.RawMessage(`{"type":"deposit","account_id":"a-1","amount":5,"metadata":{"x":"}{\"]"}}`), Stream: "account-a-1", Revision: &rev},
 		{Key: "ключ", Command: "transfer", RequestHash: "00", Request: json.RawMessage(`{"legs":[{"a":1},{"b":[2,3]}]}`), Stream: "transfer-t"},
+		{Key: "k-2", Command: "deposit", RequestHash: "01", Request: json.RawMessage(`{"account_id":"a-1","amount":5,"currency":"EUR","flag":true,"type":"deposit"}`), Stream: "account-a-1", Revision: &rev}, // a flat request (flatObject)
 	} {
 		b, err := json.Marshal(c)
 		if err != nil {
@@ -69,10 +71,20 @@ func TestKeyClaimedFastAgrees(t *testing.T) {
 		func(s string) string { return strings.Replace(s, `"request":{`, `"request":[{`, 1) }, // unbalanced
 		func(s string) string { return strings.Replace(s, `"request":{`, `"request":"x","y":{`, 1) },
 		func(s string) string { return strings.Replace(s, `"request":`, `"request":null,"r":`, 1) },
-		func(s string) string { return strings.Replace(s, `,`, " ,\n\t", -1) }, // spaces
-		func(s string) string { return strings.TrimSuffix(s, "}") },            // cut
-		func(s string) string { return s + "}" },                               // trailing
-		func(s string) string { return "[" + s + "]" },                         // not an object
+		// Inside the request (a flat one is flatObject's, the rest json.Valid's):
+		func(s string) string { return strings.Replace(s, `"request":{`, `"request":{"a":-1, "b" : false ,`, 1) }, // valid
+		func(s string) string { return strings.Replace(s, `"request":{`, `"request":{"a":01,`, 1) },               // leading zero
+		func(s string) string { return strings.Replace(s, `"request":{`, `"request":{"a":1,,`, 1) },               // two commas
+		func(s string) string { return strings.Replace(s, `"request":{`, `"request":{"a" 1,`, 1) },                // no colon
+		func(s string) string { return strings.Replace(s, `"request":{`, `"request":{"a":tru,`, 1) },              // no literal
+		func(s string) string { return strings.Replace(s, `"request":{`, "\"request\":{\"a\":\"\x01\",", 1) },     // control character
+		func(s string) string { return strings.Replace(s, `"request":{`, "\"request\":{\"a\":\"\xff\",", 1) },     // invalid UTF-8, valid JSON
+		func(s string) string { return strings.Replace(s, `"request":{`, `"request":{"a":1e3,`, 1) },              // a number of another form
+		func(s string) string { return strings.Replace(s, `,"stream"`, `x,"stream"`, 1) },                         // after the request
+		func(s string) string { return strings.Replace(s, `,`, " ,\n\t", -1) },                                    // spaces
+		func(s string) string { return strings.TrimSuffix(s, "}") },                                               // cut
+		func(s string) string { return s + "}" },                                                                  // trailing
+		func(s string) string { return "[" + s + "]" },                                                            // not an object
 		func(s string) string { return `{}` },
 	}
 	for _, b := range samples {
@@ -137,4 +149,50 @@ func TestSetFastHasEveryTag(t *testing.T) {
 		}
 		seen |= bit
 	}
+}
+
+// TestFlatObjectIsValidJSON: what flatObject takes, json.Valid takes (the
+// claim's request it reads without json.Valid): random objects of flat
+// members and of the bytes that break them.
+func TestFlatObjectIsValidJSON(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 2))
+	pieces := []string{`{`, `}`, `"a"`, `"b\"`, "\"\x01\"", `:`, `,`, ` `, `0`, `01`, `-7`, `1.5`, `true`, `fals`, `null`, `[`, `]`, `"x":"y"`}
+	took := 0
+	for range 200_000 {
+		var b strings.Builder
+		b.WriteString(`{"k":1`)
+		for range r.IntN(8) {
+			b.WriteString(pieces[r.IntN(len(pieces))])
+		}
+		s := []byte(b.String())
+		if flatObject(s) {
+			took++
+			if !json.Valid(s) {
+				t.Fatalf("flatObject takes %q, which is not valid JSON", s)
+			}
+		}
+	}
+	if took == 0 {
+		t.Fatal("flatObject took none")
+	}
+}
+
+// BenchmarkFlatObject: a realistic claim's request checked by flatObject and
+// by json.Valid, in one run.
+func BenchmarkFlatObject(b *testing.B) {
+	req := []byte(`{"account_id":"histirsjc-acc-62196","amount":240,"currency":"EUR","type":"deposit"}`)
+	b.Run("flat", func(b *testing.B) {
+		for range b.N {
+			if !flatObject(req) {
+				b.Fatal("not flat")
+			}
+		}
+	})
+	b.Run("json-valid", func(b *testing.B) {
+		for range b.N {
+			if !json.Valid(req) {
+				b.Fatal("not valid")
+			}
+		}
+	})
 }
