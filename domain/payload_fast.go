@@ -15,12 +15,14 @@ import (
 // payloadPlan is how DecodeEvent reads one payload type without encoding/json:
 // the JSON names of its fields and how each is set, built once by reflection
 // from the type's own declaration (its json tags), so the type stays the one
-// home of its wire form. The common payload (a flat object of plain strings,
+// home of its wire form. The common payload (an object of plain strings,
 // integers, booleans, a flat object of strings for a map[string]string, an
-// RFC 3339 string for a *time.Time) is read member by member (decode); any
-// other body (escapes, null, unknown or repeated names, a name in another
-// case, invalid UTF-8, a value of another kind, a field of a kind the plan
-// does not read) is left to encoding/json, which decides it. On the bodies
+// RFC 3339 string for a *time.Time, a string a uuid.UUID decodes, arrays of
+// objects of the same for a slice of structs) is read member by member
+// (decode); any other body (escapes, null, unknown or repeated names, a name
+// in another case, invalid UTF-8, a value of another kind, an empty element,
+// a field of a kind the plan does not read) is left to encoding/json, which
+// decides it. On the bodies
 // the plan takes it yields what encoding/json yields (TestPayloadFastAgrees,
 // FuzzDecodeEvent).
 type payloadPlan struct {
@@ -37,6 +39,8 @@ type planField struct {
 	// repeats: a string of one of the few values that repeat across events
 	// (repeatedMembers), interned.
 	repeats bool
+	// elem is the plan of a slice's elements (planStructs).
+	elem *payloadPlan
 }
 
 // repeatedMembers names the payloads' members whose values are a few that
@@ -54,6 +58,9 @@ const (
 	planBool                    // a boolean
 	planStrMap                  // a map[string]string
 	planTimePtr                 // a *time.Time
+	planUint                    // an unsigned integer
+	planText                    // a value whose pointer decodes a string itself (encoding.TextUnmarshaler): a uuid.UUID
+	planStructs                 // a slice of structs that have a plan (elem)
 )
 
 // planMembers bounds the fields of a type a plan reads (a bit each).
@@ -66,14 +73,15 @@ var (
 	timePtrType         = reflect.TypeFor[*time.Time]()
 	jsonNumberType      = reflect.TypeFor[json.Number]()
 	intKindsBits        = map[reflect.Kind]int{reflect.Int: strconv.IntSize, reflect.Int8: 8, reflect.Int16: 16, reflect.Int32: 32, reflect.Int64: 64}
+	uintKindsBits       = map[reflect.Kind]int{reflect.Uint: strconv.IntSize, reflect.Uint8: 8, reflect.Uint16: 16, reflect.Uint32: 32, reflect.Uint64: 64}
 )
 
 // newPayloadPlan is the plan of struct type t, or nil when encoding/json
 // alone is to read its payloads: t decodes itself (json.Unmarshaler or
 // encoding.TextUnmarshaler on the type or its pointer), a field's name is not
 // its tag's or its Go name alone (an embedded struct, the ",string" option, a
-// tag name encoding/json does not take, two fields of one name), or a field that is not a plain string, bool or integer
-// is written without omitempty (one the plan cannot read, or a pointer or a
+// tag name encoding/json does not take, two fields of one name), or a field that is not a plain string, bool or integer,
+// a text value or a slice of structs (writtenNotNull) is written without omitempty (one the plan cannot read, or a pointer or a
 // map written null when nil, which the plan does not read either: it would
 // start such bodies only to hand them over). A field that decodes itself
 // (or a json.Number) with omitempty keeps the plan: the plan hands a body over
@@ -116,12 +124,29 @@ func planFieldOf(sf reflect.StructField, i int) (f planField, use, ok bool) {
 	}
 	f = planField{name: name, index: i, kind: planKindOf(sf.Type), bits: intBits(sf.Type)}
 	f.repeats = f.kind == planString && repeatedMembers[name]
-	if f.kind != planString && f.kind != planBool && f.kind != planInt && !strings.Contains(","+opts+",", ",omitempty,") {
+	if f.kind == planStructs {
+		if f.elem = newPayloadPlan(sf.Type.Elem()); f.elem == nil {
+			f.kind = planOther
+		}
+	}
+	if !writtenNotNull(f.kind) && !strings.Contains(","+opts+",", ",omitempty,") {
 		// Always written, and as null when nil (a pointer, a map), which the
 		// plan does not read: it would start such bodies only to hand them over.
 		return planField{}, false, false
 	}
 	return f, true, true
+}
+
+// writtenNotNull: json.Marshal writes a field of the kind as a value the plan
+// reads, never null; but a slice of structs, written null when nil, which
+// none of the ledger's is when written (a transaction's postings, legs and
+// accounts).
+func writtenNotNull(k planKind) bool {
+	switch k {
+	case planString, planBool, planInt, planUint, planText, planStructs:
+		return true
+	}
+	return false
 }
 
 // validTagName: encoding/json takes name from a tag (else it uses the Go name).
@@ -150,6 +175,8 @@ func planKindOf(t reflect.Type) planKind {
 		return planStrMap
 	case t == timePtrType: // what encoding/json calls, decode calls
 		return planTimePtr
+	case decodesText(t):
+		return planText
 	case decodesItself(t) || t.Kind() == reflect.Pointer && decodesItself(t.Elem()):
 		return planOther // encoding/json calls its method
 	case t == jsonNumberType || t.Kind() == reflect.Pointer && t.Elem() == jsonNumberType:
@@ -162,15 +189,28 @@ func planKindOf(t reflect.Type) planKind {
 		return planInt
 	case t.Kind() == reflect.Pointer && intKindsBits[t.Elem().Kind()] != 0:
 		return planIntPtr
+	case uintKindsBits[t.Kind()] != 0:
+		return planUint
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct && !decodesItself(t.Elem()) && !decodesItself(t):
+		return planStructs
 	}
 	return planOther
+}
+
+// decodesText: t is a value (not a pointer) whose pointer alone decodes it
+// from a JSON string's content (encoding.TextUnmarshaler, not
+// json.Unmarshaler): encoding/json calls that method, and so does the plan.
+func decodesText(t reflect.Type) bool {
+	pt := reflect.PointerTo(t)
+	return t.Kind() != reflect.Pointer && t.Kind() != reflect.Interface && pt.Implements(textUnmarshalerType) &&
+		!t.Implements(textUnmarshalerType) && !t.Implements(jsonUnmarshalerType) && !pt.Implements(jsonUnmarshalerType)
 }
 
 func intBits(t reflect.Type) int {
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	return intKindsBits[t.Kind()]
+	return max(intKindsBits[t.Kind()], uintKindsBits[t.Kind()])
 }
 
 // decode reads body into the payload v points to (a pointer to the plan's
@@ -179,11 +219,22 @@ func (p *payloadPlan) decode(v any, body []byte) bool {
 	// An escape, the most common body the plan leaves (json.Marshal escapes
 	// <, >, &, quotes, control characters), is found before any field is set,
 	// so that such a body costs what encoding/json alone costs.
-	sc := flatScan{b: body}
-	if bytes.IndexByte(body, '\\') >= 0 || !sc.objectStart() { // not an object, or an empty one
+	if bytes.IndexByte(body, '\\') >= 0 {
 		return false
 	}
-	s := reflect.ValueOf(v).Elem()
+	sc := flatScan{b: body, i: skipSpace(body, 0)}
+	return p.object(&sc, reflect.ValueOf(v).Elem()) && skipSpace(body, sc.i) == len(body)
+}
+
+// object reads the object at sc, of the plan's members, into the struct s
+// (zero); false for an empty object (encoding/json's) or any the plan leaves.
+func (p *payloadPlan) object(sc *flatScan, s reflect.Value) bool {
+	if sc.i >= len(sc.b) || sc.b[sc.i] != '{' {
+		return false
+	}
+	if sc.i = skipSpace(sc.b, sc.i+1); sc.i >= len(sc.b) || sc.b[sc.i] == '}' {
+		return false
+	}
 	var seen uint64
 	for more := true; more; {
 		name, ok := sc.memberName()
@@ -191,15 +242,33 @@ func (p *payloadPlan) decode(v any, body []byte) bool {
 			return false
 		}
 		k := p.field(name)
-		if k < 0 || seen&(1<<k) != 0 || !p.fields[k].set(&sc, s.Field(p.fields[k].index)) {
+		if k < 0 || seen&(1<<k) != 0 || !p.fields[k].set(sc, s.Field(p.fields[k].index)) {
 			return false
 		}
 		seen |= 1 << k
-		if more, ok = sc.afterMember(); !ok {
+		if more, ok = sc.next('}'); !ok {
 			return false
 		}
 	}
 	return true
+}
+
+// next reads what follows a value inside an object or array: a comma up to
+// the next value (more), or the closing byte (not more); false for anything
+// else.
+func (sc *flatScan) next(closing byte) (more, ok bool) {
+	if sc.i = skipSpace(sc.b, sc.i); sc.i >= len(sc.b) {
+		return false, false
+	}
+	switch sc.b[sc.i] {
+	case ',':
+		sc.i = skipSpace(sc.b, sc.i+1)
+		return true, true
+	case closing:
+		sc.i++
+		return false, true
+	}
+	return false, false
 }
 
 // field is the index in p.fields of the field called name exactly, or -1.
@@ -235,6 +304,13 @@ func (f *planField) set(sc *flatScan, fv reflect.Value) bool {
 			fv.Set(reflect.ValueOf(m))
 		}
 		return ok
+	case planUint:
+		return f.setUint(sc, fv)
+	case planText:
+		v, ok := sc.validString()
+		return ok && fv.Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText(v) == nil
+	case planStructs:
+		return f.setStructs(sc, fv)
 	case planTimePtr:
 		start := sc.i
 		if _, ok := sc.plainString(); !ok {
@@ -267,6 +343,47 @@ func (f *planField) setInt(sc *flatScan, fv reflect.Value) bool {
 		fv = p.Elem()
 	}
 	fv.SetInt(n)
+	return true
+}
+
+// setUint reads a non-negative integer into an unsigned integer field.
+func (f *planField) setUint(sc *flatScan, fv reflect.Value) bool {
+	text, ok := sc.jsonInteger()
+	if !ok || text[0] == '-' {
+		return false
+	}
+	n, err := strconv.ParseUint(string(text), 10, f.bits)
+	if err != nil {
+		return false
+	}
+	fv.SetUint(n)
+	return true
+}
+
+// setStructs reads an array of objects into the slice field fv (nil), each
+// by the elements' plan, as encoding/json grows it; an empty array is an
+// empty slice, not nil.
+func (f *planField) setStructs(sc *flatScan, fv reflect.Value) bool {
+	if sc.i >= len(sc.b) || sc.b[sc.i] != '[' {
+		return false
+	}
+	fv.Set(reflect.MakeSlice(fv.Type(), 0, 0))
+	if sc.i = skipSpace(sc.b, sc.i+1); sc.i < len(sc.b) && sc.b[sc.i] == ']' {
+		sc.i++
+		return true
+	}
+	for more := true; more; {
+		n := fv.Len()
+		fv.Grow(1)
+		fv.SetLen(n + 1)
+		var ok bool
+		if !f.elem.object(sc, fv.Index(n)) {
+			return false
+		}
+		if more, ok = sc.next(']'); !ok {
+			return false
+		}
+	}
 	return true
 }
 
@@ -310,17 +427,12 @@ func (sc *flatScan) strMap() (map[string]string, bool) {
 			return nil, false
 		}
 		m[string(name)] = string(v)
-		if sc.i = skipSpace(sc.b, sc.i); sc.i >= len(sc.b) {
+		more, ok := sc.next('}')
+		if !ok {
 			return nil, false
 		}
-		switch sc.b[sc.i] {
-		case ',':
-			sc.i = skipSpace(sc.b, sc.i+1)
-		case '}':
-			sc.i++
+		if !more {
 			return m, true
-		default:
-			return nil, false
 		}
 	}
 }

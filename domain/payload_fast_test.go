@@ -75,6 +75,10 @@ func randomPayload(r *rand.Rand, v reflect.Value, hostile bool) {
 		if n := r.Uint64() >> r.IntN(64); !v.OverflowUint(n) {
 			v.SetUint(n)
 		}
+	case reflect.Array: // a uuid.UUID
+		for i := range v.Len() {
+			randomPayload(r, v.Index(i), hostile)
+		}
 	case reflect.Bool:
 		v.SetBool(r.IntN(2) == 0)
 	case reflect.Map:
@@ -147,6 +151,27 @@ var payloadMutations = []func(string) string{
 	func(s string) string { return s[:len(s)/2] },                                           // truncated
 	func(s string) string { return strings.Replace(s, `,`, `,,`, 1) },                       // malformed
 	func(s string) string { return strings.Replace(s, `}`, `,}`, 1) },                       // malformed
+	// Inside an array of objects (a transaction's postings, legs, accounts):
+	func(s string) string { return strings.Replace(s, `[{"`, `[{"Zz":1,"`, 1) },                      // unknown
+	func(s string) string { return strings.Replace(s, `[{"`, `[{"From":"x","`, 1) },                  // another case
+	func(s string) string { return strings.Replace(s, `[{"`, `[null,{"`, 1) },                        // a null element
+	func(s string) string { return strings.Replace(s, `[{"`, `[{},{"`, 1) },                          // an empty element
+	func(s string) string { return strings.Replace(s, `[{"`, `[7,{"`, 1) },                           // an element of another kind
+	func(s string) string { return strings.Replace(s, `[{"`, `[{"amount":1,"amount":2,"`, 1) },       // repeated
+	func(s string) string { return strings.Replace(s, `},{`, `} , {`, 1) },                           // space
+	func(s string) string { return strings.Replace(s, `},{`, `},,{`, 1) },                            // malformed
+	func(s string) string { return strings.Replace(s, `}]`, `},]`, 1) },                              // malformed
+	func(s string) string { return strings.Replace(s, `}]`, `}`, 1) },                                // unclosed
+	func(s string) string { return strings.Replace(s, `":[{`, `":[[{`, 1) },                          // nested
+	func(s string) string { return strings.Replace(s, `":[{`, `":null,"x":[{`, 1) },                  // null
+	func(s string) string { return strings.Replace(s, `":[{`, `":[],"x":[{`, 1) },                    // empty
+	func(s string) string { return strings.Replace(s, `"revision":`, `"revision":-`, 1) },            // a negative unsigned
+	func(s string) string { return strings.Replace(s, `"revision":`, `"revision":1`, 1) },            // a larger unsigned
+	func(s string) string { return strings.Replace(s, `"revision":`, `"revision":184467440737`, 1) }, // overflow
+	func(s string) string { return strings.Replace(s, `"id":"`, `"id":"x`, 1) },                      // a bad UUID
+	func(s string) string { return strings.Replace(s, `"id":"`, `"id":"urn:uuid:`, 1) },              // another form of UUID
+	func(s string) string { return strings.Replace(s, `"id":"00000000-`, `"id":"`, 1) },              // a short UUID
+	func(s string) string { return strings.Replace(s, `"id":"`, `"id":7,"i":"`, 1) },                 // an integer for a UUID
 	func(string) string { return `{}` },
 	func(string) string { return `[]` },
 	func(string) string { return `null` },
@@ -390,7 +415,7 @@ func TestPayloadPlanNotStartedOnNull(t *testing.T) {
 // narrow) shows here, not only in a benchmark. The types without one have a
 // member the plan never reads that json.Marshal always writes.
 func TestPayloadPlansOfTheLedgersTypes(t *testing.T) {
-	none := map[string]bool{EvTransactionRequested: true, EvTransactionPosted: true, EvTransactionRejected: true, EvKeyClaimed: true, EvBatchDecided: true}
+	none := map[string]bool{EvKeyClaimed: true, EvBatchDecided: true}
 	for _, et := range eventTypes {
 		if got := et.plan != nil; got == none[et.Name] {
 			t.Errorf("%s: has a plan %v, want %v", et.Name, got, !none[et.Name])
