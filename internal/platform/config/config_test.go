@@ -182,7 +182,9 @@ func TestMemoryLimitFlag(t *testing.T) {
 		t.Errorf("--memory-limit 1GB: limit %d (%v), want an error naming the flag and the limit unchanged", limit(), err)
 	}
 	t.Setenv("GOMEMLIMIT", "")
-	if err := run(ReadToolFlags()); err != nil || limit() != 384<<20 {
+	if want, err := ParseMemoryLimit(ReadToolMemoryLimit); err != nil || want == userLimit {
+		t.Fatalf("the default %s: %d, %v (it must differ from the user's limit to be told apart)", ReadToolMemoryLimit, want, err)
+	} else if err := run(ReadToolFlags()); err != nil || limit() != want {
 		t.Errorf("no GOMEMLIMIT, default --memory-limit: limit %d (%v), want %s", limit(), err, ReadToolMemoryLimit)
 	}
 	debug.SetMemoryLimit(userLimit)

@@ -208,10 +208,13 @@ const DefaultGOGC = "400"
 
 // ReadToolGOGC is the collector's target of the tools that read the whole
 // history once (audit, rebuild, replay): what they keep live is bounded, and
-// what they allocate per event is garbage at once, so Go's own 100 keeps
-// their peak near twice the live heap where 400 let it grow to five times
-// (BENCHMARKS.md, "Read side at size").
-const ReadToolGOGC = "100"
+// what they allocate per event is garbage at once. 400 let the peak grow to
+// five times what is live (BENCHMARKS.md, "Read side at size"); 200 lets the
+// heap reach three times it, which ReadToolMemoryLimit caps once the live
+// heap is large: the collector's share of the rebuild's CPU samples 21.9%
+// there against 26.9% at 100 and 384 MiB, of the audit's 13.8% against 17.7%
+// (BENCHMARKS.md, "448 MiB and GOGC 200").
+const ReadToolGOGC = "200"
 
 // LogFlags are the flags of every program's process: --log-format, --log-level
 // and --gogc (applied by LoggerFromCommand).
