@@ -86,14 +86,21 @@ var (
 // start such bodies only to hand them over). A field that decodes itself
 // (or a json.Number) with omitempty keeps the plan: the plan hands a body over
 // when it meets that field.
-func newPayloadPlan(t reflect.Type) *payloadPlan {
-	if t.Kind() != reflect.Struct || t.NumField() > planMembers || decodesItself(t) {
+func newPayloadPlan(t reflect.Type) *payloadPlan { return planOfType(t, map[reflect.Type]bool{}) }
+
+// planOfType is newPayloadPlan's plan of t, planning the types being planned
+// around it (a slice of structs' element): a type holding a slice of itself,
+// or of a type that holds it, has no plan (it would be planned without end).
+func planOfType(t reflect.Type, planning map[reflect.Type]bool) *payloadPlan {
+	if t.Kind() != reflect.Struct || t.NumField() > planMembers || decodesItself(t) || planning[t] {
 		return nil
 	}
+	planning[t] = true
+	defer delete(planning, t)
 	p := &payloadPlan{}
 	names := map[string]bool{}
 	for i := range t.NumField() {
-		f, use, ok := planFieldOf(t.Field(i), i)
+		f, use, ok := planFieldOf(t.Field(i), i, planning)
 		if !ok || names[f.name] {
 			return nil
 		}
@@ -107,7 +114,7 @@ func newPayloadPlan(t reflect.Type) *payloadPlan {
 
 // planFieldOf is the plan's field of struct field sf, its i-th; use false for
 // a field encoding/json skips, ok false when the type is to have no plan.
-func planFieldOf(sf reflect.StructField, i int) (f planField, use, ok bool) {
+func planFieldOf(sf reflect.StructField, i int, planning map[reflect.Type]bool) (f planField, use, ok bool) {
 	if sf.Anonymous {
 		return planField{}, false, false
 	}
@@ -125,7 +132,7 @@ func planFieldOf(sf reflect.StructField, i int) (f planField, use, ok bool) {
 	f = planField{name: name, index: i, kind: planKindOf(sf.Type), bits: intBits(sf.Type)}
 	f.repeats = f.kind == planString && repeatedMembers[name]
 	if f.kind == planStructs {
-		if f.elem = newPayloadPlan(sf.Type.Elem()); f.elem == nil {
+		if f.elem = planOfType(sf.Type.Elem(), planning); f.elem == nil {
 			f.kind = planOther
 		}
 	}
@@ -197,12 +204,14 @@ func planKindOf(t reflect.Type) planKind {
 	return planOther
 }
 
-// decodesText: t is a value (not a pointer) whose pointer alone decodes it
-// from a JSON string's content (encoding.TextUnmarshaler, not
+// decodesText: t is a named value (not a pointer) whose pointer alone
+// decodes it from a JSON string's content (encoding.TextUnmarshaler, not
 // json.Unmarshaler): encoding/json calls that method, and so does the plan.
+// encoding/json takes the address of a named type alone: an unnamed struct
+// embedding a uuid.UUID has the method on its pointer, which it never calls.
 func decodesText(t reflect.Type) bool {
 	pt := reflect.PointerTo(t)
-	return t.Kind() != reflect.Pointer && t.Kind() != reflect.Interface && pt.Implements(textUnmarshalerType) &&
+	return t.Name() != "" && t.Kind() != reflect.Pointer && t.Kind() != reflect.Interface && pt.Implements(textUnmarshalerType) &&
 		!t.Implements(textUnmarshalerType) && !t.Implements(jsonUnmarshalerType) && !pt.Implements(jsonUnmarshalerType)
 }
 

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // checkPayloadFast: whatever the plan of type t takes, encoding/json reads the
@@ -370,6 +373,8 @@ func TestPayloadPlanLeavesCustomDecoders(t *testing.T) {
 		{reflect.TypeFor[planTwoNames](), `{"N":5}`},
 		{reflect.TypeFor[planNumber](), `{"N":"abc"}`},
 		{reflect.TypeFor[planNumberPtr](), `{"N":"abc"}`},
+		{reflect.TypeFor[planUnnamedText](), `{"v":"6ba7b810-9dad-11d1-80b4-00c04fd430c8"}`},
+		{reflect.TypeFor[planTextAndJSON](), `{"v":"a"}`},
 	} {
 		p := newPayloadPlan(c.typ)
 		if p == nil {
@@ -380,6 +385,42 @@ func TestPayloadPlanLeavesCustomDecoders(t *testing.T) {
 		if p.decode(fast, []byte(c.body)) && (gerr != nil || !reflect.DeepEqual(fast, general)) {
 			t.Errorf("%s %s: plan %+v; encoding/json %+v, %v", c.typ, c.body, fast, general, gerr)
 		}
+	}
+}
+
+// planUnnamedText has a field of an unnamed struct embedding a uuid.UUID:
+// its pointer has UnmarshalText (promoted), which encoding/json never calls
+// (it takes the address of a named type alone) and so refuses the string
+// (review r486).
+type planUnnamedText struct {
+	V struct{ uuid.UUID } `json:"v"`
+}
+
+// planTextAndJSON has a field whose pointer decodes it both ways:
+// encoding/json calls UnmarshalJSON, not UnmarshalText (review r486).
+type planTextAndJSON struct {
+	V textAndJSON `json:"v,omitempty"`
+}
+
+type textAndJSON string
+
+func (p *textAndJSON) UnmarshalText([]byte) error { *p = "text"; return nil }
+func (p *textAndJSON) UnmarshalJSON([]byte) error { *p = "json"; return nil }
+
+// planTree is a payload type holding a slice of itself.
+type planTree struct {
+	Name string     `json:"name"`
+	Kids []planTree `json:"kids"`
+}
+
+// TestPayloadPlanOfARecursiveType: a type holding a slice of itself is
+// planned in bounded steps (it has no plan), where planning its element
+// again without end overflowed the stack when the package's event types were
+// registered (review r486).
+func TestPayloadPlanOfARecursiveType(t *testing.T) {
+	defer debug.SetMaxStack(debug.SetMaxStack(1 << 20))
+	if p := newPayloadPlan(reflect.TypeFor[planTree]()); p != nil {
+		t.Errorf("a recursive type has a plan: %+v", p)
 	}
 }
 
