@@ -288,8 +288,8 @@ func FuzzDecodeEvent(f *testing.F) {
 }
 
 // BenchmarkDecodeEvent: payloads decoded by DecodeEvent against
-// encoding/json, in one run: a credit (the plan's), a transaction's posting
-// and a claim (members the plan cannot read), a refusal whose message
+// encoding/json, in one run: a credit and a transaction's posting (the
+// plans'), a claim (no plan: its own decoder), a refusal whose message
 // json.Marshal escapes (the plan gives up half-way).
 func BenchmarkDecodeEvent(b *testing.B) {
 	held, rev := int64(0), uint64(3)
