@@ -102,13 +102,9 @@ func writeHeldAccounts(ctx context.Context, tx pgx.Tx, gen int, rows map[string]
 	sort.Strings(ids) // the key's insertions in its order
 	cols := []string{"account_id", "currency", "overdraft_limit", "metadata", "status", "balance", "held", "revision", "opened_at", "updated_at"}
 	return copyOrUpsert(ctx, tx, genRows{base: "accounts", gen: gen, columns: cols, n: len(ids), row: func(c *pgcopy.Buf, i int) error {
-		a := rows[ids[i]]
-		md := a.metadata
-		if md == "" {
-			md = "{}"
-		}
+		a := rows[ids[i]] // opened: open set its metadata ({} when none)
 		status := BalanceState{Status: a.status}.rowStatus()
-		c.Text(a.id).Text(a.currency).Int8(a.overdraft).JSONB([]byte(md)).Text(status).Int8(a.balance).Int8(a.held).Int8(a.revision).Timestamptz(a.openedAt).Timestamptz(a.updatedAt)
+		c.Text(a.id).Text(a.currency).Int8(a.overdraft).JSONB([]byte(a.metadata)).Text(status).Int8(a.balance).Int8(a.held).Int8(a.revision).Timestamptz(a.openedAt).Timestamptz(a.updatedAt)
 		return nil
 	}}, func() error { return writeAccounts(ctx, tx, gen, rows) })
 }
