@@ -146,7 +146,7 @@ func benchCommand() *cli.Command {
 			" (the in-process KurrentDB test server, started in this process: its figures are the ledger's costs on the test server, not a real KurrentDB's); or a KurrentDB URL (a real node or cluster, e.g. esdb://localhost:2113?tls=false). " +
 			"Read models, the projector's checkpoints and the baseline stay on PostgreSQL", Sources: benchEnv(flagBenchEventStore)},
 		&cli.StringFlag{Name: config.FlagDataDir, Category: sut, Usage: "directory of the private PostgreSQL cluster and the NATS stores, kept afterwards (default: a temporary directory, removed at the end)", Sources: benchEnv(config.FlagDataDir), TakesFile: true},
-		&cli.StringFlag{Name: flagBenchTarget, Category: sut, Usage: "drive a ledger already running in another process (ledger dev, or serve) at this NATS URL: open --accounts accounts through it, then the warm-up and the load phase only; start nothing, and sample that process's memory and CPU from outside (BENCHMARKS.md)", Sources: benchEnv(flagBenchTarget)},
+		&cli.StringFlag{Name: flagBenchTarget, Category: sut, Usage: "drive a ledger already running in another process (ledger dev, or serve) at this NATS URL: open --accounts accounts through it, then the warm-up and the load phase only; start nothing, and sample that process's memory and CPU from outside (BENCHMARKS.md). Every flag of another phase (--jetstream-messages, --many-accounts, --many-cold, --many-unsettled, --key-check-events, --key-check-samples, --projection-timeout, --history, --history-snapshot-every, --history-memory-limit, --open-loop-fractions, --batch-size) and --standby are off, and refused when set", Sources: benchEnv(flagBenchTarget)},
 		&cli.StringFlag{Name: flagBenchLedgerDB, Category: sut, Usage: "use this PostgreSQL database for the ledger instead of a private cluster", Sources: benchEnv(flagBenchLedgerDB)},
 		&cli.StringFlag{Name: flagBenchBaselineDB, Category: sut, Usage: "use this PostgreSQL database for the baseline (needed with --ledger-database-url)", Sources: benchEnv(flagBenchBaselineDB)},
 		&cli.StringFlag{Name: flagBenchMemProfile, Category: out, Usage: "write a heap profile (live objects, after a GC) to this file as the phase of --cpuprofile-phase ends (default: ledger/load)", Sources: benchEnv(flagBenchMemProfile), TakesFile: true},
@@ -233,8 +233,8 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	if err := applyBenchFractions(cmd, &cfg); err != nil {
 		return cfg, err
 	}
-	cfg = cfg.Undriven(func(flag string) bool { return cmd.IsSet(strings.TrimPrefix(flag, "--")) })
 	cfg.HistoryMemoryLimit, cfg.HistoryMemoryLimitSet = cmd.String(flagBenchHistoryMem), cmd.IsSet(flagBenchHistoryMem)
+	cfg = cfg.Undriven(func(flag string) bool { return cmd.IsSet(strings.TrimPrefix(flag, "--")) })
 	return cfg, cfg.Check()
 }
 

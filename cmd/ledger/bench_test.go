@@ -84,15 +84,88 @@ func TestBenchRefusesABadFlag(t *testing.T) {
 		{[]string{"--quick", "--many-unsettled"}, "--many-unsettled asks for a change of the many-accounts phases, and they do not run (--many-accounts 0, --quick's default)"},
 		{[]string{"--systems", "none", "--quick", "--many-cold"}, "they do not run (--systems none does not drive the ledger)"},
 	} {
-		args := append([]string{"ledger", "bench"}, c.args...)
-		var out bytes.Buffer
-		a := newApp()
-		a.Writer, a.ErrWriter = &out, &out
-		err := a.Run(stopped, args)
-		var ec cli.ExitCoder
-		if err == nil || !errors.As(err, &ec) || ec.ExitCode() != 2 || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%v: %v, want status 2 and %q", args, err, c.want)
+		refusedWithStatus2(t, stopped, c.args, c.want)
+	}
+}
+
+// TestBenchTargetRefusesEveryOtherPhaseFlag: --target-nats-url runs the
+// warm-up and the load phase alone (bench.runTarget), so each flag of
+// another phase, and --standby, set explicitly (on the command line or in
+// the environment, at any value that asks for its phases), is refused with
+// status 2 and the cause, before anything is dialled; left unset, each is
+// off (TestBenchTargetTakesTheOtherPhasesOff).
+func TestBenchTargetRefusesEveryOtherPhaseFlag(t *testing.T) {
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
+	target := []string{"--systems", "ledger", "--target-nats-url", "nats://127.0.0.1:1"}
+	const cause = "--target-nats-url runs the warm-up and the load phase alone, against a ledger in another process, and starts nothing: leave "
+	for _, c := range []struct {
+		args   []string
+		phases string
+	}{
+		{[]string{"--jetstream-messages", "5"}, "the JetStream phases"},
+		{[]string{"--many-accounts", "10"}, "phases of the ledger"},
+		{[]string{"--many-cold"}, "a change of the many-accounts phases"},
+		{[]string{"--many-unsettled"}, "a change of the many-accounts phases"},
+		{[]string{"--key-check-events", "10"}, "the key-check phase"},
+		{[]string{"--key-check-samples", "400"}, "a change of the key-check phase"},
+		{[]string{"--projection-timeout", "1s"}, "the projection phase"},
+		{[]string{"--history", "1000"}, "the history phase"},
+		{[]string{"--history-snapshot-every", "1000"}, "a change of the history phase"},
+		{[]string{"--history-memory-limit", "1GiB"}, "a change of the history phase"},
+		{[]string{"--open-loop-fractions", "0.5"}, "the open-loop phases"},
+		{[]string{"--batch-size", "100"}, "a change of the batch phases"},
+		{[]string{"--standby"}, "a standby of the private PostgreSQL"},
+	} {
+		flag := c.args[0]
+		refusedWithStatus2(t, stopped, append(c.args, target...), "bench: "+flag+" asks for "+c.phases)
+		refusedWithStatus2(t, stopped, append(c.args, target...), cause+flag+" out or drop --target-nats-url")
+	}
+	env := "LEDGER_BENCH_HISTORY" // set in the environment, as explicitly as on the command line
+	t.Setenv(env, "1000")
+	refusedWithStatus2(t, stopped, target, "bench: --history asks for the history phase, and --target-nats-url runs")
+}
+
+// TestBenchTargetTakesTheOtherPhasesOff: under --target-nats-url the
+// phases it does not run are off when their flags are left unset (or set
+// to their none), so that the report does not name them, and the flags of
+// the load phase it runs are taken.
+func TestBenchTargetTakesTheOtherPhasesOff(t *testing.T) {
+	for _, args := range [][]string{
+		{"--target-nats-url", "nats://127.0.0.1:1"},
+		{"--target-nats-url", "nats://127.0.0.1:1", "--quick", "--history", "0", "--key-check-events", "0", "--many-accounts", "0", "--duration", "7s", "--clients", "3"},
+	} {
+		var cfg bench.Config
+		cmd := benchCommand()
+		cmd.Action = func(_ context.Context, cmd *cli.Command) (err error) {
+			cfg, err = benchConfig(cmd)
+			return err
 		}
+		if err := cmd.Run(context.Background(), append([]string{"bench"}, args...)); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if cfg.JetStreamMessages != 0 || cfg.ManyAccounts != 0 || cfg.KeyCheckEvents != 0 || cfg.ProjectionTimeout != 0 || cfg.HistoryEvents != 0 || cfg.HistoryMemoryLimitSet || cfg.Standby {
+			t.Errorf("%v: another phase left on: %+v", args, cfg)
+		}
+		if cfg.TargetNATSURL == "" || cfg.Duration <= 0 || cfg.Clients <= 0 {
+			t.Errorf("%v: the load phase's configuration lost: %+v", args, cfg)
+		}
+	}
+}
+
+// refusedWithStatus2 runs ledger bench with args under stopped (a context
+// already cancelled, so that a rule lost fails at once rather than start a
+// run) and fails t unless it ends with status 2 and an error holding want.
+func refusedWithStatus2(t *testing.T, stopped context.Context, args []string, want string) {
+	t.Helper()
+	args = append([]string{"ledger", "bench"}, args...)
+	var out bytes.Buffer
+	a := newApp()
+	a.Writer, a.ErrWriter = &out, &out
+	err := a.Run(stopped, args)
+	var ec cli.ExitCoder
+	if err == nil || !errors.As(err, &ec) || ec.ExitCode() != 2 || !strings.Contains(err.Error(), want) {
+		t.Errorf("%v: %v, want status 2 and %q", args, err, want)
 	}
 }
 

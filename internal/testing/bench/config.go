@@ -35,6 +35,10 @@ type Config struct {
 	// quick is set by Quick: the phases it leaves out by default are
 	// refused as its (phaseFlags), when asked for.
 	quick bool
+	// explicit reports whether a flag was set explicitly (set by Undriven;
+	// nil: none was): the phase flags whose fields Run fills with a default
+	// ask for their phases only when set so (phaseFlags).
+	explicit func(flag string) bool
 	// eventStoreURL is the ledger's event store (set by Run): the
 	// many-accounts phases open their accounts there.
 	eventStoreURL string
@@ -395,7 +399,9 @@ type phaseFlag struct {
 type notRun func(c Config) (why, fix string)
 
 // phaseFlags is the one table of the flags of phases a run may not run:
-// the JetStream phases are those of a system behind an intake (the ledger,
+// a run with --target-nats-url runs the warm-up and the load phase alone
+// (runTarget), so every other phase flag is refused there, and --standby
+// (it starts no PostgreSQL); the JetStream phases are those of a system behind an intake (the ledger,
 // the baseline: not echo, and none under --systems none) with the capture
 // on; the many-accounts phases the ledger's alone (after its other phases,
 // in its event store: not the baseline's, nor echo's); --many-cold and
@@ -406,16 +412,59 @@ type notRun func(c Config) (why, fix string)
 var phaseFlags = []phaseFlag{
 	{flag: "--jetstream-messages", phases: "the JetStream phases",
 		asks: func(c Config) bool { return c.JetStreamMessages > 0 }, off: func(c *Config) { c.JetStreamMessages = 0 },
-		notRun: []notRun{noSystemDriven, noIntakeDriven, captureOff}},
+		notRun: []notRun{targetRuns, noSystemDriven, noIntakeDriven, captureOff}},
 	{flag: "--many-accounts", phases: "phases of the ledger",
 		asks: func(c Config) bool { return c.ManyAccounts > 0 }, off: func(c *Config) { c.ManyAccounts = 0 },
-		notRun: []notRun{ledgerNotDriven}},
+		notRun: []notRun{targetRuns, ledgerNotDriven}},
 	{flag: "--many-cold", phases: "a change of the many-accounts phases",
 		asks: func(c Config) bool { return c.ManyCold }, off: func(c *Config) { c.ManyCold = false },
-		notRun: []notRun{manyNotRun}},
+		notRun: []notRun{targetRuns, manyNotRun}},
 	{flag: "--many-unsettled", phases: "a change of the many-accounts phases",
 		asks: func(c Config) bool { return c.ManyUnsettled }, off: func(c *Config) { c.ManyUnsettled = false },
-		notRun: []notRun{manyNotRun, settlesNothing}},
+		notRun: []notRun{targetRuns, manyNotRun, settlesNothing}},
+	{flag: "--key-check-events", phases: "the key-check phase",
+		asks: func(c Config) bool { return c.KeyCheckEvents > 0 }, off: func(c *Config) { c.KeyCheckEvents = 0 },
+		notRun: []notRun{targetRuns}},
+	{flag: "--key-check-samples", phases: "a change of the key-check phase",
+		asks: explicitly("--key-check-samples"), off: func(c *Config) { c.KeyCheckSamples = 0 },
+		notRun: []notRun{targetRuns}},
+	{flag: "--projection-timeout", phases: "the projection phase",
+		asks: func(c Config) bool { return c.ProjectionTimeout > 0 }, off: func(c *Config) { c.ProjectionTimeout = 0 },
+		notRun: []notRun{targetRuns}},
+	{flag: "--history", phases: "the history phase",
+		asks: func(c Config) bool { return c.HistoryEvents > 0 }, off: func(c *Config) { c.HistoryEvents = 0 },
+		notRun: []notRun{targetRuns}},
+	{flag: "--history-snapshot-every", phases: "a change of the history phase",
+		asks: explicitly("--history-snapshot-every"), off: func(c *Config) { c.HistorySnapshotEvery = 0 },
+		notRun: []notRun{targetRuns}},
+	{flag: "--history-memory-limit", phases: "a change of the history phase",
+		asks: func(c Config) bool { return c.HistoryMemoryLimitSet },
+		off:  func(c *Config) { c.HistoryMemoryLimit, c.HistoryMemoryLimitSet = "", false }, notRun: []notRun{targetRuns}},
+	{flag: "--open-loop-fractions", phases: "the open-loop phases",
+		asks: explicitly("--open-loop-fractions"), off: func(c *Config) { c.OpenLoopFractions = nil },
+		notRun: []notRun{targetRuns}},
+	{flag: "--batch-size", phases: "a change of the batch phases",
+		asks: explicitly("--batch-size"), off: func(c *Config) { c.BatchSize = 0 },
+		notRun: []notRun{targetRuns}},
+	{flag: "--standby", phases: "a standby of the private PostgreSQL and the lone and pair load phases",
+		asks: func(c Config) bool { return c.Standby }, off: func(c *Config) { c.Standby = false },
+		notRun: []notRun{targetRuns}},
+}
+
+// explicitly asks for a phase flag's phases when the flag was set
+// explicitly (Config.explicit): for the fields Run fills with a default,
+// whose value does not say whether they were asked for.
+func explicitly(flag string) func(Config) bool {
+	return func(c Config) bool { return c.explicit != nil && c.explicit(flag) }
+}
+
+// targetRuns: a run that drives a ledger in another process runs its
+// warm-up and load phase alone, and starts nothing (runTarget).
+func targetRuns(c Config) (why, fix string) {
+	if c.TargetNATSURL == "" {
+		return "", ""
+	}
+	return "--target-nats-url runs the warm-up and the load phase alone, against a ledger in another process, and starts nothing", "drop --target-nats-url"
 }
 
 // noSystemDriven: --systems none runs no driven system's phases.
@@ -517,6 +566,7 @@ func (c Config) undriven() []undrivenFlag {
 // one was; nil: none was): Check then refuses those that ask for them, and
 // a default is never refused.
 func (c Config) Undriven(set func(flag string) bool) Config {
+	c.explicit = set
 	for _, u := range c.undriven() {
 		if set == nil || !set(u.flag) {
 			u.off(&c)
