@@ -115,19 +115,7 @@ func (sc *flatScan) rawObject() ([]byte, bool) {
 // encoding/json's scanner. False says nothing: json.Valid decides.
 func flatObject(b []byte) bool {
 	sc := flatScan{b: b}
-	if !sc.objectStart() {
-		return false
-	}
-	for more := true; more; {
-		if _, ok := sc.member(); !ok {
-			return false
-		}
-		var ok bool
-		if more, ok = sc.afterMember(); !ok {
-			return false
-		}
-	}
-	return true
+	return sc.object(func(bodyField) bool { return true })
 }
 
 // closing is the index just past the object or array that starts at b[start],

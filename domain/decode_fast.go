@@ -28,22 +28,19 @@ func decodeFast(t CommandType, specs []fieldSpec, body []byte) (Command, bool) {
 }
 
 // flatMembers reads the members of a flat body (decodeFast) into buf, at most
-// len(buf) of them; false for any other body.
+// len(buf) of them, each name once; false for any other body.
 func flatMembers(body []byte, buf []bodyField) ([]bodyField, bool) {
 	n, sc := 0, flatScan{b: body}
-	if !sc.objectStart() {
-		return nil, false
-	}
-	for more := true; more; {
-		f, ok := sc.member()
-		if !ok || n == len(buf) || hasMember(buf[:n], f.name) {
-			return nil, false
+	ok := sc.object(func(f bodyField) bool {
+		if n == len(buf) || hasMember(buf[:n], f.name) {
+			return false
 		}
 		buf[n] = f
 		n++
-		if more, ok = sc.afterMember(); !ok {
-			return nil, false
-		}
+		return true
+	})
+	if !ok {
+		return nil, false
 	}
 	return buf[:n], true
 }
@@ -75,6 +72,25 @@ func (sc *flatScan) objectStart() bool {
 	}
 	sc.i = skipSpace(sc.b, sc.i+1)
 	return sc.i >= len(sc.b) || sc.b[sc.i] != '}'
+}
+
+// object reads a whole flat object, each of its members in turn handed to
+// take, which may refuse it (false); false when take refuses one or the
+// object is not flat (the loop of flatMembers and flatObject).
+func (sc *flatScan) object(take func(bodyField) bool) bool {
+	if !sc.objectStart() {
+		return false
+	}
+	for more := true; more; {
+		f, ok := sc.member()
+		if !ok || !take(f) {
+			return false
+		}
+		if more, ok = sc.afterMember(); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // member reads one member, "name": value.
