@@ -67,7 +67,7 @@ func TestBenchRefusesABadFlag(t *testing.T) {
 		{[]string{"--transaction-ratio", "0.5", "--systems", "ledger", "--accounts", "1"}, "a transaction needs two accounts"},
 		{[]string{"--grace", "-1s"}, "--grace must not be negative"},
 		{[]string{"--batch-size", "1001"}, "batch size 1001 is over the protocol's 1000 commands"},
-		{[]string{"--history-memory-limit", "lots"}, "--history-memory-limit: "},
+		{[]string{"--history", "10", "--history-memory-limit", "lots"}, "--history-memory-limit: "},
 		{[]string{"--systems", "none", "--many-accounts", "10"}, "--many-accounts asks for phases of the ledger, and --systems none does not drive it"},
 		{[]string{"--systems", "baseline", "--many-accounts", "10"}, "--many-accounts asks for phases of the ledger, and --systems baseline does not drive it"},
 		{[]string{"--systems", "baseline,echo", "--many-accounts", "10"}, "--systems baseline,echo does not drive it"},
@@ -83,6 +83,11 @@ func TestBenchRefusesABadFlag(t *testing.T) {
 		{[]string{"--quick", "--many-cold"}, "--many-cold asks for a change of the many-accounts phases, and they do not run (--many-accounts 0, --quick's default)"},
 		{[]string{"--quick", "--many-unsettled"}, "--many-unsettled asks for a change of the many-accounts phases, and they do not run (--many-accounts 0, --quick's default)"},
 		{[]string{"--systems", "none", "--quick", "--many-cold"}, "they do not run (--systems none does not drive the ledger)"},
+		{[]string{"--key-check-events", "0", "--key-check-samples", "50"}, "--key-check-samples asks for a change of the key-check phase, and the key-check phase does not run (--key-check-events 0)"},
+		{[]string{"--history-snapshot-every", "50"}, "--history-snapshot-every asks for a change of the history phase, and the history phase does not run (--history 0, the default)"},
+		{[]string{"--history", "0", "--history-memory-limit", "1GiB"}, "--history-memory-limit asks for a change of the history phase, and the history phase does not run"},
+		{[]string{"--systems", "none", "--open-loop-fractions", "0.5"}, "--open-loop-fractions asks for the open-loop phases, and --systems none drives no system"},
+		{[]string{"--systems", "none", "--batch-size", "10"}, "--batch-size asks for a change of the batch phases, and --systems none drives no system"},
 	} {
 		refusedWithStatus2(t, stopped, c.args, c.want)
 	}
@@ -197,6 +202,9 @@ func TestBenchSystemsNoneLeavesTheDrivenPhasesOut(t *testing.T) {
 		{[]string{"--quick"}, 0, 0},
 		{[]string{"--quick", "--capture"}, d.Quick().JetStreamMessages, 0},
 		{[]string{"--event-store", "kurrenttest", "--many-cold"}, d.JetStreamMessages, d.ManyAccounts},
+		// a change of a phase that runs is taken
+		{[]string{"--systems", "none", "--history", "10", "--history-snapshot-every", "5", "--history-memory-limit", "1GiB", "--key-check-samples", "5"}, 0, 0},
+		{[]string{"--systems", "ledger", "--open-loop-fractions", "0.5", "--batch-size", "10", "--many-accounts", "0"}, d.JetStreamMessages, 0},
 	} {
 		var cfg bench.Config
 		cmd := benchCommand()

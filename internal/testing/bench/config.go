@@ -408,7 +408,9 @@ type notRun func(c Config) (why, fix string)
 // --many-unsettled change the many-accounts phases, so they are refused
 // where those do not run (--many-accounts 0, --quick's default, or the
 // ledger not driven: --systems baseline, none), and --many-unsettled where
-// the bench settles nothing (the ledger's events on KurrentDB).
+// the bench settles nothing (the ledger's events on KurrentDB); the changes
+// of the key-check, history, open-loop and batch phases where those do not
+// run (--key-check-events 0, --history 0, --systems none).
 var phaseFlags = []phaseFlag{
 	{flag: "--jetstream-messages", phases: "the JetStream phases",
 		asks: func(c Config) bool { return c.JetStreamMessages > 0 }, off: func(c *Config) { c.JetStreamMessages = 0 },
@@ -427,7 +429,7 @@ var phaseFlags = []phaseFlag{
 		notRun: []notRun{targetRuns}},
 	{flag: "--key-check-samples", phases: "a change of the key-check phase",
 		asks: explicitly("--key-check-samples"), off: func(c *Config) { c.KeyCheckSamples = 0 },
-		notRun: []notRun{targetRuns}},
+		notRun: []notRun{targetRuns, keyCheckOff}},
 	{flag: "--projection-timeout", phases: "the projection phase",
 		asks: func(c Config) bool { return c.ProjectionTimeout > 0 }, off: func(c *Config) { c.ProjectionTimeout = 0 },
 		notRun: []notRun{targetRuns}},
@@ -436,16 +438,16 @@ var phaseFlags = []phaseFlag{
 		notRun: []notRun{targetRuns}},
 	{flag: "--history-snapshot-every", phases: "a change of the history phase",
 		asks: explicitly("--history-snapshot-every"), off: func(c *Config) { c.HistorySnapshotEvery = 0 },
-		notRun: []notRun{targetRuns}},
+		notRun: []notRun{targetRuns, historyOff}},
 	{flag: "--history-memory-limit", phases: "a change of the history phase",
 		asks: func(c Config) bool { return c.HistoryMemoryLimitSet },
-		off:  func(c *Config) { c.HistoryMemoryLimit, c.HistoryMemoryLimitSet = "", false }, notRun: []notRun{targetRuns}},
+		off:  func(c *Config) { c.HistoryMemoryLimit, c.HistoryMemoryLimitSet = "", false }, notRun: []notRun{targetRuns, historyOff}},
 	{flag: "--open-loop-fractions", phases: "the open-loop phases",
 		asks: explicitly("--open-loop-fractions"), off: func(c *Config) { c.OpenLoopFractions = nil },
-		notRun: []notRun{targetRuns}},
+		notRun: []notRun{targetRuns, noSystemDriven}},
 	{flag: "--batch-size", phases: "a change of the batch phases",
 		asks: explicitly("--batch-size"), off: func(c *Config) { c.BatchSize = 0 },
-		notRun: []notRun{targetRuns}},
+		notRun: []notRun{targetRuns, noSystemDriven}},
 	{flag: "--standby", phases: "a standby of the private PostgreSQL and the lone and pair load phases",
 		asks: func(c Config) bool { return c.Standby }, off: func(c *Config) { c.Standby = false },
 		notRun: []notRun{targetRuns}},
@@ -465,6 +467,22 @@ func targetRuns(c Config) (why, fix string) {
 		return "", ""
 	}
 	return "--target-nats-url runs the warm-up and the load phase alone, against a ledger in another process, and starts nothing", "drop --target-nats-url"
+}
+
+// keyCheckOff: the key-check phase runs over a positive long stream.
+func keyCheckOff(c Config) (why, fix string) {
+	if c.KeyCheckEvents > 0 {
+		return "", ""
+	}
+	return "the key-check phase does not run (--key-check-events 0)", "run it (--key-check-events N)"
+}
+
+// historyOff: the history phase runs over a positive number of events.
+func historyOff(c Config) (why, fix string) {
+	if c.HistoryEvents > 0 {
+		return "", ""
+	}
+	return "the history phase does not run (--history 0, the default)", "run it (--history N)"
 }
 
 // noSystemDriven: --systems none runs no driven system's phases.
