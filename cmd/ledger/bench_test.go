@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -102,7 +103,7 @@ func TestBenchRefusesABadFlag(t *testing.T) {
 func TestBenchTargetRefusesEveryOtherPhaseFlag(t *testing.T) {
 	stopped, cancel := context.WithCancel(context.Background())
 	cancel()
-	target := []string{"--systems", "ledger", "--target-nats-url", "nats://127.0.0.1:1"}
+	target := []string{"--target-nats-url", "nats://127.0.0.1:1"}
 	const cause = "--target-nats-url runs the warm-up and the load phase alone, against a ledger in another process, and starts nothing: leave "
 	for _, c := range []struct {
 		args   []string
@@ -121,6 +122,9 @@ func TestBenchTargetRefusesEveryOtherPhaseFlag(t *testing.T) {
 		{[]string{"--open-loop-fractions", "0.5"}, "the open-loop phases"},
 		{[]string{"--batch-size", "100"}, "a change of the batch phases"},
 		{[]string{"--standby"}, "a standby of the private PostgreSQL"},
+		{[]string{"--systems", "baseline"}, "the phases of systems besides the ledger"},
+		{[]string{"--systems", "ledger,baseline"}, "the phases of systems besides the ledger"},
+		{[]string{"--systems", "none"}, "the phases of systems besides the ledger"},
 	} {
 		flag := c.args[0]
 		refusedWithStatus2(t, stopped, append(c.args, target...), "bench: "+flag+" asks for "+c.phases)
@@ -139,6 +143,7 @@ func TestBenchTargetTakesTheOtherPhasesOff(t *testing.T) {
 	for _, args := range [][]string{
 		{"--target-nats-url", "nats://127.0.0.1:1"},
 		{"--target-nats-url", "nats://127.0.0.1:1", "--quick", "--history", "0", "--key-check-events", "0", "--many-accounts", "0", "--duration", "7s", "--clients", "3"},
+		{"--target-nats-url", "nats://127.0.0.1:1", "--systems", "ledger", "--transaction-ratio", "0.5"}, // the ledger's alone: transactions too
 	} {
 		var cfg bench.Config
 		cmd := benchCommand()
@@ -152,7 +157,7 @@ func TestBenchTargetTakesTheOtherPhasesOff(t *testing.T) {
 		if cfg.JetStreamMessages != 0 || cfg.ManyAccounts != 0 || cfg.KeyCheckEvents != 0 || cfg.ProjectionTimeout != 0 || cfg.HistoryEvents != 0 || cfg.HistoryMemoryLimitSet || cfg.Standby {
 			t.Errorf("%v: another phase left on: %+v", args, cfg)
 		}
-		if cfg.TargetNATSURL == "" || cfg.Duration <= 0 || cfg.Clients <= 0 {
+		if cfg.TargetNATSURL == "" || cfg.Duration <= 0 || cfg.Clients <= 0 || !slices.Equal(cfg.Systems, []string{bench.SystemLedger}) {
 			t.Errorf("%v: the load phase's configuration lost: %+v", args, cfg)
 		}
 	}

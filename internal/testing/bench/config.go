@@ -401,7 +401,8 @@ type notRun func(c Config) (why, fix string)
 // phaseFlags is the one table of the flags of phases a run may not run:
 // a run with --target-nats-url runs the warm-up and the load phase alone
 // (runTarget), so every other phase flag is refused there, and --standby
-// (it starts no PostgreSQL); the JetStream phases are those of a system behind an intake (the ledger,
+// (it starts no PostgreSQL), and --systems but the ledger alone (it drives
+// the ledger only); the JetStream phases are those of a system behind an intake (the ledger,
 // the baseline: not echo, and none under --systems none) with the capture
 // on; the many-accounts phases the ledger's alone (after its other phases,
 // in its event store: not the baseline's, nor echo's); --many-cold and
@@ -448,6 +449,11 @@ var phaseFlags = []phaseFlag{
 	{flag: "--batch-size", phases: "a change of the batch phases",
 		asks: explicitly("--batch-size"), off: func(c *Config) { c.BatchSize = 0 },
 		notRun: []notRun{targetRuns, noSystemDriven}},
+	{flag: "--systems", phases: "the phases of systems besides the ledger",
+		asks: func(c Config) bool {
+			return explicitly("--systems")(c) && !slices.Equal(c.Systems, []string{SystemLedger})
+		},
+		off: func(c *Config) { c.Systems = []string{SystemLedger} }, notRun: []notRun{targetRuns}},
 	{flag: "--standby", phases: "a standby of the private PostgreSQL and the lone and pair load phases",
 		asks: func(c Config) bool { return c.Standby }, off: func(c *Config) { c.Standby = false },
 		notRun: []notRun{targetRuns}},
