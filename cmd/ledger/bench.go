@@ -74,6 +74,10 @@ func benchEnv(name string) cli.ValueSourceChain {
 	return cli.EnvVars("LEDGER_BENCH_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
 }
 
+// categorySUT is the help's category of the flags of the systems under
+// test: each sets up a part of this process (refuseTargetIgnored).
+const categorySUT = "systems under test"
+
 // benchDescription is the help text of ledger bench.
 const benchDescription = "Starts everything in this process, as `ledger dev` does (an embedded NATS server, a private\n" +
 	"PostgreSQL cluster with fsync on, the migrations, the ledger with its NATS intake), opens the\n" +
@@ -106,7 +110,7 @@ const benchDescription = "Starts everything in this process, as `ledger dev` doe
 
 func benchCommand() *cli.Command {
 	d := bench.Defaults()
-	load, sut, out := "load", "systems under test", "output"
+	load, sut, out := "load", categorySUT, "output"
 	flags := []cli.Flag{
 		&cli.BoolFlag{Name: flagBenchQuick, Usage: "a run of under a minute: 1,000 accounts, 4s phases, a 10,000-event key-check stream, plain request-reply without the JetStream capture and phases (flags set explicitly still win)", Sources: benchEnv(flagBenchQuick)},
 		&cli.IntFlag{Name: flagBenchClients, Category: load, Value: d.Clients, Usage: "concurrent clients, each with one command in flight", Sources: benchEnv(flagBenchClients)},
@@ -146,7 +150,7 @@ func benchCommand() *cli.Command {
 			" (the in-process KurrentDB test server, started in this process: its figures are the ledger's costs on the test server, not a real KurrentDB's); or a KurrentDB URL (a real node or cluster, e.g. esdb://localhost:2113?tls=false). " +
 			"Read models, the projector's checkpoints and the baseline stay on PostgreSQL", Sources: benchEnv(flagBenchEventStore)},
 		&cli.StringFlag{Name: config.FlagDataDir, Category: sut, Usage: "directory of the private PostgreSQL cluster and the NATS stores, kept afterwards (default: a temporary directory, removed at the end)", Sources: benchEnv(config.FlagDataDir), TakesFile: true},
-		&cli.StringFlag{Name: flagBenchTarget, Category: sut, Usage: "drive a ledger already running in another process (ledger dev, or serve) at this NATS URL: open --accounts accounts through it, then the warm-up and the load phase only; start nothing, and sample that process's memory and CPU from outside (BENCHMARKS.md). Every flag of another phase (--jetstream-messages, --many-accounts, --many-cold, --many-unsettled, --key-check-events, --key-check-samples, --projection-timeout, --history, --history-snapshot-every, --history-memory-limit, --open-loop-fractions, --batch-size) and --standby are off, and refused when set; it drives the ledger alone: --systems, when set, must be ledger", Sources: benchEnv(flagBenchTarget)},
+		&cli.StringFlag{Name: flagBenchTarget, Category: sut, Usage: "drive a ledger already running in another process (ledger dev, or serve) at this NATS URL: open --accounts accounts through it, then the warm-up and the load phase only; start nothing, and sample that process's memory and CPU from outside (BENCHMARKS.md). Every flag of another phase (--jetstream-messages, --many-accounts, --many-cold, --many-unsettled, --key-check-events, --key-check-samples, --projection-timeout, --history, --history-snapshot-every, --history-memory-limit, --open-loop-fractions, --batch-size) is off, and refused when set to a value that asks for its phases; it drives the ledger alone: --systems, when set, must be ledger; every other flag of the systems under test (they set up this process's own) and a --trace or --cpuprofile-phase of a phase but ledger/load are refused", Sources: benchEnv(flagBenchTarget)},
 		&cli.StringFlag{Name: flagBenchLedgerDB, Category: sut, Usage: "use this PostgreSQL database for the ledger instead of a private cluster", Sources: benchEnv(flagBenchLedgerDB)},
 		&cli.StringFlag{Name: flagBenchBaselineDB, Category: sut, Usage: "use this PostgreSQL database for the baseline (needed with --ledger-database-url)", Sources: benchEnv(flagBenchBaselineDB)},
 		&cli.StringFlag{Name: flagBenchMemProfile, Category: out, Usage: "write a heap profile (live objects, after a GC) to this file as the phase of --cpuprofile-phase ends (default: ledger/load)", Sources: benchEnv(flagBenchMemProfile), TakesFile: true},
@@ -235,7 +239,40 @@ func benchConfig(cmd *cli.Command) (bench.Config, error) {
 	}
 	cfg.HistoryMemoryLimit, cfg.HistoryMemoryLimitSet = cmd.String(flagBenchHistoryMem), cmd.IsSet(flagBenchHistoryMem)
 	cfg = cfg.Undriven(func(flag string) bool { return cmd.IsSet(strings.TrimPrefix(flag, "--")) })
-	return cfg, cfg.Check()
+	if err := cfg.Check(); err != nil {
+		return cfg, err
+	}
+	return cfg, refuseTargetIgnored(cmd)
+}
+
+// refuseTargetIgnored refuses, under --target-nats-url, each flag set
+// explicitly that the target run would ignore: every flag of the systems
+// under test but the target's own (they set up this process's PostgreSQL,
+// NATS, ledger and baseline, and the target run starts none of them; --systems
+// is phaseFlags'), and a profile or trace of a phase other than the one it
+// runs.
+func refuseTargetIgnored(cmd *cli.Command) error {
+	if cmd.String(flagBenchTarget) == "" {
+		return nil
+	}
+	for _, f := range cmd.Flags {
+		c, ok := f.(cli.CategorizableFlag)
+		name := f.Names()[0]
+		if ok && c.GetCategory() == categorySUT && name != flagBenchTarget && name != flagBenchSystems && cmd.IsSet(name) {
+			return fmt.Errorf("bench: --%s sets up a system of this process, and --target-nats-url starts nothing (the target's are its own): leave --%s out or drop --target-nats-url", name, name)
+		}
+	}
+	runs := bench.SystemLedger + "/" + bench.PhaseLoad
+	for _, o := range []struct{ out, phase string }{{flagBenchTrace, flagBenchTracePhase}, {flagBenchCPUProfile, flagBenchProfPhase}, {flagBenchMemProfile, flagBenchProfPhase}} {
+		p := cmd.String(o.phase)
+		if cmd.String(o.out) == "" || p == "" { // no output, or a CPU profile of the whole run, a heap profile after ledger/load
+			continue
+		}
+		if p != runs {
+			return fmt.Errorf("bench: --%s %s names a phase --target-nats-url does not run (it runs %s alone): use --%s %s or drop --target-nats-url", o.phase, p, runs, o.phase, runs)
+		}
+	}
+	return nil
 }
 
 // applyBenchWorkloadFlags sets the workload's fields from the flags set

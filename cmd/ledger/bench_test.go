@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -121,7 +122,6 @@ func TestBenchTargetRefusesEveryOtherPhaseFlag(t *testing.T) {
 		{[]string{"--history-memory-limit", "1GiB"}, "a change of the history phase"},
 		{[]string{"--open-loop-fractions", "0.5"}, "the open-loop phases"},
 		{[]string{"--batch-size", "100"}, "a change of the batch phases"},
-		{[]string{"--standby"}, "a standby of the private PostgreSQL"},
 		{[]string{"--systems", "baseline"}, "the phases of systems besides the ledger"},
 		{[]string{"--systems", "ledger,baseline"}, "the phases of systems besides the ledger"},
 		{[]string{"--systems", "none"}, "the phases of systems besides the ledger"},
@@ -133,6 +133,70 @@ func TestBenchTargetRefusesEveryOtherPhaseFlag(t *testing.T) {
 	env := "LEDGER_BENCH_HISTORY" // set in the environment, as explicitly as on the command line
 	t.Setenv(env, "1000")
 	refusedWithStatus2(t, stopped, target, "bench: --history asks for the history phase, and --target-nats-url runs")
+}
+
+// TestBenchTargetRefusesItsOwnSystemsFlags: under --target-nats-url every
+// flag of the systems under test but the target's own, set explicitly (on
+// the command line or in the environment, at any value), is refused with
+// status 2 before anything is dialled: each sets up a part of this process,
+// which the target run does not start, and its value would describe a
+// system the run did not measure (--systems: TestBenchTargetRefusesEveryOtherPhaseFlag).
+// So is a trace or profile of a phase the target run does not run;
+// --systems ledger and a trace of ledger/load are taken.
+func TestBenchTargetRefusesItsOwnSystemsFlags(t *testing.T) {
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
+	target := []string{"--target-nats-url", "nats://127.0.0.1:1"}
+	values := map[string]string{flagBenchEventStore: bench.EventStorePostgres, flagBenchNATSSync: "always", flagBenchLedgerDB: "postgres://127.0.0.1:1/l", flagBenchBaselineDB: "postgres://127.0.0.1:1/b"}
+	checked := 0
+	for _, f := range benchCommand().Flags {
+		c, ok := f.(cli.CategorizableFlag)
+		name := f.Names()[0]
+		if !ok || c.GetCategory() != categorySUT || name == flagBenchTarget || name == flagBenchSystems {
+			continue
+		}
+		arg := "--" + name + "=" + values[name]
+		switch f.(type) {
+		case *cli.BoolFlag:
+			arg = "--" + name + "=true"
+		case *cli.IntFlag:
+			arg = "--" + name + "=1"
+		case *cli.DurationFlag:
+			arg = "--" + name + "=1s"
+		case *cli.StringFlag:
+			if values[name] == "" {
+				arg = "--" + name + "=" + t.TempDir()
+			}
+		}
+		refusedWithStatus2(t, stopped, append([]string{arg}, target...), "bench: --"+name+" sets up a system of this process, and --target-nats-url starts nothing")
+		checked++
+	}
+	if checked < 15 {
+		t.Fatalf("%d flags of the systems under test checked", checked)
+	}
+	t.Run("environment", func(t *testing.T) { // set in the environment, as explicitly as on the command line
+		t.Setenv("LEDGER_BENCH_NO_FSYNC", "true")
+		refusedWithStatus2(t, stopped, target, "bench: --no-fsync sets up a system of this process")
+	})
+	refusedWithStatus2(t, stopped, append([]string{"--trace", filepath.Join(t.TempDir(), "t")}, target...), "bench: --trace-phase "+bench.SystemLedger+"/"+bench.PhaseManyHalfLoad+" names a phase --target-nats-url does not run")
+	refusedWithStatus2(t, stopped, append([]string{"--cpuprofile", filepath.Join(t.TempDir(), "c"), "--cpuprofile-phase", "ledger/hot"}, target...), "bench: --cpuprofile-phase ledger/hot names a phase")
+	refusedWithStatus2(t, stopped, append([]string{"--memprofile", filepath.Join(t.TempDir(), "m"), "--cpuprofile-phase", "ledger/hot"}, target...), "bench: --cpuprofile-phase ledger/hot names a phase")
+	for _, args := range [][]string{
+		{"--systems", "ledger"},
+		{"--trace", filepath.Join(t.TempDir(), "t"), "--trace-phase", "ledger/load"},
+		{"--cpuprofile", filepath.Join(t.TempDir(), "c")},
+		{"--memprofile", filepath.Join(t.TempDir(), "m")},
+		{"--cpuprofile", filepath.Join(t.TempDir(), "c"), "--cpuprofile-phase", "ledger/load"},
+	} {
+		cmd := benchCommand()
+		cmd.Action = func(_ context.Context, cmd *cli.Command) error {
+			_, err := benchConfig(cmd)
+			return err
+		}
+		if err := cmd.Run(context.Background(), append(append([]string{"bench"}, args...), target...)); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
 }
 
 // TestBenchTargetTakesTheOtherPhasesOff: under --target-nats-url the

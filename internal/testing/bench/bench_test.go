@@ -523,6 +523,11 @@ func TestRunTarget(t *testing.T) {
 	if !strings.Contains(text, "target: a ledger in another process at "+env.NATSURL) {
 		t.Fatalf("the report does not name its target:\n%s", text)
 	}
+	var md bytes.Buffer // the Markdown report names the target, and none of this process's settings, which did not describe it
+	rep.Markdown(&md)
+	if !strings.Contains(md.String(), "target: a ledger in another process at "+env.NATSURL) || strings.Contains(md.String(), "JetStream capture") || strings.Contains(md.String(), "event store:") || strings.Contains(md.String(), "PostgreSQL") {
+		t.Fatalf("the Markdown report does not name its target alone:\n%s", md.String())
+	}
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)

@@ -400,9 +400,10 @@ type notRun func(c Config) (why, fix string)
 
 // phaseFlags is the one table of the flags of phases a run may not run:
 // a run with --target-nats-url runs the warm-up and the load phase alone
-// (runTarget), so every other phase flag is refused there, and --standby
-// (it starts no PostgreSQL), and --systems but the ledger alone (it drives
-// the ledger only); the JetStream phases are those of a system behind an intake (the ledger,
+// (runTarget), so every other phase flag is refused there, and --systems
+// but the ledger alone (it drives the ledger only; the flags of this
+// process's own systems are refused by the ledger command: it starts none);
+// the JetStream phases are those of a system behind an intake (the ledger,
 // the baseline: not echo, and none under --systems none) with the capture
 // on; the many-accounts phases the ledger's alone (after its other phases,
 // in its event store: not the baseline's, nor echo's); --many-cold and
@@ -454,9 +455,6 @@ var phaseFlags = []phaseFlag{
 			return explicitly("--systems")(c) && !slices.Equal(c.Systems, []string{SystemLedger})
 		},
 		off: func(c *Config) { c.Systems = []string{SystemLedger} }, notRun: []notRun{targetRuns}},
-	{flag: "--standby", phases: "a standby of the private PostgreSQL and the lone and pair load phases",
-		asks: func(c Config) bool { return c.Standby }, off: func(c *Config) { c.Standby = false },
-		notRun: []notRun{targetRuns}},
 }
 
 // explicitly asks for a phase flag's phases when the flag was set

@@ -266,7 +266,7 @@ func (r *Report) printHeader(w io.Writer) {
 	fmt.Fprintf(w, "machine: %d cores, %d MiB, %s, fsync %v; load average before %s, after %s\n",
 		r.Machine.Cores, r.Machine.MemoryMB, r.Machine.GoVersion, fsync, r.Machine.LoadBefore, r.Machine.LoadAfter)
 	if c.Target != "" {
-		fmt.Fprintf(w, "target: a ledger in another process at %s (its event store, capture and group commit are its own)\n\n", c.Target)
+		fmt.Fprintf(w, "%s\n\n", targetLine(c))
 	} else {
 		r.printSettings(w)
 	}
@@ -470,15 +470,26 @@ func (r *Report) printTargets(w io.Writer) {
 	tw.Flush()
 }
 
+// targetLine says, for a run that drove a ledger in another process
+// (Config.Target), that none of the settings of this process's systems
+// describes it.
+func targetLine(c ReportConfig) string {
+	return fmt.Sprintf("target: a ledger in another process at %s (its event store, capture and group commit are its own)", c.Target)
+}
+
 // Markdown writes the report as Markdown tables (for BENCHMARKS.md).
 func (r *Report) Markdown(w io.Writer) {
 	c := r.Config
+	settings, machine := targetLine(c), fmt.Sprintf("%d cores, %d MiB, %s", r.Machine.Cores, r.Machine.MemoryMB, r.Machine.GoVersion)
+	if c.Target == "" {
+		settings = fmt.Sprintf("JetStream capture %s (grace %s, fsync %s); baseline: %s; ledger event store: %s; ledger group commit %s",
+			onOff(c.Capture), c.Grace, c.NATSSync, baselineRead(c), eventStoreLine(c.EventStore), groupCommit(c))
+		machine += fmt.Sprintf(", PostgreSQL %s with fsync %s", r.Machine.PostgresVer, onOff(r.Machine.Fsync))
+	}
 	fmt.Fprintf(w, "%d clients, %d accounts (skew %.2f: the hottest account gets %.2f%% of the commands), duplicate ratio %.2f, transaction ratio %.2f, load phase %s; "+
-		"JetStream capture %s (grace %s, fsync %s); baseline: %s; ledger event store: %s; ledger group commit %s. Machine: %d cores, %d MiB, %s, PostgreSQL %s with fsync %s; "+
-		"load average before %s, after %s. Run took %.0fs, started %s.\n\n",
-		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.TransactionRatio, c.Duration, onOff(c.Capture), c.Grace, c.NATSSync, baselineRead(c), eventStoreLine(c.EventStore), groupCommit(c),
-		r.Machine.Cores, r.Machine.MemoryMB, r.Machine.GoVersion, r.Machine.PostgresVer, onOff(r.Machine.Fsync),
-		r.Machine.LoadBefore, r.Machine.LoadAfter, r.Seconds, r.Started.UTC().Format(time.RFC3339))
+		"%s. Machine: %s; load average before %s, after %s. Run took %.0fs, started %s.\n\n",
+		c.Clients, c.Accounts, c.Skew, 100*c.HottestShare, c.DuplicateRatio, c.TransactionRatio, c.Duration, settings,
+		machine, r.Machine.LoadBefore, r.Machine.LoadAfter, r.Seconds, r.Started.UTC().Format(time.RFC3339))
 	fmt.Fprintln(w, "| system | phase | commands/s | p50 ms | p99 ms | p99.9 ms | duplicates/s | new applied | errors | anomalies | early dups | commands per transaction | cores: bench / postgres / other | mode |")
 	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|")
 	for _, p := range r.Phases {
