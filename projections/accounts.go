@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -173,6 +174,10 @@ func holdRowOf(holds map[[2]string]*holdRow, id, holdID string, ev *Event) *hold
 	return h
 }
 
+// accountColumns are an accounts row's columns, in the order its writes give
+// them (the upsert's insert, the held rows' COPY: writeHeldAccounts).
+var accountColumns = []string{"account_id", "currency", "overdraft_limit", "metadata", "status", "balance", "held", "revision", "opened_at", "updated_at"}
+
 func writeAccounts(ctx context.Context, tx pgx.Tx, gen int, rows map[string]*accountRow) error {
 	ids := make([]string, 0, len(rows))
 	for id := range rows {
@@ -202,7 +207,7 @@ func writeAccounts(ctx context.Context, tx pgx.Tx, gen int, rows map[string]*acc
 		$8::bigint[], $9::bool[], $10::text[], $11::bigint[], $12::timestamptz[], $13::timestamptz[])
 		AS u(account_id, opened, currency, overdraft_limit, metadata, balance, has_balance, held, has_held, status, revision, opened_at, updated_at)
 ), ins AS (
-	INSERT INTO %[1]s AS a (account_id, currency, overdraft_limit, metadata, status, balance, held, revision, opened_at, updated_at)
+	INSERT INTO %[1]s AS a (%[2]s)
 	SELECT account_id, currency, overdraft_limit, metadata::jsonb, COALESCE(NULLIF(status, ''), 'open'),
 		balance, held, revision, opened_at, updated_at
 	FROM u WHERE opened
@@ -215,7 +220,7 @@ UPDATE %[1]s AS a SET
 	held = CASE WHEN u.has_held THEN u.held ELSE a.held END,
 	status = COALESCE(NULLIF(u.status, ''), a.status),
 	revision = u.revision, updated_at = u.updated_at
-FROM u WHERE NOT u.opened AND a.account_id = u.account_id AND a.revision < u.revision`, t)
+FROM u WHERE NOT u.opened AND a.account_id = u.account_id AND a.revision < u.revision`, t, strings.Join(accountColumns, ", "))
 	_, err := tx.Exec(ctx, sql, ids, opened, currency, overdraft, metadata, balance, hasBal, held, hasHeld, status, rev, openedAt, updatedAt)
 	if err != nil {
 		return fmt.Errorf("projections: accounts: %w", err)

@@ -25,6 +25,9 @@ type slot struct {
 	// held: the accounts builder's rows held until their release
 	// (heldAccounts; nil otherwise), its checkpoint as stored in held.
 	held *heldAccounts
+	// spoiled: a batch was folded into the builder's memory (its held rows,
+	// its memo) and did not commit: what it holds is ahead of its checkpoint.
+	spoiled bool
 }
 
 // ErrCheckpointMoved means a batch's compare-and-set found a checkpoint other than
@@ -98,7 +101,7 @@ func applySlot(ctx context.Context, pool *pgxpool.Pool, s *slot, events []*Event
 			return err
 		}
 	}
-	s.held.folding()
+	s.spoiled = true
 	if err := s.apply(ctx, tx, events); err != nil {
 		return err
 	}
@@ -118,7 +121,7 @@ func applySlot(ctx context.Context, pool *pgxpool.Pool, s *slot, events []*Event
 	}
 	s.pos = end
 	s.events += int64(len(events))
-	s.held.committed()
+	s.spoiled = false
 	if release {
 		s.held = nil
 	}

@@ -264,8 +264,13 @@ func loadCmdAccounts(ctx context.Context, tx pgx.Tx, gen int, events []*Event, m
 	return out, nil
 }
 
+// cmdAccountColumns are a command_accounts row's columns, in the order its
+// writes give them (the upsert's unnest, the held rows' COPY).
+var cmdAccountColumns = []string{"account_id", "currency", "balance", "held", "revision"}
+
 // writeCmdAccounts writes the folds the batch changed, and remembers them in
-// memo.
+// memo; a memo that holds the generation's rows unwritten (holdCmdAccounts)
+// keeps them, and writes them all once it passes its bound, with the batch's.
 func writeCmdAccounts(ctx context.Context, tx pgx.Tx, gen int, accounts map[string]*cmdAccount, memo *accountMemo) error {
 	var ids []string
 	for id, a := range accounts {
@@ -273,6 +278,15 @@ func writeCmdAccounts(ctx context.Context, tx pgx.Tx, gen int, accounts map[stri
 			ids = append(ids, id)
 			memo.remember(id, memoAccount{state: BalanceState{Currency: a.currency, Balance: a.balance, Held: a.held}, rev: a.revision})
 		}
+	}
+	if memo.holding() {
+		if memo.complete {
+			return nil
+		}
+		if err := writeMemoCmdAccounts(ctx, tx, gen, memo); err != nil {
+			return err
+		}
+		memo.unwritten = false // the batch's failure fails the rebuild, and the memo with it
 	}
 	if len(ids) == 0 {
 		return nil
@@ -285,11 +299,32 @@ func writeCmdAccounts(ctx context.Context, tx pgx.Tx, gen int, accounts map[stri
 		a := accounts[id]
 		currency[i], balance[i], held[i], rev[i] = a.currency, a.balance, a.held, a.revision
 	}
-	sql := fmt.Sprintf(`INSERT INTO %s AS a (account_id, currency, balance, held, revision)
+	sql := fmt.Sprintf(`INSERT INTO %s AS a (%s)
 SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[])
 ON CONFLICT (account_id) DO UPDATE SET currency = excluded.currency, balance = excluded.balance, held = excluded.held, revision = excluded.revision
-WHERE a.revision < excluded.revision`, Table("command_accounts", gen))
+WHERE a.revision < excluded.revision`, Table("command_accounts", gen), strings.Join(cmdAccountColumns, ", "))
 	if _, err := tx.Exec(ctx, sql, ids, currency, balance, held, rev); err != nil {
+		return fmt.Errorf("projections: commands: %w", err)
+	}
+	return nil
+}
+
+// writeMemoCmdAccounts writes every fold memo holds to generation gen's
+// command_accounts, which has none of them (holdCmdAccounts), by COPY.
+func writeMemoCmdAccounts(ctx context.Context, tx pgx.Tx, gen int, memo *accountMemo) error {
+	ids := make([]string, 0, len(memo.m))
+	for id := range memo.m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids) // the key's insertions in its order
+	err := copyOrUpsert(ctx, tx, genRows{base: "command_accounts", gen: gen, columns: cmdAccountColumns, n: len(ids), row: func(c *pgcopy.Buf, i int) error {
+		r := memo.m[ids[i]]
+		c.Text(ids[i]).Text(memo.names[r.currency]).Int8(r.balance).Int8(r.held).Int8(r.rev)
+		return nil
+	}}, func() error {
+		return fmt.Errorf("generation %d's command_accounts holds rows its held rows' write did not expect", gen)
+	})
+	if err != nil {
 		return fmt.Errorf("projections: commands: %w", err)
 	}
 	return nil

@@ -34,9 +34,6 @@ type heldAccounts struct {
 	// rows start, and the events it counts there.
 	from   eventstore.Position
 	events int64
-	// spoiled: a batch was folded into rows and not committed; they are
-	// ahead of every checkpoint and are not written.
-	spoiled bool
 }
 
 // holdAccounts returns the held rows of a slot's builder when it can hold
@@ -48,21 +45,6 @@ func holdAccounts(s *slot) *heldAccounts {
 		return nil
 	}
 	return &heldAccounts{rows: map[string]*accountRow{}, from: s.pos, events: s.events}
-}
-
-// folding marks the rows spoiled until the batch about to be folded into
-// them commits (committed).
-func (h *heldAccounts) folding() {
-	if h != nil {
-		h.spoiled = true
-	}
-}
-
-// committed records that the batch folded into the rows committed.
-func (h *heldAccounts) committed() {
-	if h != nil {
-		h.spoiled = false
-	}
 }
 
 // pastBound reports whether the held rows are more than the memo's bound:
@@ -100,8 +82,7 @@ func writeHeldAccounts(ctx context.Context, tx pgx.Tx, gen int, rows map[string]
 		ids = append(ids, id)
 	}
 	sort.Strings(ids) // the key's insertions in its order
-	cols := []string{"account_id", "currency", "overdraft_limit", "metadata", "status", "balance", "held", "revision", "opened_at", "updated_at"}
-	return copyOrUpsert(ctx, tx, genRows{base: "accounts", gen: gen, columns: cols, n: len(ids), row: func(c *pgcopy.Buf, i int) error {
+	return copyOrUpsert(ctx, tx, genRows{base: "accounts", gen: gen, columns: accountColumns, n: len(ids), row: func(c *pgcopy.Buf, i int) error {
 		a := rows[ids[i]] // opened: open set its metadata ({} when none)
 		status := BalanceState{Status: a.status}.rowStatus()
 		c.Text(a.id).Text(a.currency).Int8(a.overdraft).JSONB([]byte(a.metadata)).Text(status).Int8(a.balance).Int8(a.held).Int8(a.revision).Timestamptz(a.openedAt).Timestamptz(a.updatedAt)
@@ -109,18 +90,89 @@ func writeHeldAccounts(ctx context.Context, tx pgx.Tx, gen int, rows map[string]
 	}}, func() error { return writeAccounts(ctx, tx, gen, rows) })
 }
 
-// releaseHeld releases the rows the slots' builders hold (slot.release), each
-// in a transaction of its own at the slot's position.
-func releaseHeld(ctx context.Context, pool *pgxpool.Pool, slots []*slot, logger *slog.Logger) error {
+// holdCmdAccounts makes the commands builder of a generation it created
+// empty hold its command_accounts rows in its memo, which holds every
+// account's fold while it is complete, rather than upsert the folds a batch
+// changed (one row per account a batch touches: BENCHMARKS.md, "Issue 23,
+// rbcmd"). Its checkpoint moves each batch with its commands rows, so the
+// generation's command_accounts stays empty while its checkpoint moves on:
+// the rows are written once, by COPY (writeMemoCmdAccounts), at the end of
+// the load, when the rebuild is stopped, or in the batch whose folds pass the
+// memo's bound (upserted a batch at a time from then on). A stopped build
+// whose rows were not written (a crash, a batch that failed after its fold)
+// has an empty command_accounts at a checkpoint past the start: the next
+// rebuild builds it afresh (cmdAccountsWritten).
+func holdCmdAccounts(s *slot) {
+	if s.proj.Name() == Commands && s.pos == eventstore.Start && s.memo != nil && s.memo.complete {
+		s.memo.unwritten = true
+	}
+}
+
+// holding reports whether the memo holds its generation's command_accounts
+// rows unwritten (holdCmdAccounts).
+func (am *accountMemo) holding() bool { return am != nil && am.unwritten }
+
+// holds reports whether a slot's builder holds rows it has not written.
+func (s *slot) holds() bool { return s.held != nil || s.memo.holding() }
+
+// releaseHere writes the rows a slot's builder holds at its checkpoint, in
+// tx, and returns how many; the caller drops the hold once tx commits
+// (released).
+func (s *slot) releaseHere(ctx context.Context, tx pgx.Tx) (int, error) {
+	if s.held != nil {
+		return len(s.held.rows), s.release(ctx, tx, s.pos, 0)
+	}
+	// The commands' checkpoint is where the rows are: moved to where it is,
+	// it is compared and locked.
+	if err := Checkpoints.advance(ctx, tx, s, s.pos, 0); err != nil {
+		return 0, err
+	}
+	return len(s.memo.m), writeMemoCmdAccounts(ctx, tx, s.gen, s.memo)
+}
+
+// released drops the hold of a slot whose rows were written.
+func (s *slot) released() {
+	s.held = nil
+	if s.memo != nil {
+		s.memo.unwritten = false
+	}
+}
+
+// cmdAccountsWritten reports whether a stopped build of generation gen of
+// proj at pos can be resumed as to its held rows: not the commands'
+// generation past the start with an empty command_accounts, whose folds were
+// held and not written (holdCmdAccounts; one whose events had no account
+// event is built afresh too, harmlessly).
+func cmdAccountsWritten(ctx context.Context, q RowQuerier, proj string, gen int, pos eventstore.Position) (bool, error) {
+	if proj != Commands || pos == eventstore.Start {
+		return true, nil
+	}
+	var any bool
+	if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT FROM %s)`, Table("command_accounts", gen))).Scan(&any); err != nil {
+		return false, fmt.Errorf("projections: command_accounts of generation %d: %w", gen, err)
+	}
+	return any, nil
+}
+
+// releaseHeld writes the rows the slots' builders hold (slot.releaseHere),
+// each in a transaction of its own at the slot's position, hook (when set)
+// before its commit.
+func releaseHeld(ctx context.Context, pool *pgxpool.Pool, slots []*slot, hook Hook, logger *slog.Logger) error {
 	for _, s := range slots {
-		if s.held == nil {
+		if !s.holds() {
 			continue
 		}
-		start, n := time.Now(), len(s.held.rows)
-		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return s.release(ctx, tx, s.pos, 0) }); err != nil {
+		start, n := time.Now(), 0
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+			if n, err = s.releaseHere(ctx, tx); err != nil || hook == nil {
+				return err
+			}
+			return hook(ctx, tx)
+		})
+		if err != nil {
 			return fmt.Errorf("projections: rebuild: %w", err)
 		}
-		s.held = nil
+		s.released()
 		logger.Info("rebuild: held rows written", "projection", s.proj.Name(), "generation", s.gen, "rows", n, "position", s.pos.String(), "took", time.Since(start).Round(time.Millisecond))
 	}
 	return nil
@@ -129,17 +181,21 @@ func releaseHeld(ctx context.Context, pool *pgxpool.Pool, slots []*slot, logger 
 // releaseHeldOnStop releases the held rows of a rebuild stopped in its load,
 // best effort and within 30 seconds, so that the next rebuild resumes them
 // at their position; those it cannot release it leaves: the next rebuild
-// resumes the accounts from where they started.
-func releaseHeldOnStop(ctx context.Context, pool *pgxpool.Pool, slots []*slot, logger *slog.Logger) {
+// resumes the accounts from where they started, and builds the commands
+// afresh (cmdAccountsWritten). A slot whose last batch was folded and did
+// not commit (spoiled) holds rows ahead of its checkpoint: not written.
+func releaseHeldOnStop(ctx context.Context, pool *pgxpool.Pool, slots []*slot, hook Hook, logger *slog.Logger) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
+	var clean []*slot
 	for _, s := range slots {
-		if s.held != nil && s.held.spoiled {
-			logger.Warn("rebuild: held rows not written: a batch folded into them did not commit", "projection", s.proj.Name(), "generation", s.gen, "from", s.held.from.String())
-			s.held = nil
+		if s.holds() && s.spoiled {
+			logger.Warn("rebuild: held rows not written: a batch folded into them did not commit", "projection", s.proj.Name(), "generation", s.gen, "position", s.pos.String())
+			continue
 		}
+		clean = append(clean, s)
 	}
-	if err := releaseHeld(rctx, pool, slots, logger); err != nil {
-		logger.Warn("rebuild: held rows not written; the next rebuild resumes them from their start", "error", err)
+	if err := releaseHeld(rctx, pool, clean, hook, logger); err != nil {
+		logger.Warn("rebuild: held rows not written; the next rebuild resumes the accounts from their start and builds the commands afresh", "error", err)
 	}
 }

@@ -31,7 +31,11 @@ type accountMemo struct {
 	// (ensureReadBackKey). A rebuild creates a generation without it
 	// (migration 00031): a complete memo reads nothing back.
 	keyed bool
-	m     map[string]memoRow
+	// unwritten: the generation has none of the rows the memo holds: a
+	// commands builder's fresh generation, whose command_accounts rows the
+	// memo holds until they are written once (holdCmdAccounts).
+	unwritten bool
+	m         map[string]memoRow
 	// names are the currencies and statuses the rows name, each once, and
 	// index their places in it: a row holds two small numbers, not two
 	// strings (and not the decoded events' strings, which it would keep).

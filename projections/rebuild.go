@@ -41,7 +41,8 @@ type RebuildOptions struct {
 	// rebuild has consumed (done) and those before where it started reading
 	// (carried: a resumed build's, at its checkpoint).
 	Progress func(done, carried int64)
-	// Hook, when set, runs in every build batch's transaction before its commit.
+	// Hook, when set, runs in every build batch's transaction before its
+	// commit, and in each write of held rows (releaseHeld).
 	Hook Hook
 	// AfterBatch, when set, is called after each committed build batch (tests use
 	// it to write, or tamper, while the build runs).
@@ -117,7 +118,7 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 	}
 	defer unlock()
 
-	resumed, err := resumableBuilds(ctx, pool, projs, opts.Fresh)
+	resumed, err := resumableBuilds(ctx, pool, projs, opts.Fresh, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -138,15 +139,15 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 	}
 	if err := r.buildGenerations(ctx, slots); err != nil {
 		if ctx.Err() != nil {
-			releaseHeldOnStop(ctx, pool, slots, opts.Logger)
+			releaseHeldOnStop(ctx, pool, slots, opts.Hook, opts.Logger)
 			return nil, r.stopped(ctx, err)
 		}
 		dropBuilds(ctx, pool, slots)
 		return nil, err
 	}
-	if err := releaseHeld(ctx, pool, slots, opts.Logger); err != nil {
+	if err := releaseHeld(ctx, pool, slots, opts.Hook, opts.Logger); err != nil {
 		if ctx.Err() != nil {
-			releaseHeldOnStop(ctx, pool, slots, opts.Logger) // as a stop during the load does
+			releaseHeldOnStop(ctx, pool, slots, opts.Hook, opts.Logger) // as a stop during the load does
 			return nil, r.stopped(ctx, err)
 		}
 		dropBuilds(ctx, pool, slots)
@@ -232,9 +233,10 @@ func lockRebuild(ctx context.Context, pool *pgxpool.Pool) (unlock func(), err er
 
 // resumableBuilds returns, by projection, the generation a stopped rebuild
 // left being built for each of projs, at its checkpoint; it drops every
-// other generation being built of projs (all of them when fresh). Call it
-// only while holding the rebuild lock.
-func resumableBuilds(ctx context.Context, pool *pgxpool.Pool, projs []Projection, fresh bool) (map[string]*slot, error) {
+// other generation being built of projs (all of them when fresh), and one
+// whose held rows were not written (cmdAccountsWritten), which is built
+// afresh. Call it only while holding the rebuild lock.
+func resumableBuilds(ctx context.Context, pool *pgxpool.Pool, projs []Projection, fresh bool, logger *slog.Logger) (map[string]*slot, error) {
 	builds, err := Checkpoints.buildings(ctx, pool)
 	if err != nil {
 		return nil, fmt.Errorf("projections: stale builds: %w", err)
@@ -247,10 +249,19 @@ func resumableBuilds(ctx context.Context, pool *pgxpool.Pool, projs []Projection
 			continue // not rebuilt now: a later rebuild of it resumes or drops it
 		}
 		if !fresh && resumed[b.name] == nil {
-			if resumed[b.name], err = Checkpoints.load(ctx, pool, p, stateBuilding, b.gen); err != nil {
+			s, err := Checkpoints.load(ctx, pool, p, stateBuilding, b.gen)
+			if err != nil {
 				return nil, err
 			}
-			continue
+			ok, err := cmdAccountsWritten(ctx, pool, b.name, b.gen, s.pos)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				resumed[b.name] = s
+				continue
+			}
+			logger.Warn("rebuild: not resumable, built afresh: its held rows were not written", "projection", b.name, "generation", b.gen, "position", s.pos.String())
 		}
 		if err := dropGeneration(ctx, pool, b.name, b.gen); err != nil {
 			return nil, err
@@ -281,6 +292,7 @@ func (r *rebuildRun) createGenerations(ctx context.Context, projs []Projection, 
 		}
 		s := &slot{proj: p, gen: gen, memo: newAccountMemo(true)}
 		s.held = holdAccounts(s)
+		holdCmdAccounts(s)
 		created = append(created, s)
 		slots = append(slots, s)
 		logger.Info("rebuild: building", "projection", p.Name(), "generation", gen)
