@@ -3,7 +3,6 @@ package audit
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,8 +56,10 @@ var holdColumns = columns[holdCols]{
 }
 
 // holdsSQLs is derived once from holdColumns; a row's key is account/hold,
-// and the rows compared whole are the active holds'.
-var holdsSQLs = holdColumns.sql("a.account_id || '/' || a.hold_id", "a.status = '"+string(domain.HoldStatusActive)+"'")
+// a touched row found by its account and hold ($3, $4: holdLookup), and
+// the rows compared whole are the active holds'.
+var holdsSQLs = holdColumns.sqlBy("a.account_id || '/' || a.hold_id", "a.status = '"+string(domain.HoldStatusActive)+"'",
+	"(a.account_id, a.hold_id) IN (SELECT * FROM unnest($3::text[], $4::text[]))", 2)
 
 func holdColsOf(account, currency string, h *domain.Hold, captured int64) holdCols {
 	var exp *time.Time
@@ -104,7 +105,7 @@ func (f *Fold) checkHoldsTable(ctx context.Context, tx pgx.Tx, l liveGen, seq in
 			}
 		}
 	}
-	d, err := sumTable(ctx, tx, "holds", holdsSQLs, tableSum{touched: touched, accounts: holdKeyAccounts(touched), old: holdColumns.arrays(old), whole: whole})
+	d, err := sumTable(ctx, tx, "holds", holdsSQLs, tableSum{touched: touched, lookup: holdLookup(touched), old: holdColumns.arrays(old), whole: whole})
 	if err != nil || f.from == nil {
 		return d.whole, err
 	}
@@ -112,18 +113,22 @@ func (f *Fold) checkHoldsTable(ctx context.Context, tx pgx.Tx, l liveGen, seq in
 	return d.whole, f.compareTableDigest(ctx, tx, l, d)
 }
 
-// holdKeyAccounts are the accounts the holds keyed keys (account/hold) may
-// be of: each key's text before each of its slashes (an account's ID may
-// hold one), so that the holds of the keys are found by their account.
-func holdKeyAccounts(keys []string) []string {
-	var out []string
+// holdLookup is holdsSQLs' lookup of the holds keyed keys (account/hold):
+// the (account, hold) primary keys they may be of, accounts and holds
+// apart, each key split at each of its slashes (an account's ID may hold
+// one), so that the holds of the keys are found by their primary key, an
+// index probe a touched hold. Found by their accounts instead, every hold
+// ever placed on an account with a touched hold was read (the table keeps
+// closed holds): a touched account's whole history of holds (BENCHMARKS.md,
+// "incr2").
+func holdLookup(keys []string) []any {
+	var accounts, holds []string
 	for _, k := range keys {
 		for i := range len(k) {
 			if k[i] == '/' {
-				out = append(out, k[:i])
+				accounts, holds = append(accounts, k[:i]), append(holds, k[i+1:])
 			}
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return []any{accounts, holds}
 }

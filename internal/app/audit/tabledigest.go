@@ -163,8 +163,8 @@ type tableSQL struct {
 	tableDigest string
 	// wholeDigest sums the hashes of the rows compared whole, all of them;
 	// touchedDigest, given that sum ($2), subtracts from it those of the
-	// rows of the keys $1 (found by their account_id, $3: each key's
-	// account) and sums the rows $4... (untouched.go).
+	// rows of the keys $1 (found by their primary key, the arrays $3...:
+	// tableSum.lookup) and sums the rows after those arrays (untouched.go).
 	wholeDigest, touchedDigest string
 }
 
@@ -177,8 +177,17 @@ type tableSQL struct {
 // the keys $1 (key: a row's key, over a; the sum of all of them, of the
 // others), and of the rows $2... (the touched rows as the checkpoint had
 // them, a column each), each sum a decimal integer; and the two statements
-// that make that sum in two (tableSQL's wholeDigest and touchedDigest).
+// that make that sum in two (tableSQL's wholeDigest and touchedDigest),
+// for a table keyed by its account: a touched row found by it ($3).
 func (cs columns[C]) sql(key, where string) tableSQL {
+	return cs.sqlBy(key, where, "a.account_id = ANY($3::text[])", 1)
+}
+
+// sqlBy is sql for a table whose touched rows lookup finds by its primary
+// key from the arrays $3 to $(2+lookups) (tableSum.lookup), so that what
+// touchedDigest reads grows with the rows touched, never with the rest of
+// their accounts' rows.
+func (cs columns[C]) sqlBy(key, where, lookup string, lookups int) tableSQL {
 	var sel, names, hashed, back []string
 	for _, c := range cs {
 		name := c.name
@@ -211,8 +220,8 @@ func (cs columns[C]) sql(key, where string) tableSQL {
 	` + old(2) + `
 FROM (SELECT ` + key + ` AS k, ` + hash + ` AS h FROM %s a WHERE ` + where + `) a LEFT JOIN unnest($1::text[]) t(k) ON t.k = a.k`,
 		wholeDigest: `SELECT coalesce(sum(` + hash + `), 0)::text FROM %s a WHERE ` + where,
-		touchedDigest: `SELECT ($2::numeric - coalesce(sum(` + hash + `), 0))::text, ` + old(4) + `
-FROM %s a WHERE ` + where + ` AND a.account_id = ANY($3::text[]) AND ` + key + ` = ANY($1::text[])`,
+		touchedDigest: `SELECT ($2::numeric - coalesce(sum(` + hash + `), 0))::text, ` + old(3+lookups) + `
+FROM %s a WHERE ` + where + ` AND ` + lookup + ` AND ` + key + ` = ANY($1::text[])`,
 	}
 }
 
@@ -235,7 +244,7 @@ func (f *Fold) checkAccountsTable(ctx context.Context, tx pgx.Tx, l liveGen, tou
 			}
 		}
 	}
-	d, err := sumTable(ctx, tx, "accounts", accountsSQLs, tableSum{touched: touched, accounts: touched, old: accountColumns.arrays(old), whole: whole})
+	d, err := sumTable(ctx, tx, "accounts", accountsSQLs, tableSum{touched: touched, lookup: []any{touched}, old: accountColumns.arrays(old), whole: whole})
 	if err != nil || f.from == nil {
 		return accountsTable{digest: d.whole}, err
 	}
@@ -244,13 +253,13 @@ func (f *Fold) checkAccountsTable(ctx context.Context, tx pgx.Tx, l liveGen, tou
 }
 
 // tableSum is what sumTable sums of a table: the keys of the rows touched
-// (and the accounts they are of), the touched rows as the checkpoint had
-// them (as columns), and the whole table's digest when it was read beside
-// the fold ("": not read).
+// (and their primary keys, the arrays of tableSQL's lookup), the touched
+// rows as the checkpoint had them (as columns), and the whole table's
+// digest when it was read beside the fold ("": not read).
 type tableSum struct {
-	touched, accounts []string
-	old               []any
-	whole             string
+	touched     []string
+	lookup, old []any
+	whole       string
 }
 
 // sumTable sums, in the snapshot tx, the hashes of the live table's rows
@@ -265,7 +274,8 @@ func sumTable(ctx context.Context, tx pgx.Tx, table string, sqls tableSQL, s tab
 		err = tx.QueryRow(ctx, sql, append([]any{s.touched}, s.old...)...).Scan(&d.whole, &d.untouched, &d.old)
 	} else {
 		sql := fmt.Sprintf(sqls.touchedDigest, projections.View(table))
-		err = tx.QueryRow(ctx, sql, append([]any{s.touched, s.whole, s.accounts}, s.old...)...).Scan(&d.untouched, &d.old)
+		args := append(append([]any{s.touched, s.whole}, s.lookup...), s.old...)
+		err = tx.QueryRow(ctx, sql, args...).Scan(&d.untouched, &d.old)
 	}
 	if err != nil {
 		return d, fmt.Errorf("audit: %s table digest: %w", table, err)

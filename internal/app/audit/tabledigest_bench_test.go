@@ -63,7 +63,7 @@ func BenchmarkAccountsTableDigest(b *testing.B) {
 			return tx.QueryRow(ctx, `SELECT count(*) FROM `+projections.View("accounts")).Scan(&c)
 		},
 		"digest": func(tx pgx.Tx) error {
-			_, err := sumTable(ctx, tx, "accounts", accountsSQLs, tableSum{touched: touched, accounts: touched, old: old})
+			_, err := sumTable(ctx, tx, "accounts", accountsSQLs, tableSum{touched: touched, lookup: []any{touched}, old: old})
 			return err
 		},
 		"digest-whole": func(tx pgx.Tx) error {
@@ -71,15 +71,15 @@ func BenchmarkAccountsTableDigest(b *testing.B) {
 			return err
 		},
 		"digest-touched": func(tx pgx.Tx) error {
-			_, err := sumTable(ctx, tx, "accounts", accountsSQLs, tableSum{touched: touched, accounts: touched, old: old, whole: "0"})
+			_, err := sumTable(ctx, tx, "accounts", accountsSQLs, tableSum{touched: touched, lookup: []any{touched}, old: old, whole: "0"})
 			return err
 		},
 		"holds": func(tx pgx.Tx) error {
-			_, err := sumTable(ctx, tx, "holds", holdsSQLs, tableSum{touched: touchedHolds, accounts: holdKeyAccounts(touchedHolds), old: holdColumns.arrays(nil)})
+			_, err := sumTable(ctx, tx, "holds", holdsSQLs, tableSum{touched: touchedHolds, lookup: holdLookup(touchedHolds), old: holdColumns.arrays(nil)})
 			return err
 		},
 		"holds-touched": func(tx pgx.Tx) error {
-			_, err := sumTable(ctx, tx, "holds", holdsSQLs, tableSum{touched: touchedHolds, accounts: holdKeyAccounts(touchedHolds), old: holdColumns.arrays(nil), whole: "0"})
+			_, err := sumTable(ctx, tx, "holds", holdsSQLs, tableSum{touched: touchedHolds, lookup: holdLookup(touchedHolds), old: holdColumns.arrays(nil), whole: "0"})
 			return err
 		},
 		"history": func(tx pgx.Tx) error {

@@ -54,7 +54,7 @@ func TestIncrementalAuditWithTheReadModelsApart(t *testing.T) {
 // table's digest (holdsdigest.go: "a touched account's holds that no event
 // after the checkpoint touched are compared through the digest too") and
 // caught: touchedDigest subtracts from the whole only the rows of the
-// touched keys, found by their accounts (holdKeyAccounts), not every hold of
+// touched keys, found by their primary keys (holdLookup), not every hold of
 // those accounts (review r475: with every one subtracted, every other test
 // passed).
 func TestIncrementalAuditCatchesAPhantomHoldBesideATouchedOne(t *testing.T) {
