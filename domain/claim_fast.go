@@ -28,8 +28,10 @@ func DecodeKeyClaimed(b []byte) (KeyClaimed, error) {
 }
 
 // claimFast decodes a flat claim (DecodeKeyClaimed); false for any other body.
+// Its text fields (claimText) are made strings together, in one allocation.
 func claimFast(b []byte) (KeyClaimed, bool) {
 	var c KeyClaimed
+	var text claimText
 	sc := flatScan{b: b}
 	if !sc.objectStart() {
 		return KeyClaimed{}, false
@@ -40,7 +42,7 @@ func claimFast(b []byte) (KeyClaimed, bool) {
 		if !ok {
 			return KeyClaimed{}, false
 		}
-		bit, ok := c.setFast(&sc, string(name))
+		bit, ok := c.setFast(&sc, string(name), &text)
 		if !ok || seen&bit != 0 {
 			return KeyClaimed{}, false
 		}
@@ -49,25 +51,41 @@ func claimFast(b []byte) (KeyClaimed, bool) {
 			return KeyClaimed{}, false
 		}
 	}
+	c.Key, c.RequestHash, c.Stream = text.strings()
 	return c, true
+}
+
+// claimText are a claim's key, request hash and stream as the fast path
+// reads them (views of the body), made strings at the end (strings).
+type claimText [3][]byte
+
+// strings returns the three as strings that share one allocation (the audit
+// reads every claim of the history, and keeps none of them): one copy of
+// their bytes, each string a slice of it. What keeps one keeps the three.
+func (t *claimText) strings() (key, requestHash, stream string) {
+	var buf [256]byte // the bytes copied, on the stack unless longer
+	all := append(append(append(buf[:0], t[0]...), t[1]...), t[2]...)
+	s := string(all)
+	k, h := len(t[0]), len(t[0])+len(t[1])
+	return s[:k], s[k:h], s[h:]
 }
 
 // setFast reads the value of the member name into its field and returns the
 // field's bit (a repeated name is the general path's); false for a name
 // KeyClaimed does not have (as spelled in its tags) or a value the fast path
 // leaves to encoding/json.
-func (c *KeyClaimed) setFast(sc *flatScan, name string) (uint8, bool) {
-	var dst *string
+func (c *KeyClaimed) setFast(sc *flatScan, name string, text *claimText) (uint8, bool) {
+	var dst *[]byte // the command is interned instead (dst nil)
 	var bit uint8
 	switch name {
 	case "key":
-		dst, bit = &c.Key, 1
+		dst, bit = &text[0], 1
 	case "command":
-		dst, bit = &c.Command, 2
+		bit = 2
 	case "request_hash":
-		dst, bit = &c.RequestHash, 4
+		dst, bit = &text[1], 4
 	case "stream":
-		dst, bit = &c.Stream, 8
+		dst, bit = &text[2], 8
 	case "revision":
 		v, ok := sc.jsonInteger()
 		if !ok || v[0] == '-' {
@@ -87,10 +105,10 @@ func (c *KeyClaimed) setFast(sc *flatScan, name string) (uint8, bool) {
 	if !ok || !utf8.Valid(v) { // encoding/json replaces invalid bytes
 		return 0, false
 	}
-	if dst == &c.Command { // one of the few: interned
-		*dst = repeated.value(v)
+	if dst == nil { // the command: one of the few, interned
+		c.Command = repeated.value(v)
 	} else {
-		*dst = string(v)
+		*dst = v
 	}
 	return bit, true
 }
