@@ -302,8 +302,9 @@ func hashCorruptions(d1 depositRef) []corruption {
 	}
 }
 
-// modelCorruptions are faults of a balance (d1's account's read model) and of
-// the sweeps' events (C4).
+// modelCorruptions are faults of a balance (d1's account's read models:
+// C4, and the commands read model's own fold of it: C6) and of the sweeps'
+// events (C4).
 func modelCorruptions(d1 depositRef) []corruption {
 	return []corruption{
 		{"a balance off by one", 4, "", func(ctx context.Context, tx pgx.Tx) error {
@@ -314,6 +315,16 @@ func modelCorruptions(d1 depositRef) []corruption {
 			_, err = tx.Exec(ctx, `UPDATE `+t+` SET balance = balance + 1 WHERE account_id = $1`,
 				strings.TrimPrefix(d1.stream, domain.AccountStreamPrefix))
 			return err
+		}},
+		// The commands read model's own fold of the account, from which its
+		// later replies are built (issue 23: compared since cmdacct).
+		{"a reply's account balance off by one", 6, "command_accounts", func(ctx context.Context, tx pgx.Tx) error {
+			t, err := liveTable(ctx, tx, projections.Commands, "command_accounts")
+			if err != nil {
+				return err
+			}
+			return exec1(ctx, tx, `UPDATE `+t+` SET balance = balance + 1 WHERE account_id = $1`,
+				strings.TrimPrefix(d1.stream, domain.AccountStreamPrefix))
 		}},
 		{"a balance by effective time off by one", 4, "by effective time at the end of time", func(ctx context.Context, tx pgx.Tx) error {
 			t, err := liveTable(ctx, tx, projections.Balances, "balance_history")

@@ -30,7 +30,7 @@ var ProjectionTables = map[string][]string{
 	projections.Accounts:  {"accounts", "holds"},
 	projections.Entries:   {"entries"},
 	projections.Transfers: {"transfers"},
-	projections.Commands:  {"commands"},
+	projections.Commands:  {"commands", "command_accounts"},
 	projections.Balances:  {"balance_history"},
 }
 
@@ -177,6 +177,13 @@ func metadataJSON(m map[string]string) string {
 func accountRowOf(a *domain.Account) string {
 	c := accountColsOf(a)
 	return row(accountColumns.values(&c)...)
+}
+
+// commandAccountRowOf renders an account's row of the commands projection's
+// own fold (command_accounts): the accounts row's columns of the same names.
+func commandAccountRowOf(a *domain.Account) string {
+	c := accountMoneyOf(a)
+	return row(commandAccountColumns.values(&c)...)
 }
 
 func holdRowOf(account, currency string, h *domain.Hold, captured int64) string {
@@ -332,7 +339,16 @@ func (f *Fold) Expected(projection, account string) map[string]map[string]string
 		if ms, ok := f.sets.(*memSets); ok {
 			out["holds"] = ms.expected("holds", account)
 		}
-	case projections.Entries, projections.Balances, projections.Commands, projections.Transfers:
+	case projections.Commands:
+		for id, a := range f.Accounts {
+			if a.Revision >= 0 && keep(id) { // every account stream with an event, opened or not
+				out["command_accounts"][id] = commandAccountRowOf(a)
+			}
+		}
+		if ms, ok := f.sets.(*memSets); ok {
+			out["commands"] = ms.expected("commands", account)
+		}
+	case projections.Entries, projections.Balances, projections.Transfers:
 		if ms, ok := f.sets.(*memSets); ok {
 			table := ProjectionTables[projection][0]
 			out[table] = ms.expected(table, account)
@@ -404,6 +420,8 @@ func openTable(ctx context.Context, tr tableRead, keys []string) (*tableRows, er
 		sql = `SELECT ` + accountsSQLs.selects + ` FROM %s WHERE $1 = '' OR account_id = $1`
 	case "holds":
 		sql = `SELECT ` + holdsSQLs.selects + ` FROM %s WHERE $1 = '' OR account_id = $1`
+	case "command_accounts":
+		sql = `SELECT ` + commandAccountsSelects + ` FROM %s WHERE $1 = '' OR account_id = $1`
 	case "entries":
 		sql = `SELECT event_id, account_id, revision, type, reason, ref, amount, currency, balance_after, idempotency_key, at, metadata::text, effective_at FROM %s WHERE $1 = '' OR account_id = $1`
 	case "transfers":
@@ -430,12 +448,13 @@ func openTable(ctx context.Context, tr tableRead, keys []string) (*tableRows, er
 // keyFilter selects a read-model table's rows by their keys ($2, as the fold
 // names them), through the table's unique index.
 var keyFilter = map[string]string{
-	"accounts":        `account_id = ANY($2::text[])`,
-	"holds":           `(account_id, hold_id) IN (SELECT split_part(k, '/', 1), substr(k, length(split_part(k, '/', 1)) + 2) FROM unnest($2::text[]) k)`,
-	"entries":         `event_id = ANY($2::text[]::uuid[])`,
-	"balance_history": `event_id = ANY($2::text[]::uuid[])`,
-	"transfers":       `transfer_id = ANY($2::text[])`,
-	"commands":        `idempotency_key = ANY($2::text[])`,
+	"accounts":         `account_id = ANY($2::text[])`,
+	"command_accounts": `account_id = ANY($2::text[])`,
+	"holds":            `(account_id, hold_id) IN (SELECT split_part(k, '/', 1), substr(k, length(split_part(k, '/', 1)) + 2) FROM unnest($2::text[]) k)`,
+	"entries":          `event_id = ANY($2::text[]::uuid[])`,
+	"balance_history":  `event_id = ANY($2::text[]::uuid[])`,
+	"transfers":        `transfer_id = ANY($2::text[])`,
+	"commands":         `idempotency_key = ANY($2::text[])`,
 }
 
 // Next reads the next row; false at the end or on an error (Err).
@@ -474,6 +493,9 @@ func (t *tableRows) scan() error {
 	switch t.table {
 	case "accounts":
 		t.text = accountColumns.appendRaw(t.text[:0], r)
+		t.key, t.row = r.text(0), t.text
+	case "command_accounts":
+		t.text = commandAccountColumns.appendRaw(t.text[:0], r)
 		t.key, t.row = r.text(0), t.text
 	case "holds":
 		t.text = holdColumns.appendRaw(t.text[:0], r)

@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,8 +35,16 @@ type accountCols struct {
 }
 
 func accountColsOf(a *domain.Account) accountCols {
-	return accountCols{id: a.ID, currency: a.Currency, metadata: metadataJSON(a.Metadata), status: string(a.Status()),
-		overdraft: a.OverdraftLimit, balance: a.Balance, held: a.Held, available: a.Balance - a.Held, rev: a.Revision}
+	c := accountMoneyOf(a)
+	c.metadata, c.status, c.overdraft, c.available = metadataJSON(a.Metadata), string(a.Status()), a.OverdraftLimit, a.Balance-a.Held
+	return c
+}
+
+// accountMoneyOf is what both the accounts table and the commands
+// projection's own fold (command_accounts) hold of an account: its ID,
+// currency, balance, held and revision.
+func accountMoneyOf(a *domain.Account) accountCols {
+	return accountCols{id: a.ID, currency: a.Currency, balance: a.Balance, held: a.Held, rev: a.Revision}
 }
 
 // accountColumns is the one list of the accounts table's compared columns,
@@ -57,6 +66,15 @@ var accountColumns = columns[accountCols]{
 // accountsSQLs is derived once from accountColumns; a row's key is its account.
 var accountsSQLs = accountColumns.sql("a.account_id", "true")
 
+// commandAccountColumns are the compared columns of the commands
+// projection's own fold of each account (readmodel.command_accounts,
+// projections/commands.go): the accounts table's of the same names
+// (accountMoneyOf), read and rendered as that table's are.
+var commandAccountColumns = accountColumns.named("account_id", "currency", "balance", "held", "revision")
+
+// commandAccountsSelects is what openTable selects of command_accounts.
+var commandAccountsSelects = commandAccountColumns.sql("a.account_id", "true").selects
+
 // column is one compared column of a read-model table compared whole (the
 // accounts read model's two tables: accountColumns, holdColumns), for the
 // rows of type C that the fold expects and the table is read into.
@@ -70,6 +88,20 @@ type column[C any] struct {
 
 // columns is a table's compared columns, in order.
 type columns[C any] []column[C]
+
+// named is the columns of cs of these names, in this order; a name cs lacks
+// is a programming error.
+func (cs columns[C]) named(names ...string) columns[C] {
+	out := make(columns[C], 0, len(names))
+	for _, n := range names {
+		i := slices.IndexFunc(cs, func(c column[C]) bool { return c.name == n })
+		if i < 0 {
+			panic("audit: no compared column " + n)
+		}
+		out = append(out, cs[i])
+	}
+	return out
+}
 
 // ptrs are c's fields in the columns' order (to scan into).
 func (cs columns[C]) ptrs(c *C) []any {
