@@ -23,6 +23,10 @@ import (
 type pgSets struct {
 	conn *pgxpool.Conn
 	pgRows
+	// begun is the group begun by the event last noted, held until that
+	// event's home makes it one row with the home's hash (pgHomes) or
+	// another row ends it (endGroup).
+	begun   begunGroup
 	spare   pgRows     // the buffers of the page being copied, reused after it
 	pending chan error // the COPY running behind the fold; nil when none
 	// storeIDs, when set, is the duplicate-ID check the event store answers
@@ -49,6 +53,14 @@ type pgSets struct {
 	idsUnique bool
 }
 
+// begunGroup is a group's row of audit_groups not written yet (set).
+type begunGroup struct {
+	stream, key   string
+	revision, seq int64
+	id            [16]byte
+	set           bool
+}
+
 // pgRows are a page's rows of each table, in COPY's binary format (pgcopy.Buf).
 type pgRows struct {
 	ids, groups, homes, claims, rows pgcopy.Buf
@@ -64,7 +76,7 @@ func (r pgRows) emptied() pgRows {
 // UNLOGGED ones (runsets.go).
 var historyTables = []string{
 	`audit_ids (event_id uuid NOT NULL, seq bigint NOT NULL)`,
-	`audit_groups (stream text NOT NULL, key text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL)`,
+	`audit_groups (stream text NOT NULL, key text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL, hash text)`,
 	`audit_homes (key text NOT NULL, stream text NOT NULL, hash text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL)`,
 	`audit_claims (key text NOT NULL, stream text NOT NULL, hash text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL)`,
 	`audit_rows (tbl text NOT NULL, key text NOT NULL, account text NOT NULL, digest bytea NOT NULL, seq bigint NOT NULL)`,
@@ -163,18 +175,47 @@ func (s *pgSets) eventID(f *Fold, re eventstore.RecordedEvent) {
 	}
 }
 
+// group holds the group's row until the event's home or the next row
+// (begun): a client's command's first event in a stream is both, one row.
 func (s *pgSets) group(f *Fold, re eventstore.RecordedEvent, key string) {
 	if s.rowsOnly {
 		return
 	}
-	s.groups.Tuple(5).Text(re.Stream).Text(key).Int8(int64(re.Revision)).UUID(re.ID).Int8(f.Events)
+	s.endGroup()
+	s.begun = begunGroup{re.Stream, key, int64(re.Revision), f.Events, re.ID, true}
 }
 
+// home is the group's row of the same event, with its hash, or else a row of
+// audit_homes (an event of a client's command after its first in the stream).
 func (s *pgSets) home(f *Fold, re eventstore.RecordedEvent, key, hash string) {
 	if s.rowsOnly {
 		return
 	}
+	if g := s.begun; g.set && g.seq == f.Events && g.id == re.ID && g.stream == re.Stream && g.key == key {
+		s.writeGroup(hash, true)
+		return
+	}
+	s.endGroup()
 	s.homes.Tuple(6).Text(key).Text(re.Stream).Text(hash).Int8(int64(re.Revision)).UUID(re.ID).Int8(f.Events)
+}
+
+// endGroup writes the group begun, if any, as no client's home (hash NULL).
+func (s *pgSets) endGroup() {
+	if s.begun.set {
+		s.writeGroup("", false)
+	}
+}
+
+// writeGroup writes the group begun, with a home's hash when home is set.
+func (s *pgSets) writeGroup(hash string, home bool) {
+	g := s.begun
+	s.begun = begunGroup{}
+	s.groups.Tuple(6).Text(g.stream).Text(g.key).Int8(g.revision).UUID(g.id).Int8(g.seq)
+	if home {
+		s.groups.Text(hash)
+	} else {
+		s.groups.Null()
+	}
 }
 
 func (s *pgSets) claim(f *Fold, re eventstore.RecordedEvent, key string, c claim) {
@@ -201,6 +242,7 @@ func (s *pgSets) flush(ctx context.Context) error {
 	if err := s.wait(); err != nil {
 		return err
 	}
+	s.endGroup()
 	page := s.pgRows
 	s.pgRows, s.spare = s.spare.emptied(), page
 	done := make(chan error, 1)
@@ -241,7 +283,7 @@ func (s *pgSets) copyPage(ctx context.Context, page pgRows) error {
 		rows        *pgcopy.Buf
 	}{
 		{"audit_ids", "event_id, seq", &page.ids},
-		{"audit_groups", "stream, key, revision, event_id, seq", &page.groups},
+		{"audit_groups", "stream, key, revision, event_id, seq, hash", &page.groups},
 		{"audit_homes", "key, stream, hash, revision, event_id, seq", &page.homes},
 		{"audit_claims", "key, stream, hash, revision, event_id, seq", &page.claims},
 		{"audit_rows", "tbl, key, account, digest, seq", &page.rows},
@@ -266,7 +308,7 @@ func (s *pgSets) keys(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	var n int
-	err := s.conn.QueryRow(ctx, `SELECT count(DISTINCT key) FROM audit_homes`).Scan(&n)
+	err := s.conn.QueryRow(ctx, `SELECT count(DISTINCT key) FROM `+pgHomes+` h`).Scan(&n)
 	return n, err
 }
 
@@ -296,12 +338,19 @@ var pgKeyChecks = []pgCheck{
 		`SELECT EXISTS (SELECT FROM audit_groups GROUP BY stream, key HAVING count(*) > 1)`,
 		func(v []any) string { return fmt.Sprintf("key %q decided a second time in %s", v[0], v[1]) }},
 	{InvKeyOnce, "key_decided_twice",
-		`SELECT key, stream, revision, event_id::text, home FROM (SELECT *, first_value(stream) OVER (PARTITION BY key ORDER BY seq) AS home FROM audit_homes) h WHERE stream <> home ORDER BY seq`, "",
+		`SELECT key, stream, revision, event_id::text, home FROM (SELECT *, first_value(stream) OVER (PARTITION BY key ORDER BY seq) AS home FROM ` + pgHomes + ` h0) h WHERE stream <> home ORDER BY seq`, "",
 		func(v []any) string { return fmt.Sprintf("key %q decided in %s and again in %s", v[0], v[4], v[1]) }},
 	{InvKeyOnce, "key_claimed_twice",
 		`SELECT key, 'key-' || key, revision, event_id::text FROM (SELECT *, row_number() OVER (PARTITION BY key ORDER BY seq) AS n FROM audit_claims) c WHERE n > 1 ORDER BY seq`, "",
 		func(v []any) string { return fmt.Sprintf("key %q is claimed a second time", v[0]) }},
 }
+
+// pgHomes are the events of clients' commands (home): the groups' rows
+// that carry a hash, a command's first event in a stream (one row of
+// audit_groups: no second copy of it in audit_homes), and audit_homes,
+// its events after the first.
+const pgHomes = `(SELECT key, stream, hash, revision, event_id, seq FROM audit_groups WHERE hash IS NOT NULL
+	UNION ALL SELECT key, stream, hash, revision, event_id, seq FROM audit_homes)`
 
 // pgClaims lists every decided key whose claim is missing or differs: its home
 // (the first stream that decided it), the request hash of its last event
@@ -312,7 +361,7 @@ var pgKeyChecks = []pgCheck{
 // workers sort the homes again for its hash: twice the CPU, BENCHMARKS.md.)
 const pgClaims = `
 WITH home AS (SELECT DISTINCT ON (key) key, home, hash FROM (SELECT key, stream, hash, seq, last_value(stream) OVER (PARTITION BY key ORDER BY seq DESC
-			ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS home FROM audit_homes) h WHERE stream = home ORDER BY key, seq DESC),
+			ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS home FROM ` + pgHomes + ` h0) h WHERE stream = home ORDER BY key, seq DESC),
      claim AS (SELECT DISTINCT ON (key) key, stream, hash FROM audit_claims ORDER BY key, seq DESC)
 SELECT h.key, h.home, h.hash, c.key IS NOT NULL, coalesce(c.stream, ''), coalesce(c.hash, '')
 FROM home h LEFT JOIN claim c ON c.key = h.key

@@ -53,7 +53,9 @@ func TestRebuildCheckCopiesTheRowsAlone(t *testing.T) {
 }
 
 // noteOneOfEach notes an event's ID, group, home, claim and a row through s,
-// stores them, and returns the rows each history table holds.
+// and the home of a second event that begins no group (audit_homes: the
+// first's is its group's row), stores them, and returns the rows each
+// history table holds.
 func noteOneOfEach(t *testing.T, f *Fold, s *pgSets) [5]int64 {
 	t.Helper()
 	ctx := context.Background()
@@ -63,6 +65,8 @@ func noteOneOfEach(t *testing.T, f *Fold, s *pgSets) [5]int64 {
 	s.home(f, re, "k1", "h1")
 	s.claim(f, re, "k1", claim{stream: "account-a", hash: "h1"})
 	s.row(f, "entries", re.ID.String(), accountsTag("a"), "d1")
+	f.Events++
+	s.home(f, eventstore.RecordedEvent{ID: uuid.New(), Stream: "account-a", Revision: 1}, "k1", "h1")
 	if err := s.sync(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -73,4 +77,50 @@ func noteOneOfEach(t *testing.T, f *Fold, s *pgSets) [5]int64 {
 		}
 	}
 	return got
+}
+
+// TestAGroupBegunByAClientIsItsHome: a client's command's first event in a
+// stream is one row of audit_groups, its hash the home's; another's group
+// has none; a client's event that begins no group is a row of audit_homes.
+// The homes (pgHomes) are the first and the last: keys counts the clients'
+// keys, k1 and k3, not k2 (a group whose row kept no hash would drop k1, one
+// given a hash it has not would add k2).
+func TestAGroupBegunByAClientIsItsHome(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, devtest.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := newPGSets(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	f := NewFold()
+	note := func(key string, group, home bool) {
+		f.Events++
+		re := eventstore.RecordedEvent{ID: uuid.New(), Stream: "account-a", Revision: uint64(f.Events)}
+		if group {
+			s.group(f, re, key)
+		}
+		if home {
+			s.home(f, re, key, "h-"+key)
+		}
+	}
+	note("k1", true, true)
+	note("k2", true, false)
+	note("k3", false, true)
+	n, err := s.keys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var groups, homes, hashed int
+	if err := s.conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM audit_groups), (SELECT count(*) FROM audit_homes),
+		(SELECT count(*) FROM audit_groups WHERE hash = 'h-k1')`).Scan(&groups, &homes, &hashed); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || groups != 2 || homes != 1 || hashed != 1 {
+		t.Fatalf("keys %d, audit_groups %d rows (%d with k1's hash), audit_homes %d; want 2 keys, 2 groups (1), 1 home", n, groups, hashed, homes)
+	}
 }

@@ -63,6 +63,12 @@ func (c *Buf) JSONB(doc []byte) *Buf {
 	return c
 }
 
+// Null is a NULL field of any type: a length of -1 and no bytes.
+func (c *Buf) Null() *Buf {
+	c.b = binary.BigEndian.AppendUint32(c.b, 0xffffffff)
+	return c
+}
+
 // Int8 is a bigint field: 8 bytes big-endian.
 func (c *Buf) Int8(v int64) *Buf {
 	c.b = binary.BigEndian.AppendUint32(c.b, 8)

@@ -248,3 +248,14 @@ func waitingIn(caller, callee string) bool {
 	}
 	return false
 }
+
+// TestNullIsALengthOfMinusOne: a NULL field is its length, -1, and no bytes
+// (COPY's binary format), between the fields around it.
+func TestNullIsALengthOfMinusOne(t *testing.T) {
+	var c Buf
+	c.Tuple(3).Int8(7).Null().Text("x")
+	want := []byte{0, 3, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 7, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 'x'}
+	if got := c.b[len(signature):]; !bytes.Equal(got, want) {
+		t.Fatalf("a tuple with a NULL: % x, want % x", got, want)
+	}
+}
