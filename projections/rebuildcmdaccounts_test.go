@@ -38,8 +38,9 @@ func (c *alteringCheck) Verify(ctx context.Context, vs []projections.Verificatio
 // TestRebuildRefusesAWrongCommandAccounts: a rebuild whose new generation of
 // command_accounts (the commands projection's own fold of the accounts)
 // differs from the fold of the store does not switch the commands read
-// model: a wrong balance, held amount or revision, a missing row and an
-// extra one are each refused, the other projections switching.
+// model: a wrong balance, held amount, revision (behind or ahead) or
+// currency, a missing row and an extra one are each refused, the other
+// projections switching.
 func TestRebuildRefusesAWrongCommandAccounts(t *testing.T) {
 	env := projtest.New(t)
 	env.Run(t, projtest.Workload{Commands: 150, Seed: 52})
@@ -49,6 +50,8 @@ func TestRebuildRefusesAWrongCommandAccounts(t *testing.T) {
 		{"a balance off by one", `UPDATE %s SET balance = balance + 1 WHERE account_id = 'w-acct-2'`, "w-acct-2"},
 		{"a held amount off by one", `UPDATE %s SET held = held + 1 WHERE account_id = 'w-acct-2'`, "w-acct-2"},
 		{"a revision behind", `UPDATE %s SET revision = revision - 1 WHERE account_id = 'w-acct-2'`, "w-acct-2"},
+		{"a revision ahead", `UPDATE %s SET revision = revision + 1 WHERE account_id = 'w-acct-2'`, "w-acct-2"},
+		{"a currency wrong", `UPDATE %s SET currency = 'XXX' WHERE account_id = 'w-acct-2'`, "w-acct-2"},
 		{"a missing row", `DELETE FROM %s WHERE account_id = 'w-acct-2'`, "w-acct-2"},
 		{"an extra row", `INSERT INTO %s (account_id, currency, balance, held, revision) SELECT 'phantom', currency, balance, held, revision FROM %[1]s WHERE account_id = 'w-acct-2'`, "phantom"},
 	} {

@@ -21,6 +21,8 @@ var commandAccountPlants = []struct{ name, plant, named string }{
 	{"a balance off by one", `UPDATE readmodel.command_accounts SET balance = balance + 1 WHERE account_id = %[1]s AND $1::bigint >= 0`, ""},
 	{"a held amount off by one", `UPDATE readmodel.command_accounts SET held = held + 1 WHERE account_id = %[1]s AND $1::bigint >= 0`, ""},
 	{"a revision behind", `UPDATE readmodel.command_accounts SET revision = revision - 1 WHERE account_id = %[1]s AND $1::bigint >= 0`, ""},
+	{"a revision ahead", `UPDATE readmodel.command_accounts SET revision = revision + 1 WHERE account_id = %[1]s AND $1::bigint >= 0`, ""},
+	{"a currency wrong", `UPDATE readmodel.command_accounts SET currency = 'XXX' WHERE account_id = %[1]s AND $1::bigint >= 0`, ""},
 	{"a missing row", `DELETE FROM readmodel.command_accounts WHERE account_id = %[1]s AND $1::bigint >= 0`, ""},
 	{"an extra row", `INSERT INTO readmodel.command_accounts (account_id, currency, balance, held, revision)
 		SELECT 'phantom', currency, balance, held, revision FROM readmodel.command_accounts WHERE account_id = %[1]s AND $1::bigint >= 0`, "phantom"},
@@ -41,7 +43,8 @@ func commandAccountsNamed(t *testing.T, rep *audit.Report, account string) {
 
 // TestAuditComparesCommandAccounts: a full audit compares command_accounts
 // with the fold, as the accounts table is (a row a time): a wrong balance,
-// held amount or revision, a missing row and an extra one are each named.
+// held amount, revision (behind or ahead) or currency, a missing row and an
+// extra one are each named.
 func TestAuditComparesCommandAccounts(t *testing.T) {
 	for _, c := range commandAccountPlants {
 		t.Run(c.name, func(t *testing.T) {
@@ -106,4 +109,39 @@ func TestIncrementalAuditComparesCommandAccountsBehind(t *testing.T) {
 	}
 	exec(t, env, `UPDATE readmodel.command_accounts SET balance = balance + 1 WHERE account_id = 'idle'`)
 	commandAccountsNamed(t, run(t, env, audit.Options{From: &cp.ID, BatchSize: 1}), "idle")
+}
+
+// TestCommandAccountsComparedAtTheirOwnPosition: with one of the commands
+// and accounts read models ahead of the other (a projector stopped between
+// them) by a deposit to an untouched account, one to a touched account and
+// an account opened, in pages of every size, neither the incremental audit
+// nor the full one raises a false alarm: each table is expected as of its
+// own read model's checkpoint. A wrong row is then still named. (Review
+// r494: expecting command_accounts at the fold's end passed every other
+// test.)
+func TestCommandAccountsComparedAtTheirOwnPosition(t *testing.T) {
+	for _, ahead := range []string{projections.Commands, projections.Accounts} {
+		for _, batch := range []int{0, 1, 3} {
+			t.Run(fmt.Sprintf("%s ahead, pages of %d", ahead, batch), func(t *testing.T) {
+				env, cp := spanned(t)
+				env.MustApply(t, "deposit", map[string]any{"idempotency_key": "skew-dep", "account_id": "idle", "amount": 1, "currency": "EUR"})
+				env.MustApply(t, "deposit", map[string]any{"idempotency_key": "skew-dep2", "account_id": "w-acct-2", "amount": 1, "currency": "EUR"})
+				env.MustApply(t, "open_account", map[string]any{"idempotency_key": "skew-open", "account_id": "skewnew", "currency": "EUR"})
+				devtest.Settle(t, env.Store)
+				r, err := projections.NewRunner(env.Pool, env.Store, projections.Options{BatchSize: 37, Projections: []string{ahead}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				devtest.CatchUp(t, r)
+				if rep := run(t, env, audit.Options{From: &cp.ID, BatchSize: batch}); !rep.OK() {
+					t.Fatalf("incremental: %v", rep.Violations)
+				}
+				if rep := run(t, env, audit.Options{BatchSize: batch}); !rep.OK() {
+					t.Fatalf("full: %v", rep.Violations)
+				}
+				exec(t, env, `UPDATE readmodel.command_accounts SET balance = balance + 1 WHERE account_id = 'idle'`)
+				commandAccountsNamed(t, run(t, env, audit.Options{From: &cp.ID, BatchSize: batch}), "idle")
+			})
+		}
+	}
 }
