@@ -147,13 +147,17 @@ func attachRunSets(ctx context.Context, pool *pgxpool.Pool, run string) (*pgSets
 	return s, nil
 }
 
-// checkStopIdentity refuses a stop point of another build, whose sets do not
+// checkStopIdentity refuses a stop point of another build, or whose sets are
+// of another layout (setsLayout), or whose sets do not
 // hold exactly the rows it counted (emptied: an UNLOGGED table is, by a crash
 // of PostgreSQL; more: a resume of it went on past it), or whose event
 // at the stop position the store no longer holds (another store).
 func checkStopIdentity(ctx context.Context, store Store, ps *pgSets, st *carriedStop) error {
 	if b := buildID(); st.Build != b {
 		return fmt.Errorf("stored by build %q, this is %q: %w", st.Build, b, ErrStartOver)
+	}
+	if st.SetsLayout != setsLayout {
+		return fmt.Errorf("its sets are of another layout (%q, this build's %q): %w", st.SetsLayout, setsLayout, ErrStartOver)
 	}
 	for i, t := range historyTables {
 		var held int64

@@ -60,8 +60,11 @@ type carriedStop struct {
 	Snapshots      int               `json:"snapshots"`
 	Pending        []carriedSnapshot `json:"pending_snapshots,omitempty"`
 	HoldsUnchecked int               `json:"snapshot_holds_unchecked,omitempty"`
-	// SetsRows counts the rows of each history table (historyTables).
-	SetsRows [5]int64 `json:"sets_rows"`
+	// SetsRows counts the rows of each history table (historyTables);
+	// SetsLayout names their definitions (setsLayout): sets of another
+	// layout (another build's, an earlier one's: none) are not read.
+	SetsRows   [5]int64 `json:"sets_rows"`
+	SetsLayout string   `json:"sets_layout"`
 	// Options are the options that change what the audit checks: a resume
 	// with others is refused (checkStopOptions).
 	Options stopOptions `json:"options"`
@@ -138,7 +141,7 @@ func (r *auditRun) saveStop(ctx context.Context) (*Report, error) {
 	}
 	f := r.f
 	c := f.carriedState()
-	c.Stop = &carriedStop{Build: buildID(), StopEvent: carriedRecord{Stream: f.lastStream, From: f.lastRevision}, StopID: f.lastID,
+	c.Stop = &carriedStop{Build: buildID(), SetsLayout: setsLayout, StopEvent: carriedRecord{Stream: f.lastStream, From: f.lastRevision}, StopID: f.lastID,
 		Violations: f.Violations, ViolationCount: f.violations, BatchElements: f.batchElements, Snapshots: r.snapshots,
 		HoldsUnchecked: f.snapshotHoldsUnchecked, SetsRows: ps.copied, Options: foldOptions(f), BadStreams: slices.Sorted(maps.Keys(f.badStream))}
 	for _, s := range slices.Sorted(maps.Keys(f.snapshots)) {
