@@ -398,7 +398,7 @@ func (f *Fold) apply(re eventstore.RecordedEvent, md meta) {
 
 	switch {
 	case strings.HasPrefix(re.Stream, domain.AccountStreamPrefix):
-		f.applyAccount(re, ev, md)
+		f.applyAccount(re, ev, md, ss)
 	case strings.HasPrefix(re.Stream, domain.TransferStreamPrefix):
 		f.applyTransfer(re, ev, md)
 	case domain.IsTransactionStream(re.Stream):
@@ -482,7 +482,9 @@ func (f *Fold) noteHome(re eventstore.RecordedEvent, m domain.Metadata) {
 	f.sets.home(f, re, m.Key, m.RequestHash)
 }
 
-func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent, md meta) {
+// applyAccount folds an account event; ss is its stream's state (apply's:
+// looked up once an event).
+func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent, md meta, ss *streamState) {
 	if f.badStream[re.Stream] {
 		return
 	}
@@ -499,10 +501,9 @@ func (f *Fold) applyAccount(re eventstore.RecordedEvent, ev domain.StoredEvent, 
 	// EvolveAccount does, but for decoding the event a second time.
 	payload, err := md.payloadOf(re)
 	if err == nil {
-		ss := f.streams[re.Stream]
-		f.checkHoldPlaced(re, a, payload)
+		f.checkHoldPlaced(re, a, ss, payload)
 		err = foldAccountEvent(a, ss, ev, payload, true, &f.spareKeys, func() {
-			f.checkSnapshot(re.Stream, a, re.Position)
+			f.checkSnapshotIn(re.Stream, a, ss, re.Position)
 			f.checkEffective(re, m, a, payload)
 			f.checkAccountEvent(re, m, a, payload)
 			f.checkRefund(re, m, a, &ss.originals, payload)
@@ -649,15 +650,16 @@ func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata,
 // only the active holds through the checkpoint's digest (holdsdigest.go). A
 // closed hold the account no longer keeps placed again is named through its
 // key's claim instead (key_decided_twice, claimBefore). The last closed one
-// is kept as its ID and status only (forgetClosedHold).
-func (f *Fold) checkHoldPlaced(re eventstore.RecordedEvent, a *domain.Account, payload any) {
+// is kept as its ID and status only (forgetClosedHold), in ss, the
+// account stream's state.
+func (f *Fold) checkHoldPlaced(re eventstore.RecordedEvent, a *domain.Account, ss *streamState, payload any) {
 	p, ok := payload.(*domain.HoldPlaced)
 	if !ok {
 		return
 	}
 	if h := a.Holds[p.HoldID]; h != nil {
 		f.eventViolation(InvBalance, "hold_placed_again", re, "hold %s of %s placed again, its earlier one %s", p.HoldID, a.ID, h.Status)
-	} else if ss := f.streams[re.Stream]; ss != nil && ss.closedHold == p.HoldID {
+	} else if ss.closedHold == p.HoldID {
 		f.eventViolation(InvBalance, "hold_placed_again", re, "hold %s of %s placed again, its earlier one %s", p.HoldID, a.ID, ss.closedStatus)
 	}
 }
