@@ -482,7 +482,7 @@ func (r *auditRun) compareReadModels(ctx context.Context, rep *Report, expected 
 		}
 		check, err := r.checkReadModel(ctx, l, e)
 		if err == nil && l.name == projections.Commands {
-			check.Partial, err = r.checkUntouchedCommandAccounts(ctx, l, touched)
+			check.Partial, err = r.checkUntouchedCommandAccounts(l, touched)
 		}
 		if err != nil {
 			return err

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ledgerworks/ledger/projections"
 )
 
@@ -72,23 +74,35 @@ func (r *resumedAccounts) checkpointMoney(id string) (accountCols, bool) {
 }
 
 // untouchedCommandAccountsSQL compares, in the read models' snapshot, the
-// command_accounts rows of the accounts not in $1 with their rows of the
-// accounts table, column by column (commandAccountColumns): how many differ
-// or lack a command_accounts row, and how many the accounts table has no
-// row of, each with its first keys.
+// command_accounts rows with their rows of the accounts table, column by
+// column (commandAccountColumns): the keys of the rows that differ or lack a
+// command_accounts row, and of the command_accounts rows the accounts table
+// has no row of, each in order. It reads every account, beside the fold
+// (readUntouched): which accounts the fold touches, whose rows it leaves out
+// (untouchedCommandAccounts), is known only after it. The keys are few: a
+// row of an account not touched differs only when corrupt, one touched only
+// when the two read models stand apart; the second, the accounts never
+// opened.
 var untouchedCommandAccountsSQL = func() string {
 	var c, a []string
 	for _, col := range commandAccountColumns[1:] {
 		c, a = append(c, "c."+col.name), append(a, "a."+col.name)
 	}
 	differ := `c.account_id IS NULL OR (a.account_id IS NOT NULL AND (` + strings.Join(c, ", ") + `) IS DISTINCT FROM (` + strings.Join(a, ", ") + `))`
-	return `SELECT count(*) FILTER (WHERE ` + differ + `),
-	coalesce((array_agg(coalesce(c.account_id, a.account_id) ORDER BY coalesce(c.account_id, a.account_id)) FILTER (WHERE ` + differ + `))[1:5], '{}'),
-	count(*) FILTER (WHERE a.account_id IS NULL),
-	coalesce((array_agg(c.account_id ORDER BY c.account_id) FILTER (WHERE a.account_id IS NULL))[1:5], '{}')
-FROM ` + projections.View("command_accounts") + ` c FULL JOIN ` + projections.View("accounts") + ` a ON a.account_id = c.account_id
-WHERE NOT EXISTS (SELECT 1 FROM unnest($1::text[]) t(k) WHERE t.k = coalesce(c.account_id, a.account_id))`
+	return `SELECT coalesce(array_agg(coalesce(c.account_id, a.account_id) ORDER BY coalesce(c.account_id, a.account_id)) FILTER (WHERE ` + differ + `), '{}'),
+	coalesce(array_agg(c.account_id ORDER BY c.account_id) FILTER (WHERE a.account_id IS NULL), '{}')
+FROM ` + projections.View("command_accounts") + ` c FULL JOIN ` + projections.View("accounts") + ` a ON a.account_id = c.account_id`
 }()
+
+// untouchedCommandAccounts is the side read of untouchedCommandAccountsSQL:
+// the keys that differ, and those without an accounts row.
+func untouchedCommandAccounts(ctx context.Context, q pgx.Tx) (any, error) {
+	var keys [2][]string
+	if err := q.QueryRow(ctx, untouchedCommandAccountsSQL).Scan(&keys[0], &keys[1]); err != nil {
+		return nil, fmt.Errorf("audit: command_accounts of the untouched accounts: %w", err)
+	}
+	return keys, nil
+}
 
 // checkUntouchedCommandAccounts compares, in an incremental audit of the
 // whole ledger, the command_accounts rows of the accounts it did not read
@@ -99,29 +113,48 @@ WHERE NOT EXISTS (SELECT 1 FROM unnest($1::text[]) t(k) WHERE t.k = coalesce(c.a
 // must equal its row of the other, in the columns both hold, but for the
 // accounts never opened, which the accounts table has no row of: there
 // must be as many command_accounts rows without an accounts row as the
-// checkpoint has never-opened accounts the fold did not read. It returns
-// why it did not compare them ("": it did).
-func (r *auditRun) checkUntouchedCommandAccounts(ctx context.Context, l liveGen, touched map[string]bool) (string, error) {
+// checkpoint has never-opened accounts the fold did not read. The rows were
+// read beside the fold (readUntouched). It returns why it did not compare
+// them ("": it did).
+func (r *auditRun) checkUntouchedCommandAccounts(l liveGen, touched map[string]bool) (string, error) {
 	f := r.f
 	if !f.incrementalOfAll(r.opts.Account) || r.tx == nil {
 		return "", nil
 	}
-	i := slices.IndexFunc(r.lives, func(a liveGen) bool { return a.name == projections.Accounts })
-	if i < 0 || r.behind(r.lives[i]) {
+	if !r.accountsCompared() {
 		return "the rows of the accounts no event after the audit checkpoint touched: the accounts read model they are compared through is not compared", nil
 	}
-	var differ, orphans int64
-	var differKeys, orphanKeys []string
-	err := r.tx.QueryRow(ctx, untouchedCommandAccountsSQL, slices.Collect(maps.Keys(touched))).Scan(&differ, &differKeys, &orphans, &orphanKeys)
+	read, ok, err := r.untouched.wait(sideName("command_accounts", l))
 	if err != nil {
-		return "", fmt.Errorf("audit: command_accounts of the untouched accounts: %w", err)
+		return "", err
 	}
+	if !ok {
+		return "", &UntouchedNotReadError{ReadModel: l.name}
+	}
+	keys := read.([2][]string)
+	untouched := func(ids []string) []string {
+		return slices.DeleteFunc(ids, func(id string) bool { return touched[id] })
+	}
+	differKeys, orphanKeys := untouched(keys[0]), untouched(keys[1])
+	differ, orphans := int64(len(differKeys)), int64(len(orphanKeys))
 	if want := f.resumed.neverOpenedUnread(); differ > 0 || orphans != want {
 		f.violate(Violation{Invariant: InvReadModel, Kind: "read_model_mismatch", Message: fmt.Sprintf(
 			"read model %s (generation %d, at %s): table command_accounts: of the accounts no event after audit checkpoint %d touched, %d rows differ from (or lack) their row of the accounts table %q, and %d rows have no row there %q, where the checkpoint's never-opened accounts are %d",
-			l.name, l.gen, l.pos, f.from.ID, differ, differKeys, orphans, orphanKeys, want)})
+			l.name, l.gen, l.pos, f.from.ID, differ, firstKeys(differKeys), orphans, firstKeys(orphanKeys), want)})
 	}
 	return "", nil
+}
+
+// firstKeys are the first five of keys, which a message names.
+func firstKeys(keys []string) []string { return keys[:min(len(keys), 5)] }
+
+// accountsCompared reports whether the audit compares the accounts read
+// model (live, and not behind its checkpoint), through which
+// checkUntouchedCommandAccounts compares the untouched accounts'
+// command_accounts rows.
+func (r *auditRun) accountsCompared() bool {
+	i := slices.IndexFunc(r.lives, func(a liveGen) bool { return a.name == projections.Accounts })
+	return i >= 0 && !r.behind(r.lives[i])
 }
 
 // neverOpenedUnread is how many of the checkpoint's accounts were never

@@ -13,8 +13,9 @@ import (
 // An incremental audit of the whole ledger checks the accounts no event
 // after its checkpoint touched through statements over every account
 // (docs/design.md, "An incremental audit"): the accounts and holds tables'
-// digests (tabledigest.go, holdsdigest.go) and invariant 9 of the accounts
-// not touched (effective.go). Which accounts the fold touches is known only
+// digests (tabledigest.go, holdsdigest.go), invariant 9 of the accounts
+// not touched (effective.go), and the command_accounts rows against the
+// accounts table's (cmdaccounts.go). Which accounts the fold touches is known only
 // once it has run, but what these statements read is not: each table's
 // digest whole, and every account whose history breaks invariant 9's rule
 // for an untouched account, touched or not. So readUntouched reads those
@@ -46,6 +47,10 @@ func (r *auditRun) readUntouched(ctx context.Context) (stop func(), err error) {
 		case projections.Accounts:
 			s.add(sideName("digest", l), wholeDigest("accounts", accountsSQLs))
 			s.add(sideName("holds", l), wholeDigest("holds", holdsSQLs))
+		case projections.Commands:
+			if r.accountsCompared() {
+				s.add(sideName("command_accounts", l), untouchedCommandAccounts)
+			}
 		case projections.Balances, projections.Entries:
 			s.add(sideName("untouched", l), func(ctx context.Context, q pgx.Tx) (any, error) {
 				found, err := untouchedBroken(ctx, q, l)
