@@ -6,10 +6,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ledgerworks/ledger/domain"
 	"github.com/ledgerworks/ledger/internal/app/audit"
 	"github.com/ledgerworks/ledger/internal/app/ledger"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 	"github.com/ledgerworks/ledger/projections/projtest"
 )
 
@@ -65,11 +67,23 @@ func refundPoster(t *testing.T, env *projtest.Env) func(typ string, body map[str
 // raceRefunds has two ledger instances on env's store refund amount of the
 // transaction posted under originalKey n times at once (four goroutines
 // each) and returns how many applied; any other answer but a refusal fails t.
+// A refund that lost the race for MaxAttempts rounds is answered `error`
+// (ledger.ErrTooManyConflicts, nothing written): it is sent again with its key
+// once the race is over, until it is decided, as PROTOCOL.md section 3 has a
+// client do.
 func raceRefunds(t *testing.T, env *projtest.Env, originalKey string, n int, amount int64) int {
 	t.Helper()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	applied := 0
+	count := func(body string, r ledger.Reply) {
+		if r.Status == domain.StatusApplied {
+			applied++
+		} else if r.Status != domain.StatusRejected {
+			t.Errorf("%s: %+v", body, r)
+		}
+	}
+	var resend []func() (string, ledger.Reply)
 	for i := range 2 {
 		l := ledger.New(env.Store, ledger.Options{})
 		t.Cleanup(l.Close)
@@ -79,12 +93,13 @@ func raceRefunds(t *testing.T, env *projtest.Env, originalKey string, n int, amo
 				defer wg.Done()
 				for k := range n / 8 {
 					body := fmt.Sprintf(`{"idempotency_key":"race-%d-%d-%d","original_key":%q,"amount":%d}`, i, g, k, originalKey, amount)
-					r := l.HandleRaw(context.Background(), "refund", []byte(body))
+					send := func() (string, ledger.Reply) { return body, l.HandleRaw(context.Background(), "refund", []byte(body)) }
+					_, r := send()
 					mu.Lock()
-					if r.Status == domain.StatusApplied {
-						applied++
-					} else if r.Status != domain.StatusRejected {
-						t.Errorf("%s: %+v", body, r)
+					if lostRaces(r) {
+						resend = append(resend, send)
+					} else {
+						count(body, r)
 					}
 					mu.Unlock()
 				}
@@ -92,7 +107,24 @@ func raceRefunds(t *testing.T, env *projtest.Env, originalKey string, n int, amo
 		}
 	}
 	wg.Wait()
+	for _, send := range resend {
+		var body string
+		var r ledger.Reply
+		devtest.Await(t, 30*time.Second, func() error {
+			if body, r = send(); lostRaces(r) {
+				return fmt.Errorf("%s: still %s", body, r.Message)
+			}
+			return nil
+		})
+		count(body, r)
+	}
 	return applied
+}
+
+// lostRaces reports whether r is the `error` of a command that lost the race
+// to write its streams MaxAttempts times (ledger.ErrTooManyConflicts).
+func lostRaces(r ledger.Reply) bool {
+	return r.Status == domain.StatusError && strings.HasSuffix(r.Message, ledger.ErrTooManyConflicts.Error())
 }
 
 // TestAuditPassesBatchedTransactionRefunds: transaction refunds decided in
