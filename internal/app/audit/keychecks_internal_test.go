@@ -8,10 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ledgerworks/ledger/eventstore"
-	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // TestKeyChecksInPostgreSQLAsInMemory: the key checks of PostgreSQL's sets
@@ -19,12 +17,7 @@ import (
 // do of the same notes: a key begun twice in one stream, decided in a second
 // stream, claimed twice, decided without a claim; and nothing of a clean set.
 func TestKeyChecksInPostgreSQLAsInMemory(t *testing.T) {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, devtest.DatabaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testPool(t)
 	for _, c := range []struct {
 		name  string
 		notes []keyNote
@@ -41,11 +34,7 @@ func TestKeyChecksInPostgreSQLAsInMemory(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mem := foldKeyNotes(t, newMemSets(), c.notes)
-			ps, err := newPGSets(ctx, pool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ps.close()
+			ps := testPGSets(t, pool)
 			pg := foldKeyNotes(t, ps, c.notes)
 			if len(pg) != c.want || !reflect.DeepEqual(pg, mem) {
 				t.Fatalf("PostgreSQL's sets named %d violations %+v, the Go maps' %+v; want %d, the same", len(pg), pg, mem, c.want)

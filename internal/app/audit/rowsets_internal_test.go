@@ -19,13 +19,8 @@ import (
 // pass a history they never saw. An audit's sets copy all five.
 func TestRebuildCheckCopiesTheRowsAlone(t *testing.T) {
 	ctx := context.Background()
-	url := devtest.DatabaseURL(t)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	c := VerifyGeneration(pool, devtest.Store(t, url)).(*generationCheck)
+	pool := testPool(t)
+	c := VerifyGeneration(pool, devtest.Store(t, pool.Config().ConnString())).(*generationCheck)
 	if err := c.Begin(ctx, eventstore.Start); err != nil {
 		t.Fatal(err)
 	}
@@ -42,12 +37,7 @@ func TestRebuildCheckCopiesTheRowsAlone(t *testing.T) {
 	if _, err := c.ps.keys(ctx); !errors.Is(err, errRowsOnly) {
 		t.Fatalf("keys on the rows alone: %v, want %v", err, errRowsOnly)
 	}
-	all, err := newPGSets(ctx, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer all.close()
-	if got := noteOneOfEach(t, NewFold(), all); got != [5]int64{1, 1, 1, 1, 1} {
+	if got := noteOneOfEach(t, NewFold(), testPGSets(t, pool)); got != [5]int64{1, 1, 1, 1, 1} {
 		t.Fatalf("an audit's sets copied %v rows (IDs, groups, homes, claims, rows); want one each", got)
 	}
 }
@@ -87,7 +77,7 @@ func noteOneOfEach(t *testing.T, f *Fold, s *pgSets) [5]int64 {
 // given a hash it has not would add k2).
 func TestAGroupBegunByAClientIsItsHome(t *testing.T) {
 	ctx := context.Background()
-	s := testPGSets(t)
+	s := testPGSets(t, testPool(t))
 	f := NewFold()
 	note := func(key string, group, home bool) {
 		f.Events++
@@ -123,7 +113,7 @@ func TestAGroupBegunByAClientIsItsHome(t *testing.T) {
 // last. (Review r493: with s.endGroup() deleted from flush every other test passed.)
 func TestAGroupWithoutAHomeIsStoredByItsPage(t *testing.T) {
 	ctx := context.Background()
-	s := testPGSets(t)
+	s := testPGSets(t, testPool(t))
 	f := NewFold()
 	f.sets = s
 	for i := range 2 { // key k begun twice in one stream, the second by no client
@@ -149,17 +139,24 @@ func TestAGroupWithoutAHomeIsStoredByItsPage(t *testing.T) {
 	}
 }
 
-// testPGSets are the history sets in TEMP tables of a session of the test
-// database, closed (then its pool) when t ends.
-func testPGSets(t *testing.T) *pgSets {
+// testPool is a pool on a fresh test database with the migrations applied
+// (devtest.DatabaseURL), closed when t ends: the audit package's internal
+// tests' one.
+func testPool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, devtest.DatabaseURL(t))
+	pool, err := pgxpool.New(context.Background(), devtest.DatabaseURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	s, err := newPGSets(ctx, pool)
+	return pool
+}
+
+// testPGSets are the history sets in TEMP tables of a session of pool's
+// database, closed when t ends (before the pool, when testPool made it).
+func testPGSets(t *testing.T, pool *pgxpool.Pool) *pgSets {
+	t.Helper()
+	s, err := newPGSets(context.Background(), pool)
 	if err != nil {
 		t.Fatal(err)
 	}

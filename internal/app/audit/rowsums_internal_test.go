@@ -6,10 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ledgerworks/ledger/eventstore"
-	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // TestExpectedSumsAsTheSetsQuery: the expected digests of the tables keyed
@@ -20,18 +18,10 @@ import (
 // DISTINCT ON keeps one row of the key: the sums would count both.
 func TestExpectedSumsAsTheSetsQuery(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, devtest.DatabaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testPool(t)
 	for _, twice := range []bool{false, true} {
 		t.Run(fmt.Sprintf("an ID stored twice %v", twice), func(t *testing.T) {
-			ps, err := newPGSets(ctx, pool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ps.close()
+			ps := testPGSets(t, pool)
 			f := NewFold()
 			f.sets = ps
 			ids := make([]uuid.UUID, 6)

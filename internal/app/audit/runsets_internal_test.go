@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
 // TestRunSchemaDroppedAfterItsSessionBroke: a full audit stopped in its
@@ -55,13 +53,8 @@ func TestRunTablesLeftAloneByAutovacuum(t *testing.T) {
 // database, and the pool they came from (closed when the test ends).
 func newTestRunSets(t *testing.T) (*pgxpool.Pool, *pgSets) {
 	t.Helper()
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, devtest.DatabaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	s, err := newRunSets(ctx, pool, slog.Default())
+	pool := testPool(t)
+	s, err := newRunSets(context.Background(), pool, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
