@@ -2,6 +2,7 @@ package projections
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -156,8 +157,11 @@ func cmdAccountsWritten(ctx context.Context, q RowQuerier, proj string, gen int,
 
 // releaseHeld writes the rows the slots' builders hold (slot.releaseHere),
 // each in a transaction of its own at the slot's position, hook (when set)
-// before its commit.
+// before its commit. A write that fails does not stop the others' (each
+// agrees with its own checkpoint, written or not: review r492): a stop
+// resumes every generation whose rows were written.
 func releaseHeld(ctx context.Context, pool *pgxpool.Pool, slots []*slot, hook Hook, logger *slog.Logger) error {
+	var errs []error
 	for _, s := range slots {
 		if !s.holds() {
 			continue
@@ -170,12 +174,13 @@ func releaseHeld(ctx context.Context, pool *pgxpool.Pool, slots []*slot, hook Ho
 			return hook(ctx, tx)
 		})
 		if err != nil {
-			return fmt.Errorf("projections: rebuild: %w", err)
+			errs = append(errs, fmt.Errorf("projections: rebuild: %s's held rows: %w", s.proj.Name(), err))
+			continue
 		}
 		s.released()
 		logger.Info("rebuild: held rows written", "projection", s.proj.Name(), "generation", s.gen, "rows", n, "position", s.pos.String(), "took", time.Since(start).Round(time.Millisecond))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // releaseHeldOnStop releases the held rows of a rebuild stopped in its load,
@@ -196,6 +201,6 @@ func releaseHeldOnStop(ctx context.Context, pool *pgxpool.Pool, slots []*slot, h
 		clean = append(clean, s)
 	}
 	if err := releaseHeld(rctx, pool, clean, hook, logger); err != nil {
-		logger.Warn("rebuild: held rows not written; the next rebuild resumes the accounts from their start and builds the commands afresh", "error", err)
+		logger.Warn("rebuild: held rows not written (those the error names); the next rebuild resumes the accounts from their start and builds the commands afresh", "error", err)
 	}
 }
