@@ -317,17 +317,23 @@ func writeMemoCmdAccounts(ctx context.Context, tx pgx.Tx, gen int, memo *account
 		ids = append(ids, id)
 	}
 	sort.Strings(ids) // the key's insertions in its order
-	err := copyOrUpsert(ctx, tx, genRows{base: "command_accounts", gen: gen, columns: cmdAccountColumns, n: len(ids), row: func(c *pgcopy.Buf, i int) error {
-		r := memo.m[ids[i]]
-		c.Text(ids[i]).Text(memo.names[r.currency]).Int8(r.balance).Int8(r.held).Int8(r.rev)
-		return nil
-	}}, func() error {
+	err := copyOrUpsert(ctx, tx, memoCmdAccountsCopy(gen, memo, ids), func() error {
 		return fmt.Errorf("generation %d's command_accounts holds rows its held rows' write did not expect", gen)
 	})
 	if err != nil {
 		return fmt.Errorf("projections: commands: %w", err)
 	}
 	return nil
+}
+
+// memoCmdAccountsCopy is the COPY of the folds memo holds to generation gen's
+// command_accounts, in the order of ids.
+func memoCmdAccountsCopy(gen int, memo *accountMemo, ids []string) genRows {
+	return genRows{base: "command_accounts", gen: gen, columns: cmdAccountColumns, n: len(ids), row: func(c *pgcopy.Buf, i int) error {
+		r := memo.m[ids[i]]
+		c.Text(ids[i]).Text(memo.names[r.currency]).Int8(r.balance).Int8(r.held).Int8(r.rev)
+		return nil
+	}}
 }
 
 func writeCommands(ctx context.Context, tx pgx.Tx, gen int, rows map[string]*cmdRow, order []string) error {

@@ -83,12 +83,18 @@ func writeHeldAccounts(ctx context.Context, tx pgx.Tx, gen int, rows map[string]
 		ids = append(ids, id)
 	}
 	sort.Strings(ids) // the key's insertions in its order
-	return copyOrUpsert(ctx, tx, genRows{base: "accounts", gen: gen, columns: accountColumns, n: len(ids), row: func(c *pgcopy.Buf, i int) error {
+	return copyOrUpsert(ctx, tx, heldAccountsCopy(gen, rows, ids), func() error { return writeAccounts(ctx, tx, gen, rows) })
+}
+
+// heldAccountsCopy is the COPY of rows, each opening its account, to
+// generation gen's accounts, in the order of ids.
+func heldAccountsCopy(gen int, rows map[string]*accountRow, ids []string) genRows {
+	return genRows{base: "accounts", gen: gen, columns: accountColumns, n: len(ids), row: func(c *pgcopy.Buf, i int) error {
 		a := rows[ids[i]] // opened: open set its metadata ({} when none)
 		status := BalanceState{Status: a.status}.rowStatus()
 		c.Text(a.id).Text(a.currency).Int8(a.overdraft).JSONB([]byte(a.metadata)).Text(status).Int8(a.balance).Int8(a.held).Int8(a.revision).Timestamptz(a.openedAt).Timestamptz(a.updatedAt)
 		return nil
-	}}, func() error { return writeAccounts(ctx, tx, gen, rows) })
+	}}
 }
 
 // holdCmdAccounts makes the commands builder of a generation it created
