@@ -207,6 +207,6 @@ func releaseHeldOnStop(ctx context.Context, pool *pgxpool.Pool, slots []*slot, h
 		clean = append(clean, s)
 	}
 	if err := releaseHeld(rctx, pool, clean, hook, logger); err != nil {
-		logger.Warn("rebuild: held rows not written (those the error names); the next rebuild resumes the accounts from their start and builds the commands afresh", "error", err)
+		logger.Warn("rebuild: held rows not written for the projections the error names: the next rebuild resumes the accounts from their start, builds the commands afresh, and resumes a projection whose rows were written at its checkpoint", "error", err)
 	}
 }
