@@ -417,7 +417,7 @@ func (r *auditRun) report(ctx context.Context, expected []expectation) (*Report,
 		return nil, fmt.Errorf("audit: keys: %w", err)
 	}
 	rep := &Report{
-		Snapshots: r.snapshots - f.snapshotsTrusted + f.snapshotsWritten, SnapsTrusted: f.snapshotsTrusted, SnapsFromStart: f.snapshotsFromStart, SnapsWritten: f.snapshotsWritten, HoldsUnchecked: f.snapshotHoldsUnchecked, Head: r.head.String(), Events: f.Events, Streams: len(f.streams) + f.claimed + int(f.accountRows()) - len(f.Accounts), Accounts: int(f.accountRows()),
+		Snapshots: r.snapshots - f.snapshotsTrusted + f.snapshotsWritten, SnapsTrusted: f.snapshotsTrusted, SnapsFromStart: f.snapshotsFromStart, SnapsWritten: f.snapshotsWritten, HoldsUnchecked: f.snapshotHoldsUnchecked, Head: r.head.String(), Events: f.Events, Streams: len(f.streams) + f.settledTransfers + f.settledTx + f.claimed + int(f.accountRows()) - len(f.Accounts), Accounts: int(f.accountRows()),
 		Transfers: len(f.Transfers) + f.settledTransfers, Keys: keys, Account: opts.Account, ChainVerified: opts.VerifyChain, Totals: totals,
 	}
 	err = r.compareReadModels(ctx, rep, expected)
@@ -654,6 +654,9 @@ func (r *auditRun) foldExpecting(ctx context.Context) ([]expectation, error) {
 		return nil, err
 	}
 	snapshot(nil)
+	if f.Last == r.head {
+		f.settleAtHead()
+	}
 	return expected, nil
 }
 

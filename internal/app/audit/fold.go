@@ -136,6 +136,9 @@ type Fold struct {
 	legTouched       map[[2]string]uint64
 	checkedSagas     map[string]bool
 	settledTransfers int
+	// settledTx counts the transaction streams settled (forgotten), as
+	// settledTransfers the transfers: both count in the report's streams.
+	settledTx int
 	// spareKeys is the storage of the keys an account forgot last, for the
 	// next command's (foldAccountEvent).
 	spareKeys domain.SpareKeys

@@ -47,8 +47,11 @@ type carried struct {
 	Last    eventstore.Position `json:"last"`
 	Events  int64               `json:"events"`
 	Settled int                 `json:"settled_transfers"`
-	Claimed int                 `json:"claimed"`
-	Flows   []Totals            `json:"flows"`
+	// SettledTx: the transaction streams settled (absent from a checkpoint
+	// stored before it was carried: its audits' stream count misses those).
+	SettledTx int      `json:"settled_transactions,omitempty"`
+	Claimed   int      `json:"claimed"`
+	Flows     []Totals `json:"flows"`
 	// Balances sums the open accounts' balances per currency (Totals'
 	// Balances and Accounts), AccountRows counts the checkpoint's account
 	// rows: both the whole ledger's, so that accounts not touched are not read.
@@ -126,7 +129,7 @@ func (f *Fold) carry() ([]byte, error) {
 
 // carriedState is what carry encodes.
 func (f *Fold) carriedState() carried {
-	c := carried{Last: f.Last, Events: f.Events, Settled: f.settledTransfers, Claimed: f.claimed,
+	c := carried{Last: f.Last, Events: f.Events, Settled: f.settledTransfers, SettledTx: f.settledTx, Claimed: f.claimed,
 		Balances: f.carriedBalances(), AccountRows: f.accountRows(), RefundsChecked: true}
 	for _, cur := range slices.Sorted(maps.Keys(f.flows)) {
 		c.Flows = append(c.Flows, *f.flows[cur])
@@ -182,7 +185,7 @@ func (f *Fold) resume(ctx context.Context, store Store, q projections.Querier, c
 		return err
 	}
 	chain.rows = &c.AccountRows
-	f.Last, f.Events, f.settledTransfers, f.claimed = c.Last, c.Events, c.Settled, c.Claimed
+	f.restoreCounts(c)
 	f.from, f.trustRecorded = &cp, c.RefundsChecked
 	for i := range c.Flows {
 		t := c.Flows[i]
@@ -203,6 +206,13 @@ func (f *Fold) resume(ctx context.Context, store Store, q projections.Querier, c
 		return err
 	}
 	return f.resumeRecords(ctx, store, c.Records)
+}
+
+// restoreCounts restores the fold's position and counts from a checkpoint's
+// (or a stop point's) state.
+func (f *Fold) restoreCounts(c carried) {
+	f.Last, f.Events, f.claimed = c.Last, c.Events, c.Claimed
+	f.settledTransfers, f.settledTx = c.Settled, c.SettledTx
 }
 
 // decodeCarried decodes a checkpoint's (or a stop point's) state and checks
@@ -330,8 +340,10 @@ func (f *Fold) resumeStreams(streams []carriedStream) error {
 			if f.reload(cs.Stream, cs.Next) == nil {
 				return cmp.Or(f.reloadErr, fmt.Errorf("%s no longer holds its %d events", cs.Stream, cs.Next))
 			}
-			if strings.HasPrefix(cs.Stream, domain.TransferStreamPrefix) {
-				f.settledTransfers++ // reload counts it as settled before
+			if strings.HasPrefix(cs.Stream, domain.TransferStreamPrefix) { // reload counts it as settled before
+				f.settledTransfers++
+			} else {
+				f.settledTx++
 			}
 			f.touch(cs.Stream)
 		}

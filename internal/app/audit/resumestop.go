@@ -191,7 +191,7 @@ func checkStopIdentity(ctx context.Context, store Store, ps *pgSets, st *carried
 // of its account rows.
 func (f *Fold) resumeStop(ctx context.Context, store Store, q projections.Querier, cp projections.AuditCheckpoint, c carried) error {
 	st := c.Stop
-	f.Last, f.Events, f.settledTransfers, f.claimed = c.Last, c.Events, c.Settled, c.Claimed
+	f.restoreCounts(c)
 	f.lastStream, f.lastRevision, f.lastID = st.StopEvent.Stream, st.StopEvent.From, st.StopID
 	for i := range c.Flows {
 		t := c.Flows[i]

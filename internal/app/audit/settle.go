@@ -39,11 +39,26 @@ func (f *Fold) touchLegs(k [2]string) {
 // Settle forgets what the appends folded whole have settled (see above). Run
 // calls it after each page of events.
 func (f *Fold) Settle() {
+	f.settleBefore(f.Last.Commit)
+}
+
+// settleAtHead forgets what every append folded has settled, the last one's
+// too: Run calls it once the fold has read the store's head, where the last
+// append is whole (the head is its last event: a PostgreSQL store's last
+// visible commit, ordered by commit first; KurrentDB's last event), so that
+// a checkpoint stored then carries none of the last append's decided
+// streams for the next audit to read again.
+func (f *Fold) settleAtHead() {
+	f.settleBefore(f.Last.Commit + 1)
+}
+
+// settleBefore forgets what the appends before commit settled.
+func (f *Fold) settleBefore(commit uint64) {
 	if f.Reload == nil {
 		return
 	}
-	for k, commit := range f.legTouched {
-		if commit >= f.Last.Commit {
+	for k, at := range f.legTouched {
+		if at >= commit {
 			continue
 		}
 		delete(f.legTouched, k)
@@ -52,8 +67,8 @@ func (f *Fold) Settle() {
 			delete(f.posted, k)
 		}
 	}
-	for stream, commit := range f.touched {
-		if commit >= f.Last.Commit {
+	for stream, at := range f.touched {
+		if at >= commit {
 			continue
 		}
 		delete(f.touched, stream)
@@ -82,6 +97,7 @@ func (f *Fold) settleStream(stream string) {
 	if ts := f.txSagas[stream]; ts != nil && ts.Decided() {
 		delete(f.txSagas, stream)
 		delete(f.streams, stream)
+		f.settledTx++
 	}
 }
 
@@ -168,6 +184,7 @@ func (f *Fold) reload(stream string, rev uint64) *streamState {
 	} else {
 		ownOutcome(ts) // the reload's page, as applyTransaction's
 		f.txSagas[stream] = ts
+		f.settledTx--
 	}
 	f.streams[stream] = ss
 	return ss
