@@ -61,7 +61,10 @@ func auditCommand() *cli.Command {
 			"in the database) stopped once it has read its first page finishes that page and stores a\n" +
 			"stop point at its end, and prints its ID and digest;\n" +
 			"--resume [--expect-digest <digest>] folds on from it and reports as one run through;\n" +
-			"--drop-stop <id|last> drops it and its sets instead. Any other stopped audit stores nothing.",
+			"--drop-stop <id|last> drops it and its sets instead. Any other stopped audit stores nothing.\n" +
+			"A full audit of the whole ledger keeps the expected rows of entries and balance_history in an\n" +
+			"unlinked file of $TMPDIR until a digest differs (about 130 bytes a row: 850 MB at 10,000,000\n" +
+			"events); where /tmp is a tmpfs, point TMPDIR at a disk.",
 		Flags:  flags,
 		Action: runAudit,
 	}

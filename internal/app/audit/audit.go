@@ -374,10 +374,16 @@ func (r *auditRun) runFold(ctx context.Context) (*Fold, error) {
 
 // foldSets takes the fold's sets in opts.Sets: a full audit's in a schema
 // of its run (runsets.go), an incremental audit's in its session's TEMP
-// tables; either drops the runs left behind (dropOrphanRuns).
+// tables; either drops the runs left behind (dropOrphanRuns). A full audit
+// of the whole ledger holds the rows it compares by their sums out of
+// PostgreSQL until read (heldrows.go).
 func foldSets(ctx context.Context, opts Options) (*pgSets, error) {
 	if opts.From == nil {
-		return newRunSets(ctx, opts.Sets, opts.logger())
+		s, err := newRunSets(ctx, opts.Sets, opts.logger())
+		if err == nil && opts.Account == "" {
+			s.holdIDKeyed()
+		}
+		return s, err
 	}
 	s, err := newPGSets(ctx, opts.Sets)
 	if err == nil {

@@ -46,6 +46,9 @@ type pgSets struct {
 	// order), this run's and a resumed one's: a resume checks that its run's
 	// tables still hold rows (an UNLOGGED table is emptied by a crash).
 	copied [5]int64
+	// held: the rows of idKeyed's tables kept out of audit_rows until a
+	// statement reads them (heldrows.go).
+	held heldRows
 	// rowsOnly: the sets keep the read models' rows alone (newRowSets): no
 	// event ID, group, home or claim is copied, and finish and keys refuse.
 	rowsOnly bool
@@ -63,14 +66,15 @@ type begunGroup struct {
 	set           bool
 }
 
-// pgRows are a page's rows of each table, in COPY's binary format (pgcopy.Buf).
+// pgRows are a page's rows of each table, in COPY's binary format
+// (pgcopy.Buf); held are audit_rows' rows kept out of it (heldrows.go).
 type pgRows struct {
-	ids, groups, homes, claims, rows pgcopy.Buf
+	ids, groups, homes, claims, rows, held pgcopy.Buf
 }
 
 // emptied returns the buffers emptied, their arrays kept for another page.
 func (r pgRows) emptied() pgRows {
-	return pgRows{r.ids.Emptied(), r.groups.Emptied(), r.homes.Emptied(), r.claims.Emptied(), r.rows.Emptied()}
+	return pgRows{r.ids.Emptied(), r.groups.Emptied(), r.homes.Emptied(), r.claims.Emptied(), r.rows.Emptied(), r.held.Emptied()}
 }
 
 // historyTables are the sets that grow with history (a CREATE TABLE's name
@@ -83,6 +87,13 @@ var historyTables = []string{
 	`audit_claims (key text NOT NULL, stream text NOT NULL, hash text NOT NULL, revision bigint NOT NULL, event_id uuid NOT NULL, seq bigint NOT NULL)`,
 	`audit_rows (tbl text NOT NULL, key text NOT NULL, account text NOT NULL, digest bytea NOT NULL, seq bigint NOT NULL)`,
 }
+
+// rowsTable is audit_rows' place in historyTables (and copied); rowsColumns
+// the columns its COPYs write, as row notes them.
+const (
+	rowsTable   = 4
+	rowsColumns = "tbl, key, account, digest, seq"
+)
 
 // setsLayout names historyTables' definitions (a hash of them): a stop
 // point stores it, and its resume refuses sets of another (checkStopIdentity),
@@ -123,7 +134,13 @@ func historySchema(create string) string {
 // an audit"): they read the tables whole, and need their sizes and their
 // keys' number, not their values' distribution.
 func (s *pgSets) analyze(ctx context.Context) error {
-	const sql = `SET default_statistics_target = 10; ANALYZE audit_ids, audit_groups, audit_homes, audit_claims, audit_rows; RESET default_statistics_target`
+	return s.analyzeTables(ctx, "audit_ids, audit_groups, audit_homes, audit_claims, audit_rows")
+}
+
+// analyzeTables is analyze's of the history tables named (held rows copied
+// into audit_rows after it: loadHeld).
+func (s *pgSets) analyzeTables(ctx context.Context, tables string) error {
+	sql := `SET default_statistics_target = 10; ANALYZE ` + tables + `; RESET default_statistics_target`
 	if _, err := s.conn.Exec(ctx, sql); err != nil {
 		return fmt.Errorf("audit: sets: analyze: %w", err)
 	}
@@ -174,6 +191,7 @@ func (s *pgSets) tempTables(ctx context.Context) error {
 // dropped first, unless a stop point keeps them.
 func (s *pgSets) close() {
 	_ = s.wait()
+	s.dropHeld()
 	s.storeIDs.stop()
 	s.dropRun()
 	_ = s.conn.Conn().Close(context.Background())
@@ -243,7 +261,7 @@ func (s *pgSets) row(f *Fold, table, key, account, digest string) {
 	if idKeyed[table] {
 		s.sums.add(table, f.Events, h[:])
 	}
-	s.rows.Tuple(5).Text(table).Text(key).Text(account).Bytes(h[:]).Int8(f.Events)
+	s.rowBuf(table).Tuple(5).Text(table).Text(key).Text(account).Bytes(h[:]).Int8(f.Events)
 }
 
 // flush starts copying the rows noted so far into the session and returns:
@@ -297,7 +315,7 @@ func (s *pgSets) copyPage(ctx context.Context, page pgRows) error {
 		{"audit_groups", "stream, key, revision, event_id, seq, hash", &page.groups},
 		{"audit_homes", "key, stream, hash, revision, event_id, seq", &page.homes},
 		{"audit_claims", "key, stream, hash, revision, event_id, seq", &page.claims},
-		{"audit_rows", "tbl, key, account, digest, seq", &page.rows},
+		{"audit_rows", rowsColumns, &page.rows},
 	} {
 		if t.rows.Tuples() == 0 {
 			continue
@@ -308,7 +326,7 @@ func (s *pgSets) copyPage(ctx context.Context, page pgRows) error {
 		}
 		s.copied[i] += int64(t.rows.Tuples())
 	}
-	return nil
+	return s.writeHeld(&page.held)
 }
 
 func (s *pgSets) keys(ctx context.Context) (int, error) {
@@ -565,6 +583,9 @@ const notedPage = 5000
 func (s *pgSets) copyNoted(ctx context.Context, tr tableRead, seq int64, keep bool) (digester, error) {
 	table, account := tr.table, tr.account
 	var sum digester
+	if err := s.rowsOf(ctx, table); err != nil {
+		return sum, err
+	}
 	if _, err := s.conn.Exec(ctx, `TRUNCATE audit_noted`); err != nil {
 		return sum, fmt.Errorf("audit: %s: %w", table, err)
 	}
@@ -595,7 +616,7 @@ func (s *pgSets) copyNoted(ctx context.Context, tr tableRead, seq int64, keep bo
 
 // notedKeys lists the keys of the rows the fold noted for a table up to seq.
 func (s *pgSets) notedKeys(ctx context.Context, table string, seq int64) ([]string, error) {
-	if err := s.sync(ctx); err != nil {
+	if err := s.rowsOf(ctx, table); err != nil {
 		return nil, err
 	}
 	rows, err := s.conn.Query(ctx, `SELECT DISTINCT key FROM audit_rows WHERE tbl = $1 AND seq <= $2`, table, seq)
@@ -629,6 +650,9 @@ func (s *pgSets) expectedDigest(ctx context.Context, d *TableDiff, table, accoun
 		d.Expected, d.ExpectedDigest = sum.n, sum.String()
 		return nil
 	}
+	if err := s.rowsOf(ctx, table); err != nil {
+		return err
+	}
 	rows, err := s.conn.Query(ctx, expectedRows, table, seq, account)
 	if err != nil {
 		return fmt.Errorf("audit: %s: %w", table, err)
@@ -647,6 +671,9 @@ func (s *pgSets) expectedDigest(ctx context.Context, d *TableDiff, table, accoun
 const maxNamed = 1000
 
 func (s *pgSets) differences(ctx context.Context, d *TableDiff, table, account string, seq int64) error {
+	if err := s.rowsOf(ctx, table); err != nil {
+		return err
+	}
 	// A key read twice is named extra (its second row), as compareRows does.
 	rows, err := s.conn.Query(ctx, `WITH e AS (`+expectedRows+`),
 		a AS (SELECT key, digest, row_number() OVER (PARTITION BY key) AS n FROM audit_actual)

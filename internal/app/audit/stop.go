@@ -136,7 +136,9 @@ func (r *auditRun) saveStop(ctx context.Context) (*Report, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopSaveTimeout)
 	defer cancel()
 	ps := r.f.sets.(*pgSets)
-	if err := ps.wait(); err != nil { // the last page's COPY, not cancelled with the fold
+	// The last page's COPY, not cancelled with the fold, and the rows held
+	// out of the sets (heldrows.go), which a resume reads from them.
+	if err := ps.loadHeld(ctx); err != nil {
 		return nil, fmt.Errorf("%w; its stop point not stored: the last page's sets: %w", stopped, err)
 	}
 	f := r.f

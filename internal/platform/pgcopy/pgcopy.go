@@ -99,8 +99,28 @@ func (c *Buf) Reader() io.Reader {
 	return bytes.NewReader(c.b)
 }
 
-// end writes the trailer that ends the COPY's data: a field count of -1.
-func (c *Buf) end() { c.b = binary.BigEndian.AppendUint16(c.b, 0xffff) }
+// WriteTuplesTo writes the tuples alone, without the header and trailer, to
+// w: pages of rows kept aside (a file), to be copied later as one COPY
+// (Tuples).
+func (c *Buf) WriteTuplesTo(w io.Writer) error {
+	if c.n == 0 {
+		return nil
+	}
+	_, err := w.Write(c.b[len(signature):])
+	return err
+}
+
+// Tuples is a COPY's whole binary stream of the tuples read from r, as
+// WriteTuplesTo wrote them: the header, r, the trailer.
+func Tuples(r io.Reader) io.Reader {
+	return io.MultiReader(bytes.NewReader(signature), r, bytes.NewReader(trailer))
+}
+
+// trailer ends the COPY's data: a field count of -1.
+var trailer = []byte{0xff, 0xff}
+
+// end writes the trailer.
+func (c *Buf) end() { c.b = append(c.b, trailer...) }
 
 // Emptied returns the buffer emptied, its array kept.
 func (c Buf) Emptied() Buf { return Buf{b: c.b[:0]} }

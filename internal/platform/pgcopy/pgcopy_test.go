@@ -259,3 +259,29 @@ func TestNullIsALengthOfMinusOne(t *testing.T) {
 		t.Fatalf("a tuple with a NULL: % x, want % x", got, want)
 	}
 }
+
+// TestTuplesOfPagesWrittenAsideAreOneBufs: pages of tuples written aside
+// (WriteTuplesTo, an empty page among them) and read back as one COPY
+// (Tuples) are the bytes of one Buf holding every tuple.
+func TestTuplesOfPagesWrittenAsideAreOneBufs(t *testing.T) {
+	var whole, page Buf
+	var aside bytes.Buffer
+	for p, rows := range [][]int64{{1, 2}, {}, {3}} {
+		for _, v := range rows {
+			whole.Tuple(2).Int8(v).Text("x")
+			page.Tuple(2).Int8(v).Text("x")
+		}
+		if err := page.WriteTuplesTo(&aside); err != nil {
+			t.Fatalf("page %d: %v", p, err)
+		}
+		page = page.Emptied()
+	}
+	got, err := io.ReadAll(Tuples(&aside))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := io.ReadAll(whole.Reader())
+	if !bytes.Equal(got, want) {
+		t.Fatalf("pages written aside:\n%x\none Buf:\n%x", got, want)
+	}
+}
