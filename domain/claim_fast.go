@@ -16,43 +16,54 @@ import (
 // through encoding/json, which decides it. On the bodies the fast path takes
 // it yields what encoding/json yields (TestKeyClaimedFastAgrees). The audit
 // reads every claim of the history with it.
-func DecodeKeyClaimed(b []byte) (KeyClaimed, error) {
-	if c, ok := claimFast(b); ok {
-		return c, nil
+//
+// The claim and its revision are one allocation (claimed): the audit boxes
+// every claim of the history and keeps none.
+func DecodeKeyClaimed(b []byte) (*KeyClaimed, error) {
+	d := new(claimed)
+	if claimFast(b, d) {
+		return &d.c, nil
 	}
-	var c KeyClaimed
-	if err := json.Unmarshal(b, &c); err != nil {
-		return KeyClaimed{}, fmt.Errorf("domain: claim: %w", err)
+	d.c = KeyClaimed{}
+	if err := json.Unmarshal(b, &d.c); err != nil {
+		return nil, fmt.Errorf("domain: claim: %w", err)
 	}
-	return c, nil
+	return &d.c, nil
 }
 
-// claimFast decodes a flat claim (DecodeKeyClaimed); false for any other body.
-// Its text fields (claimText) are made strings together, in one allocation.
-func claimFast(b []byte) (KeyClaimed, bool) {
-	var c KeyClaimed
+// claimed is a decoded claim and the storage its revision points to.
+type claimed struct {
+	c   KeyClaimed
+	rev uint64
+}
+
+// claimFast decodes a flat claim into d (DecodeKeyClaimed); false for any
+// other body, d then partly set. Its text fields (claimText) are made strings
+// together, in one allocation.
+func claimFast(b []byte, d *claimed) bool {
+	c := &d.c
 	var text claimText
 	sc := flatScan{b: b}
 	if !sc.objectStart() {
-		return KeyClaimed{}, false
+		return false
 	}
 	var seen uint8
 	for more := true; more; {
 		name, ok := sc.memberName()
 		if !ok {
-			return KeyClaimed{}, false
+			return false
 		}
-		bit, ok := c.setFast(&sc, string(name), &text)
+		bit, ok := c.setFast(&sc, string(name), &text, &d.rev)
 		if !ok || seen&bit != 0 {
-			return KeyClaimed{}, false
+			return false
 		}
 		seen |= bit
 		if more, ok = sc.afterMember(); !ok {
-			return KeyClaimed{}, false
+			return false
 		}
 	}
 	c.Key, c.RequestHash, c.Stream = text.strings()
-	return c, true
+	return true
 }
 
 // claimText are a claim's key, request hash and stream as the fast path
@@ -74,7 +85,7 @@ func (t *claimText) strings() (key, requestHash, stream string) {
 // field's bit (a repeated name is the general path's); false for a name
 // KeyClaimed does not have (as spelled in its tags) or a value the fast path
 // leaves to encoding/json.
-func (c *KeyClaimed) setFast(sc *flatScan, name string, text *claimText) (uint8, bool) {
+func (c *KeyClaimed) setFast(sc *flatScan, name string, text *claimText, rev *uint64) (uint8, bool) {
 	var dst *[]byte // the command is interned instead (dst nil)
 	var bit uint8
 	switch name {
@@ -92,7 +103,8 @@ func (c *KeyClaimed) setFast(sc *flatScan, name string, text *claimText) (uint8,
 			return 0, false
 		}
 		n, err := strconv.ParseUint(string(v), 10, 64)
-		c.Revision = &n
+		*rev = n
+		c.Revision = rev
 		return 16, err == nil
 	case "request":
 		raw, ok := sc.rawObject()

@@ -347,11 +347,7 @@ func decodeClaim(typ string, data []byte) (*domain.KeyClaimed, error) {
 	if typ != domain.EvKeyClaimed && typ != domain.EvBatchDecided {
 		return nil, errNotClaim
 	}
-	c, err := domain.DecodeKeyClaimed(data)
-	if err != nil {
-		return nil, err
-	}
-	return &c, nil
+	return domain.DecodeKeyClaimed(data)
 }
 
 // apply folds the next event of "all", its metadata decoded (beside the fold,
