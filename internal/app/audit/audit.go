@@ -722,8 +722,10 @@ func (f *Fold) forAccount(account string) ([]Violation, int) {
 	for _, v := range f.Violations {
 		keep := v.Stream == "" || v.Stream == domain.AccountStream(account)
 		if id, ok := strings.CutPrefix(v.Stream, domain.TransferStreamPrefix); ok {
-			if t := f.Transfers[id]; t != nil && (t.From == account || t.To == account) {
+			if p, noted := f.parties[id]; noted && (p[0] == account || p[1] == account) {
 				keep = true
+			} else if t := f.Transfers[id]; t != nil && (t.From == account || t.To == account) {
+				keep = true // a violation restored from a stop point: its transfer's accounts were not noted
 			}
 		}
 		if keep {

@@ -233,6 +233,11 @@ type Fold struct {
 	violations int
 	// MaxViolations bounds the violations kept (all are counted).
 	MaxViolations int
+	// parties are the accounts of each transfer a kept violation names, taken
+	// when it is found: the fold forgets a settled transfer (settleStream,
+	// settleAtHead), and `--account` still keeps its violations (forAccount;
+	// review r504). At most one entry a kept violation.
+	parties map[string][2]string
 }
 
 // NewFold returns an empty fold.
@@ -254,6 +259,19 @@ func (f *Fold) violate(v Violation) {
 	f.violations++
 	if len(f.Violations) < f.MaxViolations {
 		f.Violations = append(f.Violations, v)
+		f.noteParties(v.Stream)
+	}
+}
+
+// noteParties keeps the accounts of the transfer stream names while the fold
+// still holds it (forAccount).
+func (f *Fold) noteParties(stream string) {
+	id, ok := strings.CutPrefix(stream, domain.TransferStreamPrefix)
+	if t := f.Transfers[id]; ok && t != nil {
+		if f.parties == nil {
+			f.parties = map[string][2]string{}
+		}
+		f.parties[id] = [2]string{t.From, t.To}
 	}
 }
 

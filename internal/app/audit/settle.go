@@ -44,8 +44,9 @@ func (f *Fold) Settle() {
 
 // settleAtHead forgets what every append folded has settled, the last one's
 // too: Run calls it once the fold has read the store's head, where the last
-// append is whole (the head is its last event: a PostgreSQL store's last
-// visible commit, ordered by commit first; KurrentDB's last event), so that
+// append is whole (the head is its last event: on PostgreSQL the last event
+// below the xmin horizon, "all" being ordered by transaction id, so no later
+// append can land at or below it; KurrentDB's last event), so that
 // a checkpoint stored then carries none of the last append's decided
 // streams for the next audit to read again.
 func (f *Fold) settleAtHead() {

@@ -156,3 +156,149 @@ func load(t *testing.T, env *projtest.Env, recs []eventstore.RecordedEvent) {
 		t.Fatal(err)
 	}
 }
+
+// TestAccountAuditKeepsASettledTransfersViolation: a transfer of the last
+// commit whose credit moved 30 of its 40 (money conserved: 10 in flight) is a
+// saga_mismatch of its transfer stream alone. The fold settles it at the head
+// and forgets it; `--account` of either party still lists the violation, as
+// the whole-ledger audit does (review r504: it reported such an account clean).
+func TestAccountAuditKeepsASettledTransfersViolation(t *testing.T) {
+	all := sagaLog(t, []sagaCommand{
+		{"open_account", `{"idempotency_key":"o-a","account_id":"a","currency":"EUR"}`, "applied"},
+		{"open_account", `{"idempotency_key":"o-b","account_id":"b","currency":"EUR"}`, "applied"},
+		{"open_account", `{"idempotency_key":"o-c","account_id":"c","currency":"EUR"}`, "applied"},
+		{"deposit", `{"idempotency_key":"d-a","account_id":"a","amount":100,"currency":"EUR"}`, "applied"},
+		{"transfer", `{"idempotency_key":"t-1","transfer_id":"t-1","from":"a","to":"b","amount":40,"currency":"EUR"}`, "applied"},
+	})
+	forged := make([]eventstore.RecordedEvent, len(all))
+	for i, re := range all {
+		if re.Stream == "account-b" && re.Type == domain.EvCredited {
+			re.Data = []byte(strings.NewReplacer(`"amount":40`, `"amount":30`, `"balance_after":40`, `"balance_after":30`).Replace(string(re.Data)))
+		}
+		forged[i] = re
+	}
+	env := projtest.New(t)
+	load(t, env, forged)
+	catchUp(t, env)
+	whole := run(t, env, audit.Options{})
+	if !whole.Has(audit.InvConservation, "saga_mismatch") {
+		t.Fatalf("whole: %v", whole.Violations)
+	}
+	for _, account := range []string{"a", "b"} {
+		acct := run(t, env, audit.Options{Account: account})
+		if acct.OK() || !acct.Has(audit.InvConservation, "saga_mismatch") {
+			t.Errorf("--account %s: ok %v, %s; the whole-ledger audit: %s", account, acct.OK(), kinds(acct.Violations), kinds(whole.Violations))
+		}
+	}
+	// An account not party to the transfer is not told of it.
+	if c := run(t, env, audit.Options{Account: "c"}); c.Has(audit.InvConservation, "saga_mismatch") {
+		t.Errorf("--account c lists another transfer's saga_mismatch: %s", kinds(c.Violations))
+	}
+}
+
+// TestSettledAtTheHeadThenMore (review r504): settleAtHead with saga logs of a store without
+// multi-stream appends, loaded into PostgreSQL: the part before the cut in
+// one commit (the checkpoint's last append, settled at the head), the part
+// after in another.
+func TestSettledAtTheHeadThenMore(t *testing.T) {
+	base := []sagaCommand{
+		{"open_account", `{"idempotency_key":"o-a","account_id":"a","currency":"EUR"}`, "applied"},
+		{"open_account", `{"idempotency_key":"o-b","account_id":"b","currency":"EUR"}`, "applied"},
+		{"deposit", `{"idempotency_key":"d-a","account_id":"a","amount":100,"currency":"EUR"}`, "applied"},
+		{"transfer", `{"idempotency_key":"t-1","transfer_id":"t-1","from":"a","to":"b","amount":40,"currency":"EUR"}`, "applied"},
+	}
+	refund := sagaCommand{"refund", `{"idempotency_key":"r-1","original_key":"t-1","amount":40}`, "applied"}
+	tx := sagaCommand{"post_transaction", `{"idempotency_key":"tx-1","transaction_id":"tx-1","postings":[{"from":"a","to":"b","amount":10,"currency":"EUR"}]}`, "applied"}
+	withRefund := sagaLog(t, append(append([]sagaCommand{}, base...), refund))
+	withTx := sagaLog(t, append(append([]sagaCommand{}, base...), tx))
+	cutT := len(sagaLog(t, base))
+	r1 := sagaCommand{"refund", `{"idempotency_key":"r-1","original_key":"t-1","amount":30}`, "applied"}
+	r2 := sagaCommand{"refund", `{"idempotency_key":"r-2","original_key":"t-1","amount":10}`, "applied"}
+	twoRefunds := sagaLog(t, append(append([]sagaCommand{}, base...), r1, r2))
+	cutR := len(sagaLog(t, append(append([]sagaCommand{}, base...), r1)))
+	// overRefund: r-2's request forged to 20, over the 10 left of t-1 (settled at the head with r-1).
+	overRefund := func() []eventstore.RecordedEvent {
+		var out []eventstore.RecordedEvent
+		for _, re := range twoRefunds[cutR:] {
+			if re.Type == domain.EvTransferRefundRequested {
+				re.Data = []byte(strings.Replace(string(re.Data), `"amount":10`, `"amount":20`, 1))
+				if !strings.Contains(string(re.Data), `"amount":20`) {
+					t.Fatalf("no amount in %s", re.Data)
+				}
+			}
+			out = append(out, re)
+		}
+		return out
+	}()
+	// next is a copy of re at the next revision of its stream after recs.
+	next := func(recs []eventstore.RecordedEvent, re eventstore.RecordedEvent) eventstore.RecordedEvent {
+		n := 0
+		for _, r := range recs {
+			if r.Stream == re.Stream {
+				n++
+			}
+		}
+		re.Revision = uint64(n) - 1
+		return again(re)
+	}
+	lastOf := func(recs []eventstore.RecordedEvent, stream, typ string) eventstore.RecordedEvent {
+		var out eventstore.RecordedEvent
+		for _, r := range recs {
+			if r.Stream == stream && r.Type == typ {
+				out = r
+			}
+		}
+		if out.Stream == "" {
+			t.Fatalf("no %s in %s", typ, stream)
+		}
+		return out
+	}
+	// cutTx: mid tx-1, after its first event on an account stream.
+	cutTx := -1
+	for i := cutT; i < len(withTx); i++ {
+		if withTx[i].Stream == "account-a" {
+			cutTx = i + 1
+			break
+		}
+	}
+	credit := lastOf(withRefund[:cutT], "account-b", domain.EvCredited)
+	for _, c := range []struct {
+		name          string
+		before, after []eventstore.RecordedEvent
+		ok            bool
+	}{
+		{"transfer settled at head, refunded after", withRefund[:cutT], withRefund[cutT:], true},
+		{"transfer settled at head, its credit stored twice after", withRefund[:cutT], []eventstore.RecordedEvent{next(withRefund[:cutT], credit)}, false},
+		{"transfer settled at head, refund credited twice after", withRefund[:cutT], func() []eventstore.RecordedEvent {
+			rc := lastOf(withRefund, "account-a", domain.EvCredited)
+			return append(append([]eventstore.RecordedEvent{}, withRefund[cutT:]...), next(withRefund, rc))
+		}(), false},
+		{"transfer and a refund settled at head, refunded over it after", twoRefunds[:cutR], overRefund, false},
+		{"transaction saga carried at head", withTx[:cutTx], withTx[cutTx:], true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := projtest.New(t)
+			load(t, env, c.before)
+			catchUp(t, env)
+			first := run(t, env, audit.Options{SaveCheckpoint: true})
+			if !first.OK() || first.Checkpoint == nil {
+				t.Fatalf("at the checkpoint: ok %v, checkpoint %v: %v", first.OK(), first.Checkpoint, first.Violations)
+			}
+			load(t, env, c.after)
+			catchUp(t, env)
+			inc := run(t, env, audit.Options{From: &first.Checkpoint.ID})
+			full := run(t, env, audit.Options{})
+			var streams int
+			if err := env.Pool.QueryRow(context.Background(), `SELECT count(DISTINCT stream) FROM events`).Scan(&streams); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("streams: store %d, first %d, incremental %d, full %d; incremental %s; full %s", streams, first.Streams, inc.Streams, full.Streams, kinds(inc.Violations), kinds(full.Violations))
+			if inc.OK() != c.ok || full.OK() != c.ok {
+				t.Fatalf("incremental ok %v, full ok %v; want %v: %v / %v", inc.OK(), full.OK(), c.ok, inc.Violations, full.Violations)
+			}
+			if c.ok && (inc.Streams != streams || full.Streams != streams) {
+				t.Fatalf("the store holds %d streams; incremental counted %d, full %d", streams, inc.Streams, full.Streams)
+			}
+		})
+	}
+}
