@@ -52,13 +52,15 @@ func (s *pgSets) writeHeld(page *pgcopy.Buf) error {
 	if s.held.file == nil {
 		f, err := os.CreateTemp("", "ledger-audit-rows-*")
 		if err != nil {
-			return fmt.Errorf("audit: sets: held rows: %w", err)
+			return fmt.Errorf("audit: sets: held rows ($TMPDIR %s): %w", os.TempDir(), err)
 		}
-		_ = os.Remove(f.Name()) // open, unlinked: gone with the process
+		if err := os.Remove(f.Name()); err != nil && s.log != nil { // open, unlinked: gone with the process
+			s.log.Warn("audit: the held rows' file could not be unlinked: remove it when the audit ends", "file", f.Name(), "error", err)
+		}
 		s.held.file = f
 	}
 	if err := page.WriteTuplesTo(s.held.file); err != nil {
-		return fmt.Errorf("audit: sets: held rows: %w", err)
+		return fmt.Errorf("audit: sets: held rows ($TMPDIR %s): %w", os.TempDir(), err)
 	}
 	s.held.n += int64(page.Tuples())
 	return nil
