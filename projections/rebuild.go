@@ -54,7 +54,15 @@ type RebuildOptions struct {
 	// LockTimeout bounds how long the switch waits for readers and the live
 	// runner to release the tables (default 30s).
 	LockTimeout time.Duration
-	Logger      *slog.Logger
+	// IndexMemoryMiB is the maintenance_work_mem, in MiB, of each session
+	// that builds a loaded generation's indexes after the load (default
+	// DefaultIndexMemoryMiB): the memory of each index's sort, beyond which
+	// it spills to temporary files (a parallel build's workers share it).
+	// Each projection's indexes are built one after another on a session
+	// of its own, every projection's at once, so the index builds hold at
+	// most len(Names) times it in PostgreSQL at once.
+	IndexMemoryMiB int
+	Logger         *slog.Logger
 }
 
 // A Check checks the generations a rebuild builds against the event store. The
@@ -91,6 +99,10 @@ type RebuildResult struct {
 
 // ErrRebuildRunning means another rebuild holds the rebuild lock.
 var ErrRebuildRunning = errors.New("projections: another rebuild is running")
+
+// DefaultIndexMemoryMiB is RebuildOptions.IndexMemoryMiB's default
+// (docs/design.md, "A rebuild").
+const DefaultIndexMemoryMiB = 256
 
 // rebuildLockID is the session advisory lock held for the length of a rebuild.
 const rebuildLockID int64 = 0x6c6564676572 // "ledger"
@@ -183,6 +195,9 @@ func (o *RebuildOptions) defaults() {
 	}
 	if o.LockTimeout <= 0 {
 		o.LockTimeout = 30 * time.Second
+	}
+	if o.IndexMemoryMiB <= 0 {
+		o.IndexMemoryMiB = DefaultIndexMemoryMiB
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -459,7 +474,7 @@ func (r *rebuildRun) verifyAndSwitch(ctx context.Context, slots []*slot) ([]Rebu
 // for a rebuild to resume.
 func (r *rebuildRun) indexAndVerify(ctx context.Context, slots []*slot) ([]error, error) {
 	indexed := make(chan []error, 1)
-	go func() { indexed <- createIndexes(ctx, r.pool, slots, r.opts.Logger) }()
+	go func() { indexed <- createIndexes(ctx, r.pool, slots, r.opts.IndexMemoryMiB, r.opts.Logger) }()
 	verdicts := make([]error, len(slots))
 	var checkErr error
 	if r.opts.Check != nil {
@@ -516,9 +531,10 @@ func noVerdict(errs []error) error {
 // createIndexes builds the indexes of the loaded generations that their load
 // did without (migrations 00009, 00019 and 00031: the secondary ones, and the unique
 // ones no write of the load needs), one projection's on a connection each at
-// once: one pass over the rows each, rather than one insertion per row during
-// the load. It returns each slot's error (nil: built).
-func createIndexes(ctx context.Context, pool *pgxpool.Pool, slots []*slot, logger *slog.Logger) []error {
+// once, after vacuuming its tables: one pass over the rows each, rather than
+// one insertion per row during the load. It returns each slot's error (nil:
+// built).
+func createIndexes(ctx context.Context, pool *pgxpool.Pool, slots []*slot, memMiB int, logger *slog.Logger) []error {
 	errs := make([]error, len(slots))
 	var wg sync.WaitGroup
 	for i, s := range slots {
@@ -532,15 +548,29 @@ func createIndexes(ctx context.Context, pool *pgxpool.Pool, slots []*slot, logge
 			}
 			logger.Info("rebuild: vacuumed", "projection", s.proj.Name(), "generation", s.gen, "took", time.Since(start).Round(time.Millisecond))
 			start = time.Now()
-			if _, err := pool.Exec(ctx, `SELECT readmodel.create_secondary_indexes($1, $2)`, s.proj.Name(), s.gen); err != nil {
+			if err := buildIndexes(ctx, pool, s.proj.Name(), s.gen, memMiB); err != nil {
 				errs[i] = fmt.Errorf("indexes of %s generation %d: %w", s.proj.Name(), s.gen, err)
 				return
 			}
-			logger.Info("rebuild: indexes built", "projection", s.proj.Name(), "generation", s.gen, "took", time.Since(start).Round(time.Millisecond))
+			logger.Info("rebuild: indexes built", "projection", s.proj.Name(), "generation", s.gen, "took", time.Since(start).Round(time.Millisecond), "memory_mib", memMiB)
 		}()
 	}
 	wg.Wait()
 	return errs
+}
+
+// buildIndexes builds a loaded generation's indexes in one transaction whose
+// maintenance_work_mem is memMiB: the memory of each index's sort, which
+// PostgreSQL's default (64 MB) makes spill to temporary files at the size of
+// a rebuild (docs/design.md, "A rebuild").
+func buildIndexes(ctx context.Context, pool *pgxpool.Pool, name string, gen, memMiB int) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL maintenance_work_mem = '%dMB'`, memMiB)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT readmodel.create_secondary_indexes($1, $2)`, name, gen)
+		return err
+	})
 }
 
 // vacuumGeneration vacuums and freezes the tables of a loaded generation, which

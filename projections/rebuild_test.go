@@ -777,6 +777,46 @@ func buildingGenerations(t *testing.T, conn *pgx.Conn) map[string]int {
 	return out
 }
 
+// TestRebuildBuildsIndexesWithItsMemory: the index builds after the load run
+// with the rebuild's maintenance_work_mem (RebuildOptions.IndexMemoryMiB),
+// not the session's default. An event trigger, made once the load has
+// begun (a generation's creation builds indexes it then drops, with the
+// default), records the setting each CREATE INDEX ran with, in its session.
+func TestRebuildBuildsIndexesWithItsMemory(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 40, Seed: 75})
+	ctx := context.Background()
+	var armed bool
+	opts := projections.RebuildOptions{BatchSize: 20, IndexMemoryMiB: 77, AfterBatch: func(ctx context.Context, _ map[string]int) error {
+		if armed {
+			return nil
+		}
+		armed = true
+		_, err := env.Pool.Exec(ctx, `CREATE TABLE public.index_memory (mem text NOT NULL);
+			CREATE FUNCTION public.record_index_memory() RETURNS event_trigger LANGUAGE plpgsql AS $fn$
+			BEGIN INSERT INTO public.index_memory VALUES (current_setting('maintenance_work_mem')); END $fn$;
+			CREATE EVENT TRIGGER index_memory ON ddl_command_end WHEN TAG IN ('CREATE INDEX')
+			EXECUTE FUNCTION public.record_index_memory()`)
+		return err
+	}}
+	if _, err := rebuild(t, env, opts); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := env.Pool.Query(ctx, `SELECT mem, count(*) FROM public.index_memory GROUP BY mem`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mem string
+	var n int
+	got := map[string]int{}
+	if _, err := pgx.ForEachRow(rows, []any{&mem, &n}, func() error { got[mem] = n; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got["77MB"] == 0 {
+		t.Errorf("the index builds' maintenance_work_mem, by index count: %v, want every one 77MB", got)
+	}
+}
+
 // TestRebuildKeepsAGenerationWhoseVacuumFailed: a VACUUM of a loaded
 // generation that fails (here cancelled from another session while it waits
 // for a table another session locks) is no verdict on its rows: the rebuild

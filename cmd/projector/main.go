@@ -43,6 +43,7 @@ const (
 	flagShutdown     = "shutdown-timeout"
 	flagPublish      = "publish"
 	flagEventsMaxAge = "events-max-age"
+	flagIndexMemory  = "index-memory"
 )
 
 func storeFlags() []cli.Flag {
@@ -247,6 +248,7 @@ func rebuildCommand() *cli.Command {
 		&cli.IntFlag{Name: flagBatchSize, Value: 5000, Usage: "events per batch (one transaction)", Sources: cli.EnvVars("LEDGER_PROJECTOR_REBUILD_BATCH_SIZE")},
 		&cli.BoolFlag{Name: "progress", Value: true, Usage: "show a progress bar on stderr (events/s, time left)", Sources: cli.EnvVars("LEDGER_PROJECTOR_PROGRESS")},
 		&cli.BoolFlag{Name: "fresh", Usage: "drop the generations a stopped rebuild left and build anew (default: resume them from their checkpoints)", Sources: cli.EnvVars("LEDGER_PROJECTOR_REBUILD_FRESH")},
+		&cli.IntFlag{Name: flagIndexMemory, Value: projections.DefaultIndexMemoryMiB, Usage: "maintenance_work_mem in MiB of each session building a new generation's indexes after the load (the sorts' memory; one session per projection at once)", Sources: cli.EnvVars("LEDGER_PROJECTOR_REBUILD_INDEX_MEMORY")},
 	)
 	flags = append(flags, config.ReadToolFlags()...)
 	return &cli.Command{
@@ -282,6 +284,7 @@ func runRebuild(ctx context.Context, cmd *cli.Command) error {
 	opts := projections.RebuildOptions{
 		Projections: cmd.StringSlice(flagProjection), BatchSize: int(cmd.Int(flagBatchSize)),
 		Check: audit.VerifyGeneration(c.Pool, c.Store), Logger: log, Fresh: cmd.Bool("fresh"),
+		IndexMemoryMiB: int(cmd.Int(flagIndexMemory)),
 	}
 	finish := func(bool) {}
 	if cmd.Bool("progress") {
