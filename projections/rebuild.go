@@ -482,7 +482,11 @@ func (r *rebuildRun) indexAndVerify(ctx context.Context, slots []*slot) ([]error
 		for i, s := range slots {
 			vs[i] = Verification{Projection: s.proj.Name(), Generation: s.gen, Position: s.pos}
 		}
+		start := time.Now()
 		verdicts, checkErr = r.opts.Check.Verify(ctx, vs)
+		// The check beside the index builds: the tail's longest part at
+		// 3,000,000 and 10,000,000 events (BENCHMARKS.md, "rbtail").
+		r.opts.Logger.Info("rebuild: check done", "generations", len(vs), "took", time.Since(start).Round(time.Millisecond))
 		if checkErr == nil && len(verdicts) != len(slots) {
 			checkErr = fmt.Errorf("%d verdicts for %d generations", len(verdicts), len(slots))
 		}
