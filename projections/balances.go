@@ -239,6 +239,9 @@ func ensureReadBackKey(ctx context.Context, tx pgx.Tx, gen int, memo *accountMem
 	if memo == nil || memo.keyed {
 		return nil
 	}
+	if err := setIndexMemory(ctx, tx, memo.indexMemMiB); err != nil {
+		return fmt.Errorf("projections: balances: the read-back key of generation %d: %w", gen, err)
+	}
 	if _, err := tx.Exec(ctx, `SELECT readmodel.create_read_back_keys($1, $2)`, Balances, gen); err != nil {
 		return fmt.Errorf("projections: balances: the read-back key of generation %d: %w", gen, err)
 	}

@@ -35,7 +35,10 @@ type accountMemo struct {
 	// commands builder's fresh generation, whose command_accounts rows the
 	// memo holds until they are written once (holdCmdAccounts).
 	unwritten bool
-	m         map[string]memoRow
+	// indexMemMiB is the rebuild's index memory (RebuildOptions.IndexMemoryMiB),
+	// which the read-back key's build in a batch uses too (ensureReadBackKey).
+	indexMemMiB int
+	m           map[string]memoRow
 	// names are the currencies and statuses the rows name, each once, and
 	// index their places in it: a row holds two small numbers, not two
 	// strings (and not the decoded events' strings, which it would keep).

@@ -100,9 +100,17 @@ type RebuildResult struct {
 // ErrRebuildRunning means another rebuild holds the rebuild lock.
 var ErrRebuildRunning = errors.New("projections: another rebuild is running")
 
-// DefaultIndexMemoryMiB is RebuildOptions.IndexMemoryMiB's default
-// (docs/design.md, "A rebuild").
-const DefaultIndexMemoryMiB = 256
+// DefaultIndexMemoryMiB is RebuildOptions.IndexMemoryMiB's default, and
+// MaxIndexMemoryMiB its bound (docs/design.md, "A rebuild"): far below
+// PostgreSQL's own (2 TiB), so that kB or bytes given as MiB are refused
+// before anything is built, not by the first index build after the load.
+const (
+	DefaultIndexMemoryMiB = 256
+	MaxIndexMemoryMiB     = 65536
+)
+
+// ErrIndexMemory: RebuildOptions.IndexMemoryMiB is out of its bounds.
+var ErrIndexMemory = fmt.Errorf("projections: rebuild: the index memory must be 1 to %d MiB", MaxIndexMemoryMiB)
 
 // rebuildLockID is the session advisory lock held for the length of a rebuild.
 const rebuildLockID int64 = 0x6c6564676572 // "ledger"
@@ -119,6 +127,9 @@ const rebuildLockID int64 = 0x6c6564676572 // "ledger"
 // generations it has not refused, each at its checkpoint, for the next
 // rebuild to resume (docs/design.md, "A rebuild").
 func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildOptions) ([]RebuildResult, error) {
+	if opts.IndexMemoryMiB < 0 || opts.IndexMemoryMiB > MaxIndexMemoryMiB {
+		return nil, fmt.Errorf("%w: %d", ErrIndexMemory, opts.IndexMemoryMiB)
+	}
 	opts.defaults()
 	projs, err := rebuildProjections(opts.Projections)
 	if err != nil {
@@ -295,6 +306,7 @@ func (r *rebuildRun) createGenerations(ctx context.Context, projs []Projection, 
 	for _, p := range projs {
 		if s := resumed[p.Name()]; s != nil {
 			s.memo = newAccountMemo(false) // its rows so far are read back once
+			s.memo.indexMemMiB = r.opts.IndexMemoryMiB
 			s.held = holdAccounts(s)
 			slots = append(slots, s)
 			logger.Info("rebuild: resuming", "projection", p.Name(), "generation", s.gen, "position", s.pos.String(), "events", s.events)
@@ -306,6 +318,7 @@ func (r *rebuildRun) createGenerations(ctx context.Context, projs []Projection, 
 			return nil, err
 		}
 		s := &slot{proj: p, gen: gen, memo: newAccountMemo(true)}
+		s.memo.indexMemMiB = r.opts.IndexMemoryMiB
 		s.held = holdAccounts(s)
 		holdCmdAccounts(s)
 		created = append(created, s)
@@ -486,7 +499,9 @@ func (r *rebuildRun) indexAndVerify(ctx context.Context, slots []*slot) ([]error
 		verdicts, checkErr = r.opts.Check.Verify(ctx, vs)
 		// The check beside the index builds: the tail's longest part at
 		// 3,000,000 and 10,000,000 events (BENCHMARKS.md, "rbtail").
-		r.opts.Logger.Info("rebuild: check done", "generations", len(vs), "took", time.Since(start).Round(time.Millisecond))
+		if checkErr == nil {
+			r.opts.Logger.Info("rebuild: check done", "generations", len(vs), "took", time.Since(start).Round(time.Millisecond))
+		}
 		if checkErr == nil && len(verdicts) != len(slots) {
 			checkErr = fmt.Errorf("%d verdicts for %d generations", len(verdicts), len(slots))
 		}
@@ -569,12 +584,22 @@ func createIndexes(ctx context.Context, pool *pgxpool.Pool, slots []*slot, memMi
 // a rebuild (docs/design.md, "A rebuild").
 func buildIndexes(ctx context.Context, pool *pgxpool.Pool, name string, gen, memMiB int) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL maintenance_work_mem = '%dMB'`, memMiB)); err != nil {
+		if err := setIndexMemory(ctx, tx, memMiB); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `SELECT readmodel.create_secondary_indexes($1, $2)`, name, gen)
 		return err
 	})
+}
+
+// setIndexMemory gives tx's index builds memMiB of maintenance_work_mem
+// (RebuildOptions.IndexMemoryMiB); 0 leaves the session's.
+func setIndexMemory(ctx context.Context, tx pgx.Tx, memMiB int) error {
+	if memMiB <= 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL maintenance_work_mem = '%dMB'`, memMiB))
+	return err
 }
 
 // vacuumGeneration vacuums and freezes the tables of a loaded generation, which

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -814,6 +815,84 @@ func TestRebuildBuildsIndexesWithItsMemory(t *testing.T) {
 	}
 	if len(got) != 1 || got["77MB"] == 0 {
 		t.Errorf("the index builds' maintenance_work_mem, by index count: %v, want every one 77MB", got)
+	}
+}
+
+// TestResumedRebuildBuildsTheReadBackKeyWithItsMemory: a rebuild stopped in
+// its load and resumed reads its balance history back, so it builds
+// balance_history's primary key over the rows loaded in a load batch
+// (ensureReadBackKey): that build, the largest table's, runs with the
+// rebuild's index memory too, as every later index build (review r505: it ran
+// with the session's 64 MB).
+func TestResumedRebuildBuildsTheReadBackKeyWithItsMemory(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 40, Seed: 75})
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	batches := 0
+	stopAt := projections.RebuildOptions{BatchSize: 20, Check: audit.VerifyGeneration(env.Pool, env.Store), AfterBatch: func(context.Context, map[string]int) error {
+		if batches++; batches == 2 {
+			stop()
+		}
+		return nil
+	}}
+	if _, err := projections.Rebuild(ctx, env.Pool, env.Store, stopAt); err == nil {
+		t.Fatal("the rebuild was not stopped in its load")
+	}
+	if _, err := env.Pool.Exec(context.Background(), `CREATE TABLE public.index_memory (idx text NOT NULL, mem text NOT NULL);
+		CREATE FUNCTION public.record_index_memory() RETURNS event_trigger LANGUAGE plpgsql AS $fn$
+		BEGIN INSERT INTO public.index_memory SELECT object_identity, current_setting('maintenance_work_mem') FROM pg_event_trigger_ddl_commands(); END $fn$;
+		CREATE EVENT TRIGGER index_memory ON ddl_command_end WHEN TAG IN ('CREATE INDEX')
+		EXECUTE FUNCTION public.record_index_memory()`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 20, IndexMemoryMiB: 77}); err != nil {
+		t.Fatalf("resumed: %v", err)
+	}
+	rows, err := env.Pool.Query(context.Background(), `SELECT idx, mem FROM public.index_memory WHERE idx LIKE 'readmodel.%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idx, mem string
+	key := false
+	if _, err := pgx.ForEachRow(rows, []any{&idx, &mem}, func() error {
+		key = key || strings.HasPrefix(idx, "readmodel.balance_history_g") && strings.HasSuffix(idx, "_pkey")
+		if mem != "77MB" {
+			t.Errorf("%s built with maintenance_work_mem %s, want 77MB", idx, mem)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !key {
+		t.Fatal("the resumed rebuild built no balance_history key: the test stopped it elsewhere than in its load")
+	}
+}
+
+// TestRebuildRefusesAnIndexMemoryOutOfBounds: an index memory below 0 or
+// above MaxIndexMemoryMiB is refused before any generation is created, not by
+// the first index build after the whole load (review r505: 2097152 MiB loaded
+// every generation, then dropped them as refused).
+func TestRebuildRefusesAnIndexMemoryOutOfBounds(t *testing.T) {
+	env := projtest.New(t)
+	env.Run(t, projtest.Workload{Commands: 20, Seed: 76})
+	before := liveGenerations(t, env)
+	for _, mib := range []int{-5, projections.MaxIndexMemoryMiB + 1, 2097152} {
+		batches := 0
+		_, err := rebuild(t, env, projections.RebuildOptions{BatchSize: 20, IndexMemoryMiB: mib, AfterBatch: func(context.Context, map[string]int) error {
+			batches++
+			return nil
+		}})
+		if !errors.Is(err, projections.ErrIndexMemory) || batches != 0 {
+			t.Errorf("IndexMemoryMiB %d: %v after %d batches, want ErrIndexMemory before any", mib, err, batches)
+		}
+	}
+	var building int
+	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM readmodel.checkpoints WHERE state <> 'live'`).Scan(&building); err != nil {
+		t.Fatal(err)
+	}
+	if after := liveGenerations(t, env); building != 0 || !maps.Equal(before, after) {
+		t.Errorf("generations building %d, live %v (before %v)", building, after, before)
 	}
 }
 
