@@ -55,8 +55,8 @@ type RebuildOptions struct {
 	// runner to release the tables (default 30s).
 	LockTimeout time.Duration
 	// IndexMemoryMiB is the maintenance_work_mem, in MiB, of each session
-	// that builds a loaded generation's indexes after the load (default
-	// DefaultIndexMemoryMiB): the memory of each index's sort, beyond which
+	// that builds a loaded generation's indexes after the load (0, the
+	// default: the server's own setting): the memory of each index's sort, beyond which
 	// it spills to temporary files (a parallel build's workers share it).
 	// Each projection's indexes are built one after another on a session
 	// of its own, every projection's at once, so the index builds hold at
@@ -100,17 +100,16 @@ type RebuildResult struct {
 // ErrRebuildRunning means another rebuild holds the rebuild lock.
 var ErrRebuildRunning = errors.New("projections: another rebuild is running")
 
-// DefaultIndexMemoryMiB is RebuildOptions.IndexMemoryMiB's default, and
-// MaxIndexMemoryMiB its bound (docs/design.md, "A rebuild"): far below
-// PostgreSQL's own (2 TiB), so that kB or bytes given as MiB are refused
-// before anything is built, not by the first index build after the load.
-const (
-	DefaultIndexMemoryMiB = 256
-	MaxIndexMemoryMiB     = 65536
-)
+// MaxIndexMemoryMiB is RebuildOptions.IndexMemoryMiB's bound (docs/design.md,
+// "A rebuild"): far below PostgreSQL's own (2 TiB), so that kB or bytes given
+// as MiB are refused before anything is built, not by the first index build
+// after the load. Its default, 0, leaves the server's setting: 256 MiB made
+// the rebuild 1.10x slower at 10,000,000 events on 2 cores (BENCHMARKS.md,
+// the lead's quiet runs of 2026-11-29 14:53).
+const MaxIndexMemoryMiB = 65536
 
 // ErrIndexMemory: RebuildOptions.IndexMemoryMiB is out of its bounds.
-var ErrIndexMemory = fmt.Errorf("projections: rebuild: the index memory must be 1 to %d MiB", MaxIndexMemoryMiB)
+var ErrIndexMemory = fmt.Errorf("projections: rebuild: the index memory must be 0 (the server's setting) to %d MiB", MaxIndexMemoryMiB)
 
 // rebuildLockID is the session advisory lock held for the length of a rebuild.
 const rebuildLockID int64 = 0x6c6564676572 // "ledger"
@@ -206,9 +205,6 @@ func (o *RebuildOptions) defaults() {
 	}
 	if o.LockTimeout <= 0 {
 		o.LockTimeout = 30 * time.Second
-	}
-	if o.IndexMemoryMiB <= 0 {
-		o.IndexMemoryMiB = DefaultIndexMemoryMiB
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

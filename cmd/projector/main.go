@@ -248,9 +248,9 @@ func rebuildCommand() *cli.Command {
 		&cli.IntFlag{Name: flagBatchSize, Value: 5000, Usage: "events per batch (one transaction)", Sources: cli.EnvVars("LEDGER_PROJECTOR_REBUILD_BATCH_SIZE")},
 		&cli.BoolFlag{Name: "progress", Value: true, Usage: "show a progress bar on stderr (events/s, time left)", Sources: cli.EnvVars("LEDGER_PROJECTOR_PROGRESS")},
 		&cli.BoolFlag{Name: "fresh", Usage: "drop the generations a stopped rebuild left and build anew (default: resume them from their checkpoints)", Sources: cli.EnvVars("LEDGER_PROJECTOR_REBUILD_FRESH")},
-		&cli.IntFlag{Name: flagIndexMemory, Value: projections.DefaultIndexMemoryMiB, Usage: fmt.Sprintf("maintenance_work_mem in MiB of each session building a new generation's indexes after the load (the sorts' memory; one session per projection at once), 1 to %d", projections.MaxIndexMemoryMiB), Sources: cli.EnvVars("LEDGER_PROJECTOR_REBUILD_INDEX_MEMORY"),
+		&cli.IntFlag{Name: flagIndexMemory, Usage: fmt.Sprintf("maintenance_work_mem in MiB of each session building a new generation's indexes after the load (the sorts' memory; one session per projection at once), 0 (the server's setting) to %d", projections.MaxIndexMemoryMiB), Sources: cli.EnvVars("LEDGER_PROJECTOR_REBUILD_INDEX_MEMORY"),
 			Validator: func(n int) error {
-				if n < 1 || n > projections.MaxIndexMemoryMiB {
+				if n < 0 || n > projections.MaxIndexMemoryMiB {
 					return fmt.Errorf("%w: %d", projections.ErrIndexMemory, n)
 				}
 				return nil
