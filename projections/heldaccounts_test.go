@@ -51,7 +51,13 @@ func readHeldBuild(ctx context.Context, t *testing.T, q rowQuerier, proj, base s
 // commandAccounts renders the live command_accounts rows, by account.
 func commandAccounts(t *testing.T, env *projtest.Env) map[string]string {
 	t.Helper()
-	rows, err := env.Pool.Query(context.Background(), `SELECT account_id, concat_ws(' ', currency, balance, held, revision) FROM readmodel.command_accounts`)
+	return rowsByAccount(t, env, `SELECT account_id, concat_ws(' ', currency, balance, held, revision) FROM readmodel.command_accounts`)
+}
+
+// rowsByAccount is query's rows, an account and its row's text each, by account.
+func rowsByAccount(t *testing.T, env *projtest.Env, query string) map[string]string {
+	t.Helper()
+	rows, err := env.Pool.Query(context.Background(), query)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,14 +332,5 @@ func TestRebuildHeldAccountsRowsEqualTheLiveOnes(t *testing.T) {
 // wholeAccountsRows is every live accounts row as its text, by account.
 func wholeAccountsRows(t *testing.T, env *projtest.Env) map[string]string {
 	t.Helper()
-	rows, err := env.Pool.Query(context.Background(), `SELECT account_id, a::text FROM readmodel.accounts a`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	var id, row string
-	if _, err := pgx.ForEachRow(rows, []any{&id, &row}, func() error { out[id] = row; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return rowsByAccount(t, env, `SELECT account_id, a::text FROM readmodel.accounts a`)
 }
