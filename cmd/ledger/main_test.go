@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,60 +20,21 @@ import (
 	"github.com/ledgerworks/ledger/internal/platform/config"
 	"github.com/ledgerworks/ledger/internal/platform/freeport"
 	"github.com/ledgerworks/ledger/internal/platform/pgcluster"
-	"github.com/ledgerworks/ledger/internal/testing/pgtest"
+	"github.com/ledgerworks/ledger/internal/testing/devtest"
 )
 
-// binDir holds the programs the tests build (once per test binary).
-var binDir string
+var (
+	ledgerBin    = devtest.Program{Name: "ledger", Package: "."}
+	projectorBin = devtest.Program{Name: "projector", Package: "../projector"}
+)
 
-// program is a command built for the tests.
-type program struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-var ledgerBin, projectorBin program
-
-// build builds the package at pkg (relative to this one) as name, once.
-func (p *program) build(t testing.TB, name, pkg string) string {
-	t.Helper()
-	p.once.Do(func() {
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		p.path = filepath.Join(binDir, name)
-		out, err := exec.Command(goBin, "build", "-o", p.path, pkg).CombinedOutput()
-		if err != nil {
-			p.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-		}
-	})
-	if p.err != nil {
-		t.Fatal(p.err)
-	}
-	return p.path
-}
-
-func TestMain(m *testing.M) {
-	var err error
-	binDir, err = os.MkdirTemp("", "ledger-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := pgtest.Run(m)
-	if err := os.RemoveAll(binDir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(devtest.RunPrograms(m)) }
 
 // ledgerBinary builds this command once per test binary.
-func ledgerBinary(t testing.TB) string { return ledgerBin.build(t, "ledger", ".") }
+func ledgerBinary(t testing.TB) string { return ledgerBin.Path(t) }
 
 // projectorBinary builds cmd/projector once per test binary.
-func projectorBinary(t *testing.T) string { return projectorBin.build(t, "projector", "../projector") }
+func projectorBinary(t *testing.T) string { return projectorBin.Path(t) }
 
 // anyPort is the listen address of an HTTP server a test does not call: the
 // program binds a free port itself. (A port picked by freePort and bound later

@@ -4,7 +4,8 @@
 // of every backend and Stores to run a test on each, a controllable Clock,
 // the bounded polls Eventually and Await, the readers of a store (ReadAll,
 // SettledAll, StreamEvents, Account, Receive), the runners of a test (Go,
-// CatchUp), and Failure to show a checker failing.
+// CatchUp), the commands a test builds and runs as a user does (Program,
+// RunPrograms), and Failure to show a checker failing.
 //
 // Packages whose own (in-package) tests import devtest cannot be imported by
 // it: internal/app/ledger, internal/adapters/natsapi, internal/platform/config,
