@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ledgerworks/ledger/internal/platform/config"
+	"github.com/ledgerworks/ledger/internal/testing/pgtest"
 )
 
 // nonZero is badInput's want of a refusal whose exact code is not the
@@ -52,6 +54,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	quiet := []string{"--nats=false", "--publish=false", "--http-addr", ""}
 	for _, c := range []badInput{
 		{"an unknown projection to run", env, append([]string{"run", "--projection", "bogus"}, quiet...), config.ExitUsage, []string{unknown}},
+		{"an unknown projection to rebuild", env, []string{"rebuild", "--progress=false", "--projection", "accounts", "--projection", "bogus"}, config.ExitUsage, []string{unknown}},
 		{"an unknown projection to rebuild, from the environment", slices.Concat(env, []string{"LEDGER_PROJECTOR_PROJECTIONS=accounts,bogus"}), []string{"rebuild", "--progress=false"}, nonZero, []string{unknown}},
 		{"an index memory over its bound", env, []string{"rebuild", "--progress=false", "--index-memory", "65537"}, config.ExitUsage, []string{"index-memory", "65537", "65536 MiB"}},
 		{"an index memory below 0", env, []string{"rebuild", "--progress=false", "--index-memory", "-1"}, config.ExitUsage, []string{"index-memory", "-1", "65536 MiB"}},
@@ -65,4 +68,29 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 			t.Fatalf("%s: the read side changed:\nbefore:\n%s\nafter:\n%s", c.what, before, after)
 		}
 	}
+}
+
+// TestRunRefusesAnUnknownProjectionBeforeMigrating: `projector run` (whose
+// --migrate is on by default) given an unknown projection refuses it before
+// it migrates a fresh database: no schema, no checkpoint, no generation.
+func TestRunRefusesAnUnknownProjectionBeforeMigrating(t *testing.T) {
+	url := pgtest.URL(t)
+	conn := connect(t, url)
+	badInput{"an unknown projection to run on a fresh database", storeEnv(url),
+		[]string{"run", "--projection", "bogus", "--nats=false", "--publish=false", "--http-addr", ""},
+		config.ExitUsage, []string{`unknown projection "bogus"`}}.refused(t)
+	var schema, goose *string
+	if err := conn.QueryRow(context.Background(), `SELECT to_regnamespace('readmodel')::text, to_regclass('goose_db_version')::text`).Scan(&schema, &goose); err != nil {
+		t.Fatal(err)
+	}
+	if schema != nil || goose != nil {
+		t.Fatalf("the refused run wrote to the fresh database: schema %v, migrations table %v", deref(schema), deref(goose))
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "none"
+	}
+	return *s
 }
