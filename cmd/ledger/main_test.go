@@ -244,13 +244,16 @@ func runProgram(t testing.TB, bin string, env []string, stdin []byte, args ...st
 }
 
 // TestBadCommandLinesExit2: a command line the CLI library refuses (an unknown
-// flag, a flag without its value, a required flag missing) exits 2, as the
-// programs' help says, never 1, which a script reads as "sent and refused";
-// nothing is sent (no NATS server is named that could answer).
+// flag, a flag without its value, a required flag missing, an unknown
+// command) exits 2, as the programs' help says, never 1, which a script
+// reads as "sent and refused", nor 3 ("stopped: run it again"), which an
+// unknown command exited before; nothing is sent (no NATS server is named
+// that could answer).
 func TestBadCommandLinesExit2(t *testing.T) {
 	env := []string{config.EnvDataDir + "=" + t.TempDir()}
 	for _, args := range [][]string{
 		{"--bogus"},
+		{"bogus"},
 		{"post", "--bogus", "deposit"},
 		{"post", "deposit", "--key", "k", "--amount"},
 		{"statement", "--bogus", "alice"},

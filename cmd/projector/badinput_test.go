@@ -41,7 +41,7 @@ func (c badInput) refused(t *testing.T) {
 
 // TestBadInputIsRefusedAndWritesNothing: an unknown projection (by flag or
 // environment), an index memory out of 0..65536 MiB (by flag or
-// environment) and a missing read-model database each
+// environment), a missing read-model database and an unknown command each
 // make the projector exit non-zero (2, a usage error, for a command line)
 // with a message naming what is wrong, and leave the read side as it was:
 // no checkpoint, generation, table or view created or changed.
@@ -62,6 +62,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"no database URL to run", noDB, append([]string{"run"}, quiet...), config.ExitUsage, []string{"no read-model database", "--database-url"}},
 		{"no database URL to rebuild", noDB, []string{"rebuild", "--progress=false"}, config.ExitUsage, []string{"no read-model database", "--database-url"}},
 		{"no database URL for the status", noDB, []string{"status"}, config.ExitUsage, []string{"no read-model database", "--database-url"}},
+		{"an unknown command", env, []string{"rebiuld"}, config.ExitUsage, []string{`unknown command "rebiuld"`, "projector --help"}},
 	} {
 		c.refused(t)
 		if after := readSide(t, conn); after != before {

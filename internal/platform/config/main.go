@@ -74,16 +74,36 @@ const ExitUsage = 2
 
 // UsageErrorsExit makes every command of the tree rooted at c exit with code
 // on a usage error that the CLI library detects, instead of its default 1,
-// printing the error and where to find the usage. A command's own
-// OnUsageError is kept.
+// printing the error and where to find the usage; and on an unknown command
+// (unknownCommand). A command's own OnUsageError and Action are kept.
 func UsageErrorsExit(c *cli.Command, code int) {
 	if c.OnUsageError == nil {
 		c.OnUsageError = func(_ context.Context, cmd *cli.Command, err error, _ bool) error {
 			return Exit(code, fmt.Errorf("%w (see %s --help)", err, cmd.FullName()))
 		}
 	}
+	if c.Action == nil && len(c.Commands) > 0 {
+		c.Action = unknownCommand(code)
+	}
 	for _, sub := range c.Commands {
 		UsageErrorsExit(sub, code)
+	}
+}
+
+// unknownCommand is the action of a command of commands that has none of
+// its own: an argument that names none of them exits with code, naming it;
+// none shows the help, as the CLI library's default action does. (That
+// action says "No help topic for 'x'" and exits 3, which is ExitStopped: a
+// script would run the typo again.)
+func unknownCommand(code int) cli.ActionFunc {
+	return func(_ context.Context, cmd *cli.Command) error {
+		if cmd.Args().Present() {
+			return Exit(code, fmt.Errorf("unknown command %q (see %s --help)", cmd.Args().First(), cmd.FullName()))
+		}
+		if cmd.Root() == cmd {
+			return cli.ShowRootCommandHelp(cmd)
+		}
+		return cli.ShowSubcommandHelp(cmd)
 	}
 }
 
