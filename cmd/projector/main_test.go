@@ -22,8 +22,9 @@ var projectorBin = devtest.Program{Name: "projector", Package: "."}
 func TestMain(m *testing.M) { os.Exit(devtest.RunPrograms(m)) }
 
 // programTimeout bounds a run of the projector that should end by itself
-// (a command that hangs fails its test instead of the whole test binary).
-const programTimeout = 2 * time.Minute
+// (a command that hangs fails its test instead of the whole test binary):
+// 2 minutes killed a rebuild of 12 accounts at a load of 50 on 2 cores.
+const programTimeout = 5 * time.Minute
 
 // runProjector runs the projector with args and env (added to this
 // process's, less the LEDGER_ variables a developer's shell may hold) to
