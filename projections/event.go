@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 
@@ -113,6 +114,26 @@ func ByName(name string) (Projection, error) {
 		return balancesProjection{}, nil
 	}
 	return nil, fmt.Errorf("projections: unknown projection %q (known: %s)", name, strings.Join(Names, ", "))
+}
+
+// Select returns the named projections sorted by name: the one rule of a
+// list of projections, for `projector run` and `rebuild` alike and for the
+// command line's check before either opens anything. A name of none, or one
+// named twice, is refused.
+func Select(names []string) ([]Projection, error) {
+	names = slices.Sorted(slices.Values(names))
+	projs := make([]Projection, 0, len(names))
+	for i, n := range names {
+		if i > 0 && names[i-1] == n {
+			return nil, fmt.Errorf("projections: projection %q named twice", n)
+		}
+		p, err := ByName(n)
+		if err != nil {
+			return nil, err
+		}
+		projs = append(projs, p)
+	}
+	return projs, nil
 }
 
 // Table is the quoted name of a read-model table of a generation, e.g.

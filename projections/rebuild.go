@@ -130,7 +130,7 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store Store, opts RebuildO
 		return nil, fmt.Errorf("%w: %d", ErrIndexMemory, opts.IndexMemoryMiB)
 	}
 	opts.defaults()
-	projs, err := rebuildProjections(opts.Projections)
+	projs, err := Select(opts.Projections)
 	if err != nil {
 		return nil, err
 	}
@@ -209,25 +209,6 @@ func (o *RebuildOptions) defaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-}
-
-// rebuildProjections looks up the named projections, sorted by name and each
-// once.
-func rebuildProjections(names []string) ([]Projection, error) {
-	names = append([]string(nil), names...)
-	sort.Strings(names)
-	var projs []Projection
-	for i, n := range names {
-		if i > 0 && names[i-1] == n {
-			continue
-		}
-		p, err := ByName(n)
-		if err != nil {
-			return nil, err
-		}
-		projs = append(projs, p)
-	}
-	return projs, nil
 }
 
 // lockRebuild takes the rebuild's session advisory lock on a connection of its

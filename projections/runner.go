@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -90,18 +89,11 @@ type Runner struct {
 func NewRunner(pool *pgxpool.Pool, store Store, opts Options) (*Runner, error) {
 	opts.defaults()
 	r := &Runner{pool: pool, store: store, opts: opts}
-	names := append([]string(nil), opts.Projections...)
-	sort.Strings(names)
-	for i, n := range names {
-		if i > 0 && names[i-1] == n {
-			return nil, fmt.Errorf("projections: projection %q named twice", n)
-		}
-		p, err := ByName(n)
-		if err != nil {
-			return nil, err
-		}
-		r.projs = append(r.projs, p)
+	projs, err := Select(opts.Projections)
+	if err != nil {
+		return nil, err
 	}
+	r.projs = projs
 	return r, nil
 }
 

@@ -55,6 +55,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	for _, c := range []badInput{
 		{"an unknown projection to run", env, append([]string{"run", "--projection", "bogus"}, quiet...), config.ExitUsage, []string{unknown}},
 		{"an unknown projection to rebuild", env, []string{"rebuild", "--progress=false", "--projection", "accounts", "--projection", "bogus"}, config.ExitUsage, []string{unknown}},
+		{"a projection named twice to rebuild", env, []string{"rebuild", "--progress=false", "--projection", "accounts", "--projection", "accounts"}, config.ExitUsage, []string{`projection "accounts" named twice`}},
 		{"an unknown projection to rebuild, from the environment", slices.Concat(env, []string{"LEDGER_PROJECTOR_PROJECTIONS=accounts,bogus"}), []string{"rebuild", "--progress=false"}, nonZero, []string{unknown}},
 		{"an index memory over its bound", env, []string{"rebuild", "--progress=false", "--index-memory", "65537"}, config.ExitUsage, []string{"index-memory", "65537", "65536 MiB"}},
 		{"an index memory below 0", env, []string{"rebuild", "--progress=false", "--index-memory", "-1"}, config.ExitUsage, []string{"index-memory", "-1", "65536 MiB"}},
@@ -75,17 +76,24 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 // --migrate is on by default) given an unknown projection refuses it before
 // it migrates a fresh database: no schema, no checkpoint, no generation.
 func TestRunRefusesAnUnknownProjectionBeforeMigrating(t *testing.T) {
-	url := pgtest.URL(t)
-	conn := connect(t, url)
-	badInput{"an unknown projection to run on a fresh database", storeEnv(url),
-		[]string{"run", "--projection", "bogus", "--nats=false", "--publish=false", "--http-addr", ""},
-		config.ExitUsage, []string{`unknown projection "bogus"`}}.refused(t)
-	var schema, goose *string
-	if err := conn.QueryRow(context.Background(), `SELECT to_regnamespace('readmodel')::text, to_regclass('goose_db_version')::text`).Scan(&schema, &goose); err != nil {
-		t.Fatal(err)
-	}
-	if schema != nil || goose != nil {
-		t.Fatalf("the refused run wrote to the fresh database: schema %v, migrations table %v", deref(schema), deref(goose))
+	for _, c := range []struct{ name, want string }{
+		{"bogus", `unknown projection "bogus"`},
+		{"accounts", `projection "accounts" named twice`}, // review r506: run migrated, then refused it
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			url := pgtest.URL(t)
+			conn := connect(t, url)
+			badInput{"a projection list refused, to run on a fresh database", storeEnv(url),
+				[]string{"run", "--projection", c.name, "--projection", "accounts", "--nats=false", "--publish=false", "--http-addr", ""},
+				config.ExitUsage, []string{c.want}}.refused(t)
+			var schema, goose *string
+			if err := conn.QueryRow(context.Background(), `SELECT to_regnamespace('readmodel')::text, to_regclass('goose_db_version')::text`).Scan(&schema, &goose); err != nil {
+				t.Fatal(err)
+			}
+			if schema != nil || goose != nil {
+				t.Fatalf("the refused run wrote to the fresh database: schema %v, migrations table %v", deref(schema), deref(goose))
+			}
+		})
 	}
 }
 

@@ -54,18 +54,14 @@ func storeFlags() []cli.Flag {
 	}
 }
 
-// projectionFlag names the projections to act on; a name of none is a usage
-// error as the command line is read, before `run` migrates or `rebuild`
+// projectionFlag names the projections to act on; a name of none, or one
+// named twice (projections.Select), is a usage error as the command line is read, before `run` migrates or `rebuild`
 // opens anything.
 func projectionFlag() cli.Flag {
 	return &cli.StringSliceFlag{Name: flagProjection, Usage: "projection to act on, repeatable: " + strings.Join(projections.Names, ", ") + " (default: all)", Sources: cli.EnvVars("LEDGER_PROJECTOR_PROJECTIONS"),
 		Validator: func(names []string) error {
-			for _, n := range names {
-				if _, err := projections.ByName(n); err != nil {
-					return err
-				}
-			}
-			return nil
+			_, err := projections.Select(names)
+			return err
 		}}
 }
 

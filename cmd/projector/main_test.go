@@ -28,12 +28,15 @@ const programTimeout = 5 * time.Minute
 
 // runProjector runs the projector with args and env (added to this
 // process's, less the LEDGER_ variables a developer's shell may hold) to
-// its end: its stdout, its stderr and its exit status.
+// its end: its stdout, its stderr and its exit status. The program is built
+// (the first call's go build) before programTimeout starts: under load the
+// build alone took more than a run's bound (review r506).
 func runProjector(t testing.TB, env []string, args ...string) (string, string, int) {
 	t.Helper()
+	bin := projectorBin.Path(t)
 	ctx, cancel := context.WithTimeout(context.Background(), programTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, projectorBin.Path(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "LEDGER_") {
 			cmd.Env = append(cmd.Env, kv)
