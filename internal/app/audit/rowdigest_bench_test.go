@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -30,5 +31,28 @@ func BenchmarkRowDigests(b *testing.B) {
 		hd, ed, rd := h.digest(), e.digest(), replyRow(r)
 		tr := row("hist-t-1", "hist-acc-1", "hist-acc-2", int64(1000), "EUR", "completed", int64(0))
 		_, _, _, _ = rowHash(e.key, hd), rowHash(e.key, ed), rowHash(e.key, rd), rowHash(e.key, tr)
+	}
+}
+
+// BenchmarkReplyRow renders and hashes a command's reply (replyRow) of one
+// event, an account command's, and of five, the size of a transfer's or
+// transaction's reply in the realistic history (512-1,135 bytes): each
+// rendered in replyRow's buffer on the stack, without an allocation.
+//
+//	go test ./internal/app/audit -run '^$' -bench ReplyRow -benchmem -count 5
+func BenchmarkReplyRow(b *testing.B) {
+	id := uuid.MustParse("0193a1f2-7c4e-7d2a-9b1e-3f5a6c7d8e9f")
+	for _, n := range []int{1, 5} {
+		r := reply.Reply{Status: domain.StatusApplied, IdempotencyKey: "hist-key-98765"}
+		for i := range n {
+			r.Events = append(r.Events, domain.EventRef{ID: id, Stream: "transaction-hist-tx-1234567", Revision: uint64(i), Type: "TransactionLegPosted"})
+		}
+		var buf [2 * replyBytes]byte
+		b.Run(fmt.Sprintf("events=%d,bytes=%d", n, len(reply.AppendJSON(buf[:0], r))), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = replyRow(r)
+			}
+		})
 	}
 }
