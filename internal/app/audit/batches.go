@@ -33,7 +33,7 @@ func (f *Fold) noteBatch(re eventstore.RecordedEvent) {
 		return
 	}
 	if !f.NoRows { // the commands read model's row of the batch's key
-		f.sets.row(f, "commands", d.Key, "", replyRow(r))
+		f.sets.row(f, "commands", d.Key, "", digestNote(replyRow(r)))
 	}
 	if d.Status != domain.StatusApplied {
 		return

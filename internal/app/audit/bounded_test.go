@@ -100,7 +100,7 @@ func (noSets) eventID(*Fold, eventstore.RecordedEvent)              {}
 func (noSets) group(*Fold, eventstore.RecordedEvent, string)        {}
 func (noSets) home(*Fold, eventstore.RecordedEvent, string, string) {}
 func (noSets) claim(*Fold, eventstore.RecordedEvent, string, claim) {}
-func (noSets) row(*Fold, string, string, string, string)            {}
+func (noSets) row(*Fold, string, string, string, rowNote)           {}
 func (noSets) flush(context.Context) error                          { return nil }
 func (noSets) finish(context.Context, *Fold) error                  { return nil }
 func (noSets) keys(context.Context) (int, error)                    { return 0, nil }

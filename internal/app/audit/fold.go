@@ -639,14 +639,14 @@ func (f *Fold) expectAccountRows(re eventstore.RecordedEvent, m domain.Metadata,
 	if !f.NoRows {
 		id, tag := re.ID.String(), accountsTag(a.ID)
 		if e, ok := entryRow(re, id, m, payload, a.ID, a.Balance); ok {
-			f.sets.row(f, "entries", id, tag, e)
+			f.sets.row(f, "entries", id, tag, digestNote(e))
 		}
-		f.sets.row(f, "balance_history", id, tag, historyRow(re, id, m, a))
+		f.sets.row(f, "balance_history", id, tag, digestNote(historyRow(re, id, m, a)))
 		if h := holdOf(a, payload); h != nil {
-			f.sets.row(f, "holds", a.ID+"/"+h.ID, tag, holdRowOf(a.ID, a.Currency, h, capturedBy(payload)))
+			f.sets.row(f, "holds", a.ID+"/"+h.ID, tag, textNote(holdRowOf(a.ID, a.Currency, h, capturedBy(payload))))
 		}
 		if rec := a.Keys[m.Key]; rec != nil && clientCommand(m) {
-			f.sets.row(f, "commands", m.Key, tag, replyRow(accountReply(rec)))
+			f.sets.row(f, "commands", m.Key, tag, digestNote(replyRow(accountReply(rec))))
 		}
 	}
 	if m.Index == m.Count-1 {
@@ -809,7 +809,7 @@ func (f *Fold) applyTransfer(re eventstore.RecordedEvent, ev domain.StoredEvent,
 		return
 	}
 	if !f.NoRows && t.Saga != nil {
-		f.sets.row(f, "transfers", id, accountsTag(t.From, t.To), transferRowOf(t))
+		f.sets.row(f, "transfers", id, accountsTag(t.From, t.To), textNote(transferRowOf(t)))
 	}
 	if decidedSagas(t) == decided {
 		return
@@ -820,7 +820,7 @@ func (f *Fold) applyTransfer(re eventstore.RecordedEvent, ev domain.StoredEvent,
 	}
 	sk := sg.Key
 	if !f.NoRows {
-		f.sets.row(f, "commands", sk, "", replyRow(f.sagaReply(t, sg)))
+		f.sets.row(f, "commands", sk, "", digestNote(replyRow(f.sagaReply(t, sg))))
 	}
 	for _, step := range []string{domain.StepDebit, domain.StepCredit, domain.StepCompensate} {
 		delete(f.stepRecords, domain.StepKey(sk, step))
@@ -1097,7 +1097,7 @@ func (f *Fold) applyTransaction(re eventstore.RecordedEvent, ev domain.StoredEve
 		return
 	}
 	if !f.NoRows {
-		f.sets.row(f, "commands", key, "", replyRow(r))
+		f.sets.row(f, "commands", key, "", digestNote(replyRow(r)))
 	}
 }
 

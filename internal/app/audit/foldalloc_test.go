@@ -90,10 +90,13 @@ func allocsPerEvent(tb testing.TB, ctx context.Context, store *memory.Store, hel
 // forgotten last (domain.SpareKeys), not in a new map and queue each, 1,016
 // in 16.04 by then (main 4e5f768), 15.34 with a claim's three text fields
 // made strings in one allocation (domain.claimText), 14.97 with a claim and
-// its revision one allocation (domain.claimed).
+// its revision one allocation (domain.claimed), 1,004 bytes in 14.94 in
+// BenchmarkFoldRealisticEvents by then (main 39e74e3), 889 in 14.82 with a
+// reply rendered in a buffer of 1,280 bytes, 850 in 13.60 with a row's digest
+// noted as a value (rowNote), not a string.
 const (
-	foldBytesPerEvent  = 1130.0
-	foldAllocsPerEvent = 15.2
+	foldBytesPerEvent  = 920.0
+	foldAllocsPerEvent = 14.1
 )
 
 func TestFoldAllocationPerEventBounded(t *testing.T) {

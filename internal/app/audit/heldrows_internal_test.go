@@ -23,7 +23,7 @@ func TestHeldRowsReachAuditRowsWhenRead(t *testing.T) {
 		f.Events++
 		id := uuid.New().String()
 		for _, s := range []*pgSets{held, plain} {
-			s.row(f, table, id, accountsTag("a"), "d-"+id)
+			s.row(f, table, id, accountsTag("a"), textNote("d-"+id))
 		}
 	}
 	for _, page := range [][]string{{"entries", "commands", "balance_history"}, {"balance_history", "transfers", "entries"}} {

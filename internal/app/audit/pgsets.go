@@ -256,8 +256,13 @@ func (s *pgSets) claim(f *Fold, re eventstore.RecordedEvent, key string, c claim
 
 // row keeps the row's hash (rowHash), not the row: 32 bytes to copy, store
 // and sort instead of the whole rendered row, and what the table's digest sums.
-func (s *pgSets) row(f *Fold, table, key, account, digest string) {
-	h := rowHash(key, digest)
+func (s *pgSets) row(f *Fold, table, key, account string, n rowNote) {
+	var h [sha256.Size]byte
+	if n.hashed {
+		h = rowHash(key, n.digest[:])
+	} else {
+		h = rowHash(key, n.text)
+	}
 	if idKeyed[table] {
 		s.sums.add(table, f.Events, h[:])
 	}

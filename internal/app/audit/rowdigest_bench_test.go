@@ -30,7 +30,7 @@ func BenchmarkRowDigests(b *testing.B) {
 	for b.Loop() {
 		hd, ed, rd := h.digest(), e.digest(), replyRow(r)
 		tr := row("hist-t-1", "hist-acc-1", "hist-acc-2", int64(1000), "EUR", "completed", int64(0))
-		_, _, _, _ = rowHash(e.key, hd), rowHash(e.key, ed), rowHash(e.key, rd), rowHash(e.key, tr)
+		_, _, _, _ = rowHash(e.key, hd[:]), rowHash(e.key, ed[:]), rowHash(e.key, rd[:]), rowHash(e.key, tr)
 	}
 }
 

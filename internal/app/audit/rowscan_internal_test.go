@@ -128,7 +128,7 @@ func scannedRow(table string, rows pgx.Rows) (key, rendered string, err error) {
 			return "", "", err
 		}
 		e.id = id.String()
-		return e.id, e.digest(), nil
+		return e.id, e.digest().String(), nil
 	case "balance_history":
 		var id uuid.UUID
 		var h historyFields[string]
@@ -136,7 +136,7 @@ func scannedRow(table string, rows pgx.Rows) (key, rendered string, err error) {
 			return "", "", err
 		}
 		h.id = id.String()
-		return h.id, h.digest(), nil
+		return h.id, h.digest().String(), nil
 	case "commands":
 		var k, reply string
 		err := rows.Scan(&k, &reply)

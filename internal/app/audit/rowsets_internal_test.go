@@ -54,7 +54,7 @@ func noteOneOfEach(t *testing.T, f *Fold, s *pgSets) [5]int64 {
 	s.group(f, re, "k1")
 	s.home(f, re, "k1", "h1")
 	s.claim(f, re, "k1", claim{stream: "account-a", hash: "h1"})
-	s.row(f, "entries", re.ID.String(), accountsTag("a"), "d1")
+	s.row(f, "entries", re.ID.String(), accountsTag("a"), textNote("d1"))
 	f.Events++
 	s.home(f, eventstore.RecordedEvent{ID: uuid.New(), Stream: "account-a", Revision: 1}, "k1", "h1")
 	if err := s.sync(ctx); err != nil {

@@ -35,11 +35,11 @@ func TestExpectedSumsAsTheSetsQuery(t *testing.T) {
 				f.Events = int64(i + 1)
 				ps.eventID(f, eventstore.RecordedEvent{ID: id})
 				for _, table := range []string{"entries", "balance_history", "commands"} {
-					ps.row(f, table, id.String(), accountsTag("a"), fmt.Sprint(table, i))
+					ps.row(f, table, id.String(), accountsTag("a"), textNote(fmt.Sprint(table, i)))
 				}
 				if f.Events == 2 || f.Events == 4 {
 					ps.sums.mark(f.Events)
-					ps.row(f, "entries", "after the mark "+id.String(), accountsTag("a"), "x") // as a saga's settling at that seq
+					ps.row(f, "entries", "after the mark "+id.String(), accountsTag("a"), textNote("x")) // as a saga's settling at that seq
 				}
 			}
 			ps.sums.mark(f.Events)

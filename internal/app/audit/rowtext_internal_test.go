@@ -34,7 +34,7 @@ func TestRowSecondTimeRenderedAsItsField(t *testing.T) {
 		h := historyFields[string]{account: "acc-1", rev: 3, id: "0193a1f2-7c4e-7d2a-9b1e-3f5a6c7d8e9f", typ: "FundsDeposited",
 			currency: "EUR", balance: 1200, held: 100, status: "open", at: at, effective: effective}
 		want := digestOf([]byte(row(h.account, h.rev, h.id, h.typ, h.currency, h.balance, h.held, h.status, h.at, h.effective)))
-		if got := h.digest(); got != want {
+		if got := h.digest().String(); got != want {
 			t.Errorf("balance history, effective %v: digest %s, its fields' %s", effective, got, want)
 		}
 		md := map[string]string{"order": "o-1"}
@@ -42,7 +42,7 @@ func TestRowSecondTimeRenderedAsItsField(t *testing.T) {
 			currency: "EUR", balance: 1200, key: "k-1", at: at, md: md, effective: effective}
 		want = digestOf([]byte(row(e.id, e.account, e.rev, e.typ, e.reason, e.ref, e.amount, e.currency, e.balance, e.key, e.at,
 			metadataJSON(md), e.effective)))
-		if got := e.digest(); got != want {
+		if got := e.digest().String(); got != want {
 			t.Errorf("entry, effective %v: digest %s, its fields' %s", effective, got, want)
 		}
 	}

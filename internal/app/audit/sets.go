@@ -31,9 +31,9 @@ type historySets interface {
 	// claim notes a key's claim.
 	claim(f *Fold, re eventstore.RecordedEvent, key string, c claim)
 	// row notes a row a read-model table of notedTables should hold (the last
-	// noted for a key wins); accounts tags the accounts it concerns
-	// (accountsTag; "" for none).
-	row(f *Fold, table, key, account, digest string)
+	// noted for a key wins): its digest or its text (rowNote); accounts tags
+	// the accounts it concerns (accountsTag; "" for none).
+	row(f *Fold, table, key, account string, n rowNote)
 	// flush stores what was noted (after each page of events).
 	flush(ctx context.Context) error
 	// finish runs the checks over the whole history (claims, duplicates).
@@ -102,11 +102,11 @@ func (s *memSets) claim(f *Fold, re eventstore.RecordedEvent, key string, c clai
 	s.claims[key] = c
 }
 
-func (s *memSets) row(_ *Fold, table, key, account, digest string) {
+func (s *memSets) row(_ *Fold, table, key, account string, n rowNote) {
 	if s.rows[table] == nil {
 		s.rows[table] = map[string]expRow{}
 	}
-	s.rows[table][key] = expRow{account: account, digest: digest}
+	s.rows[table][key] = expRow{account: account, digest: n.String()}
 }
 
 func (s *memSets) flush(context.Context) error { return nil }
