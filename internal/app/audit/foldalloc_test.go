@@ -93,9 +93,11 @@ func allocsPerEvent(tb testing.TB, ctx context.Context, store *memory.Store, hel
 // its revision one allocation (domain.claimed), 1,004 bytes in 14.94 in
 // BenchmarkFoldRealisticEvents by then (main 39e74e3), 889 in 14.82 with a
 // reply rendered in a buffer of 1,280 bytes, 850 in 13.60 with a row's digest
-// noted as a value (rowNote), not a string.
+// noted as a value (rowNote), not a string; 893 in 13.73 in this test under
+// -race, as .ci/run runs it (review r507), so the bound leaves 7% to it: a
+// reply rendered on the heap again (980 under -race) still fails it.
 const (
-	foldBytesPerEvent  = 920.0
+	foldBytesPerEvent  = 960.0
 	foldAllocsPerEvent = 14.1
 )
 

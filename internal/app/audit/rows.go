@@ -121,8 +121,8 @@ func (r rowText) atSpan(t time.Time) (rowText, textSpan) {
 // rendered earlier in the row at s (atSpan), its text is copied rather than
 // formatted again. An event's effective time is its time unless a client gave
 // one, so a statement or balance-history row's two times are most often one
-// text (time.AppendFormat was 2.9 s of the 10,000,000-event audit's 122.6 s,
-// BENCHMARKS.md, "`auditcpu2`").
+// text (the rows' times were 2.91 s of the 10,000,000-event audit's 122.6 s,
+// time.AppendFormat's own path 2.05 s of them: BENCHMARKS.md, "`auditcpu2`").
 func (r rowText) atAgain(t, prev time.Time, s textSpan) rowText {
 	if !domain.Instant(t).Equal(domain.Instant(prev)) {
 		return r.at(t)
@@ -367,9 +367,10 @@ func (t transferFields[S]) appendRow(dst []byte) []byte {
 // replyBytes is the buffer replyRow renders a reply in: enough for the
 // replies of the realistic history (bench/seed), so that rendering one does
 // not allocate. At 512 bytes a transfer's or transaction's reply (512-1,135
-// bytes: 87,471 of the 412,388 replies at 1,000,201 events) grew it on the
-// heap twice, about 100 of the fold's 1,004 bytes an event
-// (BenchmarkFoldRealisticEvents).
+// bytes: 87,471 of the 412,388 replies of a history of 1,000,201 events, by
+// a query of the commands read model's replies' lengths, not kept) grew it on
+// the heap, once (twice above 896 bytes), about 100 of the fold's 1,004 bytes
+// an event (BenchmarkFoldRealisticEvents).
 const replyBytes = 1280
 
 // replyRow is the digest of a reply as the ledger encodes it (duplicate
