@@ -510,6 +510,8 @@ func BenchmarkAuditIncremental(b *testing.B) {
 	}
 	var full, inc time.Duration
 	var read, checked, trusted int64 // the checkpoint's account rows the incremental audits read, the snapshots they checked and trusted
+	clock := newCPUClock(b, env.Pool)
+	var fullCPU, incCPU cpuSpent
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
@@ -517,7 +519,9 @@ func BenchmarkAuditIncremental(b *testing.B) {
 		b.StartTimer()
 		start := time.Now()
 		opts, writing := writeAtTheHead(b, env, later)
+		spent := clock.start(&fullCPU)
 		cp := benchAudit(b, env, opts).Checkpoint
+		spent()
 		full += time.Since(start) - *writing
 		b.StopTimer()
 		later = nil
@@ -525,8 +529,9 @@ func BenchmarkAuditIncremental(b *testing.B) {
 		project(b, env)
 		b.StartTimer()
 		start = time.Now()
-		stop := profileTimed(b) // the incremental audit's alone
+		stop, spent := profileTimed(b), clock.start(&incCPU) // the incremental audit's alone
 		rep := benchAudit(b, env, audit.Options{SaveCheckpoint: true, From: &cp.ID})
+		spent()
 		stop()
 		read, checked, trusted = read+rep.From.AccountsRead, checked+int64(rep.Snapshots), trusted+int64(rep.SnapsTrusted)
 		inc += time.Since(start)
@@ -534,6 +539,8 @@ func BenchmarkAuditIncremental(b *testing.B) {
 	b.ReportMetric(full.Seconds()/float64(b.N), "full-s")
 	b.ReportMetric(inc.Seconds()/float64(b.N), "incremental-s")
 	b.ReportMetric(inc.Seconds()/full.Seconds(), "incremental/full")
+	reportCPU(b, "full", fullCPU)
+	reportCPU(b, "incremental", incCPU)
 	b.ReportMetric(float64(read)/float64(b.N), "accounts-read")
 	b.ReportMetric(float64(checked)/float64(b.N), "snapshots-checked")
 	b.ReportMetric(float64(trusted)/float64(b.N), "snapshots-trusted")
