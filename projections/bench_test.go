@@ -11,6 +11,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -446,6 +447,26 @@ func BenchmarkReadTools(b *testing.B) {
 	b.ReportMetric(float64(total*b.N)/auditing.Seconds(), "audit-events/s")
 }
 
+// auditPools are the benchmarks' audit pools, one an env (auditPool).
+var auditPools sync.Map // *projtest.Env -> *pgxpool.Pool
+
+// auditPool is env's pool for its audits, opened as `ledger audit` opens
+// its own (projections.NewAuditPool: without JIT) once an env, so that an
+// audit after the first finds its connections open as on env.Pool before.
+func auditPool(b *testing.B, env *projtest.Env) *pgxpool.Pool {
+	b.Helper()
+	if p, ok := auditPools.Load(env); ok {
+		return p.(*pgxpool.Pool)
+	}
+	pool, err := projections.NewAuditPool(context.Background(), env.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	auditPools.Store(env, pool)
+	b.Cleanup(func() { auditPools.Delete(env); pool.Close() })
+	return pool
+}
+
 // rebuildPool is the pool a rebuild runs on: the projector's
 // (projections.NewPool), as `projector rebuild` does; its projections and its
 // check hold connections at once, more than the test pool's four.
@@ -595,10 +616,10 @@ func project(b *testing.B, env *projtest.Env) {
 }
 
 // benchAudit audits the store (the chains verified, the read models
-// compared) and fails on any violation.
+// compared) on env's audit pool (auditPool) and fails on any violation.
 func benchAudit(b *testing.B, env *projtest.Env, opts audit.Options) *audit.Report {
 	b.Helper()
-	opts.ReadModels, opts.VerifyChain = env.Pool, true
+	opts.ReadModels, opts.VerifyChain = auditPool(b, env), true
 	rep, err := audit.Run(context.Background(), env.Store, opts)
 	if err != nil {
 		b.Fatal(err)

@@ -295,12 +295,33 @@ func jitter(d time.Duration) time.Duration {
 // writes its projections in parallel) and the queries beside it: at least 16
 // connections unless the URL sets pool_max_conns.
 func NewPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	return newPool(ctx, url, false)
+}
+
+// NewAuditPool is NewPool for an audit (`ledger audit`, the bench's): its
+// sessions run without PostgreSQL's JIT compilation (jit = off, as every
+// session's setting, pgx's RuntimeParams) unless the URL sets jit. An audit's
+// statements read the read models and its sets whole, so some plans cost
+// past jit_above_cost and PostgreSQL compiled them before running them: an
+// incremental audit's few statements were compiled anew on each run, and
+// without JIT it took 0.77x the time and 0.80x PostgreSQL's CPU (the last 1%
+// of 1,000,000 events, a quiet machine; a full audit's and a rebuild's showed
+// no difference: BENCHMARKS.md, "an audit's sessions without JIT"). The
+// projector's pool keeps the server's setting.
+func NewAuditPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	return newPool(ctx, url, true)
+}
+
+func newPool(ctx context.Context, url string, noJIT bool) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("projections: %w", err)
 	}
 	if !strings.Contains(url, "pool_max_conns") && cfg.MaxConns < 16 {
 		cfg.MaxConns = 16
+	}
+	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; noJIT && !set {
+		cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -82,7 +82,7 @@ func runAudit(ctx context.Context, cmd *cli.Command) error {
 	if cmd.String(flagDropStop) != "" {
 		return dropStop(ctx, cmd, log)
 	}
-	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{ReadModels: true, IfNamed: true})
+	stores, err := config.OpenStores(ctx, cmd, log, config.Opening{ReadModels: true, IfNamed: true, Audit: true})
 	if err != nil {
 		return err
 	}

@@ -61,6 +61,8 @@ type Opening struct {
 	// replay); on PostgreSQL its store refuses appends and opens each
 	// connection with a round trip less.
 	ReadOnly bool
+	// Audit opens the read-model pool for an audit (projections.NewAuditPool).
+	Audit bool
 }
 
 // OpenStores resolves the URLs (StoreURLs) and opens what o asks for. The
@@ -81,7 +83,11 @@ func OpenStores(ctx context.Context, cmd *cli.Command, log *slog.Logger, o Openi
 		return nil, err
 	}
 	if openPool {
-		if s.Pool, err = projections.NewPool(ctx, db); err == nil {
+		newPool := projections.NewPool
+		if o.Audit {
+			newPool = projections.NewAuditPool
+		}
+		if s.Pool, err = newPool(ctx, db); err == nil {
 			err = s.Pool.Ping(ctx)
 		}
 		if err != nil {

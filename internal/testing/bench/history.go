@@ -67,6 +67,11 @@ func historyPhase(ctx context.Context, url, storeURL, runID string, other int, c
 		return nil, err
 	}
 	defer pool.Close()
+	auditPool, err := projections.NewAuditPool(ctx, url) // as `ledger audit` opens it
+	if err != nil {
+		return nil, err
+	}
+	defer auditPool.Close()
 	prefix := "hist" + runID
 	rep := &HistoryReport{Accounts: accounts, OtherAccounts: other,
 		FirstAccount: seed.HistoryAccount(prefix, 0), LastAccount: seed.HistoryAccount(prefix, int64(accounts-1))}
@@ -91,7 +96,7 @@ func historyPhase(ctx context.Context, url, storeURL, runID string, other int, c
 		return results[0].Events, err
 	}, log, "rebuild")
 	rep.Audit = timeTool(limit, func(progress func(done, carried int64)) (int64, error) {
-		r, err := audit.Run(ctx, store, audit.Options{ReadModels: pool, Progress: progress})
+		r, err := audit.Run(ctx, store, audit.Options{ReadModels: auditPool, Progress: progress})
 		if err != nil {
 			return 0, err
 		}
